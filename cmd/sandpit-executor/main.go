@@ -1,0 +1,43 @@
+// Command sandpit-executor runs inside the sandbox container. The daemon starts it with
+// `docker exec` as root and speaks the control protocol (internal/protocol) over its stdin and
+// stdout; its stderr carries its log. It exits when stdin ends.
+//
+// Usage: sandpit-executor serve [-slots N] [-uid-base N] [-python PATH] [-bootstrap PATH]
+// [-run-root DIR]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sandpit-dev/sandpit/internal/executor"
+	"github.com/sandpit-dev/sandpit/internal/protocol"
+)
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] != "serve" {
+		fmt.Fprintln(os.Stderr, "usage: sandpit-executor serve [flags]  (started by the sandpit daemon, not by hand)")
+		os.Exit(2)
+	}
+	cfg := executor.DefaultConfig()
+	fs := flag.NewFlagSet("serve", flag.ExitOnError)
+	fs.IntVar(&cfg.Slots, "slots", cfg.Slots, "number of slots")
+	fs.IntVar(&cfg.UIDBase, "uid-base", cfg.UIDBase, "uid of slot 0")
+	fs.StringVar(&cfg.Python, "python", cfg.Python, "python interpreter")
+	fs.StringVar(&cfg.Bootstrap, "bootstrap", cfg.Bootstrap, "path of bootstrap.py")
+	fs.StringVar(&cfg.RunRoot, "run-root", cfg.RunRoot, "directory of the run directories")
+	_ = fs.Parse(os.Args[2:])
+
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := executor.Serve(ctx, protocol.NewConn(os.Stdin, os.Stdout), cfg, log); err != nil {
+		log.Error("executor stopped", "error", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,20 @@
+// Package bootstrap holds the fixed Python program that runs user code inside the sandbox.
+//
+// The executor starts `python3 -u -I -X utf8 bootstrap.py` as the slot's uid with file
+// descriptor 3 connected to it (a socketpair: the run's capability). Over descriptor 3, as
+// newline-delimited JSON, the executor sends one Init line; the bootstrap applies the run's
+// rlimits, sets INPUT, compiles and executes the code as module __main__ with the file name
+// "main.py" (so tracebacks show the user's own line numbers), and reports back Report lines:
+// the serialised OUTPUT, or that a MemoryError happened. No request value is ever pasted into
+// Python source.
+package bootstrap
+
+import _ "embed"
+
+// Source is the text of bootstrap.py.
+//
+//go:embed bootstrap.py
+var Source []byte
+
+// FileName is the name tracebacks give the user's code.
+const FileName = "main.py"

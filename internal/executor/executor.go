@@ -1,0 +1,246 @@
+// Package executor is the server side of the control session: it runs inside the sandbox
+// container as root (with a few capabilities), receives runs from the daemon over one
+// protocol.Conn, and executes each as its slot's uid with the Python bootstrap, streaming
+// output back and answering with one result.
+//
+// Per run it provides: a fresh private directory, a minimal environment, empty stdin, rlimits
+// (applied by the bootstrap), a wall-clock deadline that kills every process of the slot's uid,
+// byte caps on stdout and stderr, out-of-memory detection, and cleanup of everything the run
+// left. When the session ends (the daemon went away) every run is killed and Serve returns.
+//
+// It imports only the standard library and sandpit's stdlib-only packages: it is built as a
+// static binary and copied into the image.
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/protocol"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// Config says where things are inside the box. The zero value is not usable; see DefaultConfig.
+type Config struct {
+	// Slots is how many runs may execute at once; slot N runs as uid UIDBase+N.
+	Slots int
+	// UIDBase is the uid (and gid) of slot 0. It must not be 0.
+	UIDBase int
+	// Python is the interpreter's path.
+	Python string
+	// Bootstrap is the path of bootstrap.py.
+	Bootstrap string
+	// RunRoot holds the run directories (RunRoot/slot-N) and the executor's pid file.
+	RunRoot string
+	// TmpDirs are shared writable directories cleaned of a slot's files after each run.
+	TmpDirs []string
+	// KillTimeout bounds how long killing a slot's processes may take before the run is
+	// reported as a sandbox_error.
+	KillTimeout time.Duration
+}
+
+// DefaultConfig is the layout of the sandpit image.
+func DefaultConfig() Config {
+	return Config{
+		Slots:       4,
+		UIDBase:     10000,
+		Python:      "/usr/bin/python3",
+		Bootstrap:   "/opt/sandpit/bootstrap.py",
+		RunRoot:     "/sandbox",
+		TmpDirs:     []string{"/tmp", "/dev/shm"},
+		KillTimeout: 5 * time.Second,
+	}
+}
+
+// Executor serves one control session.
+type Executor struct {
+	cfg  Config
+	conn *protocol.Conn
+	log  *slog.Logger
+
+	mu   sync.Mutex
+	runs map[string]*run // by execution ID
+	busy map[int]bool    // by slot
+	wg   sync.WaitGroup
+}
+
+// Serve prepares the box (killing a stale executor and every slot's leftover processes and
+// files), greets the daemon and serves runs until the session ends or ctx is cancelled. On
+// return, every run has been killed and cleaned up. It returns nil when the daemon closed the
+// session cleanly.
+func Serve(ctx context.Context, conn *protocol.Conn, cfg Config, log *slog.Logger) error {
+	if cfg.UIDBase <= 0 || cfg.Slots <= 0 {
+		return fmt.Errorf("executor: invalid config: uid base %d, %d slots", cfg.UIDBase, cfg.Slots)
+	}
+	e := &Executor{cfg: cfg, conn: conn, log: log, runs: map[string]*run{}, busy: map[int]bool{}}
+	python, err := e.prepare()
+	if err != nil {
+		return err
+	}
+	if err := conn.Send(&protocol.Message{Kind: protocol.KindHello, Hello: &protocol.Hello{
+		Version: protocol.Version, Slots: cfg.Slots, Python: python, PID: os.Getpid(),
+	}}); err != nil {
+		return fmt.Errorf("executor: greeting the daemon: %w", err)
+	}
+
+	msgs := make(chan *protocol.Message)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			m, err := conn.Receive()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			msgs <- m
+		}
+	}()
+	defer e.stopAll()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("executor: reading from the daemon: %w", err)
+		case m := <-msgs:
+			e.handle(m)
+		}
+	}
+}
+
+func (e *Executor) handle(m *protocol.Message) {
+	switch m.Kind {
+	case protocol.KindRun:
+		if m.Run == nil {
+			e.refuse(m.ID, "run message without run")
+			return
+		}
+		e.start(m.ID, m.Run.Slot, m.Run.Spec)
+	case protocol.KindCancel:
+		e.mu.Lock()
+		r := e.runs[m.ID]
+		e.mu.Unlock()
+		if r != nil {
+			r.stop(stopCancelled)
+		}
+	default:
+		e.log.Warn("ignoring unknown message", "kind", m.Kind)
+	}
+}
+
+func (e *Executor) refuse(id, reason string) {
+	if err := e.conn.Send(&protocol.Message{Kind: protocol.KindRefused, ID: id, Error: reason}); err != nil {
+		e.log.Warn("sending refusal", "id", id, "error", err)
+	}
+}
+
+func (e *Executor) start(id string, slot int, spec sandbox.Spec) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case id == "":
+		e.refuse(id, "run without an execution ID")
+	case slot < 0 || slot >= e.cfg.Slots:
+		e.refuse(id, fmt.Sprintf("slot %d does not exist; the executor has slots 0 to %d", slot, e.cfg.Slots-1))
+	case e.busy[slot]:
+		e.refuse(id, fmt.Sprintf("slot %d is already running", slot))
+	case e.runs[id] != nil:
+		e.refuse(id, "an execution with this ID is already running")
+	case spec.TimeoutMS <= 0:
+		e.refuse(id, "timeout_ms must be positive")
+	default:
+		r := newRun(e, id, slot, spec)
+		e.busy[slot], e.runs[id] = true, r
+		e.wg.Go(func() {
+			res := r.execute()
+			e.mu.Lock()
+			delete(e.busy, slot)
+			delete(e.runs, id)
+			e.mu.Unlock()
+			if err := e.conn.Send(&protocol.Message{Kind: protocol.KindResult, ID: id, Result: res}); err != nil {
+				e.log.Warn("sending result", "id", id, "error", err)
+			}
+		})
+	}
+}
+
+// stopAll kills every run and waits for their cleanup.
+func (e *Executor) stopAll() {
+	e.mu.Lock()
+	for _, r := range e.runs {
+		r.stop(stopCancelled)
+	}
+	e.mu.Unlock()
+	e.wg.Wait()
+}
+
+// prepare makes the box ready: a stale executor is killed, every slot's processes and files
+// are removed, and the Python version is read.
+func (e *Executor) prepare() (string, error) {
+	if err := os.MkdirAll(e.cfg.RunRoot, 0o711); err != nil {
+		return "", fmt.Errorf("executor: creating run root: %w", err)
+	}
+	if err := e.replaceStale(); err != nil {
+		return "", err
+	}
+	for slot := range e.cfg.Slots {
+		uid := e.cfg.UIDBase + slot
+		if err := killAndWait(uid, e.cfg.KillTimeout); err != nil {
+			return "", fmt.Errorf("executor: clearing slot %d: %w", slot, err)
+		}
+		if err := os.RemoveAll(e.slotDir(slot)); err != nil {
+			return "", fmt.Errorf("executor: clearing slot %d: %w", slot, err)
+		}
+		if err := removeOwned(uid, e.cfg.TmpDirs); err != nil {
+			e.log.Warn("clearing temporary files", "slot", slot, "error", err)
+		}
+	}
+	out, err := exec.Command(e.cfg.Python, "-c", "import platform; print(platform.python_version())").Output()
+	if err != nil {
+		return "", fmt.Errorf("executor: running %s: %w", e.cfg.Python, err)
+	}
+	if _, err := os.Stat(e.cfg.Bootstrap); err != nil {
+		return "", fmt.Errorf("executor: bootstrap: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// replaceStale kills an earlier executor still serving this box (its daemon died without the
+// session's end reaching it) and records this one's pid.
+func (e *Executor) replaceStale() error {
+	pidFile := filepath.Join(e.cfg.RunRoot, "executor.pid")
+	if data, err := os.ReadFile(pidFile); err == nil {
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		self, _ := os.ReadFile("/proc/self/comm")
+		if pid > 0 && pid != os.Getpid() && len(comm) > 0 && string(comm) == string(self) {
+			e.log.Info("killing a stale executor", "pid", pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			for i := 0; i < 500 && syscall.Kill(pid, 0) == nil; i++ {
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
+	}
+	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+		return fmt.Errorf("executor: writing pid file: %w", err)
+	}
+	return nil
+}
+
+func (e *Executor) slotDir(slot int) string {
+	return filepath.Join(e.cfg.RunRoot, "slot-"+strconv.Itoa(slot))
+}

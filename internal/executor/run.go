@@ -1,0 +1,425 @@
+package executor
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/protocol"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// stopReason is why the executor ended a run before the program did.
+type stopReason int
+
+const (
+	stopNone stopReason = iota
+	stopTimeout
+	stopStdoutLimit
+	stopStderrLimit
+	stopOutputLimit
+	stopCancelled
+)
+
+// run is one execution in one slot.
+type run struct {
+	e    *Executor
+	id   string
+	slot int
+	uid  int
+	spec sandbox.Spec
+
+	mu     sync.Mutex
+	reason stopReason
+	cmd    *exec.Cmd
+
+	// set by the control line
+	output      json.RawMessage
+	outputBytes int64
+	memoryError bool
+}
+
+func newRun(e *Executor, id string, slot int, spec sandbox.Spec) *run {
+	return &run{e: e, id: id, slot: slot, uid: e.cfg.UIDBase + slot, spec: spec}
+}
+
+// stop ends the run for reason (the first reason wins) by killing every process of its uid.
+func (r *run) stop(reason stopReason) {
+	r.mu.Lock()
+	if r.reason != stopNone {
+		r.mu.Unlock()
+		return
+	}
+	r.reason = reason
+	started := r.cmd != nil
+	r.mu.Unlock()
+	if started {
+		if err := killUID(r.uid); err != nil {
+			r.e.log.Error("killing run", "id", r.id, "error", err)
+		}
+	}
+}
+
+func (r *run) stopReason() stopReason {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reason
+}
+
+// execute runs the program and returns its result. It never returns before every process of
+// the run is gone and its files are removed.
+func (r *run) execute() *sandbox.Result {
+	res := &sandbox.Result{ExitCode: -1}
+	dir := r.e.slotDir(r.slot)
+	defer func() {
+		if err := killAndWait(r.uid, r.e.cfg.KillTimeout); err != nil {
+			r.systemError(res, "cleaning up the run: %v", err)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			r.systemError(res, "removing the run directory: %v", err)
+		}
+		if err := removeOwned(r.uid, r.e.cfg.TmpDirs); err != nil {
+			r.e.log.Warn("removing the run's temporary files", "id", r.id, "error", err)
+		}
+	}()
+
+	// Nothing of an earlier run may be left in the slot.
+	if err := killAndWait(r.uid, r.e.cfg.KillTimeout); err != nil {
+		return r.systemError(res, "clearing the slot: %v", err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return r.systemError(res, "clearing the run directory: %v", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return r.systemError(res, "creating the run directory: %v", err)
+	}
+	if err := os.Chown(dir, r.uid, r.uid); err != nil {
+		return r.systemError(res, "handing the run directory to uid %d: %v", r.uid, err)
+	}
+
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return r.systemError(res, "creating the control line: %v", err)
+	}
+	parentSock, childSock := os.NewFile(uintptr(fds[0]), "control"), os.NewFile(uintptr(fds[1]), "control-child")
+	control, err := net.FileConn(parentSock)
+	parentSock.Close()
+	if err != nil {
+		childSock.Close()
+		return r.systemError(res, "opening the control line: %v", err)
+	}
+	defer control.Close()
+
+	stdoutR, stdoutW, err := os.Pipe()
+	if err != nil {
+		childSock.Close()
+		return r.systemError(res, "creating the stdout pipe: %v", err)
+	}
+	stderrR, stderrW, err := os.Pipe()
+	if err != nil {
+		childSock.Close()
+		stdoutR.Close()
+		stdoutW.Close()
+		return r.systemError(res, "creating the stderr pipe: %v", err)
+	}
+
+	cmd := exec.Command(r.e.cfg.Python, "-u", "-I", "-X", "utf8", r.e.cfg.Bootstrap)
+	cmd.Dir = dir
+	cmd.Env = r.environment(dir)
+	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
+	cmd.ExtraFiles = []*os.File{childSock} // descriptor 3
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Setsid:     true,
+		Credential: &syscall.Credential{Uid: uint32(r.uid), Gid: uint32(r.uid), Groups: []uint32{}},
+	}
+
+	oomBefore, oomKnown := oomKills()
+	r.mu.Lock()
+	if r.reason != stopNone { // cancelled before it started
+		r.mu.Unlock()
+		childSock.Close()
+		stdoutR.Close()
+		stdoutW.Close()
+		stderrR.Close()
+		stderrW.Close()
+		res.Outcome, res.Reason = sandbox.OutcomeKilled, "cancelled before the run started"
+		return res
+	}
+	started := time.Now()
+	err = cmd.Start()
+	if err == nil {
+		r.cmd = cmd
+	}
+	r.mu.Unlock()
+	childSock.Close()
+	stdoutW.Close()
+	stderrW.Close()
+	if err != nil {
+		stdoutR.Close()
+		stderrR.Close()
+		return r.systemError(res, "starting python: %v", err)
+	}
+	res.StartedAt = started.UTC()
+
+	var streams sync.WaitGroup
+	outCap := r.newCapture(protocol.KindStdout, r.spec.Limits.StdoutBytes, stopStdoutLimit)
+	errCap := r.newCapture(protocol.KindStderr, r.spec.Limits.StderrBytes, stopStderrLimit)
+	streams.Go(func() { pump(stdoutR, outCap) })
+	streams.Go(func() { pump(stderrR, errCap) })
+	var controlDone sync.WaitGroup
+	controlDone.Go(func() { r.serveControl(control) })
+
+	timer := time.AfterFunc(time.Duration(r.spec.TimeoutMS)*time.Millisecond, func() { r.stop(stopTimeout) })
+	waitErr := cmd.Wait()
+	res.DurationMS = time.Since(started).Milliseconds()
+	timer.Stop()
+
+	// Whatever the program left running (daemons, grandchildren holding the pipes) dies now.
+	if err := killAndWait(r.uid, r.e.cfg.KillTimeout); err != nil {
+		r.systemError(res, "killing the run's remaining processes: %v", err)
+	}
+	streams.Wait()
+	stdoutR.Close()
+	stderrR.Close()
+	_ = control.SetReadDeadline(time.Now().Add(time.Second))
+	controlDone.Wait()
+
+	res.Stdout, res.StdoutTruncated = outCap.text(), outCap.truncated
+	res.Stderr, res.StderrTruncated = errCap.text(), errCap.truncated
+	res.Output = r.output
+	oomAfter, _ := oomKills()
+	r.classify(res, waitErr, oomKnown && oomAfter > oomBefore)
+	return res
+}
+
+// environment is the run's whole environment: nothing of the executor's or the host's.
+func (r *run) environment(dir string) []string {
+	return []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=" + dir,
+		"TMPDIR=/tmp",
+		"LANG=C.UTF-8",
+		"MPLBACKEND=Agg",
+		fmt.Sprintf("MPLCONFIGDIR=/tmp/.matplotlib-%d", r.uid),
+		"OPENBLAS_NUM_THREADS=1",
+		"OMP_NUM_THREADS=1",
+		"MKL_NUM_THREADS=1",
+	}
+}
+
+// recordingCapture is a capture that keeps what it passed on for the result.
+type recordingCapture struct {
+	capture
+	buf bytes.Buffer
+}
+
+func (c *recordingCapture) text() string { return c.buf.String() }
+
+func (r *run) newCapture(kind protocol.Kind, limit int64, reason stopReason) *recordingCapture {
+	c := &recordingCapture{}
+	c.limit = limit
+	c.emit = func(s string) {
+		c.buf.WriteString(s)
+		if err := r.e.conn.Send(&protocol.Message{Kind: kind, ID: r.id, Data: s}); err != nil {
+			r.e.log.Debug("sending output", "id", r.id, "error", err)
+		}
+	}
+	c.onLimit = func() { r.stop(reason) }
+	return c
+}
+
+// pump copies a pipe into a capture until the pipe's writers are all gone.
+func pump(f *os.File, c *recordingCapture) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			c.write(buf[:n])
+		}
+		if err != nil {
+			break
+		}
+	}
+	c.close()
+}
+
+// serveControl sends the run's init line to the bootstrap and reads its reports until the
+// line closes.
+func (r *run) serveControl(conn net.Conn) {
+	init, err := json.Marshal(map[string]any{
+		"code":       r.spec.Code,
+		"input":      r.spec.Input,
+		"limits":     r.spec.Limits,
+		"timeout_ms": r.spec.TimeoutMS,
+	})
+	if err != nil {
+		r.e.log.Error("encoding init", "id", r.id, "error", err)
+		return
+	}
+	go func() {
+		// Written concurrently: a large init fills the socket buffer before Python reads it.
+		if _, err := conn.Write(append(init, '\n')); err != nil {
+			r.e.log.Debug("writing init", "id", r.id, "error", err)
+		}
+	}()
+	maxLine := int(r.spec.Limits.OutputBytes) + 64<<10
+	if r.spec.Limits.OutputBytes <= 0 {
+		maxLine = protocol.MaxFrame / 2
+	}
+	br := bufio.NewReaderSize(conn, 64<<10)
+	for {
+		line, err := readLine(br, maxLine)
+		if errors.Is(err, errLineTooLong) {
+			r.reportOutputTooLarge(int64(maxLine))
+			return
+		}
+		if err != nil {
+			return
+		}
+		var report struct {
+			Type  string `json:"type"`
+			JSON  string `json:"json"`
+			Bytes int64  `json:"bytes"`
+		}
+		if json.Unmarshal(line, &report) != nil {
+			continue
+		}
+		switch report.Type {
+		case "memory_error":
+			r.mu.Lock()
+			r.memoryError = true
+			r.mu.Unlock()
+		case "output":
+			if json.Valid([]byte(report.JSON)) {
+				r.mu.Lock()
+				r.output = json.RawMessage(report.JSON)
+				r.mu.Unlock()
+			}
+		case "output_too_large":
+			r.reportOutputTooLarge(report.Bytes)
+		}
+	}
+}
+
+func (r *run) reportOutputTooLarge(n int64) {
+	r.mu.Lock()
+	r.outputBytes = n
+	r.mu.Unlock()
+	r.stop(stopOutputLimit)
+}
+
+var errLineTooLong = errors.New("line too long")
+
+func readLine(br *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > max {
+			return nil, errLineTooLong
+		}
+		if err == nil {
+			return line, nil
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			if errors.Is(err, io.EOF) && len(line) > 0 {
+				return line, nil
+			}
+			return nil, err
+		}
+	}
+}
+
+// classify sets the outcome from how the program ended.
+func (r *run) classify(res *sandbox.Result, waitErr error, oomKilled bool) {
+	if res.Outcome == sandbox.OutcomeSandboxError {
+		return
+	}
+	status, _ := r.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	var exitErr *exec.ExitError
+	if waitErr != nil && !errors.As(waitErr, &exitErr) {
+		r.systemError(res, "waiting for python: %v", waitErr)
+		return
+	}
+	switch {
+	case status.Signaled():
+		res.Signal = int(status.Signal())
+		res.ExitCode = 128 + res.Signal
+	default:
+		res.ExitCode = status.ExitStatus()
+	}
+	lim := r.spec.Limits
+	r.mu.Lock()
+	reason, memoryError, outputBytes := r.reason, r.memoryError, r.outputBytes
+	r.mu.Unlock()
+	switch {
+	case reason == stopTimeout:
+		res.Outcome = sandbox.OutcomeTimeout
+		res.Reason = fmt.Sprintf("the run passed its timeout of %d ms; every process of it was killed", r.spec.TimeoutMS)
+	case reason == stopStdoutLimit:
+		res.Outcome = sandbox.OutcomeOutputLimit
+		res.Reason = fmt.Sprintf("stdout passed its cap of %d bytes; the run was stopped and stdout cut at the cap", lim.StdoutBytes)
+	case reason == stopStderrLimit:
+		res.Outcome = sandbox.OutcomeOutputLimit
+		res.Reason = fmt.Sprintf("stderr passed its cap of %d bytes; the run was stopped and stderr cut at the cap", lim.StderrBytes)
+	case reason == stopOutputLimit:
+		res.Outcome = sandbox.OutcomeOutputLimit
+		res.Reason = fmt.Sprintf("OUTPUT serialises to %d bytes of JSON; the cap is %d bytes", outputBytes, lim.OutputBytes)
+		res.Output = nil
+	case reason == stopCancelled:
+		res.Outcome = sandbox.OutcomeKilled
+		res.Reason = "cancelled: the daemon stopped the run"
+	case memoryError:
+		res.Outcome = sandbox.OutcomeMemoryLimit
+		res.Reason = fmt.Sprintf("the program ran out of memory (MemoryError) under its limit of %d bytes", lim.MemoryBytes)
+	case oomKilled && res.Signal == int(syscall.SIGKILL):
+		res.Outcome = sandbox.OutcomeMemoryLimit
+		res.Reason = "the box ran out of memory and its out-of-memory killer stopped the run"
+	case res.Signal == int(syscall.SIGXCPU):
+		res.Outcome = sandbox.OutcomeTimeout
+		res.Reason = fmt.Sprintf("the run used up its CPU time limit of %d s", (r.spec.TimeoutMS+999)/1000+1)
+	case res.Signal != 0:
+		res.Outcome = sandbox.OutcomeKilled
+		res.Reason = fmt.Sprintf("the program was killed by signal %d (%s)", res.Signal, signalName(res.Signal))
+	case res.ExitCode != 0:
+		res.Outcome = sandbox.OutcomeError
+		res.Reason = fmt.Sprintf("the program exited with status %d", res.ExitCode)
+	default:
+		res.Outcome = sandbox.OutcomeOK
+	}
+}
+
+func (r *run) systemError(res *sandbox.Result, format string, args ...any) *sandbox.Result {
+	res.Outcome = sandbox.OutcomeSandboxError
+	res.Reason = fmt.Sprintf(format, args...)
+	r.e.log.Error("run failed in the sandbox", "id", r.id, "slot", r.slot, "reason", res.Reason)
+	return res
+}
+
+// signalName gives the conventional name and meaning of a signal ("SIGSEGV: segmentation fault").
+func signalName(sig int) string {
+	names := map[syscall.Signal]string{
+		syscall.SIGSEGV: "SIGSEGV: segmentation fault",
+		syscall.SIGABRT: "SIGABRT: aborted",
+		syscall.SIGBUS:  "SIGBUS: bus error",
+		syscall.SIGFPE:  "SIGFPE: arithmetic error",
+		syscall.SIGILL:  "SIGILL: illegal instruction",
+		syscall.SIGKILL: "SIGKILL: killed",
+		syscall.SIGTERM: "SIGTERM: terminated",
+		syscall.SIGPIPE: "SIGPIPE: broken pipe",
+		syscall.SIGXFSZ: "SIGXFSZ: file size limit exceeded",
+	}
+	if n, ok := names[syscall.Signal(sig)]; ok {
+		return n
+	}
+	return syscall.Signal(sig).String()
+}

@@ -1,0 +1,151 @@
+// Package protocol is the wire format of the control session between the sandpit daemon and
+// sandpit-executor inside the container: length-prefixed JSON frames over one byte stream (the
+// stdin and stdout of a `docker exec`, or a net.Pipe in tests).
+//
+// A frame is a 4-byte big-endian length followed by that many bytes of a JSON Message. Frames
+// are at most MaxFrame bytes. The executor speaks first (KindHello); then the daemon sends
+// KindRun and KindCancel, and the executor answers each run with KindStdout/KindStderr chunks in
+// order and exactly one KindResult (or KindRefused when it cannot start the run).
+//
+// This package uses only the standard library and internal/sandbox, because the executor (a
+// static binary in the container) imports it.
+package protocol
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// Version is the protocol version; the daemon refuses an executor that speaks another.
+const Version = 1
+
+// MaxFrame is the largest frame either side sends or accepts, in bytes. A run's code and input
+// (1 MiB each by default) must fit in one KindRun frame.
+const MaxFrame = 64 << 20
+
+// Kind names a message type.
+type Kind string
+
+// Message kinds.
+const (
+	KindHello   Kind = "hello"   // executor → daemon, once, first
+	KindRun     Kind = "run"     // daemon → executor: start Run
+	KindCancel  Kind = "cancel"  // daemon → executor: kill run ID
+	KindStdout  Kind = "stdout"  // executor → daemon: a chunk of run ID's stdout in Data
+	KindStderr  Kind = "stderr"  // executor → daemon: a chunk of run ID's stderr in Data
+	KindResult  Kind = "result"  // executor → daemon: run ID ended
+	KindRefused Kind = "refused" // executor → daemon: run ID was not started; Error says why
+)
+
+// Message is one frame's content. Which fields are set depends on Kind.
+type Message struct {
+	Kind   Kind            `json:"kind"`
+	ID     string          `json:"id,omitempty"`
+	Hello  *Hello          `json:"hello,omitempty"`
+	Run    *Run            `json:"run,omitempty"`
+	Data   string          `json:"data,omitempty"`
+	Result *sandbox.Result `json:"result,omitempty"`
+	Error  string          `json:"error,omitempty"`
+}
+
+// Hello is the executor's greeting.
+type Hello struct {
+	Version int `json:"version"`
+	// Slots is how many slots the executor serves (slot numbers 0 to Slots-1).
+	Slots int `json:"slots"`
+	// Python is the interpreter's version ("3.11.2").
+	Python string `json:"python"`
+	// PID is the executor's process ID inside the container.
+	PID int `json:"pid"`
+}
+
+// Run asks the executor to run Spec in Slot.
+type Run struct {
+	Slot int          `json:"slot"`
+	Spec sandbox.Spec `json:"spec"`
+}
+
+// ErrFrameTooLarge is returned for a frame over MaxFrame bytes.
+var ErrFrameTooLarge = errors.New("protocol: frame too large")
+
+// Conn reads and writes Messages. Send is safe for concurrent use; Receive must be called
+// from one goroutine.
+type Conn struct {
+	r  *bufio.Reader
+	mu sync.Mutex
+	w  io.Writer
+}
+
+// NewConn returns a Conn reading frames from r and writing them to w.
+func NewConn(r io.Reader, w io.Writer) *Conn {
+	return &Conn{r: bufio.NewReaderSize(r, 64<<10), w: w}
+}
+
+// Send writes m as one frame.
+func (c *Conn) Send(m *Message) error {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("protocol: encoding %s message: %w", m.Kind, err)
+	}
+	if len(body) > MaxFrame {
+		return fmt.Errorf("%w: %s message is %d bytes, the limit is %d", ErrFrameTooLarge, m.Kind, len(body), MaxFrame)
+	}
+	frame := make([]byte, 4+len(body))
+	binary.BigEndian.PutUint32(frame, uint32(len(body)))
+	copy(frame[4:], body)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, err = c.w.Write(frame)
+	return err
+}
+
+// Receive reads the next frame. It returns io.EOF when the stream ends cleanly between frames.
+func (c *Conn) Receive() (*Message, error) {
+	body, err := ReadFrame(c.r)
+	if err != nil {
+		return nil, err
+	}
+	var m Message
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, fmt.Errorf("protocol: decoding message: %w", err)
+	}
+	if m.Kind == "" {
+		return nil, errors.New("protocol: message without kind")
+	}
+	return &m, nil
+}
+
+// ReadFrame reads one length-prefixed frame from r. It returns io.EOF at a clean end of
+// stream, io.ErrUnexpectedEOF for a stream cut inside a frame, and ErrFrameTooLarge for a
+// declared length over MaxFrame (without reading the body).
+func ReadFrame(r io.Reader) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n > MaxFrame {
+		return nil, fmt.Errorf("%w: declared %d bytes, the limit is %d", ErrFrameTooLarge, n, MaxFrame)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return body, nil
+}
+
+// Millis converts d to whole milliseconds, rounding up so that a non-zero duration is never 0.
+func Millis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}

@@ -1,0 +1,41 @@
+// Package sandbox is the domain of code execution: requests, results, limits,
+// outcomes, the Runtime interface that runs code in an isolated box, and the
+// Service that validates requests, assigns slots, queues and layers timeouts.
+//
+// It knows nothing of HTTP, MCP, the CLI or Docker. A failing program is a
+// Result with an Outcome, never a Go error; a Go error from this package means
+// the request was refused (see the Err values) or the system failed.
+package sandbox
+
+// Outcome is the single verdict of an execution.
+type Outcome string
+
+// The outcomes of an execution. Every execution ends with exactly one.
+const (
+	// OutcomeOK: the program exited with status 0 and OUTPUT (if set) was valid JSON.
+	OutcomeOK Outcome = "ok"
+	// OutcomeError: a non-zero exit status or an uncaught exception.
+	OutcomeError Outcome = "error"
+	// OutcomeTimeout: the wall-clock deadline (timeout_ms) or the CPU-time limit was reached
+	// and every process of the run was killed.
+	OutcomeTimeout Outcome = "timeout"
+	// OutcomeMemoryLimit: the program hit its memory limit (a MemoryError) or was killed by the
+	// box's out-of-memory killer.
+	OutcomeMemoryLimit Outcome = "memory_limit"
+	// OutcomeOutputLimit: stdout or stderr passed its byte cap, or OUTPUT its size cap; the run
+	// was stopped at that moment and the output up to the cap is kept.
+	OutcomeOutputLimit Outcome = "output_limit"
+	// OutcomeKilled: the program died from a signal it did not get from sandpit (SIGSEGV, ...).
+	OutcomeKilled Outcome = "killed"
+	// OutcomeRejected: the request was refused before running (invalid, or the queue was full).
+	OutcomeRejected Outcome = "rejected"
+	// OutcomeSandboxError: the system failed, not the program (the container or executor died,
+	// the executor did not answer in time).
+	OutcomeSandboxError Outcome = "sandbox_error"
+)
+
+// Outcomes lists every outcome, in documentation order.
+var Outcomes = []Outcome{
+	OutcomeOK, OutcomeError, OutcomeTimeout, OutcomeMemoryLimit, OutcomeOutputLimit,
+	OutcomeKilled, OutcomeRejected, OutcomeSandboxError,
+}

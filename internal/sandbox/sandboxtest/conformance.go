@@ -1,0 +1,407 @@
+// Package sandboxtest is the conformance suite that every sandbox.Runtime passes: the
+// in-process pipe runtime (executor over net.Pipe with the host's python3) and the Docker
+// runtime. Its cases are the hostile and accidental inputs of shared/cases/hostile.md that a
+// runtime alone decides (H1–H8, H11–H14, H18, H20, H24), plus the isolation rules.
+package sandboxtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// Harness is what the suite needs from a runtime under test.
+type Harness struct {
+	// Runtime is the runtime under test, with at least Slots slots, already ready.
+	Runtime sandbox.Runtime
+	// Slots is how many slots the runtime serves (at least 2).
+	Slots int
+	// HasModule reports whether the box's python can import a module (numpy for H13).
+	HasModule func(name string) bool
+	// ReadOnlyRoot is true when the box's root filesystem is read-only (H19).
+	ReadOnlyRoot bool
+}
+
+// Limits are the per-run limits the suite's specs use unless a case says otherwise.
+func Limits() sandbox.Limits {
+	l := sandbox.DefaultConfig().Limits
+	return l
+}
+
+// Spec returns a spec for code with the default limits.
+func Spec(code string, timeout time.Duration) sandbox.Spec {
+	return sandbox.Spec{ID: sandbox.NewID(), Code: code, Input: json.RawMessage("null"),
+		TimeoutMS: timeout.Milliseconds(), Limits: Limits()}
+}
+
+// Exec runs spec in slot with an outer deadline of its timeout plus 10 s and fails the test on
+// a runtime error.
+func Exec(t *testing.T, rt sandbox.Runtime, slot int, spec sandbox.Spec, emit func(sandbox.Event)) sandbox.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(spec.TimeoutMS)*time.Millisecond+10*time.Second)
+	defer cancel()
+	res, err := rt.Run(ctx, slot, spec, emit)
+	if err != nil {
+		t.Fatalf("Run(%q): system error: %v", spec.Code, err)
+	}
+	return res
+}
+
+func expect(t *testing.T, res sandbox.Result, outcome sandbox.Outcome) {
+	t.Helper()
+	if res.Outcome != outcome {
+		t.Fatalf("outcome = %q (reason %q, exit %d, signal %d), want %q\nstdout: %.500q\nstderr: %.2000q",
+			res.Outcome, res.Reason, res.ExitCode, res.Signal, outcome, res.Stdout, res.Stderr)
+	}
+}
+
+// countOwnProcesses prints how many processes (zombies included) the run's uid has.
+const countOwnProcesses = `import os
+me, n = os.getuid(), 0
+for p in os.listdir('/proc'):
+    try:
+        n += p.isdigit() and os.stat('/proc/' + p).st_uid == me
+    except OSError:
+        pass
+print(n)`
+
+// Run runs the suite against h.
+func Run(t *testing.T, h Harness) {
+	rt := h.Runtime
+	ok := func(t *testing.T) {
+		t.Helper()
+		start := time.Now()
+		res := Exec(t, rt, 0, Spec("print(1)", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOK)
+		if res.Stdout != "1\n" {
+			t.Fatalf("next run: stdout %q, want %q", res.Stdout, "1\n")
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("next run took %s", d)
+		}
+	}
+
+	t.Run("H8 json stdout", func(t *testing.T) {
+		res := Exec(t, rt, 0, Spec("import json; print(json.dumps({'a': 1}))", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOK)
+		if res.Stdout != "{\"a\": 1}\n" || res.ExitCode != 0 || !res.StartedAt.After(time.Time{}) {
+			t.Fatalf("stdout %q exit %d started %v", res.Stdout, res.ExitCode, res.StartedAt)
+		}
+	})
+
+	t.Run("INPUT and OUTPUT", func(t *testing.T) {
+		spec := Spec("OUTPUT = {'n': len(INPUT), 'sum': sum(INPUT)}", 10*time.Second)
+		spec.Input = json.RawMessage(`[1, 2, 3]`)
+		res := Exec(t, rt, 0, spec, nil)
+		expect(t, res, sandbox.OutcomeOK)
+		var out map[string]int
+		if err := json.Unmarshal(res.Output, &out); err != nil || out["n"] != 3 || out["sum"] != 6 {
+			t.Fatalf("output %s (%v)", res.Output, err)
+		}
+	})
+
+	t.Run("no OUTPUT gives no output", func(t *testing.T) {
+		res := Exec(t, rt, 0, Spec("x = 1", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOK)
+		if len(res.Output) != 0 && string(res.Output) != "null" {
+			t.Fatalf("output %s, want none", res.Output)
+		}
+	})
+
+	t.Run("unserialisable OUTPUT is an error that says so", func(t *testing.T) {
+		res := Exec(t, rt, 0, Spec("OUTPUT = {1, 2}", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeError)
+		if !strings.Contains(res.Stderr, "OUTPUT is not JSON-serialisable") {
+			t.Fatalf("stderr %q does not explain", res.Stderr)
+		}
+	})
+
+	t.Run("OUTPUT over its cap", func(t *testing.T) {
+		spec := Spec("OUTPUT = 'x' * 5000", 10*time.Second)
+		spec.Limits.OutputBytes = 1024
+		res := Exec(t, rt, 0, spec, nil)
+		expect(t, res, sandbox.OutcomeOutputLimit)
+		if !strings.Contains(res.Reason, "1024") {
+			t.Fatalf("reason %q does not name the cap", res.Reason)
+		}
+	})
+
+	t.Run("traceback shows the user's line numbers", func(t *testing.T) {
+		res := Exec(t, rt, 0, Spec("x = 1\ny = 2\nraise ValueError('boom')\n", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeError)
+		if res.ExitCode != 1 || !strings.Contains(res.Stderr, `File "main.py", line 3`) ||
+			!strings.Contains(res.Stderr, "ValueError: boom") || strings.Contains(res.Stderr, "bootstrap") {
+			t.Fatalf("exit %d stderr %q", res.ExitCode, res.Stderr)
+		}
+	})
+
+	t.Run("syntax error names the line", func(t *testing.T) {
+		res := Exec(t, rt, 0, Spec("x = 1\nif True print(2)\n", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeError)
+		if !strings.Contains(res.Stderr, "line 2") || !strings.Contains(res.Stderr, "SyntaxError") {
+			t.Fatalf("stderr %q", res.Stderr)
+		}
+	})
+
+	t.Run("sys.exit status", func(t *testing.T) {
+		res := Exec(t, rt, 0, Spec("import sys; print('bye'); sys.exit(3)", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeError)
+		if res.ExitCode != 3 || res.Stdout != "bye\n" {
+			t.Fatalf("exit %d stdout %q", res.ExitCode, res.Stdout)
+		}
+	})
+
+	t.Run("H1 infinite loop times out", func(t *testing.T) {
+		start := time.Now()
+		res := Exec(t, rt, 0, Spec("while True: pass", 2*time.Second), nil)
+		expect(t, res, sandbox.OutcomeTimeout)
+		if d := time.Since(start); d > 3*time.Second {
+			t.Fatalf("answered after %s, want within timeout + 1 s", d)
+		}
+		if !strings.Contains(res.Reason, "2000 ms") {
+			t.Fatalf("reason %q does not name the timeout", res.Reason)
+		}
+		ok(t)
+	})
+
+	t.Run("H2 output before a kill is kept", func(t *testing.T) {
+		res := Exec(t, rt, 0, Spec("print('step 1'); import time; time.sleep(60)", 2*time.Second), nil)
+		expect(t, res, sandbox.OutcomeTimeout)
+		if res.Stdout != "step 1\n" {
+			t.Fatalf("stdout %q, want %q", res.Stdout, "step 1\n")
+		}
+	})
+
+	t.Run("H3 endless output hits the cap", func(t *testing.T) {
+		res := Exec(t, rt, 0, Spec("while True: print('y')", 30*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOutputLimit)
+		if !res.StdoutTruncated || int64(len(res.Stdout)) != Limits().StdoutBytes {
+			t.Fatalf("truncated %v, %d bytes of stdout, want exactly the cap %d", res.StdoutTruncated, len(res.Stdout), Limits().StdoutBytes)
+		}
+		ok(t)
+	})
+
+	t.Run("H4 small stdout cap is named", func(t *testing.T) {
+		spec := Spec("for i in range(3000): print(i)", 10*time.Second)
+		spec.Limits.StdoutBytes = 1024
+		res := Exec(t, rt, 0, spec, nil)
+		expect(t, res, sandbox.OutcomeOutputLimit)
+		if len(res.Stdout) != 1024 || !res.StdoutTruncated || !strings.HasPrefix(res.Stdout, "0\n1\n2\n") {
+			t.Fatalf("stdout %d bytes truncated=%v", len(res.Stdout), res.StdoutTruncated)
+		}
+		if !strings.Contains(res.Reason, "1024 bytes") {
+			t.Fatalf("reason %q does not name the cap", res.Reason)
+		}
+	})
+
+	t.Run("stdout cap cuts on a character boundary", func(t *testing.T) {
+		spec := Spec("print('é' * 1000)", 10*time.Second)
+		spec.Limits.StdoutBytes = 101
+		res := Exec(t, rt, 0, spec, nil)
+		expect(t, res, sandbox.OutcomeOutputLimit)
+		if res.Stdout != strings.Repeat("é", 50) {
+			t.Fatalf("stdout %q, want 50 whole characters", res.Stdout)
+		}
+	})
+
+	t.Run("H5 allocation over the memory limit", func(t *testing.T) {
+		res := Exec(t, rt, 0, Spec("b = bytearray(600 * 2**20)", 20*time.Second), nil)
+		expect(t, res, sandbox.OutcomeMemoryLimit)
+		ok(t)
+	})
+
+	t.Run("H6 threads eating memory", func(t *testing.T) {
+		res := Exec(t, rt, 0, Spec("import threading; [threading.Thread(target=lambda: [0]*10**9).start() for _ in range(4)]", 20*time.Second), nil)
+		if res.Outcome != sandbox.OutcomeMemoryLimit && res.Outcome != sandbox.OutcomeTimeout {
+			expect(t, res, sandbox.OutcomeMemoryLimit)
+		}
+		ok(t)
+	})
+
+	t.Run("H7 fork bomb ends and leaves nothing", func(t *testing.T) {
+		res := Exec(t, rt, 0, Spec("import os\nwhile True: os.fork()", 5*time.Second), nil)
+		if res.Outcome == sandbox.OutcomeOK || res.Outcome == sandbox.OutcomeSandboxError {
+			t.Fatalf("outcome %q (%s)", res.Outcome, res.Reason)
+		}
+		// The slot's uid has no process left: a new run in the slot sees only itself.
+		res = Exec(t, rt, 0, Spec(countOwnProcesses, 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOK)
+		if res.Stdout != "1\n" {
+			t.Fatalf("processes of the slot's uid after the fork bomb: %q, want 1 (the counter itself)", res.Stdout)
+		}
+		ok(t)
+	})
+
+	t.Run("H11 nothing survives into the next run", func(t *testing.T) {
+		a := Exec(t, rt, 0, Spec("x = 1; open('marker', 'w').write('1'); open('/tmp/marker-h11', 'w').write('1')", 10*time.Second), nil)
+		expect(t, a, sandbox.OutcomeOK)
+		b := Exec(t, rt, 0, Spec("import os; print('x' in globals(), os.path.exists('marker'), os.path.exists('/tmp/marker-h11'))", 10*time.Second), nil)
+		expect(t, b, sandbox.OutcomeOK)
+		if b.Stdout != "False False False\n" {
+			t.Fatalf("run B printed %q", b.Stdout)
+		}
+	})
+
+	t.Run("background process is killed when the run ends", func(t *testing.T) {
+		a := Exec(t, rt, 0, Spec("import subprocess; subprocess.Popen(['sleep', '300'], start_new_session=True); print('started')", 10*time.Second), nil)
+		expect(t, a, sandbox.OutcomeOK)
+		b := Exec(t, rt, 0, Spec(countOwnProcesses, 10*time.Second), nil)
+		expect(t, b, sandbox.OutcomeOK)
+		if b.Stdout != "1\n" {
+			t.Fatalf("processes of the slot's uid: %q, want 1", b.Stdout)
+		}
+	})
+
+	t.Run("H12 streaming while running", func(t *testing.T) {
+		var mu sync.Mutex
+		var events []time.Time
+		start := time.Now()
+		res := Exec(t, rt, 0, Spec("import time\nwhile True: print('.', flush=True); time.sleep(1)", 3*time.Second), func(e sandbox.Event) {
+			mu.Lock()
+			events = append(events, time.Now())
+			mu.Unlock()
+		})
+		expect(t, res, sandbox.OutcomeTimeout)
+		if n := strings.Count(res.Stdout, "."); n < 2 || n > 4 {
+			t.Fatalf("stdout %q: want the 2 to 4 dots printed before the kill", res.Stdout)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(events) == 0 || events[0].Sub(start) > 2*time.Second {
+			t.Fatalf("first event came %v after the start; want it while the run was going", events)
+		}
+	})
+
+	t.Run("H13 numpy allocation over the limit", func(t *testing.T) {
+		if h.HasModule != nil && !h.HasModule("numpy") {
+			t.Skip("numpy is not installed in this box")
+		}
+		res := Exec(t, rt, 0, Spec("import numpy as np; a = np.ones(10**11)", 30*time.Second), nil)
+		expect(t, res, sandbox.OutcomeMemoryLimit)
+	})
+
+	t.Run("H14 segfault is killed with the signal named", func(t *testing.T) {
+		res := Exec(t, rt, 0, Spec("import ctypes; ctypes.string_at(0)", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeKilled)
+		if res.Signal != 11 || !strings.Contains(res.Reason, "SIGSEGV") {
+			t.Fatalf("signal %d reason %q", res.Signal, res.Reason)
+		}
+		ok(t)
+	})
+
+	t.Run("H18 input() gets EOFError at once", func(t *testing.T) {
+		start := time.Now()
+		res := Exec(t, rt, 0, Spec("input()", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeError)
+		if !strings.Contains(res.Stderr, "EOFError") || time.Since(start) > 5*time.Second {
+			t.Fatalf("stderr %q after %s", res.Stderr, time.Since(start))
+		}
+	})
+
+	t.Run("H19 root filesystem is read-only", func(t *testing.T) {
+		if !h.ReadOnlyRoot {
+			t.Skip("this runtime's root filesystem is not read-only")
+		}
+		res := Exec(t, rt, 0, Spec("open('/usr/x', 'w')", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeError)
+		if !strings.Contains(res.Stderr, "Read-only file system") {
+			t.Fatalf("stderr %q", res.Stderr)
+		}
+	})
+
+	t.Run("H20 cannot kill init or the executor", func(t *testing.T) {
+		res := Exec(t, rt, 0, Spec("import os\nfor pid in (1, os.getppid()):\n    try:\n        os.kill(pid, 9)\n    except PermissionError as e:\n        print('denied', pid == 1)\n", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOK)
+		if res.Stdout != "denied True\ndenied False\n" {
+			t.Fatalf("stdout %q", res.Stdout)
+		}
+		ok(t)
+	})
+
+	t.Run("H24 UTF-8 byte-exact", func(t *testing.T) {
+		res := Exec(t, rt, 0, Spec("print('测试 😀')", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOK)
+		if res.Stdout != "测试 😀\n" {
+			t.Fatalf("stdout %q", res.Stdout)
+		}
+	})
+
+	t.Run("invalid UTF-8 is replaced", func(t *testing.T) {
+		res := Exec(t, rt, 0, Spec("import sys; sys.stdout.buffer.write(b'a\\xffb\\xe6\\xb5'); sys.stdout.flush()", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOK)
+		if res.Stdout != "a\uFFFDb\uFFFD" {
+			t.Fatalf("stdout %q", res.Stdout)
+		}
+	})
+
+	t.Run("minimal environment and own uid per slot", func(t *testing.T) {
+		code := "import os, json; print(json.dumps({'uid': os.getuid(), 'env': sorted(os.environ), 'cwd': os.getcwd(), 'files': os.listdir('.')}))"
+		var got [2]struct {
+			UID   int      `json:"uid"`
+			Env   []string `json:"env"`
+			Cwd   string   `json:"cwd"`
+			Files []string `json:"files"`
+		}
+		for slot := range 2 {
+			res := Exec(t, rt, slot, Spec(code, 10*time.Second), nil)
+			expect(t, res, sandbox.OutcomeOK)
+			if err := json.Unmarshal([]byte(res.Stdout), &got[slot]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got[0].UID == got[1].UID || got[0].UID == 0 || got[0].Cwd == got[1].Cwd {
+			t.Fatalf("slots share uid or directory: %+v", got)
+		}
+		if len(got[0].Files) != 0 {
+			t.Fatalf("run directory not empty at start: %v", got[0].Files)
+		}
+		for _, name := range got[0].Env {
+			if strings.HasPrefix(name, "SANDPIT") || name == "DOCKER_HOST" || name == "HOSTNAME" {
+				t.Fatalf("environment leaks %s: %v", name, got[0].Env)
+			}
+		}
+	})
+
+	t.Run("concurrent slots run in parallel", func(t *testing.T) {
+		n := min(h.Slots, 4)
+		var wg sync.WaitGroup
+		errs := make(chan string, n)
+		start := time.Now()
+		for slot := range n {
+			wg.Go(func() {
+				res := Exec(t, rt, slot, Spec(fmt.Sprintf("import time; time.sleep(1); print(%d)", slot), 10*time.Second), nil)
+				if res.Outcome != sandbox.OutcomeOK || res.Stdout != fmt.Sprintf("%d\n", slot) {
+					errs <- fmt.Sprintf("slot %d: %s %q %q", slot, res.Outcome, res.Stdout, res.Stderr)
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for e := range errs {
+			t.Error(e)
+		}
+		if d := time.Since(start); d > time.Duration(n)*time.Second {
+			t.Errorf("%d one-second runs took %s: they did not overlap", n, d)
+		}
+	})
+
+	t.Run("cancel kills the run", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		res, err := rt.Run(ctx, 0, Spec("import time; print('a', flush=True); time.sleep(60)", 30*time.Second), nil)
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("cancel took %s", time.Since(start))
+		}
+		if err == nil && res.Outcome != sandbox.OutcomeKilled {
+			t.Fatalf("outcome %q after cancel", res.Outcome)
+		}
+		ok(t)
+	})
+}

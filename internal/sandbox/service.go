@@ -1,0 +1,251 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// Config holds the Service's limits. Zero values are invalid; use DefaultConfig.
+type Config struct {
+	// Slots is how many runs execute at once (each in its own slot, with its own uid).
+	Slots int
+	// QueueLength is how many requests may wait for a free slot; more get a BusyError.
+	QueueLength int
+	// DefaultTimeout applies when a request names none; MaxTimeout is the hard cap.
+	DefaultTimeout, MaxTimeout time.Duration
+	// Grace is how long past a run's timeout the daemon waits for the executor's answer before
+	// it gives up on the run with outcome sandbox_error (the outermost timeout layer).
+	Grace time.Duration
+	// MaxCodeBytes caps Request.Code; MaxInputBytes caps Request.Input's JSON text.
+	MaxCodeBytes, MaxInputBytes int
+	// Limits are the per-run limits the executor enforces.
+	Limits Limits
+}
+
+// DefaultConfig returns the seed defaults: 4 slots, a queue of 16, 30 s default and 600 s
+// maximum timeout, 1 MiB code and input, 512 MiB memory, 1 MiB stdout, stderr and OUTPUT.
+func DefaultConfig() Config {
+	return Config{
+		Slots:          4,
+		QueueLength:    16,
+		DefaultTimeout: 30 * time.Second,
+		MaxTimeout:     600 * time.Second,
+		Grace:          3 * time.Second,
+		MaxCodeBytes:   1 << 20,
+		MaxInputBytes:  1 << 20,
+		Limits: Limits{
+			MemoryBytes:   512 << 20,
+			StdoutBytes:   1 << 20,
+			StderrBytes:   1 << 20,
+			OutputBytes:   1 << 20,
+			FileSizeBytes: 64 << 20,
+			OpenFiles:     256,
+			Processes:     64,
+		},
+	}
+}
+
+// Service validates execution requests, assigns them slots, queues them when every slot is
+// busy, and layers the daemon's deadline over the runtime's. It is safe for concurrent use.
+type Service struct {
+	rt   Runtime
+	cfg  Config
+	log  *slog.Logger
+	free chan int // free slot numbers
+
+	mu      sync.Mutex
+	waiting int
+}
+
+// NewService returns a Service running on rt with cfg's limits.
+func NewService(rt Runtime, cfg Config, log *slog.Logger) *Service {
+	free := make(chan int, cfg.Slots)
+	for i := range cfg.Slots {
+		free <- i
+	}
+	return &Service{rt: rt, cfg: cfg, log: log, free: free}
+}
+
+// Config returns the limits the Service enforces.
+func (s *Service) Config() Config { return s.cfg }
+
+// Ready reports whether a run started now would be served.
+func (s *Service) Ready(ctx context.Context) error { return s.rt.Ready(ctx) }
+
+// Stats is a snapshot of the slots and the queue.
+type Stats struct {
+	Slots   int `json:"slots"`
+	Busy    int `json:"busy"`
+	Waiting int `json:"waiting"`
+}
+
+// Stats returns how many slots are busy and how many requests wait.
+func (s *Service) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{Slots: s.cfg.Slots, Busy: s.cfg.Slots - len(s.free), Waiting: s.waiting}
+}
+
+var agentPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+
+// Validate checks req against the limits and returns a *FieldError naming the first bad field.
+func (s *Service) Validate(req Request) error {
+	if req.Code == "" {
+		return &FieldError{Field: "code", Message: "is required: send the Python source to run"}
+	}
+	if len(req.Code) > s.cfg.MaxCodeBytes {
+		return &FieldError{Field: "code", TooLarge: true,
+			Message: fmt.Sprintf("is %d bytes; the limit is %d bytes", len(req.Code), s.cfg.MaxCodeBytes)}
+	}
+	if !utf8.ValidString(req.Code) {
+		return &FieldError{Field: "code", Message: "is not valid UTF-8"}
+	}
+	if strings.IndexByte(req.Code, 0) >= 0 {
+		return &FieldError{Field: "code", Message: "contains a NUL byte, which Python source cannot hold"}
+	}
+	if len(req.Input) > s.cfg.MaxInputBytes {
+		return &FieldError{Field: "input", TooLarge: true,
+			Message: fmt.Sprintf("is %d bytes of JSON; the limit is %d bytes", len(req.Input), s.cfg.MaxInputBytes)}
+	}
+	if len(req.Input) > 0 && !json.Valid(req.Input) {
+		return &FieldError{Field: "input", Message: "is not valid JSON"}
+	}
+	if req.TimeoutMS != nil {
+		if t := *req.TimeoutMS; t < 1 || t > s.cfg.MaxTimeout.Milliseconds() {
+			return &FieldError{Field: "timeout_ms", Message: fmt.Sprintf(
+				"is %d; allowed range is 1 to %d milliseconds (omit it for the default of %d)",
+				t, s.cfg.MaxTimeout.Milliseconds(), s.cfg.DefaultTimeout.Milliseconds())}
+		}
+	}
+	if req.Agent != "" && !agentPattern.MatchString(req.Agent) {
+		return &FieldError{Field: "agent", Message: fmt.Sprintf(
+			"%q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit", req.Agent)}
+	}
+	return nil
+}
+
+// Execute validates req, waits for a free slot, runs it and returns its Result.
+//
+// Errors: a *FieldError for an invalid request, a *BusyError when every slot is running and the
+// queue is full, an error wrapping ErrNotReady when the sandbox cannot start the run, or ctx's
+// error when ctx ends while waiting for a slot. Once the run has started, every failure
+// (including the system's) is reported as a Result with its Outcome and a nil error.
+// emit, when not nil, receives output chunks as they happen (see Runtime).
+func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (Result, error) {
+	if err := s.Validate(req); err != nil {
+		return Result{}, err
+	}
+	spec := Spec{
+		ID:        NewID(),
+		Code:      req.Code,
+		Input:     req.Input,
+		TimeoutMS: s.cfg.DefaultTimeout.Milliseconds(),
+		Limits:    s.cfg.Limits,
+	}
+	if len(spec.Input) == 0 {
+		spec.Input = json.RawMessage("null")
+	}
+	if req.TimeoutMS != nil {
+		spec.TimeoutMS = *req.TimeoutMS
+	}
+	agent := req.Agent
+	if agent == "" {
+		agent = "default"
+	}
+
+	slot, err := s.acquire(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	defer func() { s.free <- slot }()
+
+	runCtx, cancel := context.WithTimeout(ctx, time.Duration(spec.TimeoutMS)*time.Millisecond+s.cfg.Grace)
+	defer cancel()
+	started := time.Now()
+	res, err := s.rt.Run(runCtx, slot, spec, emit)
+	if err != nil {
+		if errors.Is(err, ErrNotReady) {
+			return Result{}, err
+		}
+		res = s.systemFailure(ctx, runCtx, res, started, err)
+	}
+	res.ID, res.Agent, res.TimeoutMS = spec.ID, agent, spec.TimeoutMS
+	res.Success = res.Outcome == OutcomeOK
+	if res.Output == nil {
+		res.Output = json.RawMessage("null")
+	}
+	s.log.Info("execution finished", "id", res.ID, "agent", agent, "slot", slot,
+		"outcome", res.Outcome, "exit_code", res.ExitCode, "duration_ms", res.DurationMS)
+	return res, nil
+}
+
+// systemFailure turns a runtime error into a Result, keeping whatever output the runtime had.
+func (s *Service) systemFailure(ctx, runCtx context.Context, res Result, started time.Time, err error) Result {
+	switch {
+	case ctx.Err() != nil:
+		res.Outcome = OutcomeKilled
+		res.Reason = "cancelled: the request was cancelled by its client before the run ended"
+	case runCtx.Err() != nil:
+		res.Outcome = OutcomeSandboxError
+		res.Reason = fmt.Sprintf("the executor did not report the run's end within %s of its timeout", s.cfg.Grace)
+	default:
+		res.Outcome = OutcomeSandboxError
+		res.Reason = err.Error()
+	}
+	if res.ExitCode == 0 {
+		res.ExitCode = -1
+	}
+	if res.StartedAt.IsZero() {
+		res.StartedAt = started.UTC()
+	}
+	if res.DurationMS == 0 {
+		res.DurationMS = time.Since(started).Milliseconds()
+	}
+	s.log.Warn("execution failed in the system", "error", err)
+	return res
+}
+
+func (s *Service) acquire(ctx context.Context) (int, error) {
+	select {
+	case slot := <-s.free:
+		return slot, nil
+	default:
+	}
+	s.mu.Lock()
+	if s.waiting >= s.cfg.QueueLength {
+		s.mu.Unlock()
+		return 0, &BusyError{Slots: s.cfg.Slots, Queue: s.cfg.QueueLength, RetryAfter: time.Second}
+	}
+	s.waiting++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.waiting--
+		s.mu.Unlock()
+	}()
+	select {
+	case slot := <-s.free:
+		return slot, nil
+	case <-ctx.Done():
+		return 0, fmt.Errorf("waiting for a free slot: %w", ctx.Err())
+	}
+}
+
+var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// NewID returns a new execution ID: "ex_" and 26 lowercase base32 characters (128 random bits).
+func NewID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "ex_" + strings.ToLower(idEncoding.EncodeToString(b[:]))
+}

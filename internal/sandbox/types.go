@@ -1,0 +1,119 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Request is one execution asked for by a client (REST, MCP, CLI, or a job).
+type Request struct {
+	// Code is the Python source to run. Required; at most Config.MaxCodeBytes bytes of UTF-8.
+	Code string
+	// Input is the JSON value exposed to the code as INPUT (null when absent).
+	Input json.RawMessage
+	// TimeoutMS is the wall-clock limit in milliseconds; nil means Config.DefaultTimeout.
+	// Allowed range: 1 ..= Config.MaxTimeout.
+	TimeoutMS *int64
+	// Agent is the namespace the execution belongs to; empty means "default".
+	// Lowercase letters, digits, '-' and '_', 1 to 64 characters, starting with a letter or digit.
+	Agent string
+}
+
+// Event is a piece of a running execution's output, delivered in order as it happens.
+type Event struct {
+	// Stream is "stdout" or "stderr".
+	Stream string `json:"stream"`
+	// Data is the chunk, always valid UTF-8 (invalid bytes are replaced with U+FFFD).
+	Data string `json:"data"`
+}
+
+// Result is the record of one finished execution. The JSON field names are the public API.
+type Result struct {
+	// ID identifies the execution ("ex_" followed by 26 lowercase base32 characters).
+	ID string `json:"id"`
+	// Agent is the namespace the execution ran for.
+	Agent string `json:"agent"`
+	// Outcome is the single verdict; see the Outcome constants.
+	Outcome Outcome `json:"outcome"`
+	// Success is true exactly when Outcome is "ok".
+	Success bool `json:"success"`
+	// ExitCode is the program's exit status; 128+N when it died from signal N; -1 when it never ran.
+	ExitCode int `json:"exit_code"`
+	// Signal is the number of the signal that ended the program, 0 when none did.
+	Signal int `json:"signal"`
+	// Reason explains any outcome other than "ok" in one sentence naming the limit involved
+	// (for example "stdout passed its cap of 1048576 bytes; the run was stopped").
+	Reason string `json:"reason,omitempty"`
+	// Stdout and Stderr hold what the program wrote, up to their caps, as valid UTF-8.
+	Stdout string `json:"stdout"`
+	Stderr string `json:"stderr"`
+	// StdoutTruncated and StderrTruncated say that the stream passed its cap and was cut there.
+	StdoutTruncated bool `json:"stdout_truncated"`
+	StderrTruncated bool `json:"stderr_truncated"`
+	// Output is the JSON value of the program's global OUTPUT, or null when it set none.
+	Output json.RawMessage `json:"output"`
+	// DurationMS is the wall-clock time from the program's start to its end, in milliseconds.
+	DurationMS int64 `json:"duration_ms"`
+	// TimeoutMS is the wall-clock limit that applied, in milliseconds.
+	TimeoutMS int64 `json:"timeout_ms"`
+	// StartedAt is when the program started (RFC 3339, UTC).
+	StartedAt time.Time `json:"started_at"`
+}
+
+// Limits are the per-run limits that the executor enforces inside the box.
+// Sizes are in bytes; zero means "no limit of this kind" except where noted.
+type Limits struct {
+	// MemoryBytes caps the run's data segment (RLIMIT_DATA): heap and anonymous mappings.
+	// Passing it raises MemoryError in Python, reported as outcome memory_limit.
+	MemoryBytes int64 `json:"memory_bytes"`
+	// StdoutBytes and StderrBytes cap each stream; passing a cap stops the run with
+	// outcome output_limit and keeps the output up to the cap.
+	StdoutBytes int64 `json:"stdout_bytes"`
+	StderrBytes int64 `json:"stderr_bytes"`
+	// OutputBytes caps the serialised JSON of OUTPUT.
+	OutputBytes int64 `json:"output_bytes"`
+	// FileSizeBytes caps any single file the run writes (RLIMIT_FSIZE).
+	FileSizeBytes int64 `json:"file_size_bytes"`
+	// OpenFiles caps open file descriptors per process (RLIMIT_NOFILE).
+	OpenFiles int64 `json:"open_files"`
+	// Processes caps the processes and threads of the slot's uid (RLIMIT_NPROC).
+	Processes int64 `json:"processes"`
+}
+
+// Spec is what a Runtime runs: a validated request with its limits resolved.
+type Spec struct {
+	// ID is the execution's ID, already assigned.
+	ID string `json:"id"`
+	// Code is the Python source.
+	Code string `json:"code"`
+	// Input is the JSON text of INPUT ("null" when absent).
+	Input json.RawMessage `json:"input"`
+	// TimeoutMS is the wall-clock limit the executor enforces, in milliseconds (> 0).
+	TimeoutMS int64 `json:"timeout_ms"`
+	// Limits are the per-run limits.
+	Limits Limits `json:"limits"`
+}
+
+// Runtime runs specs in an isolated box with a fixed number of slots.
+//
+// Contract:
+//   - Run is called with 0 <= slot < the slot count given to the Service, and never with a slot
+//     that is already running: the Service owns slot assignment.
+//   - Run blocks until the program has ended and every process of it is gone, then returns a
+//     Result whose Outcome, ExitCode, Signal, Reason, Stdout, Stderr, truncation flags, Output,
+//     DurationMS and StartedAt are set. The caller fills ID, Agent, Success and TimeoutMS.
+//   - The runtime enforces spec.TimeoutMS itself and kills every process of the run when it
+//     passes. ctx is the caller's outer deadline (a little above the timeout) and cancellation:
+//     when ctx ends first, Run kills the run and returns ctx's error, or a Result if the run
+//     ended meanwhile.
+//   - emit, when not nil, receives the output chunks in order, from the goroutine that called
+//     Run, before Run returns. It must not block for long.
+//   - A non-nil error means the system failed (the box or executor died, the runtime is not
+//     ready); the program's own failures are Results. Errors wrapping ErrNotReady mean the run
+//     never started.
+type Runtime interface {
+	Run(ctx context.Context, slot int, spec Spec, emit func(Event)) (Result, error)
+	// Ready returns nil when a run started now would be served, or an error saying why not.
+	Ready(ctx context.Context) error
+}

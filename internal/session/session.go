@@ -1,0 +1,256 @@
+// Package session is the daemon's end of the control session with sandpit-executor: it sends
+// runs over a protocol.Conn, routes the executor's output chunks and results back to the
+// callers that are waiting for them, and fails every waiting run when the session ends.
+//
+// A *Client is a sandbox.Runtime for as long as its session lives.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/protocol"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// ErrClosed is returned for runs on a session that has ended; errors.Is(err, ErrClosed) holds
+// for every error caused by the session's end.
+var ErrClosed = errors.New("the control session with the executor ended")
+
+// CancelGrace is how long Run waits for the executor's result after it asked for a cancel.
+const CancelGrace = 2 * time.Second
+
+// Client drives one executor over one session.
+type Client struct {
+	conn   *protocol.Conn
+	closer io.Closer
+	log    *slog.Logger
+	hello  protocol.Hello
+
+	mu    sync.Mutex
+	calls map[string]*call
+	err   error // why the session ended; nil while it lives
+	done  chan struct{}
+}
+
+// call is one run waiting for its result. The reader goroutine appends to its queue; the
+// goroutine in Run drains it, so a slow emit never blocks the session.
+type call struct {
+	notify chan struct{} // capacity 1
+	mu     sync.Mutex
+	queue  []*protocol.Message
+}
+
+func (c *call) push(m *protocol.Message) {
+	c.mu.Lock()
+	c.queue = append(c.queue, m)
+	c.mu.Unlock()
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (c *call) drain() []*protocol.Message {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.queue
+	c.queue = nil
+	return q
+}
+
+// Start waits for the executor's hello on rw (bounded by ctx), then serves the session until
+// it ends. closer, when not nil, is closed by Close and when the session fails.
+func Start(ctx context.Context, r io.Reader, w io.Writer, closer io.Closer, log *slog.Logger) (*Client, error) {
+	c := &Client{conn: protocol.NewConn(r, w), closer: closer, log: log, calls: map[string]*call{}, done: make(chan struct{})}
+	type helloResult struct {
+		m   *protocol.Message
+		err error
+	}
+	hc := make(chan helloResult, 1)
+	go func() {
+		m, err := c.conn.Receive()
+		hc <- helloResult{m, err}
+	}()
+	select {
+	case <-ctx.Done():
+		c.closeConn()
+		return nil, fmt.Errorf("waiting for the executor's greeting: %w", ctx.Err())
+	case h := <-hc:
+		if h.err != nil {
+			c.closeConn()
+			return nil, fmt.Errorf("waiting for the executor's greeting: %w", h.err)
+		}
+		if h.m.Kind != protocol.KindHello || h.m.Hello == nil {
+			c.closeConn()
+			return nil, fmt.Errorf("executor spoke %q before greeting", h.m.Kind)
+		}
+		if h.m.Hello.Version != protocol.Version {
+			c.closeConn()
+			return nil, fmt.Errorf("executor speaks protocol version %d, this daemon speaks %d: rebuild the image (sandpit image build)",
+				h.m.Hello.Version, protocol.Version)
+		}
+		c.hello = *h.m.Hello
+	}
+	go c.readLoop()
+	return c, nil
+}
+
+// Hello returns the executor's greeting.
+func (c *Client) Hello() protocol.Hello { return c.hello }
+
+// Done is closed when the session has ended.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Err says why the session ended, or nil while it lives.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Ready returns nil while the session lives.
+func (c *Client) Ready(context.Context) error {
+	if err := c.Err(); err != nil {
+		return fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
+	}
+	return nil
+}
+
+// Close ends the session; the executor sees the end of its input, kills every run and exits.
+// Runs still waiting fail with ErrClosed. It is idempotent.
+func (c *Client) Close() error {
+	c.fail(fmt.Errorf("%w: closed by the daemon", ErrClosed))
+	return nil
+}
+
+func (c *Client) closeConn() {
+	if c.closer != nil {
+		_ = c.closer.Close()
+	}
+}
+
+// fail ends the session with err (the first error wins) and wakes every waiting run.
+func (c *Client) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	close(c.done)
+	c.mu.Unlock()
+	c.closeConn()
+}
+
+func (c *Client) readLoop() {
+	for {
+		m, err := c.conn.Receive()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("the executor closed its output")
+			}
+			c.fail(fmt.Errorf("%w: %w", ErrClosed, err))
+			return
+		}
+		switch m.Kind {
+		case protocol.KindStdout, protocol.KindStderr, protocol.KindResult, protocol.KindRefused:
+			c.mu.Lock()
+			cl := c.calls[m.ID]
+			c.mu.Unlock()
+			if cl == nil {
+				c.log.Debug("message for an unknown run", "kind", m.Kind, "id", m.ID)
+				continue
+			}
+			cl.push(m)
+		default:
+			c.log.Warn("unexpected message from the executor", "kind", m.Kind)
+		}
+	}
+}
+
+// Run executes spec in slot and returns its result; see sandbox.Runtime for the contract.
+// When ctx ends first, Run asks the executor to kill the run and waits CancelGrace for its
+// result; without one it returns ctx's error. When the session ends, Run returns an error
+// wrapping ErrClosed with the output received so far in the Result.
+func (c *Client) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
+	cl := &call{notify: make(chan struct{}, 1)}
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return sandbox.Result{}, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
+	}
+	c.calls[spec.ID] = cl
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.calls, spec.ID)
+		c.mu.Unlock()
+	}()
+
+	started := time.Now()
+	if err := c.conn.Send(&protocol.Message{Kind: protocol.KindRun, ID: spec.ID, Run: &protocol.Run{Slot: slot, Spec: spec}}); err != nil {
+		c.fail(fmt.Errorf("%w: sending a run: %w", ErrClosed, err))
+		return sandbox.Result{}, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
+	}
+
+	var stdout, stderr strings.Builder
+	partial := func() sandbox.Result {
+		return sandbox.Result{Stdout: stdout.String(), Stderr: stderr.String(), StartedAt: started.UTC(),
+			DurationMS: time.Since(started).Milliseconds(), ExitCode: -1}
+	}
+	// deliver handles queued messages; ended is true once the run's end has arrived.
+	deliver := func() (res sandbox.Result, ended bool, err error) {
+		for _, m := range cl.drain() {
+			switch m.Kind {
+			case protocol.KindStdout, protocol.KindStderr:
+				b := &stdout
+				if m.Kind == protocol.KindStderr {
+					b = &stderr
+				}
+				b.WriteString(m.Data)
+				if emit != nil {
+					emit(sandbox.Event{Stream: string(m.Kind), Data: m.Data})
+				}
+			case protocol.KindRefused:
+				return partial(), true, fmt.Errorf("the executor refused the run: %s", m.Error)
+			case protocol.KindResult:
+				if m.Result == nil {
+					return partial(), true, errors.New("the executor sent a result without content")
+				}
+				return *m.Result, true, nil
+			}
+		}
+		return sandbox.Result{}, false, nil
+	}
+	var grace <-chan time.Time
+	ctxDone := ctx.Done()
+	for {
+		select {
+		case <-cl.notify:
+			if res, ended, err := deliver(); ended {
+				return res, err
+			}
+		case <-ctxDone:
+			ctxDone = nil
+			grace = time.After(CancelGrace)
+			if err := c.conn.Send(&protocol.Message{Kind: protocol.KindCancel, ID: spec.ID}); err != nil {
+				c.fail(fmt.Errorf("%w: sending a cancel: %w", ErrClosed, err))
+			}
+		case <-grace:
+			return partial(), fmt.Errorf("the executor did not confirm the cancelled run's end: %w", ctx.Err())
+		case <-c.done:
+			if res, ended, err := deliver(); ended {
+				return res, err
+			}
+			return partial(), c.Err()
+		}
+	}
+}

@@ -1,0 +1,127 @@
+package session_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/bootstrap"
+	"github.com/sandpit-dev/sandpit/internal/executor"
+	"github.com/sandpit-dev/sandpit/internal/protocol"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/sandbox/sandboxtest"
+	"github.com/sandpit-dev/sandpit/internal/session"
+)
+
+// pipeRuntime starts the executor in-process, connected to a session over net.Pipe, running
+// the host's /usr/bin/python3 as uids 61000 and up. It needs root (to switch uids).
+func pipeRuntime(t *testing.T, slots int) (*session.Client, func() error) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the executor needs root to run code as the slot uids; run the tests as root")
+	}
+	const python = "/usr/bin/python3"
+	if _, err := os.Stat(python); err != nil {
+		t.Skip("no " + python + " on this machine")
+	}
+	root := t.TempDir()
+	if err := os.Chmod(root, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	// The slot uids must reach their run directories: open the test's own directory (only it).
+	if err := os.Chmod(filepath.Dir(root), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	boot := filepath.Join(root, "bootstrap.py")
+	if err := os.WriteFile(boot, bootstrap.Source, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := executor.DefaultConfig()
+	cfg.Slots, cfg.UIDBase, cfg.Python, cfg.Bootstrap = slots, 61000, python, boot
+	cfg.RunRoot = filepath.Join(root, "runs")
+	cfg.TmpDirs = []string{os.TempDir()}
+
+	daemonEnd, executorEnd := net.Pipe()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	served := make(chan error, 1)
+	go func() {
+		served <- executor.Serve(context.Background(), protocol.NewConn(executorEnd, executorEnd), cfg, log)
+		executorEnd.Close()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := session.Start(ctx, daemonEnd, daemonEnd, daemonEnd, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := sync.OnceValue(func() error {
+		select {
+		case err := <-served:
+			return err
+		case <-time.After(15 * time.Second):
+			t.Error("executor did not stop after the session ended")
+			return nil
+		}
+	})
+	t.Cleanup(func() { c.Close(); wait() })
+	return c, wait
+}
+
+func TestConformancePipe(t *testing.T) {
+	c, _ := pipeRuntime(t, 4)
+	sandboxtest.Run(t, sandboxtest.Harness{
+		Runtime: c,
+		Slots:   4,
+		HasModule: func(name string) bool {
+			return exec.Command("/usr/bin/python3", "-c", "import "+name).Run() == nil
+		},
+	})
+}
+
+func TestSessionEndKillsRunsAndFailsWaiters(t *testing.T) {
+	c, wait := pipeRuntime(t, 2)
+	errc := make(chan error, 1)
+	var res sandbox.Result
+	go func() {
+		var err error
+		res, err = c.Run(context.Background(), 0, sandboxtest.Spec("print('before', flush=True)\nimport time; time.sleep(60)", 60*time.Second), nil)
+		errc <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	c.Close()
+	err := <-errc
+	if err == nil {
+		t.Fatalf("run survived the session's end: %+v", res)
+	}
+	if werr := wait(); werr != nil {
+		t.Fatalf("executor: %v", werr)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("executor took %s to stop", d)
+	}
+	if _, err := c.Run(context.Background(), 0, sandboxtest.Spec("print(1)", time.Second), nil); err == nil {
+		t.Fatal("run on an ended session did not fail")
+	}
+}
+
+func TestExecutorRefusesBadSlots(t *testing.T) {
+	c, _ := pipeRuntime(t, 2)
+	ctx := context.Background()
+	if _, err := c.Run(ctx, 7, sandboxtest.Spec("print(1)", time.Second), nil); err == nil {
+		t.Fatal("slot 7 of 2 was accepted")
+	}
+	if c.Hello().Slots != 2 || c.Hello().Python == "" {
+		t.Fatalf("hello %+v", c.Hello())
+	}
+}
