@@ -1,0 +1,412 @@
+// Package config holds sandpit's one configuration struct, its defaults, how it is loaded
+// (defaults < config file < environment < flags) and how it is checked.
+//
+// Every setting has one key, the snake_case name used in the JSON config file (for example
+// "queue_length"), an environment variable SANDPIT_<KEY in upper case> (SANDPIT_QUEUE_LENGTH)
+// and, through Set, a command-line flag. Environment variables and Set are derived from the
+// struct's json tags, so a new field gets them for free.
+//
+// Value syntax, the same in the file (as JSON), the environment and Set:
+//
+//   - strings are taken as they are;
+//   - whole numbers (counts, *_ms milliseconds) are decimal integers;
+//   - sizes (every *_bytes key) are a whole number of bytes, or a whole number followed by
+//     exactly one of the binary suffixes KiB (1024), MiB (1024²) or GiB (1024³), for example
+//     512MiB or "1 GiB". Other suffixes (KB, M, GB, ...) and fractions are rejected. In the file
+//     a size may be a JSON number (bytes) or a JSON string;
+//   - cpus is a decimal number;
+//   - packages is a JSON list of strings in the file and a comma-separated list in the
+//     environment and Set, where an empty value means no packages.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// ExecutorName is the file name of the executor binary looked for next to the running
+// binary when ExecutorPath is empty.
+const ExecutorName = "sandpit-executor"
+
+// Config is sandpit's whole configuration. The zero value is not useful: start from Default
+// or Load, and call Validate before use.
+type Config struct {
+	// Listen is the TCP address the daemon's HTTP API listens on, as host:port.
+	// Default "127.0.0.1:8765". An empty host (":8765") listens on every interface, which
+	// lets anyone who can reach the machine run code.
+	Listen string `json:"listen"`
+	// DataDir is the directory where sandpit keeps its state. It must be an absolute path.
+	// Default $XDG_DATA_HOME/sandpit, or ~/.local/share/sandpit when XDG_DATA_HOME is unset.
+	DataDir string `json:"data_dir"`
+	// DockerHost is the Docker daemon to use, as a URL such as unix:///var/run/docker.sock or
+	// tcp://host:2376. Default empty: the Docker client's own environment (DOCKER_HOST, ...)
+	// and defaults.
+	DockerHost string `json:"docker_host"`
+	// ExecutorPath is the path of the sandpit-executor binary copied into the box. Default
+	// empty: a file named sandpit-executor next to the running binary (see Executor).
+	ExecutorPath string `json:"executor_path"`
+	// BaseImage is the Docker image the sandbox image is built from. Default "python:3.11-slim".
+	BaseImage string `json:"base_image"`
+	// Packages are the pip requirement specifiers installed into the sandbox image.
+	// Default ["pandas","numpy","matplotlib","scipy","requests","beautifulsoup4","Pillow"].
+	// An explicit empty list means none.
+	Packages []string `json:"packages"`
+	// ImageRepository is the repository name of the sandbox image sandpit builds (its tag is
+	// chosen by sandpit). Default "sandpit-sandbox".
+	ImageRepository string `json:"image_repository"`
+
+	// Slots is how many runs execute at once. Default 4; allowed 1 to 64.
+	Slots int `json:"slots"`
+	// QueueLength is how many requests may wait for a free slot before more are refused as
+	// busy. Default 16; allowed 0 to 10000.
+	QueueLength int `json:"queue_length"`
+	// DefaultTimeoutMS is the wall-clock limit of a run that names none, in milliseconds.
+	// Default 30000 (30 s); allowed 1 to MaxTimeoutMS.
+	DefaultTimeoutMS int64 `json:"default_timeout_ms"`
+	// MaxTimeoutMS is the largest wall-clock limit a request may ask for, in milliseconds.
+	// Default 600000 (10 min); allowed 1 to 86400000 (24 h).
+	MaxTimeoutMS int64 `json:"max_timeout_ms"`
+	// GraceMS is how long past a run's timeout the daemon waits for the executor's report
+	// before it gives the run up as a sandbox_error, in milliseconds. Default 3000; allowed
+	// 100 to 600000.
+	GraceMS int64 `json:"grace_ms"`
+	// MaxCodeBytes caps a request's Python source, in bytes. Default 1 MiB; allowed 1 B to 1 GiB.
+	MaxCodeBytes int64 `json:"max_code_bytes"`
+	// MaxInputBytes caps a request's JSON input text, in bytes. Default 1 MiB; allowed 1 B to 1 GiB.
+	MaxInputBytes int64 `json:"max_input_bytes"`
+
+	// MemoryBytes is the memory limit of the whole box (every slot together), in bytes.
+	// Default 512 MiB; at least 64 MiB.
+	MemoryBytes int64 `json:"memory_bytes"`
+	// MemorySwapBytes is the limit of the box's memory plus swap, in bytes (Docker's
+	// --memory-swap). Default 0, meaning the same as MemoryBytes: no swap. Otherwise at
+	// least MemoryBytes.
+	MemorySwapBytes int64 `json:"memory_swap_bytes"`
+	// CPUs is how many CPUs' worth of time the box may use. Default 1.0; more than 0, at most 64.
+	CPUs float64 `json:"cpus"`
+	// PidsLimit caps the processes and threads in the whole box. Default 512; at least 16.
+	PidsLimit int64 `json:"pids_limit"`
+	// TmpBytes is the size of the box's /tmp tmpfs, in bytes. Default 256 MiB; at least 1 MiB.
+	TmpBytes int64 `json:"tmp_bytes"`
+	// RunDirBytes is the size of the tmpfs holding the runs' directories, in bytes.
+	// Default 256 MiB; at least 1 MiB.
+	RunDirBytes int64 `json:"run_dir_bytes"`
+	// Network is the box's network access: "full" or "none". Default "full".
+	Network string `json:"network"`
+
+	// RunMemoryBytes caps each run's data segment (heap), in bytes. Default 0, meaning
+	// MemoryBytes. Otherwise 16 MiB to MemoryBytes.
+	RunMemoryBytes int64 `json:"run_memory_bytes"`
+	// StdoutBytes caps what a run may write to stdout, in bytes. Default 1 MiB; at least 1.
+	StdoutBytes int64 `json:"stdout_bytes"`
+	// StderrBytes caps what a run may write to stderr, in bytes. Default 1 MiB; at least 1.
+	StderrBytes int64 `json:"stderr_bytes"`
+	// OutputBytes caps the JSON text of a run's OUTPUT, in bytes. Default 1 MiB; at least 1.
+	OutputBytes int64 `json:"output_bytes"`
+	// FileSizeBytes caps any single file a run writes, in bytes. Default 64 MiB; 0 means no limit.
+	FileSizeBytes int64 `json:"file_size_bytes"`
+	// OpenFiles caps each process's open file descriptors. Default 256; 0 means no limit,
+	// otherwise 16 to 1048576.
+	OpenFiles int64 `json:"open_files"`
+	// Processes caps the processes and threads of one run. Default 64; 0 means no limit
+	// (PidsLimit still applies).
+	Processes int64 `json:"processes"`
+
+	// LogLevel is the least severe level logged: "debug", "info", "warn" or "error".
+	// Default "info".
+	LogLevel string `json:"log_level"`
+	// LogFormat is the log format: "text" or "json". Default "text".
+	LogFormat string `json:"log_format"`
+}
+
+const (
+	kib = 1 << 10
+	mib = 1 << 20
+	gib = 1 << 30
+)
+
+// DefaultPackages returns the packages installed when the configuration names none.
+func DefaultPackages() []string {
+	return []string{"pandas", "numpy", "matplotlib", "scipy", "requests", "beautifulsoup4", "Pillow"}
+}
+
+// Default returns the defaults. DataDir is resolved from the process environment
+// (XDG_DATA_HOME, HOME); it is empty when neither is set.
+func Default() Config { return defaults(os.LookupEnv) }
+
+func defaults(lookup func(string) (string, bool)) Config {
+	sb := sandbox.DefaultConfig()
+	return Config{
+		Listen:          "127.0.0.1:8765",
+		DataDir:         defaultDataDir(lookup),
+		BaseImage:       "python:3.11-slim",
+		Packages:        DefaultPackages(),
+		ImageRepository: "sandpit-sandbox",
+
+		Slots:            sb.Slots,
+		QueueLength:      sb.QueueLength,
+		DefaultTimeoutMS: sb.DefaultTimeout.Milliseconds(),
+		MaxTimeoutMS:     sb.MaxTimeout.Milliseconds(),
+		GraceMS:          sb.Grace.Milliseconds(),
+		MaxCodeBytes:     int64(sb.MaxCodeBytes),
+		MaxInputBytes:    int64(sb.MaxInputBytes),
+
+		MemoryBytes: 512 * mib,
+		CPUs:        1.0,
+		PidsLimit:   512,
+		TmpBytes:    256 * mib,
+		RunDirBytes: 256 * mib,
+		Network:     "full",
+
+		StdoutBytes:   sb.Limits.StdoutBytes,
+		StderrBytes:   sb.Limits.StderrBytes,
+		OutputBytes:   sb.Limits.OutputBytes,
+		FileSizeBytes: sb.Limits.FileSizeBytes,
+		OpenFiles:     sb.Limits.OpenFiles,
+		Processes:     sb.Limits.Processes,
+
+		LogLevel:  "info",
+		LogFormat: "text",
+	}
+}
+
+// xdgDir returns $name, or home/fallback when $name is unset, empty or relative (the XDG
+// base directory spec says relative values are to be ignored); "" when neither is known.
+func xdgDir(lookup func(string) (string, bool), name, fallback string) string {
+	if d, ok := lookup(name); ok && filepath.IsAbs(d) {
+		return d
+	}
+	if home, ok := lookup("HOME"); ok && home != "" {
+		return filepath.Join(home, fallback)
+	}
+	return ""
+}
+
+func defaultDataDir(lookup func(string) (string, bool)) string {
+	if d := xdgDir(lookup, "XDG_DATA_HOME", filepath.Join(".local", "share")); d != "" {
+		return filepath.Join(d, "sandpit")
+	}
+	return ""
+}
+
+// Sandbox returns the execution service's configuration: the *_ms fields become durations
+// and Limits.MemoryBytes is RunMemoryBytes, or MemoryBytes when that is 0.
+func (c Config) Sandbox() sandbox.Config {
+	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+	return sandbox.Config{
+		Slots:          c.Slots,
+		QueueLength:    c.QueueLength,
+		DefaultTimeout: ms(c.DefaultTimeoutMS),
+		MaxTimeout:     ms(c.MaxTimeoutMS),
+		Grace:          ms(c.GraceMS),
+		MaxCodeBytes:   int(c.MaxCodeBytes),
+		MaxInputBytes:  int(c.MaxInputBytes),
+		Limits: sandbox.Limits{
+			MemoryBytes:   c.RunMemory(),
+			StdoutBytes:   c.StdoutBytes,
+			StderrBytes:   c.StderrBytes,
+			OutputBytes:   c.OutputBytes,
+			FileSizeBytes: c.FileSizeBytes,
+			OpenFiles:     c.OpenFiles,
+			Processes:     c.Processes,
+		},
+	}
+}
+
+// RunMemory returns the per-run memory cap in bytes: RunMemoryBytes, or MemoryBytes when 0.
+func (c Config) RunMemory() int64 {
+	if c.RunMemoryBytes == 0 {
+		return c.MemoryBytes
+	}
+	return c.RunMemoryBytes
+}
+
+// MemorySwap returns the box's memory-plus-swap limit in bytes as Docker takes it:
+// MemorySwapBytes, or MemoryBytes (no swap) when 0.
+func (c Config) MemorySwap() int64 {
+	if c.MemorySwapBytes == 0 {
+		return c.MemoryBytes
+	}
+	return c.MemorySwapBytes
+}
+
+// NanoCPUs returns CPUs in units of 10⁻⁹ CPUs, as Docker's HostConfig.NanoCPUs takes it.
+func (c Config) NanoCPUs() int64 { return int64(math.Round(c.CPUs * 1e9)) }
+
+// Executor returns the executor binary's path: ExecutorPath, or a file named ExecutorName
+// in the directory of the running binary (after resolving symlinks). It does not check that
+// the file exists.
+func (c Config) Executor() (string, error) {
+	if c.ExecutorPath != "" {
+		return c.ExecutorPath, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("finding the executor next to the sandpit binary: %w (set executor_path)", err)
+	}
+	if real, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = real
+	}
+	return filepath.Join(filepath.Dir(exe), ExecutorName), nil
+}
+
+// SlogLevel returns LogLevel as a slog.Level (slog.LevelInfo when it is not valid).
+func (c Config) SlogLevel() slog.Level {
+	switch c.LogLevel {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+// Logger returns a logger writing to w in LogFormat at LogLevel.
+func (c Config) Logger(w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: c.SlogLevel()}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// Validate checks every setting and reports every problem at once, joined with errors.Join;
+// each message names the key, the value, what is allowed and where to change it.
+// It returns nil when the configuration is usable.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s %s (set %q in the config file or %s)",
+			key, fmt.Sprintf(format, args...), key, EnvName(key)))
+	}
+	intRange := func(key string, v, lo, hi int64, unit string) {
+		if v < lo || v > hi {
+			bad(key, "is %d; allowed range is %d to %d%s", v, lo, hi, unit)
+		}
+	}
+	sizeAtLeast := func(key string, v, lo int64) {
+		if v < lo {
+			bad(key, "is %s; it must be at least %s", FormatSize(v), FormatSize(lo))
+		}
+	}
+
+	if c.Listen == "" {
+		bad("listen", "is empty; give a host:port such as 127.0.0.1:8765")
+	} else if _, port, err := net.SplitHostPort(c.Listen); err != nil {
+		bad("listen", "is %q, not a host:port address (%v); use a form such as 127.0.0.1:8765 or [::1]:8765", c.Listen, err)
+	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		bad("listen", "is %q: the port must be a number from 0 to 65535, as in 127.0.0.1:8765", c.Listen)
+	}
+	switch {
+	case c.DataDir == "":
+		bad("data_dir", "is empty and no default could be found (neither XDG_DATA_HOME nor HOME is set); give an absolute directory")
+	case !filepath.IsAbs(c.DataDir):
+		bad("data_dir", "is %q, which is not an absolute path; give the full path (a leading ~ is not expanded)", c.DataDir)
+	}
+	if c.DockerHost != "" && !strings.Contains(c.DockerHost, "://") {
+		bad("docker_host", "is %q; give a URL such as unix:///var/run/docker.sock or tcp://host:2376, or leave it empty to use the Docker client's environment", c.DockerHost)
+	}
+	switch {
+	case c.BaseImage == "":
+		bad("base_image", "is empty; name a Python image such as python:3.11-slim")
+	case strings.IndexFunc(c.BaseImage, unicode.IsSpace) >= 0:
+		bad("base_image", "is %q, which contains white space; name an image such as python:3.11-slim", c.BaseImage)
+	}
+	for i, p := range c.Packages {
+		switch {
+		case strings.TrimSpace(p) == "":
+			bad("packages", "has an empty entry at position %d; remove it", i+1)
+		case strings.HasPrefix(p, "-"):
+			bad("packages", "entry %q starts with '-', which pip would read as an option; give package names or requirement specifiers only", p)
+		case strings.IndexFunc(p, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
+			bad("packages", "entry %q contains white space; give one package or requirement specifier (such as numpy>=1.26) per entry", p)
+		}
+	}
+	if msg := checkRepository(c.ImageRepository); msg != "" {
+		bad("image_repository", "is %q: %s", c.ImageRepository, msg)
+	}
+
+	intRange("slots", int64(c.Slots), 1, 64, " runs at once")
+	intRange("queue_length", int64(c.QueueLength), 0, 10000, " waiting requests")
+	intRange("max_timeout_ms", c.MaxTimeoutMS, 1, 86_400_000, " milliseconds (24 hours)")
+	if hi := max(c.MaxTimeoutMS, 1); c.DefaultTimeoutMS < 1 || c.DefaultTimeoutMS > hi {
+		bad("default_timeout_ms", "is %d; allowed range is 1 to max_timeout_ms (%d) milliseconds; lower it or raise max_timeout_ms", c.DefaultTimeoutMS, c.MaxTimeoutMS)
+	}
+	intRange("grace_ms", c.GraceMS, 100, 600_000, " milliseconds")
+	intRange("max_code_bytes", c.MaxCodeBytes, 1, gib, " bytes (1GiB)")
+	intRange("max_input_bytes", c.MaxInputBytes, 1, gib, " bytes (1GiB)")
+
+	sizeAtLeast("memory_bytes", c.MemoryBytes, 64*mib)
+	if c.MemorySwapBytes != 0 && c.MemorySwapBytes < c.MemoryBytes {
+		bad("memory_swap_bytes", "is %s, less than memory_bytes (%s); it counts memory plus swap, so give 0 for no swap or at least memory_bytes",
+			FormatSize(c.MemorySwapBytes), FormatSize(c.MemoryBytes))
+	}
+	if !(c.CPUs > 0 && c.CPUs <= 64) {
+		bad("cpus", "is %v; it must be more than 0 and at most 64, such as 1 or 0.5", c.CPUs)
+	}
+	if c.PidsLimit < 16 {
+		bad("pids_limit", "is %d; it must be at least 16", c.PidsLimit)
+	}
+	sizeAtLeast("tmp_bytes", c.TmpBytes, mib)
+	sizeAtLeast("run_dir_bytes", c.RunDirBytes, mib)
+	if c.Network != "full" && c.Network != "none" {
+		bad("network", "is %q; it must be \"full\" or \"none\"", c.Network)
+	}
+
+	if c.RunMemoryBytes != 0 && (c.RunMemoryBytes < 16*mib || c.RunMemoryBytes > c.MemoryBytes) {
+		bad("run_memory_bytes", "is %s; it must be 0 (meaning memory_bytes) or from 16MiB to memory_bytes (%s)",
+			FormatSize(c.RunMemoryBytes), FormatSize(c.MemoryBytes))
+	}
+	sizeAtLeast("stdout_bytes", c.StdoutBytes, 1)
+	sizeAtLeast("stderr_bytes", c.StderrBytes, 1)
+	sizeAtLeast("output_bytes", c.OutputBytes, 1)
+	if c.FileSizeBytes < 0 {
+		bad("file_size_bytes", "is %d; it must be 0 (no limit) or a positive size", c.FileSizeBytes)
+	}
+	if c.OpenFiles != 0 && (c.OpenFiles < 16 || c.OpenFiles > 1<<20) {
+		bad("open_files", "is %d; it must be 0 (no limit) or from 16 to 1048576", c.OpenFiles)
+	}
+	if c.Processes < 0 {
+		bad("processes", "is %d; it must be 0 (no limit) or a positive count", c.Processes)
+	}
+
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
+		bad("log_level", "is %q; it must be \"debug\", \"info\", \"warn\" or \"error\"", c.LogLevel)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		bad("log_format", "is %q; it must be \"text\" or \"json\"", c.LogFormat)
+	}
+	return errors.Join(errs...)
+}
+
+// checkRepository returns why name is not a usable image repository, or "".
+func checkRepository(name string) string {
+	if name == "" {
+		return "it is empty; give a repository name such as sandpit-sandbox"
+	}
+	last := name[strings.LastIndexByte(name, '/')+1:]
+	for _, r := range name {
+		if unicode.IsSpace(r) || unicode.IsUpper(r) || r == '@' {
+			return "repository names may not contain white space, upper-case letters or '@'; use lower case such as sandpit-sandbox"
+		}
+	}
+	if last == "" || strings.Contains(last, ":") {
+		return "give the repository without a tag (sandpit chooses the tag), such as sandpit-sandbox"
+	}
+	return ""
+}

@@ -1,0 +1,481 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+)
+
+// EnvConfig is the environment variable that names the config file when Load is given none.
+const EnvConfig = "SANDPIT_CONFIG"
+
+// EnvName returns the environment variable of a key: SANDPIT_ and the key in upper case,
+// with '-' read as '_' (EnvName("queue_length") == "SANDPIT_QUEUE_LENGTH").
+func EnvName(key string) string {
+	return "SANDPIT_" + strings.ToUpper(normalizeKey(key))
+}
+
+func normalizeKey(key string) string { return strings.ReplaceAll(key, "-", "_") }
+
+// Keys returns every configuration key, in the order of Config's fields.
+func Keys() []string {
+	keys := make([]string, len(fields))
+	for i, f := range fields {
+		keys[i] = f.key
+	}
+	return keys
+}
+
+// DefaultFile returns the config file read when Load is given no path and SANDPIT_CONFIG is
+// unset: $XDG_CONFIG_HOME/sandpit/config.json, or ~/.config/sandpit/config.json; "" when
+// neither XDG_CONFIG_HOME nor HOME is set. env is consulted for those variables; nil means
+// the process environment.
+func DefaultFile(env func(string) string) string {
+	return defaultFile(lookupFunc(env))
+}
+
+func defaultFile(lookup func(string) (string, bool)) string {
+	if d := xdgDir(lookup, "XDG_CONFIG_HOME", ".config"); d != "" {
+		return filepath.Join(d, "sandpit", "config.json")
+	}
+	return ""
+}
+
+// lookupFunc adapts a getenv-style function, for which an empty value means unset.
+func lookupFunc(env func(string) string) func(string) (string, bool) {
+	if env == nil {
+		return os.LookupEnv
+	}
+	return func(name string) (string, bool) {
+		v := env(name)
+		return v, v != ""
+	}
+}
+
+// Load returns the configuration: Default, overridden by the config file, overridden by the
+// environment. It does not validate: apply flags with Set, then call Validate.
+//
+// The file is path when path is not empty, else the file SANDPIT_CONFIG names, else
+// DefaultFile. A file named by path or SANDPIT_CONFIG must exist; the default file is read
+// only when it exists. The file holds one JSON object whose keys are Config's json keys;
+// unknown keys, duplicate keys, null values and values of the wrong type are errors naming the
+// file, the line and column, and the key.
+//
+// Every key can then be set by its environment variable (see EnvName); a value that does not
+// parse is an error naming the variable and the expected type.
+//
+// env looks up environment variables (including XDG_CONFIG_HOME, XDG_DATA_HOME and HOME for
+// the defaults). For a non-nil env an empty value means unset, so SANDPIT_PACKAGES="" cannot be
+// told from an unset variable; pass nil to use the process environment through os.LookupEnv,
+// where a variable set to "" counts as set (SANDPIT_PACKAGES="" then means no packages), or
+// use LoadLookup.
+func Load(path string, env func(string) string) (Config, error) {
+	return LoadLookup(path, lookupFunc(env))
+}
+
+// LoadLookup is Load with an os.LookupEnv-style lookup (nil means os.LookupEnv): a variable
+// that is set but empty counts as set. SANDPIT_PACKAGES="" means no packages, an empty string
+// variable sets its key to "", and an empty numeric variable is an error.
+func LoadLookup(path string, lookup func(string) (string, bool)) (Config, error) {
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	c := defaults(lookup)
+	file, required := path, true
+	if file == "" {
+		if v, ok := lookup(EnvConfig); ok && v != "" {
+			file = v
+		} else {
+			file, required = defaultFile(lookup), false
+		}
+	}
+	if file != "" {
+		if err := c.loadFile(file, required); err != nil {
+			return Config{}, err
+		}
+	}
+	if err := c.applyEnv(lookup); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Set sets one key from its text form, parsed as in the environment (see the package
+// documentation). key is a json key; '-' may stand for '_' ("queue-length").
+// For packages, "" means none; for string keys, "" sets the empty string.
+func (c *Config) Set(key, value string) error {
+	f, err := lookupField(key)
+	if err != nil {
+		return err
+	}
+	if err := f.setText(c.value(f), value); err != nil {
+		return fmt.Errorf("%s=%q: %w", f.key, value, err)
+	}
+	return nil
+}
+
+// Get returns one key's value in the text form Set and the environment accept (sizes in
+// plain bytes, packages comma-separated).
+func (c Config) Get(key string) (string, error) {
+	f, err := lookupField(key)
+	if err != nil {
+		return "", err
+	}
+	return f.format(reflect.ValueOf(c).Field(f.index)), nil
+}
+
+// UnknownEnv returns the SANDPIT_ variables in environ (as os.Environ gives it) that name no
+// key, such as a misspelt SANDPIT_SLOT, so that the caller can warn about them.
+func UnknownEnv(environ []string) []string {
+	var unknown []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "SANDPIT_") || name == EnvConfig {
+			continue
+		}
+		if _, ok := fieldByEnv[name]; !ok {
+			unknown = append(unknown, name)
+		}
+	}
+	return unknown
+}
+
+func lookupField(key string) (field, error) {
+	if f, ok := fieldByKey[normalizeKey(key)]; ok {
+		return f, nil
+	}
+	return field{}, fmt.Errorf("unknown configuration key %q%s", key, suggest(normalizeKey(key)))
+}
+
+func (c *Config) value(f field) reflect.Value { return reflect.ValueOf(c).Elem().Field(f.index) }
+
+func (c *Config) applyEnv(lookup func(string) (string, bool)) error {
+	var errs []error
+	for _, f := range fields {
+		name := EnvName(f.key)
+		v, ok := lookup(name)
+		if !ok {
+			continue
+		}
+		if err := f.setText(c.value(f), v); err != nil {
+			if v == "" {
+				err = fmt.Errorf("%w; unset it to keep the default", err)
+			}
+			errs = append(errs, fmt.Errorf("environment variable %s=%q: %w", name, v, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// loadFile overrides c with the settings in the JSON file name.
+func (c *Config) loadFile(name string, required bool) error {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		if !required && errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("reading config file: %w", err)
+	}
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a UTF-8 byte order mark
+	at := func(off int64) string {
+		line, col := position(data, off)
+		return fmt.Sprintf("config file %s, line %d, column %d", name, line, col)
+	}
+
+	if len(bytes.TrimSpace(data)) == 0 {
+		return fmt.Errorf("config file %s is empty; write {} for no settings", name)
+	}
+	var top any
+	if err := json.Unmarshal(data, &top); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return fmt.Errorf("%s: invalid JSON: %w", at(max(se.Offset-1, 0)), err)
+		}
+		return fmt.Errorf("config file %s: invalid JSON: %w", name, err)
+	}
+	if _, ok := top.(map[string]any); !ok {
+		return fmt.Errorf("config file %s must hold one JSON object, such as {\"slots\": 4}", name)
+	}
+
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if _, err := dec.Token(); err != nil { // '{'
+		return fmt.Errorf("config file %s: %w", name, err)
+	}
+	seen := map[string]int64{}
+	var errs []error
+	for dec.More() {
+		keyAt := skip(data, dec.InputOffset(), " \t\r\n,")
+		tok, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("%s: %w", at(keyAt), err)
+		}
+		key, _ := tok.(string)
+		valAt := skip(data, dec.InputOffset(), " \t\r\n:")
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return fmt.Errorf("%s: %w", at(valAt), err)
+		}
+		f, ok := fieldByKey[key]
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("%s: unknown key %q%s", at(keyAt), key, suggest(key)))
+		case seen[key] != 0:
+			line, _ := position(data, seen[key]-1)
+			errs = append(errs, fmt.Errorf("%s: key %q is given twice (first on line %d); keep one", at(keyAt), key, line))
+		default:
+			if err := f.setJSON(c.value(f), raw); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %s: %w", at(valAt), key, err))
+			}
+		}
+		seen[key] = keyAt + 1
+	}
+	return errors.Join(errs...)
+}
+
+// skip returns the offset of the first byte at or after off that is not in chars.
+func skip(data []byte, off int64, chars string) int64 {
+	for off < int64(len(data)) && strings.IndexByte(chars, data[off]) >= 0 {
+		off++
+	}
+	return off
+}
+
+// position returns the 1-based line and column (in bytes) of offset off in data.
+func position(data []byte, off int64) (line, col int) {
+	off = min(max(off, 0), int64(len(data)))
+	prefix := data[:off]
+	line = bytes.Count(prefix, []byte("\n")) + 1
+	col = len(prefix) - (bytes.LastIndexByte(prefix, '\n') + 1) + 1
+	return line, col
+}
+
+// suggest returns a "did you mean" hint for an unknown key, or a hint to list the keys.
+func suggest(key string) string {
+	best, bestDist := "", 4
+	for _, f := range fields {
+		if d := distance(strings.ToLower(key), f.key); d < bestDist {
+			best, bestDist = f.key, d
+		}
+	}
+	if best != "" {
+		return fmt.Sprintf(" (did you mean %q?)", best)
+	}
+	return "; the keys are " + strings.Join(Keys(), ", ")
+}
+
+// distance is the Levenshtein distance between a and b.
+func distance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
+// The kinds of value a field holds.
+const (
+	kindString = iota
+	kindInt
+	kindSize // an integer field whose key ends in _bytes
+	kindFloat
+	kindList // []string
+)
+
+// field describes one settable field of Config, found by reflecting over its json tags.
+type field struct {
+	key     string
+	index   int
+	kind    int
+	bits    int
+	example string // the default value, for error messages
+}
+
+var (
+	fields     = buildFields()
+	fieldByKey = map[string]field{}
+	fieldByEnv = map[string]field{}
+)
+
+func init() {
+	for _, f := range fields {
+		fieldByKey[f.key] = f
+		fieldByEnv[EnvName(f.key)] = f
+	}
+}
+
+func buildFields() []field {
+	t := reflect.TypeFor[Config]()
+	def := reflect.ValueOf(defaults(func(string) (string, bool) { return "", false }))
+	var fs []field
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+		if !sf.IsExported() || name == "" || name == "-" {
+			continue
+		}
+		f := field{key: name, index: i}
+		switch k := sf.Type.Kind(); {
+		case k == reflect.String:
+			f.kind = kindString
+		case k >= reflect.Int && k <= reflect.Int64:
+			f.kind, f.bits = kindInt, sf.Type.Bits()
+			if strings.HasSuffix(name, "_bytes") {
+				f.kind = kindSize
+			}
+		case k == reflect.Float64:
+			f.kind = kindFloat
+		case k == reflect.Slice && sf.Type.Elem().Kind() == reflect.String:
+			f.kind = kindList
+		default:
+			panic(fmt.Sprintf("config: field %s has type %s, which Set and the environment cannot parse", sf.Name, sf.Type))
+		}
+		f.example = f.format(def.Field(i))
+		fs = append(fs, f)
+	}
+	return fs
+}
+
+// expected describes the values f accepts, for error messages.
+func (f field) expected() string {
+	switch f.kind {
+	case kindInt:
+		return "expected a whole number, such as " + f.example
+	case kindSize: // only for JSON values of the wrong type; ParseSize explains the text form
+		return "expected a size: a number of bytes, or a string holding a whole number followed by KiB, MiB or GiB (such as \"512MiB\")"
+	case kindFloat:
+		return "expected a number, such as " + f.example
+	case kindList: // only for JSON values of the wrong type; any text is a list
+		return "expected a list of strings, such as [\"numpy\", \"pandas\"] ([] for none)"
+	}
+	return "expected a string"
+}
+
+// setText sets v from the text form used by the environment and Set.
+func (f field) setText(v reflect.Value, s string) error {
+	switch f.kind {
+	case kindString:
+		v.SetString(s)
+	case kindInt:
+		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, f.bits)
+		if err != nil {
+			if errors.Is(err, strconv.ErrRange) {
+				return errors.New("the number is too large")
+			}
+			return errors.New(f.expected())
+		}
+		v.SetInt(n)
+	case kindSize:
+		n, err := ParseSize(s)
+		if err != nil {
+			return err
+		}
+		if v.OverflowInt(n) {
+			return errors.New("the size is too large")
+		}
+		v.SetInt(n)
+	case kindFloat:
+		x, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
+			return errors.New(f.expected())
+		}
+		v.SetFloat(x)
+	case kindList:
+		list := []string{}
+		for item := range strings.SplitSeq(s, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				list = append(list, item)
+			}
+		}
+		v.Set(reflect.ValueOf(list))
+	}
+	return nil
+}
+
+// setJSON sets v from the JSON value raw read from the config file.
+func (f field) setJSON(v reflect.Value, raw json.RawMessage) error {
+	raw = bytes.TrimSpace(raw)
+	if string(raw) == "null" {
+		return errors.New("null is not allowed; give a value, or leave the key out for the default")
+	}
+	isString, isNumber := raw[0] == '"', raw[0] == '-' || (raw[0] >= '0' && raw[0] <= '9')
+	got := string(raw)
+	if len(got) > 40 {
+		got = got[:37] + "..."
+	}
+	switch f.kind {
+	case kindString:
+		var s string
+		if !isString || json.Unmarshal(raw, &s) != nil {
+			return fmt.Errorf("%s, got %s", f.expected(), got)
+		}
+		v.SetString(s)
+	case kindInt, kindFloat:
+		if !isNumber {
+			return fmt.Errorf("%s, got %s", f.expected(), got)
+		}
+		if err := f.setText(v, string(raw)); err != nil {
+			return fmt.Errorf("%w, got %s", err, got)
+		}
+	case kindSize:
+		text := string(raw)
+		if isString {
+			if json.Unmarshal(raw, &text) != nil {
+				return fmt.Errorf("%s, got %s", f.expected(), got)
+			}
+		} else if !isNumber {
+			return fmt.Errorf("%s, got %s", f.expected(), got)
+		}
+		n, err := ParseSize(text)
+		if err != nil {
+			return err
+		}
+		if v.OverflowInt(n) {
+			return errors.New("the size is too large")
+		}
+		v.SetInt(n)
+	case kindList:
+		var list []string
+		if raw[0] != '[' || json.Unmarshal(raw, &list) != nil {
+			return fmt.Errorf("%s, got %s", f.expected(), got)
+		}
+		if list == nil {
+			list = []string{}
+		}
+		v.Set(reflect.ValueOf(list))
+	}
+	return nil
+}
+
+// format returns v in the text form setText reads.
+func (f field) format(v reflect.Value) string {
+	switch f.kind {
+	case kindInt, kindSize:
+		return strconv.FormatInt(v.Int(), 10)
+	case kindFloat:
+		return strconv.FormatFloat(v.Float(), 'g', -1, 64)
+	case kindList:
+		list := v.Interface().([]string)
+		return strings.Join(list, ",")
+	}
+	return v.String()
+}
