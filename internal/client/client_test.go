@@ -1,0 +1,379 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/httpapi"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// fakeExec is an httpapi.Executor that records requests and runs fn.
+type fakeExec struct {
+	cfg      sandbox.Config
+	readyErr error
+	fn       func(ctx context.Context, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error)
+
+	mu    sync.Mutex
+	calls []sandbox.Request
+}
+
+func (f *fakeExec) Execute(ctx context.Context, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
+	f.mu.Lock()
+	f.calls = append(f.calls, req)
+	f.mu.Unlock()
+	return f.fn(ctx, req, emit)
+}
+func (f *fakeExec) Ready(context.Context) error { return f.readyErr }
+func (f *fakeExec) Config() sandbox.Config      { return f.cfg }
+
+func (f *fakeExec) requests() []sandbox.Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]sandbox.Request(nil), f.calls...)
+}
+
+func result(stdout string) sandbox.Result {
+	return sandbox.Result{
+		ID: "ex_bbbbbbbbbbbbbbbbbbbbbbbbbb", Agent: "default", Outcome: sandbox.OutcomeOK, Success: true,
+		Stdout: stdout, Output: json.RawMessage(`[1,"二"]`), DurationMS: 7, TimeoutMS: 30000,
+		StartedAt: time.Date(2025, 6, 7, 8, 9, 10, 0, time.UTC),
+	}
+}
+
+func fixed(res sandbox.Result, err error) func(context.Context, sandbox.Request, func(sandbox.Event)) (sandbox.Result, error) {
+	return func(context.Context, sandbox.Request, func(sandbox.Event)) (sandbox.Result, error) { return res, err }
+}
+
+// daemon serves the real REST API over ex.
+func daemon(t *testing.T, ex httpapi.Executor) *Client {
+	t.Helper()
+	srv := httptest.NewServer(httpapi.NewHandler(ex, slog.New(slog.DiscardHandler)))
+	t.Cleanup(srv.Close)
+	return New(srv.URL+"/", nil)
+}
+
+func ptr(v int64) *int64 { return &v }
+
+func TestExecuteJSON(t *testing.T) {
+	const text = "测试 😀 <&>"
+	fake := &fakeExec{cfg: sandbox.DefaultConfig(), fn: fixed(result(text+"\n"), nil)}
+	c := daemon(t, fake)
+	res, err := c.Execute(context.Background(), ExecuteRequest{
+		Code: "print('" + text + "')", Input: json.RawMessage(`{"k": "v"}`), TimeoutMS: ptr(0), Agent: "bot",
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := result(text + "\n")
+	if res.ID != want.ID || res.Stdout != want.Stdout || string(res.Output) != string(want.Output) ||
+		!res.StartedAt.Equal(want.StartedAt) || res.Outcome != sandbox.OutcomeOK {
+		t.Errorf("result = %+v, want %+v", res, want)
+	}
+	reqs := fake.requests()
+	if len(reqs) != 1 {
+		t.Fatalf("Execute called %d times", len(reqs))
+	}
+	r := reqs[0]
+	if r.Code != "print('"+text+"')" || string(r.Input) != `{"k":"v"}` || r.Agent != "bot" || r.TimeoutMS == nil || *r.TimeoutMS != 0 {
+		t.Errorf("daemon got %+v (timeout %v)", r, r.TimeoutMS)
+	}
+}
+
+func TestExecuteOmitsAbsentFields(t *testing.T) {
+	fake := &fakeExec{cfg: sandbox.DefaultConfig(), fn: fixed(result(""), nil)}
+	if _, err := daemon(t, fake).Execute(context.Background(), ExecuteRequest{Code: "pass"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r := fake.requests()[0]; r.TimeoutMS != nil || r.Input != nil || r.Agent != "" {
+		t.Errorf("daemon got %+v, want only code", r)
+	}
+}
+
+// TestExecuteStreaming holds the run open until onEvent has seen the first chunk.
+func TestExecuteStreaming(t *testing.T) {
+	firstSeen := make(chan struct{})
+	fake := &fakeExec{cfg: sandbox.DefaultConfig()}
+	fake.fn = func(ctx context.Context, _ sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
+		emit(sandbox.Event{Stream: "stdout", Data: "一\n"})
+		select {
+		case <-firstSeen:
+		case <-ctx.Done():
+			return sandbox.Result{}, ctx.Err()
+		case <-time.After(10 * time.Second):
+			t.Error("onEvent did not get the first chunk while the run was going")
+		}
+		emit(sandbox.Event{Stream: "stderr", Data: "warning 😀\n"})
+		emit(sandbox.Event{Stream: "stdout", Data: "二\n"})
+		return result("一\n二\n"), nil
+	}
+	var got []sandbox.Event
+	res, err := daemon(t, fake).Execute(context.Background(), ExecuteRequest{Code: "x"}, func(ev sandbox.Event) {
+		if len(got) == 0 {
+			close(firstSeen)
+		}
+		got = append(got, ev)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []sandbox.Event{{Stream: "stdout", Data: "一\n"}, {Stream: "stderr", Data: "warning 😀\n"}, {Stream: "stdout", Data: "二\n"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("events = %q, want %q", got, want)
+	}
+	if res.Stdout != "一\n二\n" || res.ID != result("").ID {
+		t.Errorf("result = %+v", res)
+	}
+}
+
+// TestExecuteStreamingLargeResult checks that a result line of several MiB is read whole.
+func TestExecuteStreamingLargeResult(t *testing.T) {
+	big := strings.Repeat("0123456789abcdef", 6<<20/16) // 6 MiB
+	fake := &fakeExec{cfg: sandbox.DefaultConfig()}
+	fake.fn = func(_ context.Context, _ sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
+		emit(sandbox.Event{Stream: "stdout", Data: big})
+		return result(big), nil
+	}
+	var events int
+	res, err := daemon(t, fake).Execute(context.Background(), ExecuteRequest{Code: "x"}, func(ev sandbox.Event) {
+		events++
+		if ev.Data != big {
+			t.Errorf("event of %d bytes, want %d", len(ev.Data), len(big))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if events != 1 || res.Stdout != big {
+		t.Errorf("events %d, stdout %d bytes; want 1 and %d", events, len(res.Stdout), len(big))
+	}
+}
+
+func TestExecuteAPIErrors(t *testing.T) {
+	tests := []struct {
+		name       string
+		err        error
+		status     int
+		code       string
+		field      string
+		retryAfter time.Duration
+		text       string // the whole Error(), when set
+	}{
+		{"field", &sandbox.FieldError{Field: "timeout_ms", Message: "is 0; allowed range is 1 to 600000 milliseconds"},
+			400, "invalid_request", "timeout_ms", 0, "timeout_ms: is 0; allowed range is 1 to 600000 milliseconds (HTTP 400)"},
+		{"too large", &sandbox.FieldError{Field: "input", Message: "is 5 bytes of JSON; the limit is 4 bytes", TooLarge: true},
+			413, "too_large", "input", 0, "input: is 5 bytes of JSON; the limit is 4 bytes (HTTP 413)"},
+		{"busy", &sandbox.BusyError{Slots: 1, Queue: 0, RetryAfter: 2 * time.Second}, 429, "busy", "", 2 * time.Second, ""},
+		{"not ready", sandbox.ErrNotReady, 503, "not_ready", "", time.Second,
+			"sandbox is not ready (HTTP 503); retry after 1s"},
+		{"internal", errors.New("boom"), 500, "internal", "", 0, "internal error: boom (HTTP 500)"},
+	}
+	for _, tt := range tests {
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/stream=%v", tt.name, stream), func(t *testing.T) {
+				c := daemon(t, &fakeExec{cfg: sandbox.DefaultConfig(), fn: fixed(sandbox.Result{}, tt.err)})
+				var onEvent func(sandbox.Event)
+				if stream {
+					onEvent = func(sandbox.Event) { t.Error("unexpected event") }
+				}
+				_, err := c.Execute(context.Background(), ExecuteRequest{Code: "x"}, onEvent)
+				var ae *APIError
+				if !errors.As(err, &ae) {
+					t.Fatalf("error %v (%T) is not an *APIError", err, err)
+				}
+				if ae.Status != tt.status || ae.Code != tt.code || ae.Field != tt.field || ae.RetryAfter != tt.retryAfter {
+					t.Errorf("APIError = %+v, want status %d code %q field %q retry %s", ae, tt.status, tt.code, tt.field, tt.retryAfter)
+				}
+				if tt.text != "" && ae.Error() != tt.text {
+					t.Errorf("Error() = %q, want %q", ae.Error(), tt.text)
+				}
+			})
+		}
+	}
+}
+
+// TestExecuteValidationThroughService checks the message a person sees for a real refusal.
+func TestExecuteValidationThroughService(t *testing.T) {
+	svc := sandbox.NewService(failRuntime{t}, sandbox.DefaultConfig(), slog.New(slog.DiscardHandler))
+	_, err := daemon(t, svc).Execute(context.Background(), ExecuteRequest{Code: "print(1)", TimeoutMS: ptr(864000000)}, nil)
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Field != "timeout_ms" || ae.Status != 400 {
+		t.Fatalf("error = %#v", err)
+	}
+	const want = "timeout_ms: is 864000000; allowed range is 1 to 600000 milliseconds (omit it for the default of 30000) (HTTP 400)"
+	if err.Error() != want {
+		t.Errorf("Error() = %q, want %q", err.Error(), want)
+	}
+}
+
+type failRuntime struct{ t *testing.T }
+
+func (r failRuntime) Run(context.Context, int, sandbox.Spec, func(sandbox.Event)) (sandbox.Result, error) {
+	r.t.Error("Runtime.Run called for a request that should have been refused")
+	return sandbox.Result{}, errors.New("must not run")
+}
+func (failRuntime) Ready(context.Context) error { return nil }
+
+func TestExecuteStreamErrorAfterStart(t *testing.T) {
+	fake := &fakeExec{cfg: sandbox.DefaultConfig()}
+	fake.fn = func(_ context.Context, _ sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
+		emit(sandbox.Event{Stream: "stdout", Data: "partial"})
+		return sandbox.Result{}, errors.New("executor vanished")
+	}
+	var got []sandbox.Event
+	_, err := daemon(t, fake).Execute(context.Background(), ExecuteRequest{Code: "x"}, func(ev sandbox.Event) { got = append(got, ev) })
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Status != 0 || ae.Code != "internal" || !strings.Contains(ae.Message, "executor vanished") {
+		t.Fatalf("error = %#v", err)
+	}
+	if len(got) != 1 || got[0].Data != "partial" {
+		t.Errorf("events = %v", got)
+	}
+}
+
+// rawServer serves h without the REST API, for answers sandpit would not give.
+func rawServer(t *testing.T, h http.HandlerFunc) *Client {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return New(srv.URL, srv.Client())
+}
+
+func TestStreamCutShort(t *testing.T) {
+	c := rawServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		io.WriteString(w, `{"type":"stdout","data":"a"}`+"\n"+`{"type":"result","res`)
+	})
+	var n int
+	_, err := c.Execute(context.Background(), ExecuteRequest{Code: "x"}, func(sandbox.Event) { n++ })
+	if err == nil || n != 1 {
+		t.Fatalf("err %v, events %d; want an error after 1 event", err, n)
+	}
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestStreamEndsWithoutResult(t *testing.T) {
+	c := rawServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		io.WriteString(w, `{"type":"stdout","data":"a"}`+"\n"+`{"type":"progress","pct":50}`+"\n")
+	})
+	_, err := c.Execute(context.Background(), ExecuteRequest{Code: "x"}, func(sandbox.Event) {})
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("err = %v, want io.ErrUnexpectedEOF", err)
+	}
+}
+
+func TestNonSandpitErrorBody(t *testing.T) {
+	c := rawServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "7")
+		http.Error(w, "upstream connect error", http.StatusBadGateway)
+	})
+	_, err := c.Execute(context.Background(), ExecuteRequest{Code: "x"}, nil)
+	var ae *APIError
+	if !errors.As(err, &ae) {
+		t.Fatalf("err = %v", err)
+	}
+	if ae.Status != 502 || ae.Code != "" || ae.Message != "upstream connect error" || ae.RetryAfter != 7*time.Second {
+		t.Errorf("APIError = %+v", ae)
+	}
+	if got, want := ae.Error(), "upstream connect error (HTTP 502); retry after 7s"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+}
+
+func TestExecuteRefusesBadInputLocally(t *testing.T) {
+	c := rawServer(t, func(w http.ResponseWriter, r *http.Request) { t.Error("request sent") })
+	for _, req := range []ExecuteRequest{{Code: "print('\xff')"}, {Code: "x", Input: json.RawMessage(`{nope`)}} {
+		if _, err := c.Execute(context.Background(), req, nil); err == nil {
+			t.Errorf("Execute(%+v) succeeded", req)
+		}
+	}
+}
+
+func TestHealth(t *testing.T) {
+	c := daemon(t, &fakeExec{cfg: sandbox.DefaultConfig(), readyErr: sandbox.ErrNotReady})
+	if err := c.Health(context.Background()); err != nil {
+		t.Errorf("Health of a live daemon = %v", err)
+	}
+
+	// Nothing listening: an error, quickly.
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := New(url, nil).Health(ctx); err == nil {
+		t.Error("Health with no daemon succeeded")
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Health took %s", d)
+	}
+
+	// Something else listening.
+	other := rawServer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"healthy":true}`) })
+	if err := other.Health(context.Background()); err == nil {
+		t.Error("Health of a foreign server succeeded")
+	}
+	notFound := rawServer(t, http.NotFound)
+	if err := notFound.Health(context.Background()); err == nil {
+		t.Error("Health of a 404 server succeeded")
+	}
+}
+
+func TestReady(t *testing.T) {
+	c := daemon(t, &fakeExec{cfg: sandbox.DefaultConfig()})
+	if err := c.Ready(context.Background()); err != nil {
+		t.Errorf("Ready = %v", err)
+	}
+	c = daemon(t, &fakeExec{cfg: sandbox.DefaultConfig(), readyErr: fmt.Errorf("image is being pulled: %w", sandbox.ErrNotReady)})
+	err := c.Ready(context.Background())
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Status != 503 || ae.Code != "not_ready" || ae.Message != "image is being pulled: sandbox is not ready" || ae.RetryAfter != time.Second {
+		t.Errorf("Ready = %#v", err)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	cfg := sandbox.DefaultConfig()
+	cfg.MaxCodeBytes = 12345
+	l, err := daemon(t, &fakeExec{cfg: cfg}).Limits(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Slots != 4 || l.MaxCodeBytes != 12345 || l.MaxTimeoutMS != 600000 || l.MaxBodyBytes != int64(12345+cfg.MaxInputBytes+64<<10) ||
+		l.Limits != cfg.Limits {
+		t.Errorf("limits = %+v", l)
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	tests := []struct {
+		in   string
+		want time.Duration
+	}{
+		{"", 0}, {"3", 3 * time.Second}, {" 1 ", time.Second}, {"-4", 0}, {"soon", 0},
+		{time.Now().Add(-time.Hour).UTC().Format(http.TimeFormat), 0},
+	}
+	for _, tt := range tests {
+		if got := retryAfter(tt.in); got != tt.want {
+			t.Errorf("retryAfter(%q) = %s, want %s", tt.in, got, tt.want)
+		}
+	}
+	future := retryAfter(time.Now().Add(time.Minute).UTC().Format(http.TimeFormat))
+	if future < 58*time.Second || future > 61*time.Second {
+		t.Errorf("retryAfter(+1m date) = %s", future)
+	}
+}

@@ -1,0 +1,152 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// The error codes of the JSON error body.
+const (
+	CodeInvalidRequest   = "invalid_request"
+	CodeTooLarge         = "too_large"
+	CodeBusy             = "busy"
+	CodeNotReady         = "not_ready"
+	CodeInternal         = "internal"
+	CodeNotFound         = "not_found"
+	CodeMethodNotAllowed = "method_not_allowed"
+)
+
+// StatusClientClosedRequest is the status StatusOf gives when the client went away (its
+// request's context ended). Nothing is written for it: there is nobody left to read it.
+const StatusClientClosedRequest = 499
+
+// errorDetail is the "error" object of an error body or stream line.
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+// errorBody is the JSON body of every error answer.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+// requestError is a problem with the HTTP request itself (its body, route or method), found
+// before the sandbox sees it.
+type requestError struct {
+	status int
+	code   string
+	field  string
+	msg    string
+}
+
+func (e *requestError) Error() string { return e.msg }
+
+// classified is an error's HTTP answer.
+type classified struct {
+	status     int
+	retryAfter time.Duration // > 0: send Retry-After
+	detail     errorDetail
+}
+
+// classify maps an error to its HTTP answer. It is the only place that does.
+func classify(err error) classified {
+	var (
+		reqErr   *requestError
+		fieldErr *sandbox.FieldError
+		busyErr  *sandbox.BusyError
+		maxErr   *http.MaxBytesError
+	)
+	switch {
+	case errors.As(err, &reqErr):
+		return classified{status: reqErr.status,
+			detail: errorDetail{Code: reqErr.code, Message: reqErr.msg, Field: reqErr.field}}
+	case errors.As(err, &maxErr):
+		return classified{status: http.StatusRequestEntityTooLarge,
+			detail: errorDetail{Code: CodeTooLarge, Message: fmt.Sprintf(
+				"the request body is over the limit of %d bytes; send less code or a smaller input (see GET /v1/limits)",
+				maxErr.Limit)}}
+	case errors.As(err, &fieldErr):
+		status, code := http.StatusBadRequest, CodeInvalidRequest
+		if fieldErr.TooLarge {
+			status, code = http.StatusRequestEntityTooLarge, CodeTooLarge
+		}
+		return classified{status: status,
+			detail: errorDetail{Code: code, Message: fieldErr.Error(), Field: fieldErr.Field}}
+	case errors.As(err, &busyErr):
+		return classified{status: http.StatusTooManyRequests, retryAfter: max(busyErr.RetryAfter, time.Second),
+			detail: errorDetail{Code: CodeBusy, Message: err.Error()}}
+	case errors.Is(err, sandbox.ErrNotReady):
+		return classified{status: http.StatusServiceUnavailable, retryAfter: time.Second,
+			detail: errorDetail{Code: CodeNotReady, Message: err.Error()}}
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return classified{status: StatusClientClosedRequest,
+			detail: errorDetail{Code: CodeInternal, Message: err.Error()}}
+	default:
+		return classified{status: http.StatusInternalServerError,
+			detail: errorDetail{Code: CodeInternal, Message: "internal error: " + err.Error()}}
+	}
+}
+
+// StatusOf returns the HTTP status the API answers err with: 400 or 413 for a
+// *sandbox.FieldError, 429 for a *sandbox.BusyError, 503 for sandbox.ErrNotReady,
+// StatusClientClosedRequest for a context error, 500 for anything else.
+func StatusOf(err error) int { return classify(err).status }
+
+// writeError answers err as a JSON error body. For StatusClientClosedRequest it writes nothing.
+func writeError(w http.ResponseWriter, err error) {
+	e := classify(err)
+	if e.status == StatusClientClosedRequest {
+		return
+	}
+	setRetryAfter(w, e.retryAfter)
+	writeJSON(w, e.status, errorBody{Error: e.detail})
+}
+
+// setRetryAfter sets Retry-After to d in whole seconds, rounded up and at least 1; d <= 0 sets
+// nothing.
+func setRetryAfter(w http.ResponseWriter, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	secs := max(int64(math.Ceil(d.Seconds())), 1)
+	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+}
+
+// marshal encodes v as one line of JSON without HTML escaping, so that text (including
+// '<', '>', '&' and any non-ASCII UTF-8) keeps its bytes.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// writeJSON answers status with v as JSON.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = marshal(errorBody{Error: errorDetail{Code: CodeInternal,
+			Message: "internal error: encoding the answer: " + err.Error()}})
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}

@@ -1,0 +1,211 @@
+// Package httpapi serves sandpit's REST API over HTTP: POST /v1/executions runs Python code
+// (as one JSON answer, or as an NDJSON stream of output events ending with the result),
+// GET /v1/limits tells clients the limits in force, and GET /healthz and GET /readyz report
+// whether the daemon is alive and whether it can take runs.
+//
+// Every answer is JSON (or NDJSON for a stream); every error has the body
+//
+//	{"error": {"code": "...", "message": "...", "field": "..."}}
+//
+// where code is one of invalid_request, too_large, busy, not_ready, internal, not_found or
+// method_not_allowed, and field (omitted when empty) names the request field at fault. A
+// program that fails is not an error: its Result, with its outcome, comes back with 200.
+//
+// A client asks for a stream with "Accept: application/x-ndjson". The stream's lines are
+// {"type":"stdout","data":"..."} and {"type":"stderr","data":"..."} as the program writes, then
+// one {"type":"result","result":{...}}, or {"type":"error","error":{...}} if the run failed in
+// the system after output had been sent. A request refused before any output (invalid, busy,
+// not ready) gets the ordinary error status and body instead of a stream.
+//
+// The package never logs code, inputs or outputs.
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// Executor is what the API needs from the sandbox; *sandbox.Service satisfies it.
+type Executor interface {
+	Execute(ctx context.Context, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error)
+	Ready(ctx context.Context) error
+	Config() sandbox.Config
+}
+
+var _ Executor = (*sandbox.Service)(nil)
+
+// NDJSONContentType is the media type of a streamed execution: one JSON object per line.
+const NDJSONContentType = "application/x-ndjson"
+
+type api struct {
+	ex  Executor
+	log *slog.Logger
+	mux *http.ServeMux
+}
+
+// NewHandler returns the REST API served by ex. log receives one debug line per request and
+// the details of internal failures; nil discards them.
+//
+// Runs can last minutes, so POST /v1/executions lifts the server's WriteTimeout for its answer
+// and bounds each write it makes instead (one minute): a server may keep a short WriteTimeout
+// for everything else.
+func NewHandler(ex Executor, log *slog.Logger) http.Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	a := &api{ex: ex, log: log, mux: http.NewServeMux()}
+	a.mux.HandleFunc("POST /v1/executions", a.execute)
+	a.mux.HandleFunc("GET /v1/limits", a.limits)
+	a.mux.HandleFunc("GET /healthz", a.healthz)
+	a.mux.HandleFunc("GET /readyz", a.readyz)
+	return a
+}
+
+// ServeHTTP logs the request, recovers from panics and answers unknown routes in JSON.
+func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		p := recover()
+		if p != nil && p != http.ErrAbortHandler {
+			a.log.Error("panic in HTTP handler", "method", r.Method, "path", r.URL.Path,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			if rw.status == 0 {
+				writeError(rw, errors.New("the server failed while handling the request (a panic; see the daemon log)"))
+				p = nil
+			} else {
+				// The answer has begun and cannot be replaced: abort it, so the client sees a
+				// broken answer rather than a cut one that looks complete.
+				p = http.ErrAbortHandler
+			}
+		}
+		status := rw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		a.log.Debug("http request", "method", r.Method, "path", r.URL.Path, "status", status,
+			"duration_ms", time.Since(start).Milliseconds())
+		if p != nil {
+			panic(p)
+		}
+	}()
+
+	if h, pattern := a.mux.Handler(r); pattern == "" {
+		a.unrouted(rw, r, h)
+		return
+	}
+	a.mux.ServeHTTP(rw, r)
+}
+
+// unrouted answers a request no pattern matches, in JSON: 404, or 405 with Allow when the
+// path exists for other methods. h is the mux's own answer, consulted for its status and Allow.
+func (a *api) unrouted(w http.ResponseWriter, r *http.Request, h http.Handler) {
+	probe := &headerProbe{header: make(http.Header)}
+	h.ServeHTTP(probe, r)
+	if probe.status == http.StatusMethodNotAllowed {
+		allow := probe.header.Get("Allow")
+		w.Header().Set("Allow", allow)
+		writeError(w, &requestError{status: http.StatusMethodNotAllowed, code: CodeMethodNotAllowed,
+			msg: fmt.Sprintf("method %s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, allow)})
+		return
+	}
+	writeError(w, &requestError{status: http.StatusNotFound, code: CodeNotFound,
+		msg: fmt.Sprintf("no endpoint %s %s; the endpoints are POST /v1/executions, GET /v1/limits, GET /healthz and GET /readyz",
+			r.Method, r.URL.Path)})
+}
+
+func (a *api) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
+	err := a.ex.Ready(r.Context())
+	if err == nil {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		return
+	}
+	if !errors.Is(err, sandbox.ErrNotReady) {
+		err = fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
+	}
+	e := classify(err)
+	setRetryAfter(w, e.retryAfter)
+	writeJSON(w, http.StatusServiceUnavailable, struct {
+		Status string      `json:"status"`
+		Error  errorDetail `json:"error"`
+	}{"not_ready", e.detail})
+}
+
+// limitsBody is the JSON of GET /v1/limits.
+type limitsBody struct {
+	Slots            int            `json:"slots"`
+	QueueLength      int            `json:"queue_length"`
+	DefaultTimeoutMS int64          `json:"default_timeout_ms"`
+	MaxTimeoutMS     int64          `json:"max_timeout_ms"`
+	MaxCodeBytes     int            `json:"max_code_bytes"`
+	MaxInputBytes    int            `json:"max_input_bytes"`
+	MaxBodyBytes     int64          `json:"max_body_bytes"`
+	Limits           sandbox.Limits `json:"limits"`
+}
+
+func (a *api) limits(w http.ResponseWriter, r *http.Request) {
+	cfg := a.ex.Config()
+	writeJSON(w, http.StatusOK, limitsBody{
+		Slots:            cfg.Slots,
+		QueueLength:      cfg.QueueLength,
+		DefaultTimeoutMS: cfg.DefaultTimeout.Milliseconds(),
+		MaxTimeoutMS:     cfg.MaxTimeout.Milliseconds(),
+		MaxCodeBytes:     cfg.MaxCodeBytes,
+		MaxInputBytes:    cfg.MaxInputBytes,
+		MaxBodyBytes:     maxBodyBytes(cfg),
+		Limits:           cfg.Limits,
+	})
+}
+
+// statusWriter records the status written through it. Unwrap lets http.ResponseController
+// reach the underlying writer (Flush, SetWriteDeadline).
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// headerProbe is a ResponseWriter that keeps the status and headers and drops the body.
+type headerProbe struct {
+	header http.Header
+	status int
+}
+
+func (p *headerProbe) Header() http.Header { return p.header }
+func (p *headerProbe) WriteHeader(code int) {
+	if p.status == 0 {
+		p.status = code
+	}
+}
+func (p *headerProbe) Write(b []byte) (int, error) {
+	if p.status == 0 {
+		p.status = http.StatusOK
+	}
+	return len(b), nil
+}
