@@ -1,0 +1,24 @@
+// Command sandpit is the sandpit daemon and command line: `sandpit serve` runs the daemon,
+// `sandpit run` executes code, `sandpit image build` builds the sandbox image.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sandpit-dev/sandpit/internal/cli"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cli.Main(ctx, os.Args[1:], cli.Env{
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Lookup: os.LookupEnv, Version: version,
+	})
+	stop()
+	os.Exit(code)
+}

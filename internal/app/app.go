@@ -1,0 +1,187 @@
+// Package app is sandpit's composition root: it turns a config.Config into a running engine
+// (data directory lock, Docker client, warm-container runtime, execution service) and serves
+// it over HTTP. Nothing else wires packages together.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/sandpit-dev/sandpit/internal/config"
+	"github.com/sandpit-dev/sandpit/internal/datadir"
+	"github.com/sandpit-dev/sandpit/internal/httpapi"
+	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// Engine is a running sandbox: it owns the data directory and its warm container until Close.
+type Engine struct {
+	Service *sandbox.Service
+	Runtime *docker.Runtime
+	api     *client.Client
+	lock    *datadir.Lock
+}
+
+// DockerClient returns a client for the engine named by cfg.DockerHost, or by the Docker
+// environment (DOCKER_HOST, ...) when it is empty.
+func DockerClient(cfg config.Config) (*client.Client, error) {
+	opts := []client.Opt{client.FromEnv}
+	if cfg.DockerHost != "" {
+		opts = append(opts, client.WithHost(cfg.DockerHost))
+	}
+	c, err := client.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("configuring the Docker client: %w", err)
+	}
+	return c, nil
+}
+
+// RuntimeConfig derives the Docker runtime's configuration from cfg.
+func RuntimeConfig(cfg config.Config, progress io.Writer) (docker.Config, error) {
+	exe, err := cfg.Executor()
+	if err != nil {
+		return docker.Config{}, err
+	}
+	return docker.Config{
+		DataDir: cfg.DataDir,
+		Recipe: docker.Recipe{
+			BaseImage:    cfg.BaseImage,
+			Packages:     cfg.Packages,
+			Repository:   cfg.ImageRepository,
+			ExecutorPath: exe,
+		},
+		Box: docker.Box{
+			MemoryBytes:     cfg.MemoryBytes,
+			MemorySwapBytes: cfg.MemorySwap(),
+			NanoCPUs:        cfg.NanoCPUs(),
+			PidsLimit:       cfg.PidsLimit,
+			TmpBytes:        cfg.TmpBytes,
+			RunDirBytes:     cfg.RunDirBytes,
+			Network:         cfg.Network,
+			Slots:           cfg.Slots,
+		},
+		ReadyWait: 30 * time.Second,
+		Progress:  progress,
+	}, nil
+}
+
+// Open validates cfg, takes the data directory's lock (a *datadir.LockedError when another
+// engine owns it), builds the sandbox image if it is missing (its output goes to progress),
+// and starts the warm container.
+func Open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	rcfg, err := RuntimeConfig(cfg, progress)
+	if err != nil {
+		return nil, err
+	}
+	lock, err := datadir.Acquire(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	api, err := DockerClient(cfg)
+	if err != nil {
+		lock.Release()
+		return nil, err
+	}
+	rt, err := docker.Start(ctx, api, rcfg, log)
+	if err != nil {
+		api.Close()
+		lock.Release()
+		return nil, err
+	}
+	return &Engine{
+		Service: sandbox.NewService(rt, cfg.Sandbox(), log),
+		Runtime: rt,
+		api:     api,
+		lock:    lock,
+	}, nil
+}
+
+// Close stops the engine: running executions are killed, the warm container stays for the next
+// engine to adopt, and the data directory is released.
+func (e *Engine) Close() error {
+	err := e.Runtime.Close()
+	e.api.Close()
+	return errors.Join(err, e.lock.Release())
+}
+
+// BuildImage builds (or finds) the sandbox image for cfg, writing the build's output to
+// progress, and returns its tag.
+func BuildImage(ctx context.Context, cfg config.Config, progress io.Writer) (string, bool, error) {
+	rcfg, err := RuntimeConfig(cfg, progress)
+	if err != nil {
+		return "", false, err
+	}
+	api, err := DockerClient(cfg)
+	if err != nil {
+		return "", false, err
+	}
+	defer api.Close()
+	img, err := docker.Resolve(ctx, api, rcfg.Recipe)
+	if err != nil {
+		return "", false, err
+	}
+	exists, err := img.Exists(ctx, api)
+	if err != nil {
+		return "", false, err
+	}
+	if exists {
+		return img.Tag, false, nil
+	}
+	return img.Tag, true, img.Build(ctx, api, progress)
+}
+
+// Serve runs the daemon: it opens the engine, serves the REST API on cfg.Listen until ctx
+// ends, then shuts down gracefully (in-flight requests get shutdownGrace to finish).
+// ready, when not nil, receives the listener's address once the API accepts connections.
+func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer, ready func(addr string)) error {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w (set listen, SANDPIT_LISTEN or --listen to another address)", cfg.Listen, err)
+	}
+	defer ln.Close()
+	eng, err := Open(ctx, cfg, log, progress)
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+
+	srv := &http.Server{
+		Handler:           httpapi.NewHandler(eng.Service, log),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("sandpit is serving", "address", "http://"+ln.Addr().String(), "data_dir", cfg.DataDir,
+		"image", eng.Runtime.Image().Tag, "slots", cfg.Slots, "network", cfg.Network)
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving HTTP: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		log.Warn("in-flight requests did not finish in time; their runs are being killed", "error", err)
+	}
+	return nil
+}
+
+// shutdownGrace is how long a stopping daemon waits for in-flight requests.
+const shutdownGrace = 10 * time.Second

@@ -1,0 +1,133 @@
+// Package cli is sandpit's command line (cobra): `sandpit serve` runs the daemon, `sandpit run`
+// executes code through the daemon at SANDPIT_URL (or, when none answers, through an engine
+// started in the process for that one command), and `sandpit image build` builds the sandbox
+// image. Exit codes are decided in one place, ExitCode.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandpit-dev/sandpit/internal/config"
+)
+
+// Env is what the commands read and write besides their arguments.
+type Env struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Lookup reads environment variables (os.LookupEnv).
+	Lookup func(string) (string, bool)
+	// Version is the build's version string.
+	Version string
+}
+
+// options are the flags every command shares.
+type options struct {
+	env        Env
+	configFile string
+	settings   []setting // config flags, applied when given
+	verbose    bool
+}
+
+// Main runs the command line with args (without the program name) and returns the exit code.
+func Main(ctx context.Context, args []string, env Env) int {
+	opts := &options{env: env}
+	root := &cobra.Command{
+		Use:   "sandpit",
+		Short: "Run Python for AI agents in a warm, locked-down Docker sandbox",
+		Long: `sandpit runs Python code for AI agents in a warm, locked-down Docker container and returns
+stdout, stderr, the exit code, the duration and a JSON OUTPUT in milliseconds.
+
+Configuration: defaults < config file (--config, SANDPIT_CONFIG or ~/.config/sandpit/config.json)
+< SANDPIT_* environment variables < flags.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       env.Version,
+	}
+	root.SetArgs(args)
+	root.SetIn(env.Stdin)
+	root.SetOut(env.Stdout)
+	root.SetErr(env.Stderr)
+	pf := root.PersistentFlags()
+	pf.StringVar(&opts.configFile, "config", "", "config file (JSON)")
+	pf.BoolVarP(&opts.verbose, "verbose", "v", false, "log what sandpit does to stderr")
+	opts.configFlag(pf, "data-dir", "data_dir", "data directory (owns one warm container)")
+	opts.configFlag(pf, "base-image", "base_image", "base image of the sandbox image")
+	opts.configFlag(pf, "network", "network", `network policy of the sandbox: "full" or "none"`)
+	opts.configFlag(pf, "docker-host", "docker_host", "Docker engine address (default: the Docker environment)")
+
+	root.AddCommand(opts.serveCommand(), opts.runCommand(), opts.imageCommand(), opts.versionCommand())
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var exit *exitError
+	if errors.As(err, &exit) {
+		return exit.code
+	}
+	fmt.Fprintf(env.Stderr, "sandpit: %v\n", err)
+	return ExitCode(nil, err)
+}
+
+// configFlag registers a string flag that sets a config key when given.
+func (o *options) configFlag(fs interface {
+	StringVar(*string, string, string, string)
+}, name, key, usage string) {
+	s := setting{flag: name, key: key, value: new(string)}
+	fs.StringVar(s.value, name, "", usage+" [config key "+key+", env "+config.EnvName(key)+"]")
+	o.settings = append(o.settings, s)
+}
+
+// setting is a flag that sets a config key.
+type setting struct {
+	flag, key string
+	value     *string
+}
+
+// load builds the configuration: defaults < file < environment < the flags that were given.
+func (o *options) load(cmd *cobra.Command) (config.Config, error) {
+	cfg, err := config.LoadLookup(o.configFile, o.env.Lookup)
+	if err != nil {
+		return cfg, err
+	}
+	for _, s := range o.settings {
+		if f := cmd.Flags().Lookup(s.flag); f != nil && f.Changed {
+			if err := cfg.Set(s.key, *s.value); err != nil {
+				return cfg, fmt.Errorf("--%s: %w", s.flag, err)
+			}
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	return cfg, nil
+}
+
+func (o *options) logger(cfg config.Config, quiet bool) *slog.Logger {
+	if quiet && !o.verbose {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return cfg.Logger(o.env.Stderr)
+}
+
+// exitError carries a command's exit code without another message.
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+func (o *options) versionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print sandpit's version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintln(o.env.Stdout, "sandpit", o.env.Version)
+			return nil
+		},
+	}
+}

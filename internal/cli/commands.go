@@ -1,0 +1,235 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandpit-dev/sandpit/internal/app"
+	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/datadir"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// DefaultURL is where `sandpit run` looks for a daemon when SANDPIT_URL is not set.
+const DefaultURL = "http://127.0.0.1:8765"
+
+func (o *options) serveCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the daemon: keep a warm sandbox and serve the REST API",
+		Long: `Run the sandpit daemon. It builds the sandbox image when missing (showing the build),
+starts or adopts the warm container of its data directory, and serves the REST API
+(POST /v1/executions, GET /healthz, GET /readyz, GET /v1/limits) until interrupted.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := o.load(cmd)
+			if err != nil {
+				return err
+			}
+			log := o.logger(cfg, false)
+			return app.Serve(cmd.Context(), cfg, log, o.env.Stderr, nil)
+		},
+	}
+	o.configFlag(cmd.Flags(), "listen", "listen", "address of the REST API")
+	o.configFlag(cmd.Flags(), "slots", "slots", "runs executed at once")
+	return cmd
+}
+
+func (o *options) imageCommand() *cobra.Command {
+	image := &cobra.Command{Use: "image", Short: "Manage the sandbox image"}
+	build := &cobra.Command{
+		Use:   "build",
+		Short: "Build the sandbox image (or confirm it is up to date)",
+		Long: `Build the sandbox image through the Docker engine from the embedded Dockerfile: the base
+image, the preinstalled packages, the slot users, sandpit-executor and the Python bootstrap.
+The tag carries a hash of the recipe, so an unchanged recipe is reused and a changed one
+rebuilds. Without a container registry, build a base first with scripts/offline-base-image.sh
+and pass --base-image sandpit-base:bookworm.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := o.load(cmd)
+			if err != nil {
+				return err
+			}
+			tag, built, err := app.BuildImage(cmd.Context(), cfg, o.env.Stderr)
+			if err != nil {
+				return err
+			}
+			if built {
+				fmt.Fprintf(o.env.Stdout, "built %s\n", tag)
+			} else {
+				fmt.Fprintf(o.env.Stdout, "up to date: %s\n", tag)
+			}
+			return nil
+		},
+	}
+	o.configFlag(build.Flags(), "packages", "packages", "comma-separated packages to preinstall (empty for none)")
+	image.AddCommand(build)
+	return image
+}
+
+type runFlags struct {
+	code    string
+	input   string
+	timeout time.Duration
+	agent   string
+	json    bool
+	url     string
+	local   bool
+}
+
+func (o *options) runCommand() *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run [FILE | -c CODE | -]",
+		Short: "Run Python code in the sandbox",
+		Long: `Run Python code in the sandbox and print its stdout and stderr as they come.
+
+The code comes from FILE, from -c CODE, or from standard input with "-". INPUT is the JSON
+given with --input (inline, or @FILE). If the code sets a global OUTPUT, --json shows it.
+
+sandpit run uses the daemon at SANDPIT_URL (default ` + DefaultURL + `) when one answers;
+otherwise it starts the engine itself for this one command (building the image if needed).
+
+Exit status: the program's own status; 124 timeout; 137 memory_limit; 125 output_limit;
+128+N killed by signal N; 64 invalid request; 69 sandbox not ready; 70 sandbox_error;
+75 busy or the data directory is in use.`,
+		Example: `  sandpit run -c 'print(sum(INPUT))' --input '[1,2,3]'
+  sandpit run script.py --timeout 10s --json
+  echo 'print("hi")' | sandpit run -`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.run(cmd, f, args)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&f.code, "code", "c", "", "the code to run")
+	fl.StringVar(&f.input, "input", "", "INPUT as JSON, or @FILE to read it from a file")
+	fl.DurationVar(&f.timeout, "timeout", 0, "wall-clock limit, e.g. 30s (default: the server's, 30s)")
+	fl.StringVar(&f.agent, "agent", "", `agent namespace (default "default")`)
+	fl.BoolVar(&f.json, "json", false, "print the whole result as JSON instead of the program's output")
+	fl.StringVar(&f.url, "url", "", "daemon URL (default $SANDPIT_URL or "+DefaultURL+")")
+	fl.BoolVar(&f.local, "local", false, "do not look for a daemon: run the engine in this process")
+	return cmd
+}
+
+func (o *options) run(cmd *cobra.Command, f runFlags, args []string) error {
+	code, err := o.readCode(f, args)
+	if err != nil {
+		return err
+	}
+	req := client.ExecuteRequest{Code: code, Agent: f.agent}
+	if f.input != "" {
+		in := []byte(f.input)
+		if name, ok := strings.CutPrefix(f.input, "@"); ok {
+			if in, err = os.ReadFile(name); err != nil {
+				return fmt.Errorf("--input: %w", err)
+			}
+		}
+		if !json.Valid(in) {
+			return fmt.Errorf("--input is not valid JSON: give a JSON value such as '[1,2,3]' or '{\"a\": 1}', or @FILE")
+		}
+		req.Input = json.RawMessage(in)
+	}
+	if cmd.Flags().Changed("timeout") {
+		ms := f.timeout.Milliseconds()
+		if ms < 1 {
+			return fmt.Errorf("--timeout %s is too short: give at least 1ms, e.g. --timeout 30s", f.timeout)
+		}
+		req.TimeoutMS = &ms
+	}
+	var emit func(sandbox.Event)
+	if !f.json {
+		emit = func(e sandbox.Event) {
+			w := o.env.Stdout
+			if e.Stream == "stderr" {
+				w = o.env.Stderr
+			}
+			io.WriteString(w, e.Data)
+		}
+	}
+
+	res, err := o.execute(cmd, f, req, emit)
+	if err != nil {
+		return err
+	}
+	if f.json {
+		enc := json.NewEncoder(o.env.Stdout)
+		enc.SetEscapeHTML(false)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else if res.Outcome != sandbox.OutcomeOK && res.Outcome != sandbox.OutcomeError {
+		fmt.Fprintf(o.env.Stderr, "sandpit: %s: %s\n", res.Outcome, res.Reason)
+	}
+	if code := ExitCode(&res, nil); code != 0 {
+		return &exitError{code: code}
+	}
+	return nil
+}
+
+// execute runs req through the daemon when one answers, else through a local engine.
+func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequest, emit func(sandbox.Event)) (sandbox.Result, error) {
+	ctx := cmd.Context()
+	url := f.url
+	if url == "" {
+		url, _ = o.env.Lookup("SANDPIT_URL")
+	}
+	if url == "" {
+		url = DefaultURL
+	}
+	var daemonErr error
+	if !f.local {
+		c := client.New(url, nil)
+		hctx, cancel := context.WithTimeout(ctx, time.Second)
+		daemonErr = c.Health(hctx)
+		cancel()
+		if daemonErr == nil {
+			return c.Execute(ctx, req, emit)
+		}
+	}
+
+	cfg, err := o.load(cmd)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	eng, err := app.Open(ctx, cfg, o.logger(cfg, true), o.env.Stderr)
+	if err != nil {
+		var locked *datadir.LockedError
+		if errors.As(err, &locked) && daemonErr != nil {
+			err = fmt.Errorf("%w; its daemon did not answer at %s (%v): set SANDPIT_URL to its address, or stop it", err, url, daemonErr)
+		}
+		return sandbox.Result{}, err
+	}
+	defer eng.Close()
+	return eng.Service.Execute(ctx, sandbox.Request{Code: req.Code, Input: req.Input, TimeoutMS: req.TimeoutMS, Agent: req.Agent}, emit)
+}
+
+func (o *options) readCode(f runFlags, args []string) (string, error) {
+	switch {
+	case f.code != "" && len(args) > 0:
+		return "", errors.New("give the code either with -c or as FILE, not both")
+	case f.code != "":
+		return f.code, nil
+	case len(args) == 0:
+		return "", errors.New("no code: give a FILE, -c CODE, or - to read standard input (see sandpit run --help)")
+	case args[0] == "-":
+		b, err := io.ReadAll(o.env.Stdin)
+		return string(b), err
+	default:
+		b, err := os.ReadFile(args[0])
+		if err != nil {
+			return "", fmt.Errorf("reading the code: %w", err)
+		}
+		return string(b), nil
+	}
+}

@@ -1,0 +1,73 @@
+// Package datadir guards a sandpit data directory: one engine (a daemon, or a CLI running the
+// engine itself) owns a data directory and its warm container at a time, enforced with an
+// advisory lock (flock) on DIR/lock that the kernel releases when the owner dies.
+package datadir
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// LockedError means another live process owns the data directory.
+type LockedError struct {
+	Dir string
+	// PID is the owner's process ID as it recorded it (0 when unknown).
+	PID int
+}
+
+func (e *LockedError) Error() string {
+	owner := "another sandpit process"
+	if e.PID > 0 {
+		owner = fmt.Sprintf("sandpit process %d", e.PID)
+	}
+	return fmt.Sprintf("data directory %s is in use by %s; one data directory's sandbox is driven by one engine at a time", e.Dir, owner)
+}
+
+// Lock is a held data directory.
+type Lock struct {
+	f *os.File
+}
+
+// Acquire creates dir (mode 0700) if needed and takes its lock without waiting.
+// It returns a *LockedError when another process holds it.
+func Acquire(dir string) (*Lock, error) {
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("data directory %q must be an absolute path", dir)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating data directory: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening the data directory's lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		data, _ := os.ReadFile(f.Name())
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+			return nil, &LockedError{Dir: dir, PID: pid}
+		}
+		return nil, fmt.Errorf("locking the data directory: %w", err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return &Lock{f: f}, nil
+}
+
+// Release gives the lock up. It is idempotent.
+func (l *Lock) Release() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	_ = l.f.Truncate(0)
+	err := l.f.Close() // closing the descriptor releases the flock
+	l.f = nil
+	return err
+}

@@ -1,0 +1,35 @@
+package datadir
+
+import (
+	"errors"
+	"os"
+	"testing"
+)
+
+func TestAcquireIsExclusive(t *testing.T) {
+	dir := t.TempDir()
+	first, err := Acquire(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Acquire(dir)
+	var locked *LockedError
+	if !errors.As(err, &locked) || locked.PID != os.Getpid() || locked.Dir != dir {
+		t.Fatalf("second Acquire: %v, want a LockedError naming pid %d", err, os.Getpid())
+	}
+	if err := first.Release(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Acquire(dir)
+	if err != nil {
+		t.Fatalf("Acquire after Release: %v", err)
+	}
+	again.Release()
+	again.Release() // idempotent
+}
+
+func TestAcquireRejectsRelativePath(t *testing.T) {
+	if _, err := Acquire("relative/dir"); err == nil {
+		t.Fatal("relative data directory accepted")
+	}
+}

@@ -1,0 +1,145 @@
+package docker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+)
+
+// Labels on sandpit's containers and images.
+const (
+	labelManaged = "dev.sandpit.managed"
+	labelDataDir = "dev.sandpit.data-dir"
+	labelConfig  = "dev.sandpit.config"
+)
+
+// Box is the warm container's whole-box limits and hardening.
+type Box struct {
+	// MemoryBytes is the container's memory limit; MemorySwapBytes its memory+swap limit
+	// (equal to MemoryBytes means no swap).
+	MemoryBytes, MemorySwapBytes int64
+	// NanoCPUs is the CPU quota in billionths of a CPU (1e9 = one CPU).
+	NanoCPUs int64
+	// PidsLimit caps the container's processes and threads.
+	PidsLimit int64
+	// TmpBytes and RunDirBytes size the tmpfs mounts of /tmp and /sandbox (the run directories).
+	TmpBytes, RunDirBytes int64
+	// Network is "full" (the engine's default bridge) or "none" (no network interface but lo).
+	Network string
+	// Slots is how many slots the executor serves (at most MaxSlots).
+	Slots int
+}
+
+// capabilities the executor needs: switch to the slot uids, kill their processes, hand run
+// directories to them and remove what they left.
+var capabilities = []string{"SETUID", "SETGID", "KILL", "CHOWN", "FOWNER", "DAC_OVERRIDE"}
+
+// spec is the container's whole configuration, derived from the image and the box.
+func (b Box) spec(img Image, dataDir string) (*container.Config, *container.HostConfig, string) {
+	network := container.NetworkMode("bridge")
+	if b.Network == "none" {
+		network = "none"
+	}
+	host := &container.HostConfig{
+		Resources: container.Resources{
+			Memory:     b.MemoryBytes,
+			MemorySwap: b.MemorySwapBytes,
+			NanoCPUs:   b.NanoCPUs,
+			PidsLimit:  ptr(b.PidsLimit),
+		},
+		ReadonlyRootfs: true,
+		Tmpfs: map[string]string{
+			"/tmp":     "rw,nosuid,nodev,mode=1777,size=" + strconv.FormatInt(b.TmpBytes, 10),
+			"/sandbox": "rw,nosuid,nodev,mode=0711,size=" + strconv.FormatInt(b.RunDirBytes, 10),
+		},
+		CapDrop:       []string{"ALL"},
+		CapAdd:        capabilities,
+		SecurityOpt:   []string{"no-new-privileges"},
+		Init:          ptr(true),
+		LogConfig:     container.LogConfig{Type: "none"},
+		NetworkMode:   network,
+		RestartPolicy: container.RestartPolicy{Name: "no"},
+	}
+	cfg := &container.Config{
+		Image:      img.Tag,
+		Cmd:        []string{"sleep", "infinity"},
+		User:       "0",
+		WorkingDir: "/sandbox",
+		Labels: map[string]string{
+			labelManaged: "1",
+			labelDataDir: dataDir,
+		},
+	}
+	// The config label is a hash of everything above: a container made with other settings is
+	// replaced, not adopted.
+	raw, _ := json.Marshal(struct {
+		C *container.Config
+		H *container.HostConfig
+		S int
+	}{cfg, host, b.Slots})
+	sum := sha256.Sum256(raw)
+	hash := hex.EncodeToString(sum[:])[:16]
+	cfg.Labels[labelConfig] = hash
+	return cfg, host, hash
+}
+
+// containerName is the warm container's name for a data directory.
+func containerName(dataDir string) string {
+	sum := sha256.Sum256([]byte(dataDir))
+	return "sandpit-" + hex.EncodeToString(sum[:])[:12]
+}
+
+// ensureContainer adopts the data directory's running container when its configuration hash
+// matches, and otherwise removes every container labelled for the data directory and creates
+// and starts a new one. It returns the container's ID and whether it was adopted.
+func ensureContainer(ctx context.Context, api client.APIClient, log *slog.Logger, img Image, box Box, dataDir string) (string, bool, error) {
+	cfg, host, hash := box.spec(img, dataDir)
+	list, err := api.ContainerList(ctx, client.ContainerListOptions{
+		All:     true,
+		Filters: make(client.Filters).Add("label", labelDataDir+"="+dataDir),
+	})
+	if err != nil {
+		return "", false, fmt.Errorf("listing sandpit containers: %w", err)
+	}
+	adopted := ""
+	for _, c := range list.Items {
+		if adopted == "" && c.Labels[labelConfig] == hash && c.State == container.StateRunning {
+			adopted = c.ID
+			continue
+		}
+		log.Info("removing a sandpit container that is stopped or has other settings", "container", shortID(c.ID), "state", c.State)
+		if _, err := api.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			return "", false, fmt.Errorf("removing container %s: %w", shortID(c.ID), err)
+		}
+	}
+	if adopted != "" {
+		return adopted, true, nil
+	}
+	created, err := api.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: host, Name: containerName(dataDir)})
+	if err != nil {
+		return "", false, fmt.Errorf("creating the sandbox container: %w", err)
+	}
+	for _, w := range created.Warnings {
+		log.Warn("engine warning creating the sandbox container", "warning", w)
+	}
+	if _, err := api.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		_, _ = api.ContainerRemove(ctx, created.ID, client.ContainerRemoveOptions{Force: true})
+		return "", false, fmt.Errorf("starting the sandbox container: %w", err)
+	}
+	return created.ID, false, nil
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}

@@ -1,0 +1,309 @@
+package docker_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/sandbox/sandboxtest"
+)
+
+var (
+	api          client.APIClient
+	executorPath string
+	engineErr    error
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	c, err := client.New(client.FromEnv)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err = c.Ping(ctx, client.PingOptions{})
+		cancel()
+	}
+	if err != nil {
+		engineErr = fmt.Errorf("no Docker engine: %w", err)
+		return m.Run()
+	}
+	api = c
+	dir, err := os.MkdirTemp("", "sandpit-executor")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	executorPath = filepath.Join(dir, "sandpit-executor")
+	build := exec.Command("go", "build", "-o", executorPath, "github.com/sandpit-dev/sandpit/cmd/sandpit-executor")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	if out, err := build.CombinedOutput(); err != nil {
+		engineErr = fmt.Errorf("building the executor: %v\n%s", err, out)
+	}
+	return m.Run()
+}
+
+// needEngine skips the test without a Docker engine, or fails it when SANDPIT_REQUIRE_DOCKER=1.
+func needEngine(t *testing.T) {
+	t.Helper()
+	if engineErr == nil {
+		return
+	}
+	if os.Getenv("SANDPIT_REQUIRE_DOCKER") == "1" {
+		t.Fatalf("SANDPIT_REQUIRE_DOCKER=1 but: %v", engineErr)
+	}
+	t.Skipf("skipping the real-engine test: %v (set SANDPIT_REQUIRE_DOCKER=1 to make this a failure)", engineErr)
+}
+
+// baseImage is SANDPIT_TEST_BASE_IMAGE, or the offline base when the engine has it, or the default.
+func baseImage(t *testing.T) string {
+	if b := os.Getenv("SANDPIT_TEST_BASE_IMAGE"); b != "" {
+		return b
+	}
+	if _, err := api.ImageInspect(context.Background(), "sandpit-base:bookworm"); err == nil {
+		return "sandpit-base:bookworm"
+	}
+	return "python:3.11-slim"
+}
+
+func testConfig(t *testing.T, dataDir string) docker.Config {
+	return docker.Config{
+		DataDir: dataDir,
+		Recipe: docker.Recipe{
+			BaseImage:    baseImage(t),
+			Packages:     []string{"pandas", "numpy", "matplotlib", "scipy", "requests", "beautifulsoup4", "Pillow"},
+			Repository:   "sandpit-sandbox",
+			ExecutorPath: executorPath,
+		},
+		Box: docker.Box{
+			MemoryBytes: 512 << 20, MemorySwapBytes: 512 << 20, NanoCPUs: 1e9, PidsLimit: 512,
+			TmpBytes: 256 << 20, RunDirBytes: 256 << 20, Network: "full", Slots: 4,
+		},
+		ReadyWait: 30 * time.Second,
+	}
+}
+
+func testLogger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// startRuntime starts a runtime on a fresh data directory and removes its container at the end.
+func startRuntime(t *testing.T, mutate func(*docker.Config)) (*docker.Runtime, docker.Config) {
+	t.Helper()
+	needEngine(t)
+	cfg := testConfig(t, t.TempDir())
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	rt, err := docker.Start(ctx, api, cfg, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		rt.Close()
+		removeContainers(t, cfg.DataDir)
+	})
+	return rt, cfg
+}
+
+func removeContainers(t *testing.T, dataDir string) {
+	list, err := api.ContainerList(context.Background(), client.ContainerListOptions{All: true,
+		Filters: make(client.Filters).Add("label", "dev.sandpit.data-dir="+dataDir)})
+	if err != nil {
+		t.Errorf("listing containers: %v", err)
+		return
+	}
+	for _, c := range list.Items {
+		_, _ = api.ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true})
+	}
+}
+
+func containersOf(t *testing.T, dataDir string) []string {
+	t.Helper()
+	list, err := api.ContainerList(context.Background(), client.ContainerListOptions{All: true,
+		Filters: make(client.Filters).Add("label", "dev.sandpit.data-dir="+dataDir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range list.Items {
+		ids = append(ids, c.ID)
+	}
+	return ids
+}
+
+func TestConformanceDocker(t *testing.T) {
+	rt, _ := startRuntime(t, nil)
+	sandboxtest.Run(t, sandboxtest.Harness{
+		Runtime:      rt,
+		Slots:        4,
+		ReadOnlyRoot: true,
+		HasModule: func(name string) bool {
+			res := sandboxtest.Exec(t, rt, 0, sandboxtest.Spec("import "+name, 30*time.Second), nil)
+			return res.Outcome == sandbox.OutcomeOK
+		},
+	})
+}
+
+func TestContainerHardening(t *testing.T) {
+	rt, cfg := startRuntime(t, nil)
+	got, err := api.ContainerInspect(context.Background(), rt.ContainerID(), client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := got.Container
+	h := c.HostConfig
+	checks := []struct {
+		name string
+		ok   bool
+	}{
+		{"memory 512 MiB", h.Memory == cfg.Box.MemoryBytes},
+		{"swap equal to memory", h.MemorySwap == cfg.Box.MemoryBytes},
+		{"1 CPU", h.NanoCPUs == 1e9},
+		{"pids limit", h.PidsLimit != nil && *h.PidsLimit == 512},
+		{"read-only root", h.ReadonlyRootfs},
+		{"tmpfs /tmp capped", strings.Contains(h.Tmpfs["/tmp"], "size=268435456")},
+		{"tmpfs /sandbox capped", strings.Contains(h.Tmpfs["/sandbox"], "size=268435456")},
+		{"cap-drop ALL", len(h.CapDrop) == 1 && h.CapDrop[0] == "ALL"},
+		{"only the executor's caps", len(h.CapAdd) == 6},
+		{"no-new-privileges", len(h.SecurityOpt) == 1 && h.SecurityOpt[0] == "no-new-privileges"},
+		{"init process", h.Init != nil && *h.Init},
+		{"no host mounts", len(c.Mounts) == 0 && len(h.Binds) == 0 && len(h.Mounts) == 0},
+		{"no published ports", len(h.PortBindings) == 0 && !h.PublishAllPorts},
+		{"log driver none", h.LogConfig.Type == "none"},
+		{"not privileged", !h.Privileged},
+		{"labelled with its data dir", c.Config.Labels["dev.sandpit.data-dir"] == cfg.DataDir},
+	}
+	for _, check := range checks {
+		if !check.ok {
+			t.Errorf("container lacks %s: %+v", check.name, h)
+		}
+	}
+}
+
+func TestRestartAdoptsTheWarmContainer(t *testing.T) {
+	rt, cfg := startRuntime(t, nil)
+	first := rt.ContainerID()
+	rt.Close()
+
+	ctx := context.Background()
+	again, err := docker.Start(ctx, api, cfg, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if again.ContainerID() != first {
+		t.Fatalf("restart made container %s instead of adopting %s", again.ContainerID(), first)
+	}
+	if ids := containersOf(t, cfg.DataDir); len(ids) != 1 {
+		t.Fatalf("%d containers for the data directory, want 1", len(ids))
+	}
+	res := sandboxtest.Exec(t, again, 0, sandboxtest.Spec("print(1)", 10*time.Second), nil)
+	if res.Outcome != sandbox.OutcomeOK {
+		t.Fatalf("run after adoption: %+v", res)
+	}
+	again.Close()
+
+	// Other settings: the old container is replaced, not adopted.
+	cfg.Box.PidsLimit = 300
+	changed, err := docker.Start(ctx, api, cfg, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer changed.Close()
+	if changed.ContainerID() == first {
+		t.Fatal("a container with other settings was adopted")
+	}
+	if ids := containersOf(t, cfg.DataDir); len(ids) != 1 {
+		t.Fatalf("%d containers after replacement, want 1", len(ids))
+	}
+}
+
+// H17: the container is killed from outside during a run.
+func TestContainerKilledDuringRun(t *testing.T) {
+	rt, cfg := startRuntime(t, nil)
+	svc := sandbox.NewService(rt, sandbox.DefaultConfig(), testLogger())
+	done := make(chan sandbox.Result, 1)
+	go func() {
+		res, err := svc.Execute(context.Background(), sandbox.Request{Code: "print('before', flush=True)\nimport time; time.sleep(30)"}, nil)
+		if err != nil {
+			t.Errorf("execute: %v", err)
+		}
+		done <- res
+	}()
+	time.Sleep(2 * time.Second)
+	if _, err := api.ContainerKill(context.Background(), rt.ContainerID(), client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		t.Fatal(err)
+	}
+	var res sandbox.Result
+	select {
+	case res = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the run did not end after its container was killed")
+	}
+	if res.Outcome != sandbox.OutcomeSandboxError || res.Reason == "" || res.Stdout != "before\n" {
+		t.Fatalf("outcome %q reason %q stdout %q, want sandbox_error with a reason and the output so far", res.Outcome, res.Reason, res.Stdout)
+	}
+	next, err := svc.Execute(context.Background(), sandbox.Request{Code: "print(2)"}, nil)
+	if err != nil || next.Outcome != sandbox.OutcomeOK || next.Stdout != "2\n" {
+		t.Fatalf("next run: %+v %v", next, err)
+	}
+	if ids := containersOf(t, cfg.DataDir); len(ids) != 1 {
+		t.Fatalf("%d containers after recovery, want 1", len(ids))
+	}
+}
+
+// The executor process is killed inside the container during a run.
+func TestExecutorKilledDuringRun(t *testing.T) {
+	rt, _ := startRuntime(t, nil)
+	svc := sandbox.NewService(rt, sandbox.DefaultConfig(), testLogger())
+	done := make(chan sandbox.Result, 1)
+	go func() {
+		res, _ := svc.Execute(context.Background(), sandbox.Request{Code: "import time; time.sleep(30)"}, nil)
+		done <- res
+	}()
+	time.Sleep(2 * time.Second)
+	out, err := exec.Command("docker", "exec", rt.ContainerID(), "sh", "-c", "kill -9 $(cat /sandbox/executor.pid)").CombinedOutput()
+	if err != nil {
+		t.Fatalf("killing the executor: %v %s", err, out)
+	}
+	res := <-done
+	if res.Outcome != sandbox.OutcomeSandboxError {
+		t.Fatalf("outcome %q, want sandbox_error", res.Outcome)
+	}
+	next, err := svc.Execute(context.Background(), sandbox.Request{Code: "import os\nprint(sum(1 for p in os.listdir('/proc') if p.isdigit() and os.stat('/proc/'+p).st_uid >= 10000))"}, nil)
+	if err != nil || next.Outcome != sandbox.OutcomeOK || next.Stdout != "1\n" {
+		t.Fatalf("next run (counting slot processes): %+v %v", next, err)
+	}
+}
+
+// H10: with network policy none the code's own exception comes back; with full it is allowed.
+func TestNetworkPolicy(t *testing.T) {
+	code := "import urllib.request\ntry:\n    urllib.request.urlopen('http://169.254.169.254/', timeout=3)\nexcept Exception as e:\n    print(type(e).__name__)\n    raise\n"
+	rt, _ := startRuntime(t, func(c *docker.Config) { c.Box.Network = "none" })
+	res := sandboxtest.Exec(t, rt, 0, sandboxtest.Spec(code, 20*time.Second), nil)
+	if res.Outcome != sandbox.OutcomeError || !strings.Contains(res.Stderr, "URLError") {
+		t.Fatalf("network none: outcome %q stderr %q", res.Outcome, res.Stderr)
+	}
+	ifaces := sandboxtest.Exec(t, rt, 0, sandboxtest.Spec("import socket; print(sorted(n for _, n in socket.if_nameindex()))", 10*time.Second), nil)
+	if ifaces.Stdout != "['lo']\n" {
+		t.Fatalf("network none has interfaces %q", ifaces.Stdout)
+	}
+}

@@ -1,0 +1,174 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/jsonstream"
+	"github.com/moby/moby/client"
+
+	"github.com/sandpit-dev/sandpit/internal/bootstrap"
+)
+
+//go:embed Dockerfile
+var dockerfile []byte
+
+// UIDBase is the uid of slot 0 in the image; slot N runs as UIDBase+N.
+const UIDBase = 10000
+
+// MaxSlots is how many slot users the image has.
+const MaxSlots = 64
+
+// Recipe is everything that decides the sandbox image's content.
+type Recipe struct {
+	// BaseImage is the image to build on; it must have python3 (default python:3.11-slim).
+	BaseImage string
+	// Packages are pip requirement names preinstalled when the base lacks them.
+	Packages []string
+	// Repository is the image repository; the tag is the recipe's hash.
+	Repository string
+	// ExecutorPath is the sandpit-executor binary (static, linux) copied into the image.
+	ExecutorPath string
+}
+
+// Image is a recipe resolved to its tag.
+type Image struct {
+	Recipe
+	// Tag is Repository:hash, where hash covers the Dockerfile, the base image (name and, when
+	// present locally, ID), the packages, the executor binary and the bootstrap.
+	Tag      string
+	executor []byte
+}
+
+// Resolve reads the executor binary and computes the image's tag. It does not talk to the
+// engine except to read the base image's ID.
+func Resolve(ctx context.Context, api client.APIClient, r Recipe) (Image, error) {
+	exe, err := os.ReadFile(r.ExecutorPath)
+	if err != nil {
+		return Image{}, fmt.Errorf("reading the executor binary: %w (build it with `make build`, or set executor_path)", err)
+	}
+	h := sha256.New()
+	for _, part := range [][]byte{dockerfile, bootstrap.Source, exe, []byte(r.BaseImage), []byte(strings.Join(r.Packages, " "))} {
+		fmt.Fprintf(h, "%d:", len(part))
+		h.Write(part)
+	}
+	if base, err := api.ImageInspect(ctx, r.BaseImage); err == nil {
+		h.Write([]byte(base.ID))
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	return Image{Recipe: r, Tag: r.Repository + ":" + sum[:16], executor: exe}, nil
+}
+
+// Exists reports whether the image is in the engine already.
+func (img Image) Exists(ctx context.Context, api client.APIClient) (bool, error) {
+	_, err := api.ImageInspect(ctx, img.Tag)
+	if err == nil {
+		return true, nil
+	}
+	if cerrdefs.IsNotFound(err) {
+		return false, nil
+	}
+	return false, fmt.Errorf("inspecting image %s: %w", img.Tag, err)
+}
+
+// Build builds the image through the engine, writing the build's output lines to progress.
+// Building an image that exists is cheap: the engine's cache reuses every step.
+func (img Image) Build(ctx context.Context, api client.APIClient, progress io.Writer) error {
+	buildCtx, err := img.context()
+	if err != nil {
+		return err
+	}
+	_, baseErr := api.ImageInspect(ctx, img.BaseImage)
+	resp, err := api.ImageBuild(ctx, buildCtx, client.ImageBuildOptions{
+		Tags:        []string{img.Tag},
+		Remove:      true,
+		ForceRemove: true,
+		BuildArgs: map[string]*string{
+			"BASE_IMAGE": ptr(img.BaseImage),
+			"PACKAGES":   ptr(strings.Join(img.Packages, " ")),
+			"UID_BASE":   ptr(strconv.Itoa(UIDBase)),
+			"SLOT_USERS": ptr(strconv.Itoa(MaxSlots)),
+		},
+		Labels: map[string]string{labelManaged: "1"},
+	})
+	if err != nil {
+		return img.buildError(err, baseErr)
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var m jsonstream.Message
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return fmt.Errorf("reading the build's output: %w", err)
+		}
+		if m.Error != nil {
+			return img.buildError(errors.New(m.Error.Message), baseErr)
+		}
+		switch {
+		case m.Stream != "":
+			io.WriteString(progress, m.Stream)
+		case m.Status != "":
+			line := m.Status
+			if m.ID != "" {
+				line = m.ID + ": " + line
+			}
+			fmt.Fprintln(progress, line)
+		}
+	}
+	if ok, err := img.Exists(ctx, api); err != nil || !ok {
+		return fmt.Errorf("the build of %s ended without an image (%v)", img.Tag, err)
+	}
+	return nil
+}
+
+func (img Image) buildError(err, baseErr error) error {
+	if baseErr != nil && cerrdefs.IsNotFound(baseErr) {
+		return fmt.Errorf("building the sandbox image: %w\nthe base image %s is not in the engine and could not be pulled; "+
+			"on a machine without a container registry build one from Debian packages with "+
+			"scripts/offline-base-image.sh and pass --base-image sandpit-base:bookworm (or set SANDPIT_BASE_IMAGE)", err, img.BaseImage)
+	}
+	return fmt.Errorf("building the sandbox image %s: %w", img.Tag, err)
+}
+
+func (img Image) context() (io.Reader, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	files := []struct {
+		name string
+		mode int64
+		data []byte
+	}{
+		{"Dockerfile", 0o644, dockerfile},
+		{"bootstrap.py", 0o644, bootstrap.Source},
+		{"sandpit-executor", 0o755, img.executor},
+	}
+	for _, f := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data))}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(f.data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return &buf, nil
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,309 @@
+// Package docker is the sandbox.Runtime on a Docker engine: it builds the sandbox image, keeps
+// one warm, locked-down container per data directory (adopting it after a daemon restart when
+// its settings match), starts sandpit-executor in it with `docker exec` and drives it over the
+// exec's stdin and stdout. When the container or the executor dies, in-flight runs end with an
+// error and the runtime brings the sandbox back by itself.
+package docker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/client"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/session"
+)
+
+// Config configures the runtime.
+type Config struct {
+	// DataDir is the absolute path of the data directory; it names and labels the container.
+	DataDir string
+	Recipe  Recipe
+	Box     Box
+	// ReadyWait is how long a run waits for the sandbox to come back before it is refused
+	// with sandbox.ErrNotReady.
+	ReadyWait time.Duration
+	// Progress receives the image build's output when the image has to be built (may be nil).
+	Progress io.Writer
+}
+
+// Runtime is a sandbox.Runtime backed by a warm Docker container. Create it with Start.
+type Runtime struct {
+	api client.APIClient
+	cfg Config
+	log *slog.Logger
+	img Image
+
+	mu          sync.Mutex
+	containerID string
+	sess        *session.Client // nil while the sandbox is down
+	lastErr     error           // why the sandbox is down
+	changed     chan struct{}   // closed and replaced whenever sess changes
+
+	stop    chan struct{}
+	stopped chan struct{}
+}
+
+// Start builds the image if it is missing, ensures the warm container, starts the executor and
+// returns a ready Runtime that keeps the sandbox up until Close.
+func Start(ctx context.Context, api client.APIClient, cfg Config, log *slog.Logger) (*Runtime, error) {
+	if cfg.Box.Slots < 1 || cfg.Box.Slots > MaxSlots {
+		return nil, fmt.Errorf("slots is %d; allowed range is 1 to %d", cfg.Box.Slots, MaxSlots)
+	}
+	if _, err := api.Ping(ctx, client.PingOptions{}); err != nil {
+		return nil, fmt.Errorf("cannot reach the Docker engine (%w); is it running? On Linux: `sudo systemctl start docker` or `sudo dockerd &`", err)
+	}
+	img, err := Resolve(ctx, api, cfg.Recipe)
+	if err != nil {
+		return nil, err
+	}
+	ok, err := img.Exists(ctx, api)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		log.Info("building the sandbox image (first use of this recipe)", "tag", img.Tag, "base", img.BaseImage)
+		progress := cfg.Progress
+		if progress == nil {
+			progress = io.Discard
+		}
+		if err := img.Build(ctx, api, progress); err != nil {
+			return nil, err
+		}
+	}
+	r := &Runtime{api: api, cfg: cfg, log: log, img: img, changed: make(chan struct{}),
+		stop: make(chan struct{}), stopped: make(chan struct{})}
+	if err := r.connect(ctx); err != nil {
+		return nil, err
+	}
+	go r.supervise()
+	return r, nil
+}
+
+// Image returns the sandbox image in use.
+func (r *Runtime) Image() Image { return r.img }
+
+// ContainerID returns the warm container's ID.
+func (r *Runtime) ContainerID() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.containerID
+}
+
+// connect ensures the container and starts a fresh executor session in it.
+func (r *Runtime) connect(ctx context.Context) error {
+	id, adopted, err := ensureContainer(ctx, r.api, r.log, r.img, r.cfg.Box, r.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	sess, err := r.execExecutor(ctx, id)
+	if err != nil {
+		return fmt.Errorf("starting the executor in container %s: %w", shortID(id), err)
+	}
+	r.log.Info("sandbox ready", "container", shortID(id), "adopted", adopted, "image", r.img.Tag,
+		"python", sess.Hello().Python, "slots", sess.Hello().Slots)
+	r.mu.Lock()
+	r.containerID, r.sess, r.lastErr = id, sess, nil
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *Runtime) execExecutor(ctx context.Context, containerID string) (*session.Client, error) {
+	ex, err := r.api.ExecCreate(ctx, containerID, client.ExecCreateOptions{
+		User:         "0",
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+		Cmd:          []string{"/usr/local/bin/sandpit-executor", "serve", "-slots", strconv.Itoa(r.cfg.Box.Slots), "-uid-base", strconv.Itoa(UIDBase)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	att, err := r.api.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return nil, err
+	}
+	// The exec's stdout and stderr arrive multiplexed: stdout is the protocol, stderr the
+	// executor's log.
+	pr, pw := io.Pipe()
+	logw := &lineLogger{log: r.log.With("source", "executor")}
+	go func() {
+		_, err := stdcopy.StdCopy(pw, logw, att.Reader)
+		logw.flush()
+		if err == nil {
+			err = io.EOF
+		}
+		pw.CloseWithError(err)
+	}()
+	closer := closeFunc(func() error {
+		_ = att.CloseWrite() // the executor sees the end of its stdin, kills every run and exits
+		att.Close()
+		return nil
+	})
+	helloCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return session.Start(helloCtx, pr, att.Conn, closer, r.log)
+}
+
+// supervise waits for the session to end and brings the sandbox back, with backoff, until Close.
+func (r *Runtime) supervise() {
+	defer close(r.stopped)
+	backoff := 250 * time.Millisecond
+	for {
+		r.mu.Lock()
+		sess := r.sess
+		r.mu.Unlock()
+		if sess != nil {
+			select {
+			case <-r.stop:
+				return
+			case <-sess.Done():
+			}
+			r.log.Warn("sandbox lost; bringing it back", "error", sess.Err())
+			r.mu.Lock()
+			r.sess, r.lastErr = nil, sess.Err()
+			r.mu.Unlock()
+			backoff = 250 * time.Millisecond
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		go func() {
+			select {
+			case <-r.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		err := r.connect(ctx)
+		cancel()
+		if err == nil {
+			continue
+		}
+		r.mu.Lock()
+		r.lastErr = err
+		r.mu.Unlock()
+		r.log.Error("bringing the sandbox back failed; retrying", "error", err, "retry_in", backoff)
+		select {
+		case <-r.stop:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+// current returns the live session, waiting up to ReadyWait (or ctx) for one.
+func (r *Runtime) current(ctx context.Context) (*session.Client, error) {
+	deadline := time.NewTimer(r.cfg.ReadyWait)
+	defer deadline.Stop()
+	for {
+		r.mu.Lock()
+		sess, changed, lastErr := r.sess, r.changed, r.lastErr
+		r.mu.Unlock()
+		if sess != nil && sess.Err() == nil {
+			return sess, nil
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			if lastErr == nil {
+				lastErr = errors.New("the sandbox is restarting")
+			}
+			return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, lastErr)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, ctx.Err())
+		case <-r.stop:
+			return nil, fmt.Errorf("%w: the runtime is shutting down", sandbox.ErrNotReady)
+		}
+	}
+}
+
+// Run runs spec in slot in the warm container; see sandbox.Runtime.
+func (r *Runtime) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
+	sess, err := r.current(ctx)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	res, err := sess.Run(ctx, slot, spec, emit)
+	if err != nil && errors.Is(err, session.ErrClosed) && !errors.Is(err, sandbox.ErrNotReady) {
+		err = fmt.Errorf("the sandbox stopped during the run (%w); sandpit is bringing it back", err)
+	}
+	return res, err
+}
+
+// Ready returns nil when the executor session is live.
+func (r *Runtime) Ready(ctx context.Context) error {
+	r.mu.Lock()
+	sess, lastErr := r.sess, r.lastErr
+	r.mu.Unlock()
+	if sess == nil {
+		if lastErr == nil {
+			lastErr = errors.New("the sandbox is starting")
+		}
+		return fmt.Errorf("%w: %w", sandbox.ErrNotReady, lastErr)
+	}
+	return sess.Ready(ctx)
+}
+
+// Close ends the executor session (killing every run) and stops supervising. The warm
+// container keeps running for the next daemon to adopt.
+func (r *Runtime) Close() error {
+	select {
+	case <-r.stop:
+		return nil
+	default:
+	}
+	close(r.stop)
+	<-r.stopped
+	r.mu.Lock()
+	sess := r.sess
+	r.sess = nil
+	r.mu.Unlock()
+	if sess != nil {
+		return sess.Close()
+	}
+	return nil
+}
+
+type closeFunc func() error
+
+func (f closeFunc) Close() error { return f() }
+
+// lineLogger logs each line written to it.
+type lineLogger struct {
+	log *slog.Logger
+	buf []byte
+}
+
+func (l *lineLogger) Write(p []byte) (int, error) {
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		l.log.Info(string(l.buf[:i]))
+		l.buf = l.buf[i+1:]
+	}
+	if len(l.buf) > 64<<10 {
+		l.flush()
+	}
+	return len(p), nil
+}
+
+func (l *lineLogger) flush() {
+	if len(l.buf) > 0 {
+		l.log.Info(string(l.buf))
+		l.buf = nil
+	}
+}
