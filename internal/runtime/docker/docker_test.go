@@ -2,12 +2,8 @@ package docker_test
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,75 +13,26 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/sandbox/sandboxtest"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
-var (
-	api          client.APIClient
-	executorPath string
-	engineErr    error
-)
+var api client.APIClient
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	c, err := client.New(client.FromEnv)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err = c.Ping(ctx, client.PingOptions{})
-		cancel()
-	}
-	if err != nil {
-		engineErr = fmt.Errorf("no Docker engine: %w", err)
-		return m.Run()
-	}
-	api = c
-	dir, err := os.MkdirTemp("", "sandpit-executor")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(dir)
-	executorPath = filepath.Join(dir, "sandpit-executor")
-	build := exec.Command("go", "build", "-o", executorPath, "github.com/sandpit-dev/sandpit/cmd/sandpit-executor")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
-	if out, err := build.CombinedOutput(); err != nil {
-		engineErr = fmt.Errorf("building the executor: %v\n%s", err, out)
-	}
-	return m.Run()
-}
-
-// needEngine skips the test without a Docker engine, or fails it when SANDPIT_REQUIRE_DOCKER=1.
-func needEngine(t *testing.T) {
-	t.Helper()
-	if engineErr == nil {
-		return
-	}
-	if os.Getenv("SANDPIT_REQUIRE_DOCKER") == "1" {
-		t.Fatalf("SANDPIT_REQUIRE_DOCKER=1 but: %v", engineErr)
-	}
-	t.Skipf("skipping the real-engine test: %v (set SANDPIT_REQUIRE_DOCKER=1 to make this a failure)", engineErr)
-}
-
-// baseImage is SANDPIT_TEST_BASE_IMAGE, or the offline base when the engine has it, or the default.
-func baseImage(t *testing.T) string {
-	if b := os.Getenv("SANDPIT_TEST_BASE_IMAGE"); b != "" {
-		return b
-	}
-	if _, err := api.ImageInspect(context.Background(), "sandpit-base:bookworm"); err == nil {
-		return "sandpit-base:bookworm"
-	}
-	return "python:3.11-slim"
+	code := m.Run()
+	testenv.Cleanup()
+	os.Exit(code)
 }
 
 func testConfig(t *testing.T, dataDir string) docker.Config {
+	api = testenv.Engine(t)
 	return docker.Config{
 		DataDir: dataDir,
 		Recipe: docker.Recipe{
-			BaseImage:    baseImage(t),
+			BaseImage:    testenv.BaseImage(t),
 			Packages:     []string{"pandas", "numpy", "matplotlib", "scipy", "requests", "beautifulsoup4", "Pillow"},
 			Repository:   "sandpit-sandbox",
-			ExecutorPath: executorPath,
+			ExecutorPath: testenv.Executor(t),
 		},
 		Box: docker.Box{
 			MemoryBytes: 512 << 20, MemorySwapBytes: 512 << 20, NanoCPUs: 1e9, PidsLimit: 512,
@@ -95,58 +42,22 @@ func testConfig(t *testing.T, dataDir string) docker.Config {
 	}
 }
 
-func testLogger() *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
 // startRuntime starts a runtime on a fresh data directory and removes its container at the end.
 func startRuntime(t *testing.T, mutate func(*docker.Config)) (*docker.Runtime, docker.Config) {
 	t.Helper()
-	needEngine(t)
 	cfg := testConfig(t, t.TempDir())
 	if mutate != nil {
 		mutate(&cfg)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	rt, err := docker.Start(ctx, api, cfg, testLogger())
+	rt, err := docker.Start(ctx, api, cfg, testenv.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		rt.Close()
-		removeContainers(t, cfg.DataDir)
-	})
+	testenv.RemoveContainers(t, cfg.DataDir)
+	t.Cleanup(func() { rt.Close() })
 	return rt, cfg
-}
-
-func removeContainers(t *testing.T, dataDir string) {
-	list, err := api.ContainerList(context.Background(), client.ContainerListOptions{All: true,
-		Filters: make(client.Filters).Add("label", "dev.sandpit.data-dir="+dataDir)})
-	if err != nil {
-		t.Errorf("listing containers: %v", err)
-		return
-	}
-	for _, c := range list.Items {
-		_, _ = api.ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true})
-	}
-}
-
-func containersOf(t *testing.T, dataDir string) []string {
-	t.Helper()
-	list, err := api.ContainerList(context.Background(), client.ContainerListOptions{All: true,
-		Filters: make(client.Filters).Add("label", "dev.sandpit.data-dir="+dataDir)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, c := range list.Items {
-		ids = append(ids, c.ID)
-	}
-	return ids
 }
 
 func TestConformanceDocker(t *testing.T) {
@@ -204,7 +115,7 @@ func TestRestartAdoptsTheWarmContainer(t *testing.T) {
 	rt.Close()
 
 	ctx := context.Background()
-	again, err := docker.Start(ctx, api, cfg, testLogger())
+	again, err := docker.Start(ctx, api, cfg, testenv.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +123,7 @@ func TestRestartAdoptsTheWarmContainer(t *testing.T) {
 	if again.ContainerID() != first {
 		t.Fatalf("restart made container %s instead of adopting %s", again.ContainerID(), first)
 	}
-	if ids := containersOf(t, cfg.DataDir); len(ids) != 1 {
+	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != 1 {
 		t.Fatalf("%d containers for the data directory, want 1", len(ids))
 	}
 	res := sandboxtest.Exec(t, again, 0, sandboxtest.Spec("print(1)", 10*time.Second), nil)
@@ -223,7 +134,7 @@ func TestRestartAdoptsTheWarmContainer(t *testing.T) {
 
 	// Other settings: the old container is replaced, not adopted.
 	cfg.Box.PidsLimit = 300
-	changed, err := docker.Start(ctx, api, cfg, testLogger())
+	changed, err := docker.Start(ctx, api, cfg, testenv.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +142,7 @@ func TestRestartAdoptsTheWarmContainer(t *testing.T) {
 	if changed.ContainerID() == first {
 		t.Fatal("a container with other settings was adopted")
 	}
-	if ids := containersOf(t, cfg.DataDir); len(ids) != 1 {
+	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != 1 {
 		t.Fatalf("%d containers after replacement, want 1", len(ids))
 	}
 }
@@ -239,7 +150,7 @@ func TestRestartAdoptsTheWarmContainer(t *testing.T) {
 // H17: the container is killed from outside during a run.
 func TestContainerKilledDuringRun(t *testing.T) {
 	rt, cfg := startRuntime(t, nil)
-	svc := sandbox.NewService(rt, sandbox.DefaultConfig(), testLogger())
+	svc := sandbox.NewService(rt, sandbox.DefaultConfig(), testenv.Logger())
 	done := make(chan sandbox.Result, 1)
 	go func() {
 		res, err := svc.Execute(context.Background(), sandbox.Request{Code: "print('before', flush=True)\nimport time; time.sleep(30)"}, nil)
@@ -265,7 +176,7 @@ func TestContainerKilledDuringRun(t *testing.T) {
 	if err != nil || next.Outcome != sandbox.OutcomeOK || next.Stdout != "2\n" {
 		t.Fatalf("next run: %+v %v", next, err)
 	}
-	if ids := containersOf(t, cfg.DataDir); len(ids) != 1 {
+	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != 1 {
 		t.Fatalf("%d containers after recovery, want 1", len(ids))
 	}
 }
@@ -273,7 +184,7 @@ func TestContainerKilledDuringRun(t *testing.T) {
 // The executor process is killed inside the container during a run.
 func TestExecutorKilledDuringRun(t *testing.T) {
 	rt, _ := startRuntime(t, nil)
-	svc := sandbox.NewService(rt, sandbox.DefaultConfig(), testLogger())
+	svc := sandbox.NewService(rt, sandbox.DefaultConfig(), testenv.Logger())
 	done := make(chan sandbox.Result, 1)
 	go func() {
 		res, _ := svc.Execute(context.Background(), sandbox.Request{Code: "import time; time.sleep(30)"}, nil)

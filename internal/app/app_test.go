@@ -1,0 +1,282 @@
+package app_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/app"
+	"github.com/sandpit-dev/sandpit/internal/cli"
+	"github.com/sandpit-dev/sandpit/internal/config"
+	"github.com/sandpit-dev/sandpit/internal/datadir"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.Cleanup()
+	os.Exit(code)
+}
+
+func testConfig(t *testing.T) config.Config {
+	t.Helper()
+	cfg := config.Default()
+	cfg.DataDir = t.TempDir()
+	cfg.BaseImage = testenv.BaseImage(t)
+	cfg.ExecutorPath = testenv.Executor(t)
+	cfg.Listen = "127.0.0.1:0"
+	testenv.RemoveContainers(t, cfg.DataDir)
+	return cfg
+}
+
+// daemon runs app.Serve until the test ends and returns its base URL.
+func daemon(t *testing.T, cfg config.Config) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- app.Serve(ctx, cfg, testenv.Logger(), io.Discard, func(a string) { addr <- a })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	select {
+	case a := <-addr:
+		return "http://" + a
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	case <-time.After(10 * time.Minute):
+		t.Fatal("daemon did not start")
+	}
+	return ""
+}
+
+func post(t *testing.T, url, body string, header ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/executions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
+
+func TestREST(t *testing.T) {
+	url := daemon(t, testConfig(t))
+
+	t.Run("main job: pandas and OUTPUT", func(t *testing.T) {
+		resp, body := post(t, url, `{"code": "import pandas as pd\nprint(pd.DataFrame({'a': INPUT}).a.sum())\nOUTPUT = {'n': len(INPUT)}", "input": [1, 2, 3]}`)
+		var res sandbox.Result
+		if err := json.Unmarshal(body, &res); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+		var out struct{ N int }
+		if res.Outcome != sandbox.OutcomeOK || res.Stdout != "6\n" || json.Unmarshal(res.Output, &out) != nil || out.N != 3 {
+			t.Fatalf("result %s", body)
+		}
+	})
+
+	t.Run("H24 UTF-8 byte-exact in JSON and the stream", func(t *testing.T) {
+		_, body := post(t, url, `{"code": "print('测试 😀')"}`)
+		if !bytes.Contains(body, []byte(`"stdout":"测试 😀\n"`)) {
+			t.Fatalf("JSON body %s", body)
+		}
+		_, stream := post(t, url, `{"code": "print('测试 😀')"}`, "Accept", "application/x-ndjson")
+		var streamed strings.Builder
+		for line := range bytes.Lines(stream) {
+			var ev struct{ Type, Data string }
+			if err := json.Unmarshal(line, &ev); err != nil {
+				t.Fatalf("stream line %q: %v", line, err)
+			}
+			if ev.Type == "stdout" {
+				streamed.WriteString(ev.Data)
+			}
+		}
+		if streamed.String() != "测试 😀\n" || !bytes.Contains(stream, []byte(`"stdout":"测试 😀\n"`)) {
+			t.Fatalf("stream %s", stream)
+		}
+	})
+
+	t.Run("H15 bad requests are 400 naming the field and nothing runs", func(t *testing.T) {
+		marker := "/tmp/h15-ran"
+		run := fmt.Sprintf("open('%s', 'w').write('x')", marker)
+		cases := []struct{ body, field, says string }{
+			{`{"code": "` + run + `", "timeout_ms": 0}`, "timeout_ms", "1 to 600000"},
+			{`{"code": "` + run + `", "timeout_ms": -5}`, "timeout_ms", "1 to 600000"},
+			{`{"code": "` + run + `", "timeout_ms": 864000000}`, "timeout_ms", "1 to 600000"},
+			{`{"code": "` + run + `", "tiemout_ms": 5}`, "tiemout_ms", "unknown field"},
+			{`{"input": 1}`, "code", "required"},
+			{`print(1)`, "", "JSON"},
+		}
+		for _, c := range cases {
+			resp, body := post(t, url, c.body)
+			var e struct {
+				Error struct{ Code, Message, Field string }
+			}
+			if resp.StatusCode != 400 || json.Unmarshal(body, &e) != nil || e.Error.Field != c.field || !strings.Contains(e.Error.Message, c.says) {
+				t.Errorf("%s: %d %s", c.body, resp.StatusCode, body)
+			}
+		}
+		_, body := post(t, url, fmt.Sprintf(`{"code": "import os; print(os.path.exists('%s'))"}`, marker))
+		if !bytes.Contains(body, []byte(`"stdout":"False\n"`)) {
+			t.Fatalf("a refused request ran: %s", body)
+		}
+	})
+
+	t.Run("H16 50 MiB code is 413 before the body is read", func(t *testing.T) {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "POST /v1/executions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", 50<<20)
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("no answer before the body was sent: %v", err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "limit") {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+	})
+
+	t.Run("readyz", func(t *testing.T) {
+		resp, err := http.Get(url + "/readyz")
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("readyz %v %v", resp, err)
+		}
+		resp.Body.Close()
+	})
+
+	t.Run("H9 100 concurrent requests on 4 slots", func(t *testing.T) {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		counts := map[string]int{}
+		for range 100 {
+			wg.Go(func() {
+				resp, err := http.Post(url+"/v1/executions", "application/json", strings.NewReader(`{"code": "print(1)"}`))
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					counts["connection error: "+err.Error()]++
+					return
+				}
+				defer resp.Body.Close()
+				body, _ := io.ReadAll(resp.Body)
+				switch {
+				case resp.StatusCode == 200 && bytes.Contains(body, []byte(`"outcome":"ok"`)):
+					counts["ok"]++
+				case resp.StatusCode == 429 && resp.Header.Get("Retry-After") != "":
+					counts["429"]++
+				default:
+					counts[fmt.Sprintf("%d %s", resp.StatusCode, body)]++
+				}
+			})
+		}
+		wg.Wait()
+		if counts["ok"]+counts["429"] != 100 || counts["ok"] == 0 {
+			t.Fatalf("answers: %v", counts)
+		}
+		t.Logf("answers: %v", counts)
+	})
+
+	t.Run("CLI against the daemon", func(t *testing.T) {
+		var stdout, stderr bytes.Buffer
+		env := cli.Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+			Lookup: func(k string) (string, bool) {
+				if k == "SANDPIT_URL" {
+					return url, true
+				}
+				return "", false
+			}}
+		code := cli.Main(context.Background(), []string{"run", "-c", "import sys; print('测试 😀'); print('warn', file=sys.stderr); sys.exit(3)"}, env)
+		if code != 3 || stdout.String() != "测试 😀\n" || stderr.String() != "warn\n" {
+			t.Fatalf("exit %d stdout %q stderr %q", code, stdout.String(), stderr.String())
+		}
+		stdout.Reset()
+		stderr.Reset()
+		code = cli.Main(context.Background(), []string{"run", "-c", "while True: pass", "--timeout", "1s"}, env)
+		if code != 124 || !strings.Contains(stderr.String(), "timeout") {
+			t.Fatalf("timeout: exit %d stderr %q", code, stderr.String())
+		}
+		stdout.Reset()
+		code = cli.Main(context.Background(), []string{"run", "-c", "OUTPUT = {'n': len(INPUT)}", "--input", "[1,2,3]", "--json"}, env)
+		var res struct{ Output struct{ N int } }
+		if code != 0 || json.Unmarshal(stdout.Bytes(), &res) != nil || res.Output.N != 3 {
+			t.Fatalf("--json: exit %d %s", code, stdout.String())
+		}
+	})
+}
+
+func TestOneEnginePerDataDir(t *testing.T) {
+	cfg := testConfig(t)
+	eng, err := app.Open(context.Background(), cfg, testenv.Logger(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	_, err = app.Open(context.Background(), cfg, testenv.Logger(), io.Discard)
+	var locked *datadir.LockedError
+	if !errors.As(err, &locked) || locked.PID != os.Getpid() {
+		t.Fatalf("second engine on the same data directory: %v", err)
+	}
+	// The CLI says who owns it and how to reach it.
+	var stderr bytes.Buffer
+	code := cli.Main(context.Background(), []string{"run", "--local", "--data-dir", cfg.DataDir, "--base-image", cfg.BaseImage, "-c", "print(1)"},
+		cli.Env{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr, Lookup: func(k string) (string, bool) {
+			if k == "SANDPIT_EXECUTOR_PATH" {
+				return cfg.ExecutorPath, true
+			}
+			return "", false
+		}})
+	if code != 75 || !strings.Contains(stderr.String(), "in use by sandpit process") {
+		t.Fatalf("exit %d stderr %q", code, stderr.String())
+	}
+}
+
+func TestDaemonRestartAdoptsContainer(t *testing.T) {
+	cfg := testConfig(t)
+	for i := range 2 {
+		ctx, cancel := context.WithCancel(context.Background())
+		addr := make(chan string, 1)
+		done := make(chan error, 1)
+		go func() { done <- app.Serve(ctx, cfg, testenv.Logger(), io.Discard, func(a string) { addr <- a }) }()
+		select {
+		case <-addr:
+		case err := <-done:
+			t.Fatal(err)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if n := len(testenv.Containers(t, cfg.DataDir)); n != 1 {
+			t.Fatalf("after start %d: %d containers, want 1", i+1, n)
+		}
+	}
+}

@@ -1,0 +1,129 @@
+// Package testenv gives tests that need the real Docker engine what they share: the engine
+// check (skip, or fail when SANDPIT_REQUIRE_DOCKER=1), a freshly built sandpit-executor, the
+// base image to build on, and cleanup of a data directory's containers. Only tests import it.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+)
+
+// OfflineBase is the image scripts/offline-base-image.sh builds.
+const OfflineBase = "sandpit-base:bookworm"
+
+var (
+	once      sync.Once
+	api       *client.Client
+	setupErr  error
+	exeDir    string
+	exePath   string
+	baseImage string
+)
+
+func setup() {
+	c, err := client.New(client.FromEnv)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err = c.Ping(ctx, client.PingOptions{})
+		cancel()
+	}
+	if err != nil {
+		setupErr = fmt.Errorf("no Docker engine answers: %w", err)
+		return
+	}
+	api = c
+	baseImage = os.Getenv("SANDPIT_TEST_BASE_IMAGE")
+	if baseImage == "" {
+		baseImage = "python:3.11-slim"
+		if _, err := c.ImageInspect(context.Background(), OfflineBase); err == nil {
+			baseImage = OfflineBase
+		}
+	}
+	exeDir, err = os.MkdirTemp("", "sandpit-executor-")
+	if err != nil {
+		setupErr = err
+		return
+	}
+	exePath = filepath.Join(exeDir, "sandpit-executor")
+	build := exec.Command("go", "build", "-o", exePath, "github.com/sandpit-dev/sandpit/cmd/sandpit-executor")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	if out, err := build.CombinedOutput(); err != nil {
+		setupErr = fmt.Errorf("building sandpit-executor: %v\n%s", err, out)
+	}
+}
+
+// Engine returns a client of the Docker engine. Without an engine it skips the test, or fails
+// it when SANDPIT_REQUIRE_DOCKER=1.
+func Engine(t testing.TB) *client.Client {
+	t.Helper()
+	once.Do(setup)
+	if setupErr != nil {
+		if os.Getenv("SANDPIT_REQUIRE_DOCKER") == "1" {
+			t.Fatalf("SANDPIT_REQUIRE_DOCKER=1 but: %v", setupErr)
+		}
+		t.Skipf("skipping a real-engine test: %v (set SANDPIT_REQUIRE_DOCKER=1 to make this a failure)", setupErr)
+	}
+	return api
+}
+
+// Executor returns the path of a sandpit-executor built from this checkout.
+func Executor(t testing.TB) string {
+	Engine(t)
+	return exePath
+}
+
+// BaseImage is SANDPIT_TEST_BASE_IMAGE, else the offline base when the engine has it, else
+// python:3.11-slim.
+func BaseImage(t testing.TB) string {
+	Engine(t)
+	return baseImage
+}
+
+// Cleanup removes the built executor; call it from TestMain after m.Run.
+func Cleanup() {
+	if exeDir != "" {
+		os.RemoveAll(exeDir)
+	}
+}
+
+// RemoveContainers removes every container labelled for dataDir when the test ends.
+func RemoveContainers(t testing.TB, dataDir string) {
+	t.Cleanup(func() {
+		for _, id := range Containers(t, dataDir) {
+			_, _ = api.ContainerRemove(context.Background(), id, client.ContainerRemoveOptions{Force: true})
+		}
+	})
+}
+
+// Containers lists the IDs of the containers labelled for dataDir.
+func Containers(t testing.TB, dataDir string) []string {
+	t.Helper()
+	list, err := api.ContainerList(context.Background(), client.ContainerListOptions{All: true,
+		Filters: make(client.Filters).Add("label", "dev.sandpit.data-dir="+dataDir)})
+	if err != nil {
+		t.Fatalf("listing containers: %v", err)
+	}
+	var ids []string
+	for _, c := range list.Items {
+		ids = append(ids, c.ID)
+	}
+	return ids
+}
+
+// Logger logs to stderr with -v and nowhere otherwise.
+func Logger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
