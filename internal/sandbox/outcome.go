@@ -25,9 +25,12 @@ const (
 	// OutcomeOutputLimit: stdout or stderr passed its byte cap, or OUTPUT its size cap; the run
 	// was stopped at that moment and the output up to the cap is kept.
 	OutcomeOutputLimit Outcome = "output_limit"
-	// OutcomeKilled: the program died from a signal it did not get from sandpit (SIGSEGV, ...).
+	// OutcomeKilled: the program died from a signal that no sandpit limit sent (SIGSEGV, ...),
+	// or its client cancelled the request and sandpit killed the run.
 	OutcomeKilled Outcome = "killed"
 	// OutcomeRejected: the request was refused before running (invalid, or the queue was full).
+	// Transports answer such requests with an error status instead of a Result; the outcome
+	// names them where they are recorded.
 	OutcomeRejected Outcome = "rejected"
 	// OutcomeSandboxError: the system failed, not the program (the container or executor died,
 	// the executor did not answer in time).

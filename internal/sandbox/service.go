@@ -67,8 +67,12 @@ type Service struct {
 	waiting int
 }
 
-// NewService returns a Service running on rt with cfg's limits.
+// NewService returns a Service running on rt with cfg's limits. cfg must be valid (at least
+// one slot, positive timeouts: config.Config.Validate checks it); log may be nil.
 func NewService(rt Runtime, cfg Config, log *slog.Logger) *Service {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	free := make(chan int, cfg.Slots)
 	for i := range cfg.Slots {
 		free <- i

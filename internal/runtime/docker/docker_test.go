@@ -218,3 +218,37 @@ func TestNetworkPolicy(t *testing.T) {
 		t.Fatalf("network none has interfaces %q", ifaces.Stdout)
 	}
 }
+
+// The image tag follows the recipe: the same recipe gives the same tag, any change a new one.
+func TestImageTagFollowsTheRecipe(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	ctx := context.Background()
+	tag := func(r docker.Recipe) string {
+		img, err := docker.Resolve(ctx, api, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return img.Tag
+	}
+	base := tag(cfg.Recipe)
+	if again := tag(cfg.Recipe); again != base {
+		t.Fatalf("same recipe, tags %s and %s", base, again)
+	}
+	fewer := cfg.Recipe
+	fewer.Packages = []string{"numpy"}
+	otherBase := cfg.Recipe
+	otherBase.BaseImage = "debian:bookworm"
+	for name, r := range map[string]docker.Recipe{"packages": fewer, "base image": otherBase} {
+		if tag(r) == base {
+			t.Errorf("changing the %s kept the tag %s", name, base)
+		}
+	}
+	if !strings.HasPrefix(base, "sandpit-sandbox:") {
+		t.Fatalf("tag %s", base)
+	}
+	bad := cfg.Recipe
+	bad.ExecutorPath = "/no/such/executor"
+	if _, err := docker.Resolve(ctx, api, bad); err == nil || !strings.Contains(err.Error(), "make build") {
+		t.Fatalf("missing executor: %v", err)
+	}
+}

@@ -1,0 +1,69 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/datadir"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+func TestExitCode(t *testing.T) {
+	cases := []struct {
+		name string
+		res  *sandbox.Result
+		err  error
+		want int
+	}{
+		{"ok", &sandbox.Result{Outcome: sandbox.OutcomeOK}, nil, 0},
+		{"error keeps the status", &sandbox.Result{Outcome: sandbox.OutcomeError, ExitCode: 3}, nil, 3},
+		{"error without a status", &sandbox.Result{Outcome: sandbox.OutcomeError, ExitCode: -1}, nil, 1},
+		{"timeout", &sandbox.Result{Outcome: sandbox.OutcomeTimeout, Signal: 9}, nil, 124},
+		{"memory", &sandbox.Result{Outcome: sandbox.OutcomeMemoryLimit}, nil, 137},
+		{"output", &sandbox.Result{Outcome: sandbox.OutcomeOutputLimit}, nil, 125},
+		{"segfault", &sandbox.Result{Outcome: sandbox.OutcomeKilled, Signal: 11}, nil, 139},
+		{"sandbox error", &sandbox.Result{Outcome: sandbox.OutcomeSandboxError}, nil, 70},
+		{"bad request over REST", nil, &client.APIError{Status: 400}, 64},
+		{"too large over REST", nil, &client.APIError{Status: 413}, 64},
+		{"busy over REST", nil, &client.APIError{Status: 429}, 75},
+		{"not ready over REST", nil, &client.APIError{Status: 503}, 69},
+		{"bad request locally", nil, &sandbox.FieldError{Field: "code"}, 64},
+		{"busy locally", nil, &sandbox.BusyError{}, 75},
+		{"data dir in use", nil, fmt.Errorf("opening: %w", &datadir.LockedError{Dir: "/d"}), 75},
+		{"not ready locally", nil, fmt.Errorf("x: %w", sandbox.ErrNotReady), 69},
+		{"interrupted", nil, context.Canceled, 130},
+		{"anything else", nil, errors.New("boom"), 70},
+	}
+	for _, c := range cases {
+		if got := ExitCode(c.res, c.err); got != c.want {
+			t.Errorf("%s: exit %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+func TestRunRefusesBadArguments(t *testing.T) {
+	cases := []struct {
+		args []string
+		says string
+	}{
+		{[]string{"run"}, "no code"},
+		{[]string{"run", "-c", "print(1)", "file.py"}, "not both"},
+		{[]string{"run", "-c", "print(1)", "--input", "{nope"}, "--input is not valid JSON"},
+		{[]string{"run", "-c", "print(1)", "--timeout", "0s"}, "--timeout 0s is too short"},
+		{[]string{"run", "/no/such/file.py"}, "reading the code"},
+		{[]string{"run", "-c", "1", "--network", "sideways", "--local"}, "network"},
+	}
+	for _, c := range cases {
+		var stderr bytes.Buffer
+		code := Main(context.Background(), c.args, Env{Stdin: strings.NewReader(""), Stdout: &bytes.Buffer{}, Stderr: &stderr,
+			Lookup: func(string) (string, bool) { return "", false }})
+		if code == 0 || !strings.Contains(stderr.String(), c.says) {
+			t.Errorf("%v: exit %d, stderr %q, want it to say %q", c.args, code, stderr.String(), c.says)
+		}
+	}
+}

@@ -1,0 +1,111 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+func TestRoundTrip(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	sender, receiver := NewConn(a, a), NewConn(b, b)
+	msgs := []*Message{
+		{Kind: KindHello, Hello: &Hello{Version: Version, Slots: 4, Python: "3.11.2", PID: 7}},
+		{Kind: KindRun, ID: "ex_1", Run: &Run{Slot: 2, Spec: sandbox.Spec{ID: "ex_1", Code: "print('测试 😀')", Input: json.RawMessage(`[1,2]`), TimeoutMS: 5}}},
+		{Kind: KindStdout, ID: "ex_1", Data: "测试 😀\n"},
+		{Kind: KindResult, ID: "ex_1", Result: &sandbox.Result{Outcome: sandbox.OutcomeOK, Output: json.RawMessage(`{"n":3}`)}},
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for _, m := range msgs {
+			if err := sender.Send(m); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	for _, want := range msgs {
+		got, err := receiver.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		gj, _ := json.Marshal(got)
+		wj, _ := json.Marshal(want)
+		if !bytes.Equal(gj, wj) {
+			t.Fatalf("got %s, want %s", gj, wj)
+		}
+	}
+	wg.Wait()
+}
+
+func TestReadFrameErrors(t *testing.T) {
+	huge := make([]byte, 4)
+	binary.BigEndian.PutUint32(huge, MaxFrame+1)
+	cases := []struct {
+		name  string
+		input []byte
+		want  error
+	}{
+		{"clean end", nil, io.EOF},
+		{"cut in the header", []byte{0, 0}, io.ErrUnexpectedEOF},
+		{"cut in the body", []byte{0, 0, 0, 5, '{'}, io.ErrUnexpectedEOF},
+		{"too large", huge, ErrFrameTooLarge},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := ReadFrame(bytes.NewReader(c.input)); !errors.Is(err, c.want) {
+				t.Fatalf("got %v, want %v", err, c.want)
+			}
+		})
+	}
+}
+
+func TestReceiveRejectsMessagesWithoutKind(t *testing.T) {
+	var buf bytes.Buffer
+	body := []byte(`{"id":"x"}`)
+	binary.Write(&buf, binary.BigEndian, uint32(len(body)))
+	buf.Write(body)
+	if _, err := NewConn(&buf, io.Discard).Receive(); err == nil {
+		t.Fatal("message without kind accepted")
+	}
+}
+
+// FuzzReceive feeds arbitrary bytes to the frame reader and decoder: they must never panic,
+// and a message they accept must survive a round trip.
+func FuzzReceive(f *testing.F) {
+	seed := func(m *Message) []byte {
+		var buf bytes.Buffer
+		if err := NewConn(nil, &buf).Send(m); err != nil {
+			f.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	f.Add(seed(&Message{Kind: KindHello, Hello: &Hello{Version: 1, Slots: 4}}))
+	f.Add(seed(&Message{Kind: KindRun, ID: "ex", Run: &Run{Slot: 1, Spec: sandbox.Spec{Code: "print(1)", Input: json.RawMessage("null"), TimeoutMS: 1}}}))
+	f.Add(seed(&Message{Kind: KindStderr, ID: "ex", Data: "\uFFFD 😀"}))
+	f.Add(seed(&Message{Kind: KindRefused, ID: "ex", Error: "slot busy"}))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{0, 0, 0, 2, '{', '}'})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := NewConn(bytes.NewReader(data), io.Discard).Receive()
+		if err != nil {
+			return
+		}
+		var buf bytes.Buffer
+		if err := NewConn(nil, &buf).Send(m); err != nil {
+			t.Fatalf("an accepted message does not encode: %v", err)
+		}
+		again, err := NewConn(&buf, io.Discard).Receive()
+		if err != nil || again.Kind != m.Kind || again.ID != m.ID {
+			t.Fatalf("round trip: %+v %v", again, err)
+		}
+	})
+}

@@ -1,0 +1,212 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeRuntime runs nothing: it answers with a function of the spec, optionally blocking.
+type fakeRuntime struct {
+	mu      sync.Mutex
+	calls   []Spec
+	slots   map[int]bool
+	overlap bool // two runs were given the same slot at once
+	run     func(ctx context.Context, spec Spec) (Result, error)
+	ready   error
+}
+
+func (f *fakeRuntime) Run(ctx context.Context, slot int, spec Spec, emit func(Event)) (Result, error) {
+	f.mu.Lock()
+	f.calls = append(f.calls, spec)
+	if f.slots == nil {
+		f.slots = map[int]bool{}
+	}
+	if f.slots[slot] {
+		f.overlap = true
+	}
+	f.slots[slot] = true
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.slots, slot)
+		f.mu.Unlock()
+	}()
+	if emit != nil {
+		emit(Event{Stream: "stdout", Data: "x"})
+	}
+	if f.run != nil {
+		return f.run(ctx, spec)
+	}
+	return Result{Outcome: OutcomeOK, Stdout: "x"}, nil
+}
+
+func (f *fakeRuntime) Ready(context.Context) error { return f.ready }
+
+func testConfig() Config {
+	c := DefaultConfig()
+	c.Slots, c.QueueLength, c.Grace = 2, 1, 200*time.Millisecond
+	return c
+}
+
+func ms(v int64) *int64 { return &v }
+
+func TestValidate(t *testing.T) {
+	s := NewService(&fakeRuntime{}, testConfig(), nil)
+	cases := []struct {
+		name     string
+		req      Request
+		field    string
+		tooLarge bool
+	}{
+		{"ok", Request{Code: "print(1)"}, "", false},
+		{"no code", Request{}, "code", false},
+		{"code too large", Request{Code: strings.Repeat("x", 1<<20+1)}, "code", true},
+		{"code not UTF-8", Request{Code: "print('\xff')"}, "code", false},
+		{"code with NUL", Request{Code: "print(1)\x00"}, "code", false},
+		{"input not JSON", Request{Code: "1", Input: json.RawMessage("{")}, "input", false},
+		{"input too large", Request{Code: "1", Input: json.RawMessage(`"` + strings.Repeat("x", 1<<20) + `"`)}, "input", true},
+		{"timeout 0", Request{Code: "1", TimeoutMS: ms(0)}, "timeout_ms", false},
+		{"timeout negative", Request{Code: "1", TimeoutMS: ms(-5)}, "timeout_ms", false},
+		{"timeout over cap", Request{Code: "1", TimeoutMS: ms(864000000)}, "timeout_ms", false},
+		{"timeout at cap", Request{Code: "1", TimeoutMS: ms(600000)}, "", false},
+		{"agent upper case", Request{Code: "1", Agent: "Bob"}, "agent", false},
+		{"agent too long", Request{Code: "1", Agent: strings.Repeat("a", 65)}, "agent", false},
+		{"agent ok", Request{Code: "1", Agent: "team-a_1"}, "", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := s.Validate(c.req)
+			var fe *FieldError
+			if c.field == "" {
+				if err != nil {
+					t.Fatalf("unexpected error %v", err)
+				}
+				return
+			}
+			if !errors.As(err, &fe) || fe.Field != c.field || fe.TooLarge != c.tooLarge || fe.Message == "" {
+				t.Fatalf("got %v, want a FieldError on %s (too large %v)", err, c.field, c.tooLarge)
+			}
+		})
+	}
+}
+
+func TestExecuteFillsTheResult(t *testing.T) {
+	rt := &fakeRuntime{}
+	s := NewService(rt, testConfig(), nil)
+	var events []Event
+	res, err := s.Execute(context.Background(), Request{Code: "print(1)", TimeoutMS: ms(1234)}, func(e Event) { events = append(events, e) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(res.ID, "ex_") || len(res.ID) != 29 || res.Agent != "default" || !res.Success ||
+		res.TimeoutMS != 1234 || string(res.Output) != "null" || len(events) != 1 {
+		t.Fatalf("result %+v events %v", res, events)
+	}
+	if got := rt.calls[0]; got.TimeoutMS != 1234 || string(got.Input) != "null" || got.Limits != testConfig().Limits {
+		t.Fatalf("spec %+v", got)
+	}
+}
+
+func TestSlotsQueueAndBusy(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 10)
+	rt := &fakeRuntime{run: func(ctx context.Context, spec Spec) (Result, error) {
+		started <- struct{}{}
+		<-release
+		return Result{Outcome: OutcomeOK}, nil
+	}}
+	s := NewService(rt, testConfig(), nil) // 2 slots, queue 1
+	var wg sync.WaitGroup
+	results := make(chan error, 3)
+	for range 3 {
+		wg.Go(func() {
+			_, err := s.Execute(context.Background(), Request{Code: "1"}, nil)
+			results <- err
+		})
+	}
+	<-started
+	<-started
+	// Two run, one waits: the fourth is refused at once.
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Stats().Waiting != 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	_, err := s.Execute(context.Background(), Request{Code: "1"}, nil)
+	var busy *BusyError
+	if !errors.As(err, &busy) || busy.RetryAfter <= 0 {
+		t.Fatalf("fourth request: %v, want BusyError", err)
+	}
+	if st := s.Stats(); st.Busy != 2 || st.Waiting != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	close(release)
+	wg.Wait()
+	close(results)
+	for err := range results {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rt.overlap {
+		t.Fatal("two runs shared a slot")
+	}
+}
+
+func TestDaemonDeadlineEndsAHungRun(t *testing.T) {
+	rt := &fakeRuntime{run: func(ctx context.Context, spec Spec) (Result, error) {
+		<-ctx.Done() // the executor never answers
+		return Result{Stdout: "partial"}, ctx.Err()
+	}}
+	s := NewService(rt, testConfig(), nil)
+	start := time.Now()
+	res, err := s.Execute(context.Background(), Request{Code: "1", TimeoutMS: ms(100)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != OutcomeSandboxError || res.Stdout != "partial" || !strings.Contains(res.Reason, "did not report") || res.ExitCode != -1 {
+		t.Fatalf("result %+v", res)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Fatalf("gave up after %s, before timeout + grace", d)
+	}
+}
+
+func TestClientCancelKillsTheRun(t *testing.T) {
+	rt := &fakeRuntime{run: func(ctx context.Context, spec Spec) (Result, error) {
+		<-ctx.Done()
+		return Result{}, ctx.Err()
+	}}
+	s := NewService(rt, testConfig(), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	res, err := s.Execute(ctx, Request{Code: "1"}, nil)
+	if err != nil || res.Outcome != OutcomeKilled || !strings.Contains(res.Reason, "cancelled") {
+		t.Fatalf("%+v %v", res, err)
+	}
+}
+
+func TestNotReadyIsAnError(t *testing.T) {
+	rt := &fakeRuntime{run: func(context.Context, Spec) (Result, error) {
+		return Result{}, errors.Join(ErrNotReady, errors.New("container starting"))
+	}}
+	s := NewService(rt, testConfig(), nil)
+	if _, err := s.Execute(context.Background(), Request{Code: "1"}, nil); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("got %v, want ErrNotReady", err)
+	}
+}
+
+func TestSystemFailureIsAResult(t *testing.T) {
+	rt := &fakeRuntime{run: func(context.Context, Spec) (Result, error) {
+		return Result{Stdout: "before"}, errors.New("the sandbox stopped during the run")
+	}}
+	s := NewService(rt, testConfig(), nil)
+	res, err := s.Execute(context.Background(), Request{Code: "1"}, nil)
+	if err != nil || res.Outcome != OutcomeSandboxError || res.Reason != "the sandbox stopped during the run" || res.Stdout != "before" || res.Success {
+		t.Fatalf("%+v %v", res, err)
+	}
+}
