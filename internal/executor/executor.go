@@ -37,7 +37,7 @@ type Config struct {
 	Slots int
 	// UIDBase is the uid (and gid) of slot 0. It must not be 0.
 	UIDBase int
-	// Python is the interpreter's path.
+	// Python is the interpreter: a path, or a name looked up in PATH.
 	Python string
 	// Bootstrap is the path of bootstrap.py.
 	Bootstrap string
@@ -55,7 +55,7 @@ func DefaultConfig() Config {
 	return Config{
 		Slots:       4,
 		UIDBase:     10000,
-		Python:      "/usr/bin/python3",
+		Python:      "python3",
 		Bootstrap:   "/opt/sandpit/bootstrap.py",
 		RunRoot:     "/sandbox",
 		TmpDirs:     []string{"/tmp", "/dev/shm"},
@@ -209,9 +209,14 @@ func (e *Executor) prepare() (string, error) {
 			e.log.Warn("clearing temporary files", "slot", slot, "error", err)
 		}
 	}
-	out, err := exec.Command(e.cfg.Python, "-c", "import platform; print(platform.python_version())").Output()
+	python, err := exec.LookPath(e.cfg.Python)
 	if err != nil {
-		return "", fmt.Errorf("executor: running %s: %w", e.cfg.Python, err)
+		return "", fmt.Errorf("executor: finding the interpreter: %w", err)
+	}
+	e.cfg.Python = python
+	out, err := exec.Command(python, "-c", "import platform; print(platform.python_version())").Output()
+	if err != nil {
+		return "", fmt.Errorf("executor: running %s: %w", python, err)
 	}
 	if _, err := os.Stat(e.cfg.Bootstrap); err != nil {
 		return "", fmt.Errorf("executor: bootstrap: %w", err)

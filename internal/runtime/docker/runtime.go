@@ -125,7 +125,7 @@ func (r *Runtime) execExecutor(ctx context.Context, containerID string) (*sessio
 		AttachStdin:  true,
 		AttachStdout: true,
 		AttachStderr: true,
-		Cmd:          []string{"/usr/local/bin/sandpit-executor", "serve", "-slots", strconv.Itoa(r.cfg.Box.Slots), "-uid-base", strconv.Itoa(UIDBase)},
+		Cmd:          []string{"/opt/sandpit/sandpit-executor", "serve", "-slots", strconv.Itoa(r.cfg.Box.Slots), "-uid-base", strconv.Itoa(UIDBase)},
 	})
 	if err != nil {
 		return nil, err
