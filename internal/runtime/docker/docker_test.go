@@ -217,6 +217,14 @@ func TestNetworkPolicy(t *testing.T) {
 	if ifaces.Stdout != "['lo']\n" {
 		t.Fatalf("network none has interfaces %q", ifaces.Stdout)
 	}
+
+	// With policy full the attempt is the code's own business: the box has a network interface
+	// (whether 169.254.169.254 answers depends on the host's network, not on sandpit).
+	full, _ := startRuntime(t, nil)
+	ifaces = sandboxtest.Exec(t, full, 0, sandboxtest.Spec("import socket; print(len(socket.if_nameindex()) > 1)", 10*time.Second), nil)
+	if ifaces.Stdout != "True\n" {
+		t.Fatalf("network full has no interface but lo: %q %q", ifaces.Stdout, ifaces.Stderr)
+	}
 }
 
 // The image tag follows the recipe: the same recipe gives the same tag, any change a new one.
