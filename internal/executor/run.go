@@ -2,7 +2,6 @@ package executor
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -193,8 +192,8 @@ func (r *run) execute() *sandbox.Result {
 	_ = control.SetReadDeadline(time.Now().Add(time.Second))
 	controlDone.Wait()
 
-	res.Stdout, res.StdoutTruncated = outCap.text(), outCap.truncated
-	res.Stderr, res.StderrTruncated = errCap.text(), errCap.truncated
+	// Stdout and stderr went to the daemon as chunks; the result carries only their flags.
+	res.StdoutTruncated, res.StderrTruncated = outCap.truncated, errCap.truncated
 	res.Output = r.output
 	oomAfter, _ := oomKills()
 	r.classify(res, waitErr, oomKnown && oomAfter > oomBefore)
@@ -216,29 +215,22 @@ func (r *run) environment(dir string) []string {
 	}
 }
 
-// recordingCapture is a capture that keeps what it passed on for the result.
-type recordingCapture struct {
-	capture
-	buf bytes.Buffer
-}
-
-func (c *recordingCapture) text() string { return c.buf.String() }
-
-func (r *run) newCapture(kind protocol.Kind, limit int64, reason stopReason) *recordingCapture {
-	c := &recordingCapture{}
-	c.limit = limit
-	c.emit = func(s string) {
-		c.buf.WriteString(s)
-		if err := r.e.conn.Send(&protocol.Message{Kind: kind, ID: r.id, Data: s}); err != nil {
-			r.e.log.Debug("sending output", "id", r.id, "error", err)
-		}
+// newCapture returns a capture that sends a stream's chunks to the daemon and stops the run
+// for reason when the stream passes limit.
+func (r *run) newCapture(kind protocol.Kind, limit int64, reason stopReason) *capture {
+	return &capture{
+		limit: limit,
+		emit: func(s string) {
+			if err := r.e.conn.Send(&protocol.Message{Kind: kind, ID: r.id, Data: s}); err != nil {
+				r.e.log.Debug("sending output", "id", r.id, "error", err)
+			}
+		},
+		onLimit: func() { r.stop(reason) },
 	}
-	c.onLimit = func() { r.stop(reason) }
-	return c
 }
 
 // pump copies a pipe into a capture until the pipe's writers are all gone.
-func pump(f *os.File, c *recordingCapture) {
+func pump(f *os.File, c *capture) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := f.Read(buf)

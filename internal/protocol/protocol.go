@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -143,9 +142,4 @@ func ReadFrame(r io.Reader) ([]byte, error) {
 		return nil, err
 	}
 	return body, nil
-}
-
-// Millis converts d to whole milliseconds, rounding up so that a non-zero duration is never 0.
-func Millis(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }

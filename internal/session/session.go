@@ -225,7 +225,10 @@ func (c *Client) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func
 				if m.Result == nil {
 					return partial(), true, errors.New("the executor sent a result without content")
 				}
-				return *m.Result, true, nil
+				// The streams arrived as chunks; the result carries only their flags.
+				res := *m.Result
+				res.Stdout, res.Stderr = stdout.String(), stderr.String()
+				return res, true, nil
 			}
 		}
 		return sandbox.Result{}, false, nil
