@@ -157,13 +157,18 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	defer eng.Close()
 
 	srv := &http.Server{
-		Handler:           httpapi.NewHandler(eng.Service, log),
+		Handler:           httpapi.Guard(httpapi.NewHandler(eng.Service, log), cfg.AllowedHosts),
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute, // for the body; runs outlive it (see httpapi's tests)
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	if ip := net.ParseIP(hostOf(ln.Addr().String())); ip == nil || !ip.IsLoopback() {
+		log.Warn("the REST API listens beyond this machine and has no authentication: anyone who reaches it can run code; "+
+			"requests must name a host in allowed_hosts", "address", ln.Addr().String(), "allowed_hosts", cfg.AllowedHosts)
+	}
 	log.Info("sandpit is serving", "address", "http://"+ln.Addr().String(), "data_dir", cfg.DataDir,
 		"image", eng.Runtime.Image().Tag, "slots", cfg.Slots, "network", cfg.Network)
 	if ready != nil {
@@ -181,6 +186,11 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 		log.Warn("in-flight requests did not finish in time; their runs are being killed", "error", err)
 	}
 	return nil
+}
+
+func hostOf(addr string) string {
+	host, _, _ := net.SplitHostPort(addr)
+	return host
 }
 
 // shutdownGrace is how long a stopping daemon waits for in-flight requests.

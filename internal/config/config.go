@@ -48,6 +48,12 @@ type Config struct {
 	// Default "127.0.0.1:8765". An empty host (":8765") listens on every interface, which
 	// lets anyone who can reach the machine run code.
 	Listen string `json:"listen"`
+
+	// AllowedHosts are the host names (without port) that the API answers besides localhost and
+	// loopback addresses, checked against each request's Host and Origin headers to stop
+	// DNS-rebinding and cross-site requests from web pages. "*" turns the check off. Default
+	// none: list the names clients use when listen is not a loopback address.
+	AllowedHosts []string `json:"allowed_hosts"`
 	// DataDir is the directory where sandpit keeps its state. It must be an absolute path.
 	// Default $XDG_DATA_HOME/sandpit, or ~/.local/share/sandpit when XDG_DATA_HOME is unset.
 	DataDir string `json:"data_dir"`
@@ -151,6 +157,7 @@ func defaults(lookup func(string) (string, bool)) Config {
 	sb := sandbox.DefaultConfig()
 	return Config{
 		Listen:          "127.0.0.1:8765",
+		AllowedHosts:    []string{},
 		DataDir:         defaultDataDir(lookup),
 		BaseImage:       "python:3.11-slim",
 		Packages:        DefaultPackages(),

@@ -23,6 +23,8 @@ const (
 	CodeInternal         = "internal"
 	CodeNotFound         = "not_found"
 	CodeMethodNotAllowed = "method_not_allowed"
+	CodeForbidden        = "forbidden"
+	CodeUnsupportedMedia = "unsupported_media_type"
 )
 
 // StatusClientClosedRequest is the status StatusOf gives when the client went away (its

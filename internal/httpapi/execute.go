@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,6 +91,14 @@ func (a *api) serveExecution(w http.ResponseWriter, r *http.Request, rc *http.Re
 				r.ContentLength, limit, cfg.MaxCodeBytes, cfg.MaxInputBytes)})
 		return
 	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		// Only JSON: a web page can send text/plain or a form without asking first, but not JSON.
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			writeError(w, &requestError{status: http.StatusUnsupportedMediaType, code: CodeUnsupportedMedia, msg: fmt.Sprintf(
+				"Content-Type %q is not accepted; send the body as JSON with Content-Type: application/json", ct)})
+			return
+		}
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, limit)
 
 	req, err := decodeExecuteBody(r.Body)
@@ -170,6 +179,9 @@ func decodeExecuteBody(body io.Reader) (sandbox.Request, error) {
 		return sandbox.Request{}, invalid("", "the request body must be a JSON object such as %s, not %s", bodyExample, jsonKind(raw[0]))
 	}
 
+	if err := checkKeys(raw); err != nil {
+		return sandbox.Request{}, err
+	}
 	strict := json.NewDecoder(bytes.NewReader(raw))
 	strict.DisallowUnknownFields()
 	var b executeBody
@@ -177,6 +189,35 @@ func decodeExecuteBody(body io.Reader) (sandbox.Request, error) {
 		return sandbox.Request{}, bodyError(err)
 	}
 	return sandbox.Request{Code: b.Code, Input: b.Input, TimeoutMS: b.TimeoutMS, Agent: b.Agent}, nil
+}
+
+// checkKeys refuses what encoding/json lets through: a key given twice (it keeps the last) and
+// a key in other letter case (it matches "Code" to code).
+func checkKeys(object json.RawMessage) error {
+	dec := json.NewDecoder(bytes.NewReader(object))
+	if _, err := dec.Token(); err != nil { // {
+		return bodyError(err)
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return bodyError(err)
+		}
+		key, _ := tok.(string)
+		if seen[key] {
+			return invalid(key, "field %q is given twice; give each field once", key)
+		}
+		seen[key] = true
+		if !slices.Contains(knownFields, key) {
+			return bodyError(fmt.Errorf("json: unknown field %q", key))
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return bodyError(err)
+		}
+	}
+	return nil
 }
 
 // bodyError turns a JSON decoding error into the request error to answer.

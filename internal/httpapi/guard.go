@@ -1,0 +1,57 @@
+package httpapi
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+)
+
+// Guard protects an API that has no authentication from web pages: it answers 403 to a
+// request whose Host header names a host other than localhost, a loopback address or one of
+// allowedHosts (a DNS-rebinding attack arrives with the attacker's name in Host), and to a
+// request whose Origin header names such a host (a cross-site request from a page in the
+// user's browser). allowedHosts holds host names without ports; "*" allows every host.
+func Guard(next http.Handler, allowedHosts []string) http.Handler {
+	if slices.Contains(allowedHosts, "*") {
+		return next
+	}
+	allowed := func(host string) bool {
+		host = strings.ToLower(strings.TrimSuffix(host, "."))
+		if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+			return true
+		}
+		if ip := net.ParseIP(strings.Trim(host, "[]")); ip != nil && ip.IsLoopback() {
+			return true
+		}
+		return slices.ContainsFunc(allowedHosts, func(h string) bool { return strings.EqualFold(h, host) })
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if host := hostOnly(r.Host); !allowed(host) {
+			writeError(w, &requestError{status: http.StatusForbidden, code: CodeForbidden, msg: fmt.Sprintf(
+				"requests addressed to host %q are refused: sandpit answers localhost and the names in allowed_hosts "+
+					"(SANDPIT_ALLOWED_HOSTS), which protects it from DNS rebinding", host)})
+			return
+		}
+		if origin := r.Header.Get("Origin"); origin != "" {
+			u, err := url.Parse(origin)
+			if err != nil || u.Host == "" || !allowed(u.Hostname()) {
+				writeError(w, &requestError{status: http.StatusForbidden, code: CodeForbidden, msg: fmt.Sprintf(
+					"requests from web pages at origin %q are refused: a page must not run code through sandpit; "+
+						"add its host to allowed_hosts (SANDPIT_ALLOWED_HOSTS) if it should", origin)})
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// hostOnly strips the port from a Host header value.
+func hostOnly(hostport string) string {
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		return h
+	}
+	return hostport
+}
