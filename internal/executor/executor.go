@@ -130,6 +130,10 @@ func (e *Executor) handle(m *protocol.Message) {
 			return
 		}
 		e.start(m.ID, m.Run.Slot, m.Run.Spec)
+	case protocol.KindPing:
+		if err := e.conn.Send(&protocol.Message{Kind: protocol.KindPong, ID: m.ID}); err != nil {
+			e.log.Warn("answering a ping", "error", err)
+		}
 	case protocol.KindCancel:
 		e.mu.Lock()
 		r := e.runs[m.ID]

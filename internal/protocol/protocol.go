@@ -42,6 +42,8 @@ const (
 	KindStderr  Kind = "stderr"  // executor → daemon: a chunk of run ID's stderr in Data
 	KindResult  Kind = "result"  // executor → daemon: run ID ended
 	KindRefused Kind = "refused" // executor → daemon: run ID was not started; Error says why
+	KindPing    Kind = "ping"    // daemon → executor: are you alive? (ID is a sequence number)
+	KindPong    Kind = "pong"    // executor → daemon: the answer to the ping with the same ID
 )
 
 // Message is one frame's content. Which fields are set depends on Kind.

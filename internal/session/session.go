@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -26,17 +27,38 @@ var ErrClosed = errors.New("the control session with the executor ended")
 // CancelGrace is how long Run waits for the executor's result after it asked for a cancel.
 const CancelGrace = 2 * time.Second
 
+// Options tune a session. Zero values take the defaults.
+type Options struct {
+	// HeartbeatInterval is how often the daemon pings the executor (default 2 s).
+	HeartbeatInterval time.Duration
+	// HeartbeatTimeout is how long the executor may leave pings unanswered before the session
+	// is ended as hung (default 10 s). Ready reports not ready after two unanswered intervals.
+	HeartbeatTimeout time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.HeartbeatInterval <= 0 {
+		o.HeartbeatInterval = 2 * time.Second
+	}
+	if o.HeartbeatTimeout <= 0 {
+		o.HeartbeatTimeout = 10 * time.Second
+	}
+	return o
+}
+
 // Client drives one executor over one session.
 type Client struct {
 	conn   *protocol.Conn
 	closer io.Closer
 	log    *slog.Logger
 	hello  protocol.Hello
+	opts   Options
 
 	mu    sync.Mutex
-	calls map[string]*call
-	err   error // why the session ended; nil while it lives
-	done  chan struct{}
+	calls    map[string]*call
+	err      error // why the session ended; nil while it lives
+	done     chan struct{}
+	lastPong time.Time
 }
 
 // call is one run waiting for its result. The reader goroutine appends to its queue; the
@@ -65,10 +87,12 @@ func (c *call) drain() []*protocol.Message {
 	return q
 }
 
-// Start waits for the executor's hello on rw (bounded by ctx), then serves the session until
-// it ends. closer, when not nil, is closed by Close and when the session fails.
-func Start(ctx context.Context, r io.Reader, w io.Writer, closer io.Closer, log *slog.Logger) (*Client, error) {
-	c := &Client{conn: protocol.NewConn(r, w), closer: closer, log: log, calls: map[string]*call{}, done: make(chan struct{})}
+// Start waits for the executor's hello from r (bounded by ctx), then serves the session until
+// it ends, pinging the executor to detect a hung one. closer, when not nil, is closed by Close
+// and when the session fails.
+func Start(ctx context.Context, r io.Reader, w io.Writer, closer io.Closer, log *slog.Logger, opts Options) (*Client, error) {
+	c := &Client{conn: protocol.NewConn(r, w), closer: closer, log: log, opts: opts.withDefaults(),
+		calls: map[string]*call{}, done: make(chan struct{}), lastPong: time.Now()}
 	type helloResult struct {
 		m   *protocol.Message
 		err error
@@ -99,7 +123,35 @@ func Start(ctx context.Context, r io.Reader, w io.Writer, closer io.Closer, log 
 		c.hello = *h.m.Hello
 	}
 	go c.readLoop()
+	go c.heartbeat()
 	return c, nil
+}
+
+// heartbeat pings the executor until the session ends, and ends the session when the executor
+// stops answering (stopped, frozen or deadlocked: its pipe is open but nobody reads it).
+func (c *Client) heartbeat() {
+	t := time.NewTicker(c.opts.HeartbeatInterval)
+	defer t.Stop()
+	for seq := 1; ; seq++ {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		silent := time.Since(c.lastPong)
+		c.mu.Unlock()
+		if silent > c.opts.HeartbeatTimeout {
+			c.fail(fmt.Errorf("%w: the executor has not answered for %s", ErrClosed, silent.Round(time.Second)))
+			return
+		}
+		// Sent from its own goroutine: a hung executor stops reading, and the write blocks.
+		go func() {
+			if err := c.conn.Send(&protocol.Message{Kind: protocol.KindPing, ID: strconv.Itoa(seq)}); err != nil {
+				c.fail(fmt.Errorf("%w: sending a ping: %w", ErrClosed, err))
+			}
+		}()
+	}
 }
 
 // Hello returns the executor's greeting.
@@ -115,10 +167,16 @@ func (c *Client) Err() error {
 	return c.err
 }
 
-// Ready returns nil while the session lives.
+// Ready returns nil while the session lives and the executor answers its pings.
 func (c *Client) Ready(context.Context) error {
-	if err := c.Err(); err != nil {
+	c.mu.Lock()
+	err, silent := c.err, time.Since(c.lastPong)
+	c.mu.Unlock()
+	if err != nil {
 		return fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
+	}
+	if silent > 2*c.opts.HeartbeatInterval+time.Second {
+		return fmt.Errorf("%w: the executor has not answered for %s", sandbox.ErrNotReady, silent.Round(time.Second))
 	}
 	return nil
 }
@@ -160,6 +218,10 @@ func (c *Client) readLoop() {
 			return
 		}
 		switch m.Kind {
+		case protocol.KindPong:
+			c.mu.Lock()
+			c.lastPong = time.Now()
+			c.mu.Unlock()
 		case protocol.KindStdout, protocol.KindStderr, protocol.KindResult, protocol.KindRefused:
 			c.mu.Lock()
 			cl := c.calls[m.ID]

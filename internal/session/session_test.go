@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -60,7 +61,7 @@ func pipeRuntime(t *testing.T, slots int) (*session.Client, func() error) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := session.Start(ctx, daemonEnd, daemonEnd, daemonEnd, log)
+	c, err := session.Start(ctx, daemonEnd, daemonEnd, daemonEnd, log, session.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,5 +124,35 @@ func TestExecutorRefusesBadSlots(t *testing.T) {
 	}
 	if c.Hello().Slots != 2 || c.Hello().Python == "" {
 		t.Fatalf("hello %+v", c.Hello())
+	}
+}
+
+// An executor that greets and then stops reading (stopped, frozen) ends the session.
+func TestHungExecutorEndsTheSession(t *testing.T) {
+	daemonEnd, executorEnd := net.Pipe()
+	defer executorEnd.Close()
+	go protocol.NewConn(executorEnd, executorEnd).Send(&protocol.Message{Kind: protocol.KindHello,
+		Hello: &protocol.Hello{Version: protocol.Version, Slots: 1}})
+	c, err := session.Start(context.Background(), daemonEnd, daemonEnd, daemonEnd, slog.New(slog.DiscardHandler),
+		session.Options{HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a silent executor kept the session alive")
+	}
+	if err := c.Ready(context.Background()); err == nil || !strings.Contains(err.Error(), "not answered") {
+		t.Fatalf("Ready: %v", err)
+	}
+}
+
+// A live executor answers pings during long runs: the session survives many timeouts' worth.
+func TestLiveExecutorKeepsTheSession(t *testing.T) {
+	c, _ := pipeRuntime(t, 1) // default heartbeat: every 2 s
+	res := sandboxtest.Exec(t, c, 0, sandboxtest.Spec("import time; time.sleep(5); print('ok')", 10*time.Second), nil)
+	if res.Outcome != sandbox.OutcomeOK || c.Ready(context.Background()) != nil {
+		t.Fatalf("%+v %v", res, c.Ready(context.Background()))
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/sandbox/sandboxtest"
+	"github.com/sandpit-dev/sandpit/internal/session"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
@@ -258,5 +259,28 @@ func TestImageTagFollowsTheRecipe(t *testing.T) {
 	bad.ExecutorPath = "/no/such/executor"
 	if _, err := docker.Resolve(ctx, api, bad); err == nil || !strings.Contains(err.Error(), "make build") {
 		t.Fatalf("missing executor: %v", err)
+	}
+}
+
+// A stopped executor (SIGSTOP: its pipe is open but nobody reads) is detected by the heartbeat,
+// readiness says so, and the runtime replaces it.
+func TestHungExecutorIsReplaced(t *testing.T) {
+	rt, _ := startRuntime(t, func(c *docker.Config) {
+		c.Session = session.Options{HeartbeatInterval: 200 * time.Millisecond, HeartbeatTimeout: 2 * time.Second}
+	})
+	out, err := exec.Command("docker", "exec", rt.ContainerID(), "sh", "-c", "kill -STOP $(cat /sandbox/executor.pid)").CombinedOutput()
+	if err != nil {
+		t.Fatalf("stopping the executor: %v %s", err, out)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for rt.Ready(context.Background()) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("a stopped executor still reads as ready")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	res := sandboxtest.Exec(t, rt, 0, sandboxtest.Spec("print('back')", 10*time.Second), nil)
+	if res.Outcome != sandbox.OutcomeOK || res.Stdout != "back\n" {
+		t.Fatalf("run after the hang: %+v", res)
 	}
 }

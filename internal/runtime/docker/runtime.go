@@ -34,6 +34,8 @@ type Config struct {
 	ReadyWait time.Duration
 	// Progress receives the image build's output when the image has to be built (may be nil).
 	Progress io.Writer
+	// Session tunes the control session (heartbeat); zero values take the defaults.
+	Session session.Options
 }
 
 // Runtime is a sandbox.Runtime backed by a warm Docker container. Create it with Start.
@@ -153,7 +155,7 @@ func (r *Runtime) execExecutor(ctx context.Context, containerID string) (*sessio
 	})
 	helloCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return session.Start(helloCtx, pr, att.Conn, closer, r.log)
+	return session.Start(helloCtx, pr, att.Conn, closer, r.log, r.cfg.Session)
 }
 
 // supervise waits for the session to end and brings the sandbox back, with backoff, until Close.
@@ -189,6 +191,11 @@ func (r *Runtime) supervise() {
 		if err == nil {
 			continue
 		}
+		select {
+		case <-r.stop:
+			return // Close interrupted the attempt: not a failure
+		default:
+		}
 		r.mu.Lock()
 		r.lastErr = err
 		r.mu.Unlock()
@@ -210,11 +217,12 @@ func (r *Runtime) current(ctx context.Context) (*session.Client, error) {
 		r.mu.Lock()
 		sess, changed, lastErr := r.sess, r.changed, r.lastErr
 		r.mu.Unlock()
-		if sess != nil && sess.Err() == nil {
+		if sess != nil && sess.Ready(ctx) == nil {
 			return sess, nil
 		}
 		select {
 		case <-changed:
+		case <-time.After(100 * time.Millisecond): // a silent session fails or recovers
 		case <-deadline.C:
 			if lastErr == nil {
 				lastErr = errors.New("the sandbox is restarting")
