@@ -80,12 +80,14 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
-	rcfg, err := RuntimeConfig(cfg, progress)
+	lock, err := datadir.Acquire(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
-	lock, err := datadir.Acquire(cfg.DataDir)
+	cfg.DataDir = lock.Dir()
+	rcfg, err := RuntimeConfig(cfg, progress)
 	if err != nil {
+		lock.Release()
 		return nil, err
 	}
 	api, err := DockerClient(cfg)
@@ -139,6 +141,57 @@ func BuildImage(ctx context.Context, cfg config.Config, progress io.Writer) (str
 		return img.Tag, false, nil
 	}
 	return img.Tag, true, img.Build(ctx, api, progress)
+}
+
+// ContainerStatus describes one container of a data directory.
+type ContainerStatus struct {
+	ID, State, Image string
+	Created          time.Time
+}
+
+// Sandbox lists the containers of cfg's data directory and the pid of the engine that owns it
+// (0 when none does).
+func Sandbox(ctx context.Context, cfg config.Config) (dir string, owner int, containers []ContainerStatus, err error) {
+	dir, err = datadir.Canonical(cfg.DataDir)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	if lock, err := datadir.Acquire(dir); err == nil {
+		lock.Release()
+	} else if locked, ok := errors.AsType[*datadir.LockedError](err); ok {
+		owner = locked.PID
+	} else {
+		return "", 0, nil, err
+	}
+	api, err := DockerClient(cfg)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	defer api.Close()
+	list, err := docker.Containers(ctx, api, dir)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	for _, c := range list {
+		containers = append(containers, ContainerStatus{ID: c.ID, State: string(c.State), Image: c.Image, Created: time.Unix(c.Created, 0)})
+	}
+	return dir, owner, containers, nil
+}
+
+// RemoveSandbox removes the containers of cfg's data directory. It takes the directory's lock
+// first, so it refuses (a *datadir.LockedError) while an engine uses them.
+func RemoveSandbox(ctx context.Context, cfg config.Config) (int, error) {
+	lock, err := datadir.Acquire(cfg.DataDir)
+	if err != nil {
+		return 0, err
+	}
+	defer lock.Release()
+	api, err := DockerClient(cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer api.Close()
+	return docker.RemoveContainers(ctx, api, lock.Dir())
 }
 
 // Serve runs the daemon: it opens the engine, serves the REST API on cfg.Listen until ctx

@@ -153,7 +153,7 @@ func TestREST(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		fmt.Fprintf(conn, "POST /v1/executions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", 50<<20)
+		fmt.Fprintf(conn, "POST /v1/executions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", 50<<20)
 		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		if err != nil {
@@ -162,6 +162,24 @@ func TestREST(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "limit") {
 			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+	})
+
+	t.Run("web pages and rebound names are refused", func(t *testing.T) {
+		for _, h := range [][]string{{"Origin", "http://evil.example"}, {"Host", "attacker.example"}} {
+			req, _ := http.NewRequest(http.MethodPost, url+"/v1/executions", strings.NewReader(`{"code": "print(1)"}`))
+			req.Header.Set(h[0], h[1])
+			if h[0] == "Host" {
+				req.Host = h[1]
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusForbidden {
+				t.Errorf("%s %s: status %d, want 403", h[0], h[1], resp.StatusCode)
+			}
 		}
 	})
 
@@ -212,7 +230,7 @@ func TestREST(t *testing.T) {
 				if k == "SANDPIT_URL" {
 					return url, true
 				}
-				return "", false
+				return os.LookupEnv(k)
 			}}
 		code := cli.Main(context.Background(), []string{"run", "-c", "import sys; print('测试 😀'); print('warn', file=sys.stderr); sys.exit(3)"}, env)
 		if code != 3 || stdout.String() != "测试 😀\n" || stderr.String() != "warn\n" {
@@ -229,6 +247,12 @@ func TestREST(t *testing.T) {
 		var res struct{ Output struct{ N int } }
 		if code != 0 || json.Unmarshal(stdout.Bytes(), &res) != nil || res.Output.N != 3 {
 			t.Fatalf("--json: exit %d %s", code, stdout.String())
+		}
+		// Engine flags cannot apply to a daemon that is already running: refused, not ignored.
+		stderr.Reset()
+		code = cli.Main(context.Background(), []string{"run", "--network", "none", "-c", "print(1)"}, env)
+		if code != 64 || !strings.Contains(stderr.String(), "--network") || !strings.Contains(stderr.String(), "--local") {
+			t.Fatalf("--network with a daemon: exit %d stderr %q", code, stderr.String())
 		}
 	})
 }
@@ -256,6 +280,40 @@ func TestOneEnginePerDataDir(t *testing.T) {
 		}})
 	if code != 75 || !strings.Contains(stderr.String(), "in use by sandpit process") {
 		t.Fatalf("exit %d stderr %q", code, stderr.String())
+	}
+	// Its container cannot be removed from under it; once it is closed, it can.
+	if _, err := app.RemoveSandbox(context.Background(), cfg); !errors.As(err, &locked) {
+		t.Fatalf("RemoveSandbox while in use: %v", err)
+	}
+	eng.Close()
+	if n, err := app.RemoveSandbox(context.Background(), cfg); err != nil || n != 1 {
+		t.Fatalf("RemoveSandbox: %d %v", n, err)
+	}
+	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != 0 {
+		t.Fatalf("containers left: %v", ids)
+	}
+}
+
+// The data directory is one, however it is spelt: a symlink or a trailing slash adopts the
+// same container.
+func TestDataDirSpellingsShareOneContainer(t *testing.T) {
+	cfg := testConfig(t)
+	link := cfg.DataDir + "-link"
+	if err := os.Symlink(cfg.DataDir, link); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(link)
+	for _, dir := range []string{cfg.DataDir, cfg.DataDir + "/", link} {
+		c := cfg
+		c.DataDir = dir
+		eng, err := app.Open(context.Background(), c, testenv.Logger(), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eng.Close()
+	}
+	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != 1 {
+		t.Fatalf("%d containers for one data directory, want 1", len(ids))
 	}
 }
 

@@ -61,7 +61,8 @@ Configuration: defaults < config file (--config, SANDPIT_CONFIG or ~/.config/san
 	opts.configFlag(pf, "network", "network", `network policy of the sandbox: "full" or "none"`)
 	opts.configFlag(pf, "docker-host", "docker_host", "Docker engine address (default: the Docker environment)")
 
-	root.AddCommand(opts.serveCommand(), opts.runCommand(), opts.imageCommand(), opts.versionCommand())
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErrorf("%v", err) })
+	root.AddCommand(opts.serveCommand(), opts.runCommand(), opts.imageCommand(), opts.sandboxCommand(), opts.versionCommand())
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0
@@ -93,17 +94,17 @@ type setting struct {
 func (o *options) load(cmd *cobra.Command) (config.Config, error) {
 	cfg, err := config.LoadLookup(o.configFile, o.env.Lookup)
 	if err != nil {
-		return cfg, err
+		return cfg, &UsageError{msg: err.Error()}
 	}
 	for _, s := range o.settings {
 		if f := cmd.Flags().Lookup(s.flag); f != nil && f.Changed {
 			if err := cfg.Set(s.key, *s.value); err != nil {
-				return cfg, fmt.Errorf("--%s: %w", s.flag, err)
+				return cfg, usageErrorf("--%s: %v", s.flag, err)
 			}
 		}
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("invalid configuration:\n%w", err)
+		return cfg, &UsageError{msg: "invalid configuration:\n" + err.Error()}
 	}
 	return cfg, nil
 }
@@ -113,6 +114,27 @@ func (o *options) logger(cfg config.Config, quiet bool) *slog.Logger {
 		return slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return cfg.Logger(o.env.Stderr)
+}
+
+// UsageError is a mistake in the command line itself (a flag, an argument, a file to read);
+// `sandpit run` exits 64 for it.
+type UsageError struct{ msg string }
+
+func (e *UsageError) Error() string { return e.msg }
+
+func usageErrorf(format string, args ...any) error {
+	return &UsageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// engineFlagsGiven names the engine flags given on the command line.
+func (o *options) engineFlagsGiven(cmd *cobra.Command) []string {
+	var given []string
+	for _, s := range o.settings {
+		if f := cmd.Flags().Lookup(s.flag); f != nil && f.Changed {
+			given = append(given, "--"+s.flag)
+		}
+	}
+	return given
 }
 
 // exitError carries a command's exit code without another message.

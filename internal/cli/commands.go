@@ -105,7 +105,12 @@ Exit status: the program's own status; 124 timeout; 137 memory_limit; 125 output
 		Example: `  sandpit run -c 'print(sum(INPUT))' --input '[1,2,3]'
   sandpit run script.py --timeout 10s --json
   echo 'print("hi")' | sandpit run -`,
-		Args: cobra.MaximumNArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usageErrorf("give one FILE (or - for standard input), not %d arguments", len(args))
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd, f, args)
 		},
@@ -131,18 +136,18 @@ func (o *options) run(cmd *cobra.Command, f runFlags, args []string) error {
 		in := []byte(f.input)
 		if name, ok := strings.CutPrefix(f.input, "@"); ok {
 			if in, err = os.ReadFile(name); err != nil {
-				return fmt.Errorf("--input: %w", err)
+				return usageErrorf("--input: %v", err)
 			}
 		}
 		if !json.Valid(in) {
-			return fmt.Errorf("--input is not valid JSON: give a JSON value such as '[1,2,3]' or '{\"a\": 1}', or @FILE")
+			return usageErrorf("--input is not valid JSON: give a JSON value such as '[1,2,3]' or '{\"a\": 1}', or @FILE")
 		}
 		req.Input = json.RawMessage(in)
 	}
 	if cmd.Flags().Changed("timeout") {
 		ms := f.timeout.Milliseconds()
 		if ms < 1 {
-			return fmt.Errorf("--timeout %s is too short: give at least 1ms, e.g. --timeout 30s", f.timeout)
+			return usageErrorf("--timeout %s is too short: give at least 1ms, e.g. --timeout 30s", f.timeout)
 		}
 		req.TimeoutMS = &ms
 	}
@@ -187,6 +192,10 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequ
 	if url == "" {
 		url = DefaultURL
 	}
+	cfg, err := o.load(cmd) // also with a daemon: a broken configuration is always an error
+	if err != nil {
+		return sandbox.Result{}, err
+	}
 	var daemonErr error
 	if !f.local {
 		c := client.New(url, nil)
@@ -194,14 +203,14 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequ
 		daemonErr = c.Health(hctx)
 		cancel()
 		if daemonErr == nil {
+			if given := o.engineFlagsGiven(cmd); len(given) > 0 {
+				return sandbox.Result{}, usageErrorf("%s set up the engine, but the daemon at %s runs with its own settings: "+
+					"give them to `sandpit serve`, or add --local to run this command on its own engine", strings.Join(given, ", "), url)
+			}
 			return c.Execute(ctx, req, emit)
 		}
 	}
 
-	cfg, err := o.load(cmd)
-	if err != nil {
-		return sandbox.Result{}, err
-	}
 	eng, err := app.Open(ctx, cfg, o.logger(cfg, true), o.env.Stderr)
 	if err != nil {
 		var locked *datadir.LockedError
@@ -217,18 +226,21 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequ
 func (o *options) readCode(f runFlags, args []string) (string, error) {
 	switch {
 	case f.code != "" && len(args) > 0:
-		return "", errors.New("give the code either with -c or as FILE, not both")
+		return "", usageErrorf("give the code either with -c or as FILE, not both")
 	case f.code != "":
 		return f.code, nil
 	case len(args) == 0:
-		return "", errors.New("no code: give a FILE, -c CODE, or - to read standard input (see sandpit run --help)")
+		return "", usageErrorf("no code: give a FILE, -c CODE, or - to read standard input (see sandpit run --help)")
 	case args[0] == "-":
 		b, err := io.ReadAll(o.env.Stdin)
-		return string(b), err
+		if err != nil {
+			return "", usageErrorf("reading the code from standard input: %v", err)
+		}
+		return string(b), nil
 	default:
 		b, err := os.ReadFile(args[0])
 		if err != nil {
-			return "", fmt.Errorf("reading the code: %w", err)
+			return "", usageErrorf("reading the code: %v", err)
 		}
 		return string(b), nil
 	}

@@ -29,7 +29,10 @@ func ExitCode(res *sandbox.Result, err error) int {
 		var field *sandbox.FieldError
 		var busy *sandbox.BusyError
 		var locked *datadir.LockedError
+		var usage *UsageError
 		switch {
+		case errors.As(err, &usage):
+			return exitUsage
 		case errors.Is(err, context.Canceled):
 			return exitInterrupted
 		case errors.As(err, &api):

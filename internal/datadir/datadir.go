@@ -30,17 +30,35 @@ func (e *LockedError) Error() string {
 
 // Lock is a held data directory.
 type Lock struct {
-	f *os.File
+	f   *os.File
+	dir string
+}
+
+// Dir is the data directory's canonical path (absolute, clean, symbolic links resolved): the
+// one name under which its container is labelled, however the directory was spelt.
+func (l *Lock) Dir() string { return l.dir }
+
+// Canonical creates dir (mode 0700) if needed and returns its canonical path.
+func Canonical(dir string) (string, error) {
+	if !filepath.IsAbs(dir) {
+		return "", fmt.Errorf("data directory %q must be an absolute path", dir)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("creating data directory: %w", err)
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", fmt.Errorf("resolving data directory: %w", err)
+	}
+	return filepath.Clean(real), nil
 }
 
 // Acquire creates dir (mode 0700) if needed and takes its lock without waiting.
 // It returns a *LockedError when another process holds it.
 func Acquire(dir string) (*Lock, error) {
-	if !filepath.IsAbs(dir) {
-		return nil, fmt.Errorf("data directory %q must be an absolute path", dir)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating data directory: %w", err)
+	dir, err := Canonical(dir)
+	if err != nil {
+		return nil, err
 	}
 	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -58,7 +76,7 @@ func Acquire(dir string) (*Lock, error) {
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
-	return &Lock{f: f}, nil
+	return &Lock{f: f, dir: dir}, nil
 }
 
 // Release gives the lock up. It is idempotent.

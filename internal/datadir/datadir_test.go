@@ -33,3 +33,24 @@ func TestAcquireRejectsRelativePath(t *testing.T) {
 		t.Fatal("relative data directory accepted")
 	}
 }
+
+func TestAcquireCanonicalisesTheDirectory(t *testing.T) {
+	dir := t.TempDir()
+	link := dir + "-link"
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(link)
+	l, err := Acquire(link + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	if l.Dir() != dir {
+		t.Fatalf("Dir() = %q, want %q", l.Dir(), dir)
+	}
+	var locked *LockedError
+	if _, err := Acquire(dir); !errors.As(err, &locked) {
+		t.Fatalf("the same directory by another name was not locked: %v", err)
+	}
+}

@@ -102,15 +102,12 @@ func containerName(dataDir string) string {
 // and starts a new one. It returns the container's ID and whether it was adopted.
 func ensureContainer(ctx context.Context, api client.APIClient, log *slog.Logger, img Image, box Box, dataDir string) (string, bool, error) {
 	cfg, host, hash := box.spec(img, dataDir)
-	list, err := api.ContainerList(ctx, client.ContainerListOptions{
-		All:     true,
-		Filters: make(client.Filters).Add("label", labelDataDir+"="+dataDir),
-	})
+	list, err := Containers(ctx, api, dataDir)
 	if err != nil {
-		return "", false, fmt.Errorf("listing sandpit containers: %w", err)
+		return "", false, err
 	}
 	adopted := ""
-	for _, c := range list.Items {
+	for _, c := range list {
 		if adopted == "" && c.Labels[labelConfig] == hash && c.State == container.StateRunning {
 			adopted = c.ID
 			continue
@@ -135,6 +132,33 @@ func ensureContainer(ctx context.Context, api client.APIClient, log *slog.Logger
 		return "", false, fmt.Errorf("starting the sandbox container: %w", err)
 	}
 	return created.ID, false, nil
+}
+
+// Containers lists the containers labelled for dataDir (running or not).
+func Containers(ctx context.Context, api client.APIClient, dataDir string) ([]container.Summary, error) {
+	list, err := api.ContainerList(ctx, client.ContainerListOptions{
+		All:     true,
+		Filters: make(client.Filters).Add("label", labelDataDir+"="+dataDir),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing sandpit containers: %w", err)
+	}
+	return list.Items, nil
+}
+
+// RemoveContainers force-removes every container labelled for dataDir and returns how many.
+// The caller must own the data directory (no engine may be using the container).
+func RemoveContainers(ctx context.Context, api client.APIClient, dataDir string) (int, error) {
+	list, err := Containers(ctx, api, dataDir)
+	if err != nil {
+		return 0, err
+	}
+	for i, c := range list {
+		if _, err := api.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			return i, fmt.Errorf("removing container %s: %w", shortID(c.ID), err)
+		}
+	}
+	return len(list), nil
 }
 
 func shortID(id string) string {
