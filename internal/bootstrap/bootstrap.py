@@ -20,23 +20,28 @@ _FILE = "main.py"
 _MEMORY_ERROR = b'{"type": "memory_error"}\n'
 _BOOTSTRAP = os.path.abspath(__file__)
 
+# Private references: user code may replace json.dumps, os.write or sys.exit; the bootstrap
+# must still report its result.
+_dumps, _loads = json.dumps, json.loads
+_write, _read, _exit = os.write, os.read, sys.exit
+
 
 def _send(obj):
-    data = (json.dumps(obj) + "\n").encode()
+    data = (_dumps(obj) + "\n").encode()
     while data:
-        n = os.write(_FD, data)
+        n = _write(_FD, data)
         data = data[n:]
 
 
 def _read_init():
     chunks = []
     while True:
-        chunk = os.read(_FD, 1 << 20)
+        chunk = _read(_FD, 1 << 20)
         if not chunk:
             raise SystemExit("sandpit bootstrap: the executor closed the control line early")
         chunks.append(chunk)
         if chunk.endswith(b"\n"):
-            return json.loads(b"".join(chunks))
+            return _loads(b"".join(chunks))
 
 
 def _set_limit(kind, value):
@@ -63,7 +68,7 @@ def _apply_limits(init):
 
 def _report_memory_error():
     try:
-        os.write(_FD, _MEMORY_ERROR)
+        _write(_FD, _MEMORY_ERROR)
     except OSError:
         pass
 
@@ -92,19 +97,59 @@ def _exit_status(exc):
     return 1
 
 
+def _size_at_least(obj, limit):
+    """A lower bound of len(json.dumps(obj)), computed only until it passes limit: it lets a
+    huge OUTPUT be refused before serialising it would need several times its size in memory.
+    Raises ValueError for a circular reference, as json.dumps would."""
+    size, stack, path = 0, [(obj, False)], set()
+    while stack:
+        o, leaving = stack.pop()
+        if leaving:
+            path.discard(id(o))
+            continue
+        if isinstance(o, str):
+            size += len(o) + 2
+        elif isinstance(o, (dict, list, tuple)):
+            if id(o) in path:
+                raise ValueError("Circular reference detected")
+            path.add(id(o))
+            stack.append((o, True))
+            size += 2 + len(o)
+            if isinstance(o, dict):
+                size += sum(len(k) + 3 for k in o if isinstance(k, str))
+                o = o.values()
+            stack.extend((v, False) for v in o)
+        else:
+            size += 1
+        if limit and size > limit:
+            break
+    return size
+
+
 def _send_output(namespace, limit):
+    """Sends OUTPUT as JSON; returns the exit status to use (0, or 1 when OUTPUT is unusable)."""
     if "OUTPUT" not in namespace:
         return 0
     try:
-        text = json.dumps(namespace["OUTPUT"], allow_nan=False, ensure_ascii=False)
+        size = _size_at_least(namespace["OUTPUT"], limit)
+        if not (limit and size > limit):
+            text = _dumps(namespace["OUTPUT"], allow_nan=False, ensure_ascii=False)
+            size = len(text.encode("utf-8", "surrogatepass"))
+        if limit and size > limit:
+            _send({"type": "output_too_large", "bytes": size})
+            return 0
+        _send({"type": "output", "json": text})
+    except MemoryError:
+        text = None
+        _report_memory_error()
+        print("sandpit: OUTPUT is too large to serialise within the memory limit", file=sys.stderr)
+        return 1
     except (TypeError, ValueError, RecursionError) as exc:
         print(f"sandpit: OUTPUT is not JSON-serialisable: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    size = len(text.encode("utf-8", "surrogatepass"))
-    if limit and size > limit:
-        _send({"type": "output_too_large", "bytes": size})
-        return 0
-    _send({"type": "output", "json": text})
+    except OSError as exc:
+        print(f"sandpit: OUTPUT could not be returned: the control line (descriptor 3) failed: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -115,6 +160,8 @@ def main():
     threading.excepthook = _thread_excepthook
 
     code = init["code"]
+    if code.startswith("\ufeff"):  # a byte order mark, as editors save it: Python files may have one
+        code = code[1:]
     module = types.ModuleType("__main__")
     module.__dict__.update({"__file__": _FILE, "__builtins__": builtins, "INPUT": init.get("input")})
     sys.modules["__main__"] = module
@@ -122,6 +169,7 @@ def main():
     sys.argv = [_FILE]
     linecache.cache[_FILE] = (len(code), None, code.splitlines(True), _FILE)
 
+    limits = init.get("limits") or {}
     status = 0
     try:
         exec(compile(code, _FILE, "exec"), module.__dict__)
@@ -134,16 +182,14 @@ def main():
     except BaseException as exc:  # noqa: BLE001 - the user's exception is the result
         _print_user_traceback(exc)
         status = 1
-    if status == 0:
-        status = _send_output(module.__dict__, (init.get("limits") or {}).get("output_bytes"))
-    else:
-        _send_output(module.__dict__, (init.get("limits") or {}).get("output_bytes"))
+    output_status = _send_output(module.__dict__, limits.get("output_bytes"))
+    status = status or output_status
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:  # noqa: BLE001 - a closed stream must not hide the status
             pass
-    sys.exit(status)
+    _exit(status)
 
 
 main()

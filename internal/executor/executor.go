@@ -45,6 +45,9 @@ type Config struct {
 	RunRoot string
 	// TmpDirs are shared writable directories cleaned of a slot's files after each run.
 	TmpDirs []string
+	// MatplotlibCache is a directory of prebuilt matplotlib cache files copied into each run's
+	// MPLCONFIGDIR; missing means none.
+	MatplotlibCache string
 	// KillTimeout bounds how long killing a slot's processes may take before the run is
 	// reported as a sandbox_error.
 	KillTimeout time.Duration
@@ -53,13 +56,15 @@ type Config struct {
 // DefaultConfig is the layout of the sandpit image.
 func DefaultConfig() Config {
 	return Config{
-		Slots:       4,
-		UIDBase:     10000,
-		Python:      "python3",
-		Bootstrap:   "/opt/sandpit/bootstrap.py",
-		RunRoot:     "/sandbox",
-		TmpDirs:     []string{"/tmp", "/dev/shm"},
-		KillTimeout: 5 * time.Second,
+		Slots:     4,
+		UIDBase:   10000,
+		Python:    "python3",
+		Bootstrap: "/opt/sandpit/bootstrap.py",
+		RunRoot:   "/sandbox",
+		TmpDirs:   []string{"/tmp", "/dev/shm"},
+
+		MatplotlibCache: "/opt/sandpit/matplotlib",
+		KillTimeout:     5 * time.Second,
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -131,9 +132,13 @@ func (r *run) execute() *sandbox.Result {
 		return r.systemError(res, "creating the stderr pipe: %v", err)
 	}
 
+	env, mplDir := r.environment(dir)
+	if err := r.seedMatplotlib(mplDir); err != nil {
+		r.e.log.Warn("copying the matplotlib cache", "id", r.id, "error", err)
+	}
 	cmd := exec.Command(r.e.cfg.Python, "-u", "-I", "-X", "utf8", r.e.cfg.Bootstrap)
 	cmd.Dir = dir
-	cmd.Env = r.environment(dir)
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
 	cmd.ExtraFiles = []*os.File{childSock} // descriptor 3
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -200,19 +205,53 @@ func (r *run) execute() *sandbox.Result {
 	return res
 }
 
-// environment is the run's whole environment: nothing of the executor's or the host's.
-func (r *run) environment(dir string) []string {
+// environment is the run's whole environment: nothing of the executor's or the host's. It also
+// returns the run's matplotlib directory.
+func (r *run) environment(dir string) ([]string, string) {
+	mpl := fmt.Sprintf("/tmp/.matplotlib-%d", r.uid)
 	return []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=" + dir,
 		"TMPDIR=/tmp",
 		"LANG=C.UTF-8",
 		"MPLBACKEND=Agg",
-		fmt.Sprintf("MPLCONFIGDIR=/tmp/.matplotlib-%d", r.uid),
+		"MPLCONFIGDIR=" + mpl,
 		"OPENBLAS_NUM_THREADS=1",
 		"OMP_NUM_THREADS=1",
 		"MKL_NUM_THREADS=1",
+	}, mpl
+}
+
+// seedMatplotlib creates the run's matplotlib directory, owned by the run's uid, with the
+// image's prebuilt cache files in it. (It is removed with the uid's other files in /tmp.)
+func (r *run) seedMatplotlib(dir string) error {
+	entries, err := os.ReadDir(r.e.cfg.MatplotlibCache)
+	if err != nil {
+		return nil // no cache in this image
 	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chown(dir, r.uid, r.uid); err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(r.e.cfg.MatplotlibCache, e.Name()))
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(dir, e.Name())
+		if err := os.WriteFile(dst, data, 0o600); err != nil {
+			return err
+		}
+		if err := os.Chown(dst, r.uid, r.uid); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // newCapture returns a capture that sends a stream's chunks to the daemon and stops the run
@@ -365,7 +404,7 @@ func (r *run) classify(res *sandbox.Result, waitErr error, oomKilled bool) {
 		res.Reason = fmt.Sprintf("stderr passed its cap of %d bytes; the run was stopped and stderr cut at the cap", lim.StderrBytes)
 	case reason == stopOutputLimit:
 		res.Outcome = sandbox.OutcomeOutputLimit
-		res.Reason = fmt.Sprintf("OUTPUT serialises to %d bytes of JSON; the cap is %d bytes", outputBytes, lim.OutputBytes)
+		res.Reason = fmt.Sprintf("OUTPUT passed its cap of %d bytes of JSON (it needs at least %d bytes)", lim.OutputBytes, outputBytes)
 		res.Output = nil
 	case reason == stopCancelled:
 		res.Outcome = sandbox.OutcomeKilled

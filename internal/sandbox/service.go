@@ -100,6 +100,31 @@ func (s *Service) Stats() Stats {
 	return Stats{Slots: s.cfg.Slots, Busy: s.cfg.Slots - len(s.free), Waiting: s.waiting}
 }
 
+// MaxInputDepth is how deeply arrays and objects may nest in a request's input.
+const MaxInputDepth = 500
+
+// jsonDepth returns the deepest nesting of arrays and objects in valid JSON text.
+func jsonDepth(text []byte) int {
+	depth, deepest, inString, escaped := 0, 0, false, false
+	for _, c := range text {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			escaped = c == '\\'
+			inString = c != '"'
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			depth++
+			deepest = max(deepest, depth)
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return deepest
+}
+
 var agentPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
 // Validate checks req against the limits and returns a *FieldError naming the first bad field.
@@ -123,6 +148,10 @@ func (s *Service) Validate(req Request) error {
 	}
 	if len(req.Input) > 0 && !json.Valid(req.Input) {
 		return &FieldError{Field: "input", Message: "is not valid JSON"}
+	}
+	if d := jsonDepth(req.Input); d > MaxInputDepth {
+		return &FieldError{Field: "input", Message: fmt.Sprintf(
+			"is nested %d levels deep; the limit is %d levels (Python's JSON reader stops near 1000)", d, MaxInputDepth)}
 	}
 	if req.TimeoutMS != nil {
 		if t := *req.TimeoutMS; t < 1 || t > s.cfg.MaxTimeout.Milliseconds() {

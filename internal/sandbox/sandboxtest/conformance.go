@@ -115,10 +115,17 @@ func Run(t *testing.T, h Harness) {
 	})
 
 	t.Run("unserialisable OUTPUT is an error that says so", func(t *testing.T) {
-		res := Exec(t, rt, 0, Spec("OUTPUT = {1, 2}", 10*time.Second), nil)
-		expect(t, res, sandbox.OutcomeError)
-		if !strings.Contains(res.Stderr, "OUTPUT is not JSON-serialisable") {
-			t.Fatalf("stderr %q does not explain", res.Stderr)
+		for code, says := range map[string]string{
+			"OUTPUT = {1, 2}":                       "set is not JSON serializable",
+			"OUTPUT = float('nan')":                 "Out of range float values",
+			"OUTPUT = []\nOUTPUT.append(OUTPUT)":    "Circular reference",
+			"OUTPUT = {'a': [1, 2, {'b': {3, 4}}]}": "set is not JSON serializable",
+		} {
+			res := Exec(t, rt, 0, Spec(code, 10*time.Second), nil)
+			expect(t, res, sandbox.OutcomeError)
+			if !strings.Contains(res.Stderr, "OUTPUT is not JSON-serialisable") || !strings.Contains(res.Stderr, says) {
+				t.Fatalf("%s: stderr %q does not explain", code, res.Stderr)
+			}
 		}
 	})
 
@@ -130,6 +137,34 @@ func Run(t *testing.T, h Harness) {
 		if !strings.Contains(res.Reason, "1024") {
 			t.Fatalf("reason %q does not name the cap", res.Reason)
 		}
+	})
+
+	t.Run("huge OUTPUT stops at the cap without eating memory", func(t *testing.T) {
+		for _, code := range []string{`OUTPUT = "x" * (200 * 2**20)`, `OUTPUT = ["x" * 1000] * (300 * 1024)`} {
+			res := Exec(t, rt, 0, Spec(code, 30*time.Second), nil)
+			expect(t, res, sandbox.OutcomeOutputLimit)
+			if !strings.Contains(res.Reason, "cap of 1048576 bytes") {
+				t.Fatalf("%s: reason %q", code, res.Reason)
+			}
+		}
+	})
+
+	t.Run("user code cannot break the bootstrap's reporting", func(t *testing.T) {
+		res := Exec(t, rt, 0, Spec("import json, os, sys\njson.dumps = lambda *a, **k: 1/0\nos.write = None\nsys.exit = None\nOUTPUT = {'ok': True}", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOK)
+		if string(res.Output) != `{"ok": true}` && string(res.Output) != `{"ok":true}` {
+			t.Fatalf("output %s", res.Output)
+		}
+		res = Exec(t, rt, 0, Spec("import os\nos.close(3)\nOUTPUT = 1", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeError)
+		if !strings.Contains(res.Stderr, "descriptor 3") {
+			t.Fatalf("stderr %q does not explain", res.Stderr)
+		}
+	})
+
+	t.Run("a byte order mark is allowed", func(t *testing.T) {
+		res := Exec(t, rt, 0, Spec("\ufeffprint(1)", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOK)
 	})
 
 	t.Run("traceback shows the user's line numbers", func(t *testing.T) {
