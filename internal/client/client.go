@@ -17,10 +17,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
-const ndjsonType = "application/x-ndjson"
 
 // Client calls one sandpit daemon. It is safe for concurrent use.
 type Client struct {
@@ -51,16 +51,7 @@ type ExecuteRequest struct {
 }
 
 // Limits are the daemon's effective limits (GET /v1/limits).
-type Limits struct {
-	Slots            int            `json:"slots"`
-	QueueLength      int            `json:"queue_length"`
-	DefaultTimeoutMS int64          `json:"default_timeout_ms"`
-	MaxTimeoutMS     int64          `json:"max_timeout_ms"`
-	MaxCodeBytes     int            `json:"max_code_bytes"`
-	MaxInputBytes    int            `json:"max_input_bytes"`
-	MaxBodyBytes     int64          `json:"max_body_bytes"`
-	Limits           sandbox.Limits `json:"limits"`
-}
+type Limits = httpapi.Limits
 
 // APIError is an error answer of the daemon.
 type APIError struct {
@@ -157,7 +148,7 @@ func (c *Client) Execute(ctx context.Context, req ExecuteRequest, onEvent func(s
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	if onEvent != nil {
-		hreq.Header.Set("Accept", ndjsonType+", application/json;q=0.5")
+		hreq.Header.Set("Accept", httpapi.NDJSONContentType+", application/json;q=0.5")
 	} else {
 		hreq.Header.Set("Accept", "application/json")
 	}
@@ -169,7 +160,7 @@ func (c *Client) Execute(ctx context.Context, req ExecuteRequest, onEvent func(s
 	if resp.StatusCode/100 != 2 {
 		return sandbox.Result{}, apiError(resp)
 	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == ndjsonType {
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == httpapi.NDJSONContentType {
 		return readStream(resp.Body, onEvent)
 	}
 	var res sandbox.Result

@@ -142,8 +142,8 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	}{"not_ready", e.detail})
 }
 
-// limitsBody is the JSON of GET /v1/limits.
-type limitsBody struct {
+// Limits is the JSON of GET /v1/limits: the limits in force. Sizes in bytes, times in ms.
+type Limits struct {
 	Slots            int            `json:"slots"`
 	QueueLength      int            `json:"queue_length"`
 	DefaultTimeoutMS int64          `json:"default_timeout_ms"`
@@ -156,7 +156,7 @@ type limitsBody struct {
 
 func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 	cfg := a.ex.Config()
-	writeJSON(w, http.StatusOK, limitsBody{
+	writeJSON(w, http.StatusOK, Limits{
 		Slots:            cfg.Slots,
 		QueueLength:      cfg.QueueLength,
 		DefaultTimeoutMS: cfg.DefaultTimeout.Milliseconds(),

@@ -54,7 +54,7 @@ type Client struct {
 	hello  protocol.Hello
 	opts   Options
 
-	mu    sync.Mutex
+	mu       sync.Mutex
 	calls    map[string]*call
 	err      error // why the session ended; nil while it lives
 	done     chan struct{}
