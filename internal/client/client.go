@@ -21,7 +21,6 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
-
 // Client calls one sandpit daemon. It is safe for concurrent use.
 type Client struct {
 	base string
