@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandpit-dev/sandpit/internal/suggest"
 	"io/fs"
 	"math"
 	"os"
@@ -152,7 +153,7 @@ func lookupField(key string) (field, error) {
 	if f, ok := fieldByKey[normalizeKey(key)]; ok {
 		return f, nil
 	}
-	return field{}, fmt.Errorf("unknown configuration key %q%s", key, suggest(normalizeKey(key)))
+	return field{}, fmt.Errorf("unknown configuration key %q%s", key, didYouMean(normalizeKey(key)))
 }
 
 func (c *Config) value(f field) reflect.Value { return reflect.ValueOf(c).Elem().Field(f.index) }
@@ -226,7 +227,7 @@ func (c *Config) loadFile(name string, required bool) error {
 		f, ok := fieldByKey[key]
 		switch {
 		case !ok:
-			errs = append(errs, fmt.Errorf("%s: unknown key %q%s", at(keyAt), key, suggest(key)))
+			errs = append(errs, fmt.Errorf("%s: unknown key %q%s", at(keyAt), key, didYouMean(key)))
 		case seen[key] != 0:
 			line, _ := position(data, seen[key]-1)
 			errs = append(errs, fmt.Errorf("%s: key %q is given twice (first on line %d); keep one", at(keyAt), key, line))
@@ -258,38 +259,11 @@ func position(data []byte, off int64) (line, col int) {
 }
 
 // suggest returns a "did you mean" hint for an unknown key, or a hint to list the keys.
-func suggest(key string) string {
-	best, bestDist := "", 4
-	for _, f := range fields {
-		if d := distance(strings.ToLower(key), f.key); d < bestDist {
-			best, bestDist = f.key, d
-		}
-	}
-	if best != "" {
+func didYouMean(key string) string {
+	if best := suggest.Nearest(key, Keys(), 3); best != "" {
 		return fmt.Sprintf(" (did you mean %q?)", best)
 	}
 	return "; the keys are " + strings.Join(Keys(), ", ")
-}
-
-// distance is the Levenshtein distance between a and b.
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
 
 // The kinds of value a field holds.

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/suggest"
 )
 
 // bodySlack is what a request body may hold beyond its code and input: the field names, JSON
@@ -249,7 +250,7 @@ func bodyError(err error) error {
 	}
 	if name, ok := unknownField(err); ok {
 		msg := fmt.Sprintf("unknown field %q", name)
-		if near := nearestField(name); near != "" {
+		if near := suggest.Nearest(name, knownFields, 2); near != "" {
 			msg += fmt.Sprintf(" (did you mean %q?)", near)
 		}
 		return invalid(name, "%s; known fields are %s", msg, strings.Join(knownFields, ", "))
@@ -275,52 +276,6 @@ func unknownField(err error) (string, bool) {
 		return "", false
 	}
 	return name, true
-}
-
-// nearestField returns the known field name most likely meant by name (within edit distance 2,
-// or a prefix of it such as "timeout"), or "".
-func nearestField(name string) string {
-	name = strings.ToLower(name)
-	best, bestDist := "", 3
-	for _, f := range knownFields {
-		if d := editDistance(name, f); d < bestDist {
-			best, bestDist = f, d
-		}
-	}
-	if best == "" && len(name) >= 4 {
-		for _, f := range knownFields {
-			if strings.HasPrefix(f, name) {
-				return f
-			}
-		}
-	}
-	return best
-}
-
-// editDistance is the optimal string alignment distance (Levenshtein plus adjacent
-// transpositions) between a and b, by bytes.
-func editDistance(a, b string) int {
-	prev2 := make([]int, len(b)+1)
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
-			}
-		}
-		prev2, prev, cur = prev, cur, prev2
-	}
-	return prev[len(b)]
 }
 
 // jsonKind names the kind of JSON value that starts with c.

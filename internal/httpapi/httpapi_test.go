@@ -833,21 +833,6 @@ func TestAcceptsNDJSON(t *testing.T) {
 	}
 }
 
-func TestEditDistance(t *testing.T) {
-	tests := []struct {
-		a, b string
-		want int
-	}{
-		{"", "", 0}, {"code", "code", 0}, {"tiemout_ms", "timeout_ms", 1}, {"timeout", "timeout_ms", 3},
-		{"cdoe", "code", 1}, {"agnet", "agent", 1}, {"abc", "", 3}, {"inptu", "input", 1},
-	}
-	for _, tt := range tests {
-		if got := editDistance(tt.a, tt.b); got != tt.want {
-			t.Errorf("editDistance(%q, %q) = %d, want %d", tt.a, tt.b, got, tt.want)
-		}
-	}
-}
-
 // TestLongRunOutlivesServerWriteTimeout checks that a run longer than the server's
 // WriteTimeout still gets its answer.
 func TestLongRunOutlivesServerWriteTimeout(t *testing.T) {
