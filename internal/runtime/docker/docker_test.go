@@ -170,7 +170,7 @@ func TestContainerKilledDuringRun(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the run did not end after its container was killed")
 	}
-	if res.Outcome != sandbox.OutcomeSandboxError || res.Reason == "" || res.Stdout != "before\n" {
+	if res.Outcome != sandbox.OutcomeSandboxError || !strings.Contains(res.Reason, "container") || res.Stdout != "before\n" {
 		t.Fatalf("outcome %q reason %q stdout %q, want sandbox_error with a reason and the output so far", res.Outcome, res.Reason, res.Stdout)
 	}
 	next, err := svc.Execute(context.Background(), sandbox.Request{Code: "print(2)"}, nil)
@@ -197,8 +197,8 @@ func TestExecutorKilledDuringRun(t *testing.T) {
 		t.Fatalf("killing the executor: %v %s", err, out)
 	}
 	res := <-done
-	if res.Outcome != sandbox.OutcomeSandboxError {
-		t.Fatalf("outcome %q, want sandbox_error", res.Outcome)
+	if res.Outcome != sandbox.OutcomeSandboxError || !strings.Contains(res.Reason, "executor") {
+		t.Fatalf("outcome %q reason %q, want sandbox_error naming the executor", res.Outcome, res.Reason)
 	}
 	next, err := svc.Execute(context.Background(), sandbox.Request{Code: "import os\nprint(sum(1 for p in os.listdir('/proc') if p.isdigit() and os.stat('/proc/'+p).st_uid >= 10000))"}, nil)
 	if err != nil || next.Outcome != sandbox.OutcomeOK || next.Stdout != "1\n" {

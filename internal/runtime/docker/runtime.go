@@ -209,16 +209,16 @@ func (r *Runtime) supervise() {
 	}
 }
 
-// current returns the live session, waiting up to ReadyWait (or ctx) for one.
-func (r *Runtime) current(ctx context.Context) (*session.Client, error) {
+// current returns the live session and its container, waiting up to ReadyWait (or ctx) for one.
+func (r *Runtime) current(ctx context.Context) (*session.Client, string, error) {
 	deadline := time.NewTimer(r.cfg.ReadyWait)
 	defer deadline.Stop()
 	for {
 		r.mu.Lock()
-		sess, changed, lastErr := r.sess, r.changed, r.lastErr
+		sess, id, changed, lastErr := r.sess, r.containerID, r.changed, r.lastErr
 		r.mu.Unlock()
 		if sess != nil && sess.Ready(ctx) == nil {
-			return sess, nil
+			return sess, id, nil
 		}
 		select {
 		case <-changed:
@@ -227,26 +227,43 @@ func (r *Runtime) current(ctx context.Context) (*session.Client, error) {
 			if lastErr == nil {
 				lastErr = errors.New("the sandbox is restarting")
 			}
-			return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, lastErr)
+			return nil, "", fmt.Errorf("%w: %w", sandbox.ErrNotReady, lastErr)
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, ctx.Err())
+			return nil, "", fmt.Errorf("%w: %w", sandbox.ErrNotReady, ctx.Err())
 		case <-r.stop:
-			return nil, fmt.Errorf("%w: the runtime is shutting down", sandbox.ErrNotReady)
+			return nil, "", fmt.Errorf("%w: the runtime is shutting down", sandbox.ErrNotReady)
 		}
 	}
 }
 
 // Run runs spec in slot in the warm container; see sandbox.Runtime.
 func (r *Runtime) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
-	sess, err := r.current(ctx)
+	sess, containerID, err := r.current(ctx)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
 	res, err := sess.Run(ctx, slot, spec, emit)
 	if err != nil && errors.Is(err, session.ErrClosed) && !errors.Is(err, sandbox.ErrNotReady) {
-		err = fmt.Errorf("the sandbox stopped during the run (%w); sandpit is bringing it back", err)
+		err = fmt.Errorf("%s; sandpit is bringing the sandbox back (%w)", r.whatStopped(containerID), err)
 	}
 	return res, err
+}
+
+// whatStopped says whether the container or only the executor stopped, for a run's reason.
+func (r *Runtime) whatStopped(containerID string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	got, err := r.api.ContainerInspect(ctx, containerID, client.ContainerInspectOptions{})
+	switch {
+	case err != nil:
+		return "the sandbox container disappeared during the run"
+	case got.Container.State == nil || got.Container.State.Running && !got.Container.State.Paused:
+		return "the executor in the sandbox container stopped during the run"
+	default:
+		st := got.Container.State
+		return fmt.Sprintf("the sandbox container stopped during the run (state %s, exit code %d, killed for memory: %v)",
+			st.Status, st.ExitCode, st.OOMKilled)
+	}
 }
 
 // Ready returns nil when the executor session is live.
