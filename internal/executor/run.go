@@ -69,12 +69,6 @@ func (r *run) stop(reason stopReason) {
 	}
 }
 
-func (r *run) stopReason() stopReason {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.reason
-}
-
 // execute runs the program and returns its result. It never returns before every process of
 // the run is gone and its files are removed.
 func (r *run) execute() *sandbox.Result {
@@ -106,31 +100,35 @@ func (r *run) execute() *sandbox.Result {
 		return r.systemError(res, "handing the run directory to uid %d: %v", r.uid, err)
 	}
 
+	// Every descriptor opened here is closed on return; the child's ends are closed earlier,
+	// right after the start, so that the pipes end when the run's processes are gone.
+	var opened []*os.File
+	defer func() {
+		for _, f := range opened {
+			f.Close()
+		}
+	}()
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return r.systemError(res, "creating the control line: %v", err)
 	}
 	parentSock, childSock := os.NewFile(uintptr(fds[0]), "control"), os.NewFile(uintptr(fds[1]), "control-child")
-	control, err := net.FileConn(parentSock)
-	parentSock.Close()
+	opened = append(opened, parentSock, childSock)
+	control, err := net.FileConn(parentSock) // a duplicate of parentSock
 	if err != nil {
-		childSock.Close()
 		return r.systemError(res, "opening the control line: %v", err)
 	}
 	defer control.Close()
-
 	stdoutR, stdoutW, err := os.Pipe()
 	if err != nil {
-		childSock.Close()
 		return r.systemError(res, "creating the stdout pipe: %v", err)
 	}
+	opened = append(opened, stdoutR, stdoutW)
 	stderrR, stderrW, err := os.Pipe()
 	if err != nil {
-		childSock.Close()
-		stdoutR.Close()
-		stdoutW.Close()
 		return r.systemError(res, "creating the stderr pipe: %v", err)
 	}
+	opened = append(opened, stderrR, stderrW)
 
 	env, mplDir := r.environment(dir)
 	if err := r.seedMatplotlib(mplDir); err != nil {
@@ -150,11 +148,6 @@ func (r *run) execute() *sandbox.Result {
 	r.mu.Lock()
 	if r.reason != stopNone { // cancelled before it started
 		r.mu.Unlock()
-		childSock.Close()
-		stdoutR.Close()
-		stdoutW.Close()
-		stderrR.Close()
-		stderrW.Close()
 		res.Outcome, res.Reason = sandbox.OutcomeKilled, "cancelled before the run started"
 		return res
 	}
@@ -168,8 +161,6 @@ func (r *run) execute() *sandbox.Result {
 	stdoutW.Close()
 	stderrW.Close()
 	if err != nil {
-		stdoutR.Close()
-		stderrR.Close()
 		return r.systemError(res, "starting python: %v", err)
 	}
 	res.StartedAt = started.UTC()
@@ -192,8 +183,6 @@ func (r *run) execute() *sandbox.Result {
 		r.systemError(res, "killing the run's remaining processes: %v", err)
 	}
 	streams.Wait()
-	stdoutR.Close()
-	stderrR.Close()
 	_ = control.SetReadDeadline(time.Now().Add(time.Second))
 	controlDone.Wait()
 
