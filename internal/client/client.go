@@ -79,7 +79,7 @@ func (e *APIError) Error() string {
 	if e.Status != 0 {
 		msg += fmt.Sprintf(" (HTTP %d)", e.Status)
 	}
-	if e.RetryAfter > 0 {
+	if e.RetryAfter > 0 && !strings.Contains(msg, "retry after") {
 		msg += fmt.Sprintf("; retry after %s", e.RetryAfter)
 	}
 	return msg
