@@ -33,7 +33,15 @@ func main() {
 	fs.StringVar(&cfg.RunRoot, "run-root", cfg.RunRoot, "directory of the run directories")
 	_ = fs.Parse(os.Args[2:])
 
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	// JSON lines without time: the daemon reads them and logs them as its own, with its clock.
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := executor.Serve(ctx, protocol.NewConn(os.Stdin, os.Stdout), cfg, log); err != nil {

@@ -8,6 +8,7 @@ package docker
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -304,7 +305,8 @@ type closeFunc func() error
 
 func (f closeFunc) Close() error { return f() }
 
-// lineLogger logs each line written to it.
+// lineLogger logs each line written to it: the executor's JSON log records at their own level
+// and with their own attributes, anything else as it is.
 type lineLogger struct {
 	log *slog.Logger
 	buf []byte
@@ -317,7 +319,7 @@ func (l *lineLogger) Write(p []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		l.log.Info(string(l.buf[:i]))
+		l.logLine(l.buf[:i])
 		l.buf = l.buf[i+1:]
 	}
 	if len(l.buf) > 64<<10 {
@@ -328,7 +330,27 @@ func (l *lineLogger) Write(p []byte) (int, error) {
 
 func (l *lineLogger) flush() {
 	if len(l.buf) > 0 {
-		l.log.Info(string(l.buf))
+		l.logLine(l.buf)
 		l.buf = nil
 	}
+}
+
+func (l *lineLogger) logLine(line []byte) {
+	var rec map[string]any
+	if json.Unmarshal(line, &rec) != nil {
+		l.log.Info(string(line))
+		return
+	}
+	msg, _ := rec[slog.MessageKey].(string)
+	var level slog.Level
+	if s, ok := rec[slog.LevelKey].(string); !ok || level.UnmarshalText([]byte(s)) != nil {
+		level = slog.LevelInfo
+	}
+	delete(rec, slog.MessageKey)
+	delete(rec, slog.LevelKey)
+	attrs := make([]any, 0, 2*len(rec))
+	for k, v := range rec {
+		attrs = append(attrs, k, v)
+	}
+	l.log.Log(context.Background(), level, msg, attrs...)
 }
