@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func testConfig(t *testing.T) config.Config {
+func testConfig(t testing.TB) config.Config {
 	t.Helper()
 	cfg := config.Default()
 	cfg.DataDir = t.TempDir()
@@ -42,7 +42,7 @@ func testConfig(t *testing.T) config.Config {
 }
 
 // daemon runs app.Serve until the test ends and returns its base URL.
-func daemon(t *testing.T, cfg config.Config) string {
+func daemon(t testing.TB, cfg config.Config) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
@@ -335,6 +335,40 @@ func TestDaemonRestartAdoptsContainer(t *testing.T) {
 		}
 		if n := len(testenv.Containers(t, cfg.DataDir)); n != 1 {
 			t.Fatalf("after start %d: %d containers, want 1", i+1, n)
+		}
+	}
+}
+
+// BenchmarkRESTPrint1 measures print(1) end to end through the REST API and the warm container.
+func BenchmarkRESTPrint1(b *testing.B) {
+	url := daemon(b, testConfig(b))
+	body := `{"code": "print(1)"}`
+	for b.Loop() {
+		resp, err := http.Post(url+"/v1/executions", "application/json", strings.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !bytes.Contains(out, []byte(`"outcome":"ok"`)) {
+			b.Fatalf("%s", out)
+		}
+	}
+}
+
+// BenchmarkRESTPandas measures a pandas snippet end to end (the import dominates).
+func BenchmarkRESTPandas(b *testing.B) {
+	url := daemon(b, testConfig(b))
+	body := `{"code": "import pandas as pd; print(pd.DataFrame({'a': [1, 2]}).a.sum())"}`
+	for b.Loop() {
+		resp, err := http.Post(url+"/v1/executions", "application/json", strings.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !bytes.Contains(out, []byte(`"stdout":"3\n"`)) {
+			b.Fatalf("%s", out)
 		}
 	}
 }
