@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -22,6 +24,9 @@ type Env struct {
 	Stdout, Stderr io.Writer
 	// Lookup reads environment variables (os.LookupEnv).
 	Lookup func(string) (string, bool)
+	// Environ lists the environment (os.Environ), to warn about misspelt SANDPIT_ variables;
+	// nil skips the warning.
+	Environ func() []string
 	// Version is the build's version string.
 	Version string
 }
@@ -44,7 +49,8 @@ func Main(ctx context.Context, args []string, env Env) int {
 stdout, stderr, the exit code, the duration and a JSON OUTPUT in milliseconds.
 
 Configuration: defaults < config file (--config, SANDPIT_CONFIG or ~/.config/sandpit/config.json)
-< SANDPIT_* environment variables < flags.`,
+< SANDPIT_<KEY> environment variables < flags. The keys: ` + strings.Join(config.Keys(), ", ") + `.
+sandpit run looks for a daemon at SANDPIT_URL (default ` + DefaultURL + `).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       env.Version,
@@ -84,6 +90,9 @@ func (o *options) configFlag(fs interface {
 	o.settings = append(o.settings, s)
 }
 
+// nonConfigEnv are SANDPIT_ variables that are not configuration keys.
+var nonConfigEnv = []string{"SANDPIT_URL", "SANDPIT_REQUIRE_DOCKER", "SANDPIT_TEST_BASE_IMAGE"}
+
 // setting is a flag that sets a config key.
 type setting struct {
 	flag, key string
@@ -95,6 +104,13 @@ func (o *options) load(cmd *cobra.Command) (config.Config, error) {
 	cfg, err := config.LoadLookup(o.configFile, o.env.Lookup)
 	if err != nil {
 		return cfg, &UsageError{msg: err.Error()}
+	}
+	if o.env.Environ != nil {
+		for _, name := range config.UnknownEnv(o.env.Environ()) {
+			if !slices.Contains(nonConfigEnv, name) {
+				fmt.Fprintf(o.env.Stderr, "sandpit: warning: %s is not a sandpit setting and is ignored (the settings: sandpit --help)\n", name)
+			}
+		}
 	}
 	for _, s := range o.settings {
 		if f := cmd.Flags().Lookup(s.flag); f != nil && f.Changed {
