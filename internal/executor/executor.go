@@ -43,7 +43,8 @@ type Config struct {
 	Bootstrap string
 	// RunRoot holds the run directories (RunRoot/slot-N) and the executor's pid file.
 	RunRoot string
-	// TmpDirs are shared writable directories cleaned of a slot's files after each run.
+	// TmpDirs are shared writable directories (and the POSIX message queue directory) cleaned
+	// of a slot's files after each run.
 	TmpDirs []string
 	// MatplotlibCache is a directory of prebuilt matplotlib cache files copied into each run's
 	// MPLCONFIGDIR; missing means none.
@@ -61,7 +62,7 @@ func DefaultConfig() Config {
 		Python:    "python3",
 		Bootstrap: "/opt/sandpit/bootstrap.py",
 		RunRoot:   "/sandbox",
-		TmpDirs:   []string{"/tmp", "/dev/shm"},
+		TmpDirs:   []string{"/tmp", "/dev/shm", "/dev/mqueue"},
 
 		MatplotlibCache: "/opt/sandpit/matplotlib",
 		KillTimeout:     5 * time.Second,
@@ -216,6 +217,9 @@ func (e *Executor) prepare() (string, error) {
 		}
 		if err := removeOwned(uid, e.cfg.TmpDirs); err != nil {
 			e.log.Warn("clearing temporary files", "slot", slot, "error", err)
+		}
+		if err := removeIPC(uid); err != nil {
+			e.log.Warn("clearing IPC objects", "slot", slot, "error", err)
 		}
 	}
 	python, err := exec.LookPath(e.cfg.Python)

@@ -108,6 +108,69 @@ func removeOwned(uid int, dirs []string) error {
 	return errors.Join(errs...)
 }
 
+// ipcTables are the kernel's lists of System V IPC objects, with the columns of an object's id,
+// owner uid and creator uid, and the ctl syscall that removes one.
+var ipcTables = []struct {
+	path                   string
+	idCol, uidCol, cuidCol int
+	ctl                    uintptr
+}{
+	{"/proc/sysvipc/shm", 1, 7, 9, syscall.SYS_SHMCTL},
+	{"/proc/sysvipc/msg", 1, 7, 9, syscall.SYS_MSGCTL},
+	{"/proc/sysvipc/sem", 1, 4, 6, syscall.SYS_SEMCTL},
+}
+
+// removeIPC removes the System V shared memory segments, message queues and semaphore sets
+// that uid owns or created: they outlive processes, so a run could leave memory for later runs
+// to read, or pin the box's memory. It works as uid on a locked thread (as killUID does), since
+// the executor has no CAP_IPC_OWNER; the kernel frees a removed segment once the last process
+// detaches from it.
+func removeIPC(uid int) error {
+	type object struct {
+		ctl uintptr
+		id  int
+	}
+	var objects []object
+	for _, t := range ipcTables {
+		data, err := os.ReadFile(t.path)
+		if err != nil {
+			continue // no System V IPC in this kernel
+		}
+		for i, line := range bytes.Split(data, []byte("\n")) {
+			f := bytes.Fields(line)
+			if i == 0 || len(f) <= max(t.idCol, t.uidCol, t.cuidCol) {
+				continue
+			}
+			if string(f[t.uidCol]) != strconv.Itoa(uid) && string(f[t.cuidCol]) != strconv.Itoa(uid) {
+				continue
+			}
+			if id, err := strconv.Atoi(string(f[t.idCol])); err == nil {
+				objects = append(objects, object{t.ctl, id})
+			}
+		}
+	}
+	if len(objects) == 0 {
+		return nil
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: see killUID
+		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
+			errc <- fmt.Errorf("becoming uid %d to remove its IPC objects: %w", uid, e)
+			return
+		}
+		var errs []error
+		for _, o := range objects {
+			const ipcRMID = 0
+			if _, _, e := syscall.Syscall(o.ctl, uintptr(o.id), ipcRMID, 0); e != 0 && e != syscall.EINVAL && e != syscall.EIDRM {
+				errs = append(errs, fmt.Errorf("removing IPC object %d: %w", o.id, e))
+			}
+		}
+		errc <- errors.Join(errs...)
+	}()
+	return <-errc
+}
+
 // oomKills returns the memory cgroup's count of OOM kills (cgroup v2 memory.events, or v1
 // memory.oom_control), and false when neither file can be read.
 func oomKills() (int64, bool) {

@@ -84,6 +84,9 @@ func (r *run) execute() *sandbox.Result {
 		if err := removeOwned(r.uid, r.e.cfg.TmpDirs); err != nil {
 			r.e.log.Warn("removing the run's temporary files", "id", r.id, "error", err)
 		}
+		if err := removeIPC(r.uid); err != nil {
+			r.systemError(res, "removing the run's IPC objects: %v", err)
+		}
 	}()
 
 	// Nothing of an earlier run may be left in the slot.

@@ -71,6 +71,23 @@ for p in os.listdir('/proc'):
         pass
 print(n)`
 
+// ipcLeaver creates a System V shared memory segment and message queue and a POSIX message
+// queue, and leaves them behind.
+const ipcLeaver = `import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.shmget(0x5eed, 1 << 20, 0o1666) >= 0, ctypes.get_errno()
+assert libc.msgget(0x5eed, 0o1666) >= 0, ctypes.get_errno()
+if os.path.isdir('/dev/mqueue'):
+    libc.mq_open.restype = ctypes.c_int
+    libc.mq_open(b'/sandpit-leak', os.O_CREAT | os.O_RDWR, 0o666, None)`
+
+// ipcFinder looks for what ipcLeaver left.
+const ipcFinder = `import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+print('shm', libc.shmget(0x5eed, 0, 0) >= 0)
+print('msg', libc.msgget(0x5eed, 0) >= 0)
+print('mqueue', os.path.exists('/dev/mqueue/sandpit-leak'))`
+
 // Run runs the suite against h.
 func Run(t *testing.T, h Harness) {
 	rt := h.Runtime
@@ -280,6 +297,16 @@ func Run(t *testing.T, h Harness) {
 		expect(t, b, sandbox.OutcomeOK)
 		if b.Stdout != "False False False\n" {
 			t.Fatalf("run B printed %q", b.Stdout)
+		}
+	})
+
+	t.Run("H11 shared memory and message queues do not survive the run", func(t *testing.T) {
+		a := Exec(t, rt, 0, Spec(ipcLeaver, 10*time.Second), nil)
+		expect(t, a, sandbox.OutcomeOK)
+		b := Exec(t, rt, 1, Spec(ipcFinder, 10*time.Second), nil)
+		expect(t, b, sandbox.OutcomeOK)
+		if b.Stdout != "shm False\nmsg False\nmqueue False\n" {
+			t.Fatalf("a later run found the earlier run's IPC objects: %q", b.Stdout)
 		}
 	})
 
