@@ -105,10 +105,12 @@ type Config struct {
 	CPUs float64 `json:"cpus"`
 	// PidsLimit caps the processes and threads in the whole box. Default 512; at least 16.
 	PidsLimit int64 `json:"pids_limit"`
-	// TmpBytes is the size of the box's /tmp tmpfs, in bytes. Default 256 MiB; at least 1 MiB.
+	// TmpBytes is the size of the box's /tmp tmpfs, in bytes. Default 128 MiB; at least 1 MiB.
+	// tmpfs pages count against memory_bytes: with the run directories and /dev/shm (64 MiB)
+	// the defaults stay well under the box's memory, so files alone cannot exhaust it.
 	TmpBytes int64 `json:"tmp_bytes"`
 	// RunDirBytes is the size of the tmpfs holding the runs' directories, in bytes.
-	// Default 256 MiB; at least 1 MiB.
+	// Default 128 MiB; at least 1 MiB.
 	RunDirBytes int64 `json:"run_dir_bytes"`
 	// Network is the box's network access: "full" or "none". Default "full".
 	Network string `json:"network"`
@@ -174,8 +176,8 @@ func defaults(lookup func(string) (string, bool)) Config {
 		MemoryBytes: 512 * mib,
 		CPUs:        1.0,
 		PidsLimit:   512,
-		TmpBytes:    256 * mib,
-		RunDirBytes: 256 * mib,
+		TmpBytes:    128 * mib,
+		RunDirBytes: 128 * mib,
 		Network:     "full",
 
 		StdoutBytes:   sb.Limits.StdoutBytes,

@@ -167,6 +167,12 @@ func (r *run) execute() *sandbox.Result {
 		return r.systemError(res, "starting python: %v", err)
 	}
 	res.StartedAt = started.UTC()
+	// Before the code arrives over the control line, the run becomes the OOM killer's first
+	// choice. (An executor with CAP_SYS_RESOURCE would also pin it there; the engines this
+	// targets cannot always grant that capability, so a run may lower its score again.)
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", cmd.Process.Pid), []byte("1000"), 0); err != nil {
+		r.e.log.Warn("raising the run's oom_score_adj", "id", r.id, "error", err)
+	}
 
 	var streams sync.WaitGroup
 	outCap := r.newCapture(protocol.KindStdout, r.spec.Limits.StdoutBytes, stopStdoutLimit)
