@@ -232,14 +232,24 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 		return fmt.Errorf("serving HTTP: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info("shutting down")
+	log.Info("shutting down: waiting for in-flight executions", "grace", shutdownGrace)
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
-		log.Warn("in-flight requests did not finish in time; their runs are being killed", "error", err)
+		// Stop the runs still going, and let their requests answer with that result.
+		log.Warn("in-flight executions did not finish in time; interrupting them", "error", err)
+		eng.Service.Interrupt()
+		answerCtx, cancel := context.WithTimeout(context.Background(), answerGrace)
+		defer cancel()
+		if err := srv.Shutdown(answerCtx); err != nil {
+			log.Error("interrupted executions did not answer in time", "error", err)
+		}
 	}
 	return nil
 }
+
+// answerGrace is how long interrupted executions get to write their results.
+const answerGrace = 5 * time.Second
 
 func hostOf(addr string) string {
 	host, _, _ := net.SplitHostPort(addr)

@@ -372,3 +372,41 @@ func BenchmarkRESTPandas(b *testing.B) {
 		}
 	}
 }
+
+// A daemon told to stop lets running executions finish for a while, then interrupts them: the
+// client still gets a result, not a cut connection.
+func TestShutdownAnswersInterruptedRuns(t *testing.T) {
+	cfg := testConfig(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- app.Serve(ctx, cfg, testenv.Logger(), io.Discard, func(a string) { addr <- a }) }()
+	url := "http://" + <-addr
+	answered := make(chan []byte, 1)
+	go func() {
+		resp, err := http.Post(url+"/v1/executions", "application/json",
+			strings.NewReader(`{"code": "print('started', flush=True)\nimport time; time.sleep(60)"}`))
+		if err != nil {
+			answered <- []byte(err.Error())
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		answered <- b
+	}()
+	time.Sleep(time.Second)
+	cancel()
+	select {
+	case body := <-answered:
+		var res sandbox.Result
+		if err := json.Unmarshal(body, &res); err != nil || res.Outcome != sandbox.OutcomeSandboxError ||
+			!strings.HasPrefix(res.Reason, "interrupted") || res.Stdout != "started\n" {
+			t.Fatalf("answer %s (%v)", body, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no answer after the daemon was told to stop")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

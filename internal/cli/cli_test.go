@@ -57,12 +57,15 @@ func TestRunRefusesBadArguments(t *testing.T) {
 		{[]string{"run", "-c", "print(1)", "--timeout", "0s"}, "--timeout 0s is too short"},
 		{[]string{"run", "/no/such/file.py"}, "reading the code"},
 		{[]string{"run", "-c", "1", "--network", "sideways", "--local"}, "network"},
+		{[]string{"run", "/bin/true"}, "not UTF-8 text"},
+		{[]string{"run", "-c", "1", "--input", ""}, "--input is empty"},
+		{[]string{"run", "-c", "1", "--no-such-flag"}, "unknown flag"},
 	}
 	for _, c := range cases {
 		var stderr bytes.Buffer
 		code := Main(context.Background(), c.args, Env{Stdin: strings.NewReader(""), Stdout: &bytes.Buffer{}, Stderr: &stderr,
 			Lookup: func(string) (string, bool) { return "", false }})
-		if code == 0 || !strings.Contains(stderr.String(), c.says) {
+		if code != 64 || !strings.Contains(stderr.String(), c.says) {
 			t.Errorf("%v: exit %d, stderr %q, want it to say %q", c.args, code, stderr.String(), c.says)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -144,6 +145,9 @@ func (o *options) run(cmd *cobra.Command, f runFlags, args []string) error {
 		}
 		req.Input = json.RawMessage(in)
 	}
+	if cmd.Flags().Changed("input") && f.input == "" {
+		return usageErrorf("--input is empty: give a JSON value such as '[1,2,3]', or leave --input out for INPUT = None")
+	}
 	if cmd.Flags().Changed("timeout") {
 		ms := f.timeout.Milliseconds()
 		if ms < 1 {
@@ -163,6 +167,10 @@ func (o *options) run(cmd *cobra.Command, f runFlags, args []string) error {
 	}
 
 	res, err := o.execute(cmd, f, req, emit)
+	if cmd.Context().Err() != nil { // interrupted (Ctrl-C): the run was stopped
+		fmt.Fprintln(o.env.Stderr, "sandpit: interrupted; the run was stopped")
+		return &exitError{code: exitInterrupted}
+	}
 	if err != nil {
 		return err
 	}
@@ -231,17 +239,21 @@ func (o *options) readCode(f runFlags, args []string) (string, error) {
 		return f.code, nil
 	case len(args) == 0:
 		return "", usageErrorf("no code: give a FILE, -c CODE, or - to read standard input (see sandpit run --help)")
-	case args[0] == "-":
-		b, err := io.ReadAll(o.env.Stdin)
-		if err != nil {
-			return "", usageErrorf("reading the code from standard input: %v", err)
-		}
-		return string(b), nil
-	default:
-		b, err := os.ReadFile(args[0])
-		if err != nil {
-			return "", usageErrorf("reading the code: %v", err)
-		}
-		return string(b), nil
 	}
+	from := args[0]
+	var b []byte
+	var err error
+	if from == "-" {
+		from = "standard input"
+		b, err = io.ReadAll(o.env.Stdin)
+	} else {
+		b, err = os.ReadFile(from)
+	}
+	if err != nil {
+		return "", usageErrorf("reading the code: %v", err)
+	}
+	if !utf8.Valid(b) {
+		return "", usageErrorf("%s is not UTF-8 text: give Python source", from)
+	}
+	return string(b), nil
 }

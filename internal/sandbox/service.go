@@ -63,6 +63,10 @@ type Service struct {
 	log  *slog.Logger
 	free chan int // free slot numbers
 
+	// base ends every execution when Interrupt is called.
+	base      context.Context
+	interrupt context.CancelCauseFunc
+
 	mu      sync.Mutex
 	waiting int
 }
@@ -77,8 +81,17 @@ func NewService(rt Runtime, cfg Config, log *slog.Logger) *Service {
 	for i := range cfg.Slots {
 		free <- i
 	}
-	return &Service{rt: rt, cfg: cfg, log: log, free: free}
+	base, interrupt := context.WithCancelCause(context.Background())
+	return &Service{rt: rt, cfg: cfg, log: log, free: free, base: base, interrupt: interrupt}
 }
+
+// ErrInterrupted is the cause of executions ended by Interrupt.
+var ErrInterrupted = errors.New("interrupted: the daemon is shutting down")
+
+// Interrupt ends every running and queued execution (running ones with outcome
+// sandbox_error and a reason starting "interrupted") and refuses new ones with ErrNotReady.
+// A stopping daemon calls it when in-flight requests did not finish in time.
+func (s *Service) Interrupt() { s.interrupt(ErrInterrupted) }
 
 // Config returns the limits the Service enforces.
 func (s *Service) Config() Config { return s.cfg }
@@ -178,6 +191,13 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 	if err := s.Validate(req); err != nil {
 		return Result{}, err
 	}
+	if s.base.Err() != nil {
+		return Result{}, fmt.Errorf("%w: %w", ErrNotReady, context.Cause(s.base))
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(s.base, func() { cancel(context.Cause(s.base)) })
+	defer stop()
 	spec := Spec{
 		ID:        NewID(),
 		Code:      req.Code,
@@ -202,14 +222,16 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 	}
 	defer func() { s.free <- slot }()
 
-	runCtx, cancel := context.WithTimeout(ctx, time.Duration(spec.TimeoutMS)*time.Millisecond+s.cfg.Grace)
-	defer cancel()
+	runCtx, cancelRun := context.WithTimeout(ctx, time.Duration(spec.TimeoutMS)*time.Millisecond+s.cfg.Grace)
+	defer cancelRun()
 	started := time.Now()
 	res, err := s.rt.Run(runCtx, slot, spec, emit)
-	if err != nil {
-		if errors.Is(err, ErrNotReady) {
-			return Result{}, err
-		}
+	switch {
+	case err != nil && errors.Is(err, ErrNotReady) && ctx.Err() == nil:
+		return Result{}, err
+	case err != nil || ctx.Err() != nil:
+		// Also a result the runtime produced after the run was cancelled: the reason says who
+		// ended it.
 		res = s.systemFailure(ctx, runCtx, res, started, err)
 	}
 	res.ID, res.Agent, res.TimeoutMS = spec.ID, agent, spec.TimeoutMS
@@ -225,6 +247,9 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 // systemFailure turns a runtime error into a Result, keeping whatever output the runtime had.
 func (s *Service) systemFailure(ctx, runCtx context.Context, res Result, started time.Time, err error) Result {
 	switch {
+	case errors.Is(context.Cause(ctx), ErrInterrupted):
+		res.Outcome = OutcomeSandboxError
+		res.Reason = ErrInterrupted.Error() + "; the run was stopped"
 	case ctx.Err() != nil:
 		res.Outcome = OutcomeKilled
 		res.Reason = "cancelled: the request was cancelled by its client before the run ended"
@@ -244,15 +269,19 @@ func (s *Service) systemFailure(ctx, runCtx context.Context, res Result, started
 	if res.DurationMS == 0 {
 		res.DurationMS = time.Since(started).Milliseconds()
 	}
-	s.log.Warn("execution failed in the system", "error", err)
+	if err != nil {
+		s.log.Warn("execution failed in the system", "error", err)
+	}
 	return res
 }
 
 func (s *Service) acquire(ctx context.Context) (int, error) {
-	select {
-	case slot := <-s.free:
-		return slot, nil
-	default:
+	if ctx.Err() == nil {
+		select {
+		case slot := <-s.free:
+			return slot, nil
+		default:
+		}
 	}
 	s.mu.Lock()
 	if s.waiting >= s.cfg.QueueLength {
@@ -268,10 +297,17 @@ func (s *Service) acquire(ctx context.Context) (int, error) {
 	}()
 	select {
 	case slot := <-s.free:
-		return slot, nil
+		if ctx.Err() == nil && s.base.Err() == nil {
+			return slot, nil
+		}
+		s.free <- slot // cancelled at the same moment: the slot goes to the next one
 	case <-ctx.Done():
-		return 0, fmt.Errorf("waiting for a free slot: %w", ctx.Err())
+	case <-s.base.Done():
 	}
+	if s.base.Err() != nil {
+		return 0, fmt.Errorf("%w: %w", ErrNotReady, ErrInterrupted)
+	}
+	return 0, fmt.Errorf("waiting for a free slot: %w", ctx.Err())
 }
 
 var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)

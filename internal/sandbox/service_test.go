@@ -213,3 +213,38 @@ func TestSystemFailureIsAResult(t *testing.T) {
 		t.Fatalf("%+v %v", res, err)
 	}
 }
+
+func TestInterruptEndsRunningAndQueuedExecutions(t *testing.T) {
+	started := make(chan struct{}, 4)
+	rt := &fakeRuntime{run: func(ctx context.Context, spec Spec) (Result, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		// The executor answers the cancel with its own result, as the real one does.
+		return Result{Outcome: OutcomeKilled, Reason: "cancelled", Stdout: "partial"}, nil
+	}}
+	cfg := testConfig()
+	cfg.Slots, cfg.QueueLength = 1, 1
+	s := NewService(rt, cfg, nil)
+	type answer struct {
+		res Result
+		err error
+	}
+	running, queued := make(chan answer, 1), make(chan answer, 1)
+	go func() { r, err := s.Execute(context.Background(), Request{Code: "1"}, nil); running <- answer{r, err} }()
+	<-started
+	go func() { r, err := s.Execute(context.Background(), Request{Code: "2"}, nil); queued <- answer{r, err} }()
+	for s.Stats().Waiting != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	s.Interrupt()
+	a := <-running
+	if a.err != nil || a.res.Outcome != OutcomeSandboxError || !strings.HasPrefix(a.res.Reason, "interrupted") || a.res.Stdout != "partial" {
+		t.Fatalf("running: %+v %v", a.res, a.err)
+	}
+	if q := <-queued; !errors.Is(q.err, ErrNotReady) {
+		t.Fatalf("queued: %+v %v", q.res, q.err)
+	}
+	if _, err := s.Execute(context.Background(), Request{Code: "3"}, nil); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("after Interrupt: %v", err)
+	}
+}
