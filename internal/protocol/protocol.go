@@ -13,6 +13,7 @@ package protocol
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -92,10 +93,14 @@ func NewConn(r io.Reader, w io.Writer) *Conn {
 
 // Send writes m as one frame.
 func (c *Conn) Send(m *Message) error {
-	body, err := json.Marshal(m)
-	if err != nil {
+	// Without HTML escaping: '<' in OUTPUT must not become six bytes on its way to the client.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
 		return fmt.Errorf("protocol: encoding %s message: %w", m.Kind, err)
 	}
+	body := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	if len(body) > MaxFrame {
 		return fmt.Errorf("%w: %s message is %d bytes, the limit is %d", ErrFrameTooLarge, m.Kind, len(body), MaxFrame)
 	}
@@ -104,7 +109,7 @@ func (c *Conn) Send(m *Message) error {
 	copy(frame[4:], body)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, err = c.w.Write(frame)
+	_, err := c.w.Write(frame)
 	return err
 }
 

@@ -109,3 +109,13 @@ func FuzzReceive(f *testing.F) {
 		}
 	})
 }
+
+func TestSendDoesNotEscapeHTML(t *testing.T) {
+	var buf bytes.Buffer
+	if err := NewConn(nil, &buf).Send(&Message{Kind: KindResult, Result: &sandbox.Result{Output: json.RawMessage(`"<&>"`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(buf.Bytes(), []byte(`"output":"<&>"`)) {
+		t.Fatalf("frame %q escapes HTML", buf.Bytes())
+	}
+}
