@@ -3,8 +3,9 @@
 // The executor starts `python3 -u -I -X utf8 bootstrap.py` as the slot's uid with file
 // descriptor 3 connected to it (a socketpair: the run's capability). Over descriptor 3, as
 // newline-delimited JSON, the executor sends one Init line; the bootstrap applies the run's
-// rlimits, sets INPUT, compiles and executes the code as module __main__ with the file name
-// "main.py" (so tracebacks show the user's own line numbers), and reports back Report lines:
+// rlimits, sets INPUT, writes the code to main.py in the run's directory and executes it as
+// module __main__ from there (so tracebacks show the user's own line numbers, and
+// multiprocessing's spawn finds the script), and reports back Report lines:
 // the serialised OUTPUT, or that a MemoryError happened. No request value is ever pasted into
 // Python source.
 package bootstrap

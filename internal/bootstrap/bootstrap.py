@@ -162,6 +162,13 @@ def main():
     code = init["code"]
     if code.startswith("\ufeff"):  # a byte order mark, as editors save it: Python files may have one
         code = code[1:]
+    try:
+        # On disk too, as a script would be: multiprocessing's spawn, inspect and tracebacks
+        # read it from there.
+        with open(_FILE, "w", encoding="utf-8") as f:
+            f.write(code)
+    except OSError:
+        pass
     module = types.ModuleType("__main__")
     module.__dict__.update({"__file__": _FILE, "__builtins__": builtins, "INPUT": init.get("input")})
     sys.modules["__main__"] = module

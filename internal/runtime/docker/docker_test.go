@@ -170,7 +170,7 @@ func TestContainerKilledDuringRun(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the run did not end after its container was killed")
 	}
-	if res.Outcome != sandbox.OutcomeSandboxError || !strings.Contains(res.Reason, "container") || res.Stdout != "before\n" {
+	if res.Outcome != sandbox.OutcomeSandboxError || !strings.Contains(res.Reason, "sandbox container stopped") || res.Stdout != "before\n" {
 		t.Fatalf("outcome %q reason %q stdout %q, want sandbox_error with a reason and the output so far", res.Outcome, res.Reason, res.Stdout)
 	}
 	next, err := svc.Execute(context.Background(), sandbox.Request{Code: "print(2)"}, nil)

@@ -250,20 +250,23 @@ func (r *Runtime) Run(ctx context.Context, slot int, spec sandbox.Spec, emit fun
 	return res, err
 }
 
-// whatStopped says whether the container or only the executor stopped, for a run's reason.
+// whatStopped says whether the container or only the executor stopped, for a run's reason. A
+// killed container can still read as running for a moment after its stream broke, so it looks
+// again for up to half a second before it blames the executor.
 func (r *Runtime) whatStopped(containerID string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	got, err := r.api.ContainerInspect(ctx, containerID, client.ContainerInspectOptions{})
-	switch {
-	case err != nil:
-		return "the sandbox container disappeared during the run"
-	case got.Container.State == nil || got.Container.State.Running && !got.Container.State.Paused:
-		return "the executor in the sandbox container stopped during the run"
-	default:
-		st := got.Container.State
-		return fmt.Sprintf("the sandbox container stopped during the run (state %s, exit code %d, killed for memory: %v)",
-			st.Status, st.ExitCode, st.OOMKilled)
+	for deadline := time.Now().Add(500 * time.Millisecond); ; time.Sleep(50 * time.Millisecond) {
+		got, err := r.api.ContainerInspect(ctx, containerID, client.ContainerInspectOptions{})
+		switch st := got.Container.State; {
+		case err != nil:
+			return "the sandbox container disappeared during the run"
+		case st != nil && (!st.Running || st.Paused):
+			return fmt.Sprintf("the sandbox container stopped during the run (state %s, exit code %d, killed for memory: %v)",
+				st.Status, st.ExitCode, st.OOMKilled)
+		case time.Now().After(deadline):
+			return "the executor in the sandbox container stopped during the run"
+		}
 	}
 }
 

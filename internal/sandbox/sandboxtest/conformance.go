@@ -179,6 +179,16 @@ func Run(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("multiprocessing works with fork and spawn", func(t *testing.T) {
+		code := "import multiprocessing as mp\n\ndef square(x):\n    return x * x\n\nif __name__ == '__main__':\n" +
+			"    for method in ('fork', 'spawn'):\n        with mp.get_context(method).Pool(2) as pool:\n            print(method, pool.map(square, [1, 2, 3]))\n"
+		res := Exec(t, rt, 0, Spec(code, 30*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOK)
+		if res.Stdout != "fork [1, 4, 9]\nspawn [1, 4, 9]\n" {
+			t.Fatalf("stdout %q", res.Stdout)
+		}
+	})
+
 	t.Run("a byte order mark is allowed", func(t *testing.T) {
 		res := Exec(t, rt, 0, Spec("\ufeffprint(1)", 10*time.Second), nil)
 		expect(t, res, sandbox.OutcomeOK)
@@ -420,8 +430,8 @@ func Run(t *testing.T, h Harness) {
 		if got[0].UID == got[1].UID || got[0].UID == 0 || got[0].Cwd == got[1].Cwd {
 			t.Fatalf("slots share uid or directory: %+v", got)
 		}
-		if len(got[0].Files) != 0 {
-			t.Fatalf("run directory not empty at start: %v", got[0].Files)
+		if len(got[0].Files) != 1 || got[0].Files[0] != "main.py" {
+			t.Fatalf("run directory holds %v at start, want only main.py", got[0].Files)
 		}
 		for _, name := range got[0].Env {
 			if strings.HasPrefix(name, "SANDPIT") || name == "DOCKER_HOST" || name == "HOSTNAME" {
