@@ -254,6 +254,27 @@ func TestREST(t *testing.T) {
 		if code != 64 || !strings.Contains(stderr.String(), "--network") || !strings.Contains(stderr.String(), "--local") {
 			t.Fatalf("--network with a daemon: exit %d stderr %q", code, stderr.String())
 		}
+		// The same settings from the environment: network none is refused, limits are warned about.
+		withEnv := func(k, v string) cli.Env {
+			e := env
+			e.Lookup = func(key string) (string, bool) {
+				if key == k {
+					return v, true
+				}
+				return env.Lookup(key)
+			}
+			return e
+		}
+		stderr.Reset()
+		if code := cli.Main(context.Background(), []string{"run", "-c", "print(1)"}, withEnv("SANDPIT_NETWORK", "none")); code != 64 ||
+			!strings.Contains(stderr.String(), `network "none"`) {
+			t.Fatalf("SANDPIT_NETWORK=none with a daemon: exit %d stderr %q", code, stderr.String())
+		}
+		stderr.Reset()
+		if code := cli.Main(context.Background(), []string{"run", "-c", "print(1)"}, withEnv("SANDPIT_STDOUT_BYTES", "10")); code != 0 ||
+			!strings.Contains(stderr.String(), "stdout_bytes 10 (the daemon's: 1048576)") {
+			t.Fatalf("SANDPIT_STDOUT_BYTES=10 with a daemon: exit %d stderr %q", code, stderr.String())
+		}
 	})
 }
 

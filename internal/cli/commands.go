@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/app"
 	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/datadir"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -215,6 +216,9 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequ
 				return sandbox.Result{}, usageErrorf("%s set up the engine, but the daemon at %s runs with its own settings: "+
 					"give them to `sandpit serve`, or add --local to run this command on its own engine", strings.Join(given, ", "), url)
 			}
+			if err := o.compareWithDaemon(ctx, c, cfg, url); err != nil {
+				return sandbox.Result{}, err
+			}
 			return c.Execute(ctx, req, emit)
 		}
 	}
@@ -229,6 +233,38 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequ
 	}
 	defer eng.Close()
 	return eng.Service.Execute(ctx, sandbox.Request{Code: req.Code, Input: req.Input, TimeoutMS: req.TimeoutMS, Agent: req.Agent}, emit)
+}
+
+// compareWithDaemon checks the settings this command was given (environment, config file)
+// against the daemon's, since the daemon's apply: a network policy of none that the daemon does
+// not have is refused; other differences are warned about.
+func (o *options) compareWithDaemon(ctx context.Context, c *client.Client, cfg config.Config, url string) error {
+	lim, err := c.Limits(ctx)
+	if err != nil {
+		return nil // an older daemon; nothing to compare
+	}
+	def, mine := config.Default().Sandbox(), cfg.Sandbox()
+	if mine.Network != def.Network && mine.Network != lim.Network {
+		return usageErrorf("your settings ask for network %q, but the daemon at %s runs with network %q: "+
+			"restart it with that setting, or add --local to run this command on its own engine", mine.Network, url, lim.Network)
+	}
+	var diffs []string
+	compare := func(name string, mineV, defV, theirs int64) {
+		if mineV != defV && mineV != theirs {
+			diffs = append(diffs, fmt.Sprintf("%s %d (the daemon's: %d)", name, mineV, theirs))
+		}
+	}
+	compare("default_timeout_ms", mine.DefaultTimeout.Milliseconds(), def.DefaultTimeout.Milliseconds(), lim.DefaultTimeoutMS)
+	compare("max_timeout_ms", mine.MaxTimeout.Milliseconds(), def.MaxTimeout.Milliseconds(), lim.MaxTimeoutMS)
+	compare("run memory bytes", mine.Limits.MemoryBytes, def.Limits.MemoryBytes, lim.Limits.MemoryBytes)
+	compare("stdout_bytes", mine.Limits.StdoutBytes, def.Limits.StdoutBytes, lim.Limits.StdoutBytes)
+	compare("stderr_bytes", mine.Limits.StderrBytes, def.Limits.StderrBytes, lim.Limits.StderrBytes)
+	compare("output_bytes", mine.Limits.OutputBytes, def.Limits.OutputBytes, lim.Limits.OutputBytes)
+	if len(diffs) > 0 {
+		fmt.Fprintf(o.env.Stderr, "sandpit: warning: the daemon at %s runs with its own settings, not yours: %s (add --local to use yours)\n",
+			url, strings.Join(diffs, ", "))
+	}
+	return nil
 }
 
 func (o *options) readCode(f runFlags, args []string) (string, error) {

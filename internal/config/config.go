@@ -223,6 +223,7 @@ func (c Config) Sandbox() sandbox.Config {
 		Grace:          ms(c.GraceMS),
 		MaxCodeBytes:   int(c.MaxCodeBytes),
 		MaxInputBytes:  int(c.MaxInputBytes),
+		Network:        c.Network,
 		Limits: sandbox.Limits{
 			MemoryBytes:   c.RunMemory(),
 			StdoutBytes:   c.StdoutBytes,

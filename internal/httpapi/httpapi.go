@@ -151,6 +151,7 @@ type Limits struct {
 	MaxCodeBytes     int            `json:"max_code_bytes"`
 	MaxInputBytes    int            `json:"max_input_bytes"`
 	MaxBodyBytes     int64          `json:"max_body_bytes"`
+	Network          string         `json:"network"`
 	Limits           sandbox.Limits `json:"limits"`
 }
 
@@ -164,6 +165,7 @@ func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 		MaxCodeBytes:     cfg.MaxCodeBytes,
 		MaxInputBytes:    cfg.MaxInputBytes,
 		MaxBodyBytes:     maxBodyBytes(cfg),
+		Network:          cfg.Network,
 		Limits:           cfg.Limits,
 	})
 }

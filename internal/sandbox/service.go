@@ -30,6 +30,9 @@ type Config struct {
 	MaxCodeBytes, MaxInputBytes int
 	// Limits are the per-run limits the executor enforces.
 	Limits Limits
+	// Network is the box's network policy, "full" or "none", as the runtime set it up; the
+	// Service only reports it to clients.
+	Network string
 }
 
 // DefaultConfig returns the seed defaults: 4 slots, a queue of 16, 30 s default and 600 s
@@ -41,6 +44,7 @@ func DefaultConfig() Config {
 		DefaultTimeout: 30 * time.Second,
 		MaxTimeout:     600 * time.Second,
 		Grace:          3 * time.Second,
+		Network:        "full",
 		MaxCodeBytes:   1 << 20,
 		MaxInputBytes:  1 << 20,
 		Limits: Limits{
