@@ -118,7 +118,7 @@ func (e *Engine) Close() error {
 }
 
 // BuildImage builds (or finds) the sandbox image for cfg, writing the build's output to
-// progress, and returns its tag.
+// progress, and returns its tag and whether it had to build it.
 func BuildImage(ctx context.Context, cfg config.Config, progress io.Writer) (string, bool, error) {
 	rcfg, err := RuntimeConfig(cfg, progress)
 	if err != nil {
@@ -129,18 +129,8 @@ func BuildImage(ctx context.Context, cfg config.Config, progress io.Writer) (str
 		return "", false, err
 	}
 	defer api.Close()
-	img, err := docker.Resolve(ctx, api, rcfg.Recipe)
-	if err != nil {
-		return "", false, err
-	}
-	exists, err := img.Exists(ctx, api)
-	if err != nil {
-		return "", false, err
-	}
-	if exists {
-		return img.Tag, false, nil
-	}
-	return img.Tag, true, img.Build(ctx, api, progress)
+	img, built, err := docker.EnsureImage(ctx, api, rcfg.Recipe, progress)
+	return img.Tag, built, err
 }
 
 // ContainerStatus describes one container of a data directory.

@@ -71,6 +71,21 @@ func Resolve(ctx context.Context, api client.APIClient, r Recipe) (Image, error)
 	return Image{Recipe: r, Tag: r.Repository + ":" + sum[:16], executor: exe}, nil
 }
 
+// EnsureImage resolves the recipe and builds its image unless the engine has it, writing the
+// build's output to progress. built says whether it had to build.
+func EnsureImage(ctx context.Context, api client.APIClient, r Recipe, progress io.Writer) (img Image, built bool, err error) {
+	img, err = Resolve(ctx, api, r)
+	if err != nil {
+		return img, false, err
+	}
+	ok, err := img.Exists(ctx, api)
+	if err != nil || ok {
+		return img, false, err
+	}
+	fmt.Fprintf(progress, "sandpit: building the sandbox image %s on %s (once for this recipe)\n", img.Tag, img.BaseImage)
+	return img, true, img.Build(ctx, api, progress)
+}
+
 // Exists reports whether the image is in the engine already.
 func (img Image) Exists(ctx context.Context, api client.APIClient) (bool, error) {
 	_, err := api.ImageInspect(ctx, img.Tag)

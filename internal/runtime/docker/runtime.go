@@ -65,23 +65,13 @@ func Start(ctx context.Context, api client.APIClient, cfg Config, log *slog.Logg
 	if _, err := api.Ping(ctx, client.PingOptions{}); err != nil {
 		return nil, fmt.Errorf("cannot reach the Docker engine (%w); is it running? On Linux: `sudo systemctl start docker` or `sudo dockerd &`", err)
 	}
-	img, err := Resolve(ctx, api, cfg.Recipe)
+	progress := cfg.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	img, _, err := EnsureImage(ctx, api, cfg.Recipe, progress)
 	if err != nil {
 		return nil, err
-	}
-	ok, err := img.Exists(ctx, api)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		log.Info("building the sandbox image (first use of this recipe)", "tag", img.Tag, "base", img.BaseImage)
-		progress := cfg.Progress
-		if progress == nil {
-			progress = io.Discard
-		}
-		if err := img.Build(ctx, api, progress); err != nil {
-			return nil, err
-		}
 	}
 	r := &Runtime{api: api, cfg: cfg, log: log, img: img, changed: make(chan struct{}),
 		stop: make(chan struct{}), stopped: make(chan struct{})}
