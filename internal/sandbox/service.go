@@ -233,9 +233,9 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 	switch {
 	case err != nil && errors.Is(err, ErrNotReady) && ctx.Err() == nil:
 		return Result{}, err
-	case err != nil || ctx.Err() != nil:
-		// Also a result the runtime produced after the run was cancelled: the reason says who
-		// ended it.
+	case err != nil, ctx.Err() != nil && res.Outcome == OutcomeKilled:
+		// Also the runtime's result for a run it killed because ctx ended: the reason says who
+		// ended it. (A run that ended by itself meanwhile keeps its own result.)
 		res = s.systemFailure(ctx, runCtx, res, started, err)
 	}
 	res.ID, res.Agent, res.TimeoutMS = spec.ID, agent, spec.TimeoutMS
