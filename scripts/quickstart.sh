@@ -36,7 +36,9 @@ SANDPIT_BASE_IMAGE=$base bin/sandpit run --local \
 cat >&2 <<TXT
 
 sandpit works. Next:
+  export PATH="\$PWD/bin:\$PATH"
   export SANDPIT_BASE_IMAGE=$base     # or put {"base_image": "$base"} in ~/.config/sandpit/config.json
-  bin/sandpit serve &                  # the daemon on http://127.0.0.1:8765
-  bin/sandpit run -c 'print(1)'
+  sandpit serve &                      # the daemon on http://127.0.0.1:8765
+  sandpit run -c 'print(1)'
+The warm container stays up between runs; sandpit sandbox rm removes it.
 TXT

@@ -235,6 +235,7 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 			log.Error("interrupted executions did not answer in time", "error", err)
 		}
 	}
+	log.Info("stopped; the warm container stays up for the next daemon", "container", eng.Runtime.ContainerID()[:12])
 	return nil
 }
 

@@ -213,8 +213,8 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequ
 		cancel()
 		if daemonErr == nil {
 			if given := o.engineFlagsGiven(cmd); len(given) > 0 {
-				return sandbox.Result{}, usageErrorf("%s set up the engine, but the daemon at %s runs with its own settings: "+
-					"give them to `sandpit serve`, or add --local to run this command on its own engine", strings.Join(given, ", "), url)
+				return sandbox.Result{}, usageErrorf("the daemon at %s runs with its own settings, and these flags only set up an engine: %s; "+
+					"give them to `sandpit serve`, or add --local to run this command on its own engine", url, strings.Join(given, ", "))
 			}
 			if err := o.compareWithDaemon(ctx, c, cfg, url); err != nil {
 				return sandbox.Result{}, err
