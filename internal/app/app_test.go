@@ -362,25 +362,16 @@ func TestDaemonRestartAdoptsContainer(t *testing.T) {
 
 // BenchmarkRESTPrint1 measures print(1) end to end through the REST API and the warm container.
 func BenchmarkRESTPrint1(b *testing.B) {
-	url := daemon(b, testConfig(b))
-	body := `{"code": "print(1)"}`
-	for b.Loop() {
-		resp, err := http.Post(url+"/v1/executions", "application/json", strings.NewReader(body))
-		if err != nil {
-			b.Fatal(err)
-		}
-		out, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if !bytes.Contains(out, []byte(`"outcome":"ok"`)) {
-			b.Fatalf("%s", out)
-		}
-	}
+	benchREST(b, `{"code": "print(1)"}`, `"outcome":"ok"`)
 }
 
 // BenchmarkRESTPandas measures a pandas snippet end to end (the import dominates).
 func BenchmarkRESTPandas(b *testing.B) {
+	benchREST(b, `{"code": "import pandas as pd; print(pd.DataFrame({'a': [1, 2]}).a.sum())"}`, `"stdout":"3\n"`)
+}
+
+func benchREST(b *testing.B, body, want string) {
 	url := daemon(b, testConfig(b))
-	body := `{"code": "import pandas as pd; print(pd.DataFrame({'a': [1, 2]}).a.sum())"}`
 	for b.Loop() {
 		resp, err := http.Post(url+"/v1/executions", "application/json", strings.NewReader(body))
 		if err != nil {
@@ -388,7 +379,7 @@ func BenchmarkRESTPandas(b *testing.B) {
 		}
 		out, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if !bytes.Contains(out, []byte(`"stdout":"3\n"`)) {
+		if !bytes.Contains(out, []byte(want)) {
 			b.Fatalf("%s", out)
 		}
 	}
