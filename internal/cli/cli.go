@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/sandpit-dev/sandpit/internal/config"
 )
@@ -82,9 +83,7 @@ sandpit run looks for a daemon at SANDPIT_URL (default ` + DefaultURL + `).`,
 }
 
 // configFlag registers a string flag that sets a config key when given.
-func (o *options) configFlag(fs interface {
-	StringVar(*string, string, string, string)
-}, name, key, usage string) {
+func (o *options) configFlag(fs *pflag.FlagSet, name, key, usage string) {
 	s := setting{flag: name, key: key, value: new(string)}
 	fs.StringVar(s.value, name, "", usage+" [config key "+key+", env "+config.EnvName(key)+"]")
 	o.settings = append(o.settings, s)

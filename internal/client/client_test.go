@@ -10,38 +10,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
+	"github.com/sandpit-dev/sandpit/internal/httpapi/httpapitest"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
-// fakeExec is an httpapi.Executor that records requests and runs fn.
-type fakeExec struct {
-	cfg      sandbox.Config
-	readyErr error
-	fn       func(ctx context.Context, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error)
-
-	mu    sync.Mutex
-	calls []sandbox.Request
-}
-
-func (f *fakeExec) Execute(ctx context.Context, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
-	f.mu.Lock()
-	f.calls = append(f.calls, req)
-	f.mu.Unlock()
-	return f.fn(ctx, req, emit)
-}
-func (f *fakeExec) Ready(context.Context) error { return f.readyErr }
-func (f *fakeExec) Config() sandbox.Config      { return f.cfg }
-
-func (f *fakeExec) requests() []sandbox.Request {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]sandbox.Request(nil), f.calls...)
-}
+// fakeExec records requests and answers with Fn.
+type fakeExec = httpapitest.Executor
 
 func result(stdout string) sandbox.Result {
 	return sandbox.Result{
@@ -49,10 +27,6 @@ func result(stdout string) sandbox.Result {
 		Stdout: stdout, Output: json.RawMessage(`[1,"二"]`), DurationMS: 7, TimeoutMS: 30000,
 		StartedAt: time.Date(2025, 6, 7, 8, 9, 10, 0, time.UTC),
 	}
-}
-
-func fixed(res sandbox.Result, err error) func(context.Context, sandbox.Request, func(sandbox.Event)) (sandbox.Result, error) {
-	return func(context.Context, sandbox.Request, func(sandbox.Event)) (sandbox.Result, error) { return res, err }
 }
 
 // daemon serves the real REST API over ex.
@@ -67,7 +41,7 @@ func ptr(v int64) *int64 { return &v }
 
 func TestExecuteJSON(t *testing.T) {
 	const text = "测试 😀 <&>"
-	fake := &fakeExec{cfg: sandbox.DefaultConfig(), fn: fixed(result(text+"\n"), nil)}
+	fake := &fakeExec{Cfg: sandbox.DefaultConfig(), Fn: httpapitest.Fixed(result(text+"\n"), nil)}
 	c := daemon(t, fake)
 	res, err := c.Execute(context.Background(), ExecuteRequest{
 		Code: "print('" + text + "')", Input: json.RawMessage(`{"k": "v"}`), TimeoutMS: ptr(0), Agent: "bot",
@@ -80,7 +54,7 @@ func TestExecuteJSON(t *testing.T) {
 		!res.StartedAt.Equal(want.StartedAt) || res.Outcome != sandbox.OutcomeOK {
 		t.Errorf("result = %+v, want %+v", res, want)
 	}
-	reqs := fake.requests()
+	reqs := fake.Requests()
 	if len(reqs) != 1 {
 		t.Fatalf("Execute called %d times", len(reqs))
 	}
@@ -91,11 +65,11 @@ func TestExecuteJSON(t *testing.T) {
 }
 
 func TestExecuteOmitsAbsentFields(t *testing.T) {
-	fake := &fakeExec{cfg: sandbox.DefaultConfig(), fn: fixed(result(""), nil)}
+	fake := &fakeExec{Cfg: sandbox.DefaultConfig(), Fn: httpapitest.Fixed(result(""), nil)}
 	if _, err := daemon(t, fake).Execute(context.Background(), ExecuteRequest{Code: "pass"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if r := fake.requests()[0]; r.TimeoutMS != nil || r.Input != nil || r.Agent != "" {
+	if r := fake.Requests()[0]; r.TimeoutMS != nil || r.Input != nil || r.Agent != "" {
 		t.Errorf("daemon got %+v, want only code", r)
 	}
 }
@@ -103,8 +77,8 @@ func TestExecuteOmitsAbsentFields(t *testing.T) {
 // TestExecuteStreaming holds the run open until onEvent has seen the first chunk.
 func TestExecuteStreaming(t *testing.T) {
 	firstSeen := make(chan struct{})
-	fake := &fakeExec{cfg: sandbox.DefaultConfig()}
-	fake.fn = func(ctx context.Context, _ sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
+	fake := &fakeExec{Cfg: sandbox.DefaultConfig()}
+	fake.Fn = func(ctx context.Context, _ sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
 		emit(sandbox.Event{Stream: "stdout", Data: "一\n"})
 		select {
 		case <-firstSeen:
@@ -139,8 +113,8 @@ func TestExecuteStreaming(t *testing.T) {
 // TestExecuteStreamingLargeResult checks that a result line of several MiB is read whole.
 func TestExecuteStreamingLargeResult(t *testing.T) {
 	big := strings.Repeat("0123456789abcdef", 6<<20/16) // 6 MiB
-	fake := &fakeExec{cfg: sandbox.DefaultConfig()}
-	fake.fn = func(_ context.Context, _ sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
+	fake := &fakeExec{Cfg: sandbox.DefaultConfig()}
+	fake.Fn = func(_ context.Context, _ sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
 		emit(sandbox.Event{Stream: "stdout", Data: big})
 		return result(big), nil
 	}
@@ -181,7 +155,7 @@ func TestExecuteAPIErrors(t *testing.T) {
 	for _, tt := range tests {
 		for _, stream := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/stream=%v", tt.name, stream), func(t *testing.T) {
-				c := daemon(t, &fakeExec{cfg: sandbox.DefaultConfig(), fn: fixed(sandbox.Result{}, tt.err)})
+				c := daemon(t, &fakeExec{Cfg: sandbox.DefaultConfig(), Fn: httpapitest.Fixed(sandbox.Result{}, tt.err)})
 				var onEvent func(sandbox.Event)
 				if stream {
 					onEvent = func(sandbox.Event) { t.Error("unexpected event") }
@@ -225,8 +199,8 @@ func (r failRuntime) Run(context.Context, int, sandbox.Spec, func(sandbox.Event)
 func (failRuntime) Ready(context.Context) error { return nil }
 
 func TestExecuteStreamErrorAfterStart(t *testing.T) {
-	fake := &fakeExec{cfg: sandbox.DefaultConfig()}
-	fake.fn = func(_ context.Context, _ sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
+	fake := &fakeExec{Cfg: sandbox.DefaultConfig()}
+	fake.Fn = func(_ context.Context, _ sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
 		emit(sandbox.Event{Stream: "stdout", Data: "partial"})
 		return sandbox.Result{}, errors.New("executor vanished")
 	}
@@ -303,7 +277,7 @@ func TestExecuteRefusesBadInputLocally(t *testing.T) {
 }
 
 func TestHealth(t *testing.T) {
-	c := daemon(t, &fakeExec{cfg: sandbox.DefaultConfig(), readyErr: sandbox.ErrNotReady})
+	c := daemon(t, &fakeExec{Cfg: sandbox.DefaultConfig(), ReadyErr: sandbox.ErrNotReady})
 	if err := c.Health(context.Background()); err != nil {
 		t.Errorf("Health of a live daemon = %v", err)
 	}
@@ -334,11 +308,11 @@ func TestHealth(t *testing.T) {
 }
 
 func TestReady(t *testing.T) {
-	c := daemon(t, &fakeExec{cfg: sandbox.DefaultConfig()})
+	c := daemon(t, &fakeExec{Cfg: sandbox.DefaultConfig()})
 	if err := c.Ready(context.Background()); err != nil {
 		t.Errorf("Ready = %v", err)
 	}
-	c = daemon(t, &fakeExec{cfg: sandbox.DefaultConfig(), readyErr: fmt.Errorf("image is being pulled: %w", sandbox.ErrNotReady)})
+	c = daemon(t, &fakeExec{Cfg: sandbox.DefaultConfig(), ReadyErr: fmt.Errorf("image is being pulled: %w", sandbox.ErrNotReady)})
 	err := c.Ready(context.Background())
 	var ae *APIError
 	if !errors.As(err, &ae) || ae.Status != 503 || ae.Code != "not_ready" || ae.Message != "image is being pulled: sandbox is not ready" || ae.RetryAfter != time.Second {
@@ -349,7 +323,7 @@ func TestReady(t *testing.T) {
 func TestLimits(t *testing.T) {
 	cfg := sandbox.DefaultConfig()
 	cfg.MaxCodeBytes = 12345
-	l, err := daemon(t, &fakeExec{cfg: cfg}).Limits(context.Background())
+	l, err := daemon(t, &fakeExec{Cfg: cfg}).Limits(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

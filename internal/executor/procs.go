@@ -12,31 +12,39 @@ import (
 	"time"
 )
 
-// killUID sends SIGKILL to every process whose real or saved uid is uid, in one atomic step.
-//
-// It is the technique of isolate: a thread that has become uid calls kill(-1, SIGKILL), which the
-// kernel delivers to every process that uid may signal, under the task-list lock, so a fork bomb
-// cannot outrun it. The thread is locked and never unlocked, so Go terminates it when the
-// goroutine returns and its lowered credentials never run other code.
-func killUID(uid int) error {
+// asUID runs fn on a thread that has become uid, and only that thread: it is the way the
+// executor, which lacks CAP_IPC_OWNER and must not signal by pid (pids race with exits), acts
+// on everything a uid owns. The thread is locked and never unlocked, so Go terminates it when
+// the goroutine returns and its lowered credentials never run other code.
+func asUID(uid int, fn func() error) error {
 	if uid <= 0 {
-		return fmt.Errorf("refusing to kill uid %d", uid)
+		return fmt.Errorf("refusing to act as uid %d", uid)
 	}
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		// A raw syscall changes only this thread (syscall.Setresuid would change all threads).
 		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
-			errc <- fmt.Errorf("becoming uid %d to kill its processes: %w", uid, e)
+			errc <- fmt.Errorf("becoming uid %d: %w", uid, e)
 			return
 		}
-		err := syscall.Kill(-1, syscall.SIGKILL)
-		if errors.Is(err, syscall.ESRCH) {
-			err = nil
-		}
-		errc <- err
+		errc <- fn()
 	}()
 	return <-errc
+}
+
+// killUID sends SIGKILL to every process whose real or saved uid is uid, in one atomic step.
+//
+// It is the technique of isolate: as uid, kill(-1, SIGKILL) reaches every process that uid may
+// signal, under the kernel's task-list lock, so a fork bomb cannot outrun it.
+func killUID(uid int) error {
+	return asUID(uid, func() error {
+		err := syscall.Kill(-1, syscall.SIGKILL)
+		if errors.Is(err, syscall.ESRCH) {
+			return nil
+		}
+		return err
+	})
 }
 
 // killAndWait kills every process of uid until none is left, zombies included (they still
@@ -122,7 +130,7 @@ var ipcTables = []struct {
 
 // removeIPC removes the System V shared memory segments, message queues and semaphore sets
 // that uid owns or created: they outlive processes, so a run could leave memory for later runs
-// to read, or pin the box's memory. It works as uid on a locked thread (as killUID does), since
+// to read, or pin the box's memory. It works through asUID, since
 // the executor has no CAP_IPC_OWNER; the kernel frees a removed segment once the last process
 // detaches from it.
 func removeIPC(uid int) error {
@@ -152,13 +160,7 @@ func removeIPC(uid int) error {
 	if len(objects) == 0 {
 		return nil
 	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: see killUID
-		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
-			errc <- fmt.Errorf("becoming uid %d to remove its IPC objects: %w", uid, e)
-			return
-		}
+	return asUID(uid, func() error {
 		var errs []error
 		for _, o := range objects {
 			const ipcRMID = 0
@@ -166,9 +168,8 @@ func removeIPC(uid int) error {
 				errs = append(errs, fmt.Errorf("removing IPC object %d: %w", o.id, e))
 			}
 		}
-		errc <- errors.Join(errs...)
-	}()
-	return <-errc
+		return errors.Join(errs...)
+	})
 }
 
 // oomKills returns the memory cgroup's count of OOM kills (cgroup v2 memory.events, or v1
@@ -190,9 +191,9 @@ func oomKills() (int64, bool) {
 }
 
 func init() {
-	// killUID lowers one locked thread's uid and lets the thread die with its goroutine. The
+	// asUID lowers one locked thread's uid and lets the thread die with its goroutine. The
 	// main thread never dies (Go wedges it instead), and its credentials are what /proc shows
-	// for the whole process: lock the main goroutine to it for good, so no killUID goroutine
+	// for the whole process: lock the main goroutine to it for good, so no asUID goroutine
 	// can ever run there. (LockOSThread in an init function keeps main on the main thread.)
 	runtime.LockOSThread()
 }

@@ -89,7 +89,7 @@ func TestExecuteRefusesRepeatedAndMiscasedKeys(t *testing.T) {
 // against clients that never finish their body; it must not end long runs).
 func TestLongRunOutlivesServerReadTimeout(t *testing.T) {
 	fake := newFake()
-	fake.fn = func(ctx context.Context, _ sandbox.Request, _ func(sandbox.Event)) (sandbox.Result, error) {
+	fake.Fn = func(ctx context.Context, _ sandbox.Request, _ func(sandbox.Event)) (sandbox.Result, error) {
 		select {
 		case <-time.After(600 * time.Millisecond):
 			return sampleResult("done\n"), nil

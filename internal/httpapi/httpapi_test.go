@@ -18,39 +18,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/httpapi/httpapitest"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
-// fakeExec is an Executor that records the requests it gets and runs fn (or returns result).
-type fakeExec struct {
-	cfg      sandbox.Config
-	readyErr error
-	fn       func(ctx context.Context, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error)
+// fakeExec records requests and answers with Fn.
+type fakeExec = httpapitest.Executor
 
-	mu    sync.Mutex
-	calls []sandbox.Request
+func newFake() *fakeExec {
+	return &fakeExec{Cfg: sandbox.DefaultConfig(), Fn: httpapitest.Fixed(sampleResult("ok\n"), nil)}
 }
-
-func (f *fakeExec) Execute(ctx context.Context, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
-	f.mu.Lock()
-	f.calls = append(f.calls, req)
-	f.mu.Unlock()
-	if f.fn == nil {
-		return sampleResult("ok\n"), nil
-	}
-	return f.fn(ctx, req, emit)
-}
-
-func (f *fakeExec) Ready(context.Context) error { return f.readyErr }
-func (f *fakeExec) Config() sandbox.Config      { return f.cfg }
-
-func (f *fakeExec) requests() []sandbox.Request {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]sandbox.Request(nil), f.calls...)
-}
-
-func newFake() *fakeExec { return &fakeExec{cfg: sandbox.DefaultConfig()} }
 
 func sampleResult(stdout string) sandbox.Result {
 	return sandbox.Result{
@@ -154,7 +131,7 @@ func TestExecuteJSONPassesTheRequest(t *testing.T) {
 				string(got.Output) != string(want.Output) || !got.StartedAt.Equal(want.StartedAt) {
 				t.Errorf("result = %+v, want %+v", got, want)
 			}
-			reqs := fake.requests()
+			reqs := fake.Requests()
 			if len(reqs) != 1 {
 				t.Fatalf("Execute called %d times", len(reqs))
 			}
@@ -177,7 +154,7 @@ func TestExecuteJSONPassesTheRequest(t *testing.T) {
 
 func TestFailingProgramIs200(t *testing.T) {
 	fake := newFake()
-	fake.fn = func(context.Context, sandbox.Request, func(sandbox.Event)) (sandbox.Result, error) {
+	fake.Fn = func(context.Context, sandbox.Request, func(sandbox.Event)) (sandbox.Result, error) {
 		r := sampleResult("")
 		r.Outcome, r.Success, r.ExitCode, r.Reason = sandbox.OutcomeError, false, 1, "the program raised ValueError"
 		return r, nil
@@ -285,7 +262,7 @@ func TestBadBodies(t *testing.T) {
 					t.Errorf("message %q does not contain %q", e.Message, s)
 				}
 			}
-			if n := len(fake.requests()); n != 0 {
+			if n := len(fake.Requests()); n != 0 {
 				t.Errorf("Execute called %d times for a bad body", n)
 			}
 		})
@@ -313,7 +290,7 @@ func smallLimits() sandbox.Config {
 // TestTooLargeByContentLength sends only the head of a request announcing 50 MiB: the answer
 // must come back with nothing of the body sent, and the handler must not have read any.
 func TestTooLargeByContentLength(t *testing.T) {
-	fake := &fakeExec{cfg: smallLimits()}
+	fake := &fakeExec{Cfg: smallLimits()}
 	var read atomic.Int64
 	h := NewHandler(fake, discardLog())
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -352,14 +329,14 @@ func TestTooLargeByContentLength(t *testing.T) {
 	if n := read.Load(); n != 0 {
 		t.Errorf("handler read %d bytes of the body", n)
 	}
-	if n := len(fake.requests()); n != 0 {
+	if n := len(fake.Requests()); n != 0 {
 		t.Errorf("Execute called %d times", n)
 	}
 }
 
 // TestTooLargeChunked sends a body without Content-Length (chunked) over the limit.
 func TestTooLargeChunked(t *testing.T) {
-	fake := &fakeExec{cfg: smallLimits()}
+	fake := &fakeExec{Cfg: smallLimits()}
 	srv := newServer(t, fake)
 	body := io.MultiReader(strings.NewReader(`{"code":"`), strings.NewReader(strings.Repeat("x", 200<<10)), strings.NewReader(`"}`))
 	req, err := http.NewRequest("POST", srv.URL+"/v1/executions", body)
@@ -382,7 +359,7 @@ func TestTooLargeChunked(t *testing.T) {
 	if e.Code != CodeTooLarge || !strings.Contains(e.Message, fmt.Sprintf("limit of %d bytes", 1000+2000+64<<10)) {
 		t.Errorf("error = %+v", e)
 	}
-	if n := len(fake.requests()); n != 0 {
+	if n := len(fake.Requests()); n != 0 {
 		t.Errorf("Execute called %d times", n)
 	}
 }
@@ -406,7 +383,7 @@ func TestExecuteErrors(t *testing.T) {
 		for _, stream := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/stream=%v", tt.name, stream), func(t *testing.T) {
 				fake := newFake()
-				fake.fn = func(context.Context, sandbox.Request, func(sandbox.Event)) (sandbox.Result, error) {
+				fake.Fn = func(context.Context, sandbox.Request, func(sandbox.Event)) (sandbox.Result, error) {
 					return sandbox.Result{}, tt.err
 				}
 				var hdr []string
@@ -489,7 +466,7 @@ func TestStreamOrderAndLiveness(t *testing.T) {
 	release := make(chan struct{})
 	runEnded := make(chan struct{})
 	fake := newFake()
-	fake.fn = func(ctx context.Context, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
+	fake.Fn = func(ctx context.Context, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
 		defer close(runEnded)
 		emit(sandbox.Event{Stream: "stdout", Data: "first\n"})
 		select {
@@ -568,7 +545,7 @@ func TestStreamOrderAndLiveness(t *testing.T) {
 
 func TestStreamErrorAfterStart(t *testing.T) {
 	fake := newFake()
-	fake.fn = func(_ context.Context, _ sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
+	fake.Fn = func(_ context.Context, _ sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
 		emit(sandbox.Event{Stream: "stdout", Data: "partial"})
 		return sandbox.Result{}, errors.New("executor vanished")
 	}
@@ -610,7 +587,7 @@ func TestUTF8ByteExact(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
 			fake := newFake()
-			fake.fn = func(_ context.Context, _ sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
+			fake.Fn = func(_ context.Context, _ sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
 				if emit != nil {
 					emit(sandbox.Event{Stream: "stdout", Data: text + "\n"})
 				}
@@ -626,7 +603,7 @@ func TestUTF8ByteExact(t *testing.T) {
 			if a.status != 200 {
 				t.Fatalf("status %d: %s", a.status, a.body)
 			}
-			if got := fake.requests()[0].Code; got != "print('"+text+"')" {
+			if got := fake.Requests()[0].Code; got != "print('"+text+"')" {
 				t.Errorf("code reached Execute as %q", got)
 			}
 			want := 3 // stdout, output (and the event line when streaming)
@@ -684,7 +661,7 @@ func TestHealthAndReady(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fake := newFake()
-			fake.readyErr = tt.readyErr
+			fake.ReadyErr = tt.readyErr
 			a := do(t, newServer(t, fake), "GET", tt.path, "")
 			if a.status != tt.status || strings.TrimSpace(string(a.body)) != tt.want {
 				t.Errorf("got %d %s, want %d %s", a.status, a.body, tt.status, tt.want)
@@ -700,7 +677,7 @@ func TestHealthAndReady(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
-	fake := &fakeExec{cfg: smallLimits()}
+	fake := &fakeExec{Cfg: smallLimits()}
 	a := do(t, newServer(t, fake), "GET", "/v1/limits", "")
 	if a.status != 200 {
 		t.Fatalf("status %d", a.status)
@@ -771,7 +748,7 @@ func (s *syncBuffer) String() string {
 func TestPanicIsRecovered(t *testing.T) {
 	var logs syncBuffer
 	fake := newFake()
-	fake.fn = func(context.Context, sandbox.Request, func(sandbox.Event)) (sandbox.Result, error) {
+	fake.Fn = func(context.Context, sandbox.Request, func(sandbox.Event)) (sandbox.Result, error) {
 		panic("kaboom")
 	}
 	srv := httptest.NewServer(NewHandler(fake, slog.New(slog.NewTextHandler(&logs, nil))))
@@ -837,7 +814,7 @@ func TestAcceptsNDJSON(t *testing.T) {
 // WriteTimeout still gets its answer.
 func TestLongRunOutlivesServerWriteTimeout(t *testing.T) {
 	fake := newFake()
-	fake.fn = func(_ context.Context, _ sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
+	fake.Fn = func(_ context.Context, _ sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
 		if emit != nil {
 			emit(sandbox.Event{Stream: "stdout", Data: "tick\n"})
 		}

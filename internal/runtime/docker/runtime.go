@@ -52,8 +52,10 @@ type Runtime struct {
 	lastErr     error           // why the sandbox is down
 	changed     chan struct{}   // closed and replaced whenever sess changes
 
-	stop    chan struct{}
-	stopped chan struct{}
+	// ctx ends when Close is called; it bounds every reconnection attempt.
+	ctx     context.Context
+	close   context.CancelFunc
+	stopped chan struct{} // closed when supervise has returned
 }
 
 // Start builds the image if it is missing, ensures the warm container, starts the executor and
@@ -74,7 +76,8 @@ func Start(ctx context.Context, api client.APIClient, cfg Config, log *slog.Logg
 		return nil, err
 	}
 	r := &Runtime{api: api, cfg: cfg, log: log, img: img, changed: make(chan struct{}),
-		stop: make(chan struct{}), stopped: make(chan struct{})}
+		stopped: make(chan struct{})}
+	r.ctx, r.close = context.WithCancel(context.Background())
 	if err := r.connect(ctx); err != nil {
 		return nil, err
 	}
@@ -159,7 +162,7 @@ func (r *Runtime) supervise() {
 		r.mu.Unlock()
 		if sess != nil {
 			select {
-			case <-r.stop:
+			case <-r.ctx.Done():
 				return
 			case <-sess.Done():
 			}
@@ -169,30 +172,21 @@ func (r *Runtime) supervise() {
 			r.mu.Unlock()
 			backoff = 250 * time.Millisecond
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		go func() {
-			select {
-			case <-r.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
+		ctx, cancel := context.WithTimeout(r.ctx, 2*time.Minute)
 		err := r.connect(ctx)
 		cancel()
 		if err == nil {
 			continue
 		}
-		select {
-		case <-r.stop:
+		if r.ctx.Err() != nil {
 			return // Close interrupted the attempt: not a failure
-		default:
 		}
 		r.mu.Lock()
 		r.lastErr = err
 		r.mu.Unlock()
 		r.log.Error("bringing the sandbox back failed; retrying", "error", err, "retry_in", backoff)
 		select {
-		case <-r.stop:
+		case <-r.ctx.Done():
 			return
 		case <-time.After(backoff):
 		}
@@ -221,7 +215,7 @@ func (r *Runtime) current(ctx context.Context) (*session.Client, string, error) 
 			return nil, "", fmt.Errorf("%w: %w", sandbox.ErrNotReady, lastErr)
 		case <-ctx.Done():
 			return nil, "", fmt.Errorf("%w: %w", sandbox.ErrNotReady, ctx.Err())
-		case <-r.stop:
+		case <-r.ctx.Done():
 			return nil, "", fmt.Errorf("%w: the runtime is shutting down", sandbox.ErrNotReady)
 		}
 	}
@@ -277,12 +271,10 @@ func (r *Runtime) Ready(ctx context.Context) error {
 // Close ends the executor session (killing every run) and stops supervising. The warm
 // container keeps running for the next daemon to adopt.
 func (r *Runtime) Close() error {
-	select {
-	case <-r.stop:
+	if r.ctx.Err() != nil {
 		return nil
-	default:
 	}
-	close(r.stop)
+	r.close()
 	<-r.stopped
 	r.mu.Lock()
 	sess := r.sess
