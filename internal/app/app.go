@@ -102,7 +102,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		return nil, err
 	}
 	return &Engine{
-		Service: sandbox.NewService(rt, cfg.Sandbox(), log),
+		Service: sandbox.NewService(rt, nil, cfg.Sandbox(), log),
 		Runtime: rt,
 		api:     api,
 		lock:    lock,

@@ -13,6 +13,7 @@ import (
 // Exit codes for failures that are not the program's own (sysexits.h where one fits).
 const (
 	exitUsage       = 64  // EX_USAGE: the request was invalid
+	exitDataErr     = 65  // EX_DATAERR: the program's OUTPUT broke its output schema
 	exitUnavailable = 69  // EX_UNAVAILABLE: the sandbox is not ready
 	exitSoftware    = 70  // EX_SOFTWARE: sandpit itself failed
 	exitTempFail    = 75  // EX_TEMPFAIL: busy, or the data directory is in use; try again
@@ -68,6 +69,8 @@ func ExitCode(res *sandbox.Result, err error) int {
 		return exitMemoryLimit
 	case sandbox.OutcomeOutputLimit:
 		return exitOutputLimit
+	case sandbox.OutcomeOutputInvalid:
+		return exitDataErr
 	case sandbox.OutcomeKilled:
 		if res.Signal > 0 {
 			return 128 + res.Signal

@@ -25,6 +25,9 @@ const (
 	// OutcomeOutputLimit: stdout or stderr passed its byte cap, or OUTPUT its size cap; the run
 	// was stopped at that moment and the output up to the cap is kept.
 	OutcomeOutputLimit Outcome = "output_limit"
+	// OutcomeOutputInvalid: the program ended ok but its OUTPUT broke the saved code's output
+	// schema; the reason lists the JSON pointers of the failing fields.
+	OutcomeOutputInvalid Outcome = "output_invalid"
 	// OutcomeKilled: the program died from a signal that no sandpit limit sent (SIGSEGV, ...),
 	// or its client cancelled the request and sandpit killed the run.
 	OutcomeKilled Outcome = "killed"
@@ -39,6 +42,6 @@ const (
 
 // Outcomes lists every outcome, in documentation order.
 var Outcomes = []Outcome{
-	OutcomeOK, OutcomeError, OutcomeTimeout, OutcomeMemoryLimit, OutcomeOutputLimit,
+	OutcomeOK, OutcomeError, OutcomeTimeout, OutcomeMemoryLimit, OutcomeOutputLimit, OutcomeOutputInvalid,
 	OutcomeKilled, OutcomeRejected, OutcomeSandboxError,
 }

@@ -63,6 +63,7 @@ func DefaultConfig() Config {
 // busy, and layers the daemon's deadline over the runtime's. It is safe for concurrent use.
 type Service struct {
 	rt   Runtime
+	rec  Recorder
 	cfg  Config
 	log  *slog.Logger
 	free chan int // free slot numbers
@@ -75,9 +76,10 @@ type Service struct {
 	waiting int
 }
 
-// NewService returns a Service running on rt with cfg's limits. cfg must be valid (at least
-// one slot, positive timeouts: config.Config.Validate checks it); log may be nil.
-func NewService(rt Runtime, cfg Config, log *slog.Logger) *Service {
+// NewService returns a Service running on rt with cfg's limits, recording every run that starts
+// with rec (nil records nothing). cfg must be valid (at least one slot, positive timeouts:
+// config.Config.Validate checks it); log may be nil.
+func NewService(rt Runtime, rec Recorder, cfg Config, log *slog.Logger) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -86,7 +88,7 @@ func NewService(rt Runtime, cfg Config, log *slog.Logger) *Service {
 		free <- i
 	}
 	base, interrupt := context.WithCancelCause(context.Background())
-	return &Service{rt: rt, cfg: cfg, log: log, free: free, base: base, interrupt: interrupt}
+	return &Service{rt: rt, rec: rec, cfg: cfg, log: log, free: free, base: base, interrupt: interrupt}
 }
 
 // ErrInterrupted is the cause of executions ended by Interrupt.
@@ -142,7 +144,17 @@ func jsonDepth(text []byte) int {
 	return deepest
 }
 
-var agentPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+var (
+	agentPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	idPattern    = regexp.MustCompile(`^ex_[a-z2-7]{26}$`)
+)
+
+// ValidAgent reports whether name is a valid agent name: 1 to 64 lowercase letters, digits,
+// '-' or '_', starting with a letter or digit.
+func ValidAgent(name string) bool { return agentPattern.MatchString(name) }
+
+// ValidID reports whether id has the form of an execution ID (see NewID).
+func ValidID(id string) bool { return idPattern.MatchString(id) }
 
 // Validate checks req against the limits and returns a *FieldError naming the first bad field.
 func (s *Service) Validate(req Request) error {
@@ -177,6 +189,14 @@ func (s *Service) Validate(req Request) error {
 				t, s.cfg.MaxTimeout.Milliseconds(), s.cfg.DefaultTimeout.Milliseconds())}
 		}
 	}
+	if req.ID != "" && !ValidID(req.ID) {
+		return &FieldError{Field: "id", Message: fmt.Sprintf("%q is not an execution ID (\"ex_\" and 26 base32 letters)", req.ID)}
+	}
+	switch req.Origin.Source {
+	case "", SourceAPI, SourceCLI, SourceMCP, SourceJob:
+	default:
+		return &FieldError{Field: "source", Message: fmt.Sprintf("%q is not a source: use api, cli, mcp or job", req.Origin.Source)}
+	}
 	if req.Agent != "" && !agentPattern.MatchString(req.Agent) {
 		return &FieldError{Field: "agent", Message: fmt.Sprintf(
 			"%q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit", req.Agent)}
@@ -203,14 +223,21 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 	stop := context.AfterFunc(s.base, func() { cancel(context.Cause(s.base)) })
 	defer stop()
 	spec := Spec{
-		ID:        NewID(),
+		ID:        req.ID,
 		Code:      req.Code,
 		Input:     req.Input,
 		TimeoutMS: s.cfg.DefaultTimeout.Milliseconds(),
 		Limits:    s.cfg.Limits,
 	}
+	if spec.ID == "" {
+		spec.ID = NewID()
+	}
 	if len(spec.Input) == 0 {
 		spec.Input = json.RawMessage("null")
+	}
+	origin := req.Origin
+	if origin.Source == "" {
+		origin.Source = SourceAPI
 	}
 	if req.TimeoutMS != nil {
 		spec.TimeoutMS = *req.TimeoutMS
@@ -226,9 +253,15 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 	}
 	defer func() { s.free <- slot }()
 
+	started := time.Now()
+	if s.rec != nil {
+		head := Result{ID: spec.ID, Agent: agent, TimeoutMS: spec.TimeoutMS, StartedAt: started.UTC(), Origin: origin}
+		if err := s.rec.Begin(ctx, spec, head); err != nil {
+			return Result{}, fmt.Errorf("recording the execution in the ledger: %w", err)
+		}
+	}
 	runCtx, cancelRun := context.WithTimeout(ctx, time.Duration(spec.TimeoutMS)*time.Millisecond+s.cfg.Grace)
 	defer cancelRun()
-	started := time.Now()
 	res, err := s.rt.Run(runCtx, slot, spec, emit)
 	switch {
 	case err != nil && errors.Is(err, ErrNotReady) && ctx.Err() == nil:
@@ -238,10 +271,21 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 		// ended it. (A run that ended by itself meanwhile keeps its own result.)
 		res = s.systemFailure(ctx, runCtx, res, started, err)
 	}
-	res.ID, res.Agent, res.TimeoutMS = spec.ID, agent, spec.TimeoutMS
-	res.Success = res.Outcome == OutcomeOK
+	res.ID, res.Agent, res.TimeoutMS, res.Origin = spec.ID, agent, spec.TimeoutMS, origin
 	if res.Output == nil {
 		res.Output = json.RawMessage("null")
+	}
+	if res.Outcome == OutcomeOK && req.CheckOutput != nil {
+		if err := req.CheckOutput(res.Output); err != nil {
+			res.Outcome, res.Reason = OutcomeOutputInvalid, err.Error()
+		}
+	}
+	res.Success = res.Outcome == OutcomeOK
+	if s.rec != nil {
+		// The run is over whatever the caller does now: record it even if ctx has ended.
+		if err := s.rec.Finish(context.WithoutCancel(ctx), res); err != nil {
+			s.log.Error("the ledger could not record an execution's result", "id", res.ID, "error", err)
+		}
 	}
 	s.log.Info("execution finished", "id", res.ID, "agent", agent, "slot", slot,
 		"outcome", res.Outcome, "exit_code", res.ExitCode, "duration_ms", res.DurationMS)

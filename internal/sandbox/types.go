@@ -18,6 +18,34 @@ type Request struct {
 	// Agent is the namespace the execution belongs to; empty means "default".
 	// Lowercase letters, digits, '-' and '_', 1 to 64 characters, starting with a letter or digit.
 	Agent string
+	// ID, when not empty, is the execution's ID, chosen by the caller (a job's fire records it
+	// before the run); it must have NewID's form. Empty means a new one.
+	ID string
+	// Origin says where the request came from; it is recorded with the execution.
+	Origin Origin
+	// CheckOutput, when not nil, checks the program's OUTPUT (JSON text, "null" when unset) after
+	// a run that ended ok; an error turns the outcome into output_invalid with the error's text
+	// as the reason. Saved code uses it to hold OUTPUT to its output schema.
+	CheckOutput func(output json.RawMessage) error
+}
+
+// The sources of an execution (Origin.Source).
+const (
+	SourceAPI = "api" // the REST API
+	SourceCLI = "cli" // the sandpit command line
+	SourceMCP = "mcp" // a Model Context Protocol client
+	SourceJob = "job" // a scheduled job's fire
+)
+
+// Origin says where an execution came from. The JSON field names are the public API.
+type Origin struct {
+	// Source is one of the Source constants; empty means SourceAPI.
+	Source string `json:"source"`
+	// JobID is the job whose fire started the execution ("job_..."), empty otherwise.
+	JobID string `json:"job_id,omitempty"`
+	// CodeName and CodeVersion name the saved code that ran, empty and 0 for ad hoc code.
+	CodeName    string `json:"code_name,omitempty"`
+	CodeVersion int    `json:"code_version,omitempty"`
 }
 
 // Event is a piece of a running execution's output, delivered in order as it happens.
@@ -59,6 +87,8 @@ type Result struct {
 	TimeoutMS int64 `json:"timeout_ms"`
 	// StartedAt is when the program started (RFC 3339, UTC).
 	StartedAt time.Time `json:"started_at"`
+	// Origin says where the execution came from (source, job_id, code_name, code_version).
+	Origin
 }
 
 // Limits are the per-run limits that the executor enforces inside the box.
@@ -93,6 +123,19 @@ type Spec struct {
 	TimeoutMS int64 `json:"timeout_ms"`
 	// Limits are the per-run limits.
 	Limits Limits `json:"limits"`
+}
+
+// Recorder keeps the ledger of executions. The Service calls Begin when a run has its slot and
+// is about to start, and Finish with the run's final result; both are called for every run that
+// starts, from the goroutine that called Execute.
+type Recorder interface {
+	// Begin records that spec is starting; head holds its ID, agent, origin, timeout and start
+	// time, with no outcome yet. An error refuses the run: it does not start, and Execute
+	// returns the error.
+	Begin(ctx context.Context, spec Spec, head Result) error
+	// Finish records res, the run's final result. An error is logged; the result still reaches
+	// the client.
+	Finish(ctx context.Context, res Result) error
 }
 
 // Runtime runs specs in an isolated box with a fixed number of slots.

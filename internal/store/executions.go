@@ -1,0 +1,318 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// The status of a ledger record.
+const (
+	StatusRunning  = "running"  // the run has started and not ended
+	StatusFinished = "finished" // the run has its final result
+)
+
+// ReasonInterrupted is the reason of a run the daemon could not finish (it crashed or was
+// stopped), set on the record when the daemon next starts.
+const ReasonInterrupted = "interrupted: the daemon stopped before the run ended (crash, kill or restart); its result is lost"
+
+// Execution is one record of the ledger: the run's result and the request that started it.
+// While Status is "running", Outcome is empty and the result fields are zero.
+type Execution struct {
+	sandbox.Result
+	// Status is "running" or "finished".
+	Status string `json:"status"`
+	// CodeSHA256 is the hex SHA-256 of the code that ran; Code is that code (only in GetExecution).
+	CodeSHA256 string `json:"code_sha256"`
+	Code       string `json:"code,omitempty"`
+	// Input is the JSON value the code got as INPUT.
+	Input json.RawMessage `json:"input"`
+	// EndedAt is when the run ended; null while it runs.
+	EndedAt *time.Time `json:"ended_at"`
+}
+
+// ExecutionSummary is an Execution without its code, input and outputs, as listed.
+type ExecutionSummary struct {
+	ID         string          `json:"id"`
+	Agent      string          `json:"agent"`
+	Status     string          `json:"status"`
+	Outcome    sandbox.Outcome `json:"outcome"`
+	Success    bool            `json:"success"`
+	ExitCode   int             `json:"exit_code"`
+	Reason     string          `json:"reason,omitempty"`
+	DurationMS int64           `json:"duration_ms"`
+	TimeoutMS  int64           `json:"timeout_ms"`
+	StartedAt  time.Time       `json:"started_at"`
+	EndedAt    *time.Time      `json:"ended_at"`
+	CodeSHA256 string          `json:"code_sha256"`
+	sandbox.Origin
+}
+
+// ExecutionFilter selects ledger records; zero fields select everything.
+type ExecutionFilter struct {
+	Agent, Source, CodeName, JobID string
+	Outcome                        sandbox.Outcome
+	// Since and Until bound the start time: Since <= started_at < Until.
+	Since, Until time.Time
+}
+
+// ErrInvalidCursor means a page cursor was not one this store gave out.
+var ErrInvalidCursor = errors.New("invalid cursor: pass the next_cursor of the previous page unchanged, or none for the first page")
+
+// CodeSHA256 returns the hex SHA-256 of code, as recorded in the ledger.
+func CodeSHA256(code string) string {
+	sum := sha256.Sum256([]byte(code))
+	return hex.EncodeToString(sum[:])
+}
+
+// Begin records that a run is starting (sandbox.Recorder).
+func (s *Store) Begin(ctx context.Context, spec sandbox.Spec, head sandbox.Result) error {
+	sum := CodeSHA256(spec.Code)
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO code_blobs (sha256, code) VALUES (?, ?) ON CONFLICT DO NOTHING`, sum, spec.Code); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO executions
+			(id, agent, source, job_id, code_name, code_version, code_sha256, input, timeout_ms, status, started_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)`,
+			head.ID, head.Agent, head.Source, nullString(head.JobID), nullString(head.CodeName),
+			nullInt(head.CodeVersion), sum, string(spec.Input), spec.TimeoutMS, ms(head.StartedAt))
+		return err
+	})
+}
+
+// Finish records a run's final result (sandbox.Recorder).
+func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
+	ended := res.StartedAt.Add(time.Duration(res.DurationMS) * time.Millisecond)
+	r, err := s.w.ExecContext(ctx, `UPDATE executions SET status = 'finished', outcome = ?, exit_code = ?,
+		signal = ?, reason = ?, stdout = ?, stderr = ?, stdout_truncated = ?, stderr_truncated = ?,
+		output = ?, duration_ms = ?, started_at = ?, ended_at = ? WHERE id = ?`,
+		string(res.Outcome), res.ExitCode, res.Signal, res.Reason, res.Stdout, res.Stderr,
+		res.StdoutTruncated, res.StderrTruncated, string(res.Output), res.DurationMS,
+		ms(res.StartedAt), ms(ended), res.ID)
+	if err != nil {
+		return err
+	}
+	if n, _ := r.RowsAffected(); n == 0 {
+		return fmt.Errorf("execution %s: %w (Begin was not called)", res.ID, ErrNotFound)
+	}
+	return nil
+}
+
+// FinishInterrupted finalises every record still running as sandbox_error with reason
+// ReasonInterrupted, and returns how many there were. The daemon calls it when it starts,
+// before any run: a record running then belongs to a daemon that is gone.
+func (s *Store) FinishInterrupted(ctx context.Context) (int, error) {
+	now := s.now().UnixMilli()
+	r, err := s.w.ExecContext(ctx, `UPDATE executions SET status = 'finished', outcome = ?, exit_code = -1,
+		signal = 0, reason = ?, stdout = '', stderr = '', stdout_truncated = 0, stderr_truncated = 0,
+		output = 'null', duration_ms = max(0, ? - started_at), ended_at = ? WHERE status = 'running'`,
+		string(sandbox.OutcomeSandboxError), ReasonInterrupted, now, now)
+	if err != nil {
+		return 0, err
+	}
+	n, err := r.RowsAffected()
+	return int(n), err
+}
+
+// GetExecution returns the record of execution id, with its code.
+func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) {
+	row := s.r.QueryRowContext(ctx, `SELECT e.id, e.agent, e.source, e.job_id, e.code_name, e.code_version,
+		e.code_sha256, b.code, e.input, e.timeout_ms, e.status, e.outcome, e.exit_code, e.signal, e.reason,
+		e.stdout, e.stderr, e.stdout_truncated, e.stderr_truncated, e.output, e.duration_ms, e.started_at, e.ended_at
+		FROM executions e LEFT JOIN code_blobs b ON b.sha256 = e.code_sha256 WHERE e.id = ?`, id)
+	var (
+		e                       Execution
+		jobID, codeName, code   sql.NullString
+		outcome, reason, output sql.NullString
+		stdout, stderr          sql.NullString
+		codeVersion, exit, sig  sql.NullInt64
+		outTrunc, errTrunc, dur sql.NullInt64
+		started, ended          sql.NullInt64
+		input                   string
+	)
+	err := row.Scan(&e.ID, &e.Agent, &e.Source, &jobID, &codeName, &codeVersion, &e.CodeSHA256, &code,
+		&input, &e.TimeoutMS, &e.Status, &outcome, &exit, &sig, &reason, &stdout, &stderr, &outTrunc,
+		&errTrunc, &output, &dur, &started, &ended)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Execution{}, fmt.Errorf("execution %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Execution{}, err
+	}
+	e.JobID, e.CodeName, e.CodeVersion, e.Code = jobID.String, codeName.String, int(codeVersion.Int64), code.String
+	e.Input = json.RawMessage(input)
+	e.Outcome, e.Reason = sandbox.Outcome(outcome.String), reason.String
+	e.Success = e.Outcome == sandbox.OutcomeOK
+	e.ExitCode, e.Signal = int(exit.Int64), int(sig.Int64)
+	e.Stdout, e.Stderr = stdout.String, stderr.String
+	e.StdoutTruncated, e.StderrTruncated = outTrunc.Int64 != 0, errTrunc.Int64 != 0
+	e.Output = json.RawMessage("null")
+	if output.Valid && output.String != "" {
+		e.Output = json.RawMessage(output.String)
+	}
+	e.DurationMS, e.StartedAt = dur.Int64, fromMS(started)
+	if ended.Valid {
+		t := fromMS(ended)
+		e.EndedAt = &t
+	}
+	return e, nil
+}
+
+// ListExecutions returns the records f selects, newest first, a page at a time, with the
+// cursor of the next page ("" after the last).
+func (s *Store) ListExecutions(ctx context.Context, f ExecutionFilter, p Page) ([]ExecutionSummary, string, error) {
+	var (
+		where []string
+		args  []any
+	)
+	add := func(cond string, v any) {
+		where = append(where, cond)
+		args = append(args, v)
+	}
+	if f.Agent != "" {
+		add("agent = ?", f.Agent)
+	}
+	if f.Source != "" {
+		add("source = ?", f.Source)
+	}
+	if f.CodeName != "" {
+		add("code_name = ?", f.CodeName)
+	}
+	if f.JobID != "" {
+		add("job_id = ?", f.JobID)
+	}
+	if f.Outcome != "" {
+		add("outcome = ?", string(f.Outcome))
+	}
+	if !f.Since.IsZero() {
+		add("started_at >= ?", f.Since.UnixMilli())
+	}
+	if !f.Until.IsZero() {
+		add("started_at < ?", f.Until.UnixMilli())
+	}
+	if p.Cursor != "" {
+		at, id, err := decodeCursor(p.Cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		where = append(where, "(started_at < ? OR (started_at = ? AND id < ?))")
+		args = append(args, at, at, id)
+	}
+	q := `SELECT id, agent, source, job_id, code_name, code_version, code_sha256, timeout_ms, status,
+		outcome, exit_code, reason, duration_ms, started_at, ended_at FROM executions`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	limit := p.limit()
+	q += " ORDER BY started_at DESC, id DESC LIMIT ?"
+	args = append(args, limit+1)
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, "", err
+	}
+	defer rows.Close()
+	list := []ExecutionSummary{}
+	for rows.Next() {
+		var (
+			e                      ExecutionSummary
+			jobID, codeName        sql.NullString
+			outcome, reason        sql.NullString
+			codeVersion, exit, dur sql.NullInt64
+			started, ended         sql.NullInt64
+		)
+		if err := rows.Scan(&e.ID, &e.Agent, &e.Source, &jobID, &codeName, &codeVersion, &e.CodeSHA256,
+			&e.TimeoutMS, &e.Status, &outcome, &exit, &reason, &dur, &started, &ended); err != nil {
+			return nil, "", err
+		}
+		e.JobID, e.CodeName, e.CodeVersion = jobID.String, codeName.String, int(codeVersion.Int64)
+		e.Outcome, e.Reason, e.ExitCode, e.DurationMS = sandbox.Outcome(outcome.String), reason.String, int(exit.Int64), dur.Int64
+		e.Success = e.Outcome == sandbox.OutcomeOK
+		e.StartedAt = fromMS(started)
+		if ended.Valid {
+			t := fromMS(ended)
+			e.EndedAt = &t
+		}
+		list = append(list, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(list) > limit {
+		list = list[:limit]
+		last := list[limit-1]
+		next = encodeCursor(last.StartedAt.UnixMilli(), last.ID)
+	}
+	return list, next, nil
+}
+
+func encodeCursor(at int64, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(at, 10) + ":" + id))
+}
+
+func decodeCursor(c string) (int64, string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return 0, "", ErrInvalidCursor
+	}
+	at, id, ok := strings.Cut(string(b), ":")
+	n, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil {
+		return 0, "", ErrInvalidCursor
+	}
+	return n, id, nil
+}
+
+// Retention bounds the ledger: records older than MaxAge, and beyond the newest MaxCount, are
+// pruned (zero means no bound of that kind). Running records are never pruned.
+type Retention struct {
+	MaxAge   time.Duration
+	MaxCount int
+}
+
+// Prune deletes the finished records r does not keep, and code no record refers to any more,
+// and returns how many records it deleted.
+func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
+	var deleted int64
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		if r.MaxAge > 0 {
+			res, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE status = 'finished' AND started_at < ?`,
+				s.now().Add(-r.MaxAge).UnixMilli())
+			if err != nil {
+				return err
+			}
+			n, _ := res.RowsAffected()
+			deleted += n
+		}
+		if r.MaxCount > 0 {
+			res, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE status = 'finished' AND id IN (
+				SELECT id FROM executions ORDER BY started_at DESC, id DESC LIMIT -1 OFFSET ?)`, r.MaxCount)
+			if err != nil {
+				return err
+			}
+			n, _ := res.RowsAffected()
+			deleted += n
+		}
+		if deleted > 0 {
+			_, err := tx.ExecContext(ctx, `DELETE FROM code_blobs WHERE NOT EXISTS (
+				SELECT 1 FROM executions e WHERE e.code_sha256 = code_blobs.sha256)`)
+			return err
+		}
+		return nil
+	})
+	return int(deleted), err
+}
+
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+func nullInt(n int) sql.NullInt64        { return sql.NullInt64{Int64: int64(n), Valid: n != 0} }

@@ -1,0 +1,360 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Job is an agent's schedule for running saved code. The JSON field names are the public API.
+type Job struct {
+	// ID is "job_" and 26 base32 letters.
+	ID    string `json:"id"`
+	Agent string `json:"agent"`
+	// CodeName is the saved code the job runs; CodeVersion pins a version (0: the latest).
+	CodeName    string `json:"code_name"`
+	CodeVersion int    `json:"code_version"`
+	// Schedule is the cron spec; Timezone the IANA zone it is read in.
+	Schedule string `json:"schedule"`
+	Timezone string `json:"timezone"`
+	// Input is the JSON value each run gets as INPUT.
+	Input json.RawMessage `json:"input"`
+	// TimeoutMS is each run's timeout in milliseconds; null means the daemon's default.
+	TimeoutMS *int64 `json:"timeout_ms"`
+	Enabled   bool   `json:"enabled"`
+	// Overlap is what a fire does while the previous run goes on: "skip" or "queue".
+	Overlap string `json:"overlap"`
+	// CatchUp is what happens to fires missed while the daemon was down: "skip" or "once".
+	CatchUp     string `json:"catch_up"`
+	Description string `json:"description"`
+	// NextRunAt is the next scheduled fire; null while the job is disabled.
+	NextRunAt *time.Time `json:"next_run_at"`
+	CreatedAt time.Time  `json:"created_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
+}
+
+// The kinds of a job's fire.
+const (
+	FireScheduled = "schedule" // the schedule came due
+	FireCatchUp   = "catch_up" // a run for fires missed while the daemon was down
+	FireManual    = "manual"   // "run now"
+)
+
+// The statuses of a job's fire.
+const (
+	FireStarted = "started" // an execution started (ExecutionID)
+	FireSkipped = "skipped" // not run: the previous run was still going (overlap "skip")
+	FireQueued  = "queued"  // waiting for the previous run to end (overlap "queue")
+	FireMissed  = "missed"  // not run: the daemon was down at its time (Missed counts them)
+	FireFailed  = "failed"  // could not start (Reason says why)
+)
+
+// Fire is one entry of a job's history: a time its schedule came due, and what happened.
+type Fire struct {
+	ID    int64  `json:"id"`
+	JobID string `json:"job_id"`
+	Agent string `json:"agent"`
+	Kind  string `json:"kind"`
+	// Status is one of the Fire* statuses.
+	Status string `json:"status"`
+	// ScheduledAt is the fire's time by the schedule (the first missed one for "missed");
+	// FiredAt is when the scheduler handled it.
+	ScheduledAt time.Time `json:"scheduled_at"`
+	FiredAt     time.Time `json:"fired_at"`
+	// Missed counts the fires a "missed" or "catch_up" entry stands for.
+	Missed      int    `json:"missed,omitempty"`
+	ExecutionID string `json:"execution_id,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+	// Outcome is the execution's outcome once it has finished (from the ledger).
+	Outcome string `json:"outcome,omitempty"`
+}
+
+const jobColumns = `id, agent, code_name, code_version, schedule, timezone, input, timeout_ms, enabled,
+	overlap, catch_up, description, next_run_at, created_at, updated_at`
+
+// CreateJob stores j, whose ID the caller has chosen; the times are set by the store. It
+// returns ErrNotFound (wrapped) when the agent has no code j.CodeName.
+func (s *Store) CreateJob(ctx context.Context, j Job) (Job, error) {
+	now := s.now().UTC().Truncate(time.Millisecond)
+	j.CreatedAt, j.UpdatedAt = now, now
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		if err := codeExists(ctx, tx, j.Agent, j.CodeName); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO jobs (`+jobColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			j.ID, j.Agent, j.CodeName, j.CodeVersion, j.Schedule, j.Timezone, string(j.Input), j.TimeoutMS,
+			j.Enabled, j.Overlap, j.CatchUp, j.Description, msPtr(j.NextRunAt), now.UnixMilli(), now.UnixMilli())
+		return err
+	})
+	return j, err
+}
+
+// UpdateJob replaces the stored job j.ID (of j.Agent) with j, keeping its creation time.
+func (s *Store) UpdateJob(ctx context.Context, j Job) (Job, error) {
+	now := s.now().UTC().Truncate(time.Millisecond)
+	j.UpdatedAt = now
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		if err := codeExists(ctx, tx, j.Agent, j.CodeName); err != nil {
+			return err
+		}
+		var created int64
+		err := tx.QueryRowContext(ctx, `UPDATE jobs SET code_name = ?, code_version = ?, schedule = ?, timezone = ?,
+			input = ?, timeout_ms = ?, enabled = ?, overlap = ?, catch_up = ?, description = ?, next_run_at = ?,
+			updated_at = ? WHERE id = ? AND agent = ? RETURNING created_at`,
+			j.CodeName, j.CodeVersion, j.Schedule, j.Timezone, string(j.Input), j.TimeoutMS, j.Enabled, j.Overlap,
+			j.CatchUp, j.Description, msPtr(j.NextRunAt), now.UnixMilli(), j.ID, j.Agent).Scan(&created)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("job %q: %w", j.ID, ErrNotFound)
+		}
+		j.CreatedAt = time.UnixMilli(created).UTC()
+		return err
+	})
+	return j, err
+}
+
+func codeExists(ctx context.Context, tx *sql.Tx, agent, name string) error {
+	var one int
+	err := tx.QueryRowContext(ctx, `SELECT 1 FROM code WHERE agent = ? AND name = ?`, agent, name).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("code %q: %w; save it first", name, ErrNotFound)
+	}
+	return err
+}
+
+// GetJob returns the agent's job id.
+func (s *Store) GetJob(ctx context.Context, agent, id string) (Job, error) {
+	j, err := scanJob(s.r.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ? AND agent = ?`, id, agent))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Job{}, fmt.Errorf("job %q: %w", id, ErrNotFound)
+	}
+	return j, err
+}
+
+// ListJobs returns the agent's jobs by ID, a page at a time.
+func (s *Store) ListJobs(ctx context.Context, agent string, p Page) ([]Job, string, error) {
+	after := ""
+	if p.Cursor != "" {
+		var err error
+		if after, err = decodeNameCursor(p.Cursor); err != nil {
+			return nil, "", err
+		}
+	}
+	limit := p.limit()
+	jobs, err := s.queryJobs(ctx, `SELECT `+jobColumns+` FROM jobs WHERE agent = ? AND id > ? ORDER BY id LIMIT ?`,
+		agent, after, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(jobs) > limit {
+		jobs = jobs[:limit]
+		next = encodeNameCursor(jobs[limit-1].ID)
+	}
+	return jobs, next, nil
+}
+
+// DueJobs returns the enabled jobs whose next fire is at or before now.
+func (s *Store) DueJobs(ctx context.Context, now time.Time) ([]Job, error) {
+	return s.queryJobs(ctx, `SELECT `+jobColumns+` FROM jobs WHERE enabled = 1 AND next_run_at <= ? ORDER BY next_run_at, id`,
+		now.UnixMilli())
+}
+
+// NextDue returns the earliest next fire of any enabled job, and false when there is none.
+func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
+	var next sql.NullInt64
+	err := s.r.QueryRowContext(ctx, `SELECT min(next_run_at) FROM jobs WHERE enabled = 1`).Scan(&next)
+	return fromMS(next), next.Valid, err
+}
+
+func (s *Store) queryJobs(ctx context.Context, q string, args ...any) ([]Job, error) {
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	jobs := []Job{}
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, rows.Err()
+}
+
+// DeleteJob deletes the agent's job id and its history.
+func (s *Store) DeleteJob(ctx context.Context, agent, id string) error {
+	r, err := s.w.ExecContext(ctx, `DELETE FROM jobs WHERE id = ? AND agent = ?`, id, agent)
+	if err != nil {
+		return err
+	}
+	if n, _ := r.RowsAffected(); n == 0 {
+		return fmt.Errorf("job %q: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// ClaimFires moves job's next fire from expected to next and records fires, in one
+// transaction. It returns false, recording nothing, when the job's next fire is no longer
+// expected (it was changed, disabled or deleted meanwhile): a fire is claimed once. The
+// recorded fires get their IDs.
+func (s *Store) ClaimFires(ctx context.Context, jobID string, expected, next time.Time, fires []Fire) ([]Fire, bool, error) {
+	claimed := false
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		r, err := tx.ExecContext(ctx, `UPDATE jobs SET next_run_at = ? WHERE id = ? AND enabled = 1 AND next_run_at = ?`,
+			ms(next), jobID, expected.UnixMilli())
+		if err != nil {
+			return err
+		}
+		if n, _ := r.RowsAffected(); n == 0 {
+			return nil
+		}
+		claimed = true
+		for i := range fires {
+			if fires[i], err = insertFire(ctx, tx, fires[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil || !claimed {
+		return nil, false, err
+	}
+	return fires, true, nil
+}
+
+// AddFire records f (a manual fire, or a failure found after the claim) and returns it with its ID.
+func (s *Store) AddFire(ctx context.Context, f Fire) (Fire, error) {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		f, err = insertFire(ctx, tx, f)
+		return err
+	})
+	return f, err
+}
+
+func insertFire(ctx context.Context, tx *sql.Tx, f Fire) (Fire, error) {
+	err := tx.QueryRowContext(ctx, `INSERT INTO job_fires (job_id, agent, kind, status, scheduled_at, fired_at,
+		missed, execution_id, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+		f.JobID, f.Agent, f.Kind, f.Status, f.ScheduledAt.UnixMilli(), f.FiredAt.UnixMilli(), f.Missed,
+		nullString(f.ExecutionID), f.Reason).Scan(&f.ID)
+	return f, err
+}
+
+// SetFire changes fire id's status, execution and reason (a queued fire that starts or fails,
+// a started fire whose run could not start).
+func (s *Store) SetFire(ctx context.Context, id int64, status, executionID, reason string) error {
+	_, err := s.w.ExecContext(ctx, `UPDATE job_fires SET status = ?, execution_id = ?, reason = ? WHERE id = ?`,
+		status, nullString(executionID), reason, id)
+	return err
+}
+
+// ListFires returns the history of the agent's job id, newest first, a page at a time.
+func (s *Store) ListFires(ctx context.Context, agent, jobID string, p Page) ([]Fire, string, error) {
+	if _, err := s.GetJob(ctx, agent, jobID); err != nil {
+		return nil, "", err
+	}
+	q := `SELECT f.id, f.job_id, f.agent, f.kind, f.status, f.scheduled_at, f.fired_at, f.missed,
+		f.execution_id, f.reason, e.outcome FROM job_fires f LEFT JOIN executions e ON e.id = f.execution_id
+		WHERE f.job_id = ?`
+	args := []any{jobID}
+	if p.Cursor != "" {
+		before, _, err := decodeCursor(p.Cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		q += " AND f.id < ?"
+		args = append(args, before)
+	}
+	limit := p.limit()
+	q += " ORDER BY f.id DESC LIMIT ?"
+	args = append(args, limit+1)
+	fires, err := s.queryFires(ctx, q, args...)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(fires) > limit {
+		fires = fires[:limit]
+		next = encodeCursor(fires[limit-1].ID, "")
+	}
+	return fires, next, nil
+}
+
+// QueuedFires returns every fire waiting for its job's previous run, oldest first.
+func (s *Store) QueuedFires(ctx context.Context) ([]Fire, error) {
+	return s.queryFires(ctx, `SELECT f.id, f.job_id, f.agent, f.kind, f.status, f.scheduled_at, f.fired_at,
+		f.missed, f.execution_id, f.reason, NULL FROM job_fires f WHERE f.status = 'queued' ORDER BY f.id`)
+}
+
+// FailUnstartedFires marks failed the fires recorded as started whose execution never reached
+// the ledger (the daemon stopped between claiming the fire and starting its run), and returns
+// how many. The daemon calls it when it starts, before any fire.
+func (s *Store) FailUnstartedFires(ctx context.Context) (int, error) {
+	r, err := s.w.ExecContext(ctx, `UPDATE job_fires SET status = 'failed', reason = ?
+		WHERE status = 'started' AND NOT EXISTS (SELECT 1 FROM executions e WHERE e.id = job_fires.execution_id)`,
+		"interrupted: the daemon stopped before the run started")
+	if err != nil {
+		return 0, err
+	}
+	n, err := r.RowsAffected()
+	return int(n), err
+}
+
+func (s *Store) queryFires(ctx context.Context, q string, args ...any) ([]Fire, error) {
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	fires := []Fire{}
+	for rows.Next() {
+		var (
+			f                Fire
+			scheduled, fired int64
+			execID, outcome  sql.NullString
+		)
+		if err := rows.Scan(&f.ID, &f.JobID, &f.Agent, &f.Kind, &f.Status, &scheduled, &fired, &f.Missed,
+			&execID, &f.Reason, &outcome); err != nil {
+			return nil, err
+		}
+		f.ScheduledAt, f.FiredAt = time.UnixMilli(scheduled).UTC(), time.UnixMilli(fired).UTC()
+		f.ExecutionID, f.Outcome = execID.String, outcome.String
+		fires = append(fires, f)
+	}
+	return fires, rows.Err()
+}
+
+func scanJob(row scanner) (Job, error) {
+	var (
+		j                Job
+		input            string
+		timeout, next    sql.NullInt64
+		created, updated int64
+	)
+	if err := row.Scan(&j.ID, &j.Agent, &j.CodeName, &j.CodeVersion, &j.Schedule, &j.Timezone, &input, &timeout,
+		&j.Enabled, &j.Overlap, &j.CatchUp, &j.Description, &next, &created, &updated); err != nil {
+		return Job{}, err
+	}
+	j.Input = json.RawMessage(input)
+	if timeout.Valid {
+		j.TimeoutMS = &timeout.Int64
+	}
+	if next.Valid {
+		t := fromMS(next)
+		j.NextRunAt = &t
+	}
+	j.CreatedAt, j.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
+	return j, nil
+}
+
+func msPtr(t *time.Time) sql.NullInt64 {
+	if t == nil {
+		return sql.NullInt64{}
+	}
+	return ms(*t)
+}

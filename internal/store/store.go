@@ -1,0 +1,170 @@
+// Package store keeps sandpit's state in one SQLite database (modernc.org/sqlite, no cgo): the
+// execution ledger, saved code with its versions, jobs and their fires. Its schema is migrated
+// with goose from the embedded migrations directory when the store opens.
+//
+// The database runs in WAL mode with a busy timeout. Writes go through one connection, so they
+// never contend with each other; reads use a small pool of their own and see the last
+// committed state. Times are stored as Unix milliseconds in UTC.
+//
+// Errors: lookups of something that does not exist return an error wrapping ErrNotFound;
+// creating what exists wraps ErrExists; an update that expected another version returns a
+// *VersionConflictError; deleting code that jobs use returns an *InUseError.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/url"
+	"time"
+
+	"github.com/pressly/goose/v3"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// ErrNotFound means the thing asked for does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrExists means the thing to create exists already.
+var ErrExists = errors.New("already exists")
+
+// VersionConflictError means an update expected another version than the current one.
+type VersionConflictError struct {
+	Expected, Current int
+}
+
+func (e *VersionConflictError) Error() string {
+	return fmt.Sprintf("version conflict: the update expected version %d but the current version is %d; fetch it, merge, and send expected_version %d",
+		e.Expected, e.Current, e.Current)
+}
+
+// InUseError means saved code cannot be deleted because jobs run it.
+type InUseError struct {
+	Jobs []string // the IDs of the jobs
+}
+
+func (e *InUseError) Error() string {
+	return fmt.Sprintf("the code is used by %d job(s) %v; delete or change them first, or delete with force=true, which also disables them",
+		len(e.Jobs), e.Jobs)
+}
+
+// Store is the open database. It is safe for concurrent use.
+type Store struct {
+	w   *sql.DB // one connection: every write goes through it
+	r   *sql.DB // readers
+	log *slog.Logger
+	now func() time.Time
+}
+
+// FileName is the database's file name inside the data directory.
+const FileName = "sandpit.db"
+
+// Open opens (creating it if needed) the database at path and migrates it to the current
+// schema. log may be nil.
+func Open(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	q := url.Values{}
+	for _, p := range []string{"busy_timeout(10000)", "journal_mode(WAL)", "foreign_keys(1)", "synchronous(NORMAL)"} {
+		q.Add("_pragma", p)
+	}
+	w, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode()+"&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("opening the database %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetConnMaxIdleTime(0)
+	if err := w.PingContext(ctx); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("opening the database %s: %w", path, err)
+	}
+	if err := migrate(ctx, w); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("migrating the database %s: %w", path, err)
+	}
+	r, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("opening the database %s: %w", path, err)
+	}
+	r.SetMaxOpenConns(4)
+	return &Store{w: w, r: r, log: log, now: time.Now}, nil
+}
+
+func migrate(ctx context.Context, db *sql.DB) error {
+	dir, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return err
+	}
+	p, err := goose.NewProvider(goose.DialectSQLite3, db, dir, goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		return err
+	}
+	_, err = p.Up(ctx)
+	return err
+}
+
+// Close closes the database.
+func (s *Store) Close() error {
+	return errors.Join(s.r.Close(), s.w.Close())
+}
+
+// tx runs fn in a write transaction, committing when it returns nil.
+func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// ms converts t to Unix milliseconds; the zero time is NULL.
+func ms(t time.Time) sql.NullInt64 {
+	if t.IsZero() {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: t.UnixMilli(), Valid: true}
+}
+
+// fromMS converts Unix milliseconds to a UTC time; NULL is the zero time.
+func fromMS(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return time.UnixMilli(v.Int64).UTC()
+}
+
+// Page bounds a listing: at most Limit items after Cursor (a next_cursor from the previous
+// page; empty for the first page).
+type Page struct {
+	Cursor string
+	Limit  int
+}
+
+// DefaultLimit and MaxLimit bound a page's Limit (0 means DefaultLimit).
+const (
+	DefaultLimit = 50
+	MaxLimit     = 500
+)
+
+func (p Page) limit() int {
+	switch {
+	case p.Limit <= 0:
+		return DefaultLimit
+	case p.Limit > MaxLimit:
+		return MaxLimit
+	}
+	return p.Limit
+}
