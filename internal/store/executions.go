@@ -93,10 +93,13 @@ func (s *Store) Begin(ctx context.Context, spec sandbox.Spec, head sandbox.Resul
 
 // Finish records a run's final result (sandbox.Recorder).
 func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
-	ended := res.StartedAt.Add(time.Duration(res.DurationMS) * time.Millisecond)
+	ended := s.now()
+	if !res.StartedAt.IsZero() {
+		ended = res.StartedAt.Add(time.Duration(res.DurationMS) * time.Millisecond)
+	}
 	r, err := s.w.ExecContext(ctx, `UPDATE executions SET status = 'finished', outcome = ?, exit_code = ?,
 		signal = ?, reason = ?, stdout = ?, stderr = ?, stdout_truncated = ?, stderr_truncated = ?,
-		output = ?, duration_ms = ?, started_at = ?, ended_at = ? WHERE id = ?`,
+		output = ?, duration_ms = ?, started_at = coalesce(?, started_at), ended_at = ? WHERE id = ?`,
 		string(res.Outcome), res.ExitCode, res.Signal, res.Reason, res.Stdout, res.Stderr,
 		res.StdoutTruncated, res.StderrTruncated, string(res.Output), res.DurationMS,
 		ms(res.StartedAt), ms(ended), res.ID)

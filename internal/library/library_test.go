@@ -1,0 +1,145 @@
+package library_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/library"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// echoRuntime "runs" code by returning OUTPUT = INPUT["out"], counting its runs.
+type echoRuntime struct{ runs int }
+
+func (r *echoRuntime) Ready(context.Context) error { return nil }
+func (r *echoRuntime) Run(_ context.Context, _ int, spec sandbox.Spec, _ func(sandbox.Event)) (sandbox.Result, error) {
+	r.runs++
+	var in struct {
+		Out json.RawMessage `json:"out"`
+	}
+	_ = json.Unmarshal(spec.Input, &in)
+	return sandbox.Result{Outcome: sandbox.OutcomeOK, Output: in.Out}, nil
+}
+
+func setup(t *testing.T) (*library.Library, *store.Store, *echoRuntime) {
+	t.Helper()
+	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	rt := &echoRuntime{}
+	svc := sandbox.NewService(rt, st, sandbox.DefaultConfig(), nil)
+	return library.New(st, svc, 0), st, rt
+}
+
+var draft = library.Draft{
+	Code:         "OUTPUT = INPUT['out']",
+	Dependencies: []string{"Tiny_Pkg==1.0"},
+	InputSchema:  json.RawMessage(`{"type": "object", "required": ["n"], "properties": {"n": {"type": "integer", "minimum": 1}}}`),
+	OutputSchema: json.RawMessage(`{"type": "object", "required": ["total"], "properties": {"total": {"type": "number"}}}`),
+	Description:  "adds things up",
+}
+
+func TestSaveUpdateRunValidated(t *testing.T) {
+	lib, st, rt := setup(t)
+	ctx := t.Context()
+	v1, err := lib.Create(ctx, "a", "sum", draft)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v1.Version != 1 || v1.Dependencies[0] != "tiny-pkg==1.0" || string(v1.InputSchema) != `{"type":"object","required":["n"],"properties":{"n":{"type":"integer","minimum":1}}}` {
+		t.Fatalf("saved %+v", v1)
+	}
+	d := draft
+	d.Description = "adds things up, v2"
+	v2, err := lib.Update(ctx, "a", "sum", d, 1)
+	if err != nil || v2.Version != 2 {
+		t.Fatalf("update: %+v %v", v2, err)
+	}
+
+	res, err := lib.Run(ctx, "a", "sum", library.Run{Input: json.RawMessage(`{"n": 2, "out": {"total": 3}}`)}, sandbox.Origin{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != sandbox.OutcomeOK || string(res.Output) != `{"total": 3}` || res.CodeName != "sum" || res.CodeVersion != 2 || res.Source != "api" {
+		t.Fatalf("valid run: %+v", res)
+	}
+	rec, err := st.GetExecution(ctx, res.ID)
+	if err != nil || rec.CodeName != "sum" || rec.CodeVersion != 2 || rec.Outcome != sandbox.OutcomeOK {
+		t.Fatalf("ledger record: %+v %v", rec, err)
+	}
+
+	// OUTPUT that breaks the output schema ends output_invalid, with the pointer, and is recorded so.
+	res, err = lib.Run(ctx, "a", "sum", library.Run{Input: json.RawMessage(`{"n": 2, "out": {"total": "three"}}`)}, sandbox.Origin{Source: "cli"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != sandbox.OutcomeOutputInvalid || res.Success || !strings.Contains(res.Reason, "/total") {
+		t.Fatalf("invalid output: %+v", res)
+	}
+	if rec, _ := st.GetExecution(ctx, res.ID); rec.Outcome != sandbox.OutcomeOutputInvalid || rec.Source != "cli" {
+		t.Fatalf("ledger record of invalid output: %+v", rec)
+	}
+
+	// Invalid input: every failing field by pointer, and nothing runs.
+	before := rt.runs
+	_, err = lib.Run(ctx, "a", "sum", library.Run{Input: json.RawMessage(`{"n": 0}`)}, sandbox.Origin{}, nil)
+	var inErr *library.InputError
+	if !errors.As(err, &inErr) || len(inErr.Violations) != 1 || inErr.Violations[0].Pointer != "/n" {
+		t.Fatalf("invalid input: %v", err)
+	}
+	if _, err := lib.Run(ctx, "a", "sum", library.Run{}, sandbox.Origin{}, nil); !errors.As(err, &inErr) {
+		t.Fatalf("absent input against a schema requiring an object: %v", err)
+	}
+	if rt.runs != before {
+		t.Fatal("code ran with invalid input")
+	}
+
+	// An older version still runs as it was.
+	res, err = lib.Run(ctx, "a", "sum", library.Run{Version: 1, Input: json.RawMessage(`{"n": 1, "out": {"total": 1}}`)}, sandbox.Origin{}, nil)
+	if err != nil || res.CodeVersion != 1 {
+		t.Fatalf("version 1: %+v %v", res, err)
+	}
+	if _, err := lib.Run(ctx, "a", "sum", library.Run{Version: 9}, sandbox.Origin{}, nil); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("missing version: %v", err)
+	}
+}
+
+func TestSaveRefusesBadContent(t *testing.T) {
+	lib, _, _ := setup(t)
+	cases := []struct {
+		name, agent, code string
+		mutate            func(*library.Draft)
+		field, want       string
+	}{
+		{"name", "a", "Bad Name", nil, "name", "not a valid code name"},
+		{"long name", "a", strings.Repeat("x", 65), nil, "name", "not a valid code name"},
+		{"agent", "A!", "ok", nil, "agent", "not a valid agent name"},
+		{"no code", "a", "ok", func(d *library.Draft) { d.Code = "  " }, "code", "required"},
+		{"url dependency", "a", "ok", func(d *library.Draft) { d.Dependencies = []string{"pkg @ https://evil/x.whl"} }, "dependencies", "dependencies[0]"},
+		{"pip option", "a", "ok", func(d *library.Draft) { d.Dependencies = []string{"numpy", "--index-url=http://evil"} }, "dependencies", "dependencies[1]"},
+		{"bad schema keyword", "a", "ok", func(d *library.Draft) { d.InputSchema = json.RawMessage(`{"properties": {"n": {"minimum": "one"}}}`) }, "input_schema", "/properties/n/minimum"},
+		{"schema not an object", "a", "ok", func(d *library.Draft) { d.OutputSchema = json.RawMessage(`"object"`) }, "output_schema", "must be a JSON Schema"},
+		{"remote ref", "a", "ok", func(d *library.Draft) { d.InputSchema = json.RawMessage(`{"$ref": "file:///etc/passwd"}`) }, "input_schema", "self-contained"},
+		{"http ref", "a", "ok", func(d *library.Draft) { d.InputSchema = json.RawMessage(`{"$ref": "http://127.0.0.1:1/s.json"}`) }, "input_schema", "self-contained"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := draft
+			if c.mutate != nil {
+				c.mutate(&d)
+			}
+			_, err := lib.Create(t.Context(), c.agent, c.code, d)
+			var fe *sandbox.FieldError
+			if !errors.As(err, &fe) || fe.Field != c.field || !strings.Contains(fe.Message, c.want) {
+				t.Fatalf("got %v; want a %s error containing %q", err, c.field, c.want)
+			}
+		})
+	}
+}
