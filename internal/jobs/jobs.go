@@ -1,0 +1,193 @@
+// Package jobs schedules agents' saved code: job definitions (a saved script, a cron spec read
+// in an IANA timezone, an input, overlap and catch-up policies) and the Scheduler that fires
+// them.
+//
+// The scheduler keeps its truth in the store: each job's next fire time, moved forward in the
+// same transaction that records the fire, so a daemon that stops and starts again neither
+// loses nor doubles a fire. Which jobs have a run going is kept in memory: after a restart
+// nothing runs (the ledger finalised the interrupted runs).
+package jobs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/library"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/schedule"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// The overlap policies: what a fire does while the job's previous run is still going.
+const (
+	OverlapSkip  = "skip"  // record the fire as skipped (the default)
+	OverlapQueue = "queue" // run it when the previous run ends; at most one waits
+)
+
+// The catch-up policies: what happens to fires missed while the daemon was down.
+const (
+	CatchUpSkip = "skip" // record them as missed (the default)
+	CatchUpOnce = "once" // record them, and run once for all of them
+)
+
+// Draft is a job as a client writes it. Absent fields take their defaults.
+type Draft struct {
+	// CodeName is the agent's saved code to run (required); CodeVersion pins a version
+	// (0 or absent: the latest at each fire).
+	CodeName    string `json:"code_name"`
+	CodeVersion int    `json:"code_version"`
+	// Schedule is a 5-field cron spec, @hourly, @daily, @weekly, @monthly, or
+	// "@every <duration>" of at least 10s (see package schedule).
+	Schedule string `json:"schedule"`
+	// Timezone is the IANA zone the schedule is read in; default "UTC".
+	Timezone string `json:"timezone"`
+	// Input is the JSON value each run gets as INPUT; it must satisfy the code's input schema.
+	Input json.RawMessage `json:"input"`
+	// TimeoutMS is each run's timeout in milliseconds; absent or null: the daemon's default.
+	TimeoutMS *int64 `json:"timeout_ms"`
+	// Enabled says whether the job fires; default true.
+	Enabled *bool `json:"enabled"`
+	// Overlap is "skip" (default) or "queue"; CatchUp is "skip" (default) or "once".
+	Overlap     string `json:"overlap"`
+	CatchUp     string `json:"catch_up"`
+	Description string `json:"description"`
+}
+
+// DraftOf returns the draft that describes j, for partial updates: decode a client's fields
+// over it.
+func DraftOf(j store.Job) Draft {
+	enabled := j.Enabled
+	return Draft{CodeName: j.CodeName, CodeVersion: j.CodeVersion, Schedule: j.Schedule, Timezone: j.Timezone,
+		Input: j.Input, TimeoutMS: j.TimeoutMS, Enabled: &enabled, Overlap: j.Overlap, CatchUp: j.CatchUp,
+		Description: j.Description}
+}
+
+// Store is the persistence jobs need; *store.Store satisfies it.
+type Store interface {
+	CreateJob(ctx context.Context, j store.Job) (store.Job, error)
+	UpdateJob(ctx context.Context, j store.Job) (store.Job, error)
+	GetJob(ctx context.Context, agent, id string) (store.Job, error)
+	ListJobs(ctx context.Context, agent string, p store.Page) ([]store.Job, string, error)
+	DeleteJob(ctx context.Context, agent, id string) error
+	DueJobs(ctx context.Context, now time.Time) ([]store.Job, error)
+	NextDue(ctx context.Context) (time.Time, bool, error)
+	ClaimFires(ctx context.Context, jobID string, expected, next time.Time, fires []store.Fire) ([]store.Fire, bool, error)
+	AddFire(ctx context.Context, f store.Fire) (store.Fire, error)
+	SetFire(ctx context.Context, id int64, status, executionID, reason string) error
+	ListFires(ctx context.Context, agent, jobID string, p store.Page) ([]store.Fire, string, error)
+	QueuedFires(ctx context.Context) ([]store.Fire, error)
+	FailUnstartedFires(ctx context.Context) (int, error)
+}
+
+// Library turns saved code into execution requests; *library.Library satisfies it.
+type Library interface {
+	Request(ctx context.Context, agent, name string, run library.Run, origin sandbox.Origin) (sandbox.Request, store.Code, error)
+}
+
+// Scheduled is a job with its next fire times, as answered when it is created or changed.
+type Scheduled struct {
+	store.Job
+	// NextFires are the next five fire times (UTC), empty while the job is disabled.
+	NextFires []time.Time `json:"next_fires"`
+}
+
+// Preview is how many next fire times Scheduled holds.
+const Preview = 5
+
+// check validates d (with defaults applied) and returns it with its parsed schedule. Errors
+// are *sandbox.FieldError, or the library's errors for the code and its input.
+func check(ctx context.Context, lib Library, agent string, d Draft, maxTimeout time.Duration) (Draft, *schedule.Schedule, error) {
+	if !sandbox.ValidAgent(agent) {
+		return d, nil, &sandbox.FieldError{Field: "agent", Message: fmt.Sprintf(
+			"%q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit", agent)}
+	}
+	if d.CodeName == "" {
+		return d, nil, &sandbox.FieldError{Field: "code_name", Message: "is required: name the saved code the job runs"}
+	}
+	if err := library.CheckName(d.CodeName); err != nil {
+		return d, nil, &sandbox.FieldError{Field: "code_name", Message: err.(*sandbox.FieldError).Message}
+	}
+	if d.CodeVersion < 0 {
+		return d, nil, &sandbox.FieldError{Field: "code_version", Message: fmt.Sprintf("is %d; versions start at 1 (0 or absent: the latest)", d.CodeVersion)}
+	}
+	if d.Schedule == "" {
+		return d, nil, &sandbox.FieldError{Field: "schedule", Message: `is required: a cron spec such as "0 9 * * 1-5", "@daily" or "@every 10m"`}
+	}
+	if d.Timezone == "" {
+		d.Timezone = "UTC"
+	}
+	sched, err := schedule.Parse(d.Schedule, d.Timezone)
+	if err != nil {
+		field := "schedule"
+		if se, ok := err.(*schedule.Error); ok && se.TZ != "" {
+			field = "timezone"
+		}
+		return d, nil, &sandbox.FieldError{Field: field, Message: err.Error()}
+	}
+	d.Schedule = sched.String()
+	switch d.Overlap {
+	case "":
+		d.Overlap = OverlapSkip
+	case OverlapSkip, OverlapQueue:
+	default:
+		return d, nil, &sandbox.FieldError{Field: "overlap", Message: fmt.Sprintf("%q is not an overlap policy: use \"skip\" (default) or \"queue\"", d.Overlap)}
+	}
+	switch d.CatchUp {
+	case "":
+		d.CatchUp = CatchUpSkip
+	case CatchUpSkip, CatchUpOnce:
+	default:
+		return d, nil, &sandbox.FieldError{Field: "catch_up", Message: fmt.Sprintf("%q is not a catch-up policy: use \"skip\" (default) or \"once\"", d.CatchUp)}
+	}
+	if d.TimeoutMS != nil && (*d.TimeoutMS < 1 || *d.TimeoutMS > maxTimeout.Milliseconds()) {
+		return d, nil, &sandbox.FieldError{Field: "timeout_ms", Message: fmt.Sprintf(
+			"is %d; allowed range is 1 to %d milliseconds (omit it for the daemon's default)", *d.TimeoutMS, maxTimeout.Milliseconds())}
+	}
+	if d.Enabled == nil {
+		enabled := true
+		d.Enabled = &enabled
+	}
+	if len(strings.TrimSpace(string(d.Input))) == 0 {
+		d.Input = json.RawMessage("null")
+	}
+	if !json.Valid(d.Input) {
+		return d, nil, &sandbox.FieldError{Field: "input", Message: "is not valid JSON"}
+	}
+	// The code must exist and the input must fit its schema now; a fire rechecks both.
+	if _, _, err := lib.Request(ctx, agent, d.CodeName, library.Run{Input: d.Input, TimeoutMS: d.TimeoutMS, Version: d.CodeVersion}, sandbox.Origin{}); err != nil {
+		return d, nil, err
+	}
+	return d, sched, nil
+}
+
+// jobOf applies d to j, setting the next fire from now.
+func jobOf(j store.Job, d Draft, sched *schedule.Schedule, now time.Time) store.Job {
+	j.CodeName, j.CodeVersion, j.Schedule, j.Timezone = d.CodeName, d.CodeVersion, d.Schedule, d.Timezone
+	j.Input, j.TimeoutMS, j.Enabled, j.Overlap, j.CatchUp, j.Description = d.Input, d.TimeoutMS, *d.Enabled, d.Overlap, d.CatchUp, d.Description
+	j.NextRunAt = nil
+	if j.Enabled {
+		next := sched.Next(now)
+		j.NextRunAt = &next
+	}
+	return j
+}
+
+func scheduled(j store.Job, sched *schedule.Schedule, now time.Time) Scheduled {
+	s := Scheduled{Job: j, NextFires: []time.Time{}}
+	if j.Enabled && sched != nil {
+		s.NextFires = sched.NextN(now, Preview)
+	}
+	return s
+}
+
+// newJobID returns "job_" and 26 lowercase base32 letters (128 random bits).
+func newJobID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "job_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}

@@ -1,0 +1,394 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/library"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/schedule"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// Executor runs requests; *sandbox.Service satisfies it.
+type Executor interface {
+	Execute(ctx context.Context, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error)
+}
+
+// Config tunes a Scheduler. Zero values take the defaults.
+type Config struct {
+	// Lateness is how late a fire may be handled and still run as scheduled; older fires count
+	// as missed (the daemon was down or stalled). Default 1 minute.
+	Lateness time.Duration
+	// StartPatience is how long a fire keeps retrying while the sandbox is busy or not ready
+	// before it is recorded as failed. Default 1 minute.
+	StartPatience time.Duration
+	// MaxTimeout is the longest timeout_ms a job may ask for (the daemon's hard cap).
+	MaxTimeout time.Duration
+}
+
+// Scheduler manages jobs and fires them. Create it with New, start Run once, and call the
+// job methods from any goroutine.
+type Scheduler struct {
+	st  Store
+	lib Library
+	ex  Executor
+	cfg Config
+	log *slog.Logger
+
+	wake chan struct{} // buffered (1): the jobs changed
+
+	mu      sync.Mutex
+	running map[string]string      // job ID → the execution going
+	queued  map[string]*store.Fire // job ID → the fire waiting for it
+	runs    sync.WaitGroup
+	base    context.Context // the runs' context, set by Run
+}
+
+// New returns a scheduler over st that runs saved code from lib on ex. log may be nil.
+func New(st Store, lib Library, ex Executor, cfg Config, log *slog.Logger) *Scheduler {
+	if cfg.Lateness <= 0 {
+		cfg.Lateness = time.Minute
+	}
+	if cfg.StartPatience <= 0 {
+		cfg.StartPatience = time.Minute
+	}
+	if cfg.MaxTimeout <= 0 {
+		cfg.MaxTimeout = sandbox.DefaultConfig().MaxTimeout
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Scheduler{st: st, lib: lib, ex: ex, cfg: cfg, log: log, wake: make(chan struct{}, 1),
+		running: map[string]string{}, queued: map[string]*store.Fire{}, base: context.Background()}
+}
+
+func (s *Scheduler) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Create validates d and stores a new job of agent. Errors: *sandbox.FieldError for an
+// invalid field, the library's errors for the code (store.ErrNotFound wrapped) and its input
+// (*library.InputError).
+func (s *Scheduler) Create(ctx context.Context, agent string, d Draft) (Scheduled, error) {
+	d, sched, err := check(ctx, s.lib, agent, d, s.cfg.MaxTimeout)
+	if err != nil {
+		return Scheduled{}, err
+	}
+	now := time.Now()
+	j, err := s.st.CreateJob(ctx, jobOf(store.Job{ID: newJobID(), Agent: agent}, d, sched, now))
+	if err != nil {
+		return Scheduled{}, err
+	}
+	s.poke()
+	return scheduled(j, sched, now), nil
+}
+
+// Update replaces the agent's job id with d (DraftOf and a client's fields make a partial
+// update) and computes its next fire from now. Errors as Create, and store.ErrNotFound.
+func (s *Scheduler) Update(ctx context.Context, agent, id string, d Draft) (Scheduled, error) {
+	j, err := s.st.GetJob(ctx, agent, id)
+	if err != nil {
+		return Scheduled{}, err
+	}
+	d, sched, err := check(ctx, s.lib, agent, d, s.cfg.MaxTimeout)
+	if err != nil {
+		return Scheduled{}, err
+	}
+	now := time.Now()
+	j, err = s.st.UpdateJob(ctx, jobOf(j, d, sched, now))
+	if err != nil {
+		return Scheduled{}, err
+	}
+	s.poke()
+	return scheduled(j, sched, now), nil
+}
+
+// SetEnabled pauses (false) or resumes (true) the agent's job id. A resumed job fires next
+// at its schedule's next time after now; fires while it was paused are not caught up.
+func (s *Scheduler) SetEnabled(ctx context.Context, agent, id string, enabled bool) (Scheduled, error) {
+	j, err := s.st.GetJob(ctx, agent, id)
+	if err != nil {
+		return Scheduled{}, err
+	}
+	d := DraftOf(j)
+	d.Enabled = &enabled
+	return s.Update(ctx, agent, id, d)
+}
+
+// Get returns the agent's job id with its next fire times.
+func (s *Scheduler) Get(ctx context.Context, agent, id string) (Scheduled, error) {
+	j, err := s.st.GetJob(ctx, agent, id)
+	if err != nil {
+		return Scheduled{}, err
+	}
+	sched, _ := schedule.Parse(j.Schedule, j.Timezone)
+	return scheduled(j, sched, time.Now()), nil
+}
+
+// List returns the agent's jobs, a page at a time.
+func (s *Scheduler) List(ctx context.Context, agent string, p store.Page) ([]store.Job, string, error) {
+	return s.st.ListJobs(ctx, agent, p)
+}
+
+// Delete deletes the agent's job id and its history; a run going on is not stopped.
+func (s *Scheduler) Delete(ctx context.Context, agent, id string) error {
+	if err := s.st.DeleteJob(ctx, agent, id); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	delete(s.queued, id)
+	s.mu.Unlock()
+	s.poke()
+	return nil
+}
+
+// History returns the fires of the agent's job id, newest first.
+func (s *Scheduler) History(ctx context.Context, agent, id string, p store.Page) ([]store.Fire, string, error) {
+	return s.st.ListFires(ctx, agent, id, p)
+}
+
+// RunNow fires the agent's job id now, outside its schedule, following its overlap policy;
+// the returned fire says whether it started (with its execution ID), was queued or skipped.
+func (s *Scheduler) RunNow(ctx context.Context, agent, id string) (store.Fire, error) {
+	j, err := s.st.GetJob(ctx, agent, id)
+	if err != nil {
+		return store.Fire{}, err
+	}
+	now := time.Now().UTC()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.decide(j, store.Fire{JobID: j.ID, Agent: j.Agent, Kind: store.FireManual, ScheduledAt: now, FiredAt: now})
+	if f, err = s.st.AddFire(ctx, f); err != nil {
+		return store.Fire{}, err
+	}
+	s.follow(j, f)
+	return f, nil
+}
+
+// Run fires due jobs until ctx ends, then waits for the runs it started. Runs are not
+// cancelled by ctx: the daemon ends them through the sandbox when it stops. It first fails
+// fires whose run never started and restarts queued fires, left by a daemon that stopped.
+func (s *Scheduler) Run(ctx context.Context) error {
+	s.mu.Lock()
+	s.base = context.WithoutCancel(ctx)
+	s.mu.Unlock()
+	defer s.runs.Wait()
+	if n, err := s.st.FailUnstartedFires(ctx); err != nil {
+		return fmt.Errorf("scheduler: recovering fires: %w", err)
+	} else if n > 0 {
+		s.log.Warn("fires claimed by a daemon that stopped before starting their runs were marked failed", "fires", n)
+	}
+	if err := s.resumeQueued(ctx); err != nil {
+		return err
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.wake:
+		case <-timer.C:
+		}
+		wait, err := s.tick(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.log.Error("scheduler: handling due jobs failed; retrying", "error", err)
+			wait = 5 * time.Second
+		}
+		timer.Reset(wait)
+	}
+}
+
+// idle is how long the loop sleeps when no job is enabled (a change wakes it sooner).
+const idle = time.Hour
+
+// tick fires every due job and returns how long to wait for the next.
+func (s *Scheduler) tick(ctx context.Context) (time.Duration, error) {
+	now := time.Now()
+	due, err := s.st.DueJobs(ctx, now)
+	if err != nil {
+		return 0, err
+	}
+	for _, j := range due {
+		if err := s.fire(ctx, j, now); err != nil {
+			return 0, fmt.Errorf("job %s: %w", j.ID, err)
+		}
+	}
+	next, ok, err := s.st.NextDue(ctx)
+	if err != nil || !ok {
+		return idle, err
+	}
+	return max(time.Until(next), 0), nil
+}
+
+// fire handles job j, due at or before now: it records the fires that came due (missed ones
+// as one entry), moves the job's next fire, and starts the run its policies allow.
+func (s *Scheduler) fire(ctx context.Context, j store.Job, now time.Time) error {
+	sched, err := schedule.Parse(j.Schedule, j.Timezone)
+	if err != nil {
+		// The spec was valid when saved; a newer parser may disagree. Stop the job, loudly.
+		s.log.Error("scheduler: a job's schedule no longer parses; disabling it", "job", j.ID, "error", err)
+		d := DraftOf(j)
+		disabled := false
+		d.Enabled = &disabled
+		_, err := s.st.UpdateJob(ctx, jobOf(j, d, nil, now))
+		return err
+	}
+	// The fires that came due: from the stored next fire to now.
+	first := *j.NextRunAt
+	last, count := first, 1
+	for t := sched.Next(first); !t.After(now) && count < maxMissed; t = sched.Next(t) {
+		last, count = t, count+1
+	}
+	next := sched.Next(now)
+	fired := now.UTC()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var fires []store.Fire
+	missed := func(n int, reason string) store.Fire {
+		return store.Fire{JobID: j.ID, Agent: j.Agent, Kind: store.FireScheduled, Status: store.FireMissed,
+			ScheduledAt: first, FiredAt: fired, Missed: n, Reason: reason}
+	}
+	switch {
+	case now.Sub(last) <= s.cfg.Lateness:
+		if count > 1 {
+			fires = append(fires, missed(count-1, "the daemon was not running (or was stalled) at their times"))
+		}
+		fires = append(fires, s.decide(j, store.Fire{JobID: j.ID, Agent: j.Agent, Kind: store.FireScheduled,
+			ScheduledAt: last, FiredAt: fired}))
+	case j.CatchUp == CatchUpOnce:
+		fires = append(fires, s.decide(j, store.Fire{JobID: j.ID, Agent: j.Agent, Kind: store.FireCatchUp,
+			ScheduledAt: first, FiredAt: fired, Missed: count}))
+	default:
+		fires = append(fires, missed(count, "the daemon was not running (or was stalled) at their times; catch_up is \"skip\""))
+	}
+	fires, claimed, err := s.st.ClaimFires(ctx, j.ID, first, next, fires)
+	if err != nil || !claimed {
+		return err // not claimed: the job changed meanwhile; the next tick sees it as it is now
+	}
+	for _, f := range fires {
+		s.follow(j, f)
+	}
+	return nil
+}
+
+// maxMissed bounds the count of missed fires (an @every 10s job down for a year).
+const maxMissed = 1_000_000
+
+// decide sets f's status by j's overlap policy and what runs now; s.mu is held.
+func (s *Scheduler) decide(j store.Job, f store.Fire) store.Fire {
+	exec, busy := s.running[j.ID]
+	switch {
+	case !busy:
+		f.Status, f.ExecutionID = store.FireStarted, sandbox.NewID()
+	case j.Overlap == OverlapQueue && s.queued[j.ID] == nil:
+		f.Status, f.Reason = store.FireQueued, fmt.Sprintf("waiting for execution %s to end (overlap \"queue\")", exec)
+	case j.Overlap == OverlapQueue:
+		f.Status, f.Reason = store.FireSkipped, fmt.Sprintf("execution %s is running and a fire is already queued (overlap \"queue\" keeps one)", exec)
+	default:
+		f.Status, f.Reason = store.FireSkipped, fmt.Sprintf("execution %s was still running (overlap \"skip\")", exec)
+	}
+	return f
+}
+
+// follow acts on a recorded fire: starts its run or queues it; s.mu is held.
+func (s *Scheduler) follow(j store.Job, f store.Fire) {
+	switch f.Status {
+	case store.FireStarted:
+		s.start(j, f)
+	case store.FireQueued:
+		s.queued[j.ID] = &f
+	}
+}
+
+// start runs f's execution for j in its own goroutine; s.mu is held.
+func (s *Scheduler) start(j store.Job, f store.Fire) {
+	s.running[j.ID] = f.ExecutionID
+	s.runs.Add(1)
+	go func() {
+		defer s.runs.Done()
+		s.execute(j, f)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.running, j.ID)
+		if q := s.queued[j.ID]; q != nil {
+			delete(s.queued, j.ID)
+			q.ExecutionID = sandbox.NewID()
+			if err := s.st.SetFire(s.base, q.ID, store.FireStarted, q.ExecutionID, ""); err != nil {
+				s.log.Error("scheduler: recording a queued fire's start failed", "job", j.ID, "fire", q.ID, "error", err)
+				return
+			}
+			s.start(j, *q)
+		}
+	}()
+}
+
+// execute runs f's execution, retrying while the sandbox is busy or not ready, and records
+// a fire that could not start as failed.
+func (s *Scheduler) execute(j store.Job, f store.Fire) {
+	ctx := s.base
+	origin := sandbox.Origin{Source: sandbox.SourceJob, JobID: j.ID}
+	req, _, err := s.lib.Request(ctx, j.Agent, j.CodeName, library.Run{Input: j.Input, TimeoutMS: j.TimeoutMS, Version: j.CodeVersion}, origin)
+	if err == nil {
+		req.ID = f.ExecutionID
+		deadline := time.Now().Add(s.cfg.StartPatience)
+		for {
+			var res sandbox.Result
+			res, err = s.ex.Execute(ctx, req, nil)
+			if err == nil {
+				s.log.Info("job fired", "job", j.ID, "agent", j.Agent, "execution", res.ID, "outcome", res.Outcome)
+				return
+			}
+			var busy *sandbox.BusyError
+			if !(errors.As(err, &busy) || errors.Is(err, sandbox.ErrNotReady)) || time.Now().After(deadline) ||
+				errors.Is(err, sandbox.ErrInterrupted) {
+				break
+			}
+			time.Sleep(time.Second)
+		}
+	}
+	s.log.Warn("job fire could not start its run", "job", j.ID, "agent", j.Agent, "fire", f.ID, "error", err)
+	if err := s.st.SetFire(ctx, f.ID, store.FireFailed, "", err.Error()); err != nil {
+		s.log.Error("scheduler: recording a failed fire failed", "job", j.ID, "fire", f.ID, "error", err)
+	}
+}
+
+// resumeQueued starts the fires a stopped daemon left queued: their previous runs are over.
+func (s *Scheduler) resumeQueued(ctx context.Context) error {
+	fires, err := s.st.QueuedFires(ctx)
+	if err != nil {
+		return fmt.Errorf("scheduler: reading queued fires: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range fires {
+		j, err := s.st.GetJob(ctx, f.Agent, f.JobID)
+		if err != nil {
+			return fmt.Errorf("scheduler: the job of queued fire %d: %w", f.ID, err)
+		}
+		if _, busy := s.running[j.ID]; busy {
+			if err := s.st.SetFire(ctx, f.ID, store.FireSkipped, "", "a queued fire was already waiting when the daemon restarted"); err != nil {
+				return err
+			}
+			continue
+		}
+		f.ExecutionID = sandbox.NewID()
+		if err := s.st.SetFire(ctx, f.ID, store.FireStarted, f.ExecutionID, ""); err != nil {
+			return err
+		}
+		s.start(j, f)
+	}
+	return nil
+}
