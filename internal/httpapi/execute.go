@@ -1,22 +1,18 @@
 package httpapi
 
 import (
-	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
-	"github.com/sandpit-dev/sandpit/internal/suggest"
 )
 
 // bodySlack is what a request body may hold beyond its code and input: the field names, JSON
@@ -41,16 +37,15 @@ type executeBody struct {
 	Agent     string          `json:"agent"`
 }
 
-var knownFields = []string{"code", "input", "timeout_ms", "agent"}
-
-// fieldExpectations says what each field must be, for type errors.
-var fieldExpectations = map[string]string{
-	"code":       "must be a string holding the Python source",
-	"timeout_ms": "must be an integer number of milliseconds",
-	"agent":      "must be a string",
+var executeShape = shape{
+	fields: []string{"code", "input", "timeout_ms", "agent"},
+	expect: map[string]string{
+		"code":       "must be a string holding the Python source",
+		"timeout_ms": "must be an integer number of milliseconds",
+		"agent":      "must be a string",
+	},
+	example: `{"code": "print(1)"}`,
 }
-
-const bodyExample = `{"code": "print(1)"}`
 
 // Stream lines of an NDJSON answer.
 type (
@@ -69,47 +64,53 @@ type (
 )
 
 func (a *api) execute(w http.ResponseWriter, r *http.Request) {
+	cfg := a.ex.Config()
+	var b executeBody
+	if err := readBody(w, r, maxBodyBytes(cfg), &b, executeShape); err != nil {
+		if e, ok := err.(*requestError); ok && e.status == http.StatusRequestEntityTooLarge {
+			e.msg += fmt.Sprintf(" (code at most %d bytes, input at most %d bytes as JSON); send less code or a smaller input",
+				cfg.MaxCodeBytes, cfg.MaxInputBytes)
+		}
+		writeError(w, err)
+		return
+	}
+	req := sandbox.Request{Code: b.Code, Input: b.Input, TimeoutMS: b.TimeoutMS, Agent: b.Agent,
+		Origin: sandbox.Origin{Source: sourceOf(r)}}
+	a.run(w, r, func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error) {
+		return a.ex.Execute(ctx, req, emit)
+	})
+}
+
+// SourceHeader names the client kind of a request ("cli" or "mcp"; anything else, or none,
+// records the execution's source as "api").
+const SourceHeader = "X-Sandpit-Source"
+
+func sourceOf(r *http.Request) string {
+	switch s := r.Header.Get(SourceHeader); s {
+	case sandbox.SourceCLI, sandbox.SourceMCP:
+		return s
+	}
+	return sandbox.SourceAPI
+}
+
+// run answers an execution made by exec: as one JSON result, or as an NDJSON stream when the
+// client accepts it.
+func (a *api) run(w http.ResponseWriter, r *http.Request, exec func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error)) {
 	rc := http.NewResponseController(w)
 	// A run may take minutes (and wait for a slot before that): drop any server-wide write
 	// timeout and bound each write instead (see writeTimeout). Clearing is harmless for later
 	// requests on the connection: the server sets its own deadline again for each request.
 	_ = rc.SetWriteDeadline(time.Time{})
-	a.serveExecution(w, r, rc)
+	a.answerRun(w, r, rc, exec)
 	// Push the answer out while the last write deadline holds, then clear it. (Not deferred: after
 	// a panic nothing may be written, so that the 500 can still be.)
 	_ = rc.Flush()
 	_ = rc.SetWriteDeadline(time.Time{})
 }
 
-func (a *api) serveExecution(w http.ResponseWriter, r *http.Request, rc *http.ResponseController) {
-	cfg := a.ex.Config()
-	limit := maxBodyBytes(cfg)
-	if r.ContentLength > limit {
-		// Answer before reading anything; the server closes the connection afterwards.
-		w.Header().Set("Connection", "close")
-		writeError(w, &requestError{status: http.StatusRequestEntityTooLarge, code: CodeTooLarge,
-			msg: fmt.Sprintf("the request body is %d bytes; the limit is %d bytes (code at most %d bytes, input at most %d bytes as JSON); send less code or a smaller input",
-				r.ContentLength, limit, cfg.MaxCodeBytes, cfg.MaxInputBytes)})
-		return
-	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		// Only JSON: a web page can send text/plain or a form without asking first, but not JSON.
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			writeError(w, &requestError{status: http.StatusUnsupportedMediaType, code: CodeUnsupportedMedia, msg: fmt.Sprintf(
-				"Content-Type %q is not accepted; send the body as JSON with Content-Type: application/json", ct)})
-			return
-		}
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, limit)
-
-	req, err := decodeExecuteBody(r.Body)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-
+func (a *api) answerRun(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, exec func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error)) {
 	if !acceptsNDJSON(r.Header.Values("Accept")) {
-		res, err := a.ex.Execute(r.Context(), req, nil)
+		res, err := exec(r.Context(), nil)
 		if err != nil {
 			a.fail(w, r, err)
 			return
@@ -121,8 +122,8 @@ func (a *api) serveExecution(w http.ResponseWriter, r *http.Request, rc *http.Re
 
 	s := newStreamer(w, rc)
 	go s.run()
-	defer s.close() // also when Execute panics: the writer must stop before anyone else writes
-	res, err := a.ex.Execute(r.Context(), req, s.emit)
+	defer s.close() // also when exec panics: the writer must stop before anyone else writes
+	res, err := exec(r.Context(), s.emit)
 	s.close()
 	switch {
 	case err == nil:
@@ -151,146 +152,6 @@ func (a *api) logFailure(r *http.Request, err error) {
 	case StatusClientClosedRequest:
 		a.log.Info("client went away before the execution answered", "method", r.Method,
 			"path", r.URL.Path, "error", err)
-	}
-}
-
-// decodeExecuteBody reads and checks the JSON body of POST /v1/executions. Its errors are
-// *requestError or *http.MaxBytesError.
-func decodeExecuteBody(body io.Reader) (sandbox.Request, error) {
-	dec := json.NewDecoder(body)
-	var raw json.RawMessage
-	if err := dec.Decode(&raw); err != nil {
-		return sandbox.Request{}, bodyError(err)
-	}
-	// Anything but white space after the object is an error (and may be the body's excess).
-	if _, err := dec.Token(); err != io.EOF {
-		if err == nil {
-			err = errors.New("more JSON follows it")
-		}
-		var maxErr *http.MaxBytesError
-		if errors.As(err, &maxErr) {
-			return sandbox.Request{}, maxErr
-		}
-		return sandbox.Request{}, invalid("", "the request body must hold exactly one JSON object, but data follows the object (%v)", err)
-	}
-	if !utf8.Valid(raw) {
-		return sandbox.Request{}, invalid("", "the request body is not valid UTF-8; JSON text must be UTF-8")
-	}
-	if raw[0] != '{' {
-		return sandbox.Request{}, invalid("", "the request body must be a JSON object such as %s, not %s", bodyExample, jsonKind(raw[0]))
-	}
-
-	if err := checkKeys(raw); err != nil {
-		return sandbox.Request{}, err
-	}
-	strict := json.NewDecoder(bytes.NewReader(raw))
-	strict.DisallowUnknownFields()
-	var b executeBody
-	if err := strict.Decode(&b); err != nil {
-		return sandbox.Request{}, bodyError(err)
-	}
-	return sandbox.Request{Code: b.Code, Input: b.Input, TimeoutMS: b.TimeoutMS, Agent: b.Agent}, nil
-}
-
-// checkKeys refuses what encoding/json lets through: a key given twice (it keeps the last) and
-// a key in other letter case (it matches "Code" to code).
-func checkKeys(object json.RawMessage) error {
-	dec := json.NewDecoder(bytes.NewReader(object))
-	if _, err := dec.Token(); err != nil { // {
-		return bodyError(err)
-	}
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return bodyError(err)
-		}
-		key, _ := tok.(string)
-		if seen[key] {
-			return invalid(key, "field %q is given twice; give each field once", key)
-		}
-		seen[key] = true
-		if !slices.Contains(knownFields, key) {
-			return bodyError(fmt.Errorf("json: unknown field %q", key))
-		}
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return bodyError(err)
-		}
-	}
-	return nil
-}
-
-// bodyError turns a JSON decoding error into the request error to answer.
-func bodyError(err error) error {
-	var (
-		maxErr    *http.MaxBytesError
-		syntaxErr *json.SyntaxError
-		typeErr   *json.UnmarshalTypeError
-	)
-	switch {
-	case errors.As(err, &maxErr):
-		return maxErr
-	case err == io.EOF:
-		return invalid("", "the request body is empty; it must be a JSON object such as %s", bodyExample)
-	case err == io.ErrUnexpectedEOF:
-		return invalid("", "the request body ends in the middle of its JSON; it must be a complete JSON object such as %s", bodyExample)
-	case errors.As(err, &syntaxErr):
-		return invalid("", "the request body is not valid JSON (%v at byte %d); it must be a JSON object such as %s",
-			syntaxErr, syntaxErr.Offset, bodyExample)
-	case errors.As(err, &typeErr):
-		if typeErr.Field == "" {
-			return invalid("", "the request body must be a JSON object such as %s, not %s", bodyExample, typeErr.Value)
-		}
-		want := fieldExpectations[typeErr.Field]
-		if want == "" {
-			want = "has the wrong type"
-		}
-		return invalid(typeErr.Field, "%s: %s, not %s", typeErr.Field, want, typeErr.Value)
-	}
-	if name, ok := unknownField(err); ok {
-		msg := fmt.Sprintf("unknown field %q", name)
-		if near := suggest.Nearest(name, knownFields, 2); near != "" {
-			msg += fmt.Sprintf(" (did you mean %q?)", near)
-		}
-		return invalid(name, "%s; known fields are %s", msg, strings.Join(knownFields, ", "))
-	}
-	return invalid("", "the request body could not be decoded (%v); it must be a JSON object such as %s", err, bodyExample)
-}
-
-func invalid(field, format string, args ...any) *requestError {
-	return &requestError{status: http.StatusBadRequest, code: CodeInvalidRequest, field: field,
-		msg: fmt.Sprintf(format, args...)}
-}
-
-// unknownField extracts the name from encoding/json's DisallowUnknownFields error, which has no
-// type of its own: `json: unknown field "name"`.
-func unknownField(err error) (string, bool) {
-	const prefix = "json: unknown field "
-	msg := err.Error()
-	if !strings.HasPrefix(msg, prefix) {
-		return "", false
-	}
-	name, uerr := strconv.Unquote(strings.TrimPrefix(msg, prefix))
-	if uerr != nil {
-		return "", false
-	}
-	return name, true
-}
-
-// jsonKind names the kind of JSON value that starts with c.
-func jsonKind(c byte) string {
-	switch c {
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	default:
-		return "a number"
 	}
 }
 
