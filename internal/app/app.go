@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -18,14 +20,21 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/datadir"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
+	"github.com/sandpit-dev/sandpit/internal/jobs"
+	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
-// Engine is a running sandbox: it owns the data directory and its warm container until Close.
+// Engine is a running sandbox: it owns the data directory, its database and its warm
+// container until Close.
 type Engine struct {
 	Service *sandbox.Service
 	Runtime *docker.Runtime
+	Store   *store.Store
+	Library *library.Library
+	Jobs    *jobs.Scheduler
 	api     *client.Client
 	lock    *datadir.Lock
 }
@@ -74,9 +83,10 @@ func RuntimeConfig(cfg config.Config, progress io.Writer) (docker.Config, error)
 }
 
 // Open validates cfg, takes the data directory's lock (a *datadir.LockedError when another
-// engine owns it), builds the sandbox image if it is missing (its output goes to progress),
-// and starts the warm container.
-func Open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer) (*Engine, error) {
+// engine owns it), opens its database (finalising the records of runs a stopped engine left
+// running), builds the sandbox image if it is missing (its output goes to progress), and
+// starts the warm container. Jobs fire only while RunBackground runs.
+func Open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer) (_ *Engine, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
@@ -84,37 +94,87 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	if err != nil {
 		return nil, err
 	}
+	var closers []func() error
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				_ = closers[i]()
+			}
+		}
+	}()
+	closers = append(closers, lock.Release)
 	cfg.DataDir = lock.Dir()
+	st, err := store.Open(ctx, filepath.Join(cfg.DataDir, store.FileName), log)
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, st.Close)
+	if n, err := st.FinishInterrupted(ctx); err != nil {
+		return nil, fmt.Errorf("finalising the records of interrupted runs: %w", err)
+	} else if n > 0 {
+		log.Warn("runs left unfinished by a stopped daemon were recorded as sandbox_error (interrupted)", "executions", n)
+	}
 	rcfg, err := RuntimeConfig(cfg, progress)
 	if err != nil {
-		lock.Release()
 		return nil, err
 	}
 	api, err := DockerClient(cfg)
 	if err != nil {
-		lock.Release()
 		return nil, err
 	}
+	closers = append(closers, api.Close)
 	rt, err := docker.Start(ctx, api, rcfg, log)
 	if err != nil {
-		api.Close()
-		lock.Release()
 		return nil, err
 	}
+	scfg := cfg.Sandbox()
+	svc := sandbox.NewService(rt, st, scfg, log)
+	lib := library.New(st, svc, 0)
 	return &Engine{
-		Service: sandbox.NewService(rt, nil, cfg.Sandbox(), log),
+		Service: svc,
 		Runtime: rt,
+		Store:   st,
+		Library: lib,
+		Jobs:    jobs.New(st, lib, svc, jobs.Config{MaxTimeout: scfg.MaxTimeout}, log),
 		api:     api,
 		lock:    lock,
 	}, nil
 }
 
+// RunBackground fires jobs and prunes the ledger by retention (hourly) until ctx ends, then
+// waits for the job runs it started (end them with Service.Interrupt).
+func (e *Engine) RunBackground(ctx context.Context, retention store.Retention, log *slog.Logger) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := e.Jobs.Run(ctx); err != nil {
+			log.Error("the job scheduler stopped; jobs will not fire until the daemon restarts", "error", err)
+		}
+	})
+	wg.Go(func() {
+		tick := time.NewTicker(time.Hour)
+		defer tick.Stop()
+		for {
+			if n, err := e.Store.Prune(ctx, retention); err != nil && ctx.Err() == nil {
+				log.Error("pruning the ledger failed", "error", err)
+			} else if n > 0 {
+				log.Info("pruned old execution records", "records", n, "max_age", retention.MaxAge, "max_count", retention.MaxCount)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	wg.Wait()
+}
+
 // Close stops the engine: running executions are killed, the warm container stays for the next
-// engine to adopt, and the data directory is released.
+// engine to adopt, and the database and data directory are released.
 func (e *Engine) Close() error {
 	err := e.Runtime.Close()
 	e.api.Close()
-	return errors.Join(err, e.lock.Release())
+	return errors.Join(err, e.Store.Close(), e.lock.Release())
 }
 
 // BuildImage builds (or finds) the sandbox image for cfg, writing the build's output to
@@ -199,8 +259,9 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	}
 	defer eng.Close()
 
+	backend := httpapi.Backend{Executor: eng.Service, Library: eng.Library, Jobs: eng.Jobs, Ledger: eng.Store}
 	srv := &http.Server{
-		Handler:           httpapi.Guard(httpapi.NewHandler(eng.Service, log), cfg.AllowedHosts),
+		Handler:           httpapi.Guard(httpapi.NewHandler(backend, log), cfg.AllowedHosts),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       time.Minute, // for the body; runs outlive it (see httpapi's tests)
 		IdleTimeout:       2 * time.Minute,
@@ -208,6 +269,10 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBackground()
+	bgDone := make(chan struct{})
+	go func() { eng.RunBackground(bgCtx, cfg.Retention(), log); close(bgDone) }()
 	if ip := net.ParseIP(hostOf(ln.Addr().String())); ip == nil || !ip.IsLoopback() {
 		log.Warn("the REST API listens beyond this machine and has no authentication: anyone who reaches it can run code; "+
 			"requests must name a host in allowed_hosts", "address", ln.Addr().String(), "allowed_hosts", cfg.AllowedHosts)
@@ -222,21 +287,36 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 		return fmt.Errorf("serving HTTP: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info("shutting down: waiting for in-flight executions", "grace", shutdownGrace)
+	log.Info("shutting down: no more job fires; waiting for in-flight executions", "grace", shutdownGrace)
+	stopBackground()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
+	err = srv.Shutdown(shutdownCtx)
+	if err == nil {
+		err = waitFor(shutdownCtx, bgDone)
+	}
+	if err != nil {
 		// Stop the runs still going, and let their requests answer with that result.
 		log.Warn("in-flight executions did not finish in time; interrupting them", "error", err)
 		eng.Service.Interrupt()
 		answerCtx, cancel := context.WithTimeout(context.Background(), answerGrace)
 		defer cancel()
-		if err := srv.Shutdown(answerCtx); err != nil {
+		if err := errors.Join(srv.Shutdown(answerCtx), waitFor(answerCtx, bgDone)); err != nil {
 			log.Error("interrupted executions did not answer in time", "error", err)
 		}
 	}
 	log.Info("stopped; the warm container stays up for the next daemon", "container", eng.Runtime.ContainerID()[:12])
 	return nil
+}
+
+// waitFor waits until done is closed or ctx ends.
+func waitFor(ctx context.Context, done <-chan struct{}) error {
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("job runs still going: %w", ctx.Err())
+	}
 }
 
 // answerGrace is how long interrupted executions get to write their results.

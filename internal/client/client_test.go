@@ -32,7 +32,7 @@ func result(stdout string) sandbox.Result {
 // daemon serves the real REST API over ex.
 func daemon(t *testing.T, ex httpapi.Executor) *Client {
 	t.Helper()
-	srv := httptest.NewServer(httpapi.NewHandler(ex, slog.New(slog.DiscardHandler)))
+	srv := httptest.NewServer(httpapi.NewHandler(httpapi.Backend{Executor: ex}, slog.New(slog.DiscardHandler)))
 	t.Cleanup(srv.Close)
 	return New(srv.URL+"/", nil)
 }

@@ -35,6 +35,7 @@ import (
 	"unicode"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // ExecutorName is the file name of the executor binary looked for next to the running
@@ -133,6 +134,13 @@ type Config struct {
 	// (PidsLimit still applies).
 	Processes int64 `json:"processes"`
 
+	// LedgerMaxAgeDays is how many days the ledger keeps an execution's record. Default 30;
+	// 0 keeps records regardless of age; at most 36500.
+	LedgerMaxAgeDays int64 `json:"ledger_max_age_days"`
+	// LedgerMaxExecutions is how many of the newest execution records the ledger keeps.
+	// Default 100000; 0 keeps any number; at most 100000000.
+	LedgerMaxExecutions int64 `json:"ledger_max_executions"`
+
 	// LogLevel is the least severe level logged: "debug", "info", "warn" or "error".
 	// Default "info".
 	LogLevel string `json:"log_level"`
@@ -187,6 +195,9 @@ func defaults(lookup func(string) (string, bool)) Config {
 		OpenFiles:     sb.Limits.OpenFiles,
 		Processes:     sb.Limits.Processes,
 
+		LedgerMaxAgeDays:    30,
+		LedgerMaxExecutions: 100_000,
+
 		LogLevel:  "info",
 		LogFormat: "text",
 	}
@@ -234,6 +245,11 @@ func (c Config) Sandbox() sandbox.Config {
 			Processes:     c.Processes,
 		},
 	}
+}
+
+// Retention returns the ledger's retention policy.
+func (c Config) Retention() store.Retention {
+	return store.Retention{MaxAge: time.Duration(c.LedgerMaxAgeDays) * 24 * time.Hour, MaxCount: int(c.LedgerMaxExecutions)}
 }
 
 // RunMemory returns the per-run memory cap in bytes: RunMemoryBytes, or MemoryBytes when 0.
@@ -358,6 +374,8 @@ func (c Config) Validate() error {
 		bad("default_timeout_ms", "is %d; allowed range is 1 to max_timeout_ms (%d) milliseconds; lower it or raise max_timeout_ms", c.DefaultTimeoutMS, c.MaxTimeoutMS)
 	}
 	intRange("grace_ms", c.GraceMS, 100, 600_000, " milliseconds")
+	intRange("ledger_max_age_days", c.LedgerMaxAgeDays, 0, 36_500, " days (0: no age limit)")
+	intRange("ledger_max_executions", c.LedgerMaxExecutions, 0, 100_000_000, " records (0: no count limit)")
 	intRange("max_code_bytes", c.MaxCodeBytes, 1, gib, " bytes (1GiB)")
 	intRange("max_input_bytes", c.MaxInputBytes, 1, gib, " bytes (1GiB)")
 

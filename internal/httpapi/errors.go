@@ -11,7 +11,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // The error codes of the JSON error body.
@@ -25,6 +27,8 @@ const (
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeForbidden        = "forbidden"
 	CodeUnsupportedMedia = "unsupported_media_type"
+	CodeConflict         = "conflict"
+	CodeInvalidInput     = "invalid_input"
 )
 
 // StatusClientClosedRequest is the status StatusOf gives when the client went away (its
@@ -36,6 +40,8 @@ type errorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
+	// Violations lists, for invalid_input, each way the input breaks the input schema.
+	Violations []library.Violation `json:"violations,omitempty"`
 }
 
 // errorBody is the JSON body of every error answer.
@@ -68,8 +74,20 @@ func classify(err error) classified {
 		fieldErr *sandbox.FieldError
 		busyErr  *sandbox.BusyError
 		maxErr   *http.MaxBytesError
+		inErr    *library.InputError
+		verErr   *store.VersionConflictError
+		useErr   *store.InUseError
 	)
 	switch {
+	case errors.As(err, &inErr):
+		return classified{status: http.StatusBadRequest,
+			detail: errorDetail{Code: CodeInvalidInput, Message: err.Error(), Field: "input", Violations: inErr.Violations}}
+	case errors.Is(err, store.ErrNotFound):
+		return classified{status: http.StatusNotFound, detail: errorDetail{Code: CodeNotFound, Message: err.Error()}}
+	case errors.Is(err, store.ErrExists), errors.As(err, &verErr), errors.As(err, &useErr):
+		return classified{status: http.StatusConflict, detail: errorDetail{Code: CodeConflict, Message: err.Error()}}
+	case errors.Is(err, store.ErrInvalidCursor):
+		return classified{status: http.StatusBadRequest, detail: errorDetail{Code: CodeInvalidRequest, Message: err.Error(), Field: "cursor"}}
 	case errors.As(err, &reqErr):
 		return classified{status: reqErr.status,
 			detail: errorDetail{Code: reqErr.code, Message: reqErr.msg, Field: reqErr.field}}

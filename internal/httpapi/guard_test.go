@@ -12,7 +12,7 @@ import (
 )
 
 func TestGuardRefusesForeignHostsAndOrigins(t *testing.T) {
-	srv := httptest.NewServer(Guard(NewHandler(newFake(), discardLog()), []string{"sandpit.internal"}))
+	srv := httptest.NewServer(Guard(NewHandler(Backend{Executor: newFake()}, discardLog()), []string{"sandpit.internal"}))
 	defer srv.Close()
 	cases := []struct {
 		name, host, origin string
@@ -47,7 +47,7 @@ func TestGuardRefusesForeignHostsAndOrigins(t *testing.T) {
 			}
 		})
 	}
-	open := httptest.NewServer(Guard(NewHandler(newFake(), discardLog()), []string{"*"}))
+	open := httptest.NewServer(Guard(NewHandler(Backend{Executor: newFake()}, discardLog()), []string{"*"}))
 	defer open.Close()
 	req, _ := http.NewRequest("GET", open.URL+"/healthz", nil)
 	req.Host = "anything.example"
@@ -97,7 +97,7 @@ func TestLongRunOutlivesServerReadTimeout(t *testing.T) {
 			return sandbox.Result{}, ctx.Err()
 		}
 	}
-	srv := httptest.NewUnstartedServer(NewHandler(fake, discardLog()))
+	srv := httptest.NewUnstartedServer(NewHandler(Backend{Executor: fake}, discardLog()))
 	srv.Config.ReadTimeout = 200 * time.Millisecond
 	srv.Start()
 	defer srv.Close()

@@ -44,27 +44,66 @@ var _ Executor = (*sandbox.Service)(nil)
 // NDJSONContentType is the media type of a streamed execution: one JSON object per line.
 const NDJSONContentType = "application/x-ndjson"
 
-type api struct {
-	ex  Executor
-	log *slog.Logger
-	mux *http.ServeMux
+// Backend is what the API serves. Executor is required; the routes of a nil Library, Jobs or
+// Ledger answer 404.
+type Backend struct {
+	Executor Executor
+	Library  CodeLibrary
+	Jobs     Scheduler
+	Ledger   Ledger
 }
 
-// NewHandler returns the REST API served by ex. log receives one debug line per request and
+type api struct {
+	ex     Executor
+	lib    CodeLibrary
+	jobs   Scheduler
+	ledger Ledger
+	log    *slog.Logger
+	mux    *http.ServeMux
+}
+
+// NewHandler returns the REST API served by b. log receives one debug line per request and
 // the details of internal failures; nil discards them.
 //
-// Runs can last minutes, so POST /v1/executions lifts the server's WriteTimeout for its answer
-// and bounds each write it makes instead (one minute): a server may keep a short WriteTimeout
-// for everything else.
-func NewHandler(ex Executor, log *slog.Logger) http.Handler {
+// Runs can last minutes, so the routes that run code lift the server's WriteTimeout for their
+// answer and bound each write they make instead (one minute): a server may keep a short
+// WriteTimeout for everything else.
+func NewHandler(b Backend, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &api{ex: ex, log: log, mux: http.NewServeMux()}
+	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, log: log, mux: http.NewServeMux()}
 	a.mux.HandleFunc("POST /v1/executions", a.execute)
 	a.mux.HandleFunc("GET /v1/limits", a.limits)
 	a.mux.HandleFunc("GET /healthz", a.healthz)
 	a.mux.HandleFunc("GET /readyz", a.readyz)
+	if a.ledger != nil {
+		a.mux.HandleFunc("GET /v1/executions", a.listExecutions)
+		a.mux.HandleFunc("GET /v1/executions/{id}", a.getExecution)
+	}
+	if a.lib != nil {
+		a.mux.HandleFunc("POST /v1/agents/{agent}/code", a.createCode)
+		a.mux.HandleFunc("GET /v1/agents/{agent}/code", a.listCode)
+		a.mux.HandleFunc("GET /v1/agents/{agent}/code/{name}", a.getCode)
+		a.mux.HandleFunc("PUT /v1/agents/{agent}/code/{name}", a.updateCode)
+		a.mux.HandleFunc("PATCH /v1/agents/{agent}/code/{name}", a.updateCode)
+		a.mux.HandleFunc("DELETE /v1/agents/{agent}/code/{name}", a.deleteCode)
+		a.mux.HandleFunc("GET /v1/agents/{agent}/code/{name}/versions", a.listCodeVersions)
+		a.mux.HandleFunc("GET /v1/agents/{agent}/code/{name}/versions/{version}", a.getCodeVersion)
+		a.mux.HandleFunc("POST /v1/agents/{agent}/code/{name}/run", a.runCode)
+	}
+	if a.jobs != nil {
+		a.mux.HandleFunc("POST /v1/agents/{agent}/jobs", a.createJob)
+		a.mux.HandleFunc("GET /v1/agents/{agent}/jobs", a.listJobs)
+		a.mux.HandleFunc("GET /v1/agents/{agent}/jobs/{id}", a.getJob)
+		a.mux.HandleFunc("PUT /v1/agents/{agent}/jobs/{id}", a.updateJob)
+		a.mux.HandleFunc("PATCH /v1/agents/{agent}/jobs/{id}", a.updateJob)
+		a.mux.HandleFunc("DELETE /v1/agents/{agent}/jobs/{id}", a.deleteJob)
+		a.mux.HandleFunc("POST /v1/agents/{agent}/jobs/{id}/pause", a.pauseJob)
+		a.mux.HandleFunc("POST /v1/agents/{agent}/jobs/{id}/resume", a.resumeJob)
+		a.mux.HandleFunc("POST /v1/agents/{agent}/jobs/{id}/run", a.runJob)
+		a.mux.HandleFunc("GET /v1/agents/{agent}/jobs/{id}/history", a.jobHistory)
+	}
 	return a
 }
 
@@ -117,7 +156,7 @@ func (a *api) unrouted(w http.ResponseWriter, r *http.Request, h http.Handler) {
 		return
 	}
 	writeError(w, &requestError{status: http.StatusNotFound, code: CodeNotFound,
-		msg: fmt.Sprintf("no endpoint %s %s; the endpoints are POST /v1/executions, GET /v1/limits, GET /healthz and GET /readyz",
+		msg: fmt.Sprintf("no endpoint %s %s; see the README's REST API section for the endpoints (POST /v1/executions runs code)",
 			r.Method, r.URL.Path)})
 }
 

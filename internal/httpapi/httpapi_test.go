@@ -50,7 +50,7 @@ func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func newServer(t *testing.T, ex Executor) *httptest.Server {
 	t.Helper()
-	srv := httptest.NewServer(NewHandler(ex, discardLog()))
+	srv := httptest.NewServer(NewHandler(Backend{Executor: ex}, discardLog()))
 	t.Cleanup(srv.Close)
 	return srv
 }
@@ -292,7 +292,7 @@ func smallLimits() sandbox.Config {
 func TestTooLargeByContentLength(t *testing.T) {
 	fake := &fakeExec{Cfg: smallLimits()}
 	var read atomic.Int64
-	h := NewHandler(fake, discardLog())
+	h := NewHandler(Backend{Executor: fake}, discardLog())
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = countingBody{r.Body, &read}
 		h.ServeHTTP(w, r)
@@ -751,7 +751,7 @@ func TestPanicIsRecovered(t *testing.T) {
 	fake.Fn = func(context.Context, sandbox.Request, func(sandbox.Event)) (sandbox.Result, error) {
 		panic("kaboom")
 	}
-	srv := httptest.NewServer(NewHandler(fake, slog.New(slog.NewTextHandler(&logs, nil))))
+	srv := httptest.NewServer(NewHandler(Backend{Executor: fake}, slog.New(slog.NewTextHandler(&logs, nil))))
 	defer srv.Close()
 	for _, stream := range []bool{false, true} {
 		var hdr []string
@@ -771,7 +771,7 @@ func TestPanicIsRecovered(t *testing.T) {
 
 func TestLogsNeitherCodeNorInput(t *testing.T) {
 	var logs syncBuffer
-	srv := httptest.NewServer(NewHandler(newFake(), slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	srv := httptest.NewServer(NewHandler(Backend{Executor: newFake()}, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	defer srv.Close()
 	a := do(t, srv, "POST", "/v1/executions", `{"code":"SECRET_CODE_1","input":"SECRET_INPUT_2"}`)
 	if a.status != 200 {
@@ -821,7 +821,7 @@ func TestLongRunOutlivesServerWriteTimeout(t *testing.T) {
 		time.Sleep(600 * time.Millisecond)
 		return sampleResult("tick\n"), nil
 	}
-	srv := httptest.NewUnstartedServer(NewHandler(fake, discardLog()))
+	srv := httptest.NewUnstartedServer(NewHandler(Backend{Executor: fake}, discardLog()))
 	srv.Config.WriteTimeout = 200 * time.Millisecond
 	srv.Start()
 	defer srv.Close()

@@ -1,0 +1,513 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/jobs"
+	"github.com/sandpit-dev/sandpit/internal/library"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// CodeLibrary is what the API needs of saved code; *library.Library satisfies it.
+type CodeLibrary interface {
+	Create(ctx context.Context, agent, name string, d library.Draft) (store.Code, error)
+	Update(ctx context.Context, agent, name string, d library.Draft, expected int) (store.Code, error)
+	Get(ctx context.Context, agent, name string, version int) (store.Code, error)
+	Versions(ctx context.Context, agent, name string) ([]store.CodeVersion, error)
+	List(ctx context.Context, agent, filter string, p store.Page) ([]store.Code, string, error)
+	Delete(ctx context.Context, agent, name string, force bool) ([]string, error)
+	Run(ctx context.Context, agent, name string, run library.Run, origin sandbox.Origin, emit func(sandbox.Event)) (sandbox.Result, error)
+}
+
+// Scheduler is what the API needs of jobs; *jobs.Scheduler satisfies it.
+type Scheduler interface {
+	Create(ctx context.Context, agent string, d jobs.Draft) (jobs.Scheduled, error)
+	Update(ctx context.Context, agent, id string, d jobs.Draft) (jobs.Scheduled, error)
+	SetEnabled(ctx context.Context, agent, id string, enabled bool) (jobs.Scheduled, error)
+	Get(ctx context.Context, agent, id string) (jobs.Scheduled, error)
+	List(ctx context.Context, agent string, p store.Page) ([]store.Job, string, error)
+	Delete(ctx context.Context, agent, id string) error
+	History(ctx context.Context, agent, id string, p store.Page) ([]store.Fire, string, error)
+	RunNow(ctx context.Context, agent, id string) (store.Fire, error)
+}
+
+// Ledger is what the API needs of the execution ledger; *store.Store satisfies it.
+type Ledger interface {
+	GetExecution(ctx context.Context, id string) (store.Execution, error)
+	ListExecutions(ctx context.Context, f store.ExecutionFilter, p store.Page) ([]store.ExecutionSummary, string, error)
+}
+
+var (
+	_ CodeLibrary = (*library.Library)(nil)
+	_ Scheduler   = (*jobs.Scheduler)(nil)
+	_ Ledger      = (*store.Store)(nil)
+)
+
+// agentOf returns the {agent} of the path, or a 400 error.
+func agentOf(r *http.Request) (string, error) {
+	agent := r.PathValue("agent")
+	if !sandbox.ValidAgent(agent) {
+		return "", invalid("agent", "%q in the path is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit", agent)
+	}
+	return agent, nil
+}
+
+// page reads the limit and cursor query parameters.
+func page(q url.Values) (store.Page, error) {
+	p := store.Page{Cursor: q.Get("cursor")}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > store.MaxLimit {
+			return p, invalid("limit", "limit=%q: give a whole number from 1 to %d (default %d)", v, store.MaxLimit, store.DefaultLimit)
+		}
+		p.Limit = n
+	}
+	return p, nil
+}
+
+// checkQuery refuses query parameters other than known ones, naming the nearest.
+func checkQuery(q url.Values, known ...string) error {
+	for k := range q {
+		if !slices.Contains(known, k) {
+			return invalid(k, "unknown query parameter %q; known ones are %v", k, known)
+		}
+	}
+	return nil
+}
+
+// listAnswer is the JSON of a listing: the items under their name and the next page's cursor
+// ("" after the last page).
+func listAnswer(key string, items any, next string) map[string]any {
+	return map[string]any{key: items, "next_cursor": next}
+}
+
+// bodyLimit bounds the bodies of the resource routes (code, schemas and inputs).
+func (a *api) bodyLimit() int64 {
+	cfg := a.ex.Config()
+	return int64(cfg.MaxCodeBytes) + 2*int64(cfg.MaxInputBytes) + bodySlack
+}
+
+// ---- saved code ----
+
+type codeBody struct {
+	Name string `json:"name"`
+	library.Draft
+	ExpectedVersion int `json:"expected_version"`
+}
+
+var (
+	draftFields = []string{"code", "dependencies", "input_schema", "output_schema", "description"}
+	draftExpect = map[string]string{
+		"code":             "must be a string holding the Python source",
+		"dependencies":     `must be a list of requirement strings such as ["pandas>=2"]`,
+		"description":      "must be a string",
+		"name":             "must be a string",
+		"expected_version": "must be an integer",
+	}
+	createCodeShape = shape{fields: append([]string{"name"}, draftFields...), expect: draftExpect,
+		example: `{"name": "sum-sales", "code": "OUTPUT = sum(INPUT)"}`}
+	updateCodeShape = shape{fields: append(slices.Clone(draftFields), "expected_version"), expect: draftExpect,
+		example: `{"code": "OUTPUT = sum(INPUT)", "expected_version": 1}`}
+)
+
+// CodeSummary is an item of the code listing: saved code without its source and schemas.
+type CodeSummary struct {
+	Name         string    `json:"name"`
+	Version      int       `json:"version"`
+	Description  string    `json:"description"`
+	Dependencies []string  `json:"dependencies"`
+	CreatedAt    time.Time `json:"created_at"`
+	UpdatedAt    time.Time `json:"updated_at"`
+}
+
+func (a *api) createCode(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var b codeBody
+	if err := readBody(w, r, a.bodyLimit(), &b, createCodeShape); err != nil {
+		writeError(w, err)
+		return
+	}
+	c, err := a.lib.Create(r.Context(), agent, b.Name, b.Draft)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/agents/"+agent+"/code/"+c.Name)
+	writeJSON(w, http.StatusCreated, c)
+}
+
+func (a *api) updateCode(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	name := r.PathValue("name")
+	var b codeBody
+	if r.Method == http.MethodPatch {
+		// PATCH changes the fields it names; PUT replaces them all.
+		cur, err := a.lib.Get(r.Context(), agent, name, 0)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		b.Draft = library.Draft{Code: cur.Code, Dependencies: cur.Dependencies, InputSchema: cur.InputSchema,
+			OutputSchema: cur.OutputSchema, Description: cur.Description}
+	}
+	if err := readBody(w, r, a.bodyLimit(), &b, updateCodeShape); err != nil {
+		writeError(w, err)
+		return
+	}
+	c, err := a.lib.Update(r.Context(), agent, name, b.Draft, b.ExpectedVersion)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, c)
+}
+
+func (a *api) getCode(w http.ResponseWriter, r *http.Request) {
+	a.answerCode(w, r, 0)
+}
+
+func (a *api) getCodeVersion(w http.ResponseWriter, r *http.Request) {
+	v, err := strconv.Atoi(r.PathValue("version"))
+	if err != nil || v < 1 {
+		writeError(w, invalid("version", "version %q in the path: give a whole number from 1", r.PathValue("version")))
+		return
+	}
+	a.answerCode(w, r, v)
+}
+
+func (a *api) answerCode(w http.ResponseWriter, r *http.Request, version int) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	c, err := a.lib.Get(r.Context(), agent, r.PathValue("name"), version)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, c)
+}
+
+func (a *api) listCode(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	q := r.URL.Query()
+	if err == nil {
+		err = checkQuery(q, "q", "limit", "cursor")
+	}
+	p, perr := page(q)
+	if err != nil || perr != nil {
+		writeError(w, firstErr(err, perr))
+		return
+	}
+	list, next, err := a.lib.List(r.Context(), agent, q.Get("q"), p)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	items := make([]CodeSummary, len(list))
+	for i, c := range list {
+		items[i] = CodeSummary{Name: c.Name, Version: c.Version, Description: c.Description,
+			Dependencies: c.Dependencies, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
+	}
+	writeJSON(w, http.StatusOK, listAnswer("code", items, next))
+}
+
+func (a *api) listCodeVersions(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	list, err := a.lib.Versions(r.Context(), agent, r.PathValue("name"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"versions": list})
+}
+
+func (a *api) deleteCode(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	q := r.URL.Query()
+	if err == nil {
+		err = checkQuery(q, "force")
+	}
+	force, ferr := boolParam(q, "force")
+	if err != nil || ferr != nil {
+		writeError(w, firstErr(err, ferr))
+		return
+	}
+	name := r.PathValue("name")
+	disabled, err := a.lib.Delete(r.Context(), agent, name, force)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if disabled == nil {
+		disabled = []string{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"deleted": name, "disabled_jobs": disabled})
+}
+
+var runCodeShape = shape{
+	fields: []string{"input", "timeout_ms", "version"},
+	expect: map[string]string{
+		"timeout_ms": "must be an integer number of milliseconds",
+		"version":    "must be an integer (absent: the latest)",
+	},
+	example: `{"input": {"n": 3}}`,
+}
+
+func (a *api) runCode(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var run library.Run
+	if err := readBody(w, r, maxBodyBytes(a.ex.Config()), &run, runCodeShape); err != nil {
+		writeError(w, err)
+		return
+	}
+	name, origin := r.PathValue("name"), sandbox.Origin{Source: sourceOf(r)}
+	a.run(w, r, func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error) {
+		return a.lib.Run(ctx, agent, name, run, origin, emit)
+	})
+}
+
+// ---- jobs ----
+
+var jobShape = shape{
+	fields: []string{"code_name", "code_version", "schedule", "timezone", "input", "timeout_ms", "enabled",
+		"overlap", "catch_up", "description"},
+	expect: map[string]string{
+		"code_name":    "must be a string naming saved code",
+		"code_version": "must be an integer (0: the latest)",
+		"schedule":     `must be a string such as "0 9 * * 1-5" or "@every 10m"`,
+		"timezone":     `must be a string naming an IANA timezone such as "Europe/Berlin"`,
+		"timeout_ms":   "must be an integer number of milliseconds",
+		"enabled":      "must be true or false",
+		"overlap":      `must be "skip" or "queue"`,
+		"catch_up":     `must be "skip" or "once"`,
+		"description":  "must be a string",
+	},
+	example: `{"code_name": "daily-report", "schedule": "@daily"}`,
+}
+
+func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var d jobs.Draft
+	if err := readBody(w, r, a.bodyLimit(), &d, jobShape); err != nil {
+		writeError(w, err)
+		return
+	}
+	j, err := a.jobs.Create(r.Context(), agent, d)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/agents/"+agent+"/jobs/"+j.ID)
+	writeJSON(w, http.StatusCreated, j)
+}
+
+func (a *api) updateJob(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	var d jobs.Draft
+	if r.Method == http.MethodPatch {
+		cur, err := a.jobs.Get(r.Context(), agent, id)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		d = jobs.DraftOf(cur.Job)
+	}
+	if err := readBody(w, r, a.bodyLimit(), &d, jobShape); err != nil {
+		writeError(w, err)
+		return
+	}
+	j, err := a.jobs.Update(r.Context(), agent, id, d)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, j)
+}
+
+func (a *api) getJob(w http.ResponseWriter, r *http.Request) {
+	a.jobAction(w, r, func(ctx context.Context, agent, id string) (any, error) { return a.jobs.Get(ctx, agent, id) })
+}
+
+func (a *api) pauseJob(w http.ResponseWriter, r *http.Request) {
+	a.jobAction(w, r, func(ctx context.Context, agent, id string) (any, error) {
+		return a.jobs.SetEnabled(ctx, agent, id, false)
+	})
+}
+
+func (a *api) resumeJob(w http.ResponseWriter, r *http.Request) {
+	a.jobAction(w, r, func(ctx context.Context, agent, id string) (any, error) {
+		return a.jobs.SetEnabled(ctx, agent, id, true)
+	})
+}
+
+func (a *api) runJob(w http.ResponseWriter, r *http.Request) {
+	a.jobAction(w, r, func(ctx context.Context, agent, id string) (any, error) { return a.jobs.RunNow(ctx, agent, id) })
+}
+
+func (a *api) deleteJob(w http.ResponseWriter, r *http.Request) {
+	a.jobAction(w, r, func(ctx context.Context, agent, id string) (any, error) {
+		return map[string]string{"deleted": id}, a.jobs.Delete(ctx, agent, id)
+	})
+}
+
+// jobAction answers do's result for the path's agent and job.
+func (a *api) jobAction(w http.ResponseWriter, r *http.Request, do func(ctx context.Context, agent, id string) (any, error)) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	v, err := do(r.Context(), agent, r.PathValue("id"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	q := r.URL.Query()
+	if err == nil {
+		err = checkQuery(q, "limit", "cursor")
+	}
+	p, perr := page(q)
+	if err != nil || perr != nil {
+		writeError(w, firstErr(err, perr))
+		return
+	}
+	list, next, err := a.jobs.List(r.Context(), agent, p)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, listAnswer("jobs", list, next))
+}
+
+func (a *api) jobHistory(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	q := r.URL.Query()
+	if err == nil {
+		err = checkQuery(q, "limit", "cursor")
+	}
+	p, perr := page(q)
+	if err != nil || perr != nil {
+		writeError(w, firstErr(err, perr))
+		return
+	}
+	list, next, err := a.jobs.History(r.Context(), agent, r.PathValue("id"), p)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, listAnswer("fires", list, next))
+}
+
+// ---- the ledger ----
+
+func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
+	e, err := a.ledger.GetExecution(r.Context(), r.PathValue("id"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, e)
+}
+
+func (a *api) listExecutions(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if err := checkQuery(q, "agent", "source", "outcome", "code_name", "job_id", "since", "until", "limit", "cursor"); err != nil {
+		writeError(w, err)
+		return
+	}
+	p, err := page(q)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	f := store.ExecutionFilter{Agent: q.Get("agent"), Source: q.Get("source"), CodeName: q.Get("code_name"),
+		JobID: q.Get("job_id"), Outcome: sandbox.Outcome(q.Get("outcome"))}
+	if f.Agent != "" && !sandbox.ValidAgent(f.Agent) {
+		writeError(w, invalid("agent", "agent=%q is not a valid agent name", f.Agent))
+		return
+	}
+	if f.Source != "" && !slices.Contains([]string{sandbox.SourceAPI, sandbox.SourceCLI, sandbox.SourceMCP, sandbox.SourceJob}, f.Source) {
+		writeError(w, invalid("source", "source=%q: use api, cli, mcp or job", f.Source))
+		return
+	}
+	if f.Outcome != "" && !slices.Contains(sandbox.Outcomes, f.Outcome) {
+		writeError(w, invalid("outcome", "outcome=%q is not an outcome; the outcomes are %v", f.Outcome, sandbox.Outcomes))
+		return
+	}
+	for _, t := range []struct {
+		name string
+		dst  *time.Time
+	}{{"since", &f.Since}, {"until", &f.Until}} {
+		if v := q.Get(t.name); v != "" {
+			if *t.dst, err = time.Parse(time.RFC3339, v); err != nil {
+				writeError(w, invalid(t.name, "%s=%q: give an RFC 3339 time such as 2026-01-02T15:04:05Z", t.name, v))
+				return
+			}
+		}
+	}
+	list, next, err := a.ledger.ListExecutions(r.Context(), f, p)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, listAnswer("executions", list, next))
+}
+
+func boolParam(q url.Values, name string) (bool, error) {
+	v := q.Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, invalid(name, "%s=%q: use true or false", name, v)
+	}
+	return b, nil
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
