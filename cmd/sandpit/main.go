@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	_ "time/tzdata" // job timezones must not depend on the host's zoneinfo files
 
 	"github.com/sandpit-dev/sandpit/internal/cli"
 )

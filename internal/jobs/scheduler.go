@@ -248,10 +248,14 @@ func (s *Scheduler) fire(ctx context.Context, j store.Job, now time.Time) error 
 	// The fires that came due: from the stored next fire to now.
 	first := *j.NextRunAt
 	last, count := first, 1
-	for t := sched.Next(first); !t.After(now) && count < maxMissed; t = sched.Next(t) {
-		last, count = t, count+1
+	next := sched.Next(first)
+	for ; !next.After(now) && count < maxMissed; next = sched.Next(next) {
+		last, count = next, count+1
 	}
-	next := sched.Next(now)
+	if !next.After(now) {
+		next = sched.Next(now)
+	}
+	// next follows from the fires, not from now: "@every" keeps its phase across restarts.
 	fired := now.UTC()
 
 	s.mu.Lock()
