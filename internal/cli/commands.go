@@ -156,18 +156,28 @@ func (o *options) run(cmd *cobra.Command, f runFlags, args []string) error {
 		}
 		req.TimeoutMS = &ms
 	}
-	var emit func(sandbox.Event)
-	if !f.json {
-		emit = func(e sandbox.Event) {
-			w := o.env.Stdout
-			if e.Stream == "stderr" {
-				w = o.env.Stderr
-			}
-			io.WriteString(w, e.Data)
-		}
-	}
+	res, err := o.execute(cmd, f, req, o.emitter(f.json))
+	return o.finishRun(cmd, res, err, f.json)
+}
 
-	res, err := o.execute(cmd, f, req, emit)
+// emitter returns the event sink that prints a run's output as it comes, or nil with asJSON
+// (the result is printed whole at the end).
+func (o *options) emitter(asJSON bool) func(sandbox.Event) {
+	if asJSON {
+		return nil
+	}
+	return func(e sandbox.Event) {
+		w := o.env.Stdout
+		if e.Stream == "stderr" {
+			w = o.env.Stderr
+		}
+		io.WriteString(w, e.Data)
+	}
+}
+
+// finishRun reports a run's end: the result as JSON with asJSON, a line naming a limit's
+// outcome otherwise, and the exit status of ExitCode.
+func (o *options) finishRun(cmd *cobra.Command, res sandbox.Result, err error, asJSON bool) error {
 	if cmd.Context().Err() != nil { // interrupted (Ctrl-C): the run was stopped
 		fmt.Fprintln(o.env.Stderr, "sandpit: interrupted; the run was stopped")
 		return &exitError{code: exitInterrupted}
@@ -175,11 +185,8 @@ func (o *options) run(cmd *cobra.Command, f runFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	if f.json {
-		enc := json.NewEncoder(o.env.Stdout)
-		enc.SetEscapeHTML(false)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(res); err != nil {
+	if asJSON {
+		if err := o.printJSON(res); err != nil {
 			return err
 		}
 	} else if res.Outcome != sandbox.OutcomeOK && res.Outcome != sandbox.OutcomeError {
@@ -219,7 +226,7 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequ
 			if err := o.compareWithDaemon(ctx, c, cfg, url); err != nil {
 				return sandbox.Result{}, err
 			}
-			return c.Execute(ctx, req, emit)
+			return c.As(sandbox.SourceCLI).Execute(ctx, req, emit)
 		}
 	}
 
@@ -232,7 +239,8 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequ
 		return sandbox.Result{}, err
 	}
 	defer eng.Close()
-	return eng.Service.Execute(ctx, sandbox.Request{Code: req.Code, Input: req.Input, TimeoutMS: req.TimeoutMS, Agent: req.Agent}, emit)
+	return eng.Service.Execute(ctx, sandbox.Request{Code: req.Code, Input: req.Input, TimeoutMS: req.TimeoutMS, Agent: req.Agent,
+		Origin: sandbox.Origin{Source: sandbox.SourceCLI}}, emit)
 }
 
 // compareWithDaemon checks the settings this command was given (environment, config file)

@@ -31,9 +31,12 @@ func ExitCode(res *sandbox.Result, err error) int {
 		var busy *sandbox.BusyError
 		var locked *datadir.LockedError
 		var usage *UsageError
+		var noDaemon *NoDaemonError
 		switch {
 		case errors.As(err, &usage):
 			return exitUsage
+		case errors.As(err, &noDaemon):
+			return exitUnavailable
 		case errors.Is(err, context.Canceled):
 			return exitInterrupted
 		case errors.As(err, &api):

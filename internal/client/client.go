@@ -18,13 +18,22 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
+	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // Client calls one sandpit daemon. It is safe for concurrent use.
 type Client struct {
-	base string
-	hc   *http.Client
+	base   string
+	hc     *http.Client
+	source string // sent as httpapi.SourceHeader
+}
+
+// As returns a copy of c whose runs are recorded with source ("cli" or "mcp").
+func (c *Client) As(source string) *Client {
+	cc := *c
+	cc.source = source
+	return &cc
 }
 
 // New returns a Client of the daemon at baseURL (for example "http://127.0.0.1:7070").
@@ -66,6 +75,8 @@ type APIError struct {
 	Field string
 	// RetryAfter is when to try again (from Retry-After), 0 when not given.
 	RetryAfter time.Duration
+	// Violations lists, for invalid_input, each way the input breaks the code's input schema.
+	Violations []library.Violation
 }
 
 func (e *APIError) Error() string {
@@ -78,6 +89,11 @@ func (e *APIError) Error() string {
 	}
 	if e.Status != 0 {
 		msg += fmt.Sprintf(" (HTTP %d)", e.Status)
+	}
+	if len(e.Violations) > 0 && !strings.Contains(msg, e.Violations[0].Message) {
+		for _, v := range e.Violations {
+			msg += fmt.Sprintf("\n  at %q: %s", v.Pointer, v.Message)
+		}
 	}
 	if e.RetryAfter > 0 && !strings.Contains(msg, "retry after") {
 		msg += fmt.Sprintf("; retry after %s", e.RetryAfter)
@@ -135,38 +151,76 @@ func (c *Client) Execute(ctx context.Context, req ExecuteRequest, onEvent func(s
 	if len(req.Input) > 0 && !json.Valid(req.Input) {
 		return sandbox.Result{}, errors.New("input is not valid JSON")
 	}
-	var body bytes.Buffer
-	enc := json.NewEncoder(&body)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(req); err != nil {
-		return sandbox.Result{}, fmt.Errorf("encoding the request: %w", err)
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/executions", &body)
-	if err != nil {
-		return sandbox.Result{}, err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
+	return c.execute(ctx, "/v1/executions", req, onEvent)
+}
+
+// execute POSTs body to path, a route that runs code, and reads its result (see Execute).
+func (c *Client) execute(ctx context.Context, path string, body any, onEvent func(sandbox.Event)) (sandbox.Result, error) {
+	accept := "application/json"
 	if onEvent != nil {
-		hreq.Header.Set("Accept", httpapi.NDJSONContentType+", application/json;q=0.5")
-	} else {
-		hreq.Header.Set("Accept", "application/json")
+		accept = httpapi.NDJSONContentType + ", application/json;q=0.5"
 	}
-	resp, err := c.hc.Do(hreq)
+	resp, err := c.send(ctx, http.MethodPost, path, body, accept)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return sandbox.Result{}, apiError(resp)
-	}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == httpapi.NDJSONContentType {
 		return readStream(resp.Body, onEvent)
 	}
 	var res sandbox.Result
 	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
-		return sandbox.Result{}, fmt.Errorf("POST %s/v1/executions: reading the result: %w", c.base, err)
+		return sandbox.Result{}, fmt.Errorf("POST %s%s: reading the result: %w", c.base, path, err)
 	}
 	return res, nil
+}
+
+// send makes a request with body as JSON (nil: none) and returns a 2xx answer; other answers
+// become *APIError.
+func (c *Client) send(ctx context.Context, method, path string, body any, accept string) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(body); err != nil {
+			return nil, fmt.Errorf("encoding the request: %w", err)
+		}
+		rd = &buf
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", accept)
+	if c.source != "" {
+		req.Header.Set(httpapi.SourceHeader, c.source)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		return nil, apiError(resp)
+	}
+	return resp, nil
+}
+
+// call makes a request with body as JSON (nil: none) and decodes the JSON answer into out.
+func (c *Client) call(ctx context.Context, method, path string, body, out any) error {
+	resp, err := c.send(ctx, method, path, body, "application/json")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s%s: reading the answer: %w", method, c.base, path, err)
+	}
+	return nil
 }
 
 // streamLine is any line of an NDJSON execution stream.
@@ -220,30 +274,15 @@ func readStream(r io.Reader, onEvent func(sandbox.Event)) (sandbox.Result, error
 }
 
 type errorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Field   string `json:"field"`
+	Code       string              `json:"code"`
+	Message    string              `json:"message"`
+	Field      string              `json:"field"`
+	Violations []library.Violation `json:"violations"`
 }
 
 // getJSON GETs path and decodes a 2xx JSON answer into v; other answers become *APIError.
 func (c *Client) getJSON(ctx context.Context, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return apiError(resp)
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(v); err != nil {
-		return fmt.Errorf("GET %s%s: reading the answer: %w", c.base, path, err)
-	}
-	return nil
+	return c.call(ctx, http.MethodGet, path, nil, v)
 }
 
 // apiError reads a non-2xx answer into an *APIError.
@@ -254,7 +293,7 @@ func apiError(resp *http.Response) *APIError {
 		Error *errorDetail `json:"error"`
 	}
 	if json.Unmarshal(text, &body) == nil && body.Error != nil {
-		e.Code, e.Message, e.Field = body.Error.Code, body.Error.Message, body.Error.Field
+		e.Code, e.Message, e.Field, e.Violations = body.Error.Code, body.Error.Message, body.Error.Field, body.Error.Violations
 		return e
 	}
 	// Not a sandpit error body (a proxy, or another server): keep a little of its text.

@@ -1,0 +1,642 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/jobs"
+	"github.com/sandpit-dev/sandpit/internal/library"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// NoDaemonError means a command that needs the daemon found none; it exits 69.
+type NoDaemonError struct {
+	URL string
+	Err error
+}
+
+func (e *NoDaemonError) Error() string {
+	return fmt.Sprintf("no sandpit daemon answers at %s (%v): saved code, jobs and the ledger are served by the daemon; "+
+		"start it with `sandpit serve`, or set SANDPIT_URL or --url to its address", e.URL, e.Err)
+}
+
+func (e *NoDaemonError) Unwrap() error { return e.Err }
+
+// daemonFlags are the flags of the commands served by the daemon.
+type daemonFlags struct {
+	url   string
+	agent string
+	json  bool
+}
+
+func (f *daemonFlags) register(fs *pflag.FlagSet, withJSON bool) {
+	fs.StringVar(&f.url, "url", "", "daemon URL (default $SANDPIT_URL or "+DefaultURL+")")
+	fs.StringVar(&f.agent, "agent", "default", "agent namespace")
+	if withJSON {
+		fs.BoolVar(&f.json, "json", false, "print JSON")
+	}
+}
+
+// daemon returns a client of the daemon, or a *NoDaemonError.
+func (o *options) daemon(ctx context.Context, f daemonFlags) (*client.Client, error) {
+	u := f.url
+	if u == "" {
+		u, _ = o.env.Lookup("SANDPIT_URL")
+	}
+	if u == "" {
+		u = DefaultURL
+	}
+	c := client.New(u, nil).As(sandbox.SourceCLI)
+	hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := c.Health(hctx); err != nil {
+		return nil, &NoDaemonError{URL: u, Err: err}
+	}
+	return c, nil
+}
+
+func (o *options) printJSON(v any) error {
+	enc := json.NewEncoder(o.env.Stdout)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// jsonArg reads a flag's JSON value: inline, or @FILE.
+func jsonArg(flag, v string) (json.RawMessage, error) {
+	b := []byte(v)
+	if name, ok := strings.CutPrefix(v, "@"); ok {
+		var err error
+		if b, err = os.ReadFile(name); err != nil {
+			return nil, usageErrorf("--%s: %v", flag, err)
+		}
+	}
+	if !json.Valid(b) {
+		return nil, usageErrorf("--%s is not valid JSON: give a JSON value inline or @FILE", flag)
+	}
+	return json.RawMessage(b), nil
+}
+
+func (o *options) codeCommand() *cobra.Command {
+	code := &cobra.Command{Use: "code", Short: "Save, list, show, run and remove an agent's saved code (needs the daemon)"}
+
+	var save struct {
+		daemonFlags
+		deps                []string
+		inSchema, outSchema string
+		description         string
+		expected            int
+	}
+	saveCmd := &cobra.Command{
+		Use:   "save NAME FILE",
+		Short: "Save FILE as NAME: version 1 when new, the next version otherwise",
+		Long: `Save a Python script under NAME (lowercase letters, digits, '-' and '_'). Every save of an
+existing name makes a new version. Dependencies are PEP 508 requirements; schemas are JSON
+Schemas (2020-12) given inline or as @FILE: the input is validated before each run and OUTPUT
+after it (a mismatch ends the run with outcome output_invalid).`,
+		Example: `  sandpit code save sum-sales sum.py --dep 'pandas>=2' --input-schema @in.json --output-schema @out.json`,
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			src, err := os.ReadFile(args[1])
+			if err != nil {
+				return usageErrorf("reading the code: %v", err)
+			}
+			d := library.Draft{Code: string(src), Dependencies: save.deps, Description: save.description}
+			if save.inSchema != "" {
+				if d.InputSchema, err = jsonArg("input-schema", save.inSchema); err != nil {
+					return err
+				}
+			}
+			if save.outSchema != "" {
+				if d.OutputSchema, err = jsonArg("output-schema", save.outSchema); err != nil {
+					return err
+				}
+			}
+			c, err := o.daemon(cmd.Context(), save.daemonFlags)
+			if err != nil {
+				return err
+			}
+			saved, err := c.CreateCode(cmd.Context(), save.agent, args[0], d)
+			if api, ok := err.(*client.APIError); ok && api.Status == 409 {
+				saved, err = c.UpdateCode(cmd.Context(), save.agent, args[0], d, save.expected)
+			}
+			if err != nil {
+				return err
+			}
+			if save.json {
+				return o.printJSON(saved)
+			}
+			fmt.Fprintf(o.env.Stdout, "saved %s version %d\n", saved.Name, saved.Version)
+			return nil
+		},
+	}
+	save.register(saveCmd.Flags(), true)
+	saveCmd.Flags().StringArrayVar(&save.deps, "dep", nil, "a dependency (PEP 508), repeatable")
+	saveCmd.Flags().StringVar(&save.inSchema, "input-schema", "", "input JSON Schema, inline or @FILE")
+	saveCmd.Flags().StringVar(&save.outSchema, "output-schema", "", "output JSON Schema, inline or @FILE")
+	saveCmd.Flags().StringVar(&save.description, "description", "", "what the code does")
+	saveCmd.Flags().IntVar(&save.expected, "expected-version", 0, "refuse the save unless this is the current version")
+
+	var list struct {
+		daemonFlags
+		q     string
+		limit int
+	}
+	listCmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the agent's saved code",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := o.daemon(cmd.Context(), list.daemonFlags)
+			if err != nil {
+				return err
+			}
+			items, next, err := c.ListCode(cmd.Context(), list.agent, list.q, store.Page{Limit: list.limit})
+			if err != nil {
+				return err
+			}
+			if list.json {
+				return o.printJSON(map[string]any{"code": items, "next_cursor": next})
+			}
+			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tVERSION\tUPDATED\tDESCRIPTION")
+			for _, it := range items {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", it.Name, it.Version, it.UpdatedAt.Format(time.RFC3339), oneLine(it.Description, 60))
+			}
+			return tw.Flush()
+		},
+	}
+	list.register(listCmd.Flags(), true)
+	listCmd.Flags().StringVarP(&list.q, "query", "q", "", "only code whose name or description contains this")
+	listCmd.Flags().IntVar(&list.limit, "limit", 100, "at most this many")
+
+	var show struct {
+		daemonFlags
+		version int
+	}
+	showCmd := &cobra.Command{
+		Use:   "show NAME",
+		Short: "Print saved code with its dependencies, schemas and version (JSON)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.daemon(cmd.Context(), show.daemonFlags)
+			if err != nil {
+				return err
+			}
+			got, err := c.GetCode(cmd.Context(), show.agent, args[0], show.version)
+			if err != nil {
+				return err
+			}
+			return o.printJSON(got)
+		},
+	}
+	show.register(showCmd.Flags(), false)
+	showCmd.Flags().IntVar(&show.version, "version", 0, "show this version (default the latest)")
+
+	var run struct {
+		daemonFlags
+		input   string
+		timeout time.Duration
+		version int
+	}
+	runCmd := &cobra.Command{
+		Use:   "run NAME",
+		Short: "Run saved code and print its output as it comes (exit status as sandpit run)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r := library.Run{Version: run.version}
+			if cmd.Flags().Changed("input") {
+				in, err := jsonArg("input", run.input)
+				if err != nil {
+					return err
+				}
+				r.Input = in
+			}
+			if cmd.Flags().Changed("timeout") {
+				ms := run.timeout.Milliseconds()
+				if ms < 1 {
+					return usageErrorf("--timeout %s is too short: give at least 1ms, e.g. --timeout 30s", run.timeout)
+				}
+				r.TimeoutMS = &ms
+			}
+			c, err := o.daemon(cmd.Context(), run.daemonFlags)
+			if err != nil {
+				return err
+			}
+			res, err := c.RunCode(cmd.Context(), run.agent, args[0], r, o.emitter(run.json))
+			return o.finishRun(cmd, res, err, run.json)
+		},
+	}
+	run.register(runCmd.Flags(), true)
+	runCmd.Flags().StringVar(&run.input, "input", "", "INPUT as JSON, or @FILE")
+	runCmd.Flags().DurationVar(&run.timeout, "timeout", 0, "wall-clock limit, e.g. 30s (default: the daemon's)")
+	runCmd.Flags().IntVar(&run.version, "version", 0, "run this version (default the latest)")
+
+	var rm struct {
+		daemonFlags
+		force bool
+	}
+	rmCmd := &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Delete saved code and all its versions (refused while jobs use it, unless --force)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.daemon(cmd.Context(), rm.daemonFlags)
+			if err != nil {
+				return err
+			}
+			disabled, err := c.DeleteCode(cmd.Context(), rm.agent, args[0], rm.force)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(o.env.Stdout, "deleted %s\n", args[0])
+			for _, id := range disabled {
+				fmt.Fprintf(o.env.Stdout, "disabled job %s\n", id)
+			}
+			return nil
+		},
+	}
+	rm.register(rmCmd.Flags(), false)
+	rmCmd.Flags().BoolVar(&rm.force, "force", false, "delete even if jobs use it, disabling them")
+
+	code.AddCommand(saveCmd, listCmd, showCmd, runCmd, rmCmd)
+	return code
+}
+
+// jobFlags are the fields of a job as flags.
+type jobFlags struct {
+	schedule, timezone, input, overlap, catchUp, description string
+	timeout                                                  time.Duration
+	codeVersion                                              int
+	disabled                                                 bool
+}
+
+func (f *jobFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.schedule, "schedule", "", `cron spec: 5 fields, @hourly, @daily, @weekly, @monthly or "@every 10m"`)
+	fs.StringVar(&f.timezone, "timezone", "", "IANA timezone of the schedule (default UTC)")
+	fs.StringVar(&f.input, "input", "", "INPUT of each run as JSON, or @FILE")
+	fs.StringVar(&f.overlap, "overlap", "", `while the previous run goes on: "skip" (default) or "queue"`)
+	fs.StringVar(&f.catchUp, "catch-up", "", `fires missed while the daemon was down: "skip" (default) or "once"`)
+	fs.StringVar(&f.description, "description", "", "what the job is for")
+	fs.DurationVar(&f.timeout, "timeout", 0, "each run's wall-clock limit (default: the daemon's)")
+	fs.IntVar(&f.codeVersion, "code-version", 0, "run this version of the code (default the latest)")
+	fs.BoolVar(&f.disabled, "disabled", false, "create the job paused")
+}
+
+// patch returns the fields given on the command line, by their JSON names.
+func (f *jobFlags) patch(cmd *cobra.Command) (map[string]any, error) {
+	p := map[string]any{}
+	set := func(flag, key string, v any) {
+		if cmd.Flags().Changed(flag) {
+			p[key] = v
+		}
+	}
+	set("schedule", "schedule", f.schedule)
+	set("timezone", "timezone", f.timezone)
+	set("overlap", "overlap", f.overlap)
+	set("catch-up", "catch_up", f.catchUp)
+	set("description", "description", f.description)
+	set("code-version", "code_version", f.codeVersion)
+	if cmd.Flags().Changed("disabled") {
+		p["enabled"] = !f.disabled
+	}
+	if cmd.Flags().Changed("timeout") {
+		if f.timeout.Milliseconds() < 1 {
+			return nil, usageErrorf("--timeout %s is too short: give at least 1ms, e.g. --timeout 30s", f.timeout)
+		}
+		p["timeout_ms"] = f.timeout.Milliseconds()
+	}
+	if cmd.Flags().Changed("input") {
+		in, err := jsonArg("input", f.input)
+		if err != nil {
+			return nil, err
+		}
+		p["input"] = in
+	}
+	return p, nil
+}
+
+func (o *options) jobCommand() *cobra.Command {
+	job := &cobra.Command{Use: "job", Short: "Schedule saved code: create, list, show, update, pause, resume, run, rm, history (needs the daemon)"}
+
+	var create struct {
+		daemonFlags
+		jobFlags
+	}
+	createCmd := &cobra.Command{
+		Use:     "create CODE_NAME --schedule SPEC",
+		Short:   "Create a job that runs saved code on a schedule; prints its next five fires",
+		Example: `  sandpit job create daily-report --schedule '0 9 * * 1-5' --timezone Europe/Berlin --input '{"days": 7}'`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := create.patch(cmd)
+			if err != nil {
+				return err
+			}
+			p["code_name"] = args[0]
+			b, _ := json.Marshal(p)
+			var d jobs.Draft
+			_ = json.Unmarshal(b, &d)
+			c, err := o.daemon(cmd.Context(), create.daemonFlags)
+			if err != nil {
+				return err
+			}
+			j, err := c.CreateJob(cmd.Context(), create.agent, d)
+			if err != nil {
+				return err
+			}
+			return o.printJob(j, create.json)
+		},
+	}
+	create.daemonFlags.register(createCmd.Flags(), true)
+	create.jobFlags.register(createCmd.Flags())
+
+	var update struct {
+		daemonFlags
+		jobFlags
+	}
+	updateCmd := &cobra.Command{
+		Use:   "update ID",
+		Short: "Change the fields of a job given as flags",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := update.patch(cmd)
+			if err != nil {
+				return err
+			}
+			if len(p) == 0 {
+				return usageErrorf("nothing to change: give at least one of --schedule, --timezone, --input, --overlap, --catch-up, --timeout, --code-version, --description, --disabled")
+			}
+			c, err := o.daemon(cmd.Context(), update.daemonFlags)
+			if err != nil {
+				return err
+			}
+			j, err := c.UpdateJob(cmd.Context(), update.agent, args[0], p)
+			if err != nil {
+				return err
+			}
+			return o.printJob(j, update.json)
+		},
+	}
+	update.daemonFlags.register(updateCmd.Flags(), true)
+	update.jobFlags.register(updateCmd.Flags())
+
+	// The commands that take a job ID and nothing else.
+	simple := func(use, short string, do func(ctx context.Context, c *client.Client, agent, id string, asJSON bool) error) *cobra.Command {
+		var f daemonFlags
+		cmd := &cobra.Command{
+			Use:   use + " ID",
+			Short: short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, err := o.daemon(cmd.Context(), f)
+				if err != nil {
+					return err
+				}
+				return do(cmd.Context(), c, f.agent, args[0], f.json)
+			},
+		}
+		f.register(cmd.Flags(), true)
+		return cmd
+	}
+	action := func(name string) func(ctx context.Context, c *client.Client, agent, id string, asJSON bool) error {
+		return func(ctx context.Context, c *client.Client, agent, id string, asJSON bool) error {
+			j, err := c.JobAction(ctx, agent, id, name)
+			if err != nil {
+				return err
+			}
+			return o.printJob(j, asJSON)
+		}
+	}
+	showCmd := simple("show", "Show a job and its next five fires", func(ctx context.Context, c *client.Client, agent, id string, asJSON bool) error {
+		j, err := c.GetJob(ctx, agent, id)
+		if err != nil {
+			return err
+		}
+		return o.printJob(j, asJSON)
+	})
+	runCmd := simple("run", "Fire a job now (its overlap policy applies)", func(ctx context.Context, c *client.Client, agent, id string, asJSON bool) error {
+		f, err := c.RunJob(ctx, agent, id)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return o.printJSON(f)
+		}
+		fmt.Fprintf(o.env.Stdout, "%s %s\n", f.Status, strings.TrimSpace(f.ExecutionID+" "+f.Reason))
+		return nil
+	})
+	rmCmd := simple("rm", "Delete a job and its history (the ledger keeps its runs)", func(ctx context.Context, c *client.Client, agent, id string, _ bool) error {
+		if err := c.DeleteJob(ctx, agent, id); err != nil {
+			return err
+		}
+		fmt.Fprintf(o.env.Stdout, "deleted %s\n", id)
+		return nil
+	})
+	historyCmd := simple("history", "List a job's fires, newest first: started, skipped, queued, missed or failed", func(ctx context.Context, c *client.Client, agent, id string, asJSON bool) error {
+		fires, next, err := c.JobHistory(ctx, agent, id, store.Page{Limit: 100})
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return o.printJSON(map[string]any{"fires": fires, "next_cursor": next})
+		}
+		tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SCHEDULED\tKIND\tSTATUS\tEXECUTION\tOUTCOME\tREASON")
+		for _, f := range fires {
+			status := f.Status
+			if f.Missed > 0 {
+				status += fmt.Sprintf(" (%d)", f.Missed)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.ScheduledAt.Format(time.RFC3339), f.Kind, status, f.ExecutionID, f.Outcome, oneLine(f.Reason, 60))
+		}
+		return tw.Flush()
+	})
+
+	var list daemonFlags
+	listCmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the agent's jobs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := o.daemon(cmd.Context(), list)
+			if err != nil {
+				return err
+			}
+			items, next, err := c.ListJobs(cmd.Context(), list.agent, store.Page{Limit: store.MaxLimit})
+			if err != nil {
+				return err
+			}
+			if list.json {
+				return o.printJSON(map[string]any{"jobs": items, "next_cursor": next})
+			}
+			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tCODE\tSCHEDULE\tTIMEZONE\tENABLED\tNEXT RUN")
+			for _, j := range items {
+				next := "-"
+				if j.NextRunAt != nil {
+					next = j.NextRunAt.Format(time.RFC3339)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\t%s\n", j.ID, j.CodeName, j.Schedule, j.Timezone, j.Enabled, next)
+			}
+			return tw.Flush()
+		},
+	}
+	list.register(listCmd.Flags(), true)
+
+	job.AddCommand(createCmd, listCmd, showCmd, updateCmd,
+		simple("pause", "Stop a job firing until resumed", action("pause")),
+		simple("resume", "Let a paused job fire again, from its next scheduled time", action("resume")),
+		runCmd, rmCmd, historyCmd)
+	return job
+}
+
+func (o *options) printJob(j jobs.Scheduled, asJSON bool) error {
+	if asJSON {
+		return o.printJSON(j)
+	}
+	w := o.env.Stdout
+	fmt.Fprintf(w, "job:       %s\ncode:      %s", j.ID, j.CodeName)
+	if j.CodeVersion > 0 {
+		fmt.Fprintf(w, " (version %d)", j.CodeVersion)
+	}
+	fmt.Fprintf(w, "\nschedule:  %s (%s)\nenabled:   %t\noverlap:   %s\ncatch-up:  %s\n", j.Schedule, j.Timezone, j.Enabled, j.Overlap, j.CatchUp)
+	for i, t := range j.NextFires {
+		label := "next:     "
+		if i > 0 {
+			label = "          "
+		}
+		fmt.Fprintf(w, "%s %s\n", label, t.Format(time.RFC3339))
+	}
+	return nil
+}
+
+func (o *options) execCommand() *cobra.Command {
+	exec := &cobra.Command{Use: "exec", Short: "Read the ledger of executions (needs the daemon)"}
+
+	var list struct {
+		daemonFlags
+		all                                            bool
+		source, outcome, codeName, jobID, since, until string
+		limit                                          int
+	}
+	listCmd := &cobra.Command{
+		Use:   "list",
+		Short: "List executions, newest first",
+		Long: `List executions from the ledger, newest first: every run from the API, the CLI, MCP and
+jobs. --agent filters by agent (default: every agent); the other flags narrow further.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			filter := url.Values{}
+			add := func(key, v string) {
+				if v != "" {
+					filter.Set(key, v)
+				}
+			}
+			if cmd.Flags().Changed("agent") {
+				add("agent", list.agent)
+			}
+			add("source", list.source)
+			add("outcome", list.outcome)
+			add("code_name", list.codeName)
+			add("job_id", list.jobID)
+			for _, t := range []struct{ flag, key, v string }{{"since", "since", list.since}, {"until", "until", list.until}} {
+				if t.v == "" {
+					continue
+				}
+				at, err := parseWhen(t.v, time.Now())
+				if err != nil {
+					return usageErrorf("--%s: %v", t.flag, err)
+				}
+				add(t.key, at.Format(time.RFC3339))
+			}
+			c, err := o.daemon(cmd.Context(), list.daemonFlags)
+			if err != nil {
+				return err
+			}
+			items, next, err := c.ListExecutions(cmd.Context(), filter, store.Page{Limit: list.limit})
+			if err != nil {
+				return err
+			}
+			if list.json {
+				return o.printJSON(map[string]any{"executions": items, "next_cursor": next})
+			}
+			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSTARTED\tAGENT\tSOURCE\tCODE\tOUTCOME\tDURATION")
+			for _, e := range items {
+				code := e.CodeName
+				if code != "" {
+					code += " v" + strconv.Itoa(e.CodeVersion)
+				}
+				outcome := string(e.Outcome)
+				if e.Status == store.StatusRunning {
+					outcome = "(running)"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%dms\n", e.ID, e.StartedAt.Format(time.RFC3339), e.Agent, e.Source, code, outcome, e.DurationMS)
+			}
+			return tw.Flush()
+		},
+	}
+	list.daemonFlags.register(listCmd.Flags(), true)
+	fl := listCmd.Flags()
+	fl.StringVar(&list.source, "source", "", "api, cli, mcp or job")
+	fl.StringVar(&list.outcome, "outcome", "", "ok, error, timeout, memory_limit, ...")
+	fl.StringVar(&list.codeName, "code", "", "saved code name")
+	fl.StringVar(&list.jobID, "job", "", "job ID")
+	fl.StringVar(&list.since, "since", "", "started at or after: RFC 3339 time, or a duration ago such as 1h")
+	fl.StringVar(&list.until, "until", "", "started before: RFC 3339 time, or a duration ago")
+	fl.IntVar(&list.limit, "limit", 50, "at most this many")
+
+	var show daemonFlags
+	showCmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Print an execution's record: request, result, stdout, stderr and OUTPUT (JSON)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.daemon(cmd.Context(), show)
+			if err != nil {
+				return err
+			}
+			e, err := c.GetExecution(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return o.printJSON(e)
+		},
+	}
+	show.register(showCmd.Flags(), false)
+	exec.AddCommand(listCmd, showCmd)
+	return exec
+}
+
+// parseWhen reads an RFC 3339 time, or a duration before now ("90m").
+func parseWhen(v string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a duration ago (90m, 24h)", v)
+	}
+	return now.Add(-d), nil
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = strings.ToValidUTF8(s[:n], "") + "…"
+	}
+	return s
+}

@@ -1,0 +1,193 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/sandpit-dev/sandpit/internal/httpapi"
+	"github.com/sandpit-dev/sandpit/internal/jobs"
+	"github.com/sandpit-dev/sandpit/internal/library"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+func agentPath(agent string, parts ...string) string {
+	p := "/v1/agents/" + url.PathEscape(agent)
+	for _, s := range parts {
+		p += "/" + url.PathEscape(s)
+	}
+	return p
+}
+
+// CreateCode saves d as version 1 of the agent's new code name. An existing name is an
+// *APIError with Status 409.
+func (c *Client) CreateCode(ctx context.Context, agent, name string, d library.Draft) (store.Code, error) {
+	body := struct {
+		Name string `json:"name"`
+		library.Draft
+	}{name, d}
+	var out store.Code
+	err := c.call(ctx, http.MethodPost, agentPath(agent, "code"), body, &out)
+	return out, err
+}
+
+// UpdateCode saves d as the next version of the agent's code name (PUT: every field is
+// replaced). expected, when not 0, is the version the caller last saw (409 when another is
+// current).
+func (c *Client) UpdateCode(ctx context.Context, agent, name string, d library.Draft, expected int) (store.Code, error) {
+	body := struct {
+		library.Draft
+		ExpectedVersion int `json:"expected_version,omitempty"`
+	}{d, expected}
+	var out store.Code
+	err := c.call(ctx, http.MethodPut, agentPath(agent, "code", name), body, &out)
+	return out, err
+}
+
+// GetCode returns version of the agent's code name (0: the latest).
+func (c *Client) GetCode(ctx context.Context, agent, name string, version int) (store.Code, error) {
+	path := agentPath(agent, "code", name)
+	if version > 0 {
+		path += "/versions/" + strconv.Itoa(version)
+	}
+	var out store.Code
+	err := c.call(ctx, http.MethodGet, path, nil, &out)
+	return out, err
+}
+
+// ListCode returns a page of the agent's saved code whose name or description contains q.
+func (c *Client) ListCode(ctx context.Context, agent, q string, p store.Page) ([]httpapi.CodeSummary, string, error) {
+	v := pageQuery(p)
+	if q != "" {
+		v.Set("q", q)
+	}
+	var out struct {
+		Code       []httpapi.CodeSummary `json:"code"`
+		NextCursor string                `json:"next_cursor"`
+	}
+	err := c.call(ctx, http.MethodGet, agentPath(agent, "code")+query(v), nil, &out)
+	return out.Code, out.NextCursor, err
+}
+
+// DeleteCode deletes the agent's code name and returns the jobs force disabled.
+func (c *Client) DeleteCode(ctx context.Context, agent, name string, force bool) ([]string, error) {
+	path := agentPath(agent, "code", name)
+	if force {
+		path += "?force=true"
+	}
+	var out struct {
+		DisabledJobs []string `json:"disabled_jobs"`
+	}
+	err := c.call(ctx, http.MethodDelete, path, nil, &out)
+	return out.DisabledJobs, err
+}
+
+// RunCode runs the agent's saved code name (see Execute for onEvent and the errors).
+func (c *Client) RunCode(ctx context.Context, agent, name string, run library.Run, onEvent func(sandbox.Event)) (sandbox.Result, error) {
+	return c.execute(ctx, agentPath(agent, "code", name, "run"), run, onEvent)
+}
+
+// CreateJob creates a job of agent.
+func (c *Client) CreateJob(ctx context.Context, agent string, d jobs.Draft) (jobs.Scheduled, error) {
+	var out jobs.Scheduled
+	err := c.call(ctx, http.MethodPost, agentPath(agent, "jobs"), d, &out)
+	return out, err
+}
+
+// UpdateJob changes the fields of the agent's job id that patch names (PATCH).
+func (c *Client) UpdateJob(ctx context.Context, agent, id string, patch map[string]any) (jobs.Scheduled, error) {
+	var out jobs.Scheduled
+	err := c.call(ctx, http.MethodPatch, agentPath(agent, "jobs", id), patch, &out)
+	return out, err
+}
+
+// GetJob returns the agent's job id with its next fire times.
+func (c *Client) GetJob(ctx context.Context, agent, id string) (jobs.Scheduled, error) {
+	var out jobs.Scheduled
+	err := c.call(ctx, http.MethodGet, agentPath(agent, "jobs", id), nil, &out)
+	return out, err
+}
+
+// JobAction makes action ("pause" or "resume") on the agent's job id.
+func (c *Client) JobAction(ctx context.Context, agent, id, action string) (jobs.Scheduled, error) {
+	var out jobs.Scheduled
+	err := c.call(ctx, http.MethodPost, agentPath(agent, "jobs", id, action), nil, &out)
+	return out, err
+}
+
+// RunJob fires the agent's job id now.
+func (c *Client) RunJob(ctx context.Context, agent, id string) (store.Fire, error) {
+	var out store.Fire
+	err := c.call(ctx, http.MethodPost, agentPath(agent, "jobs", id, "run"), nil, &out)
+	return out, err
+}
+
+// DeleteJob deletes the agent's job id.
+func (c *Client) DeleteJob(ctx context.Context, agent, id string) error {
+	var out map[string]any
+	return c.call(ctx, http.MethodDelete, agentPath(agent, "jobs", id), nil, &out)
+}
+
+// ListJobs returns a page of the agent's jobs.
+func (c *Client) ListJobs(ctx context.Context, agent string, p store.Page) ([]store.Job, string, error) {
+	var out struct {
+		Jobs       []store.Job `json:"jobs"`
+		NextCursor string      `json:"next_cursor"`
+	}
+	err := c.call(ctx, http.MethodGet, agentPath(agent, "jobs")+query(pageQuery(p)), nil, &out)
+	return out.Jobs, out.NextCursor, err
+}
+
+// JobHistory returns a page of the fires of the agent's job id, newest first.
+func (c *Client) JobHistory(ctx context.Context, agent, id string, p store.Page) ([]store.Fire, string, error) {
+	var out struct {
+		Fires      []store.Fire `json:"fires"`
+		NextCursor string       `json:"next_cursor"`
+	}
+	err := c.call(ctx, http.MethodGet, agentPath(agent, "jobs", id, "history")+query(pageQuery(p)), nil, &out)
+	return out.Fires, out.NextCursor, err
+}
+
+// ListExecutions returns a page of the ledger, newest first. filter holds the query
+// parameters of GET /v1/executions (agent, source, outcome, code_name, job_id, since, until).
+func (c *Client) ListExecutions(ctx context.Context, filter url.Values, p store.Page) ([]store.ExecutionSummary, string, error) {
+	v := pageQuery(p)
+	for k, vals := range filter {
+		for _, x := range vals {
+			v.Add(k, x)
+		}
+	}
+	var out struct {
+		Executions []store.ExecutionSummary `json:"executions"`
+		NextCursor string                   `json:"next_cursor"`
+	}
+	err := c.call(ctx, http.MethodGet, "/v1/executions"+query(v), nil, &out)
+	return out.Executions, out.NextCursor, err
+}
+
+// GetExecution returns the ledger's record of execution id.
+func (c *Client) GetExecution(ctx context.Context, id string) (store.Execution, error) {
+	var out store.Execution
+	err := c.call(ctx, http.MethodGet, "/v1/executions/"+url.PathEscape(id), nil, &out)
+	return out, err
+}
+
+func pageQuery(p store.Page) url.Values {
+	v := url.Values{}
+	if p.Limit > 0 {
+		v.Set("limit", strconv.Itoa(p.Limit))
+	}
+	if p.Cursor != "" {
+		v.Set("cursor", p.Cursor)
+	}
+	return v
+}
+
+func query(v url.Values) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return "?" + v.Encode()
+}
