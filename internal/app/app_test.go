@@ -82,7 +82,53 @@ func post(t *testing.T, url, body string, header ...string) (*http.Response, []b
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusOK {
+		inLedger(t, url, b)
+	}
 	return resp, b
+}
+
+// inLedger checks that the result in answer (a JSON result or an NDJSON stream ending in one)
+// is in the ledger, byte for byte.
+func inLedger(t *testing.T, url string, answer []byte) {
+	t.Helper()
+	var res sandbox.Result
+	if err := json.Unmarshal(answer, &res); err != nil || res.ID == "" {
+		for line := range bytes.Lines(answer) {
+			var l struct {
+				Type   string          `json:"type"`
+				Result *sandbox.Result `json:"result"`
+			}
+			if json.Unmarshal(line, &l) == nil && l.Type == "result" {
+				res = *l.Result
+			}
+		}
+	}
+	if res.ID == "" {
+		return // not a result (an error line)
+	}
+	resp, err := http.Get(url + "/v1/executions/" + res.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var rec struct {
+		sandbox.Result
+		Status string `json:"status"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&rec); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("execution %s is not in the ledger: %d %v", res.ID, resp.StatusCode, err)
+	}
+	if rec.Status != "finished" || rec.Outcome != res.Outcome || rec.Stdout != res.Stdout || rec.Stderr != res.Stderr ||
+		rec.ExitCode != res.ExitCode || !bytes.Equal(compact(rec.Output), compact(res.Output)) {
+		t.Fatalf("the ledger's record of %s differs from the answer:\nledger %+v\nanswer %+v", res.ID, rec.Result, res)
+	}
+}
+
+func compact(v json.RawMessage) []byte {
+	var buf bytes.Buffer
+	_ = json.Compact(&buf, v)
+	return buf.Bytes()
 }
 
 func TestREST(t *testing.T) {
