@@ -95,7 +95,7 @@ func TestSavedCodeAndJobsEndToEnd(t *testing.T) {
 	}
 	var res struct {
 		ID, Outcome, Reason, CodeName string
-		CodeVersion                   int    `json:"code_version"`
+		CodeVersion                   int `json:"code_version"`
 		Output                        json.RawMessage
 	}
 	if st := call(t, "POST", base+"/code/nap/run", `{"input": {"sleep": 0}}`, &res); st != 200 || res.Outcome != "ok" || string(res.Output) != `{"slept":0}` || res.CodeVersion != 2 {
