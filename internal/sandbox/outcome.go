@@ -28,6 +28,9 @@ const (
 	// OutcomeOutputInvalid: the program ended ok but its OUTPUT broke the saved code's output
 	// schema; the reason lists the JSON pointers of the failing fields.
 	OutcomeOutputInvalid Outcome = "output_invalid"
+	// OutcomeDependencyError: a requested dependency could not be installed; the code never
+	// ran. The reason names the package and pip's own reason; Result.Dependencies has each one.
+	OutcomeDependencyError Outcome = "dependency_error"
 	// OutcomeKilled: the program died from a signal that no sandpit limit sent (SIGSEGV, ...),
 	// or its client cancelled the request and sandpit killed the run.
 	OutcomeKilled Outcome = "killed"
@@ -43,5 +46,5 @@ const (
 // Outcomes lists every outcome, in documentation order.
 var Outcomes = []Outcome{
 	OutcomeOK, OutcomeError, OutcomeTimeout, OutcomeMemoryLimit, OutcomeOutputLimit, OutcomeOutputInvalid,
-	OutcomeKilled, OutcomeRejected, OutcomeSandboxError,
+	OutcomeDependencyError, OutcomeKilled, OutcomeRejected, OutcomeSandboxError,
 }

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sandpit-dev/sandpit/internal/requirement"
 )
 
 // Config holds the Service's limits. Zero values are invalid; use DefaultConfig.
@@ -30,23 +32,30 @@ type Config struct {
 	MaxCodeBytes, MaxInputBytes int
 	// Limits are the per-run limits the executor enforces.
 	Limits Limits
-	// Network is the box's network policy, "full" or "none", as the runtime set it up; the
-	// Service only reports it to clients.
+	// Network is the box's network policy, "full" or "none", as the runtime set it up. With
+	// "none" a dependency that is not installed fails without trying pip.
 	Network string
+	// MaxDependencies caps Request.Dependencies (requirement.MaxEntries by default).
+	MaxDependencies int
+	// InstallTimeout bounds each dependency's install.
+	InstallTimeout time.Duration
 }
 
 // DefaultConfig returns the seed defaults: 4 slots, a queue of 16, 30 s default and 600 s
-// maximum timeout, 1 MiB code and input, 512 MiB memory, 1 MiB stdout, stderr and OUTPUT.
+// maximum timeout, 1 MiB code and input, 512 MiB memory, 1 MiB stdout, stderr and OUTPUT, 50
+// dependencies with 120 s to install each.
 func DefaultConfig() Config {
 	return Config{
-		Slots:          4,
-		QueueLength:    16,
-		DefaultTimeout: 30 * time.Second,
-		MaxTimeout:     600 * time.Second,
-		Grace:          3 * time.Second,
-		Network:        "full",
-		MaxCodeBytes:   1 << 20,
-		MaxInputBytes:  1 << 20,
+		Slots:           4,
+		QueueLength:     16,
+		DefaultTimeout:  30 * time.Second,
+		MaxTimeout:      600 * time.Second,
+		Grace:           3 * time.Second,
+		Network:         "full",
+		MaxCodeBytes:    1 << 20,
+		MaxInputBytes:   1 << 20,
+		MaxDependencies: requirement.MaxEntries,
+		InstallTimeout:  120 * time.Second,
 		Limits: Limits{
 			MemoryBytes:   512 << 20,
 			StdoutBytes:   1 << 20,
@@ -197,6 +206,9 @@ func (s *Service) Validate(req Request) error {
 	default:
 		return &FieldError{Field: "source", Message: fmt.Sprintf("%q is not a source: use api, cli, mcp or job", req.Origin.Source)}
 	}
+	if _, err := requirement.ParseList(req.Dependencies, s.cfg.MaxDependencies); err != nil {
+		return &FieldError{Field: "dependencies", Message: err.Error()}
+	}
 	if req.Agent != "" && !agentPattern.MatchString(req.Agent) {
 		return &FieldError{Field: "agent", Message: fmt.Sprintf(
 			"%q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit", req.Agent)}
@@ -239,12 +251,27 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 	if origin.Source == "" {
 		origin.Source = SourceAPI
 	}
-	if req.TimeoutMS != nil {
-		spec.TimeoutMS = *req.TimeoutMS
-	}
 	agent := req.Agent
 	if agent == "" {
 		agent = "default"
+	}
+
+	var deps Installed
+	var installMS int64
+	if len(req.Dependencies) > 0 {
+		var err error
+		began := time.Now()
+		if deps, err = s.install(ctx, req.Dependencies, emit); err != nil {
+			return Result{}, err
+		}
+		installMS = time.Since(began).Milliseconds()
+		if failed := deps.Failed(); len(failed) > 0 {
+			return s.dependencyError(ctx, spec, agent, origin, deps, installMS), nil
+		}
+		spec.Paths = deps.Paths
+	}
+	if req.TimeoutMS != nil {
+		spec.TimeoutMS = *req.TimeoutMS
 	}
 
 	slot, err := s.acquire(ctx)
@@ -272,6 +299,7 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 		res = s.systemFailure(ctx, runCtx, res, started, err)
 	}
 	res.ID, res.Agent, res.TimeoutMS, res.Origin = spec.ID, agent, spec.TimeoutMS, origin
+	res.Dependencies, res.InstallMS = deps.Dependencies, installMS
 	if res.Output == nil {
 		res.Output = json.RawMessage("null")
 	}
@@ -290,6 +318,54 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 	s.log.Info("execution finished", "id", res.ID, "agent", agent, "slot", slot,
 		"outcome", res.Outcome, "exit_code", res.ExitCode, "duration_ms", res.DurationMS)
 	return res, nil
+}
+
+// install makes the requirements importable through the runtime, streaming each status to
+// emit as an event of stream "dependency".
+func (s *Service) install(ctx context.Context, reqs []string, emit func(Event)) (Installed, error) {
+	parsed, _ := requirement.ParseList(reqs, s.cfg.MaxDependencies) // validated already
+	canonical := make([]string, len(parsed))
+	for i, r := range parsed {
+		canonical[i] = r.String()
+	}
+	inst, ok := s.rt.(Installer)
+	if !ok {
+		return Installed{}, &FieldError{Field: "dependencies", Message: "this sandbox cannot install packages; send the request without dependencies"}
+	}
+	var progress func(DependencyStatus)
+	if emit != nil {
+		progress = func(d DependencyStatus) { emit(Event{Stream: "dependency", Dependency: &d}) }
+	}
+	return inst.Install(ctx, InstallRequest{Requirements: canonical, Timeout: s.cfg.InstallTimeout, Offline: s.cfg.Network == "none"}, progress)
+}
+
+// dependencyError is the result of a run whose dependencies could not all be installed: the
+// code never ran. It is recorded like any execution.
+func (s *Service) dependencyError(ctx context.Context, spec Spec, agent string, origin Origin, deps Installed, installMS int64) Result {
+	failed := deps.Failed()
+	names := make([]string, len(failed))
+	for i, d := range failed {
+		names[i] = d.Requirement
+	}
+	res := Result{ID: spec.ID, Agent: agent, Outcome: OutcomeDependencyError, ExitCode: -1,
+		Reason: fmt.Sprintf("dependency %s could not be installed, so the code did not run: %s",
+			strings.Join(names, ", "), failed[0].Error),
+		Output: json.RawMessage("null"), TimeoutMS: spec.TimeoutMS, StartedAt: time.Now().UTC(), Origin: origin,
+		Dependencies: deps.Dependencies, InstallMS: installMS}
+	if s.rec != nil {
+		head := res
+		head.Outcome, head.Reason = "", ""
+		ctx := context.WithoutCancel(ctx)
+		err := s.rec.Begin(ctx, spec, head)
+		if err == nil {
+			err = s.rec.Finish(ctx, res)
+		}
+		if err != nil {
+			s.log.Error("the ledger could not record an execution's result", "id", res.ID, "error", err)
+		}
+	}
+	s.log.Info("execution finished", "id", res.ID, "agent", agent, "outcome", res.Outcome, "install_ms", installMS)
+	return res
 }
 
 // systemFailure turns a runtime error into a Result, keeping whatever output the runtime had.

@@ -18,6 +18,9 @@ type Request struct {
 	// Agent is the namespace the execution belongs to; empty means "default".
 	// Lowercase letters, digits, '-' and '_', 1 to 64 characters, starting with a letter or digit.
 	Agent string
+	// Dependencies are PEP 508 requirement strings installed (when missing) before the run;
+	// at most Config.MaxDependencies.
+	Dependencies []string
 	// ID, when not empty, is the execution's ID, chosen by the caller (a job's fire records it
 	// before the run); it must have NewID's form. Empty means a new one.
 	ID string
@@ -50,10 +53,12 @@ type Origin struct {
 
 // Event is a piece of a running execution's output, delivered in order as it happens.
 type Event struct {
-	// Stream is "stdout" or "stderr".
+	// Stream is "stdout", "stderr", or "dependency" (a dependency's status, before the run).
 	Stream string `json:"stream"`
 	// Data is the chunk, always valid UTF-8 (invalid bytes are replaced with U+FFFD).
-	Data string `json:"data"`
+	Data string `json:"data,omitempty"`
+	// Dependency is set for stream "dependency".
+	Dependency *DependencyStatus `json:"dependency,omitempty"`
 }
 
 // Result is the record of one finished execution. The JSON field names are the public API.
@@ -89,6 +94,11 @@ type Result struct {
 	StartedAt time.Time `json:"started_at"`
 	// Origin says where the execution came from (source, job_id, code_name, code_version).
 	Origin
+	// Dependencies reports each requested requirement (absent when none were requested).
+	Dependencies []DependencyStatus `json:"dependencies,omitempty"`
+	// InstallMS is how long checking and installing the dependencies took, in milliseconds;
+	// it is not charged to the run's timeout.
+	InstallMS int64 `json:"install_ms,omitempty"`
 }
 
 // Limits are the per-run limits that the executor enforces inside the box.
@@ -123,6 +133,8 @@ type Spec struct {
 	TimeoutMS int64 `json:"timeout_ms"`
 	// Limits are the per-run limits.
 	Limits Limits `json:"limits"`
+	// Paths are directories put first on the program's sys.path: its installed dependencies.
+	Paths []string `json:"paths,omitempty"`
 }
 
 // Recorder keeps the ledger of executions. The Service calls Begin when a run has its slot and

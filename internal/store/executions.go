@@ -97,12 +97,21 @@ func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
 	if !res.StartedAt.IsZero() {
 		ended = res.StartedAt.Add(time.Duration(res.DurationMS) * time.Millisecond)
 	}
+	var deps sql.NullString
+	if len(res.Dependencies) > 0 {
+		b, err := json.Marshal(res.Dependencies)
+		if err != nil {
+			return err
+		}
+		deps = sql.NullString{String: string(b), Valid: true}
+	}
 	r, err := s.w.ExecContext(ctx, `UPDATE executions SET status = 'finished', outcome = ?, exit_code = ?,
 		signal = ?, reason = ?, stdout = ?, stderr = ?, stdout_truncated = ?, stderr_truncated = ?,
-		output = ?, duration_ms = ?, started_at = coalesce(?, started_at), ended_at = ? WHERE id = ?`,
+		output = ?, duration_ms = ?, started_at = coalesce(?, started_at), ended_at = ?,
+		dependencies = ?, install_ms = ? WHERE id = ?`,
 		string(res.Outcome), res.ExitCode, res.Signal, res.Reason, res.Stdout, res.Stderr,
 		res.StdoutTruncated, res.StderrTruncated, string(res.Output), res.DurationMS,
-		ms(res.StartedAt), ms(ended), res.ID)
+		ms(res.StartedAt), ms(ended), deps, res.InstallMS, res.ID)
 	if err != nil {
 		return err
 	}
@@ -132,7 +141,8 @@ func (s *Store) FinishInterrupted(ctx context.Context) (int, error) {
 func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) {
 	row := s.r.QueryRowContext(ctx, `SELECT e.id, e.agent, e.source, e.job_id, e.code_name, e.code_version,
 		e.code_sha256, b.code, e.input, e.timeout_ms, e.status, e.outcome, e.exit_code, e.signal, e.reason,
-		e.stdout, e.stderr, e.stdout_truncated, e.stderr_truncated, e.output, e.duration_ms, e.started_at, e.ended_at
+		e.stdout, e.stderr, e.stdout_truncated, e.stderr_truncated, e.output, e.duration_ms, e.started_at, e.ended_at,
+		e.dependencies, e.install_ms
 		FROM executions e LEFT JOIN code_blobs b ON b.sha256 = e.code_sha256 WHERE e.id = ?`, id)
 	var (
 		e                       Execution
@@ -143,10 +153,12 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 		outTrunc, errTrunc, dur sql.NullInt64
 		started, ended          sql.NullInt64
 		input                   string
+		deps                    sql.NullString
+		installMS               sql.NullInt64
 	)
 	err := row.Scan(&e.ID, &e.Agent, &e.Source, &jobID, &codeName, &codeVersion, &e.CodeSHA256, &code,
 		&input, &e.TimeoutMS, &e.Status, &outcome, &exit, &sig, &reason, &stdout, &stderr, &outTrunc,
-		&errTrunc, &output, &dur, &started, &ended)
+		&errTrunc, &output, &dur, &started, &ended, &deps, &installMS)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Execution{}, fmt.Errorf("execution %q: %w", id, ErrNotFound)
 	}
@@ -164,7 +176,12 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 	if output.Valid && output.String != "" {
 		e.Output = json.RawMessage(output.String)
 	}
-	e.DurationMS, e.StartedAt = dur.Int64, fromMS(started)
+	e.DurationMS, e.StartedAt, e.InstallMS = dur.Int64, fromMS(started), installMS.Int64
+	if deps.Valid {
+		if err := json.Unmarshal([]byte(deps.String), &e.Dependencies); err != nil {
+			return Execution{}, fmt.Errorf("execution %q: stored dependencies are not JSON: %w", id, err)
+		}
+	}
 	if ended.Valid {
 		t := fromMS(ended)
 		e.EndedAt = &t

@@ -1,0 +1,65 @@
+package sandbox
+
+import (
+	"context"
+	"time"
+)
+
+// The statuses of a dependency (DependencyStatus.Status).
+const (
+	DependencyPresent   = "present"   // already satisfied (by the image or an earlier install); pip did not run
+	DependencyInstalled = "installed" // installed now
+	DependencyFailed    = "failed"    // could not be installed; Error says why
+)
+
+// DependencyStatus reports one requirement of a run. The JSON field names are the public API.
+type DependencyStatus struct {
+	// Requirement is the PEP 508 requirement in canonical form ("tiny-pkg==1.0").
+	Requirement string `json:"requirement"`
+	// Status is present, installed or failed.
+	Status string `json:"status"`
+	// Version is the version of the package that satisfies it ("" when failed).
+	Version string `json:"version,omitempty"`
+	// DurationMS is how long checking and installing it took, in milliseconds.
+	DurationMS int64 `json:"duration_ms"`
+	// Error says why it failed: the package and pip's own reason in a few lines.
+	Error string `json:"error,omitempty"`
+}
+
+// InstallRequest asks a runtime to make requirements importable.
+type InstallRequest struct {
+	// Requirements are PEP 508 requirements in canonical form (see package requirement).
+	Requirements []string `json:"requirements"`
+	// Timeout bounds each package's install (per requirement, not the whole request).
+	Timeout time.Duration `json:"timeout"`
+	// Offline means no install may happen (network policy none): a missing requirement fails
+	// with a reason saying so instead of starting pip.
+	Offline bool `json:"offline"`
+}
+
+// Installed is the answer to an InstallRequest.
+type Installed struct {
+	// Dependencies has one status per requirement, in the request's order.
+	Dependencies []DependencyStatus `json:"dependencies"`
+	// Paths are the directories to put first on the run's sys.path, in order.
+	Paths []string `json:"paths"`
+}
+
+// Failed returns the statuses that failed.
+func (in Installed) Failed() []DependencyStatus {
+	var failed []DependencyStatus
+	for _, d := range in.Dependencies {
+		if d.Status == DependencyFailed {
+			failed = append(failed, d)
+		}
+	}
+	return failed
+}
+
+// Installer is implemented by runtimes that install dependencies. Install blocks until every
+// requirement is present, installed or failed; progress, when not nil, receives each status as
+// it is decided (from any goroutine, in order). An error means the system failed (not a
+// package); errors wrapping ErrNotReady mean the runtime cannot take the request now.
+type Installer interface {
+	Install(ctx context.Context, req InstallRequest, progress func(DependencyStatus)) (Installed, error)
+}
