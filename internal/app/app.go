@@ -22,6 +22,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
+	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -77,6 +78,12 @@ func RuntimeConfig(cfg config.Config, progress io.Writer) (docker.Config, error)
 			Network:         cfg.Network,
 			Slots:           cfg.Slots,
 		},
+		Pip: protocol.PipOptions{
+			IndexURL:       cfg.IndexURL,
+			ExtraIndexURLs: cfg.ExtraIndexURLs,
+			TrustedHosts:   cfg.TrustedHosts,
+			BinaryOnly:     cfg.BinaryOnly,
+		},
 		ReadyWait: 30 * time.Second,
 		Progress:  progress,
 	}, nil
@@ -129,7 +136,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	}
 	scfg := cfg.Sandbox()
 	svc := sandbox.NewService(rt, st, scfg, log)
-	lib := library.New(st, svc, 0)
+	lib := library.New(st, svc, cfg.MaxDependencies)
 	return &Engine{
 		Service: svc,
 		Runtime: rt,

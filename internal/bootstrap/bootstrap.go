@@ -17,5 +17,11 @@ import _ "embed"
 //go:embed bootstrap.py
 var Source []byte
 
+// Checker is the text of deps.py, the dependency checker the executor runs as the installer
+// user: which requirements the image or an installed directory already satisfies.
+//
+//go:embed deps.py
+var Checker []byte
+
 // FileName is the name tracebacks give the user's code.
 const FileName = "main.py"

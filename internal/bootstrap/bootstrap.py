@@ -172,7 +172,9 @@ def main():
     module = types.ModuleType("__main__")
     module.__dict__.update({"__file__": _FILE, "__builtins__": builtins, "INPUT": init.get("input")})
     sys.modules["__main__"] = module
-    sys.path.insert(0, os.getcwd())
+    # The run's installed dependencies come before the image's packages (a requested version
+    # wins), and the run's own directory before everything, as for a script.
+    sys.path[0:0] = [os.getcwd()] + list(init.get("paths") or [])
     sys.argv = [_FILE]
     linecache.cache[_FILE] = (len(code), None, code.splitlines(True), _FILE)
 

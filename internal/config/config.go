@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -134,6 +135,23 @@ type Config struct {
 	// (PidsLimit still applies).
 	Processes int64 `json:"processes"`
 
+	// IndexURL is the package index pip installs dependencies from (PEP 503 simple API), such
+	// as a mirror: https://pypi.example.com/simple. Default empty: pip's own (PyPI).
+	IndexURL string `json:"index_url"`
+	// ExtraIndexURLs are more indexes pip searches. Default none.
+	ExtraIndexURLs []string `json:"extra_index_urls"`
+	// TrustedHosts are index hosts pip may reach over plain HTTP or without a valid
+	// certificate. Default none.
+	TrustedHosts []string `json:"trusted_hosts"`
+	// BinaryOnly makes pip install wheels only, never build a source distribution. Default false.
+	BinaryOnly bool `json:"binary_only"`
+	// InstallTimeoutMS bounds each dependency's install, in milliseconds. Default 120000;
+	// allowed 1000 to 3600000.
+	InstallTimeoutMS int64 `json:"install_timeout_ms"`
+	// MaxDependencies caps the dependencies of one request or saved code. Default 50; allowed
+	// 1 to 500.
+	MaxDependencies int `json:"max_dependencies"`
+
 	// LedgerMaxAgeDays is how many days the ledger keeps an execution's record. Default 30;
 	// 0 keeps records regardless of age; at most 36500.
 	LedgerMaxAgeDays int64 `json:"ledger_max_age_days"`
@@ -195,6 +213,11 @@ func defaults(lookup func(string) (string, bool)) Config {
 		OpenFiles:     sb.Limits.OpenFiles,
 		Processes:     sb.Limits.Processes,
 
+		ExtraIndexURLs:   []string{},
+		TrustedHosts:     []string{},
+		InstallTimeoutMS: sb.InstallTimeout.Milliseconds(),
+		MaxDependencies:  sb.MaxDependencies,
+
 		LedgerMaxAgeDays:    30,
 		LedgerMaxExecutions: 100_000,
 
@@ -227,14 +250,16 @@ func defaultDataDir(lookup func(string) (string, bool)) string {
 func (c Config) Sandbox() sandbox.Config {
 	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 	return sandbox.Config{
-		Slots:          c.Slots,
-		QueueLength:    c.QueueLength,
-		DefaultTimeout: ms(c.DefaultTimeoutMS),
-		MaxTimeout:     ms(c.MaxTimeoutMS),
-		Grace:          ms(c.GraceMS),
-		MaxCodeBytes:   int(c.MaxCodeBytes),
-		MaxInputBytes:  int(c.MaxInputBytes),
-		Network:        c.Network,
+		Slots:           c.Slots,
+		QueueLength:     c.QueueLength,
+		DefaultTimeout:  ms(c.DefaultTimeoutMS),
+		MaxTimeout:      ms(c.MaxTimeoutMS),
+		Grace:           ms(c.GraceMS),
+		MaxCodeBytes:    int(c.MaxCodeBytes),
+		MaxInputBytes:   int(c.MaxInputBytes),
+		Network:         c.Network,
+		MaxDependencies: c.MaxDependencies,
+		InstallTimeout:  ms(c.InstallTimeoutMS),
 		Limits: sandbox.Limits{
 			MemoryBytes:   c.RunMemory(),
 			StdoutBytes:   c.StdoutBytes,
@@ -374,6 +399,23 @@ func (c Config) Validate() error {
 		bad("default_timeout_ms", "is %d; allowed range is 1 to max_timeout_ms (%d) milliseconds; lower it or raise max_timeout_ms", c.DefaultTimeoutMS, c.MaxTimeoutMS)
 	}
 	intRange("grace_ms", c.GraceMS, 100, 600_000, " milliseconds")
+	intRange("install_timeout_ms", c.InstallTimeoutMS, 1000, 3_600_000, " milliseconds")
+	intRange("max_dependencies", int64(c.MaxDependencies), 1, 500, " requirements")
+	for key, urls := range map[string][]string{"index_url": {c.IndexURL}, "extra_index_urls": c.ExtraIndexURLs} {
+		for _, u := range urls {
+			if u == "" && key == "index_url" {
+				continue
+			}
+			if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || strings.HasPrefix(u, "-") {
+				bad(key, "has %q, which is not an http(s) URL; give an index such as https://pypi.example.com/simple", u)
+			}
+		}
+	}
+	for _, h := range c.TrustedHosts {
+		if h == "" || strings.HasPrefix(h, "-") || strings.ContainsAny(h, " /\t\n") {
+			bad("trusted_hosts", "has %q; give host names (optionally with :port) such as pypi.example.com", h)
+		}
+	}
 	intRange("ledger_max_age_days", c.LedgerMaxAgeDays, 0, 36_500, " days (0: no age limit)")
 	intRange("ledger_max_executions", c.LedgerMaxExecutions, 0, 100_000_000, " records (0: no count limit)")
 	intRange("max_code_bytes", c.MaxCodeBytes, 1, gib, " bytes (1GiB)")

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sandpit-dev/sandpit/internal/suggest"
 	"io/fs"
 	"math"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+
+	"github.com/sandpit-dev/sandpit/internal/suggest"
 )
 
 // EnvConfig is the environment variable that names the config file when Load is given none.
@@ -273,6 +274,7 @@ const (
 	kindSize // an integer field whose key ends in _bytes
 	kindFloat
 	kindList // []string
+	kindBool
 )
 
 // field describes one settable field of Config, found by reflecting over its json tags.
@@ -318,6 +320,8 @@ func buildFields() []field {
 			}
 		case k == reflect.Float64:
 			f.kind = kindFloat
+		case k == reflect.Bool:
+			f.kind = kindBool
 		case k == reflect.Slice && sf.Type.Elem().Kind() == reflect.String:
 			f.kind = kindList
 		default:
@@ -340,6 +344,8 @@ func (f field) expected() string {
 		return "expected a number, such as " + f.example
 	case kindList: // only for JSON values of the wrong type; any text is a list
 		return "expected a list of strings, such as [\"numpy\", \"pandas\"] ([] for none)"
+	case kindBool:
+		return "expected true or false"
 	}
 	return "expected a string"
 }
@@ -373,6 +379,12 @@ func (f field) setText(v reflect.Value, s string) error {
 			return errors.New(f.expected())
 		}
 		v.SetFloat(x)
+	case kindBool:
+		b, err := strconv.ParseBool(strings.TrimSpace(s))
+		if err != nil {
+			return errors.New(f.expected())
+		}
+		v.SetBool(b)
 	case kindList:
 		list := []string{}
 		for item := range strings.SplitSeq(s, ",") {
@@ -427,6 +439,12 @@ func (f field) setJSON(v reflect.Value, raw json.RawMessage) error {
 			return errors.New("the size is too large")
 		}
 		v.SetInt(n)
+	case kindBool:
+		var b bool
+		if json.Unmarshal(raw, &b) != nil {
+			return fmt.Errorf("%s, got %s", f.expected(), got)
+		}
+		v.SetBool(b)
 	case kindList:
 		var list []string
 		if raw[0] != '[' || json.Unmarshal(raw, &list) != nil {
@@ -447,6 +465,8 @@ func (f field) format(v reflect.Value) string {
 		return strconv.FormatInt(v.Int(), 10)
 	case kindFloat:
 		return strconv.FormatFloat(v.Float(), 'g', -1, 64)
+	case kindBool:
+		return strconv.FormatBool(v.Bool())
 	case kindList:
 		list := v.Interface().([]string)
 		return strings.Join(list, ",")

@@ -52,6 +52,12 @@ type Config struct {
 	// KillTimeout bounds how long killing a slot's processes may take before the run is
 	// reported as a sandbox_error.
 	KillTimeout time.Duration
+	// PackagesRoot is the package directory (a named volume) dependencies are installed into;
+	// "" or missing disables installs. InstallerUID is the uid pip runs as; Checker the path of
+	// deps.py.
+	PackagesRoot string
+	InstallerUID int
+	Checker      string
 }
 
 // DefaultConfig is the layout of the sandpit image.
@@ -66,6 +72,9 @@ func DefaultConfig() Config {
 
 		MatplotlibCache: "/opt/sandpit/matplotlib",
 		KillTimeout:     5 * time.Second,
+		PackagesRoot:    "/opt/sandpit/packages",
+		InstallerUID:    9999,
+		Checker:         "/opt/sandpit/deps.py",
 	}
 }
 
@@ -75,10 +84,13 @@ type Executor struct {
 	conn *protocol.Conn
 	log  *slog.Logger
 
-	mu   sync.Mutex
-	runs map[string]*run // by execution ID
-	busy map[int]bool    // by slot
-	wg   sync.WaitGroup
+	installer *installer
+
+	mu       sync.Mutex
+	runs     map[string]*run               // by execution ID
+	busy     map[int]bool                  // by slot
+	installs map[string]context.CancelFunc // by install request ID
+	wg       sync.WaitGroup
 }
 
 // Serve prepares the box (killing a stale executor and every slot's leftover processes and
@@ -89,9 +101,13 @@ func Serve(ctx context.Context, conn *protocol.Conn, cfg Config, log *slog.Logge
 	if cfg.UIDBase <= 0 || cfg.Slots <= 0 {
 		return fmt.Errorf("executor: invalid config: uid base %d, %d slots", cfg.UIDBase, cfg.Slots)
 	}
-	e := &Executor{cfg: cfg, conn: conn, log: log, runs: map[string]*run{}, busy: map[int]bool{}}
+	e := &Executor{cfg: cfg, conn: conn, log: log, runs: map[string]*run{}, busy: map[int]bool{},
+		installs: map[string]context.CancelFunc{}}
 	python, err := e.prepare()
 	if err != nil {
+		return err
+	}
+	if e.installer, err = newInstaller(e, e.cfg.Python, python); err != nil {
 		return err
 	}
 	if err := conn.Send(&protocol.Message{Kind: protocol.KindHello, Hello: &protocol.Hello{
@@ -136,19 +152,64 @@ func (e *Executor) handle(m *protocol.Message) {
 			return
 		}
 		e.start(m.ID, m.Run.Slot, m.Run.Spec)
+	case protocol.KindInstall:
+		if m.Install == nil {
+			e.send(&protocol.Message{Kind: protocol.KindInstalled, ID: m.ID, Error: "install message without install"})
+			return
+		}
+		e.wg.Go(func() {
+			progress := func(d sandbox.DependencyStatus) {
+				e.send(&protocol.Message{Kind: protocol.KindInstallStatus, ID: m.ID, Dependency: &d})
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			e.mu.Lock()
+			e.installs[m.ID] = cancel
+			e.mu.Unlock()
+			defer func() {
+				e.mu.Lock()
+				delete(e.installs, m.ID)
+				e.mu.Unlock()
+				cancel()
+			}()
+			out := e.installer.install(ctx, *m.Install, progress)
+			e.send(&protocol.Message{Kind: protocol.KindInstalled, ID: m.ID, Installed: &out})
+		})
+	case protocol.KindPackages:
+		e.wg.Go(func() {
+			if m.Packages == nil {
+				e.send(&protocol.Message{Kind: protocol.KindPackagesResult, ID: m.ID, Error: "packages message without packages"})
+				return
+			}
+			list, err := e.installer.packages(*m.Packages)
+			reply := &protocol.Message{Kind: protocol.KindPackagesResult, ID: m.ID, PackageList: list}
+			if err != nil {
+				reply.Error = err.Error()
+			}
+			e.send(reply)
+		})
 	case protocol.KindPing:
 		if err := e.conn.Send(&protocol.Message{Kind: protocol.KindPong, ID: m.ID}); err != nil {
 			e.log.Warn("answering a ping", "error", err)
 		}
 	case protocol.KindCancel:
 		e.mu.Lock()
-		r := e.runs[m.ID]
+		r, cancelInstall := e.runs[m.ID], e.installs[m.ID]
 		e.mu.Unlock()
 		if r != nil {
 			r.stop(stopCancelled)
 		}
+		if cancelInstall != nil {
+			cancelInstall()
+		}
 	default:
 		e.log.Warn("ignoring unknown message", "kind", m.Kind)
+	}
+}
+
+// send sends m, logging a failure (the session's end shows in the read loop).
+func (e *Executor) send(m *protocol.Message) {
+	if err := e.conn.Send(m); err != nil {
+		e.log.Warn("sending a message", "kind", m.Kind, "id", m.ID, "error", err)
 	}
 }
 
@@ -193,6 +254,9 @@ func (e *Executor) stopAll() {
 	e.mu.Lock()
 	for _, r := range e.runs {
 		r.stop(stopCancelled)
+	}
+	for _, cancel := range e.installs {
+		cancel()
 	}
 	e.mu.Unlock()
 	e.wg.Wait()

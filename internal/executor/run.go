@@ -289,6 +289,7 @@ func (r *run) serveControl(conn net.Conn) {
 		"input":      r.spec.Input,
 		"limits":     r.spec.Limits,
 		"timeout_ms": r.spec.TimeoutMS,
+		"paths":      r.spec.Paths,
 	})
 	if err != nil {
 		r.e.log.Error("encoding init", "id", r.id, "error", err)

@@ -209,7 +209,8 @@ func (l *Library) Request(ctx context.Context, agent, name string, run Run, orig
 		return sandbox.Request{}, code, err
 	}
 	origin.CodeName, origin.CodeVersion = code.Name, code.Version
-	req := sandbox.Request{Code: code.Code, Input: run.Input, TimeoutMS: run.TimeoutMS, Agent: agent, Origin: origin}
+	req := sandbox.Request{Code: code.Code, Input: run.Input, TimeoutMS: run.TimeoutMS, Agent: agent, Origin: origin,
+		Dependencies: code.Dependencies}
 	if !isNull(code.OutputSchema) {
 		sch, err := compile("output_schema", code.OutputSchema)
 		if err != nil {

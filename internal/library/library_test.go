@@ -17,6 +17,15 @@ import (
 type echoRuntime struct{ runs int }
 
 func (r *echoRuntime) Ready(context.Context) error { return nil }
+
+// Install finds every requirement present, as an image that has them all.
+func (r *echoRuntime) Install(_ context.Context, req sandbox.InstallRequest, _ func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
+	var out sandbox.Installed
+	for _, q := range req.Requirements {
+		out.Dependencies = append(out.Dependencies, sandbox.DependencyStatus{Requirement: q, Status: sandbox.DependencyPresent, Version: "1.0"})
+	}
+	return out, nil
+}
 func (r *echoRuntime) Run(_ context.Context, _ int, spec sandbox.Spec, _ func(sandbox.Event)) (sandbox.Result, error) {
 	r.runs++
 	var in struct {
@@ -67,7 +76,8 @@ func TestSaveUpdateRunValidated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Outcome != sandbox.OutcomeOK || string(res.Output) != `{"total": 3}` || res.CodeName != "sum" || res.CodeVersion != 2 || res.Source != "api" {
+	if res.Outcome != sandbox.OutcomeOK || string(res.Output) != `{"total": 3}` || res.CodeName != "sum" || res.CodeVersion != 2 || res.Source != "api" ||
+		len(res.Dependencies) != 1 || res.Dependencies[0].Requirement != "tiny-pkg==1.0" {
 		t.Fatalf("valid run: %+v", res)
 	}
 	rec, err := st.GetExecution(ctx, res.ID)

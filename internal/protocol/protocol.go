@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -45,6 +46,12 @@ const (
 	KindRefused Kind = "refused" // executor → daemon: run ID was not started; Error says why
 	KindPing    Kind = "ping"    // daemon → executor: are you alive? (ID is a sequence number)
 	KindPong    Kind = "pong"    // executor → daemon: the answer to the ping with the same ID
+
+	KindInstall        Kind = "install"         // daemon → executor: make Install's requirements importable
+	KindInstallStatus  Kind = "install_status"  // executor → daemon: one requirement of install ID decided (Dependency)
+	KindInstalled      Kind = "installed"       // executor → daemon: install ID ended (Installed, or Error)
+	KindPackages       Kind = "packages"        // daemon → executor: list or remove installed packages
+	KindPackagesResult Kind = "packages_result" // executor → daemon: the answer to packages ID (PackageList, or Error)
 )
 
 // Message is one frame's content. Which fields are set depends on Kind.
@@ -56,6 +63,49 @@ type Message struct {
 	Data   string          `json:"data,omitempty"`
 	Result *sandbox.Result `json:"result,omitempty"`
 	Error  string          `json:"error,omitempty"`
+
+	Install     *Install                  `json:"install,omitempty"`
+	Dependency  *sandbox.DependencyStatus `json:"dependency,omitempty"`
+	Installed   *sandbox.Installed        `json:"installed,omitempty"`
+	Packages    *Packages                 `json:"packages,omitempty"`
+	PackageList []Package                 `json:"package_list,omitempty"`
+}
+
+// Install asks the executor to make requirements importable, installing what is missing with
+// pip as the installer user.
+type Install struct {
+	Request sandbox.InstallRequest `json:"request"`
+	Pip     PipOptions             `json:"pip"`
+}
+
+// PipOptions are the daemon's pip settings, from its configuration (never from a request).
+type PipOptions struct {
+	// IndexURL replaces PyPI ("" keeps pip's default); ExtraIndexURLs are searched too.
+	IndexURL       string   `json:"index_url,omitempty"`
+	ExtraIndexURLs []string `json:"extra_index_urls,omitempty"`
+	// TrustedHosts are hosts pip may reach over plain HTTP or with a bad certificate.
+	TrustedHosts []string `json:"trusted_hosts,omitempty"`
+	// BinaryOnly refuses source distributions (no builds).
+	BinaryOnly bool `json:"binary_only,omitempty"`
+}
+
+// Packages asks for the installed packages (Op "list") or removes one (Op "remove", Name).
+type Packages struct {
+	Op   string `json:"op"`
+	Name string `json:"name,omitempty"`
+}
+
+// Package is one installed package directory: a requirement installed with its own
+// dependencies.
+type Package struct {
+	// Name is the PEP 503 normalised name; Version the installed version.
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	// Requirement is the requirement it was installed for.
+	Requirement string `json:"requirement"`
+	// SizeBytes is the size of its directory (with the dependencies installed with it).
+	SizeBytes   int64     `json:"size_bytes"`
+	InstalledAt time.Time `json:"installed_at"`
 }
 
 // Hello is the executor's greeting.

@@ -222,7 +222,8 @@ func (c *Client) readLoop() {
 			c.mu.Lock()
 			c.lastPong = time.Now()
 			c.mu.Unlock()
-		case protocol.KindStdout, protocol.KindStderr, protocol.KindResult, protocol.KindRefused:
+		case protocol.KindStdout, protocol.KindStderr, protocol.KindResult, protocol.KindRefused,
+			protocol.KindInstallStatus, protocol.KindInstalled, protocol.KindPackagesResult:
 			c.mu.Lock()
 			cl := c.calls[m.ID]
 			c.mu.Unlock()
@@ -316,6 +317,105 @@ func (c *Client) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func
 				return res, err
 			}
 			return partial(), c.Err()
+		}
+	}
+}
+
+// register adds a call for id, or returns the session's error.
+func (c *Client) register(id string) (*call, func(), error) {
+	cl := &call{notify: make(chan struct{}, 1)}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, c.err)
+	}
+	c.calls[id] = cl
+	return cl, func() {
+		c.mu.Lock()
+		delete(c.calls, id)
+		c.mu.Unlock()
+	}, nil
+}
+
+// installCancelGrace is how long Install waits for the executor to stop a cancelled install
+// (it kills pip and removes its directory).
+const installCancelGrace = 10 * time.Second
+
+// Install asks the executor to make req's requirements importable (see sandbox.Installer),
+// with pip's settings o. progress, when not nil, receives each requirement's status.
+func (c *Client) Install(ctx context.Context, req sandbox.InstallRequest, o protocol.PipOptions, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
+	id := "in_" + sandbox.NewID()[3:]
+	cl, unregister, err := c.register(id)
+	if err != nil {
+		return sandbox.Installed{}, err
+	}
+	defer unregister()
+	if err := c.conn.Send(&protocol.Message{Kind: protocol.KindInstall, ID: id, Install: &protocol.Install{Request: req, Pip: o}}); err != nil {
+		c.fail(fmt.Errorf("%w: sending an install: %w", ErrClosed, err))
+		return sandbox.Installed{}, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
+	}
+	var grace <-chan time.Time
+	ctxDone := ctx.Done()
+	for {
+		select {
+		case <-cl.notify:
+			for _, m := range cl.drain() {
+				switch m.Kind {
+				case protocol.KindInstallStatus:
+					if progress != nil && m.Dependency != nil {
+						progress(*m.Dependency)
+					}
+				case protocol.KindInstalled:
+					if m.Installed == nil {
+						return sandbox.Installed{}, fmt.Errorf("the executor failed the install: %s", m.Error)
+					}
+					if ctxDone == nil { // cancelled meanwhile
+						return sandbox.Installed{}, ctx.Err()
+					}
+					return *m.Installed, nil
+				}
+			}
+		case <-ctxDone:
+			ctxDone = nil
+			grace = time.After(installCancelGrace)
+			if err := c.conn.Send(&protocol.Message{Kind: protocol.KindCancel, ID: id}); err != nil {
+				c.fail(fmt.Errorf("%w: sending a cancel: %w", ErrClosed, err))
+			}
+		case <-grace:
+			return sandbox.Installed{}, fmt.Errorf("the executor did not confirm the cancelled install's end: %w", ctx.Err())
+		case <-c.done:
+			return sandbox.Installed{}, c.Err()
+		}
+	}
+}
+
+// Packages lists the installed packages (op "list") or removes a name's (op "remove").
+func (c *Client) Packages(ctx context.Context, op protocol.Packages) ([]protocol.Package, error) {
+	id := "pk_" + sandbox.NewID()[3:]
+	cl, unregister, err := c.register(id)
+	if err != nil {
+		return nil, err
+	}
+	defer unregister()
+	if err := c.conn.Send(&protocol.Message{Kind: protocol.KindPackages, ID: id, Packages: &op}); err != nil {
+		c.fail(fmt.Errorf("%w: sending a packages request: %w", ErrClosed, err))
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
+	}
+	for {
+		select {
+		case <-cl.notify:
+			for _, m := range cl.drain() {
+				if m.Kind == protocol.KindPackagesResult {
+					if m.Error != "" {
+						return nil, errors.New(m.Error)
+					}
+					return m.PackageList, nil
+				}
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.done:
+			return nil, c.Err()
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 )
 
@@ -67,6 +68,16 @@ func (b Box) spec(img Image, dataDir string) (*container.Config, *container.Host
 		LogConfig:     container.LogConfig{Type: "none"},
 		NetworkMode:   network,
 		RestartPolicy: container.RestartPolicy{Name: "no"},
+		// The installed dependencies and pip's cache outlive the container (no host path).
+		Mounts: []mount.Mount{{
+			Type:   mount.TypeVolume,
+			Source: VolumeName(dataDir),
+			Target: PackagesDir,
+			VolumeOptions: &mount.VolumeOptions{Labels: map[string]string{
+				labelManaged: "1",
+				labelDataDir: dataDir,
+			}},
+		}},
 	}
 	cfg := &container.Config{
 		Image:      img.Tag,
@@ -89,6 +100,15 @@ func (b Box) spec(img Image, dataDir string) (*container.Config, *container.Host
 	hash := hex.EncodeToString(sum[:])[:16]
 	cfg.Labels[labelConfig] = hash
 	return cfg, host, hash
+}
+
+// PackagesDir is where the package volume is mounted in the container.
+const PackagesDir = "/opt/sandpit/packages"
+
+// VolumeName is the name of the data directory's package volume: installed dependencies and
+// pip's cache, kept across container re-creation.
+func VolumeName(dataDir string) string {
+	return containerName(dataDir) + "-packages"
 }
 
 // containerName is the warm container's name for a data directory.

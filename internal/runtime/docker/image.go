@@ -47,7 +47,8 @@ type Recipe struct {
 type Image struct {
 	Recipe
 	// Tag is Repository:hash, where hash covers the Dockerfile, the base image (name and, when
-	// present locally, ID), the packages, the executor binary and the bootstrap.
+	// present locally, ID), the packages, the executor binary, the bootstrap and the dependency
+	// checker.
 	Tag      string
 	executor []byte
 }
@@ -60,7 +61,7 @@ func Resolve(ctx context.Context, api client.APIClient, r Recipe) (Image, error)
 		return Image{}, fmt.Errorf("reading the executor binary: %w (build it with `make build`, or set executor_path)", err)
 	}
 	h := sha256.New()
-	for _, part := range [][]byte{dockerfile, bootstrap.Source, exe, []byte(r.BaseImage), []byte(strings.Join(r.Packages, " "))} {
+	for _, part := range [][]byte{dockerfile, bootstrap.Source, bootstrap.Checker, exe, []byte(r.BaseImage), []byte(strings.Join(r.Packages, " "))} {
 		fmt.Fprintf(h, "%d:", len(part))
 		h.Write(part)
 	}
@@ -170,6 +171,7 @@ func (img Image) context() (io.Reader, error) {
 	}{
 		{"Dockerfile", 0o644, dockerfile},
 		{"bootstrap.py", 0o644, bootstrap.Source},
+		{"deps.py", 0o644, bootstrap.Checker},
 		{"sandpit-executor", 0o755, img.executor},
 	}
 	for _, f := range files {

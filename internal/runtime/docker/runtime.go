@@ -20,6 +20,7 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
+	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/session"
 )
@@ -35,6 +36,8 @@ type Config struct {
 	ReadyWait time.Duration
 	// Progress receives the image build's output when the image has to be built (may be nil).
 	Progress io.Writer
+	// Pip holds pip's settings for dependency installs (index, mirrors, binary only).
+	Pip protocol.PipOptions
 	// Session tunes the control session (heartbeat); zero values take the defaults.
 	Session session.Options
 }
@@ -232,6 +235,24 @@ func (r *Runtime) Run(ctx context.Context, slot int, spec sandbox.Spec, emit fun
 		err = fmt.Errorf("%s; sandpit is bringing the sandbox back (%w)", r.whatStopped(containerID), err)
 	}
 	return res, err
+}
+
+// Install makes req's requirements importable in the box (sandbox.Installer).
+func (r *Runtime) Install(ctx context.Context, req sandbox.InstallRequest, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
+	sess, _, err := r.current(ctx)
+	if err != nil {
+		return sandbox.Installed{}, err
+	}
+	return sess.Install(ctx, req, r.cfg.Pip, progress)
+}
+
+// Packages lists the installed dependencies (op "list") or removes a package's (op "remove").
+func (r *Runtime) Packages(ctx context.Context, op protocol.Packages) ([]protocol.Package, error) {
+	sess, _, err := r.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return sess.Packages(ctx, op)
 }
 
 // whatStopped says whether the container or only the executor stopped, for a run's reason. A

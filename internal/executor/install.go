@@ -1,0 +1,431 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/protocol"
+	"github.com/sandpit-dev/sandpit/internal/requirement"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// installer installs dependencies with pip, as the installer user, into the package root:
+//
+//	root/cache          pip's cache (installer only)
+//	root/home           the installer's HOME
+//	root/pyX.Y/NAME-VERSION-RANDOM/   one requirement with its own dependencies, plus
+//	                    .sandpit.json (its manifest); runs read it, never write it
+//	root/pyX.Y/.tmp-*   an install in progress, renamed into place when complete
+//
+// The directory is keyed to the interpreter's version, so packages built for one Python are
+// never loaded by another. One install runs at a time (they share the installer uid, which a
+// timeout kills whole), and a requirement waiting behind another's install is checked again
+// before pip starts: two runs asking for one missing package install it once.
+type installer struct {
+	e       *Executor
+	root    string // "" when the box has no package directory
+	site    string // root/pyX.Y
+	uid     int
+	python  string
+	checker string
+
+	mu        sync.Mutex // one install at a time
+	satisfied sync.Map   // canonical requirement → resolution, once present
+}
+
+// checkerUID runs the checker: it only reads, and is not the installer, whose processes a
+// timed-out install kills.
+const checkerUID = 65534 // nobody
+
+// resolution is how a requirement is satisfied: its version, and the directory to put on the
+// run's sys.path ("" when the image itself has it).
+type resolution struct {
+	Version string `json:"version"`
+	Path    string `json:"path"`
+}
+
+// manifest is the .sandpit.json of an installed directory.
+type manifest struct {
+	Requirement string    `json:"requirement"`
+	Name        string    `json:"name"`
+	Version     string    `json:"version"`
+	InstalledAt time.Time `json:"installed_at"`
+}
+
+const manifestName = ".sandpit.json"
+
+// newInstaller prepares the package root: owned by the installer, in-progress installs of a
+// killed executor removed. A missing root disables installs.
+func newInstaller(e *Executor, python, version string) (*installer, error) {
+	in := &installer{e: e, uid: e.cfg.InstallerUID, python: python, checker: e.cfg.Checker}
+	root := e.cfg.PackagesRoot
+	if root == "" {
+		return in, nil
+	}
+	if _, err := os.Stat(root); errors.Is(err, fs.ErrNotExist) {
+		e.log.Warn("no package directory: dependencies cannot be installed", "path", root)
+		return in, nil
+	}
+	major, minor, _ := strings.Cut(version, ".")
+	minor, _, _ = strings.Cut(minor, ".")
+	in.root, in.site = root, filepath.Join(root, "py"+major+"."+minor)
+	if err := os.Chown(root, in.uid, in.uid); err != nil {
+		return nil, fmt.Errorf("executor: handing the package directory to the installer: %w", err)
+	}
+	if err := os.Chmod(root, 0o755); err != nil {
+		return nil, err
+	}
+	for dir, mode := range map[string]os.FileMode{filepath.Join(root, "cache"): 0o700, filepath.Join(root, "home"): 0o700, in.site: 0o755} {
+		if err := os.MkdirAll(dir, mode); err != nil {
+			return nil, fmt.Errorf("executor: preparing the package directory: %w", err)
+		}
+		if err := os.Chown(dir, in.uid, in.uid); err != nil {
+			return nil, err
+		}
+	}
+	leftovers, _ := filepath.Glob(filepath.Join(in.site, ".tmp-*"))
+	for _, dir := range leftovers {
+		e.log.Info("removing an unfinished install", "path", dir)
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, fmt.Errorf("executor: removing an unfinished install: %w", err)
+		}
+	}
+	return in, nil
+}
+
+// install decides each requirement in order: present (cached, in the image, or installed
+// earlier) or installed now, or failed.
+func (in *installer) install(ctx context.Context, req protocol.Install, progress func(sandbox.DependencyStatus)) sandbox.Installed {
+	var out sandbox.Installed
+	for _, r := range req.Request.Requirements {
+		began := time.Now()
+		st, res := in.one(ctx, r, req)
+		st.Requirement, st.DurationMS = r, time.Since(began).Milliseconds()
+		if st.Status != sandbox.DependencyFailed {
+			st.Version = res.Version
+			if res.Path != "" && !slices.Contains(out.Paths, res.Path) {
+				out.Paths = append(out.Paths, res.Path)
+			}
+		}
+		out.Dependencies = append(out.Dependencies, st)
+		if progress != nil {
+			progress(st)
+		}
+	}
+	return out
+}
+
+func (in *installer) one(ctx context.Context, r string, req protocol.Install) (sandbox.DependencyStatus, resolution) {
+	if v, ok := in.satisfied.Load(r); ok {
+		return sandbox.DependencyStatus{Status: sandbox.DependencyPresent}, v.(resolution)
+	}
+	if _, err := requirement.Parse(r); err != nil { // the daemon checked it; the executor trusts nobody
+		return failed("%v", err), resolution{}
+	}
+	res, present, err := in.check(ctx, r)
+	if err != nil {
+		return failed("checking whether it is installed failed: %v", err), resolution{}
+	}
+	if present {
+		in.satisfied.Store(r, res)
+		return sandbox.DependencyStatus{Status: sandbox.DependencyPresent}, res
+	}
+	switch {
+	case req.Request.Offline:
+		return failed("it is not installed, and the sandbox's network policy is \"none\", so pip cannot fetch it: " +
+			"run with network \"full\" (it stays installed afterwards), or add it to the image's packages"), resolution{}
+	case in.root == "":
+		return failed("it is not installed, and this sandbox has no package directory to install it into"), resolution{}
+	}
+
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	// Another request may have installed it while this one waited.
+	if res, present, err := in.check(ctx, r); err == nil && present {
+		in.satisfied.Store(r, res)
+		return sandbox.DependencyStatus{Status: sandbox.DependencyPresent}, res
+	}
+	res, err = in.pip(ctx, r, req)
+	if err != nil {
+		return failed("%v", err), resolution{}
+	}
+	in.satisfied.Store(r, res)
+	return sandbox.DependencyStatus{Status: sandbox.DependencyInstalled}, res
+}
+
+func failed(format string, args ...any) sandbox.DependencyStatus {
+	return sandbox.DependencyStatus{Status: sandbox.DependencyFailed, Error: fmt.Sprintf(format, args...)}
+}
+
+// check runs the checker for r against the image and the installed directories.
+func (in *installer) check(ctx context.Context, r string) (resolution, bool, error) {
+	var dirs []string
+	if in.site != "" {
+		entries, _ := os.ReadDir(in.site)
+		for _, e := range entries {
+			if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+				dirs = append(dirs, filepath.Join(in.site, e.Name()))
+			}
+		}
+	}
+	job, _ := json.Marshal(map[string]any{"requirements": []string{r}, "dirs": dirs})
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, in.python, "-I", in.checker)
+	cmd.Stdin = bytes.NewReader(job)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	asUser(cmd, checkerUID, "/")
+	if err := cmd.Run(); err != nil {
+		return resolution{}, false, fmt.Errorf("%v: %s", err, lastLines(stderr.String(), 3))
+	}
+	var answers []struct {
+		Status, Version, Path, Error string
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &answers); err != nil || len(answers) != 1 {
+		return resolution{}, false, fmt.Errorf("the checker's answer %q is not one status", stdout.String())
+	}
+	a := answers[0]
+	switch a.Status {
+	case "present":
+		return resolution{Version: a.Version, Path: a.Path}, true, nil
+	case "invalid":
+		return resolution{}, false, errors.New(a.Error)
+	}
+	return resolution{}, false, nil
+}
+
+// asUser makes cmd run as uid in its own process group, in home, with a minimal environment.
+func asUser(cmd *exec.Cmd, uid int, home string) {
+	cmd.Env = []string{"HOME=" + home, "PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", "TMPDIR=/tmp",
+		"PIP_BREAK_SYSTEM_PACKAGES=1", "PIP_NO_INPUT=1", "PIP_DISABLE_PIP_VERSION_CHECK=1"}
+	cmd.Dir = home
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true,
+		Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), NoSetGroups: true}}
+}
+
+// pip installs r into a fresh directory and moves it into place when complete; a failed or
+// killed install leaves nothing.
+func (in *installer) pip(ctx context.Context, r string, req protocol.Install) (resolution, error) {
+	timeout := req.Request.Timeout
+	if timeout <= 0 {
+		timeout = 120 * time.Second
+	}
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	tmp := filepath.Join(in.site, ".tmp-"+hex.EncodeToString(suffix[:]))
+	defer os.RemoveAll(tmp) // gone after the rename; removed as root if pip left it
+
+	args := []string{"-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--no-warn-script-location",
+		"--progress-bar", "off", "--target", tmp, "--cache-dir", filepath.Join(in.root, "cache"),
+		"--timeout", "5", "--retries", "1"}
+	if o := req.Pip; o.IndexURL != "" {
+		args = append(args, "--index-url", o.IndexURL)
+	}
+	for _, u := range req.Pip.ExtraIndexURLs {
+		args = append(args, "--extra-index-url", u)
+	}
+	for _, h := range req.Pip.TrustedHosts {
+		args = append(args, "--trusted-host", h)
+	}
+	if req.Pip.BinaryOnly {
+		args = append(args, "--only-binary", ":all:")
+	}
+	args = append(args, "--", r)
+
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.Command(in.python, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	asUser(cmd, in.uid, filepath.Join(in.root, "home"))
+	began := time.Now()
+	if err := cmd.Start(); err != nil {
+		return resolution{}, fmt.Errorf("starting pip: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		_ = killAndWait(in.uid, in.e.cfg.KillTimeout) // pip and everything it started
+		<-done
+		if ctx.Err() == context.DeadlineExceeded && time.Since(began) >= timeout {
+			return resolution{}, fmt.Errorf("pip did not finish within the install timeout of %s and was stopped (raise install_timeout_ms, or check the index: %s)",
+				timeout, lastLines(out.String(), 2))
+		}
+		return resolution{}, fmt.Errorf("the install was cancelled: %w", ctx.Err())
+	}
+	_ = killAndWait(in.uid, in.e.cfg.KillTimeout) // nothing of pip may outlive it
+	if err != nil {
+		return resolution{}, pipError(out.String(), req.Pip)
+	}
+
+	name := requirementName(r)
+	version := installedVersion(tmp, name)
+	if version == "" {
+		return resolution{}, fmt.Errorf("pip succeeded but installed no %s distribution: %s", name, lastLines(out.String(), 3))
+	}
+	m, _ := json.Marshal(manifest{Requirement: r, Name: name, Version: version, InstalledAt: time.Now().UTC()})
+	if err := os.WriteFile(filepath.Join(tmp, manifestName), m, 0o644); err != nil {
+		return resolution{}, fmt.Errorf("writing the manifest: %w", err)
+	}
+	final := filepath.Join(in.site, fmt.Sprintf("%s-%s-%s", name, sanitize(version), hex.EncodeToString(suffix[:])))
+	if err := filepath.WalkDir(tmp, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, in.uid, in.uid)
+	}); err != nil {
+		return resolution{}, fmt.Errorf("handing the install to the installer: %w", err)
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return resolution{}, err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return resolution{}, fmt.Errorf("moving the install into place: %w", err)
+	}
+	in.e.log.Info("installed a dependency", "requirement", r, "version", version, "duration_ms", time.Since(began).Milliseconds())
+	return resolution{Version: version, Path: final}, nil
+}
+
+var unreachable = regexp.MustCompile(`(?i)(failed to establish a new connection|connecttimeouterror|connection to \S+ timed out|read timed out|temporary failure in name resolution|name or service not known|network is unreachable|connection refused|no route to host)`)
+
+// pipError turns pip's output into the reason of a failed install: pip's ERROR lines (or its
+// last lines), and whether the index could not be reached.
+func pipError(output string, o protocol.PipOptions) error {
+	var errs []string
+	for line := range strings.Lines(output) {
+		if l := strings.TrimSpace(line); strings.HasPrefix(l, "ERROR:") {
+			errs = append(errs, l)
+		}
+	}
+	reason := strings.Join(errs, "\n")
+	if len(errs) > 5 {
+		reason = strings.Join(errs[:5], "\n")
+	}
+	if reason == "" {
+		reason = lastLines(output, 5)
+	}
+	if m := unreachable.FindString(output); m != "" {
+		index := o.IndexURL
+		if index == "" {
+			index = "https://pypi.org/simple (pip's default)"
+		}
+		return fmt.Errorf("the package index %s could not be reached (%s); check the network and index_url:\n%s", index, m, reason)
+	}
+	return fmt.Errorf("pip could not install it:\n%s", reason)
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// requirementName returns the PEP 503 name of a canonical requirement.
+func requirementName(r string) string {
+	req, err := requirement.Parse(r)
+	if err != nil {
+		return ""
+	}
+	return req.Key
+}
+
+// installedVersion finds name's version from its .dist-info directory in dir.
+func installedVersion(dir, name string) string {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		base, ok := strings.CutSuffix(e.Name(), ".dist-info")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		// NAME-VERSION.dist-info, where NAME has '-' escaped as '_' (PEP 427).
+		i := strings.LastIndex(base, "-")
+		if i > 0 && requirement.Normalize(base[:i]) == name {
+			return base[i+1:]
+		}
+	}
+	return ""
+}
+
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '/' || r == os.PathSeparator || r < ' ' {
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+// packages answers a packages request: the installed directories, or the removal of a name's.
+func (in *installer) packages(op protocol.Packages) ([]protocol.Package, error) {
+	if in.site == "" {
+		return nil, errors.New("this sandbox has no package directory")
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	entries, err := os.ReadDir(in.site)
+	if err != nil {
+		return nil, err
+	}
+	var list []protocol.Package
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		dir := filepath.Join(in.site, e.Name())
+		data, err := os.ReadFile(filepath.Join(dir, manifestName))
+		var m manifest
+		if err != nil || json.Unmarshal(data, &m) != nil {
+			continue
+		}
+		switch op.Op {
+		case "remove":
+			if m.Name == requirement.Normalize(op.Name) {
+				if err := os.RemoveAll(dir); err != nil {
+					return nil, fmt.Errorf("removing %s: %w", e.Name(), err)
+				}
+				list = append(list, protocol.Package{Name: m.Name, Version: m.Version, Requirement: m.Requirement, InstalledAt: m.InstalledAt})
+			}
+		default:
+			list = append(list, protocol.Package{Name: m.Name, Version: m.Version, Requirement: m.Requirement,
+				SizeBytes: dirSize(dir), InstalledAt: m.InstalledAt})
+		}
+	}
+	if op.Op == "remove" {
+		in.satisfied.Clear() // the removed directories may satisfy cached requirements
+	}
+	return list, nil
+}
+
+func dirSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
