@@ -266,7 +266,7 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	}
 	defer eng.Close()
 
-	backend := httpapi.Backend{Executor: eng.Service, Library: eng.Library, Jobs: eng.Jobs, Ledger: eng.Store}
+	backend := httpapi.Backend{Executor: eng.Service, Library: eng.Library, Jobs: eng.Jobs, Ledger: eng.Store, Packages: eng.Runtime}
 	srv := &http.Server{
 		Handler:           httpapi.Guard(httpapi.NewHandler(backend, log), cfg.AllowedHosts),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -86,6 +86,7 @@ type runFlags struct {
 	json    bool
 	url     string
 	local   bool
+	deps    []string
 }
 
 func (o *options) runCommand() *cobra.Command {
@@ -125,6 +126,7 @@ Exit status: the program's own status; 124 timeout; 137 memory_limit; 125 output
 	fl.BoolVar(&f.json, "json", false, "print the whole result as JSON instead of the program's output")
 	fl.StringVar(&f.url, "url", "", "daemon URL (default $SANDPIT_URL or "+DefaultURL+")")
 	fl.BoolVar(&f.local, "local", false, "do not look for a daemon: run the engine in this process")
+	fl.StringArrayVar(&f.deps, "dep", nil, `a dependency to install first (PEP 508, such as "tinypkg==1.0"), repeatable`)
 	return cmd
 }
 
@@ -133,7 +135,7 @@ func (o *options) run(cmd *cobra.Command, f runFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	req := client.ExecuteRequest{Code: code, Agent: f.agent}
+	req := client.ExecuteRequest{Code: code, Agent: f.agent, Dependencies: f.deps}
 	if f.input != "" {
 		in := []byte(f.input)
 		if name, ok := strings.CutPrefix(f.input, "@"); ok {
@@ -167,11 +169,25 @@ func (o *options) emitter(asJSON bool) func(sandbox.Event) {
 		return nil
 	}
 	return func(e sandbox.Event) {
-		w := o.env.Stdout
-		if e.Stream == "stderr" {
-			w = o.env.Stderr
+		switch e.Stream {
+		case "stdout":
+			io.WriteString(o.env.Stdout, e.Data)
+		case "stderr":
+			io.WriteString(o.env.Stderr, e.Data)
+		case "dependency":
+			o.printDependency(e.Dependency)
 		}
-		io.WriteString(w, e.Data)
+	}
+}
+
+// printDependency reports an install on stderr (present requirements are quiet).
+func (o *options) printDependency(d *sandbox.DependencyStatus) {
+	switch {
+	case d == nil:
+	case d.Status == sandbox.DependencyInstalled:
+		fmt.Fprintf(o.env.Stderr, "sandpit: installed %s (%s) in %dms\n", d.Requirement, d.Version, d.DurationMS)
+	case d.Status == sandbox.DependencyFailed:
+		fmt.Fprintf(o.env.Stderr, "sandpit: could not install %s: %s\n", d.Requirement, d.Error)
 	}
 }
 
@@ -240,7 +256,7 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequ
 	}
 	defer eng.Close()
 	return eng.Service.Execute(ctx, sandbox.Request{Code: req.Code, Input: req.Input, TimeoutMS: req.TimeoutMS, Agent: req.Agent,
-		Origin: sandbox.Origin{Source: sandbox.SourceCLI}}, emit)
+		Dependencies: req.Dependencies, Origin: sandbox.Origin{Source: sandbox.SourceCLI}}, emit)
 }
 
 // compareWithDaemon checks the settings this command was given (environment, config file)

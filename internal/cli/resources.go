@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
@@ -639,4 +640,92 @@ func oneLine(s string, n int) string {
 		s = strings.ToValidUTF8(s[:n], "") + "…"
 	}
 	return s
+}
+
+func (o *options) packagesCommand() *cobra.Command {
+	pk := &cobra.Command{Use: "packages", Short: "List, pre-install and remove the dependencies installed in the sandbox (needs the daemon)"}
+	var list daemonFlags
+	listCmd := &cobra.Command{
+		Use:   "list",
+		Short: "List installed dependencies with their versions and sizes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := o.daemon(cmd.Context(), list)
+			if err != nil {
+				return err
+			}
+			pkgs, err := c.Packages(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if list.json {
+				return o.printJSON(map[string]any{"packages": pkgs})
+			}
+			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tVERSION\tSIZE\tINSTALLED\tFOR")
+			for _, p := range pkgs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name, p.Version, config.FormatSize(p.SizeBytes), p.InstalledAt.Format(time.RFC3339), p.Requirement)
+			}
+			return tw.Flush()
+		},
+	}
+	list.register(listCmd.Flags(), true)
+
+	var install daemonFlags
+	installCmd := &cobra.Command{
+		Use:     "install REQUIREMENT...",
+		Short:   "Install dependencies ahead of the runs that need them",
+		Example: `  sandpit packages install 'pandas==2.2.2' 'rich[jupyter]'`,
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.daemon(cmd.Context(), install)
+			if err != nil {
+				return err
+			}
+			statuses, err := c.InstallPackages(cmd.Context(), args, func(d sandbox.DependencyStatus) {
+				if !install.json {
+					fmt.Fprintf(o.env.Stdout, "%-9s %s %s\n", d.Status, d.Requirement, strings.TrimSpace(d.Version+" "+d.Error))
+				}
+			})
+			if err != nil {
+				return err
+			}
+			if install.json {
+				if err := o.printJSON(map[string]any{"dependencies": statuses}); err != nil {
+					return err
+				}
+			}
+			for _, d := range statuses {
+				if d.Status == sandbox.DependencyFailed {
+					return &exitError{code: exitSoftware}
+				}
+			}
+			return nil
+		},
+	}
+	install.register(installCmd.Flags(), true)
+
+	var remove daemonFlags
+	removeCmd := &cobra.Command{
+		Use:   "remove NAME",
+		Short: "Remove an installed dependency (every version of it; the image's own packages stay)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.daemon(cmd.Context(), remove)
+			if err != nil {
+				return err
+			}
+			removed, err := c.RemovePackage(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			for _, p := range removed {
+				fmt.Fprintf(o.env.Stdout, "removed %s %s\n", p.Name, p.Version)
+			}
+			return nil
+		},
+	}
+	remove.register(removeCmd.Flags(), false)
+	pk.AddCommand(listCmd, installCmd, removeCmd)
+	return pk
 }

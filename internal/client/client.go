@@ -56,6 +56,8 @@ type ExecuteRequest struct {
 	TimeoutMS *int64 `json:"timeout_ms,omitempty"`
 	// Agent is the namespace of the run; empty means "default".
 	Agent string `json:"agent,omitempty"`
+	// Dependencies are PEP 508 requirements installed (when missing) before the run.
+	Dependencies []string `json:"dependencies,omitempty"`
 }
 
 // Limits are the daemon's effective limits (GET /v1/limits).
@@ -225,10 +227,11 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) e
 
 // streamLine is any line of an NDJSON execution stream.
 type streamLine struct {
-	Type   string          `json:"type"`
-	Data   string          `json:"data"`
-	Result *sandbox.Result `json:"result"`
-	Error  *errorDetail    `json:"error"`
+	Type       string                    `json:"type"`
+	Data       string                    `json:"data"`
+	Dependency *sandbox.DependencyStatus `json:"dependency"`
+	Result     *sandbox.Result           `json:"result"`
+	Error      *errorDetail              `json:"error"`
 }
 
 // readStream reads an NDJSON execution stream up to its result or error line. Lines can be
@@ -249,6 +252,10 @@ func readStream(r io.Reader, onEvent func(sandbox.Event)) (sandbox.Result, error
 			case "stdout", "stderr":
 				if onEvent != nil {
 					onEvent(sandbox.Event{Stream: l.Type, Data: l.Data})
+				}
+			case "dependency":
+				if onEvent != nil && l.Dependency != nil {
+					onEvent(sandbox.Event{Stream: l.Type, Dependency: l.Dependency})
 				}
 			case "result":
 				if l.Result == nil {

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -9,6 +11,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
+	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -190,4 +193,59 @@ func query(v url.Values) string {
 		return ""
 	}
 	return "?" + v.Encode()
+}
+
+// Packages lists the dependencies installed in the sandbox's package volume.
+func (c *Client) Packages(ctx context.Context) ([]protocol.Package, error) {
+	var out struct {
+		Packages []protocol.Package `json:"packages"`
+	}
+	err := c.call(ctx, http.MethodGet, "/v1/packages", nil, &out)
+	return out.Packages, err
+}
+
+// InstallPackages pre-installs requirements; progress, when not nil, receives each status as
+// the daemon decides it (the answer is streamed).
+func (c *Client) InstallPackages(ctx context.Context, reqs []string, progress func(sandbox.DependencyStatus)) ([]sandbox.DependencyStatus, error) {
+	body := map[string][]string{"requirements": reqs}
+	resp, err := c.send(ctx, http.MethodPost, "/v1/packages", body, httpapi.NDJSONContentType+", application/json;q=0.5")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var l struct {
+			Type         string                     `json:"type"`
+			Dependency   *sandbox.DependencyStatus  `json:"dependency"`
+			Dependencies []sandbox.DependencyStatus `json:"dependencies"`
+			Error        *errorDetail               `json:"error"`
+		}
+		if err := dec.Decode(&l); err != nil {
+			return nil, fmt.Errorf("reading the install's answer: it ended before its last line: %w", err)
+		}
+		switch l.Type {
+		case "dependency":
+			if progress != nil && l.Dependency != nil {
+				progress(*l.Dependency)
+			}
+		case "installed":
+			return l.Dependencies, nil
+		case "error":
+			e := &APIError{Code: "internal", Message: "the stream reported an error without details"}
+			if l.Error != nil {
+				e.Code, e.Message = l.Error.Code, l.Error.Message
+			}
+			return nil, e
+		}
+	}
+}
+
+// RemovePackage removes the installed package name (every version of it).
+func (c *Client) RemovePackage(ctx context.Context, name string) ([]protocol.Package, error) {
+	var out struct {
+		Removed []protocol.Package `json:"removed"`
+	}
+	err := c.call(ctx, http.MethodDelete, "/v1/packages/"+url.PathEscape(name), nil, &out)
+	return out.Removed, err
 }

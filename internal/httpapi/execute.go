@@ -31,18 +31,20 @@ func maxBodyBytes(cfg sandbox.Config) int64 {
 
 // executeBody is the JSON body of POST /v1/executions.
 type executeBody struct {
-	Code      string          `json:"code"`
-	Input     json.RawMessage `json:"input"`
-	TimeoutMS *int64          `json:"timeout_ms"`
-	Agent     string          `json:"agent"`
+	Code         string          `json:"code"`
+	Input        json.RawMessage `json:"input"`
+	TimeoutMS    *int64          `json:"timeout_ms"`
+	Agent        string          `json:"agent"`
+	Dependencies []string        `json:"dependencies"`
 }
 
 var executeShape = shape{
-	fields: []string{"code", "input", "timeout_ms", "agent"},
+	fields: []string{"code", "input", "timeout_ms", "agent", "dependencies"},
 	expect: map[string]string{
-		"code":       "must be a string holding the Python source",
-		"timeout_ms": "must be an integer number of milliseconds",
-		"agent":      "must be a string",
+		"code":         "must be a string holding the Python source",
+		"timeout_ms":   "must be an integer number of milliseconds",
+		"agent":        "must be a string",
+		"dependencies": `must be a list of requirement strings such as ["pandas>=2"]`,
 	},
 	example: `{"code": "print(1)"}`,
 }
@@ -50,8 +52,10 @@ var executeShape = shape{
 // Stream lines of an NDJSON answer.
 type (
 	eventLine struct {
-		Type string `json:"type"` // "stdout" or "stderr"
-		Data string `json:"data"`
+		Type string `json:"type"` // "stdout", "stderr" or "dependency"
+		Data string `json:"data,omitempty"`
+		// Dependency is one requirement's status, before the run starts.
+		Dependency *sandbox.DependencyStatus `json:"dependency,omitempty"`
 	}
 	resultLine struct {
 		Type   string          `json:"type"` // "result"
@@ -75,7 +79,7 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := sandbox.Request{Code: b.Code, Input: b.Input, TimeoutMS: b.TimeoutMS, Agent: b.Agent,
-		Origin: sandbox.Origin{Source: sourceOf(r)}}
+		Dependencies: b.Dependencies, Origin: sandbox.Origin{Source: sourceOf(r)}}
 	a.run(w, r, func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error) {
 		return a.ex.Execute(ctx, req, emit)
 	})
@@ -229,7 +233,7 @@ func (s *streamer) run() {
 		s.queue = nil
 		s.mu.Unlock()
 		for _, ev := range batch {
-			s.writeLine(eventLine{Type: ev.Stream, Data: ev.Data})
+			s.writeLine(eventLine{Type: ev.Stream, Data: ev.Data, Dependency: ev.Dependency})
 		}
 		if closed {
 			return

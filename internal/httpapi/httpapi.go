@@ -55,15 +55,19 @@ type Backend struct {
 	Library  CodeLibrary
 	Jobs     Scheduler
 	Ledger   Ledger
+	// Packages lists and removes installed dependencies; POST /v1/packages needs an Executor
+	// that is an Installer too.
+	Packages PackageManager
 }
 
 type api struct {
-	ex     Executor
-	lib    CodeLibrary
-	jobs   Scheduler
-	ledger Ledger
-	log    *slog.Logger
-	mux    *http.ServeMux
+	ex       Executor
+	lib      CodeLibrary
+	jobs     Scheduler
+	ledger   Ledger
+	packages PackageManager
+	log      *slog.Logger
+	mux      *http.ServeMux
 }
 
 // NewHandler returns the REST API served by b. log receives one debug line per request and
@@ -76,7 +80,7 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, log: log, mux: http.NewServeMux()}
+	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, log: log, mux: http.NewServeMux()}
 	a.mux.HandleFunc("POST /v1/executions", a.execute)
 	a.mux.HandleFunc("GET /v1/limits", a.limits)
 	a.mux.HandleFunc("GET /healthz", a.healthz)
@@ -84,6 +88,11 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 	if a.ledger != nil {
 		a.mux.HandleFunc("GET /v1/executions", a.listExecutions)
 		a.mux.HandleFunc("GET /v1/executions/{id}", a.getExecution)
+	}
+	if a.packages != nil {
+		a.mux.HandleFunc("GET /v1/packages", a.listPackages)
+		a.mux.HandleFunc("POST /v1/packages", a.installPackages)
+		a.mux.HandleFunc("DELETE /v1/packages/{name}", a.removePackage)
 	}
 	if a.lib != nil {
 		a.mux.HandleFunc("POST /v1/agents/{agent}/code", a.createCode)

@@ -24,6 +24,15 @@ import (
 type outputRuntime struct{ runs atomic.Int32 }
 
 func (r *outputRuntime) Ready(context.Context) error { return nil }
+
+// Install finds every requirement present.
+func (r *outputRuntime) Install(_ context.Context, req sandbox.InstallRequest, _ func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
+	var out sandbox.Installed
+	for _, q := range req.Requirements {
+		out.Dependencies = append(out.Dependencies, sandbox.DependencyStatus{Requirement: q, Status: sandbox.DependencyPresent})
+	}
+	return out, nil
+}
 func (r *outputRuntime) Run(_ context.Context, _ int, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
 	r.runs.Add(1)
 	var in struct {

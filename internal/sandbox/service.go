@@ -320,6 +320,26 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 	return res, nil
 }
 
+// Install makes the requirements importable ahead of any run (pre-installing them), and
+// returns each one's status; progress, when not nil, receives them as they are decided.
+// Errors: a *FieldError naming the bad requirement, or the runtime's (see Installer).
+func (s *Service) Install(ctx context.Context, reqs []string, progress func(DependencyStatus)) (Installed, error) {
+	if len(reqs) == 0 {
+		return Installed{}, &FieldError{Field: "requirements", Message: `is empty: give at least one requirement such as "tinypkg==1.0"`}
+	}
+	if _, err := requirement.ParseList(reqs, s.cfg.MaxDependencies); err != nil {
+		return Installed{}, &FieldError{Field: "requirements", Message: err.Error()}
+	}
+	if s.base.Err() != nil {
+		return Installed{}, fmt.Errorf("%w: %w", ErrNotReady, context.Cause(s.base))
+	}
+	var emit func(Event)
+	if progress != nil {
+		emit = func(e Event) { progress(*e.Dependency) }
+	}
+	return s.install(ctx, reqs, emit)
+}
+
 // install makes the requirements importable through the runtime, streaming each status to
 // emit as an event of stream "dependency".
 func (s *Service) install(ctx context.Context, reqs []string, emit func(Event)) (Installed, error) {

@@ -164,7 +164,9 @@ func (x *Index) Stall(name string) {
 }
 
 // Requests is how many requests for the project the index has received: its /simple/ page
-// under any spelling (redirects included), its files, and stalled requests.
+// under any spelling (redirects included), its files, and stalled requests. Zero means pip
+// never asked; exact counts follow pip's resolver, which may fetch several versions' files
+// when it backtracks (pip 23 does for Requires-Dist "x>=1" and "x<2" on separate lines).
 func (x *Index) Requests(name string) int {
 	x.mu.Lock()
 	defer x.mu.Unlock()
