@@ -103,7 +103,7 @@ func TestExecuteStreaming(t *testing.T) {
 	}
 	want := []sandbox.Event{{Stream: "stdout", Data: "一\n"}, {Stream: "stderr", Data: "warning 😀\n"}, {Stream: "stdout", Data: "二\n"}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("events = %q, want %q", got, want)
+		t.Errorf("events = %+v, want %+v", got, want)
 	}
 	if res.Stdout != "一\n二\n" || res.ID != result("").ID {
 		t.Errorf("result = %+v", res)
