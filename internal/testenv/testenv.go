@@ -96,13 +96,27 @@ func Cleanup() {
 	}
 }
 
-// RemoveContainers removes every container labelled for dataDir when the test ends.
+// RemoveContainers removes every container and volume labelled for dataDir when the test ends.
 func RemoveContainers(t testing.TB, dataDir string) {
 	t.Cleanup(func() {
-		for _, id := range Containers(t, dataDir) {
-			_, _ = api.ContainerRemove(context.Background(), id, client.ContainerRemoveOptions{Force: true})
+		RemoveContainersNow(t, dataDir)
+		list, err := api.VolumeList(context.Background(), client.VolumeListOptions{
+			Filters: make(client.Filters).Add("label", "dev.sandpit.data-dir="+dataDir)})
+		if err != nil {
+			t.Logf("listing volumes: %v", err)
+			return
+		}
+		for _, v := range list.Items {
+			_, _ = api.VolumeRemove(context.Background(), v.Name, client.VolumeRemoveOptions{Force: true})
 		}
 	})
+}
+
+// RemoveContainersNow removes every container labelled for dataDir (not its volumes).
+func RemoveContainersNow(t testing.TB, dataDir string) {
+	for _, id := range Containers(t, dataDir) {
+		_, _ = api.ContainerRemove(context.Background(), id, client.ContainerRemoveOptions{Force: true})
+	}
 }
 
 // Containers lists the IDs of the containers labelled for dataDir.

@@ -1,0 +1,209 @@
+package app_test
+
+import (
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
+	"github.com/sandpit-dev/sandpit/internal/testenv/pyindex"
+)
+
+type depResult struct {
+	sandbox.Result
+	Error *struct{ Code, Field, Message string }
+}
+
+func runWithDeps(t *testing.T, url, code string, deps ...string) (int, depResult) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"code": code, "dependencies": deps})
+	resp, b := post(t, url, string(body))
+	var res depResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	return resp.StatusCode, res
+}
+
+// Dependencies against the real engine and a package index the test serves: installed once
+// and then present without pip, kept across container re-creation, installed once for
+// concurrent requests, failures in seconds (H21), a stalled index stopped by the per-package
+// timeout with nothing left behind, bad requirements refused (H22), and the package
+// directory read-only for runs.
+func TestDependencies(t *testing.T) {
+	idx := pyindex.New(t)
+	idx.AddWheel("tinypkg", "1.0", `VALUE = "1.0"`)
+	idx.AddWheel("pkg-b", "1.0", `import tinypkg`+"\n"+`VALUE = "b" + tinypkg.VALUE`, "tinypkg>=1")
+	idx.AddWheel("solo", "2.0", `VALUE = "solo"`)
+	idx.Stall("stalled-pkg")
+
+	cfg := testConfig(t)
+	cfg.IndexURL = idx.URL()
+	cfg.TrustedHosts = []string{idx.Host()}
+	cfg.InstallTimeoutMS = 8000 // pip's own read timeout (5 s, one retry) comes later
+	url, stop := startDaemon(t, cfg)
+
+	t.Run("first request installs, second runs pip zero times", func(t *testing.T) {
+		st, res := runWithDeps(t, url, "import tinypkg; print(tinypkg.VALUE)", "TinyPkg==1.0")
+		if st != 200 || res.Outcome != sandbox.OutcomeOK || res.Stdout != "1.0\n" || len(res.Dependencies) != 1 ||
+			res.Dependencies[0].Status != sandbox.DependencyInstalled || res.Dependencies[0].Version != "1.0" ||
+			res.Dependencies[0].Requirement != "tinypkg==1.0" || res.InstallMS <= 0 {
+			t.Fatalf("first: %d %+v", st, res)
+		}
+		served := idx.Requests("tinypkg")
+		st, res = runWithDeps(t, url, "import tinypkg; print(tinypkg.VALUE)", "tinypkg==1.0")
+		if st != 200 || res.Outcome != sandbox.OutcomeOK || res.Dependencies[0].Status != sandbox.DependencyPresent {
+			t.Fatalf("second: %d %+v", st, res)
+		}
+		if idx.Requests("tinypkg") != served {
+			t.Fatalf("the index was asked again for an installed package (%d → %d requests)", served, idx.Requests("tinypkg"))
+		}
+		// Present in the image: numpy-free check of a stdlib-adjacent package the image has.
+		st, res = runWithDeps(t, url, "print(1)", "pip>=1")
+		if st != 200 || res.Dependencies[0].Status != sandbox.DependencyPresent {
+			t.Fatalf("a package of the image: %d %+v", st, res)
+		}
+	})
+
+	t.Run("concurrent requests install once", func(t *testing.T) {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		statuses := map[string]int{}
+		for range 4 {
+			wg.Go(func() {
+				st, res := runWithDeps(t, url, "import pkg_b; print(pkg_b.VALUE)", "pkg-b==1.0")
+				if st != 200 || res.Outcome != sandbox.OutcomeOK || res.Stdout != "b1.0\n" {
+					t.Errorf("concurrent run: %d %+v", st, res)
+					return
+				}
+				mu.Lock()
+				statuses[res.Dependencies[0].Status]++
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		if statuses[sandbox.DependencyInstalled] != 1 || statuses[sandbox.DependencyPresent] != 3 {
+			t.Fatalf("statuses of 4 concurrent requests: %v; want 1 installed, 3 present", statuses)
+		}
+	})
+
+	t.Run("H21 a missing package fails in seconds", func(t *testing.T) {
+		began := time.Now()
+		st, res := runWithDeps(t, url, "print('never')", "no-such-pkg-xyz")
+		if st != 200 || res.Outcome != sandbox.OutcomeDependencyError || !strings.Contains(res.Reason, "no-such-pkg-xyz") ||
+			res.Stdout != "" || res.Dependencies[0].Status != sandbox.DependencyFailed {
+			t.Fatalf("%d %+v", st, res)
+		}
+		if d := time.Since(began); d > 15*time.Second {
+			t.Fatalf("took %v", d)
+		}
+	})
+
+	t.Run("a stalled index hits the per-package timeout and leaves nothing", func(t *testing.T) {
+		began := time.Now()
+		st, res := runWithDeps(t, url, "print('never')", "stalled-pkg")
+		if st != 200 || res.Outcome != sandbox.OutcomeDependencyError || !strings.Contains(res.Reason, "install timeout of 8s") {
+			t.Fatalf("%d %+v", st, res)
+		}
+		if d := time.Since(began); d > 14*time.Second {
+			t.Fatalf("took %v", d)
+		}
+		_, res = runWithDeps(t, url, "import os, glob\nprint(sorted(os.path.basename(p) for p in glob.glob('/opt/sandpit/packages/py*/.*')))")
+		if res.Stdout != "[]\n" {
+			t.Fatalf("an unfinished install was left: %q", res.Stdout)
+		}
+	})
+
+	t.Run("H22 requirements that are not PEP 508 are refused", func(t *testing.T) {
+		st, res := runWithDeps(t, url, "open('/tmp/h22', 'w')", "--index-url=http://example.invalid", "foo; rm -rf /")
+		if st != 400 || res.Error == nil || res.Error.Field != "dependencies" || !strings.Contains(res.Error.Message, "--index-url=http://example.invalid") {
+			t.Fatalf("%d %+v", st, res)
+		}
+		st, res = runWithDeps(t, url, "print(1)", "foo; rm -rf /")
+		if st != 400 || !strings.Contains(res.Error.Message, "foo; rm -rf /") {
+			t.Fatalf("%d %+v", st, res)
+		}
+	})
+
+	t.Run("runs cannot write the package directory", func(t *testing.T) {
+		_, res := runWithDeps(t, url, "import glob, os\nd = glob.glob('/opt/sandpit/packages/py*')[0]\nopen(os.path.join(d, 'evil.pth'), 'w')")
+		if res.Outcome != sandbox.OutcomeError || !strings.Contains(res.Stderr, "PermissionError") {
+			t.Fatalf("%+v", res)
+		}
+		_, res = runWithDeps(t, url, "import os\nprint(os.listdir('/opt/sandpit/packages/cache'))")
+		if !strings.Contains(res.Stderr, "PermissionError") {
+			t.Fatalf("a run read pip's cache: %+v", res)
+		}
+	})
+
+	t.Run("packages are listed and removed", func(t *testing.T) {
+		var list struct {
+			Packages []struct {
+				Name, Version string
+				SizeBytes     int64 `json:"size_bytes"`
+			}
+		}
+		if st := call(t, "GET", url+"/v1/packages", "", &list); st != 200 || len(list.Packages) != 2 {
+			t.Fatalf("list: %d %+v", st, list)
+		}
+		for _, p := range list.Packages {
+			if p.SizeBytes <= 0 || (p.Name != "tinypkg" && p.Name != "pkg-b") {
+				t.Errorf("package %+v", p)
+			}
+		}
+		var removed map[string]any
+		if st := call(t, "DELETE", url+"/v1/packages/pkg_b", "", &removed); st != 200 {
+			t.Fatalf("remove: %d %v", st, removed)
+		}
+		if st := call(t, "DELETE", url+"/v1/packages/pkg-b", "", &removed); st != 404 {
+			t.Fatalf("remove again: %d %v", st, removed)
+		}
+		var pre struct {
+			Dependencies []sandbox.DependencyStatus
+			Failed       int
+		}
+		if st := call(t, "POST", url+"/v1/packages", `{"requirements": ["solo==2.0"]}`, &pre); st != 200 || pre.Failed != 0 || pre.Dependencies[0].Status != sandbox.DependencyInstalled {
+			t.Fatalf("pre-install: %d %+v", st, pre)
+		}
+	})
+
+	// The container is recreated: the packages and the cache stay on the volume.
+	stop()
+	testenv.RemoveContainersNow(t, cfg.DataDir)
+	url, stop = startDaemon(t, cfg)
+	served := idx.Requests("tinypkg")
+	st, res := runWithDeps(t, url, "import tinypkg, solo; print(tinypkg.VALUE, solo.VALUE)", "tinypkg==1.0", "solo>=2")
+	if st != 200 || res.Outcome != sandbox.OutcomeOK || res.Stdout != "1.0 solo\n" || res.Dependencies[0].Status != sandbox.DependencyPresent ||
+		res.Dependencies[1].Status != sandbox.DependencyPresent || idx.Requests("tinypkg") != served {
+		t.Fatalf("after re-creation: %d %+v", st, res)
+	}
+
+	// H21: an unreachable index fails within 15 s and says so. TEST-NET-1 (RFC 5737) routes nowhere.
+	stop()
+	cfg.IndexURL, cfg.TrustedHosts = "http://192.0.2.1:8080/simple/", []string{"192.0.2.1"}
+	cfg.InstallTimeoutMS = 60000
+	url, stop = startDaemon(t, cfg)
+	began := time.Now()
+	st, res = runWithDeps(t, url, "print('never')", "another-pkg")
+	if st != 200 || res.Outcome != sandbox.OutcomeDependencyError || !strings.Contains(res.Reason, "could not be reached") {
+		t.Fatalf("unreachable index: %d %+v", st, res)
+	}
+	if d := time.Since(began); d > 15*time.Second {
+		t.Fatalf("unreachable index: took %v", d)
+	}
+
+	// Network none: a missing package is refused without trying pip, and says why.
+	stop()
+	cfg.Network = "none"
+	url, _ = startDaemon(t, cfg)
+	st, res = runWithDeps(t, url, "print('never')", "another-pkg")
+	if st != 200 || res.Outcome != sandbox.OutcomeDependencyError || !strings.Contains(res.Reason, `network policy is "none"`) {
+		t.Fatalf("network none: %d %+v", st, res)
+	}
+	if st, res = runWithDeps(t, url, "import tinypkg; print(tinypkg.VALUE)", "tinypkg==1.0"); res.Outcome != sandbox.OutcomeOK {
+		t.Fatalf("an installed package with network none: %d %+v", st, res)
+	}
+}
