@@ -135,7 +135,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		return nil, err
 	}
 	scfg := cfg.Sandbox()
-	svc := sandbox.NewService(rt, st, scfg, log)
+	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, scfg, log)
 	lib := library.New(st, svc, cfg.MaxDependencies)
 	return &Engine{
 		Service: svc,

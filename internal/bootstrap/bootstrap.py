@@ -4,6 +4,8 @@
 #   bootstrap -> executor:       {"type": "output", "json": str}
 #                                {"type": "output_too_large", "bytes": int}
 #                                {"type": "memory_error"}
+#                                {"type": "call", "method": str, "args": {...}}  (agent.*)
+#   executor -> bootstrap, per call: {"type": "reply", "ok": bool, "value": any, "error": str}
 import builtins
 import json
 import linecache
@@ -33,15 +35,171 @@ def _send(obj):
         data = data[n:]
 
 
-def _read_init():
-    chunks = []
-    while True:
+_pending = [b""]  # bytes read from the control line past the last line
+
+
+def _read_line():
+    buf = _pending[0]
+    while b"\n" not in buf:
         chunk = _read(_FD, 1 << 20)
         if not chunk:
-            raise SystemExit("sandpit bootstrap: the executor closed the control line early")
-        chunks.append(chunk)
-        if chunk.endswith(b"\n"):
-            return _loads(b"".join(chunks))
+            return None
+        buf += chunk
+    line, _, _pending[0] = buf.partition(b"\n")
+    return line
+
+
+def _read_init():
+    line = _read_line()
+    if line is None:
+        raise SystemExit("sandpit bootstrap: the executor closed the control line early")
+    return _loads(line)
+
+
+_AGENT_DOC = """Calls back into the sandpit host for the agent this run belongs to.
+
+Every function sends one request to the host and returns plain dicts and lists. A failure in
+the host raises agent.Error with the host's message; a wrong argument raises TypeError (or
+ValueError for a value out of range) before anything is sent. A run may make a limited number
+of calls, each with a limited size and time; see the limits in the error messages.
+"""
+
+
+class _AgentError(Exception):
+    """A call into the host failed; str(error) is the host's message."""
+
+
+_AgentError.__module__ = "agent"
+_AgentError.__name__ = _AgentError.__qualname__ = "Error"
+_call_lock = threading.Lock()
+_call_limit = [0]
+
+
+def _call(method, args):
+    try:
+        body = _dumps({"type": "call", "method": method, "args": args}, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"agent.{method}: the arguments must be JSON-serialisable: {exc}") from None
+    data = (body + "\n").encode()
+    if _call_limit[0] and len(data) > _call_limit[0] + 256:
+        raise _AgentError(f"agent.{method}: the request is {len(data)} bytes; the limit is {_call_limit[0]} bytes")
+    with _call_lock:
+        while data:
+            n = _write(_FD, data)
+            data = data[n:]
+        line = _read_line()
+    if line is None:
+        raise _AgentError(f"agent.{method}: the control line to the host is closed")
+    reply = _loads(line)
+    if not reply.get("ok"):
+        raise _AgentError(reply.get("error") or f"agent.{method} failed")
+    return reply.get("value")
+
+
+def _need_str(method, name, value, optional=False, max_len=100_000):
+    if value is None and optional:
+        return
+    if not isinstance(value, str):
+        kind = "a string or None" if optional else "a string"
+        raise TypeError(f"agent.{method}: {name} must be {kind}, not {type(value).__name__}")
+    if len(value) > max_len:
+        raise ValueError(f"agent.{method}: {name} is {len(value)} characters; the limit is {max_len}")
+
+
+def _need_int(method, name, value, lo, hi):
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"agent.{method}: {name} must be an int, not {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise ValueError(f"agent.{method}: {name} is {value}; allowed range is {lo} to {hi}")
+
+
+def search_memory(query, limit=10):
+    """Search the agent's memories by text, best match first (full-text search, BM25 rank).
+
+    query: str, the words to look for. limit: int, 1 to 1000 (default 10).
+    Returns a list of dicts: {"id", "text", "metadata", "created_at", "score"}.
+    """
+    _need_str("search_memory", "query", query)
+    _need_int("search_memory", "limit", limit, 1, 1000)
+    return _call("search_memory", {"query": query, "limit": limit})
+
+
+def get_facts(subject=None, predicate=None, limit=100):
+    """Return the agent's facts (subject, predicate, object triples), filtered by subject and/or
+    predicate when given (exact match).
+
+    subject, predicate: str or None. limit: int, 1 to 1000 (default 100).
+    Returns a list of dicts: {"id", "subject", "predicate", "object", "metadata", "created_at"}.
+    """
+    _need_str("get_facts", "subject", subject, optional=True)
+    _need_str("get_facts", "predicate", predicate, optional=True)
+    _need_int("get_facts", "limit", limit, 1, 1000)
+    return _call("get_facts", {"subject": subject, "predicate": predicate, "limit": limit})
+
+
+def query_graph(start=None, relation=None, depth=1, limit=100):
+    """Return part of the agent's knowledge graph as {"nodes": [...], "edges": [...]}.
+
+    With start (a node id), the neighbourhood of that node up to depth edges away (1 to 5,
+    following edges both ways), optionally only along edges whose relation is relation.
+    Without start, any nodes and the edges between them. limit: int, 1 to 1000, caps the nodes.
+    Nodes are {"id", "type", "properties"}; edges {"source", "target", "relation", "properties"}.
+    """
+    _need_str("query_graph", "start", start, optional=True)
+    _need_str("query_graph", "relation", relation, optional=True)
+    _need_int("query_graph", "depth", depth, 1, 5)
+    _need_int("query_graph", "limit", limit, 1, 1000)
+    return _call("query_graph", {"start": start, "relation": relation, "depth": depth, "limit": limit})
+
+
+def get_documents(query=None, ids=None, limit=10):
+    """Return the agent's documents: those whose title or content matches query (full-text,
+    best first), those with the given ids, or the newest when neither is given.
+
+    query: str or None. ids: list of str or None. limit: int, 1 to 1000 (default 10).
+    Returns a list of dicts: {"id", "title", "content", "metadata", "created_at"}.
+    """
+    _need_str("get_documents", "query", query, optional=True)
+    if ids is not None:
+        if not isinstance(ids, (list, tuple)) or not all(isinstance(i, str) for i in ids):
+            raise TypeError("agent.get_documents: ids must be a list of strings or None")
+        ids = list(ids)
+    _need_int("get_documents", "limit", limit, 1, 1000)
+    return _call("get_documents", {"query": query, "ids": ids, "limit": limit})
+
+
+def store_result(key, value):
+    """Store value (anything JSON-serialisable) under key for this agent, linked to this run.
+    Storing a key again replaces its value and keeps the earlier ones as history.
+
+    key: str, 1 to 200 characters. Returns {"key", "version", "execution_id", "created_at"}.
+    """
+    _need_str("store_result", "key", key, max_len=200)
+    if not key:
+        raise ValueError("agent.store_result: key must not be empty")
+    return _call("store_result", {"key": key, "value": value})
+
+
+def log(message, level="info"):
+    """Write a log line for this run: kept with the execution, streamed to the caller as it
+    happens, and written to the daemon's log. level: "debug", "info", "warning" or "error".
+    Returns None.
+    """
+    _need_str("log", "message", message)
+    if level not in ("debug", "info", "warning", "error"):
+        raise ValueError(f'agent.log: level is {level!r}; use "debug", "info", "warning" or "error"')
+    _call("log", {"message": message, "level": level})
+
+
+def _agent_module(call_bytes):
+    _call_limit[0] = call_bytes or 0
+    mod = types.ModuleType("agent", _AGENT_DOC)
+    for fn in (search_memory, get_facts, query_graph, get_documents, store_result, log):
+        fn.__module__ = "agent"
+        setattr(mod, fn.__name__, fn)
+    mod.Error = _AgentError
+    sys.modules["agent"] = mod
+    return mod
 
 
 def _set_limit(kind, value):
@@ -170,7 +328,8 @@ def main():
     except OSError:
         pass
     module = types.ModuleType("__main__")
-    module.__dict__.update({"__file__": _FILE, "__builtins__": builtins, "INPUT": init.get("input")})
+    module.__dict__.update({"__file__": _FILE, "__builtins__": builtins, "INPUT": init.get("input"),
+                            "agent": _agent_module(init.get("call_bytes"))})
     sys.modules["__main__"] = module
     # The run's installed dependencies come before the image's packages (a requested version
     # wins), and the run's own directory before everything, as for a script.

@@ -178,7 +178,7 @@ func TestExecuteAPIErrors(t *testing.T) {
 
 // TestExecuteValidationThroughService checks the message a person sees for a real refusal.
 func TestExecuteValidationThroughService(t *testing.T) {
-	svc := sandbox.NewService(failRuntime{t}, nil, sandbox.DefaultConfig(), slog.New(slog.DiscardHandler))
+	svc := sandbox.NewService(failRuntime{t}, sandbox.Hooks{}, sandbox.DefaultConfig(), slog.New(slog.DiscardHandler))
 	_, err := daemon(t, svc).Execute(context.Background(), ExecuteRequest{Code: "print(1)", TimeoutMS: ptr(864000000)}, nil)
 	var ae *APIError
 	if !errors.As(err, &ae) || ae.Field != "timeout_ms" || ae.Status != 400 {

@@ -152,6 +152,16 @@ func (e *Executor) handle(m *protocol.Message) {
 			return
 		}
 		e.start(m.ID, m.Run.Slot, m.Run.Spec)
+	case protocol.KindReply:
+		e.mu.Lock()
+		r := e.runs[m.ID]
+		e.mu.Unlock()
+		if r != nil && m.AgentReply != nil {
+			select {
+			case r.replies <- m.AgentReply:
+			default: // a reply nobody waits for (a duplicate): dropped
+			}
+		}
 	case protocol.KindInstall:
 		if m.Install == nil {
 			e.send(&protocol.Message{Kind: protocol.KindInstalled, ID: m.ID, Error: "install message without install"})

@@ -42,6 +42,11 @@ type run struct {
 	reason stopReason
 	cmd    *exec.Cmd
 
+	// the call line: replies from the daemon, and the program's exit
+	replies chan *protocol.AgentReply
+	exited  chan struct{}
+	seq     int64
+
 	// set by the control line
 	output      json.RawMessage
 	outputBytes int64
@@ -49,7 +54,8 @@ type run struct {
 }
 
 func newRun(e *Executor, id string, slot int, spec sandbox.Spec) *run {
-	return &run{e: e, id: id, slot: slot, uid: e.cfg.UIDBase + slot, spec: spec}
+	return &run{e: e, id: id, slot: slot, uid: e.cfg.UIDBase + slot, spec: spec,
+		replies: make(chan *protocol.AgentReply, 1), exited: make(chan struct{})}
 }
 
 // stop ends the run for reason (the first reason wins) by killing every process of its uid.
@@ -186,6 +192,7 @@ func (r *run) execute() *sandbox.Result {
 	waitErr := cmd.Wait()
 	res.DurationMS = time.Since(started).Milliseconds()
 	timer.Stop()
+	close(r.exited)
 
 	// Whatever the program left running (daemons, grandchildren holding the pipes) dies now.
 	if err := killAndWait(r.uid, r.e.cfg.KillTimeout); err != nil {
@@ -290,6 +297,7 @@ func (r *run) serveControl(conn net.Conn) {
 		"limits":     r.spec.Limits,
 		"timeout_ms": r.spec.TimeoutMS,
 		"paths":      r.spec.Paths,
+		"call_bytes": r.spec.CallBytes,
 	})
 	if err != nil {
 		r.e.log.Error("encoding init", "id", r.id, "error", err)
@@ -301,7 +309,7 @@ func (r *run) serveControl(conn net.Conn) {
 			r.e.log.Debug("writing init", "id", r.id, "error", err)
 		}
 	}()
-	maxLine := int(r.spec.Limits.OutputBytes) + 64<<10
+	maxLine := max(int(r.spec.Limits.OutputBytes), r.spec.CallBytes) + 64<<10
 	if r.spec.Limits.OutputBytes <= 0 {
 		maxLine = protocol.MaxFrame / 2
 	}
@@ -316,14 +324,25 @@ func (r *run) serveControl(conn net.Conn) {
 			return
 		}
 		var report struct {
-			Type  string `json:"type"`
-			JSON  string `json:"json"`
-			Bytes int64  `json:"bytes"`
+			Type   string          `json:"type"`
+			JSON   string          `json:"json"`
+			Bytes  int64           `json:"bytes"`
+			Method string          `json:"method"`
+			Args   json.RawMessage `json:"args"`
 		}
 		if json.Unmarshal(line, &report) != nil {
 			continue
 		}
 		switch report.Type {
+		case "call":
+			reply := r.call(sandbox.Call{Method: report.Method, Args: report.Args})
+			if reply == nil {
+				return // the program has exited
+			}
+			b, _ := json.Marshal(map[string]any{"type": "reply", "ok": reply.OK, "value": reply.Value, "error": reply.Error})
+			if _, err := conn.Write(append(b, '\n')); err != nil {
+				return
+			}
 		case "memory_error":
 			r.mu.Lock()
 			r.memoryError = true
@@ -336,6 +355,29 @@ func (r *run) serveControl(conn net.Conn) {
 			}
 		case "output_too_large":
 			r.reportOutputTooLarge(report.Bytes)
+		}
+	}
+}
+
+// call forwards one agent.* call of the program to the daemon and waits for its answer, or
+// returns nil when the program exits first. One call at a time: the control line is read
+// in order, so a program cannot have more than one call in flight.
+func (r *run) call(c sandbox.Call) *protocol.AgentReply {
+	r.seq++
+	if r.spec.CallBytes > 0 && len(c.Args) > r.spec.CallBytes {
+		return &protocol.AgentReply{Seq: r.seq, Error: fmt.Sprintf("the call's arguments are %d bytes; the limit is %d", len(c.Args), r.spec.CallBytes)}
+	}
+	if err := r.e.conn.Send(&protocol.Message{Kind: protocol.KindCall, ID: r.id, AgentCall: &protocol.AgentCall{Seq: r.seq, Call: c}}); err != nil {
+		return &protocol.AgentReply{Seq: r.seq, Error: "the executor could not reach the daemon: " + err.Error()}
+	}
+	for {
+		select {
+		case rep := <-r.replies:
+			if rep.Seq == r.seq {
+				return rep
+			}
+		case <-r.exited:
+			return nil
 		}
 	}
 }

@@ -177,7 +177,7 @@ func TestFailingProgramIs200(t *testing.T) {
 func TestValidationThroughService(t *testing.T) {
 	cfg := sandbox.DefaultConfig()
 	cfg.MaxCodeBytes = 100
-	svc := sandbox.NewService(failRuntime{t}, nil, cfg, discardLog())
+	svc := sandbox.NewService(failRuntime{t}, sandbox.Hooks{}, cfg, discardLog())
 	srv := newServer(t, svc)
 	tests := []struct {
 		name     string

@@ -58,7 +58,7 @@ func newStack(t *testing.T) *stack {
 	}
 	t.Cleanup(func() { st.Close() })
 	rt := &outputRuntime{}
-	svc := sandbox.NewService(rt, st, sandbox.DefaultConfig(), nil)
+	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, sandbox.DefaultConfig(), nil)
 	lib := library.New(st, svc, 0)
 	sch := jobs.New(st, lib, svc, jobs.Config{}, nil)
 	srv := httptest.NewServer(httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib, Jobs: sch, Ledger: st}, nil))

@@ -61,7 +61,7 @@ func newEnv(t *testing.T, dir string) *env {
 	rt := &sleepRuntime{}
 	cfg := sandbox.DefaultConfig()
 	cfg.Slots = 8
-	svc := sandbox.NewService(rt, st, cfg, nil)
+	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, cfg, nil)
 	lib := library.New(st, svc, 0)
 	if _, err := lib.Create(context.Background(), "a", "work", library.Draft{Code: "pass"}); err != nil && !errors.Is(err, store.ErrExists) {
 		t.Fatal(err)

@@ -43,7 +43,7 @@ func setup(t *testing.T) (*library.Library, *store.Store, *echoRuntime) {
 	}
 	t.Cleanup(func() { st.Close() })
 	rt := &echoRuntime{}
-	svc := sandbox.NewService(rt, st, sandbox.DefaultConfig(), nil)
+	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, sandbox.DefaultConfig(), nil)
 	return library.New(st, svc, 0), st, rt
 }
 

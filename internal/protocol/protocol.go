@@ -47,6 +47,9 @@ const (
 	KindPing    Kind = "ping"    // daemon → executor: are you alive? (ID is a sequence number)
 	KindPong    Kind = "pong"    // executor → daemon: the answer to the ping with the same ID
 
+	KindCall  Kind = "call"  // executor → daemon: run ID's program made an agent.* call (AgentCall)
+	KindReply Kind = "reply" // daemon → executor: the answer to run ID's call (AgentReply)
+
 	KindInstall        Kind = "install"         // daemon → executor: make Install's requirements importable
 	KindInstallStatus  Kind = "install_status"  // executor → daemon: one requirement of install ID decided (Dependency)
 	KindInstalled      Kind = "installed"       // executor → daemon: install ID ended (Installed, or Error)
@@ -64,11 +67,28 @@ type Message struct {
 	Result *sandbox.Result `json:"result,omitempty"`
 	Error  string          `json:"error,omitempty"`
 
+	AgentCall  *AgentCall  `json:"agent_call,omitempty"`
+	AgentReply *AgentReply `json:"agent_reply,omitempty"`
+
 	Install     *Install                  `json:"install,omitempty"`
 	Dependency  *sandbox.DependencyStatus `json:"dependency,omitempty"`
 	Installed   *sandbox.Installed        `json:"installed,omitempty"`
 	Packages    *Packages                 `json:"packages,omitempty"`
 	PackageList []Package                 `json:"package_list,omitempty"`
+}
+
+// AgentCall is a program's agent.* call; Seq numbers the run's calls.
+type AgentCall struct {
+	Seq int64 `json:"seq"`
+	sandbox.Call
+}
+
+// AgentReply answers the call Seq: Value when OK, else Error (raised as agent.Error).
+type AgentReply struct {
+	Seq   int64           `json:"seq"`
+	OK    bool            `json:"ok"`
+	Value json.RawMessage `json:"value,omitempty"`
+	Error string          `json:"error,omitempty"`
 }
 
 // Install asks the executor to make requirements importable, installing what is missing with

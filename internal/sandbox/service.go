@@ -39,6 +39,11 @@ type Config struct {
 	MaxDependencies int
 	// InstallTimeout bounds each dependency's install.
 	InstallTimeout time.Duration
+	// MaxCalls caps a run's agent.* calls; MaxCallBytes each call's arguments and answer (JSON
+	// bytes); CallTimeout how long the host may take to answer one.
+	MaxCalls     int
+	MaxCallBytes int
+	CallTimeout  time.Duration
 }
 
 // DefaultConfig returns the seed defaults: 4 slots, a queue of 16, 30 s default and 600 s
@@ -56,6 +61,9 @@ func DefaultConfig() Config {
 		MaxInputBytes:   1 << 20,
 		MaxDependencies: requirement.MaxEntries,
 		InstallTimeout:  120 * time.Second,
+		MaxCalls:        1000,
+		MaxCallBytes:    4 << 20,
+		CallTimeout:     10 * time.Second,
 		Limits: Limits{
 			MemoryBytes:   512 << 20,
 			StdoutBytes:   1 << 20,
@@ -73,6 +81,7 @@ func DefaultConfig() Config {
 type Service struct {
 	rt   Runtime
 	rec  Recorder
+	cb   Callbacks
 	cfg  Config
 	log  *slog.Logger
 	free chan int // free slot numbers
@@ -86,9 +95,9 @@ type Service struct {
 }
 
 // NewService returns a Service running on rt with cfg's limits, recording every run that starts
-// with rec (nil records nothing). cfg must be valid (at least one slot, positive timeouts:
-// config.Config.Validate checks it); log may be nil.
-func NewService(rt Runtime, rec Recorder, cfg Config, log *slog.Logger) *Service {
+// and answering programs' calls through hooks. cfg must be valid (at least one slot, positive
+// timeouts: config.Config.Validate checks it); log may be nil.
+func NewService(rt Runtime, hooks Hooks, cfg Config, log *slog.Logger) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -97,7 +106,7 @@ func NewService(rt Runtime, rec Recorder, cfg Config, log *slog.Logger) *Service
 		free <- i
 	}
 	base, interrupt := context.WithCancelCause(context.Background())
-	return &Service{rt: rt, rec: rec, cfg: cfg, log: log, free: free, base: base, interrupt: interrupt}
+	return &Service{rt: rt, rec: hooks.Recorder, cb: hooks.Callbacks, cfg: cfg, log: log, free: free, base: base, interrupt: interrupt}
 }
 
 // ErrInterrupted is the cause of executions ended by Interrupt.
@@ -289,7 +298,10 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 	}
 	runCtx, cancelRun := context.WithTimeout(ctx, time.Duration(spec.TimeoutMS)*time.Millisecond+s.cfg.Grace)
 	defer cancelRun()
+	line := &calls{s: s, scope: CallScope{Agent: agent, ExecutionID: spec.ID}, emit: emit}
+	spec.Calls, spec.CallBytes = line.handle, s.cfg.MaxCallBytes
 	res, err := s.rt.Run(runCtx, slot, spec, emit)
+	audit := line.end()
 	switch {
 	case err != nil && errors.Is(err, ErrNotReady) && ctx.Err() == nil:
 		return Result{}, err
@@ -299,7 +311,7 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 		res = s.systemFailure(ctx, runCtx, res, started, err)
 	}
 	res.ID, res.Agent, res.TimeoutMS, res.Origin = spec.ID, agent, spec.TimeoutMS, origin
-	res.Dependencies, res.InstallMS = deps.Dependencies, installMS
+	res.Dependencies, res.InstallMS, res.Calls = deps.Dependencies, installMS, audit
 	if res.Output == nil {
 		res.Output = json.RawMessage("null")
 	}

@@ -56,7 +56,7 @@ func testConfig() Config {
 func ms(v int64) *int64 { return &v }
 
 func TestValidate(t *testing.T) {
-	s := NewService(&fakeRuntime{}, nil, testConfig(), nil)
+	s := NewService(&fakeRuntime{}, Hooks{}, testConfig(), nil)
 	cases := []struct {
 		name     string
 		req      Request
@@ -100,7 +100,7 @@ func TestValidate(t *testing.T) {
 
 func TestExecuteFillsTheResult(t *testing.T) {
 	rt := &fakeRuntime{}
-	s := NewService(rt, nil, testConfig(), nil)
+	s := NewService(rt, Hooks{}, testConfig(), nil)
 	var events []Event
 	res, err := s.Execute(context.Background(), Request{Code: "print(1)", TimeoutMS: ms(1234)}, func(e Event) { events = append(events, e) })
 	if err != nil {
@@ -123,7 +123,7 @@ func TestSlotsQueueAndBusy(t *testing.T) {
 		<-release
 		return Result{Outcome: OutcomeOK}, nil
 	}}
-	s := NewService(rt, nil, testConfig(), nil) // 2 slots, queue 1
+	s := NewService(rt, Hooks{}, testConfig(), nil) // 2 slots, queue 1
 	var wg sync.WaitGroup
 	results := make(chan error, 3)
 	for range 3 {
@@ -165,7 +165,7 @@ func TestDaemonDeadlineEndsAHungRun(t *testing.T) {
 		<-ctx.Done() // the executor never answers
 		return Result{Stdout: "partial"}, ctx.Err()
 	}}
-	s := NewService(rt, nil, testConfig(), nil)
+	s := NewService(rt, Hooks{}, testConfig(), nil)
 	start := time.Now()
 	res, err := s.Execute(context.Background(), Request{Code: "1", TimeoutMS: ms(100)}, nil)
 	if err != nil {
@@ -184,7 +184,7 @@ func TestClientCancelKillsTheRun(t *testing.T) {
 		<-ctx.Done()
 		return Result{}, ctx.Err()
 	}}
-	s := NewService(rt, nil, testConfig(), nil)
+	s := NewService(rt, Hooks{}, testConfig(), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	res, err := s.Execute(ctx, Request{Code: "1"}, nil)
@@ -197,7 +197,7 @@ func TestNotReadyIsAnError(t *testing.T) {
 	rt := &fakeRuntime{run: func(context.Context, Spec) (Result, error) {
 		return Result{}, errors.Join(ErrNotReady, errors.New("container starting"))
 	}}
-	s := NewService(rt, nil, testConfig(), nil)
+	s := NewService(rt, Hooks{}, testConfig(), nil)
 	if _, err := s.Execute(context.Background(), Request{Code: "1"}, nil); !errors.Is(err, ErrNotReady) {
 		t.Fatalf("got %v, want ErrNotReady", err)
 	}
@@ -207,7 +207,7 @@ func TestSystemFailureIsAResult(t *testing.T) {
 	rt := &fakeRuntime{run: func(context.Context, Spec) (Result, error) {
 		return Result{Stdout: "before"}, errors.New("the sandbox stopped during the run")
 	}}
-	s := NewService(rt, nil, testConfig(), nil)
+	s := NewService(rt, Hooks{}, testConfig(), nil)
 	res, err := s.Execute(context.Background(), Request{Code: "1"}, nil)
 	if err != nil || res.Outcome != OutcomeSandboxError || res.Reason != "the sandbox stopped during the run" || res.Stdout != "before" || res.Success {
 		t.Fatalf("%+v %v", res, err)
@@ -224,7 +224,7 @@ func TestInterruptEndsRunningAndQueuedExecutions(t *testing.T) {
 	}}
 	cfg := testConfig()
 	cfg.Slots, cfg.QueueLength = 1, 1
-	s := NewService(rt, nil, cfg, nil)
+	s := NewService(rt, Hooks{}, cfg, nil)
 	type answer struct {
 		res Result
 		err error

@@ -53,12 +53,15 @@ type Origin struct {
 
 // Event is a piece of a running execution's output, delivered in order as it happens.
 type Event struct {
-	// Stream is "stdout", "stderr", or "dependency" (a dependency's status, before the run).
+	// Stream is "stdout", "stderr", "log" (an agent.log line), or "dependency" (a dependency's
+	// status, before the run).
 	Stream string `json:"stream"`
 	// Data is the chunk, always valid UTF-8 (invalid bytes are replaced with U+FFFD).
 	Data string `json:"data,omitempty"`
 	// Dependency is set for stream "dependency".
 	Dependency *DependencyStatus `json:"dependency,omitempty"`
+	// Level is an agent.log line's level, for stream "log" (Data holds the message).
+	Level string `json:"level,omitempty"`
 }
 
 // Result is the record of one finished execution. The JSON field names are the public API.
@@ -99,6 +102,8 @@ type Result struct {
 	// InstallMS is how long checking and installing the dependencies took, in milliseconds;
 	// it is not charged to the run's timeout.
 	InstallMS int64 `json:"install_ms,omitempty"`
+	// Calls lists the agent.* calls the program made, in order (absent when none).
+	Calls []CallRecord `json:"calls,omitempty"`
 }
 
 // Limits are the per-run limits that the executor enforces inside the box.
@@ -135,6 +140,19 @@ type Spec struct {
 	Limits Limits `json:"limits"`
 	// Paths are directories put first on the program's sys.path: its installed dependencies.
 	Paths []string `json:"paths,omitempty"`
+	// CallBytes caps one agent.* call's arguments, for the program's own check (0: no calls).
+	CallBytes int `json:"call_bytes,omitempty"`
+	// Calls answers the program's agent.* calls while it runs; nil refuses them. It is not
+	// sent to the executor.
+	Calls func(ctx context.Context, call Call) (json.RawMessage, error) `json:"-"`
+}
+
+// Hooks connect a Service to the rest of the daemon; nil fields do nothing.
+type Hooks struct {
+	// Recorder keeps the ledger.
+	Recorder Recorder
+	// Callbacks answer programs' agent.* calls.
+	Callbacks Callbacks
 }
 
 // Recorder keeps the ledger of executions. The Service calls Begin when a run has its slot and

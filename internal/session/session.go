@@ -7,6 +7,7 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -224,17 +225,38 @@ func (c *Client) readLoop() {
 			c.mu.Unlock()
 		case protocol.KindStdout, protocol.KindStderr, protocol.KindResult, protocol.KindRefused,
 			protocol.KindInstallStatus, protocol.KindInstalled, protocol.KindPackagesResult:
-			c.mu.Lock()
-			cl := c.calls[m.ID]
-			c.mu.Unlock()
-			if cl == nil {
-				c.log.Debug("message for an unknown run", "kind", m.Kind, "id", m.ID)
-				continue
+			c.route(m)
+		case protocol.KindCall:
+			if !c.route(m) && m.AgentCall != nil {
+				c.reply(m.ID, m.AgentCall.Seq, nil, sandbox.ErrRunEnded)
 			}
-			cl.push(m)
 		default:
 			c.log.Warn("unexpected message from the executor", "kind", m.Kind)
 		}
+	}
+}
+
+// route hands m to the call waiting for its ID, and reports whether there was one.
+func (c *Client) route(m *protocol.Message) bool {
+	c.mu.Lock()
+	cl := c.calls[m.ID]
+	c.mu.Unlock()
+	if cl == nil {
+		c.log.Debug("message for an unknown run", "kind", m.Kind, "id", m.ID)
+		return false
+	}
+	cl.push(m)
+	return true
+}
+
+// reply answers run id's agent call seq.
+func (c *Client) reply(id string, seq int64, value json.RawMessage, err error) {
+	r := &protocol.AgentReply{Seq: seq, OK: err == nil, Value: value}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	if err := c.conn.Send(&protocol.Message{Kind: protocol.KindReply, ID: id, AgentReply: r}); err != nil {
+		c.fail(fmt.Errorf("%w: sending a call's reply: %w", ErrClosed, err))
 	}
 }
 
@@ -282,6 +304,20 @@ func (c *Client) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func
 				if emit != nil {
 					emit(sandbox.Event{Stream: string(m.Kind), Data: m.Data})
 				}
+			case protocol.KindCall:
+				if m.AgentCall == nil {
+					continue
+				}
+				call := *m.AgentCall
+				if spec.Calls == nil {
+					c.reply(spec.ID, call.Seq, nil, errors.New("this run cannot make agent calls"))
+					continue
+				}
+				// Answered on its own goroutine: a slow host must not hold the run's output.
+				go func() {
+					value, err := spec.Calls(ctx, call.Call)
+					c.reply(spec.ID, call.Seq, value, err)
+				}()
 			case protocol.KindRefused:
 				return partial(), true, fmt.Errorf("the executor refused the run: %s", m.Error)
 			case protocol.KindResult:

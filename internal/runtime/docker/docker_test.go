@@ -151,7 +151,7 @@ func TestRestartAdoptsTheWarmContainer(t *testing.T) {
 // H17: the container is killed from outside during a run.
 func TestContainerKilledDuringRun(t *testing.T) {
 	rt, cfg := startRuntime(t, nil)
-	svc := sandbox.NewService(rt, nil, sandbox.DefaultConfig(), testenv.Logger())
+	svc := sandbox.NewService(rt, sandbox.Hooks{}, sandbox.DefaultConfig(), testenv.Logger())
 	done := make(chan sandbox.Result, 1)
 	go func() {
 		res, err := svc.Execute(context.Background(), sandbox.Request{Code: "print('before', flush=True)\nimport time; time.sleep(30)"}, nil)
@@ -185,7 +185,7 @@ func TestContainerKilledDuringRun(t *testing.T) {
 // The executor process is killed inside the container during a run.
 func TestExecutorKilledDuringRun(t *testing.T) {
 	rt, _ := startRuntime(t, nil)
-	svc := sandbox.NewService(rt, nil, sandbox.DefaultConfig(), testenv.Logger())
+	svc := sandbox.NewService(rt, sandbox.Hooks{}, sandbox.DefaultConfig(), testenv.Logger())
 	done := make(chan sandbox.Result, 1)
 	go func() {
 		res, _ := svc.Execute(context.Background(), sandbox.Request{Code: "import time; time.sleep(30)"}, nil)
