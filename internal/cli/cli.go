@@ -162,10 +162,32 @@ func (o *options) versionCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print sandpit's version",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fmt.Fprintln(o.env.Stdout, "sandpit", o.env.Version)
 			return nil
 		},
+	}
+}
+
+// noArgs, exactArgs and minArgs check a command's arguments; a mismatch is a UsageError (exit
+// 64) that shows the command's usage line.
+func noArgs(cmd *cobra.Command, args []string) error { return exactArgs(0)(cmd, args) }
+
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageErrorf("%s takes %d argument(s), got %d; usage: %s", cmd.CommandPath(), n, len(args), cmd.UseLine())
+		}
+		return nil
+	}
+}
+
+func minArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < n {
+			return usageErrorf("%s takes at least %d argument(s), got %d; usage: %s", cmd.CommandPath(), n, len(args), cmd.UseLine())
+		}
+		return nil
 	}
 }

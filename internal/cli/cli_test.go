@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -67,6 +68,17 @@ func TestRunRefusesBadArguments(t *testing.T) {
 			Lookup: func(string) (string, bool) { return "", false }})
 		if code != 64 || !strings.Contains(stderr.String(), c.says) {
 			t.Errorf("%v: exit %d, stderr %q, want it to say %q", c.args, code, stderr.String(), c.says)
+		}
+	}
+}
+
+func TestArgumentCountIsAUsageError(t *testing.T) {
+	for _, args := range [][]string{{"code", "show"}, {"job", "create"}, {"exec", "show", "a", "b"}, {"sandbox", "status", "x"}} {
+		var stderr strings.Builder
+		code := Main(context.Background(), args, Env{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr,
+			Lookup: func(string) (string, bool) { return "", false }})
+		if code != 64 || !strings.Contains(stderr.String(), "usage: sandpit") {
+			t.Errorf("%v: exit %d, %q", args, code, stderr.String())
 		}
 	}
 }

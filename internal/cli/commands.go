@@ -28,9 +28,10 @@ func (o *options) serveCommand() *cobra.Command {
 		Use:   "serve",
 		Short: "Run the daemon: keep a warm sandbox and serve the REST API",
 		Long: `Run the sandpit daemon. It builds the sandbox image when missing (showing the build),
-starts or adopts the warm container of its data directory, and serves the REST API
-(POST /v1/executions, GET /healthz, GET /readyz, GET /v1/limits) until interrupted.`,
-		Args: cobra.NoArgs,
+starts or adopts the warm container of its data directory, fires scheduled jobs, and serves the
+REST API until interrupted: POST /v1/executions, GET /v1/executions, /v1/agents/{agent}/code,
+/v1/agents/{agent}/jobs, /v1/packages, GET /v1/limits, /healthz and /readyz (see the README).`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := o.load(cmd)
 			if err != nil {
@@ -55,7 +56,7 @@ image, the preinstalled packages, the slot users, sandpit-executor and the Pytho
 The tag carries a hash of the recipe, so an unchanged recipe is reused and a changed one
 rebuilds. Without a container registry, build a base first with scripts/offline-base-image.sh
 and pass --base-image sandpit-base:bookworm.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := o.load(cmd)
 			if err != nil {

@@ -45,13 +45,28 @@ type daemonFlags struct {
 func (f *daemonFlags) register(fs *pflag.FlagSet, withJSON bool) {
 	fs.StringVar(&f.url, "url", "", "daemon URL (default $SANDPIT_URL or "+DefaultURL+")")
 	fs.StringVar(&f.agent, "agent", "default", "agent namespace")
+	f.registerOutput(fs, withJSON)
+}
+
+// registerOutput registers --json when withJSON.
+func (f *daemonFlags) registerOutput(fs *pflag.FlagSet, withJSON bool) {
 	if withJSON {
 		fs.BoolVar(&f.json, "json", false, "print JSON")
 	}
 }
 
-// daemon returns a client of the daemon, or a *NoDaemonError.
-func (o *options) daemon(ctx context.Context, f daemonFlags) (*client.Client, error) {
+// daemon returns a client of the daemon, or a *NoDaemonError. Like `sandpit run`, it refuses
+// engine flags (the daemon has its own settings) and a network policy the daemon lacks.
+func (o *options) daemon(cmd *cobra.Command, f daemonFlags) (*client.Client, error) {
+	ctx := cmd.Context()
+	if given := o.engineFlagsGiven(cmd); len(given) > 0 {
+		return nil, usageErrorf("this command is served by the daemon, which runs with its own settings; these flags only set up an engine: %s; "+
+			"give them to `sandpit serve`", strings.Join(given, ", "))
+	}
+	cfg, err := o.load(cmd)
+	if err != nil {
+		return nil, err
+	}
 	u := f.url
 	if u == "" {
 		u, _ = o.env.Lookup("SANDPIT_URL")
@@ -64,6 +79,9 @@ func (o *options) daemon(ctx context.Context, f daemonFlags) (*client.Client, er
 	defer cancel()
 	if err := c.Health(hctx); err != nil {
 		return nil, &NoDaemonError{URL: u, Err: err}
+	}
+	if err := o.compareWithDaemon(ctx, c, cfg, u); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -108,7 +126,7 @@ existing name makes a new version. Dependencies are PEP 508 requirements; schema
 Schemas (2020-12) given inline or as @FILE: the input is validated before each run and OUTPUT
 after it (a mismatch ends the run with outcome output_invalid).`,
 		Example: `  sandpit code save sum-sales sum.py --dep 'pandas>=2' --input-schema @in.json --output-schema @out.json`,
-		Args:    cobra.ExactArgs(2),
+		Args:    exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src, err := os.ReadFile(args[1])
 			if err != nil {
@@ -125,7 +143,7 @@ after it (a mismatch ends the run with outcome output_invalid).`,
 					return err
 				}
 			}
-			c, err := o.daemon(cmd.Context(), save.daemonFlags)
+			c, err := o.daemon(cmd, save.daemonFlags)
 			if err != nil {
 				return err
 			}
@@ -158,9 +176,9 @@ after it (a mismatch ends the run with outcome output_invalid).`,
 	listCmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the agent's saved code",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := o.daemon(cmd.Context(), list.daemonFlags)
+			c, err := o.daemon(cmd, list.daemonFlags)
 			if err != nil {
 				return err
 			}
@@ -190,9 +208,9 @@ after it (a mismatch ends the run with outcome output_invalid).`,
 	showCmd := &cobra.Command{
 		Use:   "show NAME",
 		Short: "Print saved code with its dependencies, schemas and version (JSON)",
-		Args:  cobra.ExactArgs(1),
+		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.daemon(cmd.Context(), show.daemonFlags)
+			c, err := o.daemon(cmd, show.daemonFlags)
 			if err != nil {
 				return err
 			}
@@ -215,7 +233,7 @@ after it (a mismatch ends the run with outcome output_invalid).`,
 	runCmd := &cobra.Command{
 		Use:   "run NAME",
 		Short: "Run saved code and print its output as it comes (exit status as sandpit run)",
-		Args:  cobra.ExactArgs(1),
+		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r := library.Run{Version: run.version}
 			if cmd.Flags().Changed("input") {
@@ -232,7 +250,7 @@ after it (a mismatch ends the run with outcome output_invalid).`,
 				}
 				r.TimeoutMS = &ms
 			}
-			c, err := o.daemon(cmd.Context(), run.daemonFlags)
+			c, err := o.daemon(cmd, run.daemonFlags)
 			if err != nil {
 				return err
 			}
@@ -252,9 +270,9 @@ after it (a mismatch ends the run with outcome output_invalid).`,
 	rmCmd := &cobra.Command{
 		Use:   "rm NAME",
 		Short: "Delete saved code and all its versions (refused while jobs use it, unless --force)",
-		Args:  cobra.ExactArgs(1),
+		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.daemon(cmd.Context(), rm.daemonFlags)
+			c, err := o.daemon(cmd, rm.daemonFlags)
 			if err != nil {
 				return err
 			}
@@ -293,7 +311,7 @@ func (f *jobFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.description, "description", "", "what the job is for")
 	fs.DurationVar(&f.timeout, "timeout", 0, "each run's wall-clock limit (default: the daemon's)")
 	fs.IntVar(&f.codeVersion, "code-version", 0, "run this version of the code (default the latest)")
-	fs.BoolVar(&f.disabled, "disabled", false, "create the job paused")
+	fs.BoolVar(&f.disabled, "disabled", false, "the job does not fire (create it paused; with update, --disabled=false resumes it)")
 }
 
 // patch returns the fields given on the command line, by their JSON names.
@@ -340,7 +358,7 @@ func (o *options) jobCommand() *cobra.Command {
 		Use:     "create CODE_NAME --schedule SPEC",
 		Short:   "Create a job that runs saved code on a schedule; prints its next five fires",
 		Example: `  sandpit job create daily-report --schedule '0 9 * * 1-5' --timezone Europe/Berlin --input '{"days": 7}'`,
-		Args:    cobra.ExactArgs(1),
+		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := create.patch(cmd)
 			if err != nil {
@@ -350,7 +368,7 @@ func (o *options) jobCommand() *cobra.Command {
 			b, _ := json.Marshal(p)
 			var d jobs.Draft
 			_ = json.Unmarshal(b, &d)
-			c, err := o.daemon(cmd.Context(), create.daemonFlags)
+			c, err := o.daemon(cmd, create.daemonFlags)
 			if err != nil {
 				return err
 			}
@@ -371,7 +389,7 @@ func (o *options) jobCommand() *cobra.Command {
 	updateCmd := &cobra.Command{
 		Use:   "update ID",
 		Short: "Change the fields of a job given as flags",
-		Args:  cobra.ExactArgs(1),
+		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := update.patch(cmd)
 			if err != nil {
@@ -380,7 +398,7 @@ func (o *options) jobCommand() *cobra.Command {
 			if len(p) == 0 {
 				return usageErrorf("nothing to change: give at least one of --schedule, --timezone, --input, --overlap, --catch-up, --timeout, --code-version, --description, --disabled")
 			}
-			c, err := o.daemon(cmd.Context(), update.daemonFlags)
+			c, err := o.daemon(cmd, update.daemonFlags)
 			if err != nil {
 				return err
 			}
@@ -400,9 +418,9 @@ func (o *options) jobCommand() *cobra.Command {
 		cmd := &cobra.Command{
 			Use:   use + " ID",
 			Short: short,
-			Args:  cobra.ExactArgs(1),
+			Args:  exactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				c, err := o.daemon(cmd.Context(), f)
+				c, err := o.daemon(cmd, f)
 				if err != nil {
 					return err
 				}
@@ -470,9 +488,9 @@ func (o *options) jobCommand() *cobra.Command {
 	listCmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the agent's jobs",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := o.daemon(cmd.Context(), list)
+			c, err := o.daemon(cmd, list)
 			if err != nil {
 				return err
 			}
@@ -529,16 +547,15 @@ func (o *options) execCommand() *cobra.Command {
 
 	var list struct {
 		daemonFlags
-		all                                            bool
-		source, outcome, codeName, jobID, since, until string
-		limit                                          int
+		source, outcome, codeName, jobID, since, until, cursor string
+		limit                                                  int
 	}
 	listCmd := &cobra.Command{
 		Use:   "list",
 		Short: "List executions, newest first",
 		Long: `List executions from the ledger, newest first: every run from the API, the CLI, MCP and
 jobs. --agent filters by agent (default: every agent); the other flags narrow further.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			filter := url.Values{}
 			add := func(key, v string) {
@@ -546,9 +563,7 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 					filter.Set(key, v)
 				}
 			}
-			if cmd.Flags().Changed("agent") {
-				add("agent", list.agent)
-			}
+			add("agent", list.agent)
 			add("source", list.source)
 			add("outcome", list.outcome)
 			add("code_name", list.codeName)
@@ -563,11 +578,14 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 				}
 				add(t.key, at.Format(time.RFC3339))
 			}
-			c, err := o.daemon(cmd.Context(), list.daemonFlags)
+			c, err := o.daemon(cmd, list.daemonFlags)
 			if err != nil {
 				return err
 			}
-			items, next, err := c.ListExecutions(cmd.Context(), filter, store.Page{Limit: list.limit})
+			if list.limit < 1 || list.limit > store.MaxLimit {
+				return usageErrorf("--limit %d: give 1 to %d", list.limit, store.MaxLimit)
+			}
+			items, next, err := c.ListExecutions(cmd.Context(), filter, store.Page{Limit: list.limit, Cursor: list.cursor})
 			if err != nil {
 				return err
 			}
@@ -587,11 +605,20 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%dms\n", e.ID, e.StartedAt.Format(time.RFC3339), e.Agent, e.Source, code, outcome, e.DurationMS)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if next != "" {
+				fmt.Fprintf(o.env.Stderr, "sandpit: more: add --cursor %s\n", next)
+			}
+			return nil
 		},
 	}
-	list.daemonFlags.register(listCmd.Flags(), true)
 	fl := listCmd.Flags()
+	fl.StringVar(&list.url, "url", "", "daemon URL (default $SANDPIT_URL or "+DefaultURL+")")
+	fl.StringVar(&list.agent, "agent", "", "only this agent's executions (default: every agent)")
+	list.registerOutput(fl, true)
+	fl.StringVar(&list.cursor, "cursor", "", "the next_cursor of an earlier page (see --json)")
 	fl.StringVar(&list.source, "source", "", "api, cli, mcp or job")
 	fl.StringVar(&list.outcome, "outcome", "", "ok, error, timeout, memory_limit, ...")
 	fl.StringVar(&list.codeName, "code", "", "saved code name")
@@ -604,9 +631,9 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 	showCmd := &cobra.Command{
 		Use:   "show ID",
 		Short: "Print an execution's record: request, result, stdout, stderr and OUTPUT (JSON)",
-		Args:  cobra.ExactArgs(1),
+		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.daemon(cmd.Context(), show)
+			c, err := o.daemon(cmd, show)
 			if err != nil {
 				return err
 			}
@@ -648,9 +675,9 @@ func (o *options) packagesCommand() *cobra.Command {
 	listCmd := &cobra.Command{
 		Use:   "list",
 		Short: "List installed dependencies with their versions and sizes",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := o.daemon(cmd.Context(), list)
+			c, err := o.daemon(cmd, list)
 			if err != nil {
 				return err
 			}
@@ -676,9 +703,9 @@ func (o *options) packagesCommand() *cobra.Command {
 		Use:     "install REQUIREMENT...",
 		Short:   "Install dependencies ahead of the runs that need them",
 		Example: `  sandpit packages install 'pandas==2.2.2' 'rich[jupyter]'`,
-		Args:    cobra.MinimumNArgs(1),
+		Args:    minArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.daemon(cmd.Context(), install)
+			c, err := o.daemon(cmd, install)
 			if err != nil {
 				return err
 			}
@@ -709,9 +736,9 @@ func (o *options) packagesCommand() *cobra.Command {
 	removeCmd := &cobra.Command{
 		Use:   "remove NAME",
 		Short: "Remove an installed dependency (every version of it; the image's own packages stay)",
-		Args:  cobra.ExactArgs(1),
+		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.daemon(cmd.Context(), remove)
+			c, err := o.daemon(cmd, remove)
 			if err != nil {
 				return err
 			}

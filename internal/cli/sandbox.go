@@ -14,7 +14,7 @@ func (o *options) sandboxCommand() *cobra.Command {
 	sb.AddCommand(&cobra.Command{
 		Use:   "status",
 		Short: "Show the data directory's containers and which engine owns it",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := o.load(cmd)
 			if err != nil {
@@ -46,7 +46,7 @@ func (o *options) sandboxCommand() *cobra.Command {
 		Long: `Remove the warm container of the data directory (and any stopped ones). The next run
 or daemon creates a fresh one. Refused while a daemon or a run owns the data directory: stop it
 first. Images are kept; remove them with docker image rm.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := o.load(cmd)
 			if err != nil {

@@ -129,6 +129,11 @@ func bodyError(err error, sh shape) error {
 		return invalid("", "the request body is not valid JSON (%v at byte %d); it must be a JSON object such as %s",
 			syntaxErr, syntaxErr.Offset, sh.example)
 	case errors.As(err, &typeErr):
+		// encoding/json names a field of an embedded struct with the struct's Go name
+		// ("Draft.description"): the client knows only the JSON key.
+		if i := strings.LastIndexByte(typeErr.Field, '.'); i >= 0 {
+			typeErr.Field = typeErr.Field[i+1:]
+		}
 		if typeErr.Field == "" {
 			return invalid("", "the request body must be a JSON object such as %s, not %s", sh.example, typeErr.Value)
 		}

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -439,7 +440,16 @@ func (a *api) jobHistory(w http.ResponseWriter, r *http.Request) {
 // ---- the ledger ----
 
 func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if err := checkQuery(q, "agent"); err != nil {
+		writeError(w, err)
+		return
+	}
 	e, err := a.ledger.GetExecution(r.Context(), r.PathValue("id"))
+	if err == nil && q.Get("agent") != "" && q.Get("agent") != e.Agent {
+		// Scoped to an agent (as an agent's tools ask): another agent's record does not exist.
+		err = fmt.Errorf("execution %q of agent %q: %w", r.PathValue("id"), q.Get("agent"), store.ErrNotFound)
+	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -482,6 +492,10 @@ func (a *api) listExecutions(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
+		writeError(w, invalid("since", "since (%s) must be before until (%s)", f.Since.Format(time.RFC3339), f.Until.Format(time.RFC3339)))
+		return
 	}
 	list, next, err := a.ledger.ListExecutions(r.Context(), f, p)
 	if err != nil {

@@ -142,6 +142,15 @@ func TestSavedCodeOverREST(t *testing.T) {
 	if st != 200 || rec["status"] != "finished" || rec["stdout"] != "测试 😀\n" || rec["code_name"] != "sum" || rec["source"] != "cli" {
 		t.Fatalf("ledger record: %d %v", st, rec)
 	}
+	if st, _ := s.call(t, "GET", "/v1/executions/"+id+"?agent=a", ""); st != 200 {
+		t.Fatalf("the record scoped to its agent: %d", st)
+	}
+	if st, _ := s.call(t, "GET", "/v1/executions/"+id+"?agent=b", ""); st != 404 {
+		t.Fatalf("the record scoped to another agent: %d", st)
+	}
+	if st, v := s.call(t, "GET", "/v1/executions?since=2026-02-01T00:00:00Z&until=2026-01-01T00:00:00Z", ""); st != 400 || v["error"].(map[string]any)["field"] != "since" {
+		t.Fatalf("since after until: %d %v", st, v)
+	}
 
 	// Invalid input: 400 with the pointers, and nothing runs.
 	runs := s.rt.runs.Load()
@@ -165,6 +174,7 @@ func TestSavedCodeOverREST(t *testing.T) {
 		{`{"name": "x", "code": "x", "input_schema": {"type": "objekt"}}`, "input_schema", "/type"},
 		{`{"name": "x", "code": "x", "dependencies": ["-r /etc/passwd"]}`, "dependencies", "dependencies[0]"},
 		{`{"name": "x", "code": "x", "dependecies": []}`, "dependecies", `did you mean "dependencies"`},
+		{`{"name": "x", "code": "x", "description": 5}`, "description", "description: must be a string, not number"},
 	} {
 		st, v := s.call(t, "POST", "/v1/agents/a/code", c.body)
 		e := v["error"].(map[string]any)

@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -71,6 +72,7 @@ func DraftOf(j store.Job) Draft {
 type Store interface {
 	CreateJob(ctx context.Context, j store.Job) (store.Job, error)
 	UpdateJob(ctx context.Context, j store.Job) (store.Job, error)
+	PauseJob(ctx context.Context, agent, id string) (store.Job, error)
 	GetJob(ctx context.Context, agent, id string) (store.Job, error)
 	ListJobs(ctx context.Context, agent string, p store.Page) ([]store.Job, string, error)
 	DeleteJob(ctx context.Context, agent, id string) error
@@ -96,12 +98,15 @@ type Scheduled struct {
 	NextFires []time.Time `json:"next_fires"`
 }
 
+// MaxDescription is the longest description of a job or saved code, in bytes.
+const MaxDescription = library.MaxDescription
+
 // Preview is how many next fire times Scheduled holds.
 const Preview = 5
 
 // check validates d (with defaults applied) and returns it with its parsed schedule. Errors
 // are *sandbox.FieldError, or the library's errors for the code and its input.
-func check(ctx context.Context, lib Library, agent string, d Draft, maxTimeout time.Duration) (Draft, *schedule.Schedule, error) {
+func check(ctx context.Context, lib Library, ex Executor, agent string, d Draft, maxTimeout time.Duration) (Draft, *schedule.Schedule, error) {
 	if !sandbox.ValidAgent(agent) {
 		return d, nil, &sandbox.FieldError{Field: "agent", Message: fmt.Sprintf(
 			"%q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit", agent)}
@@ -158,8 +163,18 @@ func check(ctx context.Context, lib Library, agent string, d Draft, maxTimeout t
 	if !json.Valid(d.Input) {
 		return d, nil, &sandbox.FieldError{Field: "input", Message: "is not valid JSON"}
 	}
-	// The code must exist and the input must fit its schema now; a fire rechecks both.
-	if _, _, err := lib.Request(ctx, agent, d.CodeName, library.Run{Input: d.Input, TimeoutMS: d.TimeoutMS, Version: d.CodeVersion}, sandbox.Origin{}); err != nil {
+	if len(d.Description) > MaxDescription {
+		return d, nil, &sandbox.FieldError{Field: "description", Message: fmt.Sprintf("is %d bytes; the limit is %d", len(d.Description), MaxDescription)}
+	}
+	// The code must exist, and the input fit its schema and the limits now; a fire rechecks.
+	req, _, err := lib.Request(ctx, agent, d.CodeName, library.Run{Input: d.Input, TimeoutMS: d.TimeoutMS, Version: d.CodeVersion}, sandbox.Origin{})
+	if errors.Is(err, store.ErrNotFound) {
+		return d, nil, fmt.Errorf("%w: set code_name (and code_version) to saved code that exists", err)
+	}
+	if err != nil {
+		return d, nil, err
+	}
+	if err := ex.Validate(req); err != nil {
 		return d, nil, err
 	}
 	return d, sched, nil

@@ -17,6 +17,8 @@ import (
 // Executor runs requests; *sandbox.Service satisfies it.
 type Executor interface {
 	Execute(ctx context.Context, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error)
+	// Validate checks a request against the limits without running it.
+	Validate(req sandbox.Request) error
 }
 
 // Config tunes a Scheduler. Zero values take the defaults.
@@ -42,11 +44,12 @@ type Scheduler struct {
 
 	wake chan struct{} // buffered (1): the jobs changed
 
-	mu      sync.Mutex
-	running map[string]string      // job ID → the execution going
-	queued  map[string]*store.Fire // job ID → the fire waiting for it
-	runs    sync.WaitGroup
-	base    context.Context // the runs' context, set by Run
+	mu       sync.Mutex
+	running  map[string]string      // job ID → the execution going
+	queued   map[string]*store.Fire // job ID → the fire waiting for it
+	runs     sync.WaitGroup
+	base     context.Context // the runs' context, set by Run
+	stopping bool            // Run's context ended: queued fires wait for the next daemon
 }
 
 // New returns a scheduler over st that runs saved code from lib on ex. log may be nil.
@@ -78,7 +81,7 @@ func (s *Scheduler) poke() {
 // invalid field, the library's errors for the code (store.ErrNotFound wrapped) and its input
 // (*library.InputError).
 func (s *Scheduler) Create(ctx context.Context, agent string, d Draft) (Scheduled, error) {
-	d, sched, err := check(ctx, s.lib, agent, d, s.cfg.MaxTimeout)
+	d, sched, err := check(ctx, s.lib, s.ex, agent, d, s.cfg.MaxTimeout)
 	if err != nil {
 		return Scheduled{}, err
 	}
@@ -98,7 +101,7 @@ func (s *Scheduler) Update(ctx context.Context, agent, id string, d Draft) (Sche
 	if err != nil {
 		return Scheduled{}, err
 	}
-	d, sched, err := check(ctx, s.lib, agent, d, s.cfg.MaxTimeout)
+	d, sched, err := check(ctx, s.lib, s.ex, agent, d, s.cfg.MaxTimeout)
 	if err != nil {
 		return Scheduled{}, err
 	}
@@ -120,6 +123,14 @@ func (s *Scheduler) SetEnabled(ctx context.Context, agent, id string, enabled bo
 	}
 	d := DraftOf(j)
 	d.Enabled = &enabled
+	if !enabled {
+		// Pausing needs no check: it also works for a job whose code was deleted.
+		if j, err = s.st.PauseJob(ctx, agent, id); err != nil {
+			return Scheduled{}, err
+		}
+		s.poke()
+		return scheduled(j, nil, time.Now()), nil
+	}
 	return s.Update(ctx, agent, id, d)
 }
 
@@ -157,9 +168,13 @@ func (s *Scheduler) History(ctx context.Context, agent, id string, p store.Page)
 
 // RunNow fires the agent's job id now, outside its schedule, following its overlap policy;
 // the returned fire says whether it started (with its execution ID), was queued or skipped.
+// A job that cannot run (its code is gone, its input no longer fits) is an error, and no fire.
 func (s *Scheduler) RunNow(ctx context.Context, agent, id string) (store.Fire, error) {
 	j, err := s.st.GetJob(ctx, agent, id)
 	if err != nil {
+		return store.Fire{}, err
+	}
+	if _, err := s.request(ctx, j); err != nil {
 		return store.Fire{}, err
 	}
 	now := time.Now().UTC()
@@ -178,9 +193,14 @@ func (s *Scheduler) RunNow(ctx context.Context, agent, id string) (store.Fire, e
 // fires whose run never started and restarts queued fires, left by a daemon that stopped.
 func (s *Scheduler) Run(ctx context.Context) error {
 	s.mu.Lock()
-	s.base = context.WithoutCancel(ctx)
+	s.base, s.stopping = context.WithoutCancel(ctx), false
 	s.mu.Unlock()
 	defer s.runs.Wait()
+	defer func() {
+		s.mu.Lock()
+		s.stopping = true
+		s.mu.Unlock()
+	}()
 	if n, err := s.st.FailUnstartedFires(ctx); err != nil {
 		return fmt.Errorf("scheduler: recovering fires: %w", err)
 	} else if n > 0 {
@@ -327,7 +347,7 @@ func (s *Scheduler) start(j store.Job, f store.Fire) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		delete(s.running, j.ID)
-		if q := s.queued[j.ID]; q != nil {
+		if q := s.queued[j.ID]; q != nil && !s.stopping {
 			delete(s.queued, j.ID)
 			q.ExecutionID = sandbox.NewID()
 			if err := s.st.SetFire(s.base, q.ID, store.FireStarted, q.ExecutionID, ""); err != nil {
@@ -343,8 +363,7 @@ func (s *Scheduler) start(j store.Job, f store.Fire) {
 // a fire that could not start as failed.
 func (s *Scheduler) execute(j store.Job, f store.Fire) {
 	ctx := s.base
-	origin := sandbox.Origin{Source: sandbox.SourceJob, JobID: j.ID}
-	req, _, err := s.lib.Request(ctx, j.Agent, j.CodeName, library.Run{Input: j.Input, TimeoutMS: j.TimeoutMS, Version: j.CodeVersion}, origin)
+	req, err := s.request(ctx, j)
 	if err == nil {
 		req.ID = f.ExecutionID
 		deadline := time.Now().Add(s.cfg.StartPatience)
@@ -367,6 +386,16 @@ func (s *Scheduler) execute(j store.Job, f store.Fire) {
 	if err := s.st.SetFire(ctx, f.ID, store.FireFailed, "", err.Error()); err != nil {
 		s.log.Error("scheduler: recording a failed fire failed", "job", j.ID, "fire", f.ID, "error", err)
 	}
+}
+
+// request builds the execution request of one of j's fires, checked against the limits.
+func (s *Scheduler) request(ctx context.Context, j store.Job) (sandbox.Request, error) {
+	origin := sandbox.Origin{Source: sandbox.SourceJob, JobID: j.ID}
+	req, _, err := s.lib.Request(ctx, j.Agent, j.CodeName, library.Run{Input: j.Input, TimeoutMS: j.TimeoutMS, Version: j.CodeVersion}, origin)
+	if err != nil {
+		return req, err
+	}
+	return req, s.ex.Validate(req)
 }
 
 // resumeQueued starts the fires a stopped daemon left queued: their previous runs are over.

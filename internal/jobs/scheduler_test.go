@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -394,4 +395,79 @@ func TestCreateRefusesBadJobs(t *testing.T) {
 	if _, err := s.Create(t.Context(), "a", jobs.Draft{CodeName: "typed", Schedule: "@daily", Input: json.RawMessage(`{}`)}); !errors.As(err, &inErr) {
 		t.Fatalf("job whose input breaks the schema: %v", err)
 	}
+}
+
+func TestJobsOfDeletedCode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, t.TempDir())
+		defer e.st.Close()
+		s, stop := e.start(jobs.Config{})
+		defer stop()
+		ctx := context.Background()
+		if _, err := e.lib.Create(ctx, "a", "doomed", library.Draft{Code: "pass"}); err != nil {
+			t.Fatal(err)
+		}
+		job, err := s.Create(ctx, "a", jobs.Draft{CodeName: "doomed", Schedule: "@hourly"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.lib.Delete(ctx, "a", "doomed", true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.RunNow(ctx, "a", job.ID); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("run now of a job whose code is gone: %v", err)
+		}
+		if n := len(history(t, e.st, job.ID)); n != 0 {
+			t.Fatalf("a fire was recorded for a run that cannot start: %d", n)
+		}
+		if p, err := s.SetEnabled(ctx, "a", job.ID, false); err != nil || p.Enabled {
+			t.Fatalf("pausing a job whose code is gone: %+v %v", p, err)
+		}
+		if _, err := s.SetEnabled(ctx, "a", job.ID, true); !errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), "set code_name") {
+			t.Fatalf("resuming it says how to fix it: %v", err)
+		}
+	})
+}
+
+func TestCreateRefusesInputsNoRunAccepts(t *testing.T) {
+	e := newEnv(t, t.TempDir())
+	defer e.st.Close()
+	s := jobs.New(e.st, e.lib, e.svc, jobs.Config{}, nil)
+	deep := json.RawMessage(strings.Repeat("[", 600) + strings.Repeat("]", 600))
+	_, err := s.Create(t.Context(), "a", jobs.Draft{CodeName: "work", Schedule: "@daily", Input: deep})
+	var fe *sandbox.FieldError
+	if !errors.As(err, &fe) || fe.Field != "input" {
+		t.Fatalf("a job with an input nested 600 levels: %v", err)
+	}
+}
+
+// A stopping daemon leaves a queued fire queued; the next daemon starts it.
+func TestQueuedFireSurvivesAStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		e := newEnv(t, dir)
+		s, stop := e.start(jobs.Config{})
+		job, err := s.Create(context.Background(), "a", jobs.Draft{CodeName: "work", Schedule: "@every 10s", Overlap: "queue", Input: json.RawMessage(`{"sleep_s": 15}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(21 * time.Second) // 10: run (to 25); 20: queued
+		synctest.Wait()
+		stop() // waits for the run; the queued fire must not start
+		fires := history(t, e.st, job.ID)
+		if len(fires) != 2 || fires[1].Status != store.FireQueued {
+			t.Fatalf("after the stop: %+v", fires)
+		}
+		e.st.Close()
+
+		e = newEnv(t, dir)
+		defer e.st.Close()
+		_, stop = e.start(jobs.Config{})
+		defer stop()
+		synctest.Wait()
+		fires = history(t, e.st, job.ID)
+		if fires[1].Status != store.FireStarted || fires[1].ExecutionID == "" {
+			t.Fatalf("the queued fire after the restart: %+v", fires[1])
+		}
+	})
 }

@@ -67,17 +67,20 @@ type Draft struct {
 	Description string `json:"description"`
 }
 
-// MaxNameLength is the longest code name.
-const MaxNameLength = 64
+// MaxNameLength is the longest code name; MaxDescription the longest description, in bytes.
+const (
+	MaxNameLength  = 64
+	MaxDescription = 4096
+)
 
-var namePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
 // CheckName returns a *sandbox.FieldError when name is not a valid code name: 1 to 64
-// lowercase letters, digits, '-' and '_'.
+// lowercase letters, digits, '-' and '_', starting with a letter or digit.
 func CheckName(name string) error {
 	if !namePattern.MatchString(name) {
 		return &sandbox.FieldError{Field: "name", Message: fmt.Sprintf(
-			"%q is not a valid code name: use 1 to %d lowercase letters, digits, '-' or '_' (for example \"sum-sales\")", name, MaxNameLength)}
+			"%q is not a valid code name: use 1 to %d lowercase letters, digits, '-' or '_', starting with a letter or digit (for example \"sum-sales\")", name, MaxNameLength)}
 	}
 	return nil
 }
@@ -95,6 +98,9 @@ func checkAgent(agent string) error {
 func (l *Library) check(d Draft) (Draft, error) {
 	if strings.TrimSpace(d.Code) == "" {
 		return d, &sandbox.FieldError{Field: "code", Message: "is required: send the Python source to save"}
+	}
+	if len(d.Description) > MaxDescription {
+		return d, &sandbox.FieldError{Field: "description", Message: fmt.Sprintf("is %d bytes; the limit is %d", len(d.Description), MaxDescription)}
 	}
 	reqs, err := requirement.ParseList(d.Dependencies, l.maxDeps)
 	if err != nil {
@@ -166,6 +172,9 @@ func firstField(err error) error {
 
 // Get returns version of the agent's code name (0: the latest).
 func (l *Library) Get(ctx context.Context, agent, name string, version int) (store.Code, error) {
+	if err := CheckName(name); err != nil {
+		return store.Code{}, err
+	}
 	return l.st.GetCode(ctx, agent, name, version)
 }
 

@@ -138,6 +138,18 @@ func TestSaveRefusesBadContent(t *testing.T) {
 		{"schema not an object", "a", "ok", func(d *library.Draft) { d.OutputSchema = json.RawMessage(`"object"`) }, "output_schema", "must be a JSON Schema"},
 		{"remote ref", "a", "ok", func(d *library.Draft) { d.InputSchema = json.RawMessage(`{"$ref": "file:///etc/passwd"}`) }, "input_schema", "self-contained"},
 		{"http ref", "a", "ok", func(d *library.Draft) { d.InputSchema = json.RawMessage(`{"$ref": "http://127.0.0.1:1/s.json"}`) }, "input_schema", "self-contained"},
+		{"ref cycle", "a", "ok", func(d *library.Draft) { d.InputSchema = json.RawMessage(`{"$ref": "#"}`) }, "input_schema", "$ref cycle"},
+		{"two-step ref cycle", "a", "ok", func(d *library.Draft) {
+			d.OutputSchema = json.RawMessage(`{"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}`)
+		}, "output_schema", "$ref cycle"},
+		{"deep schema", "a", "ok", func(d *library.Draft) {
+			d.InputSchema = json.RawMessage(strings.Repeat(`{"items":`, 1000) + `{}` + strings.Repeat(`}`, 1000))
+		}, "input_schema", "nested 1001 levels"},
+		{"huge schema", "a", "ok", func(d *library.Draft) {
+			d.InputSchema = json.RawMessage(`{"description": "` + strings.Repeat("x", 300<<10) + `"}`)
+		}, "input_schema", "the limit is 262144 bytes"},
+		{"huge description", "a", "ok", func(d *library.Draft) { d.Description = strings.Repeat("x", 5000) }, "description", "the limit is 4096"},
+		{"name starting with -", "a", "-x", nil, "name", "starting with a letter or digit"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -2,9 +2,11 @@ package library
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -59,8 +61,48 @@ func (refusingLoader) Load(url string) (any, error) {
 	return nil, fmt.Errorf("$ref %q points outside the schema; schemas must be self-contained (use $defs and \"#/$defs/...\")", url)
 }
 
-// compile compiles a JSON Schema (draft 2020-12 unless it names another in $schema).
+// Schema size limits: compiling and validating cost grows with both.
+const (
+	MaxSchemaBytes = 256 << 10
+	MaxSchemaDepth = 64
+)
+
+// compiled caches schemas by their text: runs of saved code reuse their compiled schemas.
+var compiled = struct {
+	sync.Mutex
+	m map[[32]byte]*jsonschema.Schema
+}{m: map[[32]byte]*jsonschema.Schema{}}
+
+// compile compiles a JSON Schema (draft 2020-12 unless it names another in $schema), or
+// returns it from the cache.
 func compile(name string, raw []byte) (*jsonschema.Schema, error) {
+	key := sha256.Sum256(append([]byte(name+"\x00"), raw...))
+	compiled.Lock()
+	sch := compiled.m[key]
+	compiled.Unlock()
+	if sch != nil {
+		return sch, nil
+	}
+	sch, err := compileNew(name, raw)
+	if err != nil {
+		return nil, err
+	}
+	compiled.Lock()
+	if len(compiled.m) >= 1024 {
+		clear(compiled.m)
+	}
+	compiled.m[key] = sch
+	compiled.Unlock()
+	return sch, nil
+}
+
+func compileNew(name string, raw []byte) (*jsonschema.Schema, error) {
+	if len(raw) > MaxSchemaBytes {
+		return nil, fmt.Errorf("is %d bytes; the limit is %d bytes", len(raw), MaxSchemaBytes)
+	}
+	if d := depth(raw); d > MaxSchemaDepth {
+		return nil, fmt.Errorf("is nested %d levels deep; the limit is %d levels", d, MaxSchemaDepth)
+	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return nil, fmt.Errorf("is not valid JSON: %w", err)
@@ -86,7 +128,38 @@ func compile(name string, raw []byte) (*jsonschema.Schema, error) {
 		}
 		return nil, fmt.Errorf("is not a valid JSON Schema: %s", strings.ReplaceAll(err.Error(), url, name))
 	}
+	// A $ref cycle compiles, then fails every validation: find it now, not at each run.
+	for _, probe := range []any{nil, map[string]any{}, []any{}, "", 0.0, true} {
+		for _, v := range violationsOf(sch.Validate(probe)) {
+			if strings.Contains(v.Message, "reference cycle") {
+				return nil, fmt.Errorf("has a $ref cycle (%s); every $ref must lead to a schema that does not lead back to it",
+					strings.ReplaceAll(v.Message, url, ""))
+			}
+		}
+	}
 	return sch, nil
+}
+
+// depth returns how deeply arrays and objects nest in JSON text.
+func depth(raw []byte) int {
+	d, deepest, inString, escaped := 0, 0, false, false
+	for _, c := range raw {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			escaped = c == '\\'
+			inString = c != '"'
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			d++
+			deepest = max(deepest, d)
+		case c == ']' || c == '}':
+			d--
+		}
+	}
+	return deepest
 }
 
 // validate checks the JSON text v against sch and returns its violations, most specific first,
@@ -96,7 +169,11 @@ func validate(sch *jsonschema.Schema, v []byte) []Violation {
 	if err != nil {
 		return []Violation{{Message: "is not valid JSON: " + err.Error()}}
 	}
-	err = sch.Validate(doc)
+	return violationsOf(sch.Validate(doc))
+}
+
+// violationsOf turns a validation error into violations (nil for nil).
+func violationsOf(err error) []Violation {
 	if err == nil {
 		return nil
 	}
@@ -104,8 +181,24 @@ func validate(sch *jsonschema.Schema, v []byte) []Violation {
 	if !errors.As(err, &verr) {
 		return []Violation{{Message: err.Error()}}
 	}
-	return violations(verr)
+	vs := violations(verr)
+	// Each message quotes values; keep the answer small for a large input.
+	if len(vs) > maxViolations {
+		vs = vs[:maxViolations]
+	}
+	for i := range vs {
+		if len(vs[i].Message) > maxViolationText {
+			vs[i].Message = strings.ToValidUTF8(vs[i].Message[:maxViolationText], "") + "…"
+		}
+	}
+	return vs
 }
+
+// The most violations an error lists, and the longest message of each, in bytes.
+const (
+	maxViolations    = 20
+	maxViolationText = 300
+)
 
 // violations flattens verr into the failures at its leaves: the most specific ones.
 func violations(verr *jsonschema.ValidationError) []Violation {

@@ -87,6 +87,11 @@ func (s *Store) Begin(ctx context.Context, spec sandbox.Spec, head sandbox.Resul
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)`,
 			head.ID, head.Agent, head.Source, nullString(head.JobID), nullString(head.CodeName),
 			nullInt(head.CodeVersion), sum, string(spec.Input), spec.TimeoutMS, ms(head.StartedAt))
+		if err != nil || head.JobID == "" {
+			return err
+		}
+		// The job's fire has begun: a crash from now on is the run's, recorded here.
+		_, err = tx.ExecContext(ctx, `UPDATE job_fires SET began = 1 WHERE execution_id = ?`, head.ID)
 		return err
 	})
 }
@@ -126,9 +131,11 @@ func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
 // before any run: a record running then belongs to a daemon that is gone.
 func (s *Store) FinishInterrupted(ctx context.Context) (int, error) {
 	now := s.now().UnixMilli()
+	// The run's end is unknown: its duration is counted to its timeout at most, not through
+	// the downtime.
 	r, err := s.w.ExecContext(ctx, `UPDATE executions SET status = 'finished', outcome = ?, exit_code = -1,
 		signal = 0, reason = ?, stdout = '', stderr = '', stdout_truncated = 0, stderr_truncated = 0,
-		output = 'null', duration_ms = max(0, ? - started_at), ended_at = ? WHERE status = 'running'`,
+		output = 'null', duration_ms = min(max(0, ? - started_at), timeout_ms), ended_at = ? WHERE status = 'running'`,
 		string(sandbox.OutcomeSandboxError), ReasonInterrupted, now, now)
 	if err != nil {
 		return 0, err

@@ -115,6 +115,20 @@ func (s *Store) UpdateJob(ctx context.Context, j Job) (Job, error) {
 	return j, err
 }
 
+// PauseJob disables the agent's job id (no next fire). It works whether or not its code still
+// exists.
+func (s *Store) PauseJob(ctx context.Context, agent, id string) (Job, error) {
+	r, err := s.w.ExecContext(ctx, `UPDATE jobs SET enabled = 0, next_run_at = NULL, updated_at = ? WHERE id = ? AND agent = ?`,
+		s.now().UnixMilli(), id, agent)
+	if err != nil {
+		return Job{}, err
+	}
+	if n, _ := r.RowsAffected(); n == 0 {
+		return Job{}, fmt.Errorf("job %q: %w", id, ErrNotFound)
+	}
+	return s.GetJob(ctx, agent, id)
+}
+
 func codeExists(ctx context.Context, tx *sql.Tx, agent, name string) error {
 	var one int
 	err := tx.QueryRowContext(ctx, `SELECT 1 FROM code WHERE agent = ? AND name = ?`, agent, name).Scan(&one)
@@ -293,10 +307,10 @@ func (s *Store) QueuedFires(ctx context.Context) ([]Fire, error) {
 
 // FailUnstartedFires marks failed the fires recorded as started whose execution never reached
 // the ledger (the daemon stopped between claiming the fire and starting its run), and returns
-// how many. The daemon calls it when it starts, before any fire.
+// how many. A fire whose execution began stays as it is, even once the ledger has pruned it. The daemon calls it when it starts, before any fire.
 func (s *Store) FailUnstartedFires(ctx context.Context) (int, error) {
 	r, err := s.w.ExecContext(ctx, `UPDATE job_fires SET status = 'failed', reason = ?
-		WHERE status = 'started' AND NOT EXISTS (SELECT 1 FROM executions e WHERE e.id = job_fires.execution_id)`,
+		WHERE status = 'started' AND began = 0`,
 		"interrupted: the daemon stopped before the run started")
 	if err != nil {
 		return 0, err

@@ -284,6 +284,27 @@ func TestClaimFiresOnce(t *testing.T) {
 	if n, _ := s.FailUnstartedFires(ctx); n != 1 {
 		t.Fatalf("FailUnstartedFires = %d, want 1 (its execution never began)", n)
 	}
+
+	// A fire whose run began stays started after the ledger prunes its record.
+	next := due.Add(10 * time.Second)
+	f2 := Fire{JobID: "job_1", Agent: "a", Kind: FireScheduled, Status: FireStarted, ScheduledAt: next, FiredAt: next, ExecutionID: sandbox.NewID()}
+	if _, ok, err := s.ClaimFires(ctx, "job_1", next, next.Add(10*time.Second), []Fire{f2}); !ok || err != nil {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	head := sandbox.Result{ID: f2.ExecutionID, Agent: "a", StartedAt: next, Origin: sandbox.Origin{Source: "job", JobID: "job_1"}}
+	if err := s.Begin(ctx, sandbox.Spec{ID: head.ID, Code: "x", Input: json.RawMessage("null")}, head); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Finish(ctx, head); err != nil {
+		t.Fatal(err)
+	}
+	s.now = func() time.Time { return next.Add(24 * time.Hour) }
+	if n, err := s.Prune(ctx, Retention{MaxAge: time.Hour}); n != 1 || err != nil {
+		t.Fatalf("Prune = %d, %v", n, err)
+	}
+	if n, _ := s.FailUnstartedFires(ctx); n != 0 {
+		t.Fatalf("FailUnstartedFires failed %d fires whose runs began (their records were pruned)", n)
+	}
 	if fires, _, _ := s.ListFires(ctx, "b", "job_1", Page{}); fires != nil {
 		t.Fatal("another agent read the job's history")
 	}
