@@ -17,6 +17,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/sandpit-dev/sandpit/internal/callback"
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/datadir"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
@@ -135,7 +136,12 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		return nil, err
 	}
 	scfg := cfg.Sandbox()
-	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, scfg, log)
+	var handler callback.Handler = callback.Store{DB: st}
+	if cfg.CallbackURL != "" {
+		handler = &callback.Webhook{URL: cfg.CallbackURL, Secret: []byte(cfg.CallbackSecret), Timeout: scfg.CallTimeout,
+			MaxBytes: int64(scfg.MaxCallBytes)}
+	}
+	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st, Callbacks: callback.Dispatch{Handler: handler}}, scfg, log)
 	lib := library.New(st, svc, cfg.MaxDependencies)
 	return &Engine{
 		Service: svc,
@@ -266,7 +272,8 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	}
 	defer eng.Close()
 
-	backend := httpapi.Backend{Executor: eng.Service, Library: eng.Library, Jobs: eng.Jobs, Ledger: eng.Store, Packages: eng.Runtime}
+	backend := httpapi.Backend{Executor: eng.Service, Library: eng.Library, Jobs: eng.Jobs, Ledger: eng.Store, Packages: eng.Runtime,
+		Knowledge: eng.Store}
 	srv := &http.Server{
 		Handler:           httpapi.Guard(httpapi.NewHandler(backend, log), cfg.AllowedHosts),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -152,6 +152,21 @@ type Config struct {
 	// 1 to 500.
 	MaxDependencies int `json:"max_dependencies"`
 
+	// CallbackURL, when set, sends sandboxed code's agent.* calls to the host application at this
+	// http(s) URL (a webhook) instead of the built-in knowledge store. Default empty.
+	CallbackURL string `json:"callback_url"`
+	// CallbackSecret is the HMAC-SHA256 key that signs each webhook request (header
+	// X-Sandpit-Signature). Required with callback_url.
+	CallbackSecret string `json:"callback_secret"`
+	// MaxCalls caps the agent.* calls of one run. Default 1000; allowed 0 to 1000000.
+	MaxCalls int `json:"max_calls"`
+	// MaxCallBytes caps one call's arguments and one answer, in bytes. Default 4 MiB; allowed
+	// 1 KiB to 64 MiB.
+	MaxCallBytes int64 `json:"max_call_bytes"`
+	// CallTimeoutMS bounds how long the host may take to answer one call, in milliseconds.
+	// Default 10000; allowed 100 to 600000.
+	CallTimeoutMS int64 `json:"call_timeout_ms"`
+
 	// LedgerMaxAgeDays is how many days the ledger keeps an execution's record. Default 30;
 	// 0 keeps records regardless of age; at most 36500.
 	LedgerMaxAgeDays int64 `json:"ledger_max_age_days"`
@@ -218,6 +233,10 @@ func defaults(lookup func(string) (string, bool)) Config {
 		InstallTimeoutMS: sb.InstallTimeout.Milliseconds(),
 		MaxDependencies:  sb.MaxDependencies,
 
+		MaxCalls:      sb.MaxCalls,
+		MaxCallBytes:  int64(sb.MaxCallBytes),
+		CallTimeoutMS: sb.CallTimeout.Milliseconds(),
+
 		LedgerMaxAgeDays:    30,
 		LedgerMaxExecutions: 100_000,
 
@@ -260,6 +279,9 @@ func (c Config) Sandbox() sandbox.Config {
 		Network:         c.Network,
 		MaxDependencies: c.MaxDependencies,
 		InstallTimeout:  ms(c.InstallTimeoutMS),
+		MaxCalls:        c.MaxCalls,
+		MaxCallBytes:    int(c.MaxCallBytes),
+		CallTimeout:     ms(c.CallTimeoutMS),
 		Limits: sandbox.Limits{
 			MemoryBytes:   c.RunMemory(),
 			StdoutBytes:   c.StdoutBytes,
@@ -414,6 +436,17 @@ func (c Config) Validate() error {
 	for _, h := range c.TrustedHosts {
 		if h == "" || strings.HasPrefix(h, "-") || strings.ContainsAny(h, " /\t\n") {
 			bad("trusted_hosts", "has %q; give host names (optionally with :port) such as pypi.example.com", h)
+		}
+	}
+	intRange("max_calls", int64(c.MaxCalls), 0, 1_000_000, " calls")
+	intRange("max_call_bytes", c.MaxCallBytes, 1<<10, 64<<20, " bytes (1KiB to 64MiB)")
+	intRange("call_timeout_ms", c.CallTimeoutMS, 100, 600_000, " milliseconds")
+	if c.CallbackURL != "" {
+		if p, err := url.Parse(c.CallbackURL); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			bad("callback_url", "is %q, which is not an http(s) URL; give the host application's endpoint, such as http://127.0.0.1:9000/sandpit", c.CallbackURL)
+		}
+		if len(c.CallbackSecret) < 16 {
+			bad("callback_secret", "must be set to at least 16 characters with callback_url: it signs every call sent to the host application")
 		}
 	}
 	intRange("ledger_max_age_days", c.LedgerMaxAgeDays, 0, 36_500, " days (0: no age limit)")

@@ -58,16 +58,20 @@ type Backend struct {
 	// Packages lists and removes installed dependencies; POST /v1/packages needs an Executor
 	// that is an Installer too.
 	Packages PackageManager
+	// Knowledge serves /v1/agents/{agent}/memories, facts, documents, graph/nodes,
+	// graph/edges and results.
+	Knowledge Knowledge
 }
 
 type api struct {
-	ex       Executor
-	lib      CodeLibrary
-	jobs     Scheduler
-	ledger   Ledger
-	packages PackageManager
-	log      *slog.Logger
-	mux      *http.ServeMux
+	ex        Executor
+	lib       CodeLibrary
+	jobs      Scheduler
+	ledger    Ledger
+	packages  PackageManager
+	knowledge Knowledge
+	log       *slog.Logger
+	mux       *http.ServeMux
 }
 
 // NewHandler returns the REST API served by b. log receives one debug line per request and
@@ -80,7 +84,7 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, log: log, mux: http.NewServeMux()}
+	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, log: log, mux: http.NewServeMux()}
 	a.mux.HandleFunc("POST /v1/executions", a.execute)
 	a.mux.HandleFunc("GET /v1/limits", a.limits)
 	a.mux.HandleFunc("GET /healthz", a.healthz)
@@ -88,6 +92,9 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 	if a.ledger != nil {
 		a.mux.HandleFunc("GET /v1/executions", a.listExecutions)
 		a.mux.HandleFunc("GET /v1/executions/{id}", a.getExecution)
+	}
+	if a.knowledge != nil {
+		a.routeKnowledge()
 	}
 	if a.packages != nil {
 		a.mux.HandleFunc("GET /v1/packages", a.listPackages)

@@ -39,6 +39,8 @@ type Execution struct {
 	Input json.RawMessage `json:"input"`
 	// EndedAt is when the run ended; null while it runs.
 	EndedAt *time.Time `json:"ended_at"`
+	// Logs are the run's agent.log lines, in order.
+	Logs []LogLine `json:"logs,omitempty"`
 }
 
 // ExecutionSummary is an Execution without its code, input and outputs, as listed.
@@ -102,21 +104,21 @@ func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
 	if !res.StartedAt.IsZero() {
 		ended = res.StartedAt.Add(time.Duration(res.DurationMS) * time.Millisecond)
 	}
-	var deps sql.NullString
-	if len(res.Dependencies) > 0 {
-		b, err := json.Marshal(res.Dependencies)
-		if err != nil {
-			return err
-		}
-		deps = sql.NullString{String: string(b), Valid: true}
+	deps, err := jsonColumn(res.Dependencies)
+	if err != nil {
+		return err
+	}
+	calls, err := jsonColumn(res.Calls)
+	if err != nil {
+		return err
 	}
 	r, err := s.w.ExecContext(ctx, `UPDATE executions SET status = 'finished', outcome = ?, exit_code = ?,
 		signal = ?, reason = ?, stdout = ?, stderr = ?, stdout_truncated = ?, stderr_truncated = ?,
 		output = ?, duration_ms = ?, started_at = coalesce(?, started_at), ended_at = ?,
-		dependencies = ?, install_ms = ? WHERE id = ?`,
+		dependencies = ?, install_ms = ?, calls = ? WHERE id = ?`,
 		string(res.Outcome), res.ExitCode, res.Signal, res.Reason, res.Stdout, res.Stderr,
 		res.StdoutTruncated, res.StderrTruncated, string(res.Output), res.DurationMS,
-		ms(res.StartedAt), ms(ended), deps, res.InstallMS, res.ID)
+		ms(res.StartedAt), ms(ended), deps, res.InstallMS, calls, res.ID)
 	if err != nil {
 		return err
 	}
@@ -149,7 +151,7 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 	row := s.r.QueryRowContext(ctx, `SELECT e.id, e.agent, e.source, e.job_id, e.code_name, e.code_version,
 		e.code_sha256, b.code, e.input, e.timeout_ms, e.status, e.outcome, e.exit_code, e.signal, e.reason,
 		e.stdout, e.stderr, e.stdout_truncated, e.stderr_truncated, e.output, e.duration_ms, e.started_at, e.ended_at,
-		e.dependencies, e.install_ms
+		e.dependencies, e.install_ms, e.calls
 		FROM executions e LEFT JOIN code_blobs b ON b.sha256 = e.code_sha256 WHERE e.id = ?`, id)
 	var (
 		e                       Execution
@@ -160,12 +162,12 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 		outTrunc, errTrunc, dur sql.NullInt64
 		started, ended          sql.NullInt64
 		input                   string
-		deps                    sql.NullString
+		deps, calls             sql.NullString
 		installMS               sql.NullInt64
 	)
 	err := row.Scan(&e.ID, &e.Agent, &e.Source, &jobID, &codeName, &codeVersion, &e.CodeSHA256, &code,
 		&input, &e.TimeoutMS, &e.Status, &outcome, &exit, &sig, &reason, &stdout, &stderr, &outTrunc,
-		&errTrunc, &output, &dur, &started, &ended, &deps, &installMS)
+		&errTrunc, &output, &dur, &started, &ended, &deps, &installMS, &calls)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Execution{}, fmt.Errorf("execution %q: %w", id, ErrNotFound)
 	}
@@ -184,10 +186,21 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 		e.Output = json.RawMessage(output.String)
 	}
 	e.DurationMS, e.StartedAt, e.InstallMS = dur.Int64, fromMS(started), installMS.Int64
-	if deps.Valid {
-		if err := json.Unmarshal([]byte(deps.String), &e.Dependencies); err != nil {
-			return Execution{}, fmt.Errorf("execution %q: stored dependencies are not JSON: %w", id, err)
+	for _, c := range []struct {
+		col sql.NullString
+		dst any
+	}{{deps, &e.Dependencies}, {calls, &e.Calls}} {
+		if c.col.Valid {
+			if err := json.Unmarshal([]byte(c.col.String), c.dst); err != nil {
+				return Execution{}, fmt.Errorf("execution %q: a stored column is not JSON: %w", id, err)
+			}
 		}
+	}
+	if e.Logs, err = s.executionLogs(ctx, id); err != nil {
+		return Execution{}, err
+	}
+	if len(e.Logs) == 0 {
+		e.Logs = nil
 	}
 	if ended.Valid {
 		t := fromMS(ended)
@@ -332,6 +345,10 @@ func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 			deleted += n
 		}
 		if deleted > 0 {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM execution_logs WHERE NOT EXISTS (
+				SELECT 1 FROM executions e WHERE e.id = execution_logs.execution_id)`); err != nil {
+				return err
+			}
 			_, err := tx.ExecContext(ctx, `DELETE FROM code_blobs WHERE NOT EXISTS (
 				SELECT 1 FROM executions e WHERE e.code_sha256 = code_blobs.sha256)`)
 			return err
@@ -339,6 +356,15 @@ func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 		return nil
 	})
 	return int(deleted), err
+}
+
+// jsonColumn stores v as JSON text; an empty list is NULL.
+func jsonColumn[T any](v []T) (sql.NullString, error) {
+	if len(v) == 0 {
+		return sql.NullString{}, nil
+	}
+	b, err := json.Marshal(v)
+	return sql.NullString{String: string(b), Valid: err == nil}, err
 }
 
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }

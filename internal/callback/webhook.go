@@ -1,0 +1,139 @@
+package callback
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// SignatureHeader carries the HMAC-SHA256 of a webhook request's body, keyed with the shared
+// secret, as "sha256=" and the lowercase hex digest (the form GitHub's webhooks use).
+const SignatureHeader = "X-Sandpit-Signature"
+
+// Webhook answers calls by POSTing each to the host application's URL as JSON
+//
+//	{"agent": "...", "execution_id": "ex_...", "method": "search_memory", "args": {...}}
+//
+// signed in SignatureHeader. A 2xx answer's JSON body is the return value, in the shape the
+// Python side documents (a list of memories, a graph, ...); any other status becomes
+// agent.Error with the body's "error" string, or its text.
+type Webhook struct {
+	URL    string
+	Secret []byte
+	// Client makes the requests; nil means one with Timeout.
+	Client *http.Client
+	// Timeout bounds each request (default 10 s); MaxBytes caps an answer (default 4 MiB).
+	Timeout  time.Duration
+	MaxBytes int64
+}
+
+var _ Handler = (*Webhook)(nil)
+
+// Sign returns the SignatureHeader value of body under secret.
+func Sign(secret, body []byte) string {
+	mac := hmac.New(sha256.New, secret)
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// Verify reports whether signature is body's under secret (in constant time), for hosts
+// written in Go.
+func Verify(secret, body []byte, signature string) bool {
+	return hmac.Equal([]byte(Sign(secret, body)), []byte(signature))
+}
+
+func post[T any](ctx context.Context, w *Webhook, scope sandbox.CallScope, method string, args any) (T, error) {
+	var zero T
+	body, err := json.Marshal(map[string]any{"agent": scope.Agent, "execution_id": scope.ExecutionID, "method": method, "args": args})
+	if err != nil {
+		return zero, err
+	}
+	timeout, limit := w.Timeout, w.MaxBytes
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	if limit <= 0 {
+		limit = 4 << 20
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(body))
+	if err != nil {
+		return zero, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(SignatureHeader, Sign(w.Secret, body))
+	client := w.Client
+	if client == nil {
+		client = &http.Client{Timeout: timeout}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return zero, fmt.Errorf("%s: the host application did not answer: %v", method, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return zero, fmt.Errorf("%s: reading the host application's answer: %v", method, err)
+	}
+	if int64(len(data)) > limit {
+		return zero, fmt.Errorf("%s: the host application's answer is over %d bytes", method, limit)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		msg := strings.TrimSpace(string(data))
+		if json.Unmarshal(data, &e) == nil && e.Error != "" {
+			msg = e.Error
+		}
+		if len(msg) > 1000 {
+			msg = msg[:1000]
+		}
+		return zero, fmt.Errorf("%s: %s (HTTP %d from the host application)", method, msg, resp.StatusCode)
+	}
+	var v T
+	if len(bytes.TrimSpace(data)) == 0 {
+		return v, nil
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return zero, fmt.Errorf("%s: the host application's answer does not fit: %v", method, err)
+	}
+	return v, nil
+}
+
+func (w *Webhook) SearchMemory(ctx context.Context, scope sandbox.CallScope, a SearchMemoryArgs) ([]store.Memory, error) {
+	return post[[]store.Memory](ctx, w, scope, "search_memory", a)
+}
+
+func (w *Webhook) GetFacts(ctx context.Context, scope sandbox.CallScope, a GetFactsArgs) ([]store.Fact, error) {
+	return post[[]store.Fact](ctx, w, scope, "get_facts", a)
+}
+
+func (w *Webhook) QueryGraph(ctx context.Context, scope sandbox.CallScope, a QueryGraphArgs) (store.Graph, error) {
+	return post[store.Graph](ctx, w, scope, "query_graph", a)
+}
+
+func (w *Webhook) GetDocuments(ctx context.Context, scope sandbox.CallScope, a GetDocumentsArgs) ([]store.Document, error) {
+	return post[[]store.Document](ctx, w, scope, "get_documents", a)
+}
+
+func (w *Webhook) StoreResult(ctx context.Context, scope sandbox.CallScope, a StoreResultArgs) (store.StoredResult, error) {
+	return post[store.StoredResult](ctx, w, scope, "store_result", a)
+}
+
+func (w *Webhook) Log(ctx context.Context, scope sandbox.CallScope, a LogArgs) error {
+	_, err := post[json.RawMessage](ctx, w, scope, "log", a)
+	return err
+}

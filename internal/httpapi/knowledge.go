@@ -1,0 +1,253 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// Knowledge is what the API needs of the knowledge store; *store.Store satisfies it.
+type Knowledge interface {
+	AddMemories(ctx context.Context, agent string, items []store.Memory) ([]store.Memory, error)
+	AddFacts(ctx context.Context, agent string, items []store.Fact) ([]store.Fact, error)
+	AddNodes(ctx context.Context, agent string, items []store.Node) ([]store.Node, error)
+	AddEdges(ctx context.Context, agent string, items []store.Edge) ([]store.Edge, error)
+	AddDocuments(ctx context.Context, agent string, items []store.Document) ([]store.Document, error)
+	StoreResult(ctx context.Context, agent, key string, value json.RawMessage, executionID string) (store.StoredResult, error)
+	ListKnowledge(ctx context.Context, agent string, kind store.Kind, p store.Page) ([]any, string, error)
+	GetKnowledge(ctx context.Context, agent string, kind store.Kind, id string) (any, error)
+	DeleteKnowledge(ctx context.Context, agent string, kind store.Kind, id string) error
+}
+
+var _ Knowledge = (*store.Store)(nil)
+
+// knowledgePaths maps each kind to its path under /v1/agents/{agent}/.
+var knowledgePaths = map[store.Kind]string{
+	store.KindMemories:  "memories",
+	store.KindFacts:     "facts",
+	store.KindDocuments: "documents",
+	store.KindNodes:     "graph/nodes",
+	store.KindEdges:     "graph/edges",
+	store.KindResults:   "results",
+}
+
+// maxImportBytes bounds a knowledge request body (an NDJSON import may be large).
+const maxImportBytes = 64 << 20
+
+func (a *api) routeKnowledge() {
+	for kind, path := range knowledgePaths {
+		base := "/v1/agents/{agent}/" + path
+		a.mux.HandleFunc("POST "+base, func(w http.ResponseWriter, r *http.Request) { a.addKnowledge(w, r, kind) })
+		a.mux.HandleFunc("GET "+base, func(w http.ResponseWriter, r *http.Request) { a.listKnowledge(w, r, kind) })
+		a.mux.HandleFunc("GET "+base+"/{id}", func(w http.ResponseWriter, r *http.Request) { a.getKnowledge(w, r, kind) })
+		a.mux.HandleFunc("DELETE "+base+"/{id}", func(w http.ResponseWriter, r *http.Request) { a.deleteKnowledge(w, r, kind) })
+	}
+}
+
+// addKnowledge stores one item (a JSON object) or many (NDJSON, one object per line, with
+// Content-Type application/x-ndjson) in one transaction: all or none.
+func (a *api) addKnowledge(w http.ResponseWriter, r *http.Request, kind store.Kind) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if r.ContentLength > maxImportBytes {
+		writeError(w, &requestError{status: http.StatusRequestEntityTooLarge, code: CodeTooLarge,
+			msg: fmt.Sprintf("the body is %d bytes; the limit is %d bytes: import in parts", r.ContentLength, maxImportBytes)})
+		return
+	}
+	ndjson := false
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		switch {
+		case err == nil && mt == NDJSONContentType:
+			ndjson = true
+		case err != nil || mt != "application/json":
+			writeError(w, &requestError{status: http.StatusUnsupportedMediaType, code: CodeUnsupportedMedia, msg: fmt.Sprintf(
+				"Content-Type %q is not accepted; send one item as application/json or many as %s", ct, NDJSONContentType)})
+			return
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxImportBytes))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var lines [][]byte
+	if ndjson {
+		for line := range bytes.Lines(body) {
+			if len(bytes.TrimSpace(line)) > 0 {
+				lines = append(lines, line)
+			}
+		}
+	} else {
+		lines = [][]byte{body}
+	}
+	if len(lines) == 0 {
+		writeError(w, invalid("", "the body holds no item; send a JSON object, or NDJSON lines of them"))
+		return
+	}
+	created, err := a.store(r.Context(), agent, kind, lines)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if !ndjson {
+		writeJSON(w, http.StatusCreated, created[0])
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"created": len(created)})
+}
+
+// store decodes each line as an item of kind and stores them.
+func (a *api) store(ctx context.Context, agent string, kind store.Kind, lines [][]byte) ([]any, error) {
+	switch kind {
+	case store.KindMemories:
+		items, err := decodeItems(lines, func(m store.Memory) error { return need("text", m.Text) })
+		if err != nil {
+			return nil, err
+		}
+		return anys(a.knowledge.AddMemories(ctx, agent, items))
+	case store.KindFacts:
+		items, err := decodeItems(lines, func(f store.Fact) error {
+			return errors.Join(need("subject", f.Subject), need("predicate", f.Predicate))
+		})
+		if err != nil {
+			return nil, err
+		}
+		return anys(a.knowledge.AddFacts(ctx, agent, items))
+	case store.KindNodes:
+		items, err := decodeItems(lines, func(n store.Node) error { return need("id", n.ID) })
+		if err != nil {
+			return nil, err
+		}
+		return anys(a.knowledge.AddNodes(ctx, agent, items))
+	case store.KindEdges:
+		items, err := decodeItems(lines, func(e store.Edge) error {
+			return errors.Join(need("source", e.Source), need("target", e.Target), need("relation", e.Relation))
+		})
+		if err != nil {
+			return nil, err
+		}
+		return anys(a.knowledge.AddEdges(ctx, agent, items))
+	case store.KindDocuments:
+		items, err := decodeItems(lines, func(d store.Document) error { return need("id", d.ID) })
+		if err != nil {
+			return nil, err
+		}
+		return anys(a.knowledge.AddDocuments(ctx, agent, items))
+	default: // results
+		items, err := decodeItems(lines, func(s store.StoredResult) error { return need("key", s.Key) })
+		if err != nil {
+			return nil, err
+		}
+		var out []any
+		for _, it := range items {
+			res, err := a.knowledge.StoreResult(ctx, agent, it.Key, it.Value, "")
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, res)
+		}
+		return out, nil
+	}
+}
+
+// decodeItems decodes each line strictly into a T and checks it; errors name the line.
+func decodeItems[T any](lines [][]byte, check func(T) error) ([]T, error) {
+	items := make([]T, 0, len(lines))
+	for i, line := range lines {
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.DisallowUnknownFields()
+		var v T
+		err := dec.Decode(&v)
+		if err == nil {
+			if _, tail := dec.Token(); tail != io.EOF {
+				err = errors.New("data follows the object")
+			}
+		}
+		if err == nil {
+			err = check(v)
+		}
+		if err != nil {
+			where := ""
+			if len(lines) > 1 {
+				where = fmt.Sprintf("line %d: ", i+1)
+			}
+			return nil, invalid("", "%s%v", where, err)
+		}
+		items = append(items, v)
+	}
+	return items, nil
+}
+
+func need(field, v string) error {
+	if strings.TrimSpace(v) == "" {
+		return fmt.Errorf("%s is required", field)
+	}
+	return nil
+}
+
+func anys[T any](items []T, err error) ([]any, error) {
+	out := make([]any, len(items))
+	for i, v := range items {
+		out[i] = v
+	}
+	return out, err
+}
+
+func (a *api) listKnowledge(w http.ResponseWriter, r *http.Request, kind store.Kind) {
+	agent, err := agentOf(r)
+	q := r.URL.Query()
+	if err == nil {
+		err = checkQuery(q, "limit", "cursor")
+	}
+	p, perr := page(q)
+	if err != nil || perr != nil {
+		writeError(w, firstErr(err, perr))
+		return
+	}
+	items, next, err := a.knowledge.ListKnowledge(r.Context(), agent, kind, p)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, listAnswer("items", items, next))
+}
+
+func (a *api) getKnowledge(w http.ResponseWriter, r *http.Request, kind store.Kind) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	item, err := a.knowledge.GetKnowledge(r.Context(), agent, kind, r.PathValue("id"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, item)
+}
+
+func (a *api) deleteKnowledge(w http.ResponseWriter, r *http.Request, kind store.Kind) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	if err := a.knowledge.DeleteKnowledge(r.Context(), agent, kind, id); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"deleted": id})
+}

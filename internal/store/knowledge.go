@@ -1,0 +1,623 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// The knowledge an agent's code reads through the callback line, and what it writes back.
+// Every item belongs to one agent; no query crosses agents. JSON field names are the public API.
+
+// Memory is a remembered piece of text, found by full-text search.
+type Memory struct {
+	ID        int64           `json:"id"`
+	Text      string          `json:"text"`
+	Metadata  json.RawMessage `json:"metadata"`
+	CreatedAt time.Time       `json:"created_at"`
+	// Score is the search rank (higher is better; from FTS5's bm25), only in search answers.
+	Score float64 `json:"score,omitempty"`
+}
+
+// Fact is a subject–predicate–object triple; Object is any JSON value.
+type Fact struct {
+	ID        int64           `json:"id"`
+	Subject   string          `json:"subject"`
+	Predicate string          `json:"predicate"`
+	Object    json.RawMessage `json:"object"`
+	Metadata  json.RawMessage `json:"metadata"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// Node is a node of the agent's knowledge graph, identified by the agent's own ID.
+type Node struct {
+	ID         string          `json:"id"`
+	Type       string          `json:"type"`
+	Properties json.RawMessage `json:"properties"`
+	CreatedAt  time.Time       `json:"created_at"`
+}
+
+// Edge is a directed, typed edge between two nodes (which need not exist).
+type Edge struct {
+	ID         int64           `json:"id"`
+	Source     string          `json:"source"`
+	Target     string          `json:"target"`
+	Relation   string          `json:"relation"`
+	Properties json.RawMessage `json:"properties"`
+	CreatedAt  time.Time       `json:"created_at"`
+}
+
+// Graph is part of the knowledge graph.
+type Graph struct {
+	Nodes []Node `json:"nodes"`
+	Edges []Edge `json:"edges"`
+}
+
+// Document is a text document with a title, identified by the agent's own ID.
+type Document struct {
+	ID        string          `json:"id"`
+	Title     string          `json:"title"`
+	Content   string          `json:"content"`
+	Metadata  json.RawMessage `json:"metadata"`
+	CreatedAt time.Time       `json:"created_at"`
+	Score     float64         `json:"score,omitempty"`
+}
+
+// StoredResult is one version of a value stored under a key by a run (or a client).
+type StoredResult struct {
+	Key         string          `json:"key"`
+	Version     int             `json:"version"`
+	Value       json.RawMessage `json:"value,omitempty"`
+	ExecutionID string          `json:"execution_id,omitempty"`
+	CreatedAt   time.Time       `json:"created_at"`
+}
+
+// LogLine is one agent.log line of an execution.
+type LogLine struct {
+	Level     string    `json:"level"`
+	Message   string    `json:"message"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// jsonOr returns v's text, or def when v is absent or null.
+func jsonOr(v json.RawMessage, def string) string {
+	if t := strings.TrimSpace(string(v)); t != "" && t != "null" {
+		return t
+	}
+	return def
+}
+
+// ftsQuery turns free text into an FTS5 query matching any of its words: user text never
+// reaches FTS5's own syntax. "" when the text has no words.
+func ftsQuery(text string) string {
+	words := strings.FieldsFunc(text, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
+	if len(words) > 64 {
+		words = words[:64]
+	}
+	for i, w := range words {
+		words[i] = `"` + w + `"`
+	}
+	return strings.Join(words, " OR ")
+}
+
+// AddMemories stores memories of agent in one transaction and returns them with their IDs.
+func (s *Store) AddMemories(ctx context.Context, agent string, items []Memory) ([]Memory, error) {
+	now := s.now().UTC().Truncate(time.Millisecond)
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		for i := range items {
+			items[i].CreatedAt, items[i].Metadata = now, json.RawMessage(jsonOr(items[i].Metadata, "{}"))
+			if err := tx.QueryRowContext(ctx, `INSERT INTO memories (agent, text, metadata, created_at) VALUES (?, ?, ?, ?) RETURNING id`,
+				agent, items[i].Text, string(items[i].Metadata), now.UnixMilli()).Scan(&items[i].ID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return items, err
+}
+
+// SearchMemories returns the agent's memories matching text, best first.
+func (s *Store) SearchMemories(ctx context.Context, agent, text string, limit int) ([]Memory, error) {
+	q := ftsQuery(text)
+	if q == "" {
+		return []Memory{}, nil
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT m.id, m.text, m.metadata, m.created_at, -bm25(memories_fts) AS score
+		FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid
+		WHERE memories_fts MATCH ? AND m.agent = ? ORDER BY score DESC, m.id LIMIT ?`, q, agent, limit)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, func(r scanner) (Memory, error) {
+		var m Memory
+		var meta string
+		var created int64
+		err := r.Scan(&m.ID, &m.Text, &meta, &created, &m.Score)
+		m.Metadata, m.CreatedAt = json.RawMessage(meta), time.UnixMilli(created).UTC()
+		return m, err
+	})
+}
+
+// AddFacts stores facts of agent in one transaction.
+func (s *Store) AddFacts(ctx context.Context, agent string, items []Fact) ([]Fact, error) {
+	now := s.now().UTC().Truncate(time.Millisecond)
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		for i := range items {
+			f := &items[i]
+			f.CreatedAt, f.Metadata, f.Object = now, json.RawMessage(jsonOr(f.Metadata, "{}")), json.RawMessage(jsonOr(f.Object, "null"))
+			if err := tx.QueryRowContext(ctx, `INSERT INTO facts (agent, subject, predicate, object, metadata, created_at)
+				VALUES (?, ?, ?, ?, ?, ?) RETURNING id`, agent, f.Subject, f.Predicate, string(f.Object), string(f.Metadata),
+				now.UnixMilli()).Scan(&f.ID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return items, err
+}
+
+// QueryFacts returns the agent's facts with the given subject and predicate (each "" for any).
+func (s *Store) QueryFacts(ctx context.Context, agent, subject, predicate string, limit int) ([]Fact, error) {
+	q := `SELECT id, subject, predicate, object, metadata, created_at FROM facts WHERE agent = ?`
+	args := []any{agent}
+	if subject != "" {
+		q += " AND subject = ?"
+		args = append(args, subject)
+	}
+	if predicate != "" {
+		q += " AND predicate = ?"
+		args = append(args, predicate)
+	}
+	rows, err := s.r.QueryContext(ctx, q+" ORDER BY id LIMIT ?", append(args, limit)...)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanFact)
+}
+
+func scanFact(r scanner) (Fact, error) {
+	var f Fact
+	var obj, meta string
+	var created int64
+	err := r.Scan(&f.ID, &f.Subject, &f.Predicate, &obj, &meta, &created)
+	f.Object, f.Metadata, f.CreatedAt = json.RawMessage(obj), json.RawMessage(meta), time.UnixMilli(created).UTC()
+	return f, err
+}
+
+// AddNodes stores nodes of agent, replacing nodes with the same ID.
+func (s *Store) AddNodes(ctx context.Context, agent string, items []Node) ([]Node, error) {
+	now := s.now().UTC().Truncate(time.Millisecond)
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		for i := range items {
+			n := &items[i]
+			n.CreatedAt, n.Properties = now, json.RawMessage(jsonOr(n.Properties, "{}"))
+			if _, err := tx.ExecContext(ctx, `INSERT INTO graph_nodes (agent, id, type, properties, created_at) VALUES (?, ?, ?, ?, ?)
+				ON CONFLICT (agent, id) DO UPDATE SET type = excluded.type, properties = excluded.properties`,
+				agent, n.ID, n.Type, string(n.Properties), now.UnixMilli()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return items, err
+}
+
+// AddEdges stores edges of agent.
+func (s *Store) AddEdges(ctx context.Context, agent string, items []Edge) ([]Edge, error) {
+	now := s.now().UTC().Truncate(time.Millisecond)
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		for i := range items {
+			e := &items[i]
+			e.CreatedAt, e.Properties = now, json.RawMessage(jsonOr(e.Properties, "{}"))
+			if err := tx.QueryRowContext(ctx, `INSERT INTO graph_edges (agent, source, target, relation, properties, created_at)
+				VALUES (?, ?, ?, ?, ?, ?) RETURNING id`, agent, e.Source, e.Target, e.Relation, string(e.Properties),
+				now.UnixMilli()).Scan(&e.ID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return items, err
+}
+
+// Neighbourhood returns the agent's graph around start: the nodes up to depth edges away
+// (following edges either way, only those of relation when it is not ""), at most limit
+// nodes, and the edges between them. With start "", any limit nodes and their edges.
+func (s *Store) Neighbourhood(ctx context.Context, agent, start, relation string, depth, limit int) (Graph, error) {
+	ids := []string{}
+	seen := map[string]bool{}
+	if start == "" {
+		rows, err := s.r.QueryContext(ctx, `SELECT id FROM graph_nodes WHERE agent = ? ORDER BY rid LIMIT ?`, agent, limit)
+		if err != nil {
+			return Graph{}, err
+		}
+		if ids, err = collect(rows, func(r scanner) (string, error) { var id string; return id, r.Scan(&id) }); err != nil {
+			return Graph{}, err
+		}
+		for _, id := range ids {
+			seen[id] = true
+		}
+	} else {
+		frontier := []string{start}
+		seen[start], ids = true, []string{start}
+		for d := 0; d < depth && len(frontier) > 0 && len(ids) < limit; d++ {
+			var next []string
+			for _, id := range frontier {
+				q := `SELECT target FROM graph_edges WHERE agent = ? AND source = ?` + relFilter(relation) +
+					` UNION SELECT source FROM graph_edges WHERE agent = ? AND target = ?` + relFilter(relation)
+				args := []any{agent, id}
+				if relation != "" {
+					args = append(args, relation)
+				}
+				args = append(args, agent, id)
+				if relation != "" {
+					args = append(args, relation)
+				}
+				rows, err := s.r.QueryContext(ctx, q, args...)
+				if err != nil {
+					return Graph{}, err
+				}
+				found, err := collect(rows, func(r scanner) (string, error) { var id string; return id, r.Scan(&id) })
+				if err != nil {
+					return Graph{}, err
+				}
+				for _, n := range found {
+					if !seen[n] && len(ids) < limit {
+						seen[n] = true
+						ids = append(ids, n)
+						next = append(next, n)
+					}
+				}
+			}
+			frontier = next
+		}
+	}
+	g := Graph{Nodes: []Node{}, Edges: []Edge{}}
+	if len(ids) == 0 {
+		return g, nil
+	}
+	in := strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")
+	args := []any{agent}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT id, type, properties, created_at FROM graph_nodes WHERE agent = ? AND id IN (`+in+`)`, args...)
+	if err != nil {
+		return Graph{}, err
+	}
+	if g.Nodes, err = collect(rows, scanNode); err != nil {
+		return Graph{}, err
+	}
+	eargs := append(append([]any{agent}, args[1:]...), args[1:]...)
+	q := `SELECT id, source, target, relation, properties, created_at FROM graph_edges WHERE agent = ? AND source IN (` + in +
+		`) AND target IN (` + in + `)` + relFilter(relation) + ` ORDER BY id`
+	if relation != "" {
+		eargs = append(eargs, relation)
+	}
+	rows, err = s.r.QueryContext(ctx, q, eargs...)
+	if err != nil {
+		return Graph{}, err
+	}
+	g.Edges, err = collect(rows, scanEdge)
+	return g, err
+}
+
+func relFilter(relation string) string {
+	if relation == "" {
+		return ""
+	}
+	return " AND relation = ?"
+}
+
+func scanNode(r scanner) (Node, error) {
+	var n Node
+	var props string
+	var created int64
+	err := r.Scan(&n.ID, &n.Type, &props, &created)
+	n.Properties, n.CreatedAt = json.RawMessage(props), time.UnixMilli(created).UTC()
+	return n, err
+}
+
+func scanEdge(r scanner) (Edge, error) {
+	var e Edge
+	var props string
+	var created int64
+	err := r.Scan(&e.ID, &e.Source, &e.Target, &e.Relation, &props, &created)
+	e.Properties, e.CreatedAt = json.RawMessage(props), time.UnixMilli(created).UTC()
+	return e, err
+}
+
+// AddDocuments stores documents of agent, replacing documents with the same ID.
+func (s *Store) AddDocuments(ctx context.Context, agent string, items []Document) ([]Document, error) {
+	now := s.now().UTC().Truncate(time.Millisecond)
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		for i := range items {
+			d := &items[i]
+			d.CreatedAt, d.Metadata = now, json.RawMessage(jsonOr(d.Metadata, "{}"))
+			if _, err := tx.ExecContext(ctx, `INSERT INTO documents (agent, id, title, content, metadata, created_at) VALUES (?, ?, ?, ?, ?, ?)
+				ON CONFLICT (agent, id) DO UPDATE SET title = excluded.title, content = excluded.content, metadata = excluded.metadata`,
+				agent, d.ID, d.Title, d.Content, string(d.Metadata), now.UnixMilli()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return items, err
+}
+
+// FindDocuments returns the agent's documents matching text (best first), or with the given
+// IDs, or the newest when both are empty.
+func (s *Store) FindDocuments(ctx context.Context, agent, text string, ids []string, limit int) ([]Document, error) {
+	const cols = `d.id, d.title, d.content, d.metadata, d.created_at`
+	var rows *sql.Rows
+	var err error
+	switch {
+	case text != "":
+		q := ftsQuery(text)
+		if q == "" {
+			return []Document{}, nil
+		}
+		rows, err = s.r.QueryContext(ctx, `SELECT `+cols+`, -bm25(documents_fts) AS score FROM documents_fts
+			JOIN documents d ON d.rid = documents_fts.rowid WHERE documents_fts MATCH ? AND d.agent = ?
+			ORDER BY score DESC, d.rid LIMIT ?`, q, agent, limit)
+	case len(ids) > 0:
+		if len(ids) > 1000 {
+			ids = ids[:1000]
+		}
+		args := []any{agent}
+		for _, id := range ids {
+			args = append(args, id)
+		}
+		rows, err = s.r.QueryContext(ctx, `SELECT `+cols+`, 0 FROM documents d WHERE d.agent = ? AND d.id IN (`+
+			strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")+`) ORDER BY d.rid LIMIT ?`, append(args, limit)...)
+	default:
+		rows, err = s.r.QueryContext(ctx, `SELECT `+cols+`, 0 FROM documents d WHERE d.agent = ? ORDER BY d.rid DESC LIMIT ?`, agent, limit)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, func(r scanner) (Document, error) {
+		var d Document
+		var meta string
+		var created int64
+		err := r.Scan(&d.ID, &d.Title, &d.Content, &meta, &created, &d.Score)
+		d.Metadata, d.CreatedAt = json.RawMessage(meta), time.UnixMilli(created).UTC()
+		return d, err
+	})
+}
+
+// StoreResult stores value under the agent's key as its next version, linked to executionID
+// (may be ""), and returns the stored version without its value.
+func (s *Store) StoreResult(ctx context.Context, agent, key string, value json.RawMessage, executionID string) (StoredResult, error) {
+	now := s.now().UTC().Truncate(time.Millisecond)
+	r := StoredResult{Key: key, ExecutionID: executionID, CreatedAt: now}
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, `INSERT INTO results (agent, key, version, value, execution_id, created_at)
+			VALUES (?, ?, (SELECT coalesce(max(version), 0) + 1 FROM results WHERE agent = ? AND key = ?), ?, ?, ?) RETURNING version`,
+			agent, key, agent, key, jsonOr(value, "null"), nullString(executionID), now.UnixMilli()).Scan(&r.Version)
+	})
+	return r, err
+}
+
+// ResultHistory returns every version of the agent's key, newest first.
+func (s *Store) ResultHistory(ctx context.Context, agent, key string) ([]StoredResult, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT key, version, value, execution_id, created_at FROM results
+		WHERE agent = ? AND key = ? ORDER BY version DESC`, agent, key)
+	if err != nil {
+		return nil, err
+	}
+	list, err := collect(rows, scanResult)
+	if err == nil && len(list) == 0 {
+		err = fmt.Errorf("result %q: %w", key, ErrNotFound)
+	}
+	return list, err
+}
+
+func scanResult(r scanner) (StoredResult, error) {
+	var res StoredResult
+	var value string
+	var exec sql.NullString
+	var created int64
+	err := r.Scan(&res.Key, &res.Version, &value, &exec, &created)
+	res.Value, res.ExecutionID, res.CreatedAt = json.RawMessage(value), exec.String, time.UnixMilli(created).UTC()
+	return res, err
+}
+
+// AddLog attaches a log line to an execution.
+func (s *Store) AddLog(ctx context.Context, executionID, agent, level, message string) error {
+	_, err := s.w.ExecContext(ctx, `INSERT INTO execution_logs (execution_id, agent, level, message, created_at) VALUES (?, ?, ?, ?, ?)`,
+		executionID, agent, level, message, s.now().UnixMilli())
+	return err
+}
+
+// executionLogs returns the log lines of an execution, in order.
+func (s *Store) executionLogs(ctx context.Context, executionID string) ([]LogLine, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT level, message, created_at FROM execution_logs WHERE execution_id = ? ORDER BY id`, executionID)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, func(r scanner) (LogLine, error) {
+		var l LogLine
+		var created int64
+		err := r.Scan(&l.Level, &l.Message, &created)
+		l.CreatedAt = time.UnixMilli(created).UTC()
+		return l, err
+	})
+}
+
+func collect[T any](rows *sql.Rows, scan func(scanner) (T, error)) ([]T, error) {
+	defer rows.Close()
+	list := []T{}
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, v)
+	}
+	return list, rows.Err()
+}
+
+// ---- listing and deleting, for the REST API ----
+
+// Kind names a kind of knowledge item in the API: memories, facts, documents, nodes, edges,
+// results.
+type Kind string
+
+// The kinds of knowledge.
+const (
+	KindMemories  Kind = "memories"
+	KindFacts     Kind = "facts"
+	KindDocuments Kind = "documents"
+	KindNodes     Kind = "nodes"
+	KindEdges     Kind = "edges"
+	KindResults   Kind = "results"
+)
+
+// Kinds lists the kinds.
+var Kinds = []Kind{KindMemories, KindFacts, KindDocuments, KindNodes, KindEdges, KindResults}
+
+type kindTable struct {
+	table, order, key, cols string
+	numeric                 bool // the key is an integer
+	scan                    func(scanner) (any, error)
+}
+
+var kindTables = map[Kind]kindTable{
+	KindMemories: {"memories", "id", "id", "id, text, metadata, created_at", true, func(r scanner) (any, error) {
+		var m Memory
+		var meta string
+		var created int64
+		err := r.Scan(&m.ID, &m.Text, &meta, &created)
+		m.Metadata, m.CreatedAt = json.RawMessage(meta), time.UnixMilli(created).UTC()
+		return m, err
+	}},
+	KindFacts: {"facts", "id", "id", "id, subject, predicate, object, metadata, created_at", true, func(r scanner) (any, error) { return scanFact(r) }},
+	KindDocuments: {"documents", "rid", "id", "id, title, content, metadata, created_at", false, func(r scanner) (any, error) {
+		var d Document
+		var meta string
+		var created int64
+		err := r.Scan(&d.ID, &d.Title, &d.Content, &meta, &created)
+		d.Metadata, d.CreatedAt = json.RawMessage(meta), time.UnixMilli(created).UTC()
+		return d, err
+	}},
+	KindNodes:   {"graph_nodes", "rid", "id", "id, type, properties, created_at", false, func(r scanner) (any, error) { return scanNode(r) }},
+	KindEdges:   {"graph_edges", "id", "id", "id, source, target, relation, properties, created_at", true, func(r scanner) (any, error) { return scanEdge(r) }},
+	KindResults: {"results", "id", "key", "key, version, value, execution_id, created_at", false, func(r scanner) (any, error) { return scanResult(r) }},
+}
+
+// ErrUnknownKind means a kind that is not one of Kinds.
+var ErrUnknownKind = errors.New("unknown kind: use memories, facts, documents, nodes, edges or results")
+
+// ListKnowledge returns a page of the agent's items of kind, oldest first (results: the latest
+// version of each key).
+func (s *Store) ListKnowledge(ctx context.Context, agent string, kind Kind, p Page) ([]any, string, error) {
+	kt, ok := kindTables[kind]
+	if !ok {
+		return nil, "", ErrUnknownKind
+	}
+	var after int64
+	if p.Cursor != "" {
+		var err error
+		if after, _, err = decodeCursor(p.Cursor); err != nil {
+			return nil, "", err
+		}
+	}
+	where := "agent = ? AND " + kt.order + " > ?"
+	if kind == KindResults {
+		where += " AND version = (SELECT max(version) FROM results r2 WHERE r2.agent = results.agent AND r2.key = results.key)"
+	}
+	limit := p.limit()
+	rows, err := s.r.QueryContext(ctx, `SELECT `+kt.order+`, `+kt.cols+` FROM `+kt.table+` WHERE `+where+
+		` ORDER BY `+kt.order+` LIMIT ?`, agent, after, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	type row struct {
+		order int64
+		item  any
+	}
+	list, err := collect(rows, func(r scanner) (row, error) {
+		var o int64
+		item, err := kt.scan(prefixed{r, &o})
+		return row{o, item}, err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(list) > limit {
+		list = list[:limit]
+		next = encodeCursor(list[limit-1].order, "")
+	}
+	items := make([]any, len(list))
+	for i, r := range list {
+		items[i] = r.item
+	}
+	return items, next, nil
+}
+
+// prefixed scans one leading column into order, then the rest with the wrapped scanner.
+type prefixed struct {
+	r     scanner
+	order *int64
+}
+
+func (p prefixed) Scan(dest ...any) error { return p.r.Scan(append([]any{p.order}, dest...)...) }
+
+// GetKnowledge returns the agent's item of kind with key id (results: every version).
+func (s *Store) GetKnowledge(ctx context.Context, agent string, kind Kind, id string) (any, error) {
+	kt, ok := kindTables[kind]
+	if !ok {
+		return nil, ErrUnknownKind
+	}
+	if kind == KindResults {
+		return s.ResultHistory(ctx, agent, id)
+	}
+	key, err := kindKey(kt, id)
+	if err != nil {
+		return nil, err
+	}
+	item, err := kt.scan(s.r.QueryRowContext(ctx, `SELECT `+kt.cols+` FROM `+kt.table+` WHERE agent = ? AND `+kt.key+` = ?`, agent, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%s %q: %w", strings.TrimSuffix(string(kind), "s"), id, ErrNotFound)
+	}
+	return item, err
+}
+
+// DeleteKnowledge deletes the agent's item of kind with key id (results: every version).
+func (s *Store) DeleteKnowledge(ctx context.Context, agent string, kind Kind, id string) error {
+	kt, ok := kindTables[kind]
+	if !ok {
+		return ErrUnknownKind
+	}
+	key, err := kindKey(kt, id)
+	if err != nil {
+		return err
+	}
+	r, err := s.w.ExecContext(ctx, `DELETE FROM `+kt.table+` WHERE agent = ? AND `+kt.key+` = ?`, agent, key)
+	if err != nil {
+		return err
+	}
+	if n, _ := r.RowsAffected(); n == 0 {
+		return fmt.Errorf("%s %q: %w", strings.TrimSuffix(string(kind), "s"), id, ErrNotFound)
+	}
+	return nil
+}
+
+func kindKey(kt kindTable, id string) (any, error) {
+	if !kt.numeric {
+		return id, nil
+	}
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("%q: %w (these IDs are numbers)", id, ErrNotFound)
+	}
+	return n, nil
+}
