@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -39,6 +40,9 @@ func TestDependencies(t *testing.T) {
 	idx.AddWheel("pkg-b", "1.0", `import tinypkg`+"\n"+`VALUE = "b" + tinypkg.VALUE`, "tinypkg>=1")
 	idx.AddWheel("solo", "2.0", `VALUE = "solo"`)
 	idx.Stall("stalled-pkg")
+	idx.AddWheel("foo", "1.0", `VALUE = "1.0"`)
+	idx.AddWheel("foo", "2.0", `VALUE = "2.0"`)
+	idx.AddWheel("bar", "1.0", `VALUE = "bar"`, "foo==2.0")
 
 	cfg := testConfig(t)
 	cfg.IndexURL = idx.URL()
@@ -111,9 +115,47 @@ func TestDependencies(t *testing.T) {
 		if d := time.Since(began); d > 14*time.Second {
 			t.Fatalf("took %v", d)
 		}
-		_, res = runWithDeps(t, url, "import os, glob\nprint(sorted(os.path.basename(p) for p in glob.glob('/opt/sandpit/packages/py*/.*')))")
+		_, res = runWithDeps(t, url, "import os, glob\nprint(sorted(os.path.basename(p) for p in glob.glob('/opt/sandpit/packages/py*/.*') + glob.glob('/tmp/pip-*')))")
 		if res.Stdout != "[]\n" {
 			t.Fatalf("an unfinished install was left: %q", res.Stdout)
+		}
+	})
+
+	t.Run("versions that conflict are refused, not imported wrong", func(t *testing.T) {
+		st, res := runWithDeps(t, url, "import foo; print(foo.VALUE)", "foo==1.0")
+		if st != 200 || res.Stdout != "1.0\n" {
+			t.Fatalf("foo 1.0 alone: %d %+v", st, res)
+		}
+		st, res = runWithDeps(t, url, "import bar, foo; print(foo.VALUE)", "bar==1.0")
+		if st != 200 || res.Stdout != "2.0\n" {
+			t.Fatalf("bar alone brings its foo 2.0: %d %+v", st, res)
+		}
+		for _, order := range [][]string{{"foo==1.0", "bar==1.0"}, {"bar==1.0", "foo==1.0"}} {
+			st, res = runWithDeps(t, url, "print('never')", order...)
+			if st != 200 || res.Outcome != sandbox.OutcomeDependencyError || !strings.Contains(res.Reason, "conflicts") || res.Stdout != "" {
+				t.Fatalf("%v: %d %+v", order, st, res)
+			}
+		}
+	})
+
+	t.Run("a burst of dependency requests is bounded by the slots and the queue", func(t *testing.T) {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		codes := map[int]int{}
+		for i := range 60 {
+			wg.Go(func() {
+				st, _ := runWithDeps(t, url, "print(1)", fmt.Sprintf("z%d; python_version < \"3\"", i), "tinypkg==1.0", "pkg-b>=1")
+				mu.Lock()
+				codes[st]++
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		if codes[200]+codes[429] != 60 || codes[429] == 0 {
+			t.Fatalf("statuses of 60 concurrent requests: %v; want only 200 and 429, some 429", codes)
+		}
+		if st := call(t, "GET", url+"/readyz", "", &map[string]any{}); st != 200 {
+			t.Fatalf("not ready after the burst: %d", st)
 		}
 	})
 
@@ -146,11 +188,11 @@ func TestDependencies(t *testing.T) {
 				SizeBytes     int64 `json:"size_bytes"`
 			}
 		}
-		if st := call(t, "GET", url+"/v1/packages", "", &list); st != 200 || len(list.Packages) != 2 {
+		if st := call(t, "GET", url+"/v1/packages", "", &list); st != 200 || len(list.Packages) != 4 {
 			t.Fatalf("list: %d %+v", st, list)
 		}
 		for _, p := range list.Packages {
-			if p.SizeBytes <= 0 || (p.Name != "tinypkg" && p.Name != "pkg-b") {
+			if p.SizeBytes <= 0 || !strings.Contains(" tinypkg pkg-b foo bar ", " "+p.Name+" ") {
 				t.Errorf("package %+v", p)
 			}
 		}

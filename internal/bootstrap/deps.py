@@ -1,8 +1,8 @@
 """sandpit's dependency checker: which requirements are already satisfied, and by what.
 
-Run by sandpit-executor as the installer user: python3 -I deps.py, with a JSON object on
-stdin {"requirements": [PEP 508 strings], "dirs": [installed package directories]}. It prints
-one JSON list, one entry per requirement in order:
+Run by sandpit-executor as an unprivileged user that can only read: python3 -I deps.py, with
+a JSON object on stdin {"requirements": [PEP 508 strings], "dirs": [installed package
+directories]}. It prints one JSON list, one entry per requirement in order:
 
   {"status": "present", "version": "1.0", "path": ""}     the image satisfies it
   {"status": "present", "version": "1.0", "path": DIR}    an installed directory does
@@ -12,6 +12,12 @@ one JSON list, one entry per requirement in order:
 A requirement whose environment marker is false here is present (nothing to install). For a
 requirement with extras, the extras' own requirements must be satisfied in the same place.
 It never imports the packages it checks and never starts pip.
+
+With {"mode": "verify", "requirements": [...], "paths": [directories, in sys.path order]} it
+checks the requirements together, as a run would import them: the first distribution of each
+name on paths and then the image must satisfy it. It prints one entry per requirement:
+{"ok": bool, "why": "what conflicts, when not ok"}. A requested package's own requirements
+are checked the same way.
 """
 
 import json
@@ -80,8 +86,40 @@ def _newer(a, b):
         return False
 
 
+def _first(name, paths):
+    """The first distribution named name on paths and then the image, and where it is."""
+    for p in paths:
+        dist = _find(name, [p])
+        if dist is not None:
+            return dist, p
+    return _find(name, None), "the image"
+
+
+def verify(text, paths):
+    req = Requirement(text)
+    if req.marker is not None and not req.marker.evaluate():
+        return {"ok": True}
+    dist, where = _first(canonicalize_name(req.name), paths)
+    if dist is None:
+        return {"ok": False, "why": f"{req.name} is on none of the run's paths"}
+    if not req.specifier.contains(dist.version, prereleases=True):
+        return {"ok": False, "why": f"version {dist.version} of {req.name} comes first on the run's path (from {where})"}
+    # The package's own requirements must hold too, with what comes first on the path.
+    for spec in dist.requires or []:
+        dep = Requirement(spec)
+        if dep.marker is not None and not dep.marker.evaluate({"extra": ""}):
+            continue
+        got, got_where = _first(canonicalize_name(dep.name), paths)
+        if got is not None and not dep.specifier.contains(got.version, prereleases=True):
+            return {"ok": False, "why": f"{req.name} {dist.version} requires {spec}, but version {got.version} comes first on the run's path (from {got_where})"}
+    return {"ok": True}
+
+
 def main():
     job = json.load(sys.stdin)
+    if job.get("mode") == "verify":
+        json.dump([verify(r, job.get("paths") or []) for r in job["requirements"]], sys.stdout)
+        return
     json.dump([check(r, job.get("dirs") or []) for r in job["requirements"]], sys.stdout)
 
 

@@ -104,8 +104,8 @@ sandpit run uses the daemon at SANDPIT_URL (default ` + DefaultURL + `) when one
 otherwise it starts the engine itself for this one command (building the image if needed).
 
 Exit status: the program's own status; 124 timeout; 137 memory_limit; 125 output_limit;
-128+N killed by signal N; 64 invalid request; 69 sandbox not ready; 70 sandbox_error;
-75 busy or the data directory is in use.`,
+65 output_invalid; 66 dependency_error; 128+N killed by signal N; 64 invalid request;
+69 sandbox not ready; 70 sandbox_error; 75 busy or the data directory is in use.`,
 		Example: `  sandpit run -c 'print(sum(INPUT))' --input '[1,2,3]'
   sandpit run script.py --timeout 10s --json
   echo 'print("hi")' | sandpit run -`,
@@ -188,7 +188,7 @@ func (o *options) printDependency(d *sandbox.DependencyStatus) {
 	case d.Status == sandbox.DependencyInstalled:
 		fmt.Fprintf(o.env.Stderr, "sandpit: installed %s (%s) in %dms\n", d.Requirement, d.Version, d.DurationMS)
 	case d.Status == sandbox.DependencyFailed:
-		fmt.Fprintf(o.env.Stderr, "sandpit: could not install %s: %s\n", d.Requirement, d.Error)
+		fmt.Fprintf(o.env.Stderr, "sandpit: could not install %s\n", d.Requirement) // the reason follows with the outcome
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 const (
 	exitUsage       = 64  // EX_USAGE: the request was invalid
 	exitDataErr     = 65  // EX_DATAERR: the program's OUTPUT broke its output schema
+	exitNoInput     = 66  // EX_NOINPUT: a dependency could not be installed; the code did not run
 	exitUnavailable = 69  // EX_UNAVAILABLE: the sandbox is not ready
 	exitSoftware    = 70  // EX_SOFTWARE: sandpit itself failed
 	exitTempFail    = 75  // EX_TEMPFAIL: busy, or the data directory is in use; try again
@@ -74,6 +75,8 @@ func ExitCode(res *sandbox.Result, err error) int {
 		return exitOutputLimit
 	case sandbox.OutcomeOutputInvalid:
 		return exitDataErr
+	case sandbox.OutcomeDependencyError:
+		return exitNoInput
 	case sandbox.OutcomeKilled:
 		if res.Signal > 0 {
 			return 128 + res.Signal

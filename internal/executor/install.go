@@ -90,7 +90,8 @@ func newInstaller(e *Executor, python, version string) (*installer, error) {
 	if err := os.Chmod(root, 0o755); err != nil {
 		return nil, err
 	}
-	for dir, mode := range map[string]os.FileMode{filepath.Join(root, "cache"): 0o700, filepath.Join(root, "home"): 0o700, in.site: 0o755} {
+	for dir, mode := range map[string]os.FileMode{filepath.Join(root, "cache"): 0o700, filepath.Join(root, "home"): 0o700,
+		filepath.Join(root, "tmp"): 0o700, in.site: 0o755} {
 		if err := os.MkdirAll(dir, mode); err != nil {
 			return nil, fmt.Errorf("executor: preparing the package directory: %w", err)
 		}
@@ -98,6 +99,13 @@ func newInstaller(e *Executor, python, version string) (*installer, error) {
 			return nil, err
 		}
 	}
+	// A killed executor's checkers and installs die with it, and leave nothing.
+	for _, uid := range []int{in.uid, checkerUID} {
+		if err := killAndWait(uid, e.cfg.KillTimeout); err != nil {
+			return nil, fmt.Errorf("executor: stopping leftover installs: %w", err)
+		}
+	}
+	in.clearTmp()
 	leftovers, _ := filepath.Glob(filepath.Join(in.site, ".tmp-*"))
 	for _, dir := range leftovers {
 		e.log.Info("removing an unfinished install", "path", dir)
@@ -108,43 +116,79 @@ func newInstaller(e *Executor, python, version string) (*installer, error) {
 	return in, nil
 }
 
-// install decides each requirement in order: present (cached, in the image, or installed
-// earlier) or installed now, or failed.
+// install decides each requirement: present (cached, in the image, or installed earlier),
+// installed now, or failed; then it checks that the directories together give every
+// requirement a version it accepts (a package installed with its own dependencies may carry
+// another version of one the run asked for).
 func (in *installer) install(ctx context.Context, req protocol.Install, progress func(sandbox.DependencyStatus)) sandbox.Installed {
-	var out sandbox.Installed
-	for _, r := range req.Request.Requirements {
-		began := time.Now()
-		st, res := in.one(ctx, r, req)
-		st.Requirement, st.DurationMS = r, time.Since(began).Milliseconds()
+	reqs := req.Request.Requirements
+	began := time.Now()
+	statuses := make([]sandbox.DependencyStatus, len(reqs))
+	found := make([]resolution, len(reqs))
+	decided := func(i int, st sandbox.DependencyStatus, res resolution) {
+		st.Requirement, st.DurationMS = reqs[i], time.Since(began).Milliseconds()
 		if st.Status != sandbox.DependencyFailed {
 			st.Version = res.Version
-			if res.Path != "" && !slices.Contains(out.Paths, res.Path) {
-				out.Paths = append(out.Paths, res.Path)
+		}
+		statuses[i], found[i] = st, res
+	}
+
+	// What the cache does not know is checked by one checker run for the whole request.
+	var unknown []int
+	for i, r := range reqs {
+		if _, err := requirement.Parse(r); err != nil { // the daemon checked it; the executor trusts nobody
+			decided(i, failed("%v", err), resolution{})
+		} else if v, ok := in.satisfied.Load(r); ok {
+			decided(i, sandbox.DependencyStatus{Status: sandbox.DependencyPresent}, v.(resolution))
+		} else {
+			unknown = append(unknown, i)
+		}
+	}
+	var missing []int
+	if len(unknown) > 0 {
+		batch := make([]string, len(unknown))
+		for k, i := range unknown {
+			batch[k] = reqs[i]
+		}
+		answers, err := in.check(ctx, batch)
+		for k, i := range unknown {
+			switch {
+			case err != nil:
+				decided(i, failed("checking whether it is installed failed: %v", err), resolution{})
+			case answers[k].present:
+				in.satisfied.Store(reqs[i], answers[k].res)
+				decided(i, sandbox.DependencyStatus{Status: sandbox.DependencyPresent}, answers[k].res)
+			default:
+				missing = append(missing, i)
 			}
 		}
-		out.Dependencies = append(out.Dependencies, st)
+	}
+	for _, i := range missing {
+		st, res := in.installMissing(ctx, reqs[i], req)
+		decided(i, st, res)
+	}
+
+	var out sandbox.Installed
+	for i := range reqs {
+		if statuses[i].Status != sandbox.DependencyFailed && found[i].Path != "" && !slices.Contains(out.Paths, found[i].Path) {
+			out.Paths = append(out.Paths, found[i].Path)
+		}
+	}
+	if len(out.Paths) > 0 && len(reqs) > 1 {
+		in.verify(ctx, reqs, out.Paths, statuses)
+	}
+	for _, st := range statuses {
 		if progress != nil {
 			progress(st)
 		}
 	}
+	out.Dependencies = statuses
 	return out
 }
 
-func (in *installer) one(ctx context.Context, r string, req protocol.Install) (sandbox.DependencyStatus, resolution) {
-	if v, ok := in.satisfied.Load(r); ok {
-		return sandbox.DependencyStatus{Status: sandbox.DependencyPresent}, v.(resolution)
-	}
-	if _, err := requirement.Parse(r); err != nil { // the daemon checked it; the executor trusts nobody
-		return failed("%v", err), resolution{}
-	}
-	res, present, err := in.check(ctx, r)
-	if err != nil {
-		return failed("checking whether it is installed failed: %v", err), resolution{}
-	}
-	if present {
-		in.satisfied.Store(r, res)
-		return sandbox.DependencyStatus{Status: sandbox.DependencyPresent}, res
-	}
+// installMissing installs r, which the checker did not find, unless another request
+// installed it meanwhile or the network policy forbids it.
+func (in *installer) installMissing(ctx context.Context, r string, req protocol.Install) (sandbox.DependencyStatus, resolution) {
 	switch {
 	case req.Request.Offline:
 		return failed("it is not installed, and the sandbox's network policy is \"none\", so pip cannot fetch it: " +
@@ -152,15 +196,14 @@ func (in *installer) one(ctx context.Context, r string, req protocol.Install) (s
 	case in.root == "":
 		return failed("it is not installed, and this sandbox has no package directory to install it into"), resolution{}
 	}
-
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	// Another request may have installed it while this one waited.
-	if res, present, err := in.check(ctx, r); err == nil && present {
-		in.satisfied.Store(r, res)
-		return sandbox.DependencyStatus{Status: sandbox.DependencyPresent}, res
+	if answers, err := in.check(ctx, []string{r}); err == nil && answers[0].present {
+		in.satisfied.Store(r, answers[0].res)
+		return sandbox.DependencyStatus{Status: sandbox.DependencyPresent}, answers[0].res
 	}
-	res, err = in.pip(ctx, r, req)
+	res, err := in.pip(ctx, r, req)
 	if err != nil {
 		return failed("%v", err), resolution{}
 	}
@@ -172,8 +215,43 @@ func failed(format string, args ...any) sandbox.DependencyStatus {
 	return sandbox.DependencyStatus{Status: sandbox.DependencyFailed, Error: fmt.Sprintf(format, args...)}
 }
 
-// check runs the checker for r against the image and the installed directories.
-func (in *installer) check(ctx context.Context, r string) (resolution, bool, error) {
+// answer is the checker's verdict on one requirement.
+type answer struct {
+	present bool
+	res     resolution
+}
+
+// checkers bounds the checker processes running at once.
+var checkers = make(chan struct{}, 2)
+
+// runChecker runs deps.py with job on its stdin, as the checker user, and decodes its answer
+// (a list with one entry per requirement) into out.
+func (in *installer) runChecker(ctx context.Context, job any, n int, out any) error {
+	select {
+	case checkers <- struct{}{}:
+		defer func() { <-checkers }()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	data, _ := json.Marshal(job)
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, in.python, "-I", in.checker)
+	cmd.Stdin = bytes.NewReader(data)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	asUser(cmd, checkerUID, "/")
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%v: %s", err, lastLines(stderr.String(), 3))
+	}
+	if err := json.Unmarshal(stdout.Bytes(), out); err != nil {
+		return fmt.Errorf("the checker's answer %q is not a list of %d statuses", lastLines(stdout.String(), 1), n)
+	}
+	return nil
+}
+
+// check asks the checker about reqs against the image and the installed directories.
+func (in *installer) check(ctx context.Context, reqs []string) ([]answer, error) {
 	var dirs []string
 	if in.site != "" {
 		entries, _ := os.ReadDir(in.site)
@@ -183,31 +261,49 @@ func (in *installer) check(ctx context.Context, r string) (resolution, bool, err
 			}
 		}
 	}
-	job, _ := json.Marshal(map[string]any{"requirements": []string{r}, "dirs": dirs})
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, in.python, "-I", in.checker)
-	cmd.Stdin = bytes.NewReader(job)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	asUser(cmd, checkerUID, "/")
-	if err := cmd.Run(); err != nil {
-		return resolution{}, false, fmt.Errorf("%v: %s", err, lastLines(stderr.String(), 3))
-	}
-	var answers []struct {
+	var got []struct {
 		Status, Version, Path, Error string
 	}
-	if err := json.Unmarshal(stdout.Bytes(), &answers); err != nil || len(answers) != 1 {
-		return resolution{}, false, fmt.Errorf("the checker's answer %q is not one status", stdout.String())
+	if err := in.runChecker(ctx, map[string]any{"requirements": reqs, "dirs": dirs}, len(reqs), &got); err != nil {
+		return nil, err
 	}
-	a := answers[0]
-	switch a.Status {
-	case "present":
-		return resolution{Version: a.Version, Path: a.Path}, true, nil
-	case "invalid":
-		return resolution{}, false, errors.New(a.Error)
+	if len(got) != len(reqs) {
+		return nil, fmt.Errorf("the checker answered %d statuses for %d requirements", len(got), len(reqs))
 	}
-	return resolution{}, false, nil
+	out := make([]answer, len(reqs))
+	for i, a := range got {
+		switch a.Status {
+		case "present":
+			out[i] = answer{present: true, res: resolution{Version: a.Version, Path: a.Path}}
+		case "invalid":
+			return nil, errors.New(a.Error)
+		}
+	}
+	return out, nil
+}
+
+// verify fails the requirements that the run's sys.path (paths, then the image) would not
+// satisfy: a directory earlier on it holds another version of the package.
+func (in *installer) verify(ctx context.Context, reqs, paths []string, statuses []sandbox.DependencyStatus) {
+	var got []struct {
+		OK  bool   `json:"ok"`
+		Why string `json:"why"`
+	}
+	if err := in.runChecker(ctx, map[string]any{"mode": "verify", "requirements": reqs, "paths": paths}, len(reqs), &got); err != nil || len(got) != len(reqs) {
+		for i := range statuses {
+			if statuses[i].Status != sandbox.DependencyFailed {
+				statuses[i].Status, statuses[i].Error = sandbox.DependencyFailed, fmt.Sprintf("checking the requirements together failed: %v", err)
+			}
+		}
+		return
+	}
+	for i, g := range got {
+		if !g.OK && statuses[i].Status != sandbox.DependencyFailed {
+			statuses[i].Status = sandbox.DependencyFailed
+			statuses[i].Error = fmt.Sprintf("it conflicts with another requirement of this run: %s; ask for versions that agree "+
+				"(pip would refuse this combination too)", strings.ReplaceAll(g.Why, in.site+"/", ""))
+		}
+	}
 }
 
 // asUser makes cmd run as uid in its own process group, in home, with a minimal environment.
@@ -254,6 +350,10 @@ func (in *installer) pip(ctx context.Context, r string, req protocol.Install) (r
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	asUser(cmd, in.uid, filepath.Join(in.root, "home"))
+	// pip's work files go to the volume, not the runs' shared /tmp, and are removed after.
+	pipTmp := filepath.Join(in.root, "tmp")
+	cmd.Env = append(cmd.Env, "TMPDIR="+pipTmp)
+	defer in.clearTmp()
 	began := time.Now()
 	if err := cmd.Start(); err != nil {
 		return resolution{}, fmt.Errorf("starting pip: %w", err)
@@ -339,6 +439,17 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// clearTmp empties pip's temporary directory.
+func (in *installer) clearTmp() {
+	dir := filepath.Join(in.root, "tmp")
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			in.e.log.Warn("removing pip's temporary files", "error", err)
+		}
+	}
 }
 
 // requirementName returns the PEP 503 name of a canonical requirement.

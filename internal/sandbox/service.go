@@ -265,37 +265,43 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 		agent = "default"
 	}
 
-	var deps Installed
-	var installMS int64
-	if len(req.Dependencies) > 0 {
-		var err error
-		began := time.Now()
-		if deps, err = s.install(ctx, req.Dependencies, emit); err != nil {
-			return Result{}, err
-		}
-		installMS = time.Since(began).Milliseconds()
-		if failed := deps.Failed(); len(failed) > 0 {
-			return s.dependencyError(ctx, spec, agent, origin, deps, installMS), nil
-		}
-		spec.Paths = deps.Paths
-	}
 	if req.TimeoutMS != nil {
 		spec.TimeoutMS = *req.TimeoutMS
 	}
 
+	// The slot is taken first: it bounds installs as it bounds runs, and the execution is in
+	// the ledger from here, so a crash during an install is recorded too.
 	slot, err := s.acquire(ctx)
 	if err != nil {
 		return Result{}, err
 	}
 	defer func() { s.free <- slot }()
-
-	started := time.Now()
 	if s.rec != nil {
-		head := Result{ID: spec.ID, Agent: agent, TimeoutMS: spec.TimeoutMS, StartedAt: started.UTC(), Origin: origin}
+		head := Result{ID: spec.ID, Agent: agent, TimeoutMS: spec.TimeoutMS, StartedAt: time.Now().UTC(), Origin: origin}
 		if err := s.rec.Begin(ctx, spec, head); err != nil {
 			return Result{}, fmt.Errorf("recording the execution in the ledger: %w", err)
 		}
 	}
+
+	// Dependencies are installed before the run's clock starts: install time is not charged
+	// to its timeout.
+	var deps Installed
+	var installMS int64
+	if len(req.Dependencies) > 0 {
+		began := time.Now()
+		deps, err = s.install(ctx, req.Dependencies, emit)
+		installMS = time.Since(began).Milliseconds()
+		switch {
+		case err != nil:
+			res := s.systemFailure(ctx, ctx, Result{ExitCode: -1}, began, fmt.Errorf("installing the dependencies: %w", err))
+			return s.finish(ctx, req, spec, agent, origin, res, deps, installMS, nil, slot), nil
+		case len(deps.Failed()) > 0:
+			return s.finish(ctx, req, spec, agent, origin, s.dependencyError(deps), deps, installMS, nil, slot), nil
+		}
+		spec.Paths = deps.Paths
+	}
+
+	started := time.Now()
 	runCtx, cancelRun := context.WithTimeout(ctx, time.Duration(spec.TimeoutMS)*time.Millisecond+s.cfg.Grace)
 	defer cancelRun()
 	line := &calls{s: s, scope: CallScope{Agent: agent, ExecutionID: spec.ID}, emit: emit}
@@ -310,10 +316,19 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 		// ended it. (A run that ended by itself meanwhile keeps its own result.)
 		res = s.systemFailure(ctx, runCtx, res, started, err)
 	}
+	return s.finish(ctx, req, spec, agent, origin, res, deps, installMS, audit, slot), nil
+}
+
+// finish completes a result with what the Service knows, checks OUTPUT, and records it.
+func (s *Service) finish(ctx context.Context, req Request, spec Spec, agent string, origin Origin, res Result,
+	deps Installed, installMS int64, audit []CallRecord, slot int) Result {
 	res.ID, res.Agent, res.TimeoutMS, res.Origin = spec.ID, agent, spec.TimeoutMS, origin
 	res.Dependencies, res.InstallMS, res.Calls = deps.Dependencies, installMS, audit
 	if res.Output == nil {
 		res.Output = json.RawMessage("null")
+	}
+	if res.StartedAt.IsZero() {
+		res.StartedAt = time.Now().UTC()
 	}
 	if res.Outcome == OutcomeOK && req.CheckOutput != nil {
 		if err := req.CheckOutput(res.Output); err != nil {
@@ -328,8 +343,8 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 		}
 	}
 	s.log.Info("execution finished", "id", res.ID, "agent", agent, "slot", slot,
-		"outcome", res.Outcome, "exit_code", res.ExitCode, "duration_ms", res.DurationMS)
-	return res, nil
+		"outcome", res.Outcome, "exit_code", res.ExitCode, "duration_ms", res.DurationMS, "install_ms", installMS)
+	return res
 }
 
 // Install makes the requirements importable ahead of any run (pre-installing them), and
@@ -349,6 +364,12 @@ func (s *Service) Install(ctx context.Context, reqs []string, progress func(Depe
 	if progress != nil {
 		emit = func(e Event) { progress(*e.Dependency) }
 	}
+	// Installs take a slot like runs: they are bounded by the slots and the queue.
+	slot, err := s.acquire(ctx)
+	if err != nil {
+		return Installed{}, err
+	}
+	defer func() { s.free <- slot }()
 	return s.install(ctx, reqs, emit)
 }
 
@@ -372,32 +393,16 @@ func (s *Service) install(ctx context.Context, reqs []string, emit func(Event)) 
 }
 
 // dependencyError is the result of a run whose dependencies could not all be installed: the
-// code never ran. It is recorded like any execution.
-func (s *Service) dependencyError(ctx context.Context, spec Spec, agent string, origin Origin, deps Installed, installMS int64) Result {
+// code never ran.
+func (s *Service) dependencyError(deps Installed) Result {
 	failed := deps.Failed()
 	names := make([]string, len(failed))
 	for i, d := range failed {
 		names[i] = d.Requirement
 	}
-	res := Result{ID: spec.ID, Agent: agent, Outcome: OutcomeDependencyError, ExitCode: -1,
+	return Result{Outcome: OutcomeDependencyError, ExitCode: -1,
 		Reason: fmt.Sprintf("dependency %s could not be installed, so the code did not run: %s",
-			strings.Join(names, ", "), failed[0].Error),
-		Output: json.RawMessage("null"), TimeoutMS: spec.TimeoutMS, StartedAt: time.Now().UTC(), Origin: origin,
-		Dependencies: deps.Dependencies, InstallMS: installMS}
-	if s.rec != nil {
-		head := res
-		head.Outcome, head.Reason = "", ""
-		ctx := context.WithoutCancel(ctx)
-		err := s.rec.Begin(ctx, spec, head)
-		if err == nil {
-			err = s.rec.Finish(ctx, res)
-		}
-		if err != nil {
-			s.log.Error("the ledger could not record an execution's result", "id", res.ID, "error", err)
-		}
-	}
-	s.log.Info("execution finished", "id", res.ID, "agent", agent, "outcome", res.Outcome, "install_ms", installMS)
-	return res
+			strings.Join(names, ", "), failed[0].Error)}
 }
 
 // systemFailure turns a runtime error into a Result, keeping whatever output the runtime had.
