@@ -177,6 +177,8 @@ func (o *options) emitter(asJSON bool) func(sandbox.Event) {
 			io.WriteString(o.env.Stderr, e.Data)
 		case "dependency":
 			o.printDependency(e.Dependency)
+		case "log":
+			fmt.Fprintf(o.env.Stderr, "sandpit: agent.log %s: %s\n", e.Level, e.Data)
 		}
 	}
 }

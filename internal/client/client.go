@@ -230,6 +230,7 @@ type streamLine struct {
 	Type       string                    `json:"type"`
 	Data       string                    `json:"data"`
 	Dependency *sandbox.DependencyStatus `json:"dependency"`
+	Level      string                    `json:"level"`
 	Result     *sandbox.Result           `json:"result"`
 	Error      *errorDetail              `json:"error"`
 }
@@ -256,6 +257,10 @@ func readStream(r io.Reader, onEvent func(sandbox.Event)) (sandbox.Result, error
 			case "dependency":
 				if onEvent != nil && l.Dependency != nil {
 					onEvent(sandbox.Event{Stream: l.Type, Dependency: l.Dependency})
+				}
+			case "log":
+				if onEvent != nil {
+					onEvent(sandbox.Event{Stream: l.Type, Data: l.Data, Level: l.Level})
 				}
 			case "result":
 				if l.Result == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -248,4 +249,70 @@ func (c *Client) RemovePackage(ctx context.Context, name string) ([]protocol.Pac
 	}
 	err := c.call(ctx, http.MethodDelete, "/v1/packages/"+url.PathEscape(name), nil, &out)
 	return out.Removed, err
+}
+
+// knowledgePath is the path of a kind of knowledge: memories, facts, documents, nodes, edges
+// or results.
+func knowledgePath(agent, kind string) (string, error) {
+	switch kind {
+	case "memories", "facts", "documents", "results":
+		return agentPath(agent, kind), nil
+	case "nodes", "edges":
+		return agentPath(agent, "graph", kind), nil
+	}
+	return "", fmt.Errorf("kind %q: use memories, facts, documents, nodes, edges or results", kind)
+}
+
+// ImportKnowledge stores the NDJSON items of body (one JSON object per line) as kind, all or
+// none, and returns how many it stored.
+func (c *Client) ImportKnowledge(ctx context.Context, agent, kind string, body io.Reader) (int, error) {
+	path, err := knowledgePath(agent, kind)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, body)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", httpapi.NDJSONContentType)
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return 0, apiError(resp)
+	}
+	var out struct {
+		Created int `json:"created"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return 0, fmt.Errorf("reading the import's answer: %w", err)
+	}
+	return out.Created, nil
+}
+
+// ListKnowledge returns a page of the agent's items of kind.
+func (c *Client) ListKnowledge(ctx context.Context, agent, kind string, p store.Page) ([]json.RawMessage, string, error) {
+	path, err := knowledgePath(agent, kind)
+	if err != nil {
+		return nil, "", err
+	}
+	var out struct {
+		Items      []json.RawMessage `json:"items"`
+		NextCursor string            `json:"next_cursor"`
+	}
+	err = c.call(ctx, http.MethodGet, path+query(pageQuery(p)), nil, &out)
+	return out.Items, out.NextCursor, err
+}
+
+// DeleteKnowledge deletes the agent's item of kind with key id.
+func (c *Client) DeleteKnowledge(ctx context.Context, agent, kind, id string) error {
+	path, err := knowledgePath(agent, kind)
+	if err != nil {
+		return err
+	}
+	var out map[string]any
+	return c.call(ctx, http.MethodDelete, path+"/"+url.PathEscape(id), nil, &out)
 }

@@ -56,6 +56,8 @@ type (
 		Data string `json:"data,omitempty"`
 		// Dependency is one requirement's status, before the run starts.
 		Dependency *sandbox.DependencyStatus `json:"dependency,omitempty"`
+		// Level is an agent.log line's level (type "log"; data holds the message).
+		Level string `json:"level,omitempty"`
 	}
 	resultLine struct {
 		Type   string          `json:"type"` // "result"
@@ -233,7 +235,7 @@ func (s *streamer) run() {
 		s.queue = nil
 		s.mu.Unlock()
 		for _, ev := range batch {
-			s.writeLine(eventLine{Type: ev.Stream, Data: ev.Data, Dependency: ev.Dependency})
+			s.writeLine(eventLine{Type: ev.Stream, Data: ev.Data, Dependency: ev.Dependency, Level: ev.Level})
 		}
 		if closed {
 			return

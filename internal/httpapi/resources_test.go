@@ -61,7 +61,7 @@ func newStack(t *testing.T) *stack {
 	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, sandbox.DefaultConfig(), nil)
 	lib := library.New(st, svc, 0)
 	sch := jobs.New(st, lib, svc, jobs.Config{}, nil)
-	srv := httptest.NewServer(httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib, Jobs: sch, Ledger: st}, nil))
+	srv := httptest.NewServer(httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib, Jobs: sch, Ledger: st, Knowledge: st}, nil))
 	t.Cleanup(srv.Close)
 	return &stack{url: srv.URL, rt: rt}
 }
@@ -288,5 +288,57 @@ func TestJobsOverREST(t *testing.T) {
 	}
 	if st, v := s.call(t, "GET", "/v1/agents/Bad!/jobs", ""); st != 400 || v["error"].(map[string]any)["field"] != "agent" {
 		t.Fatalf("bad agent: %d %v", st, v)
+	}
+}
+
+func (s *stack) ndjson(t *testing.T, path, body string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", s.url+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v map[string]any
+	json.NewDecoder(resp.Body).Decode(&v)
+	return resp.StatusCode, v
+}
+
+func TestKnowledgeOverREST(t *testing.T) {
+	s := newStack(t)
+	// A bad line refuses the whole import, naming the line.
+	if st, v := s.ndjson(t, "/v1/agents/a/memories", `{"text": "one"}`+"\n"+`{"txt": "two"}`); st != 400 || !strings.Contains(v["error"].(map[string]any)["message"].(string), "line 2") {
+		t.Fatalf("bad line: %d %v", st, v)
+	}
+	if _, v := s.call(t, "GET", "/v1/agents/a/memories", ""); len(v["items"].([]any)) != 0 {
+		t.Fatalf("a refused import stored something: %v", v)
+	}
+	if st, v := s.ndjson(t, "/v1/agents/a/memories", `{"text": "one"}`+"\n\n"+`{"text": "two", "metadata": {"k": 1}}`+"\n"); st != 201 || v["created"] != 2.0 {
+		t.Fatalf("import: %d %v", st, v)
+	}
+	st, v := s.call(t, "GET", "/v1/agents/a/memories?limit=1", "")
+	items := v["items"].([]any)
+	if st != 200 || len(items) != 1 || v["next_cursor"] == "" {
+		t.Fatalf("list: %d %v", st, v)
+	}
+	id := fmt.Sprint(int(items[0].(map[string]any)["id"].(float64)))
+	if st, v := s.call(t, "GET", "/v1/agents/a/memories/"+id, ""); st != 200 || v["text"] != "one" {
+		t.Fatalf("get: %d %v", st, v)
+	}
+	if st, _ := s.call(t, "GET", "/v1/agents/b/memories/"+id, ""); st != 404 {
+		t.Fatalf("another agent's memory: %d", st)
+	}
+	if st, _ := s.call(t, "DELETE", "/v1/agents/a/memories/"+id, ""); st != 200 {
+		t.Fatalf("delete: %d", st)
+	}
+	if st, v := s.call(t, "POST", "/v1/agents/a/graph/edges", `{"source": "a", "target": "b"}`); st != 400 || !strings.Contains(v["error"].(map[string]any)["message"].(string), "relation is required") {
+		t.Fatalf("edge without relation: %d %v", st, v)
+	}
+	if st, v := s.call(t, "POST", "/v1/agents/a/documents", `{"id": "d1", "title": "T", "content": "C"}`); st != 201 || v["id"] != "d1" {
+		t.Fatalf("document: %d %v", st, v)
+	}
+	if st, v := s.call(t, "POST", "/v1/agents/a/results", `{"key": "k", "value": [1]}`); st != 201 || v["version"] != 1.0 {
+		t.Fatalf("result: %d %v", st, v)
 	}
 }

@@ -1,0 +1,75 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// callingRuntime makes calls through spec.Calls while "running", and keeps the function to
+// call again after the run.
+type callingRuntime struct {
+	calls []Call
+	errs  []error
+	after func(context.Context, Call) (json.RawMessage, error)
+}
+
+func (r *callingRuntime) Ready(context.Context) error { return nil }
+func (r *callingRuntime) Run(ctx context.Context, _ int, spec Spec, _ func(Event)) (Result, error) {
+	for _, c := range r.calls {
+		_, err := spec.Calls(ctx, c)
+		r.errs = append(r.errs, err)
+	}
+	r.after = spec.Calls
+	return Result{Outcome: OutcomeOK}, nil
+}
+
+type echoCallbacks struct{ scopes []CallScope }
+
+func (e *echoCallbacks) Call(_ context.Context, scope CallScope, call Call) (json.RawMessage, error) {
+	e.scopes = append(e.scopes, scope)
+	if call.Method == "get_documents" {
+		return json.RawMessage(`"` + strings.Repeat("x", 2048) + `"`), nil
+	}
+	return json.RawMessage(`[]`), nil
+}
+
+func TestCallsAreScopedCappedAndEnd(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxCalls, cfg.MaxCallBytes = 3, 1024
+	cb := &echoCallbacks{}
+	rt := &callingRuntime{calls: []Call{
+		{Method: "get_facts", Args: json.RawMessage(`{}`)},
+		{Method: "drop_tables", Args: json.RawMessage(`{}`)},
+		{Method: "get_facts", Args: json.RawMessage(`{"x": "` + strings.Repeat("y", 2000) + `"}`)},
+		{Method: "get_facts", Args: json.RawMessage(`{}`)}, // the fourth: over the cap
+	}}
+	s := NewService(rt, Hooks{Callbacks: cb}, cfg, nil)
+	res, err := s.Execute(context.Background(), Request{Code: "x", Agent: "alice"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.errs[0] != nil || rt.errs[1] == nil || !strings.Contains(rt.errs[2].Error(), "the limit is 1024") || !strings.Contains(rt.errs[3].Error(), "limit") {
+		t.Fatalf("errors: %v", rt.errs)
+	}
+	if len(cb.scopes) != 1 || cb.scopes[0] != (CallScope{Agent: "alice", ExecutionID: res.ID}) {
+		t.Fatalf("the handler saw %v", cb.scopes)
+	}
+	if len(res.Calls) != 4 || !res.Calls[0].OK || res.Calls[1].OK || res.Calls[0].Method != "get_facts" {
+		t.Fatalf("audit: %+v", res.Calls)
+	}
+	if _, err := rt.after(context.Background(), Call{Method: "get_facts", Args: json.RawMessage(`{}`)}); !errors.Is(err, ErrRunEnded) {
+		t.Fatalf("a call after the run: %v", err)
+	}
+
+	rt = &callingRuntime{calls: []Call{{Method: "get_documents", Args: json.RawMessage(`{}`)}}}
+	s = NewService(rt, Hooks{Callbacks: cb}, cfg, nil)
+	if _, err := s.Execute(context.Background(), Request{Code: "x"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if rt.errs[0] == nil || !strings.Contains(rt.errs[0].Error(), "answer to get_documents") {
+		t.Fatalf("an oversized answer: %v", rt.errs[0])
+	}
+}
