@@ -97,7 +97,9 @@ func TestContainerHardening(t *testing.T) {
 		{"only the executor's caps", len(h.CapAdd) == 6},
 		{"no-new-privileges", len(h.SecurityOpt) == 1 && h.SecurityOpt[0] == "no-new-privileges"},
 		{"init process", h.Init != nil && *h.Init},
-		{"no host mounts", len(c.Mounts) == 0 && len(h.Binds) == 0 && len(h.Mounts) == 0},
+		{"no host mounts: only the package volume", len(h.Binds) == 0 && len(h.Mounts) == 1 && h.Mounts[0].Type == "volume" &&
+			h.Mounts[0].Source == docker.VolumeName(cfg.DataDir) && h.Mounts[0].Target == docker.PackagesDir &&
+			len(c.Mounts) == 1 && c.Mounts[0].Type == "volume"},
 		{"no published ports", len(h.PortBindings) == 0 && !h.PublishAllPorts},
 		{"log driver none", h.LogConfig.Type == "none"},
 		{"not privileged", !h.Privileged},
