@@ -16,13 +16,16 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandpit-dev/sandpit/internal/callback"
+	apiclient "github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/datadir"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
+	"github.com/sandpit-dev/sandpit/internal/mcpserver"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
@@ -274,8 +277,11 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 
 	backend := httpapi.Backend{Executor: eng.Service, Library: eng.Library, Jobs: eng.Jobs, Ledger: eng.Store, Packages: eng.Runtime,
 		Knowledge: eng.Store}
+	root := http.NewServeMux()
+	root.Handle("/", httpapi.NewHandler(backend, log))
+	root.Handle("/mcp", MCPHandler(apiclient.New("http://"+ln.Addr().String(), nil)))
 	srv := &http.Server{
-		Handler:           httpapi.Guard(httpapi.NewHandler(backend, log), cfg.AllowedHosts),
+		Handler:           httpapi.Guard(root, cfg.AllowedHosts),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       time.Minute, // for the body; runs outlive it (see httpapi's tests)
 		IdleTimeout:       2 * time.Minute,
@@ -321,6 +327,25 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	}
 	log.Info("stopped; the warm container stays up for the next daemon", "container", eng.Runtime.ContainerID()[:12])
 	return nil
+}
+
+// MCPHandler serves MCP over streamable HTTP with tools that call the daemon through c. Each
+// session acts for the agent named by the query parameter agent (or the header
+// X-Sandpit-Agent), "default" when neither is given; an invalid name is refused with 400.
+func MCPHandler(c *apiclient.Client) http.Handler {
+	return mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		agent := r.URL.Query().Get("agent")
+		if agent == "" {
+			agent = r.Header.Get("X-Sandpit-Agent")
+		}
+		if agent == "" {
+			agent = "default"
+		}
+		if !sandbox.ValidAgent(agent) {
+			return nil
+		}
+		return mcpserver.New(c, agent, "daemon")
+	}, nil)
 }
 
 // waitFor waits until done is closed or ctx ends.

@@ -638,7 +638,7 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 			if err != nil {
 				return err
 			}
-			e, err := c.GetExecution(cmd.Context(), args[0])
+			e, err := c.GetExecution(cmd.Context(), args[0], "")
 			if err != nil {
 				return err
 			}

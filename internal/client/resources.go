@@ -171,10 +171,15 @@ func (c *Client) ListExecutions(ctx context.Context, filter url.Values, p store.
 	return out.Executions, out.NextCursor, err
 }
 
-// GetExecution returns the ledger's record of execution id.
-func (c *Client) GetExecution(ctx context.Context, id string) (store.Execution, error) {
+// GetExecution returns the ledger's record of execution id; with agent not "", only if it is
+// that agent's.
+func (c *Client) GetExecution(ctx context.Context, id, agent string) (store.Execution, error) {
+	path := "/v1/executions/" + url.PathEscape(id)
+	if agent != "" {
+		path += "?agent=" + url.QueryEscape(agent)
+	}
 	var out store.Execution
-	err := c.call(ctx, http.MethodGet, "/v1/executions/"+url.PathEscape(id), nil, &out)
+	err := c.call(ctx, http.MethodGet, path, nil, &out)
 	return out, err
 }
 

@@ -1,0 +1,98 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
+
+	"github.com/sandpit-dev/sandpit/internal/app"
+	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/mcpserver"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+func (o *options) mcpCommand() *cobra.Command {
+	var f daemonFlags
+	cmd := &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve sandpit's tools to an MCP client over standard input and output",
+		Long: `Serve the Model Context Protocol over stdio: run_code, save_code, update_code, get_code,
+list_code, delete_code, run_saved_code, create_code_job, list_code_jobs, update_code_job,
+delete_code_job, list_executions and get_execution, acting for one agent (--agent).
+
+It uses the daemon at SANDPIT_URL when one answers; otherwise it runs the engine itself for as
+long as the MCP client keeps it open (jobs then fire only while it runs). Logs go to stderr.
+Add it to an MCP client as the command "sandpit mcp --agent NAME".`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !sandbox.ValidAgent(f.agent) {
+				return usageErrorf("--agent %q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_'", f.agent)
+			}
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			var c *client.Client
+			var err error
+			var noDaemon *NoDaemonError
+			if len(o.engineFlagsGiven(cmd)) == 0 {
+				c, err = o.daemon(cmd, f)
+			}
+			if c == nil && (err == nil || errors.As(err, &noDaemon)) {
+				var stop func()
+				if c, stop, err = o.engineForMCP(ctx, cmd); err == nil {
+					defer stop()
+				}
+			}
+			if err != nil {
+				return err
+			}
+			srv := mcpserver.New(c, f.agent, o.env.Version)
+			err = srv.Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(o.env.Stdin), Writer: nopWriteCloser{o.env.Stdout}})
+			if ctx.Err() != nil || errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		},
+	}
+	f.register(cmd.Flags(), false)
+	return cmd
+}
+
+// engineForMCP starts the daemon in this process on a loopback port of its own and returns a
+// client of it, and stop, which ends the daemon and waits for it.
+func (o *options) engineForMCP(ctx context.Context, cmd *cobra.Command) (*client.Client, func(), error) {
+	cfg, err := o.load(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.Listen = "127.0.0.1:0"
+	log := o.logger(cfg, false)
+	ctx, cancel := context.WithCancel(ctx)
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- app.Serve(ctx, cfg, log, o.env.Stderr, func(a string) { addr <- a }) }()
+	stop := func() {
+		cancel()
+		if err := <-done; err != nil {
+			fmt.Fprintf(o.env.Stderr, "sandpit: stopping the engine: %v\n", err)
+		}
+	}
+	select {
+	case a := <-addr:
+		return client.New("http://"+a, nil), stop, nil
+	case err := <-done:
+		cancel()
+		return nil, nil, fmt.Errorf("starting the engine for MCP: %w", err)
+	case <-time.After(15 * time.Minute): // an image build on a slow machine
+		stop()
+		return nil, nil, errors.New("the engine did not start within 15 minutes")
+	}
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }

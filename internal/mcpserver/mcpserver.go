@@ -1,0 +1,369 @@
+// Package mcpserver serves sandpit over the Model Context Protocol (the official go-sdk):
+// tools to run Python, save and run code, schedule it, and read the ledger. Every tool is an
+// adapter over the REST client, so MCP behaves exactly as the REST API does (the same checks,
+// limits and errors), whether it runs inside the daemon (/mcp) or as `sandpit mcp` over
+// stdio. Each server acts for one agent.
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/jobs"
+	"github.com/sandpit-dev/sandpit/internal/library"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// New returns an MCP server whose tools call the daemon through c for agent.
+func New(c *client.Client, agent, version string) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "sandpit", Version: version}, &mcp.ServerOptions{
+		Instructions: instructions,
+	})
+	t := &tools{c: c.As(sandbox.SourceMCP), agent: agent}
+	mcp.AddTool(s, &mcp.Tool{Name: "run_code", Description: runCodeDoc}, t.runCode)
+	mcp.AddTool(s, &mcp.Tool{Name: "save_code", Description: saveCodeDoc}, t.saveCode)
+	mcp.AddTool(s, &mcp.Tool{Name: "update_code", Description: updateCodeDoc}, t.updateCode)
+	mcp.AddTool(s, &mcp.Tool{Name: "get_code", Description: "Get a saved script: its code, dependencies, schemas, description and version (the latest, or the version given)."}, t.getCode)
+	mcp.AddTool(s, &mcp.Tool{Name: "list_code", Description: "List your saved scripts (name, version, description, dependencies), optionally only those whose name or description contains query."}, t.listCode)
+	mcp.AddTool(s, &mcp.Tool{Name: "delete_code", Description: "Delete a saved script with all its versions. Refused while jobs run it, unless force is true, which also disables those jobs."}, t.deleteCode)
+	mcp.AddTool(s, &mcp.Tool{Name: "run_saved_code", Description: runSavedDoc}, t.runSaved)
+	mcp.AddTool(s, &mcp.Tool{Name: "create_code_job", Description: createJobDoc}, t.createJob)
+	mcp.AddTool(s, &mcp.Tool{Name: "list_code_jobs", Description: "List your jobs: their script, schedule, timezone, enabled flag and next run."}, t.listJobs)
+	mcp.AddTool(s, &mcp.Tool{Name: "update_code_job", Description: "Change a job: only the fields given change. Setting enabled false pauses it; true resumes it. Answers the next five fire times."}, t.updateJob)
+	mcp.AddTool(s, &mcp.Tool{Name: "delete_code_job", Description: "Delete a job and its fire history (its runs stay in the ledger)."}, t.deleteJob)
+	mcp.AddTool(s, &mcp.Tool{Name: "list_executions", Description: "List your past executions, newest first, with outcome and duration; filter by source (api, cli, mcp, job), outcome, code_name or job_id."}, t.listExecutions)
+	mcp.AddTool(s, &mcp.Tool{Name: "get_execution", Description: "Get one past execution in full: code, input, stdout, stderr, OUTPUT, outcome, the agent.* calls it made and its log lines."}, t.getExecution)
+	return s
+}
+
+const instructions = `sandpit runs Python 3 for you in a locked-down sandbox: use it for arithmetic, aggregation, data over twenty rows, parsing, anything where code is more reliable than reasoning. pandas, numpy, matplotlib and scipy are usually installed; ask for more with dependencies. Give the code data as input (the global INPUT) and set the global OUTPUT to a JSON-serialisable value to get structured results back; print for humans. Code can read your own knowledge with agent.search_memory, agent.get_facts, agent.query_graph, agent.get_documents, and keep results with agent.store_result and agent.log. Save code you will use again (save_code) with JSON Schemas for its input and output, and schedule it (create_code_job).`
+
+const limitsDoc = ` Limits: a wall-clock timeout (timeout_ms, default 30000), memory (about 512 MiB for the sandbox), stdout and stderr 1 MiB each, OUTPUT 1 MiB of JSON; files live only for the run (work in the current directory or /tmp); the network may be off.`
+
+const outcomesDoc = ` The result has one outcome: ok; error (an exception or non-zero exit: read stderr, fix the code, try again); timeout; memory_limit; output_limit; output_invalid (OUTPUT broke the script's output schema); dependency_error (a package could not be installed); killed; sandbox_error (the sandbox failed, not your code: retry). A failing program is reported as a tool error carrying its stdout and stderr.`
+
+const runCodeDoc = `Run Python 3 code in the sandbox and get its stdout, stderr, exit code, duration and OUTPUT. INPUT is the JSON value you pass as input (None when absent); set the global OUTPUT to return JSON. dependencies are pip requirements (PEP 508, such as "tabulate>=0.9") installed before the run; names only, no URLs or options. The global agent object reads your knowledge: agent.search_memory(query, limit=10), agent.get_facts(subject=None, predicate=None), agent.query_graph(start=None, relation=None, depth=1), agent.get_documents(query=None, ids=None), agent.store_result(key, value), agent.log(message).` + limitsDoc + outcomesDoc
+
+const saveCodeDoc = `Save a Python script under a name (lowercase letters, digits, - and _), as version 1, to run later by name (run_saved_code) or on a schedule (create_code_job). input_schema and output_schema are JSON Schemas (2020-12) of its INPUT and OUTPUT: runs with input that breaks input_schema are refused, and an OUTPUT that breaks output_schema ends the run output_invalid. dependencies are pip requirements installed before each run.`
+
+const updateCodeDoc = `Save a new version of a saved script: only the fields given change. Give expected_version (the version you last read) to be refused if someone else changed it meanwhile.`
+
+const runSavedDoc = `Run a saved script by name with an input (checked against its input schema first: a mismatch names each failing field as a JSON pointer). Answers like run_code.` + outcomesDoc
+
+const createJobDoc = `Schedule a saved script: schedule is a 5-field cron spec ("0 9 * * 1-5"), @hourly, @daily, @weekly, @monthly or "@every 10m" (at least 10s), read in an IANA timezone (default UTC). input is given to every run. overlap: "skip" (default) skips a fire while the previous run still goes, "queue" runs it after. catch_up: "skip" (default) or "once" for fires missed while sandpit was down. Answers the job with its next five fire times.`
+
+type tools struct {
+	c     *client.Client
+	agent string
+}
+
+// RunCodeArgs are run_code's arguments.
+type RunCodeArgs struct {
+	Code         string   `json:"code" jsonschema:"the Python source to run"`
+	Input        any      `json:"input,omitempty" jsonschema:"any JSON value, given to the code as INPUT"`
+	Dependencies []string `json:"dependencies,omitempty" jsonschema:"pip requirements to install first, such as tabulate>=0.9"`
+	TimeoutMS    int64    `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds (default 30000)"`
+}
+
+func (t *tools) runCode(ctx context.Context, _ *mcp.CallToolRequest, a RunCodeArgs) (*mcp.CallToolResult, any, error) {
+	req := client.ExecuteRequest{Code: a.Code, Agent: t.agent, Dependencies: a.Dependencies}
+	if a.Input != nil {
+		in, err := json.Marshal(a.Input)
+		if err != nil {
+			return nil, nil, fmt.Errorf("input: %w", err)
+		}
+		req.Input = in
+	}
+	if a.TimeoutMS != 0 {
+		req.TimeoutMS = &a.TimeoutMS
+	}
+	res, err := t.c.Execute(ctx, req, nil)
+	return runResult(res, err)
+}
+
+// runResult turns an execution into a tool result: a failing program is a tool error with its
+// output, so the model can fix its code.
+func runResult(res sandbox.Result, err error) (*mcp.CallToolResult, any, error) {
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "outcome: %s (exit code %d, %d ms)\n", res.Outcome, res.ExitCode, res.DurationMS)
+	if res.Reason != "" {
+		fmt.Fprintf(&b, "reason: %s\n", res.Reason)
+	}
+	if res.Stdout != "" {
+		fmt.Fprintf(&b, "stdout:\n%s\n", res.Stdout)
+	}
+	if res.Stderr != "" {
+		fmt.Fprintf(&b, "stderr:\n%s\n", res.Stderr)
+	}
+	if string(res.Output) != "null" && len(res.Output) > 0 {
+		fmt.Fprintf(&b, "OUTPUT: %s\n", res.Output)
+	}
+	return &mcp.CallToolResult{IsError: res.Outcome != sandbox.OutcomeOK,
+		Content: []mcp.Content{&mcp.TextContent{Text: b.String()}}}, res, nil
+}
+
+// toolError makes err a tool error naming the field at fault, as the REST API named it.
+func toolError(err error) error {
+	var api *client.APIError
+	if errors.As(err, &api) {
+		msg := api.Message
+		if api.Field != "" && !strings.HasPrefix(msg, api.Field) {
+			msg = api.Field + ": " + msg
+		}
+		for _, v := range api.Violations {
+			msg += fmt.Sprintf("\n  input at %q: %s", v.Pointer, v.Message)
+		}
+		return errors.New(msg)
+	}
+	return err
+}
+
+// SaveCodeArgs are save_code's arguments.
+type SaveCodeArgs struct {
+	Name         string   `json:"name" jsonschema:"lowercase letters, digits, - and _; up to 64"`
+	Code         string   `json:"code" jsonschema:"the Python source"`
+	Description  string   `json:"description,omitempty" jsonschema:"what the script does"`
+	Dependencies []string `json:"dependencies,omitempty" jsonschema:"pip requirements installed before each run"`
+	InputSchema  any      `json:"input_schema,omitempty" jsonschema:"JSON Schema (2020-12) of INPUT"`
+	OutputSchema any      `json:"output_schema,omitempty" jsonschema:"JSON Schema (2020-12) of OUTPUT"`
+}
+
+func raw(v any) json.RawMessage {
+	if v == nil {
+		return nil
+	}
+	b, _ := json.Marshal(v)
+	return b
+}
+
+func (t *tools) saveCode(ctx context.Context, _ *mcp.CallToolRequest, a SaveCodeArgs) (*mcp.CallToolResult, any, error) {
+	c, err := t.c.CreateCode(ctx, t.agent, a.Name, library.Draft{Code: a.Code, Description: a.Description,
+		Dependencies: a.Dependencies, InputSchema: raw(a.InputSchema), OutputSchema: raw(a.OutputSchema)})
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	return nil, c, nil
+}
+
+// UpdateCodeArgs are update_code's arguments: the fields given change.
+type UpdateCodeArgs struct {
+	Name            string    `json:"name" jsonschema:"the saved script's name"`
+	Code            *string   `json:"code,omitempty" jsonschema:"new Python source"`
+	Description     *string   `json:"description,omitempty"`
+	Dependencies    *[]string `json:"dependencies,omitempty"`
+	InputSchema     any       `json:"input_schema,omitempty"`
+	OutputSchema    any       `json:"output_schema,omitempty"`
+	ExpectedVersion int       `json:"expected_version,omitempty" jsonschema:"the version you last read; refused if another is current"`
+}
+
+func (t *tools) updateCode(ctx context.Context, _ *mcp.CallToolRequest, a UpdateCodeArgs) (*mcp.CallToolResult, any, error) {
+	cur, err := t.c.GetCode(ctx, t.agent, a.Name, 0)
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	d := library.Draft{Code: cur.Code, Description: cur.Description, Dependencies: cur.Dependencies,
+		InputSchema: cur.InputSchema, OutputSchema: cur.OutputSchema}
+	if a.Code != nil {
+		d.Code = *a.Code
+	}
+	if a.Description != nil {
+		d.Description = *a.Description
+	}
+	if a.Dependencies != nil {
+		d.Dependencies = *a.Dependencies
+	}
+	if a.InputSchema != nil {
+		d.InputSchema = raw(a.InputSchema)
+	}
+	if a.OutputSchema != nil {
+		d.OutputSchema = raw(a.OutputSchema)
+	}
+	expected := a.ExpectedVersion
+	if expected == 0 {
+		expected = cur.Version // nobody may slip a version in between the read and the write
+	}
+	c, err := t.c.UpdateCode(ctx, t.agent, a.Name, d, expected)
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	return nil, c, nil
+}
+
+// NameArgs name a saved script (and optionally a version).
+type NameArgs struct {
+	Name    string `json:"name" jsonschema:"the saved script's name"`
+	Version int    `json:"version,omitempty" jsonschema:"a version (default the latest)"`
+}
+
+func (t *tools) getCode(ctx context.Context, _ *mcp.CallToolRequest, a NameArgs) (*mcp.CallToolResult, any, error) {
+	c, err := t.c.GetCode(ctx, t.agent, a.Name, a.Version)
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	return nil, c, nil
+}
+
+// ListCodeArgs filter list_code.
+type ListCodeArgs struct {
+	Query string `json:"query,omitempty" jsonschema:"only scripts whose name or description contains this"`
+}
+
+func (t *tools) listCode(ctx context.Context, _ *mcp.CallToolRequest, a ListCodeArgs) (*mcp.CallToolResult, any, error) {
+	items, _, err := t.c.ListCode(ctx, t.agent, a.Query, store.Page{Limit: store.MaxLimit})
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	return nil, map[string]any{"code": items}, nil
+}
+
+// DeleteCodeArgs are delete_code's arguments.
+type DeleteCodeArgs struct {
+	Name  string `json:"name" jsonschema:"the saved script's name"`
+	Force bool   `json:"force,omitempty" jsonschema:"delete even if jobs run it, disabling them"`
+}
+
+func (t *tools) deleteCode(ctx context.Context, _ *mcp.CallToolRequest, a DeleteCodeArgs) (*mcp.CallToolResult, any, error) {
+	disabled, err := t.c.DeleteCode(ctx, t.agent, a.Name, a.Force)
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	return nil, map[string]any{"deleted": a.Name, "disabled_jobs": disabled}, nil
+}
+
+// RunSavedArgs are run_saved_code's arguments.
+type RunSavedArgs struct {
+	Name      string `json:"name" jsonschema:"the saved script's name"`
+	Input     any    `json:"input,omitempty" jsonschema:"INPUT; must fit the script's input schema"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds"`
+	Version   int    `json:"version,omitempty" jsonschema:"run this version (default the latest)"`
+}
+
+func (t *tools) runSaved(ctx context.Context, _ *mcp.CallToolRequest, a RunSavedArgs) (*mcp.CallToolResult, any, error) {
+	run := library.Run{Input: raw(a.Input), Version: a.Version}
+	if a.TimeoutMS != 0 {
+		run.TimeoutMS = &a.TimeoutMS
+	}
+	return runResult(t.c.RunCode(ctx, t.agent, a.Name, run, nil))
+}
+
+// JobArgs are create_code_job's arguments.
+type JobArgs struct {
+	CodeName    string `json:"code_name" jsonschema:"the saved script to run"`
+	Schedule    string `json:"schedule" jsonschema:"cron spec, @hourly, @daily, @weekly, @monthly or @every 10m"`
+	Timezone    string `json:"timezone,omitempty" jsonschema:"IANA timezone such as Europe/Berlin (default UTC)"`
+	Input       any    `json:"input,omitempty" jsonschema:"INPUT of every run"`
+	TimeoutMS   int64  `json:"timeout_ms,omitempty"`
+	Overlap     string `json:"overlap,omitempty" jsonschema:"skip (default) or queue"`
+	CatchUp     string `json:"catch_up,omitempty" jsonschema:"skip (default) or once"`
+	Description string `json:"description,omitempty"`
+	CodeVersion int    `json:"code_version,omitempty" jsonschema:"pin a version (default the latest at each run)"`
+}
+
+func (t *tools) createJob(ctx context.Context, _ *mcp.CallToolRequest, a JobArgs) (*mcp.CallToolResult, any, error) {
+	d := jobs.Draft{CodeName: a.CodeName, CodeVersion: a.CodeVersion, Schedule: a.Schedule, Timezone: a.Timezone,
+		Input: raw(a.Input), Overlap: a.Overlap, CatchUp: a.CatchUp, Description: a.Description}
+	if a.TimeoutMS != 0 {
+		d.TimeoutMS = &a.TimeoutMS
+	}
+	j, err := t.c.CreateJob(ctx, t.agent, d)
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	return nil, j, nil
+}
+
+func (t *tools) listJobs(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+	items, _, err := t.c.ListJobs(ctx, t.agent, store.Page{Limit: store.MaxLimit})
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	return nil, map[string]any{"jobs": items}, nil
+}
+
+// UpdateJobArgs change the fields given.
+type UpdateJobArgs struct {
+	ID          string  `json:"id" jsonschema:"the job's id (job_...)"`
+	Schedule    *string `json:"schedule,omitempty"`
+	Timezone    *string `json:"timezone,omitempty"`
+	Input       any     `json:"input,omitempty"`
+	TimeoutMS   *int64  `json:"timeout_ms,omitempty"`
+	Enabled     *bool   `json:"enabled,omitempty" jsonschema:"false pauses the job, true resumes it"`
+	Overlap     *string `json:"overlap,omitempty"`
+	CatchUp     *string `json:"catch_up,omitempty"`
+	Description *string `json:"description,omitempty"`
+	CodeName    *string `json:"code_name,omitempty"`
+	CodeVersion *int    `json:"code_version,omitempty"`
+}
+
+func (t *tools) updateJob(ctx context.Context, _ *mcp.CallToolRequest, a UpdateJobArgs) (*mcp.CallToolResult, any, error) {
+	b, _ := json.Marshal(a)
+	var patch map[string]any
+	_ = json.Unmarshal(b, &patch)
+	delete(patch, "id")
+	if len(patch) == 0 {
+		return nil, nil, errors.New("nothing to change: give at least one field besides id")
+	}
+	j, err := t.c.UpdateJob(ctx, t.agent, a.ID, patch)
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	return nil, j, nil
+}
+
+// IDArgs name a job or an execution.
+type IDArgs struct {
+	ID string `json:"id" jsonschema:"the id"`
+}
+
+func (t *tools) deleteJob(ctx context.Context, _ *mcp.CallToolRequest, a IDArgs) (*mcp.CallToolResult, any, error) {
+	if err := t.c.DeleteJob(ctx, t.agent, a.ID); err != nil {
+		return nil, nil, toolError(err)
+	}
+	return nil, map[string]string{"deleted": a.ID}, nil
+}
+
+// ListExecutionsArgs filter list_executions.
+type ListExecutionsArgs struct {
+	Source   string `json:"source,omitempty" jsonschema:"api, cli, mcp or job"`
+	Outcome  string `json:"outcome,omitempty" jsonschema:"ok, error, timeout, ..."`
+	CodeName string `json:"code_name,omitempty"`
+	JobID    string `json:"job_id,omitempty"`
+	Limit    int    `json:"limit,omitempty" jsonschema:"at most this many (default 20, up to 500)"`
+}
+
+func (t *tools) listExecutions(ctx context.Context, _ *mcp.CallToolRequest, a ListExecutionsArgs) (*mcp.CallToolResult, any, error) {
+	f := url.Values{"agent": {t.agent}}
+	for k, v := range map[string]string{"source": a.Source, "outcome": a.Outcome, "code_name": a.CodeName, "job_id": a.JobID} {
+		if v != "" {
+			f.Set(k, v)
+		}
+	}
+	limit := a.Limit
+	if limit == 0 {
+		limit = 20
+	}
+	items, _, err := t.c.ListExecutions(ctx, f, store.Page{Limit: limit})
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	return nil, map[string]any{"executions": items}, nil
+}
+
+func (t *tools) getExecution(ctx context.Context, _ *mcp.CallToolRequest, a IDArgs) (*mcp.CallToolResult, any, error) {
+	e, err := t.c.GetExecution(ctx, a.ID, t.agent)
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	return nil, e, nil
+}

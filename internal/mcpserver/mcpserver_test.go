@@ -1,0 +1,156 @@
+package mcpserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/httpapi"
+	"github.com/sandpit-dev/sandpit/internal/jobs"
+	"github.com/sandpit-dev/sandpit/internal/library"
+	"github.com/sandpit-dev/sandpit/internal/mcpserver"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// pyRuntime "runs" code: "fail" fails with a traceback; otherwise OUTPUT is INPUT.
+type pyRuntime struct{}
+
+func (pyRuntime) Ready(context.Context) error { return nil }
+func (pyRuntime) Run(_ context.Context, _ int, spec sandbox.Spec, _ func(sandbox.Event)) (sandbox.Result, error) {
+	if spec.Code == "fail" {
+		return sandbox.Result{Outcome: sandbox.OutcomeError, ExitCode: 1, Stderr: "Traceback: NameError: name 'x' is not defined\n",
+			StartedAt: time.Now().UTC()}, nil
+	}
+	return sandbox.Result{Outcome: sandbox.OutcomeOK, Stdout: "hi\n", Output: spec.Input, StartedAt: time.Now().UTC()}, nil
+}
+
+// session connects an MCP client, over in-memory transports, to a server for agent.
+func session(t *testing.T, agent string) *mcp.ClientSession {
+	t.Helper()
+	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	svc := sandbox.NewService(pyRuntime{}, sandbox.Hooks{Recorder: st}, sandbox.DefaultConfig(), nil)
+	lib := library.New(st, svc, 0)
+	api := httptest.NewServer(httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib,
+		Jobs: jobs.New(st, lib, svc, jobs.Config{}, nil), Ledger: st}, nil))
+	t.Cleanup(api.Close)
+
+	server := mcpserver.New(client.New(api.URL, nil), agent, "test")
+	st1, st2 := mcp.NewInMemoryTransports()
+	ss, err := server.Connect(t.Context(), st1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(t.Context(), st2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func callTool(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) (*mcp.CallToolResult, string) {
+	t.Helper()
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	var text strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			text.WriteString(tc.Text)
+		}
+	}
+	return res, text.String()
+}
+
+func TestTools(t *testing.T) {
+	cs := session(t, "alice")
+	tools, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{}
+	for _, tool := range tools.Tools {
+		names = append(names, tool.Name)
+		if len(tool.Description) < 40 {
+			t.Errorf("tool %s has no real description: %q", tool.Name, tool.Description)
+		}
+	}
+	want := "run_code save_code update_code get_code list_code delete_code run_saved_code create_code_job list_code_jobs update_code_job delete_code_job list_executions get_execution"
+	if strings.Join(names, " ") != want && len(names) != 13 {
+		t.Fatalf("tools: %v", names)
+	}
+
+	res, text := callTool(t, cs, "run_code", map[string]any{"code": "print('hi')", "input": map[string]any{"n": 1}})
+	if res.IsError || !strings.Contains(text, "outcome: ok") || !strings.Contains(text, `OUTPUT: {"n":1}`) {
+		t.Fatalf("run_code: %v %q", res.IsError, text)
+	}
+	res, text = callTool(t, cs, "run_code", map[string]any{"code": "fail"})
+	if !res.IsError || !strings.Contains(text, "NameError") || !strings.Contains(text, "outcome: error") {
+		t.Fatalf("a failing program is a tool error with its stderr: %v %q", res.IsError, text)
+	}
+	res, text = callTool(t, cs, "run_code", map[string]any{"code": "x", "timeout_ms": 0})
+	if res.IsError {
+		t.Fatalf("timeout_ms 0 means the default: %q", text)
+	}
+	res, text = callTool(t, cs, "run_code", map[string]any{"code": "x", "timeout_ms": 99999999})
+	if !res.IsError || !strings.Contains(text, "timeout_ms") {
+		t.Fatalf("a bad argument names its field: %q", text)
+	}
+	if _, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"input": 1}}); err == nil {
+		if res, text := callTool(t, cs, "run_code", map[string]any{"input": 1}); !res.IsError || !strings.Contains(text, "code") {
+			t.Fatalf("a missing code: %q", text)
+		}
+	}
+
+	res, text = callTool(t, cs, "save_code", map[string]any{"name": "echo", "code": "pass",
+		"input_schema": map[string]any{"type": "object", "required": []string{"n"}}})
+	if res.IsError {
+		t.Fatalf("save_code: %q", text)
+	}
+	res, text = callTool(t, cs, "run_saved_code", map[string]any{"name": "echo", "input": map[string]any{}})
+	if !res.IsError || !strings.Contains(text, "missing property 'n'") {
+		t.Fatalf("invalid input names the failing field: %q", text)
+	}
+	res, text = callTool(t, cs, "update_code", map[string]any{"name": "echo", "description": "echoes"})
+	if res.IsError || !strings.Contains(text, `"version":2`) || !strings.Contains(text, `"code":"pass"`) {
+		t.Fatalf("update_code changes only what it names: %q", text)
+	}
+	res, text = callTool(t, cs, "create_code_job", map[string]any{"code_name": "echo", "schedule": "@daily", "input": map[string]any{"n": 1}})
+	var job jobs.Scheduled
+	if res.IsError || json.Unmarshal([]byte(text), &job) != nil || len(job.NextFires) != 5 {
+		t.Fatalf("create_code_job: %q", text)
+	}
+	res, text = callTool(t, cs, "update_code_job", map[string]any{"id": job.ID, "enabled": false})
+	if res.IsError || !strings.Contains(text, `"enabled":false`) {
+		t.Fatalf("pause through update_code_job: %q", text)
+	}
+	res, text = callTool(t, cs, "list_executions", map[string]any{"source": "mcp"})
+	if res.IsError || strings.Count(text, `"source":"mcp"`) != 3 {
+		t.Fatalf("list_executions: %q", text)
+	}
+	var list struct {
+		Executions []store.ExecutionSummary
+	}
+	json.Unmarshal([]byte(text), &list)
+	res, text = callTool(t, cs, "get_execution", map[string]any{"id": list.Executions[0].ID})
+	if res.IsError || !strings.Contains(text, `"agent":"alice"`) {
+		t.Fatalf("get_execution: %q", text)
+	}
+	if res, text = callTool(t, cs, "delete_code", map[string]any{"name": "echo"}); !res.IsError || !strings.Contains(text, job.ID) {
+		t.Fatalf("delete_code while a job uses it: %q", text)
+	}
+}
