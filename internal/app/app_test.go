@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/sandpit-dev/sandpit/internal/app"
 	"github.com/sandpit-dev/sandpit/internal/cli"
 	"github.com/sandpit-dev/sandpit/internal/config"
@@ -25,9 +27,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
+	// goleak fails a passing run that leaves goroutines behind; the executor built for the
+	// tests is removed either way.
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		testenv.Cleanup()
+		os.Exit(code)
+	}))
 }
 
 func testConfig(t testing.TB) config.Config {

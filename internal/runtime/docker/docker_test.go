@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+	"go.uber.org/goleak"
 
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
@@ -20,9 +21,12 @@ import (
 var api client.APIClient
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
+	// goleak fails a passing run that leaves goroutines behind; the executor built for the
+	// tests is removed either way.
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		testenv.Cleanup()
+		os.Exit(code)
+	}))
 }
 
 func testConfig(t *testing.T, dataDir string) docker.Config {
