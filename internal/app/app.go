@@ -26,6 +26,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/mcpserver"
+	"github.com/sandpit-dev/sandpit/internal/metrics"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
@@ -40,6 +41,7 @@ type Engine struct {
 	Store   *store.Store
 	Library *library.Library
 	Jobs    *jobs.Scheduler
+	Metrics *metrics.Metrics
 	api     *client.Client
 	lock    *datadir.Lock
 }
@@ -144,14 +146,17 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		handler = &callback.Webhook{URL: cfg.CallbackURL, Secret: []byte(cfg.CallbackSecret), Timeout: scfg.CallTimeout,
 			MaxBytes: int64(scfg.MaxCallBytes)}
 	}
-	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st, Callbacks: callback.Dispatch{Handler: handler}}, scfg, log)
+	m := metrics.New()
+	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: m.Recorder(st), Callbacks: callback.Dispatch{Handler: handler}}, scfg, log)
+	m.Watch(svc.Stats, rt.Resets)
 	lib := library.New(st, svc, cfg.MaxDependencies)
 	return &Engine{
 		Service: svc,
 		Runtime: rt,
 		Store:   st,
 		Library: lib,
-		Jobs:    jobs.New(st, lib, svc, jobs.Config{MaxTimeout: scfg.MaxTimeout}, log),
+		Jobs:    jobs.New(m.JobStore(st), lib, svc, jobs.Config{MaxTimeout: scfg.MaxTimeout}, log),
+		Metrics: m,
 		api:     api,
 		lock:    lock,
 	}, nil
@@ -280,6 +285,7 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	root := http.NewServeMux()
 	root.Handle("/", httpapi.NewHandler(backend, log))
 	root.Handle("/mcp", MCPHandler(apiclient.New("http://"+ln.Addr().String(), nil)))
+	root.Handle("GET /metrics", eng.Metrics.Handler())
 	srv := &http.Server{
 		Handler:           httpapi.Guard(root, cfg.AllowedHosts),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -1,6 +1,8 @@
 package app_test
 
 import (
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,6 +64,19 @@ func TestMCP(t *testing.T) {
 		t.Fatalf("over stdio: %v %q", isErr, text)
 	}
 	cs2.Close()
+
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`sandpit_executions_total{outcome="ok",source="mcp"} 2`, `sandpit_executions_total{outcome="error",source="mcp"} 1`,
+		"sandpit_slots 4", "sandpit_queue_depth 0", "sandpit_sandbox_resets_total 0", `sandpit_execution_duration_seconds_count{source="mcp"} 3`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 
 	for _, agent := range []string{"dave", "erin"} {
 		var list struct{ Executions []store.ExecutionSummary }

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
@@ -54,6 +55,7 @@ type Runtime struct {
 	sess        *session.Client // nil while the sandbox is down
 	lastErr     error           // why the sandbox is down
 	changed     chan struct{}   // closed and replaced whenever sess changes
+	resets      atomic.Int64    // times the sandbox was lost and brought back
 
 	// ctx ends when Close is called; it bounds every reconnection attempt.
 	ctx     context.Context
@@ -170,6 +172,7 @@ func (r *Runtime) supervise() {
 			case <-sess.Done():
 			}
 			r.log.Warn("sandbox lost; bringing it back", "error", sess.Err())
+			r.resets.Add(1)
 			r.mu.Lock()
 			r.sess, r.lastErr = nil, sess.Err()
 			r.mu.Unlock()
@@ -254,6 +257,10 @@ func (r *Runtime) Packages(ctx context.Context, op protocol.Packages) ([]protoco
 	}
 	return sess.Packages(ctx, op)
 }
+
+// Resets counts the times the sandbox was lost (its container or executor died or hung) and
+// had to be brought back.
+func (r *Runtime) Resets() int64 { return r.resets.Load() }
 
 // whatStopped says whether the container or only the executor stopped, for a run's reason. A
 // killed container can still read as running for a moment after its stream broke, so it looks

@@ -1,0 +1,134 @@
+// Package metrics exposes the daemon's Prometheus metrics from a private registry: executions
+// by source and outcome, their durations and install times, agent.* calls, job fires by
+// status, slots busy, queue depth and sandbox resets. It observes the daemon by wrapping the
+// ledger's recorder and the job store, so no other package knows about it.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sandpit-dev/sandpit/internal/jobs"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// Metrics holds the registry and its collectors.
+type Metrics struct {
+	reg      *prometheus.Registry
+	runs     *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	install  prometheus.Histogram
+	calls    *prometheus.CounterVec
+	fires    *prometheus.CounterVec
+}
+
+// New returns the metrics, with the Go runtime's and the process's own collectors.
+func New() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandpit_executions_total",
+			Help: "Finished executions, by source (api, cli, mcp, job) and outcome."}, []string{"source", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sandpit_execution_duration_seconds",
+			Help:    "Wall-clock duration of finished executions' programs, by source.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}}, []string{"source"}),
+		install: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sandpit_dependency_install_seconds",
+			Help:    "Time executions spent checking and installing their dependencies.",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandpit_agent_calls_total",
+			Help: "agent.* calls made by programs, by method and result (ok, error)."}, []string{"method", "result"}),
+		fires: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandpit_job_fires_total",
+			Help: "Job fires, by status (started, skipped, queued, missed, failed)."}, []string{"status"}),
+	}
+	m.reg.MustRegister(m.runs, m.duration, m.install, m.calls, m.fires,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Watch registers gauges read from the running daemon: slots busy and queue depth (stats),
+// and sandbox resets.
+func (m *Metrics) Watch(stats func() sandbox.Stats, resets func() int64) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_slots_busy", Help: "Slots running an execution now."},
+			func() float64 { return float64(stats().Busy) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_slots", Help: "Slots of the sandbox."},
+			func() float64 { return float64(stats().Slots) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_queue_depth", Help: "Requests waiting for a free slot now."},
+			func() float64 { return float64(stats().Waiting) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sandpit_sandbox_resets_total",
+			Help: "Times the sandbox was lost (its container or executor died or hung) and brought back."},
+			func() float64 { return float64(resets()) }),
+	)
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Recorder wraps next (the ledger) and counts every finished execution.
+func (m *Metrics) Recorder(next sandbox.Recorder) sandbox.Recorder { return recorder{m, next} }
+
+type recorder struct {
+	m    *Metrics
+	next sandbox.Recorder
+}
+
+func (r recorder) Begin(ctx context.Context, spec sandbox.Spec, head sandbox.Result) error {
+	return r.next.Begin(ctx, spec, head)
+}
+
+func (r recorder) Finish(ctx context.Context, res sandbox.Result) error {
+	r.m.runs.WithLabelValues(res.Source, string(res.Outcome)).Inc()
+	r.m.duration.WithLabelValues(res.Source).Observe((time.Duration(res.DurationMS) * time.Millisecond).Seconds())
+	if len(res.Dependencies) > 0 {
+		r.m.install.Observe((time.Duration(res.InstallMS) * time.Millisecond).Seconds())
+	}
+	for _, c := range res.Calls {
+		result := "ok"
+		if !c.OK {
+			result = "error"
+		}
+		r.m.calls.WithLabelValues(c.Method, result).Inc()
+	}
+	return r.next.Finish(ctx, res)
+}
+
+// JobStore wraps the job store and counts fires as they are recorded.
+func (m *Metrics) JobStore(next jobs.Store) jobs.Store { return jobStore{Store: next, m: m} }
+
+type jobStore struct {
+	jobs.Store
+	m *Metrics
+}
+
+func (s jobStore) ClaimFires(ctx context.Context, jobID string, expected, next time.Time, fires []store.Fire) ([]store.Fire, bool, error) {
+	out, claimed, err := s.Store.ClaimFires(ctx, jobID, expected, next, fires)
+	if claimed && err == nil {
+		for _, f := range out {
+			s.m.fires.WithLabelValues(f.Status).Inc()
+		}
+	}
+	return out, claimed, err
+}
+
+func (s jobStore) AddFire(ctx context.Context, f store.Fire) (store.Fire, error) {
+	out, err := s.Store.AddFire(ctx, f)
+	if err == nil {
+		s.m.fires.WithLabelValues(out.Status).Inc()
+	}
+	return out, err
+}
+
+func (s jobStore) SetFire(ctx context.Context, id int64, status, executionID, reason string) error {
+	err := s.Store.SetFire(ctx, id, status, executionID, reason)
+	if err == nil && status == store.FireFailed {
+		s.m.fires.WithLabelValues(status).Inc()
+	}
+	return err
+}
