@@ -269,6 +269,10 @@ func RemoveSandbox(ctx context.Context, cfg config.Config) (int, error) {
 // ends, then shuts down gracefully (in-flight requests get shutdownGrace to finish).
 // ready, when not nil, receives the listener's address once the API accepts connections.
 func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer, ready func(addr string)) error {
+	if ip := net.ParseIP(hostOf(cfg.Listen)); (ip == nil || !ip.IsLoopback()) && hostOf(cfg.Listen) != "localhost" && cfg.Token == "" {
+		return fmt.Errorf("listen %s reaches beyond this machine, and then a bearer token is required: set token (SANDPIT_TOKEN) "+
+			"to a long random string, and give it to clients; or listen on 127.0.0.1", cfg.Listen)
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w (set listen, SANDPIT_LISTEN or --listen to another address)", cfg.Listen, err)
@@ -284,10 +288,10 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 		Knowledge: eng.Store}
 	root := http.NewServeMux()
 	root.Handle("/", httpapi.NewHandler(backend, log))
-	root.Handle("/mcp", MCPHandler(apiclient.New("http://"+ln.Addr().String(), nil)))
+	root.Handle("/mcp", MCPHandler(apiclient.New("http://"+ln.Addr().String(), nil).WithToken(cfg.Token)))
 	root.Handle("GET /metrics", eng.Metrics.Handler())
 	srv := &http.Server{
-		Handler:           httpapi.Guard(root, cfg.AllowedHosts),
+		Handler:           httpapi.Guard(httpapi.RequireToken(root, cfg.Token), cfg.AllowedHosts),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       time.Minute, // for the body; runs outlive it (see httpapi's tests)
 		IdleTimeout:       2 * time.Minute,
@@ -300,8 +304,8 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	bgDone := make(chan struct{})
 	go func() { eng.RunBackground(bgCtx, cfg.Retention(), log); close(bgDone) }()
 	if ip := net.ParseIP(hostOf(ln.Addr().String())); ip == nil || !ip.IsLoopback() {
-		log.Warn("the REST API listens beyond this machine and has no authentication: anyone who reaches it can run code; "+
-			"requests must name a host in allowed_hosts", "address", ln.Addr().String(), "allowed_hosts", cfg.AllowedHosts)
+		log.Warn("the API listens beyond this machine: only requests with the bearer token are served, "+
+			"and they must name a host in allowed_hosts", "address", ln.Addr().String(), "allowed_hosts", cfg.AllowedHosts)
 	}
 	log.Info("sandpit is serving", "address", "http://"+ln.Addr().String(), "data_dir", cfg.DataDir,
 		"image", eng.Runtime.Image().Tag, "slots", cfg.Slots, "network", cfg.Network)

@@ -12,7 +12,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sandpit-dev/sandpit/internal/app"
 	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 func mcpRun(t *testing.T, cs *mcp.ClientSession, code string) (bool, string) {
@@ -84,4 +86,52 @@ func TestMCP(t *testing.T) {
 			t.Fatalf("%s's MCP runs in the ledger: %d %+v", agent, st, list)
 		}
 	}
+}
+
+// A daemon listening beyond loopback refuses to start without a token; with one, every
+// request but /healthz needs it, MCP included.
+func TestBearerToken(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Listen = "0.0.0.0:0"
+	err := app.Serve(t.Context(), cfg, testenv.Logger(), io.Discard, nil)
+	if err == nil || !strings.Contains(err.Error(), "bearer token is required") {
+		t.Fatalf("listening on every interface without a token: %v", err)
+	}
+	cfg.Listen, cfg.Token = "127.0.0.1:0", "a-long-random-token"
+	url, _ := startDaemon(t, cfg)
+	for _, c := range []struct {
+		auth string
+		want int
+	}{{"", 401}, {"Bearer nope", 401}, {"Bearer a-long-random-token", 200}} {
+		req, _ := http.NewRequest("GET", url+"/v1/limits", nil)
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("%q: %d, want %d", c.auth, resp.StatusCode, c.want)
+		}
+	}
+	withToken := &http.Client{Transport: bearer{"a-long-random-token"}}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(t.Context(),
+		&mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: withToken}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if isErr, text := mcpRun(t, cs, "print('ok')"); isErr || !strings.Contains(text, "stdout:\nok") {
+		t.Fatalf("MCP with the token (its tools call the API with it too): %v %q", isErr, text)
+	}
+}
+
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
 }

@@ -233,7 +233,7 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequ
 	}
 	var daemonErr error
 	if !f.local {
-		c := client.New(url, nil)
+		c := client.New(url, nil).WithToken(cfg.Token)
 		hctx, cancel := context.WithTimeout(ctx, time.Second)
 		daemonErr = c.Health(hctx)
 		cancel()

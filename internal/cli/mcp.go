@@ -83,7 +83,7 @@ func (o *options) engineForMCP(ctx context.Context, cmd *cobra.Command) (*client
 	}
 	select {
 	case a := <-addr:
-		return client.New("http://"+a, nil), stop, nil
+		return client.New("http://"+a, nil).WithToken(cfg.Token), stop, nil
 	case err := <-done:
 		cancel()
 		return nil, nil, fmt.Errorf("starting the engine for MCP: %w", err)

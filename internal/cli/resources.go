@@ -75,7 +75,7 @@ func (o *options) daemon(cmd *cobra.Command, f daemonFlags) (*client.Client, err
 	if u == "" {
 		u = DefaultURL
 	}
-	c := client.New(u, nil).As(sandbox.SourceCLI)
+	c := client.New(u, nil).As(sandbox.SourceCLI).WithToken(cfg.Token)
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := c.Health(hctx); err != nil {

@@ -27,6 +27,14 @@ type Client struct {
 	base   string
 	hc     *http.Client
 	source string // sent as httpapi.SourceHeader
+	token  string // sent as a bearer token
+}
+
+// WithToken returns a copy of c that sends token as its bearer token ("" sends none).
+func (c *Client) WithToken(token string) *Client {
+	cc := *c
+	cc.token = token
+	return &cc
 }
 
 // As returns a copy of c whose runs are recorded with source ("cli" or "mcp").
@@ -200,6 +208,9 @@ func (c *Client) send(ctx context.Context, method, path string, body any, accept
 	req.Header.Set("Accept", accept)
 	if c.source != "" {
 		req.Header.Set(httpapi.SourceHeader, c.source)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

@@ -281,6 +281,9 @@ func (c *Client) ImportKnowledge(ctx context.Context, agent, kind string, body i
 	}
 	req.Header.Set("Content-Type", httpapi.NDJSONContentType)
 	req.Header.Set("Accept", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return 0, err

@@ -56,6 +56,10 @@ type Config struct {
 	// DNS-rebinding and cross-site requests from web pages. "*" turns the check off. Default
 	// none: list the names clients use when listen is not a loopback address.
 	AllowedHosts []string `json:"allowed_hosts"`
+	// Token, when set, is the bearer token every API request (REST and MCP, all but
+	// GET /healthz) must carry: Authorization: Bearer <token>. Required when listen is not a
+	// loopback address. Clients read it from SANDPIT_TOKEN. Default empty.
+	Token string `json:"token"`
 	// DataDir is the directory where sandpit keeps its state. It must be an absolute path.
 	// Default $XDG_DATA_HOME/sandpit, or ~/.local/share/sandpit when XDG_DATA_HOME is unset.
 	DataDir string `json:"data_dir"`

@@ -28,6 +28,7 @@ const (
 	CodeForbidden        = "forbidden"
 	CodeUnsupportedMedia = "unsupported_media_type"
 	CodeConflict         = "conflict"
+	CodeUnauthorized     = "unauthorized"
 	CodeInvalidInput     = "invalid_input"
 )
 

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"crypto/subtle"
 	"fmt"
 	"net"
 	"net/http"
@@ -54,4 +55,26 @@ func hostOnly(hostport string) string {
 		return h
 	}
 	return hostport
+}
+
+// RequireToken answers 401 to every request but GET /healthz that does not carry
+// "Authorization: Bearer <token>" (RFC 6750). An empty token requires nothing.
+func RequireToken(next http.Handler, token string) http.Handler {
+	if token == "" {
+		return next
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if r.URL.Path == "/healthz" || subtle.ConstantTimeCompare(got, want) == 1 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sandpit"`)
+		msg := "this sandpit daemon requires a bearer token: send Authorization: Bearer <token> (the CLI reads SANDPIT_TOKEN)"
+		if len(got) > 0 {
+			msg = "the bearer token is wrong: send the daemon's token (its token setting, SANDPIT_TOKEN)"
+		}
+		writeError(w, &requestError{status: http.StatusUnauthorized, code: CodeUnauthorized, msg: msg})
+	})
 }

@@ -111,3 +111,27 @@ func TestLongRunOutlivesServerReadTimeout(t *testing.T) {
 		t.Fatalf("status %d body %s", a.status, a.body)
 	}
 }
+
+func TestRequireToken(t *testing.T) {
+	h := RequireToken(NewHandler(Backend{Executor: newFake()}, nil), "s3cret-token")
+	for _, c := range []struct {
+		path, auth string
+		want       int
+	}{
+		{"/healthz", "", 200},
+		{"/readyz", "", 401},
+		{"/v1/limits", "Bearer wrong", 401},
+		{"/v1/limits", "bearer s3cret-token", 401},
+		{"/v1/limits", "Bearer s3cret-token", 200},
+	} {
+		req := httptest.NewRequest("GET", c.path, nil)
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != c.want || (c.want == 401 && (rec.Header().Get("WWW-Authenticate") == "" || !strings.Contains(rec.Body.String(), "token"))) {
+			t.Errorf("%s with %q: %d %s", c.path, c.auth, rec.Code, rec.Body)
+		}
+	}
+}
