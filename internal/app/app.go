@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"time"
 
@@ -30,6 +31,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/setup"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -285,7 +287,10 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	defer eng.Close()
 
 	backend := httpapi.Backend{Executor: eng.Service, Library: eng.Library, Jobs: eng.Jobs, Ledger: eng.Store, Packages: eng.Runtime,
-		Knowledge: eng.Store}
+		Knowledge: eng.Store, Setup: func(ctx context.Context, emit func(setup.Event)) error {
+			_, err := setup.Run(ctx, setup.DetectPlatform(runtime.GOOS), setup.ExecRunner{}, daemonSetup{eng}, setup.Options{}, emit)
+			return err
+		}}
 	root := http.NewServeMux()
 	root.Handle("/", httpapi.NewHandler(backend, log))
 	root.Handle("/mcp", MCPHandler(apiclient.New("http://"+ln.Addr().String(), nil).WithToken(cfg.Token)))

@@ -14,6 +14,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/setup"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -323,4 +324,28 @@ func (c *Client) DeleteKnowledge(ctx context.Context, agent, kind, id string) er
 	}
 	var out map[string]any
 	return c.call(ctx, http.MethodDelete, path+"/"+url.PathEscape(id), nil, &out)
+}
+
+// Setup runs setup on the daemon's machine (POST /v1/setup), sending each step's event to
+// emit; it returns the last event's failure as an error.
+func (c *Client) Setup(ctx context.Context, emit func(setup.Event)) error {
+	resp, err := c.send(ctx, http.MethodPost, "/v1/setup", nil, httpapi.NDJSONContentType)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var e setup.Event
+		if err := dec.Decode(&e); err != nil {
+			return fmt.Errorf("reading the setup's progress: it ended before its last step: %w", err)
+		}
+		if e.Step == "setup" {
+			if e.Status == setup.Failed {
+				return fmt.Errorf("%w: %s", setup.ErrStepFailed, e.Message)
+			}
+			return nil
+		}
+		emit(e)
+	}
 }

@@ -61,6 +61,8 @@ type Backend struct {
 	// Knowledge serves /v1/agents/{agent}/memories, facts, documents, graph/nodes,
 	// graph/edges and results.
 	Knowledge Knowledge
+	// Setup serves POST /v1/setup.
+	Setup SetupRunner
 }
 
 type api struct {
@@ -70,6 +72,7 @@ type api struct {
 	ledger    Ledger
 	packages  PackageManager
 	knowledge Knowledge
+	setup     SetupRunner
 	log       *slog.Logger
 	mux       *http.ServeMux
 }
@@ -84,7 +87,7 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, log: log, mux: http.NewServeMux()}
+	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, log: log, mux: http.NewServeMux()}
 	a.mux.HandleFunc("POST /v1/executions", a.execute)
 	a.mux.HandleFunc("GET /v1/limits", a.limits)
 	a.mux.HandleFunc("GET /healthz", a.healthz)
@@ -95,6 +98,9 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 	}
 	if a.knowledge != nil {
 		a.routeKnowledge()
+	}
+	if a.setup != nil {
+		a.mux.HandleFunc("POST /v1/setup", a.runSetup)
 	}
 	if a.packages != nil {
 		a.mux.HandleFunc("GET /v1/packages", a.listPackages)

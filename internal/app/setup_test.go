@@ -1,0 +1,77 @@
+package app_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/cli"
+	"github.com/sandpit-dev/sandpit/internal/setup"
+)
+
+func setupEvents(t *testing.T, r io.Reader) []setup.Event {
+	t.Helper()
+	var events []setup.Event
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		var e setup.Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		events = append(events, e)
+	}
+	return events
+}
+
+func finals(events []setup.Event) map[string]string {
+	m := map[string]string{}
+	for _, e := range events {
+		if e.Status != setup.Started && e.Status != setup.Progress {
+			m[e.Step] = e.Status
+		}
+	}
+	return m
+}
+
+// sandpit setup --json on a machine with Docker streams every step and ends with a passing
+// health check; a second run reports the steps as skipped. POST /v1/setup does the same
+// through a running daemon.
+func TestSetup(t *testing.T) {
+	cfg := testConfig(t)
+	env := map[string]string{"SANDPIT_DATA_DIR": cfg.DataDir, "SANDPIT_BASE_IMAGE": cfg.BaseImage,
+		"SANDPIT_EXECUTOR_PATH": cfg.ExecutorPath, "SANDPIT_URL": "http://127.0.0.1:1"}
+	run := func() []setup.Event {
+		var out, errOut bytes.Buffer
+		code := cli.Main(context.Background(), []string{"setup", "--json"}, cli.Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errOut,
+			Lookup: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+		if code != 0 {
+			t.Fatalf("sandpit setup exited %d: %s\n%s", code, errOut.String(), out.String())
+		}
+		return setupEvents(t, &out)
+	}
+	first := finals(run())
+	if first["docker"] != setup.Skipped || first["image"] == "" || first["sandbox"] != setup.Done || first["health"] != setup.Done {
+		t.Fatalf("first run: %v", first)
+	}
+	second := finals(run())
+	if second["docker"] != setup.Skipped || second["image"] != setup.Skipped || second["sandbox"] != setup.Skipped || second["health"] != setup.Done {
+		t.Fatalf("second run: %v", second)
+	}
+
+	url, _ := startDaemon(t, cfg)
+	resp, err := http.Post(url+"/v1/setup", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	events := setupEvents(t, resp.Body)
+	last := events[len(events)-1]
+	if got := finals(events); resp.StatusCode != 200 || last.Step != "setup" || last.Status != setup.Done || got["health"] != setup.Done {
+		t.Fatalf("POST /v1/setup: %d %v %+v", resp.StatusCode, got, last)
+	}
+}

@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/sandpit-dev/sandpit/internal/app"
+	"github.com/sandpit-dev/sandpit/internal/setup"
+)
+
+func (o *options) setupCommand() *cobra.Command {
+	var f daemonFlags
+	var opts setup.Options
+	cmd := &cobra.Command{
+		Use:   "setup",
+		Short: "Take this machine to a warm sandbox: Docker, the image, the container, a health check",
+		Long: `Check the Docker engine (and, with --install, install it: on macOS Homebrew, the Docker CLI
+and Colima, started with --colima-cpus and --colima-memory; on Debian or Ubuntu as root,
+docker.io), build or reuse the sandbox image, start the warm container and run print(1) in it.
+Steps already done are reported as skipped, so running it again is safe. Without --install it
+says exactly what to install.
+
+When a daemon answers at SANDPIT_URL, the daemon runs the checks (POST /v1/setup).
+Progress: a progress bar on a terminal, plain lines otherwise, NDJSON with --json.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			emit, finish := o.setupReporter(f.json)
+			err := o.setup(cmd, f, opts, emit)
+			finish()
+			if errors.Is(err, setup.ErrStepFailed) {
+				return &exitError{code: exitUnavailable} // the failed step's event said why
+			}
+			return err
+		},
+	}
+	f.register(cmd.Flags(), true)
+	cmd.Flags().BoolVar(&opts.Install, "install", false, "install what is missing (macOS: Homebrew, Docker CLI, Colima; Debian/Ubuntu as root: docker.io)")
+	cmd.Flags().IntVar(&opts.ColimaCPUs, "colima-cpus", 2, "CPUs of the Colima VM (macOS)")
+	cmd.Flags().IntVar(&opts.ColimaMemoryGiB, "colima-memory", 4, "memory of the Colima VM in GiB (macOS)")
+	return cmd
+}
+
+func (o *options) setup(cmd *cobra.Command, f daemonFlags, opts setup.Options, emit func(setup.Event)) error {
+	ctx := cmd.Context()
+	if len(o.engineFlagsGiven(cmd)) == 0 {
+		if c, err := o.daemon(cmd, f); err == nil {
+			return c.Setup(ctx, emit)
+		} else if _, ok := err.(*NoDaemonError); !ok {
+			return err
+		}
+	}
+	cfg, err := o.load(cmd)
+	if err != nil {
+		return err
+	}
+	eng := &app.SetupEngine{Cfg: cfg, Log: o.logger(cfg, true)}
+	defer eng.Close()
+	_, err = setup.Run(ctx, setup.DetectPlatform(runtime.GOOS), setup.ExecRunner{}, eng, opts, emit)
+	return err
+}
+
+// setupReporter returns how setup's events are shown: NDJSON, a progress bar on a terminal,
+// or plain lines; finish ends the display.
+func (o *options) setupReporter(asJSON bool) (func(setup.Event), func()) {
+	out := o.env.Stdout
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetEscapeHTML(false)
+		return func(e setup.Event) { _ = enc.Encode(e) }, func() {}
+	}
+	line := func(e setup.Event) string {
+		return fmt.Sprintf("%-13s %-8s %s", e.Step, e.Status, e.Message)
+	}
+	if file, ok := out.(*os.File); !ok || !isatty.IsTerminal(file.Fd()) {
+		return func(e setup.Event) {
+			if e.Status != setup.Progress {
+				fmt.Fprintln(out, line(e))
+			}
+		}, func() {}
+	}
+	bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(out), progressbar.OptionSpinnerType(14),
+		progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+	return func(e setup.Event) {
+			switch e.Status {
+			case setup.Started, setup.Progress:
+				msg := e.Message
+				if len(msg) > 70 {
+					msg = msg[:70] + "…"
+				}
+				bar.Describe(e.Step + ": " + strings.ReplaceAll(msg, "\n", " "))
+				_ = bar.Add(1)
+			default:
+				_ = bar.Clear()
+				fmt.Fprintln(out, line(e))
+			}
+		}, func() {
+			_ = bar.Finish()
+		}
+}
