@@ -11,9 +11,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
+	"unicode/utf8"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -109,8 +109,8 @@ func (d Dispatch) Call(ctx context.Context, scope sandbox.CallScope, call sandbo
 	case "store_result":
 		var a StoreResultArgs
 		if err = decode(call, &a); err == nil {
-			if a.Key == "" || len(a.Key) > 200 {
-				err = errors.New("store_result: key must be 1 to 200 characters")
+			if n := utf8.RuneCountInString(a.Key); n == 0 || n > 200 {
+				err = fmt.Errorf("store_result: key is %d characters; it must be 1 to 200", n)
 			} else {
 				value, err = d.Handler.StoreResult(ctx, scope, a)
 			}
@@ -179,9 +179,9 @@ func (s Store) StoreResult(ctx context.Context, scope sandbox.CallScope, a Store
 	return s.DB.StoreResult(ctx, scope.Agent, a.Key, a.Value, scope.ExecutionID)
 }
 
-func (s Store) Log(ctx context.Context, scope sandbox.CallScope, a LogArgs) error {
-	return s.DB.AddLog(ctx, scope.ExecutionID, scope.Agent, a.Level, a.Message)
-}
+// Log accepts the line: the sandbox keeps it with the execution (in the ledger), whichever
+// handler answers the calls.
+func (s Store) Log(context.Context, sandbox.CallScope, LogArgs) error { return nil }
 
 func deref(s *string) string {
 	if s == nil {

@@ -40,6 +40,36 @@ func TestStoreHandlerThroughDispatch(t *testing.T) {
 	if err != nil || json.Unmarshal([]byte(v), &mems) != nil || len(mems) != 2 || !strings.Contains(mems[0].Text, "cats and more") {
 		t.Fatalf("search (FTS syntax in the query is plain text; best first; alice's only): %s %v", v, err)
 	}
+	// Scores come from the agent's own memories: another agent's words change nothing.
+	before, _ := st.SearchMemories(ctx, "alice", "cat", 10)
+	var many []store.Memory
+	for range 50 {
+		many = append(many, store.Memory{Text: "cat cat cat"})
+	}
+	st.AddMemories(ctx, "bob", many)
+	after, _ := st.SearchMemories(ctx, "alice", "cat", 10)
+	if len(after) != 2 || after[0].Score != before[0].Score {
+		t.Fatalf("alice's scores moved when bob added memories: %v → %v", before[0].Score, after[0].Score)
+	}
+	// A replaced document is found by its new words only; a deleted one not at all.
+	st.AddDocuments(ctx, "alice", []store.Document{{ID: "d", Title: "old", Content: "walrus"}})
+	st.AddDocuments(ctx, "alice", []store.Document{{ID: "d", Title: "new", Content: "narwhal"}})
+	if docs, _ := st.FindDocuments(ctx, "alice", "walrus", nil, 10); len(docs) != 0 {
+		t.Fatalf("a replaced document is found by its old words: %+v", docs)
+	}
+	if docs, _ := st.FindDocuments(ctx, "alice", "narwhal", nil, 10); len(docs) != 1 {
+		t.Fatalf("the replaced document is not found by its new words: %+v", docs)
+	}
+	if err := st.DeleteKnowledge(ctx, "alice", store.KindDocuments, "d"); err != nil {
+		t.Fatal(err)
+	}
+	if docs, _ := st.FindDocuments(ctx, "alice", "narwhal", nil, 10); len(docs) != 0 {
+		t.Fatalf("a deleted document is found: %+v", docs)
+	}
+	if m, _ := st.SearchMemories(ctx, "nobody", "cat", 10); m == nil || len(m) != 0 {
+		t.Fatalf("an agent without memories: %v", m)
+	}
+
 	v, _ = call("query_graph", `{"start": "a", "relation": "r", "depth": 2, "limit": 100}`)
 	var g store.Graph
 	json.Unmarshal([]byte(v), &g)

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -76,7 +77,9 @@ func post[T any](ctx context.Context, w *Webhook, scope sandbox.CallScope, metho
 	req.Header.Set(SignatureHeader, Sign(w.Secret, body))
 	client := w.Client
 	if client == nil {
-		client = &http.Client{Timeout: timeout}
+		client = &http.Client{Timeout: timeout,
+			// The configured URL is the host application; a redirect elsewhere is not followed.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -104,8 +107,12 @@ func post[T any](ctx context.Context, w *Webhook, scope sandbox.CallScope, metho
 		return zero, fmt.Errorf("%s: %s (HTTP %d from the host application)", method, msg, resp.StatusCode)
 	}
 	var v T
-	if len(bytes.TrimSpace(data)) == 0 {
-		return v, nil
+	data = bytes.TrimSpace(data)
+	if method == "log" {
+		return v, nil // any 2xx answer acknowledges a log line
+	}
+	if len(data) == 0 || string(data) == "null" {
+		return zero, fmt.Errorf("%s: the host application answered HTTP %d with no JSON value; it must answer the method's result", method, resp.StatusCode)
 	}
 	if err := json.Unmarshal(data, &v); err != nil {
 		return zero, fmt.Errorf("%s: the host application's answer does not fit: %v", method, err)
@@ -122,7 +129,11 @@ func (w *Webhook) GetFacts(ctx context.Context, scope sandbox.CallScope, a GetFa
 }
 
 func (w *Webhook) QueryGraph(ctx context.Context, scope sandbox.CallScope, a QueryGraphArgs) (store.Graph, error) {
-	return post[store.Graph](ctx, w, scope, "query_graph", a)
+	g, err := post[store.Graph](ctx, w, scope, "query_graph", a)
+	if err == nil && (g.Nodes == nil || g.Edges == nil) {
+		err = errors.New(`query_graph: the host application's answer must be {"nodes": [...], "edges": [...]}`)
+	}
+	return g, err
 }
 
 func (w *Webhook) GetDocuments(ctx context.Context, scope sandbox.CallScope, a GetDocumentsArgs) ([]store.Document, error) {

@@ -165,7 +165,7 @@ type Config struct {
 	// MaxCalls caps the agent.* calls of one run. Default 1000; allowed 0 to 1000000.
 	MaxCalls int `json:"max_calls"`
 	// MaxCallBytes caps one call's arguments and one answer, in bytes. Default 4 MiB; allowed
-	// 1 KiB to 64 MiB.
+	// 1 KiB to 32 MiB (a call travels in one frame of the control session, at most 64 MiB).
 	MaxCallBytes int64 `json:"max_call_bytes"`
 	// CallTimeoutMS bounds how long the host may take to answer one call, in milliseconds.
 	// Default 10000; allowed 100 to 600000.
@@ -443,7 +443,7 @@ func (c Config) Validate() error {
 		}
 	}
 	intRange("max_calls", int64(c.MaxCalls), 0, 1_000_000, " calls")
-	intRange("max_call_bytes", c.MaxCallBytes, 1<<10, 64<<20, " bytes (1KiB to 64MiB)")
+	intRange("max_call_bytes", c.MaxCallBytes, 1<<10, 32<<20, " bytes (1KiB to 32MiB)")
 	intRange("call_timeout_ms", c.CallTimeoutMS, 100, 600_000, " milliseconds")
 	if c.CallbackURL != "" {
 		if p, err := url.Parse(c.CallbackURL); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {

@@ -331,6 +331,12 @@ func (r *run) serveControl(conn net.Conn) {
 			Args   json.RawMessage `json:"args"`
 		}
 		if json.Unmarshal(line, &report) != nil {
+			// Only the bootstrap writes here, and only JSON; a program writing to the line
+			// itself gets an answer, not a wait until its timeout.
+			b, _ := json.Marshal(map[string]any{"type": "reply", "ok": false, "error": "the control line takes one JSON object per line"})
+			if _, err := conn.Write(append(b, '\n')); err != nil {
+				return
+			}
 			continue
 		}
 		switch report.Type {

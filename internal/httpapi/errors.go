@@ -95,7 +95,7 @@ func classify(err error) classified {
 	case errors.As(err, &maxErr):
 		return classified{status: http.StatusRequestEntityTooLarge,
 			detail: errorDetail{Code: CodeTooLarge, Message: fmt.Sprintf(
-				"the request body is over the limit of %d bytes; send less code or a smaller input (see GET /v1/limits)",
+				"the request body is over the limit of %d bytes; send a smaller body (GET /v1/limits lists the limits; knowledge imports take up to 64 MiB: import in parts)",
 				maxErr.Limit)}}
 	case errors.As(err, &fieldErr):
 		status, code := http.StatusBadRequest, CodeInvalidRequest

@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -80,6 +81,11 @@ func (a *api) addKnowledge(w http.ResponseWriter, r *http.Request, kind store.Ki
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxImportBytes))
 	if err != nil {
 		writeError(w, err)
+		return
+	}
+	body = bytes.TrimPrefix(body, []byte("\xef\xbb\xbf")) // a byte order mark, as some editors write
+	if !utf8.Valid(body) {
+		writeError(w, invalid("", "the body is not valid UTF-8 (line %d): JSON text must be UTF-8", 1+bytes.Count(body[:firstInvalid(body)], []byte("\n"))))
 		return
 	}
 	var lines [][]byte
@@ -188,6 +194,18 @@ func decodeItems[T any](lines [][]byte, check func(T) error) ([]T, error) {
 		items = append(items, v)
 	}
 	return items, nil
+}
+
+// firstInvalid returns the offset of the first byte of b that is not valid UTF-8.
+func firstInvalid(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }
 
 func need(field, v string) error {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 )
@@ -41,6 +42,19 @@ type CallRecord struct {
 	Error         string `json:"error,omitempty"`
 }
 
+// LogLine is one agent.log line of a run. The JSON field names are the public API.
+type LogLine struct {
+	Level     string    `json:"level"`
+	Message   string    `json:"message"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// The log limits of one run: a message's size, and all messages together, in bytes.
+const (
+	MaxLogMessage = 64 << 10
+	MaxLogBytes   = 1 << 20
+)
+
 // The call methods.
 var CallMethods = []string{"search_memory", "get_facts", "query_graph", "get_documents", "store_result", "log"}
 
@@ -53,10 +67,12 @@ type calls struct {
 	scope CallScope
 	emit  func(Event)
 
-	mu    sync.Mutex
-	ended bool
-	audit []CallRecord
-	made  int
+	mu       sync.Mutex
+	ended    bool
+	audit    []CallRecord
+	made     int
+	logs     []LogLine
+	logBytes int
 }
 
 // handle answers one call of the run, enforcing the caps and recording it.
@@ -103,12 +119,19 @@ func (c *calls) answer(ctx context.Context, call Call) (json.RawMessage, error) 
 	if c.s.cb == nil {
 		return nil, errors.New("this sandpit daemon has no callback handler configured")
 	}
+	var line *LogLine
 	if call.Method == "log" {
-		c.log(call.Args)
+		var err error
+		if line, err = c.logLine(call.Args); err != nil {
+			return nil, err
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.CallTimeout)
 	defer cancel()
 	value, err := c.s.cb.Call(ctx, c.scope, call)
+	if err == nil && line != nil {
+		c.keep(*line)
+	}
 	switch {
 	case err != nil && ctx.Err() == context.DeadlineExceeded:
 		return nil, fmt.Errorf("the host did not answer %s within the call timeout of %s", call.Method, cfg.CallTimeout)
@@ -123,25 +146,56 @@ func (c *calls) answer(ctx context.Context, call Call) (json.RawMessage, error) 
 	return value, nil
 }
 
-// log streams an agent.log line as a "log" event and writes it to the daemon's log.
-func (c *calls) log(args json.RawMessage) {
-	var l struct {
-		Message string `json:"message"`
-		Level   string `json:"level"`
+// logLine checks an agent.log call against the run's log limits and reserves its budget.
+func (c *calls) logLine(args json.RawMessage) (*LogLine, error) {
+	var l LogLine
+	if err := json.Unmarshal(args, &l); err != nil {
+		return nil, fmt.Errorf("log: the arguments must be {\"message\", \"level\"}: %v", err)
 	}
-	if json.Unmarshal(args, &l) != nil {
+	switch l.Level {
+	case "debug", "info", "warning", "error":
+	default:
+		return nil, fmt.Errorf("log: level %q is not debug, info, warning or error", l.Level)
+	}
+	if len(l.Message) > MaxLogMessage {
+		return nil, fmt.Errorf("log: the message is %d bytes; the limit is %d bytes: log less, or return data through OUTPUT", len(l.Message), MaxLogMessage)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.logBytes+len(l.Message) > MaxLogBytes {
+		return nil, fmt.Errorf("log: the run has logged %d bytes; the limit is %d bytes per run: log less, or return data through OUTPUT", c.logBytes, MaxLogBytes)
+	}
+	c.logBytes += len(l.Message)
+	l.CreatedAt = time.Now().UTC()
+	return &l, nil
+}
+
+// keep records a log line with the run, streams it as a "log" event and writes it (cut short)
+// to the daemon's log.
+func (c *calls) keep(l LogLine) {
+	c.mu.Lock()
+	ended := c.ended
+	if !ended {
+		c.logs = append(c.logs, l)
+	}
+	c.mu.Unlock()
+	if ended {
 		return
 	}
-	c.s.log.Info("agent log", "id", c.scope.ExecutionID, "agent", c.scope.Agent, "level", l.Level, "message", l.Message)
+	msg := l.Message
+	if len(msg) > 1024 {
+		msg = strings.ToValidUTF8(msg[:1024], "") + "…"
+	}
+	c.s.log.Info("agent log", "id", c.scope.ExecutionID, "agent", c.scope.Agent, "level", l.Level, "message", msg)
 	if c.emit != nil {
 		c.emit(Event{Stream: "log", Data: l.Message, Level: l.Level})
 	}
 }
 
-// end refuses later calls and returns the audit.
-func (c *calls) end() []CallRecord {
+// end refuses later calls and returns the audit and the log lines.
+func (c *calls) end() ([]CallRecord, []LogLine) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ended = true
-	return c.audit
+	return c.audit, c.logs
 }

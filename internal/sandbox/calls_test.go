@@ -73,3 +73,32 @@ func TestCallsAreScopedCappedAndEnd(t *testing.T) {
 		t.Fatalf("an oversized answer: %v", rt.errs[0])
 	}
 }
+
+func TestLogLinesAreBoundedAndKept(t *testing.T) {
+	big := strings.Repeat("x", MaxLogMessage)
+	var calls []Call
+	calls = append(calls, Call{Method: "log", Args: json.RawMessage(`{"message": "no level"}`)})
+	calls = append(calls, Call{Method: "log", Args: json.RawMessage(`{"message": "` + big + `x", "level": "info"}`)})
+	for range MaxLogBytes/MaxLogMessage + 1 {
+		calls = append(calls, Call{Method: "log", Args: json.RawMessage(`{"message": "` + big + `", "level": "info"}`)})
+	}
+	rt := &callingRuntime{calls: calls}
+	var events []Event
+	cfg := testConfig()
+	cfg.MaxCallBytes = 1 << 20
+	s := NewService(rt, Hooks{Callbacks: &echoCallbacks{}}, cfg, nil)
+	res, err := s.Execute(context.Background(), Request{Code: "x"}, func(e Event) { events = append(events, e) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.errs[0] == nil || rt.errs[1] == nil || !strings.Contains(rt.errs[1].Error(), "the limit is 65536") {
+		t.Fatalf("a bad level and an oversized message: %v, %v", rt.errs[0], rt.errs[1])
+	}
+	last := rt.errs[len(rt.errs)-1]
+	if last == nil || !strings.Contains(last.Error(), "per run") {
+		t.Fatalf("past the run's log budget: %v", last)
+	}
+	if len(res.Logs) != MaxLogBytes/MaxLogMessage || len(events) != len(res.Logs) {
+		t.Fatalf("%d lines kept, %d streamed; want %d of each (refused lines are neither)", len(res.Logs), len(events), MaxLogBytes/MaxLogMessage)
+	}
+}

@@ -307,7 +307,7 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 	line := &calls{s: s, scope: CallScope{Agent: agent, ExecutionID: spec.ID}, emit: emit}
 	spec.Calls, spec.CallBytes = line.handle, s.cfg.MaxCallBytes
 	res, err := s.rt.Run(runCtx, slot, spec, emit)
-	audit := line.end()
+	audit, logs := line.end()
 	switch {
 	case err != nil && errors.Is(err, ErrNotReady) && ctx.Err() == nil:
 		return Result{}, err
@@ -316,6 +316,7 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 		// ended it. (A run that ended by itself meanwhile keeps its own result.)
 		res = s.systemFailure(ctx, runCtx, res, started, err)
 	}
+	res.Logs = logs
 	return s.finish(ctx, req, spec, agent, origin, res, deps, installMS, audit, slot), nil
 }
 

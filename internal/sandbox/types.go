@@ -104,6 +104,8 @@ type Result struct {
 	InstallMS int64 `json:"install_ms,omitempty"`
 	// Calls lists the agent.* calls the program made, in order (absent when none).
 	Calls []CallRecord `json:"calls,omitempty"`
+	// Logs are the program's agent.log lines, in order (absent when none).
+	Logs []LogLine `json:"logs,omitempty"`
 }
 
 // Limits are the per-run limits that the executor enforces inside the box.

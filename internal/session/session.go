@@ -255,7 +255,13 @@ func (c *Client) reply(id string, seq int64, value json.RawMessage, err error) {
 	if err != nil {
 		r.Error = err.Error()
 	}
-	if err := c.conn.Send(&protocol.Message{Kind: protocol.KindReply, ID: id, AgentReply: r}); err != nil {
+	err = c.conn.Send(&protocol.Message{Kind: protocol.KindReply, ID: id, AgentReply: r})
+	if errors.Is(err, protocol.ErrFrameTooLarge) {
+		// Nothing was sent: the run gets an error instead of the answer, the session lives on.
+		r = &protocol.AgentReply{Seq: seq, Error: "the answer is too large to send to the sandbox: ask for less"}
+		err = c.conn.Send(&protocol.Message{Kind: protocol.KindReply, ID: id, AgentReply: r})
+	}
+	if err != nil {
 		c.fail(fmt.Errorf("%w: sending a call's reply: %w", ErrClosed, err))
 	}
 }

@@ -39,8 +39,6 @@ type Execution struct {
 	Input json.RawMessage `json:"input"`
 	// EndedAt is when the run ended; null while it runs.
 	EndedAt *time.Time `json:"ended_at"`
-	// Logs are the run's agent.log lines, in order.
-	Logs []LogLine `json:"logs,omitempty"`
 }
 
 // ExecutionSummary is an Execution without its code, input and outputs, as listed.
@@ -112,7 +110,13 @@ func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
 	if err != nil {
 		return err
 	}
-	r, err := s.w.ExecContext(ctx, `UPDATE executions SET status = 'finished', outcome = ?, exit_code = ?,
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		return finish(ctx, tx, res, ended, deps, calls)
+	})
+}
+
+func finish(ctx context.Context, tx *sql.Tx, res sandbox.Result, ended time.Time, deps, calls sql.NullString) error {
+	r, err := tx.ExecContext(ctx, `UPDATE executions SET status = 'finished', outcome = ?, exit_code = ?,
 		signal = ?, reason = ?, stdout = ?, stderr = ?, stdout_truncated = ?, stderr_truncated = ?,
 		output = ?, duration_ms = ?, started_at = coalesce(?, started_at), ended_at = ?,
 		dependencies = ?, install_ms = ?, calls = ? WHERE id = ?`,
@@ -124,6 +128,12 @@ func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
 	}
 	if n, _ := r.RowsAffected(); n == 0 {
 		return fmt.Errorf("execution %s: %w (Begin was not called)", res.ID, ErrNotFound)
+	}
+	for _, l := range res.Logs {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO execution_logs (execution_id, agent, level, message, created_at) VALUES (?, ?, ?, ?, ?)`,
+			res.ID, res.Agent, l.Level, l.Message, ms(l.CreatedAt)); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -2,6 +2,9 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -10,6 +13,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // The knowledge an agent's code reads through the callback line, and what it writes back.
@@ -78,13 +83,6 @@ type StoredResult struct {
 	CreatedAt   time.Time       `json:"created_at"`
 }
 
-// LogLine is one agent.log line of an execution.
-type LogLine struct {
-	Level     string    `json:"level"`
-	Message   string    `json:"message"`
-	CreatedAt time.Time `json:"created_at"`
-}
-
 // jsonOr returns v's text, or def when v is absent or null.
 func jsonOr(v json.RawMessage, def string) string {
 	if t := strings.TrimSpace(string(v)); t != "" && t != "null" {
@@ -106,14 +104,72 @@ func ftsQuery(text string) string {
 	return strings.Join(words, " OR ")
 }
 
+// ftsTable names the agent's full-text index of kind ("memories" or "documents"): one per
+// agent, so BM25's statistics never mix agents.
+func ftsTable(kind, agent string) string {
+	sum := sha256.Sum256([]byte(agent))
+	return "fts_" + kind + "_" + hex.EncodeToString(sum[:8])
+}
+
+// ensureFTS creates the agent's full-text index of kind when missing, filling it from the
+// agent's rows.
+func ensureFTS(ctx context.Context, tx *sql.Tx, kind, agent string) (string, error) {
+	table := ftsTable(kind, agent)
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name = ?`, table).Scan(&n); err != nil || n > 0 {
+		return table, err
+	}
+	create, fill := `CREATE VIRTUAL TABLE `+table+` USING fts5 (text, content = 'memories', content_rowid = 'id')`,
+		`INSERT INTO `+table+` (rowid, text) SELECT id, text FROM memories WHERE agent = ?`
+	if kind == "documents" {
+		create, fill = `CREATE VIRTUAL TABLE `+table+` USING fts5 (title, content, content = 'documents', content_rowid = 'rid')`,
+			`INSERT INTO `+table+` (rowid, title, content) SELECT rid, title, content FROM documents WHERE agent = ?`
+	}
+	if _, err := tx.ExecContext(ctx, create); err != nil {
+		return "", err
+	}
+	_, err := tx.ExecContext(ctx, fill, agent)
+	return table, err
+}
+
+// indexAgents creates the full-text indexes of agents that have rows but no index (after the
+// migration to per-agent indexes).
+func (s *Store) indexAgents(ctx context.Context) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		for _, kind := range []string{"memories", "documents"} {
+			rows, err := tx.QueryContext(ctx, `SELECT DISTINCT agent FROM `+kind)
+			if err != nil {
+				return err
+			}
+			agents, err := collect(rows, func(r scanner) (string, error) { var a string; return a, r.Scan(&a) })
+			if err != nil {
+				return err
+			}
+			for _, a := range agents {
+				if _, err := ensureFTS(ctx, tx, kind, a); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
 // AddMemories stores memories of agent in one transaction and returns them with their IDs.
 func (s *Store) AddMemories(ctx context.Context, agent string, items []Memory) ([]Memory, error) {
 	now := s.now().UTC().Truncate(time.Millisecond)
 	err := s.tx(ctx, func(tx *sql.Tx) error {
+		fts, err := ensureFTS(ctx, tx, "memories", agent)
+		if err != nil {
+			return err
+		}
 		for i := range items {
 			items[i].CreatedAt, items[i].Metadata = now, json.RawMessage(jsonOr(items[i].Metadata, "{}"))
 			if err := tx.QueryRowContext(ctx, `INSERT INTO memories (agent, text, metadata, created_at) VALUES (?, ?, ?, ?) RETURNING id`,
 				agent, items[i].Text, string(items[i].Metadata), now.UnixMilli()).Scan(&items[i].ID); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO `+fts+` (rowid, text) VALUES (?, ?)`, items[i].ID, items[i].Text); err != nil {
 				return err
 			}
 		}
@@ -128,9 +184,13 @@ func (s *Store) SearchMemories(ctx context.Context, agent, text string, limit in
 	if q == "" {
 		return []Memory{}, nil
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT m.id, m.text, m.metadata, m.created_at, -bm25(memories_fts) AS score
-		FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid
-		WHERE memories_fts MATCH ? AND m.agent = ? ORDER BY score DESC, m.id LIMIT ?`, q, agent, limit)
+	fts := ftsTable("memories", agent)
+	rows, err := s.r.QueryContext(ctx, `SELECT m.id, m.text, m.metadata, m.created_at, -bm25(`+fts+`) AS score
+		FROM `+fts+` JOIN memories m ON m.id = `+fts+`.rowid
+		WHERE `+fts+` MATCH ? AND m.agent = ? ORDER BY score DESC, m.id LIMIT ?`, q, agent, limit)
+	if isNoTable(err) {
+		return []Memory{}, nil // the agent has no memories yet
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -337,12 +397,23 @@ func scanEdge(r scanner) (Edge, error) {
 func (s *Store) AddDocuments(ctx context.Context, agent string, items []Document) ([]Document, error) {
 	now := s.now().UTC().Truncate(time.Millisecond)
 	err := s.tx(ctx, func(tx *sql.Tx) error {
+		fts, err := ensureFTS(ctx, tx, "documents", agent)
+		if err != nil {
+			return err
+		}
 		for i := range items {
 			d := &items[i]
 			d.CreatedAt, d.Metadata = now, json.RawMessage(jsonOr(d.Metadata, "{}"))
-			if _, err := tx.ExecContext(ctx, `INSERT INTO documents (agent, id, title, content, metadata, created_at) VALUES (?, ?, ?, ?, ?, ?)
-				ON CONFLICT (agent, id) DO UPDATE SET title = excluded.title, content = excluded.content, metadata = excluded.metadata`,
-				agent, d.ID, d.Title, d.Content, string(d.Metadata), now.UnixMilli()); err != nil {
+			if err := unindexDocument(ctx, tx, fts, agent, d.ID); err != nil {
+				return err
+			}
+			var rid int64
+			if err := tx.QueryRowContext(ctx, `INSERT INTO documents (agent, id, title, content, metadata, created_at) VALUES (?, ?, ?, ?, ?, ?)
+				ON CONFLICT (agent, id) DO UPDATE SET title = excluded.title, content = excluded.content, metadata = excluded.metadata
+				RETURNING rid`, agent, d.ID, d.Title, d.Content, string(d.Metadata), now.UnixMilli()).Scan(&rid); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO `+fts+` (rowid, title, content) VALUES (?, ?, ?)`, rid, d.Title, d.Content); err != nil {
 				return err
 			}
 		}
@@ -363,9 +434,13 @@ func (s *Store) FindDocuments(ctx context.Context, agent, text string, ids []str
 		if q == "" {
 			return []Document{}, nil
 		}
-		rows, err = s.r.QueryContext(ctx, `SELECT `+cols+`, -bm25(documents_fts) AS score FROM documents_fts
-			JOIN documents d ON d.rid = documents_fts.rowid WHERE documents_fts MATCH ? AND d.agent = ?
+		fts := ftsTable("documents", agent)
+		rows, err = s.r.QueryContext(ctx, `SELECT `+cols+`, -bm25(`+fts+`) AS score FROM `+fts+`
+			JOIN documents d ON d.rid = `+fts+`.rowid WHERE `+fts+` MATCH ? AND d.agent = ?
 			ORDER BY score DESC, d.rid LIMIT ?`, q, agent, limit)
+		if isNoTable(err) {
+			return []Document{}, nil
+		}
 	case len(ids) > 0:
 		if len(ids) > 1000 {
 			ids = ids[:1000]
@@ -429,21 +504,14 @@ func scanResult(r scanner) (StoredResult, error) {
 	return res, err
 }
 
-// AddLog attaches a log line to an execution.
-func (s *Store) AddLog(ctx context.Context, executionID, agent, level, message string) error {
-	_, err := s.w.ExecContext(ctx, `INSERT INTO execution_logs (execution_id, agent, level, message, created_at) VALUES (?, ?, ?, ?, ?)`,
-		executionID, agent, level, message, s.now().UnixMilli())
-	return err
-}
-
 // executionLogs returns the log lines of an execution, in order.
-func (s *Store) executionLogs(ctx context.Context, executionID string) ([]LogLine, error) {
+func (s *Store) executionLogs(ctx context.Context, executionID string) ([]sandbox.LogLine, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT level, message, created_at FROM execution_logs WHERE execution_id = ? ORDER BY id`, executionID)
 	if err != nil {
 		return nil, err
 	}
-	return collect(rows, func(r scanner) (LogLine, error) {
-		var l LogLine
+	return collect(rows, func(r scanner) (sandbox.LogLine, error) {
+		var l sandbox.LogLine
 		var created int64
 		err := r.Scan(&l.Level, &l.Message, &created)
 		l.CreatedAt = time.UnixMilli(created).UTC()
@@ -586,7 +654,7 @@ func (s *Store) GetKnowledge(ctx context.Context, agent string, kind Kind, id st
 	}
 	item, err := kt.scan(s.r.QueryRowContext(ctx, `SELECT `+kt.cols+` FROM `+kt.table+` WHERE agent = ? AND `+kt.key+` = ?`, agent, key))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%s %q: %w", strings.TrimSuffix(string(kind), "s"), id, ErrNotFound)
+		return nil, fmt.Errorf("%s %q: %w", kindNames[kind], id, ErrNotFound)
 	}
 	return item, err
 }
@@ -601,14 +669,43 @@ func (s *Store) DeleteKnowledge(ctx context.Context, agent string, kind Kind, id
 	if err != nil {
 		return err
 	}
-	r, err := s.w.ExecContext(ctx, `DELETE FROM `+kt.table+` WHERE agent = ? AND `+kt.key+` = ?`, agent, key)
-	if err != nil {
-		return err
-	}
-	if n, _ := r.RowsAffected(); n == 0 {
-		return fmt.Errorf("%s %q: %w", strings.TrimSuffix(string(kind), "s"), id, ErrNotFound)
-	}
-	return nil
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		switch kind {
+		case KindMemories:
+			if _, err := tx.ExecContext(ctx, `INSERT INTO `+ftsTable("memories", agent)+` (`+ftsTable("memories", agent)+`, rowid, text)
+				SELECT 'delete', id, text FROM memories WHERE agent = ? AND id = ?`, agent, key); err != nil && !isNoTable(err) {
+				return err
+			}
+		case KindDocuments:
+			if err := unindexDocument(ctx, tx, ftsTable("documents", agent), agent, id); err != nil && !isNoTable(err) {
+				return err
+			}
+		}
+		r, err := tx.ExecContext(ctx, `DELETE FROM `+kt.table+` WHERE agent = ? AND `+kt.key+` = ?`, agent, key)
+		if err != nil {
+			return err
+		}
+		if n, _ := r.RowsAffected(); n == 0 {
+			return fmt.Errorf("%s %q: %w", kindNames[kind], id, ErrNotFound)
+		}
+		return nil
+	})
+}
+
+// kindNames are the singular names of the kinds, for messages.
+var kindNames = map[Kind]string{KindMemories: "memory", KindFacts: "fact", KindDocuments: "document",
+	KindNodes: "node", KindEdges: "edge", KindResults: "result"}
+
+// unindexDocument removes the agent's document id, if it exists, from its full-text index.
+func unindexDocument(ctx context.Context, tx *sql.Tx, fts, agent, id string) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO `+fts+` (`+fts+`, rowid, title, content)
+		SELECT 'delete', rid, title, content FROM documents WHERE agent = ? AND id = ?`, agent, id)
+	return err
+}
+
+// isNoTable reports whether err is SQLite's "no such table" (an agent's index not made yet).
+func isNoTable(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "no such table")
 }
 
 func kindKey(kt kindTable, id string) (any, error) {

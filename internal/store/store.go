@@ -96,7 +96,12 @@ func Open(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
 		return nil, fmt.Errorf("opening the database %s: %w", path, err)
 	}
 	r.SetMaxOpenConns(4)
-	return &Store{w: w, r: r, log: log, now: time.Now}, nil
+	s := &Store{w: w, r: r, log: log, now: time.Now}
+	if err := s.indexAgents(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("indexing the knowledge of %s: %w", path, err)
+	}
+	return s, nil
 }
 
 func migrate(ctx context.Context, db *sql.DB) error {
