@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandpit-dev/sandpit/internal/app"
 	"github.com/sandpit-dev/sandpit/internal/cli"
 	"github.com/sandpit-dev/sandpit/internal/setup"
 )
@@ -73,5 +74,30 @@ func TestSetup(t *testing.T) {
 	last := events[len(events)-1]
 	if got := finals(events); resp.StatusCode != 200 || last.Step != "setup" || last.Status != setup.Done || got["health"] != setup.Done {
 		t.Fatalf("POST /v1/setup: %d %v %+v", resp.StatusCode, got, last)
+	}
+}
+
+func TestDoctor(t *testing.T) {
+	cfg := testConfig(t)
+	byName := func(checks []app.Check) map[string]app.Check {
+		m := map[string]app.Check{}
+		for _, c := range checks {
+			m[c.Name] = c
+		}
+		return m
+	}
+	got := byName(app.Doctor(t.Context(), cfg, "http://127.0.0.1:1"))
+	for _, name := range []string{"configuration", "executor binary", "data directory", "docker engine", "base image"} {
+		if !got[name].OK {
+			t.Errorf("%s: %+v", name, got[name])
+		}
+	}
+	if got["daemon"].OK || got["daemon"].Fix == "" {
+		t.Errorf("no daemon: %+v", got["daemon"])
+	}
+	cfg.DockerHost = "tcp://127.0.0.1:9"
+	got = byName(app.Doctor(t.Context(), cfg, "http://127.0.0.1:1"))
+	if c := got["docker engine"]; c.OK || !c.Required || !strings.Contains(c.Fix, "sandpit setup --install") {
+		t.Errorf("no engine: %+v", c)
 	}
 }

@@ -69,7 +69,7 @@ sandpit run looks for a daemon at SANDPIT_URL (default ` + DefaultURL + `).`,
 	opts.configFlag(pf, "docker-host", "docker_host", "Docker engine address (default: the Docker environment)")
 
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErrorf("%v", err) })
-	root.AddCommand(opts.serveCommand(), opts.runCommand(), opts.codeCommand(), opts.jobCommand(), opts.execCommand(), opts.packagesCommand(), opts.kbCommand(), opts.mcpCommand(), opts.setupCommand(),
+	root.AddCommand(opts.serveCommand(), opts.runCommand(), opts.codeCommand(), opts.jobCommand(), opts.execCommand(), opts.packagesCommand(), opts.kbCommand(), opts.mcpCommand(), opts.setupCommand(), opts.doctorCommand(),
 		opts.imageCommand(), opts.sandboxCommand(), opts.versionCommand())
 	err := root.ExecuteContext(ctx)
 	if err == nil {

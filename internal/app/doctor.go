@@ -1,0 +1,150 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	apiclient "github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/config"
+	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
+)
+
+// Check is one requirement that Doctor checked. The JSON field names are the public API.
+type Check struct {
+	Name string `json:"name"`
+	OK   bool   `json:"ok"`
+	// Detail says what was found; Fix what to do when OK is false.
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"`
+	// Required says whether sandpit cannot work without it (otherwise it is advice).
+	Required bool `json:"required"`
+}
+
+// Doctor checks every requirement of running sandpit with cfg on this machine, and whether a
+// daemon answers at url.
+func Doctor(ctx context.Context, cfg config.Config, url string) []Check {
+	var checks []Check
+	add := func(c Check) { checks = append(checks, c) }
+
+	if err := cfg.Validate(); err != nil {
+		add(Check{Name: "configuration", Required: true, Detail: err.Error(), Fix: "correct the settings named above (config file, SANDPIT_* variables)"})
+		return checks
+	}
+	add(Check{Name: "configuration", OK: true, Required: true, Detail: "valid"})
+
+	exe, err := cfg.Executor()
+	if err != nil {
+		add(Check{Name: "executor binary", Required: true, Detail: err.Error(), Fix: "run `make build`, or set executor_path to a built sandpit-executor"})
+	} else {
+		add(Check{Name: "executor binary", OK: true, Required: true, Detail: exe})
+	}
+
+	add(dataDirCheck(cfg.DataDir))
+
+	api, err := DockerClient(cfg)
+	if err == nil {
+		defer api.Close()
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		var version string
+		version, err = serverVersion(pctx, api)
+		cancel()
+		if err == nil {
+			add(Check{Name: "docker engine", OK: true, Required: true, Detail: "Docker Engine " + version})
+			checks = append(checks, imageChecks(ctx, api, cfg, exe)...)
+		}
+	}
+	if err != nil {
+		add(Check{Name: "docker engine", Required: true, Detail: err.Error(),
+			Fix: "start Docker (Linux: sudo systemctl start docker; macOS: colima start), or run `sandpit setup --install`"})
+	}
+
+	c := apiclient.New(url, nil).WithToken(cfg.Token)
+	hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	switch err := c.Health(hctx); {
+	case err != nil:
+		add(Check{Name: "daemon", Detail: fmt.Sprintf("none answers at %s", url),
+			Fix: "start it with `sandpit serve` (needed for saved code, jobs, the ledger and MCP over HTTP)"})
+	case c.Ready(hctx) != nil:
+		add(Check{Name: "daemon", Detail: fmt.Sprintf("answers at %s but is not ready: %v", url, c.Ready(hctx)),
+			Fix: "wait a few seconds; if it stays so, see the daemon's log"})
+	default:
+		add(Check{Name: "daemon", OK: true, Detail: "ready at " + url})
+	}
+	return checks
+}
+
+func dataDirCheck(dir string) Check {
+	c := Check{Name: "data directory", Required: true}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		c.Detail, c.Fix = err.Error(), "set data_dir (SANDPIT_DATA_DIR) to a directory you can write"
+		return c
+	}
+	f, err := os.CreateTemp(dir, ".doctor-*")
+	if err != nil {
+		c.Detail, c.Fix = err.Error(), "make "+dir+" writable, or set data_dir to another directory"
+		return c
+	}
+	f.Close()
+	os.Remove(f.Name())
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(dir, &fs); err == nil {
+		free := int64(fs.Bavail) * int64(fs.Bsize)
+		gib := float64(free) / (1 << 30)
+		if free < 1<<30 {
+			c.Detail, c.Fix = fmt.Sprintf("%s has %.2f GiB free", dir, gib), "free some disk space (the ledger and images need room)"
+			return c
+		}
+		c.Detail = fmt.Sprintf("%s, %.1f GiB free", dir, gib)
+	} else {
+		c.Detail = dir
+	}
+	c.OK = true
+	return c
+}
+
+func imageChecks(ctx context.Context, api client.APIClient, cfg config.Config, exe string) []Check {
+	var checks []Check
+	if _, err := api.ImageInspect(ctx, cfg.BaseImage); err != nil {
+		checks = append(checks, Check{Name: "base image", Required: true, Detail: cfg.BaseImage + " is not in the engine",
+			Fix: "docker pull " + cfg.BaseImage + ", or without a registry: scripts/offline-base-image.sh and base_image sandpit-base:bookworm"})
+	} else {
+		checks = append(checks, Check{Name: "base image", OK: true, Required: true, Detail: cfg.BaseImage})
+	}
+	if exe == "" {
+		return checks
+	}
+	rcfg, err := RuntimeConfig(cfg, nil)
+	if err != nil {
+		return checks
+	}
+	img, err := docker.Resolve(ctx, api, rcfg.Recipe)
+	switch {
+	case err != nil:
+		checks = append(checks, Check{Name: "sandbox image", Detail: err.Error(), Fix: "run `sandpit image build`"})
+	default:
+		if _, err := api.ImageInspect(ctx, img.Tag); err != nil {
+			checks = append(checks, Check{Name: "sandbox image", Detail: img.Tag + " is not built yet",
+				Fix: "run `sandpit setup` or `sandpit image build` (the first run builds it otherwise)"})
+		} else {
+			checks = append(checks, Check{Name: "sandbox image", OK: true, Detail: img.Tag})
+		}
+	}
+	list, err := docker.Containers(ctx, api, filepath.Clean(cfg.DataDir))
+	running := false
+	for _, c := range list {
+		running = running || c.State == "running"
+	}
+	if err == nil && running {
+		checks = append(checks, Check{Name: "warm container", OK: true, Detail: "running"})
+	} else {
+		checks = append(checks, Check{Name: "warm container", Detail: "not running", Fix: "run `sandpit setup` or `sandpit serve`"})
+	}
+	return checks
+}
