@@ -31,6 +31,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
@@ -66,6 +67,7 @@ type Backend struct {
 }
 
 type api struct {
+	routes    []string // the patterns registered, for Routes
 	ex        Executor
 	lib       CodeLibrary
 	jobs      Scheduler
@@ -88,49 +90,64 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 		log = slog.New(slog.DiscardHandler)
 	}
 	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, log: log, mux: http.NewServeMux()}
-	a.mux.HandleFunc("POST /v1/executions", a.execute)
-	a.mux.HandleFunc("GET /v1/limits", a.limits)
-	a.mux.HandleFunc("GET /healthz", a.healthz)
-	a.mux.HandleFunc("GET /readyz", a.readyz)
+	a.handle("POST /v1/executions", a.execute)
+	a.handle("GET /v1/limits", a.limits)
+	a.handle("GET /healthz", a.healthz)
+	a.handle("GET /readyz", a.readyz)
+	a.handle("GET /openapi.json", a.openapi)
 	if a.ledger != nil {
-		a.mux.HandleFunc("GET /v1/executions", a.listExecutions)
-		a.mux.HandleFunc("GET /v1/executions/{id}", a.getExecution)
+		a.handle("GET /v1/executions", a.listExecutions)
+		a.handle("GET /v1/executions/{id}", a.getExecution)
 	}
 	if a.knowledge != nil {
 		a.routeKnowledge()
 	}
 	if a.setup != nil {
-		a.mux.HandleFunc("POST /v1/setup", a.runSetup)
+		a.handle("POST /v1/setup", a.runSetup)
 	}
 	if a.packages != nil {
-		a.mux.HandleFunc("GET /v1/packages", a.listPackages)
-		a.mux.HandleFunc("POST /v1/packages", a.installPackages)
-		a.mux.HandleFunc("DELETE /v1/packages/{name}", a.removePackage)
+		a.handle("GET /v1/packages", a.listPackages)
+		a.handle("POST /v1/packages", a.installPackages)
+		a.handle("DELETE /v1/packages/{name}", a.removePackage)
 	}
 	if a.lib != nil {
-		a.mux.HandleFunc("POST /v1/agents/{agent}/code", a.createCode)
-		a.mux.HandleFunc("GET /v1/agents/{agent}/code", a.listCode)
-		a.mux.HandleFunc("GET /v1/agents/{agent}/code/{name}", a.getCode)
-		a.mux.HandleFunc("PUT /v1/agents/{agent}/code/{name}", a.updateCode)
-		a.mux.HandleFunc("PATCH /v1/agents/{agent}/code/{name}", a.updateCode)
-		a.mux.HandleFunc("DELETE /v1/agents/{agent}/code/{name}", a.deleteCode)
-		a.mux.HandleFunc("GET /v1/agents/{agent}/code/{name}/versions", a.listCodeVersions)
-		a.mux.HandleFunc("GET /v1/agents/{agent}/code/{name}/versions/{version}", a.getCodeVersion)
-		a.mux.HandleFunc("POST /v1/agents/{agent}/code/{name}/run", a.runCode)
+		a.handle("POST /v1/agents/{agent}/code", a.createCode)
+		a.handle("GET /v1/agents/{agent}/code", a.listCode)
+		a.handle("GET /v1/agents/{agent}/code/{name}", a.getCode)
+		a.handle("PUT /v1/agents/{agent}/code/{name}", a.updateCode)
+		a.handle("PATCH /v1/agents/{agent}/code/{name}", a.updateCode)
+		a.handle("DELETE /v1/agents/{agent}/code/{name}", a.deleteCode)
+		a.handle("GET /v1/agents/{agent}/code/{name}/versions", a.listCodeVersions)
+		a.handle("GET /v1/agents/{agent}/code/{name}/versions/{version}", a.getCodeVersion)
+		a.handle("POST /v1/agents/{agent}/code/{name}/run", a.runCode)
 	}
 	if a.jobs != nil {
-		a.mux.HandleFunc("POST /v1/agents/{agent}/jobs", a.createJob)
-		a.mux.HandleFunc("GET /v1/agents/{agent}/jobs", a.listJobs)
-		a.mux.HandleFunc("GET /v1/agents/{agent}/jobs/{id}", a.getJob)
-		a.mux.HandleFunc("PUT /v1/agents/{agent}/jobs/{id}", a.updateJob)
-		a.mux.HandleFunc("PATCH /v1/agents/{agent}/jobs/{id}", a.updateJob)
-		a.mux.HandleFunc("DELETE /v1/agents/{agent}/jobs/{id}", a.deleteJob)
-		a.mux.HandleFunc("POST /v1/agents/{agent}/jobs/{id}/pause", a.pauseJob)
-		a.mux.HandleFunc("POST /v1/agents/{agent}/jobs/{id}/resume", a.resumeJob)
-		a.mux.HandleFunc("POST /v1/agents/{agent}/jobs/{id}/run", a.runJob)
-		a.mux.HandleFunc("GET /v1/agents/{agent}/jobs/{id}/history", a.jobHistory)
+		a.handle("POST /v1/agents/{agent}/jobs", a.createJob)
+		a.handle("GET /v1/agents/{agent}/jobs", a.listJobs)
+		a.handle("GET /v1/agents/{agent}/jobs/{id}", a.getJob)
+		a.handle("PUT /v1/agents/{agent}/jobs/{id}", a.updateJob)
+		a.handle("PATCH /v1/agents/{agent}/jobs/{id}", a.updateJob)
+		a.handle("DELETE /v1/agents/{agent}/jobs/{id}", a.deleteJob)
+		a.handle("POST /v1/agents/{agent}/jobs/{id}/pause", a.pauseJob)
+		a.handle("POST /v1/agents/{agent}/jobs/{id}/resume", a.resumeJob)
+		a.handle("POST /v1/agents/{agent}/jobs/{id}/run", a.runJob)
+		a.handle("GET /v1/agents/{agent}/jobs/{id}/history", a.jobHistory)
 	}
 	return a
+}
+
+// handle registers fn for pattern ("METHOD /path").
+func (a *api) handle(pattern string, fn http.HandlerFunc) {
+	a.routes = append(a.routes, pattern)
+	a.mux.HandleFunc(pattern, fn)
+}
+
+// Routes returns the patterns ("METHOD /path/{param}") a handler from NewHandler serves.
+func Routes(h http.Handler) []string {
+	if a, ok := h.(*api); ok {
+		return slices.Clone(a.routes)
+	}
+	return nil
 }
 
 // ServeHTTP logs the request, recovers from panics and answers unknown routes in JSON.

@@ -46,10 +46,10 @@ const maxImportBytes = 64 << 20
 func (a *api) routeKnowledge() {
 	for kind, path := range knowledgePaths {
 		base := "/v1/agents/{agent}/" + path
-		a.mux.HandleFunc("POST "+base, func(w http.ResponseWriter, r *http.Request) { a.addKnowledge(w, r, kind) })
-		a.mux.HandleFunc("GET "+base, func(w http.ResponseWriter, r *http.Request) { a.listKnowledge(w, r, kind) })
-		a.mux.HandleFunc("GET "+base+"/{id}", func(w http.ResponseWriter, r *http.Request) { a.getKnowledge(w, r, kind) })
-		a.mux.HandleFunc("DELETE "+base+"/{id}", func(w http.ResponseWriter, r *http.Request) { a.deleteKnowledge(w, r, kind) })
+		a.handle("POST "+base, func(w http.ResponseWriter, r *http.Request) { a.addKnowledge(w, r, kind) })
+		a.handle("GET "+base, func(w http.ResponseWriter, r *http.Request) { a.listKnowledge(w, r, kind) })
+		a.handle("GET "+base+"/{id}", func(w http.ResponseWriter, r *http.Request) { a.getKnowledge(w, r, kind) })
+		a.handle("DELETE "+base+"/{id}", func(w http.ResponseWriter, r *http.Request) { a.deleteKnowledge(w, r, kind) })
 	}
 }
 
