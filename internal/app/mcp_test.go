@@ -62,8 +62,38 @@ func TestMCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tools, err := cs2.ListTools(t.Context(), nil)
+	if err != nil || len(tools.Tools) != 13 {
+		t.Fatalf("tools over stdio: %v %v", tools, err)
+	}
 	if isErr, text := mcpRun(t, cs2, "import pandas as pd; print(pd.DataFrame({'a': [1, 2]}).a.sum())"); isErr || !strings.Contains(text, "stdout:\n3") {
 		t.Fatalf("over stdio: %v %q", isErr, text)
+	}
+	tool := func(name string, args map[string]any) (bool, string) {
+		res, err := cs2.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := ""
+		for _, c := range res.Content {
+			if tc, ok := c.(*mcp.TextContent); ok {
+				text += tc.Text
+			}
+		}
+		return res.IsError, text
+	}
+	if isErr, text := tool("run_code", map[string]any{"code": "OUTPUT = {'total': sum(INPUT)}", "input": []int{1, 2, 3}}); isErr || !strings.Contains(text, `OUTPUT: {"total":6}`) {
+		t.Fatalf("INPUT and OUTPUT over stdio: %v %q", isErr, text)
+	}
+	if isErr, text := tool("run_code", map[string]any{"code": "def f():\n    raise ValueError('bad row')\nf()"}); !isErr || !strings.Contains(text, "Traceback") || !strings.Contains(text, "ValueError: bad row") {
+		t.Fatalf("a traceback over stdio: %v %q", isErr, text)
+	}
+	if isErr, text := tool("save_code", map[string]any{"name": "total", "code": "OUTPUT = sum(INPUT)",
+		"input_schema": map[string]any{"type": "array", "items": map[string]any{"type": "number"}}}); isErr {
+		t.Fatalf("save_code: %q", text)
+	}
+	if isErr, text := tool("create_code_job", map[string]any{"code_name": "total", "schedule": "@daily", "input": []int{4, 5}}); isErr || !strings.Contains(text, "next_fires") {
+		t.Fatalf("create_code_job: %q", text)
 	}
 	cs2.Close()
 
@@ -73,8 +103,9 @@ func TestMCP(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`sandpit_executions_total{outcome="ok",source="mcp"} 2`, `sandpit_executions_total{outcome="error",source="mcp"} 1`,
-		"sandpit_slots 4", "sandpit_queue_depth 0", "sandpit_sandbox_resets_total 0", `sandpit_execution_duration_seconds_count{source="mcp"} 3`} {
+	// Counted so far: over HTTP 1 ok and 1 error; over stdio 2 ok and 1 error.
+	for _, want := range []string{`sandpit_executions_total{outcome="ok",source="mcp"} 3`, `sandpit_executions_total{outcome="error",source="mcp"} 2`,
+		"sandpit_slots 4", "sandpit_queue_depth 0", "sandpit_sandbox_resets_total 0", `sandpit_execution_duration_seconds_count{source="mcp"} 5`} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
