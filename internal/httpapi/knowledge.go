@@ -224,14 +224,9 @@ func anys[T any](items []T, err error) ([]any, error) {
 }
 
 func (a *api) listKnowledge(w http.ResponseWriter, r *http.Request, kind store.Kind) {
-	agent, err := agentOf(r)
-	q := r.URL.Query()
-	if err == nil {
-		err = checkQuery(q, "limit", "cursor")
-	}
-	p, perr := page(q)
-	if err != nil || perr != nil {
-		writeError(w, firstErr(err, perr))
+	agent, _, p, err := listing(r)
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	items, next, err := a.knowledge.ListKnowledge(r.Context(), agent, kind, p)

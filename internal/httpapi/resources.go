@@ -82,6 +82,19 @@ func checkQuery(q url.Values, known ...string) error {
 	return nil
 }
 
+// listing reads the path's agent and a listing's query: the page parameters and extra ones.
+func listing(r *http.Request, extra ...string) (agent string, q url.Values, p store.Page, err error) {
+	q = r.URL.Query()
+	if agent, err = agentOf(r); err != nil {
+		return
+	}
+	if err = checkQuery(q, append([]string{"limit", "cursor"}, extra...)...); err != nil {
+		return
+	}
+	p, err = page(q)
+	return
+}
+
 // listAnswer is the JSON of a listing: the items under their name and the next page's cursor
 // ("" after the last page).
 func listAnswer(key string, items any, next string) map[string]any {
@@ -205,14 +218,9 @@ func (a *api) answerCode(w http.ResponseWriter, r *http.Request, version int) {
 }
 
 func (a *api) listCode(w http.ResponseWriter, r *http.Request) {
-	agent, err := agentOf(r)
-	q := r.URL.Query()
-	if err == nil {
-		err = checkQuery(q, "q", "limit", "cursor")
-	}
-	p, perr := page(q)
-	if err != nil || perr != nil {
-		writeError(w, firstErr(err, perr))
+	agent, q, p, err := listing(r, "q")
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	list, next, err := a.lib.List(r.Context(), agent, q.Get("q"), p)
@@ -400,14 +408,9 @@ func (a *api) jobAction(w http.ResponseWriter, r *http.Request, do func(ctx cont
 }
 
 func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
-	agent, err := agentOf(r)
-	q := r.URL.Query()
-	if err == nil {
-		err = checkQuery(q, "limit", "cursor")
-	}
-	p, perr := page(q)
-	if err != nil || perr != nil {
-		writeError(w, firstErr(err, perr))
+	agent, _, p, err := listing(r)
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	list, next, err := a.jobs.List(r.Context(), agent, p)
@@ -419,14 +422,9 @@ func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) jobHistory(w http.ResponseWriter, r *http.Request) {
-	agent, err := agentOf(r)
-	q := r.URL.Query()
-	if err == nil {
-		err = checkQuery(q, "limit", "cursor")
-	}
-	p, perr := page(q)
-	if err != nil || perr != nil {
-		writeError(w, firstErr(err, perr))
+	agent, _, p, err := listing(r)
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	list, next, err := a.jobs.History(r.Context(), agent, r.PathValue("id"), p)

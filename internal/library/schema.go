@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
@@ -100,7 +101,7 @@ func compileNew(name string, raw []byte) (*jsonschema.Schema, error) {
 	if len(raw) > MaxSchemaBytes {
 		return nil, fmt.Errorf("is %d bytes; the limit is %d bytes", len(raw), MaxSchemaBytes)
 	}
-	if d := depth(raw); d > MaxSchemaDepth {
+	if d := sandbox.JSONDepth(raw); d > MaxSchemaDepth {
 		return nil, fmt.Errorf("is nested %d levels deep; the limit is %d levels", d, MaxSchemaDepth)
 	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
@@ -138,28 +139,6 @@ func compileNew(name string, raw []byte) (*jsonschema.Schema, error) {
 		}
 	}
 	return sch, nil
-}
-
-// depth returns how deeply arrays and objects nest in JSON text.
-func depth(raw []byte) int {
-	d, deepest, inString, escaped := 0, 0, false, false
-	for _, c := range raw {
-		switch {
-		case escaped:
-			escaped = false
-		case inString:
-			escaped = c == '\\'
-			inString = c != '"'
-		case c == '"':
-			inString = true
-		case c == '[' || c == '{':
-			d++
-			deepest = max(deepest, d)
-		case c == ']' || c == '}':
-			d--
-		}
-	}
-	return deepest
 }
 
 // validate checks the JSON text v against sch and returns its violations, most specific first,

@@ -140,8 +140,8 @@ func (s *Service) Stats() Stats {
 // MaxInputDepth is how deeply arrays and objects may nest in a request's input.
 const MaxInputDepth = 500
 
-// jsonDepth returns the deepest nesting of arrays and objects in valid JSON text.
-func jsonDepth(text []byte) int {
+// JSONDepth returns the deepest nesting of arrays and objects in JSON text.
+func JSONDepth(text []byte) int {
 	depth, deepest, inString, escaped := 0, 0, false, false
 	for _, c := range text {
 		switch {
@@ -196,7 +196,7 @@ func (s *Service) Validate(req Request) error {
 	if len(req.Input) > 0 && !json.Valid(req.Input) {
 		return &FieldError{Field: "input", Message: "is not valid JSON"}
 	}
-	if d := jsonDepth(req.Input); d > MaxInputDepth {
+	if d := JSONDepth(req.Input); d > MaxInputDepth {
 		return &FieldError{Field: "input", Message: fmt.Sprintf(
 			"is nested %d levels deep; the limit is %d levels (Python's JSON reader stops near 1000)", d, MaxInputDepth)}
 	}
