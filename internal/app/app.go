@@ -101,7 +101,13 @@ func RuntimeConfig(cfg config.Config, progress io.Writer) (docker.Config, error)
 // engine owns it), opens its database (finalising the records of runs a stopped engine left
 // running), builds the sandbox image if it is missing (its output goes to progress), and
 // starts the warm container. Jobs fire only while RunBackground runs.
-func Open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer) (_ *Engine, err error) {
+func Open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer) (*Engine, error) {
+	return open(ctx, cfg, log, progress, false)
+}
+
+// open is Open; with waitForEngine, an engine that does not answer yet is waited for (the
+// daemon starts and reports not ready) instead of an error.
+func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer, waitForEngine bool) (_ *Engine, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
@@ -133,6 +139,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	if err != nil {
 		return nil, err
 	}
+	rcfg.WaitForEngine = waitForEngine
 	api, err := DockerClient(cfg)
 	if err != nil {
 		return nil, err
@@ -280,7 +287,7 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 		return fmt.Errorf("listening on %s: %w (set listen, SANDPIT_LISTEN or --listen to another address)", cfg.Listen, err)
 	}
 	defer ln.Close()
-	eng, err := Open(ctx, cfg, log, progress)
+	eng, err := open(ctx, cfg, log, progress, true)
 	if err != nil {
 		return err
 	}
@@ -340,7 +347,11 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 			log.Error("interrupted executions did not answer in time", "error", err)
 		}
 	}
-	log.Info("stopped; the warm container stays up for the next daemon", "container", eng.Runtime.ContainerID()[:12])
+	if id := eng.Runtime.ContainerID(); len(id) >= 12 {
+		log.Info("stopped; the warm container stays up for the next daemon", "container", id[:12])
+	} else {
+		log.Info("stopped; no warm container was started (the Docker engine never answered)")
+	}
 	return nil
 }
 

@@ -39,6 +39,10 @@ type Config struct {
 	Progress io.Writer
 	// Pip holds pip's settings for dependency installs (index, mirrors, binary only).
 	Pip protocol.PipOptions
+	// WaitForEngine makes Start succeed when the Docker engine does not answer: the runtime is
+	// then not ready (saying why) and keeps trying, building the image and starting the
+	// sandbox once the engine answers. A daemon waits; a one-off command fails at once.
+	WaitForEngine bool
 	// Session tunes the control session (heartbeat); zero values take the defaults.
 	Session session.Options
 }
@@ -55,6 +59,7 @@ type Runtime struct {
 	sess        *session.Client // nil while the sandbox is down
 	lastErr     error           // why the sandbox is down
 	changed     chan struct{}   // closed and replaced whenever sess changes
+	engineDown  bool            // the Docker engine does not answer: requests fail at once
 	resets      atomic.Int64    // times the sandbox was lost and brought back
 
 	// ctx ends when Close is called; it bounds every reconnection attempt.
@@ -69,29 +74,44 @@ func Start(ctx context.Context, api client.APIClient, cfg Config, log *slog.Logg
 	if cfg.Box.Slots < 1 || cfg.Box.Slots > MaxSlots {
 		return nil, fmt.Errorf("slots is %d; allowed range is 1 to %d", cfg.Box.Slots, MaxSlots)
 	}
-	if _, err := api.Ping(ctx, client.PingOptions{}); err != nil {
-		return nil, fmt.Errorf("cannot reach the Docker engine (%w); is it running? On Linux: `sudo systemctl start docker` or `sudo dockerd &`", err)
-	}
-	progress := cfg.Progress
-	if progress == nil {
-		progress = io.Discard
-	}
-	img, _, err := EnsureImage(ctx, api, cfg.Recipe, progress)
-	if err != nil {
-		return nil, err
-	}
-	r := &Runtime{api: api, cfg: cfg, log: log, img: img, changed: make(chan struct{}),
-		stopped: make(chan struct{})}
+	r := &Runtime{api: api, cfg: cfg, log: log, changed: make(chan struct{}), stopped: make(chan struct{})}
 	r.ctx, r.close = context.WithCancel(context.Background())
+	if err := r.ping(ctx); err != nil {
+		if !cfg.WaitForEngine {
+			r.close()
+			return nil, err
+		}
+		log.Warn("the Docker engine does not answer; waiting for it", "error", err)
+		r.mu.Lock()
+		r.lastErr, r.engineDown = err, true
+		r.mu.Unlock()
+		go r.supervise()
+		return r, nil
+	}
 	if err := r.connect(ctx); err != nil {
+		r.close()
 		return nil, err
 	}
 	go r.supervise()
 	return r, nil
 }
 
-// Image returns the sandbox image in use.
-func (r *Runtime) Image() Image { return r.img }
+// ping checks that the engine answers.
+func (r *Runtime) ping(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := r.api.Ping(pctx, client.PingOptions{}); err != nil {
+		return fmt.Errorf("cannot reach the Docker engine (%w); is it running? On Linux: `sudo systemctl start docker` or `sudo dockerd &`", err)
+	}
+	return nil
+}
+
+// Image returns the sandbox image in use (zero until the engine has answered).
+func (r *Runtime) Image() Image {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.img
+}
 
 // ContainerID returns the warm container's ID.
 func (r *Runtime) ContainerID() string {
@@ -100,9 +120,26 @@ func (r *Runtime) ContainerID() string {
 	return r.containerID
 }
 
-// connect ensures the container and starts a fresh executor session in it.
+// connect ensures the image (once) and the container, and starts a fresh executor session in
+// it.
 func (r *Runtime) connect(ctx context.Context) error {
-	id, adopted, err := ensureContainer(ctx, r.api, r.log, r.img, r.cfg.Box, r.cfg.DataDir)
+	r.mu.Lock()
+	img := r.img
+	r.mu.Unlock()
+	if img.Tag == "" {
+		progress := r.cfg.Progress
+		if progress == nil {
+			progress = io.Discard
+		}
+		var err error
+		if img, _, err = EnsureImage(ctx, r.api, r.cfg.Recipe, progress); err != nil {
+			return err
+		}
+		r.mu.Lock()
+		r.img = img
+		r.mu.Unlock()
+	}
+	id, adopted, err := ensureContainer(ctx, r.api, r.log, img, r.cfg.Box, r.cfg.DataDir)
 	if err != nil {
 		return err
 	}
@@ -110,10 +147,10 @@ func (r *Runtime) connect(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("starting the executor in container %s: %w", shortID(id), err)
 	}
-	r.log.Info("sandbox ready", "container", shortID(id), "adopted", adopted, "image", r.img.Tag,
+	r.log.Info("sandbox ready", "container", shortID(id), "adopted", adopted, "image", img.Tag,
 		"python", sess.Hello().Python, "slots", sess.Hello().Slots)
 	r.mu.Lock()
-	r.containerID, r.sess, r.lastErr = id, sess, nil
+	r.containerID, r.sess, r.lastErr, r.engineDown = id, sess, nil, false
 	close(r.changed)
 	r.changed = make(chan struct{})
 	r.mu.Unlock()
@@ -187,8 +224,12 @@ func (r *Runtime) supervise() {
 		if r.ctx.Err() != nil {
 			return // Close interrupted the attempt: not a failure
 		}
+		down := r.ping(r.ctx)
 		r.mu.Lock()
-		r.lastErr = err
+		r.lastErr, r.engineDown = err, down != nil
+		if down != nil {
+			r.lastErr = down
+		}
 		r.mu.Unlock()
 		r.log.Error("bringing the sandbox back failed; retrying", "error", err, "retry_in", backoff)
 		select {
@@ -206,10 +247,13 @@ func (r *Runtime) current(ctx context.Context) (*session.Client, string, error) 
 	defer deadline.Stop()
 	for {
 		r.mu.Lock()
-		sess, id, changed, lastErr := r.sess, r.containerID, r.changed, r.lastErr
+		sess, id, changed, lastErr, down := r.sess, r.containerID, r.changed, r.lastErr, r.engineDown
 		r.mu.Unlock()
 		if sess != nil && sess.Ready(ctx) == nil {
 			return sess, id, nil
+		}
+		if down && sess == nil {
+			return nil, "", fmt.Errorf("%w: %w", sandbox.ErrNotReady, lastErr)
 		}
 		select {
 		case <-changed:

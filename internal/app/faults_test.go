@@ -1,0 +1,145 @@
+package app_test
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// engineProxy forwards TCP connections to the Docker engine's socket; Down cuts every
+// connection and refuses new ones, Up serves again on the same address.
+type engineProxy struct {
+	t      *testing.T
+	addr   string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  []net.Conn
+	socket string
+}
+
+func newEngineProxy(t *testing.T) *engineProxy {
+	socket := "/var/run/docker.sock"
+	if h := os.Getenv("DOCKER_HOST"); strings.HasPrefix(h, "unix://") {
+		socket = strings.TrimPrefix(h, "unix://")
+	}
+	p := &engineProxy{t: t, socket: socket}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = ln.Addr().String()
+	ln.Close()
+	t.Cleanup(p.Down)
+	return p
+}
+
+func (p *engineProxy) Up() {
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		p.t.Fatalf("proxy up: %v", err)
+	}
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			e, err := net.Dial("unix", p.socket)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, e)
+			p.mu.Unlock()
+			go func() { io.Copy(e, c); e.(*net.UnixConn).CloseWrite() }()
+			go func() { io.Copy(c, e); c.(*net.TCPConn).CloseWrite() }()
+		}
+	}()
+}
+
+func (p *engineProxy) Down() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func waitReady(t *testing.T, url string, want int, within time.Duration) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var body map[string]any
+		st := call(t, "GET", url+"/readyz", "", &body)
+		if st == want {
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz stayed %d (want %d) for %v: %v", st, want, within, body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// The Docker engine unreachable when the daemon starts, and gone while it runs: /readyz says
+// so, requests get 503 at once with a clear message, and the daemon reconnects by itself when
+// the engine returns; the run cut short is in the ledger as sandbox_error.
+func TestEngineUnreachable(t *testing.T) {
+	p := newEngineProxy(t)
+	cfg := testConfig(t)
+	cfg.DockerHost = "tcp://" + p.addr
+
+	url, _ := startDaemon(t, cfg) // the engine is down: the daemon starts anyway
+	body := waitReady(t, url, 503, 5*time.Second)
+	if msg, _ := json.Marshal(body); !strings.Contains(string(msg), "cannot reach the Docker engine") {
+		t.Fatalf("/readyz while the engine is down: %s", msg)
+	}
+	began := time.Now()
+	resp, b := post(t, url, `{"code": "print(1)"}`)
+	if resp.StatusCode != 503 || !strings.Contains(string(b), "cannot reach the Docker engine") || time.Since(began) > 3*time.Second {
+		t.Fatalf("a run while the engine is down: %d %s after %v", resp.StatusCode, b, time.Since(began))
+	}
+
+	p.Up()
+	waitReady(t, url, 200, 30*time.Second)
+	if resp, b := post(t, url, `{"code": "print(1)"}`); resp.StatusCode != 200 || !strings.Contains(string(b), `"stdout":"1\n"`) {
+		t.Fatalf("after the engine came: %d %s", resp.StatusCode, b)
+	}
+
+	// The engine goes away during a run.
+	done := make(chan sandbox.Result, 1)
+	go func() {
+		_, b := post(t, url, `{"code": "import time; print('started', flush=True); time.sleep(20)"}`)
+		var res sandbox.Result
+		json.Unmarshal(b, &res)
+		done <- res
+	}()
+	time.Sleep(2 * time.Second)
+	p.Down()
+	res := <-done
+	if res.Outcome != sandbox.OutcomeSandboxError {
+		t.Fatalf("the run cut short by the engine's loss: %+v", res)
+	}
+	waitReady(t, url, 503, 15*time.Second)
+	p.Up()
+	waitReady(t, url, 200, 30*time.Second)
+	if resp, b := post(t, url, `{"code": "print(2)"}`); resp.StatusCode != 200 || !strings.Contains(string(b), `"stdout":"2\n"`) {
+		t.Fatalf("after the engine returned: %d %s", resp.StatusCode, b)
+	}
+}
