@@ -4,13 +4,19 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 // engineProxy forwards TCP connections to the Docker engine's socket; Down cuts every
@@ -86,7 +92,12 @@ func waitReady(t *testing.T, url string, want int, within time.Duration) map[str
 	deadline := time.Now().Add(within)
 	for {
 		var body map[string]any
-		st := call(t, "GET", url+"/readyz", "", &body)
+		st := 0
+		if resp, err := http.Get(url + "/readyz"); err == nil { // a starting daemon refuses connections
+			json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+			st = resp.StatusCode
+		}
 		if st == want {
 			return body
 		}
@@ -141,5 +152,80 @@ func TestEngineUnreachable(t *testing.T) {
 	waitReady(t, url, 200, 30*time.Second)
 	if resp, b := post(t, url, `{"code": "print(2)"}`); resp.StatusCode != 200 || !strings.Contains(string(b), `"stdout":"2\n"`) {
 		t.Fatalf("after the engine returned: %d %s", resp.StatusCode, b)
+	}
+}
+
+// buildSandpit builds the sandpit command into a temporary directory.
+func buildSandpit(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "sandpit")
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "github.com/sandpit-dev/sandpit/cmd/sandpit")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building sandpit: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// The daemon killed with SIGKILL during a run and started again: the run's record is finalised
+// as sandbox_error (interrupted), the warm container is adopted (one, no orphans), and the
+// job's fires go on without a lost or doubled one.
+func TestDaemonKilled(t *testing.T) {
+	cfg := testConfig(t)
+	bin := buildSandpit(t)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	url := "http://" + addr
+	start := func() *exec.Cmd {
+		cmd := exec.Command(bin, "serve", "--listen", addr)
+		cmd.Env = append(os.Environ(), "SANDPIT_DATA_DIR="+cfg.DataDir, "SANDPIT_BASE_IMAGE="+cfg.BaseImage,
+			"SANDPIT_EXECUTOR_PATH="+cfg.ExecutorPath)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		waitReady(t, url, 200, 5*time.Minute)
+		return cmd
+	}
+	daemon := start()
+	if st := call(t, "POST", url+"/v1/agents/k/code", `{"name": "tick", "code": "print('tick')"}`, nil); st != 201 {
+		t.Fatalf("save: %d", st)
+	}
+	var job struct{ ID string }
+	if st := call(t, "POST", url+"/v1/agents/k/jobs", `{"code_name": "tick", "schedule": "@every 10s"}`, &job); st != 201 {
+		t.Fatalf("job: %d", st)
+	}
+	go http.Post(url+"/v1/executions", "application/json", strings.NewReader(`{"code": "import time; time.sleep(60)", "agent": "k"}`))
+	time.Sleep(3 * time.Second)
+	if err := daemon.Process.Kill(); err != nil { // SIGKILL
+		t.Fatal(err)
+	}
+	daemon.Wait()
+
+	start()
+	var list struct{ Executions []sandbox.Result }
+	call(t, "GET", url+"/v1/executions?agent=k&source=api", "", &list)
+	if len(list.Executions) != 1 || list.Executions[0].Outcome != sandbox.OutcomeSandboxError || !strings.Contains(list.Executions[0].Reason, "interrupted") {
+		t.Fatalf("the killed daemon's run in the ledger: %+v", list.Executions)
+	}
+	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != 1 {
+		t.Fatalf("%d containers after the restart, want the one adopted", len(ids))
+	}
+	var fires []store.Fire
+	for deadline := time.Now().Add(45 * time.Second); len(fires) < 3 && time.Now().Before(deadline); time.Sleep(time.Second) {
+		fires = history(t, url, "k", job.ID)
+	}
+	seen := map[time.Time]bool{}
+	for i, f := range fires {
+		if seen[f.ScheduledAt] {
+			t.Fatalf("fire at %v doubled: %+v", f.ScheduledAt, fires)
+		}
+		seen[f.ScheduledAt] = true
+		if i > 0 && f.Status != "missed" && fires[i-1].Status != "missed" && f.ScheduledAt.Sub(fires[i-1].ScheduledAt) != 10*time.Second {
+			t.Fatalf("a fire was lost between %v and %v: %+v", fires[i-1].ScheduledAt, f.ScheduledAt, fires)
+		}
+	}
+	if len(fires) < 3 {
+		t.Fatalf("the job did not go on firing after the restart: %+v", fires)
 	}
 }

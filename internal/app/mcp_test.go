@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -50,12 +48,7 @@ func TestMCP(t *testing.T) {
 		t.Fatalf("a failing program over HTTP: %v %q", isErr, text)
 	}
 
-	bin := filepath.Join(t.TempDir(), "sandpit")
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "github.com/sandpit-dev/sandpit/cmd/sandpit")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building sandpit: %v\n%s", err, out)
-	}
-	cmd := exec.Command(bin, "mcp", "--agent", "erin")
+	cmd := exec.Command(buildSandpit(t), "mcp", "--agent", "erin")
 	cmd.Env = append(os.Environ(), "SANDPIT_URL="+url)
 	cmd.Stderr = os.Stderr
 	cs2, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(t.Context(), &mcp.CommandTransport{Command: cmd}, nil)
