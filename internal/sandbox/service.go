@@ -279,7 +279,9 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 	if s.rec != nil {
 		head := Result{ID: spec.ID, Agent: agent, TimeoutMS: spec.TimeoutMS, StartedAt: time.Now().UTC(), Origin: origin}
 		if err := s.rec.Begin(ctx, spec, head); err != nil {
-			return Result{}, fmt.Errorf("recording the execution in the ledger: %w", err)
+			// Nothing ran: the daemon cannot keep its ledger (a full or read-only disk).
+			return Result{}, fmt.Errorf("%w: the ledger could not record the execution, so it did not run (%v); "+
+				"check that the data directory's disk has space and is writable", ErrNotReady, err)
 		}
 	}
 
