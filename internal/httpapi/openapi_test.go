@@ -19,7 +19,9 @@ import (
 
 type noPackages struct{}
 
-func (noPackages) Packages(context.Context, protocol.Packages) ([]protocol.Package, error) { return nil, nil }
+func (noPackages) Packages(context.Context, protocol.Packages) ([]protocol.Package, error) {
+	return nil, nil
+}
 
 // appRoutes are served by the daemon around the REST handler (package app).
 var appRoutes = []string{"GET /metrics", "POST /mcp", "GET /mcp", "DELETE /mcp"}
