@@ -5,14 +5,17 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -278,9 +281,8 @@ func RemoveSandbox(ctx context.Context, cfg config.Config) (int, error) {
 // ends, then shuts down gracefully (in-flight requests get shutdownGrace to finish).
 // ready, when not nil, receives the listener's address once the API accepts connections.
 func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer, ready func(addr string)) error {
-	if ip := net.ParseIP(hostOf(cfg.Listen)); (ip == nil || !ip.IsLoopback()) && hostOf(cfg.Listen) != "localhost" && cfg.Token == "" {
-		return fmt.Errorf("listen %s reaches beyond this machine, and then a bearer token is required: set token (SANDPIT_TOKEN) "+
-			"to a long random string, and give it to clients; or listen on 127.0.0.1", cfg.Listen)
+	if err := CheckExposure(cfg); err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -299,8 +301,9 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 			return err
 		}}
 	root := http.NewServeMux()
-	root.Handle("/", httpapi.NewHandler(backend, log))
-	root.Handle("/mcp", MCPHandler(apiclient.New("http://"+ln.Addr().String(), nil).WithToken(cfg.Token)))
+	api := httpapi.NewHandler(backend, log)
+	root.Handle("/", api)
+	root.Handle("/mcp", MCPHandler(api, "daemon"))
 	root.Handle("GET /metrics", eng.Metrics.Handler())
 	srv := &http.Server{
 		Handler:           httpapi.Guard(httpapi.RequireToken(root, cfg.Token), cfg.AllowedHosts),
@@ -355,23 +358,62 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	return nil
 }
 
-// MCPHandler serves MCP over streamable HTTP with tools that call the daemon through c. Each
-// session acts for the agent named by the query parameter agent (or the header
-// X-Sandpit-Agent), "default" when neither is given; an invalid name is refused with 400.
-func MCPHandler(c *apiclient.Client) http.Handler {
-	return mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
-		agent := r.URL.Query().Get("agent")
-		if agent == "" {
-			agent = r.Header.Get("X-Sandpit-Agent")
+// CheckExposure refuses a listen address beyond loopback without a bearer token.
+func CheckExposure(cfg config.Config) error {
+	host := hostOf(cfg.Listen)
+	if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && !strings.EqualFold(host, "localhost") && cfg.Token == "" {
+		return fmt.Errorf("listen %s reaches beyond this machine, and then a bearer token is required: set token (SANDPIT_TOKEN) "+
+			"to a long random string, and give it to clients; or listen on 127.0.0.1", cfg.Listen)
+	}
+	return nil
+}
+
+// MCPHandler serves MCP over streamable HTTP with tools that call api, the daemon's own REST
+// handler, in process. Each session acts for the agent named by the query parameter agent (or
+// the header X-Sandpit-Agent), "default" when neither is given; an invalid name is a 400
+// naming it. Sessions idle for MCPSessionTimeout are closed.
+func MCPHandler(api http.Handler, version string) http.Handler {
+	c := apiclient.New("http://sandpit.internal", &http.Client{Transport: handlerTransport{api}})
+	mcpHandler := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		return mcpserver.New(c, mcpAgent(r), version)
+	}, &mcp.StreamableHTTPOptions{SessionTimeout: MCPSessionTimeout})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if agent := mcpAgent(r); !sandbox.ValidAgent(agent) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": "invalid_request", "field": "agent",
+				"message": fmt.Sprintf("%q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit (?agent=NAME or X-Sandpit-Agent)", agent)}})
+			return
 		}
-		if agent == "" {
-			agent = "default"
-		}
-		if !sandbox.ValidAgent(agent) {
-			return nil
-		}
-		return mcpserver.New(c, agent, "daemon")
-	}, nil)
+		mcpHandler.ServeHTTP(w, r)
+	})
+}
+
+// MCPSessionTimeout is how long an MCP-over-HTTP session may stay idle before it is closed.
+const MCPSessionTimeout = 30 * time.Minute
+
+func mcpAgent(r *http.Request) string {
+	agent := r.URL.Query().Get("agent")
+	if agent == "" {
+		agent = r.Header.Get("X-Sandpit-Agent")
+	}
+	if agent == "" {
+		agent = "default"
+	}
+	return agent
+}
+
+// handlerTransport serves HTTP requests with a handler in process: the MCP tools reach the REST
+// API without the network (and without its guards, which the MCP request already passed).
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, r)
+	if err := r.Context().Err(); err != nil {
+		return nil, err
+	}
+	return rec.Result(), nil
 }
 
 // waitFor waits until done is closed or ctx ends.

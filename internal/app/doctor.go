@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -60,8 +61,11 @@ func Doctor(ctx context.Context, cfg config.Config, url string) []Check {
 		}
 	}
 	if err != nil {
-		add(Check{Name: "docker engine", Required: true, Detail: err.Error(),
-			Fix: "start Docker (Linux: sudo systemctl start docker; macOS: colima start), or run `sandpit setup --install`"})
+		fix := "start Docker (Linux: sudo systemctl start docker; macOS: colima start), or run `sandpit setup --install`"
+		if addr := cmp.Or(cfg.DockerHost, os.Getenv("DOCKER_HOST")); addr != "" {
+			fix = "check the engine address " + addr + " (docker_host, SANDPIT_DOCKER_HOST or DOCKER_HOST), or unset it to use this machine's engine"
+		}
+		add(Check{Name: "docker engine", Required: true, Detail: err.Error(), Fix: fix})
 	}
 
 	c := apiclient.New(url, nil).WithToken(cfg.Token)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -36,6 +37,9 @@ func startDaemon(t *testing.T, cfg config.Config) (url string, stop func()) {
 	t.Cleanup(stop)
 	select {
 	case a := <-addr:
+		if host, port, _ := net.SplitHostPort(a); net.ParseIP(host).IsUnspecified() {
+			a = net.JoinHostPort("127.0.0.1", port) // listening on every address: reach it on loopback
+		}
 		return "http://" + a, stop
 	case err := <-done:
 		t.Fatalf("serve: %v", err)

@@ -121,7 +121,7 @@ func TestBearerToken(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "bearer token is required") {
 		t.Fatalf("listening on every interface without a token: %v", err)
 	}
-	cfg.Listen, cfg.Token = "127.0.0.1:0", "a-long-random-token"
+	cfg.Listen, cfg.Token = "0.0.0.0:0", "a-long-random-token" // every address, with a token
 	url, _ := startDaemon(t, cfg)
 	for _, c := range []struct {
 		auth string

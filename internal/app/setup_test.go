@@ -97,7 +97,7 @@ func TestDoctor(t *testing.T) {
 	}
 	cfg.DockerHost = "tcp://127.0.0.1:9"
 	got = byName(app.Doctor(t.Context(), cfg, "http://127.0.0.1:1"))
-	if c := got["docker engine"]; c.OK || !c.Required || !strings.Contains(c.Fix, "sandpit setup --install") {
+	if c := got["docker engine"]; c.OK || !c.Required || !strings.Contains(c.Fix, "check the engine address tcp://127.0.0.1:9") {
 		t.Errorf("no engine: %+v", c)
 	}
 }

@@ -37,6 +37,9 @@ REST API until interrupted: POST /v1/executions, GET /v1/executions, /v1/agents/
 			if err != nil {
 				return err
 			}
+			if err := app.CheckExposure(cfg); err != nil {
+				return &UsageError{msg: err.Error()}
+			}
 			log := o.logger(cfg, false)
 			return app.Serve(cmd.Context(), cfg, log, o.env.Stderr, nil)
 		},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/app"
 	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/datadir"
 	"github.com/sandpit-dev/sandpit/internal/mcpserver"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -86,6 +87,11 @@ func (o *options) engineForMCP(ctx context.Context, cmd *cobra.Command) (*client
 		return client.New("http://"+a, nil).WithToken(cfg.Token), stop, nil
 	case err := <-done:
 		cancel()
+		var locked *datadir.LockedError
+		if errors.As(err, &locked) {
+			return nil, nil, fmt.Errorf("%w: another sandpit runs the engine of this data directory; run `sandpit serve` once, "+
+				"and every `sandpit mcp` (any agent) will use it through SANDPIT_URL", err)
+		}
 		return nil, nil, fmt.Errorf("starting the engine for MCP: %w", err)
 	case <-time.After(15 * time.Minute): // an image build on a slow machine
 		stop()

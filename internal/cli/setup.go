@@ -35,6 +35,11 @@ Progress: a progress bar on a terminal, plain lines otherwise, NDJSON with --jso
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			emit, finish := o.setupReporter(f.json)
 			err := o.setup(cmd, f, opts, emit)
+			last := setup.Event{Step: "setup", Status: setup.Done, Message: "the sandbox is ready", Progress: 1}
+			if err != nil {
+				last = setup.Event{Step: "setup", Status: setup.Failed, Message: err.Error()}
+			}
+			emit(last) // as POST /v1/setup ends
 			finish()
 			if errors.Is(err, setup.ErrStepFailed) {
 				return &exitError{code: exitUnavailable} // the failed step's event said why
@@ -61,6 +66,10 @@ func (o *options) setup(cmd *cobra.Command, f daemonFlags, opts setup.Options, e
 	cfg, err := o.load(cmd)
 	if err != nil {
 		return err
+	}
+	opts.EngineAddress = cfg.DockerHost
+	if opts.EngineAddress == "" {
+		opts.EngineAddress, _ = o.env.Lookup("DOCKER_HOST")
 	}
 	eng := &app.SetupEngine{Cfg: cfg, Log: o.logger(cfg, true)}
 	defer eng.Close()

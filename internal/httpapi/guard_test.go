@@ -121,7 +121,9 @@ func TestRequireToken(t *testing.T) {
 		{"/healthz", "", 200},
 		{"/readyz", "", 401},
 		{"/v1/limits", "Bearer wrong", 401},
-		{"/v1/limits", "bearer s3cret-token", 401},
+		{"/v1/limits", "bearer s3cret-token", 200},
+		{"/v1/limits", "Basic s3cret-token", 401},
+		{"/v1/limits", "Bearer s3cret-token-and-more", 401},
 		{"/v1/limits", "Bearer s3cret-token", 200},
 	} {
 		req := httptest.NewRequest("GET", c.path, nil)

@@ -10,7 +10,7 @@
 //	{"error": {"code": "...", "message": "...", "field": "...", "violations": [...]}}
 //
 // where code is one of invalid_request, invalid_input, too_large, busy, not_ready, internal,
-// not_found, conflict, forbidden, unsupported_media_type or method_not_allowed; field (omitted
+// not_found, conflict, forbidden, unauthorized, unsupported_media_type or method_not_allowed; field (omitted
 // when empty) names the request field at fault, and violations (for invalid_input) lists the
 // JSON pointer and message of each way an input breaks saved code's input schema. A program
 // that fails is not an error: its Result, with its outcome, comes back with 200.

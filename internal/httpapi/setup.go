@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
+	"mime"
 	"net/http"
 	"time"
 
@@ -14,6 +16,13 @@ type SetupRunner func(ctx context.Context, emit func(setup.Event)) error
 // runSetup streams setup's events as NDJSON, one {step, status, message, progress} per line,
 // ending with the step "setup" done or failed.
 func (a *api) runSetup(w http.ResponseWriter, r *http.Request) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			writeError(w, &requestError{status: http.StatusUnsupportedMediaType, code: CodeUnsupportedMedia, msg: fmt.Sprintf(
+				"Content-Type %q is not accepted; send no body, or JSON", ct)})
+			return
+		}
+	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Time{})
 	h := w.Header()

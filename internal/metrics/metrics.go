@@ -7,6 +7,7 @@ package metrics
 import (
 	"context"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -94,7 +95,7 @@ func (r recorder) Finish(ctx context.Context, res sandbox.Result) error {
 		if !c.OK {
 			result = "error"
 		}
-		r.m.calls.WithLabelValues(c.Method, result).Inc()
+		r.m.calls.WithLabelValues(methodLabel(c.Method), result).Inc()
 	}
 	return r.next.Finish(ctx, res)
 }
@@ -131,4 +132,12 @@ func (s jobStore) SetFire(ctx context.Context, id int64, status, executionID, re
 		s.m.fires.WithLabelValues(status).Inc()
 	}
 	return err
+}
+
+// methodLabel bounds the method label to the known methods: a program may call any name.
+func methodLabel(m string) string {
+	if slices.Contains(sandbox.CallMethods, m) {
+		return m
+	}
+	return "other"
 }

@@ -94,6 +94,9 @@ type Options struct {
 	Install bool
 	// ColimaCPUs and ColimaMemoryGiB size the Colima VM (defaults 2 and 4).
 	ColimaCPUs, ColimaMemoryGiB int
+	// EngineAddress is the engine address the user configured (docker_host or DOCKER_HOST),
+	// "" for this machine's default: with one, a silent engine is reported, not installed.
+	EngineAddress string
 }
 
 // ErrStepFailed is wrapped by the error Run returns when a step failed; the step's event says
@@ -167,6 +170,11 @@ func (s *run) docker(ctx context.Context) (string, error) {
 		return "", s.engineOK("docker", version, false)
 	}
 	why := err
+	if s.o.EngineAddress != "" {
+		// The engine was named: installing one here would not help.
+		return "", s.fail("docker", fmt.Errorf("no Docker engine answers at %s (%v): check that address (docker_host, "+
+			"SANDPIT_DOCKER_HOST or DOCKER_HOST), or unset it to use this machine's engine", s.o.EngineAddress, why))
+	}
 	var host string
 	switch s.p.OS {
 	case "darwin":

@@ -161,6 +161,7 @@ func TestWithoutInstallSaysWhatToDo(t *testing.T) {
 		{Platform{OS: "linux", Distro: "debian"}, Options{}, "sudo apt-get install -y docker.io"},
 		{Platform{OS: "linux", Distro: "debian"}, Options{Install: true}, "needs root"},
 		{Platform{OS: "linux", Distro: "fedora", Root: true}, Options{Install: true}, "Debian and Ubuntu only"},
+		{Platform{OS: "darwin"}, Options{Install: true, EngineAddress: "tcp://10.0.0.5:2376"}, "check that address"},
 	} {
 		r := &fakeRunner{have: map[string]bool{}}
 		events, _, err := collect(t, c.p, r, &fakeEngine{}, c.o)

@@ -1,0 +1,42 @@
+package metrics
+
+import (
+	"context"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+type nopRecorder struct{}
+
+func (nopRecorder) Begin(context.Context, sandbox.Spec, sandbox.Result) error { return nil }
+func (nopRecorder) Finish(context.Context, sandbox.Result) error              { return nil }
+
+// A program chooses its call names: they must not become label values.
+func TestCallMethodsAreBounded(t *testing.T) {
+	m := New()
+	m.Watch(func() sandbox.Stats { return sandbox.Stats{Slots: 4} }, func() int64 { return 0 })
+	rec := m.Recorder(nopRecorder{})
+	var calls []sandbox.CallRecord
+	for i := range 100 {
+		calls = append(calls, sandbox.CallRecord{Method: strings.Repeat("x", i), OK: false})
+	}
+	calls = append(calls, sandbox.CallRecord{Method: "get_facts", OK: true})
+	if err := rec.Finish(context.Background(), sandbox.Result{Origin: sandbox.Origin{Source: "api"}, Outcome: "ok", Calls: calls}); err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	m.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(w.Body)
+	if n := strings.Count(string(body), "sandpit_agent_calls_total{"); n != 2 {
+		t.Fatalf("%d call series, want 2 (get_facts and other):\n%s", n, body)
+	}
+	for _, want := range []string{`sandpit_agent_calls_total{method="other",result="error"} 100`, `sandpit_executions_total{outcome="ok",source="api"} 1`, "sandpit_slots 4"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("missing %q", want)
+		}
+	}
+}
