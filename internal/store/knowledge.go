@@ -2,8 +2,7 @@ package store
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"sort"
 
 	"database/sql"
 	"encoding/json"
@@ -12,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -91,85 +89,14 @@ func jsonOr(v json.RawMessage, def string) string {
 	return def
 }
 
-// ftsQuery turns free text into an FTS5 query matching any of its words: user text never
-// reaches FTS5's own syntax. "" when the text has no words.
-func ftsQuery(text string) string {
-	words := strings.FieldsFunc(text, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
-	if len(words) > 64 {
-		words = words[:64]
-	}
-	for i, w := range words {
-		words[i] = `"` + w + `"`
-	}
-	return strings.Join(words, " OR ")
-}
-
-// ftsTable names the agent's full-text index of kind ("memories" or "documents"): one per
-// agent, so BM25's statistics never mix agents.
-func ftsTable(kind, agent string) string {
-	sum := sha256.Sum256([]byte(agent))
-	return "fts_" + kind + "_" + hex.EncodeToString(sum[:8])
-}
-
-// ensureFTS creates the agent's full-text index of kind when missing, filling it from the
-// agent's rows.
-func ensureFTS(ctx context.Context, tx *sql.Tx, kind, agent string) (string, error) {
-	table := ftsTable(kind, agent)
-	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name = ?`, table).Scan(&n); err != nil || n > 0 {
-		return table, err
-	}
-	create, fill := `CREATE VIRTUAL TABLE `+table+` USING fts5 (text, content = 'memories', content_rowid = 'id')`,
-		`INSERT INTO `+table+` (rowid, text) SELECT id, text FROM memories WHERE agent = ?`
-	if kind == "documents" {
-		create, fill = `CREATE VIRTUAL TABLE `+table+` USING fts5 (title, content, content = 'documents', content_rowid = 'rid')`,
-			`INSERT INTO `+table+` (rowid, title, content) SELECT rid, title, content FROM documents WHERE agent = ?`
-	}
-	if _, err := tx.ExecContext(ctx, create); err != nil {
-		return "", err
-	}
-	_, err := tx.ExecContext(ctx, fill, agent)
-	return table, err
-}
-
-// indexAgents creates the full-text indexes of agents that have rows but no index (after the
-// migration to per-agent indexes).
-func (s *Store) indexAgents(ctx context.Context) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		for _, kind := range []string{"memories", "documents"} {
-			rows, err := tx.QueryContext(ctx, `SELECT DISTINCT agent FROM `+kind)
-			if err != nil {
-				return err
-			}
-			agents, err := collect(rows, func(r scanner) (string, error) { var a string; return a, r.Scan(&a) })
-			if err != nil {
-				return err
-			}
-			for _, a := range agents {
-				if _, err := ensureFTS(ctx, tx, kind, a); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
-}
-
 // AddMemories stores memories of agent in one transaction and returns them with their IDs.
 func (s *Store) AddMemories(ctx context.Context, agent string, items []Memory) ([]Memory, error) {
 	now := s.now().UTC().Truncate(time.Millisecond)
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		fts, err := ensureFTS(ctx, tx, "memories", agent)
-		if err != nil {
-			return err
-		}
 		for i := range items {
 			items[i].CreatedAt, items[i].Metadata = now, json.RawMessage(jsonOr(items[i].Metadata, "{}"))
-			if err := tx.QueryRowContext(ctx, `INSERT INTO memories (agent, text, metadata, created_at) VALUES (?, ?, ?, ?) RETURNING id`,
-				agent, items[i].Text, string(items[i].Metadata), now.UnixMilli()).Scan(&items[i].ID); err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO `+fts+` (rowid, text) VALUES (?, ?)`, items[i].ID, items[i].Text); err != nil {
+			if err := tx.QueryRowContext(ctx, `INSERT INTO memories (agent, text, metadata, created_at, tokens) VALUES (?, ?, ?, ?, ?) RETURNING id`,
+				agent, items[i].Text, string(items[i].Metadata), now.UnixMilli(), len(tokens(items[i].Text))).Scan(&items[i].ID); err != nil {
 				return err
 			}
 		}
@@ -178,30 +105,63 @@ func (s *Store) AddMemories(ctx context.Context, agent string, items []Memory) (
 	return items, err
 }
 
-// SearchMemories returns the agent's memories matching text, best first.
+// SearchMemories returns the agent's memories matching any word of text, best first (BM25
+// from the agent's own memories; see rank.go).
 func (s *Store) SearchMemories(ctx context.Context, agent, text string, limit int) ([]Memory, error) {
-	q := ftsQuery(text)
-	if q == "" {
+	words := queryWords(text)
+	if len(words) == 0 {
 		return []Memory{}, nil
 	}
-	fts := ftsTable("memories", agent)
-	rows, err := s.r.QueryContext(ctx, `SELECT m.id, m.text, m.metadata, m.created_at, -bm25(`+fts+`) AS score
-		FROM `+fts+` JOIN memories m ON m.id = `+fts+`.rowid
-		WHERE `+fts+` MATCH ? AND m.agent = ? ORDER BY score DESC, m.id LIMIT ?`, q, agent, limit)
-	if isNoTable(err) {
-		return []Memory{}, nil // the agent has no memories yet
+	ids, scores, err := s.search(ctx, "memories", agent, words, limit)
+	if err != nil || len(ids) == 0 {
+		return []Memory{}, err
 	}
+	rows, err := s.r.QueryContext(ctx, `SELECT id, text, metadata, created_at FROM memories WHERE agent = ? AND id IN (`+placeholders(len(ids))+`)`,
+		append([]any{agent}, anyInts(ids)...)...)
 	if err != nil {
 		return nil, err
 	}
-	return collect(rows, func(r scanner) (Memory, error) {
+	found, err := collect(rows, func(r scanner) (Memory, error) {
 		var m Memory
 		var meta string
 		var created int64
-		err := r.Scan(&m.ID, &m.Text, &meta, &created, &m.Score)
-		m.Metadata, m.CreatedAt = json.RawMessage(meta), time.UnixMilli(created).UTC()
+		err := r.Scan(&m.ID, &m.Text, &meta, &created)
+		m.Metadata, m.CreatedAt, m.Score = json.RawMessage(meta), time.UnixMilli(created).UTC(), scores[m.ID]
 		return m, err
 	})
+	if err != nil {
+		return nil, err
+	}
+	return inOrder(found, ids, func(m Memory) int64 { return m.ID }), nil
+}
+
+// queryWords returns the words of a query (at most 64).
+func queryWords(text string) []string {
+	words := tokens(text)
+	if len(words) > 64 {
+		words = words[:64]
+	}
+	return words
+}
+
+func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?,", n), ",") }
+
+func anyInts(ids []int64) []any {
+	out := make([]any, len(ids))
+	for i, id := range ids {
+		out[i] = id
+	}
+	return out
+}
+
+// inOrder returns items in the order of ids.
+func inOrder[T any](items []T, ids []int64, key func(T) int64) []T {
+	pos := make(map[int64]int, len(ids))
+	for i, id := range ids {
+		pos[id] = i
+	}
+	sort.SliceStable(items, func(i, j int) bool { return pos[key(items[i])] < pos[key(items[j])] })
+	return items
 }
 
 // AddFacts stores facts of agent in one transaction.
@@ -397,23 +357,13 @@ func scanEdge(r scanner) (Edge, error) {
 func (s *Store) AddDocuments(ctx context.Context, agent string, items []Document) ([]Document, error) {
 	now := s.now().UTC().Truncate(time.Millisecond)
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		fts, err := ensureFTS(ctx, tx, "documents", agent)
-		if err != nil {
-			return err
-		}
 		for i := range items {
 			d := &items[i]
 			d.CreatedAt, d.Metadata = now, json.RawMessage(jsonOr(d.Metadata, "{}"))
-			if err := unindexDocument(ctx, tx, fts, agent, d.ID); err != nil {
-				return err
-			}
-			var rid int64
-			if err := tx.QueryRowContext(ctx, `INSERT INTO documents (agent, id, title, content, metadata, created_at) VALUES (?, ?, ?, ?, ?, ?)
-				ON CONFLICT (agent, id) DO UPDATE SET title = excluded.title, content = excluded.content, metadata = excluded.metadata
-				RETURNING rid`, agent, d.ID, d.Title, d.Content, string(d.Metadata), now.UnixMilli()).Scan(&rid); err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO `+fts+` (rowid, title, content) VALUES (?, ?, ?)`, rid, d.Title, d.Content); err != nil {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO documents (agent, id, title, content, metadata, created_at, tokens) VALUES (?, ?, ?, ?, ?, ?, ?)
+				ON CONFLICT (agent, id) DO UPDATE SET title = excluded.title, content = excluded.content, metadata = excluded.metadata,
+				tokens = excluded.tokens`, agent, d.ID, d.Title, d.Content, string(d.Metadata), now.UnixMilli(),
+				len(tokens(d.Title+" "+d.Content))); err != nil {
 				return err
 			}
 		}
@@ -430,17 +380,39 @@ func (s *Store) FindDocuments(ctx context.Context, agent, text string, ids []str
 	var err error
 	switch {
 	case text != "":
-		q := ftsQuery(text)
-		if q == "" {
+		words := queryWords(text)
+		if len(words) == 0 {
 			return []Document{}, nil
 		}
-		fts := ftsTable("documents", agent)
-		rows, err = s.r.QueryContext(ctx, `SELECT `+cols+`, -bm25(`+fts+`) AS score FROM `+fts+`
-			JOIN documents d ON d.rid = `+fts+`.rowid WHERE `+fts+` MATCH ? AND d.agent = ?
-			ORDER BY score DESC, d.rid LIMIT ?`, q, agent, limit)
-		if isNoTable(err) {
-			return []Document{}, nil
+		rids, scores, err := s.search(ctx, "documents", agent, words, limit)
+		if err != nil || len(rids) == 0 {
+			return []Document{}, err
 		}
+		rows, err := s.r.QueryContext(ctx, `SELECT d.rid, `+cols+` FROM documents d WHERE d.agent = ? AND d.rid IN (`+placeholders(len(rids))+`)`,
+			append([]any{agent}, anyInts(rids)...)...)
+		if err != nil {
+			return nil, err
+		}
+		type ranked struct {
+			rid int64
+			doc Document
+		}
+		found, err := collect(rows, func(r scanner) (ranked, error) {
+			var x ranked
+			var meta string
+			var created int64
+			err := r.Scan(&x.rid, &x.doc.ID, &x.doc.Title, &x.doc.Content, &meta, &created)
+			x.doc.Metadata, x.doc.CreatedAt, x.doc.Score = json.RawMessage(meta), time.UnixMilli(created).UTC(), scores[x.rid]
+			return x, err
+		})
+		if err != nil {
+			return nil, err
+		}
+		docs := []Document{}
+		for _, x := range inOrder(found, rids, func(x ranked) int64 { return x.rid }) {
+			docs = append(docs, x.doc)
+		}
+		return docs, nil
 	case len(ids) > 0:
 		if len(ids) > 1000 {
 			ids = ids[:1000]
@@ -669,44 +641,19 @@ func (s *Store) DeleteKnowledge(ctx context.Context, agent string, kind Kind, id
 	if err != nil {
 		return err
 	}
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		switch kind {
-		case KindMemories:
-			if _, err := tx.ExecContext(ctx, `INSERT INTO `+ftsTable("memories", agent)+` (`+ftsTable("memories", agent)+`, rowid, text)
-				SELECT 'delete', id, text FROM memories WHERE agent = ? AND id = ?`, agent, key); err != nil && !isNoTable(err) {
-				return err
-			}
-		case KindDocuments:
-			if err := unindexDocument(ctx, tx, ftsTable("documents", agent), agent, id); err != nil && !isNoTable(err) {
-				return err
-			}
-		}
-		r, err := tx.ExecContext(ctx, `DELETE FROM `+kt.table+` WHERE agent = ? AND `+kt.key+` = ?`, agent, key)
-		if err != nil {
-			return err
-		}
-		if n, _ := r.RowsAffected(); n == 0 {
-			return fmt.Errorf("%s %q: %w", kindNames[kind], id, ErrNotFound)
-		}
-		return nil
-	})
+	r, err := s.w.ExecContext(ctx, `DELETE FROM `+kt.table+` WHERE agent = ? AND `+kt.key+` = ?`, agent, key)
+	if err != nil {
+		return err
+	}
+	if n, _ := r.RowsAffected(); n == 0 {
+		return fmt.Errorf("%s %q: %w", kindNames[kind], id, ErrNotFound)
+	}
+	return nil
 }
 
 // kindNames are the singular names of the kinds, for messages.
 var kindNames = map[Kind]string{KindMemories: "memory", KindFacts: "fact", KindDocuments: "document",
 	KindNodes: "node", KindEdges: "edge", KindResults: "result"}
-
-// unindexDocument removes the agent's document id, if it exists, from its full-text index.
-func unindexDocument(ctx context.Context, tx *sql.Tx, fts, agent, id string) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO `+fts+` (`+fts+`, rowid, title, content)
-		SELECT 'delete', rid, title, content FROM documents WHERE agent = ? AND id = ?`, agent, id)
-	return err
-}
-
-// isNoTable reports whether err is SQLite's "no such table" (an agent's index not made yet).
-func isNoTable(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "no such table")
-}
 
 func kindKey(kt kindTable, id string) (any, error) {
 	if !kt.numeric {

@@ -97,7 +97,7 @@ func Open(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
 	}
 	r.SetMaxOpenConns(4)
 	s := &Store{w: w, r: r, log: log, now: time.Now}
-	if err := s.indexAgents(ctx); err != nil {
+	if err := s.dropAgentIndexes(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("indexing the knowledge of %s: %w", path, err)
 	}
