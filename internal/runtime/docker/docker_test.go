@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/sandbox/sandboxtest"
 	"github.com/sandpit-dev/sandpit/internal/session"
+	"github.com/sandpit-dev/sandpit/internal/store"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
@@ -167,7 +169,8 @@ func TestRestartAdoptsTheWarmContainer(t *testing.T) {
 // H17: the container is killed from outside during a run.
 func TestContainerKilledDuringRun(t *testing.T) {
 	rt, cfg := startRuntime(t, nil)
-	svc := sandbox.NewService(rt, sandbox.Hooks{}, sandbox.DefaultConfig(), testenv.Logger())
+	ledger := openLedger(t)
+	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: ledger}, sandbox.DefaultConfig(), testenv.Logger())
 	done := make(chan sandbox.Result, 1)
 	go func() {
 		res, err := svc.Execute(context.Background(), sandbox.Request{Code: "print('before', flush=True)\nimport time; time.sleep(30)"}, nil)
@@ -189,6 +192,7 @@ func TestContainerKilledDuringRun(t *testing.T) {
 	if res.Outcome != sandbox.OutcomeSandboxError || !strings.Contains(res.Reason, "sandbox container stopped") || res.Stdout != "before\n" {
 		t.Fatalf("outcome %q reason %q stdout %q, want sandbox_error with a reason and the output so far", res.Outcome, res.Reason, res.Stdout)
 	}
+	inLedger(t, ledger, res)
 	next, err := svc.Execute(context.Background(), sandbox.Request{Code: "print(2)"}, nil)
 	if err != nil || next.Outcome != sandbox.OutcomeOK || next.Stdout != "2\n" {
 		t.Fatalf("next run: %+v %v", next, err)
@@ -201,7 +205,8 @@ func TestContainerKilledDuringRun(t *testing.T) {
 // The executor process is killed inside the container during a run.
 func TestExecutorKilledDuringRun(t *testing.T) {
 	rt, _ := startRuntime(t, nil)
-	svc := sandbox.NewService(rt, sandbox.Hooks{}, sandbox.DefaultConfig(), testenv.Logger())
+	ledger := openLedger(t)
+	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: ledger}, sandbox.DefaultConfig(), testenv.Logger())
 	done := make(chan sandbox.Result, 1)
 	go func() {
 		res, _ := svc.Execute(context.Background(), sandbox.Request{Code: "import time; time.sleep(30)"}, nil)
@@ -216,6 +221,7 @@ func TestExecutorKilledDuringRun(t *testing.T) {
 	if res.Outcome != sandbox.OutcomeSandboxError || !strings.Contains(res.Reason, "executor") {
 		t.Fatalf("outcome %q reason %q, want sandbox_error naming the executor", res.Outcome, res.Reason)
 	}
+	inLedger(t, ledger, res)
 	next, err := svc.Execute(context.Background(), sandbox.Request{Code: "import os\nprint(sum(1 for p in os.listdir('/proc') if p.isdigit() and os.stat('/proc/'+p).st_uid >= 10000))"}, nil)
 	if err != nil || next.Outcome != sandbox.OutcomeOK || next.Stdout != "1\n" {
 		t.Fatalf("next run (counting slot processes): %+v %v", next, err)
@@ -298,5 +304,25 @@ func TestHungExecutorIsReplaced(t *testing.T) {
 	res := sandboxtest.Exec(t, rt, 0, sandboxtest.Spec("print('back')", 10*time.Second), nil)
 	if res.Outcome != sandbox.OutcomeOK || res.Stdout != "back\n" {
 		t.Fatalf("run after the hang: %+v", res)
+	}
+}
+
+// openLedger opens a store whose ledger the fault tests check.
+func openLedger(t *testing.T) *store.Store {
+	t.Helper()
+	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// inLedger checks that res is recorded, finished, with its outcome and reason.
+func inLedger(t *testing.T, st *store.Store, res sandbox.Result) {
+	t.Helper()
+	rec, err := st.GetExecution(context.Background(), res.ID)
+	if err != nil || rec.Status != store.StatusFinished || rec.Outcome != res.Outcome || rec.Reason != res.Reason {
+		t.Fatalf("the ledger's record of %s: %+v %v", res.ID, rec, err)
 	}
 }
