@@ -8,7 +8,9 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 BASE_IMAGE ?=
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: build test lint image base-image quickstart clean
+FUZZ_TIME ?= 10s
+
+.PHONY: build test fuzz lint image base-image quickstart clean
 
 build:
 	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sandpit-executor ./cmd/sandpit-executor
@@ -18,6 +20,15 @@ build:
 # SANDPIT_REQUIRE_DOCKER=1; executor tests that switch uids need root.
 test:
 	$(GO) test $(TEST_FLAGS) ./...
+
+# Every fuzz target for FUZZ_TIME each (their seed corpora also run with `make test`).
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZ_TIME) ./internal/requirement
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZ_TIME) ./internal/schedule
+	$(GO) test -run '^$$' -fuzz '^FuzzReceive$$' -fuzztime $(FUZZ_TIME) ./internal/protocol
+	$(GO) test -run '^$$' -fuzz '^FuzzCapture$$' -fuzztime $(FUZZ_TIME) ./internal/executor
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeExecuteBody$$' -fuzztime $(FUZZ_TIME) ./internal/httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzKnowledgeImport$$' -fuzztime $(FUZZ_TIME) -fuzzminimizetime 5s ./internal/httpapi
 
 lint:
 	$(GO) vet ./...
