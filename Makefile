@@ -29,6 +29,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzCapture$$' -fuzztime $(FUZZ_TIME) ./internal/executor
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeExecuteBody$$' -fuzztime $(FUZZ_TIME) ./internal/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzKnowledgeImport$$' -fuzztime $(FUZZ_TIME) -fuzzminimizetime 5s ./internal/httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzToolArguments$$' -fuzztime $(FUZZ_TIME) ./internal/mcpserver
 
 lint:
 	$(GO) vet ./...

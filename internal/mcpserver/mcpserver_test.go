@@ -33,7 +33,7 @@ func (pyRuntime) Run(_ context.Context, _ int, spec sandbox.Spec, _ func(sandbox
 }
 
 // session connects an MCP client, over in-memory transports, to a server for agent.
-func session(t *testing.T, agent string) *mcp.ClientSession {
+func session(t testing.TB, agent string) *mcp.ClientSession {
 	t.Helper()
 	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
 	if err != nil {
