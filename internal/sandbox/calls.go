@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -109,11 +110,7 @@ func (c *calls) answer(ctx context.Context, call Call) (json.RawMessage, error) 
 	if len(call.Args) > cfg.MaxCallBytes {
 		return nil, fmt.Errorf("the call's arguments are %d bytes of JSON; the limit is %d bytes", len(call.Args), cfg.MaxCallBytes)
 	}
-	known := false
-	for _, m := range CallMethods {
-		known = known || m == call.Method
-	}
-	if !known {
+	if !slices.Contains(CallMethods, call.Method) {
 		return nil, fmt.Errorf("agent has no method %q; the methods are %v", call.Method, CallMethods)
 	}
 	if c.s.cb == nil {
