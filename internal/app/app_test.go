@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/sandpit-dev/sandpit/internal/app"
 	"github.com/sandpit-dev/sandpit/internal/cli"
 	"github.com/sandpit-dev/sandpit/internal/config"
@@ -26,32 +24,12 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
-// engine is the test environment's shared Docker client once a test has asked for it.
-var engine interface{ Close() error }
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	// The shared Docker client keeps idle connections to the engine (each with a read and a
-	// write goroutine of net/http) for the next test: close them, so that what goleak finds
-	// is what the code left, not the client's pool. Streams still open are not idle and stay.
-	if engine != nil {
-		engine.Close()
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: goroutines outlive the tests:\n%v\n", err)
-			code = 1
-		}
-	}
-	testenv.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 func testConfig(t testing.TB) config.Config {
 	t.Helper()
 	cfg := config.Default()
 	cfg.DataDir = t.TempDir()
-	engine = testenv.Engine(t)
 	cfg.BaseImage = testenv.BaseImage(t)
 	cfg.ExecutorPath = testenv.Executor(t)
 	cfg.Listen = "127.0.0.1:0"

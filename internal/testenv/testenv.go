@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+	"go.uber.org/goleak"
 )
 
 // OfflineBase is the image scripts/offline-base-image.sh builds.
@@ -94,6 +95,26 @@ func Cleanup() {
 	if exeDir != "" {
 		os.RemoveAll(exeDir)
 	}
+}
+
+// Main runs the tests of a package that uses the engine, then checks with goleak that they
+// left no goroutine behind, and cleans up; TestMain exits with its code. The shared Docker
+// client keeps idle connections (each with net/http's read and write goroutines) for the next
+// test: they are closed first, so that what goleak finds is what the code left. Streams still
+// open are not idle and stay.
+func Main(m *testing.M) int {
+	code := m.Run()
+	if api != nil {
+		api.Close()
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: goroutines outlive the tests:\n%v\n", err)
+			code = 1
+		}
+	}
+	Cleanup()
+	return code
 }
 
 // RemoveContainers removes every container and volume labelled for dataDir when the test ends.

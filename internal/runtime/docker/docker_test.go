@@ -2,7 +2,6 @@ package docker_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
-	"go.uber.org/goleak"
 
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
@@ -23,23 +21,7 @@ import (
 
 var api client.APIClient
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	// The shared Docker client keeps idle connections to the engine (each with a read and a
-	// write goroutine of net/http) for the next test: close them, so that what goleak finds
-	// is what the code left, not the client's pool. Streams still open are not idle and stay.
-	if api != nil {
-		api.Close()
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: goroutines outlive the tests:\n%v\n", err)
-			code = 1
-		}
-	}
-	testenv.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 func testConfig(t *testing.T, dataDir string) docker.Config {
 	api = testenv.Engine(t)
