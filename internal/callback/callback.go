@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
@@ -118,10 +119,9 @@ func (d Dispatch) Call(ctx context.Context, scope sandbox.CallScope, call sandbo
 	case "log":
 		var a LogArgs
 		if err = decode(call, &a); err == nil {
-			switch a.Level {
-			case "debug", "info", "warning", "error":
+			if slices.Contains(sandbox.LogLevels, a.Level) {
 				err = d.Handler.Log(ctx, scope, a)
-			default:
+			} else {
 				err = fmt.Errorf("log: level %q is not debug, info, warning or error", a.Level)
 			}
 		}

@@ -54,11 +54,28 @@ func Verify(secret, body []byte, signature string) bool {
 	return hmac.Equal([]byte(Sign(secret, body)), []byte(signature))
 }
 
+// post sends the call and decodes the host application's answer, which must be a JSON value.
 func post[T any](ctx context.Context, w *Webhook, scope sandbox.CallScope, method string, args any) (T, error) {
-	var zero T
+	var v T
+	data, status, err := w.send(ctx, scope, method, args)
+	if err != nil {
+		return v, err
+	}
+	if len(data) == 0 || string(data) == "null" {
+		return v, fmt.Errorf("%s: the host application answered HTTP %d with no JSON value; it must answer the method's result", method, status)
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return v, fmt.Errorf("%s: the host application's answer does not fit: %v", method, err)
+	}
+	return v, nil
+}
+
+// send POSTs the call, signed, and returns the body of a 2xx answer (trimmed) and its status;
+// any other answer is an error with the host application's message.
+func (w *Webhook) send(ctx context.Context, scope sandbox.CallScope, method string, args any) ([]byte, int, error) {
 	body, err := json.Marshal(map[string]any{"agent": scope.Agent, "execution_id": scope.ExecutionID, "method": method, "args": args})
 	if err != nil {
-		return zero, err
+		return nil, 0, err
 	}
 	timeout, limit := w.Timeout, w.MaxBytes
 	if timeout <= 0 {
@@ -71,7 +88,7 @@ func post[T any](ctx context.Context, w *Webhook, scope sandbox.CallScope, metho
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(body))
 	if err != nil {
-		return zero, err
+		return nil, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(SignatureHeader, Sign(w.Secret, body))
@@ -83,15 +100,15 @@ func post[T any](ctx context.Context, w *Webhook, scope sandbox.CallScope, metho
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return zero, fmt.Errorf("%s: the host application did not answer: %v", method, err)
+		return nil, 0, fmt.Errorf("%s: the host application did not answer: %v", method, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
-		return zero, fmt.Errorf("%s: reading the host application's answer: %v", method, err)
+		return nil, 0, fmt.Errorf("%s: reading the host application's answer: %v", method, err)
 	}
 	if int64(len(data)) > limit {
-		return zero, fmt.Errorf("%s: the host application's answer is over %d bytes", method, limit)
+		return nil, 0, fmt.Errorf("%s: the host application's answer is over %d bytes", method, limit)
 	}
 	if resp.StatusCode/100 != 2 {
 		var e struct {
@@ -104,20 +121,9 @@ func post[T any](ctx context.Context, w *Webhook, scope sandbox.CallScope, metho
 		if len(msg) > 1000 {
 			msg = msg[:1000]
 		}
-		return zero, fmt.Errorf("%s: %s (HTTP %d from the host application)", method, msg, resp.StatusCode)
+		return nil, 0, fmt.Errorf("%s: %s (HTTP %d from the host application)", method, msg, resp.StatusCode)
 	}
-	var v T
-	data = bytes.TrimSpace(data)
-	if method == "log" {
-		return v, nil // any 2xx answer acknowledges a log line
-	}
-	if len(data) == 0 || string(data) == "null" {
-		return zero, fmt.Errorf("%s: the host application answered HTTP %d with no JSON value; it must answer the method's result", method, resp.StatusCode)
-	}
-	if err := json.Unmarshal(data, &v); err != nil {
-		return zero, fmt.Errorf("%s: the host application's answer does not fit: %v", method, err)
-	}
-	return v, nil
+	return bytes.TrimSpace(data), resp.StatusCode, nil
 }
 
 func (w *Webhook) SearchMemory(ctx context.Context, scope sandbox.CallScope, a SearchMemoryArgs) ([]store.Memory, error) {
@@ -144,7 +150,8 @@ func (w *Webhook) StoreResult(ctx context.Context, scope sandbox.CallScope, a St
 	return post[store.StoredResult](ctx, w, scope, "store_result", a)
 }
 
+// Log sends the line; any 2xx answer acknowledges it.
 func (w *Webhook) Log(ctx context.Context, scope sandbox.CallScope, a LogArgs) error {
-	_, err := post[json.RawMessage](ctx, w, scope, "log", a)
+	_, _, err := w.send(ctx, scope, "log", a)
 	return err
 }

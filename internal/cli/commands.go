@@ -220,16 +220,21 @@ func (o *options) finishRun(cmd *cobra.Command, res sandbox.Result, err error, a
 	return nil
 }
 
+// daemonURL is the daemon's address: flag, else SANDPIT_URL, else DefaultURL.
+func (o *options) daemonURL(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if u, _ := o.env.Lookup("SANDPIT_URL"); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
 // execute runs req through the daemon when one answers, else through a local engine.
 func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequest, emit func(sandbox.Event)) (sandbox.Result, error) {
 	ctx := cmd.Context()
-	url := f.url
-	if url == "" {
-		url, _ = o.env.Lookup("SANDPIT_URL")
-	}
-	if url == "" {
-		url = DefaultURL
-	}
+	url := o.daemonURL(f.url)
 	cfg, err := o.load(cmd) // also with a daemon: a broken configuration is always an error
 	if err != nil {
 		return sandbox.Result{}, err

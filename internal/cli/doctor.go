@@ -22,13 +22,7 @@ daemon. Exits 0 when every required check passes, 69 otherwise.`,
 			if err != nil {
 				return err
 			}
-			u := f.url
-			if u == "" {
-				u, _ = o.env.Lookup("SANDPIT_URL")
-			}
-			if u == "" {
-				u = DefaultURL
-			}
+			u := o.daemonURL(f.url)
 			checks := app.Doctor(cmd.Context(), cfg, u)
 			failed := false
 			for _, c := range checks {

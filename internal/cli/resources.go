@@ -68,13 +68,7 @@ func (o *options) daemon(cmd *cobra.Command, f daemonFlags) (*client.Client, err
 	if err != nil {
 		return nil, err
 	}
-	u := f.url
-	if u == "" {
-		u, _ = o.env.Lookup("SANDPIT_URL")
-	}
-	if u == "" {
-		u = DefaultURL
-	}
+	u := o.daemonURL(f.url)
 	c := client.New(u, nil).As(sandbox.SourceCLI).WithToken(cfg.Token)
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()

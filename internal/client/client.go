@@ -188,22 +188,27 @@ func (c *Client) execute(ctx context.Context, path string, body any, onEvent fun
 // send makes a request with body as JSON (nil: none) and returns a 2xx answer; other answers
 // become *APIError.
 func (c *Client) send(ctx context.Context, method, path string, body any, accept string) (*http.Response, error) {
-	var rd io.Reader
-	if body != nil {
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(body); err != nil {
-			return nil, fmt.Errorf("encoding the request: %w", err)
-		}
-		rd = &buf
+	if body == nil {
+		return c.sendRaw(ctx, method, path, nil, "", accept)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(body); err != nil {
+		return nil, fmt.Errorf("encoding the request: %w", err)
+	}
+	return c.sendRaw(ctx, method, path, &buf, "application/json", accept)
+}
+
+// sendRaw makes a request with body of contentType (nil: none) and returns a 2xx answer; other
+// answers become *APIError.
+func (c *Client) sendRaw(ctx context.Context, method, path string, body io.Reader, contentType, accept string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return nil, err
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	req.Header.Set("Accept", accept)
 	if c.source != "" {

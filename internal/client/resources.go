@@ -276,23 +276,11 @@ func (c *Client) ImportKnowledge(ctx context.Context, agent, kind string, body i
 	if err != nil {
 		return 0, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, body)
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Content-Type", httpapi.NDJSONContentType)
-	req.Header.Set("Accept", "application/json")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.hc.Do(req)
+	resp, err := c.sendRaw(ctx, http.MethodPost, path, body, httpapi.NDJSONContentType, "application/json")
 	if err != nil {
 		return 0, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return 0, apiError(resp)
-	}
 	var out struct {
 		Created int `json:"created"`
 	}

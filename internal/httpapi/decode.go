@@ -23,6 +23,21 @@ type shape struct {
 	example string            // a minimal valid body
 }
 
+// mediaType returns the request's media type ("" without a Content-Type), or a 415 error
+// saying how to send it (hint) when it is not one of accepted. Only these are taken: a web page
+// can send text/plain or a form without asking first, but not JSON.
+func mediaType(r *http.Request, hint string, accepted ...string) (string, error) {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return "", nil
+	}
+	if mt, _, err := mime.ParseMediaType(ct); err == nil && slices.Contains(accepted, mt) {
+		return mt, nil
+	}
+	return "", &requestError{status: http.StatusUnsupportedMediaType, code: CodeUnsupportedMedia,
+		msg: fmt.Sprintf("Content-Type %q is not accepted; %s", ct, hint)}
+}
+
 // readBody checks a JSON request's Content-Type, refuses a body over limit bytes (before
 // reading it when Content-Length says so) and decodes it into v by sh (see decodeBody).
 // Errors are answered by writeError.
@@ -33,12 +48,8 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, v any, sh sha
 		return &requestError{status: http.StatusRequestEntityTooLarge, code: CodeTooLarge,
 			msg: fmt.Sprintf("the request body is %d bytes; the limit is %d bytes", r.ContentLength, limit)}
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		// Only JSON: a web page can send text/plain or a form without asking first, but not JSON.
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			return &requestError{status: http.StatusUnsupportedMediaType, code: CodeUnsupportedMedia, msg: fmt.Sprintf(
-				"Content-Type %q is not accepted; send the body as JSON with Content-Type: application/json", ct)}
-		}
+	if _, err := mediaType(r, "send the body as JSON with Content-Type: application/json", "application/json"); err != nil {
+		return err
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	return decodeBody(r.Body, v, sh)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"strings"
 	"unicode/utf8"
@@ -66,18 +65,12 @@ func (a *api) addKnowledge(w http.ResponseWriter, r *http.Request, kind store.Ki
 			msg: fmt.Sprintf("the body is %d bytes; the limit is %d bytes: import in parts", r.ContentLength, maxImportBytes)})
 		return
 	}
-	ndjson := false
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		switch {
-		case err == nil && mt == NDJSONContentType:
-			ndjson = true
-		case err != nil || mt != "application/json":
-			writeError(w, &requestError{status: http.StatusUnsupportedMediaType, code: CodeUnsupportedMedia, msg: fmt.Sprintf(
-				"Content-Type %q is not accepted; send one item as application/json or many as %s", ct, NDJSONContentType)})
-			return
-		}
+	mt, err := mediaType(r, "send one item as application/json or many as "+NDJSONContentType, "application/json", NDJSONContentType)
+	if err != nil {
+		writeError(w, err)
+		return
 	}
+	ndjson := mt == NDJSONContentType
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxImportBytes))
 	if err != nil {
 		writeError(w, err)

@@ -2,8 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"fmt"
-	"mime"
 	"net/http"
 	"time"
 
@@ -16,12 +14,9 @@ type SetupRunner func(ctx context.Context, emit func(setup.Event)) error
 // runSetup streams setup's events as NDJSON, one {step, status, message, progress} per line,
 // ending with the step "setup" done or failed.
 func (a *api) runSetup(w http.ResponseWriter, r *http.Request) {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			writeError(w, &requestError{status: http.StatusUnsupportedMediaType, code: CodeUnsupportedMedia, msg: fmt.Sprintf(
-				"Content-Type %q is not accepted; send no body, or JSON", ct)})
-			return
-		}
+	if _, err := mediaType(r, "send no body, or JSON", "application/json"); err != nil {
+		writeError(w, err)
+		return
 	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Time{})

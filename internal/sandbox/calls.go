@@ -56,6 +56,9 @@ const (
 	MaxLogBytes   = 1 << 20
 )
 
+// LogLevels are the levels of agent.log lines.
+var LogLevels = []string{"debug", "info", "warning", "error"}
+
 // The call methods.
 var CallMethods = []string{"search_memory", "get_facts", "query_graph", "get_documents", "store_result", "log"}
 
@@ -149,9 +152,7 @@ func (c *calls) logLine(args json.RawMessage) (*LogLine, error) {
 	if err := json.Unmarshal(args, &l); err != nil {
 		return nil, fmt.Errorf("log: the arguments must be {\"message\", \"level\"}: %v", err)
 	}
-	switch l.Level {
-	case "debug", "info", "warning", "error":
-	default:
+	if !slices.Contains(LogLevels, l.Level) {
 		return nil, fmt.Errorf("log: level %q is not debug, info, warning or error", l.Level)
 	}
 	if len(l.Message) > MaxLogMessage {

@@ -121,16 +121,12 @@ func (s *Store) SearchMemories(ctx context.Context, agent, text string, limit in
 	if err != nil {
 		return nil, err
 	}
-	found, err := collect(rows, func(r scanner) (Memory, error) {
-		var m Memory
-		var meta string
-		var created int64
-		err := r.Scan(&m.ID, &m.Text, &meta, &created)
-		m.Metadata, m.CreatedAt, m.Score = json.RawMessage(meta), time.UnixMilli(created).UTC(), scores[m.ID]
-		return m, err
-	})
+	found, err := collect(rows, scanMemory)
 	if err != nil {
 		return nil, err
+	}
+	for i := range found {
+		found[i].Score = scores[found[i].ID]
 	}
 	return inOrder(found, ids, func(m Memory) int64 { return m.ID }), nil
 }
@@ -399,10 +395,9 @@ func (s *Store) FindDocuments(ctx context.Context, agent, text string, ids []str
 		}
 		found, err := collect(rows, func(r scanner) (ranked, error) {
 			var x ranked
-			var meta string
-			var created int64
-			err := r.Scan(&x.rid, &x.doc.ID, &x.doc.Title, &x.doc.Content, &meta, &created)
-			x.doc.Metadata, x.doc.CreatedAt, x.doc.Score = json.RawMessage(meta), time.UnixMilli(created).UTC(), scores[x.rid]
+			var err error
+			x.doc, err = scanDocument(prefixed{r, &x.rid})
+			x.doc.Score = scores[x.rid]
 			return x, err
 		})
 		if err != nil {
@@ -421,22 +416,35 @@ func (s *Store) FindDocuments(ctx context.Context, agent, text string, ids []str
 		for _, id := range ids {
 			args = append(args, id)
 		}
-		rows, err = s.r.QueryContext(ctx, `SELECT `+cols+`, 0 FROM documents d WHERE d.agent = ? AND d.id IN (`+
-			strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")+`) ORDER BY d.rid LIMIT ?`, append(args, limit)...)
+		rows, err = s.r.QueryContext(ctx, `SELECT `+cols+` FROM documents d WHERE d.agent = ? AND d.id IN (`+
+			placeholders(len(ids))+`) ORDER BY d.rid LIMIT ?`, append(args, limit)...)
 	default:
-		rows, err = s.r.QueryContext(ctx, `SELECT `+cols+`, 0 FROM documents d WHERE d.agent = ? ORDER BY d.rid DESC LIMIT ?`, agent, limit)
+		rows, err = s.r.QueryContext(ctx, `SELECT `+cols+` FROM documents d WHERE d.agent = ? ORDER BY d.rid DESC LIMIT ?`, agent, limit)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return collect(rows, func(r scanner) (Document, error) {
-		var d Document
-		var meta string
-		var created int64
-		err := r.Scan(&d.ID, &d.Title, &d.Content, &meta, &created, &d.Score)
-		d.Metadata, d.CreatedAt = json.RawMessage(meta), time.UnixMilli(created).UTC()
-		return d, err
-	})
+	return collect(rows, scanDocument)
+}
+
+// scanMemory reads id, text, metadata, created_at.
+func scanMemory(r scanner) (Memory, error) {
+	var m Memory
+	var meta string
+	var created int64
+	err := r.Scan(&m.ID, &m.Text, &meta, &created)
+	m.Metadata, m.CreatedAt = json.RawMessage(meta), time.UnixMilli(created).UTC()
+	return m, err
+}
+
+// scanDocument reads id, title, content, metadata, created_at.
+func scanDocument(r scanner) (Document, error) {
+	var d Document
+	var meta string
+	var created int64
+	err := r.Scan(&d.ID, &d.Title, &d.Content, &meta, &created)
+	d.Metadata, d.CreatedAt = json.RawMessage(meta), time.UnixMilli(created).UTC()
+	return d, err
 }
 
 // StoreResult stores value under the agent's key as its next version, linked to executionID
@@ -530,26 +538,12 @@ type kindTable struct {
 }
 
 var kindTables = map[Kind]kindTable{
-	KindMemories: {"memories", "id", "id", "id, text, metadata, created_at", true, func(r scanner) (any, error) {
-		var m Memory
-		var meta string
-		var created int64
-		err := r.Scan(&m.ID, &m.Text, &meta, &created)
-		m.Metadata, m.CreatedAt = json.RawMessage(meta), time.UnixMilli(created).UTC()
-		return m, err
-	}},
-	KindFacts: {"facts", "id", "id", "id, subject, predicate, object, metadata, created_at", true, func(r scanner) (any, error) { return scanFact(r) }},
-	KindDocuments: {"documents", "rid", "id", "id, title, content, metadata, created_at", false, func(r scanner) (any, error) {
-		var d Document
-		var meta string
-		var created int64
-		err := r.Scan(&d.ID, &d.Title, &d.Content, &meta, &created)
-		d.Metadata, d.CreatedAt = json.RawMessage(meta), time.UnixMilli(created).UTC()
-		return d, err
-	}},
-	KindNodes:   {"graph_nodes", "rid", "id", "id, type, properties, created_at", false, func(r scanner) (any, error) { return scanNode(r) }},
-	KindEdges:   {"graph_edges", "id", "id", "id, source, target, relation, properties, created_at", true, func(r scanner) (any, error) { return scanEdge(r) }},
-	KindResults: {"results", "id", "key", "key, version, value, execution_id, created_at", false, func(r scanner) (any, error) { return scanResult(r) }},
+	KindMemories:  {"memories", "id", "id", "id, text, metadata, created_at", true, func(r scanner) (any, error) { return scanMemory(r) }},
+	KindFacts:     {"facts", "id", "id", "id, subject, predicate, object, metadata, created_at", true, func(r scanner) (any, error) { return scanFact(r) }},
+	KindDocuments: {"documents", "rid", "id", "id, title, content, metadata, created_at", false, func(r scanner) (any, error) { return scanDocument(r) }},
+	KindNodes:     {"graph_nodes", "rid", "id", "id, type, properties, created_at", false, func(r scanner) (any, error) { return scanNode(r) }},
+	KindEdges:     {"graph_edges", "id", "id", "id, source, target, relation, properties, created_at", true, func(r scanner) (any, error) { return scanEdge(r) }},
+	KindResults:   {"results", "id", "key", "key, version, value, execution_id, created_at", false, func(r scanner) (any, error) { return scanResult(r) }},
 }
 
 // ErrUnknownKind means a kind that is not one of Kinds.

@@ -6,6 +6,10 @@
 -- +goose Up
 ALTER TABLE memories ADD COLUMN tokens INTEGER NOT NULL DEFAULT -1;
 ALTER TABLE documents ADD COLUMN tokens INTEGER NOT NULL DEFAULT -1;
+-- Rows still to count (stored before this migration): the store finds them at start-up
+-- without scanning every row.
+CREATE INDEX memories_untokenized ON memories (id) WHERE tokens < 0;
+CREATE INDEX documents_untokenized ON documents (rid) WHERE tokens < 0;
 CREATE VIRTUAL TABLE memories_fts USING fts5 (text, content = 'memories', content_rowid = 'id');
 CREATE VIRTUAL TABLE documents_fts USING fts5 (title, content, content = 'documents', content_rowid = 'rid');
 INSERT INTO memories_fts (memories_fts) VALUES ('rebuild');
@@ -45,5 +49,7 @@ DROP TRIGGER memories_ad;
 DROP TRIGGER memories_ai;
 DROP TABLE documents_fts;
 DROP TABLE memories_fts;
+DROP INDEX documents_untokenized;
+DROP INDEX memories_untokenized;
 ALTER TABLE documents DROP COLUMN tokens;
 ALTER TABLE memories DROP COLUMN tokens;
