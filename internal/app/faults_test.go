@@ -126,9 +126,13 @@ func TestEngineUnreachable(t *testing.T) {
 	if resp.StatusCode != 503 || !strings.Contains(string(b), "cannot reach the Docker engine") || time.Since(began) > 3*time.Second {
 		t.Fatalf("a run while the engine is down: %d %s after %v", resp.StatusCode, b, time.Since(began))
 	}
+	var refused struct{ Executions []sandbox.Result }
+	if call(t, "GET", url+"/v1/executions", "", &refused); len(refused.Executions) != 0 {
+		t.Fatalf("a refused request left a record: %+v", refused.Executions)
+	}
 
 	p.Up()
-	waitReady(t, url, 200, 30*time.Second)
+	waitReady(t, url, 200, 5*time.Minute) // the first time may build the image
 	if resp, b := post(t, url, `{"code": "print(1)"}`); resp.StatusCode != 200 || !strings.Contains(string(b), `"stdout":"1\n"`) {
 		t.Fatalf("after the engine came: %d %s", resp.StatusCode, b)
 	}
@@ -144,12 +148,12 @@ func TestEngineUnreachable(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	p.Down()
 	res := <-done
-	if res.Outcome != sandbox.OutcomeSandboxError {
+	if res.Outcome != sandbox.OutcomeSandboxError || !strings.Contains(res.Reason, "connection to the Docker engine was lost") {
 		t.Fatalf("the run cut short by the engine's loss: %+v", res)
 	}
 	waitReady(t, url, 503, 15*time.Second)
 	p.Up()
-	waitReady(t, url, 200, 30*time.Second)
+	waitReady(t, url, 200, 5*time.Minute) // the first time may build the image
 	if resp, b := post(t, url, `{"code": "print(2)"}`); resp.StatusCode != 200 || !strings.Contains(string(b), `"stdout":"2\n"`) {
 		t.Fatalf("after the engine returned: %d %s", resp.StatusCode, b)
 	}

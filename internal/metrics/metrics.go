@@ -84,6 +84,8 @@ func (r recorder) Begin(ctx context.Context, spec sandbox.Spec, head sandbox.Res
 	return r.next.Begin(ctx, spec, head)
 }
 
+func (r recorder) Discard(ctx context.Context, id string) error { return r.next.Discard(ctx, id) }
+
 func (r recorder) Finish(ctx context.Context, res sandbox.Result) error {
 	r.m.runs.WithLabelValues(res.Source, string(res.Outcome)).Inc()
 	r.m.duration.WithLabelValues(res.Source).Observe((time.Duration(res.DurationMS) * time.Millisecond).Seconds())

@@ -14,6 +14,7 @@ type nopRecorder struct{}
 
 func (nopRecorder) Begin(context.Context, sandbox.Spec, sandbox.Result) error { return nil }
 func (nopRecorder) Finish(context.Context, sandbox.Result) error              { return nil }
+func (nopRecorder) Discard(context.Context, string) error                     { return nil }
 
 // A program chooses its call names: they must not become label values.
 func TestCallMethodsAreBounded(t *testing.T) {

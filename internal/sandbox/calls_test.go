@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 )
 
 // callingRuntime makes calls through spec.Calls while "running", and keeps the function to
@@ -101,4 +105,70 @@ func TestLogLinesAreBoundedAndKept(t *testing.T) {
 	if len(res.Logs) != MaxLogBytes/MaxLogMessage || len(events) != len(res.Logs) {
 		t.Fatalf("%d lines kept, %d streamed; want %d of each (refused lines are neither)", len(res.Logs), len(events), MaxLogBytes/MaxLogMessage)
 	}
+}
+
+// countingRecorder counts the ledger's calls; Finish fails the first failFinish times.
+type countingRecorder struct {
+	mu                        sync.Mutex
+	begun, finished, discards int
+	failFinish                int
+}
+
+func (c *countingRecorder) Begin(context.Context, Spec, Result) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.begun++
+	return nil
+}
+func (c *countingRecorder) Finish(context.Context, Result) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failFinish > 0 {
+		c.failFinish--
+		return errors.New("database or disk is full")
+	}
+	c.finished++
+	return nil
+}
+func (c *countingRecorder) Discard(context.Context, string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.discards++
+	return nil
+}
+
+type notReadyRuntime struct{}
+
+func (notReadyRuntime) Ready(context.Context) error { return ErrNotReady }
+func (notReadyRuntime) Run(context.Context, int, Spec, func(Event)) (Result, error) {
+	return Result{}, fmt.Errorf("%w: cannot reach the Docker engine", ErrNotReady)
+}
+
+// A run refused because the sandbox is not ready leaves no record; a result the ledger could
+// not take is recorded once it can.
+func TestLedgerKeepsOnlyRunsThatRan(t *testing.T) {
+	rec := &countingRecorder{}
+	s := NewService(notReadyRuntime{}, Hooks{Recorder: rec}, testConfig(), nil)
+	if _, err := s.Execute(context.Background(), Request{Code: "x"}, nil); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("err %v", err)
+	}
+	if rec.begun != 1 || rec.discards != 1 || rec.finished != 0 {
+		t.Fatalf("begun %d, discarded %d, finished %d; want 1, 1, 0", rec.begun, rec.discards, rec.finished)
+	}
+
+	synctest.Test(t, func(t *testing.T) {
+		rec := &countingRecorder{failFinish: 2}
+		s := NewService(&callingRuntime{}, Hooks{Recorder: rec}, testConfig(), nil)
+		if _, err := s.Execute(context.Background(), Request{Code: "x"}, nil); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * finishRetryEvery)
+		synctest.Wait()
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if rec.finished != 1 {
+			t.Fatalf("the result was recorded %d times after the ledger recovered, want 1", rec.finished)
+		}
+		s.Interrupt()
+	})
 }

@@ -312,6 +312,11 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 	audit, logs := line.end()
 	switch {
 	case err != nil && errors.Is(err, ErrNotReady) && ctx.Err() == nil:
+		if s.rec != nil {
+			if derr := s.rec.Discard(context.WithoutCancel(ctx), spec.ID); derr != nil {
+				s.log.Error("the ledger could not discard a run that did not start", "id", spec.ID, "error", derr)
+			}
+		}
 		return Result{}, err
 	case err != nil, ctx.Err() != nil && res.Outcome == OutcomeKilled:
 		// Also the runtime's result for a run it killed because ctx ended: the reason says who
@@ -342,7 +347,8 @@ func (s *Service) finish(ctx context.Context, req Request, spec Spec, agent stri
 	if s.rec != nil {
 		// The run is over whatever the caller does now: record it even if ctx has ended.
 		if err := s.rec.Finish(context.WithoutCancel(ctx), res); err != nil {
-			s.log.Error("the ledger could not record an execution's result", "id", res.ID, "error", err)
+			s.log.Error("the ledger could not record an execution's result; retrying", "id", res.ID, "error", err)
+			go s.retryFinish(res)
 		}
 	}
 	s.log.Info("execution finished", "id", res.ID, "agent", agent, "slot", slot,
@@ -393,6 +399,30 @@ func (s *Service) install(ctx context.Context, reqs []string, emit func(Event)) 
 		progress = func(d DependencyStatus) { emit(Event{Stream: "dependency", Dependency: &d}) }
 	}
 	return inst.Install(ctx, InstallRequest{Requirements: canonical, Timeout: s.cfg.InstallTimeout, Offline: s.cfg.Network == "none"}, progress)
+}
+
+// finishRetries and finishRetryEvery bound retrying a result the ledger could not record
+// (a full or read-only disk): about ten minutes.
+const (
+	finishRetries    = 120
+	finishRetryEvery = 5 * time.Second
+)
+
+// retryFinish records res once the ledger can take it, giving up after finishRetries or when
+// the Service is interrupted (the next start then finalises the record as interrupted).
+func (s *Service) retryFinish(res Result) {
+	for range finishRetries {
+		select {
+		case <-s.base.Done():
+			return
+		case <-time.After(finishRetryEvery):
+		}
+		if err := s.rec.Finish(context.Background(), res); err == nil {
+			s.log.Info("the ledger recorded an execution's result after all", "id", res.ID)
+			return
+		}
+	}
+	s.log.Error("the ledger never recorded an execution's result; it will read interrupted", "id", res.ID)
 }
 
 // dependencyError is the result of a run whose dependencies could not all be installed: the

@@ -165,9 +165,12 @@ type Recorder interface {
 	// time, with no outcome yet. An error refuses the run: it does not start, and Execute
 	// returns the error.
 	Begin(ctx context.Context, spec Spec, head Result) error
-	// Finish records res, the run's final result. An error is logged; the result still reaches
-	// the client.
+	// Finish records res, the run's final result. On an error the Service logs it and tries
+	// again in the background (a full disk may free up); the result still reaches the client.
 	Finish(ctx context.Context, res Result) error
+	// Discard removes the record Begin made for a run that did not start after all (the
+	// sandbox was not ready): a refused request leaves no record.
+	Discard(ctx context.Context, id string) error
 }
 
 // Runtime runs specs in an isolated box with a fixed number of slots.

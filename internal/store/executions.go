@@ -138,6 +138,18 @@ func finish(ctx context.Context, tx *sql.Tx, res sandbox.Result, ended time.Time
 	return nil
 }
 
+// Discard deletes the record of run id while it is still running (it never started after
+// all), and marks its job fire, if any, as not begun (sandbox.Recorder).
+func (s *Store) Discard(ctx context.Context, id string) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE id = ? AND status = 'running'`, id); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE job_fires SET began = 0 WHERE execution_id = ?`, id)
+		return err
+	})
+}
+
 // FinishInterrupted finalises every record still running as sandbox_error with reason
 // ReasonInterrupted, and returns how many there were. The daemon calls it when it starts,
 // before any run: a record running then belongs to a daemon that is gone.

@@ -315,6 +315,8 @@ func (r *Runtime) whatStopped(containerID string) string {
 	for deadline := time.Now().Add(500 * time.Millisecond); ; time.Sleep(50 * time.Millisecond) {
 		got, err := r.api.ContainerInspect(ctx, containerID, client.ContainerInspectOptions{})
 		switch st := got.Container.State; {
+		case err != nil && r.ping(ctx) != nil:
+			return "the connection to the Docker engine was lost during the run"
 		case err != nil:
 			return "the sandbox container disappeared during the run"
 		case st != nil && (!st.Running || st.Paused):
