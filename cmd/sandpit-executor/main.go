@@ -3,7 +3,7 @@
 // stdout; its stderr carries its log. It exits when stdin ends.
 //
 // Usage: sandpit-executor serve [-slots N] [-uid-base N] [-python PATH] [-bootstrap PATH]
-// [-run-root DIR]
+// [-run-root DIR] [-fork-server=false] [-preload MODULES] [-fork-server-max-runs N]
 package main
 
 import (
@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/sandpit-dev/sandpit/internal/executor"
@@ -20,6 +21,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) >= 2 && os.Args[1] == "spawn-time" {
+		os.Exit(spawnTime(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	if len(os.Args) < 2 || os.Args[1] != "serve" {
 		fmt.Fprintln(os.Stderr, "usage: sandpit-executor serve [flags]  (started by the sandpit daemon, not by hand)")
 		os.Exit(2)
@@ -31,7 +35,19 @@ func main() {
 	fs.StringVar(&cfg.Python, "python", cfg.Python, "python interpreter")
 	fs.StringVar(&cfg.Bootstrap, "bootstrap", cfg.Bootstrap, "path of bootstrap.py")
 	fs.StringVar(&cfg.RunRoot, "run-root", cfg.RunRoot, "directory of the run directories")
+	forkServer := fs.Bool("fork-server", true, "start runs from a fork server with preloaded modules (false: a fresh interpreter per run)")
+	preload := fs.String("preload", strings.Join(cfg.Preload, ","), "comma-separated modules the fork server imports; those the image lacks are skipped")
+	fs.IntVar(&cfg.ForkServerMaxRuns, "fork-server-max-runs", cfg.ForkServerMaxRuns, "replace the fork server after this many runs (0: never)")
 	_ = fs.Parse(os.Args[2:])
+	if !*forkServer {
+		cfg.ForkServer = ""
+	}
+	cfg.Preload = nil
+	for m := range strings.SplitSeq(*preload, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			cfg.Preload = append(cfg.Preload, m)
+		}
+	}
 
 	// JSON lines without time: the daemon reads them and logs them as its own, with its clock.
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{

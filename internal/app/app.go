@@ -95,8 +95,9 @@ func RuntimeConfig(cfg config.Config, progress io.Writer) (docker.Config, error)
 			TrustedHosts:   cfg.TrustedHosts,
 			BinaryOnly:     cfg.BinaryOnly,
 		},
-		ReadyWait: 30 * time.Second,
-		Progress:  progress,
+		ForkServer: docker.ForkServer{Enabled: cfg.ForkServer, Preload: cfg.Preload, MaxRuns: cfg.ForkServerMaxRuns},
+		ReadyWait:  30 * time.Second,
+		Progress:   progress,
 	}, nil
 }
 

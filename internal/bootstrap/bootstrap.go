@@ -23,5 +23,11 @@ var Source []byte
 //go:embed deps.py
 var Checker []byte
 
+// ForkServer is the text of forkserver.py, the fork server the executor keeps: a root Python
+// process that imports the preloaded modules once and forks each run's process from itself.
+//
+//go:embed forkserver.py
+var ForkServer []byte
+
 // FileName is the name tracebacks give the user's code.
 const FileName = "main.py"

@@ -1,5 +1,6 @@
 # sandpit bootstrap: runs one execution's code. Started by sandpit-executor as the slot's uid
-# with descriptor 3 connected to the executor. Protocol (newline-delimited JSON on fd 3):
+# with descriptor 3 connected to the executor (a cold start), or imported by forkserver.py,
+# whose children call main() once they are the slot's uid (a fork). Protocol (newline-delimited JSON on fd 3):
 #   executor -> bootstrap, once: {"code": str, "input": any, "limits": {...}, "timeout_ms": int}
 #   bootstrap -> executor:       {"type": "output", "json": str}
 #                                {"type": "output_too_large", "bytes": int}
@@ -312,6 +313,8 @@ def _send_output(namespace, limit):
 
 
 def main():
+    # Only descriptors 0 to 3 belong to the run: close anything else inherited by mistake.
+    os.closerange(_FD + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
     os.set_inheritable(_FD, False)
     init = _read_init()
     _apply_limits(init)
@@ -360,4 +363,5 @@ def main():
     _exit(status)
 
 
-main()
+if __name__ == "__main__":  # the cold start; the fork server calls main() in each child
+    main()

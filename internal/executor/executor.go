@@ -58,6 +58,13 @@ type Config struct {
 	PackagesRoot string
 	InstallerUID int
 	Checker      string
+	// ForkServer is the path of forkserver.py; "" starts every run cold (a fresh interpreter).
+	// The fork server runs as root, imports Preload (modules the image lacks are skipped) and
+	// forks each run's process, which becomes the slot's uid before it reads the run's code.
+	ForkServer string
+	Preload    []string
+	// ForkServerMaxRuns replaces the fork server after that many runs; 0 never does.
+	ForkServerMaxRuns int
 }
 
 // DefaultConfig is the layout of the sandpit image.
@@ -75,6 +82,10 @@ func DefaultConfig() Config {
 		PackagesRoot:    "/opt/sandpit/packages",
 		InstallerUID:    9999,
 		Checker:         "/opt/sandpit/deps.py",
+
+		ForkServer:        "/opt/sandpit/forkserver.py",
+		Preload:           []string{"numpy", "pandas", "matplotlib", "scipy"},
+		ForkServerMaxRuns: 1000,
 	}
 }
 
@@ -85,6 +96,7 @@ type Executor struct {
 	log  *slog.Logger
 
 	installer *installer
+	forks     *forkServers
 
 	mu       sync.Mutex
 	runs     map[string]*run               // by execution ID
@@ -110,6 +122,7 @@ func Serve(ctx context.Context, conn *protocol.Conn, cfg Config, log *slog.Logge
 	if e.installer, err = newInstaller(e, e.cfg.Python, python); err != nil {
 		return err
 	}
+	e.forks = newForkServers(e.cfg, log)
 	if err := conn.Send(&protocol.Message{Kind: protocol.KindHello, Hello: &protocol.Hello{
 		Version: protocol.Version, Slots: cfg.Slots, Python: python, PID: os.Getpid(),
 	}}); err != nil {
@@ -128,6 +141,8 @@ func Serve(ctx context.Context, conn *protocol.Conn, cfg Config, log *slog.Logge
 			msgs <- m
 		}
 	}()
+	e.forks.start()
+	defer e.forks.close() // after stopAll: the runs it forked are gone by then
 	defer e.stopAll()
 	for {
 		select {

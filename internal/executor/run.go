@@ -38,9 +38,10 @@ type run struct {
 	uid  int
 	spec sandbox.Spec
 
-	mu     sync.Mutex
-	reason stopReason
-	cmd    *exec.Cmd
+	mu      sync.Mutex
+	reason  stopReason
+	proc    process       // nil until the program has started
+	stopped chan struct{} // closed when reason is set
 
 	// the call line: replies from the daemon, and the program's exit
 	replies chan *protocol.AgentReply
@@ -55,7 +56,26 @@ type run struct {
 
 func newRun(e *Executor, id string, slot int, spec sandbox.Spec) *run {
 	return &run{e: e, id: id, slot: slot, uid: e.cfg.UIDBase + slot, spec: spec,
-		replies: make(chan *protocol.AgentReply, 1), exited: make(chan struct{})}
+		replies: make(chan *protocol.AgentReply, 1), exited: make(chan struct{}), stopped: make(chan struct{})}
+}
+
+// process is a run's started program: a cold interpreter or a fork server's child.
+type process interface {
+	// wait waits for the program to exit and returns its wait status; an error means the
+	// status is unknown.
+	wait() (syscall.WaitStatus, error)
+}
+
+type coldProcess struct{ cmd *exec.Cmd }
+
+func (p coldProcess) wait() (syscall.WaitStatus, error) {
+	err := p.cmd.Wait()
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		return 0, fmt.Errorf("waiting for python: %w", err)
+	}
+	status, _ := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return status, nil
 }
 
 // stop ends the run for reason (the first reason wins) by killing every process of its uid.
@@ -66,7 +86,8 @@ func (r *run) stop(reason stopReason) {
 		return
 	}
 	r.reason = reason
-	started := r.cmd != nil
+	close(r.stopped)
+	started := r.proc != nil
 	r.mu.Unlock()
 	if started {
 		if err := killUID(r.uid); err != nil {
@@ -139,18 +160,10 @@ func (r *run) execute() *sandbox.Result {
 	}
 	opened = append(opened, stderrR, stderrW)
 
-	env, mplDir := r.environment(dir)
+	mplDir := matplotlibDir(r.uid)
+	env := runEnvironment(dir, mplDir)
 	if err := r.seedMatplotlib(mplDir); err != nil {
 		r.e.log.Warn("copying the matplotlib cache", "id", r.id, "error", err)
-	}
-	cmd := exec.Command(r.e.cfg.Python, "-u", "-I", "-X", "utf8", r.e.cfg.Bootstrap)
-	cmd.Dir = dir
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
-	cmd.ExtraFiles = []*os.File{childSock} // descriptor 3
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setsid:     true,
-		Credential: &syscall.Credential{Uid: uint32(r.uid), Gid: uint32(r.uid), Groups: []uint32{}},
 	}
 
 	oomBefore, oomKnown := oomKills()
@@ -161,10 +174,8 @@ func (r *run) execute() *sandbox.Result {
 		return res
 	}
 	started := time.Now()
-	err = cmd.Start()
-	if err == nil {
-		r.cmd = cmd
-	}
+	proc, start, err := r.startProgram(dir, env, stdoutW, stderrW, childSock)
+	r.proc = proc
 	r.mu.Unlock()
 	childSock.Close()
 	stdoutW.Close()
@@ -173,12 +184,7 @@ func (r *run) execute() *sandbox.Result {
 		return r.systemError(res, "starting python: %v", err)
 	}
 	res.StartedAt = started.UTC()
-	// Before the code arrives over the control line, the run becomes the OOM killer's first
-	// choice. (An executor with CAP_SYS_RESOURCE would also pin it there; the engines this
-	// targets cannot always grant that capability, so a run may lower its score again.)
-	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", cmd.Process.Pid), []byte("1000"), 0); err != nil {
-		r.e.log.Warn("raising the run's oom_score_adj", "id", r.id, "error", err)
-	}
+	res.Start = start
 
 	var streams sync.WaitGroup
 	outCap := r.newCapture(protocol.KindStdout, r.spec.Limits.StdoutBytes, stopStdoutLimit)
@@ -189,7 +195,7 @@ func (r *run) execute() *sandbox.Result {
 	controlDone.Go(func() { r.serveControl(control) })
 
 	timer := time.AfterFunc(time.Duration(r.spec.TimeoutMS)*time.Millisecond, func() { r.stop(stopTimeout) })
-	waitErr := cmd.Wait()
+	status, waitErr := r.wait(proc)
 	res.DurationMS = time.Since(started).Milliseconds()
 	timer.Stop()
 	close(r.exited)
@@ -206,17 +212,88 @@ func (r *run) execute() *sandbox.Result {
 	res.StdoutTruncated, res.StderrTruncated = outCap.truncated, errCap.truncated
 	res.Output = r.output
 	oomAfter, _ := oomKills()
-	r.classify(res, waitErr, oomKnown && oomAfter > oomBefore)
+	r.classify(res, status, waitErr, oomKnown && oomAfter > oomBefore)
 	return res
 }
 
-// environment is the run's whole environment: nothing of the executor's or the host's. It also
-// returns the run's matplotlib directory.
-func (r *run) environment(dir string) ([]string, string) {
-	mpl := fmt.Sprintf("/tmp/.matplotlib-%d", r.uid)
+// startProgram starts the run's python with stdout, stderr and control as its descriptors 1, 2
+// and 3: forked from the fork server when there is one that suits the run, else cold. It
+// returns how it started (startFork or startCold).
+func (r *run) startProgram(dir string, env []string, stdout, stderr, control *os.File) (process, string, error) {
+	if s, why := r.e.forks.server(r.spec.Paths, r.spec.Limits.MemoryBytes); s != nil {
+		child, err := s.fork(r.id, r.uid, dir, env, stdout, stderr, control)
+		if err == nil {
+			r.e.forks.forked(s)
+			return child, startFork, nil
+		}
+		r.e.log.Warn("starting the run cold", "id", r.id, "error", err)
+		r.e.forks.failed(s)
+	} else {
+		r.e.log.Debug("starting the run cold", "id", r.id, "reason", why)
+	}
+	cmd := exec.Command(r.e.cfg.Python, "-u", "-I", "-X", "utf8", r.e.cfg.Bootstrap)
+	cmd.Dir = dir
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.ExtraFiles = []*os.File{control} // descriptor 3
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Setsid:     true,
+		Credential: &syscall.Credential{Uid: uint32(r.uid), Gid: uint32(r.uid), Groups: []uint32{}},
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, startCold, err
+	}
+	// Before the code arrives over the control line, the run becomes the OOM killer's first
+	// choice. (An executor with CAP_SYS_RESOURCE would also pin it there; the engines this
+	// targets cannot always grant that capability, so a run may lower its score again.) A
+	// forked child does this itself.
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", cmd.Process.Pid), []byte("1000"), 0); err != nil {
+		r.e.log.Warn("raising the run's oom_score_adj", "id", r.id, "error", err)
+	}
+	return coldProcess{cmd}, startCold, nil
+}
+
+// wait waits for the program's exit. Once the run is stopped it kills the uid's processes
+// again every 50 ms until the program is gone: a forked child may not yet have become the
+// slot's uid when the first kill came.
+func (r *run) wait(proc process) (syscall.WaitStatus, error) {
+	type exit struct {
+		status syscall.WaitStatus
+		err    error
+	}
+	done := make(chan exit, 1)
+	go func() {
+		status, err := proc.wait()
+		done <- exit{status, err}
+	}()
+	select {
+	case x := <-done:
+		return x.status, x.err
+	case <-r.stopped:
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case x := <-done:
+			return x.status, x.err
+		case <-tick.C:
+			if err := killUID(r.uid); err != nil {
+				r.e.log.Error("killing run", "id", r.id, "error", err)
+			}
+		}
+	}
+}
+
+// matplotlibDir is a uid's matplotlib directory (MPLCONFIGDIR), removed with the uid's other
+// files in /tmp.
+func matplotlibDir(uid int) string { return fmt.Sprintf("/tmp/.matplotlib-%d", uid) }
+
+// runEnvironment is a run's whole environment: nothing of the executor's or the host's.
+func runEnvironment(home, mpl string) []string {
 	return []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME=" + dir,
+		"HOME=" + home,
 		"TMPDIR=/tmp",
 		"LANG=C.UTF-8",
 		"MPLBACKEND=Agg",
@@ -224,7 +301,7 @@ func (r *run) environment(dir string) ([]string, string) {
 		"OPENBLAS_NUM_THREADS=1",
 		"OMP_NUM_THREADS=1",
 		"MKL_NUM_THREADS=1",
-	}, mpl
+	}
 }
 
 // seedMatplotlib creates the run's matplotlib directory, owned by the run's uid, with the
@@ -417,15 +494,14 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 	}
 }
 
-// classify sets the outcome from how the program ended.
-func (r *run) classify(res *sandbox.Result, waitErr error, oomKilled bool) {
+// classify sets the outcome from how the program ended: its wait status, or waitErr when that
+// is unknown.
+func (r *run) classify(res *sandbox.Result, status syscall.WaitStatus, waitErr error, oomKilled bool) {
 	if res.Outcome == sandbox.OutcomeSandboxError {
 		return
 	}
-	status, _ := r.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	var exitErr *exec.ExitError
-	if waitErr != nil && !errors.As(waitErr, &exitErr) {
-		r.systemError(res, "waiting for python: %v", waitErr)
+	if waitErr != nil {
+		r.systemError(res, "%v", waitErr)
 		return
 	}
 	switch {

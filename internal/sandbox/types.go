@@ -95,6 +95,10 @@ type Result struct {
 	TimeoutMS int64 `json:"timeout_ms"`
 	// StartedAt is when the program started (RFC 3339, UTC).
 	StartedAt time.Time `json:"started_at"`
+	// Start says how the program's process was started: "fork" (forked from the box's fork
+	// server, with its preloaded modules already imported) or "cold" (a fresh interpreter);
+	// empty when it never started.
+	Start string `json:"start,omitempty"`
 	// Origin says where the execution came from (source, job_id, code_name, code_version).
 	Origin
 	// Dependencies reports each requested requirement (absent when none were requested).

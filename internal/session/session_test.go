@@ -22,8 +22,17 @@ import (
 )
 
 // pipeRuntime starts the executor in-process, connected to a session over net.Pipe, running
-// the host's /usr/bin/python3 as uids 61000 and up. It needs root (to switch uids).
+// the host's /usr/bin/python3 as uids 61000 and up, every run cold. It needs root (to switch
+// uids).
 func pipeRuntime(t *testing.T, slots int) (*session.Client, func() error) {
+	t.Helper()
+	return pipeRuntimeWith(t, slots, func(cfg *executor.Config) { cfg.ForkServer = "" })
+}
+
+// pipeRuntimeWith is pipeRuntime with the executor's configuration changed by mutate; the
+// fork server is on (preloading the stdlib's decimal and email.message) unless mutate turns
+// it off.
+func pipeRuntimeWith(t *testing.T, slots int, mutate func(*executor.Config)) (*session.Client, func() error) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the executor needs root to run code as the slot uids; run the tests as root")
@@ -40,14 +49,19 @@ func pipeRuntime(t *testing.T, slots int) (*session.Client, func() error) {
 	if err := os.Chmod(filepath.Dir(root), 0o711); err != nil {
 		t.Fatal(err)
 	}
-	boot := filepath.Join(root, "bootstrap.py")
+	boot, forkServer := filepath.Join(root, "bootstrap.py"), filepath.Join(root, "forkserver.py")
 	if err := os.WriteFile(boot, bootstrap.Source, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(forkServer, bootstrap.ForkServer, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cfg := executor.DefaultConfig()
 	cfg.Slots, cfg.UIDBase, cfg.Python, cfg.Bootstrap = slots, 61000, python, boot
+	cfg.ForkServer, cfg.Preload = forkServer, []string{"decimal", "email.message"}
 	cfg.RunRoot = filepath.Join(root, "runs")
 	cfg.TmpDirs = []string{os.TempDir()}
+	mutate(&cfg)
 
 	daemonEnd, executorEnd := net.Pipe()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -79,13 +93,17 @@ func pipeRuntime(t *testing.T, slots int) (*session.Client, func() error) {
 }
 
 func TestConformancePipe(t *testing.T) {
-	c, _ := pipeRuntime(t, 4)
-	sandboxtest.Run(t, sandboxtest.Harness{
-		Runtime: c,
-		Slots:   4,
-		HasModule: func(name string) bool {
-			return exec.Command("/usr/bin/python3", "-c", "import "+name).Run() == nil
-		},
+	hasModule := func(name string) bool {
+		return exec.Command("/usr/bin/python3", "-c", "import "+name).Run() == nil
+	}
+	t.Run("cold", func(t *testing.T) {
+		c, _ := pipeRuntime(t, 4)
+		sandboxtest.Run(t, sandboxtest.Harness{Runtime: c, Slots: 4, HasModule: hasModule, Start: "cold"})
+	})
+	t.Run("fork server", func(t *testing.T) {
+		c, _ := pipeRuntimeWith(t, 4, func(*executor.Config) {})
+		sandboxtest.WaitForStart(t, c, "fork", 30*time.Second)
+		sandboxtest.Run(t, sandboxtest.Harness{Runtime: c, Slots: 4, HasModule: hasModule, Start: "fork"})
 	})
 }
 

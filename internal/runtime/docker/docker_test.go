@@ -11,6 +11,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/sandbox/sandboxtest"
@@ -37,7 +38,8 @@ func testConfig(t *testing.T, dataDir string) docker.Config {
 			MemoryBytes: 512 << 20, MemorySwapBytes: 512 << 20, NanoCPUs: 1e9, PidsLimit: 512,
 			TmpBytes: 256 << 20, RunDirBytes: 256 << 20, Network: "full", Slots: 4,
 		},
-		ReadyWait: 30 * time.Second,
+		ReadyWait:  30 * time.Second,
+		ForkServer: docker.ForkServer{Enabled: true, Preload: config.DefaultPreload(), MaxRuns: 1000},
 	}
 }
 
@@ -59,17 +61,25 @@ func startRuntime(t *testing.T, mutate func(*docker.Config)) (*docker.Runtime, d
 	return rt, cfg
 }
 
+// TestConformanceDocker runs the suite against both ways a run starts: a fresh interpreter,
+// and a fork of the fork server with the default preload.
 func TestConformanceDocker(t *testing.T) {
-	rt, _ := startRuntime(t, nil)
-	sandboxtest.Run(t, sandboxtest.Harness{
-		Runtime:      rt,
-		Slots:        4,
-		ReadOnlyRoot: true,
-		HasModule: func(name string) bool {
-			res := sandboxtest.Exec(t, rt, 0, sandboxtest.Spec("import "+name, 30*time.Second), nil)
-			return res.Outcome == sandbox.OutcomeOK
-		},
-	})
+	for _, start := range []string{"cold", "fork"} {
+		t.Run(start, func(t *testing.T) {
+			rt, _ := startRuntime(t, func(cfg *docker.Config) { cfg.ForkServer.Enabled = start == "fork" })
+			sandboxtest.WaitForStart(t, rt, start, time.Minute)
+			sandboxtest.Run(t, sandboxtest.Harness{
+				Runtime:      rt,
+				Slots:        4,
+				ReadOnlyRoot: true,
+				Start:        start,
+				HasModule: func(name string) bool {
+					res := sandboxtest.Exec(t, rt, 0, sandboxtest.Spec("import "+name, 30*time.Second), nil)
+					return res.Outcome == sandbox.OutcomeOK
+				},
+			})
+		})
+	}
 }
 
 func TestContainerHardening(t *testing.T) {

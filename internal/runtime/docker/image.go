@@ -61,7 +61,7 @@ func Resolve(ctx context.Context, api client.APIClient, r Recipe) (Image, error)
 		return Image{}, fmt.Errorf("reading the executor binary: %w (build it with `make build`, or set executor_path)", err)
 	}
 	h := sha256.New()
-	for _, part := range [][]byte{dockerfile, bootstrap.Source, bootstrap.Checker, exe, []byte(r.BaseImage), []byte(strings.Join(r.Packages, " "))} {
+	for _, part := range [][]byte{dockerfile, bootstrap.Source, bootstrap.Checker, bootstrap.ForkServer, exe, []byte(r.BaseImage), []byte(strings.Join(r.Packages, " "))} {
 		fmt.Fprintf(h, "%d:", len(part))
 		h.Write(part)
 	}
@@ -172,6 +172,7 @@ func (img Image) context() (io.Reader, error) {
 		{"Dockerfile", 0o644, dockerfile},
 		{"bootstrap.py", 0o644, bootstrap.Source},
 		{"deps.py", 0o644, bootstrap.Checker},
+		{"forkserver.py", 0o644, bootstrap.ForkServer},
 		{"sandpit-executor", 0o755, img.executor},
 	}
 	for _, f := range files {

@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,19 @@ type Config struct {
 	WaitForEngine bool
 	// Session tunes the control session (heartbeat); zero values take the defaults.
 	Session session.Options
+	// ForkServer configures the executor's fork server.
+	ForkServer ForkServer
+}
+
+// ForkServer configures the executor's fork server: a process in the box that has imported
+// Preload and forks each run from itself, so runs skip the interpreter's start and those
+// imports. Off, every run starts a fresh interpreter.
+type ForkServer struct {
+	Enabled bool
+	// Preload are the modules it imports (those the image lacks are skipped).
+	Preload []string
+	// MaxRuns replaces it after that many runs; 0 never does.
+	MaxRuns int
 }
 
 // Runtime is a sandbox.Runtime backed by a warm Docker container. Create it with Start.
@@ -157,13 +171,20 @@ func (r *Runtime) connect(ctx context.Context) error {
 	return nil
 }
 
+// executorCommand is the executor's command line in the box.
+func (r *Runtime) executorCommand() []string {
+	fs := r.cfg.ForkServer
+	return []string{"/opt/sandpit/sandpit-executor", "serve", "-slots", strconv.Itoa(r.cfg.Box.Slots), "-uid-base", strconv.Itoa(UIDBase),
+		"-fork-server=" + strconv.FormatBool(fs.Enabled), "-preload", strings.Join(fs.Preload, ","), "-fork-server-max-runs", strconv.Itoa(fs.MaxRuns)}
+}
+
 func (r *Runtime) execExecutor(ctx context.Context, containerID string) (*session.Client, error) {
 	ex, err := r.api.ExecCreate(ctx, containerID, client.ExecCreateOptions{
 		User:         "0",
 		AttachStdin:  true,
 		AttachStdout: true,
 		AttachStderr: true,
-		Cmd:          []string{"/opt/sandpit/sandpit-executor", "serve", "-slots", strconv.Itoa(r.cfg.Box.Slots), "-uid-base", strconv.Itoa(UIDBase)},
+		Cmd:          r.executorCommand(),
 	})
 	if err != nil {
 		return nil, err

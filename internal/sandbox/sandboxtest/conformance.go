@@ -26,6 +26,42 @@ type Harness struct {
 	HasModule func(name string) bool
 	// ReadOnlyRoot is true when the box's root filesystem is read-only (H19).
 	ReadOnlyRoot bool
+	// Start, when set, is how every run that starts must have been started ("fork" or
+	// "cold"): the suite then proves that path, not a fallback. Wait until the runtime's
+	// runs start that way before calling Run (see WaitForStart).
+	Start string
+}
+
+// startChecker is a Runtime whose runs fail with an error when they started another way than
+// start.
+type startChecker struct {
+	sandbox.Runtime
+	start string
+}
+
+func (c startChecker) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
+	res, err := c.Runtime.Run(ctx, slot, spec, emit)
+	if err == nil && res.Start != "" && res.Start != c.start {
+		return res, fmt.Errorf("the run started %q, want %q (outcome %s: %s)", res.Start, c.start, res.Outcome, res.Reason)
+	}
+	return res, err
+}
+
+// WaitForStart runs print(1) until a run starts the way start says ("fork": once the fork
+// server is ready), failing the test after timeout.
+func WaitForStart(t *testing.T, rt sandbox.Runtime, start string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		res := Exec(t, rt, 0, Spec("print(1)", 10*time.Second), nil)
+		if res.Start == start {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runs still start %q after %s, want %q", res.Start, timeout, start)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // Limits are the per-run limits the suite's specs use unless a case says otherwise.
@@ -91,6 +127,9 @@ print('mqueue', os.path.exists('/dev/mqueue/sandpit-leak'))`
 // Run runs the suite against h.
 func Run(t *testing.T, h Harness) {
 	rt := h.Runtime
+	if h.Start != "" {
+		rt = startChecker{rt, h.Start}
+	}
 	ok := func(t *testing.T) {
 		t.Helper()
 		start := time.Now()
@@ -320,6 +359,72 @@ func Run(t *testing.T, h Harness) {
 		expect(t, b, sandbox.OutcomeOK)
 		if b.Stdout != "False False False\n" {
 			t.Fatalf("run B printed %q", b.Stdout)
+		}
+	})
+
+	t.Run("module state does not survive into the next run", func(t *testing.T) {
+		a := Exec(t, rt, 0, Spec("import json, sys; json.marker = 1; sys.modules['sandpit_marker'] = json; sys.path.append('/marker')", 10*time.Second), nil)
+		expect(t, a, sandbox.OutcomeOK)
+		b := Exec(t, rt, 0, Spec("import json, sys; print(hasattr(json, 'marker'), 'sandpit_marker' in sys.modules, '/marker' in sys.path)", 10*time.Second), nil)
+		expect(t, b, sandbox.OutcomeOK)
+		if b.Stdout != "False False False\n" {
+			t.Fatalf("run B printed %q", b.Stdout)
+		}
+	})
+
+	t.Run("random state differs between runs", func(t *testing.T) {
+		code := `import random, os, json
+out = {"random": random.random(), "urandom": os.urandom(8).hex()}
+try:
+    import numpy
+    out["numpy"] = float(numpy.random.random())
+except ImportError:
+    pass
+print(json.dumps(out))`
+		var got [3]map[string]any
+		for i := range got {
+			res := Exec(t, rt, i%2, Spec(code, 10*time.Second), nil)
+			expect(t, res, sandbox.OutcomeOK)
+			if err := json.Unmarshal([]byte(res.Stdout), &got[i]); err != nil {
+				t.Fatalf("stdout %q: %v", res.Stdout, err)
+			}
+		}
+		for key := range got[0] {
+			if got[0][key] == got[1][key] || got[0][key] == got[2][key] || got[1][key] == got[2][key] {
+				t.Errorf("%s repeats across runs: %v %v %v", key, got[0][key], got[1][key], got[2][key])
+			}
+		}
+	})
+
+	t.Run("the run's process is its own, dumpable and without privileges", func(t *testing.T) {
+		code := `import os
+status = dict(l.split(':', 1) for l in open('/proc/self/status'))
+links = []
+for f in os.listdir("/proc/self/fd"):
+    try:
+        links.append(os.readlink("/proc/self/fd/" + f))
+    except OSError:
+        pass
+print(links, file=__import__("sys").stderr)
+print(os.stat("/proc/self/fd").st_uid == os.getuid(), len(os.listdir("/proc/self/fd")),
+      status['CapEff'].strip(), status['CapPrm'].strip(), status['NoNewPrivs'].strip(),
+      os.getsid(0) == os.getpid(), os.getgroups(), os.getresuid() == (os.getuid(),) * 3)`
+		res := Exec(t, rt, 0, Spec(code, 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOK)
+		// Descriptors: 0, 1, 2, 3 (the control line) and the one listdir opens.
+		if want := "True 5 0000000000000000 0000000000000000"; !strings.HasPrefix(res.Stdout, want) {
+			t.Fatalf("stdout %q, want it to start %q (descriptors: %s)", res.Stdout, want, res.Stderr)
+		}
+		if !strings.HasSuffix(res.Stdout, " True [] True\n") {
+			t.Fatalf("stdout %q: the run does not lead its own session with no groups and one uid", res.Stdout)
+		}
+	})
+
+	t.Run("atexit handlers and non-daemon threads run at exit", func(t *testing.T) {
+		res := Exec(t, rt, 0, Spec("import atexit, threading, time\natexit.register(print, 'atexit')\nthreading.Thread(target=lambda: (time.sleep(0.2), print('thread'))).start()\nprint('main')", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOK)
+		if res.Stdout != "main\nthread\natexit\n" {
+			t.Fatalf("stdout %q", res.Stdout)
 		}
 	})
 

@@ -1,0 +1,204 @@
+# sandpit fork server: imports the preloaded modules once, then forks one child per run, so a
+# run starts without an interpreter start-up or the heavy imports. Started by sandpit-executor
+# as root, as `python3 -u -I -X utf8 forkserver.py BOOTSTRAP MODULE...`, with descriptor 3 a
+# SOCK_SEQPACKET socket to the executor. One JSON object per packet:
+#   server -> executor, once:  {"type": "ready", "pid": int, "preloaded": [str], "skipped": {str: str},
+#                                "modules": [str], "data_bytes": int}
+#                          or: {"type": "unsafe", "error": str} (it then exits)
+#   executor -> server, per run, with three descriptors (stdout, stderr, control) attached:
+#                              {"id": str, "uid": int, "dir": str, "env": {str: str}}
+#   server -> executor:        {"type": "started", "id": str, "pid": int}
+#                              {"type": "failed", "id": str, "error": str}
+#                              {"type": "exited", "id": str, "pid": int, "status": int} (a wait status)
+# The server never runs a run's code and never sees its code or INPUT: those reach the child
+# over its own control descriptor, after the child has become the slot's uid. Every child
+# starts from the same server state, so nothing of one run reaches another.
+import ctypes
+import gc
+import importlib
+import importlib.util
+import json
+import os
+import random
+import resource
+import select
+import signal
+import socket
+import sys
+import threading
+
+_SOCK = 3
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+_MAX_PACKET = 1 << 20
+
+
+def _threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def _data_bytes():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _preload(names):
+    preloaded, skipped = [], {}
+    for name in names:
+        try:
+            importlib.import_module(name)
+            preloaded.append(name)
+        except BaseException as exc:  # noqa: BLE001 - a module the image lacks is skipped
+            skipped[name] = f"{type(exc).__name__}: {exc}"
+    return preloaded, skipped
+
+
+def _send(sock, obj):
+    sock.send(json.dumps(obj).encode())
+
+
+def _serve(sock, server_pid):
+    """Serves the executor until it closes the socket (then exits). Returns only in a forked
+    child, with the child's request and its three descriptors."""
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.set_wakeup_fd(wake_w)
+    children = {}  # pid -> execution ID
+    while True:
+        ready, _, _ = select.select([sock, wake_r], [], [])
+        if wake_r in ready:
+            try:
+                os.read(wake_r, 4096)
+            except BlockingIOError:
+                pass
+            _reap(sock, children)
+        if sock not in ready:
+            continue
+        data, fds, flags, _ = socket.recv_fds(sock, _MAX_PACKET, 3)
+        if not data:
+            sys.exit(0)  # the executor is gone; children die with us (their parent-death signal)
+        req = json.loads(data)
+        error = None
+        if len(fds) != 3 or flags & socket.MSG_CTRUNC:
+            error = f"the request carried {len(fds)} descriptors; it needs stdout, stderr and control"
+        elif not isinstance(req.get("uid"), int) or req["uid"] <= 0:
+            error = f"uid {req.get('uid')!r} is not a slot's uid"
+        elif _threads() != 1:
+            # Forking with threads copies their locks in whatever state they are in.
+            error = f"the fork server has {_threads()} threads; it only forks with one"
+        if error is None:
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()  # nothing buffered may be written twice
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                error = f"fork failed: {exc}"
+            else:
+                if pid == 0:
+                    os.close(wake_r)
+                    os.close(wake_w)
+                    sock.close()
+                    return req, fds
+                children[pid] = req.get("id")
+                _send(sock, {"type": "started", "id": req.get("id"), "pid": pid})
+        if error is not None:
+            _send(sock, {"type": "failed", "id": req.get("id"), "error": error})
+        for fd in fds:
+            os.close(fd)
+
+
+def _reap(sock, children):
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        rid = children.pop(pid, None)
+        if rid is not None:
+            _send(sock, {"type": "exited", "id": rid, "pid": pid, "status": status})
+
+
+def _become_run(req, fds, server_pid, libc):
+    """Turns this freshly forked child into the run's process, as a cold start would be: its
+    own session, the run's descriptors and nothing else, the slot's uid with no groups and no
+    capabilities, the run's directory and environment, fresh random state."""
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDONLY)
+    for src, dst in ((null, 0), (fds[0], 1), (fds[1], 2), (fds[2], 3)):
+        os.dup2(src, dst)
+    os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        # The OOM killer's first choice, before the code arrives (as the executor makes a cold run).
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+    uid = req["uid"]
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    # A change of uid makes a process undumpable: its /proc files would belong to root. An
+    # exec resets that for a cold run; here it is set back by hand.
+    libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
+    # If the server dies, so does the run: nobody would be left to report its exit status.
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != server_pid:
+        os._exit(70)
+    os.chdir(req["dir"])
+    os.environ.clear()
+    os.environ.update(req["env"])
+    _reseed()
+
+
+def _reseed():
+    """Gives the child the fresh state a new interpreter would have where modules keep it from
+    their import: random generators, and caches of directories read from the environment."""
+    random.seed()  # also done by random's own at-fork hook; kept explicit
+    np_random = sys.modules.get("numpy.random")
+    if np_random is not None:
+        np_random.seed()  # numpy's legacy global generator, seeded once at its import
+    mpl = sys.modules.get("matplotlib")
+    if mpl is not None:
+        # matplotlib caches its config and cache directories at import (from MPLCONFIGDIR):
+        # forget them so the run's own directory is used.
+        for name in ("get_configdir", "get_cachedir"):
+            fn = getattr(mpl, name, None)
+            code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None) or ()
+            if code is not None and "called" in code.co_freevars:
+                cells[code.co_freevars.index("called")].cell_contents = False
+
+
+def main():
+    bootstrap_path, names = sys.argv[1], sys.argv[2:]
+    sock = socket.socket(fileno=_SOCK)
+    os.set_inheritable(_SOCK, False)
+    spec = importlib.util.spec_from_file_location("sandpit_bootstrap", bootstrap_path)
+    bootstrap = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bootstrap)
+    libc = ctypes.CDLL(None, use_errno=True)
+    preloaded, skipped = _preload(names)
+    # Objects of the preload never change again: keep the collector from touching (and so
+    # copying) their pages in every child.
+    gc.collect()
+    gc.freeze()
+    if threading.active_count() != 1 or _threads() != 1:
+        _send(sock, {"type": "unsafe", "error": f"importing {', '.join(preloaded)} started {_threads() - 1} threads: forking is unsafe"})
+        sys.exit(1)
+    modules = sorted({name.partition(".")[0] for name in sys.modules})
+    server_pid = os.getpid()
+    _send(sock, {"type": "ready", "pid": server_pid, "preloaded": preloaded, "skipped": skipped,
+                 "modules": modules, "data_bytes": _data_bytes()})
+    req, fds = _serve(sock, server_pid)
+    _become_run(req, fds, server_pid, libc)
+    return bootstrap
+
+
+if __name__ == "__main__":
+    main().main()  # in a child: the run, which ends with sys.exit(status)

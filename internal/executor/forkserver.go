@@ -1,0 +1,466 @@
+package executor
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Starts of a run (sandbox.Result.Start).
+const (
+	startFork = "fork" // forked from the fork server
+	startCold = "cold" // a fresh interpreter
+)
+
+// errForkServerGone is the error of a child whose fork server died before reporting its exit.
+var errForkServerGone = errors.New("the fork server died during the run (it is being replaced)")
+
+// forkServer is one running forkserver.py: a root Python process that has imported the preload
+// modules and forks a child per run, which becomes the slot's uid before it reads the run's
+// code. It serves any number of slots at once.
+type forkServer struct {
+	cmd  *exec.Cmd
+	conn *net.UnixConn
+	log  *slog.Logger
+
+	pid       int             // in the box's pid namespace
+	modules   map[string]bool // top-level names of every module it has imported
+	dataBytes int64           // its data segment (VmData) after the preload, which each child inherits
+
+	mu       sync.Mutex
+	children map[string]*forkChild // by execution ID, until exited
+	forks    int
+	gone     bool // the reader has ended: no more reports will come
+	retired  bool // no new runs: it ends when its children have
+	done     chan struct{}
+}
+
+// forkChild is one run's process, forked by a fork server.
+type forkChild struct {
+	server  *forkServer
+	started chan forkReply // one started or failed report
+	exited  chan forkReply // one exited report; closed without one when the server is gone
+	pid     int
+}
+
+type forkReply struct {
+	Type      string            `json:"type"`
+	ID        string            `json:"id"`
+	PID       int               `json:"pid"`
+	Status    int               `json:"status"`
+	Error     string            `json:"error"`
+	Preloaded []string          `json:"preloaded"`
+	Skipped   map[string]string `json:"skipped"`
+	Modules   []string          `json:"modules"`
+	DataBytes int64             `json:"data_bytes"`
+}
+
+// startForkServer starts a fork server and waits (up to timeout) until it has imported its
+// preload and is ready to fork. dir is its home and matplotlib directory.
+func startForkServer(cfg Config, dir string, timeout time.Duration, quit <-chan struct{}, log *slog.Logger) (*forkServer, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the fork server's directory: %w", err)
+	}
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("creating the fork server's socket: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "fork-server"), os.NewFile(uintptr(fds[1]), "fork-server-child")
+	defer ours.Close()
+	defer theirs.Close()
+	c, err := net.FileConn(ours)
+	if err != nil {
+		return nil, fmt.Errorf("opening the fork server's socket: %w", err)
+	}
+	conn := c.(*net.UnixConn)
+
+	logR, logW, err := os.Pipe()
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("creating the fork server's log pipe: %w", err)
+	}
+	cmd := exec.Command(cfg.Python, append([]string{"-u", "-I", "-X", "utf8", cfg.ForkServer, cfg.Bootstrap}, cfg.Preload...)...)
+	cmd.Dir = dir
+	cmd.Env = runEnvironment(dir, dir)
+	cmd.Stdout, cmd.Stderr = logW, logW
+	cmd.ExtraFiles = []*os.File{theirs} // descriptor 3
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	logW.Close()
+	if err != nil {
+		logR.Close()
+		conn.Close()
+		return nil, fmt.Errorf("starting the fork server: %w", err)
+	}
+	go func() { // what it prints (import warnings, tracebacks) goes to the executor's log
+		defer logR.Close()
+		sc := bufio.NewScanner(logR)
+		for sc.Scan() {
+			log.Warn("fork server: " + sc.Text())
+		}
+	}()
+	s := &forkServer{cmd: cmd, conn: conn, log: log, pid: cmd.Process.Pid,
+		children: map[string]*forkChild{}, done: make(chan struct{})}
+
+	_ = conn.SetReadDeadline(time.Now().Add(timeout))
+	helloDone := make(chan struct{})
+	go func() {
+		select {
+		case <-quit: // the executor is stopping: do not wait for the preload
+			_ = conn.SetReadDeadline(time.Now())
+		case <-helloDone:
+		}
+	}()
+	hello, err := s.read()
+	close(helloDone)
+	_ = conn.SetReadDeadline(time.Time{})
+	if err == nil && hello.Type == "unsafe" {
+		err = &unsafeError{hello.Error}
+	} else if err == nil && hello.Type != "ready" {
+		err = fmt.Errorf("the fork server said %q before it was ready", hello.Type)
+	} else if err != nil {
+		err = fmt.Errorf("the fork server did not get ready within %s: %w", timeout, err)
+	}
+	if err != nil {
+		s.kill()
+		_ = cmd.Wait()
+		return nil, err
+	}
+	s.modules = map[string]bool{}
+	for _, m := range hello.Modules {
+		s.modules[m] = true
+	}
+	s.dataBytes = hello.DataBytes
+	for name, reason := range hello.Skipped {
+		log.Info("fork server: not preloading a module", "module", name, "reason", reason)
+	}
+	log.Info("fork server ready", "pid", s.pid, "preloaded", strings.Join(hello.Preloaded, ","),
+		"modules", len(hello.Modules), "data_bytes", hello.DataBytes)
+	go s.readLoop()
+	return s, nil
+}
+
+// unsafeError is a fork server that refused to serve because forking it would be unsafe
+// (its preload started threads). Starting another would not help.
+type unsafeError struct{ reason string }
+
+func (e *unsafeError) Error() string { return "the fork server is unsafe to fork: " + e.reason }
+
+func (s *forkServer) read() (forkReply, error) {
+	buf := make([]byte, 1<<20)
+	n, err := s.conn.Read(buf)
+	if err != nil {
+		return forkReply{}, err
+	}
+	if n == 0 {
+		return forkReply{}, errors.New("the fork server closed its socket")
+	}
+	var r forkReply
+	if err := json.Unmarshal(buf[:n], &r); err != nil {
+		return forkReply{}, fmt.Errorf("reading the fork server: %w", err)
+	}
+	return r, nil
+}
+
+// readLoop delivers the server's reports to their children until the server is gone, then
+// fails every child still waiting and reaps the server.
+func (s *forkServer) readLoop() {
+	for {
+		r, err := s.read()
+		if err != nil {
+			break
+		}
+		s.mu.Lock()
+		child := s.children[r.ID]
+		switch {
+		case child == nil:
+			s.log.Warn("fork server: report for an unknown run", "type", r.Type, "id", r.ID)
+		case r.Type == "started" || r.Type == "failed":
+			select {
+			case child.started <- r:
+			default: // a second report: ignored
+			}
+			if r.Type == "failed" {
+				delete(s.children, r.ID)
+			}
+		case r.Type == "exited":
+			child.exited <- r // the only send: the child leaves the map with it
+			delete(s.children, r.ID)
+		}
+		idle := s.retired && len(s.children) == 0
+		s.mu.Unlock()
+		if idle {
+			break
+		}
+	}
+	s.mu.Lock()
+	s.gone = true
+	for id, child := range s.children {
+		close(child.started)
+		close(child.exited)
+		delete(s.children, id)
+	}
+	s.mu.Unlock()
+	s.kill()
+	_ = s.cmd.Wait()
+	close(s.done)
+}
+
+// kill ends the server, and so its children (their parent-death signal); its read loop then
+// ends and reaps it.
+func (s *forkServer) kill() {
+	_ = s.cmd.Process.Kill()
+	s.conn.Close()
+}
+
+// retire stops the server taking runs; it ends when its last child has exited.
+func (s *forkServer) retire() {
+	s.mu.Lock()
+	s.retired = true
+	idle := len(s.children) == 0
+	s.mu.Unlock()
+	if idle {
+		_ = s.conn.SetReadDeadline(time.Now()) // ends the read loop, which ends the server
+	}
+}
+
+// fork asks the server for a child that becomes uid in dir with env, with stdout, stderr and
+// control as its descriptors 1, 2 and 3, and returns it once it exists. An error means no
+// child was made; the caller starts the run cold instead.
+func (s *forkServer) fork(id string, uid int, dir string, env []string, stdout, stderr, control *os.File) (*forkChild, error) {
+	envMap := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		envMap[k] = v
+	}
+	req, err := json.Marshal(map[string]any{"id": id, "uid": uid, "dir": dir, "env": envMap})
+	if err != nil {
+		return nil, err
+	}
+	child := &forkChild{server: s, started: make(chan forkReply, 1), exited: make(chan forkReply, 1)}
+	s.mu.Lock()
+	if s.gone || s.retired {
+		s.mu.Unlock()
+		return nil, errors.New("the fork server is not taking runs")
+	}
+	s.children[id] = child
+	s.forks++
+	s.mu.Unlock()
+	rights := syscall.UnixRights(int(stdout.Fd()), int(stderr.Fd()), int(control.Fd()))
+	if _, _, err := s.conn.WriteMsgUnix(req, rights, nil); err != nil {
+		s.mu.Lock()
+		delete(s.children, id)
+		s.mu.Unlock()
+		return nil, fmt.Errorf("sending the run to the fork server: %w", err)
+	}
+	select {
+	case r, ok := <-child.started:
+		switch {
+		case !ok:
+			return nil, errForkServerGone
+		case r.Type == "failed":
+			return nil, fmt.Errorf("the fork server could not fork: %s", r.Error)
+		}
+		child.pid = r.PID
+		return child, nil
+	case <-time.After(10 * time.Second):
+		// A server that cannot fork in 10 s is broken: end it (and any child it made).
+		s.kill()
+		return nil, errors.New("the fork server did not answer within 10 s")
+	}
+}
+
+// wait waits for the child's exit and returns its wait status, or errForkServerGone.
+func (c *forkChild) wait() (syscall.WaitStatus, error) {
+	r, ok := <-c.exited
+	if !ok {
+		return 0, errForkServerGone
+	}
+	return syscall.WaitStatus(r.Status), nil
+}
+
+// shadows reports whether a run whose sys.path starts with paths would import a different
+// module than the server has already imported under the same top-level name (an installed
+// dependency of another version than the image's). Such a run must start cold.
+func (s *forkServer) shadows(paths []string) bool {
+	for _, dir := range paths {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return true // cannot tell: be safe
+		}
+		for _, e := range entries {
+			name, _, _ := strings.Cut(e.Name(), ".")
+			if s.modules[name] && !strings.HasSuffix(e.Name(), "-info") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// forkServers keeps the box's fork server: started in the background, replaced after
+// cfg.ForkServerMaxRuns runs or when it dies, and given up when forking it is unsafe.
+type forkServers struct {
+	cfg Config
+	dir string
+	log *slog.Logger
+
+	mu       sync.Mutex
+	current  *forkServer // nil while (re)starting or when disabled
+	starting bool
+	disabled string // why no fork server is used, when none ever will be
+	failures int    // consecutive failed starts
+	all      sync.WaitGroup
+	closed   bool
+	quit     chan struct{} // closed by close
+}
+
+// forkServerStartTimeout bounds a fork server's preload.
+const forkServerStartTimeout = 2 * time.Minute
+
+func newForkServers(cfg Config, log *slog.Logger) *forkServers {
+	f := &forkServers{cfg: cfg, dir: filepath.Join(cfg.RunRoot, "fork-server"), log: log, quit: make(chan struct{})}
+	if cfg.ForkServer == "" {
+		f.disabled = "the fork server is off"
+	} else if _, err := os.Stat(cfg.ForkServer); err != nil {
+		f.disabled = fmt.Sprintf("the fork server is missing: %v", err)
+		log.Warn("starting every run cold", "reason", f.disabled)
+	}
+	return f
+}
+
+// startLocked starts a new server in the background unless one is starting.
+func (f *forkServers) startLocked() {
+	if f.starting || f.disabled != "" || f.closed {
+		return
+	}
+	f.starting = true
+	f.all.Go(func() {
+		f.mu.Lock()
+		backoff := min(time.Duration(f.failures)*time.Second, 30*time.Second)
+		f.mu.Unlock()
+		select { // a server that keeps dying is not restarted in a tight loop
+		case <-time.After(backoff):
+		case <-f.quit:
+		}
+		s, err := startForkServer(f.cfg, f.dir, forkServerStartTimeout, f.quit, f.log)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.starting = false
+		var unsafe *unsafeError
+		switch {
+		case errors.As(err, &unsafe):
+			f.disabled = err.Error()
+			f.log.Error("starting every run cold", "reason", f.disabled)
+		case err != nil:
+			f.failures++
+			f.log.Error("starting the fork server", "error", err, "attempt", f.failures)
+			f.startLocked()
+		case f.closed:
+			s.kill()
+			f.watch(s)
+		default:
+			f.failures = 0
+			f.current = s
+			f.watch(s)
+		}
+	})
+}
+
+// watch replaces s when it dies.
+func (f *forkServers) watch(s *forkServer) {
+	f.all.Go(func() {
+		<-s.done
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.current == s {
+			f.current = nil
+			if !s.retired {
+				f.failures++
+				f.log.Warn("the fork server died; starting another")
+			}
+			f.startLocked()
+		}
+	})
+}
+
+// start starts the first server in the background.
+func (f *forkServers) start() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.startLocked()
+}
+
+// server returns the server a run with the given sys.path additions and memory limit should be
+// forked from, or nil and the reason it must start cold.
+func (f *forkServers) server(paths []string, memoryBytes int64) (*forkServer, string) {
+	f.mu.Lock()
+	s, disabled := f.current, f.disabled
+	f.mu.Unlock()
+	switch {
+	case disabled != "":
+		return nil, disabled
+	case s == nil:
+		return nil, "the fork server is starting"
+	case memoryBytes > 0 && s.dataBytes > memoryBytes/4:
+		return nil, fmt.Sprintf("the preloaded modules take %d bytes, more than a quarter of the run's memory limit", s.dataBytes)
+	case len(paths) > 0 && s.shadows(paths):
+		return nil, "an installed dependency replaces a preloaded module"
+	}
+	return s, ""
+}
+
+// forked counts a fork of s and replaces s once it has made cfg.ForkServerMaxRuns children.
+func (f *forkServers) forked(s *forkServer) {
+	s.mu.Lock()
+	n := s.forks
+	s.mu.Unlock()
+	if f.cfg.ForkServerMaxRuns <= 0 || n < f.cfg.ForkServerMaxRuns {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.current == s {
+		f.current = nil
+		s.retire()
+		f.startLocked()
+	}
+}
+
+// failed reports that s could not fork: it takes no more runs (those it has finish) and
+// another is started.
+func (f *forkServers) failed(s *forkServer) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.current == s {
+		f.current = nil
+		s.retire()
+		f.startLocked()
+	}
+}
+
+// close ends every server (and so their children) and waits for them.
+func (f *forkServers) close() {
+	f.mu.Lock()
+	if !f.closed {
+		close(f.quit)
+	}
+	f.closed = true
+	s := f.current
+	f.current = nil
+	f.mu.Unlock()
+	if s != nil {
+		s.kill()
+	}
+	f.all.Wait()
+}
