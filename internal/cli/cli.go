@@ -71,6 +71,7 @@ sandpit run looks for a daemon at SANDPIT_URL (default ` + DefaultURL + `).`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErrorf("%v", err) })
 	root.AddCommand(opts.serveCommand(), opts.runCommand(), opts.codeCommand(), opts.jobCommand(), opts.execCommand(), opts.packagesCommand(), opts.kbCommand(), opts.mcpCommand(), opts.setupCommand(), opts.doctorCommand(),
 		opts.imageCommand(), opts.sandboxCommand(), opts.versionCommand())
+	root.AddCommand(opts.benchCommand())
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0

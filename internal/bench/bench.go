@@ -1,0 +1,394 @@
+// Package bench measures sandpit's speed against the baselines it replaces, in one run,
+// against one warm container, on loopback only: `sandpit bench`.
+//
+// Run starts its own daemon (a child `sandpit serve` on a fresh temporary data directory and a
+// free loopback port, so a user's daemon and ledger are never touched), waits for it, warms
+// up, and times:
+//
+//   - baseline A: a `docker exec` of python3 -c 'print(1)' in the warm container through the
+//     Docker Engine API (what people do without sandpit);
+//   - baseline B: python3 -c 'print(1)' started by sandpit-executor in the container, with no
+//     HTTP or session around it (`sandpit-executor spawn-time`, timed inside the box);
+//   - print(1) through the REST API, end to end, one client, sequentially;
+//   - a pandas snippet through the REST API, and the same snippet in a fresh python3 started
+//     by sandpit-executor (baseline C);
+//   - the throughput of print(1) through REST at 1, 4 and 16 concurrent clients;
+//   - the resident memory of the daemon, the container and the executor, idle and under load.
+//
+// Then it stops the daemon and removes its container, volume and data directory, also when
+// the measurement fails or ctx ends. Percentiles are nearest-rank (see Percentile). The
+// package knows nothing of the command line; internal/cli wires it to `sandpit bench`.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/sandpit-dev/sandpit/internal/app"
+	"github.com/sandpit-dev/sandpit/internal/config"
+	"github.com/sandpit-dev/sandpit/internal/datadir"
+	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
+)
+
+// Options configures Run; DefaultOptions gives the counts.
+type Options struct {
+	// Config is the configuration the bench's daemon runs with, loaded the way every command
+	// loads it; Run uses its Docker host, base image and token. Its DataDir and Listen are
+	// replaced by the bench's own.
+	Config config.Config
+	// Serve is the command line that starts a daemon with that configuration: the program,
+	// "serve" and the configuration flags the user gave, for example
+	// ["/usr/local/bin/sandpit", "serve", "--base-image=sandpit-base:bookworm"]. Run appends
+	// --data-dir and --listen.
+	Serve []string
+	// Runs is how many print(1) runs are timed through REST and as baseline B.
+	Runs int
+	// SlowRuns is how many runs are timed for the pandas snippet through REST and for
+	// baselines A and C.
+	SlowRuns int
+	// Warmup is how many runs of each kind are made, and discarded, before anything is timed.
+	Warmup int
+	// Duration is how long each throughput level lasts.
+	Duration time.Duration
+	// Clients are the throughput's concurrency levels; memory under load is sampled during
+	// the last one.
+	Clients []int
+	// Progress receives a line per step (nil: none).
+	Progress io.Writer
+	// DaemonLog receives the daemon's own log as it comes (nil: only its end is kept, and shown
+	// when the daemon fails).
+	DaemonLog io.Writer
+}
+
+// DefaultOptions returns the counts that keep a bench around a minute or two on a 2-CPU
+// machine: 50 print(1) runs, 20 of the slow kinds, 3 warm-up runs of each kind, and 5 s at 1,
+// 4 and 16 clients.
+func DefaultOptions() Options {
+	return Options{Runs: 50, SlowRuns: 20, Warmup: 3, Duration: 5 * time.Second, Clients: []int{1, 4, 16}}
+}
+
+func (o Options) validate() error {
+	switch {
+	case len(o.Serve) < 2:
+		return errors.New("bench: Options.Serve must name the program and its serve command")
+	case o.Runs < 1 || o.SlowRuns < 1:
+		return fmt.Errorf("bench: runs (%d) and slow runs (%d) must be at least 1", o.Runs, o.SlowRuns)
+	case o.Warmup < 0:
+		return fmt.Errorf("bench: warm-up runs (%d) must not be negative", o.Warmup)
+	case o.Duration <= 0:
+		return fmt.Errorf("bench: the throughput duration (%s) must be positive", o.Duration)
+	case len(o.Clients) == 0 || slices.Min(o.Clients) < 1:
+		return fmt.Errorf("bench: concurrency levels %v must be at least 1", o.Clients)
+	}
+	return nil
+}
+
+// readyTimeout bounds the wait for the daemon's sandbox (the image is already built by then).
+const readyTimeout = 2 * time.Minute
+
+// stopGrace is how long the daemon gets to stop after SIGTERM (its own shutdown takes at most
+// 15 s) before it is killed.
+const stopGrace = 30 * time.Second
+
+// cleanupTimeout bounds the removal of the bench's container and volume.
+const cleanupTimeout = time.Minute
+
+// Run runs the whole bench and returns its report. Missing a target is not an error: the
+// report says so. An error means the measurement itself failed (or ctx ended: the error is
+// then context.Cause(ctx)); the bench's daemon, container and data directory are removed
+// either way, and a failure to remove them is reported on Progress, not returned.
+func Run(ctx context.Context, opts Options) (rep *Report, err error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	b := &bench{opts: opts, progress: opts.Progress}
+	if b.progress == nil {
+		b.progress = io.Discard
+	}
+	started := time.Now()
+	defer func() {
+		if cerr := b.cleanup(ctx); cerr != nil {
+			b.say("warning: %v", cerr)
+		}
+		if rep != nil {
+			rep.ElapsedSeconds = round(time.Since(started).Seconds(), 1)
+		}
+	}()
+	rep, err = b.run(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		if b.daemon != nil && b.daemon.exited() {
+			err = fmt.Errorf("%w\n%w", err, b.daemon.exitError())
+		}
+		return nil, err
+	}
+	return rep, nil
+}
+
+// bench is one run of the bench and what it must clean up.
+type bench struct {
+	opts     Options
+	progress io.Writer
+
+	cfg     config.Config // with the bench's data directory
+	dataDir string        // canonical; "" until created
+	api     *client.Client
+	daemon  *daemon
+	rest    *restClient
+	box     *box
+}
+
+func (b *bench) say(format string, args ...any) {
+	fmt.Fprintf(b.progress, "bench: "+format+"\n", args...)
+}
+
+func (b *bench) run(ctx context.Context) (*Report, error) {
+	opts := b.opts
+	rep := &Report{CPUs: runtime.NumCPU(), BoxCPUs: opts.Config.CPUs, ThroughputSeconds: opts.Duration.Seconds()}
+
+	b.say("checking the sandbox image (building it the first time: a few minutes)")
+	tag, built, err := app.BuildImage(ctx, opts.Config, b.progress)
+	if err != nil {
+		return nil, err
+	}
+	rep.Image = tag
+	if built {
+		b.say("built %s", tag)
+	}
+
+	if err := b.startDaemon(ctx); err != nil {
+		return nil, err
+	}
+	if err := b.warmUp(ctx); err != nil {
+		return nil, fmt.Errorf("warming up: %w", err)
+	}
+
+	b.say("memory, idle")
+	if rep.Memory.DaemonIdleRSS, err = readRSS(b.daemon.pid()); err != nil {
+		b.say("warning: %v", err)
+	}
+	if rep.Memory.BoxIdle, err = b.box.memory(ctx); err != nil {
+		b.say("warning: %v", err)
+	}
+	if rep.Memory.ExecutorIdleRSS, _, err = b.box.executorMemory(ctx); err != nil {
+		b.say("warning: %v", err)
+	}
+
+	type step struct {
+		name, baseline, what string
+		measure              func() ([]time.Duration, map[string]int, error)
+	}
+	noStarts := func(f func() ([]time.Duration, error)) func() ([]time.Duration, map[string]int, error) {
+		return func() ([]time.Duration, map[string]int, error) { d, err := f(); return d, nil, err }
+	}
+	steps := []step{
+		{LatencyDockerExec, "A", "docker exec python3 -c 'print(1)'", noStarts(func() ([]time.Duration, error) {
+			return b.box.dockerExec(ctx, printProgram, opts.SlowRuns)
+		})},
+		{LatencySpawnPrint, "B", "executor spawns python3 -c 'print(1)'", noStarts(func() ([]time.Duration, error) {
+			return b.box.spawnTime(ctx, printProgram, opts.Runs)
+		})},
+		{LatencyRESTPrint, "", "sandpit REST print(1)", func() ([]time.Duration, map[string]int, error) {
+			return b.rest.sequential(ctx, printProgram, opts.Runs)
+		}},
+		{LatencySpawnPandas, "C", "executor spawns python3 -c <pandas snippet>", noStarts(func() ([]time.Duration, error) {
+			return b.box.spawnTime(ctx, pandasProgram, opts.SlowRuns)
+		})},
+		{LatencyRESTPandas, "", "sandpit REST <pandas snippet>", func() ([]time.Duration, map[string]int, error) {
+			return b.rest.sequential(ctx, pandasProgram, opts.SlowRuns)
+		}},
+	}
+	for _, s := range steps {
+		t0 := time.Now()
+		durations, starts, err := s.measure()
+		if err != nil {
+			return nil, fmt.Errorf("measuring %s: %w", s.what, err)
+		}
+		l := NewLatency(s.name, s.baseline, s.what, durations, starts)
+		b.say("%s: %d runs, p50 %.1f ms (%.1fs)", s.what, l.Runs, l.P50MS, time.Since(t0).Seconds())
+		rep.Latency = append(rep.Latency, l)
+	}
+
+	for i, clients := range opts.Clients {
+		b.say("throughput: print(1) from %d concurrent client(s) for %s", clients, opts.Duration)
+		var stopSampling func() (int64, int64)
+		if i == len(opts.Clients)-1 {
+			stopSampling = b.sampleMemory(ctx)
+		}
+		l, err := b.rest.throughput(ctx, printProgram, clients, opts.Duration)
+		if stopSampling != nil {
+			rep.Memory.DaemonLoadPeakRSS, rep.Memory.BoxLoadPeak = stopSampling()
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(l.ok) == 0 {
+			return nil, fmt.Errorf("throughput at %d clients: no run ended ok (%d not ok, %d busy, %d errors; the last: %v)",
+				clients, l.notOK, l.busy, l.errors, l.lastErr)
+		}
+		if l.lastErr != nil {
+			b.say("warning: at %d clients %d run(s) were not ok and %d failed; the last: %v", clients, l.notOK, l.errors, l.lastErr)
+		}
+		rep.Throughput = append(rep.Throughput, newThroughput(l))
+	}
+	if _, rep.Memory.ExecutorPeakRSS, err = b.box.executorMemory(ctx); err != nil {
+		b.say("warning: %v", err)
+	}
+	rep.Targets = Targets(*rep)
+	return rep, nil
+}
+
+// startDaemon creates the bench's data directory, starts its daemon, waits for it to be ready
+// and finds its container.
+func (b *bench) startDaemon(ctx context.Context) error {
+	tmp, err := os.MkdirTemp("", "sandpit-bench-")
+	if err != nil {
+		return fmt.Errorf("creating the bench's data directory: %w (set TMPDIR to a writable directory)", err)
+	}
+	if b.dataDir, err = datadir.Canonical(tmp); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	b.cfg = b.opts.Config
+	b.cfg.DataDir = b.dataDir
+	if b.api, err = app.DockerClient(b.cfg); err != nil {
+		return err
+	}
+	if b.daemon, err = startDaemon(b.opts.Serve, b.dataDir, b.opts.DaemonLog); err != nil {
+		return err
+	}
+	b.rest = newRESTClient("http://"+b.daemon.addr, b.cfg.Token, slices.Max(b.opts.Clients))
+	b.say("started a daemon (pid %d) on http://%s with data directory %s; waiting for its sandbox", b.daemon.pid(), b.daemon.addr, b.dataDir)
+	t0 := time.Now()
+	readyCtx, cancel := context.WithTimeoutCause(ctx, readyTimeout,
+		fmt.Errorf("the bench's daemon was not ready within %s", readyTimeout))
+	defer cancel()
+	if err := b.rest.ready(readyCtx, 100*time.Millisecond, b.daemon.done); err != nil {
+		return err
+	}
+	id, err := b.container(ctx)
+	if err != nil {
+		return err
+	}
+	b.box = &box{api: b.api, id: id}
+	b.say("daemon ready in %.1fs (container %.12s)", time.Since(t0).Seconds(), id)
+	return nil
+}
+
+// container finds the running container of the bench's data directory, and checks that the
+// bench's daemon is the engine that owns it.
+func (b *bench) container(ctx context.Context) (string, error) {
+	_, owner, list, err := app.Sandbox(ctx, b.cfg)
+	if err != nil {
+		return "", fmt.Errorf("finding the bench's container: %w", err)
+	}
+	if owner != b.daemon.pid() {
+		return "", fmt.Errorf("the bench's data directory %s is owned by process %d, not by the bench's daemon (%d)", b.dataDir, owner, b.daemon.pid())
+	}
+	for _, c := range list {
+		if c.State == string(container.StateRunning) {
+			return c.ID, nil
+		}
+	}
+	return "", fmt.Errorf("the bench's daemon is ready but no running container is labelled for %s", b.dataDir)
+}
+
+// warmUp makes opts.Warmup runs of every kind and discards them.
+func (b *bench) warmUp(ctx context.Context) error {
+	n := b.opts.Warmup
+	if n == 0 {
+		return nil
+	}
+	b.say("warming up: %d run(s) of each kind", n)
+	for _, p := range []program{printProgram, pandasProgram} {
+		if _, _, err := b.rest.sequential(ctx, p, n); err != nil {
+			return err
+		}
+		if _, err := b.box.spawnTime(ctx, p, n); err != nil {
+			return err
+		}
+	}
+	_, err := b.box.dockerExec(ctx, printProgram, n)
+	return err
+}
+
+// Sampling intervals of the memory under load: the daemon's RSS is a file read; the
+// container's use is an Engine API call.
+const (
+	rssInterval = 100 * time.Millisecond
+	boxInterval = 500 * time.Millisecond
+)
+
+// sampleMemory samples the daemon's RSS and the container's memory until the returned
+// function is called, which returns their peaks in bytes (0 when no sample could be read).
+func (b *bench) sampleMemory(ctx context.Context) (stop func() (daemonPeak, boxPeak int64)) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var daemonMax, boxMax int64
+	sample := func(interval time.Duration, read func() (int64, error), peak *int64) {
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			if v, err := read(); err == nil {
+				*peak = max(*peak, v)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}
+	wg.Go(func() { sample(rssInterval, func() (int64, error) { return readRSS(b.daemon.pid()) }, &daemonMax) })
+	wg.Go(func() { sample(boxInterval, func() (int64, error) { return b.box.memory(ctx) }, &boxMax) })
+	return func() (int64, int64) {
+		cancel()
+		wg.Wait()
+		return daemonMax, boxMax
+	}
+}
+
+// cleanup stops the daemon and removes the container, the package volume and the data
+// directory of the bench. It runs after ctx may have ended, so it has its own deadline.
+func (b *bench) cleanup(ctx context.Context) error {
+	if b.dataDir == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	var errs []error
+	if b.rest != nil {
+		b.rest.close()
+	}
+	if b.daemon != nil {
+		b.say("stopping the daemon and removing its container")
+		errs = append(errs, b.daemon.stop(stopGrace))
+	}
+	if b.api != nil {
+		if _, err := app.RemoveSandbox(ctx, b.cfg); err != nil {
+			errs = append(errs, fmt.Errorf("removing the bench's container: %w (remove it with: docker rm -f $(docker ps -aq --filter label=dev.sandpit.data-dir=%s))", err, b.dataDir))
+		}
+		vol := docker.VolumeName(b.dataDir)
+		if _, err := b.api.VolumeRemove(ctx, vol, client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("removing the bench's volume: %w (remove it with: docker volume rm %s)", err, vol))
+		}
+		b.api.Close()
+	}
+	if err := os.RemoveAll(b.dataDir); err != nil {
+		errs = append(errs, fmt.Errorf("removing the bench's data directory: %w", err))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,219 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+)
+
+// box is the warm container, reached through the Docker Engine API: what `docker exec` and
+// `docker stats` do, without the docker CLI.
+type box struct {
+	api client.APIClient
+	id  string
+}
+
+// execOutput is what an exec printed and its exit code.
+type execOutput struct {
+	stdout, stderr []byte
+	exitCode       int
+}
+
+// exec runs argv in the container as the container's user (root), the way `docker exec` does:
+// it creates the exec, attaches to it (which starts it), reads its output to the end and
+// inspects it for the exit code.
+func (b *box) exec(ctx context.Context, argv []string) (execOutput, error) {
+	created, err := b.api.ExecCreate(ctx, b.id, client.ExecCreateOptions{AttachStdout: true, AttachStderr: true, Cmd: argv})
+	if err != nil {
+		return execOutput{}, fmt.Errorf("creating an exec of %s: %w", argv[0], err)
+	}
+	att, err := b.api.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return execOutput{}, fmt.Errorf("starting an exec of %s: %w", argv[0], err)
+	}
+	stop := context.AfterFunc(ctx, att.Close) // the hijacked connection does not watch ctx
+	var out execOutput
+	var stdout, stderr bytes.Buffer
+	_, err = stdcopy.StdCopy(&stdout, &stderr, att.Reader)
+	stop()
+	att.Close()
+	if ctx.Err() != nil {
+		return execOutput{}, context.Cause(ctx)
+	}
+	if err != nil {
+		return execOutput{}, fmt.Errorf("reading the output of %s: %w", argv[0], err)
+	}
+	out.stdout, out.stderr = stdout.Bytes(), stderr.Bytes()
+	// The engine may still be recording the exit for a moment after the stream ended.
+	for i := 0; ; i++ {
+		ins, err := b.api.ExecInspect(ctx, created.ID, client.ExecInspectOptions{})
+		if err != nil {
+			return execOutput{}, fmt.Errorf("inspecting the exec of %s: %w", argv[0], err)
+		}
+		if !ins.Running {
+			out.exitCode = ins.ExitCode
+			return out, nil
+		}
+		if i == 200 {
+			return execOutput{}, fmt.Errorf("the exec of %s still runs after its output ended", argv[0])
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// run is exec that fails unless the command exits 0; the error quotes its stderr.
+func (b *box) run(ctx context.Context, argv []string) ([]byte, error) {
+	out, err := b.exec(ctx, argv)
+	if err != nil {
+		return nil, err
+	}
+	if out.exitCode != 0 {
+		return nil, fmt.Errorf("%s exited with status %d in the container: %s", strings.Join(argv, " "), out.exitCode,
+			strings.TrimSpace(string(out.stderr)))
+	}
+	return out.stdout, nil
+}
+
+// dockerExec times n sequential `docker exec`s of python3 -c code (baseline A), each from
+// before the exec is created to after its exit code 0 is known.
+func (b *box) dockerExec(ctx context.Context, p program, n int) ([]time.Duration, error) {
+	durations := make([]time.Duration, 0, n)
+	argv := []string{"python3", "-c", p.code}
+	for range n {
+		t0 := time.Now()
+		out, err := b.run(ctx, argv)
+		d := time.Since(t0)
+		if err != nil {
+			return nil, err
+		}
+		if string(out) != p.stdout {
+			return nil, fmt.Errorf("docker exec of python3 -c %q printed %q, want %q", p.code, out, p.stdout)
+		}
+		durations = append(durations, d)
+	}
+	return durations, nil
+}
+
+// ExecutorPath is where the sandbox image has sandpit-executor.
+const ExecutorPath = "/opt/sandpit/sandpit-executor"
+
+// spawnUID is the uid (and gid) the spawn-time baselines run as: nobody, which is no slot's uid,
+// so the executor's cleanup of slot processes never touches them.
+const spawnUID = 65534
+
+// spawnTime has the executor in the box start python3 -c code n times (baselines B and C) with
+// `sandpit-executor spawn-time`, in one exec, and returns the durations it measured: from just
+// before each start to after each exit, without the exec's own cost.
+func (b *box) spawnTime(ctx context.Context, p program, n int) ([]time.Duration, error) {
+	out, err := b.run(ctx, []string{ExecutorPath, "spawn-time", "-n", strconv.Itoa(n), "-uid", strconv.Itoa(spawnUID),
+		"--", "python3", "-c", p.code})
+	if err != nil {
+		return nil, err
+	}
+	return parseSpawnTime(out, n)
+}
+
+// parseSpawnTime reads spawn-time's JSON, {"durations_ns": [...]}, which must hold n values.
+func parseSpawnTime(out []byte, n int) ([]time.Duration, error) {
+	var v struct {
+		DurationsNS []int64 `json:"durations_ns"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil {
+		return nil, fmt.Errorf("reading the output of sandpit-executor spawn-time: %w (got %q)", err, truncate(out, 200))
+	}
+	if len(v.DurationsNS) != n {
+		return nil, fmt.Errorf("sandpit-executor spawn-time reported %d durations, want %d", len(v.DurationsNS), n)
+	}
+	durations := make([]time.Duration, n)
+	for i, ns := range v.DurationsNS {
+		durations[i] = time.Duration(ns)
+	}
+	return durations, nil
+}
+
+// memory returns the container's memory use in bytes as `docker stats` shows it (one sample).
+func (b *box) memory(ctx context.Context) (int64, error) {
+	res, err := b.api.ContainerStats(ctx, b.id, client.ContainerStatsOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("reading the container's stats: %w", err)
+	}
+	defer res.Body.Close()
+	var st container.StatsResponse
+	if err := json.NewDecoder(res.Body).Decode(&st); err != nil {
+		return 0, fmt.Errorf("decoding the container's stats: %w", err)
+	}
+	return memoryUsage(st.MemoryStats), nil
+}
+
+// memoryUsage is the memory a container uses, in bytes, computed as the docker CLI does: its
+// cgroup's usage without the inactive file cache (total_inactive_file on cgroup v1,
+// inactive_file on v2), which the kernel reclaims first.
+func memoryUsage(m container.MemoryStats) int64 {
+	if v, ok := m.Stats["total_inactive_file"]; ok && v < m.Usage {
+		return int64(m.Usage - v)
+	}
+	if v := m.Stats["inactive_file"]; v < m.Usage {
+		return int64(m.Usage - v)
+	}
+	return int64(m.Usage)
+}
+
+// executorPIDFile is where the executor records its pid in the box.
+const executorPIDFile = "/sandbox/executor.pid"
+
+// executorMemory returns the executor's resident set size and its peak (VmRSS and VmHWM of
+// /proc/PID/status in the box), in bytes.
+func (b *box) executorMemory(ctx context.Context) (rss, peak int64, err error) {
+	out, err := b.run(ctx, []string{"sh", "-c", `exec cat "/proc/$(cat ` + executorPIDFile + `)/status"`})
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading the executor's memory: %w", err)
+	}
+	return parseProcStatus(out)
+}
+
+// parseProcStatus reads VmRSS and VmHWM (resident set size now and at its peak) from the text
+// of /proc/PID/status, in bytes. A process without them (a kernel thread, a zombie) is an
+// error.
+func parseProcStatus(status []byte) (rss, peak int64, err error) {
+	sc := bufio.NewScanner(bytes.NewReader(status))
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (name != "VmRSS" && name != "VmHWM") {
+			continue
+		}
+		fields := strings.Fields(value)
+		if len(fields) != 2 || fields[1] != "kB" {
+			return 0, 0, fmt.Errorf("unexpected %s line in /proc/PID/status: %q", name, sc.Text())
+		}
+		kb, err := strconv.ParseInt(fields[0], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("unexpected %s line in /proc/PID/status: %q", name, sc.Text())
+		}
+		if name == "VmRSS" {
+			rss = kb << 10
+		} else {
+			peak = kb << 10
+		}
+	}
+	if rss == 0 {
+		return 0, 0, errors.New("no VmRSS in /proc/PID/status: the process has exited")
+	}
+	return rss, peak, nil
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "..."
+	}
+	return string(b)
+}

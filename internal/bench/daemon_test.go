@@ -1,0 +1,79 @@
+package bench
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestTailKeepsTheEnd(t *testing.T) {
+	var all bytes.Buffer
+	tl := &tail{max: 8, w: &all}
+	for _, s := range []string{"hello ", "world", ", and more"} {
+		tl.Write([]byte(s))
+	}
+	if got := tl.String(); got != "and more" {
+		t.Errorf("tail = %q, want the last 8 bytes", got)
+	}
+	if all.String() != "hello world, and more" {
+		t.Errorf("passed on %q", all.String())
+	}
+}
+
+func TestDaemonStartAndStop(t *testing.T) {
+	dir := t.TempDir()
+	// A stand-in daemon: it records its arguments and waits for SIGTERM.
+	script := `echo "$@" > ` + dir + `/args; echo started; trap 'exit 0' TERM; while :; do sleep 0.05; done`
+	d, err := startDaemon([]string{"sh", "-c", script, "serve"}, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []byte
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if args, _ = os.ReadFile(dir + "/args"); len(args) > 0 {
+			break
+		}
+	}
+	want := "--data-dir=" + dir + " --listen=" + d.addr
+	if strings.TrimSpace(string(args)) != want || !strings.HasPrefix(d.addr, "127.0.0.1:") {
+		t.Errorf("the daemon got %q, want %q", args, want)
+	}
+	if d.exited() {
+		t.Fatal("the daemon exited early")
+	}
+	if err := d.stop(10 * time.Second); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+	if !d.exited() || !strings.Contains(d.log.String(), "started") {
+		t.Errorf("after stop: exited %v, log %q", d.exited(), d.log.String())
+	}
+}
+
+func TestDaemonKilledWhenItIgnoresSIGTERM(t *testing.T) {
+	d, err := startDaemon([]string{"sh", "-c", `trap '' TERM; while :; do sleep 0.05; done`, "serve"}, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // let the shell set its trap
+	if err := d.stop(200 * time.Millisecond); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("stop of a daemon that ignores SIGTERM: %v", err)
+	}
+	if !strings.Contains(d.exitError().Error(), "killed") {
+		t.Errorf("exitError: %v", d.exitError())
+	}
+}
+
+func TestReadRSSOfThisProcess(t *testing.T) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skip("no /proc on this system")
+	}
+	rss, err := readRSS(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rss < 1<<20 {
+		t.Errorf("this process's RSS is %d bytes, below 1 MiB", rss)
+	}
+}

@@ -1,0 +1,348 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Report is the result of one bench. The JSON field names are what `sandpit bench --json`
+// prints.
+type Report struct {
+	// CPUs is the machine's CPU count (runtime.NumCPU).
+	CPUs int `json:"cpus"`
+	// BoxCPUs is the box's CPU quota (the cpus setting), in CPUs.
+	BoxCPUs float64 `json:"box_cpus"`
+	// Image is the sandbox image's tag.
+	Image string `json:"image"`
+	// ElapsedSeconds is how long the whole bench took, in seconds, from the image check to the
+	// removal of its container.
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+	// Latency holds the sequential measurements, one client, one run after another: the
+	// baselines and sandpit, in the order of the Latency* names.
+	Latency []Latency `json:"latency"`
+	// Throughput holds one row per concurrency level.
+	Throughput []Throughput `json:"throughput"`
+	// ThroughputSeconds is how long each throughput level was to last, in seconds.
+	ThroughputSeconds float64 `json:"throughput_seconds"`
+	// Memory holds the resident memory figures.
+	Memory Memory `json:"memory"`
+	// Targets says how the measurements compare with sandpit's goals.
+	Targets []Target `json:"targets"`
+}
+
+// The names of the latency measurements (Latency.Name).
+const (
+	// LatencyDockerExec is baseline A: a `docker exec` of python3 -c 'print(1)' through the
+	// Engine API.
+	LatencyDockerExec = "docker_exec_print"
+	// LatencySpawnPrint is baseline B: python3 -c 'print(1)' started by sandpit-executor in
+	// the box, with no HTTP or session around it.
+	LatencySpawnPrint = "spawn_print"
+	// LatencyRESTPrint is print(1) through sandpit's REST API, end to end.
+	LatencyRESTPrint = "rest_print"
+	// LatencySpawnPandas is baseline C: the pandas snippet in a fresh python3 started by
+	// sandpit-executor in the box.
+	LatencySpawnPandas = "spawn_pandas"
+	// LatencyRESTPandas is the pandas snippet through sandpit's REST API, end to end.
+	LatencyRESTPandas = "rest_pandas"
+)
+
+// Latency summarises one sequential measurement.
+type Latency struct {
+	// Name is one of the Latency* names.
+	Name string `json:"name"`
+	// Baseline is "A", "B" or "C" for a baseline, empty for sandpit itself.
+	Baseline string `json:"baseline,omitempty"`
+	// What says what was timed, for a person.
+	What string `json:"what"`
+	// Runs is how many runs were timed.
+	Runs int `json:"runs"`
+	// P50MS, P95MS and P99MS are nearest-rank percentiles of the runs' durations, in
+	// milliseconds.
+	P50MS float64 `json:"p50_ms"`
+	P95MS float64 `json:"p95_ms"`
+	P99MS float64 `json:"p99_ms"`
+	// RunsPerSec is the rate of one client running them back to back: runs divided by the sum
+	// of their durations, in runs per second.
+	RunsPerSec float64 `json:"runs_per_sec"`
+	// Starts counts the runs by the "start" field of their results ("fork", "cold"); absent
+	// for baselines and for daemons that do not report it.
+	Starts map[string]int `json:"starts,omitempty"`
+}
+
+// NewLatency summarises durations as the measurement name.
+func NewLatency(name, baseline, what string, durations []time.Duration, starts map[string]int) Latency {
+	s := Summarize(durations)
+	if len(starts) == 0 {
+		starts = nil
+	}
+	return Latency{Name: name, Baseline: baseline, What: what, Runs: s.Runs,
+		P50MS: ms(s.P50), P95MS: ms(s.P95), P99MS: ms(s.P99), RunsPerSec: round(s.RunsPerSec(), 3), Starts: starts}
+}
+
+// Throughput is what one concurrency level of print(1) through REST achieved.
+type Throughput struct {
+	// Clients is how many clients sent requests concurrently, each its next when the previous
+	// one answered.
+	Clients int `json:"clients"`
+	// Seconds is how long the level took, from its first request to its last answer, in
+	// seconds.
+	Seconds float64 `json:"seconds"`
+	// OK counts the runs that ended ok (and printed 1).
+	OK int `json:"ok"`
+	// RunsPerSec is OK divided by Seconds, in runs per second.
+	RunsPerSec float64 `json:"runs_per_sec"`
+	// NotOK counts results with another outcome.
+	NotOK int `json:"not_ok"`
+	// Busy counts 429 answers (every slot busy and the queue full); the client retried after
+	// a pause.
+	Busy int `json:"busy_429"`
+	// Errors counts other HTTP answers and transport errors.
+	Errors int `json:"errors"`
+	// P50MS and P99MS are nearest-rank percentiles of the ok requests' latencies, in
+	// milliseconds.
+	P50MS float64 `json:"p50_ms"`
+	P99MS float64 `json:"p99_ms"`
+}
+
+// newThroughput summarises a load.
+func newThroughput(l load) Throughput {
+	s := Summarize(l.ok)
+	return Throughput{Clients: l.clients, Seconds: round(l.elapsed.Seconds(), 3), OK: len(l.ok),
+		RunsPerSec: round(Rate(len(l.ok), l.elapsed), 3), NotOK: l.notOK, Busy: l.busy, Errors: l.errors,
+		P50MS: ms(s.P50), P99MS: ms(s.P99)}
+}
+
+// Memory holds resident memory figures in bytes; a figure that could not be read is 0 (and
+// absent from the JSON).
+type Memory struct {
+	// DaemonIdleRSS is the daemon's resident set size (VmRSS) after the warm-up, before load.
+	DaemonIdleRSS int64 `json:"daemon_idle_rss_bytes,omitempty"`
+	// DaemonLoadPeakRSS is the largest daemon VmRSS sampled during the highest-concurrency
+	// throughput level.
+	DaemonLoadPeakRSS int64 `json:"daemon_load_peak_rss_bytes,omitempty"`
+	// BoxIdle is the container's memory use (as docker stats shows it) before load.
+	BoxIdle int64 `json:"box_idle_bytes,omitempty"`
+	// BoxLoadPeak is the largest container memory use sampled during the highest-concurrency
+	// throughput level.
+	BoxLoadPeak int64 `json:"box_load_peak_bytes,omitempty"`
+	// ExecutorIdleRSS is sandpit-executor's VmRSS in the box before load.
+	ExecutorIdleRSS int64 `json:"executor_idle_rss_bytes,omitempty"`
+	// ExecutorPeakRSS is sandpit-executor's peak resident set size (VmHWM) after the load.
+	ExecutorPeakRSS int64 `json:"executor_peak_rss_bytes,omitempty"`
+}
+
+// The statuses of a Target.
+const (
+	StatusMet    = "met"
+	StatusNotMet = "not met"
+	StatusNA     = "n/a" // not applicable on this machine, or not measured
+)
+
+// Target is one of sandpit's performance goals and how this bench fared against it.
+type Target struct {
+	// Name identifies the target.
+	Name string `json:"name"`
+	// What says what is compared, for a person.
+	What string `json:"what"`
+	// Value is the measured figure, in Unit; 0 when it could not be computed.
+	Value float64 `json:"value"`
+	// Unit is "x" for a ratio or "MiB".
+	Unit string `json:"unit"`
+	// Op and Goal are the goal: Value Op Goal, with Op one of "<=", ">=" and "<".
+	Op   string  `json:"op"`
+	Goal float64 `json:"goal"`
+	// Status is StatusMet, StatusNotMet or StatusNA.
+	Status string `json:"status"`
+	// Note qualifies the figure (why it is n/a, what it depends on).
+	Note string `json:"note,omitempty"`
+}
+
+// The targets' thresholds and names.
+const (
+	// MaxRESTOverSpawn is the most REST print(1) p50 may be, as a multiple of baseline B's.
+	MaxRESTOverSpawn = 1.25
+	// MinDockerExecOverREST is the least baseline A p50 must be, as a multiple of REST
+	// print(1)'s.
+	MinDockerExecOverREST = 5
+	// MinColdPandasOverREST is the least baseline C p50 must be, as a multiple of REST
+	// pandas'.
+	MinColdPandasOverREST = 8
+	// MinScaling4 is the least throughput at 4 clients must be, as a multiple of 1 client's,
+	// on a machine with at least MinScalingCPUs CPUs.
+	MinScaling4    = 3
+	MinScalingCPUs = 4
+	// MaxDaemonIdleRSSMiB is the daemon's idle RSS goal, in MiB (exclusive).
+	MaxDaemonIdleRSSMiB = 40
+)
+
+// Targets compares the measurements of r with sandpit's goals.
+func Targets(r Report) []Target {
+	p50 := func(name string) float64 {
+		for _, l := range r.Latency {
+			if l.Name == name && l.Runs > 0 {
+				return l.P50MS
+			}
+		}
+		return 0
+	}
+	rate := func(clients int) float64 {
+		for _, t := range r.Throughput {
+			if t.Clients == clients {
+				return t.RunsPerSec
+			}
+		}
+		return 0
+	}
+	ratio := func(name, what string, a, b float64, op string, goal float64) Target {
+		t := Target{Name: name, What: what, Unit: "x", Op: op, Goal: goal, Status: StatusNA, Note: "not measured"}
+		if v, ok := Ratio(a, b); ok {
+			t.Value, t.Status, t.Note = round(v, 2), evaluate(v, op, goal), ""
+		}
+		return t
+	}
+	targets := []Target{
+		ratio("rest_print_over_spawn", "REST print(1) p50 / baseline B p50", p50(LatencyRESTPrint), p50(LatencySpawnPrint), "<=", MaxRESTOverSpawn),
+		ratio("docker_exec_over_rest", "baseline A p50 / REST print(1) p50", p50(LatencyDockerExec), p50(LatencyRESTPrint), ">=", MinDockerExecOverREST),
+		ratio("cold_pandas_over_rest", "baseline C p50 / REST pandas p50", p50(LatencySpawnPandas), p50(LatencyRESTPandas), ">=", MinColdPandasOverREST),
+	}
+	scaling := ratio("throughput_4_over_1", "throughput(4) / throughput(1)", rate(4), rate(1), ">=", MinScaling4)
+	if scaling.Status != StatusNA {
+		scaling.Note = fmt.Sprintf("%d CPUs, box cpus %g", r.CPUs, r.BoxCPUs)
+		if r.CPUs < MinScalingCPUs {
+			scaling.Status = StatusNA
+			scaling.Note = fmt.Sprintf("%d CPUs; the goal needs at least %d", r.CPUs, MinScalingCPUs)
+		}
+	}
+	rss := Target{Name: "daemon_idle_rss", What: "daemon idle RSS", Unit: "MiB", Op: "<", Goal: MaxDaemonIdleRSSMiB,
+		Status: StatusNA, Note: "not measured"}
+	if r.Memory.DaemonIdleRSS > 0 {
+		v := mib(r.Memory.DaemonIdleRSS)
+		rss.Value, rss.Status, rss.Note = round(v, 1), evaluate(v, "<", MaxDaemonIdleRSSMiB), ""
+	}
+	return append(targets, scaling, rss)
+}
+
+// evaluate says whether value op goal holds.
+func evaluate(value float64, op string, goal float64) string {
+	var met bool
+	switch op {
+	case "<=":
+		met = value <= goal
+	case ">=":
+		met = value >= goal
+	case "<":
+		met = value < goal
+	default:
+		panic("bench: unknown operator " + op)
+	}
+	if met {
+		return StatusMet
+	}
+	return StatusNotMet
+}
+
+// WriteTable writes r as plain-text tables: latency, throughput, memory and targets.
+func WriteTable(w io.Writer, r Report) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "sandpit bench: %d CPUs (box: %g), image %s, took %s\n\n", r.CPUs, r.BoxCPUs, r.Image,
+		time.Duration(r.ElapsedSeconds*float64(time.Second)).Round(time.Second))
+
+	fmt.Fprintf(&b, "%-48s %5s %9s %9s %9s %8s  %s\n", "latency (sequential, one client)", "runs", "p50 ms", "p95 ms", "p99 ms", "runs/s", "start")
+	for _, l := range r.Latency {
+		label := "   " + l.What
+		if l.Baseline != "" {
+			label = l.Baseline + "  " + l.What
+		}
+		fmt.Fprintf(&b, "%-48s %5d %9.1f %9.1f %9.1f %8.1f  %s\n", label, l.Runs, l.P50MS, l.P95MS, l.P99MS, l.RunsPerSec, starts(l.Starts))
+	}
+
+	fmt.Fprintf(&b, "\nthroughput: print(1) through REST, %gs per level\n", r.ThroughputSeconds)
+	fmt.Fprintf(&b, "%7s %8s %7s %7s %6s %7s %9s %9s\n", "clients", "runs/s", "ok", "not ok", "429", "errors", "p50 ms", "p99 ms")
+	for _, t := range r.Throughput {
+		fmt.Fprintf(&b, "%7d %8.1f %7d %7d %6d %7d %9.1f %9.1f\n", t.Clients, t.RunsPerSec, t.OK, t.NotOK, t.Busy, t.Errors, t.P50MS, t.P99MS)
+	}
+
+	m := r.Memory
+	fmt.Fprintf(&b, "\n%-28s %12s %20s\n", "memory", "idle", "under load (peak)")
+	fmt.Fprintf(&b, "%-28s %12s %20s\n", "daemon RSS", mibText(m.DaemonIdleRSS), mibText(m.DaemonLoadPeakRSS))
+	fmt.Fprintf(&b, "%-28s %12s %20s\n", "box (container)", mibText(m.BoxIdle), mibText(m.BoxLoadPeak))
+	fmt.Fprintf(&b, "%-28s %12s %20s\n", "executor RSS (peak: VmHWM)", mibText(m.ExecutorIdleRSS), mibText(m.ExecutorPeakRSS))
+
+	fmt.Fprintf(&b, "\n%-40s %10s %11s  %s\n", "target", "value", "goal", "status")
+	for _, t := range r.Targets {
+		value := "-"
+		if t.Status != StatusNA || t.Value != 0 {
+			value = figure(t.Value, t.Unit)
+		}
+		status := t.Status
+		if t.Note != "" {
+			status += " (" + t.Note + ")"
+		}
+		fmt.Fprintf(&b, "%-40s %10s %11s  %s\n", t.What, value, opText(t.Op)+" "+goalText(t.Goal, t.Unit), status)
+	}
+	var out strings.Builder
+	for line := range strings.Lines(b.String()) {
+		out.WriteString(strings.TrimRight(line, " \n") + "\n")
+	}
+	_, err := io.WriteString(w, out.String())
+	return err
+}
+
+// starts formats start counts: "fork" when every run had one kind, "fork 18, cold 2" when
+// they differ, "" when none was reported.
+func starts(m map[string]int) string {
+	kinds := slices.Sorted(maps.Keys(m))
+	if len(kinds) == 1 {
+		return kinds[0]
+	}
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+func opText(op string) string {
+	switch op {
+	case "<=":
+		return "≤"
+	case ">=":
+		return "≥"
+	}
+	return op
+}
+
+func figure(v float64, unit string) string {
+	if unit == "x" {
+		return fmt.Sprintf("%.2fx", v)
+	}
+	return fmt.Sprintf("%.1f %s", v, unit)
+}
+
+func goalText(v float64, unit string) string {
+	if unit == "x" {
+		return fmt.Sprintf("%gx", v)
+	}
+	return fmt.Sprintf("%g %s", v, unit)
+}
+
+func mibText(bytes int64) string {
+	if bytes <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f MiB", mib(bytes))
+}
+
+func mib(bytes int64) float64 { return float64(bytes) / (1 << 20) }
+
+// round rounds v to digits decimal places.
+func round(v float64, digits int) float64 {
+	p := math.Pow10(digits)
+	return math.Round(v*p) / p
+}

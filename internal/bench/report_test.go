@@ -1,0 +1,175 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fixedReport is a report with round numbers, as Run would fill it before Targets.
+func fixedReport(cpus int) Report {
+	return Report{
+		CPUs: cpus, BoxCPUs: 1, Image: "sandpit-sandbox:0123456789abcdef", ElapsedSeconds: 72.4, ThroughputSeconds: 5,
+		Latency: []Latency{
+			{Name: LatencyDockerExec, Baseline: "A", What: "docker exec python3 -c 'print(1)'", Runs: 20, P50MS: 150, P95MS: 180.25, P99MS: 190, RunsPerSec: 6.5},
+			{Name: LatencySpawnPrint, Baseline: "B", What: "executor spawns python3 -c 'print(1)'", Runs: 50, P50MS: 20, P95MS: 23.4, P99MS: 25, RunsPerSec: 48.1},
+			{Name: LatencyRESTPrint, What: "sandpit REST print(1)", Runs: 50, P50MS: 24, P95MS: 30, P99MS: 33.3, RunsPerSec: 40,
+				Starts: map[string]int{"fork": 50}},
+			{Name: LatencySpawnPandas, Baseline: "C", What: "executor spawns python3 -c <pandas snippet>", Runs: 20, P50MS: 700, P95MS: 750, P99MS: 760, RunsPerSec: 1.4},
+			{Name: LatencyRESTPandas, What: "sandpit REST <pandas snippet>", Runs: 20, P50MS: 50, P95MS: 60, P99MS: 61, RunsPerSec: 19.5,
+				Starts: map[string]int{"fork": 18, "cold": 2}},
+		},
+		Throughput: []Throughput{
+			{Clients: 1, Seconds: 5.01, OK: 200, RunsPerSec: 40, P50MS: 24, P99MS: 30},
+			{Clients: 4, Seconds: 5.02, OK: 600, RunsPerSec: 120, P50MS: 32, P99MS: 45},
+			{Clients: 16, Seconds: 5.1, OK: 612, RunsPerSec: 120, NotOK: 1, Busy: 7, Errors: 2, P50MS: 120, P99MS: 300},
+		},
+		Memory: Memory{DaemonIdleRSS: 30 << 20, DaemonLoadPeakRSS: 36 << 20, BoxIdle: 100 << 20, BoxLoadPeak: 210 << 20,
+			ExecutorIdleRSS: 5 << 20},
+	}
+}
+
+func TestTargets(t *testing.T) {
+	r := fixedReport(8)
+	got := Targets(r)
+	want := []struct {
+		name, status string
+		value        float64
+	}{
+		{"rest_print_over_spawn", StatusMet, 1.2},  // 24 / 20
+		{"docker_exec_over_rest", StatusMet, 6.25}, // 150 / 24
+		{"cold_pandas_over_rest", StatusMet, 14},   // 700 / 50
+		{"throughput_4_over_1", StatusMet, 3},      // 120 / 40
+		{"daemon_idle_rss", StatusMet, 30},         // MiB
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Targets gave %d targets, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		if got[i].Name != w.name || got[i].Status != w.status || got[i].Value != w.value {
+			t.Errorf("target %d = %s %v %s, want %s %v %s", i, got[i].Name, got[i].Value, got[i].Status, w.name, w.value, w.status)
+		}
+	}
+	if !strings.Contains(got[3].Note, "8 CPUs") {
+		t.Errorf("the scaling target's note %q does not give the CPU count", got[3].Note)
+	}
+}
+
+func TestTargetsNotMetAndNotApplicable(t *testing.T) {
+	r := fixedReport(2)
+	r.Latency[2].P50MS = 30 // REST print(1): 1.5x baseline B, and A is only 5x
+	r.Latency[4].P50MS = 100
+	r.Memory.DaemonIdleRSS = 0 // not readable
+	got := Targets(r)
+	status := map[string]string{}
+	for _, tg := range got {
+		status[tg.Name] = tg.Status
+	}
+	for name, want := range map[string]string{
+		"rest_print_over_spawn": StatusNotMet, // 1.5 > 1.25
+		"docker_exec_over_rest": StatusMet,    // exactly 5
+		"cold_pandas_over_rest": StatusNotMet, // 7 < 8
+		"throughput_4_over_1":   StatusNA,     // 2 CPUs
+		"daemon_idle_rss":       StatusNA,     // not measured
+	} {
+		if status[name] != want {
+			t.Errorf("%s: status %q, want %q", name, status[name], want)
+		}
+	}
+	if got[3].Value != 3 || !strings.Contains(got[3].Note, "2 CPUs") {
+		t.Errorf("an n/a scaling target still shows its figure and why: got %v %q", got[3].Value, got[3].Note)
+	}
+}
+
+func TestTargetsWithoutMeasurements(t *testing.T) {
+	for _, tg := range Targets(Report{CPUs: 8}) {
+		if tg.Status != StatusNA || tg.Value != 0 {
+			t.Errorf("%s: %v %s, want n/a with no value", tg.Name, tg.Value, tg.Status)
+		}
+	}
+}
+
+func TestWriteTable(t *testing.T) {
+	r := fixedReport(2)
+	r.Targets = Targets(r)
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	want := `sandpit bench: 2 CPUs (box: 1), image sandpit-sandbox:0123456789abcdef, took 1m12s
+
+latency (sequential, one client)                  runs    p50 ms    p95 ms    p99 ms   runs/s  start
+A  docker exec python3 -c 'print(1)'                20     150.0     180.2     190.0      6.5
+B  executor spawns python3 -c 'print(1)'            50      20.0      23.4      25.0     48.1
+   sandpit REST print(1)                            50      24.0      30.0      33.3     40.0  fork
+C  executor spawns python3 -c <pandas snippet>      20     700.0     750.0     760.0      1.4
+   sandpit REST <pandas snippet>                    20      50.0      60.0      61.0     19.5  cold 2, fork 18
+
+throughput: print(1) through REST, 5s per level
+clients   runs/s      ok  not ok    429  errors    p50 ms    p99 ms
+      1     40.0     200       0      0       0      24.0      30.0
+      4    120.0     600       0      0       0      32.0      45.0
+     16    120.0     612       1      7       2     120.0     300.0
+
+memory                               idle    under load (peak)
+daemon RSS                       30.0 MiB             36.0 MiB
+box (container)                 100.0 MiB            210.0 MiB
+executor RSS (peak: VmHWM)        5.0 MiB                  n/a
+
+target                                        value        goal  status
+REST print(1) p50 / baseline B p50            1.20x     ≤ 1.25x  met
+baseline A p50 / REST print(1) p50            6.25x        ≥ 5x  met
+baseline C p50 / REST pandas p50             14.00x        ≥ 8x  met
+throughput(4) / throughput(1)                 3.00x        ≥ 3x  n/a (2 CPUs; the goal needs at least 4)
+daemon idle RSS                            30.0 MiB    < 40 MiB  met
+`
+	if got := buf.String(); got != want {
+		t.Errorf("WriteTable:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestReportJSON(t *testing.T) {
+	r := fixedReport(2)
+	r.Targets = Targets(r)
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back map[string]any
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"cpus", "box_cpus", "image", "elapsed_seconds", "latency", "throughput", "throughput_seconds", "memory", "targets"} {
+		if _, ok := back[key]; !ok {
+			t.Errorf("the JSON report has no %q: %s", key, b)
+		}
+	}
+	lat := back["latency"].([]any)[2].(map[string]any)
+	if lat["name"] != LatencyRESTPrint || lat["p50_ms"] != 24.0 || lat["starts"].(map[string]any)["fork"] != 50.0 {
+		t.Errorf("latency row: %v", lat)
+	}
+	if _, ok := back["latency"].([]any)[0].(map[string]any)["starts"]; ok {
+		t.Errorf("a baseline row has starts: %s", b)
+	}
+	mem := back["memory"].(map[string]any)
+	if mem["daemon_idle_rss_bytes"] != float64(30<<20) {
+		t.Errorf("memory: %v", mem)
+	}
+	if _, ok := mem["executor_peak_rss_bytes"]; ok {
+		t.Errorf("an unmeasured figure is in the JSON: %v", mem)
+	}
+}
+
+func TestNewLatencyAndThroughput(t *testing.T) {
+	l := NewLatency(LatencyRESTPrint, "", "x", msList(10, 30, 20, 40), map[string]int{})
+	if l.Runs != 4 || l.P50MS != 20 || l.P95MS != 40 || l.RunsPerSec != 40 || l.Starts != nil {
+		t.Errorf("NewLatency = %+v", l)
+	}
+	th := newThroughput(load{clients: 4, elapsed: 2 * time.Second, ok: msList(10, 20, 30), notOK: 1, busy: 2, errors: 3})
+	want := Throughput{Clients: 4, Seconds: 2, OK: 3, RunsPerSec: 1.5, NotOK: 1, Busy: 2, Errors: 3, P50MS: 20, P99MS: 30}
+	if th != want {
+		t.Errorf("newThroughput = %+v, want %+v", th, want)
+	}
+}

@@ -1,0 +1,124 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandpit-dev/sandpit/internal/bench"
+)
+
+type benchFlags struct {
+	runs, slowRuns, warmup int
+	duration, maxTime      time.Duration
+	json                   bool
+}
+
+func (o *options) benchCommand() *cobra.Command {
+	def := bench.DefaultOptions()
+	f := benchFlags{runs: def.Runs, slowRuns: def.SlowRuns, warmup: def.Warmup, duration: def.Duration, maxTime: 10 * time.Minute}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure sandpit's speed against docker exec and a bare Python start, on this machine",
+		Long: `Measure sandpit against the baselines it replaces, in one run, against one warm container:
+
+  A  a docker exec of python3 -c 'print(1)' in the warm container (Docker Engine API)
+  B  python3 -c 'print(1)' started by sandpit-executor in the container, without HTTP or a session
+     print(1) through the REST API, end to end, one client
+  C  a pandas snippet in a fresh python3 started by sandpit-executor
+     the same snippet through the REST API
+  throughput of print(1) through REST at 1, 4 and 16 concurrent clients (--duration each)
+  the resident memory of the daemon, the container and the executor, idle and under load
+
+and compare them with sandpit's targets. Latencies are p50, p95 and p99 in milliseconds
+(nearest rank) with runs per second; progress goes to stderr, the table (or --json) to stdout.
+
+The bench never touches your daemon or ledger: it starts its own daemon (this binary's serve)
+on a temporary data directory and a free port on 127.0.0.1, with your configuration (config
+file, SANDPIT_* variables and --base-image, --network, --docker-host), and removes
+its container, volume and directory at the end, also on Ctrl-C or failure.
+
+Exit status 0 when the measurement completed, whether or not the targets were met; 70 when it
+failed, 130 when interrupted.`,
+		Example: `  sandpit bench --base-image sandpit-base:bookworm
+  sandpit bench --runs 200 --duration 10s --json > bench.json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.bench(cmd, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&f.runs, "runs", f.runs, "timed print(1) runs through REST and of baseline B")
+	fl.IntVar(&f.slowRuns, "slow-runs", f.slowRuns, "timed runs of the pandas snippet through REST and of baselines A and C")
+	fl.IntVar(&f.warmup, "warmup", f.warmup, "untimed runs of each kind before measuring")
+	fl.DurationVar(&f.duration, "duration", f.duration, "how long each throughput level lasts")
+	fl.DurationVar(&f.maxTime, "max-time", f.maxTime, "stop the bench (and clean up) when it takes longer than this")
+	fl.BoolVar(&f.json, "json", false, "print the report as JSON")
+	return cmd
+}
+
+func (o *options) bench(cmd *cobra.Command, f benchFlags) error {
+	switch {
+	case cmd.Flags().Changed("data-dir"):
+		return usageErrorf("sandpit bench runs its own daemon on a temporary data directory: leave out --data-dir")
+	case f.runs < 1 || f.slowRuns < 1:
+		return usageErrorf("--runs and --slow-runs must be at least 1 (got %d and %d)", f.runs, f.slowRuns)
+	case f.warmup < 0:
+		return usageErrorf("--warmup must not be negative (got %d)", f.warmup)
+	case f.duration <= 0:
+		return usageErrorf("--duration must be positive, e.g. --duration 5s")
+	case f.maxTime <= 0:
+		return usageErrorf("--max-time must be positive, e.g. --max-time 10m")
+	}
+	cfg, err := o.load(cmd)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding this program to start the bench's daemon: %w", err)
+	}
+	opts := bench.DefaultOptions()
+	opts.Config = cfg
+	opts.Serve = append([]string{exe, "serve"}, o.configArgs(cmd)...)
+	opts.Runs, opts.SlowRuns, opts.Warmup, opts.Duration = f.runs, f.slowRuns, f.warmup, f.duration
+	opts.Progress = o.env.Stderr
+	if o.verbose {
+		opts.DaemonLog = o.env.Stderr
+	}
+
+	parent := cmd.Context()
+	ctx, cancel := context.WithTimeoutCause(parent, f.maxTime, fmt.Errorf(
+		"the bench did not finish within --max-time %s and was stopped: raise --max-time, or lower --runs, --slow-runs or --duration", f.maxTime))
+	defer cancel()
+	rep, err := bench.Run(ctx, opts)
+	if err != nil {
+		if parent.Err() != nil {
+			fmt.Fprintln(o.env.Stderr, "sandpit: bench interrupted; its daemon and container were removed")
+			return &exitError{code: exitInterrupted}
+		}
+		return fmt.Errorf("bench failed: %w", err)
+	}
+	if f.json {
+		return o.printJSON(rep)
+	}
+	return bench.WriteTable(o.env.Stdout, *rep)
+}
+
+// configArgs returns the configuration flags given on the command line (and --config), to
+// start another sandpit process with the same configuration.
+func (o *options) configArgs(cmd *cobra.Command) []string {
+	var args []string
+	if o.configFile != "" {
+		args = append(args, "--config="+o.configFile)
+	}
+	for _, s := range o.settings {
+		if f := cmd.Flags().Lookup(s.flag); f != nil && f.Changed {
+			args = append(args, "--"+s.flag+"="+*s.value)
+		}
+	}
+	return args
+}
