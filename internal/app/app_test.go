@@ -414,6 +414,22 @@ func BenchmarkRESTPandas(b *testing.B) {
 
 func benchREST(b *testing.B, body, want string) {
 	url := daemon(b, testConfig(b))
+	// Until the fork server is ready, runs start cold: wait for it.
+	for deadline := time.Now().Add(time.Minute); ; {
+		resp, err := http.Post(url+"/v1/executions", "application/json", strings.NewReader(`{"code": "print(1)"}`))
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if bytes.Contains(out, []byte(`"start":"fork"`)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("runs do not start from the fork server: %s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	for b.Loop() {
 		resp, err := http.Post(url+"/v1/executions", "application/json", strings.NewReader(body))
 		if err != nil {

@@ -43,6 +43,8 @@ func TestDependencies(t *testing.T) {
 	idx.AddWheel("foo", "1.0", `VALUE = "1.0"`)
 	idx.AddWheel("foo", "2.0", `VALUE = "2.0"`)
 	idx.AddWheel("bar", "1.0", `VALUE = "bar"`, "foo==2.0")
+	// six is imported by the fork server's preload (pandas -> dateutil -> six).
+	idx.AddWheel("six", "99.0", `VALUE = "99"`)
 
 	cfg := testConfig(t)
 	cfg.IndexURL = idx.URL()
@@ -159,6 +161,22 @@ func TestDependencies(t *testing.T) {
 		}
 	})
 
+	t.Run("a dependency that replaces a preloaded module starts cold", func(t *testing.T) {
+		// Once the fork server is up, a dependency beside the preload is forked...
+		var res depResult
+		for deadline := time.Now().Add(time.Minute); res.Start != "fork"; time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("runs with a dependency never start from the fork server: %+v", res)
+			}
+			_, res = runWithDeps(t, url, "import tinypkg; print(tinypkg.VALUE)", "tinypkg==1.0")
+		}
+		// ...and one that replaces a module it has imported starts cold, and gets its version.
+		st, res := runWithDeps(t, url, "import six; print(six.VALUE)", "six==99.0")
+		if st != 200 || res.Outcome != sandbox.OutcomeOK || res.Stdout != "99\n" || res.Start != "cold" {
+			t.Fatalf("%d %+v", st, res)
+		}
+	})
+
 	t.Run("H22 requirements that are not PEP 508 are refused", func(t *testing.T) {
 		st, res := runWithDeps(t, url, "open('/tmp/h22', 'w')", "--index-url=http://example.invalid", "foo; rm -rf /")
 		if st != 400 || res.Error == nil || res.Error.Field != "dependencies" || !strings.Contains(res.Error.Message, "--index-url=http://example.invalid") {
@@ -188,11 +206,11 @@ func TestDependencies(t *testing.T) {
 				SizeBytes     int64 `json:"size_bytes"`
 			}
 		}
-		if st := call(t, "GET", url+"/v1/packages", "", &list); st != 200 || len(list.Packages) != 4 {
+		if st := call(t, "GET", url+"/v1/packages", "", &list); st != 200 || len(list.Packages) != 5 {
 			t.Fatalf("list: %d %+v", st, list)
 		}
 		for _, p := range list.Packages {
-			if p.SizeBytes <= 0 || !strings.Contains(" tinypkg pkg-b foo bar ", " "+p.Name+" ") {
+			if p.SizeBytes <= 0 || !strings.Contains(" tinypkg pkg-b foo bar six ", " "+p.Name+" ") {
 				t.Errorf("package %+v", p)
 			}
 		}

@@ -8,8 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -172,5 +174,79 @@ func TestLiveExecutorKeepsTheSession(t *testing.T) {
 	res := sandboxtest.Exec(t, c, 0, sandboxtest.Spec("import time; time.sleep(5); print('ok')", 10*time.Second), nil)
 	if res.Outcome != sandbox.OutcomeOK || c.Ready(context.Background()) != nil {
 		t.Fatalf("%+v %v", res, c.Ready(context.Background()))
+	}
+}
+
+// forkServerPID returns the pid of the fork server that forked a run in slot 0 (its parent),
+// and how the run started.
+func forkServerPID(t *testing.T, rt sandbox.Runtime) (int, string) {
+	t.Helper()
+	res := sandboxtest.Exec(t, rt, 0, sandboxtest.Spec("import os; print(os.getppid())", 10*time.Second), nil)
+	if res.Outcome != sandbox.OutcomeOK {
+		t.Fatalf("%s: %s %s", res.Outcome, res.Reason, res.Stderr)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(res.Stdout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid, res.Start
+}
+
+func TestForkServerIsReplacedAfterMaxRuns(t *testing.T) {
+	c, _ := pipeRuntimeWith(t, 2, func(cfg *executor.Config) { cfg.ForkServerMaxRuns = 3 })
+	sandboxtest.WaitForStart(t, c, "fork", 30*time.Second)
+	servers := map[int]bool{}
+	for deadline := time.Now().Add(30 * time.Second); len(servers) < 2; {
+		pid, start := forkServerPID(t, c)
+		if start == "fork" {
+			servers[pid] = true
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s of runs, forked only by %v", servers)
+		}
+	}
+}
+
+func TestForkServerDeathFailsItsRunsAndIsReplaced(t *testing.T) {
+	c, _ := pipeRuntimeWith(t, 2, func(*executor.Config) {})
+	sandboxtest.WaitForStart(t, c, "fork", 30*time.Second)
+	pid, _ := forkServerPID(t, c)
+
+	done := make(chan sandbox.Result, 1)
+	go func() {
+		done <- sandboxtest.Exec(t, c, 1, sandboxtest.Spec("print('started', flush=True)\nimport time; time.sleep(30)", 60*time.Second), nil)
+	}()
+	time.Sleep(500 * time.Millisecond)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-done:
+		if res.Outcome != sandbox.OutcomeSandboxError || !strings.Contains(res.Reason, "fork server died") || res.Stdout != "started\n" {
+			t.Fatalf("run whose fork server died: %s (%s) %q", res.Outcome, res.Reason, res.Stdout)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run outlived its fork server by 10 s")
+	}
+	// Runs go on (cold meanwhile), then fork from a new server.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		next, start := forkServerPID(t, c)
+		if start == "fork" && next != pid {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no new fork server after 30 s")
+		}
+	}
+}
+
+func TestForkServerLeavesSmallMemoryLimitsCold(t *testing.T) {
+	c, _ := pipeRuntimeWith(t, 2, func(*executor.Config) {})
+	sandboxtest.WaitForStart(t, c, "fork", 30*time.Second)
+	spec := sandboxtest.Spec("print(1)", 10*time.Second)
+	spec.Limits.MemoryBytes = 16 << 20 // the server's data segment alone is more than a quarter of it
+	res := sandboxtest.Exec(t, c, 0, spec, nil)
+	if res.Outcome != sandbox.OutcomeOK || res.Start != "cold" {
+		t.Fatalf("%s (%s) started %q, want ok and cold", res.Outcome, res.Reason, res.Start)
 	}
 }
