@@ -27,6 +27,7 @@ type Metrics struct {
 	install  prometheus.Histogram
 	calls    *prometheus.CounterVec
 	fires    *prometheus.CounterVec
+	starts   *prometheus.CounterVec
 }
 
 // New returns the metrics, with the Go runtime's and the process's own collectors.
@@ -45,8 +46,10 @@ func New() *Metrics {
 			Help: "agent.* calls made by programs, by method and result (ok, error)."}, []string{"method", "result"}),
 		fires: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandpit_job_fires_total",
 			Help: "Job fires, by status (started, skipped, queued, missed, failed)."}, []string{"status"}),
+		starts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandpit_execution_starts_total",
+			Help: "Programs started, by how: fork (from the fork server, modules preloaded) or cold (a fresh interpreter)."}, []string{"start"}),
 	}
-	m.reg.MustRegister(m.runs, m.duration, m.install, m.calls, m.fires,
+	m.reg.MustRegister(m.runs, m.duration, m.install, m.calls, m.fires, m.starts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -89,6 +92,9 @@ func (r recorder) Discard(ctx context.Context, id string) error { return r.next.
 func (r recorder) Finish(ctx context.Context, res sandbox.Result) error {
 	r.m.runs.WithLabelValues(res.Source, string(res.Outcome)).Inc()
 	r.m.duration.WithLabelValues(res.Source).Observe((time.Duration(res.DurationMS) * time.Millisecond).Seconds())
+	if res.Start == "fork" || res.Start == "cold" {
+		r.m.starts.WithLabelValues(res.Start).Inc()
+	}
 	if len(res.Dependencies) > 0 {
 		r.m.install.Observe((time.Duration(res.InstallMS) * time.Millisecond).Seconds())
 	}
