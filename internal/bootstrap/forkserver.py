@@ -8,7 +8,8 @@
 #   executor -> server, per run, with three descriptors (stdout, stderr, control) attached:
 #                              {"id": str, "uid": int, "dir": str, "env": {str: str}}
 #   server -> executor:        {"type": "started", "id": str, "pid": int}
-#                              {"type": "failed", "id": str, "error": str}
+#                              {"type": "failed", "id": str, "error": str, "broken": bool}
+#                              (broken: this server must not be used again)
 #                              {"type": "exited", "id": str, "pid": int, "status": int} (a wait status)
 # The server never runs a run's code and never sees its code or INPUT: those reach the child
 # over its own control descriptor, after the child has become the slot's uid. Every child
@@ -81,14 +82,14 @@ def _serve(sock, server_pid):
         if not data:
             sys.exit(0)  # the executor is gone; children die with us (their parent-death signal)
         req = json.loads(data)
-        error = None
+        error, broken = None, False
         if len(fds) != 3 or flags & socket.MSG_CTRUNC:
             error = f"the request carried {len(fds)} descriptors; it needs stdout, stderr and control"
         elif not isinstance(req.get("uid"), int) or req["uid"] <= 0:
             error = f"uid {req.get('uid')!r} is not a slot's uid"
         elif _threads() != 1:
             # Forking with threads copies their locks in whatever state they are in.
-            error = f"the fork server has {_threads()} threads; it only forks with one"
+            error, broken = f"the fork server has {_threads()} threads; it only forks with one", True
         if error is None:
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()  # nothing buffered may be written twice
@@ -105,7 +106,7 @@ def _serve(sock, server_pid):
                 children[pid] = req.get("id")
                 _send(sock, {"type": "started", "id": req.get("id"), "pid": pid})
         if error is not None:
-            _send(sock, {"type": "failed", "id": req.get("id"), "error": error})
+            _send(sock, {"type": "failed", "id": req.get("id"), "error": error, "broken": broken})
         for fd in fds:
             os.close(fd)
 

@@ -59,6 +59,7 @@ type forkReply struct {
 	PID       int               `json:"pid"`
 	Status    int               `json:"status"`
 	Error     string            `json:"error"`
+	Broken    bool              `json:"broken"`
 	Preloaded []string          `json:"preloaded"`
 	Skipped   map[string]string `json:"skipped"`
 	Modules   []string          `json:"modules"`
@@ -150,6 +151,11 @@ func startForkServer(cfg Config, dir string, timeout time.Duration, quit <-chan 
 	return s, nil
 }
 
+// forkRefusedError is a fork the server could not make for this run, the server being fine.
+type forkRefusedError struct{ reason string }
+
+func (e *forkRefusedError) Error() string { return "the fork server could not fork: " + e.reason }
+
 // unsafeError is a fork server that refused to serve because forking it would be unsafe
 // (its preload started threads). Starting another would not help.
 type unsafeError struct{ reason string }
@@ -236,7 +242,8 @@ func (s *forkServer) retire() {
 
 // fork asks the server for a child that becomes uid in dir with env, with stdout, stderr and
 // control as its descriptors 1, 2 and 3, and returns it once it exists. An error means no
-// child was made; the caller starts the run cold instead.
+// child was made; the caller starts the run cold instead, and replaces the server unless the
+// error is a *forkRefusedError (the server is fine; the fork failed, as for lack of memory).
 func (s *forkServer) fork(id string, uid int, dir string, env []string, stdout, stderr, control *os.File) (*forkChild, error) {
 	envMap := map[string]string{}
 	for _, kv := range env {
@@ -268,8 +275,10 @@ func (s *forkServer) fork(id string, uid int, dir string, env []string, stdout, 
 		switch {
 		case !ok:
 			return nil, errForkServerGone
-		case r.Type == "failed":
+		case r.Type == "failed" && r.Broken:
 			return nil, fmt.Errorf("the fork server could not fork: %s", r.Error)
+		case r.Type == "failed":
+			return nil, &forkRefusedError{r.Error}
 		}
 		child.pid = r.PID
 		return child, nil

@@ -227,7 +227,9 @@ func (r *run) startProgram(dir string, env []string, stdout, stderr, control *os
 			return child, startFork, nil
 		}
 		r.e.log.Warn("starting the run cold", "id", r.id, "error", err)
-		r.e.forks.failed(s)
+		if _, refused := errors.AsType[*forkRefusedError](err); !refused {
+			r.e.forks.failed(s)
+		}
 	} else {
 		r.e.log.Debug("starting the run cold", "id", r.id, "reason", why)
 	}
