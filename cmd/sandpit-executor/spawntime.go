@@ -49,11 +49,13 @@ func parseSpawnTime(args []string, stderr io.Writer) (spawnTimeArgs, error) {
 }
 
 // spawnEnv is the minimal environment of each spawned program.
-var spawnEnv = []string{
-	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-	"LANG=C.UTF-8",
-	"HOME=/tmp",
-	"OPENBLAS_NUM_THREADS=1",
+func spawnEnv() []string {
+	return []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"LANG=C.UTF-8",
+		"HOME=/tmp",
+		"OPENBLAS_NUM_THREADS=1",
+	}
 }
 
 // spawnTime implements `sandpit-executor spawn-time -n N -uid UID -- ARGV...`: it starts ARGV N
@@ -77,6 +79,7 @@ func spawnTime(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	durations := make([]int64, 0, a.n)
+	env := spawnEnv()
 	var out, errOut bytes.Buffer
 	for i := range a.n {
 		out.Reset()
@@ -84,7 +87,7 @@ func spawnTime(args []string, stdout, stderr io.Writer) int {
 		cmd := &exec.Cmd{
 			Path:   path,
 			Args:   a.argv,
-			Env:    spawnEnv,
+			Env:    env,
 			Dir:    "/",
 			Stdin:  nil, // /dev/null
 			Stdout: &out,
@@ -94,7 +97,7 @@ func spawnTime(args []string, stdout, stderr io.Writer) int {
 			},
 		}
 		t0 := time.Now()
-		err := cmd.Run()
+		err := cmd.Run() // Start, then Wait: the process's start, its run and its exit
 		d := time.Since(t0)
 		if err != nil {
 			fmt.Fprintf(stderr, "sandpit-executor spawn-time: run %d of %s: %v\n%s\n", i+1, strings.Join(a.argv, " "), err,

@@ -159,7 +159,7 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	opts := b.opts
 	rep := &Report{CPUs: runtime.NumCPU(), BoxCPUs: opts.Config.CPUs, ThroughputSeconds: opts.Duration.Seconds()}
 
-	b.say("checking the sandbox image (building it the first time: a few minutes)")
+	b.say("checking the sandbox image (the first time, building it takes a few minutes)")
 	tag, built, err := app.BuildImage(ctx, opts.Config, b.progress)
 	if err != nil {
 		return nil, err
@@ -176,7 +176,7 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 		return nil, fmt.Errorf("warming up: %w", err)
 	}
 
-	b.say("memory, idle")
+	b.say("reading the memory of the daemon, the box and the executor, idle")
 	if rep.Memory.DaemonIdleRSS, err = readRSS(b.daemon.pid()); err != nil {
 		b.say("warning: %v", err)
 	}
@@ -196,19 +196,19 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	}
 	steps := []step{
 		{LatencyDockerExec, "A", "docker exec python3 -c 'print(1)'", noStarts(func() ([]time.Duration, error) {
-			return b.box.dockerExec(ctx, printProgram, opts.SlowRuns)
+			return b.box.dockerExec(ctx, printProgram(), opts.SlowRuns)
 		})},
 		{LatencySpawnPrint, "B", "executor spawns python3 -c 'print(1)'", noStarts(func() ([]time.Duration, error) {
-			return b.box.spawnTime(ctx, printProgram, opts.Runs)
+			return b.box.spawnTime(ctx, printProgram(), opts.Runs)
 		})},
 		{LatencyRESTPrint, "", "sandpit REST print(1)", func() ([]time.Duration, map[string]int, error) {
-			return b.rest.sequential(ctx, printProgram, opts.Runs)
+			return b.rest.sequential(ctx, printProgram(), opts.Runs)
 		}},
 		{LatencySpawnPandas, "C", "executor spawns python3 -c <pandas snippet>", noStarts(func() ([]time.Duration, error) {
-			return b.box.spawnTime(ctx, pandasProgram, opts.SlowRuns)
+			return b.box.spawnTime(ctx, pandasProgram(), opts.SlowRuns)
 		})},
 		{LatencyRESTPandas, "", "sandpit REST <pandas snippet>", func() ([]time.Duration, map[string]int, error) {
-			return b.rest.sequential(ctx, pandasProgram, opts.SlowRuns)
+			return b.rest.sequential(ctx, pandasProgram(), opts.SlowRuns)
 		}},
 	}
 	for _, s := range steps {
@@ -217,7 +217,7 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("measuring %s: %w", s.what, err)
 		}
-		l := NewLatency(s.name, s.baseline, s.what, durations, starts)
+		l := newLatency(s.name, s.baseline, s.what, durations, starts)
 		b.say("%s: %d runs, p50 %.1f ms (%.1fs)", s.what, l.Runs, l.P50MS, time.Since(t0).Seconds())
 		rep.Latency = append(rep.Latency, l)
 	}
@@ -228,7 +228,9 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 		if i == len(opts.Clients)-1 {
 			stopSampling = b.sampleMemory(ctx)
 		}
-		l, err := b.rest.throughput(ctx, printProgram, clients, opts.Duration)
+		cpu0 := b.cpuTimes(ctx)
+		l, err := b.rest.throughput(ctx, printProgram(), clients, opts.Duration)
+		cpu1 := b.cpuTimes(ctx)
 		if stopSampling != nil {
 			rep.Memory.DaemonLoadPeakRSS, rep.Memory.BoxLoadPeak = stopSampling()
 		}
@@ -242,7 +244,11 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 		if l.lastErr != nil {
 			b.say("warning: at %d clients %d run(s) were not ok and %d failed; the last: %v", clients, l.notOK, l.errors, l.lastErr)
 		}
-		rep.Throughput = append(rep.Throughput, newThroughput(l))
+		th := newThroughput(l)
+		th.BoxCPUMSPerRun = cpuPerRun(cpu0.box, cpu1.box, th.OK)
+		th.DaemonCPUMSPerRun = cpuPerRun(cpu0.daemon, cpu1.daemon, th.OK)
+		b.say("%d client(s): %.1f runs/s, p50 %.1f ms", clients, th.RunsPerSec, th.P50MS)
+		rep.Throughput = append(rep.Throughput, th)
 	}
 	if _, rep.Memory.ExecutorPeakRSS, err = b.box.executorMemory(ctx); err != nil {
 		b.say("warning: %v", err)
@@ -277,7 +283,10 @@ func (b *bench) startDaemon(ctx context.Context) error {
 		fmt.Errorf("the bench's daemon was not ready within %s", readyTimeout))
 	defer cancel()
 	if err := b.rest.ready(readyCtx, 100*time.Millisecond, b.daemon.done); err != nil {
-		return err
+		if b.daemon.exited() {
+			return err // Run adds how it exited and its log
+		}
+		return fmt.Errorf("%w; the end of its log:\n%s", err, b.daemon.log.String())
 	}
 	id, err := b.container(ctx)
 	if err != nil {
@@ -313,7 +322,7 @@ func (b *bench) warmUp(ctx context.Context) error {
 		return nil
 	}
 	b.say("warming up: %d run(s) of each kind", n)
-	for _, p := range []program{printProgram, pandasProgram} {
+	for _, p := range []program{printProgram(), pandasProgram()} {
 		if _, _, err := b.rest.sequential(ctx, p, n); err != nil {
 			return err
 		}
@@ -321,8 +330,32 @@ func (b *bench) warmUp(ctx context.Context) error {
 			return err
 		}
 	}
-	_, err := b.box.dockerExec(ctx, printProgram, n)
+	_, err := b.box.dockerExec(ctx, printProgram(), n)
 	return err
+}
+
+// cpuTimes is the CPU time the box and the daemon have used so far; -1 when it could not be
+// read.
+type cpuTimes struct{ box, daemon time.Duration }
+
+func (b *bench) cpuTimes(ctx context.Context) cpuTimes {
+	t := cpuTimes{box: -1, daemon: -1}
+	if d, err := b.box.cpuTime(ctx); err == nil {
+		t.box = d
+	}
+	if d, err := processCPUTime(b.daemon.pid()); err == nil {
+		t.daemon = d
+	}
+	return t
+}
+
+// cpuPerRun is the CPU time used between before and after divided by runs, in milliseconds;
+// 0 when either was not read or nothing ran.
+func cpuPerRun(before, after time.Duration, runs int) float64 {
+	if before < 0 || after < before || runs == 0 {
+		return 0
+	}
+	return round(float64(after-before)/float64(time.Millisecond)/float64(runs), 2)
 }
 
 // Sampling intervals of the memory under load: the daemon's RSS is a file read; the

@@ -67,7 +67,11 @@ func (b *box) exec(ctx context.Context, argv []string) (execOutput, error) {
 		if i == 200 {
 			return execOutput{}, fmt.Errorf("the exec of %s still runs after its output ended", argv[0])
 		}
-		time.Sleep(5 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return execOutput{}, context.Cause(ctx)
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }
 
@@ -104,8 +108,8 @@ func (b *box) dockerExec(ctx context.Context, p program, n int) ([]time.Duration
 	return durations, nil
 }
 
-// ExecutorPath is where the sandbox image has sandpit-executor.
-const ExecutorPath = "/opt/sandpit/sandpit-executor"
+// executorPath is where the sandbox image has sandpit-executor.
+const executorPath = "/opt/sandpit/sandpit-executor"
 
 // spawnUID is the uid (and gid) the spawn-time baselines run as: nobody, which is no slot's uid,
 // so the executor's cleanup of slot processes never touches them.
@@ -115,7 +119,7 @@ const spawnUID = 65534
 // `sandpit-executor spawn-time`, in one exec, and returns the durations it measured: from just
 // before each start to after each exit, without the exec's own cost.
 func (b *box) spawnTime(ctx context.Context, p program, n int) ([]time.Duration, error) {
-	out, err := b.run(ctx, []string{ExecutorPath, "spawn-time", "-n", strconv.Itoa(n), "-uid", strconv.Itoa(spawnUID),
+	out, err := b.run(ctx, []string{executorPath, "spawn-time", "-n", strconv.Itoa(n), "-uid", strconv.Itoa(spawnUID),
 		"--", "python3", "-c", p.code})
 	if err != nil {
 		return nil, err
@@ -141,18 +145,36 @@ func parseSpawnTime(out []byte, n int) ([]time.Duration, error) {
 	return durations, nil
 }
 
-// memory returns the container's memory use in bytes as `docker stats` shows it (one sample).
-func (b *box) memory(ctx context.Context) (int64, error) {
+// stats reads one sample of the container's stats.
+func (b *box) stats(ctx context.Context) (container.StatsResponse, error) {
 	res, err := b.api.ContainerStats(ctx, b.id, client.ContainerStatsOptions{})
 	if err != nil {
-		return 0, fmt.Errorf("reading the container's stats: %w", err)
+		return container.StatsResponse{}, fmt.Errorf("reading the container's stats: %w", err)
 	}
 	defer res.Body.Close()
 	var st container.StatsResponse
 	if err := json.NewDecoder(res.Body).Decode(&st); err != nil {
-		return 0, fmt.Errorf("decoding the container's stats: %w", err)
+		return container.StatsResponse{}, fmt.Errorf("decoding the container's stats: %w", err)
+	}
+	return st, nil
+}
+
+// memory returns the container's memory use in bytes as `docker stats` shows it.
+func (b *box) memory(ctx context.Context) (int64, error) {
+	st, err := b.stats(ctx)
+	if err != nil {
+		return 0, err
 	}
 	return memoryUsage(st.MemoryStats), nil
+}
+
+// cpuTime returns the CPU time every process of the container has used since it started.
+func (b *box) cpuTime(ctx context.Context) (time.Duration, error) {
+	st, err := b.stats(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(st.CPUStats.CPUUsage.TotalUsage), nil
 }
 
 // memoryUsage is the memory a container uses, in bytes, computed as the docker CLI does: its

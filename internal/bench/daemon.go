@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -106,6 +107,44 @@ func readRSS(pid int) (int64, error) {
 	}
 	rss, _, err := parseProcStatus(status)
 	return rss, err
+}
+
+// processCPUTime returns the user and system CPU time process pid (all its threads) has used
+// on this machine, from /proc/PID/stat.
+func processCPUTime(pid int) (time.Duration, error) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("reading the daemon's CPU time: %w", err)
+	}
+	return parseProcStat(stat)
+}
+
+// clockTick is the unit of the times in /proc/PID/stat (USER_HZ, 100 on every Linux
+// architecture Go supports).
+const clockTick = 10 * time.Millisecond
+
+// parseProcStat reads utime and stime (fields 14 and 15) from the text of /proc/PID/stat and
+// returns their sum. The command name (field 2) is in parentheses and may hold spaces or
+// parentheses itself, so the fields are counted from the last ')'.
+func parseProcStat(stat []byte) (time.Duration, error) {
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("unexpected /proc/PID/stat: %q", truncate(stat, 100))
+	}
+	fields := strings.Fields(s[i+1:]) // from field 3, the state
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("unexpected /proc/PID/stat: %q", truncate(stat, 100))
+	}
+	var total int64
+	for _, f := range fields[11:13] { // fields 14 and 15
+		ticks, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("unexpected /proc/PID/stat: %q", truncate(stat, 100))
+		}
+		total += ticks
+	}
+	return time.Duration(total) * clockTick, nil
 }
 
 // tail keeps the last max bytes written to it, passing everything on to w (when not nil).

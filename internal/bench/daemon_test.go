@@ -77,3 +77,44 @@ func TestReadRSSOfThisProcess(t *testing.T) {
 		t.Errorf("this process's RSS is %d bytes, below 1 MiB", rss)
 	}
 }
+
+func TestParseProcStat(t *testing.T) {
+	// Fields 14 and 15 (utime, stime) are 250 and 50 ticks; the name holds a space and a ')'.
+	stat := "4242 (sandpit (x) y) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 50 0 0 20 0 9 0 100 1000000 2000 18446744073709551615\n"
+	got, err := parseProcStat([]byte(stat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != 3*time.Second {
+		t.Errorf("parseProcStat = %v, want 3s (300 ticks)", got)
+	}
+	for _, bad := range []string{"", "4242 (sandpit) S 1 2 3", "4242 (sandpit) S 1 4242 4242 0 -1 4194560 1000 0 0 0 x 50 0"} {
+		if _, err := parseProcStat([]byte(bad)); err == nil {
+			t.Errorf("parseProcStat(%q) gave no error", bad)
+		}
+	}
+	if _, err := os.Stat("/proc/self/stat"); err == nil {
+		if _, err := processCPUTime(os.Getpid()); err != nil {
+			t.Errorf("processCPUTime of this process: %v", err)
+		}
+	}
+}
+
+func TestCPUPerRun(t *testing.T) {
+	cases := []struct {
+		before, after time.Duration
+		runs          int
+		want          float64
+	}{
+		{time.Second, 2 * time.Second, 100, 10},
+		{0, 25 * time.Millisecond, 3, 8.33},
+		{-1, time.Second, 10, 0}, // not read
+		{time.Second, 2 * time.Second, 0, 0},
+		{2 * time.Second, time.Second, 10, 0}, // a counter that went back (a new container)
+	}
+	for _, c := range cases {
+		if got := cpuPerRun(c.before, c.after, c.runs); got != c.want {
+			t.Errorf("cpuPerRun(%v, %v, %d) = %v, want %v", c.before, c.after, c.runs, got, c.want)
+		}
+	}
+}

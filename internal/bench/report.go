@@ -75,8 +75,9 @@ type Latency struct {
 	Starts map[string]int `json:"starts,omitempty"`
 }
 
-// NewLatency summarises durations as the measurement name.
-func NewLatency(name, baseline, what string, durations []time.Duration, starts map[string]int) Latency {
+// newLatency summarises durations (in any order) as the measurement name: percentiles in
+// milliseconds, the sequential rate in runs per second.
+func newLatency(name, baseline, what string, durations []time.Duration, starts map[string]int) Latency {
 	s := Summarize(durations)
 	if len(starts) == 0 {
 		starts = nil
@@ -108,6 +109,13 @@ type Throughput struct {
 	// milliseconds.
 	P50MS float64 `json:"p50_ms"`
 	P99MS float64 `json:"p99_ms"`
+	// BoxCPUMSPerRun is the CPU time every process in the container used during the level
+	// (executor, Python, the exec'd tools), divided by OK, in milliseconds; 0 when not read.
+	// Times the throughput gives the share of a CPU the box used, to compare with its quota.
+	BoxCPUMSPerRun float64 `json:"box_cpu_ms_per_run,omitempty"`
+	// DaemonCPUMSPerRun is the daemon's CPU time during the level divided by OK, in
+	// milliseconds; 0 when not read.
+	DaemonCPUMSPerRun float64 `json:"daemon_cpu_ms_per_run,omitempty"`
 }
 
 // newThroughput summarises a load.
@@ -121,27 +129,33 @@ func newThroughput(l load) Throughput {
 // Memory holds resident memory figures in bytes; a figure that could not be read is 0 (and
 // absent from the JSON).
 type Memory struct {
-	// DaemonIdleRSS is the daemon's resident set size (VmRSS) after the warm-up, before load.
+	// DaemonIdleRSS is the daemon's resident set size (VmRSS) after the warm-up, before load,
+	// in bytes.
 	DaemonIdleRSS int64 `json:"daemon_idle_rss_bytes,omitempty"`
-	// DaemonLoadPeakRSS is the largest daemon VmRSS sampled during the highest-concurrency
-	// throughput level.
+	// DaemonLoadPeakRSS is the largest daemon VmRSS sampled (every 100 ms) during the
+	// highest-concurrency throughput level, in bytes.
 	DaemonLoadPeakRSS int64 `json:"daemon_load_peak_rss_bytes,omitempty"`
-	// BoxIdle is the container's memory use (as docker stats shows it) before load.
+	// BoxIdle is the container's memory use (as docker stats shows it: the cgroup's usage
+	// without the inactive file cache) before load, in bytes.
 	BoxIdle int64 `json:"box_idle_bytes,omitempty"`
-	// BoxLoadPeak is the largest container memory use sampled during the highest-concurrency
-	// throughput level.
+	// BoxLoadPeak is the largest container memory use sampled (every 500 ms) during the
+	// highest-concurrency throughput level, in bytes.
 	BoxLoadPeak int64 `json:"box_load_peak_bytes,omitempty"`
-	// ExecutorIdleRSS is sandpit-executor's VmRSS in the box before load.
+	// ExecutorIdleRSS is sandpit-executor's VmRSS in the box before load, in bytes.
 	ExecutorIdleRSS int64 `json:"executor_idle_rss_bytes,omitempty"`
-	// ExecutorPeakRSS is sandpit-executor's peak resident set size (VmHWM) after the load.
+	// ExecutorPeakRSS is sandpit-executor's peak resident set size since it started (VmHWM),
+	// read after the load, in bytes.
 	ExecutorPeakRSS int64 `json:"executor_peak_rss_bytes,omitempty"`
 }
 
 // The statuses of a Target.
 const (
-	StatusMet    = "met"
+	// StatusMet says the measurement meets the goal.
+	StatusMet = "met"
+	// StatusNotMet says the measurement misses the goal.
 	StatusNotMet = "not met"
-	StatusNA     = "n/a" // not applicable on this machine, or not measured
+	// StatusNA says the goal does not apply on this machine, or was not measured.
+	StatusNA = "n/a"
 )
 
 // Target is one of sandpit's performance goals and how this bench fared against it.
@@ -163,7 +177,7 @@ type Target struct {
 	Note string `json:"note,omitempty"`
 }
 
-// The targets' thresholds and names.
+// The targets' thresholds.
 const (
 	// MaxRESTOverSpawn is the most REST print(1) p50 may be, as a multiple of baseline B's.
 	MaxRESTOverSpawn = 1.25
@@ -175,7 +189,8 @@ const (
 	MinColdPandasOverREST = 8
 	// MinScaling4 is the least throughput at 4 clients must be, as a multiple of 1 client's,
 	// on a machine with at least MinScalingCPUs CPUs.
-	MinScaling4    = 3
+	MinScaling4 = 3
+	// MinScalingCPUs is the CPU count (runtime.NumCPU) below which MinScaling4 is n/a.
 	MinScalingCPUs = 4
 	// MaxDaemonIdleRSSMiB is the daemon's idle RSS goal, in MiB (exclusive).
 	MaxDaemonIdleRSSMiB = 40
@@ -263,9 +278,11 @@ func WriteTable(w io.Writer, r Report) error {
 	}
 
 	fmt.Fprintf(&b, "\nthroughput: print(1) through REST, %gs per level\n", r.ThroughputSeconds)
-	fmt.Fprintf(&b, "%7s %8s %7s %7s %6s %7s %9s %9s\n", "clients", "runs/s", "ok", "not ok", "429", "errors", "p50 ms", "p99 ms")
+	fmt.Fprintf(&b, "%7s %8s %7s %7s %6s %7s %9s %9s %15s %18s\n", "clients", "runs/s", "ok", "not ok", "429", "errors", "p50 ms", "p99 ms",
+		"box cpu ms/run", "daemon cpu ms/run")
 	for _, t := range r.Throughput {
-		fmt.Fprintf(&b, "%7d %8.1f %7d %7d %6d %7d %9.1f %9.1f\n", t.Clients, t.RunsPerSec, t.OK, t.NotOK, t.Busy, t.Errors, t.P50MS, t.P99MS)
+		fmt.Fprintf(&b, "%7d %8.1f %7d %7d %6d %7d %9.1f %9.1f %15s %18s\n", t.Clients, t.RunsPerSec, t.OK, t.NotOK, t.Busy, t.Errors,
+			t.P50MS, t.P99MS, optional(t.BoxCPUMSPerRun), optional(t.DaemonCPUMSPerRun))
 	}
 
 	m := r.Memory
@@ -306,6 +323,14 @@ func starts(m map[string]int) string {
 		parts[i] = fmt.Sprintf("%s %d", k, m[k])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// optional formats a figure that is 0 when it was not measured.
+func optional(v float64) string {
+	if v == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f", v)
 }
 
 func opText(op string) string {

@@ -22,8 +22,8 @@ func fixedReport(cpus int) Report {
 				Starts: map[string]int{"fork": 18, "cold": 2}},
 		},
 		Throughput: []Throughput{
-			{Clients: 1, Seconds: 5.01, OK: 200, RunsPerSec: 40, P50MS: 24, P99MS: 30},
-			{Clients: 4, Seconds: 5.02, OK: 600, RunsPerSec: 120, P50MS: 32, P99MS: 45},
+			{Clients: 1, Seconds: 5.01, OK: 200, RunsPerSec: 40, P50MS: 24, P99MS: 30, BoxCPUMSPerRun: 24.46, DaemonCPUMSPerRun: 3.2},
+			{Clients: 4, Seconds: 5.02, OK: 600, RunsPerSec: 120, P50MS: 32, P99MS: 45, BoxCPUMSPerRun: 8.3, DaemonCPUMSPerRun: 1.15},
 			{Clients: 16, Seconds: 5.1, OK: 612, RunsPerSec: 120, NotOK: 1, Busy: 7, Errors: 2, P50MS: 120, P99MS: 300},
 		},
 		Memory: Memory{DaemonIdleRSS: 30 << 20, DaemonLoadPeakRSS: 36 << 20, BoxIdle: 100 << 20, BoxLoadPeak: 210 << 20,
@@ -108,10 +108,10 @@ C  executor spawns python3 -c <pandas snippet>      20     700.0     750.0     7
    sandpit REST <pandas snippet>                    20      50.0      60.0      61.0     19.5  cold 2, fork 18
 
 throughput: print(1) through REST, 5s per level
-clients   runs/s      ok  not ok    429  errors    p50 ms    p99 ms
-      1     40.0     200       0      0       0      24.0      30.0
-      4    120.0     600       0      0       0      32.0      45.0
-     16    120.0     612       1      7       2     120.0     300.0
+clients   runs/s      ok  not ok    429  errors    p50 ms    p99 ms  box cpu ms/run  daemon cpu ms/run
+      1     40.0     200       0      0       0      24.0      30.0            24.5                3.2
+      4    120.0     600       0      0       0      32.0      45.0             8.3                1.1
+     16    120.0     612       1      7       2     120.0     300.0             n/a                n/a
 
 memory                               idle    under load (peak)
 daemon RSS                       30.0 MiB             36.0 MiB
@@ -163,7 +163,7 @@ func TestReportJSON(t *testing.T) {
 }
 
 func TestNewLatencyAndThroughput(t *testing.T) {
-	l := NewLatency(LatencyRESTPrint, "", "x", msList(10, 30, 20, 40), map[string]int{})
+	l := newLatency(LatencyRESTPrint, "", "x", msList(10, 30, 20, 40), map[string]int{})
 	if l.Runs != 4 || l.P50MS != 20 || l.P95MS != 40 || l.RunsPerSec != 40 || l.Starts != nil {
 		t.Errorf("NewLatency = %+v", l)
 	}

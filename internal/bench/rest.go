@@ -151,11 +151,13 @@ type program struct {
 	code, stdout string
 }
 
-// The programs measured, through REST and (as the same Python) cold in the box.
-var (
-	printProgram  = program{code: "print(1)", stdout: "1\n"}
-	pandasProgram = program{code: `import pandas as pd; print(pd.DataFrame({"a": [1, 2]}).a.sum())`, stdout: "3\n"}
-)
+// printProgram is print(1): the cost of a run itself.
+func printProgram() program { return program{code: "print(1)", stdout: "1\n"} }
+
+// pandasProgram is a pandas snippet: the cost of a run whose imports are heavy.
+func pandasProgram() program {
+	return program{code: `import pandas as pd; print(pd.DataFrame({"a": [1, 2]}).a.sum())`, stdout: "3\n"}
+}
 
 // check returns an error unless res is an ok run of p.
 func (p program) check(res execResult) error {

@@ -69,7 +69,7 @@ func TestSequentialReadsStart(t *testing.T) {
 		}
 		okAnswer(start)(n, w, body)
 	})
-	durations, starts, err := c.sequential(context.Background(), printProgram, 5)
+	durations, starts, err := c.sequential(context.Background(), printProgram(), 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestSequentialReadsStart(t *testing.T) {
 
 func TestSequentialWithoutStart(t *testing.T) {
 	c := fakeDaemon(t, okAnswer(""))
-	_, starts, err := c.sequential(context.Background(), printProgram, 2)
+	_, starts, err := c.sequential(context.Background(), printProgram(), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestSequentialFailsOnABadRun(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := fakeDaemon(t, tc.answer)
-			_, _, err := c.sequential(context.Background(), printProgram, 3)
+			_, _, err := c.sequential(context.Background(), printProgram(), 3)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want one containing %q", err, tc.want)
 			}
@@ -141,7 +141,7 @@ func TestThroughputCountsEachKindOfAnswer(t *testing.T) {
 			okAnswer("fork")(n, w, body)
 		}
 	})
-	l, err := c.throughput(context.Background(), printProgram, 4, 200*time.Millisecond)
+	l, err := c.throughput(context.Background(), printProgram(), 4, 200*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestThroughputStopsWithContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
 	t0 := time.Now()
-	_, err := c.throughput(ctx, printProgram, 2, time.Minute)
+	_, err := c.throughput(ctx, printProgram(), 2, time.Minute)
 	if err == nil {
 		t.Fatal("no error after the context ended")
 	}

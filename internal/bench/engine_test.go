@@ -1,0 +1,104 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/signal"
+	"regexp"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/sandpit-dev/sandpit/internal/bench"
+	"github.com/sandpit-dev/sandpit/internal/cli"
+	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
+)
+
+// serveEnv, set to 1, makes this test binary act as `sandpit`: sandpit bench starts its daemon
+// as its own executable with `serve ...`, which here is the test binary.
+const serveEnv = "BENCH_TEST_ACT_AS_SANDPIT"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(serveEnv) == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := cli.Main(ctx, os.Args[1:], cli.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Lookup: os.LookupEnv, Version: "test"})
+		stop()
+		os.Exit(code)
+	}
+	os.Exit(testenv.Main(m))
+}
+
+// TestBenchAgainstTheEngine runs the whole `sandpit bench`, with tiny counts, against the real
+// Docker engine, and checks the report and that nothing of the bench is left.
+func TestBenchAgainstTheEngine(t *testing.T) {
+	api := testenv.Engine(t)
+	if testing.Short() {
+		t.Skip("the whole bench takes half a minute")
+	}
+	t.Setenv(serveEnv, "1")
+	t.Setenv("SANDPIT_EXECUTOR_PATH", testenv.Executor(t))
+	t.Setenv("SANDPIT_BASE_IMAGE", testenv.BaseImage(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	var stdout, stderr bytes.Buffer
+	code := cli.Main(ctx, []string{"bench", "--runs=3", "--slow-runs=2", "--warmup=1", "--duration=500ms", "--json"},
+		cli.Env{Stdin: &bytes.Buffer{}, Stdout: &stdout, Stderr: &stderr, Lookup: os.LookupEnv})
+	t.Logf("progress:\n%s", stderr.String())
+	if code != 0 {
+		t.Fatalf("sandpit bench exited %d", code)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("the report is not JSON: %v\n%s", err, stdout.String())
+	}
+
+	if len(rep.Latency) != 5 {
+		t.Fatalf("%d latency rows, want 5: %+v", len(rep.Latency), rep.Latency)
+	}
+	for _, l := range rep.Latency {
+		want := 2
+		if l.Name == bench.LatencyRESTPrint || l.Name == bench.LatencySpawnPrint {
+			want = 3
+		}
+		if l.Runs != want || !(l.P50MS > 0) || l.P50MS > l.P95MS || l.P95MS > l.P99MS || !(l.RunsPerSec > 0) {
+			t.Errorf("%s: %+v", l.Name, l)
+		}
+	}
+	if len(rep.Throughput) != 3 {
+		t.Fatalf("%d throughput rows, want 3", len(rep.Throughput))
+	}
+	for _, th := range rep.Throughput {
+		if th.OK == 0 || th.NotOK != 0 || th.Errors != 0 || th.Seconds < 0.5 {
+			t.Errorf("throughput at %d clients: %+v", th.Clients, th)
+		}
+	}
+	m := rep.Memory
+	if m.DaemonIdleRSS <= 0 || m.DaemonLoadPeakRSS <= 0 || m.BoxIdle <= 0 || m.BoxLoadPeak <= 0 || m.ExecutorIdleRSS <= 0 || m.ExecutorPeakRSS <= 0 {
+		t.Errorf("memory: %+v", m)
+	}
+	if len(rep.Targets) != 5 || rep.Image == "" || rep.CPUs < 1 || rep.ElapsedSeconds <= 0 {
+		t.Errorf("report: %+v", rep)
+	}
+
+	// Nothing of the bench is left: container, volume, data directory.
+	found := regexp.MustCompile(`with data directory (\S+);`).FindStringSubmatch(stderr.String())
+	if found == nil {
+		t.Fatal("the progress does not name the data directory")
+	}
+	dir := found[1]
+	if ids := testenv.Containers(t, dir); len(ids) != 0 {
+		t.Errorf("containers left for %s: %v", dir, ids)
+	}
+	if _, err := api.VolumeInspect(ctx, docker.VolumeName(dir), client.VolumeInspectOptions{}); err == nil {
+		t.Errorf("volume %s left", docker.VolumeName(dir))
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("data directory %s left: %v", dir, err)
+	}
+}

@@ -1,0 +1,62 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+func TestBenchRefusesBadFlags(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--data-dir", "/tmp/x"}, "leave out --data-dir"},
+		{[]string{"bench", "--runs", "0"}, "--runs and --slow-runs must be at least 1"},
+		{[]string{"bench", "--slow-runs", "-1"}, "--runs and --slow-runs must be at least 1"},
+		{[]string{"bench", "--warmup", "-1"}, "--warmup must not be negative"},
+		{[]string{"bench", "--duration", "0s"}, "--duration must be positive"},
+		{[]string{"bench", "--max-time", "-1m"}, "--max-time must be positive"},
+		{[]string{"bench", "extra"}, "takes 0 argument(s)"},
+	}
+	for _, c := range cases {
+		var stdout, stderr bytes.Buffer
+		env := Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr, Lookup: func(string) (string, bool) { return "", false }}
+		if code := Main(context.Background(), c.args, env); code != exitUsage {
+			t.Errorf("%q: exit %d, want %d (stderr %q)", c.args, code, exitUsage, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%q: stderr %q, want it to contain %q", c.args, stderr.String(), c.want)
+		}
+		if stdout.Len() != 0 {
+			t.Errorf("%q: stdout %q", c.args, stdout.String())
+		}
+	}
+}
+
+func TestConfigArgsPassesTheGivenSettingsOn(t *testing.T) {
+	o := &options{configFile: "/etc/sandpit.json"}
+	root := &cobra.Command{Use: "sandpit"}
+	o.configFlag(root.PersistentFlags(), "base-image", "base_image", "")
+	o.configFlag(root.PersistentFlags(), "network", "network", "")
+	o.configFlag(root.PersistentFlags(), "docker-host", "docker_host", "")
+	var got []string
+	root.AddCommand(&cobra.Command{Use: "bench", RunE: func(cmd *cobra.Command, _ []string) error {
+		got = o.configArgs(cmd)
+		return nil
+	}})
+	root.SetArgs([]string{"bench", "--network", "none", "--base-image", "sandpit-base:bookworm"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	// In the order the settings were registered; settings not given are left to the
+	// environment and the config file, which the daemon reads itself.
+	want := []string{"--config=/etc/sandpit.json", "--base-image=sandpit-base:bookworm", "--network=none"}
+	if !slices.Equal(got, want) {
+		t.Errorf("configArgs = %q, want %q", got, want)
+	}
+}
