@@ -45,6 +45,8 @@ func TestDependencies(t *testing.T) {
 	idx.AddWheel("bar", "1.0", `VALUE = "bar"`, "foo==2.0")
 	// six is imported by the fork server's preload (pandas -> dateutil -> six).
 	idx.AddWheel("six", "99.0", `VALUE = "99"`)
+	// numexpr is absent from the image; pandas looks for it when the fork server imports it.
+	idx.AddWheel("numexpr", "2.8.4", `__version__ = "2.8.4"`)
 
 	cfg := testConfig(t)
 	cfg.IndexURL = idx.URL()
@@ -175,6 +177,11 @@ func TestDependencies(t *testing.T) {
 		if st != 200 || res.Outcome != sandbox.OutcomeOK || res.Stdout != "99\n" || res.Start != "cold" {
 			t.Fatalf("%d %+v", st, res)
 		}
+		// ...and so does one that a preloaded module looked for in vain (pandas: numexpr).
+		st, res = runWithDeps(t, url, "import numexpr; print(numexpr.__version__)", "numexpr==2.8.4")
+		if st != 200 || res.Outcome != sandbox.OutcomeOK || res.Start != "cold" {
+			t.Fatalf("numexpr: %d %+v", st, res)
+		}
 	})
 
 	t.Run("H22 requirements that are not PEP 508 are refused", func(t *testing.T) {
@@ -206,11 +213,11 @@ func TestDependencies(t *testing.T) {
 				SizeBytes     int64 `json:"size_bytes"`
 			}
 		}
-		if st := call(t, "GET", url+"/v1/packages", "", &list); st != 200 || len(list.Packages) != 5 {
+		if st := call(t, "GET", url+"/v1/packages", "", &list); st != 200 || len(list.Packages) != 6 {
 			t.Fatalf("list: %d %+v", st, list)
 		}
 		for _, p := range list.Packages {
-			if p.SizeBytes <= 0 || !strings.Contains(" tinypkg pkg-b foo bar six ", " "+p.Name+" ") {
+			if p.SizeBytes <= 0 || !strings.Contains(" tinypkg pkg-b foo bar six numexpr ", " "+p.Name+" ") {
 				t.Errorf("package %+v", p)
 			}
 		}

@@ -9,6 +9,7 @@
 #   executor -> bootstrap, per call: {"type": "reply", "ok": bool, "value": any, "error": str}
 import atexit
 import builtins
+import gc
 import json
 import linecache
 import math
@@ -211,7 +212,12 @@ def _set_limit(kind, value):
 
 def _apply_limits(init):
     limits = init.get("limits") or {}
-    _set_limit(resource.RLIMIT_DATA, limits.get("memory_bytes"))
+    memory = limits.get("memory_bytes")
+    if memory and memory > 0:
+        # A fork inherits the fork server's preloaded modules: their data is allowed on top,
+        # so a forked run may allocate as much as a cold one.
+        memory += init.get("inherited_data_bytes") or 0
+    _set_limit(resource.RLIMIT_DATA, memory)
     _set_limit(resource.RLIMIT_FSIZE, limits.get("file_size_bytes"))
     _set_limit(resource.RLIMIT_NOFILE, limits.get("open_files"))
     _set_limit(resource.RLIMIT_NPROC, limits.get("processes"))
@@ -355,20 +361,24 @@ def main():
         _print_user_traceback(exc)
         status = 1
     output_status = _send_output(module.__dict__, limits.get("output_bytes"))
-    _finish(status or output_status)
+    _finish(status or output_status, module)
 
 
-def _finish(status):
+def _finish(status, module):
     """Ends the process as the interpreter's exit would, without tearing every module down:
-    waits for non-daemon threads, runs atexit handlers, flushes stdout and stderr, then exits.
-    (Tearing down numpy, pandas and the rest takes tens of milliseconds and nothing of the run
-    outlives it: its files and processes are removed after it.)"""
+    waits for non-daemon threads, runs atexit handlers, drops the program's globals (so its
+    open files are flushed and closed, and its objects' __del__ methods run), flushes stdout
+    and stderr, then exits. (Tearing down numpy, pandas and the rest takes tens of
+    milliseconds and nothing of the run outlives it: its files and processes are removed
+    after it.)"""
     shutdown = getattr(threading, "_shutdown", None)
     if shutdown is None:  # an interpreter without it: the normal exit
         _exit(status)
     try:
         shutdown()
         atexit._run_exitfuncs()
+        module.__dict__.clear()
+        gc.collect()
     except SystemExit as exc:  # sys.exit in a thread being joined or an atexit handler
         status = status or _exit_status(exc)
     except BaseException as exc:  # noqa: BLE001 - reported as the interpreter would

@@ -3,10 +3,15 @@
 # as root, as `python3 -u -I -X utf8 forkserver.py BOOTSTRAP MODULE...`, with descriptor 3 a
 # SOCK_SEQPACKET socket to the executor. One JSON object per packet:
 #   server -> executor, once:  {"type": "ready", "pid": int, "preloaded": [str], "skipped": {str: str},
-#                                "modules": [str], "data_bytes": int}
+#                                "modules": [str], "missing": [str], "data_bytes": int}
+#                              modules: top-level names of every module it imported; missing:
+#                              those it tried to import and found nowhere (optional
+#                              dependencies the preload probed for); data_bytes: the data
+#                              segment the preload added, which every child inherits
 #                          or: {"type": "unsafe", "error": str} (it then exits)
 #   executor -> server, per run, with three descriptors (stdout, stderr, control) attached:
 #                              {"id": str, "uid": int, "dir": str, "env": {str: str}}
+#   executor -> server:        {"kill": int}: SIGKILL that child, if it has not been reaped
 #   server -> executor:        {"type": "started", "id": str, "pid": int}
 #                              {"type": "failed", "id": str, "error": str, "broken": bool}
 #                              (broken: this server must not be used again)
@@ -46,15 +51,34 @@ def _data_bytes():
     return 0
 
 
+class _MissingRecorder:
+    """The last finder on sys.meta_path: the names it is asked for were found by no other."""
+
+    def __init__(self):
+        self.names = set()
+
+    def find_spec(self, fullname, path=None, target=None):
+        self.names.add(fullname.partition(".")[0])
+        return None
+
+
 def _preload(names):
+    """Imports names; returns those imported, those skipped (with why), and the top-level
+    names of modules the imports looked for and did not find (pandas probes for numexpr and
+    bottleneck at import: a run that installs one must start cold to have it seen)."""
     preloaded, skipped = [], {}
-    for name in names:
-        try:
-            importlib.import_module(name)
-            preloaded.append(name)
-        except BaseException as exc:  # noqa: BLE001 - a module the image lacks is skipped
-            skipped[name] = f"{type(exc).__name__}: {exc}"
-    return preloaded, skipped
+    missing = _MissingRecorder()
+    sys.meta_path.append(missing)
+    try:
+        for name in names:
+            try:
+                importlib.import_module(name)
+                preloaded.append(name)
+            except BaseException as exc:  # noqa: BLE001 - a module the image lacks is skipped
+                skipped[name] = f"{type(exc).__name__}: {exc}"
+    finally:
+        sys.meta_path.remove(missing)
+    return preloaded, skipped, sorted(missing.names)
 
 
 def _send(sock, obj):
@@ -82,6 +106,12 @@ def _serve(sock, server_pid):
         if not data:
             sys.exit(0)  # the executor is gone; children die with us (their parent-death signal)
         req = json.loads(data)
+        if "kill" in req:
+            if req["kill"] in children:  # not reaped yet: the pid is still that child's
+                os.kill(req["kill"], signal.SIGKILL)
+            for fd in fds:
+                os.close(fd)
+            continue
         error, broken = None, False
         if len(fds) != 3 or flags & socket.MSG_CTRUNC:
             error = f"the request carried {len(fds)} descriptors; it needs stdout, stderr and control"
@@ -184,7 +214,8 @@ def main():
     bootstrap = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bootstrap)
     libc = ctypes.CDLL(None, use_errno=True)
-    preloaded, skipped = _preload(names)
+    data_before = _data_bytes()
+    preloaded, skipped, missing = _preload(names)
     # Objects of the preload never change again: keep the collector from touching (and so
     # copying) their pages in every child.
     gc.collect()
@@ -195,7 +226,7 @@ def main():
     modules = sorted({name.partition(".")[0] for name in sys.modules})
     server_pid = os.getpid()
     _send(sock, {"type": "ready", "pid": server_pid, "preloaded": preloaded, "skipped": skipped,
-                 "modules": modules, "data_bytes": _data_bytes()})
+                 "modules": modules, "missing": missing, "data_bytes": max(_data_bytes() - data_before, 0)})
     req, fds = _serve(sock, server_pid)
     _become_run(req, fds, server_pid, libc)
     return bootstrap

@@ -102,6 +102,8 @@ type Executor struct {
 	runs     map[string]*run               // by execution ID
 	busy     map[int]bool                  // by slot
 	installs map[string]context.CancelFunc // by install request ID
+	next     map[int]*nextProgram          // by slot: its next program (see reserveNext)
+	stopping bool
 	wg       sync.WaitGroup
 }
 
@@ -114,7 +116,7 @@ func Serve(ctx context.Context, conn *protocol.Conn, cfg Config, log *slog.Logge
 		return fmt.Errorf("executor: invalid config: uid base %d, %d slots", cfg.UIDBase, cfg.Slots)
 	}
 	e := &Executor{cfg: cfg, conn: conn, log: log, runs: map[string]*run{}, busy: map[int]bool{},
-		installs: map[string]context.CancelFunc{}}
+		installs: map[string]context.CancelFunc{}, next: map[int]*nextProgram{}}
 	python, err := e.prepare()
 	if err != nil {
 		return err
@@ -123,6 +125,7 @@ func Serve(ctx context.Context, conn *protocol.Conn, cfg Config, log *slog.Logge
 		return err
 	}
 	e.forks = newForkServers(e.cfg, log)
+	e.forks.onRetire = e.dropNext
 	if err := conn.Send(&protocol.Message{Kind: protocol.KindHello, Hello: &protocol.Hello{
 		Version: protocol.Version, Slots: cfg.Slots, Python: python, PID: os.Getpid(),
 	}}); err != nil {
@@ -263,6 +266,9 @@ func (e *Executor) start(id string, slot int, spec sandbox.Spec) {
 		e.busy[slot], e.runs[id] = true, r
 		e.wg.Go(func() {
 			res := r.execute()
+			// The slot's next program is reserved while the slot is busy, made after the
+			// result is sent: a run that comes meanwhile waits for it.
+			next := e.reserveNext(slot)
 			e.mu.Lock()
 			delete(e.busy, slot)
 			delete(e.runs, id)
@@ -270,13 +276,18 @@ func (e *Executor) start(id string, slot int, spec sandbox.Spec) {
 			if err := e.conn.Send(&protocol.Message{Kind: protocol.KindResult, ID: id, Result: res}); err != nil {
 				e.log.Warn("sending result", "id", id, "error", err)
 			}
+			if next != nil {
+				e.prepareNext(slot, next)
+			}
 		})
 	}
 }
 
-// stopAll kills every run and waits for their cleanup.
+// stopAll kills every run and waits for their cleanup, then discards the ready programs.
 func (e *Executor) stopAll() {
+	defer e.discardNext()
 	e.mu.Lock()
+	e.stopping = true
 	for _, r := range e.runs {
 		r.stop(stopCancelled)
 	}

@@ -34,8 +34,8 @@ type forkServer struct {
 	log  *slog.Logger
 
 	pid       int             // in the box's pid namespace
-	modules   map[string]bool // top-level names of every module it has imported
-	dataBytes int64           // its data segment (VmData) after the preload, which each child inherits
+	modules   map[string]bool // top-level names of every module it imported or looked for in vain
+	dataBytes int64           // the data segment (VmData) its preload added, which each child inherits
 
 	mu       sync.Mutex
 	children map[string]*forkChild // by execution ID, until exited
@@ -63,6 +63,7 @@ type forkReply struct {
 	Preloaded []string          `json:"preloaded"`
 	Skipped   map[string]string `json:"skipped"`
 	Modules   []string          `json:"modules"`
+	Missing   []string          `json:"missing"`
 	DataBytes int64             `json:"data_bytes"`
 }
 
@@ -122,7 +123,8 @@ func startForkServer(cfg Config, dir string, timeout time.Duration, quit <-chan 
 		case <-helloDone:
 		}
 	}()
-	hello, err := s.read()
+	buf := make([]byte, maxForkPacket)
+	hello, err := s.read(buf)
 	close(helloDone)
 	_ = conn.SetReadDeadline(time.Time{})
 	if err == nil && hello.Type == "unsafe" {
@@ -138,7 +140,7 @@ func startForkServer(cfg Config, dir string, timeout time.Duration, quit <-chan 
 		return nil, err
 	}
 	s.modules = map[string]bool{}
-	for _, m := range hello.Modules {
+	for _, m := range append(hello.Modules, hello.Missing...) {
 		s.modules[m] = true
 	}
 	s.dataBytes = hello.DataBytes
@@ -147,7 +149,7 @@ func startForkServer(cfg Config, dir string, timeout time.Duration, quit <-chan 
 	}
 	log.Info("fork server ready", "pid", s.pid, "preloaded", strings.Join(hello.Preloaded, ","),
 		"modules", len(hello.Modules), "data_bytes", hello.DataBytes)
-	go s.readLoop()
+	go s.readLoop(buf)
 	return s, nil
 }
 
@@ -162,8 +164,12 @@ type unsafeError struct{ reason string }
 
 func (e *unsafeError) Error() string { return "the fork server is unsafe to fork: " + e.reason }
 
-func (s *forkServer) read() (forkReply, error) {
-	buf := make([]byte, 1<<20)
+// maxForkPacket is the largest report of a fork server (its ready report lists every module it
+// imported), in bytes.
+const maxForkPacket = 1 << 20
+
+// read reads one report into buf (maxForkPacket bytes).
+func (s *forkServer) read(buf []byte) (forkReply, error) {
 	n, err := s.conn.Read(buf)
 	if err != nil {
 		return forkReply{}, err
@@ -180,9 +186,9 @@ func (s *forkServer) read() (forkReply, error) {
 
 // readLoop delivers the server's reports to their children until the server is gone, then
 // fails every child still waiting and reaps the server.
-func (s *forkServer) readLoop() {
+func (s *forkServer) readLoop(buf []byte) {
 	for {
-		r, err := s.read()
+		r, err := s.read(buf)
 		if err != nil {
 			break
 		}
@@ -227,6 +233,13 @@ func (s *forkServer) readLoop() {
 func (s *forkServer) kill() {
 	_ = s.cmd.Process.Kill()
 	s.conn.Close()
+}
+
+// isRetired reports whether the server takes no more runs.
+func (s *forkServer) isRetired() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.retired
 }
 
 // retire stops the server taking runs; it ends when its last child has exited.
@@ -289,6 +302,15 @@ func (s *forkServer) fork(id string, uid int, dir string, env []string, stdout, 
 	}
 }
 
+// killChild asks the server to kill c, a child it has not reaped yet (so its pid is still
+// c's): the way to end one child without touching the other processes of its uid.
+func (s *forkServer) killChild(c *forkChild) {
+	req, _ := json.Marshal(map[string]any{"kill": c.pid})
+	if _, err := s.conn.Write(req); err != nil {
+		s.log.Debug("asking the fork server to kill a child", "pid", c.pid, "error", err)
+	}
+}
+
 // wait waits for the child's exit and returns its wait status, or errForkServerGone.
 func (c *forkChild) wait() (syscall.WaitStatus, error) {
 	r, ok := <-c.exited
@@ -300,7 +322,9 @@ func (c *forkChild) wait() (syscall.WaitStatus, error) {
 
 // shadows reports whether a run whose sys.path starts with paths would import a different
 // module than the server has already imported under the same top-level name (an installed
-// dependency of another version than the image's). Such a run must start cold.
+// dependency of another version than the image's), or would have one the server looked for
+// and did not find (an optional dependency of a preloaded module, which that module decided
+// at its import it does not have). Such a run must start cold.
 func (s *forkServer) shadows(paths []string) bool {
 	for _, dir := range paths {
 		entries, err := os.ReadDir(dir)
@@ -329,6 +353,10 @@ type forkServers struct {
 	starting bool
 	disabled string // why no fork server is used, when none ever will be
 	failures int    // consecutive failed starts
+	draining int    // retired servers still alive (waiting for their children)
+	// onRetire is told of a server that takes no more runs (the executor drops the programs
+	// it forked ahead of time), without f.mu held.
+	onRetire func(*forkServer)
 	all      sync.WaitGroup
 	closed   bool
 	quit     chan struct{} // closed by close
@@ -364,9 +392,9 @@ func (f *forkServers) startLocked() {
 		}
 		s, err := startForkServer(f.cfg, f.dir, forkServerStartTimeout, f.quit, f.log)
 		f.mu.Lock()
-		defer f.mu.Unlock()
 		f.starting = false
 		var unsafe *unsafeError
+		var old *forkServer
 		switch {
 		case errors.As(err, &unsafe):
 			f.disabled = err.Error()
@@ -380,10 +408,26 @@ func (f *forkServers) startLocked() {
 			f.watch(s)
 		default:
 			f.failures = 0
-			f.current = s
+			old, f.current = f.current, s // a server it replaces served until now
 			f.watch(s)
+			if old != nil {
+				f.retireLocked(old)
+			}
+		}
+		f.mu.Unlock()
+		if old != nil && f.onRetire != nil {
+			f.onRetire(old)
 		}
 	})
+}
+
+// retireLocked stops s taking runs; it ends when its last child has.
+func (f *forkServers) retireLocked(s *forkServer) {
+	if f.current == s {
+		f.current = nil
+	}
+	f.draining++
+	s.retire()
 }
 
 // watch replaces s when it dies.
@@ -392,13 +436,14 @@ func (f *forkServers) watch(s *forkServer) {
 		<-s.done
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		if f.current == s {
+		switch {
+		case f.current == s: // it died
 			f.current = nil
-			if !s.retired {
-				f.failures++
-				f.log.Warn("the fork server died; starting another")
-			}
+			f.failures++
+			f.log.Warn("the fork server died; starting another")
 			f.startLocked()
+		case s.isRetired():
+			f.draining--
 		}
 	})
 }
@@ -410,9 +455,9 @@ func (f *forkServers) start() {
 	f.startLocked()
 }
 
-// server returns the server a run with the given sys.path additions and memory limit should be
-// forked from, or nil and the reason it must start cold.
-func (f *forkServers) server(paths []string, memoryBytes int64) (*forkServer, string) {
+// server returns the server a run with the given sys.path additions should be forked from, or
+// nil and the reason it must start cold.
+func (f *forkServers) server(paths []string) (*forkServer, string) {
 	f.mu.Lock()
 	s, disabled := f.current, f.disabled
 	f.mu.Unlock()
@@ -421,15 +466,25 @@ func (f *forkServers) server(paths []string, memoryBytes int64) (*forkServer, st
 		return nil, disabled
 	case s == nil:
 		return nil, "the fork server is starting"
-	case memoryBytes > 0 && s.dataBytes > memoryBytes/4:
-		return nil, fmt.Sprintf("the preloaded modules take %d bytes, more than a quarter of the run's memory limit", s.dataBytes)
-	case len(paths) > 0 && s.shadows(paths):
-		return nil, "an installed dependency replaces a preloaded module"
+	}
+	if why := s.unsuitable(paths); why != "" {
+		return nil, why
 	}
 	return s, ""
 }
 
-// forked counts a fork of s and replaces s once it has made cfg.ForkServerMaxRuns children.
+// unsuitable says why a run with the given sys.path additions must not be a fork of s, or ""
+// when it may.
+func (s *forkServer) unsuitable(paths []string) string {
+	if len(paths) > 0 && s.shadows(paths) {
+		return "an installed dependency replaces (or is probed for by) a preloaded module"
+	}
+	return ""
+}
+
+// forked counts a fork of s. Once s has made cfg.ForkServerMaxRuns children, a new server is
+// started; s serves until it is ready. At most two servers live at once: while a replaced one
+// still waits for its children, s serves on.
 func (f *forkServers) forked(s *forkServer) {
 	s.mu.Lock()
 	n := s.forks
@@ -439,9 +494,7 @@ func (f *forkServers) forked(s *forkServer) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.current == s {
-		f.current = nil
-		s.retire()
+	if f.current == s && f.draining == 0 {
 		f.startLocked()
 	}
 }
@@ -450,11 +503,14 @@ func (f *forkServers) forked(s *forkServer) {
 // another is started.
 func (f *forkServers) failed(s *forkServer) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.current == s {
-		f.current = nil
-		s.retire()
+	retired := f.current == s
+	if retired {
+		f.retireLocked(s)
 		f.startLocked()
+	}
+	f.mu.Unlock()
+	if retired && f.onRetire != nil {
+		f.onRetire(s)
 	}
 }
 

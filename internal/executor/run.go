@@ -48,6 +48,9 @@ type run struct {
 	exited  chan struct{}
 	seq     int64
 
+	// inheritedData is the data segment a fork inherits from its server, in bytes
+	inheritedData int64
+
 	// set by the control line
 	output      json.RawMessage
 	outputBytes int64
@@ -101,9 +104,12 @@ func (r *run) stop(reason stopReason) {
 func (r *run) execute() *sandbox.Result {
 	res := &sandbox.Result{ExitCode: -1}
 	dir := r.e.slotDir(r.slot)
+	killed := false // every process of the run is gone
 	defer func() {
-		if err := killAndWait(r.uid, r.e.cfg.KillTimeout); err != nil {
-			r.systemError(res, "cleaning up the run: %v", err)
+		if !killed {
+			if err := killAndWait(r.uid, r.e.cfg.KillTimeout); err != nil {
+				r.systemError(res, "cleaning up the run: %v", err)
+			}
 		}
 		if err := os.RemoveAll(dir); err != nil {
 			r.systemError(res, "removing the run directory: %v", err)
@@ -116,55 +122,25 @@ func (r *run) execute() *sandbox.Result {
 		}
 	}()
 
-	// Nothing of an earlier run may be left in the slot.
-	if err := killAndWait(r.uid, r.e.cfg.KillTimeout); err != nil {
-		return r.systemError(res, "clearing the slot: %v", err)
+	// The slot's ready program, when it suits the run; else a new one (nothing of an earlier
+	// run is left in the slot either way).
+	l := r.e.takeNext(r.slot)
+	if l != nil && l.server.unsuitable(r.spec.Paths) != "" {
+		r.e.discard(l)
+		l = nil
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return r.systemError(res, "clearing the run directory: %v", err)
-	}
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return r.systemError(res, "creating the run directory: %v", err)
-	}
-	if err := os.Chown(dir, r.uid, r.uid); err != nil {
-		return r.systemError(res, "handing the run directory to uid %d: %v", r.uid, err)
-	}
-
-	// Every descriptor opened here is closed on return; the child's ends are closed earlier,
-	// right after the start, so that the pipes end when the run's processes are gone.
-	var opened []*os.File
-	defer func() {
-		for _, f := range opened {
-			f.Close()
+	if l == nil {
+		s, why := r.e.forks.server(r.spec.Paths)
+		if s == nil {
+			r.e.log.Debug("starting the run cold", "id", r.id, "reason", why)
 		}
-	}()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return r.systemError(res, "creating the control line: %v", err)
+		var err error
+		if l, err = r.e.launchProgram(r.slot, s, true, r.id); err != nil {
+			return r.systemError(res, "%v", err)
+		}
 	}
-	parentSock, childSock := os.NewFile(uintptr(fds[0]), "control"), os.NewFile(uintptr(fds[1]), "control-child")
-	opened = append(opened, parentSock, childSock)
-	control, err := net.FileConn(parentSock) // a duplicate of parentSock
-	if err != nil {
-		return r.systemError(res, "opening the control line: %v", err)
-	}
-	defer control.Close()
-	stdoutR, stdoutW, err := os.Pipe()
-	if err != nil {
-		return r.systemError(res, "creating the stdout pipe: %v", err)
-	}
-	opened = append(opened, stdoutR, stdoutW)
-	stderrR, stderrW, err := os.Pipe()
-	if err != nil {
-		return r.systemError(res, "creating the stderr pipe: %v", err)
-	}
-	opened = append(opened, stderrR, stderrW)
-
-	mplDir := matplotlibDir(r.uid)
-	env := runEnvironment(dir, mplDir)
-	if err := r.seedMatplotlib(mplDir); err != nil {
-		r.e.log.Warn("copying the matplotlib cache", "id", r.id, "error", err)
-	}
+	defer l.close()
+	control := l.control
 
 	oomBefore, oomKnown := oomKills()
 	r.mu.Lock()
@@ -174,23 +150,20 @@ func (r *run) execute() *sandbox.Result {
 		return res
 	}
 	started := time.Now()
-	proc, start, err := r.startProgram(dir, env, stdoutW, stderrW, childSock)
+	proc := l.proc
 	r.proc = proc
 	r.mu.Unlock()
-	childSock.Close()
-	stdoutW.Close()
-	stderrW.Close()
-	if err != nil {
-		return r.systemError(res, "starting python: %v", err)
-	}
 	res.StartedAt = started.UTC()
-	res.Start = start
+	res.Start = l.start
+	if l.server != nil {
+		r.inheritedData = l.server.dataBytes
+	}
 
 	var streams sync.WaitGroup
 	outCap := r.newCapture(protocol.KindStdout, r.spec.Limits.StdoutBytes, stopStdoutLimit)
 	errCap := r.newCapture(protocol.KindStderr, r.spec.Limits.StderrBytes, stopStderrLimit)
-	streams.Go(func() { pump(stdoutR, outCap) })
-	streams.Go(func() { pump(stderrR, errCap) })
+	streams.Go(func() { pump(l.stdout, outCap) })
+	streams.Go(func() { pump(l.stderr, errCap) })
 	var controlDone sync.WaitGroup
 	controlDone.Go(func() { r.serveControl(control) })
 
@@ -203,6 +176,8 @@ func (r *run) execute() *sandbox.Result {
 	// Whatever the program left running (daemons, grandchildren holding the pipes) dies now.
 	if err := killAndWait(r.uid, r.e.cfg.KillTimeout); err != nil {
 		r.systemError(res, "killing the run's remaining processes: %v", err)
+	} else {
+		killed = true
 	}
 	streams.Wait()
 	_ = control.SetReadDeadline(time.Now().Add(time.Second))
@@ -214,45 +189,6 @@ func (r *run) execute() *sandbox.Result {
 	oomAfter, _ := oomKills()
 	r.classify(res, status, waitErr, oomKnown && oomAfter > oomBefore)
 	return res
-}
-
-// startProgram starts the run's python with stdout, stderr and control as its descriptors 1, 2
-// and 3: forked from the fork server when there is one that suits the run, else cold. It
-// returns how it started (startFork or startCold).
-func (r *run) startProgram(dir string, env []string, stdout, stderr, control *os.File) (process, string, error) {
-	if s, why := r.e.forks.server(r.spec.Paths, r.spec.Limits.MemoryBytes); s != nil {
-		child, err := s.fork(r.id, r.uid, dir, env, stdout, stderr, control)
-		if err == nil {
-			r.e.forks.forked(s)
-			return child, startFork, nil
-		}
-		r.e.log.Warn("starting the run cold", "id", r.id, "error", err)
-		if _, refused := errors.AsType[*forkRefusedError](err); !refused {
-			r.e.forks.failed(s)
-		}
-	} else {
-		r.e.log.Debug("starting the run cold", "id", r.id, "reason", why)
-	}
-	cmd := exec.Command(r.e.cfg.Python, "-u", "-I", "-X", "utf8", r.e.cfg.Bootstrap)
-	cmd.Dir = dir
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.ExtraFiles = []*os.File{control} // descriptor 3
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setsid:     true,
-		Credential: &syscall.Credential{Uid: uint32(r.uid), Gid: uint32(r.uid), Groups: []uint32{}},
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, startCold, err
-	}
-	// Before the code arrives over the control line, the run becomes the OOM killer's first
-	// choice. (An executor with CAP_SYS_RESOURCE would also pin it there; the engines this
-	// targets cannot always grant that capability, so a run may lower its score again.) A
-	// forked child does this itself.
-	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", cmd.Process.Pid), []byte("1000"), 0); err != nil {
-		r.e.log.Warn("raising the run's oom_score_adj", "id", r.id, "error", err)
-	}
-	return coldProcess{cmd}, startCold, nil
 }
 
 // wait waits for the program's exit. Once the run is stopped it kills the uid's processes
@@ -306,32 +242,32 @@ func runEnvironment(home, mpl string) []string {
 	}
 }
 
-// seedMatplotlib creates the run's matplotlib directory, owned by the run's uid, with the
+// seedMatplotlib creates a run's matplotlib directory, owned by the run's uid, with the
 // image's prebuilt cache files in it. (It is removed with the uid's other files in /tmp.)
-func (r *run) seedMatplotlib(dir string) error {
-	entries, err := os.ReadDir(r.e.cfg.MatplotlibCache)
+func (e *Executor) seedMatplotlib(uid int, dir string) error {
+	entries, err := os.ReadDir(e.cfg.MatplotlibCache)
 	if err != nil {
 		return nil // no cache in this image
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
-	if err := os.Chown(dir, r.uid, r.uid); err != nil {
+	if err := os.Chown(dir, uid, uid); err != nil {
 		return err
 	}
-	for _, e := range entries {
-		if !e.Type().IsRegular() {
+	for _, entry := range entries {
+		if !entry.Type().IsRegular() {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(r.e.cfg.MatplotlibCache, e.Name()))
+		data, err := os.ReadFile(filepath.Join(e.cfg.MatplotlibCache, entry.Name()))
 		if err != nil {
 			return err
 		}
-		dst := filepath.Join(dir, e.Name())
+		dst := filepath.Join(dir, entry.Name())
 		if err := os.WriteFile(dst, data, 0o600); err != nil {
 			return err
 		}
-		if err := os.Chown(dst, r.uid, r.uid); err != nil {
+		if err := os.Chown(dst, uid, uid); err != nil {
 			return err
 		}
 	}
@@ -377,6 +313,8 @@ func (r *run) serveControl(conn net.Conn) {
 		"timeout_ms": r.spec.TimeoutMS,
 		"paths":      r.spec.Paths,
 		"call_bytes": r.spec.CallBytes,
+		// What a fork inherits of the server's preload, allowed on top of memory_bytes.
+		"inherited_data_bytes": r.inheritedData,
 	})
 	if err != nil {
 		r.e.log.Error("encoding init", "id", r.id, "error", err)

@@ -1,6 +1,7 @@
 package session_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -240,13 +241,89 @@ func TestForkServerDeathFailsItsRunsAndIsReplaced(t *testing.T) {
 	}
 }
 
-func TestForkServerLeavesSmallMemoryLimitsCold(t *testing.T) {
-	c, _ := pipeRuntimeWith(t, 2, func(*executor.Config) {})
+// A run whose installed dependencies hold a module the fork server looked for in vain while
+// preloading (as pandas probes for numexpr) starts cold, so that it is found; others fork.
+func TestForkServerLeavesProbedDependenciesCold(t *testing.T) {
+	c, _ := pipeRuntimeWith(t, 2, func(cfg *executor.Config) {
+		cfg.Preload = []string{"decimal", "sandpit_probe_missing"}
+	})
 	sandboxtest.WaitForStart(t, c, "fork", 30*time.Second)
-	spec := sandboxtest.Spec("print(1)", 10*time.Second)
-	spec.Limits.MemoryBytes = 16 << 20 // the server's data segment alone is more than a quarter of it
-	res := sandboxtest.Exec(t, c, 0, spec, nil)
-	if res.Outcome != sandbox.OutcomeOK || res.Start != "cold" {
-		t.Fatalf("%s (%s) started %q, want ok and cold", res.Outcome, res.Reason, res.Start)
+	deps := t.TempDir()
+	if err := os.Chmod(deps, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"sandpit_probe_missing.py", "tinypkg.py"} {
+		if err := os.WriteFile(filepath.Join(deps, name), []byte("VALUE = 1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct{ module, start string }{{"tinypkg", "fork"}, {"sandpit_probe_missing", "cold"}} {
+		dir := t.TempDir()
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Link(filepath.Join(deps, tc.module+".py"), filepath.Join(dir, tc.module+".py")); err != nil {
+			t.Fatal(err)
+		}
+		spec := sandboxtest.Spec("import "+tc.module+"; print("+tc.module+".VALUE)", 10*time.Second)
+		spec.Paths = []string{dir}
+		res := sandboxtest.Exec(t, c, 0, spec, nil)
+		if res.Outcome != sandbox.OutcomeOK || res.Stdout != "1\n" || res.Start != tc.start {
+			t.Errorf("%s: %s (%s) %q started %q, want ok and %s", tc.module, res.Outcome, res.Reason, res.Stdout+res.Stderr, res.Start, tc.start)
+		}
+	}
+}
+
+// liveChildren counts this process's children, zombies aside, whose command line contains s.
+func liveChildren(s string) int {
+	entries, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		stat, statErr := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil || statErr != nil || !strings.Contains(string(cmdline), s) {
+			continue
+		}
+		// stat: pid (comm) state ppid ...
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(f) > 1 && f[0] != "Z" && f[1] == strconv.Itoa(os.Getpid()) {
+			n++
+		}
+	}
+	return n
+}
+
+// Replacing the fork server after every run keeps at most two servers alive (one serving, one
+// waiting for its children), however many runs there are.
+func TestForkServerReplacementKeepsTwoServersAtMost(t *testing.T) {
+	var script string
+	c, _ := pipeRuntimeWith(t, 2, func(cfg *executor.Config) {
+		cfg.ForkServerMaxRuns = 1
+		script = cfg.ForkServer
+	})
+	sandboxtest.WaitForStart(t, c, "fork", 30*time.Second)
+	servers := map[int]bool{}
+	most := 0
+	for range 20 {
+		var wg sync.WaitGroup
+		for slot := range 2 {
+			wg.Go(func() {
+				res := sandboxtest.Exec(t, c, slot, sandboxtest.Spec("import os, time; time.sleep(0.05); print(os.getppid())", 10*time.Second), nil)
+				if res.Outcome != sandbox.OutcomeOK {
+					t.Errorf("%s: %s %s", res.Outcome, res.Reason, res.Stderr)
+				}
+			})
+		}
+		most = max(most, liveChildren(script))
+		wg.Wait()
+		if pid, start := forkServerPID(t, c); start == "fork" {
+			servers[pid] = true
+		}
+	}
+	if most > 2 {
+		t.Errorf("%d fork servers alive at once, want at most 2", most)
+	}
+	if len(servers) < 3 {
+		t.Errorf("runs were forked by %d servers in 20 rounds with max runs 1, want replacements", len(servers))
 	}
 }

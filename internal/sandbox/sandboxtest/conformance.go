@@ -317,6 +317,13 @@ func Run(t *testing.T, h Harness) {
 		ok(t)
 	})
 
+	t.Run("a run may allocate most of its memory limit", func(t *testing.T) {
+		spec := Spec("b = bytearray(96 * 2**20); print(len(b) >> 20)", 30*time.Second)
+		spec.Limits.MemoryBytes = 128 << 20
+		res := Exec(t, rt, 0, spec, nil)
+		expect(t, res, sandbox.OutcomeOK)
+	})
+
 	t.Run("H6 threads eating memory", func(t *testing.T) {
 		// Another slot's run, started while slot 0 saturates the box, still completes.
 		other := make(chan sandbox.Result, 1)
