@@ -435,6 +435,15 @@ print(os.stat("/proc/self/fd").st_uid == os.getuid(), len(os.listdir("/proc/self
 		}
 	})
 
+	t.Run("unclosed files are flushed and __del__ runs at exit", func(t *testing.T) {
+		code := "import os\nf = os.fdopen(os.dup(1), 'w')\nf.write('unflushed\\n')\nclass D:\n    def __del__(self):\n        print('del')\nd = D()\nprint('main')"
+		res := Exec(t, rt, 0, Spec(code, 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOK)
+		if !strings.Contains(res.Stdout, "unflushed\n") || !strings.Contains(res.Stdout, "del\n") || !strings.HasPrefix(res.Stdout, "main\n") {
+			t.Fatalf("stdout %q", res.Stdout)
+		}
+	})
+
 	t.Run("H11 shared memory and message queues do not survive the run", func(t *testing.T) {
 		a := Exec(t, rt, 0, Spec(ipcLeaver, 10*time.Second), nil)
 		expect(t, a, sandbox.OutcomeOK)
