@@ -33,6 +33,7 @@ func fixedReport(cpus int) Report {
 
 func TestTargets(t *testing.T) {
 	r := fixedReport(8)
+	r.BoxCPUs = 4
 	got := Targets(r)
 	want := []struct {
 		name, status string
@@ -81,6 +82,11 @@ func TestTargetsNotMetAndNotApplicable(t *testing.T) {
 	if got[3].Value != 3 || !strings.Contains(got[3].Note, "2 CPUs") {
 		t.Errorf("an n/a scaling target still shows its figure and why: got %v %q", got[3].Value, got[3].Note)
 	}
+	// Enough CPUs on the machine, but a box allowed one: still n/a.
+	r = fixedReport(8)
+	if tg := Targets(r)[3]; tg.Status != StatusNA || !strings.Contains(tg.Note, "box cpus 1") {
+		t.Errorf("scaling with 8 CPUs and a 1-CPU box: %s %q, want n/a naming the box", tg.Status, tg.Note)
+	}
 }
 
 func TestTargetsWithoutMeasurements(t *testing.T) {
@@ -122,7 +128,7 @@ target                                        value        goal  status
 REST print(1) p50 / baseline B p50            1.20x     ≤ 1.25x  met
 baseline A p50 / REST print(1) p50            6.25x        ≥ 5x  met
 baseline C p50 / REST pandas p50             14.00x        ≥ 8x  met
-throughput(4) / throughput(1)                 3.00x        ≥ 3x  n/a (2 CPUs; the goal needs at least 4)
+throughput(4) / throughput(1)                 3.00x        ≥ 3x  n/a (2 CPUs, box cpus 1; the goal needs at least 4 of each)
 daemon idle RSS                            30.0 MiB    < 40 MiB  met
 `
 	if got := buf.String(); got != want {
