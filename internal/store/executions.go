@@ -119,10 +119,10 @@ func finish(ctx context.Context, tx *sql.Tx, res sandbox.Result, ended time.Time
 	r, err := tx.ExecContext(ctx, `UPDATE executions SET status = 'finished', outcome = ?, exit_code = ?,
 		signal = ?, reason = ?, stdout = ?, stderr = ?, stdout_truncated = ?, stderr_truncated = ?,
 		output = ?, duration_ms = ?, started_at = coalesce(?, started_at), ended_at = ?,
-		dependencies = ?, install_ms = ?, calls = ? WHERE id = ?`,
+		dependencies = ?, install_ms = ?, calls = ?, start = ? WHERE id = ?`,
 		string(res.Outcome), res.ExitCode, res.Signal, res.Reason, res.Stdout, res.Stderr,
 		res.StdoutTruncated, res.StderrTruncated, string(res.Output), res.DurationMS,
-		ms(res.StartedAt), ms(ended), deps, res.InstallMS, calls, res.ID)
+		ms(res.StartedAt), ms(ended), deps, res.InstallMS, calls, sql.NullString{String: res.Start, Valid: res.Start != ""}, res.ID)
 	if err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 	row := s.r.QueryRowContext(ctx, `SELECT e.id, e.agent, e.source, e.job_id, e.code_name, e.code_version,
 		e.code_sha256, b.code, e.input, e.timeout_ms, e.status, e.outcome, e.exit_code, e.signal, e.reason,
 		e.stdout, e.stderr, e.stdout_truncated, e.stderr_truncated, e.output, e.duration_ms, e.started_at, e.ended_at,
-		e.dependencies, e.install_ms, e.calls
+		e.dependencies, e.install_ms, e.calls, e.start
 		FROM executions e LEFT JOIN code_blobs b ON b.sha256 = e.code_sha256 WHERE e.id = ?`, id)
 	var (
 		e                       Execution
@@ -184,12 +184,12 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 		outTrunc, errTrunc, dur sql.NullInt64
 		started, ended          sql.NullInt64
 		input                   string
-		deps, calls             sql.NullString
+		deps, calls, start      sql.NullString
 		installMS               sql.NullInt64
 	)
 	err := row.Scan(&e.ID, &e.Agent, &e.Source, &jobID, &codeName, &codeVersion, &e.CodeSHA256, &code,
 		&input, &e.TimeoutMS, &e.Status, &outcome, &exit, &sig, &reason, &stdout, &stderr, &outTrunc,
-		&errTrunc, &output, &dur, &started, &ended, &deps, &installMS, &calls)
+		&errTrunc, &output, &dur, &started, &ended, &deps, &installMS, &calls, &start)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Execution{}, fmt.Errorf("execution %q: %w", id, ErrNotFound)
 	}
@@ -207,7 +207,7 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 	if output.Valid && output.String != "" {
 		e.Output = json.RawMessage(output.String)
 	}
-	e.DurationMS, e.StartedAt, e.InstallMS = dur.Int64, fromMS(started), installMS.Int64
+	e.DurationMS, e.StartedAt, e.InstallMS, e.Start = dur.Int64, fromMS(started), installMS.Int64, start.String
 	for _, c := range []struct {
 		col sql.NullString
 		dst any
