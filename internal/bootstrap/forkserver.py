@@ -221,7 +221,7 @@ def main():
     gc.collect()
     gc.freeze()
     if threading.active_count() != 1 or _threads() != 1:
-        _send(sock, {"type": "unsafe", "error": f"importing {', '.join(preloaded)} started {_threads() - 1} threads: forking is unsafe"})
+        _send(sock, {"type": "unsafe", "error": f"it has {_threads()} threads after importing {', '.join(preloaded) or 'nothing'}: forking is unsafe"})
         sys.exit(1)
     modules = sorted({name.partition(".")[0] for name in sys.modules})
     server_pid = os.getpid()

@@ -47,7 +47,6 @@ type forkServer struct {
 
 // forkChild is one run's process, forked by a fork server.
 type forkChild struct {
-	server  *forkServer
 	started chan forkReply // one started or failed report
 	exited  chan forkReply // one exited report; closed without one when the server is gone
 	pid     int
@@ -107,6 +106,7 @@ func startForkServer(cfg Config, dir string, timeout time.Duration, quit <-chan 
 	go func() { // what it prints (import warnings, tracebacks) goes to the executor's log
 		defer logR.Close()
 		sc := bufio.NewScanner(logR)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			log.Warn("fork server: " + sc.Text())
 		}
@@ -132,7 +132,7 @@ func startForkServer(cfg Config, dir string, timeout time.Duration, quit <-chan 
 	} else if err == nil && hello.Type != "ready" {
 		err = fmt.Errorf("the fork server said %q before it was ready", hello.Type)
 	} else if err != nil {
-		err = fmt.Errorf("the fork server did not get ready within %s: %w", timeout, err)
+		err = fmt.Errorf("the fork server ended, or did not get ready within %s: %w", timeout, err)
 	}
 	if err != nil {
 		s.kill()
@@ -267,7 +267,7 @@ func (s *forkServer) fork(id string, uid int, dir string, env []string, stdout, 
 	if err != nil {
 		return nil, err
 	}
-	child := &forkChild{server: s, started: make(chan forkReply, 1), exited: make(chan forkReply, 1)}
+	child := &forkChild{started: make(chan forkReply, 1), exited: make(chan forkReply, 1)}
 	s.mu.Lock()
 	if s.gone || s.retired {
 		s.mu.Unlock()

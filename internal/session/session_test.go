@@ -327,3 +327,40 @@ func TestForkServerReplacementKeepsTwoServersAtMost(t *testing.T) {
 		t.Errorf("runs were forked by %d servers in 20 rounds with max runs 1, want replacements", len(servers))
 	}
 }
+
+// A fork server whose interpreter has a second thread after the preload refuses to serve
+// (forking would copy that thread's locks in whatever state they are in): runs start cold.
+func TestForkServerWithThreadsIsNotUsed(t *testing.T) {
+	wrapper := filepath.Join(t.TempDir(), "python-with-a-thread")
+	// Called as WRAPPER -u -I -X utf8 SCRIPT ARGS...: starts a thread, then runs SCRIPT.
+	script := `#!/bin/sh
+[ "$1" = -u ] || exec /usr/bin/python3 "$@"
+shift 4
+exec /usr/bin/python3 -u -I -X utf8 -c '
+import sys, threading, time
+threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+sys.argv = sys.argv[1:]
+exec(compile(open(sys.argv[0]).read(), sys.argv[0], "exec"), {"__name__": "__main__", "__file__": sys.argv[0]})
+' "$@"
+`
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var forkServer string
+	c, _ := pipeRuntimeWith(t, 2, func(cfg *executor.Config) { cfg.Python, forkServer = wrapper, cfg.ForkServer })
+	deadline := time.Now().Add(2 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
+		res := sandboxtest.Exec(t, c, i%2, sandboxtest.Spec("print(1)", 10*time.Second), nil)
+		if res.Outcome != sandbox.OutcomeOK || res.Start != "cold" {
+			t.Fatalf("run %d: %s (%s) started %q, want ok and cold", i, res.Outcome, res.Reason+res.Stderr, res.Start)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Not merely slow to start: it refused and ended.
+	if n := liveChildren(forkServer); n != 0 {
+		t.Fatalf("%d fork servers still alive", n)
+	}
+}
