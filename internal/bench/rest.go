@@ -1,26 +1,23 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
-// restClient calls one daemon's REST API the way any HTTP client would: a JSON POST to
-// /v1/executions, with keep-alive connections. It decodes the result itself (rather than with
-// package client) so that it reads what is on the wire, including fields the Go types may not
-// have yet, such as "start".
+// restClient calls one daemon's REST API through package client, with keep-alive connections
+// enough for the bench's concurrent callers.
 type restClient struct {
-	base  string
-	token string
-	hc    *http.Client
+	api *client.Client
+	hc  *http.Client
 }
 
 // newRESTClient returns a client of the daemon at base (http://host:port) whose connection
@@ -30,37 +27,17 @@ func newRESTClient(base, token string, maxClients int) *restClient {
 	tr.Proxy = nil // loopback only, whatever HTTP_PROXY says
 	tr.MaxIdleConns = 2 * maxClients
 	tr.MaxIdleConnsPerHost = 2 * maxClients
-	return &restClient{base: strings.TrimRight(base, "/"), token: token, hc: &http.Client{Transport: tr}}
+	hc := &http.Client{Transport: tr}
+	return &restClient{api: client.New(base, hc).WithToken(token), hc: hc}
 }
 
 // close releases the idle connections.
 func (c *restClient) close() { c.hc.CloseIdleConnections() }
 
-// execResult is the part of an execution result the bench reads.
-type execResult struct {
-	Outcome string `json:"outcome"`
-	Reason  string `json:"reason"`
-	Stdout  string `json:"stdout"`
-	Stderr  string `json:"stderr"`
-	// Start says how the run's Python was started ("fork" or "cold"); empty from daemons that
-	// do not report it.
-	Start string `json:"start"`
-}
-
-// statusError is an answer other than 200.
-type statusError struct {
-	status int
-	body   string
-}
-
-func (e *statusError) Error() string {
-	return fmt.Sprintf("the daemon answered HTTP %d: %s", e.status, e.body)
-}
-
 // busy reports whether err is a 429 (all slots busy and the queue full).
 func busy(err error) bool {
-	se, ok := errors.AsType[*statusError](err)
-	return ok && se.status == http.StatusTooManyRequests
+	ae, ok := errors.AsType[*client.APIError](err)
+	return ok && ae.Status == http.StatusTooManyRequests
 }
 
 // requestTimeout bounds one request: the run's own timeout plus room for the daemon.
@@ -70,39 +47,11 @@ const requestTimeout = time.Minute
 const runTimeoutMS = 30_000
 
 // execute runs code through POST /v1/executions and returns its result.
-func (c *restClient) execute(ctx context.Context, code string) (execResult, error) {
+func (c *restClient) execute(ctx context.Context, code string) (sandbox.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	body, err := json.Marshal(map[string]any{"code": code, "timeout_ms": runTimeoutMS})
-	if err != nil {
-		return execResult{}, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/executions", bytes.NewReader(body))
-	if err != nil {
-		return execResult{}, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return execResult{}, err
-	}
-	defer func() {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // so the connection is reused
-		resp.Body.Close()
-	}()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		return execResult{}, &statusError{status: resp.StatusCode, body: strings.TrimSpace(string(msg))}
-	}
-	var res execResult
-	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
-		return execResult{}, fmt.Errorf("reading the execution result: %w", err)
-	}
-	return res, nil
+	ms := int64(runTimeoutMS)
+	return c.api.Execute(ctx, client.ExecuteRequest{Code: code, TimeoutMS: &ms}, nil)
 }
 
 // ready waits until GET /readyz answers 200, polling every interval, until ctx ends or
@@ -110,7 +59,9 @@ func (c *restClient) execute(ctx context.Context, code string) (execResult, erro
 func (c *restClient) ready(ctx context.Context, interval time.Duration, stopped <-chan struct{}) error {
 	var last error
 	for {
-		last = c.readyOnce(ctx)
+		probe, cancel := context.WithTimeout(ctx, 5*time.Second)
+		last = c.api.Ready(probe)
+		cancel()
 		if last == nil {
 			return nil
 		}
@@ -122,28 +73,6 @@ func (c *restClient) ready(ctx context.Context, interval time.Duration, stopped 
 		case <-time.After(interval):
 		}
 	}
-}
-
-func (c *restClient) readyOnce(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/readyz", nil)
-	if err != nil {
-		return err
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	if resp.StatusCode != http.StatusOK {
-		return &statusError{status: resp.StatusCode, body: strings.TrimSpace(string(msg))}
-	}
-	return nil
 }
 
 // program is code the bench runs, with the stdout that proves it ran.
@@ -160,8 +89,8 @@ func pandasProgram() program {
 }
 
 // check returns an error unless res is an ok run of p.
-func (p program) check(res execResult) error {
-	if res.Outcome != "ok" {
+func (p program) check(res sandbox.Result) error {
+	if res.Outcome != sandbox.OutcomeOK {
 		reason := res.Reason
 		if reason == "" {
 			reason = strings.TrimSpace(res.Stderr)
