@@ -26,8 +26,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -82,8 +84,8 @@ func (o Options) validate() error {
 	switch {
 	case len(o.Serve) < 2:
 		return errors.New("bench: Options.Serve must name the program and its serve command")
-	case o.Runs < 1 || o.SlowRuns < 1:
-		return fmt.Errorf("bench: runs (%d) and slow runs (%d) must be at least 1", o.Runs, o.SlowRuns)
+	case o.Runs < 1 || o.SlowRuns < 1 || o.Runs > MaxRuns || o.SlowRuns > MaxRuns:
+		return fmt.Errorf("bench: runs (%d) and slow runs (%d) must be 1 to %d", o.Runs, o.SlowRuns, MaxRuns)
 	case o.Warmup < 0:
 		return fmt.Errorf("bench: warm-up runs (%d) must not be negative", o.Warmup)
 	case o.Duration <= 0:
@@ -93,6 +95,12 @@ func (o Options) validate() error {
 	}
 	return nil
 }
+
+// MaxRuns is the most runs of one kind a bench may time (sandpit-executor spawn-time's limit).
+const MaxRuns = 100_000
+
+// dataDirPrefix begins the name of every bench's data directory, in the temporary directory.
+const dataDirPrefix = "sandpit-bench-"
 
 // readyTimeout bounds the wait for the daemon's sandbox (the image is already built by then).
 const readyTimeout = 2 * time.Minute
@@ -169,6 +177,7 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 		b.say("built %s", tag)
 	}
 
+	b.removeStale(ctx)
 	if err := b.startDaemon(ctx); err != nil {
 		return nil, err
 	}
@@ -260,7 +269,7 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 // startDaemon creates the bench's data directory, starts its daemon, waits for it to be ready
 // and finds its container.
 func (b *bench) startDaemon(ctx context.Context) error {
-	tmp, err := os.MkdirTemp("", "sandpit-bench-")
+	tmp, err := os.MkdirTemp("", dataDirPrefix)
 	if err != nil {
 		return fmt.Errorf("creating the bench's data directory: %w (set TMPDIR to a writable directory)", err)
 	}
@@ -394,6 +403,44 @@ func (b *bench) sampleMemory(ctx context.Context) (stop func() (daemonPeak, boxP
 	}
 }
 
+// removeStale removes what earlier benches killed outright left behind: the containers,
+// volumes and data directories of bench data directories that no daemon holds.
+func (b *bench) removeStale(ctx context.Context) {
+	api, err := app.DockerClient(b.opts.Config)
+	if err != nil {
+		return // reported when the bench's own daemon starts
+	}
+	defer api.Close()
+	dirs, err := docker.DataDirs(ctx, api)
+	if err != nil {
+		b.say("warning: looking for sandboxes left by earlier benches: %v", err)
+		return
+	}
+	tmp, err := datadir.Canonical(os.TempDir())
+	if err != nil {
+		return
+	}
+	for _, dir := range dirs {
+		if filepath.Dir(dir) != tmp || !strings.HasPrefix(filepath.Base(dir), dataDirPrefix) {
+			continue
+		}
+		if _, err := os.Stat(dir); err == nil {
+			lock, err := datadir.Acquire(dir)
+			if err != nil {
+				continue // a bench running now
+			}
+			lock.Release()
+		}
+		b.say("removing the sandbox an earlier bench left (%s)", dir)
+		stale := &bench{opts: b.opts, progress: b.progress, dataDir: dir, api: api}
+		stale.cfg = b.opts.Config
+		stale.cfg.DataDir = dir
+		if err := stale.removeSandbox(ctx); err != nil {
+			b.say("warning: %v", err)
+		}
+	}
+}
+
 // cleanup stops the daemon and removes the container, the package volume and the data
 // directory of the bench. It runs after ctx may have ended, so it has its own deadline.
 func (b *bench) cleanup(ctx context.Context) error {
@@ -410,6 +457,17 @@ func (b *bench) cleanup(ctx context.Context) error {
 		b.say("stopping the daemon and removing its container")
 		errs = append(errs, b.daemon.stop(stopGrace))
 	}
+	errs = append(errs, b.removeSandbox(ctx))
+	if b.api != nil {
+		b.api.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// removeSandbox removes the container, the package volume and the data directory of the
+// bench's data directory (no daemon may be using it).
+func (b *bench) removeSandbox(ctx context.Context) error {
+	var errs []error
 	if b.api != nil {
 		if _, err := app.RemoveSandbox(ctx, b.cfg); err != nil {
 			errs = append(errs, fmt.Errorf("removing the bench's container: %w (remove it with: docker rm -f $(docker ps -aq --filter label=dev.sandpit.data-dir=%s))", err, b.dataDir))
@@ -418,7 +476,6 @@ func (b *bench) cleanup(ctx context.Context) error {
 		if _, err := b.api.VolumeRemove(ctx, vol, client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("removing the bench's volume: %w (remove it with: docker volume rm %s)", err, vol))
 		}
-		b.api.Close()
 	}
 	if err := os.RemoveAll(b.dataDir); err != nil {
 		errs = append(errs, fmt.Errorf("removing the bench's data directory: %w", err))

@@ -38,7 +38,7 @@ func startDaemon(argv []string, dataDir string, logw io.Writer) (*daemon, error)
 	args := append(argv[1:len(argv):len(argv)], "--data-dir="+dataDir, "--listen="+addr)
 	d.cmd = exec.Command(argv[0], args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	d.cmd.SysProcAttr = daemonProcAttr()
 	if err := d.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting the bench's daemon (%s): %w", argv[0], err)
 	}

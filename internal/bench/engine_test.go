@@ -6,15 +6,18 @@ import (
 	"encoding/json"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
 	"github.com/sandpit-dev/sandpit/internal/bench"
 	"github.com/sandpit-dev/sandpit/internal/cli"
+	"github.com/sandpit-dev/sandpit/internal/datadir"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
@@ -45,6 +48,23 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 	t.Setenv("SANDPIT_BASE_IMAGE", testenv.BaseImage(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+
+	// What a bench killed outright left: a container of a bench data directory no daemon
+	// holds (its directory already gone). This bench removes it.
+	stale := filepath.Join(os.TempDir(), "sandpit-bench-stale-test")
+	if canon, err := datadir.Canonical(os.TempDir()); err == nil {
+		stale = filepath.Join(canon, "sandpit-bench-stale-test")
+	}
+	created, err := api.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config: &container.Config{Image: testenv.BaseImage(t), Cmd: []string{"true"},
+			Labels: map[string]string{"dev.sandpit.managed": "1", "dev.sandpit.data-dir": stale}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = api.ContainerRemove(context.Background(), created.ID, client.ContainerRemoveOptions{Force: true})
+	})
 
 	var stdout, stderr bytes.Buffer
 	code := cli.Main(ctx, []string{"bench", "--runs=3", "--slow-runs=2", "--warmup=1", "--duration=500ms", "--json"},
@@ -84,6 +104,10 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 	}
 	if len(rep.Targets) != 5 || rep.Image == "" || rep.CPUs < 1 || rep.ElapsedSeconds <= 0 {
 		t.Errorf("report: %+v", rep)
+	}
+
+	if ids := testenv.Containers(t, stale); len(ids) != 0 {
+		t.Errorf("the stale bench's container is still there: %v", ids)
 	}
 
 	// Nothing of the bench is left: container, volume, data directory.

@@ -214,9 +214,10 @@ def _apply_limits(init):
     limits = init.get("limits") or {}
     memory = limits.get("memory_bytes")
     if memory and memory > 0:
-        # A fork inherits the fork server's preloaded modules: their data is allowed on top,
-        # so a forked run may allocate as much as a cold one.
-        memory += init.get("inherited_data_bytes") or 0
+        # The fork server's preloaded modules: their data is allowed on top, for every run
+        # (a fork inherits them, a cold run may import them), so that the same code gets
+        # the same outcome however the run started.
+        memory += init.get("preload_data_bytes") or 0
     _set_limit(resource.RLIMIT_DATA, memory)
     _set_limit(resource.RLIMIT_FSIZE, limits.get("file_size_bytes"))
     _set_limit(resource.RLIMIT_NOFILE, limits.get("open_files"))
@@ -377,6 +378,7 @@ def _finish(status, module):
     try:
         shutdown()
         atexit._run_exitfuncs()
+        gc.collect()  # garbage first, while the program's globals still exist
         module.__dict__.clear()
         gc.collect()
     except SystemExit as exc:  # sys.exit in a thread being joined or an atexit handler

@@ -41,8 +41,10 @@ on a temporary data directory and a free port on 127.0.0.1, with your configurat
 file, SANDPIT_* variables and --base-image, --network, --docker-host), and removes
 its container, volume and directory at the end, also on Ctrl-C or failure.
 
-Exit status 0 when the measurement completed, whether or not the targets were met; 70 when it
-failed, 130 when interrupted.`,
+Exit status 0 when the measurement completed, whether or not the targets were met; 64 for a
+usage mistake; 70 when it failed; 130 when interrupted (Ctrl-C, SIGTERM or SIGHUP: it cleans up
+first). A bench killed outright leaves its daemon to die with it and its container to the next
+bench, which removes it.`,
 		Example: `  sandpit bench --base-image sandpit-base:bookworm
   sandpit bench --runs 200 --duration 10s --json > bench.json`,
 		Args: noArgs,
@@ -64,14 +66,16 @@ func (o *options) bench(cmd *cobra.Command, f benchFlags) error {
 	switch {
 	case cmd.Flags().Changed("data-dir"):
 		return usageErrorf("sandpit bench runs its own daemon on a temporary data directory: leave out --data-dir")
-	case f.runs < 1 || f.slowRuns < 1:
-		return usageErrorf("--runs and --slow-runs must be at least 1 (got %d and %d)", f.runs, f.slowRuns)
+	case f.runs < 1 || f.slowRuns < 1 || f.runs > bench.MaxRuns || f.slowRuns > bench.MaxRuns:
+		return usageErrorf("--runs and --slow-runs must be 1 to %d (got %d and %d)", bench.MaxRuns, f.runs, f.slowRuns)
 	case f.warmup < 0:
 		return usageErrorf("--warmup must not be negative (got %d)", f.warmup)
 	case f.duration <= 0:
 		return usageErrorf("--duration must be positive, e.g. --duration 5s")
 	case f.maxTime <= 0:
 		return usageErrorf("--max-time must be positive, e.g. --max-time 10m")
+	case 3*f.duration >= f.maxTime:
+		return usageErrorf("--duration %s runs 3 times (1, 4 and 16 clients), which does not fit in --max-time %s: lower --duration or raise --max-time", f.duration, f.maxTime)
 	}
 	cfg, err := o.load(cmd)
 	if err != nil {

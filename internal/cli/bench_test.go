@@ -16,8 +16,10 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"bench", "--data-dir", "/tmp/x"}, "leave out --data-dir"},
-		{[]string{"bench", "--runs", "0"}, "--runs and --slow-runs must be at least 1"},
-		{[]string{"bench", "--slow-runs", "-1"}, "--runs and --slow-runs must be at least 1"},
+		{[]string{"bench", "--runs", "0"}, "--runs and --slow-runs must be 1 to 100000"},
+		{[]string{"bench", "--slow-runs", "-1"}, "--runs and --slow-runs must be 1 to 100000"},
+		{[]string{"bench", "--runs", "2000000000"}, "--runs and --slow-runs must be 1 to 100000"},
+		{[]string{"bench", "--duration", "1000h"}, "does not fit in --max-time"},
 		{[]string{"bench", "--warmup", "-1"}, "--warmup must not be negative"},
 		{[]string{"bench", "--duration", "0s"}, "--duration must be positive"},
 		{[]string{"bench", "--max-time", "-1m"}, "--max-time must be positive"},

@@ -352,6 +352,7 @@ type forkServers struct {
 	current  *forkServer // nil while (re)starting or when disabled
 	starting bool
 	disabled string // why no fork server is used, when none ever will be
+	preload  int64  // data the last ready server's preload took, in bytes
 	failures int    // consecutive failed starts
 	draining int    // retired servers still alive (waiting for their children)
 	// onRetire is told of a server that takes no more runs (the executor drops the programs
@@ -408,6 +409,7 @@ func (f *forkServers) startLocked() {
 			f.watch(s)
 		default:
 			f.failures = 0
+			f.preload = s.dataBytes
 			old, f.current = f.current, s // a server it replaces served until now
 			f.watch(s)
 			if old != nil {
@@ -446,6 +448,16 @@ func (f *forkServers) watch(s *forkServer) {
 			f.draining--
 		}
 	})
+}
+
+// preloadData is the data segment the preload takes (as the last server that got ready
+// measured it), in bytes; 0 before any did, or with the fork server off. Every run's memory
+// limit allows it on top, whether the run is forked (and inherits it) or cold (and may import
+// the same modules itself), so that the same code gets the same outcome either way.
+func (f *forkServers) preloadData() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.preload
 }
 
 // start starts the first server in the background.

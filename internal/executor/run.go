@@ -48,8 +48,9 @@ type run struct {
 	exited  chan struct{}
 	seq     int64
 
-	// inheritedData is the data segment a fork inherits from its server, in bytes
-	inheritedData int64
+	// preloadData is the data segment the fork server's preload takes, in bytes: allowed on
+	// top of the run's memory limit, forked or cold (see forkServers.preloadData)
+	preloadData int64
 
 	// set by the control line
 	output      json.RawMessage
@@ -155,9 +156,7 @@ func (r *run) execute() *sandbox.Result {
 	r.mu.Unlock()
 	res.StartedAt = started.UTC()
 	res.Start = l.start
-	if l.server != nil {
-		r.inheritedData = l.server.dataBytes
-	}
+	r.preloadData = r.e.forks.preloadData()
 
 	var streams sync.WaitGroup
 	outCap := r.newCapture(protocol.KindStdout, r.spec.Limits.StdoutBytes, stopStdoutLimit)
@@ -249,6 +248,11 @@ func (e *Executor) seedMatplotlib(uid int, dir string) error {
 	if err != nil {
 		return nil // no cache in this image
 	}
+	// Left by a program discarded before it ran (its slot's files are cleared with the next
+	// run's): made afresh.
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
@@ -313,8 +317,8 @@ func (r *run) serveControl(conn net.Conn) {
 		"timeout_ms": r.spec.TimeoutMS,
 		"paths":      r.spec.Paths,
 		"call_bytes": r.spec.CallBytes,
-		// What a fork inherits of the server's preload, allowed on top of memory_bytes.
-		"inherited_data_bytes": r.inheritedData,
+		// The preload's data, allowed on top of memory_bytes (a fork inherits it).
+		"preload_data_bytes": r.preloadData,
 	})
 	if err != nil {
 		r.e.log.Error("encoding init", "id", r.id, "error", err)
@@ -475,6 +479,9 @@ func (r *run) classify(res *sandbox.Result, status syscall.WaitStatus, waitErr e
 	case memoryError:
 		res.Outcome = sandbox.OutcomeMemoryLimit
 		res.Reason = fmt.Sprintf("the program ran out of memory (MemoryError) under its limit of %d bytes", lim.MemoryBytes)
+		if r.preloadData > 0 {
+			res.Reason += fmt.Sprintf(" (plus %d bytes for the preloaded modules)", r.preloadData)
+		}
 	case oomKilled && res.Signal == int(syscall.SIGKILL):
 		res.Outcome = sandbox.OutcomeMemoryLimit
 		res.Reason = "the box ran out of memory and its out-of-memory killer stopped the run"

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -164,6 +165,25 @@ func Containers(ctx context.Context, api client.APIClient, dataDir string) ([]co
 		return nil, fmt.Errorf("listing sandpit containers: %w", err)
 	}
 	return list.Items, nil
+}
+
+// DataDirs lists the data directories that sandpit containers on this engine (running or not)
+// belong to, each once.
+func DataDirs(ctx context.Context, api client.APIClient) ([]string, error) {
+	list, err := api.ContainerList(ctx, client.ContainerListOptions{
+		All:     true,
+		Filters: make(client.Filters).Add("label", labelManaged),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing sandpit containers: %w", err)
+	}
+	var dirs []string
+	for _, c := range list.Items {
+		if dir := c.Labels[labelDataDir]; dir != "" && !slices.Contains(dirs, dir) {
+			dirs = append(dirs, dir)
+		}
+	}
+	return dirs, nil
 }
 
 // RemoveContainers force-removes every container labelled for dataDir and returns how many.

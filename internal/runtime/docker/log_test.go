@@ -17,11 +17,11 @@ func TestLineLoggerForwardsExecutorRecords(t *testing.T) {
 			return a
 		},
 	}))}
-	l.Write([]byte(`{"level":"WARN","msg":"killing a stale executor","pid":8}` + "\n" + `plain te`))
+	l.Write([]byte(`{"level":"WARN","msg":"killing a stale executor","pid":8,"data_bytes":44126208}` + "\n" + `plain te`))
 	l.Write([]byte("xt\n"))
 	l.flush()
 	got := out.String()
-	for _, want := range []string{`level=WARN msg="killing a stale executor" pid=8`, `level=INFO msg="plain text"`} {
+	for _, want := range []string{`level=WARN msg="killing a stale executor" data_bytes=44126208 pid=8`, `level=INFO msg="plain text"`} {
 		if !strings.Contains(got, want) {
 			t.Errorf("log %q lacks %q", got, want)
 		}

@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -417,7 +419,9 @@ func (l *lineLogger) flush() {
 
 func (l *lineLogger) logLine(line []byte) {
 	var rec map[string]any
-	if json.Unmarshal(line, &rec) != nil {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.UseNumber() // integers stay integers (44126208, not 4.4126208e+07)
+	if dec.Decode(&rec) != nil {
 		l.log.Info(string(line))
 		return
 	}
@@ -429,8 +433,8 @@ func (l *lineLogger) logLine(line []byte) {
 	delete(rec, slog.MessageKey)
 	delete(rec, slog.LevelKey)
 	attrs := make([]any, 0, 2*len(rec))
-	for k, v := range rec {
-		attrs = append(attrs, k, v)
+	for _, k := range slices.Sorted(maps.Keys(rec)) { // in one order, line after line
+		attrs = append(attrs, k, rec[k])
 	}
 	l.log.Log(context.Background(), level, msg, attrs...)
 }
