@@ -134,8 +134,9 @@ type Config struct {
 	// Default 1000; 0 never replaces it; at most 1000000000.
 	ForkServerMaxRuns int `json:"fork_server_max_runs"`
 
-	// RunMemoryBytes caps each run's data segment (heap), in bytes. Default 0, meaning
-	// MemoryBytes. Otherwise 16 MiB to MemoryBytes.
+	// RunMemoryBytes caps each run's data segment (heap), in bytes, beyond the data of the
+	// fork server's preload (when it is on), which every run is allowed on top. Default 0,
+	// meaning MemoryBytes. Otherwise 16 MiB to MemoryBytes.
 	RunMemoryBytes int64 `json:"run_memory_bytes"`
 	// StdoutBytes caps what a run may write to stdout, in bytes. Default 1 MiB; at least 1.
 	StdoutBytes int64 `json:"stdout_bytes"`

@@ -74,7 +74,8 @@ type Result struct {
 	Outcome Outcome `json:"outcome"`
 	// Success is true exactly when Outcome is "ok".
 	Success bool `json:"success"`
-	// ExitCode is the program's exit status; 128+N when it died from signal N; -1 when it never ran.
+	// ExitCode is the program's exit status; 128+N when it died from signal N; -1 when there is
+	// no exit status (it never ran, or the sandbox failed during the run).
 	ExitCode int `json:"exit_code"`
 	// Signal is the number of the signal that ended the program, 0 when none did.
 	Signal int `json:"signal"`
@@ -115,7 +116,8 @@ type Result struct {
 // Limits are the per-run limits that the executor enforces inside the box.
 // Sizes are in bytes; zero means "no limit of this kind" except where noted.
 type Limits struct {
-	// MemoryBytes caps the run's data segment (RLIMIT_DATA): heap and anonymous mappings.
+	// MemoryBytes caps the run's data segment (RLIMIT_DATA): heap and anonymous mappings,
+	// beyond the data of the fork server's preload, which the executor allows on top.
 	// Passing it raises MemoryError in Python, reported as outcome memory_limit.
 	MemoryBytes int64 `json:"memory_bytes"`
 	// StdoutBytes and StderrBytes cap each stream; passing a cap stops the run with

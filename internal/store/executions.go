@@ -55,6 +55,8 @@ type ExecutionSummary struct {
 	StartedAt  time.Time       `json:"started_at"`
 	EndedAt    *time.Time      `json:"ended_at"`
 	CodeSHA256 string          `json:"code_sha256"`
+	// Start is how the program started ("fork" or "cold"), empty when unknown.
+	Start string `json:"start,omitempty"`
 	sandbox.Origin
 }
 
@@ -272,7 +274,7 @@ func (s *Store) ListExecutions(ctx context.Context, f ExecutionFilter, p Page) (
 		args = append(args, at, at, id)
 	}
 	q := `SELECT id, agent, source, job_id, code_name, code_version, code_sha256, timeout_ms, status,
-		outcome, exit_code, reason, duration_ms, started_at, ended_at FROM executions`
+		outcome, exit_code, reason, duration_ms, started_at, ended_at, start FROM executions`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -289,18 +291,18 @@ func (s *Store) ListExecutions(ctx context.Context, f ExecutionFilter, p Page) (
 		var (
 			e                      ExecutionSummary
 			jobID, codeName        sql.NullString
-			outcome, reason        sql.NullString
+			outcome, reason, start sql.NullString
 			codeVersion, exit, dur sql.NullInt64
 			started, ended         sql.NullInt64
 		)
 		if err := rows.Scan(&e.ID, &e.Agent, &e.Source, &jobID, &codeName, &codeVersion, &e.CodeSHA256,
-			&e.TimeoutMS, &e.Status, &outcome, &exit, &reason, &dur, &started, &ended); err != nil {
+			&e.TimeoutMS, &e.Status, &outcome, &exit, &reason, &dur, &started, &ended, &start); err != nil {
 			return nil, "", err
 		}
 		e.JobID, e.CodeName, e.CodeVersion = jobID.String, codeName.String, int(codeVersion.Int64)
 		e.Outcome, e.Reason, e.ExitCode, e.DurationMS = sandbox.Outcome(outcome.String), reason.String, int(exit.Int64), dur.Int64
 		e.Success = e.Outcome == sandbox.OutcomeOK
-		e.StartedAt = fromMS(started)
+		e.StartedAt, e.Start = fromMS(started), start.String
 		if ended.Valid {
 			t := fromMS(ended)
 			e.EndedAt = &t
