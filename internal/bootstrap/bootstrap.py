@@ -1,7 +1,9 @@
 # sandpit bootstrap: runs one execution's code. Started by sandpit-executor as the slot's uid
 # with descriptor 3 connected to the executor (a cold start), or imported by forkserver.py,
-# whose children call main() once they are the slot's uid (a fork). Protocol (newline-delimited JSON on fd 3):
-#   executor -> bootstrap, once: {"code": str, "input": any, "limits": {...}, "timeout_ms": int}
+# whose children call main() once they are the slot's uid (a fork). Protocol
+# (newline-delimited JSON on fd 3):
+#   executor -> bootstrap, once: {"code": str, "input": any, "limits": {...}, "timeout_ms": int,
+#                                 "paths": [str], "call_bytes": int, "preload_data_bytes": int}
 #   bootstrap -> executor:       {"type": "output", "json": str}
 #                                {"type": "output_too_large", "bytes": int}
 #                                {"type": "memory_error"}
