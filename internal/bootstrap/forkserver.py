@@ -85,7 +85,7 @@ def _send(sock, obj):
     sock.send(json.dumps(obj).encode())
 
 
-def _serve(sock, server_pid):
+def _serve(sock):
     """Serves the executor until it closes the socket (then exits). Returns only in a forked
     child, with the child's request and its three descriptors."""
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -227,7 +227,7 @@ def main():
     server_pid = os.getpid()
     _send(sock, {"type": "ready", "pid": server_pid, "preloaded": preloaded, "skipped": skipped,
                  "modules": modules, "missing": missing, "data_bytes": max(_data_bytes() - data_before, 0)})
-    req, fds = _serve(sock, server_pid)
+    req, fds = _serve(sock)
     _become_run(req, fds, server_pid, libc)
     return bootstrap
 
