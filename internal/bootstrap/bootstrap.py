@@ -21,6 +21,7 @@ import sys
 import threading
 import traceback
 import types
+import weakref
 
 _FD = 3
 _FILE = "main.py"
@@ -364,14 +365,48 @@ def main():
         _print_user_traceback(exc)
         status = 1
     output_status = _send_output(module.__dict__, limits.get("output_bytes"))
-    _finish(status or output_status, module)
+    program = weakref.ref(module)
+    del module  # so that the program's module can become garbage (see _drop_program)
+    _finish(status or output_status, program)
 
 
-def _finish(status, module):
+def _drop_program(program):
+    """Lets the program's globals go, close to the interpreter's own exit, so that its open
+    files are flushed and its objects' __del__ methods run while what they use is still bound.
+    program is a weak reference to the program's module.
+
+    First each global that only the module holds (an open file, an object with __del__), the
+    newest first: it is freed at once, with every name defined before it still there. Then the
+    module leaves sys.modules, and it, its remaining globals and everything only they hold
+    become one piece of garbage, whose __del__ methods the collector runs before it clears
+    anything (PEP 442): objects in reference cycles see every remaining global. If something
+    still holds the module (a signal handler, say), its globals are dropped by hand."""
+    module = program()
+    namespace = module.__dict__
+    del module
+    for name in reversed(list(namespace)):
+        value = namespace[name]
+        # Held by the module alone: the namespace, this variable and getrefcount's argument.
+        if sys.getrefcount(value) == 3 and not (name.startswith("__") and name.endswith("__")):
+            del namespace[name]
+        del value
+    del namespace
+    if sys.modules.get("__main__") is program():
+        del sys.modules["__main__"]
+    atexit._clear()  # they have run; they may hold the program's functions
+    gc.collect()
+    module = program()
+    if module is not None:
+        module.__dict__.clear()
+        del module
+        gc.collect()
+
+
+def _finish(status, program):
     """Ends the process as the interpreter's exit would, without tearing every module down:
     waits for non-daemon threads, runs atexit handlers, drops the program's globals (so its
-    open files are flushed and closed, and its objects' __del__ methods run), flushes stdout
-    and stderr, then exits. (Tearing down numpy, pandas and the rest takes tens of
+    open files are flushed and closed, and its objects' __del__ methods run: see
+    _drop_program), flushes stdout and stderr, then exits. (Tearing down numpy, pandas and the rest takes tens of
     milliseconds and nothing of the run outlives it: its files and processes are removed
     after it.)"""
     shutdown = getattr(threading, "_shutdown", None)
@@ -380,9 +415,7 @@ def _finish(status, module):
     try:
         shutdown()
         atexit._run_exitfuncs()
-        gc.collect()  # garbage first, while the program's globals still exist
-        module.__dict__.clear()
-        gc.collect()
+        _drop_program(program)
     except SystemExit as exc:  # sys.exit in a thread being joined or an atexit handler
         status = status or _exit_status(exc)
     except BaseException as exc:  # noqa: BLE001 - reported as the interpreter would

@@ -451,13 +451,14 @@ func (f *forkServers) watch(s *forkServer) {
 }
 
 // preloadData is the data segment the preload takes (as the last server that got ready
-// measured it), in bytes; 0 before any did, or with the fork server off. Every run's memory
-// limit allows it on top, whether the run is forked (and inherits it) or cold (and may import
-// the same modules itself), so that the same code gets the same outcome either way.
+// measured it, rounded up to a MiB), in bytes; 0 before any did, or with the fork server off.
+// Every run's memory limit allows it on top, whether the run is forked (and inherits it) or
+// cold (and may import the same modules itself): code that fits when forked fits when cold.
 func (f *forkServers) preloadData() int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.preload
+	const mib = 1 << 20
+	return (f.preload + mib - 1) / mib * mib // whole MiB: one figure from one server to the next
 }
 
 // start starts the first server in the background.

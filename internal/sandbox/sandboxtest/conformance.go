@@ -444,6 +444,25 @@ print(os.stat("/proc/self/fd").st_uid == os.getuid(), len(os.listdir("/proc/self
 		}
 	})
 
+	t.Run("__del__ of globals and of cycles still sees the modules and earlier globals", func(t *testing.T) {
+		code := `import sys
+PREFIX = "del"
+class C:
+    def __del__(self):
+        sys.stdout.write("%s %s\n" % (PREFIX, self.n))
+a = C(); a.n = "global"
+b = C(); b.n = "cycle"; b.me = b
+keep = {"k": [C()]}; keep["k"][0].n = "nested"
+print("main")`
+		res := Exec(t, rt, 0, Spec(code, 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOK)
+		for _, want := range []string{"del global\n", "del cycle\n", "del nested\n"} {
+			if !strings.Contains(res.Stdout, want) {
+				t.Errorf("stdout %q lacks %q (stderr %q)", res.Stdout, want, res.Stderr)
+			}
+		}
+	})
+
 	t.Run("H11 shared memory and message queues do not survive the run", func(t *testing.T) {
 		a := Exec(t, rt, 0, Spec(ipcLeaver, 10*time.Second), nil)
 		expect(t, a, sandbox.OutcomeOK)
