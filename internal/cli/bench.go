@@ -70,8 +70,8 @@ func (o *options) bench(cmd *cobra.Command, f benchFlags) error {
 		return usageErrorf("--runs and --slow-runs must be 1 to %d (got %d and %d)", bench.MaxRuns, f.runs, f.slowRuns)
 	case f.warmup < 0:
 		return usageErrorf("--warmup must not be negative (got %d)", f.warmup)
-	case f.duration <= 0:
-		return usageErrorf("--duration must be positive, e.g. --duration 5s")
+	case f.duration < 100*time.Millisecond:
+		return usageErrorf("--duration %s is too short to count runs per second: give at least 100ms, e.g. --duration 5s", f.duration)
 	case f.maxTime <= 0:
 		return usageErrorf("--max-time must be positive, e.g. --max-time 10m")
 	case 3*f.duration >= f.maxTime:

@@ -21,7 +21,8 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"bench", "--runs", "2000000000"}, "--runs and --slow-runs must be 1 to 100000"},
 		{[]string{"bench", "--duration", "1000h"}, "does not fit in --max-time"},
 		{[]string{"bench", "--warmup", "-1"}, "--warmup must not be negative"},
-		{[]string{"bench", "--duration", "0s"}, "--duration must be positive"},
+		{[]string{"bench", "--duration", "0s"}, "is too short to count runs per second"},
+		{[]string{"bench", "--duration", "1ns"}, "is too short to count runs per second"},
 		{[]string{"bench", "--max-time", "-1m"}, "--max-time must be positive"},
 		{[]string{"bench", "extra"}, "takes 0 argument(s)"},
 	}
