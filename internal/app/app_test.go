@@ -317,6 +317,13 @@ func TestREST(t *testing.T) {
 			!strings.Contains(stderr.String(), "stdout_bytes 10 (the daemon's: 1048576)") {
 			t.Fatalf("SANDPIT_STDOUT_BYTES=10 with a daemon: exit %d stderr %q", code, stderr.String())
 		}
+		// The ledger's table says how each run started.
+		stdout.Reset()
+		if code := cli.Main(context.Background(), []string{"exec", "list", "--limit", "3"}, env); code != 0 ||
+			!strings.Contains(strings.SplitN(stdout.String(), "\n", 2)[0], "START") ||
+			!(strings.Contains(stdout.String(), " fork\n") || strings.Contains(stdout.String(), " cold\n")) {
+			t.Fatalf("exec list: exit %d stdout %q", code, stdout.String())
+		}
 	})
 }
 

@@ -588,7 +588,7 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 				return o.printJSON(map[string]any{"executions": items, "next_cursor": next})
 			}
 			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTARTED\tAGENT\tSOURCE\tCODE\tOUTCOME\tDURATION")
+			fmt.Fprintln(tw, "ID\tSTARTED\tAGENT\tSOURCE\tCODE\tOUTCOME\tDURATION\tSTART")
 			for _, e := range items {
 				code := e.CodeName
 				if code != "" {
@@ -598,7 +598,11 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 				if e.Status == store.StatusRunning {
 					outcome = "(running)"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%dms\n", e.ID, e.StartedAt.Format(time.RFC3339), e.Agent, e.Source, code, outcome, e.DurationMS)
+				start := e.Start // fork or cold
+				if start == "" {
+					start = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%dms\t%s\n", e.ID, e.StartedAt.Format(time.RFC3339), e.Agent, e.Source, code, outcome, e.DurationMS, start)
 			}
 			if err := tw.Flush(); err != nil {
 				return err
