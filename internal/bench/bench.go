@@ -432,10 +432,9 @@ func (b *bench) removeStale(ctx context.Context) {
 			lock.Release()
 		}
 		b.say("removing the sandbox an earlier bench left (%s)", dir)
-		stale := &bench{opts: b.opts, progress: b.progress, dataDir: dir, api: api}
-		stale.cfg = b.opts.Config
-		stale.cfg.DataDir = dir
-		if err := stale.removeSandbox(ctx); err != nil {
+		cfg := b.opts.Config
+		cfg.DataDir = dir
+		if err := removeSandbox(ctx, api, cfg); err != nil {
 			b.say("warning: %v", err)
 		}
 	}
@@ -457,27 +456,29 @@ func (b *bench) cleanup(ctx context.Context) error {
 		b.say("stopping the daemon and removing its container")
 		errs = append(errs, b.daemon.stop(stopGrace))
 	}
-	errs = append(errs, b.removeSandbox(ctx))
-	if b.api != nil {
-		b.api.Close()
+	if b.api == nil { // the engine was never reached: only the directory to remove
+		if err := os.RemoveAll(b.dataDir); err != nil {
+			errs = append(errs, fmt.Errorf("removing the bench's data directory: %w", err))
+		}
+		return errors.Join(errs...)
 	}
+	errs = append(errs, removeSandbox(ctx, b.api, b.cfg))
+	b.api.Close()
 	return errors.Join(errs...)
 }
 
-// removeSandbox removes the container, the package volume and the data directory of the
-// bench's data directory (no daemon may be using it).
-func (b *bench) removeSandbox(ctx context.Context) error {
+// removeSandbox removes the container, the package volume and the data directory of a bench's
+// data directory, cfg.DataDir (no daemon may be using it).
+func removeSandbox(ctx context.Context, api client.APIClient, cfg config.Config) error {
 	var errs []error
-	if b.api != nil {
-		if _, err := app.RemoveSandbox(ctx, b.cfg); err != nil {
-			errs = append(errs, fmt.Errorf("removing the bench's container: %w (remove it with: docker rm -f $(docker ps -aq --filter label=dev.sandpit.data-dir=%s))", err, b.dataDir))
-		}
-		vol := docker.VolumeName(b.dataDir)
-		if _, err := b.api.VolumeRemove(ctx, vol, client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("removing the bench's volume: %w (remove it with: docker volume rm %s)", err, vol))
-		}
+	if _, err := app.RemoveSandbox(ctx, cfg); err != nil {
+		errs = append(errs, fmt.Errorf("removing the bench's container: %w (remove it with: docker rm -f $(docker ps -aq --filter label=dev.sandpit.data-dir=%s))", err, cfg.DataDir))
 	}
-	if err := os.RemoveAll(b.dataDir); err != nil {
+	vol := docker.VolumeName(cfg.DataDir)
+	if _, err := api.VolumeRemove(ctx, vol, client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("removing the bench's volume: %w (remove it with: docker volume rm %s)", err, vol))
+	}
+	if err := os.RemoveAll(cfg.DataDir); err != nil {
 		errs = append(errs, fmt.Errorf("removing the bench's data directory: %w", err))
 	}
 	return errors.Join(errs...)

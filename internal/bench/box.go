@@ -14,6 +14,8 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
+
+	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 )
 
 // box is the warm container, reached through the Docker Engine API: what `docker exec` and
@@ -108,9 +110,6 @@ func (b *box) dockerExec(ctx context.Context, p program, n int) ([]time.Duration
 	return durations, nil
 }
 
-// executorPath is where the sandbox image has sandpit-executor.
-const executorPath = "/opt/sandpit/sandpit-executor"
-
 // spawnUID is the uid (and gid) the spawn-time baselines run as: nobody, which is no slot's uid,
 // so the executor's cleanup of slot processes never touches them.
 const spawnUID = 65534
@@ -119,7 +118,7 @@ const spawnUID = 65534
 // `sandpit-executor spawn-time`, in one exec, and returns the durations it measured: from just
 // before each start to after each exit, without the exec's own cost.
 func (b *box) spawnTime(ctx context.Context, p program, n int) ([]time.Duration, error) {
-	out, err := b.run(ctx, []string{executorPath, "spawn-time", "-n", strconv.Itoa(n), "-uid", strconv.Itoa(spawnUID),
+	out, err := b.run(ctx, []string{docker.ExecutorPath, "spawn-time", "-n", strconv.Itoa(n), "-uid", strconv.Itoa(spawnUID),
 		"--", "python3", "-c", p.code})
 	if err != nil {
 		return nil, err
@@ -190,13 +189,10 @@ func memoryUsage(m container.MemoryStats) int64 {
 	return int64(m.Usage)
 }
 
-// executorPIDFile is where the executor records its pid in the box.
-const executorPIDFile = "/sandbox/executor.pid"
-
 // executorMemory returns the executor's resident set size and its peak (VmRSS and VmHWM of
 // /proc/PID/status in the box), in bytes.
 func (b *box) executorMemory(ctx context.Context) (rss, peak int64, err error) {
-	out, err := b.run(ctx, []string{"sh", "-c", `exec cat "/proc/$(cat ` + executorPIDFile + `)/status"`})
+	out, err := b.run(ctx, []string{"sh", "-c", `exec cat "/proc/$(cat ` + docker.ExecutorPIDFile + `)/status"`})
 	if err != nil {
 		return 0, 0, fmt.Errorf("reading the executor's memory: %w", err)
 	}

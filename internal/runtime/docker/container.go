@@ -106,6 +106,13 @@ func (b Box) spec(img Image, dataDir string) (*container.Config, *container.Host
 // PackagesDir is where the package volume is mounted in the container.
 const PackagesDir = "/opt/sandpit/packages"
 
+// ExecutorPath is where the sandbox image has sandpit-executor; ExecutorPIDFile is where the
+// executor, started by the runtime with its default run root (/sandbox), records its pid.
+const (
+	ExecutorPath    = "/opt/sandpit/sandpit-executor"
+	ExecutorPIDFile = "/sandbox/executor.pid"
+)
+
 // VolumeName is the name of the data directory's package volume: installed dependencies and
 // pip's cache, kept across container re-creation.
 func VolumeName(dataDir string) string {

@@ -176,7 +176,7 @@ func (r *Runtime) connect(ctx context.Context) error {
 // executorCommand is the executor's command line in the box.
 func (r *Runtime) executorCommand() []string {
 	fs := r.cfg.ForkServer
-	return []string{"/opt/sandpit/sandpit-executor", "serve", "-slots", strconv.Itoa(r.cfg.Box.Slots), "-uid-base", strconv.Itoa(UIDBase),
+	return []string{ExecutorPath, "serve", "-slots", strconv.Itoa(r.cfg.Box.Slots), "-uid-base", strconv.Itoa(UIDBase),
 		"-fork-server=" + strconv.FormatBool(fs.Enabled), "-preload", strings.Join(fs.Preload, ","), "-fork-server-max-runs", strconv.Itoa(fs.MaxRuns)}
 }
 
