@@ -243,10 +243,10 @@ func (e *Executor) dropNext(s *forkServer) {
 	}
 }
 
-// discardNext discards every slot's ready program (the executor is stopping).
+// discardNext discards every slot's ready program (the executor is stopping: stopAll has set
+// stopping, so no more are reserved).
 func (e *Executor) discardNext() {
 	e.mu.Lock()
-	e.stopping = true
 	next := e.next
 	e.next = map[int]*nextProgram{}
 	e.mu.Unlock()
