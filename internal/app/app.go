@@ -87,8 +87,9 @@ func RuntimeConfig(cfg config.Config, progress io.Writer) (docker.Config, error)
 			TmpBytes:        cfg.TmpBytes,
 			RunDirBytes:     cfg.RunDirBytes,
 			Network:         cfg.Network,
-			Slots:           cfg.Slots,
+			Runtime:         cfg.ContainerRuntime(),
 		},
+		Slots: cfg.Slots,
 		Pip: protocol.PipOptions{
 			IndexURL:       cfg.IndexURL,
 			ExtraIndexURLs: cfg.ExtraIndexURLs,

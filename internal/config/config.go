@@ -100,26 +100,33 @@ type Config struct {
 	// MaxInputBytes caps a request's JSON input text, in bytes. Default 1 MiB; allowed 1 B to 1 GiB.
 	MaxInputBytes int64 `json:"max_input_bytes"`
 
-	// MemoryBytes is the memory limit of the whole box (every slot together), in bytes.
-	// Default 512 MiB; at least 64 MiB.
+	// MemoryBytes is the memory limit of each slot's sandbox (its container, holding its fork
+	// server and its run), in bytes. Default 512 MiB; at least 64 MiB.
 	MemoryBytes int64 `json:"memory_bytes"`
-	// MemorySwapBytes is the limit of the box's memory plus swap, in bytes (Docker's
+	// MemorySwapBytes is the limit of a sandbox's memory plus swap, in bytes (Docker's
 	// --memory-swap). Default 0, meaning the same as MemoryBytes: no swap. Otherwise at
 	// least MemoryBytes.
 	MemorySwapBytes int64 `json:"memory_swap_bytes"`
-	// CPUs is how many CPUs' worth of time the box may use. Default 1.0; more than 0, at most 64.
+	// CPUs is how many CPUs' worth of time each slot's sandbox may use. Default 1.0; more than
+	// 0, at most 64.
 	CPUs float64 `json:"cpus"`
-	// PidsLimit caps the processes and threads in the whole box. Default 512; at least 16.
+	// PidsLimit caps the processes and threads in each slot's sandbox. Default 512; at least 16.
 	PidsLimit int64 `json:"pids_limit"`
-	// TmpBytes is the size of the box's /tmp tmpfs, in bytes. Default 128 MiB; at least 1 MiB.
-	// tmpfs pages count against memory_bytes: with the run directories and /dev/shm (64 MiB)
-	// the defaults stay well under the box's memory, so files alone cannot exhaust it.
+	// TmpBytes is the size of each sandbox's /tmp tmpfs, in bytes. Default 128 MiB; at least
+	// 1 MiB. tmpfs pages count against memory_bytes: with the run directories and /dev/shm
+	// (64 MiB) the defaults stay well under the sandbox's memory, so files alone cannot
+	// exhaust it.
 	TmpBytes int64 `json:"tmp_bytes"`
-	// RunDirBytes is the size of the tmpfs holding the runs' directories, in bytes.
+	// RunDirBytes is the size of the tmpfs holding a sandbox's run directories, in bytes.
 	// Default 128 MiB; at least 1 MiB.
 	RunDirBytes int64 `json:"run_dir_bytes"`
-	// Network is the box's network access: "full" or "none". Default "full".
+	// Network is each sandbox's network access: "full" or "none". Default "full". Either way
+	// every slot has its own network namespace (its own loopback).
 	Network string `json:"network"`
+	// Runtime is the container runtime of the sandboxes: "runc" (the engine's default) or
+	// "runsc" (gVisor: a user-space kernel between the code and the host's, registered with the
+	// Docker engine as a runtime named runsc). Default "runc".
+	Runtime string `json:"runtime"`
 
 	// ForkServer keeps a fork server in the box: a Python process that has imported Preload
 	// and forks each run from itself, so a run skips the interpreter's start (about 20 ms)
@@ -241,6 +248,7 @@ func defaults(lookup func(string) (string, bool)) Config {
 		TmpBytes:    128 * mib,
 		RunDirBytes: 128 * mib,
 		Network:     "full",
+		Runtime:     "runc",
 
 		ForkServer:        true,
 		Preload:           DefaultPreload(),
@@ -343,6 +351,15 @@ func (c Config) MemorySwap() int64 {
 
 // NanoCPUs returns CPUs in units of 10⁻⁹ CPUs, as Docker's HostConfig.NanoCPUs takes it.
 func (c Config) NanoCPUs() int64 { return int64(math.Round(c.CPUs * 1e9)) }
+
+// ContainerRuntime is the OCI runtime to ask the Docker engine for: "" for runc, the engine's
+// default (whatever it is called there), else Runtime.
+func (c Config) ContainerRuntime() string {
+	if c.Runtime == "runc" {
+		return ""
+	}
+	return c.Runtime
+}
 
 // Executor returns the executor binary's path: ExecutorPath, or a file named ExecutorName
 // in the directory of the running binary (after resolving symlinks). It does not check that
@@ -503,6 +520,9 @@ func (c Config) Validate() error {
 	sizeAtLeast("run_dir_bytes", c.RunDirBytes, mib)
 	if c.Network != "full" && c.Network != "none" {
 		bad("network", "is %q; it must be \"full\" or \"none\"", c.Network)
+	}
+	if c.Runtime != "runc" && c.Runtime != "runsc" {
+		bad("runtime", "is %q; it must be \"runc\" (the engine's default) or \"runsc\" (gVisor)", c.Runtime)
 	}
 
 	if c.RunMemoryBytes != 0 && (c.RunMemoryBytes < 16*mib || c.RunMemoryBytes > c.MemoryBytes) {

@@ -265,22 +265,53 @@ func (e *Executor) start(id string, slot int, spec sandbox.Spec) {
 		r := newRun(e, id, slot, spec)
 		e.busy[slot], e.runs[id] = true, r
 		e.wg.Go(func() {
+			// The result goes out as soon as every process of the run is gone; the slot stays
+			// busy until its files are gone too, and then reports itself settled.
 			res := r.execute()
-			// The slot's next program is reserved while the slot is busy, made after the
-			// result is sent: a run that comes meanwhile waits for it.
-			next := e.reserveNext(slot)
 			e.mu.Lock()
-			delete(e.busy, slot)
 			delete(e.runs, id)
 			e.mu.Unlock()
 			if err := e.conn.Send(&protocol.Message{Kind: protocol.KindResult, ID: id, Result: res}); err != nil {
 				e.log.Warn("sending result", "id", id, "error", err)
 			}
+			settled := &protocol.Message{Kind: protocol.KindSettled, Slot: slot}
+			var next *nextProgram
+			if err := e.clean(slot); err != nil {
+				e.log.Error("cleaning a slot after its run", "slot", slot, "id", id, "error", err)
+				settled.Error = err.Error()
+			} else {
+				// The slot's next program is reserved while the slot is busy and made once it
+				// is settled: a run that comes meanwhile waits for it.
+				next = e.reserveNext(slot)
+			}
+			e.mu.Lock()
+			delete(e.busy, slot)
+			e.mu.Unlock()
+			e.send(settled)
 			if next != nil {
 				e.prepareNext(slot, next)
 			}
 		})
 	}
+}
+
+// clean removes what slot's last run left: its directories, its files in the shared temporary
+// directories and its IPC objects. Its processes are already gone.
+func (e *Executor) clean(slot int) error {
+	uid := e.cfg.UIDBase + slot
+	var errs []error
+	for _, dir := range []string{e.slotDir(slot), e.homeDir(slot)} {
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, fmt.Errorf("removing the run's directory: %w", err))
+		}
+	}
+	if err := removeOwned(uid, e.cfg.TmpDirs); err != nil {
+		errs = append(errs, fmt.Errorf("removing the run's temporary files: %w", err))
+	}
+	if err := removeIPC(uid); err != nil {
+		errs = append(errs, fmt.Errorf("removing the run's IPC objects: %w", err))
+	}
+	return errors.Join(errs...)
 }
 
 // stopAll kills every run and waits for their cleanup, then discards the ready programs.
@@ -308,18 +339,11 @@ func (e *Executor) prepare() (string, error) {
 		return "", err
 	}
 	for slot := range e.cfg.Slots {
-		uid := e.cfg.UIDBase + slot
-		if err := killAndWait(uid, e.cfg.KillTimeout); err != nil {
+		if err := killAndWait(e.cfg.UIDBase+slot, e.cfg.KillTimeout); err != nil {
 			return "", fmt.Errorf("executor: clearing slot %d: %w", slot, err)
 		}
-		if err := os.RemoveAll(e.slotDir(slot)); err != nil {
+		if err := e.clean(slot); err != nil {
 			return "", fmt.Errorf("executor: clearing slot %d: %w", slot, err)
-		}
-		if err := removeOwned(uid, e.cfg.TmpDirs); err != nil {
-			e.log.Warn("clearing temporary files", "slot", slot, "error", err)
-		}
-		if err := removeIPC(uid); err != nil {
-			e.log.Warn("clearing IPC objects", "slot", slot, "error", err)
 		}
 	}
 	python, err := exec.LookPath(e.cfg.Python)
@@ -359,6 +383,13 @@ func (e *Executor) replaceStale() error {
 	return nil
 }
 
+// slotDir is slot's working directory (the run's cwd); homeDir its home (HOME, and every
+// configuration and cache directory of its libraries). Both are private to the slot's uid
+// (0700) and made afresh for each run.
 func (e *Executor) slotDir(slot int) string {
 	return filepath.Join(e.cfg.RunRoot, "slot-"+strconv.Itoa(slot))
+}
+
+func (e *Executor) homeDir(slot int) string {
+	return filepath.Join(e.cfg.RunRoot, "home-"+strconv.Itoa(slot))
 }

@@ -68,30 +68,29 @@ func (e *Executor) discard(l *launch) {
 	}
 }
 
-// launchProgram clears slot (every process of its uid, its directory), gives it a fresh
-// directory and starts its program there, which then waits for its init line: forked from s
-// when s is not nil (or, if that fork fails and cold is true, started cold), else cold. id
-// names the fork in the server's reports.
+// launchProgram clears slot (every process of its uid, its directories), gives it a fresh
+// working directory and home and starts its program there, which then waits for its init
+// line: forked from s when s is not nil (or, if that fork fails and cold is true, started
+// cold), else cold. id names the fork in the server's reports. A home that cannot be seeded
+// is an error: the program does not start.
 func (e *Executor) launchProgram(slot int, s *forkServer, cold bool, id string) (*launch, error) {
 	uid := e.cfg.UIDBase + slot
-	dir := e.slotDir(slot)
+	dir, home := e.slotDir(slot), e.homeDir(slot)
 	if err := killAndWait(uid, e.cfg.KillTimeout); err != nil {
 		return nil, fmt.Errorf("clearing the slot: %w", err)
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return nil, fmt.Errorf("clearing the run directory: %w", err)
+	for _, d := range []string{dir, home} {
+		if err := os.RemoveAll(d); err != nil {
+			return nil, fmt.Errorf("clearing the run's directory %s: %w", d, err)
+		}
+		if err := mkdirOwned(d, uid); err != nil {
+			return nil, fmt.Errorf("creating the run's directory %s for uid %d: %w", d, uid, err)
+		}
 	}
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating the run directory: %w", err)
+	if err := e.seedHome(uid, home); err != nil {
+		return nil, err
 	}
-	if err := os.Chown(dir, uid, uid); err != nil {
-		return nil, fmt.Errorf("handing the run directory to uid %d: %w", uid, err)
-	}
-	mplDir := matplotlibDir(uid)
-	if err := e.seedMatplotlib(uid, mplDir); err != nil {
-		e.log.Warn("copying the matplotlib cache", "slot", slot, "error", err)
-	}
-	env := runEnvironment(dir, mplDir)
+	env := runEnvironment(home)
 
 	// The program's ends are closed here once it has them (a fork server's copies when it
 	// has forked), so that the pipes end when the run's processes are gone.

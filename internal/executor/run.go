@@ -101,25 +101,15 @@ func (r *run) stop(reason stopReason) {
 }
 
 // execute runs the program and returns its result. It never returns before every process of
-// the run is gone and its files are removed.
+// the run is gone; the run's files are left for Executor.clean, after the result is sent.
 func (r *run) execute() *sandbox.Result {
 	res := &sandbox.Result{ExitCode: -1}
-	dir := r.e.slotDir(r.slot)
 	killed := false // every process of the run is gone
 	defer func() {
 		if !killed {
 			if err := killAndWait(r.uid, r.e.cfg.KillTimeout); err != nil {
 				r.systemError(res, "cleaning up the run: %v", err)
 			}
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			r.systemError(res, "removing the run directory: %v", err)
-		}
-		if err := removeOwned(r.uid, r.e.cfg.TmpDirs); err != nil {
-			r.e.log.Warn("removing the run's temporary files", "id", r.id, "error", err)
-		}
-		if err := removeIPC(r.uid); err != nil {
-			r.systemError(res, "removing the run's IPC objects: %v", err)
 		}
 	}()
 
@@ -222,42 +212,42 @@ func (r *run) wait(proc process) (syscall.WaitStatus, error) {
 	}
 }
 
-// matplotlibDir is a uid's matplotlib directory (MPLCONFIGDIR), removed with the uid's other
-// files in /tmp.
-func matplotlibDir(uid int) string { return fmt.Sprintf("/tmp/.matplotlib-%d", uid) }
-
 // runEnvironment is a run's whole environment: nothing of the executor's or the host's.
-func runEnvironment(home, mpl string) []string {
+// Every directory a library may write its configuration or caches to (HOME, XDG's, matplotlib's)
+// is inside home, the run's private directory.
+func runEnvironment(home string) []string {
 	return []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=" + home,
 		"TMPDIR=/tmp",
 		"LANG=C.UTF-8",
 		"MPLBACKEND=Agg",
-		"MPLCONFIGDIR=" + mpl,
+		"MPLCONFIGDIR=" + filepath.Join(home, matplotlibSubdir),
+		"XDG_CONFIG_HOME=" + filepath.Join(home, ".config"),
+		"XDG_CACHE_HOME=" + filepath.Join(home, ".cache"),
 		"OPENBLAS_NUM_THREADS=1",
 		"OMP_NUM_THREADS=1",
 		"MKL_NUM_THREADS=1",
 	}
 }
 
-// seedMatplotlib creates a run's matplotlib directory, owned by the run's uid, with the
-// image's prebuilt cache files in it. (It is removed with the uid's other files in /tmp.)
-func (e *Executor) seedMatplotlib(uid int, dir string) error {
+// matplotlibSubdir is matplotlib's directory (MPLCONFIGDIR) inside a run's home.
+const matplotlibSubdir = ".matplotlib"
+
+// seedHome fills a run's new, empty home directory (owned by uid, which has no process alive)
+// with the image's prebuilt matplotlib cache files. An error means the run must not start:
+// its libraries would otherwise rebuild or miss their configuration.
+func (e *Executor) seedHome(uid int, home string) error {
 	entries, err := os.ReadDir(e.cfg.MatplotlibCache)
-	if err != nil {
+	if errors.Is(err, os.ErrNotExist) {
 		return nil // no cache in this image
 	}
-	// Left by a program discarded before it ran (its slot's files are cleared with the next
-	// run's): made afresh.
-	if err := os.RemoveAll(dir); err != nil {
-		return err
+	if err != nil {
+		return fmt.Errorf("reading the matplotlib cache %s: %w", e.cfg.MatplotlibCache, err)
 	}
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return err
-	}
-	if err := os.Chown(dir, uid, uid); err != nil {
-		return err
+	dir := filepath.Join(home, matplotlibSubdir)
+	if err := mkdirOwned(dir, uid); err != nil {
+		return fmt.Errorf("creating the run's matplotlib directory: %w", err)
 	}
 	for _, entry := range entries {
 		if !entry.Type().IsRegular() {
@@ -265,17 +255,25 @@ func (e *Executor) seedMatplotlib(uid int, dir string) error {
 		}
 		data, err := os.ReadFile(filepath.Join(e.cfg.MatplotlibCache, entry.Name()))
 		if err != nil {
-			return err
+			return fmt.Errorf("reading the matplotlib cache: %w", err)
 		}
 		dst := filepath.Join(dir, entry.Name())
 		if err := os.WriteFile(dst, data, 0o600); err != nil {
-			return err
+			return fmt.Errorf("seeding the run's matplotlib directory: %w", err)
 		}
 		if err := os.Chown(dst, uid, uid); err != nil {
-			return err
+			return fmt.Errorf("seeding the run's matplotlib directory: %w", err)
 		}
 	}
 	return nil
+}
+
+// mkdirOwned creates dir (which must not exist) with mode 0700, owned by uid.
+func mkdirOwned(dir string, uid int) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	return os.Chown(dir, uid, uid)
 }
 
 // newCapture returns a capture that sends a stream's chunks to the daemon and stops the run

@@ -5,7 +5,9 @@
 // A frame is a 4-byte big-endian length followed by that many bytes of a JSON Message. Frames
 // are at most MaxFrame bytes. The executor speaks first (KindHello); then the daemon sends
 // KindRun and KindCancel, and the executor answers each run with KindStdout/KindStderr chunks in
-// order and exactly one KindResult (or KindRefused when it cannot start the run).
+// order and exactly one KindResult (or KindRefused when it cannot start the run). After a run's
+// result, once the run's files are gone, it sends KindSettled for its slot: the slot takes no
+// run before that.
 //
 // This package uses only the standard library and internal/sandbox, because the executor (a
 // static binary in the container) imports it.
@@ -26,7 +28,7 @@ import (
 )
 
 // Version is the protocol version; the daemon refuses an executor that speaks another.
-const Version = 1
+const Version = 2
 
 // MaxFrame is the largest frame either side sends or accepts, in bytes. A run's code and input
 // (1 MiB each by default) must fit in one KindRun frame.
@@ -44,6 +46,7 @@ const (
 	KindStderr  Kind = "stderr"  // executor → daemon: a chunk of run ID's stderr in Data
 	KindResult  Kind = "result"  // executor → daemon: run ID ended
 	KindRefused Kind = "refused" // executor → daemon: run ID was not started; Error says why
+	KindSettled Kind = "settled" // executor → daemon: Slot's last run is cleaned up and it takes the next (Error: the cleanup failed)
 	KindPing    Kind = "ping"    // daemon → executor: are you alive? (ID is a sequence number)
 	KindPong    Kind = "pong"    // executor → daemon: the answer to the ping with the same ID
 
@@ -66,6 +69,8 @@ type Message struct {
 	Data   string          `json:"data,omitempty"`
 	Result *sandbox.Result `json:"result,omitempty"`
 	Error  string          `json:"error,omitempty"`
+	// Slot is the slot a KindSettled message is about.
+	Slot int `json:"slot,omitempty"`
 
 	AgentCall  *AgentCall  `json:"agent_call,omitempty"`
 	AgentReply *AgentReply `json:"agent_reply,omitempty"`

@@ -60,6 +60,7 @@ func (in Installed) Failed() []DependencyStatus {
 // requirement is present, installed or failed; progress, when not nil, receives each status as
 // it is decided (from any goroutine, in order). An error means the system failed (not a
 // package); errors wrapping ErrNotReady mean the runtime cannot take the request now.
+// The Service calls it with a slot it holds: the install runs in that slot's sandbox.
 type Installer interface {
-	Install(ctx context.Context, req InstallRequest, progress func(DependencyStatus)) (Installed, error)
+	Install(ctx context.Context, slot int, req InstallRequest, progress func(DependencyStatus)) (Installed, error)
 }

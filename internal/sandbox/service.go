@@ -90,8 +90,9 @@ type Service struct {
 	base      context.Context
 	interrupt context.CancelCauseFunc
 
-	mu      sync.Mutex
-	waiting int
+	mu       sync.Mutex
+	waiting  int
+	settling sync.WaitGroup // release's goroutines
 }
 
 // NewService returns a Service running on rt with cfg's limits, recording every run that starts
@@ -275,7 +276,7 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 	if err != nil {
 		return Result{}, err
 	}
-	defer func() { s.free <- slot }()
+	defer s.release(slot)
 	if s.rec != nil {
 		head := Result{ID: spec.ID, Agent: agent, TimeoutMS: spec.TimeoutMS, StartedAt: time.Now().UTC(), Origin: origin}
 		if err := s.rec.Begin(ctx, spec, head); err != nil {
@@ -291,7 +292,7 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 	var installMS int64
 	if len(req.Dependencies) > 0 {
 		began := time.Now()
-		deps, err = s.install(ctx, req.Dependencies, emit)
+		deps, err = s.install(ctx, slot, req.Dependencies, emit)
 		installMS = time.Since(began).Milliseconds()
 		switch {
 		case err != nil:
@@ -378,13 +379,13 @@ func (s *Service) Install(ctx context.Context, reqs []string, progress func(Depe
 	if err != nil {
 		return Installed{}, err
 	}
-	defer func() { s.free <- slot }()
-	return s.install(ctx, reqs, emit)
+	defer s.release(slot)
+	return s.install(ctx, slot, reqs, emit)
 }
 
-// install makes the requirements importable through the runtime, streaming each status to
-// emit as an event of stream "dependency".
-func (s *Service) install(ctx context.Context, reqs []string, emit func(Event)) (Installed, error) {
+// install makes the requirements importable through the runtime, in slot's sandbox, streaming
+// each status to emit as an event of stream "dependency".
+func (s *Service) install(ctx context.Context, slot int, reqs []string, emit func(Event)) (Installed, error) {
 	parsed, _ := requirement.ParseList(reqs, s.cfg.MaxDependencies) // validated already
 	canonical := make([]string, len(parsed))
 	for i, r := range parsed {
@@ -398,7 +399,7 @@ func (s *Service) install(ctx context.Context, reqs []string, emit func(Event)) 
 	if emit != nil {
 		progress = func(d DependencyStatus) { emit(Event{Stream: "dependency", Dependency: &d}) }
 	}
-	return inst.Install(ctx, InstallRequest{Requirements: canonical, Timeout: s.cfg.InstallTimeout, Offline: s.cfg.Network == "none"}, progress)
+	return inst.Install(ctx, slot, InstallRequest{Requirements: canonical, Timeout: s.cfg.InstallTimeout, Offline: s.cfg.Network == "none"}, progress)
 }
 
 // finishRetries and finishRetryEvery bound retrying a result the ledger could not record
@@ -468,6 +469,25 @@ func (s *Service) systemFailure(ctx, runCtx context.Context, res Result, started
 	}
 	return res
 }
+
+// release offers slot again once the runtime has settled it (see Settler): in the background,
+// so that the result goes out while the slot is cleaned.
+func (s *Service) release(slot int) {
+	st, ok := s.rt.(Settler)
+	if !ok {
+		s.free <- slot
+		return
+	}
+	s.settling.Go(func() {
+		if err := st.Settle(s.base, slot); err != nil && s.base.Err() == nil {
+			s.log.Warn("a slot did not settle after its run; offering it anyway", "slot", slot, "error", err)
+		}
+		s.free <- slot
+	})
+}
+
+// Settled waits until every slot released so far has settled (or the Service was interrupted).
+func (s *Service) Settled() { s.settling.Wait() }
 
 func (s *Service) acquire(ctx context.Context) (int, error) {
 	if ctx.Err() == nil {

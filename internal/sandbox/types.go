@@ -201,3 +201,16 @@ type Runtime interface {
 	// Ready returns nil when a run started now would be served, or an error saying why not.
 	Ready(ctx context.Context) error
 }
+
+// Settler is implemented by runtimes whose slot has work left after Run returns (removing the
+// run's files) before it can take the next run. The Service offers a slot again only once
+// Settle has returned, so a slow cleanup holds its own slot, never another request.
+//
+// Contract: Settle blocks until slot's last run is cleaned up and the slot is ready for the
+// next, and returns at once for a slot with nothing pending. A runtime that cannot clean a
+// slot in time replaces the slot's sandbox before it returns. An error means the slot may
+// still hold something of the run; the Service logs it and offers the slot anyway (the next
+// run's start clears it again). ctx ends only when the Service stops.
+type Settler interface {
+	Settle(ctx context.Context, slot int) error
+}

@@ -57,7 +57,8 @@ type Client struct {
 
 	mu       sync.Mutex
 	calls    map[string]*call
-	err      error // why the session ended; nil while it lives
+	settles  map[int]*settle // by slot: its last run's cleanup
+	err      error           // why the session ended; nil while it lives
 	done     chan struct{}
 	lastPong time.Time
 }
@@ -88,12 +89,19 @@ func (c *call) drain() []*protocol.Message {
 	return q
 }
 
+// settle is a slot's cleanup after its last run: done is closed when the executor reports the
+// slot settled, with err set when its cleanup failed.
+type settle struct {
+	done chan struct{}
+	err  error
+}
+
 // Start waits for the executor's hello from r (bounded by ctx), then serves the session until
 // it ends, pinging the executor to detect a hung one. closer, when not nil, is closed by Close
 // and when the session fails.
 func Start(ctx context.Context, r io.Reader, w io.Writer, closer io.Closer, log *slog.Logger, opts Options) (*Client, error) {
 	c := &Client{conn: protocol.NewConn(r, w), closer: closer, log: log, opts: opts.withDefaults(),
-		calls: map[string]*call{}, done: make(chan struct{}), lastPong: time.Now()}
+		calls: map[string]*call{}, settles: map[int]*settle{}, done: make(chan struct{}), lastPong: time.Now()}
 	type helloResult struct {
 		m   *protocol.Message
 		err error
@@ -226,6 +234,8 @@ func (c *Client) readLoop() {
 		case protocol.KindStdout, protocol.KindStderr, protocol.KindResult, protocol.KindRefused,
 			protocol.KindInstallStatus, protocol.KindInstalled, protocol.KindPackagesResult:
 			c.route(m)
+		case protocol.KindSettled:
+			c.settled(m.Slot, m.Error)
 		case protocol.KindCall:
 			if !c.route(m) && m.AgentCall != nil {
 				c.reply(m.ID, m.AgentCall.Seq, nil, sandbox.ErrRunEnded)
@@ -233,6 +243,47 @@ func (c *Client) readLoop() {
 		default:
 			c.log.Warn("unexpected message from the executor", "kind", m.Kind)
 		}
+	}
+}
+
+// settled records that slot's last run is cleaned up (errText: how its cleanup failed).
+func (c *Client) settled(slot int, errText string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.settles[slot]
+	if st == nil {
+		c.log.Warn("the executor reported a slot settled that had no run", "slot", slot)
+		return
+	}
+	select {
+	case <-st.done:
+		return // already settled (a refused run's)
+	default:
+	}
+	if errText != "" {
+		st.err = fmt.Errorf("cleaning up after slot %d's run failed: %s", slot, errText)
+	}
+	close(st.done)
+}
+
+// Settle waits until slot's last run has been cleaned up, so that the slot takes its next
+// run; it returns at once for a slot that has not run. Errors: the cleanup's failure (the
+// slot's files or processes may be left: a caller that can should replace the sandbox), ctx's
+// error, or an error wrapping ErrClosed when the session ends first.
+func (c *Client) Settle(ctx context.Context, slot int) error {
+	c.mu.Lock()
+	st := c.settles[slot]
+	c.mu.Unlock()
+	if st == nil {
+		return nil
+	}
+	select {
+	case <-st.done:
+		return st.err
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for slot %d's cleanup: %w", slot, ctx.Err())
+	case <-c.done:
+		return c.Err()
 	}
 }
 
@@ -270,8 +321,14 @@ func (c *Client) reply(id string, seq int64, value json.RawMessage, err error) {
 // When ctx ends first, Run asks the executor to kill the run and waits CancelGrace for its
 // result; without one it returns ctx's error. When the session ends, Run returns an error
 // wrapping ErrClosed with the output received so far in the Result.
+//
+// A run waits for the slot's previous run to be cleaned up (see Settle) before it is sent.
 func (c *Client) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
+	if err := c.Settle(ctx, slot); err != nil && (ctx.Err() != nil || c.Err() != nil) {
+		return sandbox.Result{}, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
+	} // a failed cleanup is redone by the executor before the next program starts
 	cl := &call{notify: make(chan struct{}, 1)}
+	st := &settle{done: make(chan struct{})}
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
@@ -279,6 +336,7 @@ func (c *Client) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func
 		return sandbox.Result{}, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
 	}
 	c.calls[spec.ID] = cl
+	c.settles[slot] = st
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
@@ -325,6 +383,11 @@ func (c *Client) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func
 					c.reply(spec.ID, call.Seq, value, err)
 				}()
 			case protocol.KindRefused:
+				c.mu.Lock()
+				if c.settles[slot] == st { // nothing ran: nothing to clean up
+					close(st.done)
+				}
+				c.mu.Unlock()
 				return partial(), true, fmt.Errorf("the executor refused the run: %s", m.Error)
 			case protocol.KindResult:
 				if m.Result == nil {

@@ -3,6 +3,7 @@ package session_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -30,6 +31,27 @@ import (
 func pipeRuntime(t *testing.T, slots int) (*session.Client, func() error) {
 	t.Helper()
 	return pipeRuntimeWith(t, slots, func(cfg *executor.Config) { cfg.ForkServer = "" })
+}
+
+// uidBase reserves a range of 64 host uids from 61000 up for the test's slots, for as long as
+// the test runs: the executor kills every process of a slot's uid, so two test processes (go
+// test runs packages in parallel, and people run several) must never share one. The range is
+// held with a lock on a file in the system's temporary directory.
+func uidBase(t *testing.T) int {
+	t.Helper()
+	for base := 61000; base < 61000+64*200; base += 64 {
+		f, err := os.OpenFile(filepath.Join(os.TempDir(), fmt.Sprintf("sandpit-test-uids-%d.lock", base)), os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			t.Cleanup(func() { f.Close() })
+			return base
+		}
+		f.Close()
+	}
+	t.Fatal("every test uid range is in use")
+	return 0
 }
 
 // pipeRuntimeWith is pipeRuntime with the executor's configuration changed by mutate; the
@@ -60,7 +82,7 @@ func pipeRuntimeWith(t *testing.T, slots int, mutate func(*executor.Config)) (*s
 		t.Fatal(err)
 	}
 	cfg := executor.DefaultConfig()
-	cfg.Slots, cfg.UIDBase, cfg.Python, cfg.Bootstrap = slots, 61000, python, boot
+	cfg.Slots, cfg.UIDBase, cfg.Python, cfg.Bootstrap = slots, uidBase(t), python, boot
 	cfg.ForkServer, cfg.Preload = forkServer, []string{"decimal", "email.message"}
 	cfg.RunRoot = filepath.Join(root, "runs")
 	cfg.TmpDirs = []string{os.TempDir()}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
@@ -21,9 +22,11 @@ const (
 	labelManaged = "dev.sandpit.managed"
 	labelDataDir = "dev.sandpit.data-dir"
 	labelConfig  = "dev.sandpit.config"
+	labelSlot    = "dev.sandpit.slot"
 )
 
-// Box is the warm container's whole-box limits and hardening.
+// Box is each slot's container: its limits and hardening. Every slot has its own container with
+// these limits, so they are per slot.
 type Box struct {
 	// MemoryBytes is the container's memory limit; MemorySwapBytes its memory+swap limit
 	// (equal to MemoryBytes means no swap).
@@ -35,17 +38,20 @@ type Box struct {
 	// TmpBytes and RunDirBytes size the tmpfs mounts of /tmp and /sandbox (the run directories).
 	TmpBytes, RunDirBytes int64
 	// Network is "full" (the engine's default bridge) or "none" (no network interface but lo).
+	// Either way each container has its own network namespace: its own loopback and abstract
+	// unix sockets.
 	Network string
-	// Slots is how many slots the executor serves (at most MaxSlots).
-	Slots int
+	// Runtime is the engine's OCI runtime for the container: "" or "runc" (the engine's
+	// default), or "runsc" (gVisor), which must be registered with the engine.
+	Runtime string
 }
 
 // capabilities the executor needs: switch to the slot uids, kill their processes, hand run
 // directories to them and remove what they left.
 var capabilities = []string{"SETUID", "SETGID", "KILL", "CHOWN", "FOWNER", "DAC_OVERRIDE"}
 
-// spec is the container's whole configuration, derived from the image and the box.
-func (b Box) spec(img Image, dataDir string) (*container.Config, *container.HostConfig, string) {
+// spec is slot's container's whole configuration, derived from the image and the box.
+func (b Box) spec(img Image, dataDir string, slot int) (*container.Config, *container.HostConfig, string) {
 	network := container.NetworkMode("bridge")
 	if b.Network == "none" {
 		network = "none"
@@ -62,6 +68,7 @@ func (b Box) spec(img Image, dataDir string) (*container.Config, *container.Host
 			"/tmp":     "rw,nosuid,nodev,mode=1777,size=" + strconv.FormatInt(b.TmpBytes, 10),
 			"/sandbox": "rw,nosuid,nodev,mode=0711,size=" + strconv.FormatInt(b.RunDirBytes, 10),
 		},
+		Runtime:       b.Runtime,
 		CapDrop:       []string{"ALL"},
 		CapAdd:        capabilities,
 		SecurityOpt:   []string{"no-new-privileges"},
@@ -90,16 +97,16 @@ func (b Box) spec(img Image, dataDir string) (*container.Config, *container.Host
 			labelDataDir: dataDir,
 		},
 	}
-	// The config label is a hash of everything above: a container made with other settings is
-	// replaced, not adopted.
+	// The config label is a hash of everything above, the same for every slot: a container made
+	// with other settings is replaced, not adopted.
 	raw, _ := json.Marshal(struct {
 		C *container.Config
 		H *container.HostConfig
-		S int
-	}{cfg, host, b.Slots})
+	}{cfg, host})
 	sum := sha256.Sum256(raw)
 	hash := hex.EncodeToString(sum[:])[:16]
 	cfg.Labels[labelConfig] = hash
+	cfg.Labels[labelSlot] = strconv.Itoa(slot)
 	return cfg, host, hash
 }
 
@@ -119,47 +126,65 @@ func VolumeName(dataDir string) string {
 	return containerName(dataDir) + "-packages"
 }
 
-// containerName is the warm container's name for a data directory.
+// containerName is the base of the containers' names for a data directory; slot N's container
+// is named containerName(dataDir)-N.
 func containerName(dataDir string) string {
 	sum := sha256.Sum256([]byte(dataDir))
 	return "sandpit-" + hex.EncodeToString(sum[:])[:12]
 }
 
-// ensureContainer adopts the data directory's running container when its configuration hash
-// matches, and otherwise removes every container labelled for the data directory and creates
-// and starts a new one. It returns the container's ID and whether it was adopted.
-func ensureContainer(ctx context.Context, api client.APIClient, log *slog.Logger, img Image, box Box, dataDir string) (string, bool, error) {
-	cfg, host, hash := box.spec(img, dataDir)
+// ensureContainer adopts slot's running container when its configuration hash matches (and
+// discard is false), and otherwise removes every container labelled for the data directory's
+// slot and creates and starts a new one. It returns the container's ID and whether it was
+// adopted.
+func ensureContainer(ctx context.Context, api client.APIClient, log *slog.Logger, img Image, box Box, dataDir string, slot int, discard bool) (string, bool, error) {
+	cfg, host, hash := box.spec(img, dataDir, slot)
 	list, err := Containers(ctx, api, dataDir)
 	if err != nil {
 		return "", false, err
 	}
 	adopted := ""
 	for _, c := range list {
-		if adopted == "" && c.Labels[labelConfig] == hash && c.State == container.StateRunning {
+		if c.Labels[labelSlot] != strconv.Itoa(slot) {
+			continue
+		}
+		if adopted == "" && !discard && c.Labels[labelConfig] == hash && c.State == container.StateRunning {
 			adopted = c.ID
 			continue
 		}
-		log.Info("removing a sandpit container that is stopped or has other settings", "container", shortID(c.ID), "state", c.State)
-		if _, err := api.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			return "", false, fmt.Errorf("removing container %s: %w", shortID(c.ID), err)
+		log.Info("removing a sandpit container that is stopped, replaced or has other settings", "container", shortID(c.ID), "state", c.State)
+		if err := removeContainer(ctx, api, c.ID); err != nil {
+			return "", false, err
 		}
 	}
 	if adopted != "" {
 		return adopted, true, nil
 	}
-	created, err := api.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: host, Name: containerName(dataDir)})
+	created, err := api.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: host,
+		Name: containerName(dataDir) + "-" + strconv.Itoa(slot)})
 	if err != nil {
+		if box.Runtime != "" && strings.Contains(err.Error(), "runtime") {
+			return "", false, fmt.Errorf("creating the sandbox container with runtime %q: %w (is it installed and registered "+
+				"in the engine's daemon.json under \"runtimes\"? `sandpit doctor` checks it)", box.Runtime, err)
+		}
 		return "", false, fmt.Errorf("creating the sandbox container: %w", err)
 	}
 	for _, w := range created.Warnings {
 		log.Warn("engine warning creating the sandbox container", "warning", w)
 	}
 	if _, err := api.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
-		_, _ = api.ContainerRemove(ctx, created.ID, client.ContainerRemoveOptions{Force: true})
+		_ = removeContainer(ctx, api, created.ID)
 		return "", false, fmt.Errorf("starting the sandbox container: %w", err)
 	}
 	return created.ID, false, nil
+}
+
+// removeContainer force-removes a container; one already gone is not an error.
+func removeContainer(ctx context.Context, api client.APIClient, id string) error {
+	if _, err := api.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("removing container %s: %w", shortID(id), err)
+	}
+	return nil
 }
 
 // Containers lists the containers labelled for dataDir (running or not).
@@ -201,8 +226,8 @@ func RemoveContainers(ctx context.Context, api client.APIClient, dataDir string)
 		return 0, err
 	}
 	for i, c := range list {
-		if _, err := api.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			return i, fmt.Errorf("removing container %s: %w", shortID(c.ID), err)
+		if err := removeContainer(ctx, api, c.ID); err != nil {
+			return i, err
 		}
 	}
 	return len(list), nil

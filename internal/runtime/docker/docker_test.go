@@ -36,8 +36,9 @@ func testConfig(t *testing.T, dataDir string) docker.Config {
 		},
 		Box: docker.Box{
 			MemoryBytes: 512 << 20, MemorySwapBytes: 512 << 20, NanoCPUs: 1e9, PidsLimit: 512,
-			TmpBytes: 256 << 20, RunDirBytes: 256 << 20, Network: "full", Slots: 4,
+			TmpBytes: 256 << 20, RunDirBytes: 256 << 20, Network: "full",
 		},
+		Slots:      4,
 		ReadyWait:  30 * time.Second,
 		ForkServer: docker.ForkServer{Enabled: true, Preload: config.DefaultPreload(), MaxRuns: 1000},
 	}

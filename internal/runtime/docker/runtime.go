@@ -1,12 +1,15 @@
-// Package docker is the sandbox.Runtime on a Docker engine: it builds the sandbox image, keeps
-// one warm, locked-down container per data directory (adopting it after a daemon restart when
-// its settings match), starts sandpit-executor in it with `docker exec` and drives it over the
-// exec's stdin and stdout. When the container or the executor dies, in-flight runs end with an
-// error and the runtime brings the sandbox back by itself.
+// Package docker is the sandbox.Runtime on a Docker engine: it builds the sandbox image and
+// keeps a pool of warm, locked-down containers per data directory, one per slot (adopting them
+// after a daemon restart when their settings match). Each container is a slot's whole sandbox,
+// with its own executor (started with `docker exec` and driven over the exec's stdin and
+// stdout), fork server, network namespace, /tmp, memory, CPU and pids budget: concurrent runs
+// share nothing writable. When a container or its executor dies, or a run's cleanup does not
+// finish in time, that slot's container is replaced while the other slots go on serving.
 package docker
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,7 +21,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
@@ -31,24 +33,30 @@ import (
 
 // Config configures the runtime.
 type Config struct {
-	// DataDir is the absolute path of the data directory; it names and labels the container.
+	// DataDir is the absolute path of the data directory; it names and labels the containers.
 	DataDir string
 	Recipe  Recipe
-	Box     Box
-	// ReadyWait is how long a run waits for the sandbox to come back before it is refused
-	// with sandbox.ErrNotReady.
+	// Box is each slot's container: its limits are per slot.
+	Box Box
+	// Slots is how many slots, and so containers, the pool has (1 to MaxSlots).
+	Slots int
+	// ReadyWait is how long a run waits for its slot's sandbox to come back before it is
+	// refused with sandbox.ErrNotReady.
 	ReadyWait time.Duration
+	// SettleTimeout is how long a slot's cleanup after a run may take before the slot's
+	// container is replaced instead (default 5 s).
+	SettleTimeout time.Duration
 	// Progress receives the image build's output when the image has to be built (may be nil).
 	Progress io.Writer
 	// Pip holds pip's settings for dependency installs (index, mirrors, binary only).
 	Pip protocol.PipOptions
 	// WaitForEngine makes Start succeed when the Docker engine does not answer: the runtime is
 	// then not ready (saying why) and keeps trying, building the image and starting the
-	// sandbox once the engine answers. A daemon waits; a one-off command fails at once.
+	// sandboxes once the engine answers. A daemon waits; a one-off command fails at once.
 	WaitForEngine bool
-	// Session tunes the control session (heartbeat); zero values take the defaults.
+	// Session tunes the control sessions (heartbeat); zero values take the defaults.
 	Session session.Options
-	// ForkServer configures the executor's fork server.
+	// ForkServer configures each executor's fork server.
 	ForkServer ForkServer
 }
 
@@ -63,53 +71,81 @@ type ForkServer struct {
 	MaxRuns int
 }
 
-// Runtime is a sandbox.Runtime backed by a warm Docker container. Create it with Start.
+// Runtime is a sandbox.Runtime backed by a pool of warm Docker containers, one per slot.
+// Create it with Start.
 type Runtime struct {
-	api client.APIClient
-	cfg Config
-	log *slog.Logger
-	img Image
+	api   client.APIClient
+	cfg   Config
+	log   *slog.Logger
+	boxes []*box
 
-	mu          sync.Mutex
-	containerID string
-	sess        *session.Client // nil while the sandbox is down
-	lastErr     error           // why the sandbox is down
-	changed     chan struct{}   // closed and replaced whenever sess changes
-	engineDown  bool            // the Docker engine does not answer: requests fail at once
-	resets      atomic.Int64    // times the sandbox was lost and brought back
+	imgMu sync.Mutex // held while the image is ensured
+	img   Image
 
 	// ctx ends when Close is called; it bounds every reconnection attempt.
-	ctx     context.Context
-	close   context.CancelFunc
-	stopped chan struct{} // closed when supervise has returned
+	ctx        context.Context
+	close      context.CancelFunc
+	supervised sync.WaitGroup // the boxes' supervise loops
 }
 
-// Start builds the image if it is missing, ensures the warm container, starts the executor and
-// returns a ready Runtime that keeps the sandbox up until Close.
+var (
+	_ sandbox.Runtime   = (*Runtime)(nil)
+	_ sandbox.Settler   = (*Runtime)(nil)
+	_ sandbox.Installer = (*Runtime)(nil)
+)
+
+// Start builds the image if it is missing, removes the data directory's containers that no
+// slot uses, ensures every slot's container, starts their executors and returns a ready
+// Runtime that keeps the sandboxes up until Close.
 func Start(ctx context.Context, api client.APIClient, cfg Config, log *slog.Logger) (*Runtime, error) {
-	if cfg.Box.Slots < 1 || cfg.Box.Slots > MaxSlots {
-		return nil, fmt.Errorf("slots is %d; allowed range is 1 to %d", cfg.Box.Slots, MaxSlots)
+	if cfg.Slots < 1 || cfg.Slots > MaxSlots {
+		return nil, fmt.Errorf("slots is %d; allowed range is 1 to %d", cfg.Slots, MaxSlots)
 	}
-	r := &Runtime{api: api, cfg: cfg, log: log, changed: make(chan struct{}), stopped: make(chan struct{})}
+	if cfg.SettleTimeout <= 0 {
+		cfg.SettleTimeout = 5 * time.Second
+	}
+	r := &Runtime{api: api, cfg: cfg, log: log}
 	r.ctx, r.close = context.WithCancel(context.Background())
+	for slot := range cfg.Slots {
+		r.boxes = append(r.boxes, &box{r: r, slot: slot, log: log.With("slot", slot), changed: make(chan struct{})})
+	}
 	if err := r.ping(ctx); err != nil {
 		if !cfg.WaitForEngine {
 			r.close()
 			return nil, err
 		}
 		log.Warn("the Docker engine does not answer; waiting for it", "error", err)
-		r.mu.Lock()
-		r.lastErr, r.engineDown = err, true
-		r.mu.Unlock()
-		go r.supervise()
+		for _, b := range r.boxes {
+			b.down(err, true)
+		}
+		r.superviseAll()
 		return r, nil
 	}
-	if err := r.connect(ctx); err != nil {
+	err := r.removeStrays(ctx)
+	if err == nil {
+		errs := make([]error, len(r.boxes))
+		var wg sync.WaitGroup
+		for i, b := range r.boxes {
+			wg.Go(func() { errs[i] = b.connect(ctx) })
+		}
+		wg.Wait()
+		err = errors.Join(errs...)
+	}
+	if err != nil {
 		r.close()
+		for _, b := range r.boxes {
+			b.closeSession()
+		}
 		return nil, err
 	}
-	go r.supervise()
+	r.superviseAll()
 	return r, nil
+}
+
+func (r *Runtime) superviseAll() {
+	for _, b := range r.boxes {
+		r.supervised.Go(b.supervise)
+	}
 }
 
 // ping checks that the engine answers.
@@ -124,81 +160,293 @@ func (r *Runtime) ping(ctx context.Context) error {
 
 // Image returns the sandbox image in use (zero until the engine has answered).
 func (r *Runtime) Image() Image {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.imgMu.Lock()
+	defer r.imgMu.Unlock()
 	return r.img
 }
 
-// ContainerID returns the warm container's ID.
-func (r *Runtime) ContainerID() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.containerID
+// image ensures the sandbox image once and returns it.
+func (r *Runtime) image(ctx context.Context) (Image, error) {
+	r.imgMu.Lock()
+	defer r.imgMu.Unlock()
+	if r.img.Tag != "" {
+		return r.img, nil
+	}
+	progress := r.cfg.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	img, _, err := EnsureImage(ctx, r.api, r.cfg.Recipe, progress)
+	if err != nil {
+		return Image{}, err
+	}
+	r.img = img
+	return img, nil
 }
 
-// connect ensures the image (once) and the container, and starts a fresh executor session in
-// it.
-func (r *Runtime) connect(ctx context.Context) error {
-	r.mu.Lock()
-	img := r.img
-	r.mu.Unlock()
-	if img.Tag == "" {
-		progress := r.cfg.Progress
-		if progress == nil {
-			progress = io.Discard
-		}
-		var err error
-		if img, _, err = EnsureImage(ctx, r.api, r.cfg.Recipe, progress); err != nil {
-			return err
-		}
-		r.mu.Lock()
-		r.img = img
-		r.mu.Unlock()
-	}
-	id, adopted, err := ensureContainer(ctx, r.api, r.log, img, r.cfg.Box, r.cfg.DataDir)
+// removeStrays removes the data directory's containers that belong to no slot of the pool:
+// those of a larger pool, or of an older layout.
+func (r *Runtime) removeStrays(ctx context.Context) error {
+	list, err := Containers(ctx, r.api, r.cfg.DataDir)
 	if err != nil {
 		return err
 	}
-	sess, err := r.execExecutor(ctx, id)
-	if err != nil {
-		return fmt.Errorf("starting the executor in container %s: %w", shortID(id), err)
+	for _, c := range list {
+		if slot, err := strconv.Atoi(c.Labels[labelSlot]); err == nil && slot >= 0 && slot < r.cfg.Slots {
+			continue
+		}
+		r.log.Info("removing a sandpit container that no slot uses", "container", shortID(c.ID), "state", c.State)
+		if err := removeContainer(ctx, r.api, c.ID); err != nil {
+			return err
+		}
 	}
-	r.log.Info("sandbox ready", "container", shortID(id), "adopted", adopted, "image", img.Tag,
-		"python", sess.Hello().Python, "slots", sess.Hello().Slots)
-	r.mu.Lock()
-	r.containerID, r.sess, r.lastErr, r.engineDown = id, sess, nil, false
-	close(r.changed)
-	r.changed = make(chan struct{})
-	r.mu.Unlock()
 	return nil
 }
 
-// executorCommand is the executor's command line in the box.
+// ContainerID returns slot 0's container ID ("" while it has none).
+func (r *Runtime) ContainerID() string { return r.boxes[0].container() }
+
+// ContainerIDs returns every slot's container ID, by slot ("" for a slot that has none yet).
+func (r *Runtime) ContainerIDs() []string {
+	ids := make([]string, len(r.boxes))
+	for i, b := range r.boxes {
+		ids[i] = b.container()
+	}
+	return ids
+}
+
+// executorCommand is the executor's command line in a slot's container: one slot.
 func (r *Runtime) executorCommand() []string {
 	fs := r.cfg.ForkServer
-	return []string{ExecutorPath, "serve", "-slots", strconv.Itoa(r.cfg.Box.Slots), "-uid-base", strconv.Itoa(UIDBase),
+	return []string{ExecutorPath, "serve", "-slots", "1", "-uid-base", strconv.Itoa(UIDBase),
 		"-fork-server=" + strconv.FormatBool(fs.Enabled), "-preload", strings.Join(fs.Preload, ","), "-fork-server-max-runs", strconv.Itoa(fs.MaxRuns)}
 }
 
-func (r *Runtime) execExecutor(ctx context.Context, containerID string) (*session.Client, error) {
-	ex, err := r.api.ExecCreate(ctx, containerID, client.ExecCreateOptions{
+// boxOf returns slot's box.
+func (r *Runtime) boxOf(slot int) (*box, error) {
+	if slot < 0 || slot >= len(r.boxes) {
+		return nil, fmt.Errorf("slot %d does not exist; the pool has slots 0 to %d", slot, len(r.boxes)-1)
+	}
+	return r.boxes[slot], nil
+}
+
+// Run runs spec in slot's container; see sandbox.Runtime.
+func (r *Runtime) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
+	b, err := r.boxOf(slot)
+	if err != nil {
+		return sandbox.Result{}, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
+	}
+	sess, containerID, err := b.current(ctx)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	res, err := sess.Run(ctx, 0, spec, emit)
+	if err != nil && errors.Is(err, session.ErrClosed) && !errors.Is(err, sandbox.ErrNotReady) {
+		err = fmt.Errorf("%s; sandpit is bringing the sandbox back (%w)", b.whatStopped(containerID), err)
+	}
+	return res, err
+}
+
+// Settle waits until slot's last run is cleaned up (sandbox.Settler). A cleanup that fails or
+// takes longer than SettleTimeout gets the slot a new container instead; Settle then waits
+// (up to ReadyWait) for it.
+func (r *Runtime) Settle(ctx context.Context, slot int) error {
+	b, err := r.boxOf(slot)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	sess := b.sess
+	b.mu.Unlock()
+	if sess != nil {
+		sctx, cancel := context.WithTimeout(ctx, r.cfg.SettleTimeout)
+		err := sess.Settle(sctx, 0)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		if sess.Err() == nil { // the session lives: its container holds what the run left
+			b.log.Warn("replacing the slot's container: its last run was not cleaned up in time", "error", err)
+			b.replace(sess, fmt.Errorf("replaced: the last run's cleanup did not finish (%w)", err))
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, r.cfg.ReadyWait)
+	defer cancel()
+	_, _, err = b.current(wctx)
+	return err
+}
+
+// Install makes req's requirements importable in slot's container (sandbox.Installer); they
+// land in the package volume that every slot reads.
+func (r *Runtime) Install(ctx context.Context, slot int, req sandbox.InstallRequest, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
+	b, err := r.boxOf(slot)
+	if err != nil {
+		return sandbox.Installed{}, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
+	}
+	sess, _, err := b.current(ctx)
+	if err != nil {
+		return sandbox.Installed{}, err
+	}
+	return sess.Install(ctx, req, r.cfg.Pip, progress)
+}
+
+// Packages lists the installed dependencies (op "list") or removes a package's (op "remove")
+// in the package volume, through the first slot whose sandbox is up.
+func (r *Runtime) Packages(ctx context.Context, op protocol.Packages) ([]protocol.Package, error) {
+	b := r.boxes[0]
+	for _, other := range r.boxes {
+		if other.Ready(ctx) == nil {
+			b = other
+			break
+		}
+	}
+	sess, _, err := b.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return sess.Packages(ctx, op)
+}
+
+// Resets counts the times a slot's sandbox was lost (its container or executor died or hung,
+// or a cleanup did not finish) and had to be brought back.
+func (r *Runtime) Resets() int64 {
+	var n int64
+	for _, b := range r.boxes {
+		b.mu.Lock()
+		n += b.resets
+		b.mu.Unlock()
+	}
+	return n
+}
+
+// Ready returns nil when at least one slot's executor session is live, else why not.
+func (r *Runtime) Ready(ctx context.Context) error {
+	var first error
+	for _, b := range r.boxes {
+		err := b.Ready(ctx)
+		if err == nil {
+			return nil
+		}
+		first = cmp.Or(first, err)
+	}
+	return first
+}
+
+// Close ends every executor session (killing every run) and stops supervising. The warm
+// containers keep running for the next daemon to adopt.
+func (r *Runtime) Close() error {
+	if r.ctx.Err() != nil {
+		return nil
+	}
+	r.close()
+	r.supervised.Wait()
+	var errs []error
+	for _, b := range r.boxes {
+		errs = append(errs, b.closeSession())
+	}
+	return errors.Join(errs...)
+}
+
+// box is one slot's sandbox: its container and the executor session in it.
+type box struct {
+	r    *Runtime
+	slot int
+	log  *slog.Logger
+
+	mu          sync.Mutex
+	containerID string
+	sess        *session.Client // nil while the sandbox is down
+	lastErr     error           // why the sandbox is down
+	changed     chan struct{}   // closed and replaced whenever sess changes
+	engineDown  bool            // the Docker engine does not answer: requests fail at once
+	discard     bool            // the next connect replaces the container instead of adopting it
+	resets      int64           // times the sandbox was lost and brought back
+}
+
+func (b *box) container() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.containerID
+}
+
+// down records that the sandbox is down for err.
+func (b *box) down(err error, engineDown bool) {
+	b.mu.Lock()
+	b.lastErr, b.engineDown = err, engineDown
+	b.mu.Unlock()
+}
+
+// replace ends sess, whose container must not serve again: the supervise loop makes a new one.
+func (b *box) replace(sess *session.Client, why error) {
+	b.mu.Lock()
+	if b.sess == sess {
+		b.discard = true
+	}
+	b.mu.Unlock()
+	_ = sess.Close()
+	b.log.Info("slot's sandbox is being replaced", "reason", why)
+}
+
+// closeSession ends the live session, if any.
+func (b *box) closeSession() error {
+	b.mu.Lock()
+	sess := b.sess
+	b.sess = nil
+	b.mu.Unlock()
+	if sess != nil {
+		return sess.Close()
+	}
+	return nil
+}
+
+// connect ensures the image (once) and the slot's container, and starts a fresh executor
+// session in it.
+func (b *box) connect(ctx context.Context) error {
+	img, err := b.r.image(ctx)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	discard := b.discard
+	b.mu.Unlock()
+	id, adopted, err := ensureContainer(ctx, b.r.api, b.log, img, b.r.cfg.Box, b.r.cfg.DataDir, b.slot, discard)
+	if err != nil {
+		return err
+	}
+	sess, err := b.execExecutor(ctx, id)
+	if err != nil {
+		return fmt.Errorf("starting the executor in container %s: %w", shortID(id), err)
+	}
+	b.log.Info("sandbox ready", "container", shortID(id), "adopted", adopted, "image", img.Tag,
+		"python", sess.Hello().Python)
+	b.mu.Lock()
+	b.containerID, b.sess, b.lastErr, b.engineDown, b.discard = id, sess, nil, false, false
+	close(b.changed)
+	b.changed = make(chan struct{})
+	b.mu.Unlock()
+	return nil
+}
+
+func (b *box) execExecutor(ctx context.Context, containerID string) (*session.Client, error) {
+	api := b.r.api
+	ex, err := api.ExecCreate(ctx, containerID, client.ExecCreateOptions{
 		User:         "0",
 		AttachStdin:  true,
 		AttachStdout: true,
 		AttachStderr: true,
-		Cmd:          r.executorCommand(),
+		Cmd:          b.r.executorCommand(),
 	})
 	if err != nil {
 		return nil, err
 	}
-	att, err := r.api.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
+	att, err := api.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
 	if err != nil {
 		return nil, err
 	}
 	// The exec's stdout and stderr arrive multiplexed: stdout is the protocol, stderr the
 	// executor's log.
 	pr, pw := io.Pipe()
-	logw := &lineLogger{log: r.log.With("source", "executor")}
+	logw := &lineLogger{log: b.log.With("source", "executor")}
 	go func() {
 		_, err := stdcopy.StdCopy(pw, logw, att.Reader)
 		logw.flush()
@@ -214,32 +462,33 @@ func (r *Runtime) execExecutor(ctx context.Context, containerID string) (*sessio
 	})
 	helloCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return session.Start(helloCtx, pr, att.Conn, closer, r.log, r.cfg.Session)
+	return session.Start(helloCtx, pr, att.Conn, closer, b.log, b.r.cfg.Session)
 }
 
-// supervise waits for the session to end and brings the sandbox back, with backoff, until Close.
-func (r *Runtime) supervise() {
-	defer close(r.stopped)
+// supervise waits for the session to end and brings the sandbox back, with backoff, until the
+// runtime is closed.
+func (b *box) supervise() {
+	r := b.r
 	backoff := 250 * time.Millisecond
 	for {
-		r.mu.Lock()
-		sess := r.sess
-		r.mu.Unlock()
+		b.mu.Lock()
+		sess := b.sess
+		b.mu.Unlock()
 		if sess != nil {
 			select {
 			case <-r.ctx.Done():
 				return
 			case <-sess.Done():
 			}
-			r.log.Warn("sandbox lost; bringing it back", "error", sess.Err())
-			r.resets.Add(1)
-			r.mu.Lock()
-			r.sess, r.lastErr = nil, sess.Err()
-			r.mu.Unlock()
+			b.log.Warn("sandbox lost; bringing it back", "error", sess.Err())
+			b.mu.Lock()
+			b.sess, b.lastErr = nil, sess.Err()
+			b.resets++
+			b.mu.Unlock()
 			backoff = 250 * time.Millisecond
 		}
 		ctx, cancel := context.WithTimeout(r.ctx, 2*time.Minute)
-		err := r.connect(ctx)
+		err := b.connect(ctx)
 		cancel()
 		if err == nil {
 			continue
@@ -248,13 +497,11 @@ func (r *Runtime) supervise() {
 			return // Close interrupted the attempt: not a failure
 		}
 		down := r.ping(r.ctx)
-		r.mu.Lock()
-		r.lastErr, r.engineDown = err, down != nil
 		if down != nil {
-			r.lastErr = down
+			err = down
 		}
-		r.mu.Unlock()
-		r.log.Error("bringing the sandbox back failed; retrying", "error", err, "retry_in", backoff)
+		b.down(err, down != nil)
+		b.log.Error("bringing the sandbox back failed; retrying", "error", err, "retry_in", backoff)
 		select {
 		case <-r.ctx.Done():
 			return
@@ -265,13 +512,13 @@ func (r *Runtime) supervise() {
 }
 
 // current returns the live session and its container, waiting up to ReadyWait (or ctx) for one.
-func (r *Runtime) current(ctx context.Context) (*session.Client, string, error) {
-	deadline := time.NewTimer(r.cfg.ReadyWait)
+func (b *box) current(ctx context.Context) (*session.Client, string, error) {
+	deadline := time.NewTimer(b.r.cfg.ReadyWait)
 	defer deadline.Stop()
 	for {
-		r.mu.Lock()
-		sess, id, changed, lastErr, down := r.sess, r.containerID, r.changed, r.lastErr, r.engineDown
-		r.mu.Unlock()
+		b.mu.Lock()
+		sess, id, changed, lastErr, down := b.sess, b.containerID, b.changed, b.lastErr, b.engineDown
+		b.mu.Unlock()
 		if sess != nil && sess.Ready(ctx) == nil {
 			return sess, id, nil
 		}
@@ -288,57 +535,22 @@ func (r *Runtime) current(ctx context.Context) (*session.Client, string, error) 
 			return nil, "", fmt.Errorf("%w: %w", sandbox.ErrNotReady, lastErr)
 		case <-ctx.Done():
 			return nil, "", fmt.Errorf("%w: %w", sandbox.ErrNotReady, ctx.Err())
-		case <-r.ctx.Done():
+		case <-b.r.ctx.Done():
 			return nil, "", fmt.Errorf("%w: the runtime is shutting down", sandbox.ErrNotReady)
 		}
 	}
 }
 
-// Run runs spec in slot in the warm container; see sandbox.Runtime.
-func (r *Runtime) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
-	sess, containerID, err := r.current(ctx)
-	if err != nil {
-		return sandbox.Result{}, err
-	}
-	res, err := sess.Run(ctx, slot, spec, emit)
-	if err != nil && errors.Is(err, session.ErrClosed) && !errors.Is(err, sandbox.ErrNotReady) {
-		err = fmt.Errorf("%s; sandpit is bringing the sandbox back (%w)", r.whatStopped(containerID), err)
-	}
-	return res, err
-}
-
-// Install makes req's requirements importable in the box (sandbox.Installer).
-func (r *Runtime) Install(ctx context.Context, req sandbox.InstallRequest, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
-	sess, _, err := r.current(ctx)
-	if err != nil {
-		return sandbox.Installed{}, err
-	}
-	return sess.Install(ctx, req, r.cfg.Pip, progress)
-}
-
-// Packages lists the installed dependencies (op "list") or removes a package's (op "remove").
-func (r *Runtime) Packages(ctx context.Context, op protocol.Packages) ([]protocol.Package, error) {
-	sess, _, err := r.current(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return sess.Packages(ctx, op)
-}
-
-// Resets counts the times the sandbox was lost (its container or executor died or hung) and
-// had to be brought back.
-func (r *Runtime) Resets() int64 { return r.resets.Load() }
-
 // whatStopped says whether the container or only the executor stopped, for a run's reason. A
 // killed container can still read as running for a moment after its stream broke, so it looks
 // again for up to half a second before it blames the executor.
-func (r *Runtime) whatStopped(containerID string) string {
+func (b *box) whatStopped(containerID string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for deadline := time.Now().Add(500 * time.Millisecond); ; time.Sleep(50 * time.Millisecond) {
-		got, err := r.api.ContainerInspect(ctx, containerID, client.ContainerInspectOptions{})
+		got, err := b.r.api.ContainerInspect(ctx, containerID, client.ContainerInspectOptions{})
 		switch st := got.Container.State; {
-		case err != nil && r.ping(ctx) != nil:
+		case err != nil && b.r.ping(ctx) != nil:
 			return "the connection to the Docker engine was lost during the run"
 		case err != nil:
 			return "the sandbox container disappeared during the run"
@@ -351,36 +563,18 @@ func (r *Runtime) whatStopped(containerID string) string {
 	}
 }
 
-// Ready returns nil when the executor session is live.
-func (r *Runtime) Ready(ctx context.Context) error {
-	r.mu.Lock()
-	sess, lastErr := r.sess, r.lastErr
-	r.mu.Unlock()
+// Ready returns nil when the box's executor session is live.
+func (b *box) Ready(ctx context.Context) error {
+	b.mu.Lock()
+	sess, lastErr := b.sess, b.lastErr
+	b.mu.Unlock()
 	if sess == nil {
 		if lastErr == nil {
 			lastErr = errors.New("the sandbox is starting")
 		}
-		return fmt.Errorf("%w: %w", sandbox.ErrNotReady, lastErr)
+		return fmt.Errorf("%w: slot %d: %w", sandbox.ErrNotReady, b.slot, lastErr)
 	}
 	return sess.Ready(ctx)
-}
-
-// Close ends the executor session (killing every run) and stops supervising. The warm
-// container keeps running for the next daemon to adopt.
-func (r *Runtime) Close() error {
-	if r.ctx.Err() != nil {
-		return nil
-	}
-	r.close()
-	<-r.stopped
-	r.mu.Lock()
-	sess := r.sess
-	r.sess = nil
-	r.mu.Unlock()
-	if sess != nil {
-		return sess.Close()
-	}
-	return nil
 }
 
 type closeFunc func() error
