@@ -4,8 +4,11 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -57,6 +60,7 @@ func Doctor(ctx context.Context, cfg config.Config, url string) []Check {
 		cancel()
 		if err == nil {
 			add(Check{Name: "docker engine", OK: true, Required: true, Detail: "Docker Engine " + version})
+			add(runtimeCheck(ctx, api, cfg))
 			checks = append(checks, imageChecks(ctx, api, cfg, exe)...)
 		}
 	}
@@ -141,14 +145,44 @@ func imageChecks(ctx context.Context, api client.APIClient, cfg config.Config, e
 		}
 	}
 	list, err := docker.Containers(ctx, api, filepath.Clean(cfg.DataDir))
-	running := false
+	running := 0
 	for _, c := range list {
-		running = running || c.State == "running"
+		if c.State == "running" {
+			running++
+		}
 	}
-	if err == nil && running {
-		checks = append(checks, Check{Name: "warm container", OK: true, Detail: "running"})
-	} else {
-		checks = append(checks, Check{Name: "warm container", Detail: "not running", Fix: "run `sandpit setup` or `sandpit serve`"})
+	switch {
+	case err == nil && running >= cfg.Slots:
+		checks = append(checks, Check{Name: "warm containers", OK: true, Detail: fmt.Sprintf("%d running, one per slot", running)})
+	case err == nil && running > 0:
+		checks = append(checks, Check{Name: "warm containers", Detail: fmt.Sprintf("%d of %d running", running, cfg.Slots),
+			Fix: "start the daemon (`sandpit serve`): it brings every slot's container up"})
+	default:
+		checks = append(checks, Check{Name: "warm containers", Detail: "not running", Fix: "run `sandpit setup` or `sandpit serve`"})
 	}
 	return checks
+}
+
+// runtimeCheck checks that the engine has the container runtime the configuration asks for.
+func runtimeCheck(ctx context.Context, api client.APIClient, cfg config.Config) Check {
+	c := Check{Name: "container runtime", Required: true}
+	name := cmp.Or(cfg.ContainerRuntime(), "runc")
+	info, err := api.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		c.Detail = fmt.Sprintf("cannot read the engine's runtimes: %v", err)
+		return c
+	}
+	if name == "runc" {
+		c.OK, c.Detail = true, "runc (the engine's default: "+info.Info.DefaultRuntime+")"
+		return c
+	}
+	rt, ok := info.Info.Runtimes[name]
+	if !ok {
+		c.Detail = fmt.Sprintf("runtime %q is not registered with the Docker engine (it has: %s)", name, strings.Join(slices.Sorted(maps.Keys(info.Info.Runtimes)), ", "))
+		c.Fix = `install it (Debian: apt-get install runsc) and register it in /etc/docker/daemon.json: ` +
+			`"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--network=none"]}}, then reload the engine (kill -HUP $(pidof dockerd))`
+		return c
+	}
+	c.OK, c.Detail = true, fmt.Sprintf("%s (%s %s)", name, rt.Path, strings.Join(rt.Args, " "))
+	return c
 }

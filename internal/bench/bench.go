@@ -138,9 +138,6 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
-		if b.daemon != nil && b.daemon.exited() {
-			err = fmt.Errorf("%w\n%w", err, b.daemon.exitError())
-		}
 		return nil, err
 	}
 	return rep, nil
@@ -151,12 +148,18 @@ type bench struct {
 	opts     Options
 	progress io.Writer
 
-	cfg     config.Config // with the bench's data directory
-	dataDir string        // canonical; "" until created
-	api     *client.Client
+	api       *client.Client // nil until the first daemon starts
+	instances []*instance    // every daemon started, for cleanup
+}
+
+// instance is one daemon the bench started, on its own data directory, and its containers.
+type instance struct {
+	cfg     config.Config // with the instance's data directory
+	dataDir string        // canonical
 	daemon  *daemon
 	rest    *restClient
 	box     *box
+	ready   time.Duration // from the daemon's start to its sandbox being ready
 }
 
 func (b *bench) say(format string, args ...any) {
@@ -178,21 +181,23 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	}
 
 	b.removeStale(ctx)
-	if err := b.startDaemon(ctx); err != nil {
+	in, err := b.start(ctx, nil)
+	if err != nil {
 		return nil, err
 	}
-	if err := b.warmUp(ctx); err != nil {
+	rep.ReadySeconds, rep.Slots = round(in.ready.Seconds(), 2), len(in.box.ids)
+	if err := b.warmUp(ctx, in, true); err != nil {
 		return nil, fmt.Errorf("warming up: %w", err)
 	}
 
-	b.say("reading the memory of the daemon, the box and the executor, idle")
-	if rep.Memory.DaemonIdleRSS, err = readRSS(b.daemon.pid()); err != nil {
+	b.say("reading the memory of the daemon, the boxes and the executor, idle")
+	if rep.Memory.DaemonIdleRSS, err = readRSS(in.daemon.pid()); err != nil {
 		b.say("warning: %v", err)
 	}
-	if rep.Memory.BoxIdle, err = b.box.memory(ctx); err != nil {
+	if rep.Memory.BoxIdle, err = in.box.memory(ctx); err != nil {
 		b.say("warning: %v", err)
 	}
-	if rep.Memory.ExecutorIdleRSS, _, err = b.box.executorMemory(ctx); err != nil {
+	if rep.Memory.ExecutorIdleRSS, _, err = in.box.executorMemory(ctx); err != nil {
 		b.say("warning: %v", err)
 	}
 
@@ -205,19 +210,19 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	}
 	steps := []step{
 		{LatencyDockerExec, "A", "docker exec python3 -c 'print(1)'", noStarts(func() ([]time.Duration, error) {
-			return b.box.dockerExec(ctx, printProgram(), opts.SlowRuns)
+			return in.box.dockerExec(ctx, printProgram(), opts.SlowRuns)
 		})},
 		{LatencySpawnPrint, "B", "executor spawns python3 -c 'print(1)'", noStarts(func() ([]time.Duration, error) {
-			return b.box.spawnTime(ctx, printProgram(), opts.Runs)
+			return in.box.spawnTime(ctx, printProgram(), opts.Runs)
 		})},
 		{LatencyRESTPrint, "", "sandpit REST print(1)", func() ([]time.Duration, map[string]int, error) {
-			return b.rest.sequential(ctx, printProgram(), opts.Runs)
+			return in.rest.sequential(ctx, printProgram(), opts.Runs)
 		}},
 		{LatencySpawnPandas, "C", "executor spawns python3 -c <pandas snippet>", noStarts(func() ([]time.Duration, error) {
-			return b.box.spawnTime(ctx, pandasProgram(), opts.SlowRuns)
+			return in.box.spawnTime(ctx, pandasProgram(), opts.SlowRuns)
 		})},
 		{LatencyRESTPandas, "", "sandpit REST <pandas snippet>", func() ([]time.Duration, map[string]int, error) {
-			return b.rest.sequential(ctx, pandasProgram(), opts.SlowRuns)
+			return in.rest.sequential(ctx, pandasProgram(), opts.SlowRuns)
 		}},
 	}
 	for _, s := range steps {
@@ -235,11 +240,11 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 		b.say("throughput: print(1) from %d concurrent client(s) for %s", clients, opts.Duration)
 		var stopSampling func() (int64, int64)
 		if i == len(opts.Clients)-1 {
-			stopSampling = b.sampleMemory(ctx)
+			stopSampling = in.sampleMemory(ctx)
 		}
-		cpu0 := b.cpuTimes(ctx)
-		l, err := b.rest.throughput(ctx, printProgram(), clients, opts.Duration)
-		cpu1 := b.cpuTimes(ctx)
+		cpu0 := in.cpuTimes(ctx)
+		l, err := in.rest.throughput(ctx, printProgram(), clients, opts.Duration)
+		cpu1 := in.cpuTimes(ctx)
 		if stopSampling != nil {
 			rep.Memory.DaemonLoadPeakRSS, rep.Memory.BoxLoadPeak = stopSampling()
 		}
@@ -259,100 +264,209 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 		b.say("%d client(s): %.1f runs/s, p50 %.1f ms", clients, th.RunsPerSec, th.P50MS)
 		rep.Throughput = append(rep.Throughput, th)
 	}
-	if _, rep.Memory.ExecutorPeakRSS, err = b.box.executorMemory(ctx); err != nil {
+	if _, rep.Memory.ExecutorPeakRSS, err = in.box.executorMemory(ctx); err != nil {
 		b.say("warning: %v", err)
+	}
+	if err := b.stop(ctx, in); err != nil {
+		b.say("warning: %v", err)
+	}
+
+	for _, v := range b.variants(ctx, in.cfg) {
+		m, err := b.measureVariant(ctx, v)
+		if err != nil {
+			return nil, fmt.Errorf("measuring the daemon with %s: %w", strings.Join(v.flags, " "), err)
+		}
+		rep.Variants = append(rep.Variants, m)
 	}
 	rep.Targets = Targets(*rep)
 	return rep, nil
 }
 
-// startDaemon creates the bench's data directory, starts its daemon, waits for it to be ready
-// and finds its container.
-func (b *bench) startDaemon(ctx context.Context) error {
+// variant is a daemon measured beside the main one, with flags added to its command line.
+type variant struct {
+	name  string
+	flags []string
+}
+
+// variants are the other layouts measured in the same run: a single container (one slot),
+// when the main daemon has a pool; and gVisor, when the engine has runsc and the main daemon
+// does not use it.
+func (b *bench) variants(ctx context.Context, cfg config.Config) []variant {
+	var vs []variant
+	if cfg.Slots > 1 {
+		vs = append(vs, variant{VariantSingle, []string{"--slots=1"}})
+	}
+	if cfg.Runtime != "runsc" && b.api != nil {
+		if info, err := b.api.Info(ctx, client.InfoOptions{}); err == nil {
+			if _, ok := info.Info.Runtimes["runsc"]; ok {
+				vs = append(vs, variant{VariantRunsc, []string{"--runtime=runsc", "--network=none"}})
+			}
+		}
+	}
+	return vs
+}
+
+// measureVariant starts a daemon with v's flags and measures what the layouts are compared
+// by: the time to ready, idle memory, and print(1) and pandas p50 through REST.
+func (b *bench) measureVariant(ctx context.Context, v variant) (Variant, error) {
+	b.say("measuring a daemon with %s beside it", strings.Join(v.flags, " "))
+	in, err := b.start(ctx, v.flags)
+	if err != nil {
+		return Variant{}, err
+	}
+	defer func() {
+		if err := b.stop(ctx, in); err != nil {
+			b.say("warning: %v", err)
+		}
+	}()
+	m := Variant{Name: v.name, Flags: v.flags, Slots: len(in.box.ids), ReadySeconds: round(in.ready.Seconds(), 2)}
+	if err := b.warmUp(ctx, in, false); err != nil {
+		return Variant{}, fmt.Errorf("warming up: %w", err)
+	}
+	if m.DaemonIdleRSS, err = readRSS(in.daemon.pid()); err != nil {
+		b.say("warning: %v", err)
+	}
+	if m.BoxIdle, err = in.box.memory(ctx); err != nil {
+		b.say("warning: %v", err)
+	}
+	for _, step := range []struct {
+		p     program
+		runs  int
+		into  *Latency
+		name  string
+		label string
+	}{{printProgram(), b.opts.Runs, &m.RESTPrint, LatencyRESTPrint, "print(1)"},
+		{pandasProgram(), b.opts.SlowRuns, &m.RESTPandas, LatencyRESTPandas, "<pandas snippet>"}} {
+		durations, starts, err := in.rest.sequential(ctx, step.p, step.runs)
+		if err != nil {
+			return Variant{}, err
+		}
+		*step.into = newLatency(step.name, "", "sandpit REST "+step.label, durations, starts)
+		b.say("%s: %s p50 %.1f ms", v.name, step.label, step.into.P50MS)
+	}
+	return m, nil
+}
+
+// start creates a data directory, starts a daemon on it with the bench's configuration and
+// extra flags, waits for it to be ready and finds its containers.
+func (b *bench) start(ctx context.Context, flags []string) (*instance, error) {
 	tmp, err := os.MkdirTemp("", dataDirPrefix)
 	if err != nil {
-		return fmt.Errorf("creating the bench's data directory: %w (set TMPDIR to a writable directory)", err)
+		return nil, fmt.Errorf("creating the bench's data directory: %w (set TMPDIR to a writable directory)", err)
 	}
-	if b.dataDir, err = datadir.Canonical(tmp); err != nil {
+	in := &instance{}
+	if in.dataDir, err = datadir.Canonical(tmp); err != nil {
 		os.RemoveAll(tmp)
-		return err
+		return nil, err
 	}
-	b.cfg = b.opts.Config
-	b.cfg.DataDir = b.dataDir
-	if b.api, err = app.DockerClient(b.cfg); err != nil {
-		return err
+	b.instances = append(b.instances, in)
+	in.cfg = b.opts.Config
+	in.cfg.DataDir = in.dataDir
+	if b.api == nil {
+		if b.api, err = app.DockerClient(in.cfg); err != nil {
+			return nil, err
+		}
 	}
-	if b.daemon, err = startDaemon(b.opts.Serve, b.dataDir, b.opts.DaemonLog); err != nil {
-		return err
-	}
-	b.rest = newRESTClient("http://"+b.daemon.addr, b.cfg.Token, slices.Max(b.opts.Clients))
-	b.say("started a daemon (pid %d) on http://%s with data directory %s; waiting for its sandbox", b.daemon.pid(), b.daemon.addr, b.dataDir)
 	t0 := time.Now()
+	if in.daemon, err = startDaemon(append(slices.Clip(b.opts.Serve), flags...), in.dataDir, b.opts.DaemonLog); err != nil {
+		return nil, err
+	}
+	in.rest = newRESTClient("http://"+in.daemon.addr, in.cfg.Token, slices.Max(b.opts.Clients))
+	b.say("started a daemon (pid %d) on http://%s with data directory %s; waiting for its sandbox", in.daemon.pid(), in.daemon.addr, in.dataDir)
 	readyCtx, cancel := context.WithTimeoutCause(ctx, readyTimeout,
 		fmt.Errorf("the bench's daemon was not ready within %s", readyTimeout))
 	defer cancel()
-	if err := b.rest.ready(readyCtx, 100*time.Millisecond, b.daemon.done); err != nil {
-		if b.daemon.exited() {
-			return err // Run adds how it exited and its log
+	if err := in.rest.ready(readyCtx, 100*time.Millisecond, in.daemon.done); err != nil {
+		if in.daemon.exited() {
+			return nil, fmt.Errorf("%w\n%w", err, in.daemon.exitError())
 		}
-		return fmt.Errorf("%w; the end of its log:\n%s", err, b.daemon.log.String())
+		return nil, fmt.Errorf("%w; the end of its log:\n%s", err, in.daemon.log.String())
 	}
-	id, err := b.container(ctx)
+	in.ready = time.Since(t0)
+	ids, err := b.containers(ctx, in)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	b.box = &box{api: b.api, id: id}
-	b.say("daemon ready in %.1fs (container %.12s)", time.Since(t0).Seconds(), id)
-	return nil
+	in.box = &box{api: b.api, ids: ids}
+	b.say("daemon ready in %.1fs (%d container(s), the first %.12s)", in.ready.Seconds(), len(ids), ids[0])
+	return in, nil
 }
 
-// container finds the running container of the bench's data directory, and checks that the
-// bench's daemon is the engine that owns it.
-func (b *bench) container(ctx context.Context) (string, error) {
-	_, owner, list, err := app.Sandbox(ctx, b.cfg)
-	if err != nil {
-		return "", fmt.Errorf("finding the bench's container: %w", err)
-	}
-	if owner != b.daemon.pid() {
-		return "", fmt.Errorf("the bench's data directory %s is owned by process %d, not by the bench's daemon (%d)", b.dataDir, owner, b.daemon.pid())
-	}
-	for _, c := range list {
-		if c.State == string(container.StateRunning) {
-			return c.ID, nil
+// containers finds the running containers of an instance's data directory, and checks that
+// its daemon is the engine that owns them. A daemon is ready when one slot is: the others are
+// waited for, up to readyTimeout.
+func (b *bench) containers(ctx context.Context, in *instance) ([]string, error) {
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		_, owner, list, err := app.Sandbox(ctx, in.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("finding the bench's containers: %w", err)
 		}
+		if owner != in.daemon.pid() {
+			return nil, fmt.Errorf("the bench's data directory %s is owned by process %d, not by the bench's daemon (%d)", in.dataDir, owner, in.daemon.pid())
+		}
+		var ids []string
+		for _, c := range list {
+			if c.State == string(container.StateRunning) {
+				ids = append(ids, c.ID)
+			}
+		}
+		if len(ids) > 0 && len(ids) == len(list) && (len(ids) >= in.cfg.Slots || time.Now().After(deadline)) {
+			return ids, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the bench's daemon is ready but %d of %d containers labelled for %s run", len(ids), len(list), in.dataDir)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return "", fmt.Errorf("the bench's daemon is ready but no running container is labelled for %s", b.dataDir)
 }
 
-// warmUp makes opts.Warmup runs of every kind and discards them.
-func (b *bench) warmUp(ctx context.Context) error {
+// stop stops an instance's daemon and removes its containers, volume and data directory.
+func (b *bench) stop(ctx context.Context, in *instance) error {
+	i := slices.Index(b.instances, in)
+	if i < 0 {
+		return nil
+	}
+	b.instances = slices.Delete(b.instances, i, i+1)
+	return b.cleanupInstance(ctx, in)
+}
+
+// warmUp makes opts.Warmup runs of every kind through in's REST API (and, with baselines,
+// of the baselines' kinds in its box) and discards them.
+func (b *bench) warmUp(ctx context.Context, in *instance, baselines bool) error {
 	n := b.opts.Warmup
 	if n == 0 {
 		return nil
 	}
 	b.say("warming up: %d run(s) of each kind", n)
 	for _, p := range []program{printProgram(), pandasProgram()} {
-		if _, _, err := b.rest.sequential(ctx, p, n); err != nil {
+		if _, _, err := in.rest.sequential(ctx, p, n); err != nil {
 			return err
 		}
-		if _, err := b.box.spawnTime(ctx, p, n); err != nil {
+		if !baselines {
+			continue
+		}
+		if _, err := in.box.spawnTime(ctx, p, n); err != nil {
 			return err
 		}
 	}
-	_, err := b.box.dockerExec(ctx, printProgram(), n)
+	if !baselines {
+		return nil
+	}
+	_, err := in.box.dockerExec(ctx, printProgram(), n)
 	return err
 }
 
-// cpuTimes is the CPU time the box and the daemon have used so far; -1 when it could not be
+// cpuTimes is the CPU time the boxes and the daemon have used so far; -1 when it could not be
 // read.
 type cpuTimes struct{ box, daemon time.Duration }
 
-func (b *bench) cpuTimes(ctx context.Context) cpuTimes {
+func (in *instance) cpuTimes(ctx context.Context) cpuTimes {
 	t := cpuTimes{box: -1, daemon: -1}
-	if d, err := b.box.cpuTime(ctx); err == nil {
+	if d, err := in.box.cpuTime(ctx); err == nil {
 		t.box = d
 	}
-	if d, err := processCPUTime(b.daemon.pid()); err == nil {
+	if d, err := processCPUTime(in.daemon.pid()); err == nil {
 		t.daemon = d
 	}
 	return t
@@ -374,9 +488,9 @@ const (
 	boxInterval = 500 * time.Millisecond
 )
 
-// sampleMemory samples the daemon's RSS and the container's memory until the returned
+// sampleMemory samples the daemon's RSS and the containers' memory until the returned
 // function is called, which returns their peaks in bytes (0 when no sample could be read).
-func (b *bench) sampleMemory(ctx context.Context) (stop func() (daemonPeak, boxPeak int64)) {
+func (in *instance) sampleMemory(ctx context.Context) (stop func() (daemonPeak, boxPeak int64)) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var daemonMax, boxMax int64
@@ -394,8 +508,8 @@ func (b *bench) sampleMemory(ctx context.Context) (stop func() (daemonPeak, boxP
 			}
 		}
 	}
-	wg.Go(func() { sample(rssInterval, func() (int64, error) { return readRSS(b.daemon.pid()) }, &daemonMax) })
-	wg.Go(func() { sample(boxInterval, func() (int64, error) { return b.box.memory(ctx) }, &boxMax) })
+	wg.Go(func() { sample(rssInterval, func() (int64, error) { return readRSS(in.daemon.pid()) }, &daemonMax) })
+	wg.Go(func() { sample(boxInterval, func() (int64, error) { return in.box.memory(ctx) }, &boxMax) })
 	return func() (int64, int64) {
 		cancel()
 		wg.Wait()
@@ -440,30 +554,40 @@ func (b *bench) removeStale(ctx context.Context) {
 	}
 }
 
-// cleanup stops the daemon and removes the container, the package volume and the data
-// directory of the bench. It runs after ctx may have ended, so it has its own deadline.
+// cleanup stops every daemon the bench started and removes their containers, package volumes
+// and data directories. It runs after ctx may have ended, so it has its own deadline.
 func (b *bench) cleanup(ctx context.Context) error {
-	if b.dataDir == "" {
-		return nil
+	var errs []error
+	for _, in := range b.instances {
+		errs = append(errs, b.cleanupInstance(ctx, in))
 	}
+	b.instances = nil
+	if b.api != nil {
+		b.api.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// cleanupInstance stops an instance's daemon and removes its containers, package volume and
+// data directory, with its own deadline.
+func (b *bench) cleanupInstance(ctx context.Context, in *instance) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	var errs []error
-	if b.rest != nil {
-		b.rest.close()
+	if in.rest != nil {
+		in.rest.close()
 	}
-	if b.daemon != nil {
-		b.say("stopping the daemon and removing its container")
-		errs = append(errs, b.daemon.stop(stopGrace))
+	if in.daemon != nil {
+		b.say("stopping the daemon and removing its containers")
+		errs = append(errs, in.daemon.stop(stopGrace))
 	}
 	if b.api == nil { // the engine was never reached: only the directory to remove
-		if err := os.RemoveAll(b.dataDir); err != nil {
+		if err := os.RemoveAll(in.dataDir); err != nil {
 			errs = append(errs, fmt.Errorf("removing the bench's data directory: %w", err))
 		}
 		return errors.Join(errs...)
 	}
-	errs = append(errs, removeSandbox(ctx, b.api, b.cfg))
-	b.api.Close()
+	errs = append(errs, removeSandbox(ctx, b.api, in.cfg))
 	return errors.Join(errs...)
 }
 

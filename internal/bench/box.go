@@ -18,12 +18,16 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 )
 
-// box is the warm container, reached through the Docker Engine API: what `docker exec` and
-// `docker stats` do, without the docker CLI.
+// box is a daemon's warm containers (one per slot), reached through the Docker Engine API:
+// what `docker exec` and `docker stats` do, without the docker CLI. The baselines run in the
+// first; memory and CPU are the sums over all.
 type box struct {
 	api client.APIClient
-	id  string
+	ids []string
 }
+
+// id is the container the baselines and the executor's figures come from: slot 0's.
+func (b *box) id() string { return b.ids[0] }
 
 // execOutput is what an exec printed and its exit code.
 type execOutput struct {
@@ -35,7 +39,7 @@ type execOutput struct {
 // it creates the exec, attaches to it (which starts it), reads its output to the end and
 // inspects it for the exit code.
 func (b *box) exec(ctx context.Context, argv []string) (execOutput, error) {
-	created, err := b.api.ExecCreate(ctx, b.id, client.ExecCreateOptions{AttachStdout: true, AttachStderr: true, Cmd: argv})
+	created, err := b.api.ExecCreate(ctx, b.id(), client.ExecCreateOptions{AttachStdout: true, AttachStderr: true, Cmd: argv})
 	if err != nil {
 		return execOutput{}, fmt.Errorf("creating an exec of %s: %w", argv[0], err)
 	}
@@ -144,9 +148,9 @@ func parseSpawnTime(out []byte, n int) ([]time.Duration, error) {
 	return durations, nil
 }
 
-// stats reads one sample of the container's stats.
-func (b *box) stats(ctx context.Context) (container.StatsResponse, error) {
-	res, err := b.api.ContainerStats(ctx, b.id, client.ContainerStatsOptions{})
+// stats reads one sample of a container's stats.
+func (b *box) stats(ctx context.Context, id string) (container.StatsResponse, error) {
+	res, err := b.api.ContainerStats(ctx, id, client.ContainerStatsOptions{})
 	if err != nil {
 		return container.StatsResponse{}, fmt.Errorf("reading the container's stats: %w", err)
 	}
@@ -158,22 +162,30 @@ func (b *box) stats(ctx context.Context) (container.StatsResponse, error) {
 	return st, nil
 }
 
-// memory returns the container's memory use in bytes as `docker stats` shows it.
+// memory returns the containers' memory use in bytes as `docker stats` shows it, summed.
 func (b *box) memory(ctx context.Context) (int64, error) {
-	st, err := b.stats(ctx)
-	if err != nil {
-		return 0, err
+	var sum int64
+	for _, id := range b.ids {
+		st, err := b.stats(ctx, id)
+		if err != nil {
+			return 0, err
+		}
+		sum += memoryUsage(st.MemoryStats)
 	}
-	return memoryUsage(st.MemoryStats), nil
+	return sum, nil
 }
 
-// cpuTime returns the CPU time every process of the container has used since it started.
+// cpuTime returns the CPU time every process of the containers has used since they started.
 func (b *box) cpuTime(ctx context.Context) (time.Duration, error) {
-	st, err := b.stats(ctx)
-	if err != nil {
-		return 0, err
+	var sum time.Duration
+	for _, id := range b.ids {
+		st, err := b.stats(ctx, id)
+		if err != nil {
+			return 0, err
+		}
+		sum += time.Duration(st.CPUStats.CPUUsage.TotalUsage)
 	}
-	return time.Duration(st.CPUStats.CPUUsage.TotalUsage), nil
+	return sum, nil
 }
 
 // memoryUsage is the memory a container uses, in bytes, computed as the docker CLI does: its

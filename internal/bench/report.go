@@ -15,8 +15,13 @@ import (
 type Report struct {
 	// CPUs is the machine's CPU count (runtime.NumCPU).
 	CPUs int `json:"cpus"`
-	// BoxCPUs is the box's CPU quota (the cpus setting), in CPUs.
+	// BoxCPUs is each box's CPU quota (the cpus setting), in CPUs.
 	BoxCPUs float64 `json:"box_cpus"`
+	// Slots is how many slots, and so containers, the measured daemon had.
+	Slots int `json:"slots"`
+	// ReadySeconds is the time from starting the daemon to its answering ready, in seconds
+	// (the image already built).
+	ReadySeconds float64 `json:"ready_seconds"`
 	// Image is the sandbox image's tag.
 	Image string `json:"image"`
 	// ElapsedSeconds is how long the whole bench took, in seconds, from the image check to the
@@ -31,8 +36,36 @@ type Report struct {
 	ThroughputSeconds float64 `json:"throughput_seconds"`
 	// Memory holds the resident memory figures.
 	Memory Memory `json:"memory"`
+	// Variants are daemons with other layouts measured in the same run, to compare with.
+	Variants []Variant `json:"variants,omitempty"`
 	// Targets says how the measurements compare with sandpit's goals.
 	Targets []Target `json:"targets"`
+}
+
+// The names of the variants (Variant.Name).
+const (
+	// VariantSingle is a single container with one slot (--slots=1): the layout of one warm
+	// box that the pool of per-slot containers is compared with.
+	VariantSingle = "single"
+	// VariantRunsc is the same pool under gVisor (--runtime=runsc, network none).
+	VariantRunsc = "runsc"
+)
+
+// Variant is a daemon measured beside the main one with other settings.
+type Variant struct {
+	// Name is one of the Variant* names; Flags the flags its daemon got on top of the main one's.
+	Name  string   `json:"name"`
+	Flags []string `json:"flags"`
+	// Slots is how many containers it ran.
+	Slots int `json:"slots"`
+	// ReadySeconds is the time from its start to its answering ready, in seconds.
+	ReadySeconds float64 `json:"ready_seconds"`
+	// DaemonIdleRSS and BoxIdle are as in Memory, after its warm-up, in bytes.
+	DaemonIdleRSS int64 `json:"daemon_idle_rss_bytes,omitempty"`
+	BoxIdle       int64 `json:"box_idle_bytes,omitempty"`
+	// RESTPrint and RESTPandas are print(1) and the pandas snippet through its REST API.
+	RESTPrint  Latency `json:"rest_print"`
+	RESTPandas Latency `json:"rest_pandas"`
 }
 
 // The names of the latency measurements (Latency.Name).
@@ -196,6 +229,11 @@ const (
 	MinScalingCPUs = 4
 	// MaxDaemonIdleRSSMiB is the daemon's idle RSS goal, in MiB (exclusive).
 	MaxDaemonIdleRSSMiB = 40
+	// MaxPoolOverSingle is the most the pool's p50s and time to ready may be, as a multiple
+	// of a single container's in the same run.
+	MaxPoolOverSingle = 1.25
+	// MaxRunscOverRunc is the most print(1) p50 under gVisor may be, as a multiple of runc's.
+	MaxRunscOverRunc = 4
 )
 
 // Targets compares the measurements of r with sandpit's goals.
@@ -242,7 +280,25 @@ func Targets(r Report) []Target {
 		v := mib(r.Memory.DaemonIdleRSS)
 		rss.Value, rss.Status, rss.Note = round(v, 1), evaluate(v, "<", MaxDaemonIdleRSSMiB), ""
 	}
-	return append(targets, scaling, rss)
+	targets = append(targets, scaling, rss)
+	for _, v := range r.Variants {
+		switch v.Name {
+		case VariantSingle:
+			pool := fmt.Sprintf("pool of %d", r.Slots)
+			targets = append(targets,
+				ratio("pool_print_over_single", pool+" / one container: REST print(1) p50", p50(LatencyRESTPrint), v.RESTPrint.P50MS, "<=", MaxPoolOverSingle),
+				ratio("pool_pandas_over_single", pool+" / one container: REST pandas p50", p50(LatencyRESTPandas), v.RESTPandas.P50MS, "<=", MaxPoolOverSingle),
+				ratio("pool_ready_over_single", pool+" / one container: time to ready", r.ReadySeconds, v.ReadySeconds, "<=", MaxPoolOverSingle))
+			mem := ratio("pool_memory_over_single", pool+" / one container: idle box memory", float64(r.Memory.BoxIdle), float64(v.BoxIdle), "<=", MaxPoolOverSingle)
+			if mem.Status != StatusNA {
+				mem.Note = "each slot's sandbox holds its own fork server"
+			}
+			targets = append(targets, mem)
+		case VariantRunsc:
+			targets = append(targets, ratio("runsc_print_over_runc", "runsc / runc: REST print(1) p50", v.RESTPrint.P50MS, p50(LatencyRESTPrint), "<=", MaxRunscOverRunc))
+		}
+	}
+	return targets
 }
 
 // evaluate says whether value op goal holds.
@@ -290,10 +346,20 @@ func WriteTable(w io.Writer, r Report) error {
 	m := r.Memory
 	fmt.Fprintf(&b, "\n%-28s %12s %20s\n", "memory", "idle", "under load (peak)")
 	fmt.Fprintf(&b, "%-28s %12s %20s\n", "daemon RSS", mibText(m.DaemonIdleRSS), mibText(m.DaemonLoadPeakRSS))
-	fmt.Fprintf(&b, "%-28s %12s %20s\n", "box (container)", mibText(m.BoxIdle), mibText(m.BoxLoadPeak))
+	fmt.Fprintf(&b, "%-28s %12s %20s\n", fmt.Sprintf("boxes (%d containers)", r.Slots), mibText(m.BoxIdle), mibText(m.BoxLoadPeak))
 	fmt.Fprintf(&b, "%-28s %12s %20s\n", "executor RSS (peak: VmHWM)", mibText(m.ExecutorIdleRSS), mibText(m.ExecutorPeakRSS))
 
-	fmt.Fprintf(&b, "\n%-40s %10s %11s  %s\n", "target", "value", "goal", "status")
+	if len(r.Variants) > 0 {
+		fmt.Fprintf(&b, "\n%-32s %6s %9s %14s %14s %16s %12s\n", "layouts", "slots", "ready s", "print p50 ms", "pandas p50 ms", "boxes idle", "daemon idle")
+		fmt.Fprintf(&b, "%-32s %6d %9.2f %14.1f %14.1f %16s %12s\n", "this daemon", r.Slots, r.ReadySeconds,
+			latencyP50(r, LatencyRESTPrint), latencyP50(r, LatencyRESTPandas), mibText(m.BoxIdle), mibText(m.DaemonIdleRSS))
+		for _, v := range r.Variants {
+			fmt.Fprintf(&b, "%-32s %6d %9.2f %14.1f %14.1f %16s %12s\n", strings.Join(v.Flags, " "), v.Slots, v.ReadySeconds,
+				v.RESTPrint.P50MS, v.RESTPandas.P50MS, mibText(v.BoxIdle), mibText(v.DaemonIdleRSS))
+		}
+	}
+
+	fmt.Fprintf(&b, "\n%-52s %10s %11s  %s\n", "target", "value", "goal", "status")
 	for _, t := range r.Targets {
 		value := "-"
 		if t.Status != StatusNA || t.Value != 0 {
@@ -303,7 +369,7 @@ func WriteTable(w io.Writer, r Report) error {
 		if t.Note != "" {
 			status += " (" + t.Note + ")"
 		}
-		fmt.Fprintf(&b, "%-40s %10s %11s  %s\n", t.What, value, opText(t.Op)+" "+goalText(t.Goal, t.Unit), status)
+		fmt.Fprintf(&b, "%-52s %10s %11s  %s\n", t.What, value, opText(t.Op)+" "+goalText(t.Goal, t.Unit), status)
 	}
 	var out strings.Builder
 	for line := range strings.Lines(b.String()) {
@@ -311,6 +377,16 @@ func WriteTable(w io.Writer, r Report) error {
 	}
 	_, err := io.WriteString(w, out.String())
 	return err
+}
+
+// latencyP50 is the p50 of r's latency measurement name, 0 when it has none.
+func latencyP50(r Report, name string) float64 {
+	for _, l := range r.Latency {
+		if l.Name == name {
+			return l.P50MS
+		}
+	}
+	return 0
 }
 
 // starts formats start counts: "fork" when every run had one kind, "fork 18, cold 2" when

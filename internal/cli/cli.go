@@ -66,6 +66,7 @@ sandpit run looks for a daemon at SANDPIT_URL (default ` + DefaultURL + `).`,
 	opts.configFlag(pf, "data-dir", "data_dir", "data directory (owns one warm container)")
 	opts.configFlag(pf, "base-image", "base_image", "base image of the sandbox image")
 	opts.configFlag(pf, "network", "network", `network policy of the sandbox: "full" or "none"`)
+	opts.configFlag(pf, "runtime", "runtime", `container runtime of the sandboxes: "runc" or "runsc" (gVisor)`)
 	opts.configFlag(pf, "docker-host", "docker_host", "Docker engine address (default: the Docker environment)")
 
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErrorf("%v", err) })
@@ -92,7 +93,7 @@ func (o *options) configFlag(fs *pflag.FlagSet, name, key, usage string) {
 }
 
 // nonConfigEnv are SANDPIT_ variables that are not configuration keys.
-var nonConfigEnv = []string{"SANDPIT_URL", "SANDPIT_REQUIRE_DOCKER", "SANDPIT_TEST_BASE_IMAGE"}
+var nonConfigEnv = []string{"SANDPIT_URL", "SANDPIT_REQUIRE_DOCKER", "SANDPIT_REQUIRE_RUNTIMES", "SANDPIT_TEST_BASE_IMAGE"}
 
 // setting is a flag that sets a config key.
 type setting struct {

@@ -99,19 +99,19 @@ func newInstaller(e *Executor, python, version string) (*installer, error) {
 			return nil, err
 		}
 	}
-	// A killed executor's checkers and installs die with it, and leave nothing.
+	// A killed executor's checkers and installs die with it (its container's processes only).
 	for _, uid := range []int{in.uid, checkerUID} {
 		if err := killAndWait(uid, e.cfg.KillTimeout); err != nil {
 			return nil, fmt.Errorf("executor: stopping leftover installs: %w", err)
 		}
 	}
-	in.clearTmp()
-	leftovers, _ := filepath.Glob(filepath.Join(in.site, ".tmp-*"))
-	for _, dir := range leftovers {
-		e.log.Info("removing an unfinished install", "path", dir)
-		if err := os.RemoveAll(dir); err != nil {
-			return nil, fmt.Errorf("executor: removing an unfinished install: %w", err)
-		}
+	// What unfinished installs left is removed now unless another sandbox sharing the
+	// volume is installing (then the next install, which holds the lock, removes it).
+	now, cancel := context.WithCancel(context.Background())
+	cancel() // one try: no waiting
+	if unlock, err := in.lockVolume(now); err == nil {
+		in.clearLeftovers()
+		unlock()
 	}
 	return in, nil
 }
@@ -138,7 +138,7 @@ func (in *installer) install(ctx context.Context, req protocol.Install, progress
 	for i, r := range reqs {
 		if _, err := requirement.Parse(r); err != nil { // the daemon checked it; the executor trusts nobody
 			decided(i, failed("%v", err), resolution{})
-		} else if v, ok := in.satisfied.Load(r); ok {
+		} else if v, ok := in.satisfied.Load(r); ok && in.stillThere(v.(resolution)) {
 			decided(i, sandbox.DependencyStatus{Status: sandbox.DependencyPresent}, v.(resolution))
 		} else {
 			unknown = append(unknown, i)
@@ -198,7 +198,13 @@ func (in *installer) installMissing(ctx context.Context, r string, req protocol.
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	// Another request may have installed it while this one waited.
+	unlock, err := in.lockVolume(ctx)
+	if err != nil {
+		return failed("waiting for another sandbox's install to finish: %v", err), resolution{}
+	}
+	defer unlock()
+	in.clearLeftovers()
+	// Another request (here or in another sandbox) may have installed it while this one waited.
 	if answers, err := in.check(ctx, []string{r}); err == nil && answers[0].present {
 		in.satisfied.Store(r, answers[0].res)
 		return sandbox.DependencyStatus{Status: sandbox.DependencyPresent}, answers[0].res
@@ -441,6 +447,59 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
+// stillThere reports whether a cached resolution's directory still exists: another sandbox
+// sharing the volume may have removed it.
+func (in *installer) stillThere(res resolution) bool {
+	if res.Path == "" {
+		return true
+	}
+	_, err := os.Stat(res.Path)
+	return err == nil
+}
+
+// lockVolume takes the package volume's install lock, which every sandbox sharing the volume
+// (one per slot) takes around installs and removals, and returns its release, waiting for it
+// until ctx ends. The lock is an flock(2) on root/.lock,
+// released by the kernel when its holder dies. It tries once more after ctx has ended.
+func (in *installer) lockVolume(ctx context.Context) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(in.root, ".lock"), os.O_CREATE|os.O_RDWR|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening the package volume's lock: %w", err)
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("locking the package volume: %w", err)
+		}
+		if ctx.Err() != nil {
+			f.Close()
+			return nil, fmt.Errorf("another sandbox holds the package volume's lock: %w", ctx.Err())
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// clearLeftovers removes what unfinished installs left: pip's temporary files and install
+// directories never renamed into place. The caller holds the volume's lock, so no install is
+// in progress in any sandbox.
+func (in *installer) clearLeftovers() {
+	in.clearTmp()
+	leftovers, _ := filepath.Glob(filepath.Join(in.site, ".tmp-*"))
+	for _, dir := range leftovers {
+		in.e.log.Info("removing an unfinished install", "path", dir)
+		if err := os.RemoveAll(dir); err != nil {
+			in.e.log.Warn("removing an unfinished install", "path", dir, "error", err)
+		}
+	}
+}
+
 // clearTmp empties pip's temporary directory.
 func (in *installer) clearTmp() {
 	dir := filepath.Join(in.root, "tmp")
@@ -494,6 +553,15 @@ func (in *installer) packages(op protocol.Packages) ([]protocol.Package, error) 
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	if op.Op == "remove" {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		unlock, err := in.lockVolume(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("waiting for another sandbox's install to finish: %w", err)
+		}
+		defer unlock()
+	}
 	entries, err := os.ReadDir(in.site)
 	if err != nil {
 		return nil, err

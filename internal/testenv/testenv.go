@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -75,6 +77,25 @@ func Engine(t testing.TB) *client.Client {
 		t.Skipf("skipping a real-engine test: %v (set SANDPIT_REQUIRE_DOCKER=1 to make this a failure)", setupErr)
 	}
 	return api
+}
+
+// ContainerRuntime returns name when the engine has an OCI runtime registered under it
+// (runsc: gVisor). Without it the test is skipped, or fails when SANDPIT_REQUIRE_RUNTIMES
+// (a comma-separated list, set by CI) names it.
+func ContainerRuntime(t testing.TB, name string) string {
+	t.Helper()
+	info, err := Engine(t).Info(context.Background(), client.InfoOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := info.Info.Runtimes[name]; ok {
+		return name
+	}
+	if slices.Contains(strings.Split(os.Getenv("SANDPIT_REQUIRE_RUNTIMES"), ","), name) {
+		t.Fatalf("SANDPIT_REQUIRE_RUNTIMES names %s, but the engine has no runtime of that name (its daemon.json \"runtimes\")", name)
+	}
+	t.Skipf("skipping: the Docker engine has no %s runtime (register it in daemon.json, or set SANDPIT_REQUIRE_RUNTIMES=%s to make this a failure)", name, name)
+	return ""
 }
 
 // Executor returns the path of a sandpit-executor built from this checkout.

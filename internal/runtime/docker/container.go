@@ -46,6 +46,14 @@ type Box struct {
 	Runtime string
 }
 
+// tmpfsSize caps a tmpfs at bytes and at one inode per 4 KiB of them: the kernel's own inode
+// cap is half the host's memory pages, and every empty file or directory costs memory that the
+// container's cgroup is charged for, so without it a flood of empty directories exhausts the
+// container's memory long before the tmpfs is "full".
+func tmpfsSize(bytes int64) string {
+	return "size=" + strconv.FormatInt(bytes, 10) + ",nr_inodes=" + strconv.FormatInt(max(bytes/4096, 1024), 10)
+}
+
 // capabilities the executor needs: switch to the slot uids, kill their processes, hand run
 // directories to them and remove what they left.
 var capabilities = []string{"SETUID", "SETGID", "KILL", "CHOWN", "FOWNER", "DAC_OVERRIDE"}
@@ -65,8 +73,8 @@ func (b Box) spec(img Image, dataDir string, slot int) (*container.Config, *cont
 		},
 		ReadonlyRootfs: true,
 		Tmpfs: map[string]string{
-			"/tmp":     "rw,nosuid,nodev,mode=1777,size=" + strconv.FormatInt(b.TmpBytes, 10),
-			"/sandbox": "rw,nosuid,nodev,mode=0711,size=" + strconv.FormatInt(b.RunDirBytes, 10),
+			"/tmp":     "rw,nosuid,nodev,mode=1777," + tmpfsSize(b.TmpBytes),
+			"/sandbox": "rw,nosuid,nodev,mode=0711," + tmpfsSize(b.RunDirBytes),
 		},
 		Runtime:       b.Runtime,
 		CapDrop:       []string{"ALL"},

@@ -2,10 +2,14 @@ package docker_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,10 +74,37 @@ func TestConformanceDocker(t *testing.T) {
 			rt, _ := startRuntime(t, func(cfg *docker.Config) { cfg.ForkServer.Enabled = start == "fork" })
 			sandboxtest.WaitForStart(t, rt, start, time.Minute)
 			sandboxtest.Run(t, sandboxtest.Harness{
-				Runtime:      rt,
-				Slots:        4,
-				ReadOnlyRoot: true,
-				Start:        start,
+				Runtime:       rt,
+				Slots:         4,
+				ReadOnlyRoot:  true,
+				IsolatedSlots: true,
+				Start:         start,
+				HasModule: func(name string) bool {
+					res := sandboxtest.Exec(t, rt, 0, sandboxtest.Spec("import "+name, 30*time.Second), nil)
+					return res.Outcome == sandbox.OutcomeOK
+				},
+			})
+		})
+	}
+}
+
+// TestConformanceRunsc runs the suite with every slot's container under gVisor (runsc), the
+// stronger boundary, when the engine has it registered (CI requires it).
+func TestConformanceRunsc(t *testing.T) {
+	name := testenv.ContainerRuntime(t, "runsc")
+	for _, start := range []string{"cold", "fork"} {
+		t.Run(start, func(t *testing.T) {
+			rt, _ := startRuntime(t, func(cfg *docker.Config) {
+				cfg.Box.Runtime, cfg.Box.Network = name, "none"
+				cfg.ForkServer.Enabled = start == "fork"
+			})
+			sandboxtest.WaitForStart(t, rt, start, 2*time.Minute)
+			sandboxtest.Run(t, sandboxtest.Harness{
+				Runtime:       rt,
+				Slots:         4,
+				ReadOnlyRoot:  true,
+				IsolatedSlots: true,
+				Start:         start,
 				HasModule: func(name string) bool {
 					res := sandboxtest.Exec(t, rt, 0, sandboxtest.Spec("import "+name, 30*time.Second), nil)
 					return res.Outcome == sandbox.OutcomeOK
@@ -100,8 +131,8 @@ func TestContainerHardening(t *testing.T) {
 		{"1 CPU", h.NanoCPUs == 1e9},
 		{"pids limit", h.PidsLimit != nil && *h.PidsLimit == 512},
 		{"read-only root", h.ReadonlyRootfs},
-		{"tmpfs /tmp capped", strings.Contains(h.Tmpfs["/tmp"], "size=268435456")},
-		{"tmpfs /sandbox capped", strings.Contains(h.Tmpfs["/sandbox"], "size=268435456")},
+		{"tmpfs /tmp capped in bytes and inodes", strings.Contains(h.Tmpfs["/tmp"], "size=268435456,nr_inodes=65536")},
+		{"tmpfs /sandbox capped in bytes and inodes", strings.Contains(h.Tmpfs["/sandbox"], "size=268435456,nr_inodes=65536")},
 		{"cap-drop ALL", len(h.CapDrop) == 1 && h.CapDrop[0] == "ALL"},
 		{"only the executor's caps", len(h.CapAdd) == 6},
 		{"no-new-privileges", len(h.SecurityOpt) == 1 && h.SecurityOpt[0] == "no-new-privileges"},
@@ -121,9 +152,9 @@ func TestContainerHardening(t *testing.T) {
 	}
 }
 
-func TestRestartAdoptsTheWarmContainer(t *testing.T) {
+func TestRestartAdoptsTheWarmContainers(t *testing.T) {
 	rt, cfg := startRuntime(t, nil)
-	first := rt.ContainerID()
+	first := rt.ContainerIDs()
 	rt.Close()
 
 	ctx := context.Background()
@@ -132,11 +163,11 @@ func TestRestartAdoptsTheWarmContainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer again.Close()
-	if again.ContainerID() != first {
-		t.Fatalf("restart made container %s instead of adopting %s", again.ContainerID(), first)
+	if got := again.ContainerIDs(); !slices.Equal(got, first) {
+		t.Fatalf("restart made containers %v instead of adopting %v", got, first)
 	}
-	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != 1 {
-		t.Fatalf("%d containers for the data directory, want 1", len(ids))
+	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != cfg.Slots {
+		t.Fatalf("%d containers for the data directory, want one per slot (%d)", len(ids), cfg.Slots)
 	}
 	res := sandboxtest.Exec(t, again, 0, sandboxtest.Spec("print(1)", 10*time.Second), nil)
 	if res.Outcome != sandbox.OutcomeOK {
@@ -144,18 +175,32 @@ func TestRestartAdoptsTheWarmContainer(t *testing.T) {
 	}
 	again.Close()
 
-	// Other settings: the old container is replaced, not adopted.
+	// Other settings: the old containers are replaced, not adopted.
 	cfg.Box.PidsLimit = 300
 	changed, err := docker.Start(ctx, api, cfg, testenv.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer changed.Close()
-	if changed.ContainerID() == first {
-		t.Fatal("a container with other settings was adopted")
+	for slot, id := range changed.ContainerIDs() {
+		if slices.Contains(first, id) {
+			t.Fatalf("slot %d adopted a container with other settings", slot)
+		}
 	}
-	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != 1 {
-		t.Fatalf("%d containers after replacement, want 1", len(ids))
+	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != cfg.Slots {
+		t.Fatalf("%d containers after replacement, want %d", len(ids), cfg.Slots)
+	}
+	changed.Close()
+
+	// A smaller pool: the slots it no longer has lose their containers.
+	cfg.Slots = 2
+	smaller, err := docker.Start(ctx, api, cfg, testenv.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer smaller.Close()
+	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != 2 {
+		t.Fatalf("%d containers for a pool of 2, want 2", len(ids))
 	}
 }
 
@@ -173,7 +218,8 @@ func TestContainerKilledDuringRun(t *testing.T) {
 		done <- res
 	}()
 	time.Sleep(2 * time.Second)
-	if _, err := api.ContainerKill(context.Background(), rt.ContainerID(), client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+	before := rt.ContainerIDs()
+	if _, err := api.ContainerKill(context.Background(), before[0], client.ContainerKillOptions{Signal: "KILL"}); err != nil {
 		t.Fatal(err)
 	}
 	var res sandbox.Result
@@ -190,8 +236,14 @@ func TestContainerKilledDuringRun(t *testing.T) {
 	if err != nil || next.Outcome != sandbox.OutcomeOK || next.Stdout != "2\n" {
 		t.Fatalf("next run: %+v %v", next, err)
 	}
-	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != 1 {
-		t.Fatalf("%d containers after recovery, want 1", len(ids))
+	svc.Settled() // slot 0 is offered again once its new container is up
+	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != cfg.Slots {
+		t.Fatalf("%d containers after recovery, want %d", len(ids), cfg.Slots)
+	}
+	// Only the killed slot's container was replaced.
+	after := rt.ContainerIDs()
+	if after[0] == before[0] || !slices.Equal(after[1:], before[1:]) {
+		t.Fatalf("containers before %v, after %v: want only slot 0's replaced", before, after)
 	}
 }
 
@@ -281,6 +333,7 @@ func TestImageTagFollowsTheRecipe(t *testing.T) {
 // readiness says so, and the runtime replaces it.
 func TestHungExecutorIsReplaced(t *testing.T) {
 	rt, _ := startRuntime(t, func(c *docker.Config) {
+		c.Slots = 1 // the pool is ready while any slot is: with one slot, readiness follows it
 		c.Session = session.Options{HeartbeatInterval: 200 * time.Millisecond, HeartbeatTimeout: 2 * time.Second}
 	})
 	out, err := exec.Command("docker", "exec", rt.ContainerID(), "sh", "-c", "kill -STOP $(cat /sandbox/executor.pid)").CombinedOutput()
@@ -318,4 +371,86 @@ func inLedger(t *testing.T, st *store.Store, res sandbox.Result) {
 	if err != nil || rec.Status != store.StatusFinished || rec.Outcome != res.Outcome || rec.Reason != res.Reason {
 		t.Fatalf("the ledger's record of %s: %+v %v", res.ID, rec, err)
 	}
+}
+
+// A run's cleanup that takes longer than the settle timeout gets the slot a new container; the
+// run keeps its own result and the next run in the slot is served by the new container.
+func TestSlowCleanupReplacesTheSlotsContainer(t *testing.T) {
+	rt, _ := startRuntime(t, func(c *docker.Config) { c.Slots, c.SettleTimeout = 2, time.Millisecond })
+	scfg := sandbox.DefaultConfig()
+	scfg.Slots = 2
+	svc := sandbox.NewService(rt, sandbox.Hooks{}, scfg, testenv.Logger())
+	before := rt.ContainerIDs()
+	res, err := svc.Execute(context.Background(), sandbox.Request{
+		Code: "import os\nfor i in range(20000): open(f'/tmp/f{i}', 'w').close()\nprint('made')"}, nil)
+	if err != nil || res.Outcome != sandbox.OutcomeOK || res.Stdout != "made\n" {
+		t.Fatalf("the run: %+v %v", res, err)
+	}
+	svc.Settled()
+	after := rt.ContainerIDs()
+	if after[0] == before[0] || after[1] != before[1] {
+		t.Fatalf("containers before %v, after %v: want slot 0's replaced, slot 1's kept", before, after)
+	}
+	if rt.Resets() != 1 {
+		t.Fatalf("resets = %d, want 1", rt.Resets())
+	}
+	next := sandboxtest.Exec(t, rt, 0, sandboxtest.Spec("import os; print(len(os.listdir('/tmp')))", 10*time.Second), nil)
+	if next.Outcome != sandbox.OutcomeOK || next.Stdout != "0\n" {
+		t.Fatalf("next run in the new container: %+v", next)
+	}
+}
+
+// H28: a run floods /tmp with directories until its timeout while innocent requests come in:
+// the attacker's outcome is its own (timeout) and no innocent request fails because a slot was
+// still being cleaned.
+func TestDirectoryFloodFailsNoOtherRequest(t *testing.T) {
+	rt, _ := startRuntime(t, nil)
+	cfg := sandbox.DefaultConfig()
+	svc := sandbox.NewService(rt, sandbox.Hooks{}, cfg, testenv.Logger())
+	timeout := int64(20000)
+	attacker := make(chan sandbox.Result, 1)
+	go func() {
+		res, err := svc.Execute(context.Background(), sandbox.Request{TimeoutMS: &timeout,
+			Code: "import os\nos.mkdir('/tmp/d')\nn = 0\nwhile True:\n    n += 1\n    try:\n        os.mkdir(f'/tmp/d/{n}')\n    except OSError:\n        pass"}, nil)
+		if err != nil {
+			t.Errorf("attacker: %v", err)
+		}
+		attacker <- res
+	}()
+	time.Sleep(time.Second)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	outcomes := map[string]int{}
+	for i := range 100 {
+		wg.Go(func() {
+			time.Sleep(time.Duration(i) * 200 * time.Millisecond) // spread over the attack and its cleanup
+			res, err := svc.Execute(context.Background(), sandbox.Request{Code: "print(1)"}, nil)
+			key := string(res.Outcome)
+			if _, busy := errors.AsType[*sandbox.BusyError](err); busy {
+				key = "busy"
+			} else if err != nil {
+				key = "error: " + err.Error()
+			} else if res.Outcome != sandbox.OutcomeOK {
+				key = fmt.Sprintf("%s: %s", res.Outcome, res.Reason)
+			}
+			mu.Lock()
+			outcomes[key]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	res := <-attacker
+	if res.Outcome != sandbox.OutcomeTimeout {
+		t.Errorf("attacker: outcome %q (%s), want timeout", res.Outcome, res.Reason)
+	}
+	svc.Settled()
+	if n := rt.Resets(); n > 1 {
+		t.Errorf("%d sandboxes were replaced, want at most the attacker's", n)
+	}
+	for key, n := range outcomes {
+		if key != "ok" && key != "busy" {
+			t.Errorf("%d innocent requests ended %s", n, key)
+		}
+	}
+	t.Logf("innocent requests: %v", outcomes)
 }

@@ -26,6 +26,9 @@ type Harness struct {
 	HasModule func(name string) bool
 	// ReadOnlyRoot is true when the box's root filesystem is read-only (H19).
 	ReadOnlyRoot bool
+	// IsolatedSlots is true when every slot is its own sandbox (network namespace, /tmp,
+	// memory): the cases of runs reaching each other's sockets and files then run.
+	IsolatedSlots bool
 	// Start, when set, is how every run that starts must have been started ("fork" or
 	// "cold"): the suite then proves that path, not a fallback. Wait until the runtime's
 	// runs start that way before calling Run (see WaitForStart).
@@ -580,7 +583,11 @@ print("main")`
 				t.Fatal(err)
 			}
 		}
-		if got[0].UID == got[1].UID || got[0].UID == 0 || got[0].Cwd == got[1].Cwd {
+		if got[0].UID == 0 || got[1].UID == 0 {
+			t.Fatalf("a run has uid 0: %+v", got)
+		}
+		// Slots that are sandboxes of their own may use the same uid and path in each.
+		if !h.IsolatedSlots && (got[0].UID == got[1].UID || got[0].Cwd == got[1].Cwd) {
 			t.Fatalf("slots share uid or directory: %+v", got)
 		}
 		if len(got[0].Files) != 1 || got[0].Files[0] != "main.py" {
@@ -629,4 +636,6 @@ print("main")`
 		}
 		ok(t)
 	})
+
+	isolation(t, h, rt)
 }
