@@ -23,10 +23,12 @@ import (
 // outputRuntime "runs" code by answering OUTPUT = INPUT["out"] and printing "测试 😀".
 type outputRuntime struct{ runs atomic.Int32 }
 
+var _ sandbox.Installer = (*outputRuntime)(nil)
+
 func (r *outputRuntime) Ready(context.Context) error { return nil }
 
 // Install finds every requirement present.
-func (r *outputRuntime) Install(_ context.Context, req sandbox.InstallRequest, _ func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
+func (r *outputRuntime) Install(_ context.Context, _ int, req sandbox.InstallRequest, _ func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
 	var out sandbox.Installed
 	for _, q := range req.Requirements {
 		out.Dependencies = append(out.Dependencies, sandbox.DependencyStatus{Requirement: q, Status: sandbox.DependencyPresent})

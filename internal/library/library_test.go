@@ -16,10 +16,12 @@ import (
 // echoRuntime "runs" code by returning OUTPUT = INPUT["out"], counting its runs.
 type echoRuntime struct{ runs int }
 
+var _ sandbox.Installer = (*echoRuntime)(nil)
+
 func (r *echoRuntime) Ready(context.Context) error { return nil }
 
 // Install finds every requirement present, as an image that has them all.
-func (r *echoRuntime) Install(_ context.Context, req sandbox.InstallRequest, _ func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
+func (r *echoRuntime) Install(_ context.Context, _ int, req sandbox.InstallRequest, _ func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
 	var out sandbox.Installed
 	for _, q := range req.Requirements {
 		out.Dependencies = append(out.Dependencies, sandbox.DependencyStatus{Requirement: q, Status: sandbox.DependencyPresent, Version: "1.0"})
