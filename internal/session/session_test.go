@@ -386,3 +386,42 @@ exec(compile(open(sys.argv[0]).read(), sys.argv[0], "exec"), {"__name__": "__mai
 		t.Fatalf("%d fork servers still alive", n)
 	}
 }
+
+// A run whose home cannot be seeded (here: the run directories' filesystem is too small for
+// the matplotlib cache) does not start: it ends sandbox_error naming the directory, and the
+// slot serves the next run once the cache fits again.
+func TestUnseedableHomeStopsTheRun(t *testing.T) {
+	for _, start := range []string{"cold", "fork"} {
+		t.Run(start, func(t *testing.T) {
+			cache := t.TempDir()
+			if err := os.WriteFile(filepath.Join(cache, "fontlist-v330.json"), bytes.Repeat([]byte("x"), 1<<20), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			c, _ := pipeRuntimeWith(t, 1, func(cfg *executor.Config) {
+				if start == "cold" {
+					cfg.ForkServer = ""
+				}
+				cfg.MatplotlibCache = cache
+				if err := os.MkdirAll(cfg.RunRoot, 0o711); err != nil {
+					t.Fatal(err)
+				}
+				if err := syscall.Mount("tmpfs", cfg.RunRoot, "tmpfs", 0, "size=256k,mode=0711"); err != nil {
+					t.Skipf("cannot mount a small tmpfs here: %v", err)
+				}
+				t.Cleanup(func() { _ = syscall.Unmount(cfg.RunRoot, syscall.MNT_DETACH) })
+			})
+			res := sandboxtest.Exec(t, c, 0, sandboxtest.Spec("print('ran')", 10*time.Second), nil)
+			if res.Outcome != sandbox.OutcomeSandboxError || res.Stdout != "" || !strings.Contains(res.Reason, "matplotlib directory") {
+				t.Fatalf("outcome %q reason %q stdout %q: want sandbox_error naming the matplotlib directory, nothing run",
+					res.Outcome, res.Reason, res.Stdout)
+			}
+			if err := os.Truncate(filepath.Join(cache, "fontlist-v330.json"), 10); err != nil {
+				t.Fatal(err)
+			}
+			next := sandboxtest.Exec(t, c, 0, sandboxtest.Spec("import os; print(sorted(os.listdir(os.environ['MPLCONFIGDIR'])))", 10*time.Second), nil)
+			if next.Outcome != sandbox.OutcomeOK || next.Stdout != "['fontlist-v330.json']\n" {
+				t.Fatalf("next run: %+v", next)
+			}
+		})
+	}
+}
