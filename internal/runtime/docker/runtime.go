@@ -121,7 +121,10 @@ func Start(ctx context.Context, api client.APIClient, cfg Config, log *slog.Logg
 		r.superviseAll()
 		return r, nil
 	}
-	err := r.removeStrays(ctx)
+	err := r.checkRuntime(ctx)
+	if err == nil {
+		err = r.removeStrays(ctx)
+	}
 	if err == nil {
 		errs := make([]error, len(r.boxes))
 		var wg sync.WaitGroup
@@ -146,6 +149,30 @@ func (r *Runtime) superviseAll() {
 	for _, b := range r.boxes {
 		r.supervised.Go(b.supervise)
 	}
+}
+
+// checkRuntime checks that the engine has the OCI runtime the box asks for, and warns when that
+// runtime's own options take away the network the configuration asks for.
+func (r *Runtime) checkRuntime(ctx context.Context) error {
+	name := r.cfg.Box.Runtime
+	if name == "" {
+		return nil
+	}
+	info, err := r.api.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return fmt.Errorf("reading the Docker engine's runtimes: %w", err)
+	}
+	rt, ok := info.Info.Runtimes[name]
+	if !ok {
+		return fmt.Errorf("the Docker engine has no runtime %q (it has: %s): install it and register it in the engine's daemon.json "+
+			"(for gVisor: apt-get install runsc, then scripts/register-runsc.sh), or set runtime to runc", name,
+			strings.Join(slices.Sorted(maps.Keys(info.Info.Runtimes)), ", "))
+	}
+	if r.cfg.Box.Network != "none" && slices.Contains(rt.Args, "--network=none") {
+		r.log.Warn("the runtime is registered with --network=none: the sandboxes have no network but loopback, whatever the network setting says",
+			"runtime", name, "network", r.cfg.Box.Network)
+	}
+	return nil
 }
 
 // ping checks that the engine answers.
