@@ -66,6 +66,11 @@ type Options struct {
 	// Clients are the throughput's concurrency levels; memory under load is sampled during
 	// the last one.
 	Clients []int
+	// Compare names the other layouts measured beside the main daemon in the same run, each a
+	// daemon of its own: VariantSingle (one container, one slot; skipped when the main
+	// daemon has one slot) and VariantRunsc (gVisor; skipped when the engine has no runsc or
+	// the main daemon uses it).
+	Compare []string
 	// Progress receives a line per step (nil: none).
 	Progress io.Writer
 	// DaemonLog receives the daemon's own log as it comes (nil: only its end is kept, and shown
@@ -77,7 +82,8 @@ type Options struct {
 // machine: 50 print(1) runs, 20 of the slow kinds, 3 warm-up runs of each kind, and 5 s at 1,
 // 4 and 16 clients.
 func DefaultOptions() Options {
-	return Options{Runs: 50, SlowRuns: 20, Warmup: 3, Duration: 5 * time.Second, Clients: []int{1, 4, 16}}
+	return Options{Runs: 50, SlowRuns: 20, Warmup: 3, Duration: 5 * time.Second, Clients: []int{1, 4, 16},
+		Compare: []string{VariantSingle, VariantRunsc}}
 }
 
 func (o Options) validate() error {
@@ -92,6 +98,11 @@ func (o Options) validate() error {
 		return fmt.Errorf("bench: the throughput duration (%s) must be positive", o.Duration)
 	case len(o.Clients) == 0 || slices.Min(o.Clients) < 1:
 		return fmt.Errorf("bench: concurrency levels %v must be at least 1", o.Clients)
+	}
+	for _, v := range o.Compare {
+		if v != VariantSingle && v != VariantRunsc {
+			return fmt.Errorf("bench: %q is not a layout to compare with: use %q or %q", v, VariantSingle, VariantRunsc)
+		}
 	}
 	return nil
 }
@@ -293,10 +304,10 @@ type variant struct {
 // does not use it.
 func (b *bench) variants(ctx context.Context, cfg config.Config) []variant {
 	var vs []variant
-	if cfg.Slots > 1 {
+	if cfg.Slots > 1 && slices.Contains(b.opts.Compare, VariantSingle) {
 		vs = append(vs, variant{VariantSingle, []string{"--slots=1"}})
 	}
-	if cfg.Runtime != "runsc" && b.api != nil {
+	if cfg.Runtime != "runsc" && slices.Contains(b.opts.Compare, VariantRunsc) {
 		if info, err := b.api.Info(ctx, client.InfoOptions{}); err == nil {
 			if _, ok := info.Info.Runtimes["runsc"]; ok {
 				vs = append(vs, variant{VariantRunsc, []string{"--runtime=runsc", "--network=none"}})

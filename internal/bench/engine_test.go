@@ -67,7 +67,7 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 	})
 
 	var stdout, stderr bytes.Buffer
-	code := cli.Main(ctx, []string{"bench", "--runs=3", "--slow-runs=2", "--warmup=1", "--duration=500ms", "--json"},
+	code := cli.Main(ctx, []string{"bench", "--runs=3", "--slow-runs=2", "--warmup=1", "--duration=500ms", "--compare=single", "--json"},
 		cli.Env{Stdin: &bytes.Buffer{}, Stdout: &stdout, Stderr: &stderr, Lookup: os.LookupEnv})
 	t.Logf("progress:\n%s", stderr.String())
 	if code != 0 {
@@ -102,27 +102,37 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 	if m.DaemonIdleRSS <= 0 || m.DaemonLoadPeakRSS <= 0 || m.BoxIdle <= 0 || m.BoxLoadPeak <= 0 || m.ExecutorIdleRSS <= 0 || m.ExecutorPeakRSS <= 0 {
 		t.Errorf("memory: %+v", m)
 	}
-	if len(rep.Targets) != 5 || rep.Image == "" || rep.CPUs < 1 || rep.ElapsedSeconds <= 0 {
+	if len(rep.Targets) != 9 || rep.Image == "" || rep.CPUs < 1 || rep.ElapsedSeconds <= 0 || rep.Slots != 4 || !(rep.ReadySeconds > 0) {
 		t.Errorf("report: %+v", rep)
+	}
+	// The pool compared with one container, measured in the same run.
+	if len(rep.Variants) != 1 {
+		t.Fatalf("variants %+v, want the single container", rep.Variants)
+	}
+	if v := rep.Variants[0]; v.Name != bench.VariantSingle || v.Slots != 1 || !(v.ReadySeconds > 0) || v.BoxIdle <= 0 ||
+		v.RESTPrint.Runs != 3 || v.RESTPandas.Runs != 2 || !(v.RESTPrint.P50MS > 0) {
+		t.Errorf("single-container variant: %+v", v)
 	}
 
 	if ids := testenv.Containers(t, stale); len(ids) != 0 {
 		t.Errorf("the stale bench's container is still there: %v", ids)
 	}
 
-	// Nothing of the bench is left: container, volume, data directory.
-	found := regexp.MustCompile(`with data directory (\S+);`).FindStringSubmatch(stderr.String())
-	if found == nil {
-		t.Fatal("the progress does not name the data directory")
+	// Nothing of the bench is left, of either daemon: containers, volume, data directory.
+	found := regexp.MustCompile(`with data directory (\S+);`).FindAllStringSubmatch(stderr.String(), -1)
+	if len(found) != 2 {
+		t.Fatalf("the progress names %d data directories, want 2 (the pool and the single container)", len(found))
 	}
-	dir := found[1]
-	if ids := testenv.Containers(t, dir); len(ids) != 0 {
-		t.Errorf("containers left for %s: %v", dir, ids)
-	}
-	if _, err := api.VolumeInspect(ctx, docker.VolumeName(dir), client.VolumeInspectOptions{}); err == nil {
-		t.Errorf("volume %s left", docker.VolumeName(dir))
-	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Errorf("data directory %s left: %v", dir, err)
+	for _, f := range found {
+		dir := f[1]
+		if ids := testenv.Containers(t, dir); len(ids) != 0 {
+			t.Errorf("containers left for %s: %v", dir, ids)
+		}
+		if _, err := api.VolumeInspect(ctx, docker.VolumeName(dir), client.VolumeInspectOptions{}); err == nil {
+			t.Errorf("volume %s left", docker.VolumeName(dir))
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("data directory %s left: %v", dir, err)
+		}
 	}
 }

@@ -11,7 +11,7 @@ import (
 // fixedReport is a report with round numbers, as Run would fill it before Targets.
 func fixedReport(cpus int) Report {
 	return Report{
-		CPUs: cpus, BoxCPUs: 1, Image: "sandpit-sandbox:0123456789abcdef", ElapsedSeconds: 72.4, ThroughputSeconds: 5,
+		CPUs: cpus, BoxCPUs: 1, Slots: 4, ReadySeconds: 1.5, Image: "sandpit-sandbox:0123456789abcdef", ElapsedSeconds: 72.4, ThroughputSeconds: 5,
 		Latency: []Latency{
 			{Name: LatencyDockerExec, Baseline: "A", What: "docker exec python3 -c 'print(1)'", Runs: 20, P50MS: 150, P95MS: 180.25, P99MS: 190, RunsPerSec: 6.5},
 			{Name: LatencySpawnPrint, Baseline: "B", What: "executor spawns python3 -c 'print(1)'", Runs: 50, P50MS: 20, P95MS: 23.4, P99MS: 25, RunsPerSec: 48.1},
@@ -97,8 +97,41 @@ func TestTargetsWithoutMeasurements(t *testing.T) {
 	}
 }
 
+// withVariants adds the single container and gVisor measured beside the pool.
+func withVariants(r Report) Report {
+	r.Variants = []Variant{
+		{Name: VariantSingle, Flags: []string{"--slots=1"}, Slots: 1, ReadySeconds: 1.25, DaemonIdleRSS: 29 << 20, BoxIdle: 40 << 20,
+			RESTPrint: Latency{Runs: 50, P50MS: 20}, RESTPandas: Latency{Runs: 20, P50MS: 48}},
+		{Name: VariantRunsc, Flags: []string{"--runtime=runsc", "--network=none"}, Slots: 4, ReadySeconds: 6, BoxIdle: 300 << 20,
+			RESTPrint: Latency{Runs: 50, P50MS: 120}, RESTPandas: Latency{Runs: 20, P50MS: 300}},
+	}
+	return r
+}
+
+func TestTargetsOfTheLayouts(t *testing.T) {
+	got := Targets(withVariants(fixedReport(2)))[5:]
+	want := []struct {
+		name, status string
+		value        float64
+	}{
+		{"pool_print_over_single", StatusMet, 1.2},     // 24 / 20
+		{"pool_pandas_over_single", StatusMet, 1.04},   // 50 / 48
+		{"pool_ready_over_single", StatusMet, 1.2},     // 1.5 / 1.25
+		{"pool_memory_over_single", StatusNotMet, 2.5}, // 100 / 40 MiB
+		{"runsc_print_over_runc", StatusNotMet, 5},     // 120 / 24
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d layout targets, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		if got[i].Name != w.name || got[i].Status != w.status || got[i].Value != w.value {
+			t.Errorf("target %s = %v %s, want %s %v %s", got[i].Name, got[i].Value, got[i].Status, w.name, w.value, w.status)
+		}
+	}
+}
+
 func TestWriteTable(t *testing.T) {
-	r := fixedReport(2)
+	r := withVariants(fixedReport(2))
 	r.Targets = Targets(r)
 	var buf bytes.Buffer
 	if err := WriteTable(&buf, r); err != nil {
@@ -121,15 +154,25 @@ clients   runs/s      ok  not ok    429  errors    p50 ms    p99 ms  box cpu ms/
 
 memory                               idle    under load (peak)
 daemon RSS                       30.0 MiB             36.0 MiB
-box (container)                 100.0 MiB            210.0 MiB
+boxes (4 containers)            100.0 MiB            210.0 MiB
 executor RSS (peak: VmHWM)        5.0 MiB                  n/a
 
-target                                        value        goal  status
-REST print(1) p50 / baseline B p50            1.20x     ≤ 1.25x  met
-baseline A p50 / REST print(1) p50            6.25x        ≥ 5x  met
-baseline C p50 / REST pandas p50             14.00x        ≥ 8x  met
-throughput(4) / throughput(1)                 3.00x        ≥ 3x  n/a (2 CPUs, box cpus 1; the goal needs at least 4 of each)
-daemon idle RSS                            30.0 MiB    < 40 MiB  met
+layouts                           slots   ready s   print p50 ms  pandas p50 ms       boxes idle  daemon idle
+this daemon                           4      1.50           24.0           50.0        100.0 MiB     30.0 MiB
+--slots=1                             1      1.25           20.0           48.0         40.0 MiB     29.0 MiB
+--runtime=runsc --network=none        4      6.00          120.0          300.0        300.0 MiB          n/a
+
+target                                                    value        goal  status
+REST print(1) p50 / baseline B p50                        1.20x     ≤ 1.25x  met
+baseline A p50 / REST print(1) p50                        6.25x        ≥ 5x  met
+baseline C p50 / REST pandas p50                         14.00x        ≥ 8x  met
+throughput(4) / throughput(1)                             3.00x        ≥ 3x  n/a (2 CPUs, box cpus 1; the goal needs at least 4 of each)
+daemon idle RSS                                        30.0 MiB    < 40 MiB  met
+pool of 4 / one container: REST print(1) p50              1.20x     ≤ 1.25x  met
+pool of 4 / one container: REST pandas p50                1.04x     ≤ 1.25x  met
+pool of 4 / one container: time to ready                  1.20x     ≤ 1.25x  met
+pool of 4 / one container: idle box memory                2.50x     ≤ 1.25x  not met (each slot's sandbox holds its own fork server)
+runsc / runc: REST print(1) p50                           5.00x        ≤ 4x  not met
 `
 	if got := buf.String(); got != want {
 		t.Errorf("WriteTable:\n%s\nwant:\n%s", got, want)

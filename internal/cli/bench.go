@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,11 +16,13 @@ type benchFlags struct {
 	runs, slowRuns, warmup int
 	duration, maxTime      time.Duration
 	json                   bool
+	compare                []string
 }
 
 func (o *options) benchCommand() *cobra.Command {
 	def := bench.DefaultOptions()
-	f := benchFlags{runs: def.Runs, slowRuns: def.SlowRuns, warmup: def.Warmup, duration: def.Duration, maxTime: 10 * time.Minute}
+	f := benchFlags{runs: def.Runs, slowRuns: def.SlowRuns, warmup: def.Warmup, duration: def.Duration, maxTime: 10 * time.Minute,
+		compare: def.Compare}
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure sandpit's speed against docker exec and a bare Python start, on this machine",
@@ -31,7 +34,10 @@ func (o *options) benchCommand() *cobra.Command {
   C  a pandas snippet in a fresh python3 started by sandpit-executor
      the same snippet through the REST API
   throughput of print(1) through REST at 1, 4 and 16 concurrent clients (--duration each)
-  the resident memory of the daemon, the container and the executor, idle and under load
+  the resident memory of the daemon, the containers and the executor, idle and under load
+  then, each on a daemon of its own (--compare): one container with one slot (the pool is
+  compared with it: time to ready, idle memory, print(1) and pandas p50), and gVisor (runsc)
+  when the engine has it
 
 and compare them with sandpit's targets. Latencies are p50, p95 and p99 in milliseconds
 (nearest rank) with runs per second; progress goes to stderr, the table (or --json) to stdout.
@@ -59,6 +65,7 @@ bench, which removes it.`,
 	fl.DurationVar(&f.duration, "duration", f.duration, "how long each throughput level lasts")
 	fl.DurationVar(&f.maxTime, "max-time", f.maxTime, "stop the bench (and clean up) when it takes longer than this")
 	fl.BoolVar(&f.json, "json", false, "print the report as JSON")
+	fl.StringSliceVar(&f.compare, "compare", f.compare, `layouts measured beside, each on its own daemon: "single" (one container), "runsc" (gVisor); "" for none`)
 	return cmd
 }
 
@@ -72,6 +79,8 @@ func (o *options) bench(cmd *cobra.Command, f benchFlags) error {
 		return usageErrorf("--warmup must not be negative (got %d)", f.warmup)
 	case f.duration < 100*time.Millisecond:
 		return usageErrorf("--duration %s is too short to count runs per second: give at least 100ms, e.g. --duration 5s", f.duration)
+	case !validCompare(f.compare):
+		return usageErrorf("--compare takes single, runsc or both (comma-separated), or \"\" for none; got %q", strings.Join(f.compare, ","))
 	case f.maxTime <= 0:
 		return usageErrorf("--max-time must be positive, e.g. --max-time 10m")
 	case 3*f.duration >= f.maxTime:
@@ -88,7 +97,7 @@ func (o *options) bench(cmd *cobra.Command, f benchFlags) error {
 	opts := bench.DefaultOptions()
 	opts.Config = cfg
 	opts.Serve = append([]string{exe, "serve"}, o.configArgs(cmd)...)
-	opts.Runs, opts.SlowRuns, opts.Warmup, opts.Duration = f.runs, f.slowRuns, f.warmup, f.duration
+	opts.Runs, opts.SlowRuns, opts.Warmup, opts.Duration, opts.Compare = f.runs, f.slowRuns, f.warmup, f.duration, f.compare
 	opts.Progress = o.env.Stderr
 	if o.verbose {
 		opts.DaemonLog = o.env.Stderr
@@ -110,6 +119,16 @@ func (o *options) bench(cmd *cobra.Command, f benchFlags) error {
 		return o.printJSON(rep)
 	}
 	return bench.WriteTable(o.env.Stdout, *rep)
+}
+
+// validCompare reports whether every --compare value is a layout bench knows.
+func validCompare(names []string) bool {
+	for _, n := range names {
+		if n != bench.VariantSingle && n != bench.VariantRunsc {
+			return false
+		}
+	}
+	return true
 }
 
 // configArgs returns the configuration flags given on the command line (and --config), to
