@@ -72,7 +72,7 @@ func TestConformanceDocker(t *testing.T) {
 	for _, start := range []string{"cold", "fork"} {
 		t.Run(start, func(t *testing.T) {
 			rt, _ := startRuntime(t, func(cfg *docker.Config) { cfg.ForkServer.Enabled = start == "fork" })
-			sandboxtest.WaitForStart(t, rt, start, time.Minute)
+			sandboxtest.WaitForStartInSlots(t, rt, 4, start, time.Minute)
 			sandboxtest.Run(t, sandboxtest.Harness{
 				Runtime:       rt,
 				Slots:         4,
@@ -98,7 +98,7 @@ func TestConformanceRunsc(t *testing.T) {
 				cfg.Box.Runtime, cfg.Box.Network = name, "none"
 				cfg.ForkServer.Enabled = start == "fork"
 			})
-			sandboxtest.WaitForStart(t, rt, start, 2*time.Minute)
+			sandboxtest.WaitForStartInSlots(t, rt, 4, start, 2*time.Minute)
 			sandboxtest.Run(t, sandboxtest.Harness{
 				Runtime:       rt,
 				Slots:         4,

@@ -50,20 +50,29 @@ func (c startChecker) Run(ctx context.Context, slot int, spec sandbox.Spec, emit
 	return res, err
 }
 
-// WaitForStart runs print(1) until a run starts the way start says ("fork": once the fork
-// server is ready), failing the test after timeout.
+// WaitForStart runs print(1) in slot 0 until a run starts the way start says ("fork": once
+// the fork server is ready), failing the test after timeout.
 func WaitForStart(t *testing.T, rt sandbox.Runtime, start string, timeout time.Duration) {
 	t.Helper()
+	WaitForStartInSlots(t, rt, 1, start, timeout)
+}
+
+// WaitForStartInSlots is WaitForStart for each of slots 0 to slots-1: a runtime whose slots
+// are sandboxes of their own has a fork server in each.
+func WaitForStartInSlots(t *testing.T, rt sandbox.Runtime, slots int, start string, timeout time.Duration) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
-	for {
-		res := Exec(t, rt, 0, Spec("print(1)", 10*time.Second), nil)
-		if res.Start == start {
-			return
+	for slot := range slots {
+		for {
+			res := Exec(t, rt, slot, Spec("print(1)", 10*time.Second), nil)
+			if res.Start == start {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("runs in slot %d still start %q after %s, want %q", slot, res.Start, timeout, start)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("runs still start %q after %s, want %q", res.Start, timeout, start)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
