@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -370,14 +369,16 @@ func CheckExposure(cfg config.Config) error {
 }
 
 // MCPHandler serves MCP over streamable HTTP with tools that call api, the daemon's own REST
-// handler, in process. Each session acts for the agent named by the query parameter agent (or
-// the header X-Sandpit-Agent), "default" when neither is given; an invalid name is a 400
-// naming it. Sessions idle for MCPSessionTimeout are closed.
+// handler, in process (see handlerTransport). Each session acts for the agent named by the
+// query parameter agent (or the header X-Sandpit-Agent), "default" when neither is given; an
+// invalid name is a 400 naming it. Sessions idle for MCPSessionTimeout are closed; a call whose
+// client goes away is cancelled (see mcpserver.HTTPHandler).
 func MCPHandler(api http.Handler, version string) http.Handler {
-	c := apiclient.New("http://sandpit.internal", &http.Client{Transport: handlerTransport{api}})
-	mcpHandler := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+	// No base URL: the requests never leave the process, and no address appears in errors.
+	c := apiclient.New("", &http.Client{Transport: handlerTransport{api}})
+	mcpHandler := mcpserver.HTTPHandler(func(r *http.Request) *mcp.Server {
 		return mcpserver.New(c, mcpAgent(r), version)
-	}, &mcp.StreamableHTTPOptions{SessionTimeout: MCPSessionTimeout})
+	}, MCPSessionTimeout)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if agent := mcpAgent(r); !sandbox.ValidAgent(agent) {
 			w.Header().Set("Content-Type", "application/json")
@@ -402,19 +403,6 @@ func mcpAgent(r *http.Request) string {
 		agent = "default"
 	}
 	return agent
-}
-
-// handlerTransport serves HTTP requests with a handler in process: the MCP tools reach the REST
-// API without the network (and without its guards, which the MCP request already passed).
-type handlerTransport struct{ h http.Handler }
-
-func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	rec := httptest.NewRecorder()
-	t.h.ServeHTTP(rec, r)
-	if err := r.Context().Err(); err != nil {
-		return nil, err
-	}
-	return rec.Result(), nil
 }
 
 // waitFor waits until done is closed or ctx ends.

@@ -1,16 +1,19 @@
 package app_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandpit-dev/sandpit/internal/app"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
@@ -158,4 +161,84 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+// mcpPost sends one JSON-RPC message to url (a daemon's /mcp) in cs's session, as an MCP
+// client over streamable HTTP does, and returns the answer unread.
+func mcpPost(ctx context.Context, url string, cs *mcp.ClientSession, msg string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(msg))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	req.Header.Set("Mcp-Protocol-Version", cs.InitializeResult().ProtocolVersion)
+	return http.DefaultClient.Do(req)
+}
+
+// ledgerRecord returns the newest ledger record of agent (nil when it has none).
+func ledgerRecord(t *testing.T, url, agent string) *store.ExecutionSummary {
+	t.Helper()
+	var list struct{ Executions []store.ExecutionSummary }
+	if st := call(t, "GET", url+"/v1/executions?limit=1&agent="+agent, "", &list); st != 200 {
+		t.Fatalf("listing %s's executions: %d", agent, st)
+	}
+	if len(list.Executions) == 0 {
+		return nil
+	}
+	return &list.Executions[0]
+}
+
+// An MCP client over HTTP whose connection closes while its run_code runs stops that run, as
+// a REST client that goes away does: /mcp keeps no stream to resume, so nobody could ever
+// receive the answer, and the run must not hold its slot until its timeout. Against the real
+// engine: the ledger records the run killed and finished within two seconds of the
+// disconnect.
+func TestMCPDisconnectStopsRun(t *testing.T) {
+	url, _ := startDaemon(t, testConfig(t))
+	endpoint := url + "/mcp?agent=gone"
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(t.Context(),
+		&mcp.StreamableClientTransport{Endpoint: endpoint}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+
+	ctx, disconnect := context.WithCancel(t.Context())
+	defer disconnect()
+	posted := make(chan error, 1)
+	go func() {
+		resp, err := mcpPost(ctx, endpoint, cs, `{"jsonrpc":"2.0","id":"sleeper","method":"tools/call","params":{"name":"run_code",`+
+			`"arguments":{"code":"import time; time.sleep(20)","timeout_ms":60000}}}`)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		posted <- err
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for rec := ledgerRecord(t, url, "gone"); rec == nil || rec.Status != "running"; rec = ledgerRecord(t, url, "gone") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the run did not start within 30 s: %+v", rec)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // the program is in its sleep
+	disconnect()
+	gone := time.Now()
+	<-posted
+
+	var rec *store.ExecutionSummary
+	for rec = ledgerRecord(t, url, "gone"); rec.Status == "running" && time.Since(gone) < 5*time.Second; rec = ledgerRecord(t, url, "gone") {
+		time.Sleep(50 * time.Millisecond)
+	}
+	took := time.Since(gone)
+	if rec.Status != "finished" || rec.Outcome != sandbox.OutcomeKilled || !strings.Contains(rec.Reason, "cancelled") || took > 2*time.Second {
+		t.Fatalf("%s after the client went away, the run's record is %s, outcome %q (%q); want finished, killed, cancelled, within 2 s",
+			took.Round(time.Millisecond), rec.Status, rec.Outcome, rec.Reason)
+	}
+	if isErr, text := mcpRun(t, cs, "print(1)"); isErr || !strings.Contains(text, "stdout:\n1") {
+		t.Fatalf("the session's next run: %v %q", isErr, text)
+	}
 }
