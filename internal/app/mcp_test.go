@@ -1,11 +1,16 @@
 package app_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandpit-dev/sandpit/internal/app"
+	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
@@ -240,5 +246,94 @@ func TestMCPDisconnectStopsRun(t *testing.T) {
 	}
 	if isErr, text := mcpRun(t, cs, "print(1)"); isErr || !strings.Contains(text, "stdout:\n1") {
 		t.Fatalf("the session's next run: %v %q", isErr, text)
+	}
+}
+
+// blockingRuntime runs every program until its context ends, sending each run's ID to started.
+type blockingRuntime struct{ started chan string }
+
+func (blockingRuntime) Ready(context.Context) error { return nil }
+func (b blockingRuntime) Run(ctx context.Context, _ int, spec sandbox.Spec, _ func(sandbox.Event)) (sandbox.Result, error) {
+	b.started <- spec.ID
+	<-ctx.Done()
+	return sandbox.Result{}, ctx.Err()
+}
+
+// mcpAnswer reads the first JSON-RPC message of an MCP answer (an SSE stream) into v.
+func mcpAnswer(r io.Reader, v any) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			return json.Unmarshal([]byte(data), v)
+		}
+	}
+	return fmt.Errorf("the answer ended without a message: %v", sc.Err())
+}
+
+// notifications/cancelled for a running run_code over /mcp stops the run, and the answer (the
+// spec requires none; the SDK sends one) says the run was cancelled and gives its execution ID,
+// in sandpit's words: no in-process URL, no Go context error.
+func TestMCPCancelAnswers(t *testing.T) {
+	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rt := blockingRuntime{started: make(chan string, 1)}
+	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, sandbox.DefaultConfig(), nil)
+	srv := httptest.NewServer(app.MCPHandler(httpapi.NewHandler(httpapi.Backend{Executor: svc, Ledger: st}, nil), "test"))
+	defer srv.Close()
+	endpoint := srv.URL + "?agent=carol"
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(t.Context(),
+		&mcp.StreamableClientTransport{Endpoint: endpoint}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+
+	type answer struct {
+		Result struct {
+			IsError bool `json:"isError"`
+			Content []struct{ Text string }
+		}
+		Error any
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		var a answer
+		resp, err := mcpPost(t.Context(), endpoint, cs, `{"jsonrpc":"2.0","id":"c1","method":"tools/call","params":{"name":"run_code",`+
+			`"arguments":{"code":"import time; time.sleep(60)","timeout_ms":60000}}}`)
+		if err == nil {
+			err = mcpAnswer(resp.Body, &a)
+			resp.Body.Close()
+		}
+		if err != nil {
+			a.Error = err.Error()
+		}
+		answered <- a
+	}()
+	id := <-rt.started
+	resp, err := mcpPost(t.Context(), endpoint, cs, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"c1","reason":"enough"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	a := <-answered
+	if a.Error != nil || len(a.Result.Content) != 1 {
+		t.Fatalf("the cancelled call's answer: %+v", a)
+	}
+	text := a.Result.Content[0].Text
+	if !a.Result.IsError || !strings.Contains(text, "outcome: killed") || !strings.Contains(text, "cancelled") || !strings.Contains(text, "execution: "+id) {
+		t.Errorf("the cancelled call's answer does not say the run %s was cancelled: %q", id, text)
+	}
+	for _, internal := range []string{"http", "context canceled", "/v1/"} {
+		if strings.Contains(text, internal) {
+			t.Errorf("the cancelled call's answer speaks of %q: %q", internal, text)
+		}
+	}
+	rec, err := st.GetExecution(t.Context(), id)
+	if err != nil || rec.Outcome != sandbox.OutcomeKilled || rec.Status != "finished" {
+		t.Fatalf("the cancelled run's record: %v %s %+v", err, rec.Status, rec.Result)
 	}
 }

@@ -90,13 +90,15 @@ func (t *tools) runCode(ctx context.Context, _ *mcp.CallToolRequest, a RunCodeAr
 }
 
 // runResult turns an execution into a tool result: a failing program is a tool error with its
-// output, so the model can fix its code.
+// output, so the model can fix its code. The execution's ID is always given (get_execution
+// reads its record), a run stopped because its call was cancelled included.
 func runResult(res sandbox.Result, err error) (*mcp.CallToolResult, any, error) {
 	if err != nil {
 		return nil, nil, toolError(err)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "outcome: %s (exit code %d, %d ms)\n", res.Outcome, res.ExitCode, res.DurationMS)
+	fmt.Fprintf(&b, "execution: %s\n", res.ID)
 	if res.Reason != "" {
 		fmt.Fprintf(&b, "reason: %s\n", res.Reason)
 	}
@@ -113,10 +115,19 @@ func runResult(res sandbox.Result, err error) (*mcp.CallToolResult, any, error) 
 		Content: []mcp.Content{&mcp.TextContent{Text: b.String()}}}, res, nil
 }
 
-// toolError makes err a tool error naming the field at fault, as the REST API named it.
+// errCancelled is the tool error of a call cancelled (notifications/cancelled, or its client
+// gone) before the daemon answered it.
+var errCancelled = errors.New("cancelled: the client cancelled this call before sandpit answered it; " +
+	"if it had started a run, that run was stopped and is recorded with outcome killed (see list_executions)")
+
+// toolError makes err a tool error in the words of the REST API: naming the field at fault as
+// the API named it. A cancelled call says so, and a daemon that did not answer says that,
+// without the client's request line (method and URL).
 func toolError(err error) error {
 	var api *client.APIError
-	if errors.As(err, &api) {
+	var urlErr *url.Error
+	switch {
+	case errors.As(err, &api):
 		msg := api.Message
 		if api.Field != "" && !strings.HasPrefix(msg, api.Field) {
 			msg = api.Field + ": " + msg
@@ -125,6 +136,10 @@ func toolError(err error) error {
 			msg += fmt.Sprintf("\n  input at %q: %s", v.Pointer, v.Message)
 		}
 		return errors.New(msg)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return errCancelled
+	case errors.As(err, &urlErr):
+		return fmt.Errorf("sandpit's API did not answer: %w", urlErr.Err)
 	}
 	return err
 }
