@@ -1,8 +1,10 @@
 package mcpserver_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -32,21 +34,28 @@ func (pyRuntime) Run(_ context.Context, _ int, spec sandbox.Spec, _ func(sandbox
 	return sandbox.Result{Outcome: sandbox.OutcomeOK, Stdout: "hi\n", Output: spec.Input, StartedAt: time.Now().UTC()}, nil
 }
 
-// session connects an MCP client, over in-memory transports, to a server for agent.
-func session(t testing.TB, agent string) *mcp.ClientSession {
+// newAPI serves the REST API over rt on a loopback port, with a ledger, and returns its URL and
+// ledger.
+func newAPI(t testing.TB, rt sandbox.Runtime) (string, *store.Store) {
 	t.Helper()
 	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	svc := sandbox.NewService(pyRuntime{}, sandbox.Hooks{Recorder: st}, sandbox.DefaultConfig(), nil)
+	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, sandbox.DefaultConfig(), nil)
 	lib := library.New(st, svc, 0)
 	api := httptest.NewServer(httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib,
 		Jobs: jobs.New(st, lib, svc, jobs.Config{}, nil), Ledger: st}, nil))
 	t.Cleanup(api.Close)
+	return api.URL, st
+}
 
-	server := mcpserver.New(client.New(api.URL, nil), agent, "test")
+// session connects an MCP client, over in-memory transports, to a server for agent.
+func session(t testing.TB, agent string) *mcp.ClientSession {
+	t.Helper()
+	url, _ := newAPI(t, pyRuntime{})
+	server := mcpserver.New(client.New(url, nil), agent, "test")
 	st1, st2 := mcp.NewInMemoryTransports()
 	ss, err := server.Connect(t.Context(), st1, nil)
 	if err != nil {
@@ -152,5 +161,86 @@ func TestTools(t *testing.T) {
 	}
 	if res, text = callTool(t, cs, "delete_code", map[string]any{"name": "echo"}); !res.IsError || !strings.Contains(text, job.ID) {
 		t.Fatalf("delete_code while a job uses it: %q", text)
+	}
+}
+
+// blockingRuntime runs every program until its context ends, sending each run's ID to started.
+type blockingRuntime struct{ started chan string }
+
+func (blockingRuntime) Ready(context.Context) error { return nil }
+func (b blockingRuntime) Run(ctx context.Context, _ int, spec sandbox.Spec, _ func(sandbox.Event)) (sandbox.Result, error) {
+	b.started <- spec.ID
+	<-ctx.Done()
+	return sandbox.Result{}, ctx.Err()
+}
+
+// As `sandpit mcp` serves it (stdio, the daemon reached over HTTP): notifications/cancelled for
+// a running run_code stops the run (outcome killed in the ledger), and the answer says the call
+// was cancelled in sandpit's words, without the daemon's URL or a Go context error.
+func TestCancelOverStdio(t *testing.T) {
+	rt := blockingRuntime{started: make(chan string, 1)}
+	url, st := newAPI(t, rt)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	served := make(chan error, 1)
+	go func() {
+		served <- mcpserver.New(client.New(url, nil), "alice", "test").Run(t.Context(), &mcp.IOTransport{Reader: inR, Writer: outW})
+	}()
+	defer func() { inW.Close(); <-served }()
+	lines := bufio.NewScanner(outR)
+	exchange := func(msg string, answer bool) map[string]any {
+		t.Helper()
+		if _, err := io.WriteString(inW, msg+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if !answer {
+			return nil
+		}
+		if !lines.Scan() {
+			t.Fatalf("no answer to %s: %v", msg, lines.Err())
+		}
+		var m map[string]any
+		if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	exchange(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}`, true)
+	exchange(`{"jsonrpc":"2.0","method":"notifications/initialized"}`, false)
+	answered := make(chan map[string]any, 1)
+	go func() {
+		answered <- exchange(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_code","arguments":{"code":"import time; time.sleep(60)"}}}`, true)
+	}()
+	id := <-rt.started
+	exchange(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"enough"}}`, false)
+	answer, _ := json.Marshal(<-answered)
+	var res struct {
+		Result struct {
+			IsError bool `json:"isError"`
+			Content []struct{ Text string }
+		}
+	}
+	json.Unmarshal(answer, &res)
+	if !res.Result.IsError || len(res.Result.Content) != 1 || !strings.HasPrefix(res.Result.Content[0].Text, "cancelled: the client cancelled this call") {
+		t.Fatalf("the cancelled call's answer: %s", answer)
+	}
+	for _, internal := range []string{"http", "context canceled", "/v1/"} {
+		if strings.Contains(string(answer), internal) {
+			t.Errorf("the cancelled call's answer speaks of %q: %s", internal, answer)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rec, err := st.GetExecution(t.Context(), id)
+		if err == nil && rec.Status == "finished" {
+			if rec.Outcome != sandbox.OutcomeKilled {
+				t.Fatalf("the cancelled run's outcome: %s (%s)", rec.Outcome, rec.Reason)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cancelled run is not finished in the ledger: %v %s", err, rec.Status)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
