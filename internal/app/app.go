@@ -303,7 +303,11 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	root := http.NewServeMux()
 	api := httpapi.NewHandler(backend, log)
 	root.Handle("/", api)
-	root.Handle("/mcp", MCPHandler(api, "daemon"))
+	mcpHandler, err := MCPHandler(ctx, api, "daemon")
+	if err != nil {
+		return err
+	}
+	root.Handle("/mcp", mcpHandler)
 	root.Handle("GET /metrics", eng.Metrics.Handler())
 	srv := &http.Server{
 		Handler:           httpapi.Guard(httpapi.RequireToken(root, cfg.Token), cfg.AllowedHosts),
@@ -372,12 +376,17 @@ func CheckExposure(cfg config.Config) error {
 // handler, in process (see handlerTransport). Each session acts for the agent named by the
 // query parameter agent (or the header X-Sandpit-Agent), "default" when neither is given; an
 // invalid name is a 400 naming it. Sessions idle for MCPSessionTimeout are closed; a call whose
-// client goes away is cancelled (see mcpserver.HTTPHandler).
-func MCPHandler(api http.Handler, version string) http.Handler {
+// client goes away is cancelled (see mcpserver.HTTPHandler). The tools' descriptions state the
+// limits api answers (GET /v1/limits, read once here); an error is its failure to answer.
+func MCPHandler(ctx context.Context, api http.Handler, version string) (http.Handler, error) {
 	// No base URL: the requests never leave the process, and no address appears in errors.
 	c := apiclient.New("", &http.Client{Transport: handlerTransport{api}})
+	limits, err := c.Limits(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the limits for the MCP tools' descriptions: %w", err)
+	}
 	mcpHandler := mcpserver.HTTPHandler(func(r *http.Request) *mcp.Server {
-		return mcpserver.New(c, mcpAgent(r), version)
+		return mcpserver.New(c, mcpAgent(r), version, limits)
 	}, MCPSessionTimeout)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if agent := mcpAgent(r); !sandbox.ValidAgent(agent) {
@@ -388,7 +397,7 @@ func MCPHandler(api http.Handler, version string) http.Handler {
 			return
 		}
 		mcpHandler.ServeHTTP(w, r)
-	})
+	}), nil
 }
 
 // MCPSessionTimeout is how long an MCP-over-HTTP session may stay idle before it is closed.

@@ -282,7 +282,11 @@ func TestMCPCancelAnswers(t *testing.T) {
 	defer st.Close()
 	rt := blockingRuntime{started: make(chan string, 1)}
 	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, sandbox.DefaultConfig(), nil)
-	srv := httptest.NewServer(app.MCPHandler(httpapi.NewHandler(httpapi.Backend{Executor: svc, Ledger: st}, nil), "test"))
+	h, err := app.MCPHandler(t.Context(), httpapi.NewHandler(httpapi.Backend{Executor: svc, Ledger: st}, nil), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
 	defer srv.Close()
 	endpoint := srv.URL + "?agent=carol"
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(t.Context(),

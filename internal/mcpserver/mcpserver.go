@@ -22,19 +22,20 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
-// New returns an MCP server whose tools call the daemon through c for agent.
-func New(c *client.Client, agent, version string) *mcp.Server {
+// New returns an MCP server whose tools call the daemon through c for agent. limits are the
+// daemon's (Client.Limits: GET /v1/limits), which the tool descriptions state.
+func New(c *client.Client, agent, version string, limits client.Limits) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "sandpit", Version: version}, &mcp.ServerOptions{
 		Instructions: instructions,
 	})
 	t := &tools{c: c.As(sandbox.SourceMCP), agent: agent}
-	mcp.AddTool(s, &mcp.Tool{Name: "run_code", Description: runCodeDoc}, t.runCode)
+	mcp.AddTool(s, &mcp.Tool{Name: "run_code", Description: runCodeDoc + limitsDoc(limits) + outcomesDoc}, t.runCode)
 	mcp.AddTool(s, &mcp.Tool{Name: "save_code", Description: saveCodeDoc}, t.saveCode)
 	mcp.AddTool(s, &mcp.Tool{Name: "update_code", Description: updateCodeDoc}, t.updateCode)
 	mcp.AddTool(s, &mcp.Tool{Name: "get_code", Description: "Get a saved script: its code, dependencies, schemas, description and version (the latest, or the version given)."}, t.getCode)
 	mcp.AddTool(s, &mcp.Tool{Name: "list_code", Description: "List your saved scripts (name, version, description, dependencies), optionally only those whose name or description contains query."}, t.listCode)
 	mcp.AddTool(s, &mcp.Tool{Name: "delete_code", Description: "Delete a saved script with all its versions. Refused while jobs run it, unless force is true, which also disables those jobs."}, t.deleteCode)
-	mcp.AddTool(s, &mcp.Tool{Name: "run_saved_code", Description: runSavedDoc}, t.runSaved)
+	mcp.AddTool(s, &mcp.Tool{Name: "run_saved_code", Description: runSavedDoc + limitsDoc(limits) + outcomesDoc}, t.runSaved)
 	mcp.AddTool(s, &mcp.Tool{Name: "create_code_job", Description: createJobDoc}, t.createJob)
 	mcp.AddTool(s, &mcp.Tool{Name: "list_code_jobs", Description: "List your jobs: their script, schedule, timezone, enabled flag and next run."}, t.listJobs)
 	mcp.AddTool(s, &mcp.Tool{Name: "update_code_job", Description: "Change a job: only the fields given change. Setting enabled false pauses it; true resumes it. Answers the next five fire times."}, t.updateJob)
@@ -44,19 +45,47 @@ func New(c *client.Client, agent, version string) *mcp.Server {
 	return s
 }
 
-const instructions = `sandpit runs Python 3 for you in a locked-down sandbox: use it for arithmetic, aggregation, data over twenty rows, parsing, anything where code is more reliable than reasoning. pandas, numpy, matplotlib and scipy are usually installed; ask for more with dependencies. Give the code data as input (the global INPUT) and set the global OUTPUT to a JSON-serialisable value to get structured results back; print for humans. Code can read your own knowledge with agent.search_memory, agent.get_facts, agent.query_graph, agent.get_documents, and keep results with agent.store_result and agent.log. Save code you will use again (save_code) with JSON Schemas for its input and output, and schedule it (create_code_job).`
+const instructions = `sandpit runs Python 3 for you in a locked-down sandbox: use it for arithmetic, aggregation, data over twenty rows, parsing, anything where code is more reliable than reasoning.` + packagesDoc + ` Give the code data as input (the global INPUT) and set the global OUTPUT to a JSON-serialisable value to get structured results back; print for humans. Code can read your own knowledge with agent.search_memory, agent.get_facts, agent.query_graph, agent.get_documents, and keep results with agent.store_result and agent.log. Save code you will use again (save_code) with JSON Schemas for its input and output, and schedule it (create_code_job).`
 
-const limitsDoc = ` Limits: a wall-clock timeout (timeout_ms, default 30000), memory (about 512 MiB for the sandbox), stdout and stderr 1 MiB each, OUTPUT 1 MiB of JSON; files live only for the run (work in the current directory or /tmp); the network may be off.`
+// packagesDoc names the packages of the default sandbox image (config.DefaultPackages), with
+// the module names to import where they differ.
+const packagesDoc = ` The default sandbox image has pandas, numpy, matplotlib, scipy, requests, beautifulsoup4 (import bs4) and Pillow (import PIL) installed; ask for others with dependencies.`
+
+// limitsDoc states the daemon's limits l for a model.
+func limitsDoc(l client.Limits) string {
+	network := "the network is reachable"
+	if l.Network == "none" {
+		network = "there is no network"
+	}
+	return fmt.Sprintf(" Limits: a wall-clock timeout (timeout_ms: default %d, at most %d); memory: %s for the run's data (past it: MemoryError, outcome memory_limit); "+
+		"stdout %s and stderr %s (past them: outcome output_limit); OUTPUT %s of JSON; any file %s; "+
+		"files live only for the run (work in the current directory or /tmp); %s.",
+		l.DefaultTimeoutMS, l.MaxTimeoutMS, size(l.Limits.MemoryBytes), size(l.Limits.StdoutBytes), size(l.Limits.StderrBytes),
+		size(l.Limits.OutputBytes), size(l.Limits.FileSizeBytes), network)
+}
+
+// size writes n bytes in the largest binary unit that divides it ("512 MiB", "1536 bytes").
+func size(n int64) string {
+	for _, u := range []struct {
+		name  string
+		bytes int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.bytes && n%u.bytes == 0 {
+			return fmt.Sprintf("%d %s", n/u.bytes, u.name)
+		}
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
 
 const outcomesDoc = ` The result has one outcome: ok; error (an exception or non-zero exit: read stderr, fix the code, try again); timeout; memory_limit; output_limit; output_invalid (OUTPUT broke the script's output schema); dependency_error (a package could not be installed); killed; sandbox_error (the sandbox failed, not your code: retry). A failing program is reported as a tool error carrying its stdout and stderr.`
 
-const runCodeDoc = `Run Python 3 code in the sandbox and get its stdout, stderr, exit code, duration and OUTPUT. INPUT is the JSON value you pass as input (None when absent); set the global OUTPUT to return JSON. dependencies are pip requirements (PEP 508, such as "tabulate>=0.9") installed before the run; names only, no URLs or options. The global agent object reads your knowledge: agent.search_memory(query, limit=10), agent.get_facts(subject=None, predicate=None), agent.query_graph(start=None, relation=None, depth=1), agent.get_documents(query=None, ids=None), agent.store_result(key, value), agent.log(message).` + limitsDoc + outcomesDoc
+const runCodeDoc = `Run Python 3 code in the sandbox and get its stdout, stderr, exit code, duration and OUTPUT. INPUT is the JSON value you pass as input (None when absent); set the global OUTPUT to return JSON. dependencies are pip requirements (PEP 508, such as "tabulate>=0.9") installed before the run; names only, no URLs or options. The global agent object reads your knowledge: agent.search_memory(query, limit=10), agent.get_facts(subject=None, predicate=None), agent.query_graph(start=None, relation=None, depth=1), agent.get_documents(query=None, ids=None), agent.store_result(key, value), agent.log(message).` + packagesDoc
 
 const saveCodeDoc = `Save a Python script under a name (lowercase letters, digits, - and _), as version 1, to run later by name (run_saved_code) or on a schedule (create_code_job). input_schema and output_schema are JSON Schemas (2020-12) of its INPUT and OUTPUT: runs with input that breaks input_schema are refused, and an OUTPUT that breaks output_schema ends the run output_invalid. dependencies are pip requirements installed before each run.`
 
 const updateCodeDoc = `Save a new version of a saved script: only the fields given change. Give expected_version (the version you last read) to be refused if someone else changed it meanwhile.`
 
-const runSavedDoc = `Run a saved script by name with an input (checked against its input schema first: a mismatch names each failing field as a JSON pointer). Answers like run_code.` + outcomesDoc
+const runSavedDoc = `Run a saved script by name with an input (checked against its input schema first: a mismatch names each failing field as a JSON pointer). Answers like run_code.`
 
 const createJobDoc = `Schedule a saved script: schedule is a 5-field cron spec ("0 9 * * 1-5"), @hourly, @daily, @weekly, @monthly or "@every 10m" (at least 10s), read in an IANA timezone (default UTC). input is given to every run. overlap: "skip" (default) skips a fire while the previous run still goes, "queue" runs it after. catch_up: "skip" (default) or "once" for fires missed while sandpit was down. Answers the job with its next five fire times.`
 
@@ -70,7 +99,7 @@ type RunCodeArgs struct {
 	Code         string   `json:"code" jsonschema:"the Python source to run"`
 	Input        any      `json:"input,omitempty" jsonschema:"any JSON value, given to the code as INPUT"`
 	Dependencies []string `json:"dependencies,omitempty" jsonschema:"pip requirements to install first, such as tabulate>=0.9"`
-	TimeoutMS    int64    `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds (default 30000)"`
+	TimeoutMS    int64    `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds (the default and the maximum are in the tool's description)"`
 }
 
 func (t *tools) runCode(ctx context.Context, _ *mcp.CallToolRequest, a RunCodeArgs) (*mcp.CallToolResult, any, error) {

@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
@@ -34,16 +35,16 @@ func (pyRuntime) Run(_ context.Context, _ int, spec sandbox.Spec, _ func(sandbox
 	return sandbox.Result{Outcome: sandbox.OutcomeOK, Stdout: "hi\n", Output: spec.Input, StartedAt: time.Now().UTC()}, nil
 }
 
-// newAPI serves the REST API over rt on a loopback port, with a ledger, and returns its URL and
-// ledger.
-func newAPI(t testing.TB, rt sandbox.Runtime) (string, *store.Store) {
+// newAPI serves the REST API over rt with cfg on a loopback port, with a ledger, and returns its
+// URL and ledger.
+func newAPI(t testing.TB, rt sandbox.Runtime, cfg sandbox.Config) (string, *store.Store) {
 	t.Helper()
 	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, sandbox.DefaultConfig(), nil)
+	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, cfg, nil)
 	lib := library.New(st, svc, 0)
 	api := httptest.NewServer(httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib,
 		Jobs: jobs.New(st, lib, svc, jobs.Config{}, nil), Ledger: st}, nil))
@@ -54,8 +55,13 @@ func newAPI(t testing.TB, rt sandbox.Runtime) (string, *store.Store) {
 // session connects an MCP client, over in-memory transports, to a server for agent.
 func session(t testing.TB, agent string) *mcp.ClientSession {
 	t.Helper()
-	url, _ := newAPI(t, pyRuntime{})
-	server := mcpserver.New(client.New(url, nil), agent, "test")
+	url, _ := newAPI(t, pyRuntime{}, sandbox.DefaultConfig())
+	return connect(t, newServer(t, url, agent))
+}
+
+// connect connects an MCP client to server over in-memory transports.
+func connect(t testing.TB, server *mcp.Server) *mcp.ClientSession {
+	t.Helper()
 	st1, st2 := mcp.NewInMemoryTransports()
 	ss, err := server.Connect(t.Context(), st1, nil)
 	if err != nil {
@@ -68,6 +74,17 @@ func session(t testing.TB, agent string) *mcp.ClientSession {
 	}
 	t.Cleanup(func() { cs.Close() })
 	return cs
+}
+
+// newServer returns an MCP server for agent of the daemon at url, with its limits.
+func newServer(t testing.TB, url, agent string) *mcp.Server {
+	t.Helper()
+	c := client.New(url, nil)
+	limits, err := c.Limits(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mcpserver.New(c, agent, "test", limits)
 }
 
 func callTool(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) (*mcp.CallToolResult, string) {
@@ -179,12 +196,12 @@ func (b blockingRuntime) Run(ctx context.Context, _ int, spec sandbox.Spec, _ fu
 // was cancelled in sandpit's words, without the daemon's URL or a Go context error.
 func TestCancelOverStdio(t *testing.T) {
 	rt := blockingRuntime{started: make(chan string, 1)}
-	url, st := newAPI(t, rt)
+	url, st := newAPI(t, rt, sandbox.DefaultConfig())
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	served := make(chan error, 1)
 	go func() {
-		served <- mcpserver.New(client.New(url, nil), "alice", "test").Run(t.Context(), &mcp.IOTransport{Reader: inR, Writer: outW})
+		served <- newServer(t, url, "alice").Run(t.Context(), &mcp.IOTransport{Reader: inR, Writer: outW})
 	}()
 	defer func() { inW.Close(); <-served }()
 	lines := bufio.NewScanner(outR)
@@ -242,5 +259,42 @@ func TestCancelOverStdio(t *testing.T) {
 			t.Fatalf("the cancelled run is not finished in the ledger: %v %s", err, rec.Status)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The run tools' descriptions state the daemon's own limits (GET /v1/limits), whatever its
+// configuration, and the instructions and run_code name every package of the default image.
+func TestDescriptionsStateTheLimits(t *testing.T) {
+	cfg := sandbox.DefaultConfig()
+	cfg.DefaultTimeout, cfg.MaxTimeout, cfg.Network = 12345*time.Millisecond, 99*time.Second, "none"
+	cfg.Limits.MemoryBytes, cfg.Limits.StdoutBytes, cfg.Limits.StderrBytes = 300<<20, 64<<10, 100000
+	cfg.Limits.OutputBytes, cfg.Limits.FileSizeBytes = 2<<20, 1<<30
+	url, _ := newAPI(t, pyRuntime{}, cfg)
+	cs := connect(t, newServer(t, url, "alice"))
+	tools, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]string{}
+	for _, tool := range tools.Tools {
+		docs[tool.Name] = tool.Description
+	}
+	for _, name := range []string{"run_code", "run_saved_code"} {
+		for _, want := range []string{"timeout_ms: default 12345, at most 99000", "memory: 300 MiB", "stdout 64 KiB and stderr 100000 bytes",
+			"OUTPUT 2 MiB", "any file 1 GiB", "there is no network"} {
+			if !strings.Contains(docs[name], want) {
+				t.Errorf("%s's description lacks %q: %s", name, want, docs[name])
+			}
+		}
+		for _, stale := range []string{"30000", "512 MiB", "1 MiB"} {
+			if strings.Contains(docs[name], stale) {
+				t.Errorf("%s's description says %q, not the daemon's limit: %s", name, stale, docs[name])
+			}
+		}
+	}
+	for _, pkg := range config.DefaultPackages() {
+		if !strings.Contains(docs["run_code"], pkg) || !strings.Contains(cs.InitializeResult().Instructions, pkg) {
+			t.Errorf("the default image's package %s is not named in run_code's description and the instructions", pkg)
+		}
 	}
 }
