@@ -19,6 +19,8 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/app"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
+	"github.com/sandpit-dev/sandpit/internal/jobs"
+	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
@@ -65,7 +67,7 @@ func TestMCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	tools, err := cs2.ListTools(t.Context(), nil)
-	if err != nil || len(tools.Tools) != 13 {
+	if err != nil || len(tools.Tools) != 14 {
 		t.Fatalf("tools over stdio: %v %v", tools, err)
 	}
 	if isErr, text := mcpRun(t, cs2, "import pandas as pd; print(pd.DataFrame({'a': [1, 2]}).a.sum())"); isErr || !strings.Contains(text, "stdout:\n3") {
@@ -271,30 +273,40 @@ func mcpAnswer(r io.Reader, v any) error {
 	return fmt.Errorf("the answer ended without a message: %v", sc.Err())
 }
 
-// notifications/cancelled for a running run_code over /mcp stops the run, and the answer (the
-// spec requires none; the SDK sends one) says the run was cancelled and gives its execution ID,
-// in sandpit's words: no in-process URL, no Go context error.
-func TestMCPCancelAnswers(t *testing.T) {
+// fakeMCP serves /mcp (app.MCPHandler) over the REST API of rt, with a ledger, the library and
+// jobs, and returns its endpoint for agent carol, a session of it and the ledger.
+func fakeMCP(t *testing.T, rt sandbox.Runtime) (string, *mcp.ClientSession, *store.Store) {
+	t.Helper()
 	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	rt := blockingRuntime{started: make(chan string, 1)}
+	t.Cleanup(func() { st.Close() })
 	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, sandbox.DefaultConfig(), nil)
-	h, err := app.MCPHandler(t.Context(), httpapi.NewHandler(httpapi.Backend{Executor: svc, Ledger: st}, nil), "test")
+	lib := library.New(st, svc, 0)
+	h, err := app.MCPHandler(t.Context(), httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib,
+		Jobs: jobs.New(st, lib, svc, jobs.Config{}, nil), Ledger: st}, nil), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(h)
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	endpoint := srv.URL + "?agent=carol"
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(t.Context(),
 		&mcp.StreamableClientTransport{Endpoint: endpoint}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cs.Close()
+	t.Cleanup(func() { cs.Close() })
+	return endpoint, cs, st
+}
+
+// notifications/cancelled for a running run_code over /mcp stops the run, and the answer (the
+// spec requires none; the SDK sends one) says the run was cancelled and gives its execution ID,
+// in sandpit's words: no in-process URL, no Go context error.
+func TestMCPCancelAnswers(t *testing.T) {
+	rt := blockingRuntime{started: make(chan string, 1)}
+	endpoint, cs, st := fakeMCP(t, rt)
 
 	type answer struct {
 		Result struct {
@@ -339,5 +351,50 @@ func TestMCPCancelAnswers(t *testing.T) {
 	rec, err := st.GetExecution(t.Context(), id)
 	if err != nil || rec.Outcome != sandbox.OutcomeKilled || rec.Status != "finished" {
 		t.Fatalf("the cancelled run's record: %v %s %+v", err, rec.Status, rec.Result)
+	}
+}
+
+// Every tool's error over /mcp is in the words of the REST API and names what was wrong: never
+// the in-process transport (a URL, a request line) or a Go error of the client. (list_code and
+// list_code_jobs take nothing that can be wrong; cancellation: TestMCPCancelAnswers.)
+func TestMCPToolErrors(t *testing.T) {
+	_, cs, _ := fakeMCP(t, blockingRuntime{started: make(chan string, 1)})
+	cases := []struct {
+		tool string
+		args map[string]any
+		says string
+	}{
+		{"run_code", map[string]any{"code": "print(1)", "timeout_ms": 99999999}, "timeout_ms"},
+		{"save_code", map[string]any{"name": "Bad Name", "code": "pass"}, "name"},
+		{"update_code", map[string]any{"name": "nope", "code": "pass"}, "nope"},
+		{"get_code", map[string]any{"name": "nope"}, "nope"},
+		{"delete_code", map[string]any{"name": "nope"}, "nope"},
+		{"run_saved_code", map[string]any{"name": "nope"}, "nope"},
+		{"create_code_job", map[string]any{"code_name": "nope", "schedule": "@daily"}, "nope"},
+		{"update_code_job", map[string]any{"id": "job_nope", "enabled": false}, "job_nope"},
+		{"delete_code_job", map[string]any{"id": "job_nope"}, "job_nope"},
+		{"get_code_job_history", map[string]any{"id": "job_nope"}, "job_nope"},
+		{"list_executions", map[string]any{"source": "bogus"}, "bogus"},
+		{"get_execution", map[string]any{"id": "ex_nope"}, "ex_nope"},
+	}
+	for _, c := range cases {
+		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: c.tool, Arguments: c.args})
+		if err != nil {
+			t.Fatalf("%s: %v", c.tool, err)
+		}
+		text := ""
+		for _, content := range res.Content {
+			if tc, ok := content.(*mcp.TextContent); ok {
+				text += tc.Text
+			}
+		}
+		if !res.IsError || !strings.Contains(text, c.says) {
+			t.Errorf("%s %v: %v %q, want an error naming %q", c.tool, c.args, res.IsError, text, c.says)
+		}
+		for _, internal := range []string{"http", "/v1/", "sandpit.internal", "context canceled", "Get ", "Post "} {
+			if strings.Contains(text, internal) {
+				t.Errorf("%s's error speaks of %q: %q", c.tool, internal, text)
+			}
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -40,7 +41,8 @@ func New(c *client.Client, agent, version string, limits client.Limits) *mcp.Ser
 	mcp.AddTool(s, &mcp.Tool{Name: "list_code_jobs", Description: "List your jobs: their script, schedule, timezone, enabled flag and next run."}, t.listJobs)
 	mcp.AddTool(s, &mcp.Tool{Name: "update_code_job", Description: "Change a job: only the fields given change. Setting enabled false pauses it; true resumes it. Answers the next five fire times."}, t.updateJob)
 	mcp.AddTool(s, &mcp.Tool{Name: "delete_code_job", Description: "Delete a job and its fire history (its runs stay in the ledger)."}, t.deleteJob)
-	mcp.AddTool(s, &mcp.Tool{Name: "list_executions", Description: "List your past executions, newest first, with outcome and duration; filter by source (api, cli, mcp, job), outcome, code_name or job_id."}, t.listExecutions)
+	mcp.AddTool(s, &mcp.Tool{Name: "get_code_job_history", Description: jobHistoryDoc}, t.jobHistory)
+	mcp.AddTool(s, &mcp.Tool{Name: "list_executions", Description: "List your past executions, newest first, with outcome and duration; filter by source (api, cli, mcp, job), outcome, code_name, job_id, and since and until (RFC 3339 times such as 2026-01-02T15:04:05Z, bounding the start). A next_cursor in the answer gets the next page (pass it as cursor)."}, t.listExecutions)
 	mcp.AddTool(s, &mcp.Tool{Name: "get_execution", Description: "Get one past execution in full: code, input, stdout, stderr, OUTPUT, outcome, the agent.* calls it made and its log lines."}, t.getExecution)
 	return s
 }
@@ -88,6 +90,8 @@ const updateCodeDoc = `Save a new version of a saved script: only the fields giv
 const runSavedDoc = `Run a saved script by name with an input (checked against its input schema first: a mismatch names each failing field as a JSON pointer). Answers like run_code.`
 
 const createJobDoc = `Schedule a saved script: schedule is a 5-field cron spec ("0 9 * * 1-5"), @hourly, @daily, @weekly, @monthly or "@every 10m" (at least 10s), read in an IANA timezone (default UTC). input is given to every run. overlap: "skip" (default) skips a fire while the previous run still goes, "queue" runs it after. catch_up: "skip" (default) or "once" for fires missed while sandpit was down. Answers the job with its next five fire times.`
+
+const jobHistoryDoc = `A job's history, newest first: each fire with its kind (schedule, manual, catch_up), status (started, skipped, queued, missed, failed), scheduled_at and fired_at, and for a started fire its execution_id (read the run with get_execution) and outcome. since and until (RFC 3339 times such as 2026-01-02T15:04:05Z) bound when each fire was handled (since <= fired_at < until). A next_cursor in the answer gets the next page (pass it as cursor).`
 
 type tools struct {
 	c     *client.Client
@@ -377,31 +381,84 @@ func (t *tools) deleteJob(ctx context.Context, _ *mcp.CallToolRequest, a IDArgs)
 	return nil, map[string]string{"deleted": a.ID}, nil
 }
 
+// PageArgs are the paging and time filter of a listing.
+type PageArgs struct {
+	Since  string `json:"since,omitempty" jsonschema:"an RFC 3339 time such as 2026-01-02T15:04:05Z: only from then on"`
+	Until  string `json:"until,omitempty" jsonschema:"an RFC 3339 time: only before then"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"at most this many (default 20, up to 500)"`
+	Cursor string `json:"cursor,omitempty" jsonschema:"the next_cursor of the previous answer, for the next page"`
+}
+
+// parse returns p's time bounds and page; a time that is not RFC 3339 is an error naming its
+// argument.
+func (p PageArgs) parse() (since, until time.Time, page store.Page, err error) {
+	for _, a := range []struct {
+		name, value string
+		dst         *time.Time
+	}{{"since", p.Since, &since}, {"until", p.Until, &until}} {
+		if a.value == "" {
+			continue
+		}
+		if *a.dst, err = time.Parse(time.RFC3339, a.value); err != nil {
+			return since, until, page, fmt.Errorf("%s %q is not an RFC 3339 time: give one such as 2026-01-02T15:04:05Z", a.name, a.value)
+		}
+	}
+	page = store.Page{Limit: p.Limit, Cursor: p.Cursor}
+	if page.Limit == 0 {
+		page.Limit = 20
+	}
+	return since, until, page, nil
+}
+
 // ListExecutionsArgs filter list_executions.
 type ListExecutionsArgs struct {
 	Source   string `json:"source,omitempty" jsonschema:"api, cli, mcp or job"`
 	Outcome  string `json:"outcome,omitempty" jsonschema:"ok, error, timeout, ..."`
 	CodeName string `json:"code_name,omitempty"`
 	JobID    string `json:"job_id,omitempty"`
-	Limit    int    `json:"limit,omitempty" jsonschema:"at most this many (default 20, up to 500)"`
+	PageArgs
 }
 
 func (t *tools) listExecutions(ctx context.Context, _ *mcp.CallToolRequest, a ListExecutionsArgs) (*mcp.CallToolResult, any, error) {
+	since, until, page, err := a.PageArgs.parse()
+	if err != nil {
+		return nil, nil, err
+	}
 	f := url.Values{"agent": {t.agent}}
 	for k, v := range map[string]string{"source": a.Source, "outcome": a.Outcome, "code_name": a.CodeName, "job_id": a.JobID} {
 		if v != "" {
 			f.Set(k, v)
 		}
 	}
-	limit := a.Limit
-	if limit == 0 {
-		limit = 20
+	if !since.IsZero() {
+		f.Set("since", since.Format(time.RFC3339Nano))
 	}
-	items, _, err := t.c.ListExecutions(ctx, f, store.Page{Limit: limit})
+	if !until.IsZero() {
+		f.Set("until", until.Format(time.RFC3339Nano))
+	}
+	items, next, err := t.c.ListExecutions(ctx, f, page)
 	if err != nil {
 		return nil, nil, toolError(err)
 	}
-	return nil, map[string]any{"executions": items}, nil
+	return nil, map[string]any{"executions": items, "next_cursor": next}, nil
+}
+
+// JobHistoryArgs are get_code_job_history's arguments.
+type JobHistoryArgs struct {
+	ID string `json:"id" jsonschema:"the job's id (job_...)"`
+	PageArgs
+}
+
+func (t *tools) jobHistory(ctx context.Context, _ *mcp.CallToolRequest, a JobHistoryArgs) (*mcp.CallToolResult, any, error) {
+	since, until, page, err := a.PageArgs.parse()
+	if err != nil {
+		return nil, nil, err
+	}
+	fires, next, err := t.c.JobHistory(ctx, t.agent, a.ID, store.FireFilter{Since: since, Until: until}, page)
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	return nil, map[string]any{"fires": fires, "next_cursor": next}, nil
 }
 
 func (t *tools) getExecution(ctx context.Context, _ *mcp.CallToolRequest, a IDArgs) (*mcp.CallToolResult, any, error) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -115,8 +116,11 @@ func TestTools(t *testing.T) {
 			t.Errorf("tool %s has no real description: %q", tool.Name, tool.Description)
 		}
 	}
-	want := "run_code save_code update_code get_code list_code delete_code run_saved_code create_code_job list_code_jobs update_code_job delete_code_job list_executions get_execution"
-	if strings.Join(names, " ") != want && len(names) != 13 {
+	want := strings.Fields("run_code save_code update_code get_code list_code delete_code run_saved_code create_code_job list_code_jobs " +
+		"update_code_job delete_code_job get_code_job_history list_executions get_execution")
+	slices.Sort(names)
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
 		t.Fatalf("tools: %v", names)
 	}
 
@@ -296,5 +300,62 @@ func TestDescriptionsStateTheLimits(t *testing.T) {
 		if !strings.Contains(docs["run_code"], pkg) || !strings.Contains(cs.InitializeResult().Instructions, pkg) {
 			t.Errorf("the default image's package %s is not named in run_code's description and the instructions", pkg)
 		}
+	}
+}
+
+// get_code_job_history pages through a job's fires, newest first, with a cursor, and since and
+// until bound when they were handled, as GET .../jobs/{id}/history does.
+func TestJobHistory(t *testing.T) {
+	url, _ := newAPI(t, pyRuntime{}, sandbox.DefaultConfig())
+	cs := connect(t, newServer(t, url, "alice"))
+	if res, text := callTool(t, cs, "save_code", map[string]any{"name": "echo", "code": "pass"}); res.IsError {
+		t.Fatalf("save_code: %q", text)
+	}
+	_, text := callTool(t, cs, "create_code_job", map[string]any{"code_name": "echo", "schedule": "@daily"})
+	var job jobs.Scheduled
+	if err := json.Unmarshal([]byte(text), &job); err != nil {
+		t.Fatalf("create_code_job: %q", text)
+	}
+	api := client.New(url, nil)
+	for range 3 {
+		if _, err := api.RunJob(t.Context(), "alice", job.ID); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond) // distinct fired_at times
+	}
+	history := func(args map[string]any) (fires []store.Fire, next string) {
+		t.Helper()
+		args["id"] = job.ID
+		res, text := callTool(t, cs, "get_code_job_history", args)
+		var page struct {
+			Fires      []store.Fire `json:"fires"`
+			NextCursor string       `json:"next_cursor"`
+		}
+		if res.IsError || json.Unmarshal([]byte(text), &page) != nil {
+			t.Fatalf("get_code_job_history %v: %q", args, text)
+		}
+		return page.Fires, page.NextCursor
+	}
+	all, next := history(map[string]any{})
+	if len(all) != 3 || next != "" || !all[0].FiredAt.After(all[2].FiredAt) {
+		t.Fatalf("the whole history, newest first: %+v %q", all, next)
+	}
+	first, cursor := history(map[string]any{"limit": 2})
+	rest, end := history(map[string]any{"limit": 2, "cursor": cursor})
+	if len(first) != 2 || cursor == "" || len(rest) != 1 || end != "" || rest[0].ID != all[2].ID {
+		t.Fatalf("two pages: %+v %q, %+v %q", first, cursor, rest, end)
+	}
+	middle := all[1].FiredAt.Format(time.RFC3339Nano)
+	if since, _ := history(map[string]any{"since": middle}); len(since) != 2 || since[1].ID != all[1].ID {
+		t.Fatalf("since the middle fire: %+v", since)
+	}
+	if until, _ := history(map[string]any{"until": middle}); len(until) != 1 || until[0].ID != all[2].ID {
+		t.Fatalf("until the middle fire: %+v", until)
+	}
+	if res, text := callTool(t, cs, "get_code_job_history", map[string]any{"id": job.ID, "since": "yesterday"}); !res.IsError || !strings.HasPrefix(text, `since "yesterday" is not an RFC 3339 time`) {
+		t.Fatalf("a bad since: %q", text)
+	}
+	if res, text := callTool(t, cs, "get_code_job_history", map[string]any{"id": "job_nope"}); !res.IsError || !strings.Contains(text, "job_nope") {
+		t.Fatalf("an unknown job: %q", text)
 	}
 }
