@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -305,7 +304,11 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	root := http.NewServeMux()
 	api := httpapi.NewHandler(backend, log)
 	root.Handle("/", api)
-	root.Handle("/mcp", MCPHandler(api, "daemon"))
+	mcpHandler, err := MCPHandler(ctx, api, "daemon")
+	if err != nil {
+		return err
+	}
+	root.Handle("/mcp", mcpHandler)
 	root.Handle("GET /metrics", eng.Metrics.Handler())
 	srv := &http.Server{
 		Handler:           httpapi.Guard(httpapi.RequireToken(root, cfg.Token), cfg.AllowedHosts),
@@ -371,14 +374,21 @@ func CheckExposure(cfg config.Config) error {
 }
 
 // MCPHandler serves MCP over streamable HTTP with tools that call api, the daemon's own REST
-// handler, in process. Each session acts for the agent named by the query parameter agent (or
-// the header X-Sandpit-Agent), "default" when neither is given; an invalid name is a 400
-// naming it. Sessions idle for MCPSessionTimeout are closed.
-func MCPHandler(api http.Handler, version string) http.Handler {
-	c := apiclient.New("http://sandpit.internal", &http.Client{Transport: handlerTransport{api}})
-	mcpHandler := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
-		return mcpserver.New(c, mcpAgent(r), version)
-	}, &mcp.StreamableHTTPOptions{SessionTimeout: MCPSessionTimeout})
+// handler, in process (see handlerTransport). Each session acts for the agent named by the
+// query parameter agent (or the header X-Sandpit-Agent), "default" when neither is given; an
+// invalid name is a 400 naming it. Sessions idle for MCPSessionTimeout are closed; a call whose
+// client goes away is cancelled (see mcpserver.HTTPHandler). The tools' descriptions state the
+// limits api answers (GET /v1/limits, read once here); an error is its failure to answer.
+func MCPHandler(ctx context.Context, api http.Handler, version string) (http.Handler, error) {
+	// No base URL: the requests never leave the process, and no address appears in errors.
+	c := apiclient.New("", &http.Client{Transport: handlerTransport{api}})
+	limits, err := c.Limits(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the limits for the MCP tools' descriptions: %w", err)
+	}
+	mcpHandler := mcpserver.HTTPHandler(func(r *http.Request) *mcp.Server {
+		return mcpserver.New(c, mcpAgent(r), version, limits)
+	}, MCPSessionTimeout)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if agent := mcpAgent(r); !sandbox.ValidAgent(agent) {
 			w.Header().Set("Content-Type", "application/json")
@@ -388,7 +398,7 @@ func MCPHandler(api http.Handler, version string) http.Handler {
 			return
 		}
 		mcpHandler.ServeHTTP(w, r)
-	})
+	}), nil
 }
 
 // MCPSessionTimeout is how long an MCP-over-HTTP session may stay idle before it is closed.
@@ -403,19 +413,6 @@ func mcpAgent(r *http.Request) string {
 		agent = "default"
 	}
 	return agent
-}
-
-// handlerTransport serves HTTP requests with a handler in process: the MCP tools reach the REST
-// API without the network (and without its guards, which the MCP request already passed).
-type handlerTransport struct{ h http.Handler }
-
-func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	rec := httptest.NewRecorder()
-	t.h.ServeHTTP(rec, r)
-	if err := r.Context().Err(); err != nil {
-		return nil, err
-	}
-	return rec.Result(), nil
 }
 
 // waitFor waits until done is closed or ctx ends.

@@ -1,16 +1,27 @@
 package app_test
 
 import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandpit-dev/sandpit/internal/app"
+	"github.com/sandpit-dev/sandpit/internal/httpapi"
+	"github.com/sandpit-dev/sandpit/internal/jobs"
+	"github.com/sandpit-dev/sandpit/internal/library"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
@@ -56,7 +67,7 @@ func TestMCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	tools, err := cs2.ListTools(t.Context(), nil)
-	if err != nil || len(tools.Tools) != 13 {
+	if err != nil || len(tools.Tools) != 14 {
 		t.Fatalf("tools over stdio: %v %v", tools, err)
 	}
 	if isErr, text := mcpRun(t, cs2, "import pandas as pd; print(pd.DataFrame({'a': [1, 2]}).a.sum())"); isErr || !strings.Contains(text, "stdout:\n3") {
@@ -158,4 +169,232 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+// mcpPost sends one JSON-RPC message to url (a daemon's /mcp) in cs's session, as an MCP
+// client over streamable HTTP does, and returns the answer unread.
+func mcpPost(ctx context.Context, url string, cs *mcp.ClientSession, msg string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(msg))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	req.Header.Set("Mcp-Protocol-Version", cs.InitializeResult().ProtocolVersion)
+	return http.DefaultClient.Do(req)
+}
+
+// ledgerRecord returns the newest ledger record of agent (nil when it has none).
+func ledgerRecord(t *testing.T, url, agent string) *store.ExecutionSummary {
+	t.Helper()
+	var list struct{ Executions []store.ExecutionSummary }
+	if st := call(t, "GET", url+"/v1/executions?limit=1&agent="+agent, "", &list); st != 200 {
+		t.Fatalf("listing %s's executions: %d", agent, st)
+	}
+	if len(list.Executions) == 0 {
+		return nil
+	}
+	return &list.Executions[0]
+}
+
+// An MCP client over HTTP whose connection closes while its run_code runs stops that run, as
+// a REST client that goes away does: /mcp keeps no stream to resume, so nobody could ever
+// receive the answer, and the run must not hold its slot until its timeout. Against the real
+// engine: the ledger records the run killed and finished within two seconds of the
+// disconnect.
+func TestMCPDisconnectStopsRun(t *testing.T) {
+	url, _ := startDaemon(t, testConfig(t))
+	endpoint := url + "/mcp?agent=gone"
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(t.Context(),
+		&mcp.StreamableClientTransport{Endpoint: endpoint}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+
+	ctx, disconnect := context.WithCancel(t.Context())
+	defer disconnect()
+	posted := make(chan error, 1)
+	go func() {
+		resp, err := mcpPost(ctx, endpoint, cs, `{"jsonrpc":"2.0","id":"sleeper","method":"tools/call","params":{"name":"run_code",`+
+			`"arguments":{"code":"import time; time.sleep(20)","timeout_ms":60000}}}`)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		posted <- err
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for rec := ledgerRecord(t, url, "gone"); rec == nil || rec.Status != "running"; rec = ledgerRecord(t, url, "gone") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the run did not start within 30 s: %+v", rec)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // the program is in its sleep
+	disconnect()
+	gone := time.Now()
+	<-posted
+
+	var rec *store.ExecutionSummary
+	for rec = ledgerRecord(t, url, "gone"); rec.Status == "running" && time.Since(gone) < 5*time.Second; rec = ledgerRecord(t, url, "gone") {
+		time.Sleep(50 * time.Millisecond)
+	}
+	took := time.Since(gone)
+	if rec.Status != "finished" || rec.Outcome != sandbox.OutcomeKilled || !strings.Contains(rec.Reason, "cancelled") || took > 2*time.Second {
+		t.Fatalf("%s after the client went away, the run's record is %s, outcome %q (%q); want finished, killed, cancelled, within 2 s",
+			took.Round(time.Millisecond), rec.Status, rec.Outcome, rec.Reason)
+	}
+	if isErr, text := mcpRun(t, cs, "print(1)"); isErr || !strings.Contains(text, "stdout:\n1") {
+		t.Fatalf("the session's next run: %v %q", isErr, text)
+	}
+}
+
+// blockingRuntime runs every program until its context ends, sending each run's ID to started.
+type blockingRuntime struct{ started chan string }
+
+func (blockingRuntime) Ready(context.Context) error { return nil }
+func (b blockingRuntime) Run(ctx context.Context, _ int, spec sandbox.Spec, _ func(sandbox.Event)) (sandbox.Result, error) {
+	b.started <- spec.ID
+	<-ctx.Done()
+	return sandbox.Result{}, ctx.Err()
+}
+
+// mcpAnswer reads the first JSON-RPC message of an MCP answer (an SSE stream) into v.
+func mcpAnswer(r io.Reader, v any) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			return json.Unmarshal([]byte(data), v)
+		}
+	}
+	return fmt.Errorf("the answer ended without a message: %v", sc.Err())
+}
+
+// fakeMCP serves /mcp (app.MCPHandler) over the REST API of rt, with a ledger, the library and
+// jobs, and returns its endpoint for agent carol, a session of it and the ledger.
+func fakeMCP(t *testing.T, rt sandbox.Runtime) (string, *mcp.ClientSession, *store.Store) {
+	t.Helper()
+	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, sandbox.DefaultConfig(), nil)
+	lib := library.New(st, svc, 0)
+	h, err := app.MCPHandler(t.Context(), httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib,
+		Jobs: jobs.New(st, lib, svc, jobs.Config{}, nil), Ledger: st}, nil), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	endpoint := srv.URL + "?agent=carol"
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(t.Context(),
+		&mcp.StreamableClientTransport{Endpoint: endpoint}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return endpoint, cs, st
+}
+
+// notifications/cancelled for a running run_code over /mcp stops the run, and the answer (the
+// spec requires none; the SDK sends one) says the run was cancelled and gives its execution ID,
+// in sandpit's words: no in-process URL, no Go context error.
+func TestMCPCancelAnswers(t *testing.T) {
+	rt := blockingRuntime{started: make(chan string, 1)}
+	endpoint, cs, st := fakeMCP(t, rt)
+
+	type answer struct {
+		Result struct {
+			IsError bool `json:"isError"`
+			Content []struct{ Text string }
+		}
+		Error any
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		var a answer
+		resp, err := mcpPost(t.Context(), endpoint, cs, `{"jsonrpc":"2.0","id":"c1","method":"tools/call","params":{"name":"run_code",`+
+			`"arguments":{"code":"import time; time.sleep(60)","timeout_ms":60000}}}`)
+		if err == nil {
+			err = mcpAnswer(resp.Body, &a)
+			resp.Body.Close()
+		}
+		if err != nil {
+			a.Error = err.Error()
+		}
+		answered <- a
+	}()
+	id := <-rt.started
+	resp, err := mcpPost(t.Context(), endpoint, cs, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"c1","reason":"enough"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	a := <-answered
+	if a.Error != nil || len(a.Result.Content) != 1 {
+		t.Fatalf("the cancelled call's answer: %+v", a)
+	}
+	text := a.Result.Content[0].Text
+	if !a.Result.IsError || !strings.Contains(text, "outcome: killed") || !strings.Contains(text, "cancelled") || !strings.Contains(text, "execution: "+id) {
+		t.Errorf("the cancelled call's answer does not say the run %s was cancelled: %q", id, text)
+	}
+	for _, internal := range []string{"http", "context canceled", "/v1/"} {
+		if strings.Contains(text, internal) {
+			t.Errorf("the cancelled call's answer speaks of %q: %q", internal, text)
+		}
+	}
+	rec, err := st.GetExecution(t.Context(), id)
+	if err != nil || rec.Outcome != sandbox.OutcomeKilled || rec.Status != "finished" {
+		t.Fatalf("the cancelled run's record: %v %s %+v", err, rec.Status, rec.Result)
+	}
+}
+
+// Every tool's error over /mcp is in the words of the REST API and names what was wrong: never
+// the in-process transport (a URL, a request line) or a Go error of the client. (list_code and
+// list_code_jobs take nothing that can be wrong; cancellation: TestMCPCancelAnswers.)
+func TestMCPToolErrors(t *testing.T) {
+	_, cs, _ := fakeMCP(t, blockingRuntime{started: make(chan string, 1)})
+	cases := []struct {
+		tool string
+		args map[string]any
+		says string
+	}{
+		{"run_code", map[string]any{"code": "print(1)", "timeout_ms": 99999999}, "timeout_ms"},
+		{"save_code", map[string]any{"name": "Bad Name", "code": "pass"}, "name"},
+		{"update_code", map[string]any{"name": "nope", "code": "pass"}, "nope"},
+		{"get_code", map[string]any{"name": "nope"}, "nope"},
+		{"delete_code", map[string]any{"name": "nope"}, "nope"},
+		{"run_saved_code", map[string]any{"name": "nope"}, "nope"},
+		{"create_code_job", map[string]any{"code_name": "nope", "schedule": "@daily"}, "nope"},
+		{"update_code_job", map[string]any{"id": "job_nope", "enabled": false}, "job_nope"},
+		{"delete_code_job", map[string]any{"id": "job_nope"}, "job_nope"},
+		{"get_code_job_history", map[string]any{"id": "job_nope"}, "job_nope"},
+		{"list_executions", map[string]any{"source": "bogus"}, "bogus"},
+		{"get_execution", map[string]any{"id": "ex_nope"}, "ex_nope"},
+	}
+	for _, c := range cases {
+		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: c.tool, Arguments: c.args})
+		if err != nil {
+			t.Fatalf("%s: %v", c.tool, err)
+		}
+		text := ""
+		for _, content := range res.Content {
+			if tc, ok := content.(*mcp.TextContent); ok {
+				text += tc.Text
+			}
+		}
+		if !res.IsError || !strings.Contains(text, c.says) {
+			t.Errorf("%s %v: %v %q, want an error naming %q", c.tool, c.args, res.IsError, text, c.says)
+		}
+		for _, internal := range []string{"http", "/v1/", "sandpit.internal", "context canceled", "Get ", "Post "} {
+			if strings.Contains(text, internal) {
+				t.Errorf("%s's error speaks of %q: %q", c.tool, internal, text)
+			}
+		}
+	}
 }

@@ -24,7 +24,8 @@ func (o *options) mcpCommand() *cobra.Command {
 		Short: "Serve sandpit's tools to an MCP client over standard input and output",
 		Long: `Serve the Model Context Protocol over stdio: run_code, save_code, update_code, get_code,
 list_code, delete_code, run_saved_code, create_code_job, list_code_jobs, update_code_job,
-delete_code_job, list_executions and get_execution, acting for one agent (--agent).
+delete_code_job, get_code_job_history, list_executions and get_execution, acting for one agent
+(--agent). The tools' descriptions state the daemon's limits.
 
 It uses the daemon at SANDPIT_URL when one answers; otherwise it runs the engine itself for as
 long as the MCP client keeps it open (jobs then fire only while it runs). Logs go to stderr.
@@ -51,7 +52,11 @@ Add it to an MCP client as the command "sandpit mcp --agent NAME".`,
 			if err != nil {
 				return err
 			}
-			srv := mcpserver.New(c, f.agent, o.env.Version)
+			limits, err := c.Limits(ctx)
+			if err != nil {
+				return fmt.Errorf("reading the daemon's limits (GET /v1/limits): %w", err)
+			}
+			srv := mcpserver.New(c, f.agent, o.env.Version, limits)
 			err = srv.Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(o.env.Stdin), Writer: nopWriteCloser{o.env.Stdout}})
 			if ctx.Err() != nil || errors.Is(err, io.EOF) {
 				return nil

@@ -460,7 +460,7 @@ func (o *options) jobCommand() *cobra.Command {
 		return nil
 	})
 	historyCmd := simple("history", "List a job's fires, newest first: started, skipped, queued, missed or failed", func(ctx context.Context, c *client.Client, agent, id string, asJSON bool) error {
-		fires, next, err := c.JobHistory(ctx, agent, id, store.Page{Limit: 100})
+		fires, next, err := c.JobHistory(ctx, agent, id, store.FireFilter{}, store.Page{Limit: 100})
 		if err != nil {
 			return err
 		}

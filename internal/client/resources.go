@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
@@ -145,13 +146,20 @@ func (c *Client) ListJobs(ctx context.Context, agent string, p store.Page) ([]st
 	return out.Jobs, out.NextCursor, err
 }
 
-// JobHistory returns a page of the fires of the agent's job id, newest first.
-func (c *Client) JobHistory(ctx context.Context, agent, id string, p store.Page) ([]store.Fire, string, error) {
+// JobHistory returns a page of the fires of the agent's job id that f selects, newest first.
+func (c *Client) JobHistory(ctx context.Context, agent, id string, f store.FireFilter, p store.Page) ([]store.Fire, string, error) {
+	v := pageQuery(p)
+	if !f.Since.IsZero() {
+		v.Set("since", f.Since.Format(time.RFC3339Nano))
+	}
+	if !f.Until.IsZero() {
+		v.Set("until", f.Until.Format(time.RFC3339Nano))
+	}
 	var out struct {
 		Fires      []store.Fire `json:"fires"`
 		NextCursor string       `json:"next_cursor"`
 	}
-	err := c.call(ctx, http.MethodGet, agentPath(agent, "jobs", id, "history")+query(pageQuery(p)), nil, &out)
+	err := c.call(ctx, http.MethodGet, agentPath(agent, "jobs", id, "history")+query(v), nil, &out)
 	return out.Fires, out.NextCursor, err
 }
 

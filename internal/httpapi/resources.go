@@ -34,7 +34,7 @@ type Scheduler interface {
 	Get(ctx context.Context, agent, id string) (jobs.Scheduled, error)
 	List(ctx context.Context, agent string, p store.Page) ([]store.Job, string, error)
 	Delete(ctx context.Context, agent, id string) error
-	History(ctx context.Context, agent, id string, p store.Page) ([]store.Fire, string, error)
+	History(ctx context.Context, agent, id string, f store.FireFilter, p store.Page) ([]store.Fire, string, error)
 	RunNow(ctx context.Context, agent, id string) (store.Fire, error)
 }
 
@@ -422,12 +422,17 @@ func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) jobHistory(w http.ResponseWriter, r *http.Request) {
-	agent, _, p, err := listing(r)
+	agent, q, p, err := listing(r, "since", "until")
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	list, next, err := a.jobs.History(r.Context(), agent, r.PathValue("id"), p)
+	var f store.FireFilter
+	if f.Since, f.Until, err = timeRange(q); err != nil {
+		writeError(w, err)
+		return
+	}
+	list, next, err := a.jobs.History(r.Context(), agent, r.PathValue("id"), f, p)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -480,19 +485,8 @@ func (a *api) listExecutions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, invalid("outcome", "outcome=%q is not an outcome; the outcomes are %v", f.Outcome, sandbox.Outcomes))
 		return
 	}
-	for _, t := range []struct {
-		name string
-		dst  *time.Time
-	}{{"since", &f.Since}, {"until", &f.Until}} {
-		if v := q.Get(t.name); v != "" {
-			if *t.dst, err = time.Parse(time.RFC3339, v); err != nil {
-				writeError(w, invalid(t.name, "%s=%q: give an RFC 3339 time such as 2026-01-02T15:04:05Z", t.name, v))
-				return
-			}
-		}
-	}
-	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
-		writeError(w, invalid("since", "since (%s) must be before until (%s)", f.Since.Format(time.RFC3339), f.Until.Format(time.RFC3339)))
+	if f.Since, f.Until, err = timeRange(q); err != nil {
+		writeError(w, err)
 		return
 	}
 	list, next, err := a.ledger.ListExecutions(r.Context(), f, p)
@@ -501,6 +495,25 @@ func (a *api) listExecutions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, listAnswer("executions", list, next))
+}
+
+// timeRange reads the query parameters since and until (RFC 3339 times, each optional; since
+// before until).
+func timeRange(q url.Values) (since, until time.Time, err error) {
+	for _, t := range []struct {
+		name string
+		dst  *time.Time
+	}{{"since", &since}, {"until", &until}} {
+		if v := q.Get(t.name); v != "" {
+			if *t.dst, err = time.Parse(time.RFC3339, v); err != nil {
+				return time.Time{}, time.Time{}, invalid(t.name, "%s=%q: give an RFC 3339 time such as 2026-01-02T15:04:05Z", t.name, v)
+			}
+		}
+	}
+	if !since.IsZero() && !until.IsZero() && !since.Before(until) {
+		return time.Time{}, time.Time{}, invalid("since", "since (%s) must be before until (%s)", since.Format(time.RFC3339), until.Format(time.RFC3339))
+	}
+	return since, until, nil
 }
 
 func boolParam(q url.Values, name string) (bool, error) {

@@ -262,6 +262,16 @@ func TestJobsOverREST(t *testing.T) {
 	if st, v := s.call(t, "GET", "/v1/agents/a/jobs/"+id+"/history", ""); st != 200 || len(v["fires"].([]any)) != 1 {
 		t.Fatalf("history: %d %v", st, v)
 	}
+	// The history's time filters bound fired_at, as the ledger's bound started_at.
+	hour := time.Now().UTC().Add(-time.Hour).Format(time.RFC3339)
+	for query, want := range map[string]int{"since=" + hour: 1, "until=" + hour: 0} {
+		if st, v := s.call(t, "GET", "/v1/agents/a/jobs/"+id+"/history?"+query, ""); st != 200 || len(v["fires"].([]any)) != want {
+			t.Fatalf("history?%s: %d %v, want %d fires", query, st, v, want)
+		}
+	}
+	if st, v := s.call(t, "GET", "/v1/agents/a/jobs/"+id+"/history?since=yesterday", ""); st != 400 || v["error"].(map[string]any)["field"] != "since" {
+		t.Fatalf("history with a bad since: %d %v", st, v)
+	}
 	if st, v := s.call(t, "GET", "/v1/executions?source=job&agent=a", ""); st != 200 || len(v["executions"].([]any)) != 1 {
 		t.Fatalf("ledger by source: %d %v", st, v)
 	}

@@ -81,7 +81,7 @@ type Store interface {
 	ClaimFires(ctx context.Context, jobID string, expected, next time.Time, fires []store.Fire) ([]store.Fire, bool, error)
 	AddFire(ctx context.Context, f store.Fire) (store.Fire, error)
 	SetFire(ctx context.Context, id int64, status, executionID, reason string) error
-	ListFires(ctx context.Context, agent, jobID string, p store.Page) ([]store.Fire, string, error)
+	ListFires(ctx context.Context, agent, jobID string, f store.FireFilter, p store.Page) ([]store.Fire, string, error)
 	QueuedFires(ctx context.Context) ([]store.Fire, error)
 	FailUnstartedFires(ctx context.Context) (int, error)
 }

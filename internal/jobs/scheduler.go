@@ -161,9 +161,9 @@ func (s *Scheduler) Delete(ctx context.Context, agent, id string) error {
 	return nil
 }
 
-// History returns the fires of the agent's job id, newest first.
-func (s *Scheduler) History(ctx context.Context, agent, id string, p store.Page) ([]store.Fire, string, error) {
-	return s.st.ListFires(ctx, agent, id, p)
+// History returns the fires of the agent's job id that f selects, newest first.
+func (s *Scheduler) History(ctx context.Context, agent, id string, f store.FireFilter, p store.Page) ([]store.Fire, string, error) {
+	return s.st.ListFires(ctx, agent, id, f, p)
 }
 
 // RunNow fires the agent's job id now, outside its schedule, following its overlap policy;

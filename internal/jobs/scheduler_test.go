@@ -81,7 +81,7 @@ func (e *env) start(cfg jobs.Config) (*jobs.Scheduler, func()) {
 
 func history(t *testing.T, st *store.Store, id string) []store.Fire {
 	t.Helper()
-	fires, _, err := st.ListFires(context.Background(), "a", id, store.Page{Limit: store.MaxLimit})
+	fires, _, err := st.ListFires(context.Background(), "a", id, store.FireFilter{}, store.Page{Limit: store.MaxLimit})
 	if err != nil {
 		t.Fatal(err)
 	}

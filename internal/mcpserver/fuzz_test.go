@@ -25,6 +25,8 @@ func FuzzToolArguments(f *testing.F) {
 		{"create_code_job", `{"code_name": "ok", "schedule": "@every 1s", "timezone": "Mars/Base"}`},
 		{"update_code_job", `{"id": "job_x", "enabled": "yes"}`},
 		{"list_executions", `{"limit": 100000, "outcome": "great"}`},
+		{"list_executions", `{"since": "2026-01-02T15:04:05Z", "until": "2026-01-01T00:00:00Z", "cursor": "!!"}`},
+		{"get_code_job_history", `{"id": "job_x", "since": "yesterday", "limit": -3, "cursor": "zz"}`},
 		{"get_execution", `{"id": "../../etc/passwd"}`},
 		{"delete_code", `{"name": "", "force": true}`},
 		{"list_code", `{"query": "\u0000"}`},

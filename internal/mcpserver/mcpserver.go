@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -22,43 +23,75 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
-// New returns an MCP server whose tools call the daemon through c for agent.
-func New(c *client.Client, agent, version string) *mcp.Server {
+// New returns an MCP server whose tools call the daemon through c for agent. limits are the
+// daemon's (Client.Limits: GET /v1/limits), which the tool descriptions state.
+func New(c *client.Client, agent, version string, limits client.Limits) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "sandpit", Version: version}, &mcp.ServerOptions{
 		Instructions: instructions,
 	})
 	t := &tools{c: c.As(sandbox.SourceMCP), agent: agent}
-	mcp.AddTool(s, &mcp.Tool{Name: "run_code", Description: runCodeDoc}, t.runCode)
+	mcp.AddTool(s, &mcp.Tool{Name: "run_code", Description: runCodeDoc + limitsDoc(limits) + outcomesDoc}, t.runCode)
 	mcp.AddTool(s, &mcp.Tool{Name: "save_code", Description: saveCodeDoc}, t.saveCode)
 	mcp.AddTool(s, &mcp.Tool{Name: "update_code", Description: updateCodeDoc}, t.updateCode)
 	mcp.AddTool(s, &mcp.Tool{Name: "get_code", Description: "Get a saved script: its code, dependencies, schemas, description and version (the latest, or the version given)."}, t.getCode)
 	mcp.AddTool(s, &mcp.Tool{Name: "list_code", Description: "List your saved scripts (name, version, description, dependencies), optionally only those whose name or description contains query."}, t.listCode)
 	mcp.AddTool(s, &mcp.Tool{Name: "delete_code", Description: "Delete a saved script with all its versions. Refused while jobs run it, unless force is true, which also disables those jobs."}, t.deleteCode)
-	mcp.AddTool(s, &mcp.Tool{Name: "run_saved_code", Description: runSavedDoc}, t.runSaved)
+	mcp.AddTool(s, &mcp.Tool{Name: "run_saved_code", Description: runSavedDoc + limitsDoc(limits) + outcomesDoc}, t.runSaved)
 	mcp.AddTool(s, &mcp.Tool{Name: "create_code_job", Description: createJobDoc}, t.createJob)
 	mcp.AddTool(s, &mcp.Tool{Name: "list_code_jobs", Description: "List your jobs: their script, schedule, timezone, enabled flag and next run."}, t.listJobs)
 	mcp.AddTool(s, &mcp.Tool{Name: "update_code_job", Description: "Change a job: only the fields given change. Setting enabled false pauses it; true resumes it. Answers the next five fire times."}, t.updateJob)
 	mcp.AddTool(s, &mcp.Tool{Name: "delete_code_job", Description: "Delete a job and its fire history (its runs stay in the ledger)."}, t.deleteJob)
-	mcp.AddTool(s, &mcp.Tool{Name: "list_executions", Description: "List your past executions, newest first, with outcome and duration; filter by source (api, cli, mcp, job), outcome, code_name or job_id."}, t.listExecutions)
+	mcp.AddTool(s, &mcp.Tool{Name: "get_code_job_history", Description: jobHistoryDoc}, t.jobHistory)
+	mcp.AddTool(s, &mcp.Tool{Name: "list_executions", Description: "List your past executions, newest first, with outcome and duration; filter by source (api, cli, mcp, job), outcome, code_name, job_id, and since and until (RFC 3339 times such as 2026-01-02T15:04:05Z, bounding the start). A next_cursor in the answer gets the next page (pass it as cursor)."}, t.listExecutions)
 	mcp.AddTool(s, &mcp.Tool{Name: "get_execution", Description: "Get one past execution in full: code, input, stdout, stderr, OUTPUT, outcome, the agent.* calls it made and its log lines."}, t.getExecution)
 	return s
 }
 
-const instructions = `sandpit runs Python 3 for you in a locked-down sandbox: use it for arithmetic, aggregation, data over twenty rows, parsing, anything where code is more reliable than reasoning. pandas, numpy, matplotlib and scipy are usually installed; ask for more with dependencies. Give the code data as input (the global INPUT) and set the global OUTPUT to a JSON-serialisable value to get structured results back; print for humans. Code can read your own knowledge with agent.search_memory, agent.get_facts, agent.query_graph, agent.get_documents, and keep results with agent.store_result and agent.log. Save code you will use again (save_code) with JSON Schemas for its input and output, and schedule it (create_code_job).`
+const instructions = `sandpit runs Python 3 for you in a locked-down sandbox: use it for arithmetic, aggregation, data over twenty rows, parsing, anything where code is more reliable than reasoning.` + packagesDoc + ` Give the code data as input (the global INPUT) and set the global OUTPUT to a JSON-serialisable value to get structured results back; print for humans. Code can read your own knowledge with agent.search_memory, agent.get_facts, agent.query_graph, agent.get_documents, and keep results with agent.store_result and agent.log. Save code you will use again (save_code) with JSON Schemas for its input and output, and schedule it (create_code_job).`
 
-const limitsDoc = ` Limits: a wall-clock timeout (timeout_ms, default 30000), memory (about 512 MiB for the sandbox), stdout and stderr 1 MiB each, OUTPUT 1 MiB of JSON; files live only for the run (work in the current directory or /tmp); the network may be off.`
+// packagesDoc names the packages of the default sandbox image (config.DefaultPackages), with
+// the module names to import where they differ.
+const packagesDoc = ` The default sandbox image has pandas, numpy, matplotlib, scipy, requests, beautifulsoup4 (import bs4) and Pillow (import PIL) installed; ask for others with dependencies.`
+
+// limitsDoc states the daemon's limits l for a model.
+func limitsDoc(l client.Limits) string {
+	network := "the network is reachable"
+	if l.Network == "none" {
+		network = "there is no network"
+	}
+	return fmt.Sprintf(" Limits: a wall-clock timeout (timeout_ms: default %d, at most %d); memory: %s for the run's data (past it: MemoryError, outcome memory_limit); "+
+		"stdout %s and stderr %s (past them: outcome output_limit); OUTPUT %s of JSON; any file %s; "+
+		"files live only for the run (work in the current directory or /tmp); %s.",
+		l.DefaultTimeoutMS, l.MaxTimeoutMS, size(l.Limits.MemoryBytes), size(l.Limits.StdoutBytes), size(l.Limits.StderrBytes),
+		size(l.Limits.OutputBytes), size(l.Limits.FileSizeBytes), network)
+}
+
+// size writes n bytes in the largest binary unit that divides it ("512 MiB", "1536 bytes").
+func size(n int64) string {
+	for _, u := range []struct {
+		name  string
+		bytes int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.bytes && n%u.bytes == 0 {
+			return fmt.Sprintf("%d %s", n/u.bytes, u.name)
+		}
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
 
 const outcomesDoc = ` The result has one outcome: ok; error (an exception or non-zero exit: read stderr, fix the code, try again); timeout; memory_limit; output_limit; output_invalid (OUTPUT broke the script's output schema); dependency_error (a package could not be installed); killed; sandbox_error (the sandbox failed, not your code: retry). A failing program is reported as a tool error carrying its stdout and stderr.`
 
-const runCodeDoc = `Run Python 3 code in the sandbox and get its stdout, stderr, exit code, duration and OUTPUT. INPUT is the JSON value you pass as input (None when absent); set the global OUTPUT to return JSON. dependencies are pip requirements (PEP 508, such as "tabulate>=0.9") installed before the run; names only, no URLs or options. The global agent object reads your knowledge: agent.search_memory(query, limit=10), agent.get_facts(subject=None, predicate=None), agent.query_graph(start=None, relation=None, depth=1), agent.get_documents(query=None, ids=None), agent.store_result(key, value), agent.log(message).` + limitsDoc + outcomesDoc
+const runCodeDoc = `Run Python 3 code in the sandbox and get its stdout, stderr, exit code, duration and OUTPUT. INPUT is the JSON value you pass as input (None when absent); set the global OUTPUT to return JSON. dependencies are pip requirements (PEP 508, such as "tabulate>=0.9") installed before the run; names only, no URLs or options. The global agent object reads your knowledge: agent.search_memory(query, limit=10), agent.get_facts(subject=None, predicate=None), agent.query_graph(start=None, relation=None, depth=1), agent.get_documents(query=None, ids=None), agent.store_result(key, value), agent.log(message).` + packagesDoc
 
 const saveCodeDoc = `Save a Python script under a name (lowercase letters, digits, - and _), as version 1, to run later by name (run_saved_code) or on a schedule (create_code_job). input_schema and output_schema are JSON Schemas (2020-12) of its INPUT and OUTPUT: runs with input that breaks input_schema are refused, and an OUTPUT that breaks output_schema ends the run output_invalid. dependencies are pip requirements installed before each run.`
 
 const updateCodeDoc = `Save a new version of a saved script: only the fields given change. Give expected_version (the version you last read) to be refused if someone else changed it meanwhile.`
 
-const runSavedDoc = `Run a saved script by name with an input (checked against its input schema first: a mismatch names each failing field as a JSON pointer). Answers like run_code.` + outcomesDoc
+const runSavedDoc = `Run a saved script by name with an input (checked against its input schema first: a mismatch names each failing field as a JSON pointer). Answers like run_code.`
 
 const createJobDoc = `Schedule a saved script: schedule is a 5-field cron spec ("0 9 * * 1-5"), @hourly, @daily, @weekly, @monthly or "@every 10m" (at least 10s), read in an IANA timezone (default UTC). input is given to every run. overlap: "skip" (default) skips a fire while the previous run still goes, "queue" runs it after. catch_up: "skip" (default) or "once" for fires missed while sandpit was down. Answers the job with its next five fire times.`
+
+const jobHistoryDoc = `A job's history, newest first: each fire with its kind (schedule, manual, catch_up), status (started, skipped, queued, missed, failed), scheduled_at and fired_at, and for a started fire its execution_id (read the run with get_execution) and outcome. since and until (RFC 3339 times such as 2026-01-02T15:04:05Z) bound when each fire was handled (since <= fired_at < until). A next_cursor in the answer gets the next page (pass it as cursor).`
 
 type tools struct {
 	c     *client.Client
@@ -70,7 +103,7 @@ type RunCodeArgs struct {
 	Code         string   `json:"code" jsonschema:"the Python source to run"`
 	Input        any      `json:"input,omitempty" jsonschema:"any JSON value, given to the code as INPUT"`
 	Dependencies []string `json:"dependencies,omitempty" jsonschema:"pip requirements to install first, such as tabulate>=0.9"`
-	TimeoutMS    int64    `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds (default 30000)"`
+	TimeoutMS    int64    `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds (the default and the maximum are in the tool's description)"`
 }
 
 func (t *tools) runCode(ctx context.Context, _ *mcp.CallToolRequest, a RunCodeArgs) (*mcp.CallToolResult, any, error) {
@@ -90,13 +123,15 @@ func (t *tools) runCode(ctx context.Context, _ *mcp.CallToolRequest, a RunCodeAr
 }
 
 // runResult turns an execution into a tool result: a failing program is a tool error with its
-// output, so the model can fix its code.
+// output, so the model can fix its code. The execution's ID is always given (get_execution
+// reads its record), a run stopped because its call was cancelled included.
 func runResult(res sandbox.Result, err error) (*mcp.CallToolResult, any, error) {
 	if err != nil {
 		return nil, nil, toolError(err)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "outcome: %s (exit code %d, %d ms)\n", res.Outcome, res.ExitCode, res.DurationMS)
+	fmt.Fprintf(&b, "execution: %s\n", res.ID)
 	if res.Reason != "" {
 		fmt.Fprintf(&b, "reason: %s\n", res.Reason)
 	}
@@ -113,10 +148,19 @@ func runResult(res sandbox.Result, err error) (*mcp.CallToolResult, any, error) 
 		Content: []mcp.Content{&mcp.TextContent{Text: b.String()}}}, res, nil
 }
 
-// toolError makes err a tool error naming the field at fault, as the REST API named it.
+// errCancelled is the tool error of a call cancelled (notifications/cancelled, or its client
+// gone) before the daemon answered it.
+var errCancelled = errors.New("cancelled: the client cancelled this call before sandpit answered it; " +
+	"if it had started a run, that run was stopped and is recorded with outcome killed (see list_executions)")
+
+// toolError makes err a tool error in the words of the REST API: naming the field at fault as
+// the API named it. A cancelled call says so, and a daemon that did not answer says that,
+// without the client's request line (method and URL).
 func toolError(err error) error {
 	var api *client.APIError
-	if errors.As(err, &api) {
+	var urlErr *url.Error
+	switch {
+	case errors.As(err, &api):
 		msg := api.Message
 		if api.Field != "" && !strings.HasPrefix(msg, api.Field) {
 			msg = api.Field + ": " + msg
@@ -125,6 +169,10 @@ func toolError(err error) error {
 			msg += fmt.Sprintf("\n  input at %q: %s", v.Pointer, v.Message)
 		}
 		return errors.New(msg)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return errCancelled
+	case errors.As(err, &urlErr):
+		return fmt.Errorf("sandpit's API did not answer: %w", urlErr.Err)
 	}
 	return err
 }
@@ -333,31 +381,84 @@ func (t *tools) deleteJob(ctx context.Context, _ *mcp.CallToolRequest, a IDArgs)
 	return nil, map[string]string{"deleted": a.ID}, nil
 }
 
+// PageArgs are the paging and time filter of a listing.
+type PageArgs struct {
+	Since  string `json:"since,omitempty" jsonschema:"an RFC 3339 time such as 2026-01-02T15:04:05Z: only from then on"`
+	Until  string `json:"until,omitempty" jsonschema:"an RFC 3339 time: only before then"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"at most this many (default 20, up to 500)"`
+	Cursor string `json:"cursor,omitempty" jsonschema:"the next_cursor of the previous answer, for the next page"`
+}
+
+// parse returns p's time bounds and page; a time that is not RFC 3339 is an error naming its
+// argument.
+func (p PageArgs) parse() (since, until time.Time, page store.Page, err error) {
+	for _, a := range []struct {
+		name, value string
+		dst         *time.Time
+	}{{"since", p.Since, &since}, {"until", p.Until, &until}} {
+		if a.value == "" {
+			continue
+		}
+		if *a.dst, err = time.Parse(time.RFC3339, a.value); err != nil {
+			return since, until, page, fmt.Errorf("%s %q is not an RFC 3339 time: give one such as 2026-01-02T15:04:05Z", a.name, a.value)
+		}
+	}
+	page = store.Page{Limit: p.Limit, Cursor: p.Cursor}
+	if page.Limit == 0 {
+		page.Limit = 20
+	}
+	return since, until, page, nil
+}
+
 // ListExecutionsArgs filter list_executions.
 type ListExecutionsArgs struct {
 	Source   string `json:"source,omitempty" jsonschema:"api, cli, mcp or job"`
 	Outcome  string `json:"outcome,omitempty" jsonschema:"ok, error, timeout, ..."`
 	CodeName string `json:"code_name,omitempty"`
 	JobID    string `json:"job_id,omitempty"`
-	Limit    int    `json:"limit,omitempty" jsonschema:"at most this many (default 20, up to 500)"`
+	PageArgs
 }
 
 func (t *tools) listExecutions(ctx context.Context, _ *mcp.CallToolRequest, a ListExecutionsArgs) (*mcp.CallToolResult, any, error) {
+	since, until, page, err := a.PageArgs.parse()
+	if err != nil {
+		return nil, nil, err
+	}
 	f := url.Values{"agent": {t.agent}}
 	for k, v := range map[string]string{"source": a.Source, "outcome": a.Outcome, "code_name": a.CodeName, "job_id": a.JobID} {
 		if v != "" {
 			f.Set(k, v)
 		}
 	}
-	limit := a.Limit
-	if limit == 0 {
-		limit = 20
+	if !since.IsZero() {
+		f.Set("since", since.Format(time.RFC3339Nano))
 	}
-	items, _, err := t.c.ListExecutions(ctx, f, store.Page{Limit: limit})
+	if !until.IsZero() {
+		f.Set("until", until.Format(time.RFC3339Nano))
+	}
+	items, next, err := t.c.ListExecutions(ctx, f, page)
 	if err != nil {
 		return nil, nil, toolError(err)
 	}
-	return nil, map[string]any{"executions": items}, nil
+	return nil, map[string]any{"executions": items, "next_cursor": next}, nil
+}
+
+// JobHistoryArgs are get_code_job_history's arguments.
+type JobHistoryArgs struct {
+	ID string `json:"id" jsonschema:"the job's id (job_...)"`
+	PageArgs
+}
+
+func (t *tools) jobHistory(ctx context.Context, _ *mcp.CallToolRequest, a JobHistoryArgs) (*mcp.CallToolResult, any, error) {
+	since, until, page, err := a.PageArgs.parse()
+	if err != nil {
+		return nil, nil, err
+	}
+	fires, next, err := t.c.JobHistory(ctx, t.agent, a.ID, store.FireFilter{Since: since, Until: until}, page)
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	return nil, map[string]any{"fires": fires, "next_cursor": next}, nil
 }
 
 func (t *tools) getExecution(ctx context.Context, _ *mcp.CallToolRequest, a IDArgs) (*mcp.CallToolResult, any, error) {

@@ -1,10 +1,13 @@
 package mcpserver_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
@@ -32,21 +36,33 @@ func (pyRuntime) Run(_ context.Context, _ int, spec sandbox.Spec, _ func(sandbox
 	return sandbox.Result{Outcome: sandbox.OutcomeOK, Stdout: "hi\n", Output: spec.Input, StartedAt: time.Now().UTC()}, nil
 }
 
-// session connects an MCP client, over in-memory transports, to a server for agent.
-func session(t testing.TB, agent string) *mcp.ClientSession {
+// newAPI serves the REST API over rt with cfg on a loopback port, with a ledger, and returns its
+// URL and ledger.
+func newAPI(t testing.TB, rt sandbox.Runtime, cfg sandbox.Config) (string, *store.Store) {
 	t.Helper()
 	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	svc := sandbox.NewService(pyRuntime{}, sandbox.Hooks{Recorder: st}, sandbox.DefaultConfig(), nil)
+	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, cfg, nil)
 	lib := library.New(st, svc, 0)
 	api := httptest.NewServer(httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib,
 		Jobs: jobs.New(st, lib, svc, jobs.Config{}, nil), Ledger: st}, nil))
 	t.Cleanup(api.Close)
+	return api.URL, st
+}
 
-	server := mcpserver.New(client.New(api.URL, nil), agent, "test")
+// session connects an MCP client, over in-memory transports, to a server for agent.
+func session(t testing.TB, agent string) *mcp.ClientSession {
+	t.Helper()
+	url, _ := newAPI(t, pyRuntime{}, sandbox.DefaultConfig())
+	return connect(t, newServer(t, url, agent))
+}
+
+// connect connects an MCP client to server over in-memory transports.
+func connect(t testing.TB, server *mcp.Server) *mcp.ClientSession {
+	t.Helper()
 	st1, st2 := mcp.NewInMemoryTransports()
 	ss, err := server.Connect(t.Context(), st1, nil)
 	if err != nil {
@@ -59,6 +75,17 @@ func session(t testing.TB, agent string) *mcp.ClientSession {
 	}
 	t.Cleanup(func() { cs.Close() })
 	return cs
+}
+
+// newServer returns an MCP server for agent of the daemon at url, with its limits.
+func newServer(t testing.TB, url, agent string) *mcp.Server {
+	t.Helper()
+	c := client.New(url, nil)
+	limits, err := c.Limits(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mcpserver.New(c, agent, "test", limits)
 }
 
 func callTool(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) (*mcp.CallToolResult, string) {
@@ -89,8 +116,11 @@ func TestTools(t *testing.T) {
 			t.Errorf("tool %s has no real description: %q", tool.Name, tool.Description)
 		}
 	}
-	want := "run_code save_code update_code get_code list_code delete_code run_saved_code create_code_job list_code_jobs update_code_job delete_code_job list_executions get_execution"
-	if strings.Join(names, " ") != want && len(names) != 13 {
+	want := strings.Fields("run_code save_code update_code get_code list_code delete_code run_saved_code create_code_job list_code_jobs " +
+		"update_code_job delete_code_job get_code_job_history list_executions get_execution")
+	slices.Sort(names)
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
 		t.Fatalf("tools: %v", names)
 	}
 
@@ -152,5 +182,180 @@ func TestTools(t *testing.T) {
 	}
 	if res, text = callTool(t, cs, "delete_code", map[string]any{"name": "echo"}); !res.IsError || !strings.Contains(text, job.ID) {
 		t.Fatalf("delete_code while a job uses it: %q", text)
+	}
+}
+
+// blockingRuntime runs every program until its context ends, sending each run's ID to started.
+type blockingRuntime struct{ started chan string }
+
+func (blockingRuntime) Ready(context.Context) error { return nil }
+func (b blockingRuntime) Run(ctx context.Context, _ int, spec sandbox.Spec, _ func(sandbox.Event)) (sandbox.Result, error) {
+	b.started <- spec.ID
+	<-ctx.Done()
+	return sandbox.Result{}, ctx.Err()
+}
+
+// As `sandpit mcp` serves it (stdio, the daemon reached over HTTP): notifications/cancelled for
+// a running run_code stops the run (outcome killed in the ledger), and the answer says the call
+// was cancelled in sandpit's words, without the daemon's URL or a Go context error.
+func TestCancelOverStdio(t *testing.T) {
+	rt := blockingRuntime{started: make(chan string, 1)}
+	url, st := newAPI(t, rt, sandbox.DefaultConfig())
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	served := make(chan error, 1)
+	go func() {
+		served <- newServer(t, url, "alice").Run(t.Context(), &mcp.IOTransport{Reader: inR, Writer: outW})
+	}()
+	defer func() { inW.Close(); <-served }()
+	lines := bufio.NewScanner(outR)
+	exchange := func(msg string, answer bool) map[string]any {
+		t.Helper()
+		if _, err := io.WriteString(inW, msg+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if !answer {
+			return nil
+		}
+		if !lines.Scan() {
+			t.Fatalf("no answer to %s: %v", msg, lines.Err())
+		}
+		var m map[string]any
+		if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	exchange(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}`, true)
+	exchange(`{"jsonrpc":"2.0","method":"notifications/initialized"}`, false)
+	answered := make(chan map[string]any, 1)
+	go func() {
+		answered <- exchange(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_code","arguments":{"code":"import time; time.sleep(60)"}}}`, true)
+	}()
+	id := <-rt.started
+	exchange(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"enough"}}`, false)
+	answer, _ := json.Marshal(<-answered)
+	var res struct {
+		Result struct {
+			IsError bool `json:"isError"`
+			Content []struct{ Text string }
+		}
+	}
+	json.Unmarshal(answer, &res)
+	if !res.Result.IsError || len(res.Result.Content) != 1 || !strings.HasPrefix(res.Result.Content[0].Text, "cancelled: the client cancelled this call") {
+		t.Fatalf("the cancelled call's answer: %s", answer)
+	}
+	for _, internal := range []string{"http", "context canceled", "/v1/"} {
+		if strings.Contains(string(answer), internal) {
+			t.Errorf("the cancelled call's answer speaks of %q: %s", internal, answer)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rec, err := st.GetExecution(t.Context(), id)
+		if err == nil && rec.Status == "finished" {
+			if rec.Outcome != sandbox.OutcomeKilled {
+				t.Fatalf("the cancelled run's outcome: %s (%s)", rec.Outcome, rec.Reason)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cancelled run is not finished in the ledger: %v %s", err, rec.Status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The run tools' descriptions state the daemon's own limits (GET /v1/limits), whatever its
+// configuration, and the instructions and run_code name every package of the default image.
+func TestDescriptionsStateTheLimits(t *testing.T) {
+	cfg := sandbox.DefaultConfig()
+	cfg.DefaultTimeout, cfg.MaxTimeout, cfg.Network = 12345*time.Millisecond, 99*time.Second, "none"
+	cfg.Limits.MemoryBytes, cfg.Limits.StdoutBytes, cfg.Limits.StderrBytes = 300<<20, 64<<10, 100000
+	cfg.Limits.OutputBytes, cfg.Limits.FileSizeBytes = 2<<20, 1<<30
+	url, _ := newAPI(t, pyRuntime{}, cfg)
+	cs := connect(t, newServer(t, url, "alice"))
+	tools, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]string{}
+	for _, tool := range tools.Tools {
+		docs[tool.Name] = tool.Description
+	}
+	for _, name := range []string{"run_code", "run_saved_code"} {
+		for _, want := range []string{"timeout_ms: default 12345, at most 99000", "memory: 300 MiB", "stdout 64 KiB and stderr 100000 bytes",
+			"OUTPUT 2 MiB", "any file 1 GiB", "there is no network"} {
+			if !strings.Contains(docs[name], want) {
+				t.Errorf("%s's description lacks %q: %s", name, want, docs[name])
+			}
+		}
+		for _, stale := range []string{"30000", "512 MiB", "1 MiB"} {
+			if strings.Contains(docs[name], stale) {
+				t.Errorf("%s's description says %q, not the daemon's limit: %s", name, stale, docs[name])
+			}
+		}
+	}
+	for _, pkg := range config.DefaultPackages() {
+		if !strings.Contains(docs["run_code"], pkg) || !strings.Contains(cs.InitializeResult().Instructions, pkg) {
+			t.Errorf("the default image's package %s is not named in run_code's description and the instructions", pkg)
+		}
+	}
+}
+
+// get_code_job_history pages through a job's fires, newest first, with a cursor, and since and
+// until bound when they were handled, as GET .../jobs/{id}/history does.
+func TestJobHistory(t *testing.T) {
+	url, _ := newAPI(t, pyRuntime{}, sandbox.DefaultConfig())
+	cs := connect(t, newServer(t, url, "alice"))
+	if res, text := callTool(t, cs, "save_code", map[string]any{"name": "echo", "code": "pass"}); res.IsError {
+		t.Fatalf("save_code: %q", text)
+	}
+	_, text := callTool(t, cs, "create_code_job", map[string]any{"code_name": "echo", "schedule": "@daily"})
+	var job jobs.Scheduled
+	if err := json.Unmarshal([]byte(text), &job); err != nil {
+		t.Fatalf("create_code_job: %q", text)
+	}
+	api := client.New(url, nil)
+	for range 3 {
+		if _, err := api.RunJob(t.Context(), "alice", job.ID); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond) // distinct fired_at times
+	}
+	history := func(args map[string]any) (fires []store.Fire, next string) {
+		t.Helper()
+		args["id"] = job.ID
+		res, text := callTool(t, cs, "get_code_job_history", args)
+		var page struct {
+			Fires      []store.Fire `json:"fires"`
+			NextCursor string       `json:"next_cursor"`
+		}
+		if res.IsError || json.Unmarshal([]byte(text), &page) != nil {
+			t.Fatalf("get_code_job_history %v: %q", args, text)
+		}
+		return page.Fires, page.NextCursor
+	}
+	all, next := history(map[string]any{})
+	if len(all) != 3 || next != "" || !all[0].FiredAt.After(all[2].FiredAt) {
+		t.Fatalf("the whole history, newest first: %+v %q", all, next)
+	}
+	first, cursor := history(map[string]any{"limit": 2})
+	rest, end := history(map[string]any{"limit": 2, "cursor": cursor})
+	if len(first) != 2 || cursor == "" || len(rest) != 1 || end != "" || rest[0].ID != all[2].ID {
+		t.Fatalf("two pages: %+v %q, %+v %q", first, cursor, rest, end)
+	}
+	middle := all[1].FiredAt.Format(time.RFC3339Nano)
+	if since, _ := history(map[string]any{"since": middle}); len(since) != 2 || since[1].ID != all[1].ID {
+		t.Fatalf("since the middle fire: %+v", since)
+	}
+	if until, _ := history(map[string]any{"until": middle}); len(until) != 1 || until[0].ID != all[2].ID {
+		t.Fatalf("until the middle fire: %+v", until)
+	}
+	if res, text := callTool(t, cs, "get_code_job_history", map[string]any{"id": job.ID, "since": "yesterday"}); !res.IsError || !strings.HasPrefix(text, `since "yesterday" is not an RFC 3339 time`) {
+		t.Fatalf("a bad since: %q", text)
+	}
+	if res, text := callTool(t, cs, "get_code_job_history", map[string]any{"id": "job_nope"}); !res.IsError || !strings.Contains(text, "job_nope") {
+		t.Fatalf("an unknown job: %q", text)
 	}
 }

@@ -267,8 +267,15 @@ func (s *Store) SetFire(ctx context.Context, id int64, status, executionID, reas
 	return err
 }
 
-// ListFires returns the history of the agent's job id, newest first, a page at a time.
-func (s *Store) ListFires(ctx context.Context, agent, jobID string, p Page) ([]Fire, string, error) {
+// FireFilter selects fires of a job; zero fields select every fire. Since and Until bound the
+// time the scheduler handled the fire: Since <= fired_at < Until.
+type FireFilter struct {
+	Since, Until time.Time
+}
+
+// ListFires returns the history of the agent's job id that f selects, newest first, a page at
+// a time.
+func (s *Store) ListFires(ctx context.Context, agent, jobID string, f FireFilter, p Page) ([]Fire, string, error) {
 	if _, err := s.GetJob(ctx, agent, jobID); err != nil {
 		return nil, "", err
 	}
@@ -276,6 +283,14 @@ func (s *Store) ListFires(ctx context.Context, agent, jobID string, p Page) ([]F
 		f.execution_id, f.reason, e.outcome FROM job_fires f LEFT JOIN executions e ON e.id = f.execution_id
 		WHERE f.job_id = ?`
 	args := []any{jobID}
+	if !f.Since.IsZero() {
+		q += " AND f.fired_at >= ?"
+		args = append(args, f.Since.UnixMilli())
+	}
+	if !f.Until.IsZero() {
+		q += " AND f.fired_at < ?"
+		args = append(args, f.Until.UnixMilli())
+	}
 	if p.Cursor != "" {
 		before, _, err := decodeCursor(p.Cursor)
 		if err != nil {

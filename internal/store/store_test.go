@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -278,7 +279,7 @@ func TestClaimFiresOnce(t *testing.T) {
 	if claims != 1 {
 		t.Fatalf("%d claims of one fire", claims)
 	}
-	fires, _, _ := s.ListFires(ctx, "a", "job_1", Page{})
+	fires, _, _ := s.ListFires(ctx, "a", "job_1", FireFilter{}, Page{})
 	if len(fires) != 1 || fires[0].Status != FireStarted {
 		t.Fatalf("fires: %+v", fires)
 	}
@@ -306,7 +307,26 @@ func TestClaimFiresOnce(t *testing.T) {
 	if n, _ := s.FailUnstartedFires(ctx); n != 0 {
 		t.Fatalf("FailUnstartedFires failed %d fires whose runs began (their records were pruned)", n)
 	}
-	if fires, _, _ := s.ListFires(ctx, "b", "job_1", Page{}); fires != nil {
+	// Time filters bound fired_at (since <= fired_at < until) and page with the cursor.
+	firedAt := func(fires []Fire) (ms []int64) {
+		for _, f := range fires {
+			ms = append(ms, f.FiredAt.UnixMilli())
+		}
+		return ms
+	}
+	if fires, _, _ := s.ListFires(ctx, "a", "job_1", FireFilter{Since: next}, Page{}); !slices.Equal(firedAt(fires), []int64{next.UnixMilli()}) {
+		t.Fatalf("since the second fire: %+v", fires)
+	}
+	if fires, _, _ := s.ListFires(ctx, "a", "job_1", FireFilter{Until: next}, Page{}); !slices.Equal(firedAt(fires), []int64{due.UnixMilli()}) {
+		t.Fatalf("until the second fire: %+v", fires)
+	}
+	both := FireFilter{Since: due, Until: next.Add(time.Millisecond)}
+	page1, cursor, _ := s.ListFires(ctx, "a", "job_1", both, Page{Limit: 1})
+	page2, end, _ := s.ListFires(ctx, "a", "job_1", both, Page{Limit: 1, Cursor: cursor})
+	if !slices.Equal(firedAt(append(page1, page2...)), []int64{next.UnixMilli(), due.UnixMilli()}) || end != "" {
+		t.Fatalf("two pages of one fire: %+v %+v, then %q", page1, page2, end)
+	}
+	if fires, _, _ := s.ListFires(ctx, "b", "job_1", FireFilter{}, Page{}); fires != nil {
 		t.Fatal("another agent read the job's history")
 	}
 }

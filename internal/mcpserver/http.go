@@ -1,0 +1,89 @@
+package mcpserver
+
+import (
+	"context"
+	"crypto/rand"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// HTTPHandler serves MCP over streamable HTTP (the MCP spec's transport), with a server from
+// newServer for each new session (nil answers 400). Sessions idle for sessionTimeout are
+// closed.
+//
+// Each call (a JSON-RPC request, such as tools/call) is cancelled when the HTTP POST that
+// carried it ends before it is answered, that is when the client's connection closes: this
+// handler keeps no events to replay, so a client cannot resume the stream and the answer could
+// never be delivered. A run_code whose client went away is so stopped (outcome killed) at once,
+// as over REST, instead of holding its slot until it ends. notifications/cancelled cancels a
+// call as well (the SDK's).
+func HTTPHandler(newServer func(*http.Request) *mcp.Server, sessionTimeout time.Duration) http.Handler {
+	p := &posts{live: map[string]context.Context{}}
+	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		s := newServer(r)
+		if s != nil {
+			s.AddReceivingMiddleware(p.tie)
+		}
+		return s
+	}, &mcp.StreamableHTTPOptions{SessionTimeout: sessionTimeout})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r = r.Clone(r.Context())
+		r.Header.Del(postHeader) // the client's own value names nothing
+		if r.Method == http.MethodPost {
+			id := rand.Text()
+			r.Header.Set(postHeader, id)
+			defer p.add(id, r.Context())()
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// postHeader carries, from HTTPHandler to its middleware, the ID of the POST that carried a
+// message: the SDK gives a call the header of its HTTP request (mcp.RequestExtra), not its
+// context.
+const postHeader = "X-Sandpit-Mcp-Post"
+
+// posts holds the contexts of the POSTs being served, by ID.
+type posts struct {
+	mu   sync.Mutex
+	live map[string]context.Context
+}
+
+// add records ctx as POST id's and returns the function that forgets it.
+func (p *posts) add(id string, ctx context.Context) func() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.live[id] = ctx
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		delete(p.live, id)
+	}
+}
+
+// tie is server middleware that cancels a call when the POST that carried it ends (at once when
+// it has already ended). Notifications, and messages that came another way than HTTPHandler,
+// pass unchanged.
+func (p *posts) tie(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		extra := req.GetExtra()
+		if extra == nil || extra.Header.Get(postHeader) == "" || strings.HasPrefix(method, "notifications/") {
+			return next(ctx, method, req)
+		}
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		p.mu.Lock()
+		post, ok := p.live[extra.Header.Get(postHeader)]
+		p.mu.Unlock()
+		if !ok {
+			cancel() // the POST is over: nobody waits for this answer
+		} else {
+			defer context.AfterFunc(post, cancel)()
+		}
+		return next(ctx, method, req)
+	}
+}
