@@ -356,7 +356,7 @@ func TestOneEnginePerDataDir(t *testing.T) {
 		t.Fatalf("RemoveSandbox while in use: %v", err)
 	}
 	eng.Close()
-	if n, err := app.RemoveSandbox(context.Background(), cfg); err != nil || n != 1 {
+	if n, err := app.RemoveSandbox(context.Background(), cfg); err != nil || n != cfg.Slots {
 		t.Fatalf("RemoveSandbox: %d %v", n, err)
 	}
 	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != 0 {
@@ -365,7 +365,7 @@ func TestOneEnginePerDataDir(t *testing.T) {
 }
 
 // The data directory is one, however it is spelt: a symlink or a trailing slash adopts the
-// same container.
+// same containers.
 func TestDataDirSpellingsShareOneContainer(t *testing.T) {
 	cfg := testConfig(t)
 	link := cfg.DataDir + "-link"
@@ -382,8 +382,8 @@ func TestDataDirSpellingsShareOneContainer(t *testing.T) {
 		}
 		eng.Close()
 	}
-	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != 1 {
-		t.Fatalf("%d containers for one data directory, want 1", len(ids))
+	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != cfg.Slots {
+		t.Fatalf("%d containers for one data directory, want one per slot (%d)", len(ids), cfg.Slots)
 	}
 }
 
@@ -403,8 +403,8 @@ func TestDaemonRestartAdoptsContainer(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		if n := len(testenv.Containers(t, cfg.DataDir)); n != 1 {
-			t.Fatalf("after start %d: %d containers, want 1", i+1, n)
+		if n := len(testenv.Containers(t, cfg.DataDir)); n != cfg.Slots {
+			t.Fatalf("after start %d: %d containers, want one per slot (%d)", i+1, n, cfg.Slots)
 		}
 	}
 }

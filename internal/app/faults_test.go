@@ -212,8 +212,8 @@ func TestDaemonKilled(t *testing.T) {
 	if len(list.Executions) != 1 || list.Executions[0].Outcome != sandbox.OutcomeSandboxError || !strings.Contains(list.Executions[0].Reason, "interrupted") {
 		t.Fatalf("the killed daemon's run in the ledger: %+v", list.Executions)
 	}
-	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != 1 {
-		t.Fatalf("%d containers after the restart, want the one adopted", len(ids))
+	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != cfg.Slots {
+		t.Fatalf("%d containers after the restart, want the %d adopted", len(ids), cfg.Slots)
 	}
 	var fires []store.Fire
 	for deadline := time.Now().Add(45 * time.Second); len(fires) < 3 && time.Now().Before(deadline); time.Sleep(time.Second) {

@@ -82,6 +82,9 @@ type Runtime struct {
 	imgMu sync.Mutex // held while the image is ensured
 	img   Image
 
+	upMu sync.Mutex
+	up   chan struct{} // closed and replaced whenever a box connects: the others retry now
+
 	// ctx ends when Close is called; it bounds every reconnection attempt.
 	ctx        context.Context
 	close      context.CancelFunc
@@ -104,7 +107,7 @@ func Start(ctx context.Context, api client.APIClient, cfg Config, log *slog.Logg
 	if cfg.SettleTimeout <= 0 {
 		cfg.SettleTimeout = 5 * time.Second
 	}
-	r := &Runtime{api: api, cfg: cfg, log: log}
+	r := &Runtime{api: api, cfg: cfg, log: log, up: make(chan struct{})}
 	r.ctx, r.close = context.WithCancel(context.Background())
 	for slot := range cfg.Slots {
 		r.boxes = append(r.boxes, &box{r: r, slot: slot, log: log.With("slot", slot), changed: make(chan struct{})})
@@ -228,6 +231,34 @@ func (r *Runtime) removeStrays(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// connected tells every box that one has connected: the engine answers again.
+func (r *Runtime) connected() {
+	r.upMu.Lock()
+	close(r.up)
+	r.up = make(chan struct{})
+	r.upMu.Unlock()
+}
+
+// nextUp returns a channel closed when a box next connects.
+func (r *Runtime) nextUp() <-chan struct{} {
+	r.upMu.Lock()
+	defer r.upMu.Unlock()
+	return r.up
+}
+
+// anyUp reports whether some box has a live session.
+func (r *Runtime) anyUp() bool {
+	for _, b := range r.boxes {
+		b.mu.Lock()
+		up := b.sess != nil
+		b.mu.Unlock()
+		if up {
+			return true
+		}
+	}
+	return false
 }
 
 // ContainerID returns slot 0's container ID ("" while it has none).
@@ -451,6 +482,7 @@ func (b *box) connect(ctx context.Context) error {
 	close(b.changed)
 	b.changed = make(chan struct{})
 	b.mu.Unlock()
+	b.r.connected()
 	return nil
 }
 
@@ -533,6 +565,7 @@ func (b *box) supervise() {
 		case <-r.ctx.Done():
 			return
 		case <-time.After(backoff):
+		case <-r.nextUp(): // another slot got through: the engine is back
 		}
 		backoff = min(backoff*2, 10*time.Second)
 	}
@@ -549,7 +582,7 @@ func (b *box) current(ctx context.Context) (*session.Client, string, error) {
 		if sess != nil && sess.Ready(ctx) == nil {
 			return sess, id, nil
 		}
-		if down && sess == nil {
+		if down && sess == nil && !b.r.anyUp() { // no slot reaches the engine: fail at once
 			return nil, "", fmt.Errorf("%w: %w", sandbox.ErrNotReady, lastErr)
 		}
 		select {
