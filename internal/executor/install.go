@@ -457,10 +457,10 @@ func (in *installer) stillThere(res resolution) bool {
 	return err == nil
 }
 
-// lockVolume takes the package volume's install lock, which every sandbox sharing the volume
-// (one per slot) takes around installs and removals, and returns its release, waiting for it
-// until ctx ends. The lock is an flock(2) on root/.lock,
-// released by the kernel when its holder dies. It tries once more after ctx has ended.
+// lockVolume takes the package volume's install lock and returns its release. Every sandbox
+// sharing the volume (one per slot) takes it around installs and removals. It waits for the
+// lock until ctx ends, trying once more then (an ended ctx makes it a single try). The lock is
+// an flock(2) on root/.lock, which the kernel releases when its holder dies.
 func (in *installer) lockVolume(ctx context.Context) (func(), error) {
 	f, err := os.OpenFile(filepath.Join(in.root, ".lock"), os.O_CREATE|os.O_RDWR|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
