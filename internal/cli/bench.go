@@ -26,9 +26,9 @@ func (o *options) benchCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure sandpit's speed against docker exec and a bare Python start, on this machine",
-		Long: `Measure sandpit against the baselines it replaces, in one run, against one warm container:
+		Long: `Measure sandpit against the baselines it replaces, in one run, against its warm containers:
 
-  A  a docker exec of python3 -c 'print(1)' in the warm container (Docker Engine API)
+  A  a docker exec of python3 -c 'print(1)' in slot 0's warm container (Docker Engine API)
   B  python3 -c 'print(1)' started by sandpit-executor in the container, without HTTP or a session
      print(1) through the REST API, end to end, one client
   C  a pandas snippet in a fresh python3 started by sandpit-executor

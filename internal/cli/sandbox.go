@@ -10,7 +10,7 @@ import (
 )
 
 func (o *options) sandboxCommand() *cobra.Command {
-	sb := &cobra.Command{Use: "sandbox", Short: "Inspect or remove the warm container of the data directory"}
+	sb := &cobra.Command{Use: "sandbox", Short: "Inspect or remove the warm containers of the data directory (one per slot)"}
 	sb.AddCommand(&cobra.Command{
 		Use:   "status",
 		Short: "Show the data directory's containers and which engine owns it",
@@ -32,7 +32,7 @@ func (o *options) sandboxCommand() *cobra.Command {
 				fmt.Fprintln(w, "owned by:       nobody (no daemon or run is using it)")
 			}
 			if len(containers) == 0 {
-				fmt.Fprintln(w, "containers:     none (the next run creates one)")
+				fmt.Fprintln(w, "containers:     none (the next run creates them)")
 			}
 			for _, c := range containers {
 				fmt.Fprintf(w, "container:      %.12s  %-8s %s  created %s\n", c.ID, c.State, c.Image, c.Created.Format(time.RFC3339))
@@ -43,7 +43,7 @@ func (o *options) sandboxCommand() *cobra.Command {
 	sb.AddCommand(&cobra.Command{
 		Use:   "rm",
 		Short: "Remove the data directory's containers (refused while an engine uses them)",
-		Long: `Remove the warm container of the data directory (and any stopped ones). The next run
+		Long: `Remove the warm containers of the data directory (one per slot, and any stopped ones). The next run
 or daemon creates a fresh one. Refused while a daemon or a run owns the data directory: stop it
 first. Images are kept; remove them with docker image rm.`,
 		Args: noArgs,

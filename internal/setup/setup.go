@@ -1,6 +1,6 @@
 // Package setup takes a machine from nothing to a warm sandbox, step by step, reporting each
 // step as it goes: the Docker engine (installed on macOS through Homebrew and Colima, or on
-// Debian and Ubuntu through apt, when asked to), the sandbox image, the warm container and a
+// Debian and Ubuntu through apt, when asked to), the sandbox image, the warm containers and a
 // health check. Every step that is already done is reported as skipped, so running it again is
 // safe and fast.
 //
@@ -55,7 +55,7 @@ type Engine interface {
 	Ping(ctx context.Context, dockerHost string) (string, error)
 	// Image builds the sandbox image unless it exists (built false), reporting build output.
 	Image(ctx context.Context, progress func(line string)) (tag string, built bool, err error)
-	// Sandbox starts the warm container unless one runs (started false).
+	// Sandbox starts the warm containers unless they run (started false).
 	Sandbox(ctx context.Context) (started bool, err error)
 	// Health runs print(1) in the sandbox.
 	Health(ctx context.Context) error
@@ -126,9 +126,9 @@ func Run(ctx context.Context, p Platform, r Runner, e Engine, o Options, emit fu
 	}); err != nil {
 		return host, err
 	}
-	if err := s.step("sandbox", "starting the warm container", func() (bool, string, error) {
+	if err := s.step("sandbox", "starting the warm containers", func() (bool, string, error) {
 		started, err := e.Sandbox(ctx)
-		return started, "the warm container is running", err
+		return started, "the warm containers are running (one per slot)", err
 	}); err != nil {
 		return host, err
 	}
