@@ -221,6 +221,18 @@ func TestJobsOverREST(t *testing.T) {
 			t.Fatalf("next fire %v is not 09:00 on a weekday in Berlin", l)
 		}
 	}
+	// A day-of-month starting with "*" is unrestricted (cronie): both day
+	// fields must match, so only the 1st, 11th, 21st and 31st that are weekdays.
+	st, v = s.call(t, "POST", "/v1/agents/a/jobs", `{"code_name": "report", "schedule": "0 9 */10 * 1-5"}`)
+	if st != 201 || len(v["next_fires"].([]any)) != 5 {
+		t.Fatalf("create */10: %d %v", st, v)
+	}
+	for _, fire := range v["next_fires"].([]any) {
+		at, _ := time.Parse(time.RFC3339, fire.(string))
+		if d := at.Day(); at.Hour() != 9 || d%10 != 1 || at.Weekday() == time.Saturday || at.Weekday() == time.Sunday {
+			t.Fatalf("next fire %v of \"0 9 */10 * 1-5\" is not 09:00 UTC on a weekday that is the 1st, 11th, 21st or 31st", at)
+		}
+	}
 	if st, v := s.call(t, "POST", "/v1/agents/a/jobs", `{"code_name": "report", "schedule": "TZ=UTC 0 9 * * *"}`); st != 400 || v["error"].(map[string]any)["field"] != "schedule" {
 		t.Fatalf("TZ= schedule: %d %v", st, v)
 	}
