@@ -44,8 +44,14 @@ type daemonFlags struct {
 }
 
 func (f *daemonFlags) register(fs *pflag.FlagSet, withJSON bool) {
-	fs.StringVar(&f.url, "url", "", "daemon URL (default $SANDPIT_URL or "+DefaultURL+")")
+	f.registerShared(fs, withJSON)
 	fs.StringVar(&f.agent, "agent", "default", "agent namespace")
+}
+
+// registerShared registers --url (and --json when withJSON) without --agent, for commands
+// whose resources belong to no agent (installed packages, the machine's setup).
+func (f *daemonFlags) registerShared(fs *pflag.FlagSet, withJSON bool) {
+	fs.StringVar(&f.url, "url", "", "daemon URL (default $SANDPIT_URL or "+DefaultURL+")")
 	f.registerOutput(fs, withJSON)
 }
 
@@ -614,9 +620,8 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 		},
 	}
 	fl := listCmd.Flags()
-	fl.StringVar(&list.url, "url", "", "daemon URL (default $SANDPIT_URL or "+DefaultURL+")")
+	list.registerShared(fl, true)
 	fl.StringVar(&list.agent, "agent", "", "only this agent's executions (default: every agent)")
-	list.registerOutput(fl, true)
 	fl.StringVar(&list.cursor, "cursor", "", "the next_cursor of an earlier page (see --json)")
 	fl.StringVar(&list.source, "source", "", "api, cli, mcp or job")
 	fl.StringVar(&list.outcome, "outcome", "", "ok, error, timeout, memory_limit, ...")
@@ -630,20 +635,23 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 	showCmd := &cobra.Command{
 		Use:   "show ID",
 		Short: "Print an execution's record: request, result, stdout, stderr and OUTPUT (JSON)",
-		Args:  exactArgs(1),
+		Long: `Print an execution's record from the ledger. With --agent, only if it is that agent's
+(another agent's record is "not found"); without, whichever agent's it is.`,
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.daemon(cmd, show)
 			if err != nil {
 				return err
 			}
-			e, err := c.GetExecution(cmd.Context(), args[0], "")
+			e, err := c.GetExecution(cmd.Context(), args[0], show.agent)
 			if err != nil {
 				return err
 			}
 			return o.printJSON(e)
 		},
 	}
-	show.register(showCmd.Flags(), false)
+	show.registerShared(showCmd.Flags(), false)
+	showCmd.Flags().StringVar(&show.agent, "agent", "", "only if it is this agent's execution (default: any agent)")
 	exec.AddCommand(listCmd, showCmd)
 	return exec
 }
@@ -695,7 +703,7 @@ func (o *options) packagesCommand() *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	list.register(listCmd.Flags(), true)
+	list.registerShared(listCmd.Flags(), true)
 
 	var install daemonFlags
 	installCmd := &cobra.Command{
@@ -729,7 +737,7 @@ func (o *options) packagesCommand() *cobra.Command {
 			return nil
 		},
 	}
-	install.register(installCmd.Flags(), true)
+	install.registerShared(installCmd.Flags(), true)
 
 	var remove daemonFlags
 	removeCmd := &cobra.Command{
@@ -751,7 +759,7 @@ func (o *options) packagesCommand() *cobra.Command {
 			return nil
 		},
 	}
-	remove.register(removeCmd.Flags(), false)
+	remove.registerShared(removeCmd.Flags(), false)
 	pk.AddCommand(listCmd, installCmd, removeCmd)
 	return pk
 }

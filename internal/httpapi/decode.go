@@ -156,6 +156,9 @@ func bodyError(err error, sh shape) error {
 	}
 	if name, ok := unknownField(err); ok {
 		msg := fmt.Sprintf("unknown field %q", name)
+		if len(sh.fields) == 0 {
+			return invalid(name, "%s; this request takes no fields: send no body, or %s", msg, sh.example)
+		}
 		if near := suggest.Nearest(name, sh.fields, 2); near != "" {
 			msg += fmt.Sprintf(" (did you mean %q?)", near)
 		}

@@ -1,0 +1,179 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// requestLog is a fake daemon: it answers /healthz, and records every other request (method,
+// path, query and body) with a 404, which is all a command needs to have sent its agent.
+type requestLog struct {
+	mu   sync.Mutex
+	reqs []string
+}
+
+func (l *requestLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/healthz" {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"status": "ok"}`)
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	l.mu.Lock()
+	l.reqs = append(l.reqs, r.Method+" "+r.URL.RequestURI()+" "+string(body))
+	l.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusNotFound)
+	_, _ = io.WriteString(w, `{"error": {"code": "not_found", "message": "not found"}}`)
+}
+
+func (l *requestLog) seen() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.ContainsFunc(l.reqs, func(r string) bool { return !strings.Contains(r, "/v1/limits") })
+}
+
+func (l *requestLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.reqs
+	l.reqs = nil
+	return r
+}
+
+// carriesAgent reports whether a recorded request names agent in its path, query or body.
+func carriesAgent(req, agent string) bool {
+	return strings.Contains(req, "/v1/agents/"+agent+"/") || strings.Contains(req, "agent="+agent) ||
+		strings.Contains(req, `"agent":"`+agent+`"`)
+}
+
+// commandsWithFlag lists the command paths (without "sandpit") that have the flag name.
+func commandsWithFlag(root *cobra.Command, name string) []string {
+	var out []string
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Runnable() && c.Flags().Lookup(name) != nil {
+			out = append(out, strings.TrimPrefix(c.CommandPath(), "sandpit "))
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	slices.Sort(out)
+	return out
+}
+
+// TestEveryAgentFlagIsSent runs every command that has --agent with --agent bob against a fake
+// daemon, and checks that a request it sent names bob: a flag accepted and then dropped shows
+// another agent's data (`exec show ID --agent bob` printed any agent's record). Commands
+// whose data belongs to no agent (packages, setup) have no --agent.
+func TestEveryAgentFlagIsSent(t *testing.T) {
+	daemon := &requestLog{}
+	srv := httptest.NewServer(daemon)
+	defer srv.Close()
+	dir := t.TempDir()
+	codeFile := filepath.Join(dir, "main.py")
+	ndjson := filepath.Join(dir, "notes.ndjson")
+	for name, text := range map[string]string{codeFile: "print(1)\n", ndjson: `{"text": "a note"}` + "\n"} {
+		if err := os.WriteFile(name, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mcpSession := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"list_code","arguments":{}}}
+`
+	cases := map[string]struct {
+		args  []string
+		stdin string
+	}{
+		"run":         {args: []string{"-c", "print(1)"}},
+		"mcp":         {stdin: mcpSession},
+		"code save":   {args: []string{"tool", codeFile}},
+		"code list":   {},
+		"code show":   {args: []string{"tool"}},
+		"code run":    {args: []string{"tool"}},
+		"code rm":     {args: []string{"tool"}},
+		"job create":  {args: []string{"tool", "--schedule", "@daily"}},
+		"job list":    {},
+		"job show":    {args: []string{"job_x"}},
+		"job update":  {args: []string{"job_x", "--schedule", "@daily"}},
+		"job pause":   {args: []string{"job_x"}},
+		"job resume":  {args: []string{"job_x"}},
+		"job run":     {args: []string{"job_x"}},
+		"job rm":      {args: []string{"job_x"}},
+		"job history": {args: []string{"job_x"}},
+		"exec list":   {},
+		"exec show":   {args: []string{"ex_x"}},
+		"kb import":   {args: []string{ndjson, "--kind", "memories"}},
+		"kb list":     {args: []string{"--kind", "memories"}},
+		"kb rm":       {args: []string{"note", "--kind", "memories"}},
+	}
+	root := &cobra.Command{Use: "sandpit"}
+	o := &options{}
+	root.AddCommand(o.serveCommand(), o.runCommand(), o.codeCommand(), o.jobCommand(), o.execCommand(), o.packagesCommand(), o.kbCommand(),
+		o.mcpCommand(), o.setupCommand(), o.doctorCommand(), o.imageCommand(), o.sandboxCommand(), o.versionCommand(), o.benchCommand())
+	withAgent := commandsWithFlag(root, "agent")
+	for _, name := range withAgent {
+		if _, ok := cases[name]; !ok {
+			t.Errorf("sandpit %s has --agent but no case here: add one that shows the agent reaches the daemon", name)
+		}
+	}
+	for name := range cases {
+		if !slices.Contains(withAgent, name) {
+			t.Errorf("sandpit %s has no --agent", name)
+		}
+	}
+	for _, name := range withAgent {
+		c, ok := cases[name]
+		if !ok {
+			continue
+		}
+		args := append(strings.Fields(name), c.args...)
+		args = append(args, "--agent", "bob", "--url", srv.URL)
+		var stderr strings.Builder
+		// Standard input stays open until the daemon has seen a request (an MCP session ends
+		// at its end of input).
+		stdin, feed := io.Pipe()
+		go func() {
+			_, _ = io.WriteString(feed, c.stdin)
+			for deadline := time.Now().Add(10 * time.Second); c.stdin != "" && !daemon.seen() && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			feed.Close()
+		}()
+		Main(context.Background(), args, Env{Stdin: stdin, Stdout: io.Discard, Stderr: &stderr,
+			Lookup: func(k string) (string, bool) {
+				if k == "SANDPIT_DATA_DIR" {
+					return dir, true
+				}
+				return "", false
+			}})
+		reqs := daemon.take()
+		sent := false
+		for _, r := range reqs {
+			if strings.Contains(r, "/v1/limits") {
+				continue
+			}
+			if !carriesAgent(r, "bob") {
+				t.Errorf("sandpit %s --agent bob sent a request without the agent: %s", name, r)
+			}
+			sent = true
+		}
+		if !sent {
+			t.Errorf("sandpit %s --agent bob sent no request to the daemon; stderr: %s", name, stderr.String())
+		}
+	}
+}
