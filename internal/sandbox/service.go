@@ -276,8 +276,9 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 		return Result{}, err
 	}
 	defer func() { s.free <- slot }()
+	accepted := time.Now().UTC() // the execution's started_at, whatever it installs first
 	if s.rec != nil {
-		head := Result{ID: spec.ID, Agent: agent, TimeoutMS: spec.TimeoutMS, StartedAt: time.Now().UTC(), Origin: origin}
+		head := Result{ID: spec.ID, Agent: agent, TimeoutMS: spec.TimeoutMS, StartedAt: accepted, Origin: origin}
 		if err := s.rec.Begin(ctx, spec, head); err != nil {
 			// Nothing ran: the daemon cannot keep its ledger (a full or read-only disk).
 			return Result{}, fmt.Errorf("%w: the ledger could not record the execution, so it did not run (%v); "+
@@ -296,9 +297,9 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 		switch {
 		case err != nil:
 			res := s.systemFailure(ctx, ctx, Result{ExitCode: -1}, began, fmt.Errorf("installing the dependencies: %w", err))
-			return s.finish(ctx, req, spec, agent, origin, res, deps, installMS, nil, slot), nil
+			return s.finish(ctx, req, spec, agent, origin, accepted, res, deps, installMS, nil, slot), nil
 		case len(deps.Failed()) > 0:
-			return s.finish(ctx, req, spec, agent, origin, s.dependencyError(deps), deps, installMS, nil, slot), nil
+			return s.finish(ctx, req, spec, agent, origin, accepted, s.dependencyError(deps), deps, installMS, nil, slot), nil
 		}
 		spec.Paths = deps.Paths
 	}
@@ -324,19 +325,18 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 		res = s.systemFailure(ctx, runCtx, res, started, err)
 	}
 	res.Logs = logs
-	return s.finish(ctx, req, spec, agent, origin, res, deps, installMS, audit, slot), nil
+	return s.finish(ctx, req, spec, agent, origin, accepted, res, deps, installMS, audit, slot), nil
 }
 
-// finish completes a result with what the Service knows, checks OUTPUT, and records it.
-func (s *Service) finish(ctx context.Context, req Request, spec Spec, agent string, origin Origin, res Result,
+// finish completes a result with what the Service knows, checks OUTPUT, and records it. Its
+// StartedAt is accepted, when the execution took its slot: an install before the program
+// does not move it (InstallMS says how long that took).
+func (s *Service) finish(ctx context.Context, req Request, spec Spec, agent string, origin Origin, accepted time.Time, res Result,
 	deps Installed, installMS int64, audit []CallRecord, slot int) Result {
-	res.ID, res.Agent, res.TimeoutMS, res.Origin = spec.ID, agent, spec.TimeoutMS, origin
+	res.ID, res.Agent, res.TimeoutMS, res.Origin, res.StartedAt = spec.ID, agent, spec.TimeoutMS, origin, accepted
 	res.Dependencies, res.InstallMS, res.Calls = deps.Dependencies, installMS, audit
 	if res.Output == nil {
 		res.Output = json.RawMessage("null")
-	}
-	if res.StartedAt.IsZero() {
-		res.StartedAt = time.Now().UTC()
 	}
 	if res.Outcome == OutcomeOK && req.CheckOutput != nil {
 		if err := req.CheckOutput(res.Output); err != nil {

@@ -248,3 +248,48 @@ func TestInterruptEndsRunningAndQueuedExecutions(t *testing.T) {
 		t.Fatalf("after Interrupt: %v", err)
 	}
 }
+
+// slowInstaller is a fakeRuntime that installs in `took`, failing when fail is set.
+type slowInstaller struct {
+	fakeRuntime
+	took time.Duration
+	fail bool
+}
+
+func (f *slowInstaller) Install(_ context.Context, req InstallRequest, _ func(DependencyStatus)) (Installed, error) {
+	time.Sleep(f.took)
+	st := DependencyStatus{Requirement: req.Requirements[0], Status: DependencyInstalled, Version: "1.0"}
+	if f.fail {
+		st = DependencyStatus{Requirement: req.Requirements[0], Status: DependencyFailed, Error: "no such package"}
+	}
+	return Installed{Dependencies: []DependencyStatus{st}}, nil
+}
+
+// TestStartedAtIsWhenAccepted: an install before the run does not move started_at (it was
+// rewritten to the install's end, and for a failed install to the execution's end, with
+// duration_ms 0); the install's time is install_ms beside it.
+func TestStartedAtIsWhenAccepted(t *testing.T) {
+	const took = 300 * time.Millisecond
+	for _, fail := range []bool{false, true} {
+		rt := &slowInstaller{took: took, fail: fail}
+		rt.run = func(context.Context, Spec) (Result, error) {
+			return Result{Outcome: OutcomeOK, StartedAt: time.Now().UTC(), DurationMS: 1}, nil // the program's own start
+		}
+		s := NewService(rt, Hooks{}, testConfig(), nil)
+		before := time.Now()
+		res, err := s.Execute(context.Background(), Request{Code: "import tinypkg", Dependencies: []string{"tinypkg"}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := time.Now()
+		if res.StartedAt.Before(before.Add(-time.Millisecond)) || res.StartedAt.After(before.Add(took/3)) {
+			t.Errorf("fail=%t: started_at %s, want when the request was accepted (%s), not after the %s install", fail, res.StartedAt, before.UTC(), took)
+		}
+		if res.InstallMS < took.Milliseconds() || res.StartedAt.Add(time.Duration(res.InstallMS)*time.Millisecond).After(after) {
+			t.Errorf("fail=%t: install_ms %d, want at least %d and within the call", fail, res.InstallMS, took.Milliseconds())
+		}
+		if want := map[bool]Outcome{false: OutcomeOK, true: OutcomeDependencyError}[fail]; res.Outcome != want {
+			t.Errorf("fail=%t: outcome %s, want %s", fail, res.Outcome, want)
+		}
+	}
+}
