@@ -300,7 +300,8 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 		Knowledge: eng.Store, Setup: func(ctx context.Context, emit func(setup.Event)) error {
 			_, err := setup.Run(ctx, setup.DetectPlatform(runtime.GOOS), setup.ExecRunner{}, daemonSetup{eng}, setup.Options{}, emit)
 			return err
-		}}
+		},
+		PackageIndex: httpapi.PackageIndex{IndexURL: cfg.IndexURL, ExtraIndexURLs: cfg.ExtraIndexURLs, TrustedHosts: cfg.TrustedHosts, BinaryOnly: cfg.BinaryOnly}}
 	root := http.NewServeMux()
 	api := httpapi.NewHandler(backend, log)
 	root.Handle("/", api)

@@ -1,14 +1,17 @@
 package app
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
 	apiclient "github.com/sandpit-dev/sandpit/internal/client"
@@ -141,14 +144,68 @@ func imageChecks(ctx context.Context, api client.APIClient, cfg config.Config, e
 		}
 	}
 	list, err := docker.Containers(ctx, api, filepath.Clean(cfg.DataDir))
-	running := false
+	running := ""
 	for _, c := range list {
-		running = running || c.State == "running"
+		if c.State == "running" {
+			running = c.ID
+		}
 	}
-	if err == nil && running {
+	if err == nil && running != "" {
 		checks = append(checks, Check{Name: "warm container", OK: true, Detail: "running"})
+		if cfg.IndexURL != "" {
+			checks = append(checks, indexCheck(ctx, api, running, cfg.IndexURL))
+		}
 	} else {
 		checks = append(checks, Check{Name: "warm container", Detail: "not running", Fix: "run `sandpit setup` or `sandpit serve`"})
 	}
 	return checks
+}
+
+// indexProbe fetches the URL in argv[1] and prints "ok STATUS" or "fail: WHY"; it is run
+// inside the warm container, where pip runs.
+const indexProbe = `import sys, urllib.request
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=5) as r:
+        print("ok", r.status)
+except Exception as e:
+    print("fail:", e)
+`
+
+// indexCheck asks for index from inside the warm container (id), as an unprivileged user in
+// the container's network, which is where pip will reach it: an index that answers on this
+// machine can still be out of the container's reach.
+func indexCheck(ctx context.Context, api client.APIClient, id, index string) Check {
+	c := Check{Name: "package index", Detail: index}
+	fix := "make index_url an address the container reaches: this machine is host.docker.internal (Docker Desktop, Colima) " +
+		"or the Docker bridge's gateway (`docker network inspect bridge`, usually 172.17.0.1), and the index must listen there; " +
+		"with network none no index is reached (install while the network is on)"
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	created, err := api.ExecCreate(ctx, id, client.ExecCreateOptions{User: "65534:65534", AttachStdout: true, AttachStderr: true,
+		Cmd: []string{"python3", "-I", "-c", indexProbe, index}})
+	if err != nil {
+		c.Detail, c.Fix = fmt.Sprintf("could not start a check in the warm container: %v", err), "run `sandpit setup`, then try again"
+		return c
+	}
+	att, err := api.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
+	if err != nil {
+		c.Detail, c.Fix = fmt.Sprintf("could not start a check in the warm container: %v", err), "run `sandpit setup`, then try again"
+		return c
+	}
+	stop := context.AfterFunc(ctx, att.Close) // the hijacked connection does not watch ctx
+	var stdout, stderr bytes.Buffer
+	_, _ = stdcopy.StdCopy(&stdout, &stderr, att.Reader)
+	stop()
+	att.Close()
+	answer := strings.TrimSpace(stdout.String())
+	if status, ok := strings.CutPrefix(answer, "ok "); ok {
+		c.OK, c.Detail = true, fmt.Sprintf("%s answers from inside the container (HTTP %s)", index, status)
+		return c
+	}
+	why := strings.TrimSpace(strings.TrimPrefix(answer, "fail:"))
+	if why == "" {
+		why = cmp.Or(strings.TrimSpace(stderr.String()), "no answer within 15s")
+	}
+	c.Detail, c.Fix = fmt.Sprintf("%s does not answer from inside the container, where pip runs: %s", index, why), fix
+	return c
 }

@@ -192,8 +192,10 @@ func (o *options) printDependency(d *sandbox.DependencyStatus) {
 	case d == nil:
 	case d.Status == sandbox.DependencyInstalled:
 		fmt.Fprintf(o.env.Stderr, "sandpit: installed %s (%s) in %dms\n", d.Requirement, d.Version, d.DurationMS)
+	case d.Status == sandbox.DependencyFailed && d.Version != "":
+		fmt.Fprintf(o.env.Stderr, "sandpit: %s is installed (%s) but conflicts with another requirement\n", d.Requirement, d.Version) // the reason follows with the outcome
 	case d.Status == sandbox.DependencyFailed:
-		fmt.Fprintf(o.env.Stderr, "sandpit: could not install %s\n", d.Requirement) // the reason follows with the outcome
+		fmt.Fprintf(o.env.Stderr, "sandpit: could not install %s\n", d.Requirement)
 	}
 }
 

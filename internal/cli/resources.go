@@ -709,6 +709,9 @@ func (o *options) packagesCommand() *cobra.Command {
 	installCmd := &cobra.Command{
 		Use:     "install REQUIREMENT...",
 		Short:   "Install dependencies ahead of the runs that need them",
+		Long: `Install dependencies ahead of the runs that need them, for every agent, and print each
+requirement's status: present, installed, skipped (its environment marker excludes it) or
+failed. Exit status 66 when one failed (as a run's dependency_error).`,
 		Example: `  sandpit packages install 'pandas==2.2.2' 'rich[jupyter]'`,
 		Args:    minArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -718,7 +721,7 @@ func (o *options) packagesCommand() *cobra.Command {
 			}
 			statuses, err := c.InstallPackages(cmd.Context(), args, func(d sandbox.DependencyStatus) {
 				if !install.json {
-					fmt.Fprintf(o.env.Stdout, "%-9s %s %s\n", d.Status, d.Requirement, strings.TrimSpace(d.Version+" "+d.Error))
+					fmt.Fprintln(o.env.Stdout, dependencyLine(d))
 				}
 			})
 			if err != nil {
@@ -731,7 +734,7 @@ func (o *options) packagesCommand() *cobra.Command {
 			}
 			for _, d := range statuses {
 				if d.Status == sandbox.DependencyFailed {
-					return &exitError{code: exitSoftware}
+					return &exitError{code: exitNoInput} // as a run's dependency_error
 				}
 			}
 			return nil
@@ -762,6 +765,21 @@ func (o *options) packagesCommand() *cobra.Command {
 	remove.registerShared(removeCmd.Flags(), false)
 	pk.AddCommand(listCmd, installCmd, removeCmd)
 	return pk
+}
+
+// dependencyLine is one requirement's status as `packages install` prints it: the status, the
+// requirement, and the version or why it failed (an installed one that conflicts says so).
+func dependencyLine(d sandbox.DependencyStatus) string {
+	detail := d.Version
+	switch {
+	case d.Status == sandbox.DependencyFailed && d.Version != "":
+		detail = fmt.Sprintf("(version %s is installed but cannot be used with the others): %s", d.Version, d.Error)
+	case d.Status == sandbox.DependencyFailed:
+		detail = d.Error
+	case d.Status == sandbox.DependencySkipped:
+		detail = "(its environment marker excludes it here)"
+	}
+	return strings.TrimSpace(fmt.Sprintf("%-9s %s %s", d.Status, d.Requirement, detail))
 }
 
 func (o *options) kbCommand() *cobra.Command {

@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -154,7 +155,11 @@ type Config struct {
 	Processes int64 `json:"processes"`
 
 	// IndexURL is the package index pip installs dependencies from (PEP 503 simple API), such
-	// as a mirror: https://pypi.example.com/simple. Default empty: pip's own (PyPI).
+	// as a mirror: https://pypi.example.com/simple. Default empty: pip's own (PyPI). pip runs
+	// inside the sandbox's container, so a loopback address (127.0.0.1, localhost, ::1) would
+	// be the container itself and is refused: an index on this machine is reached as
+	// host.docker.internal or the Docker bridge's gateway. A plain-HTTP index must be in
+	// TrustedHosts (pip ignores it otherwise).
 	IndexURL string `json:"index_url"`
 	// ExtraIndexURLs are more indexes pip searches. Default none.
 	ExtraIndexURLs []string `json:"extra_index_urls"`
@@ -383,6 +388,18 @@ func (c Config) Logger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// pipTrusts reports whether pip uses the plain-HTTP index at u, not on loopback: a
+// --trusted-host names its host, or its host and port (pip's network/session.py).
+func pipTrusts(u *url.URL, trusted []string) bool {
+	return slices.ContainsFunc(trusted, func(h string) bool { return strings.EqualFold(h, u.Hostname()) || strings.EqualFold(h, u.Host) })
+}
+
+// isLoopback reports whether host names the local machine: localhost, 127.0.0.0/8 or ::1.
+func isLoopback(host string) bool {
+	ip, err := netip.ParseAddr(host)
+	return strings.EqualFold(host, "localhost") || (err == nil && ip.IsLoopback())
+}
+
 // Validate checks every setting and reports every problem at once, joined with errors.Join;
 // each message names the key, the value, what is allowed and where to change it.
 // It returns nil when the configuration is usable.
@@ -453,8 +470,17 @@ func (c Config) Validate() error {
 			if u == "" && key == "index_url" {
 				continue
 			}
-			if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || strings.HasPrefix(u, "-") {
+			p, err := url.Parse(u)
+			switch {
+			case err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || strings.HasPrefix(u, "-"):
 				bad(key, "has %q, which is not an http(s) URL; give an index such as https://pypi.example.com/simple", u)
+			case isLoopback(p.Hostname()):
+				bad(key, "has %q, but pip runs inside the sandbox's container, where %s is the container itself, not this machine; "+
+					"reach an index on this machine as host.docker.internal (Docker Desktop, Colima) or the Docker bridge's gateway "+
+					"(`docker network inspect bridge`, usually 172.17.0.1), listening on that address, and add that host to trusted_hosts for plain HTTP", u, p.Hostname())
+			case p.Scheme == "http" && !pipTrusts(p, c.TrustedHosts):
+				bad(key, "has %q, a plain-HTTP index whose host is not in trusted_hosts: pip ignores such an index, and every install "+
+					"would fail with \"No matching distribution found\"; add %q to trusted_hosts, or serve the index over HTTPS", u, p.Hostname())
 			}
 		}
 	}

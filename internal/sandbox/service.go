@@ -396,9 +396,16 @@ func (s *Service) install(ctx context.Context, reqs []string, emit func(Event)) 
 	}
 	var progress func(DependencyStatus)
 	if emit != nil {
-		progress = func(d DependencyStatus) { emit(Event{Stream: "dependency", Dependency: &d}) }
+		progress = func(d DependencyStatus) {
+			d = markSkipped(d)
+			emit(Event{Stream: "dependency", Dependency: &d})
+		}
 	}
-	return inst.Install(ctx, InstallRequest{Requirements: canonical, Timeout: s.cfg.InstallTimeout, Offline: s.cfg.Network == "none"}, progress)
+	out, err := inst.Install(ctx, InstallRequest{Requirements: canonical, Timeout: s.cfg.InstallTimeout, Offline: s.cfg.Network == "none"}, progress)
+	for i, d := range out.Dependencies {
+		out.Dependencies[i] = markSkipped(d)
+	}
+	return out, err
 }
 
 // finishRetries and finishRetryEvery bound retrying a result the ledger could not record
@@ -429,13 +436,20 @@ func (s *Service) retryFinish(res Result) {
 // code never ran.
 func (s *Service) dependencyError(deps Installed) Result {
 	failed := deps.Failed()
-	names := make([]string, len(failed))
-	for i, d := range failed {
-		names[i] = d.Requirement
+	first := failed[0]
+	what := "could not be installed"
+	if first.conflicts() {
+		what = fmt.Sprintf("is installed (version %s) but conflicts with another requirement", first.Version)
 	}
-	return Result{Outcome: OutcomeDependencyError, ExitCode: -1,
-		Reason: fmt.Sprintf("dependency %s could not be installed, so the code did not run: %s",
-			strings.Join(names, ", "), failed[0].Error)}
+	reason := fmt.Sprintf("dependency %s %s, so the code did not run: %s", first.Requirement, what, first.Error)
+	if len(failed) > 1 {
+		others := make([]string, len(failed)-1)
+		for i, d := range failed[1:] {
+			others[i] = d.Requirement
+		}
+		reason += fmt.Sprintf(" (failed too: %s)", strings.Join(others, ", "))
+	}
+	return Result{Outcome: OutcomeDependencyError, ExitCode: -1, Reason: reason}
 }
 
 // systemFailure turns a runtime error into a Result, keeping whatever output the runtime had.

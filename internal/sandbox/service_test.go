@@ -293,3 +293,51 @@ func TestStartedAtIsWhenAccepted(t *testing.T) {
 		}
 	}
 }
+
+// answerInstaller is a fakeRuntime whose installs answer `answer` for every requirement.
+type answerInstaller struct {
+	fakeRuntime
+	answer DependencyStatus
+}
+
+func (f *answerInstaller) Install(_ context.Context, req InstallRequest, progress func(DependencyStatus)) (Installed, error) {
+	var out Installed
+	for _, r := range req.Requirements {
+		d := f.answer
+		d.Requirement = r
+		if progress != nil {
+			progress(d)
+		}
+		out.Dependencies = append(out.Dependencies, d)
+	}
+	return out, nil
+}
+
+// TestMarkerExcludedIsSkipped: a requirement whose marker is false in the box is answered
+// present with no version by the runtime; it is reported skipped, streamed and in the result.
+func TestMarkerExcludedIsSkipped(t *testing.T) {
+	rt := &answerInstaller{answer: DependencyStatus{Status: DependencyPresent}}
+	s := NewService(rt, Hooks{}, testConfig(), nil)
+	var streamed []string
+	res, err := s.Execute(context.Background(), Request{Code: "pass", Dependencies: []string{`tinypkg; python_version < "3"`}}, func(e Event) {
+		if e.Dependency != nil {
+			streamed = append(streamed, e.Dependency.Status)
+		}
+	})
+	if err != nil || res.Outcome != OutcomeOK || len(res.Dependencies) != 1 || res.Dependencies[0].Status != DependencySkipped ||
+		len(streamed) != 1 || streamed[0] != DependencySkipped {
+		t.Fatalf("%v %+v, streamed %v; want skipped", err, res, streamed)
+	}
+}
+
+// TestConflictIsNamed: a requirement that is installed but conflicts is not "could not be
+// installed".
+func TestConflictIsNamed(t *testing.T) {
+	rt := &answerInstaller{answer: DependencyStatus{Status: DependencyFailed, Version: "1.0", Error: "version 2.0 of tinypkg comes first"}}
+	s := NewService(rt, Hooks{}, testConfig(), nil)
+	res, err := s.Execute(context.Background(), Request{Code: "pass", Dependencies: []string{"tinypkg==1.0", "tinydep"}}, nil)
+	want := "dependency tinypkg==1.0 is installed (version 1.0) but conflicts with another requirement, so the code did not run: version 2.0 of tinypkg comes first (failed too: tinydep)"
+	if err != nil || res.Outcome != OutcomeDependencyError || res.Reason != want {
+		t.Fatalf("%v %q\nwant %q", err, res.Reason, want)
+	}
+}
