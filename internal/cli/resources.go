@@ -707,8 +707,8 @@ func (o *options) packagesCommand() *cobra.Command {
 
 	var install daemonFlags
 	installCmd := &cobra.Command{
-		Use:     "install REQUIREMENT...",
-		Short:   "Install dependencies ahead of the runs that need them",
+		Use:   "install REQUIREMENT...",
+		Short: "Install dependencies ahead of the runs that need them",
 		Long: `Install dependencies ahead of the runs that need them, for every agent, and print each
 requirement's status: present, installed, skipped (its environment marker excludes it) or
 failed. Exit status 66 when one failed (as a run's dependency_error).`,
