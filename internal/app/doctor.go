@@ -60,7 +60,7 @@ func Doctor(ctx context.Context, cfg config.Config, url string) []Check {
 		cancel()
 		if err == nil {
 			add(Check{Name: "docker engine", OK: true, Required: true, Detail: "Docker Engine " + version})
-			checks = append(checks, imageChecks(ctx, api, cfg, exe)...)
+			checks = append(checks, imageChecks(ctx, api, ChooseBaseImage(ctx, api, cfg), exe)...)
 		}
 	}
 	if err != nil {
@@ -120,7 +120,7 @@ func imageChecks(ctx context.Context, api client.APIClient, cfg config.Config, e
 	var checks []Check
 	if _, err := api.ImageInspect(ctx, cfg.BaseImage); err != nil {
 		checks = append(checks, Check{Name: "base image", Required: true, Detail: cfg.BaseImage + " is not in the engine",
-			Fix: "docker pull " + cfg.BaseImage + ", or without a registry: scripts/offline-base-image.sh and base_image sandpit-base:bookworm"})
+			Fix: "docker pull " + cfg.BaseImage + ", or without a registry: scripts/offline-base-image.sh (base_image unset chooses " + config.OfflineBaseImage + " when the engine has it)"})
 	} else {
 		checks = append(checks, Check{Name: "base image", OK: true, Required: true, Detail: cfg.BaseImage})
 	}

@@ -57,8 +57,9 @@ func (o *options) imageCommand() *cobra.Command {
 		Long: `Build the sandbox image through the Docker engine from the embedded Dockerfile: the base
 image, the preinstalled packages, the slot users, sandpit-executor and the Python bootstrap.
 The tag carries a hash of the recipe, so an unchanged recipe is reused and a changed one
-rebuilds. Without a container registry, build a base first with scripts/offline-base-image.sh
-and pass --base-image sandpit-base:bookworm.`,
+rebuilds. Without a container registry, build a base first with scripts/offline-base-image.sh:
+with base_image unset, python:3.11-slim is used when the engine has it, else
+sandpit-base:bookworm when the engine has it, else python:3.11-slim is pulled.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := o.load(cmd)

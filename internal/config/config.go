@@ -71,7 +71,9 @@ type Config struct {
 	// ExecutorPath is the path of the sandpit-executor binary copied into the box. Default
 	// empty: a file named sandpit-executor next to the running binary (see Executor).
 	ExecutorPath string `json:"executor_path"`
-	// BaseImage is the Docker image the sandbox image is built from. Default "python:3.11-slim".
+	// BaseImage is the Docker image the sandbox image is built from, with python3. Default ""
+	// chooses when the engine is reached: RegistryBaseImage when the engine has it, else
+	// OfflineBaseImage when it has that, else RegistryBaseImage (pulled).
 	BaseImage string `json:"base_image"`
 	// Packages are the pip requirement specifiers installed into the sandbox image.
 	// Default ["pandas","numpy","matplotlib","scipy","requests","beautifulsoup4","Pillow"].
@@ -228,7 +230,7 @@ func defaults(lookup func(string) (string, bool)) Config {
 		Listen:          "127.0.0.1:8765",
 		AllowedHosts:    []string{},
 		DataDir:         defaultDataDir(lookup),
-		BaseImage:       "python:3.11-slim",
+		BaseImage:       "",
 		Packages:        DefaultPackages(),
 		ImageRepository: "sandpit-sandbox",
 
@@ -400,6 +402,15 @@ func isLoopback(host string) bool {
 	return strings.EqualFold(host, "localhost") || (err == nil && ip.IsLoopback())
 }
 
+// The base images chosen when base_image is empty (see Config.BaseImage).
+const (
+	// RegistryBaseImage is the official Python image, pulled from a container registry.
+	RegistryBaseImage = "python:3.11-slim"
+	// OfflineBaseImage is the base scripts/offline-base-image.sh builds from Debian's packages
+	// when no registry answers.
+	OfflineBaseImage = "sandpit-base:bookworm"
+)
+
 // Validate checks every setting and reports every problem at once, joined with errors.Join;
 // each message names the key, the value, what is allowed and where to change it.
 // It returns nil when the configuration is usable.
@@ -436,11 +447,8 @@ func (c Config) Validate() error {
 	if c.DockerHost != "" && !strings.Contains(c.DockerHost, "://") {
 		bad("docker_host", "is %q; give a URL such as unix:///var/run/docker.sock or tcp://host:2376, or leave it empty to use the Docker client's environment", c.DockerHost)
 	}
-	switch {
-	case c.BaseImage == "":
-		bad("base_image", "is empty; name a Python image such as python:3.11-slim")
-	case strings.IndexFunc(c.BaseImage, unicode.IsSpace) >= 0:
-		bad("base_image", "is %q, which contains white space; name an image such as python:3.11-slim", c.BaseImage)
+	if strings.IndexFunc(c.BaseImage, unicode.IsSpace) >= 0 {
+		bad("base_image", "is %q, which contains white space; name an image such as python:3.11-slim, or leave it empty to choose one", c.BaseImage)
 	}
 	for i, p := range c.Packages {
 		switch {

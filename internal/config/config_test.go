@@ -67,7 +67,7 @@ func TestDefaults(t *testing.T) {
 		got, want any
 	}{
 		{"listen", c.Listen, "127.0.0.1:8765"},
-		{"base_image", c.BaseImage, "python:3.11-slim"},
+		{"base_image", c.BaseImage, ""},
 		{"packages", c.Packages, []string{"pandas", "numpy", "matplotlib", "scipy", "requests", "beautifulsoup4", "Pillow"}},
 		{"image_repository", c.ImageRepository, "sandpit-sandbox"},
 		{"memory_bytes", c.MemoryBytes, int64(512 << 20)},
@@ -486,11 +486,11 @@ func TestValidate(t *testing.T) {
 		}, nil},
 		{"several problems", func(c *Config) {
 			c.Slots, c.QueueLength, c.CPUs, c.Network, c.MemoryBytes = 0, -1, 0, "host", 1<<20
-			c.LogLevel, c.LogFormat, c.BaseImage, c.Listen = "verbose", "xml", "", "localhost"
+			c.LogLevel, c.LogFormat, c.BaseImage, c.Listen = "verbose", "xml", "python:3.11 slim", "localhost"
 		}, []string{
 			"slots is 0; allowed range is 1 to 64", "SANDPIT_SLOTS", "queue_length is -1",
 			"cpus is 0", `network is "host"`, "memory_bytes is 1MiB; it must be at least 64MiB",
-			`log_level is "verbose"`, `log_format is "xml"`, "base_image is empty", `listen is "localhost"`,
+			`log_level is "verbose"`, `log_format is "xml"`, `base_image is "python:3.11 slim", which contains white space`, `listen is "localhost"`,
 		}},
 		{"timeouts", func(c *Config) { c.DefaultTimeoutMS, c.MaxTimeoutMS = 5000, 1000 },
 			[]string{"default_timeout_ms is 5000", "raise max_timeout_ms"}},
