@@ -260,6 +260,10 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequ
 		}
 	}
 
+	if !f.local {
+		fmt.Fprintf(o.env.Stderr, "sandpit: no daemon answers at %s; running the engine in this process on %s (start `sandpit serve` to keep it warm between runs)\n",
+			url, cfg.DataDir)
+	}
 	eng, err := app.Open(ctx, cfg, o.logger(cfg, true), o.env.Stderr)
 	if err != nil {
 		var locked *datadir.LockedError
