@@ -177,3 +177,48 @@ func TestEveryAgentFlagIsSent(t *testing.T) {
 		}
 	}
 }
+
+// TestErrorsSpeakCLI: a refusal naming a request field is said with the command's flag:
+// `code rm` refused for jobs says --force (it said force=true), a bad dependency says --dep, a
+// bad schedule --schedule once (it said "schedule: schedule ...").
+func TestErrorsSpeakCLI(t *testing.T) {
+	answers := map[string]string{
+		"DELETE /v1/agents/default/code/tool":   `{"error": {"code": "conflict", "field": "force", "message": "the code is used by 1 job(s) [job_x]; delete or change them first, or delete with force=true, which also disables them"}}`,
+		"POST /v1/executions":                   `{"error": {"code": "invalid_request", "field": "dependencies", "message": "dependencies[0] \"--index-url=x\" is not a requirement"}}`,
+		"POST /v1/agents/default/jobs":          `{"error": {"code": "invalid_request", "field": "schedule", "message": "schedule \"x\": expected 5 fields"}}`,
+		"POST /v1/agents/default/code/tool/run": `{"error": {"code": "invalid_request", "field": "timeout_ms", "message": "is 900000; allowed range is 1 to 600000 milliseconds"}}`,
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			_, _ = io.WriteString(w, `{"status": "ok"}`)
+			return
+		}
+		body, ok := answers[r.Method+" "+r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(map[bool]int{true: 409, false: 400}[r.Method == "DELETE"])
+		_, _ = io.WriteString(w, body)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	cases := []struct {
+		args      []string
+		want, not string
+	}{
+		{[]string{"code", "rm", "tool"}, "or delete with --force, which also disables them", "force=true"},
+		{[]string{"run", "-c", "1", "--dep", "--index-url=x"}, `--dep "--index-url=x" is not a requirement`, "dependencies"},
+		{[]string{"job", "create", "tool", "--schedule", "x"}, `sandpit: --schedule "x": expected 5 fields`, "schedule: schedule"},
+		{[]string{"code", "run", "tool", "--timeout", "15m"}, "sandpit: --timeout: is 900000", "timeout_ms"},
+	}
+	for _, c := range cases {
+		var stderr strings.Builder
+		code := Main(context.Background(), append(c.args, "--url", srv.URL), Env{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr,
+			Lookup: func(k string) (string, bool) { return dir, k == "SANDPIT_DATA_DIR" }})
+		if code == 0 || !strings.Contains(stderr.String(), c.want) || strings.Contains(stderr.String(), c.not) {
+			t.Errorf("%v: exit %d, stderr %q; want it to say %q and not %q", c.args, code, stderr.String(), c.want, c.not)
+		}
+	}
+}

@@ -326,6 +326,17 @@ func TestKnowledgeOverREST(t *testing.T) {
 	if st, v := s.ndjson(t, "/v1/agents/a/memories", `{"text": "one"}`+"\n"+`{"txt": "two"}`); st != 400 || !strings.Contains(v["error"].(map[string]any)["message"].(string), "line 2") {
 		t.Fatalf("bad line: %d %v", st, v)
 	}
+	// Errors speak JSON: the field and the kinds of value, not Go's struct fields and types.
+	for body, want := range map[string]string{
+		`{"text": 5}`:              `line 2: field "text" must be a string, not number`,
+		`{"text": "x", "tags": 1}`: `line 2: unknown field "tags"`,
+		`[1]`:                      `line 2: must be an object, not array`,
+	} {
+		st, v := s.ndjson(t, "/v1/agents/a/memories", `{"text": "one"}`+"\n"+body)
+		if msg, _ := v["error"].(map[string]any)["message"].(string); st != 400 || msg != want {
+			t.Errorf("%s: %d %q, want %q", body, st, msg, want)
+		}
+	}
 	if _, v := s.call(t, "GET", "/v1/agents/a/memories", ""); len(v["items"].([]any)) != 0 {
 		t.Fatalf("a refused import stored something: %v", v)
 	}

@@ -341,3 +341,25 @@ func TestConflictIsNamed(t *testing.T) {
 		t.Fatalf("%v %q\nwant %q", err, res.Reason, want)
 	}
 }
+
+// TestFieldErrorSaysTheFieldOnce: a message that starts with its field's name is not prefixed
+// with it again ("dependencies: dependencies[0] ...", "schedule: schedule ...").
+func TestFieldErrorSaysTheFieldOnce(t *testing.T) {
+	s := NewService(&fakeRuntime{}, Hooks{}, testConfig(), nil)
+	err := s.Validate(Request{Code: "pass", Dependencies: []string{"--index-url=x"}})
+	if err == nil || !strings.HasPrefix(err.Error(), "dependencies[0] ") || strings.Count(err.Error(), "dependencies") != 1 {
+		t.Errorf("%v", err)
+	}
+	for _, c := range []struct {
+		e    FieldError
+		want string
+	}{
+		{FieldError{Field: "schedule", Message: `schedule "x": expected 5 fields`}, `schedule "x": expected 5 fields`},
+		{FieldError{Field: "timeout_ms", Message: "is 0"}, "timeout_ms: is 0"},
+		{FieldError{Field: "code", Message: "code_name is wrong"}, "code: code_name is wrong"},
+	} {
+		if got := c.e.Error(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.e, got, c.want)
+		}
+	}
+}
