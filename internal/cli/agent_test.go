@@ -222,3 +222,41 @@ func TestErrorsSpeakCLI(t *testing.T) {
 		}
 	}
 }
+
+// TestOutputIsPrintedWhenNothingElseIs: `code run` (and `run`) of code that only sets OUTPUT
+// printed nothing; OUTPUT is printed as JSON when the program printed nothing on stdout.
+func TestOutputIsPrintedWhenNothingElseIs(t *testing.T) {
+	var result string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			_, _ = io.WriteString(w, `{"status": "ok"}`)
+			return
+		}
+		if r.Method != "POST" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, result)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	cases := []struct {
+		result, want string
+	}{
+		{`{"outcome": "ok", "exit_code": 0, "stdout": "", "output": {"n": 3}}`, "{\"n\": 3}\n"},
+		{`{"outcome": "ok", "exit_code": 0, "stdout": "", "output": null}`, ""},
+		{`{"outcome": "ok", "exit_code": 0, "stdout": "hi\n", "output": {"n": 3}}`, ""}, // stdout is no terminal here; the program's own print came as it ran
+	}
+	for _, args := range [][]string{{"code", "run", "tool"}, {"run", "-c", "OUTPUT = 1"}} {
+		for _, c := range cases {
+			result = c.result
+			var stdout, stderr strings.Builder
+			code := Main(context.Background(), append(args, "--url", srv.URL), Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+				Lookup: func(k string) (string, bool) { return dir, k == "SANDPIT_DATA_DIR" }})
+			if code != 0 || stdout.String() != c.want {
+				t.Errorf("%v, result %s: exit %d, stdout %q, want %q (stderr %q)", args, c.result, code, stdout.String(), c.want, stderr.String())
+			}
+		}
+	}
+}

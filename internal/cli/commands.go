@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
 	"github.com/sandpit-dev/sandpit/internal/app"
@@ -102,7 +103,9 @@ func (o *options) runCommand() *cobra.Command {
 		Long: `Run Python code in the sandbox and print its stdout and stderr as they come.
 
 The code comes from FILE, from -c CODE, or from standard input with "-". INPUT is the JSON
-given with --input (inline, or @FILE). If the code sets a global OUTPUT, --json shows it.
+given with --input (inline, or @FILE). If the code sets a global OUTPUT, it is printed as one
+line of JSON after the run when the program printed nothing on stdout (always on a terminal);
+--json shows the whole result.
 
 sandpit run uses the daemon at SANDPIT_URL (default ` + DefaultURL + `) when one answers;
 otherwise it starts the engine itself for this one command (building the image if needed).
@@ -214,13 +217,33 @@ func (o *options) finishRun(cmd *cobra.Command, res sandbox.Result, err error, a
 		if err := o.printJSON(res); err != nil {
 			return err
 		}
-	} else if res.Outcome != sandbox.OutcomeOK && res.Outcome != sandbox.OutcomeError {
-		fmt.Fprintf(o.env.Stderr, "sandpit: %s: %s\n", res.Outcome, res.Reason)
+	} else {
+		o.printOutput(res)
+		if res.Outcome != sandbox.OutcomeOK && res.Outcome != sandbox.OutcomeError {
+			fmt.Fprintf(o.env.Stderr, "sandpit: %s: %s\n", res.Outcome, res.Reason)
+		}
 	}
 	if code := ExitCode(&res, nil); code != 0 {
 		return &exitError{code: code}
 	}
 	return nil
+}
+
+// printOutput prints the program's OUTPUT as one line of JSON on stdout when it set one and
+// printed nothing there (else a program that only sets OUTPUT shows nothing), or when stdout
+// is a terminal, where a person reads it.
+func (o *options) printOutput(res sandbox.Result) {
+	if len(res.Output) == 0 || string(res.Output) == "null" {
+		return
+	}
+	file, ok := o.env.Stdout.(*os.File)
+	if res.Stdout != "" && !(ok && isatty.IsTerminal(file.Fd())) {
+		return
+	}
+	if res.Stdout != "" && !strings.HasSuffix(res.Stdout, "\n") {
+		fmt.Fprintln(o.env.Stdout)
+	}
+	fmt.Fprintf(o.env.Stdout, "%s\n", res.Output)
 }
 
 // daemonURL is the daemon's address: flag, else SANDPIT_URL, else DefaultURL.
