@@ -99,27 +99,28 @@ func TestEveryAgentFlagIsSent(t *testing.T) {
 		args  []string
 		stdin string
 	}{
-		"run":         {args: []string{"-c", "print(1)"}},
-		"mcp":         {stdin: mcpSession},
-		"code save":   {args: []string{"tool", codeFile}},
-		"code list":   {},
-		"code show":   {args: []string{"tool"}},
-		"code run":    {args: []string{"tool"}},
-		"code rm":     {args: []string{"tool"}},
-		"job create":  {args: []string{"tool", "--schedule", "@daily"}},
-		"job list":    {},
-		"job show":    {args: []string{"job_x"}},
-		"job update":  {args: []string{"job_x", "--schedule", "@daily"}},
-		"job pause":   {args: []string{"job_x"}},
-		"job resume":  {args: []string{"job_x"}},
-		"job run":     {args: []string{"job_x"}},
-		"job rm":      {args: []string{"job_x"}},
-		"job history": {args: []string{"job_x"}},
-		"exec list":   {},
-		"exec show":   {args: []string{"ex_x"}},
-		"kb import":   {args: []string{ndjson, "--kind", "memories"}},
-		"kb list":     {args: []string{"--kind", "memories"}},
-		"kb rm":       {args: []string{"note", "--kind", "memories"}},
+		"run":           {args: []string{"-c", "print(1)"}},
+		"mcp":           {stdin: mcpSession},
+		"code save":     {args: []string{"tool", codeFile}},
+		"code list":     {},
+		"code show":     {args: []string{"tool"}},
+		"code run":      {args: []string{"tool"}},
+		"code rm":       {args: []string{"tool"}},
+		"code versions": {args: []string{"tool"}},
+		"job create":    {args: []string{"tool", "--schedule", "@daily"}},
+		"job list":      {},
+		"job show":      {args: []string{"job_x"}},
+		"job update":    {args: []string{"job_x", "--schedule", "@daily"}},
+		"job pause":     {args: []string{"job_x"}},
+		"job resume":    {args: []string{"job_x"}},
+		"job run":       {args: []string{"job_x"}},
+		"job rm":        {args: []string{"job_x"}},
+		"job history":   {args: []string{"job_x"}},
+		"exec list":     {},
+		"exec show":     {args: []string{"ex_x"}},
+		"kb import":     {args: []string{ndjson, "--kind", "memories"}},
+		"kb list":       {args: []string{"--kind", "memories"}},
+		"kb rm":         {args: []string{"note", "--kind", "memories"}},
 	}
 	root := &cobra.Command{Use: "sandpit"}
 	o := &options{}
@@ -256,6 +257,58 @@ func TestOutputIsPrintedWhenNothingElseIs(t *testing.T) {
 				Lookup: func(k string) (string, bool) { return dir, k == "SANDPIT_DATA_DIR" }})
 			if code != 0 || stdout.String() != c.want {
 				t.Errorf("%v, result %s: exit %d, stdout %q, want %q (stderr %q)", args, c.result, code, stdout.String(), c.want, stderr.String())
+			}
+		}
+	}
+}
+
+// TestJobAndCodeViews: job show prints the input, the timeout and "the latest version" (not
+// version 0); empty lists say so instead of printing a header alone; code versions lists
+// every version.
+func TestJobAndCodeViews(t *testing.T) {
+	answers := map[string]string{
+		"GET /v1/agents/default/jobs/job_x": `{"id": "job_x", "agent": "default", "code_name": "tool", "code_version": null, "schedule": "@daily",
+			"timezone": "UTC", "input": {"days": 7}, "timeout_ms": null, "enabled": true, "overlap": "skip", "catch_up": "skip", "next_fires": []}`,
+		"GET /v1/agents/default/jobs":               `{"jobs": [], "next_cursor": ""}`,
+		"GET /v1/agents/default/code":               `{"code": [], "next_cursor": ""}`,
+		"GET /v1/agents/default/jobs/job_x/history": `{"fires": [], "next_cursor": ""}`,
+		"GET /v1/executions":                        `{"executions": [], "next_cursor": ""}`,
+		"GET /v1/agents/default/code/tool/versions": `{"versions": [{"version": 2, "description": "faster", "code_sha256": "0123456789abcdef", "created_at": "2026-11-30T10:00:00Z"},
+			{"version": 1, "description": "first", "code_sha256": "fedcba9876543210", "created_at": "2026-11-29T10:00:00Z"}]}`,
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			_, _ = io.WriteString(w, `{"status": "ok"}`)
+			return
+		}
+		body, ok := answers[r.Method+" "+r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, body)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	cases := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"job", "show", "job_x"}, []string{"code:      tool (the latest version)", `input:     {"days": 7}`, "timeout:   the daemon's default"}},
+		{[]string{"job", "list"}, []string{"agent default has no jobs"}},
+		{[]string{"code", "list"}, []string{"agent default has no saved code"}},
+		{[]string{"job", "history", "job_x"}, []string{"job job_x has not fired yet"}},
+		{[]string{"exec", "list"}, []string{"no executions match"}},
+		{[]string{"code", "versions", "tool"}, []string{"VERSION", "2        2026-11-30T10:00:00Z  0123456789ab  faster", "1        2026-11-29T10:00:00Z  fedcba987654  first"}},
+	}
+	for _, c := range cases {
+		var stdout, stderr strings.Builder
+		code := Main(context.Background(), append(c.args, "--url", srv.URL), Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+			Lookup: func(k string) (string, bool) { return dir, k == "SANDPIT_DATA_DIR" }})
+		for _, w := range c.want {
+			if code != 0 || !strings.Contains(stdout.String(), w) {
+				t.Errorf("%v: exit %d, stdout %q, want it to contain %q (stderr %q)", c.args, code, stdout.String(), w, stderr.String())
 			}
 		}
 	}

@@ -110,7 +110,7 @@ func jsonArg(flag, v string) (json.RawMessage, error) {
 }
 
 func (o *options) codeCommand() *cobra.Command {
-	code := &cobra.Command{Use: "code", Short: "Save, list, show, run and remove an agent's saved code (needs the daemon)"}
+	code := &cobra.Command{Use: "code", Short: "Save, list, show, list the versions of, run and remove an agent's saved code (needs the daemon)"}
 
 	var save struct {
 		daemonFlags
@@ -189,6 +189,14 @@ after it (a mismatch ends the run with outcome output_invalid).`,
 			}
 			if list.json {
 				return o.printJSON(map[string]any{"code": items, "next_cursor": next})
+			}
+			if len(items) == 0 {
+				what := "no saved code"
+				if list.q != "" {
+					what = fmt.Sprintf("no saved code matching %q", list.q)
+				}
+				fmt.Fprintf(o.env.Stdout, "agent %s has %s; save some with `sandpit code save NAME FILE`\n", list.agent, what)
+				return nil
 			}
 			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tVERSION\tUPDATED\tDESCRIPTION")
@@ -291,7 +299,34 @@ after it (a mismatch ends the run with outcome output_invalid).`,
 	rm.register(rmCmd.Flags(), false)
 	rmCmd.Flags().BoolVar(&rm.force, "force", false, "delete even if jobs use it, disabling them")
 
-	code.AddCommand(saveCmd, listCmd, showCmd, runCmd, rmCmd)
+	var versions daemonFlags
+	versionsCmd := &cobra.Command{
+		Use:   "versions NAME",
+		Short: "List every version of saved code, newest first (show one with code show NAME --version N)",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.daemon(cmd, versions)
+			if err != nil {
+				return err
+			}
+			list, err := c.CodeVersions(cmd.Context(), versions.agent, args[0])
+			if err != nil {
+				return err
+			}
+			if versions.json {
+				return o.printJSON(map[string]any{"versions": list})
+			}
+			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "VERSION\tSAVED\tCODE SHA-256\tDESCRIPTION")
+			for _, v := range list {
+				fmt.Fprintf(tw, "%d\t%s\t%.12s\t%s\n", v.Version, v.CreatedAt.Format(time.RFC3339), v.CodeSHA256, oneLine(v.Description, 60))
+			}
+			return tw.Flush()
+		},
+	}
+	versions.register(versionsCmd.Flags(), true)
+
+	code.AddCommand(saveCmd, listCmd, showCmd, versionsCmd, runCmd, rmCmd)
 	return code
 }
 
@@ -473,6 +508,10 @@ func (o *options) jobCommand() *cobra.Command {
 		if asJSON {
 			return o.printJSON(map[string]any{"fires": fires, "next_cursor": next})
 		}
+		if len(fires) == 0 {
+			fmt.Fprintf(o.env.Stdout, "job %s has not fired yet\n", id)
+			return nil
+		}
 		tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "SCHEDULED\tKIND\tSTATUS\tEXECUTION\tOUTCOME\tREASON")
 		for _, f := range fires {
@@ -502,6 +541,10 @@ func (o *options) jobCommand() *cobra.Command {
 			if list.json {
 				return o.printJSON(map[string]any{"jobs": items, "next_cursor": next})
 			}
+			if len(items) == 0 {
+				fmt.Fprintf(o.env.Stdout, "agent %s has no jobs; create one with `sandpit job create CODE_NAME --schedule SPEC`\n", list.agent)
+				return nil
+			}
 			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tCODE\tSCHEDULE\tTIMEZONE\tENABLED\tNEXT RUN")
 			for _, j := range items {
@@ -528,11 +571,23 @@ func (o *options) printJob(j jobs.Scheduled, asJSON bool) error {
 		return o.printJSON(j)
 	}
 	w := o.env.Stdout
-	fmt.Fprintf(w, "job:       %s\ncode:      %s", j.ID, j.CodeName)
+	version := "the latest version"
 	if j.CodeVersion > 0 {
-		fmt.Fprintf(w, " (version %d)", j.CodeVersion)
+		version = fmt.Sprintf("version %d", j.CodeVersion)
 	}
-	fmt.Fprintf(w, "\nschedule:  %s (%s)\nenabled:   %t\noverlap:   %s\ncatch-up:  %s\n", j.Schedule, j.Timezone, j.Enabled, j.Overlap, j.CatchUp)
+	input := "null"
+	if len(j.Input) > 0 {
+		input = oneLine(string(j.Input), 200)
+	}
+	timeout := "the daemon's default"
+	if j.TimeoutMS != nil {
+		timeout = (time.Duration(*j.TimeoutMS) * time.Millisecond).String()
+	}
+	fmt.Fprintf(w, "job:       %s\ncode:      %s (%s)\ninput:     %s\ntimeout:   %s\n", j.ID, j.CodeName, version, input, timeout)
+	fmt.Fprintf(w, "schedule:  %s (%s)\nenabled:   %t\noverlap:   %s\ncatch-up:  %s\n", j.Schedule, j.Timezone, j.Enabled, j.Overlap, j.CatchUp)
+	if j.Description != "" {
+		fmt.Fprintf(w, "about:     %s\n", oneLine(j.Description, 200))
+	}
 	for i, t := range j.NextFires {
 		label := "next:     "
 		if i > 0 {
@@ -592,6 +647,10 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 			}
 			if list.json {
 				return o.printJSON(map[string]any{"executions": items, "next_cursor": next})
+			}
+			if len(items) == 0 {
+				fmt.Fprintln(o.env.Stdout, "no executions match")
+				return nil
 			}
 			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tSTARTED\tAGENT\tSOURCE\tCODE\tOUTCOME\tDURATION\tSTART")
@@ -694,6 +753,10 @@ func (o *options) packagesCommand() *cobra.Command {
 			}
 			if list.json {
 				return o.printJSON(map[string]any{"packages": pkgs})
+			}
+			if len(pkgs) == 0 {
+				fmt.Fprintln(o.env.Stdout, "no dependencies installed (the image's own packages are not listed)")
+				return nil
 			}
 			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tVERSION\tSIZE\tINSTALLED\tFOR")

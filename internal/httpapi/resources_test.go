@@ -213,6 +213,18 @@ func TestJobsOverREST(t *testing.T) {
 	if st != 201 || len(v["next_fires"].([]any)) != 5 || v["overlap"] != "skip" || v["catch_up"] != "skip" || v["enabled"] != true {
 		t.Fatalf("create: %d %v", st, v)
 	}
+	// "The latest version" is null, not 0; a pinned version is its number.
+	if cv, ok := v["code_version"]; !ok || cv != nil {
+		t.Fatalf("code_version of a job of the latest version: %v (present %t), want null", cv, ok)
+	}
+	if _, list := s.call(t, "GET", "/v1/agents/a/jobs", ""); list["jobs"].([]any)[0].(map[string]any)["code_version"] != nil {
+		t.Fatalf("listed code_version: %v", list)
+	}
+	if st, pinned := s.call(t, "POST", "/v1/agents/a/jobs", `{"code_name": "report", "code_version": 1, "schedule": "@daily"}`); st != 201 || pinned["code_version"] != 1.0 {
+		t.Fatalf("pinned: %d %v", st, pinned)
+	} else if st, _ := s.call(t, "DELETE", "/v1/agents/a/jobs/"+pinned["id"].(string), ""); st != 204 && st != 200 {
+		t.Fatalf("delete the pinned job: %d", st)
+	}
 	id := v["id"].(string)
 	for _, fire := range v["next_fires"].([]any) {
 		at, _ := time.Parse(time.RFC3339, fire.(string))

@@ -296,8 +296,14 @@ func TestClaimFiresOnce(t *testing.T) {
 	if err := s.Begin(ctx, sandbox.Spec{ID: head.ID, Code: "x", Input: json.RawMessage("null")}, head); err != nil {
 		t.Fatal(err)
 	}
+	head.Outcome, head.Reason = sandbox.OutcomeTimeout, "the run passed its timeout of 30s and was killed"
 	if err := s.Finish(ctx, head); err != nil {
 		t.Fatal(err)
+	}
+	// A fire whose run failed says why: its execution's reason (REASON was empty).
+	if fires, _, _ := s.ListFires(ctx, "a", "job_1", Page{}); len(fires) != 2 || fires[0].Outcome != string(sandbox.OutcomeTimeout) || fires[0].Reason != head.Reason ||
+		fires[1].Reason != "interrupted: the daemon stopped before the run started" {
+		t.Fatalf("fires: %+v", fires)
 	}
 	s.now = func() time.Time { return next.Add(24 * time.Hour) }
 	if n, err := s.Prune(ctx, Retention{MaxAge: time.Hour}); n != 1 || err != nil {
