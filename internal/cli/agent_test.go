@@ -313,3 +313,31 @@ func TestJobAndCodeViews(t *testing.T) {
 		}
 	}
 }
+
+// TestExecListShowsExitAndOutput: exec list shows each execution's exit code and a line of
+// its output (the end of stderr for a failure), so reading a job's runs takes one call.
+func TestExecListShowsExitAndOutput(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			_, _ = io.WriteString(w, `{"status": "ok"}`)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"executions": [
+			{"id": "ex_b", "agent": "a", "status": "finished", "outcome": "error", "exit_code": 1, "started_at": "2026-11-30T10:00:01Z", "source": "job",
+			 "stdout_preview": "starting\n", "stderr_preview": "Traceback (most recent call last):\n  File \"main.py\", line 1\nValueError: bad row\n"},
+			{"id": "ex_a", "agent": "a", "status": "finished", "outcome": "ok", "exit_code": 0, "started_at": "2026-11-30T10:00:00Z", "source": "job",
+			 "stdout_preview": "total 42\n", "stderr_preview": ""}], "next_cursor": ""}`)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	var stdout, stderr strings.Builder
+	code := Main(context.Background(), []string{"exec", "list", "--url", srv.URL}, Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+		Lookup: func(k string) (string, bool) { return dir, k == "SANDPIT_DATA_DIR" }})
+	lines := strings.Split(stdout.String(), "\n")
+	if code != 0 || len(lines) < 3 || !strings.Contains(lines[0], "EXIT") || !strings.Contains(lines[0], "OUTPUT") ||
+		!strings.Contains(lines[1], " 1 ") || !strings.HasSuffix(strings.TrimSpace(lines[1]), "ValueError: bad row") ||
+		!strings.Contains(lines[2], " 0 ") || !strings.HasSuffix(strings.TrimSpace(lines[2]), "total 42") {
+		t.Fatalf("exit %d, stdout:\n%s\nstderr: %s", code, stdout.String(), stderr.String())
+	}
+}

@@ -653,7 +653,7 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 				return nil
 			}
 			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTARTED\tAGENT\tSOURCE\tCODE\tOUTCOME\tDURATION\tSTART")
+			fmt.Fprintln(tw, "ID\tSTARTED\tAGENT\tSOURCE\tCODE\tOUTCOME\tEXIT\tDURATION\tSTART\tOUTPUT")
 			for _, e := range items {
 				code := e.CodeName
 				if code != "" {
@@ -667,7 +667,12 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 				if start == "" {
 					start = "-"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%dms\t%s\n", e.ID, e.StartedAt.Format(time.RFC3339), e.Agent, e.Source, code, outcome, e.DurationMS, start)
+				exit := "-"
+				if e.Status != store.StatusRunning {
+					exit = strconv.Itoa(e.ExitCode)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%dms\t%s\t%s\n", e.ID, e.StartedAt.Format(time.RFC3339), e.Agent, e.Source, code, outcome,
+					exit, e.DurationMS, start, outputPreview(e))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -713,6 +718,22 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 	showCmd.Flags().StringVar(&show.agent, "agent", "", "only if it is this agent's execution (default: any agent)")
 	exec.AddCommand(listCmd, showCmd)
 	return exec
+}
+
+// outputPreview is one line of what an execution printed, for exec list: the end of stderr
+// when it failed (where a traceback ends), else the start of stdout, else of stderr.
+func outputPreview(e store.ExecutionSummary) string {
+	const width = 40
+	switch {
+	case e.Outcome != sandbox.OutcomeOK && strings.TrimSpace(e.StderrPreview) != "":
+		lines := strings.Split(strings.TrimSpace(e.StderrPreview), "\n")
+		return oneLine(lines[len(lines)-1], width)
+	case strings.TrimSpace(e.StdoutPreview) != "":
+		return oneLine(e.StdoutPreview, width)
+	case strings.TrimSpace(e.StderrPreview) != "":
+		return oneLine(e.StderrPreview, width)
+	}
+	return "-"
 }
 
 // parseWhen reads an RFC 3339 time, or a duration before now ("90m").
