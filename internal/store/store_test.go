@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
