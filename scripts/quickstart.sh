@@ -37,8 +37,7 @@ cat >&2 <<TXT
 
 sandpit works. Next:
   export PATH="\$PWD/bin:\$PATH"
-  export SANDPIT_BASE_IMAGE=$base     # or put {"base_image": "$base"} in ~/.config/sandpit/config.json
-  sandpit serve &                      # the daemon on http://127.0.0.1:8765
+  sandpit serve &                      # the daemon on http://127.0.0.1:8765 (base image: $base, chosen by itself)
   sandpit run -c 'print(1)'
 The warm container stays up between runs; sandpit sandbox rm removes it.
 TXT

@@ -64,7 +64,26 @@ func DockerClient(cfg config.Config) (*client.Client, error) {
 	return c, nil
 }
 
-// RuntimeConfig derives the Docker runtime's configuration from cfg.
+// ChooseBaseImage returns cfg with its base image chosen when it names none (base_image ""),
+// as the tests choose theirs: the registry image config.RegistryBaseImage when the engine has
+// it, else the offline base config.OfflineBaseImage when the engine has it (the quickstart
+// builds it with scripts/offline-base-image.sh when no registry answers), else the registry
+// image, to be pulled.
+func ChooseBaseImage(ctx context.Context, api client.APIClient, cfg config.Config) config.Config {
+	if cfg.BaseImage != "" {
+		return cfg
+	}
+	cfg.BaseImage = config.RegistryBaseImage
+	if _, err := api.ImageInspect(ctx, config.RegistryBaseImage); err != nil {
+		if _, err := api.ImageInspect(ctx, config.OfflineBaseImage); err == nil {
+			cfg.BaseImage = config.OfflineBaseImage
+		}
+	}
+	return cfg
+}
+
+// RuntimeConfig derives the Docker runtime's configuration from cfg, whose base image is
+// chosen (ChooseBaseImage).
 func RuntimeConfig(cfg config.Config, progress io.Writer) (docker.Config, error) {
 	exe, err := cfg.Executor()
 	if err != nil {
@@ -139,16 +158,17 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	} else if n > 0 {
 		log.Warn("runs left unfinished by a stopped daemon were recorded as sandbox_error (interrupted)", "executions", n)
 	}
-	rcfg, err := RuntimeConfig(cfg, progress)
-	if err != nil {
-		return nil, err
-	}
-	rcfg.WaitForEngine = waitForEngine
 	api, err := DockerClient(cfg)
 	if err != nil {
 		return nil, err
 	}
 	closers = append(closers, api.Close)
+	cfg = ChooseBaseImage(ctx, api, cfg)
+	rcfg, err := RuntimeConfig(cfg, progress)
+	if err != nil {
+		return nil, err
+	}
+	rcfg.WaitForEngine = waitForEngine
 	rt, err := docker.Start(ctx, api, rcfg, log)
 	if err != nil {
 		return nil, err
@@ -214,15 +234,15 @@ func (e *Engine) Close() error {
 // BuildImage builds (or finds) the sandbox image for cfg, writing the build's output to
 // progress, and returns its tag and whether it had to build it.
 func BuildImage(ctx context.Context, cfg config.Config, progress io.Writer) (string, bool, error) {
-	rcfg, err := RuntimeConfig(cfg, progress)
-	if err != nil {
-		return "", false, err
-	}
 	api, err := DockerClient(cfg)
 	if err != nil {
 		return "", false, err
 	}
 	defer api.Close()
+	rcfg, err := RuntimeConfig(ChooseBaseImage(ctx, api, cfg), progress)
+	if err != nil {
+		return "", false, err
+	}
 	img, built, err := docker.EnsureImage(ctx, api, rcfg.Recipe, progress)
 	return img.Tag, built, err
 }
@@ -300,7 +320,8 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 		Knowledge: eng.Store, Setup: func(ctx context.Context, emit func(setup.Event)) error {
 			_, err := setup.Run(ctx, setup.DetectPlatform(runtime.GOOS), setup.ExecRunner{}, daemonSetup{eng}, setup.Options{}, emit)
 			return err
-		}}
+		},
+		PackageIndex: httpapi.PackageIndex{IndexURL: cfg.IndexURL, ExtraIndexURLs: cfg.ExtraIndexURLs, TrustedHosts: cfg.TrustedHosts, BinaryOnly: cfg.BinaryOnly}}
 	root := http.NewServeMux()
 	api := httpapi.NewHandler(backend, log)
 	root.Handle("/", api)

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -317,11 +318,11 @@ func TestREST(t *testing.T) {
 			!strings.Contains(stderr.String(), "stdout_bytes 10 (the daemon's: 1048576)") {
 			t.Fatalf("SANDPIT_STDOUT_BYTES=10 with a daemon: exit %d stderr %q", code, stderr.String())
 		}
-		// The ledger's table says how each run started.
+		// The ledger's table says how each run started, its exit code and a line of its output.
 		stdout.Reset()
 		if code := cli.Main(context.Background(), []string{"exec", "list", "--limit", "3"}, env); code != 0 ||
-			!strings.Contains(strings.SplitN(stdout.String(), "\n", 2)[0], "START") ||
-			!(strings.Contains(stdout.String(), " fork\n") || strings.Contains(stdout.String(), " cold\n")) {
+			!strings.Contains(strings.SplitN(stdout.String(), "\n", 2)[0], "START") || !strings.Contains(strings.SplitN(stdout.String(), "\n", 2)[0], "EXIT") ||
+			!regexp.MustCompile(` (fork|cold) +(1|-)\n`).MatchString(stdout.String()) {
 			t.Fatalf("exec list: exit %d stdout %q", code, stdout.String())
 		}
 	})

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/app"
+	"github.com/sandpit-dev/sandpit/internal/cli"
+	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 	"github.com/sandpit-dev/sandpit/internal/testenv/pyindex"
@@ -47,6 +50,10 @@ func TestDependencies(t *testing.T) {
 	idx.AddWheel("six", "99.0", `VALUE = "99"`)
 	// numexpr is absent from the image; pandas looks for it when the fork server imports it.
 	idx.AddWheel("numexpr", "2.8.4", `__version__ = "2.8.4"`)
+	// pindep needs pinpkg 2.0; a pre-install of pinpkg==1.0 with it conflicts.
+	idx.AddWheel("pinpkg", "1.0", `VALUE = "1.0"`)
+	idx.AddWheel("pinpkg", "2.0", `VALUE = "2.0"`)
+	idx.AddWheel("pindep", "1.0", `VALUE = "dep"`, "pinpkg==2.0")
 
 	cfg := testConfig(t)
 	cfg.IndexURL = idx.URL()
@@ -237,6 +244,54 @@ func TestDependencies(t *testing.T) {
 		}
 	})
 
+	t.Run("a conflicting pre-install exits 66 and names the conflict", func(t *testing.T) {
+		var stdout, stderr strings.Builder
+		dir := t.TempDir()
+		code := cli.Main(t.Context(), []string{"packages", "install", "pinpkg==1.0", "pindep", "--url", url},
+			cli.Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr, Lookup: func(k string) (string, bool) {
+				return dir, k == "SANDPIT_DATA_DIR"
+			}})
+		out := stdout.String()
+		if code != 66 || !strings.Contains(out, "is installed but cannot be used with the others") || !strings.Contains(out, "conflicts") ||
+			!strings.Contains(out, "pinpkg") || !strings.Contains(out, "pindep") {
+			t.Fatalf("exit %d, want 66 (dependency error) naming the conflict; stdout:\n%s\nstderr:\n%s", code, out, stderr.String())
+		}
+		st, res := runWithDeps(t, url, "print('never')", "pinpkg==1.0", "pindep")
+		if st != 200 || res.Outcome != sandbox.OutcomeDependencyError || !strings.Contains(res.Reason, "is installed (version") ||
+			!strings.Contains(res.Reason, "conflicts with another requirement") || strings.Contains(res.Reason, "could not be installed") {
+			t.Fatalf("a run with both: %d %+v", st, res)
+		}
+	})
+
+	t.Run("a requirement its marker excludes is skipped", func(t *testing.T) {
+		st, res := runWithDeps(t, url, "print(1)", `solo; python_version < "3"`, "tinypkg==1.0")
+		if st != 200 || res.Outcome != sandbox.OutcomeOK || res.Dependencies[0].Status != sandbox.DependencySkipped ||
+			res.Dependencies[0].Version != "" || res.Dependencies[1].Status != sandbox.DependencyPresent {
+			t.Fatalf("%d %+v", st, res)
+		}
+	})
+
+	t.Run("doctor asks the index from inside the container", func(t *testing.T) {
+		check := func(c config.Config) app.Check {
+			for _, ch := range app.Doctor(t.Context(), c, url) {
+				if ch.Name == "package index" {
+					return ch
+				}
+			}
+			t.Fatalf("doctor made no package index check")
+			return app.Check{}
+		}
+		if ch := check(cfg); !ch.OK {
+			t.Fatalf("the test's index: %+v", ch)
+		}
+		closed := cfg
+		closed.IndexURL = "http://" + idx.Host() + ":9/simple/" // this machine, a port nothing listens on
+		if ch := check(closed); ch.OK || !strings.Contains(ch.Detail, "does not answer from inside the container") ||
+			!strings.Contains(ch.Fix, "host.docker.internal") || !strings.Contains(ch.Fix, "bridge's gateway") {
+			t.Fatalf("a closed port: %+v", ch)
+		}
+	})
+
 	// The container is recreated: the packages and the cache stay on the volume.
 	stop()
 	testenv.RemoveContainersNow(t, cfg.DataDir)
@@ -248,9 +303,10 @@ func TestDependencies(t *testing.T) {
 		t.Fatalf("after re-creation: %d %+v", st, res)
 	}
 
-	// H21: an unreachable index fails within 15 s and says so. TEST-NET-1 (RFC 5737) routes nowhere.
+	// H21: an unreachable index fails within 15 s and says so: a port of this machine that
+	// nothing listens on (no traffic leaves the machine).
 	stop()
-	cfg.IndexURL, cfg.TrustedHosts = "http://192.0.2.1:8080/simple/", []string{"192.0.2.1"}
+	cfg.IndexURL = "http://" + idx.Host() + ":9/simple/"
 	cfg.InstallTimeoutMS = 60000
 	url, stop = startDaemon(t, cfg)
 	began := time.Now()

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
 	apiclient "github.com/sandpit-dev/sandpit/internal/client"
@@ -61,7 +63,7 @@ func Doctor(ctx context.Context, cfg config.Config, url string) []Check {
 		if err == nil {
 			add(Check{Name: "docker engine", OK: true, Required: true, Detail: "Docker Engine " + version})
 			add(runtimeCheck(ctx, api, cfg))
-			checks = append(checks, imageChecks(ctx, api, cfg, exe)...)
+			checks = append(checks, imageChecks(ctx, api, ChooseBaseImage(ctx, api, cfg), exe)...)
 		}
 	}
 	if err != nil {
@@ -121,7 +123,7 @@ func imageChecks(ctx context.Context, api client.APIClient, cfg config.Config, e
 	var checks []Check
 	if _, err := api.ImageInspect(ctx, cfg.BaseImage); err != nil {
 		checks = append(checks, Check{Name: "base image", Required: true, Detail: cfg.BaseImage + " is not in the engine",
-			Fix: "docker pull " + cfg.BaseImage + ", or without a registry: scripts/offline-base-image.sh and base_image sandpit-base:bookworm"})
+			Fix: "docker pull " + cfg.BaseImage + ", or without a registry: scripts/offline-base-image.sh (base_image unset chooses " + config.OfflineBaseImage + " when the engine has it)"})
 	} else {
 		checks = append(checks, Check{Name: "base image", OK: true, Required: true, Detail: cfg.BaseImage})
 	}
@@ -145,20 +147,23 @@ func imageChecks(ctx context.Context, api client.APIClient, cfg config.Config, e
 		}
 	}
 	list, err := docker.Containers(ctx, api, filepath.Clean(cfg.DataDir))
-	running := 0
+	var running []string
 	for _, c := range list {
 		if c.State == "running" {
-			running++
+			running = append(running, c.ID)
 		}
 	}
 	switch {
-	case err == nil && running >= cfg.Slots:
-		checks = append(checks, Check{Name: "warm containers", OK: true, Detail: fmt.Sprintf("%d running, one per slot", running)})
-	case err == nil && running > 0:
-		checks = append(checks, Check{Name: "warm containers", Detail: fmt.Sprintf("%d of %d running", running, cfg.Slots),
+	case err == nil && len(running) >= cfg.Slots:
+		checks = append(checks, Check{Name: "warm containers", OK: true, Detail: fmt.Sprintf("%d running, one per slot", len(running))})
+	case err == nil && len(running) > 0:
+		checks = append(checks, Check{Name: "warm containers", Detail: fmt.Sprintf("%d of %d running", len(running), cfg.Slots),
 			Fix: "start the daemon (`sandpit serve`): it brings every slot's container up"})
 	default:
 		checks = append(checks, Check{Name: "warm containers", Detail: "not running", Fix: "run `sandpit setup` or `sandpit serve`"})
+	}
+	if err == nil && len(running) > 0 && cfg.IndexURL != "" {
+		checks = append(checks, indexCheck(ctx, api, running[0], cfg.IndexURL))
 	}
 	return checks
 }
@@ -184,5 +189,54 @@ func runtimeCheck(ctx context.Context, api client.APIClient, cfg config.Config) 
 		return c
 	}
 	c.OK, c.Detail = true, fmt.Sprintf("%s (%s %s)", name, rt.Path, strings.Join(rt.Args, " "))
+	return c
+}
+
+// indexProbe fetches the URL in argv[1] and prints "ok STATUS" or "fail: WHY"; it is run
+// inside the warm container, where pip runs.
+const indexProbe = `import sys, urllib.request
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=5) as r:
+        print("ok", r.status)
+except Exception as e:
+    print("fail:", e)
+`
+
+// indexCheck asks for index from inside the warm container (id), as an unprivileged user in
+// the container's network, which is where pip will reach it: an index that answers on this
+// machine can still be out of the container's reach.
+func indexCheck(ctx context.Context, api client.APIClient, id, index string) Check {
+	c := Check{Name: "package index", Detail: index}
+	fix := "make index_url an address the container reaches: this machine is host.docker.internal (Docker Desktop, Colima) " +
+		"or the Docker bridge's gateway (`docker network inspect bridge`, usually 172.17.0.1), and the index must listen there; " +
+		"with network none no index is reached (install while the network is on)"
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	created, err := api.ExecCreate(ctx, id, client.ExecCreateOptions{User: "65534:65534", AttachStdout: true, AttachStderr: true,
+		Cmd: []string{"python3", "-I", "-c", indexProbe, index}})
+	if err != nil {
+		c.Detail, c.Fix = fmt.Sprintf("could not start a check in the warm container: %v", err), "run `sandpit setup`, then try again"
+		return c
+	}
+	att, err := api.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
+	if err != nil {
+		c.Detail, c.Fix = fmt.Sprintf("could not start a check in the warm container: %v", err), "run `sandpit setup`, then try again"
+		return c
+	}
+	stop := context.AfterFunc(ctx, att.Close) // the hijacked connection does not watch ctx
+	var stdout, stderr bytes.Buffer
+	_, _ = stdcopy.StdCopy(&stdout, &stderr, att.Reader)
+	stop()
+	att.Close()
+	answer := strings.TrimSpace(stdout.String())
+	if status, ok := strings.CutPrefix(answer, "ok "); ok {
+		c.OK, c.Detail = true, fmt.Sprintf("%s answers from inside the container (HTTP %s)", index, status)
+		return c
+	}
+	why := strings.TrimSpace(strings.TrimPrefix(answer, "fail:"))
+	if why == "" {
+		why = cmp.Or(strings.TrimSpace(stderr.String()), "no answer within 15s")
+	}
+	c.Detail, c.Fix = fmt.Sprintf("%s does not answer from inside the container, where pip runs: %s", index, why), fix
 	return c
 }

@@ -5,18 +5,22 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/config"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // Env is what the commands read and write besides their arguments.
@@ -73,7 +77,7 @@ sandpit run looks for a daemon at SANDPIT_URL (default ` + DefaultURL + `).`,
 	root.AddCommand(opts.serveCommand(), opts.runCommand(), opts.codeCommand(), opts.jobCommand(), opts.execCommand(), opts.packagesCommand(), opts.kbCommand(), opts.mcpCommand(), opts.setupCommand(), opts.doctorCommand(),
 		opts.imageCommand(), opts.sandboxCommand(), opts.versionCommand())
 	root.AddCommand(opts.benchCommand())
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return 0
 	}
@@ -81,8 +85,45 @@ sandpit run looks for a daemon at SANDPIT_URL (default ` + DefaultURL + `).`,
 	if errors.As(err, &exit) {
 		return exit.code
 	}
-	fmt.Fprintf(env.Stderr, "sandpit: %v\n", err)
+	fmt.Fprintf(env.Stderr, "sandpit: %s\n", inFlagWords(cmd, err))
 	return ExitCode(nil, err)
+}
+
+// flagOfField names the flag of a request field where the two names differ by more than "_"
+// and "-" (timeout_ms is --timeout).
+var flagOfField = map[string]string{"dependencies": "dep", "timeout_ms": "timeout", "expected_version": "expected-version"}
+
+// fieldMention matches a field named in a message: a whole word, with a list index
+// ("dependencies[0]") or a REST query value ("force=true") after it.
+func fieldMention(field string) *regexp.Regexp {
+	return regexp.MustCompile(`(^|[^A-Za-z0-9_.])` + regexp.QuoteMeta(field) + `(\[\d+\]|=true\b|\b)`)
+}
+
+// inFlagWords is err's message for the command line: when it names a request field (an answer
+// of the daemon, or a refusal of the local engine) that cmd has a flag for, the field is named
+// as that flag ("timeout_ms" as --timeout, "force=true" as --force).
+func inFlagWords(cmd *cobra.Command, err error) string {
+	msg := err.Error()
+	var api *client.APIError
+	var fieldErr *sandbox.FieldError
+	field := ""
+	switch {
+	case errors.As(err, &api):
+		field = api.Field
+	case errors.As(err, &fieldErr):
+		field = fieldErr.Field
+	}
+	if field == "" || cmd == nil {
+		return msg
+	}
+	flag := cmp.Or(flagOfField[field], strings.ReplaceAll(field, "_", "-"))
+	if cmd.Flags().Lookup(flag) == nil {
+		return msg
+	}
+	if !fieldMention(field).MatchString(msg) {
+		return "--" + flag + ": " + msg
+	}
+	return fieldMention(field).ReplaceAllString(msg, "${1}--"+flag)
 }
 
 // configFlag registers a string flag that sets a config key when given.

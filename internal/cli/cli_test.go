@@ -82,3 +82,34 @@ func TestArgumentCountIsAUsageError(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalEngineIsAnnounced: without a daemon, `sandpit run` says in one line on stderr that
+// it runs the engine in its own process, and on which data directory (it did so silently);
+// with --local, asked for, it does not.
+func TestLocalEngineIsAnnounced(t *testing.T) {
+	dir := t.TempDir()
+	lookup := func(k string) (string, bool) {
+		switch k {
+		case "SANDPIT_DATA_DIR":
+			return dir, true
+		case "SANDPIT_EXECUTOR_PATH":
+			return "/nonexistent/sandpit-executor", true // the engine stops there, before Docker
+		}
+		return "", false
+	}
+	for _, local := range []bool{false, true} {
+		args := []string{"run", "-c", "print(1)", "--url", "http://127.0.0.1:1"}
+		if local {
+			args = append(args, "--local")
+		}
+		var stderr strings.Builder
+		Main(context.Background(), args, Env{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr, Lookup: lookup})
+		said := strings.Count(stderr.String(), "running the engine in this process on "+dir)
+		if want := map[bool]int{false: 1, true: 0}[local]; said != want {
+			t.Errorf("--local=%t: stderr %q says it %d times, want %d", local, stderr.String(), said, want)
+		}
+		if !local && !strings.Contains(stderr.String(), "no daemon answers at http://127.0.0.1:1") {
+			t.Errorf("stderr %q does not name the daemon's address", stderr.String())
+		}
+	}
+}

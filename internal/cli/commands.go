@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
 	"github.com/sandpit-dev/sandpit/internal/app"
@@ -57,8 +58,9 @@ func (o *options) imageCommand() *cobra.Command {
 		Long: `Build the sandbox image through the Docker engine from the embedded Dockerfile: the base
 image, the preinstalled packages, the slot users, sandpit-executor and the Python bootstrap.
 The tag carries a hash of the recipe, so an unchanged recipe is reused and a changed one
-rebuilds. Without a container registry, build a base first with scripts/offline-base-image.sh
-and pass --base-image sandpit-base:bookworm.`,
+rebuilds. Without a container registry, build a base first with scripts/offline-base-image.sh:
+with base_image unset, python:3.11-slim is used when the engine has it, else
+sandpit-base:bookworm when the engine has it, else python:3.11-slim is pulled.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := o.load(cmd)
@@ -101,7 +103,9 @@ func (o *options) runCommand() *cobra.Command {
 		Long: `Run Python code in the sandbox and print its stdout and stderr as they come.
 
 The code comes from FILE, from -c CODE, or from standard input with "-". INPUT is the JSON
-given with --input (inline, or @FILE). If the code sets a global OUTPUT, --json shows it.
+given with --input (inline, or @FILE). If the code sets a global OUTPUT, it is printed as one
+line of JSON after the run when the program printed nothing on stdout (always on a terminal);
+--json shows the whole result.
 
 sandpit run uses the daemon at SANDPIT_URL (default ` + DefaultURL + `) when one answers;
 otherwise it starts the engine itself for this one command (building the image if needed).
@@ -192,8 +196,10 @@ func (o *options) printDependency(d *sandbox.DependencyStatus) {
 	case d == nil:
 	case d.Status == sandbox.DependencyInstalled:
 		fmt.Fprintf(o.env.Stderr, "sandpit: installed %s (%s) in %dms\n", d.Requirement, d.Version, d.DurationMS)
+	case d.Status == sandbox.DependencyFailed && d.Version != "":
+		fmt.Fprintf(o.env.Stderr, "sandpit: %s is installed (%s) but conflicts with another requirement\n", d.Requirement, d.Version) // the reason follows with the outcome
 	case d.Status == sandbox.DependencyFailed:
-		fmt.Fprintf(o.env.Stderr, "sandpit: could not install %s\n", d.Requirement) // the reason follows with the outcome
+		fmt.Fprintf(o.env.Stderr, "sandpit: could not install %s\n", d.Requirement)
 	}
 }
 
@@ -211,13 +217,33 @@ func (o *options) finishRun(cmd *cobra.Command, res sandbox.Result, err error, a
 		if err := o.printJSON(res); err != nil {
 			return err
 		}
-	} else if res.Outcome != sandbox.OutcomeOK && res.Outcome != sandbox.OutcomeError {
-		fmt.Fprintf(o.env.Stderr, "sandpit: %s: %s\n", res.Outcome, res.Reason)
+	} else {
+		o.printOutput(res)
+		if res.Outcome != sandbox.OutcomeOK && res.Outcome != sandbox.OutcomeError {
+			fmt.Fprintf(o.env.Stderr, "sandpit: %s: %s\n", res.Outcome, res.Reason)
+		}
 	}
 	if code := ExitCode(&res, nil); code != 0 {
 		return &exitError{code: code}
 	}
 	return nil
+}
+
+// printOutput prints the program's OUTPUT as one line of JSON on stdout when it set one and
+// printed nothing there (else a program that only sets OUTPUT shows nothing), or when stdout
+// is a terminal, where a person reads it.
+func (o *options) printOutput(res sandbox.Result) {
+	if len(res.Output) == 0 || string(res.Output) == "null" {
+		return
+	}
+	file, ok := o.env.Stdout.(*os.File)
+	if res.Stdout != "" && !(ok && isatty.IsTerminal(file.Fd())) {
+		return
+	}
+	if res.Stdout != "" && !strings.HasSuffix(res.Stdout, "\n") {
+		fmt.Fprintln(o.env.Stdout)
+	}
+	fmt.Fprintf(o.env.Stdout, "%s\n", res.Output)
 }
 
 // daemonURL is the daemon's address: flag, else SANDPIT_URL, else DefaultURL.
@@ -257,6 +283,10 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequ
 		}
 	}
 
+	if !f.local {
+		fmt.Fprintf(o.env.Stderr, "sandpit: no daemon answers at %s; running the engine in this process on %s (start `sandpit serve` to keep it warm between runs)\n",
+			url, cfg.DataDir)
+	}
 	eng, err := app.Open(ctx, cfg, o.logger(cfg, true), o.env.Stderr)
 	if err != nil {
 		var locked *datadir.LockedError

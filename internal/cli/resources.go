@@ -44,8 +44,14 @@ type daemonFlags struct {
 }
 
 func (f *daemonFlags) register(fs *pflag.FlagSet, withJSON bool) {
-	fs.StringVar(&f.url, "url", "", "daemon URL (default $SANDPIT_URL or "+DefaultURL+")")
+	f.registerShared(fs, withJSON)
 	fs.StringVar(&f.agent, "agent", "default", "agent namespace")
+}
+
+// registerShared registers --url (and --json when withJSON) without --agent, for commands
+// whose resources belong to no agent (installed packages, the machine's setup).
+func (f *daemonFlags) registerShared(fs *pflag.FlagSet, withJSON bool) {
+	fs.StringVar(&f.url, "url", "", "daemon URL (default $SANDPIT_URL or "+DefaultURL+")")
 	f.registerOutput(fs, withJSON)
 }
 
@@ -104,7 +110,7 @@ func jsonArg(flag, v string) (json.RawMessage, error) {
 }
 
 func (o *options) codeCommand() *cobra.Command {
-	code := &cobra.Command{Use: "code", Short: "Save, list, show, run and remove an agent's saved code (needs the daemon)"}
+	code := &cobra.Command{Use: "code", Short: "Save, list, show, list the versions of, run and remove an agent's saved code (needs the daemon)"}
 
 	var save struct {
 		daemonFlags
@@ -183,6 +189,14 @@ after it (a mismatch ends the run with outcome output_invalid).`,
 			}
 			if list.json {
 				return o.printJSON(map[string]any{"code": items, "next_cursor": next})
+			}
+			if len(items) == 0 {
+				what := "no saved code"
+				if list.q != "" {
+					what = fmt.Sprintf("no saved code matching %q", list.q)
+				}
+				fmt.Fprintf(o.env.Stdout, "agent %s has %s; save some with `sandpit code save NAME FILE`\n", list.agent, what)
+				return nil
 			}
 			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tVERSION\tUPDATED\tDESCRIPTION")
@@ -285,7 +299,34 @@ after it (a mismatch ends the run with outcome output_invalid).`,
 	rm.register(rmCmd.Flags(), false)
 	rmCmd.Flags().BoolVar(&rm.force, "force", false, "delete even if jobs use it, disabling them")
 
-	code.AddCommand(saveCmd, listCmd, showCmd, runCmd, rmCmd)
+	var versions daemonFlags
+	versionsCmd := &cobra.Command{
+		Use:   "versions NAME",
+		Short: "List every version of saved code, newest first (show one with code show NAME --version N)",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.daemon(cmd, versions)
+			if err != nil {
+				return err
+			}
+			list, err := c.CodeVersions(cmd.Context(), versions.agent, args[0])
+			if err != nil {
+				return err
+			}
+			if versions.json {
+				return o.printJSON(map[string]any{"versions": list})
+			}
+			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "VERSION\tSAVED\tCODE SHA-256\tDESCRIPTION")
+			for _, v := range list {
+				fmt.Fprintf(tw, "%d\t%s\t%.12s\t%s\n", v.Version, v.CreatedAt.Format(time.RFC3339), v.CodeSHA256, oneLine(v.Description, 60))
+			}
+			return tw.Flush()
+		},
+	}
+	versions.register(versionsCmd.Flags(), true)
+
+	code.AddCommand(saveCmd, listCmd, showCmd, versionsCmd, runCmd, rmCmd)
 	return code
 }
 
@@ -467,6 +508,10 @@ func (o *options) jobCommand() *cobra.Command {
 		if asJSON {
 			return o.printJSON(map[string]any{"fires": fires, "next_cursor": next})
 		}
+		if len(fires) == 0 {
+			fmt.Fprintf(o.env.Stdout, "job %s has not fired yet\n", id)
+			return nil
+		}
 		tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "SCHEDULED\tKIND\tSTATUS\tEXECUTION\tOUTCOME\tREASON")
 		for _, f := range fires {
@@ -496,6 +541,10 @@ func (o *options) jobCommand() *cobra.Command {
 			if list.json {
 				return o.printJSON(map[string]any{"jobs": items, "next_cursor": next})
 			}
+			if len(items) == 0 {
+				fmt.Fprintf(o.env.Stdout, "agent %s has no jobs; create one with `sandpit job create CODE_NAME --schedule SPEC`\n", list.agent)
+				return nil
+			}
 			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tCODE\tSCHEDULE\tTIMEZONE\tENABLED\tNEXT RUN")
 			for _, j := range items {
@@ -522,11 +571,23 @@ func (o *options) printJob(j jobs.Scheduled, asJSON bool) error {
 		return o.printJSON(j)
 	}
 	w := o.env.Stdout
-	fmt.Fprintf(w, "job:       %s\ncode:      %s", j.ID, j.CodeName)
+	version := "the latest version"
 	if j.CodeVersion > 0 {
-		fmt.Fprintf(w, " (version %d)", j.CodeVersion)
+		version = fmt.Sprintf("version %d", j.CodeVersion)
 	}
-	fmt.Fprintf(w, "\nschedule:  %s (%s)\nenabled:   %t\noverlap:   %s\ncatch-up:  %s\n", j.Schedule, j.Timezone, j.Enabled, j.Overlap, j.CatchUp)
+	input := "null"
+	if len(j.Input) > 0 {
+		input = oneLine(string(j.Input), 200)
+	}
+	timeout := "the daemon's default"
+	if j.TimeoutMS != nil {
+		timeout = (time.Duration(*j.TimeoutMS) * time.Millisecond).String()
+	}
+	fmt.Fprintf(w, "job:       %s\ncode:      %s (%s)\ninput:     %s\ntimeout:   %s\n", j.ID, j.CodeName, version, input, timeout)
+	fmt.Fprintf(w, "schedule:  %s (%s)\nenabled:   %t\noverlap:   %s\ncatch-up:  %s\n", j.Schedule, j.Timezone, j.Enabled, j.Overlap, j.CatchUp)
+	if j.Description != "" {
+		fmt.Fprintf(w, "about:     %s\n", oneLine(j.Description, 200))
+	}
 	for i, t := range j.NextFires {
 		label := "next:     "
 		if i > 0 {
@@ -587,8 +648,12 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 			if list.json {
 				return o.printJSON(map[string]any{"executions": items, "next_cursor": next})
 			}
+			if len(items) == 0 {
+				fmt.Fprintln(o.env.Stdout, "no executions match")
+				return nil
+			}
 			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTARTED\tAGENT\tSOURCE\tCODE\tOUTCOME\tDURATION\tSTART")
+			fmt.Fprintln(tw, "ID\tSTARTED\tAGENT\tSOURCE\tCODE\tOUTCOME\tEXIT\tDURATION\tSTART\tOUTPUT")
 			for _, e := range items {
 				code := e.CodeName
 				if code != "" {
@@ -602,7 +667,12 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 				if start == "" {
 					start = "-"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%dms\t%s\n", e.ID, e.StartedAt.Format(time.RFC3339), e.Agent, e.Source, code, outcome, e.DurationMS, start)
+				exit := "-"
+				if e.Status != store.StatusRunning {
+					exit = strconv.Itoa(e.ExitCode)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%dms\t%s\t%s\n", e.ID, e.StartedAt.Format(time.RFC3339), e.Agent, e.Source, code, outcome,
+					exit, e.DurationMS, start, outputPreview(e))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -614,9 +684,8 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 		},
 	}
 	fl := listCmd.Flags()
-	fl.StringVar(&list.url, "url", "", "daemon URL (default $SANDPIT_URL or "+DefaultURL+")")
+	list.registerShared(fl, true)
 	fl.StringVar(&list.agent, "agent", "", "only this agent's executions (default: every agent)")
-	list.registerOutput(fl, true)
 	fl.StringVar(&list.cursor, "cursor", "", "the next_cursor of an earlier page (see --json)")
 	fl.StringVar(&list.source, "source", "", "api, cli, mcp or job")
 	fl.StringVar(&list.outcome, "outcome", "", "ok, error, timeout, memory_limit, ...")
@@ -630,22 +699,41 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 	showCmd := &cobra.Command{
 		Use:   "show ID",
 		Short: "Print an execution's record: request, result, stdout, stderr and OUTPUT (JSON)",
-		Args:  exactArgs(1),
+		Long: `Print an execution's record from the ledger. With --agent, only if it is that agent's
+(another agent's record is "not found"); without, whichever agent's it is.`,
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.daemon(cmd, show)
 			if err != nil {
 				return err
 			}
-			e, err := c.GetExecution(cmd.Context(), args[0], "")
+			e, err := c.GetExecution(cmd.Context(), args[0], show.agent)
 			if err != nil {
 				return err
 			}
 			return o.printJSON(e)
 		},
 	}
-	show.register(showCmd.Flags(), false)
+	show.registerShared(showCmd.Flags(), false)
+	showCmd.Flags().StringVar(&show.agent, "agent", "", "only if it is this agent's execution (default: any agent)")
 	exec.AddCommand(listCmd, showCmd)
 	return exec
+}
+
+// outputPreview is one line of what an execution printed, for exec list: the end of stderr
+// when it failed (where a traceback ends), else the start of stdout, else of stderr.
+func outputPreview(e store.ExecutionSummary) string {
+	const width = 40
+	switch {
+	case e.Outcome != sandbox.OutcomeOK && strings.TrimSpace(e.StderrPreview) != "":
+		lines := strings.Split(strings.TrimSpace(e.StderrPreview), "\n")
+		return oneLine(lines[len(lines)-1], width)
+	case strings.TrimSpace(e.StdoutPreview) != "":
+		return oneLine(e.StdoutPreview, width)
+	case strings.TrimSpace(e.StderrPreview) != "":
+		return oneLine(e.StderrPreview, width)
+	}
+	return "-"
 }
 
 // parseWhen reads an RFC 3339 time, or a duration before now ("90m").
@@ -687,6 +775,10 @@ func (o *options) packagesCommand() *cobra.Command {
 			if list.json {
 				return o.printJSON(map[string]any{"packages": pkgs})
 			}
+			if len(pkgs) == 0 {
+				fmt.Fprintln(o.env.Stdout, "no dependencies installed (the image's own packages are not listed)")
+				return nil
+			}
 			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tVERSION\tSIZE\tINSTALLED\tFOR")
 			for _, p := range pkgs {
@@ -695,12 +787,15 @@ func (o *options) packagesCommand() *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	list.register(listCmd.Flags(), true)
+	list.registerShared(listCmd.Flags(), true)
 
 	var install daemonFlags
 	installCmd := &cobra.Command{
-		Use:     "install REQUIREMENT...",
-		Short:   "Install dependencies ahead of the runs that need them",
+		Use:   "install REQUIREMENT...",
+		Short: "Install dependencies ahead of the runs that need them",
+		Long: `Install dependencies ahead of the runs that need them, for every agent, and print each
+requirement's status: present, installed, skipped (its environment marker excludes it) or
+failed. Exit status 66 when one failed (as a run's dependency_error).`,
 		Example: `  sandpit packages install 'pandas==2.2.2' 'rich[jupyter]'`,
 		Args:    minArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -710,7 +805,7 @@ func (o *options) packagesCommand() *cobra.Command {
 			}
 			statuses, err := c.InstallPackages(cmd.Context(), args, func(d sandbox.DependencyStatus) {
 				if !install.json {
-					fmt.Fprintf(o.env.Stdout, "%-9s %s %s\n", d.Status, d.Requirement, strings.TrimSpace(d.Version+" "+d.Error))
+					fmt.Fprintln(o.env.Stdout, dependencyLine(d))
 				}
 			})
 			if err != nil {
@@ -723,13 +818,13 @@ func (o *options) packagesCommand() *cobra.Command {
 			}
 			for _, d := range statuses {
 				if d.Status == sandbox.DependencyFailed {
-					return &exitError{code: exitSoftware}
+					return &exitError{code: exitNoInput} // as a run's dependency_error
 				}
 			}
 			return nil
 		},
 	}
-	install.register(installCmd.Flags(), true)
+	install.registerShared(installCmd.Flags(), true)
 
 	var remove daemonFlags
 	removeCmd := &cobra.Command{
@@ -751,9 +846,24 @@ func (o *options) packagesCommand() *cobra.Command {
 			return nil
 		},
 	}
-	remove.register(removeCmd.Flags(), false)
+	remove.registerShared(removeCmd.Flags(), false)
 	pk.AddCommand(listCmd, installCmd, removeCmd)
 	return pk
+}
+
+// dependencyLine is one requirement's status as `packages install` prints it: the status, the
+// requirement, and the version or why it failed (an installed one that conflicts says so).
+func dependencyLine(d sandbox.DependencyStatus) string {
+	detail := d.Version
+	switch {
+	case d.Status == sandbox.DependencyFailed && d.Version != "":
+		detail = fmt.Sprintf("(version %s is installed but cannot be used with the others): %s", d.Version, d.Error)
+	case d.Status == sandbox.DependencyFailed:
+		detail = d.Error
+	case d.Status == sandbox.DependencySkipped:
+		detail = "(its environment marker excludes it here)"
+	}
+	return strings.TrimSpace(fmt.Sprintf("%-9s %s %s", d.Status, d.Requirement, detail))
 }
 
 func (o *options) kbCommand() *cobra.Command {

@@ -47,7 +47,7 @@ Progress: a progress bar on a terminal, plain lines otherwise, NDJSON with --jso
 			return err
 		},
 	}
-	f.register(cmd.Flags(), true)
+	f.registerShared(cmd.Flags(), true)
 	cmd.Flags().BoolVar(&opts.Install, "install", false, "install what is missing (macOS: Homebrew, Docker CLI, Colima; Debian/Ubuntu as root: docker.io)")
 	cmd.Flags().IntVar(&opts.ColimaCPUs, "colima-cpus", 2, "CPUs of the Colima VM (macOS)")
 	cmd.Flags().IntVar(&opts.ColimaMemoryGiB, "colima-memory", 4, "memory of the Colima VM in GiB (macOS)")

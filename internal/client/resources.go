@@ -63,6 +63,16 @@ func (c *Client) GetCode(ctx context.Context, agent, name string, version int) (
 	return out, err
 }
 
+// CodeVersions returns every version of the agent's code name, newest first (GET
+// /v1/agents/{agent}/code/{name}/versions).
+func (c *Client) CodeVersions(ctx context.Context, agent, name string) ([]store.CodeVersion, error) {
+	var out struct {
+		Versions []store.CodeVersion `json:"versions"`
+	}
+	err := c.call(ctx, http.MethodGet, agentPath(agent, "code", name, "versions"), nil, &out)
+	return out.Versions, err
+}
+
 // ListCode returns a page of the agent's saved code whose name or description contains q.
 func (c *Client) ListCode(ctx context.Context, agent, q string, p store.Page) ([]httpapi.CodeSummary, string, error) {
 	v := pageQuery(p)

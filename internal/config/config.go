@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -70,7 +71,9 @@ type Config struct {
 	// ExecutorPath is the path of the sandpit-executor binary copied into the box. Default
 	// empty: a file named sandpit-executor next to the running binary (see Executor).
 	ExecutorPath string `json:"executor_path"`
-	// BaseImage is the Docker image the sandbox image is built from. Default "python:3.11-slim".
+	// BaseImage is the Docker image the sandbox image is built from, with python3. Default ""
+	// chooses when the engine is reached: RegistryBaseImage when the engine has it, else
+	// OfflineBaseImage when it has that, else RegistryBaseImage (pulled).
 	BaseImage string `json:"base_image"`
 	// Packages are the pip requirement specifiers installed into the sandbox image.
 	// Default ["pandas","numpy","matplotlib","scipy","requests","beautifulsoup4","Pillow"].
@@ -161,7 +164,11 @@ type Config struct {
 	Processes int64 `json:"processes"`
 
 	// IndexURL is the package index pip installs dependencies from (PEP 503 simple API), such
-	// as a mirror: https://pypi.example.com/simple. Default empty: pip's own (PyPI).
+	// as a mirror: https://pypi.example.com/simple. Default empty: pip's own (PyPI). pip runs
+	// inside the sandbox's container, so a loopback address (127.0.0.1, localhost, ::1) would
+	// be the container itself and is refused: an index on this machine is reached as
+	// host.docker.internal or the Docker bridge's gateway. A plain-HTTP index must be in
+	// TrustedHosts (pip ignores it otherwise).
 	IndexURL string `json:"index_url"`
 	// ExtraIndexURLs are more indexes pip searches. Default none.
 	ExtraIndexURLs []string `json:"extra_index_urls"`
@@ -230,7 +237,7 @@ func defaults(lookup func(string) (string, bool)) Config {
 		Listen:          "127.0.0.1:8765",
 		AllowedHosts:    []string{},
 		DataDir:         defaultDataDir(lookup),
-		BaseImage:       "python:3.11-slim",
+		BaseImage:       "",
 		Packages:        DefaultPackages(),
 		ImageRepository: "sandpit-sandbox",
 
@@ -400,6 +407,27 @@ func (c Config) Logger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// pipTrusts reports whether pip uses the plain-HTTP index at u, not on loopback: a
+// --trusted-host names its host, or its host and port (pip's network/session.py).
+func pipTrusts(u *url.URL, trusted []string) bool {
+	return slices.ContainsFunc(trusted, func(h string) bool { return strings.EqualFold(h, u.Hostname()) || strings.EqualFold(h, u.Host) })
+}
+
+// isLoopback reports whether host names the local machine: localhost, 127.0.0.0/8 or ::1.
+func isLoopback(host string) bool {
+	ip, err := netip.ParseAddr(host)
+	return strings.EqualFold(host, "localhost") || (err == nil && ip.IsLoopback())
+}
+
+// The base images chosen when base_image is empty (see Config.BaseImage).
+const (
+	// RegistryBaseImage is the official Python image, pulled from a container registry.
+	RegistryBaseImage = "python:3.11-slim"
+	// OfflineBaseImage is the base scripts/offline-base-image.sh builds from Debian's packages
+	// when no registry answers.
+	OfflineBaseImage = "sandpit-base:bookworm"
+)
+
 // Validate checks every setting and reports every problem at once, joined with errors.Join;
 // each message names the key, the value, what is allowed and where to change it.
 // It returns nil when the configuration is usable.
@@ -436,11 +464,8 @@ func (c Config) Validate() error {
 	if c.DockerHost != "" && !strings.Contains(c.DockerHost, "://") {
 		bad("docker_host", "is %q; give a URL such as unix:///var/run/docker.sock or tcp://host:2376, or leave it empty to use the Docker client's environment", c.DockerHost)
 	}
-	switch {
-	case c.BaseImage == "":
-		bad("base_image", "is empty; name a Python image such as python:3.11-slim")
-	case strings.IndexFunc(c.BaseImage, unicode.IsSpace) >= 0:
-		bad("base_image", "is %q, which contains white space; name an image such as python:3.11-slim", c.BaseImage)
+	if strings.IndexFunc(c.BaseImage, unicode.IsSpace) >= 0 {
+		bad("base_image", "is %q, which contains white space; name an image such as python:3.11-slim, or leave it empty to choose one", c.BaseImage)
 	}
 	for i, p := range c.Packages {
 		switch {
@@ -470,8 +495,17 @@ func (c Config) Validate() error {
 			if u == "" && key == "index_url" {
 				continue
 			}
-			if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || strings.HasPrefix(u, "-") {
+			p, err := url.Parse(u)
+			switch {
+			case err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || strings.HasPrefix(u, "-"):
 				bad(key, "has %q, which is not an http(s) URL; give an index such as https://pypi.example.com/simple", u)
+			case isLoopback(p.Hostname()):
+				bad(key, "has %q, but pip runs inside the sandbox's container, where %s is the container itself, not this machine; "+
+					"reach an index on this machine as host.docker.internal (Docker Desktop, Colima) or the Docker bridge's gateway "+
+					"(`docker network inspect bridge`, usually 172.17.0.1), listening on that address, and add that host to trusted_hosts for plain HTTP", u, p.Hostname())
+			case p.Scheme == "http" && !pipTrusts(p, c.TrustedHosts):
+				bad(key, "has %q, a plain-HTTP index whose host is not in trusted_hosts: pip ignores such an index, and every install "+
+					"would fail with \"No matching distribution found\"; add %q to trusted_hosts, or serve the index over HTTPS", u, p.Hostname())
 			}
 		}
 	}

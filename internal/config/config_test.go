@@ -67,7 +67,7 @@ func TestDefaults(t *testing.T) {
 		got, want any
 	}{
 		{"listen", c.Listen, "127.0.0.1:8765"},
-		{"base_image", c.BaseImage, "python:3.11-slim"},
+		{"base_image", c.BaseImage, ""},
 		{"packages", c.Packages, []string{"pandas", "numpy", "matplotlib", "scipy", "requests", "beautifulsoup4", "Pillow"}},
 		{"image_repository", c.ImageRepository, "sandpit-sandbox"},
 		{"memory_bytes", c.MemoryBytes, int64(512 << 20)},
@@ -486,11 +486,11 @@ func TestValidate(t *testing.T) {
 		}, nil},
 		{"several problems", func(c *Config) {
 			c.Slots, c.QueueLength, c.CPUs, c.Network, c.MemoryBytes = 0, -1, 0, "host", 1<<20
-			c.LogLevel, c.LogFormat, c.BaseImage, c.Listen = "verbose", "xml", "", "localhost"
+			c.LogLevel, c.LogFormat, c.BaseImage, c.Listen = "verbose", "xml", "python:3.11 slim", "localhost"
 		}, []string{
 			"slots is 0; allowed range is 1 to 64", "SANDPIT_SLOTS", "queue_length is -1",
 			"cpus is 0", `network is "host"`, "memory_bytes is 1MiB; it must be at least 64MiB",
-			`log_level is "verbose"`, `log_format is "xml"`, "base_image is empty", `listen is "localhost"`,
+			`log_level is "verbose"`, `log_format is "xml"`, `base_image is "python:3.11 slim", which contains white space`, `listen is "localhost"`,
 		}},
 		{"timeouts", func(c *Config) { c.DefaultTimeoutMS, c.MaxTimeoutMS = 5000, 1000 },
 			[]string{"default_timeout_ms is 5000", "raise max_timeout_ms"}},
@@ -508,6 +508,20 @@ func TestValidate(t *testing.T) {
 		{"repository with registry port", func(c *Config) { c.ImageRepository = "localhost:5000/sandpit" }, nil},
 		{"open files", func(c *Config) { c.OpenFiles = 3 }, []string{"open_files is 3"}},
 		{"grace", func(c *Config) { c.GraceMS = 0 }, []string{"grace_ms is 0"}},
+		// pip ignores a plain-HTTP index that is not trusted: refused, naming the setting to add.
+		{"untrusted plain-HTTP index", func(c *Config) { c.IndexURL = "http://mirror.example:8080/simple/" },
+			[]string{`index_url has "http://mirror.example:8080/simple/", a plain-HTTP index whose host is not in trusted_hosts`, `add "mirror.example" to trusted_hosts`}},
+		{"untrusted plain-HTTP extra index", func(c *Config) {
+			c.IndexURL, c.ExtraIndexURLs, c.TrustedHosts = "http://a.example/simple/", []string{"http://b.example:81/simple/"}, []string{"a.example", "b.example:82"}
+		}, []string{`extra_index_urls has "http://b.example:81/simple/"`, `add "b.example" to trusted_hosts`}},
+		{"trusted plain-HTTP indexes", func(c *Config) {
+			c.IndexURL, c.ExtraIndexURLs, c.TrustedHosts = "http://172.17.0.1:8080/simple/", []string{"http://b.example:81/simple/"}, []string{"172.17.0.1", "B.example:81"}
+		}, nil},
+		// The container's loopback is the container itself: an index there is never reached.
+		{"loopback index", func(c *Config) {
+			c.IndexURL, c.ExtraIndexURLs = "http://127.0.0.1:8080/simple/", []string{"https://localhost/simple/", "http://[::1]:3141/"}
+		}, []string{`index_url has "http://127.0.0.1:8080/simple/", but pip runs inside the sandbox's container, where 127.0.0.1 is the container itself`,
+			"host.docker.internal", "bridge's gateway", `extra_index_urls has "https://localhost/simple/"`, `extra_index_urls has "http://[::1]:3141/"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

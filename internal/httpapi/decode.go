@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -156,6 +157,9 @@ func bodyError(err error, sh shape) error {
 	}
 	if name, ok := unknownField(err); ok {
 		msg := fmt.Sprintf("unknown field %q", name)
+		if len(sh.fields) == 0 {
+			return invalid(name, "%s; this request takes no fields: send no body, or %s", msg, sh.example)
+		}
 		if near := suggest.Nearest(name, sh.fields, 2); near != "" {
 			msg += fmt.Sprintf(" (did you mean %q?)", near)
 		}
@@ -197,5 +201,53 @@ func jsonKind(c byte) string {
 		return "null"
 	default:
 		return "a number"
+	}
+}
+
+// jsonWords restates an error of encoding/json in the words of the JSON sent: the field and
+// the kinds of value, never Go's ("Go struct field Memory.text of type string").
+func jsonWords(err error) error {
+	var (
+		typeErr   *json.UnmarshalTypeError
+		syntaxErr *json.SyntaxError
+	)
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if i := strings.LastIndexByte(field, '.'); i >= 0 {
+			field = field[i+1:]
+		}
+		if field == "" {
+			return fmt.Errorf("must be %s, not %s", kindOfType(typeErr.Type), typeErr.Value)
+		}
+		return fmt.Errorf("field %q must be %s, not %s", field, kindOfType(typeErr.Type), typeErr.Value)
+	case errors.As(err, &syntaxErr):
+		return fmt.Errorf("not valid JSON (%v at byte %d)", syntaxErr, syntaxErr.Offset)
+	}
+	if name, ok := unknownField(err); ok {
+		return fmt.Errorf("unknown field %q", name)
+	}
+	return err
+}
+
+// kindOfType names the JSON value a Go type is decoded from.
+func kindOfType(t reflect.Type) string {
+	if t == nil {
+		return "another kind of value"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	default:
+		return "an object"
 	}
 }

@@ -85,7 +85,10 @@ func classify(err error) classified {
 			detail: errorDetail{Code: CodeInvalidInput, Message: err.Error(), Field: "input", Violations: inErr.Violations}}
 	case errors.Is(err, store.ErrNotFound):
 		return classified{status: http.StatusNotFound, detail: errorDetail{Code: CodeNotFound, Message: err.Error()}}
-	case errors.Is(err, store.ErrExists), errors.As(err, &verErr), errors.As(err, &useErr):
+	case errors.As(err, &useErr):
+		// force is the parameter that deletes it all the same.
+		return classified{status: http.StatusConflict, detail: errorDetail{Code: CodeConflict, Message: err.Error(), Field: "force"}}
+	case errors.Is(err, store.ErrExists), errors.As(err, &verErr):
 		return classified{status: http.StatusConflict, detail: errorDetail{Code: CodeConflict, Message: err.Error()}}
 	case errors.Is(err, store.ErrInvalidCursor):
 		return classified{status: http.StatusBadRequest, detail: errorDetail{Code: CodeInvalidRequest, Message: err.Error(), Field: "cursor"}}

@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"runtime/debug"
 	"slices"
 	"time"
@@ -64,6 +65,38 @@ type Backend struct {
 	Knowledge Knowledge
 	// Setup serves POST /v1/setup.
 	Setup SetupRunner
+	// PackageIndex is where dependencies come from, shown by GET /v1/limits.
+	PackageIndex PackageIndex
+}
+
+// PackageIndex is the daemon's pip settings (its config keys index_url, extra_index_urls,
+// trusted_hosts and binary_only).
+type PackageIndex struct {
+	// IndexURL is the index pip uses; "" is pip's default, PyPI.
+	IndexURL string `json:"index_url"`
+	// ExtraIndexURLs are searched too.
+	ExtraIndexURLs []string `json:"extra_index_urls"`
+	// TrustedHosts may be reached over plain HTTP.
+	TrustedHosts []string `json:"trusted_hosts"`
+	// BinaryOnly means wheels only, no source builds.
+	BinaryOnly bool `json:"binary_only"`
+}
+
+// redacted returns the settings with the password of each URL replaced by "xxxxx", since
+// whoever reaches the API may read them.
+func (p PackageIndex) redacted() PackageIndex {
+	hide := func(raw string) string {
+		if u, err := url.Parse(raw); err == nil {
+			return u.Redacted()
+		}
+		return raw
+	}
+	out := PackageIndex{IndexURL: hide(p.IndexURL), ExtraIndexURLs: make([]string, len(p.ExtraIndexURLs)),
+		TrustedHosts: append([]string{}, p.TrustedHosts...), BinaryOnly: p.BinaryOnly}
+	for i, u := range p.ExtraIndexURLs {
+		out.ExtraIndexURLs[i] = hide(u)
+	}
+	return out
 }
 
 type api struct {
@@ -75,6 +108,7 @@ type api struct {
 	packages  PackageManager
 	knowledge Knowledge
 	setup     SetupRunner
+	index     PackageIndex
 	log       *slog.Logger
 	mux       *http.ServeMux
 }
@@ -89,7 +123,7 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, log: log, mux: http.NewServeMux()}
+	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, index: b.PackageIndex.redacted(), log: log, mux: http.NewServeMux()}
 	a.handle("POST /v1/executions", a.execute)
 	a.handle("GET /v1/limits", a.limits)
 	a.handle("GET /healthz", a.healthz)
@@ -224,7 +258,8 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	}{"not_ready", e.detail})
 }
 
-// Limits is the JSON of GET /v1/limits: the limits in force. Sizes in bytes, times in ms.
+// Limits is the JSON of GET /v1/limits: the limits in force. Sizes in bytes, times in ms;
+// the names are the config keys.
 type Limits struct {
 	Slots            int            `json:"slots"`
 	QueueLength      int            `json:"queue_length"`
@@ -235,6 +270,17 @@ type Limits struct {
 	MaxBodyBytes     int64          `json:"max_body_bytes"`
 	Network          string         `json:"network"`
 	Limits           sandbox.Limits `json:"limits"`
+	// InstallTimeoutMS bounds each dependency's install; MaxDependencies the requirements of
+	// one request or saved code.
+	InstallTimeoutMS int64 `json:"install_timeout_ms"`
+	MaxDependencies  int   `json:"max_dependencies"`
+	// MaxCalls, MaxCallBytes and CallTimeoutMS bound a run's agent.* calls: their number, the
+	// size of each request and answer, the time for each.
+	MaxCalls      int   `json:"max_calls"`
+	MaxCallBytes  int   `json:"max_call_bytes"`
+	CallTimeoutMS int64 `json:"call_timeout_ms"`
+	// PackageIndex is where dependencies come from (passwords in URLs redacted).
+	PackageIndex PackageIndex `json:"package_index"`
 }
 
 func (a *api) limits(w http.ResponseWriter, r *http.Request) {
@@ -249,6 +295,12 @@ func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 		MaxBodyBytes:     maxBodyBytes(cfg),
 		Network:          cfg.Network,
 		Limits:           cfg.Limits,
+		InstallTimeoutMS: cfg.InstallTimeout.Milliseconds(),
+		MaxDependencies:  cfg.MaxDependencies,
+		MaxCalls:         cfg.MaxCalls,
+		MaxCallBytes:     cfg.MaxCallBytes,
+		CallTimeoutMS:    cfg.CallTimeout.Milliseconds(),
+		PackageIndex:     a.index,
 	})
 }
 

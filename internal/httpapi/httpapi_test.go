@@ -678,7 +678,10 @@ func TestHealthAndReady(t *testing.T) {
 
 func TestLimits(t *testing.T) {
 	fake := &fakeExec{Cfg: smallLimits()}
-	a := do(t, newServer(t, fake), "GET", "/v1/limits", "")
+	srv := httptest.NewServer(NewHandler(Backend{Executor: fake, PackageIndex: PackageIndex{IndexURL: "https://bob:s3cret@mirror.example/simple/",
+		ExtraIndexURLs: []string{"http://172.17.0.1:8080/simple/"}, TrustedHosts: []string{"172.17.0.1"}, BinaryOnly: true}}, discardLog()))
+	defer srv.Close()
+	a := do(t, srv, "GET", "/v1/limits", "")
 	if a.status != 200 {
 		t.Fatalf("status %d", a.status)
 	}
@@ -687,7 +690,8 @@ func TestLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]float64{"slots": 4, "queue_length": 16, "default_timeout_ms": 30000, "max_timeout_ms": 600000,
-		"max_code_bytes": 1000, "max_input_bytes": 2000, "max_body_bytes": 1000 + 2000 + 64<<10}
+		"max_code_bytes": 1000, "max_input_bytes": 2000, "max_body_bytes": 1000 + 2000 + 64<<10,
+		"install_timeout_ms": 120000, "max_dependencies": 50, "max_calls": 1000, "max_call_bytes": 4 << 20, "call_timeout_ms": 10000}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
@@ -696,6 +700,11 @@ func TestLimits(t *testing.T) {
 	limits, _ := got["limits"].(map[string]any)
 	if limits["memory_bytes"] != float64(512<<20) || limits["stdout_bytes"] != float64(1<<20) || limits["processes"] != float64(64) {
 		t.Errorf("limits = %v", limits)
+	}
+	// The index settings, without the password in a URL.
+	index, _ := json.Marshal(got["package_index"])
+	if string(index) != `{"binary_only":true,"extra_index_urls":["http://172.17.0.1:8080/simple/"],"index_url":"https://bob:xxxxx@mirror.example/simple/","trusted_hosts":["172.17.0.1"]}` {
+		t.Errorf("package_index = %s", index)
 	}
 }
 

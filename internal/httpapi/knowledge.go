@@ -168,7 +168,7 @@ func decodeItems[T any](lines [][]byte, check func(T) error) ([]T, error) {
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
 		var v T
-		err := dec.Decode(&v)
+		err := jsonWords(dec.Decode(&v))
 		if err == nil {
 			if _, tail := dec.Token(); tail != io.EOF {
 				err = errors.New("data follows the object")

@@ -215,6 +215,18 @@ func TestJobsOverREST(t *testing.T) {
 	if st != 201 || len(v["next_fires"].([]any)) != 5 || v["overlap"] != "skip" || v["catch_up"] != "skip" || v["enabled"] != true {
 		t.Fatalf("create: %d %v", st, v)
 	}
+	// "The latest version" is null, not 0; a pinned version is its number.
+	if cv, ok := v["code_version"]; !ok || cv != nil {
+		t.Fatalf("code_version of a job of the latest version: %v (present %t), want null", cv, ok)
+	}
+	if _, list := s.call(t, "GET", "/v1/agents/a/jobs", ""); list["jobs"].([]any)[0].(map[string]any)["code_version"] != nil {
+		t.Fatalf("listed code_version: %v", list)
+	}
+	if st, pinned := s.call(t, "POST", "/v1/agents/a/jobs", `{"code_name": "report", "code_version": 1, "schedule": "@daily"}`); st != 201 || pinned["code_version"] != 1.0 {
+		t.Fatalf("pinned: %d %v", st, pinned)
+	} else if st, _ := s.call(t, "DELETE", "/v1/agents/a/jobs/"+pinned["id"].(string), ""); st != 204 && st != 200 {
+		t.Fatalf("delete the pinned job: %d", st)
+	}
 	id := v["id"].(string)
 	for _, fire := range v["next_fires"].([]any) {
 		at, _ := time.Parse(time.RFC3339, fire.(string))
@@ -222,6 +234,21 @@ func TestJobsOverREST(t *testing.T) {
 		if l := at.In(berlin); l.Hour() != 9 || l.Weekday() == time.Saturday || l.Weekday() == time.Sunday {
 			t.Fatalf("next fire %v is not 09:00 on a weekday in Berlin", l)
 		}
+	}
+	// A day-of-month starting with "*" is unrestricted (cronie): both day
+	// fields must match, so only the 1st, 11th, 21st and 31st that are weekdays.
+	st, v = s.call(t, "POST", "/v1/agents/a/jobs", `{"code_name": "report", "schedule": "0 9 */10 * 1-5"}`)
+	if st != 201 || len(v["next_fires"].([]any)) != 5 {
+		t.Fatalf("create */10: %d %v", st, v)
+	}
+	for _, fire := range v["next_fires"].([]any) {
+		at, _ := time.Parse(time.RFC3339, fire.(string))
+		if d := at.Day(); at.Hour() != 9 || d%10 != 1 || at.Weekday() == time.Saturday || at.Weekday() == time.Sunday {
+			t.Fatalf("next fire %v of \"0 9 */10 * 1-5\" is not 09:00 UTC on a weekday that is the 1st, 11th, 21st or 31st", at)
+		}
+	}
+	if st, _ := s.call(t, "DELETE", "/v1/agents/a/jobs/"+v["id"].(string), ""); st != 204 && st != 200 {
+		t.Fatalf("delete the */10 job: %d", st)
 	}
 	if st, v := s.call(t, "POST", "/v1/agents/a/jobs", `{"code_name": "report", "schedule": "TZ=UTC 0 9 * * *"}`); st != 400 || v["error"].(map[string]any)["field"] != "schedule" {
 		t.Fatalf("TZ= schedule: %d %v", st, v)
@@ -322,6 +349,17 @@ func TestKnowledgeOverREST(t *testing.T) {
 	// A bad line refuses the whole import, naming the line.
 	if st, v := s.ndjson(t, "/v1/agents/a/memories", `{"text": "one"}`+"\n"+`{"txt": "two"}`); st != 400 || !strings.Contains(v["error"].(map[string]any)["message"].(string), "line 2") {
 		t.Fatalf("bad line: %d %v", st, v)
+	}
+	// Errors speak JSON: the field and the kinds of value, not Go's struct fields and types.
+	for body, want := range map[string]string{
+		`{"text": 5}`:              `line 2: field "text" must be a string, not number`,
+		`{"text": "x", "tags": 1}`: `line 2: unknown field "tags"`,
+		`[1]`:                      `line 2: must be an object, not array`,
+	} {
+		st, v := s.ndjson(t, "/v1/agents/a/memories", `{"text": "one"}`+"\n"+body)
+		if msg, _ := v["error"].(map[string]any)["message"].(string); st != 400 || msg != want {
+			t.Errorf("%s: %d %q, want %q", body, st, msg, want)
+		}
 	}
 	if _, v := s.call(t, "GET", "/v1/agents/a/memories", ""); len(v["items"].([]any)) != 0 {
 		t.Fatalf("a refused import stored something: %v", v)

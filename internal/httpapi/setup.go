@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"time"
 
@@ -14,7 +16,7 @@ type SetupRunner func(ctx context.Context, emit func(setup.Event)) error
 // runSetup streams setup's events as NDJSON, one {step, status, message, progress} per line,
 // ending with the step "setup" done or failed.
 func (a *api) runSetup(w http.ResponseWriter, r *http.Request) {
-	if _, err := mediaType(r, "send no body, or JSON", "application/json"); err != nil {
+	if err := readNoFields(w, r); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -37,4 +39,24 @@ func (a *api) runSetup(w http.ResponseWriter, r *http.Request) {
 		last = setup.Event{Step: "setup", Status: setup.Failed, Message: err.Error()}
 	}
 	write(last)
+}
+
+// maxEmptyBody is the largest body readNoFields reads.
+const maxEmptyBody = 4 << 10
+
+// readNoFields checks the body of a request that takes no fields: none, white space or an
+// empty JSON object; anything else is a 400 naming what was sent (an unknown field, say), as
+// every other endpoint refuses unknown fields. Errors are answered by writeError.
+func readNoFields(w http.ResponseWriter, r *http.Request) error {
+	if _, err := mediaType(r, "send no body, or {} as JSON", "application/json"); err != nil {
+		return err
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxEmptyBody))
+	if err != nil {
+		return bodyError(err, shape{example: "{}"})
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil
+	}
+	return decodeBody(bytes.NewReader(b), &struct{}{}, shape{example: "{}"})
 }

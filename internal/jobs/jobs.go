@@ -98,6 +98,21 @@ type Scheduled struct {
 	NextFires []time.Time `json:"next_fires"`
 }
 
+// MarshalJSON writes the job's fields (store.Job's JSON) and next_fires, which the promoted
+// store.Job.MarshalJSON alone would drop.
+func (s Scheduled) MarshalJSON() ([]byte, error) {
+	job, err := json.Marshal(s.Job)
+	if err != nil {
+		return nil, err
+	}
+	fires, err := json.Marshal(s.NextFires)
+	if err != nil {
+		return nil, err
+	}
+	out := append(job[:len(job)-1:len(job)-1], `,"next_fires":`...)
+	return append(append(out, fires...), '}'), nil
+}
+
 // MaxDescription is the longest description of a job or saved code, in bytes.
 const MaxDescription = library.MaxDescription
 

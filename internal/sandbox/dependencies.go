@@ -3,22 +3,27 @@ package sandbox
 import (
 	"context"
 	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/requirement"
 )
 
 // The statuses of a dependency (DependencyStatus.Status).
 const (
 	DependencyPresent   = "present"   // already satisfied (by the image or an earlier install); pip did not run
 	DependencyInstalled = "installed" // installed now
-	DependencyFailed    = "failed"    // could not be installed; Error says why
+	DependencyFailed    = "failed"    // could not be installed, or conflicts with another requirement; Error says why
+	DependencySkipped   = "skipped"   // its environment marker is false in the box ("foo; python_version < '3'"): not needed, nothing installed
 )
 
 // DependencyStatus reports one requirement of a run. The JSON field names are the public API.
 type DependencyStatus struct {
 	// Requirement is the PEP 508 requirement in canonical form ("tiny-pkg==1.0").
 	Requirement string `json:"requirement"`
-	// Status is present, installed or failed.
+	// Status is present, installed, skipped or failed.
 	Status string `json:"status"`
-	// Version is the version of the package that satisfies it ("" when failed).
+	// Version is the version of the package that satisfies it: "" when skipped, and when it
+	// failed to install; a failed requirement with a Version is installed but conflicts with
+	// another requirement (Error names it).
 	Version string `json:"version,omitempty"`
 	// DurationMS is how long checking and installing it took, in milliseconds.
 	DurationMS int64 `json:"duration_ms"`
@@ -63,4 +68,22 @@ func (in Installed) Failed() []DependencyStatus {
 // The Service calls it with a slot it holds: the install runs in that slot's sandbox.
 type Installer interface {
 	Install(ctx context.Context, slot int, req InstallRequest, progress func(DependencyStatus)) (Installed, error)
+}
+
+// markSkipped returns d, reported as skipped when the runtime found it present without a
+// version: only a requirement whose environment marker is false in the box is satisfied by no
+// distribution.
+func markSkipped(d DependencyStatus) DependencyStatus {
+	if d.Status == DependencyPresent && d.Version == "" {
+		if r, err := requirement.Parse(d.Requirement); err == nil && r.Marker != "" {
+			d.Status = DependencySkipped
+		}
+	}
+	return d
+}
+
+// conflicts reports whether a failed requirement is installed but cannot be used with the
+// others: the runtime gives it the version it has.
+func (d DependencyStatus) conflicts() bool {
+	return d.Status == DependencyFailed && d.Version != ""
 }

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -31,4 +32,11 @@ type FieldError struct {
 	TooLarge bool
 }
 
-func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
+// Error is "Field: Message", or Message alone when it starts with the field's name already
+// (`schedule "x": ...`, `dependencies[0] ...`), so that the name is never said twice.
+func (e *FieldError) Error() string {
+	if rest, ok := strings.CutPrefix(e.Message, e.Field); ok && (rest == "" || strings.ContainsRune(" :[", rune(rest[0]))) {
+		return e.Message
+	}
+	return e.Field + ": " + e.Message
+}

@@ -277,8 +277,9 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 		return Result{}, err
 	}
 	defer s.release(slot)
+	accepted := time.Now().UTC() // the execution's started_at, whatever it installs first
 	if s.rec != nil {
-		head := Result{ID: spec.ID, Agent: agent, TimeoutMS: spec.TimeoutMS, StartedAt: time.Now().UTC(), Origin: origin}
+		head := Result{ID: spec.ID, Agent: agent, TimeoutMS: spec.TimeoutMS, StartedAt: accepted, Origin: origin}
 		if err := s.rec.Begin(ctx, spec, head); err != nil {
 			// Nothing ran: the daemon cannot keep its ledger (a full or read-only disk).
 			return Result{}, fmt.Errorf("%w: the ledger could not record the execution, so it did not run (%v); "+
@@ -297,9 +298,9 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 		switch {
 		case err != nil:
 			res := s.systemFailure(ctx, ctx, Result{ExitCode: -1}, began, fmt.Errorf("installing the dependencies: %w", err))
-			return s.finish(ctx, req, spec, agent, origin, res, deps, installMS, nil, slot), nil
+			return s.finish(ctx, req, spec, agent, origin, accepted, res, deps, installMS, nil, slot), nil
 		case len(deps.Failed()) > 0:
-			return s.finish(ctx, req, spec, agent, origin, s.dependencyError(deps), deps, installMS, nil, slot), nil
+			return s.finish(ctx, req, spec, agent, origin, accepted, s.dependencyError(deps), deps, installMS, nil, slot), nil
 		}
 		spec.Paths = deps.Paths
 	}
@@ -325,19 +326,18 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 		res = s.systemFailure(ctx, runCtx, res, started, err)
 	}
 	res.Logs = logs
-	return s.finish(ctx, req, spec, agent, origin, res, deps, installMS, audit, slot), nil
+	return s.finish(ctx, req, spec, agent, origin, accepted, res, deps, installMS, audit, slot), nil
 }
 
-// finish completes a result with what the Service knows, checks OUTPUT, and records it.
-func (s *Service) finish(ctx context.Context, req Request, spec Spec, agent string, origin Origin, res Result,
+// finish completes a result with what the Service knows, checks OUTPUT, and records it. Its
+// StartedAt is accepted, when the execution took its slot: an install before the program
+// does not move it (InstallMS says how long that took).
+func (s *Service) finish(ctx context.Context, req Request, spec Spec, agent string, origin Origin, accepted time.Time, res Result,
 	deps Installed, installMS int64, audit []CallRecord, slot int) Result {
-	res.ID, res.Agent, res.TimeoutMS, res.Origin = spec.ID, agent, spec.TimeoutMS, origin
+	res.ID, res.Agent, res.TimeoutMS, res.Origin, res.StartedAt = spec.ID, agent, spec.TimeoutMS, origin, accepted
 	res.Dependencies, res.InstallMS, res.Calls = deps.Dependencies, installMS, audit
 	if res.Output == nil {
 		res.Output = json.RawMessage("null")
-	}
-	if res.StartedAt.IsZero() {
-		res.StartedAt = time.Now().UTC()
 	}
 	if res.Outcome == OutcomeOK && req.CheckOutput != nil {
 		if err := req.CheckOutput(res.Output); err != nil {
@@ -397,9 +397,16 @@ func (s *Service) install(ctx context.Context, slot int, reqs []string, emit fun
 	}
 	var progress func(DependencyStatus)
 	if emit != nil {
-		progress = func(d DependencyStatus) { emit(Event{Stream: "dependency", Dependency: &d}) }
+		progress = func(d DependencyStatus) {
+			d = markSkipped(d)
+			emit(Event{Stream: "dependency", Dependency: &d})
+		}
 	}
-	return inst.Install(ctx, slot, InstallRequest{Requirements: canonical, Timeout: s.cfg.InstallTimeout, Offline: s.cfg.Network == "none"}, progress)
+	out, err := inst.Install(ctx, slot, InstallRequest{Requirements: canonical, Timeout: s.cfg.InstallTimeout, Offline: s.cfg.Network == "none"}, progress)
+	for i, d := range out.Dependencies {
+		out.Dependencies[i] = markSkipped(d)
+	}
+	return out, err
 }
 
 // finishRetries and finishRetryEvery bound retrying a result the ledger could not record
@@ -430,13 +437,20 @@ func (s *Service) retryFinish(res Result) {
 // code never ran.
 func (s *Service) dependencyError(deps Installed) Result {
 	failed := deps.Failed()
-	names := make([]string, len(failed))
-	for i, d := range failed {
-		names[i] = d.Requirement
+	first := failed[0]
+	what := "could not be installed"
+	if first.conflicts() {
+		what = fmt.Sprintf("is installed (version %s) but conflicts with another requirement", first.Version)
 	}
-	return Result{Outcome: OutcomeDependencyError, ExitCode: -1,
-		Reason: fmt.Sprintf("dependency %s could not be installed, so the code did not run: %s",
-			strings.Join(names, ", "), failed[0].Error)}
+	reason := fmt.Sprintf("dependency %s %s, so the code did not run: %s", first.Requirement, what, first.Error)
+	if len(failed) > 1 {
+		others := make([]string, len(failed)-1)
+		for i, d := range failed[1:] {
+			others[i] = d.Requirement
+		}
+		reason += fmt.Sprintf(" (failed too: %s)", strings.Join(others, ", "))
+	}
+	return Result{Outcome: OutcomeDependencyError, ExitCode: -1, Reason: reason}
 }
 
 // systemFailure turns a runtime error into a Result, keeping whatever output the runtime had.

@@ -248,3 +248,123 @@ func TestInterruptEndsRunningAndQueuedExecutions(t *testing.T) {
 		t.Fatalf("after Interrupt: %v", err)
 	}
 }
+
+// slowInstaller is a fakeRuntime that installs in `took`, failing when fail is set.
+var (
+	_ Installer = (*slowInstaller)(nil)
+	_ Installer = (*answerInstaller)(nil)
+)
+
+type slowInstaller struct {
+	fakeRuntime
+	took time.Duration
+	fail bool
+}
+
+func (f *slowInstaller) Install(_ context.Context, _ int, req InstallRequest, _ func(DependencyStatus)) (Installed, error) {
+	time.Sleep(f.took)
+	st := DependencyStatus{Requirement: req.Requirements[0], Status: DependencyInstalled, Version: "1.0"}
+	if f.fail {
+		st = DependencyStatus{Requirement: req.Requirements[0], Status: DependencyFailed, Error: "no such package"}
+	}
+	return Installed{Dependencies: []DependencyStatus{st}}, nil
+}
+
+// TestStartedAtIsWhenAccepted: an install before the run does not move started_at (it was
+// rewritten to the install's end, and for a failed install to the execution's end, with
+// duration_ms 0); the install's time is install_ms beside it.
+func TestStartedAtIsWhenAccepted(t *testing.T) {
+	const took = 300 * time.Millisecond
+	for _, fail := range []bool{false, true} {
+		rt := &slowInstaller{took: took, fail: fail}
+		rt.run = func(context.Context, Spec) (Result, error) {
+			return Result{Outcome: OutcomeOK, StartedAt: time.Now().UTC(), DurationMS: 1}, nil // the program's own start
+		}
+		s := NewService(rt, Hooks{}, testConfig(), nil)
+		before := time.Now()
+		res, err := s.Execute(context.Background(), Request{Code: "import tinypkg", Dependencies: []string{"tinypkg"}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := time.Now()
+		if res.StartedAt.Before(before.Add(-time.Millisecond)) || res.StartedAt.After(before.Add(took/3)) {
+			t.Errorf("fail=%t: started_at %s, want when the request was accepted (%s), not after the %s install", fail, res.StartedAt, before.UTC(), took)
+		}
+		if res.InstallMS < took.Milliseconds() || res.StartedAt.Add(time.Duration(res.InstallMS)*time.Millisecond).After(after) {
+			t.Errorf("fail=%t: install_ms %d, want at least %d and within the call", fail, res.InstallMS, took.Milliseconds())
+		}
+		if want := map[bool]Outcome{false: OutcomeOK, true: OutcomeDependencyError}[fail]; res.Outcome != want {
+			t.Errorf("fail=%t: outcome %s, want %s", fail, res.Outcome, want)
+		}
+	}
+}
+
+// answerInstaller is a fakeRuntime whose installs answer `answer` for every requirement.
+type answerInstaller struct {
+	fakeRuntime
+	answer DependencyStatus
+}
+
+func (f *answerInstaller) Install(_ context.Context, _ int, req InstallRequest, progress func(DependencyStatus)) (Installed, error) {
+	var out Installed
+	for _, r := range req.Requirements {
+		d := f.answer
+		d.Requirement = r
+		if progress != nil {
+			progress(d)
+		}
+		out.Dependencies = append(out.Dependencies, d)
+	}
+	return out, nil
+}
+
+// TestMarkerExcludedIsSkipped: a requirement whose marker is false in the box is answered
+// present with no version by the runtime; it is reported skipped, streamed and in the result.
+func TestMarkerExcludedIsSkipped(t *testing.T) {
+	rt := &answerInstaller{answer: DependencyStatus{Status: DependencyPresent}}
+	s := NewService(rt, Hooks{}, testConfig(), nil)
+	var streamed []string
+	res, err := s.Execute(context.Background(), Request{Code: "pass", Dependencies: []string{`tinypkg; python_version < "3"`}}, func(e Event) {
+		if e.Dependency != nil {
+			streamed = append(streamed, e.Dependency.Status)
+		}
+	})
+	if err != nil || res.Outcome != OutcomeOK || len(res.Dependencies) != 1 || res.Dependencies[0].Status != DependencySkipped ||
+		len(streamed) != 1 || streamed[0] != DependencySkipped {
+		t.Fatalf("%v %+v, streamed %v; want skipped", err, res, streamed)
+	}
+}
+
+// TestConflictIsNamed: a requirement that is installed but conflicts is not "could not be
+// installed".
+func TestConflictIsNamed(t *testing.T) {
+	rt := &answerInstaller{answer: DependencyStatus{Status: DependencyFailed, Version: "1.0", Error: "version 2.0 of tinypkg comes first"}}
+	s := NewService(rt, Hooks{}, testConfig(), nil)
+	res, err := s.Execute(context.Background(), Request{Code: "pass", Dependencies: []string{"tinypkg==1.0", "tinydep"}}, nil)
+	want := "dependency tinypkg==1.0 is installed (version 1.0) but conflicts with another requirement, so the code did not run: version 2.0 of tinypkg comes first (failed too: tinydep)"
+	if err != nil || res.Outcome != OutcomeDependencyError || res.Reason != want {
+		t.Fatalf("%v %q\nwant %q", err, res.Reason, want)
+	}
+}
+
+// TestFieldErrorSaysTheFieldOnce: a message that starts with its field's name is not prefixed
+// with it again ("dependencies: dependencies[0] ...", "schedule: schedule ...").
+func TestFieldErrorSaysTheFieldOnce(t *testing.T) {
+	s := NewService(&fakeRuntime{}, Hooks{}, testConfig(), nil)
+	err := s.Validate(Request{Code: "pass", Dependencies: []string{"--index-url=x"}})
+	if err == nil || !strings.HasPrefix(err.Error(), "dependencies[0] ") || strings.Count(err.Error(), "dependencies") != 1 {
+		t.Errorf("%v", err)
+	}
+	for _, c := range []struct {
+		e    FieldError
+		want string
+	}{
+		{FieldError{Field: "schedule", Message: `schedule "x": expected 5 fields`}, `schedule "x": expected 5 fields`},
+		{FieldError{Field: "timeout_ms", Message: "is 0"}, "timeout_ms: is 0"},
+		{FieldError{Field: "code", Message: "code_name is wrong"}, "code: code_name is wrong"},
+	} {
+		if got := c.e.Error(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.e, got, c.want)
+		}
+	}
+}

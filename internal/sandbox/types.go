@@ -94,7 +94,8 @@ type Result struct {
 	DurationMS int64 `json:"duration_ms"`
 	// TimeoutMS is the wall-clock limit that applied, in milliseconds.
 	TimeoutMS int64 `json:"timeout_ms"`
-	// StartedAt is when the program started (RFC 3339, UTC).
+	// StartedAt is when the execution was accepted (it took its slot; RFC 3339, UTC), before
+	// any dependency install: the program started InstallMS later, and ran DurationMS.
 	StartedAt time.Time `json:"started_at"`
 	// Start says how the program's process was started: "fork" (forked from the box's fork
 	// server, with its preloaded modules already imported) or "cold" (a fresh interpreter);

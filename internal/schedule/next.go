@@ -21,9 +21,11 @@ const starBit = 1 << 63
 
 const (
 	// slotSearchYears bounds the search for a matching local time. Parse
-	// refuses schedules that never fire, and the longest gap between two fire
-	// times of any accepted schedule is 8 years (February 29th, 2096 to 2104).
-	slotSearchYears = 10
+	// refuses schedules that never fire, and the calendar repeats itself,
+	// weekdays included, every 400 years: an accepted schedule fires within
+	// any 400 years (February 29th on a Sunday, "0 0 29 2 */7", is up to 40
+	// years apart: 2088 to 2128).
+	slotSearchYears = 400
 	// lookBack bounds the search for earlier offset periods whose local times
 	// were later than now (fall-back); UTC offsets differ by at most ~26 hours.
 	lookBack = 50 * time.Hour
@@ -35,12 +37,13 @@ const (
 var maxDays = [13]int{0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31}
 
 // neverFires returns why a cron schedule never fires, or "". It decides
-// exactly what robfig's Next approximates with its 5-year limit: with robfig's
-// day rule (dayMatches), a schedule whose day-of-week is restricted fires every
-// week, and one whose day-of-week is "*" fires iff some selected month has a
-// selected day of month (February 29th exists in leap years).
+// exactly what robfig's Next approximates with its 5-year limit: with the day
+// rule of dayMatches, a schedule whose two day fields are both restricted fires
+// every week (a day matches if its weekday does). Otherwise both must match,
+// and it fires iff some selected month has a selected day of month (February
+// 29th exists in leap years): every date falls on every weekday in some year.
 func neverFires(s *cron.SpecSchedule) string {
-	if s.Dow&starBit == 0 {
+	if s.Dom&starBit == 0 && s.Dow&starBit == 0 {
 		return ""
 	}
 	first := bits.TrailingZeros64(s.Dom &^ starBit)
@@ -261,8 +264,8 @@ func (s *Schedule) nextSlot(from time.Time) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// dayMatches is robfig's dayMatches (spec.go): if either day field is "*" or
-// "?", both must match; otherwise either.
+// dayMatches is robfig's dayMatches (spec.go): if either day field is starred
+// (starDays: it starts with "*" or "?"), both must match; otherwise either.
 func dayMatches(sp *cron.SpecSchedule, y int, mo time.Month, d int) bool {
 	domMatch := sp.Dom&(1<<uint(d)) != 0
 	dowMatch := sp.Dow&(1<<uint(time.Date(y, mo, d, 0, 0, 0, 0, time.UTC).Weekday())) != 0

@@ -15,9 +15,17 @@
 //     single value with a step runs to the end of the field, 5-59/15). Names are
 //     three letters and case-insensitive (MON, mon, Jan). "?" is accepted as a
 //     synonym of "*", alone, in the day-of-month and day-of-week fields only.
-//     When both day fields are restricted (neither starts with "*" or "?"), a day
-//     matches if EITHER matches; otherwise both must match (robfig's rule, which
-//     differs from Vixie cron for steps such as "*/2").
+//   - The two day fields follow Vixie cron and cronie, not robfig: when both
+//     are restricted (neither starts with "*" or "?"), a day matches if EITHER
+//     matches; when either starts with "*" (a step such as "*/10" included),
+//     both must match. cronie's crontab(5): "If both fields are restricted
+//     (i.e., do not contain the "*" character), the command will be run when
+//     either field matches the current time"; its parser (entry.c) sets
+//     DOM_STAR and DOW_STAR from the field's first character. So
+//     "0 9 */10 * 1-5" fires at 09:00 on the 1st, 11th, 21st and 31st when they
+//     are weekdays. robfig treats "*/10" as restricted (its starBit is dropped
+//     for steps above 1) and would fire it every weekday; Parse sets the star
+//     marks from the text instead (starDays).
 //   - Descriptors, case-insensitive: @yearly (= @annually, "0 0 1 1 *"),
 //     @monthly ("0 0 1 * *"), @weekly ("0 0 * * 0"), @daily (= @midnight,
 //     "0 0 * * *") and @hourly ("0 * * * *").
@@ -312,10 +320,26 @@ func parseCron(fields []string) (*Schedule, string) {
 	if !ok {
 		return nil, fmt.Sprintf("internal error: cron expression parsed to %T", inner)
 	}
+	starDays(cs, fields[2], fields[4])
 	if reason := neverFires(cs); reason != "" {
 		return nil, reason
 	}
 	return &Schedule{inner: inner, cronSpec: cs, wildcard: isWildcard(fields[0]) || isWildcard(fields[1])}, ""
+}
+
+// starDays sets robfig's star mark (starBit) on the day-of-month and
+// day-of-week bit sets exactly when their field starts with "*" or "?", as
+// cronie does (see the package doc), so that robfig's day rule (both must
+// match if either is starred, else either) becomes cronie's. robfig marks a
+// field only for a plain "*" (or "*/1"), anywhere in a list.
+func starDays(cs *cron.SpecSchedule, dom, dow string) {
+	mark := func(set uint64, text string) uint64 {
+		if strings.HasPrefix(text, "*") || strings.HasPrefix(text, "?") {
+			return set | starBit
+		}
+		return set &^ starBit
+	}
+	cs.Dom, cs.Dow = mark(cs.Dom, dom), mark(cs.Dow, dow)
 }
 
 // isWildcard reports whether a minute or hour field makes the schedule a

@@ -79,6 +79,17 @@ func TestAccepted(t *testing.T) {
 		{"59 23 31 12 *", []string{"2024-12-31T23:59:00Z", "2025-12-31T23:59:00Z", "2026-12-31T23:59:00Z"}},
 		// Both day fields restricted: either matches (the 16th is a Tuesday).
 		{"0 0 16 * SUN", []string{"2024-01-16T00:00:00Z", "2024-01-21T00:00:00Z", "2024-01-28T00:00:00Z"}},
+		// A day field starting with "*" (a step too) is unrestricted, so both
+		// must match (cronie's crontab(5)): the 1st, 11th, 21st and 31st when
+		// they are weekdays, not every weekday (robfig's reading).
+		{"0 9 */10 * 1-5", []string{"2024-01-31T09:00:00Z", "2024-02-01T09:00:00Z", "2024-02-21T09:00:00Z"}},
+		{"0 0 1 * */2", []string{"2024-02-01T00:00:00Z", "2024-06-01T00:00:00Z", "2024-08-01T00:00:00Z"}},
+		{"0 0 ? * 1-5/2", []string{"2024-01-17T00:00:00Z", "2024-01-19T00:00:00Z", "2024-01-22T00:00:00Z"}},
+		// A field that only contains "*" later is restricted (cronie reads the
+		// first character): "1,*" is every day, so every day matches.
+		{"0 0 1,* * 1", []string{"2024-01-16T00:00:00Z", "2024-01-17T00:00:00Z", "2024-01-18T00:00:00Z"}},
+		// February 29th on a Sunday: 28 years apart, 40 across 2100.
+		{"0 0 29 2 */7", []string{"2032-02-29T00:00:00Z", "2060-02-29T00:00:00Z", "2088-02-29T00:00:00Z"}},
 		// Descriptors.
 		{"@hourly", []string{"2024-01-15T11:00:00Z", "2024-01-15T12:00:00Z", "2024-01-15T13:00:00Z"}},
 		{"@daily", []string{"2024-01-16T00:00:00Z", "2024-01-17T00:00:00Z", "2024-01-18T00:00:00Z"}},
@@ -198,6 +209,7 @@ func TestRefused(t *testing.T) {
 		{"0 0 * * MON#2", "", "Quartz extensions"},
 		// Never fires.
 		{"0 0 30 2 *", "", "never fires: day 30 (the earliest in the day-of-month field) does not exist in February"},
+		{"0 0 31 2 */2", "", "never fires: day 31 (the earliest in the day-of-month field) does not exist in February"},
 		{"0 0 31 4 *", "", "does not exist in April"},
 		{"0 0 31 4,6,9,11 *", "", "does not exist in April, June, September or November"},
 		{"0 0 30,31 FEB *", "", "never fires: day 30"},

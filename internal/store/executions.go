@@ -57,8 +57,15 @@ type ExecutionSummary struct {
 	CodeSHA256 string          `json:"code_sha256"`
 	// Start is how the program started ("fork" or "cold"), empty when unknown.
 	Start string `json:"start,omitempty"`
+	// StdoutPreview is the first PreviewChars characters of stdout; StderrPreview the last
+	// PreviewChars of stderr, where a traceback ends. Whole in GetExecution.
+	StdoutPreview string `json:"stdout_preview"`
+	StderrPreview string `json:"stderr_preview"`
 	sandbox.Origin
 }
+
+// PreviewChars is the length of the stdout and stderr previews of listed executions.
+const PreviewChars = 200
 
 // ExecutionFilter selects ledger records; zero fields select everything.
 type ExecutionFilter struct {
@@ -274,7 +281,8 @@ func (s *Store) ListExecutions(ctx context.Context, f ExecutionFilter, p Page) (
 		args = append(args, at, at, id)
 	}
 	q := `SELECT id, agent, source, job_id, code_name, code_version, code_sha256, timeout_ms, status,
-		outcome, exit_code, reason, duration_ms, started_at, ended_at, start FROM executions`
+		outcome, exit_code, reason, duration_ms, started_at, ended_at, start,
+		coalesce(substr(stdout, 1, ` + strconv.Itoa(PreviewChars) + `), ''), coalesce(substr(stderr, -` + strconv.Itoa(PreviewChars) + `), '') FROM executions`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -296,7 +304,7 @@ func (s *Store) ListExecutions(ctx context.Context, f ExecutionFilter, p Page) (
 			started, ended         sql.NullInt64
 		)
 		if err := rows.Scan(&e.ID, &e.Agent, &e.Source, &jobID, &codeName, &codeVersion, &e.CodeSHA256,
-			&e.TimeoutMS, &e.Status, &outcome, &exit, &reason, &dur, &started, &ended, &start); err != nil {
+			&e.TimeoutMS, &e.Status, &outcome, &exit, &reason, &dur, &started, &ended, &start, &e.StdoutPreview, &e.StderrPreview); err != nil {
 			return nil, "", err
 		}
 		e.JobID, e.CodeName, e.CodeVersion = jobID.String, codeName.String, int(codeVersion.Int64)

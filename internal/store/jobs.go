@@ -14,7 +14,8 @@ type Job struct {
 	// ID is "job_" and 26 base32 letters.
 	ID    string `json:"id"`
 	Agent string `json:"agent"`
-	// CodeName is the saved code the job runs; CodeVersion pins a version (0: the latest).
+	// CodeName is the saved code the job runs; CodeVersion pins a version (0: the latest,
+	// null in JSON).
 	CodeName    string `json:"code_name"`
 	CodeVersion int    `json:"code_version"`
 	// Schedule is the cron spec; Timezone the IANA zone it is read in.
@@ -34,6 +35,19 @@ type Job struct {
 	NextRunAt *time.Time `json:"next_run_at"`
 	CreatedAt time.Time  `json:"created_at"`
 	UpdatedAt time.Time  `json:"updated_at"`
+}
+
+// MarshalJSON writes the job with code_version null for "the latest" (CodeVersion 0).
+func (j Job) MarshalJSON() ([]byte, error) {
+	type plain Job
+	v := struct {
+		plain
+		CodeVersion *int `json:"code_version"`
+	}{plain: plain(j)}
+	if j.CodeVersion > 0 {
+		v.CodeVersion = &j.CodeVersion
+	}
+	return json.Marshal(v)
 }
 
 // The kinds of a job's fire.
@@ -68,7 +82,8 @@ type Fire struct {
 	Missed      int    `json:"missed,omitempty"`
 	ExecutionID string `json:"execution_id,omitempty"`
 	Reason      string `json:"reason,omitempty"`
-	// Outcome is the execution's outcome once it has finished (from the ledger).
+	// Outcome is the execution's outcome once it has finished (from the ledger); Reason is then
+	// the execution's reason when the fire has none of its own.
 	Outcome string `json:"outcome,omitempty"`
 }
 
@@ -280,7 +295,8 @@ func (s *Store) ListFires(ctx context.Context, agent, jobID string, f FireFilter
 		return nil, "", err
 	}
 	q := `SELECT f.id, f.job_id, f.agent, f.kind, f.status, f.scheduled_at, f.fired_at, f.missed,
-		f.execution_id, f.reason, e.outcome FROM job_fires f LEFT JOIN executions e ON e.id = f.execution_id
+		f.execution_id, CASE WHEN f.reason = '' THEN coalesce(e.reason, '') ELSE f.reason END, e.outcome
+		FROM job_fires f LEFT JOIN executions e ON e.id = f.execution_id
 		WHERE f.job_id = ?`
 	args := []any{jobID}
 	if !f.Since.IsZero() {

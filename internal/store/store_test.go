@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -126,6 +127,24 @@ func TestListExecutionsFiltersAndPages(t *testing.T) {
 	list, _, _ = s.ListExecutions(t.Context(), ExecutionFilter{Since: base.Add(time.Second), Until: base.Add(3 * time.Second)}, Page{})
 	if len(list) != 4 {
 		t.Fatalf("time range: %d, want 4", len(list))
+	}
+	// Listed records carry the exit code and previews of their output: the first
+	// PreviewChars characters of stdout, the last of stderr (where a traceback ends).
+	head := sandbox.Result{ID: sandbox.NewID(), Agent: "c", TimeoutMS: 1000, StartedAt: base.Add(time.Hour), Origin: sandbox.Origin{Source: "api"}}
+	if err := s.Begin(t.Context(), sandbox.Spec{ID: head.ID, Code: "x", Input: json.RawMessage("null")}, head); err != nil {
+		t.Fatal(err)
+	}
+	failed := head
+	failed.Outcome, failed.ExitCode = sandbox.OutcomeError, 3
+	failed.Stdout = strings.Repeat("é", PreviewChars) + "MORE"
+	failed.Stderr = "Traceback (most recent call last):\n" + strings.Repeat("x", PreviewChars) + "\nValueError: bad"
+	if err := s.Finish(t.Context(), failed); err != nil {
+		t.Fatal(err)
+	}
+	list, _, _ = s.ListExecutions(t.Context(), ExecutionFilter{Agent: "c"}, Page{})
+	if len(list) != 1 || list[0].ExitCode != 3 || list[0].StdoutPreview != strings.Repeat("é", PreviewChars) ||
+		!strings.HasSuffix(list[0].StderrPreview, "\nValueError: bad") || len([]rune(list[0].StderrPreview)) != PreviewChars {
+		t.Fatalf("preview: %+v", list)
 	}
 	if _, _, err := s.ListExecutions(t.Context(), ExecutionFilter{}, Page{Cursor: "!!"}); !errors.Is(err, ErrInvalidCursor) {
 		t.Fatalf("bad cursor: %v", err)
@@ -297,8 +316,14 @@ func TestClaimFiresOnce(t *testing.T) {
 	if err := s.Begin(ctx, sandbox.Spec{ID: head.ID, Code: "x", Input: json.RawMessage("null")}, head); err != nil {
 		t.Fatal(err)
 	}
+	head.Outcome, head.Reason = sandbox.OutcomeTimeout, "the run passed its timeout of 30s and was killed"
 	if err := s.Finish(ctx, head); err != nil {
 		t.Fatal(err)
+	}
+	// A fire whose run failed says why: its execution's reason (REASON was empty).
+	if fires, _, _ := s.ListFires(ctx, "a", "job_1", FireFilter{}, Page{}); len(fires) != 2 || fires[0].Outcome != string(sandbox.OutcomeTimeout) || fires[0].Reason != head.Reason ||
+		fires[1].Reason != "interrupted: the daemon stopped before the run started" {
+		t.Fatalf("fires: %+v", fires)
 	}
 	s.now = func() time.Time { return next.Add(24 * time.Hour) }
 	if n, err := s.Prune(ctx, Retention{MaxAge: time.Hour}); n != 1 || err != nil {

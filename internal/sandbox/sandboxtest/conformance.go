@@ -1,6 +1,6 @@
 // Package sandboxtest is the conformance suite that every sandbox.Runtime passes: the
 // in-process pipe runtime (executor over net.Pipe with the host's python3) and the Docker
-// runtime. Its cases are the hostile and accidental inputs of shared/cases/hostile.md that a
+// runtime. Its cases are the hostile and accidental inputs of docs/hostile-cases.md that a
 // runtime alone decides (H1–H8, H11–H14, H18, H20, H24), plus the isolation rules.
 package sandboxtest
 
