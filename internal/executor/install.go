@@ -306,7 +306,7 @@ func (in *installer) verify(ctx context.Context, reqs, paths []string, statuses 
 	for i, g := range got {
 		if !g.OK && statuses[i].Status != sandbox.DependencyFailed {
 			statuses[i].Status = sandbox.DependencyFailed
-			statuses[i].Error = fmt.Sprintf("it conflicts with another requirement of this run: %s; ask for versions that agree "+
+			statuses[i].Error = fmt.Sprintf("it conflicts with another requirement asked for with it: %s; ask for versions that agree "+
 				"(pip would refuse this combination too)", strings.ReplaceAll(g.Why, in.site+"/", ""))
 		}
 	}
@@ -434,7 +434,9 @@ func pipError(output string, o protocol.PipOptions) error {
 		if index == "" {
 			index = "https://pypi.org/simple (pip's default)"
 		}
-		return fmt.Errorf("the package index %s could not be reached (%s); check the network and index_url:\n%s", index, m, reason)
+		return fmt.Errorf("the package index %s could not be reached from the sandbox (%s); check the network and index_url "+
+			"(this machine is not 127.0.0.1 inside the sandbox: it is host.docker.internal on Docker Desktop and Colima, "+
+			"or the Docker bridge's gateway, usually 172.17.0.1, on Linux):\n%s", index, m, reason)
 	}
 	return fmt.Errorf("pip could not install it:\n%s", reason)
 }
