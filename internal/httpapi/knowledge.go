@@ -241,6 +241,10 @@ func (a *api) getKnowledge(w http.ResponseWriter, r *http.Request, kind store.Ki
 		a.fail(w, r, err)
 		return
 	}
+	if kind == store.KindResults {
+		// Every version of the key: a list under the resource's plural, as code versions are.
+		item = map[string]any{"versions": item}
+	}
 	writeJSON(w, http.StatusOK, item)
 }
 

@@ -341,4 +341,10 @@ func TestKnowledgeOverREST(t *testing.T) {
 	if st, v := s.call(t, "POST", "/v1/agents/a/results", `{"key": "k", "value": [1]}`); st != 201 || v["version"] != 1.0 {
 		t.Fatalf("result: %d %v", st, v)
 	}
+	s.call(t, "POST", "/v1/agents/a/results", `{"key": "k", "value": [2]}`)
+	// Every version of a key is a list under its plural, as code versions are.
+	if st, v := s.call(t, "GET", "/v1/agents/a/results/k", ""); st != 200 || len(v["versions"].([]any)) != 2 ||
+		v["versions"].([]any)[0].(map[string]any)["version"] != 2.0 {
+		t.Fatalf("result versions: %d %v", st, v)
+	}
 }

@@ -213,11 +213,14 @@ func (s *Store) AddNodes(ctx context.Context, agent string, items []Node) ([]Nod
 		for i := range items {
 			n := &items[i]
 			n.CreatedAt, n.Properties = now, json.RawMessage(jsonOr(n.Properties, "{}"))
-			if _, err := tx.ExecContext(ctx, `INSERT INTO graph_nodes (agent, id, type, properties, created_at) VALUES (?, ?, ?, ?, ?)
-				ON CONFLICT (agent, id) DO UPDATE SET type = excluded.type, properties = excluded.properties`,
-				agent, n.ID, n.Type, string(n.Properties), now.UnixMilli()); err != nil {
+			// A replaced node keeps the time it was first stored: answer that one.
+			var created int64
+			if err := tx.QueryRowContext(ctx, `INSERT INTO graph_nodes (agent, id, type, properties, created_at) VALUES (?, ?, ?, ?, ?)
+				ON CONFLICT (agent, id) DO UPDATE SET type = excluded.type, properties = excluded.properties RETURNING created_at`,
+				agent, n.ID, n.Type, string(n.Properties), now.UnixMilli()).Scan(&created); err != nil {
 				return err
 			}
+			n.CreatedAt = time.UnixMilli(created).UTC()
 		}
 		return nil
 	})
@@ -356,12 +359,15 @@ func (s *Store) AddDocuments(ctx context.Context, agent string, items []Document
 		for i := range items {
 			d := &items[i]
 			d.CreatedAt, d.Metadata = now, json.RawMessage(jsonOr(d.Metadata, "{}"))
-			if _, err := tx.ExecContext(ctx, `INSERT INTO documents (agent, id, title, content, metadata, created_at, tokens) VALUES (?, ?, ?, ?, ?, ?, ?)
+			// A replaced document keeps the time it was first stored: answer that one.
+			var created int64
+			if err := tx.QueryRowContext(ctx, `INSERT INTO documents (agent, id, title, content, metadata, created_at, tokens) VALUES (?, ?, ?, ?, ?, ?, ?)
 				ON CONFLICT (agent, id) DO UPDATE SET title = excluded.title, content = excluded.content, metadata = excluded.metadata,
-				tokens = excluded.tokens`, agent, d.ID, d.Title, d.Content, string(d.Metadata), now.UnixMilli(),
-				len(tokens(d.Title+" "+d.Content))); err != nil {
+				tokens = excluded.tokens RETURNING created_at`, agent, d.ID, d.Title, d.Content, string(d.Metadata), now.UnixMilli(),
+				len(tokens(d.Title+" "+d.Content))).Scan(&created); err != nil {
 				return err
 			}
+			d.CreatedAt = time.UnixMilli(created).UTC()
 		}
 		return nil
 	})
