@@ -92,10 +92,10 @@ func TestCallbackLine(t *testing.T) {
 	if out.Summary.Memories != 50 || out.Summary.Facts != 50 || out.Summary.Total != 1225 || out.Version != 1 || out.Execution != res.ID {
 		t.Fatalf("alice's summary: %+v", out)
 	}
-	var history []store.StoredResult
-	if st := call(t, "GET", url+"/v1/agents/alice/results/summary", "", &history); st != 200 || len(history) != 1 ||
-		history[0].ExecutionID != res.ID || !strings.Contains(string(history[0].Value), `"total":1225`) {
-		t.Fatalf("the stored result: %d %+v", st, history)
+	var stored struct{ Versions []store.StoredResult }
+	if st := call(t, "GET", url+"/v1/agents/alice/results/summary", "", &stored); st != 200 || len(stored.Versions) != 1 ||
+		stored.Versions[0].ExecutionID != res.ID || !strings.Contains(string(stored.Versions[0].Value), `"total":1225`) {
+		t.Fatalf("the stored result: %d %+v", st, stored)
 	}
 	var rec store.Execution
 	call(t, "GET", url+"/v1/executions/"+res.ID, "", &rec)
