@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // envMap is an os.LookupEnv-style lookup over a map.
@@ -80,6 +81,7 @@ func TestDefaults(t *testing.T) {
 		{"log", c.LogLevel + "/" + c.LogFormat, "info/text"},
 		{"docker_host", c.DockerHost, ""},
 		{"executor_path", c.ExecutorPath, ""},
+		{"quotas", c.Quotas(), store.Quotas{ResultsMaxBytes: 64 << 20, ResultsMaxVersions: 100}},
 	}
 	for _, ch := range checks {
 		if !reflect.DeepEqual(ch.got, ch.want) {
@@ -508,6 +510,8 @@ func TestValidate(t *testing.T) {
 		{"repository with registry port", func(c *Config) { c.ImageRepository = "localhost:5000/sandpit" }, nil},
 		{"open files", func(c *Config) { c.OpenFiles = 3 }, []string{"open_files is 3"}},
 		{"grace", func(c *Config) { c.GraceMS = 0 }, []string{"grace_ms is 0"}},
+		{"quotas", func(c *Config) { c.ResultsMaxBytes, c.ResultsMaxVersions = 1023, 0 },
+			[]string{"results_max_bytes is 1023; allowed range is 1024", "results_max_versions is 0"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

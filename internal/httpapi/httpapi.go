@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // Executor is what the API needs from the sandbox; *sandbox.Service satisfies it.
@@ -235,10 +236,17 @@ type Limits struct {
 	MaxBodyBytes     int64          `json:"max_body_bytes"`
 	Network          string         `json:"network"`
 	Limits           sandbox.Limits `json:"limits"`
+	// Quotas bound what each agent may store (absent when the server has no knowledge store).
+	Quotas *store.Quotas `json:"quotas,omitempty"`
 }
 
 func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 	cfg := a.ex.Config()
+	var quotas *store.Quotas
+	if a.knowledge != nil {
+		q := a.knowledge.Quotas()
+		quotas = &q
+	}
 	writeJSON(w, http.StatusOK, Limits{
 		Slots:            cfg.Slots,
 		QueueLength:      cfg.QueueLength,
@@ -249,6 +257,7 @@ func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 		MaxBodyBytes:     maxBodyBytes(cfg),
 		Network:          cfg.Network,
 		Limits:           cfg.Limits,
+		Quotas:           quotas,
 	})
 }
 

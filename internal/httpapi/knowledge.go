@@ -25,6 +25,8 @@ type Knowledge interface {
 	ListKnowledge(ctx context.Context, agent string, kind store.Kind, p store.Page) ([]any, string, error)
 	GetKnowledge(ctx context.Context, agent string, kind store.Kind, id string) (any, error)
 	DeleteKnowledge(ctx context.Context, agent string, kind store.Kind, id string) error
+	// Quotas are the limits on what each agent may store, listed by GET /v1/limits.
+	Quotas() store.Quotas
 }
 
 var _ Knowledge = (*store.Store)(nil)

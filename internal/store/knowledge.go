@@ -454,14 +454,20 @@ func scanDocument(r scanner) (Document, error) {
 }
 
 // StoreResult stores value under the agent's key as its next version, linked to executionID
-// (may be ""), and returns the stored version without its value.
+// (may be ""), and returns the stored version without its value. A *QuotaError means the
+// agent's quotas (SetQuotas) leave no room for it; nothing is stored then.
 func (s *Store) StoreResult(ctx context.Context, agent, key string, value json.RawMessage, executionID string) (StoredResult, error) {
 	now := s.now().UTC().Truncate(time.Millisecond)
 	r := StoredResult{Key: key, ExecutionID: executionID, CreatedAt: now}
+	text := jsonOr(value, "null")
+	size := int64(len(key) + len(text))
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		return tx.QueryRowContext(ctx, `INSERT INTO results (agent, key, version, value, execution_id, created_at)
-			VALUES (?, ?, (SELECT coalesce(max(version), 0) + 1 FROM results WHERE agent = ? AND key = ?), ?, ?, ?) RETURNING version`,
-			agent, key, agent, key, jsonOr(value, "null"), nullString(executionID), now.UnixMilli()).Scan(&r.Version)
+		if err := s.checkResultQuota(ctx, tx, agent, key, size); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, `INSERT INTO results (agent, key, version, value, execution_id, created_at, bytes)
+			VALUES (?, ?, (SELECT coalesce(max(version), 0) + 1 FROM results WHERE agent = ? AND key = ?), ?, ?, ?, ?) RETURNING version`,
+			agent, key, agent, key, text, nullString(executionID), now.UnixMilli(), size).Scan(&r.Version)
 	})
 	return r, err
 }
@@ -631,7 +637,8 @@ func (s *Store) GetKnowledge(ctx context.Context, agent string, kind Kind, id st
 	return item, err
 }
 
-// DeleteKnowledge deletes the agent's item of kind with key id (results: every version).
+// DeleteKnowledge deletes the agent's item of kind with key id (results: every version), and
+// gives the space it took back to the file system.
 func (s *Store) DeleteKnowledge(ctx context.Context, agent string, kind Kind, id string) error {
 	kt, ok := kindTables[kind]
 	if !ok {
@@ -648,6 +655,7 @@ func (s *Store) DeleteKnowledge(ctx context.Context, agent string, kind Kind, id
 	if n, _ := r.RowsAffected(); n == 0 {
 		return fmt.Errorf("%s %q: %w", kindNames[kind], id, ErrNotFound)
 	}
+	s.reclaim(ctx)
 	return nil
 }
 
