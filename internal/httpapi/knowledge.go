@@ -21,7 +21,7 @@ type Knowledge interface {
 	AddNodes(ctx context.Context, agent string, items []store.Node) ([]store.Node, error)
 	AddEdges(ctx context.Context, agent string, items []store.Edge) ([]store.Edge, error)
 	AddDocuments(ctx context.Context, agent string, items []store.Document) ([]store.Document, error)
-	StoreResult(ctx context.Context, agent, key string, value json.RawMessage, executionID string) (store.StoredResult, error)
+	StoreResults(ctx context.Context, agent string, items []store.StoredResult) ([]store.StoredResult, error)
 	ListKnowledge(ctx context.Context, agent string, kind store.Kind, p store.Page) ([]any, string, error)
 	GetKnowledge(ctx context.Context, agent string, kind store.Kind, id string) (any, error)
 	DeleteKnowledge(ctx context.Context, agent string, kind store.Kind, id string) error
@@ -151,15 +151,10 @@ func (a *api) store(ctx context.Context, agent string, kind store.Kind, lines []
 		if err != nil {
 			return nil, err
 		}
-		var out []any
-		for _, it := range items {
-			res, err := a.knowledge.StoreResult(ctx, agent, it.Key, it.Value, "")
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, res)
+		for i := range items {
+			items[i].ExecutionID = "" // results POSTed directly belong to no execution
 		}
-		return out, nil
+		return anys(a.knowledge.StoreResults(ctx, agent, items))
 	}
 }
 

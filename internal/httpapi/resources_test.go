@@ -358,6 +358,14 @@ func TestKnowledgeOverREST(t *testing.T) {
 		v["error"].(map[string]any)["code"] != "quota_exceeded" || !strings.Contains(v["error"].(map[string]any)["message"].(string), "results_max_versions") {
 		t.Fatalf("a third version: %d %v", st, v)
 	}
+	// An import is all or none: a line past the version cap stores none of them.
+	if st, v := s.ndjson(t, "/v1/agents/a/results", `{"key": "n", "value": 1}`+"\n"+`{"key": "n", "value": 2}`+"\n"+`{"key": "n", "value": 3}`); st != 413 ||
+		!strings.Contains(v["error"].(map[string]any)["message"].(string), "results_max_versions") {
+		t.Fatalf("an import past the version cap: %d %v", st, v)
+	}
+	if st, _ := s.call(t, "GET", "/v1/agents/a/results/n", ""); st != 404 {
+		t.Fatalf("a refused import stored results: %d", st)
+	}
 	big := `{"key": "big", "value": "` + strings.Repeat("x", 1<<20) + `"}`
 	if st, v := s.call(t, "POST", "/v1/agents/a/results", big); st != 413 || !strings.Contains(v["error"].(map[string]any)["message"].(string), "results_max_bytes") {
 		t.Fatalf("over the byte quota: %d %v", st, v)

@@ -229,7 +229,7 @@ func (l *Library) Request(ctx context.Context, agent, name string, run Run, orig
 		req.CheckOutput = func(output json.RawMessage) error {
 			v, err := validate("output_schema", sch, output)
 			if err != nil {
-				v = []Violation{{Message: "was not checked: " + err.Error()}}
+				return fmt.Errorf("OUTPUT was not checked: %w", err)
 			}
 			if v != nil {
 				return &OutputError{Violations: v}

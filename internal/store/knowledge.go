@@ -457,19 +457,39 @@ func scanDocument(r scanner) (Document, error) {
 // (may be ""), and returns the stored version without its value. A *QuotaError means the
 // agent's quotas (SetQuotas) leave no room for it; nothing is stored then.
 func (s *Store) StoreResult(ctx context.Context, agent, key string, value json.RawMessage, executionID string) (StoredResult, error) {
+	stored, err := s.StoreResults(ctx, agent, []StoredResult{{Key: key, Value: value, ExecutionID: executionID}})
+	if err != nil {
+		return StoredResult{}, err
+	}
+	return stored[0], nil
+}
+
+// StoreResults stores each item's Value under its Key (with its ExecutionID, may be "") as the
+// key's next version, all in one transaction: all or none. It returns the stored versions
+// without their values; a *QuotaError when the agent's quotas leave no room for them all.
+func (s *Store) StoreResults(ctx context.Context, agent string, items []StoredResult) ([]StoredResult, error) {
 	now := s.now().UTC().Truncate(time.Millisecond)
-	r := StoredResult{Key: key, ExecutionID: executionID, CreatedAt: now}
-	text := jsonOr(value, "null")
-	size := int64(len(key) + len(text))
+	out := make([]StoredResult, len(items))
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		if err := s.checkResultQuota(ctx, tx, agent, key, size); err != nil {
-			return err
+		for i, it := range items {
+			text := jsonOr(it.Value, "null")
+			size := int64(len(it.Key) + len(text))
+			if err := s.checkResultQuota(ctx, tx, agent, it.Key, size); err != nil {
+				return err
+			}
+			out[i] = StoredResult{Key: it.Key, ExecutionID: it.ExecutionID, CreatedAt: now}
+			if err := tx.QueryRowContext(ctx, `INSERT INTO results (agent, key, version, value, execution_id, created_at, bytes)
+				VALUES (?, ?, (SELECT coalesce(max(version), 0) + 1 FROM results WHERE agent = ? AND key = ?), ?, ?, ?, ?) RETURNING version`,
+				agent, it.Key, agent, it.Key, text, nullString(it.ExecutionID), now.UnixMilli(), size).Scan(&out[i].Version); err != nil {
+				return err
+			}
 		}
-		return tx.QueryRowContext(ctx, `INSERT INTO results (agent, key, version, value, execution_id, created_at, bytes)
-			VALUES (?, ?, (SELECT coalesce(max(version), 0) + 1 FROM results WHERE agent = ? AND key = ?), ?, ?, ?, ?) RETURNING version`,
-			agent, key, agent, key, text, nullString(executionID), now.UnixMilli(), size).Scan(&r.Version)
+		return nil
 	})
-	return r, err
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // ResultHistory returns every version of the agent's key, newest first.
