@@ -34,6 +34,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -238,6 +239,9 @@ type Limits struct {
 	Limits           sandbox.Limits `json:"limits"`
 	// Quotas bound what each agent may store (absent when the server has no knowledge store).
 	Quotas *store.Quotas `json:"quotas,omitempty"`
+	// MaxValidationCost is the validation budget: the most work checking one input or OUTPUT
+	// against a saved code's schema may need, in schema evaluations (see library.MaxValidationCost).
+	MaxValidationCost int64 `json:"max_validation_cost"`
 }
 
 func (a *api) limits(w http.ResponseWriter, r *http.Request) {
@@ -248,16 +252,17 @@ func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 		quotas = &q
 	}
 	writeJSON(w, http.StatusOK, Limits{
-		Slots:            cfg.Slots,
-		QueueLength:      cfg.QueueLength,
-		DefaultTimeoutMS: cfg.DefaultTimeout.Milliseconds(),
-		MaxTimeoutMS:     cfg.MaxTimeout.Milliseconds(),
-		MaxCodeBytes:     cfg.MaxCodeBytes,
-		MaxInputBytes:    cfg.MaxInputBytes,
-		MaxBodyBytes:     maxBodyBytes(cfg),
-		Network:          cfg.Network,
-		Limits:           cfg.Limits,
-		Quotas:           quotas,
+		Slots:             cfg.Slots,
+		QueueLength:       cfg.QueueLength,
+		DefaultTimeoutMS:  cfg.DefaultTimeout.Milliseconds(),
+		MaxTimeoutMS:      cfg.MaxTimeout.Milliseconds(),
+		MaxCodeBytes:      cfg.MaxCodeBytes,
+		MaxInputBytes:     cfg.MaxInputBytes,
+		MaxBodyBytes:      maxBodyBytes(cfg),
+		Network:           cfg.Network,
+		Limits:            cfg.Limits,
+		Quotas:            quotas,
+		MaxValidationCost: library.MaxValidationCost,
 	})
 }
 

@@ -351,7 +351,7 @@ func TestKnowledgeOverREST(t *testing.T) {
 	// The quotas are listed, and a store past one is a 413 naming it.
 	s.st.SetQuotas(store.Quotas{ResultsMaxBytes: 1 << 20, ResultsMaxVersions: 2})
 	if st, v := s.call(t, "GET", "/v1/limits", ""); st != 200 || v["quotas"].(map[string]any)["results_max_versions"] != 2.0 ||
-		v["quotas"].(map[string]any)["results_max_bytes"] != float64(1<<20) {
+		v["quotas"].(map[string]any)["results_max_bytes"] != float64(1<<20) || v["max_validation_cost"] != float64(library.MaxValidationCost) {
 		t.Fatalf("limits: %d %v", st, v)
 	}
 	if st, v := s.call(t, "POST", "/v1/agents/a/results", `{"key": "k", "value": 3}`); st != 413 ||
