@@ -88,9 +88,10 @@ func Open(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("opening the database %s: %w", path, err)
 	}
+	// Not fatal: a full disk must not keep the daemon from starting (it says so per request).
 	if converted, err := useIncrementalVacuum(ctx, w); err != nil {
-		w.Close()
-		return nil, fmt.Errorf("opening the database %s: %w", path, err)
+		log.Warn("the database keeps the space of deleted rows for reuse instead of giving it back to the file system; free disk space and restart to switch",
+			"path", path, "error", err)
 	} else if converted {
 		log.Info("the database now gives the space of deleted rows back to the file system (auto_vacuum incremental)", "path", path)
 	}
