@@ -153,6 +153,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		return nil, err
 	}
 	closers = append(closers, st.Close)
+	st.SetQuotas(cfg.Quotas())
 	if n, err := st.FinishInterrupted(ctx); err != nil {
 		return nil, fmt.Errorf("finalising the records of interrupted runs: %w", err)
 	} else if n > 0 {

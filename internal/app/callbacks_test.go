@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -92,10 +94,10 @@ func TestCallbackLine(t *testing.T) {
 	if out.Summary.Memories != 50 || out.Summary.Facts != 50 || out.Summary.Total != 1225 || out.Version != 1 || out.Execution != res.ID {
 		t.Fatalf("alice's summary: %+v", out)
 	}
-	var history []store.StoredResult
-	if st := call(t, "GET", url+"/v1/agents/alice/results/summary", "", &history); st != 200 || len(history) != 1 ||
-		history[0].ExecutionID != res.ID || !strings.Contains(string(history[0].Value), `"total":1225`) {
-		t.Fatalf("the stored result: %d %+v", st, history)
+	var stored struct{ Versions []store.StoredResult }
+	if st := call(t, "GET", url+"/v1/agents/alice/results/summary", "", &stored); st != 200 || len(stored.Versions) != 1 ||
+		stored.Versions[0].ExecutionID != res.ID || !strings.Contains(string(stored.Versions[0].Value), `"total":1225`) {
+		t.Fatalf("the stored result: %d %+v", st, stored)
 	}
 	var rec store.Execution
 	call(t, "GET", url+"/v1/executions/"+res.ID, "", &rec)
@@ -221,4 +223,75 @@ OUTPUT = {"text": m[0]["text"], "error": err}
 	if strings.Join(calls, ",") != "carol:search_memory,carol:get_facts" {
 		t.Fatalf("the host saw %v", calls)
 	}
+}
+
+// H30: code that stores 60 results of almost 4 MiB under one key, with the default quotas,
+// gets agent.Error naming results_max_bytes before the data directory grows past the quota;
+// deleting the key gives the space back to the file system.
+func TestResultQuotaH30(t *testing.T) {
+	cfg := testConfig(t)
+	url, _ := startDaemon(t, cfg)
+	// One warm-up run, so the ledger and the write-ahead log have their working size.
+	if resp, b := post(t, url, `{"code": "print(1)"}`); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	base := treeBytes(t, cfg.DataDir)
+	const fill = `stored, error = 0, None
+for i in range(60):
+    try:
+        agent.store_result("k", "x" * (4 * 2**20 - 1024))
+        stored += 1
+    except agent.Error as e:
+        error = str(e)
+        break
+OUTPUT = {"stored": stored, "error": error}
+`
+	body, _ := json.Marshal(map[string]any{"code": fill, "agent": "mallory", "timeout_ms": 120000})
+	resp, b := post(t, url, string(body))
+	var res sandbox.Result
+	if err := json.Unmarshal(b, &res); err != nil || resp.StatusCode != 200 || res.Outcome != sandbox.OutcomeOK {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	var out struct {
+		Stored int
+		Error  string
+	}
+	json.Unmarshal(res.Output, &out)
+	quota := cfg.ResultsMaxBytes
+	if out.Stored != int(quota/(4<<20)) || !strings.Contains(out.Error, "results_max_bytes") || !strings.Contains(out.Error, "DELETE /v1/agents/mallory/results/") {
+		t.Fatalf("stored %d, then %q; want %d stores, then agent.Error naming results_max_bytes and how to free space", out.Stored, out.Error, quota/(4<<20))
+	}
+	// The quota bounds the database; the write-ahead log adds at most a few MiB more.
+	if grown := treeBytes(t, cfg.DataDir) - base; grown > quota+8<<20 {
+		t.Fatalf("the data directory grew by %d bytes; the quota is %d", grown, quota)
+	}
+	req, _ := http.NewRequest("DELETE", url+"/v1/agents/mallory/results/k", nil)
+	del, err := http.DefaultClient.Do(req)
+	if err != nil || del.StatusCode != 200 {
+		t.Fatalf("delete: %v %v", del, err)
+	}
+	del.Body.Close()
+	if after := treeBytes(t, cfg.DataDir); after > base+4<<20 {
+		t.Fatalf("after deleting the key the data directory is %d bytes; it was %d before the run", after, base)
+	}
+}
+
+// treeBytes adds up the sizes of the regular files under dir.
+func treeBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		fi, err := d.Info()
+		if err == nil {
+			n += fi.Size()
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

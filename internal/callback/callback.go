@@ -63,8 +63,27 @@ type Handler interface {
 	Log(ctx context.Context, scope sandbox.CallScope, a LogArgs) error
 }
 
+// RawHandler is a Handler whose answers are JSON made elsewhere (Webhook: the host
+// application's). Dispatch passes such an answer to the program as it was sent, once its shape
+// is checked, instead of decoding it into the Handler's Go types and encoding it again, which
+// would drop the fields those types lack and fill the ones the answer lacks with zeros.
+type RawHandler interface {
+	Handler
+	// Answer answers method (one of sandbox.CallMethods but log) with args, already checked.
+	Answer(ctx context.Context, scope sandbox.CallScope, method string, args any) (json.RawMessage, error)
+}
+
 // Dispatch turns a Handler into the sandbox's Callbacks.
 type Dispatch struct{ Handler Handler }
+
+// ask answers a checked call: from a RawHandler as it answers, else from typed.
+func ask[A, R any](ctx context.Context, d Dispatch, scope sandbox.CallScope, method string, a A,
+	typed func(context.Context, sandbox.CallScope, A) (R, error)) (any, error) {
+	if raw, ok := d.Handler.(RawHandler); ok {
+		return raw.Answer(ctx, scope, method, a)
+	}
+	return typed(ctx, scope, a)
+}
 
 var _ sandbox.Callbacks = Dispatch{}
 
@@ -79,14 +98,14 @@ func (d Dispatch) Call(ctx context.Context, scope sandbox.CallScope, call sandbo
 		var a SearchMemoryArgs
 		if err = decode(call, &a); err == nil {
 			if err = limit(call.Method, a.Limit); err == nil {
-				value, err = d.Handler.SearchMemory(ctx, scope, a)
+				value, err = ask(ctx, d, scope, call.Method, a, d.Handler.SearchMemory)
 			}
 		}
 	case "get_facts":
 		var a GetFactsArgs
 		if err = decode(call, &a); err == nil {
 			if err = limit(call.Method, a.Limit); err == nil {
-				value, err = d.Handler.GetFacts(ctx, scope, a)
+				value, err = ask(ctx, d, scope, call.Method, a, d.Handler.GetFacts)
 			}
 		}
 	case "query_graph":
@@ -96,7 +115,7 @@ func (d Dispatch) Call(ctx context.Context, scope sandbox.CallScope, call sandbo
 				if a.Depth < 1 || a.Depth > 5 {
 					err = fmt.Errorf("query_graph: depth is %d; allowed range is 1 to 5", a.Depth)
 				} else {
-					value, err = d.Handler.QueryGraph(ctx, scope, a)
+					value, err = ask(ctx, d, scope, call.Method, a, d.Handler.QueryGraph)
 				}
 			}
 		}
@@ -104,7 +123,7 @@ func (d Dispatch) Call(ctx context.Context, scope sandbox.CallScope, call sandbo
 		var a GetDocumentsArgs
 		if err = decode(call, &a); err == nil {
 			if err = limit(call.Method, a.Limit); err == nil {
-				value, err = d.Handler.GetDocuments(ctx, scope, a)
+				value, err = ask(ctx, d, scope, call.Method, a, d.Handler.GetDocuments)
 			}
 		}
 	case "store_result":
@@ -113,7 +132,7 @@ func (d Dispatch) Call(ctx context.Context, scope sandbox.CallScope, call sandbo
 			if n := utf8.RuneCountInString(a.Key); n == 0 || n > 200 {
 				err = fmt.Errorf("store_result: key is %d characters; it must be 1 to 200", n)
 			} else {
-				value, err = d.Handler.StoreResult(ctx, scope, a)
+				value, err = ask(ctx, d, scope, call.Method, a, d.Handler.StoreResult)
 			}
 		}
 	case "log":

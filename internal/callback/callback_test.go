@@ -133,3 +133,44 @@ func TestWebhookSignsAndReportsErrors(t *testing.T) {
 		t.Fatalf("a bad signature: %v", err)
 	}
 }
+
+// Through Dispatch, the program gets the host application's answer as sent: extra fields stay,
+// missing ones are not filled with zeros, an ID stays a string. An answer of the wrong shape is
+// an error naming the shape.
+func TestWebhookAnswersPassThrough(t *testing.T) {
+	answers := map[string]string{
+		"store_result":  `{"stored": true}`,
+		"search_memory": `[{"id": "m-1", "text": "x", "extra": 5}]`,
+		"get_facts":     `{"facts": []}`,
+		"get_documents": `[1, 2]`,
+		"query_graph":   `{"nodes": []}`,
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var call struct{ Method string }
+		json.NewDecoder(r.Body).Decode(&call)
+		io.WriteString(w, answers[call.Method])
+	}))
+	defer srv.Close()
+	d := callback.Dispatch{Handler: &callback.Webhook{URL: srv.URL, Secret: []byte("0123456789abcdef")}}
+	call := func(method, args string) (string, error) {
+		v, err := d.Call(context.Background(), sandbox.CallScope{Agent: "a", ExecutionID: "ex_1"}, sandbox.Call{Method: method, Args: json.RawMessage(args)})
+		return string(v), err
+	}
+	for method, args := range map[string]string{
+		"store_result":  `{"key": "k", "value": 1}`,
+		"search_memory": `{"query": "x", "limit": 5}`,
+	} {
+		if got, err := call(method, args); err != nil || got != strings.ReplaceAll(answers[method], " ", "") {
+			t.Errorf("%s: got %s %v; want the host's answer %s as sent", method, got, err, answers[method])
+		}
+	}
+	for method, c := range map[string]struct{ args, want string }{
+		"get_facts":     {`{"limit": 5}`, "must be a JSON array of objects"},
+		"get_documents": {`{"limit": 5}`, "item 0 is not an object"},
+		"query_graph":   {`{"depth": 1, "limit": 5}`, `must be {"nodes": [...], "edges": [...]}`},
+	} {
+		if got, err := call(method, c.args); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %s %v; want an error containing %q", method, got, err, c.want)
+		}
+	}
+}

@@ -26,9 +26,9 @@ const SignatureHeader = "X-Sandpit-Signature"
 //
 //	{"agent": "...", "execution_id": "ex_...", "method": "search_memory", "args": {...}}
 //
-// signed in SignatureHeader. A 2xx answer's JSON body is the return value, in the shape the
-// Python side documents (a list of memories, a graph, ...); any other status becomes
-// agent.Error with the body's "error" string, or its text.
+// signed in SignatureHeader. A 2xx answer's JSON body is the return value, passed to the
+// program as sent once its shape is checked (see Answer); any other status becomes agent.Error
+// with the body's "error" string, or its text.
 type Webhook struct {
 	URL    string
 	Secret []byte
@@ -39,7 +39,7 @@ type Webhook struct {
 	MaxBytes int64
 }
 
-var _ Handler = (*Webhook)(nil)
+var _ RawHandler = (*Webhook)(nil)
 
 // Sign returns the SignatureHeader value of body under secret.
 func Sign(secret, body []byte) string {
@@ -54,15 +54,61 @@ func Verify(secret, body []byte, signature string) bool {
 	return hmac.Equal([]byte(Sign(secret, body)), []byte(signature))
 }
 
-// post sends the call and decodes the host application's answer, which must be a JSON value.
-func post[T any](ctx context.Context, w *Webhook, scope sandbox.CallScope, method string, args any) (T, error) {
-	var v T
+// Answer sends the call and returns the host application's answer as it sent it, once its
+// shape is checked: search_memory, get_facts and get_documents answer a JSON array of objects,
+// query_graph an object with the arrays "nodes" and "edges", store_result an object. Its fields
+// are the host application's: extra ones reach the program, and missing ones stay missing.
+func (w *Webhook) Answer(ctx context.Context, scope sandbox.CallScope, method string, args any) (json.RawMessage, error) {
 	data, status, err := w.send(ctx, scope, method, args)
 	if err != nil {
-		return v, err
+		return nil, err
 	}
 	if len(data) == 0 || string(data) == "null" {
-		return v, fmt.Errorf("%s: the host application answered HTTP %d with no JSON value; it must answer the method's result", method, status)
+		return nil, fmt.Errorf("%s: the host application answered HTTP %d with no JSON value; it must answer the method's result", method, status)
+	}
+	if !json.Valid(data) {
+		return nil, fmt.Errorf("%s: the host application's answer (HTTP %d) is not JSON", method, status)
+	}
+	var shapeErr error
+	switch method {
+	case "search_memory", "get_facts", "get_documents":
+		var items []json.RawMessage
+		if json.Unmarshal(data, &items) != nil || items == nil {
+			shapeErr = errors.New("must be a JSON array of objects")
+		}
+		for i, it := range items {
+			if shapeErr == nil && !isObject(it) {
+				shapeErr = fmt.Errorf("must be a JSON array of objects; item %d is not an object", i)
+			}
+		}
+	case "query_graph":
+		var g struct{ Nodes, Edges []json.RawMessage }
+		if !isObject(data) || json.Unmarshal(data, &g) != nil || g.Nodes == nil || g.Edges == nil {
+			shapeErr = errors.New(`must be {"nodes": [...], "edges": [...]}`)
+		}
+	case "store_result":
+		if !isObject(data) {
+			shapeErr = errors.New(`must be a JSON object, such as {"key": "...", "version": 1}`)
+		}
+	}
+	if shapeErr != nil {
+		return nil, fmt.Errorf("%s: the host application's answer %v", method, shapeErr)
+	}
+	return json.RawMessage(data), nil
+}
+
+func isObject(v json.RawMessage) bool {
+	t := bytes.TrimSpace(v)
+	return len(t) > 0 && t[0] == '{'
+}
+
+// post answers a call through Answer and decodes the answer into T, for Go callers of the
+// typed methods (the program gets Answer's JSON itself).
+func post[T any](ctx context.Context, w *Webhook, scope sandbox.CallScope, method string, args any) (T, error) {
+	var v T
+	data, err := w.Answer(ctx, scope, method, args)
+	if err != nil {
+		return v, err
 	}
 	if err := json.Unmarshal(data, &v); err != nil {
 		return v, fmt.Errorf("%s: the host application's answer does not fit: %v", method, err)
@@ -135,11 +181,7 @@ func (w *Webhook) GetFacts(ctx context.Context, scope sandbox.CallScope, a GetFa
 }
 
 func (w *Webhook) QueryGraph(ctx context.Context, scope sandbox.CallScope, a QueryGraphArgs) (store.Graph, error) {
-	g, err := post[store.Graph](ctx, w, scope, "query_graph", a)
-	if err == nil && (g.Nodes == nil || g.Edges == nil) {
-		err = errors.New(`query_graph: the host application's answer must be {"nodes": [...], "edges": [...]}`)
-	}
-	return g, err
+	return post[store.Graph](ctx, w, scope, "query_graph", a)
 }
 
 func (w *Webhook) GetDocuments(ctx context.Context, scope sandbox.CallScope, a GetDocumentsArgs) ([]store.Document, error) {

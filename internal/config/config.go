@@ -199,6 +199,14 @@ type Config struct {
 	// Default 10000; allowed 100 to 600000.
 	CallTimeoutMS int64 `json:"call_timeout_ms"`
 
+	// ResultsMaxBytes is each agent's quota for stored results (agent.store_result, and POSTs to
+	// /v1/agents/{agent}/results): the bytes of the keys and JSON values of all its versions
+	// together. Default 64 MiB; allowed 1 KiB to 1 TiB.
+	ResultsMaxBytes int64 `json:"results_max_bytes"`
+	// ResultsMaxVersions caps the versions one result key of one agent may have. Default 100;
+	// allowed 1 to 1000000.
+	ResultsMaxVersions int64 `json:"results_max_versions"`
+
 	// LedgerMaxAgeDays is how many days the ledger keeps an execution's record. Default 30;
 	// 0 keeps records regardless of age; at most 36500.
 	LedgerMaxAgeDays int64 `json:"ledger_max_age_days"`
@@ -277,6 +285,9 @@ func defaults(lookup func(string) (string, bool)) Config {
 		MaxCallBytes:  int64(sb.MaxCallBytes),
 		CallTimeoutMS: sb.CallTimeout.Milliseconds(),
 
+		ResultsMaxBytes:    store.DefaultQuotas().ResultsMaxBytes,
+		ResultsMaxVersions: int64(store.DefaultQuotas().ResultsMaxVersions),
+
 		LedgerMaxAgeDays:    30,
 		LedgerMaxExecutions: 100_000,
 
@@ -332,6 +343,11 @@ func (c Config) Sandbox() sandbox.Config {
 			Processes:     c.Processes,
 		},
 	}
+}
+
+// Quotas returns the quotas on what each agent may store.
+func (c Config) Quotas() store.Quotas {
+	return store.Quotas{ResultsMaxBytes: c.ResultsMaxBytes, ResultsMaxVersions: int(c.ResultsMaxVersions)}
 }
 
 // Retention returns the ledger's retention policy.
@@ -534,6 +550,8 @@ func (c Config) Validate() error {
 			bad("callback_secret", "must be set to at least 16 characters with callback_url: it signs every call sent to the host application")
 		}
 	}
+	intRange("results_max_bytes", c.ResultsMaxBytes, 1<<10, 1<<40, " bytes (1KiB to 1TiB)")
+	intRange("results_max_versions", c.ResultsMaxVersions, 1, 1_000_000, " versions")
 	intRange("ledger_max_age_days", c.LedgerMaxAgeDays, 0, 36_500, " days (0: no age limit)")
 	intRange("ledger_max_executions", c.LedgerMaxExecutions, 0, 100_000_000, " records (0: no count limit)")
 	intRange("max_code_bytes", c.MaxCodeBytes, 1, gib, " bytes (1GiB)")

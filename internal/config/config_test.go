@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // envMap is an os.LookupEnv-style lookup over a map.
@@ -80,6 +81,7 @@ func TestDefaults(t *testing.T) {
 		{"log", c.LogLevel + "/" + c.LogFormat, "info/text"},
 		{"docker_host", c.DockerHost, ""},
 		{"executor_path", c.ExecutorPath, ""},
+		{"quotas", c.Quotas(), store.Quotas{ResultsMaxBytes: 64 << 20, ResultsMaxVersions: 100}},
 	}
 	for _, ch := range checks {
 		if !reflect.DeepEqual(ch.got, ch.want) {
@@ -522,6 +524,8 @@ func TestValidate(t *testing.T) {
 			c.IndexURL, c.ExtraIndexURLs = "http://127.0.0.1:8080/simple/", []string{"https://localhost/simple/", "http://[::1]:3141/"}
 		}, []string{`index_url has "http://127.0.0.1:8080/simple/", but pip runs inside the sandbox's container, where 127.0.0.1 is the container itself`,
 			"host.docker.internal", "bridge's gateway", `extra_index_urls has "https://localhost/simple/"`, `extra_index_urls has "http://[::1]:3141/"`}},
+		{"quotas", func(c *Config) { c.ResultsMaxBytes, c.ResultsMaxVersions = 1023, 0 },
+			[]string{"results_max_bytes is 1023; allowed range is 1024", "results_max_versions is 0"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

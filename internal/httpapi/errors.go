@@ -30,6 +30,7 @@ const (
 	CodeConflict         = "conflict"
 	CodeUnauthorized     = "unauthorized"
 	CodeInvalidInput     = "invalid_input"
+	CodeQuotaExceeded    = "quota_exceeded"
 )
 
 // StatusClientClosedRequest is the status StatusOf gives when the client went away (its
@@ -78,11 +79,14 @@ func classify(err error) classified {
 		inErr    *library.InputError
 		verErr   *store.VersionConflictError
 		useErr   *store.InUseError
+		quotaErr *store.QuotaError
 	)
 	switch {
 	case errors.As(err, &inErr):
 		return classified{status: http.StatusBadRequest,
 			detail: errorDetail{Code: CodeInvalidInput, Message: err.Error(), Field: "input", Violations: inErr.Violations}}
+	case errors.As(err, &quotaErr):
+		return classified{status: http.StatusRequestEntityTooLarge, detail: errorDetail{Code: CodeQuotaExceeded, Message: err.Error()}}
 	case errors.Is(err, store.ErrNotFound):
 		return classified{status: http.StatusNotFound, detail: errorDetail{Code: CodeNotFound, Message: err.Error()}}
 	case errors.As(err, &useErr):

@@ -35,7 +35,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // Executor is what the API needs from the sandbox; *sandbox.Service satisfies it.
@@ -281,26 +283,38 @@ type Limits struct {
 	CallTimeoutMS int64 `json:"call_timeout_ms"`
 	// PackageIndex is where dependencies come from (passwords in URLs redacted).
 	PackageIndex PackageIndex `json:"package_index"`
+	// Quotas bound what each agent may store (absent when the server has no knowledge store).
+	Quotas *store.Quotas `json:"quotas,omitempty"`
+	// MaxValidationCost is the validation budget: the most work checking one input or OUTPUT
+	// against a saved code's schema may need, in schema evaluations (see library.MaxValidationCost).
+	MaxValidationCost int64 `json:"max_validation_cost"`
 }
 
 func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 	cfg := a.ex.Config()
+	var quotas *store.Quotas
+	if a.knowledge != nil {
+		q := a.knowledge.Quotas()
+		quotas = &q
+	}
 	writeJSON(w, http.StatusOK, Limits{
-		Slots:            cfg.Slots,
-		QueueLength:      cfg.QueueLength,
-		DefaultTimeoutMS: cfg.DefaultTimeout.Milliseconds(),
-		MaxTimeoutMS:     cfg.MaxTimeout.Milliseconds(),
-		MaxCodeBytes:     cfg.MaxCodeBytes,
-		MaxInputBytes:    cfg.MaxInputBytes,
-		MaxBodyBytes:     maxBodyBytes(cfg),
-		Network:          cfg.Network,
-		Limits:           cfg.Limits,
-		InstallTimeoutMS: cfg.InstallTimeout.Milliseconds(),
-		MaxDependencies:  cfg.MaxDependencies,
-		MaxCalls:         cfg.MaxCalls,
-		MaxCallBytes:     cfg.MaxCallBytes,
-		CallTimeoutMS:    cfg.CallTimeout.Milliseconds(),
-		PackageIndex:     a.index,
+		Slots:             cfg.Slots,
+		QueueLength:       cfg.QueueLength,
+		DefaultTimeoutMS:  cfg.DefaultTimeout.Milliseconds(),
+		MaxTimeoutMS:      cfg.MaxTimeout.Milliseconds(),
+		MaxCodeBytes:      cfg.MaxCodeBytes,
+		MaxInputBytes:     cfg.MaxInputBytes,
+		MaxBodyBytes:      maxBodyBytes(cfg),
+		Network:           cfg.Network,
+		Limits:            cfg.Limits,
+		InstallTimeoutMS:  cfg.InstallTimeout.Milliseconds(),
+		MaxDependencies:   cfg.MaxDependencies,
+		MaxCalls:          cfg.MaxCalls,
+		MaxCallBytes:      cfg.MaxCallBytes,
+		CallTimeoutMS:     cfg.CallTimeout.Milliseconds(),
+		PackageIndex:      a.index,
+		Quotas:            quotas,
+		MaxValidationCost: library.MaxValidationCost,
 	})
 }
 

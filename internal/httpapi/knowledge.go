@@ -21,10 +21,12 @@ type Knowledge interface {
 	AddNodes(ctx context.Context, agent string, items []store.Node) ([]store.Node, error)
 	AddEdges(ctx context.Context, agent string, items []store.Edge) ([]store.Edge, error)
 	AddDocuments(ctx context.Context, agent string, items []store.Document) ([]store.Document, error)
-	StoreResult(ctx context.Context, agent, key string, value json.RawMessage, executionID string) (store.StoredResult, error)
+	StoreResults(ctx context.Context, agent string, items []store.StoredResult) ([]store.StoredResult, error)
 	ListKnowledge(ctx context.Context, agent string, kind store.Kind, p store.Page) ([]any, string, error)
 	GetKnowledge(ctx context.Context, agent string, kind store.Kind, id string) (any, error)
 	DeleteKnowledge(ctx context.Context, agent string, kind store.Kind, id string) error
+	// Quotas are the limits on what each agent may store, listed by GET /v1/limits.
+	Quotas() store.Quotas
 }
 
 var _ Knowledge = (*store.Store)(nil)
@@ -149,15 +151,10 @@ func (a *api) store(ctx context.Context, agent string, kind store.Kind, lines []
 		if err != nil {
 			return nil, err
 		}
-		var out []any
-		for _, it := range items {
-			res, err := a.knowledge.StoreResult(ctx, agent, it.Key, it.Value, "")
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, res)
+		for i := range items {
+			items[i].ExecutionID = "" // results POSTed directly belong to no execution
 		}
-		return out, nil
+		return anys(a.knowledge.StoreResults(ctx, agent, items))
 	}
 }
 
@@ -240,6 +237,10 @@ func (a *api) getKnowledge(w http.ResponseWriter, r *http.Request, kind store.Ki
 	if err != nil {
 		a.fail(w, r, err)
 		return
+	}
+	if kind == store.KindResults {
+		// Every version of the key: a list under the resource's plural, as code versions are.
+		item = map[string]any{"versions": item}
 	}
 	writeJSON(w, http.StatusOK, item)
 }

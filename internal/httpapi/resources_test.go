@@ -50,6 +50,7 @@ func (r *outputRuntime) Run(_ context.Context, _ int, spec sandbox.Spec, emit fu
 type stack struct {
 	url string
 	rt  *outputRuntime
+	st  *store.Store
 }
 
 func newStack(t *testing.T) *stack {
@@ -65,7 +66,7 @@ func newStack(t *testing.T) *stack {
 	sch := jobs.New(st, lib, svc, jobs.Config{}, nil)
 	srv := httptest.NewServer(httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib, Jobs: sch, Ledger: st, Knowledge: st}, nil))
 	t.Cleanup(srv.Close)
-	return &stack{url: srv.URL, rt: rt}
+	return &stack{url: srv.URL, rt: rt, st: st}
 }
 
 // call sends body (JSON text, "" for none) and decodes the JSON answer.
@@ -390,5 +391,33 @@ func TestKnowledgeOverREST(t *testing.T) {
 	}
 	if st, v := s.call(t, "POST", "/v1/agents/a/results", `{"key": "k", "value": [1]}`); st != 201 || v["version"] != 1.0 {
 		t.Fatalf("result: %d %v", st, v)
+	}
+	s.call(t, "POST", "/v1/agents/a/results", `{"key": "k", "value": [2]}`)
+	// Every version of a key is a list under its plural, as code versions are.
+	if st, v := s.call(t, "GET", "/v1/agents/a/results/k", ""); st != 200 || len(v["versions"].([]any)) != 2 ||
+		v["versions"].([]any)[0].(map[string]any)["version"] != 2.0 {
+		t.Fatalf("result versions: %d %v", st, v)
+	}
+	// The quotas are listed, and a store past one is a 413 naming it.
+	s.st.SetQuotas(store.Quotas{ResultsMaxBytes: 1 << 20, ResultsMaxVersions: 2})
+	if st, v := s.call(t, "GET", "/v1/limits", ""); st != 200 || v["quotas"].(map[string]any)["results_max_versions"] != 2.0 ||
+		v["quotas"].(map[string]any)["results_max_bytes"] != float64(1<<20) || v["max_validation_cost"] != float64(library.MaxValidationCost) {
+		t.Fatalf("limits: %d %v", st, v)
+	}
+	if st, v := s.call(t, "POST", "/v1/agents/a/results", `{"key": "k", "value": 3}`); st != 413 ||
+		v["error"].(map[string]any)["code"] != "quota_exceeded" || !strings.Contains(v["error"].(map[string]any)["message"].(string), "results_max_versions") {
+		t.Fatalf("a third version: %d %v", st, v)
+	}
+	// An import is all or none: a line past the version cap stores none of them.
+	if st, v := s.ndjson(t, "/v1/agents/a/results", `{"key": "n", "value": 1}`+"\n"+`{"key": "n", "value": 2}`+"\n"+`{"key": "n", "value": 3}`); st != 413 ||
+		!strings.Contains(v["error"].(map[string]any)["message"].(string), "results_max_versions") {
+		t.Fatalf("an import past the version cap: %d %v", st, v)
+	}
+	if st, _ := s.call(t, "GET", "/v1/agents/a/results/n", ""); st != 404 {
+		t.Fatalf("a refused import stored results: %d", st)
+	}
+	big := `{"key": "big", "value": "` + strings.Repeat("x", 1<<20) + `"}`
+	if st, v := s.call(t, "POST", "/v1/agents/a/results", big); st != 413 || !strings.Contains(v["error"].(map[string]any)["message"].(string), "results_max_bytes") {
+		t.Fatalf("over the byte quota: %d %v", st, v)
 	}
 }

@@ -214,7 +214,7 @@ func (l *Library) Request(ctx context.Context, agent, name string, run Run, orig
 	if err != nil {
 		return sandbox.Request{}, store.Code{}, err
 	}
-	if err := ValidateInput(code, run.Input); err != nil {
+	if err := validateInput(ctx, code, run.Input, l.hold); err != nil {
 		return sandbox.Request{}, code, err
 	}
 	origin.CodeName, origin.CodeVersion = code.Name, code.Version
@@ -225,8 +225,13 @@ func (l *Library) Request(ctx context.Context, agent, name string, run Run, orig
 		if err != nil {
 			return sandbox.Request{}, code, fmt.Errorf("code %q version %d: its stored output schema no longer compiles: %w", name, code.Version, err)
 		}
+		// The output is checked while the run holds its slot.
 		req.CheckOutput = func(output json.RawMessage) error {
-			if v := validate(sch, output); v != nil {
+			v, err := validate("output_schema", sch, output)
+			if err != nil {
+				return fmt.Errorf("OUTPUT was not checked: %w", err)
+			}
+			if v != nil {
 				return &OutputError{Violations: v}
 			}
 			return nil
@@ -245,8 +250,30 @@ func (l *Library) Run(ctx context.Context, agent, name string, run Run, origin s
 }
 
 // ValidateInput checks input (JSON text; absent means null) against code's input schema and
-// returns an *InputError listing every failing field, or nil.
+// returns an *InputError listing the first failing fields (at most 20), a *sandbox.FieldError
+// for input when checking it would cost more than MaxValidationCost, or nil.
 func ValidateInput(code store.Code, input json.RawMessage) error {
+	return validateInput(context.Background(), code, input, nil)
+}
+
+// Holder lets large validations wait for an execution slot, as runs do; *sandbox.Service is one.
+type Holder interface {
+	// Hold waits for a free slot (a *sandbox.BusyError when the queue is full) and returns the
+	// function that gives it back.
+	Hold(ctx context.Context) (release func(), err error)
+}
+
+// hold takes a slot from the executor when it is a Holder.
+func (l *Library) hold(ctx context.Context) (func(), error) {
+	if h, ok := l.ex.(Holder); ok {
+		return h.Hold(ctx)
+	}
+	return func() {}, nil
+}
+
+// validateInput is ValidateInput; with hold, a validation costing more than heldCost runs
+// while holding what hold returns.
+func validateInput(ctx context.Context, code store.Code, input json.RawMessage, hold func(context.Context) (func(), error)) error {
 	if isNull(code.InputSchema) {
 		return nil
 	}
@@ -257,8 +284,22 @@ func ValidateInput(code store.Code, input json.RawMessage) error {
 	if len(bytes.TrimSpace(input)) == 0 {
 		input = json.RawMessage("null")
 	}
-	if v := validate(sch, input); v != nil {
-		return &InputError{Code: code.Name, Version: code.Version, Violations: v}
+	m, bad, err := measure("input_schema", sch, input)
+	if err != nil {
+		return &sandbox.FieldError{Field: "input", Message: fmt.Sprintf("code %q version %d: %v", code.Name, code.Version, err)}
+	}
+	if bad == nil {
+		if hold != nil && m.cost > heldCost {
+			release, err := hold(ctx)
+			if err != nil {
+				return err
+			}
+			defer release()
+		}
+		bad = violationsOf(check(sch, m.doc))
+	}
+	if bad != nil {
+		return &InputError{Code: code.Name, Version: code.Version, Violations: bad}
 	}
 	return nil
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
@@ -152,6 +154,9 @@ func TestSaveRefusesBadContent(t *testing.T) {
 		}, "input_schema", "the limit is 262144 bytes"},
 		{"huge description", "a", "ok", func(d *library.Draft) { d.Description = strings.Repeat("x", 5000) }, "description", "the limit is 4096"},
 		{"name starting with -", "a", "-x", nil, "name", "starting with a letter or digit"},
+		// allOf of two $refs to a schema that does the same, 30 levels deep: 2^30 evaluations of
+		// any value, refused when saved.
+		{"exponential refs", "a", "ok", func(d *library.Draft) { d.InputSchema = exponentialRefs(30) }, "input_schema", "the validation budget"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -165,5 +170,137 @@ func TestSaveRefusesBadContent(t *testing.T) {
 				t.Fatalf("got %v; want a %s error containing %q", err, c.field, c.want)
 			}
 		})
+	}
+}
+
+// exponentialRefs is a schema whose level i is allOf of two $refs to level i-1.
+func exponentialRefs(levels int) json.RawMessage {
+	defs := []string{`"l0": {"type": "object"}`}
+	for i := 1; i <= levels; i++ {
+		defs = append(defs, fmt.Sprintf(`"l%d": {"allOf": [{"$ref": "#/$defs/l%d"}, {"$ref": "#/$defs/l%d"}]}`, i, i-1, i-1))
+	}
+	return json.RawMessage(fmt.Sprintf(`{"$defs": {%s}, "$ref": "#/$defs/l%d"}`, strings.Join(defs, ", "), levels))
+}
+
+// Inputs that would make the validator work without bound are refused before it starts, each
+// within a second, with a 400-class field error on input naming the validation budget; an
+// ordinary large input still validates.
+func TestValidationIsBounded(t *testing.T) {
+	lib, _, rt := setup(t)
+	leaf := `[{"type":"string"},{"type":"object"},{"type":"boolean"},{"type":"null"}]`
+	l2 := `{"anyOf":[` + strings.TrimSuffix(strings.Repeat(`{"anyOf":`+leaf+`},`, 4), ",") + `]}`
+	nested := func(depth int, leafValue string) string {
+		return strings.Repeat("[", depth) + leafValue + strings.Repeat("]", depth)
+	}
+	var rows []string
+	for i := range 20_000 {
+		rows = append(rows, fmt.Sprintf(`{"region": "r%d", "amount": %d}`, i%7, i))
+	}
+	cases := []struct {
+		name, schema, input string
+		valid               bool // the input fits: it validates and runs
+	}{
+		{"H31", `{"type":"array","items":{"anyOf":[` + strings.TrimSuffix(strings.Repeat(l2+",", 4), ",") + `]}}`,
+			"[" + strings.TrimSuffix(strings.Repeat("0,", 40_000), ",") + "]", false},
+		// items and contains both refer back to the whole schema: 2^400 for arrays nested 400 deep.
+		{"items and contains recursion", `{"items": {"$ref": "#"}, "contains": {"$ref": "#"}}`, nested(400, "0"), false},
+		// dependentSchemas fan out on the same object, four ways a level.
+		{"dependentSchemas fan-out", dependentFanOut(12), `{"a": 1, "b": 1, "c": 1, "d": 1}`, false},
+		// Each number is read as an exact fraction for minimum: 1e100000 takes a millisecond.
+		{"huge exponents", `{"items": {"minimum": 0}}`, "[" + strings.TrimSuffix(strings.Repeat("1e100000,", 2000), ",") + "]", false},
+		// A number the validator cannot read as a fraction at all (it used to panic on it).
+		{"unreadable number", `{"minimum": 0}`, "1e99999999", false},
+		// A hundred patterns over a long string.
+		{"patterns over a long string", `{"anyOf": [` + strings.TrimSuffix(strings.Repeat(`{"pattern": "a+$"},`, 100), ",") + `]}`,
+			`"` + strings.Repeat("a", 900_000) + `b"`, false},
+		{"20 000 rows", `{"type": "array", "items": {"type": "object", "required": ["region", "amount"],
+			"properties": {"region": {"type": "string"}, "amount": {"type": "number", "minimum": 0}}}}`, "[" + strings.Join(rows, ",") + "]", true},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			name := fmt.Sprintf("c%d", i)
+			if _, err := lib.Create(t.Context(), "a", name, library.Draft{Code: "x", InputSchema: json.RawMessage(c.schema)}); err != nil {
+				t.Fatalf("save: %v", err)
+			}
+			runs := rt.runs
+			began := time.Now()
+			_, err := lib.Run(t.Context(), "a", name, library.Run{Input: json.RawMessage(c.input)}, sandbox.Origin{Source: "api"}, nil)
+			took := time.Since(began)
+			var fe *sandbox.FieldError
+			limit := time.Second // a refusal is quick; checking the valid rows may take longer under -race
+			if c.valid {
+				limit = 5 * time.Second
+			}
+			switch {
+			case took > limit:
+				t.Fatalf("took %v; want under %v", took, limit)
+			case c.valid && (err != nil || rt.runs != runs+1):
+				t.Fatalf("a valid input: %v", err)
+			case !c.valid && (!errors.As(err, &fe) || fe.Field != "input" || !strings.Contains(fe.Message, "validation budget") || rt.runs != runs):
+				t.Fatalf("got %v; want a field error on input naming the validation budget, and no run", err)
+			}
+		})
+	}
+}
+
+// dependentFanOut is a schema whose level i has dependentSchemas a, b, c and d, each a $ref
+// to level i-1, under not (where the validator only wants a yes or no).
+func dependentFanOut(levels int) string {
+	defs := []string{`"l0": {"required": ["zz"]}`}
+	for i := 1; i <= levels; i++ {
+		var deps []string
+		for _, p := range []string{"a", "b", "c", "d"} {
+			deps = append(deps, fmt.Sprintf(`"%s": {"$ref": "#/$defs/l%d"}`, p, i-1))
+		}
+		defs = append(defs, fmt.Sprintf(`"l%d": {"dependentSchemas": {%s}}`, i, strings.Join(deps, ", ")))
+	}
+	return fmt.Sprintf(`{"$defs": {%s}, "not": {"$ref": "#/$defs/l%d"}}`, strings.Join(defs, ", "), levels)
+}
+
+// blockingRuntime runs until release is closed.
+type blockingRuntime struct {
+	echoRuntime
+	started, release chan struct{}
+}
+
+func (r *blockingRuntime) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
+	r.started <- struct{}{}
+	<-r.release
+	return r.echoRuntime.Run(ctx, slot, spec, emit)
+}
+
+// A large validation waits for an execution slot as runs do: with the only slot busy and no
+// queue, a large invalid input is refused busy, while a small one is still checked at once.
+func TestLargeValidationTakesASlot(t *testing.T) {
+	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rt := &blockingRuntime{started: make(chan struct{}), release: make(chan struct{})}
+	cfg := sandbox.DefaultConfig()
+	cfg.Slots, cfg.QueueLength = 1, 0
+	lib := library.New(st, sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, cfg, nil), 0)
+	if _, err := lib.Create(t.Context(), "a", "strings", library.Draft{Code: "x", InputSchema: json.RawMessage(`{"items": {"type": "string"}}`)}); err != nil {
+		t.Fatal(err)
+	}
+	run := func(input string) error {
+		_, err := lib.Run(t.Context(), "a", "strings", library.Run{Input: json.RawMessage(input)}, sandbox.Origin{Source: "api"}, nil)
+		return err
+	}
+	done := make(chan error)
+	go func() { done <- run(`["x"]`) }()
+	<-rt.started
+	var inErr *library.InputError
+	if err := run(`[1]`); !errors.As(err, &inErr) {
+		t.Fatalf("a small invalid input while the slot is busy: %v; want an InputError at once", err)
+	}
+	var busy *sandbox.BusyError
+	if err := run("[" + strings.TrimSuffix(strings.Repeat("1,", 20_000), ",") + "]"); !errors.As(err, &busy) {
+		t.Fatalf("a large invalid input while the slot is busy: %v; want a BusyError (its validation waits for a slot)", err)
+	}
+	close(rt.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -3,6 +3,7 @@ package library
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -129,9 +130,15 @@ func compileNew(name string, raw []byte) (*jsonschema.Schema, error) {
 		}
 		return nil, fmt.Errorf("is not a valid JSON Schema: %s", strings.ReplaceAll(err.Error(), url, name))
 	}
-	// A $ref cycle compiles, then fails every validation: find it now, not at each run.
+	// A $ref cycle compiles, then fails every validation: find it now, not at each run. A
+	// schema that costs too much to check even these small values is refused too (allOf of
+	// two $refs to a schema that does the same, 30 levels deep, is a billion evaluations).
 	for _, probe := range []any{nil, map[string]any{}, []any{}, "", 0.0, true} {
-		for _, v := range violationsOf(sch.Validate(probe)) {
+		if cost := validationCost(sch, probe, MaxValidationCost); cost > MaxValidationCost {
+			return nil, fmt.Errorf("costs more than %d schema evaluations to check even %s (the validation budget); "+
+				"nest fewer allOf, anyOf, oneOf and $ref inside each other", MaxValidationCost, describeProbe(probe))
+		}
+		for _, v := range violationsOf(check(sch, probe)) {
 			if strings.Contains(v.Message, "reference cycle") {
 				return nil, fmt.Errorf("has a $ref cycle (%s); every $ref must lead to a schema that does not lead back to it",
 					strings.ReplaceAll(v.Message, url, ""))
@@ -141,14 +148,74 @@ func compileNew(name string, raw []byte) (*jsonschema.Schema, error) {
 	return sch, nil
 }
 
-// validate checks the JSON text v against sch and returns its violations, most specific first,
-// or nil when it holds.
-func validate(sch *jsonschema.Schema, v []byte) []Violation {
+func describeProbe(v any) string {
+	if v == nil {
+		return "null"
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// CostError means checking a value against a schema would cost more than MaxValidationCost;
+// it was not checked.
+type CostError struct {
+	// Schema is input_schema or output_schema.
+	Schema string
+}
+
+func (e *CostError) Error() string {
+	return fmt.Sprintf("checking it against the %s would take more than %d schema evaluations (the validation budget, which bounds the daemon's work); "+
+		"send a smaller value, or simplify the schema (fewer anyOf, oneOf and allOf branches nested inside each other and applied to every item)",
+		e.Schema, MaxValidationCost)
+}
+
+// measured is a JSON value decoded for validation, with the cost of checking it.
+type measured struct {
+	doc  any
+	cost int64
+}
+
+// measure decodes the JSON text v and bounds the cost of checking it against sch: a
+// *CostError when over MaxValidationCost, violations when v is not JSON.
+func measure(name string, sch *jsonschema.Schema, v []byte) (measured, []Violation, error) {
+	// Decoding is work too (a million zeros take 100 MB as Go values): count the values in
+	// the text first, and decode only what the budget allows.
+	values := jsonValues(v, MaxValidationCost)
+	if values > MaxValidationCost {
+		return measured{}, nil, &CostError{Schema: name}
+	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(v))
 	if err != nil {
-		return []Violation{{Message: "is not valid JSON: " + err.Error()}}
+		return measured{}, []Violation{{Message: "is not valid JSON: " + err.Error()}}, nil
 	}
-	return violationsOf(sch.Validate(doc))
+	cost := values + validationCost(sch, doc, MaxValidationCost-values)
+	if cost > MaxValidationCost {
+		return measured{}, nil, &CostError{Schema: name}
+	}
+	return measured{doc: doc, cost: cost}, nil, nil
+}
+
+// validate checks the JSON text v against sch (name says which schema it is) and returns its
+// violations, most specific first, or nil when it holds; a *CostError when that would cost too
+// much.
+func validate(name string, sch *jsonschema.Schema, v []byte) ([]Violation, error) {
+	m, bad, err := measure(name, sch, v)
+	if bad != nil || err != nil {
+		return bad, err
+	}
+	return violationsOf(check(sch, m.doc)), nil
+}
+
+// check validates doc against sch. The validator panics on some values it cannot read (a
+// number whose exponent is too large for an exact fraction, with minimum); that is a
+// violation, never the daemon's end.
+func check(sch *jsonschema.Schema, doc any) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("could not be checked: the schema validator failed on this value (%v)", p)
+		}
+	}()
+	return sch.Validate(doc)
 }
 
 // violationsOf turns a validation error into violations (nil for nil).
@@ -179,22 +246,28 @@ const (
 	maxViolationText = 300
 )
 
-// violations flattens verr into the failures at its leaves: the most specific ones.
+// violations returns the failures at the leaves of verr (the most specific ones), the first
+// maxViolations of them, in order. It walks the error tree as it is: converting the whole tree
+// to the validator's output format first would double its memory.
 func violations(verr *jsonschema.ValidationError) []Violation {
 	var out []Violation
-	var walk func(u jsonschema.OutputUnit)
-	walk = func(u jsonschema.OutputUnit) {
-		if len(u.Errors) == 0 {
-			if u.Error != nil {
-				out = append(out, Violation{Pointer: u.InstanceLocation, Message: u.Error.String()})
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		for _, c := range e.Causes {
+			if len(out) == maxViolations {
+				return
 			}
-			return
-		}
-		for _, c := range u.Errors {
+			if len(c.Causes) == 0 {
+				leaf := *c // the unit alone, without its place in the tree
+				if u := leaf.DetailedOutput(); u.Error != nil {
+					out = append(out, Violation{Pointer: u.InstanceLocation, Message: u.Error.String()})
+				}
+				continue
+			}
 			walk(c)
 		}
 	}
-	walk(*verr.DetailedOutput())
+	walk(verr)
 	if len(out) == 0 {
 		out = []Violation{{Message: verr.Error()}}
 	}

@@ -354,7 +354,7 @@ type Retention struct {
 }
 
 // Prune deletes the finished records r does not keep, and code no record refers to any more,
-// and returns how many records it deleted.
+// gives the space they took back to the file system, and returns how many records it deleted.
 func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 	var deleted int64
 	err := s.tx(ctx, func(tx *sql.Tx) error {
@@ -387,6 +387,9 @@ func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 		}
 		return nil
 	})
+	if err == nil && deleted > 0 {
+		s.reclaim(ctx)
+	}
 	return int(deleted), err
 }
 

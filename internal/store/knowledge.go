@@ -213,11 +213,14 @@ func (s *Store) AddNodes(ctx context.Context, agent string, items []Node) ([]Nod
 		for i := range items {
 			n := &items[i]
 			n.CreatedAt, n.Properties = now, json.RawMessage(jsonOr(n.Properties, "{}"))
-			if _, err := tx.ExecContext(ctx, `INSERT INTO graph_nodes (agent, id, type, properties, created_at) VALUES (?, ?, ?, ?, ?)
-				ON CONFLICT (agent, id) DO UPDATE SET type = excluded.type, properties = excluded.properties`,
-				agent, n.ID, n.Type, string(n.Properties), now.UnixMilli()); err != nil {
+			// A replaced node keeps the time it was first stored: answer that one.
+			var created int64
+			if err := tx.QueryRowContext(ctx, `INSERT INTO graph_nodes (agent, id, type, properties, created_at) VALUES (?, ?, ?, ?, ?)
+				ON CONFLICT (agent, id) DO UPDATE SET type = excluded.type, properties = excluded.properties RETURNING created_at`,
+				agent, n.ID, n.Type, string(n.Properties), now.UnixMilli()).Scan(&created); err != nil {
 				return err
 			}
+			n.CreatedAt = time.UnixMilli(created).UTC()
 		}
 		return nil
 	})
@@ -356,12 +359,15 @@ func (s *Store) AddDocuments(ctx context.Context, agent string, items []Document
 		for i := range items {
 			d := &items[i]
 			d.CreatedAt, d.Metadata = now, json.RawMessage(jsonOr(d.Metadata, "{}"))
-			if _, err := tx.ExecContext(ctx, `INSERT INTO documents (agent, id, title, content, metadata, created_at, tokens) VALUES (?, ?, ?, ?, ?, ?, ?)
+			// A replaced document keeps the time it was first stored: answer that one.
+			var created int64
+			if err := tx.QueryRowContext(ctx, `INSERT INTO documents (agent, id, title, content, metadata, created_at, tokens) VALUES (?, ?, ?, ?, ?, ?, ?)
 				ON CONFLICT (agent, id) DO UPDATE SET title = excluded.title, content = excluded.content, metadata = excluded.metadata,
-				tokens = excluded.tokens`, agent, d.ID, d.Title, d.Content, string(d.Metadata), now.UnixMilli(),
-				len(tokens(d.Title+" "+d.Content))); err != nil {
+				tokens = excluded.tokens RETURNING created_at`, agent, d.ID, d.Title, d.Content, string(d.Metadata), now.UnixMilli(),
+				len(tokens(d.Title+" "+d.Content))).Scan(&created); err != nil {
 				return err
 			}
+			d.CreatedAt = time.UnixMilli(created).UTC()
 		}
 		return nil
 	})
@@ -448,16 +454,42 @@ func scanDocument(r scanner) (Document, error) {
 }
 
 // StoreResult stores value under the agent's key as its next version, linked to executionID
-// (may be ""), and returns the stored version without its value.
+// (may be ""), and returns the stored version without its value. A *QuotaError means the
+// agent's quotas (SetQuotas) leave no room for it; nothing is stored then.
 func (s *Store) StoreResult(ctx context.Context, agent, key string, value json.RawMessage, executionID string) (StoredResult, error) {
+	stored, err := s.StoreResults(ctx, agent, []StoredResult{{Key: key, Value: value, ExecutionID: executionID}})
+	if err != nil {
+		return StoredResult{}, err
+	}
+	return stored[0], nil
+}
+
+// StoreResults stores each item's Value under its Key (with its ExecutionID, may be "") as the
+// key's next version, all in one transaction: all or none. It returns the stored versions
+// without their values; a *QuotaError when the agent's quotas leave no room for them all.
+func (s *Store) StoreResults(ctx context.Context, agent string, items []StoredResult) ([]StoredResult, error) {
 	now := s.now().UTC().Truncate(time.Millisecond)
-	r := StoredResult{Key: key, ExecutionID: executionID, CreatedAt: now}
+	out := make([]StoredResult, len(items))
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		return tx.QueryRowContext(ctx, `INSERT INTO results (agent, key, version, value, execution_id, created_at)
-			VALUES (?, ?, (SELECT coalesce(max(version), 0) + 1 FROM results WHERE agent = ? AND key = ?), ?, ?, ?) RETURNING version`,
-			agent, key, agent, key, jsonOr(value, "null"), nullString(executionID), now.UnixMilli()).Scan(&r.Version)
+		for i, it := range items {
+			text := jsonOr(it.Value, "null")
+			size := int64(len(it.Key) + len(text))
+			if err := s.checkResultQuota(ctx, tx, agent, it.Key, size); err != nil {
+				return err
+			}
+			out[i] = StoredResult{Key: it.Key, ExecutionID: it.ExecutionID, CreatedAt: now}
+			if err := tx.QueryRowContext(ctx, `INSERT INTO results (agent, key, version, value, execution_id, created_at, bytes)
+				VALUES (?, ?, (SELECT coalesce(max(version), 0) + 1 FROM results WHERE agent = ? AND key = ?), ?, ?, ?, ?) RETURNING version`,
+				agent, it.Key, agent, it.Key, text, nullString(it.ExecutionID), now.UnixMilli(), size).Scan(&out[i].Version); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
-	return r, err
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // ResultHistory returns every version of the agent's key, newest first.
@@ -625,7 +657,8 @@ func (s *Store) GetKnowledge(ctx context.Context, agent string, kind Kind, id st
 	return item, err
 }
 
-// DeleteKnowledge deletes the agent's item of kind with key id (results: every version).
+// DeleteKnowledge deletes the agent's item of kind with key id (results: every version), and
+// gives the space it took back to the file system.
 func (s *Store) DeleteKnowledge(ctx context.Context, agent string, kind Kind, id string) error {
 	kt, ok := kindTables[kind]
 	if !ok {
@@ -642,6 +675,7 @@ func (s *Store) DeleteKnowledge(ctx context.Context, agent string, kind Kind, id
 	if n, _ := r.RowsAffected(); n == 0 {
 		return fmt.Errorf("%s %q: %w", kindNames[kind], id, ErrNotFound)
 	}
+	s.reclaim(ctx)
 	return nil
 }
 

@@ -61,6 +61,8 @@ type Store struct {
 	r   *sql.DB // readers
 	log *slog.Logger
 	now func() time.Time
+	// quotas bound each agent's stored results (see quota.go).
+	quotas Quotas
 }
 
 // FileName is the database's file name inside the data directory.
@@ -86,6 +88,13 @@ func Open(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("opening the database %s: %w", path, err)
 	}
+	// Not fatal: a full disk must not keep the daemon from starting (it says so per request).
+	if converted, err := useIncrementalVacuum(ctx, w); err != nil {
+		log.Warn("the database keeps the space of deleted rows for reuse instead of giving it back to the file system; free disk space and restart to switch",
+			"path", path, "error", err)
+	} else if converted {
+		log.Info("the database now gives the space of deleted rows back to the file system (auto_vacuum incremental)", "path", path)
+	}
 	if err := migrate(ctx, w); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("migrating the database %s: %w", path, err)
@@ -96,7 +105,7 @@ func Open(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
 		return nil, fmt.Errorf("opening the database %s: %w", path, err)
 	}
 	r.SetMaxOpenConns(4)
-	s := &Store{w: w, r: r, log: log, now: time.Now}
+	s := &Store{w: w, r: r, log: log, now: time.Now, quotas: DefaultQuotas()}
 	if err := s.dropAgentIndexes(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("indexing the knowledge of %s: %w", path, err)

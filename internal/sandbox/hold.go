@@ -1,0 +1,15 @@
+package sandbox
+
+import "context"
+
+// Hold takes an execution slot for work the daemon does for a request besides a run (a large
+// schema validation), so that such work is bounded by the slots and the queue as runs are: it
+// waits in the queue, and returns a *BusyError when the queue is full. release gives the slot
+// back; call it once.
+func (s *Service) Hold(ctx context.Context) (release func(), err error) {
+	slot, err := s.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return func() { s.free <- slot }, nil
+}

@@ -1,0 +1,100 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// Quotas bound what one agent may keep in the store through agent.store_result (and POSTs to
+// /v1/agents/{agent}/results, which store the same way). The JSON field names are the
+// configuration keys.
+type Quotas struct {
+	// ResultsMaxBytes is the most bytes one agent's results may hold: the key and the JSON
+	// value of every version of every key, added up.
+	ResultsMaxBytes int64 `json:"results_max_bytes"`
+	// ResultsMaxVersions is the most versions one key of one agent may have.
+	ResultsMaxVersions int `json:"results_max_versions"`
+}
+
+// DefaultQuotas are the quotas of a store until SetQuotas: 64 MiB and 100 versions per key.
+func DefaultQuotas() Quotas { return Quotas{ResultsMaxBytes: 64 << 20, ResultsMaxVersions: 100} }
+
+// SetQuotas sets the quotas that later writes are checked against. Call it before the store
+// is shared.
+func (s *Store) SetQuotas(q Quotas) { s.quotas = q }
+
+// Quotas returns the quotas in force.
+func (s *Store) Quotas() Quotas { return s.quotas }
+
+// QuotaError means a write would take an agent past one of its quotas; nothing was written.
+// Its text names the quota's setting and how to free space.
+type QuotaError struct {
+	// Setting is the configuration key of the quota: results_max_bytes or results_max_versions.
+	Setting string
+	msg     string
+}
+
+func (e *QuotaError) Error() string { return e.msg }
+
+// checkResultQuota returns a *QuotaError when storing size more bytes under the agent's key
+// would pass a quota. It runs in the write transaction, so concurrent writes cannot both pass.
+func (s *Store) checkResultQuota(ctx context.Context, tx *sql.Tx, agent, key string, size int64) error {
+	var used int64
+	var versions int
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(bytes), 0) FROM results WHERE agent = ?`, agent).Scan(&used); err != nil {
+		return err
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM results WHERE agent = ? AND key = ?`, agent, key).Scan(&versions); err != nil {
+		return err
+	}
+	q := s.quotas
+	switch {
+	case versions >= q.ResultsMaxVersions:
+		return &QuotaError{Setting: "results_max_versions", msg: fmt.Sprintf(
+			"result %q of agent %q has %d versions, the most one key may have (results_max_versions); "+
+				"delete the key to store it again (DELETE /v1/agents/%s/results/%s, or sandpit kb rm --kind results --agent %s KEY), or store under another key",
+			key, agent, versions, agent, key, agent)}
+	case used+size > q.ResultsMaxBytes:
+		return &QuotaError{Setting: "results_max_bytes", msg: fmt.Sprintf(
+			"storing %d bytes under %q would bring agent %q's results to %d bytes, over its quota of %d bytes (results_max_bytes; %d bytes are in use); "+
+				"delete results it no longer needs (DELETE /v1/agents/%s/results/{key}, or sandpit kb rm --kind results --agent %s KEY), which frees their space",
+			size, key, agent, used+size, q.ResultsMaxBytes, used, agent, agent)}
+	}
+	return nil
+}
+
+// useIncrementalVacuum makes the database give the pages of deleted rows back to the file
+// system (see reclaim). A database made before it had no auto-vacuum: switching needs one
+// VACUUM, which rewrites the file once (it needs free disk space of about its size).
+func useIncrementalVacuum(ctx context.Context, db *sql.DB) (converted bool, err error) {
+	const incremental = 2
+	var mode int
+	if err := db.QueryRowContext(ctx, `PRAGMA auto_vacuum`).Scan(&mode); err != nil {
+		return false, err
+	}
+	if mode == incremental {
+		return false, nil
+	}
+	if _, err := db.ExecContext(ctx, `PRAGMA auto_vacuum = INCREMENTAL`); err != nil {
+		return false, err
+	}
+	if _, err := db.ExecContext(ctx, `VACUUM`); err != nil {
+		return false, fmt.Errorf("switching to incremental vacuum (VACUUM needs free disk space of about the database's size): %w", err)
+	}
+	return true, nil
+}
+
+// reclaim gives the free pages of the database back to the file system after a delete, and
+// truncates the write-ahead log. A reader holding an old snapshot can keep the log from being
+// truncated; the next reclaim or checkpoint finishes the job. Failures are logged, not
+// returned: the delete itself has been committed.
+func (s *Store) reclaim(ctx context.Context) {
+	if _, err := s.w.ExecContext(ctx, `PRAGMA incremental_vacuum`); err != nil {
+		s.log.Warn("giving freed database pages back to the file system failed", "error", err)
+		return
+	}
+	if _, err := s.w.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+		s.log.Warn("truncating the database's write-ahead log failed", "error", err)
+	}
+}
