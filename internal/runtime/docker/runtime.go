@@ -273,10 +273,14 @@ func (r *Runtime) ContainerIDs() []string {
 	return ids
 }
 
-// executorCommand is the executor's command line in a slot's container: one slot.
-func (r *Runtime) executorCommand() []string {
+// executorCommand is the executor's command line in slot's container: one slot, whose runs
+// are uid UIDBase+slot. Every slot has a uid of its own although it has a container of its
+// own: the kernel counts some limits per uid across the whole host (RLIMIT_NPROC, inotify
+// instances, POSIX message queue bytes), and a shared uid would let one slot's run use up
+// another's.
+func (r *Runtime) executorCommand(slot int) []string {
 	fs := r.cfg.ForkServer
-	return []string{ExecutorPath, "serve", "-slots", "1", "-uid-base", strconv.Itoa(UIDBase),
+	return []string{ExecutorPath, "serve", "-slots", "1", "-uid-base", strconv.Itoa(UIDBase + slot),
 		"-fork-server=" + strconv.FormatBool(fs.Enabled), "-preload", strings.Join(fs.Preload, ","), "-fork-server-max-runs", strconv.Itoa(fs.MaxRuns)}
 }
 
@@ -493,7 +497,7 @@ func (b *box) execExecutor(ctx context.Context, containerID string) (*session.Cl
 		AttachStdin:  true,
 		AttachStdout: true,
 		AttachStderr: true,
-		Cmd:          b.r.executorCommand(),
+		Cmd:          b.r.executorCommand(b.slot),
 	})
 	if err != nil {
 		return nil, err

@@ -120,6 +120,38 @@ for family, addr in ((socket.AF_INET, ('127.0.0.1', 8000)), (socket.AF_UNIX, '\0
 		}
 	})
 
+	t.Run("per-user kernel limits are the slot's own", func(t *testing.T) {
+		// The kernel counts processes, inotify instances and POSIX message queue bytes per
+		// uid across the whole host: a run using them up must not stop another slot's run.
+		if !h.IsolatedSlots {
+			t.Skip("this runtime's slots share a box")
+		}
+		attacker := `import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+kids = []
+try:
+    for _ in range(200):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(10); os._exit(0)
+        kids.append(pid)
+except OSError:
+    pass
+fds = [libc.inotify_init() for _ in range(200)]
+print('ready', len(kids) > 0, flush=True)
+time.sleep(2.5)`
+		victim := `import ctypes, os, subprocess, threading
+libc = ctypes.CDLL(None, use_errno=True)
+t = threading.Thread(target=lambda: None); t.start(); t.join()
+print(subprocess.run(['true']).returncode, libc.inotify_init() >= 0)`
+		a, v := concurrently(t, attacker, victim)
+		expect(t, a, sandbox.OutcomeOK)
+		expect(t, v, sandbox.OutcomeOK)
+		if v.Stdout != "0 True\n" {
+			t.Fatalf("victim stdout %q, want a process, a thread and an inotify instance of its own", v.Stdout)
+		}
+	})
+
 	t.Run("H27 another run's files in /tmp are not visible", func(t *testing.T) {
 		if !h.IsolatedSlots {
 			t.Skip("this runtime's slots share /tmp")
