@@ -377,8 +377,14 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 			log.Error("interrupted executions did not answer in time", "error", err)
 		}
 	}
-	if id := eng.Runtime.ContainerID(); len(id) >= 12 {
-		log.Info("stopped; the warm container stays up for the next daemon", "container", id[:12])
+	var up []string
+	for _, id := range eng.Runtime.ContainerIDs() {
+		if len(id) >= 12 {
+			up = append(up, id[:12])
+		}
+	}
+	if len(up) > 0 {
+		log.Info("stopped; the warm containers stay up for the next daemon", "containers", strings.Join(up, ","))
 	} else {
 		log.Info("stopped; no warm container was started (the Docker engine never answered)")
 	}
