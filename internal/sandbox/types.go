@@ -80,8 +80,16 @@ type Result struct {
 	// Signal is the number of the signal that ended the program, 0 when none did.
 	Signal int `json:"signal"`
 	// Reason explains any outcome other than "ok" in one sentence naming the limit involved
-	// (for example "stdout passed its cap of 1048576 bytes; the run was stopped").
+	// (for example "stdout passed its cap of 1048576 bytes; the run was stopped"). When
+	// OOMKills is not 0 it says so as well.
 	Reason string `json:"reason,omitempty"`
+	// OOMKills is how many processes the box's out-of-memory killer killed while the run was
+	// going (the memory cgroup's oom_kill counter; 0 where the box has none to read, as under
+	// gVisor). Any such kill makes the outcome memory_limit, unless the run ended for a reason
+	// sandpit caused first (timeout, output_limit, killed on cancel), whose reason then names
+	// the kills. The counter is the box's: where slots share one box, a kill in another
+	// slot's run during this one counts too.
+	OOMKills int `json:"oom_kills"`
 	// Stdout and Stderr hold what the program wrote, up to their caps, as valid UTF-8.
 	Stdout string `json:"stdout"`
 	Stderr string `json:"stderr"`

@@ -25,8 +25,8 @@ import (
 )
 
 // pipeRuntime starts the executor in-process, connected to a session over net.Pipe, running
-// the host's /usr/bin/python3 as uids 61000 and up, every run cold. It needs root (to switch
-// uids).
+// the host's /usr/bin/python3 as uids from pipeUIDBase up, every run cold. It needs root (to
+// switch uids).
 func pipeRuntime(t *testing.T, slots int) (*session.Client, func() error) {
 	t.Helper()
 	return pipeRuntimeWith(t, slots, func(cfg *executor.Config) { cfg.ForkServer = "" })
@@ -60,7 +60,7 @@ func pipeRuntimeWith(t *testing.T, slots int, mutate func(*executor.Config)) (*s
 		t.Fatal(err)
 	}
 	cfg := executor.DefaultConfig()
-	cfg.Slots, cfg.UIDBase, cfg.Python, cfg.Bootstrap = slots, 61000, python, boot
+	cfg.Slots, cfg.UIDBase, cfg.Python, cfg.Bootstrap = slots, pipeUIDBase(), python, boot
 	cfg.ForkServer, cfg.Preload = forkServer, []string{"decimal", "email.message"}
 	cfg.RunRoot = filepath.Join(root, "runs")
 	cfg.TmpDirs = []string{os.TempDir()}
@@ -94,6 +94,11 @@ func pipeRuntimeWith(t *testing.T, slots int, mutate func(*executor.Config)) (*s
 	t.Cleanup(func() { c.Close(); wait() })
 	return c, wait
 }
+
+// pipeUIDBase is the first slot uid of this test process: 61000 plus 16 per process id modulo
+// 4096, so that test processes running at once on one host (go test runs packages in
+// parallel) rarely share uids, whose processes each executor kills when it clears a slot.
+func pipeUIDBase() int { return 61000 + 16*(os.Getpid()%4096) }
 
 func TestConformancePipe(t *testing.T) {
 	hasModule := func(name string) bool {
