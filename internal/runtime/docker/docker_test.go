@@ -82,6 +82,33 @@ func TestConformanceDocker(t *testing.T) {
 	}
 }
 
+// A child process of the run killed by the box's out-of-memory killer is reported, and wins
+// over the program's exit 0 (issue 21.3): two children build 300 MB strings in the 512 MiB box.
+func TestChildOOMKillIsReported(t *testing.T) {
+	rt, _ := startRuntime(t, nil)
+	code := `import multiprocessing as mp, time
+def eat():
+    s = "x" * (300 * 2**20)
+    time.sleep(3)
+if __name__ == "__main__":
+    ps = [mp.Process(target=eat) for _ in range(2)]
+    for p in ps:
+        p.start()
+    for p in ps:
+        p.join()
+    print(sorted(p.exitcode for p in ps))`
+	res := sandboxtest.Exec(t, rt, 0, sandboxtest.Spec(code, 60*time.Second), nil)
+	if res.Outcome != sandbox.OutcomeMemoryLimit || res.OOMKills < 1 || res.ExitCode != 0 || !strings.Contains(res.Stdout, "-9") ||
+		!strings.Contains(res.Reason, "killed by the box's out-of-memory killer") || !strings.Contains(res.Reason, "exit status 0") {
+		t.Fatalf("outcome %q oom_kills %d exit %d reason %q stdout %q stderr %.500q", res.Outcome, res.OOMKills, res.ExitCode, res.Reason, res.Stdout, res.Stderr)
+	}
+	// The next run counts only its own.
+	res = sandboxtest.Exec(t, rt, 0, sandboxtest.Spec("print(1)", 10*time.Second), nil)
+	if res.Outcome != sandbox.OutcomeOK || res.OOMKills != 0 {
+		t.Fatalf("next run: outcome %q oom_kills %d", res.Outcome, res.OOMKills)
+	}
+}
+
 func TestContainerHardening(t *testing.T) {
 	rt, cfg := startRuntime(t, nil)
 	got, err := api.ContainerInspect(context.Background(), rt.ContainerID(), client.ContainerInspectOptions{})
