@@ -1,11 +1,10 @@
 package executor
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -17,65 +16,81 @@ func checkOutput(text []byte) error {
 	if !utf8.Valid(text) {
 		return errors.New("it is not valid UTF-8")
 	}
-	var raw json.RawMessage
-	if err := json.Unmarshal(text, &raw); err != nil {
-		return fmt.Errorf("it is not JSON: %v", err)
+	if !json.Valid(text) {
+		var v json.RawMessage
+		return fmt.Errorf("it is not JSON: %v", json.Unmarshal(text, &v))
 	}
-	dec := json.NewDecoder(bytes.NewReader(text))
-	dec.UseNumber()
-	// names[i] holds the names seen so far in the i-th enclosing object; nil for an array.
-	var names []map[string]bool
-	expectName := func() bool { return len(names) > 0 && names[len(names)-1] != nil }
-	for {
-		// In an object, a string token where a name may stand is a name.
-		nameNext := expectName() && dec.More()
-		tok, err := dec.Token()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("it is not JSON: %v", err)
-		}
-		switch t := tok.(type) {
-		case json.Delim:
-			switch t {
-			case '{':
-				names = append(names, map[string]bool{})
-			case '[':
-				names = append(names, nil)
-			default:
-				names = names[:len(names)-1]
+	return checkNames(text)
+}
+
+// checkNames returns an error naming the first name that an object of text, valid JSON,
+// holds twice (names compared after their escapes are decoded).
+func checkNames(text []byte) error {
+	var stack []*nameSet // nil entries for arrays
+	for i := 0; i < len(text); i++ {
+		switch text[i] {
+		case '{':
+			stack = append(stack, &nameSet{expectName: true})
+		case '[':
+			stack = append(stack, nil)
+		case '}', ']':
+			stack = stack[:len(stack)-1]
+		case ',':
+			if top := stack[len(stack)-1]; top != nil {
+				top.expectName = true
 			}
-			continue
-		case string:
-			if nameNext {
-				seen := names[len(names)-1]
-				if seen[t] {
-					return fmt.Errorf("an object holds the name %q twice", t)
-				}
-				seen[t] = true
-				// The value that follows is read by the next Token call; it is not a name.
-				if err := skipValue(dec, &names); err != nil {
-					return err
+		case '"':
+			end := i + 1
+			escaped := false
+			for ; text[end] != '"'; end++ {
+				if text[end] == '\\' {
+					escaped = true
+					end++
 				}
 			}
+			if len(stack) > 0 && stack[len(stack)-1] != nil && stack[len(stack)-1].expectName {
+				name := string(text[i+1 : end])
+				if escaped {
+					if err := json.Unmarshal(text[i:end+1], &name); err != nil {
+						return fmt.Errorf("it is not JSON: %v", err)
+					}
+				}
+				if !stack[len(stack)-1].add(name) {
+					return fmt.Errorf("an object holds the name %q twice", name)
+				}
+			}
+			i = end
 		}
 	}
 	return nil
 }
 
-// skipValue reads one value after an object's name: a scalar is consumed, an object or array
-// is opened (pushed on names) for the caller's loop to walk.
-func skipValue(dec *json.Decoder, names *[]map[string]bool) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return fmt.Errorf("it is not JSON: %v", err)
+// nameSet is the names of one object seen so far: a list while short, a map past that.
+type nameSet struct {
+	list       []string
+	set        map[string]bool
+	expectName bool // the next string is a name
+}
+
+// add adds name and reports whether it was new.
+func (s *nameSet) add(name string) bool {
+	s.expectName = false
+	if s.set == nil {
+		if slices.Contains(s.list, name) {
+			return false
+		}
+		if s.list = append(s.list, name); len(s.list) > 16 {
+			s.set = map[string]bool{}
+			for _, n := range s.list {
+				s.set[n] = true
+			}
+			s.list = nil
+		}
+		return true
 	}
-	switch tok {
-	case json.Delim('{'):
-		*names = append(*names, map[string]bool{})
-	case json.Delim('['):
-		*names = append(*names, nil)
+	if s.set[name] {
+		return false
 	}
-	return nil
+	s.set[name] = true
+	return true
 }
