@@ -259,6 +259,7 @@ def _apply_limits(init):
 
 
 _memory_error = [False]  # a MemoryError ended a thread of the program
+_main_pid = [0]  # the run's process: only it sends OUTPUT (a forked child may end the program too)
 # Private references, as above: the exit sequence must work whatever the program replaced.
 _kill, _getpid, _signal, _sleep, _monotonic, _ioctl = (
     os.kill, os.getpid, signal.signal, time.sleep, time.monotonic, fcntl.ioctl)
@@ -463,10 +464,10 @@ def _send_pieces(pieces, limit):
 
 
 def _send_output(namespace, limit):
-    """Sends OUTPUT's JSON text; the executor measures its size and holds it to limit (an
-    OUTPUT found over limit is sent only until it passes limit). Returns the exit status to
-    use: 0, or 1 when OUTPUT is unusable."""
-    if "OUTPUT" not in namespace:
+    """Sends OUTPUT's JSON text, from the run's own process only; the executor measures its
+    size and holds it to limit (an OUTPUT found over limit is sent only until it passes limit).
+    Returns the exit status to use: 0, or 1 when OUTPUT is unusable."""
+    if "OUTPUT" not in namespace or _getpid() != _main_pid[0]:
         return 0
     value = namespace["OUTPUT"]
     try:
@@ -478,7 +479,8 @@ def _send_output(namespace, limit):
         _report_memory_error()
         print("sandpit: OUTPUT is too large to serialise within the memory limit", file=sys.stderr)
         return 1
-    except (TypeError, ValueError, RecursionError) as exc:
+    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: RecursionError, or a
+        # daemon thread changing OUTPUT while it is serialised
         print(f"sandpit: OUTPUT is not JSON-serialisable: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
@@ -491,6 +493,7 @@ def main():
     # Only descriptors 0 to 3 belong to the run: close anything else inherited by mistake.
     os.closerange(_FD + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
     os.set_inheritable(_FD, False)
+    _main_pid[0] = _getpid()
     init = _read_init()
     _apply_limits(init)
     threading.excepthook = _thread_excepthook

@@ -264,6 +264,8 @@ func Run(t *testing.T, h Harness) {
 			"import threading, time\nOUTPUT = {}\nthreading.Thread(target=lambda: (time.sleep(0.1), OUTPUT.update(late=True))).start()": `{"late": true}`,
 			"import atexit\nOUTPUT = {'n': 1}\natexit.register(lambda: OUTPUT.update(n=2))":                                             `{"n": 2}`,
 			"import atexit\ndef last():\n    global OUTPUT\n    OUTPUT = 'set at exit'\natexit.register(last)":                          `"set at exit"`,
+			// A forked child that ends the program too does not send its own OUTPUT.
+			"import os\npid = os.fork()\nOUTPUT = 'child' if pid == 0 else 'parent'\nif pid:\n    os.waitpid(pid, 0)": `"parent"`,
 		} {
 			res := Exec(t, rt, 0, Spec(code, 10*time.Second), nil)
 			expect(t, res, sandbox.OutcomeOK)
