@@ -162,9 +162,7 @@ func (r *run) execute() *sandbox.Result {
 	var streams sync.WaitGroup
 	outCap := r.newCapture(protocol.KindStdout, r.spec.Limits.StdoutBytes, stopStdoutLimit)
 	errCap := r.newCapture(protocol.KindStderr, r.spec.Limits.StderrBytes, stopStderrLimit)
-	var order sync.Mutex // one pipe read and passed on at a time: see pump
-	streams.Go(func() { pump(l.stdout, outCap, &order) })
-	streams.Go(func() { pump(l.stderr, errCap, &order) })
+	streams.Go(func() { pumpStreams(l.stdout, l.stderr, outCap, errCap) })
 	var controlDone sync.WaitGroup
 	controlDone.Go(func() { r.serveControl(control) })
 
@@ -293,42 +291,6 @@ func (r *run) newCapture(kind protocol.Kind, limit int64, reason stopReason) *ca
 			}
 		},
 		onLimit: func() { r.stop(reason) },
-	}
-}
-
-// pump copies a pipe into a capture until the pipe's writers are all gone. Each read and
-// the sending on of what it read happen under order, which the run's two pumps share: what
-// one pipe held when it was read is passed on before anything read later from the other.
-// (The bootstrap waits until one pipe has been read before it writes to the other, so the
-// program's writes to sys.stdout and sys.stderr keep their order.) A read takes up to 256 KiB,
-// more than a pipe holds unless the program enlarges it.
-func pump(f *os.File, c *capture, order *sync.Mutex) {
-	defer c.close()
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return
-	}
-	buf := make([]byte, 256<<10)
-	for done := false; !done; {
-		err := rc.Read(func(fd uintptr) bool {
-			order.Lock()
-			defer order.Unlock()
-			n, err := syscall.Read(int(fd), buf)
-			switch {
-			case errors.Is(err, syscall.EAGAIN):
-				return false // wait until the pipe is readable
-			case errors.Is(err, syscall.EINTR):
-				return true
-			case n > 0:
-				c.write(buf[:n])
-			default: // end of the pipe, or an error
-				done = true
-			}
-			return true
-		})
-		if err != nil {
-			return
-		}
 	}
 }
 
