@@ -591,10 +591,10 @@ def _finish(status, program, output_limit, interrupted):
     module = program()
     output_status = _send_output(module.__dict__, output_limit) if module is not None else 0
     del module
+    status = status or output_status
     if _memory_error[0] and not status:
         print("sandpit: a thread of the program ran out of memory (MemoryError): exit status 1", file=sys.stderr)
         status = 1
-    status = status or output_status
     if shutdown is None:
         _exit(status)
     try:

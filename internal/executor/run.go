@@ -517,7 +517,7 @@ func (r *run) classify(res *sandbox.Result, status syscall.WaitStatus, waitErr e
 		res.Reason = fmt.Sprintf("stderr passed its cap of %d bytes; the run was stopped and stderr cut at the cap", lim.StderrBytes)
 	case reason == stopOutputLimit:
 		res.Outcome = sandbox.OutcomeOutputLimit
-		res.Reason = fmt.Sprintf("OUTPUT passed its cap of %d bytes of JSON (%d bytes of it had arrived); the run was stopped", r.outputCap(), outputBytes)
+		res.Reason = fmt.Sprintf("OUTPUT passed its cap of %d bytes of JSON; the run was stopped once %d bytes of it had arrived", r.outputCap(), outputBytes)
 		res.Output = nil
 	case reason == stopCancelled:
 		res.Outcome = sandbox.OutcomeKilled

@@ -245,8 +245,15 @@ func Run(t *testing.T, h Harness) {
 				t.Fatalf("%s: exit %d reason %q output %s", code, res.ExitCode, res.Reason, res.Output)
 			}
 		}
+		// A real MemoryError, which only the interpreter sees, still counts, in any thread: the
+		// run's status is then 1.
+		res := Exec(t, rt, 0, Spec("import threading\ndef f():\n    b = bytearray(2**40)\nth = threading.Thread(target=f)\nth.start()\nth.join()\nprint('main done')", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeMemoryLimit)
+		if res.ExitCode != 1 || res.Stdout != "main done\n" || !strings.Contains(res.Stderr, "MemoryError") {
+			t.Fatalf("exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+		}
 		// OUTPUT sent by hand is held to the same rules as the bootstrap's.
-		res := Exec(t, rt, 0, Spec(`import os; d = b'{"a": 1, "a": 2}'; os.write(3, b'{"type":"output","bytes":%d}\n' % len(d) + d)`, 10*time.Second), nil)
+		res = Exec(t, rt, 0, Spec(`import os; d = b'{"a": 1, "a": 2}'; os.write(3, b'{"type":"output","bytes":%d}\n' % len(d) + d)`, 10*time.Second), nil)
 		expect(t, res, sandbox.OutcomeError)
 		if !strings.Contains(res.Reason, `the name "a" twice`) || !noOutput(res) {
 			t.Fatalf("reason %q output %s", res.Reason, res.Output)
