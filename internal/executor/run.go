@@ -470,15 +470,21 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 // signal. An OUTPUT text that is not valid JSON (only a program writing the control line
 // itself sends one) makes an exit 0 an error.
 //
-// Out-of-memory kills win over the program's own ending: any kill of one of the run's
-// processes makes the run memory_limit, even when the program survived it and exited 0 (its
-// result may be wrong for want of what the killed process did); the kill count is in the
-// result. An outcome the executor caused itself (timeout, output_limit, cancelled) stays, with
-// the kills named in its reason.
+// Out-of-memory kills (res.OOMKills, the box's counter) are always named in the reason, and
+// win over the program's own ending when they are surely the run's: when the program itself
+// was killed (SIGKILL) or the box serves this slot alone. Then the run is memory_limit even if
+// the program survived a child's kill and exited 0 (its result may be wrong for want of what
+// the killed process did). In a box shared by several slots a kill the program survived may
+// have been another slot's run: the outcome stays the program's own. An outcome the executor
+// caused itself (timeout, output_limit, cancelled) stays in every case.
 func (r *run) classify(res *sandbox.Result, status syscall.WaitStatus, waitErr error) {
+	shared := r.e.cfg.Slots > 1
 	defer func() {
-		if res.OOMKills > 0 && res.Outcome != sandbox.OutcomeMemoryLimit && res.Reason != "" {
-			res.Reason += "; " + oomSentence(res.OOMKills)
+		if res.OOMKills > 0 && res.Outcome != sandbox.OutcomeMemoryLimit {
+			if res.Reason != "" {
+				res.Reason += "; "
+			}
+			res.Reason += oomSentence(res.OOMKills, shared)
 		}
 	}()
 	if res.Outcome == sandbox.OutcomeSandboxError {
@@ -522,16 +528,15 @@ func (r *run) classify(res *sandbox.Result, status syscall.WaitStatus, waitErr e
 	case reason == stopCancelled:
 		res.Outcome = sandbox.OutcomeKilled
 		res.Reason = "cancelled: the daemon stopped the run"
-	case res.OOMKills > 0:
+	case res.OOMKills > 0 && res.Signal == int(syscall.SIGKILL):
 		res.Outcome = sandbox.OutcomeMemoryLimit
-		if res.Signal == int(syscall.SIGKILL) {
-			res.Reason = "the box ran out of memory and its out-of-memory killer stopped the run"
-			if res.OOMKills > 1 {
-				res.Reason += "; " + oomSentence(res.OOMKills)
-			}
-		} else {
-			res.Reason = oomSentence(res.OOMKills) + fmt.Sprintf("; the program itself ended with %s", endedWith(res))
+		res.Reason = "the box ran out of memory and its out-of-memory killer stopped the run"
+		if res.OOMKills > 1 {
+			res.Reason += "; " + oomSentence(res.OOMKills, shared)
 		}
+	case res.OOMKills > 0 && !shared:
+		res.Outcome = sandbox.OutcomeMemoryLimit
+		res.Reason = oomSentence(res.OOMKills, shared) + fmt.Sprintf("; the program itself ended with %s", endedWith(res))
 	case res.Signal == int(syscall.SIGXCPU):
 		res.Outcome = sandbox.OutcomeTimeout
 		res.Reason = fmt.Sprintf("the run used up its CPU time limit of %d s", (r.spec.TimeoutMS+999)/1000+1)
@@ -555,12 +560,17 @@ func (r *run) classify(res *sandbox.Result, status syscall.WaitStatus, waitErr e
 	}
 }
 
-// oomSentence says that n processes of the run were killed for memory.
-func oomSentence(n int) string {
-	if n == 1 {
-		return "1 process of the run was killed by the box's out-of-memory killer"
+// oomSentence says that n processes were killed for memory during the run: the run's own,
+// or, in a box that several slots share, the box's.
+func oomSentence(n int, shared bool) string {
+	procs, were := "1 process", "was"
+	if n > 1 {
+		procs, were = fmt.Sprintf("%d processes", n), "were"
 	}
-	return fmt.Sprintf("%d processes of the run were killed by the box's out-of-memory killer", n)
+	if shared {
+		return fmt.Sprintf("%s in the box (this run's or another slot's) %s killed by its out-of-memory killer while the run was going", procs, were)
+	}
+	return fmt.Sprintf("%s of the run %s killed by the box's out-of-memory killer", procs, were)
 }
 
 // endedWith describes the program's own ending: "exit status 0" or "signal 9 (SIGKILL: killed)".

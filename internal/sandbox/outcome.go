@@ -20,8 +20,9 @@ const (
 	// and every process of the run was killed.
 	OutcomeTimeout Outcome = "timeout"
 	// OutcomeMemoryLimit: the program failed with a MemoryError (its memory limit; it exited
-	// with a non-zero status), or the box's out-of-memory killer killed one of the run's
-	// processes, even one the program survived (Result.OOMKills counts them).
+	// with a non-zero status), or the box's out-of-memory killer killed the program, or any
+	// process of the run in a box that serves one slot, even one the program survived
+	// (Result.OOMKills counts them).
 	OutcomeMemoryLimit Outcome = "memory_limit"
 	// OutcomeOutputLimit: stdout or stderr passed its byte cap, or OUTPUT its size cap; the run
 	// was stopped at that moment and the output up to the cap is kept.
