@@ -325,7 +325,9 @@ def _ordered_streams():
         old.flush()
         raw = _StreamFile(fd, "wb", closefd=False)
         raw.name = f"<{name}>"
-        stream = io.TextIOWrapper(raw, encoding=old.encoding, errors=old.errors, write_through=True)
+        stream = io.TextIOWrapper(raw, encoding=old.encoding, errors=old.errors, newline="\n",
+                                  write_through=True)
+        stream.mode = "w"
         setattr(sys, name, stream)
         setattr(sys, f"__{name}__", stream)
 

@@ -339,6 +339,12 @@ func Run(t *testing.T, h Harness) {
 				t.Fatalf("run %d: events %q, want stdout's line, then the traceback", i, events)
 			}
 		}
+		// The streams are still what python3 -u gives.
+		res := Exec(t, rt, 0, Spec("import sys\nfor s in (sys.stdout, sys.stderr):\n    print(s.name, s.mode, s.buffer.mode, s.write_through, s.line_buffering, s.encoding, s.errors, s.fileno(), s is getattr(sys, '__%s__' % s.name[1:-1]))", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOK)
+		if want := "<stdout> w wb True False utf-8 surrogateescape 1 True\n<stderr> w wb True False utf-8 backslashreplace 2 True\n"; res.Stdout != want {
+			t.Fatalf("streams %q, want %q", res.Stdout, want)
+		}
 		events, res := collect("import sys\nfor i in range(100):\n    print(i)\n    print(-i, file=sys.stderr)\n    sys.stderr.buffer.write(b'.\\n')")
 		expect(t, res, sandbox.OutcomeOK)
 		if len(events) != 200 {
