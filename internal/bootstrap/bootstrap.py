@@ -261,8 +261,8 @@ def _apply_limits(init):
 _memory_error = [False]  # a MemoryError ended a thread of the program
 _main_pid = [0]  # the run's process: only it sends OUTPUT (a forked child may end the program too)
 # Private references, as above: the exit sequence must work whatever the program replaced.
-_kill, _getpid, _signal, _sleep, _monotonic, _ioctl = (
-    os.kill, os.getpid, signal.signal, time.sleep, time.monotonic, fcntl.ioctl)
+_kill, _getpid, _signal, _sleep, _monotonic, _ioctl, _yield = (
+    os.kill, os.getpid, signal.signal, time.sleep, time.monotonic, fcntl.ioctl, os.sched_yield)
 
 
 def _report_memory_error():
@@ -290,12 +290,21 @@ def _pipe_pending(fd):
 
 def _wait_read(fd):
     """Waits, up to a second, until the executor has read what the pipe at fd holds: it reads
-    all of a pipe at once, and sends what it read on before it reads another pipe."""
+    all of a pipe at once, and sends what it read on before it reads another pipe. It yields
+    the processor first (the executor is usually that quick), then sleeps."""
     pending = _pipe_pending(fd)
-    deadline, delay = _monotonic() + 1, 0.0001
-    while pending and _monotonic() < deadline:
-        _sleep(delay)
-        delay = min(delay * 2, 0.005)
+    deadline, tries, delay = None, 0, 0.0001
+    while pending:
+        if tries < 100:
+            tries += 1
+            _yield()
+        else:
+            if deadline is None:
+                deadline = _monotonic() + 1
+            elif _monotonic() > deadline:
+                return
+            _sleep(delay)
+            delay = min(delay * 2, 0.005)
         now = _pipe_pending(fd)
         if now < pending:  # the executor read the pipe since: what was there is read
             return

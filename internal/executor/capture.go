@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"strings"
@@ -11,32 +12,55 @@ import (
 
 // pumpStreams copies the program's stdout and stderr pipes into their captures until both
 // pipes' writers are all gone. One goroutine waits for each pipe; a mutex they share makes
-// each read (up to 256 KiB: all a pipe holds, unless the program enlarged it) and the passing
-// on of what it read one step, so that nothing read from one pipe later is passed on before
-// it. The bootstrap's sys.stdout and sys.stderr wait, before a write that follows one to the
-// other stream, until the executor has read the other pipe: the program's Python-level writes
-// so keep their order across the two streams. Other writes keep their order within their
-// stream; across the two, the order is the order they were read in.
+// each read (up to 256 KiB: all a pipe holds, unless the program enlarged it) and the queueing
+// of what it read one step, and one goroutine passes the queue on to the captures in order:
+// nothing read from one pipe later is passed on before it, and a slow reader of the captures'
+// output does not delay the reads (the queue is bounded: when it is full, reading waits, and
+// the program's writes with it). The bootstrap's sys.stdout and sys.stderr wait, before a
+// write that follows one to the other stream, until the executor has read the other pipe: the
+// program's Python-level writes so keep their order across the two streams. Other writes keep
+// their order within their stream; across the two, the order is the order they were read in.
 func pumpStreams(stdout, stderr *os.File, outCap, errCap *capture) {
+	type chunk struct {
+		c    *capture
+		data []byte
+	}
+	queue := make(chan chunk, 64)
+	passed := make(chan struct{})
+	go func() {
+		defer close(passed)
+		for ch := range queue {
+			ch.c.write(ch.data)
+		}
+		outCap.close()
+		errCap.close()
+	}()
 	var mu sync.Mutex
 	buf := make([]byte, 256<<10) // used under mu
 	var wg sync.WaitGroup
-	for _, p := range []*pipeReader{{f: stdout, c: outCap}, {f: stderr, c: errCap}} {
+	for _, pipe := range []struct {
+		f *os.File
+		c *capture
+	}{{stdout, outCap}, {stderr, errCap}} {
 		wg.Go(func() {
-			defer func() {
-				mu.Lock()
-				p.c.close()
-				mu.Unlock()
-			}()
-			rc, err := p.f.SyscallConn()
+			rc, err := pipe.f.SyscallConn()
 			if err != nil {
 				return
 			}
-			for !p.done {
+			for done := false; !done; {
 				err := rc.Read(func(fd uintptr) bool {
 					mu.Lock()
 					defer mu.Unlock()
-					return p.passOn(int(fd), buf)
+					n, err := syscall.Read(int(fd), buf)
+					switch {
+					case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EINTR):
+						return false // nothing yet: wait until the pipe is readable
+					case n > 0:
+						queue <- chunk{pipe.c, bytes.Clone(buf[:n])}
+					default: // end of the pipe, or an error
+						done = true
+					}
+					return true
 				})
 				if err != nil {
 					return
@@ -45,28 +69,8 @@ func pumpStreams(stdout, stderr *os.File, outCap, errCap *capture) {
 		})
 	}
 	wg.Wait()
-}
-
-// pipeReader is one of a run's output pipes (non-blocking) and its capture.
-type pipeReader struct {
-	f    *os.File
-	c    *capture
-	done bool // the pipe has ended (or failed)
-}
-
-// passOn reads what the pipe (descriptor fd) holds now and passes it to the capture. It
-// returns false when the pipe holds nothing yet, true when it read data or found the end.
-func (p *pipeReader) passOn(fd int, buf []byte) bool {
-	n, err := syscall.Read(fd, buf)
-	switch {
-	case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EINTR):
-		return false
-	case n > 0:
-		p.c.write(buf[:n])
-	default: // end of the pipe, or an error
-		p.done = true
-	}
-	return true
+	close(queue)
+	<-passed
 }
 
 // capture turns a stream's raw bytes into valid UTF-8 chunks and enforces the stream's byte
