@@ -5,9 +5,13 @@
 // newline-delimited JSON, the executor sends one Init line; the bootstrap applies the run's
 // rlimits, sets INPUT, writes the code to main.py in the run's directory and executes it as
 // module __main__ from there (so tracebacks show the user's own line numbers, and
-// multiprocessing's spawn finds the script), and reports back Report lines:
-// the serialised OUTPUT, or that a MemoryError happened. No request value is ever pasted into
-// Python source.
+// multiprocessing's spawn finds the script). Back over descriptor 3 go the program's agent.*
+// calls, the text of OUTPUT (read once non-daemon threads are joined and atexit handlers have
+// run, in pieces whose size the executor measures), and a mark when a MemoryError ended the
+// program or a thread; nothing sent there decides the run's outcome by itself. sys.stdout and
+// sys.stderr wait, when a write follows one to the other stream, until the executor has read
+// the other's pipe, so that their order is kept. No request value is ever pasted into Python
+// source.
 package bootstrap
 
 import _ "embed"

@@ -4,21 +4,36 @@
 # (newline-delimited JSON on fd 3):
 #   executor -> bootstrap, once: {"code": str, "input": any, "limits": {...}, "timeout_ms": int,
 #                                 "paths": [str], "call_bytes": int, "preload_data_bytes": int}
-#   bootstrap -> executor:       {"type": "output", "json": str}
-#                                {"type": "output_too_large", "bytes": int}
-#                                {"type": "memory_error"}
+#   bootstrap -> executor:       {"type": "output", "bytes": int} followed by that many bytes:
+#                                a piece of OUTPUT's JSON text (UTF-8); the pieces of a run
+#                                join into one text, whose size the executor measures itself
+#                                {"type": "memory_error"}: a MemoryError ended a thread or the
+#                                program (it only relabels a run that exits with a non-zero
+#                                status; see the executor's classify)
 #                                {"type": "call", "method": str, "args": {...}}  (agent.*)
 #   executor -> bootstrap, per call: {"type": "reply", "ok": bool, "value": any, "error": str}
+# Nothing the program writes here decides its outcome: that comes from what the executor
+# observes (exit status, signals, the box's counters, the bytes it received).
+#
+# sys.stdout and sys.stderr stay descriptors 1 and 2 (pipes to the executor, written through
+# as with -u); before a write to one of them follows a write to the other, the bootstrap waits
+# until the executor has read what the other's pipe holds, so the program's writes reach the
+# executor, which reads one pipe at a time, in the order they were made.
 import atexit
 import builtins
+import fcntl
 import gc
+import io
 import json
 import linecache
 import math
 import os
 import resource
+import signal
 import sys
+import termios
 import threading
+import time
 import traceback
 import types
 import weakref
@@ -32,13 +47,21 @@ _BOOTSTRAP = os.path.abspath(__file__)
 # must still report its result.
 _dumps, _loads = json.dumps, json.loads
 _write, _read, _exit, _os_exit = os.write, os.read, sys.exit, os._exit
+_write_lock = threading.Lock()  # one frame at a time on the control line
+_OUTPUT_PIECE = 1 << 20  # bytes of OUTPUT's JSON per frame
 
 
-def _send(obj):
-    data = (_dumps(obj) + "\n").encode()
+def _write_all(data):
     while data:
         n = _write(_FD, data)
         data = data[n:]
+
+
+def _send(obj, payload=b""):
+    """Writes one frame: obj as a JSON line, then payload's raw bytes."""
+    data = (_dumps(obj) + "\n").encode() + payload
+    with _write_lock:
+        _write_all(data)
 
 
 _pending = [b""]  # bytes read from the control line past the last line
@@ -90,9 +113,8 @@ def _call(method, args):
     if _call_limit[0] and len(data) > _call_limit[0] + 256:
         raise _AgentError(f"agent.{method}: the request is {len(data)} bytes; the limit is {_call_limit[0]} bytes")
     with _call_lock:
-        while data:
-            n = _write(_FD, data)
-            data = data[n:]
+        with _write_lock:
+            _write_all(data)
         line = _read_line()
     if line is None:
         raise _AgentError(f"agent.{method}: the control line to the host is closed")
@@ -236,9 +258,18 @@ def _apply_limits(init):
         pass
 
 
+_memory_error = [False]  # a MemoryError ended a thread of the program
+_main_pid = [0]  # the run's process: only it sends OUTPUT (a forked child may end the program too)
+# Private references, as above: the exit sequence must work whatever the program replaced.
+_kill, _getpid, _signal, _sleep, _monotonic, _ioctl, _yield = (
+    os.kill, os.getpid, signal.signal, time.sleep, time.monotonic, fcntl.ioctl, os.sched_yield)
+
+
 def _report_memory_error():
+    _memory_error[0] = True
     try:
-        _write(_FD, _MEMORY_ERROR)
+        with _write_lock:
+            _write_all(_MEMORY_ERROR)
     except OSError:
         pass
 
@@ -247,6 +278,67 @@ def _thread_excepthook(args, _previous=threading.excepthook):
     if issubclass(args.exc_type, MemoryError):
         _report_memory_error()
     _previous(args)
+
+
+def _pipe_pending(fd):
+    """The bytes waiting in the pipe at descriptor fd (0 when fd is not a pipe)."""
+    try:
+        return int.from_bytes(_ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
+    except OSError:
+        return 0
+
+
+def _wait_read(fd):
+    """Waits, up to a second, until the executor has read what the pipe at fd holds: it reads
+    all of a pipe at once, and sends what it read on before it reads another pipe. It yields
+    the processor first (the executor is usually that quick), then sleeps."""
+    pending = _pipe_pending(fd)
+    deadline, tries, delay = None, 0, 0.0001
+    while pending:
+        if tries < 100:
+            tries += 1
+            _yield()
+        else:
+            if deadline is None:
+                deadline = _monotonic() + 1
+            elif _monotonic() > deadline:
+                return
+            _sleep(delay)
+            delay = min(delay * 2, 0.005)
+        now = _pipe_pending(fd)
+        if now < pending:  # the executor read the pipe since: what was there is read
+            return
+        pending = now
+
+
+class _StreamFile(io.FileIO):
+    """Descriptor 1 or 2 as the raw layer of sys.stdout or sys.stderr (as python3 -u has it).
+    A write that follows a write to the other stream first waits until the executor has read
+    the other stream's pipe, so that the two streams keep the order the program wrote them in."""
+
+    _last = [1]  # the descriptor written last, in this process
+
+    def write(self, b):
+        fd = self.fileno()
+        if _StreamFile._last[0] != fd:
+            _StreamFile._last[0] = fd
+            _wait_read(3 - fd)
+        return super().write(b)
+
+
+def _ordered_streams():
+    """Makes sys.stdout and sys.stderr (and sys.__stdout__, sys.__stderr__) keep their order:
+    text layers written through, as python3 -u has them, over _StreamFile."""
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        old = getattr(sys, name)
+        old.flush()
+        raw = _StreamFile(fd, "wb", closefd=False)
+        raw.name = f"<{name}>"
+        stream = io.TextIOWrapper(raw, encoding=old.encoding, errors=old.errors, newline="\n",
+                                  write_through=True)
+        stream.mode = "w"
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
 
 
 def _print_user_traceback(exc):
@@ -267,10 +359,39 @@ def _exit_status(exc):
     return 1
 
 
-def _size_at_least(obj, limit):
+def _json_name(key):
+    """The name json.dumps gives a dict key in JSON; TypeError or ValueError as json.dumps
+    would raise for a key JSON cannot hold."""
+    if isinstance(key, str):
+        return key
+    if key is True or key is False or key is None:
+        return {True: "true", False: "false", None: "null"}[key]
+    if isinstance(key, int):
+        return int.__repr__(key)
+    if isinstance(key, float):
+        return _dumps(key, allow_nan=False)
+    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
+
+
+def _check_names(d):
+    """Raises ValueError naming the key when two keys of dict d become the same JSON name
+    (1 and "1"): JSON would hold the name twice, and readers disagree on which value wins."""
+    if all(type(k) is str for k in d):
+        return
+    seen = {}
+    for key in d:
+        name = _json_name(key)
+        if name in seen:
+            raise ValueError(f"the keys {seen[name]!r} and {key!r} of one dict both become the JSON "
+                             f"name {_dumps(name, ensure_ascii=False)}; give them distinct names")
+        seen[name] = key
+
+
+def _check_output(obj, limit):
     """A lower bound of len(json.dumps(obj)), computed only until it passes limit: it lets a
     huge OUTPUT be refused before serialising it would need several times its size in memory.
-    Raises ValueError for a circular reference, as json.dumps would."""
+    Raises ValueError for a circular reference, as json.dumps would, and for keys of one dict
+    that become the same JSON name (see _check_names)."""
     size, stack, path = 0, [(obj, False)], set()
     while stack:
         o, leaving = stack.pop()
@@ -286,6 +407,7 @@ def _size_at_least(obj, limit):
             stack.append((o, True))
             size += 2 + len(o)
             if isinstance(o, dict):
+                _check_names(o)
                 size += sum(len(k) + 3 for k in o if isinstance(k, str))
                 o = o.values()
             stack.extend((v, False) for v in o)
@@ -296,25 +418,80 @@ def _size_at_least(obj, limit):
     return size
 
 
+_END = object()
+
+
+def _json_pieces(obj, chunk=1 << 16):
+    """Yields the text of json.dumps(obj, allow_nan=False, ensure_ascii=False) in pieces of
+    about chunk characters, without ever holding it whole (a string is escaped a slice at a
+    time). For an OUTPUT over its cap: only its start is sent. Raises as json.dumps would for
+    a value JSON cannot hold."""
+    stack = [[iter((obj,)), None, True]]  # [items, "}" or "]" or None, first item]
+    while stack:
+        frame = stack[-1]
+        item = next(frame[0], _END)
+        if item is _END:
+            stack.pop()
+            if frame[1]:
+                yield frame[1]
+            continue
+        if frame[1]:
+            if not frame[2]:
+                yield ", "
+            frame[2] = False
+        if frame[1] == "}":
+            key, item = item
+            yield _dumps(_json_name(key), ensure_ascii=False) + ": "
+        if isinstance(item, str):
+            yield '"'
+            for i in range(0, len(item), chunk):
+                yield _dumps(item[i:i + chunk], ensure_ascii=False)[1:-1]
+            yield '"'
+        elif isinstance(item, dict):
+            yield "{"
+            stack.append([iter(item.items()), "}", True])
+        elif isinstance(item, (list, tuple)):
+            yield "["
+            stack.append([iter(item), "]", True])
+        else:
+            yield _dumps(item, allow_nan=False)
+
+
+def _send_pieces(pieces, limit):
+    """Sends pieces (str) as output frames of up to _OUTPUT_PIECE bytes; stops once more than
+    limit bytes are sent (0: no limit)."""
+    buf, sent = bytearray(), 0
+    for piece in pieces:
+        buf += piece.encode()
+        while len(buf) >= _OUTPUT_PIECE or (limit and sent + len(buf) > limit):
+            data = bytes(buf[:_OUTPUT_PIECE])
+            del buf[:_OUTPUT_PIECE]
+            _send({"type": "output", "bytes": len(data)}, data)
+            sent += len(data)
+            if limit and sent > limit:
+                return
+    if buf:
+        _send({"type": "output", "bytes": len(buf)}, bytes(buf))
+
+
 def _send_output(namespace, limit):
-    """Sends OUTPUT as JSON; returns the exit status to use (0, or 1 when OUTPUT is unusable)."""
-    if "OUTPUT" not in namespace:
+    """Sends OUTPUT's JSON text, from the run's own process only; the executor measures its
+    size and holds it to limit (an OUTPUT found over limit is sent only until it passes limit).
+    Returns the exit status to use: 0, or 1 when OUTPUT is unusable."""
+    if "OUTPUT" not in namespace or _getpid() != _main_pid[0]:
         return 0
+    value = namespace["OUTPUT"]
     try:
-        size = _size_at_least(namespace["OUTPUT"], limit)
-        if not (limit and size > limit):
-            text = _dumps(namespace["OUTPUT"], allow_nan=False, ensure_ascii=False)
-            size = len(text.encode("utf-8", "surrogatepass"))
-        if limit and size > limit:
-            _send({"type": "output_too_large", "bytes": size})
-            return 0
-        _send({"type": "output", "json": text})
+        if limit and _check_output(value, limit) > limit:
+            _send_pieces(_json_pieces(value), limit)
+        else:
+            _send_pieces((_dumps(value, allow_nan=False, ensure_ascii=False),), 0)
     except MemoryError:
-        text = None
         _report_memory_error()
         print("sandpit: OUTPUT is too large to serialise within the memory limit", file=sys.stderr)
         return 1
-    except (TypeError, ValueError, RecursionError) as exc:
+    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: RecursionError, or a
+        # daemon thread changing OUTPUT while it is serialised
         print(f"sandpit: OUTPUT is not JSON-serialisable: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
@@ -327,9 +504,11 @@ def main():
     # Only descriptors 0 to 3 belong to the run: close anything else inherited by mistake.
     os.closerange(_FD + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
     os.set_inheritable(_FD, False)
+    _main_pid[0] = _getpid()
     init = _read_init()
     _apply_limits(init)
     threading.excepthook = _thread_excepthook
+    _ordered_streams()
 
     code = init["code"]
     if code.startswith("\ufeff"):  # a byte order mark, as editors save it: Python files may have one
@@ -351,8 +530,7 @@ def main():
     sys.argv = [_FILE]
     linecache.cache[_FILE] = (len(code), None, code.splitlines(True), _FILE)
 
-    limits = init.get("limits") or {}
-    status = 0
+    status, interrupted = 0, False
     try:
         exec(compile(code, _FILE, "exec"), module.__dict__)
     except SystemExit as exc:
@@ -363,11 +541,10 @@ def main():
         status = 1
     except BaseException as exc:  # noqa: BLE001 - the user's exception is the result
         _print_user_traceback(exc)
-        status = 1
-    output_status = _send_output(module.__dict__, limits.get("output_bytes"))
+        status, interrupted = 1, isinstance(exc, KeyboardInterrupt)
     program = weakref.ref(module)
     del module  # so that the program's module can become garbage (see _drop_program)
-    _finish(status or output_status, program)
+    _finish(status, program, (init.get("limits") or {}).get("output_bytes"), interrupted)
 
 
 def _drop_program(program):
@@ -402,21 +579,38 @@ def _drop_program(program):
         gc.collect()
 
 
-def _finish(status, program):
+def _finish(status, program, output_limit, interrupted):
     """Ends the process as the interpreter's exit would, without tearing every module down:
-    waits for non-daemon threads, runs atexit handlers, drops the program's globals (so its
-    open files are flushed and closed, and its objects' __del__ methods run: see
-    _drop_program), flushes stdout and stderr, then exits. (Tearing down numpy, pandas and the rest takes tens of
+    waits for non-daemon threads, runs atexit handlers, sends OUTPUT as it then is (what a
+    plain interpreter's program would have left), drops the program's globals (so its open
+    files are flushed and closed, and its objects' __del__ methods run: see _drop_program),
+    flushes stdout and stderr, then exits; after an uncaught KeyboardInterrupt (interrupted),
+    by SIGINT, as python3 does. A MemoryError that ended a thread makes the status 1 (the run
+    hit its memory limit). (Tearing down numpy, pandas and the rest takes tens of
     milliseconds and nothing of the run outlives it: its files and processes are removed
     after it.)"""
     shutdown = getattr(threading, "_shutdown", None)
-    if shutdown is None:  # an interpreter without it: the normal exit
+    try:
+        if shutdown is not None:  # an interpreter without it joins its threads at _exit
+            shutdown()
+            atexit._run_exitfuncs()
+    except SystemExit as exc:  # sys.exit in a thread being joined or an atexit handler
+        status = status or _exit_status(exc)
+    except BaseException as exc:  # noqa: BLE001 - reported as the interpreter would
+        _print_user_traceback(exc)
+        status = status or 1
+    module = program()
+    output_status = _send_output(module.__dict__, output_limit) if module is not None else 0
+    del module
+    status = status or output_status
+    if _memory_error[0] and not status:
+        print("sandpit: a thread of the program ran out of memory (MemoryError): exit status 1", file=sys.stderr)
+        status = 1
+    if shutdown is None:
         _exit(status)
     try:
-        shutdown()
-        atexit._run_exitfuncs()
         _drop_program(program)
-    except SystemExit as exc:  # sys.exit in a thread being joined or an atexit handler
+    except SystemExit as exc:  # sys.exit in a __del__
         status = status or _exit_status(exc)
     except BaseException as exc:  # noqa: BLE001 - reported as the interpreter would
         _print_user_traceback(exc)
@@ -426,6 +620,15 @@ def _finish(status, program):
             stream.flush()
         except Exception:  # noqa: BLE001 - a closed stream must not hide the status
             pass
+    if interrupted:
+        # CPython's exit after an uncaught KeyboardInterrupt: die of SIGINT (a shell then
+        # sees 130), or exit 130 if the signal cannot be delivered.
+        try:
+            _signal(signal.SIGINT, signal.SIG_DFL)
+            _kill(_getpid(), signal.SIGINT)
+        except (OSError, ValueError):
+            pass
+        _os_exit(130)
     _os_exit(status)
 
 

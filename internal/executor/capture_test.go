@@ -1,9 +1,16 @@
 package executor
 
 import (
+	"fmt"
+	"os"
+	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 	"unicode/utf8"
+	"unsafe"
 )
 
 func feed(limit int64, chunks ...string) (string, bool, int) {
@@ -71,4 +78,64 @@ func FuzzCapture(f *testing.F) {
 			t.Fatalf("output %q is not a prefix of the valid input %q", got, data)
 		}
 	})
+}
+
+// pipePending is what the bootstrap's _pipe_pending reads: the bytes waiting in a pipe.
+func pipePending(t *testing.T, f *os.File) int {
+	var n int32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), syscall.TIOCINQ, uintptr(unsafe.Pointer(&n))); e != 0 {
+		t.Fatal(e)
+	}
+	return int(n)
+}
+
+// A writer that, before writing to one stream after the other, waits until the other's pipe
+// has been read (as the bootstrap's sys.stdout and sys.stderr do) gets its writes passed on
+// in the order it made them.
+func TestPumpStreamsKeepsTheWritersOrder(t *testing.T) {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []string
+	capture := func(stream string) *capture {
+		return &capture{emit: func(s string) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, stream+" "+s)
+		}}
+	}
+	done := make(chan struct{})
+	go func() {
+		pumpStreams(outR, errR, capture("out"), capture("err"))
+		close(done)
+	}()
+	var want []string
+	pipes := map[string][2]*os.File{"out": {outR, outW}, "err": {errR, errW}}
+	last := "out"
+	for i := range 300 {
+		stream := []string{"out", "err"}[i%2]
+		if stream != last {
+			for pipePending(t, pipes[last][1]) > 0 {
+				time.Sleep(50 * time.Microsecond)
+			}
+			last = stream
+		}
+		line := fmt.Sprintf("%d\n", i)
+		if _, err := pipes[stream][1].WriteString(line); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, stream+" "+line)
+	}
+	outW.Close()
+	errW.Close()
+	<-done
+	if !slices.Equal(got, want) {
+		t.Fatalf("passed on %q,\nwant %q", got, want)
+	}
 }

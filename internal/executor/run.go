@@ -2,6 +2,7 @@ package executor
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,9 +54,9 @@ type run struct {
 	preloadData int64
 
 	// set by the control line
-	output      json.RawMessage
-	outputBytes int64
-	memoryError bool
+	output      []byte // OUTPUT's JSON text as received, up to its cap
+	outputBytes int64  // bytes of OUTPUT received when it passed its cap
+	memoryError bool   // the bootstrap saw a MemoryError (see classify)
 }
 
 func newRun(e *Executor, id string, slot int, spec sandbox.Spec) *run {
@@ -151,8 +152,7 @@ func (r *run) execute() *sandbox.Result {
 	var streams sync.WaitGroup
 	outCap := r.newCapture(protocol.KindStdout, r.spec.Limits.StdoutBytes, stopStdoutLimit)
 	errCap := r.newCapture(protocol.KindStderr, r.spec.Limits.StderrBytes, stopStderrLimit)
-	streams.Go(func() { pump(l.stdout, outCap) })
-	streams.Go(func() { pump(l.stderr, errCap) })
+	streams.Go(func() { pumpStreams(l.stdout, l.stderr, outCap, errCap) })
 	var controlDone sync.WaitGroup
 	controlDone.Go(func() { r.serveControl(control) })
 
@@ -174,9 +174,11 @@ func (r *run) execute() *sandbox.Result {
 
 	// Stdout and stderr went to the daemon as chunks; the result carries only their flags.
 	res.StdoutTruncated, res.StderrTruncated = outCap.truncated, errCap.truncated
-	res.Output = r.output
-	oomAfter, _ := oomKills()
-	r.classify(res, status, waitErr, oomKnown && oomAfter > oomBefore)
+	oomAfter, oomAfterKnown := oomKills()
+	if oomKnown && oomAfterKnown && oomAfter > oomBefore {
+		res.OOMKills = int(oomAfter - oomBefore)
+	}
+	r.classify(res, status, waitErr)
 	return res
 }
 
@@ -290,23 +292,12 @@ func (r *run) newCapture(kind protocol.Kind, limit int64, reason stopReason) *ca
 	}
 }
 
-// pump copies a pipe into a capture until the pipe's writers are all gone.
-func pump(f *os.File, c *capture) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := f.Read(buf)
-		if n > 0 {
-			c.write(buf[:n])
-		}
-		if err != nil {
-			break
-		}
-	}
-	c.close()
-}
-
-// serveControl sends the run's init line to the bootstrap and reads its reports until the
-// line closes.
+// serveControl sends the run's init line to the bootstrap and reads its frames until the
+// line closes: agent.* calls (answered), OUTPUT's text (kept up to its cap, measured here:
+// once more bytes than the cap have arrived, the run is stopped with output_limit) and the
+// MemoryError mark. Nothing read here decides the run's outcome by itself (see classify). A
+// line longer than a call may be, or an output frame with a negative size, is not the
+// bootstrap's: the line is closed, so the program can no longer use it.
 func (r *run) serveControl(conn net.Conn) {
 	init, err := json.Marshal(map[string]any{
 		"code":       r.spec.Code,
@@ -328,15 +319,12 @@ func (r *run) serveControl(conn net.Conn) {
 			r.e.log.Debug("writing init", "id", r.id, "error", err)
 		}
 	}()
-	maxLine := max(int(r.spec.Limits.OutputBytes), r.spec.CallBytes) + 64<<10
-	if r.spec.Limits.OutputBytes <= 0 {
-		maxLine = protocol.MaxFrame / 2
-	}
+	maxLine := r.spec.CallBytes + 64<<10
 	br := bufio.NewReaderSize(conn, 64<<10)
 	for {
 		line, err := readLine(br, maxLine)
 		if errors.Is(err, errLineTooLong) {
-			r.reportOutputTooLarge(int64(maxLine))
+			r.closeControl(conn, fmt.Sprintf("a line of more than %d bytes", maxLine))
 			return
 		}
 		if err != nil {
@@ -344,7 +332,6 @@ func (r *run) serveControl(conn net.Conn) {
 		}
 		var report struct {
 			Type   string          `json:"type"`
-			JSON   string          `json:"json"`
 			Bytes  int64           `json:"bytes"`
 			Method string          `json:"method"`
 			Args   json.RawMessage `json:"args"`
@@ -373,15 +360,50 @@ func (r *run) serveControl(conn net.Conn) {
 			r.memoryError = true
 			r.mu.Unlock()
 		case "output":
-			if json.Valid([]byte(report.JSON)) {
-				r.mu.Lock()
-				r.output = json.RawMessage(report.JSON)
-				r.mu.Unlock()
+			if report.Bytes < 0 {
+				r.closeControl(conn, fmt.Sprintf("an output frame of %d bytes", report.Bytes))
+				return
 			}
-		case "output_too_large":
-			r.reportOutputTooLarge(report.Bytes)
+			if !r.readOutput(br, report.Bytes) {
+				return
+			}
 		}
 	}
+}
+
+// closeControl closes a run's control line that the program misused (what names how).
+func (r *run) closeControl(conn net.Conn, what string) {
+	r.e.log.Info("closing a run's control line: the program wrote what the bootstrap does not", "id", r.id, "what", what)
+	_ = conn.Close()
+}
+
+// outputCap is the most bytes of OUTPUT's JSON a run may return: its output_bytes limit, or
+// half a protocol frame when that is 0 (no limit): the result must still fit in one frame.
+func (r *run) outputCap() int64 {
+	if lim := r.spec.Limits.OutputBytes; lim > 0 {
+		return lim
+	}
+	return protocol.MaxFrame / 2
+}
+
+// readOutput reads a piece of OUTPUT's JSON text of n bytes from br and keeps it. Once more
+// bytes than the cap have arrived (counted here, not taken from the frame), it stops the run
+// with output_limit and returns false; it returns false as well when the line ends first.
+func (r *run) readOutput(br *bufio.Reader, n int64) bool {
+	limit := r.outputCap()
+	r.mu.Lock()
+	have := int64(len(r.output))
+	r.mu.Unlock()
+	var piece bytes.Buffer
+	got, err := io.CopyN(&piece, br, min(n, limit-have+1))
+	r.mu.Lock()
+	r.output = append(r.output, piece.Bytes()...)
+	r.mu.Unlock()
+	if have+got > limit {
+		r.reportOutputTooLarge(have + got)
+		return false
+	}
+	return err == nil
 }
 
 // call forwards one agent.* call of the program to the daemon and waits for its answer, or
@@ -436,9 +458,33 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 	}
 }
 
-// classify sets the outcome from how the program ended: its wait status, or waitErr when that
-// is unknown.
-func (r *run) classify(res *sandbox.Result, status syscall.WaitStatus, waitErr error, oomKilled bool) {
+// classify sets the outcome from what the executor observed: how the program ended (its wait
+// status, or waitErr when that is unknown), why the executor stopped it, the box's count of
+// out-of-memory kills during the run (res.OOMKills) and the OUTPUT bytes it received.
+//
+// The one thing the program reports itself is a MemoryError under RLIMIT_DATA, which only the
+// interpreter sees; since the program may write that mark itself, it only relabels a run that
+// failed with a non-zero exit status (error becomes memory_limit), never an exit 0 or a
+// signal. An OUTPUT text that is not valid JSON (only a program writing the control line
+// itself sends one) makes an exit 0 an error.
+//
+// Out-of-memory kills (res.OOMKills, the box's counter) are always named in the reason, and
+// win over the program's own ending when they are surely the run's: when the program itself
+// was killed (SIGKILL) or the box serves this slot alone. Then the run is memory_limit even if
+// the program survived a child's kill and exited 0 (its result may be wrong for want of what
+// the killed process did). In a box shared by several slots a kill the program survived may
+// have been another slot's run: the outcome stays the program's own. An outcome the executor
+// caused itself (timeout, output_limit, cancelled) stays in every case.
+func (r *run) classify(res *sandbox.Result, status syscall.WaitStatus, waitErr error) {
+	shared := r.e.cfg.Slots > 1
+	defer func() {
+		if res.OOMKills > 0 && res.Outcome != sandbox.OutcomeMemoryLimit {
+			if res.Reason != "" {
+				res.Reason += "; "
+			}
+			res.Reason += oomSentence(res.OOMKills, shared)
+		}
+	}()
 	if res.Outcome == sandbox.OutcomeSandboxError {
 		return
 	}
@@ -455,8 +501,14 @@ func (r *run) classify(res *sandbox.Result, status syscall.WaitStatus, waitErr e
 	}
 	lim := r.spec.Limits
 	r.mu.Lock()
-	reason, memoryError, outputBytes := r.reason, r.memoryError, r.outputBytes
+	reason, memoryError, outputBytes, output := r.reason, r.memoryError, r.outputBytes, r.output
 	r.mu.Unlock()
+	var outputErr error
+	if output != nil {
+		if outputErr = checkOutput(output); outputErr == nil {
+			res.Output = json.RawMessage(output)
+		}
+	}
 	switch {
 	case reason == stopTimeout:
 		res.Outcome = sandbox.OutcomeTimeout
@@ -469,32 +521,62 @@ func (r *run) classify(res *sandbox.Result, status syscall.WaitStatus, waitErr e
 		res.Reason = fmt.Sprintf("stderr passed its cap of %d bytes; the run was stopped and stderr cut at the cap", lim.StderrBytes)
 	case reason == stopOutputLimit:
 		res.Outcome = sandbox.OutcomeOutputLimit
-		res.Reason = fmt.Sprintf("OUTPUT passed its cap of %d bytes of JSON (it needs at least %d bytes)", lim.OutputBytes, outputBytes)
+		res.Reason = fmt.Sprintf("OUTPUT passed its cap of %d bytes of JSON; the run was stopped once %d bytes of it had arrived", r.outputCap(), outputBytes)
 		res.Output = nil
 	case reason == stopCancelled:
 		res.Outcome = sandbox.OutcomeKilled
 		res.Reason = "cancelled: the daemon stopped the run"
-	case memoryError:
-		res.Outcome = sandbox.OutcomeMemoryLimit
-		res.Reason = fmt.Sprintf("the program ran out of memory (MemoryError) under its limit of %d bytes", lim.MemoryBytes)
-		if r.preloadData > 0 {
-			res.Reason += fmt.Sprintf(" (plus %d bytes for the preloaded modules)", r.preloadData)
-		}
-	case oomKilled && res.Signal == int(syscall.SIGKILL):
+	case res.OOMKills > 0 && res.Signal == int(syscall.SIGKILL):
 		res.Outcome = sandbox.OutcomeMemoryLimit
 		res.Reason = "the box ran out of memory and its out-of-memory killer stopped the run"
+		if res.OOMKills > 1 {
+			res.Reason += "; " + oomSentence(res.OOMKills, shared)
+		}
+	case res.OOMKills > 0 && !shared:
+		res.Outcome = sandbox.OutcomeMemoryLimit
+		res.Reason = oomSentence(res.OOMKills, shared) + fmt.Sprintf("; the program itself ended with %s", endedWith(res))
 	case res.Signal == int(syscall.SIGXCPU):
 		res.Outcome = sandbox.OutcomeTimeout
 		res.Reason = fmt.Sprintf("the run used up its CPU time limit of %d s", (r.spec.TimeoutMS+999)/1000+1)
 	case res.Signal != 0:
 		res.Outcome = sandbox.OutcomeKilled
 		res.Reason = fmt.Sprintf("the program was killed by signal %d (%s)", res.Signal, signalName(res.Signal))
+	case res.ExitCode != 0 && memoryError:
+		res.Outcome = sandbox.OutcomeMemoryLimit
+		res.Reason = fmt.Sprintf("the program ran out of memory (MemoryError) under its limit of %d bytes", lim.MemoryBytes)
+		if r.preloadData > 0 {
+			res.Reason += fmt.Sprintf(" (plus %d bytes for the preloaded modules)", r.preloadData)
+		}
 	case res.ExitCode != 0:
 		res.Outcome = sandbox.OutcomeError
 		res.Reason = fmt.Sprintf("the program exited with status %d", res.ExitCode)
+	case outputErr != nil:
+		res.Outcome = sandbox.OutcomeError
+		res.Reason = fmt.Sprintf("the OUTPUT written on the control line is not usable: %v", outputErr)
 	default:
 		res.Outcome = sandbox.OutcomeOK
 	}
+}
+
+// oomSentence says that n processes were killed for memory during the run: the run's own,
+// or, in a box that several slots share, the box's.
+func oomSentence(n int, shared bool) string {
+	procs, were := "1 process", "was"
+	if n > 1 {
+		procs, were = fmt.Sprintf("%d processes", n), "were"
+	}
+	if shared {
+		return fmt.Sprintf("%s in the box (this run's or another slot's) %s killed by its out-of-memory killer while the run was going", procs, were)
+	}
+	return fmt.Sprintf("%s of the run %s killed by the box's out-of-memory killer", procs, were)
+}
+
+// endedWith describes the program's own ending: "exit status 0" or "signal 9 (SIGKILL: killed)".
+func endedWith(res *sandbox.Result) string {
+	if res.Signal != 0 {
+		return fmt.Sprintf("signal %d (%s)", res.Signal, signalName(res.Signal))
+	}
+	return fmt.Sprintf("exit status %d", res.ExitCode)
 }
 
 func (r *run) systemError(res *sandbox.Result, format string, args ...any) *sandbox.Result {
@@ -516,6 +598,7 @@ func signalName(sig int) string {
 		syscall.SIGTERM: "SIGTERM: terminated",
 		syscall.SIGPIPE: "SIGPIPE: broken pipe",
 		syscall.SIGXFSZ: "SIGXFSZ: file size limit exceeded",
+		syscall.SIGINT:  "SIGINT: interrupted; python3 ends so on an uncaught KeyboardInterrupt",
 	}
 	if n, ok := names[syscall.Signal(sig)]; ok {
 		return n

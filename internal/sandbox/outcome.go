@@ -19,8 +19,10 @@ const (
 	// OutcomeTimeout: the wall-clock deadline (timeout_ms) or the CPU-time limit was reached
 	// and every process of the run was killed.
 	OutcomeTimeout Outcome = "timeout"
-	// OutcomeMemoryLimit: the program hit its memory limit (a MemoryError) or was killed by the
-	// box's out-of-memory killer.
+	// OutcomeMemoryLimit: the program failed with a MemoryError (its memory limit; it exited
+	// with a non-zero status), or the box's out-of-memory killer killed the program, or any
+	// process of the run in a box that serves one slot, even one the program survived
+	// (Result.OOMKills counts them).
 	OutcomeMemoryLimit Outcome = "memory_limit"
 	// OutcomeOutputLimit: stdout or stderr passed its byte cap, or OUTPUT its size cap; the run
 	// was stopped at that moment and the output up to the cap is kept.

@@ -80,8 +80,16 @@ type Result struct {
 	// Signal is the number of the signal that ended the program, 0 when none did.
 	Signal int `json:"signal"`
 	// Reason explains any outcome other than "ok" in one sentence naming the limit involved
-	// (for example "stdout passed its cap of 1048576 bytes; the run was stopped").
+	// (for example "stdout passed its cap of 1048576 bytes; the run was stopped"); it is empty
+	// for "ok" unless OOMKills is not 0, which it always names.
 	Reason string `json:"reason,omitempty"`
+	// OOMKills is how many processes the box's out-of-memory killer killed while the run was
+	// going (the box's memory cgroup counter; 0 where there is none to read). In a box that
+	// serves one slot they are the run's own, and any makes the outcome memory_limit even if
+	// the program survived it; where slots share one box they may be another slot's run's,
+	// and make it memory_limit only when the program itself was killed. An outcome sandpit
+	// caused first (timeout, output_limit, killed on cancel) stays in either case.
+	OOMKills int `json:"oom_kills"`
 	// Stdout and Stderr hold what the program wrote, up to their caps, as valid UTF-8.
 	Stdout string `json:"stdout"`
 	Stderr string `json:"stderr"`

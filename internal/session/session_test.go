@@ -26,8 +26,8 @@ import (
 )
 
 // pipeRuntime starts the executor in-process, connected to a session over net.Pipe, running
-// the host's /usr/bin/python3 as uids 61000 and up, every run cold. It needs root (to switch
-// uids).
+// the host's /usr/bin/python3 as uids from uidBase up, every run cold. It needs root (to
+// switch uids).
 func pipeRuntime(t *testing.T, slots int) (*session.Client, func() error) {
 	t.Helper()
 	return pipeRuntimeWith(t, slots, func(cfg *executor.Config) { cfg.ForkServer = "" })

@@ -128,10 +128,11 @@ func finish(ctx context.Context, tx *sql.Tx, res sandbox.Result, ended time.Time
 	r, err := tx.ExecContext(ctx, `UPDATE executions SET status = 'finished', outcome = ?, exit_code = ?,
 		signal = ?, reason = ?, stdout = ?, stderr = ?, stdout_truncated = ?, stderr_truncated = ?,
 		output = ?, duration_ms = ?, started_at = coalesce(?, started_at), ended_at = ?,
-		dependencies = ?, install_ms = ?, calls = ?, start = ? WHERE id = ?`,
+		dependencies = ?, install_ms = ?, calls = ?, start = ?, oom_kills = ? WHERE id = ?`,
 		string(res.Outcome), res.ExitCode, res.Signal, res.Reason, res.Stdout, res.Stderr,
 		res.StdoutTruncated, res.StderrTruncated, string(res.Output), res.DurationMS,
-		ms(res.StartedAt), ms(ended), deps, res.InstallMS, calls, sql.NullString{String: res.Start, Valid: res.Start != ""}, res.ID)
+		ms(res.StartedAt), ms(ended), deps, res.InstallMS, calls, sql.NullString{String: res.Start, Valid: res.Start != ""},
+		res.OOMKills, res.ID)
 	if err != nil {
 		return err
 	}
@@ -182,7 +183,7 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 	row := s.r.QueryRowContext(ctx, `SELECT e.id, e.agent, e.source, e.job_id, e.code_name, e.code_version,
 		e.code_sha256, b.code, e.input, e.timeout_ms, e.status, e.outcome, e.exit_code, e.signal, e.reason,
 		e.stdout, e.stderr, e.stdout_truncated, e.stderr_truncated, e.output, e.duration_ms, e.started_at, e.ended_at,
-		e.dependencies, e.install_ms, e.calls, e.start
+		e.dependencies, e.install_ms, e.calls, e.start, e.oom_kills
 		FROM executions e LEFT JOIN code_blobs b ON b.sha256 = e.code_sha256 WHERE e.id = ?`, id)
 	var (
 		e                       Execution
@@ -198,7 +199,7 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 	)
 	err := row.Scan(&e.ID, &e.Agent, &e.Source, &jobID, &codeName, &codeVersion, &e.CodeSHA256, &code,
 		&input, &e.TimeoutMS, &e.Status, &outcome, &exit, &sig, &reason, &stdout, &stderr, &outTrunc,
-		&errTrunc, &output, &dur, &started, &ended, &deps, &installMS, &calls, &start)
+		&errTrunc, &output, &dur, &started, &ended, &deps, &installMS, &calls, &start, &e.OOMKills)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Execution{}, fmt.Errorf("execution %q: %w", id, ErrNotFound)
 	}

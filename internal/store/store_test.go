@@ -34,7 +34,7 @@ func record(t *testing.T, s *Store, agent, source string, at time.Time, outcome 
 	}
 	res := head
 	res.Outcome, res.Success, res.Stdout, res.Output, res.DurationMS = outcome, outcome == sandbox.OutcomeOK, "测试 😀\n", json.RawMessage(`{"a":[1,2]}`), 12
-	res.Start = "fork"
+	res.Start, res.OOMKills = "fork", 2
 	if err := s.Finish(t.Context(), res); err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestLedgerRecordsAndReadsBack(t *testing.T) {
 	if got.Status != StatusFinished || got.Outcome != sandbox.OutcomeOK || !got.Success || got.Stdout != "测试 😀\n" ||
 		string(got.Output) != `{"a":[1,2]}` || string(got.Input) != `{"n":1}` || got.Code != "print('测试 😀')" ||
 		got.Source != "cli" || !got.StartedAt.Equal(at) || got.EndedAt == nil || !got.EndedAt.Equal(at.Add(12*time.Millisecond)) ||
-		got.CodeSHA256 != CodeSHA256("print('测试 😀')") || got.Start != "fork" {
+		got.CodeSHA256 != CodeSHA256("print('测试 😀')") || got.Start != "fork" || got.OOMKills != 2 {
 		t.Fatalf("read back %+v", got)
 	}
 	if _, err := s.GetExecution(t.Context(), "ex_nope"); !errors.Is(err, ErrNotFound) {

@@ -1,10 +1,12 @@
 // Package sandboxtest is the conformance suite that every sandbox.Runtime passes: the
 // in-process pipe runtime (executor over net.Pipe with the host's python3) and the Docker
 // runtime. Its cases are the hostile and accidental inputs of docs/hostile-cases.md that a
-// runtime alone decides (H1–H8, H11–H14, H18, H20, H24), plus the isolation rules.
+// runtime alone decides (H1–H8, H11–H14, H18, H20, H24, H29, H32, H33), and concurrent runs
+// attacking each other (H25–H27), plus the isolation rules.
 package sandboxtest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -99,6 +101,17 @@ func Exec(t *testing.T, rt sandbox.Runtime, slot int, spec sandbox.Spec, emit fu
 		t.Fatalf("Run(%q): system error: %v", spec.Code, err)
 	}
 	return res
+}
+
+// noOutput reports whether res carries no OUTPUT.
+func noOutput(res sandbox.Result) bool {
+	return len(res.Output) == 0 || string(res.Output) == "null"
+}
+
+// sameJSON reports whether got is the JSON text want, up to insignificant space.
+func sameJSON(got json.RawMessage, want string) bool {
+	var a, b bytes.Buffer
+	return json.Compact(&a, got) == nil && json.Compact(&b, []byte(want)) == nil && a.String() == b.String()
 }
 
 func expect(t *testing.T, res sandbox.Result, outcome sandbox.Outcome) {
@@ -227,6 +240,136 @@ func Run(t *testing.T, h Harness) {
 		expect(t, res, sandbox.OutcomeError)
 		if !strings.Contains(res.Stderr, "descriptor 3") {
 			t.Fatalf("stderr %q does not explain", res.Stderr)
+		}
+	})
+
+	t.Run("H29 the program's frames on descriptor 3 do not decide its outcome", func(t *testing.T) {
+		for _, code := range []string{
+			`import os; os.write(3, b'{"type":"memory_error"}\n')`,
+			`import os; os.write(3, b'{"type":"output_too_large","bytes":123456789012}\n')`,
+			`import os; os.write(3, b'{"type":"output","bytes":123456789012}\n')`,
+			"import os\ntry:\n    os.write(3, b'{\"type\":\"call\",\"method\":\"log\",\"args\":' + b'x' * (4 << 20) + b'}\\n')\nexcept OSError:\n    pass",
+			`import os, threading; threading.Thread(target=os.write, args=(3, b'{"type":"memory_error"}\n')).start()`,
+		} {
+			res := Exec(t, rt, 0, Spec(code, 10*time.Second), nil)
+			expect(t, res, sandbox.OutcomeOK)
+			if res.ExitCode != 0 || res.Reason != "" || !noOutput(res) {
+				t.Fatalf("%s: exit %d reason %q output %s", code, res.ExitCode, res.Reason, res.Output)
+			}
+		}
+		// A real MemoryError, which only the interpreter sees, still counts, in any thread: the
+		// run's status is then 1.
+		res := Exec(t, rt, 0, Spec("import threading\ndef f():\n    b = bytearray(2**40)\nth = threading.Thread(target=f)\nth.start()\nth.join()\nprint('main done')", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeMemoryLimit)
+		if res.ExitCode != 1 || res.Stdout != "main done\n" || !strings.Contains(res.Stderr, "MemoryError") {
+			t.Fatalf("exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+		}
+		// OUTPUT sent by hand is held to the same rules as the bootstrap's.
+		res = Exec(t, rt, 0, Spec(`import os; d = b'{"a": 1, "a": 2}'; os.write(3, b'{"type":"output","bytes":%d}\n' % len(d) + d)`, 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeError)
+		if !strings.Contains(res.Reason, `the name "a" twice`) || !noOutput(res) {
+			t.Fatalf("reason %q output %s", res.Reason, res.Output)
+		}
+		// Bytes the program sends itself count against the OUTPUT cap as OUTPUT would.
+		spec := Spec(`import os; os.write(3, b'{"type":"output","bytes":5000}\n' + b'"' + b'x' * 4998 + b'"')`, 10*time.Second)
+		spec.Limits.OutputBytes = 1024
+		expect(t, Exec(t, rt, 0, spec, nil), sandbox.OutcomeOutputLimit)
+	})
+
+	t.Run("H32 OUTPUT is read when a plain interpreter would finish", func(t *testing.T) {
+		for code, want := range map[string]string{
+			"import threading, time\nresults = []\ndef work(i):\n    time.sleep(0.1)\n    results.append(i)\n" +
+				"threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]\nfor th in threads:\n    th.start()\n    time.sleep(0.01)\nOUTPUT = results": `[0, 1, 2]`,
+			"import threading, time\nOUTPUT = {}\nthreading.Thread(target=lambda: (time.sleep(0.1), OUTPUT.update(late=True))).start()": `{"late": true}`,
+			"import atexit\nOUTPUT = {'n': 1}\natexit.register(lambda: OUTPUT.update(n=2))":                                             `{"n": 2}`,
+			"import atexit\ndef last():\n    global OUTPUT\n    OUTPUT = 'set at exit'\natexit.register(last)":                          `"set at exit"`,
+			// A forked child that ends the program too does not send its own OUTPUT.
+			"import os\npid = os.fork()\nOUTPUT = 'child' if pid == 0 else 'parent'\nif pid:\n    os.waitpid(pid, 0)": `"parent"`,
+		} {
+			res := Exec(t, rt, 0, Spec(code, 10*time.Second), nil)
+			expect(t, res, sandbox.OutcomeOK)
+			if !sameJSON(res.Output, want) {
+				t.Errorf("%s:\noutput %s, want %s", code, res.Output, want)
+			}
+		}
+	})
+
+	t.Run("H33 keys that become the same JSON name are an error naming the key", func(t *testing.T) {
+		for code, says := range map[string]string{
+			`OUTPUT = {1: "first", "1": "second"}`:           `become the JSON name "1"`,
+			`OUTPUT = {"a": [{"x": 0, True: 1, "true": 2}]}`: `become the JSON name "true"`,
+			`OUTPUT = {"k": {None: 1, "null": 2}}`:           `become the JSON name "null"`,
+			`OUTPUT = [{2.5: "a", "2.5": "b"}]`:              `become the JSON name "2.5"`,
+			"OUTPUT = {'x' * 3000: [{1: 'a', '1': 'b'}]} ":   `become the JSON name "1"`,
+		} {
+			spec := Spec(code, 10*time.Second)
+			res := Exec(t, rt, 0, spec, nil)
+			expect(t, res, sandbox.OutcomeError)
+			if !strings.Contains(res.Stderr, "OUTPUT is not JSON-serialisable") || !strings.Contains(res.Stderr, says) || !noOutput(res) {
+				t.Errorf("%s: stderr %q (want it to say %q), output %s", code, res.Stderr, says, res.Output)
+			}
+		}
+		res := Exec(t, rt, 0, Spec(`OUTPUT = {1: "a", 2: "b", None: "c", 2.5: "d"}`, 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOK)
+		if !sameJSON(res.Output, `{"1": "a", "2": "b", "null": "c", "2.5": "d"}`) {
+			t.Fatalf("output %s", res.Output)
+		}
+	})
+
+	t.Run("an uncaught KeyboardInterrupt ends the run as python3 does: by SIGINT", func(t *testing.T) {
+		res := Exec(t, rt, 0, Spec("import atexit\natexit.register(print, 'atexit')\nprint('before')\nraise KeyboardInterrupt", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeKilled)
+		if res.ExitCode != 130 || res.Signal != 2 || !strings.Contains(res.Reason, "SIGINT") ||
+			res.Stdout != "before\natexit\n" || !strings.Contains(res.Stderr, "KeyboardInterrupt") {
+			t.Fatalf("exit %d signal %d reason %q stdout %q stderr %q", res.ExitCode, res.Signal, res.Reason, res.Stdout, res.Stderr)
+		}
+		// Caught, or raised in a thread, it is an ordinary exception.
+		res = Exec(t, rt, 0, Spec("import threading\ndef f():\n    raise KeyboardInterrupt\nth = threading.Thread(target=f); th.start(); th.join()\ntry:\n    raise KeyboardInterrupt\nexcept KeyboardInterrupt:\n    print('caught')", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOK)
+	})
+
+	t.Run("writes to sys.stdout and sys.stderr keep their order", func(t *testing.T) {
+		type event struct{ stream, data string }
+		collect := func(code string) ([]event, sandbox.Result) {
+			var mu sync.Mutex
+			var events []event
+			res := Exec(t, rt, 0, Spec(code, 10*time.Second), func(e sandbox.Event) {
+				mu.Lock()
+				defer mu.Unlock()
+				if n := len(events); n > 0 && events[n-1].stream == e.Stream {
+					events[n-1].data += e.Data
+				} else {
+					events = append(events, event{e.Stream, e.Data})
+				}
+			})
+			return events, res
+		}
+		for i := range 30 {
+			events, res := collect("print('greetings from stdout!')\nraise ValueError('hello from stderr!')")
+			expect(t, res, sandbox.OutcomeError)
+			if len(events) != 2 || events[0] != (event{"stdout", "greetings from stdout!\n"}) || !strings.Contains(events[1].data, "hello from stderr!") {
+				t.Fatalf("run %d: events %q, want stdout's line, then the traceback", i, events)
+			}
+		}
+		// The streams are still what python3 -u gives.
+		res := Exec(t, rt, 0, Spec("import sys\nfor s in (sys.stdout, sys.stderr):\n    print(s.name, s.mode, s.buffer.mode, s.write_through, s.line_buffering, s.encoding, s.errors, s.fileno(), s is getattr(sys, '__%s__' % s.name[1:-1]))", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOK)
+		if want := "<stdout> w wb True False utf-8 surrogateescape 1 True\n<stderr> w wb True False utf-8 backslashreplace 2 True\n"; res.Stdout != want {
+			t.Fatalf("streams %q, want %q", res.Stdout, want)
+		}
+		events, res := collect("import sys\nfor i in range(100):\n    print(i)\n    print(-i, file=sys.stderr)\n    sys.stderr.buffer.write(b'.\\n')")
+		expect(t, res, sandbox.OutcomeOK)
+		if len(events) != 200 {
+			t.Fatalf("%d events, want 200 alternating stdout and stderr: %q", len(events), events)
+		}
+		for i, e := range events {
+			want := event{"stdout", fmt.Sprintf("%d\n", i/2)}
+			if i%2 == 1 {
+				want = event{"stderr", fmt.Sprintf("%d\n.\n", -(i / 2))}
+			}
+			if e != want {
+				t.Fatalf("event %d is %q, want %q", i, e, want)
+			}
 		}
 	})
 
