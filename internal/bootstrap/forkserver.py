@@ -15,7 +15,8 @@
 #   server -> executor:        {"type": "started", "id": str, "pid": int}
 #                              {"type": "failed", "id": str, "error": str, "broken": bool}
 #                              (broken: this server must not be used again)
-#                              {"type": "exited", "id": str, "pid": int, "status": int} (a wait status)
+#                              {"type": "exited", "id": str, "pid": int, "status": int, "cpu_ns": int}
+#                              (a wait status, and the CPU time it used)
 # The server never runs a run's code and never sees its code or INPUT: those reach the child
 # over its own control descriptor, after the child has become the slot's uid. Every child
 # starts from the same server state, so nothing of one run reaches another.
@@ -144,14 +145,15 @@ def _serve(sock):
 def _reap(sock, children):
     while children:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
         rid = children.pop(pid, None)
         if rid is not None:
-            _send(sock, {"type": "exited", "id": rid, "pid": pid, "status": status})
+            cpu_ns = int((usage.ru_utime + usage.ru_stime) * 1e9)
+            _send(sock, {"type": "exited", "id": rid, "pid": pid, "status": status, "cpu_ns": cpu_ns})
 
 
 def _become_run(req, fds, server_pid, libc):

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -56,5 +57,27 @@ func TestClassify(t *testing.T) {
 				t.Fatalf("outcome %q reason %q, want %q saying %q", res.Outcome, res.Reason, c.outcome, c.says)
 			}
 		})
+	}
+}
+
+// SIGXCPU is a timeout only when the kernel sent it: when the process used its CPU-time limit
+// (2 s for a 1000 ms timeout). A program that sends it to itself is killed by a signal.
+func TestClassifySIGXCPU(t *testing.T) {
+	for _, c := range []struct {
+		cpu     time.Duration
+		outcome sandbox.Outcome
+		says    string
+	}{
+		{2 * time.Second, sandbox.OutcomeTimeout, "CPU time limit of 2 s"},
+		{1950 * time.Millisecond, sandbox.OutcomeTimeout, "CPU time limit of 2 s"},
+		{30 * time.Millisecond, sandbox.OutcomeKilled, "signal 24 (SIGXCPU"},
+	} {
+		r := &run{e: &Executor{cfg: Config{Slots: 1}, log: slog.New(slog.NewTextHandler(io.Discard, nil))},
+			spec: sandbox.Spec{TimeoutMS: 1000}, cpu: c.cpu}
+		res := &sandbox.Result{ExitCode: -1}
+		r.classify(res, syscall.WaitStatus(syscall.SIGXCPU), nil)
+		if res.Outcome != c.outcome || !strings.Contains(res.Reason, c.says) {
+			t.Errorf("cpu %s: outcome %q reason %q, want %q saying %q", c.cpu, res.Outcome, res.Reason, c.outcome, c.says)
+		}
 	}
 }

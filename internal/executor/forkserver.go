@@ -57,6 +57,7 @@ type forkReply struct {
 	ID        string            `json:"id"`
 	PID       int               `json:"pid"`
 	Status    int               `json:"status"`
+	CPUNS     int64             `json:"cpu_ns"` // an exited child's CPU time (user and system), in nanoseconds
 	Error     string            `json:"error"`
 	Broken    bool              `json:"broken"`
 	Preloaded []string          `json:"preloaded"`
@@ -312,12 +313,12 @@ func (s *forkServer) killChild(c *forkChild) {
 }
 
 // wait waits for the child's exit and returns its wait status, or errForkServerGone.
-func (c *forkChild) wait() (syscall.WaitStatus, error) {
+func (c *forkChild) wait() (exit, error) {
 	r, ok := <-c.exited
 	if !ok {
-		return 0, errForkServerGone
+		return exit{}, errForkServerGone
 	}
-	return syscall.WaitStatus(r.Status), nil
+	return exit{status: syscall.WaitStatus(r.Status), cpu: time.Duration(r.CPUNS)}, nil
 }
 
 // shadows reports whether a run whose sys.path starts with paths would import a different

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"unicode/utf8"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // checkOutput returns nil when text, the OUTPUT the executor received over the control line,
@@ -19,6 +21,9 @@ func checkOutput(text []byte) error {
 	if !json.Valid(text) {
 		var v json.RawMessage
 		return fmt.Errorf("it is not JSON: %v", json.Unmarshal(text, &v))
+	}
+	if d := sandbox.JSONDepth(text); d > sandbox.MaxInputDepth {
+		return fmt.Errorf("it nests %d levels deep; the limit is %d levels (JSON readers such as Python's stop near 1000)", d, sandbox.MaxInputDepth)
 	}
 	return checkNames(text)
 }

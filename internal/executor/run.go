@@ -49,6 +49,9 @@ type run struct {
 	exited  chan struct{}
 	seq     int64
 
+	// cpu is the CPU time the program's process used, known once it has ended.
+	cpu time.Duration
+
 	// preloadData is the data segment the fork server's preload takes, in bytes: allowed on
 	// top of the run's memory limit, forked or cold (see forkServers.preloadData)
 	preloadData int64
@@ -66,21 +69,28 @@ func newRun(e *Executor, id string, slot int, spec sandbox.Spec) *run {
 
 // process is a run's started program: a cold interpreter or a fork server's child.
 type process interface {
-	// wait waits for the program to exit and returns its wait status; an error means the
-	// status is unknown.
-	wait() (syscall.WaitStatus, error)
+	// wait waits for the program to exit and returns how it ended; an error means that is
+	// unknown.
+	wait() (exit, error)
+}
+
+// exit is how a program ended: its wait status, and the CPU time it used (user and system,
+// its own threads included, as wait4 reports it).
+type exit struct {
+	status syscall.WaitStatus
+	cpu    time.Duration
 }
 
 type coldProcess struct{ cmd *exec.Cmd }
 
-func (p coldProcess) wait() (syscall.WaitStatus, error) {
+func (p coldProcess) wait() (exit, error) {
 	err := p.cmd.Wait()
 	var exitErr *exec.ExitError
 	if err != nil && !errors.As(err, &exitErr) {
-		return 0, fmt.Errorf("waiting for python: %w", err)
+		return exit{}, fmt.Errorf("waiting for python: %w", err)
 	}
 	status, _ := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	return status, nil
+	return exit{status: status, cpu: p.cmd.ProcessState.UserTime() + p.cmd.ProcessState.SystemTime()}, nil
 }
 
 // stop ends the run for reason (the first reason wins) by killing every process of its uid.
@@ -157,7 +167,8 @@ func (r *run) execute() *sandbox.Result {
 	controlDone.Go(func() { r.serveControl(control) })
 
 	timer := time.AfterFunc(time.Duration(r.spec.TimeoutMS)*time.Millisecond, func() { r.stop(stopTimeout) })
-	status, waitErr := r.wait(proc)
+	ended, waitErr := r.wait(proc)
+	r.cpu = ended.cpu
 	res.DurationMS = time.Since(started).Milliseconds()
 	timer.Stop()
 	close(r.exited)
@@ -178,26 +189,26 @@ func (r *run) execute() *sandbox.Result {
 	if oomKnown && oomAfterKnown && oomAfter > oomBefore {
 		res.OOMKills = int(oomAfter - oomBefore)
 	}
-	r.classify(res, status, waitErr)
+	r.classify(res, ended.status, waitErr)
 	return res
 }
 
 // wait waits for the program's exit. Once the run is stopped it kills the uid's processes
 // again every 50 ms until the program is gone: a forked child may not yet have become the
 // slot's uid when the first kill came.
-func (r *run) wait(proc process) (syscall.WaitStatus, error) {
-	type exit struct {
-		status syscall.WaitStatus
-		err    error
+func (r *run) wait(proc process) (exit, error) {
+	type waited struct {
+		exit
+		err error
 	}
-	done := make(chan exit, 1)
+	done := make(chan waited, 1)
 	go func() {
-		status, err := proc.wait()
-		done <- exit{status, err}
+		x, err := proc.wait()
+		done <- waited{x, err}
 	}()
 	select {
 	case x := <-done:
-		return x.status, x.err
+		return x.exit, x.err
 	case <-r.stopped:
 	}
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -205,7 +216,7 @@ func (r *run) wait(proc process) (syscall.WaitStatus, error) {
 	for {
 		select {
 		case x := <-done:
-			return x.status, x.err
+			return x.exit, x.err
 		case <-tick.C:
 			if err := killUID(r.uid); err != nil {
 				r.e.log.Error("killing run", "id", r.id, "error", err)
@@ -414,6 +425,11 @@ func (r *run) call(c sandbox.Call) *protocol.AgentReply {
 	if r.spec.CallBytes > 0 && len(c.Args) > r.spec.CallBytes {
 		return &protocol.AgentReply{Seq: r.seq, Error: fmt.Sprintf("the call's arguments are %d bytes; the limit is %d", len(c.Args), r.spec.CallBytes)}
 	}
+	// Deeper JSON would not even cross the control session (its reader stops at 10 000 levels)
+	// and could not be read back by Python (about 1000).
+	if d := sandbox.JSONDepth(c.Args); d > sandbox.MaxInputDepth {
+		return &protocol.AgentReply{Seq: r.seq, Error: fmt.Sprintf("the call's arguments nest %d levels deep; the limit is %d levels", d, sandbox.MaxInputDepth)}
+	}
 	if err := r.e.conn.Send(&protocol.Message{Kind: protocol.KindCall, ID: r.id, AgentCall: &protocol.AgentCall{Seq: r.seq, Call: c}}); err != nil {
 		return &protocol.AgentReply{Seq: r.seq, Error: "the executor could not reach the daemon: " + err.Error()}
 	}
@@ -475,6 +491,16 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 // the killed process did). In a box shared by several slots a kill the program survived may
 // have been another slot's run: the outcome stays the program's own. An outcome the executor
 // caused itself (timeout, output_limit, cancelled) stays in every case.
+// cpuLimit is the run's CPU-time limit (RLIMIT_CPU, set by the bootstrap): its timeout rounded
+// up to whole seconds, and one more.
+func (r *run) cpuLimit() time.Duration {
+	return time.Duration((r.spec.TimeoutMS+999)/1000+1) * time.Second
+}
+
+// cpuLimitSlack is how far under its CPU-time limit a process killed by SIGXCPU may have been
+// measured (the kernel checks the limit on its clock ticks).
+const cpuLimitSlack = 100 * time.Millisecond
+
 func (r *run) classify(res *sandbox.Result, status syscall.WaitStatus, waitErr error) {
 	shared := r.e.cfg.Slots > 1
 	defer func() {
@@ -535,9 +561,11 @@ func (r *run) classify(res *sandbox.Result, status syscall.WaitStatus, waitErr e
 	case res.OOMKills > 0 && !shared:
 		res.Outcome = sandbox.OutcomeMemoryLimit
 		res.Reason = oomSentence(res.OOMKills, shared) + fmt.Sprintf("; the program itself ended with %s", endedWith(res))
-	case res.Signal == int(syscall.SIGXCPU):
+	case res.Signal == int(syscall.SIGXCPU) && r.cpu >= r.cpuLimit()-cpuLimitSlack:
+		// The kernel's CPU-time limit, and not the program signalling itself: its CPU time
+		// says so.
 		res.Outcome = sandbox.OutcomeTimeout
-		res.Reason = fmt.Sprintf("the run used up its CPU time limit of %d s", (r.spec.TimeoutMS+999)/1000+1)
+		res.Reason = fmt.Sprintf("the run used up its CPU time limit of %d s", r.cpuLimit()/time.Second)
 	case res.Signal != 0:
 		res.Outcome = sandbox.OutcomeKilled
 		res.Reason = fmt.Sprintf("the program was killed by signal %d (%s)", res.Signal, signalName(res.Signal))
@@ -598,6 +626,7 @@ func signalName(sig int) string {
 		syscall.SIGTERM: "SIGTERM: terminated",
 		syscall.SIGPIPE: "SIGPIPE: broken pipe",
 		syscall.SIGXFSZ: "SIGXFSZ: file size limit exceeded",
+		syscall.SIGXCPU: "SIGXCPU: CPU time limit exceeded",
 		syscall.SIGINT:  "SIGINT: interrupted; python3 ends so on an uncaught KeyboardInterrupt",
 	}
 	if n, ok := names[syscall.Signal(sig)]; ok {

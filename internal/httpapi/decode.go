@@ -14,6 +14,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/suggest"
 )
 
@@ -90,6 +91,18 @@ func decodeBody(body io.Reader, v any, sh shape) error {
 	strict.DisallowUnknownFields()
 	if err := strict.Decode(v); err != nil {
 		return bodyError(err, sh)
+	}
+	return nil
+}
+
+// checkDepth refuses JSON text nested deeper than sandbox.MaxInputDepth levels below its
+// outer levels (1 for an object that holds the values): clients such as Python's JSON reader
+// fail near 1000 levels, so a value stored with more would break whoever reads it back (an
+// execution's input has the same rule, checked with its field's name).
+func checkDepth(text []byte, outer int) error {
+	if d := sandbox.JSONDepth(text) - outer; d > sandbox.MaxInputDepth {
+		return invalid("", "the JSON nests %d levels deep; the limit is %d levels (JSON readers such as Python's stop near 1000)",
+			d, sandbox.MaxInputDepth)
 	}
 	return nil
 }

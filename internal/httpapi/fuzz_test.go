@@ -319,7 +319,7 @@ func refAcceptsMemories(lines [][]byte) bool {
 		return false
 	}
 	for _, line := range lines {
-		if !utf8.Valid(line) {
+		if !utf8.Valid(line) || sandbox.JSONDepth(line) > sandbox.MaxInputDepth+1 {
 			return false
 		}
 		line = bytes.TrimSpace(line)

@@ -165,7 +165,10 @@ func decodeItems[T any](lines [][]byte, check func(T) error) ([]T, error) {
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
 		var v T
-		err := jsonWords(dec.Decode(&v))
+		err := checkDepth(line, 1)
+		if err == nil {
+			err = jsonWords(dec.Decode(&v))
+		}
 		if err == nil {
 			if _, tail := dec.Token(); tail != io.EOF {
 				err = errors.New("data follows the object")

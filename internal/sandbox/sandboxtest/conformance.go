@@ -243,6 +243,34 @@ func Run(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("JSON nested past the limit neither leaves the sandbox nor breaks the session", func(t *testing.T) {
+		// Python's JSON reader fails near 1000 levels, the session's at 10 000: OUTPUT and
+		// agent.* arguments are held to the 500 levels an input may have.
+		res := Exec(t, rt, 0, Spec("v = 1\nfor _ in range(600): v = [v]\nOUTPUT = v", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeError)
+		if !strings.Contains(res.Reason+res.Stderr, "nests 600 levels deep; the limit is 500") || !noOutput(res) {
+			t.Fatalf("deep OUTPUT: reason %q stderr %q output %.80s", res.Reason, res.Stderr, res.Output)
+		}
+		code := "import os\ndeep = b'[' * 1000 + b']' * 1000\n" +
+			"os.write(3, b'{\"type\":\"call\",\"method\":\"log\",\"args\":' + deep + b'}\\n')\n" +
+			"print(os.read(3, 1000).decode().strip())"
+		res = Exec(t, rt, 0, Spec(code, 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOK)
+		if !strings.Contains(res.Stdout, "nest 1000 levels deep; the limit is 500") {
+			t.Fatalf("deep call arguments: stdout %q", res.Stdout)
+		}
+		ok(t)
+	})
+
+	t.Run("a signal the program sends itself is not a limit", func(t *testing.T) {
+		// SIGXCPU is what the CPU-time limit sends; sent by the program, it is a plain kill.
+		res := Exec(t, rt, 0, Spec("import os, signal; os.kill(os.getpid(), signal.SIGXCPU)", 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeKilled)
+		if res.Signal != 24 || !strings.Contains(res.Reason, "SIGXCPU") {
+			t.Fatalf("signal %d reason %q", res.Signal, res.Reason)
+		}
+	})
+
 	t.Run("H29 the program's frames on descriptor 3 do not decide its outcome", func(t *testing.T) {
 		for _, code := range []string{
 			`import os; os.write(3, b'{"type":"memory_error"}\n')`,
