@@ -157,6 +157,14 @@ func TestSaveRefusesBadContent(t *testing.T) {
 		// allOf of two $refs to a schema that does the same, 30 levels deep: 2^30 evaluations of
 		// any value, refused when saved.
 		{"exponential refs", "a", "ok", func(d *library.Draft) { d.InputSchema = exponentialRefs(30) }, "input_schema", "the validation budget"},
+		// A regular expression's matching costs its size times the text's (a 60 KB pattern took
+		// 4 s of CPU against a 5 KB string): patterns are capped.
+		{"huge pattern", "a", "ok", func(d *library.Draft) {
+			d.InputSchema = json.RawMessage(`{"pattern": "^` + strings.Repeat("a?", 30000) + `$"}`)
+		}, "input_schema", "the limit is 1024 bytes"},
+		{"huge patternProperties", "a", "ok", func(d *library.Draft) {
+			d.InputSchema = json.RawMessage(`{"patternProperties": {"` + strings.Repeat("(b|c)", 300) + `": {}}}`)
+		}, "input_schema", "the limit is 1024 bytes"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

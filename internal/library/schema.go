@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 
@@ -63,13 +64,28 @@ func (refusingLoader) Load(url string) (any, error) {
 	return nil, fmt.Errorf("$ref %q points outside the schema; schemas must be self-contained (use $defs and \"#/$defs/...\")", url)
 }
 
-// Schema size limits: compiling and validating cost grows with both.
+// Schema size limits: compiling and validating cost grows with both. MaxPatternBytes caps each
+// regular expression (pattern, patternProperties, and a string checked as format "regex"):
+// matching costs the pattern's size times the text's, and the validation budget counts the
+// text.
 const (
-	MaxSchemaBytes = 256 << 10
-	MaxSchemaDepth = 64
+	MaxSchemaBytes  = 256 << 10
+	MaxSchemaDepth  = 64
+	MaxPatternBytes = 1 << 10
 )
 
-// compiled caches schemas by their text: runs of saved code reuse their compiled schemas.
+// patternEngine compiles a schema's regular expressions as the validator's default does (Go's
+// regexp: RE2, linear in the text), refusing one over MaxPatternBytes.
+func patternEngine(s string) (jsonschema.Regexp, error) {
+	if len(s) > MaxPatternBytes {
+		return nil, fmt.Errorf("the regular expression is %d bytes; the limit is %d bytes", len(s), MaxPatternBytes)
+	}
+	return regexp.Compile(s)
+}
+
+// compiled caches schemas by their text: runs of saved code reuse their compiled schemas. It
+// holds at most compiledMax (it is emptied when full): with schemas of at most MaxSchemaBytes,
+// its memory stays bounded whatever clients save.
 var compiled = struct {
 	sync.Mutex
 	m map[[32]byte]*jsonschema.Schema
@@ -90,13 +106,16 @@ func compile(name string, raw []byte) (*jsonschema.Schema, error) {
 		return nil, err
 	}
 	compiled.Lock()
-	if len(compiled.m) >= 1024 {
+	if len(compiled.m) >= compiledMax {
 		clear(compiled.m)
 	}
 	compiled.m[key] = sch
 	compiled.Unlock()
 	return sch, nil
 }
+
+// compiledMax is how many compiled schemas the cache holds.
+const compiledMax = 128
 
 func compileNew(name string, raw []byte) (*jsonschema.Schema, error) {
 	if len(raw) > MaxSchemaBytes {
@@ -117,6 +136,7 @@ func compileNew(name string, raw []byte) (*jsonschema.Schema, error) {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.UseLoader(refusingLoader{})
+	c.UseRegexpEngine(patternEngine)
 	url := "sandpit:///" + name + ".json"
 	if err := c.AddResource(url, doc); err != nil {
 		return nil, fmt.Errorf("is not a valid JSON Schema: %w", err)
