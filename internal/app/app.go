@@ -416,7 +416,7 @@ func MCPHandler(ctx context.Context, api http.Handler, version string) (http.Han
 	}
 	mcpHandler := mcpserver.HTTPHandler(func(r *http.Request) *mcp.Server {
 		return mcpserver.New(c, mcpAgent(r), version, limits)
-	}, MCPSessionTimeout)
+	}, MCPSessionTimeout, MCPMaxSessions)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if agent := mcpAgent(r); !sandbox.ValidAgent(agent) {
 			w.Header().Set("Content-Type", "application/json")
@@ -429,8 +429,12 @@ func MCPHandler(ctx context.Context, api http.Handler, version string) (http.Han
 	}), nil
 }
 
-// MCPSessionTimeout is how long an MCP-over-HTTP session may stay idle before it is closed.
-const MCPSessionTimeout = 30 * time.Minute
+// MCPSessionTimeout is how long an MCP-over-HTTP session may stay idle before it is closed;
+// MCPMaxSessions how many may be open at once (each holds about 300 KiB of the daemon's memory).
+const (
+	MCPSessionTimeout = 30 * time.Minute
+	MCPMaxSessions    = 256
+)
 
 func mcpAgent(r *http.Request) string {
 	agent := r.URL.Query().Get("agent")

@@ -3,7 +3,10 @@ package mcpserver
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -13,7 +16,9 @@ import (
 
 // HTTPHandler serves MCP over streamable HTTP (the MCP spec's transport), with a server from
 // newServer for each new session (nil answers 400). Sessions idle for sessionTimeout are
-// closed.
+// closed. At most maxSessions live at once: a request to start one more is answered 503 with
+// Retry-After, and a JSON error saying how to free one (each session holds memory in the
+// daemon until it is closed or idles out).
 //
 // Each call (a JSON-RPC request, such as tools/call) is cancelled when the HTTP POST that
 // carried it ends before it is answered, that is when the client's connection closes: this
@@ -21,16 +26,27 @@ import (
 // never be delivered. A run_code whose client went away is so stopped (outcome killed) at once,
 // as over REST, instead of holding its slot until it ends. notifications/cancelled cancels a
 // call as well (the SDK's).
-func HTTPHandler(newServer func(*http.Request) *mcp.Server, sessionTimeout time.Duration) http.Handler {
+func HTTPHandler(newServer func(*http.Request) *mcp.Server, sessionTimeout time.Duration, maxSessions int) http.Handler {
 	p := &posts{live: map[string]context.Context{}}
+	live := &servers{}
 	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
 		s := newServer(r)
 		if s != nil {
 			s.AddReceivingMiddleware(p.tie)
+			live.add(s)
 		}
 		return s
 	}, &mcp.StreamableHTTPOptions{SessionTimeout: sessionTimeout})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" && live.count() >= maxSessions {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", "60")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": "busy", "message": fmt.Sprintf(
+				"%d MCP sessions are open, the most this daemon keeps: close one you no longer use (HTTP DELETE with its "+
+					"Mcp-Session-Id), or wait for an idle one to be closed after %s", maxSessions, sessionTimeout)}})
+			return
+		}
 		r = r.Clone(r.Context())
 		r.Header.Del(postHeader) // the client's own value names nothing
 		if r.Method == http.MethodPost {
@@ -40,6 +56,40 @@ func HTTPHandler(newServer func(*http.Request) *mcp.Server, sessionTimeout time.
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// servers are the MCP servers made for sessions, one each, to count the live sessions.
+type servers struct {
+	mu   sync.Mutex
+	list []made
+}
+
+type made struct {
+	s  *mcp.Server
+	at time.Time
+}
+
+func (v *servers) add(s *mcp.Server) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.list = append(v.list, made{s, time.Now()})
+}
+
+// count returns how many sessions live, forgetting the servers without one for a minute (the
+// handler makes servers that never get a session, and a session that ended leaves its server
+// empty). Requests starting sessions at the same moment may each see room for one more.
+func (v *servers) count() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	n := 0
+	v.list = slices.DeleteFunc(v.list, func(m made) bool {
+		for range m.s.Sessions() {
+			n++
+			return false
+		}
+		return time.Since(m.at) > time.Minute
+	})
+	return n
 }
 
 // postHeader carries, from HTTPHandler to its middleware, the ID of the POST that carried a
