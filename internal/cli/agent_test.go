@@ -340,7 +340,7 @@ func TestExecListShowsExitAndOutput(t *testing.T) {
 	code := Main(context.Background(), []string{"exec", "list", "--url", srv.URL}, Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
 		Lookup: func(k string) (string, bool) { return dir, k == "SANDPIT_DATA_DIR" }})
 	lines := strings.Split(stdout.String(), "\n")
-	if code != 0 || len(lines) < 3 || !strings.Contains(lines[0], "EXIT") || !strings.Contains(lines[0], "OUTPUT") ||
+	if code != 0 || len(lines) < 3 || !strings.Contains(lines[0], "EXIT") || !strings.Contains(lines[0], "PRINTED") ||
 		!strings.Contains(lines[1], " 1 ") || !strings.HasSuffix(strings.TrimSpace(lines[1]), "ValueError: bad row") ||
 		!strings.Contains(lines[2], " 0 ") || !strings.HasSuffix(strings.TrimSpace(lines[2]), "total 42") {
 		t.Fatalf("exit %d, stdout:\n%s\nstderr: %s", code, stdout.String(), stderr.String())

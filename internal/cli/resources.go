@@ -653,7 +653,7 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 				return nil
 			}
 			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTARTED\tAGENT\tSOURCE\tCODE\tOUTCOME\tEXIT\tDURATION\tSTART\tOUTPUT")
+			fmt.Fprintln(tw, "ID\tSTARTED\tAGENT\tSOURCE\tCODE\tOUTCOME\tEXIT\tDURATION\tSTART\tPRINTED")
 			for _, e := range items {
 				code := e.CodeName
 				if code != "" {
