@@ -70,17 +70,32 @@ func cpuTime(t *testing.T) time.Duration {
 }
 
 // H31: saved code whose input schema is the schema bomb, run with 40 000 zeros and with the
-// largest input the body limit allows, is refused with a 400 naming the validation budget
-// within a second, and the daemon's heap grows by less than 50 MiB; nothing runs. The same
-// schema as the output schema ends the run output_invalid, as bounded.
+// largest input max_input_bytes allows, is refused with a 400 naming the validation budget
+// within a second, and the daemon's heap grows by less than 50 MiB; a larger input, up to
+// what the body limit lets in, is a 413 naming the input's limit before any schema is
+// looked at; nothing runs. The same schema as the output schema ends the run
+// output_invalid, as bounded.
 func TestSchemaBombIsBounded(t *testing.T) {
 	s := newStack(t)
 	if st, v := s.call(t, "POST", "/v1/agents/a/code", `{"name": "bomb", "code": "x", "input_schema": `+h31Schema()+`}`); st != 201 {
 		t.Fatalf("save: %d %v", st, v)
 	}
-	// The body limit of a run: code plus input plus 64 KiB; "0," per zero, and room for the rest.
+	// "0," per zero: the largest input max_input_bytes allows, and the largest body.
 	cfg := sandbox.DefaultConfig()
-	largest := (cfg.MaxCodeBytes+cfg.MaxInputBytes+64<<10)/2 - 64
+	largest := cfg.MaxInputBytes/2 - 1
+	overInput := (cfg.MaxCodeBytes+cfg.MaxInputBytes+64<<10)/2 - 64
+	body := `{"input": ` + zeros(overInput) + `}`
+	var over map[string]any
+	took, grew := heapGrowth(t, func() {
+		if st, v := s.call(t, "POST", "/v1/agents/a/code/bomb/run", body); st != 413 || v["error"].(map[string]any)["field"] != "input" {
+			t.Errorf("%d zeros: %d %v; want a 413 naming input's limit", overInput, st, v)
+		} else {
+			over = v
+		}
+	})
+	if over != nil && (took > time.Second*raceSlowdown || grew > 50<<20) {
+		t.Fatalf("%d zeros: the 413 took %v and %d MiB more heap", overInput, took, grew>>20)
+	}
 	for _, n := range []int{40_000, largest} {
 		body := `{"input": ` + zeros(n) + `}`
 		var st int

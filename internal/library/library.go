@@ -214,12 +214,19 @@ func (l *Library) Request(ctx context.Context, agent, name string, run Run, orig
 	if err != nil {
 		return sandbox.Request{}, store.Code{}, err
 	}
-	if err := validateInput(ctx, code, run.Input, l.hold); err != nil {
-		return sandbox.Request{}, code, err
-	}
 	origin.CodeName, origin.CodeVersion = code.Name, code.Version
 	req := sandbox.Request{Code: code.Code, Input: run.Input, TimeoutMS: run.TimeoutMS, Agent: agent, Origin: origin,
 		Dependencies: code.Dependencies}
+	// The request's own limits (the input's size and depth, the timeout) come before its
+	// schema: they are cheaper, and their errors say what to change.
+	if v, ok := l.ex.(interface{ Validate(sandbox.Request) error }); ok {
+		if err := v.Validate(req); err != nil {
+			return sandbox.Request{}, code, err
+		}
+	}
+	if err := validateInput(ctx, code, run.Input, l.hold); err != nil {
+		return sandbox.Request{}, code, err
+	}
 	if !isNull(code.OutputSchema) {
 		sch, err := compile("output_schema", code.OutputSchema)
 		if err != nil {
