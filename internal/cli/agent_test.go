@@ -194,20 +194,7 @@ func TestErrorsSpeakCLI(t *testing.T) {
 		"POST /v1/agents/default/jobs":          `{"error": {"code": "invalid_request", "field": "schedule", "message": "schedule \"x\": expected 5 fields"}}`,
 		"POST /v1/agents/default/code/tool/run": `{"error": {"code": "invalid_request", "field": "timeout_ms", "message": "is 900000; allowed range is 1 to 600000 milliseconds"}}`,
 	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" {
-			_, _ = io.WriteString(w, `{"status": "ok"}`)
-			return
-		}
-		body, ok := answers[r.Method+" "+r.URL.Path]
-		if !ok {
-			http.NotFound(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(map[bool]int{true: 409, false: 400}[r.Method == "DELETE"])
-		_, _ = io.WriteString(w, body)
-	}))
+	srv := cannedDaemon(answers, func(r *http.Request) int { return map[bool]int{true: 409, false: 400}[r.Method == "DELETE"] })
 	defer srv.Close()
 	dir := t.TempDir()
 	cases := []struct {
@@ -281,19 +268,7 @@ func TestJobAndCodeViews(t *testing.T) {
 		"GET /v1/agents/default/code/tool/versions": `{"versions": [{"version": 2, "description": "faster", "code_sha256": "0123456789abcdef", "created_at": "2026-11-30T10:00:00Z"},
 			{"version": 1, "description": "first", "code_sha256": "fedcba9876543210", "created_at": "2026-11-29T10:00:00Z"}]}`,
 	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" {
-			_, _ = io.WriteString(w, `{"status": "ok"}`)
-			return
-		}
-		body, ok := answers[r.Method+" "+r.URL.Path]
-		if !ok {
-			http.NotFound(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, body)
-	}))
+	srv := cannedDaemon(answers, func(*http.Request) int { return http.StatusOK })
 	defer srv.Close()
 	dir := t.TempDir()
 	cases := []struct {
@@ -345,4 +320,23 @@ func TestExecListShowsExitAndOutput(t *testing.T) {
 		!strings.Contains(lines[2], " 0 ") || !strings.HasSuffix(strings.TrimSpace(lines[2]), "total 42") {
 		t.Fatalf("exit %d, stdout:\n%s\nstderr: %s", code, stdout.String(), stderr.String())
 	}
+}
+
+// cannedDaemon answers /healthz, and each "METHOD /path" of answers with its JSON body and the
+// status status gives for the request; anything else is a 404.
+func cannedDaemon(answers map[string]string, status func(*http.Request) int) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			_, _ = io.WriteString(w, `{"status": "ok"}`)
+			return
+		}
+		body, ok := answers[r.Method+" "+r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status(r))
+		_, _ = io.WriteString(w, body)
+	}))
 }
