@@ -1,6 +1,7 @@
 package sandboxtest
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -24,12 +25,19 @@ func isolation(t *testing.T, h Harness, rt sandbox.Runtime) {
 		var a sandbox.Result
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			a = Exec(t, rt, 1, Spec(attacker, 20*time.Second), func(e sandbox.Event) {
+			defer once.Do(func() { close(ready) }) // also when the attacker's run fails
+			spec := Spec(attacker, 20*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var err error
+			a, err = rt.Run(ctx, 1, spec, func(e sandbox.Event) {
 				if e.Stream == "stdout" && strings.Contains(e.Data, "ready") {
 					once.Do(func() { close(ready) })
 				}
 			})
-			once.Do(func() { close(ready) })
+			if err != nil {
+				t.Errorf("the attacker's run: system error: %v", err) // not Fatal: another goroutine
+			}
 		})
 		<-ready
 		v := Exec(t, rt, 0, Spec(victim, 20*time.Second), nil)
