@@ -266,17 +266,27 @@ func (e *Executor) start(id string, slot int, spec sandbox.Spec) {
 		e.busy[slot], e.runs[id] = true, r
 		e.wg.Go(func() {
 			// The result goes out as soon as every process of the run is gone; the slot stays
-			// busy until its files are gone too, and then reports itself settled.
+			// busy until its files are gone too, and then reports itself settled. In a box
+			// shared by slots the other slots' runs would see what the run left (System V IPC,
+			// files in /tmp): there it is removed before the result goes out.
 			res := r.execute()
 			e.mu.Lock()
 			delete(e.runs, id)
 			e.mu.Unlock()
+			shared := e.cfg.Slots > 1
+			var cleanErr error
+			if shared {
+				cleanErr = e.clean(slot)
+			}
 			if err := e.conn.Send(&protocol.Message{Kind: protocol.KindResult, ID: id, Result: res}); err != nil {
 				e.log.Warn("sending result", "id", id, "error", err)
 			}
+			if !shared {
+				cleanErr = e.clean(slot)
+			}
 			settled := &protocol.Message{Kind: protocol.KindSettled, Slot: slot}
 			var next *nextProgram
-			if err := e.clean(slot); err != nil {
+			if err := cleanErr; err != nil {
 				e.log.Error("cleaning a slot after its run", "slot", slot, "id", id, "error", err)
 				settled.Error = err.Error()
 			} else {
