@@ -38,6 +38,26 @@ func testConfig(t testing.TB) config.Config {
 	return cfg
 }
 
+// allReady waits until every slot of eng's pool is up: an engine is ready with slot 0.
+func allReady(t testing.TB, eng *app.Engine) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := eng.Runtime.AllReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitContainers waits up to a minute for n containers of dataDir to exist.
+func waitContainers(t testing.TB, dataDir string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); len(testenv.Containers(t, dataDir)) < n; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d containers for %s after a minute, want %d", len(testenv.Containers(t, dataDir)), dataDir, n)
+		}
+	}
+}
+
 // daemon runs app.Serve until the test ends and returns its base URL.
 func daemon(t testing.TB, cfg config.Config) string {
 	t.Helper()
@@ -335,6 +355,7 @@ func TestOneEnginePerDataDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer eng.Close()
+	allReady(t, eng)
 	_, err = app.Open(context.Background(), cfg, testenv.Logger(), io.Discard)
 	var locked *datadir.LockedError
 	if !errors.As(err, &locked) || locked.PID != os.Getpid() {
@@ -381,6 +402,7 @@ func TestDataDirSpellingsShareOneContainer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		allReady(t, eng)
 		eng.Close()
 	}
 	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != cfg.Slots {
@@ -400,6 +422,7 @@ func TestDaemonRestartAdoptsContainer(t *testing.T) {
 		case err := <-done:
 			t.Fatal(err)
 		}
+		waitContainers(t, cfg.DataDir, cfg.Slots) // ready with slot 0; the others follow
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatal(err)

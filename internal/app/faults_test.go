@@ -212,6 +212,7 @@ func TestDaemonKilled(t *testing.T) {
 	if len(list.Executions) != 1 || list.Executions[0].Outcome != sandbox.OutcomeSandboxError || !strings.Contains(list.Executions[0].Reason, "interrupted") {
 		t.Fatalf("the killed daemon's run in the ledger: %+v", list.Executions)
 	}
+	waitContainers(t, cfg.DataDir, cfg.Slots)
 	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != cfg.Slots {
 		t.Fatalf("%d containers after the restart, want the %d adopted", len(ids), cfg.Slots)
 	}

@@ -102,12 +102,14 @@ func NewService(rt Runtime, hooks Hooks, cfg Config, log *slog.Logger) *Service 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	free := make(chan int, cfg.Slots)
-	for i := range cfg.Slots {
-		free <- i
-	}
 	base, interrupt := context.WithCancelCause(context.Background())
-	return &Service{rt: rt, rec: hooks.Recorder, cb: hooks.Callbacks, cfg: cfg, log: log, free: free, base: base, interrupt: interrupt}
+	s := &Service{rt: rt, rec: hooks.Recorder, cb: hooks.Callbacks, cfg: cfg, log: log, free: make(chan int, cfg.Slots),
+		base: base, interrupt: interrupt}
+	// Each slot is offered once the runtime has it ready (a pool brings its slots up one by one).
+	for i := range cfg.Slots {
+		s.release(i)
+	}
+	return s
 }
 
 // ErrInterrupted is the cause of executions ended by Interrupt.

@@ -98,8 +98,9 @@ var (
 )
 
 // Start builds the image if it is missing, removes the data directory's containers that no
-// slot uses, ensures every slot's container, starts their executors and returns a ready
-// Runtime that keeps the sandboxes up until Close.
+// slot uses, ensures slot 0's container and starts its executor, and returns a ready Runtime
+// that brings the other slots up in the background and keeps every slot's sandbox up until
+// Close (AllReady waits for them).
 func Start(ctx context.Context, api client.APIClient, cfg Config, log *slog.Logger) (*Runtime, error) {
 	if cfg.Slots < 1 || cfg.Slots > MaxSlots {
 		return nil, fmt.Errorf("slots is %d; allowed range is 1 to %d", cfg.Slots, MaxSlots)
@@ -128,14 +129,10 @@ func Start(ctx context.Context, api client.APIClient, cfg Config, log *slog.Logg
 	if err == nil {
 		err = r.removeStrays(ctx)
 	}
+	// Slot 0 first, and the runtime is ready once it is: the other slots come up beside it
+	// (their supervisors connect them) and the Service offers each once it is (see Settle).
 	if err == nil {
-		errs := make([]error, len(r.boxes))
-		var wg sync.WaitGroup
-		for i, b := range r.boxes {
-			wg.Go(func() { errs[i] = b.connect(ctx) })
-		}
-		wg.Wait()
-		err = errors.Join(errs...)
+		err = r.boxes[0].connect(ctx)
 	}
 	if err != nil {
 		r.close()
@@ -259,6 +256,24 @@ func (r *Runtime) anyUp() bool {
 		}
 	}
 	return false
+}
+
+// AllReady waits until every slot's sandbox is up (or ctx ends, with ctx's error).
+func (r *Runtime) AllReady(ctx context.Context) error {
+	for _, b := range r.boxes {
+		for b.Ready(ctx) != nil {
+			b.mu.Lock()
+			changed := b.changed
+			b.mu.Unlock()
+			select {
+			case <-changed:
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
+				return fmt.Errorf("waiting for slot %d's sandbox: %w", b.slot, ctx.Err())
+			}
+		}
+	}
+	return nil
 }
 
 // ContainerID returns slot 0's container ID ("" while it has none).
