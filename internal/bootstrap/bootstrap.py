@@ -3,7 +3,8 @@
 # whose children call main() once they are the slot's uid (a fork). Protocol
 # (newline-delimited JSON on fd 3):
 #   executor -> bootstrap, once: {"code": str, "input": any, "limits": {...}, "timeout_ms": int,
-#                                 "paths": [str], "call_bytes": int, "preload_data_bytes": int}
+#                                 "paths": [str], "call_bytes": int, "preload_data_bytes": int,
+#                                 "limit_address_space": bool}
 #   bootstrap -> executor:       {"type": "output", "json": str}
 #                                {"type": "output_too_large", "bytes": int}
 #                                {"type": "memory_error"}
@@ -221,7 +222,12 @@ def _apply_limits(init):
         # (a fork inherits them, a cold run may import them), so that the same code gets
         # the same outcome however the run started.
         memory += init.get("preload_data_bytes") or 0
-    _set_limit(resource.RLIMIT_DATA, memory)
+    if init.get("limit_address_space"):
+        # gVisor ignores RLIMIT_DATA but enforces RLIMIT_AS: the same allowance, on top of the
+        # address space the process already has (the interpreter, and a fork's preload).
+        _set_limit(resource.RLIMIT_AS, memory and memory + _address_space())
+    else:
+        _set_limit(resource.RLIMIT_DATA, memory)
     _set_limit(resource.RLIMIT_FSIZE, limits.get("file_size_bytes"))
     _set_limit(resource.RLIMIT_NOFILE, limits.get("open_files"))
     _set_limit(resource.RLIMIT_NPROC, limits.get("processes"))
@@ -234,6 +240,15 @@ def _apply_limits(init):
             f.write("1000")
     except OSError:
         pass
+
+
+def _address_space():
+    """The process's address space (VmSize of /proc/self/status), in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def _report_memory_error():

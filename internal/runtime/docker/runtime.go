@@ -218,8 +218,12 @@ func (r *Runtime) ContainerIDs() []string {
 // executorCommand is the executor's command line in a slot's container: one slot.
 func (r *Runtime) executorCommand() []string {
 	fs := r.cfg.ForkServer
-	return []string{ExecutorPath, "serve", "-slots", "1", "-uid-base", strconv.Itoa(UIDBase),
+	cmd := []string{ExecutorPath, "serve", "-slots", "1", "-uid-base", strconv.Itoa(UIDBase),
 		"-fork-server=" + strconv.FormatBool(fs.Enabled), "-preload", strings.Join(fs.Preload, ","), "-fork-server-max-runs", strconv.Itoa(fs.MaxRuns)}
+	if r.cfg.Box.gVisor() {
+		cmd = append(cmd, "-runtime", "runsc", "-memory-reserve", strconv.FormatInt(RunscMemoryReserve, 10))
+	}
+	return cmd
 }
 
 // boxOf returns slot's box.
