@@ -4,6 +4,7 @@
 //
 // Usage: sandpit-executor serve [-slots N] [-uid-base N] [-python PATH] [-bootstrap PATH]
 // [-run-root DIR] [-fork-server=false] [-preload MODULES] [-fork-server-max-runs N]
+// [-runtime runc|runsc] [-memory-reserve BYTES]
 package main
 
 import (
@@ -38,7 +39,17 @@ func main() {
 	forkServer := fs.Bool("fork-server", true, "start runs from a fork server with preloaded modules (false: a fresh interpreter per run)")
 	preload := fs.String("preload", strings.Join(cfg.Preload, ","), "comma-separated modules the fork server imports; those the image lacks are skipped")
 	fs.IntVar(&cfg.ForkServerMaxRuns, "fork-server-max-runs", cfg.ForkServerMaxRuns, "replace the fork server after this many runs (0: never)")
+	runtime := fs.String("runtime", "runc", `the container's runtime: "runc" (Linux) or "runsc" (gVisor, whose limits differ: see executor.Config.GVisor)`)
+	fs.Int64Var(&cfg.MemoryReserve, "memory-reserve", 0, "under runsc: stop a run when the box has less than this many bytes of memory available")
 	_ = fs.Parse(os.Args[2:])
+	switch *runtime {
+	case "runc":
+	case "runsc":
+		cfg.GVisor = true
+	default:
+		fmt.Fprintf(os.Stderr, "sandpit-executor: -runtime is %q; it must be \"runc\" or \"runsc\"\n", *runtime)
+		os.Exit(2)
+	}
 	if !*forkServer {
 		cfg.ForkServer = ""
 	}

@@ -3,7 +3,8 @@
 # whose children call main() once they are the slot's uid (a fork). Protocol
 # (newline-delimited JSON on fd 3):
 #   executor -> bootstrap, once: {"code": str, "input": any, "limits": {...}, "timeout_ms": int,
-#                                 "paths": [str], "call_bytes": int, "preload_data_bytes": int}
+#                                 "paths": [str], "call_bytes": int, "preload_data_bytes": int,
+#                                 "limit_address_space": bool}
 #   bootstrap -> executor:       {"type": "output", "bytes": int} followed by that many bytes:
 #                                a piece of OUTPUT's JSON text (UTF-8); the pieces of a run
 #                                join into one text, whose size the executor measures itself
@@ -243,7 +244,12 @@ def _apply_limits(init):
         # (a fork inherits them, a cold run may import them), so that the same code gets
         # the same outcome however the run started.
         memory += init.get("preload_data_bytes") or 0
-    _set_limit(resource.RLIMIT_DATA, memory)
+    if init.get("limit_address_space"):
+        # gVisor ignores RLIMIT_DATA but enforces RLIMIT_AS: the same allowance, on top of the
+        # address space the process already has (the interpreter, and a fork's preload).
+        _set_limit(resource.RLIMIT_AS, memory and memory + _address_space())
+    else:
+        _set_limit(resource.RLIMIT_DATA, memory)
     _set_limit(resource.RLIMIT_FSIZE, limits.get("file_size_bytes"))
     _set_limit(resource.RLIMIT_NOFILE, limits.get("open_files"))
     _set_limit(resource.RLIMIT_NPROC, limits.get("processes"))
@@ -263,6 +269,15 @@ _main_pid = [0]  # the run's process: only it sends OUTPUT (a forked child may e
 # Private references, as above: the exit sequence must work whatever the program replaced.
 _kill, _getpid, _signal, _sleep, _monotonic, _ioctl, _yield = (
     os.kill, os.getpid, signal.signal, time.sleep, time.monotonic, fcntl.ioctl, os.sched_yield)
+
+
+def _address_space():
+    """The process's address space (VmSize of /proc/self/status), in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def _report_memory_error():

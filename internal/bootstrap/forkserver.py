@@ -167,12 +167,6 @@ def _become_run(req, fds, server_pid, libc):
     os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    try:
-        # The OOM killer's first choice, before the code arrives (as the executor makes a cold run).
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")
-    except OSError:
-        pass
     uid = req["uid"]
     os.setgroups([])
     os.setresgid(uid, uid, uid)
@@ -180,6 +174,14 @@ def _become_run(req, fds, server_pid, libc):
     # A change of uid makes a process undumpable: its /proc files would belong to root. An
     # exec resets that for a cold run; here it is set back by hand.
     libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
+    try:
+        # The OOM killer's first choice, before the code arrives (as the executor makes a cold
+        # run). Only now, as the slot's uid: gVisor fixes the owner of /proc/self/fd when
+        # /proc/self is first looked up, and a lookup as root would leave it root's.
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
     # If the server dies, so does the run: nobody would be left to report its exit status.
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != server_pid:

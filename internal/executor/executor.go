@@ -65,6 +65,18 @@ type Config struct {
 	Preload    []string
 	// ForkServerMaxRuns replaces the fork server after that many runs; 0 never does.
 	ForkServerMaxRuns int
+	// GVisor is true when the box's kernel is gVisor (the runtime runsc), which differs from
+	// Linux where the limits are enforced: it ignores RLIMIT_DATA, so a run's memory limit is
+	// an address-space limit (RLIMIT_AS) there; it has no memory cgroup whose out-of-memory
+	// killer would pick the run (the host's kills the whole sandbox), so the executor watches
+	// the box's free memory during a run; and a fork storm at the process cap exhausts the
+	// sandbox's host threads (ptrace platform), so a run that reaches its process cap is
+	// stopped. See run.watch.
+	GVisor bool
+	// MemoryReserve is, under gVisor, the free memory of the box (MemAvailable in
+	// /proc/meminfo, bytes) below which the running program is stopped with outcome
+	// memory_limit: the room the sandbox's own kernel needs and the watch's reaction time.
+	MemoryReserve int64
 }
 
 // DefaultConfig is the layout of the sandpit image.

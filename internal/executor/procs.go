@@ -66,26 +66,33 @@ func killAndWait(uid int, timeout time.Duration) error {
 	}
 }
 
-// countProcesses counts the processes of uid.
+// countProcesses counts the processes whose real or saved uid is uid (those killUID reaches),
+// zombies included. It reads each process's Uid line, not the owner of its /proc directory:
+// a process that made itself undumpable has a /proc directory owned by root.
 func countProcesses(uid int) int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0
 	}
+	want := []byte(strconv.Itoa(uid))
 	n := 0
 	for _, e := range entries {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
-		info, err := os.Stat(filepath.Join("/proc", e.Name()))
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
 		if err != nil {
-			continue
+			continue // gone meanwhile
 		}
-		st, ok := info.Sys().(*syscall.Stat_t)
-		if !ok || int(st.Uid) != uid {
-			continue
+		for line := range bytes.Lines(data) {
+			if ids, ok := bytes.CutPrefix(line, []byte("Uid:")); ok {
+				// real, effective, saved, filesystem
+				if f := bytes.Fields(ids); len(f) >= 3 && (bytes.Equal(f[0], want) || bytes.Equal(f[2], want)) {
+					n++
+				}
+				break
+			}
 		}
-		n++
 	}
 	return n
 }
@@ -185,6 +192,22 @@ func oomKills() (int64, bool) {
 				n, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
 				return n, err == nil
 			}
+		}
+	}
+	return 0, false
+}
+
+// memAvailable returns MemAvailable of /proc/meminfo in bytes (under gVisor: what the sandbox
+// may still allocate before its container's memory limit), and false when it cannot be read.
+func memAvailable() (int64, bool) {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	for line := range bytes.Lines(data) {
+		if v, ok := bytes.CutPrefix(line, []byte("MemAvailable:")); ok {
+			kb, err := strconv.ParseInt(string(bytes.TrimSpace(bytes.TrimSuffix(bytes.TrimSpace(v), []byte("kB")))), 10, 64)
+			return kb << 10, err == nil
 		}
 	}
 	return 0, false

@@ -29,6 +29,8 @@ const (
 	stopStderrLimit
 	stopOutputLimit
 	stopCancelled
+	stopProcessLimit // under gVisor: the run reached its process cap (see watch)
+	stopBoxMemory    // under gVisor: the box's free memory fell below the reserve (see watch)
 )
 
 // run is one execution in one slot.
@@ -167,6 +169,9 @@ func (r *run) execute() *sandbox.Result {
 	controlDone.Go(func() { r.serveControl(control) })
 
 	timer := time.AfterFunc(time.Duration(r.spec.TimeoutMS)*time.Millisecond, func() { r.stop(stopTimeout) })
+	if r.e.cfg.GVisor {
+		go r.watch()
+	}
 	ended, waitErr := r.wait(proc)
 	r.cpu = ended.cpu
 	res.DurationMS = time.Since(started).Milliseconds()
@@ -221,6 +226,38 @@ func (r *run) wait(proc process) (exit, error) {
 			if err := killUID(r.uid); err != nil {
 				r.e.log.Error("killing run", "id", r.id, "error", err)
 			}
+		}
+	}
+}
+
+// watchInterval is how often watch looks at the run's processes and the box's memory.
+const watchInterval = 20 * time.Millisecond
+
+// watch enforces, under gVisor, what Linux enforces by itself, until the program exits or the
+// run is stopped: a run whose uid has as many processes as its cap allows is stopped
+// (stopProcessLimit; gVisor's ptrace platform adds host threads for every task it runs, and
+// never frees them, so a fork storm held at the cap would exhaust the container's pids limit
+// and kill the whole sandbox), and so is a run while the box has less than MemoryReserve bytes
+// available (stopBoxMemory; there is no memory cgroup in gVisor whose out-of-memory killer
+// would pick the run: the host's would kill the sandbox).
+func (r *run) watch() {
+	tick := time.NewTicker(watchInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.exited:
+			return
+		case <-r.stopped:
+			return
+		case <-tick.C:
+		}
+		if n := r.spec.Limits.Processes; n > 0 && int64(countProcesses(r.uid)) >= n {
+			r.stop(stopProcessLimit)
+			return
+		}
+		if avail, ok := memAvailable(); ok && r.e.cfg.MemoryReserve > 0 && avail < r.e.cfg.MemoryReserve {
+			r.stop(stopBoxMemory)
+			return
 		}
 	}
 }
@@ -319,6 +356,8 @@ func (r *run) serveControl(conn net.Conn) {
 		"call_bytes": r.spec.CallBytes,
 		// The preload's data, allowed on top of memory_bytes (a fork inherits it).
 		"preload_data_bytes": r.preloadData,
+		// gVisor ignores RLIMIT_DATA: the memory limit is then one of address space.
+		"limit_address_space": r.e.cfg.GVisor,
 	})
 	if err != nil {
 		r.e.log.Error("encoding init", "id", r.id, "error", err)
@@ -552,6 +591,13 @@ func (r *run) classify(res *sandbox.Result, status syscall.WaitStatus, waitErr e
 	case reason == stopCancelled:
 		res.Outcome = sandbox.OutcomeKilled
 		res.Reason = "cancelled: the daemon stopped the run"
+	case reason == stopProcessLimit:
+		res.Outcome = sandbox.OutcomeKilled
+		res.Reason = fmt.Sprintf("the run reached its limit of %d processes and was stopped (under runsc a run is stopped "+
+			"at its process cap: a fork storm there would exhaust the sandbox's host threads)", lim.Processes)
+	case reason == stopBoxMemory:
+		res.Outcome = sandbox.OutcomeMemoryLimit
+		res.Reason = fmt.Sprintf("the box ran out of memory (less than %d bytes left) and the run was stopped", r.e.cfg.MemoryReserve)
 	case res.OOMKills > 0 && res.Signal == int(syscall.SIGKILL):
 		res.Outcome = sandbox.OutcomeMemoryLimit
 		res.Reason = "the box ran out of memory and its out-of-memory killer stopped the run"

@@ -34,7 +34,8 @@ const (
 	// ran. The reason names the package and pip's own reason; Result.Dependencies has each one.
 	OutcomeDependencyError Outcome = "dependency_error"
 	// OutcomeKilled: the program died from a signal that no sandpit limit sent (SIGSEGV, ...),
-	// or its client cancelled the request and sandpit killed the run.
+	// or its client cancelled the request and sandpit killed the run, or (under gVisor) the
+	// run reached its process cap and sandpit stopped it.
 	OutcomeKilled Outcome = "killed"
 	// OutcomeRejected: the request was refused before running (invalid, or the queue was full).
 	// Transports answer such requests with an error status instead of a Result; the outcome

@@ -126,7 +126,8 @@ type Result struct {
 // Sizes are in bytes; zero means "no limit of this kind" except where noted.
 type Limits struct {
 	// MemoryBytes caps the run's data segment (RLIMIT_DATA): heap and anonymous mappings,
-	// beyond the data of the fork server's preload, which the executor allows on top.
+	// beyond the data of the fork server's preload, which the executor allows on top (under
+	// gVisor, which ignores RLIMIT_DATA, the growth of its address space: RLIMIT_AS).
 	// Passing it raises MemoryError in Python, reported as outcome memory_limit.
 	MemoryBytes int64 `json:"memory_bytes"`
 	// StdoutBytes and StderrBytes cap each stream; passing a cap stops the run with
@@ -139,7 +140,8 @@ type Limits struct {
 	FileSizeBytes int64 `json:"file_size_bytes"`
 	// OpenFiles caps open file descriptors per process (RLIMIT_NOFILE).
 	OpenFiles int64 `json:"open_files"`
-	// Processes caps the processes and threads of the slot's uid (RLIMIT_NPROC).
+	// Processes caps the processes and threads of the slot's uid (RLIMIT_NPROC); under gVisor
+	// a run that reaches it is stopped (outcome killed).
 	Processes int64 `json:"processes"`
 }
 

@@ -46,6 +46,33 @@ type Box struct {
 	Runtime string
 }
 
+// RunscMemoryReserve is, under runsc, the memory (bytes) added to a slot's container limit and
+// kept free by its executor: gVisor has no memory cgroup inside the sandbox, so the host's
+// out-of-memory killer would kill the whole sandbox, not the run. The executor stops a run as
+// outcome memory_limit when less than this is available in the box; the reserve covers the
+// sandbox's own kernel (tens of MiB) and what a run can allocate between two of the executor's
+// looks (every 20 ms).
+const RunscMemoryReserve = 128 << 20
+
+// RunscPidsFactor multiplies a slot's pids limit under runsc. There the limit counts no task of
+// the code (gVisor keeps those in its own kernel, where the per-run RLIMIT_NPROC bounds them)
+// but the sandbox's host threads: on the ptrace platform a host thread per task of the Sentry
+// and per address space it serves, which gVisor never frees. Reaching the limit kills the
+// whole sandbox, so the executor stops a run at its process cap (see executor.Config.GVisor)
+// and the limit leaves room for the threads a stopped fork storm has already cost.
+const RunscPidsFactor = 4
+
+// gVisor reports whether the box's containers run under gVisor.
+func (b Box) gVisor() bool { return b.Runtime == "runsc" }
+
+// addIfSet adds extra to a limit, leaving 0 (no limit) and -1 (unlimited) alone.
+func addIfSet(limit, extra int64) int64 {
+	if limit <= 0 {
+		return limit
+	}
+	return limit + extra
+}
+
 // tmpfsSize caps a tmpfs at bytes and at one inode per 4 KiB of them: the kernel's own inode
 // cap is half the host's memory pages, and every empty file or directory costs memory that the
 // container's cgroup is charged for, so without it a flood of empty directories exhausts the
@@ -64,12 +91,20 @@ func (b Box) spec(img Image, dataDir string, slot int) (*container.Config, *cont
 	if b.Network == "none" {
 		network = "none"
 	}
+	memory, memorySwap, pids := b.MemoryBytes, b.MemorySwapBytes, b.PidsLimit
+	if b.gVisor() {
+		// The reserve the executor keeps free (see RunscMemoryReserve) is on top, so runs have
+		// the same memory as under runc; the pids limit counts gVisor's host threads (see
+		// RunscPidsFactor).
+		memory, memorySwap = addIfSet(memory, RunscMemoryReserve), addIfSet(memorySwap, RunscMemoryReserve)
+		pids = addIfSet(pids, pids*(RunscPidsFactor-1))
+	}
 	host := &container.HostConfig{
 		Resources: container.Resources{
-			Memory:     b.MemoryBytes,
-			MemorySwap: b.MemorySwapBytes,
+			Memory:     memory,
+			MemorySwap: memorySwap,
 			NanoCPUs:   b.NanoCPUs,
-			PidsLimit:  ptr(b.PidsLimit),
+			PidsLimit:  ptr(pids),
 		},
 		ReadonlyRootfs: true,
 		Tmpfs: map[string]string{

@@ -295,8 +295,12 @@ func (r *Runtime) ContainerIDs() []string {
 // another's.
 func (r *Runtime) executorCommand(slot int) []string {
 	fs := r.cfg.ForkServer
-	return []string{ExecutorPath, "serve", "-slots", "1", "-uid-base", strconv.Itoa(UIDBase + slot),
+	cmd := []string{ExecutorPath, "serve", "-slots", "1", "-uid-base", strconv.Itoa(UIDBase + slot),
 		"-fork-server=" + strconv.FormatBool(fs.Enabled), "-preload", strings.Join(fs.Preload, ","), "-fork-server-max-runs", strconv.Itoa(fs.MaxRuns)}
+	if r.cfg.Box.gVisor() {
+		cmd = append(cmd, "-runtime", "runsc", "-memory-reserve", strconv.FormatInt(RunscMemoryReserve, 10))
+	}
+	return cmd
 }
 
 // boxOf returns slot's box.
