@@ -65,6 +65,9 @@ type run struct {
 }
 
 func newRun(e *Executor, id string, slot int, spec sandbox.Spec) *run {
+	if e.cfg.GVisor && (spec.Limits.Processes <= 0 || spec.Limits.Processes > gVisorProcesses) {
+		spec.Limits.Processes = gVisorProcesses
+	}
 	return &run{e: e, id: id, slot: slot, uid: e.cfg.UIDBase + slot, spec: spec,
 		replies: make(chan *protocol.AgentReply, 1), exited: make(chan struct{}), stopped: make(chan struct{})}
 }
@@ -261,6 +264,12 @@ func (r *run) watch() {
 		}
 	}
 }
+
+// gVisorProcesses caps a run's processes and threads under gVisor: each process forked from
+// the preloaded fork server costs about 26 MiB of the sandbox's memory there (against a few
+// under Linux), so the Linux default of 64 lets a fork bomb fill the box before the watch sees
+// it.
+const gVisorProcesses = 16
 
 // runEnvironment is a run's whole environment: nothing of the executor's or the host's.
 // Every directory a library may write its configuration or caches to (HOME, XDG's, matplotlib's)

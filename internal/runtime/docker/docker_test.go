@@ -72,19 +72,20 @@ func startRuntime(t *testing.T, mutate func(*docker.Config)) (*docker.Runtime, d
 // TestConformanceDocker runs the suite against both ways a run starts: a fresh interpreter,
 // and a fork of the fork server with the default preload.
 func TestConformanceDocker(t *testing.T) {
-	conformance(t, time.Minute, nil)
+	conformance(t, time.Minute, false, nil)
 }
 
 // TestConformanceRunsc runs the suite with every slot's container under gVisor (runsc), the
 // stronger boundary, when the engine has it registered (CI requires it).
 func TestConformanceRunsc(t *testing.T) {
 	name := testenv.ContainerRuntime(t, "runsc")
-	conformance(t, 2*time.Minute, func(cfg *docker.Config) { cfg.Box.Runtime, cfg.Box.Network = name, "none" })
+	conformance(t, 2*time.Minute, true, func(cfg *docker.Config) { cfg.Box.Runtime, cfg.Box.Network = name, "none" })
 }
 
 // conformance runs the suite on a pool of 4 slots changed by mutate, cold and forked, waiting
-// up to ready for every slot's runs to start the way the case says.
-func conformance(t *testing.T, ready time.Duration, mutate func(*docker.Config)) {
+// up to ready for every slot's runs to start the way the case says (slowWrites: see the
+// harness).
+func conformance(t *testing.T, ready time.Duration, slowWrites bool, mutate func(*docker.Config)) {
 	for _, start := range []string{"cold", "fork"} {
 		t.Run(start, func(t *testing.T) {
 			rt, _ := startRuntime(t, func(cfg *docker.Config) {
@@ -99,6 +100,7 @@ func conformance(t *testing.T, ready time.Duration, mutate func(*docker.Config))
 				Slots:         4,
 				ReadOnlyRoot:  true,
 				IsolatedSlots: true,
+				SlowWrites:    slowWrites,
 				Start:         start,
 				HasModule: func(name string) bool {
 					res := sandboxtest.Exec(t, rt, 0, sandboxtest.Spec("import "+name, 30*time.Second), nil)
