@@ -164,7 +164,6 @@ def _become_run(req, fds, server_pid, libc):
     null = os.open(os.devnull, os.O_RDONLY)
     for src, dst in ((null, 0), (fds[0], 1), (fds[1], 2), (fds[2], 3)):
         os.dup2(src, dst)
-    os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     uid = req["uid"]
@@ -174,6 +173,10 @@ def _become_run(req, fds, server_pid, libc):
     # A change of uid makes a process undumpable: its /proc files would belong to root. An
     # exec resets that for a cold run; here it is set back by hand.
     libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
+    # Only now, as the slot's uid and dumpable: where close_range(2) is missing (gVisor),
+    # closerange lists /proc/self/fd, and gVisor fixes that directory's owner at its first
+    # lookup. No code of the run has arrived yet, and nothing else runs as the slot's uid.
+    os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
     try:
         # The OOM killer's first choice, before the code arrives (as the executor makes a cold
         # run). Only now, as the slot's uid: gVisor fixes the owner of /proc/self/fd when
