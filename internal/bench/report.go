@@ -238,14 +238,7 @@ const (
 
 // Targets compares the measurements of r with sandpit's goals.
 func Targets(r Report) []Target {
-	p50 := func(name string) float64 {
-		for _, l := range r.Latency {
-			if l.Name == name && l.Runs > 0 {
-				return l.P50MS
-			}
-		}
-		return 0
-	}
+	p50 := func(name string) float64 { return latencyP50(r, name) }
 	rate := func(clients int) float64 {
 		for _, t := range r.Throughput {
 			if t.Clients == clients {
@@ -379,10 +372,10 @@ func WriteTable(w io.Writer, r Report) error {
 	return err
 }
 
-// latencyP50 is the p50 of r's latency measurement name, 0 when it has none.
+// latencyP50 is the p50 of r's latency measurement name, 0 when it has none (or no runs).
 func latencyP50(r Report, name string) float64 {
 	for _, l := range r.Latency {
-		if l.Name == name {
+		if l.Name == name && l.Runs > 0 {
 			return l.P50MS
 		}
 	}
