@@ -243,7 +243,7 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) e
 
 // streamLine is any line of an NDJSON execution stream.
 type streamLine struct {
-	Type       string                    `json:"type"`
+	Type       sandbox.Stream            `json:"type"`
 	Data       string                    `json:"data"`
 	Dependency *sandbox.DependencyStatus `json:"dependency"`
 	Level      string                    `json:"level"`

@@ -235,7 +235,7 @@ func (s *streamer) run() {
 		s.queue = nil
 		s.mu.Unlock()
 		for _, ev := range batch {
-			s.writeLine(eventLine{Type: ev.Stream, Data: ev.Data, Dependency: ev.Dependency, Level: ev.Level})
+			s.writeLine(eventLine{Type: string(ev.Stream), Data: ev.Data, Dependency: ev.Dependency, Level: ev.Level})
 		}
 		if closed {
 			return

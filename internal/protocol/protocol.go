@@ -5,7 +5,7 @@
 // A frame is a 4-byte big-endian length followed by that many bytes of a JSON Message. Frames
 // are at most MaxFrame bytes. The executor speaks first (KindHello); then the daemon sends
 // KindRun and KindCancel, and the executor answers each run with KindStdout/KindStderr chunks in
-// order and exactly one KindResult (or KindRefused when it cannot start the run). After a run's
+// order, then KindFile for each output file, and exactly one KindResult (or KindRefused when it cannot start the run). After a run's
 // result, once the run's files are gone, it sends KindSettled for its slot: the slot takes no
 // run before that.
 //
@@ -44,6 +44,7 @@ const (
 	KindCancel  Kind = "cancel"  // daemon → executor: kill run ID
 	KindStdout  Kind = "stdout"  // executor → daemon: a chunk of run ID's stdout in Data
 	KindStderr  Kind = "stderr"  // executor → daemon: a chunk of run ID's stderr in Data
+	KindFile    Kind = "file"    // executor → daemon: an output file of run ID (File, FileContent), before its result
 	KindResult  Kind = "result"  // executor → daemon: run ID ended
 	KindRefused Kind = "refused" // executor → daemon: run ID was not started; Error says why
 	KindSettled Kind = "settled" // executor → daemon: Slot's last run is cleaned up and it takes the next (Error: the cleanup failed)
@@ -69,6 +70,10 @@ type Message struct {
 	Data   string          `json:"data,omitempty"`
 	Result *sandbox.Result `json:"result,omitempty"`
 	Error  string          `json:"error,omitempty"`
+	// File and FileContent are a KindFile message's output file and its bytes (base64 in the
+	// frame); a file's content is at most sandbox.Limits.OutputFileBytes.
+	File        *sandbox.File `json:"file,omitempty"`
+	FileContent []byte        `json:"file_content,omitempty"`
 	// Slot is the slot a KindSettled message is about.
 	Slot int `json:"slot,omitempty"`
 

@@ -44,34 +44,50 @@ type Config struct {
 	MaxCalls     int
 	MaxCallBytes int
 	CallTimeout  time.Duration
+	// MaxInputFiles caps Request.Files; MaxInputFileBytes each file's size and
+	// MaxInputFilesBytes their total, in bytes.
+	MaxInputFiles      int
+	MaxInputFileBytes  int64
+	MaxInputFilesBytes int64
+	// Charts is the default of Request.Charts: save open figures and shown images as output
+	// files.
+	Charts bool
 }
 
 // DefaultConfig returns the seed defaults: 4 slots, a queue of 16, 30 s default and 600 s
 // maximum timeout, 1 MiB code and input, 512 MiB memory, 1 MiB stdout, stderr and OUTPUT, 50
-// dependencies with 120 s to install each.
+// dependencies with 120 s to install each; 64 input files (8 MiB each, 16 MiB in all) and as
+// many output files under the same caps, charts saved.
 func DefaultConfig() Config {
 	return Config{
-		Slots:           4,
-		QueueLength:     16,
-		DefaultTimeout:  30 * time.Second,
-		MaxTimeout:      600 * time.Second,
-		Grace:           3 * time.Second,
-		Network:         "full",
-		MaxCodeBytes:    1 << 20,
-		MaxInputBytes:   1 << 20,
-		MaxDependencies: requirement.MaxEntries,
-		InstallTimeout:  120 * time.Second,
-		MaxCalls:        1000,
-		MaxCallBytes:    4 << 20,
-		CallTimeout:     10 * time.Second,
+		Slots:              4,
+		QueueLength:        16,
+		DefaultTimeout:     30 * time.Second,
+		MaxTimeout:         600 * time.Second,
+		Grace:              3 * time.Second,
+		Network:            "full",
+		MaxCodeBytes:       1 << 20,
+		MaxInputBytes:      1 << 20,
+		MaxDependencies:    requirement.MaxEntries,
+		InstallTimeout:     120 * time.Second,
+		MaxCalls:           1000,
+		MaxCallBytes:       4 << 20,
+		CallTimeout:        10 * time.Second,
+		MaxInputFiles:      64,
+		MaxInputFileBytes:  8 << 20,
+		MaxInputFilesBytes: 16 << 20,
+		Charts:             true,
 		Limits: Limits{
-			MemoryBytes:   512 << 20,
-			StdoutBytes:   1 << 20,
-			StderrBytes:   1 << 20,
-			OutputBytes:   1 << 20,
-			FileSizeBytes: 64 << 20,
-			OpenFiles:     256,
-			Processes:     64,
+			MemoryBytes:      512 << 20,
+			StdoutBytes:      1 << 20,
+			StderrBytes:      1 << 20,
+			OutputBytes:      1 << 20,
+			FileSizeBytes:    64 << 20,
+			OpenFiles:        256,
+			Processes:        64,
+			OutputFiles:      64,
+			OutputFileBytes:  8 << 20,
+			OutputFilesBytes: 16 << 20,
 		},
 	}
 }

@@ -26,6 +26,13 @@ type Request struct {
 	ID string
 	// Origin says where the request came from; it is recorded with the execution.
 	Origin Origin
+	// Files are written into the run's working directory before its code starts; at most
+	// Config.MaxInputFiles of them, each at most Config.MaxInputFileBytes, together at most
+	// Config.MaxInputFilesBytes. Names are checked with CheckFileName and must be unique.
+	Files []InputFile
+	// Charts, when not nil, says whether open matplotlib figures and PIL images shown are saved
+	// as output files (figure-1.png, …); nil means Config.Charts.
+	Charts *bool
 	// CheckOutput, when not nil, checks the program's OUTPUT (JSON text, "null" when unset) after
 	// a run that ended ok; an error turns the outcome into output_invalid with the error's text
 	// as the reason. Saved code uses it to hold OUTPUT to its output schema.
@@ -51,17 +58,65 @@ type Origin struct {
 	CodeVersion int    `json:"code_version,omitempty"`
 }
 
+// Stream names the kind of an Event.
+type Stream string
+
+// The streams of an execution's events.
+const (
+	StreamStdout     Stream = "stdout"     // a chunk of the program's standard output
+	StreamStderr     Stream = "stderr"     // a chunk of its standard error
+	StreamLog        Stream = "log"        // an agent.log line
+	StreamDependency Stream = "dependency" // a dependency's status, before the run
+	StreamFile       Stream = "file"       // an output file, after the program ended
+)
+
 // Event is a piece of a running execution's output, delivered in order as it happens.
 type Event struct {
-	// Stream is "stdout", "stderr", "log" (an agent.log line), or "dependency" (a dependency's
-	// status, before the run).
-	Stream string `json:"stream"`
+	// Stream is the kind of event.
+	Stream Stream `json:"stream"`
 	// Data is the chunk, always valid UTF-8 (invalid bytes are replaced with U+FFFD).
 	Data string `json:"data,omitempty"`
 	// Dependency is set for stream "dependency".
 	Dependency *DependencyStatus `json:"dependency,omitempty"`
 	// Level is an agent.log line's level, for stream "log" (Data holds the message).
 	Level string `json:"level,omitempty"`
+	// File describes an output file, for stream "file"; Content holds its bytes on the way
+	// from the runtime to the Service, which stores them and never passes them on.
+	File    *File  `json:"file,omitempty"`
+	Content []byte `json:"-"`
+}
+
+// InputFile is a file a request hands its run, written into the run's working directory
+// before the code starts.
+type InputFile struct {
+	// Name is the file's path relative to the working directory ("data.csv", "in/a.json");
+	// CheckFileName says which names are allowed.
+	Name string `json:"name"`
+	// Content is the file's bytes (base64 in JSON).
+	Content []byte `json:"content"`
+}
+
+// File is an output file: a regular file the program created or changed under its working
+// directory (not main.py, not an input file left unchanged), or a chart saved for it. The JSON
+// field names are the public API.
+type File struct {
+	// Name is its path relative to the working directory, with "/" between parts.
+	Name string `json:"name"`
+	// SizeBytes is its size in bytes.
+	SizeBytes int64 `json:"size_bytes"`
+	// MediaType is its IANA media type, from its name's extension or else its first bytes
+	// ("image/png", "text/csv; charset=utf-8", "application/octet-stream").
+	MediaType string `json:"media_type"`
+	// SHA256 is the hex SHA-256 digest of its bytes.
+	SHA256 string `json:"sha256"`
+}
+
+// SkippedFile is an entry of the run's working directory that was not collected as an output
+// file, and why ("symbolic link, not followed", "larger than the 8388608-byte cap on one output
+// file", …).
+type SkippedFile struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
 }
 
 // Result is the record of one finished execution. The JSON field names are the public API.
@@ -120,7 +175,18 @@ type Result struct {
 	Calls []CallRecord `json:"calls,omitempty"`
 	// Logs are the program's agent.log lines, in order (absent when none).
 	Logs []LogLine `json:"logs,omitempty"`
+	// Files lists the run's output files, in name order (absent when none).
+	Files []File `json:"files,omitempty"`
+	// FilesSkipped lists entries of the working directory that were not collected, at most
+	// MaxSkippedFiles of them (absent when none).
+	FilesSkipped []SkippedFile `json:"files_skipped,omitempty"`
+	// FilesTruncated says that output files were left out beyond those listed in FilesSkipped:
+	// more were skipped than it lists, or the scan of the directory stopped at its cap.
+	FilesTruncated bool `json:"files_truncated,omitempty"`
 }
+
+// MaxSkippedFiles caps Result.FilesSkipped.
+const MaxSkippedFiles = 100
 
 // Limits are the per-run limits that the executor enforces inside the box.
 // Sizes are in bytes; zero means "no limit of this kind" except where noted.
@@ -140,6 +206,12 @@ type Limits struct {
 	FileSizeBytes int64 `json:"file_size_bytes"`
 	// OpenFiles caps open file descriptors per process (RLIMIT_NOFILE).
 	OpenFiles int64 `json:"open_files"`
+	// OutputFiles caps how many output files a run returns (0: none are collected);
+	// OutputFileBytes caps each one's size and OutputFilesBytes their total, in bytes. A file
+	// over a cap is skipped and named in Result.FilesSkipped.
+	OutputFiles      int   `json:"output_files"`
+	OutputFileBytes  int64 `json:"output_file_bytes"`
+	OutputFilesBytes int64 `json:"output_files_bytes"`
 	// Processes caps the processes and threads of the slot's uid (RLIMIT_NPROC); under gVisor
 	// a run that reaches it is stopped (outcome killed).
 	Processes int64 `json:"processes"`
@@ -159,6 +231,11 @@ type Spec struct {
 	Limits Limits `json:"limits"`
 	// Paths are directories put first on the program's sys.path: its installed dependencies.
 	Paths []string `json:"paths,omitempty"`
+	// Files are written into the working directory before the code starts, owned by the run.
+	Files []InputFile `json:"files,omitempty"`
+	// Charts: open matplotlib figures at the end of the run and at each plt.show(), and PIL
+	// images shown, are saved as PNG output files (figure-1.png, image-1.png, …).
+	Charts bool `json:"charts,omitempty"`
 	// CallBytes caps one agent.* call's arguments, for the program's own check (0: no calls).
 	CallBytes int `json:"call_bytes,omitempty"`
 	// Calls answers the program's agent.* calls while it runs; nil refuses them. It is not
@@ -172,6 +249,15 @@ type Hooks struct {
 	Recorder Recorder
 	// Callbacks answer programs' agent.* calls.
 	Callbacks Callbacks
+	// Files keeps runs' output files; nil drops them (the result still lists them).
+	Files FileStore
+}
+
+// FileStore keeps the bytes of runs' output files.
+type FileStore interface {
+	// Put stores content as execution id's output file f. An error leaves the file out of the
+	// run's result (named in FilesSkipped with the error).
+	Put(ctx context.Context, id string, f File, content []byte) error
 }
 
 // Recorder keeps the ledger of executions. The Service calls Begin when a run has its slot and

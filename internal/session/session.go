@@ -366,7 +366,7 @@ func (c *Client) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func
 				}
 				b.WriteString(m.Data)
 				if emit != nil {
-					emit(sandbox.Event{Stream: string(m.Kind), Data: m.Data})
+					emit(sandbox.Event{Stream: sandbox.Stream(m.Kind), Data: m.Data})
 				}
 			case protocol.KindCall:
 				if m.AgentCall == nil {

@@ -362,7 +362,10 @@ func Run(t *testing.T, h Harness) {
 	})
 
 	t.Run("writes to sys.stdout and sys.stderr keep their order", func(t *testing.T) {
-		type event struct{ stream, data string }
+		type event struct {
+			stream sandbox.Stream
+			data   string
+		}
 		collect := func(code string) ([]event, sandbox.Result) {
 			var mu sync.Mutex
 			var events []event

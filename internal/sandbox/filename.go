@@ -1,0 +1,41 @@
+package sandbox
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// MaxFileNameBytes caps a file name (an input file's, or an output file's path).
+const MaxFileNameBytes = 255
+
+// CheckFileName returns nil when name can name a file in a run's working directory: a relative
+// path of 1 to MaxFileNameBytes bytes of UTF-8, with "/" between parts, none of them empty, "."
+// or "..", and no NUL, control character or backslash. The error says what is wrong in words
+// that fit any interface ("… is not allowed in a file name").
+func CheckFileName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("a file name is empty")
+	case len(name) > MaxFileNameBytes:
+		return fmt.Errorf("file name %.40q… is %d bytes; at most %d", name, len(name), MaxFileNameBytes)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("file name %q is not valid UTF-8", name)
+	case strings.HasPrefix(name, "/"):
+		return fmt.Errorf("file name %q is absolute; give a path relative to the run's directory", name)
+	}
+	for _, r := range name {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == '\\' {
+			return fmt.Errorf("file name %q holds %U, which is not allowed in a file name", name, r)
+		}
+	}
+	for part := range strings.SplitSeq(name, "/") {
+		switch part {
+		case "":
+			return fmt.Errorf("file name %q has an empty part (a doubled or trailing \"/\")", name)
+		case ".", "..":
+			return fmt.Errorf("file name %q has a %q part; give a plain relative path", name, part)
+		}
+	}
+	return nil
+}
