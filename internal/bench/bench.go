@@ -12,6 +12,12 @@
 //   - print(1) through the REST API, end to end, one client, sequentially;
 //   - a pandas snippet through the REST API, and the same snippet in a fresh python3 started
 //     by sandpit-executor (baseline C);
+//   - an analysis program (a pandas groupby, a pyplot chart saved as a PNG file, a scipy.stats
+//     test, a bs4 parse, a PIL resize) through the REST API, and the same program in a fresh
+//     python3 started by sandpit-executor (baseline D);
+//   - the boxes' CPU time per run of each REST measurement, and its floor: the CPU time of a
+//     bare fork and exit of a process holding the same preload, in the same box (ForkFloor),
+//     with the fork server's memory and that of the preload before it grew (SmallPreload);
 //   - the throughput of print(1) through REST at 1, 4 and 16 concurrent clients;
 //   - the resident memory of the daemon, the container and the executor, idle and under load.
 //
@@ -54,10 +60,11 @@ type Options struct {
 	// ["/usr/local/bin/sandpit", "serve", "--base-image=sandpit-base:bookworm"]. Run appends
 	// --data-dir and --listen.
 	Serve []string
-	// Runs is how many print(1) runs are timed through REST and as baseline B.
+	// Runs is how many print(1) runs are timed through REST and as baseline B, and how many
+	// forks each fork floor times.
 	Runs int
-	// SlowRuns is how many runs are timed for the pandas snippet through REST and for
-	// baselines A and C.
+	// SlowRuns is how many runs are timed for the pandas snippet and the analysis program
+	// through REST and for baselines A, C and D.
 	SlowRuns int
 	// Warmup is how many runs of each kind are made, and discarded, before anything is timed.
 	Warmup int
@@ -68,8 +75,9 @@ type Options struct {
 	Clients []int
 	// Compare names the other layouts measured beside the main daemon in the same run, each a
 	// daemon of its own: VariantSingle (one container, one slot; skipped when the main
-	// daemon has one slot) and VariantRunsc (gVisor; skipped when the engine has no runsc or
-	// the main daemon uses it).
+	// daemon has one slot), VariantRunsc (gVisor; skipped when the engine has no runsc or
+	// the main daemon uses it) and VariantSmallPreload (the fork server preloading
+	// SmallPreload; skipped when the main daemon has no fork server or that preload).
 	Compare []string
 	// Progress receives a line per step (nil: none).
 	Progress io.Writer
@@ -78,12 +86,12 @@ type Options struct {
 	DaemonLog io.Writer
 }
 
-// DefaultOptions returns the counts that keep a bench around a minute or two on a 2-CPU
-// machine: 50 print(1) runs, 20 of the slow kinds, 3 warm-up runs of each kind, and 5 s at 1,
-// 4 and 16 clients.
+// DefaultOptions returns the counts that keep a bench around a few minutes on a 2-CPU
+// machine: 50 print(1) runs (and forks of each fork floor), 20 of the slow kinds, 3 warm-up
+// runs of each kind, 5 s at 1, 4 and 16 clients, and every variant.
 func DefaultOptions() Options {
 	return Options{Runs: 50, SlowRuns: 20, Warmup: 3, Duration: 5 * time.Second, Clients: []int{1, 4, 16},
-		Compare: []string{VariantSingle, VariantRunsc}}
+		Compare: []string{VariantSingle, VariantRunsc, VariantSmallPreload}}
 }
 
 func (o Options) validate() error {
@@ -100,8 +108,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("bench: concurrency levels %v must be at least 1", o.Clients)
 	}
 	for _, v := range o.Compare {
-		if v != VariantSingle && v != VariantRunsc {
-			return fmt.Errorf("bench: %q is not a layout to compare with: use %q or %q", v, VariantSingle, VariantRunsc)
+		if v != VariantSingle && v != VariantRunsc && v != VariantSmallPreload {
+			return fmt.Errorf("bench: %q is not a layout to compare with: use %q, %q or %q", v, VariantSingle, VariantRunsc, VariantSmallPreload)
 		}
 	}
 	return nil
@@ -180,9 +188,42 @@ func (b *bench) say(format string, args ...any) {
 func (b *bench) run(ctx context.Context) (*Report, error) {
 	opts := b.opts
 	rep := &Report{CPUs: runtime.NumCPU(), BoxCPUs: opts.Config.CPUs, ThroughputSeconds: opts.Duration.Seconds()}
+	in, err := b.prepare(ctx, rep)
+	if err != nil {
+		return nil, err
+	}
+	b.idleMemory(ctx, in, rep)
+	if err := b.latencies(ctx, in, rep); err != nil {
+		return nil, err
+	}
+	if err := b.preload(ctx, in, rep); err != nil {
+		return nil, err
+	}
+	if err := b.throughput(ctx, in, rep); err != nil {
+		return nil, err
+	}
+	if _, rep.Memory.ExecutorPeakRSS, err = in.box.executorMemory(ctx); err != nil {
+		b.say("warning: %v", err)
+	}
+	if err := b.stop(ctx, in); err != nil {
+		b.say("warning: %v", err)
+	}
+	for _, v := range b.variants(ctx, in.cfg) {
+		m, err := b.measureVariant(ctx, v)
+		if err != nil {
+			return nil, fmt.Errorf("measuring the daemon with %s: %w", v.label(), err)
+		}
+		rep.Variants = append(rep.Variants, m)
+	}
+	rep.Targets = Targets(*rep)
+	return rep, nil
+}
 
+// prepare builds the sandbox image if needed, removes what earlier benches left, starts the
+// main daemon and warms it up.
+func (b *bench) prepare(ctx context.Context, rep *Report) (*instance, error) {
 	b.say("checking the sandbox image (the first time, building it takes a few minutes)")
-	tag, built, err := app.BuildImage(ctx, opts.Config, b.progress)
+	tag, built, err := app.BuildImage(ctx, b.opts.Config, b.progress)
 	if err != nil {
 		return nil, err
 	}
@@ -190,9 +231,8 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	if built {
 		b.say("built %s", tag)
 	}
-
 	b.removeStale(ctx)
-	in, err := b.start(ctx, nil)
+	in, err := b.start(ctx, variant{})
 	if err != nil {
 		return nil, err
 	}
@@ -200,8 +240,14 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	if err := b.warmUp(ctx, in, true); err != nil {
 		return nil, fmt.Errorf("warming up: %w", err)
 	}
+	return in, nil
+}
 
+// idleMemory reads the memory of the daemon, the boxes and the executor after the warm-up; a
+// figure that cannot be read is left 0, with a warning.
+func (b *bench) idleMemory(ctx context.Context, in *instance, rep *Report) {
 	b.say("reading the memory of the daemon, the boxes and the executor, idle")
+	var err error
 	if rep.Memory.DaemonIdleRSS, err = readRSS(in.daemon.pid()); err != nil {
 		b.say("warning: %v", err)
 	}
@@ -211,42 +257,101 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	if rep.Memory.ExecutorIdleRSS, _, err = in.box.executorMemory(ctx); err != nil {
 		b.say("warning: %v", err)
 	}
+}
 
-	type step struct {
+// latencies times the sequential measurements: the baselines, and print(1), the pandas
+// snippet and the analysis program through REST (with the boxes' CPU per run).
+func (b *bench) latencies(ctx context.Context, in *instance, rep *Report) error {
+	opts := b.opts
+	baseline := func(f func() ([]time.Duration, error)) func() ([]time.Duration, map[string]int, float64, error) {
+		return func() ([]time.Duration, map[string]int, float64, error) { d, err := f(); return d, nil, 0, err }
+	}
+	rest := func(p program, n int) func() ([]time.Duration, map[string]int, float64, error) {
+		return func() ([]time.Duration, map[string]int, float64, error) { return in.timedREST(ctx, p, n) }
+	}
+	steps := []struct {
 		name, baseline, what string
-		measure              func() ([]time.Duration, map[string]int, error)
-	}
-	noStarts := func(f func() ([]time.Duration, error)) func() ([]time.Duration, map[string]int, error) {
-		return func() ([]time.Duration, map[string]int, error) { d, err := f(); return d, nil, err }
-	}
-	steps := []step{
-		{LatencyDockerExec, "A", "docker exec python3 -c 'print(1)'", noStarts(func() ([]time.Duration, error) {
+		measure              func() ([]time.Duration, map[string]int, float64, error)
+	}{
+		{LatencyDockerExec, "A", "docker exec python3 -c 'print(1)'", baseline(func() ([]time.Duration, error) {
 			return in.box.dockerExec(ctx, printProgram(), opts.SlowRuns)
 		})},
-		{LatencySpawnPrint, "B", "executor spawns python3 -c 'print(1)'", noStarts(func() ([]time.Duration, error) {
+		{LatencySpawnPrint, "B", "executor spawns python3 -c 'print(1)'", baseline(func() ([]time.Duration, error) {
 			return in.box.spawnTime(ctx, printProgram(), opts.Runs)
 		})},
-		{LatencyRESTPrint, "", "sandpit REST print(1)", func() ([]time.Duration, map[string]int, error) {
-			return in.rest.sequential(ctx, printProgram(), opts.Runs)
-		}},
-		{LatencySpawnPandas, "C", "executor spawns python3 -c <pandas snippet>", noStarts(func() ([]time.Duration, error) {
+		{LatencyRESTPrint, "", "sandpit REST print(1)", rest(printProgram(), opts.Runs)},
+		{LatencySpawnPandas, "C", "executor spawns python3 -c <pandas snippet>", baseline(func() ([]time.Duration, error) {
 			return in.box.spawnTime(ctx, pandasProgram(), opts.SlowRuns)
 		})},
-		{LatencyRESTPandas, "", "sandpit REST <pandas snippet>", func() ([]time.Duration, map[string]int, error) {
-			return in.rest.sequential(ctx, pandasProgram(), opts.SlowRuns)
-		}},
+		{LatencyRESTPandas, "", "sandpit REST <pandas snippet>", rest(pandasProgram(), opts.SlowRuns)},
+		{LatencySpawnAnalysis, "D", "executor spawns python3 -c <analysis>", baseline(func() ([]time.Duration, error) {
+			return in.box.spawnInDirectory(ctx, analysisProgram(), opts.SlowRuns)
+		})},
+		{LatencyRESTAnalysis, "", "sandpit REST <analysis>", rest(analysisProgram(), opts.SlowRuns)},
 	}
 	for _, s := range steps {
 		t0 := time.Now()
-		durations, starts, err := s.measure()
+		durations, starts, cpu, err := s.measure()
 		if err != nil {
-			return nil, fmt.Errorf("measuring %s: %w", s.what, err)
+			return fmt.Errorf("measuring %s: %w", s.what, err)
 		}
 		l := newLatency(s.name, s.baseline, s.what, durations, starts)
+		l.BoxCPUMSPerRun = cpu
 		b.say("%s: %d runs, p50 %.1f ms (%.1fs)", s.what, l.Runs, l.P50MS, time.Since(t0).Seconds())
 		rep.Latency = append(rep.Latency, l)
 	}
+	return nil
+}
 
+// timedREST runs p n times through in's REST API, one after the other, and returns the
+// durations, the start kinds and the boxes' CPU time per run in milliseconds (0 when it could
+// not be read).
+func (in *instance) timedREST(ctx context.Context, p program, n int) ([]time.Duration, map[string]int, float64, error) {
+	cpu0 := in.cpuTimes(ctx)
+	durations, starts, err := in.rest.sequential(ctx, p, n)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	cpu1 := in.cpuTimes(ctx)
+	return durations, starts, cpuPerRun(cpu0.box, cpu1.box, n), nil
+}
+
+// preload measures what the preload costs in slot 0's box: the fork server's memory, and the
+// fork floor of the daemon's preload, of SmallPreload and of none (see ForkFloor), each with
+// opts.Runs forks.
+func (b *bench) preload(ctx context.Context, in *instance, rep *Report) error {
+	rep.Preload.Modules = slices.Clip(in.cfg.Preload)
+	floors := []struct {
+		label   string
+		modules []string
+	}{{"this daemon's preload", in.cfg.Preload}, {"the small preload", SmallPreload}, {"no preload", nil}}
+	var done [][]string
+	for _, f := range floors {
+		if slices.ContainsFunc(done, func(m []string) bool { return slices.Equal(m, f.modules) }) {
+			continue
+		}
+		done = append(done, f.modules)
+		b.say("fork floor of %s: importing it in slot 0's box and timing %d bare forks", f.label, b.opts.Runs)
+		floor, server, err := in.box.forkFloor(ctx, f.label, f.modules, b.opts.Runs)
+		if err != nil {
+			return err
+		}
+		if rep.Preload.Server == nil {
+			rep.Preload.Server = server
+		}
+		for name, reason := range floor.Skipped {
+			b.say("warning: the fork floor of %s could not import %s: %s", f.label, name, reason)
+		}
+		b.say("%s: RSS %s, a fork and exit %.2f ms of CPU (%s)", f.label, mibText(floor.RSS), floor.CPUMSPerFork, floor.CPUSource)
+		rep.Preload.ForkFloors = append(rep.Preload.ForkFloors, floor)
+	}
+	return nil
+}
+
+// throughput measures print(1) through REST at each concurrency level, with the CPU per run,
+// and samples the memory under load during the last level.
+func (b *bench) throughput(ctx context.Context, in *instance, rep *Report) error {
+	opts := b.opts
 	for i, clients := range opts.Clients {
 		b.say("throughput: print(1) from %d concurrent client(s) for %s", clients, opts.Duration)
 		var stopSampling func() (int64, int64)
@@ -260,10 +365,10 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 			rep.Memory.DaemonLoadPeakRSS, rep.Memory.BoxLoadPeak = stopSampling()
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if len(l.ok) == 0 {
-			return nil, fmt.Errorf("throughput at %d clients: no run ended ok (%d not ok, %d busy, %d errors; the last: %v)",
+			return fmt.Errorf("throughput at %d clients: no run ended ok (%d not ok, %d busy, %d errors; the last: %v)",
 				clients, l.notOK, l.busy, l.errors, l.lastErr)
 		}
 		if l.lastErr != nil {
@@ -275,53 +380,47 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 		b.say("%d client(s): %.1f runs/s, p50 %.1f ms", clients, th.RunsPerSec, th.P50MS)
 		rep.Throughput = append(rep.Throughput, th)
 	}
-	if _, rep.Memory.ExecutorPeakRSS, err = in.box.executorMemory(ctx); err != nil {
-		b.say("warning: %v", err)
-	}
-	if err := b.stop(ctx, in); err != nil {
-		b.say("warning: %v", err)
-	}
-
-	for _, v := range b.variants(ctx, in.cfg) {
-		m, err := b.measureVariant(ctx, v)
-		if err != nil {
-			return nil, fmt.Errorf("measuring the daemon with %s: %w", strings.Join(v.flags, " "), err)
-		}
-		rep.Variants = append(rep.Variants, m)
-	}
-	rep.Targets = Targets(*rep)
-	return rep, nil
+	return nil
 }
 
-// variant is a daemon measured beside the main one, with flags added to its command line.
+// variant is a daemon measured beside the main one, with flags added to its command line and
+// variables to its environment.
 type variant struct {
 	name  string
 	flags []string
+	env   []string
 }
 
+// label names the variant by what it changes.
+func (v variant) label() string { return strings.Join(append(slices.Clone(v.flags), v.env...), " ") }
+
 // variants are the other layouts measured in the same run: a single container (one slot),
-// when the main daemon has a pool; and gVisor, when the engine has runsc and the main daemon
-// does not use it.
+// when the main daemon has a pool; gVisor, when the engine has runsc and the main daemon does
+// not use it; and SmallPreload, when the main daemon has a fork server with another preload.
 func (b *bench) variants(ctx context.Context, cfg config.Config) []variant {
 	var vs []variant
 	if cfg.Slots > 1 && slices.Contains(b.opts.Compare, VariantSingle) {
-		vs = append(vs, variant{VariantSingle, []string{"--slots=1"}})
+		vs = append(vs, variant{name: VariantSingle, flags: []string{"--slots=1"}})
 	}
 	if cfg.Runtime != "runsc" && slices.Contains(b.opts.Compare, VariantRunsc) {
 		if info, err := b.api.Info(ctx, client.InfoOptions{}); err == nil {
 			if _, ok := info.Info.Runtimes["runsc"]; ok {
-				vs = append(vs, variant{VariantRunsc, []string{"--runtime=runsc", "--network=none"}})
+				vs = append(vs, variant{name: VariantRunsc, flags: []string{"--runtime=runsc", "--network=none"}})
 			}
 		}
+	}
+	if cfg.ForkServer && !slices.Equal(cfg.Preload, SmallPreload) && slices.Contains(b.opts.Compare, VariantSmallPreload) {
+		vs = append(vs, variant{name: VariantSmallPreload, env: []string{config.EnvName("preload") + "=" + strings.Join(SmallPreload, ",")}})
 	}
 	return vs
 }
 
-// measureVariant starts a daemon with v's flags and measures what the layouts are compared
-// by: the time to ready, idle memory, and print(1) and pandas p50 through REST.
+// measureVariant starts a daemon with v's flags and environment and measures what the layouts
+// are compared by: the time to ready, idle memory, and print(1) and pandas p50 through REST
+// (with the boxes' CPU per run).
 func (b *bench) measureVariant(ctx context.Context, v variant) (Variant, error) {
-	b.say("measuring a daemon with %s beside it", strings.Join(v.flags, " "))
-	in, err := b.start(ctx, v.flags)
+	b.say("measuring a daemon with %s beside it", v.label())
+	in, err := b.start(ctx, v)
 	if err != nil {
 		return Variant{}, err
 	}
@@ -330,7 +429,10 @@ func (b *bench) measureVariant(ctx context.Context, v variant) (Variant, error) 
 			b.say("warning: %v", err)
 		}
 	}()
-	m := Variant{Name: v.name, Flags: v.flags, Slots: len(in.box.ids), ReadySeconds: round(in.ready.Seconds(), 2)}
+	m := Variant{Name: v.name, Flags: slices.Clip(v.flags), Env: slices.Clip(v.env), Slots: len(in.box.ids), ReadySeconds: round(in.ready.Seconds(), 2)}
+	if m.Flags == nil {
+		m.Flags = []string{}
+	}
 	if err := b.warmUp(ctx, in, false); err != nil {
 		return Variant{}, fmt.Errorf("warming up: %w", err)
 	}
@@ -348,19 +450,21 @@ func (b *bench) measureVariant(ctx context.Context, v variant) (Variant, error) 
 		label string
 	}{{printProgram(), b.opts.Runs, &m.RESTPrint, LatencyRESTPrint, "print(1)"},
 		{pandasProgram(), b.opts.SlowRuns, &m.RESTPandas, LatencyRESTPandas, "<pandas snippet>"}} {
-		durations, starts, err := in.rest.sequential(ctx, step.p, step.runs)
+		durations, starts, cpu, err := in.timedREST(ctx, step.p, step.runs)
 		if err != nil {
 			return Variant{}, err
 		}
 		*step.into = newLatency(step.name, "", "sandpit REST "+step.label, durations, starts)
+		step.into.BoxCPUMSPerRun = cpu
 		b.say("%s: %s p50 %.1f ms", v.name, step.label, step.into.P50MS)
 	}
 	return m, nil
 }
 
 // start creates a data directory, starts a daemon on it with the bench's configuration and
-// extra flags, waits for it to be ready and finds its containers.
-func (b *bench) start(ctx context.Context, flags []string) (*instance, error) {
+// v's flags and environment (none for the main daemon), waits for it to be ready and finds
+// its containers.
+func (b *bench) start(ctx context.Context, v variant) (*instance, error) {
 	tmp, err := os.MkdirTemp("", dataDirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("creating the bench's data directory: %w (set TMPDIR to a writable directory)", err)
@@ -379,7 +483,7 @@ func (b *bench) start(ctx context.Context, flags []string) (*instance, error) {
 		}
 	}
 	t0 := time.Now()
-	if in.daemon, err = startDaemon(append(slices.Clip(b.opts.Serve), flags...), in.dataDir, b.opts.DaemonLog); err != nil {
+	if in.daemon, err = startDaemon(append(slices.Clip(b.opts.Serve), v.flags...), v.env, in.dataDir, b.opts.DaemonLog); err != nil {
 		return nil, err
 	}
 	in.rest = newRESTClient("http://"+in.daemon.addr, in.cfg.Token, slices.Max(b.opts.Clients))
@@ -458,6 +562,14 @@ func (b *bench) warmUp(ctx context.Context, in *instance, baselines bool) error 
 			continue
 		}
 		if _, err := in.box.spawnTime(ctx, p, n); err != nil {
+			return err
+		}
+	}
+	if baselines { // the analysis program is measured on the main daemon only
+		if _, _, err := in.rest.sequential(ctx, analysisProgram(), n); err != nil {
+			return err
+		}
+		if _, err := in.box.spawnInDirectory(ctx, analysisProgram(), n); err != nil {
 			return err
 		}
 	}

@@ -122,8 +122,30 @@ const spawnUID = 65534
 // `sandpit-executor spawn-time`, in one exec, and returns the durations it measured: from just
 // before each start to after each exit, without the exec's own cost.
 func (b *box) spawnTime(ctx context.Context, p program, n int) ([]time.Duration, error) {
-	out, err := b.run(ctx, []string{docker.ExecutorPath, "spawn-time", "-n", strconv.Itoa(n), "-uid", strconv.Itoa(spawnUID),
-		"--", "python3", "-c", p.code})
+	return b.spawnArgv(ctx, []string{"python3", "-c", p.code}, n)
+}
+
+// inOwnDirectory is a shell script that runs python3 -c "$0" in a new directory of its own,
+// with a copy of the image's matplotlib cache as its MPLCONFIGDIR (as the executor gives a
+// cold run), and removes the directory after: for a program that writes files into its
+// working directory, which spawn-time's (/) is not.
+const inOwnDirectory = `d=$(mktemp -d) || exit 1
+cp -R /opt/sandpit/matplotlib "$d/.matplotlib" 2>/dev/null
+cd "$d" && MPLCONFIGDIR="$d/.matplotlib" MPLBACKEND=Agg python3 -c "$0"
+s=$?; cd / && rm -rf "$d"; exit $s`
+
+// spawnInDirectory is spawnTime for a program that writes files (baseline D): each run
+// starts in a new directory of its own (see inOwnDirectory; the shell, mktemp, cp and rm
+// add a few milliseconds to each run).
+func (b *box) spawnInDirectory(ctx context.Context, p program, n int) ([]time.Duration, error) {
+	return b.spawnArgv(ctx, []string{"sh", "-c", inOwnDirectory, p.code}, n)
+}
+
+// spawnArgv has the executor in the box start argv n times with `sandpit-executor
+// spawn-time` and returns the durations it measured.
+func (b *box) spawnArgv(ctx context.Context, argv []string, n int) ([]time.Duration, error) {
+	out, err := b.run(ctx, append([]string{docker.ExecutorPath, "spawn-time", "-n", strconv.Itoa(n), "-uid", strconv.Itoa(spawnUID),
+		"--"}, argv...))
 	if err != nil {
 		return nil, err
 	}

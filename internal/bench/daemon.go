@@ -25,10 +25,11 @@ type daemon struct {
 }
 
 // startDaemon starts argv (a `sandpit ... serve` command line) with --data-dir dataDir and
-// --listen on a free loopback port. Its output goes to logw (may be nil) and, the last part,
+// --listen on a free loopback port, in the bench's environment with env added (a variable set
+// in both takes env's value). Its output goes to logw (may be nil) and, the last part,
 // to the daemon's log tail. It runs in its own process group, so a Ctrl-C at the terminal
 // reaches the bench, which stops it in order, and not the daemon directly.
-func startDaemon(argv []string, dataDir string, logw io.Writer) (*daemon, error) {
+func startDaemon(argv, env []string, dataDir string, logw io.Writer) (*daemon, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -37,6 +38,9 @@ func startDaemon(argv []string, dataDir string, logw io.Writer) (*daemon, error)
 	d := &daemon{addr: addr, log: &tail{max: 16 << 10, w: logw}, done: make(chan struct{})}
 	args := append(argv[1:len(argv):len(argv)], "--data-dir="+dataDir, "--listen="+addr)
 	d.cmd = exec.Command(argv[0], args...)
+	if len(env) > 0 {
+		d.cmd.Env = append(os.Environ(), env...) // exec keeps the last value of a duplicate
+	}
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.SysProcAttr = daemonProcAttr()
 	if err := d.cmd.Start(); err != nil {

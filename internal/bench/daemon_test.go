@@ -26,7 +26,7 @@ func TestDaemonStartAndStop(t *testing.T) {
 	dir := t.TempDir()
 	// A stand-in daemon: it records its arguments and waits for SIGTERM.
 	script := `echo "$@" > ` + dir + `/args; echo started; trap 'exit 0' TERM; while :; do sleep 0.05; done`
-	d, err := startDaemon([]string{"sh", "-c", script, "serve"}, dir, nil)
+	d, err := startDaemon([]string{"sh", "-c", script, "serve"}, nil, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestDaemonStartAndStop(t *testing.T) {
 }
 
 func TestDaemonKilledWhenItIgnoresSIGTERM(t *testing.T) {
-	d, err := startDaemon([]string{"sh", "-c", `trap '' TERM; while :; do sleep 0.05; done`, "serve"}, t.TempDir(), nil)
+	d, err := startDaemon([]string{"sh", "-c", `trap '' TERM; while :; do sleep 0.05; done`, "serve"}, nil, t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,9 @@ type Report struct {
 	ThroughputSeconds float64 `json:"throughput_seconds"`
 	// Memory holds the resident memory figures.
 	Memory Memory `json:"memory"`
+	// Preload holds what the fork server's preload costs: its memory, and the CPU time of a
+	// bare fork and exit of a process holding it, the floor of a forked run's CPU.
+	Preload Preload `json:"preload"`
 	// Variants are daemons with other layouts measured in the same run, to compare with.
 	Variants []Variant `json:"variants,omitempty"`
 	// Targets says how the measurements compare with sandpit's goals.
@@ -49,13 +52,19 @@ const (
 	VariantSingle = "single"
 	// VariantRunsc is the same pool under gVisor (--runtime=runsc, network none).
 	VariantRunsc = "runsc"
+	// VariantSmallPreload is the same pool with the fork server preloading SmallPreload (set
+	// through SANDPIT_PRELOAD): the preload before it took every default package's modules
+	// agents import, to compare print(1) and memory with.
+	VariantSmallPreload = "small-preload"
 )
 
 // Variant is a daemon measured beside the main one with other settings.
 type Variant struct {
-	// Name is one of the Variant* names; Flags the flags its daemon got on top of the main one's.
+	// Name is one of the Variant* names; Flags the flags its daemon got on top of the main
+	// one's, and Env the environment variables added to its environment.
 	Name  string   `json:"name"`
 	Flags []string `json:"flags"`
+	Env   []string `json:"env,omitempty"`
 	// Slots is how many containers it ran.
 	Slots int `json:"slots"`
 	// ReadySeconds is the time from its start to its answering ready, in seconds.
@@ -83,13 +92,19 @@ const (
 	LatencySpawnPandas = "spawn_pandas"
 	// LatencyRESTPandas is the pandas snippet through sandpit's REST API, end to end.
 	LatencyRESTPandas = "rest_pandas"
+	// LatencySpawnAnalysis is baseline D: the analysis program (a pandas groupby, a pyplot
+	// chart saved as a PNG file, a scipy.stats test, a bs4 parse, a PIL resize) in a fresh
+	// python3 started by sandpit-executor in the box, in a directory of its own.
+	LatencySpawnAnalysis = "spawn_analysis"
+	// LatencyRESTAnalysis is the analysis program through sandpit's REST API, end to end.
+	LatencyRESTAnalysis = "rest_analysis"
 )
 
 // Latency summarises one sequential measurement.
 type Latency struct {
 	// Name is one of the Latency* names.
 	Name string `json:"name"`
-	// Baseline is "A", "B" or "C" for a baseline, empty for sandpit itself.
+	// Baseline is "A", "B", "C" or "D" for a baseline, empty for sandpit itself.
 	Baseline string `json:"baseline,omitempty"`
 	// What says what was timed, for a person.
 	What string `json:"what"`
@@ -106,6 +121,10 @@ type Latency struct {
 	// Starts counts the runs by the "start" field of their results ("fork", "cold"); absent
 	// for baselines and for daemons that do not report it.
 	Starts map[string]int `json:"starts,omitempty"`
+	// BoxCPUMSPerRun is the CPU time every process in the boxes used during the measurement
+	// (the containers' cgroups, through the Engine API), divided by Runs, in milliseconds;
+	// 0 for baselines and when it could not be read.
+	BoxCPUMSPerRun float64 `json:"box_cpu_ms_per_run,omitempty"`
 }
 
 // newLatency summarises durations (in any order) as the measurement name: percentiles in
@@ -181,6 +200,72 @@ type Memory struct {
 	ExecutorPeakRSS int64 `json:"executor_peak_rss_bytes,omitempty"`
 }
 
+// Preload is what the fork server's preload costs, measured in slot 0's box.
+type Preload struct {
+	// Modules is the main daemon's preload (its preload setting).
+	Modules []string `json:"modules"`
+	// Server is slot 0's fork server, read before the fork floors ran; absent when the box
+	// has none (fork_server off) or it could not be read.
+	Server *ServerMemory `json:"server,omitempty"`
+	// ForkFloors are the fork floors measured: of the main daemon's preload, of SmallPreload
+	// and of no preload (the interpreter and bootstrap.py alone), in that order; one whose
+	// preload equals an earlier one's is left out.
+	ForkFloors []ForkFloor `json:"fork_floors,omitempty"`
+}
+
+// ServerMemory is a fork server's memory, from /proc/PID/smaps_rollup in its box, in bytes.
+type ServerMemory struct {
+	PID int `json:"pid"`
+	// RSS is its resident set; PSS its proportional share (pages shared with its children
+	// count half or less); Anon its anonymous resident memory (the preload's heap).
+	RSS  int64 `json:"rss_bytes"`
+	PSS  int64 `json:"pss_bytes"`
+	Anon int64 `json:"anon_bytes"`
+	// Children is how many children it has (the slot's next run, forked ahead and waiting);
+	// GroupPSS is its PSS and theirs summed: the memory the server and its children take.
+	Children int   `json:"children"`
+	GroupPSS int64 `json:"group_pss_bytes"`
+}
+
+// ForkFloor is the cost of a preload measured in a box: a Python started as the fork server
+// is (the same interpreter flags, run environment, bootstrap.py loaded, the preload imported,
+// the collector frozen), run through the Engine API as the container's root, which then
+// forks Forks children that call os._exit(0) at once, waiting for each. Its CPU per fork is
+// the floor of a forked run's CPU with that preload: every run costs at least a fork and an
+// exit of the server's size.
+type ForkFloor struct {
+	// Label says which preload this is, for a person.
+	Label string `json:"label"`
+	// Modules is the preload asked for; Preloaded those imported, Skipped those that failed
+	// (with the error).
+	Modules   []string          `json:"modules"`
+	Preloaded []string          `json:"preloaded"`
+	Skipped   map[string]string `json:"skipped,omitempty"`
+	// ImportMS is how long the imports took, in milliseconds.
+	ImportMS float64 `json:"import_ms"`
+	// RSS, PSS and Anon are the process's resident set, proportional share and anonymous
+	// resident memory after the imports, in bytes. Its files' pages are shared with the box's
+	// fork server, so PSS counts them about half; RSS and Anon do not depend on that.
+	RSS  int64 `json:"rss_bytes"`
+	PSS  int64 `json:"pss_bytes"`
+	Anon int64 `json:"anon_bytes"`
+	// Mappings is how many memory mappings it has (each one a fork copies).
+	Mappings int `json:"mappings"`
+	// Forks is how many forks were timed.
+	Forks int `json:"forks"`
+	// CPUMSPerFork is the CPU time the box's cgroup used over the forks divided by Forks, in
+	// milliseconds; CPUSource says where it came from ("cgroup v2", "cgroup v1", or "rusage"
+	// when the cgroup was unreadable). RusageMSPerFork is the same from the process's and its
+	// children's rusage (the system's work on their behalf that the cgroup charges elsewhere
+	// is missing from it).
+	CPUMSPerFork    float64 `json:"cpu_ms_per_fork"`
+	CPUSource       string  `json:"cpu_source"`
+	RusageMSPerFork float64 `json:"rusage_ms_per_fork"`
+	// WallP50MS is the p50 of each fork's time from the fork to the child reaped, in
+	// milliseconds.
+	WallP50MS float64 `json:"wall_p50_ms"`
+}
+
 // The statuses of a Target.
 const (
 	// StatusMet says the measurement meets the goal.
@@ -199,7 +284,7 @@ type Target struct {
 	What string `json:"what"`
 	// Value is the measured figure, in Unit; 0 when it could not be computed.
 	Value float64 `json:"value"`
-	// Unit is "x" for a ratio or "MiB".
+	// Unit is "x" for a ratio, "ms" or "MiB".
 	Unit string `json:"unit"`
 	// Op and Goal are the goal: Value Op Goal, with Op one of "<=", ">=" and "<".
 	Op   string  `json:"op"`
@@ -234,6 +319,20 @@ const (
 	MaxPoolOverSingle = 1.25
 	// MaxRunscOverRunc is the most print(1) p50 under gVisor may be, as a multiple of runc's.
 	MaxRunscOverRunc = 4
+	// MaxRESTAnalysisMS is the most the analysis program's p50 through REST may be, in
+	// milliseconds.
+	MaxRESTAnalysisMS = 60
+	// MinColdAnalysisOverREST is the least baseline D p50 must be, as a multiple of REST
+	// analysis'.
+	MinColdAnalysisOverREST = 20
+	// MaxPrintOverSmallPreload is the most REST print(1) p50 may be, as a multiple of the
+	// same with SmallPreload in the same run: a bigger preload must not slow the smallest run
+	// (the margin is the p50's noise from one daemon to the next, a few tenths of a
+	// millisecond).
+	MaxPrintOverSmallPreload = 1.1
+	// MaxRunCPUOverForkFloor is the most the boxes' CPU per REST print(1) run may be, as a
+	// multiple of the fork floor of the same preload: a bare fork and exit.
+	MaxRunCPUOverForkFloor = 1.5
 )
 
 // Targets compares the measurements of r with sandpit's goals.
@@ -274,6 +373,22 @@ func Targets(r Report) []Target {
 		rss.Value, rss.Status, rss.Note = round(v, 1), evaluate(v, "<", MaxDaemonIdleRSSMiB), ""
 	}
 	targets = append(targets, scaling, rss)
+	analysis := Target{Name: "rest_analysis_p50", What: "REST analysis p50", Unit: "ms", Op: "<=", Goal: MaxRESTAnalysisMS,
+		Status: StatusNA, Note: "not measured"}
+	if v := p50(LatencyRESTAnalysis); v > 0 {
+		analysis.Value, analysis.Status, analysis.Note = round(v, 1), evaluate(v, "<=", MaxRESTAnalysisMS), ""
+	}
+	targets = append(targets, analysis,
+		ratio("cold_analysis_over_rest", "baseline D p50 / REST analysis p50", p50(LatencySpawnAnalysis), p50(LatencyRESTAnalysis), ">=", MinColdAnalysisOverREST))
+	var floor float64
+	if len(r.Preload.ForkFloors) > 0 {
+		floor = r.Preload.ForkFloors[0].CPUMSPerFork
+	}
+	cpu := ratio("run_cpu_over_fork_floor", "box CPU per REST print(1) / fork and exit", latencyOf(r, LatencyRESTPrint).BoxCPUMSPerRun, floor, "<=", MaxRunCPUOverForkFloor)
+	if cpu.Status != StatusNA {
+		cpu.Note = fmt.Sprintf("%.1f ms against %.1f ms", latencyOf(r, LatencyRESTPrint).BoxCPUMSPerRun, floor)
+	}
+	targets = append(targets, cpu)
 	for _, v := range r.Variants {
 		switch v.Name {
 		case VariantSingle:
@@ -289,6 +404,8 @@ func Targets(r Report) []Target {
 			targets = append(targets, mem)
 		case VariantRunsc:
 			targets = append(targets, ratio("runsc_print_over_runc", "runsc / runc: REST print(1) p50", v.RESTPrint.P50MS, p50(LatencyRESTPrint), "<=", MaxRunscOverRunc))
+		case VariantSmallPreload:
+			targets = append(targets, ratio("print_over_small_preload", "this preload / the small one: REST print(1) p50", p50(LatencyRESTPrint), v.RESTPrint.P50MS, "<=", MaxPrintOverSmallPreload))
 		}
 	}
 	return targets
@@ -319,13 +436,18 @@ func WriteTable(w io.Writer, r Report) error {
 	fmt.Fprintf(&b, "sandpit bench: %d CPUs (box: %g), image %s, took %s\n\n", r.CPUs, r.BoxCPUs, r.Image,
 		time.Duration(r.ElapsedSeconds*float64(time.Second)).Round(time.Second))
 
-	fmt.Fprintf(&b, "%-48s %5s %9s %9s %9s %8s  %s\n", "latency (sequential, one client)", "runs", "p50 ms", "p95 ms", "p99 ms", "runs/s", "start")
+	fmt.Fprintf(&b, "%-50s %5s %9s %9s %9s %8s %8s  %s\n", "latency (sequential, one client)", "runs", "p50 ms", "p95 ms", "p99 ms", "runs/s",
+		"cpu ms", "start")
 	for _, l := range r.Latency {
 		label := "   " + l.What
 		if l.Baseline != "" {
 			label = l.Baseline + "  " + l.What
 		}
-		fmt.Fprintf(&b, "%-48s %5d %9.1f %9.1f %9.1f %8.1f  %s\n", label, l.Runs, l.P50MS, l.P95MS, l.P99MS, l.RunsPerSec, starts(l.Starts))
+		cpu := ""
+		if l.BoxCPUMSPerRun > 0 {
+			cpu = fmt.Sprintf("%.1f", l.BoxCPUMSPerRun)
+		}
+		fmt.Fprintf(&b, "%-50s %5d %9.1f %9.1f %9.1f %8.1f %8s  %s\n", label, l.Runs, l.P50MS, l.P95MS, l.P99MS, l.RunsPerSec, cpu, starts(l.Starts))
 	}
 
 	fmt.Fprintf(&b, "\nthroughput: print(1) through REST, %gs per level\n", r.ThroughputSeconds)
@@ -342,12 +464,14 @@ func WriteTable(w io.Writer, r Report) error {
 	fmt.Fprintf(&b, "%-28s %12s %20s\n", fmt.Sprintf("boxes (%d containers)", r.Slots), mibText(m.BoxIdle), mibText(m.BoxLoadPeak))
 	fmt.Fprintf(&b, "%-28s %12s %20s\n", "executor RSS (peak: VmHWM)", mibText(m.ExecutorIdleRSS), mibText(m.ExecutorPeakRSS))
 
+	writePreload(&b, r.Preload)
+
 	if len(r.Variants) > 0 {
-		fmt.Fprintf(&b, "\n%-32s %6s %9s %14s %14s %16s %12s\n", "layouts", "slots", "ready s", "print p50 ms", "pandas p50 ms", "boxes idle", "daemon idle")
-		fmt.Fprintf(&b, "%-32s %6d %9.2f %14.1f %14.1f %16s %12s\n", "this daemon", r.Slots, r.ReadySeconds,
+		fmt.Fprintf(&b, "\n%-46s %6s %9s %14s %14s %16s %12s\n", "layouts", "slots", "ready s", "print p50 ms", "pandas p50 ms", "boxes idle", "daemon idle")
+		fmt.Fprintf(&b, "%-46s %6d %9.2f %14.1f %14.1f %16s %12s\n", "this daemon", r.Slots, r.ReadySeconds,
 			latencyP50(r, LatencyRESTPrint), latencyP50(r, LatencyRESTPandas), mibText(m.BoxIdle), mibText(m.DaemonIdleRSS))
 		for _, v := range r.Variants {
-			fmt.Fprintf(&b, "%-32s %6d %9.2f %14.1f %14.1f %16s %12s\n", strings.Join(v.Flags, " "), v.Slots, v.ReadySeconds,
+			fmt.Fprintf(&b, "%-46s %6d %9.2f %14.1f %14.1f %16s %12s\n", v.label(), v.Slots, v.ReadySeconds,
 				v.RESTPrint.P50MS, v.RESTPandas.P50MS, mibText(v.BoxIdle), mibText(v.DaemonIdleRSS))
 		}
 	}
@@ -372,14 +496,43 @@ func WriteTable(w io.Writer, r Report) error {
 	return err
 }
 
+// writePreload writes the preload's table: the fork server's memory and the fork floors.
+func writePreload(b *strings.Builder, p Preload) {
+	if p.Server == nil && len(p.ForkFloors) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\npreload: %s\n", strings.Join(p.Modules, " "))
+	fmt.Fprintf(b, "%-44s %10s %10s %10s %5s %9s %11s %11s\n", "in slot 0's box", "RSS", "PSS", "anon", "maps", "import ms", "fork cpu ms", "fork p50 ms")
+	if s := p.Server; s != nil {
+		fmt.Fprintf(b, "%-44s %10s %10s %10s\n", "the fork server", mibText(s.RSS), mibText(s.PSS), mibText(s.Anon))
+		fmt.Fprintf(b, "%-44s %10s %10s\n", fmt.Sprintf("  and its waiting children (%d)", s.Children), "", mibText(s.GroupPSS))
+	}
+	for _, f := range p.ForkFloors {
+		label := "fork floor: " + f.Label
+		if len(f.Skipped) > 0 {
+			label += fmt.Sprintf(" (%d skipped)", len(f.Skipped))
+		}
+		fmt.Fprintf(b, "%-44s %10s %10s %10s %5d %9.0f %11.2f %11.2f\n", label, mibText(f.RSS), mibText(f.PSS), mibText(f.Anon),
+			f.Mappings, f.ImportMS, f.CPUMSPerFork, f.WallP50MS)
+	}
+}
+
+// label names v in the layouts table: its flags, or its environment.
+func (v Variant) label() string {
+	return strings.Join(append(slices.Clone(v.Flags), v.Env...), " ")
+}
+
 // latencyP50 is the p50 of r's latency measurement name, 0 when it has none (or no runs).
-func latencyP50(r Report, name string) float64 {
+func latencyP50(r Report, name string) float64 { return latencyOf(r, name).P50MS }
+
+// latencyOf is r's latency measurement name, zero when it has none (or no runs).
+func latencyOf(r Report, name string) Latency {
 	for _, l := range r.Latency {
 		if l.Name == name && l.Runs > 0 {
-			return l.P50MS
+			return l
 		}
 	}
-	return 0
+	return Latency{}
 }
 
 // starts formats start counts: "fork" when every run had one kind, "fork 18, cold 2" when

@@ -16,10 +16,13 @@ func fixedReport(cpus int) Report {
 			{Name: LatencyDockerExec, Baseline: "A", What: "docker exec python3 -c 'print(1)'", Runs: 20, P50MS: 150, P95MS: 180.25, P99MS: 190, RunsPerSec: 6.5},
 			{Name: LatencySpawnPrint, Baseline: "B", What: "executor spawns python3 -c 'print(1)'", Runs: 50, P50MS: 20, P95MS: 23.4, P99MS: 25, RunsPerSec: 48.1},
 			{Name: LatencyRESTPrint, What: "sandpit REST print(1)", Runs: 50, P50MS: 24, P95MS: 30, P99MS: 33.3, RunsPerSec: 40,
-				Starts: map[string]int{"fork": 50}},
+				Starts: map[string]int{"fork": 50}, BoxCPUMSPerRun: 15},
 			{Name: LatencySpawnPandas, Baseline: "C", What: "executor spawns python3 -c <pandas snippet>", Runs: 20, P50MS: 700, P95MS: 750, P99MS: 760, RunsPerSec: 1.4},
 			{Name: LatencyRESTPandas, What: "sandpit REST <pandas snippet>", Runs: 20, P50MS: 50, P95MS: 60, P99MS: 61, RunsPerSec: 19.5,
 				Starts: map[string]int{"fork": 18, "cold": 2}},
+			{Name: LatencySpawnAnalysis, Baseline: "D", What: "executor spawns python3 -c <analysis>", Runs: 20, P50MS: 2000, P95MS: 2100, P99MS: 2200, RunsPerSec: 0.5},
+			{Name: LatencyRESTAnalysis, What: "sandpit REST <analysis>", Runs: 20, P50MS: 50, P95MS: 55, P99MS: 58, RunsPerSec: 20,
+				Starts: map[string]int{"fork": 20}, BoxCPUMSPerRun: 60.25},
 		},
 		Throughput: []Throughput{
 			{Clients: 1, Seconds: 5.01, OK: 200, RunsPerSec: 40, P50MS: 24, P99MS: 30, BoxCPUMSPerRun: 24.46, DaemonCPUMSPerRun: 3.2},
@@ -28,6 +31,14 @@ func fixedReport(cpus int) Report {
 		},
 		Memory: Memory{DaemonIdleRSS: 30 << 20, DaemonLoadPeakRSS: 36 << 20, BoxIdle: 100 << 20, BoxLoadPeak: 210 << 20,
 			ExecutorIdleRSS: 5 << 20},
+		Preload: Preload{Modules: []string{"numpy", "pandas", "matplotlib.pyplot"},
+			Server: &ServerMemory{PID: 7, RSS: 120 << 20, PSS: 64 << 20, Anon: 60 << 20, Children: 1, GroupPSS: 125 << 20},
+			ForkFloors: []ForkFloor{
+				{Label: "this daemon's preload", Modules: []string{"numpy", "pandas", "matplotlib.pyplot"}, Preloaded: []string{"numpy", "pandas", "matplotlib.pyplot"},
+					ImportMS: 1500, RSS: 110 << 20, PSS: 60 << 20, Anon: 50 << 20, Mappings: 900, Forks: 50, CPUMSPerFork: 10, CPUSource: "cgroup v1", RusageMSPerFork: 8, WallP50MS: 9.5},
+				{Label: "the small preload", Modules: SmallPreload, Preloaded: []string{"numpy", "pandas", "matplotlib"}, Skipped: map[string]string{"scipy": "ModuleNotFoundError: No module named 'scipy'"},
+					ImportMS: 800, RSS: 80 << 20, PSS: 45 << 20, Anon: 40 << 20, Mappings: 600, Forks: 50, CPUMSPerFork: 7.5, CPUSource: "cgroup v1", RusageMSPerFork: 6, WallP50MS: 7},
+			}},
 	}
 }
 
@@ -39,11 +50,14 @@ func TestTargets(t *testing.T) {
 		name, status string
 		value        float64
 	}{
-		{"rest_print_over_spawn", StatusMet, 1.2},  // 24 / 20
-		{"docker_exec_over_rest", StatusMet, 6.25}, // 150 / 24
-		{"cold_pandas_over_rest", StatusMet, 14},   // 700 / 50
-		{"throughput_4_over_1", StatusMet, 3},      // 120 / 40
-		{"daemon_idle_rss", StatusMet, 30},         // MiB
+		{"rest_print_over_spawn", StatusMet, 1.2},   // 24 / 20
+		{"docker_exec_over_rest", StatusMet, 6.25},  // 150 / 24
+		{"cold_pandas_over_rest", StatusMet, 14},    // 700 / 50
+		{"throughput_4_over_1", StatusMet, 3},       // 120 / 40
+		{"daemon_idle_rss", StatusMet, 30},          // MiB
+		{"rest_analysis_p50", StatusMet, 50},        // ms
+		{"cold_analysis_over_rest", StatusMet, 40},  // 2000 / 50
+		{"run_cpu_over_fork_floor", StatusMet, 1.5}, // 15 / 10 ms
 	}
 	if len(got) != len(want) {
 		t.Fatalf("Targets gave %d targets, want %d: %+v", len(got), len(want), got)
@@ -63,21 +77,30 @@ func TestTargetsNotMetAndNotApplicable(t *testing.T) {
 	r.Latency[2].P50MS = 30 // REST print(1): 1.5x baseline B, and A is only 5x
 	r.Latency[4].P50MS = 100
 	r.Memory.DaemonIdleRSS = 0 // not readable
+	r.Latency[5].P50MS = 1200
+	r.Latency[6].P50MS = 70
+	r.Latency[2].BoxCPUMSPerRun = 20
 	got := Targets(r)
 	status := map[string]string{}
 	for _, tg := range got {
 		status[tg.Name] = tg.Status
 	}
 	for name, want := range map[string]string{
-		"rest_print_over_spawn": StatusNotMet, // 1.5 > 1.25
-		"docker_exec_over_rest": StatusMet,    // exactly 5
-		"cold_pandas_over_rest": StatusNotMet, // 7 < 8
-		"throughput_4_over_1":   StatusNA,     // 2 CPUs
-		"daemon_idle_rss":       StatusNA,     // not measured
+		"rest_print_over_spawn":   StatusNotMet, // 1.5 > 1.25
+		"docker_exec_over_rest":   StatusMet,    // exactly 5
+		"cold_pandas_over_rest":   StatusNotMet, // 7 < 8
+		"throughput_4_over_1":     StatusNA,     // 2 CPUs
+		"daemon_idle_rss":         StatusNA,     // not measured
+		"rest_analysis_p50":       StatusNotMet, // 70 > 60 ms
+		"cold_analysis_over_rest": StatusNotMet, // 1200 / 70 < 20
+		"run_cpu_over_fork_floor": StatusNotMet, // 20 / 10 ms > 1.5
 	} {
 		if status[name] != want {
 			t.Errorf("%s: status %q, want %q", name, status[name], want)
 		}
+	}
+	if tg := got[7]; tg.Name != "run_cpu_over_fork_floor" || tg.Note != "20.0 ms against 10.0 ms" {
+		t.Errorf("the CPU target's note gives the two figures: %s %q", tg.Name, tg.Note)
 	}
 	if got[3].Value != 3 || !strings.Contains(got[3].Note, "2 CPUs") {
 		t.Errorf("an n/a scaling target still shows its figure and why: got %v %q", got[3].Value, got[3].Note)
@@ -97,19 +120,23 @@ func TestTargetsWithoutMeasurements(t *testing.T) {
 	}
 }
 
-// withVariants adds the single container and gVisor measured beside the pool.
+// withVariants adds the single container, gVisor and the small preload measured beside the
+// pool.
 func withVariants(r Report) Report {
 	r.Variants = []Variant{
 		{Name: VariantSingle, Flags: []string{"--slots=1"}, Slots: 1, ReadySeconds: 1.25, DaemonIdleRSS: 29 << 20, BoxIdle: 40 << 20,
 			RESTPrint: Latency{Runs: 50, P50MS: 20}, RESTPandas: Latency{Runs: 20, P50MS: 48}},
 		{Name: VariantRunsc, Flags: []string{"--runtime=runsc", "--network=none"}, Slots: 4, ReadySeconds: 6, BoxIdle: 300 << 20,
 			RESTPrint: Latency{Runs: 50, P50MS: 120}, RESTPandas: Latency{Runs: 20, P50MS: 300}},
+		{Name: VariantSmallPreload, Flags: []string{}, Env: []string{"SANDPIT_PRELOAD=numpy,pandas,matplotlib,scipy"}, Slots: 4, ReadySeconds: 1.2,
+			DaemonIdleRSS: 30 << 20, BoxIdle: 80 << 20,
+			RESTPrint: Latency{Runs: 50, P50MS: 22, BoxCPUMSPerRun: 12}, RESTPandas: Latency{Runs: 20, P50MS: 49}},
 	}
 	return r
 }
 
 func TestTargetsOfTheLayouts(t *testing.T) {
-	got := Targets(withVariants(fixedReport(2)))[5:]
+	got := Targets(withVariants(fixedReport(2)))[8:]
 	want := []struct {
 		name, status string
 		value        float64
@@ -119,6 +146,7 @@ func TestTargetsOfTheLayouts(t *testing.T) {
 		{"pool_ready_over_single", StatusMet, 1.2},     // 1.5 / 1.25
 		{"pool_memory_over_single", StatusNotMet, 2.5}, // 100 / 40 MiB
 		{"runsc_print_over_runc", StatusNotMet, 5},     // 120 / 24
+		{"print_over_small_preload", StatusMet, 1.09},  // 24 / 22
 	}
 	if len(got) != len(want) {
 		t.Fatalf("%d layout targets, want %d: %+v", len(got), len(want), got)

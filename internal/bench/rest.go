@@ -88,6 +88,31 @@ func pandasProgram() program {
 	return program{code: `import pandas as pd; print(pd.DataFrame({"a": [1, 2]}).a.sum())`, stdout: "3\n"}
 }
 
+// analysisProgram is what an agent analysing data runs: a pandas groupby, a pyplot chart saved
+// as a PNG file in the working directory, a scipy.stats test, a bs4 parse and a PIL resize of
+// the chart, in one run. It closes its figure, so chart capture adds no file of its own.
+func analysisProgram() program {
+	return program{code: `import pandas as pd
+import matplotlib.pyplot as plt
+from scipy import stats
+from bs4 import BeautifulSoup
+from PIL import Image
+
+df = pd.DataFrame({"group": ["a", "b", "c", "d"] * 50, "value": range(200)})
+means = df.groupby("group")["value"].mean()
+fig, ax = plt.subplots(figsize=(4, 3))
+ax.bar(means.index, means.values)
+ax.set_title("mean value by group")
+fig.savefig("chart.png", dpi=72)
+plt.close(fig)
+test = stats.ttest_ind(df.value[df.group == "a"], df.value[df.group == "d"])
+soup = BeautifulSoup("<ul><li>1</li><li>2</li><li>3</li></ul>", "html.parser")
+items = sum(int(li.text) for li in soup.find_all("li"))
+thumb = Image.open("chart.png").resize((96, 72))
+print(len(means), items, thumb.size[0], thumb.size[1], test.pvalue > 0.05)
+`, stdout: "4 6 96 72 True\n"}
+}
+
 // check returns an error unless res is an ok run of p.
 func (p program) check(res sandbox.Result) error {
 	if res.Outcome != sandbox.OutcomeOK {

@@ -33,11 +33,17 @@ func (o *options) benchCommand() *cobra.Command {
      print(1) through the REST API, end to end, one client
   C  a pandas snippet in a fresh python3 started by sandpit-executor
      the same snippet through the REST API
+  D  an analysis program (pandas groupby, a pyplot chart saved as PNG, a scipy.stats test,
+     a bs4 parse, a PIL resize) in a fresh python3 started by sandpit-executor
+     the same program through the REST API
+  the containers' CPU per REST run, against the floor of a bare fork and exit of a process
+  holding the same preload in slot 0's container; the fork server's memory, and the memory
+  and fork floor of the small preload (numpy pandas matplotlib scipy) and of none
   throughput of print(1) through REST at 1, 4 and 16 concurrent clients (--duration each)
   the resident memory of the daemon, the containers and the executor, idle and under load
   then, each on a daemon of its own (--compare): one container with one slot (the pool is
-  compared with it: time to ready, idle memory, print(1) and pandas p50), and gVisor (runsc)
-  when the engine has it
+  compared with it: time to ready, idle memory, print(1) and pandas p50), gVisor (runsc)
+  when the engine has it, and the small preload (print(1) must be no slower with the default)
 
 and compare them with sandpit's targets. Latencies are p50, p95 and p99 in milliseconds
 (nearest rank) with runs per second; progress goes to stderr, the table (or --json) to stdout.
@@ -65,7 +71,7 @@ bench, which removes it.`,
 	fl.DurationVar(&f.duration, "duration", f.duration, "how long each throughput level lasts")
 	fl.DurationVar(&f.maxTime, "max-time", f.maxTime, "stop the bench (and clean up) when it takes longer than this")
 	fl.BoolVar(&f.json, "json", false, "print the report as JSON")
-	fl.StringSliceVar(&f.compare, "compare", f.compare, `layouts measured beside, each on its own daemon: "single" (one container), "runsc" (gVisor); "" for none`)
+	fl.StringSliceVar(&f.compare, "compare", f.compare, `layouts measured beside, each on its own daemon: "single" (one container), "runsc" (gVisor), "small-preload"; "" for none`)
 	return cmd
 }
 
@@ -80,7 +86,7 @@ func (o *options) bench(cmd *cobra.Command, f benchFlags) error {
 	case f.duration < 100*time.Millisecond:
 		return usageErrorf("--duration %s is too short to count runs per second: give at least 100ms, e.g. --duration 5s", f.duration)
 	case !validCompare(f.compare):
-		return usageErrorf("--compare takes single, runsc or both (comma-separated), or \"\" for none; got %q", strings.Join(f.compare, ","))
+		return usageErrorf("--compare takes single, runsc and small-preload (comma-separated), or \"\" for none; got %q", strings.Join(f.compare, ","))
 	case f.maxTime <= 0:
 		return usageErrorf("--max-time must be positive, e.g. --max-time 10m")
 	case 3*f.duration >= f.maxTime:
@@ -124,7 +130,7 @@ func (o *options) bench(cmd *cobra.Command, f benchFlags) error {
 // validCompare reports whether every --compare value is a layout bench knows.
 func validCompare(names []string) bool {
 	for _, n := range names {
-		if n != bench.VariantSingle && n != bench.VariantRunsc {
+		if n != bench.VariantSingle && n != bench.VariantRunsc && n != bench.VariantSmallPreload {
 			return false
 		}
 	}
