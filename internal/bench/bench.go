@@ -240,7 +240,47 @@ func (b *bench) prepare(ctx context.Context, rep *Report) (*instance, error) {
 	if err := b.warmUp(ctx, in, true); err != nil {
 		return nil, fmt.Errorf("warming up: %w", err)
 	}
-	return in, nil
+	return in, b.settle(ctx, in)
+}
+
+// The boxes are idle when all of them together use less than settleCPU of CPU time over
+// settleInterval; settle waits up to settleTimeout for that.
+const (
+	settleInterval = time.Second
+	settleCPU      = 50 * time.Millisecond
+	settleTimeout  = 90 * time.Second
+)
+
+// settle waits until in's boxes are idle: a daemon is ready once slot 0 is, and the other
+// slots' fork servers import their preload after that (seconds of CPU each), which would
+// otherwise be measured as the runs' cost. After settleTimeout it measures anyway, with a
+// warning; it fails only when ctx ends.
+func (b *bench) settle(ctx context.Context, in *instance) error {
+	deadline := time.Now().Add(settleTimeout)
+	prev, err := in.box.cpuTime(ctx)
+	for err == nil {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(settleInterval):
+		}
+		var cur time.Duration
+		if cur, err = in.box.cpuTime(ctx); err != nil {
+			break
+		}
+		if used := cur - prev; used < settleCPU {
+			return nil
+		} else if time.Now().After(deadline) {
+			b.say("warning: the boxes still used %.0f%% of a CPU after %s; measuring anyway", 100*used.Seconds()/settleInterval.Seconds(), settleTimeout)
+			return nil
+		}
+		prev = cur
+	}
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	b.say("warning: not waiting for the boxes to be idle: %v", err)
+	return nil
 }
 
 // idleMemory reads the memory of the daemon, the boxes and the executor after the warm-up; a
@@ -435,6 +475,9 @@ func (b *bench) measureVariant(ctx context.Context, v variant) (Variant, error) 
 	}
 	if err := b.warmUp(ctx, in, false); err != nil {
 		return Variant{}, fmt.Errorf("warming up: %w", err)
+	}
+	if err := b.settle(ctx, in); err != nil {
+		return Variant{}, err
 	}
 	if m.DaemonIdleRSS, err = readRSS(in.daemon.pid()); err != nil {
 		b.say("warning: %v", err)

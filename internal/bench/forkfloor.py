@@ -9,7 +9,7 @@
 # frozen), and times FORKS forks whose child calls os._exit(0) at once, each waited for. It
 # prints one JSON object:
 #   {"server": {"pid": int, "rss_bytes": int, "pss_bytes": int, "anon_bytes": int,
-#               "children": int, "group_pss_bytes": int} | null,
+#               "children": int, "group_pss_bytes": int | null} | null,
 #    "probe": {"preloaded": [str], "skipped": {str: str}, "import_ms": float,
 #              "rss_bytes": int, "pss_bytes": int, "anon_bytes": int, "mappings": int},
 #    "forks": int, "fork_cpu_ns": int, "cpu_source": "cgroup v2" | "cgroup v1" | "rusage",
@@ -29,7 +29,8 @@ import time
 
 
 def rollup(pid):
-    """Rss, Pss and Anonymous of /proc/PID/smaps_rollup, in bytes (zeros when unreadable)."""
+    """Rss, Pss and Anonymous of /proc/PID/smaps_rollup, in bytes; None when unreadable (the
+    container's root has no CAP_SYS_PTRACE, so another uid's process is not readable)."""
     out = {"Rss": 0, "Pss": 0, "Anonymous": 0}
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
@@ -38,7 +39,7 @@ def rollup(pid):
                 if name in out:
                     out[name] = int(rest.split()[0]) * 1024
     except OSError:
-        pass
+        return None
     return out
 
 
@@ -71,8 +72,12 @@ def server(pid_file):
         return None
     pid = servers[0]
     own = rollup(pid)
-    children = [p for p, (pp, _) in procs.items() if pp == pid]
-    group = own["Pss"] + sum(rollup(c)["Pss"] for c in children)
+    if own is None:
+        return None
+    children = [rollup(p) for p, (pp, _) in procs.items() if pp == pid]
+    group = None  # unknown unless every child is readable
+    if all(c is not None for c in children):
+        group = own["Pss"] + sum(c["Pss"] for c in children)
     return {"pid": pid, "rss_bytes": own["Rss"], "pss_bytes": own["Pss"], "anon_bytes": own["Anonymous"],
             "children": len(children), "group_pss_bytes": group}
 
@@ -130,7 +135,7 @@ def main():
         import_ms = (time.perf_counter() - t0) * 1000
         gc.collect()
         gc.freeze()
-        mine = rollup(os.getpid())
+        mine = rollup(os.getpid()) or {"Rss": 0, "Pss": 0, "Anonymous": 0}
         with open("/proc/self/maps") as f:
             mappings = sum(1 for _ in f)
         report["probe"] = {"preloaded": preloaded, "skipped": skipped, "import_ms": round(import_ms, 1),

@@ -222,9 +222,11 @@ type ServerMemory struct {
 	PSS  int64 `json:"pss_bytes"`
 	Anon int64 `json:"anon_bytes"`
 	// Children is how many children it has (the slot's next run, forked ahead and waiting);
-	// GroupPSS is its PSS and theirs summed: the memory the server and its children take.
+	// GroupPSS is its PSS and theirs summed: the memory the server and its children take; 0
+	// (absent) when a child could not be read (they run as the slot's uid, which the
+	// container's root, without CAP_SYS_PTRACE, may not inspect).
 	Children int   `json:"children"`
-	GroupPSS int64 `json:"group_pss_bytes"`
+	GroupPSS int64 `json:"group_pss_bytes,omitempty"`
 }
 
 // ForkFloor is the cost of a preload measured in a box: a Python started as the fork server
@@ -505,7 +507,9 @@ func writePreload(b *strings.Builder, p Preload) {
 	fmt.Fprintf(b, "%-44s %10s %10s %10s %5s %9s %11s %11s\n", "in slot 0's box", "RSS", "PSS", "anon", "maps", "import ms", "fork cpu ms", "fork p50 ms")
 	if s := p.Server; s != nil {
 		fmt.Fprintf(b, "%-44s %10s %10s %10s\n", "the fork server", mibText(s.RSS), mibText(s.PSS), mibText(s.Anon))
-		fmt.Fprintf(b, "%-44s %10s %10s\n", fmt.Sprintf("  and its waiting children (%d)", s.Children), "", mibText(s.GroupPSS))
+		if s.GroupPSS > 0 {
+			fmt.Fprintf(b, "%-44s %10s %10s\n", fmt.Sprintf("  and its waiting children (%d)", s.Children), "", mibText(s.GroupPSS))
+		}
 	}
 	for _, f := range p.ForkFloors {
 		label := "fork floor: " + f.Label
