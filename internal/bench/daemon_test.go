@@ -25,8 +25,9 @@ func TestTailKeepsTheEnd(t *testing.T) {
 func TestDaemonStartAndStop(t *testing.T) {
 	dir := t.TempDir()
 	// A stand-in daemon: it records its arguments and waits for SIGTERM.
-	script := `echo "$@" > ` + dir + `/args; echo started; trap 'exit 0' TERM; while :; do sleep 0.05; done`
-	d, err := startDaemon([]string{"sh", "-c", script, "serve"}, nil, dir, nil)
+	script := `echo "$BENCH_TEST_VAR $@" > ` + dir + `/args; echo started; trap 'exit 0' TERM; while :; do sleep 0.05; done`
+	t.Setenv("BENCH_TEST_VAR", "inherited")
+	d, err := startDaemon([]string{"sh", "-c", script, "serve"}, []string{"BENCH_TEST_VAR=added"}, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +37,7 @@ func TestDaemonStartAndStop(t *testing.T) {
 			break
 		}
 	}
-	want := "--data-dir=" + dir + " --listen=" + d.addr
+	want := "added --data-dir=" + dir + " --listen=" + d.addr
 	if strings.TrimSpace(string(args)) != want || !strings.HasPrefix(d.addr, "127.0.0.1:") {
 		t.Errorf("the daemon got %q, want %q", args, want)
 	}

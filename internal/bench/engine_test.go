@@ -78,8 +78,8 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 		t.Fatalf("the report is not JSON: %v\n%s", err, stdout.String())
 	}
 
-	if len(rep.Latency) != 5 {
-		t.Fatalf("%d latency rows, want 5: %+v", len(rep.Latency), rep.Latency)
+	if len(rep.Latency) != 7 {
+		t.Fatalf("%d latency rows, want 7: %+v", len(rep.Latency), rep.Latency)
 	}
 	for _, l := range rep.Latency {
 		want := 2
@@ -89,6 +89,23 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 		if l.Runs != want || !(l.P50MS > 0) || l.P50MS > l.P95MS || l.P95MS > l.P99MS || !(l.RunsPerSec > 0) {
 			t.Errorf("%s: %+v", l.Name, l)
 		}
+		if rest := l.Baseline == ""; rest != (l.BoxCPUMSPerRun > 0) {
+			t.Errorf("%s: box CPU per run %v (only REST rows have one)", l.Name, l.BoxCPUMSPerRun)
+		}
+	}
+	// The preload's cost, in slot 0's box: its fork server, and the fork floors of the default
+	// preload, the small one and none, every module imported.
+	p := rep.Preload
+	if p.Server == nil || p.Server.RSS <= 0 || p.Server.Anon <= 0 || len(p.ForkFloors) != 3 {
+		t.Fatalf("preload: %+v", p)
+	}
+	for i, f := range p.ForkFloors {
+		if f.Forks != 3 || !(f.CPUMSPerFork > 0) || !(f.WallP50MS > 0) || f.RSS <= 0 || len(f.Skipped) != 0 || len(f.Preloaded) != len(f.Modules) {
+			t.Errorf("fork floor %d: %+v", i, f)
+		}
+	}
+	if none, def := p.ForkFloors[2], p.ForkFloors[0]; len(none.Modules) != 0 || def.RSS <= none.RSS || def.Mappings <= none.Mappings {
+		t.Errorf("the default preload's floor (%+v) is not above no preload's (%+v)", def, none)
 	}
 	if len(rep.Throughput) != 3 {
 		t.Fatalf("%d throughput rows, want 3", len(rep.Throughput))
@@ -102,7 +119,7 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 	if m.DaemonIdleRSS <= 0 || m.DaemonLoadPeakRSS <= 0 || m.BoxIdle <= 0 || m.BoxLoadPeak <= 0 || m.ExecutorIdleRSS <= 0 || m.ExecutorPeakRSS <= 0 {
 		t.Errorf("memory: %+v", m)
 	}
-	if len(rep.Targets) != 9 || rep.Image == "" || rep.CPUs < 1 || rep.ElapsedSeconds <= 0 || rep.Slots != 4 || !(rep.ReadySeconds > 0) {
+	if len(rep.Targets) != 12 || rep.Image == "" || rep.CPUs < 1 || rep.ElapsedSeconds <= 0 || rep.Slots != 4 || !(rep.ReadySeconds > 0) {
 		t.Errorf("report: %+v", rep)
 	}
 	// The pool compared with one container, measured in the same run.

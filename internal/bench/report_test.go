@@ -167,12 +167,14 @@ func TestWriteTable(t *testing.T) {
 	}
 	want := `sandpit bench: 2 CPUs (box: 1), image sandpit-sandbox:0123456789abcdef, took 1m12s
 
-latency (sequential, one client)                  runs    p50 ms    p95 ms    p99 ms   runs/s  start
-A  docker exec python3 -c 'print(1)'                20     150.0     180.2     190.0      6.5
-B  executor spawns python3 -c 'print(1)'            50      20.0      23.4      25.0     48.1
-   sandpit REST print(1)                            50      24.0      30.0      33.3     40.0  fork
-C  executor spawns python3 -c <pandas snippet>      20     700.0     750.0     760.0      1.4
-   sandpit REST <pandas snippet>                    20      50.0      60.0      61.0     19.5  cold 2, fork 18
+latency (sequential, one client)                    runs    p50 ms    p95 ms    p99 ms   runs/s   cpu ms  start
+A  docker exec python3 -c 'print(1)'                  20     150.0     180.2     190.0      6.5
+B  executor spawns python3 -c 'print(1)'              50      20.0      23.4      25.0     48.1
+   sandpit REST print(1)                              50      24.0      30.0      33.3     40.0     15.0  fork
+C  executor spawns python3 -c <pandas snippet>        20     700.0     750.0     760.0      1.4
+   sandpit REST <pandas snippet>                      20      50.0      60.0      61.0     19.5           cold 2, fork 18
+D  executor spawns python3 -c <analysis>              20    2000.0    2100.0    2200.0      0.5
+   sandpit REST <analysis>                            20      50.0      55.0      58.0     20.0     60.2  fork
 
 throughput: print(1) through REST, 5s per level
 clients   runs/s      ok  not ok    429  errors    p50 ms    p99 ms  box cpu ms/run  daemon cpu ms/run
@@ -185,10 +187,18 @@ daemon RSS                       30.0 MiB             36.0 MiB
 boxes (4 containers)            100.0 MiB            210.0 MiB
 executor RSS (peak: VmHWM)        5.0 MiB                  n/a
 
-layouts                           slots   ready s   print p50 ms  pandas p50 ms       boxes idle  daemon idle
-this daemon                           4      1.50           24.0           50.0        100.0 MiB     30.0 MiB
---slots=1                             1      1.25           20.0           48.0         40.0 MiB     29.0 MiB
---runtime=runsc --network=none        4      6.00          120.0          300.0        300.0 MiB          n/a
+preload: numpy pandas matplotlib.pyplot
+in slot 0's box                                     RSS        PSS       anon  maps import ms fork cpu ms fork p50 ms
+the fork server                               120.0 MiB   64.0 MiB   60.0 MiB
+  and its waiting children (1)                           125.0 MiB
+fork floor: this daemon's preload             110.0 MiB   60.0 MiB   50.0 MiB   900      1500       10.00        9.50
+fork floor: the small preload (1 skipped)      80.0 MiB   45.0 MiB   40.0 MiB   600       800        7.50        7.00
+
+layouts                                         slots   ready s   print p50 ms  pandas p50 ms       boxes idle  daemon idle
+this daemon                                         4      1.50           24.0           50.0        100.0 MiB     30.0 MiB
+--slots=1                                           1      1.25           20.0           48.0         40.0 MiB     29.0 MiB
+--runtime=runsc --network=none                      4      6.00          120.0          300.0        300.0 MiB          n/a
+SANDPIT_PRELOAD=numpy,pandas,matplotlib,scipy       4      1.20           22.0           49.0         80.0 MiB     30.0 MiB
 
 target                                                    value        goal  status
 REST print(1) p50 / baseline B p50                        1.20x     ≤ 1.25x  met
@@ -196,11 +206,15 @@ baseline A p50 / REST print(1) p50                        6.25x        ≥ 5x  m
 baseline C p50 / REST pandas p50                         14.00x        ≥ 8x  met
 throughput(4) / throughput(1)                             3.00x        ≥ 3x  n/a (2 CPUs, box cpus 1; the goal needs at least 4 of each)
 daemon idle RSS                                        30.0 MiB    < 40 MiB  met
+REST analysis p50                                       50.0 ms     ≤ 60 ms  met
+baseline D p50 / REST analysis p50                       40.00x       ≥ 20x  met
+box CPU per REST print(1) / fork and exit                 1.50x      ≤ 1.5x  met (15.0 ms against 10.0 ms)
 pool of 4 / one container: REST print(1) p50              1.20x     ≤ 1.25x  met
 pool of 4 / one container: REST pandas p50                1.04x     ≤ 1.25x  met
 pool of 4 / one container: time to ready                  1.20x     ≤ 1.25x  met
 pool of 4 / one container: idle box memory                2.50x     ≤ 1.25x  not met (each slot's sandbox holds its own fork server)
 runsc / runc: REST print(1) p50                           5.00x        ≤ 4x  not met
+this preload / the small one: REST print(1) p50           1.09x      ≤ 1.1x  met
 `
 	if got := buf.String(); got != want {
 		t.Errorf("WriteTable:\n%s\nwant:\n%s", got, want)

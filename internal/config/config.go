@@ -133,7 +133,7 @@ type Config struct {
 
 	// ForkServer keeps a fork server in the box: a Python process that has imported Preload
 	// and forks each run from itself, so a run skips the interpreter's start (about 20 ms)
-	// and those imports (pandas: about 0.7 s). Its memory (about 75 MiB resident with the
+	// and those imports (pandas: about 0.7 s). Its memory (about 136 MiB resident with the
 	// default preload) counts against memory_bytes. A run starts cold instead when one of its
 	// installed dependencies holds a module the server imported or looked for. Default true.
 	ForkServer bool `json:"fork_server"`
