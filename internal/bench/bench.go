@@ -237,6 +237,9 @@ func (b *bench) prepare(ctx context.Context, rep *Report) (*instance, error) {
 		return nil, err
 	}
 	rep.ReadySeconds, rep.Slots = round(in.ready.Seconds(), 2), len(in.box.ids)
+	if err := b.settle(ctx, in); err != nil {
+		return nil, err
+	}
 	if err := b.warmUp(ctx, in, true); err != nil {
 		return nil, fmt.Errorf("warming up: %w", err)
 	}
@@ -248,12 +251,12 @@ func (b *bench) prepare(ctx context.Context, rep *Report) (*instance, error) {
 const (
 	settleInterval = time.Second
 	settleCPU      = 50 * time.Millisecond
-	settleTimeout  = 90 * time.Second
+	settleTimeout  = 3 * time.Minute
 )
 
-// settle waits until in's boxes are idle: a daemon is ready once slot 0 is, and the other
-// slots' fork servers import their preload after that (seconds of CPU each), which would
-// otherwise be measured as the runs' cost. After settleTimeout it measures anyway, with a
+// settle waits until in's boxes are idle: a daemon is ready once slot 0 is, and the slots'
+// fork servers import their preload after that (seconds of CPU each), which would otherwise
+// be measured as the runs' cost (or make the warm-up's runs start cold). After settleTimeout it measures anyway, with a
 // warning; it fails only when ctx ends.
 func (b *bench) settle(ctx context.Context, in *instance) error {
 	deadline := time.Now().Add(settleTimeout)
@@ -472,6 +475,9 @@ func (b *bench) measureVariant(ctx context.Context, v variant) (Variant, error) 
 	m := Variant{Name: v.name, Flags: slices.Clip(v.flags), Env: slices.Clip(v.env), Slots: len(in.box.ids), ReadySeconds: round(in.ready.Seconds(), 2)}
 	if m.Flags == nil {
 		m.Flags = []string{}
+	}
+	if err := b.settle(ctx, in); err != nil {
+		return Variant{}, err
 	}
 	if err := b.warmUp(ctx, in, false); err != nil {
 		return Variant{}, fmt.Errorf("warming up: %w", err)
