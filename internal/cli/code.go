@@ -155,13 +155,18 @@ func (o *options) codeRunCommand() *cobra.Command {
 		input   string
 		timeout time.Duration
 		version int
+		inputs  inputFlags
+		output  outputFlags
 	}
 	runCmd := &cobra.Command{
 		Use:   "run NAME",
 		Short: "Run saved code and print its output as it comes (exit status as sandpit run)",
-		Args:  exactArgs(1),
+		Long: `Run saved code and print its output as it comes (exit status as sandpit run). --file,
+--no-charts and --output-dir work as for sandpit run.`,
+		Example: `  sandpit code run sum-sales --input '{"days": 7}' --file sales.csv --output-dir out/`,
+		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r := library.Run{Version: run.version}
+			r := client.CodeRun{Run: library.Run{Version: run.version}}
 			if cmd.Flags().Changed("input") {
 				in, err := jsonArg("input", run.input)
 				if err != nil {
@@ -176,18 +181,25 @@ func (o *options) codeRunCommand() *cobra.Command {
 				}
 				r.TimeoutMS = &ms
 			}
+			var err error
+			if r.RunFiles, err = run.inputs.runFiles(); err != nil {
+				return err
+			}
+			r.InlineFiles = run.output.dir != ""
 			c, err := o.daemon(cmd, run.daemonFlags)
 			if err != nil {
 				return err
 			}
-			res, err := c.RunCode(cmd.Context(), run.agent, args[0], r, o.emitter(run.json))
-			return o.finishRun(cmd, res, err, run.json)
+			a, err := c.RunCode(cmd.Context(), run.agent, args[0], r, o.emitter(run.json))
+			return o.finishRun(cmd, a.Result, err, run.json, run.output, daemonFiles(c, a.ID, a.Inline))
 		},
 	}
 	run.register(runCmd.Flags(), true)
 	runCmd.Flags().StringVar(&run.input, "input", "", "INPUT as JSON, or @FILE")
 	runCmd.Flags().DurationVar(&run.timeout, "timeout", 0, "wall-clock limit, e.g. 30s (default: the daemon's)")
 	runCmd.Flags().IntVar(&run.version, "version", 0, "run this version (default the latest)")
+	run.inputs.register(runCmd.Flags())
+	run.output.register(runCmd.Flags(), "the run's output files")
 	return runCmd
 }
 

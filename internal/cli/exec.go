@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -10,13 +12,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 func (o *options) execCommand() *cobra.Command {
-	exec := &cobra.Command{Use: "exec", Short: "Read the ledger of executions (needs the daemon)"}
-	exec.AddCommand(o.execListCommand(), o.execShowCommand())
+	exec := &cobra.Command{Use: "exec", Short: "Read the ledger of executions and their output files (needs the daemon)"}
+	exec.AddCommand(o.execListCommand(), o.execShowCommand(), o.execFilesCommand())
 	return exec
 }
 
@@ -140,6 +143,89 @@ func (o *options) execShowCommand() *cobra.Command {
 	show.registerShared(showCmd.Flags(), false)
 	showCmd.Flags().StringVar(&show.agent, "agent", "", "only if it is this agent's execution (default: any agent)")
 	return showCmd
+}
+
+func (o *options) execFilesCommand() *cobra.Command {
+	var files struct {
+		daemonFlags
+		output outputFlags
+	}
+	cmd := &cobra.Command{
+		Use:   "files ID [NAME...]",
+		Short: "List an execution's output files, or write them into a directory (--output-dir)",
+		Long: `List the output files of an execution (name, size, media type), and those it could not
+return with why; with --output-dir DIR, write them (or only the NAMEs given) into DIR. The
+daemon keeps them as long as the execution's record, within its quota files_max_bytes (an
+evicted file is refused, HTTP 410).`,
+		Example: `  sandpit exec files ex_0123456789abcdefghijklmnop
+  sandpit exec files ex_0123456789abcdefghijklmnop figure-1.png --output-dir charts/`,
+		Args: minArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 && files.output.dir == "" {
+				return usageErrorf("naming files (%s) selects which to write: add --output-dir DIR", strings.Join(args[1:], " "))
+			}
+			c, err := o.daemon(cmd, files.daemonFlags)
+			if err != nil {
+				return err
+			}
+			id := args[0]
+			list, skipped, truncated, err := c.ExecutionFiles(cmd.Context(), id, files.agent)
+			if err != nil {
+				return err
+			}
+			if files.output.dir != "" {
+				chosen, err := chooseFiles(list, args[1:], id)
+				if err != nil {
+					return err
+				}
+				return saveFiles(cmd.Context(), o.env.Stdout, files.output.dir, files.output.force, chosen, daemonFiles(c, id, nil))
+			}
+			if files.json {
+				return o.printJSON(map[string]any{"files": list, "files_skipped": skipped, "files_truncated": truncated})
+			}
+			if len(list) == 0 {
+				fmt.Fprintf(o.env.Stdout, "execution %s has no output files\n", id)
+			} else {
+				tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "NAME\tSIZE\tMEDIA TYPE")
+				for _, f := range list {
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Name, config.FormatSize(f.SizeBytes), f.MediaType)
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+			}
+			printSkipped(o.env.Stderr, sandbox.Result{FilesSkipped: skipped, FilesTruncated: truncated})
+			return nil
+		},
+	}
+	files.registerShared(cmd.Flags(), true)
+	cmd.Flags().StringVar(&files.agent, "agent", "", "only if it is this agent's execution (default: any agent)")
+	files.output.register(cmd.Flags(), "the files")
+	return cmd
+}
+
+// chooseFiles returns the files of list that names names (all of list when none is named); a
+// name the list lacks is an error naming what the execution has.
+func chooseFiles(list []sandbox.File, names []string, id string) ([]sandbox.File, error) {
+	if len(names) == 0 {
+		return list, nil
+	}
+	var chosen []sandbox.File
+	for _, n := range names {
+		i := slices.IndexFunc(list, func(f sandbox.File) bool { return f.Name == n })
+		if i < 0 {
+			have := make([]string, len(list))
+			for j, f := range list {
+				have[j] = f.Name
+			}
+			return nil, usageErrorf("execution %s has no output file %q; it has: %s", id, n, cmp.Or(strings.Join(have, ", "), "none"))
+		}
+		if !slices.ContainsFunc(chosen, func(f sandbox.File) bool { return f.Name == n }) {
+			chosen = append(chosen, list[i])
+		}
+	}
+	return chosen, nil
 }
 
 // outputPreview is one line of what an execution printed, for exec list: the end of stderr

@@ -82,6 +82,7 @@ func (o *options) jobCreateCommand() *cobra.Command {
 	var create struct {
 		daemonFlags
 		jobFlags
+		inputs inputFlags
 	}
 	createCmd := &cobra.Command{
 		Use:     "create CODE_NAME --schedule SPEC",
@@ -95,8 +96,13 @@ func (o *options) jobCreateCommand() *cobra.Command {
 			}
 			p["code_name"] = args[0]
 			b, _ := json.Marshal(p)
-			var d jobs.Draft
+			var d client.JobDraft
 			_ = json.Unmarshal(b, &d)
+			rf, err := create.inputs.runFiles()
+			if err != nil {
+				return err
+			}
+			d.Files, d.Charts = rf.Files, rf.Charts
 			c, err := o.daemon(cmd, create.daemonFlags)
 			if err != nil {
 				return err
@@ -110,6 +116,7 @@ func (o *options) jobCreateCommand() *cobra.Command {
 	}
 	create.daemonFlags.register(createCmd.Flags(), true)
 	create.jobFlags.register(createCmd.Flags())
+	create.inputs.register(createCmd.Flags())
 	return createCmd
 }
 
