@@ -391,6 +391,8 @@ func (r *run) serveControl(conn net.Conn) {
 		"timeout_ms": r.spec.TimeoutMS,
 		"paths":      r.spec.Paths,
 		"call_bytes": r.spec.CallBytes,
+		// Open matplotlib figures and PIL images shown are saved as output files.
+		"charts": r.spec.Charts,
 		// The preload's data, allowed on top of memory_bytes (a fork inherits it).
 		"preload_data_bytes": r.preloadData,
 		// gVisor ignores RLIMIT_DATA: the memory limit is then one of address space.
