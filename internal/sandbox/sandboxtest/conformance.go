@@ -850,4 +850,5 @@ print("main")`
 	})
 
 	isolation(t, h, rt)
+	files(t, h, rt)
 }
