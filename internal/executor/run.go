@@ -116,8 +116,9 @@ func (r *run) stop(reason stopReason) {
 	}
 }
 
-// execute runs the program and returns its result. It never returns before every process of
-// the run is gone; the run's files are left for Executor.clean, after the result is sent.
+// execute writes the run's input files, runs the program, sends its output files (once every
+// process of the run is gone) and returns its result. It never returns before every process
+// of the run is gone; the run's files are left for Executor.clean, after the result is sent.
 func (r *run) execute() *sandbox.Result {
 	res := &sandbox.Result{ExitCode: -1}
 	killed := false // every process of the run is gone
