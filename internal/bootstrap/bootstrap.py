@@ -407,10 +407,13 @@ class _Charts:
         def write(f):
             try:
                 image.save(f, format="PNG")
-            except (OSError, ValueError, KeyError):  # a mode PNG cannot hold
+                return
+            except (OSError, ValueError, KeyError):  # a mode PNG cannot hold ("F", "CMYK"...)
                 f.seek(0)
                 f.truncate()
-                image.convert("RGBA").save(f, format="PNG")
+            # As PIL's own viewers show it: in its base mode, grey ("L") or colour ("RGB").
+            pil = sys.modules["PIL.Image"]
+            image.convert(pil.getmodebase(image.mode)).save(f, format="PNG")
         self._save("image", write)
 
     def patch_pyplot(self, pyplot):
