@@ -123,6 +123,7 @@ func TestEveryAgentFlagIsSent(t *testing.T) {
 		"job history":   {args: []string{"job_x"}},
 		"exec list":     {},
 		"exec show":     {args: []string{"ex_x"}},
+		"exec files":    {args: []string{"ex_x"}},
 		"kb import":     {args: []string{ndjson, "--kind", "memories"}},
 		"kb list":       {args: []string{"--kind", "memories"}},
 		"kb rm":         {args: []string{"note", "--kind", "memories"}},

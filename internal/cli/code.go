@@ -166,7 +166,7 @@ func (o *options) codeRunCommand() *cobra.Command {
 		Example: `  sandpit code run sum-sales --input '{"days": 7}' --file sales.csv --output-dir out/`,
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r := client.CodeRun{Run: library.Run{Version: run.version}}
+			r := client.CodeRun{Version: run.version}
 			if cmd.Flags().Changed("input") {
 				in, err := jsonArg("input", run.input)
 				if err != nil {

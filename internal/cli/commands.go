@@ -336,7 +336,7 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequ
 	}
 	res, err := eng.Service.Execute(ctx, sandbox.Request{Code: req.Code, Input: req.Input, TimeoutMS: req.TimeoutMS, Agent: req.Agent,
 		Dependencies: req.Dependencies, Files: files, Charts: req.Charts, Origin: sandbox.Origin{Source: sandbox.SourceCLI}}, emit)
-	return res, localFiles(nil, res.ID), func() { eng.Close() }, err // TODO(files-api merge): eng's kept files
+	return res, localFiles(eng.Files, res.ID), func() { eng.Close() }, err
 }
 
 // compareWithDaemon checks the settings this command was given (environment, config file)

@@ -246,17 +246,15 @@ func sandboxFiles(files []client.InputFile) ([]sandbox.InputFile, error) {
 	return out, nil
 }
 
-// keptFiles reads the output files an engine keeps (store.Files).
+// keptFiles reads the output files an engine keeps (*store.Files).
 type keptFiles interface {
 	Open(ctx context.Context, id, name string) (io.ReadCloser, error)
 }
 
-// localFiles reads execution id's output files from kept, the engine in this process's store.
+// localFiles reads execution id's output files from kept, the file store of the engine in
+// this process.
 func localFiles(kept keptFiles, id string) fileSource {
 	return func(ctx context.Context, f sandbox.File) (io.ReadCloser, error) {
-		if kept == nil {
-			return nil, errors.New("this engine keeps no output files")
-		}
 		return kept.Open(ctx, id, f.Name)
 	}
 }

@@ -103,7 +103,12 @@ func (c *Client) DeleteCode(ctx context.Context, agent, name string, force bool)
 
 // CodeRun is the body of a saved-code run (POST /v1/agents/{agent}/code/{name}/run).
 type CodeRun struct {
-	library.Run
+	// Input is the JSON value given as INPUT; it must satisfy the code's input schema.
+	Input json.RawMessage `json:"input"`
+	// TimeoutMS is the run's timeout in milliseconds; nil means the daemon's default.
+	TimeoutMS *int64 `json:"timeout_ms"`
+	// Version runs that version instead of the latest (0).
+	Version int `json:"version"`
 	RunFiles
 }
 
@@ -113,15 +118,12 @@ func (c *Client) RunCode(ctx context.Context, agent, name string, run CodeRun, o
 	return c.execute(ctx, agentPath(agent, "code", name, "run"), run, onEvent)
 }
 
-// JobDraft is the body of a job's creation: the job's fields and the files each of its runs
-// gets.
+// JobDraft is the body of a job's creation: the job's fields (Draft.Charts among them) and
+// the files each of its runs gets.
 type JobDraft struct {
 	jobs.Draft
-	// Files are written into the working directory of each run of the job.
+	// Files are written into the working directory of each run of the job (see InputFileOf).
 	Files []InputFile `json:"files,omitempty"`
-	// Charts, when not nil, says whether its runs save charts as output files (nil: the
-	// daemon's setting).
-	Charts *bool `json:"charts,omitempty"`
 }
 
 // CreateJob creates a job of agent.

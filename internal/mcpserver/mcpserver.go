@@ -61,11 +61,19 @@ func limitsDoc(l client.Limits) string {
 	if l.Network == "none" {
 		network = "there is no network"
 	}
+	charts := "figures are not saved unless the code saves them"
+	if l.Charts {
+		charts = "open matplotlib figures (at each plt.show() and at the end) and PIL images shown come back as PNG files unless charts is false"
+	}
 	return fmt.Sprintf(" Limits: a wall-clock timeout (timeout_ms: default %d, at most %d); memory: %s for the run's data (past it: MemoryError, outcome memory_limit); "+
-		"stdout %s and stderr %s (past them: outcome output_limit); OUTPUT %s of JSON; any file %s; "+
-		"files live only for the run (work in the current directory or /tmp); %s.",
+		"stdout %s and stderr %s (past them: outcome output_limit); OUTPUT %s of JSON; any file %s. "+
+		"Files: up to %d input files (files), %s each, %s in all, written in the current directory; "+
+		"the files the code writes or changes in the current directory (not /tmp) come back, up to %d files, %s each, %s in all "+
+		"(images as images, other files of at most 1 MiB embedded, larger ones as links to read with resources/read); %s; %s.",
 		l.DefaultTimeoutMS, l.MaxTimeoutMS, size(l.Limits.MemoryBytes), size(l.Limits.StdoutBytes), size(l.Limits.StderrBytes),
-		size(l.Limits.OutputBytes), size(l.Limits.FileSizeBytes), network)
+		size(l.Limits.OutputBytes), size(l.Limits.FileSizeBytes),
+		l.MaxInputFiles, size(l.MaxInputFileBytes), size(l.MaxInputFilesBytes), l.OutputFiles, size(l.OutputFileBytes), size(l.OutputFilesBytes),
+		charts, network)
 }
 
 // size writes n bytes in the largest binary unit that divides it ("512 MiB", "1536 bytes").
@@ -83,7 +91,7 @@ func size(n int64) string {
 
 const outcomesDoc = ` The result has one outcome: ok; error (an exception or non-zero exit: read stderr, fix the code, try again); timeout; memory_limit; output_limit; output_invalid (OUTPUT broke the script's output schema); dependency_error (a package could not be installed); killed; sandbox_error (the sandbox failed, not your code: retry). A failing program is reported as a tool error carrying its stdout and stderr.`
 
-const runCodeDoc = `Run Python 3 code in the sandbox and get its stdout, stderr, exit code, duration and OUTPUT. INPUT is the JSON value you pass as input (None when absent); set the global OUTPUT to return JSON. dependencies are pip requirements (PEP 508, such as "tabulate>=0.9") installed before the run; names only, no URLs or options. The global agent object reads your knowledge: agent.search_memory(query, limit=10), agent.get_facts(subject=None, predicate=None), agent.query_graph(start=None, relation=None, depth=1), agent.get_documents(query=None, ids=None), agent.store_result(key, value), agent.log(message).` + packagesDoc
+const runCodeDoc = `Run Python 3 code in the sandbox and get its stdout, stderr, exit code, duration and OUTPUT. INPUT is the JSON value you pass as input (None when absent); set the global OUTPUT to return JSON. dependencies are pip requirements (PEP 508, such as "tabulate>=0.9") installed before the run; names only, no URLs or options. The global agent object reads your knowledge: agent.search_memory(query, limit=10), agent.get_facts(subject=None, predicate=None), agent.query_graph(start=None, relation=None, depth=1), agent.get_documents(query=None, ids=None), agent.store_result(key, value), agent.log(message). files are given like [{"name": "data.csv", "content": "a,b\n1,2\n"}] (binary: the bytes in base64 with "encoding": "base64"); read them by name, such as pandas.read_csv("data.csv").` + packagesDoc
 
 const saveCodeDoc = `Save a Python script under a name (lowercase letters, digits, - and _), as version 1, to run later by name (run_saved_code) or on a schedule (create_code_job). input_schema and output_schema are JSON Schemas (2020-12) of its INPUT and OUTPUT: runs with input that breaks input_schema are refused, and an OUTPUT that breaks output_schema ends the run output_invalid. dependencies are pip requirements installed before each run.`
 
@@ -341,7 +349,7 @@ type RunSavedArgs struct {
 }
 
 func (t *tools) runSaved(ctx context.Context, _ *mcp.CallToolRequest, a RunSavedArgs) (*mcp.CallToolResult, any, error) {
-	run := client.CodeRun{Run: library.Run{Input: raw(a.Input), Version: a.Version}, RunFiles: a.runFiles()}
+	run := client.CodeRun{Input: raw(a.Input), Version: a.Version, RunFiles: a.runFiles()}
 	if a.TimeoutMS != 0 {
 		run.TimeoutMS = &a.TimeoutMS
 	}
