@@ -69,7 +69,7 @@ func limitsDoc(l client.Limits) string {
 		"stdout %s and stderr %s (past them: outcome output_limit); OUTPUT %s of JSON; any file %s. "+
 		"Files: up to %d input files (files), %s each, %s in all, written in the current directory; "+
 		"the files the code writes or changes in the current directory (not /tmp) come back, up to %d files, %s each, %s in all "+
-		"(images as images, other files of at most 1 MiB embedded, larger ones as links to read with resources/read); %s; %s.",
+		"(images as images, other small files embedded, larger ones as links to read with resources/read); %s; %s.",
 		l.DefaultTimeoutMS, l.MaxTimeoutMS, size(l.Limits.MemoryBytes), size(l.Limits.StdoutBytes), size(l.Limits.StderrBytes),
 		size(l.Limits.OutputBytes), size(l.Limits.FileSizeBytes),
 		l.MaxInputFiles, size(l.MaxInputFileBytes), size(l.MaxInputFilesBytes), l.OutputFiles, size(l.OutputFileBytes), size(l.OutputFilesBytes),
