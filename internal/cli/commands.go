@@ -203,7 +203,7 @@ func (o *options) emitter(asJSON bool) func(sandbox.Event) {
 			fmt.Fprintf(o.env.Stderr, "sandpit: agent.log %s: %s\n", e.Level, e.Data)
 		case sandbox.StreamFile:
 			if e.File != nil {
-				fmt.Fprintf(o.env.Stderr, "sandpit: output file %s (%s, %s)\n", e.File.Name, e.File.MediaType, config.FormatSize(e.File.SizeBytes))
+				fmt.Fprintf(o.env.Stderr, "sandpit: output file %s (%s, %s)\n", e.File.Name, e.File.MediaType, humanSize(e.File.SizeBytes))
 			}
 		}
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -189,7 +188,7 @@ evicted file is refused, HTTP 410).`,
 				tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "NAME\tSIZE\tMEDIA TYPE")
 				for _, f := range list {
-					fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Name, config.FormatSize(f.SizeBytes), f.MediaType)
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Name, humanSize(f.SizeBytes), f.MediaType)
 				}
 				if err := tw.Flush(); err != nil {
 					return err

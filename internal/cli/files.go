@@ -1,8 +1,5 @@
 package cli
 
-// Files in and out of a run: --file (input files), --no-charts, and --output-dir, which writes a
-// run's output files beneath a directory and never outside it, whatever names the daemon sends.
-
 import (
 	"context"
 	"crypto/rand"
@@ -22,9 +19,11 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sandpit-dev/sandpit/internal/client"
-	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
+
+// Files in and out of a run: --file (input files), --no-charts, and --output-dir, which writes a
+// run's output files beneath a directory and never outside it, whatever names the daemon sends.
 
 // inputFlags are the flags that hand a run files: --file and --no-charts.
 type inputFlags struct {
@@ -166,7 +165,7 @@ func saveFiles(ctx context.Context, w io.Writer, dir string, force bool, files [
 		if err := saveFile(ctx, root, f, open); err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "sandpit: saved %s (%s, %s)\n", filepath.Join(dir, filepath.FromSlash(f.Name)), f.MediaType, config.FormatSize(f.SizeBytes))
+		fmt.Fprintf(w, "sandpit: saved %s (%s, %s)\n", filepath.Join(dir, filepath.FromSlash(f.Name)), f.MediaType, humanSize(f.SizeBytes))
 	}
 	return nil
 }
@@ -257,4 +256,20 @@ func localFiles(kept keptFiles, id string) fileSource {
 	return func(ctx context.Context, f sandbox.File) (io.ReadCloser, error) {
 		return kept.Open(ctx, id, f.Name)
 	}
+}
+
+// humanSize writes n bytes for a person: "312 bytes", "18.3 KiB", "2.0 MiB".
+func humanSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	v, suffix := float64(n)/unit, "KiB"
+	for _, s := range []string{"MiB", "GiB", "TiB"} {
+		if v < unit {
+			break
+		}
+		v, suffix = v/unit, s
+	}
+	return fmt.Sprintf("%.1f %s", v, suffix)
 }

@@ -347,8 +347,9 @@ func TestExecFiles(t *testing.T) {
 	srv := httptest.NewServer(d)
 	defer srv.Close()
 	code, stdout, stderr := sandpit(t, srv.URL, "exec", "files", filesExecID)
-	if code != 0 || !strings.Contains(stdout, "figure-1.png  4 bytes") && !strings.Contains(stdout, "figure-1.png") ||
-		!strings.Contains(stdout, "data/out.csv") || !strings.Contains(stdout, "text/csv") || !strings.Contains(stderr, `"link" skipped`) {
+	lines := strings.Split(stdout, "\n")
+	if code != 0 || len(lines) < 3 || strings.Join(strings.Fields(lines[1]), " ") != "figure-1.png 4 bytes image/png" ||
+		strings.Join(strings.Fields(lines[2]), " ") != "data/out.csv 2 bytes text/csv" || !strings.Contains(stderr, `"link" skipped`) {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	out := t.TempDir()
@@ -393,5 +394,13 @@ func TestCodeRunAndJobCreateSendFiles(t *testing.T) {
 	}
 	if d.runs[0]["charts"] != false || d.runs[1]["schedule"] != "@daily" {
 		t.Errorf("requests %v", d.runs)
+	}
+}
+
+func TestHumanSize(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 bytes", 1023: "1023 bytes", 1024: "1.0 KiB", 18740: "18.3 KiB", 5 << 20: "5.0 MiB", 3 << 30: "3.0 GiB"} {
+		if got := humanSize(n); got != want {
+			t.Errorf("humanSize(%d) = %q, want %q", n, got, want)
+		}
 	}
 }
