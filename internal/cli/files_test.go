@@ -41,7 +41,7 @@ func (f outFile) entry() sandbox.File {
 
 // filesDaemon is a fake daemon in the REST shape: every run answers files (as JSON, or as an
 // NDJSON stream with a file line each when asked), and the record and the bytes of execution
-// filesExecID are served. It records the bodies of the runs.
+// filesExecID are served. It records the bodies of the runs (and of other POSTs and PATCHes).
 type filesDaemon struct {
 	files []outFile
 	mu    sync.Mutex
@@ -74,7 +74,7 @@ func (d *filesDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, `{"status": "ok"}`)
 	case r.URL.Path == "/v1/limits":
 		_, _ = io.WriteString(w, `{}`)
-	case r.Method == http.MethodPost:
+	case r.Method == http.MethodPost || r.Method == http.MethodPatch:
 		var body map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		d.mu.Lock()
@@ -392,8 +392,18 @@ func TestCodeRunAndJobCreateSendFiles(t *testing.T) {
 			t.Errorf("request %d sent files %s", i, files)
 		}
 	}
-	if d.runs[0]["charts"] != false || d.runs[1]["schedule"] != "@daily" {
+	if d.runs[0]["charts"] != false || d.runs[1]["schedule"] != "@daily" || d.runs[1]["charts"] != nil {
 		t.Errorf("requests %v", d.runs)
+	}
+	// job update replaces the files given, and turns charts off or on.
+	sandpit(t, srv.URL, "job", "update", "job_x", "--file", in, "--no-charts")
+	sandpit(t, srv.URL, "job", "update", "job_x", "--no-charts=false")
+	if len(d.runs) != 4 {
+		t.Fatalf("requests %v", d.runs)
+	}
+	if files, _ := json.Marshal(d.runs[2]["files"]); string(files) != `[{"content":"hello","encoding":"utf-8","name":"in.txt"}]` ||
+		d.runs[2]["charts"] != false || d.runs[3]["charts"] != true || d.runs[3]["files"] != nil {
+		t.Errorf("updates sent %v and %v", d.runs[2], d.runs[3])
 	}
 }
 

@@ -22,6 +22,7 @@ type jobFlags struct {
 	timeout                                                  time.Duration
 	codeVersion                                              int
 	disabled                                                 bool
+	inputs                                                   inputFlags
 }
 
 func (f *jobFlags) register(fs *pflag.FlagSet) {
@@ -34,6 +35,9 @@ func (f *jobFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.timeout, "timeout", 0, "each run's wall-clock limit (default: the daemon's)")
 	fs.IntVar(&f.codeVersion, "code-version", 0, "run this version of the code (default the latest)")
 	fs.BoolVar(&f.disabled, "disabled", false, "the job does not fire (create it paused; with update, --disabled=false resumes it)")
+	f.inputs.register(fs)
+	fs.Lookup("file").Usage = "a file for each run's working directory: PATH, or PATH=NAME (repeatable; with update, the files given replace the job's)"
+	fs.Lookup("no-charts").Usage = "each run does not save open matplotlib figures and PIL images shown as output files (with update, --no-charts=false saves them again)"
 }
 
 // patch returns the fields given on the command line, by their JSON names.
@@ -52,6 +56,16 @@ func (f *jobFlags) patch(cmd *cobra.Command) (map[string]any, error) {
 	set("code-version", "code_version", f.codeVersion)
 	if cmd.Flags().Changed("disabled") {
 		p["enabled"] = !f.disabled
+	}
+	if cmd.Flags().Changed("file") {
+		files, err := readInputFiles(f.inputs.files)
+		if err != nil {
+			return nil, err
+		}
+		p["files"] = files
+	}
+	if cmd.Flags().Changed("no-charts") {
+		p["charts"] = !f.inputs.noCharts
 	}
 	if cmd.Flags().Changed("timeout") {
 		if f.timeout.Milliseconds() < 1 {
@@ -82,7 +96,6 @@ func (o *options) jobCreateCommand() *cobra.Command {
 	var create struct {
 		daemonFlags
 		jobFlags
-		inputs inputFlags
 	}
 	createCmd := &cobra.Command{
 		Use:     "create CODE_NAME --schedule SPEC",
@@ -98,11 +111,6 @@ func (o *options) jobCreateCommand() *cobra.Command {
 			b, _ := json.Marshal(p)
 			var d client.JobDraft
 			_ = json.Unmarshal(b, &d)
-			rf, err := create.inputs.runFiles()
-			if err != nil {
-				return err
-			}
-			d.Files, d.Charts = rf.Files, rf.Charts
 			c, err := o.daemon(cmd, create.daemonFlags)
 			if err != nil {
 				return err
@@ -116,7 +124,6 @@ func (o *options) jobCreateCommand() *cobra.Command {
 	}
 	create.daemonFlags.register(createCmd.Flags(), true)
 	create.jobFlags.register(createCmd.Flags())
-	create.inputs.register(createCmd.Flags())
 	return createCmd
 }
 
@@ -135,7 +142,7 @@ func (o *options) jobUpdateCommand() *cobra.Command {
 				return err
 			}
 			if len(p) == 0 {
-				return usageErrorf("nothing to change: give at least one of --schedule, --timezone, --input, --overlap, --catch-up, --timeout, --code-version, --description, --disabled")
+				return usageErrorf("nothing to change: give at least one of --schedule, --timezone, --input, --overlap, --catch-up, --timeout, --code-version, --description, --disabled, --file, --no-charts")
 			}
 			c, err := o.daemon(cmd, update.daemonFlags)
 			if err != nil {
