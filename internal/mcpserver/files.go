@@ -26,9 +26,18 @@ const fileURITemplate = fileURIPrefix + "{id}/files/{+name}"
 
 const fileResourceDoc = `An output file of one of your runs (a file its code wrote in its working directory, or a chart it drew), as run_code and run_saved_code list it. Kept as long as the run's record, within the daemon's quota for files.`
 
-// MaxInlineFileBytes is the largest output file a tool result carries whole (an image, or an
-// embedded resource); a larger one is a resource link to read with resources/read.
-const MaxInlineFileBytes = 1 << 20
+// What a tool result carries whole; any other output file is a resource link, read with
+// resources/read. A model reads what it is given: an image costs it a picture, an embedded
+// text its whole length.
+const (
+	// MaxImageBytes is the largest image (PNG, JPEG, GIF, WebP) given as image content.
+	MaxImageBytes = 1 << 20
+	// MaxEmbeddedBytes is the largest other file given as an embedded resource.
+	MaxEmbeddedBytes = 64 << 10
+	// MaxResultFileBytes caps the bytes of all the images and embedded files of one result;
+	// the files past it, in name order, are links.
+	MaxResultFileBytes = 4 << 20
+)
 
 // FileURI is the URI of execution id's output file name: each part of name is escaped on its
 // own, so "/" stays a separator.
@@ -75,21 +84,36 @@ func isImage(mediaType string) (string, bool) {
 	return mt, false
 }
 
-// fileContent is output file f of execution id as tool result content, content being its
-// bytes when the answer carried them (nil otherwise): an image of at most MaxInlineFileBytes
-// as image content; another file of at most that as an embedded resource (text for text/* in
-// UTF-8, else a blob); any other as a resource link to its URI.
-func fileContent(id string, f sandbox.File, content []byte) mcp.Content {
-	uri := FileURI(id, f.Name)
-	if content == nil || f.SizeBytes > MaxInlineFileBytes {
-		size := f.SizeBytes
-		return &mcp.ResourceLink{URI: uri, Name: f.Name, MIMEType: f.MediaType, Size: &size,
-			Description: fmt.Sprintf("output file %s of execution %s (%d bytes): read it with resources/read", f.Name, id, f.SizeBytes)}
+// fileContents are the output files of execution id as tool result content, inline holding
+// the bytes the answer carried (by name): an image of at most MaxImageBytes as image content,
+// another file of at most MaxEmbeddedBytes as an embedded resource (text for text/* in UTF-8,
+// else a blob), while their bytes together stay within MaxResultFileBytes; every other file
+// (or one whose bytes the answer did not carry) as a resource link to its URI.
+func fileContents(id string, files []sandbox.File, inline map[string][]byte) []mcp.Content {
+	var out []mcp.Content
+	budget := int64(MaxResultFileBytes)
+	for _, f := range files {
+		uri := FileURI(id, f.Name)
+		content, ok := inline[f.Name]
+		mt, image := isImage(f.MediaType)
+		limit := int64(MaxEmbeddedBytes)
+		if image {
+			limit = MaxImageBytes
+		}
+		switch {
+		case !ok || f.SizeBytes > limit || f.SizeBytes > budget:
+			size := f.SizeBytes
+			out = append(out, &mcp.ResourceLink{URI: uri, Name: f.Name, MIMEType: f.MediaType, Size: &size,
+				Description: fmt.Sprintf("output file %s of execution %s (%d bytes): read it with resources/read", f.Name, id, f.SizeBytes)})
+			continue
+		case image:
+			out = append(out, &mcp.ImageContent{Data: content, MIMEType: mt})
+		default:
+			out = append(out, &mcp.EmbeddedResource{Resource: resourceContents(uri, f, content)})
+		}
+		budget -= f.SizeBytes
 	}
-	if mt, ok := isImage(f.MediaType); ok {
-		return &mcp.ImageContent{Data: content, MIMEType: mt}
-	}
-	return &mcp.EmbeddedResource{Resource: resourceContents(uri, f, content)}
+	return out
 }
 
 // resourceContents are the contents of output file f at uri: its text for text/* in UTF-8,

@@ -7,6 +7,9 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,8 +48,8 @@ func (r filesRuntime) Run(_ context.Context, _ int, spec sandbox.Spec, emit func
 	for _, in := range spec.Files {
 		add("out/"+in.Name, "application/octet-stream", in.Content)
 	}
-	for name, o := range r.outputs {
-		add(name, o.mediaType, o.content)
+	for _, name := range slices.Sorted(maps.Keys(r.outputs)) {
+		add(name, r.outputs[name].mediaType, r.outputs[name].content)
 	}
 	return res, nil
 }
@@ -59,12 +62,14 @@ var pngBytes, _ = base64.StdEncoding.DecodeString("iVBORw0KGgoAAAANSUhEUgAAAAEAA
 // a binary as an embedded blob, and a file over 1 MiB as a resource link; resources/read of
 // each URI answers its bytes, for this agent only.
 func TestRunCodeFiles(t *testing.T) {
-	big := bytes.Repeat([]byte("0123456789abcdef"), (mcpserver.MaxInlineFileBytes/16)+1)
+	big := bytes.Repeat([]byte("0123456789abcdef"), (mcpserver.MaxImageBytes/16)+1)
+	medium := bytes.Repeat([]byte("x"), mcpserver.MaxEmbeddedBytes+1)
 	rt := filesRuntime{specs: make(chan sandbox.Spec, 1), outputs: map[string]output{
 		"figure-1.png":     {"image/png", pngBytes},
 		"tables/sales.csv": {"text/csv; charset=utf-8", []byte("région,total\nnord,3\n")},
 		"model.bin":        {"application/octet-stream", []byte{0, 1, 2, 0xff}},
 		"big log.txt":      {"text/plain; charset=utf-8", big},
+		"medium.txt":       {"text/plain; charset=utf-8", medium},
 	}}
 	url, _ := newAPI(t, rt, sandbox.DefaultConfig())
 	cs := connect(t, newServer(t, url, "alice"))
@@ -129,6 +134,9 @@ func TestRunCodeFiles(t *testing.T) {
 	link, ok := byURI[uri("big log.txt")].(*mcp.ResourceLink)
 	if !ok || link.Size == nil || *link.Size != int64(len(big)) || link.MIMEType != "text/plain; charset=utf-8" {
 		t.Fatalf("the large file is %#v", byURI[uri("big log.txt")])
+	}
+	if _, ok := byURI[uri("medium.txt")].(*mcp.ResourceLink); !ok {
+		t.Errorf("a text over %d bytes is %#v, want a link", mcpserver.MaxEmbeddedBytes, byURI[uri("medium.txt")])
 	}
 	if want := "sandpit://executions/" + id + "/files/big%20log.txt"; link.URI != want {
 		t.Errorf("link URI %s, want %s", link.URI, want)
@@ -220,4 +228,26 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestResultFileBudget: images past a result's share (MaxResultFileBytes) are links.
+func TestResultFileBudget(t *testing.T) {
+	img := append(slices.Clone(pngBytes), make([]byte, mcpserver.MaxImageBytes-len(pngBytes))...)
+	outputs := map[string]output{}
+	for _, n := range []string{"a", "b", "c", "d", "e"} {
+		outputs[n+".png"] = output{"image/png", img}
+	}
+	url, _ := newAPI(t, filesRuntime{outputs: outputs}, sandbox.DefaultConfig())
+	res, text := callTool(t, connect(t, newServer(t, url, "alice")), "run_code", map[string]any{"code": "draw()"})
+	if res.IsError {
+		t.Fatal(text)
+	}
+	var kinds []string
+	for _, c := range res.Content[1:] {
+		kinds = append(kinds, fmt.Sprintf("%T", c))
+	}
+	want := []string{"*mcp.ImageContent", "*mcp.ImageContent", "*mcp.ImageContent", "*mcp.ImageContent", "*mcp.ResourceLink"}
+	if !slices.Equal(kinds, want) {
+		t.Errorf("content %v, want %v", kinds, want)
+	}
 }

@@ -69,7 +69,7 @@ func limitsDoc(l client.Limits) string {
 		"stdout %s and stderr %s (past them: outcome output_limit); OUTPUT %s of JSON; any file %s. "+
 		"Files: up to %d input files (files), %s each, %s in all, written in the current directory; "+
 		"the files the code writes or changes in the current directory (not /tmp) come back, up to %d files, %s each, %s in all "+
-		"(images as images, other small files embedded, larger ones as links to read with resources/read); %s; %s.",
+		"(images as images, other small files embedded, larger ones and those past a result's share as links to read with resources/read); %s; %s.",
 		l.DefaultTimeoutMS, l.MaxTimeoutMS, size(l.Limits.MemoryBytes), size(l.Limits.StdoutBytes), size(l.Limits.StderrBytes),
 		size(l.Limits.OutputBytes), size(l.Limits.FileSizeBytes),
 		l.MaxInputFiles, size(l.MaxInputFileBytes), size(l.MaxInputFilesBytes), l.OutputFiles, size(l.OutputFileBytes), size(l.OutputFilesBytes),
@@ -158,7 +158,7 @@ func (t *tools) runCode(ctx context.Context, _ *mcp.CallToolRequest, a RunCodeAr
 // runResult turns an execution into a tool result: a failing program is a tool error with its
 // output, so the model can fix its code. The execution's ID is always given (get_execution
 // reads its record), a run stopped because its call was cancelled included. Its output files
-// follow the text, each as fileContent makes it.
+// follow the text, as fileContents makes them.
 func runResult(ans client.Answer, err error) (*mcp.CallToolResult, any, error) {
 	if err != nil {
 		return nil, nil, toolError(err)
@@ -191,10 +191,7 @@ func runResult(ans client.Answer, err error) (*mcp.CallToolResult, any, error) {
 	if res.FilesTruncated {
 		fmt.Fprintf(&b, "more output files were left out than are listed (a cap on output files was reached)\n")
 	}
-	content := []mcp.Content{&mcp.TextContent{Text: b.String()}}
-	for _, f := range res.Files {
-		content = append(content, fileContent(res.ID, f, ans.Inline[f.Name]))
-	}
+	content := append([]mcp.Content{&mcp.TextContent{Text: b.String()}}, fileContents(res.ID, res.Files, ans.Inline)...)
 	return &mcp.CallToolResult{IsError: res.Outcome != sandbox.OutcomeOK, Content: content}, res, nil
 }
 
