@@ -85,6 +85,33 @@ func TestFilesPutAndOpen(t *testing.T) {
 	if used, quota := f.Used(); used != 4 || quota != 1<<20 {
 		t.Errorf("used %d of %d", used, quota)
 	}
+	// A file cut short on disk (a power loss before the bytes reached it) is not served.
+	if err := os.Truncate(filepath.Join(dir, id, "0"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := read(t, f, id, "a/b.csv"); !errors.Is(err, ErrEvicted) {
+		t.Errorf("a short file: %v, want ErrEvicted", err)
+	}
+}
+
+// BenchmarkFilesPut stores a 30 KiB chart per run, as a run with one figure does.
+func BenchmarkFilesPut(b *testing.B) {
+	s, err := Open(b.Context(), filepath.Join(b.TempDir(), FileName), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	f, err := s.OpenFiles(b.Context(), filepath.Join(b.TempDir(), FilesDir), 1<<40)
+	if err != nil {
+		b.Fatal(err)
+	}
+	png := make([]byte, 30<<10)
+	for b.Loop() {
+		id := sandbox.NewID()
+		if err := f.Put(b.Context(), id, sandbox.File{Name: "figure-1.png"}, png); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // The quota evicts the files of the executions that started first, whatever order their files
