@@ -2,149 +2,146 @@ package app_test
 
 import (
 	"bytes"
-	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
-	"image/png"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/sandpit-dev/sandpit/internal/cli"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
-// chartCode draws a chart and shows it; a run with charts on returns it as figure-1.png.
-const chartCode = "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\n"
+// fileAnswer is a result with its files as answered (content_base64 with inline_files).
+type fileAnswer struct {
+	sandbox.Result
+	Files []struct {
+		sandbox.File
+		ContentBase64 string `json:"content_base64"`
+	} `json:"files"`
+}
 
-// pngHeader begins every PNG file.
-var pngHeader = []byte("\x89PNG\r\n\x1a\n")
-
-// checkPNG fails unless b is a PNG of a drawn figure (not an empty or tiny image).
-func checkPNG(t *testing.T, what string, b []byte) {
+func getFile(t *testing.T, url, id, name string) (*http.Response, []byte) {
 	t.Helper()
-	if !bytes.HasPrefix(b, pngHeader) || len(b) < 2000 {
-		t.Fatalf("%s: %d bytes starting %q, want a PNG of a figure", what, len(b), b[:min(len(b), 8)])
-	}
-	img, err := png.Decode(bytes.NewReader(b))
+	resp, err := http.Get(url + "/v1/executions/" + id + "/files/" + name)
 	if err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-	if r := img.Bounds(); r.Dx() < 200 || r.Dy() < 150 {
-		t.Fatalf("%s: a %dx%d image, smaller than a figure", what, r.Dx(), r.Dy())
-	}
-}
-
-// sandpitCLI runs the command line in this process with env's variables and returns its exit
-// code, stdout and stderr.
-func sandpitCLI(t *testing.T, env map[string]string, args ...string) (int, string, string) {
-	t.Helper()
-	var stdout, stderr bytes.Buffer
-	code := cli.Main(context.Background(), args, cli.Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
-		Lookup: func(k string) (string, bool) { v, ok := env[k]; return v, ok }, Version: "test"})
-	return code, stdout.String(), stderr.String()
-}
-
-// TestChartEndToEnd: `plt.plot([1,2]); plt.show()` through the real engine comes back as a
-// PNG over the CLI (--output-dir, with an input file read by the code, through the daemon and
-// with --local) and over MCP as image content.
-func TestChartEndToEnd(t *testing.T) {
-	cfg := testConfig(t)
-	url, _ := startDaemon(t, cfg)
-	dir := t.TempDir()
-	data := filepath.Join(dir, "points.csv")
-	if err := os.WriteFile(data, []byte("x,y\n1,3\n2,1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code := "import csv\nrows = list(csv.DictReader(open('in/points.csv')))\n" +
-		"open('rows.txt', 'w').write(str(len(rows)))\n" + chartCode
-	env := map[string]string{"SANDPIT_DATA_DIR": cfg.DataDir}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
 
-	out := filepath.Join(dir, "out")
-	exit, stdout, stderr := sandpitCLI(t, env, "run", "-c", code, "--url", url, "--file", data+"=in/points.csv", "--output-dir", out)
-	if exit != 0 {
-		t.Fatalf("sandpit run: exit %d, stdout %q, stderr %q", exit, stdout, stderr)
+// Input files reach the program byte-exact, its output files come back byte-exact over REST
+// (listed, inline, streamed, fetched), a chart shown with plt.show() comes back as a PNG, and
+// the files are kept in the data directory: all through the real engine.
+func TestFilesThroughTheEngine(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Slots = 1
+	url := daemon(t, cfg)
+
+	text := "a,b\n1,2\n测试 😀\n"
+	raw := make([]byte, 256)
+	for i := range raw {
+		raw[i] = byte(i)
 	}
-	fig, err := os.ReadFile(filepath.Join(out, "figure-1.png"))
-	if err != nil {
-		t.Fatalf("%v; stderr %q", err, stderr)
+	in := func(name, content, encoding string) map[string]string {
+		return map[string]string{"name": name, "content": content, "encoding": encoding}
 	}
-	checkPNG(t, "figure-1.png over the CLI", fig)
-	if rows, _ := os.ReadFile(filepath.Join(out, "rows.txt")); string(rows) != "2" {
-		t.Errorf("rows.txt = %q: the input file did not reach the code", rows)
+	code := `import hashlib, os
+for name in ["data.csv", "in/raw.bin"]:
+    b = open(name, "rb").read()
+    print(name, len(b), hashlib.sha256(b).hexdigest())
+    os.makedirs("out/in", exist_ok=True)
+    open("out/" + name, "wb").write(b)
+`
+	body, _ := json.Marshal(map[string]any{"code": code, "inline_files": true, "charts": false,
+		"files": []map[string]string{in("data.csv", text, "utf-8"), in("in/raw.bin", base64.StdEncoding.EncodeToString(raw), "base64")}})
+	resp, b := post(t, url, string(body))
+	var res fileAnswer
+	if err := json.Unmarshal(b, &res); err != nil || resp.StatusCode != 200 || res.Outcome != sandbox.OutcomeOK {
+		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
-	if _, err := os.Stat(filepath.Join(out, "in", "points.csv")); err == nil {
-		t.Error("the unchanged input file came back as an output file")
+	sum := func(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+	if want := "data.csv " + itoa(len(text)) + " " + sum([]byte(text)) + "\nin/raw.bin 256 " + sum(raw) + "\n"; res.Stdout != want {
+		t.Fatalf("the program read\n%s\nwant\n%s", res.Stdout, want)
 	}
-	for _, line := range []string{"sandpit: output file figure-1.png (image/png", "sandpit: saved " + filepath.Join(out, "figure-1.png")} {
-		if !strings.Contains(stderr, line) {
-			t.Errorf("stderr %q lacks %q", stderr, line)
+	want := map[string][]byte{"out/data.csv": []byte(text), "out/in/raw.bin": raw}
+	if len(res.Files) != 2 {
+		t.Fatalf("files %+v, want the two copies (not the unchanged inputs, not main.py); skipped %+v", res.Files, res.FilesSkipped)
+	}
+	for _, f := range res.Files {
+		inline, _ := base64.StdEncoding.DecodeString(f.ContentBase64)
+		if !bytes.Equal(inline, want[f.Name]) || f.SHA256 != sum(want[f.Name]) || f.SizeBytes != int64(len(want[f.Name])) {
+			t.Errorf("answer's %s: %+v, want %d bytes byte-exact", f.Name, f.File, len(want[f.Name]))
+		}
+		resp, got := getFile(t, url, res.ID, f.Name)
+		if resp.StatusCode != 200 || !bytes.Equal(got, want[f.Name]) || resp.Header.Get("Content-Disposition") == "" ||
+			resp.Header.Get("Content-Security-Policy") != "sandbox; default-src 'none'" {
+			t.Errorf("GET %s: %d %v %q", f.Name, resp.StatusCode, resp.Header, got)
 		}
 	}
-
-	// --no-charts: the figure is not saved.
-	exit, _, stderr = sandpitCLI(t, env, "run", "-c", chartCode, "--url", url, "--no-charts", "--json")
-	if exit != 0 || strings.Contains(stderr, "figure-1.png") {
-		t.Errorf("--no-charts: exit %d, stderr %q", exit, stderr)
+	// Kept in the data directory, one file per output.
+	if entries, err := os.ReadDir(filepath.Join(cfg.DataDir, store.FilesDir, res.ID)); err != nil || len(entries) != 2 {
+		t.Errorf("files/%s: %d entries, %v", res.ID, len(entries), err)
 	}
 
-	// MCP over the daemon's /mcp: the chart is image content.
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(t.Context(),
-		&mcp.StreamableClientTransport{Endpoint: url + "/mcp?agent=plotter"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"code": chartCode}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var images [][]byte
-	for _, c := range res.Content {
-		if img, ok := c.(*mcp.ImageContent); ok && img.MIMEType == "image/png" {
-			images = append(images, img.Data) // the SDK decoded the base64 of the wire
+	t.Run("a chart shown comes back as a PNG, in the stream too", func(t *testing.T) {
+		chart := `import matplotlib.pyplot as plt
+plt.plot([1, 2, 3], [3, 1, 2])
+plt.show()`
+		body, _ := json.Marshal(map[string]any{"code": chart})
+		_, stream := post(t, url, string(body), "Accept", "application/x-ndjson")
+		var types []string
+		var res sandbox.Result
+		for line := range bytes.Lines(stream) {
+			var l struct {
+				Type   string          `json:"type"`
+				File   *sandbox.File   `json:"file"`
+				Result *sandbox.Result `json:"result"`
+			}
+			if err := json.Unmarshal(line, &l); err != nil {
+				t.Fatalf("line %q: %v", line, err)
+			}
+			types = append(types, l.Type)
+			if l.Result != nil {
+				res = *l.Result
+			}
 		}
-	}
-	if res.IsError || len(images) != 1 {
-		t.Fatalf("run_code over MCP: error %v, %d PNG images in %+v", res.IsError, len(images), res.Content)
-	}
-	checkPNG(t, "figure-1.png over MCP", images[0])
+		if len(types) < 2 || types[len(types)-2] != "file" || types[len(types)-1] != "result" || res.Outcome != sandbox.OutcomeOK {
+			t.Fatalf("lines %v, result %+v: want a file line before the result", types, res)
+		}
+		if len(res.Files) != 1 || res.Files[0].Name != "figure-1.png" || res.Files[0].MediaType != "image/png" {
+			t.Fatalf("files %+v, want figure-1.png", res.Files)
+		}
+		resp, png := getFile(t, url, res.ID, "figure-1.png")
+		if resp.StatusCode != 200 || !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) || int64(len(png)) != res.Files[0].SizeBytes ||
+			resp.Header.Get("Content-Type") != "image/png" || !strings.HasPrefix(resp.Header.Get("Content-Disposition"), "inline") {
+			t.Fatalf("GET figure-1.png: %d %v, %d bytes", resp.StatusCode, resp.Header, len(png))
+		}
+		// The IHDR chunk: a picture of matplotlib's default size (640×480 at 100 dpi).
+		if w, h := binary.BigEndian.Uint32(png[16:20]), binary.BigEndian.Uint32(png[20:24]); w < 100 || h < 100 {
+			t.Errorf("the PNG is %d×%d", w, h)
+		}
+	})
 
-	// `sandpit exec files` fetches it again from the ledger.
-	var run struct{ ID string }
-	if b, err := json.Marshal(res.StructuredContent); err != nil || json.Unmarshal(b, &run) != nil || run.ID == "" {
-		t.Fatalf("no execution ID in %v", res.StructuredContent)
-	}
-	again := filepath.Join(dir, "again")
-	exit, stdout, stderr = sandpitCLI(t, env, "exec", "files", run.ID, "--url", url, "--output-dir", again)
-	if b, _ := os.ReadFile(filepath.Join(again, "figure-1.png")); exit != 0 || !bytes.Equal(b, images[0]) {
-		t.Errorf("exec files: exit %d, stdout %q, stderr %q; the file is %d bytes, want those MCP got", exit, stdout, stderr, len(b))
-	}
+	t.Run("bad files are refused before anything runs", func(t *testing.T) {
+		for _, files := range []string{`[{"name": "../x", "content": "a"}]`, `[{"name": "a", "content": "%%", "encoding": "base64"}]`} {
+			resp, b := post(t, url, `{"code": "open('/tmp/ran', 'w')", "files": `+files+`}`)
+			if resp.StatusCode != 400 || !bytes.Contains(b, []byte(`"field":"files[0].`)) {
+				t.Errorf("%s: %d %s", files, resp.StatusCode, b)
+			}
+		}
+	})
 }
 
-// TestChartLocal: `sandpit run --local` (the engine in the CLI's own process) hands the code
-// its files and writes its chart with --output-dir.
-func TestChartLocal(t *testing.T) {
-	cfg := testConfig(t)
-	env := map[string]string{"SANDPIT_DATA_DIR": cfg.DataDir, "SANDPIT_BASE_IMAGE": cfg.BaseImage, "SANDPIT_EXECUTOR_PATH": cfg.ExecutorPath}
-	dir := t.TempDir()
-	data := filepath.Join(dir, "n.txt")
-	if err := os.WriteFile(data, []byte("7"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "out")
-	code := "n = int(open('n.txt').read())\nopen('double.txt', 'w').write(str(2 * n))\n" + chartCode
-	exit, stdout, stderr := sandpitCLI(t, env, "run", "--local", "-c", code, "--file", data, "--output-dir", out)
-	if exit != 0 {
-		t.Fatalf("sandpit run --local: exit %d, stdout %q, stderr %q", exit, stdout, stderr)
-	}
-	fig, err := os.ReadFile(filepath.Join(out, "figure-1.png"))
-	if err != nil {
-		t.Fatalf("%v; stderr %q", err, stderr)
-	}
-	checkPNG(t, "figure-1.png with --local", fig)
-	if b, _ := os.ReadFile(filepath.Join(out, "double.txt")); string(b) != "14" {
-		t.Errorf("double.txt = %q", b)
-	}
+func itoa(n int) string {
+	b, _ := json.Marshal(n)
+	return string(b)
 }

@@ -95,7 +95,7 @@ type (
 		Level string `json:"level,omitempty"`
 	}
 	resultLine struct {
-		Type   string  `json:"type"` // "result"
+		Type   string     `json:"type"` // "result"
 		Result *runAnswer `json:"result"`
 	}
 	errorLine struct {

@@ -13,7 +13,9 @@ func TestValidateFiles(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxInputFiles, cfg.MaxInputFileBytes, cfg.MaxInputFilesBytes = 3, 10, 15
 	s := NewService(&fakeRuntime{}, Hooks{}, cfg, nil)
-	file := func(name string, n int) InputFile { return InputFile{Name: name, Content: bytes.Repeat([]byte("x"), n)} }
+	file := func(name string, n int) InputFile {
+		return InputFile{Name: name, Content: bytes.Repeat([]byte("x"), n)}
+	}
 	cases := []struct {
 		name     string
 		files    []InputFile

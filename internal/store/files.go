@@ -88,7 +88,7 @@ func (f *Files) Used() (used, quota int64) {
 }
 
 // Put keeps content as execution id's output file file (sandbox.FileStore). It writes the
-// bytes to a temporary file, syncs and renames it, then records it; when the quota has no room,
+// bytes to a temporary file and renames it, then records it; when the quota has no room,
 // the files of the oldest other executions are evicted first. Errors: a file larger than the
 // whole quota, or one that does not fit once nothing else is left to evict, or the disk's.
 func (f *Files) Put(ctx context.Context, id string, file sandbox.File, content []byte) error {
@@ -131,7 +131,9 @@ func (f *Files) Put(ctx context.Context, id string, file sandbox.File, content [
 }
 
 // writeAtomically writes content to path (creating its directory) so that path holds either
-// nothing or all of it: a temporary file beside it, synced, then renamed.
+// nothing or all of it: a temporary file beside it, renamed. It is not synced (a run's answer
+// would wait for the disk, as the ledger's commits do not either: synchronous=NORMAL); after a
+// power loss a file may be short, which Open finds by its size.
 func writeAtomically(path string, content []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
@@ -141,9 +143,6 @@ func writeAtomically(path string, content []byte) error {
 		return err
 	}
 	_, err = tmp.Write(content)
-	if err == nil {
-		err = tmp.Sync()
-	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
@@ -216,12 +215,12 @@ func (f *Files) forget(freed int64, ids []string) {
 	f.removeDirs(ids...)
 }
 
-// Open returns the bytes of execution id's kept output file name. Errors: one wrapping
-// ErrEvicted when no such file is kept (the caller, who found it in the record, knows it was
-// there), or the disk's.
+// Open returns the bytes of execution id's kept output file name (an *os.File). Errors: one
+// wrapping ErrEvicted when no such file is kept (the caller, who found it in the record, knows
+// it was there) or its bytes are missing or short (a power loss), or the disk's.
 func (f *Files) Open(ctx context.Context, id, name string) (io.ReadCloser, error) {
-	var idx int64
-	err := f.st.r.QueryRowContext(ctx, `SELECT idx FROM execution_files WHERE execution_id = ? AND name = ?`, id, name).Scan(&idx)
+	var idx, size int64
+	err := f.st.r.QueryRowContext(ctx, `SELECT idx, size_bytes FROM execution_files WHERE execution_id = ? AND name = ?`, id, name).Scan(&idx, &size)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("file %q of execution %s: %w", name, id, ErrEvicted)
 	}
@@ -232,7 +231,14 @@ func (f *Files) Open(ctx context.Context, id, name string) (io.ReadCloser, error
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("file %q of execution %s: its bytes are missing from the data directory: %w", name, id, ErrEvicted)
 	}
-	return file, err
+	if err != nil {
+		return nil, err
+	}
+	if st, err := file.Stat(); err != nil || st.Size() != size {
+		file.Close()
+		return nil, fmt.Errorf("file %q of execution %s: its bytes in the data directory are not all there: %w", name, id, ErrEvicted)
+	}
+	return file, nil
 }
 
 // orphanedFiles deletes the kept files' rows of executions that have no record any more, in
