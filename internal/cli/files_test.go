@@ -296,6 +296,21 @@ func TestOutputDirExisting(t *testing.T) {
 		t.Errorf("exit %d (%s), DIR holds %q", code, stderr, got)
 	}
 
+	// --force replaces a symbolic link of DIR that has a file's name: it never writes through it.
+	outside := filepath.Join(t.TempDir(), "precious.txt")
+	writeFile(t, outside, []byte("keep me"))
+	linked := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(linked, "old.txt")); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = sandpit(t, srv.URL, "run", "-c", "1", "--output-dir", linked, "--force")
+	if b, _ := os.ReadFile(outside); code != 0 || string(b) != "keep me" {
+		t.Errorf("exit %d (%s); the file the link pointed to holds %q", code, stderr, b)
+	}
+	if fi, err := os.Lstat(filepath.Join(linked, "old.txt")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("old.txt in DIR: %v, %v; want the output file in place of the link", fi, err)
+	}
+
 	liar := &filesDaemon{files: []outFile{{name: "x.txt", mediaType: "text/plain", content: []byte("listed"), served: []byte("served")}}}
 	srv2 := httptest.NewServer(liar)
 	defer srv2.Close()
