@@ -657,7 +657,8 @@ def main():
     threading.excepthook = _thread_excepthook
     _ordered_streams()
     # The run's directory is its own and removed after it: compiled modules would only be
-    # taken for output files there.
+    # taken for output files there (PYTHONDONTWRITEBYTECODE says so to the interpreters the
+    # run starts; this interpreter read its environment before the run's was set).
     sys.dont_write_bytecode = True
     if init.get("charts"):
         _charts[0] = _Charts(os.getcwd())
