@@ -15,7 +15,10 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/cli"
 )
 
-// chartCode draws a chart and shows it; a run with charts on returns it as figure-1.png.
+// chartCode draws a chart and shows it; a run with charts on returns it as figure-1.png. The
+// runs of these tests get a long timeout: on a fresh engine of a busy machine the first import
+// of matplotlib took more than the default 30 s (and the figure being written when the run was
+// stopped came back empty).
 const chartCode = "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\n"
 
 // pngHeader begins every PNG file.
@@ -62,7 +65,7 @@ func TestChartEndToEnd(t *testing.T) {
 	env := map[string]string{"SANDPIT_DATA_DIR": cfg.DataDir}
 
 	out := filepath.Join(dir, "out")
-	exit, stdout, stderr := sandpitCLI(t, env, "run", "-c", code, "--url", url, "--file", data+"=in/points.csv", "--output-dir", out)
+	exit, stdout, stderr := sandpitCLI(t, env, "run", "-c", code, "--url", url, "--file", data+"=in/points.csv", "--output-dir", out, "--timeout", "3m")
 	if exit != 0 {
 		t.Fatalf("sandpit run: exit %d, stdout %q, stderr %q", exit, stdout, stderr)
 	}
@@ -84,7 +87,7 @@ func TestChartEndToEnd(t *testing.T) {
 	}
 
 	// --no-charts: the figure is not saved.
-	exit, _, stderr = sandpitCLI(t, env, "run", "-c", chartCode, "--url", url, "--no-charts", "--json")
+	exit, _, stderr = sandpitCLI(t, env, "run", "-c", chartCode, "--url", url, "--no-charts", "--json", "--timeout", "3m")
 	if exit != 0 || strings.Contains(stderr, "figure-1.png") {
 		t.Errorf("--no-charts: exit %d, stderr %q", exit, stderr)
 	}
@@ -96,7 +99,7 @@ func TestChartEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
-	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"code": chartCode}})
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"code": chartCode, "timeout_ms": 180000}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +138,7 @@ func TestChartLocal(t *testing.T) {
 	}
 	out := filepath.Join(dir, "out")
 	code := "n = int(open('n.txt').read())\nopen('double.txt', 'w').write(str(2 * n))\n" + chartCode
-	exit, stdout, stderr := sandpitCLI(t, env, "run", "--local", "-c", code, "--file", data, "--output-dir", out)
+	exit, stdout, stderr := sandpitCLI(t, env, "run", "--local", "-c", code, "--file", data, "--output-dir", out, "--timeout", "3m")
 	if exit != 0 {
 		t.Fatalf("sandpit run --local: exit %d, stdout %q, stderr %q", exit, stdout, stderr)
 	}
