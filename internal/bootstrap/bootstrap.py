@@ -657,7 +657,8 @@ def main():
     threading.excepthook = _thread_excepthook
     _ordered_streams()
     # The run's directory is its own and removed after it: compiled modules would only be
-    # taken for output files there.
+    # taken for output files there (PYTHONDONTWRITEBYTECODE says so to the interpreters the
+    # run starts; this interpreter read its environment before the run's was set).
     sys.dont_write_bytecode = True
     if init.get("charts"):
         _charts[0] = _Charts(os.getcwd())
@@ -734,8 +735,8 @@ def _drop_program(program):
 
 def _finish(status, program, output_limit, interrupted):
     """Ends the process as the interpreter's exit would, without tearing every module down:
-    waits for non-daemon threads, runs atexit handlers, saves the open figures (with charts
-    on), sends OUTPUT as it then is (what a
+    waits for non-daemon threads, saves the open figures (with charts on), runs atexit
+    handlers, sends OUTPUT as it then is (what a
     plain interpreter's program would have left), drops the program's globals (so its open
     files are flushed and closed, and its objects' __del__ methods run: see _drop_program),
     flushes stdout and stderr, then exits; after an uncaught KeyboardInterrupt (interrupted),
@@ -747,14 +748,17 @@ def _finish(status, program, output_limit, interrupted):
     try:
         if shutdown is not None:  # an interpreter without it joins its threads at _exit
             shutdown()
+        if _charts[0] is not None and _getpid() == _main_pid[0]:
+            # The figures still open, as a notebook shows them; before the atexit handlers,
+            # one of which is matplotlib's that closes every figure.
+            _charts[0].save_figures()
+        if shutdown is not None:
             atexit._run_exitfuncs()
     except SystemExit as exc:  # sys.exit in a thread being joined or an atexit handler
         status = status or _exit_status(exc)
     except BaseException as exc:  # noqa: BLE001 - reported as the interpreter would
         _print_user_traceback(exc)
         status = status or 1
-    if _charts[0] is not None and _getpid() == _main_pid[0]:
-        _charts[0].save_figures()  # the figures still open, as a notebook shows them
     module = program()
     output_status = _send_output(module.__dict__, output_limit) if module is not None else 0
     del module

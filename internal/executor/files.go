@@ -560,8 +560,8 @@ var mediaTypes = map[string]string{
 	".webp": "image/webp", ".bmp": "image/bmp", ".tif": "image/tiff", ".tiff": "image/tiff",
 	".pdf": "application/pdf", ".zip": "application/zip", ".gz": "application/gzip",
 	".tar": "application/x-tar", ".parquet": "application/vnd.apache.parquet",
+	".wav": "audio/wav", ".mp3": "audio/mpeg", ".mp4": "video/mp4",
 	".xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-	".wav":  "audio/wav", ".mp3": "audio/mpeg", ".mp4": "video/mp4",
 }
 
 // magic are the first bytes of the formats recognised without an extension.

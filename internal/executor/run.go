@@ -310,6 +310,9 @@ func runEnvironment(home string) []string {
 		"TMPDIR=/tmp",
 		"LANG=C.UTF-8",
 		"MPLBACKEND=Agg",
+		// The run's directory is its own and removed after it: compiled modules written there
+		// (by any interpreter the run starts) would only be taken for output files.
+		"PYTHONDONTWRITEBYTECODE=1",
 		"MPLCONFIGDIR=" + filepath.Join(home, matplotlibSubdir),
 		"XDG_CONFIG_HOME=" + filepath.Join(home, ".config"),
 		"XDG_CACHE_HOME=" + filepath.Join(home, ".cache"),
