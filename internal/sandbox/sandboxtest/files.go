@@ -104,6 +104,8 @@ func files(t *testing.T, h Harness, rt sandbox.Runtime) {
 			blob[i] = byte(i)
 		}
 		spec := Spec(`import hashlib, json, os
+import helper  # an input module: importing it leaves no __pycache__ behind
+assert helper.VALUE == 7
 for name in ('data.csv', 'bin/blob.bin', 'deep/ü/😀 text.txt'):
     st = os.stat(name)
     print(name, hashlib.sha256(open(name, 'rb').read()).hexdigest(), st.st_uid == os.getuid(), oct(st.st_mode & 0o777))
@@ -117,11 +119,12 @@ json.dump({'n': 1}, open('out/result.json', 'w'))`, 20*time.Second)
 			{Name: "data.csv", Content: []byte("a,b\n1,2\n")},
 			{Name: "bin/blob.bin", Content: blob},
 			{Name: "deep/ü/😀 text.txt", Content: []byte("héllo\x00\r\n😀")},
+			{Name: "helper.py", Content: []byte("VALUE = 7\n")},
 		}
 		res, contents := ExecFiles(t, rt, 0, spec)
 		expect(t, res, sandbox.OutcomeOK)
 		var want strings.Builder
-		for _, f := range spec.Files {
+		for _, f := range spec.Files[:3] {
 			sum := sha256.Sum256(f.Content)
 			want.WriteString(f.Name + " " + hex.EncodeToString(sum[:]) + " True 0o644\n")
 		}
@@ -243,6 +246,7 @@ open('small.txt', 'w').write('kept')`, 20*time.Second)
 		// A process the program leaves behind keeps swapping "swap" between a file and a link
 		// to /etc/passwd; the collector reads once it is dead, and never through the link.
 		code := `import os, time
+r, w = os.pipe()
 if os.fork() == 0:
     os.setsid()
     n = 0
@@ -258,7 +262,10 @@ if os.fork() == 0:
         n += 1
         with open('count', 'w') as f:
             f.write(str(n))
-time.sleep(0.3)
+        if n == 1:
+            os.write(w, b'x')
+os.read(r, 1)  # the swapper is going
+time.sleep(0.2)
 print('leaving the swapper running')`
 		res, contents := ExecFiles(t, rt, 0, Spec(code, 20*time.Second))
 		expect(t, res, sandbox.OutcomeOK)
