@@ -3,20 +3,22 @@
 // GET /v1/limits tells clients the limits in force, and GET /healthz and GET /readyz report
 // whether the daemon is alive and whether it can take runs. Saved code lives under
 // /v1/agents/{agent}/code, jobs under /v1/agents/{agent}/jobs, and the ledger of executions
-// under GET /v1/executions.
+// under GET /v1/executions, with each run's output files at
+// GET /v1/executions/{id}/files/{name...}.
 //
 // Every answer is JSON (or NDJSON for a stream); every error has the body
 //
 //	{"error": {"code": "...", "message": "...", "field": "...", "violations": [...]}}
 //
 // where code is one of invalid_request, invalid_input, too_large, busy, not_ready, internal,
-// not_found, conflict, forbidden, unauthorized, unsupported_media_type or method_not_allowed; field (omitted
+// not_found, gone, conflict, forbidden, unauthorized, unsupported_media_type or method_not_allowed; field (omitted
 // when empty) names the request field at fault, and violations (for invalid_input) lists the
 // JSON pointer and message of each way an input breaks saved code's input schema. A program
 // that fails is not an error: its Result, with its outcome, comes back with 200.
 //
 // A client asks for a stream with "Accept: application/x-ndjson". The stream's lines are
-// {"type":"stdout","data":"..."} and {"type":"stderr","data":"..."} as the program writes, then
+// {"type":"stdout","data":"..."} and {"type":"stderr","data":"..."} as the program writes,
+// {"type":"file","file":{...}} for each output file once the program has ended, then
 // one {"type":"result","result":{...}}, or {"type":"error","error":{...}} if the run failed in
 // the system after output had been sent. A request refused before any output (invalid, busy,
 // not ready) gets the ordinary error status and body instead of a stream.
@@ -69,6 +71,9 @@ type Backend struct {
 	Setup SetupRunner
 	// PackageIndex is where dependencies come from, shown by GET /v1/limits.
 	PackageIndex PackageIndex
+	// Files serves runs' output files (GET /v1/executions/{id}/files/{name...}, with the
+	// Ledger) and their bytes inline in answers (inline_files); nil keeps none.
+	Files OutputFiles
 }
 
 // PackageIndex is the daemon's pip settings (its config keys index_url, extra_index_urls,
@@ -111,6 +116,7 @@ type api struct {
 	knowledge Knowledge
 	setup     SetupRunner
 	index     PackageIndex
+	files     OutputFiles
 	log       *slog.Logger
 	mux       *http.ServeMux
 }
@@ -125,7 +131,7 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, index: b.PackageIndex.redacted(), log: log, mux: http.NewServeMux()}
+	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, index: b.PackageIndex.redacted(), files: b.Files, log: log, mux: http.NewServeMux()}
 	a.handle("POST /v1/executions", a.execute)
 	a.handle("GET /v1/limits", a.limits)
 	a.handle("GET /healthz", a.healthz)
@@ -134,6 +140,7 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 	if a.ledger != nil {
 		a.handle("GET /v1/executions", a.listExecutions)
 		a.handle("GET /v1/executions/{id}", a.getExecution)
+		a.handle("GET /v1/executions/{id}/files/{name...}", a.getExecutionFile)
 	}
 	if a.knowledge != nil {
 		a.routeKnowledge()
@@ -288,6 +295,20 @@ type Limits struct {
 	// MaxValidationCost is the validation budget: the most work checking one input or OUTPUT
 	// against a saved code's schema may need, in schema evaluations (see library.MaxValidationCost).
 	MaxValidationCost int64 `json:"max_validation_cost"`
+	// MaxInputFiles caps a request's input files, MaxInputFileBytes each one's bytes and
+	// MaxInputFilesBytes their total (the body limit leaves room for them in base64).
+	MaxInputFiles      int   `json:"max_input_files"`
+	MaxInputFileBytes  int64 `json:"max_input_file_bytes"`
+	MaxInputFilesBytes int64 `json:"max_input_files_bytes"`
+	// OutputFiles caps the output files a run returns, OutputFileBytes each one's bytes and
+	// OutputFilesBytes their total (also in limits).
+	OutputFiles      int   `json:"output_files"`
+	OutputFileBytes  int64 `json:"output_file_bytes"`
+	OutputFilesBytes int64 `json:"output_files_bytes"`
+	// Charts says whether runs save open figures and shown images as output files by default.
+	Charts bool `json:"charts"`
+	// MaxInlineFileBytes is the largest output file an answer holds inline (inline_files).
+	MaxInlineFileBytes int64 `json:"max_inline_file_bytes"`
 }
 
 func (a *api) limits(w http.ResponseWriter, r *http.Request) {
@@ -315,6 +336,15 @@ func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 		PackageIndex:      a.index,
 		Quotas:            quotas,
 		MaxValidationCost: library.MaxValidationCost,
+
+		MaxInputFiles:      cfg.MaxInputFiles,
+		MaxInputFileBytes:  cfg.MaxInputFileBytes,
+		MaxInputFilesBytes: cfg.MaxInputFilesBytes,
+		OutputFiles:        cfg.Limits.OutputFiles,
+		OutputFileBytes:    cfg.Limits.OutputFileBytes,
+		OutputFilesBytes:   cfg.Limits.OutputFilesBytes,
+		Charts:             cfg.Charts,
+		MaxInlineFileBytes: MaxInlineFileBytes,
 	})
 }
 

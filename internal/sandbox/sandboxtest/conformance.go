@@ -1,8 +1,9 @@
 // Package sandboxtest is the conformance suite that every sandbox.Runtime passes: the
 // in-process pipe runtime (executor over net.Pipe with the host's python3) and the Docker
 // runtime. Its cases are the hostile and accidental inputs of docs/hostile-cases.md that a
-// runtime alone decides (H1–H8, H11–H14, H18, H20, H24, H29, H32, H33), and concurrent runs
-// attacking each other (H25–H27), plus the isolation rules.
+// runtime alone decides (H1–H8, H11–H14, H18, H20, H24, H29, H32–H34), and concurrent runs
+// attacking each other (H25–H27), plus the isolation rules and the runs' input and output
+// files (files.go).
 package sandboxtest
 
 import (
@@ -850,4 +851,5 @@ print("main")`
 	})
 
 	isolation(t, h, rt)
+	files(t, h, rt)
 }
