@@ -257,8 +257,8 @@ const (
 
 // settle waits until in's boxes are idle: a daemon is ready once slot 0 is, and the slots'
 // fork servers import their preload after that (seconds of CPU each), which would otherwise
-// be measured as the runs' cost (or make the warm-up's runs start cold). After settleTimeout it measures anyway, with a
-// warning; it fails only when ctx ends.
+// be measured as the runs' cost (or make the warm-up's runs start cold). After
+// settleTimeout it measures anyway, with a warning; it fails only when ctx ends.
 func (b *bench) settle(ctx context.Context, in *instance) error {
 	deadline := time.Now().Add(settleTimeout)
 	prev, err := in.box.cpuTime(ctx)

@@ -46,7 +46,7 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 	t.Setenv(serveEnv, "1")
 	t.Setenv("SANDPIT_EXECUTOR_PATH", testenv.Executor(t))
 	t.Setenv("SANDPIT_BASE_IMAGE", testenv.BaseImage(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute) // the first test to need the image builds it
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute) // the first test to need the image builds it; the fork floors and the cold analysis take minutes on a busy machine
 	defer cancel()
 
 	// What a bench killed outright left: a container of a bench data directory no daemon
