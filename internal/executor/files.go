@@ -219,7 +219,7 @@ func collectOutputFiles(dir string, inputs []sandbox.InputFile, lim sandbox.Limi
 	var out collection
 	var total int64
 	for _, name := range c.candidates {
-		if name == "main.py" { // the program's code, as the bootstrap wrote it
+		if name == sandbox.CodeFileName { // the program's code, as the bootstrap wrote it
 			continue
 		}
 		if len(out.files) >= c.maxFiles {

@@ -23,6 +23,10 @@ func validateFiles(files []InputFile, cfg Config) error {
 		if err := CheckFileName(f.Name); err != nil {
 			return &FieldError{Field: field + ".name", Message: err.Error()}
 		}
+		if f.Name == CodeFileName {
+			return &FieldError{Field: field + ".name", Message: fmt.Sprintf(
+				"file name %q is where the run's code goes; give the file another name", f.Name)}
+		}
 		if j, ok := seen[f.Name]; ok {
 			return &FieldError{Field: field + ".name", Message: fmt.Sprintf(
 				"file name %q is given twice (files[%d] and files[%d]); give each file once", f.Name, j, i)}
@@ -44,6 +48,10 @@ func validateFiles(files []InputFile, cfg Config) error {
 	}
 	return nil
 }
+
+// CodeFileName is the file in the run's working directory that holds its code (written by the
+// bootstrap): no input file may take its name, and it is never an output file.
+const CodeFileName = "main.py"
 
 // fileSink passes a run's output files to the FileStore as their events arrive, and keeps the
 // names it could not store, with why.

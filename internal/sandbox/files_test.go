@@ -30,6 +30,7 @@ func TestValidateFiles(t *testing.T) {
 		{"NUL", []InputFile{file("a\x00b", 1)}, "files[0].name", false, []string{"U+0000"}},
 		{"empty name", []InputFile{file("", 1)}, "files[0].name", false, []string{"empty"}},
 		{"twice", []InputFile{file("a", 1), file("b", 1), file("a", 1)}, "files[2].name", false, []string{`"a"`, "files[0]", "twice"}},
+		{"the code's file", []InputFile{file("main.py", 1)}, "files[0].name", false, []string{`"main.py"`, "another name"}},
 		{"too many", []InputFile{file("a", 1), file("b", 1), file("c", 1), file("d", 1)}, "files", true, []string{"4 files", "limit is 3", "max_input_files"}},
 		{"one too large", []InputFile{file("a", 1), file("big.bin", 11)}, "files[1].content", true, []string{`"big.bin"`, "11 bytes", "limit is 10", "max_input_file_bytes"}},
 		{"together too large", []InputFile{file("a", 8), file("b", 8)}, "files", true, []string{"16 bytes", "15 bytes", `"b"`, "max_input_files_bytes"}},
