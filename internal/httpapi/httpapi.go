@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
-	"slices"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/library"
@@ -152,14 +151,6 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 func (a *api) handle(pattern string, fn http.HandlerFunc) {
 	a.routes = append(a.routes, pattern)
 	a.mux.HandleFunc(pattern, fn)
-}
-
-// Routes returns the patterns ("METHOD /path/{param}") a handler from NewHandler serves.
-func Routes(h http.Handler) []string {
-	if a, ok := h.(*api); ok {
-		return slices.Clone(a.routes)
-	}
-	return nil
 }
 
 // ServeHTTP logs the request, recovers from panics and answers unknown routes in JSON.
