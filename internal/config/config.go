@@ -487,7 +487,8 @@ func (p *problems) sizeAtLeast(key string, v, lo int64) {
 	}
 }
 
-// checkPlaces checks the daemon's address, its data directory, the Docker engine and the sandbox image's recipe: listen, data_dir, docker_host, base_image, packages, image_repository.
+// checkPlaces checks the daemon's address, its data directory, the Docker engine and the sandbox
+// image's recipe: listen, data_dir, docker_host, base_image, packages, image_repository.
 func (c Config) checkPlaces(report *problems) {
 	if c.Listen == "" {
 		report.bad("listen", "is empty; give a host:port such as 127.0.0.1:8765")
@@ -523,7 +524,8 @@ func (c Config) checkPlaces(report *problems) {
 	}
 }
 
-// checkRequests checks how many runs are taken, and for how long: slots, queue_length, the timeouts, grace_ms, install_timeout_ms and max_dependencies.
+// checkRequests checks how many runs are taken, and for how long: slots, queue_length, the
+// timeouts, grace_ms, install_timeout_ms and max_dependencies.
 func (c Config) checkRequests(report *problems) {
 	report.intRange("slots", int64(c.Slots), 1, 64, " runs at once")
 	report.intRange("queue_length", int64(c.QueueLength), 0, 10000, " waiting requests")
@@ -536,7 +538,8 @@ func (c Config) checkRequests(report *problems) {
 	report.intRange("max_dependencies", int64(c.MaxDependencies), 1, 500, " requirements")
 }
 
-// checkPackageIndex checks where pip finds dependencies, as the sandbox's container reaches it: index_url, extra_index_urls and trusted_hosts.
+// checkPackageIndex checks where pip finds dependencies, as the sandbox's container reaches it:
+// index_url, extra_index_urls and trusted_hosts.
 func (c Config) checkPackageIndex(report *problems) {
 	for key, urls := range map[string][]string{"index_url": {c.IndexURL}, "extra_index_urls": c.ExtraIndexURLs} {
 		for _, u := range urls {
@@ -577,7 +580,8 @@ func (c Config) checkForkServer(report *problems) {
 	report.intRange("fork_server_max_runs", int64(c.ForkServerMaxRuns), 0, 1_000_000_000, " runs (0: never replaced)")
 }
 
-// checkAgentCalls checks the agent.* calls of a run and the host application that may answer them: max_calls, max_call_bytes, call_timeout_ms, callback_url and callback_secret.
+// checkAgentCalls checks the agent.* calls of a run and the host application that may answer
+// them: max_calls, max_call_bytes, call_timeout_ms, callback_url and callback_secret.
 func (c Config) checkAgentCalls(report *problems) {
 	report.intRange("max_calls", int64(c.MaxCalls), 0, 1_000_000, " calls")
 	report.intRange("max_call_bytes", c.MaxCallBytes, 1<<10, 32<<20, " bytes (1KiB to 32MiB)")
@@ -592,7 +596,8 @@ func (c Config) checkAgentCalls(report *problems) {
 	}
 }
 
-// checkRetention checks what the database keeps: results_max_bytes, results_max_versions, ledger_max_age_days and ledger_max_executions.
+// checkRetention checks what the database keeps: results_max_bytes, results_max_versions,
+// ledger_max_age_days and ledger_max_executions.
 func (c Config) checkRetention(report *problems) {
 	report.intRange("results_max_bytes", c.ResultsMaxBytes, 1<<10, 1<<40, " bytes (1KiB to 1TiB)")
 	report.intRange("results_max_versions", c.ResultsMaxVersions, 1, 1_000_000, " versions")
@@ -606,7 +611,8 @@ func (c Config) checkRequestSizes(report *problems) {
 	report.intRange("max_input_bytes", c.MaxInputBytes, 1, gib, " bytes (1GiB)")
 }
 
-// checkBox checks each slot's container: memory_bytes, memory_swap_bytes, cpus, pids_limit, tmp_bytes, run_dir_bytes, network and runtime.
+// checkBox checks each slot's container: memory_bytes, memory_swap_bytes, cpus, pids_limit,
+// tmp_bytes, run_dir_bytes, network and runtime.
 func (c Config) checkBox(report *problems) {
 	report.sizeAtLeast("memory_bytes", c.MemoryBytes, 64*mib)
 	if c.MemorySwapBytes != 0 && c.MemorySwapBytes < c.MemoryBytes {
@@ -629,7 +635,8 @@ func (c Config) checkBox(report *problems) {
 	}
 }
 
-// checkRunLimits checks the limits of each run inside its box: run_memory_bytes, the stream and OUTPUT caps, file_size_bytes, open_files and processes.
+// checkRunLimits checks the limits of each run inside its box: run_memory_bytes, the stream and
+// OUTPUT caps, file_size_bytes, open_files and processes.
 func (c Config) checkRunLimits(report *problems) {
 	if c.RunMemoryBytes != 0 && (c.RunMemoryBytes < 16*mib || c.RunMemoryBytes > c.MemoryBytes) {
 		report.bad("run_memory_bytes", "is %s; it must be 0 (meaning memory_bytes) or from 16MiB to memory_bytes (%s)",
