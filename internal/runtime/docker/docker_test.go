@@ -29,7 +29,7 @@ var api client.APIClient
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 func testConfig(t *testing.T, dataDir string) docker.Config {
-	api = testenv.Engine(t)
+	api = testenv.DockerClient(t)
 	return docker.Config{
 		DataDir: dataDir,
 		Recipe: docker.Recipe{
