@@ -43,6 +43,8 @@ type Engine struct {
 	Service *sandbox.Service
 	Runtime *docker.Runtime
 	Store   *store.Store
+	// Files keeps runs' output files in the data directory.
+	Files   *store.Files
 	Library *library.Library
 	Jobs    *jobs.Scheduler
 	Metrics *metrics.Metrics
@@ -154,6 +156,10 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	}
 	closers = append(closers, st.Close)
 	st.SetQuotas(cfg.Quotas())
+	files, err := st.OpenFiles(ctx, filepath.Join(cfg.DataDir, store.FilesDir), cfg.FilesMaxBytes)
+	if err != nil {
+		return nil, err
+	}
 	if n, err := st.FinishInterrupted(ctx); err != nil {
 		return nil, fmt.Errorf("finalising the records of interrupted runs: %w", err)
 	} else if n > 0 {
@@ -181,13 +187,14 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 			MaxBytes: int64(scfg.MaxCallBytes)}
 	}
 	m := metrics.New()
-	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: m.Recorder(st), Callbacks: callback.Dispatch{Handler: handler}}, scfg, log)
+	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: m.Recorder(st), Callbacks: callback.Dispatch{Handler: handler}, Files: files}, scfg, log)
 	m.Watch(svc.Stats, rt.Resets)
 	lib := library.New(st, svc, cfg.MaxDependencies)
 	return &Engine{
 		Service: svc,
 		Runtime: rt,
 		Store:   st,
+		Files:   files,
 		Library: lib,
 		Jobs:    jobs.New(m.JobStore(st), lib, svc, jobs.Config{MaxTimeout: scfg.MaxTimeout}, log),
 		Metrics: m,
@@ -196,7 +203,8 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	}, nil
 }
 
-// RunBackground fires jobs and prunes the ledger by retention (hourly) until ctx ends, then
+// RunBackground fires jobs and prunes the ledger by retention (hourly, with the records' output
+// files) until ctx ends, then
 // waits for the job runs it started (end them with Service.Interrupt).
 func (e *Engine) RunBackground(ctx context.Context, retention store.Retention, log *slog.Logger) {
 	var wg sync.WaitGroup
@@ -317,7 +325,7 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	}
 	defer eng.Close()
 
-	backend := httpapi.Backend{Executor: eng.Service, Library: eng.Library, Jobs: eng.Jobs, Ledger: eng.Store, Packages: eng.Runtime,
+	backend := httpapi.Backend{Executor: eng.Service, Library: eng.Library, Jobs: eng.Jobs, Ledger: eng.Store, Files: eng.Files, Packages: eng.Runtime,
 		Knowledge: eng.Store, Setup: func(ctx context.Context, emit func(setup.Event)) error {
 			_, err := setup.Run(ctx, setup.DetectPlatform(runtime.GOOS), setup.ExecRunner{}, daemonSetup{eng}, setup.Options{}, emit)
 			return err

@@ -8,7 +8,10 @@
 // multiprocessing's spawn finds the script). Back over descriptor 3 go the program's agent.*
 // calls, the text of OUTPUT (read once non-daemon threads are joined and atexit handlers have
 // run, in pieces whose size the executor measures), and a mark when a MemoryError ended the
-// program or a thread; nothing sent there decides the run's outcome by itself. sys.stdout and
+// program or a thread; nothing sent there decides the run's outcome by itself. With the init
+// line's "charts", matplotlib's figures (at each plt.show() and, still open, at the end) and
+// PIL images shown are saved as figure-N.png and image-N.png in the run's directory, where the
+// executor collects them as output files. sys.stdout and
 // sys.stderr wait, when a write follows one to the other stream, until the executor has read
 // the other's pipe, so that their order is kept. No request value is ever pasted into Python
 // source.

@@ -4,7 +4,7 @@
 # (newline-delimited JSON on fd 3):
 #   executor -> bootstrap, once: {"code": str, "input": any, "limits": {...}, "timeout_ms": int,
 #                                 "paths": [str], "call_bytes": int, "preload_data_bytes": int,
-#                                 "limit_address_space": bool}
+#                                 "limit_address_space": bool, "charts": bool}
 #   bootstrap -> executor:       {"type": "output", "bytes": int} followed by that many bytes:
 #                                a piece of OUTPUT's JSON text (UTF-8); the pieces of a run
 #                                join into one text, whose size the executor measures itself
@@ -15,6 +15,10 @@
 #   executor -> bootstrap, per call: {"type": "reply", "ok": bool, "value": any, "error": str}
 # Nothing the program writes here decides its outcome: that comes from what the executor
 # observes (exit status, signals, the box's counters, the bytes it received).
+#
+# With "charts", matplotlib's figures are saved as figure-N.png in the run's directory at each
+# plt.show() and, for those still open, when the program ends, and PIL's Image.show() saves
+# image-N.png: the executor collects them with the run's other output files.
 #
 # sys.stdout and sys.stderr stay descriptors 1 and 2 (pipes to the executor, written through
 # as with -u); before a write to one of them follows a write to the other, the bootstrap waits
@@ -356,6 +360,134 @@ def _ordered_streams():
         setattr(sys, f"__{name}__", stream)
 
 
+class _Charts:
+    """Saves what a program shows as PNG files in the run's directory: matplotlib's figures
+    (figure-1.png, ...) at each plt.show() and, still open, at the end of the run, and PIL
+    images shown (image-1.png, ...). A name the program already used is passed over."""
+
+    def __init__(self, directory):
+        self.dir = directory
+        self.count = {"figure": 0, "image": 0}
+
+    def _save(self, prefix, write):
+        """Creates the next free prefix-N.png and writes it with write(file); a failure is
+        reported on stderr and leaves no file."""
+        path = None
+        try:
+            for _ in range(10_000):
+                self.count[prefix] += 1
+                path = os.path.join(self.dir, f"{prefix}-{self.count[prefix]}.png")
+                try:
+                    f = open(path, "xb")
+                    break
+                except FileExistsError:
+                    path = None
+            else:
+                return
+            with f:
+                write(f)
+        except Exception as exc:  # noqa: BLE001 - the program's run goes on
+            print(f"sandpit: could not save a {prefix} as an output file: {type(exc).__name__}: {exc}", file=sys.stderr)
+            if path is not None:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+
+    def save_figures(self):
+        """Saves every open matplotlib figure, in the order of their numbers."""
+        helpers = sys.modules.get("matplotlib._pylab_helpers")
+        if helpers is None:
+            return
+        for manager in sorted(helpers.Gcf.get_all_fig_managers(), key=lambda m: m.num):
+            figure = manager.canvas.figure
+            self._save("figure", lambda f: figure.savefig(f, format="png", bbox_inches="tight"))
+
+    def save_image(self, image):
+        def write(f):
+            try:
+                image.save(f, format="PNG")
+                return
+            except (OSError, ValueError, KeyError):  # a mode PNG cannot hold ("F", "CMYK"...)
+                f.seek(0)
+                f.truncate()
+            # As PIL's own viewers show it: in its base mode, grey ("L") or colour ("RGB").
+            pil = sys.modules["PIL.Image"]
+            image.convert(pil.getmodebase(image.mode)).save(f, format="PNG")
+        self._save("image", write)
+
+    def patch_pyplot(self, pyplot):
+        """plt.show() saves the open figures and closes them, as a notebook shows them."""
+        def show(*args, **kwargs):
+            self.save_figures()
+            pyplot.close("all")
+        show.__doc__ = pyplot.show.__doc__
+        pyplot.show = show
+
+    def patch_image_show(self, image_show):
+        """PIL's Image.show() saves the image: a viewer first in ImageShow's list."""
+        charts = self
+
+        class SaveViewer(image_show.Viewer):
+            def show(self, image, **options):
+                charts.save_image(image)
+                return 1
+
+        image_show.register(SaveViewer(), order=-1)
+
+    def install(self):
+        """Patches the modules already imported (a fork's preload) and hooks the import of
+        the others (a cold start imports them only if the program does)."""
+        hooks = {"matplotlib.pyplot": self.patch_pyplot, "PIL.ImageShow": self.patch_image_show}
+        for name in list(hooks):
+            module = sys.modules.get(name)
+            if module is not None:
+                hooks.pop(name)(module)
+        if hooks:
+            sys.meta_path.insert(0, _ImportHook(hooks))
+
+
+class _ImportHook:
+    """The first finder on sys.meta_path: once a watched module has been executed by its own
+    loader, calls its hook with the module. It finds nothing itself; it steps aside once every
+    watched module has been imported."""
+
+    def __init__(self, hooks):
+        self.hooks = hooks
+
+    def find_spec(self, fullname, path=None, target=None):
+        hook = self.hooks.pop(fullname, None)
+        if hook is None:
+            return None
+        if not self.hooks and self in sys.meta_path:
+            sys.meta_path.remove(self)
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        exec_module = getattr(spec.loader, "exec_module", None)
+        if exec_module is not None:
+            def run(module):
+                exec_module(module)
+                try:
+                    hook(module)
+                except Exception as exc:  # noqa: BLE001 - charts are a convenience
+                    print(f"sandpit: could not hook {fullname} to save charts: {type(exc).__name__}: {exc}", file=sys.stderr)
+            try:
+                spec.loader.exec_module = run
+            except AttributeError:
+                pass
+        return spec
+
+
+_charts = [None]  # the run's _Charts, when charts are on
+
+
 def _print_user_traceback(exc):
     tb = exc.__traceback__
     # Drop the bootstrap's own frames so the traceback starts in the user's code.
@@ -524,6 +656,13 @@ def main():
     _apply_limits(init)
     threading.excepthook = _thread_excepthook
     _ordered_streams()
+    # The run's directory is its own and removed after it: compiled modules would only be
+    # taken for output files there (PYTHONDONTWRITEBYTECODE says so to the interpreters the
+    # run starts; this interpreter read its environment before the run's was set).
+    sys.dont_write_bytecode = True
+    if init.get("charts"):
+        _charts[0] = _Charts(os.getcwd())
+        _charts[0].install()
 
     code = init["code"]
     if code.startswith("\ufeff"):  # a byte order mark, as editors save it: Python files may have one
@@ -596,7 +735,8 @@ def _drop_program(program):
 
 def _finish(status, program, output_limit, interrupted):
     """Ends the process as the interpreter's exit would, without tearing every module down:
-    waits for non-daemon threads, runs atexit handlers, sends OUTPUT as it then is (what a
+    waits for non-daemon threads, saves the open figures (with charts on), runs atexit
+    handlers, sends OUTPUT as it then is (what a
     plain interpreter's program would have left), drops the program's globals (so its open
     files are flushed and closed, and its objects' __del__ methods run: see _drop_program),
     flushes stdout and stderr, then exits; after an uncaught KeyboardInterrupt (interrupted),
@@ -608,6 +748,11 @@ def _finish(status, program, output_limit, interrupted):
     try:
         if shutdown is not None:  # an interpreter without it joins its threads at _exit
             shutdown()
+        if _charts[0] is not None and _getpid() == _main_pid[0]:
+            # The figures still open, as a notebook shows them; before the atexit handlers,
+            # one of which is matplotlib's that closes every figure.
+            _charts[0].save_figures()
+        if shutdown is not None:
             atexit._run_exitfuncs()
     except SystemExit as exc:  # sys.exit in a thread being joined or an atexit handler
         status = status or _exit_status(exc)

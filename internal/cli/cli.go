@@ -87,7 +87,7 @@ sandpit run looks for a daemon at SANDPIT_URL (default ` + DefaultURL + `).`,
 
 // flagOfField names the flag of a request field where the two names differ by more than "_"
 // and "-" (timeout_ms is --timeout).
-var flagOfField = map[string]string{"dependencies": "dep", "timeout_ms": "timeout", "expected_version": "expected-version"}
+var flagOfField = map[string]string{"dependencies": "dep", "timeout_ms": "timeout", "expected_version": "expected-version", "files": "file"}
 
 // fieldMention matches a field named in a message: a whole word, with a list index
 // ("dependencies[0]") or a REST query value ("force=true") after it.
@@ -97,7 +97,8 @@ func fieldMention(field string) *regexp.Regexp {
 
 // inFlagWords is err's message for the command line: when it names a request field (an answer
 // of the daemon, or a refusal of the local engine) that cmd has a flag for, the field is named
-// as that flag ("timeout_ms" as --timeout, "force=true" as --force).
+// as that flag ("timeout_ms" as --timeout, "force=true" as --force, "files[0].content" as
+// --file).
 func inFlagWords(cmd *cobra.Command, err error) string {
 	msg := err.Error()
 	var api *client.APIError
@@ -112,7 +113,8 @@ func inFlagWords(cmd *cobra.Command, err error) string {
 	if field == "" || cmd == nil {
 		return msg
 	}
-	flag := cmp.Or(flagOfField[field], strings.ReplaceAll(field, "_", "-"))
+	base := field[:strings.IndexAny(field+"[", "[.")] // files[0].content is said with files' flag
+	flag := cmp.Or(flagOfField[base], strings.ReplaceAll(base, "_", "-"))
 	if cmd.Flags().Lookup(flag) == nil {
 		return msg
 	}

@@ -93,6 +93,8 @@ type runFlags struct {
 	url     string
 	local   bool
 	deps    []string
+	inputs  inputFlags
+	output  outputFlags
 }
 
 func (o *options) runCommand() *cobra.Command {
@@ -110,12 +112,18 @@ line of JSON after the run when the program printed nothing on stdout (always on
 sandpit run uses the daemon at SANDPIT_URL (default ` + DefaultURL + `) when one answers;
 otherwise it starts the engine itself for this one command (building the image if needed).
 
+--file PATH[=NAME] hands the run a file in its working directory (repeatable). The files the
+program writes there, and the charts it draws (matplotlib figures, PIL images shown; not with
+--no-charts), are its output files: listed as they come, and written into DIR with
+--output-dir DIR (fetch them later with sandpit exec files ID).
+
 Exit status: the program's own status; 124 timeout; 137 memory_limit; 125 output_limit;
 65 output_invalid; 66 dependency_error; 128+N killed by signal N; 64 invalid request;
 69 sandbox not ready; 70 sandbox_error; 75 busy or the data directory is in use.`,
 		Example: `  sandpit run -c 'print(sum(INPUT))' --input '[1,2,3]'
   sandpit run script.py --timeout 10s --json
-  echo 'print("hi")' | sandpit run -`,
+  echo 'print("hi")' | sandpit run -
+  sandpit run plot.py --file sales.csv --output-dir out/`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 1 {
 				return usageErrorf("give one FILE (or - for standard input), not %d arguments", len(args))
@@ -135,6 +143,8 @@ Exit status: the program's own status; 124 timeout; 137 memory_limit; 125 output
 	fl.StringVar(&f.url, "url", "", "daemon URL (default $SANDPIT_URL or "+DefaultURL+")")
 	fl.BoolVar(&f.local, "local", false, "do not look for a daemon: run the engine in this process")
 	fl.StringArrayVar(&f.deps, "dep", nil, `a dependency to install first (PEP 508, such as "tinypkg==1.0"), repeatable`)
+	f.inputs.register(fl)
+	f.output.register(fl, "the run's output files")
 	return cmd
 }
 
@@ -166,8 +176,13 @@ func (o *options) run(cmd *cobra.Command, f runFlags, args []string) error {
 		}
 		req.TimeoutMS = &ms
 	}
-	res, err := o.execute(cmd, f, req, o.emitter(f.json))
-	return o.finishRun(cmd, res, err, f.json)
+	if req.RunFiles, err = f.inputs.runFiles(); err != nil {
+		return err
+	}
+	req.InlineFiles = f.output.dir != ""
+	res, files, done, err := o.execute(cmd, f, req, o.emitter(f.json))
+	defer done()
+	return o.finishRun(cmd, res, err, f.json, f.output, files)
 }
 
 // emitter returns the event sink that prints a run's output as it comes, or nil with asJSON
@@ -186,6 +201,10 @@ func (o *options) emitter(asJSON bool) func(sandbox.Event) {
 			o.printDependency(e.Dependency)
 		case "log":
 			fmt.Fprintf(o.env.Stderr, "sandpit: agent.log %s: %s\n", e.Level, e.Data)
+		case sandbox.StreamFile:
+			if e.File != nil {
+				fmt.Fprintf(o.env.Stderr, "sandpit: output file %s (%s, %s)\n", e.File.Name, e.File.MediaType, humanSize(e.File.SizeBytes))
+			}
 		}
 	}
 }
@@ -204,8 +223,9 @@ func (o *options) printDependency(d *sandbox.DependencyStatus) {
 }
 
 // finishRun reports a run's end: the result as JSON with asJSON, a line naming a limit's
-// outcome otherwise, and the exit status of ExitCode.
-func (o *options) finishRun(cmd *cobra.Command, res sandbox.Result, err error, asJSON bool) error {
+// outcome otherwise; writes its output files (read from files) into out's directory when one
+// is given; and returns the exit status of ExitCode, or the error of saving the files.
+func (o *options) finishRun(cmd *cobra.Command, res sandbox.Result, err error, asJSON bool, out outputFlags, files fileSource) error {
 	if cmd.Context().Err() != nil { // interrupted (Ctrl-C): the run was stopped
 		fmt.Fprintln(o.env.Stderr, "sandpit: interrupted; the run was stopped")
 		return &exitError{code: exitInterrupted}
@@ -221,6 +241,16 @@ func (o *options) finishRun(cmd *cobra.Command, res sandbox.Result, err error, a
 		o.printOutput(res)
 		if res.Outcome != sandbox.OutcomeOK && res.Outcome != sandbox.OutcomeError {
 			fmt.Fprintf(o.env.Stderr, "sandpit: %s: %s\n", res.Outcome, res.Reason)
+		}
+		printSkipped(o.env.Stderr, res)
+		if out.dir == "" && len(res.Files) > 0 {
+			fmt.Fprintf(o.env.Stderr, "sandpit: %d output file(s) kept with %s: write them into a directory with --output-dir DIR, now or later with `sandpit exec files %s --output-dir DIR`\n",
+				len(res.Files), res.ID, res.ID)
+		}
+	}
+	if out.dir != "" {
+		if err := saveFiles(cmd.Context(), o.env.Stderr, out.dir, out.force, res.Files, files); err != nil {
+			return err
 		}
 	}
 	if code := ExitCode(&res, nil); code != 0 {
@@ -257,13 +287,16 @@ func (o *options) daemonURL(flag string) string {
 	return DefaultURL
 }
 
-// execute runs req through the daemon when one answers, else through a local engine.
-func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequest, emit func(sandbox.Event)) (sandbox.Result, error) {
+// execute runs req through the daemon when one answers, else through a local engine. It
+// returns the run's result, where its output files are read from, and done, which releases
+// the engine (call it when the files are read, also after an error).
+func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequest, emit func(sandbox.Event)) (_ sandbox.Result, _ fileSource, done func(), _ error) {
+	done = func() {}
 	ctx := cmd.Context()
 	url := o.daemonURL(f.url)
 	cfg, err := o.load(cmd) // also with a daemon: a broken configuration is always an error
 	if err != nil {
-		return sandbox.Result{}, err
+		return sandbox.Result{}, nil, done, err
 	}
 	var daemonErr error
 	if !f.local {
@@ -273,13 +306,14 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequ
 		cancel()
 		if daemonErr == nil {
 			if given := o.engineFlagsGiven(cmd); len(given) > 0 {
-				return sandbox.Result{}, usageErrorf("the daemon at %s runs with its own settings, and these flags only set up an engine: %s; "+
+				return sandbox.Result{}, nil, done, usageErrorf("the daemon at %s runs with its own settings, and these flags only set up an engine: %s; "+
 					"give them to `sandpit serve`, or add --local to run this command on its own engine", url, strings.Join(given, ", "))
 			}
 			if err := o.compareWithDaemon(ctx, c, cfg, url); err != nil {
-				return sandbox.Result{}, err
+				return sandbox.Result{}, nil, done, err
 			}
-			return c.As(sandbox.SourceCLI).Execute(ctx, req, emit)
+			a, err := c.As(sandbox.SourceCLI).ExecuteAnswer(ctx, req, emit)
+			return a.Result, daemonFiles(c, a.ID, a.Inline), done, err
 		}
 	}
 
@@ -293,11 +327,16 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequ
 		if errors.As(err, &locked) && daemonErr != nil {
 			err = fmt.Errorf("%w; its daemon did not answer at %s (%v): set SANDPIT_URL to its address, or stop it", err, url, daemonErr)
 		}
-		return sandbox.Result{}, err
+		return sandbox.Result{}, nil, done, err
 	}
-	defer eng.Close()
-	return eng.Service.Execute(ctx, sandbox.Request{Code: req.Code, Input: req.Input, TimeoutMS: req.TimeoutMS, Agent: req.Agent,
-		Dependencies: req.Dependencies, Origin: sandbox.Origin{Source: sandbox.SourceCLI}}, emit)
+	files, err := sandboxFiles(req.Files)
+	if err != nil {
+		eng.Close()
+		return sandbox.Result{}, nil, done, err
+	}
+	res, err := eng.Service.Execute(ctx, sandbox.Request{Code: req.Code, Input: req.Input, TimeoutMS: req.TimeoutMS, Agent: req.Agent,
+		Dependencies: req.Dependencies, Files: files, Charts: req.Charts, Origin: sandbox.Origin{Source: sandbox.SourceCLI}}, emit)
+	return res, localFiles(eng.Files, res.ID), func() { eng.Close() }, err
 }
 
 // compareWithDaemon checks the settings this command was given (environment, config file)

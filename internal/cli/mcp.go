@@ -25,7 +25,9 @@ func (o *options) mcpCommand() *cobra.Command {
 		Long: `Serve the Model Context Protocol over stdio: run_code, save_code, update_code, get_code,
 list_code, delete_code, run_saved_code, create_code_job, list_code_jobs, update_code_job,
 delete_code_job, get_code_job_history, list_executions and get_execution, acting for one agent
-(--agent). The tools' descriptions state the daemon's limits.
+(--agent). The tools' descriptions state the daemon's limits. run_code and run_saved_code take
+input files and return output files and charts as images, embedded resources or resource links
+(sandpit://executions/{id}/files/{name}, which resources/read answers).
 
 It uses the daemon at SANDPIT_URL when one answers; otherwise it runs the engine itself for as
 long as the MCP client keeps it open (jobs then fire only while it runs). Logs go to stderr.

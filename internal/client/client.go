@@ -6,6 +6,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,6 +69,57 @@ type ExecuteRequest struct {
 	Agent string `json:"agent,omitempty"`
 	// Dependencies are PEP 508 requirements installed (when missing) before the run.
 	Dependencies []string `json:"dependencies,omitempty"`
+	RunFiles
+}
+
+// RunFiles are the fields about files of a request that runs code (an execution, a saved-code
+// run).
+type RunFiles struct {
+	// Files are written into the run's working directory before its code starts (see
+	// InputFileOf). The daemon's caps on their count and bytes are in GET /v1/limits.
+	Files []InputFile `json:"files,omitempty"`
+	// Charts, when not nil, says whether open matplotlib figures and PIL images shown are saved
+	// as output files (figure-1.png, …); nil means the daemon's setting.
+	Charts *bool `json:"charts,omitempty"`
+	// InlineFiles asks for the bytes of each output file of at most 1 MiB in the answer
+	// (Answer.Inline); larger ones are fetched with OpenFile.
+	InlineFiles bool `json:"inline_files,omitempty"`
+}
+
+// InputFile is a file handed to a run, as the REST API takes it.
+type InputFile struct {
+	// Name is its path relative to the run's working directory ("data.csv", "in/a.json");
+	// sandbox.CheckFileName says which names are allowed.
+	Name string `json:"name"`
+	// Content is its bytes: the text itself with Encoding "utf-8", standard base64 with
+	// "base64".
+	Content string `json:"content"`
+	// Encoding is "utf-8" (also when empty) or "base64".
+	Encoding string `json:"encoding,omitempty"`
+}
+
+// The encodings of InputFile.Content.
+const (
+	EncodingUTF8   = "utf-8"
+	EncodingBase64 = "base64"
+)
+
+// InputFileOf returns the InputFile named name with content: as text when content is valid
+// UTF-8, as base64 otherwise, so its bytes arrive unchanged either way.
+func InputFileOf(name string, content []byte) InputFile {
+	if utf8.Valid(content) {
+		return InputFile{Name: name, Content: string(content), Encoding: EncodingUTF8}
+	}
+	return InputFile{Name: name, Content: base64.StdEncoding.EncodeToString(content), Encoding: EncodingBase64}
+}
+
+// Answer is the answer of a run: its Result and the bytes of the output files it carried.
+type Answer struct {
+	sandbox.Result
+	// Inline maps an output file's name to its bytes, for each file the answer carried inline
+	// (asked with RunFiles.InlineFiles: those of at most 1 MiB). Their size and SHA-256 were
+	// checked against the file's entry in Result.Files. Nil when none.
+	Inline map[string][]byte
 }
 
 // Limits are the daemon's effective limits (GET /v1/limits).
@@ -152,37 +206,90 @@ func (c *Client) Limits(ctx context.Context) (Limits, error) {
 // not an error. Errors are *APIError when the daemon refused or failed the run.
 //
 // When onEvent is not nil the answer is streamed and onEvent receives each stdout and stderr
-// chunk, in order, as it arrives (the Result still holds the whole output).
+// chunk, in order, as it arrives (the Result still holds the whole output), and an event of
+// stream "file" per output file (its File, no Content) before the result.
 func (c *Client) Execute(ctx context.Context, req ExecuteRequest, onEvent func(sandbox.Event)) (sandbox.Result, error) {
+	a, err := c.ExecuteAnswer(ctx, req, onEvent)
+	return a.Result, err
+}
+
+// ExecuteAnswer is Execute, answering also the output files' bytes the daemon put inline
+// (asked with req.InlineFiles).
+func (c *Client) ExecuteAnswer(ctx context.Context, req ExecuteRequest, onEvent func(sandbox.Event)) (Answer, error) {
 	if !utf8.ValidString(req.Code) {
 		// JSON would silently replace the bad bytes with U+FFFD.
-		return sandbox.Result{}, errors.New("code is not valid UTF-8; sandpit runs UTF-8 Python source")
+		return Answer{}, errors.New("code is not valid UTF-8; sandpit runs UTF-8 Python source")
 	}
 	if len(req.Input) > 0 && !json.Valid(req.Input) {
-		return sandbox.Result{}, errors.New("input is not valid JSON")
+		return Answer{}, errors.New("input is not valid JSON")
 	}
 	return c.execute(ctx, "/v1/executions", req, onEvent)
 }
 
-// execute POSTs body to path, a route that runs code, and reads its result (see Execute).
-func (c *Client) execute(ctx context.Context, path string, body any, onEvent func(sandbox.Event)) (sandbox.Result, error) {
+// execute POSTs body to path, a route that runs code, and reads its answer (see Execute).
+func (c *Client) execute(ctx context.Context, path string, body any, onEvent func(sandbox.Event)) (Answer, error) {
 	accept := "application/json"
 	if onEvent != nil {
 		accept = httpapi.NDJSONContentType + ", application/json;q=0.5"
 	}
 	resp, err := c.send(ctx, http.MethodPost, path, body, accept)
 	if err != nil {
-		return sandbox.Result{}, err
+		return Answer{}, err
 	}
 	defer resp.Body.Close()
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == httpapi.NDJSONContentType {
 		return readStream(resp.Body, onEvent)
 	}
-	var res sandbox.Result
-	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
-		return sandbox.Result{}, fmt.Errorf("POST %s%s: reading the result: %w", c.base, path, err)
+	text, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return Answer{}, fmt.Errorf("POST %s%s: reading the result: %w", c.base, path, err)
 	}
-	return res, nil
+	a, err := decodeAnswer(text)
+	if err != nil {
+		return Answer{}, fmt.Errorf("POST %s%s: reading the result: %w", c.base, path, err)
+	}
+	return a, nil
+}
+
+// decodeAnswer reads a run's result (JSON) with the inline bytes of its output files.
+func decodeAnswer(text []byte) (Answer, error) {
+	var a Answer
+	if err := json.Unmarshal(text, &a.Result); err != nil {
+		return Answer{}, err
+	}
+	var inline struct {
+		Files []struct {
+			Name          string  `json:"name"`
+			ContentBase64 *[]byte `json:"content_base64"`
+		} `json:"files"`
+	}
+	if err := json.Unmarshal(text, &inline); err != nil {
+		return Answer{}, err
+	}
+	for i, f := range inline.Files {
+		if f.ContentBase64 == nil {
+			continue
+		}
+		if err := checkContent(a.Result.Files[i], *f.ContentBase64); err != nil {
+			return Answer{}, err
+		}
+		if a.Inline == nil {
+			a.Inline = map[string][]byte{}
+		}
+		a.Inline[f.Name] = *f.ContentBase64
+	}
+	return a, nil
+}
+
+// checkContent returns an error when content is not the bytes f describes (its size and
+// SHA-256).
+func checkContent(f sandbox.File, content []byte) error {
+	sum := sha256.Sum256(content)
+	if int64(len(content)) != f.SizeBytes || !strings.EqualFold(hex.EncodeToString(sum[:]), f.SHA256) {
+		return fmt.Errorf("output file %q: its %d bytes (sha256 %x) are not those its entry lists (%d bytes, sha256 %s)",
+			f.Name, len(content), sum, f.SizeBytes, f.SHA256)
+	}
+	return nil
 }
 
 // send makes a request with body as JSON (nil: none) and returns a 2xx answer; other answers
@@ -247,13 +354,14 @@ type streamLine struct {
 	Data       string                    `json:"data"`
 	Dependency *sandbox.DependencyStatus `json:"dependency"`
 	Level      string                    `json:"level"`
-	Result     *sandbox.Result           `json:"result"`
+	File       *sandbox.File             `json:"file"`
+	Result     json.RawMessage           `json:"result"`
 	Error      *errorDetail              `json:"error"`
 }
 
 // readStream reads an NDJSON execution stream up to its result or error line. Lines can be
 // large (the result holds all of stdout and stderr), so they are read whole, without a cap.
-func readStream(r io.Reader, onEvent func(sandbox.Event)) (sandbox.Result, error) {
+func readStream(r io.Reader, onEvent func(sandbox.Event)) (Answer, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
 		line, err := br.ReadBytes('\n')
@@ -261,9 +369,9 @@ func readStream(r io.Reader, onEvent func(sandbox.Event)) (sandbox.Result, error
 			var l streamLine
 			if jerr := json.Unmarshal(line, &l); jerr != nil {
 				if err != nil { // a last line cut short
-					return sandbox.Result{}, fmt.Errorf("reading the execution stream: it ended in the middle of a line: %w", io.ErrUnexpectedEOF)
+					return Answer{}, fmt.Errorf("reading the execution stream: it ended in the middle of a line: %w", io.ErrUnexpectedEOF)
 				}
-				return sandbox.Result{}, fmt.Errorf("reading the execution stream: bad line: %w", jerr)
+				return Answer{}, fmt.Errorf("reading the execution stream: bad line: %w", jerr)
 			}
 			switch l.Type {
 			case "stdout", "stderr":
@@ -278,17 +386,25 @@ func readStream(r io.Reader, onEvent func(sandbox.Event)) (sandbox.Result, error
 				if onEvent != nil {
 					onEvent(sandbox.Event{Stream: l.Type, Data: l.Data, Level: l.Level})
 				}
-			case "result":
-				if l.Result == nil {
-					return sandbox.Result{}, errors.New("reading the execution stream: result line without a result")
+			case sandbox.StreamFile:
+				if onEvent != nil && l.File != nil {
+					onEvent(sandbox.Event{Stream: l.Type, File: l.File})
 				}
-				return *l.Result, nil
+			case "result":
+				if len(l.Result) == 0 || string(l.Result) == "null" {
+					return Answer{}, errors.New("reading the execution stream: result line without a result")
+				}
+				a, err := decodeAnswer(l.Result)
+				if err != nil {
+					return Answer{}, fmt.Errorf("reading the execution stream: bad result: %w", err)
+				}
+				return a, nil
 			case "error":
 				e := &APIError{Code: "internal", Message: "the stream reported an error without details"}
 				if l.Error != nil {
 					e.Code, e.Message, e.Field = l.Error.Code, l.Error.Message, l.Error.Field
 				}
-				return sandbox.Result{}, e
+				return Answer{}, e
 			}
 			// Other types are for newer clients; skip them.
 		}
@@ -296,7 +412,7 @@ func readStream(r io.Reader, onEvent func(sandbox.Event)) (sandbox.Result, error
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			return sandbox.Result{}, fmt.Errorf("reading the execution stream: it ended before the result: %w", err)
+			return Answer{}, fmt.Errorf("reading the execution stream: it ended before the result: %w", err)
 		}
 	}
 }

@@ -327,8 +327,10 @@ func TestLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Slots != 4 || l.MaxCodeBytes != 12345 || l.MaxTimeoutMS != 600000 || l.MaxBodyBytes != int64(12345+cfg.MaxInputBytes+64<<10) ||
-		l.Limits != cfg.Limits {
+	// The body fits the code, the input and the input files in base64 (4/3 of their bytes).
+	least := int64(12345+cfg.MaxInputBytes) + cfg.MaxInputFilesBytes*4/3
+	if l.Slots != 4 || l.MaxCodeBytes != 12345 || l.MaxTimeoutMS != 600000 || l.MaxBodyBytes < least || l.MaxBodyBytes > least+1<<20 ||
+		l.Limits != cfg.Limits || l.MaxInputFiles != cfg.MaxInputFiles || l.MaxInputFilesBytes != cfg.MaxInputFilesBytes {
 		t.Errorf("limits = %+v", l)
 	}
 }

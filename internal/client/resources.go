@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
@@ -100,13 +101,33 @@ func (c *Client) DeleteCode(ctx context.Context, agent, name string, force bool)
 	return out.DisabledJobs, err
 }
 
-// RunCode runs the agent's saved code name (see Execute for onEvent and the errors).
-func (c *Client) RunCode(ctx context.Context, agent, name string, run library.Run, onEvent func(sandbox.Event)) (sandbox.Result, error) {
+// CodeRun is the body of a saved-code run (POST /v1/agents/{agent}/code/{name}/run).
+type CodeRun struct {
+	// Input is the JSON value given as INPUT; it must satisfy the code's input schema.
+	Input json.RawMessage `json:"input"`
+	// TimeoutMS is the run's timeout in milliseconds; nil means the daemon's default.
+	TimeoutMS *int64 `json:"timeout_ms"`
+	// Version runs that version instead of the latest (0).
+	Version int `json:"version"`
+	RunFiles
+}
+
+// RunCode runs the agent's saved code name (see Execute for onEvent and the errors, and
+// ExecuteAnswer for the answer).
+func (c *Client) RunCode(ctx context.Context, agent, name string, run CodeRun, onEvent func(sandbox.Event)) (Answer, error) {
 	return c.execute(ctx, agentPath(agent, "code", name, "run"), run, onEvent)
 }
 
+// JobDraft is the body of a job's creation: the job's fields (Draft.Charts among them) and
+// the files each of its runs gets.
+type JobDraft struct {
+	jobs.Draft
+	// Files are written into the working directory of each run of the job (see InputFileOf).
+	Files []InputFile `json:"files,omitempty"`
+}
+
 // CreateJob creates a job of agent.
-func (c *Client) CreateJob(ctx context.Context, agent string, d jobs.Draft) (jobs.Scheduled, error) {
+func (c *Client) CreateJob(ctx context.Context, agent string, d JobDraft) (jobs.Scheduled, error) {
 	var out jobs.Scheduled
 	err := c.call(ctx, http.MethodPost, agentPath(agent, "jobs"), d, &out)
 	return out, err
@@ -200,6 +221,57 @@ func (c *Client) GetExecution(ctx context.Context, id, agent string) (store.Exec
 	var out store.Execution
 	err := c.call(ctx, http.MethodGet, path, nil, &out)
 	return out, err
+}
+
+// ExecutionFiles returns the output files of execution id as its ledger record lists them,
+// with the names of those skipped and whether more were left out; with agent not "", only if
+// it is that agent's execution (another's is an *APIError with Status 404).
+func (c *Client) ExecutionFiles(ctx context.Context, id, agent string) (files []sandbox.File, skipped []sandbox.SkippedFile, truncated bool, err error) {
+	e, err := c.GetExecution(ctx, id, agent)
+	return e.Files, e.FilesSkipped, e.FilesTruncated, err
+}
+
+// FilePath is the REST path of execution id's output file name: GET answers its bytes. Each
+// part of name is escaped on its own, so a "/" stays a separator and nothing else is one.
+func FilePath(id, name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = url.PathEscape(p)
+	}
+	return "/v1/executions/" + url.PathEscape(id) + "/files/" + strings.Join(parts, "/")
+}
+
+// OpenFile returns the bytes of execution id's output file name as a stream (close it) and
+// their media type. A file the record does not list is an *APIError with Status 404; one whose
+// bytes were evicted to keep the daemon's files_max_bytes quota, Status 410.
+func (c *Client) OpenFile(ctx context.Context, id, name string) (io.ReadCloser, string, error) {
+	resp, err := c.sendRaw(ctx, http.MethodGet, FilePath(id, name), nil, "", "*/*")
+	if err != nil {
+		return nil, "", err
+	}
+	return resp.Body, resp.Header.Get("Content-Type"), nil
+}
+
+// ReadFile returns the bytes of execution id's output file f (an entry of its result's Files)
+// and checks them against f's size and SHA-256; max, when above 0, refuses a file of more
+// bytes before reading it. Errors are OpenFile's.
+func (c *Client) ReadFile(ctx context.Context, id string, f sandbox.File, max int64) ([]byte, error) {
+	if max > 0 && f.SizeBytes > max {
+		return nil, fmt.Errorf("output file %q is %d bytes; at most %d are read here", f.Name, f.SizeBytes, max)
+	}
+	body, _, err := c.OpenFile(ctx, id, f.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	b, err := io.ReadAll(io.LimitReader(body, f.SizeBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading output file %q: %w", f.Name, err)
+	}
+	if err := checkContent(f, b); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 func pageQuery(p store.Page) url.Values {

@@ -163,6 +163,34 @@ type Config struct {
 	// (PidsLimit still applies).
 	Processes int64 `json:"processes"`
 
+	// MaxInputFiles caps the input files of one request. Default 64; allowed 0 to 10000.
+	MaxInputFiles int `json:"max_input_files"`
+	// MaxInputFileBytes caps each input file, in bytes. Default 8 MiB; allowed 0 to
+	// max_input_files_bytes.
+	MaxInputFileBytes int64 `json:"max_input_file_bytes"`
+	// MaxInputFilesBytes caps a request's input files together, in bytes. Default 16 MiB;
+	// allowed 0 to 32 MiB (they travel to the box in one frame of at most 64 MiB, in base64).
+	// The request body limit grows by 4/3 of it.
+	MaxInputFilesBytes int64 `json:"max_input_files_bytes"`
+	// OutputFiles caps how many output files a run returns (files it created or changed
+	// under its working directory, and charts). Default 64; 0 collects none; at most 10000.
+	OutputFiles int `json:"output_files"`
+	// OutputFileBytes caps each output file, in bytes; a larger one is skipped and named in
+	// the result. Default 8 MiB; allowed 0 to 32 MiB.
+	OutputFileBytes int64 `json:"output_file_bytes"`
+	// OutputFilesBytes caps a run's output files together, in bytes. Default 16 MiB; allowed
+	// output_file_bytes to files_max_bytes.
+	OutputFilesBytes int64 `json:"output_files_bytes"`
+	// Charts saves open matplotlib figures (at each plt.show() and at the end of a run) and
+	// PIL images shown as PNG output files (figure-1.png, image-1.png, …), unless a request
+	// says otherwise. Default true.
+	Charts bool `json:"charts"`
+	// FilesMaxBytes is the quota of all runs' kept output files together, in bytes (in the
+	// data directory's files/). Storing a file over it evicts the files of the oldest
+	// executions first; fetching an evicted file answers 410. Default 2 GiB; at least
+	// output_files_bytes, at most 1 TiB.
+	FilesMaxBytes int64 `json:"files_max_bytes"`
+
 	// IndexURL is the package index pip installs dependencies from (PEP 503 simple API), such
 	// as a mirror: https://pypi.example.com/simple. Default empty: pip's own (PyPI). pip runs
 	// inside the sandbox's container, so a loopback address (127.0.0.1, localhost, ::1) would
@@ -276,6 +304,15 @@ func defaults(lookup func(string) (string, bool)) Config {
 		OpenFiles:     sb.Limits.OpenFiles,
 		Processes:     sb.Limits.Processes,
 
+		MaxInputFiles:      sb.MaxInputFiles,
+		MaxInputFileBytes:  sb.MaxInputFileBytes,
+		MaxInputFilesBytes: sb.MaxInputFilesBytes,
+		OutputFiles:        sb.Limits.OutputFiles,
+		OutputFileBytes:    sb.Limits.OutputFileBytes,
+		OutputFilesBytes:   sb.Limits.OutputFilesBytes,
+		Charts:             sb.Charts,
+		FilesMaxBytes:      store.DefaultFilesMaxBytes,
+
 		ExtraIndexURLs:   []string{},
 		TrustedHosts:     []string{},
 		InstallTimeoutMS: sb.InstallTimeout.Milliseconds(),
@@ -333,15 +370,55 @@ func (c Config) Sandbox() sandbox.Config {
 		MaxCalls:        c.MaxCalls,
 		MaxCallBytes:    int(c.MaxCallBytes),
 		CallTimeout:     ms(c.CallTimeoutMS),
+
+		MaxInputFiles:      c.MaxInputFiles,
+		MaxInputFileBytes:  c.MaxInputFileBytes,
+		MaxInputFilesBytes: c.MaxInputFilesBytes,
+		Charts:             c.Charts,
 		Limits: sandbox.Limits{
-			MemoryBytes:   c.RunMemory(),
-			StdoutBytes:   c.StdoutBytes,
-			StderrBytes:   c.StderrBytes,
-			OutputBytes:   c.OutputBytes,
-			FileSizeBytes: c.FileSizeBytes,
-			OpenFiles:     c.OpenFiles,
-			Processes:     c.Processes,
+			MemoryBytes:      c.RunMemory(),
+			StdoutBytes:      c.StdoutBytes,
+			StderrBytes:      c.StderrBytes,
+			OutputBytes:      c.OutputBytes,
+			FileSizeBytes:    c.FileSizeBytes,
+			OpenFiles:        c.OpenFiles,
+			Processes:        c.Processes,
+			OutputFiles:      c.OutputFiles,
+			OutputFileBytes:  c.OutputFileBytes,
+			OutputFilesBytes: c.OutputFilesBytes,
 		},
+	}
+}
+
+// maxFileFrameBytes caps what one file setting may make the daemon and the box send each
+// other in one frame (protocol.MaxFrame is 64 MiB; base64 makes 4/3 of the bytes).
+const maxFileFrameBytes = 32 * mib
+
+// validateFiles checks the settings of runs' files: input files, output files, their quota.
+// bad reports one problem (see Validate).
+func (c Config) validateFiles(bad func(key, format string, args ...any)) {
+	count := func(key string, v int) {
+		if v < 0 || v > 10_000 {
+			bad(key, "is %d; allowed range is 0 to 10000 files", v)
+		}
+	}
+	size := func(key string, v, hi int64, hiKey string) {
+		if v < 0 || v > hi {
+			bad(key, "is %s; allowed range is 0 to %s (%s)", FormatSize(v), FormatSize(hi), hiKey)
+		}
+	}
+	count("max_input_files", c.MaxInputFiles)
+	size("max_input_files_bytes", c.MaxInputFilesBytes, maxFileFrameBytes, "the files travel to the box in one frame")
+	size("max_input_file_bytes", c.MaxInputFileBytes, c.MaxInputFilesBytes, "max_input_files_bytes")
+	count("output_files", c.OutputFiles)
+	size("output_file_bytes", c.OutputFileBytes, maxFileFrameBytes, "each file travels from the box in one frame")
+	if c.OutputFilesBytes < c.OutputFileBytes {
+		bad("output_files_bytes", "is %s, less than output_file_bytes (%s); give at least output_file_bytes",
+			FormatSize(c.OutputFilesBytes), FormatSize(c.OutputFileBytes))
+	}
+	if c.FilesMaxBytes < c.OutputFilesBytes || c.FilesMaxBytes > 1<<40 {
+		bad("files_max_bytes", "is %s; allowed range is output_files_bytes (%s) to 1TiB: the quota must hold at least one run's files",
+			FormatSize(c.FilesMaxBytes), FormatSize(c.OutputFilesBytes))
 	}
 }
 
@@ -458,6 +535,7 @@ func (c Config) Validate() error {
 	c.checkRequestSizes(&report)
 	c.checkBox(&report)
 	c.checkRunLimits(&report)
+	c.validateFiles(report.bad)
 	c.checkLog(&report)
 	return errors.Join(report.errs...)
 }

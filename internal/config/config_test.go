@@ -516,6 +516,18 @@ func TestValidate(t *testing.T) {
 			"host.docker.internal", "bridge's gateway", `extra_index_urls has "https://localhost/simple/"`, `extra_index_urls has "http://[::1]:3141/"`}},
 		{"quotas", func(c *Config) { c.ResultsMaxBytes, c.ResultsMaxVersions = 1023, 0 },
 			[]string{"results_max_bytes is 1023; allowed range is 1024", "results_max_versions is 0"}},
+		{"files at their edges", func(c *Config) {
+			c.MaxInputFiles, c.MaxInputFileBytes, c.MaxInputFilesBytes = 0, 0, 0
+			c.OutputFiles, c.OutputFileBytes, c.OutputFilesBytes, c.FilesMaxBytes = 10_000, 32<<20, 32<<20, 32<<20
+		}, nil},
+		{"input files", func(c *Config) { c.MaxInputFiles, c.MaxInputFileBytes, c.MaxInputFilesBytes = -1, 20<<20, 33<<20 },
+			[]string{"max_input_files is -1; allowed range is 0 to 10000", "max_input_files_bytes is 33MiB; allowed range is 0 to 32MiB", "SANDPIT_MAX_INPUT_FILES_BYTES"}},
+		{"input file over the total", func(c *Config) { c.MaxInputFileBytes, c.MaxInputFilesBytes = 2<<20, 1<<20 },
+			[]string{"max_input_file_bytes is 2MiB; allowed range is 0 to 1MiB (max_input_files_bytes)"}},
+		{"output files", func(c *Config) { c.OutputFiles, c.OutputFileBytes, c.OutputFilesBytes = 10_001, 40<<20, 1<<20 },
+			[]string{"output_files is 10001", "output_file_bytes is 40MiB; allowed range is 0 to 32MiB", "output_files_bytes is 1MiB, less than output_file_bytes"}},
+		{"files quota", func(c *Config) { c.FilesMaxBytes = 1 << 20 },
+			[]string{"files_max_bytes is 1MiB; allowed range is output_files_bytes (16MiB) to 1TiB"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -553,6 +565,17 @@ func TestSandboxConversion(t *testing.T) {
 	}
 	if s.Limits.MemoryBytes != 1<<30 {
 		t.Errorf("Limits.MemoryBytes = %d, want memory_bytes when run_memory_bytes is 0", s.Limits.MemoryBytes)
+	}
+	c.MaxInputFiles, c.MaxInputFileBytes, c.MaxInputFilesBytes, c.Charts = 3, 4, 5, false
+	c.OutputFiles, c.OutputFileBytes, c.OutputFilesBytes = 6, 7, 8
+	s = c.Sandbox()
+	if s.MaxInputFiles != 3 || s.MaxInputFileBytes != 4 || s.MaxInputFilesBytes != 5 || s.Charts ||
+		s.Limits.OutputFiles != 6 || s.Limits.OutputFileBytes != 7 || s.Limits.OutputFilesBytes != 8 {
+		t.Errorf("files settings %+v", s)
+	}
+	if d, sb := defaults(envMap(map[string]string{"HOME": "/h"})).Sandbox(), sandbox.DefaultConfig(); d.MaxInputFiles != sb.MaxInputFiles ||
+		d.MaxInputFilesBytes != sb.MaxInputFilesBytes || d.Limits.OutputFilesBytes != sb.Limits.OutputFilesBytes || !d.Charts {
+		t.Errorf("default files settings %+v, want the sandbox's defaults", d)
 	}
 	c.CPUs = 0.25
 	if c.NanoCPUs() != 250_000_000 {

@@ -116,8 +116,9 @@ func (r *run) stop(reason stopReason) {
 	}
 }
 
-// execute runs the program and returns its result. It never returns before every process of
-// the run is gone; the run's files are left for Executor.clean, after the result is sent.
+// execute writes the run's input files, runs the program, sends its output files (once every
+// process of the run is gone) and returns its result. It never returns before every process
+// of the run is gone; the run's files are left for Executor.clean, after the result is sent.
 func (r *run) execute() *sandbox.Result {
 	res := &sandbox.Result{ExitCode: -1}
 	killed := false // every process of the run is gone
@@ -156,10 +157,17 @@ func (r *run) execute() *sandbox.Result {
 		res.Outcome, res.Reason = sandbox.OutcomeKilled, "cancelled before the run started"
 		return res
 	}
-	started := time.Now()
 	proc := l.proc
 	r.proc = proc
 	r.mu.Unlock()
+	// The input files, before the code is sent: the program waits for it and has done
+	// nothing yet. A file that cannot be written fails the run; its program is stopped.
+	if err := writeInputFiles(r.e.slotDir(r.slot), r.uid, r.spec.Files); err != nil {
+		r.stop(stopCancelled)
+		_, _ = r.wait(proc)
+		return r.systemError(res, "%v", err)
+	}
+	started := time.Now()
 	res.StartedAt = started.UTC()
 	res.Start = l.start
 	r.preloadData = r.e.forks.preloadData()
@@ -193,12 +201,33 @@ func (r *run) execute() *sandbox.Result {
 
 	// Stdout and stderr went to the daemon as chunks; the result carries only their flags.
 	res.StdoutTruncated, res.StderrTruncated = outCap.truncated, errCap.truncated
+	if killed {
+		r.collectFiles(res)
+	}
 	oomAfter, oomAfterKnown := oomKills()
 	if oomKnown && oomAfterKnown && oomAfter > oomBefore {
 		res.OOMKills = int(oomAfter - oomBefore)
 	}
 	r.classify(res, ended.status, waitErr)
 	return res
+}
+
+// collectFiles sends the run's output files to the daemon (one KindFile message each, in
+// name order) and lists them in res. Every process of the run is dead by now. A directory
+// that cannot be read is logged and leaves the files out; the outcome stays the program's.
+func (r *run) collectFiles(res *sandbox.Result) {
+	send := func(f sandbox.File, content []byte) {
+		if err := r.e.conn.Send(&protocol.Message{Kind: protocol.KindFile, ID: r.id, File: &f, FileContent: content}); err != nil {
+			r.e.log.Warn("sending an output file", "id", r.id, "file", f.Name, "error", err)
+		}
+	}
+	got, err := collectOutputFiles(r.e.slotDir(r.slot), r.spec.Files, r.spec.Limits, send)
+	if err != nil {
+		r.e.log.Error("collecting a run's output files", "id", r.id, "slot", r.slot, "error", err)
+		res.FilesTruncated = true
+		return
+	}
+	res.Files, res.FilesSkipped, res.FilesTruncated = got.files, got.skipped, got.truncated
 }
 
 // wait waits for the program's exit. Once the run is stopped it kills the uid's processes
@@ -281,6 +310,9 @@ func runEnvironment(home string) []string {
 		"TMPDIR=/tmp",
 		"LANG=C.UTF-8",
 		"MPLBACKEND=Agg",
+		// The run's directory is its own and removed after it: compiled modules written there
+		// (by any interpreter the run starts) would only be taken for output files.
+		"PYTHONDONTWRITEBYTECODE=1",
 		"MPLCONFIGDIR=" + filepath.Join(home, matplotlibSubdir),
 		"XDG_CONFIG_HOME=" + filepath.Join(home, ".config"),
 		"XDG_CACHE_HOME=" + filepath.Join(home, ".cache"),
@@ -363,6 +395,8 @@ func (r *run) serveControl(conn net.Conn) {
 		"timeout_ms": r.spec.TimeoutMS,
 		"paths":      r.spec.Paths,
 		"call_bytes": r.spec.CallBytes,
+		// Open matplotlib figures and PIL images shown are saved as output files.
+		"charts": r.spec.Charts,
 		// The preload's data, allowed on top of memory_bytes (a fork inherits it).
 		"preload_data_bytes": r.preloadData,
 		// gVisor ignores RLIMIT_DATA: the memory limit is then one of address space.

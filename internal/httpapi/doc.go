@@ -2,7 +2,8 @@
 //
 //   - POST /v1/executions runs Python code, answering one JSON Result or, with
 //     "Accept: application/x-ndjson", a stream of output events ending with the result.
-//   - GET /v1/executions and GET /v1/executions/{id}: the ledger.
+//   - GET /v1/executions and GET /v1/executions/{id}: the ledger, with each run's output
+//     files at GET /v1/executions/{id}/files/{name...}.
 //   - /v1/agents/{agent}/code...: saved code, its versions, and POST .../run.
 //   - /v1/agents/{agent}/jobs...: jobs, their pause, resume, run and history.
 //   - /v1/agents/{agent}/memories, facts, documents, graph/nodes, graph/edges, results: the
@@ -21,7 +22,7 @@
 //	{"error": {"code": "...", "message": "...", "field": "...", "violations": [...]}}
 //
 // where code is one of invalid_request, invalid_input, too_large, busy, not_ready, internal,
-// not_found, conflict, forbidden, unauthorized, unsupported_media_type or method_not_allowed; field (omitted
+// not_found, gone, conflict, forbidden, unauthorized, unsupported_media_type or method_not_allowed; field (omitted
 // when empty) names the request field at fault, and violations (for invalid_input) lists the
 // JSON pointer and message of each way an input breaks saved code's input schema. A program
 // that fails is not an error: its Result, with its outcome, comes back with 200.
@@ -29,7 +30,8 @@
 // A client asks for a stream with "Accept: application/x-ndjson". The stream's lines are
 // {"type":"dependency","dependency":{...}} for each requirement before the run,
 // {"type":"stdout","data":"..."} and {"type":"stderr","data":"..."} as the program writes,
-// {"type":"log","data":"...","level":"..."} for its agent.log lines, then
+// {"type":"log","data":"...","level":"..."} for its agent.log lines,
+// {"type":"file","file":{...}} for each output file once the program has ended, then
 // one {"type":"result","result":{...}}, or {"type":"error","error":{...}} if the run failed in
 // the system after output had been sent. A request refused before any output (invalid, busy,
 // not ready) gets the ordinary error status and body instead of a stream.

@@ -31,6 +31,7 @@ const (
 	CodeUnauthorized     = "unauthorized"
 	CodeInvalidInput     = "invalid_input"
 	CodeQuotaExceeded    = "quota_exceeded"
+	CodeGone             = "gone"
 )
 
 // StatusClientClosedRequest is the status StatusOf gives when the client went away (its
@@ -87,6 +88,9 @@ func classify(err error) classified {
 			detail: errorDetail{Code: CodeInvalidInput, Message: err.Error(), Field: "input", Violations: inErr.Violations}}
 	case errors.As(err, &quotaErr):
 		return classified{status: http.StatusRequestEntityTooLarge, detail: errorDetail{Code: CodeQuotaExceeded, Message: err.Error()}}
+	case errors.Is(err, store.ErrEvicted):
+		return classified{status: http.StatusGone, detail: errorDetail{Code: CodeGone, Message: err.Error() +
+			": the quota on all runs' files (files_max_bytes) made room for newer runs' files"}}
 	case errors.Is(err, store.ErrNotFound):
 		return classified{status: http.StatusNotFound, detail: errorDetail{Code: CodeNotFound, Message: err.Error()}}
 	case errors.As(err, &useErr):

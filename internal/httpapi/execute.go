@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"mime"
 	"net/http"
 	"strconv"
@@ -24,9 +25,40 @@ const bodySlack = 64 << 10
 // run.
 const writeTimeout = time.Minute
 
-// maxBodyBytes is the largest request body POST /v1/executions reads.
+// maxBodyBytes is the largest request body POST /v1/executions (and a saved-code run) reads:
+// code and input at their caps, input files at theirs in base64, and the rest.
 func maxBodyBytes(cfg sandbox.Config) int64 {
-	return int64(cfg.MaxCodeBytes) + int64(cfg.MaxInputBytes) + bodySlack
+	return int64(cfg.MaxCodeBytes) + int64(cfg.MaxInputBytes) + filesBodyBytes(cfg) + bodySlack
+}
+
+// tooLargeHint says what a run's body may hold, for a 413.
+func tooLargeHint(cfg sandbox.Config) string {
+	return fmt.Sprintf(" (code at most %d bytes, input at most %d bytes as JSON, input files at most %d bytes together, "+
+		"which base64 makes 4/3 as many); send less code, a smaller input or smaller files", cfg.MaxCodeBytes, cfg.MaxInputBytes, cfg.MaxInputFilesBytes)
+}
+
+// runFields are the body fields of every run (ad hoc or saved code): its files, whether
+// charts are saved, whether the answer holds the output files' bytes.
+type runFields struct {
+	Files       []json.RawMessage `json:"files"`
+	Charts      *bool             `json:"charts"`
+	InlineFiles bool              `json:"inline_files"`
+}
+
+var (
+	runFieldNames  = []string{"files", "charts", "inline_files"}
+	runFieldExpect = map[string]string{
+		"files":        filesExpect,
+		"charts":       "must be true or false (false: figures and shown images are not saved as output files)",
+		"inline_files": "must be true or false (true: output files of at most 1 MiB come back in base64 as content_base64)",
+	}
+)
+
+// withRunFields returns expect with the run fields' expectations added.
+func withRunFields(expect map[string]string) map[string]string {
+	out := maps.Clone(expect)
+	maps.Copy(out, runFieldExpect)
+	return out
 }
 
 // executeBody is the JSON body of POST /v1/executions.
@@ -36,32 +68,35 @@ type executeBody struct {
 	TimeoutMS    *int64          `json:"timeout_ms"`
 	Agent        string          `json:"agent"`
 	Dependencies []string        `json:"dependencies"`
+	runFields
 }
 
 var executeShape = shape{
-	fields: []string{"code", "input", "timeout_ms", "agent", "dependencies"},
-	expect: map[string]string{
+	fields: append([]string{"code", "input", "timeout_ms", "agent", "dependencies"}, runFieldNames...),
+	expect: withRunFields(map[string]string{
 		"code":         "must be a string holding the Python source",
 		"timeout_ms":   "must be an integer number of milliseconds",
 		"agent":        "must be a string",
 		"dependencies": `must be a list of requirement strings such as ["pandas>=2"]`,
-	},
+	}),
 	example: `{"code": "print(1)"}`,
 }
 
 // Stream lines of an NDJSON answer.
 type (
 	eventLine struct {
-		Type string `json:"type"` // "stdout", "stderr" or "dependency"
+		Type string `json:"type"` // "stdout", "stderr", "log", "dependency" or "file"
 		Data string `json:"data,omitempty"`
+		// File describes an output file (type "file"), once the program has ended.
+		File *sandbox.File `json:"file,omitempty"`
 		// Dependency is one requirement's status, before the run starts.
 		Dependency *sandbox.DependencyStatus `json:"dependency,omitempty"`
 		// Level is an agent.log line's level (type "log"; data holds the message).
 		Level string `json:"level,omitempty"`
 	}
 	resultLine struct {
-		Type   string          `json:"type"` // "result"
-		Result *sandbox.Result `json:"result"`
+		Type   string     `json:"type"` // "result"
+		Result *runAnswer `json:"result"`
 	}
 	errorLine struct {
 		Type  string      `json:"type"` // "error"
@@ -74,15 +109,19 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 	var b executeBody
 	if err := readBody(w, r, maxBodyBytes(cfg), &b, executeShape); err != nil {
 		if e, ok := err.(*requestError); ok && e.status == http.StatusRequestEntityTooLarge {
-			e.msg += fmt.Sprintf(" (code at most %d bytes, input at most %d bytes as JSON); send less code or a smaller input",
-				cfg.MaxCodeBytes, cfg.MaxInputBytes)
+			e.msg += tooLargeHint(cfg)
 		}
 		writeError(w, err)
 		return
 	}
+	files, err := decodeFiles(b.Files)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	req := sandbox.Request{Code: b.Code, Input: b.Input, TimeoutMS: b.TimeoutMS, Agent: b.Agent,
-		Dependencies: b.Dependencies, Origin: sandbox.Origin{Source: sourceOf(r)}}
-	a.run(w, r, func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error) {
+		Dependencies: b.Dependencies, Origin: sandbox.Origin{Source: sourceOf(r)}, Files: files, Charts: b.Charts}
+	a.run(w, r, b.InlineFiles, func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error) {
 		return a.ex.Execute(ctx, req, emit)
 	})
 }
@@ -100,29 +139,30 @@ func sourceOf(r *http.Request) string {
 }
 
 // run answers an execution made by exec: as one JSON result, or as an NDJSON stream when the
-// client accepts it.
-func (a *api) run(w http.ResponseWriter, r *http.Request, exec func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error)) {
+// client accepts it; with inline, its output files' bytes are in the answer (see answerOf).
+func (a *api) run(w http.ResponseWriter, r *http.Request, inline bool, exec func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error)) {
 	rc := http.NewResponseController(w)
 	// A run may take minutes (and wait for a slot before that): drop any server-wide write
 	// timeout and bound each write instead (see writeTimeout). Clearing is harmless for later
 	// requests on the connection: the server sets its own deadline again for each request.
 	_ = rc.SetWriteDeadline(time.Time{})
-	a.answerRun(w, r, rc, exec)
+	a.answerRun(w, r, rc, inline, exec)
 	// Push the answer out while the last write deadline holds, then clear it. (Not deferred: after
 	// a panic nothing may be written, so that the 500 can still be.)
 	_ = rc.Flush()
 	_ = rc.SetWriteDeadline(time.Time{})
 }
 
-func (a *api) answerRun(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, exec func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error)) {
+func (a *api) answerRun(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, inline bool, exec func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error)) {
 	if !acceptsNDJSON(r.Header.Values("Accept")) {
 		res, err := exec(r.Context(), nil)
 		if err != nil {
 			a.fail(w, r, err)
 			return
 		}
+		out := a.answerOf(r.Context(), res, inline)
 		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-		writeJSON(w, http.StatusOK, &res)
+		writeJSON(w, http.StatusOK, &out)
 		return
 	}
 
@@ -133,7 +173,8 @@ func (a *api) answerRun(w http.ResponseWriter, r *http.Request, rc *http.Respons
 	s.close()
 	switch {
 	case err == nil:
-		s.writeLine(resultLine{Type: "result", Result: &res})
+		out := a.answerOf(r.Context(), res, inline)
+		s.writeLine(resultLine{Type: "result", Result: &out})
 	case !s.started:
 		// Refused before any output: an ordinary error answer, not a 200 stream.
 		a.fail(w, r, err)
@@ -235,7 +276,7 @@ func (s *streamer) run() {
 		s.queue = nil
 		s.mu.Unlock()
 		for _, ev := range batch {
-			s.writeLine(eventLine{Type: string(ev.Stream), Data: ev.Data, Dependency: ev.Dependency, Level: ev.Level})
+			s.writeLine(eventLine{Type: string(ev.Stream), Data: ev.Data, Dependency: ev.Dependency, Level: ev.Level, File: ev.File})
 		}
 		if closed {
 			return

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,7 +23,7 @@ import (
 
 // errorCodes are the codes an error body may carry (the package documentation's list).
 var errorCodes = []string{CodeInvalidRequest, CodeInvalidInput, CodeTooLarge, CodeBusy, CodeNotReady, CodeInternal,
-	CodeNotFound, CodeConflict, CodeForbidden, CodeUnsupportedMedia, CodeMethodNotAllowed}
+	CodeNotFound, CodeGone, CodeConflict, CodeForbidden, CodeUnsupportedMedia, CodeMethodNotAllowed}
 
 // checkErrorAnswer fails t unless rec is a 4xx with a JSON error body naming a known code.
 func checkErrorAnswer(t *testing.T, rec *httptest.ResponseRecorder, body []byte) {
@@ -51,11 +52,91 @@ func checkErrorAnswer(t *testing.T, rec *httptest.ResponseRecorder, body []byte)
 // refExecuteBody is the documented body of POST /v1/executions, declared here on its own so
 // that the fuzz target does not check the handler against the handler's own type.
 type refExecuteBody struct {
-	Code         string          `json:"code"`
-	Input        json.RawMessage `json:"input"`
-	TimeoutMS    *int64          `json:"timeout_ms"`
-	Agent        string          `json:"agent"`
-	Dependencies []string        `json:"dependencies"`
+	Code         string            `json:"code"`
+	Input        json.RawMessage   `json:"input"`
+	TimeoutMS    *int64            `json:"timeout_ms"`
+	Agent        string            `json:"agent"`
+	Dependencies []string          `json:"dependencies"`
+	Files        []json.RawMessage `json:"files"`
+	Charts       *bool             `json:"charts"`
+	InlineFiles  bool              `json:"inline_files"`
+
+	files []sandbox.InputFile // Files decoded
+}
+
+// refFile is an input file as the README documents it.
+type refFile struct {
+	Name     *string `json:"name"`
+	Content  string  `json:"content"`
+	Encoding string  `json:"encoding"`
+}
+
+// refDecodeFiles decodes the files of a body: each an object of the fields name (required),
+// content and encoding (strings or null), each once and in that case; encoding "utf-8" (the
+// default) or "base64" with standard padded base64.
+func refDecodeFiles(raw []json.RawMessage) ([]sandbox.InputFile, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	out := []sandbox.InputFile{}
+	for _, r := range raw {
+		seen, err := refKeys(r, "name", "content", "encoding")
+		if err != nil {
+			return nil, err
+		}
+		var f refFile
+		if err := json.Unmarshal(r, &f); err != nil {
+			return nil, err
+		}
+		if !seen["name"] {
+			return nil, errors.New("no name")
+		}
+		name := ""
+		if f.Name != nil {
+			name = *f.Name
+		}
+		switch f.Encoding {
+		case "", "utf-8":
+			out = append(out, sandbox.InputFile{Name: name, Content: []byte(f.Content)})
+		case "base64":
+			b, err := base64.StdEncoding.DecodeString(f.Content)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, sandbox.InputFile{Name: name, Content: b})
+		default:
+			return nil, fmt.Errorf("encoding %q", f.Encoding)
+		}
+	}
+	return out, nil
+}
+
+// refKeys refuses object text that is not an object, or has a key not in fields or repeated;
+// it returns the keys it has.
+func refKeys(object []byte, fields ...string) (map[string]bool, error) {
+	trimmed := bytes.TrimSpace(object)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return nil, errors.New("not an object")
+	}
+	keys := json.NewDecoder(bytes.NewReader(trimmed))
+	keys.Token() // {
+	seen := map[string]bool{}
+	for keys.More() {
+		tok, err := keys.Token()
+		if err != nil {
+			return nil, err
+		}
+		k := tok.(string)
+		if seen[k] || !slices.Contains(fields, k) {
+			return nil, fmt.Errorf("key %q repeated or not a field", k)
+		}
+		seen[k] = true
+		var skip json.RawMessage
+		if err := keys.Decode(&skip); err != nil {
+			return nil, err
+		}
+	}
+	return seen, nil
 }
 
 // refDecodeExecute decodes body as the README says POST /v1/executions must: valid UTF-8,
@@ -73,25 +154,12 @@ func refDecodeExecute(body []byte) (refExecuteBody, error) {
 	if err := json.Unmarshal(body, &v); err != nil { // the whole body, as json.Unmarshal sees it
 		return v, err
 	}
-	keys := json.NewDecoder(bytes.NewReader(trimmed))
-	keys.Token() // {
-	seen := map[string]bool{}
-	for keys.More() {
-		tok, err := keys.Token()
-		if err != nil {
-			return v, err
-		}
-		k := tok.(string)
-		if seen[k] || !slices.Contains([]string{"code", "input", "timeout_ms", "agent", "dependencies"}, k) {
-			return v, fmt.Errorf("key %q repeated or not a field", k)
-		}
-		seen[k] = true
-		var skip json.RawMessage
-		if err := keys.Decode(&skip); err != nil {
-			return v, err
-		}
+	if _, err := refKeys(trimmed, "code", "input", "timeout_ms", "agent", "dependencies", "files", "charts", "inline_files"); err != nil {
+		return v, err
 	}
-	return v, nil
+	var err error
+	v.files, err = refDecodeFiles(v.Files)
+	return v, err
 }
 
 // FuzzDecodeExecuteBody drives POST /v1/executions with arbitrary bodies: the handler never
@@ -140,6 +208,25 @@ func FuzzDecodeExecuteBody(f *testing.F) {
 		``,
 		"\ufeff{\"code\":\"x\"}",
 		`{"code":"\u0000\ud800"}`,
+		`{"code":"x","files":[{"name":"data.csv","content":"a,b\n1,2\n"},{"name":"img.png","content":"iVBORw0KGgo=","encoding":"base64"}],"charts":false,"inline_files":true}`,
+		`{"code":"x","files":[{"name":"a","content":"x","encoding":"utf-8"}],"charts":true}`,
+		`{"code":"x","files":[{"name":"a","content":"not base64!","encoding":"base64"}]}`,
+		`{"code":"x","files":[{"name":"a","content":"YQ","encoding":"base64"}]}`,
+		`{"code":"x","files":[{"name":"a","content":"x","encoding":"latin-1"}]}`,
+		`{"code":"x","files":[{"name":"a","Name":"b"}]}`,
+		`{"code":"x","files":[{"name":"a","name":"b"}]}`,
+		`{"code":"x","files":[{"content":"x"}]}`,
+		`{"code":"x","files":[{"name":null,"content":null,"encoding":null}]}`,
+		`{"code":"x","files":[{"name":"a","contents":"x"}]}`,
+		`{"code":"x","files":[null]}`,
+		`{"code":"x","files":["a.csv"]}`,
+		`{"code":"x","files":{"name":"a"}}`,
+		`{"code":"x","files":null,"charts":null,"inline_files":false}`,
+		`{"code":"x","files":[{"name":"a","content":5}]}`,
+		`{"code":"x","charts":"no"}`,
+		`{"code":"x","inline_files":1}`,
+		`{"code":"x","files":[{"name":"../x","content":""},{"name":"/etc/passwd"},{"name":"a\u0000b"}]}`,
+		"{\"code\":\"x\",\"files\":[{\"name\":\"a\",\"content\":\"\xff\"}]}",
 	} {
 		f.Add([]byte(s))
 	}
@@ -181,6 +268,11 @@ func FuzzDecodeExecuteBody(f *testing.F) {
 			t.Fatalf("agent %q, want %q; request %q", r.Agent, want.Agent, body)
 		case !slices.Equal(r.Dependencies, want.Dependencies) || (r.Dependencies == nil) != (want.Dependencies == nil):
 			t.Fatalf("dependencies %q, want %q; request %q", r.Dependencies, want.Dependencies, body)
+		case !slices.EqualFunc(r.Files, want.files, func(a, b sandbox.InputFile) bool { return a.Name == b.Name && bytes.Equal(a.Content, b.Content) }) ||
+			(r.Files == nil) != (want.files == nil):
+			t.Fatalf("files %+v, want %+v; request %q", r.Files, want.files, body)
+		case (r.Charts == nil) != (want.Charts == nil) || (r.Charts != nil && *r.Charts != *want.Charts):
+			t.Fatalf("charts %v, want %v; request %q", r.Charts, want.Charts, body)
 		case r.ID != "" || r.Origin != (sandbox.Origin{Source: sandbox.SourceAPI}) || r.CheckOutput != nil:
 			t.Fatalf("fields the body cannot set: id %q origin %+v check %v; request %q", r.ID, r.Origin, r.CheckOutput != nil, body)
 		}

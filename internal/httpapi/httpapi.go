@@ -44,6 +44,9 @@ type Backend struct {
 	Setup SetupRunner
 	// PackageIndex is where dependencies come from, shown by GET /v1/limits.
 	PackageIndex PackageIndex
+	// Files serves runs' output files (GET /v1/executions/{id}/files/{name...}, with the
+	// Ledger) and their bytes inline in answers (inline_files); nil keeps none.
+	Files OutputFiles
 }
 
 // PackageIndex is the daemon's pip settings (its config keys index_url, extra_index_urls,
@@ -86,6 +89,7 @@ type api struct {
 	knowledge Knowledge
 	setup     SetupRunner
 	index     PackageIndex
+	files     OutputFiles
 	log       *slog.Logger
 	mux       *http.ServeMux
 }
@@ -100,7 +104,7 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, index: b.PackageIndex.redacted(), log: log, mux: http.NewServeMux()}
+	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, index: b.PackageIndex.redacted(), files: b.Files, log: log, mux: http.NewServeMux()}
 	a.handle("POST /v1/executions", a.execute)
 	a.handle("GET /v1/limits", a.limits)
 	a.handle("GET /healthz", a.healthz)
@@ -109,6 +113,7 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 	if a.ledger != nil {
 		a.handle("GET /v1/executions", a.listExecutions)
 		a.handle("GET /v1/executions/{id}", a.getExecution)
+		a.handle("GET /v1/executions/{id}/files/{name...}", a.getExecutionFile)
 	}
 	if a.knowledge != nil {
 		a.routeKnowledge()
@@ -255,6 +260,20 @@ type Limits struct {
 	// MaxValidationCost is the validation budget: the most work checking one input or OUTPUT
 	// against a saved code's schema may need, in schema evaluations (see library.MaxValidationCost).
 	MaxValidationCost int64 `json:"max_validation_cost"`
+	// MaxInputFiles caps a request's input files, MaxInputFileBytes each one's bytes and
+	// MaxInputFilesBytes their total (the body limit leaves room for them in base64).
+	MaxInputFiles      int   `json:"max_input_files"`
+	MaxInputFileBytes  int64 `json:"max_input_file_bytes"`
+	MaxInputFilesBytes int64 `json:"max_input_files_bytes"`
+	// OutputFiles caps the output files a run returns, OutputFileBytes each one's bytes and
+	// OutputFilesBytes their total (also in limits).
+	OutputFiles      int   `json:"output_files"`
+	OutputFileBytes  int64 `json:"output_file_bytes"`
+	OutputFilesBytes int64 `json:"output_files_bytes"`
+	// Charts says whether runs save open figures and shown images as output files by default.
+	Charts bool `json:"charts"`
+	// MaxInlineFileBytes is the largest output file an answer holds inline (inline_files).
+	MaxInlineFileBytes int64 `json:"max_inline_file_bytes"`
 }
 
 func (a *api) limits(w http.ResponseWriter, r *http.Request) {
@@ -282,6 +301,15 @@ func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 		PackageIndex:      a.index,
 		Quotas:            quotas,
 		MaxValidationCost: library.MaxValidationCost,
+
+		MaxInputFiles:      cfg.MaxInputFiles,
+		MaxInputFileBytes:  cfg.MaxInputFileBytes,
+		MaxInputFilesBytes: cfg.MaxInputFilesBytes,
+		OutputFiles:        cfg.Limits.OutputFiles,
+		OutputFileBytes:    cfg.Limits.OutputFileBytes,
+		OutputFilesBytes:   cfg.Limits.OutputFilesBytes,
+		Charts:             cfg.Charts,
+		MaxInlineFileBytes: MaxInlineFileBytes,
 	})
 }
 

@@ -284,8 +284,13 @@ func (b countingBody) Read(p []byte) (int, error) {
 func smallLimits() sandbox.Config {
 	cfg := sandbox.DefaultConfig()
 	cfg.MaxCodeBytes, cfg.MaxInputBytes = 1000, 2000
+	cfg.MaxInputFiles, cfg.MaxInputFileBytes, cfg.MaxInputFilesBytes = 2, 300, 600
 	return cfg
 }
+
+// smallBodyLimit is the body limit of smallLimits: code, input, two files of 600 bytes together
+// in base64 (800) with their names (2 × (2 × 255 + 64)), and the slack.
+const smallBodyLimit = 1000 + 2000 + 800 + 2*(2*255+64) + 64<<10
 
 // TestTooLargeByContentLength sends only the head of a request announcing 50 MiB: the answer
 // must come back with nothing of the body sent, and the handler must not have read any.
@@ -317,7 +322,7 @@ func TestTooLargeByContentLength(t *testing.T) {
 		t.Fatalf("status %d, want 413; body %s", resp.StatusCode, body)
 	}
 	e := answer{status: resp.StatusCode, header: resp.Header, body: body}.errorDetail(t)
-	limit := 1000 + 2000 + 64<<10
+	limit := smallBodyLimit
 	for _, s := range []string{"52428800 bytes", fmt.Sprintf("the limit is %d bytes", limit), "code at most 1000 bytes", "input at most 2000 bytes"} {
 		if !strings.Contains(e.Message, s) {
 			t.Errorf("message %q does not contain %q", e.Message, s)
@@ -356,7 +361,7 @@ func TestTooLargeChunked(t *testing.T) {
 		t.Fatalf("status %d, want 413; body %s", resp.StatusCode, b)
 	}
 	e := answer{status: resp.StatusCode, header: resp.Header, body: b}.errorDetail(t)
-	if e.Code != CodeTooLarge || !strings.Contains(e.Message, fmt.Sprintf("limit of %d bytes", 1000+2000+64<<10)) {
+	if e.Code != CodeTooLarge || !strings.Contains(e.Message, fmt.Sprintf("limit of %d bytes", smallBodyLimit)) {
 		t.Errorf("error = %+v", e)
 	}
 	if n := len(fake.Requests()); n != 0 {
@@ -691,7 +696,9 @@ func TestLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]float64{"slots": 4, "queue_length": 16, "default_timeout_ms": 30000, "max_timeout_ms": 600000,
-		"max_code_bytes": 1000, "max_input_bytes": 2000, "max_body_bytes": 1000 + 2000 + 64<<10,
+		"max_code_bytes": 1000, "max_input_bytes": 2000, "max_body_bytes": smallBodyLimit,
+		"max_input_files": 2, "max_input_file_bytes": 300, "max_input_files_bytes": 600, "output_files": 64,
+		"output_file_bytes": 8 << 20, "output_files_bytes": 16 << 20, "max_inline_file_bytes": 1 << 20,
 		"install_timeout_ms": 120000, "max_dependencies": 50, "max_calls": 1000, "max_call_bytes": 4 << 20, "call_timeout_ms": 10000}
 	for k, v := range want {
 		if got[k] != v {

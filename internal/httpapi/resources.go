@@ -2,7 +2,7 @@ package httpapi
 
 import (
 	"context"
-	"fmt"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"slices"
@@ -101,10 +101,11 @@ func listAnswer(key string, items any, next string) map[string]any {
 	return map[string]any{key: items, "next_cursor": next}
 }
 
-// bodyLimit bounds the bodies of the resource routes (code, schemas and inputs).
+// bodyLimit bounds the bodies of the resource routes (code, schemas and inputs, a job's
+// input files).
 func (a *api) bodyLimit() int64 {
 	cfg := a.ex.Config()
-	return int64(cfg.MaxCodeBytes) + 2*int64(cfg.MaxInputBytes) + bodySlack
+	return int64(cfg.MaxCodeBytes) + 2*int64(cfg.MaxInputBytes) + filesBodyBytes(cfg) + bodySlack
 }
 
 // ---- saved code ----
@@ -274,12 +275,20 @@ func (a *api) deleteCode(w http.ResponseWriter, r *http.Request) {
 }
 
 var runCodeShape = shape{
-	fields: []string{"input", "timeout_ms", "version"},
-	expect: map[string]string{
+	fields: append([]string{"input", "timeout_ms", "version"}, runFieldNames...),
+	expect: withRunFields(map[string]string{
 		"timeout_ms": "must be an integer number of milliseconds",
 		"version":    "must be an integer (absent: the latest)",
-	},
+	}),
 	example: `{"input": {"n": 3}}`,
+}
+
+// runCodeBody is the JSON body of a saved-code run.
+type runCodeBody struct {
+	Input     json.RawMessage `json:"input"`
+	TimeoutMS *int64          `json:"timeout_ms"`
+	Version   int             `json:"version"`
+	runFields
 }
 
 func (a *api) runCode(w http.ResponseWriter, r *http.Request) {
@@ -288,13 +297,23 @@ func (a *api) runCode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	var run library.Run
-	if err := readBody(w, r, maxBodyBytes(a.ex.Config()), &run, runCodeShape); err != nil {
+	cfg := a.ex.Config()
+	var b runCodeBody
+	if err := readBody(w, r, maxBodyBytes(cfg), &b, runCodeShape); err != nil {
+		if e, ok := err.(*requestError); ok && e.status == http.StatusRequestEntityTooLarge {
+			e.msg += tooLargeHint(cfg)
+		}
 		writeError(w, err)
 		return
 	}
+	files, err := decodeFiles(b.Files)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	run := library.Run{Input: b.Input, TimeoutMS: b.TimeoutMS, Version: b.Version, Files: files, Charts: b.Charts}
 	name, origin := r.PathValue("name"), sandbox.Origin{Source: sourceOf(r)}
-	a.run(w, r, func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error) {
+	a.run(w, r, b.InlineFiles, func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error) {
 		return a.lib.Run(ctx, agent, name, run, origin, emit)
 	})
 }
@@ -303,7 +322,7 @@ func (a *api) runCode(w http.ResponseWriter, r *http.Request) {
 
 var jobShape = shape{
 	fields: []string{"code_name", "code_version", "schedule", "timezone", "input", "timeout_ms", "enabled",
-		"overlap", "catch_up", "description"},
+		"overlap", "catch_up", "description", "files", "charts"},
 	expect: map[string]string{
 		"code_name":    "must be a string naming saved code",
 		"code_version": "must be an integer (0: the latest)",
@@ -314,8 +333,33 @@ var jobShape = shape{
 		"overlap":      `must be "skip" or "queue"`,
 		"catch_up":     `must be "skip" or "once"`,
 		"description":  "must be a string",
+		"files":        filesExpect,
+		"charts":       runFieldExpect["charts"],
 	},
 	example: `{"code_name": "daily-report", "schedule": "@daily"}`,
+}
+
+// jobBody is the JSON body of a job: its draft, and its input files in the body's form (nil
+// when absent: a PATCH keeps the job's files).
+type jobBody struct {
+	jobs.Draft
+	Files []json.RawMessage `json:"files"`
+}
+
+// readJob reads a job's body over d (a PATCH's current job, or nothing).
+func (a *api) readJob(w http.ResponseWriter, r *http.Request, d jobs.Draft) (jobs.Draft, error) {
+	b := jobBody{Draft: d}
+	if err := readBody(w, r, a.bodyLimit(), &b, jobShape); err != nil {
+		return d, err
+	}
+	if b.Files != nil {
+		files, err := decodeFiles(b.Files)
+		if err != nil {
+			return d, err
+		}
+		b.Draft.Files = files
+	}
+	return b.Draft, nil
 }
 
 func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
@@ -324,8 +368,8 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	var d jobs.Draft
-	if err := readBody(w, r, a.bodyLimit(), &d, jobShape); err != nil {
+	d, err := a.readJob(w, r, jobs.Draft{})
+	if err != nil {
 		writeError(w, err)
 		return
 	}
@@ -354,7 +398,8 @@ func (a *api) updateJob(w http.ResponseWriter, r *http.Request) {
 		}
 		d = jobs.DraftOf(cur.Job)
 	}
-	if err := readBody(w, r, a.bodyLimit(), &d, jobShape); err != nil {
+	d, err = a.readJob(w, r, d)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
@@ -443,16 +488,7 @@ func (a *api) jobHistory(w http.ResponseWriter, r *http.Request) {
 // ---- the ledger ----
 
 func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	if err := checkQuery(q, "agent"); err != nil {
-		writeError(w, err)
-		return
-	}
-	e, err := a.ledger.GetExecution(r.Context(), r.PathValue("id"))
-	if err == nil && q.Get("agent") != "" && q.Get("agent") != e.Agent {
-		// Scoped to an agent (as an agent's tools ask): another agent's record does not exist.
-		err = fmt.Errorf("execution %q of agent %q: %w", r.PathValue("id"), q.Get("agent"), store.ErrNotFound)
-	}
+	e, err := a.scopedExecution(r)
 	if err != nil {
 		a.fail(w, r, err)
 		return

@@ -53,6 +53,11 @@ type Draft struct {
 	TimeoutMS *int64 `json:"timeout_ms"`
 	// Enabled says whether the job fires; default true.
 	Enabled *bool `json:"enabled"`
+	// Files are written into each run's working directory before its code starts (see
+	// sandbox.Request.Files); the job keeps them. Transports decode them from their own form.
+	Files []sandbox.InputFile `json:"-"`
+	// Charts, when not nil, turns saving charts as output files on or off for each run.
+	Charts *bool `json:"charts"`
 	// Overlap is "skip" (default) or "queue"; CatchUp is "skip" (default) or "once".
 	Overlap     string `json:"overlap"`
 	CatchUp     string `json:"catch_up"`
@@ -65,7 +70,7 @@ func DraftOf(j store.Job) Draft {
 	enabled := j.Enabled
 	return Draft{CodeName: j.CodeName, CodeVersion: j.CodeVersion, Schedule: j.Schedule, Timezone: j.Timezone,
 		Input: j.Input, TimeoutMS: j.TimeoutMS, Enabled: &enabled, Overlap: j.Overlap, CatchUp: j.CatchUp,
-		Description: j.Description}
+		Description: j.Description, Files: j.Inputs, Charts: j.Charts}
 }
 
 // Store is the persistence jobs need; *store.Store satisfies it.
@@ -182,7 +187,7 @@ func check(ctx context.Context, lib Library, ex Executor, agent string, d Draft,
 		return d, nil, &sandbox.FieldError{Field: "description", Message: fmt.Sprintf("is %d bytes; the limit is %d", len(d.Description), MaxDescription)}
 	}
 	// The code must exist, and the input fit its schema and the limits now; a fire rechecks.
-	req, _, err := lib.Request(ctx, agent, d.CodeName, library.Run{Input: d.Input, TimeoutMS: d.TimeoutMS, Version: d.CodeVersion}, sandbox.Origin{})
+	req, _, err := lib.Request(ctx, agent, d.CodeName, runOf(d.Input, d.TimeoutMS, d.CodeVersion, d.Files, d.Charts), sandbox.Origin{})
 	if errors.Is(err, store.ErrNotFound) {
 		return d, nil, fmt.Errorf("%w: set code_name (and code_version) to saved code that exists", err)
 	}
@@ -195,10 +200,16 @@ func check(ctx context.Context, lib Library, ex Executor, agent string, d Draft,
 	return d, sched, nil
 }
 
+// runOf is the library run of a job's fire (or of its check).
+func runOf(input json.RawMessage, timeoutMS *int64, version int, files []sandbox.InputFile, charts *bool) library.Run {
+	return library.Run{Input: input, TimeoutMS: timeoutMS, Version: version, Files: files, Charts: charts}
+}
+
 // jobOf applies d to j, setting the next fire from now.
 func jobOf(j store.Job, d Draft, sched *schedule.Schedule, now time.Time) store.Job {
 	j.CodeName, j.CodeVersion, j.Schedule, j.Timezone = d.CodeName, d.CodeVersion, d.Schedule, d.Timezone
 	j.Input, j.TimeoutMS, j.Enabled, j.Overlap, j.CatchUp, j.Description = d.Input, d.TimeoutMS, *d.Enabled, d.Overlap, d.CatchUp, d.Description
+	j.Inputs, j.Charts = d.Files, d.Charts
 	j.NextRunAt = nil
 	if j.Enabled {
 		next := sched.Next(now)

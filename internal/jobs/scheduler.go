@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/schedule"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -391,7 +390,7 @@ func (s *Scheduler) execute(j store.Job, f store.Fire) {
 // request builds the execution request of one of j's fires, checked against the limits.
 func (s *Scheduler) request(ctx context.Context, j store.Job) (sandbox.Request, error) {
 	origin := sandbox.Origin{Source: sandbox.SourceJob, JobID: j.ID}
-	req, _, err := s.lib.Request(ctx, j.Agent, j.CodeName, library.Run{Input: j.Input, TimeoutMS: j.TimeoutMS, Version: j.CodeVersion}, origin)
+	req, _, err := s.lib.Request(ctx, j.Agent, j.CodeName, runOf(j.Input, j.TimeoutMS, j.CodeVersion, j.Inputs, j.Charts), origin)
 	if err != nil {
 		return req, err
 	}

@@ -201,6 +201,11 @@ type Run struct {
 	TimeoutMS *int64 `json:"timeout_ms"`
 	// Version runs that version instead of the latest (0).
 	Version int `json:"version"`
+	// Files are written into the run's working directory before its code starts (see
+	// sandbox.Request.Files). Transports decode them from their own form.
+	Files []sandbox.InputFile `json:"-"`
+	// Charts, when not nil, turns saving charts as output files on or off for the run.
+	Charts *bool `json:"charts"`
 }
 
 // Request builds the execution request for running the agent's saved code: it loads the code,
@@ -216,7 +221,7 @@ func (l *Library) Request(ctx context.Context, agent, name string, run Run, orig
 	}
 	origin.CodeName, origin.CodeVersion = code.Name, code.Version
 	req := sandbox.Request{Code: code.Code, Input: run.Input, TimeoutMS: run.TimeoutMS, Agent: agent, Origin: origin,
-		Dependencies: code.Dependencies}
+		Dependencies: code.Dependencies, Files: run.Files, Charts: run.Charts}
 	// The request's own limits (the input's size and depth, the timeout) come before its
 	// schema: they are cheaper, and their errors say what to change.
 	if v, ok := l.ex.(interface{ Validate(sandbox.Request) error }); ok {

@@ -30,6 +30,8 @@ func New(c *client.Client, agent, version string, limits client.Limits) *mcp.Ser
 		Instructions: instructions,
 	})
 	t := &tools{c: c.As(sandbox.SourceMCP), agent: agent}
+	s.AddResourceTemplate(&mcp.ResourceTemplate{Name: "output-file", Title: "An output file of a run",
+		URITemplate: fileURITemplate, Description: fileResourceDoc}, t.readFile)
 	mcp.AddTool(s, &mcp.Tool{Name: "run_code", Description: runCodeDoc + limitsDoc(limits) + outcomesDoc}, t.runCode)
 	mcp.AddTool(s, &mcp.Tool{Name: "save_code", Description: saveCodeDoc}, t.saveCode)
 	mcp.AddTool(s, &mcp.Tool{Name: "update_code", Description: updateCodeDoc}, t.updateCode)
@@ -59,11 +61,19 @@ func limitsDoc(l client.Limits) string {
 	if l.Network == "none" {
 		network = "there is no network"
 	}
+	charts := "figures are not saved unless the code saves them"
+	if l.Charts {
+		charts = "open matplotlib figures (at each plt.show() and at the end) and PIL images shown come back as PNG files unless charts is false"
+	}
 	return fmt.Sprintf(" Limits: a wall-clock timeout (timeout_ms: default %d, at most %d); memory: %s for the run's data (past it: MemoryError, outcome memory_limit); "+
-		"stdout %s and stderr %s (past them: outcome output_limit); OUTPUT %s of JSON; any file %s; "+
-		"files live only for the run (work in the current directory or /tmp); %s.",
+		"stdout %s and stderr %s (past them: outcome output_limit); OUTPUT %s of JSON; any file %s. "+
+		"Files: up to %d input files (files), %s each, %s in all, written in the current directory; "+
+		"the files the code writes or changes in the current directory (not /tmp) come back, up to %d files, %s each, %s in all "+
+		"(images as images, other small files embedded, larger ones and those past a result's share as links to read with resources/read); %s; %s.",
 		l.DefaultTimeoutMS, l.MaxTimeoutMS, size(l.Limits.MemoryBytes), size(l.Limits.StdoutBytes), size(l.Limits.StderrBytes),
-		size(l.Limits.OutputBytes), size(l.Limits.FileSizeBytes), network)
+		size(l.Limits.OutputBytes), size(l.Limits.FileSizeBytes),
+		l.MaxInputFiles, size(l.MaxInputFileBytes), size(l.MaxInputFilesBytes), l.OutputFiles, size(l.OutputFileBytes), size(l.OutputFilesBytes),
+		charts, network)
 }
 
 // size writes n bytes in the largest binary unit that divides it ("512 MiB", "1536 bytes").
@@ -81,7 +91,7 @@ func size(n int64) string {
 
 const outcomesDoc = ` The result has one outcome: ok; error (an exception or non-zero exit: read stderr, fix the code, try again); timeout; memory_limit; output_limit; output_invalid (OUTPUT broke the script's output schema); dependency_error (a package could not be installed); killed; sandbox_error (the sandbox failed, not your code: retry). A failing program is reported as a tool error carrying its stdout and stderr.`
 
-const runCodeDoc = `Run Python 3 code in the sandbox and get its stdout, stderr, exit code, duration and OUTPUT. INPUT is the JSON value you pass as input (None when absent); set the global OUTPUT to return JSON. dependencies are pip requirements (PEP 508, such as "tabulate>=0.9") installed before the run; names only, no URLs or options. The global agent object reads your knowledge: agent.search_memory(query, limit=10), agent.get_facts(subject=None, predicate=None), agent.query_graph(start=None, relation=None, depth=1), agent.get_documents(query=None, ids=None), agent.store_result(key, value), agent.log(message).` + packagesDoc
+const runCodeDoc = `Run Python 3 code in the sandbox and get its stdout, stderr, exit code, duration and OUTPUT. INPUT is the JSON value you pass as input (None when absent); set the global OUTPUT to return JSON. dependencies are pip requirements (PEP 508, such as "tabulate>=0.9") installed before the run; names only, no URLs or options. The global agent object reads your knowledge: agent.search_memory(query, limit=10), agent.get_facts(subject=None, predicate=None), agent.query_graph(start=None, relation=None, depth=1), agent.get_documents(query=None, ids=None), agent.store_result(key, value), agent.log(message). files are given like [{"name": "data.csv", "content": "a,b\n1,2\n"}] (binary: the bytes in base64 with "encoding": "base64"); read them by name, such as pandas.read_csv("data.csv").` + packagesDoc
 
 const saveCodeDoc = `Save a Python script under a name (lowercase letters, digits, - and _), as version 1, to run later by name (run_saved_code) or on a schedule (create_code_job). input_schema and output_schema are JSON Schemas (2020-12) of its INPUT and OUTPUT: runs with input that breaks input_schema are refused, and an OUTPUT that breaks output_schema ends the run output_invalid. dependencies are pip requirements installed before each run.`
 
@@ -104,10 +114,34 @@ type RunCodeArgs struct {
 	Input        any      `json:"input,omitempty" jsonschema:"any JSON value, given to the code as INPUT"`
 	Dependencies []string `json:"dependencies,omitempty" jsonschema:"pip requirements to install first, such as tabulate>=0.9"`
 	TimeoutMS    int64    `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds (the default and the maximum are in the tool's description)"`
+	FileArgs
+}
+
+// FileArgs are the arguments about files of the tools that run code.
+type FileArgs struct {
+	Files  []FileArg `json:"files,omitempty" jsonschema:"files written into the run's working directory before the code starts, such as [{\"name\": \"data.csv\", \"content\": \"a,b\\n1,2\\n\"}]"`
+	Charts *bool     `json:"charts,omitempty" jsonschema:"false: do not return open matplotlib figures and PIL images shown as PNG files (default true)"`
+}
+
+// FileArg is an input file, as the REST API takes it.
+type FileArg struct {
+	Name     string `json:"name" jsonschema:"its path in the working directory, such as data.csv or in/a.json (relative, no ..)"`
+	Content  string `json:"content" jsonschema:"its text, or its bytes in standard base64 with encoding base64"`
+	Encoding string `json:"encoding,omitempty" jsonschema:"utf-8 (the default) or base64"`
+}
+
+// runFiles is the request's part of a: its input files and charts, with the small output
+// files asked inline.
+func (a FileArgs) runFiles() client.RunFiles {
+	rf := client.RunFiles{Charts: a.Charts, InlineFiles: true}
+	for _, f := range a.Files {
+		rf.Files = append(rf.Files, client.InputFile{Name: f.Name, Content: f.Content, Encoding: f.Encoding})
+	}
+	return rf
 }
 
 func (t *tools) runCode(ctx context.Context, _ *mcp.CallToolRequest, a RunCodeArgs) (*mcp.CallToolResult, any, error) {
-	req := client.ExecuteRequest{Code: a.Code, Agent: t.agent, Dependencies: a.Dependencies}
+	req := client.ExecuteRequest{Code: a.Code, Agent: t.agent, Dependencies: a.Dependencies, RunFiles: a.runFiles()}
 	if a.Input != nil {
 		in, err := json.Marshal(a.Input)
 		if err != nil {
@@ -118,17 +152,18 @@ func (t *tools) runCode(ctx context.Context, _ *mcp.CallToolRequest, a RunCodeAr
 	if a.TimeoutMS != 0 {
 		req.TimeoutMS = &a.TimeoutMS
 	}
-	res, err := t.c.Execute(ctx, req, nil)
-	return runResult(res, err)
+	return runResult(t.c.ExecuteAnswer(ctx, req, nil))
 }
 
 // runResult turns an execution into a tool result: a failing program is a tool error with its
 // output, so the model can fix its code. The execution's ID is always given (get_execution
-// reads its record), a run stopped because its call was cancelled included.
-func runResult(res sandbox.Result, err error) (*mcp.CallToolResult, any, error) {
+// reads its record), a run stopped because its call was cancelled included. Its output files
+// follow the text, as fileContents makes them.
+func runResult(ans client.Answer, err error) (*mcp.CallToolResult, any, error) {
 	if err != nil {
 		return nil, nil, toolError(err)
 	}
+	res := ans.Result
 	var b strings.Builder
 	fmt.Fprintf(&b, "outcome: %s (exit code %d, %d ms)\n", res.Outcome, res.ExitCode, res.DurationMS)
 	fmt.Fprintf(&b, "execution: %s\n", res.ID)
@@ -144,8 +179,20 @@ func runResult(res sandbox.Result, err error) (*mcp.CallToolResult, any, error) 
 	if string(res.Output) != "null" && len(res.Output) > 0 {
 		fmt.Fprintf(&b, "OUTPUT: %s\n", res.Output)
 	}
-	return &mcp.CallToolResult{IsError: res.Outcome != sandbox.OutcomeOK,
-		Content: []mcp.Content{&mcp.TextContent{Text: b.String()}}}, res, nil
+	if len(res.Files) > 0 {
+		fmt.Fprintf(&b, "output files (below; read any again with resources/read of its URI):\n")
+		for _, f := range res.Files {
+			fmt.Fprintf(&b, "  %s (%s, %d bytes): %s\n", f.Name, f.MediaType, f.SizeBytes, FileURI(res.ID, f.Name))
+		}
+	}
+	for _, s := range res.FilesSkipped {
+		fmt.Fprintf(&b, "output file %s skipped: %s\n", s.Name, s.Reason)
+	}
+	if res.FilesTruncated {
+		fmt.Fprintf(&b, "more output files were left out than are listed (a cap on output files was reached)\n")
+	}
+	content := append([]mcp.Content{&mcp.TextContent{Text: b.String()}}, fileContents(res.ID, res.Files, ans.Inline)...)
+	return &mcp.CallToolResult{IsError: res.Outcome != sandbox.OutcomeOK, Content: content}, res, nil
 }
 
 // errCancelled is the tool error of a call cancelled (notifications/cancelled, or its client
@@ -295,10 +342,11 @@ type RunSavedArgs struct {
 	Input     any    `json:"input,omitempty" jsonschema:"INPUT; must fit the script's input schema"`
 	TimeoutMS int64  `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds"`
 	Version   int    `json:"version,omitempty" jsonschema:"run this version (default the latest)"`
+	FileArgs
 }
 
 func (t *tools) runSaved(ctx context.Context, _ *mcp.CallToolRequest, a RunSavedArgs) (*mcp.CallToolResult, any, error) {
-	run := library.Run{Input: raw(a.Input), Version: a.Version}
+	run := client.CodeRun{Input: raw(a.Input), Version: a.Version, RunFiles: a.runFiles()}
 	if a.TimeoutMS != 0 {
 		run.TimeoutMS = &a.TimeoutMS
 	}
@@ -324,7 +372,7 @@ func (t *tools) createJob(ctx context.Context, _ *mcp.CallToolRequest, a JobArgs
 	if a.TimeoutMS != 0 {
 		d.TimeoutMS = &a.TimeoutMS
 	}
-	j, err := t.c.CreateJob(ctx, t.agent, d)
+	j, err := t.c.CreateJob(ctx, t.agent, client.JobDraft{Draft: d})
 	if err != nil {
 		return nil, nil, toolError(err)
 	}

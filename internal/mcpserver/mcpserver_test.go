@@ -45,10 +45,14 @@ func newAPI(t testing.TB, rt sandbox.Runtime, cfg sandbox.Config) (string, *stor
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, cfg, nil)
+	files, err := st.OpenFiles(t.Context(), filepath.Join(t.TempDir(), store.FilesDir), store.DefaultFilesMaxBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st, Files: files}, cfg, nil)
 	lib := library.New(st, svc, 0)
 	api := httptest.NewServer(httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib,
-		Jobs: jobs.New(st, lib, svc, jobs.Config{}, nil), Ledger: st}, nil))
+		Jobs: jobs.New(st, lib, svc, jobs.Config{}, nil), Ledger: st, Files: files}, nil))
 	t.Cleanup(api.Close)
 	return api.URL, st
 }

@@ -5,9 +5,9 @@
 // A frame is a 4-byte big-endian length followed by that many bytes of a JSON Message. Frames
 // are at most MaxFrame bytes. The executor speaks first (KindHello); then the daemon sends
 // KindRun and KindCancel, and the executor answers each run with KindStdout/KindStderr chunks in
-// order, then KindFile for each output file, and exactly one KindResult (or KindRefused when it cannot start the run). After a run's
-// result, once the run's files are gone, it sends KindSettled for its slot: the slot takes no
-// run before that.
+// order, then KindFile for each output file (in name order), and exactly one KindResult (or
+// KindRefused when it cannot start the run). After a run's result, once the run's files are
+// gone, it sends KindSettled for its slot: the slot takes no run before that.
 //
 // This package uses only the standard library and internal/sandbox, because the executor (a
 // static binary in the container) imports it.
@@ -28,7 +28,9 @@ import (
 )
 
 // Version is the protocol version; the daemon refuses an executor that speaks another.
-const Version = 2
+// Version 3: runs carry input files and the charts switch, and their output files come back
+// as KindFile messages.
+const Version = 3
 
 // MaxFrame is the largest frame either side sends or accepts, in bytes. A run's code and input
 // (1 MiB each by default) must fit in one KindRun frame.

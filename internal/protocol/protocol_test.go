@@ -22,6 +22,7 @@ func TestRoundTrip(t *testing.T) {
 		{Kind: KindHello, Hello: &Hello{Version: Version, Slots: 4, Python: "3.11.2", PID: 7}},
 		{Kind: KindRun, ID: "ex_1", Run: &Run{Slot: 2, Spec: sandbox.Spec{ID: "ex_1", Code: "print('测试 😀')", Input: json.RawMessage(`[1,2]`), TimeoutMS: 5}}},
 		{Kind: KindStdout, ID: "ex_1", Data: "测试 😀\n"},
+		{Kind: KindFile, ID: "ex_1", File: &sandbox.File{Name: "out/图.bin", SizeBytes: 3, MediaType: "application/octet-stream", SHA256: "ab"}, FileContent: []byte{0, 0xff, '\n'}},
 		{Kind: KindResult, ID: "ex_1", Result: &sandbox.Result{Outcome: sandbox.OutcomeOK, Output: json.RawMessage(`{"n":3}`)}},
 	}
 	var wg sync.WaitGroup
@@ -88,7 +89,11 @@ func FuzzReceive(f *testing.F) {
 		}
 		return buf.Bytes()
 	}
-	f.Add(seed(&Message{Kind: KindHello, Hello: &Hello{Version: 1, Slots: 4}}))
+	f.Add(seed(&Message{Kind: KindHello, Hello: &Hello{Version: Version, Slots: 4}}))
+	f.Add(seed(&Message{Kind: KindRun, ID: "ex", Run: &Run{Slot: 0, Spec: sandbox.Spec{Code: "print(open('in/a.csv').read())", Input: json.RawMessage("null"),
+		TimeoutMS: 1, Charts: true, Files: []sandbox.InputFile{{Name: "in/a.csv", Content: []byte("a,b\n1,2\n")}}}}}))
+	f.Add(seed(&Message{Kind: KindFile, ID: "ex", File: &sandbox.File{Name: "figure-1.png", SizeBytes: 4, MediaType: "image/png",
+		SHA256: "0f0f"}, FileContent: []byte("\x89PNG")}))
 	f.Add(seed(&Message{Kind: KindRun, ID: "ex", Run: &Run{Slot: 1, Spec: sandbox.Spec{Code: "print(1)", Input: json.RawMessage("null"), TimeoutMS: 1}}}))
 	f.Add(seed(&Message{Kind: KindStderr, ID: "ex", Data: "\uFFFD 😀"}))
 	f.Add(seed(&Message{Kind: KindRefused, ID: "ex", Error: "slot busy"}))

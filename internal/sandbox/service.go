@@ -95,12 +95,13 @@ func DefaultConfig() Config {
 // Service validates execution requests, assigns them slots, queues them when every slot is
 // busy, and layers the daemon's deadline over the runtime's. It is safe for concurrent use.
 type Service struct {
-	rt   Runtime
-	rec  Recorder
-	cb   Callbacks
-	cfg  Config
-	log  *slog.Logger
-	free chan int // free slot numbers
+	rt    Runtime
+	rec   Recorder
+	cb    Callbacks
+	files FileStore
+	cfg   Config
+	log   *slog.Logger
+	free  chan int // free slot numbers
 
 	// base ends every execution when Interrupt is called.
 	base      context.Context
@@ -119,7 +120,7 @@ func NewService(rt Runtime, hooks Hooks, cfg Config, log *slog.Logger) *Service 
 		log = slog.New(slog.DiscardHandler)
 	}
 	base, interrupt := context.WithCancelCause(context.Background())
-	s := &Service{rt: rt, rec: hooks.Recorder, cb: hooks.Callbacks, cfg: cfg, log: log, free: make(chan int, cfg.Slots),
+	s := &Service{rt: rt, rec: hooks.Recorder, cb: hooks.Callbacks, files: hooks.Files, cfg: cfg, log: log, free: make(chan int, cfg.Slots),
 		base: base, interrupt: interrupt}
 	// Each slot is offered once the runtime has it ready (a pool brings its slots up one by one).
 	for i := range cfg.Slots {
@@ -241,7 +242,7 @@ func (s *Service) Validate(req Request) error {
 		return &FieldError{Field: "agent", Message: fmt.Sprintf(
 			"%q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit", req.Agent)}
 	}
-	return nil
+	return validateFiles(req.Files, s.cfg)
 }
 
 // Execute validates req, waits for a free slot, runs it and returns its Result.
@@ -250,7 +251,8 @@ func (s *Service) Validate(req Request) error {
 // queue is full, an error wrapping ErrNotReady when the sandbox cannot start the run, or ctx's
 // error when ctx ends while waiting for a slot. Once the run has started, every failure
 // (including the system's) is reported as a Result with its Outcome and a nil error.
-// emit, when not nil, receives output chunks as they happen (see Runtime).
+// emit, when not nil, receives output chunks as they happen (see Runtime); an output file's
+// event comes once Hooks.Files has stored it, without its content.
 func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (Result, error) {
 	if err := s.Validate(req); err != nil {
 		return Result{}, err
@@ -262,31 +264,7 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 	defer cancel(nil)
 	stop := context.AfterFunc(s.base, func() { cancel(context.Cause(s.base)) })
 	defer stop()
-	spec := Spec{
-		ID:        req.ID,
-		Code:      req.Code,
-		Input:     req.Input,
-		TimeoutMS: s.cfg.DefaultTimeout.Milliseconds(),
-		Limits:    s.cfg.Limits,
-	}
-	if spec.ID == "" {
-		spec.ID = NewID()
-	}
-	if len(spec.Input) == 0 {
-		spec.Input = json.RawMessage("null")
-	}
-	origin := req.Origin
-	if origin.Source == "" {
-		origin.Source = SourceAPI
-	}
-	agent := req.Agent
-	if agent == "" {
-		agent = "default"
-	}
-
-	if req.TimeoutMS != nil {
-		spec.TimeoutMS = *req.TimeoutMS
-	}
+	x := s.prepare(req)
 
 	// The slot is taken first: it bounds installs as it bounds runs, and the execution is in
 	// the ledger from here, so a crash during an install is recorded too.
@@ -295,84 +273,174 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 		return Result{}, err
 	}
 	defer s.release(slot)
-	accepted := time.Now().UTC() // the execution's started_at, whatever it installs first
-	if s.rec != nil {
-		head := Result{ID: spec.ID, Agent: agent, TimeoutMS: spec.TimeoutMS, StartedAt: accepted, Origin: origin}
-		if err := s.rec.Begin(ctx, spec, head); err != nil {
-			// Nothing ran: the daemon cannot keep its ledger (a full or read-only disk).
-			return Result{}, fmt.Errorf("%w: the ledger could not record the execution, so it did not run (%v); "+
-				"check that the data directory's disk has space and is writable", ErrNotReady, err)
-		}
+	x.slot, x.accepted = slot, time.Now().UTC() // the execution's started_at, whatever it installs first
+	if err := s.begin(ctx, x); err != nil {
+		return Result{}, err
 	}
 
 	// Dependencies are installed before the run's clock starts: install time is not charged
 	// to its timeout.
-	var deps Installed
-	var installMS int64
 	if len(req.Dependencies) > 0 {
 		began := time.Now()
-		deps, err = s.install(ctx, slot, req.Dependencies, emit)
-		installMS = time.Since(began).Milliseconds()
+		x.deps, err = s.install(ctx, slot, req.Dependencies, emit)
+		x.installMS = time.Since(began).Milliseconds()
 		switch {
 		case err != nil:
 			res := s.systemFailure(ctx, ctx, Result{ExitCode: -1}, began, fmt.Errorf("installing the dependencies: %w", err))
-			return s.finish(ctx, req, spec, agent, origin, accepted, res, deps, installMS, nil, slot), nil
-		case len(deps.Failed()) > 0:
-			return s.finish(ctx, req, spec, agent, origin, accepted, s.dependencyError(deps), deps, installMS, nil, slot), nil
+			return s.finish(ctx, x, res), nil
+		case len(x.deps.Failed()) > 0:
+			return s.finish(ctx, x, s.dependencyError(x.deps)), nil
 		}
-		spec.Paths = deps.Paths
+		x.spec.Paths = x.deps.Paths
 	}
+	res, err := s.run(ctx, x, emit)
+	if err != nil {
+		return Result{}, err
+	}
+	return s.finish(ctx, x, res), nil
+}
 
+// execution is what the Service knows of one execution on its way: the request, the spec it
+// became, and what the steps before the run found.
+type execution struct {
+	req    Request
+	spec   Spec
+	agent  string
+	origin Origin
+	// slot is the slot it runs in; accepted is when it took the slot (its started_at).
+	slot     int
+	accepted time.Time
+	// deps and installMS are its dependencies' statuses and how long installing them took.
+	deps      Installed
+	installMS int64
+	// audit lists the run's agent.* calls.
+	audit []CallRecord
+	// files keeps the run's output files as they arrive.
+	files *fileSink
+}
+
+// prepare turns a validated request into its execution: the spec with its ID, input, timeout,
+// limits, files and charts resolved, and the agent and origin with their defaults.
+func (s *Service) prepare(req Request) *execution {
+	spec := Spec{
+		ID:        req.ID,
+		Code:      req.Code,
+		Input:     req.Input,
+		TimeoutMS: s.cfg.DefaultTimeout.Milliseconds(),
+		Limits:    s.cfg.Limits,
+		Files:     req.Files,
+		Charts:    s.cfg.Charts,
+	}
+	if spec.ID == "" {
+		spec.ID = NewID()
+	}
+	if len(spec.Input) == 0 {
+		spec.Input = json.RawMessage("null")
+	}
+	if req.TimeoutMS != nil {
+		spec.TimeoutMS = *req.TimeoutMS
+	}
+	if req.Charts != nil {
+		spec.Charts = *req.Charts
+	}
+	x := &execution{req: req, spec: spec, agent: req.Agent, origin: req.Origin}
+	if x.origin.Source == "" {
+		x.origin.Source = SourceAPI
+	}
+	if x.agent == "" {
+		x.agent = "default"
+	}
+	x.files = &fileSink{store: s.files, id: spec.ID}
+	return x
+}
+
+// begin records that x is starting. An error means the ledger cannot keep it: nothing runs.
+func (s *Service) begin(ctx context.Context, x *execution) error {
+	if s.rec == nil {
+		return nil
+	}
+	head := Result{ID: x.spec.ID, Agent: x.agent, TimeoutMS: x.spec.TimeoutMS, StartedAt: x.accepted, Origin: x.origin}
+	if err := s.rec.Begin(ctx, x.spec, head); err != nil {
+		// Nothing ran: the daemon cannot keep its ledger (a full or read-only disk).
+		return fmt.Errorf("%w: the ledger could not record the execution, so it did not run (%v); "+
+			"check that the data directory's disk has space and is writable", ErrNotReady, err)
+	}
+	return nil
+}
+
+// run runs x's program in its slot, under the daemon's deadline, answering its agent.* calls
+// and keeping its output files. An error (wrapping ErrNotReady) means it never started: its
+// record is discarded.
+func (s *Service) run(ctx context.Context, x *execution, emit func(Event)) (Result, error) {
 	started := time.Now()
-	runCtx, cancelRun := context.WithTimeout(ctx, time.Duration(spec.TimeoutMS)*time.Millisecond+s.cfg.Grace)
+	runCtx, cancelRun := context.WithTimeout(ctx, time.Duration(x.spec.TimeoutMS)*time.Millisecond+s.cfg.Grace)
 	defer cancelRun()
-	line := &calls{s: s, scope: CallScope{Agent: agent, ExecutionID: spec.ID}, emit: emit}
-	spec.Calls, spec.CallBytes = line.handle, s.cfg.MaxCallBytes
-	res, err := s.rt.Run(runCtx, slot, spec, emit)
+	line := &calls{s: s, scope: CallScope{Agent: x.agent, ExecutionID: x.spec.ID}, emit: emit}
+	x.spec.Calls, x.spec.CallBytes = line.handle, s.cfg.MaxCallBytes
+	// The files are stored even when the caller has gone: the run's record lists them.
+	x.files.ctx = context.WithoutCancel(ctx)
+	res, err := s.rt.Run(runCtx, x.slot, x.spec, x.files.wrap(emit))
 	audit, logs := line.end()
 	switch {
 	case err != nil && errors.Is(err, ErrNotReady) && ctx.Err() == nil:
-		if s.rec != nil {
-			if derr := s.rec.Discard(context.WithoutCancel(ctx), spec.ID); derr != nil {
-				s.log.Error("the ledger could not discard a run that did not start", "id", spec.ID, "error", derr)
-			}
-		}
+		s.discard(ctx, x.spec.ID)
 		return Result{}, err
 	case err != nil, ctx.Err() != nil && res.Outcome == OutcomeKilled:
 		// Also the runtime's result for a run it killed because ctx ended: the reason says who
 		// ended it. (A run that ended by itself meanwhile keeps its own result.)
 		res = s.systemFailure(ctx, runCtx, res, started, err)
 	}
-	res.Logs = logs
-	return s.finish(ctx, req, spec, agent, origin, accepted, res, deps, installMS, audit, slot), nil
+	res.Logs, x.audit = logs, audit
+	return x.files.apply(res), nil
 }
 
-// finish completes a result with what the Service knows, checks OUTPUT, and records it. Its
-// StartedAt is accepted, when the execution took its slot: an install before the program
+// discard removes the record of a run that did not start after all.
+func (s *Service) discard(ctx context.Context, id string) {
+	if s.rec == nil {
+		return
+	}
+	if err := s.rec.Discard(context.WithoutCancel(ctx), id); err != nil {
+		s.log.Error("the ledger could not discard a run that did not start", "id", id, "error", err)
+	}
+}
+
+// finish completes a result with what the Service knows of x, checks OUTPUT, and records it.
+// Its StartedAt is x.accepted, when the execution took its slot: an install before the program
 // does not move it (InstallMS says how long that took).
-func (s *Service) finish(ctx context.Context, req Request, spec Spec, agent string, origin Origin, accepted time.Time, res Result,
-	deps Installed, installMS int64, audit []CallRecord, slot int) Result {
-	res.ID, res.Agent, res.TimeoutMS, res.Origin, res.StartedAt = spec.ID, agent, spec.TimeoutMS, origin, accepted
-	res.Dependencies, res.InstallMS, res.Calls = deps.Dependencies, installMS, audit
+func (s *Service) finish(ctx context.Context, x *execution, res Result) Result {
+	res.ID, res.Agent, res.TimeoutMS, res.Origin, res.StartedAt = x.spec.ID, x.agent, x.spec.TimeoutMS, x.origin, x.accepted
+	res.Dependencies, res.InstallMS, res.Calls = x.deps.Dependencies, x.installMS, x.audit
 	if res.Output == nil {
 		res.Output = json.RawMessage("null")
 	}
+	res = checkOutput(x.req, res)
+	s.record(ctx, res)
+	s.log.Info("execution finished", "id", res.ID, "agent", x.agent, "slot", x.slot,
+		"outcome", res.Outcome, "exit_code", res.ExitCode, "duration_ms", res.DurationMS, "install_ms", x.installMS)
+	return res
+}
+
+// checkOutput holds a run that ended ok to req's check of OUTPUT, and sets Success.
+func checkOutput(req Request, res Result) Result {
 	if res.Outcome == OutcomeOK && req.CheckOutput != nil {
 		if err := req.CheckOutput(res.Output); err != nil {
 			res.Outcome, res.Reason = OutcomeOutputInvalid, err.Error()
 		}
 	}
 	res.Success = res.Outcome == OutcomeOK
-	if s.rec != nil {
-		// The run is over whatever the caller does now: record it even if ctx has ended.
-		if err := s.rec.Finish(context.WithoutCancel(ctx), res); err != nil {
-			s.log.Error("the ledger could not record an execution's result; retrying", "id", res.ID, "error", err)
-			go s.retryFinish(res)
-		}
-	}
-	s.log.Info("execution finished", "id", res.ID, "agent", agent, "slot", slot,
-		"outcome", res.Outcome, "exit_code", res.ExitCode, "duration_ms", res.DurationMS, "install_ms", installMS)
 	return res
+}
+
+// record keeps res in the ledger; when the ledger fails, it retries in the background.
+func (s *Service) record(ctx context.Context, res Result) {
+	if s.rec == nil {
+		return
+	}
+	// The run is over whatever the caller does now: record it even if ctx has ended.
+	if err := s.rec.Finish(context.WithoutCancel(ctx), res); err != nil {
+		s.log.Error("the ledger could not record an execution's result; retrying", "id", res.ID, "error", err)
+		go s.retryFinish(res)
+	}
 }
 
 // Install makes the requirements importable ahead of any run (pre-installing them), and

@@ -18,6 +18,9 @@ type fakeRuntime struct {
 	overlap bool // two runs were given the same slot at once
 	run     func(ctx context.Context, spec Spec) (Result, error)
 	ready   error
+	// emitFiles are emitted as output files (with their content), in emitOrder, after stdout.
+	emitFiles map[string][]byte
+	emitOrder []string
 }
 
 func (f *fakeRuntime) Run(ctx context.Context, slot int, spec Spec, emit func(Event)) (Result, error) {
@@ -38,6 +41,9 @@ func (f *fakeRuntime) Run(ctx context.Context, slot int, spec Spec, emit func(Ev
 	}()
 	if emit != nil {
 		emit(Event{Stream: "stdout", Data: "x"})
+		for _, n := range f.emitOrder {
+			emit(Event{Stream: StreamFile, File: &File{Name: n, SizeBytes: int64(len(f.emitFiles[n]))}, Content: f.emitFiles[n]})
+		}
 	}
 	if f.run != nil {
 		return f.run(ctx, spec)

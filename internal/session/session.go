@@ -7,6 +7,8 @@ package session
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -231,7 +233,7 @@ func (c *Client) readLoop() {
 			c.mu.Lock()
 			c.lastPong = time.Now()
 			c.mu.Unlock()
-		case protocol.KindStdout, protocol.KindStderr, protocol.KindResult, protocol.KindRefused,
+		case protocol.KindStdout, protocol.KindStderr, protocol.KindFile, protocol.KindResult, protocol.KindRefused,
 			protocol.KindInstallStatus, protocol.KindInstalled, protocol.KindPackagesResult:
 			c.route(m)
 		case protocol.KindSettled:
@@ -346,67 +348,23 @@ func (c *Client) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func
 
 	started := time.Now()
 	if err := c.conn.Send(&protocol.Message{Kind: protocol.KindRun, ID: spec.ID, Run: &protocol.Run{Slot: slot, Spec: spec}}); err != nil {
+		if errors.Is(err, protocol.ErrFrameTooLarge) {
+			// Nothing was sent: the session lives on, and the slot has nothing to clean up.
+			close(st.done)
+			return sandbox.Result{}, fmt.Errorf("the run's code, input and files together do not fit in one message to the sandbox "+
+				"(lower the caps on them): %w", err)
+		}
 		c.fail(fmt.Errorf("%w: sending a run: %w", ErrClosed, err))
 		return sandbox.Result{}, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
 	}
 
-	var stdout, stderr strings.Builder
-	partial := func() sandbox.Result {
-		return sandbox.Result{Stdout: stdout.String(), Stderr: stderr.String(), StartedAt: started.UTC(),
-			DurationMS: time.Since(started).Milliseconds(), ExitCode: -1}
-	}
-	// deliver handles queued messages; ended is true once the run's end has arrived.
-	deliver := func() (res sandbox.Result, ended bool, err error) {
-		for _, m := range cl.drain() {
-			switch m.Kind {
-			case protocol.KindStdout, protocol.KindStderr:
-				b := &stdout
-				if m.Kind == protocol.KindStderr {
-					b = &stderr
-				}
-				b.WriteString(m.Data)
-				if emit != nil {
-					emit(sandbox.Event{Stream: sandbox.Stream(m.Kind), Data: m.Data})
-				}
-			case protocol.KindCall:
-				if m.AgentCall == nil {
-					continue
-				}
-				call := *m.AgentCall
-				if spec.Calls == nil {
-					c.reply(spec.ID, call.Seq, nil, errors.New("this run cannot make agent calls"))
-					continue
-				}
-				// Answered on its own goroutine: a slow host must not hold the run's output.
-				go func() {
-					value, err := spec.Calls(ctx, call.Call)
-					c.reply(spec.ID, call.Seq, value, err)
-				}()
-			case protocol.KindRefused:
-				c.mu.Lock()
-				if c.settles[slot] == st { // nothing ran: nothing to clean up
-					close(st.done)
-				}
-				c.mu.Unlock()
-				return partial(), true, fmt.Errorf("the executor refused the run: %s", m.Error)
-			case protocol.KindResult:
-				if m.Result == nil {
-					return partial(), true, errors.New("the executor sent a result without content")
-				}
-				// The streams arrived as chunks; the result carries only their flags.
-				res := *m.Result
-				res.Stdout, res.Stderr = stdout.String(), stderr.String()
-				return res, true, nil
-			}
-		}
-		return sandbox.Result{}, false, nil
-	}
+	o := &runOutput{c: c, ctx: ctx, slot: slot, spec: spec, emit: emit, started: started, settle: st}
 	var grace <-chan time.Time
 	ctxDone := ctx.Done()
 	for {
 		select {
 		case <-cl.notify:
-			if res, ended, err := deliver(); ended {
+			if res, ended, err := o.deliver(cl.drain()); ended {
 				return res, err
 			}
 		case <-ctxDone:
@@ -416,14 +374,130 @@ func (c *Client) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func
 				c.fail(fmt.Errorf("%w: sending a cancel: %w", ErrClosed, err))
 			}
 		case <-grace:
-			return partial(), fmt.Errorf("the executor did not confirm the cancelled run's end: %w", ctx.Err())
+			return o.partial(), fmt.Errorf("the executor did not confirm the cancelled run's end: %w", ctx.Err())
 		case <-c.done:
-			if res, ended, err := deliver(); ended {
+			if res, ended, err := o.deliver(cl.drain()); ended {
 				return res, err
 			}
-			return partial(), c.Err()
+			return o.partial(), c.Err()
 		}
 	}
+}
+
+// runOutput is what a run's messages have delivered so far, in Run.
+type runOutput struct {
+	c       *Client
+	ctx     context.Context
+	slot    int
+	spec    sandbox.Spec
+	emit    func(sandbox.Event)
+	started time.Time
+	settle  *settle
+
+	stdout, stderr strings.Builder
+	files          map[string]bool // output files whose bytes arrived intact
+}
+
+// partial is the result of a run whose end did not arrive: the output received so far.
+func (o *runOutput) partial() sandbox.Result {
+	return sandbox.Result{Stdout: o.stdout.String(), Stderr: o.stderr.String(), StartedAt: o.started.UTC(),
+		DurationMS: time.Since(o.started).Milliseconds(), ExitCode: -1}
+}
+
+// deliver handles a run's queued messages in order; ended is true once the run's end has
+// arrived, with its result (or the error that ended it).
+func (o *runOutput) deliver(msgs []*protocol.Message) (res sandbox.Result, ended bool, err error) {
+	c, spec := o.c, o.spec
+	for _, m := range msgs {
+		switch m.Kind {
+		case protocol.KindStdout, protocol.KindStderr:
+			b := &o.stdout
+			if m.Kind == protocol.KindStderr {
+				b = &o.stderr
+			}
+			b.WriteString(m.Data)
+			if o.emit != nil {
+				o.emit(sandbox.Event{Stream: sandbox.Stream(m.Kind), Data: m.Data})
+			}
+		case protocol.KindFile:
+			o.file(m)
+		case protocol.KindCall:
+			if m.AgentCall == nil {
+				continue
+			}
+			call := *m.AgentCall
+			if spec.Calls == nil {
+				c.reply(spec.ID, call.Seq, nil, errors.New("this run cannot make agent calls"))
+				continue
+			}
+			// Answered on its own goroutine: a slow host must not hold the run's output.
+			go func() {
+				value, err := spec.Calls(o.ctx, call.Call)
+				c.reply(spec.ID, call.Seq, value, err)
+			}()
+		case protocol.KindRefused:
+			c.mu.Lock()
+			if c.settles[o.slot] == o.settle { // nothing ran: nothing to clean up
+				close(o.settle.done)
+			}
+			c.mu.Unlock()
+			return o.partial(), true, fmt.Errorf("the executor refused the run: %s", m.Error)
+		case protocol.KindResult:
+			if m.Result == nil {
+				return o.partial(), true, errors.New("the executor sent a result without content")
+			}
+			return o.result(*m.Result), true, nil
+		}
+	}
+	return sandbox.Result{}, false, nil
+}
+
+// file passes on an output file whose bytes match its size and SHA-256 (as a "file" event
+// with its content); a damaged one is logged and dropped.
+func (o *runOutput) file(m *protocol.Message) {
+	f := m.File
+	if f == nil {
+		o.c.log.Warn("the executor sent a file message without a file", "id", o.spec.ID)
+		return
+	}
+	sum := sha256.Sum256(m.FileContent)
+	if int64(len(m.FileContent)) != f.SizeBytes || hex.EncodeToString(sum[:]) != f.SHA256 {
+		o.c.log.Warn("dropping an output file whose bytes do not match its size and SHA-256", "id", o.spec.ID,
+			"file", f.Name, "size_bytes", f.SizeBytes, "received_bytes", len(m.FileContent))
+		return
+	}
+	if o.files == nil {
+		o.files = map[string]bool{}
+	}
+	o.files[f.Name] = true
+	if o.emit != nil {
+		o.emit(sandbox.Event{Stream: sandbox.StreamFile, File: f, Content: m.FileContent})
+	}
+}
+
+// result is the run's result r with the streams received as chunks (r carries only their
+// flags), listing only the output files whose bytes arrived intact: any other is moved to
+// FilesSkipped.
+func (o *runOutput) result(r sandbox.Result) sandbox.Result {
+	r.Stdout, r.Stderr = o.stdout.String(), o.stderr.String()
+	kept := r.Files[:0:0]
+	for _, f := range r.Files {
+		if o.files[f.Name] {
+			kept = append(kept, f)
+			continue
+		}
+		if len(r.FilesSkipped) >= sandbox.MaxSkippedFiles {
+			r.FilesTruncated = true
+			continue
+		}
+		r.FilesSkipped = append(r.FilesSkipped, sandbox.SkippedFile{Name: f.Name,
+			Reason: "its bytes did not arrive intact from the sandbox"})
+	}
+	if len(kept) == 0 {
+		kept = nil
+	}
+	r.Files = kept
+	return r
 }
 
 // register adds a call for id, or returns the session's error.

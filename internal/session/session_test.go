@@ -3,6 +3,8 @@ package session_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -423,5 +425,50 @@ func TestUnseedableHomeStopsTheRun(t *testing.T) {
 				t.Fatalf("next run: %+v", next)
 			}
 		})
+	}
+}
+
+// Output files become file events with their bytes, in order before the result; a file whose
+// bytes do not match its size and SHA-256 is dropped, and the result names it as skipped.
+func TestFileMessagesBecomeEvents(t *testing.T) {
+	daemonEnd, executorEnd := net.Pipe()
+	defer executorEnd.Close()
+	ex := protocol.NewConn(executorEnd, executorEnd)
+	go ex.Send(&protocol.Message{Kind: protocol.KindHello, Hello: &protocol.Hello{Version: protocol.Version, Slots: 1}})
+	c, err := session.Start(context.Background(), daemonEnd, daemonEnd, daemonEnd, slog.New(slog.DiscardHandler), session.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	good, bad := []byte("\x89PNG chart"), []byte("damaged")
+	file := func(name string, content []byte, sum [32]byte) *sandbox.File {
+		return &sandbox.File{Name: name, SizeBytes: int64(len(content)), MediaType: "image/png", SHA256: hex.EncodeToString(sum[:])}
+	}
+	go func() {
+		for {
+			m, err := ex.Receive()
+			if err != nil {
+				return
+			}
+			if m.Kind != protocol.KindRun {
+				continue
+			}
+			ex.Send(&protocol.Message{Kind: protocol.KindFile, ID: m.ID, File: file("a.png", good, sha256.Sum256(good)), FileContent: good})
+			ex.Send(&protocol.Message{Kind: protocol.KindFile, ID: m.ID, File: file("b.png", bad, sha256.Sum256(good)), FileContent: bad})
+			ex.Send(&protocol.Message{Kind: protocol.KindResult, ID: m.ID, Result: &sandbox.Result{Outcome: sandbox.OutcomeOK,
+				Files: []sandbox.File{*file("a.png", good, sha256.Sum256(good)), *file("b.png", bad, sha256.Sum256(good))}}})
+		}
+	}()
+	var events []sandbox.Event
+	res, err := c.Run(context.Background(), 0, sandboxtest.Spec("print(1)", time.Second), func(e sandbox.Event) { events = append(events, e) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 1 || events[0].Stream != sandbox.StreamFile || events[0].File.Name != "a.png" || !bytes.Equal(events[0].Content, good) {
+		t.Fatalf("events %+v", events)
+	}
+	if len(res.Files) != 1 || res.Files[0].Name != "a.png" || len(res.FilesSkipped) != 1 || res.FilesSkipped[0].Name != "b.png" ||
+		!strings.Contains(res.FilesSkipped[0].Reason, "did not arrive intact") {
+		t.Fatalf("files %+v skipped %+v", res.Files, res.FilesSkipped)
 	}
 }

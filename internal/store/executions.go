@@ -119,20 +119,34 @@ func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
 	if err != nil {
 		return err
 	}
+	files, err := jsonColumn(res.Files)
+	if err != nil {
+		return err
+	}
+	skipped, err := jsonColumn(res.FilesSkipped)
+	if err != nil {
+		return err
+	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
-		return finish(ctx, tx, res, ended, deps, calls)
+		return finish(ctx, tx, res, ended, resultColumns{deps: deps, calls: calls, files: files, skipped: skipped})
 	})
 }
 
-func finish(ctx context.Context, tx *sql.Tx, res sandbox.Result, ended time.Time, deps, calls sql.NullString) error {
+// resultColumns are a result's lists as stored: JSON text, NULL when empty.
+type resultColumns struct {
+	deps, calls, files, skipped sql.NullString
+}
+
+func finish(ctx context.Context, tx *sql.Tx, res sandbox.Result, ended time.Time, cols resultColumns) error {
 	r, err := tx.ExecContext(ctx, `UPDATE executions SET status = 'finished', outcome = ?, exit_code = ?,
 		signal = ?, reason = ?, stdout = ?, stderr = ?, stdout_truncated = ?, stderr_truncated = ?,
 		output = ?, duration_ms = ?, started_at = coalesce(?, started_at), ended_at = ?,
-		dependencies = ?, install_ms = ?, calls = ?, start = ?, oom_kills = ? WHERE id = ?`,
+		dependencies = ?, install_ms = ?, calls = ?, start = ?, oom_kills = ?,
+		files = ?, files_skipped = ?, files_truncated = ? WHERE id = ?`,
 		string(res.Outcome), res.ExitCode, res.Signal, res.Reason, res.Stdout, res.Stderr,
 		res.StdoutTruncated, res.StderrTruncated, string(res.Output), res.DurationMS,
-		ms(res.StartedAt), ms(ended), deps, res.InstallMS, calls, sql.NullString{String: res.Start, Valid: res.Start != ""},
-		res.OOMKills, res.ID)
+		ms(res.StartedAt), ms(ended), cols.deps, res.InstallMS, cols.calls, sql.NullString{String: res.Start, Valid: res.Start != ""},
+		res.OOMKills, cols.files, cols.skipped, res.FilesTruncated, res.ID)
 	if err != nil {
 		return err
 	}
@@ -149,15 +163,28 @@ func finish(ctx context.Context, tx *sql.Tx, res sandbox.Result, ended time.Time
 }
 
 // Discard deletes the record of run id while it is still running (it never started after
-// all), and marks its job fire, if any, as not begun (sandbox.Recorder).
+// all), with any output files kept for it, and marks its job fire, if any, as not begun
+// (sandbox.Recorder).
 func (s *Store) Discard(ctx context.Context, id string) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	var (
+		freed int64
+		gone  []string
+	)
+	err := s.tx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE id = ? AND status = 'running'`, id); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `UPDATE job_fires SET began = 0 WHERE execution_id = ?`, id)
+		if _, err := tx.ExecContext(ctx, `UPDATE job_fires SET began = 0 WHERE execution_id = ?`, id); err != nil {
+			return err
+		}
+		var err error
+		freed, gone, err = orphanedFiles(ctx, tx)
 		return err
 	})
+	if err == nil && s.files != nil {
+		s.files.forget(freed, gone)
+	}
+	return err
 }
 
 // FinishInterrupted finalises every record still running as sandbox_error with reason
@@ -183,7 +210,7 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 	row := s.r.QueryRowContext(ctx, `SELECT e.id, e.agent, e.source, e.job_id, e.code_name, e.code_version,
 		e.code_sha256, b.code, e.input, e.timeout_ms, e.status, e.outcome, e.exit_code, e.signal, e.reason,
 		e.stdout, e.stderr, e.stdout_truncated, e.stderr_truncated, e.output, e.duration_ms, e.started_at, e.ended_at,
-		e.dependencies, e.install_ms, e.calls, e.start, e.oom_kills
+		e.dependencies, e.install_ms, e.calls, e.start, e.oom_kills, e.files, e.files_skipped, e.files_truncated
 		FROM executions e LEFT JOIN code_blobs b ON b.sha256 = e.code_sha256 WHERE e.id = ?`, id)
 	var (
 		e                       Execution
@@ -195,11 +222,13 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 		started, ended          sql.NullInt64
 		input                   string
 		deps, calls, start      sql.NullString
+		files, skipped          sql.NullString
 		installMS               sql.NullInt64
 	)
 	err := row.Scan(&e.ID, &e.Agent, &e.Source, &jobID, &codeName, &codeVersion, &e.CodeSHA256, &code,
 		&input, &e.TimeoutMS, &e.Status, &outcome, &exit, &sig, &reason, &stdout, &stderr, &outTrunc,
-		&errTrunc, &output, &dur, &started, &ended, &deps, &installMS, &calls, &start, &e.OOMKills)
+		&errTrunc, &output, &dur, &started, &ended, &deps, &installMS, &calls, &start, &e.OOMKills,
+		&files, &skipped, &e.FilesTruncated)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Execution{}, fmt.Errorf("execution %q: %w", id, ErrNotFound)
 	}
@@ -221,7 +250,7 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 	for _, c := range []struct {
 		col sql.NullString
 		dst any
-	}{{deps, &e.Dependencies}, {calls, &e.Calls}} {
+	}{{deps, &e.Dependencies}, {calls, &e.Calls}, {files, &e.Files}, {skipped, &e.FilesSkipped}} {
 		if c.col.Valid {
 			if err := json.Unmarshal([]byte(c.col.String), c.dst); err != nil {
 				return Execution{}, fmt.Errorf("execution %q: a stored column is not JSON: %w", id, err)
@@ -354,10 +383,15 @@ type Retention struct {
 	MaxCount int
 }
 
-// Prune deletes the finished records r does not keep, and code no record refers to any more,
-// gives the space they took back to the file system, and returns how many records it deleted.
+// Prune deletes the finished records r does not keep, with their output files, and code no
+// record refers to any more, gives the space they took back to the file system, and returns
+// how many records it deleted.
 func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
-	var deleted int64
+	var (
+		deleted int64
+		freed   int64
+		gone    []string
+	)
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		if r.MaxAge > 0 {
 			res, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE status = 'finished' AND started_at < ?`,
@@ -382,12 +416,19 @@ func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 				SELECT 1 FROM executions e WHERE e.id = execution_logs.execution_id)`); err != nil {
 				return err
 			}
-			_, err := tx.ExecContext(ctx, `DELETE FROM code_blobs WHERE NOT EXISTS (
+			var err error
+			if freed, gone, err = orphanedFiles(ctx, tx); err != nil {
+				return err
+			}
+			_, err = tx.ExecContext(ctx, `DELETE FROM code_blobs WHERE NOT EXISTS (
 				SELECT 1 FROM executions e WHERE e.code_sha256 = code_blobs.sha256)`)
 			return err
 		}
 		return nil
 	})
+	if err == nil && s.files != nil {
+		s.files.forget(freed, gone)
+	}
 	if err == nil && deleted > 0 {
 		s.reclaim(ctx)
 	}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // Job is an agent's schedule for running saved code. The JSON field names are the public API.
@@ -26,6 +28,14 @@ type Job struct {
 	// TimeoutMS is each run's timeout in milliseconds; null means the daemon's default.
 	TimeoutMS *int64 `json:"timeout_ms"`
 	Enabled   bool   `json:"enabled"`
+	// Files lists the input files each fire's run gets: name and size (their bytes are in
+	// Inputs).
+	Files []JobFile `json:"files"`
+	// Inputs are the input files with their bytes; GetJob and DueJobs load them, ListJobs
+	// does not. CreateJob and UpdateJob store them (replacing the job's files).
+	Inputs []sandbox.InputFile `json:"-"`
+	// Charts is each run's chart setting (nil: the daemon's).
+	Charts *bool `json:"charts"`
 	// Overlap is what a fire does while the previous run goes on: "skip" or "queue".
 	Overlap string `json:"overlap"`
 	// CatchUp is what happens to fires missed while the daemon was down: "skip" or "once".
@@ -37,7 +47,14 @@ type Job struct {
 	UpdatedAt time.Time  `json:"updated_at"`
 }
 
-// MarshalJSON writes the job with code_version null for "the latest" (CodeVersion 0).
+// JobFile describes one of a job's input files. The JSON field names are the public API.
+type JobFile struct {
+	Name      string `json:"name"`
+	SizeBytes int64  `json:"size_bytes"`
+}
+
+// MarshalJSON writes the job with code_version null for "the latest" (CodeVersion 0), and
+// files as a list (empty when none).
 func (j Job) MarshalJSON() ([]byte, error) {
 	type plain Job
 	v := struct {
@@ -47,7 +64,71 @@ func (j Job) MarshalJSON() ([]byte, error) {
 	if j.CodeVersion > 0 {
 		v.CodeVersion = &j.CodeVersion
 	}
+	if v.Files == nil {
+		v.Files = []JobFile{}
+	}
 	return json.Marshal(v)
+}
+
+// jobFilesOf describes files.
+func jobFilesOf(files []sandbox.InputFile) []JobFile {
+	if len(files) == 0 {
+		return nil
+	}
+	out := make([]JobFile, len(files))
+	for i, f := range files {
+		out[i] = JobFile{Name: f.Name, SizeBytes: int64(len(f.Content))}
+	}
+	return out
+}
+
+// putJobFiles replaces the input files of job id with files, in tx.
+func putJobFiles(ctx context.Context, tx *sql.Tx, id string, files []sandbox.InputFile) error {
+	if _, err := tx.ExecContext(ctx, `DELETE FROM job_files WHERE job_id = ?`, id); err != nil {
+		return err
+	}
+	for i, f := range files {
+		content := f.Content
+		if content == nil {
+			content = []byte{} // NOT NULL: an empty file is empty, not absent
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO job_files (job_id, position, name, content) VALUES (?, ?, ?, ?)`,
+			id, i, f.Name, content); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadJobFiles sets j.Files, and j.Inputs when withContent.
+func (s *Store) loadJobFiles(ctx context.Context, j *Job, withContent bool) error {
+	q := `SELECT name, length(content), NULL FROM job_files WHERE job_id = ? ORDER BY position`
+	if withContent {
+		q = `SELECT name, length(content), content FROM job_files WHERE job_id = ? ORDER BY position`
+	}
+	rows, err := s.r.QueryContext(ctx, q, j.ID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	j.Files, j.Inputs = nil, nil
+	for rows.Next() {
+		var (
+			f       JobFile
+			content []byte
+		)
+		if err := rows.Scan(&f.Name, &f.SizeBytes, &content); err != nil {
+			return err
+		}
+		j.Files = append(j.Files, f)
+		if withContent {
+			if content == nil {
+				content = []byte{}
+			}
+			j.Inputs = append(j.Inputs, sandbox.InputFile{Name: f.Name, Content: content})
+		}
+	}
+	return rows.Err()
 }
 
 // The kinds of a job's fire.
@@ -88,7 +169,7 @@ type Fire struct {
 }
 
 const jobColumns = `id, agent, code_name, code_version, schedule, timezone, input, timeout_ms, enabled,
-	overlap, catch_up, description, next_run_at, created_at, updated_at`
+	overlap, catch_up, description, next_run_at, created_at, updated_at, charts`
 
 // CreateJob stores j, whose ID the caller has chosen; the times are set by the store. It
 // returns ErrNotFound (wrapped) when the agent has no code j.CodeName.
@@ -99,11 +180,15 @@ func (s *Store) CreateJob(ctx context.Context, j Job) (Job, error) {
 		if err := codeExists(ctx, tx, j.Agent, j.CodeName); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO jobs (`+jobColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		_, err := tx.ExecContext(ctx, `INSERT INTO jobs (`+jobColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			j.ID, j.Agent, j.CodeName, j.CodeVersion, j.Schedule, j.Timezone, string(j.Input), j.TimeoutMS,
-			j.Enabled, j.Overlap, j.CatchUp, j.Description, msPtr(j.NextRunAt), now.UnixMilli(), now.UnixMilli())
-		return err
+			j.Enabled, j.Overlap, j.CatchUp, j.Description, msPtr(j.NextRunAt), now.UnixMilli(), now.UnixMilli(), j.Charts)
+		if err != nil {
+			return err
+		}
+		return putJobFiles(ctx, tx, j.ID, j.Inputs)
 	})
+	j.Files = jobFilesOf(j.Inputs)
 	return j, err
 }
 
@@ -118,15 +203,19 @@ func (s *Store) UpdateJob(ctx context.Context, j Job) (Job, error) {
 		var created int64
 		err := tx.QueryRowContext(ctx, `UPDATE jobs SET code_name = ?, code_version = ?, schedule = ?, timezone = ?,
 			input = ?, timeout_ms = ?, enabled = ?, overlap = ?, catch_up = ?, description = ?, next_run_at = ?,
-			updated_at = ? WHERE id = ? AND agent = ? RETURNING created_at`,
+			updated_at = ?, charts = ? WHERE id = ? AND agent = ? RETURNING created_at`,
 			j.CodeName, j.CodeVersion, j.Schedule, j.Timezone, string(j.Input), j.TimeoutMS, j.Enabled, j.Overlap,
-			j.CatchUp, j.Description, msPtr(j.NextRunAt), now.UnixMilli(), j.ID, j.Agent).Scan(&created)
+			j.CatchUp, j.Description, msPtr(j.NextRunAt), now.UnixMilli(), j.Charts, j.ID, j.Agent).Scan(&created)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("job %q: %w", j.ID, ErrNotFound)
 		}
+		if err != nil {
+			return err
+		}
 		j.CreatedAt = time.UnixMilli(created).UTC()
-		return err
+		return putJobFiles(ctx, tx, j.ID, j.Inputs)
 	})
+	j.Files = jobFilesOf(j.Inputs)
 	return j, err
 }
 
@@ -153,13 +242,16 @@ func codeExists(ctx context.Context, tx *sql.Tx, agent, name string) error {
 	return err
 }
 
-// GetJob returns the agent's job id.
+// GetJob returns the agent's job id, with its input files' bytes.
 func (s *Store) GetJob(ctx context.Context, agent, id string) (Job, error) {
 	j, err := scanJob(s.r.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ? AND agent = ?`, id, agent))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Job{}, fmt.Errorf("job %q: %w", id, ErrNotFound)
 	}
-	return j, err
+	if err != nil {
+		return Job{}, err
+	}
+	return j, s.loadJobFiles(ctx, &j, true)
 }
 
 // ListJobs returns the agent's jobs by ID, a page at a time.
@@ -172,7 +264,7 @@ func (s *Store) ListJobs(ctx context.Context, agent string, p Page) ([]Job, stri
 		}
 	}
 	limit := p.limit()
-	jobs, err := s.queryJobs(ctx, `SELECT `+jobColumns+` FROM jobs WHERE agent = ? AND id > ? ORDER BY id LIMIT ?`,
+	jobs, err := s.queryJobs(ctx, false, `SELECT `+jobColumns+` FROM jobs WHERE agent = ? AND id > ? ORDER BY id LIMIT ?`,
 		agent, after, limit+1)
 	if err != nil {
 		return nil, "", err
@@ -185,9 +277,10 @@ func (s *Store) ListJobs(ctx context.Context, agent string, p Page) ([]Job, stri
 	return jobs, next, nil
 }
 
-// DueJobs returns the enabled jobs whose next fire is at or before now.
+// DueJobs returns the enabled jobs whose next fire is at or before now, with their input
+// files' bytes.
 func (s *Store) DueJobs(ctx context.Context, now time.Time) ([]Job, error) {
-	return s.queryJobs(ctx, `SELECT `+jobColumns+` FROM jobs WHERE enabled = 1 AND next_run_at <= ? ORDER BY next_run_at, id`,
+	return s.queryJobs(ctx, true, `SELECT `+jobColumns+` FROM jobs WHERE enabled = 1 AND next_run_at <= ? ORDER BY next_run_at, id`,
 		now.UnixMilli())
 }
 
@@ -198,21 +291,31 @@ func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
 	return fromMS(next), next.Valid, err
 }
 
-func (s *Store) queryJobs(ctx context.Context, q string, args ...any) ([]Job, error) {
+// queryJobs returns the jobs q selects, with their files (and their bytes when withContent).
+func (s *Store) queryJobs(ctx context.Context, withContent bool, q string, args ...any) ([]Job, error) {
 	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
 	jobs := []Job{}
 	for rows.Next() {
 		j, err := scanJob(rows)
 		if err != nil {
+			rows.Close()
 			return nil, err
 		}
 		jobs = append(jobs, j)
 	}
-	return jobs, rows.Err()
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for i := range jobs {
+		if err := s.loadJobFiles(ctx, &jobs[i], withContent); err != nil {
+			return nil, err
+		}
+	}
+	return jobs, nil
 }
 
 // DeleteJob deletes the agent's job id and its history.
@@ -380,10 +483,14 @@ func scanJob(row scanner) (Job, error) {
 		input            string
 		timeout, next    sql.NullInt64
 		created, updated int64
+		charts           sql.NullBool
 	)
 	if err := row.Scan(&j.ID, &j.Agent, &j.CodeName, &j.CodeVersion, &j.Schedule, &j.Timezone, &input, &timeout,
-		&j.Enabled, &j.Overlap, &j.CatchUp, &j.Description, &next, &created, &updated); err != nil {
+		&j.Enabled, &j.Overlap, &j.CatchUp, &j.Description, &next, &created, &updated, &charts); err != nil {
 		return Job{}, err
+	}
+	if charts.Valid {
+		j.Charts = &charts.Bool
 	}
 	j.Input = json.RawMessage(input)
 	if timeout.Valid {

@@ -63,6 +63,8 @@ type Store struct {
 	now func() time.Time
 	// quotas bound each agent's stored results (see quota.go).
 	quotas Quotas
+	// files keeps runs' output files, deleted with their records; nil until OpenFiles.
+	files *Files
 }
 
 // FileName is the database's file name inside the data directory.

@@ -504,3 +504,38 @@ func slotZero() sandbox.Config {
 	cfg.Slots = 1
 	return cfg
 }
+
+// Charts from a fork of a server that preloaded matplotlib.pyplot and PIL's ImageShow: the
+// run patches them at its start instead of hooking their import (the suite covers the
+// import), and a run started cold in the same box hooks them as before.
+func TestChartsWithPyplotPreloaded(t *testing.T) {
+	rt, _ := startRuntime(t, func(cfg *docker.Config) {
+		cfg.Slots = 1
+		cfg.ForkServer.Preload = append(config.DefaultPreload(), "matplotlib.pyplot", "PIL.Image", "PIL.ImageShow")
+	})
+	sandboxtest.WaitForStart(t, rt, "fork", 2*time.Minute)
+	spec := sandboxtest.Spec(`import sys
+print(sorted(m for m in ('matplotlib.pyplot', 'PIL.ImageShow') if m in sys.modules))
+import matplotlib.pyplot as plt
+from PIL import Image
+plt.plot([1, 2])
+plt.show()
+Image.new('RGB', (32, 32), 'blue').show()
+plt.figure()
+plt.plot([2, 1])`, 60*time.Second)
+	spec.Charts = true
+	res, contents := sandboxtest.ExecFiles(t, rt, 0, spec)
+	if res.Outcome != sandbox.OutcomeOK || res.Start != "fork" || res.Stdout != "['PIL.ImageShow', 'matplotlib.pyplot']\n" {
+		t.Fatalf("outcome %q start %q stdout %q stderr %.1000q", res.Outcome, res.Start, res.Stdout, res.Stderr)
+	}
+	var names []string
+	for _, f := range res.Files {
+		names = append(names, f.Name)
+		if b := contents[f.Name]; !strings.HasPrefix(string(b), "\x89PNG\r\n\x1a\n") || f.MediaType != "image/png" {
+			t.Fatalf("%s: %q, %.16q", f.Name, f.MediaType, b)
+		}
+	}
+	if !slices.Equal(names, []string{"figure-1.png", "figure-2.png", "image-1.png"}) {
+		t.Fatalf("output files %q (stderr %q)", names, res.Stderr)
+	}
+}

@@ -2,9 +2,10 @@
 // runtime (internal/runtime/docker, under runc and under gVisor's runsc) and the in-process
 // pipe runtime (internal/session: the executor over net.Pipe with the host's python3), each
 // with runs started cold and forked. Its cases are the runtime's contract (sandbox.Runtime,
-// and the optional sandbox.Installer), the hostile and accidental inputs of
-// docs/hostile-cases.md that a runtime alone decides (H1–H8, H11–H14, H18–H20, H24, H29,
-// H32, H33), concurrent runs attacking each other (H25–H27), and the isolation rules.
+// and the optional sandbox.Installer and sandbox.Settler), the hostile and accidental inputs
+// of docs/hostile-cases.md that a runtime alone decides (H1–H8, H11–H14, H18–H20, H24, H29,
+// H32–H34), concurrent runs attacking each other (H25–H27), the isolation rules, and the runs'
+// input and output files (files.go).
 //
 // The suite is a type, Suite, with one method per case: every exported method of *Suite
 // whose name starts with "Test" and whose type is func(*testing.T) is a case, found by

@@ -1,0 +1,264 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/library"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+func (o *options) codeCommand() *cobra.Command {
+	code := &cobra.Command{Use: "code", Short: "Save, list, show, list the versions of, run and remove an agent's saved code (needs the daemon)"}
+	code.AddCommand(o.codeSaveCommand(), o.codeListCommand(), o.codeShowCommand(), o.codeVersionsCommand(), o.codeRunCommand(), o.codeRmCommand())
+	return code
+}
+
+func (o *options) codeSaveCommand() *cobra.Command {
+	var save struct {
+		daemonFlags
+		deps                []string
+		inSchema, outSchema string
+		description         string
+		expected            int
+	}
+	saveCmd := &cobra.Command{
+		Use:   "save NAME FILE",
+		Short: "Save FILE as NAME: version 1 when new, the next version otherwise",
+		Long: `Save a Python script under NAME (lowercase letters, digits, '-' and '_'). Every save of an
+existing name makes a new version. Dependencies are PEP 508 requirements; schemas are JSON
+Schemas (2020-12) given inline or as @FILE: the input is validated before each run and OUTPUT
+after it (a mismatch ends the run with outcome output_invalid).`,
+		Example: `  sandpit code save sum-sales sum.py --dep 'pandas>=2' --input-schema @in.json --output-schema @out.json`,
+		Args:    exactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			src, err := os.ReadFile(args[1])
+			if err != nil {
+				return usageErrorf("reading the code: %v", err)
+			}
+			d := library.Draft{Code: string(src), Dependencies: save.deps, Description: save.description}
+			if save.inSchema != "" {
+				if d.InputSchema, err = jsonArg("input-schema", save.inSchema); err != nil {
+					return err
+				}
+			}
+			if save.outSchema != "" {
+				if d.OutputSchema, err = jsonArg("output-schema", save.outSchema); err != nil {
+					return err
+				}
+			}
+			c, err := o.daemon(cmd, save.daemonFlags)
+			if err != nil {
+				return err
+			}
+			saved, err := c.CreateCode(cmd.Context(), save.agent, args[0], d)
+			if api, ok := err.(*client.APIError); ok && api.Status == 409 {
+				saved, err = c.UpdateCode(cmd.Context(), save.agent, args[0], d, save.expected)
+			}
+			if err != nil {
+				return err
+			}
+			if save.json {
+				return o.printJSON(saved)
+			}
+			fmt.Fprintf(o.env.Stdout, "saved %s version %d\n", saved.Name, saved.Version)
+			return nil
+		},
+	}
+	save.register(saveCmd.Flags(), true)
+	saveCmd.Flags().StringArrayVar(&save.deps, "dep", nil, "a dependency (PEP 508), repeatable")
+	saveCmd.Flags().StringVar(&save.inSchema, "input-schema", "", "input JSON Schema, inline or @FILE")
+	saveCmd.Flags().StringVar(&save.outSchema, "output-schema", "", "output JSON Schema, inline or @FILE")
+	saveCmd.Flags().StringVar(&save.description, "description", "", "what the code does")
+	saveCmd.Flags().IntVar(&save.expected, "expected-version", 0, "refuse the save unless this is the current version")
+	return saveCmd
+}
+
+func (o *options) codeListCommand() *cobra.Command {
+	var list struct {
+		daemonFlags
+		q     string
+		limit int
+	}
+	listCmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the agent's saved code",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := o.daemon(cmd, list.daemonFlags)
+			if err != nil {
+				return err
+			}
+			items, next, err := c.ListCode(cmd.Context(), list.agent, list.q, store.Page{Limit: list.limit})
+			if err != nil {
+				return err
+			}
+			if list.json {
+				return o.printJSON(map[string]any{"code": items, "next_cursor": next})
+			}
+			if len(items) == 0 {
+				what := "no saved code"
+				if list.q != "" {
+					what = fmt.Sprintf("no saved code matching %q", list.q)
+				}
+				fmt.Fprintf(o.env.Stdout, "agent %s has %s; save some with `sandpit code save NAME FILE`\n", list.agent, what)
+				return nil
+			}
+			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tVERSION\tUPDATED\tDESCRIPTION")
+			for _, it := range items {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", it.Name, it.Version, it.UpdatedAt.Format(time.RFC3339), oneLine(it.Description, 60))
+			}
+			return tw.Flush()
+		},
+	}
+	list.register(listCmd.Flags(), true)
+	listCmd.Flags().StringVarP(&list.q, "query", "q", "", "only code whose name or description contains this")
+	listCmd.Flags().IntVar(&list.limit, "limit", 100, "at most this many")
+	return listCmd
+}
+
+func (o *options) codeShowCommand() *cobra.Command {
+	var show struct {
+		daemonFlags
+		version int
+	}
+	showCmd := &cobra.Command{
+		Use:   "show NAME",
+		Short: "Print saved code with its dependencies, schemas and version (JSON)",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.daemon(cmd, show.daemonFlags)
+			if err != nil {
+				return err
+			}
+			got, err := c.GetCode(cmd.Context(), show.agent, args[0], show.version)
+			if err != nil {
+				return err
+			}
+			return o.printJSON(got)
+		},
+	}
+	show.register(showCmd.Flags(), false)
+	showCmd.Flags().IntVar(&show.version, "version", 0, "show this version (default the latest)")
+	return showCmd
+}
+
+func (o *options) codeRunCommand() *cobra.Command {
+	var run struct {
+		daemonFlags
+		input   string
+		timeout time.Duration
+		version int
+		inputs  inputFlags
+		output  outputFlags
+	}
+	runCmd := &cobra.Command{
+		Use:   "run NAME",
+		Short: "Run saved code and print its output as it comes (exit status as sandpit run)",
+		Long: `Run saved code and print its output as it comes (exit status as sandpit run). --file,
+--no-charts and --output-dir work as for sandpit run.`,
+		Example: `  sandpit code run sum-sales --input '{"days": 7}' --file sales.csv --output-dir out/`,
+		Args:    exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r := client.CodeRun{Version: run.version}
+			if cmd.Flags().Changed("input") {
+				in, err := jsonArg("input", run.input)
+				if err != nil {
+					return err
+				}
+				r.Input = in
+			}
+			if cmd.Flags().Changed("timeout") {
+				ms := run.timeout.Milliseconds()
+				if ms < 1 {
+					return usageErrorf("--timeout %s is too short: give at least 1ms, e.g. --timeout 30s", run.timeout)
+				}
+				r.TimeoutMS = &ms
+			}
+			var err error
+			if r.RunFiles, err = run.inputs.runFiles(); err != nil {
+				return err
+			}
+			r.InlineFiles = run.output.dir != ""
+			c, err := o.daemon(cmd, run.daemonFlags)
+			if err != nil {
+				return err
+			}
+			a, err := c.RunCode(cmd.Context(), run.agent, args[0], r, o.emitter(run.json))
+			return o.finishRun(cmd, a.Result, err, run.json, run.output, daemonFiles(c, a.ID, a.Inline))
+		},
+	}
+	run.register(runCmd.Flags(), true)
+	runCmd.Flags().StringVar(&run.input, "input", "", "INPUT as JSON, or @FILE")
+	runCmd.Flags().DurationVar(&run.timeout, "timeout", 0, "wall-clock limit, e.g. 30s (default: the daemon's)")
+	runCmd.Flags().IntVar(&run.version, "version", 0, "run this version (default the latest)")
+	run.inputs.register(runCmd.Flags())
+	run.output.register(runCmd.Flags(), "the run's output files")
+	return runCmd
+}
+
+func (o *options) codeRmCommand() *cobra.Command {
+	var rm struct {
+		daemonFlags
+		force bool
+	}
+	rmCmd := &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Delete saved code and all its versions (refused while jobs use it, unless --force)",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.daemon(cmd, rm.daemonFlags)
+			if err != nil {
+				return err
+			}
+			disabled, err := c.DeleteCode(cmd.Context(), rm.agent, args[0], rm.force)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(o.env.Stdout, "deleted %s\n", args[0])
+			for _, id := range disabled {
+				fmt.Fprintf(o.env.Stdout, "disabled job %s\n", id)
+			}
+			return nil
+		},
+	}
+	rm.register(rmCmd.Flags(), false)
+	rmCmd.Flags().BoolVar(&rm.force, "force", false, "delete even if jobs use it, disabling them")
+	return rmCmd
+}
+
+func (o *options) codeVersionsCommand() *cobra.Command {
+	var versions daemonFlags
+	versionsCmd := &cobra.Command{
+		Use:   "versions NAME",
+		Short: "List every version of saved code, newest first (show one with code show NAME --version N)",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.daemon(cmd, versions)
+			if err != nil {
+				return err
+			}
+			list, err := c.CodeVersions(cmd.Context(), versions.agent, args[0])
+			if err != nil {
+				return err
+			}
+			if versions.json {
+				return o.printJSON(map[string]any{"versions": list})
+			}
+			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "VERSION\tSAVED\tCODE SHA-256\tDESCRIPTION")
+			for _, v := range list {
+				fmt.Fprintf(tw, "%d\t%s\t%.12s\t%s\n", v.Version, v.CreatedAt.Format(time.RFC3339), v.CodeSHA256, oneLine(v.Description, 60))
+			}
+			return tw.Flush()
+		},
+	}
+	versions.register(versionsCmd.Flags(), true)
+	return versionsCmd
+}

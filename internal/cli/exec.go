@@ -1,0 +1,256 @@
+package cli
+
+import (
+	"cmp"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+func (o *options) execCommand() *cobra.Command {
+	exec := &cobra.Command{Use: "exec", Short: "Read the ledger of executions and their output files (needs the daemon)"}
+	exec.AddCommand(o.execListCommand(), o.execShowCommand(), o.execFilesCommand())
+	return exec
+}
+
+func (o *options) execListCommand() *cobra.Command {
+	var list struct {
+		daemonFlags
+		source, outcome, codeName, jobID, since, until, cursor string
+		limit                                                  int
+	}
+	listCmd := &cobra.Command{
+		Use:   "list",
+		Short: "List executions, newest first",
+		Long: `List executions from the ledger, newest first: every run from the API, the CLI, MCP and
+jobs. --agent filters by agent (default: every agent); the other flags narrow further.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			filter := url.Values{}
+			add := func(key, v string) {
+				if v != "" {
+					filter.Set(key, v)
+				}
+			}
+			add("agent", list.agent)
+			add("source", list.source)
+			add("outcome", list.outcome)
+			add("code_name", list.codeName)
+			add("job_id", list.jobID)
+			for _, t := range []struct{ flag, key, v string }{{"since", "since", list.since}, {"until", "until", list.until}} {
+				if t.v == "" {
+					continue
+				}
+				at, err := parseWhen(t.v, time.Now())
+				if err != nil {
+					return usageErrorf("--%s: %v", t.flag, err)
+				}
+				add(t.key, at.Format(time.RFC3339))
+			}
+			c, err := o.daemon(cmd, list.daemonFlags)
+			if err != nil {
+				return err
+			}
+			if list.limit < 1 || list.limit > store.MaxLimit {
+				return usageErrorf("--limit %d: give 1 to %d", list.limit, store.MaxLimit)
+			}
+			items, next, err := c.ListExecutions(cmd.Context(), filter, store.Page{Limit: list.limit, Cursor: list.cursor})
+			if err != nil {
+				return err
+			}
+			if list.json {
+				return o.printJSON(map[string]any{"executions": items, "next_cursor": next})
+			}
+			if len(items) == 0 {
+				fmt.Fprintln(o.env.Stdout, "no executions match")
+				return nil
+			}
+			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSTARTED\tAGENT\tSOURCE\tCODE\tOUTCOME\tEXIT\tDURATION\tSTART\tPRINTED")
+			for _, e := range items {
+				code := e.CodeName
+				if code != "" {
+					code += " v" + strconv.Itoa(e.CodeVersion)
+				}
+				outcome := string(e.Outcome)
+				if e.Status == store.StatusRunning {
+					outcome = "(running)"
+				}
+				start := e.Start // fork or cold
+				if start == "" {
+					start = "-"
+				}
+				exit := "-"
+				if e.Status != store.StatusRunning {
+					exit = strconv.Itoa(e.ExitCode)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%dms\t%s\t%s\n", e.ID, e.StartedAt.Format(time.RFC3339), e.Agent, e.Source, code, outcome,
+					exit, e.DurationMS, start, outputPreview(e))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if next != "" {
+				fmt.Fprintf(o.env.Stderr, "sandpit: more: add --cursor %s\n", next)
+			}
+			return nil
+		},
+	}
+	fl := listCmd.Flags()
+	list.registerShared(fl, true)
+	fl.StringVar(&list.agent, "agent", "", "only this agent's executions (default: every agent)")
+	fl.StringVar(&list.cursor, "cursor", "", "the next_cursor of an earlier page (see --json)")
+	fl.StringVar(&list.source, "source", "", "api, cli, mcp or job")
+	fl.StringVar(&list.outcome, "outcome", "", "ok, error, timeout, memory_limit, ...")
+	fl.StringVar(&list.codeName, "code", "", "saved code name")
+	fl.StringVar(&list.jobID, "job", "", "job ID")
+	fl.StringVar(&list.since, "since", "", "started at or after: RFC 3339 time, or a duration ago such as 1h")
+	fl.StringVar(&list.until, "until", "", "started before: RFC 3339 time, or a duration ago")
+	fl.IntVar(&list.limit, "limit", 50, "at most this many")
+	return listCmd
+}
+
+func (o *options) execShowCommand() *cobra.Command {
+	var show daemonFlags
+	showCmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Print an execution's record: request, result, stdout, stderr and OUTPUT (JSON)",
+		Long: `Print an execution's record from the ledger. With --agent, only if it is that agent's
+(another agent's record is "not found"); without, whichever agent's it is.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.daemon(cmd, show)
+			if err != nil {
+				return err
+			}
+			e, err := c.GetExecution(cmd.Context(), args[0], show.agent)
+			if err != nil {
+				return err
+			}
+			return o.printJSON(e)
+		},
+	}
+	show.registerShared(showCmd.Flags(), false)
+	showCmd.Flags().StringVar(&show.agent, "agent", "", "only if it is this agent's execution (default: any agent)")
+	return showCmd
+}
+
+func (o *options) execFilesCommand() *cobra.Command {
+	var files struct {
+		daemonFlags
+		output outputFlags
+	}
+	cmd := &cobra.Command{
+		Use:   "files ID [NAME...]",
+		Short: "List an execution's output files, or write them into a directory (--output-dir)",
+		Long: `List the output files of an execution (name, size, media type), and those it could not
+return with why; with --output-dir DIR, write them (or only the NAMEs given) into DIR. The
+daemon keeps them as long as the execution's record, within its quota files_max_bytes (an
+evicted file is refused, HTTP 410).`,
+		Example: `  sandpit exec files ex_0123456789abcdefghijklmnop
+  sandpit exec files ex_0123456789abcdefghijklmnop figure-1.png --output-dir charts/`,
+		Args: minArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 && files.output.dir == "" {
+				return usageErrorf("naming files (%s) selects which to write: add --output-dir DIR", strings.Join(args[1:], " "))
+			}
+			c, err := o.daemon(cmd, files.daemonFlags)
+			if err != nil {
+				return err
+			}
+			id := args[0]
+			list, skipped, truncated, err := c.ExecutionFiles(cmd.Context(), id, files.agent)
+			if err != nil {
+				return err
+			}
+			if files.output.dir != "" {
+				chosen, err := chooseFiles(list, args[1:], id)
+				if err != nil {
+					return err
+				}
+				return saveFiles(cmd.Context(), o.env.Stdout, files.output.dir, files.output.force, chosen, daemonFiles(c, id, nil))
+			}
+			if files.json {
+				return o.printJSON(map[string]any{"files": list, "files_skipped": skipped, "files_truncated": truncated})
+			}
+			if len(list) == 0 {
+				fmt.Fprintf(o.env.Stdout, "execution %s has no output files\n", id)
+			} else {
+				tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "NAME\tSIZE\tMEDIA TYPE")
+				for _, f := range list {
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Name, humanSize(f.SizeBytes), f.MediaType)
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+			}
+			printSkipped(o.env.Stderr, sandbox.Result{FilesSkipped: skipped, FilesTruncated: truncated})
+			return nil
+		},
+	}
+	files.registerShared(cmd.Flags(), true)
+	cmd.Flags().StringVar(&files.agent, "agent", "", "only if it is this agent's execution (default: any agent)")
+	files.output.register(cmd.Flags(), "the files")
+	return cmd
+}
+
+// chooseFiles returns the files of list that names names (all of list when none is named); a
+// name the list lacks is an error naming what the execution has.
+func chooseFiles(list []sandbox.File, names []string, id string) ([]sandbox.File, error) {
+	if len(names) == 0 {
+		return list, nil
+	}
+	var chosen []sandbox.File
+	for _, n := range names {
+		i := slices.IndexFunc(list, func(f sandbox.File) bool { return f.Name == n })
+		if i < 0 {
+			have := make([]string, len(list))
+			for j, f := range list {
+				have[j] = f.Name
+			}
+			return nil, usageErrorf("execution %s has no output file %q; it has: %s", id, n, cmp.Or(strings.Join(have, ", "), "none"))
+		}
+		if !slices.ContainsFunc(chosen, func(f sandbox.File) bool { return f.Name == n }) {
+			chosen = append(chosen, list[i])
+		}
+	}
+	return chosen, nil
+}
+
+// outputPreview is one line of what an execution printed, for exec list: the end of stderr
+// when it failed (where a traceback ends), else the start of stdout, else of stderr.
+func outputPreview(e store.ExecutionSummary) string {
+	const width = 40
+	switch {
+	case e.Outcome != sandbox.OutcomeOK && strings.TrimSpace(e.StderrPreview) != "":
+		lines := strings.Split(strings.TrimSpace(e.StderrPreview), "\n")
+		return oneLine(lines[len(lines)-1], width)
+	case strings.TrimSpace(e.StdoutPreview) != "":
+		return oneLine(e.StdoutPreview, width)
+	case strings.TrimSpace(e.StderrPreview) != "":
+		return oneLine(e.StderrPreview, width)
+	}
+	return "-"
+}
+
+// parseWhen reads an RFC 3339 time, or a duration before now ("90m").
+func parseWhen(v string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a duration ago (90m, 24h)", v)
+	}
+	return now.Add(-d), nil
+}

@@ -1,0 +1,275 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/pflag"
+
+	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// Files in and out of a run: --file (input files), --no-charts, and --output-dir, which writes a
+// run's output files beneath a directory and never outside it, whatever names the daemon sends.
+
+// inputFlags are the flags that hand a run files: --file and --no-charts.
+type inputFlags struct {
+	files    []string
+	noCharts bool
+}
+
+func (f *inputFlags) register(fs *pflag.FlagSet) {
+	fs.StringArrayVar(&f.files, "file", nil, "a file for the run's working directory: PATH, or PATH=NAME to name it there (such as data.csv=in/data.csv); repeatable")
+	fs.BoolVar(&f.noCharts, "no-charts", false, "do not save open matplotlib figures and PIL images shown as output files (figure-1.png, …)")
+}
+
+// runFiles reads the --file flags into the files of a request, with --no-charts.
+func (f *inputFlags) runFiles() (client.RunFiles, error) {
+	files, err := readInputFiles(f.files)
+	if err != nil {
+		return client.RunFiles{}, err
+	}
+	rf := client.RunFiles{Files: files}
+	if f.noCharts {
+		rf.Charts = new(bool)
+	}
+	return rf, nil
+}
+
+// readInputFiles reads each --file PATH[=NAME]: NAME is the file's path in the run's working
+// directory (default PATH's last element). A PATH that holds "=" itself is taken whole when no
+// file is at the part before its last "=". The content goes as UTF-8 text when it is valid
+// UTF-8, else as base64. A missing file, a bad NAME or two files of one NAME is a UsageError
+// naming the flag.
+func readInputFiles(specs []string) ([]client.InputFile, error) {
+	var files []client.InputFile
+	seen := map[string]string{}
+	for _, spec := range specs {
+		p, name := spec, ""
+		if i := strings.LastIndex(spec, "="); i >= 0 {
+			p, name = spec[:i], spec[i+1:]
+			if _, err := os.Stat(p); err != nil {
+				if _, werr := os.Stat(spec); werr == nil {
+					p, name = spec, ""
+				}
+			}
+			if p != spec && name == "" {
+				return nil, usageErrorf("--file %s: the NAME after \"=\" is empty; give --file PATH or --file PATH=NAME", spec)
+			}
+		}
+		if p == "" {
+			return nil, usageErrorf("--file %s: the PATH is empty; give --file PATH or --file PATH=NAME", spec)
+		}
+		if name == "" {
+			name = filepath.Base(p)
+		}
+		if err := sandbox.CheckFileName(name); err != nil {
+			return nil, usageErrorf("--file %s: %v; give another with --file PATH=NAME", spec, err)
+		}
+		if prev, ok := seen[name]; ok {
+			return nil, usageErrorf("--file %s: --file %s is also named %q in the run's directory; give one another name with --file PATH=NAME", spec, prev, name)
+		}
+		seen[name] = spec
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, usageErrorf("--file %s: %v", spec, err)
+		}
+		files = append(files, client.InputFileOf(name, b))
+	}
+	return files, nil
+}
+
+// outputFlags are the flags that save a run's output files: --output-dir and --force.
+type outputFlags struct {
+	dir   string
+	force bool
+}
+
+func (f *outputFlags) register(fs *pflag.FlagSet, what string) {
+	fs.StringVar(&f.dir, "output-dir", "", "write "+what+" into this directory (made if missing; subdirectories as the names say)")
+	fs.BoolVar(&f.force, "force", false, "with --output-dir, replace files that exist there (without it, an existing file is refused and nothing is written)")
+}
+
+// fileSource opens the bytes of an output file.
+type fileSource func(ctx context.Context, f sandbox.File) (io.ReadCloser, error)
+
+// daemonFiles reads execution id's output files from the daemon: from inline when the answer
+// carried them, else with GET /v1/executions/{id}/files/{name}.
+func daemonFiles(c *client.Client, id string, inline map[string][]byte) fileSource {
+	return func(ctx context.Context, f sandbox.File) (io.ReadCloser, error) {
+		if b, ok := inline[f.Name]; ok {
+			return io.NopCloser(strings.NewReader(string(b))), nil
+		}
+		body, _, err := c.OpenFile(ctx, id, f.Name)
+		return body, err
+	}
+}
+
+// saveFiles writes files beneath dir (made when missing), each from open, and prints a line
+// per file saved on w. Every name is checked again with sandbox.CheckFileName and written
+// through an os.Root of dir, so no name (absolute, with "..", through a symbolic link) can
+// place a file outside dir, even one sent by a compromised daemon. Without force, a name that
+// exists in dir refuses the whole set before anything is written; with it, each file replaces
+// what is there (a file written whole to a temporary name, then renamed over it). Bytes that
+// do not match a file's size and SHA-256 are not kept.
+func saveFiles(ctx context.Context, w io.Writer, dir string, force bool, files []sandbox.File, open fileSource) error {
+	if len(files) == 0 {
+		return nil
+	}
+	seen := map[string]bool{}
+	for _, f := range files {
+		if err := sandbox.CheckFileName(f.Name); err != nil {
+			return fmt.Errorf("the daemon listed an output file that cannot be saved: %v; nothing was written to %s", err, dir)
+		}
+		if seen[f.Name] {
+			return fmt.Errorf("the daemon listed the output file %q twice; nothing was written to %s", f.Name, dir)
+		}
+		seen[f.Name] = true
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return usageErrorf("--output-dir: %v", err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return usageErrorf("--output-dir: %v", err)
+	}
+	defer root.Close()
+	if !force {
+		var there []string
+		for _, f := range files {
+			if _, err := root.Lstat(filepath.FromSlash(f.Name)); err == nil {
+				there = append(there, f.Name)
+			} else if !errors.Is(err, fs.ErrNotExist) && !isNotDir(err) {
+				return fmt.Errorf("--output-dir: %w", err)
+			}
+		}
+		if len(there) > 0 {
+			return usageErrorf("--output-dir %s already holds %s; nothing was written: add --force to replace them, or give another --output-dir",
+				dir, strings.Join(quoteAll(there), ", "))
+		}
+	}
+	for _, f := range files {
+		if err := saveFile(ctx, root, f, open); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "sandpit: saved %s (%s, %s)\n", filepath.Join(dir, filepath.FromSlash(f.Name)), f.MediaType, humanSize(f.SizeBytes))
+	}
+	return nil
+}
+
+// saveFile writes f beneath root: to a temporary name in its directory, checked against its
+// size and SHA-256, then renamed to its name.
+func saveFile(ctx context.Context, root *os.Root, f sandbox.File, open fileSource) error {
+	name := filepath.FromSlash(f.Name)
+	if d := path.Dir(f.Name); d != "." {
+		if err := root.MkdirAll(filepath.FromSlash(d), 0o755); err != nil {
+			return fmt.Errorf("saving output file %q: %w", f.Name, err)
+		}
+	}
+	body, err := open(ctx, f)
+	if err != nil {
+		return fmt.Errorf("fetching output file %q: %w", f.Name, err)
+	}
+	defer body.Close()
+	tmp := filepath.Join(filepath.Dir(name), "."+filepath.Base(name)+".sandpit-"+rand.Text()[:8])
+	out, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("saving output file %q: %w", f.Name, err)
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(out, h), io.LimitReader(body, f.SizeBytes+1))
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && (n != f.SizeBytes || !strings.EqualFold(hex.EncodeToString(h.Sum(nil)), f.SHA256)) {
+		err = fmt.Errorf("its bytes (%d, sha256 %x) are not those listed (%d, sha256 %s)", n, h.Sum(nil), f.SizeBytes, f.SHA256)
+	}
+	if err == nil {
+		err = root.Rename(tmp, name)
+	}
+	if err != nil {
+		_ = root.Remove(tmp)
+		return fmt.Errorf("saving output file %q: %w", f.Name, err)
+	}
+	return nil
+}
+
+// isNotDir says that err is a lookup through a part that is a file, not a directory
+// ("a/b" where "a" is a file): the name does not exist, and MkdirAll will say why.
+func isNotDir(err error) bool { return errors.Is(err, syscall.ENOTDIR) }
+
+func quoteAll(names []string) []string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = fmt.Sprintf("%q", n)
+	}
+	return q
+}
+
+// printSkipped reports on w the output files a run could not return.
+func printSkipped(w io.Writer, res sandbox.Result) {
+	for _, s := range res.FilesSkipped {
+		fmt.Fprintf(w, "sandpit: output file %q skipped: %s\n", s.Name, s.Reason)
+	}
+	if res.FilesTruncated {
+		fmt.Fprintln(w, "sandpit: more output files were left out than are listed (a cap on output files was reached)")
+	}
+}
+
+// sandboxFiles decodes a request's input files for the engine in this process.
+func sandboxFiles(files []client.InputFile) ([]sandbox.InputFile, error) {
+	var out []sandbox.InputFile
+	for _, f := range files {
+		content := []byte(f.Content)
+		if f.Encoding == client.EncodingBase64 {
+			var err error
+			if content, err = base64.StdEncoding.DecodeString(f.Content); err != nil {
+				return nil, fmt.Errorf("input file %q: %w", f.Name, err)
+			}
+		}
+		out = append(out, sandbox.InputFile{Name: f.Name, Content: content})
+	}
+	return out, nil
+}
+
+// keptFiles reads the output files an engine keeps (*store.Files).
+type keptFiles interface {
+	Open(ctx context.Context, id, name string) (io.ReadCloser, error)
+}
+
+// localFiles reads execution id's output files from kept, the file store of the engine in
+// this process.
+func localFiles(kept keptFiles, id string) fileSource {
+	return func(ctx context.Context, f sandbox.File) (io.ReadCloser, error) {
+		return kept.Open(ctx, id, f.Name)
+	}
+}
+
+// humanSize writes n bytes for a person: "312 bytes", "18.3 KiB", "2.0 MiB".
+func humanSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	v, suffix := float64(n)/unit, "KiB"
+	for _, s := range []string{"MiB", "GiB", "TiB"} {
+		if v < unit {
+			break
+		}
+		v, suffix = v/unit, s
+	}
+	return fmt.Sprintf("%.1f %s", v, suffix)
+}

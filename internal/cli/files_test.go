@@ -1,0 +1,431 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+const filesExecID = "ex_cccccccccccccccccccccccccc"
+
+// outFile is an output file a fake daemon answers: listed in the result, its bytes inline
+// (when inline) and at GET /v1/executions/{id}/files/{name}; served, when not nil, replaces the
+// bytes the GET answers (a lying daemon).
+type outFile struct {
+	name, mediaType string
+	content         []byte
+	inline          bool
+	served          []byte
+}
+
+func (f outFile) entry() sandbox.File {
+	sum := sha256.Sum256(f.content)
+	return sandbox.File{Name: f.name, SizeBytes: int64(len(f.content)), MediaType: f.mediaType, SHA256: hex.EncodeToString(sum[:])}
+}
+
+// filesDaemon is a fake daemon in the REST shape: every run answers files (as JSON, or as an
+// NDJSON stream with a file line each when asked), and the record and the bytes of execution
+// filesExecID are served. It records the bodies of the runs (and of other POSTs and PATCHes).
+type filesDaemon struct {
+	files []outFile
+	mu    sync.Mutex
+	runs  []map[string]any
+	gets  []string
+}
+
+func (d *filesDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	res := sandbox.Result{ID: filesExecID, Agent: "default", Outcome: sandbox.OutcomeOK, Success: true, Stdout: "ran\n", Output: json.RawMessage("null")}
+	for _, f := range d.files {
+		res.Files = append(res.Files, f.entry())
+	}
+	res.FilesSkipped = []sandbox.SkippedFile{{Name: "link", Reason: "symbolic link, not followed"}}
+	answer := func(inline bool) map[string]any {
+		b, _ := json.Marshal(res)
+		var m map[string]any
+		_ = json.Unmarshal(b, &m)
+		if inline {
+			for i, f := range d.files {
+				if f.inline {
+					m["files"].([]any)[i].(map[string]any)["content_base64"] = base64.StdEncoding.EncodeToString(f.content)
+				}
+			}
+		}
+		return m
+	}
+	switch {
+	case r.URL.Path == "/healthz":
+		_, _ = io.WriteString(w, `{"status": "ok"}`)
+	case r.URL.Path == "/v1/limits":
+		_, _ = io.WriteString(w, `{}`)
+	case r.Method == http.MethodPost || r.Method == http.MethodPatch:
+		var body map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		d.mu.Lock()
+		d.runs = append(d.runs, body)
+		d.mu.Unlock()
+		inline, _ := body["inline_files"].(bool)
+		if strings.Contains(r.Header.Get("Accept"), "ndjson") {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			enc := json.NewEncoder(w)
+			_ = enc.Encode(map[string]any{"type": "stdout", "data": "ran\n"})
+			for _, f := range res.Files {
+				_ = enc.Encode(map[string]any{"type": "file", "file": f})
+			}
+			_ = enc.Encode(map[string]any{"type": "result", "result": answer(inline)})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(answer(inline))
+	case r.URL.Path == "/v1/executions/"+filesExecID:
+		rec := answer(false)
+		rec["status"] = "finished"
+		_ = json.NewEncoder(w).Encode(rec)
+	case strings.HasPrefix(r.URL.Path, "/v1/executions/"+filesExecID+"/files/"):
+		name := strings.TrimPrefix(r.URL.Path, "/v1/executions/"+filesExecID+"/files/")
+		d.mu.Lock()
+		d.gets = append(d.gets, name)
+		d.mu.Unlock()
+		for _, f := range d.files {
+			if f.name == name {
+				w.Header().Set("Content-Type", f.mediaType)
+				_, _ = w.Write(cmpBytes(f.served, f.content))
+				return
+			}
+		}
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, `{"error": {"code": "not_found", "message": "no such file"}}`)
+	default:
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, `{"error": {"code": "not_found", "message": "not found"}}`)
+	}
+}
+
+func cmpBytes(a, b []byte) []byte {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// sandpit runs the command line against the daemon at url and returns its exit code, stdout
+// and stderr.
+func sandpit(t *testing.T, url string, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	dataDir := t.TempDir()
+	code := Main(context.Background(), append(args, "--url", url), Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+		Lookup: func(k string) (string, bool) { return dataDir, k == "SANDPIT_DATA_DIR" }})
+	return code, stdout.String(), stderr.String()
+}
+
+func writeFile(t *testing.T, path string, content []byte) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tree lists the regular files beneath dir with their contents.
+func tree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if e.Type()&fs.ModeSymlink != 0 {
+			out[rel] = "-> symlink"
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		out[rel] = string(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestRunFiles: --file sends each file (UTF-8 as text, other bytes as base64, named by
+// PATH=NAME), --no-charts turns charts off, and --output-dir writes every output file: the
+// inline ones from the answer, the others fetched; stream mode lists them on stderr as they
+// come, and a line per file saved.
+func TestRunFiles(t *testing.T) {
+	png := append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 300)...)
+	d := &filesDaemon{files: []outFile{
+		{name: "figure-1.png", mediaType: "image/png", content: png, inline: true},
+		{name: "out/deep/result.csv", mediaType: "text/csv", content: []byte("a,b\n1,2\n")},
+	}}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	dir := t.TempDir()
+	bin := []byte{0xff, 0xfe, 0, 1, 2}
+	writeFile(t, filepath.Join(dir, "sales.csv"), []byte("région,€\n"))
+	writeFile(t, filepath.Join(dir, "blob.bin"), bin)
+	out := filepath.Join(dir, "out")
+
+	code, stdout, stderr := sandpit(t, srv.URL, "run", "-c", "print(1)", "--file", filepath.Join(dir, "sales.csv"),
+		"--file", filepath.Join(dir, "blob.bin")+"=in/data.bin", "--no-charts", "--output-dir", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	body := d.runs[0]
+	files, _ := json.Marshal(body["files"])
+	want := `[{"content":"région,€\n","encoding":"utf-8","name":"sales.csv"},{"content":"` + base64.StdEncoding.EncodeToString(bin) + `","encoding":"base64","name":"in/data.bin"}]`
+	if string(files) != want {
+		t.Errorf("files sent %s\nwant       %s", files, want)
+	}
+	if body["charts"] != false || body["inline_files"] != true {
+		t.Errorf("charts %v, inline_files %v", body["charts"], body["inline_files"])
+	}
+	got := tree(t, out)
+	if len(got) != 2 || got["figure-1.png"] != string(png) || got[filepath.FromSlash("out/deep/result.csv")] != "a,b\n1,2\n" {
+		t.Errorf("--output-dir holds %q", got)
+	}
+	if !slices.Equal(d.gets, []string{"out/deep/result.csv"}) {
+		t.Errorf("fetched %v; want only the file not inline", d.gets)
+	}
+	if stdout != "ran\n" {
+		t.Errorf("stdout %q", stdout)
+	}
+	for _, line := range []string{"sandpit: output file figure-1.png (image/png, ", "sandpit: saved " + filepath.Join(out, "figure-1.png"),
+		"sandpit: saved " + filepath.Join(out, "out", "deep", "result.csv"), `output file "link" skipped: symbolic link, not followed`} {
+		if !strings.Contains(stderr, line) {
+			t.Errorf("stderr %q lacks %q", stderr, line)
+		}
+	}
+
+	// Without --output-dir nothing is written, and the files are named with how to get them.
+	code, _, stderr = sandpit(t, srv.URL, "run", "-c", "print(1)", "--json")
+	if code != 0 || !strings.Contains(stderr, "") {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if d.runs[1]["inline_files"] != nil || d.runs[1]["files"] != nil || d.runs[1]["charts"] != nil {
+		t.Errorf("a run without file flags sent %v", d.runs[1])
+	}
+	code, _, stderr = sandpit(t, srv.URL, "run", "-c", "print(1)")
+	if code != 0 || !strings.Contains(stderr, "sandpit exec files "+filesExecID+" --output-dir DIR") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestOutputDirRefusesHostileNames: a compromised daemon naming files outside --output-dir
+// (absolute, with "..", through a symbolic link in DIR) gets nothing written outside it.
+func TestOutputDirRefusesHostileNames(t *testing.T) {
+	for _, name := range []string{"../../etc/x", "/abs", "a/../../b", "..", "../x", "a/./b", "a//b", `..\x`, "x\x00y", "link/escaped"} {
+		t.Run(name, func(t *testing.T) {
+			d := &filesDaemon{files: []outFile{{name: "fine.txt", mediaType: "text/plain", content: []byte("ok")},
+				{name: name, mediaType: "text/plain", content: []byte("pwned"), inline: true}}}
+			srv := httptest.NewServer(d)
+			defer srv.Close()
+			top := t.TempDir()
+			out := filepath.Join(top, "a", "b", "out")
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(top, filepath.Join(out, "link")); err != nil {
+				t.Fatal(err)
+			}
+			code, _, stderr := sandpit(t, srv.URL, "run", "-c", "print(1)", "--output-dir", out, "--force")
+			if code == 0 {
+				t.Errorf("exit 0 for a file named %q; stderr %q", name, stderr)
+			}
+			got := tree(t, top)
+			delete(got, filepath.Join("a", "b", "out", "fine.txt")) // written before the bad one, inside DIR
+			if want := map[string]string{filepath.Join("a", "b", "out", "link"): "-> symlink"}; !mapsEqual(got, want) {
+				t.Errorf("after a daemon named %q the tree holds %q", name, got)
+			}
+			if !strings.Contains(stderr, strconv.Quote(name)) {
+				t.Errorf("stderr %q does not say which file was refused", stderr)
+			}
+		})
+	}
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestOutputDirExisting: a file already in DIR refuses the whole set (nothing is written)
+// unless --force, which replaces it; bytes unlike the listed ones are not kept.
+func TestOutputDirExisting(t *testing.T) {
+	d := &filesDaemon{files: []outFile{{name: "new.txt", mediaType: "text/plain", content: []byte("new")},
+		{name: "old.txt", mediaType: "text/plain", content: []byte("fresh")}}}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	out := t.TempDir()
+	writeFile(t, filepath.Join(out, "old.txt"), []byte("mine"))
+	code, _, stderr := sandpit(t, srv.URL, "run", "-c", "1", "--output-dir", out)
+	if code != 64 || !strings.Contains(stderr, `already holds "old.txt"`) || !strings.Contains(stderr, "--force") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+	if got := tree(t, out); !mapsEqual(got, map[string]string{"old.txt": "mine"}) {
+		t.Errorf("after a refusal DIR holds %q", got)
+	}
+	code, _, stderr = sandpit(t, srv.URL, "run", "-c", "1", "--output-dir", out, "--force")
+	if got := tree(t, out); code != 0 || !mapsEqual(got, map[string]string{"old.txt": "fresh", "new.txt": "new"}) {
+		t.Errorf("exit %d (%s), DIR holds %q", code, stderr, got)
+	}
+
+	// --force replaces a symbolic link of DIR that has a file's name: it never writes through it.
+	outside := filepath.Join(t.TempDir(), "precious.txt")
+	writeFile(t, outside, []byte("keep me"))
+	linked := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(linked, "old.txt")); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = sandpit(t, srv.URL, "run", "-c", "1", "--output-dir", linked, "--force")
+	if b, _ := os.ReadFile(outside); code != 0 || string(b) != "keep me" {
+		t.Errorf("exit %d (%s); the file the link pointed to holds %q", code, stderr, b)
+	}
+	if fi, err := os.Lstat(filepath.Join(linked, "old.txt")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("old.txt in DIR: %v, %v; want the output file in place of the link", fi, err)
+	}
+
+	liar := &filesDaemon{files: []outFile{{name: "x.txt", mediaType: "text/plain", content: []byte("listed"), served: []byte("served")}}}
+	srv2 := httptest.NewServer(liar)
+	defer srv2.Close()
+	out2 := t.TempDir()
+	code, _, stderr = sandpit(t, srv2.URL, "run", "-c", "1", "--output-dir", out2)
+	if got := tree(t, out2); code == 0 || len(got) != 0 || !strings.Contains(stderr, `"x.txt"`) {
+		t.Errorf("bytes unlike the listed ones: exit %d, stderr %q, DIR holds %q", code, stderr, got)
+	}
+}
+
+func TestFileFlagErrors(t *testing.T) {
+	dir := t.TempDir()
+	a := filepath.Join(dir, "a.txt")
+	writeFile(t, a, []byte("a"))
+	writeFile(t, filepath.Join(dir, "b", "a.txt"), []byte("b"))
+	cases := []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--file", filepath.Join(dir, "missing.csv")}, "--file " + filepath.Join(dir, "missing.csv") + ": open"},
+		{[]string{"--file", a + "=../up.txt"}, `--file ` + a + `=../up.txt: file name "../up.txt" has a ".." part`},
+		{[]string{"--file", a + "=/etc/x"}, "is absolute"},
+		{[]string{"--file", a + "="}, "the NAME after \"=\" is empty"},
+		{[]string{"--file", a, "--file", filepath.Join(dir, "b", "a.txt")}, `is also named "a.txt"`},
+		{[]string{"--file", dir}, "is a directory"},
+	}
+	for _, c := range cases {
+		var stderr bytes.Buffer
+		args := append([]string{"run", "-c", "1", "--url", "http://127.0.0.1:1"}, c.args...)
+		code := Main(context.Background(), args, Env{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr,
+			Lookup: func(string) (string, bool) { return "", false }})
+		if code != 64 || !strings.Contains(stderr.String(), c.says) {
+			t.Errorf("%v: exit %d, stderr %q, want it to say %q", c.args, code, stderr.String(), c.says)
+		}
+	}
+	// A PATH that holds "=" itself is taken whole when nothing is at the part before it.
+	eq := filepath.Join(dir, "x=1.csv")
+	writeFile(t, eq, []byte("eq"))
+	files, err := readInputFiles([]string{eq, a + "=in/renamed.txt"})
+	if err != nil || len(files) != 2 || files[0].Name != "x=1.csv" || files[0].Content != "eq" || files[1].Name != "in/renamed.txt" {
+		t.Errorf("readInputFiles = %+v, %v", files, err)
+	}
+}
+
+// TestExecFiles lists an execution's files, and writes them (or those named) into a directory.
+func TestExecFiles(t *testing.T) {
+	d := &filesDaemon{files: []outFile{{name: "figure-1.png", mediaType: "image/png", content: []byte("\x89PNG")},
+		{name: "data/out.csv", mediaType: "text/csv", content: []byte("a\n")}}}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	code, stdout, stderr := sandpit(t, srv.URL, "exec", "files", filesExecID)
+	lines := strings.Split(stdout, "\n")
+	if code != 0 || len(lines) < 3 || strings.Join(strings.Fields(lines[1]), " ") != "figure-1.png 4 bytes image/png" ||
+		strings.Join(strings.Fields(lines[2]), " ") != "data/out.csv 2 bytes text/csv" || !strings.Contains(stderr, `"link" skipped`) {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	out := t.TempDir()
+	code, stdout, stderr = sandpit(t, srv.URL, "exec", "files", filesExecID, "data/out.csv", "--output-dir", out)
+	if got := tree(t, out); code != 0 || !mapsEqual(got, map[string]string{filepath.Join("data", "out.csv"): "a\n"}) ||
+		!strings.Contains(stdout, "saved "+filepath.Join(out, "data", "out.csv")) {
+		t.Errorf("exit %d (%s), stdout %q, DIR holds %q", code, stderr, stdout, got)
+	}
+	code, _, stderr = sandpit(t, srv.URL, "exec", "files", filesExecID, "nope.txt", "--output-dir", out)
+	if code != 64 || !strings.Contains(stderr, `no output file "nope.txt"; it has: figure-1.png, data/out.csv`) {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = sandpit(t, srv.URL, "exec", "files", filesExecID, "figure-1.png")
+	if code != 64 || !strings.Contains(stderr, "add --output-dir") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestCodeRunAndJobCreateSendFiles: the saved-code run and a job's creation send --file too.
+func TestCodeRunAndJobCreateSendFiles(t *testing.T) {
+	d := &filesDaemon{files: []outFile{{name: "r.txt", mediaType: "text/plain", content: []byte("r"), inline: true}}}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.txt")
+	writeFile(t, in, []byte("hello"))
+	out := filepath.Join(dir, "out")
+	code, _, stderr := sandpit(t, srv.URL, "code", "run", "tool", "--file", in, "--no-charts", "--output-dir", out)
+	if got := tree(t, out); code != 0 || got["r.txt"] != "r" {
+		t.Errorf("code run: exit %d (%s), DIR %q", code, stderr, got)
+	}
+	sandpit(t, srv.URL, "job", "create", "tool", "--schedule", "@daily", "--file", in+"=data/in.txt")
+	if len(d.runs) != 2 {
+		t.Fatalf("runs %v", d.runs)
+	}
+	for i, body := range d.runs {
+		files, _ := json.Marshal(body["files"])
+		name := map[int]string{0: "in.txt", 1: "data/in.txt"}[i]
+		if string(files) != `[{"content":"hello","encoding":"utf-8","name":"`+name+`"}]` {
+			t.Errorf("request %d sent files %s", i, files)
+		}
+	}
+	if d.runs[0]["charts"] != false || d.runs[1]["schedule"] != "@daily" || d.runs[1]["charts"] != nil {
+		t.Errorf("requests %v", d.runs)
+	}
+	// job update replaces the files given, and turns charts off or on.
+	sandpit(t, srv.URL, "job", "update", "job_x", "--file", in, "--no-charts")
+	sandpit(t, srv.URL, "job", "update", "job_x", "--no-charts=false")
+	if len(d.runs) != 4 {
+		t.Fatalf("requests %v", d.runs)
+	}
+	if files, _ := json.Marshal(d.runs[2]["files"]); string(files) != `[{"content":"hello","encoding":"utf-8","name":"in.txt"}]` ||
+		d.runs[2]["charts"] != false || d.runs[3]["charts"] != true || d.runs[3]["files"] != nil {
+		t.Errorf("updates sent %v and %v", d.runs[2], d.runs[3])
+	}
+}
+
+func TestHumanSize(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 bytes", 1023: "1023 bytes", 1024: "1.0 KiB", 18740: "18.3 KiB", 5 << 20: "5.0 MiB", 3 << 30: "3.0 GiB"} {
+		if got := humanSize(n); got != want {
+			t.Errorf("humanSize(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

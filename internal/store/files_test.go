@@ -1,0 +1,256 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// openFiles returns a store keeping files under quota, and the files' directory.
+func openFiles(t *testing.T, quota int64) (*Store, *Files, string) {
+	t.Helper()
+	s := open(t)
+	dir := filepath.Join(t.TempDir(), FilesDir)
+	f, err := s.OpenFiles(t.Context(), dir, quota)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, f, dir
+}
+
+// begin records a running execution started at at.
+func begin(t *testing.T, s *Store, at time.Time) string {
+	t.Helper()
+	head := sandbox.Result{ID: sandbox.NewID(), Agent: "a", TimeoutMS: 1000, StartedAt: at, Origin: sandbox.Origin{Source: "api"}}
+	if err := s.Begin(t.Context(), sandbox.Spec{ID: head.ID, Code: "x", Input: json.RawMessage("null"), TimeoutMS: 1000}, head); err != nil {
+		t.Fatal(err)
+	}
+	return head.ID
+}
+
+func put(t *testing.T, f *Files, id, name string, n int) error {
+	t.Helper()
+	return f.Put(t.Context(), id, sandbox.File{Name: name, SizeBytes: int64(n)}, []byte(strings.Repeat("x", n)))
+}
+
+func read(t *testing.T, f *Files, id, name string) (string, error) {
+	t.Helper()
+	rc, err := f.Open(t.Context(), id, name)
+	if err != nil {
+		return "", err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	return string(b), err
+}
+
+func TestFilesPutAndOpen(t *testing.T) {
+	s, f, dir := openFiles(t, 1<<20)
+	id := begin(t, s, time.Now())
+	if err := f.Put(t.Context(), id, sandbox.File{Name: "a/b.csv"}, []byte("1,2\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Put(t.Context(), id, sandbox.File{Name: "empty"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := read(t, f, id, "a/b.csv"); err != nil || got != "1,2\n" {
+		t.Fatalf("read %q, %v", got, err)
+	}
+	if got, err := read(t, f, id, "empty"); err != nil || got != "" {
+		t.Fatalf("read the empty file: %q, %v", got, err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(dir, id))
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, ",") != "0,1" {
+		t.Errorf("files on disk %v, want 0 and 1 (by index, no temporary file left)", names)
+	}
+	if _, err := read(t, f, id, "missing"); !errors.Is(err, ErrEvicted) {
+		t.Errorf("a file not kept: %v, want ErrEvicted", err)
+	}
+	for _, bad := range []struct{ id, name string }{{"../x", "a"}, {id, "../a"}, {id, "/etc/passwd"}} {
+		if err := f.Put(t.Context(), bad.id, sandbox.File{Name: bad.name}, []byte("x")); err == nil {
+			t.Errorf("Put(%q, %q) kept it", bad.id, bad.name)
+		}
+	}
+	if used, quota := f.Used(); used != 4 || quota != 1<<20 {
+		t.Errorf("used %d of %d", used, quota)
+	}
+	// A file cut short on disk (a power loss before the bytes reached it) is not served.
+	if err := os.Truncate(filepath.Join(dir, id, "0"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := read(t, f, id, "a/b.csv"); !errors.Is(err, ErrEvicted) {
+		t.Errorf("a short file: %v, want ErrEvicted", err)
+	}
+}
+
+// BenchmarkFilesPut stores a 30 KiB chart per run, as a run with one figure does.
+func BenchmarkFilesPut(b *testing.B) {
+	s, err := Open(b.Context(), filepath.Join(b.TempDir(), FileName), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	f, err := s.OpenFiles(b.Context(), filepath.Join(b.TempDir(), FilesDir), 1<<40)
+	if err != nil {
+		b.Fatal(err)
+	}
+	png := make([]byte, 30<<10)
+	for b.Loop() {
+		id := sandbox.NewID()
+		if err := f.Put(b.Context(), id, sandbox.File{Name: "figure-1.png"}, png); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// The quota evicts the files of the executions that started first, whatever order their files
+// were stored in, and never the storing execution's own.
+func TestFilesQuotaEvictsTheOldestExecutionsFirst(t *testing.T) {
+	s, f, dir := openFiles(t, 100)
+	now := time.Now()
+	oldest, older, newer := begin(t, s, now.Add(-3*time.Hour)), begin(t, s, now.Add(-2*time.Hour)), begin(t, s, now.Add(-time.Hour))
+	for _, id := range []string{newer, older, oldest} { // stored newest first
+		if err := put(t, f, id, "f", 30); err != nil {
+			t.Fatal(err)
+		}
+	}
+	current := begin(t, s, now)
+	if err := put(t, f, current, "a", 30); err != nil { // 120 > 100: oldest goes
+		t.Fatal(err)
+	}
+	if _, err := read(t, f, oldest, "f"); !errors.Is(err, ErrEvicted) {
+		t.Errorf("oldest: %v, want evicted", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, oldest)); !os.IsNotExist(err) {
+		t.Errorf("the oldest's directory is still there: %v", err)
+	}
+	for _, id := range []string{older, newer} {
+		if _, err := read(t, f, id, "f"); err != nil {
+			t.Errorf("%s evicted before the oldest had gone: %v", id, err)
+		}
+	}
+	if err := put(t, f, current, "b", 60); err != nil { // 150: older and newer go
+		t.Fatal(err)
+	}
+	for _, id := range []string{older, newer} {
+		if _, err := read(t, f, id, "f"); !errors.Is(err, ErrEvicted) {
+			t.Errorf("%s: %v, want evicted", id, err)
+		}
+	}
+	if err := put(t, f, current, "c", 20); err == nil || !strings.Contains(err.Error(), "files_max_bytes") {
+		t.Errorf("a file that fits only by evicting the run's own: %v, want an error naming files_max_bytes", err)
+	}
+	if err := put(t, f, newer, "huge", 101); err == nil || !strings.Contains(err.Error(), "files_max_bytes") {
+		t.Errorf("a file over the whole quota: %v", err)
+	}
+	if got, err := read(t, f, current, "b"); err != nil || len(got) != 60 {
+		t.Errorf("the current run's file: %d bytes, %v", len(got), err)
+	}
+	if used, _ := f.Used(); used != 90 {
+		t.Errorf("used %d, want 90", used)
+	}
+}
+
+// Pruning a record and discarding one delete their files; a store opened again counts what is
+// kept and removes directories that belong to no execution.
+func TestFilesGoWithTheirRecords(t *testing.T) {
+	s, f, dir := openFiles(t, 1<<20)
+	now := time.Now()
+	old, kept, discarded := begin(t, s, now.Add(-48*time.Hour)), begin(t, s, now), begin(t, s, now)
+	for _, id := range []string{old, kept, discarded} {
+		if err := put(t, f, id, "f", 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{old, kept} {
+		if err := s.Finish(t.Context(), sandbox.Result{ID: id, Agent: "a", Outcome: sandbox.OutcomeOK, Files: []sandbox.File{{Name: "f", SizeBytes: 10}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Discard(t.Context(), discarded); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Prune(t.Context(), Retention{MaxAge: 24 * time.Hour}); err != nil || n != 1 {
+		t.Fatalf("pruned %d, %v", n, err)
+	}
+	for _, id := range []string{old, discarded} {
+		if _, err := os.Stat(filepath.Join(dir, id)); !os.IsNotExist(err) {
+			t.Errorf("%s's files are still on disk: %v", id, err)
+		}
+		if _, err := read(t, f, id, "f"); !errors.Is(err, ErrEvicted) {
+			t.Errorf("%s's file is still kept: %v", id, err)
+		}
+	}
+	if got, err := read(t, f, kept, "f"); err != nil || len(got) != 10 {
+		t.Errorf("kept record's file: %q, %v", got, err)
+	}
+	if used, _ := f.Used(); used != 10 {
+		t.Errorf("used %d, want 10", used)
+	}
+	rec, err := s.GetExecution(t.Context(), kept)
+	if err != nil || len(rec.Files) != 1 || rec.Files[0].Name != "f" {
+		t.Errorf("record files %+v, %v", rec.Files, err)
+	}
+
+	// A crash left a directory of an execution with no record.
+	stray := filepath.Join(dir, sandbox.NewID())
+	if err := os.MkdirAll(stray, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.OpenFiles(t.Context(), dir, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used, _ := again.Used(); used != 10 {
+		t.Errorf("reopened: used %d, want 10", used)
+	}
+	if _, err := os.Stat(stray); !os.IsNotExist(err) {
+		t.Errorf("a directory of no execution survived reopening: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, kept)); err != nil {
+		t.Errorf("a kept execution's directory went: %v", err)
+	}
+}
+
+func TestJobFilesAreKept(t *testing.T) {
+	s := open(t)
+	if _, err := s.CreateCode(t.Context(), Code{Agent: "a", Name: "c", Code: "x", Dependencies: []string{}}); err != nil {
+		t.Fatal(err)
+	}
+	off := false
+	j, err := s.CreateJob(t.Context(), Job{ID: "job_1", Agent: "a", CodeName: "c", Schedule: "@daily", Timezone: "UTC", Input: json.RawMessage("null"),
+		Overlap: "skip", CatchUp: "skip", Charts: &off, Inputs: []sandbox.InputFile{{Name: "a", Content: []byte{0, 0xff}}, {Name: "e", Content: nil}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(j.Files) != 2 || j.Files[0] != (JobFile{"a", 2}) || j.Files[1] != (JobFile{"e", 0}) {
+		t.Errorf("created files %+v", j.Files)
+	}
+	got, err := s.GetJob(t.Context(), "a", "job_1")
+	if err != nil || len(got.Inputs) != 2 || string(got.Inputs[0].Content) != "\x00\xff" || got.Inputs[1].Content == nil ||
+		got.Charts == nil || *got.Charts {
+		t.Fatalf("read back %+v, %v", got, err)
+	}
+	list, _, err := s.ListJobs(t.Context(), "a", Page{})
+	if err != nil || len(list) != 1 || len(list[0].Files) != 2 || list[0].Inputs != nil {
+		t.Fatalf("listed %+v, %v: want the files described, their bytes not loaded", list, err)
+	}
+	got.Inputs = nil
+	if _, err := s.UpdateJob(t.Context(), got); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetJob(t.Context(), "a", "job_1"); len(got.Files) != 0 {
+		t.Errorf("files after an update without them: %+v", got.Files)
+	}
+}
