@@ -31,8 +31,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzKnowledgeImport$$' -fuzztime $(FUZZ_TIME) -fuzzminimizetime 5s ./internal/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzToolArguments$$' -fuzztime $(FUZZ_TIME) ./internal/mcpserver
 
+# vet, gofmt, and go.mod as `go mod tidy` leaves it (-diff changes nothing; it prints what tidy
+# would change and fails).
 lint:
 	$(GO) vet ./...
+	@$(GO) mod tidy -diff || { echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1; }
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 image: build

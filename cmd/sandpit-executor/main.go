@@ -1,10 +1,3 @@
-// Command sandpit-executor runs inside the sandbox container. The daemon starts it with
-// `docker exec` as root and speaks the control protocol (internal/protocol) over its stdin and
-// stdout; its stderr carries its log. It exits when stdin ends.
-//
-// Usage: sandpit-executor serve [-slots N] [-uid-base N] [-python PATH] [-bootstrap PATH]
-// [-run-root DIR] [-fork-server=false] [-preload MODULES] [-fork-server-max-runs N]
-// [-runtime runc|runsc] [-memory-reserve BYTES]
 package main
 
 import (

@@ -1,5 +1,3 @@
-// Command sandpit is the sandpit daemon and command line: `sandpit serve` runs the daemon,
-// `sandpit run` executes code, `sandpit image build` builds the sandbox image.
 package main
 
 import (

@@ -24,7 +24,7 @@ type SetupEngine struct {
 	eng *Engine
 }
 
-var _ setup.Engine = (*SetupEngine)(nil)
+var _ setup.Docker = (*SetupEngine)(nil)
 
 // Ping returns the engine's version; host, when set, becomes the engine used from then on.
 func (s *SetupEngine) Ping(ctx context.Context, host string) (string, error) {

@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 // TestBenchAgainstTheEngine runs the whole `sandpit bench`, with tiny counts, against the real
 // Docker engine, and checks the report and that nothing of the bench is left.
 func TestBenchAgainstTheEngine(t *testing.T) {
-	api := testenv.Engine(t)
+	api := testenv.DockerClient(t)
 	if testing.Short() {
 		t.Skip("the whole bench takes half a minute")
 	}

@@ -48,12 +48,6 @@ func Sign(secret, body []byte) string {
 	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
 }
 
-// Verify reports whether signature is body's under secret (in constant time), for hosts
-// written in Go.
-func Verify(secret, body []byte, signature string) bool {
-	return hmac.Equal([]byte(Sign(secret, body)), []byte(signature))
-}
-
 // Answer sends the call and returns the host application's answer as it sent it, once its
 // shape is checked: search_memory, get_facts and get_documents answer a JSON array of objects,
 // query_graph an object with the arrays "nodes" and "edges", store_result an object. Its fields

@@ -1,7 +1,3 @@
-// Package cli is sandpit's command line (cobra): `sandpit serve` runs the daemon, `sandpit run`
-// executes code through the daemon at SANDPIT_URL (or, when none answers, through an engine
-// started in the process for that one command), and `sandpit image build` builds the sandbox
-// image. Exit codes are decided in one place, ExitCode.
 package cli
 
 import (

@@ -534,64 +534,100 @@ const (
 // each message names the key, the value, what is allowed and where to change it.
 // It returns nil when the configuration is usable.
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s %s (set %q in the config file or %s)",
-			key, fmt.Sprintf(format, args...), key, EnvName(key)))
-	}
-	intRange := func(key string, v, lo, hi int64, unit string) {
-		if v < lo || v > hi {
-			bad(key, "is %d; allowed range is %d to %d%s", v, lo, hi, unit)
-		}
-	}
-	sizeAtLeast := func(key string, v, lo int64) {
-		if v < lo {
-			bad(key, "is %s; it must be at least %s", FormatSize(v), FormatSize(lo))
-		}
-	}
+	var report problems
+	c.checkPlaces(&report)
+	c.checkRequests(&report)
+	c.checkPackageIndex(&report)
+	c.checkForkServer(&report)
+	c.checkAgentCalls(&report)
+	c.checkRetention(&report)
+	c.checkRequestSizes(&report)
+	c.checkBox(&report)
+	c.checkRunLimits(&report)
+	c.validateFiles(report.bad)
+	c.checkLog(&report)
+	return errors.Join(report.errs...)
+}
 
+// problems collects what Validate finds wrong, in the order found.
+type problems struct{ errs []error }
+
+// bad records that key's value is wrong: the message names the key, says what is wrong and
+// allowed (format and args), and where to set it.
+func (p *problems) bad(key, format string, args ...any) {
+	p.errs = append(p.errs, fmt.Errorf("%s %s (set %q in the config file or %s)",
+		key, fmt.Sprintf(format, args...), key, EnvName(key)))
+}
+
+// intRange records key's value v unless it is from lo to hi; unit follows the range in the
+// message (" milliseconds").
+func (p *problems) intRange(key string, v, lo, hi int64, unit string) {
+	if v < lo || v > hi {
+		p.bad(key, "is %d; allowed range is %d to %d%s", v, lo, hi, unit)
+	}
+}
+
+// sizeAtLeast records key's size v unless it is at least lo bytes.
+func (p *problems) sizeAtLeast(key string, v, lo int64) {
+	if v < lo {
+		p.bad(key, "is %s; it must be at least %s", FormatSize(v), FormatSize(lo))
+	}
+}
+
+// checkPlaces checks the daemon's address, its data directory, the Docker engine and the sandbox
+// image's recipe: listen, data_dir, docker_host, base_image, packages, image_repository.
+func (c Config) checkPlaces(report *problems) {
 	if c.Listen == "" {
-		bad("listen", "is empty; give a host:port such as 127.0.0.1:8765")
+		report.bad("listen", "is empty; give a host:port such as 127.0.0.1:8765")
 	} else if _, port, err := net.SplitHostPort(c.Listen); err != nil {
-		bad("listen", "is %q, not a host:port address (%v); use a form such as 127.0.0.1:8765 or [::1]:8765", c.Listen, err)
+		report.bad("listen", "is %q, not a host:port address (%v); use a form such as 127.0.0.1:8765 or [::1]:8765", c.Listen, err)
 	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
-		bad("listen", "is %q: the port must be a number from 0 to 65535, as in 127.0.0.1:8765", c.Listen)
+		report.bad("listen", "is %q: the port must be a number from 0 to 65535, as in 127.0.0.1:8765", c.Listen)
 	}
 	switch {
 	case c.DataDir == "":
-		bad("data_dir", "is empty and no default could be found (neither XDG_DATA_HOME nor HOME is set); give an absolute directory")
+		report.bad("data_dir", "is empty and no default could be found (neither XDG_DATA_HOME nor HOME is set); give an absolute directory")
 	case !filepath.IsAbs(c.DataDir):
-		bad("data_dir", "is %q, which is not an absolute path; give the full path (a leading ~ is not expanded)", c.DataDir)
+		report.bad("data_dir", "is %q, which is not an absolute path; give the full path (a leading ~ is not expanded)", c.DataDir)
 	}
 	if c.DockerHost != "" && !strings.Contains(c.DockerHost, "://") {
-		bad("docker_host", "is %q; give a URL such as unix:///var/run/docker.sock or tcp://host:2376, or leave it empty to use the Docker client's environment", c.DockerHost)
+		report.bad("docker_host", "is %q; give a URL such as unix:///var/run/docker.sock or tcp://host:2376, or leave it empty to use the Docker client's environment", c.DockerHost)
 	}
 	if strings.IndexFunc(c.BaseImage, unicode.IsSpace) >= 0 {
-		bad("base_image", "is %q, which contains white space; name an image such as python:3.11-slim, or leave it empty to choose one", c.BaseImage)
+		report.bad("base_image", "is %q, which contains white space; name an image such as python:3.11-slim, or leave it empty to choose one", c.BaseImage)
 	}
 	for i, p := range c.Packages {
 		switch {
 		case strings.TrimSpace(p) == "":
-			bad("packages", "has an empty entry at position %d; remove it", i+1)
+			report.bad("packages", "has an empty entry at position %d; remove it", i+1)
 		case strings.HasPrefix(p, "-"):
-			bad("packages", "entry %q starts with '-', which pip would read as an option; give package names or requirement specifiers only", p)
+			report.bad("packages", "entry %q starts with '-', which pip would read as an option; give package names or requirement specifiers only", p)
 		case strings.IndexFunc(p, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
-			bad("packages", "entry %q contains white space; give one package or requirement specifier (such as numpy>=1.26) per entry", p)
+			report.bad("packages", "entry %q contains white space; give one package or requirement specifier (such as numpy>=1.26) per entry", p)
 		}
 	}
 	if msg := checkRepository(c.ImageRepository); msg != "" {
-		bad("image_repository", "is %q: %s", c.ImageRepository, msg)
+		report.bad("image_repository", "is %q: %s", c.ImageRepository, msg)
 	}
+}
 
-	intRange("slots", int64(c.Slots), 1, 64, " runs at once")
-	intRange("queue_length", int64(c.QueueLength), 0, 10000, " waiting requests")
-	intRange("max_timeout_ms", c.MaxTimeoutMS, 1, 86_400_000, " milliseconds (24 hours)")
+// checkRequests checks how many runs are taken, and for how long: slots, queue_length, the
+// timeouts, grace_ms, install_timeout_ms and max_dependencies.
+func (c Config) checkRequests(report *problems) {
+	report.intRange("slots", int64(c.Slots), 1, 64, " runs at once")
+	report.intRange("queue_length", int64(c.QueueLength), 0, 10000, " waiting requests")
+	report.intRange("max_timeout_ms", c.MaxTimeoutMS, 1, 86_400_000, " milliseconds (24 hours)")
 	if hi := max(c.MaxTimeoutMS, 1); c.DefaultTimeoutMS < 1 || c.DefaultTimeoutMS > hi {
-		bad("default_timeout_ms", "is %d; allowed range is 1 to max_timeout_ms (%d) milliseconds; lower it or raise max_timeout_ms", c.DefaultTimeoutMS, c.MaxTimeoutMS)
+		report.bad("default_timeout_ms", "is %d; allowed range is 1 to max_timeout_ms (%d) milliseconds; lower it or raise max_timeout_ms", c.DefaultTimeoutMS, c.MaxTimeoutMS)
 	}
-	intRange("grace_ms", c.GraceMS, 100, 600_000, " milliseconds")
-	intRange("install_timeout_ms", c.InstallTimeoutMS, 1000, 3_600_000, " milliseconds")
-	intRange("max_dependencies", int64(c.MaxDependencies), 1, 500, " requirements")
+	report.intRange("grace_ms", c.GraceMS, 100, 600_000, " milliseconds")
+	report.intRange("install_timeout_ms", c.InstallTimeoutMS, 1000, 3_600_000, " milliseconds")
+	report.intRange("max_dependencies", int64(c.MaxDependencies), 1, 500, " requirements")
+}
+
+// checkPackageIndex checks where pip finds dependencies, as the sandbox's container reaches it:
+// index_url, extra_index_urls and trusted_hosts.
+func (c Config) checkPackageIndex(report *problems) {
 	for key, urls := range map[string][]string{"index_url": {c.IndexURL}, "extra_index_urls": c.ExtraIndexURLs} {
 		for _, u := range urls {
 			if u == "" && key == "index_url" {
@@ -600,94 +636,121 @@ func (c Config) Validate() error {
 			p, err := url.Parse(u)
 			switch {
 			case err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || strings.HasPrefix(u, "-"):
-				bad(key, "has %q, which is not an http(s) URL; give an index such as https://pypi.example.com/simple", u)
+				report.bad(key, "has %q, which is not an http(s) URL; give an index such as https://pypi.example.com/simple", u)
 			case isLoopback(p.Hostname()):
-				bad(key, "has %q, but pip runs inside the sandbox's container, where %s is the container itself, not this machine; "+
+				report.bad(key, "has %q, but pip runs inside the sandbox's container, where %s is the container itself, not this machine; "+
 					"reach an index on this machine as host.docker.internal (Docker Desktop, Colima) or the Docker bridge's gateway "+
 					"(`docker network inspect bridge`, usually 172.17.0.1), listening on that address, and add that host to trusted_hosts for plain HTTP", u, p.Hostname())
 			case p.Scheme == "http" && !pipTrusts(p, c.TrustedHosts):
-				bad(key, "has %q, a plain-HTTP index whose host is not in trusted_hosts: pip ignores such an index, and every install "+
+				report.bad(key, "has %q, a plain-HTTP index whose host is not in trusted_hosts: pip ignores such an index, and every install "+
 					"would fail with \"No matching distribution found\"; add %q to trusted_hosts, or serve the index over HTTPS", u, p.Hostname())
 			}
 		}
 	}
 	for _, h := range c.TrustedHosts {
 		if h == "" || strings.HasPrefix(h, "-") || strings.ContainsAny(h, " /\t\n") {
-			bad("trusted_hosts", "has %q; give host names (optionally with :port) such as pypi.example.com", h)
+			report.bad("trusted_hosts", "has %q; give host names (optionally with :port) such as pypi.example.com", h)
 		}
 	}
+}
+
+// checkForkServer checks the fork server: preload and fork_server_max_runs.
+func (c Config) checkForkServer(report *problems) {
 	if len(c.Preload) > 64 {
-		bad("preload", "has %d modules; at most 64", len(c.Preload))
+		report.bad("preload", "has %d modules; at most 64", len(c.Preload))
 	}
 	for _, m := range c.Preload {
 		if !isModuleName(m) {
-			bad("preload", "has %q, which is not a Python module name; give dotted names such as numpy or scipy.stats", m)
+			report.bad("preload", "has %q, which is not a Python module name; give dotted names such as numpy or scipy.stats", m)
 		}
 	}
-	intRange("fork_server_max_runs", int64(c.ForkServerMaxRuns), 0, 1_000_000_000, " runs (0: never replaced)")
-	intRange("max_calls", int64(c.MaxCalls), 0, 1_000_000, " calls")
-	intRange("max_call_bytes", c.MaxCallBytes, 1<<10, 32<<20, " bytes (1KiB to 32MiB)")
-	intRange("call_timeout_ms", c.CallTimeoutMS, 100, 600_000, " milliseconds")
+	report.intRange("fork_server_max_runs", int64(c.ForkServerMaxRuns), 0, 1_000_000_000, " runs (0: never replaced)")
+}
+
+// checkAgentCalls checks the agent.* calls of a run and the host application that may answer
+// them: max_calls, max_call_bytes, call_timeout_ms, callback_url and callback_secret.
+func (c Config) checkAgentCalls(report *problems) {
+	report.intRange("max_calls", int64(c.MaxCalls), 0, 1_000_000, " calls")
+	report.intRange("max_call_bytes", c.MaxCallBytes, 1<<10, 32<<20, " bytes (1KiB to 32MiB)")
+	report.intRange("call_timeout_ms", c.CallTimeoutMS, 100, 600_000, " milliseconds")
 	if c.CallbackURL != "" {
 		if p, err := url.Parse(c.CallbackURL); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			bad("callback_url", "is %q, which is not an http(s) URL; give the host application's endpoint, such as http://127.0.0.1:9000/sandpit", c.CallbackURL)
+			report.bad("callback_url", "is %q, which is not an http(s) URL; give the host application's endpoint, such as http://127.0.0.1:9000/sandpit", c.CallbackURL)
 		}
 		if len(c.CallbackSecret) < 16 {
-			bad("callback_secret", "must be set to at least 16 characters with callback_url: it signs every call sent to the host application")
+			report.bad("callback_secret", "must be set to at least 16 characters with callback_url: it signs every call sent to the host application")
 		}
 	}
-	intRange("results_max_bytes", c.ResultsMaxBytes, 1<<10, 1<<40, " bytes (1KiB to 1TiB)")
-	intRange("results_max_versions", c.ResultsMaxVersions, 1, 1_000_000, " versions")
-	intRange("ledger_max_age_days", c.LedgerMaxAgeDays, 0, 36_500, " days (0: no age limit)")
-	intRange("ledger_max_executions", c.LedgerMaxExecutions, 0, 100_000_000, " records (0: no count limit)")
-	intRange("max_code_bytes", c.MaxCodeBytes, 1, gib, " bytes (1GiB)")
-	intRange("max_input_bytes", c.MaxInputBytes, 1, gib, " bytes (1GiB)")
+}
 
-	sizeAtLeast("memory_bytes", c.MemoryBytes, 64*mib)
+// checkRetention checks what the database keeps: results_max_bytes, results_max_versions,
+// ledger_max_age_days and ledger_max_executions.
+func (c Config) checkRetention(report *problems) {
+	report.intRange("results_max_bytes", c.ResultsMaxBytes, 1<<10, 1<<40, " bytes (1KiB to 1TiB)")
+	report.intRange("results_max_versions", c.ResultsMaxVersions, 1, 1_000_000, " versions")
+	report.intRange("ledger_max_age_days", c.LedgerMaxAgeDays, 0, 36_500, " days (0: no age limit)")
+	report.intRange("ledger_max_executions", c.LedgerMaxExecutions, 0, 100_000_000, " records (0: no count limit)")
+}
+
+// checkRequestSizes checks the size of a request: max_code_bytes and max_input_bytes.
+func (c Config) checkRequestSizes(report *problems) {
+	report.intRange("max_code_bytes", c.MaxCodeBytes, 1, gib, " bytes (1GiB)")
+	report.intRange("max_input_bytes", c.MaxInputBytes, 1, gib, " bytes (1GiB)")
+}
+
+// checkBox checks each slot's container: memory_bytes, memory_swap_bytes, cpus, pids_limit,
+// tmp_bytes, run_dir_bytes, network and runtime.
+func (c Config) checkBox(report *problems) {
+	report.sizeAtLeast("memory_bytes", c.MemoryBytes, 64*mib)
 	if c.MemorySwapBytes != 0 && c.MemorySwapBytes < c.MemoryBytes {
-		bad("memory_swap_bytes", "is %s, less than memory_bytes (%s); it counts memory plus swap, so give 0 for no swap or at least memory_bytes",
+		report.bad("memory_swap_bytes", "is %s, less than memory_bytes (%s); it counts memory plus swap, so give 0 for no swap or at least memory_bytes",
 			FormatSize(c.MemorySwapBytes), FormatSize(c.MemoryBytes))
 	}
 	if !(c.CPUs > 0 && c.CPUs <= 64) {
-		bad("cpus", "is %v; it must be more than 0 and at most 64, such as 1 or 0.5", c.CPUs)
+		report.bad("cpus", "is %v; it must be more than 0 and at most 64, such as 1 or 0.5", c.CPUs)
 	}
 	if c.PidsLimit < 16 {
-		bad("pids_limit", "is %d; it must be at least 16", c.PidsLimit)
+		report.bad("pids_limit", "is %d; it must be at least 16", c.PidsLimit)
 	}
-	sizeAtLeast("tmp_bytes", c.TmpBytes, mib)
-	sizeAtLeast("run_dir_bytes", c.RunDirBytes, mib)
+	report.sizeAtLeast("tmp_bytes", c.TmpBytes, mib)
+	report.sizeAtLeast("run_dir_bytes", c.RunDirBytes, mib)
 	if c.Network != "full" && c.Network != "none" {
-		bad("network", "is %q; it must be \"full\" or \"none\"", c.Network)
+		report.bad("network", "is %q; it must be \"full\" or \"none\"", c.Network)
 	}
 	if c.Runtime != "runc" && c.Runtime != "runsc" {
-		bad("runtime", "is %q; it must be \"runc\" (the engine's default) or \"runsc\" (gVisor)", c.Runtime)
+		report.bad("runtime", "is %q; it must be \"runc\" (the engine's default) or \"runsc\" (gVisor)", c.Runtime)
 	}
+}
 
+// checkRunLimits checks the limits of each run inside its box: run_memory_bytes, the stream and
+// OUTPUT caps, file_size_bytes, open_files and processes.
+func (c Config) checkRunLimits(report *problems) {
 	if c.RunMemoryBytes != 0 && (c.RunMemoryBytes < 16*mib || c.RunMemoryBytes > c.MemoryBytes) {
-		bad("run_memory_bytes", "is %s; it must be 0 (meaning memory_bytes) or from 16MiB to memory_bytes (%s)",
+		report.bad("run_memory_bytes", "is %s; it must be 0 (meaning memory_bytes) or from 16MiB to memory_bytes (%s)",
 			FormatSize(c.RunMemoryBytes), FormatSize(c.MemoryBytes))
 	}
-	sizeAtLeast("stdout_bytes", c.StdoutBytes, 1)
-	sizeAtLeast("stderr_bytes", c.StderrBytes, 1)
-	sizeAtLeast("output_bytes", c.OutputBytes, 1)
+	report.sizeAtLeast("stdout_bytes", c.StdoutBytes, 1)
+	report.sizeAtLeast("stderr_bytes", c.StderrBytes, 1)
+	report.sizeAtLeast("output_bytes", c.OutputBytes, 1)
 	if c.FileSizeBytes < 0 {
-		bad("file_size_bytes", "is %d; it must be 0 (no limit) or a positive size", c.FileSizeBytes)
+		report.bad("file_size_bytes", "is %d; it must be 0 (no limit) or a positive size", c.FileSizeBytes)
 	}
 	if c.OpenFiles != 0 && (c.OpenFiles < 16 || c.OpenFiles > 1<<20) {
-		bad("open_files", "is %d; it must be 0 (no limit) or from 16 to 1048576", c.OpenFiles)
+		report.bad("open_files", "is %d; it must be 0 (no limit) or from 16 to 1048576", c.OpenFiles)
 	}
 	if c.Processes < 0 {
-		bad("processes", "is %d; it must be 0 (no limit) or a positive count", c.Processes)
+		report.bad("processes", "is %d; it must be 0 (no limit) or a positive count", c.Processes)
 	}
-	c.validateFiles(bad)
+}
 
+// checkLog checks the daemon's log: log_level and log_format.
+func (c Config) checkLog(report *problems) {
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
-		bad("log_level", "is %q; it must be \"debug\", \"info\", \"warn\" or \"error\"", c.LogLevel)
+		report.bad("log_level", "is %q; it must be \"debug\", \"info\", \"warn\" or \"error\"", c.LogLevel)
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
-		bad("log_format", "is %q; it must be \"text\" or \"json\"", c.LogFormat)
+		report.bad("log_format", "is %q; it must be \"text\" or \"json\"", c.LogFormat)
 	}
-	return errors.Join(errs...)
 }
 
 // checkRepository returns why name is not a usable image repository, or "".

@@ -246,8 +246,8 @@ func TestFileLocation(t *testing.T) {
 			}
 		})
 	}
-	if got := DefaultFile(func(k string) string { return map[string]string{"HOME": "/h"}[k] }); got != "/h/.config/sandpit/config.json" {
-		t.Errorf("DefaultFile = %q", got)
+	if got := defaultFile(envMap(map[string]string{"HOME": "/h"})); got != "/h/.config/sandpit/config.json" {
+		t.Errorf("defaultFile = %q", got)
 	}
 }
 
@@ -304,9 +304,6 @@ func TestEnvErrors(t *testing.T) {
 		_, err := LoadLookup("", envMap(baseEnv(t, tt.env)))
 		wantErrContains(t, err, tt.want...)
 	}
-	// Through Load with a getenv function.
-	_, err := Load("", func(k string) string { return map[string]string{"SANDPIT_SLOTS": "abc"}[k] })
-	wantErrContains(t, err, "SANDPIT_SLOTS", "whole number")
 }
 
 func TestSet(t *testing.T) {
@@ -404,26 +401,19 @@ func TestPackages(t *testing.T) {
 	}
 }
 
-// With a getenv function, "" cannot be told from unset; with nil, the process environment is
-// looked up with os.LookupEnv and SANDPIT_PACKAGES="" means none.
+// With a nil lookup the process environment is looked up with os.LookupEnv, and
+// SANDPIT_PACKAGES="" means none.
 func TestLoadEmptyPackagesEnv(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
 	t.Setenv("XDG_CONFIG_HOME", "")
 	t.Setenv("SANDPIT_CONFIG", "")
 	t.Setenv("SANDPIT_PACKAGES", "")
-	c, err := Load("", nil)
+	c, err := LoadLookup("", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Packages == nil || len(c.Packages) != 0 {
-		t.Errorf("Load(\"\", nil) with SANDPIT_PACKAGES=\"\": packages = %#v, want none", c.Packages)
-	}
-	c, err = Load("", os.Getenv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(c.Packages, DefaultPackages()) {
-		t.Errorf("Load(\"\", os.Getenv): packages = %#v, want the defaults", c.Packages)
+		t.Errorf("LoadLookup(\"\", nil) with SANDPIT_PACKAGES=\"\": packages = %#v, want none", c.Packages)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/suggest"
 )
 
-// EnvConfig is the environment variable that names the config file when Load is given none.
+// EnvConfig is the environment variable that names the config file when LoadLookup is given none.
 const EnvConfig = "SANDPIT_CONFIG"
 
 // EnvName returns the environment variable of a key: SANDPIT_ and the key in upper case,
@@ -36,14 +36,9 @@ func Keys() []string {
 	return keys
 }
 
-// DefaultFile returns the config file read when Load is given no path and SANDPIT_CONFIG is
-// unset: $XDG_CONFIG_HOME/sandpit/config.json, or ~/.config/sandpit/config.json; "" when
-// neither XDG_CONFIG_HOME nor HOME is set. env is consulted for those variables; nil means
-// the process environment.
-func DefaultFile(env func(string) string) string {
-	return defaultFile(lookupFunc(env))
-}
-
+// defaultFile returns the config file read when LoadLookup is given no path and
+// SANDPIT_CONFIG is unset: $XDG_CONFIG_HOME/sandpit/config.json, or
+// ~/.config/sandpit/config.json; "" when neither XDG_CONFIG_HOME nor HOME is set.
 func defaultFile(lookup func(string) (string, bool)) string {
 	if d := xdgDir(lookup, "XDG_CONFIG_HOME", ".config"); d != "" {
 		return filepath.Join(d, "sandpit", "config.json")
@@ -51,41 +46,22 @@ func defaultFile(lookup func(string) (string, bool)) string {
 	return ""
 }
 
-// lookupFunc adapts a getenv-style function, for which an empty value means unset.
-func lookupFunc(env func(string) string) func(string) (string, bool) {
-	if env == nil {
-		return os.LookupEnv
-	}
-	return func(name string) (string, bool) {
-		v := env(name)
-		return v, v != ""
-	}
-}
-
-// Load returns the configuration: Default, overridden by the config file, overridden by the
-// environment. It does not validate: apply flags with Set, then call Validate.
+// LoadLookup returns the configuration: Default, overridden by the config file, overridden by
+// the environment. It does not validate: apply flags with Set, then call Validate.
 //
 // The file is path when path is not empty, else the file SANDPIT_CONFIG names, else
-// DefaultFile. A file named by path or SANDPIT_CONFIG must exist; the default file is read
-// only when it exists. The file holds one JSON object whose keys are Config's json keys;
+// $XDG_CONFIG_HOME/sandpit/config.json or ~/.config/sandpit/config.json. A file named by path
+// or SANDPIT_CONFIG must exist; the default file is read only when it exists. The file holds one JSON object whose keys are Config's json keys;
 // unknown keys, duplicate keys, null values and values of the wrong type are errors naming the
 // file, the line and column, and the key.
 //
 // Every key can then be set by its environment variable (see EnvName); a value that does not
 // parse is an error naming the variable and the expected type.
 //
-// env looks up environment variables (including XDG_CONFIG_HOME, XDG_DATA_HOME and HOME for
-// the defaults). For a non-nil env an empty value means unset, so SANDPIT_PACKAGES="" cannot be
-// told from an unset variable; pass nil to use the process environment through os.LookupEnv,
-// where a variable set to "" counts as set (SANDPIT_PACKAGES="" then means no packages), or
-// use LoadLookup.
-func Load(path string, env func(string) string) (Config, error) {
-	return LoadLookup(path, lookupFunc(env))
-}
-
-// LoadLookup is Load with an os.LookupEnv-style lookup (nil means os.LookupEnv): a variable
-// that is set but empty counts as set. SANDPIT_PACKAGES="" means no packages, an empty string
-// variable sets its key to "", and an empty numeric variable is an error.
+// lookup looks up environment variables (including XDG_CONFIG_HOME, XDG_DATA_HOME and HOME for
+// the defaults), as os.LookupEnv does; nil means os.LookupEnv. A variable that is set but empty
+// counts as set: SANDPIT_PACKAGES="" means no packages, an empty string variable sets its key
+// to "", and an empty numeric variable is an error.
 func LoadLookup(path string, lookup func(string) (string, bool)) (Config, error) {
 	if lookup == nil {
 		lookup = os.LookupEnv

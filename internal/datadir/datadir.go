@@ -1,6 +1,7 @@
-// Package datadir guards a sandpit data directory: one engine (a daemon, or a CLI running the
-// engine itself) owns a data directory and its warm container at a time, enforced with an
-// advisory lock (flock) on DIR/lock that the kernel releases when the owner dies.
+// Package datadir guards a sandpit data directory: one sandpit process (a daemon, or a command
+// that runs the sandbox in its own process) owns a data directory and its warm containers at a
+// time, enforced with an advisory lock (flock) on DIR/lock that the kernel releases when the
+// owner dies.
 package datadir
 
 import (

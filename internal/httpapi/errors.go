@@ -130,11 +130,6 @@ func classify(err error) classified {
 	}
 }
 
-// StatusOf returns the HTTP status the API answers err with: 400 or 413 for a
-// *sandbox.FieldError, 429 for a *sandbox.BusyError, 503 for sandbox.ErrNotReady,
-// StatusClientClosedRequest for a context error, 500 for anything else.
-func StatusOf(err error) int { return classify(err).status }
-
 // writeError answers err as a JSON error body. For StatusClientClosedRequest it writes nothing.
 func writeError(w http.ResponseWriter, err error) {
 	e := classify(err)

@@ -1,29 +1,3 @@
-// Package httpapi serves sandpit's REST API over HTTP: POST /v1/executions runs Python code
-// (as one JSON answer, or as an NDJSON stream of output events ending with the result),
-// GET /v1/limits tells clients the limits in force, and GET /healthz and GET /readyz report
-// whether the daemon is alive and whether it can take runs. Saved code lives under
-// /v1/agents/{agent}/code, jobs under /v1/agents/{agent}/jobs, and the ledger of executions
-// under GET /v1/executions, with each run's output files at
-// GET /v1/executions/{id}/files/{name...}.
-//
-// Every answer is JSON (or NDJSON for a stream); every error has the body
-//
-//	{"error": {"code": "...", "message": "...", "field": "...", "violations": [...]}}
-//
-// where code is one of invalid_request, invalid_input, too_large, busy, not_ready, internal,
-// not_found, gone, conflict, forbidden, unauthorized, unsupported_media_type or method_not_allowed; field (omitted
-// when empty) names the request field at fault, and violations (for invalid_input) lists the
-// JSON pointer and message of each way an input breaks saved code's input schema. A program
-// that fails is not an error: its Result, with its outcome, comes back with 200.
-//
-// A client asks for a stream with "Accept: application/x-ndjson". The stream's lines are
-// {"type":"stdout","data":"..."} and {"type":"stderr","data":"..."} as the program writes,
-// {"type":"file","file":{...}} for each output file once the program has ended, then
-// one {"type":"result","result":{...}}, or {"type":"error","error":{...}} if the run failed in
-// the system after output had been sent. A request refused before any output (invalid, busy,
-// not ready) gets the ordinary error status and body instead of a stream.
-//
-// The package never logs code, inputs or outputs.
 package httpapi
 
 import (
@@ -34,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
-	"slices"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/library"
@@ -183,14 +156,6 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 func (a *api) handle(pattern string, fn http.HandlerFunc) {
 	a.routes = append(a.routes, pattern)
 	a.mux.HandleFunc(pattern, fn)
-}
-
-// Routes returns the patterns ("METHOD /path/{param}") a handler from NewHandler serves.
-func Routes(h http.Handler) []string {
-	if a, ok := h.(*api); ok {
-		return slices.Clone(a.routes)
-	}
-	return nil
 }
 
 // ServeHTTP logs the request, recovers from panics and answers unknown routes in JSON.

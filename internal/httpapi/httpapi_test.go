@@ -414,7 +414,8 @@ func TestExecuteErrors(t *testing.T) {
 	}
 }
 
-func TestStatusOf(t *testing.T) {
+// TestClassifyStatus: the HTTP status each kind of error is answered with.
+func TestClassifyStatus(t *testing.T) {
 	tests := []struct {
 		err  error
 		want int
@@ -430,8 +431,8 @@ func TestStatusOf(t *testing.T) {
 		{errors.New("boom"), 500},
 	}
 	for _, tt := range tests {
-		if got := StatusOf(tt.err); got != tt.want {
-			t.Errorf("StatusOf(%v) = %d, want %d", tt.err, got, tt.want)
+		if got := classify(tt.err).status; got != tt.want {
+			t.Errorf("classify(%v).status = %d, want %d", tt.err, got, tt.want)
 		}
 	}
 }

@@ -261,13 +261,6 @@ func (l *Library) Run(ctx context.Context, agent, name string, run Run, origin s
 	return l.ex.Execute(ctx, req, emit)
 }
 
-// ValidateInput checks input (JSON text; absent means null) against code's input schema and
-// returns an *InputError listing the first failing fields (at most 20), a *sandbox.FieldError
-// for input when checking it would cost more than MaxValidationCost, or nil.
-func ValidateInput(code store.Code, input json.RawMessage) error {
-	return validateInput(context.Background(), code, input, nil)
-}
-
 // Holder lets large validations wait for an execution slot, as runs do; *sandbox.Service is one.
 type Holder interface {
 	// Hold waits for a free slot (a *sandbox.BusyError when the queue is full) and returns the

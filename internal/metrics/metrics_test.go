@@ -44,11 +44,11 @@ func TestCallMethodsAreBounded(t *testing.T) {
 	}
 }
 
-// TestREADMENamesEveryMetric: the README's list of metrics names each sandpit_ metric this
-// package defines (it had left out sandpit_execution_starts_total and sandpit_slots). Vectors
+// TestDocsNameEveryMetric: the API reference's list of metrics (docs/api.md) names each
+// sandpit_ metric this package defines (it had left out sandpit_execution_starts_total and sandpit_slots). Vectors
 // without observations are not gathered, so the names are read from the source.
-func TestREADMENamesEveryMetric(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+func TestDocsNameEveryMetric(t *testing.T) {
+	readme, err := os.ReadFile("../../docs/api.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestREADMENamesEveryMetric(t *testing.T) {
 	}
 	for _, n := range names {
 		if !regexp.MustCompile("`" + n[1] + "[`{]").Match(readme) {
-			t.Errorf("the README does not name the metric %s", n[1])
+			t.Errorf("docs/api.md does not name the metric %s", n[1])
 		}
 	}
 }

@@ -138,9 +138,6 @@ type Schedule struct {
 // String returns the schedule as given to Parse, trimmed.
 func (s *Schedule) String() string { return s.spec }
 
-// Location returns the schedule's timezone (time.UTC for "").
-func (s *Schedule) Location() *time.Location { return s.loc }
-
 // parser is robfig's standard parser (the same options as cron.ParseStandard):
 // five fields, descriptors allowed. It is only ever called through robfigParse.
 var parser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)

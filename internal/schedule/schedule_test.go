@@ -113,8 +113,8 @@ func TestAccepted(t *testing.T) {
 			if got, want := s.String(), strings.TrimSpace(tt.spec); got != want {
 				t.Errorf("String() = %q, want %q", got, want)
 			}
-			if s.Location() != time.UTC {
-				t.Errorf("Location() = %v, want UTC", s.Location())
+			if s.loc != time.UTC {
+				t.Errorf("location %v, want UTC", s.loc)
 			}
 			got := s.NextN(from, 3)
 			checkTimes(t, got, tt.want)
@@ -250,7 +250,7 @@ func TestRefused(t *testing.T) {
 		t.Run(tt.spec+"|"+tt.tz, func(t *testing.T) {
 			s, err := Parse(tt.spec, tt.tz)
 			if err == nil {
-				t.Fatalf("accepted as %q in %v", s, s.Location())
+				t.Fatalf("accepted as %q in %v", s, s.loc)
 			}
 			msg := err.Error()
 			if !strings.Contains(msg, tt.want) {
@@ -336,8 +336,8 @@ func TestTimezones(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.spec+"|"+tt.tz, func(t *testing.T) {
 			s := mustParse(t, tt.spec, tt.tz)
-			if got := s.Location().String(); got != tt.loc {
-				t.Errorf("Location() = %s, want %s", got, tt.loc)
+			if got := s.loc.String(); got != tt.loc {
+				t.Errorf("location %s, want %s", got, tt.loc)
 			}
 			checkTimes(t, s.NextN(from, 2), tt.want)
 		})

@@ -125,12 +125,12 @@ func TestConformancePipe(t *testing.T) {
 	}
 	t.Run("cold", func(t *testing.T) {
 		c, _ := pipeRuntime(t, 4)
-		sandboxtest.Run(t, sandboxtest.Harness{Runtime: c, Slots: 4, HasModule: hasModule, Start: "cold"})
+		sandboxtest.Run(t, sandboxtest.Harness{Runtime: c, Slots: 4, HasModule: hasModule, Start: "cold", Close: c.Close})
 	})
 	t.Run("fork server", func(t *testing.T) {
 		c, _ := pipeRuntimeWith(t, 4, func(*executor.Config) {})
 		sandboxtest.WaitForStart(t, c, "fork", 30*time.Second)
-		sandboxtest.Run(t, sandboxtest.Harness{Runtime: c, Slots: 4, HasModule: hasModule, Start: "fork"})
+		sandboxtest.Run(t, sandboxtest.Harness{Runtime: c, Slots: 4, HasModule: hasModule, Start: "fork", Close: c.Close})
 	})
 }
 

@@ -4,8 +4,9 @@
 // health check. Every step that is already done is reported as skipped, so running it again is
 // safe and fast.
 //
-// Commands run behind the Runner seam and the engine behind the Engine seam, so the plans for
-// macOS and Linux are tested without those machines.
+// Commands run behind the Runner seam, and the Docker engine with sandpit's image and
+// containers behind the Docker seam, so the plans for macOS and Linux are tested without those
+// machines.
 package setup
 
 import (
@@ -47,9 +48,9 @@ type Runner interface {
 	Run(ctx context.Context, env []string, name string, args ...string) (string, error)
 }
 
-// Engine is the Docker side of setup: the seam over the engine and sandpit's image and
-// container.
-type Engine interface {
+// Docker is the Docker side of setup: the seam over the Docker engine and sandpit's image and
+// containers on it.
+type Docker interface {
 	// Ping returns the engine's version, or why it cannot be reached. dockerHost, when not
 	// empty, is the address to use (a socket Colima created).
 	Ping(ctx context.Context, dockerHost string) (string, error)
@@ -105,20 +106,20 @@ var ErrStepFailed = errors.New("setup step failed")
 
 // Run performs setup, sending each step's events to emit, and returns the Docker host it found
 // the engine at ("" when it is the environment's default). It stops at the first failed step.
-func Run(ctx context.Context, p Platform, r Runner, e Engine, o Options, emit func(Event)) (string, error) {
+func Run(ctx context.Context, p Platform, r Runner, d Docker, o Options, emit func(Event)) (string, error) {
 	if o.ColimaCPUs <= 0 {
 		o.ColimaCPUs = 2
 	}
 	if o.ColimaMemoryGiB <= 0 {
 		o.ColimaMemoryGiB = 4
 	}
-	s := &run{p: p, r: r, e: e, o: o, emit: emit}
+	s := &run{p: p, r: r, d: d, o: o, emit: emit}
 	host, err := s.docker(ctx)
 	if err != nil {
 		return "", err
 	}
 	if err := s.step("image", "building or finding the sandbox image", func() (bool, string, error) {
-		tag, built, err := e.Image(ctx, func(line string) { emit(Event{Step: "image", Status: Progress, Message: line}) })
+		tag, built, err := d.Image(ctx, func(line string) { emit(Event{Step: "image", Status: Progress, Message: line}) })
 		if err != nil {
 			return false, "", fmt.Errorf("%w; see `sandpit image build` for the build's output", err)
 		}
@@ -127,20 +128,20 @@ func Run(ctx context.Context, p Platform, r Runner, e Engine, o Options, emit fu
 		return host, err
 	}
 	if err := s.step("sandbox", "starting the warm containers", func() (bool, string, error) {
-		started, err := e.Sandbox(ctx)
+		started, err := d.Sandbox(ctx)
 		return started, "the warm containers are running (one per slot)", err
 	}); err != nil {
 		return host, err
 	}
 	return host, s.step("health", "running print(1) in the sandbox", func() (bool, string, error) {
-		return true, "print(1) ran: the sandbox works", e.Health(ctx)
+		return true, "print(1) ran: the sandbox works", d.Health(ctx)
 	})
 }
 
 type run struct {
 	p    Platform
 	r    Runner
-	e    Engine
+	d    Docker
 	o    Options
 	emit func(Event)
 }
@@ -165,7 +166,7 @@ func (s *run) step(name, doing string, do func() (bool, string, error)) error {
 // docker makes sure an engine answers, installing one when allowed and needed.
 func (s *run) docker(ctx context.Context) (string, error) {
 	s.emit(Event{Step: "docker", Status: Started, Message: "looking for the Docker engine"})
-	version, err := s.e.Ping(ctx, "")
+	version, err := s.d.Ping(ctx, "")
 	if err == nil {
 		return "", s.engineOK("docker", version, false)
 	}
@@ -188,7 +189,7 @@ func (s *run) docker(ctx context.Context) (string, error) {
 		return "", err
 	}
 	s.emit(Event{Step: "docker", Status: Started, Message: "checking the engine that was set up"})
-	version, err = s.e.Ping(ctx, host)
+	version, err = s.d.Ping(ctx, host)
 	if err != nil {
 		return "", s.fail("docker", fmt.Errorf("the engine was set up but does not answer: %v", err))
 	}

@@ -39,20 +39,20 @@ func (f *fakeRunner) Run(_ context.Context, env []string, name string, args ...s
 	return "ok", nil
 }
 
-// fakeEngine answers once it is up.
-type fakeEngine struct {
+// fakeDocker answers once it is up.
+type fakeDocker struct {
 	up, imageBuilt, running bool
 	hosts                   []string
 }
 
-func (e *fakeEngine) Ping(_ context.Context, host string) (string, error) {
+func (e *fakeDocker) Ping(_ context.Context, host string) (string, error) {
 	e.hosts = append(e.hosts, host)
 	if !e.up {
 		return "", errors.New("cannot connect to the Docker daemon")
 	}
 	return "24.0.7", nil
 }
-func (e *fakeEngine) Image(_ context.Context, progress func(string)) (string, bool, error) {
+func (e *fakeDocker) Image(_ context.Context, progress func(string)) (string, bool, error) {
 	if e.imageBuilt {
 		return "sandpit-sandbox:abc", false, nil
 	}
@@ -60,17 +60,17 @@ func (e *fakeEngine) Image(_ context.Context, progress func(string)) (string, bo
 	e.imageBuilt = true
 	return "sandpit-sandbox:abc", true, nil
 }
-func (e *fakeEngine) Sandbox(context.Context) (bool, error) {
+func (e *fakeDocker) Sandbox(context.Context) (bool, error) {
 	started := !e.running
 	e.running = true
 	return started, nil
 }
-func (e *fakeEngine) Health(context.Context) error { return nil }
+func (e *fakeDocker) Health(context.Context) error { return nil }
 
-func collect(t *testing.T, p Platform, r Runner, e Engine, o Options) ([]Event, string, error) {
+func collect(t *testing.T, p Platform, r Runner, d Docker, o Options) ([]Event, string, error) {
 	t.Helper()
 	var events []Event
-	host, err := Run(context.Background(), p, r, e, o, func(ev Event) { events = append(events, ev) })
+	host, err := Run(context.Background(), p, r, d, o, func(ev Event) { events = append(events, ev) })
 	return events, host, err
 }
 
@@ -86,7 +86,7 @@ func summary(events []Event) string {
 
 func TestMacOSFromNothing(t *testing.T) {
 	r := &fakeRunner{have: map[string]bool{}, fail: map[string]bool{"colima status": true}}
-	e := &fakeEngine{}
+	e := &fakeDocker{}
 	mac := Platform{OS: "darwin", Home: "/Users/ada"}
 	// Colima's start brings the engine up.
 	r2 := &startingRunner{fakeRunner: r, e: e}
@@ -121,7 +121,7 @@ func TestMacOSFromNothing(t *testing.T) {
 // startingRunner brings the fake engine up when Colima starts.
 type startingRunner struct {
 	*fakeRunner
-	e *fakeEngine
+	e *fakeDocker
 }
 
 func (s *startingRunner) Run(ctx context.Context, env []string, name string, args ...string) (string, error) {
@@ -134,7 +134,7 @@ func (s *startingRunner) Run(ctx context.Context, env []string, name string, arg
 
 func TestMacOSFailedStepStops(t *testing.T) {
 	r := &fakeRunner{have: map[string]bool{"brew": true}, fail: map[string]bool{"brew install colima": true}}
-	e := &fakeEngine{}
+	e := &fakeDocker{}
 	events, _, err := collect(t, Platform{OS: "darwin"}, r, e, Options{Install: true})
 	if !errors.Is(err, ErrStepFailed) {
 		t.Fatalf("err %v", err)
@@ -164,7 +164,7 @@ func TestWithoutInstallSaysWhatToDo(t *testing.T) {
 		{Platform{OS: "darwin"}, Options{Install: true, EngineAddress: "tcp://10.0.0.5:2376"}, "check that address"},
 	} {
 		r := &fakeRunner{have: map[string]bool{}}
-		events, _, err := collect(t, c.p, r, &fakeEngine{}, c.o)
+		events, _, err := collect(t, c.p, r, &fakeDocker{}, c.o)
 		last := events[len(events)-1]
 		if !errors.Is(err, ErrStepFailed) || last.Status != Failed || !strings.Contains(last.Message, c.want) || len(r.ran) != 0 {
 			t.Errorf("%+v %+v: %v %q %q", c.p, c.o, err, last.Message, r.ran)
@@ -174,7 +174,7 @@ func TestWithoutInstallSaysWhatToDo(t *testing.T) {
 
 func TestLinuxInstallAsRoot(t *testing.T) {
 	r := &fakeRunner{have: map[string]bool{}}
-	e := &fakeEngine{}
+	e := &fakeDocker{}
 	r2 := &upOnSystemctl{fakeRunner: r, e: e}
 	events, _, err := collect(t, Platform{OS: "linux", Distro: "ubuntu", Root: true}, r2, e, Options{Install: true})
 	if err != nil || summary(events) != "docker-install:done docker:done image:done sandbox:done health:done" {
@@ -188,7 +188,7 @@ func TestLinuxInstallAsRoot(t *testing.T) {
 
 type upOnSystemctl struct {
 	*fakeRunner
-	e *fakeEngine
+	e *fakeDocker
 }
 
 func (s *upOnSystemctl) Run(ctx context.Context, env []string, name string, args ...string) (string, error) {
@@ -200,13 +200,13 @@ func (s *upOnSystemctl) Run(ctx context.Context, env []string, name string, args
 }
 
 func TestOldEngineIsRefused(t *testing.T) {
-	e := &oldEngine{}
+	e := &oldDocker{}
 	events, _, err := collect(t, Platform{OS: "linux"}, &fakeRunner{have: map[string]bool{}}, e, Options{})
 	if !errors.Is(err, ErrStepFailed) || !strings.Contains(events[len(events)-1].Message, "too old") {
 		t.Fatalf("%v %+v", err, events)
 	}
 }
 
-type oldEngine struct{ fakeEngine }
+type oldDocker struct{ fakeDocker }
 
-func (*oldEngine) Ping(context.Context, string) (string, error) { return "19.03.5", nil }
+func (*oldDocker) Ping(context.Context, string) (string, error) { return "19.03.5", nil }

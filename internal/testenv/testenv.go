@@ -65,9 +65,9 @@ func setup() {
 	}
 }
 
-// Engine returns a client of the Docker engine. Without an engine it skips the test, or fails
-// it when SANDPIT_REQUIRE_DOCKER=1.
-func Engine(t testing.TB) *client.Client {
+// DockerClient returns a client of the Docker engine. Without an engine it skips the test, or
+// fails it when SANDPIT_REQUIRE_DOCKER=1.
+func DockerClient(t testing.TB) *client.Client {
 	t.Helper()
 	once.Do(setup)
 	if setupErr != nil {
@@ -84,7 +84,7 @@ func Engine(t testing.TB) *client.Client {
 // (a comma-separated list, set by CI) names it.
 func ContainerRuntime(t testing.TB, name string) string {
 	t.Helper()
-	info, err := Engine(t).Info(context.Background(), client.InfoOptions{})
+	info, err := DockerClient(t).Info(context.Background(), client.InfoOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,14 +100,14 @@ func ContainerRuntime(t testing.TB, name string) string {
 
 // Executor returns the path of a sandpit-executor built from this checkout.
 func Executor(t testing.TB) string {
-	Engine(t)
+	DockerClient(t)
 	return exePath
 }
 
 // BaseImage is SANDPIT_TEST_BASE_IMAGE, else the offline base when the engine has it, else
 // python:3.11-slim.
 func BaseImage(t testing.TB) string {
-	Engine(t)
+	DockerClient(t)
 	return baseImage
 }
 

@@ -262,7 +262,7 @@ func DataDirs(ctx context.Context, api client.APIClient) ([]string, error) {
 }
 
 // RemoveContainers force-removes every container labelled for dataDir and returns how many.
-// The caller must own the data directory (no engine may be using the container).
+// The caller must own the data directory (no sandpit process may be using its containers).
 func RemoveContainers(ctx context.Context, api client.APIClient, dataDir string) (int, error) {
 	list, err := Containers(ctx, api, dataDir)
 	if err != nil {

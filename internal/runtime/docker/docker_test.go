@@ -29,7 +29,7 @@ var api client.APIClient
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 func testConfig(t *testing.T, dataDir string) docker.Config {
-	api = testenv.Engine(t)
+	api = testenv.DockerClient(t)
 	return docker.Config{
 		DataDir: dataDir,
 		Recipe: docker.Recipe{
@@ -102,6 +102,7 @@ func conformance(t *testing.T, ready time.Duration, slowWrites bool, mutate func
 				IsolatedSlots: true,
 				SlowWrites:    slowWrites,
 				Start:         start,
+				Close:         rt.Close,
 				HasModule: func(name string) bool {
 					res := sandboxtest.Exec(t, rt, 0, sandboxtest.Spec("import "+name, 30*time.Second), nil)
 					return res.Outcome == sandbox.OutcomeOK

@@ -1,5 +1,10 @@
 package sandboxtest
 
+// The cases of concurrent runs attacking each other (H25–H27 of docs/hostile-cases.md): an
+// attacker in one slot, a victim in another, at the same time. Cases that need every slot to be
+// its own sandbox (network namespace, /tmp) run only when Harness.IsolatedSlots says the
+// runtime gives that.
+
 import (
 	"context"
 	"fmt"
@@ -11,44 +16,40 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
-// isolation runs the cases of concurrent runs attacking each other (H25–H27 of
-// docs/hostile-cases.md): an attacker in one slot, a victim in another, at the same time.
-// Cases that need every slot to be its own sandbox (network namespace, /tmp) run only when
-// h.IsolatedSlots says the runtime gives that.
-func isolation(t *testing.T, h Harness, rt sandbox.Runtime) {
-	// concurrently runs attacker in slot 1 and, once it has said "ready" on stdout, victim in
-	// slot 0; it returns both results.
-	concurrently := func(t *testing.T, attacker, victim string) (sandbox.Result, sandbox.Result) {
-		t.Helper()
-		ready := make(chan struct{})
-		var once sync.Once
-		var a sandbox.Result
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			defer once.Do(func() { close(ready) }) // also when the attacker's run fails
-			spec := Spec(attacker, 20*time.Second)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			var err error
-			a, err = rt.Run(ctx, 1, spec, func(e sandbox.Event) {
-				if e.Stream == "stdout" && strings.Contains(e.Data, "ready") {
-					once.Do(func() { close(ready) })
-				}
-			})
-			if err != nil {
-				t.Errorf("the attacker's run: system error: %v", err) // not Fatal: another goroutine
+// concurrently runs attacker in slot 1 and, once it has said "ready" on stdout, victim in
+// slot 0; it returns both results.
+func (s *Suite) concurrently(t *testing.T, attacker, victim string) (sandbox.Result, sandbox.Result) {
+	t.Helper()
+	ready := make(chan struct{})
+	var once sync.Once
+	var a sandbox.Result
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer once.Do(func() { close(ready) }) // also when the attacker's run fails
+		spec := Spec(attacker, 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var err error
+		a, err = s.rt.Run(ctx, 1, spec, func(e sandbox.Event) {
+			if e.Stream == "stdout" && strings.Contains(e.Data, "ready") {
+				once.Do(func() { close(ready) })
 			}
 		})
-		<-ready
-		v := Exec(t, rt, 0, Spec(victim, 20*time.Second), nil)
-		wg.Wait()
-		return a, v
-	}
+		if err != nil {
+			t.Errorf("the attacker's run: system error: %v", err) // not Fatal: another goroutine
+		}
+	})
+	<-ready
+	v := Exec(t, s.rt, 0, Spec(victim, 20*time.Second), nil)
+	wg.Wait()
+	return a, v
+}
 
-	t.Run("H25 no per-run configuration directory at a path another run can plant in", func(t *testing.T) {
-		// The attacker plants a matplotlib directory for every slot uid wherever a run could
-		// write, and keeps doing so while the victim draws a chart.
-		attacker := `import os, time
+// TestH25NoConfigDirectoryAnotherRunCanPlantIn: H25 no per-run configuration directory at a path another run can plant in.
+func (s *Suite) TestH25NoConfigDirectoryAnotherRunCanPlantIn(t *testing.T) {
+	// The attacker plants a matplotlib directory for every slot uid wherever a run could
+	// write, and keeps doing so while the victim draws a chart.
+	attacker := `import os, time
 targets = ['/tmp', '/dev/shm', '/sandbox']
 def plant():
     for base in targets:
@@ -68,7 +69,7 @@ end = time.time() + 3
 while time.time() < end:
     plant()
     time.sleep(0.05)`
-		victim := `import os, matplotlib
+	victim := `import os, matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt
 plt.plot([1, 2, 3])
@@ -80,23 +81,24 @@ planted = any('planted' in open(os.path.join(cfg, f), errors='replace').read()
               for f in os.listdir(cfg) if os.path.isfile(os.path.join(cfg, f)))
 print(os.path.realpath(cfg).startswith(home + '/'), st.st_uid == os.getuid(), oct(st.st_mode & 0o777), planted,
       matplotlib.rcParams['font.family'])`
-		if !h.HasModule("matplotlib") {
-			t.Skip("the box has no matplotlib")
-		}
-		a, v := concurrently(t, attacker, victim)
-		expect(t, a, sandbox.OutcomeOK)
-		expect(t, v, sandbox.OutcomeOK)
-		if got := strings.TrimSpace(v.Stdout); got != "True True 0o700 False ['sans-serif']" {
-			t.Fatalf("victim's matplotlib directory: %q, want it inside its own home, its own, 0700, with nothing planted", got)
-		}
-	})
+	if !s.HasModule("matplotlib") {
+		t.Skip("the box has no matplotlib")
+	}
+	a, v := s.concurrently(t, attacker, victim)
+	expect(t, a, sandbox.OutcomeOK)
+	expect(t, v, sandbox.OutcomeOK)
+	if got := strings.TrimSpace(v.Stdout); got != "True True 0o700 False ['sans-serif']" {
+		t.Fatalf("victim's matplotlib directory: %q, want it inside its own home, its own, 0700, with nothing planted", got)
+	}
+}
 
-	t.Run("H26 loopback and abstract sockets are the slot's own", func(t *testing.T) {
-		if !h.IsolatedSlots {
-			t.Skip("this runtime's slots share a network namespace")
-		}
-		name := fmt.Sprintf("sandpit-svc-%d", time.Now().UnixNano())
-		attacker := fmt.Sprintf(`import socket, time
+// TestH26LoopbackAndAbstractSocketsAreTheSlotsOwn: H26 loopback and abstract sockets are the slot's own.
+func (s *Suite) TestH26LoopbackAndAbstractSocketsAreTheSlotsOwn(t *testing.T) {
+	if !s.IsolatedSlots {
+		t.Skip("this runtime's slots share a network namespace")
+	}
+	name := fmt.Sprintf("sandpit-svc-%d", time.Now().UnixNano())
+	attacker := fmt.Sprintf(`import socket, time
 tcp = socket.socket(); tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 tcp.bind(('127.0.0.1', 8000)); tcp.listen()
 unix = socket.socket(socket.AF_UNIX); unix.bind('\0%s'); unix.listen()
@@ -109,7 +111,7 @@ for s in (tcp, unix):
     except OSError:
         pass
 print('received', got)`, name)
-		victim := fmt.Sprintf(`import socket
+	victim := fmt.Sprintf(`import socket
 tcp = socket.socket(); tcp.bind(('127.0.0.1', 8000)); tcp.listen()
 unix = socket.socket(socket.AF_UNIX); unix.bind('\0%s'); unix.listen()
 print('bound both')
@@ -117,24 +119,25 @@ for family, addr in ((socket.AF_INET, ('127.0.0.1', 8000)), (socket.AF_UNIX, '\0
     c = socket.socket(family); c.connect(addr); c.sendall(b'secret')
     peer, _ = (tcp if family == socket.AF_INET else unix).accept()
     print('own listener got', peer.recv(100))`, name, name)
-		a, v := concurrently(t, attacker, victim)
-		expect(t, a, sandbox.OutcomeOK)
-		expect(t, v, sandbox.OutcomeOK)
-		if want := "bound both\nown listener got b'secret'\nown listener got b'secret'\n"; v.Stdout != want {
-			t.Fatalf("victim stdout %q, want %q", v.Stdout, want)
-		}
-		if a.Stdout != "ready\nreceived []\n" {
-			t.Fatalf("attacker stdout %q: it reached the victim's sockets", a.Stdout)
-		}
-	})
+	a, v := s.concurrently(t, attacker, victim)
+	expect(t, a, sandbox.OutcomeOK)
+	expect(t, v, sandbox.OutcomeOK)
+	if want := "bound both\nown listener got b'secret'\nown listener got b'secret'\n"; v.Stdout != want {
+		t.Fatalf("victim stdout %q, want %q", v.Stdout, want)
+	}
+	if a.Stdout != "ready\nreceived []\n" {
+		t.Fatalf("attacker stdout %q: it reached the victim's sockets", a.Stdout)
+	}
+}
 
-	t.Run("per-user kernel limits are the slot's own", func(t *testing.T) {
-		// The kernel counts processes, inotify instances and POSIX message queue bytes per
-		// uid across the whole host: a run using them up must not stop another slot's run.
-		if !h.IsolatedSlots {
-			t.Skip("this runtime's slots share a box")
-		}
-		attacker := `import ctypes, os, time
+// TestPerUserKernelLimitsAreTheSlotsOwn: per-user kernel limits are the slot's own.
+func (s *Suite) TestPerUserKernelLimitsAreTheSlotsOwn(t *testing.T) {
+	// The kernel counts processes, inotify instances and POSIX message queue bytes per
+	// uid across the whole host: a run using them up must not stop another slot's run.
+	if !s.IsolatedSlots {
+		t.Skip("this runtime's slots share a box")
+	}
+	attacker := `import ctypes, os, time
 libc = ctypes.CDLL(None, use_errno=True)
 kids = []
 try:
@@ -148,37 +151,37 @@ except OSError:
 fds = [libc.inotify_init() for _ in range(200)]
 print('ready', len(kids) > 0, flush=True)
 time.sleep(2.5)`
-		victim := `import ctypes, os, subprocess, threading
+	victim := `import ctypes, os, subprocess, threading
 libc = ctypes.CDLL(None, use_errno=True)
 t = threading.Thread(target=lambda: None); t.start(); t.join()
 print(subprocess.run(['true']).returncode, libc.inotify_init() >= 0)`
-		a, v := concurrently(t, attacker, victim)
-		if a.Outcome != sandbox.OutcomeOK && a.Outcome != sandbox.OutcomeKilled { // a runtime may stop it at its cap
-			t.Fatalf("attacker: outcome %q (%s)", a.Outcome, a.Reason)
-		}
-		expect(t, v, sandbox.OutcomeOK)
-		if v.Stdout != "0 True\n" {
-			t.Fatalf("victim stdout %q, want a process, a thread and an inotify instance of its own", v.Stdout)
-		}
-	})
+	a, v := s.concurrently(t, attacker, victim)
+	if a.Outcome != sandbox.OutcomeOK && a.Outcome != sandbox.OutcomeKilled { // a runtime may stop it at its cap
+		t.Fatalf("attacker: outcome %q (%s)", a.Outcome, a.Reason)
+	}
+	expect(t, v, sandbox.OutcomeOK)
+	if v.Stdout != "0 True\n" {
+		t.Fatalf("victim stdout %q, want a process, a thread and an inotify instance of its own", v.Stdout)
+	}
+}
 
-	t.Run("H27 another run's files in /tmp are not visible", func(t *testing.T) {
-		if !h.IsolatedSlots {
-			t.Skip("this runtime's slots share /tmp")
-		}
-		attacker := `import os, time
+// TestH27AnotherRunsTmpFilesAreNotVisible: H27 another run's files in /tmp are not visible.
+func (s *Suite) TestH27AnotherRunsTmpFilesAreNotVisible(t *testing.T) {
+	if !s.IsolatedSlots {
+		t.Skip("this runtime's slots share /tmp")
+	}
+	attacker := `import os, time
 for d in ('/tmp', '/dev/shm'):
     p = os.path.join(d, 'attacker-secret')
     open(p, 'w').write('secret'); os.chmod(p, 0o666)
 print('ready', flush=True)
 time.sleep(2)`
-		victim := `import os
+	victim := `import os
 print(sorted(n for d in ('/tmp', '/dev/shm') for n in os.listdir(d)))`
-		a, v := concurrently(t, attacker, victim)
-		expect(t, a, sandbox.OutcomeOK)
-		expect(t, v, sandbox.OutcomeOK)
-		if strings.Contains(v.Stdout, "attacker-secret") {
-			t.Fatalf("the victim sees the attacker's files: %s", v.Stdout)
-		}
-	})
+	a, v := s.concurrently(t, attacker, victim)
+	expect(t, a, sandbox.OutcomeOK)
+	expect(t, v, sandbox.OutcomeOK)
+	if strings.Contains(v.Stdout, "attacker-secret") {
+		t.Fatalf("the victim sees the attacker's files: %s", v.Stdout)
+	}
 }

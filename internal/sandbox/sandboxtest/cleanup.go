@@ -1,0 +1,229 @@
+package sandboxtest
+
+// The cases of what a run is and what it leaves: its process, its uid and environment, and
+// nothing of it surviving into the next run (H11, H19, H20).
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// TestH11NothingSurvivesIntoTheNextRun: H11 nothing survives into the next run.
+func (s *Suite) TestH11NothingSurvivesIntoTheNextRun(t *testing.T) {
+	a := Exec(t, s.rt, 0, Spec("x = 1; open('marker', 'w').write('1'); open('/tmp/marker-h11', 'w').write('1')", 10*time.Second), nil)
+	expect(t, a, sandbox.OutcomeOK)
+	b := Exec(t, s.rt, 0, Spec("import os; print('x' in globals(), os.path.exists('marker'), os.path.exists('/tmp/marker-h11'))", 10*time.Second), nil)
+	expect(t, b, sandbox.OutcomeOK)
+	if b.Stdout != "False False False\n" {
+		t.Fatalf("run B printed %q", b.Stdout)
+	}
+}
+
+// TestModuleStateDoesNotSurviveIntoTheNextRun: module state does not survive into the next run.
+func (s *Suite) TestModuleStateDoesNotSurviveIntoTheNextRun(t *testing.T) {
+	a := Exec(t, s.rt, 0, Spec("import json, sys; json.marker = 1; sys.modules['sandpit_marker'] = json; sys.path.append('/marker')", 10*time.Second), nil)
+	expect(t, a, sandbox.OutcomeOK)
+	b := Exec(t, s.rt, 0, Spec("import json, sys; print(hasattr(json, 'marker'), 'sandpit_marker' in sys.modules, '/marker' in sys.path)", 10*time.Second), nil)
+	expect(t, b, sandbox.OutcomeOK)
+	if b.Stdout != "False False False\n" {
+		t.Fatalf("run B printed %q", b.Stdout)
+	}
+}
+
+// TestRandomStateDiffersBetweenRuns: random state differs between runs.
+func (s *Suite) TestRandomStateDiffersBetweenRuns(t *testing.T) {
+	code := `import random, os, json
+out = {"random": random.random(), "urandom": os.urandom(8).hex()}
+try:
+    import numpy
+    out["numpy"] = float(numpy.random.random())
+except ImportError:
+    pass
+print(json.dumps(out))`
+	var got [3]map[string]any
+	for i := range got {
+		res := Exec(t, s.rt, i%2, Spec(code, 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOK)
+		if err := json.Unmarshal([]byte(res.Stdout), &got[i]); err != nil {
+			t.Fatalf("stdout %q: %v", res.Stdout, err)
+		}
+	}
+	for key := range got[0] {
+		if got[0][key] == got[1][key] || got[0][key] == got[2][key] || got[1][key] == got[2][key] {
+			t.Errorf("%s repeats across runs: %v %v %v", key, got[0][key], got[1][key], got[2][key])
+		}
+	}
+}
+
+// TestH11IPCObjectsDoNotSurviveTheRun: H11 shared memory and message queues do not survive the run.
+func (s *Suite) TestH11IPCObjectsDoNotSurviveTheRun(t *testing.T) {
+	a := Exec(t, s.rt, 0, Spec(ipcLeaver, 10*time.Second), nil)
+	expect(t, a, sandbox.OutcomeOK)
+	b := Exec(t, s.rt, 1, Spec(ipcFinder, 10*time.Second), nil)
+	expect(t, b, sandbox.OutcomeOK)
+	if b.Stdout != "shm False\nmsg False\nmqueue False\n" {
+		t.Fatalf("a later run found the earlier run's IPC objects: %q", b.Stdout)
+	}
+}
+
+// TestBackgroundProcessIsKilledWhenTheRunEnds: background process is killed when the run ends.
+func (s *Suite) TestBackgroundProcessIsKilledWhenTheRunEnds(t *testing.T) {
+	a := Exec(t, s.rt, 0, Spec("import subprocess; subprocess.Popen(['sleep', '300'], start_new_session=True); print('started')", 10*time.Second), nil)
+	expect(t, a, sandbox.OutcomeOK)
+	b := Exec(t, s.rt, 0, Spec(countOwnProcesses, 10*time.Second), nil)
+	expect(t, b, sandbox.OutcomeOK)
+	if b.Stdout != "1\n" {
+		t.Fatalf("processes of the slot's uid: %q, want 1", b.Stdout)
+	}
+}
+
+// TestRunsProcessIsItsOwnDumpableAndUnprivileged: the run's process is its own, dumpable and without privileges.
+func (s *Suite) TestRunsProcessIsItsOwnDumpableAndUnprivileged(t *testing.T) {
+	// no_new_privs is asked of the kernel (prctl PR_GET_NO_NEW_PRIVS), not read from
+	// /proc/self/status: gVisor sets it the same but has no NoNewPrivs line there. (It is
+	// printed, not asserted: the pipe runtime's executor runs without it.)
+	code := `import ctypes, os
+status = dict(l.split(':', 1) for l in open('/proc/self/status'))
+links = []
+for f in os.listdir("/proc/self/fd"):
+    try:
+        links.append(os.readlink("/proc/self/fd/" + f))
+    except OSError:
+        pass
+print(links, file=__import__("sys").stderr)
+print(os.stat("/proc/self/fd").st_uid == os.getuid(), len(os.listdir("/proc/self/fd")),
+      status['CapEff'].strip(), status['CapPrm'].strip(), ctypes.CDLL(None).prctl(39, 0, 0, 0, 0),
+      os.getsid(0) == os.getpid(), os.getgroups(), os.getresuid() == (os.getuid(),) * 3)`
+	res := Exec(t, s.rt, 0, Spec(code, 10*time.Second), nil)
+	expect(t, res, sandbox.OutcomeOK)
+	// Descriptors: 0, 1, 2, 3 (the control line) and the one listdir opens.
+	if want := "True 5 0000000000000000 0000000000000000"; !strings.HasPrefix(res.Stdout, want) {
+		t.Fatalf("stdout %q, want it to start %q (descriptors: %s)", res.Stdout, want, res.Stderr)
+	}
+	if !strings.HasSuffix(res.Stdout, " True [] True\n") {
+		t.Fatalf("stdout %q: the run does not lead its own session with no groups and one uid", res.Stdout)
+	}
+}
+
+// TestH19RootFilesystemIsReadOnly: H19 root filesystem is read-only.
+func (s *Suite) TestH19RootFilesystemIsReadOnly(t *testing.T) {
+	if !s.ReadOnlyRoot {
+		t.Skip("this runtime's root filesystem is not read-only")
+	}
+	res := Exec(t, s.rt, 0, Spec("open('/usr/x', 'w')", 10*time.Second), nil)
+	expect(t, res, sandbox.OutcomeError)
+	if strings.Contains(res.Stderr, "Read-only file system") {
+		return
+	}
+	// gVisor checks a process's permission before the mount's read-only flag, so a run
+	// (no capabilities) gets EACCES where Linux says EROFS. The protection is the same
+	// when the root is mounted read-only: not even root could write there.
+	if !strings.Contains(res.Stderr, "PermissionError") {
+		t.Fatalf("stderr %q", res.Stderr)
+	}
+	mounts := Exec(t, s.rt, 0, Spec("print([l.split()[3].split(',')[0] for l in open('/proc/self/mounts') if l.split()[1] == '/'])", 10*time.Second), nil)
+	if mounts.Stdout != "['ro']\n" {
+		t.Fatalf("the write was refused (%q) but the root's mount options are %q, want ['ro']", res.Stderr, mounts.Stdout)
+	}
+}
+
+// TestH20CannotKillInitOrTheExecutor: H20 cannot kill init or the executor.
+func (s *Suite) TestH20CannotKillInitOrTheExecutor(t *testing.T) {
+	res := Exec(t, s.rt, 0, Spec("import os\nfor pid in (1, os.getppid()):\n    try:\n        os.kill(pid, 9)\n    except PermissionError as e:\n        print('denied', pid == 1)\n", 10*time.Second), nil)
+	expect(t, res, sandbox.OutcomeOK)
+	if res.Stdout != "denied True\ndenied False\n" {
+		t.Fatalf("stdout %q", res.Stdout)
+	}
+	s.nextRunOK(t)
+}
+
+// TestMinimalEnvironmentAndOwnUIDPerSlot: minimal environment and own uid per slot.
+func (s *Suite) TestMinimalEnvironmentAndOwnUIDPerSlot(t *testing.T) {
+	code := "import os, json; print(json.dumps({'uid': os.getuid(), 'env': sorted(os.environ), 'cwd': os.getcwd(), 'files': os.listdir('.')}))"
+	var got [2]struct {
+		UID   int      `json:"uid"`
+		Env   []string `json:"env"`
+		Cwd   string   `json:"cwd"`
+		Files []string `json:"files"`
+	}
+	for slot := range 2 {
+		res := Exec(t, s.rt, slot, Spec(code, 10*time.Second), nil)
+		expect(t, res, sandbox.OutcomeOK)
+		if err := json.Unmarshal([]byte(res.Stdout), &got[slot]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got[0].UID == 0 || got[1].UID == 0 {
+		t.Fatalf("a run has uid 0: %+v", got)
+	}
+	// Slots that are sandboxes of their own may use the same uid and path in each.
+	if !s.IsolatedSlots && (got[0].UID == got[1].UID || got[0].Cwd == got[1].Cwd) {
+		t.Fatalf("slots share uid or directory: %+v", got)
+	}
+	if len(got[0].Files) != 1 || got[0].Files[0] != "main.py" {
+		t.Fatalf("run directory holds %v at start, want only main.py", got[0].Files)
+	}
+	for _, name := range got[0].Env {
+		if strings.HasPrefix(name, "SANDPIT") || name == "DOCKER_HOST" || name == "HOSTNAME" {
+			t.Fatalf("environment leaks %s: %v", name, got[0].Env)
+		}
+	}
+}
+
+// TestConcurrentSlotsRunInParallel: concurrent slots run in parallel.
+func (s *Suite) TestConcurrentSlotsRunInParallel(t *testing.T) {
+	n := min(s.Slots, 4)
+	var wg sync.WaitGroup
+	errs := make(chan string, n)
+	start := time.Now()
+	for slot := range n {
+		wg.Go(func() {
+			res := Exec(t, s.rt, slot, Spec(fmt.Sprintf("import time; time.sleep(1); print(%d)", slot), 10*time.Second), nil)
+			if res.Outcome != sandbox.OutcomeOK || res.Stdout != fmt.Sprintf("%d\n", slot) {
+				errs <- fmt.Sprintf("slot %d: %s %q %q", slot, res.Outcome, res.Stdout, res.Stderr)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if d := time.Since(start); d > time.Duration(n)*time.Second {
+		t.Errorf("%d one-second runs took %s: they did not overlap", n, d)
+	}
+}
+
+// countOwnProcesses prints how many processes (zombies included) the run's uid has, by their
+// real uid (an undumpable process's /proc directory belongs to root).
+const countOwnProcesses = `import os
+me, n = str(os.getuid()), 0
+for p in os.listdir('/proc'):
+    try:
+        n += p.isdigit() and any(l.split()[1] == me for l in open('/proc/%s/status' % p) if l.startswith('Uid:'))
+    except OSError:
+        pass
+print(n)`
+
+// ipcLeaver creates a System V shared memory segment and message queue and a POSIX message
+// queue, and leaves them behind.
+const ipcLeaver = `import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.shmget(0x5eed, 1 << 20, 0o1666) >= 0, ctypes.get_errno()
+assert libc.msgget(0x5eed, 0o1666) >= 0, ctypes.get_errno()
+if os.path.isdir('/dev/mqueue'):
+    libc.mq_open.restype = ctypes.c_int
+    libc.mq_open(b'/sandpit-leak', os.O_CREAT | os.O_RDWR, 0o666, None)`
+
+// ipcFinder looks for what ipcLeaver left.
+const ipcFinder = `import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+print('shm', libc.shmget(0x5eed, 0, 0) >= 0)
+print('msg', libc.msgget(0x5eed, 0) >= 0)
+print('mqueue', os.path.exists('/dev/mqueue/sandpit-leak'))`
