@@ -124,16 +124,28 @@ def _serve(sock):
         if error is None:
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()  # nothing buffered may be written twice
+            # "started" goes out only once the child is the slot's uid (it closes its end of
+            # this pipe then, or dies): the executor does not look into /proc while a process
+            # is being made another uid's, because gVisor fixes the owner of /proc/<pid>/fd
+            # (as root's, at that moment) the first time anything looks up /proc/<pid>.
+            ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
             try:
                 pid = os.fork()
             except OSError as exc:
+                os.close(ready_r)
+                os.close(ready_w)
                 error = f"fork failed: {exc}"
             else:
                 if pid == 0:
                     os.close(wake_r)
                     os.close(wake_w)
+                    os.close(ready_r)
                     sock.close()
+                    req["_ready_fd"] = ready_w
                     return req, fds
+                os.close(ready_w)
+                select.select([ready_r], [], [], 10)
+                os.close(ready_r)
                 children[pid] = req.get("id")
                 _send(sock, {"type": "started", "id": req.get("id"), "pid": pid})
         if error is not None:
@@ -173,6 +185,7 @@ def _become_run(req, fds, server_pid, libc):
     # A change of uid makes a process undumpable: its /proc files would belong to root. An
     # exec resets that for a cold run; here it is set back by hand.
     libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
+    os.close(req.pop("_ready_fd"))  # the server may now say "started" (see _serve)
     # Only now, as the slot's uid and dumpable: where close_range(2) is missing (gVisor),
     # closerange lists /proc/self/fd, and gVisor fixes that directory's owner at its first
     # lookup. No code of the run has arrived yet, and nothing else runs as the slot's uid.

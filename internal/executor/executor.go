@@ -111,6 +111,12 @@ type Executor struct {
 	installer *installer
 	forks     *forkServers
 
+	// changingUID is held for writing while a program is started or forked as a slot's uid,
+	// until it has become that uid, and for reading while /proc is scanned: under gVisor, the
+	// first lookup of /proc/<pid> fixes the owner of /proc/<pid>/fd for good, and a lookup
+	// while the new process was still root's left a run unable to read its own descriptors.
+	changingUID sync.RWMutex
+
 	mu       sync.Mutex
 	runs     map[string]*run               // by execution ID
 	busy     map[int]bool                  // by slot
@@ -362,7 +368,7 @@ func (e *Executor) prepare() (string, error) {
 		return "", err
 	}
 	for slot := range e.cfg.Slots {
-		if err := killAndWait(e.cfg.UIDBase+slot, e.cfg.KillTimeout); err != nil {
+		if err := e.killAndWait(e.cfg.UIDBase+slot, e.cfg.KillTimeout); err != nil {
 			return "", fmt.Errorf("executor: clearing slot %d: %w", slot, err)
 		}
 		if err := e.clean(slot); err != nil {

@@ -101,7 +101,7 @@ func newInstaller(e *Executor, python, version string) (*installer, error) {
 	}
 	// A killed executor's checkers and installs die with it (its container's processes only).
 	for _, uid := range []int{in.uid, checkerUID} {
-		if err := killAndWait(uid, e.cfg.KillTimeout); err != nil {
+		if err := e.killAndWait(uid, e.cfg.KillTimeout); err != nil {
 			return nil, fmt.Errorf("executor: stopping leftover installs: %w", err)
 		}
 	}
@@ -370,7 +370,7 @@ func (in *installer) pip(ctx context.Context, r string, req protocol.Install) (r
 	select {
 	case err = <-done:
 	case <-ctx.Done():
-		_ = killAndWait(in.uid, in.e.cfg.KillTimeout) // pip and everything it started
+		_ = in.e.killAndWait(in.uid, in.e.cfg.KillTimeout) // pip and everything it started
 		<-done
 		if ctx.Err() == context.DeadlineExceeded && time.Since(began) >= timeout {
 			return resolution{}, fmt.Errorf("pip did not finish within the install timeout of %s and was stopped (raise install_timeout_ms, or check the index: %s)",
@@ -378,7 +378,7 @@ func (in *installer) pip(ctx context.Context, r string, req protocol.Install) (r
 		}
 		return resolution{}, fmt.Errorf("the install was cancelled: %w", ctx.Err())
 	}
-	_ = killAndWait(in.uid, in.e.cfg.KillTimeout) // nothing of pip may outlive it
+	_ = in.e.killAndWait(in.uid, in.e.cfg.KillTimeout) // nothing of pip may outlive it
 	if err != nil {
 		return resolution{}, pipError(out.String(), req.Pip)
 	}

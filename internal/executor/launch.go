@@ -52,7 +52,7 @@ func (l *launch) exited() bool {
 // left to the next clearing.
 func (e *Executor) discard(l *launch) {
 	uid := e.cfg.UIDBase + l.slot
-	if err := killAndWait(uid, e.cfg.KillTimeout); err != nil {
+	if err := e.killAndWait(uid, e.cfg.KillTimeout); err != nil {
 		e.log.Warn("discarding a ready program", "slot", l.slot, "error", err)
 	}
 	l.close()
@@ -76,7 +76,7 @@ func (e *Executor) discard(l *launch) {
 func (e *Executor) launchProgram(slot int, s *forkServer, cold bool, id string) (*launch, error) {
 	uid := e.cfg.UIDBase + slot
 	dir, home := e.slotDir(slot), e.homeDir(slot)
-	if err := killAndWait(uid, e.cfg.KillTimeout); err != nil {
+	if err := e.killAndWait(uid, e.cfg.KillTimeout); err != nil {
 		return nil, fmt.Errorf("clearing the slot: %w", err)
 	}
 	for _, d := range []string{dir, home} {
@@ -120,7 +120,9 @@ func (e *Executor) launchProgram(slot int, s *forkServer, cold bool, id string) 
 	defer stderrW.Close()
 
 	if s != nil {
-		child, err := s.fork(id, uid, dir, env, stdoutW, stderrW, childSock)
+		e.changingUID.Lock()
+		child, err := s.fork(id, uid, dir, env, stdoutW, stderrW, childSock) // answers once the child is uid's
+		e.changingUID.Unlock()
 		if err == nil {
 			e.forks.forked(s)
 			l.proc, l.start, l.server = child, startFork, s
@@ -144,7 +146,10 @@ func (e *Executor) launchProgram(slot int, s *forkServer, cold bool, id string) 
 		Setsid:     true,
 		Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}},
 	}
-	if err := cmd.Start(); err != nil {
+	e.changingUID.Lock()
+	err = cmd.Start() // returns once the program has become uid and exec'd
+	e.changingUID.Unlock()
+	if err != nil {
 		l.close()
 		return nil, fmt.Errorf("starting python: %w", err)
 	}

@@ -49,13 +49,13 @@ func killUID(uid int) error {
 
 // killAndWait kills every process of uid until none is left, zombies included (they still
 // count against the uid's process limit), or until timeout passes.
-func killAndWait(uid int, timeout time.Duration) error {
+func (e *Executor) killAndWait(uid int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		if err := killUID(uid); err != nil {
 			return err
 		}
-		n := countProcesses(uid)
+		n := e.countProcesses(uid)
 		if n == 0 {
 			return nil
 		}
@@ -69,7 +69,11 @@ func killAndWait(uid int, timeout time.Duration) error {
 // countProcesses counts the processes whose real or saved uid is uid (those killUID reaches),
 // zombies included. It reads each process's Uid line, not the owner of its /proc directory:
 // a process that made itself undumpable has a /proc directory owned by root.
-func countProcesses(uid int) int {
+//
+// It never runs while a process is being made another uid's (see Executor.changingUID).
+func (e *Executor) countProcesses(uid int) int {
+	e.changingUID.RLock()
+	defer e.changingUID.RUnlock()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0

@@ -124,7 +124,7 @@ func (r *run) execute() *sandbox.Result {
 	killed := false // every process of the run is gone
 	defer func() {
 		if !killed {
-			if err := killAndWait(r.uid, r.e.cfg.KillTimeout); err != nil {
+			if err := r.e.killAndWait(r.uid, r.e.cfg.KillTimeout); err != nil {
 				r.systemError(res, "cleaning up the run: %v", err)
 			}
 		}
@@ -190,7 +190,7 @@ func (r *run) execute() *sandbox.Result {
 	close(r.exited)
 
 	// Whatever the program left running (daemons, grandchildren holding the pipes) dies now.
-	if err := killAndWait(r.uid, r.e.cfg.KillTimeout); err != nil {
+	if err := r.e.killAndWait(r.uid, r.e.cfg.KillTimeout); err != nil {
 		r.systemError(res, "killing the run's remaining processes: %v", err)
 	} else {
 		killed = true
@@ -283,7 +283,7 @@ func (r *run) watch() {
 			return
 		case <-tick.C:
 		}
-		if n := r.spec.Limits.Processes; n > 0 && int64(countProcesses(r.uid)) >= n {
+		if n := r.spec.Limits.Processes; n > 0 && int64(r.e.countProcesses(r.uid)) >= n {
 			r.stop(stopProcessLimit)
 			return
 		}
