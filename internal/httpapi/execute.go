@@ -50,7 +50,7 @@ var (
 	runFieldExpect = map[string]string{
 		"files":        filesExpect,
 		"charts":       "must be true or false (false: figures and shown images are not saved as output files)",
-		"inline_files": "must be true or false (true: output files of at most 1 MiB come back in base64 as content_base64)",
+		"inline_files": "must be true or false (true: output files of at most 1 MiB, 4 MiB in all, come back in base64 as content_base64)",
 	}
 )
 
@@ -141,6 +141,14 @@ func sourceOf(r *http.Request) string {
 // run answers an execution made by exec: as one JSON result, or as an NDJSON stream when the
 // client accepts it; with inline, its output files' bytes are in the answer (see answerOf).
 func (a *api) run(w http.ResponseWriter, r *http.Request, inline bool, exec func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error)) {
+	select {
+	case a.answering <- struct{}{}:
+		defer func() { <-a.answering }()
+	default:
+		cfg := a.ex.Config()
+		writeError(w, &sandbox.BusyError{Slots: cfg.Slots, Queue: cfg.QueueLength, RetryAfter: time.Second})
+		return
+	}
 	rc := http.NewResponseController(w)
 	// A run may take minutes (and wait for a slot before that): drop any server-wide write
 	// timeout and bound each write instead (see writeTimeout). Clearing is harmless for later

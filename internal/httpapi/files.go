@@ -139,6 +139,10 @@ func filesBodyBytes(cfg sandbox.Config) int64 {
 // (inline_files): 1 MiB.
 const MaxInlineFileBytes = 1 << 20
 
+// MaxInlineBytes caps the bytes of all the output files one answer holds inline: 4 MiB. Files
+// past it are listed without content_base64 (fetch them from the file route).
+const MaxInlineBytes = 4 << 20
+
 // answerFile is an output file in an execution's answer: its description, and its bytes in
 // base64 when the request asked for them inline and it is at most MaxInlineFileBytes.
 type answerFile struct {
@@ -156,9 +160,11 @@ type runAnswer struct {
 // answerOf returns res as answered, with its files' bytes from a.files when inline.
 func (a *api) answerOf(ctx context.Context, res sandbox.Result, inline bool) runAnswer {
 	out := runAnswer{Result: res}
+	var inlined int64
 	for _, f := range res.Files {
 		af := answerFile{File: f}
-		if inline && a.files != nil && f.SizeBytes <= MaxInlineFileBytes {
+		if inline && a.files != nil && f.SizeBytes <= MaxInlineFileBytes && inlined+f.SizeBytes <= MaxInlineBytes {
+			inlined += f.SizeBytes
 			if b, err := a.readFile(ctx, res.ID, f.Name); err == nil {
 				af.ContentBase64 = base64.StdEncoding.EncodeToString(b)
 			} else {

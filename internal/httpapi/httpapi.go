@@ -90,6 +90,11 @@ type api struct {
 	setup     SetupRunner
 	index     PackageIndex
 	files     OutputFiles
+	// answering holds a token from a run's admission until its answer is written: a run frees
+	// its slot when it ends, but a client that stops reading would keep its answer (megabytes,
+	// with inline files) in memory until the write times out. At most slots + queue answers
+	// are held; more runs are refused as busy.
+	answering chan struct{}
 	log       *slog.Logger
 	mux       *http.ServeMux
 }
@@ -105,6 +110,11 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 		log = slog.New(slog.DiscardHandler)
 	}
 	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, index: b.PackageIndex.redacted(), files: b.Files, log: log, mux: http.NewServeMux()}
+	a.answering = make(chan struct{}, 1)
+	if a.ex != nil {
+		cfg := a.ex.Config()
+		a.answering = make(chan struct{}, max(cfg.Slots+cfg.QueueLength, 1))
+	}
 	a.handle("POST /v1/executions", a.execute)
 	a.handle("GET /v1/limits", a.limits)
 	a.handle("GET /healthz", a.healthz)

@@ -857,3 +857,51 @@ func TestLongRunOutlivesServerWriteTimeout(t *testing.T) {
 		t.Errorf("healthz after a long run: %d", a.status)
 	}
 }
+
+// A run frees its slot when it ends, but its answer stays in memory until written: a client
+// that stops reading must not make the daemon hold answers beyond slots + queue (an attack
+// held ~31 MiB per stalled client, without bound). A run past that bound is refused as busy.
+func TestAnswersHeldAreBounded(t *testing.T) {
+	ex := newFake()
+	ex.Cfg.Slots, ex.Cfg.QueueLength = 1, 0
+	held, release := make(chan struct{}), make(chan struct{})
+	ex.Fn = func(ctx context.Context, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
+		if req.Code == "hold" {
+			close(held)
+			<-release
+		}
+		return sampleResult("ok\n"), nil
+	}
+	srv := newServer(t, ex)
+	first := make(chan int, 1)
+	go func() {
+		resp, err := http.Post(srv.URL+"/v1/executions", "application/json", strings.NewReader(`{"code":"hold"}`))
+		if err != nil {
+			first <- 0
+			return
+		}
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	<-held
+	resp, err := http.Post(srv.URL+"/v1/executions", "application/json", strings.NewReader(`{"code":"print(1)"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("a run past slots + queue answers held: %d (Retry-After %q), want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	close(release)
+	if code := <-first; code != http.StatusOK {
+		t.Fatalf("the held run answered %d, want 200", code)
+	}
+	resp, err = http.Post(srv.URL+"/v1/executions", "application/json", strings.NewReader(`{"code":"print(1)"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("once the held answer was written: %d, want 200", resp.StatusCode)
+	}
+}
