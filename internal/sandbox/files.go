@@ -41,12 +41,36 @@ func validateFiles(files []InputFile, cfg Config) error {
 			over = i
 		}
 	}
+	// A file cannot also be a directory of another (nor main.py, where the code goes).
+	for i, f := range files {
+		for dir := range parentDirs(f.Name) {
+			if j, ok := seen[dir]; ok || dir == CodeFileName {
+				msg := fmt.Sprintf("file name %q puts a file inside %q, which is the run's code file; give it another path", f.Name, dir)
+				if ok {
+					msg = fmt.Sprintf("file name %q puts a file inside %q, which files[%d] makes a file; give one of them another path", f.Name, dir, j)
+				}
+				return &FieldError{Field: fmt.Sprintf("files[%d].name", i), Message: msg}
+			}
+		}
+	}
 	if over >= 0 {
 		return &FieldError{Field: "files", TooLarge: true, Message: fmt.Sprintf(
 			"are %d bytes together, passing the limit of %d bytes for all files (max_input_files_bytes) at file %q",
 			total, cfg.MaxInputFilesBytes, files[over].Name)}
 	}
 	return nil
+}
+
+// parentDirs yields the directories of a checked file name, outermost first ("a", "a/b" for
+// "a/b/c").
+func parentDirs(name string) func(yield func(string) bool) {
+	return func(yield func(string) bool) {
+		for i := range len(name) {
+			if name[i] == '/' && !yield(name[:i]) {
+				return
+			}
+		}
+	}
 }
 
 // CodeFileName is the file in the run's working directory that holds its code (written by the

@@ -31,6 +31,8 @@ func TestValidateFiles(t *testing.T) {
 		{"empty name", []InputFile{file("", 1)}, "files[0].name", false, []string{"empty"}},
 		{"twice", []InputFile{file("a", 1), file("b", 1), file("a", 1)}, "files[2].name", false, []string{`"a"`, "files[0]", "twice"}},
 		{"the code's file", []InputFile{file("main.py", 1)}, "files[0].name", false, []string{`"main.py"`, "another name"}},
+		{"a file and its directory", []InputFile{file("a", 1), file("a/b", 1)}, "files[1].name", false, []string{`"a/b"`, "files[0]", "another path"}},
+		{"inside the code's file", []InputFile{file("main.py/x", 1)}, "files[0].name", false, []string{`"main.py/x"`, "code file"}},
 		{"too many", []InputFile{file("a", 1), file("b", 1), file("c", 1), file("d", 1)}, "files", true, []string{"4 files", "limit is 3", "max_input_files"}},
 		{"one too large", []InputFile{file("a", 1), file("big.bin", 11)}, "files[1].content", true, []string{`"big.bin"`, "11 bytes", "limit is 10", "max_input_file_bytes"}},
 		{"together too large", []InputFile{file("a", 8), file("b", 8)}, "files", true, []string{"16 bytes", "15 bytes", `"b"`, "max_input_files_bytes"}},
