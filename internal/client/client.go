@@ -105,12 +105,32 @@ const (
 )
 
 // InputFileOf returns the InputFile named name with content: as text when content is valid
-// UTF-8, as base64 otherwise, so its bytes arrive unchanged either way.
+// UTF-8 that JSON does not make larger than base64 would (a file of NUL bytes is valid UTF-8
+// but six times its size as JSON text), as base64 otherwise, so its bytes arrive unchanged
+// either way and the request stays within the daemon's body limit.
 func InputFileOf(name string, content []byte) InputFile {
-	if utf8.Valid(content) {
+	if utf8.Valid(content) && jsonTextBytes(content) <= base64.StdEncoding.EncodedLen(len(content)) {
 		return InputFile{Name: name, Content: string(content), Encoding: EncodingUTF8}
 	}
 	return InputFile{Name: name, Content: base64.StdEncoding.EncodeToString(content), Encoding: EncodingBase64}
+}
+
+// jsonTextBytes is the size of text (valid UTF-8) as a JSON string: NUL bytes and other
+// control characters take six bytes each there (\u0000), so a file of them is smaller in
+// base64.
+func jsonTextBytes(text []byte) int {
+	n := 2
+	for _, c := range text {
+		switch {
+		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+			n += 2
+		case c < 0x20 || c == '<' || c == '>' || c == '&':
+			n += 6
+		default:
+			n++
+		}
+	}
+	return n
 }
 
 // Answer is the answer of a run: its Result and the bytes of the output files it carried.

@@ -1,7 +1,9 @@
 package client
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -351,5 +353,31 @@ func TestRetryAfter(t *testing.T) {
 	future := retryAfter(time.Now().Add(time.Minute).UTC().Format(http.TimeFormat))
 	if future < 58*time.Second || future > 61*time.Second {
 		t.Errorf("retryAfter(+1m date) = %s", future)
+	}
+}
+
+// A file of NUL bytes or tabs is valid UTF-8, but JSON text makes it up to six times larger:
+// such a file within max_input_file_bytes passed the daemon's body limit as text (a trial found
+// 5 MiB of zeros refused). It goes as base64; plain text stays text.
+func TestInputFileOfPicksTheSmallerEncoding(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		content []byte
+		want    string
+	}{
+		{"text", []byte("a,b\n1,2\n"), EncodingUTF8},
+		{"zeros", make([]byte, 1000), EncodingBase64},
+		{"tabs", bytes.Repeat([]byte("\t\t\tx"), 250), EncodingBase64},
+		{"markup", bytes.Repeat([]byte("<a>"), 300), EncodingBase64},
+		{"binary", []byte{0xff, 0xfe, 0}, EncodingBase64},
+	} {
+		f := InputFileOf("f", c.content)
+		if f.Encoding != c.want {
+			t.Errorf("%s: encoding %q, want %q", c.name, f.Encoding, c.want)
+		}
+		body, _ := json.Marshal(f.Content)
+		if c.want == EncodingUTF8 && len(body) > base64.StdEncoding.EncodedLen(len(c.content))+2 {
+			t.Errorf("%s: %d bytes as JSON text, more than base64", c.name, len(body))
+		}
 	}
 }
