@@ -13,6 +13,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -139,6 +140,13 @@ func saveFiles(ctx context.Context, w io.Writer, dir string, force bool, files [
 		}
 		seen[f.Name] = true
 	}
+	files = slices.DeleteFunc(slices.Clone(files), func(f sandbox.File) bool {
+		if gitPath(f.Name) {
+			fmt.Fprintf(w, "sandpit: skipped %q: a path inside .git is never written (git would run what its config and hooks name)\n", f.Name)
+			return true
+		}
+		return false
+	})
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return usageErrorf("--output-dir: %v", err)
 	}
@@ -168,6 +176,25 @@ func saveFiles(ctx context.Context, w io.Writer, dir string, force bool, files [
 		fmt.Fprintf(w, "sandpit: saved %s (%s, %s)\n", filepath.Join(dir, filepath.FromSlash(f.Name)), f.MediaType, humanSize(f.SizeBytes))
 	}
 	return nil
+}
+
+// gitPath says whether name has a .git part, compared as git itself does for checkouts
+// (CVE-2014-9390): without case, and without the code points HFS+ ignores. Output files are
+// chosen by the run's code; one written into a repository's .git (its config, its hooks)
+// would run commands on the host at the next git command.
+func gitPath(name string) bool {
+	for part := range strings.SplitSeq(name, "/") {
+		part = strings.Map(func(r rune) rune {
+			if (r >= 0x200c && r <= 0x200f) || (r >= 0x202a && r <= 0x202e) || (r >= 0x206a && r <= 0x206f) || r == 0xfeff {
+				return -1
+			}
+			return r
+		}, part)
+		if strings.EqualFold(strings.TrimRight(part, ". "), ".git") {
+			return true
+		}
+	}
+	return false
 }
 
 // saveFile writes f beneath root: to a temporary name in its directory, checked against its

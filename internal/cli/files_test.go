@@ -429,3 +429,35 @@ func TestHumanSize(t *testing.T) {
 		}
 	}
 }
+
+// Output files are named by the run's code: one named .git/config, written into a repository
+// by --output-dir --force, ran a command at the next git status (a trial attack). Paths with a
+// .git part are skipped, with a line, however they are spelled; the others are saved.
+func TestOutputDirSkipsGitPaths(t *testing.T) {
+	hostile := []string{".git/config", ".GIT/hooks/pre-commit", "sub/.git/config", ".git./config", ".g\u200cit/config"}
+	files := []outFile{{name: "chart.png", mediaType: "image/png", content: []byte("png")}}
+	for _, n := range hostile {
+		files = append(files, outFile{name: n, mediaType: "text/plain", content: []byte("[core] fsmonitor = touch pwned")})
+	}
+	srv := httptest.NewServer(&filesDaemon{files: files})
+	defer srv.Close()
+	out := t.TempDir()
+	writeFile(t, filepath.Join(out, ".git", "config"), []byte("mine"))
+	code, stdout, stderr := sandpit(t, srv.URL, "run", "-c", "1", "--output-dir", out, "--force")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	if got := tree(t, out); !mapsEqual(got, map[string]string{"chart.png": "png", filepath.Join(".git", "config"): "mine"}) {
+		t.Errorf("DIR holds %q", got)
+	}
+	for _, n := range hostile {
+		if !strings.Contains(stdout+stderr, "skipped "+strconv.Quote(n)) {
+			t.Errorf("no line says %q was skipped: %q", n, stdout+stderr)
+		}
+	}
+	for _, n := range []string{".github/workflows/x.yml", "git", "a.git", ".gitignore"} {
+		if gitPath(n) {
+			t.Errorf("gitPath(%q) = true", n)
+		}
+	}
+}
