@@ -20,6 +20,22 @@ const FilesDir = "files"
 // DefaultFilesMaxBytes is the default quota of all runs' output files together (2 GiB).
 const DefaultFilesMaxBytes = 2 << 30
 
+// A kept file is charged to files_max_bytes as the disk holds it: its bytes rounded up to
+// whole 4 KiB blocks, and one block more for its inode, directory entry and ledger row. Counted
+// as bytes alone, runs of 64 empty files each filled the disk's inodes while the quota saw 0.
+const (
+	fileBlockBytes    = 4096
+	fileOverheadBytes = 4096
+)
+
+// chargeOf returns what a file of size bytes counts against files_max_bytes.
+func chargeOf(size int64) int64 {
+	return (size+fileBlockBytes-1)/fileBlockBytes*fileBlockBytes + fileOverheadBytes
+}
+
+// chargeSQL is chargeOf over execution_files.size_bytes, in SQL.
+const chargeSQL = "(size_bytes + 4095) / 4096 * 4096 + 4096"
+
 // ErrEvicted means an output file the ledger lists is no longer kept: the quota on all runs'
 // files (files_max_bytes) made room for newer runs' files.
 var ErrEvicted = errors.New("evicted")
@@ -49,7 +65,7 @@ func (s *Store) OpenFiles(ctx context.Context, dir string, maxBytes int64) (*Fil
 		return nil, fmt.Errorf("creating the files directory: %w", err)
 	}
 	f := &Files{st: s, dir: dir, max: maxBytes}
-	if err := s.r.QueryRowContext(ctx, `SELECT coalesce(sum(size_bytes), 0) FROM execution_files`).Scan(&f.used); err != nil {
+	if err := s.r.QueryRowContext(ctx, `SELECT coalesce(sum(`+chargeSQL+`), 0) FROM execution_files`).Scan(&f.used); err != nil {
 		return nil, fmt.Errorf("counting the kept files: %w", err)
 	}
 	if err := f.sweep(ctx); err != nil {
@@ -99,12 +115,13 @@ func (f *Files) Put(ctx context.Context, id string, file sandbox.File, content [
 		return err
 	}
 	size := int64(len(content))
+	charge := chargeOf(size)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if size > f.max {
-		return fmt.Errorf("the file is %d bytes, more than the %d bytes all runs' files may take (files_max_bytes)", size, f.max)
+	if charge > f.max {
+		return fmt.Errorf("the file takes %d bytes on disk, more than the %d bytes all runs' files may take (files_max_bytes)", charge, f.max)
 	}
-	for f.used+size > f.max {
+	for f.used+charge > f.max {
 		evicted, err := f.evictOldest(ctx, id)
 		if err != nil {
 			return err
@@ -126,7 +143,7 @@ func (f *Files) Put(ctx context.Context, id string, file sandbox.File, content [
 		_ = os.Remove(path)
 		return fmt.Errorf("recording the file: %w", err)
 	}
-	f.used += size
+	f.used += charge
 	return nil
 }
 
@@ -187,7 +204,7 @@ type execer interface {
 // deleteRows deletes the rows of execution id's kept files and returns their bytes.
 func (f *Files) deleteRows(ctx context.Context, db execer, id string) (int64, error) {
 	var freed int64
-	if err := db.QueryRowContext(ctx, `SELECT coalesce(sum(size_bytes), 0) FROM execution_files WHERE execution_id = ?`, id).Scan(&freed); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT coalesce(sum(`+chargeSQL+`), 0) FROM execution_files WHERE execution_id = ?`, id).Scan(&freed); err != nil {
 		return 0, err
 	}
 	_, err := db.ExecContext(ctx, `DELETE FROM execution_files WHERE execution_id = ?`, id)
@@ -244,7 +261,7 @@ func (f *Files) Open(ctx context.Context, id, name string) (io.ReadCloser, error
 // orphanedFiles deletes the kept files' rows of executions that have no record any more, in
 // tx, and returns their bytes and the executions.
 func orphanedFiles(ctx context.Context, tx *sql.Tx) (int64, []string, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT execution_id, sum(size_bytes) FROM execution_files ef
+	rows, err := tx.QueryContext(ctx, `SELECT execution_id, sum(`+chargeSQL+`) FROM execution_files ef
 		WHERE NOT EXISTS (SELECT 1 FROM executions e WHERE e.id = ef.execution_id) GROUP BY execution_id`)
 	if err != nil {
 		return 0, nil, err

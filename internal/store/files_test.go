@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -82,7 +83,7 @@ func TestFilesPutAndOpen(t *testing.T) {
 			t.Errorf("Put(%q, %q) kept it", bad.id, bad.name)
 		}
 	}
-	if used, quota := f.Used(); used != 4 || quota != 1<<20 {
+	if used, quota := f.Used(); used != chargeOf(4)+chargeOf(0) || quota != 1<<20 {
 		t.Errorf("used %d of %d", used, quota)
 	}
 	// A file cut short on disk (a power loss before the bytes reached it) is not served.
@@ -117,16 +118,17 @@ func BenchmarkFilesPut(b *testing.B) {
 // The quota evicts the files of the executions that started first, whatever order their files
 // were stored in, and never the storing execution's own.
 func TestFilesQuotaEvictsTheOldestExecutionsFirst(t *testing.T) {
-	s, f, dir := openFiles(t, 100)
+	const B = fileBlockBytes // a file of n blocks is charged n+1
+	s, f, dir := openFiles(t, 10*B)
 	now := time.Now()
 	oldest, older, newer := begin(t, s, now.Add(-3*time.Hour)), begin(t, s, now.Add(-2*time.Hour)), begin(t, s, now.Add(-time.Hour))
 	for _, id := range []string{newer, older, oldest} { // stored newest first
-		if err := put(t, f, id, "f", 30); err != nil {
+		if err := put(t, f, id, "f", 2*B); err != nil {
 			t.Fatal(err)
 		}
 	}
 	current := begin(t, s, now)
-	if err := put(t, f, current, "a", 30); err != nil { // 120 > 100: oldest goes
+	if err := put(t, f, current, "a", 2*B); err != nil { // 12 > 10 blocks: oldest goes
 		t.Fatal(err)
 	}
 	if _, err := read(t, f, oldest, "f"); !errors.Is(err, ErrEvicted) {
@@ -140,7 +142,7 @@ func TestFilesQuotaEvictsTheOldestExecutionsFirst(t *testing.T) {
 			t.Errorf("%s evicted before the oldest had gone: %v", id, err)
 		}
 	}
-	if err := put(t, f, current, "b", 60); err != nil { // 150: older and newer go
+	if err := put(t, f, current, "b", 5*B); err != nil { // 15 blocks: older and newer go
 		t.Fatal(err)
 	}
 	for _, id := range []string{older, newer} {
@@ -148,17 +150,17 @@ func TestFilesQuotaEvictsTheOldestExecutionsFirst(t *testing.T) {
 			t.Errorf("%s: %v, want evicted", id, err)
 		}
 	}
-	if err := put(t, f, current, "c", 20); err == nil || !strings.Contains(err.Error(), "files_max_bytes") {
+	if err := put(t, f, current, "c", B); err == nil || !strings.Contains(err.Error(), "files_max_bytes") {
 		t.Errorf("a file that fits only by evicting the run's own: %v, want an error naming files_max_bytes", err)
 	}
-	if err := put(t, f, newer, "huge", 101); err == nil || !strings.Contains(err.Error(), "files_max_bytes") {
+	if err := put(t, f, newer, "huge", 10*B); err == nil || !strings.Contains(err.Error(), "files_max_bytes") {
 		t.Errorf("a file over the whole quota: %v", err)
 	}
-	if got, err := read(t, f, current, "b"); err != nil || len(got) != 60 {
+	if got, err := read(t, f, current, "b"); err != nil || len(got) != 5*B {
 		t.Errorf("the current run's file: %d bytes, %v", len(got), err)
 	}
-	if used, _ := f.Used(); used != 90 {
-		t.Errorf("used %d, want 90", used)
+	if used, _ := f.Used(); used != 9*B {
+		t.Errorf("used %d, want %d", used, 9*B)
 	}
 }
 
@@ -195,8 +197,8 @@ func TestFilesGoWithTheirRecords(t *testing.T) {
 	if got, err := read(t, f, kept, "f"); err != nil || len(got) != 10 {
 		t.Errorf("kept record's file: %q, %v", got, err)
 	}
-	if used, _ := f.Used(); used != 10 {
-		t.Errorf("used %d, want 10", used)
+	if used, _ := f.Used(); used != chargeOf(10) {
+		t.Errorf("used %d, want %d", used, chargeOf(10))
 	}
 	rec, err := s.GetExecution(t.Context(), kept)
 	if err != nil || len(rec.Files) != 1 || rec.Files[0].Name != "f" {
@@ -212,8 +214,8 @@ func TestFilesGoWithTheirRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if used, _ := again.Used(); used != 10 {
-		t.Errorf("reopened: used %d, want 10", used)
+	if used, _ := again.Used(); used != chargeOf(10) {
+		t.Errorf("reopened: used %d, want %d", used, chargeOf(10))
 	}
 	if _, err := os.Stat(stray); !os.IsNotExist(err) {
 		t.Errorf("a directory of no execution survived reopening: %v", err)
@@ -252,5 +254,26 @@ func TestJobFilesAreKept(t *testing.T) {
 	}
 	if got, _ := s.GetJob(t.Context(), "a", "job_1"); len(got.Files) != 0 {
 		t.Errorf("files after an update without them: %+v", got.Files)
+	}
+}
+
+// A file is charged as the disk holds it: runs of empty and one-byte files filled the disk's
+// blocks and inodes while the quota, counting bytes, saw next to nothing (a trial attack).
+func TestFilesChargeBlocksAndOverhead(t *testing.T) {
+	for size, want := range map[int64]int64{0: 4096, 1: 8192, 4096: 8192, 4097: 12288} {
+		if got := chargeOf(size); got != want {
+			t.Errorf("chargeOf(%d) = %d, want %d", size, got, want)
+		}
+	}
+	_, f, _ := openFiles(t, 64*4096)
+	id := sandbox.NewID()
+	n := 0
+	for ; n < 100; n++ {
+		if err := put(t, f, id, fmt.Sprintf("empty-%d", n), 0); err != nil {
+			break
+		}
+	}
+	if n != 64 {
+		t.Errorf("%d empty files kept under a quota of 64 blocks, want 64", n)
 	}
 }
