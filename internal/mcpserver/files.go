@@ -85,7 +85,8 @@ func isImage(mediaType string) (string, bool) {
 }
 
 // fileContents are the output files of execution id as tool result content, inline holding
-// the bytes the answer carried (by name): an image of at most MaxImageBytes as image content,
+// the bytes the answer carried (by name): an image of at most MaxImageBytes as image content
+// after a text caption naming it,
 // another file of at most MaxEmbeddedBytes as an embedded resource (text for text/* in UTF-8,
 // else a blob), while their bytes together stay within MaxResultFileBytes; every other file
 // (or one whose bytes the answer did not carry) as a resource link to its URI.
@@ -107,7 +108,9 @@ func fileContents(id string, files []sandbox.File, inline map[string][]byte) []m
 				Description: fmt.Sprintf("output file %s of execution %s (%d bytes): read it with resources/read", f.Name, id, f.SizeBytes)})
 			continue
 		case image:
-			out = append(out, &mcp.ImageContent{Data: content, MIMEType: mt})
+			// Image content has no name: a caption before it says which file it is.
+			out = append(out, &mcp.TextContent{Text: fmt.Sprintf("%s (%s, %d bytes):", f.Name, mt, f.SizeBytes)},
+				&mcp.ImageContent{Data: content, MIMEType: mt})
 		default:
 			out = append(out, &mcp.EmbeddedResource{Resource: resourceContents(uri, f, content)})
 		}

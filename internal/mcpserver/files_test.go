@@ -94,8 +94,11 @@ func TestRunCodeFiles(t *testing.T) {
 	}
 	byURI := map[string]mcp.Content{}
 	var images []*mcp.ImageContent
+	var captions []string
 	for _, c := range res.Content[1:] {
 		switch c := c.(type) {
+		case *mcp.TextContent:
+			captions = append(captions, c.Text)
 		case *mcp.ImageContent:
 			images = append(images, c)
 		case *mcp.EmbeddedResource:
@@ -108,6 +111,10 @@ func TestRunCodeFiles(t *testing.T) {
 	}
 	if len(images) != 1 || images[0].MIMEType != "image/png" || !bytes.Equal(images[0].Data, pngBytes) {
 		t.Errorf("images = %+v", images)
+	}
+	// Image content has no name: a caption just before it names the file.
+	if len(captions) != 1 || !strings.HasPrefix(captions[0], "figure-1.png (image/png, ") {
+		t.Errorf("captions = %q, want one naming figure-1.png", captions)
 	}
 	// On the wire the image is base64 that decodes to the PNG.
 	wire := mustJSON(t, images[0])
@@ -246,7 +253,8 @@ func TestResultFileBudget(t *testing.T) {
 	for _, c := range res.Content[1:] {
 		kinds = append(kinds, fmt.Sprintf("%T", c))
 	}
-	want := []string{"*mcp.ImageContent", "*mcp.ImageContent", "*mcp.ImageContent", "*mcp.ImageContent", "*mcp.ResourceLink"}
+	img4 := []string{"*mcp.TextContent", "*mcp.ImageContent"}
+	want := slices.Concat(img4, img4, img4, img4, []string{"*mcp.ResourceLink"})
 	if !slices.Equal(kinds, want) {
 		t.Errorf("content %v, want %v", kinds, want)
 	}
