@@ -24,6 +24,8 @@ type OutputFiles interface {
 	// Open returns the bytes of execution id's output file name; an error wrapping
 	// store.ErrEvicted when they are no longer kept.
 	Open(ctx context.Context, id, name string) (io.ReadCloser, error)
+	// Used returns the bytes all kept files take and the quota on them (files_max_bytes).
+	Used() (used, quota int64)
 }
 
 var _ OutputFiles = (*store.Files)(nil)

@@ -331,14 +331,15 @@ func TestFilesStream(t *testing.T) {
 // Retention deletes a record's files with it; the quota evicts the oldest executions' files
 // first, and a file the record lists whose bytes were evicted answers 410 naming the quota.
 func TestFilesQuotaAndRetention(t *testing.T) {
-	s := newFileStack(t, sandbox.DefaultConfig(), 100)
+	// Each file is charged in 4 KiB blocks, plus one: a small file takes 2 of the 5 blocks.
+	s := newFileStack(t, sandbox.DefaultConfig(), 5*4096)
 	run := func(n int) string {
 		_, v := s.call(t, "POST", "/v1/executions", `{"code": "1", "charts": false, "files": [`+fileJSON("f", strings.Repeat("x", n), "")+`]}`)
 		time.Sleep(2 * time.Millisecond) // distinct started_at
 		return v["id"].(string)
 	}
 	first, second := run(40), run(40)
-	third := run(40) // 120 > 100: the first's file goes
+	third := run(40) // 6 > 5 blocks: the first's file goes
 	status, _, b := s.get(t, "/v1/executions/"+first+"/files/out/f")
 	if status != 410 || !bytes.Contains(b, []byte("files_max_bytes")) || !bytes.Contains(b, []byte(`"gone"`)) {
 		t.Errorf("evicted file: %d %s, want 410 gone naming files_max_bytes", status, b)
@@ -348,11 +349,11 @@ func TestFilesQuotaAndRetention(t *testing.T) {
 			t.Errorf("%s: %d, want its file kept", id, status)
 		}
 	}
-	if used, _ := s.files.Used(); used != 80 {
-		t.Errorf("used %d bytes, want 80", used)
+	if used, _ := s.files.Used(); used != 4*4096 {
+		t.Errorf("used %d bytes, want %d", used, 4*4096)
 	}
 	// A file over the whole quota is not kept, and the result says so.
-	_, v := s.call(t, "POST", "/v1/executions", `{"code": "1", "charts": false, "files": [`+fileJSON("big", strings.Repeat("x", 101), "")+`]}`)
+	_, v := s.call(t, "POST", "/v1/executions", `{"code": "1", "charts": false, "files": [`+fileJSON("big", strings.Repeat("x", 5*4096), "")+`]}`)
 	if v["files"] != nil || !strings.Contains(fmt.Sprint(v["files_skipped"]), "files_max_bytes") {
 		t.Errorf("a file over the quota: files %v skipped %v", v["files"], v["files_skipped"])
 	}

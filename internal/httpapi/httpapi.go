@@ -282,8 +282,14 @@ type Limits struct {
 	OutputFilesBytes int64 `json:"output_files_bytes"`
 	// Charts says whether runs save open figures and shown images as output files by default.
 	Charts bool `json:"charts"`
-	// MaxInlineFileBytes is the largest output file an answer holds inline (inline_files).
+	// MaxInlineFileBytes is the largest output file an answer holds inline (inline_files), and
+	// MaxInlineBytes the most bytes of files one answer holds inline.
 	MaxInlineFileBytes int64 `json:"max_inline_file_bytes"`
+	MaxInlineBytes     int64 `json:"max_inline_bytes"`
+	// FilesMaxBytes is the quota on all runs' kept output files (files_max_bytes), and
+	// FilesUsedBytes what they take now, as charged against it (absent without a file store).
+	FilesMaxBytes  int64 `json:"files_max_bytes,omitempty"`
+	FilesUsedBytes int64 `json:"files_used_bytes,omitempty"`
 }
 
 func (a *api) limits(w http.ResponseWriter, r *http.Request) {
@@ -293,7 +299,7 @@ func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 		q := a.knowledge.Quotas()
 		quotas = &q
 	}
-	writeJSON(w, http.StatusOK, Limits{
+	lim := Limits{
 		Slots:             cfg.Slots,
 		QueueLength:       cfg.QueueLength,
 		DefaultTimeoutMS:  cfg.DefaultTimeout.Milliseconds(),
@@ -320,7 +326,12 @@ func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 		OutputFilesBytes:   cfg.Limits.OutputFilesBytes,
 		Charts:             cfg.Charts,
 		MaxInlineFileBytes: MaxInlineFileBytes,
-	})
+		MaxInlineBytes:     MaxInlineBytes,
+	}
+	if a.files != nil {
+		lim.FilesUsedBytes, lim.FilesMaxBytes = a.files.Used()
+	}
+	writeJSON(w, http.StatusOK, lim)
 }
 
 // statusWriter records the status written through it. Unwrap lets http.ResponseController
