@@ -32,6 +32,37 @@ func runWithDeps(t *testing.T, url, code string, deps ...string) (int, depResult
 	return resp.StatusCode, res
 }
 
+// warm waits until slots runs at once all start from their boxes' fork servers: every box is
+// up and has imported its preload, which takes CPU a first install would otherwise compete
+// with (pip then missed the 8 s install timeout on a loaded 2-CPU machine).
+func warm(t *testing.T, url string, slots int) {
+	t.Helper()
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		starts := make(chan string, slots)
+		var wg sync.WaitGroup
+		for range slots {
+			wg.Go(func() {
+				_, res := runWithDeps(t, url, "import time; time.sleep(0.3)")
+				starts <- res.Start
+			})
+		}
+		wg.Wait()
+		close(starts)
+		forked := 0
+		for s := range starts {
+			if s == "fork" {
+				forked++
+			}
+		}
+		if forked == slots {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 3 minutes, %d of %d concurrent runs start from a fork server", forked, slots)
+		}
+	}
+}
+
 // Dependencies against the real engine and a package index the test serves: installed once
 // and then present without pip, kept across container re-creation, installed once for
 // concurrent requests, failures in seconds (H21), a stalled index stopped by the per-package
@@ -59,7 +90,12 @@ func TestDependencies(t *testing.T) {
 	cfg.IndexURL = idx.URL()
 	cfg.TrustedHosts = []string{idx.Host()}
 	cfg.InstallTimeoutMS = 8000 // pip's own read timeout (5 s, one retry) comes later
+	// pandas alone for the cases below (six, numexpr): while the first install runs, the other
+	// boxes' fork servers import their preload, and the default one (about a second of CPU
+	// each) starved pip past the 8 s on a loaded 2-CPU machine.
+	cfg.Preload = []string{"numpy", "pandas"}
 	url, stop := startDaemon(t, cfg)
+	warm(t, url, cfg.Slots)
 
 	t.Run("first request installs, second runs pip zero times", func(t *testing.T) {
 		st, res := runWithDeps(t, url, "import tinypkg; print(tinypkg.VALUE)", "TinyPkg==1.0")

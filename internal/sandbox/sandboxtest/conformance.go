@@ -40,8 +40,8 @@ type Harness struct {
 	// ReadOnlyRoot is true when the box's root filesystem is read-only (H19).
 	ReadOnlyRoot bool
 	// SlowWrites is true when every write is a round trip through a user-space kernel (gVisor
-	// on its ptrace platform, about 100 µs a write): the H3 print loop then takes about 50 s,
-	// not under one, to reach its cap, and gets that time.
+	// on its ptrace platform, 100 µs or more a write): the H3 print loop then gets a 128 KiB
+	// cap and two minutes (a 1 MiB cap took more than two minutes), the flood of files fewer files.
 	SlowWrites bool
 	// IsolatedSlots is true when every slot is its own sandbox (network namespace, /tmp,
 	// memory): the cases of runs reaching each other's sockets and files then run.
