@@ -151,8 +151,11 @@ func (s *Suite) TestH29FramesOnDescriptor3DoNotDecideTheOutcome(t *testing.T) {
 // TestH32OutputIsReadWhenAPlainInterpreterWouldFinish: H32 OUTPUT is read when a plain interpreter would finish.
 func (s *Suite) TestH32OutputIsReadWhenAPlainInterpreterWouldFinish(t *testing.T) {
 	for code, want := range map[string]string{
-		"import threading, time\nresults = []\ndef work(i):\n    time.sleep(0.1)\n    results.append(i)\n" +
-			"threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]\nfor th in threads:\n    th.start()\n    time.sleep(0.01)\nOUTPUT = results": `[0, 1, 2]`,
+		// The threads append in turn (each waits for the one before it), after the main code
+		// has ended: 10 ms apart alone, a loaded machine appended them out of order.
+		"import threading, time\nresults = []\nturns = [threading.Event() for _ in range(4)]\nturns[0].set()\n" +
+			"def work(i):\n    time.sleep(0.1)\n    turns[i].wait()\n    results.append(i)\n    turns[i + 1].set()\n" +
+			"threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]\nfor th in threads:\n    th.start()\nOUTPUT = results": `[0, 1, 2]`,
 		"import threading, time\nOUTPUT = {}\nthreading.Thread(target=lambda: (time.sleep(0.1), OUTPUT.update(late=True))).start()": `{"late": true}`,
 		"import atexit\nOUTPUT = {'n': 1}\natexit.register(lambda: OUTPUT.update(n=2))":                                             `{"n": 2}`,
 		"import atexit\ndef last():\n    global OUTPUT\n    OUTPUT = 'set at exit'\natexit.register(last)":                          `"set at exit"`,
