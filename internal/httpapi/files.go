@@ -192,10 +192,6 @@ func (a *api) readFile(ctx context.Context, id, name string) ([]byte, error) {
 	return b, err
 }
 
-// inlineMediaTypes are the media types served inline (raster images); every other file is an
-// attachment.
-var inlineMediaTypes = []string{"image/png", "image/jpeg", "image/gif", "image/webp"}
-
 // getExecutionFile answers GET /v1/executions/{id}/files/{name...}: the bytes of an output file
 // the record lists, as an attachment (inline for raster images), with its media type, under a
 // sandboxing Content-Security-Policy. 404 when the record (of the agent, with ?agent=) does not
@@ -261,7 +257,7 @@ func setFileHeaders(h http.Header, f sandbox.File) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Content-Security-Policy", "sandbox; default-src 'none'")
 	disposition := "attachment"
-	if slices.Contains(inlineMediaTypes, mt) {
+	if _, raster := sandbox.RasterImage(mt); raster {
 		disposition = "inline"
 	}
 	if d := mime.FormatMediaType(disposition, map[string]string{"filename": path.Base(f.Name)}); d != "" {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"mime"
 	"net/url"
 	"strings"
 	"unicode/utf8"
@@ -74,16 +73,6 @@ func parseFileURI(uri string) (id, name string, ok bool) {
 	return id, name, true
 }
 
-// isImage says whether mediaType is a raster image an MCP client shows: PNG, JPEG, GIF or WebP.
-func isImage(mediaType string) (string, bool) {
-	mt, _, _ := mime.ParseMediaType(mediaType)
-	switch mt {
-	case "image/png", "image/jpeg", "image/gif", "image/webp":
-		return mt, true
-	}
-	return mt, false
-}
-
 // fileContents are the output files of execution id as tool result content, inline holding
 // the bytes the answer carried (by name): an image of at most MaxImageBytes as image content
 // after a text caption naming it,
@@ -96,7 +85,7 @@ func fileContents(id string, files []sandbox.File, inline map[string][]byte) []m
 	for _, f := range files {
 		uri := FileURI(id, f.Name)
 		content, ok := inline[f.Name]
-		mt, image := isImage(f.MediaType)
+		mt, image := sandbox.RasterImage(f.MediaType)
 		limit := int64(MaxEmbeddedBytes)
 		if image {
 			limit = MaxImageBytes
@@ -123,7 +112,7 @@ func fileContents(id string, files []sandbox.File, inline map[string][]byte) []m
 // else its bytes as a blob.
 func resourceContents(uri string, f sandbox.File, content []byte) *mcp.ResourceContents {
 	rc := &mcp.ResourceContents{URI: uri, MIMEType: f.MediaType}
-	if mt, _ := isImage(f.MediaType); strings.HasPrefix(mt, "text/") && utf8.Valid(content) {
+	if mt, _ := sandbox.RasterImage(f.MediaType); strings.HasPrefix(mt, "text/") && utf8.Valid(content) {
 		rc.Text = string(content)
 	} else {
 		rc.Blob = content

@@ -1,7 +1,10 @@
 package sandbox
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"mime"
 	"strings"
 	"unicode/utf8"
 )
@@ -38,4 +41,21 @@ func CheckFileName(name string) error {
 		}
 	}
 	return nil
+}
+
+// Holds says whether content is the bytes f describes: its size and SHA-256.
+func (f File) Holds(content []byte) bool {
+	sum := sha256.Sum256(content)
+	return int64(len(content)) == f.SizeBytes && strings.EqualFold(hex.EncodeToString(sum[:]), f.SHA256)
+}
+
+// RasterImage returns mediaType's type without parameters, and whether it is a raster image
+// every browser and MCP client shows: PNG, JPEG, GIF or WebP.
+func RasterImage(mediaType string) (string, bool) {
+	mt, _, _ := mime.ParseMediaType(mediaType)
+	switch mt {
+	case "image/png", "image/jpeg", "image/gif", "image/webp":
+		return mt, true
+	}
+	return mt, false
 }
