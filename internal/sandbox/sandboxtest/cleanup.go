@@ -179,16 +179,18 @@ func (s *Suite) TestMinimalEnvironmentAndOwnUIDPerSlot(t *testing.T) {
 
 // TestConcurrentSlotsRunInParallel: concurrent slots run in parallel.
 func (s *Suite) TestConcurrentSlotsRunInParallel(t *testing.T) {
-	// Each run reports when its one-second sleep began and ended (the box's clock is the
-	// host's): they overlap when the latest start comes before the earliest end. (A bound on
-	// the whole wall time failed on a loaded machine for runs that did overlap.)
+	// Each run reports when its sleep began and ended (the box's clock is the host's): they
+	// overlap when the latest start comes before the earliest end. Runs one after another can
+	// never overlap, whatever the sleep; the sleep is 4 s because under gVisor on a loaded
+	// 2-core CI machine, starts of parallel runs were spread over 1.7 s. (A bound on the whole
+	// wall time failed on a loaded machine for runs that did overlap.)
 	n := min(s.Slots, 4)
 	var wg sync.WaitGroup
 	errs := make(chan string, n)
 	spans := make(chan [2]float64, n)
 	for slot := range n {
 		wg.Go(func() {
-			res := Exec(t, s.rt, slot, Spec("import time; a = time.time(); time.sleep(1); print(a, time.time())", 30*time.Second), nil)
+			res := Exec(t, s.rt, slot, Spec("import time; a = time.time(); time.sleep(4); print(a, time.time())", 30*time.Second), nil)
 			var span [2]float64
 			if _, err := fmt.Sscan(res.Stdout, &span[0], &span[1]); res.Outcome != sandbox.OutcomeOK || err != nil {
 				errs <- fmt.Sprintf("slot %d: %s %q %q", slot, res.Outcome, res.Stdout, res.Stderr)
@@ -208,7 +210,7 @@ func (s *Suite) TestConcurrentSlotsRunInParallel(t *testing.T) {
 		latestStart, earliestEnd = max(latestStart, sp[0]), min(earliestEnd, sp[1])
 	}
 	if latestStart >= earliestEnd {
-		t.Errorf("%d one-second runs did not overlap: the last began %.3f s after the first ended", n, latestStart-earliestEnd)
+		t.Errorf("%d four-second runs did not overlap: the last began %.3f s after the first ended", n, latestStart-earliestEnd)
 	}
 }
 
