@@ -311,3 +311,27 @@ type Runtime interface {
 type Settler interface {
 	Settle(ctx context.Context, slot int) error
 }
+
+// EgressConnection records one outbound connection a run asked for through the sandbox's
+// proxy (network "allowlist"). The JSON field names are the public API.
+type EgressConnection struct {
+	// Host and Port are the destination the program asked for (a name or an IP literal).
+	Host string `json:"host"`
+	Port int    `json:"port"`
+	// Address is the address the daemon dialed (empty when refused before resolving).
+	Address string `json:"address,omitempty"`
+	// Allowed says whether the destination was allowed; Rule is the network_allow entry that
+	// allowed it, Reason why it was refused (or why an allowed one failed to connect).
+	Allowed bool   `json:"allowed"`
+	Rule    string `json:"rule,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	// BytesSent and BytesReceived count the bytes carried each way.
+	BytesSent     int64 `json:"bytes_sent"`
+	BytesReceived int64 `json:"bytes_received"`
+	// StartedAt is when it was asked for; DurationMS how long it stayed open.
+	StartedAt  time.Time `json:"started_at"`
+	DurationMS int64     `json:"duration_ms"`
+	// Ended says why the daemon ended it early (a cap, the run's end); empty when either
+	// side closed it.
+	Ended string `json:"ended,omitempty"`
+}
