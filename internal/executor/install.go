@@ -358,7 +358,7 @@ func (in *installer) pip(ctx context.Context, r string, req protocol.Install) (r
 	asUser(cmd, in.uid, filepath.Join(in.root, "home"))
 	// pip's work files go to the volume, not the runs' shared /tmp, and are removed after.
 	pipTmp := filepath.Join(in.root, "tmp")
-	cmd.Env = append(cmd.Env, "TMPDIR="+pipTmp)
+	cmd.Env = append(append(cmd.Env, "TMPDIR="+pipTmp), in.e.cfg.proxyEnv()...)
 	defer in.clearTmp()
 	began := time.Now()
 	if err := cmd.Start(); err != nil {
