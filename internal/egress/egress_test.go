@@ -65,10 +65,10 @@ func TestClassify(t *testing.T) {
 		{"2001::1", true, "IETF"},
 		{"2002:a00:1::1", true, "6to4"},
 		{"2606:4700:4700::1111", false, ""},
-		{"64:ff9b::808:808", false, ""},                // NAT64 of 8.8.8.8
-		{"64:ff9b::a00:1", true, "NAT64"},              // NAT64 of 10.0.0.1
-		{"64:ff9b::7f00:1", true, "loopback"},          // NAT64 of 127.0.0.1
-		{"64:ff9b::a9fe:a9fe", true, "metadata"},       // NAT64 of 169.254.169.254
+		{"64:ff9b::808:808", false, ""},                 // NAT64 of 8.8.8.8
+		{"64:ff9b::a00:1", true, "NAT64"},               // NAT64 of 10.0.0.1
+		{"64:ff9b::7f00:1", true, "loopback"},           // NAT64 of 127.0.0.1
+		{"64:ff9b::a9fe:a9fe", true, "metadata"},        // NAT64 of 169.254.169.254
 		{"64:ff9b:1::808:808", true, "local-use NAT64"}, // local-use prefix
 		{"4000::1", true, "outside global unicast"},
 	} {
@@ -269,7 +269,7 @@ func TestSpecialNeedsExplicitCIDR(t *testing.T) {
 		{[]string{"local.test", "127.0.0.0/8"}, true},
 		{[]string{"local.test", "127.0.0.1"}, true},
 		{[]string{"local.test", "127.0.0.1:80"}, false}, // another port
-		{[]string{"127.0.0.1/32"}, true},                 // a name is allowed by its address's CIDR
+		{[]string{"127.0.0.1/32"}, true},                // a name is allowed by its address's CIDR
 	} {
 		g := NewGate([]Policy{mustPolicy(t, "network_allow in the configuration", tc.rules...)}, DefaultLimits(), res, nil)
 		_, err := g.Check(context.Background(), "local.test", 443)

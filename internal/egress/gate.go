@@ -287,6 +287,15 @@ func (g *Gate) Dial(ctx context.Context, host string, port int) (*Conn, error) {
 	return nil, fmt.Errorf("connecting to %s: %w", net.JoinHostPort(host, strconv.Itoa(port)), errors.Join(errs...))
 }
 
+// DialEgress is Dial as a sandbox.EgressDialer.
+func (g *Gate) DialEgress(ctx context.Context, host string, port int) (net.Conn, error) {
+	c, err := g.Dial(ctx, host, port)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 func (g *Gate) record(rec sandbox.EgressConnection) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -392,6 +401,14 @@ func (c *Conn) timeCap(err error) error {
 		return ErrTimeCap
 	}
 	return err
+}
+
+// CloseWrite closes the writing side (the program has sent its last byte).
+func (c *Conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 // Close closes the connection and records it.

@@ -210,47 +210,8 @@ func (p *proxy) handle(c net.Conn) {
 	head.lift()
 	rest := io.MultiReader(bytes.NewReader(buffered(br)), c)
 
-	id := p.next.Add(1)
-	ch := make(chan *protocol.Message, 1)
-	p.mu.Lock()
-	p.opening[id] = ch
-	p.mu.Unlock()
-	if err := p.e.conn.Send(&protocol.Message{Kind: protocol.KindEgressOpen, ID: owner,
-		Egress: &protocol.Egress{Stream: id, Host: t.host, Port: t.port}}); err != nil {
-		p.forget(id)
-		proxyAnswer(c, http.StatusBadGateway, "sandpit egress: the daemon could not be asked: "+err.Error())
-		c.Close()
-		return
-	}
-	var m *protocol.Message
-	select {
-	case m = <-ch:
-	case <-time.After(proxyOpenTimeout):
-		p.forget(id)
-	}
-	switch {
-	case m == nil:
-		proxyAnswer(c, http.StatusGatewayTimeout, "sandpit egress: the daemon did not answer")
-		c.Close()
-		return
-	case m.Egress.Refused:
-		code := http.StatusForbidden
-		if !strings.Contains(m.Error, "is refused") {
-			code = http.StatusBadGateway // allowed, but the connection failed
-		}
-		proxyAnswer(c, code, m.Error)
-		c.Close()
-		return
-	}
 	var local io.ReadWriteCloser
 	if t.req == nil {
-		_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-			c.Close()
-			p.e.conn.Send(&protocol.Message{Kind: protocol.KindEgressClose, ID: owner, Egress: &protocol.Egress{Stream: id, Abort: true}}) //nolint:errcheck
-			return
-		}
-		_ = c.SetWriteDeadline(time.Time{})
 		local = &clientConn{Conn: c, r: rest}
 	} else {
 		// Forwarded in origin form, once: Connection: close ends the exchange with the
@@ -265,10 +226,51 @@ func (p *proxy) handle(c net.Conn) {
 		go func() { pw.CloseWithError(req.Write(pw)) }()
 		local = &forwardConn{Conn: c, r: pr}
 	}
+	// The stream is known before the daemon is asked, so that none of the destination's
+	// bytes that follow the answer is dropped; it starts once the client has its answer.
+	id := p.next.Add(1)
 	s := protocol.NewStream(p.e.conn, owner, id, local, func(error) { p.forget(id) })
+	ch := make(chan *protocol.Message, 1)
 	p.mu.Lock()
+	p.opening[id] = ch
 	p.streams[id] = s
 	p.mu.Unlock()
+	fail := func(code int, text string) {
+		p.forget(id)
+		proxyAnswer(c, code, text)
+		local.Close()
+	}
+	if err := p.e.conn.Send(&protocol.Message{Kind: protocol.KindEgressOpen, ID: owner,
+		Egress: &protocol.Egress{Stream: id, Host: t.host, Port: t.port}}); err != nil {
+		fail(http.StatusBadGateway, "sandpit egress: the daemon could not be asked: "+err.Error())
+		return
+	}
+	var m *protocol.Message
+	select {
+	case m = <-ch:
+	case <-time.After(proxyOpenTimeout):
+	}
+	switch {
+	case m == nil:
+		fail(http.StatusGatewayTimeout, "sandpit egress: the daemon did not answer")
+		_ = p.e.conn.Send(&protocol.Message{Kind: protocol.KindEgressClose, ID: owner, Egress: &protocol.Egress{Stream: id, Abort: true}})
+		return
+	case m.Egress.Refused:
+		code := http.StatusForbidden
+		if !strings.Contains(m.Error, "is refused") {
+			code = http.StatusBadGateway // allowed, but the connection failed
+		}
+		fail(code, m.Error)
+		return
+	}
+	if t.req == nil {
+		_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		_, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
+		_ = c.SetWriteDeadline(time.Time{})
+		if err != nil {
+			s.Abort(err)
+		}
+	}
 	s.Start()
 }
 

@@ -99,6 +99,7 @@ type Service struct {
 	rec   Recorder
 	cb    Callbacks
 	files FileStore
+	net   EgressPolicy
 	cfg   Config
 	log   *slog.Logger
 	free  chan int // free slot numbers
@@ -120,7 +121,7 @@ func NewService(rt Runtime, hooks Hooks, cfg Config, log *slog.Logger) *Service 
 		log = slog.New(slog.DiscardHandler)
 	}
 	base, interrupt := context.WithCancelCause(context.Background())
-	s := &Service{rt: rt, rec: hooks.Recorder, cb: hooks.Callbacks, files: hooks.Files, cfg: cfg, log: log, free: make(chan int, cfg.Slots),
+	s := &Service{rt: rt, rec: hooks.Recorder, cb: hooks.Callbacks, files: hooks.Files, net: hooks.Egress, cfg: cfg, log: log, free: make(chan int, cfg.Slots),
 		base: base, interrupt: interrupt}
 	// Each slot is offered once the runtime has it ready (a pool brings its slots up one by one).
 	for i := range cfg.Slots {
@@ -241,6 +242,15 @@ func (s *Service) Validate(req Request) error {
 	if req.Agent != "" && !agentPattern.MatchString(req.Agent) {
 		return &FieldError{Field: "agent", Message: fmt.Sprintf(
 			"%q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit", req.Agent)}
+	}
+	if req.NetworkAllow != nil {
+		if s.net == nil {
+			return &FieldError{Field: "network_allow", Message: fmt.Sprintf(
+				"applies only when the daemon's network is \"allowlist\" (it is %q); send the request without it", s.cfg.Network)}
+		}
+		if err := s.net.CheckAllow(req.NetworkAllow); err != nil {
+			return &FieldError{Field: "network_allow", Message: err.Error()}
+		}
 	}
 	return validateFiles(req.Files, s.cfg)
 }
@@ -379,7 +389,17 @@ func (s *Service) run(ctx context.Context, x *execution, emit func(Event)) (Resu
 	x.spec.Calls, x.spec.CallBytes = line.handle, s.cfg.MaxCallBytes
 	// The files are stored even when the caller has gone: the run's record lists them.
 	x.files.ctx = context.WithoutCancel(ctx)
+	var gate EgressRun
+	if s.net != nil {
+		gate = s.net.ForRun(x.req.NetworkAllow)
+		x.spec.Egress = gate
+	}
 	res, err := s.rt.Run(runCtx, x.slot, x.spec, x.files.wrap(emit))
+	if gate != nil {
+		// No connection outlives its run; the record lists every one it asked for.
+		gate.Close()
+		res.Egress, res.EgressOmitted = gate.Connections()
+	}
 	audit, logs := line.end()
 	switch {
 	case err != nil && errors.Is(err, ErrNotReady) && ctx.Err() == nil:
@@ -488,7 +508,13 @@ func (s *Service) install(ctx context.Context, slot int, reqs []string, emit fun
 			emit(Event{Stream: "dependency", Dependency: &d})
 		}
 	}
-	out, err := inst.Install(ctx, slot, InstallRequest{Requirements: canonical, Timeout: s.cfg.InstallTimeout, Offline: s.cfg.Network == "none"}, progress)
+	ireq := InstallRequest{Requirements: canonical, Timeout: s.cfg.InstallTimeout, Offline: s.cfg.Network == "none"}
+	if s.net != nil {
+		gate := s.net.ForInstall()
+		defer gate.Close()
+		ireq.Egress = gate
+	}
+	out, err := inst.Install(ctx, slot, ireq, progress)
 	for i, d := range out.Dependencies {
 		out.Dependencies[i] = markSkipped(d)
 	}

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"time"
 )
 
@@ -37,6 +38,9 @@ type Request struct {
 	// a run that ended ok; an error turns the outcome into output_invalid with the error's text
 	// as the reason. Saved code uses it to hold OUTPUT to its output schema.
 	CheckOutput func(output json.RawMessage) error
+	// NetworkAllow, when not nil, narrows the configuration's network_allow for this run
+	// (network "allowlist" only): each entry must lie within the configuration's list.
+	NetworkAllow []string
 }
 
 // The sources of an execution (Origin.Source).
@@ -183,6 +187,11 @@ type Result struct {
 	// FilesTruncated says that output files were left out beyond those listed in FilesSkipped:
 	// more were skipped than it lists, or the scan of the directory stopped at its cap.
 	FilesTruncated bool `json:"files_truncated,omitempty"`
+	// Egress lists the outbound connections the program asked the sandbox's proxy for
+	// (network "allowlist"), allowed or refused, at most egress.MaxRecords (absent when none);
+	// EgressOmitted counts those left out past that.
+	Egress        []EgressConnection `json:"egress,omitempty"`
+	EgressOmitted int                `json:"egress_omitted,omitempty"`
 }
 
 // MaxSkippedFiles caps Result.FilesSkipped.
@@ -241,6 +250,17 @@ type Spec struct {
 	// Calls answers the program's agent.* calls while it runs; nil refuses them. It is not
 	// sent to the executor.
 	Calls func(ctx context.Context, call Call) (json.RawMessage, error) `json:"-"`
+	// Egress decides and dials the run's outbound connections through the box's egress proxy
+	// (network "allowlist"); nil refuses them all. It is not sent to the executor.
+	Egress EgressDialer `json:"-"`
+}
+
+// EgressDialer decides and dials one run's (or install's) outbound connections: host is the
+// name or IP literal the program asked its proxy for. A refused destination is an error whose
+// text explains the refusal (the proxy's 403 answer, "... is refused: ..."); any other error
+// is a connection that was allowed but failed.
+type EgressDialer interface {
+	DialEgress(ctx context.Context, host string, port int) (net.Conn, error)
 }
 
 // Hooks connect a Service to the rest of the daemon; nil fields do nothing.
@@ -251,6 +271,9 @@ type Hooks struct {
 	Callbacks Callbacks
 	// Files keeps runs' output files; nil drops them (the result still lists them).
 	Files FileStore
+	// Egress makes runs' and installs' dialers under network "allowlist"; nil refuses every
+	// connection through the proxy.
+	Egress EgressPolicy
 }
 
 // FileStore keeps the bytes of runs' output files.
