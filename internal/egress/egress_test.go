@@ -170,7 +170,7 @@ func TestCheck(t *testing.T) {
 		"index.test":            {"172.17.0.1"},
 	}
 	conf := mustPolicy(t, "network_allow in the configuration",
-		"example.com", "*.example.com", "ports.test:8443", "10.1.2.0/24", "172.17.0.1:8080", "[2001:4860::8888]:443", "8.8.8.8",
+		"example.com", "*.example.com", "ports.test:8443", "internal.corp", "gw.test", "10.1.2.0/24", "172.17.0.1:8080", "[2001:4860::8888]:443", "8.8.8.8",
 		"0.0.0.0/0")
 	for _, tc := range []struct {
 		host    string
@@ -183,8 +183,9 @@ func TestCheck(t *testing.T) {
 		{"EXAMPLE.com.", 443, true, "93.184.215.14", ""},
 		{"api.example.com", 80, true, "93.184.215.15", ""},
 		{"deep.api.example.com", 80, true, "93.184.215.16", ""},
-		// evil-example.com is not under example.com; its public address falls in 0.0.0.0/0.
-		{"evil-example.com", 80, true, "6.6.6.6", ""},
+		// evil-example.com is not under example.com, and a CIDR does not name a host: it is not
+		// even resolved.
+		{"evil-example.com", 80, false, "", "no entry"},
 		{"rebind.example.com", 443, false, "", "loopback"},
 		{"meta.example.com", 80, false, "", "metadata"},
 		{"mixed.example.com", 80, true, "93.184.215.17", ""},
@@ -198,7 +199,7 @@ func TestCheck(t *testing.T) {
 		{"cgn.example.com", 80, false, "", "carrier-grade"},
 		{"internal.corp", 80, true, "10.1.2.3", ""}, // private, named by 10.1.2.0/24
 		{"gw.test", 8080, true, "172.17.0.1", ""},
-		{"gw.test", 8081, false, "", "no entry"},
+		{"gw.test", 8081, false, "", "private"},
 		{"127.0.0.1", 80, false, "", "loopback"},
 		{"::ffff:127.0.0.1", 80, false, "", "loopback"},
 		{"[::1]", 80, false, "", "loopback"},
@@ -269,7 +270,7 @@ func TestSpecialNeedsExplicitCIDR(t *testing.T) {
 		{[]string{"local.test", "127.0.0.0/8"}, true},
 		{[]string{"local.test", "127.0.0.1"}, true},
 		{[]string{"local.test", "127.0.0.1:80"}, false}, // another port
-		{[]string{"127.0.0.1/32"}, true},                // a name is allowed by its address's CIDR
+		{[]string{"127.0.0.1/32"}, false},               // a CIDR does not name a host
 	} {
 		g := NewGate([]Policy{mustPolicy(t, "network_allow in the configuration", tc.rules...)}, DefaultLimits(), res, nil)
 		_, err := g.Check(context.Background(), "local.test", 443)

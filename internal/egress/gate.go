@@ -58,11 +58,19 @@ func (r *Refusal) Error() string {
 	return "sandpit egress: " + net.JoinHostPort(r.Host, strconv.Itoa(r.Port)) + " is refused: " + r.Why
 }
 
-// ErrByteCap and ErrTimeCap end a connection that passed its run's caps.
+// ErrByteCap and ErrTimeCap end a connection that passed its run's caps. They end its stream
+// cleanly (protocol.Stream delivers what was carried, then the end).
 var (
-	ErrByteCap = errors.New("the run's egress byte cap was reached")
-	ErrTimeCap = errors.New("the connection reached its time cap")
+	ErrByteCap error = capError("the run's egress byte cap was reached")
+	ErrTimeCap error = capError("the connection reached its time cap")
 )
+
+type capError string
+
+func (e capError) Error() string { return string(e) }
+
+// EndsStream marks the error as a clean end of the stream (see protocol.Stream).
+func (capError) EndsStream() bool { return true }
 
 // Gate decides, dials and records one run's outbound connections. It is safe for concurrent
 // use. Create it with NewGate; Close ends every connection still open.
@@ -144,20 +152,15 @@ func (g *Gate) Check(ctx context.Context, host string, port int) (Decision, erro
 	if err != nil {
 		return refuse("the host name %s", err)
 	}
-	// Which policies allow the name itself; the others must allow each address by a CIDR.
+	// Every policy must name the host: a name no rule names is not even resolved (the
+	// daemon's DNS queries must not carry what a program chooses to put in a name).
 	byName := make([]Rule, len(g.policies))
-	named := make([]bool, len(g.policies))
 	for i, p := range g.policies {
-		byName[i], named[i] = p.hostRule(name, port)
-		if !named[i] {
-			hasAddr := false
-			for _, r := range p.Rules {
-				hasAddr = hasAddr || r.isAddr()
-			}
-			if !hasAddr {
-				return refuse("no entry of %s names %s at port %d; add %q (or %q) to it", p.Setting, name, port, name, name+":"+strconv.Itoa(port))
-			}
+		r, ok := p.hostRule(name, port)
+		if !ok {
+			return refuse("no entry of %s names %s at port %d; add %q (or %q) to it", p.Setting, name, port, name, name+":"+strconv.Itoa(port))
 		}
+		byName[i] = r
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.dialTimeout())
 	defer cancel()
@@ -167,38 +170,25 @@ func (g *Gate) Check(ctx context.Context, host string, port int) (Decision, erro
 	}
 	var ok []netip.Addr
 	var why string
-	rule := ""
 	for _, a := range addrs {
 		a = a.Unmap()
 		if a.Zone() != "" {
 			continue
 		}
 		allowed := true
-		for i, p := range g.policies {
-			if named[i] {
-				if _, _, special := classify(a); special && !byName[i].Trusted {
-					if _, byCIDR := p.addrRule(a, port); !byCIDR {
-						_, what, _ := classify(a)
-						why = fmt.Sprintf("%s resolves to %s, %s, which only a CIDR of %s naming that block allows (e.g. %q)",
-							name, a, what, p.Setting, netip.PrefixFrom(a, a.BitLen()).String())
-						allowed = false
-						break
-					}
+		if _, what, special := classify(a); special {
+			// Each policy must name the special address by a CIDR, unless its rule for the
+			// name is trusted (the package index the operator configured).
+			for i, p := range g.policies {
+				if byName[i].Trusted {
+					continue
 				}
-				if rule == "" {
-					rule = byName[i].Text
+				if _, byCIDR := p.addrRule(a, port); !byCIDR {
+					why = fmt.Sprintf("%s resolves to %s, %s, which only a CIDR of %s naming that block allows (e.g. %q)",
+						name, a, what, p.Setting, netip.PrefixFrom(a, a.BitLen()).String())
+					allowed = false
+					break
 				}
-				continue
-			}
-			r, byCIDR := p.addrRule(a, port)
-			if !byCIDR {
-				why = fmt.Sprintf("no entry of %s names %s at port %d, and its address %s is in none of its CIDRs; add %q to it",
-					p.Setting, name, port, a, name)
-				allowed = false
-				break
-			}
-			if rule == "" {
-				rule = r.Text
 			}
 		}
 		if allowed {
@@ -211,7 +201,7 @@ func (g *Gate) Check(ctx context.Context, host string, port int) (Decision, erro
 		}
 		return refuse("%s", why)
 	}
-	return Decision{Addrs: ok, Rule: rule}, nil
+	return Decision{Addrs: ok, Rule: byName[0].Text}, nil
 }
 
 func (g *Gate) dialTimeout() time.Duration {
@@ -233,11 +223,18 @@ func (g *Gate) Dial(ctx context.Context, host string, port int) (*Conn, error) {
 		return nil, &Refusal{Host: host, Port: port, Why: "the run has ended"}
 	}
 	g.attempts++
-	over := g.limits.MaxConnections > 0 && g.attempts > g.limits.MaxConnections
+	var capWhy string
+	switch {
+	case g.limits.MaxConnections > 0 && g.attempts > g.limits.MaxConnections:
+		capWhy = fmt.Sprintf("the run has asked for %d connections, its cap (egress_max_connections in the configuration)", g.limits.MaxConnections)
+	case g.limits.MaxBytesReceived > 0 && g.received >= g.limits.MaxBytesReceived:
+		capWhy = fmt.Sprintf("the run has received %d bytes, its cap (egress_max_bytes_received in the configuration)", g.limits.MaxBytesReceived)
+	case g.limits.MaxBytesSent > 0 && g.sent >= g.limits.MaxBytesSent:
+		capWhy = fmt.Sprintf("the run has sent %d bytes, its cap (egress_max_bytes_sent in the configuration)", g.limits.MaxBytesSent)
+	}
 	g.mu.Unlock()
-	if over {
-		err := &Refusal{Host: host, Port: port, Why: fmt.Sprintf("the run has asked for %d connections, its cap (egress_max_connections in the configuration)",
-			g.limits.MaxConnections)}
+	if capWhy != "" {
+		err := &Refusal{Host: host, Port: port, Why: capWhy}
 		rec.Reason = err.Why
 		g.record(rec)
 		return nil, err

@@ -19,7 +19,9 @@ const (
 // the executor's accepted client connection, or the daemon's dialed one. Each side runs a
 // Stream with the same number; Handle passes it the peer's messages (without blocking: it is
 // called from the session's read loop). When both directions have ended, or either side
-// aborted, local is closed and onDone called once.
+// aborted, local is closed and onDone called once. A read of local that fails with io.EOF, or
+// with an error that has a method EndsStream() returning true (a cap), ends this side's
+// direction cleanly: the peer gets every byte read before it, then the end.
 type Stream struct {
 	id     uint64
 	msgID  string
@@ -165,7 +167,8 @@ func (s *Stream) send() {
 			}
 		}
 		if err != nil {
-			if errors.Is(err, io.EOF) {
+			var end interface{ EndsStream() bool }
+			if errors.Is(err, io.EOF) || errors.As(err, &end) && end.EndsStream() {
 				_ = s.conn.Send(&Message{Kind: KindEgressClose, ID: s.msgID, Egress: &Egress{Stream: s.id}})
 				return
 			}
