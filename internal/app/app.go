@@ -195,6 +195,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 			return nil, fmt.Errorf("network_allow: %w", err)
 		}
 		hooks.Egress = allow
+		scfg.NetworkAllow, scfg.NetworkAllowInstall = allow.Rules()
 	}
 	svc := sandbox.NewService(rt, hooks, scfg, log)
 	m.Watch(svc.Stats, rt.Resets)

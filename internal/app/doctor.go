@@ -18,6 +18,7 @@ import (
 
 	apiclient "github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/config"
+	"github.com/sandpit-dev/sandpit/internal/egress"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 )
 
@@ -43,6 +44,7 @@ func Doctor(ctx context.Context, cfg config.Config, url string) []Check {
 		return checks
 	}
 	add(Check{Name: "configuration", OK: true, Required: true, Detail: "valid"})
+	add(networkCheck(cfg))
 
 	exe, err := cfg.Executor()
 	if err != nil {
@@ -238,5 +240,31 @@ func indexCheck(ctx context.Context, api client.APIClient, id, index string) Che
 		why = cmp.Or(strings.TrimSpace(stderr.String()), "no answer within 15s")
 	}
 	c.Detail, c.Fix = fmt.Sprintf("%s does not answer from inside the container, where pip runs: %s", index, why), fix
+	return c
+}
+
+// networkCheck shows the network policy in force: what runs and installs may reach.
+func networkCheck(cfg config.Config) Check {
+	c := Check{Name: "network policy", OK: true}
+	switch cfg.Network {
+	case "full":
+		c.Detail = `full: runs reach the internet, the LAN, the host and cloud metadata (169.254.169.254)`
+		c.Fix = `set network to "allowlist" and name the hosts runs may reach in network_allow`
+		c.OK = false
+	case "none":
+		c.Detail = "none: runs reach nothing, and dependencies that are not installed cannot be installed"
+	default:
+		allow, err := egress.New(cfg.Egress())
+		if err != nil {
+			c.OK, c.Detail = false, err.Error()
+			return c
+		}
+		runs, installs := allow.Rules()
+		list := "nothing"
+		if len(runs) > 0 {
+			list = strings.Join(runs, ", ")
+		}
+		c.Detail = fmt.Sprintf("allowlist: runs reach %s; installs reach %s (through the proxy in each box)", list, strings.Join(installs, ", "))
+	}
 	return c
 }

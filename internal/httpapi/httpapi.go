@@ -245,15 +245,19 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 // Limits is the JSON of GET /v1/limits: the limits in force. Sizes in bytes, times in ms;
 // the names are the config keys.
 type Limits struct {
-	Slots            int            `json:"slots"`
-	QueueLength      int            `json:"queue_length"`
-	DefaultTimeoutMS int64          `json:"default_timeout_ms"`
-	MaxTimeoutMS     int64          `json:"max_timeout_ms"`
-	MaxCodeBytes     int            `json:"max_code_bytes"`
-	MaxInputBytes    int            `json:"max_input_bytes"`
-	MaxBodyBytes     int64          `json:"max_body_bytes"`
-	Network          string         `json:"network"`
-	Limits           sandbox.Limits `json:"limits"`
+	Slots            int    `json:"slots"`
+	QueueLength      int    `json:"queue_length"`
+	DefaultTimeoutMS int64  `json:"default_timeout_ms"`
+	MaxTimeoutMS     int64  `json:"max_timeout_ms"`
+	MaxCodeBytes     int    `json:"max_code_bytes"`
+	MaxInputBytes    int    `json:"max_input_bytes"`
+	MaxBodyBytes     int64  `json:"max_body_bytes"`
+	Network          string `json:"network"`
+	// NetworkAllow is what runs may reach with network "allowlist" (network_allow), and
+	// NetworkAllowInstall what installs may reach: the package index's hosts (absent otherwise).
+	NetworkAllow        []string       `json:"network_allow,omitempty"`
+	NetworkAllowInstall []string       `json:"network_allow_install,omitempty"`
+	Limits              sandbox.Limits `json:"limits"`
 	// InstallTimeoutMS bounds each dependency's install; MaxDependencies the requirements of
 	// one request or saved code.
 	InstallTimeoutMS int64 `json:"install_timeout_ms"`
@@ -300,23 +304,25 @@ func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 		quotas = &q
 	}
 	lim := Limits{
-		Slots:             cfg.Slots,
-		QueueLength:       cfg.QueueLength,
-		DefaultTimeoutMS:  cfg.DefaultTimeout.Milliseconds(),
-		MaxTimeoutMS:      cfg.MaxTimeout.Milliseconds(),
-		MaxCodeBytes:      cfg.MaxCodeBytes,
-		MaxInputBytes:     cfg.MaxInputBytes,
-		MaxBodyBytes:      maxBodyBytes(cfg),
-		Network:           cfg.Network,
-		Limits:            cfg.Limits,
-		InstallTimeoutMS:  cfg.InstallTimeout.Milliseconds(),
-		MaxDependencies:   cfg.MaxDependencies,
-		MaxCalls:          cfg.MaxCalls,
-		MaxCallBytes:      cfg.MaxCallBytes,
-		CallTimeoutMS:     cfg.CallTimeout.Milliseconds(),
-		PackageIndex:      a.index,
-		Quotas:            quotas,
-		MaxValidationCost: library.MaxValidationCost,
+		Slots:               cfg.Slots,
+		QueueLength:         cfg.QueueLength,
+		DefaultTimeoutMS:    cfg.DefaultTimeout.Milliseconds(),
+		MaxTimeoutMS:        cfg.MaxTimeout.Milliseconds(),
+		MaxCodeBytes:        cfg.MaxCodeBytes,
+		MaxInputBytes:       cfg.MaxInputBytes,
+		MaxBodyBytes:        maxBodyBytes(cfg),
+		Network:             cfg.Network,
+		NetworkAllow:        cfg.NetworkAllow,
+		NetworkAllowInstall: cfg.NetworkAllowInstall,
+		Limits:              cfg.Limits,
+		InstallTimeoutMS:    cfg.InstallTimeout.Milliseconds(),
+		MaxDependencies:     cfg.MaxDependencies,
+		MaxCalls:            cfg.MaxCalls,
+		MaxCallBytes:        cfg.MaxCallBytes,
+		CallTimeoutMS:       cfg.CallTimeout.Milliseconds(),
+		PackageIndex:        a.index,
+		Quotas:              quotas,
+		MaxValidationCost:   library.MaxValidationCost,
 
 		MaxInputFiles:      cfg.MaxInputFiles,
 		MaxInputFileBytes:  cfg.MaxInputFileBytes,

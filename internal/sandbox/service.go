@@ -35,6 +35,9 @@ type Config struct {
 	// Network is the box's network policy, "full" or "none", as the runtime set it up. With
 	// "none" a dependency that is not installed fails without trying pip.
 	Network string
+	// NetworkAllow and NetworkAllowInstall are, with network "allowlist", what runs and what
+	// installs may reach (shown by GET /v1/limits; the EgressPolicy enforces them).
+	NetworkAllow, NetworkAllowInstall []string
 	// MaxDependencies caps Request.Dependencies (requirement.MaxEntries by default).
 	MaxDependencies int
 	// InstallTimeout bounds each dependency's install.
