@@ -127,7 +127,8 @@ type Config struct {
 	// Network is each sandbox's network access: "full" (the engine's bridge: the internet, the
 	// LAN, the host), "none" (no network, no installs) or "allowlist" (no network interface
 	// but loopback; an HTTP proxy in the box through which the daemon dials what
-	// network_allow names, and the package index for installs). Default "full". Either way
+	// network_allow names, and the package index for installs). Default "allowlist" (with an
+	// empty network_allow: installs reach the package index, runs reach nothing). Either way
 	// every slot has its own network namespace (its own loopback).
 	Network string `json:"network"`
 	// NetworkAllow is what runs may reach with network "allowlist": host names ("example.com",
@@ -319,7 +320,7 @@ func defaults(lookup func(string) (string, bool)) Config {
 		PidsLimit:   512,
 		TmpBytes:    128 * mib,
 		RunDirBytes: 128 * mib,
-		Network:     "full",
+		Network:     "allowlist",
 		Runtime:     "runc",
 
 		NetworkAllow:              []string{},

@@ -32,8 +32,8 @@ type Config struct {
 	MaxCodeBytes, MaxInputBytes int
 	// Limits are the per-run limits the executor enforces.
 	Limits Limits
-	// Network is the box's network policy, "full" or "none", as the runtime set it up. With
-	// "none" a dependency that is not installed fails without trying pip.
+	// Network is the box's network policy, "allowlist", "full" or "none", as the runtime set
+	// it up. With "none" a dependency that is not installed fails without trying pip.
 	Network string
 	// NetworkAllow and NetworkAllowInstall are, with network "allowlist", what runs and what
 	// installs may reach (shown by GET /v1/limits; the EgressPolicy enforces them).
@@ -68,7 +68,7 @@ func DefaultConfig() Config {
 		DefaultTimeout:     30 * time.Second,
 		MaxTimeout:         600 * time.Second,
 		Grace:              3 * time.Second,
-		Network:            "full",
+		Network:            "allowlist",
 		MaxCodeBytes:       1 << 20,
 		MaxInputBytes:      1 << 20,
 		MaxDependencies:    requirement.MaxEntries,
