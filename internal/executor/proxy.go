@@ -34,6 +34,10 @@ const (
 	proxyHeadTimeout = 30 * time.Second
 	proxyHeadBytes   = 32 << 10
 	proxyOpenTimeout = 60 * time.Second
+	// proxyMaxConns caps the proxy's connections being read and opened at once (each holds a
+	// goroutine and buffers in the executor, whose memory is the box's): more are answered 503
+	// and closed. Open streams are capped by the daemon (egress_max_connections per run).
+	proxyMaxConns = 512
 )
 
 // proxy serves the egress proxy and holds its streams.
@@ -42,6 +46,7 @@ type proxy struct {
 	ln net.Listener
 
 	next    atomic.Uint64
+	conns   atomic.Int64
 	mu      sync.Mutex
 	streams map[uint64]*protocol.Stream
 	opening map[uint64]chan *protocol.Message // streams waiting for the daemon's answer
@@ -89,7 +94,16 @@ func (p *proxy) serve() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		p.wg.Go(func() { p.handle(c) })
+		if p.conns.Add(1) > proxyMaxConns {
+			p.conns.Add(-1)
+			proxyAnswer(c, http.StatusServiceUnavailable, fmt.Sprintf("sandpit egress: the proxy has %d connections open, its most", proxyMaxConns))
+			c.Close()
+			continue
+		}
+		p.wg.Go(func() {
+			defer p.conns.Add(-1)
+			p.handle(c)
+		})
 	}
 }
 
@@ -224,7 +238,7 @@ func (p *proxy) handle(c net.Conn) {
 		req.RequestURI = ""
 		pr, pw := io.Pipe()
 		go func() { pw.CloseWithError(req.Write(pw)) }()
-		local = &forwardConn{Conn: c, r: pr}
+		local = newForwardConn(c, pr)
 	}
 	// The stream is known before the daemon is asked, so that none of the destination's
 	// bytes that follow the answer is dropped; it starts once the client has its answer.
@@ -334,25 +348,44 @@ func (c *clientConn) CloseWrite() error {
 }
 
 // forwardConn is an absolute-form client: the stream reads the rewritten request from r and
-// writes the origin's answer to the client.
+// writes the origin's answer to the client. The end of the request is not passed on: an
+// origin may take the client's half-close for its going away (Go's servers cancel the
+// request), so reading blocks past the request until the answer has been delivered
+// (CloseWrite) or the stream is closed.
 type forwardConn struct {
 	net.Conn
-	r *io.PipeReader
+	r    *io.PipeReader
+	once sync.Once
+	done chan struct{}
 }
 
-func (c *forwardConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+func newForwardConn(c net.Conn, r *io.PipeReader) *forwardConn {
+	return &forwardConn{Conn: c, r: r, done: make(chan struct{})}
+}
+
+func (c *forwardConn) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	if errors.Is(err, io.EOF) {
+		<-c.done
+	}
+	return n, err
+}
+
+func (c *forwardConn) finish() {
+	c.once.Do(func() {
+		close(c.done)
+		_ = c.r.Close()
+	})
+}
 
 func (c *forwardConn) Close() error {
-	_ = c.r.Close()
+	c.finish()
 	return c.Conn.Close()
 }
 
-func (c *forwardConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
-}
+// CloseWrite ends the exchange: the origin's answer has been delivered, and the client gets
+// no more (Connection: close).
+func (c *forwardConn) CloseWrite() error { return c.Close() }
 
 // owner returns the ID of the run or install whose uid opened c: the slot's uid's current
 // run, or the installer's current install. Where the socket's owner cannot be read from

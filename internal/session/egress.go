@@ -14,6 +14,10 @@ import (
 // caps its own, and this bounds what a misbehaving executor can make the daemon hold.
 const maxEgressStreams = 1024
 
+// maxEgressOpening caps the executor's requests for connections being decided at once; more
+// are dropped (the proxy answers its client 504 when no answer comes).
+const maxEgressOpening = 256
+
 // openEgress answers the executor's KindEgressOpen: the owner's dialer decides and dials (on
 // its own goroutine: resolving and connecting take time), and the stream starts once the
 // executor knows the answer.
@@ -27,6 +31,18 @@ func (c *Client) openEgress(m *protocol.Message) {
 			c.fail(fmt.Errorf("%w: answering the egress proxy: %w", ErrClosed, err))
 		}
 	}
+	// A refusal decided here is sent from its own goroutine (the read loop must not block on a
+	// write), within the cap on requests being decided.
+	refuseLater := func(why string) {
+		if c.opening.Add(1) > maxEgressOpening {
+			c.opening.Add(-1)
+			return
+		}
+		go func() {
+			defer c.opening.Add(-1)
+			refuse(why)
+		}()
+	}
 	host, port, id, stream := m.Egress.Host, m.Egress.Port, m.ID, m.Egress.Stream
 	c.mu.Lock()
 	dialer := c.dialers[id]
@@ -35,18 +51,24 @@ func (c *Client) openEgress(m *protocol.Message) {
 	c.mu.Unlock()
 	switch {
 	case dialer == nil:
-		go refuse(fmt.Sprintf("sandpit egress: %s is refused: %s has no network access through the proxy (network \"allowlist\" "+
+		refuseLater(fmt.Sprintf("sandpit egress: %s is refused: %s has no network access through the proxy (network \"allowlist\" "+
 			"gives runs the hosts of network_allow, and installs the package index)", net.JoinHostPort(host, fmt.Sprint(port)), kindOf(id)))
 		return
 	case taken:
 		c.log.Warn("the executor reused an egress stream number", "stream", stream)
 		return
 	case full:
-		go refuse(fmt.Sprintf("sandpit egress: %s is refused: the sandbox has %d connections open, the most one sandbox may hold",
+		refuseLater(fmt.Sprintf("sandpit egress: %s is refused: the sandbox has %d connections open, the most one sandbox may hold",
 			net.JoinHostPort(host, fmt.Sprint(port)), maxEgressStreams))
 		return
 	}
+	if c.opening.Add(1) > maxEgressOpening {
+		c.opening.Add(-1)
+		c.log.Warn("the executor asked for too many connections at once; dropping one", "stream", stream)
+		return
+	}
 	go func() {
+		defer c.opening.Add(-1)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go func() {

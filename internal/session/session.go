@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/protocol"
@@ -65,6 +66,7 @@ type Client struct {
 	// that may open them, by ID, and the streams open, with their owner.
 	dialers map[string]sandbox.EgressDialer
 	streams map[uint64]*egressStream
+	opening atomic.Int64 // egress requests being decided
 }
 
 // egressStream is one connection carried for the executor's proxy.

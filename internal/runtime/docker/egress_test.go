@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,13 @@ func hostServer(t *testing.T) int {
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
+		case "/slow": // answers only if the client is still there after a while
+			select {
+			case <-time.After(300 * time.Millisecond):
+				fmt.Fprint(w, "slow ok")
+			case <-r.Context().Done():
+				panic(http.ErrAbortHandler)
+			}
 		case "/data":
 			w.Header().Set("Content-Length", fmt.Sprint(len(mebibyte)))
 			_, _ = w.Write(mebibyte)
@@ -81,6 +89,8 @@ func runWith(t *testing.T, rt sandbox.Runtime, gate *egress.Gate, code string) (
 	res := sandboxtest.Exec(t, rt, 0, spec, nil)
 	gate.Close()
 	recs, _ := gate.Connections()
+	// In the order they were asked for (they are recorded as they end).
+	slices.SortStableFunc(recs, func(a, b sandbox.EgressConnection) int { return a.StartedAt.Compare(b.StartedAt) })
 	if res.Outcome != sandbox.OutcomeOK {
 		t.Fatalf("outcome %s (%s)\nstdout: %s\nstderr: %s", res.Outcome, res.Reason, res.Stdout, res.Stderr)
 	}
@@ -104,6 +114,7 @@ import json, os, socket, time, errno, requests
 r = {}
 resp = requests.get("http://allowed.test:%[1]d/data", timeout=30)
 r["status"], r["length"], r["same"] = resp.status_code, len(resp.content), resp.content == b"0123456789abcdef" * 65536
+r["slow"] = requests.get("http://allowed.test:%[1]d/slow", timeout=30).text
 r["hello"] = requests.post("http://allowed.test:%[1]d/hello", data=b"x" * 100000, timeout=30).text
 try:
     requests.get("https://denied.test/", timeout=30)
@@ -136,6 +147,9 @@ print(json.dumps(r))
 		if r["status"] != 200.0 || r["length"] != float64(len(mebibyte)) || r["same"] != true {
 			t.Errorf("allowed GET: %v %v %v", r["status"], r["length"], r["same"])
 		}
+		if r["slow"] != "slow ok" {
+			t.Errorf("the origin took the forwarded request for abandoned: %v", r["slow"])
+		}
 		if r["hello"] != "hello from the host, POST /hello 100000" {
 			t.Errorf("allowed POST: %v", r["hello"])
 		}
@@ -167,17 +181,17 @@ print(json.dumps(r))
 		for _, c := range recs {
 			got = append(got, fmt.Sprintf("%s:%d allowed=%v", c.Host, c.Port, c.Allowed))
 		}
-		if len(recs) != 6 {
-			t.Fatalf("records %v, want 6", got)
+		if len(recs) != 7 {
+			t.Fatalf("records %v, want 7", got)
 		}
 		first := recs[0]
 		if !first.Allowed || first.Address != "127.0.0.1" || first.BytesReceived < int64(len(mebibyte)) || first.BytesSent == 0 {
 			t.Errorf("the first record %+v", first)
 		}
-		if !recs[1].Allowed || recs[1].BytesSent < 100000 {
-			t.Errorf("the POST's record %+v", recs[1])
+		if !recs[2].Allowed || recs[2].BytesSent < 100000 {
+			t.Errorf("the POST's record %+v", recs[2])
 		}
-		for _, c := range recs[2:] {
+		for _, c := range recs[3:] {
 			if c.Allowed || c.Reason == "" {
 				t.Errorf("a refused connection's record %+v", c)
 			}
