@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -164,7 +165,9 @@ func imageChecks(ctx context.Context, api client.APIClient, cfg config.Config, e
 	default:
 		checks = append(checks, Check{Name: "warm containers", Detail: "not running", Fix: "run `sandpit setup` or `sandpit serve`"})
 	}
-	if err == nil && len(running) > 0 && cfg.IndexURL != "" {
+	if cfg.Network == "allowlist" && cfg.IndexURL != "" {
+		checks = append(checks, hostIndexCheck(ctx, cfg.IndexURL))
+	} else if err == nil && len(running) > 0 && cfg.IndexURL != "" {
 		checks = append(checks, indexCheck(ctx, api, running[0], cfg.IndexURL))
 	}
 	return checks
@@ -266,5 +269,26 @@ func networkCheck(cfg config.Config) Check {
 		}
 		c.Detail = fmt.Sprintf("allowlist: runs reach %s; installs reach %s (through the proxy in each box)", list, strings.Join(installs, ", "))
 	}
+	return c
+}
+
+// hostIndexCheck asks for index from this machine: with network "allowlist" the daemon dials
+// the package index for the sandboxes' installs (their proxy carries pip's connections to it).
+func hostIndexCheck(ctx context.Context, index string) Check {
+	c := Check{Name: "package index", Detail: index}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, index, nil)
+	if err == nil {
+		var resp *http.Response
+		if resp, err = http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			c.OK, c.Detail = true, fmt.Sprintf("%s answers from this machine, where the daemon dials it for the sandboxes' installs (network allowlist; HTTP %d)",
+				index, resp.StatusCode)
+			return c
+		}
+	}
+	c.Detail = fmt.Sprintf("%s does not answer from this machine, where the daemon dials it for the sandboxes' installs (network allowlist): %v", index, err)
+	c.Fix = "make index_url an address this machine reaches (the daemon dials it; the sandboxes reach it through their proxy), and check that the index listens there"
 	return c
 }
