@@ -88,8 +88,9 @@ def _warm(preloaded):
     figure and PNG (its lazily imported modules and built tables; not the font file, which
     matplotlib drops in every forked child), PIL's image plugins (imported on the first
     Image.open) and pandas' first groupby. Measured on the bench's analysis program, A/B
-    against a server without it on one loaded machine: p50 wall time 0.61x, CPU 0.80x. The work uses made-up data, writes nothing to disk and leaves no figure open, so
-    every child still starts from the same state. A failure only costs the speed-up."""
+    against a server without it on one loaded machine: p50 wall time 0.61x, CPU 0.80x. The
+    work uses made-up data, writes nothing to disk and leaves no figure open, so every child
+    still starts from the same state. A failure only costs the speed-up."""
     try:
         if "matplotlib.pyplot" in preloaded:
             import io
