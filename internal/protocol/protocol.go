@@ -96,7 +96,8 @@ type Message struct {
 	PackageList []Package                 `json:"package_list,omitempty"`
 
 	Egress *Egress `json:"egress,omitempty"`
-	// Bytes are a KindEgressData message's bytes (base64 in the frame), at most EgressChunk.
+	// Bytes are a KindEgressData message's bytes, at most EgressChunk. Such a message travels
+	// as a binary frame (see dataFrame), without ID.
 	Bytes []byte `json:"bytes,omitempty"`
 }
 
@@ -201,8 +202,28 @@ func NewConn(r io.Reader, w io.Writer) *Conn {
 	return &Conn{r: bufio.NewReaderSize(r, 64<<10), w: w}
 }
 
+// dataFrame marks a frame whose body is a KindEgressData message in binary: the marker, the
+// stream number (8 bytes, big-endian), then the bytes. Every other frame's body is JSON, whose
+// first byte is '{'.
+const dataFrame = 0x00
+
 // Send writes m as one frame.
 func (c *Conn) Send(m *Message) error {
+	if m.Kind == KindEgressData && m.Egress != nil {
+		// The connections' bytes travel as they are: no JSON, no base64.
+		if 9+len(m.Bytes) > MaxFrame {
+			return fmt.Errorf("%w: %d bytes of stream data", ErrFrameTooLarge, len(m.Bytes))
+		}
+		frame := make([]byte, 4+9+len(m.Bytes))
+		binary.BigEndian.PutUint32(frame, uint32(9+len(m.Bytes)))
+		frame[4] = dataFrame
+		binary.BigEndian.PutUint64(frame[5:], m.Egress.Stream)
+		copy(frame[13:], m.Bytes)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, err := c.w.Write(frame)
+		return err
+	}
 	// Without HTML escaping: '<' in OUTPUT must not become six bytes on its way to the client.
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -228,6 +249,12 @@ func (c *Conn) Receive() (*Message, error) {
 	body, err := ReadFrame(c.r)
 	if err != nil {
 		return nil, err
+	}
+	if len(body) > 0 && body[0] == dataFrame {
+		if len(body) < 9 {
+			return nil, errors.New("protocol: a stream data frame shorter than its header")
+		}
+		return &Message{Kind: KindEgressData, Egress: &Egress{Stream: binary.BigEndian.Uint64(body[1:9])}, Bytes: body[9:]}, nil
 	}
 	var m Message
 	if err := json.Unmarshal(body, &m); err != nil {

@@ -256,7 +256,8 @@ func (c *Client) readLoop() {
 				c.mu.Lock()
 				es := c.streams[m.Egress.Stream]
 				c.mu.Unlock()
-				if es != nil && es.owner == m.ID {
+				// Data frames carry no ID (see protocol.Conn); the rest must name the stream's owner.
+				if es != nil && (es.owner == m.ID || m.Kind == protocol.KindEgressData) {
 					es.stream.Handle(m)
 				}
 			}
