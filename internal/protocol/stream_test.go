@@ -112,3 +112,25 @@ func TestStreamAbortReachesPeer(t *testing.T) {
 	<-ended
 	<-ended
 }
+
+// A data message travels as a binary frame and comes back as it was sent; a binary frame
+// shorter than its header is an error, not a panic.
+func TestDataFrame(t *testing.T) {
+	var buf bytes.Buffer
+	c := NewConn(&buf, &buf)
+	payload := []byte("\x00{not json}\xff")
+	if err := c.Send(&Message{Kind: KindEgressData, ID: "ex_1", Egress: &Egress{Stream: 1 << 40}, Bytes: payload}); err != nil {
+		t.Fatal(err)
+	}
+	if buf.Len() != 4+9+len(payload) {
+		t.Fatalf("frame of %d bytes, want %d (binary, no JSON)", buf.Len(), 4+9+len(payload))
+	}
+	m, err := c.Receive()
+	if err != nil || m.Kind != KindEgressData || m.Egress.Stream != 1<<40 || !bytes.Equal(m.Bytes, payload) {
+		t.Fatalf("received %+v, %v", m, err)
+	}
+	buf.Write([]byte{0, 0, 0, 3, 0, 1, 2})
+	if _, err := c.Receive(); err == nil {
+		t.Fatal("a short data frame was accepted")
+	}
+}
