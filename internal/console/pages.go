@@ -42,9 +42,9 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05Z")
 	},
-	"iso": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-	"ms":  func(n int64) string { return (time.Duration(n) * time.Millisecond).String() },
-	"bytes": byteSize,
+	"iso":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"ms":     func(n int64) string { return (time.Duration(n) * time.Millisecond).String() },
+	"bytes":  byteSize,
 	"ibytes": func(n int) string { return byteSize(int64(n)) },
 	"firstLine": func(s string) string {
 		if i := strings.IndexByte(s, '\n'); i >= 0 {
@@ -52,13 +52,15 @@ var funcs = template.FuncMap{
 		}
 		return stripControls(s)
 	},
-	"ansi":      ANSISpans,
-	"python":    HighlightPython,
-	"fileURL":   FileURL,
-	"pathEsc":   url.PathEscape,
-	"raster":    func(mt string) bool { _, ok := sandbox.RasterImage(mt); return ok },
-	"outcomes":  func() []sandbox.Outcome { return sandbox.Outcomes },
-	"sources":   func() []string { return []string{sandbox.SourceAPI, sandbox.SourceCLI, sandbox.SourceMCP, sandbox.SourceJob} },
+	"ansi":     ANSISpans,
+	"python":   HighlightPython,
+	"fileURL":  FileURL,
+	"pathEsc":  url.PathEscape,
+	"raster":   func(mt string) bool { _, ok := sandbox.RasterImage(mt); return ok },
+	"outcomes": func() []sandbox.Outcome { return sandbox.Outcomes },
+	"sources": func() []string {
+		return []string{sandbox.SourceAPI, sandbox.SourceCLI, sandbox.SourceMCP, sandbox.SourceJob}
+	},
 	"pretty":    prettyJSON,
 	"describe":  schedule.Describe,
 	"add":       func(a, b int) int { return a + b },
