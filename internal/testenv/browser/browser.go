@@ -80,3 +80,9 @@ func Eval[T any](t testing.TB, ctx context.Context, expr string) T {
 	}
 	return v
 }
+
+// Await waits until the JavaScript expression is truthy in the current page, checking every
+// 100 ms, with no timeout of its own (bound it with Within).
+func Await(expr string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(0))
+}

@@ -1,0 +1,79 @@
+package console_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/testenv/browser"
+)
+
+// step bounds one browser step: a hang detector for a loaded machine, not a timing assertion.
+const step = 2 * time.Minute
+
+// TestBrowserLiveList: in Chromium, after signing in with the form, the list shows a run that
+// starts while the page is open, then its outcome when it finishes, without the page being
+// reloaded.
+func TestBrowserLiveList(t *testing.T) {
+	h := newHarness(t, "browser-token")
+	old := h.add(t, record{code: "print(1)", stdout: "1\n"})
+	ctx := browser.New(t)
+	browser.Within(t, ctx, step, "signing in",
+		chromedp.Navigate(h.srv.URL+"/ui/"),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), h.token),
+		chromedp.Submit(chromedp.CSS("#token")),
+		chromedp.WaitVisible(chromedp.CSS(`#rows tr[data-id="`+old+`"]`)),
+	)
+	if got := browser.Eval[string](t, ctx, "document.cookie"); got != "" {
+		t.Fatalf("the session cookie is readable from script: %q", got)
+	}
+	browser.Eval[bool](t, ctx, "window.__stay = true")
+
+	id := h.add(t, record{code: "import time; time.sleep(1)", running: true})
+	browser.Within(t, ctx, step, "waiting for the running run to appear",
+		chromedp.WaitVisible(chromedp.CSS(`#rows tr.running[data-id="`+id+`"]`)))
+	h.finish(t, id, record{outcome: sandbox.OutcomeTimeout, stdout: "slow"})
+	browser.Within(t, ctx, step, "waiting for its outcome",
+		chromedp.WaitVisible(chromedp.CSS(`#rows tr.o-timeout[data-id="`+id+`"]`)))
+	if !browser.Eval[bool](t, ctx, "window.__stay === true") {
+		t.Fatal("the page was reloaded; the list should update in place")
+	}
+}
+
+// TestBrowserRecord: a record's page shows its PNG output file as an image the browser
+// decoded, its ANSI colours as colours, and hostile output as text: no script runs, no
+// element comes from it.
+func TestBrowserRecord(t *testing.T) {
+	h := newHarness(t, "")
+	id := h.add(t, record{code: "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\n", stdout: hostileStdout,
+		files: map[string][]byte{"figure-1.png": chartPNG(t), hostileName: []byte("x")}})
+	ctx := browser.New(t)
+	browser.Within(t, ctx, step, "opening the record",
+		chromedp.Navigate(h.srv.URL+"/ui/executions/"+id),
+		chromedp.WaitVisible(chromedp.CSS("#stdout")),
+		browser.Await(`(() => { const i = document.querySelector(".files img"); return !!i && i.complete && i.naturalWidth === 320; })()`),
+	)
+	if w := browser.Eval[float64](t, ctx, `document.querySelector(".files img").getBoundingClientRect().width`); w < 100 {
+		t.Fatalf("the chart is %v px wide on the page", w)
+	}
+	if p := browser.Eval[any](t, ctx, "window.__pwned"); p != nil {
+		t.Fatalf("hostile output ran script: window.__pwned = %v", p)
+	}
+	if n := browser.Eval[float64](t, ctx, `document.querySelectorAll("#stdout *:not(span), #stdout [href], main script, main img:not(.files img)").length`); n != 0 {
+		t.Fatalf("%v elements came from the output", n)
+	}
+	text := browser.Eval[string](t, ctx, `document.getElementById("stdout").textContent`)
+	if !strings.Contains(text, "<script>window.__pwned=1</script>") || !strings.Contains(text, "click me") || strings.Contains(text, "\x1b") {
+		t.Fatalf("stdout shows %q", text)
+	}
+	if c := browser.Eval[string](t, ctx, `getComputedStyle(document.querySelector("#stdout .ansi-fg1")).color`); c != "rgb(201, 27, 0)" {
+		t.Fatalf("red text is %s", c)
+	}
+	if got := browser.Eval[string](t, ctx, `[...document.querySelectorAll(".files a")].map(a => a.textContent).join("|")`); !strings.Contains(got, hostileName) {
+		t.Fatalf("file links %q, want the hostile name as text", got)
+	}
+}
