@@ -266,3 +266,67 @@ func TestLineDiff(t *testing.T) {
 		t.Fatalf("LineDiff = %q", s)
 	}
 }
+
+// send sends a JSON request to the harness's API (no token) and returns the status and body.
+func send(t *testing.T, h *harness, method, path, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, h.srv.URL+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+var jobIDPattern = regexp.MustCompile(`"id":"(job_[a-z0-9]+)"`)
+
+// TestJobsAndCode: the jobs page says a schedule in words with its next fires and pauses and
+// resumes a job through its forms; the code pages list saved code and diff two versions.
+func TestJobsAndCode(t *testing.T) {
+	h := newHarness(t, "")
+	if st, b := send(t, h, "POST", "/v1/agents/analyst/code", `{"name": "report", "code": "a = 1\nb = 2\nprint(a + b)\n"}`); st != http.StatusCreated {
+		t.Fatalf("saving code: %d %s", st, b)
+	}
+	if st, b := send(t, h, "PUT", "/v1/agents/analyst/code/report", `{"code": "a = 1\nb = 3\nprint(a + b)\n", "expected_version": 1}`); st != http.StatusOK {
+		t.Fatalf("updating code: %d %s", st, b)
+	}
+	st, b := send(t, h, "POST", "/v1/agents/analyst/jobs", `{"code_name": "report", "schedule": "30 9 * * 1-5", "timezone": "Europe/Paris"}`)
+	m := jobIDPattern.FindStringSubmatch(b)
+	if st != http.StatusCreated || m == nil {
+		t.Fatalf("creating a job: %d %s", st, b)
+	}
+	job := m[1]
+	c := client(t)
+	_, body, _ := get(t, c, h, "/ui/jobs?agent=analyst", nil)
+	for _, want := range []string{"every Monday to Friday at 09:30 (Europe/Paris time)", "Next fires (UTC):", "No fires yet.", `action="/ui/jobs/analyst/` + job + `/pause"`} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("the jobs page lacks %q:\n%s", want, body)
+		}
+	}
+	csrf := csrfPattern.FindStringSubmatch(body)[1]
+	if st, _, resp := post(t, c, h, "/ui/jobs/analyst/"+job+"/pause", h.srv.URL, url.Values{"csrf": {csrf}}); st != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/ui/jobs?agent=analyst") {
+		t.Fatalf("pausing: %d", st)
+	}
+	_, body, _ = get(t, c, h, "/ui/jobs?agent=analyst", nil)
+	if !strings.Contains(body, `<span class="badge paused">paused</span>`) || !strings.Contains(body, "/resume") {
+		t.Fatalf("the job is not shown paused:\n%s", body)
+	}
+	if st, _, _ := post(t, c, h, "/ui/jobs/analyst/"+job+"/resume", h.srv.URL, url.Values{"csrf": {csrf}}); st != http.StatusSeeOther {
+		t.Fatalf("resuming: %d", st)
+	}
+	if st, body, _ := post(t, c, h, "/ui/jobs/analyst/job_nope/pause", h.srv.URL, url.Values{"csrf": {csrf}}); st != http.StatusNotFound || !strings.Contains(body, "job_nope") {
+		t.Fatalf("pausing a job that does not exist: %d\n%s", st, body)
+	}
+
+	_, body, _ = get(t, c, h, "/ui/code?agent=analyst", nil)
+	if !strings.Contains(body, `href="/ui/code/analyst/report"`) {
+		t.Fatalf("the code list lacks report:\n%s", body)
+	}
+	st, body, _ = get(t, c, h, "/ui/code/analyst/report?a=1&b=2", nil)
+	if st != http.StatusOK || !strings.Contains(body, `<span class="ddel">- b = 2</span>`) || !strings.Contains(body, `<span class="dadd">&#43; b = 3</span>`) {
+		t.Fatalf("the diff of v1 and v2: %d\n%s", st, body)
+	}
+}

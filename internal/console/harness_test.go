@@ -19,6 +19,8 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/console"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
+	"github.com/sandpit-dev/sandpit/internal/jobs"
+	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -33,6 +35,7 @@ func (noEngine) Stats() sandbox.Stats   { return sandbox.Stats{Slots: 4, Busy: 1
 func (noEngine) Ready(context.Context) error {
 	return nil
 }
+func (noEngine) Validate(sandbox.Request) error { return nil }
 func (noEngine) Execute(context.Context, sandbox.Request, func(sandbox.Event)) (sandbox.Result, error) {
 	return sandbox.Result{}, errors.New("these tests run no code")
 }
@@ -59,8 +62,10 @@ func newHarness(t *testing.T, token string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := httpapi.NewHandler(httpapi.Backend{Executor: noEngine{}, Ledger: st, Files: files}, nil)
-	ui, err := console.New(console.Config{Token: token, API: api, Engine: noEngine{}, Ledger: st,
+	lib := library.New(st, noEngine{}, 10)
+	sched := jobs.New(st, lib, noEngine{}, jobs.Config{}, nil)
+	api := httpapi.NewHandler(httpapi.Backend{Executor: noEngine{}, Ledger: st, Files: files, Library: lib, Jobs: sched}, nil)
+	ui, err := console.New(console.Config{Token: token, API: api, Engine: noEngine{}, Ledger: st, Jobs: sched, Code: lib,
 		ForkServer: console.ForkServer{Enabled: true, Preload: []string{"numpy"}}}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -62,6 +62,7 @@ var funcs = template.FuncMap{
 		return []string{sandbox.SourceAPI, sandbox.SourceCLI, sandbox.SourceMCP, sandbox.SourceJob}
 	},
 	"pretty":    prettyJSON,
+	"hasJSON":   hasJSON,
 	"describe":  schedule.Describe,
 	"add":       func(a, b int) int { return a + b },
 	"joinComma": func(s []string) string { return strings.Join(s, ", ") },
@@ -380,4 +381,10 @@ func byteSize(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// hasJSON says whether raw holds a JSON value other than null.
+func hasJSON(raw json.RawMessage) bool {
+	t := strings.TrimSpace(string(raw))
+	return t != "" && t != "null"
 }

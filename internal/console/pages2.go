@@ -188,12 +188,11 @@ func (c *Console) showCode(w http.ResponseWriter, r *http.Request, s session, st
 		c.failed(w, r, fmt.Sprintf("The versions of code %q", name), err)
 		return
 	}
-	slices.Reverse(versions)
 	v.Code, v.Versions = code, versions
 	v.RunURL = "/ui/code/" + url.PathEscape(agent) + "/" + url.PathEscape(name) + "/run"
 	if v.Input == "" {
 		v.Input = "null"
-		if len(code.InputSchema) > 0 && string(code.InputSchema) != "null" {
+		if hasJSON(code.InputSchema) {
 			v.Input = "{}"
 		}
 	}
