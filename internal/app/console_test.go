@@ -111,7 +111,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		sub, cancel := context.WithTimeout(ctx, step)
 		defer cancel()
-		png, err := chromedp.Run(sub, chromedp.FullScreenshot(90))
+		png, err := chromedp.Run(sub, chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatalf("screenshot: %v", err)
 		}
