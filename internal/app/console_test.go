@@ -140,4 +140,37 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatal("the list page was reloaded; it should update in place")
 	}
 	shoot("console-executions.png")
+
+	// Jobs: the schedule in words, pause and resume, and "run now" whose run shows in the strip.
+	var job struct {
+		ID string `json:"id"`
+	}
+	if st := withToken(t, cfg.Token, "POST", url+"/v1/agents/charts/jobs", `{"code_name": "squares", "schedule": "0 6 * * *", "input": {"n": 3}}`, &job); st != http.StatusCreated {
+		t.Fatalf("creating a job: %d", st)
+	}
+	browser.Within(t, ctx, step, "pausing the job",
+		chromedp.Navigate(url+"/ui/jobs?agent=charts"),
+		chromedp.WaitVisible(chromedp.CSS("#"+job.ID)),
+		chromedp.Click(chromedp.CSS(`#`+job.ID+` form[action$="/pause"] button`)),
+		chromedp.WaitVisible(chromedp.CSS(`#`+job.ID+` .paused`)),
+	)
+	if got := browser.Eval[string](t, ctx, `document.querySelector("#`+job.ID+` .schedule").textContent`); !strings.Contains(got, "every day at 06:00") {
+		t.Fatalf("the schedule reads %q", got)
+	}
+	browser.Within(t, ctx, step, "resuming it and running it now",
+		chromedp.Click(chromedp.CSS(`#`+job.ID+` form[action$="/resume"] button`)),
+		chromedp.WaitVisible(chromedp.CSS(`#`+job.ID+` form[action$="/pause"]`)),
+		chromedp.Click(chromedp.CSS(`#`+job.ID+` form[action$="/run"] button`)),
+		chromedp.WaitVisible(chromedp.CSS(`.notice`)),
+	)
+	// The jobs page is not live: reload it until the fire's run has finished.
+	for deadline := time.Now().Add(step); ; time.Sleep(500 * time.Millisecond) {
+		browser.Within(t, ctx, step, "reloading the jobs page", chromedp.Navigate(url+"/ui/jobs?agent=charts"), chromedp.WaitVisible(chromedp.CSS("#"+job.ID)))
+		if browser.Eval[bool](t, ctx, `!!document.querySelector("#`+job.ID+` .strip a.o-ok")`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the fire's run is not in the strip: %s", browser.Eval[string](t, ctx, `document.querySelector("#`+job.ID+` .strip").outerHTML`))
+		}
+	}
 }
