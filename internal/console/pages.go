@@ -8,7 +8,6 @@ import (
 	"html/template"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strconv"
@@ -338,22 +337,41 @@ func (c *Console) callAPI(r *http.Request, method, target string, body []byte, l
 	if err != nil {
 		return 0, nil, err
 	}
-	rec := &boundedRecorder{ResponseRecorder: httptest.NewRecorder(), limit: limit}
+	rec := &capture{header: http.Header{}, limit: limit}
 	c.cfg.API.ServeHTTP(rec, req)
-	return rec.Code, rec.Body.Bytes(), nil
-}
-
-// boundedRecorder records an answer up to limit bytes, failing writes past it.
-type boundedRecorder struct {
-	*httptest.ResponseRecorder
-	limit int64
-}
-
-func (b *boundedRecorder) Write(p []byte) (int, error) {
-	if int64(b.Body.Len()+len(p)) > b.limit {
-		return 0, errors.New("the API's answer is larger than the console reads")
+	if rec.status == 0 {
+		rec.status = http.StatusOK
 	}
-	return b.ResponseRecorder.Write(p)
+	if rec.over {
+		return rec.status, nil, fmt.Errorf("the API's answer is larger than the %d bytes the console reads", limit)
+	}
+	return rec.status, rec.body.Bytes(), nil
+}
+
+// capture is a ResponseWriter that keeps an answer's status and up to limit bytes of its body.
+type capture struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+	limit  int64
+	over   bool
+}
+
+func (c *capture) Header() http.Header { return c.header }
+
+func (c *capture) WriteHeader(status int) {
+	if c.status == 0 {
+		c.status = status
+	}
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	c.WriteHeader(http.StatusOK)
+	if int64(c.body.Len()+len(p)) > c.limit {
+		c.over = true
+		return 0, errors.New("the answer is larger than the console reads")
+	}
+	return c.body.Write(p)
 }
 
 // apiMessage is the message of a REST error answer, or a description of the status.

@@ -32,7 +32,7 @@ func describe(f []string) string {
 	kw := strings.ToLower(f[0])
 	if kw == "@every" && len(f) == 2 {
 		if d, err := time.ParseDuration(f[1]); err == nil {
-			return "every " + d.String()
+			return "every " + shortDuration(d)
 		}
 	}
 	if w, ok := descriptorWords[kw]; ok {
@@ -105,4 +105,16 @@ func dayWords(field string) string {
 		parts = append(parts, dayNames[d])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// shortDuration writes d without its zero units: "15m", "1h", "1h30m", "90s" is "1m30s".
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
