@@ -161,7 +161,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#`+job.ID+` form[action$="/resume"] button`)),
 		chromedp.WaitVisible(chromedp.CSS(`#`+job.ID+` form[action$="/pause"]`)),
 		chromedp.Click(chromedp.CSS(`#`+job.ID+` form[action$="/run"] button`)),
-		chromedp.WaitVisible(chromedp.CSS(`.notice`)),
+		chromedp.WaitVisible(chromedp.CSS(`.notice[data-done$="fired now"]`)),
 	)
 	// The jobs page is not live: reload it until the fire's run has finished.
 	for deadline := time.Now().Add(step); ; time.Sleep(500 * time.Millisecond) {
