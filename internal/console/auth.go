@@ -91,16 +91,13 @@ func (a *authenticator) identity(r *http.Request) string {
 func (a *authenticator) csrfToken(identity string) string { return a.mac("csrf", identity) }
 
 // sameOrigin says whether r comes from a page of the console's own origin: its Origin header
-// names the request's own scheme and host, or (without Origin) Sec-Fetch-Site says
-// same-origin. A request with neither is refused: every browser sends Origin with a POST.
+// names the request's own host and port (over http or https: a proxy in front may end TLS),
+// or (without Origin) Sec-Fetch-Site says same-origin. A request with neither is refused:
+// every browser sends Origin with a POST.
 func sameOrigin(r *http.Request) bool {
 	if origin := r.Header.Get("Origin"); origin != "" {
 		u, err := url.Parse(origin)
-		scheme := "http"
-		if r.TLS != nil {
-			scheme = "https"
-		}
-		return err == nil && u.Scheme == scheme && strings.EqualFold(u.Host, r.Host) && u.Path == "" && u.User == nil
+		return err == nil && (u.Scheme == "http" || u.Scheme == "https") && strings.EqualFold(u.Host, r.Host) && u.Path == "" && u.User == nil
 	}
 	return r.Header.Get("Sec-Fetch-Site") == "same-origin"
 }
