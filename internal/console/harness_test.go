@@ -49,7 +49,7 @@ type harness struct {
 	token string
 }
 
-func newHarness(t *testing.T, token string) *harness {
+func newHarness(t testing.TB, token string) *harness {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -88,7 +88,7 @@ type record struct {
 }
 
 // add stores r and returns its ID.
-func (h *harness) add(t *testing.T, r record) string {
+func (h *harness) add(t testing.TB, r record) string {
 	t.Helper()
 	ctx := context.Background()
 	id := sandbox.NewID()
@@ -110,7 +110,7 @@ func (h *harness) add(t *testing.T, r record) string {
 }
 
 // finish records the end of the run id that add began.
-func (h *harness) finish(t *testing.T, id string, r record) {
+func (h *harness) finish(t testing.TB, id string, r record) {
 	t.Helper()
 	ctx := context.Background()
 	if r.agent == "" {
@@ -141,7 +141,7 @@ func (h *harness) finish(t *testing.T, id string, r record) {
 }
 
 // chartPNG is a 320x240 PNG with a diagonal line, standing in for a chart.
-func chartPNG(t *testing.T) []byte {
+func chartPNG(t testing.TB) []byte {
 	t.Helper()
 	img := image.NewRGBA(image.Rect(0, 0, 320, 240))
 	for x := range 320 {
@@ -158,7 +158,7 @@ func chartPNG(t *testing.T) []byte {
 }
 
 // client is an HTTP client that keeps cookies and does not follow redirects.
-func client(t *testing.T) *http.Client {
+func client(t testing.TB) *http.Client {
 	t.Helper()
 	jar, err := cookiejar.New(nil)
 	if err != nil {
