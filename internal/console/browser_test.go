@@ -42,6 +42,22 @@ func TestBrowserLiveList(t *testing.T) {
 	if !browser.Eval[bool](t, ctx, "window.__stay === true") {
 		t.Fatal("the page was reloaded; the list should update in place")
 	}
+
+	// The keyboard: "/" jumps to the filters; Enter there filters; Tab reaches the rows' links.
+	browser.Within(t, ctx, step, "filtering with the keyboard",
+		chromedp.KeyEvent("/"),
+		browser.Await(`document.activeElement && document.activeElement.id === "filter-agent"`),
+	)
+	// DevTools sends the key's character as an event of its own, which the page's
+	// preventDefault on keydown does not stop as a real key press is stopped: clear it.
+	browser.Eval[string](t, ctx, `document.activeElement.value = ""`)
+	browser.Within(t, ctx, step, "filtering with the keyboard",
+		chromedp.KeyEvent("nobody\r"),
+		chromedp.WaitVisible(chromedp.CSS(`#rows td.empty`)),
+	)
+	if got := browser.Eval[string](t, ctx, "location.search"); got != "?agent=nobody&source=&outcome=&job=&code=&since=" {
+		t.Fatalf("filtering went to %q", got)
+	}
 }
 
 // TestBrowserRecord: a record's page shows its PNG output file as an image the browser
