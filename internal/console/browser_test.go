@@ -93,3 +93,21 @@ func TestBrowserRecord(t *testing.T) {
 		t.Fatalf("file links %q, want the hostile name as text", got)
 	}
 }
+
+// TestBrowserRunningRecord: the page of a running execution shows it running, then its
+// outcome once it has finished, by itself.
+func TestBrowserRunningRecord(t *testing.T) {
+	h := newHarness(t, "")
+	id := h.add(t, record{code: "import time; time.sleep(5)", running: true})
+	ctx := browser.New(t)
+	browser.Within(t, ctx, step, "opening the running record",
+		chromedp.Navigate(h.srv.URL+"/ui/executions/"+id),
+		chromedp.WaitVisible(chromedp.CSS(".summary .badge.running")),
+	)
+	h.finish(t, id, record{outcome: sandbox.OutcomeOK, stdout: "done\n"})
+	browser.Within(t, ctx, step, "waiting for the outcome",
+		chromedp.WaitVisible(chromedp.CSS("#outcome.o-ok")))
+	if got := browser.Eval[string](t, ctx, `document.getElementById("stdout").textContent`); got != "done\n" {
+		t.Fatalf("stdout shows %q", got)
+	}
+}
