@@ -102,8 +102,6 @@ func sameOrigin(r *http.Request) bool {
 	return r.Header.Get("Sec-Fetch-Site") == "same-origin"
 }
 
-type ctxKey struct{}
-
 // signedIn serves fn to a signed-in request; a GET that is not is sent to the sign-in page,
 // anything else answered 401. A POST must also be same-origin and carry the page's CSRF token
 // (in the form field csrf or the header X-CSRF-Token), unless it holds the bearer token.
