@@ -19,6 +19,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/sandbox/sandboxtest"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 	"github.com/sandpit-dev/sandpit/internal/testenv/pyindex"
 )
 
@@ -99,10 +100,21 @@ func runWith(t *testing.T, rt sandbox.Runtime, gate *egress.Gate, code string) (
 
 // TestEgressAllowlist runs programs in a box of network "allowlist" against servers on the
 // host's loopback that the allowlist names by an explicit CIDR.
-func TestEgressAllowlist(t *testing.T) {
+func TestEgressAllowlist(t *testing.T) { egressAllowlist(t, nil) }
+
+// TestEgressAllowlistRunsc runs the same under gVisor, when the engine has it.
+func TestEgressAllowlistRunsc(t *testing.T) {
+	name := testenv.ContainerRuntime(t, "runsc")
+	egressAllowlist(t, func(cfg *docker.Config) { cfg.Box.Runtime = name })
+}
+
+func egressAllowlist(t *testing.T, mutate func(*docker.Config)) {
 	rt, _ := startRuntime(t, func(cfg *docker.Config) {
 		cfg.Slots, cfg.Box.Network = 1, "allowlist"
 		cfg.ForkServer.Preload = []string{"requests"}
+		if mutate != nil {
+			mutate(cfg)
+		}
 	})
 	port, other := hostServer(t), hostServer(t)
 	res := testResolver{"allowed.test": "127.0.0.1", "rebind.test": "127.0.0.1", "meta.test": "169.254.169.254", "public.test": "93.184.215.14"}
