@@ -112,4 +112,7 @@ except requests.exceptions.RequestException as e:
 	if resp2.StatusCode != 200 || res.Stdout != "1.0\n" {
 		t.Errorf("an install through the proxy: %d %s", resp2.StatusCode, b)
 	}
+	if len(res.Egress) == 0 || !res.Egress[0].Install || !res.Egress[0].Allowed || res.Egress[0].Address != idx.Host() {
+		t.Errorf("the install's connections in the result: %+v", res.Egress)
+	}
 }

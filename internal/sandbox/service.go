@@ -295,7 +295,7 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 	// to its timeout.
 	if len(req.Dependencies) > 0 {
 		began := time.Now()
-		x.deps, err = s.install(ctx, slot, req.Dependencies, emit)
+		x.deps, x.installEgress, err = s.install(ctx, slot, req.Dependencies, emit)
 		x.installMS = time.Since(began).Milliseconds()
 		switch {
 		case err != nil:
@@ -323,9 +323,11 @@ type execution struct {
 	// slot is the slot it runs in; accepted is when it took the slot (its started_at).
 	slot     int
 	accepted time.Time
-	// deps and installMS are its dependencies' statuses and how long installing them took.
-	deps      Installed
-	installMS int64
+	// deps and installMS are its dependencies' statuses and how long installing them took;
+	// installEgress the install's outbound connections (network "allowlist").
+	deps          Installed
+	installMS     int64
+	installEgress []EgressConnection
 	// audit lists the run's agent.* calls.
 	audit []CallRecord
 	// files keeps the run's output files as they arrive.
@@ -433,6 +435,9 @@ func (s *Service) discard(ctx context.Context, id string) {
 func (s *Service) finish(ctx context.Context, x *execution, res Result) Result {
 	res.ID, res.Agent, res.TimeoutMS, res.Origin, res.StartedAt = x.spec.ID, x.agent, x.spec.TimeoutMS, x.origin, x.accepted
 	res.Dependencies, res.InstallMS, res.Calls = x.deps.Dependencies, x.installMS, x.audit
+	if len(x.installEgress) > 0 {
+		res.Egress = append(x.installEgress, res.Egress...)
+	}
 	if res.Output == nil {
 		res.Output = json.RawMessage("null")
 	}
@@ -489,12 +494,16 @@ func (s *Service) Install(ctx context.Context, reqs []string, progress func(Depe
 		return Installed{}, err
 	}
 	defer s.release(slot)
-	return s.install(ctx, slot, reqs, emit)
+	out, _, err := s.install(ctx, slot, reqs, emit)
+	return out, err
 }
 
 // install makes the requirements importable through the runtime, in slot's sandbox, streaming
 // each status to emit as an event of stream "dependency".
-func (s *Service) install(ctx context.Context, slot int, reqs []string, emit func(Event)) (Installed, error) {
+//
+// Under network "allowlist" it also returns the install's outbound connections (pip's, to the
+// package index), marked Install.
+func (s *Service) install(ctx context.Context, slot int, reqs []string, emit func(Event)) (Installed, []EgressConnection, error) {
 	parsed, _ := requirement.ParseList(reqs, s.cfg.MaxDependencies) // validated already
 	canonical := make([]string, len(parsed))
 	for i, r := range parsed {
@@ -502,7 +511,7 @@ func (s *Service) install(ctx context.Context, slot int, reqs []string, emit fun
 	}
 	inst, ok := s.rt.(Installer)
 	if !ok {
-		return Installed{}, &FieldError{Field: "dependencies", Message: "this sandbox cannot install packages; send the request without dependencies"}
+		return Installed{}, nil, &FieldError{Field: "dependencies", Message: "this sandbox cannot install packages; send the request without dependencies"}
 	}
 	var progress func(DependencyStatus)
 	if emit != nil {
@@ -512,16 +521,24 @@ func (s *Service) install(ctx context.Context, slot int, reqs []string, emit fun
 		}
 	}
 	ireq := InstallRequest{Requirements: canonical, Timeout: s.cfg.InstallTimeout, Offline: s.cfg.Network == "none"}
+	var gate EgressRun
 	if s.net != nil {
-		gate := s.net.ForInstall()
-		defer gate.Close()
+		gate = s.net.ForInstall()
 		ireq.Egress = gate
 	}
 	out, err := inst.Install(ctx, slot, ireq, progress)
 	for i, d := range out.Dependencies {
 		out.Dependencies[i] = markSkipped(d)
 	}
-	return out, err
+	var conns []EgressConnection
+	if gate != nil {
+		gate.Close()
+		conns, _ = gate.Connections()
+		for i := range conns {
+			conns[i].Install = true
+		}
+	}
+	return out, conns, err
 }
 
 // finishRetries and finishRetryEvery bound retrying a result the ledger could not record

@@ -357,4 +357,7 @@ type EgressConnection struct {
 	// Ended says why the daemon ended it early (a cap, the run's end); empty when either
 	// side closed it.
 	Ended string `json:"ended,omitempty"`
+	// Install marks a connection of the install of the run's dependencies (pip's, to the
+	// package index), listed before the program's own.
+	Install bool `json:"install,omitempty"`
 }
