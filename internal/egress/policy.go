@@ -234,6 +234,8 @@ func (p Policy) Covers(r Rule) bool {
 			switch {
 			case c.Wildcard && strings.HasSuffix(r.Host, "."+c.Host):
 				return true
+			case c.Wildcard && r.Wildcard && r.Host == c.Host:
+				return true
 			case !c.Wildcard && !r.Wildcard && c.Host == r.Host:
 				return true
 			}

@@ -82,7 +82,9 @@ func classify(addr netip.Addr) (block netip.Prefix, name string, ok bool) {
 		}
 	}
 	if addr.Is6() && !globalUnicast.Contains(addr) {
-		return mustPrefix("::/0"), "an IPv6 address outside global unicast (2000::/3)", true
+		// Its /3 of the address space: a CIDR inside it names the address; ::/0 does not.
+		p, _ := addr.Prefix(3)
+		return p, "an IPv6 address outside global unicast (2000::/3)", true
 	}
 	return netip.Prefix{}, "", false
 }
