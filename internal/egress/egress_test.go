@@ -421,3 +421,33 @@ func TestGateCloseEndsConnections(t *testing.T) {
 		t.Errorf("dial after Close: %v", err)
 	}
 }
+
+// A connection that reaches its time cap ends with ErrTimeCap, and its record says so.
+func TestGateTimeCap(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			defer c.Close()
+			_, _ = io.Copy(io.Discard, c) // never answers
+		}
+	}()
+	lim := DefaultLimits()
+	lim.ConnectionTimeout = 200 * time.Millisecond
+	g := NewGate([]Policy{mustPolicy(t, "network_allow in the configuration", "127.0.0.1")}, lim, nil, nil)
+	c, err := g.Dial(context.Background(), "127.0.0.1", ln.Addr().(*net.TCPAddr).Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Read(make([]byte, 10)); !errors.Is(err, ErrTimeCap) {
+		t.Fatalf("read past the time cap: %v, want ErrTimeCap", err)
+	}
+	recs, _ := g.Connections()
+	if len(recs) != 1 || !strings.Contains(recs[0].Ended, "egress_connection_timeout") {
+		t.Errorf("records %+v", recs)
+	}
+}

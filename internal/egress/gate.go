@@ -394,7 +394,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 func (c *Conn) timeCap(err error) error {
 	var ne net.Error
 	if err != nil && errors.As(err, &ne) && ne.Timeout() && !c.deadline.IsZero() && !c.gate.now().Before(c.deadline) {
-		c.end(fmt.Sprintf("it reached its time cap of %s (egress_connection_timeout)", c.gate.limits.ConnectionTimeout))
+		c.end(fmt.Sprintf("it reached its time cap of %s (egress_connection_timeout_ms)", c.gate.limits.ConnectionTimeout))
 		return ErrTimeCap
 	}
 	return err
