@@ -5,7 +5,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -427,10 +426,8 @@ func MCPHandler(ctx context.Context, api http.Handler, version string) (http.Han
 	}, MCPSessionTimeout, MCPMaxSessions)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if agent := mcpAgent(r); !sandbox.ValidAgent(agent) {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadRequest)
-			_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": "invalid_request", "field": "agent",
-				"message": fmt.Sprintf("%q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit (?agent=NAME or X-Sandpit-Agent)", agent)}})
+			httpapi.WriteError(w, &sandbox.FieldError{Field: "agent", Message: fmt.Sprintf(
+				"%q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit (?agent=NAME or X-Sandpit-Agent)", agent)})
 			return
 		}
 		mcpHandler.ServeHTTP(w, r)

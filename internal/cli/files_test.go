@@ -19,7 +19,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 )
 
 const filesExecID = "ex_cccccccccccccccccccccccccc"
@@ -34,9 +34,9 @@ type outFile struct {
 	served          []byte
 }
 
-func (f outFile) entry() sandbox.File {
+func (f outFile) entry() apitype.File {
 	sum := sha256.Sum256(f.content)
-	return sandbox.File{Name: f.name, SizeBytes: int64(len(f.content)), MediaType: f.mediaType, SHA256: hex.EncodeToString(sum[:])}
+	return apitype.File{Name: f.name, SizeBytes: int64(len(f.content)), MediaType: f.mediaType, SHA256: hex.EncodeToString(sum[:])}
 }
 
 // filesDaemon is a fake daemon in the REST shape: every run answers files (as JSON, or as an
@@ -51,11 +51,11 @@ type filesDaemon struct {
 
 func (d *filesDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
-	res := sandbox.Result{ID: filesExecID, Agent: "default", Outcome: sandbox.OutcomeOK, Success: true, Stdout: "ran\n", Output: json.RawMessage("null")}
+	res := apitype.Result{ID: filesExecID, Agent: "default", Outcome: apitype.OutcomeOK, Success: true, Stdout: "ran\n", Output: json.RawMessage("null")}
 	for _, f := range d.files {
 		res.Files = append(res.Files, f.entry())
 	}
-	res.FilesSkipped = []sandbox.SkippedFile{{Name: "link", Reason: "symbolic link, not followed"}}
+	res.FilesSkipped = []apitype.SkippedFile{{Name: "link", Reason: "symbolic link, not followed"}}
 	answer := func(inline bool) map[string]any {
 		b, _ := json.Marshal(res)
 		var m map[string]any

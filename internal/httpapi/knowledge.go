@@ -11,6 +11,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -63,16 +64,16 @@ func (a *api) addKnowledge(w http.ResponseWriter, r *http.Request, kind store.Ki
 		return
 	}
 	if r.ContentLength > maxImportBytes {
-		writeError(w, &requestError{status: http.StatusRequestEntityTooLarge, code: CodeTooLarge,
+		writeError(w, &requestError{status: http.StatusRequestEntityTooLarge, code: apitype.CodeTooLarge,
 			msg: fmt.Sprintf("the body is %d bytes; the limit is %d bytes: import in parts", r.ContentLength, maxImportBytes)})
 		return
 	}
-	mt, err := mediaType(r, "send one item as application/json or many as "+NDJSONContentType, "application/json", NDJSONContentType)
+	mt, err := mediaType(r, "send one item as application/json or many as "+apitype.NDJSONContentType, "application/json", apitype.NDJSONContentType)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	ndjson := mt == NDJSONContentType
+	ndjson := mt == apitype.NDJSONContentType
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxImportBytes))
 	if err != nil {
 		writeError(w, err)
@@ -259,5 +260,5 @@ func (a *api) deleteKnowledge(w http.ResponseWriter, r *http.Request, kind store
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"deleted": id})
+	writeJSON(w, http.StatusOK, apitype.Deleted{Deleted: id})
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -26,29 +27,21 @@ var installShape = shape{
 	example: `{"requirements": ["tinypkg==1.0"]}`,
 }
 
-// installedLine is the last line of a streamed POST /v1/packages.
-type installedLine struct {
-	Type         string                     `json:"type"` // "installed"
-	Dependencies []sandbox.DependencyStatus `json:"dependencies"`
-	Failed       int                        `json:"failed"`
-}
-
 func (a *api) listPackages(w http.ResponseWriter, r *http.Request) {
 	list, err := a.packages.Packages(r.Context(), protocol.Packages{Op: "list"})
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	if list == nil {
-		list = []protocol.Package{}
+	out := apitype.Packages{Packages: each(list, packageOf)}
+	if out.Packages == nil {
+		out.Packages = []apitype.Package{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"packages": list})
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (a *api) installPackages(w http.ResponseWriter, r *http.Request) {
-	var b struct {
-		Requirements []string `json:"requirements"`
-	}
+	var b apitype.InstallRequest
 	if err := readBody(w, r, bodySlack, &b, installShape); err != nil {
 		writeError(w, err)
 		return
@@ -66,25 +59,25 @@ func (a *api) installPackages(w http.ResponseWriter, r *http.Request) {
 			a.fail(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, installedLine{Type: "installed", Dependencies: out.Dependencies, Failed: len(out.Failed())})
+		writeJSON(w, http.StatusOK, installedOf(out))
 		return
 	}
 	s := newStreamer(w, rc)
 	go s.run()
 	defer s.close()
 	out, err := inst.Install(r.Context(), b.Requirements, func(d sandbox.DependencyStatus) {
-		s.emit(sandbox.Event{Stream: "dependency", Dependency: &d})
+		s.emit(sandbox.Event{Stream: sandbox.StreamDependency, Dependency: &d})
 	})
 	s.close()
 	switch {
 	case err == nil:
-		s.writeLine(installedLine{Type: "installed", Dependencies: out.Dependencies, Failed: len(out.Failed())})
+		s.writeLine(installedOf(out))
 	case !s.started:
 		a.fail(w, r, err)
 	default:
 		a.logFailure(r, err)
 		if e := classify(err); e.status != StatusClientClosedRequest {
-			s.writeLine(errorLine{Type: "error", Error: e.detail})
+			s.writeLine(apitype.StreamLine{Type: apitype.StreamError, Error: &e.detail})
 		}
 	}
 }
@@ -97,9 +90,14 @@ func (a *api) removePackage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(removed) == 0 {
-		writeError(w, &requestError{status: http.StatusNotFound, code: CodeNotFound,
+		writeError(w, &requestError{status: http.StatusNotFound, code: apitype.CodeNotFound,
 			msg: fmt.Sprintf("no installed package %q; GET /v1/packages lists them (packages of the image itself cannot be removed)", name)})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"removed": removed})
+	writeJSON(w, http.StatusOK, apitype.Removed{Removed: each(removed, packageOf)})
+}
+
+// installedOf returns an install's answer: each requirement's status and how many failed.
+func installedOf(in sandbox.Installed) apitype.Installed {
+	return apitype.Installed{Type: apitype.StreamInstalled, Dependencies: each(in.Dependencies, dependencyOf), Failed: len(in.Failed())}
 }

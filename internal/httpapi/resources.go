@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
@@ -131,16 +132,6 @@ var (
 		example: `{"code": "OUTPUT = sum(INPUT)", "expected_version": 1}`}
 )
 
-// CodeSummary is an item of the code listing: saved code without its source and schemas.
-type CodeSummary struct {
-	Name         string    `json:"name"`
-	Version      int       `json:"version"`
-	Description  string    `json:"description"`
-	Dependencies []string  `json:"dependencies"`
-	CreatedAt    time.Time `json:"created_at"`
-	UpdatedAt    time.Time `json:"updated_at"`
-}
-
 func (a *api) createCode(w http.ResponseWriter, r *http.Request) {
 	agent, err := agentOf(r)
 	if err != nil {
@@ -158,7 +149,7 @@ func (a *api) createCode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/v1/agents/"+agent+"/code/"+c.Name)
-	writeJSON(w, http.StatusCreated, c)
+	writeJSON(w, http.StatusCreated, codeOf(c))
 }
 
 func (a *api) updateCode(w http.ResponseWriter, r *http.Request) {
@@ -188,7 +179,7 @@ func (a *api) updateCode(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, c)
+	writeJSON(w, http.StatusOK, codeOf(c))
 }
 
 func (a *api) getCode(w http.ResponseWriter, r *http.Request) {
@@ -215,7 +206,7 @@ func (a *api) answerCode(w http.ResponseWriter, r *http.Request, version int) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, c)
+	writeJSON(w, http.StatusOK, codeOf(c))
 }
 
 func (a *api) listCode(w http.ResponseWriter, r *http.Request) {
@@ -229,12 +220,11 @@ func (a *api) listCode(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	items := make([]CodeSummary, len(list))
-	for i, c := range list {
-		items[i] = CodeSummary{Name: c.Name, Version: c.Version, Description: c.Description,
-			Dependencies: c.Dependencies, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
+	items := each(list, codeSummaryOf)
+	if items == nil {
+		items = []apitype.CodeSummary{}
 	}
-	writeJSON(w, http.StatusOK, listAnswer("code", items, next))
+	writeJSON(w, http.StatusOK, apitype.CodeList{Code: items, NextCursor: next})
 }
 
 func (a *api) listCodeVersions(w http.ResponseWriter, r *http.Request) {
@@ -248,7 +238,7 @@ func (a *api) listCodeVersions(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"versions": list})
+	writeJSON(w, http.StatusOK, apitype.CodeVersions{Versions: each(list, codeVersionOf)})
 }
 
 func (a *api) deleteCode(w http.ResponseWriter, r *http.Request) {
@@ -271,7 +261,7 @@ func (a *api) deleteCode(w http.ResponseWriter, r *http.Request) {
 	if disabled == nil {
 		disabled = []string{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"deleted": name, "disabled_jobs": disabled})
+	writeJSON(w, http.StatusOK, apitype.CodeDeleted{Deleted: name, DisabledJobs: disabled})
 }
 
 var runCodeShape = shape{
@@ -379,7 +369,7 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/v1/agents/"+agent+"/jobs/"+j.ID)
-	writeJSON(w, http.StatusCreated, j)
+	writeJSON(w, http.StatusCreated, scheduledOf(j))
 }
 
 func (a *api) updateJob(w http.ResponseWriter, r *http.Request) {
@@ -408,32 +398,40 @@ func (a *api) updateJob(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, j)
+	writeJSON(w, http.StatusOK, scheduledOf(j))
 }
 
 func (a *api) getJob(w http.ResponseWriter, r *http.Request) {
-	a.jobAction(w, r, func(ctx context.Context, agent, id string) (any, error) { return a.jobs.Get(ctx, agent, id) })
+	a.jobAction(w, r, func(ctx context.Context, agent, id string) (any, error) {
+		j, err := a.jobs.Get(ctx, agent, id)
+		return scheduledOf(j), err
+	})
 }
 
 func (a *api) pauseJob(w http.ResponseWriter, r *http.Request) {
 	a.jobAction(w, r, func(ctx context.Context, agent, id string) (any, error) {
-		return a.jobs.SetEnabled(ctx, agent, id, false)
+		j, err := a.jobs.SetEnabled(ctx, agent, id, false)
+		return scheduledOf(j), err
 	})
 }
 
 func (a *api) resumeJob(w http.ResponseWriter, r *http.Request) {
 	a.jobAction(w, r, func(ctx context.Context, agent, id string) (any, error) {
-		return a.jobs.SetEnabled(ctx, agent, id, true)
+		j, err := a.jobs.SetEnabled(ctx, agent, id, true)
+		return scheduledOf(j), err
 	})
 }
 
 func (a *api) runJob(w http.ResponseWriter, r *http.Request) {
-	a.jobAction(w, r, func(ctx context.Context, agent, id string) (any, error) { return a.jobs.RunNow(ctx, agent, id) })
+	a.jobAction(w, r, func(ctx context.Context, agent, id string) (any, error) {
+		f, err := a.jobs.RunNow(ctx, agent, id)
+		return fireOf(f), err
+	})
 }
 
 func (a *api) deleteJob(w http.ResponseWriter, r *http.Request) {
 	a.jobAction(w, r, func(ctx context.Context, agent, id string) (any, error) {
-		return map[string]string{"deleted": id}, a.jobs.Delete(ctx, agent, id)
+		return apitype.Deleted{Deleted: id}, a.jobs.Delete(ctx, agent, id)
 	})
 }
 
@@ -463,7 +461,7 @@ func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, listAnswer("jobs", list, next))
+	writeJSON(w, http.StatusOK, apitype.JobList{Jobs: each(list, jobOf), NextCursor: next})
 }
 
 func (a *api) jobHistory(w http.ResponseWriter, r *http.Request) {
@@ -482,7 +480,7 @@ func (a *api) jobHistory(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, listAnswer("fires", list, next))
+	writeJSON(w, http.StatusOK, apitype.FireList{Fires: each(list, fireOf), NextCursor: next})
 }
 
 // ---- the ledger ----
@@ -493,7 +491,7 @@ func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, e)
+	writeJSON(w, http.StatusOK, executionOf(e))
 }
 
 func (a *api) listExecutions(w http.ResponseWriter, r *http.Request) {
@@ -530,7 +528,7 @@ func (a *api) listExecutions(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, listAnswer("executions", list, next))
+	writeJSON(w, http.StatusOK, apitype.ExecutionList{Executions: each(list, executionSummaryOf), NextCursor: next})
 }
 
 // timeRange reads the query parameters since and until (RFC 3339 times, each optional; since

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -76,7 +77,7 @@ type ExecutionFilter struct {
 }
 
 // ErrInvalidCursor means a page cursor was not one this store gave out.
-var ErrInvalidCursor = errors.New("invalid cursor: pass the next_cursor of the previous page unchanged, or none for the first page")
+var ErrInvalidCursor = errclass.New(errclass.Invalid, "invalid cursor: pass the next_cursor of the previous page unchanged, or none for the first page")
 
 // CodeSHA256 returns the hex SHA-256 of code, as recorded in the ledger.
 func CodeSHA256(code string) string {
