@@ -1,7 +1,10 @@
 package apitype
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -249,4 +252,10 @@ type StreamLine struct {
 	Result *Result `json:"result,omitempty"`
 	// Error is why the stream failed after it started, for type "error".
 	Error *ErrorDetail `json:"error,omitempty"`
+}
+
+// Holds says whether content is the bytes f describes: its size and SHA-256.
+func (f File) Holds(content []byte) bool {
+	sum := sha256.Sum256(content)
+	return int64(len(content)) == f.SizeBytes && strings.EqualFold(hex.EncodeToString(sum[:]), f.SHA256)
 }

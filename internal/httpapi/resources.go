@@ -111,10 +111,14 @@ func (a *api) bodyLimit() int64 {
 
 // ---- saved code ----
 
-type codeBody struct {
-	Name string `json:"name"`
-	library.Draft
-	ExpectedVersion int `json:"expected_version"`
+// codeBody is the JSON body of saved code: apitype.CodeDraft, whose name is read on create
+// and expected_version on update (the shapes refuse the other).
+type codeBody = apitype.CodeDraft
+
+// draftOf is the library's draft of a body.
+func draftOf(b codeBody) library.Draft {
+	return library.Draft{Code: b.Code, Dependencies: b.Dependencies, InputSchema: b.InputSchema,
+		OutputSchema: b.OutputSchema, Description: b.Description}
 }
 
 var (
@@ -143,7 +147,7 @@ func (a *api) createCode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	c, err := a.lib.Create(r.Context(), agent, b.Name, b.Draft)
+	c, err := a.lib.Create(r.Context(), agent, b.Name, draftOf(b))
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -167,14 +171,14 @@ func (a *api) updateCode(w http.ResponseWriter, r *http.Request) {
 			a.fail(w, r, err)
 			return
 		}
-		b.Draft = library.Draft{Code: cur.Code, Dependencies: cur.Dependencies, InputSchema: cur.InputSchema,
+		b = codeBody{Code: cur.Code, Dependencies: cur.Dependencies, InputSchema: cur.InputSchema,
 			OutputSchema: cur.OutputSchema, Description: cur.Description}
 	}
 	if err := readBody(w, r, a.bodyLimit(), &b, updateCodeShape); err != nil {
 		writeError(w, err)
 		return
 	}
-	c, err := a.lib.Update(r.Context(), agent, name, b.Draft, b.ExpectedVersion)
+	c, err := a.lib.Update(r.Context(), agent, name, draftOf(b), b.ExpectedVersion)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -329,27 +333,32 @@ var jobShape = shape{
 	example: `{"code_name": "daily-report", "schedule": "@daily"}`,
 }
 
-// jobBody is the JSON body of a job: its draft, and its input files in the body's form (nil
-// when absent: a PATCH keeps the job's files).
+// jobBody is the JSON body of a job: apitype.JobDraft, with its input files in the body's form
+// (nil when absent: a PATCH keeps the job's files), checked one by one by decodeFiles.
 type jobBody struct {
-	jobs.Draft
+	apitype.JobDraft
 	Files []json.RawMessage `json:"files"`
 }
 
 // readJob reads a job's body over d (a PATCH's current job, or nothing).
 func (a *api) readJob(w http.ResponseWriter, r *http.Request, d jobs.Draft) (jobs.Draft, error) {
-	b := jobBody{Draft: d}
+	b := jobBody{JobDraft: apitype.JobDraft{CodeName: d.CodeName, CodeVersion: d.CodeVersion, Schedule: d.Schedule,
+		Timezone: d.Timezone, Input: d.Input, TimeoutMS: d.TimeoutMS, Enabled: d.Enabled, Charts: d.Charts,
+		Overlap: d.Overlap, CatchUp: d.CatchUp, Description: d.Description}}
 	if err := readBody(w, r, a.bodyLimit(), &b, jobShape); err != nil {
 		return d, err
 	}
+	out := jobs.Draft{CodeName: b.CodeName, CodeVersion: b.CodeVersion, Schedule: b.Schedule, Timezone: b.Timezone,
+		Input: b.Input, TimeoutMS: b.TimeoutMS, Enabled: b.Enabled, Files: d.Files, Charts: b.Charts,
+		Overlap: b.Overlap, CatchUp: b.CatchUp, Description: b.Description}
 	if b.Files != nil {
 		files, err := decodeFiles(b.Files)
 		if err != nil {
 			return d, err
 		}
-		b.Draft.Files = files
+		out.Files = files
 	}
-	return b.Draft, nil
+	return out, nil
 }
 
 func (a *api) createJob(w http.ResponseWriter, r *http.Request) {

@@ -32,36 +32,36 @@ const ReasonInterrupted = "interrupted: the daemon stopped before the run ended 
 type Execution struct {
 	sandbox.Result
 	// Status is "running" or "finished".
-	Status string `json:"status"`
+	Status string
 	// CodeSHA256 is the hex SHA-256 of the code that ran; Code is that code (only in GetExecution).
-	CodeSHA256 string `json:"code_sha256"`
-	Code       string `json:"code,omitempty"`
+	CodeSHA256 string
+	Code       string
 	// Input is the JSON value the code got as INPUT.
-	Input json.RawMessage `json:"input"`
+	Input json.RawMessage
 	// EndedAt is when the run ended; null while it runs.
-	EndedAt *time.Time `json:"ended_at"`
+	EndedAt *time.Time
 }
 
 // ExecutionSummary is an Execution without its code, input and outputs, as listed.
 type ExecutionSummary struct {
-	ID         string          `json:"id"`
-	Agent      string          `json:"agent"`
-	Status     string          `json:"status"`
-	Outcome    sandbox.Outcome `json:"outcome"`
-	Success    bool            `json:"success"`
-	ExitCode   int             `json:"exit_code"`
-	Reason     string          `json:"reason,omitempty"`
-	DurationMS int64           `json:"duration_ms"`
-	TimeoutMS  int64           `json:"timeout_ms"`
-	StartedAt  time.Time       `json:"started_at"`
-	EndedAt    *time.Time      `json:"ended_at"`
-	CodeSHA256 string          `json:"code_sha256"`
+	ID         string
+	Agent      string
+	Status     string
+	Outcome    sandbox.Outcome
+	Success    bool
+	ExitCode   int
+	Reason     string
+	DurationMS int64
+	TimeoutMS  int64
+	StartedAt  time.Time
+	EndedAt    *time.Time
+	CodeSHA256 string
 	// Start is how the program started ("fork" or "cold"), empty when unknown.
-	Start string `json:"start,omitempty"`
+	Start string
 	// StdoutPreview is the first PreviewChars characters of stdout; StderrPreview the last
 	// PreviewChars of stderr, where a traceback ends. Whole in GetExecution.
-	StdoutPreview string `json:"stdout_preview"`
-	StderrPreview string `json:"stderr_preview"`
+	StdoutPreview string
+	StderrPreview string
 	sandbox.Origin
 }
 
