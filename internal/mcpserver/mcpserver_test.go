@@ -334,7 +334,7 @@ func TestJobHistory(t *testing.T) {
 		res, text := callTool(t, cs, "get_code_job_history", args)
 		var page struct {
 			Fires      []apitype.Fire `json:"fires"`
-			NextCursor string       `json:"next_cursor"`
+			NextCursor string         `json:"next_cursor"`
 		}
 		if res.IsError || json.Unmarshal([]byte(text), &page) != nil {
 			t.Fatalf("get_code_job_history %v: %q", args, text)
