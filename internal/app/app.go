@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandpit-dev/sandpit/internal/callback"
 	apiclient "github.com/sandpit-dev/sandpit/internal/client"
@@ -129,6 +128,13 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	return open(ctx, cfg, log, progress, false)
 }
 
+// OpenServing is Open for a process that serves the engine for a long time (the daemon, and
+// `sandpit mcp` without one): a Docker engine that does not answer yet is waited for in the
+// background (the sandbox reports not ready until it answers) instead of an error.
+func OpenServing(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer) (*Engine, error) {
+	return open(ctx, cfg, log, progress, true)
+}
+
 // open is Open; with waitForEngine, an engine that does not answer yet is waited for (the
 // daemon starts and reports not ready) instead of an error.
 func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer, waitForEngine bool) (_ *Engine, err error) {
@@ -231,6 +237,20 @@ func (e *Engine) RunBackground(ctx context.Context, retention store.Retention, l
 	wg.Wait()
 }
 
+// Handler returns the engine's REST API (package httpapi) with every group served: what the
+// daemon serves, and what a command that runs the engine itself calls in process
+// (client.InProcess), so both go through the same limits and decoding. log receives its
+// request lines and internal failures.
+func (e *Engine) Handler(cfg config.Config, log *slog.Logger) http.Handler {
+	backend := httpapi.Backend{Executor: e.Service, Library: e.Library, Jobs: e.Jobs, Ledger: e.Store, Files: e.Files, Packages: e.Runtime,
+		Knowledge: e.Store, Setup: func(ctx context.Context, emit func(setup.Event)) error {
+			_, err := setup.Run(ctx, setup.DetectPlatform(runtime.GOOS), setup.ExecRunner{}, daemonSetup{e}, setup.Options{}, emit)
+			return err
+		},
+		PackageIndex: httpapi.PackageIndex{IndexURL: cfg.IndexURL, ExtraIndexURLs: cfg.ExtraIndexURLs, TrustedHosts: cfg.TrustedHosts, BinaryOnly: cfg.BinaryOnly}}
+	return httpapi.NewHandler(backend, log)
+}
+
 // Close stops the engine: running executions are killed, the warm container stays for the next
 // engine to adopt, and the database and data directory are released.
 func (e *Engine) Close() error {
@@ -318,22 +338,16 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 		return fmt.Errorf("listening on %s: %w (set listen, SANDPIT_LISTEN or --listen to another address)", cfg.Listen, err)
 	}
 	defer ln.Close()
-	eng, err := open(ctx, cfg, log, progress, true)
+	eng, err := OpenServing(ctx, cfg, log, progress)
 	if err != nil {
 		return err
 	}
 	defer eng.Close()
 
-	backend := httpapi.Backend{Executor: eng.Service, Library: eng.Library, Jobs: eng.Jobs, Ledger: eng.Store, Files: eng.Files, Packages: eng.Runtime,
-		Knowledge: eng.Store, Setup: func(ctx context.Context, emit func(setup.Event)) error {
-			_, err := setup.Run(ctx, setup.DetectPlatform(runtime.GOOS), setup.ExecRunner{}, daemonSetup{eng}, setup.Options{}, emit)
-			return err
-		},
-		PackageIndex: httpapi.PackageIndex{IndexURL: cfg.IndexURL, ExtraIndexURLs: cfg.ExtraIndexURLs, TrustedHosts: cfg.TrustedHosts, BinaryOnly: cfg.BinaryOnly}}
 	root := http.NewServeMux()
-	api := httpapi.NewHandler(backend, log)
+	api := eng.Handler(cfg, log)
 	root.Handle("/", api)
-	mcpHandler, err := MCPHandler(ctx, api, "daemon")
+	mcpHandler, err := mcpserver.Endpoint(ctx, apiclient.InProcess(api), "daemon")
 	if err != nil {
 		return err
 	}
@@ -406,50 +420,6 @@ func CheckExposure(cfg config.Config) error {
 			"to a long random string, and give it to clients; or listen on 127.0.0.1", cfg.Listen)
 	}
 	return nil
-}
-
-// MCPHandler serves MCP over streamable HTTP with tools that call api, the daemon's own REST
-// handler, in process (see handlerTransport). Each session acts for the agent named by the
-// query parameter agent (or the header X-Sandpit-Agent), "default" when neither is given; an
-// invalid name is a 400 naming it. Sessions idle for MCPSessionTimeout are closed; a call whose
-// client goes away is cancelled (see mcpserver.HTTPHandler). The tools' descriptions state the
-// limits api answers (GET /v1/limits, read once here); an error is its failure to answer.
-func MCPHandler(ctx context.Context, api http.Handler, version string) (http.Handler, error) {
-	// No base URL: the requests never leave the process, and no address appears in errors.
-	c := apiclient.New("", &http.Client{Transport: handlerTransport{api}})
-	limits, err := c.Limits(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("reading the limits for the MCP tools' descriptions: %w", err)
-	}
-	mcpHandler := mcpserver.HTTPHandler(func(r *http.Request) *mcp.Server {
-		return mcpserver.New(c, mcpAgent(r), version, limits)
-	}, MCPSessionTimeout, MCPMaxSessions)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if agent := mcpAgent(r); !sandbox.ValidAgent(agent) {
-			httpapi.WriteError(w, &sandbox.FieldError{Field: "agent", Message: fmt.Sprintf(
-				"%q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit (?agent=NAME or X-Sandpit-Agent)", agent)})
-			return
-		}
-		mcpHandler.ServeHTTP(w, r)
-	}), nil
-}
-
-// MCPSessionTimeout is how long an MCP-over-HTTP session may stay idle before it is closed;
-// MCPMaxSessions how many may be open at once (each holds about 300 KiB of the daemon's memory).
-const (
-	MCPSessionTimeout = 30 * time.Minute
-	MCPMaxSessions    = 256
-)
-
-func mcpAgent(r *http.Request) string {
-	agent := r.URL.Query().Get("agent")
-	if agent == "" {
-		agent = r.Header.Get("X-Sandpit-Agent")
-	}
-	if agent == "" {
-		agent = "default"
-	}
-	return agent
 }
 
 // waitFor waits until done is closed or ctx ends.

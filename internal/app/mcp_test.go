@@ -19,9 +19,11 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/app"
+	"github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
+	"github.com/sandpit-dev/sandpit/internal/mcpserver"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
@@ -274,7 +276,7 @@ func mcpAnswer(r io.Reader, v any) error {
 	return fmt.Errorf("the answer ended without a message: %v", sc.Err())
 }
 
-// fakeMCP serves /mcp (app.MCPHandler) over the REST API of rt, with a ledger, the library and
+// fakeMCP serves /mcp (mcpserver.Endpoint) over the REST API of rt, with a ledger, the library and
 // jobs, and returns its endpoint for agent carol, a session of it and the ledger.
 func fakeMCP(t *testing.T, rt sandbox.Runtime) (string, *mcp.ClientSession, *store.Store) {
 	t.Helper()
@@ -285,8 +287,8 @@ func fakeMCP(t *testing.T, rt sandbox.Runtime) (string, *mcp.ClientSession, *sto
 	t.Cleanup(func() { st.Close() })
 	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, sandbox.DefaultConfig(), nil)
 	lib := library.New(st, svc, 0)
-	h, err := app.MCPHandler(t.Context(), httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib,
-		Jobs: jobs.New(st, lib, svc, jobs.Config{}, nil), Ledger: st}, nil), "test")
+	h, err := mcpserver.Endpoint(t.Context(), client.InProcess(httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib,
+		Jobs: jobs.New(st, lib, svc, jobs.Config{}, nil), Ledger: st}, nil)), "test")
 	if err != nil {
 		t.Fatal(err)
 	}

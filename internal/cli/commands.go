@@ -19,8 +19,6 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/datadir"
-	"github.com/sandpit-dev/sandpit/internal/httpapi"
-	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // DefaultURL is where `sandpit run` looks for a daemon when SANDPIT_URL is not set.
@@ -286,7 +284,8 @@ func (o *options) daemonURL(flag string) string {
 	return DefaultURL
 }
 
-// execute runs req through the daemon when one answers, else through a local engine. It
+// execute runs req through the daemon when one answers, else through an engine in this
+// process, whose REST API it calls in process (the same path as the daemon's). It
 // returns the run's result, where its output files are read from, and done, which releases
 // the engine (call it when the files are read, also after an error).
 func (o *options) execute(cmd *cobra.Command, f runFlags, req apitype.ExecuteRequest, emit func(apitype.Event)) (_ apitype.Result, _ fileSource, done func(), _ error) {
@@ -328,18 +327,10 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req apitype.ExecuteReq
 		}
 		return apitype.Result{}, nil, done, err
 	}
-	files, err := sandboxFiles(req.Files)
-	if err != nil {
-		eng.Close()
-		return apitype.Result{}, nil, done, err
-	}
-	var toEmit func(sandbox.Event)
-	if emit != nil {
-		toEmit = func(ev sandbox.Event) { emit(httpapi.EventOf(ev)) }
-	}
-	res, err := eng.Service.Execute(ctx, sandbox.Request{Code: req.Code, Input: req.Input, TimeoutMS: req.TimeoutMS, Agent: req.Agent,
-		Dependencies: req.Dependencies, Files: files, Charts: req.Charts, Origin: sandbox.Origin{Source: apitype.SourceCLI}}, toEmit)
-	return httpapi.ResultOf(res), localFiles(eng.Files, res.ID), func() { eng.Close() }, err
+	// The engine's own REST API, in process: the same decoding and limits as a daemon's.
+	c := client.InProcess(eng.Handler(cfg, o.logger(cfg, true))).As(apitype.SourceCLI)
+	a, err := c.ExecuteAnswer(ctx, req, emit)
+	return a.Result, daemonFiles(c, a.ID, a.Inline), func() { eng.Close() }, err
 }
 
 // compareWithDaemon checks the settings this command was given (environment, config file)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -254,35 +253,6 @@ func printSkipped(w io.Writer, res apitype.Result) {
 	}
 	if res.FilesTruncated {
 		fmt.Fprintln(w, "sandpit: more output files were left out than are listed (a cap on output files was reached)")
-	}
-}
-
-// sandboxFiles decodes a request's input files for the engine in this process.
-func sandboxFiles(files []apitype.InputFile) ([]sandbox.InputFile, error) {
-	var out []sandbox.InputFile
-	for _, f := range files {
-		content := []byte(f.Content)
-		if f.Encoding == apitype.EncodingBase64 {
-			var err error
-			if content, err = base64.StdEncoding.DecodeString(f.Content); err != nil {
-				return nil, fmt.Errorf("input file %q: %w", f.Name, err)
-			}
-		}
-		out = append(out, sandbox.InputFile{Name: f.Name, Content: content})
-	}
-	return out, nil
-}
-
-// keptFiles reads the output files an engine keeps (*store.Files).
-type keptFiles interface {
-	Open(ctx context.Context, id, name string) (io.ReadCloser, error)
-}
-
-// localFiles reads execution id's output files from kept, the file store of the engine in
-// this process.
-func localFiles(kept keptFiles, id string) fileSource {
-	return func(ctx context.Context, f apitype.File) (io.ReadCloser, error) {
-		return kept.Open(ctx, id, f.Name)
 	}
 }
 
