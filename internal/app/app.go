@@ -35,9 +35,9 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
-// Engine is a running sandbox: it owns the data directory, its database and its warm
+// Core is a running sandbox: it owns the data directory, its database and its warm
 // container until Close.
-type Engine struct {
+type Core struct {
 	Service *sandbox.Service
 	Runtime *docker.Runtime
 	Store   *store.Store
@@ -124,20 +124,20 @@ func RuntimeConfig(cfg config.Config, progress io.Writer) (docker.Config, error)
 // engine owns it), opens its database (finalising the records of runs a stopped engine left
 // running), builds the sandbox image if it is missing (its output goes to progress), and
 // starts the warm container. Jobs fire only while RunBackground runs.
-func Open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer) (*Engine, error) {
+func Open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer) (*Core, error) {
 	return open(ctx, cfg, log, progress, false)
 }
 
 // OpenServing is Open for a process that serves the engine for a long time (the daemon, and
 // `sandpit mcp` without one): a Docker engine that does not answer yet is waited for in the
 // background (the sandbox reports not ready until it answers) instead of an error.
-func OpenServing(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer) (*Engine, error) {
+func OpenServing(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer) (*Core, error) {
 	return open(ctx, cfg, log, progress, true)
 }
 
 // open is Open; with waitForEngine, an engine that does not answer yet is waited for (the
 // daemon starts and reports not ready) instead of an error.
-func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer, waitForEngine bool) (_ *Engine, err error) {
+func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer, waitForEngine bool) (_ *Core, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
@@ -195,7 +195,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: m.Recorder(st), Callbacks: callback.Dispatch{Handler: handler}, Files: files}, scfg, log)
 	m.Watch(svc.Stats, rt.Resets)
 	lib := library.New(st, svc, cfg.MaxDependencies)
-	return &Engine{
+	return &Core{
 		Service: svc,
 		Runtime: rt,
 		Store:   st,
@@ -211,7 +211,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 // RunBackground fires jobs and prunes the ledger by retention (hourly, with the records' output
 // files) until ctx ends, then
 // waits for the job runs it started (end them with Service.Interrupt).
-func (e *Engine) RunBackground(ctx context.Context, retention store.Retention, log *slog.Logger) {
+func (e *Core) RunBackground(ctx context.Context, retention store.Retention, log *slog.Logger) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := e.Jobs.Run(ctx); err != nil {
@@ -241,7 +241,7 @@ func (e *Engine) RunBackground(ctx context.Context, retention store.Retention, l
 // daemon serves, and what a command that runs the engine itself calls in process
 // (client.InProcess), so both go through the same limits and decoding. log receives its
 // request lines and internal failures.
-func (e *Engine) Handler(cfg config.Config, log *slog.Logger) http.Handler {
+func (e *Core) Handler(cfg config.Config, log *slog.Logger) http.Handler {
 	backend := httpapi.Backend{Executor: e.Service, Library: e.Library, Jobs: e.Jobs, Ledger: e.Store, Files: e.Files, Packages: e.Runtime,
 		Knowledge: e.Store, Setup: func(ctx context.Context, emit func(setup.Event)) error {
 			_, err := setup.Run(ctx, setup.DetectPlatform(runtime.GOOS), setup.ExecRunner{}, daemonSetup{e}, setup.Options{}, emit)
@@ -253,7 +253,7 @@ func (e *Engine) Handler(cfg config.Config, log *slog.Logger) http.Handler {
 
 // Close stops the engine: running executions are killed, the warm container stays for the next
 // engine to adopt, and the database and data directory are released.
-func (e *Engine) Close() error {
+func (e *Core) Close() error {
 	err := e.Runtime.Close()
 	e.api.Close()
 	return errors.Join(err, e.Store.Close(), e.lock.Release())

@@ -75,7 +75,7 @@ func (o *options) setup(cmd *cobra.Command, f daemonFlags, opts setup.Options, e
 	if opts.EngineAddress == "" {
 		opts.EngineAddress, _ = o.env.Lookup("DOCKER_HOST")
 	}
-	eng := &app.SetupEngine{Cfg: cfg, Log: o.logger(cfg, true)}
+	eng := &app.SetupDocker{Cfg: cfg, Log: o.logger(cfg, true)}
 	defer eng.Close()
 	_, err = setup.Run(ctx, setup.DetectPlatform(runtime.GOOS), setup.ExecRunner{}, eng, opts,
 		func(e setup.Event) { emit(httpapi.SetupEventOf(e)) })

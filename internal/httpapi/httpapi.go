@@ -32,7 +32,7 @@ type Backend struct {
 	Jobs     Scheduler
 	Ledger   Ledger
 	// Packages lists and removes installed dependencies; POST /v1/packages needs an Executor
-	// that is an Installer too.
+	// that is a PackageInstaller too.
 	Packages PackageManager
 	// Knowledge serves /v1/agents/{agent}/memories, facts, documents, graph/nodes,
 	// graph/edges and results.

@@ -11,14 +11,20 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
-// Installer pre-installs dependencies; *sandbox.Service satisfies it.
-type Installer interface {
+// PackageInstaller pre-installs dependencies into the shared package store (POST
+// /v1/packages); *sandbox.Service satisfies it. It is not sandbox.Installer, the runtime's
+// install for one box that the Service calls.
+type PackageInstaller interface {
 	Install(ctx context.Context, reqs []string, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error)
 }
 
 // PackageManager lists and removes installed dependencies; the Docker runtime satisfies it.
 type PackageManager interface {
-	Packages(ctx context.Context, op protocol.Packages) ([]protocol.Package, error)
+	// ListPackages returns every installed package.
+	ListPackages(ctx context.Context) ([]protocol.Package, error)
+	// RemovePackage removes every version of the package name and returns what it removed
+	// (none: no such package).
+	RemovePackage(ctx context.Context, name string) ([]protocol.Package, error)
 }
 
 var installShape = shape{
@@ -28,7 +34,7 @@ var installShape = shape{
 }
 
 func (a *api) listPackages(w http.ResponseWriter, r *http.Request) {
-	list, err := a.packages.Packages(r.Context(), protocol.Packages{Op: "list"})
+	list, err := a.packages.ListPackages(r.Context())
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -46,7 +52,7 @@ func (a *api) installPackages(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	inst, ok := a.ex.(Installer)
+	inst, ok := a.ex.(PackageInstaller)
 	if !ok {
 		writeError(w, fmt.Errorf("%w: this daemon cannot install packages", sandbox.ErrNotReady))
 		return
@@ -84,7 +90,7 @@ func (a *api) installPackages(w http.ResponseWriter, r *http.Request) {
 
 func (a *api) removePackage(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	removed, err := a.packages.Packages(r.Context(), protocol.Packages{Op: "remove", Name: name})
+	removed, err := a.packages.RemovePackage(r.Context(), name)
 	if err != nil {
 		a.fail(w, r, err)
 		return
