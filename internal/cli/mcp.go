@@ -33,8 +33,8 @@ long as the MCP client keeps it open (jobs then fire only while it runs). Logs g
 Add it to an MCP client as the command "sandpit mcp --agent NAME".`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !sandbox.ValidAgent(f.agent) {
-				return usageErrorf("--agent %q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_'", f.agent)
+			if err := sandbox.CheckAgent(f.agent); err != nil {
+				return err // said with --agent (inFlagWords); an Invalid error: exit 64
 			}
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()

@@ -54,8 +54,9 @@ var (
 // agentOf returns the {agent} of the path, or a 400 error.
 func agentOf(r *http.Request) (string, error) {
 	agent := r.PathValue("agent")
-	if !sandbox.ValidAgent(agent) {
-		return "", invalid("agent", "%q in the path is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit", agent)
+	if err := sandbox.CheckAgent(agent); err != nil {
+		err.Message += " (in the path)"
+		return "", err
 	}
 	return agent, nil
 }
@@ -516,9 +517,12 @@ func (a *api) listExecutions(w http.ResponseWriter, r *http.Request) {
 	}
 	f := store.ExecutionFilter{Agent: q.Get("agent"), Source: q.Get("source"), CodeName: q.Get("code_name"),
 		JobID: q.Get("job_id"), Outcome: sandbox.Outcome(q.Get("outcome"))}
-	if f.Agent != "" && !sandbox.ValidAgent(f.Agent) {
-		writeError(w, invalid("agent", "agent=%q is not a valid agent name", f.Agent))
-		return
+	if f.Agent != "" {
+		if err := sandbox.CheckAgent(f.Agent); err != nil {
+			err.Message += " (the query parameter agent)"
+			writeError(w, err)
+			return
+		}
 	}
 	if f.Source != "" && !slices.Contains([]string{sandbox.SourceAPI, sandbox.SourceCLI, sandbox.SourceMCP, sandbox.SourceJob}, f.Source) {
 		writeError(w, invalid("source", "source=%q: use api, cli, mcp or job", f.Source))

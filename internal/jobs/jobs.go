@@ -112,9 +112,8 @@ const Preview = 5
 // check validates d (with defaults applied) and returns it with its parsed schedule. Errors
 // are *sandbox.FieldError, or the library's errors for the code and its input.
 func check(ctx context.Context, lib Library, ex Executor, agent string, d Draft, maxTimeout time.Duration) (Draft, *schedule.Schedule, error) {
-	if !sandbox.ValidAgent(agent) {
-		return d, nil, &sandbox.FieldError{Field: "agent", Message: fmt.Sprintf(
-			"%q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit", agent)}
+	if err := sandbox.CheckAgent(agent); err != nil {
+		return d, nil, err
 	}
 	if d.CodeName == "" {
 		return d, nil, &sandbox.FieldError{Field: "code_name", Message: "is required: name the saved code the job runs"}

@@ -86,9 +86,8 @@ func CheckName(name string) error {
 }
 
 func checkAgent(agent string) error {
-	if !sandbox.ValidAgent(agent) {
-		return &sandbox.FieldError{Field: "agent", Message: fmt.Sprintf(
-			"%q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit", agent)}
+	if err := sandbox.CheckAgent(agent); err != nil {
+		return err
 	}
 	return nil
 }

@@ -36,9 +36,9 @@ func Endpoint(ctx context.Context, c *client.Client, version string) (http.Handl
 		return New(c, agentOf(r), version, limits)
 	}, SessionTimeout, MaxSessions)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if agent := agentOf(r); !sandbox.ValidAgent(agent) {
-			httpapi.WriteError(w, &sandbox.FieldError{Field: "agent", Message: fmt.Sprintf(
-				"%q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit (?agent=NAME or X-Sandpit-Agent)", agent)})
+		if err := sandbox.CheckAgent(agentOf(r)); err != nil {
+			err.Message += " (?agent=NAME or X-Sandpit-Agent)"
+			httpapi.WriteError(w, err)
 			return
 		}
 		h.ServeHTTP(w, r)
