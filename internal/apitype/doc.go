@@ -17,12 +17,15 @@ const NDJSONContentType = "application/x-ndjson"
 // records the execution's source as "api").
 const SourceHeader = "X-Sandpit-Source"
 
-// The sources of an execution (Origin.Source).
+// Source names where an execution came from (Origin.Source).
+type Source string
+
+// The sources of an execution.
 const (
-	SourceAPI = "api" // the REST API
-	SourceCLI = "cli" // the sandpit command line
-	SourceMCP = "mcp" // a Model Context Protocol client
-	SourceJob = "job" // a scheduled job's fire
+	SourceAPI Source = "api" // the REST API
+	SourceCLI Source = "cli" // the sandpit command line
+	SourceMCP Source = "mcp" // a Model Context Protocol client
+	SourceJob Source = "job" // a scheduled job's fire
 )
 
 // Page asks for one page of a listing: at most Limit items (0: DefaultLimit; 1 to MaxLimit),

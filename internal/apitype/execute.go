@@ -122,8 +122,8 @@ type Result struct {
 	TimeoutMS  int64 `json:"timeout_ms"`
 	// StartedAt is when the execution was accepted (RFC 3339, UTC).
 	StartedAt time.Time `json:"started_at"`
-	// Start is "fork" or "cold"; empty when the program never started.
-	Start string `json:"start,omitempty"`
+	// Start is StartFork or StartCold; empty when the program never started.
+	Start Start `json:"start,omitempty"`
 	// Origin says where the execution came from.
 	Origin
 	// Dependencies reports each requested requirement (absent when none were requested);
@@ -143,7 +143,7 @@ type Result struct {
 // Origin says where an execution came from.
 type Origin struct {
 	// Source is one of the Source constants.
-	Source string `json:"source"`
+	Source Source `json:"source"`
 	// JobID is the job whose fire started the execution ("job_..."), empty otherwise.
 	JobID string `json:"job_id,omitempty"`
 	// CodeName and CodeVersion name the saved code that ran, empty and 0 for ad hoc code.
@@ -151,12 +151,24 @@ type Origin struct {
 	CodeVersion int    `json:"code_version,omitempty"`
 }
 
-// The statuses of a dependency (DependencyStatus.Status).
+// Start says how a program's process was started (Result.Start).
+type Start string
+
+// The starts of a program.
 const (
-	DependencyPresent   = "present"   // already satisfied; pip did not run
-	DependencyInstalled = "installed" // installed now
-	DependencyFailed    = "failed"    // could not be installed, or conflicts; Error says why
-	DependencySkipped   = "skipped"   // its environment marker is false in the box: not needed
+	StartFork Start = "fork" // forked from the box's fork server, its preloaded modules imported
+	StartCold Start = "cold" // a fresh interpreter
+)
+
+// DependencyState is the status of one requirement (DependencyStatus.Status).
+type DependencyState string
+
+// The statuses of a dependency.
+const (
+	DependencyPresent   DependencyState = "present"   // already satisfied; pip did not run
+	DependencyInstalled DependencyState = "installed" // installed now
+	DependencyFailed    DependencyState = "failed"    // could not be installed, or conflicts; Error says why
+	DependencySkipped   DependencyState = "skipped"   // its environment marker is false in the box: not needed
 )
 
 // DependencyStatus reports one requirement of a run or of an install.
@@ -164,7 +176,7 @@ type DependencyStatus struct {
 	// Requirement is the PEP 508 requirement in canonical form ("tiny-pkg==1.0").
 	Requirement string `json:"requirement"`
 	// Status is one of the Dependency constants.
-	Status string `json:"status"`
+	Status DependencyState `json:"status"`
 	// Version is the version that satisfies it ("" when skipped or failed to install).
 	Version string `json:"version,omitempty"`
 	// DurationMS is how long checking and installing it took, in milliseconds.

@@ -208,7 +208,7 @@ type ExecutionSummary struct {
 	StartedAt     time.Time  `json:"started_at"`
 	EndedAt       *time.Time `json:"ended_at"`
 	CodeSHA256    string     `json:"code_sha256"`
-	Start         string     `json:"start,omitempty"`
+	Start         Start      `json:"start,omitempty"`
 	StdoutPreview string     `json:"stdout_preview"`
 	StderrPreview string     `json:"stderr_preview"`
 	Origin

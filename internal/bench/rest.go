@@ -146,7 +146,7 @@ func (c *restClient) sequential(ctx context.Context, p program, n int) ([]time.D
 		}
 		durations = append(durations, d)
 		if res.Start != "" {
-			starts[res.Start]++
+			starts[string(res.Start)]++
 		}
 	}
 	return durations, starts, nil

@@ -193,13 +193,13 @@ func (o *options) emitter(asJSON bool) func(apitype.Event) {
 	}
 	return func(e apitype.Event) {
 		switch e.Stream {
-		case "stdout":
+		case apitype.StreamStdout:
 			io.WriteString(o.env.Stdout, e.Data)
-		case "stderr":
+		case apitype.StreamStderr:
 			io.WriteString(o.env.Stderr, e.Data)
-		case "dependency":
+		case apitype.StreamDependency:
 			o.printDependency(e.Dependency)
-		case "log":
+		case apitype.StreamLog:
 			fmt.Fprintf(o.env.Stderr, "sandpit: agent.log %s: %s\n", e.Level, e.Data)
 		case apitype.StreamFile:
 			if e.File != nil {

@@ -29,8 +29,8 @@ import (
 type Client struct {
 	base   string
 	hc     *http.Client
-	source string // sent as apitype.SourceHeader
-	token  string // sent as a bearer token
+	source apitype.Source // sent as apitype.SourceHeader
+	token  string         // sent as a bearer token
 }
 
 // WithToken returns a copy of c that sends token as its bearer token ("" sends none).
@@ -40,8 +40,9 @@ func (c *Client) WithToken(token string) *Client {
 	return &cc
 }
 
-// As returns a copy of c whose runs are recorded with source ("cli" or "mcp").
-func (c *Client) As(source string) *Client {
+// As returns a copy of c whose runs are recorded with source (apitype.SourceCLI or
+// apitype.SourceMCP; the daemon records any other as apitype.SourceAPI).
+func (c *Client) As(source apitype.Source) *Client {
 	cc := *c
 	cc.source = source
 	return &cc
@@ -339,7 +340,7 @@ func (c *Client) sendRaw(ctx context.Context, method, path string, body io.Reade
 	}
 	req.Header.Set("Accept", accept)
 	if c.source != "" {
-		req.Header.Set(apitype.SourceHeader, c.source)
+		req.Header.Set(apitype.SourceHeader, string(c.source))
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)

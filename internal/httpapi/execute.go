@@ -105,8 +105,8 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func sourceOf(r *http.Request) string {
-	switch s := r.Header.Get(apitype.SourceHeader); s {
+func sourceOf(r *http.Request) sandbox.Source {
+	switch s := sandbox.Source(r.Header.Get(apitype.SourceHeader)); s {
 	case sandbox.SourceCLI, sandbox.SourceMCP:
 		return s
 	}

@@ -524,7 +524,7 @@ func (a *api) listExecutions(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if f.Source != "" && !slices.Contains([]string{sandbox.SourceAPI, sandbox.SourceCLI, sandbox.SourceMCP, sandbox.SourceJob}, f.Source) {
+	if f.Source != "" && !slices.Contains(sandbox.Sources, sandbox.Source(f.Source)) {
 		writeError(w, invalid("source", "source=%q: use api, cli, mcp or job", f.Source))
 		return
 	}

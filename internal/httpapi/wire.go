@@ -34,7 +34,7 @@ func ResultOf(res sandbox.Result) apitype.Result {
 		ExitCode: res.ExitCode, Signal: res.Signal, Reason: res.Reason, OOMKills: res.OOMKills,
 		Stdout: res.Stdout, Stderr: res.Stderr, StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
 		Output: res.Output, DurationMS: res.DurationMS, TimeoutMS: res.TimeoutMS, StartedAt: res.StartedAt,
-		Start: res.Start, Origin: apitype.Origin(res.Origin),
+		Start: apitype.Start(res.Start), Origin: originOf(res.Origin),
 		Dependencies: each(res.Dependencies, dependencyOf), InstallMS: res.InstallMS,
 		Calls:          each(res.Calls, func(c sandbox.CallRecord) apitype.CallRecord { return apitype.CallRecord(c) }),
 		Logs:           each(res.Logs, func(l sandbox.LogLine) apitype.LogLine { return apitype.LogLine(l) }),
@@ -70,7 +70,12 @@ func eventLine(ev sandbox.Event) apitype.StreamLine {
 }
 
 func dependencyOf(d sandbox.DependencyStatus) apitype.DependencyStatus {
-	return apitype.DependencyStatus(d)
+	return apitype.DependencyStatus{Requirement: d.Requirement, Status: apitype.DependencyState(d.Status),
+		Version: d.Version, DurationMS: d.DurationMS, Error: d.Error}
+}
+
+func originOf(o sandbox.Origin) apitype.Origin {
+	return apitype.Origin{Source: apitype.Source(o.Source), JobID: o.JobID, CodeName: o.CodeName, CodeVersion: o.CodeVersion}
 }
 
 func violationsOf(vs []library.Violation) []apitype.Violation {
@@ -119,8 +124,8 @@ func executionOf(e store.Execution) apitype.Execution {
 func executionSummaryOf(e store.ExecutionSummary) apitype.ExecutionSummary {
 	return apitype.ExecutionSummary{ID: e.ID, Agent: e.Agent, Status: e.Status, Outcome: apitype.Outcome(e.Outcome),
 		Success: e.Success, ExitCode: e.ExitCode, Reason: e.Reason, DurationMS: e.DurationMS, TimeoutMS: e.TimeoutMS,
-		StartedAt: e.StartedAt, EndedAt: e.EndedAt, CodeSHA256: e.CodeSHA256, Start: e.Start,
-		StdoutPreview: e.StdoutPreview, StderrPreview: e.StderrPreview, Origin: apitype.Origin(e.Origin)}
+		StartedAt: e.StartedAt, EndedAt: e.EndedAt, CodeSHA256: e.CodeSHA256, Start: apitype.Start(e.Start),
+		StdoutPreview: e.StdoutPreview, StderrPreview: e.StderrPreview, Origin: originOf(e.Origin)}
 }
 
 func packageOf(p protocol.Package) apitype.Package { return apitype.Package(p) }

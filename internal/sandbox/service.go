@@ -497,7 +497,7 @@ func (s *Service) install(ctx context.Context, slot int, reqs []string, emit fun
 	if emit != nil {
 		progress = func(d DependencyStatus) {
 			d = markSkipped(d)
-			emit(Event{Stream: "dependency", Dependency: &d})
+			emit(Event{Stream: StreamDependency, Dependency: &d})
 		}
 	}
 	out, err := inst.Install(ctx, slot, InstallRequest{Requirements: canonical, Timeout: s.cfg.InstallTimeout, Offline: s.cfg.Network == "none"}, progress)

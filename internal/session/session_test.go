@@ -214,7 +214,7 @@ func forkServerPID(t *testing.T, rt sandbox.Runtime) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pid, res.Start
+	return pid, string(res.Start)
 }
 
 func TestForkServerIsReplacedAfterMaxRuns(t *testing.T) {
@@ -281,7 +281,10 @@ func TestForkServerLeavesProbedDependenciesCold(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, tc := range []struct{ module, start string }{{"tinypkg", "fork"}, {"sandpit_probe_missing", "cold"}} {
+	for _, tc := range []struct {
+		module string
+		start  sandbox.Start
+	}{{"tinypkg", "fork"}, {"sandpit_probe_missing", "cold"}} {
 		dir := t.TempDir()
 		if err := os.Chmod(dir, 0o755); err != nil {
 			t.Fatal(err)

@@ -57,7 +57,7 @@ type ExecutionSummary struct {
 	EndedAt    *time.Time
 	CodeSHA256 string
 	// Start is how the program started ("fork" or "cold"), empty when unknown.
-	Start string
+	Start sandbox.Start
 	// StdoutPreview is the first PreviewChars characters of stdout; StderrPreview the last
 	// PreviewChars of stderr, where a traceback ends. Whole in GetExecution.
 	StdoutPreview string
@@ -146,7 +146,7 @@ func finish(ctx context.Context, tx *sql.Tx, res sandbox.Result, ended time.Time
 		files = ?, files_skipped = ?, files_truncated = ? WHERE id = ?`,
 		string(res.Outcome), res.ExitCode, res.Signal, res.Reason, res.Stdout, res.Stderr,
 		res.StdoutTruncated, res.StderrTruncated, string(res.Output), res.DurationMS,
-		ms(res.StartedAt), ms(ended), cols.deps, res.InstallMS, cols.calls, sql.NullString{String: res.Start, Valid: res.Start != ""},
+		ms(res.StartedAt), ms(ended), cols.deps, res.InstallMS, cols.calls, sql.NullString{String: string(res.Start), Valid: res.Start != ""},
 		res.OOMKills, cols.files, cols.skipped, res.FilesTruncated, res.ID)
 	if err != nil {
 		return err
@@ -247,7 +247,7 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 	if output.Valid && output.String != "" {
 		e.Output = json.RawMessage(output.String)
 	}
-	e.DurationMS, e.StartedAt, e.InstallMS, e.Start = dur.Int64, fromMS(started), installMS.Int64, start.String
+	e.DurationMS, e.StartedAt, e.InstallMS, e.Start = dur.Int64, fromMS(started), installMS.Int64, sandbox.Start(start.String)
 	for _, c := range []struct {
 		col sql.NullString
 		dst any
@@ -341,7 +341,7 @@ func (s *Store) ListExecutions(ctx context.Context, f ExecutionFilter, p Page) (
 		e.JobID, e.CodeName, e.CodeVersion = jobID.String, codeName.String, int(codeVersion.Int64)
 		e.Outcome, e.Reason, e.ExitCode, e.DurationMS = sandbox.Outcome(outcome.String), reason.String, int(exit.Int64), dur.Int64
 		e.Success = e.Outcome == sandbox.OutcomeOK
-		e.StartedAt, e.Start = fromMS(started), start.String
+		e.StartedAt, e.Start = fromMS(started), sandbox.Start(start.String)
 		if ended.Valid {
 			t := fromMS(ended)
 			e.EndedAt = &t

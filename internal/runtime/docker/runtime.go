@@ -447,11 +447,11 @@ type box struct {
 	mu          sync.Mutex
 	containerID string
 	sess        *session.Session // nil while the sandbox is down
-	lastErr     error           // why the sandbox is down
-	changed     chan struct{}   // closed and replaced whenever sess changes
-	engineDown  bool            // the Docker engine does not answer: requests fail at once
-	discard     bool            // the next connect replaces the container instead of adopting it
-	resets      int64           // times the sandbox was lost and brought back
+	lastErr     error            // why the sandbox is down
+	changed     chan struct{}    // closed and replaced whenever sess changes
+	engineDown  bool             // the Docker engine does not answer: requests fail at once
+	discard     bool             // the next connect replaces the container instead of adopting it
+	resets      int64            // times the sandbox was lost and brought back
 }
 
 func (b *box) container() string {
