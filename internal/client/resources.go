@@ -316,9 +316,7 @@ func (c *Client) ImportKnowledge(ctx context.Context, agent, kind string, body i
 		return 0, err
 	}
 	defer resp.Body.Close()
-	var out struct {
-		Created int `json:"created"`
-	}
+	var out apitype.Created
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 		return 0, fmt.Errorf("reading the import's answer: %w", err)
 	}
