@@ -19,6 +19,7 @@ import (
 	"sync"
 	"testing"
 
+	"fmt"
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 )
 
@@ -32,6 +33,7 @@ type outFile struct {
 	content         []byte
 	inline          bool
 	served          []byte
+	gone            bool // its bytes were evicted: GET answers the daemon's 410
 }
 
 func (f outFile) entry() apitype.File {
@@ -102,6 +104,11 @@ func (d *filesDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d.gets = append(d.gets, name)
 		d.mu.Unlock()
 		for _, f := range d.files {
+			if f.name == name && f.gone {
+				w.WriteHeader(http.StatusGone)
+				_, _ = fmt.Fprintf(w, `{"error": {"code": "gone", "message": "output file %q of execution %s is no longer kept: the quota on all runs' files (files_max_bytes) evicted it"}}`, name, filesExecID)
+				return
+			}
 			if f.name == name {
 				w.Header().Set("Content-Type", f.mediaType)
 				_, _ = w.Write(cmpBytes(f.served, f.content))
@@ -459,5 +466,18 @@ func TestOutputDirSkipsGitPaths(t *testing.T) {
 		if gitPath(n) {
 			t.Errorf("gitPath(%q) = true", n)
 		}
+	}
+}
+
+// TestExecFilesEvicted: a file whose bytes the daemon no longer keeps (410) is said as the
+// daemon says it, without a field prefix, and exits 66 (EX_NOINPUT), not 64 (a usage error).
+func TestExecFilesEvicted(t *testing.T) {
+	d := &filesDaemon{files: []outFile{{name: "old.csv", mediaType: "text/csv", content: []byte("a\n"), gone: true}}}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	code, _, stderr := sandpit(t, srv.URL, "exec", "files", filesExecID, "old.csv", "--output-dir", t.TempDir())
+	if code != 66 || !strings.Contains(stderr, `output file "old.csv" of execution `+filesExecID+` is no longer kept`) ||
+		strings.Contains(stderr, "name:") || !strings.Contains(stderr, "HTTP 410") {
+		t.Errorf("exit %d, stderr %q; want 66 and the daemon's message", code, stderr)
 	}
 }
