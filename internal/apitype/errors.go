@@ -1,7 +1,7 @@
 package apitype
 
-// The error codes of ErrorDetail.Code. Each one has one HTTP status, except invalid_request
-// (400, or 415 for a body that is not JSON) and internal (500).
+// The error codes of ErrorDetail.Code, each with its one HTTP status. A code the client does
+// not know is still an error of its status.
 const (
 	CodeInvalidRequest   = "invalid_request"        // 400: the request is malformed or a field is out of range
 	CodeInvalidInput     = "invalid_input"          // 400: the input breaks the saved code's input schema (see Violations)
