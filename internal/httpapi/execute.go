@@ -38,14 +38,6 @@ func tooLargeHint(cfg sandbox.Config) string {
 		"which base64 makes 4/3 as many); send less code, a smaller input or smaller files", cfg.MaxCodeBytes, cfg.MaxInputBytes, cfg.MaxInputFilesBytes)
 }
 
-// runFields are the body fields of every run (ad hoc or saved code): its files, whether
-// charts are saved, whether the answer holds the output files' bytes.
-type runFields struct {
-	Files       []json.RawMessage `json:"files"`
-	Charts      *bool             `json:"charts"`
-	InlineFiles bool              `json:"inline_files"`
-}
-
 var (
 	runFieldNames  = []string{"files", "charts", "inline_files"}
 	runFieldExpect = map[string]string{
@@ -62,14 +54,11 @@ func withRunFields(expect map[string]string) map[string]string {
 	return out
 }
 
-// executeBody is the JSON body of POST /v1/executions.
+// executeBody is the JSON body of POST /v1/executions: apitype.ExecuteRequest, with its files
+// in the body's form, checked one by one by decodeFiles.
 type executeBody struct {
-	Code         string          `json:"code"`
-	Input        json.RawMessage `json:"input"`
-	TimeoutMS    *int64          `json:"timeout_ms"`
-	Agent        string          `json:"agent"`
-	Dependencies []string        `json:"dependencies"`
-	runFields
+	apitype.ExecuteRequest
+	Files []json.RawMessage `json:"files"`
 }
 
 var executeShape = shape{

@@ -278,12 +278,11 @@ var runCodeShape = shape{
 	example: `{"input": {"n": 3}}`,
 }
 
-// runCodeBody is the JSON body of a saved-code run.
+// runCodeBody is the JSON body of a saved-code run: apitype.CodeRun, with its files in the
+// body's form, checked one by one by decodeFiles.
 type runCodeBody struct {
-	Input     json.RawMessage `json:"input"`
-	TimeoutMS *int64          `json:"timeout_ms"`
-	Version   int             `json:"version"`
-	runFields
+	apitype.CodeRun
+	Files []json.RawMessage `json:"files"`
 }
 
 func (a *api) runCode(w http.ResponseWriter, r *http.Request) {
