@@ -14,7 +14,7 @@ const (
 	exitUsage       = 64  // EX_USAGE: the request was invalid
 	exitDataErr     = 65  // EX_DATAERR: the program's OUTPUT broke its output schema
 	exitNoInput     = 66  // EX_NOINPUT: a dependency could not be installed (the code did not run), or an output file is no longer kept
-	exitUnavailable = 69  // EX_UNAVAILABLE: the sandbox is not ready
+	exitUnavailable = 69  // EX_UNAVAILABLE: the sandbox, the daemon or a setup step is not available
 	exitSoftware    = 70  // EX_SOFTWARE: sandpit itself failed
 	exitTempFail    = 75  // EX_TEMPFAIL: busy, or the data directory is in use; try again
 	exitNoPerm      = 77  // EX_NOPERM: the daemon refused the token (or its absence)
