@@ -445,4 +445,8 @@ func hostOf(addr string) string {
 }
 
 // shutdownGrace is how long a stopping daemon waits for in-flight requests.
-const shutdownGrace = 10 * time.Second
+const shutdownGrace = ShutdownGrace
+
+// ShutdownGrace is how long an engine that stops (the daemon, `sandpit mcp` on its own engine)
+// waits for the runs in flight, its job fires' among them, before it interrupts them.
+const ShutdownGrace = 10 * time.Second

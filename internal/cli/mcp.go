@@ -14,6 +14,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/datadir"
 	"github.com/sandpit-dev/sandpit/internal/mcpserver"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"time"
 )
 
 func (o *options) mcpCommand() *cobra.Command {
@@ -71,7 +72,8 @@ Add it to an MCP client as the command "sandpit mcp --agent NAME".`,
 
 // engineForMCP opens the engine in this process and returns a client of its REST API, called
 // in process (client.InProcess: the daemon's path, without the network), and stop, which ends
-// its job fires and closes it. Jobs fire while it runs.
+// its job fires (their runs get app.ShutdownGrace, then are interrupted) and closes it. Jobs
+// fire while it runs.
 func (o *options) engineForMCP(ctx context.Context, cmd *cobra.Command) (*client.Client, func(), error) {
 	cfg, err := o.load(cmd)
 	if err != nil {
@@ -91,9 +93,13 @@ func (o *options) engineForMCP(ctx context.Context, cmd *cobra.Command) (*client
 	bgDone := make(chan struct{})
 	go func() { eng.RunBackground(bgCtx, cfg.Retention(), log); close(bgDone) }()
 	stop := func() {
-		stopBackground()
-		eng.Service.Interrupt() // job runs still going end now; the MCP client has gone
-		<-bgDone
+		stopBackground() // no more fires; the job runs going get a grace, as a daemon's do
+		select {
+		case <-bgDone:
+		case <-time.After(app.ShutdownGrace):
+			eng.Service.Interrupt()
+			<-bgDone
+		}
 		if err := eng.Close(); err != nil {
 			fmt.Fprintf(o.env.Stderr, "sandpit: stopping the engine: %v\n", err)
 		}
