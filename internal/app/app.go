@@ -327,7 +327,7 @@ func RemoveSandbox(ctx context.Context, cfg config.Config) (int, error) {
 }
 
 // Serve runs the daemon: it opens the engine, serves the REST API on cfg.Listen until ctx
-// ends, then shuts down gracefully (in-flight requests get shutdownGrace to finish).
+// ends, then shuts down gracefully (in-flight requests get ShutdownGrace to finish).
 // ready, when not nil, receives the listener's address once the API accepts connections.
 func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer, ready func(addr string)) error {
 	if err := CheckExposure(cfg); err != nil {
@@ -384,9 +384,9 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 		return fmt.Errorf("serving HTTP: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info("shutting down: no more job fires; waiting for in-flight executions", "grace", shutdownGrace)
+	log.Info("shutting down: no more job fires; waiting for in-flight executions", "grace", ShutdownGrace)
 	stopBackground()
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
 	defer cancel()
 	err = srv.Shutdown(shutdownCtx)
 	if err == nil {
@@ -443,9 +443,6 @@ func hostOf(addr string) string {
 	host, _, _ := net.SplitHostPort(addr)
 	return host
 }
-
-// shutdownGrace is how long a stopping daemon waits for in-flight requests.
-const shutdownGrace = ShutdownGrace
 
 // ShutdownGrace is how long an engine that stops (the daemon, `sandpit mcp` on its own engine)
 // waits for the runs in flight, its job fires' among them, before it interrupts them.
