@@ -21,7 +21,7 @@ const maxEgressOpening = 256
 // openEgress answers the executor's KindEgressOpen: the owner's dialer decides and dials (on
 // its own goroutine: resolving and connecting take time), and the stream starts once the
 // executor knows the answer.
-func (c *Client) openEgress(m *protocol.Message) {
+func (c *Session) openEgress(m *protocol.Message) {
 	if m.Egress == nil {
 		return
 	}
@@ -123,7 +123,7 @@ func kindOf(id string) string {
 
 // endEgress forgets id's dialer and ends its streams still open: no connection outlives its
 // run or install.
-func (c *Client) endEgress(id string) {
+func (c *Session) endEgress(id string) {
 	c.mu.Lock()
 	delete(c.dialers, id)
 	var open []*protocol.Stream
