@@ -549,8 +549,32 @@ func (s *Service) install(ctx context.Context, slot int, reqs []string, emit fun
 		for i := range conns {
 			conns[i].Install = true
 		}
+		explainEgress(&out, conns)
 	}
 	return out, conns, err
+}
+
+// explainEgress adds to each failed dependency's error what the egress proxy refused or could
+// not reach during the install: pip itself sees only a 403 or 502 answer.
+func explainEgress(out *Installed, conns []EgressConnection) {
+	var why []string
+	seen := map[string]bool{}
+	for _, c := range conns {
+		if c.Reason == "" || seen[c.Reason] || len(why) == 3 {
+			continue
+		}
+		seen[c.Reason] = true
+		why = append(why, fmt.Sprintf("%s:%d: %s", c.Host, c.Port, c.Reason))
+	}
+	if len(why) == 0 {
+		return
+	}
+	note := "\nthe sandbox's egress proxy (network \"allowlist\"): " + strings.Join(why, "; ")
+	for i, d := range out.Dependencies {
+		if d.Status == DependencyFailed {
+			out.Dependencies[i].Error += note
+		}
+	}
 }
 
 // finishRetries and finishRetryEvery bound retrying a result the ledger could not record
