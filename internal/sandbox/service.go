@@ -555,21 +555,35 @@ func (s *Service) install(ctx context.Context, slot int, reqs []string, emit fun
 }
 
 // explainEgress adds to each failed dependency's error what the egress proxy refused or could
-// not reach during the install: pip itself sees only a 403 or 502 answer.
+// not reach during the install: pip itself sees only a 403 or 502 answer, and often says no
+// more than that no version was found.
 func explainEgress(out *Installed, conns []EgressConnection) {
-	var why []string
+	var failed, refused []string
 	seen := map[string]bool{}
 	for _, c := range conns {
-		if c.Reason == "" || seen[c.Reason] || len(why) == 3 {
+		if c.Reason == "" || seen[c.Reason] || len(failed)+len(refused) == 3 {
 			continue
 		}
 		seen[c.Reason] = true
-		why = append(why, fmt.Sprintf("%s:%d: %s", c.Host, c.Port, c.Reason))
+		line := fmt.Sprintf("%s:%d: %s", c.Host, c.Port, c.Reason)
+		if c.Allowed {
+			failed = append(failed, line)
+		} else {
+			refused = append(refused, line)
+		}
 	}
-	if len(why) == 0 {
+	var note string
+	if len(failed) > 0 {
+		note += "\nthe package index could not be reached through the sandbox's egress proxy (network \"allowlist\"; check index_url): " +
+			strings.Join(failed, "; ")
+	}
+	if len(refused) > 0 {
+		note += "\nthe sandbox's egress proxy refused pip's connections (network \"allowlist\": installs reach the hosts of index_url " +
+			"and extra_index_urls): " + strings.Join(refused, "; ")
+	}
+	if note == "" {
 		return
 	}
-	note := "\nthe sandbox's egress proxy (network \"allowlist\"): " + strings.Join(why, "; ")
 	for i, d := range out.Dependencies {
 		if d.Status == DependencyFailed {
 			out.Dependencies[i].Error += note
