@@ -57,8 +57,8 @@ func (e *InUseError) Error() string {
 
 // Store is the open database. It is safe for concurrent use.
 type Store struct {
-	w   *dbx // SQLite: one connection, every write goes through it; PostgreSQL: the pool
-	r   *dbx // readers (PostgreSQL: the same pool as w)
+	w *dbx // SQLite: one connection, every write goes through it; PostgreSQL: the pool
+	r *dbx // readers (PostgreSQL: the same pool as w)
 	// pg says the database is PostgreSQL (OpenPostgres), not SQLite.
 	pg bool
 	// daemon is this daemon's ID (SetDaemon), recorded with the executions it runs and the
