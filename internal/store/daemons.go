@@ -153,3 +153,38 @@ func (s *Store) StartQueued(ctx context.Context, id int64, jobID, executionID st
 	})
 	return started, err
 }
+
+// FireDaemons returns the daemon that claimed each fire of job jobID ("" for none recorded),
+// oldest fire first.
+func (s *Store) FireDaemons(ctx context.Context, jobID string) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT coalesce(daemon, '') FROM job_fires WHERE job_id = ? ORDER BY id`, jobID)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, func(r scanner) (string, error) { var d string; return d, r.Scan(&d) })
+}
+
+// ElsewhereError means what a request asks for is held by another daemon sharing the
+// database (a running execution's stream, a live session): ask that daemon.
+type ElsewhereError struct {
+	What    string // what is held, as "execution exe_…"
+	Daemon  string // the daemon's ID
+	Address string // its API address (host:port), "" when unknown
+}
+
+func (e *ElsewhereError) Error() string {
+	if e.Address == "" {
+		return fmt.Sprintf("%s is held by daemon %s, which shares this database; ask that daemon", e.What, e.Daemon)
+	}
+	return fmt.Sprintf("%s is held by daemon %s at %s, which shares this database; send the request there", e.What, e.Daemon, e.Address)
+}
+
+// Elsewhere returns an *ElsewhereError for what, held by daemon id, with the daemon's address
+// when it is known; nil when id is this daemon (or "").
+func (s *Store) Elsewhere(ctx context.Context, what, id string) error {
+	if id == "" || id == s.daemon {
+		return nil
+	}
+	d, _ := s.GetDaemon(ctx, id)
+	return &ElsewhereError{What: what, Daemon: id, Address: d.Address}
+}
