@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -123,6 +124,7 @@ func TestThreeDaemonsFireEachJobOnce(t *testing.T) {
 	}
 
 	byDaemon := map[string]int{}
+	var jitter []time.Duration
 	for _, id := range jobs {
 		fires := history(t, ds[0].url(), id)
 		if len(fires) < 10 {
@@ -142,6 +144,7 @@ func TestThreeDaemonsFireEachJobOnce(t *testing.T) {
 			if i > 0 && f.ScheduledAt.Sub(fires[i-1].ScheduledAt) != 10*time.Second {
 				t.Errorf("job %s: a fire was lost between %v and %v", id, fires[i-1].ScheduledAt, f.ScheduledAt)
 			}
+			jitter = append(jitter, f.FiredAt.Sub(f.ScheduledAt))
 			switch f.Status {
 			case store.FireStarted:
 				var rec store.Execution
@@ -159,6 +162,11 @@ func TestThreeDaemonsFireEachJobOnce(t *testing.T) {
 		}
 	}
 	t.Logf("fires claimed per daemon: %v", byDaemon)
+	if len(jitter) > 0 {
+		slices.Sort(jitter)
+		t.Logf("job-fire jitter (fired_at - scheduled_at) over %d fires: p50 %v, p95 %v, max %v", len(jitter),
+			jitter[len(jitter)/2], jitter[len(jitter)*95/100], jitter[len(jitter)-1])
+	}
 }
 
 // freeAddr returns a free loopback address.

@@ -26,7 +26,7 @@ const maxAttempts = 20
 
 // OpenPostgres opens the PostgreSQL database at url (postgres://user:password@host:port/db?…,
 // or the key=value form) through github.com/jackc/pgx/v5 and migrates it to the current
-// schema. maxConns bounds the connections this daemon opens (0: 10). log may be nil. Errors
+// schema. maxConns bounds the connections this daemon opens (0: 10; at least 2). log may be nil. Errors
 // name the database without its password.
 func OpenPostgres(ctx context.Context, url string, maxConns int, log *slog.Logger) (*Store, error) {
 	if log == nil {
@@ -35,6 +35,8 @@ func OpenPostgres(ctx context.Context, url string, maxConns int, log *slog.Logge
 	if maxConns <= 0 {
 		maxConns = 10
 	}
+	// Migrating holds one connection for its lock while goose uses another.
+	maxConns = max(maxConns, 2)
 	shown := RedactURL(url)
 	if _, err := pgconn.ParseConfig(url); err != nil {
 		return nil, fmt.Errorf("database_url %s is not a PostgreSQL connection URL (postgres://user:password@host:5432/database): %w", shown, redactErr(err, url))
