@@ -37,6 +37,7 @@ var conformance = []struct {
 	{"KnowledgeKeepsHostileText", TestKnowledgeKeepsHostileText},
 	{"FilesServedByEveryHandle", TestFilesServedByEveryHandle},
 	{"DaemonsRecoverExpiredLeases", TestDaemonsRecoverExpiredLeases},
+	{"OverlapIsDecidedFromTheSharedLedger", TestOverlapIsDecidedFromTheSharedLedger},
 }
 
 // onPostgres says whether t is a case TestPostgres runs.
@@ -257,5 +258,71 @@ func TestDaemonsRecoverExpiredLeases(t *testing.T) {
 	wg.Wait()
 	if wins != 1 {
 		t.Fatalf("%d daemons claimed one fire", wins)
+	}
+}
+
+// TestOverlapIsDecidedFromTheSharedLedger: a fire that would start while a run of its job goes
+// on (whichever daemon runs it) is skipped or queued by the job's policy when it is recorded,
+// and a queued fire is handed out once, when that run has ended.
+func TestOverlapIsDecidedFromTheSharedLedger(t *testing.T) {
+	s := open(t)
+	ctx := t.Context()
+	s.SetDaemon("d1")
+	if _, err := s.CreateCode(ctx, Code{Agent: "a", Name: "c", Code: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	for _, overlap := range []string{"skip", "queue"} {
+		id := "job_" + overlap
+		if _, err := s.CreateJob(ctx, Job{ID: id, Agent: "a", CodeName: "c", Schedule: "@every 10s", Timezone: "UTC",
+			Input: json.RawMessage("null"), Enabled: true, Overlap: overlap, CatchUp: "skip", NextRunAt: &at}); err != nil {
+			t.Fatal(err)
+		}
+		claim := func(n int) Fire {
+			t.Helper()
+			due := at.Add(time.Duration(n) * 10 * time.Second)
+			f := Fire{JobID: id, Agent: "a", Kind: FireScheduled, Status: FireStarted, ScheduledAt: due, FiredAt: due, ExecutionID: sandbox.NewID()}
+			fires, ok, err := s.ClaimFires(ctx, id, due, due.Add(10*time.Second), []Fire{f})
+			if err != nil || !ok || len(fires) != 1 {
+				t.Fatalf("claim %d: %v %v %v", n, fires, ok, err)
+			}
+			return fires[0]
+		}
+		first := claim(0)
+		if first.Status != FireStarted {
+			t.Fatalf("%s: the first fire is %s", overlap, first.Status)
+		}
+		second, third := claim(1), claim(2)
+		want := []string{FireSkipped, FireSkipped}
+		if overlap == "queue" {
+			want = []string{FireQueued, FireSkipped}
+		}
+		if second.Status != want[0] || third.Status != want[1] || second.ExecutionID != "" {
+			t.Fatalf("%s: fires while the first runs: %+v %+v", overlap, second, third)
+		}
+		if overlap != "queue" {
+			continue
+		}
+		if ok, err := s.StartQueued(ctx, second.ID, id, sandbox.NewID()); err != nil || ok {
+			t.Fatalf("a queued fire started while the first run goes on: %v %v", ok, err)
+		}
+		head := sandbox.Result{ID: first.ExecutionID, Agent: "a", TimeoutMS: 1000, StartedAt: at, Origin: sandbox.Origin{Source: "job", JobID: id}}
+		if err := s.Begin(ctx, sandbox.Spec{ID: head.ID, Code: "x", Input: json.RawMessage("null"), TimeoutMS: 1000}, head); err != nil {
+			t.Fatal(err)
+		}
+		head.Outcome = sandbox.OutcomeOK
+		if err := s.Finish(ctx, head); err != nil {
+			t.Fatal(err)
+		}
+		exec := sandbox.NewID()
+		if ok, err := s.StartQueued(ctx, second.ID, id, exec); err != nil || !ok {
+			t.Fatalf("the queued fire did not start after the run ended: %v %v", ok, err)
+		}
+		if ok, _ := s.StartQueued(ctx, second.ID, id, sandbox.NewID()); ok {
+			t.Fatal("a queued fire was handed out twice")
+		}
+		if busy, _ := s.JobBusy(ctx, id); busy != exec {
+			t.Fatalf("JobBusy = %q, want the queued fire's run %s", busy, exec)
+		}
 	}
 }
