@@ -1,6 +1,7 @@
 package multidaemon
 
 import (
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +20,8 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/store"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 	"github.com/sandpit-dev/sandpit/internal/testenv/pgtest"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -81,7 +84,7 @@ func TestThreeDaemonsFireEachJobOnce(t *testing.T) {
 	}
 
 	// Code saved on one daemon, jobs created on each: the store is shared.
-	if st := call(t, "POST", ds[0].url()+"/v1/agents/k/code", `{"name": "tick", "code": "print('tick')"}`, nil); st != 201 {
+	if st := call(t, "POST", ds[0].url()+"/v1/agents/k/code", `{"name": "tick", "code": "import time; time.sleep(2); print('tick')"}`, nil); st != 201 {
 		t.Fatalf("saving code: %d", st)
 	}
 	var jobs []string
@@ -94,12 +97,27 @@ func TestThreeDaemonsFireEachJobOnce(t *testing.T) {
 	}
 	began := time.Now()
 
-	// A minute in, SIGKILL the second daemon; start it again 10 s later (same ID, data
-	// directory and port).
-	time.Sleep(time.Until(began.Add(55 * time.Second)))
+	// About a minute in, SIGKILL the second daemon while it runs a fire (or at 90 s if it
+	// never does); start it again 10 s later (same ID, data directory and port).
+	time.Sleep(time.Until(began.Add(50 * time.Second)))
+	db, err := sql.Open("pgx", dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for deadline := began.Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		var n int
+		if err := db.QueryRowContext(t.Context(), `SELECT count(*) FROM executions WHERE daemon = 'd2' AND status = 'running'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+	}
 	if err := ds[1].cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("killed d2 at %v", time.Since(began).Round(time.Second))
 	ds[1].cmd.Wait()
 	time.Sleep(10 * time.Second)
 	start(ds[1])
@@ -125,6 +143,7 @@ func TestThreeDaemonsFireEachJobOnce(t *testing.T) {
 
 	byDaemon := map[string]int{}
 	var jitter []time.Duration
+	interrupted := 0
 	for _, id := range jobs {
 		fires := history(t, ds[0].url(), id)
 		if len(fires) < 10 {
@@ -151,6 +170,9 @@ func TestThreeDaemonsFireEachJobOnce(t *testing.T) {
 				if st := call(t, "GET", ds[i%3].url()+"/v1/executions/"+f.ExecutionID, "", &rec); st != 200 || rec.Status != store.StatusFinished {
 					t.Errorf("job %s: the run of the fire at %v: %d %+v", id, f.ScheduledAt, st, rec.Status)
 				}
+				if rec.Reason == store.ReasonInterrupted {
+					interrupted++
+				}
 			case store.FireFailed, store.FireSkipped:
 				t.Logf("job %s: fire at %v %s: %s", id, f.ScheduledAt, f.Status, f.Reason)
 			default:
@@ -161,7 +183,7 @@ func TestThreeDaemonsFireEachJobOnce(t *testing.T) {
 			byDaemon[d]++
 		}
 	}
-	t.Logf("fires claimed per daemon: %v", byDaemon)
+	t.Logf("fires claimed per daemon: %v; runs interrupted by the kill: %d", byDaemon, interrupted)
 	if len(jitter) > 0 {
 		slices.Sort(jitter)
 		t.Logf("job-fire jitter (fired_at - scheduled_at) over %d fires: p50 %v, p95 %v, max %v", len(jitter),
