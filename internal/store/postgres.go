@@ -125,3 +125,23 @@ func redactErr(err error, raw string) error {
 
 // Postgres says whether the store's database is PostgreSQL.
 func (s *Store) Postgres() bool { return s.pg }
+
+// PingPostgres connects to the PostgreSQL database at url without changing it and returns its
+// server version and how many daemons have recorded a heartbeat there (0 before the schema
+// exists). Errors name the database without its password.
+func PingPostgres(ctx context.Context, url string) (version string, daemons int, err error) {
+	shown := RedactURL(url)
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		return "", 0, fmt.Errorf("database_url %s: %w", shown, redactErr(err, url))
+	}
+	defer db.Close()
+	if err := db.QueryRowContext(ctx, `SHOW server_version`).Scan(&version); err != nil {
+		return "", 0, fmt.Errorf("connecting to the database %s (database_url): %w", shown, redactErr(err, url))
+	}
+	var exists bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass('daemons') IS NOT NULL`).Scan(&exists); err == nil && exists {
+		_ = db.QueryRowContext(ctx, `SELECT count(*) FROM daemons`).Scan(&daemons)
+	}
+	return version, daemons, nil
+}
