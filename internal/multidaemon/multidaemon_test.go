@@ -3,6 +3,7 @@ package multidaemon
 import (
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -35,8 +36,8 @@ type daemon struct {
 func (d *daemon) url() string { return "http://" + d.addr }
 
 // Three daemons on one PostgreSQL, each with its own data directory, port and containers, fire
-// @every 10s jobs for two minutes; one is killed with SIGKILL in the middle and started again.
-// Every due fire is recorded exactly once (none lost, none doubled), every started fire's run
+// @every 10s jobs for two minutes; one is killed with SIGKILL in the middle of a run, the others
+// record that run as interrupted once its lease expires, and it is started again. Every due fire is recorded exactly once (none lost, none doubled), every started fire's run
 // is in the ledger, and no record is left running.
 func TestThreeDaemonsFireEachJobOnce(t *testing.T) {
 	dbURL := pgtest.URL(t)
@@ -98,28 +99,52 @@ func TestThreeDaemonsFireEachJobOnce(t *testing.T) {
 	began := time.Now()
 
 	// About a minute in, SIGKILL the second daemon while it runs a fire (or at 90 s if it
-	// never does); start it again 10 s later (same ID, data directory and port).
+	// never does); start it again (same ID, data directory and port) once the others have taken
+	// over its lease.
 	time.Sleep(time.Until(began.Add(50 * time.Second)))
 	db, err := sql.Open("pgx", dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
+	var killedRun string
 	for deadline := began.Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		var n int
-		if err := db.QueryRowContext(t.Context(), `SELECT count(*) FROM executions WHERE daemon = 'd2' AND status = 'running'`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
+		err := db.QueryRowContext(t.Context(), `SELECT id FROM executions WHERE daemon = 'd2' AND status = 'running' LIMIT 1`).Scan(&killedRun)
+		if err == nil {
 			break
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			t.Fatal(err)
 		}
 	}
 	if err := ds[1].cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("killed d2 at %v", time.Since(began).Round(time.Second))
+	killedAt := time.Now()
+	t.Logf("killed d2 at %v, running %q", killedAt.Sub(began).Round(time.Second), killedRun)
 	ds[1].cmd.Wait()
-	time.Sleep(10 * time.Second)
+	// The others take over its lease once it has expired: its run is recorded as interrupted
+	// before it comes back.
+	if killedRun != "" {
+		for deadline := killedAt.Add(store.DefaultLease + 30*time.Second); ; time.Sleep(500 * time.Millisecond) {
+			var status, reason string
+			if err := db.QueryRowContext(t.Context(), `SELECT status, coalesce(reason, '') FROM executions WHERE id = $1`, killedRun).Scan(&status, &reason); err != nil {
+				t.Fatal(err)
+			}
+			if status == store.StatusFinished {
+				if reason != store.ReasonInterrupted {
+					t.Errorf("the killed daemon's run ended as %q", reason)
+				}
+				t.Logf("the other daemons finalised d2's run %v after the kill (lease %v)", time.Since(killedAt).Round(time.Second), store.DefaultLease)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("d2's run %s is still running %v after d2 was killed: its lease was not taken over", killedRun, time.Since(killedAt))
+			}
+		}
+	} else {
+		time.Sleep(10 * time.Second)
+	}
 	start(ds[1])
 	waitReady(t, ds[1].url(), 2*time.Minute)
 
