@@ -37,8 +37,9 @@ func (d *daemon) url() string { return "http://" + d.addr }
 
 // Three daemons on one PostgreSQL, each with its own data directory, port and containers, fire
 // @every 10s jobs for two minutes; one is killed with SIGKILL in the middle of a run, the others
-// record that run as interrupted once its lease expires, and it is started again. Every due fire is recorded exactly once (none lost, none doubled), every started fire's run
-// is in the ledger, and no record is left running.
+// record that run as interrupted once its lease expires, and it is started again. Every due
+// fire is recorded exactly once (none lost, none doubled), every started fire's run is in the
+// ledger, and no record is left running.
 func TestThreeDaemonsFireEachJobOnce(t *testing.T) {
 	dbURL := pgtest.URL(t)
 	testenv.DockerClient(t)
