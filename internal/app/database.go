@@ -83,7 +83,7 @@ func daemonID(cfg config.Config) (string, error) {
 
 // heartbeat records that the daemon is alive every lease/3, and finalises what daemons whose
 // heartbeat is older than the lease left running, until ctx ends. Only on PostgreSQL.
-func (e *Engine) heartbeat(ctx context.Context, address string, log *slog.Logger) {
+func (e *Core) heartbeat(ctx context.Context, address string, log *slog.Logger) {
 	if !e.Store.Postgres() {
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/store"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 	"github.com/sandpit-dev/sandpit/internal/testenv/pgtest"
@@ -192,8 +193,8 @@ func TestThreeDaemonsFireEachJobOnce(t *testing.T) {
 			jitter = append(jitter, f.FiredAt.Sub(f.ScheduledAt))
 			switch f.Status {
 			case store.FireStarted:
-				var rec store.Execution
-				if st := call(t, "GET", ds[i%3].url()+"/v1/executions/"+f.ExecutionID, "", &rec); st != 200 || rec.Status != store.StatusFinished {
+				var rec apitype.Execution
+				if st := call(t, "GET", ds[i%3].url()+"/v1/executions/"+f.ExecutionID, "", &rec); st != 200 || rec.Status != apitype.StatusFinished {
 					t.Errorf("job %s: the run of the fire at %v: %d %+v", id, f.ScheduledAt, st, rec.Status)
 				}
 				if rec.Reason == store.ReasonInterrupted {
@@ -272,9 +273,9 @@ func call(t *testing.T, method, url, body string, out any) int {
 	return resp.StatusCode
 }
 
-func history(t *testing.T, url, job string) []store.Fire {
+func history(t *testing.T, url, job string) []apitype.Fire {
 	t.Helper()
-	var h struct{ Fires []store.Fire }
+	var h struct{ Fires []apitype.Fire }
 	if st := call(t, "GET", url+"/v1/agents/k/jobs/"+job+"/history?limit=500", "", &h); st != 200 {
 		t.Fatalf("history: %d", st)
 	}
@@ -288,14 +289,14 @@ func runningRecords(t *testing.T, url string) []string {
 	cursor := ""
 	for {
 		var page struct {
-			Executions []store.ExecutionSummary
+			Executions []apitype.ExecutionSummary
 			NextCursor string `json:"next_cursor"`
 		}
 		if st := call(t, "GET", url+"/v1/executions?agent=k&limit=500&cursor="+cursor, "", &page); st != 200 {
 			t.Fatalf("listing executions: %d", st)
 		}
 		for _, e := range page.Executions {
-			if e.Status != store.StatusFinished {
+			if e.Status != apitype.StatusFinished {
 				ids = append(ids, e.ID)
 			}
 		}
