@@ -10,7 +10,7 @@ import (
 )
 
 // finishEgress records a finished run's outbound connections (network "allowlist") in tx.
-func finishEgress(ctx context.Context, tx *sql.Tx, res sandbox.Result) error {
+func finishEgress(ctx context.Context, tx *Tx, res sandbox.Result) error {
 	if len(res.Egress) == 0 && res.EgressOmitted == 0 {
 		return nil
 	}
