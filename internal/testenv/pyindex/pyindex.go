@@ -50,10 +50,10 @@ type Index struct {
 	served  chan struct{} // closed when Serve has returned
 
 	mu       sync.Mutex
-	projects map[string]*project // by normalised name
-	files    map[string]*file    // by file name
-	stalled  map[string]bool     // normalised names
-	requests map[string]int      // normalised names
+	projects map[string]*project  // by normalised name
+	files    map[string]*file     // by file name
+	stalled  map[string]stallMode // normalised names
+	requests map[string]int       // normalised names
 }
 
 type project struct {
@@ -91,7 +91,7 @@ func New(t testing.TB) *Index {
 		served:   make(chan struct{}),
 		projects: map[string]*project{},
 		files:    map[string]*file{},
-		stalled:  map[string]bool{},
+		stalled:  map[string]stallMode{},
 		requests: map[string]int{},
 	}
 	x.srv = &http.Server{Handler: x, ReadHeaderTimeout: 30 * time.Second}
@@ -160,8 +160,26 @@ func (x *Index) AddWheel(name, version, source string, requires ...string) {
 func (x *Index) Stall(name string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.stalled[normalize(name)] = true
+	x.stalled[normalize(name)] = silent
 }
+
+// Trickle makes every request for the project answer 200 and then send one space a second,
+// never ending, until the client gives up or the index stops: a client's read timeout (pip's
+// --timeout) never fires, so only a deadline of the whole install stops it.
+func (x *Index) Trickle(name string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.stalled[normalize(name)] = trickle
+}
+
+// stallMode is how a stalled project's requests hang.
+type stallMode int
+
+const (
+	answered stallMode = iota // not stalled
+	silent                    // no answer at all
+	trickle                   // an answer that never ends
+)
 
 // Requests is how many requests for the project the index has received: its /simple/ page
 // under any spelling (redirects included), its files, and stalled requests. Zero means pip
@@ -193,8 +211,8 @@ func (x *Index) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		norm := normalize(name)
-		if x.count(norm) {
-			x.stall(r)
+		if mode := x.count(norm); mode != answered {
+			x.stall(w, r, mode)
 		}
 		if name != norm || !strings.HasSuffix(p, "/") {
 			http.Redirect(w, r, "/simple/"+norm+"/", http.StatusMovedPermanently)
@@ -209,8 +227,8 @@ func (x *Index) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.NotFound(w, r)
 			return
 		}
-		if x.count(f.project) {
-			x.stall(r)
+		if mode := x.count(f.project); mode != answered {
+			x.stall(w, r, mode)
 		}
 		w.Header().Set("Content-Type", "application/octet-stream")
 		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(f.data))
@@ -219,21 +237,36 @@ func (x *Index) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// count counts a request for the project and tells whether it is stalled.
-func (x *Index) count(norm string) bool {
+// count counts a request for the project and tells whether and how it is stalled.
+func (x *Index) count(norm string) stallMode {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.requests[norm]++
 	return x.stalled[norm]
 }
 
-// stall waits until the index stops or the client goes, then drops the connection unanswered.
-func (x *Index) stall(r *http.Request) {
-	select {
-	case <-x.stop:
-	case <-r.Context().Done():
+// stall waits until the index stops or the client goes, then drops the connection; silent
+// answers nothing before, trickle a 200 and a space a second.
+func (x *Index) stall(w http.ResponseWriter, r *http.Request, mode stallMode) {
+	var tick <-chan time.Time
+	if mode == trickle {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusOK)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		tick = t.C
 	}
-	panic(http.ErrAbortHandler)
+	for {
+		select {
+		case <-x.stop:
+			panic(http.ErrAbortHandler)
+		case <-r.Context().Done():
+			panic(http.ErrAbortHandler)
+		case <-tick:
+			_, _ = w.Write([]byte(" "))
+			http.NewResponseController(w).Flush()
+		}
+	}
 }
 
 const pageHead = "<!DOCTYPE html>\n<html>\n  <head>\n    <meta name=\"pypi:repository-version\" content=\"1.0\">\n    <title>%s</title>\n  </head>\n  <body>\n    <h1>%[1]s</h1>\n"
