@@ -89,6 +89,9 @@ type Runtime struct {
 	ctx        context.Context
 	close      context.CancelFunc
 	supervised sync.WaitGroup // the boxes' supervise loops
+
+	sessMu   sync.Mutex
+	sessUIDs map[int]bool // session uid indexes in use (see OpenSession)
 }
 
 var (
@@ -294,9 +297,15 @@ func (r *Runtime) ContainerIDs() []string {
 // instances, POSIX message queue bytes), and a shared uid would let one slot's run use up
 // another's.
 func (r *Runtime) executorCommand(slot int) []string {
+	return r.executorCommandFor(UIDBase+slot, r.cfg.ForkServer.Enabled)
+}
+
+// executorCommandFor is the executor's command line for one slot run as uid, with or without
+// the fork server.
+func (r *Runtime) executorCommandFor(uid int, forkServer bool) []string {
 	fs := r.cfg.ForkServer
-	cmd := []string{ExecutorPath, "serve", "-slots", "1", "-uid-base", strconv.Itoa(UIDBase + slot),
-		"-fork-server=" + strconv.FormatBool(fs.Enabled), "-preload", strings.Join(fs.Preload, ","), "-fork-server-max-runs", strconv.Itoa(fs.MaxRuns)}
+	cmd := []string{ExecutorPath, "serve", "-slots", "1", "-uid-base", strconv.Itoa(uid),
+		"-fork-server=" + strconv.FormatBool(forkServer), "-preload", strings.Join(fs.Preload, ","), "-fork-server-max-runs", strconv.Itoa(fs.MaxRuns)}
 	if r.cfg.Box.gVisor() {
 		cmd = append(cmd, "-runtime", "runsc", "-memory-reserve", strconv.FormatInt(RunscMemoryReserve, 10))
 	}
@@ -510,13 +519,19 @@ func (b *box) connect(ctx context.Context) error {
 }
 
 func (b *box) execExecutor(ctx context.Context, containerID string) (*session.Client, error) {
-	api := b.r.api
+	return b.r.execExecutor(ctx, containerID, b.r.executorCommand(b.slot), b.log)
+}
+
+// execExecutor starts the executor in containerID with cmd and returns the control session
+// with it once it has said hello; its log goes to log.
+func (r *Runtime) execExecutor(ctx context.Context, containerID string, cmd []string, log *slog.Logger) (*session.Client, error) {
+	api := r.api
 	ex, err := api.ExecCreate(ctx, containerID, client.ExecCreateOptions{
 		User:         "0",
 		AttachStdin:  true,
 		AttachStdout: true,
 		AttachStderr: true,
-		Cmd:          b.r.executorCommand(b.slot),
+		Cmd:          cmd,
 	})
 	if err != nil {
 		return nil, err
@@ -528,7 +543,7 @@ func (b *box) execExecutor(ctx context.Context, containerID string) (*session.Cl
 	// The exec's stdout and stderr arrive multiplexed: stdout is the protocol, stderr the
 	// executor's log.
 	pr, pw := io.Pipe()
-	logw := &lineLogger{log: b.log.With("source", "executor")}
+	logw := &lineLogger{log: log.With("source", "executor")}
 	go func() {
 		_, err := stdcopy.StdCopy(pw, logw, att.Reader)
 		logw.flush()
@@ -544,7 +559,7 @@ func (b *box) execExecutor(ctx context.Context, containerID string) (*session.Cl
 	})
 	helloCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return session.Start(helloCtx, pr, att.Conn, closer, b.log, b.r.cfg.Session)
+	return session.Start(helloCtx, pr, att.Conn, closer, log, r.cfg.Session)
 }
 
 // supervise waits for the session to end and brings the sandbox back, with backoff, until the
