@@ -32,6 +32,7 @@ const (
 	CodeInvalidInput     = "invalid_input"
 	CodeQuotaExceeded    = "quota_exceeded"
 	CodeGone             = "gone"
+	CodeSessionLimit     = "session_limit"
 )
 
 // StatusClientClosedRequest is the status StatusOf gives when the client went away (its
@@ -82,6 +83,9 @@ func classify(err error) classified {
 		useErr   *store.InUseError
 		quotaErr *store.QuotaError
 	)
+	if c, ok := classifySession(err); ok {
+		return c
+	}
 	switch {
 	case errors.As(err, &inErr):
 		return classified{status: http.StatusBadRequest,

@@ -44,6 +44,8 @@ type Backend struct {
 	Setup SetupRunner
 	// PackageIndex is where dependencies come from, shown by GET /v1/limits.
 	PackageIndex PackageIndex
+	// Sessions serves /v1/agents/{agent}/sessions (stateful sessions); nil answers 404.
+	Sessions SessionKeeper
 	// Files serves runs' output files (GET /v1/executions/{id}/files/{name...}, with the
 	// Ledger) and their bytes inline in answers (inline_files); nil keeps none.
 	Files OutputFiles
@@ -90,6 +92,7 @@ type api struct {
 	setup     SetupRunner
 	index     PackageIndex
 	files     OutputFiles
+	sessions  SessionKeeper
 	// answering holds a token from a run's admission until its answer is written: a run frees
 	// its slot when it ends, but a client that stops reading would keep its answer (megabytes,
 	// with inline files) in memory until the write times out. At most slots + queue answers
@@ -109,7 +112,7 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, index: b.PackageIndex.redacted(), files: b.Files, log: log, mux: http.NewServeMux()}
+	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, index: b.PackageIndex.redacted(), files: b.Files, sessions: b.Sessions, log: log, mux: http.NewServeMux()}
 	a.answering = make(chan struct{}, 1)
 	if a.ex != nil {
 		cfg := a.ex.Config()
@@ -127,6 +130,9 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 	}
 	if a.knowledge != nil {
 		a.routeKnowledge()
+	}
+	if a.sessions != nil {
+		a.routeSessions()
 	}
 	if a.setup != nil {
 		a.handle("POST /v1/setup", a.runSetup)
@@ -290,6 +296,8 @@ type Limits struct {
 	// FilesUsedBytes what they take now, as charged against it (absent without a file store).
 	FilesMaxBytes  int64 `json:"files_max_bytes,omitempty"`
 	FilesUsedBytes int64 `json:"files_used_bytes,omitempty"`
+	// Sessions bounds stateful sessions (absent when the server has none).
+	Sessions *SessionLimits `json:"sessions,omitempty"`
 }
 
 func (a *api) limits(w http.ResponseWriter, r *http.Request) {
@@ -330,6 +338,11 @@ func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 	}
 	if a.files != nil {
 		lim.FilesUsedBytes, lim.FilesMaxBytes = a.files.Used()
+	}
+	if a.sessions != nil {
+		sc := a.sessions.Config()
+		lim.Sessions = &SessionLimits{IdleTimeoutMS: sc.IdleTimeout.Milliseconds(), MaxLifetimeMS: sc.MaxLifetime.Milliseconds(),
+			PerAgent: sc.MaxPerAgent, Max: sc.MaxTotal}
 	}
 	writeJSON(w, http.StatusOK, lim)
 }
