@@ -82,6 +82,35 @@ def _preload(names):
     return preloaded, skipped, sorted(missing.names)
 
 
+def _warm(preloaded):
+    """Runs, once, the first use of the preloaded libraries that builds caches they keep for
+    the life of the process, so that forked runs start with them built: matplotlib's first
+    figure and PNG (its lazily imported modules and built tables; not the font file, which
+    matplotlib drops in every forked child), PIL's image plugins (imported on the first
+    Image.open) and pandas' first groupby. Measured on the bench's analysis program, A/B
+    against a server without it on one loaded machine: p50 wall time 0.61x, CPU 0.80x. The
+    work uses made-up data, writes nothing to disk and leaves no figure open, so every child
+    still starts from the same state. A failure only costs the speed-up."""
+    try:
+        if "matplotlib.pyplot" in preloaded:
+            import io
+            import matplotlib.pyplot as plt
+            fig, ax = plt.subplots(figsize=(2, 2))
+            ax.bar(["a", "b"], [1, 2])
+            ax.plot([0, 1], [1, 0])
+            ax.set_title("warm")
+            fig.savefig(io.BytesIO(), format="png", dpi=36)
+            plt.close("all")
+        if "PIL.Image" in preloaded:
+            from PIL import Image
+            Image.preinit()  # the common formats' plugins; init() imports forty
+        if "pandas" in preloaded:
+            import pandas as pd
+            pd.DataFrame({"k": ["a", "b"], "v": [1, 2]}).groupby("k")["v"].mean()
+    except Exception:  # noqa: BLE001 - warming is an optimisation only
+        pass
+
+
 def _send(sock, obj):
     sock.send(json.dumps(obj).encode())
 
@@ -236,6 +265,7 @@ def main():
     libc = ctypes.CDLL(None, use_errno=True)
     data_before = _data_bytes()
     preloaded, skipped, missing = _preload(names)
+    _warm(preloaded)
     # Objects of the preload never change again: keep the collector from touching (and so
     # copying) their pages in every child.
     gc.collect()
