@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -363,4 +364,43 @@ func waitInfo(t *testing.T, m *sandbox.Sessions, agent, id string, ok func(sandb
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestSessionIdleMemory measures what an idle session costs: its container's memory (cgroup
+// usage, as docker stats shows it) after a call of print(1), and after one that imports
+// pandas and keeps a 1-million-row DataFrame. It logs the figures (docs/sessions.md states
+// them) and asserts only that the session still answers.
+func TestSessionIdleMemory(t *testing.T) {
+	e := startSessions(t, sandbox.SessionConfig{})
+	s := e.create(t, "mem", nil)
+	stats := func(what string) {
+		ids, _ := e.rt.SessionContainers(context.Background())
+		if len(ids) != 1 {
+			t.Fatalf("%d session containers", len(ids))
+		}
+		time.Sleep(2 * time.Second) // settle
+		out, err := exec.Command("docker", "stats", "--no-stream", "--format", "{{.MemUsage}}", ids[0]).CombinedOutput()
+		if err != nil {
+			t.Fatalf("docker stats: %v: %s", err, out)
+		}
+		t.Logf("idle session memory %s: %s", what, strings.TrimSpace(string(out)))
+	}
+	stats("before any call (executor only)")
+	e.mustCall(t, "mem", s.ID, "print(1)")
+	stats("after print(1)")
+	e.mustCall(t, "mem", s.ID, "import pandas as pd, numpy as np\ndf = pd.DataFrame({'a': np.arange(1_000_000), 'b': np.random.rand(1_000_000)})")
+	stats("holding pandas and a 1e6-row DataFrame")
+	res := e.mustCall(t, "mem", s.ID, "OUTPUT = float(df['a'].sum())")
+	if got := output(t, res); got != float64(499999500000) {
+		t.Fatalf("sum: %v", got)
+	}
+	t.Logf("a call summing the kept DataFrame's column: %d ms in the program", res.DurationMS)
+	var walls []time.Duration
+	for range 20 {
+		began := time.Now()
+		e.mustCall(t, "mem", s.ID, "print(1)")
+		walls = append(walls, time.Since(began))
+	}
+	slices.Sort(walls)
+	t.Logf("20 calls of print(1) through sandbox.Sessions: p50 %s, max %s", walls[len(walls)/2], walls[len(walls)-1])
 }
