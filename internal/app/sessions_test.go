@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/app"
+	"github.com/sandpit-dev/sandpit/internal/cli"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
@@ -126,6 +128,40 @@ func TestSessionsREST(t *testing.T) {
 	}
 	if status, body = httpCall(t, "POST", exec, `{"code": "print(x)"}`); status != 410 || !bytes.Contains(body, []byte(`"code":"gone"`)) || !bytes.Contains(body, []byte("closed")) {
 		t.Fatalf("a call after the close: %d %s", status, body)
+	}
+
+	// The CLI: session new, run (state kept, exit status), ls, rm.
+	sandpit := func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		env := cli.Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+			Lookup: func(k string) (string, bool) {
+				if k == "SANDPIT_URL" {
+					return url, true
+				}
+				return os.LookupEnv(k)
+			}}
+		code := cli.Main(context.Background(), args, env)
+		return code, stdout.String(), stderr.String()
+	}
+	code, out, errOut := sandpit("session", "new", "--agent", "carl")
+	id := strings.TrimSpace(out)
+	if code != 0 || !sandbox.ValidSessionID(id) {
+		t.Fatalf("session new: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut = sandpit("session", "run", id, "--agent", "carl", "-c", "n = 6"); code != 0 {
+		t.Fatalf("session run: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut = sandpit("session", "run", id, "--agent", "carl", "-c", "import sys\nprint(n * 7)\nsys.exit(4)"); code != 4 || out != "42\n" {
+		t.Fatalf("session run (second call): %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut = sandpit("session", "ls", "--agent", "carl"); code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "active") {
+		t.Fatalf("session ls: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut = sandpit("session", "rm", id, "--agent", "carl"); code != 0 || !strings.Contains(out, "ended") {
+		t.Fatalf("session rm: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut = sandpit("session", "run", id, "--agent", "carl", "-c", "print(n)"); code == 0 || !strings.Contains(errOut, "closed") {
+		t.Fatalf("session run after rm: %d %q %q", code, out, errOut)
 	}
 
 	// A restart ends the sessions: the next daemon removes their containers and answers 410.
