@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/sandpit-dev/sandpit/internal/app"
 	"github.com/sandpit-dev/sandpit/internal/cli"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
@@ -162,6 +164,46 @@ func TestSessionsREST(t *testing.T) {
 	}
 	if code, out, errOut = sandpit("session", "run", id, "--agent", "carl", "-c", "print(n)"); code == 0 || !strings.Contains(errOut, "closed") {
 		t.Fatalf("session run after rm: %d %q %q", code, out, errOut)
+	}
+
+	// MCP: create_session, run_in_session twice (state kept), close_session.
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(t.Context(),
+		&mcp.StreamableClientTransport{Endpoint: url + "/mcp?agent=mona"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool := func(name string, args map[string]any) (*mcp.CallToolResult, string) {
+		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := ""
+		for _, c := range res.Content {
+			if tc, ok := c.(*mcp.TextContent); ok {
+				text += tc.Text
+			}
+		}
+		return res, text
+	}
+	res1, text := tool("create_session", map[string]any{})
+	var ms sandbox.SessionInfo
+	if b, _ := json.Marshal(res1.StructuredContent); res1.IsError || json.Unmarshal(b, &ms) != nil || ms.Agent != "mona" {
+		t.Fatalf("create_session: %v %q %+v", res1.IsError, text, res1.StructuredContent)
+	}
+	if r, text := tool("run_in_session", map[string]any{"id": ms.ID, "code": "k = 5"}); r.IsError {
+		t.Fatalf("run_in_session: %q", text)
+	}
+	if r, text := tool("run_in_session", map[string]any{"id": ms.ID, "code": "print(k * 2)"}); r.IsError || !strings.Contains(text, "stdout:\n10") {
+		t.Fatalf("run_in_session (second): %v %q", r.IsError, text)
+	}
+	if r, text := tool("close_session", map[string]any{"id": ms.ID}); r.IsError {
+		t.Fatalf("close_session: %q", text)
+	}
+	if r, text := tool("run_in_session", map[string]any{"id": ms.ID, "code": "print(k)"}); !r.IsError || !strings.Contains(text, "closed") {
+		t.Fatalf("run_in_session after close: %v %q", r.IsError, text)
+	}
+	if err := cs.Close(); err != nil {
+		t.Fatal(err)
 	}
 
 	// A restart ends the sessions: the next daemon removes their containers and answers 410.
