@@ -148,9 +148,17 @@ func (e *SessionEndedError) Error() string {
 
 // SessionBusyError is the answer to a call that asked not to wait while another call of the
 // session runs. Transports answer 409.
-type SessionBusyError struct{ ID string }
+type SessionBusyError struct {
+	ID string
+	// Waited is how long the call waited for its turn (its timeout), 0 when it asked not to.
+	Waited time.Duration
+}
 
 func (e *SessionBusyError) Error() string {
+	if e.Waited > 0 {
+		return fmt.Sprintf("session %s was still running earlier calls after this call waited its timeout_ms (%d ms) for its turn; retry, or give a longer timeout_ms",
+			e.ID, e.Waited.Milliseconds())
+	}
 	return fmt.Sprintf("session %s is running another call; send the call without \"wait\": false to wait for its turn", e.ID)
 }
 
@@ -646,7 +654,7 @@ func (m *Sessions) takeTurn(ctx context.Context, ls *liveSession, timeoutMS int6
 		return fmt.Errorf("waiting for the session's turn: %w", ctx.Err())
 	case <-timer.C:
 		m.mark(ls, false, -1)
-		return &SessionBusyError{ID: ls.info.ID}
+		return &SessionBusyError{ID: ls.info.ID, Waited: time.Duration(timeoutMS) * time.Millisecond}
 	case <-ls.box.Done():
 		m.mark(ls, false, -1)
 		return fmt.Errorf("%w: the session's sandbox stopped while the call waited", ErrNotReady)
