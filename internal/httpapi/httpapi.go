@@ -98,8 +98,11 @@ type api struct {
 	// with inline files) in memory until the write times out. At most slots + queue answers
 	// are held; more runs are refused as busy.
 	answering chan struct{}
-	log       *slog.Logger
-	mux       *http.ServeMux
+	// sessionAnswering holds a token for each session call from its arrival to its answer,
+	// as answering does for runs: session calls waiting their turn never take runs' tokens.
+	sessionAnswering chan struct{}
+	log              *slog.Logger
+	mux              *http.ServeMux
 }
 
 // NewHandler returns the REST API served by b. log receives one debug line per request and
@@ -132,6 +135,8 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 		a.routeKnowledge()
 	}
 	if a.sessions != nil {
+		sc := a.sessions.Config()
+		a.sessionAnswering = make(chan struct{}, max(sc.MaxTotal*(1+sandbox.MaxSessionWaiting), 1))
 		a.routeSessions()
 	}
 	if a.setup != nil {

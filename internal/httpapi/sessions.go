@@ -164,7 +164,7 @@ func (a *api) executeInSession(w http.ResponseWriter, r *http.Request) {
 	wait := b.Wait == nil || *b.Wait
 	req := sandbox.Request{Code: b.Code, Input: b.Input, TimeoutMS: b.TimeoutMS, Agent: agent,
 		Origin: sandbox.Origin{Source: sourceOf(r)}, Files: files, Charts: b.Charts}
-	a.run(w, r, b.InlineFiles, func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error) {
+	a.runHeld(w, r, a.sessionAnswering, b.InlineFiles, func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error) {
 		return a.sessions.Execute(ctx, id, req, wait, emit)
 	})
 }

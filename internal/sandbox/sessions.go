@@ -152,9 +152,14 @@ type SessionBusyError struct {
 	ID string
 	// Waited is how long the call waited for its turn (its timeout), 0 when it asked not to.
 	Waited time.Duration
+	// Full says that MaxSessionWaiting calls were waiting already.
+	Full bool
 }
 
 func (e *SessionBusyError) Error() string {
+	if e.Full {
+		return fmt.Sprintf("session %s already has %d calls waiting for their turn; wait for their answers before sending more", e.ID, MaxSessionWaiting)
+	}
 	if e.Waited > 0 {
 		return fmt.Sprintf("session %s was still running earlier calls after this call waited its timeout_ms (%d ms) for its turn; retry, or give a longer timeout_ms",
 			e.ID, e.Waited.Milliseconds())
@@ -190,6 +195,10 @@ func NewSessionID() string {
 	_, _ = rand.Read(b[:])
 	return "se_" + strings.ToLower(idEncoding.EncodeToString(b[:]))
 }
+
+// MaxSessionWaiting caps the calls that wait for one session's turn; one more gets a
+// *SessionBusyError at once.
+const MaxSessionWaiting = 8
 
 // endedKept is how many ended sessions stay in memory, for their 410s and listings; older
 // ones are answered from the ledger.
@@ -642,7 +651,15 @@ func (m *Sessions) takeTurn(ctx context.Context, ls *liveSession, timeoutMS int6
 	if !wait {
 		return &SessionBusyError{ID: ls.info.ID}
 	}
-	m.mark(ls, false, 1)
+	m.mu.Lock()
+	full := ls.info.Waiting >= MaxSessionWaiting
+	if !full {
+		ls.info.Waiting++
+	}
+	m.mu.Unlock()
+	if full {
+		return &SessionBusyError{ID: ls.info.ID, Full: true}
+	}
 	timer := time.NewTimer(time.Duration(timeoutMS) * time.Millisecond)
 	defer timer.Stop()
 	select {
