@@ -97,9 +97,10 @@ func TestSessionsREST(t *testing.T) {
 		t.Fatalf("create: %d %s", status, body)
 	}
 	exec := url + "/v1/agents/alice/sessions/" + s.ID + "/executions"
-	status, body = httpCall(t, "POST", exec, `{"code": "import math\nx = 20\nprint('set')", "input": {"a": 1}}`)
+	status, body = httpCall(t, "POST", exec, `{"code": "import math\nx = 20\nprint('set')\nagent.log('from a session')\nagent.store_result('k', x)", "input": {"a": 1}}`)
 	var res sandbox.Result
-	if status != 200 || json.Unmarshal(body, &res) != nil || res.Outcome != "ok" || res.Stdout != "set\n" || res.SessionID != s.ID {
+	if status != 200 || json.Unmarshal(body, &res) != nil || res.Outcome != "ok" || res.Stdout != "set\n" || res.SessionID != s.ID ||
+		len(res.Logs) != 1 || res.Logs[0].Message != "from a session" || len(res.Calls) != 2 {
 		t.Fatalf("first call: %d %s", status, body)
 	}
 	inLedger(t, url, body)
