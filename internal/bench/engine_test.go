@@ -78,13 +78,16 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 		t.Fatalf("the report is not JSON: %v\n%s", err, stdout.String())
 	}
 
-	if len(rep.Latency) != 7 {
-		t.Fatalf("%d latency rows, want 7: %+v", len(rep.Latency), rep.Latency)
+	if len(rep.Latency) != 9 {
+		t.Fatalf("%d latency rows, want 9: %+v", len(rep.Latency), rep.Latency)
 	}
 	for _, l := range rep.Latency {
 		want := 2
-		if l.Name == bench.LatencyRESTPrint || l.Name == bench.LatencySpawnPrint {
+		switch l.Name {
+		case bench.LatencyRESTPrint, bench.LatencySpawnPrint, bench.LatencySessionPrint:
 			want = 3
+		case bench.LatencySessionSum:
+			want = 20
 		}
 		if l.Runs != want || !(l.P50MS > 0) || l.P50MS > l.P95MS || l.P95MS > l.P99MS || !(l.RunsPerSec > 0) {
 			t.Errorf("%s: %+v", l.Name, l)
