@@ -24,11 +24,14 @@ type sessionEnv struct {
 	m   *sandbox.Sessions
 }
 
-func startSessions(t *testing.T, scfg sandbox.SessionConfig) *sessionEnv {
+func startSessions(t *testing.T, scfg sandbox.SessionConfig, mutate ...func(*docker.Config)) *sessionEnv {
 	t.Helper()
 	rt, cfg := startRuntime(t, func(c *docker.Config) {
 		c.Slots = 1
 		c.ForkServer.Enabled = false
+		for _, m := range mutate {
+			m(c)
+		}
 	})
 	scfgDefault := sandbox.DefaultSessionConfig()
 	if scfg.IdleTimeout == 0 {
@@ -403,4 +406,31 @@ func TestSessionIdleMemory(t *testing.T) {
 	}
 	slices.Sort(walls)
 	t.Logf("20 calls of print(1) through sandbox.Sessions: p50 %s, max %s", walls[len(walls)/2], walls[len(walls)-1])
+}
+
+// TestSessionsRunsc proves the session interpreter under gVisor, where the memory limit is one
+// of address space and the box's memory is watched: state persists, an interrupt keeps it, a
+// stuck call and memory exhaustion end the session.
+func TestSessionsRunsc(t *testing.T) {
+	name := testenv.ContainerRuntime(t, "runsc")
+	e := startSessions(t, sandbox.SessionConfig{}, func(c *docker.Config) { c.Box.Runtime, c.Box.Network = name, "none" })
+	s := e.create(t, "rita", nil)
+	e.mustCall(t, "rita", s.ID, "import json\nv = [1, 2]")
+	res, err := e.call(t, "rita", s.ID, "import time\nv.append(3)\ntime.sleep(60)", time.Second)
+	if err != nil || res.Outcome != sandbox.OutcomeTimeout || res.SessionEnded != "" {
+		t.Fatalf("sleeping call: %v, %s (%s), ended %q", err, res.Outcome, res.Reason, res.SessionEnded)
+	}
+	if got, _ := json.Marshal(output(t, e.mustCall(t, "rita", s.ID, "OUTPUT = json.loads(json.dumps(v))"))); string(got) != "[1,2,3]" {
+		t.Fatalf("state after the interrupt: %s", got)
+	}
+	res, err = e.call(t, "rita", s.ID, "keep = []\nwhile True:\n    keep.append(bytearray(32 << 20))", 60*time.Second)
+	if err != nil || res.Outcome != sandbox.OutcomeMemoryLimit || res.SessionEnded != sandbox.EndMemoryLimit {
+		t.Fatalf("memory call: %v, %s (%s), ended %q", err, res.Outcome, res.Reason, res.SessionEnded)
+	}
+	s = e.create(t, "rita", nil)
+	res, err = e.call(t, "rita", s.ID, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass", time.Second)
+	if err != nil || res.Outcome != sandbox.OutcomeTimeout || res.SessionEnded != sandbox.EndKilled {
+		t.Fatalf("stuck call: %v, %s (%s), ended %q", err, res.Outcome, res.Reason, res.SessionEnded)
+	}
+	e.waitContainers(t, 0)
 }
