@@ -30,6 +30,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeExecuteBody$$' -fuzztime $(FUZZ_TIME) ./internal/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzKnowledgeImport$$' -fuzztime $(FUZZ_TIME) -fuzzminimizetime 5s ./internal/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzToolArguments$$' -fuzztime $(FUZZ_TIME) ./internal/mcpserver
+	$(GO) test -run '^$$' -fuzz '^FuzzANSISpans$$' -fuzztime $(FUZZ_TIME) ./internal/console
 
 # vet, gofmt, and go.mod as `go mod tidy` leaves it (-diff changes nothing; it prints what tidy
 # would change and fails).

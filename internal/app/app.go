@@ -351,8 +351,12 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	}
 	root.Handle("/mcp", mcpHandler)
 	root.Handle("GET /metrics", eng.Metrics.Handler())
+	handler, err := withConsole(cfg, eng, api, httpapi.RequireToken(root, cfg.Token), log)
+	if err != nil {
+		return err
+	}
 	srv := &http.Server{
-		Handler:           httpapi.Guard(httpapi.RequireToken(root, cfg.Token), cfg.AllowedHosts),
+		Handler:           httpapi.Guard(handler, cfg.AllowedHosts),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       time.Minute, // for the body; runs outlive it (see httpapi's tests)
 		IdleTimeout:       2 * time.Minute,

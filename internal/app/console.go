@@ -1,0 +1,34 @@
+package app
+
+import (
+	"log/slog"
+	"net/http"
+
+	"github.com/sandpit-dev/sandpit/internal/config"
+	"github.com/sandpit-dev/sandpit/internal/console"
+)
+
+// withConsole serves the web console at /ui and /ui/ beside authed, the API behind its token
+// check. The console authenticates its own requests (the bearer token, or the session cookie
+// of its sign-in form) and reaches the API through api, the handler without the token check;
+// the cookie is valid for /ui only, so it opens nothing of the API directly.
+func withConsole(cfg config.Config, eng *Engine, api, authed http.Handler, log *slog.Logger) (http.Handler, error) {
+	ui, err := console.New(console.Config{
+		Token:      cfg.Token,
+		API:        api,
+		Engine:     eng.Service,
+		Ledger:     eng.Store,
+		Jobs:       eng.Jobs,
+		Code:       eng.Library,
+		ForkServer: console.ForkServer{Enabled: cfg.ForkServer, Preload: cfg.Preload, MaxRuns: cfg.ForkServerMaxRuns},
+		Resets:     eng.Runtime.Resets,
+	}, log)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/ui", ui)
+	mux.Handle("/ui/", ui)
+	mux.Handle("/", authed)
+	return mux, nil
+}
