@@ -105,7 +105,7 @@ func TestSessionsREST(t *testing.T) {
 	}
 	inLedger(t, url, body)
 	status, body = httpCall(t, "POST", exec, `{"code": "print(INPUT)\nOUTPUT = x + math.floor(INPUT)", "input": 22.5}`, "Accept", "application/x-ndjson")
-	if status != 200 || !bytes.Contains(body, []byte(`{"type":"stdout","data":"22.5\n"}`)) || !bytes.Contains(body, []byte(`"output":42`)) {
+	if status != 200 || !bytes.Contains(body, []byte(`{"type":"stdout","data":"22.5`)) || !bytes.Contains(body, []byte(`"stdout":"22.5\n"`)) || !bytes.Contains(body, []byte(`"output":42`)) {
 		t.Fatalf("second call (streamed): %d %s", status, body)
 	}
 	inLedger(t, url, body)
