@@ -91,7 +91,11 @@ type Runtime struct {
 	supervised sync.WaitGroup // the boxes' supervise loops
 
 	sessMu   sync.Mutex
-	sessUIDs map[int]bool // session uid indexes in use (see OpenSession)
+	sessUIDs map[int]bool    // session uid indexes in use (see OpenSession)
+	sessions map[string]bool // the IDs of the sessions whose containers this runtime made
+	// strays is set once the containers no slot or live session uses have been removed: at
+	// Start, or, when the engine did not answer then, at the first connection.
+	strays bool
 }
 
 var (
@@ -130,7 +134,7 @@ func Start(ctx context.Context, api client.APIClient, cfg Config, log *slog.Logg
 	}
 	err := r.checkRuntime(ctx)
 	if err == nil {
-		err = r.removeStrays(ctx)
+		err = r.removeStraysOnce(ctx)
 	}
 	// Slot 0 first, and the runtime is ready once it is: the other slots come up beside it
 	// (their supervisors connect them) and the Service offers each once it is (see Settle).
@@ -225,12 +229,43 @@ func (r *Runtime) removeStrays(ctx context.Context) error {
 		if slot, err := strconv.Atoi(c.Labels[labelSlot]); err == nil && slot >= 0 && slot < r.cfg.Slots {
 			continue
 		}
+		if r.liveSession(c.Labels[labelSession]) {
+			continue // this runtime's own session
+		}
 		r.log.Info("removing a sandpit container that no slot uses", "container", shortID(c.ID), "state", c.State)
 		if err := removeContainer(ctx, r.api, c.ID); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// removeStraysOnce runs removeStrays until it has succeeded once.
+func (r *Runtime) removeStraysOnce(ctx context.Context) error {
+	r.sessMu.Lock()
+	done := r.strays
+	r.sessMu.Unlock()
+	if done {
+		return nil
+	}
+	if err := r.removeStrays(ctx); err != nil {
+		return err
+	}
+	r.sessMu.Lock()
+	r.strays = true
+	r.sessMu.Unlock()
+	return nil
+}
+
+// liveSession reports whether id names a session whose container this runtime made and has
+// not removed.
+func (r *Runtime) liveSession(id string) bool {
+	if id == "" {
+		return false
+	}
+	r.sessMu.Lock()
+	defer r.sessMu.Unlock()
+	return r.sessions[id]
 }
 
 // connected tells every box that one has connected: the engine answers again.
@@ -494,6 +529,9 @@ func (b *box) closeSession() error {
 func (b *box) connect(ctx context.Context) error {
 	img, err := b.r.image(ctx)
 	if err != nil {
+		return err
+	}
+	if err := b.r.removeStraysOnce(ctx); err != nil { // the engine did not answer at Start
 		return err
 	}
 	b.mu.Lock()

@@ -28,13 +28,13 @@ func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBo
 	if r.ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: the runtime is shutting down", sandbox.ErrNotReady)
 	}
-	idx, err := r.takeSessionUID()
+	idx, err := r.takeSessionUID(id)
 	if err != nil {
 		return nil, err
 	}
 	img, err := r.image(ctx)
 	if err != nil {
-		r.freeSessionUID(idx)
+		r.freeSessionUID(id, idx)
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
 	}
 	cfg, host, _ := r.cfg.Box.spec(img, r.cfg.DataDir, 0)
@@ -43,39 +43,42 @@ func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBo
 	log := r.log.With("session", id)
 	cid, err := createContainer(ctx, r.api, log, r.cfg.Box, cfg, host, containerName(r.cfg.DataDir)+"-"+id)
 	if err != nil {
-		r.freeSessionUID(idx)
+		r.freeSessionUID(id, idx)
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
 	}
 	sess, err := r.execExecutor(ctx, cid, r.executorCommandFor(UIDBase+MaxSlots+idx, false), log)
 	if err != nil {
 		_ = removeContainer(context.WithoutCancel(ctx), r.api, cid)
-		r.freeSessionUID(idx)
+		r.freeSessionUID(id, idx)
 		return nil, fmt.Errorf("%w: starting the executor in session container %s: %w", sandbox.ErrNotReady, shortID(cid), err)
 	}
 	log.Info("session sandbox ready", "container", shortID(cid), "uid", UIDBase+MaxSlots+idx)
 	return &sessionBox{r: r, id: id, containerID: cid, sess: sess, uid: idx, log: log}, nil
 }
 
-// takeSessionUID reserves a free session uid index.
-func (r *Runtime) takeSessionUID() (int, error) {
+// takeSessionUID reserves a free session uid index for session id, and records the session
+// as this runtime's (removeStrays leaves its container alone).
+func (r *Runtime) takeSessionUID(id string) (int, error) {
 	r.sessMu.Lock()
 	defer r.sessMu.Unlock()
 	if r.sessUIDs == nil {
-		r.sessUIDs = map[int]bool{}
+		r.sessUIDs, r.sessions = map[int]bool{}, map[string]bool{}
 	}
 	for i := range MaxSessions {
 		if !r.sessUIDs[i] {
-			r.sessUIDs[i] = true
+			r.sessUIDs[i], r.sessions[id] = true, true
 			return i, nil
 		}
 	}
 	return 0, fmt.Errorf("%w: all %d session sandboxes are in use", sandbox.ErrNotReady, MaxSessions)
 }
 
-func (r *Runtime) freeSessionUID(i int) {
+// freeSessionUID releases session id's uid index i, once its container is gone.
+func (r *Runtime) freeSessionUID(id string, i int) {
 	r.sessMu.Lock()
 	defer r.sessMu.Unlock()
 	delete(r.sessUIDs, i)
+	delete(r.sessions, id)
 }
 
 // SessionContainers lists the IDs of the session containers of the data directory (running
@@ -131,7 +134,7 @@ func (b *sessionBox) Close(ctx context.Context) error {
 	b.closeOnce.Do(func() {
 		_ = b.sess.Close()
 		b.closeErr = removeContainer(ctx, b.r.api, b.containerID)
-		b.r.freeSessionUID(b.uid)
+		b.r.freeSessionUID(b.id, b.uid)
 		b.log.Info("session sandbox removed", "container", shortID(b.containerID), "error", b.closeErr)
 	})
 	return b.closeErr
