@@ -429,9 +429,12 @@ func (ip *interp) serve() {
 		}
 		switch {
 		case report.Type == "done":
+			// Handed over, never dropped: a stale report (one the program wrote itself) must
+			// not crowd out the call's own, which run tells apart by its number.
 			select {
 			case ip.dones <- report:
-			default:
+			case <-ip.exited:
+				return
 			}
 		case report.Type == "output" && report.Bytes < 0:
 			_ = conn.Close()
