@@ -14,7 +14,7 @@
 //	internal/sandbox/service.go         Service.Execute: validation, a slot, the ledger,
 //	                                    dependencies, the run's deadline, the final outcome
 //	internal/runtime/docker/runtime.go  Runtime.Run: the slot's container and its live session
-//	internal/session/session.go         Client.Run: the run as frames (internal/protocol) over
+//	internal/session/session.go         Session.Run: the run as frames (internal/protocol) over
 //	                                    the docker exec's stdin and stdout, events as they come
 //	internal/executor/executor.go       Executor.start, inside the box (cmd/sandpit-executor):
 //	                                    the run's goroutine, the result, then the slot's cleanup
@@ -24,7 +24,10 @@
 //	internal/bootstrap/bootstrap.py     in the run's process: rlimits, INPUT, the code as
 //	                                    __main__, OUTPUT and agent.* calls over descriptor 3
 //
-// The other ways in reach the same Service.Execute: MCP tools (internal/mcpserver) call the
-// REST handler; jobs (internal/jobs) and saved code (internal/library) call the Service.
+// The other ways in reach the same Service.Execute: MCP tools (internal/mcpserver), and
+// `sandpit run` or `sandpit mcp` with no daemon, call the same REST handler in process
+// (client.InProcess over app.Core.Handler); jobs (internal/jobs) and saved code
+// (internal/library) call the Service. The answer's shapes are internal/apitype's; an error's
+// HTTP status and the CLI's exit code both come from its class (internal/errclass).
 // docs/how-it-works.md describes the design; docs/api.md the API.
 package main

@@ -5,7 +5,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandpit-dev/sandpit/internal/callback"
 	apiclient "github.com/sandpit-dev/sandpit/internal/client"
@@ -37,9 +35,9 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
-// Engine is a running sandbox: it owns the data directory, its database and its warm
+// Core is a running sandbox: it owns the data directory, its database and its warm
 // container until Close.
-type Engine struct {
+type Core struct {
 	Service *sandbox.Service
 	Runtime *docker.Runtime
 	Store   *store.Store
@@ -128,13 +126,20 @@ func RuntimeConfig(cfg config.Config, progress io.Writer) (docker.Config, error)
 // engine owns it), opens its database (finalising the records of runs a stopped engine left
 // running), builds the sandbox image if it is missing (its output goes to progress), and
 // starts the warm container. Jobs fire only while RunBackground runs.
-func Open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer) (*Engine, error) {
+func Open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer) (*Core, error) {
 	return open(ctx, cfg, log, progress, false)
+}
+
+// OpenServing is Open for a process that serves the engine for a long time (the daemon, and
+// `sandpit mcp` without one): a Docker engine that does not answer yet is waited for in the
+// background (the sandbox reports not ready until it answers) instead of an error.
+func OpenServing(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer) (*Core, error) {
+	return open(ctx, cfg, log, progress, true)
 }
 
 // open is Open; with waitForEngine, an engine that does not answer yet is waited for (the
 // daemon starts and reports not ready) instead of an error.
-func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer, waitForEngine bool) (_ *Engine, err error) {
+func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer, waitForEngine bool) (_ *Core, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
@@ -197,7 +202,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: m.Recorder(st), Callbacks: callback.Dispatch{Handler: handler}, Files: files}, scfg, log)
 	m.Watch(svc.Stats, rt.Resets)
 	lib := library.New(st, svc, cfg.MaxDependencies)
-	return &Engine{
+	return &Core{
 		Service:  svc,
 		Runtime:  rt,
 		Store:    st,
@@ -214,7 +219,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 // RunBackground fires jobs and prunes the ledger by retention (hourly, with the records' output
 // files) until ctx ends, then
 // waits for the job runs it started (end them with Service.Interrupt).
-func (e *Engine) RunBackground(ctx context.Context, retention store.Retention, log *slog.Logger) {
+func (e *Core) RunBackground(ctx context.Context, retention store.Retention, log *slog.Logger) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := e.Jobs.Run(ctx); err != nil {
@@ -240,9 +245,23 @@ func (e *Engine) RunBackground(ctx context.Context, retention store.Retention, l
 	wg.Wait()
 }
 
+// Handler returns the engine's REST API (package httpapi) with every group served: what the
+// daemon serves, and what a command that runs the engine itself calls in process
+// (client.InProcess), so both go through the same limits and decoding. log receives its
+// request lines and internal failures.
+func (e *Core) Handler(cfg config.Config, log *slog.Logger) http.Handler {
+	backend := httpapi.Backend{Executor: e.Service, Library: e.Library, Jobs: e.Jobs, Ledger: e.Store, Files: e.Files, Packages: e.Runtime,
+		Knowledge: e.Store, Sessions: e.Sessions, Setup: func(ctx context.Context, emit func(setup.Event)) error {
+			_, err := setup.Run(ctx, setup.DetectPlatform(runtime.GOOS), setup.ExecRunner{}, daemonSetup{e}, setup.Options{}, emit)
+			return err
+		},
+		PackageIndex: httpapi.PackageIndex{IndexURL: cfg.IndexURL, ExtraIndexURLs: cfg.ExtraIndexURLs, TrustedHosts: cfg.TrustedHosts, BinaryOnly: cfg.BinaryOnly}}
+	return httpapi.NewHandler(backend, log)
+}
+
 // Close stops the engine: running executions are killed, the warm container stays for the next
 // engine to adopt, and the database and data directory are released.
-func (e *Engine) Close() error {
+func (e *Core) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	e.Sessions.Shutdown(ctx) // a session does not outlive its daemon: its container goes
 	cancel()
@@ -319,7 +338,7 @@ func RemoveSandbox(ctx context.Context, cfg config.Config) (int, error) {
 }
 
 // Serve runs the daemon: it opens the engine, serves the REST API on cfg.Listen until ctx
-// ends, then shuts down gracefully (in-flight requests get shutdownGrace to finish).
+// ends, then shuts down gracefully (in-flight requests get ShutdownGrace to finish).
 // ready, when not nil, receives the listener's address once the API accepts connections.
 func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer, ready func(addr string)) error {
 	if err := CheckExposure(cfg); err != nil {
@@ -330,22 +349,16 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 		return fmt.Errorf("listening on %s: %w (set listen, SANDPIT_LISTEN or --listen to another address)", cfg.Listen, err)
 	}
 	defer ln.Close()
-	eng, err := open(ctx, cfg, log, progress, true)
+	eng, err := OpenServing(ctx, cfg, log, progress)
 	if err != nil {
 		return err
 	}
 	defer eng.Close()
 
-	backend := httpapi.Backend{Executor: eng.Service, Library: eng.Library, Jobs: eng.Jobs, Ledger: eng.Store, Files: eng.Files, Packages: eng.Runtime,
-		Knowledge: eng.Store, Sessions: eng.Sessions, Setup: func(ctx context.Context, emit func(setup.Event)) error {
-			_, err := setup.Run(ctx, setup.DetectPlatform(runtime.GOOS), setup.ExecRunner{}, daemonSetup{eng}, setup.Options{}, emit)
-			return err
-		},
-		PackageIndex: httpapi.PackageIndex{IndexURL: cfg.IndexURL, ExtraIndexURLs: cfg.ExtraIndexURLs, TrustedHosts: cfg.TrustedHosts, BinaryOnly: cfg.BinaryOnly}}
 	root := http.NewServeMux()
-	api := httpapi.NewHandler(backend, log)
+	api := eng.Handler(cfg, log)
 	root.Handle("/", api)
-	mcpHandler, err := MCPHandler(ctx, api, "daemon")
+	mcpHandler, err := mcpserver.Endpoint(ctx, apiclient.InProcess(api), "daemon")
 	if err != nil {
 		return err
 	}
@@ -382,9 +395,9 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 		return fmt.Errorf("serving HTTP: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info("shutting down: no more job fires; waiting for in-flight executions", "grace", shutdownGrace)
+	log.Info("shutting down: no more job fires; waiting for in-flight executions", "grace", ShutdownGrace)
 	stopBackground()
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
 	defer cancel()
 	err = srv.Shutdown(shutdownCtx)
 	if err == nil {
@@ -425,52 +438,6 @@ func CheckExposure(cfg config.Config) error {
 	return nil
 }
 
-// MCPHandler serves MCP over streamable HTTP with tools that call api, the daemon's own REST
-// handler, in process (see handlerTransport). Each session acts for the agent named by the
-// query parameter agent (or the header X-Sandpit-Agent), "default" when neither is given; an
-// invalid name is a 400 naming it. Sessions idle for MCPSessionTimeout are closed; a call whose
-// client goes away is cancelled (see mcpserver.HTTPHandler). The tools' descriptions state the
-// limits api answers (GET /v1/limits, read once here); an error is its failure to answer.
-func MCPHandler(ctx context.Context, api http.Handler, version string) (http.Handler, error) {
-	// No base URL: the requests never leave the process, and no address appears in errors.
-	c := apiclient.New("", &http.Client{Transport: handlerTransport{api}})
-	limits, err := c.Limits(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("reading the limits for the MCP tools' descriptions: %w", err)
-	}
-	mcpHandler := mcpserver.HTTPHandler(func(r *http.Request) *mcp.Server {
-		return mcpserver.New(c, mcpAgent(r), version, limits)
-	}, MCPSessionTimeout, MCPMaxSessions)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if agent := mcpAgent(r); !sandbox.ValidAgent(agent) {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadRequest)
-			_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": "invalid_request", "field": "agent",
-				"message": fmt.Sprintf("%q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit (?agent=NAME or X-Sandpit-Agent)", agent)}})
-			return
-		}
-		mcpHandler.ServeHTTP(w, r)
-	}), nil
-}
-
-// MCPSessionTimeout is how long an MCP-over-HTTP session may stay idle before it is closed;
-// MCPMaxSessions how many may be open at once (each holds about 300 KiB of the daemon's memory).
-const (
-	MCPSessionTimeout = 30 * time.Minute
-	MCPMaxSessions    = 256
-)
-
-func mcpAgent(r *http.Request) string {
-	agent := r.URL.Query().Get("agent")
-	if agent == "" {
-		agent = r.Header.Get("X-Sandpit-Agent")
-	}
-	if agent == "" {
-		agent = "default"
-	}
-	return agent
-}
-
 // waitFor waits until done is closed or ctx ends.
 func waitFor(ctx context.Context, done <-chan struct{}) error {
 	select {
@@ -489,5 +456,6 @@ func hostOf(addr string) string {
 	return host
 }
 
-// shutdownGrace is how long a stopping daemon waits for in-flight requests.
-const shutdownGrace = 10 * time.Second
+// ShutdownGrace is how long an engine that stops (the daemon, `sandpit mcp` on its own engine)
+// waits for the runs in flight, its job fires' among them, before it interrupts them.
+const ShutdownGrace = 10 * time.Second

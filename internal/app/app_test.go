@@ -39,7 +39,7 @@ func testConfig(t testing.TB) config.Config {
 }
 
 // allReady waits until every slot of eng's pool is up: an engine is ready with slot 0.
-func allReady(t testing.TB, eng *app.Engine) {
+func allReady(t testing.TB, eng *app.Core) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

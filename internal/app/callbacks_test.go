@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/callback"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -99,7 +100,7 @@ func TestCallbackLine(t *testing.T) {
 		stored.Versions[0].ExecutionID != res.ID || !strings.Contains(string(stored.Versions[0].Value), `"total":1225`) {
 		t.Fatalf("the stored result: %d %+v", st, stored)
 	}
-	var rec store.Execution
+	var rec apitype.Execution
 	call(t, "GET", url+"/v1/executions/"+res.ID, "", &rec)
 	methods := []string{}
 	for _, c := range rec.Calls {

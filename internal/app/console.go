@@ -12,7 +12,7 @@ import (
 // check. The console authenticates its own requests (the bearer token, or the session cookie
 // of its sign-in form) and reaches the API through api, the handler without the token check;
 // the cookie is valid for /ui only, so it opens nothing of the API directly.
-func withConsole(cfg config.Config, eng *Engine, api, authed http.Handler, log *slog.Logger) (http.Handler, error) {
+func withConsole(cfg config.Config, eng *Core, api, authed http.Handler, log *slog.Logger) (http.Handler, error) {
 	ui, err := console.New(console.Config{
 		Token:      cfg.Token,
 		API:        api,

@@ -38,7 +38,7 @@ func runWithDeps(t *testing.T, url, code string, deps ...string) (int, depResult
 func warm(t *testing.T, url string, slots int) {
 	t.Helper()
 	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		starts := make(chan string, slots)
+		starts := make(chan sandbox.Start, slots)
 		var wg sync.WaitGroup
 		for range slots {
 			wg.Go(func() {
@@ -122,7 +122,7 @@ func TestDependencies(t *testing.T) {
 	t.Run("concurrent requests install once", func(t *testing.T) {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
-		statuses := map[string]int{}
+		statuses := map[sandbox.DependencyState]int{}
 		for range 4 {
 			wg.Go(func() {
 				st, res := runWithDeps(t, url, "import pkg_b; print(pkg_b.VALUE)", "pkg-b==1.0")

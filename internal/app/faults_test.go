@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
-	"github.com/sandpit-dev/sandpit/internal/store"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
@@ -216,7 +216,7 @@ func TestDaemonKilled(t *testing.T) {
 	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != cfg.Slots {
 		t.Fatalf("%d containers after the restart, want the %d adopted", len(ids), cfg.Slots)
 	}
-	var fires []store.Fire
+	var fires []apitype.Fire
 	for deadline := time.Now().Add(45 * time.Second); len(fires) < 3 && time.Now().Before(deadline); time.Sleep(time.Second) {
 		fires = history(t, url, "k", job.ID)
 	}
@@ -264,7 +264,7 @@ func TestDataDirDiskFull(t *testing.T) {
 		t.Fatalf("after space returned: %d %s", resp.StatusCode, b)
 	}
 
-	var rec store.Execution
+	var rec apitype.Execution
 	if st := call(t, "GET", url+"/v1/executions/"+before.ID, "", &rec); st != 200 || rec.Stdout != "before\n" {
 		t.Fatalf("the record from before: %d %+v", st, rec)
 	}

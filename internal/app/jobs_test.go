@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/app"
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -67,9 +68,9 @@ func call(t *testing.T, method, url, body string, out any) int {
 	return resp.StatusCode
 }
 
-func history(t *testing.T, url, agent, job string) []store.Fire {
+func history(t *testing.T, url, agent, job string) []apitype.Fire {
 	t.Helper()
-	var h struct{ Fires []store.Fire }
+	var h struct{ Fires []apitype.Fire }
 	if st := call(t, "GET", url+"/v1/agents/"+agent+"/jobs/"+job+"/history?limit=500", "", &h); st != 200 {
 		t.Fatalf("history: %d", st)
 	}
@@ -93,7 +94,7 @@ func TestSavedCodeAndJobsEndToEnd(t *testing.T) {
 	if st := call(t, "POST", base+"/code", save, nil); st != 201 {
 		t.Fatalf("save: %d", st)
 	}
-	var code store.Code
+	var code apitype.Code
 	if st := call(t, "PATCH", base+"/code/nap", `{"description": "sleeps", "expected_version": 1}`, &code); st != 200 || code.Version != 2 {
 		t.Fatalf("update: %d %+v", st, code)
 	}
@@ -142,7 +143,7 @@ func TestSavedCodeAndJobsEndToEnd(t *testing.T) {
 		if i > 0 && f.ScheduledAt.Sub(fires[i-1].ScheduledAt) != 10*time.Second {
 			t.Errorf("steady fires %d and %d are %v apart (lost or doubled)", i-1, i, f.ScheduledAt.Sub(fires[i-1].ScheduledAt))
 		}
-		var rec store.Execution
+		var rec apitype.Execution
 		if st := call(t, "GET", url+"/v1/executions/"+f.ExecutionID, "", &rec); st != 200 || rec.Source != "job" || rec.JobID != steady.ID ||
 			rec.CodeName != "nap" || (rec.Status == store.StatusFinished && rec.Outcome != "ok") {
 			t.Errorf("steady fire %d's execution: %d %+v", i, st, rec)
@@ -150,14 +151,14 @@ func TestSavedCodeAndJobsEndToEnd(t *testing.T) {
 	}
 
 	slowFires := history(t, url, "e2e", slow.ID)
-	var runs []store.Execution
+	var runs []apitype.Execution
 	skipped := 0
 	for _, f := range slowFires {
 		switch f.Status {
 		case store.FireSkipped:
 			skipped++
 		case store.FireStarted:
-			var rec store.Execution
+			var rec apitype.Execution
 			call(t, "GET", url+"/v1/executions/"+f.ExecutionID, "", &rec)
 			runs = append(runs, rec)
 		}

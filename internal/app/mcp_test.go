@@ -17,10 +17,13 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/app"
+	"github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
+	"github.com/sandpit-dev/sandpit/internal/mcpserver"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
@@ -116,7 +119,7 @@ func TestMCP(t *testing.T) {
 	}
 
 	for _, agent := range []string{"dave", "erin"} {
-		var list struct{ Executions []store.ExecutionSummary }
+		var list struct{ Executions []apitype.ExecutionSummary }
 		if st := call(t, "GET", url+"/v1/executions?source=mcp&agent="+agent, "", &list); st != 200 || len(list.Executions) == 0 {
 			t.Fatalf("%s's MCP runs in the ledger: %d %+v", agent, st, list)
 		}
@@ -186,9 +189,9 @@ func mcpPost(ctx context.Context, url string, cs *mcp.ClientSession, msg string)
 }
 
 // ledgerRecord returns the newest ledger record of agent (nil when it has none).
-func ledgerRecord(t *testing.T, url, agent string) *store.ExecutionSummary {
+func ledgerRecord(t *testing.T, url, agent string) *apitype.ExecutionSummary {
 	t.Helper()
-	var list struct{ Executions []store.ExecutionSummary }
+	var list struct{ Executions []apitype.ExecutionSummary }
 	if st := call(t, "GET", url+"/v1/executions?limit=1&agent="+agent, "", &list); st != 200 {
 		t.Fatalf("listing %s's executions: %d", agent, st)
 	}
@@ -237,12 +240,12 @@ func TestMCPDisconnectStopsRun(t *testing.T) {
 	gone := time.Now()
 	<-posted
 
-	var rec *store.ExecutionSummary
+	var rec *apitype.ExecutionSummary
 	for rec = ledgerRecord(t, url, "gone"); rec.Status == "running" && time.Since(gone) < 5*time.Second; rec = ledgerRecord(t, url, "gone") {
 		time.Sleep(50 * time.Millisecond)
 	}
 	took := time.Since(gone)
-	if rec.Status != "finished" || rec.Outcome != sandbox.OutcomeKilled || !strings.Contains(rec.Reason, "cancelled") || took > 2*time.Second {
+	if rec.Status != "finished" || rec.Outcome != apitype.OutcomeKilled || !strings.Contains(rec.Reason, "cancelled") || took > 2*time.Second {
 		t.Fatalf("%s after the client went away, the run's record is %s, outcome %q (%q); want finished, killed, cancelled, within 2 s",
 			took.Round(time.Millisecond), rec.Status, rec.Outcome, rec.Reason)
 	}
@@ -273,7 +276,7 @@ func mcpAnswer(r io.Reader, v any) error {
 	return fmt.Errorf("the answer ended without a message: %v", sc.Err())
 }
 
-// fakeMCP serves /mcp (app.MCPHandler) over the REST API of rt, with a ledger, the library and
+// fakeMCP serves /mcp (mcpserver.Endpoint) over the REST API of rt, with a ledger, the library and
 // jobs, and returns its endpoint for agent carol, a session of it and the ledger.
 func fakeMCP(t *testing.T, rt sandbox.Runtime) (string, *mcp.ClientSession, *store.Store) {
 	t.Helper()
@@ -284,8 +287,8 @@ func fakeMCP(t *testing.T, rt sandbox.Runtime) (string, *mcp.ClientSession, *sto
 	t.Cleanup(func() { st.Close() })
 	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, sandbox.DefaultConfig(), nil)
 	lib := library.New(st, svc, 0)
-	h, err := app.MCPHandler(t.Context(), httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib,
-		Jobs: jobs.New(st, lib, svc, jobs.Config{}, nil), Ledger: st}, nil), "test")
+	h, err := mcpserver.Endpoint(t.Context(), client.InProcess(httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib,
+		Jobs: jobs.New(st, lib, svc, jobs.Config{}, nil), Ledger: st}, nil)), "test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,18 +16,18 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/setup"
 )
 
-// SetupEngine is setup's Engine for a machine with no daemon running: it builds the image and
+// SetupDocker is setup's Docker for a machine with no daemon running: it builds the image and
 // starts the warm container in this process. Close releases the engine it opened.
-type SetupEngine struct {
+type SetupDocker struct {
 	Cfg config.Config
 	Log *slog.Logger
-	eng *Engine
+	eng *Core
 }
 
-var _ setup.Docker = (*SetupEngine)(nil)
+var _ setup.Docker = (*SetupDocker)(nil)
 
 // Ping returns the engine's version; host, when set, becomes the engine used from then on.
-func (s *SetupEngine) Ping(ctx context.Context, host string) (string, error) {
+func (s *SetupDocker) Ping(ctx context.Context, host string) (string, error) {
 	if host != "" {
 		s.Cfg.DockerHost = host
 	}
@@ -48,14 +48,14 @@ func serverVersion(ctx context.Context, api client.APIClient) (string, error) {
 }
 
 // Image builds the sandbox image unless it exists, sending each build line to progress.
-func (s *SetupEngine) Image(ctx context.Context, progress func(string)) (string, bool, error) {
+func (s *SetupDocker) Image(ctx context.Context, progress func(string)) (string, bool, error) {
 	w := lineWriter(progress)
 	defer w.Close()
 	return BuildImage(ctx, s.Cfg, w)
 }
 
 // Sandbox opens the engine (adopting a running warm container, or starting one).
-func (s *SetupEngine) Sandbox(ctx context.Context) (bool, error) {
+func (s *SetupDocker) Sandbox(ctx context.Context) (bool, error) {
 	_, _, before, err := Sandbox(ctx, s.Cfg)
 	if err != nil {
 		return false, err
@@ -73,7 +73,7 @@ func (s *SetupEngine) Sandbox(ctx context.Context) (bool, error) {
 }
 
 // Health runs print(1) in the sandbox opened by Sandbox.
-func (s *SetupEngine) Health(ctx context.Context) error {
+func (s *SetupDocker) Health(ctx context.Context) error {
 	if s.eng == nil {
 		return errors.New("the sandbox is not open")
 	}
@@ -81,7 +81,7 @@ func (s *SetupEngine) Health(ctx context.Context) error {
 }
 
 // Close releases the engine; the warm container stays for the daemon.
-func (s *SetupEngine) Close() error {
+func (s *SetupDocker) Close() error {
 	if s.eng == nil {
 		return nil
 	}
@@ -100,7 +100,7 @@ func health(ctx context.Context, svc *sandbox.Service) error {
 }
 
 // daemonSetup is setup's Engine inside a running daemon: everything is up, so it checks.
-type daemonSetup struct{ eng *Engine }
+type daemonSetup struct{ eng *Core }
 
 func (d daemonSetup) Ping(ctx context.Context, _ string) (string, error) {
 	return serverVersion(ctx, d.eng.api)

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/client"
-	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // restClient calls one daemon's REST API through package client, with keep-alive connections
@@ -47,11 +47,11 @@ const requestTimeout = time.Minute
 const runTimeoutMS = 30_000
 
 // execute runs code through POST /v1/executions and returns its result.
-func (c *restClient) execute(ctx context.Context, code string) (sandbox.Result, error) {
+func (c *restClient) execute(ctx context.Context, code string) (apitype.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	ms := int64(runTimeoutMS)
-	return c.api.Execute(ctx, client.ExecuteRequest{Code: code, TimeoutMS: &ms}, nil)
+	return c.api.Execute(ctx, apitype.ExecuteRequest{Code: code, TimeoutMS: &ms}, nil)
 }
 
 // ready waits until GET /readyz answers 200, polling every interval, until ctx ends or
@@ -114,8 +114,8 @@ print(len(means), items, thumb.size[0], thumb.size[1], test.pvalue > 0.05)
 }
 
 // check returns an error unless res is an ok run of p.
-func (p program) check(res sandbox.Result) error {
-	if res.Outcome != sandbox.OutcomeOK {
+func (p program) check(res apitype.Result) error {
+	if res.Outcome != apitype.OutcomeOK {
 		reason := res.Reason
 		if reason == "" {
 			reason = strings.TrimSpace(res.Stderr)
@@ -146,7 +146,7 @@ func (c *restClient) sequential(ctx context.Context, p program, n int) ([]time.D
 		}
 		durations = append(durations, d)
 		if res.Start != "" {
-			starts[res.Start]++
+			starts[string(res.Start)]++
 		}
 	}
 	return durations, starts, nil

@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sandpit-dev/sandpit/internal/client"
-	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 )
 
 // The names of the session measurements (Latency.Name).
@@ -28,7 +27,7 @@ const sessionSumCalls = 20
 func (b *bench) sessionLatencies(ctx context.Context, in *instance, rep *Report) error {
 	api := in.rest.api
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	info, err := api.CreateSession(cctx, "default", client.SessionDraft{})
+	info, err := api.CreateSession(cctx, "default", apitype.SessionCreate{})
 	cancel()
 	if err != nil {
 		b.say("warning: sessions not measured: %v", err)
@@ -46,9 +45,9 @@ func (b *bench) sessionLatencies(ctx context.Context, in *instance, rep *Report)
 		defer cancel()
 		ms := int64(runTimeoutMS)
 		began := time.Now()
-		a, err := api.RunInSession(cctx, "default", info.ID, client.SessionCall{Code: code, TimeoutMS: &ms}, nil)
+		a, err := api.RunInSession(cctx, "default", info.ID, apitype.SessionCall{Code: code, TimeoutMS: &ms}, nil)
 		took := time.Since(began)
-		if err == nil && a.Outcome != sandbox.OutcomeOK {
+		if err == nil && a.Outcome != apitype.OutcomeOK {
 			err = fmt.Errorf("outcome %s: %s %s", a.Outcome, a.Reason, a.Stderr)
 		}
 		return took, err

@@ -117,7 +117,7 @@ func (o *options) bench(cmd *cobra.Command, f benchFlags) error {
 	if err != nil {
 		if parent.Err() != nil {
 			fmt.Fprintln(o.env.Stderr, "sandpit: bench interrupted; its daemon and container were removed")
-			return &exitError{code: exitInterrupted}
+			return reported(context.Canceled)
 		}
 		return fmt.Errorf("bench failed: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/config"
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -77,9 +78,8 @@ sandpit run looks for a daemon at SANDPIT_URL (default ` + DefaultURL + `).`,
 	if err == nil {
 		return 0
 	}
-	var exit *exitError
-	if errors.As(err, &exit) {
-		return exit.code
+	if _, ok := errors.AsType[*reportedError](err); ok {
+		return ExitCode(nil, err)
 	}
 	fmt.Fprintf(env.Stderr, "sandpit: %s\n", inFlagWords(cmd, err))
 	return ExitCode(nil, err)
@@ -179,6 +179,9 @@ type UsageError struct{ msg string }
 
 func (e *UsageError) Error() string { return e.msg }
 
+// Is makes a UsageError of class errclass.Invalid.
+func (e *UsageError) Is(target error) bool { return target == errclass.Invalid }
+
 func usageErrorf(format string, args ...any) error {
 	return &UsageError{msg: fmt.Sprintf(format, args...)}
 }
@@ -193,11 +196,6 @@ func (o *options) engineFlagsGiven(cmd *cobra.Command) []string {
 	}
 	return given
 }
-
-// exitError carries a command's exit code without another message.
-type exitError struct{ code int }
-
-func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
 func (o *options) versionCommand() *cobra.Command {
 	return &cobra.Command{

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/datadir"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
@@ -17,22 +18,33 @@ import (
 func TestExitCode(t *testing.T) {
 	cases := []struct {
 		name string
-		res  *sandbox.Result
+		res  *apitype.Result
 		err  error
 		want int
 	}{
-		{"ok", &sandbox.Result{Outcome: sandbox.OutcomeOK}, nil, 0},
-		{"error keeps the status", &sandbox.Result{Outcome: sandbox.OutcomeError, ExitCode: 3}, nil, 3},
-		{"error without a status", &sandbox.Result{Outcome: sandbox.OutcomeError, ExitCode: -1}, nil, 1},
-		{"timeout", &sandbox.Result{Outcome: sandbox.OutcomeTimeout, Signal: 9}, nil, 124},
-		{"memory", &sandbox.Result{Outcome: sandbox.OutcomeMemoryLimit}, nil, 137},
-		{"output", &sandbox.Result{Outcome: sandbox.OutcomeOutputLimit}, nil, 125},
-		{"segfault", &sandbox.Result{Outcome: sandbox.OutcomeKilled, Signal: 11}, nil, 139},
-		{"sandbox error", &sandbox.Result{Outcome: sandbox.OutcomeSandboxError}, nil, 70},
+		{"ok", &apitype.Result{Outcome: apitype.OutcomeOK}, nil, 0},
+		{"error keeps the status", &apitype.Result{Outcome: apitype.OutcomeError, ExitCode: 3}, nil, 3},
+		{"error without a status", &apitype.Result{Outcome: apitype.OutcomeError, ExitCode: -1}, nil, 1},
+		{"timeout", &apitype.Result{Outcome: apitype.OutcomeTimeout, Signal: 9}, nil, 124},
+		{"memory", &apitype.Result{Outcome: apitype.OutcomeMemoryLimit}, nil, 137},
+		{"output", &apitype.Result{Outcome: apitype.OutcomeOutputLimit}, nil, 125},
+		{"segfault", &apitype.Result{Outcome: apitype.OutcomeKilled, Signal: 11}, nil, 139},
+		{"sandbox error", &apitype.Result{Outcome: apitype.OutcomeSandboxError}, nil, 70},
 		{"bad request over REST", nil, &client.APIError{Status: 400}, 64},
 		{"too large over REST", nil, &client.APIError{Status: 413}, 64},
 		{"busy over REST", nil, &client.APIError{Status: 429}, 75},
 		{"not ready over REST", nil, &client.APIError{Status: 503}, 69},
+		{"not found over REST", nil, &client.APIError{Status: 404, Code: "not_found"}, 64},
+		{"conflict over REST", nil, &client.APIError{Status: 409, Code: "conflict"}, 64},
+		{"evicted file over REST", nil, fmt.Errorf("fetching output file: %w", &client.APIError{Status: 410, Code: "gone"}), 66},
+		{"refused token over REST", nil, &client.APIError{Status: 401, Code: "unauthorized"}, 77},
+		{"internal over REST", nil, &client.APIError{Status: 500, Code: "internal"}, 70},
+		{"stream error after the start", nil, &client.APIError{Code: "internal"}, 70},
+		{"usage", nil, usageErrorf("bad flag"), 64},
+		{"no daemon", nil, &NoDaemonError{URL: "http://x", Err: errors.New("refused")}, 69},
+		{"reported run", nil, reportedRun(apitype.Result{Outcome: apitype.OutcomeTimeout}), 124},
+		{"reported failure", nil, reported(fmt.Errorf("step: %w", sandbox.ErrNotReady)), 69},
+		{"reported interrupt", nil, reported(context.Canceled), 130},
 		{"bad request locally", nil, &sandbox.FieldError{Field: "code"}, 64},
 		{"busy locally", nil, &sandbox.BusyError{}, 75},
 		{"data dir in use", nil, fmt.Errorf("opening: %w", &datadir.LockedError{Dir: "/d"}), 75},

@@ -8,9 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/client"
-	"github.com/sandpit-dev/sandpit/internal/library"
-	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 func (o *options) codeCommand() *cobra.Command {
@@ -41,7 +40,7 @@ after it (a mismatch ends the run with outcome output_invalid).`,
 			if err != nil {
 				return usageErrorf("reading the code: %v", err)
 			}
-			d := library.Draft{Code: string(src), Dependencies: save.deps, Description: save.description}
+			d := apitype.CodeDraft{Code: string(src), Dependencies: save.deps, Description: save.description}
 			if save.inSchema != "" {
 				if d.InputSchema, err = jsonArg("input-schema", save.inSchema); err != nil {
 					return err
@@ -94,7 +93,7 @@ func (o *options) codeListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			items, next, err := c.ListCode(cmd.Context(), list.agent, list.q, store.Page{Limit: list.limit})
+			items, next, err := c.ListCode(cmd.Context(), list.agent, list.q, apitype.Page{Limit: list.limit})
 			if err != nil {
 				return err
 			}
@@ -166,7 +165,7 @@ func (o *options) codeRunCommand() *cobra.Command {
 		Example: `  sandpit code run sum-sales --input '{"days": 7}' --file sales.csv --output-dir out/`,
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r := client.CodeRun{Version: run.version}
+			r := apitype.CodeRun{Version: run.version}
 			if cmd.Flags().Changed("input") {
 				in, err := jsonArg("input", run.input)
 				if err != nil {

@@ -14,11 +14,11 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/app"
 	"github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/datadir"
-	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // DefaultURL is where `sandpit run` looks for a daemon when SANDPIT_URL is not set.
@@ -31,7 +31,7 @@ func (o *options) serveCommand() *cobra.Command {
 		Long: `Run the sandpit daemon. It builds the sandbox image when missing (showing the build),
 starts or adopts the warm container of its data directory, fires scheduled jobs, and serves the
 REST API until interrupted: POST /v1/executions, GET /v1/executions, /v1/agents/{agent}/code,
-/v1/agents/{agent}/jobs, /v1/packages, GET /v1/limits, /healthz and /readyz (see the README).`,
+/v1/agents/{agent}/jobs, /v1/packages, GET /v1/limits, /healthz and /readyz (docs/api.md lists them).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := o.load(cmd)
@@ -153,7 +153,7 @@ func (o *options) run(cmd *cobra.Command, f runFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	req := client.ExecuteRequest{Code: code, Agent: f.agent, Dependencies: f.deps}
+	req := apitype.ExecuteRequest{Code: code, Agent: f.agent, Dependencies: f.deps}
 	if f.input != "" {
 		in := []byte(f.input)
 		if name, ok := strings.CutPrefix(f.input, "@"); ok {
@@ -187,21 +187,21 @@ func (o *options) run(cmd *cobra.Command, f runFlags, args []string) error {
 
 // emitter returns the event sink that prints a run's output as it comes, or nil with asJSON
 // (the result is printed whole at the end).
-func (o *options) emitter(asJSON bool) func(sandbox.Event) {
+func (o *options) emitter(asJSON bool) func(apitype.Event) {
 	if asJSON {
 		return nil
 	}
-	return func(e sandbox.Event) {
+	return func(e apitype.Event) {
 		switch e.Stream {
-		case "stdout":
+		case apitype.StreamStdout:
 			io.WriteString(o.env.Stdout, e.Data)
-		case "stderr":
+		case apitype.StreamStderr:
 			io.WriteString(o.env.Stderr, e.Data)
-		case "dependency":
+		case apitype.StreamDependency:
 			o.printDependency(e.Dependency)
-		case "log":
+		case apitype.StreamLog:
 			fmt.Fprintf(o.env.Stderr, "sandpit: agent.log %s: %s\n", e.Level, e.Data)
-		case sandbox.StreamFile:
+		case apitype.StreamFile:
 			if e.File != nil {
 				fmt.Fprintf(o.env.Stderr, "sandpit: output file %s (%s, %s)\n", e.File.Name, e.File.MediaType, humanSize(e.File.SizeBytes))
 			}
@@ -210,14 +210,14 @@ func (o *options) emitter(asJSON bool) func(sandbox.Event) {
 }
 
 // printDependency reports an install on stderr (present requirements are quiet).
-func (o *options) printDependency(d *sandbox.DependencyStatus) {
+func (o *options) printDependency(d *apitype.DependencyStatus) {
 	switch {
 	case d == nil:
-	case d.Status == sandbox.DependencyInstalled:
+	case d.Status == apitype.DependencyInstalled:
 		fmt.Fprintf(o.env.Stderr, "sandpit: installed %s (%s) in %dms\n", d.Requirement, d.Version, d.DurationMS)
-	case d.Status == sandbox.DependencyFailed && d.Version != "":
+	case d.Status == apitype.DependencyFailed && d.Version != "":
 		fmt.Fprintf(o.env.Stderr, "sandpit: %s is installed (%s) but conflicts with another requirement\n", d.Requirement, d.Version) // the reason follows with the outcome
-	case d.Status == sandbox.DependencyFailed:
+	case d.Status == apitype.DependencyFailed:
 		fmt.Fprintf(o.env.Stderr, "sandpit: could not install %s\n", d.Requirement)
 	}
 }
@@ -225,10 +225,10 @@ func (o *options) printDependency(d *sandbox.DependencyStatus) {
 // finishRun reports a run's end: the result as JSON with asJSON, a line naming a limit's
 // outcome otherwise; writes its output files (read from files) into out's directory when one
 // is given; and returns the exit status of ExitCode, or the error of saving the files.
-func (o *options) finishRun(cmd *cobra.Command, res sandbox.Result, err error, asJSON bool, out outputFlags, files fileSource) error {
+func (o *options) finishRun(cmd *cobra.Command, res apitype.Result, err error, asJSON bool, out outputFlags, files fileSource) error {
 	if cmd.Context().Err() != nil { // interrupted (Ctrl-C): the run was stopped
 		fmt.Fprintln(o.env.Stderr, "sandpit: interrupted; the run was stopped")
-		return &exitError{code: exitInterrupted}
+		return reported(context.Canceled)
 	}
 	if err != nil {
 		return err
@@ -239,7 +239,7 @@ func (o *options) finishRun(cmd *cobra.Command, res sandbox.Result, err error, a
 		}
 	} else {
 		o.printOutput(res)
-		if res.Outcome != sandbox.OutcomeOK && res.Outcome != sandbox.OutcomeError {
+		if res.Outcome != apitype.OutcomeOK && res.Outcome != apitype.OutcomeError {
 			fmt.Fprintf(o.env.Stderr, "sandpit: %s: %s\n", res.Outcome, res.Reason)
 		}
 		printSkipped(o.env.Stderr, res)
@@ -253,16 +253,13 @@ func (o *options) finishRun(cmd *cobra.Command, res sandbox.Result, err error, a
 			return err
 		}
 	}
-	if code := ExitCode(&res, nil); code != 0 {
-		return &exitError{code: code}
-	}
-	return nil
+	return reportedRun(res)
 }
 
 // printOutput prints the program's OUTPUT as one line of JSON on stdout when it set one and
 // printed nothing there (else a program that only sets OUTPUT shows nothing), or when stdout
 // is a terminal, where a person reads it.
-func (o *options) printOutput(res sandbox.Result) {
+func (o *options) printOutput(res apitype.Result) {
 	if len(res.Output) == 0 || string(res.Output) == "null" {
 		return
 	}
@@ -287,16 +284,17 @@ func (o *options) daemonURL(flag string) string {
 	return DefaultURL
 }
 
-// execute runs req through the daemon when one answers, else through a local engine. It
+// execute runs req through the daemon when one answers, else through an engine in this
+// process, whose REST API it calls in process (the same path as the daemon's). It
 // returns the run's result, where its output files are read from, and done, which releases
 // the engine (call it when the files are read, also after an error).
-func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequest, emit func(sandbox.Event)) (_ sandbox.Result, _ fileSource, done func(), _ error) {
+func (o *options) execute(cmd *cobra.Command, f runFlags, req apitype.ExecuteRequest, emit func(apitype.Event)) (_ apitype.Result, _ fileSource, done func(), _ error) {
 	done = func() {}
 	ctx := cmd.Context()
 	url := o.daemonURL(f.url)
 	cfg, err := o.load(cmd) // also with a daemon: a broken configuration is always an error
 	if err != nil {
-		return sandbox.Result{}, nil, done, err
+		return apitype.Result{}, nil, done, err
 	}
 	var daemonErr error
 	if !f.local {
@@ -306,13 +304,13 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequ
 		cancel()
 		if daemonErr == nil {
 			if given := o.engineFlagsGiven(cmd); len(given) > 0 {
-				return sandbox.Result{}, nil, done, usageErrorf("the daemon at %s runs with its own settings, and these flags only set up an engine: %s; "+
+				return apitype.Result{}, nil, done, usageErrorf("the daemon at %s runs with its own settings, and these flags only set up an engine: %s; "+
 					"give them to `sandpit serve`, or add --local to run this command on its own engine", url, strings.Join(given, ", "))
 			}
 			if err := o.compareWithDaemon(ctx, c, cfg, url); err != nil {
-				return sandbox.Result{}, nil, done, err
+				return apitype.Result{}, nil, done, err
 			}
-			a, err := c.As(sandbox.SourceCLI).ExecuteAnswer(ctx, req, emit)
+			a, err := c.As(apitype.SourceCLI).ExecuteAnswer(ctx, req, emit)
 			return a.Result, daemonFiles(c, a.ID, a.Inline), done, err
 		}
 	}
@@ -327,16 +325,12 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req client.ExecuteRequ
 		if errors.As(err, &locked) && daemonErr != nil {
 			err = fmt.Errorf("%w; its daemon did not answer at %s (%v): set SANDPIT_URL to its address, or stop it", err, url, daemonErr)
 		}
-		return sandbox.Result{}, nil, done, err
+		return apitype.Result{}, nil, done, err
 	}
-	files, err := sandboxFiles(req.Files)
-	if err != nil {
-		eng.Close()
-		return sandbox.Result{}, nil, done, err
-	}
-	res, err := eng.Service.Execute(ctx, sandbox.Request{Code: req.Code, Input: req.Input, TimeoutMS: req.TimeoutMS, Agent: req.Agent,
-		Dependencies: req.Dependencies, Files: files, Charts: req.Charts, Origin: sandbox.Origin{Source: sandbox.SourceCLI}}, emit)
-	return res, localFiles(eng.Files, res.ID), func() { eng.Close() }, err
+	// The engine's own REST API, in process: the same decoding and limits as a daemon's.
+	c := client.InProcess(eng.Handler(cfg, o.logger(cfg, true))).As(apitype.SourceCLI)
+	a, err := c.ExecuteAnswer(ctx, req, emit)
+	return a.Result, daemonFiles(c, a.ID, a.Inline), func() { eng.Close() }, err
 }
 
 // compareWithDaemon checks the settings this command was given (environment, config file)

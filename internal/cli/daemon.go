@@ -14,8 +14,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/client"
-	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 )
 
 // NoDaemonError means a command that needs the daemon found none; it exits 69.
@@ -23,6 +24,9 @@ type NoDaemonError struct {
 	URL string
 	Err error
 }
+
+// Is makes a NoDaemonError of class errclass.Unavailable.
+func (e *NoDaemonError) Is(target error) bool { return target == errclass.Unavailable }
 
 func (e *NoDaemonError) Error() string {
 	return fmt.Sprintf("no sandpit daemon answers at %s (%v): saved code, jobs and the ledger are served by the daemon; "+
@@ -70,7 +74,7 @@ func (o *options) daemon(cmd *cobra.Command, f daemonFlags) (*client.Client, err
 		return nil, err
 	}
 	u := o.daemonURL(f.url)
-	c := client.New(u, nil).As(sandbox.SourceCLI).WithToken(cfg.Token)
+	c := client.New(u, nil).As(apitype.SourceCLI).WithToken(cfg.Token)
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := c.Health(hctx); err != nil {

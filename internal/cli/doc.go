@@ -3,7 +3,8 @@
 //   - serve: the daemon (app.Serve), REST and MCP on one address.
 //   - run: code from a file, -c or stdin, with input files (--file) and output files
 //     (--output-dir), through the daemon at SANDPIT_URL, or, when none answers (or with
-//     --local), through an engine started in this process for the one command.
+//     --local), through an engine started in this process for the one command, whose REST
+//     handler it calls in process (the daemon's path).
 //   - code, job, exec, kb, packages: saved code, jobs, the ledger with the runs' output files,
 //     the knowledge store and the installed dependencies, through the daemon's REST API
 //     (internal/client).
@@ -14,5 +15,6 @@
 //   - version.
 //
 // Configuration is read once, for every command, from defaults, the config file, SANDPIT_
-// variables and flags (internal/config). Exit codes are decided in one place, ExitCode.
+// variables and flags (internal/config). Exit codes are decided in one place, ExitCode, from
+// an error's class (internal/errclass) or a run's outcome.
 package cli

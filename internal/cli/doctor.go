@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandpit-dev/sandpit/internal/app"
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 )
 
 func (o *options) doctorCommand() *cobra.Command {
@@ -48,7 +49,7 @@ daemon. Exits 0 when every required check passes, 69 otherwise.`,
 				}
 			}
 			if failed {
-				return &exitError{code: exitUnavailable}
+				return reported(errclass.New(errclass.Unavailable, "doctor found a failed check"))
 			}
 			return nil
 		},

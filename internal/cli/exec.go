@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -60,10 +60,10 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 			if err != nil {
 				return err
 			}
-			if list.limit < 1 || list.limit > store.MaxLimit {
-				return usageErrorf("--limit %d: give 1 to %d", list.limit, store.MaxLimit)
+			if list.limit < 1 || list.limit > apitype.MaxLimit {
+				return usageErrorf("--limit %d: give 1 to %d", list.limit, apitype.MaxLimit)
 			}
-			items, next, err := c.ListExecutions(cmd.Context(), filter, store.Page{Limit: list.limit, Cursor: list.cursor})
+			items, next, err := c.ListExecutions(cmd.Context(), filter, apitype.Page{Limit: list.limit, Cursor: list.cursor})
 			if err != nil {
 				return err
 			}
@@ -194,7 +194,7 @@ evicted file is refused, HTTP 410).`,
 					return err
 				}
 			}
-			printSkipped(o.env.Stderr, sandbox.Result{FilesSkipped: skipped, FilesTruncated: truncated})
+			printSkipped(o.env.Stderr, apitype.Result{FilesSkipped: skipped, FilesTruncated: truncated})
 			return nil
 		},
 	}
@@ -206,13 +206,13 @@ evicted file is refused, HTTP 410).`,
 
 // chooseFiles returns the files of list that names names (all of list when none is named); a
 // name the list lacks is an error naming what the execution has.
-func chooseFiles(list []sandbox.File, names []string, id string) ([]sandbox.File, error) {
+func chooseFiles(list []apitype.File, names []string, id string) ([]apitype.File, error) {
 	if len(names) == 0 {
 		return list, nil
 	}
-	var chosen []sandbox.File
+	var chosen []apitype.File
 	for _, n := range names {
-		i := slices.IndexFunc(list, func(f sandbox.File) bool { return f.Name == n })
+		i := slices.IndexFunc(list, func(f apitype.File) bool { return f.Name == n })
 		if i < 0 {
 			have := make([]string, len(list))
 			for j, f := range list {
@@ -220,7 +220,7 @@ func chooseFiles(list []sandbox.File, names []string, id string) ([]sandbox.File
 			}
 			return nil, usageErrorf("execution %s has no output file %q; it has: %s", id, n, cmp.Or(strings.Join(have, ", "), "none"))
 		}
-		if !slices.ContainsFunc(chosen, func(f sandbox.File) bool { return f.Name == n }) {
+		if !slices.ContainsFunc(chosen, func(f apitype.File) bool { return f.Name == n }) {
 			chosen = append(chosen, list[i])
 		}
 	}
@@ -229,10 +229,10 @@ func chooseFiles(list []sandbox.File, names []string, id string) ([]sandbox.File
 
 // outputPreview is one line of what an execution printed, for exec list: the end of stderr
 // when it failed (where a traceback ends), else the start of stdout, else of stderr.
-func outputPreview(e store.ExecutionSummary) string {
+func outputPreview(e apitype.ExecutionSummary) string {
 	const width = 40
 	switch {
-	case e.Outcome != sandbox.OutcomeOK && strings.TrimSpace(e.StderrPreview) != "":
+	case e.Outcome != apitype.OutcomeOK && strings.TrimSpace(e.StderrPreview) != "":
 		lines := strings.Split(strings.TrimSpace(e.StderrPreview), "\n")
 		return oneLine(lines[len(lines)-1], width)
 	case strings.TrimSpace(e.StdoutPreview) != "":

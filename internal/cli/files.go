@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -38,12 +38,12 @@ func (f *inputFlags) register(fs *pflag.FlagSet) {
 }
 
 // runFiles reads the --file flags into the files of a request, with --no-charts.
-func (f *inputFlags) runFiles() (client.RunFiles, error) {
+func (f *inputFlags) runFiles() (apitype.RunFiles, error) {
 	files, err := readInputFiles(f.files)
 	if err != nil {
-		return client.RunFiles{}, err
+		return apitype.RunFiles{}, err
 	}
-	rf := client.RunFiles{Files: files}
+	rf := apitype.RunFiles{Files: files}
 	if f.noCharts {
 		rf.Charts = new(bool)
 	}
@@ -55,8 +55,8 @@ func (f *inputFlags) runFiles() (client.RunFiles, error) {
 // file is at the part before its last "=". The content goes as UTF-8 text when it is valid
 // UTF-8, else as base64. A missing file, a bad NAME or two files of one NAME is a UsageError
 // naming the flag.
-func readInputFiles(specs []string) ([]client.InputFile, error) {
-	var files []client.InputFile
+func readInputFiles(specs []string) ([]apitype.InputFile, error) {
+	var files []apitype.InputFile
 	seen := map[string]string{}
 	for _, spec := range specs {
 		p, name := spec, ""
@@ -105,12 +105,12 @@ func (f *outputFlags) register(fs *pflag.FlagSet, what string) {
 }
 
 // fileSource opens the bytes of an output file.
-type fileSource func(ctx context.Context, f sandbox.File) (io.ReadCloser, error)
+type fileSource func(ctx context.Context, f apitype.File) (io.ReadCloser, error)
 
 // daemonFiles reads execution id's output files from the daemon: from inline when the answer
 // carried them, else with GET /v1/executions/{id}/files/{name}.
 func daemonFiles(c *client.Client, id string, inline map[string][]byte) fileSource {
-	return func(ctx context.Context, f sandbox.File) (io.ReadCloser, error) {
+	return func(ctx context.Context, f apitype.File) (io.ReadCloser, error) {
 		if b, ok := inline[f.Name]; ok {
 			return io.NopCloser(strings.NewReader(string(b))), nil
 		}
@@ -126,7 +126,7 @@ func daemonFiles(c *client.Client, id string, inline map[string][]byte) fileSour
 // exists in dir refuses the whole set before anything is written; with it, each file replaces
 // what is there (a file written whole to a temporary name, then renamed over it). Bytes that
 // do not match a file's size and SHA-256 are not kept.
-func saveFiles(ctx context.Context, w io.Writer, dir string, force bool, files []sandbox.File, open fileSource) error {
+func saveFiles(ctx context.Context, w io.Writer, dir string, force bool, files []apitype.File, open fileSource) error {
 	if len(files) == 0 {
 		return nil
 	}
@@ -140,7 +140,7 @@ func saveFiles(ctx context.Context, w io.Writer, dir string, force bool, files [
 		}
 		seen[f.Name] = true
 	}
-	files = slices.DeleteFunc(slices.Clone(files), func(f sandbox.File) bool {
+	files = slices.DeleteFunc(slices.Clone(files), func(f apitype.File) bool {
 		if gitPath(f.Name) {
 			fmt.Fprintf(w, "sandpit: skipped %q: a path inside .git is never written (git would run what its config and hooks name)\n", f.Name)
 			return true
@@ -199,7 +199,7 @@ func gitPath(name string) bool {
 
 // saveFile writes f beneath root: to a temporary name in its directory, checked against its
 // size and SHA-256, then renamed to its name.
-func saveFile(ctx context.Context, root *os.Root, f sandbox.File, open fileSource) error {
+func saveFile(ctx context.Context, root *os.Root, f apitype.File, open fileSource) error {
 	name := filepath.FromSlash(f.Name)
 	if d := path.Dir(f.Name); d != "." {
 		if err := root.MkdirAll(filepath.FromSlash(d), 0o755); err != nil {
@@ -247,41 +247,12 @@ func quoteAll(names []string) []string {
 }
 
 // printSkipped reports on w the output files a run could not return.
-func printSkipped(w io.Writer, res sandbox.Result) {
+func printSkipped(w io.Writer, res apitype.Result) {
 	for _, s := range res.FilesSkipped {
 		fmt.Fprintf(w, "sandpit: output file %q skipped: %s\n", s.Name, s.Reason)
 	}
 	if res.FilesTruncated {
 		fmt.Fprintln(w, "sandpit: more output files were left out than are listed (a cap on output files was reached)")
-	}
-}
-
-// sandboxFiles decodes a request's input files for the engine in this process.
-func sandboxFiles(files []client.InputFile) ([]sandbox.InputFile, error) {
-	var out []sandbox.InputFile
-	for _, f := range files {
-		content := []byte(f.Content)
-		if f.Encoding == client.EncodingBase64 {
-			var err error
-			if content, err = base64.StdEncoding.DecodeString(f.Content); err != nil {
-				return nil, fmt.Errorf("input file %q: %w", f.Name, err)
-			}
-		}
-		out = append(out, sandbox.InputFile{Name: f.Name, Content: content})
-	}
-	return out, nil
-}
-
-// keptFiles reads the output files an engine keeps (*store.Files).
-type keptFiles interface {
-	Open(ctx context.Context, id, name string) (io.ReadCloser, error)
-}
-
-// localFiles reads execution id's output files from kept, the file store of the engine in
-// this process.
-func localFiles(kept keptFiles, id string) fileSource {
-	return func(ctx context.Context, f sandbox.File) (io.ReadCloser, error) {
-		return kept.Open(ctx, id, f.Name)
 	}
 }
 

@@ -19,7 +19,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"fmt"
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 )
 
 const filesExecID = "ex_cccccccccccccccccccccccccc"
@@ -32,11 +33,12 @@ type outFile struct {
 	content         []byte
 	inline          bool
 	served          []byte
+	gone            bool // its bytes were evicted: GET answers the daemon's 410
 }
 
-func (f outFile) entry() sandbox.File {
+func (f outFile) entry() apitype.File {
 	sum := sha256.Sum256(f.content)
-	return sandbox.File{Name: f.name, SizeBytes: int64(len(f.content)), MediaType: f.mediaType, SHA256: hex.EncodeToString(sum[:])}
+	return apitype.File{Name: f.name, SizeBytes: int64(len(f.content)), MediaType: f.mediaType, SHA256: hex.EncodeToString(sum[:])}
 }
 
 // filesDaemon is a fake daemon in the REST shape: every run answers files (as JSON, or as an
@@ -51,11 +53,11 @@ type filesDaemon struct {
 
 func (d *filesDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
-	res := sandbox.Result{ID: filesExecID, Agent: "default", Outcome: sandbox.OutcomeOK, Success: true, Stdout: "ran\n", Output: json.RawMessage("null")}
+	res := apitype.Result{ID: filesExecID, Agent: "default", Outcome: apitype.OutcomeOK, Success: true, Stdout: "ran\n", Output: json.RawMessage("null")}
 	for _, f := range d.files {
 		res.Files = append(res.Files, f.entry())
 	}
-	res.FilesSkipped = []sandbox.SkippedFile{{Name: "link", Reason: "symbolic link, not followed"}}
+	res.FilesSkipped = []apitype.SkippedFile{{Name: "link", Reason: "symbolic link, not followed"}}
 	answer := func(inline bool) map[string]any {
 		b, _ := json.Marshal(res)
 		var m map[string]any
@@ -102,6 +104,11 @@ func (d *filesDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d.gets = append(d.gets, name)
 		d.mu.Unlock()
 		for _, f := range d.files {
+			if f.name == name && f.gone {
+				w.WriteHeader(http.StatusGone)
+				_, _ = fmt.Fprintf(w, `{"error": {"code": "gone", "message": "output file %q of execution %s is no longer kept: the quota on all runs' files (files_max_bytes) evicted it"}}`, name, filesExecID)
+				return
+			}
 			if f.name == name {
 				w.Header().Set("Content-Type", f.mediaType)
 				_, _ = w.Write(cmpBytes(f.served, f.content))
@@ -459,5 +466,18 @@ func TestOutputDirSkipsGitPaths(t *testing.T) {
 		if gitPath(n) {
 			t.Errorf("gitPath(%q) = true", n)
 		}
+	}
+}
+
+// TestExecFilesEvicted: a file whose bytes the daemon no longer keeps (410) is said as the
+// daemon says it, without a field prefix, and exits 66 (EX_NOINPUT), not 64 (a usage error).
+func TestExecFilesEvicted(t *testing.T) {
+	d := &filesDaemon{files: []outFile{{name: "old.csv", mediaType: "text/csv", content: []byte("a\n"), gone: true}}}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	code, _, stderr := sandpit(t, srv.URL, "exec", "files", filesExecID, "old.csv", "--output-dir", t.TempDir())
+	if code != 66 || !strings.Contains(stderr, `output file "old.csv" of execution `+filesExecID+` is no longer kept`) ||
+		strings.Contains(stderr, "name:") || !strings.Contains(stderr, "HTTP 410") {
+		t.Errorf("exit %d, stderr %q; want 66 and the daemon's message", code, stderr)
 	}
 }

@@ -11,9 +11,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/client"
-	"github.com/sandpit-dev/sandpit/internal/jobs"
-	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // jobFlags are the fields of a job as flags.
@@ -109,7 +108,7 @@ func (o *options) jobCreateCommand() *cobra.Command {
 			}
 			p["code_name"] = args[0]
 			b, _ := json.Marshal(p)
-			var d client.JobDraft
+			var d apitype.JobDraft
 			_ = json.Unmarshal(b, &d)
 			c, err := o.daemon(cmd, create.daemonFlags)
 			if err != nil {
@@ -226,7 +225,7 @@ func (o *options) jobRmCommand() *cobra.Command {
 
 func (o *options) jobHistoryCommand() *cobra.Command {
 	return o.jobIDCommand("history", "List a job's fires, newest first: started, skipped, queued, missed or failed", func(ctx context.Context, c *client.Client, agent, id string, asJSON bool) error {
-		fires, next, err := c.JobHistory(ctx, agent, id, store.FireFilter{}, store.Page{Limit: 100})
+		fires, next, err := c.JobHistory(ctx, agent, id, time.Time{}, time.Time{}, apitype.Page{Limit: 100})
 		if err != nil {
 			return err
 		}
@@ -261,7 +260,7 @@ func (o *options) jobListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			items, next, err := c.ListJobs(cmd.Context(), list.agent, store.Page{Limit: store.MaxLimit})
+			items, next, err := c.ListJobs(cmd.Context(), list.agent, apitype.Page{Limit: apitype.MaxLimit})
 			if err != nil {
 				return err
 			}
@@ -288,14 +287,14 @@ func (o *options) jobListCommand() *cobra.Command {
 	return listCmd
 }
 
-func (o *options) printJob(j jobs.Scheduled, asJSON bool) error {
+func (o *options) printJob(j apitype.ScheduledJob, asJSON bool) error {
 	if asJSON {
 		return o.printJSON(j)
 	}
 	w := o.env.Stdout
 	version := "the latest version"
-	if j.CodeVersion > 0 {
-		version = fmt.Sprintf("version %d", j.CodeVersion)
+	if j.CodeVersion != nil {
+		version = fmt.Sprintf("version %d", *j.CodeVersion)
 	}
 	input := "null"
 	if len(j.Input) > 0 {

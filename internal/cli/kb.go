@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 )
 
 func (o *options) kbCommand() *cobra.Command {
@@ -82,7 +82,7 @@ func (o *options) kbListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			items, next, err := c.ListKnowledge(cmd.Context(), list.agent, list.kind, store.Page{Limit: list.limit, Cursor: list.cursor})
+			items, next, err := c.ListKnowledge(cmd.Context(), list.agent, list.kind, apitype.Page{Limit: list.limit, Cursor: list.cursor})
 			if err != nil {
 				return err
 			}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
@@ -15,6 +14,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/datadir"
 	"github.com/sandpit-dev/sandpit/internal/mcpserver"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"time"
 )
 
 func (o *options) mcpCommand() *cobra.Command {
@@ -34,8 +34,8 @@ long as the MCP client keeps it open (jobs then fire only while it runs). Logs g
 Add it to an MCP client as the command "sandpit mcp --agent NAME".`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !sandbox.ValidAgent(f.agent) {
-				return usageErrorf("--agent %q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_'", f.agent)
+			if err := sandbox.CheckAgent(f.agent); err != nil {
+				return err // said with --agent (inFlagWords); an Invalid error: exit 64
 			}
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
@@ -70,40 +70,41 @@ Add it to an MCP client as the command "sandpit mcp --agent NAME".`,
 	return cmd
 }
 
-// engineForMCP starts the daemon in this process on a loopback port of its own and returns a
-// client of it, and stop, which ends the daemon and waits for it.
+// engineForMCP opens the engine in this process and returns a client of its REST API, called
+// in process (client.InProcess: the daemon's path, without the network), and stop, which ends
+// its job fires (their runs get app.ShutdownGrace, then are interrupted) and closes it. Jobs
+// fire while it runs.
 func (o *options) engineForMCP(ctx context.Context, cmd *cobra.Command) (*client.Client, func(), error) {
 	cfg, err := o.load(cmd)
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg.Listen = "127.0.0.1:0"
 	log := o.logger(cfg, false)
-	ctx, cancel := context.WithCancel(ctx)
-	addr := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- app.Serve(ctx, cfg, log, o.env.Stderr, func(a string) { addr <- a }) }()
-	stop := func() {
-		cancel()
-		if err := <-done; err != nil {
-			fmt.Fprintf(o.env.Stderr, "sandpit: stopping the engine: %v\n", err)
-		}
-	}
-	select {
-	case a := <-addr:
-		return client.New("http://"+a, nil).WithToken(cfg.Token), stop, nil
-	case err := <-done:
-		cancel()
+	eng, err := app.OpenServing(ctx, cfg, log, o.env.Stderr)
+	if err != nil {
 		var locked *datadir.LockedError
 		if errors.As(err, &locked) {
 			return nil, nil, fmt.Errorf("%w: another sandpit runs the engine of this data directory; run `sandpit serve` once, "+
 				"and every `sandpit mcp` (any agent) will use it through SANDPIT_URL", err)
 		}
 		return nil, nil, fmt.Errorf("starting the engine for MCP: %w", err)
-	case <-time.After(15 * time.Minute): // an image build on a slow machine
-		stop()
-		return nil, nil, errors.New("the engine did not start within 15 minutes")
 	}
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	bgDone := make(chan struct{})
+	go func() { eng.RunBackground(bgCtx, cfg.Retention(), log); close(bgDone) }()
+	stop := func() {
+		stopBackground() // no more fires; the job runs going get a grace, as a daemon's do
+		select {
+		case <-bgDone:
+		case <-time.After(app.ShutdownGrace):
+			eng.Service.Interrupt()
+			<-bgDone
+		}
+		if err := eng.Close(); err != nil {
+			fmt.Fprintf(o.env.Stderr, "sandpit: stopping the engine: %v\n", err)
+		}
+	}
+	return client.InProcess(eng.Handler(cfg, log)), stop, nil
 }
 
 type nopWriteCloser struct{ io.Writer }

@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/config"
-	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 func (o *options) packagesCommand() *cobra.Command {
@@ -67,7 +67,7 @@ failed. Exit status 66 when one failed (as a run's dependency_error).`,
 			if err != nil {
 				return err
 			}
-			statuses, err := c.InstallPackages(cmd.Context(), args, func(d sandbox.DependencyStatus) {
+			statuses, err := c.InstallPackages(cmd.Context(), args, func(d apitype.DependencyStatus) {
 				if !install.json {
 					fmt.Fprintln(o.env.Stdout, dependencyLine(d))
 				}
@@ -81,8 +81,8 @@ failed. Exit status 66 when one failed (as a run's dependency_error).`,
 				}
 			}
 			for _, d := range statuses {
-				if d.Status == sandbox.DependencyFailed {
-					return &exitError{code: exitNoInput} // as a run's dependency_error
+				if d.Status == apitype.DependencyFailed {
+					return reportedRun(apitype.Result{Outcome: apitype.OutcomeDependencyError}) // as a run's dependency_error
 				}
 			}
 			return nil
@@ -119,14 +119,14 @@ func (o *options) packagesRemoveCommand() *cobra.Command {
 
 // dependencyLine is one requirement's status as `packages install` prints it: the status, the
 // requirement, and the version or why it failed (an installed one that conflicts says so).
-func dependencyLine(d sandbox.DependencyStatus) string {
+func dependencyLine(d apitype.DependencyStatus) string {
 	detail := d.Version
 	switch {
-	case d.Status == sandbox.DependencyFailed && d.Version != "":
+	case d.Status == apitype.DependencyFailed && d.Version != "":
 		detail = fmt.Sprintf("(version %s is installed but cannot be used with the others): %s", d.Version, d.Error)
-	case d.Status == sandbox.DependencyFailed:
+	case d.Status == apitype.DependencyFailed:
 		detail = d.Error
-	case d.Status == sandbox.DependencySkipped:
+	case d.Status == apitype.DependencySkipped:
 		detail = "(its environment marker excludes it here)"
 	}
 	return strings.TrimSpace(fmt.Sprintf("%-9s %s %s", d.Status, d.Requirement, detail))

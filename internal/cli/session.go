@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/client"
-	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // sessionCommand is `sandpit session`: stateful sessions on the daemon.
@@ -40,7 +40,7 @@ rm ID), after --idle without a call, after --lifetime, or when a call must be ki
   sandpit session rm $S --agent alice`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d := client.SessionDraft{Dependencies: deps}
+			d := apitype.SessionCreate{Dependencies: deps}
 			for _, v := range []struct {
 				flag string
 				dur  time.Duration
@@ -101,7 +101,7 @@ before it; with --no-wait it fails at once while one runs.`,
 			if err != nil {
 				return err
 			}
-			call := client.SessionCall{Code: code}
+			call := apitype.SessionCall{Code: code}
 			if f.input != "" {
 				in := []byte(f.input)
 				if name, ok := strings.CutPrefix(f.input, "@"); ok {
@@ -178,7 +178,7 @@ func (o *options) sessionListCommand() *cobra.Command {
 			for _, s := range list {
 				state, when := s.State, ""
 				switch {
-				case s.State == sandbox.SessionEnded && s.EndedAt != nil:
+				case s.State == apitype.SessionEnded && s.EndedAt != nil:
 					state, when = s.State+" ("+s.EndReason+")", s.EndedAt.Local().Format(time.DateTime)
 				case s.ExpiresAt != nil:
 					when = s.ExpiresAt.Local().Format(time.DateTime)
@@ -196,7 +196,7 @@ func (o *options) sessionListCommand() *cobra.Command {
 }
 
 // sessionIDCommand is a command that takes a session ID and prints the session do returns.
-func (o *options) sessionIDCommand(use, short string, do func(ctx context.Context, c *client.Client, agent, id string) (sandbox.SessionInfo, error)) *cobra.Command {
+func (o *options) sessionIDCommand(use, short string, do func(ctx context.Context, c *client.Client, agent, id string) (apitype.Session, error)) *cobra.Command {
 	var f daemonFlags
 	cmd := &cobra.Command{
 		Use:   use + " ID",
@@ -215,7 +215,7 @@ func (o *options) sessionIDCommand(use, short string, do func(ctx context.Contex
 				return o.printJSON(info)
 			}
 			line := fmt.Sprintf("%s %s, %d calls", info.ID, info.State, info.Calls)
-			if info.State == sandbox.SessionEnded {
+			if info.State == apitype.SessionEnded {
 				line += fmt.Sprintf(" (%s: %s)", info.EndReason, info.Reason)
 			}
 			fmt.Fprintln(o.env.Stdout, line)
@@ -227,13 +227,13 @@ func (o *options) sessionIDCommand(use, short string, do func(ctx context.Contex
 }
 
 func (o *options) sessionShowCommand() *cobra.Command {
-	return o.sessionIDCommand("show", "Show a session", func(ctx context.Context, c *client.Client, agent, id string) (sandbox.SessionInfo, error) {
+	return o.sessionIDCommand("show", "Show a session", func(ctx context.Context, c *client.Client, agent, id string) (apitype.Session, error) {
 		return c.GetSession(ctx, agent, id)
 	})
 }
 
 func (o *options) sessionRmCommand() *cobra.Command {
-	return o.sessionIDCommand("rm", "Close a session and remove its sandbox (a call running is killed)", func(ctx context.Context, c *client.Client, agent, id string) (sandbox.SessionInfo, error) {
+	return o.sessionIDCommand("rm", "Close a session and remove its sandbox (a call running is killed)", func(ctx context.Context, c *client.Client, agent, id string) (apitype.Session, error) {
 		return c.CloseSession(ctx, agent, id)
 	})
 }

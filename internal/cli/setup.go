@@ -13,7 +13,11 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/app"
+	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/errclass"
+	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/setup"
 )
 
@@ -35,14 +39,14 @@ Progress: a progress bar on a terminal, plain lines otherwise, NDJSON with --jso
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			emit, finish := o.setupReporter(f.json)
 			err := o.setup(cmd, f, opts, emit)
-			last := setup.Event{Step: "setup", Status: setup.Done, Message: "the sandbox is ready", Progress: 1}
+			last := apitype.SetupEvent{Step: "setup", Status: apitype.SetupDone, Message: "the sandbox is ready", Progress: 1}
 			if err != nil {
-				last = setup.Event{Step: "setup", Status: setup.Failed, Message: err.Error()}
+				last = apitype.SetupEvent{Step: "setup", Status: apitype.SetupFailed, Message: err.Error()}
 			}
 			emit(last) // as POST /v1/setup ends
 			finish()
-			if errors.Is(err, setup.ErrStepFailed) {
-				return &exitError{code: exitUnavailable} // the failed step's event said why
+			if errors.Is(err, setup.ErrStepFailed) || errors.Is(err, client.ErrSetupFailed) {
+				return reported(errclass.Wrap(errclass.Unavailable, err)) // the failed step's event said why
 			}
 			return err
 		},
@@ -54,7 +58,7 @@ Progress: a progress bar on a terminal, plain lines otherwise, NDJSON with --jso
 	return cmd
 }
 
-func (o *options) setup(cmd *cobra.Command, f daemonFlags, opts setup.Options, emit func(setup.Event)) error {
+func (o *options) setup(cmd *cobra.Command, f daemonFlags, opts setup.Options, emit func(apitype.SetupEvent)) error {
 	ctx := cmd.Context()
 	if len(o.engineFlagsGiven(cmd)) == 0 {
 		if c, err := o.daemon(cmd, f); err == nil {
@@ -71,26 +75,27 @@ func (o *options) setup(cmd *cobra.Command, f daemonFlags, opts setup.Options, e
 	if opts.EngineAddress == "" {
 		opts.EngineAddress, _ = o.env.Lookup("DOCKER_HOST")
 	}
-	eng := &app.SetupEngine{Cfg: cfg, Log: o.logger(cfg, true)}
+	eng := &app.SetupDocker{Cfg: cfg, Log: o.logger(cfg, true)}
 	defer eng.Close()
-	_, err = setup.Run(ctx, setup.DetectPlatform(runtime.GOOS), setup.ExecRunner{}, eng, opts, emit)
+	_, err = setup.Run(ctx, setup.DetectPlatform(runtime.GOOS), setup.ExecRunner{}, eng, opts,
+		func(e setup.Event) { emit(httpapi.SetupEventOf(e)) })
 	return err
 }
 
 // setupReporter returns how setup's events are shown: NDJSON, a progress bar on a terminal,
 // or plain lines; finish ends the display.
-func (o *options) setupReporter(asJSON bool) (func(setup.Event), func()) {
+func (o *options) setupReporter(asJSON bool) (func(apitype.SetupEvent), func()) {
 	out := o.env.Stdout
 	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetEscapeHTML(false)
-		return func(e setup.Event) { _ = enc.Encode(e) }, func() {}
+		return func(e apitype.SetupEvent) { _ = enc.Encode(e) }, func() {}
 	}
-	line := func(e setup.Event) string {
+	line := func(e apitype.SetupEvent) string {
 		return fmt.Sprintf("%-13s %-8s %s", e.Step, e.Status, e.Message)
 	}
 	if file, ok := out.(*os.File); !ok || !isatty.IsTerminal(file.Fd()) {
-		return func(e setup.Event) {
+		return func(e apitype.SetupEvent) {
 			if e.Status != setup.Progress {
 				fmt.Fprintln(out, line(e))
 			}
@@ -98,7 +103,7 @@ func (o *options) setupReporter(asJSON bool) (func(setup.Event), func()) {
 	}
 	bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(out), progressbar.OptionSpinnerType(14),
 		progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
-	return func(e setup.Event) {
+	return func(e apitype.SetupEvent) {
 			switch e.Status {
 			case setup.Started, setup.Progress:
 				msg := e.Message

@@ -1,5 +1,7 @@
-// Package client is a typed Go client of sandpit's REST API (see package httpapi), used by the
-// CLI to talk to a running daemon.
+// Package client is a typed Go client of sandpit's REST API, used by the CLI and the MCP
+// server to talk to a running daemon. Its requests and answers are the wire types of package
+// apitype; it links nothing of the daemon (no store, SQLite, scheduler or schema code), which
+// deps_test.go holds it to.
 package client
 
 import (
@@ -19,17 +21,16 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/sandpit-dev/sandpit/internal/httpapi"
-	"github.com/sandpit-dev/sandpit/internal/library"
-	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 )
 
 // Client calls one sandpit daemon. It is safe for concurrent use.
 type Client struct {
 	base   string
 	hc     *http.Client
-	source string // sent as httpapi.SourceHeader
-	token  string // sent as a bearer token
+	source apitype.Source // sent as apitype.SourceHeader
+	token  string         // sent as a bearer token
 }
 
 // WithToken returns a copy of c that sends token as its bearer token ("" sends none).
@@ -39,8 +40,9 @@ func (c *Client) WithToken(token string) *Client {
 	return &cc
 }
 
-// As returns a copy of c whose runs are recorded with source ("cli" or "mcp").
-func (c *Client) As(source string) *Client {
+// As returns a copy of c whose runs are recorded with source (apitype.SourceCLI or
+// apitype.SourceMCP; the daemon records any other as apitype.SourceAPI).
+func (c *Client) As(source apitype.Source) *Client {
 	cc := *c
 	cc.source = source
 	return &cc
@@ -56,62 +58,15 @@ func New(baseURL string, httpClient *http.Client) *Client {
 	return &Client{base: strings.TrimRight(baseURL, "/"), hc: httpClient}
 }
 
-// ExecuteRequest is the body of POST /v1/executions.
-type ExecuteRequest struct {
-	// Code is the Python source to run (UTF-8).
-	Code string `json:"code"`
-	// Input is the JSON value the code sees as INPUT; nil sends none (null).
-	Input json.RawMessage `json:"input,omitempty"`
-	// TimeoutMS is the wall-clock limit in milliseconds; nil means the daemon's default.
-	TimeoutMS *int64 `json:"timeout_ms,omitempty"`
-	// Agent is the namespace of the run; empty means "default".
-	Agent string `json:"agent,omitempty"`
-	// Dependencies are PEP 508 requirements installed (when missing) before the run.
-	Dependencies []string `json:"dependencies,omitempty"`
-	RunFiles
-}
-
-// RunFiles are the fields about files of a request that runs code (an execution, a saved-code
-// run).
-type RunFiles struct {
-	// Files are written into the run's working directory before its code starts (see
-	// InputFileOf). The daemon's caps on their count and bytes are in GET /v1/limits.
-	Files []InputFile `json:"files,omitempty"`
-	// Charts, when not nil, says whether open matplotlib figures and PIL images shown are saved
-	// as output files (figure-1.png, …); nil means the daemon's setting.
-	Charts *bool `json:"charts,omitempty"`
-	// InlineFiles asks for the bytes of each output file of at most 1 MiB in the answer
-	// (Answer.Inline); larger ones are fetched with OpenFile.
-	InlineFiles bool `json:"inline_files,omitempty"`
-}
-
-// InputFile is a file handed to a run, as the REST API takes it.
-type InputFile struct {
-	// Name is its path relative to the run's working directory ("data.csv", "in/a.json");
-	// sandbox.CheckFileName says which names are allowed.
-	Name string `json:"name"`
-	// Content is its bytes: the text itself with Encoding "utf-8", standard base64 with
-	// "base64".
-	Content string `json:"content"`
-	// Encoding is "utf-8" (also when empty) or "base64".
-	Encoding string `json:"encoding,omitempty"`
-}
-
-// The encodings of InputFile.Content.
-const (
-	EncodingUTF8   = "utf-8"
-	EncodingBase64 = "base64"
-)
-
 // InputFileOf returns the InputFile named name with content: as text when content is valid
 // UTF-8 that JSON does not make larger than base64 would (a file of NUL bytes is valid UTF-8
 // but six times its size as JSON text), as base64 otherwise, so its bytes arrive unchanged
 // either way and the request stays within the daemon's body limit.
-func InputFileOf(name string, content []byte) InputFile {
+func InputFileOf(name string, content []byte) apitype.InputFile {
 	if utf8.Valid(content) && jsonTextBytes(content) <= base64.StdEncoding.EncodedLen(len(content)) {
-		return InputFile{Name: name, Content: string(content), Encoding: EncodingUTF8}
+		return apitype.InputFile{Name: name, Content: string(content), Encoding: apitype.EncodingUTF8}
 	}
-	return InputFile{Name: name, Content: base64.StdEncoding.EncodeToString(content), Encoding: EncodingBase64}
+	return apitype.InputFile{Name: name, Content: base64.StdEncoding.EncodeToString(content), Encoding: apitype.EncodingBase64}
 }
 
 // jsonTextBytes is the size of text (valid UTF-8) as a JSON string: NUL bytes and other
@@ -134,15 +89,12 @@ func jsonTextBytes(text []byte) int {
 
 // Answer is the answer of a run: its Result and the bytes of the output files it carried.
 type Answer struct {
-	sandbox.Result
+	apitype.Result
 	// Inline maps an output file's name to its bytes, for each file the answer carried inline
 	// (asked with RunFiles.InlineFiles: those of at most 1 MiB). Their size and SHA-256 were
 	// checked against the file's entry in Result.Files. Nil when none.
 	Inline map[string][]byte
 }
-
-// Limits are the daemon's effective limits (GET /v1/limits).
-type Limits = httpapi.Limits
 
 // APIError is an error answer of the daemon.
 type APIError struct {
@@ -159,7 +111,58 @@ type APIError struct {
 	// RetryAfter is when to try again (from Retry-After), 0 when not given.
 	RetryAfter time.Duration
 	// Violations lists, for invalid_input, each way the input breaks the code's input schema.
-	Violations []library.Violation
+	Violations []apitype.Violation
+}
+
+// Is makes an APIError of the class (package errclass) of its Code, or of its Status when
+// the answer was not a sandpit error body: errors.Is(err, errclass.NotFound).
+func (e *APIError) Is(target error) bool {
+	c := classOf(e.Code, e.Status)
+	return c != nil && target == c
+}
+
+// classOf is the error class of an API error code, or of an HTTP status for an answer without
+// one; nil for an internal failure or an unknown code.
+func classOf(code string, status int) error {
+	switch code {
+	case apitype.CodeInvalidRequest, apitype.CodeInvalidInput, apitype.CodeMethodNotAllowed, apitype.CodeUnsupportedMedia:
+		return errclass.Invalid
+	case apitype.CodeUnauthorized, apitype.CodeForbidden:
+		return errclass.Forbidden
+	case apitype.CodeNotFound:
+		return errclass.NotFound
+	case apitype.CodeConflict:
+		return errclass.Conflict
+	case apitype.CodeGone:
+		return errclass.Gone
+	case apitype.CodeTooLarge, apitype.CodeQuotaExceeded:
+		return errclass.TooLarge
+	case apitype.CodeBusy:
+		return errclass.Busy
+	case apitype.CodeNotReady:
+		return errclass.Unavailable
+	case apitype.CodeInternal:
+		return nil
+	}
+	switch status {
+	case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity:
+		return errclass.Invalid
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return errclass.Forbidden
+	case http.StatusNotFound:
+		return errclass.NotFound
+	case http.StatusConflict:
+		return errclass.Conflict
+	case http.StatusGone:
+		return errclass.Gone
+	case http.StatusRequestEntityTooLarge:
+		return errclass.TooLarge
+	case http.StatusTooManyRequests:
+		return errclass.Busy
+	case http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
+		return errclass.Unavailable
+	}
+	return nil
 }
 
 func (e *APIError) Error() string {
@@ -187,9 +190,7 @@ func (e *APIError) Error() string {
 // Health returns nil when a sandpit daemon answers GET /healthz, and an error when nothing (or
 // something else) answers. Pass a ctx with a short timeout to probe quickly.
 func (c *Client) Health(ctx context.Context) error {
-	var body struct {
-		Status string `json:"status"`
-	}
+	var body apitype.Status
 	if err := c.getJSON(ctx, "/healthz", &body); err != nil {
 		return err
 	}
@@ -202,9 +203,7 @@ func (c *Client) Health(ctx context.Context) error {
 // Ready returns nil when the daemon can take runs, or an error (an *APIError with Code
 // "not_ready" when the daemon says it cannot) saying why not.
 func (c *Client) Ready(ctx context.Context) error {
-	var body struct {
-		Status string `json:"status"`
-	}
+	var body apitype.Status
 	if err := c.getJSON(ctx, "/readyz", &body); err != nil {
 		return err
 	}
@@ -215,8 +214,8 @@ func (c *Client) Ready(ctx context.Context) error {
 }
 
 // Limits returns the daemon's effective limits.
-func (c *Client) Limits(ctx context.Context) (Limits, error) {
-	var l Limits
+func (c *Client) Limits(ctx context.Context) (apitype.Limits, error) {
+	var l apitype.Limits
 	err := c.getJSON(ctx, "/v1/limits", &l)
 	return l, err
 }
@@ -227,14 +226,14 @@ func (c *Client) Limits(ctx context.Context) (Limits, error) {
 // When onEvent is not nil the answer is streamed and onEvent receives each stdout and stderr
 // chunk, in order, as it arrives (the Result still holds the whole output), and an event of
 // stream "file" per output file (its File, no Content) before the result.
-func (c *Client) Execute(ctx context.Context, req ExecuteRequest, onEvent func(sandbox.Event)) (sandbox.Result, error) {
+func (c *Client) Execute(ctx context.Context, req apitype.ExecuteRequest, onEvent func(apitype.Event)) (apitype.Result, error) {
 	a, err := c.ExecuteAnswer(ctx, req, onEvent)
 	return a.Result, err
 }
 
 // ExecuteAnswer is Execute, answering also the output files' bytes the daemon put inline
 // (asked with req.InlineFiles).
-func (c *Client) ExecuteAnswer(ctx context.Context, req ExecuteRequest, onEvent func(sandbox.Event)) (Answer, error) {
+func (c *Client) ExecuteAnswer(ctx context.Context, req apitype.ExecuteRequest, onEvent func(apitype.Event)) (Answer, error) {
 	if !utf8.ValidString(req.Code) {
 		// JSON would silently replace the bad bytes with U+FFFD.
 		return Answer{}, errors.New("code is not valid UTF-8; sandpit runs UTF-8 Python source")
@@ -246,17 +245,17 @@ func (c *Client) ExecuteAnswer(ctx context.Context, req ExecuteRequest, onEvent 
 }
 
 // execute POSTs body to path, a route that runs code, and reads its answer (see Execute).
-func (c *Client) execute(ctx context.Context, path string, body any, onEvent func(sandbox.Event)) (Answer, error) {
+func (c *Client) execute(ctx context.Context, path string, body any, onEvent func(apitype.Event)) (Answer, error) {
 	accept := "application/json"
 	if onEvent != nil {
-		accept = httpapi.NDJSONContentType + ", application/json;q=0.5"
+		accept = apitype.NDJSONContentType + ", application/json;q=0.5"
 	}
 	resp, err := c.send(ctx, http.MethodPost, path, body, accept)
 	if err != nil {
 		return Answer{}, err
 	}
 	defer resp.Body.Close()
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == httpapi.NDJSONContentType {
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == apitype.NDJSONContentType {
 		return readStream(resp.Body, onEvent)
 	}
 	text, err := io.ReadAll(resp.Body)
@@ -270,39 +269,42 @@ func (c *Client) execute(ctx context.Context, path string, body any, onEvent fun
 	return a, nil
 }
 
-// decodeAnswer reads a run's result (JSON) with the inline bytes of its output files.
+// decodeAnswer reads a run's result (JSON) with the inline bytes of its output files, which
+// it checks against their entries.
 func decodeAnswer(text []byte) (Answer, error) {
 	var a Answer
 	if err := json.Unmarshal(text, &a.Result); err != nil {
 		return Answer{}, err
 	}
-	var inline struct {
-		Files []struct {
-			Name          string  `json:"name"`
-			ContentBase64 *[]byte `json:"content_base64"`
-		} `json:"files"`
-	}
-	if err := json.Unmarshal(text, &inline); err != nil {
-		return Answer{}, err
-	}
-	for i, f := range inline.Files {
-		if f.ContentBase64 == nil {
+	return a, a.takeInline()
+}
+
+// takeInline moves the inline bytes of a's output files into a.Inline, checking each against
+// its entry's size and SHA-256.
+func (a *Answer) takeInline() error {
+	for i, f := range a.Files {
+		if f.ContentBase64 == "" {
 			continue
 		}
-		if err := checkContent(a.Result.Files[i], *f.ContentBase64); err != nil {
-			return Answer{}, err
+		a.Files[i].ContentBase64 = ""
+		content, err := base64.StdEncoding.DecodeString(f.ContentBase64)
+		if err != nil {
+			return fmt.Errorf("output file %q: content_base64 is not base64: %w", f.Name, err)
+		}
+		if err := CheckContent(a.Files[i], content); err != nil {
+			return err
 		}
 		if a.Inline == nil {
 			a.Inline = map[string][]byte{}
 		}
-		a.Inline[f.Name] = *f.ContentBase64
+		a.Inline[f.Name] = content
 	}
-	return a, nil
+	return nil
 }
 
-// checkContent returns an error when content is not the bytes f describes (its size and
+// CheckContent returns an error when content is not the bytes f describes (its size and
 // SHA-256).
-func checkContent(f sandbox.File, content []byte) error {
+func CheckContent(f apitype.File, content []byte) error {
 	if !f.Holds(content) {
 		sum := sha256.Sum256(content)
 		return fmt.Errorf("output file %q: its %d bytes (sha256 %x) are not those its entry lists (%d bytes, sha256 %s)",
@@ -338,7 +340,7 @@ func (c *Client) sendRaw(ctx context.Context, method, path string, body io.Reade
 	}
 	req.Header.Set("Accept", accept)
 	if c.source != "" {
-		req.Header.Set(httpapi.SourceHeader, c.source)
+		req.Header.Set(apitype.SourceHeader, string(c.source))
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
@@ -367,25 +369,14 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) e
 	return nil
 }
 
-// streamLine is any line of an NDJSON execution stream.
-type streamLine struct {
-	Type       sandbox.Stream            `json:"type"`
-	Data       string                    `json:"data"`
-	Dependency *sandbox.DependencyStatus `json:"dependency"`
-	Level      string                    `json:"level"`
-	File       *sandbox.File             `json:"file"`
-	Result     json.RawMessage           `json:"result"`
-	Error      *errorDetail              `json:"error"`
-}
-
 // readStream reads an NDJSON execution stream up to its result or error line. Lines can be
 // large (the result holds all of stdout and stderr), so they are read whole, without a cap.
-func readStream(r io.Reader, onEvent func(sandbox.Event)) (Answer, error) {
+func readStream(r io.Reader, onEvent func(apitype.Event)) (Answer, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
 		line, err := br.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 {
-			var l streamLine
+			var l apitype.StreamLine
 			if jerr := json.Unmarshal(line, &l); jerr != nil {
 				if err != nil { // a last line cut short
 					return Answer{}, fmt.Errorf("reading the execution stream: it ended in the middle of a line: %w", io.ErrUnexpectedEOF)
@@ -393,37 +384,21 @@ func readStream(r io.Reader, onEvent func(sandbox.Event)) (Answer, error) {
 				return Answer{}, fmt.Errorf("reading the execution stream: bad line: %w", jerr)
 			}
 			switch l.Type {
-			case "stdout", "stderr":
+			case apitype.StreamStdout, apitype.StreamStderr, apitype.StreamLog, apitype.StreamDependency, apitype.StreamFile:
 				if onEvent != nil {
-					onEvent(sandbox.Event{Stream: l.Type, Data: l.Data})
+					onEvent(apitype.Event{Stream: l.Type, Data: l.Data, Dependency: l.Dependency, Level: l.Level, File: l.File})
 				}
-			case "dependency":
-				if onEvent != nil && l.Dependency != nil {
-					onEvent(sandbox.Event{Stream: l.Type, Dependency: l.Dependency})
-				}
-			case "log":
-				if onEvent != nil {
-					onEvent(sandbox.Event{Stream: l.Type, Data: l.Data, Level: l.Level})
-				}
-			case sandbox.StreamFile:
-				if onEvent != nil && l.File != nil {
-					onEvent(sandbox.Event{Stream: l.Type, File: l.File})
-				}
-			case "result":
-				if len(l.Result) == 0 || string(l.Result) == "null" {
+			case apitype.StreamResult:
+				if l.Result == nil {
 					return Answer{}, errors.New("reading the execution stream: result line without a result")
 				}
-				a, err := decodeAnswer(l.Result)
-				if err != nil {
+				a := Answer{Result: *l.Result}
+				if err := a.takeInline(); err != nil {
 					return Answer{}, fmt.Errorf("reading the execution stream: bad result: %w", err)
 				}
 				return a, nil
-			case "error":
-				e := &APIError{Code: "internal", Message: "the stream reported an error without details"}
-				if l.Error != nil {
-					e.Code, e.Message, e.Field = l.Error.Code, l.Error.Message, l.Error.Field
-				}
-				return Answer{}, e
+			case apitype.StreamError:
+				return Answer{}, streamError(l.Error)
 			}
 			// Other types are for newer clients; skip them.
 		}
@@ -436,11 +411,12 @@ func readStream(r io.Reader, onEvent func(sandbox.Event)) (Answer, error) {
 	}
 }
 
-type errorDetail struct {
-	Code       string              `json:"code"`
-	Message    string              `json:"message"`
-	Field      string              `json:"field"`
-	Violations []library.Violation `json:"violations"`
+// streamError is the error of a stream's error line, whose run had started (Status 0).
+func streamError(d *apitype.ErrorDetail) *APIError {
+	if d == nil {
+		return &APIError{Code: apitype.CodeInternal, Message: "the stream reported an error without details"}
+	}
+	return &APIError{Code: d.Code, Message: d.Message, Field: d.Field, Violations: d.Violations}
 }
 
 // getJSON GETs path and decodes a 2xx JSON answer into v; other answers become *APIError.
@@ -453,7 +429,7 @@ func apiError(resp *http.Response) *APIError {
 	e := &APIError{Status: resp.StatusCode, RetryAfter: retryAfter(resp.Header.Get("Retry-After"))}
 	text, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var body struct {
-		Error *errorDetail `json:"error"`
+		Error *apitype.ErrorDetail `json:"error"`
 	}
 	if json.Unmarshal(text, &body) == nil && body.Error != nil {
 		e.Code, e.Message, e.Field, e.Violations = body.Error.Code, body.Error.Message, body.Error.Field, body.Error.Violations

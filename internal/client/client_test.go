@@ -15,9 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/httpapi/httpapitest"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // fakeExec records requests and answers with Fn.
@@ -45,7 +48,7 @@ func TestExecuteJSON(t *testing.T) {
 	const text = "测试 😀 <&>"
 	fake := &fakeExec{Cfg: sandbox.DefaultConfig(), Fn: httpapitest.Fixed(result(text+"\n"), nil)}
 	c := daemon(t, fake)
-	res, err := c.Execute(context.Background(), ExecuteRequest{
+	res, err := c.Execute(context.Background(), apitype.ExecuteRequest{
 		Code: "print('" + text + "')", Input: json.RawMessage(`{"k": "v"}`), TimeoutMS: ptr(0), Agent: "bot",
 	}, nil)
 	if err != nil {
@@ -53,7 +56,7 @@ func TestExecuteJSON(t *testing.T) {
 	}
 	want := result(text + "\n")
 	if res.ID != want.ID || res.Stdout != want.Stdout || string(res.Output) != string(want.Output) ||
-		!res.StartedAt.Equal(want.StartedAt) || res.Outcome != sandbox.OutcomeOK {
+		!res.StartedAt.Equal(want.StartedAt) || res.Outcome != apitype.OutcomeOK {
 		t.Errorf("result = %+v, want %+v", res, want)
 	}
 	reqs := fake.Requests()
@@ -68,7 +71,7 @@ func TestExecuteJSON(t *testing.T) {
 
 func TestExecuteOmitsAbsentFields(t *testing.T) {
 	fake := &fakeExec{Cfg: sandbox.DefaultConfig(), Fn: httpapitest.Fixed(result(""), nil)}
-	if _, err := daemon(t, fake).Execute(context.Background(), ExecuteRequest{Code: "pass"}, nil); err != nil {
+	if _, err := daemon(t, fake).Execute(context.Background(), apitype.ExecuteRequest{Code: "pass"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if r := fake.Requests()[0]; r.TimeoutMS != nil || r.Input != nil || r.Agent != "" {
@@ -93,8 +96,8 @@ func TestExecuteStreaming(t *testing.T) {
 		emit(sandbox.Event{Stream: "stdout", Data: "二\n"})
 		return result("一\n二\n"), nil
 	}
-	var got []sandbox.Event
-	res, err := daemon(t, fake).Execute(context.Background(), ExecuteRequest{Code: "x"}, func(ev sandbox.Event) {
+	var got []apitype.Event
+	res, err := daemon(t, fake).Execute(context.Background(), apitype.ExecuteRequest{Code: "x"}, func(ev apitype.Event) {
 		if len(got) == 0 {
 			close(firstSeen)
 		}
@@ -103,7 +106,7 @@ func TestExecuteStreaming(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []sandbox.Event{{Stream: "stdout", Data: "一\n"}, {Stream: "stderr", Data: "warning 😀\n"}, {Stream: "stdout", Data: "二\n"}}
+	want := []apitype.Event{{Stream: "stdout", Data: "一\n"}, {Stream: "stderr", Data: "warning 😀\n"}, {Stream: "stdout", Data: "二\n"}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("events = %+v, want %+v", got, want)
 	}
@@ -121,7 +124,7 @@ func TestExecuteStreamingLargeResult(t *testing.T) {
 		return result(big), nil
 	}
 	var events int
-	res, err := daemon(t, fake).Execute(context.Background(), ExecuteRequest{Code: "x"}, func(ev sandbox.Event) {
+	res, err := daemon(t, fake).Execute(context.Background(), apitype.ExecuteRequest{Code: "x"}, func(ev apitype.Event) {
 		events++
 		if ev.Data != big {
 			t.Errorf("event of %d bytes, want %d", len(ev.Data), len(big))
@@ -144,25 +147,29 @@ func TestExecuteAPIErrors(t *testing.T) {
 		field      string
 		retryAfter time.Duration
 		text       string // the whole Error(), when set
+		class      error  // the class the client gives it back (nil: none)
 	}{
 		{"field", &sandbox.FieldError{Field: "timeout_ms", Message: "is 0; allowed range is 1 to 600000 milliseconds"},
-			400, "invalid_request", "timeout_ms", 0, "timeout_ms: is 0; allowed range is 1 to 600000 milliseconds (HTTP 400)"},
+			400, "invalid_request", "timeout_ms", 0, "timeout_ms: is 0; allowed range is 1 to 600000 milliseconds (HTTP 400)", errclass.Invalid},
 		{"too large", &sandbox.FieldError{Field: "input", Message: "is 5 bytes of JSON; the limit is 4 bytes", TooLarge: true},
-			413, "too_large", "input", 0, "input: is 5 bytes of JSON; the limit is 4 bytes (HTTP 413)"},
-		{"busy", &sandbox.BusyError{Slots: 1, Queue: 0, RetryAfter: 2 * time.Second}, 429, "busy", "", 2 * time.Second, ""},
+			413, "too_large", "input", 0, "input: is 5 bytes of JSON; the limit is 4 bytes (HTTP 413)", errclass.TooLarge},
+		{"busy", &sandbox.BusyError{Slots: 1, Queue: 0, RetryAfter: 2 * time.Second}, 429, "busy", "", 2 * time.Second, "", errclass.Busy},
 		{"not ready", sandbox.ErrNotReady, 503, "not_ready", "", time.Second,
-			"sandbox is not ready (HTTP 503); retry after 1s"},
-		{"internal", errors.New("boom"), 500, "internal", "", 0, "internal error: boom (HTTP 500)"},
+			"sandbox is not ready (HTTP 503); retry after 1s", errclass.Unavailable},
+		{"not found", fmt.Errorf("code %q: %w", "x", store.ErrNotFound), 404, "not_found", "", 0, "", errclass.NotFound},
+		{"conflict", &store.VersionConflictError{Expected: 1, Current: 2}, 409, "conflict", "", 0, "", errclass.Conflict},
+		{"gone", fmt.Errorf("file: %w", store.ErrEvicted), 410, "gone", "", 0, "", errclass.Gone},
+		{"internal", errors.New("boom"), 500, "internal", "", 0, "internal error: boom (HTTP 500)", nil},
 	}
 	for _, tt := range tests {
 		for _, stream := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/stream=%v", tt.name, stream), func(t *testing.T) {
 				c := daemon(t, &fakeExec{Cfg: sandbox.DefaultConfig(), Fn: httpapitest.Fixed(sandbox.Result{}, tt.err)})
-				var onEvent func(sandbox.Event)
+				var onEvent func(apitype.Event)
 				if stream {
-					onEvent = func(sandbox.Event) { t.Error("unexpected event") }
+					onEvent = func(apitype.Event) { t.Error("unexpected event") }
 				}
-				_, err := c.Execute(context.Background(), ExecuteRequest{Code: "x"}, onEvent)
+				_, err := c.Execute(context.Background(), apitype.ExecuteRequest{Code: "x"}, onEvent)
 				var ae *APIError
 				if !errors.As(err, &ae) {
 					t.Fatalf("error %v (%T) is not an *APIError", err, err)
@@ -173,6 +180,9 @@ func TestExecuteAPIErrors(t *testing.T) {
 				if tt.text != "" && ae.Error() != tt.text {
 					t.Errorf("Error() = %q, want %q", ae.Error(), tt.text)
 				}
+				if got := errclass.Of(err); got != tt.class {
+					t.Errorf("class %v, want %v", got, tt.class)
+				}
 			})
 		}
 	}
@@ -181,7 +191,7 @@ func TestExecuteAPIErrors(t *testing.T) {
 // TestExecuteValidationThroughService checks the message a person sees for a real refusal.
 func TestExecuteValidationThroughService(t *testing.T) {
 	svc := sandbox.NewService(failRuntime{t}, sandbox.Hooks{}, sandbox.DefaultConfig(), slog.New(slog.DiscardHandler))
-	_, err := daemon(t, svc).Execute(context.Background(), ExecuteRequest{Code: "print(1)", TimeoutMS: ptr(864000000)}, nil)
+	_, err := daemon(t, svc).Execute(context.Background(), apitype.ExecuteRequest{Code: "print(1)", TimeoutMS: ptr(864000000)}, nil)
 	var ae *APIError
 	if !errors.As(err, &ae) || ae.Field != "timeout_ms" || ae.Status != 400 {
 		t.Fatalf("error = %#v", err)
@@ -206,8 +216,8 @@ func TestExecuteStreamErrorAfterStart(t *testing.T) {
 		emit(sandbox.Event{Stream: "stdout", Data: "partial"})
 		return sandbox.Result{}, errors.New("executor vanished")
 	}
-	var got []sandbox.Event
-	_, err := daemon(t, fake).Execute(context.Background(), ExecuteRequest{Code: "x"}, func(ev sandbox.Event) { got = append(got, ev) })
+	var got []apitype.Event
+	_, err := daemon(t, fake).Execute(context.Background(), apitype.ExecuteRequest{Code: "x"}, func(ev apitype.Event) { got = append(got, ev) })
 	var ae *APIError
 	if !errors.As(err, &ae) || ae.Status != 0 || ae.Code != "internal" || !strings.Contains(ae.Message, "executor vanished") {
 		t.Fatalf("error = %#v", err)
@@ -231,7 +241,7 @@ func TestStreamCutShort(t *testing.T) {
 		io.WriteString(w, `{"type":"stdout","data":"a"}`+"\n"+`{"type":"result","res`)
 	})
 	var n int
-	_, err := c.Execute(context.Background(), ExecuteRequest{Code: "x"}, func(sandbox.Event) { n++ })
+	_, err := c.Execute(context.Background(), apitype.ExecuteRequest{Code: "x"}, func(apitype.Event) { n++ })
 	if err == nil || n != 1 {
 		t.Fatalf("err %v, events %d; want an error after 1 event", err, n)
 	}
@@ -245,7 +255,7 @@ func TestStreamEndsWithoutResult(t *testing.T) {
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		io.WriteString(w, `{"type":"stdout","data":"a"}`+"\n"+`{"type":"progress","pct":50}`+"\n")
 	})
-	_, err := c.Execute(context.Background(), ExecuteRequest{Code: "x"}, func(sandbox.Event) {})
+	_, err := c.Execute(context.Background(), apitype.ExecuteRequest{Code: "x"}, func(apitype.Event) {})
 	if !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("err = %v, want io.ErrUnexpectedEOF", err)
 	}
@@ -256,7 +266,7 @@ func TestNonSandpitErrorBody(t *testing.T) {
 		w.Header().Set("Retry-After", "7")
 		http.Error(w, "upstream connect error", http.StatusBadGateway)
 	})
-	_, err := c.Execute(context.Background(), ExecuteRequest{Code: "x"}, nil)
+	_, err := c.Execute(context.Background(), apitype.ExecuteRequest{Code: "x"}, nil)
 	var ae *APIError
 	if !errors.As(err, &ae) {
 		t.Fatalf("err = %v", err)
@@ -271,7 +281,7 @@ func TestNonSandpitErrorBody(t *testing.T) {
 
 func TestExecuteRefusesBadInputLocally(t *testing.T) {
 	c := rawServer(t, func(w http.ResponseWriter, r *http.Request) { t.Error("request sent") })
-	for _, req := range []ExecuteRequest{{Code: "print('\xff')"}, {Code: "x", Input: json.RawMessage(`{nope`)}} {
+	for _, req := range []apitype.ExecuteRequest{{Code: "print('\xff')"}, {Code: "x", Input: json.RawMessage(`{nope`)}} {
 		if _, err := c.Execute(context.Background(), req, nil); err == nil {
 			t.Errorf("Execute(%+v) succeeded", req)
 		}
@@ -332,7 +342,7 @@ func TestLimits(t *testing.T) {
 	// The body fits the code, the input and the input files in base64 (4/3 of their bytes).
 	least := int64(12345+cfg.MaxInputBytes) + cfg.MaxInputFilesBytes*4/3
 	if l.Slots != 4 || l.MaxCodeBytes != 12345 || l.MaxTimeoutMS != 600000 || l.MaxBodyBytes < least || l.MaxBodyBytes > least+1<<20 ||
-		l.Limits != cfg.Limits || l.MaxInputFiles != cfg.MaxInputFiles || l.MaxInputFilesBytes != cfg.MaxInputFilesBytes {
+		l.Limits != apitype.RunLimits(cfg.Limits) || l.MaxInputFiles != cfg.MaxInputFiles || l.MaxInputFilesBytes != cfg.MaxInputFilesBytes {
 		t.Errorf("limits = %+v", l)
 	}
 }
@@ -365,19 +375,35 @@ func TestInputFileOfPicksTheSmallerEncoding(t *testing.T) {
 		content []byte
 		want    string
 	}{
-		{"text", []byte("a,b\n1,2\n"), EncodingUTF8},
-		{"zeros", make([]byte, 1000), EncodingBase64},
-		{"tabs", bytes.Repeat([]byte("\t\t\tx"), 250), EncodingBase64},
-		{"markup", bytes.Repeat([]byte("<a>"), 300), EncodingBase64},
-		{"binary", []byte{0xff, 0xfe, 0}, EncodingBase64},
+		{"text", []byte("a,b\n1,2\n"), apitype.EncodingUTF8},
+		{"zeros", make([]byte, 1000), apitype.EncodingBase64},
+		{"tabs", bytes.Repeat([]byte("\t\t\tx"), 250), apitype.EncodingBase64},
+		{"markup", bytes.Repeat([]byte("<a>"), 300), apitype.EncodingBase64},
+		{"binary", []byte{0xff, 0xfe, 0}, apitype.EncodingBase64},
 	} {
 		f := InputFileOf("f", c.content)
 		if f.Encoding != c.want {
 			t.Errorf("%s: encoding %q, want %q", c.name, f.Encoding, c.want)
 		}
 		body, _ := json.Marshal(f.Content)
-		if c.want == EncodingUTF8 && len(body) > base64.StdEncoding.EncodedLen(len(c.content))+2 {
+		if c.want == apitype.EncodingUTF8 && len(body) > base64.StdEncoding.EncodedLen(len(c.content))+2 {
 			t.Errorf("%s: %d bytes as JSON text, more than base64", c.name, len(body))
+		}
+	}
+}
+
+// TestClassOfForeignAnswers: an error answer that is not a sandpit error body (a proxy's)
+// takes the class of its status.
+func TestClassOfForeignAnswers(t *testing.T) {
+	for status, want := range map[int]error{400: errclass.Invalid, 401: errclass.Forbidden, 404: errclass.NotFound,
+		410: errclass.Gone, 413: errclass.TooLarge, 429: errclass.Busy, 502: errclass.Unavailable, 500: nil} {
+		c := rawServer(t, func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(status)
+			_, _ = io.WriteString(w, "<html>proxy says no</html>")
+		})
+		_, err := c.Execute(context.Background(), apitype.ExecuteRequest{Code: "x"}, nil)
+		if got := errclass.Of(err); got != want {
+			t.Errorf("HTTP %d: class %v, want %v (%v)", status, got, want, err)
 		}
 	}
 }

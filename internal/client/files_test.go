@@ -14,18 +14,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/httpapi"
 )
 
-func fileOf(name, mediaType string, content []byte) sandbox.File {
+func fileOf(name, mediaType string, content []byte) apitype.File {
 	sum := sha256.Sum256(content)
-	return sandbox.File{Name: name, SizeBytes: int64(len(content)), MediaType: mediaType, SHA256: hex.EncodeToString(sum[:])}
+	return apitype.File{Name: name, SizeBytes: int64(len(content)), MediaType: mediaType, SHA256: hex.EncodeToString(sum[:])}
 }
 
 // answerWithFiles is a run's answer in the REST shape, with files; those in inline carry
 // content_base64.
-func answerWithFiles(files []sandbox.File, inline map[string][]byte) map[string]any {
-	res := result("")
+func answerWithFiles(files []apitype.File, inline map[string][]byte) map[string]any {
+	res := httpapi.ResultOf(result(""))
 	res.Files = files
 	b, _ := json.Marshal(res)
 	var m map[string]any
@@ -41,7 +42,7 @@ func answerWithFiles(files []sandbox.File, inline map[string][]byte) map[string]
 
 func TestInputFileOf(t *testing.T) {
 	text := InputFileOf("a.csv", []byte("a,b\n1,二\n"))
-	if text != (InputFile{Name: "a.csv", Content: "a,b\n1,二\n", Encoding: "utf-8"}) {
+	if text != (apitype.InputFile{Name: "a.csv", Content: "a,b\n1,二\n", Encoding: "utf-8"}) {
 		t.Errorf("text file = %+v", text)
 	}
 	bin := []byte{0x89, 'P', 'N', 'G', 0, 0xff}
@@ -56,7 +57,7 @@ func TestInputFileOf(t *testing.T) {
 func TestExecuteSendsFilesAndReadsInline(t *testing.T) {
 	png := []byte("\x89PNG\r\n\x1a\n fake")
 	csv := []byte("x,y\n1,2\n")
-	files := []sandbox.File{fileOf("figure-1.png", "image/png", png), fileOf("out/data.csv", "text/csv; charset=utf-8", csv),
+	files := []apitype.File{fileOf("figure-1.png", "image/png", png), fileOf("out/data.csv", "text/csv; charset=utf-8", csv),
 		fileOf("big.bin", "application/octet-stream", []byte("not inline"))}
 	var body map[string]any
 	c := rawServer(t, func(w http.ResponseWriter, r *http.Request) {
@@ -67,8 +68,8 @@ func TestExecuteSendsFilesAndReadsInline(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(answerWithFiles(files, map[string][]byte{"figure-1.png": png, "out/data.csv": csv}))
 	})
 	bin := []byte{0, 1, 2, 0xfe, 0xff}
-	a, err := c.ExecuteAnswer(context.Background(), ExecuteRequest{Code: "x", RunFiles: RunFiles{
-		Files:  []InputFile{InputFileOf("in.txt", []byte("héllo")), InputFileOf("d/b.bin", bin)},
+	a, err := c.ExecuteAnswer(context.Background(), apitype.ExecuteRequest{Code: "x", RunFiles: apitype.RunFiles{
+		Files:  []apitype.InputFile{InputFileOf("in.txt", []byte("héllo")), InputFileOf("d/b.bin", bin)},
 		Charts: new(bool), InlineFiles: true}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +99,7 @@ func TestExecuteOmitsFilesWhenNone(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(result("hi"))
 	})
-	if _, err := c.Execute(context.Background(), ExecuteRequest{Code: "x"}, nil); err != nil {
+	if _, err := c.Execute(context.Background(), apitype.ExecuteRequest{Code: "x"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []string{"files", "charts", "inline_files"} {
@@ -114,15 +115,15 @@ func TestStreamFileEvents(t *testing.T) {
 	c := rawServer(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		fl, _ := json.Marshal(map[string]any{"type": "file", "file": f})
-		res, _ := json.Marshal(map[string]any{"type": "result", "result": answerWithFiles([]sandbox.File{f}, map[string][]byte{f.Name: png})})
+		res, _ := json.Marshal(map[string]any{"type": "result", "result": answerWithFiles([]apitype.File{f}, map[string][]byte{f.Name: png})})
 		fmt.Fprintf(w, "%s\n%s\n%s\n", `{"type":"stdout","data":"a"}`, fl, res)
 	})
-	var events []sandbox.Event
-	a, err := c.ExecuteAnswer(context.Background(), ExecuteRequest{Code: "x"}, func(e sandbox.Event) { events = append(events, e) })
+	var events []apitype.Event
+	a, err := c.ExecuteAnswer(context.Background(), apitype.ExecuteRequest{Code: "x"}, func(e apitype.Event) { events = append(events, e) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(events) != 2 || events[1].Stream != sandbox.StreamFile || events[1].File == nil || *events[1].File != f || events[1].Content != nil {
+	if len(events) != 2 || events[1].Stream != apitype.StreamFile || events[1].File == nil || *events[1].File != f {
 		t.Errorf("events = %+v", events)
 	}
 	if !bytes.Equal(a.Inline[f.Name], png) || len(a.Files) != 1 {
@@ -140,8 +141,8 @@ func TestRunCodeSendsFiles(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(result(""))
 	})
-	_, err := c.RunCode(context.Background(), "bob", "tool", CodeRun{Input: json.RawMessage(`[1]`), Version: 2,
-		RunFiles: RunFiles{Files: []InputFile{InputFileOf("a.txt", []byte("A"))}, InlineFiles: true}}, nil)
+	_, err := c.RunCode(context.Background(), "bob", "tool", apitype.CodeRun{Input: json.RawMessage(`[1]`), Version: 2,
+		RunFiles: apitype.RunFiles{Files: []apitype.InputFile{InputFileOf("a.txt", []byte("A"))}, InlineFiles: true}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,9 +158,9 @@ func TestInlineBytesMustMatch(t *testing.T) {
 	f := fileOf("a.txt", "text/plain", []byte("right"))
 	c := rawServer(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(answerWithFiles([]sandbox.File{f}, map[string][]byte{"a.txt": []byte("wrong")}))
+		_ = json.NewEncoder(w).Encode(answerWithFiles([]apitype.File{f}, map[string][]byte{"a.txt": []byte("wrong")}))
 	})
-	_, err := c.ExecuteAnswer(context.Background(), ExecuteRequest{Code: "x", RunFiles: RunFiles{InlineFiles: true}}, nil)
+	_, err := c.ExecuteAnswer(context.Background(), apitype.ExecuteRequest{Code: "x", RunFiles: apitype.RunFiles{InlineFiles: true}}, nil)
 	if err == nil || !strings.Contains(err.Error(), `"a.txt"`) {
 		t.Errorf("err = %v, want one naming a.txt", err)
 	}

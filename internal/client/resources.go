@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,13 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandpit-dev/sandpit/internal/httpapi"
-	"github.com/sandpit-dev/sandpit/internal/jobs"
-	"github.com/sandpit-dev/sandpit/internal/library"
-	"github.com/sandpit-dev/sandpit/internal/protocol"
-	"github.com/sandpit-dev/sandpit/internal/sandbox"
-	"github.com/sandpit-dev/sandpit/internal/setup"
-	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 )
 
 func agentPath(agent string, parts ...string) string {
@@ -30,60 +25,49 @@ func agentPath(agent string, parts ...string) string {
 
 // CreateCode saves d as version 1 of the agent's new code name. An existing name is an
 // *APIError with Status 409.
-func (c *Client) CreateCode(ctx context.Context, agent, name string, d library.Draft) (store.Code, error) {
-	body := struct {
-		Name string `json:"name"`
-		library.Draft
-	}{name, d}
-	var out store.Code
-	err := c.call(ctx, http.MethodPost, agentPath(agent, "code"), body, &out)
+func (c *Client) CreateCode(ctx context.Context, agent, name string, d apitype.CodeDraft) (apitype.Code, error) {
+	d.Name, d.ExpectedVersion = name, 0
+	var out apitype.Code
+	err := c.call(ctx, http.MethodPost, agentPath(agent, "code"), d, &out)
 	return out, err
 }
 
 // UpdateCode saves d as the next version of the agent's code name (PUT: every field is
 // replaced). expected, when not 0, is the version the caller last saw (409 when another is
 // current).
-func (c *Client) UpdateCode(ctx context.Context, agent, name string, d library.Draft, expected int) (store.Code, error) {
-	body := struct {
-		library.Draft
-		ExpectedVersion int `json:"expected_version,omitempty"`
-	}{d, expected}
-	var out store.Code
-	err := c.call(ctx, http.MethodPut, agentPath(agent, "code", name), body, &out)
+func (c *Client) UpdateCode(ctx context.Context, agent, name string, d apitype.CodeDraft, expected int) (apitype.Code, error) {
+	d.Name, d.ExpectedVersion = "", expected
+	var out apitype.Code
+	err := c.call(ctx, http.MethodPut, agentPath(agent, "code", name), d, &out)
 	return out, err
 }
 
 // GetCode returns version of the agent's code name (0: the latest).
-func (c *Client) GetCode(ctx context.Context, agent, name string, version int) (store.Code, error) {
+func (c *Client) GetCode(ctx context.Context, agent, name string, version int) (apitype.Code, error) {
 	path := agentPath(agent, "code", name)
 	if version > 0 {
 		path += "/versions/" + strconv.Itoa(version)
 	}
-	var out store.Code
+	var out apitype.Code
 	err := c.call(ctx, http.MethodGet, path, nil, &out)
 	return out, err
 }
 
 // CodeVersions returns every version of the agent's code name, newest first (GET
 // /v1/agents/{agent}/code/{name}/versions).
-func (c *Client) CodeVersions(ctx context.Context, agent, name string) ([]store.CodeVersion, error) {
-	var out struct {
-		Versions []store.CodeVersion `json:"versions"`
-	}
+func (c *Client) CodeVersions(ctx context.Context, agent, name string) ([]apitype.CodeVersion, error) {
+	var out apitype.CodeVersions
 	err := c.call(ctx, http.MethodGet, agentPath(agent, "code", name, "versions"), nil, &out)
 	return out.Versions, err
 }
 
 // ListCode returns a page of the agent's saved code whose name or description contains q.
-func (c *Client) ListCode(ctx context.Context, agent, q string, p store.Page) ([]httpapi.CodeSummary, string, error) {
+func (c *Client) ListCode(ctx context.Context, agent, q string, p apitype.Page) ([]apitype.CodeSummary, string, error) {
 	v := pageQuery(p)
 	if q != "" {
 		v.Set("q", q)
 	}
-	var out struct {
-		Code       []httpapi.CodeSummary `json:"code"`
-		NextCursor string                `json:"next_cursor"`
-	}
+	var out apitype.CodeList
 	err := c.call(ctx, http.MethodGet, agentPath(agent, "code")+query(v), nil, &out)
 	return out.Code, out.NextCursor, err
 }
@@ -94,131 +78,102 @@ func (c *Client) DeleteCode(ctx context.Context, agent, name string, force bool)
 	if force {
 		path += "?force=true"
 	}
-	var out struct {
-		DisabledJobs []string `json:"disabled_jobs"`
-	}
+	var out apitype.CodeDeleted
 	err := c.call(ctx, http.MethodDelete, path, nil, &out)
 	return out.DisabledJobs, err
 }
 
-// CodeRun is the body of a saved-code run (POST /v1/agents/{agent}/code/{name}/run).
-type CodeRun struct {
-	// Input is the JSON value given as INPUT; it must satisfy the code's input schema.
-	Input json.RawMessage `json:"input"`
-	// TimeoutMS is the run's timeout in milliseconds; nil means the daemon's default.
-	TimeoutMS *int64 `json:"timeout_ms"`
-	// Version runs that version instead of the latest (0).
-	Version int `json:"version"`
-	RunFiles
-}
-
 // RunCode runs the agent's saved code name (see Execute for onEvent and the errors, and
 // ExecuteAnswer for the answer).
-func (c *Client) RunCode(ctx context.Context, agent, name string, run CodeRun, onEvent func(sandbox.Event)) (Answer, error) {
+func (c *Client) RunCode(ctx context.Context, agent, name string, run apitype.CodeRun, onEvent func(apitype.Event)) (Answer, error) {
 	return c.execute(ctx, agentPath(agent, "code", name, "run"), run, onEvent)
 }
 
-// JobDraft is the body of a job's creation: the job's fields (Draft.Charts among them) and
-// the files each of its runs gets.
-type JobDraft struct {
-	jobs.Draft
-	// Files are written into the working directory of each run of the job (see InputFileOf).
-	Files []InputFile `json:"files,omitempty"`
-}
-
 // CreateJob creates a job of agent.
-func (c *Client) CreateJob(ctx context.Context, agent string, d JobDraft) (jobs.Scheduled, error) {
-	var out jobs.Scheduled
+func (c *Client) CreateJob(ctx context.Context, agent string, d apitype.JobDraft) (apitype.ScheduledJob, error) {
+	var out apitype.ScheduledJob
 	err := c.call(ctx, http.MethodPost, agentPath(agent, "jobs"), d, &out)
 	return out, err
 }
 
 // UpdateJob changes the fields of the agent's job id that patch names (PATCH).
-func (c *Client) UpdateJob(ctx context.Context, agent, id string, patch map[string]any) (jobs.Scheduled, error) {
-	var out jobs.Scheduled
+func (c *Client) UpdateJob(ctx context.Context, agent, id string, patch map[string]any) (apitype.ScheduledJob, error) {
+	var out apitype.ScheduledJob
 	err := c.call(ctx, http.MethodPatch, agentPath(agent, "jobs", id), patch, &out)
 	return out, err
 }
 
 // GetJob returns the agent's job id with its next fire times.
-func (c *Client) GetJob(ctx context.Context, agent, id string) (jobs.Scheduled, error) {
-	var out jobs.Scheduled
+func (c *Client) GetJob(ctx context.Context, agent, id string) (apitype.ScheduledJob, error) {
+	var out apitype.ScheduledJob
 	err := c.call(ctx, http.MethodGet, agentPath(agent, "jobs", id), nil, &out)
 	return out, err
 }
 
 // JobAction makes action ("pause" or "resume") on the agent's job id.
-func (c *Client) JobAction(ctx context.Context, agent, id, action string) (jobs.Scheduled, error) {
-	var out jobs.Scheduled
+func (c *Client) JobAction(ctx context.Context, agent, id, action string) (apitype.ScheduledJob, error) {
+	var out apitype.ScheduledJob
 	err := c.call(ctx, http.MethodPost, agentPath(agent, "jobs", id, action), nil, &out)
 	return out, err
 }
 
 // RunJob fires the agent's job id now.
-func (c *Client) RunJob(ctx context.Context, agent, id string) (store.Fire, error) {
-	var out store.Fire
+func (c *Client) RunJob(ctx context.Context, agent, id string) (apitype.Fire, error) {
+	var out apitype.Fire
 	err := c.call(ctx, http.MethodPost, agentPath(agent, "jobs", id, "run"), nil, &out)
 	return out, err
 }
 
 // DeleteJob deletes the agent's job id.
 func (c *Client) DeleteJob(ctx context.Context, agent, id string) error {
-	var out map[string]any
+	var out apitype.Deleted
 	return c.call(ctx, http.MethodDelete, agentPath(agent, "jobs", id), nil, &out)
 }
 
 // ListJobs returns a page of the agent's jobs.
-func (c *Client) ListJobs(ctx context.Context, agent string, p store.Page) ([]store.Job, string, error) {
-	var out struct {
-		Jobs       []store.Job `json:"jobs"`
-		NextCursor string      `json:"next_cursor"`
-	}
+func (c *Client) ListJobs(ctx context.Context, agent string, p apitype.Page) ([]apitype.Job, string, error) {
+	var out apitype.JobList
 	err := c.call(ctx, http.MethodGet, agentPath(agent, "jobs")+query(pageQuery(p)), nil, &out)
 	return out.Jobs, out.NextCursor, err
 }
 
-// JobHistory returns a page of the fires of the agent's job id that f selects, newest first.
-func (c *Client) JobHistory(ctx context.Context, agent, id string, f store.FireFilter, p store.Page) ([]store.Fire, string, error) {
+// JobHistory returns a page of the fires of the agent's job id from since to until (each
+// ignored when zero), newest first.
+func (c *Client) JobHistory(ctx context.Context, agent, id string, since, until time.Time, p apitype.Page) ([]apitype.Fire, string, error) {
 	v := pageQuery(p)
-	if !f.Since.IsZero() {
-		v.Set("since", f.Since.Format(time.RFC3339Nano))
+	if !since.IsZero() {
+		v.Set("since", since.Format(time.RFC3339Nano))
 	}
-	if !f.Until.IsZero() {
-		v.Set("until", f.Until.Format(time.RFC3339Nano))
+	if !until.IsZero() {
+		v.Set("until", until.Format(time.RFC3339Nano))
 	}
-	var out struct {
-		Fires      []store.Fire `json:"fires"`
-		NextCursor string       `json:"next_cursor"`
-	}
+	var out apitype.FireList
 	err := c.call(ctx, http.MethodGet, agentPath(agent, "jobs", id, "history")+query(v), nil, &out)
 	return out.Fires, out.NextCursor, err
 }
 
 // ListExecutions returns a page of the ledger, newest first. filter holds the query
 // parameters of GET /v1/executions (agent, source, outcome, code_name, job_id, since, until).
-func (c *Client) ListExecutions(ctx context.Context, filter url.Values, p store.Page) ([]store.ExecutionSummary, string, error) {
+func (c *Client) ListExecutions(ctx context.Context, filter url.Values, p apitype.Page) ([]apitype.ExecutionSummary, string, error) {
 	v := pageQuery(p)
 	for k, vals := range filter {
 		for _, x := range vals {
 			v.Add(k, x)
 		}
 	}
-	var out struct {
-		Executions []store.ExecutionSummary `json:"executions"`
-		NextCursor string                   `json:"next_cursor"`
-	}
+	var out apitype.ExecutionList
 	err := c.call(ctx, http.MethodGet, "/v1/executions"+query(v), nil, &out)
 	return out.Executions, out.NextCursor, err
 }
 
 // GetExecution returns the ledger's record of execution id; with agent not "", only if it is
 // that agent's.
-func (c *Client) GetExecution(ctx context.Context, id, agent string) (store.Execution, error) {
+func (c *Client) GetExecution(ctx context.Context, id, agent string) (apitype.Execution, error) {
 	path := "/v1/executions/" + url.PathEscape(id)
 	if agent != "" {
 		path += "?agent=" + url.QueryEscape(agent)
 	}
-	var out store.Execution
+	var out apitype.Execution
 	err := c.call(ctx, http.MethodGet, path, nil, &out)
 	return out, err
 }
@@ -226,7 +181,7 @@ func (c *Client) GetExecution(ctx context.Context, id, agent string) (store.Exec
 // ExecutionFiles returns the output files of execution id as its ledger record lists them,
 // with the names of those skipped and whether more were left out; with agent not "", only if
 // it is that agent's execution (another's is an *APIError with Status 404).
-func (c *Client) ExecutionFiles(ctx context.Context, id, agent string) (files []sandbox.File, skipped []sandbox.SkippedFile, truncated bool, err error) {
+func (c *Client) ExecutionFiles(ctx context.Context, id, agent string) (files []apitype.File, skipped []apitype.SkippedFile, truncated bool, err error) {
 	e, err := c.GetExecution(ctx, id, agent)
 	return e.Files, e.FilesSkipped, e.FilesTruncated, err
 }
@@ -255,7 +210,7 @@ func (c *Client) OpenFile(ctx context.Context, id, name string) (io.ReadCloser, 
 // ReadFile returns the bytes of execution id's output file f (an entry of its result's Files)
 // and checks them against f's size and SHA-256; max, when above 0, refuses a file of more
 // bytes before reading it. Errors are OpenFile's.
-func (c *Client) ReadFile(ctx context.Context, id string, f sandbox.File, max int64) ([]byte, error) {
+func (c *Client) ReadFile(ctx context.Context, id string, f apitype.File, max int64) ([]byte, error) {
 	if max > 0 && f.SizeBytes > max {
 		return nil, fmt.Errorf("output file %q is %d bytes; at most %d are read here", f.Name, f.SizeBytes, max)
 	}
@@ -268,13 +223,13 @@ func (c *Client) ReadFile(ctx context.Context, id string, f sandbox.File, max in
 	if err != nil {
 		return nil, fmt.Errorf("reading output file %q: %w", f.Name, err)
 	}
-	if err := checkContent(f, b); err != nil {
+	if err := CheckContent(f, b); err != nil {
 		return nil, err
 	}
 	return b, nil
 }
 
-func pageQuery(p store.Page) url.Values {
+func pageQuery(p apitype.Page) url.Values {
 	v := url.Values{}
 	if p.Limit > 0 {
 		v.Set("limit", strconv.Itoa(p.Limit))
@@ -293,19 +248,17 @@ func query(v url.Values) string {
 }
 
 // Packages lists the dependencies installed in the sandbox's package volume.
-func (c *Client) Packages(ctx context.Context) ([]protocol.Package, error) {
-	var out struct {
-		Packages []protocol.Package `json:"packages"`
-	}
+func (c *Client) Packages(ctx context.Context) ([]apitype.Package, error) {
+	var out apitype.Packages
 	err := c.call(ctx, http.MethodGet, "/v1/packages", nil, &out)
 	return out.Packages, err
 }
 
 // InstallPackages pre-installs requirements; progress, when not nil, receives each status as
 // the daemon decides it (the answer is streamed).
-func (c *Client) InstallPackages(ctx context.Context, reqs []string, progress func(sandbox.DependencyStatus)) ([]sandbox.DependencyStatus, error) {
-	body := map[string][]string{"requirements": reqs}
-	resp, err := c.send(ctx, http.MethodPost, "/v1/packages", body, httpapi.NDJSONContentType+", application/json;q=0.5")
+func (c *Client) InstallPackages(ctx context.Context, reqs []string, progress func(apitype.DependencyStatus)) ([]apitype.DependencyStatus, error) {
+	body := apitype.InstallRequest{Requirements: reqs}
+	resp, err := c.send(ctx, http.MethodPost, "/v1/packages", body, apitype.NDJSONContentType+", application/json;q=0.5")
 	if err != nil {
 		return nil, err
 	}
@@ -313,36 +266,28 @@ func (c *Client) InstallPackages(ctx context.Context, reqs []string, progress fu
 	dec := json.NewDecoder(resp.Body)
 	for {
 		var l struct {
-			Type         string                     `json:"type"`
-			Dependency   *sandbox.DependencyStatus  `json:"dependency"`
-			Dependencies []sandbox.DependencyStatus `json:"dependencies"`
-			Error        *errorDetail               `json:"error"`
+			apitype.StreamLine
+			Dependencies []apitype.DependencyStatus `json:"dependencies"`
 		}
 		if err := dec.Decode(&l); err != nil {
 			return nil, fmt.Errorf("reading the install's answer: it ended before its last line: %w", err)
 		}
 		switch l.Type {
-		case "dependency":
+		case apitype.StreamDependency:
 			if progress != nil && l.Dependency != nil {
 				progress(*l.Dependency)
 			}
-		case "installed":
+		case apitype.StreamInstalled:
 			return l.Dependencies, nil
-		case "error":
-			e := &APIError{Code: "internal", Message: "the stream reported an error without details"}
-			if l.Error != nil {
-				e.Code, e.Message = l.Error.Code, l.Error.Message
-			}
-			return nil, e
+		case apitype.StreamError:
+			return nil, streamError(l.Error)
 		}
 	}
 }
 
 // RemovePackage removes the installed package name (every version of it).
-func (c *Client) RemovePackage(ctx context.Context, name string) ([]protocol.Package, error) {
-	var out struct {
-		Removed []protocol.Package `json:"removed"`
-	}
+func (c *Client) RemovePackage(ctx context.Context, name string) ([]apitype.Package, error) {
+	var out apitype.Removed
 	err := c.call(ctx, http.MethodDelete, "/v1/packages/"+url.PathEscape(name), nil, &out)
 	return out.Removed, err
 }
@@ -366,14 +311,12 @@ func (c *Client) ImportKnowledge(ctx context.Context, agent, kind string, body i
 	if err != nil {
 		return 0, err
 	}
-	resp, err := c.sendRaw(ctx, http.MethodPost, path, body, httpapi.NDJSONContentType, "application/json")
+	resp, err := c.sendRaw(ctx, http.MethodPost, path, body, apitype.NDJSONContentType, "application/json")
 	if err != nil {
 		return 0, err
 	}
 	defer resp.Body.Close()
-	var out struct {
-		Created int `json:"created"`
-	}
+	var out apitype.Created
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 		return 0, fmt.Errorf("reading the import's answer: %w", err)
 	}
@@ -381,15 +324,12 @@ func (c *Client) ImportKnowledge(ctx context.Context, agent, kind string, body i
 }
 
 // ListKnowledge returns a page of the agent's items of kind.
-func (c *Client) ListKnowledge(ctx context.Context, agent, kind string, p store.Page) ([]json.RawMessage, string, error) {
+func (c *Client) ListKnowledge(ctx context.Context, agent, kind string, p apitype.Page) ([]json.RawMessage, string, error) {
 	path, err := knowledgePath(agent, kind)
 	if err != nil {
 		return nil, "", err
 	}
-	var out struct {
-		Items      []json.RawMessage `json:"items"`
-		NextCursor string            `json:"next_cursor"`
-	}
+	var out apitype.KnowledgeList
 	err = c.call(ctx, http.MethodGet, path+query(pageQuery(p)), nil, &out)
 	return out.Items, out.NextCursor, err
 }
@@ -400,27 +340,31 @@ func (c *Client) DeleteKnowledge(ctx context.Context, agent, kind, id string) er
 	if err != nil {
 		return err
 	}
-	var out map[string]any
+	var out apitype.Deleted
 	return c.call(ctx, http.MethodDelete, path+"/"+url.PathEscape(id), nil, &out)
 }
 
+// ErrSetupFailed is wrapped by the error Setup returns when a step failed; the step's event
+// said why.
+var ErrSetupFailed = errors.New("setup step failed")
+
 // Setup runs setup on the daemon's machine (POST /v1/setup), sending each step's event to
-// emit; it returns the last event's failure as an error.
-func (c *Client) Setup(ctx context.Context, emit func(setup.Event)) error {
-	resp, err := c.send(ctx, http.MethodPost, "/v1/setup", nil, httpapi.NDJSONContentType)
+// emit; it returns the last event's failure as an error wrapping ErrSetupFailed.
+func (c *Client) Setup(ctx context.Context, emit func(apitype.SetupEvent)) error {
+	resp, err := c.send(ctx, http.MethodPost, "/v1/setup", nil, apitype.NDJSONContentType)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	dec := json.NewDecoder(resp.Body)
 	for {
-		var e setup.Event
+		var e apitype.SetupEvent
 		if err := dec.Decode(&e); err != nil {
 			return fmt.Errorf("reading the setup's progress: it ended before its last step: %w", err)
 		}
 		if e.Step == "setup" {
-			if e.Status == setup.Failed {
-				return fmt.Errorf("%w: %s", setup.ErrStepFailed, e.Message)
+			if e.Status == apitype.SetupFailed {
+				return fmt.Errorf("%w: %s", ErrSetupFailed, e.Message)
 			}
 			return nil
 		}

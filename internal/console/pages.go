@@ -58,7 +58,11 @@ var funcs = template.FuncMap{
 	"raster":   func(mt string) bool { _, ok := sandbox.RasterImage(mt); return ok },
 	"outcomes": func() []sandbox.Outcome { return sandbox.Outcomes },
 	"sources": func() []string {
-		return []string{sandbox.SourceAPI, sandbox.SourceCLI, sandbox.SourceMCP, sandbox.SourceJob}
+		out := make([]string, len(sandbox.Sources))
+		for i, s := range sandbox.Sources {
+			out[i] = string(s)
+		}
+		return out
 	},
 	"pretty":    prettyJSON,
 	"hasJSON":   hasJSON,
@@ -176,7 +180,7 @@ func (c *Console) filterOf(q url.Values) (store.ExecutionFilter, map[string]stri
 	if f.Agent != "" && !sandbox.ValidAgent(f.Agent) {
 		return f, vals, fmt.Errorf("agent %q is not an agent name (1 to 64 lowercase letters, digits, '-' or '_')", f.Agent)
 	}
-	if f.Source != "" && !slices.Contains([]string{sandbox.SourceAPI, sandbox.SourceCLI, sandbox.SourceMCP, sandbox.SourceJob}, f.Source) {
+	if f.Source != "" && !slices.Contains(sandbox.Sources, sandbox.Source(f.Source)) {
 		return f, vals, fmt.Errorf("source %q is not one of api, cli, mcp, job", f.Source)
 	}
 	if f.Outcome != "" && !slices.Contains(sandbox.Outcomes, f.Outcome) {

@@ -285,7 +285,7 @@ func (c *Console) healthPage(w http.ResponseWriter, r *http.Request, s session) 
 		if err == nil {
 			for _, e := range recent {
 				if e.Start != "" {
-					v.Starts[e.Start]++
+					v.Starts[string(e.Start)]++
 					v.StartsOf++
 				}
 			}

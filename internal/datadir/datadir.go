@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 )
 
 // LockedError means another live process owns the data directory.
@@ -20,6 +22,9 @@ type LockedError struct {
 	// PID is the owner's process ID as it recorded it (0 when unknown).
 	PID int
 }
+
+// Is makes a LockedError of class errclass.Busy: try again once the other process is done.
+func (e *LockedError) Is(target error) bool { return target == errclass.Busy }
 
 func (e *LockedError) Error() string {
 	owner := "another sandpit process"

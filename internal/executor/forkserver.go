@@ -14,12 +14,14 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // Starts of a run (sandbox.Result.Start).
 const (
-	startFork = "fork" // forked from the fork server
-	startCold = "cold" // a fresh interpreter
+	startFork = sandbox.StartFork // forked from the fork server
+	startCold = sandbox.StartCold // a fresh interpreter
 )
 
 // errForkServerGone is the error of a child whose fork server died before reporting its exit.

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // launch is a slot's program, started and waiting for its init line, with the executor's ends
@@ -16,9 +18,9 @@ import (
 type launch struct {
 	slot    int
 	proc    process
-	start   string      // startFork or startCold
-	server  *forkServer // the fork server that forked it; nil when cold
-	stdout  *os.File    // read ends of its stdout and stderr
+	start   sandbox.Start // startFork or startCold
+	server  *forkServer   // the fork server that forked it; nil when cold
+	stdout  *os.File      // read ends of its stdout and stderr
 	stderr  *os.File
 	control net.Conn // its control line (descriptor 3)
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/suggest"
 )
@@ -36,7 +37,7 @@ func mediaType(r *http.Request, hint string, accepted ...string) (string, error)
 	if mt, _, err := mime.ParseMediaType(ct); err == nil && slices.Contains(accepted, mt) {
 		return mt, nil
 	}
-	return "", &requestError{status: http.StatusUnsupportedMediaType, code: CodeUnsupportedMedia,
+	return "", &requestError{status: http.StatusUnsupportedMediaType, code: apitype.CodeUnsupportedMedia,
 		msg: fmt.Sprintf("Content-Type %q is not accepted; %s", ct, hint)}
 }
 
@@ -47,7 +48,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, v any, sh sha
 	if r.ContentLength > limit {
 		// Answer before reading anything; the server closes the connection afterwards.
 		w.Header().Set("Connection", "close")
-		return &requestError{status: http.StatusRequestEntityTooLarge, code: CodeTooLarge,
+		return &requestError{status: http.StatusRequestEntityTooLarge, code: apitype.CodeTooLarge,
 			msg: fmt.Sprintf("the request body is %d bytes; the limit is %d bytes", r.ContentLength, limit)}
 	}
 	if _, err := mediaType(r, "send the body as JSON with Content-Type: application/json", "application/json"); err != nil {
@@ -182,7 +183,7 @@ func bodyError(err error, sh shape) error {
 }
 
 func invalid(field, format string, args ...any) *requestError {
-	return &requestError{status: http.StatusBadRequest, code: CodeInvalidRequest, field: field,
+	return &requestError{status: http.StatusBadRequest, code: apitype.CodeInvalidRequest, field: field,
 		msg: fmt.Sprintf(format, args...)}
 }
 

@@ -17,6 +17,11 @@
 // checks) and RequireToken (the bearer token) wrap the handler; /mcp and /metrics are served
 // beside it by internal/app.
 //
+// The shapes it writes are the wire types of package apitype, into which wire.go maps the
+// domain's types (sandbox results, store rows, jobs): no store or domain struct is written as
+// it is. An error's status comes from its class (package errclass) in classify, the one place
+// that maps errors to HTTP.
+//
 // Every answer is JSON (or NDJSON for a stream); every error has the body
 //
 //	{"error": {"code": "...", "message": "...", "field": "...", "violations": [...]}}

@@ -11,47 +11,16 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
-// The error codes of the JSON error body.
-const (
-	CodeInvalidRequest   = "invalid_request"
-	CodeTooLarge         = "too_large"
-	CodeBusy             = "busy"
-	CodeNotReady         = "not_ready"
-	CodeInternal         = "internal"
-	CodeNotFound         = "not_found"
-	CodeMethodNotAllowed = "method_not_allowed"
-	CodeForbidden        = "forbidden"
-	CodeUnsupportedMedia = "unsupported_media_type"
-	CodeConflict         = "conflict"
-	CodeUnauthorized     = "unauthorized"
-	CodeInvalidInput     = "invalid_input"
-	CodeQuotaExceeded    = "quota_exceeded"
-	CodeGone             = "gone"
-	CodeSessionLimit     = "session_limit"
-)
-
 // StatusClientClosedRequest is the status StatusOf gives when the client went away (its
 // request's context ended). Nothing is written for it: there is nobody left to read it.
 const StatusClientClosedRequest = 499
-
-// errorDetail is the "error" object of an error body or stream line.
-type errorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Field   string `json:"field,omitempty"`
-	// Violations lists, for invalid_input, each way the input breaks the input schema.
-	Violations []library.Violation `json:"violations,omitempty"`
-}
-
-// errorBody is the JSON body of every error answer.
-type errorBody struct {
-	Error errorDetail `json:"error"`
-}
 
 // requestError is a problem with the HTTP request itself (its body, route or method), found
 // before the sandbox sees it.
@@ -68,71 +37,98 @@ func (e *requestError) Error() string { return e.msg }
 type classified struct {
 	status     int
 	retryAfter time.Duration // > 0: send Retry-After
-	detail     errorDetail
+	detail     apitype.ErrorDetail
 }
 
-// classify maps an error to its HTTP answer. It is the only place that does.
+// classify maps an error to its HTTP answer. It is the only place that does: a request's own
+// faults (requestError, an over-long body) carry their answer; every other error's class
+// (package errclass) gives the status and the error code, and a few error types add the
+// field at fault, the schema's violations or when to retry.
 func classify(err error) classified {
 	var (
-		reqErr   *requestError
-		fieldErr *sandbox.FieldError
-		busyErr  *sandbox.BusyError
-		maxErr   *http.MaxBytesError
-		inErr    *library.InputError
-		verErr   *store.VersionConflictError
-		useErr   *store.InUseError
-		quotaErr *store.QuotaError
+		reqErr *requestError
+		maxErr *http.MaxBytesError
 	)
-	if c, ok := classifySession(err); ok {
-		return c
-	}
 	switch {
-	case errors.As(err, &inErr):
-		return classified{status: http.StatusBadRequest,
-			detail: errorDetail{Code: CodeInvalidInput, Message: err.Error(), Field: "input", Violations: inErr.Violations}}
-	case errors.As(err, &quotaErr):
-		return classified{status: http.StatusRequestEntityTooLarge, detail: errorDetail{Code: CodeQuotaExceeded, Message: err.Error()}}
-	case errors.Is(err, store.ErrEvicted):
-		return classified{status: http.StatusGone, detail: errorDetail{Code: CodeGone, Message: err.Error() +
-			": the quota on all runs' files (files_max_bytes) made room for newer runs' files"}}
-	case errors.Is(err, store.ErrNotFound):
-		return classified{status: http.StatusNotFound, detail: errorDetail{Code: CodeNotFound, Message: err.Error()}}
-	case errors.As(err, &useErr):
-		// force is the parameter that deletes it all the same.
-		return classified{status: http.StatusConflict, detail: errorDetail{Code: CodeConflict, Message: err.Error(), Field: "force"}}
-	case errors.Is(err, store.ErrExists), errors.As(err, &verErr):
-		return classified{status: http.StatusConflict, detail: errorDetail{Code: CodeConflict, Message: err.Error()}}
-	case errors.Is(err, store.ErrInvalidCursor):
-		return classified{status: http.StatusBadRequest, detail: errorDetail{Code: CodeInvalidRequest, Message: err.Error(), Field: "cursor"}}
 	case errors.As(err, &reqErr):
 		return classified{status: reqErr.status,
-			detail: errorDetail{Code: reqErr.code, Message: reqErr.msg, Field: reqErr.field}}
+			detail: apitype.ErrorDetail{Code: reqErr.code, Message: reqErr.msg, Field: reqErr.field}}
 	case errors.As(err, &maxErr):
 		return classified{status: http.StatusRequestEntityTooLarge,
-			detail: errorDetail{Code: CodeTooLarge, Message: fmt.Sprintf(
+			detail: apitype.ErrorDetail{Code: apitype.CodeTooLarge, Message: fmt.Sprintf(
 				"the request body is over the limit of %d bytes; send a smaller body (GET /v1/limits lists the limits; knowledge imports take up to 64 MiB: import in parts)",
 				maxErr.Limit)}}
-	case errors.As(err, &fieldErr):
-		status, code := http.StatusBadRequest, CodeInvalidRequest
-		if fieldErr.TooLarge {
-			status, code = http.StatusRequestEntityTooLarge, CodeTooLarge
-		}
-		return classified{status: status,
-			detail: errorDetail{Code: code, Message: fieldErr.Error(), Field: fieldErr.Field}}
-	case errors.As(err, &busyErr):
-		return classified{status: http.StatusTooManyRequests, retryAfter: max(busyErr.RetryAfter, time.Second),
-			detail: errorDetail{Code: CodeBusy, Message: err.Error()}}
-	case errors.Is(err, sandbox.ErrNotReady):
-		return classified{status: http.StatusServiceUnavailable, retryAfter: time.Second,
-			detail: errorDetail{Code: CodeNotReady, Message: err.Error()}}
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return classified{status: StatusClientClosedRequest,
-			detail: errorDetail{Code: CodeInternal, Message: err.Error()}}
-	default:
-		return classified{status: http.StatusInternalServerError,
-			detail: errorDetail{Code: CodeInternal, Message: "internal error: " + err.Error()}}
 	}
+	class := errclass.Of(err)
+	if class == nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return classified{status: StatusClientClosedRequest,
+			detail: apitype.ErrorDetail{Code: apitype.CodeInternal, Message: err.Error()}}
+	}
+	status, code := statusOf(class)
+	out := classified{status: status, detail: apitype.ErrorDetail{Code: code, Message: err.Error()}}
+	var (
+		fieldErr *sandbox.FieldError
+		busyErr  *sandbox.BusyError
+		inErr    *library.InputError
+		useErr   *store.InUseError
+		quotaErr *store.QuotaError
+
+		sessionBusy *sandbox.SessionBusyError
+	)
+	switch {
+	case class == nil:
+		out.detail.Message = "internal error: " + err.Error()
+	case errors.As(err, &inErr):
+		out.detail.Code, out.detail.Field, out.detail.Violations = apitype.CodeInvalidInput, "input", violationsOf(inErr.Violations)
+	case errors.As(err, &quotaErr):
+		out.detail.Code = apitype.CodeQuotaExceeded
+	case errors.As(err, &fieldErr):
+		out.detail.Field = fieldErr.Field
+	case errors.As(err, &useErr):
+		out.detail.Field = "force" // the parameter that deletes it all the same
+	case errors.Is(err, store.ErrInvalidCursor):
+		out.detail.Field = "cursor"
+	case errors.Is(err, store.ErrEvicted):
+		out.detail.Message += ": the quota on all runs' files (files_max_bytes) made room for newer runs' files"
+	case errors.As(err, &busyErr):
+		out.retryAfter = max(busyErr.RetryAfter, time.Second)
+	case errors.As(err, &sessionBusy):
+		out.detail.Field = "wait" // the field that says whether a call waits for its turn
+	}
+	if class == errclass.Unavailable && out.retryAfter == 0 {
+		out.retryAfter = time.Second
+	}
+	return out
 }
+
+// statusOf is the HTTP status and error code of an error class; nil (no class) is an internal
+// failure.
+func statusOf(class error) (int, string) {
+	switch class {
+	case errclass.Invalid:
+		return http.StatusBadRequest, apitype.CodeInvalidRequest
+	case errclass.Forbidden:
+		return http.StatusForbidden, apitype.CodeForbidden
+	case errclass.NotFound:
+		return http.StatusNotFound, apitype.CodeNotFound
+	case errclass.Conflict:
+		return http.StatusConflict, apitype.CodeConflict
+	case errclass.Gone:
+		return http.StatusGone, apitype.CodeGone
+	case errclass.TooLarge:
+		return http.StatusRequestEntityTooLarge, apitype.CodeTooLarge
+	case errclass.Busy:
+		return http.StatusTooManyRequests, apitype.CodeBusy
+	case errclass.Unavailable:
+		return http.StatusServiceUnavailable, apitype.CodeNotReady
+	}
+	return http.StatusInternalServerError, apitype.CodeInternal
+}
+
+// WriteError answers err as the API's JSON error body (apitype.ErrorBody), with the status of
+// its class (see package errclass): for the handlers beside the API (the MCP endpoint) that
+// refuse a request before it reaches them. For a client that went away it writes nothing.
+func WriteError(w http.ResponseWriter, err error) { writeError(w, err) }
 
 // writeError answers err as a JSON error body. For StatusClientClosedRequest it writes nothing.
 func writeError(w http.ResponseWriter, err error) {
@@ -141,7 +137,7 @@ func writeError(w http.ResponseWriter, err error) {
 		return
 	}
 	setRetryAfter(w, e.retryAfter)
-	writeJSON(w, e.status, errorBody{Error: e.detail})
+	writeJSON(w, e.status, apitype.ErrorBody{Error: e.detail})
 }
 
 // setRetryAfter sets Retry-After to d in whole seconds, rounded up and at least 1; d <= 0 sets
@@ -171,7 +167,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := marshal(v)
 	if err != nil {
 		status = http.StatusInternalServerError
-		b, _ = marshal(errorBody{Error: errorDetail{Code: CodeInternal,
+		b, _ = marshal(apitype.ErrorBody{Error: apitype.ErrorDetail{Code: apitype.CodeInternal,
 			Message: "internal error: encoding the answer: " + err.Error()}})
 	}
 	h := w.Header()

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -37,14 +38,6 @@ func tooLargeHint(cfg sandbox.Config) string {
 		"which base64 makes 4/3 as many); send less code, a smaller input or smaller files", cfg.MaxCodeBytes, cfg.MaxInputBytes, cfg.MaxInputFilesBytes)
 }
 
-// runFields are the body fields of every run (ad hoc or saved code): its files, whether
-// charts are saved, whether the answer holds the output files' bytes.
-type runFields struct {
-	Files       []json.RawMessage `json:"files"`
-	Charts      *bool             `json:"charts"`
-	InlineFiles bool              `json:"inline_files"`
-}
-
 var (
 	runFieldNames  = []string{"files", "charts", "inline_files"}
 	runFieldExpect = map[string]string{
@@ -61,14 +54,11 @@ func withRunFields(expect map[string]string) map[string]string {
 	return out
 }
 
-// executeBody is the JSON body of POST /v1/executions.
+// executeBody is the JSON body of POST /v1/executions: apitype.ExecuteRequest, with its files
+// in the body's form, checked one by one by decodeFiles.
 type executeBody struct {
-	Code         string          `json:"code"`
-	Input        json.RawMessage `json:"input"`
-	TimeoutMS    *int64          `json:"timeout_ms"`
-	Agent        string          `json:"agent"`
-	Dependencies []string        `json:"dependencies"`
-	runFields
+	apitype.ExecuteRequest
+	Files []json.RawMessage `json:"files"`
 }
 
 var executeShape = shape{
@@ -81,28 +71,6 @@ var executeShape = shape{
 	}),
 	example: `{"code": "print(1)"}`,
 }
-
-// Stream lines of an NDJSON answer.
-type (
-	eventLine struct {
-		Type string `json:"type"` // "stdout", "stderr", "log", "dependency" or "file"
-		Data string `json:"data,omitempty"`
-		// File describes an output file (type "file"), once the program has ended.
-		File *sandbox.File `json:"file,omitempty"`
-		// Dependency is one requirement's status, before the run starts.
-		Dependency *sandbox.DependencyStatus `json:"dependency,omitempty"`
-		// Level is an agent.log line's level (type "log"; data holds the message).
-		Level string `json:"level,omitempty"`
-	}
-	resultLine struct {
-		Type   string     `json:"type"` // "result"
-		Result *runAnswer `json:"result"`
-	}
-	errorLine struct {
-		Type  string      `json:"type"` // "error"
-		Error errorDetail `json:"error"`
-	}
-)
 
 func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 	cfg := a.ex.Config()
@@ -126,12 +94,8 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// SourceHeader names the client kind of a request ("cli" or "mcp"; anything else, or none,
-// records the execution's source as "api").
-const SourceHeader = "X-Sandpit-Source"
-
-func sourceOf(r *http.Request) string {
-	switch s := r.Header.Get(SourceHeader); s {
+func sourceOf(r *http.Request) sandbox.Source {
+	switch s := sandbox.Source(r.Header.Get(apitype.SourceHeader)); s {
 	case sandbox.SourceCLI, sandbox.SourceMCP:
 		return s
 	}
@@ -187,14 +151,14 @@ func (a *api) answerRun(w http.ResponseWriter, r *http.Request, rc *http.Respons
 	switch {
 	case err == nil:
 		out := a.answerOf(r.Context(), res, inline)
-		s.writeLine(resultLine{Type: "result", Result: &out})
+		s.writeLine(apitype.StreamLine{Type: apitype.StreamResult, Result: &out})
 	case !s.started:
 		// Refused before any output: an ordinary error answer, not a 200 stream.
 		a.fail(w, r, err)
 	default:
 		a.logFailure(r, err)
 		if e := classify(err); e.status != StatusClientClosedRequest {
-			s.writeLine(errorLine{Type: "error", Error: e.detail})
+			s.writeLine(apitype.StreamLine{Type: apitype.StreamError, Error: &e.detail})
 		}
 	}
 }
@@ -221,7 +185,7 @@ func acceptsNDJSON(values []string) bool {
 	for _, v := range values {
 		for part := range strings.SplitSeq(v, ",") {
 			mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
-			if err != nil || !strings.EqualFold(mt, NDJSONContentType) {
+			if err != nil || !strings.EqualFold(mt, apitype.NDJSONContentType) {
 				continue
 			}
 			if q, ok := params["q"]; ok {
@@ -289,7 +253,7 @@ func (s *streamer) run() {
 		s.queue = nil
 		s.mu.Unlock()
 		for _, ev := range batch {
-			s.writeLine(eventLine{Type: string(ev.Stream), Data: ev.Data, Dependency: ev.Dependency, Level: ev.Level, File: ev.File})
+			s.writeLine(eventLine(ev))
 		}
 		if closed {
 			return
@@ -314,14 +278,14 @@ func (s *streamer) writeLine(v any) {
 	}
 	b, err := marshal(v)
 	if err != nil {
-		b, _ = marshal(errorLine{Type: "error", Error: errorDetail{Code: CodeInternal,
+		b, _ = marshal(apitype.StreamLine{Type: apitype.StreamError, Error: &apitype.ErrorDetail{Code: apitype.CodeInternal,
 			Message: "internal error: encoding a stream line: " + err.Error()}})
 	}
 	_ = s.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if !s.started {
 		s.started = true
 		h := s.w.Header()
-		h.Set("Content-Type", NDJSONContentType)
+		h.Set("Content-Type", apitype.NDJSONContentType)
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Cache-Control", "no-store")
 		h.Set("X-Accel-Buffering", "no") // ask reverse proxies not to buffer the stream

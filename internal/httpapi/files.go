@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -137,57 +139,34 @@ func filesBodyBytes(cfg sandbox.Config) int64 {
 	return (cfg.MaxInputFilesBytes+2)/3*4 + int64(cfg.MaxInputFiles)*(2*sandbox.MaxFileNameBytes+64)
 }
 
-// MaxInlineFileBytes is the largest output file whose bytes an answer holds inline
-// (inline_files): 1 MiB.
-const MaxInlineFileBytes = 1 << 20
-
-// MaxInlineBytes caps the bytes of all the output files one answer holds inline: 4 MiB. Files
-// past it are listed without content_base64 (fetch them from the file route).
-const MaxInlineBytes = 4 << 20
-
-// answerFile is an output file in an execution's answer: its description, and its bytes in
-// base64 when the request asked for them inline and it is at most MaxInlineFileBytes.
-type answerFile struct {
-	sandbox.File
-	ContentBase64 string `json:"content_base64,omitempty"`
-}
-
-// runAnswer is the JSON of an execution's result: the result, its files with their bytes when
-// asked for inline.
-type runAnswer struct {
-	sandbox.Result
-	Files []answerFile `json:"files,omitempty"`
-}
-
-// answerOf returns res as answered, with its files' bytes from a.files when inline.
-func (a *api) answerOf(ctx context.Context, res sandbox.Result, inline bool) runAnswer {
-	out := runAnswer{Result: res}
+// answerOf returns res as answered, with its files' bytes from a.files when inline (each file
+// of at most apitype.MaxInlineFileBytes, up to apitype.MaxInlineBytes in all).
+func (a *api) answerOf(ctx context.Context, res sandbox.Result, inline bool) apitype.Result {
+	out := ResultOf(res)
 	var inlined int64
-	for _, f := range res.Files {
-		af := answerFile{File: f}
-		if inline && a.files != nil && f.SizeBytes <= MaxInlineFileBytes && inlined+f.SizeBytes <= MaxInlineBytes {
+	for i, f := range out.Files {
+		if inline && a.files != nil && f.SizeBytes <= apitype.MaxInlineFileBytes && inlined+f.SizeBytes <= apitype.MaxInlineBytes {
 			inlined += f.SizeBytes
 			if b, err := a.readFile(ctx, res.ID, f.Name); err == nil {
-				af.ContentBase64 = base64.StdEncoding.EncodeToString(b)
+				out.Files[i].ContentBase64 = base64.StdEncoding.EncodeToString(b)
 			} else {
 				a.log.Warn("an output file could not be read back for the answer", "id", res.ID, "error", err)
 			}
 		}
-		out.Files = append(out.Files, af)
 	}
 	return out
 }
 
-// readFile reads execution id's output file name, at most MaxInlineFileBytes of it.
+// readFile reads execution id's output file name, at most apitype.MaxInlineFileBytes of it.
 func (a *api) readFile(ctx context.Context, id, name string) ([]byte, error) {
 	rc, err := a.files.Open(ctx, id, name)
 	if err != nil {
 		return nil, err
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, MaxInlineFileBytes+1))
-	if err == nil && len(b) > MaxInlineFileBytes {
-		err = fmt.Errorf("file %q is over %d bytes", name, MaxInlineFileBytes)
+	b, err := io.ReadAll(io.LimitReader(rc, apitype.MaxInlineFileBytes+1))
+	if err == nil && len(b) > apitype.MaxInlineFileBytes {
+		err = fmt.Errorf("file %q is over %d bytes", name, apitype.MaxInlineFileBytes)
 	}
 	return b, err
 }
@@ -205,7 +184,7 @@ func (a *api) getExecutionFile(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	i := slices.IndexFunc(e.Files, func(f sandbox.File) bool { return f.Name == name })
 	if i < 0 {
-		writeError(w, &requestError{status: http.StatusNotFound, code: CodeNotFound, field: "name",
+		writeError(w, &requestError{status: http.StatusNotFound, code: apitype.CodeNotFound, field: "name",
 			msg: fmt.Sprintf("execution %s has no output file %q; GET /v1/executions/%s lists its files under \"files\"", e.ID, name, e.ID)})
 		return
 	}
@@ -238,10 +217,10 @@ func (a *api) getExecutionFile(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(w, rc)
 }
 
-// gone is the 410 of an output file whose bytes are no longer kept.
-func gone(id, name, why string) *requestError {
-	return &requestError{status: http.StatusGone, code: CodeGone, field: "name",
-		msg: fmt.Sprintf("output file %q of execution %s is no longer kept: %s", name, id, why)}
+// gone is the 410 of an output file whose bytes are no longer kept (class errclass.Gone). It
+// names no field: the file's name is in the path, and the message names it.
+func gone(id, name, why string) error {
+	return errclass.Newf(errclass.Gone, "output file %q of execution %s is no longer kept: %s", name, id, why)
 }
 
 // setFileHeaders sets the headers of an output file's bytes: its media type (when it parses;

@@ -344,6 +344,11 @@ func TestFilesQuotaAndRetention(t *testing.T) {
 	if status != 410 || !bytes.Contains(b, []byte("files_max_bytes")) || !bytes.Contains(b, []byte(`"gone"`)) {
 		t.Errorf("evicted file: %d %s, want 410 gone naming files_max_bytes", status, b)
 	}
+	// The file's name is in the path, not a field of the request: the body names no field, so
+	// a client does not prefix the message with "name:".
+	if bytes.Contains(b, []byte(`"field"`)) {
+		t.Errorf("evicted file: %s names a field", b)
+	}
 	for _, id := range []string{second, third} {
 		if status, _, _ := s.get(t, "/v1/executions/"+id+"/files/out/f"); status != 200 {
 			t.Errorf("%s: %d, want its file kept", id, status)

@@ -16,14 +16,15 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/httpapi/httpapitest"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // errorCodes are the codes an error body may carry (the package documentation's list).
-var errorCodes = []string{CodeInvalidRequest, CodeInvalidInput, CodeTooLarge, CodeBusy, CodeNotReady, CodeInternal,
-	CodeNotFound, CodeGone, CodeConflict, CodeForbidden, CodeUnsupportedMedia, CodeMethodNotAllowed}
+var errorCodes = []string{apitype.CodeInvalidRequest, apitype.CodeInvalidInput, apitype.CodeTooLarge, apitype.CodeBusy, apitype.CodeNotReady, apitype.CodeInternal,
+	apitype.CodeNotFound, apitype.CodeGone, apitype.CodeConflict, apitype.CodeForbidden, apitype.CodeUnsupportedMedia, apitype.CodeMethodNotAllowed}
 
 // checkErrorAnswer fails t unless rec is a 4xx with a JSON error body naming a known code.
 func checkErrorAnswer(t *testing.T, rec *httptest.ResponseRecorder, body []byte) {
@@ -338,7 +339,7 @@ func FuzzKnowledgeImport(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
-		req.Header.Set("Content-Type", NDJSONContentType)
+		req.Header.Set("Content-Type", apitype.NDJSONContentType)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 

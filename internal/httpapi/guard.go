@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 )
 
 // Guard protects an API that has no authentication from web pages: it answers 403 to a
@@ -32,7 +34,7 @@ func Guard(next http.Handler, allowedHosts []string) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if host := hostOnly(r.Host); !allowed(host) {
-			writeError(w, &requestError{status: http.StatusForbidden, code: CodeForbidden, msg: fmt.Sprintf(
+			writeError(w, &requestError{status: http.StatusForbidden, code: apitype.CodeForbidden, msg: fmt.Sprintf(
 				"requests addressed to host %q are refused: sandpit answers localhost and the names in allowed_hosts "+
 					"(SANDPIT_ALLOWED_HOSTS), which protects it from DNS rebinding", host)})
 			return
@@ -40,7 +42,7 @@ func Guard(next http.Handler, allowedHosts []string) http.Handler {
 		if origin := r.Header.Get("Origin"); origin != "" {
 			u, err := url.Parse(origin)
 			if err != nil || u.Host == "" || !allowed(u.Hostname()) {
-				writeError(w, &requestError{status: http.StatusForbidden, code: CodeForbidden, msg: fmt.Sprintf(
+				writeError(w, &requestError{status: http.StatusForbidden, code: apitype.CodeForbidden, msg: fmt.Sprintf(
 					"requests from web pages at origin %q are refused: a page must not run code through sandpit; "+
 						"add its host to allowed_hosts (SANDPIT_ALLOWED_HOSTS) if it should", origin)})
 				return
@@ -80,6 +82,6 @@ func RequireToken(next http.Handler, token string) http.Handler {
 		if len(got2) > 0 {
 			msg = "the bearer token is wrong: send the daemon's token (its token setting, SANDPIT_TOKEN)"
 		}
-		writeError(w, &requestError{status: http.StatusUnauthorized, code: CodeUnauthorized, msg: msg})
+		writeError(w, &requestError{status: http.StatusUnauthorized, code: apitype.CodeUnauthorized, msg: msg})
 	})
 }

@@ -10,9 +10,9 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
-	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // Executor is what the API needs from the sandbox; *sandbox.Service satisfies it.
@@ -24,9 +24,6 @@ type Executor interface {
 
 var _ Executor = (*sandbox.Service)(nil)
 
-// NDJSONContentType is the media type of a streamed execution: one JSON object per line.
-const NDJSONContentType = "application/x-ndjson"
-
 // Backend is what the API serves. Executor is required; the routes of a nil Library, Jobs or
 // Ledger answer 404.
 type Backend struct {
@@ -35,7 +32,7 @@ type Backend struct {
 	Jobs     Scheduler
 	Ledger   Ledger
 	// Packages lists and removes installed dependencies; POST /v1/packages needs an Executor
-	// that is an Installer too.
+	// that is a PackageInstaller too.
 	Packages PackageManager
 	// Knowledge serves /v1/agents/{agent}/memories, facts, documents, graph/nodes,
 	// graph/edges and results.
@@ -223,23 +220,23 @@ func (a *api) unrouted(w http.ResponseWriter, r *http.Request, h http.Handler) {
 	if probe.status == http.StatusMethodNotAllowed {
 		allow := probe.header.Get("Allow")
 		w.Header().Set("Allow", allow)
-		writeError(w, &requestError{status: http.StatusMethodNotAllowed, code: CodeMethodNotAllowed,
+		writeError(w, &requestError{status: http.StatusMethodNotAllowed, code: apitype.CodeMethodNotAllowed,
 			msg: fmt.Sprintf("method %s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, allow)})
 		return
 	}
-	writeError(w, &requestError{status: http.StatusNotFound, code: CodeNotFound,
-		msg: fmt.Sprintf("no endpoint %s %s; see the README's REST API section for the endpoints (POST /v1/executions runs code)",
+	writeError(w, &requestError{status: http.StatusNotFound, code: apitype.CodeNotFound,
+		msg: fmt.Sprintf("no endpoint %s %s; docs/api.md lists the endpoints (POST /v1/executions runs code)",
 			r.Method, r.URL.Path)})
 }
 
 func (a *api) healthz(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	writeJSON(w, http.StatusOK, apitype.Status{Status: "ok"})
 }
 
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	err := a.ex.Ready(r.Context())
 	if err == nil {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		writeJSON(w, http.StatusOK, apitype.Status{Status: "ready"})
 		return
 	}
 	if !errors.Is(err, sandbox.ErrNotReady) {
@@ -247,72 +244,17 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	e := classify(err)
 	setRetryAfter(w, e.retryAfter)
-	writeJSON(w, http.StatusServiceUnavailable, struct {
-		Status string      `json:"status"`
-		Error  errorDetail `json:"error"`
-	}{"not_ready", e.detail})
-}
-
-// Limits is the JSON of GET /v1/limits: the limits in force. Sizes in bytes, times in ms;
-// the names are the config keys.
-type Limits struct {
-	Slots            int            `json:"slots"`
-	QueueLength      int            `json:"queue_length"`
-	DefaultTimeoutMS int64          `json:"default_timeout_ms"`
-	MaxTimeoutMS     int64          `json:"max_timeout_ms"`
-	MaxCodeBytes     int            `json:"max_code_bytes"`
-	MaxInputBytes    int            `json:"max_input_bytes"`
-	MaxBodyBytes     int64          `json:"max_body_bytes"`
-	Network          string         `json:"network"`
-	Limits           sandbox.Limits `json:"limits"`
-	// InstallTimeoutMS bounds each dependency's install; MaxDependencies the requirements of
-	// one request or saved code.
-	InstallTimeoutMS int64 `json:"install_timeout_ms"`
-	MaxDependencies  int   `json:"max_dependencies"`
-	// MaxCalls, MaxCallBytes and CallTimeoutMS bound a run's agent.* calls: their number, the
-	// size of each request and answer, the time for each.
-	MaxCalls      int   `json:"max_calls"`
-	MaxCallBytes  int   `json:"max_call_bytes"`
-	CallTimeoutMS int64 `json:"call_timeout_ms"`
-	// PackageIndex is where dependencies come from (passwords in URLs redacted).
-	PackageIndex PackageIndex `json:"package_index"`
-	// Quotas bound what each agent may store (absent when the server has no knowledge store).
-	Quotas *store.Quotas `json:"quotas,omitempty"`
-	// MaxValidationCost is the validation budget: the most work checking one input or OUTPUT
-	// against a saved code's schema may need, in schema evaluations (see library.MaxValidationCost).
-	MaxValidationCost int64 `json:"max_validation_cost"`
-	// MaxInputFiles caps a request's input files, MaxInputFileBytes each one's bytes and
-	// MaxInputFilesBytes their total (the body limit leaves room for them in base64).
-	MaxInputFiles      int   `json:"max_input_files"`
-	MaxInputFileBytes  int64 `json:"max_input_file_bytes"`
-	MaxInputFilesBytes int64 `json:"max_input_files_bytes"`
-	// OutputFiles caps the output files a run returns, OutputFileBytes each one's bytes and
-	// OutputFilesBytes their total (also in limits).
-	OutputFiles      int   `json:"output_files"`
-	OutputFileBytes  int64 `json:"output_file_bytes"`
-	OutputFilesBytes int64 `json:"output_files_bytes"`
-	// Charts says whether runs save open figures and shown images as output files by default.
-	Charts bool `json:"charts"`
-	// MaxInlineFileBytes is the largest output file an answer holds inline (inline_files), and
-	// MaxInlineBytes the most bytes of files one answer holds inline.
-	MaxInlineFileBytes int64 `json:"max_inline_file_bytes"`
-	MaxInlineBytes     int64 `json:"max_inline_bytes"`
-	// FilesMaxBytes is the quota on all runs' kept output files (files_max_bytes), and
-	// FilesUsedBytes what they take now, as charged against it (absent without a file store).
-	FilesMaxBytes  int64 `json:"files_max_bytes,omitempty"`
-	FilesUsedBytes int64 `json:"files_used_bytes,omitempty"`
-	// Sessions bounds stateful sessions (absent when the server has none).
-	Sessions *SessionLimits `json:"sessions,omitempty"`
+	writeJSON(w, http.StatusServiceUnavailable, apitype.Status{Status: "not_ready", Error: &e.detail})
 }
 
 func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 	cfg := a.ex.Config()
-	var quotas *store.Quotas
+	var quotas *apitype.Quotas
 	if a.knowledge != nil {
-		q := a.knowledge.Quotas()
+		q := apitype.Quotas(a.knowledge.Quotas())
 		quotas = &q
 	}
-	lim := Limits{
+	lim := apitype.Limits{
 		Slots:             cfg.Slots,
 		QueueLength:       cfg.QueueLength,
 		DefaultTimeoutMS:  cfg.DefaultTimeout.Milliseconds(),
@@ -321,13 +263,13 @@ func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 		MaxInputBytes:     cfg.MaxInputBytes,
 		MaxBodyBytes:      maxBodyBytes(cfg),
 		Network:           cfg.Network,
-		Limits:            cfg.Limits,
+		Limits:            apitype.RunLimits(cfg.Limits),
 		InstallTimeoutMS:  cfg.InstallTimeout.Milliseconds(),
 		MaxDependencies:   cfg.MaxDependencies,
 		MaxCalls:          cfg.MaxCalls,
 		MaxCallBytes:      cfg.MaxCallBytes,
 		CallTimeoutMS:     cfg.CallTimeout.Milliseconds(),
-		PackageIndex:      a.index,
+		PackageIndex:      apitype.PackageIndex(a.index),
 		Quotas:            quotas,
 		MaxValidationCost: library.MaxValidationCost,
 
@@ -338,15 +280,15 @@ func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 		OutputFileBytes:    cfg.Limits.OutputFileBytes,
 		OutputFilesBytes:   cfg.Limits.OutputFilesBytes,
 		Charts:             cfg.Charts,
-		MaxInlineFileBytes: MaxInlineFileBytes,
-		MaxInlineBytes:     MaxInlineBytes,
+		MaxInlineFileBytes: apitype.MaxInlineFileBytes,
+		MaxInlineBytes:     apitype.MaxInlineBytes,
 	}
 	if a.files != nil {
 		lim.FilesUsedBytes, lim.FilesMaxBytes = a.files.Used()
 	}
 	if a.sessions != nil {
 		sc := a.sessions.Config()
-		lim.Sessions = &SessionLimits{IdleTimeoutMS: sc.IdleTimeout.Milliseconds(), MaxLifetimeMS: sc.MaxLifetime.Milliseconds(),
+		lim.Sessions = &apitype.SessionLimits{IdleTimeoutMS: sc.IdleTimeout.Milliseconds(), MaxLifetimeMS: sc.MaxLifetime.Milliseconds(),
 			PerAgent: sc.MaxPerAgent, Max: sc.MaxTotal}
 	}
 	writeJSON(w, http.StatusOK, lim)

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/httpapi/httpapitest"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -61,13 +62,13 @@ type answer struct {
 	body   []byte
 }
 
-func (a answer) errorDetail(t *testing.T) errorDetail {
+func (a answer) errorDetail(t *testing.T) apitype.ErrorDetail {
 	t.Helper()
 	if ct := a.header.Get("Content-Type"); ct != "application/json" {
 		t.Fatalf("Content-Type = %q, want application/json; body %s", ct, a.body)
 	}
 	var b struct {
-		Error *errorDetail `json:"error"`
+		Error *apitype.ErrorDetail `json:"error"`
 	}
 	if err := json.Unmarshal(a.body, &b); err != nil || b.Error == nil {
 		t.Fatalf("error body %s: not {\"error\": {...}} (%v)", a.body, err)
@@ -187,18 +188,18 @@ func TestValidationThroughService(t *testing.T) {
 		field    string
 		contains []string
 	}{
-		{"timeout zero", `{"code":"print(1)","timeout_ms":0}`, 400, CodeInvalidRequest, "timeout_ms",
+		{"timeout zero", `{"code":"print(1)","timeout_ms":0}`, 400, apitype.CodeInvalidRequest, "timeout_ms",
 			[]string{"is 0", "allowed range is 1 to 600000 milliseconds"}},
-		{"timeout negative", `{"code":"print(1)","timeout_ms":-5}`, 400, CodeInvalidRequest, "timeout_ms",
+		{"timeout negative", `{"code":"print(1)","timeout_ms":-5}`, 400, apitype.CodeInvalidRequest, "timeout_ms",
 			[]string{"is -5", "allowed range is 1 to 600000 milliseconds"}},
-		{"timeout ten days", `{"code":"print(1)","timeout_ms":864000000}`, 400, CodeInvalidRequest, "timeout_ms",
+		{"timeout ten days", `{"code":"print(1)","timeout_ms":864000000}`, 400, apitype.CodeInvalidRequest, "timeout_ms",
 			[]string{"is 864000000", "allowed range is 1 to 600000 milliseconds"}},
-		{"missing code", `{"input":1}`, 400, CodeInvalidRequest, "code", []string{"required"}},
-		{"empty code", `{"code":""}`, 400, CodeInvalidRequest, "code", []string{"required"}},
-		{"code too large", `{"code":"` + strings.Repeat("x", 101) + `"}`, 413, CodeTooLarge, "code",
+		{"missing code", `{"input":1}`, 400, apitype.CodeInvalidRequest, "code", []string{"required"}},
+		{"empty code", `{"code":""}`, 400, apitype.CodeInvalidRequest, "code", []string{"required"}},
+		{"code too large", `{"code":"` + strings.Repeat("x", 101) + `"}`, 413, apitype.CodeTooLarge, "code",
 			[]string{"101 bytes", "limit is 100 bytes"}},
-		{"bad agent", `{"code":"x","agent":"Bad Agent"}`, 400, CodeInvalidRequest, "agent", []string{`"Bad Agent"`}},
-		{"NUL in code", `{"code":"a\u0000b"}`, 400, CodeInvalidRequest, "code", []string{"NUL"}},
+		{"bad agent", `{"code":"x","agent":"Bad Agent"}`, 400, apitype.CodeInvalidRequest, "agent", []string{`"Bad Agent"`}},
+		{"NUL in code", `{"code":"a\u0000b"}`, 400, apitype.CodeInvalidRequest, "code", []string{"NUL"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -254,7 +255,7 @@ func TestBadBodies(t *testing.T) {
 				t.Fatalf("status %d, want 400; body %s", a.status, a.body)
 			}
 			e := a.errorDetail(t)
-			if e.Code != CodeInvalidRequest || e.Field != tt.field {
+			if e.Code != apitype.CodeInvalidRequest || e.Field != tt.field {
 				t.Errorf("error = %+v, want code invalid_request, field %q", e, tt.field)
 			}
 			for _, s := range tt.contains {
@@ -328,7 +329,7 @@ func TestTooLargeByContentLength(t *testing.T) {
 			t.Errorf("message %q does not contain %q", e.Message, s)
 		}
 	}
-	if e.Code != CodeTooLarge {
+	if e.Code != apitype.CodeTooLarge {
 		t.Errorf("code = %q, want too_large", e.Code)
 	}
 	if n := read.Load(); n != 0 {
@@ -361,7 +362,7 @@ func TestTooLargeChunked(t *testing.T) {
 		t.Fatalf("status %d, want 413; body %s", resp.StatusCode, b)
 	}
 	e := answer{status: resp.StatusCode, header: resp.Header, body: b}.errorDetail(t)
-	if e.Code != CodeTooLarge || !strings.Contains(e.Message, fmt.Sprintf("limit of %d bytes", smallBodyLimit)) {
+	if e.Code != apitype.CodeTooLarge || !strings.Contains(e.Message, fmt.Sprintf("limit of %d bytes", smallBodyLimit)) {
 		t.Errorf("error = %+v", e)
 	}
 	if n := len(fake.Requests()); n != 0 {
@@ -377,12 +378,12 @@ func TestExecuteErrors(t *testing.T) {
 		code       string
 		retryAfter string
 	}{
-		{"busy", &sandbox.BusyError{Slots: 4, Queue: 16, RetryAfter: time.Second}, 429, CodeBusy, "1"},
-		{"busy rounds up", &sandbox.BusyError{Slots: 4, Queue: 16, RetryAfter: 1500 * time.Millisecond}, 429, CodeBusy, "2"},
-		{"busy at least one second", &sandbox.BusyError{Slots: 4, Queue: 16}, 429, CodeBusy, "1"},
-		{"not ready", fmt.Errorf("container starting: %w", sandbox.ErrNotReady), 503, CodeNotReady, "1"},
-		{"internal", errors.New("disk on fire"), 500, CodeInternal, ""},
-		{"input too large", &sandbox.FieldError{Field: "input", Message: "is big", TooLarge: true}, 413, CodeTooLarge, ""},
+		{"busy", &sandbox.BusyError{Slots: 4, Queue: 16, RetryAfter: time.Second}, 429, apitype.CodeBusy, "1"},
+		{"busy rounds up", &sandbox.BusyError{Slots: 4, Queue: 16, RetryAfter: 1500 * time.Millisecond}, 429, apitype.CodeBusy, "2"},
+		{"busy at least one second", &sandbox.BusyError{Slots: 4, Queue: 16}, 429, apitype.CodeBusy, "1"},
+		{"not ready", fmt.Errorf("container starting: %w", sandbox.ErrNotReady), 503, apitype.CodeNotReady, "1"},
+		{"internal", errors.New("disk on fire"), 500, apitype.CodeInternal, ""},
+		{"input too large", &sandbox.FieldError{Field: "input", Message: "is big", TooLarge: true}, 413, apitype.CodeTooLarge, ""},
 	}
 	for _, tt := range tests {
 		for _, stream := range []bool{false, true} {
@@ -393,7 +394,7 @@ func TestExecuteErrors(t *testing.T) {
 				}
 				var hdr []string
 				if stream {
-					hdr = []string{"Accept", NDJSONContentType}
+					hdr = []string{"Accept", apitype.NDJSONContentType}
 				}
 				a := do(t, newServer(t, fake), "POST", "/v1/executions", `{"code":"x"}`, hdr...)
 				if a.status != tt.status {
@@ -494,7 +495,7 @@ func TestStreamOrderAndLiveness(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != NDJSONContentType {
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != apitype.NDJSONContentType {
 		t.Fatalf("status %d, Content-Type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 	lines := make(chan map[string]json.RawMessage, 10)
@@ -555,8 +556,8 @@ func TestStreamErrorAfterStart(t *testing.T) {
 		emit(sandbox.Event{Stream: "stdout", Data: "partial"})
 		return sandbox.Result{}, errors.New("executor vanished")
 	}
-	a := do(t, newServer(t, fake), "POST", "/v1/executions", `{"code":"x"}`, "Accept", NDJSONContentType)
-	if a.status != 200 || a.header.Get("Content-Type") != NDJSONContentType {
+	a := do(t, newServer(t, fake), "POST", "/v1/executions", `{"code":"x"}`, "Accept", apitype.NDJSONContentType)
+	if a.status != 200 || a.header.Get("Content-Type") != apitype.NDJSONContentType {
 		t.Fatalf("status %d, Content-Type %q", a.status, a.header.Get("Content-Type"))
 	}
 	lines := strings.Split(strings.TrimSuffix(string(a.body), "\n"), "\n")
@@ -564,20 +565,20 @@ func TestStreamErrorAfterStart(t *testing.T) {
 		t.Fatalf("lines = %q, want 2", lines)
 	}
 	var last struct {
-		Type  string      `json:"type"`
-		Error errorDetail `json:"error"`
+		Type  string              `json:"type"`
+		Error apitype.ErrorDetail `json:"error"`
 	}
 	if err := json.Unmarshal([]byte(lines[1]), &last); err != nil {
 		t.Fatal(err)
 	}
-	if last.Type != "error" || last.Error.Code != CodeInternal || !strings.Contains(last.Error.Message, "executor vanished") {
+	if last.Type != "error" || last.Error.Code != apitype.CodeInternal || !strings.Contains(last.Error.Message, "executor vanished") {
 		t.Errorf("last line = %+v", last)
 	}
 }
 
 func TestStreamWithoutEvents(t *testing.T) {
-	a := do(t, newServer(t, newFake()), "POST", "/v1/executions", `{"code":"x"}`, "Accept", NDJSONContentType)
-	if a.status != 200 || a.header.Get("Content-Type") != NDJSONContentType {
+	a := do(t, newServer(t, newFake()), "POST", "/v1/executions", `{"code":"x"}`, "Accept", apitype.NDJSONContentType)
+	if a.status != 200 || a.header.Get("Content-Type") != apitype.NDJSONContentType {
 		t.Fatalf("status %d, Content-Type %q", a.status, a.header.Get("Content-Type"))
 	}
 	if !strings.HasPrefix(string(a.body), `{"type":"result","result":{"id":"ex_`) || strings.Count(string(a.body), "\n") != 1 {
@@ -603,7 +604,7 @@ func TestUTF8ByteExact(t *testing.T) {
 			}
 			var hdr []string
 			if stream {
-				hdr = []string{"Accept", NDJSONContentType}
+				hdr = []string{"Accept", apitype.NDJSONContentType}
 			}
 			a := do(t, newServer(t, fake), "POST", "/v1/executions", `{"code":`+string(codeJSON)+`}`, hdr...)
 			if a.status != 200 {
@@ -625,7 +626,7 @@ func TestUTF8ByteExact(t *testing.T) {
 			body := a.body
 			if stream {
 				lines := bytes.Split(bytes.TrimSuffix(body, []byte("\n")), []byte("\n"))
-				var ev eventLine
+				var ev apitype.StreamLine
 				if err := json.Unmarshal(lines[0], &ev); err != nil || ev.Data != text+"\n" {
 					t.Errorf("event line %s: %+v %v", lines[0], ev, err)
 				}
@@ -722,10 +723,10 @@ func TestUnknownRoutes(t *testing.T) {
 		status       int
 		code, allow  string
 	}{
-		{"GET", "/nope", 404, CodeNotFound, ""},
-		{"POST", "/v1/execution", 404, CodeNotFound, ""},
-		{"GET", "/v1/executions", 405, CodeMethodNotAllowed, "POST"},
-		{"DELETE", "/healthz", 405, CodeMethodNotAllowed, "GET, HEAD"},
+		{"GET", "/nope", 404, apitype.CodeNotFound, ""},
+		{"POST", "/v1/execution", 404, apitype.CodeNotFound, ""},
+		{"GET", "/v1/executions", 405, apitype.CodeMethodNotAllowed, "POST"},
+		{"DELETE", "/healthz", 405, apitype.CodeMethodNotAllowed, "GET, HEAD"},
 	}
 	srv := newServer(t, newFake())
 	for _, tt := range tests {
@@ -773,10 +774,10 @@ func TestPanicIsRecovered(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		var hdr []string
 		if stream {
-			hdr = []string{"Accept", NDJSONContentType}
+			hdr = []string{"Accept", apitype.NDJSONContentType}
 		}
 		a := do(t, srv, "POST", "/v1/executions", `{"code":"x"}`, hdr...)
-		if a.status != 500 || a.errorDetail(t).Code != CodeInternal {
+		if a.status != 500 || a.errorDetail(t).Code != apitype.CodeInternal {
 			t.Errorf("stream=%v: status %d body %s", stream, a.status, a.body)
 		}
 	}
@@ -845,7 +846,7 @@ func TestLongRunOutlivesServerWriteTimeout(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		var hdr []string
 		if stream {
-			hdr = []string{"Accept", NDJSONContentType}
+			hdr = []string{"Accept", apitype.NDJSONContentType}
 		}
 		a := do(t, srv, "POST", "/v1/executions", `{"code":"x"}`, hdr...)
 		if a.status != 200 || !bytes.Contains(a.body, []byte(`"stdout":"tick\n"`)) {

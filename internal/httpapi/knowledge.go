@@ -11,6 +11,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -63,16 +64,16 @@ func (a *api) addKnowledge(w http.ResponseWriter, r *http.Request, kind store.Ki
 		return
 	}
 	if r.ContentLength > maxImportBytes {
-		writeError(w, &requestError{status: http.StatusRequestEntityTooLarge, code: CodeTooLarge,
+		writeError(w, &requestError{status: http.StatusRequestEntityTooLarge, code: apitype.CodeTooLarge,
 			msg: fmt.Sprintf("the body is %d bytes; the limit is %d bytes: import in parts", r.ContentLength, maxImportBytes)})
 		return
 	}
-	mt, err := mediaType(r, "send one item as application/json or many as "+NDJSONContentType, "application/json", NDJSONContentType)
+	mt, err := mediaType(r, "send one item as application/json or many as "+apitype.NDJSONContentType, "application/json", apitype.NDJSONContentType)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	ndjson := mt == NDJSONContentType
+	ndjson := mt == apitype.NDJSONContentType
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxImportBytes))
 	if err != nil {
 		writeError(w, err)
@@ -106,55 +107,56 @@ func (a *api) addKnowledge(w http.ResponseWriter, r *http.Request, kind store.Ki
 		writeJSON(w, http.StatusCreated, created[0])
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"created": len(created)})
+	writeJSON(w, http.StatusCreated, apitype.Created{Created: len(created)})
 }
 
-// store decodes each line as an item of kind and stores them.
+// store decodes each line as an item of kind (its apitype shape) and stores them; it returns
+// the items stored, in their apitype shape.
 func (a *api) store(ctx context.Context, agent string, kind store.Kind, lines [][]byte) ([]any, error) {
 	switch kind {
 	case store.KindMemories:
-		items, err := decodeItems(lines, func(m store.Memory) error { return need("text", m.Text) })
+		items, err := decodeItems(lines, func(m apitype.Memory) error { return need("text", m.Text) })
 		if err != nil {
 			return nil, err
 		}
-		return anys(a.knowledge.AddMemories(ctx, agent, items))
+		return answered(a.knowledge.AddMemories(ctx, agent, each(items, func(m apitype.Memory) store.Memory { return store.Memory(m) })))
 	case store.KindFacts:
-		items, err := decodeItems(lines, func(f store.Fact) error {
+		items, err := decodeItems(lines, func(f apitype.Fact) error {
 			return errors.Join(need("subject", f.Subject), need("predicate", f.Predicate))
 		})
 		if err != nil {
 			return nil, err
 		}
-		return anys(a.knowledge.AddFacts(ctx, agent, items))
+		return answered(a.knowledge.AddFacts(ctx, agent, each(items, func(f apitype.Fact) store.Fact { return store.Fact(f) })))
 	case store.KindNodes:
-		items, err := decodeItems(lines, func(n store.Node) error { return need("id", n.ID) })
+		items, err := decodeItems(lines, func(n apitype.Node) error { return need("id", n.ID) })
 		if err != nil {
 			return nil, err
 		}
-		return anys(a.knowledge.AddNodes(ctx, agent, items))
+		return answered(a.knowledge.AddNodes(ctx, agent, each(items, func(n apitype.Node) store.Node { return store.Node(n) })))
 	case store.KindEdges:
-		items, err := decodeItems(lines, func(e store.Edge) error {
+		items, err := decodeItems(lines, func(e apitype.Edge) error {
 			return errors.Join(need("source", e.Source), need("target", e.Target), need("relation", e.Relation))
 		})
 		if err != nil {
 			return nil, err
 		}
-		return anys(a.knowledge.AddEdges(ctx, agent, items))
+		return answered(a.knowledge.AddEdges(ctx, agent, each(items, func(e apitype.Edge) store.Edge { return store.Edge(e) })))
 	case store.KindDocuments:
-		items, err := decodeItems(lines, func(d store.Document) error { return need("id", d.ID) })
+		items, err := decodeItems(lines, func(d apitype.Document) error { return need("id", d.ID) })
 		if err != nil {
 			return nil, err
 		}
-		return anys(a.knowledge.AddDocuments(ctx, agent, items))
+		return answered(a.knowledge.AddDocuments(ctx, agent, each(items, func(d apitype.Document) store.Document { return store.Document(d) })))
 	default: // results
-		items, err := decodeItems(lines, func(s store.StoredResult) error { return need("key", s.Key) })
+		items, err := decodeItems(lines, func(s apitype.StoredResult) error { return need("key", s.Key) })
 		if err != nil {
 			return nil, err
 		}
 		for i := range items {
 			items[i].ExecutionID = "" // results POSTed directly belong to no execution
 		}
-		return anys(a.knowledge.StoreResults(ctx, agent, items))
+		return answered(a.knowledge.StoreResults(ctx, agent, each(items, func(s apitype.StoredResult) store.StoredResult { return store.StoredResult(s) })))
 	}
 }
 
@@ -208,12 +210,40 @@ func need(field, v string) error {
 	return nil
 }
 
-func anys[T any](items []T, err error) ([]any, error) {
+// answered returns the store's items in their apitype shape (see knowledgeOf).
+func answered[T any](items []T, err error) ([]any, error) {
+	if err != nil {
+		return nil, err
+	}
 	out := make([]any, len(items))
 	for i, v := range items {
-		out[i] = v
+		if out[i], err = knowledgeOf(v); err != nil {
+			return nil, err
+		}
 	}
-	return out, err
+	return out, nil
+}
+
+// knowledgeOf returns a knowledge item of the store (or a key's versions) in its apitype
+// shape, the only one the API writes.
+func knowledgeOf(v any) (any, error) {
+	switch v := v.(type) {
+	case store.Memory:
+		return apitype.Memory(v), nil
+	case store.Fact:
+		return apitype.Fact(v), nil
+	case store.Node:
+		return apitype.Node(v), nil
+	case store.Edge:
+		return apitype.Edge(v), nil
+	case store.Document:
+		return apitype.Document(v), nil
+	case store.StoredResult:
+		return apitype.StoredResult(v), nil
+	case []store.StoredResult:
+		return apitype.ResultVersions{Versions: each(v, func(s store.StoredResult) apitype.StoredResult { return apitype.StoredResult(s) })}, nil
+	}
+	return nil, fmt.Errorf("the knowledge store answered a %T, which the API has no shape for", v)
 }
 
 func (a *api) listKnowledge(w http.ResponseWriter, r *http.Request, kind store.Kind) {
@@ -223,6 +253,9 @@ func (a *api) listKnowledge(w http.ResponseWriter, r *http.Request, kind store.K
 		return
 	}
 	items, next, err := a.knowledge.ListKnowledge(r.Context(), agent, kind, p)
+	if err == nil {
+		items, err = answered(items, nil)
+	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -237,13 +270,14 @@ func (a *api) getKnowledge(w http.ResponseWriter, r *http.Request, kind store.Ki
 		return
 	}
 	item, err := a.knowledge.GetKnowledge(r.Context(), agent, kind, r.PathValue("id"))
+	if err == nil {
+		// Results answer every version of the key: a list under the resource's plural, as
+		// code versions are (apitype.ResultVersions).
+		item, err = knowledgeOf(item)
+	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
-	}
-	if kind == store.KindResults {
-		// Every version of the key: a list under the resource's plural, as code versions are.
-		item = map[string]any{"versions": item}
 	}
 	writeJSON(w, http.StatusOK, item)
 }
@@ -259,5 +293,5 @@ func (a *api) deleteKnowledge(w http.ResponseWriter, r *http.Request, kind store
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"deleted": id})
+	writeJSON(w, http.StatusOK, apitype.Deleted{Deleted: id})
 }

@@ -19,7 +19,8 @@ import (
 
 type noPackages struct{}
 
-func (noPackages) Packages(context.Context, protocol.Packages) ([]protocol.Package, error) {
+func (noPackages) ListPackages(context.Context) ([]protocol.Package, error) { return nil, nil }
+func (noPackages) RemovePackage(context.Context, string) ([]protocol.Package, error) {
 	return nil, nil
 }
 

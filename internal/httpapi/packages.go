@@ -6,18 +6,25 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
-// Installer pre-installs dependencies; *sandbox.Service satisfies it.
-type Installer interface {
+// PackageInstaller pre-installs dependencies into the shared package store (POST
+// /v1/packages); *sandbox.Service satisfies it. It is not sandbox.Installer, the runtime's
+// install for one box that the Service calls.
+type PackageInstaller interface {
 	Install(ctx context.Context, reqs []string, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error)
 }
 
 // PackageManager lists and removes installed dependencies; the Docker runtime satisfies it.
 type PackageManager interface {
-	Packages(ctx context.Context, op protocol.Packages) ([]protocol.Package, error)
+	// ListPackages returns every installed package.
+	ListPackages(ctx context.Context) ([]protocol.Package, error)
+	// RemovePackage removes every version of the package name and returns what it removed
+	// (none: no such package).
+	RemovePackage(ctx context.Context, name string) ([]protocol.Package, error)
 }
 
 var installShape = shape{
@@ -26,34 +33,26 @@ var installShape = shape{
 	example: `{"requirements": ["tinypkg==1.0"]}`,
 }
 
-// installedLine is the last line of a streamed POST /v1/packages.
-type installedLine struct {
-	Type         string                     `json:"type"` // "installed"
-	Dependencies []sandbox.DependencyStatus `json:"dependencies"`
-	Failed       int                        `json:"failed"`
-}
-
 func (a *api) listPackages(w http.ResponseWriter, r *http.Request) {
-	list, err := a.packages.Packages(r.Context(), protocol.Packages{Op: "list"})
+	list, err := a.packages.ListPackages(r.Context())
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	if list == nil {
-		list = []protocol.Package{}
+	out := apitype.Packages{Packages: each(list, packageOf)}
+	if out.Packages == nil {
+		out.Packages = []apitype.Package{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"packages": list})
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (a *api) installPackages(w http.ResponseWriter, r *http.Request) {
-	var b struct {
-		Requirements []string `json:"requirements"`
-	}
+	var b apitype.InstallRequest
 	if err := readBody(w, r, bodySlack, &b, installShape); err != nil {
 		writeError(w, err)
 		return
 	}
-	inst, ok := a.ex.(Installer)
+	inst, ok := a.ex.(PackageInstaller)
 	if !ok {
 		writeError(w, fmt.Errorf("%w: this daemon cannot install packages", sandbox.ErrNotReady))
 		return
@@ -66,40 +65,45 @@ func (a *api) installPackages(w http.ResponseWriter, r *http.Request) {
 			a.fail(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, installedLine{Type: "installed", Dependencies: out.Dependencies, Failed: len(out.Failed())})
+		writeJSON(w, http.StatusOK, installedOf(out))
 		return
 	}
 	s := newStreamer(w, rc)
 	go s.run()
 	defer s.close()
 	out, err := inst.Install(r.Context(), b.Requirements, func(d sandbox.DependencyStatus) {
-		s.emit(sandbox.Event{Stream: "dependency", Dependency: &d})
+		s.emit(sandbox.Event{Stream: sandbox.StreamDependency, Dependency: &d})
 	})
 	s.close()
 	switch {
 	case err == nil:
-		s.writeLine(installedLine{Type: "installed", Dependencies: out.Dependencies, Failed: len(out.Failed())})
+		s.writeLine(installedOf(out))
 	case !s.started:
 		a.fail(w, r, err)
 	default:
 		a.logFailure(r, err)
 		if e := classify(err); e.status != StatusClientClosedRequest {
-			s.writeLine(errorLine{Type: "error", Error: e.detail})
+			s.writeLine(apitype.StreamLine{Type: apitype.StreamError, Error: &e.detail})
 		}
 	}
 }
 
 func (a *api) removePackage(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	removed, err := a.packages.Packages(r.Context(), protocol.Packages{Op: "remove", Name: name})
+	removed, err := a.packages.RemovePackage(r.Context(), name)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
 	if len(removed) == 0 {
-		writeError(w, &requestError{status: http.StatusNotFound, code: CodeNotFound,
+		writeError(w, &requestError{status: http.StatusNotFound, code: apitype.CodeNotFound,
 			msg: fmt.Sprintf("no installed package %q; GET /v1/packages lists them (packages of the image itself cannot be removed)", name)})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"removed": removed})
+	writeJSON(w, http.StatusOK, apitype.Removed{Removed: each(removed, packageOf)})
+}
+
+// installedOf returns an install's answer: each requirement's status and how many failed.
+func installedOf(in sandbox.Installed) apitype.Installed {
+	return apitype.Installed{Type: apitype.StreamInstalled, Dependencies: each(in.Dependencies, dependencyOf), Failed: len(in.Failed())}
 }

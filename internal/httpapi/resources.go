@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
@@ -53,8 +54,9 @@ var (
 // agentOf returns the {agent} of the path, or a 400 error.
 func agentOf(r *http.Request) (string, error) {
 	agent := r.PathValue("agent")
-	if !sandbox.ValidAgent(agent) {
-		return "", invalid("agent", "%q in the path is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit", agent)
+	if err := sandbox.CheckAgent(agent); err != nil {
+		err.Message += " (in the path)"
+		return "", err
 	}
 	return agent, nil
 }
@@ -110,10 +112,14 @@ func (a *api) bodyLimit() int64 {
 
 // ---- saved code ----
 
-type codeBody struct {
-	Name string `json:"name"`
-	library.Draft
-	ExpectedVersion int `json:"expected_version"`
+// codeBody is the JSON body of saved code: apitype.CodeDraft, whose name is read on create
+// and expected_version on update (the shapes refuse the other).
+type codeBody = apitype.CodeDraft
+
+// draftOf is the library's draft of a body.
+func draftOf(b codeBody) library.Draft {
+	return library.Draft{Code: b.Code, Dependencies: b.Dependencies, InputSchema: b.InputSchema,
+		OutputSchema: b.OutputSchema, Description: b.Description}
 }
 
 var (
@@ -131,16 +137,6 @@ var (
 		example: `{"code": "OUTPUT = sum(INPUT)", "expected_version": 1}`}
 )
 
-// CodeSummary is an item of the code listing: saved code without its source and schemas.
-type CodeSummary struct {
-	Name         string    `json:"name"`
-	Version      int       `json:"version"`
-	Description  string    `json:"description"`
-	Dependencies []string  `json:"dependencies"`
-	CreatedAt    time.Time `json:"created_at"`
-	UpdatedAt    time.Time `json:"updated_at"`
-}
-
 func (a *api) createCode(w http.ResponseWriter, r *http.Request) {
 	agent, err := agentOf(r)
 	if err != nil {
@@ -152,13 +148,13 @@ func (a *api) createCode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	c, err := a.lib.Create(r.Context(), agent, b.Name, b.Draft)
+	c, err := a.lib.Create(r.Context(), agent, b.Name, draftOf(b))
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
 	w.Header().Set("Location", "/v1/agents/"+agent+"/code/"+c.Name)
-	writeJSON(w, http.StatusCreated, c)
+	writeJSON(w, http.StatusCreated, codeOf(c))
 }
 
 func (a *api) updateCode(w http.ResponseWriter, r *http.Request) {
@@ -176,19 +172,19 @@ func (a *api) updateCode(w http.ResponseWriter, r *http.Request) {
 			a.fail(w, r, err)
 			return
 		}
-		b.Draft = library.Draft{Code: cur.Code, Dependencies: cur.Dependencies, InputSchema: cur.InputSchema,
+		b = codeBody{Code: cur.Code, Dependencies: cur.Dependencies, InputSchema: cur.InputSchema,
 			OutputSchema: cur.OutputSchema, Description: cur.Description}
 	}
 	if err := readBody(w, r, a.bodyLimit(), &b, updateCodeShape); err != nil {
 		writeError(w, err)
 		return
 	}
-	c, err := a.lib.Update(r.Context(), agent, name, b.Draft, b.ExpectedVersion)
+	c, err := a.lib.Update(r.Context(), agent, name, draftOf(b), b.ExpectedVersion)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, c)
+	writeJSON(w, http.StatusOK, codeOf(c))
 }
 
 func (a *api) getCode(w http.ResponseWriter, r *http.Request) {
@@ -215,7 +211,7 @@ func (a *api) answerCode(w http.ResponseWriter, r *http.Request, version int) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, c)
+	writeJSON(w, http.StatusOK, codeOf(c))
 }
 
 func (a *api) listCode(w http.ResponseWriter, r *http.Request) {
@@ -229,12 +225,11 @@ func (a *api) listCode(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	items := make([]CodeSummary, len(list))
-	for i, c := range list {
-		items[i] = CodeSummary{Name: c.Name, Version: c.Version, Description: c.Description,
-			Dependencies: c.Dependencies, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
+	items := each(list, codeSummaryOf)
+	if items == nil {
+		items = []apitype.CodeSummary{}
 	}
-	writeJSON(w, http.StatusOK, listAnswer("code", items, next))
+	writeJSON(w, http.StatusOK, apitype.CodeList{Code: items, NextCursor: next})
 }
 
 func (a *api) listCodeVersions(w http.ResponseWriter, r *http.Request) {
@@ -248,7 +243,7 @@ func (a *api) listCodeVersions(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"versions": list})
+	writeJSON(w, http.StatusOK, apitype.CodeVersions{Versions: each(list, codeVersionOf)})
 }
 
 func (a *api) deleteCode(w http.ResponseWriter, r *http.Request) {
@@ -271,7 +266,7 @@ func (a *api) deleteCode(w http.ResponseWriter, r *http.Request) {
 	if disabled == nil {
 		disabled = []string{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"deleted": name, "disabled_jobs": disabled})
+	writeJSON(w, http.StatusOK, apitype.CodeDeleted{Deleted: name, DisabledJobs: disabled})
 }
 
 var runCodeShape = shape{
@@ -283,12 +278,11 @@ var runCodeShape = shape{
 	example: `{"input": {"n": 3}}`,
 }
 
-// runCodeBody is the JSON body of a saved-code run.
+// runCodeBody is the JSON body of a saved-code run: apitype.CodeRun, with its files in the
+// body's form, checked one by one by decodeFiles.
 type runCodeBody struct {
-	Input     json.RawMessage `json:"input"`
-	TimeoutMS *int64          `json:"timeout_ms"`
-	Version   int             `json:"version"`
-	runFields
+	apitype.CodeRun
+	Files []json.RawMessage `json:"files"`
 }
 
 func (a *api) runCode(w http.ResponseWriter, r *http.Request) {
@@ -339,27 +333,32 @@ var jobShape = shape{
 	example: `{"code_name": "daily-report", "schedule": "@daily"}`,
 }
 
-// jobBody is the JSON body of a job: its draft, and its input files in the body's form (nil
-// when absent: a PATCH keeps the job's files).
+// jobBody is the JSON body of a job: apitype.JobDraft, with its input files in the body's form
+// (nil when absent: a PATCH keeps the job's files), checked one by one by decodeFiles.
 type jobBody struct {
-	jobs.Draft
+	apitype.JobDraft
 	Files []json.RawMessage `json:"files"`
 }
 
 // readJob reads a job's body over d (a PATCH's current job, or nothing).
 func (a *api) readJob(w http.ResponseWriter, r *http.Request, d jobs.Draft) (jobs.Draft, error) {
-	b := jobBody{Draft: d}
+	b := jobBody{JobDraft: apitype.JobDraft{CodeName: d.CodeName, CodeVersion: d.CodeVersion, Schedule: d.Schedule,
+		Timezone: d.Timezone, Input: d.Input, TimeoutMS: d.TimeoutMS, Enabled: d.Enabled, Charts: d.Charts,
+		Overlap: d.Overlap, CatchUp: d.CatchUp, Description: d.Description}}
 	if err := readBody(w, r, a.bodyLimit(), &b, jobShape); err != nil {
 		return d, err
 	}
+	out := jobs.Draft{CodeName: b.CodeName, CodeVersion: b.CodeVersion, Schedule: b.Schedule, Timezone: b.Timezone,
+		Input: b.Input, TimeoutMS: b.TimeoutMS, Enabled: b.Enabled, Files: d.Files, Charts: b.Charts,
+		Overlap: b.Overlap, CatchUp: b.CatchUp, Description: b.Description}
 	if b.Files != nil {
 		files, err := decodeFiles(b.Files)
 		if err != nil {
 			return d, err
 		}
-		b.Draft.Files = files
+		out.Files = files
 	}
-	return b.Draft, nil
+	return out, nil
 }
 
 func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
@@ -379,7 +378,7 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/v1/agents/"+agent+"/jobs/"+j.ID)
-	writeJSON(w, http.StatusCreated, j)
+	writeJSON(w, http.StatusCreated, scheduledOf(j))
 }
 
 func (a *api) updateJob(w http.ResponseWriter, r *http.Request) {
@@ -408,32 +407,40 @@ func (a *api) updateJob(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, j)
+	writeJSON(w, http.StatusOK, scheduledOf(j))
 }
 
 func (a *api) getJob(w http.ResponseWriter, r *http.Request) {
-	a.jobAction(w, r, func(ctx context.Context, agent, id string) (any, error) { return a.jobs.Get(ctx, agent, id) })
+	a.jobAction(w, r, func(ctx context.Context, agent, id string) (any, error) {
+		j, err := a.jobs.Get(ctx, agent, id)
+		return scheduledOf(j), err
+	})
 }
 
 func (a *api) pauseJob(w http.ResponseWriter, r *http.Request) {
 	a.jobAction(w, r, func(ctx context.Context, agent, id string) (any, error) {
-		return a.jobs.SetEnabled(ctx, agent, id, false)
+		j, err := a.jobs.SetEnabled(ctx, agent, id, false)
+		return scheduledOf(j), err
 	})
 }
 
 func (a *api) resumeJob(w http.ResponseWriter, r *http.Request) {
 	a.jobAction(w, r, func(ctx context.Context, agent, id string) (any, error) {
-		return a.jobs.SetEnabled(ctx, agent, id, true)
+		j, err := a.jobs.SetEnabled(ctx, agent, id, true)
+		return scheduledOf(j), err
 	})
 }
 
 func (a *api) runJob(w http.ResponseWriter, r *http.Request) {
-	a.jobAction(w, r, func(ctx context.Context, agent, id string) (any, error) { return a.jobs.RunNow(ctx, agent, id) })
+	a.jobAction(w, r, func(ctx context.Context, agent, id string) (any, error) {
+		f, err := a.jobs.RunNow(ctx, agent, id)
+		return fireOf(f), err
+	})
 }
 
 func (a *api) deleteJob(w http.ResponseWriter, r *http.Request) {
 	a.jobAction(w, r, func(ctx context.Context, agent, id string) (any, error) {
-		return map[string]string{"deleted": id}, a.jobs.Delete(ctx, agent, id)
+		return apitype.Deleted{Deleted: id}, a.jobs.Delete(ctx, agent, id)
 	})
 }
 
@@ -463,7 +470,7 @@ func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, listAnswer("jobs", list, next))
+	writeJSON(w, http.StatusOK, apitype.JobList{Jobs: each(list, jobOf), NextCursor: next})
 }
 
 func (a *api) jobHistory(w http.ResponseWriter, r *http.Request) {
@@ -482,7 +489,7 @@ func (a *api) jobHistory(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, listAnswer("fires", list, next))
+	writeJSON(w, http.StatusOK, apitype.FireList{Fires: each(list, fireOf), NextCursor: next})
 }
 
 // ---- the ledger ----
@@ -493,7 +500,7 @@ func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, e)
+	writeJSON(w, http.StatusOK, executionOf(e))
 }
 
 func (a *api) listExecutions(w http.ResponseWriter, r *http.Request) {
@@ -509,11 +516,14 @@ func (a *api) listExecutions(w http.ResponseWriter, r *http.Request) {
 	}
 	f := store.ExecutionFilter{Agent: q.Get("agent"), Source: q.Get("source"), CodeName: q.Get("code_name"),
 		JobID: q.Get("job_id"), Outcome: sandbox.Outcome(q.Get("outcome"))}
-	if f.Agent != "" && !sandbox.ValidAgent(f.Agent) {
-		writeError(w, invalid("agent", "agent=%q is not a valid agent name", f.Agent))
-		return
+	if f.Agent != "" {
+		if err := sandbox.CheckAgent(f.Agent); err != nil {
+			err.Message += " (the query parameter agent)"
+			writeError(w, err)
+			return
+		}
 	}
-	if f.Source != "" && !slices.Contains([]string{sandbox.SourceAPI, sandbox.SourceCLI, sandbox.SourceMCP, sandbox.SourceJob}, f.Source) {
+	if f.Source != "" && !slices.Contains(sandbox.Sources, sandbox.Source(f.Source)) {
 		writeError(w, invalid("source", "source=%q: use api, cli, mcp or job", f.Source))
 		return
 	}
@@ -530,7 +540,7 @@ func (a *api) listExecutions(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, listAnswer("executions", list, next))
+	writeJSON(w, http.StatusOK, apitype.ExecutionList{Executions: each(list, executionSummaryOf), NextCursor: next})
 }
 
 // timeRange reads the query parameters since and until (RFC 3339 times, each optional; since

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
@@ -136,7 +137,7 @@ func TestSavedCodeOverREST(t *testing.T) {
 	}
 
 	// Run with valid input: the validated output comes back and the ledger has it.
-	st, v = s.call(t, "POST", "/v1/agents/a/code/sum/run", `{"input": {"n": 2, "out": {"total": 3}}}`, httpapi.SourceHeader, "cli")
+	st, v = s.call(t, "POST", "/v1/agents/a/code/sum/run", `{"input": {"n": 2, "out": {"total": 3}}}`, apitype.SourceHeader, "cli")
 	if st != 200 || v["outcome"] != "ok" || v["code_name"] != "sum" || v["code_version"] != 2.0 || v["source"] != "cli" {
 		t.Fatalf("run: %d %v", st, v)
 	}

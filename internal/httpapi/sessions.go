@@ -3,9 +3,9 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -21,17 +21,6 @@ type SessionKeeper interface {
 
 var _ SessionKeeper = (*sandbox.Sessions)(nil)
 
-// SessionLimits is the "sessions" object of GET /v1/limits; the names are the config keys.
-type SessionLimits struct {
-	// IdleTimeoutMS is the default idle timeout, MaxLifetimeMS the default and greatest
-	// lifetime (and greatest idle timeout).
-	IdleTimeoutMS int64 `json:"session_idle_timeout_ms"`
-	MaxLifetimeMS int64 `json:"session_max_lifetime_ms"`
-	// PerAgent caps an agent's active sessions, Max all of them.
-	PerAgent int `json:"sessions_per_agent"`
-	Max      int `json:"sessions_max"`
-}
-
 // routeSessions registers the session endpoints.
 func (a *api) routeSessions() {
 	a.handle("POST /v1/agents/{agent}/sessions", a.createSession)
@@ -39,13 +28,6 @@ func (a *api) routeSessions() {
 	a.handle("GET /v1/agents/{agent}/sessions/{id}", a.getSession)
 	a.handle("DELETE /v1/agents/{agent}/sessions/{id}", a.deleteSession)
 	a.handle("POST /v1/agents/{agent}/sessions/{id}/executions", a.executeInSession)
-}
-
-// sessionBody is the JSON body of POST /v1/agents/{agent}/sessions.
-type sessionBody struct {
-	Dependencies  []string `json:"dependencies"`
-	IdleTimeoutMS *int64   `json:"idle_timeout_ms"`
-	MaxLifetimeMS *int64   `json:"max_lifetime_ms"`
 }
 
 var sessionShape = shape{
@@ -67,7 +49,7 @@ func (a *api) createSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	var b sessionBody
+	var b apitype.SessionCreate
 	if r.ContentLength != 0 {
 		if err := readBody(w, r, maxSessionBody, &b, sessionShape); err != nil {
 			writeError(w, err)
@@ -81,7 +63,7 @@ func (a *api) createSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/v1/agents/"+agent+"/sessions/"+info.ID)
-	writeJSON(w, http.StatusCreated, info)
+	writeJSON(w, http.StatusCreated, SessionOf(info))
 }
 
 func (a *api) listSessions(w http.ResponseWriter, r *http.Request) {
@@ -90,7 +72,7 @@ func (a *api) listSessions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"sessions": a.sessions.List(agent)})
+	writeJSON(w, http.StatusOK, apitype.SessionList{Sessions: each(a.sessions.List(agent), SessionOf)})
 }
 
 func (a *api) getSession(w http.ResponseWriter, r *http.Request) {
@@ -104,7 +86,7 @@ func (a *api) getSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, info)
+	writeJSON(w, http.StatusOK, SessionOf(info))
 }
 
 func (a *api) deleteSession(w http.ResponseWriter, r *http.Request) {
@@ -118,16 +100,14 @@ func (a *api) deleteSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, info)
+	writeJSON(w, http.StatusOK, SessionOf(info))
 }
 
-// sessionExecuteBody is the JSON body of POST …/sessions/{id}/executions.
+// sessionExecuteBody is the JSON body of POST …/sessions/{id}/executions, its files decoded
+// raw for errors that name the file.
 type sessionExecuteBody struct {
-	Code      string          `json:"code"`
-	Input     json.RawMessage `json:"input"`
-	TimeoutMS *int64          `json:"timeout_ms"`
-	Wait      *bool           `json:"wait"`
-	runFields
+	apitype.SessionCall
+	Files []json.RawMessage `json:"files"`
 }
 
 var sessionExecuteShape = shape{
@@ -167,23 +147,4 @@ func (a *api) executeInSession(w http.ResponseWriter, r *http.Request) {
 	a.runHeld(w, r, a.sessionAnswering, b.InlineFiles, func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error) {
 		return a.sessions.Execute(ctx, id, req, wait, emit)
 	})
-}
-
-// classifySession maps the session errors to their HTTP answers: no such session 404, an
-// ended one 410, a call that would not wait 409, a cap 429.
-func classifySession(err error) (classified, bool) {
-	switch {
-	case errors.Is(err, sandbox.ErrSessionNotFound):
-		return classified{status: http.StatusNotFound, detail: errorDetail{Code: CodeNotFound, Message: err.Error()}}, true
-	}
-	if _, ok := errors.AsType[*sandbox.SessionEndedError](err); ok {
-		return classified{status: http.StatusGone, detail: errorDetail{Code: CodeGone, Message: err.Error()}}, true
-	}
-	if _, ok := errors.AsType[*sandbox.SessionBusyError](err); ok {
-		return classified{status: http.StatusConflict, detail: errorDetail{Code: CodeConflict, Message: err.Error(), Field: "wait"}}, true
-	}
-	if _, ok := errors.AsType[*sandbox.SessionLimitError](err); ok {
-		return classified{status: http.StatusTooManyRequests, detail: errorDetail{Code: CodeSessionLimit, Message: err.Error()}}, true
-	}
-	return classified{}, false
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/setup"
 )
 
@@ -23,12 +24,12 @@ func (a *api) runSetup(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Time{})
 	h := w.Header()
-	h.Set("Content-Type", NDJSONContentType)
+	h.Set("Content-Type", apitype.NDJSONContentType)
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
 	write := func(e setup.Event) {
-		b, _ := marshal(e)
+		b, _ := marshal(SetupEventOf(e))
 		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 		_, _ = w.Write(b)
 		_ = rc.Flush()

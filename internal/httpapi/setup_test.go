@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/setup"
 )
@@ -32,7 +33,7 @@ func TestSetupRefusesFields(t *testing.T) {
 			Error struct{ Code, Message, Field string }
 		}
 		_ = json.Unmarshal([]byte(b), &e)
-		if st != http.StatusBadRequest || e.Error.Code != httpapi.CodeInvalidRequest {
+		if st != http.StatusBadRequest || e.Error.Code != apitype.CodeInvalidRequest {
 			t.Errorf("body %s: %d %s, want 400 invalid_request", body, st, b)
 		}
 		if strings.HasPrefix(body, `{"`) && (e.Error.Field == "" || !strings.Contains(e.Error.Message, "takes no fields")) {

@@ -40,28 +40,28 @@ const (
 type Draft struct {
 	// CodeName is the agent's saved code to run (required); CodeVersion pins a version
 	// (0 or absent: the latest at each fire).
-	CodeName    string `json:"code_name"`
-	CodeVersion int    `json:"code_version"`
+	CodeName    string
+	CodeVersion int
 	// Schedule is a 5-field cron spec, @hourly, @daily, @weekly, @monthly, or
 	// "@every <duration>" of at least 10s (see package schedule).
-	Schedule string `json:"schedule"`
+	Schedule string
 	// Timezone is the IANA zone the schedule is read in; default "UTC".
-	Timezone string `json:"timezone"`
+	Timezone string
 	// Input is the JSON value each run gets as INPUT; it must satisfy the code's input schema.
-	Input json.RawMessage `json:"input"`
+	Input json.RawMessage
 	// TimeoutMS is each run's timeout in milliseconds; absent or null: the daemon's default.
-	TimeoutMS *int64 `json:"timeout_ms"`
+	TimeoutMS *int64
 	// Enabled says whether the job fires; default true.
-	Enabled *bool `json:"enabled"`
+	Enabled *bool
 	// Files are written into each run's working directory before its code starts (see
 	// sandbox.Request.Files); the job keeps them. Transports decode them from their own form.
-	Files []sandbox.InputFile `json:"-"`
+	Files []sandbox.InputFile
 	// Charts, when not nil, turns saving charts as output files on or off for each run.
-	Charts *bool `json:"charts"`
+	Charts *bool
 	// Overlap is "skip" (default) or "queue"; CatchUp is "skip" (default) or "once".
-	Overlap     string `json:"overlap"`
-	CatchUp     string `json:"catch_up"`
-	Description string `json:"description"`
+	Overlap     string
+	CatchUp     string
+	Description string
 }
 
 // DraftOf returns the draft that describes j, for partial updates: decode a client's fields
@@ -100,22 +100,7 @@ type Library interface {
 type Scheduled struct {
 	store.Job
 	// NextFires are the next five fire times (UTC), empty while the job is disabled.
-	NextFires []time.Time `json:"next_fires"`
-}
-
-// MarshalJSON writes the job's fields (store.Job's JSON) and next_fires, which the promoted
-// store.Job.MarshalJSON alone would drop.
-func (s Scheduled) MarshalJSON() ([]byte, error) {
-	job, err := json.Marshal(s.Job)
-	if err != nil {
-		return nil, err
-	}
-	fires, err := json.Marshal(s.NextFires)
-	if err != nil {
-		return nil, err
-	}
-	out := append(job[:len(job)-1:len(job)-1], `,"next_fires":`...)
-	return append(append(out, fires...), '}'), nil
+	NextFires []time.Time
 }
 
 // MaxDescription is the longest description of a job or saved code, in bytes.
@@ -127,9 +112,8 @@ const Preview = 5
 // check validates d (with defaults applied) and returns it with its parsed schedule. Errors
 // are *sandbox.FieldError, or the library's errors for the code and its input.
 func check(ctx context.Context, lib Library, ex Executor, agent string, d Draft, maxTimeout time.Duration) (Draft, *schedule.Schedule, error) {
-	if !sandbox.ValidAgent(agent) {
-		return d, nil, &sandbox.FieldError{Field: "agent", Message: fmt.Sprintf(
-			"%q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit", agent)}
+	if err := sandbox.CheckAgent(agent); err != nil {
+		return d, nil, err
 	}
 	if d.CodeName == "" {
 		return d, nil, &sandbox.FieldError{Field: "code_name", Message: "is required: name the saved code the job runs"}

@@ -56,15 +56,15 @@ func New(st Store, ex Executor, maxDeps int) *Library {
 // Draft is what a client saves: the content of one version.
 type Draft struct {
 	// Code is the Python source (required).
-	Code string `json:"code"`
+	Code string
 	// Dependencies are PEP 508 requirement strings (see package requirement).
-	Dependencies []string `json:"dependencies"`
+	Dependencies []string
 	// InputSchema and OutputSchema are JSON Schemas (2020-12 when $schema is absent), or
 	// absent/null for none.
-	InputSchema  json.RawMessage `json:"input_schema"`
-	OutputSchema json.RawMessage `json:"output_schema"`
+	InputSchema  json.RawMessage
+	OutputSchema json.RawMessage
 	// Description says what the code does, for people and models choosing it.
-	Description string `json:"description"`
+	Description string
 }
 
 // MaxNameLength is the longest code name; MaxDescription the longest description, in bytes.
@@ -86,9 +86,8 @@ func CheckName(name string) error {
 }
 
 func checkAgent(agent string) error {
-	if !sandbox.ValidAgent(agent) {
-		return &sandbox.FieldError{Field: "agent", Message: fmt.Sprintf(
-			"%q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit", agent)}
+	if err := sandbox.CheckAgent(agent); err != nil {
+		return err
 	}
 	return nil
 }
@@ -196,16 +195,16 @@ func (l *Library) Delete(ctx context.Context, agent, name string, force bool) ([
 // Run is a request to run saved code.
 type Run struct {
 	// Input is the JSON value given as INPUT; it must satisfy the input schema.
-	Input json.RawMessage `json:"input"`
+	Input json.RawMessage
 	// TimeoutMS is the run's timeout in milliseconds; nil means the daemon's default.
-	TimeoutMS *int64 `json:"timeout_ms"`
+	TimeoutMS *int64
 	// Version runs that version instead of the latest (0).
-	Version int `json:"version"`
+	Version int
 	// Files are written into the run's working directory before its code starts (see
 	// sandbox.Request.Files). Transports decode them from their own form.
-	Files []sandbox.InputFile `json:"-"`
+	Files []sandbox.InputFile
 	// Charts, when not nil, turns saving charts as output files on or off for the run.
-	Charts *bool `json:"charts"`
+	Charts *bool
 }
 
 // Request builds the execution request for running the agent's saved code: it loads the code,

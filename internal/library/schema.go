@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -28,6 +29,9 @@ type InputError struct {
 	Version    int
 	Violations []Violation
 }
+
+// Is makes an InputError of class errclass.Invalid.
+func (e *InputError) Is(target error) bool { return target == errclass.Invalid }
 
 func (e *InputError) Error() string {
 	return fmt.Sprintf("input does not match the input schema of code %q version %d: %s",

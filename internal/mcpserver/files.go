@@ -10,6 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -79,7 +80,7 @@ func parseFileURI(uri string) (id, name string, ok bool) {
 // another file of at most MaxEmbeddedBytes as an embedded resource (text for text/* in UTF-8,
 // else a blob), while their bytes together stay within MaxResultFileBytes; every other file
 // (or one whose bytes the answer did not carry) as a resource link to its URI.
-func fileContents(id string, files []sandbox.File, inline map[string][]byte) []mcp.Content {
+func fileContents(id string, files []apitype.File, inline map[string][]byte) []mcp.Content {
 	var out []mcp.Content
 	budget := int64(MaxResultFileBytes)
 	for _, f := range files {
@@ -110,7 +111,7 @@ func fileContents(id string, files []sandbox.File, inline map[string][]byte) []m
 
 // resourceContents are the contents of output file f at uri: its text for text/* in UTF-8,
 // else its bytes as a blob.
-func resourceContents(uri string, f sandbox.File, content []byte) *mcp.ResourceContents {
+func resourceContents(uri string, f apitype.File, content []byte) *mcp.ResourceContents {
 	rc := &mcp.ResourceContents{URI: uri, MIMEType: f.MediaType}
 	if mt, _ := sandbox.RasterImage(f.MediaType); strings.HasPrefix(mt, "text/") && utf8.Valid(content) {
 		rc.Text = string(content)

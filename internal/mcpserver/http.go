@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 )
 
 // HTTPHandler serves MCP over streamable HTTP (the MCP spec's transport), with a server from
@@ -42,7 +44,7 @@ func HTTPHandler(newServer func(*http.Request) *mcp.Server, sessionTimeout time.
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Retry-After", "60")
 			w.WriteHeader(http.StatusServiceUnavailable)
-			_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": "busy", "message": fmt.Sprintf(
+			_ = json.NewEncoder(w).Encode(apitype.ErrorBody{Error: apitype.ErrorDetail{Code: apitype.CodeBusy, Message: fmt.Sprintf(
 				"%d MCP sessions are open, the most this daemon keeps: close one you no longer use (HTTP DELETE with its "+
 					"Mcp-Session-Id), or wait for an idle one to be closed after %s", maxSessions, sessionTimeout)}})
 			return

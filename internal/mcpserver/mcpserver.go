@@ -16,20 +16,17 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/client"
-	"github.com/sandpit-dev/sandpit/internal/jobs"
-	"github.com/sandpit-dev/sandpit/internal/library"
-	"github.com/sandpit-dev/sandpit/internal/sandbox"
-	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // New returns an MCP server whose tools call the daemon through c for agent. limits are the
 // daemon's (Client.Limits: GET /v1/limits), which the tool descriptions state.
-func New(c *client.Client, agent, version string, limits client.Limits) *mcp.Server {
+func New(c *client.Client, agent, version string, limits apitype.Limits) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "sandpit", Version: version}, &mcp.ServerOptions{
 		Instructions: instructions,
 	})
-	t := &tools{c: c.As(sandbox.SourceMCP), agent: agent}
+	t := &tools{c: c.As(apitype.SourceMCP), agent: agent}
 	s.AddResourceTemplate(&mcp.ResourceTemplate{Name: "output-file", Title: "An output file of a run",
 		URITemplate: fileURITemplate, Description: fileResourceDoc}, t.readFile)
 	mcp.AddTool(s, &mcp.Tool{Name: "run_code", Description: runCodeDoc + limitsDoc(limits) + outcomesDoc}, t.runCode)
@@ -57,7 +54,7 @@ const instructions = `sandpit runs Python 3 for you in a locked-down sandbox: us
 const packagesDoc = ` The default sandbox image has pandas, numpy, matplotlib, scipy, requests, beautifulsoup4 (import bs4) and Pillow (import PIL) installed; ask for others with dependencies.`
 
 // limitsDoc states the daemon's limits l for a model.
-func limitsDoc(l client.Limits) string {
+func limitsDoc(l apitype.Limits) string {
 	network := "the network is reachable"
 	if l.Network == "none" {
 		network = "there is no network"
@@ -133,16 +130,16 @@ type FileArg struct {
 
 // runFiles is the request's part of a: its input files and charts, with the small output
 // files asked inline.
-func (a FileArgs) runFiles() client.RunFiles {
-	rf := client.RunFiles{Charts: a.Charts, InlineFiles: true}
+func (a FileArgs) runFiles() apitype.RunFiles {
+	rf := apitype.RunFiles{Charts: a.Charts, InlineFiles: true}
 	for _, f := range a.Files {
-		rf.Files = append(rf.Files, client.InputFile{Name: f.Name, Content: f.Content, Encoding: f.Encoding})
+		rf.Files = append(rf.Files, apitype.InputFile{Name: f.Name, Content: f.Content, Encoding: f.Encoding})
 	}
 	return rf
 }
 
 func (t *tools) runCode(ctx context.Context, _ *mcp.CallToolRequest, a RunCodeArgs) (*mcp.CallToolResult, any, error) {
-	req := client.ExecuteRequest{Code: a.Code, Agent: t.agent, Dependencies: a.Dependencies, RunFiles: a.runFiles()}
+	req := apitype.ExecuteRequest{Code: a.Code, Agent: t.agent, Dependencies: a.Dependencies, RunFiles: a.runFiles()}
 	if a.Input != nil {
 		in, err := json.Marshal(a.Input)
 		if err != nil {
@@ -193,7 +190,7 @@ func runResult(ans client.Answer, err error) (*mcp.CallToolResult, any, error) {
 		fmt.Fprintf(&b, "more output files were left out than are listed (a cap on output files was reached)\n")
 	}
 	content := append([]mcp.Content{&mcp.TextContent{Text: b.String()}}, fileContents(res.ID, res.Files, ans.Inline)...)
-	return &mcp.CallToolResult{IsError: res.Outcome != sandbox.OutcomeOK, Content: content}, res, nil
+	return &mcp.CallToolResult{IsError: res.Outcome != apitype.OutcomeOK, Content: content}, res, nil
 }
 
 // errCancelled is the tool error of a call cancelled (notifications/cancelled, or its client
@@ -244,7 +241,7 @@ func raw(v any) json.RawMessage {
 }
 
 func (t *tools) saveCode(ctx context.Context, _ *mcp.CallToolRequest, a SaveCodeArgs) (*mcp.CallToolResult, any, error) {
-	c, err := t.c.CreateCode(ctx, t.agent, a.Name, library.Draft{Code: a.Code, Description: a.Description,
+	c, err := t.c.CreateCode(ctx, t.agent, a.Name, apitype.CodeDraft{Code: a.Code, Description: a.Description,
 		Dependencies: a.Dependencies, InputSchema: raw(a.InputSchema), OutputSchema: raw(a.OutputSchema)})
 	if err != nil {
 		return nil, nil, toolError(err)
@@ -268,7 +265,7 @@ func (t *tools) updateCode(ctx context.Context, _ *mcp.CallToolRequest, a Update
 	if err != nil {
 		return nil, nil, toolError(err)
 	}
-	d := library.Draft{Code: cur.Code, Description: cur.Description, Dependencies: cur.Dependencies,
+	d := apitype.CodeDraft{Code: cur.Code, Description: cur.Description, Dependencies: cur.Dependencies,
 		InputSchema: cur.InputSchema, OutputSchema: cur.OutputSchema}
 	if a.Code != nil {
 		d.Code = *a.Code
@@ -316,7 +313,7 @@ type ListCodeArgs struct {
 }
 
 func (t *tools) listCode(ctx context.Context, _ *mcp.CallToolRequest, a ListCodeArgs) (*mcp.CallToolResult, any, error) {
-	items, _, err := t.c.ListCode(ctx, t.agent, a.Query, store.Page{Limit: store.MaxLimit})
+	items, _, err := t.c.ListCode(ctx, t.agent, a.Query, apitype.Page{Limit: apitype.MaxLimit})
 	if err != nil {
 		return nil, nil, toolError(err)
 	}
@@ -347,7 +344,7 @@ type RunSavedArgs struct {
 }
 
 func (t *tools) runSaved(ctx context.Context, _ *mcp.CallToolRequest, a RunSavedArgs) (*mcp.CallToolResult, any, error) {
-	run := client.CodeRun{Input: raw(a.Input), Version: a.Version, RunFiles: a.runFiles()}
+	run := apitype.CodeRun{Input: raw(a.Input), Version: a.Version, RunFiles: a.runFiles()}
 	if a.TimeoutMS != 0 {
 		run.TimeoutMS = &a.TimeoutMS
 	}
@@ -368,12 +365,12 @@ type JobArgs struct {
 }
 
 func (t *tools) createJob(ctx context.Context, _ *mcp.CallToolRequest, a JobArgs) (*mcp.CallToolResult, any, error) {
-	d := jobs.Draft{CodeName: a.CodeName, CodeVersion: a.CodeVersion, Schedule: a.Schedule, Timezone: a.Timezone,
+	d := apitype.JobDraft{CodeName: a.CodeName, CodeVersion: a.CodeVersion, Schedule: a.Schedule, Timezone: a.Timezone,
 		Input: raw(a.Input), Overlap: a.Overlap, CatchUp: a.CatchUp, Description: a.Description}
 	if a.TimeoutMS != 0 {
 		d.TimeoutMS = &a.TimeoutMS
 	}
-	j, err := t.c.CreateJob(ctx, t.agent, client.JobDraft{Draft: d})
+	j, err := t.c.CreateJob(ctx, t.agent, d)
 	if err != nil {
 		return nil, nil, toolError(err)
 	}
@@ -381,7 +378,7 @@ func (t *tools) createJob(ctx context.Context, _ *mcp.CallToolRequest, a JobArgs
 }
 
 func (t *tools) listJobs(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
-	items, _, err := t.c.ListJobs(ctx, t.agent, store.Page{Limit: store.MaxLimit})
+	items, _, err := t.c.ListJobs(ctx, t.agent, apitype.Page{Limit: apitype.MaxLimit})
 	if err != nil {
 		return nil, nil, toolError(err)
 	}
@@ -440,7 +437,7 @@ type PageArgs struct {
 
 // parse returns p's time bounds and page; a time that is not RFC 3339 is an error naming its
 // argument.
-func (p PageArgs) parse() (since, until time.Time, page store.Page, err error) {
+func (p PageArgs) parse() (since, until time.Time, page apitype.Page, err error) {
 	for _, a := range []struct {
 		name, value string
 		dst         *time.Time
@@ -452,7 +449,7 @@ func (p PageArgs) parse() (since, until time.Time, page store.Page, err error) {
 			return since, until, page, fmt.Errorf("%s %q is not an RFC 3339 time: give one such as 2026-01-02T15:04:05Z", a.name, a.value)
 		}
 	}
-	page = store.Page{Limit: p.Limit, Cursor: p.Cursor}
+	page = apitype.Page{Limit: p.Limit, Cursor: p.Cursor}
 	if page.Limit == 0 {
 		page.Limit = 20
 	}
@@ -503,7 +500,7 @@ func (t *tools) jobHistory(ctx context.Context, _ *mcp.CallToolRequest, a JobHis
 	if err != nil {
 		return nil, nil, err
 	}
-	fires, next, err := t.c.JobHistory(ctx, t.agent, a.ID, store.FireFilter{Since: since, Until: until}, page)
+	fires, next, err := t.c.JobHistory(ctx, t.agent, a.ID, since, until, page)
 	if err != nil {
 		return nil, nil, toolError(err)
 	}

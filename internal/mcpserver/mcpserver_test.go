@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
@@ -164,7 +165,7 @@ func TestTools(t *testing.T) {
 		t.Fatalf("update_code changes only what it names: %q", text)
 	}
 	res, text = callTool(t, cs, "create_code_job", map[string]any{"code_name": "echo", "schedule": "@daily", "input": map[string]any{"n": 1}})
-	var job jobs.Scheduled
+	var job apitype.ScheduledJob
 	if res.IsError || json.Unmarshal([]byte(text), &job) != nil || len(job.NextFires) != 5 {
 		t.Fatalf("create_code_job: %q", text)
 	}
@@ -177,7 +178,7 @@ func TestTools(t *testing.T) {
 		t.Fatalf("list_executions: %q", text)
 	}
 	var list struct {
-		Executions []store.ExecutionSummary
+		Executions []apitype.ExecutionSummary
 	}
 	json.Unmarshal([]byte(text), &list)
 	res, text = callTool(t, cs, "get_execution", map[string]any{"id": list.Executions[0].ID})
@@ -316,7 +317,7 @@ func TestJobHistory(t *testing.T) {
 		t.Fatalf("save_code: %q", text)
 	}
 	_, text := callTool(t, cs, "create_code_job", map[string]any{"code_name": "echo", "schedule": "@daily"})
-	var job jobs.Scheduled
+	var job apitype.ScheduledJob
 	if err := json.Unmarshal([]byte(text), &job); err != nil {
 		t.Fatalf("create_code_job: %q", text)
 	}
@@ -327,13 +328,13 @@ func TestJobHistory(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond) // distinct fired_at times
 	}
-	history := func(args map[string]any) (fires []store.Fire, next string) {
+	history := func(args map[string]any) (fires []apitype.Fire, next string) {
 		t.Helper()
 		args["id"] = job.ID
 		res, text := callTool(t, cs, "get_code_job_history", args)
 		var page struct {
-			Fires      []store.Fire `json:"fires"`
-			NextCursor string       `json:"next_cursor"`
+			Fires      []apitype.Fire `json:"fires"`
+			NextCursor string         `json:"next_cursor"`
 		}
 		if res.IsError || json.Unmarshal([]byte(text), &page) != nil {
 			t.Fatalf("get_code_job_history %v: %q", args, text)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 )
 
 const createSessionDoc = `Start a stateful session: a Python interpreter of your own that keeps its globals, imports and files from call to call (run code in it with run_in_session). Use it to load data once and ask many questions of it; use run_code for one-shot code. dependencies are pip requirements installed once, now. The session ends after idle_timeout_ms without a call (default 10 minutes), after max_lifetime_ms (default and most 1 hour), when you close it (close_session), when a call runs out of memory, or when a call does not stop within 2 s of its timeout's interrupt; afterwards every call fails saying why (start a new session: its state is gone). You may have only a few sessions at once. Answers the session's id and limits.`
@@ -39,7 +39,7 @@ func addSessionTools(s *mcp.Server, t *tools) {
 }
 
 func (t *tools) createSession(ctx context.Context, _ *mcp.CallToolRequest, a CreateSessionArgs) (*mcp.CallToolResult, any, error) {
-	d := client.SessionDraft{Dependencies: a.Dependencies}
+	d := apitype.SessionCreate{Dependencies: a.Dependencies}
 	if a.IdleTimeoutMS != 0 {
 		d.IdleTimeoutMS = &a.IdleTimeoutMS
 	}
@@ -54,7 +54,7 @@ func (t *tools) createSession(ctx context.Context, _ *mcp.CallToolRequest, a Cre
 }
 
 func (t *tools) runInSession(ctx context.Context, _ *mcp.CallToolRequest, a RunInSessionArgs) (*mcp.CallToolResult, any, error) {
-	call := client.SessionCall{Code: a.Code, RunFiles: a.runFiles()}
+	call := apitype.SessionCall{Code: a.Code, RunFiles: a.runFiles()}
 	if a.Input != nil {
 		in, err := json.Marshal(a.Input)
 		if err != nil {

@@ -90,10 +90,10 @@ func (r recorder) Begin(ctx context.Context, spec sandbox.Spec, head sandbox.Res
 func (r recorder) Discard(ctx context.Context, id string) error { return r.next.Discard(ctx, id) }
 
 func (r recorder) Finish(ctx context.Context, res sandbox.Result) error {
-	r.m.runs.WithLabelValues(res.Source, string(res.Outcome)).Inc()
-	r.m.duration.WithLabelValues(res.Source).Observe((time.Duration(res.DurationMS) * time.Millisecond).Seconds())
-	if res.Start == "fork" || res.Start == "cold" {
-		r.m.starts.WithLabelValues(res.Start).Inc()
+	r.m.runs.WithLabelValues(string(res.Source), string(res.Outcome)).Inc()
+	r.m.duration.WithLabelValues(string(res.Source)).Observe((time.Duration(res.DurationMS) * time.Millisecond).Seconds())
+	if res.Start == sandbox.StartFork || res.Start == sandbox.StartCold {
+		r.m.starts.WithLabelValues(string(res.Start)).Inc()
 	}
 	if len(res.Dependencies) > 0 {
 		r.m.install.Observe((time.Duration(res.InstallMS) * time.Millisecond).Seconds())

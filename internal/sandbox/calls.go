@@ -186,7 +186,7 @@ func (c *calls) keep(l LogLine) {
 	}
 	c.s.log.Info("agent log", "id", c.scope.ExecutionID, "agent", c.scope.Agent, "level", l.Level, "message", msg)
 	if c.emit != nil {
-		c.emit(Event{Stream: "log", Data: l.Message, Level: l.Level})
+		c.emit(Event{Stream: StreamLog, Data: l.Message, Level: l.Level})
 	}
 }
 

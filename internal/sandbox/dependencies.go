@@ -7,12 +7,15 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/requirement"
 )
 
-// The statuses of a dependency (DependencyStatus.Status).
+// DependencyState is the status of one requirement (DependencyStatus.Status).
+type DependencyState string
+
+// The statuses of a dependency.
 const (
-	DependencyPresent   = "present"   // already satisfied (by the image or an earlier install); pip did not run
-	DependencyInstalled = "installed" // installed now
-	DependencyFailed    = "failed"    // could not be installed, or conflicts with another requirement; Error says why
-	DependencySkipped   = "skipped"   // its environment marker is false in the box ("foo; python_version < '3'"): not needed, nothing installed
+	DependencyPresent   DependencyState = "present"   // already satisfied (by the image or an earlier install); pip did not run
+	DependencyInstalled DependencyState = "installed" // installed now
+	DependencyFailed    DependencyState = "failed"    // could not be installed, or conflicts with another requirement; Error says why
+	DependencySkipped   DependencyState = "skipped"   // its environment marker is false in the box ("foo; python_version < '3'"): not needed, nothing installed
 )
 
 // DependencyStatus reports one requirement of a run. The JSON field names are the public API.
@@ -20,7 +23,7 @@ type DependencyStatus struct {
 	// Requirement is the PEP 508 requirement in canonical form ("tiny-pkg==1.0").
 	Requirement string `json:"requirement"`
 	// Status is present, installed, skipped or failed.
-	Status string `json:"status"`
+	Status DependencyState `json:"status"`
 	// Version is the version of the package that satisfies it: "" when skipped, and when it
 	// failed to install; a failed requirement with a Version is installed but conflicts with
 	// another requirement (Error names it).

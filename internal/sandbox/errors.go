@@ -1,15 +1,16 @@
 package sandbox
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 )
 
 // ErrNotReady means the sandbox cannot take runs now (the container or executor is starting
-// or recovering). Transports answer 503.
-var ErrNotReady = errors.New("sandbox is not ready")
+// or recovering). It is of class errclass.Unavailable; transports answer 503.
+var ErrNotReady = errclass.New(errclass.Unavailable, "sandbox is not ready")
 
 // BusyError means every slot is running and the queue is full. Transports answer 429 with
 // Retry-After set from RetryAfter.
@@ -17,6 +18,9 @@ type BusyError struct {
 	Slots, Queue int
 	RetryAfter   time.Duration
 }
+
+// Is makes a BusyError of class errclass.Busy.
+func (e *BusyError) Is(target error) bool { return target == errclass.Busy }
 
 func (e *BusyError) Error() string {
 	return fmt.Sprintf("sandbox is busy: all %d slots are running and %d requests are queued; retry after %s",
@@ -30,6 +34,15 @@ type FieldError struct {
 	Message string
 	// TooLarge marks a value over a size limit (HTTP 413).
 	TooLarge bool
+}
+
+// Is makes a FieldError of class errclass.TooLarge when TooLarge is set, errclass.Invalid
+// otherwise.
+func (e *FieldError) Is(target error) bool {
+	if e.TooLarge {
+		return target == errclass.TooLarge
+	}
+	return target == errclass.Invalid
 }
 
 // Error is "Field: Message", or Message alone when it starts with the field's name already

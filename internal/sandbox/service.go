@@ -191,6 +191,17 @@ var (
 // '-' or '_', starting with a letter or digit.
 func ValidAgent(name string) bool { return agentPattern.MatchString(name) }
 
+// CheckAgent is the one check of an agent name that every transport and store uses: nil when
+// name is valid (ValidAgent), else a *FieldError of field "agent" that says what a name may
+// hold. A transport that takes the name elsewhere may add where to its Message.
+func CheckAgent(name string) *FieldError {
+	if ValidAgent(name) {
+		return nil
+	}
+	return &FieldError{Field: "agent", Message: fmt.Sprintf(
+		"%q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit", name)}
+}
+
 // ValidID reports whether id has the form of an execution ID (see NewID).
 func ValidID(id string) bool { return idPattern.MatchString(id) }
 
@@ -238,9 +249,10 @@ func (s *Service) Validate(req Request) error {
 	if _, err := requirement.ParseList(req.Dependencies, s.cfg.MaxDependencies); err != nil {
 		return &FieldError{Field: "dependencies", Message: err.Error()}
 	}
-	if req.Agent != "" && !agentPattern.MatchString(req.Agent) {
-		return &FieldError{Field: "agent", Message: fmt.Sprintf(
-			"%q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit", req.Agent)}
+	if req.Agent != "" {
+		if err := CheckAgent(req.Agent); err != nil {
+			return err
+		}
 	}
 	return validateFiles(req.Files, s.cfg)
 }
@@ -499,7 +511,7 @@ func (s *Service) install(ctx context.Context, slot int, reqs []string, emit fun
 	if emit != nil {
 		progress = func(d DependencyStatus) {
 			d = markSkipped(d)
-			emit(Event{Stream: "dependency", Dependency: &d})
+			emit(Event{Stream: StreamDependency, Dependency: &d})
 		}
 	}
 	out, err := inst.Install(ctx, slot, InstallRequest{Requirements: canonical, Timeout: s.cfg.InstallTimeout, Offline: s.cfg.Network == "none"}, progress)

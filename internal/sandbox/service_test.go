@@ -329,7 +329,7 @@ func (f *answerInstaller) Install(_ context.Context, _ int, req InstallRequest, 
 func TestMarkerExcludedIsSkipped(t *testing.T) {
 	rt := &answerInstaller{answer: DependencyStatus{Status: DependencyPresent}}
 	s := NewService(rt, Hooks{}, testConfig(), nil)
-	var streamed []string
+	var streamed []DependencyState
 	res, err := s.Execute(context.Background(), Request{Code: "pass", Dependencies: []string{`tinypkg; python_version < "3"`}}, func(e Event) {
 		if e.Dependency != nil {
 			streamed = append(streamed, e.Dependency.Status)

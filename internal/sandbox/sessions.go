@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/requirement"
 )
 
@@ -132,11 +133,16 @@ func DefaultSessionConfig() SessionConfig {
 	return SessionConfig{IdleTimeout: 10 * time.Minute, MaxLifetime: time.Hour, MaxPerAgent: 2, MaxTotal: 4}
 }
 
-// ErrSessionNotFound means no session has the ID for the agent. Transports answer 404.
-var ErrSessionNotFound = errors.New("session not found")
+// ErrSessionNotFound means no session has the ID for the agent. It is of class
+// errclass.NotFound; transports answer 404.
+var ErrSessionNotFound = errclass.New(errclass.NotFound, "session not found")
 
-// SessionEndedError is the answer to a call to an ended session. Transports answer 410.
+// SessionEndedError is the answer to a call to an ended session. It is of class
+// errclass.Gone; transports answer 410.
 type SessionEndedError struct{ Info SessionInfo }
+
+// Is makes a SessionEndedError of class errclass.Gone.
+func (e *SessionEndedError) Is(target error) bool { return target == errclass.Gone }
 
 func (e *SessionEndedError) Error() string {
 	msg := fmt.Sprintf("session %s has ended (%s)", e.Info.ID, e.Info.EndReason)
@@ -147,7 +153,8 @@ func (e *SessionEndedError) Error() string {
 }
 
 // SessionBusyError is the answer to a call that asked not to wait while another call of the
-// session runs. Transports answer 409.
+// session runs (or found too many waiting, or waited its timeout). It is of class
+// errclass.Conflict; transports answer 409.
 type SessionBusyError struct {
 	ID string
 	// Waited is how long the call waited for its turn (its timeout), 0 when it asked not to.
@@ -155,6 +162,9 @@ type SessionBusyError struct {
 	// Full says that MaxSessionWaiting calls were waiting already.
 	Full bool
 }
+
+// Is makes a SessionBusyError of class errclass.Conflict.
+func (e *SessionBusyError) Is(target error) bool { return target == errclass.Conflict }
 
 func (e *SessionBusyError) Error() string {
 	if e.Full {
@@ -167,12 +177,16 @@ func (e *SessionBusyError) Error() string {
 	return fmt.Sprintf("session %s is running another call; send the call without \"wait\": false to wait for its turn", e.ID)
 }
 
-// SessionLimitError is the answer to a new session past a cap. Transports answer 429.
+// SessionLimitError is the answer to a new session past a cap. It is of class errclass.Busy;
+// transports answer 429.
 type SessionLimitError struct {
 	Agent    string
 	Limit    int
 	PerAgent bool
 }
+
+// Is makes a SessionLimitError of class errclass.Busy.
+func (e *SessionLimitError) Is(target error) bool { return target == errclass.Busy }
 
 func (e *SessionLimitError) Error() string {
 	if e.PerAgent {

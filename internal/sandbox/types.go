@@ -39,18 +39,33 @@ type Request struct {
 	CheckOutput func(output json.RawMessage) error
 }
 
-// The sources of an execution (Origin.Source).
+// Source names where an execution came from (Origin.Source).
+type Source string
+
+// The sources of an execution.
 const (
-	SourceAPI = "api" // the REST API
-	SourceCLI = "cli" // the sandpit command line
-	SourceMCP = "mcp" // a Model Context Protocol client
-	SourceJob = "job" // a scheduled job's fire
+	SourceAPI Source = "api" // the REST API
+	SourceCLI Source = "cli" // the sandpit command line
+	SourceMCP Source = "mcp" // a Model Context Protocol client
+	SourceJob Source = "job" // a scheduled job's fire
+)
+
+// Sources lists every source.
+var Sources = []Source{SourceAPI, SourceCLI, SourceMCP, SourceJob}
+
+// Start says how a program's process was started (Result.Start).
+type Start string
+
+// The starts of a program.
+const (
+	StartFork Start = "fork" // forked from the box's fork server, its preloaded modules imported
+	StartCold Start = "cold" // a fresh interpreter
 )
 
 // Origin says where an execution came from. The JSON field names are the public API.
 type Origin struct {
 	// Source is one of the Source constants; empty means SourceAPI.
-	Source string `json:"source"`
+	Source Source `json:"source"`
 	// JobID is the job whose fire started the execution ("job_..."), empty otherwise.
 	JobID string `json:"job_id,omitempty"`
 	// CodeName and CodeVersion name the saved code that ran, empty and 0 for ad hoc code.
@@ -163,7 +178,7 @@ type Result struct {
 	// Start says how the program's process was started: "fork" (forked from the box's fork
 	// server, with its preloaded modules already imported) or "cold" (a fresh interpreter);
 	// empty when it never started.
-	Start string `json:"start,omitempty"`
+	Start Start `json:"start,omitempty"`
 	// Origin says where the execution came from (source, job_id, code_name, code_version).
 	Origin
 	// SessionID names the session the execution was a call of ("se_..."); empty for a

@@ -2,7 +2,7 @@
 // runs over a protocol.Conn, routes the executor's output chunks and results back to the
 // callers that are waiting for them, and fails every waiting run when the session ends.
 //
-// A *Client is a sandbox.Runtime for as long as its session lives.
+// A *Session is a sandbox.Runtime for as long as its session lives.
 package session
 
 import (
@@ -47,8 +47,8 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Client drives one executor over one session.
-type Client struct {
+// Session drives one executor over one connection (a session of the executor protocol).
+type Session struct {
 	conn   *protocol.Conn
 	closer io.Closer
 	log    *slog.Logger
@@ -99,8 +99,8 @@ type settle struct {
 // Start waits for the executor's hello from r (bounded by ctx), then serves the session until
 // it ends, pinging the executor to detect a hung one. closer, when not nil, is closed by Close
 // and when the session fails.
-func Start(ctx context.Context, r io.Reader, w io.Writer, closer io.Closer, log *slog.Logger, opts Options) (*Client, error) {
-	c := &Client{conn: protocol.NewConn(r, w), closer: closer, log: log, opts: opts.withDefaults(),
+func Start(ctx context.Context, r io.Reader, w io.Writer, closer io.Closer, log *slog.Logger, opts Options) (*Session, error) {
+	c := &Session{conn: protocol.NewConn(r, w), closer: closer, log: log, opts: opts.withDefaults(),
 		calls: map[string]*call{}, settles: map[int]*settle{}, done: make(chan struct{}), lastPong: time.Now()}
 	type helloResult struct {
 		m   *protocol.Message
@@ -138,7 +138,7 @@ func Start(ctx context.Context, r io.Reader, w io.Writer, closer io.Closer, log 
 
 // heartbeat pings the executor until the session ends, and ends the session when the executor
 // stops answering (stopped, frozen or deadlocked: its pipe is open but nobody reads it).
-func (c *Client) heartbeat() {
+func (c *Session) heartbeat() {
 	t := time.NewTicker(c.opts.HeartbeatInterval)
 	defer t.Stop()
 	for seq := 1; ; seq++ {
@@ -164,20 +164,20 @@ func (c *Client) heartbeat() {
 }
 
 // Hello returns the executor's greeting.
-func (c *Client) Hello() protocol.Hello { return c.hello }
+func (c *Session) Hello() protocol.Hello { return c.hello }
 
 // Done is closed when the session has ended.
-func (c *Client) Done() <-chan struct{} { return c.done }
+func (c *Session) Done() <-chan struct{} { return c.done }
 
 // Err says why the session ended, or nil while it lives.
-func (c *Client) Err() error {
+func (c *Session) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.err
 }
 
 // Ready returns nil while the session lives and the executor answers its pings.
-func (c *Client) Ready(context.Context) error {
+func (c *Session) Ready(context.Context) error {
 	c.mu.Lock()
 	err, silent := c.err, time.Since(c.lastPong)
 	c.mu.Unlock()
@@ -192,19 +192,19 @@ func (c *Client) Ready(context.Context) error {
 
 // Close ends the session; the executor sees the end of its input, kills every run and exits.
 // Runs still waiting fail with ErrClosed. It is idempotent.
-func (c *Client) Close() error {
+func (c *Session) Close() error {
 	c.fail(fmt.Errorf("%w: closed by the daemon", ErrClosed))
 	return nil
 }
 
-func (c *Client) closeConn() {
+func (c *Session) closeConn() {
 	if c.closer != nil {
 		_ = c.closer.Close()
 	}
 }
 
 // fail ends the session with err (the first error wins) and wakes every waiting run.
-func (c *Client) fail(err error) {
+func (c *Session) fail(err error) {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
@@ -216,7 +216,7 @@ func (c *Client) fail(err error) {
 	c.closeConn()
 }
 
-func (c *Client) readLoop() {
+func (c *Session) readLoop() {
 	for {
 		m, err := c.conn.Receive()
 		if err != nil {
@@ -247,7 +247,7 @@ func (c *Client) readLoop() {
 }
 
 // settled records that slot's last run is cleaned up (errText: how its cleanup failed).
-func (c *Client) settled(slot int, errText string) {
+func (c *Session) settled(slot int, errText string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := c.settles[slot]
@@ -270,7 +270,7 @@ func (c *Client) settled(slot int, errText string) {
 // run; it returns at once for a slot that has not run. Errors: the cleanup's failure (the
 // slot's files or processes may be left: a caller that can should replace the sandbox), ctx's
 // error, or an error wrapping ErrClosed when the session ends first.
-func (c *Client) Settle(ctx context.Context, slot int) error {
+func (c *Session) Settle(ctx context.Context, slot int) error {
 	c.mu.Lock()
 	st := c.settles[slot]
 	c.mu.Unlock()
@@ -288,7 +288,7 @@ func (c *Client) Settle(ctx context.Context, slot int) error {
 }
 
 // route hands m to the call waiting for its ID, and reports whether there was one.
-func (c *Client) route(m *protocol.Message) bool {
+func (c *Session) route(m *protocol.Message) bool {
 	c.mu.Lock()
 	cl := c.calls[m.ID]
 	c.mu.Unlock()
@@ -301,7 +301,7 @@ func (c *Client) route(m *protocol.Message) bool {
 }
 
 // reply answers run id's agent call seq.
-func (c *Client) reply(id string, seq int64, value json.RawMessage, err error) {
+func (c *Session) reply(id string, seq int64, value json.RawMessage, err error) {
 	r := &protocol.AgentReply{Seq: seq, OK: err == nil, Value: value}
 	if err != nil {
 		r.Error = err.Error()
@@ -323,7 +323,7 @@ func (c *Client) reply(id string, seq int64, value json.RawMessage, err error) {
 // wrapping ErrClosed with the output received so far in the Result.
 //
 // A run waits for the slot's previous run to be cleaned up (see Settle) before it is sent.
-func (c *Client) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
+func (c *Session) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
 	if err := c.Settle(ctx, slot); err != nil && (ctx.Err() != nil || c.Err() != nil) {
 		return sandbox.Result{}, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
 	} // a failed cleanup is redone by the executor before the next program starts
@@ -384,7 +384,7 @@ func (c *Client) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func
 
 // runOutput is what a run's messages have delivered so far, in Run.
 type runOutput struct {
-	c       *Client
+	c       *Session
 	ctx     context.Context
 	slot    int
 	spec    sandbox.Spec
@@ -498,7 +498,7 @@ func (o *runOutput) result(r sandbox.Result) sandbox.Result {
 }
 
 // register adds a call for id, or returns the session's error.
-func (c *Client) register(id string) (*call, func(), error) {
+func (c *Session) register(id string) (*call, func(), error) {
 	cl := &call{notify: make(chan struct{}, 1)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -519,7 +519,7 @@ const installCancelGrace = 10 * time.Second
 
 // Install asks the executor to make req's requirements importable (see sandbox.Installer),
 // with pip's settings o. progress, when not nil, receives each requirement's status.
-func (c *Client) Install(ctx context.Context, req sandbox.InstallRequest, o protocol.PipOptions, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
+func (c *Session) Install(ctx context.Context, req sandbox.InstallRequest, o protocol.PipOptions, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
 	id := "in_" + sandbox.NewID()[3:]
 	cl, unregister, err := c.register(id)
 	if err != nil {
@@ -566,7 +566,7 @@ func (c *Client) Install(ctx context.Context, req sandbox.InstallRequest, o prot
 }
 
 // Packages lists the installed packages (op "list") or removes a name's (op "remove").
-func (c *Client) Packages(ctx context.Context, op protocol.Packages) ([]protocol.Package, error) {
+func (c *Session) Packages(ctx context.Context, op protocol.Packages) ([]protocol.Package, error) {
 	id := "pk_" + sandbox.NewID()[3:]
 	cl, unregister, err := c.register(id)
 	if err != nil {

@@ -30,7 +30,7 @@ import (
 // pipeRuntime starts the executor in-process, connected to a session over net.Pipe, running
 // the host's /usr/bin/python3 as uids from uidBase up, every run cold. It needs root (to
 // switch uids).
-func pipeRuntime(t *testing.T, slots int) (*session.Client, func() error) {
+func pipeRuntime(t *testing.T, slots int) (*session.Session, func() error) {
 	t.Helper()
 	return pipeRuntimeWith(t, slots, func(cfg *executor.Config) { cfg.ForkServer = "" })
 }
@@ -59,7 +59,7 @@ func uidBase(t *testing.T) int {
 // pipeRuntimeWith is pipeRuntime with the executor's configuration changed by mutate; the
 // fork server is on (preloading the stdlib's decimal and email.message) unless mutate turns
 // it off.
-func pipeRuntimeWith(t *testing.T, slots int, mutate func(*executor.Config)) (*session.Client, func() error) {
+func pipeRuntimeWith(t *testing.T, slots int, mutate func(*executor.Config)) (*session.Session, func() error) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the executor needs root to run code as the slot uids; run the tests as root")
@@ -214,7 +214,7 @@ func forkServerPID(t *testing.T, rt sandbox.Runtime) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pid, res.Start
+	return pid, string(res.Start)
 }
 
 func TestForkServerIsReplacedAfterMaxRuns(t *testing.T) {
@@ -281,7 +281,10 @@ func TestForkServerLeavesProbedDependenciesCold(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, tc := range []struct{ module, start string }{{"tinypkg", "fork"}, {"sandpit_probe_missing", "cold"}} {
+	for _, tc := range []struct {
+		module string
+		start  sandbox.Start
+	}{{"tinypkg", "fork"}, {"sandpit_probe_missing", "cold"}} {
 		dir := t.TempDir()
 		if err := os.Chmod(dir, 0o755); err != nil {
 			t.Fatal(err)

@@ -10,32 +10,32 @@ import (
 	"time"
 )
 
-// Code is one version of an agent's saved code. The JSON field names are the public API.
+// Code is one version of an agent's saved code. The API answers it as apitype.Code.
 type Code struct {
-	Agent string `json:"agent"`
+	Agent string
 	// Name is the code's name within its agent.
-	Name string `json:"name"`
+	Name string
 	// Version counts the code's saves, from 1.
-	Version int `json:"version"`
+	Version int
 	// Code is the Python source.
-	Code string `json:"code"`
+	Code string
 	// Dependencies are PEP 508 requirement strings.
-	Dependencies []string `json:"dependencies"`
+	Dependencies []string
 	// InputSchema and OutputSchema are JSON Schemas (2020-12), null when there is none.
-	InputSchema  json.RawMessage `json:"input_schema"`
-	OutputSchema json.RawMessage `json:"output_schema"`
-	Description  string          `json:"description"`
+	InputSchema  json.RawMessage
+	OutputSchema json.RawMessage
+	Description  string
 	// CreatedAt is when version 1 was saved; UpdatedAt when this version was.
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // CodeVersion describes one version in a code's history.
 type CodeVersion struct {
-	Version     int       `json:"version"`
-	Description string    `json:"description"`
-	CodeSHA256  string    `json:"code_sha256"`
-	CreatedAt   time.Time `json:"created_at"`
+	Version     int
+	Description string
+	CodeSHA256  string
+	CreatedAt   time.Time
 }
 
 // CreateCode saves c as version 1 of a new code (c.Version and the times are set by the store).

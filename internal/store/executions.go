@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -31,36 +32,36 @@ const ReasonInterrupted = "interrupted: the daemon stopped before the run ended 
 type Execution struct {
 	sandbox.Result
 	// Status is "running" or "finished".
-	Status string `json:"status"`
+	Status string
 	// CodeSHA256 is the hex SHA-256 of the code that ran; Code is that code (only in GetExecution).
-	CodeSHA256 string `json:"code_sha256"`
-	Code       string `json:"code,omitempty"`
+	CodeSHA256 string
+	Code       string
 	// Input is the JSON value the code got as INPUT.
-	Input json.RawMessage `json:"input"`
+	Input json.RawMessage
 	// EndedAt is when the run ended; null while it runs.
-	EndedAt *time.Time `json:"ended_at"`
+	EndedAt *time.Time
 }
 
 // ExecutionSummary is an Execution without its code, input and outputs, as listed.
 type ExecutionSummary struct {
-	ID         string          `json:"id"`
-	Agent      string          `json:"agent"`
-	Status     string          `json:"status"`
-	Outcome    sandbox.Outcome `json:"outcome"`
-	Success    bool            `json:"success"`
-	ExitCode   int             `json:"exit_code"`
-	Reason     string          `json:"reason,omitempty"`
-	DurationMS int64           `json:"duration_ms"`
-	TimeoutMS  int64           `json:"timeout_ms"`
-	StartedAt  time.Time       `json:"started_at"`
-	EndedAt    *time.Time      `json:"ended_at"`
-	CodeSHA256 string          `json:"code_sha256"`
+	ID         string
+	Agent      string
+	Status     string
+	Outcome    sandbox.Outcome
+	Success    bool
+	ExitCode   int
+	Reason     string
+	DurationMS int64
+	TimeoutMS  int64
+	StartedAt  time.Time
+	EndedAt    *time.Time
+	CodeSHA256 string
 	// Start is how the program started ("fork" or "cold"), empty when unknown.
-	Start string `json:"start,omitempty"`
+	Start sandbox.Start
 	// StdoutPreview is the first PreviewChars characters of stdout; StderrPreview the last
 	// PreviewChars of stderr, where a traceback ends. Whole in GetExecution.
-	StdoutPreview string `json:"stdout_preview"`
-	StderrPreview string `json:"stderr_preview"`
+	StdoutPreview string
+	StderrPreview string
 	sandbox.Origin
 }
 
@@ -76,7 +77,7 @@ type ExecutionFilter struct {
 }
 
 // ErrInvalidCursor means a page cursor was not one this store gave out.
-var ErrInvalidCursor = errors.New("invalid cursor: pass the next_cursor of the previous page unchanged, or none for the first page")
+var ErrInvalidCursor = errclass.New(errclass.Invalid, "invalid cursor: pass the next_cursor of the previous page unchanged, or none for the first page")
 
 // CodeSHA256 returns the hex SHA-256 of code, as recorded in the ledger.
 func CodeSHA256(code string) string {
@@ -145,7 +146,7 @@ func finish(ctx context.Context, tx *sql.Tx, res sandbox.Result, ended time.Time
 		files = ?, files_skipped = ?, files_truncated = ? WHERE id = ?`,
 		string(res.Outcome), res.ExitCode, res.Signal, res.Reason, res.Stdout, res.Stderr,
 		res.StdoutTruncated, res.StderrTruncated, string(res.Output), res.DurationMS,
-		ms(res.StartedAt), ms(ended), cols.deps, res.InstallMS, cols.calls, sql.NullString{String: res.Start, Valid: res.Start != ""},
+		ms(res.StartedAt), ms(ended), cols.deps, res.InstallMS, cols.calls, sql.NullString{String: string(res.Start), Valid: res.Start != ""},
 		res.OOMKills, cols.files, cols.skipped, res.FilesTruncated, res.ID)
 	if err != nil {
 		return err
@@ -247,7 +248,7 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 	if output.Valid && output.String != "" {
 		e.Output = json.RawMessage(output.String)
 	}
-	e.DurationMS, e.StartedAt, e.InstallMS, e.Start = dur.Int64, fromMS(started), installMS.Int64, start.String
+	e.DurationMS, e.StartedAt, e.InstallMS, e.Start = dur.Int64, fromMS(started), installMS.Int64, sandbox.Start(start.String)
 	for _, c := range []struct {
 		col sql.NullString
 		dst any
@@ -341,7 +342,7 @@ func (s *Store) ListExecutions(ctx context.Context, f ExecutionFilter, p Page) (
 		e.JobID, e.CodeName, e.CodeVersion = jobID.String, codeName.String, int(codeVersion.Int64)
 		e.Outcome, e.Reason, e.ExitCode, e.DurationMS = sandbox.Outcome(outcome.String), reason.String, int(exit.Int64), dur.Int64
 		e.Success = e.Outcome == sandbox.OutcomeOK
-		e.StartedAt, e.Start = fromMS(started), start.String
+		e.StartedAt, e.Start = fromMS(started), sandbox.Start(start.String)
 		if ended.Valid {
 			t := fromMS(ended)
 			e.EndedAt = &t

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -38,7 +39,7 @@ const chargeSQL = "(size_bytes + 4095) / 4096 * 4096 + 4096"
 
 // ErrEvicted means an output file the ledger lists is no longer kept: the quota on all runs'
 // files (files_max_bytes) made room for newer runs' files.
-var ErrEvicted = errors.New("evicted")
+var ErrEvicted = errclass.New(errclass.Gone, "evicted")
 
 // Files keeps the bytes of runs' output files in a directory, at <execution id>/<idx>, with
 // which files are there in the ledger's table execution_files. Together they take at most a

@@ -11,63 +11,46 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
-// Job is an agent's schedule for running saved code. The JSON field names are the public API.
+// Job is an agent's schedule for running saved code. The API answers it as apitype.Job.
 type Job struct {
 	// ID is "job_" and 26 base32 letters.
-	ID    string `json:"id"`
-	Agent string `json:"agent"`
+	ID    string
+	Agent string
 	// CodeName is the saved code the job runs; CodeVersion pins a version (0: the latest,
 	// null in JSON).
-	CodeName    string `json:"code_name"`
-	CodeVersion int    `json:"code_version"`
+	CodeName    string
+	CodeVersion int
 	// Schedule is the cron spec; Timezone the IANA zone it is read in.
-	Schedule string `json:"schedule"`
-	Timezone string `json:"timezone"`
+	Schedule string
+	Timezone string
 	// Input is the JSON value each run gets as INPUT.
-	Input json.RawMessage `json:"input"`
+	Input json.RawMessage
 	// TimeoutMS is each run's timeout in milliseconds; null means the daemon's default.
-	TimeoutMS *int64 `json:"timeout_ms"`
-	Enabled   bool   `json:"enabled"`
+	TimeoutMS *int64
+	Enabled   bool
 	// Files lists the input files each fire's run gets: name and size (their bytes are in
 	// Inputs).
-	Files []JobFile `json:"files"`
+	Files []JobFile
 	// Inputs are the input files with their bytes; GetJob and DueJobs load them, ListJobs
 	// does not. CreateJob and UpdateJob store them (replacing the job's files).
-	Inputs []sandbox.InputFile `json:"-"`
+	Inputs []sandbox.InputFile
 	// Charts is each run's chart setting (nil: the daemon's).
-	Charts *bool `json:"charts"`
+	Charts *bool
 	// Overlap is what a fire does while the previous run goes on: "skip" or "queue".
-	Overlap string `json:"overlap"`
+	Overlap string
 	// CatchUp is what happens to fires missed while the daemon was down: "skip" or "once".
-	CatchUp     string `json:"catch_up"`
-	Description string `json:"description"`
+	CatchUp     string
+	Description string
 	// NextRunAt is the next scheduled fire; null while the job is disabled.
-	NextRunAt *time.Time `json:"next_run_at"`
-	CreatedAt time.Time  `json:"created_at"`
-	UpdatedAt time.Time  `json:"updated_at"`
+	NextRunAt *time.Time
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
-// JobFile describes one of a job's input files. The JSON field names are the public API.
+// JobFile describes one of a job's input files. The API answers it as apitype.JobFile.
 type JobFile struct {
-	Name      string `json:"name"`
-	SizeBytes int64  `json:"size_bytes"`
-}
-
-// MarshalJSON writes the job with code_version null for "the latest" (CodeVersion 0), and
-// files as a list (empty when none).
-func (j Job) MarshalJSON() ([]byte, error) {
-	type plain Job
-	v := struct {
-		plain
-		CodeVersion *int `json:"code_version"`
-	}{plain: plain(j)}
-	if j.CodeVersion > 0 {
-		v.CodeVersion = &j.CodeVersion
-	}
-	if v.Files == nil {
-		v.Files = []JobFile{}
-	}
-	return json.Marshal(v)
+	Name      string
+	SizeBytes int64
 }
 
 // jobFilesOf describes files.
@@ -149,23 +132,23 @@ const (
 
 // Fire is one entry of a job's history: a time its schedule came due, and what happened.
 type Fire struct {
-	ID    int64  `json:"id"`
-	JobID string `json:"job_id"`
-	Agent string `json:"agent"`
-	Kind  string `json:"kind"`
+	ID    int64
+	JobID string
+	Agent string
+	Kind  string
 	// Status is one of the Fire* statuses.
-	Status string `json:"status"`
+	Status string
 	// ScheduledAt is the fire's time by the schedule (the first missed one for "missed");
 	// FiredAt is when the scheduler handled it.
-	ScheduledAt time.Time `json:"scheduled_at"`
-	FiredAt     time.Time `json:"fired_at"`
+	ScheduledAt time.Time
+	FiredAt     time.Time
 	// Missed counts the fires a "missed" or "catch_up" entry stands for.
-	Missed      int    `json:"missed,omitempty"`
-	ExecutionID string `json:"execution_id,omitempty"`
-	Reason      string `json:"reason,omitempty"`
+	Missed      int
+	ExecutionID string
+	Reason      string
 	// Outcome is the execution's outcome once it has finished (from the ledger); Reason is then
 	// the execution's reason when the fire has none of its own.
-	Outcome string `json:"outcome,omitempty"`
+	Outcome string
 }
 
 const jobColumns = `id, agent, code_name, code_version, schedule, timezone, input, timeout_ms, enabled,

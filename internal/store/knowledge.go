@@ -16,7 +16,8 @@ import (
 )
 
 // The knowledge an agent's code reads through the callback line, and what it writes back.
-// Every item belongs to one agent; no query crosses agents. JSON field names are the public API.
+// Every item belongs to one agent; no query crosses agents. The JSON field names are those of
+// the agent.* calls' answers (the REST API answers apitype's items, of the same fields).
 
 // Memory is a remembered piece of text, found by full-text search.
 type Memory struct {

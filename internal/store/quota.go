@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 )
 
 // Quotas bound what one agent may keep in the store through agent.store_result (and POSTs to
@@ -36,6 +38,9 @@ type QuotaError struct {
 }
 
 func (e *QuotaError) Error() string { return e.msg }
+
+// Is makes a QuotaError of class errclass.TooLarge.
+func (e *QuotaError) Is(target error) bool { return target == errclass.TooLarge }
 
 // checkResultQuota returns a *QuotaError when storing size more bytes under the agent's key
 // would pass a quota. It runs in the write transaction, so concurrent writes cannot both pass.

@@ -24,21 +24,26 @@ import (
 
 	"github.com/pressly/goose/v3"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 )
 
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-// ErrNotFound means the thing asked for does not exist.
-var ErrNotFound = errors.New("not found")
+// ErrNotFound means the thing asked for does not exist (class errclass.NotFound).
+var ErrNotFound = errclass.New(errclass.NotFound, "not found")
 
-// ErrExists means the thing to create exists already.
-var ErrExists = errors.New("already exists")
+// ErrExists means the thing to create exists already (class errclass.Conflict).
+var ErrExists = errclass.New(errclass.Conflict, "already exists")
 
 // VersionConflictError means an update expected another version than the current one.
 type VersionConflictError struct {
 	Expected, Current int
 }
+
+// Is makes a VersionConflictError of class errclass.Conflict.
+func (e *VersionConflictError) Is(target error) bool { return target == errclass.Conflict }
 
 func (e *VersionConflictError) Error() string {
 	return fmt.Sprintf("version conflict: the update expected version %d but the current version is %d; fetch it, merge, and send expected_version %d",
@@ -49,6 +54,9 @@ func (e *VersionConflictError) Error() string {
 type InUseError struct {
 	Jobs []string // the IDs of the jobs
 }
+
+// Is makes an InUseError of class errclass.Conflict.
+func (e *InUseError) Is(target error) bool { return target == errclass.Conflict }
 
 func (e *InUseError) Error() string {
 	return fmt.Sprintf("the code is used by %d job(s) %v; delete or change them first, or delete with force=true, which also disables them",

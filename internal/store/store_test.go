@@ -24,10 +24,10 @@ func open(t *testing.T) *Store {
 	return s
 }
 
-func record(t *testing.T, s *Store, agent, source string, at time.Time, outcome sandbox.Outcome) sandbox.Result {
+func record(t *testing.T, s *Store, agent string, source sandbox.Source, at time.Time, outcome sandbox.Outcome) sandbox.Result {
 	t.Helper()
 	head := sandbox.Result{ID: sandbox.NewID(), Agent: agent, TimeoutMS: 1000, StartedAt: at,
-		Origin: sandbox.Origin{Source: source}}
+		Origin: sandbox.Origin{Source: sandbox.Source(source)}}
 	spec := sandbox.Spec{ID: head.ID, Code: "print('测试 😀')", Input: json.RawMessage(`{"n":1}`), TimeoutMS: 1000}
 	if err := s.Begin(t.Context(), spec, head); err != nil {
 		t.Fatal(err)

@@ -93,8 +93,8 @@ func TestConformanceRunsc(t *testing.T) {
 // up to ready for every slot's runs to start the way the case says (slowWrites: see the
 // harness).
 func conformance(t *testing.T, ready time.Duration, slowWrites bool, mutate func(*docker.Config)) {
-	for _, start := range []string{"cold", "fork"} {
-		t.Run(start, func(t *testing.T) {
+	for _, start := range []sandbox.Start{sandbox.StartCold, sandbox.StartFork} {
+		t.Run(string(start), func(t *testing.T) {
 			rt, _ := startRuntime(t, func(cfg *docker.Config) {
 				cfg.ForkServer.Enabled = start == "fork"
 				if mutate != nil {

@@ -415,9 +415,19 @@ func (r *Runtime) Install(ctx context.Context, slot int, req sandbox.InstallRequ
 	return sess.Install(ctx, req, r.cfg.Pip, progress)
 }
 
-// Packages lists the installed dependencies (op "list") or removes a package's (op "remove")
-// in the package volume, through the first slot whose sandbox is up.
-func (r *Runtime) Packages(ctx context.Context, op protocol.Packages) ([]protocol.Package, error) {
+// ListPackages lists the dependencies installed in the package volume.
+func (r *Runtime) ListPackages(ctx context.Context) ([]protocol.Package, error) {
+	return r.packages(ctx, protocol.Packages{Op: "list"})
+}
+
+// RemovePackage removes every version of the package name from the package volume and returns
+// what it removed (none when it is not installed).
+func (r *Runtime) RemovePackage(ctx context.Context, name string) ([]protocol.Package, error) {
+	return r.packages(ctx, protocol.Packages{Op: "remove", Name: name})
+}
+
+// packages sends op (list or remove) through the first slot whose sandbox is up.
+func (r *Runtime) packages(ctx context.Context, op protocol.Packages) ([]protocol.Package, error) {
 	b := r.boxes[0]
 	for _, other := range r.boxes {
 		if other.Ready(ctx) == nil {
@@ -480,12 +490,12 @@ type box struct {
 
 	mu          sync.Mutex
 	containerID string
-	sess        *session.Client // nil while the sandbox is down
-	lastErr     error           // why the sandbox is down
-	changed     chan struct{}   // closed and replaced whenever sess changes
-	engineDown  bool            // the Docker engine does not answer: requests fail at once
-	discard     bool            // the next connect replaces the container instead of adopting it
-	resets      int64           // times the sandbox was lost and brought back
+	sess        *session.Session // nil while the sandbox is down
+	lastErr     error            // why the sandbox is down
+	changed     chan struct{}    // closed and replaced whenever sess changes
+	engineDown  bool             // the Docker engine does not answer: requests fail at once
+	discard     bool             // the next connect replaces the container instead of adopting it
+	resets      int64            // times the sandbox was lost and brought back
 }
 
 func (b *box) container() string {
@@ -502,7 +512,7 @@ func (b *box) down(err error, engineDown bool) {
 }
 
 // replace ends sess, whose container must not serve again: the supervise loop makes a new one.
-func (b *box) replace(sess *session.Client, why error) {
+func (b *box) replace(sess *session.Session, why error) {
 	b.mu.Lock()
 	if b.sess == sess {
 		b.discard = true
@@ -556,13 +566,13 @@ func (b *box) connect(ctx context.Context) error {
 	return nil
 }
 
-func (b *box) execExecutor(ctx context.Context, containerID string) (*session.Client, error) {
+func (b *box) execExecutor(ctx context.Context, containerID string) (*session.Session, error) {
 	return b.r.execExecutor(ctx, containerID, b.r.executorCommand(b.slot), b.log)
 }
 
 // execExecutor starts the executor in containerID with cmd and returns the control session
 // with it once it has said hello; its log goes to log.
-func (r *Runtime) execExecutor(ctx context.Context, containerID string, cmd []string, log *slog.Logger) (*session.Client, error) {
+func (r *Runtime) execExecutor(ctx context.Context, containerID string, cmd []string, log *slog.Logger) (*session.Session, error) {
 	api := r.api
 	ex, err := api.ExecCreate(ctx, containerID, client.ExecCreateOptions{
 		User:         "0",
@@ -648,7 +658,7 @@ func (b *box) supervise() {
 }
 
 // current returns the live session and its container, waiting up to ReadyWait (or ctx) for one.
-func (b *box) current(ctx context.Context) (*session.Client, string, error) {
+func (b *box) current(ctx context.Context) (*session.Session, string, error) {
 	deadline := time.NewTimer(b.r.cfg.ReadyWait)
 	defer deadline.Stop()
 	for {

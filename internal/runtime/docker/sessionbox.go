@@ -102,7 +102,7 @@ type sessionBox struct {
 	r           *Runtime
 	id          string
 	containerID string
-	sess        *session.Client
+	sess        *session.Session
 	uid         int
 	log         *slog.Logger
 	closeOnce   sync.Once

@@ -49,7 +49,7 @@ type Harness struct {
 	// Start, when set, is how every run that starts must have been started ("fork" or
 	// "cold"): the suite then proves that path, not a fallback. Wait until the runtime's
 	// runs start that way before calling Run (see WaitForStart).
-	Start string
+	Start sandbox.Start
 	// Close, when not nil, closes Runtime for good. The suite calls it once every case has
 	// run, and then checks that the closed runtime refuses runs with sandbox.ErrNotReady
 	// (see Suite.closedRuntimeRefusesRuns); the caller's own cleanup may close it again.
@@ -113,7 +113,7 @@ func (s *Suite) cases(t *testing.T) []suiteCase {
 // start.
 type startChecker struct {
 	sandbox.Runtime
-	start string
+	start sandbox.Start
 }
 
 func (c startChecker) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
@@ -126,14 +126,14 @@ func (c startChecker) Run(ctx context.Context, slot int, spec sandbox.Spec, emit
 
 // WaitForStart runs print(1) in slot 0 until a run starts the way start says ("fork": once
 // the fork server is ready), failing the test after timeout.
-func WaitForStart(t *testing.T, rt sandbox.Runtime, start string, timeout time.Duration) {
+func WaitForStart(t *testing.T, rt sandbox.Runtime, start sandbox.Start, timeout time.Duration) {
 	t.Helper()
 	WaitForStartInSlots(t, rt, 1, start, timeout)
 }
 
 // WaitForStartInSlots is WaitForStart for each of slots 0 to slots-1: a runtime whose slots
 // are sandboxes of their own has a fork server in each.
-func WaitForStartInSlots(t *testing.T, rt sandbox.Runtime, slots int, start string, timeout time.Duration) {
+func WaitForStartInSlots(t *testing.T, rt sandbox.Runtime, slots int, start sandbox.Start, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for slot := range slots {

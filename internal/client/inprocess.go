@@ -1,4 +1,4 @@
-package app
+package client
 
 import (
 	"context"
@@ -9,9 +9,16 @@ import (
 	"sync"
 )
 
+// InProcess returns a Client whose requests h serves in this process (see handlerTransport):
+// the REST API of an engine this process runs, reached through the same handler, limits and
+// decoding as a daemon's, without the network. Its errors name no address.
+func InProcess(h http.Handler) *Client {
+	return New("", &http.Client{Transport: handlerTransport{h}})
+}
+
 // handlerTransport is an http.RoundTripper that serves each request with a handler in this
-// process: the MCP tools reach the REST API without the network (and without its guards, which
-// the MCP request already passed), yet as a network client would:
+// process: the CLI's own engine and the MCP tools reach the REST API without the network (and
+// without its guards, which the MCP request already passed), yet as a network client would:
 //
 //   - the answer streams: its body is read while the handler writes it (through a pipe, not a
 //     buffer), so an NDJSON stream arrives line by line;

@@ -1,0 +1,12 @@
+package apitype
+
+import (
+	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/deptest"
+)
+
+// TestDependencies: the wire types import only the standard library.
+func TestDependencies(t *testing.T) {
+	deptest.Check(t, ".", deptest.Module+"/internal/apitype")
+}

@@ -1,0 +1,53 @@
+package apitype
+
+// The error codes of ErrorDetail.Code, each with its one HTTP status. A code the client does
+// not know is still an error of its status.
+const (
+	CodeInvalidRequest   = "invalid_request"        // 400: the request is malformed or a field is out of range
+	CodeInvalidInput     = "invalid_input"          // 400: the input breaks the saved code's input schema (see Violations)
+	CodeUnauthorized     = "unauthorized"           // 401: no or a wrong bearer token
+	CodeForbidden        = "forbidden"              // 403: the request may not do this
+	CodeNotFound         = "not_found"              // 404: no such route or resource
+	CodeMethodNotAllowed = "method_not_allowed"     // 405: the route exists for other methods (see Allow)
+	CodeConflict         = "conflict"               // 409: the resource exists, changed, or is in use
+	CodeGone             = "gone"                   // 410: the resource existed but its bytes were evicted
+	CodeTooLarge         = "too_large"              // 413: the body or a field is over its limit
+	CodeQuotaExceeded    = "quota_exceeded"         // 413: an agent's stored data would pass its quota
+	CodeUnsupportedMedia = "unsupported_media_type" // 415: the body is not application/json
+	CodeBusy             = "busy"                   // 429: every slot and queue place is taken (see Retry-After)
+	CodeInternal         = "internal"               // 500: the daemon failed
+	CodeNotReady         = "not_ready"              // 503: the daemon cannot run code now (see Retry-After)
+)
+
+// ErrorBody is the JSON body of every error answer.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail says what went wrong: the "error" object of an error body, of a stream's error
+// line, and of GET /readyz's answer when not ready.
+type ErrorDetail struct {
+	// Code is one of the Code constants.
+	Code string `json:"code"`
+	// Message says what was wrong and how to fix it, for a person.
+	Message string `json:"message"`
+	// Field names the request field (or query parameter) at fault, if any.
+	Field string `json:"field,omitempty"`
+	// Violations lists, for invalid_input, each way the input breaks the input schema.
+	Violations []Violation `json:"violations,omitempty"`
+}
+
+// Violation is one way a JSON value breaks a JSON Schema.
+type Violation struct {
+	// Pointer is the JSON pointer (RFC 6901) of the failing value ("" for the whole value).
+	Pointer string `json:"pointer"`
+	// Message says what is wrong there.
+	Message string `json:"message"`
+}
+
+// Status is the answer of GET /healthz ("ok") and GET /readyz ("ready", or "not_ready" with
+// Error).
+type Status struct {
+	Status string       `json:"status"`
+	Error  *ErrorDetail `json:"error,omitempty"`
+}
