@@ -46,6 +46,9 @@ type Core struct {
 	Library *library.Library
 	Jobs    *jobs.Scheduler
 	Metrics *metrics.Metrics
+	// Address is the daemon's API address (host:port), recorded with its heartbeat so that
+	// other daemons sharing database_url can name where its live records are; set by Serve.
+	Address string
 	// Sessions keeps the stateful sessions, each in a container of its own.
 	Sessions *sandbox.Sessions
 	api      *client.Client
@@ -157,7 +160,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	}()
 	closers = append(closers, lock.Release)
 	cfg.DataDir = lock.Dir()
-	st, err := store.Open(ctx, filepath.Join(cfg.DataDir, store.FileName), log)
+	st, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +211,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		Store:    st,
 		Files:    files,
 		Library:  lib,
-		Jobs:     jobs.New(m.JobStore(st), lib, svc, jobs.Config{MaxTimeout: scfg.MaxTimeout}, log),
+		Jobs:     jobs.New(m.JobStore(st), lib, svc, jobsConfig(st, scfg.MaxTimeout), log),
 		Metrics:  m,
 		Sessions: sandbox.NewSessions(svc, rt, st, cfg.Sessions(), log),
 		api:      api,
@@ -221,6 +224,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 // waits for the job runs it started (end them with Service.Interrupt).
 func (e *Core) RunBackground(ctx context.Context, retention store.Retention, log *slog.Logger) {
 	var wg sync.WaitGroup
+	wg.Go(func() { e.heartbeat(ctx, e.Address, log) })
 	wg.Go(func() {
 		if err := e.Jobs.Run(ctx); err != nil {
 			log.Error("the job scheduler stopped; jobs will not fire until the daemon restarts", "error", err)
@@ -380,6 +384,7 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBackground()
 	bgDone := make(chan struct{})
+	eng.Address = ln.Addr().String()
 	go func() { eng.RunBackground(bgCtx, cfg.Retention(), log); close(bgDone) }()
 	if ip := net.ParseIP(hostOf(ln.Addr().String())); ip == nil || !ip.IsLoopback() {
 		log.Warn("the API listens beyond this machine: only requests with the bearer token are served, "+

@@ -19,6 +19,7 @@ import (
 	apiclient "github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
+	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // Check is one requirement that Doctor checked. The JSON field names are the public API.
@@ -52,6 +53,9 @@ func Doctor(ctx context.Context, cfg config.Config, url string) []Check {
 	}
 
 	add(dataDirCheck(cfg.DataDir))
+	if cfg.DatabaseURL != "" {
+		add(databaseCheck(ctx, cfg.DatabaseURL))
+	}
 
 	api, err := DockerClient(cfg)
 	if err == nil {
@@ -239,4 +243,17 @@ func indexCheck(ctx context.Context, api client.APIClient, id, index string) Che
 	}
 	c.Detail, c.Fix = fmt.Sprintf("%s does not answer from inside the container, where pip runs: %s", index, why), fix
 	return c
+}
+
+// databaseCheck checks that the PostgreSQL database at url (database_url) answers.
+func databaseCheck(ctx context.Context, url string) Check {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	version, daemons, err := store.PingPostgres(pctx, url)
+	if err != nil {
+		return Check{Name: "database", Required: true, Detail: err.Error(),
+			Fix: "start PostgreSQL, or correct database_url (SANDPIT_DATABASE_URL): host, port, user, password and database, and that this machine may connect"}
+	}
+	return Check{Name: "database", OK: true, Required: true,
+		Detail: fmt.Sprintf("PostgreSQL %s at %s, shared by %d daemon(s) so far", version, store.RedactURL(url), daemons)}
 }

@@ -64,6 +64,16 @@ type Config struct {
 	// DataDir is the directory where sandpit keeps its state. It must be an absolute path.
 	// Default $XDG_DATA_HOME/sandpit, or ~/.local/share/sandpit when XDG_DATA_HOME is unset.
 	DataDir string `json:"data_dir"`
+	// DatabaseURL, when set, keeps the ledger, code library, knowledge, jobs and runs' output
+	// files in this PostgreSQL database instead of SQLite in the data directory, so that
+	// several daemons share them: postgres://user:password@host:5432/database?sslmode=….
+	// Default empty (SQLite). See "Running several daemons" in the README.
+	DatabaseURL string `json:"database_url"`
+	// DaemonID names this daemon among those sharing database_url: recorded with the runs it
+	// does and the job fires it claims, and named in errors about what only it holds. 1 to 64
+	// letters, digits, '.', '_' or '-'. Default empty: an ID made once and kept in the data
+	// directory (file daemon-id).
+	DaemonID string `json:"daemon_id"`
 	// DockerHost is the Docker daemon to use, as a URL such as unix:///var/run/docker.sock or
 	// tcp://host:2376. Default empty: the Docker client's own environment (DOCKER_HOST, ...)
 	// and defaults.
@@ -609,6 +619,14 @@ func (c Config) checkPlaces(report *problems) {
 	case !filepath.IsAbs(c.DataDir):
 		report.bad("data_dir", "is %q, which is not an absolute path; give the full path (a leading ~ is not expanded)", c.DataDir)
 	}
+	if c.DatabaseURL != "" {
+		if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
+			report.bad("database_url", "is %s, which is not a PostgreSQL URL; give postgres://user:password@host:5432/database (or leave it empty for SQLite in data_dir)", store.RedactURL(c.DatabaseURL))
+		}
+	}
+	if c.DaemonID != "" && !validDaemonID(c.DaemonID) {
+		report.bad("daemon_id", "is %q; use 1 to 64 letters, digits, '.', '_' or '-' (or leave it empty for an ID kept in data_dir)", c.DaemonID)
+	}
 	if c.DockerHost != "" && !strings.Contains(c.DockerHost, "://") {
 		report.bad("docker_host", "is %q; give a URL such as unix:///var/run/docker.sock or tcp://host:2376, or leave it empty to use the Docker client's environment", c.DockerHost)
 	}
@@ -800,6 +818,19 @@ func isModuleName(s string) bool {
 			if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
 				return false
 			}
+		}
+	}
+	return true
+}
+
+// validDaemonID says whether id is a daemon_id: 1 to 64 letters, digits, '.', '_' or '-'.
+func validDaemonID(id string) bool {
+	if len(id) == 0 || len(id) > 64 {
+		return false
+	}
+	for _, r := range id {
+		if !(r < 128 && (unicode.IsLetter(r) || unicode.IsDigit(r) || r == '.' || r == '_' || r == '-')) {
+			return false
 		}
 	}
 	return true

@@ -528,6 +528,12 @@ func TestValidate(t *testing.T) {
 			[]string{"output_files is 10001", "output_file_bytes is 40MiB; allowed range is 0 to 32MiB", "output_files_bytes is 1MiB, less than output_file_bytes"}},
 		{"files quota", func(c *Config) { c.FilesMaxBytes = 1 << 20 },
 			[]string{"files_max_bytes is 1MiB; allowed range is output_files_bytes (16MiB) to 1TiB"}},
+		{"shared database", func(c *Config) {
+			c.DatabaseURL, c.DaemonID = "postgres://sandpit:secret@db.internal:5432/sandpit?sslmode=verify-full", "sandpit-1.eu_west"
+		}, nil},
+		// The password never shows in the message.
+		{"not a PostgreSQL URL", func(c *Config) { c.DatabaseURL, c.DaemonID = "mysql://u:hunter2@db/x", "two words" },
+			[]string{"database_url is mysql://u:xxxxx@db/x, which is not a PostgreSQL URL", `daemon_id is "two words"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

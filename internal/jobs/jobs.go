@@ -4,8 +4,9 @@
 //
 // The scheduler keeps its truth in the store: each job's next fire time, moved forward in the
 // same transaction that records the fire, so a daemon that stops and starts again neither
-// loses nor doubles a fire. Which jobs have a run going is kept in memory: after a restart
-// nothing runs (the ledger finalised the interrupted runs).
+// loses nor doubles a fire. Whether a job has a run going is the store's answer too (a started
+// fire whose record is not finished), so overlap and catch-up policies hold across daemons
+// sharing one store (PostgreSQL): each fire is claimed by one of them.
 package jobs
 
 import (
@@ -88,6 +89,7 @@ type Store interface {
 	SetFire(ctx context.Context, id int64, status, executionID, reason string) error
 	ListFires(ctx context.Context, agent, jobID string, f store.FireFilter, p store.Page) ([]store.Fire, string, error)
 	QueuedFires(ctx context.Context) ([]store.Fire, error)
+	StartQueued(ctx context.Context, id int64, jobID, executionID string) (bool, error)
 	FailUnstartedFires(ctx context.Context) (int, error)
 }
 

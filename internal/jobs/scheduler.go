@@ -30,6 +30,11 @@ type Config struct {
 	StartPatience time.Duration
 	// MaxTimeout is the longest timeout_ms a job may ask for (the daemon's hard cap).
 	MaxTimeout time.Duration
+	// Poll, when positive, is the longest the scheduler sleeps between looks at the store:
+	// set it when other daemons share the store (they change jobs and leave queued fires
+	// without waking this one). Default 0: only this daemon's changes and the next due fire
+	// wake it.
+	Poll time.Duration
 }
 
 // Scheduler manages jobs and fires them. Create it with New, start Run once, and call the
@@ -44,8 +49,7 @@ type Scheduler struct {
 	wake chan struct{} // buffered (1): the jobs changed
 
 	mu       sync.Mutex
-	running  map[string]string      // job ID → the execution going
-	queued   map[string]*store.Fire // job ID → the fire waiting for it
+	running  map[string]string // job ID → the execution going on this daemon
 	runs     sync.WaitGroup
 	base     context.Context // the runs' context, set by Run
 	stopping bool            // Run's context ended: queued fires wait for the next daemon
@@ -66,7 +70,7 @@ func New(st Store, lib Library, ex Executor, cfg Config, log *slog.Logger) *Sche
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Scheduler{st: st, lib: lib, ex: ex, cfg: cfg, log: log, wake: make(chan struct{}, 1),
-		running: map[string]string{}, queued: map[string]*store.Fire{}, base: context.Background()}
+		running: map[string]string{}, base: context.Background()}
 }
 
 func (s *Scheduler) poke() {
@@ -153,9 +157,6 @@ func (s *Scheduler) Delete(ctx context.Context, agent, id string) error {
 	if err := s.st.DeleteJob(ctx, agent, id); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	delete(s.queued, id)
-	s.mu.Unlock()
 	s.poke()
 	return nil
 }
@@ -205,9 +206,6 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	} else if n > 0 {
 		s.log.Warn("fires claimed by a daemon that stopped before starting their runs were marked failed", "fires", n)
 	}
-	if err := s.resumeQueued(ctx); err != nil {
-		return err
-	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -218,12 +216,18 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		case <-timer.C:
 		}
 		wait, err := s.tick(ctx)
+		if err == nil {
+			err = s.resumeQueued(ctx)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			s.log.Error("scheduler: handling due jobs failed; retrying", "error", err)
 			wait = 5 * time.Second
+		}
+		if s.cfg.Poll > 0 {
+			wait = min(wait, s.cfg.Poll)
 		}
 		timer.Reset(wait)
 	}
@@ -310,29 +314,19 @@ func (s *Scheduler) fire(ctx context.Context, j store.Job, now time.Time) error 
 // maxMissed bounds the count of missed fires (an @every 10s job down for a year).
 const maxMissed = 1_000_000
 
-// decide sets f's status by j's overlap policy and what runs now; s.mu is held.
+// decide makes f a fire that starts a new execution. The store, recording it, applies j's
+// overlap policy (queued or skipped) when a run of the job goes on, on this daemon or another
+// sharing the store; s.mu is held.
 func (s *Scheduler) decide(j store.Job, f store.Fire) store.Fire {
-	exec, busy := s.running[j.ID]
-	switch {
-	case !busy:
-		f.Status, f.ExecutionID = store.FireStarted, sandbox.NewID()
-	case j.Overlap == OverlapQueue && s.queued[j.ID] == nil:
-		f.Status, f.Reason = store.FireQueued, fmt.Sprintf("waiting for execution %s to end (overlap \"queue\")", exec)
-	case j.Overlap == OverlapQueue:
-		f.Status, f.Reason = store.FireSkipped, fmt.Sprintf("execution %s is running and a fire is already queued (overlap \"queue\" keeps one)", exec)
-	default:
-		f.Status, f.Reason = store.FireSkipped, fmt.Sprintf("execution %s was still running (overlap \"skip\")", exec)
-	}
+	f.Status, f.ExecutionID = store.FireStarted, sandbox.NewID()
 	return f
 }
 
-// follow acts on a recorded fire: starts its run or queues it; s.mu is held.
+// follow acts on a recorded fire: starts its run; a queued fire waits in the store for the run
+// going on to end (resumeQueued); s.mu is held.
 func (s *Scheduler) follow(j store.Job, f store.Fire) {
-	switch f.Status {
-	case store.FireStarted:
+	if f.Status == store.FireStarted {
 		s.start(j, f)
-	case store.FireQueued:
-		s.queued[j.ID] = &f
 	}
 }
 
@@ -344,16 +338,10 @@ func (s *Scheduler) start(j store.Job, f store.Fire) {
 		defer s.runs.Done()
 		s.execute(j, f)
 		s.mu.Lock()
-		defer s.mu.Unlock()
 		delete(s.running, j.ID)
-		if q := s.queued[j.ID]; q != nil && !s.stopping {
-			delete(s.queued, j.ID)
-			q.ExecutionID = sandbox.NewID()
-			if err := s.st.SetFire(s.base, q.ID, store.FireStarted, q.ExecutionID, ""); err != nil {
-				s.log.Error("scheduler: recording a queued fire's start failed", "job", j.ID, "fire", q.ID, "error", err)
-				return
-			}
-			s.start(j, *q)
+		s.mu.Unlock()
+		if err := s.resumeQueued(s.base); err != nil {
+			s.log.Error("scheduler: starting a queued fire failed", "job", j.ID, "error", err)
 		}
 	}()
 }
@@ -397,30 +385,39 @@ func (s *Scheduler) request(ctx context.Context, j store.Job) (sandbox.Request, 
 	return req, s.ex.Validate(req)
 }
 
-// resumeQueued starts the fires a stopped daemon left queued: their previous runs are over.
+// resumeQueued starts the queued fires whose job has no run going on any more (the run ended
+// here or on another daemon, or the daemon running it stopped). Each is started once: the
+// store hands it to one daemon.
 func (s *Scheduler) resumeQueued(ctx context.Context) error {
 	fires, err := s.st.QueuedFires(ctx)
-	if err != nil {
-		return fmt.Errorf("scheduler: reading queued fires: %w", err)
+	if err != nil || len(fires) == 0 {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.stopping {
+		return nil // the next daemon starts them
+	}
 	for _, f := range fires {
+		if _, busy := s.running[f.JobID]; busy {
+			continue
+		}
 		j, err := s.st.GetJob(ctx, f.Agent, f.JobID)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // deleted meanwhile, with its fires
+		}
 		if err != nil {
 			return fmt.Errorf("scheduler: the job of queued fire %d: %w", f.ID, err)
 		}
-		if _, busy := s.running[j.ID]; busy {
-			if err := s.st.SetFire(ctx, f.ID, store.FireSkipped, "", "a queued fire was already waiting when the daemon restarted"); err != nil {
-				return err
-			}
-			continue
+		exec := sandbox.NewID()
+		started, err := s.st.StartQueued(ctx, f.ID, j.ID, exec)
+		if err != nil {
+			return fmt.Errorf("scheduler: starting queued fire %d: %w", f.ID, err)
 		}
-		f.ExecutionID = sandbox.NewID()
-		if err := s.st.SetFire(ctx, f.ID, store.FireStarted, f.ExecutionID, ""); err != nil {
-			return err
+		if started {
+			f.Status, f.ExecutionID, f.Reason = store.FireStarted, exec, ""
+			s.start(j, f)
 		}
-		s.start(j, f)
 	}
 	return nil
 }

@@ -43,7 +43,7 @@ type CodeVersion struct {
 func (s *Store) CreateCode(ctx context.Context, c Code) (Code, error) {
 	now := s.now().UTC().Truncate(time.Millisecond)
 	c.Version, c.CreatedAt, c.UpdatedAt = 1, now, now
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		r, err := tx.ExecContext(ctx, `INSERT INTO code (agent, name, version, created_at) VALUES (?, ?, 1, ?)
 			ON CONFLICT DO NOTHING`, c.Agent, c.Name, now.UnixMilli())
 		if err != nil {
@@ -61,7 +61,7 @@ func (s *Store) CreateCode(ctx context.Context, c Code) (Code, error) {
 // current version differs, it returns a *VersionConflictError and saves nothing.
 func (s *Store) UpdateCode(ctx context.Context, c Code, expected int) (Code, error) {
 	now := s.now().UTC().Truncate(time.Millisecond)
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		var current int
 		var created int64
 		err := tx.QueryRowContext(ctx, `SELECT version, created_at FROM code WHERE agent = ? AND name = ?`,
@@ -85,7 +85,7 @@ func (s *Store) UpdateCode(ctx context.Context, c Code, expected int) (Code, err
 	return c, err
 }
 
-func insertVersion(ctx context.Context, tx *sql.Tx, c Code) error {
+func insertVersion(ctx context.Context, tx *Tx, c Code) error {
 	deps, err := json.Marshal(nonNil(c.Dependencies))
 	if err != nil {
 		return err
@@ -128,7 +128,11 @@ func (s *Store) ListCode(ctx context.Context, agent, filter string, p Page) ([]C
 		ON v.agent = c.agent AND v.name = c.name AND v.version = c.version WHERE c.agent = ?`
 	args := []any{agent}
 	if filter != "" {
-		q += ` AND (instr(lower(c.name), lower(?)) > 0 OR instr(lower(v.description), lower(?)) > 0)`
+		instr := "instr(%s, lower(?)) > 0"
+		if s.pg {
+			instr = "strpos(%s, lower(?)) > 0"
+		}
+		q += ` AND (` + fmt.Sprintf(instr, "lower(c.name)") + ` OR ` + fmt.Sprintf(instr, "lower(v.description)") + `)`
 		args = append(args, filter, filter)
 	}
 	if p.Cursor != "" {
@@ -199,7 +203,7 @@ func (s *Store) ListCodeVersions(ctx context.Context, agent, name string) ([]Cod
 // (and keep pointing at the name) and their IDs returned.
 func (s *Store) DeleteCode(ctx context.Context, agent, name string, force bool) ([]string, error) {
 	var jobs []string
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		rows, err := tx.QueryContext(ctx, `SELECT id FROM jobs WHERE agent = ? AND code_name = ? ORDER BY id`, agent, name)
 		if err != nil {
 			return err

@@ -40,6 +40,9 @@ type Execution struct {
 	Input json.RawMessage
 	// EndedAt is when the run ended; null while it runs.
 	EndedAt *time.Time
+	// Daemon is the ID of the daemon that ran it ("" for records made before daemons had
+	// IDs); a running execution's stream is only on that daemon.
+	Daemon string
 }
 
 // ExecutionSummary is an Execution without its code, input and outputs, as listed.
@@ -88,15 +91,15 @@ func CodeSHA256(code string) string {
 // Begin records that a run is starting (sandbox.Recorder).
 func (s *Store) Begin(ctx context.Context, spec sandbox.Spec, head sandbox.Result) error {
 	sum := CodeSHA256(spec.Code)
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	return s.tx(ctx, func(tx *Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO code_blobs (sha256, code) VALUES (?, ?) ON CONFLICT DO NOTHING`, sum, spec.Code); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO executions
-			(id, agent, source, job_id, code_name, code_version, code_sha256, input, timeout_ms, status, started_at, session_id)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?)`,
+			(id, agent, source, job_id, code_name, code_version, code_sha256, input, timeout_ms, status, started_at, daemon, session_id)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)`,
 			head.ID, head.Agent, head.Source, nullString(head.JobID), nullString(head.CodeName),
-			nullInt(head.CodeVersion), sum, string(spec.Input), spec.TimeoutMS, ms(head.StartedAt), sessionColumn(head.SessionID))
+			nullInt(head.CodeVersion), sum, string(spec.Input), spec.TimeoutMS, ms(head.StartedAt), nullString(s.daemon), sessionColumn(head.SessionID))
 		if err != nil || head.JobID == "" {
 			return err
 		}
@@ -128,7 +131,7 @@ func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
 	if err != nil {
 		return err
 	}
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	return s.tx(ctx, func(tx *Tx) error {
 		return finish(ctx, tx, res, ended, resultColumns{deps: deps, calls: calls, files: files, skipped: skipped})
 	})
 }
@@ -138,7 +141,7 @@ type resultColumns struct {
 	deps, calls, files, skipped sql.NullString
 }
 
-func finish(ctx context.Context, tx *sql.Tx, res sandbox.Result, ended time.Time, cols resultColumns) error {
+func finish(ctx context.Context, tx *Tx, res sandbox.Result, ended time.Time, cols resultColumns) error {
 	r, err := tx.ExecContext(ctx, `UPDATE executions SET status = 'finished', outcome = ?, exit_code = ?,
 		signal = ?, reason = ?, stdout = ?, stderr = ?, stdout_truncated = ?, stderr_truncated = ?,
 		output = ?, duration_ms = ?, started_at = coalesce(?, started_at), ended_at = ?,
@@ -171,7 +174,7 @@ func (s *Store) Discard(ctx context.Context, id string) error {
 		freed int64
 		gone  []string
 	)
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE id = ? AND status = 'running'`, id); err != nil {
 			return err
 		}
@@ -191,14 +194,29 @@ func (s *Store) Discard(ctx context.Context, id string) error {
 // FinishInterrupted finalises every record still running as sandbox_error with reason
 // ReasonInterrupted, and returns how many there were. The daemon calls it when it starts,
 // before any run: a record running then belongs to a daemon that is gone.
+//
+// On PostgreSQL, where daemons share the database, only this daemon's records (SetDaemon) and
+// those of no daemon are finalised; RecoverExpired finalises those of daemons that are gone.
 func (s *Store) FinishInterrupted(ctx context.Context) (int, error) {
+	if !s.pg {
+		return s.finishInterrupted(ctx, s.w, "", nil)
+	}
+	return s.finishInterrupted(ctx, s.w, " AND (daemon IS NULL OR daemon = ?)", []any{s.daemon})
+}
+
+// finishInterrupted finalises the running records that cond (" AND …", with args) selects.
+func (s *Store) finishInterrupted(ctx context.Context, db execer, cond string, args []any) (int, error) {
 	now := s.now().UnixMilli()
 	// The run's end is unknown: its duration is counted to its timeout at most, not through
 	// the downtime.
-	r, err := s.w.ExecContext(ctx, `UPDATE executions SET status = 'finished', outcome = ?, exit_code = -1,
+	duration := "min(max(0, ? - started_at), timeout_ms)"
+	if s.pg {
+		duration = "least(greatest(0, ? - started_at), timeout_ms)"
+	}
+	r, err := db.ExecContext(ctx, `UPDATE executions SET status = 'finished', outcome = ?, exit_code = -1,
 		signal = 0, reason = ?, stdout = '', stderr = '', stdout_truncated = 0, stderr_truncated = 0,
-		output = 'null', duration_ms = min(max(0, ? - started_at), timeout_ms), ended_at = ? WHERE status = 'running'`,
-		string(sandbox.OutcomeSandboxError), ReasonInterrupted, now, now)
+		output = 'null', duration_ms = `+duration+`, ended_at = ? WHERE status = 'running'`+cond,
+		append([]any{string(sandbox.OutcomeSandboxError), ReasonInterrupted, now, now}, args...)...)
 	if err != nil {
 		return 0, err
 	}
@@ -211,7 +229,7 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 	row := s.r.QueryRowContext(ctx, `SELECT e.id, e.agent, e.source, e.job_id, e.code_name, e.code_version,
 		e.code_sha256, b.code, e.input, e.timeout_ms, e.status, e.outcome, e.exit_code, e.signal, e.reason,
 		e.stdout, e.stderr, e.stdout_truncated, e.stderr_truncated, e.output, e.duration_ms, e.started_at, e.ended_at,
-		e.dependencies, e.install_ms, e.calls, e.start, e.oom_kills, e.files, e.files_skipped, e.files_truncated,
+		e.dependencies, e.install_ms, e.calls, e.start, e.oom_kills, e.files, e.files_skipped, e.files_truncated, e.daemon,
 		coalesce(e.session_id, '')
 		FROM executions e LEFT JOIN code_blobs b ON b.sha256 = e.code_sha256 WHERE e.id = ?`, id)
 	var (
@@ -226,11 +244,13 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 		deps, calls, start      sql.NullString
 		files, skipped          sql.NullString
 		installMS               sql.NullInt64
+		daemon                  sql.NullString
 	)
 	err := row.Scan(&e.ID, &e.Agent, &e.Source, &jobID, &codeName, &codeVersion, &e.CodeSHA256, &code,
 		&input, &e.TimeoutMS, &e.Status, &outcome, &exit, &sig, &reason, &stdout, &stderr, &outTrunc,
 		&errTrunc, &output, &dur, &started, &ended, &deps, &installMS, &calls, &start, &e.OOMKills,
-		&files, &skipped, &e.FilesTruncated, &e.SessionID)
+		&files, &skipped, &e.FilesTruncated, &daemon, &e.SessionID)
+	e.Daemon = daemon.String
 	if errors.Is(err, sql.ErrNoRows) {
 		return Execution{}, fmt.Errorf("execution %q: %w", id, ErrNotFound)
 	}
@@ -312,9 +332,13 @@ func (s *Store) ListExecutions(ctx context.Context, f ExecutionFilter, p Page) (
 		where = append(where, "(started_at < ? OR (started_at = ? AND id < ?))")
 		args = append(args, at, at, id)
 	}
+	tail := `substr(stderr, -` + strconv.Itoa(PreviewChars) + `)`
+	if s.pg {
+		tail = `right(stderr, ` + strconv.Itoa(PreviewChars) + `)`
+	}
 	q := `SELECT id, agent, source, job_id, code_name, code_version, code_sha256, timeout_ms, status,
 		outcome, exit_code, reason, duration_ms, started_at, ended_at, start,
-		coalesce(substr(stdout, 1, ` + strconv.Itoa(PreviewChars) + `), ''), coalesce(substr(stderr, -` + strconv.Itoa(PreviewChars) + `), '') FROM executions`
+		coalesce(substr(stdout, 1, ` + strconv.Itoa(PreviewChars) + `), ''), coalesce(` + tail + `, '') FROM executions`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -394,7 +418,7 @@ func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 		freed   int64
 		gone    []string
 	)
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		if r.MaxAge > 0 {
 			res, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE status = 'finished' AND started_at < ?`,
 				s.now().Add(-r.MaxAge).UnixMilli())
@@ -406,7 +430,7 @@ func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 		}
 		if r.MaxCount > 0 {
 			res, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE status = 'finished' AND id IN (
-				SELECT id FROM executions ORDER BY started_at DESC, id DESC LIMIT -1 OFFSET ?)`, r.MaxCount)
+				SELECT id FROM executions ORDER BY started_at DESC, id DESC `+s.noLimit()+` OFFSET ?)`, r.MaxCount)
 			if err != nil {
 				return err
 			}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -61,7 +62,18 @@ var _ sandbox.FileStore = (*Files)(nil)
 // directory) under a quota of maxBytes for all of them, and ties them to the ledger: from now
 // on Prune and Discard delete an execution's files with its record. Directories of dir that
 // belong to no execution (left by a crash) are removed. Call it once, before any run.
+//
+// On PostgreSQL the bytes are kept in the database (execution_files.content), so that every
+// daemon sharing it serves every run's files; dir is not used.
 func (s *Store) OpenFiles(ctx context.Context, dir string, maxBytes int64) (*Files, error) {
+	if s.pg {
+		f := &Files{st: s, max: maxBytes}
+		if err := s.r.QueryRowContext(ctx, `SELECT coalesce(sum(`+chargeSQL+`), 0) FROM execution_files`).Scan(&f.used); err != nil {
+			return nil, fmt.Errorf("counting the kept files: %w", err)
+		}
+		s.files = f
+		return f, nil
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the files directory: %w", err)
 	}
@@ -119,6 +131,12 @@ func (f *Files) Put(ctx context.Context, id string, file sandbox.File, content [
 	charge := chargeOf(size)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.st.pg {
+		// Other daemons keep files too: count what the database holds now.
+		if err := f.st.r.QueryRowContext(ctx, `SELECT coalesce(sum(`+chargeSQL+`), 0) FROM execution_files`).Scan(&f.used); err != nil {
+			return fmt.Errorf("counting the kept files: %w", err)
+		}
+	}
 	if charge > f.max {
 		return fmt.Errorf("the file takes %d bytes on disk, more than the %d bytes all runs' files may take (files_max_bytes)", charge, f.max)
 	}
@@ -134,6 +152,14 @@ func (f *Files) Put(ctx context.Context, id string, file sandbox.File, content [
 	var idx int64
 	if err := f.st.w.QueryRowContext(ctx, `SELECT coalesce(max(idx) + 1, 0) FROM execution_files WHERE execution_id = ?`, id).Scan(&idx); err != nil {
 		return err
+	}
+	if f.st.pg {
+		if _, err := f.st.w.ExecContext(ctx, `INSERT INTO execution_files (execution_id, name, idx, size_bytes, content) VALUES (?, ?, ?, ?, ?)`,
+			id, file.Name, idx, size, nonNil(content)); err != nil {
+			return fmt.Errorf("recording the file: %w", err)
+		}
+		f.used += charge
+		return nil
 	}
 	path := filepath.Join(f.dir, id, strconv.FormatInt(idx, 10))
 	if err := writeAtomically(path, content); err != nil {
@@ -196,7 +222,7 @@ func (f *Files) evictOldest(ctx context.Context, keep string) (bool, error) {
 	return true, nil
 }
 
-// execer is a *sql.DB or a *sql.Tx.
+// execer is a *sql.DB or a *Tx.
 type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
@@ -214,6 +240,9 @@ func (f *Files) deleteRows(ctx context.Context, db execer, id string) (int64, er
 
 // removeDirs removes the directories of the executions' files (their rows are gone).
 func (f *Files) removeDirs(ids ...string) {
+	if f.st.pg {
+		return // the bytes went with the rows
+	}
 	for _, id := range ids {
 		if !sandbox.ValidID(id) {
 			continue
@@ -245,6 +274,17 @@ func (f *Files) Open(ctx context.Context, id, name string) (io.ReadCloser, error
 	if err != nil {
 		return nil, err
 	}
+	if f.st.pg {
+		var content []byte
+		err := f.st.r.QueryRowContext(ctx, `SELECT content FROM execution_files WHERE execution_id = ? AND name = ?`, id, name).Scan(&content)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("file %q of execution %s: %w", name, id, ErrEvicted)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return io.NopCloser(bytes.NewReader(content)), nil
+	}
 	file, err := os.Open(filepath.Join(f.dir, id, strconv.FormatInt(idx, 10)))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("file %q of execution %s: its bytes are missing from the data directory: %w", name, id, ErrEvicted)
@@ -261,7 +301,7 @@ func (f *Files) Open(ctx context.Context, id, name string) (io.ReadCloser, error
 
 // orphanedFiles deletes the kept files' rows of executions that have no record any more, in
 // tx, and returns their bytes and the executions.
-func orphanedFiles(ctx context.Context, tx *sql.Tx) (int64, []string, error) {
+func orphanedFiles(ctx context.Context, tx *Tx) (int64, []string, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT execution_id, sum(`+chargeSQL+`) FROM execution_files ef
 		WHERE NOT EXISTS (SELECT 1 FROM executions e WHERE e.id = ef.execution_id) GROUP BY execution_id`)
 	if err != nil {

@@ -66,7 +66,7 @@ func jobFilesOf(files []sandbox.InputFile) []JobFile {
 }
 
 // putJobFiles replaces the input files of job id with files, in tx.
-func putJobFiles(ctx context.Context, tx *sql.Tx, id string, files []sandbox.InputFile) error {
+func putJobFiles(ctx context.Context, tx *Tx, id string, files []sandbox.InputFile) error {
 	if _, err := tx.ExecContext(ctx, `DELETE FROM job_files WHERE job_id = ?`, id); err != nil {
 		return err
 	}
@@ -159,7 +159,7 @@ const jobColumns = `id, agent, code_name, code_version, schedule, timezone, inpu
 func (s *Store) CreateJob(ctx context.Context, j Job) (Job, error) {
 	now := s.now().UTC().Truncate(time.Millisecond)
 	j.CreatedAt, j.UpdatedAt = now, now
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		if err := codeExists(ctx, tx, j.Agent, j.CodeName); err != nil {
 			return err
 		}
@@ -179,7 +179,7 @@ func (s *Store) CreateJob(ctx context.Context, j Job) (Job, error) {
 func (s *Store) UpdateJob(ctx context.Context, j Job) (Job, error) {
 	now := s.now().UTC().Truncate(time.Millisecond)
 	j.UpdatedAt = now
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		if err := codeExists(ctx, tx, j.Agent, j.CodeName); err != nil {
 			return err
 		}
@@ -216,7 +216,7 @@ func (s *Store) PauseJob(ctx context.Context, agent, id string) (Job, error) {
 	return s.GetJob(ctx, agent, id)
 }
 
-func codeExists(ctx context.Context, tx *sql.Tx, agent, name string) error {
+func codeExists(ctx context.Context, tx *Tx, agent, name string) error {
 	var one int
 	err := tx.QueryRowContext(ctx, `SELECT 1 FROM code WHERE agent = ? AND name = ?`, agent, name).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -319,7 +319,23 @@ func (s *Store) DeleteJob(ctx context.Context, agent, id string) error {
 // recorded fires get their IDs.
 func (s *Store) ClaimFires(ctx context.Context, jobID string, expected, next time.Time, fires []Fire) ([]Fire, bool, error) {
 	claimed := false
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	out := make([]Fire, len(fires))
+	err := s.tx(ctx, func(tx *Tx) error {
+		claimed = false
+		if s.pg {
+			// Another daemon claiming the job now holds its row: leave the fire to it.
+			var at sql.NullInt64
+			err := tx.QueryRowContext(ctx, `SELECT next_run_at FROM jobs WHERE id = ? AND enabled = 1 FOR UPDATE SKIP LOCKED`, jobID).Scan(&at)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if !at.Valid || at.Int64 != expected.UnixMilli() {
+				return nil
+			}
+		}
 		r, err := tx.ExecContext(ctx, `UPDATE jobs SET next_run_at = ? WHERE id = ? AND enabled = 1 AND next_run_at = ?`,
 			ms(next), jobID, expected.UnixMilli())
 		if err != nil {
@@ -330,7 +346,10 @@ func (s *Store) ClaimFires(ctx context.Context, jobID string, expected, next tim
 		}
 		claimed = true
 		for i := range fires {
-			if fires[i], err = insertFire(ctx, tx, fires[i]); err != nil {
+			if out[i], err = applyOverlap(ctx, tx, fires[i]); err != nil {
+				return err
+			}
+			if out[i], err = s.insertFire(ctx, tx, out[i]); err != nil {
 				return err
 			}
 		}
@@ -339,24 +358,30 @@ func (s *Store) ClaimFires(ctx context.Context, jobID string, expected, next tim
 	if err != nil || !claimed {
 		return nil, false, err
 	}
-	return fires, true, nil
+	return out, true, nil
 }
 
-// AddFire records f (a manual fire, or a failure found after the claim) and returns it with its ID.
+// AddFire records f (a manual fire, or a failure found after the claim) and returns it with its
+// ID. A fire that would start while another run of its job goes on (on any daemon) is recorded
+// as the job's overlap policy says (queued or skipped), as with ClaimFires.
 func (s *Store) AddFire(ctx context.Context, f Fire) (Fire, error) {
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	var out Fire
+	err := s.tx(ctx, func(tx *Tx) error {
 		var err error
-		f, err = insertFire(ctx, tx, f)
+		if out, err = applyOverlap(ctx, tx, f); err != nil {
+			return err
+		}
+		out, err = s.insertFire(ctx, tx, out)
 		return err
 	})
-	return f, err
+	return out, err
 }
 
-func insertFire(ctx context.Context, tx *sql.Tx, f Fire) (Fire, error) {
+func (s *Store) insertFire(ctx context.Context, tx *Tx, f Fire) (Fire, error) {
 	err := tx.QueryRowContext(ctx, `INSERT INTO job_fires (job_id, agent, kind, status, scheduled_at, fired_at,
-		missed, execution_id, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+		missed, execution_id, reason, daemon) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 		f.JobID, f.Agent, f.Kind, f.Status, f.ScheduledAt.UnixMilli(), f.FiredAt.UnixMilli(), f.Missed,
-		nullString(f.ExecutionID), f.Reason).Scan(&f.ID)
+		nullString(f.ExecutionID), f.Reason, nullString(s.daemon)).Scan(&f.ID)
 	return f, err
 }
 
@@ -425,10 +450,21 @@ func (s *Store) QueuedFires(ctx context.Context) ([]Fire, error) {
 // FailUnstartedFires marks failed the fires recorded as started whose execution never reached
 // the ledger (the daemon stopped between claiming the fire and starting its run), and returns
 // how many. A fire whose execution began stays as it is, even once the ledger has pruned it. The daemon calls it when it starts, before any fire.
+//
+// On PostgreSQL only this daemon's fires (SetDaemon) and those of no daemon are failed;
+// RecoverExpired fails those of daemons that are gone.
 func (s *Store) FailUnstartedFires(ctx context.Context) (int, error) {
+	if !s.pg {
+		return s.failUnstarted(ctx, "")
+	}
+	return s.failUnstarted(ctx, " AND (daemon IS NULL OR daemon = ?)", s.daemon)
+}
+
+// failUnstarted fails the unstarted fires cond (" AND …", with args) selects.
+func (s *Store) failUnstarted(ctx context.Context, cond string, args ...any) (int, error) {
 	r, err := s.w.ExecContext(ctx, `UPDATE job_fires SET status = 'failed', reason = ?
-		WHERE status = 'started' AND began = 0`,
-		"interrupted: the daemon stopped before the run started")
+		WHERE status = 'started' AND began = 0`+cond,
+		append([]any{"interrupted: the daemon stopped before the run started"}, args...)...)
 	if err != nil {
 		return 0, err
 	}

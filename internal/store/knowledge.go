@@ -93,11 +93,16 @@ func jsonOr(v json.RawMessage, def string) string {
 // AddMemories stores memories of agent in one transaction and returns them with their IDs.
 func (s *Store) AddMemories(ctx context.Context, agent string, items []Memory) ([]Memory, error) {
 	now := s.now().UTC().Truncate(time.Millisecond)
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		for i := range items {
 			items[i].CreatedAt, items[i].Metadata = now, json.RawMessage(jsonOr(items[i].Metadata, "{}"))
-			if err := tx.QueryRowContext(ctx, `INSERT INTO memories (agent, text, metadata, created_at, tokens) VALUES (?, ?, ?, ?, ?) RETURNING id`,
-				agent, items[i].Text, string(items[i].Metadata), now.UnixMilli(), len(tokens(items[i].Text))).Scan(&items[i].ID); err != nil {
+			q, args := `INSERT INTO memories (agent, text, metadata, created_at, tokens) VALUES (?, ?, ?, ?, ?) RETURNING id`,
+				[]any{agent, items[i].Text, string(items[i].Metadata), now.UnixMilli(), len(tokens(items[i].Text))}
+			if s.pg {
+				q = `INSERT INTO memories (agent, text, metadata, created_at, tokens, words) VALUES (?, ?, ?, ?, ?, ?) RETURNING id`
+				args = append(args, indexWords(items[i].Text))
+			}
+			if err := tx.QueryRowContext(ctx, q, args...).Scan(&items[i].ID); err != nil {
 				return err
 			}
 		}
@@ -164,7 +169,7 @@ func inOrder[T any](items []T, ids []int64, key func(T) int64) []T {
 // AddFacts stores facts of agent in one transaction.
 func (s *Store) AddFacts(ctx context.Context, agent string, items []Fact) ([]Fact, error) {
 	now := s.now().UTC().Truncate(time.Millisecond)
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		for i := range items {
 			f := &items[i]
 			f.CreatedAt, f.Metadata, f.Object = now, json.RawMessage(jsonOr(f.Metadata, "{}")), json.RawMessage(jsonOr(f.Object, "null"))
@@ -210,7 +215,7 @@ func scanFact(r scanner) (Fact, error) {
 // AddNodes stores nodes of agent, replacing nodes with the same ID.
 func (s *Store) AddNodes(ctx context.Context, agent string, items []Node) ([]Node, error) {
 	now := s.now().UTC().Truncate(time.Millisecond)
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		for i := range items {
 			n := &items[i]
 			n.CreatedAt, n.Properties = now, json.RawMessage(jsonOr(n.Properties, "{}"))
@@ -231,7 +236,7 @@ func (s *Store) AddNodes(ctx context.Context, agent string, items []Node) ([]Nod
 // AddEdges stores edges of agent.
 func (s *Store) AddEdges(ctx context.Context, agent string, items []Edge) ([]Edge, error) {
 	now := s.now().UTC().Truncate(time.Millisecond)
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		for i := range items {
 			e := &items[i]
 			e.CreatedAt, e.Properties = now, json.RawMessage(jsonOr(e.Properties, "{}"))
@@ -356,16 +361,23 @@ func scanEdge(r scanner) (Edge, error) {
 // AddDocuments stores documents of agent, replacing documents with the same ID.
 func (s *Store) AddDocuments(ctx context.Context, agent string, items []Document) ([]Document, error) {
 	now := s.now().UTC().Truncate(time.Millisecond)
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		for i := range items {
 			d := &items[i]
 			d.CreatedAt, d.Metadata = now, json.RawMessage(jsonOr(d.Metadata, "{}"))
 			// A replaced document keeps the time it was first stored: answer that one.
 			var created int64
-			if err := tx.QueryRowContext(ctx, `INSERT INTO documents (agent, id, title, content, metadata, created_at, tokens) VALUES (?, ?, ?, ?, ?, ?, ?)
+			q, args := `INSERT INTO documents (agent, id, title, content, metadata, created_at, tokens) VALUES (?, ?, ?, ?, ?, ?, ?)
 				ON CONFLICT (agent, id) DO UPDATE SET title = excluded.title, content = excluded.content, metadata = excluded.metadata,
-				tokens = excluded.tokens RETURNING created_at`, agent, d.ID, d.Title, d.Content, string(d.Metadata), now.UnixMilli(),
-				len(tokens(d.Title+" "+d.Content))).Scan(&created); err != nil {
+				tokens = excluded.tokens RETURNING created_at`, []any{agent, d.ID, d.Title, d.Content, string(d.Metadata), now.UnixMilli(),
+				len(tokens(d.Title + " " + d.Content))}
+			if s.pg {
+				q = `INSERT INTO documents (agent, id, title, content, metadata, created_at, tokens, words) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+				ON CONFLICT (agent, id) DO UPDATE SET title = excluded.title, content = excluded.content, metadata = excluded.metadata,
+				tokens = excluded.tokens, words = excluded.words RETURNING created_at`
+				args = append(args, indexWords(d.Title+" "+d.Content))
+			}
+			if err := tx.QueryRowContext(ctx, q, args...).Scan(&created); err != nil {
 				return err
 			}
 			d.CreatedAt = time.UnixMilli(created).UTC()
@@ -471,7 +483,7 @@ func (s *Store) StoreResult(ctx context.Context, agent, key string, value json.R
 func (s *Store) StoreResults(ctx context.Context, agent string, items []StoredResult) ([]StoredResult, error) {
 	now := s.now().UTC().Truncate(time.Millisecond)
 	out := make([]StoredResult, len(items))
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		for i, it := range items {
 			text := jsonOr(it.Value, "null")
 			size := int64(len(it.Key) + len(text))

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 
 	"github.com/sandpit-dev/sandpit/internal/errclass"
@@ -44,7 +43,7 @@ func (e *QuotaError) Is(target error) bool { return target == errclass.TooLarge 
 
 // checkResultQuota returns a *QuotaError when storing size more bytes under the agent's key
 // would pass a quota. It runs in the write transaction, so concurrent writes cannot both pass.
-func (s *Store) checkResultQuota(ctx context.Context, tx *sql.Tx, agent, key string, size int64) error {
+func (s *Store) checkResultQuota(ctx context.Context, tx *Tx, agent, key string, size int64) error {
 	var used int64
 	var versions int
 	if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(bytes), 0) FROM results WHERE agent = ?`, agent).Scan(&used); err != nil {
@@ -72,7 +71,7 @@ func (s *Store) checkResultQuota(ctx context.Context, tx *sql.Tx, agent, key str
 // useIncrementalVacuum makes the database give the pages of deleted rows back to the file
 // system (see reclaim). A database made before it had no auto-vacuum: switching needs one
 // VACUUM, which rewrites the file once (it needs free disk space of about its size).
-func useIncrementalVacuum(ctx context.Context, db *sql.DB) (converted bool, err error) {
+func useIncrementalVacuum(ctx context.Context, db *dbx) (converted bool, err error) {
 	const incremental = 2
 	var mode int
 	if err := db.QueryRowContext(ctx, `PRAGMA auto_vacuum`).Scan(&mode); err != nil {
@@ -95,6 +94,9 @@ func useIncrementalVacuum(ctx context.Context, db *sql.DB) (converted bool, err 
 // truncated; the next reclaim or checkpoint finishes the job. Failures are logged, not
 // returned: the delete itself has been committed.
 func (s *Store) reclaim(ctx context.Context) {
+	if s.pg {
+		return // PostgreSQL's autovacuum reclaims dead rows itself
+	}
 	if _, err := s.w.ExecContext(ctx, `PRAGMA incremental_vacuum`); err != nil {
 		s.log.Warn("giving freed database pages back to the file system failed", "error", err)
 		return

@@ -66,9 +66,17 @@ func (s *Store) search(ctx context.Context, kind, agent string, words []string, 
 	if kind == "documents" {
 		table, fts, rowid, text = "documents", "documents_fts", "rid", "t.title || ' ' || t.content"
 	}
-	match := ftsMatch(words)
-	rows, err := s.r.QueryContext(ctx, `SELECT t.`+rowid+`, `+text+`, t.tokens FROM `+fts+` JOIN `+table+` t ON t.`+rowid+` = `+fts+`.rowid
-		WHERE `+fts+` MATCH ? AND t.agent = ? LIMIT ?`, match, agent, maxCandidates)
+	// matches is the query that selects the agent's rows matching some of words (the
+	// arguments follow: the words, the agent).
+	matches := func(cols string, words []string) (string, []any) {
+		if s.pg {
+			return `SELECT ` + cols + ` FROM ` + table + ` t WHERE t.words && ? AND t.agent = ?`, []any{indexable(words), agent}
+		}
+		return `SELECT ` + cols + ` FROM ` + fts + ` JOIN ` + table + ` t ON t.` + rowid + ` = ` + fts + `.rowid
+		WHERE ` + fts + ` MATCH ? AND t.agent = ?`, []any{ftsMatch(words), agent}
+	}
+	q, args := matches(`t.`+rowid+`, `+text+`, t.tokens`, words)
+	rows, err := s.r.QueryContext(ctx, q+` LIMIT ?`, append(args, maxCandidates)...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -91,8 +99,8 @@ func (s *Store) search(ctx context.Context, kind, agent string, words []string, 
 			continue
 		}
 		var n int
-		if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM `+fts+` JOIN `+table+` t ON t.`+rowid+` = `+fts+`.rowid
-			WHERE `+fts+` MATCH ? AND t.agent = ?`, ftsMatch([]string{w}), agent).Scan(&n); err != nil {
+		q, args := matches(`count(*)`, []string{w})
+		if err := s.r.QueryRowContext(ctx, q, args...).Scan(&n); err != nil {
 			return nil, nil, err
 		}
 		df[w] = n
@@ -124,10 +132,35 @@ func ftsMatch(words []string) string {
 	return strings.Join(quoted, " OR ")
 }
 
+// maxIndexWord is the longest word (in bytes) PostgreSQL's index of rows' words holds; a GIN
+// index entry must fit in a page. Longer words are not matched on PostgreSQL.
+const maxIndexWord = 1000
+
+// indexWords returns the distinct words of text as PostgreSQL's words column holds them.
+func indexWords(text string) []string {
+	return indexable(tokens(text))
+}
+
+// indexable returns the distinct words of words that PostgreSQL's index holds, in order.
+func indexable(words []string) []string {
+	seen := make(map[string]bool, len(words))
+	out := make([]string, 0, len(words))
+	for _, w := range words {
+		if len(w) <= maxIndexWord && !seen[w] {
+			seen[w] = true
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 // dropAgentIndexes removes the per-agent full-text tables of migration 5 and counts the words
 // of rows stored before migration 6.
 func (s *Store) dropAgentIndexes(ctx context.Context) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	if s.pg {
+		return nil // migration 5 was SQLite's only
+	}
+	return s.tx(ctx, func(tx *Tx) error {
 		rows, err := tx.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND (name GLOB 'fts_memories_*' OR name GLOB 'fts_documents_*')
 			AND sql LIKE 'CREATE VIRTUAL TABLE%'`)
 		if err != nil {

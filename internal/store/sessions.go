@@ -22,8 +22,8 @@ func (s *Store) BeginSession(ctx context.Context, info sandbox.SessionInfo) erro
 	if err != nil {
 		return err
 	}
-	_, err = s.w.ExecContext(ctx, `INSERT INTO sessions (id, agent, created_at, info) VALUES (?, ?, ?, ?)`,
-		info.ID, info.Agent, ms(info.CreatedAt), string(raw))
+	_, err = s.w.ExecContext(ctx, `INSERT INTO sessions (id, agent, created_at, info, daemon) VALUES (?, ?, ?, ?, ?)`,
+		info.ID, info.Agent, ms(info.CreatedAt), string(raw), nullString(s.daemon))
 	return err
 }
 
@@ -43,21 +43,25 @@ func (s *Store) EndSession(ctx context.Context, info sandbox.SessionInfo) error 
 	return err
 }
 
-// LookupSession returns the record of session id (sandbox.SessionLedger); one that never ended
-// reads as ended by the daemon's stop. An error wraps sandbox.ErrSessionNotFound when there is
-// none.
+// LookupSession returns the record of session id (sandbox.SessionLedger); one of this daemon
+// that never ended reads as ended by the daemon's stop. An error wraps
+// sandbox.ErrSessionNotFound when there is none, or when another daemon sharing the database
+// holds it (a session is served by its own daemon only).
 func (s *Store) LookupSession(ctx context.Context, id string) (sandbox.SessionInfo, error) {
 	var (
-		raw          string
-		ended        sql.NullInt64
-		code, reason sql.NullString
+		raw                  string
+		ended                sql.NullInt64
+		code, reason, daemon sql.NullString
 	)
-	err := s.r.QueryRowContext(ctx, `SELECT info, ended_at, end_reason, reason FROM sessions WHERE id = ?`, id).Scan(&raw, &ended, &code, &reason)
+	err := s.r.QueryRowContext(ctx, `SELECT info, ended_at, end_reason, reason, daemon FROM sessions WHERE id = ?`, id).Scan(&raw, &ended, &code, &reason, &daemon)
 	if errors.Is(err, sql.ErrNoRows) {
 		return sandbox.SessionInfo{}, fmt.Errorf("session %q: %w", id, sandbox.ErrSessionNotFound)
 	}
 	if err != nil {
 		return sandbox.SessionInfo{}, err
+	}
+	if !ended.Valid && daemon.String != s.daemon {
+		return sandbox.SessionInfo{}, fmt.Errorf("session %q is held by daemon %s, which serves its calls: %w", id, daemon.String, sandbox.ErrSessionNotFound)
 	}
 	var info sandbox.SessionInfo
 	if err := json.Unmarshal([]byte(raw), &info); err != nil {
@@ -74,12 +78,16 @@ func (s *Store) LookupSession(ctx context.Context, id string) (sandbox.SessionIn
 	return info, nil
 }
 
-// EndOpenSessions ends every session still open (a stopped daemon left it) with reason
-// daemon_stopped, and returns how many there were. The daemon calls it when it starts.
+// EndOpenSessions ends every session this daemon left open (it stopped or crashed) with reason
+// daemon_stopped, and returns how many there were. The daemon calls it when it starts; on
+// PostgreSQL the sessions of other daemons sharing the database are left alone.
 func (s *Store) EndOpenSessions(ctx context.Context) (int, error) {
 	now := s.now()
-	r, err := s.w.ExecContext(ctx, `UPDATE sessions SET ended_at = ?, end_reason = ?, reason = ? WHERE ended_at IS NULL`,
-		ms(now), sandbox.EndDaemonStopped, ReasonDaemonStopped)
+	cond, args := "", []any{ms(now), sandbox.EndDaemonStopped, ReasonDaemonStopped}
+	if s.pg {
+		cond, args = " AND (daemon IS NULL OR daemon = ?)", append(args, s.daemon)
+	}
+	r, err := s.w.ExecContext(ctx, `UPDATE sessions SET ended_at = ?, end_reason = ?, reason = ? WHERE ended_at IS NULL`+cond, args...)
 	if err != nil {
 		return 0, err
 	}

@@ -28,7 +28,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/errclass"
 )
 
-//go:embed migrations/*.sql
+//go:embed migrations/*.sql migrations_pg/*.sql
 var migrations embed.FS
 
 // ErrNotFound means the thing asked for does not exist (class errclass.NotFound).
@@ -65,8 +65,15 @@ func (e *InUseError) Error() string {
 
 // Store is the open database. It is safe for concurrent use.
 type Store struct {
-	w   *sql.DB // one connection: every write goes through it
-	r   *sql.DB // readers
+	w *dbx // SQLite: one connection, every write goes through it; PostgreSQL: the pool
+	r *dbx // readers (PostgreSQL: the same pool as w)
+	// pg says the database is PostgreSQL (OpenPostgres), not SQLite.
+	pg bool
+	// daemon is this daemon's ID (SetDaemon), recorded with the executions it runs and the
+	// fires it claims; "" until set.
+	daemon string
+	// url is the PostgreSQL connection URL (OpenPostgres), "" for SQLite.
+	url string
 	log *slog.Logger
 	now func() time.Time
 	// quotas bound each agent's stored results (see quota.go).
@@ -88,10 +95,11 @@ func Open(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
 	for _, p := range []string{"busy_timeout(10000)", "journal_mode(WAL)", "foreign_keys(1)", "synchronous(NORMAL)"} {
 		q.Add("_pragma", p)
 	}
-	w, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode()+"&_txlock=immediate")
+	wdb, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode()+"&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("opening the database %s: %w", path, err)
 	}
+	w := &dbx{DB: wdb}
 	w.SetMaxOpenConns(1)
 	w.SetConnMaxIdleTime(0)
 	if err := w.PingContext(ctx); err != nil {
@@ -105,17 +113,17 @@ func Open(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
 	} else if converted {
 		log.Info("the database now gives the space of deleted rows back to the file system (auto_vacuum incremental)", "path", path)
 	}
-	if err := migrate(ctx, w); err != nil {
+	if err := migrate(ctx, w.DB, false); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("migrating the database %s: %w", path, err)
 	}
-	r, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	rdb, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("opening the database %s: %w", path, err)
 	}
-	r.SetMaxOpenConns(4)
-	s := &Store{w: w, r: r, log: log, now: time.Now, quotas: DefaultQuotas()}
+	rdb.SetMaxOpenConns(4)
+	s := &Store{w: w, r: &dbx{DB: rdb}, log: log, now: time.Now, quotas: DefaultQuotas()}
 	if err := s.dropAgentIndexes(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("indexing the knowledge of %s: %w", path, err)
@@ -123,12 +131,16 @@ func Open(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
 	return s, nil
 }
 
-func migrate(ctx context.Context, db *sql.DB) error {
-	dir, err := fs.Sub(migrations, "migrations")
+func migrate(ctx context.Context, db *sql.DB, pg bool) error {
+	sub, dialect := "migrations", goose.DialectSQLite3
+	if pg {
+		sub, dialect = "migrations_pg", goose.DialectPostgres
+	}
+	dir, err := fs.Sub(migrations, sub)
 	if err != nil {
 		return err
 	}
-	p, err := goose.NewProvider(goose.DialectSQLite3, db, dir, goose.WithDisableGlobalRegistry(true))
+	p, err := goose.NewProvider(dialect, db, dir, goose.WithDisableGlobalRegistry(true))
 	if err != nil {
 		return err
 	}
@@ -138,20 +150,40 @@ func migrate(ctx context.Context, db *sql.DB) error {
 
 // Close closes the database.
 func (s *Store) Close() error {
+	if s.r == s.w {
+		return s.w.Close()
+	}
 	return errors.Join(s.r.Close(), s.w.Close())
 }
 
-// tx runs fn in a write transaction, committing when it returns nil.
-func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return err
+// tx runs fn in a write transaction, committing when it returns nil. On PostgreSQL the
+// transaction is SERIALIZABLE, so that every transaction sees the database as if it ran alone
+// (as SQLite's one writer does), and is run again (fn with it) when PostgreSQL could not
+// serialize it with a concurrent one: fn must only read and write through tx.
+func (s *Store) tx(ctx context.Context, fn func(*Tx) error) error {
+	var opts *sql.TxOptions
+	if s.pg {
+		opts = &sql.TxOptions{Isolation: sql.LevelSerializable}
 	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
+	for attempt := 1; ; attempt++ {
+		sqlTx, err := s.w.BeginTx(ctx, opts)
+		if err != nil {
+			return err
+		}
+		tx := &Tx{tx: sqlTx, pg: s.pg}
+		err = fn(tx)
+		if err == nil {
+			err = sqlTx.Commit()
+		} else {
+			_ = sqlTx.Rollback()
+		}
+		if err == nil || !s.pg || !retryable(err) || attempt >= maxAttempts {
+			return err
+		}
+		if err := pause(ctx, attempt); err != nil {
+			return err
+		}
 	}
-	return tx.Commit()
 }
 
 // ms converts t to Unix milliseconds; the zero time is NULL.

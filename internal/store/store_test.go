@@ -12,10 +12,20 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/testenv/pgtest"
 )
 
+// open returns a new, empty store: SQLite, or PostgreSQL for the cases TestPostgres runs.
 func open(t *testing.T) *Store {
 	t.Helper()
+	if onPostgres(t) {
+		s, err := OpenPostgres(t.Context(), pgtest.URL(t), 4, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
 	s, err := Open(t.Context(), filepath.Join(t.TempDir(), FileName), nil)
 	if err != nil {
 		t.Fatal(err)

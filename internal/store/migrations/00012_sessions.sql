@@ -14,7 +14,8 @@ CREATE TABLE sessions (
     ended_at   INTEGER,
     end_reason TEXT,
     reason     TEXT,
-    info       TEXT NOT NULL
+    info       TEXT NOT NULL,
+    daemon     TEXT
 ) WITHOUT ROWID;
 
 -- +goose Down

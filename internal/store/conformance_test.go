@@ -1,0 +1,328 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/testenv/pgtest"
+)
+
+// The store conformance suite: every case of this package that is about the store's contract
+// (not about SQLite's files on disk) runs on SQLite as its own test, and again on PostgreSQL
+// under TestPostgres (open gives each a fresh schema of SANDPIT_TEST_DATABASE_URL).
+
+// conformance lists the cases TestPostgres runs.
+var conformance = []struct {
+	name string
+	test func(*testing.T)
+}{
+	{"LedgerRecordsAndReadsBack", TestLedgerRecordsAndReadsBack},
+	{"FinishInterruptedFinalisesRunningRecords", TestFinishInterruptedFinalisesRunningRecords},
+	{"ListExecutionsFiltersAndPages", TestListExecutionsFiltersAndPages},
+	{"PruneKeepsNewestAndRunning", TestPruneKeepsNewestAndRunning},
+	{"CodeVersionsAndConflicts", TestCodeVersionsAndConflicts},
+	{"DeleteCodeInUseByJob", TestDeleteCodeInUseByJob},
+	{"ClaimFiresOnce", TestClaimFiresOnce},
+	{"JobFilesAreKept", TestJobFilesAreKept},
+	{"ReplacingAnswersTheStoredCreatedAt", TestReplacingAnswersTheStoredCreatedAt},
+	{"ResultVersionCap", TestResultVersionCap},
+	{"SearchRanksByBM25WithinTheAgent", TestSearchRanksByBM25WithinTheAgent},
+	{"KnowledgeKeepsHostileText", TestKnowledgeKeepsHostileText},
+	{"FilesServedByEveryHandle", TestFilesServedByEveryHandle},
+	{"DaemonsRecoverExpiredLeases", TestDaemonsRecoverExpiredLeases},
+	{"OverlapIsDecidedFromTheSharedLedger", TestOverlapIsDecidedFromTheSharedLedger},
+}
+
+// onPostgres says whether t is a case TestPostgres runs.
+func onPostgres(t *testing.T) bool { return strings.HasPrefix(t.Name(), "TestPostgres/") }
+
+// TestPostgres runs the conformance suite on PostgreSQL.
+func TestPostgres(t *testing.T) {
+	pgtest.Base(t)
+	for _, c := range conformance {
+		t.Run(c.name, c.test)
+	}
+}
+
+// TestSearchRanksByBM25WithinTheAgent pins the ranking contract on one corpus: the order and
+// scores depend on the agent's own rows only, and are the same on both backends.
+func TestSearchRanksByBM25WithinTheAgent(t *testing.T) {
+	s := open(t)
+	ctx := t.Context()
+	corpus := []string{
+		"the quick brown fox jumps over the lazy dog",
+		"a fox, a fox, a fox in the henhouse",
+		"dogs and cats living together",
+		"brown bread and brown butter",
+		"nothing to see here",
+		"Fox news: the fox is quick",
+	}
+	var items []Memory
+	for _, text := range corpus {
+		items = append(items, Memory{Text: text})
+	}
+	if _, err := s.AddMemories(ctx, "a", items); err != nil {
+		t.Fatal(err)
+	}
+	// Another agent's rows full of the query's words must change nothing for agent a.
+	var noise []Memory
+	for i := range 50 {
+		noise = append(noise, Memory{Text: fmt.Sprintf("fox fox brown quick %d", i)})
+	}
+	if _, err := s.AddMemories(ctx, "b", noise); err != nil {
+		t.Fatal(err)
+	}
+	found, err := s.SearchMemories(ctx, "a", "quick fox", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range found {
+		got = append(got, fmt.Sprintf("%s %.4f", m.Text, m.Score))
+	}
+	want := []string{
+		"Fox news: the fox is quick 2.0197",
+		"the quick brown fox jumps over the lazy dog 1.4696",
+		"a fox, a fox, a fox in the henhouse 0.9991",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("search order:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	docs := []Document{{ID: "d1", Title: "Brown", Content: "brown bread"}, {ID: "d2", Title: "Fox", Content: "the brown fox"},
+		{ID: "d3", Title: "Other", Content: "cats"}}
+	if _, err := s.AddDocuments(ctx, "a", docs); err != nil {
+		t.Fatal(err)
+	}
+	// Replacing a document re-indexes its words.
+	if _, err := s.AddDocuments(ctx, "a", []Document{{ID: "d3", Title: "Other", Content: "brown cats"}}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := s.FindDocuments(ctx, "a", "brown", nil, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, d := range ds {
+		ids = append(ids, d.ID)
+	}
+	if !slices.Equal(ids, []string{"d1", "d3", "d2"}) {
+		t.Fatalf("document order %v", ids)
+	}
+	if ds, _ := s.FindDocuments(ctx, "b", "brown", nil, 10); len(ds) != 0 {
+		t.Fatalf("agent b found agent a's documents: %+v", ds)
+	}
+}
+
+// TestKnowledgeKeepsHostileText stores what hostile code may write (NUL bytes, invalid UTF-8,
+// a very long word) and reads it back without failing the write.
+func TestKnowledgeKeepsHostileText(t *testing.T) {
+	s := open(t)
+	ctx := t.Context()
+	long := strings.Repeat("x", 5000)
+	if _, err := s.AddMemories(ctx, "a", []Memory{{Text: "nul\x00byte bad\xffutf8 " + long + " findme"}}); err != nil {
+		t.Fatal(err)
+	}
+	found, err := s.SearchMemories(ctx, "a", "findme", 5)
+	if err != nil || len(found) != 1 {
+		t.Fatalf("search: %+v %v", found, err)
+	}
+	head := sandbox.Result{ID: sandbox.NewID(), Agent: "a", TimeoutMS: 1000, StartedAt: time.Now(), Origin: sandbox.Origin{Source: "api"}}
+	if err := s.Begin(ctx, sandbox.Spec{ID: head.ID, Code: "x", Input: json.RawMessage("null"), TimeoutMS: 1000}, head); err != nil {
+		t.Fatal(err)
+	}
+	head.Outcome, head.Stdout = sandbox.OutcomeOK, "out\x00put \xfe"
+	if err := s.Finish(ctx, head); err != nil {
+		t.Fatal(err)
+	}
+	e, err := s.GetExecution(ctx, head.ID)
+	if err != nil || !strings.HasPrefix(e.Stdout, "out") {
+		t.Fatalf("record: %q %v", e.Stdout, err)
+	}
+}
+
+// TestFilesServedByEveryHandle: a file one store handle keeps is served by another (on
+// PostgreSQL, another daemon; on SQLite, the same data directory opened again).
+func TestFilesServedByEveryHandle(t *testing.T) {
+	s, f, dir := openFiles(t, 1<<20)
+	id := begin(t, s, time.Now())
+	if err := put(t, f, id, "out.txt", 3); err != nil {
+		t.Fatal(err)
+	}
+	other := s
+	if s.pg {
+		var err error
+		// The same schema through a second pool stands for another daemon.
+		other, err = OpenPostgres(t.Context(), s.url, 2, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+	}
+	f2, err := other.OpenFiles(t.Context(), dir, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := f2.Open(t.Context(), id, "out.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	if len(b) != 3 {
+		t.Fatalf("read %q", b)
+	}
+}
+
+// TestDaemonsRecoverExpiredLeases: a daemon's running records and claimed fires are its own;
+// another daemon finalises them only once its heartbeat is older than the lease.
+func TestDaemonsRecoverExpiredLeases(t *testing.T) {
+	s := open(t)
+	ctx := t.Context()
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	s.now = func() time.Time { return now }
+	s.SetDaemon("d1")
+	if err := s.Heartbeat(ctx, "127.0.0.1:1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateCode(ctx, Code{Agent: "a", Name: "c", Code: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateJob(ctx, Job{ID: "job_1", Agent: "a", CodeName: "c", Schedule: "@every 10s", Timezone: "UTC",
+		Input: json.RawMessage("null"), Enabled: true, Overlap: "skip", CatchUp: "skip", NextRunAt: &now}); err != nil {
+		t.Fatal(err)
+	}
+	began := Fire{JobID: "job_1", Agent: "a", Kind: FireScheduled, Status: FireStarted, ScheduledAt: now, FiredAt: now, ExecutionID: sandbox.NewID()}
+	fires, ok, err := s.ClaimFires(ctx, "job_1", now, now.Add(10*time.Second), []Fire{began})
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if busy, err := s.JobBusy(ctx, "job_1"); err != nil || busy == "" {
+		t.Fatalf("JobBusy after a started fire = %q, %v", busy, err)
+	}
+	head := sandbox.Result{ID: began.ExecutionID, Agent: "a", TimeoutMS: 1000, StartedAt: now, Origin: sandbox.Origin{Source: "job", JobID: "job_1"}}
+	if err := s.Begin(ctx, sandbox.Spec{ID: head.ID, Code: "x", Input: json.RawMessage("null"), TimeoutMS: 1000}, head); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := s.GetExecution(ctx, head.ID); err != nil || e.Daemon != "d1" {
+		t.Fatalf("the record names daemon %q (%v), want d1", e.Daemon, err)
+	}
+	// Within the lease nothing is recovered.
+	now = now.Add(DefaultLease / 2)
+	if n, err := s.RecoverExpired(ctx, DefaultLease); err != nil || n != 0 {
+		t.Fatalf("RecoverExpired within the lease = %d, %v", n, err)
+	}
+	// Past it, another daemon finalises d1's run and its job is free again.
+	now = now.Add(DefaultLease)
+	s.SetDaemon("d2")
+	if n, err := s.RecoverExpired(ctx, DefaultLease); err != nil || n != 1 {
+		t.Fatalf("RecoverExpired past the lease = %d, %v", n, err)
+	}
+	e, err := s.GetExecution(ctx, head.ID)
+	if err != nil || e.Status != "finished" || e.Reason != ReasonInterrupted {
+		t.Fatalf("record after recovery: %+v %v", e.Status, err)
+	}
+	if busy, err := s.JobBusy(ctx, "job_1"); err != nil || busy != "" {
+		t.Fatalf("JobBusy after recovery = %q, %v", busy, err)
+	}
+	_ = fires
+	// Two handles claiming the same fire: exactly one wins.
+	next := now.Add(time.Second)
+	if _, err := s.UpdateJob(ctx, Job{ID: "job_1", Agent: "a", CodeName: "c", Schedule: "@every 10s", Timezone: "UTC",
+		Input: json.RawMessage("null"), Enabled: true, Overlap: "skip", CatchUp: "skip", NextRunAt: &next}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wins := 0
+	for range 6 {
+		wg.Go(func() {
+			f := Fire{JobID: "job_1", Agent: "a", Kind: FireScheduled, Status: FireStarted, ScheduledAt: next, FiredAt: next, ExecutionID: sandbox.NewID()}
+			_, ok, err := s.ClaimFires(ctx, "job_1", next, next.Add(10*time.Second), []Fire{f})
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				mu.Lock()
+				wins++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if wins != 1 {
+		t.Fatalf("%d daemons claimed one fire", wins)
+	}
+}
+
+// TestOverlapIsDecidedFromTheSharedLedger: a fire that would start while a run of its job goes
+// on (whichever daemon runs it) is skipped or queued by the job's policy when it is recorded,
+// and a queued fire is handed out once, when that run has ended.
+func TestOverlapIsDecidedFromTheSharedLedger(t *testing.T) {
+	s := open(t)
+	ctx := t.Context()
+	s.SetDaemon("d1")
+	if _, err := s.CreateCode(ctx, Code{Agent: "a", Name: "c", Code: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	for _, overlap := range []string{"skip", "queue"} {
+		id := "job_" + overlap
+		if _, err := s.CreateJob(ctx, Job{ID: id, Agent: "a", CodeName: "c", Schedule: "@every 10s", Timezone: "UTC",
+			Input: json.RawMessage("null"), Enabled: true, Overlap: overlap, CatchUp: "skip", NextRunAt: &at}); err != nil {
+			t.Fatal(err)
+		}
+		claim := func(n int) Fire {
+			t.Helper()
+			due := at.Add(time.Duration(n) * 10 * time.Second)
+			f := Fire{JobID: id, Agent: "a", Kind: FireScheduled, Status: FireStarted, ScheduledAt: due, FiredAt: due, ExecutionID: sandbox.NewID()}
+			fires, ok, err := s.ClaimFires(ctx, id, due, due.Add(10*time.Second), []Fire{f})
+			if err != nil || !ok || len(fires) != 1 {
+				t.Fatalf("claim %d: %v %v %v", n, fires, ok, err)
+			}
+			return fires[0]
+		}
+		first := claim(0)
+		if first.Status != FireStarted {
+			t.Fatalf("%s: the first fire is %s", overlap, first.Status)
+		}
+		second, third := claim(1), claim(2)
+		want := []string{FireSkipped, FireSkipped}
+		if overlap == "queue" {
+			want = []string{FireQueued, FireSkipped}
+		}
+		if second.Status != want[0] || third.Status != want[1] || second.ExecutionID != "" {
+			t.Fatalf("%s: fires while the first runs: %+v %+v", overlap, second, third)
+		}
+		if overlap != "queue" {
+			continue
+		}
+		if ok, err := s.StartQueued(ctx, second.ID, id, sandbox.NewID()); err != nil || ok {
+			t.Fatalf("a queued fire started while the first run goes on: %v %v", ok, err)
+		}
+		head := sandbox.Result{ID: first.ExecutionID, Agent: "a", TimeoutMS: 1000, StartedAt: at, Origin: sandbox.Origin{Source: "job", JobID: id}}
+		if err := s.Begin(ctx, sandbox.Spec{ID: head.ID, Code: "x", Input: json.RawMessage("null"), TimeoutMS: 1000}, head); err != nil {
+			t.Fatal(err)
+		}
+		head.Outcome = sandbox.OutcomeOK
+		if err := s.Finish(ctx, head); err != nil {
+			t.Fatal(err)
+		}
+		exec := sandbox.NewID()
+		if ok, err := s.StartQueued(ctx, second.ID, id, exec); err != nil || !ok {
+			t.Fatalf("the queued fire did not start after the run ended: %v %v", ok, err)
+		}
+		if ok, _ := s.StartQueued(ctx, second.ID, id, sandbox.NewID()); ok {
+			t.Fatal("a queued fire was handed out twice")
+		}
+		if busy, _ := s.JobBusy(ctx, id); busy != exec {
+			t.Fatalf("JobBusy = %q, want the queued fire's run %s", busy, exec)
+		}
+	}
+}
