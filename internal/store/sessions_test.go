@@ -2,7 +2,6 @@ package store
 
 import (
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,11 +12,7 @@ import (
 // reads as ended by the daemon's stop, before and after EndOpenSessions; a session's call names
 // it in its execution record.
 func TestSessionLedger(t *testing.T) {
-	s, err := Open(t.Context(), filepath.Join(t.TempDir(), FileName), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := open(t)
 	ctx := t.Context()
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	closed := sandbox.SessionInfo{ID: sandbox.NewSessionID(), Agent: "alice", State: sandbox.SessionActive, CreatedAt: now, LastUsedAt: now, IdleTimeoutMS: 1000}
