@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 )
 
 // restClient calls one daemon's REST API through package client, with keep-alive connections
@@ -34,11 +35,8 @@ func newRESTClient(base, token string, maxClients int) *restClient {
 // close releases the idle connections.
 func (c *restClient) close() { c.hc.CloseIdleConnections() }
 
-// busy reports whether err is a 429 (all slots busy and the queue full).
-func busy(err error) bool {
-	ae, ok := errors.AsType[*client.APIError](err)
-	return ok && ae.Status == http.StatusTooManyRequests
-}
+// busy reports whether err is the daemon's busy (429: all slots busy and the queue full).
+func busy(err error) bool { return errors.Is(err, errclass.Busy) }
 
 // requestTimeout bounds one request: the run's own timeout plus room for the daemon.
 const requestTimeout = time.Minute

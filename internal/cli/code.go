@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"text/tabwriter"
@@ -9,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
-	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 )
 
 func (o *options) codeCommand() *cobra.Command {
@@ -56,7 +57,7 @@ after it (a mismatch ends the run with outcome output_invalid).`,
 				return err
 			}
 			saved, err := c.CreateCode(cmd.Context(), save.agent, args[0], d)
-			if api, ok := err.(*client.APIError); ok && api.Status == 409 {
+			if errors.Is(err, errclass.Conflict) { // the name exists: save a new version of it
 				saved, err = c.UpdateCode(cmd.Context(), save.agent, args[0], d, save.expected)
 			}
 			if err != nil {

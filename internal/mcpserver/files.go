@@ -11,7 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
-	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -130,8 +130,7 @@ func (t *tools) readFile(ctx context.Context, req *mcp.ReadResourceRequest) (*mc
 		return nil, mcp.ResourceNotFoundError(uri)
 	}
 	files, _, _, err := t.c.ExecutionFiles(ctx, id, t.agent)
-	var api *client.APIError
-	if errors.As(err, &api) && api.Status == 404 {
+	if errors.Is(err, errclass.NotFound) {
 		return nil, mcp.ResourceNotFoundError(uri)
 	}
 	if err != nil {
@@ -142,7 +141,7 @@ func (t *tools) readFile(ctx context.Context, req *mcp.ReadResourceRequest) (*mc
 			continue
 		}
 		content, err := t.c.ReadFile(ctx, id, f, 0)
-		if errors.As(err, &api) && api.Status == 404 {
+		if errors.Is(err, errclass.NotFound) {
 			return nil, mcp.ResourceNotFoundError(uri)
 		}
 		if err != nil {
