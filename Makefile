@@ -27,6 +27,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZ_TIME) ./internal/schedule
 	$(GO) test -run '^$$' -fuzz '^FuzzReceive$$' -fuzztime $(FUZZ_TIME) ./internal/protocol
 	$(GO) test -run '^$$' -fuzz '^FuzzCapture$$' -fuzztime $(FUZZ_TIME) ./internal/executor
+	$(GO) test -run '^$$' -fuzz '^FuzzReadTarget$$' -fuzztime $(FUZZ_TIME) ./internal/executor
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRule$$' -fuzztime $(FUZZ_TIME) ./internal/egress
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckAddress$$' -fuzztime $(FUZZ_TIME) ./internal/egress
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeExecuteBody$$' -fuzztime $(FUZZ_TIME) ./internal/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzKnowledgeImport$$' -fuzztime $(FUZZ_TIME) -fuzzminimizetime 5s ./internal/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzToolArguments$$' -fuzztime $(FUZZ_TIME) ./internal/mcpserver

@@ -20,6 +20,9 @@ type ExecuteRequest struct {
 	Agent string `json:"agent,omitempty"`
 	// Dependencies are PEP 508 requirements installed (when missing) before the run.
 	Dependencies []string `json:"dependencies,omitempty"`
+	// NetworkAllow, with the daemon's network "allowlist", narrows its network_allow for this
+	// run: host names, IP addresses and CIDRs within the daemon's list (nil: the daemon's list).
+	NetworkAllow []string `json:"network_allow,omitempty"`
 	RunFiles
 }
 
@@ -138,11 +141,40 @@ type Result struct {
 	Files          []File        `json:"files,omitempty"`
 	FilesSkipped   []SkippedFile `json:"files_skipped,omitempty"`
 	FilesTruncated bool          `json:"files_truncated,omitempty"`
+	// Egress lists the outbound connections the program (and the install of its dependencies,
+	// marked Install, first) asked the sandbox's proxy for under network "allowlist", allowed
+	// or refused; EgressOmitted counts the program's left out past 256.
+	Egress        []EgressConnection `json:"egress,omitempty"`
+	EgressOmitted int                `json:"egress_omitted,omitempty"`
 	// SessionID names the session the execution was a call of ("se_..."); empty for a
 	// one-shot run. SessionEnded is set when this call ended its session: why (an End
 	// constant); Reason says more.
 	SessionID    string `json:"session_id,omitempty"`
 	SessionEnded string `json:"session_ended,omitempty"`
+}
+
+// EgressConnection is one outbound connection asked of the sandbox's proxy.
+type EgressConnection struct {
+	// Host and Port are the destination the program asked for (a name or an IP literal).
+	Host string `json:"host"`
+	Port int    `json:"port"`
+	// Address is the address the daemon dialed (empty when refused before resolving).
+	Address string `json:"address,omitempty"`
+	// Allowed says whether the destination was allowed; Rule is the network_allow entry that
+	// allowed it, Reason why it was refused (or why an allowed one failed to connect).
+	Allowed bool   `json:"allowed"`
+	Rule    string `json:"rule,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	// BytesSent and BytesReceived count the bytes carried each way.
+	BytesSent     int64 `json:"bytes_sent"`
+	BytesReceived int64 `json:"bytes_received"`
+	// StartedAt is when it was asked for; DurationMS how long it stayed open.
+	StartedAt  time.Time `json:"started_at"`
+	DurationMS int64     `json:"duration_ms"`
+	// Ended says why the daemon ended it early (a cap, the run's end).
+	Ended string `json:"ended,omitempty"`
+	// Install marks a connection of the install of the run's dependencies.
+	Install bool `json:"install,omitempty"`
 }
 
 // Origin says where an execution came from.

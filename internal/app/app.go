@@ -23,6 +23,7 @@ import (
 	apiclient "github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/datadir"
+	"github.com/sandpit-dev/sandpit/internal/egress"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
@@ -202,7 +203,16 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 			MaxBytes: int64(scfg.MaxCallBytes)}
 	}
 	m := metrics.New()
-	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: m.Recorder(st), Callbacks: callback.Dispatch{Handler: handler}, Files: files}, scfg, log)
+	hooks := sandbox.Hooks{Recorder: m.Recorder(st), Callbacks: callback.Dispatch{Handler: handler}, Files: files}
+	if cfg.Network == "allowlist" {
+		allow, err := egress.New(cfg.Egress())
+		if err != nil {
+			return nil, fmt.Errorf("network_allow: %w", err)
+		}
+		hooks.Egress = allow
+		scfg.NetworkAllow, scfg.NetworkAllowInstall = allow.Rules()
+	}
+	svc := sandbox.NewService(rt, hooks, scfg, log)
 	m.Watch(svc.Stats, rt.Resets)
 	lib := library.New(st, svc, cfg.MaxDependencies)
 	return &Core{

@@ -307,7 +307,7 @@ func TestDependencies(t *testing.T) {
 		}
 	})
 
-	t.Run("doctor asks the index from inside the container", func(t *testing.T) {
+	t.Run("doctor asks the index where pip reaches it", func(t *testing.T) {
 		check := func(c config.Config) app.Check {
 			for _, ch := range app.Doctor(t.Context(), c, url) {
 				if ch.Name == "package index" {
@@ -322,7 +322,14 @@ func TestDependencies(t *testing.T) {
 		}
 		closed := cfg
 		closed.IndexURL = "http://" + idx.Host() + ":9/simple/" // this machine, a port nothing listens on
-		if ch := check(closed); ch.OK || !strings.Contains(ch.Detail, "does not answer from inside the container") ||
+		if ch := check(closed); ch.OK || !strings.Contains(ch.Detail, "does not answer from this machine") ||
+			!strings.Contains(ch.Fix, "index_url") {
+			t.Fatalf("a closed port (network allowlist: the daemon dials the index): %+v", ch)
+		}
+		// With network full, pip reaches the index from inside the container: asked there.
+		full := closed
+		full.Network = "full"
+		if ch := check(full); ch.OK || !strings.Contains(ch.Detail, "does not answer from inside the container") ||
 			!strings.Contains(ch.Fix, "host.docker.internal") || !strings.Contains(ch.Fix, "bridge's gateway") {
 			t.Fatalf("a closed port: %+v", ch)
 		}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +19,7 @@ import (
 
 	apiclient "github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/config"
+	"github.com/sandpit-dev/sandpit/internal/egress"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -44,6 +46,7 @@ func Doctor(ctx context.Context, cfg config.Config, url string) []Check {
 		return checks
 	}
 	add(Check{Name: "configuration", OK: true, Required: true, Detail: "valid"})
+	add(networkCheck(cfg))
 
 	exe, err := cfg.Executor()
 	if err != nil {
@@ -166,7 +169,9 @@ func imageChecks(ctx context.Context, api client.APIClient, cfg config.Config, e
 	default:
 		checks = append(checks, Check{Name: "warm containers", Detail: "not running", Fix: "run `sandpit setup` or `sandpit serve`"})
 	}
-	if err == nil && len(running) > 0 && cfg.IndexURL != "" {
+	if cfg.Network == "allowlist" && cfg.IndexURL != "" {
+		checks = append(checks, hostIndexCheck(ctx, cfg.IndexURL))
+	} else if err == nil && len(running) > 0 && cfg.IndexURL != "" {
 		checks = append(checks, indexCheck(ctx, api, running[0], cfg.IndexURL))
 	}
 	return checks
@@ -242,6 +247,53 @@ func indexCheck(ctx context.Context, api client.APIClient, id, index string) Che
 		why = cmp.Or(strings.TrimSpace(stderr.String()), "no answer within 15s")
 	}
 	c.Detail, c.Fix = fmt.Sprintf("%s does not answer from inside the container, where pip runs: %s", index, why), fix
+	return c
+}
+
+// networkCheck shows the network policy in force: what runs and installs may reach.
+func networkCheck(cfg config.Config) Check {
+	c := Check{Name: "network policy", OK: true}
+	switch cfg.Network {
+	case "full":
+		c.Detail = `full: runs reach the internet, the LAN, the host and cloud metadata (169.254.169.254)`
+		c.Fix = `set network to "allowlist" and name the hosts runs may reach in network_allow`
+		c.OK = false
+	case "none":
+		c.Detail = "none: runs reach nothing, and dependencies that are not installed cannot be installed"
+	default:
+		allow, err := egress.New(cfg.Egress())
+		if err != nil {
+			c.OK, c.Detail = false, err.Error()
+			return c
+		}
+		runs, installs := allow.Rules()
+		list := "nothing"
+		if len(runs) > 0 {
+			list = strings.Join(runs, ", ")
+		}
+		c.Detail = fmt.Sprintf("allowlist: runs reach %s; installs reach %s (through the proxy in each box)", list, strings.Join(installs, ", "))
+	}
+	return c
+}
+
+// hostIndexCheck asks for index from this machine: with network "allowlist" the daemon dials
+// the package index for the sandboxes' installs (their proxy carries pip's connections to it).
+func hostIndexCheck(ctx context.Context, index string) Check {
+	c := Check{Name: "package index", Detail: index}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, index, nil)
+	if err == nil {
+		var resp *http.Response
+		if resp, err = http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			c.OK, c.Detail = true, fmt.Sprintf("%s answers from this machine, where the daemon dials it for the sandboxes' installs (network allowlist; HTTP %d)",
+				index, resp.StatusCode)
+			return c
+		}
+	}
+	c.Detail = fmt.Sprintf("%s does not answer from this machine, where the daemon dials it for the sandboxes' installs (network allowlist): %v", index, err)
+	c.Fix = "make index_url an address this machine reaches (the daemon dials it; the sandboxes reach it through their proxy), and check that the index listens there"
 	return c
 }
 

@@ -66,7 +66,7 @@ sandpit run looks for a daemon at SANDPIT_URL (default ` + DefaultURL + `).`,
 	pf.BoolVarP(&opts.verbose, "verbose", "v", false, "log what sandpit does to stderr")
 	opts.configFlag(pf, "data-dir", "data_dir", "data directory (owns the warm containers, one per slot)")
 	opts.configFlag(pf, "base-image", "base_image", "base image of the sandbox image")
-	opts.configFlag(pf, "network", "network", `network policy of the sandbox: "full" or "none"`)
+	opts.configFlag(pf, "network", "network", `network policy of the sandbox: "allowlist" (the proxy to network_allow's hosts), "full" or "none"`)
 	opts.configFlag(pf, "runtime", "runtime", `container runtime of the sandboxes: "runc" or "runsc" (gVisor)`)
 	opts.configFlag(pf, "docker-host", "docker_host", "Docker engine address (default: the Docker environment)")
 

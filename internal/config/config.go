@@ -36,6 +36,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/sandpit-dev/sandpit/internal/egress"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -133,9 +134,29 @@ type Config struct {
 	// RunDirBytes is the size of the tmpfs holding a sandbox's run directories, in bytes.
 	// Default 128 MiB; at least 1 MiB.
 	RunDirBytes int64 `json:"run_dir_bytes"`
-	// Network is each sandbox's network access: "full" or "none". Default "full". Either way
+	// Network is each sandbox's network access: "full" (the engine's bridge: the internet, the
+	// LAN, the host), "none" (no network, no installs) or "allowlist" (no network interface
+	// but loopback; an HTTP proxy in the box through which the daemon dials what
+	// network_allow names, and the package index for installs). Default "allowlist" (with an
+	// empty network_allow: installs reach the package index, runs reach nothing). Either way
 	// every slot has its own network namespace (its own loopback).
 	Network string `json:"network"`
+	// NetworkAllow is what runs may reach with network "allowlist": host names ("example.com",
+	// "*.example.com", with ":port" or without), IP addresses and CIDR blocks ("10.0.0.0/8").
+	// Loopback, private, link-local, metadata and other special-purpose addresses are refused
+	// unless a CIDR inside their block names them. Default empty: runs reach nothing (installs
+	// still reach the package index). A request's network_allow may narrow it.
+	NetworkAllow []string `json:"network_allow"`
+	// EgressMaxConnections caps the connections a run (or install) may ask the proxy for,
+	// allowed or refused. Default 256; 1 to 100000.
+	EgressMaxConnections int `json:"egress_max_connections"`
+	// EgressMaxBytesSent and EgressMaxBytesReceived cap the bytes a run's connections carry
+	// each way, together. Default 256 MiB each; at least 1 KiB.
+	EgressMaxBytesSent     int64 `json:"egress_max_bytes_sent"`
+	EgressMaxBytesReceived int64 `json:"egress_max_bytes_received"`
+	// EgressConnectionTimeoutMS caps each connection's lifetime, in milliseconds. Default
+	// 300000 (5 minutes); 1000 to 86400000.
+	EgressConnectionTimeoutMS int64 `json:"egress_connection_timeout_ms"`
 	// Runtime is the container runtime of the sandboxes: "runc" (the engine's default) or
 	// "runsc" (gVisor: a user-space kernel between the code and the host's, registered with the
 	// Docker engine as a runtime named runsc). Default "runc".
@@ -322,8 +343,14 @@ func defaults(lookup func(string) (string, bool)) Config {
 		PidsLimit:   512,
 		TmpBytes:    128 * mib,
 		RunDirBytes: 128 * mib,
-		Network:     "full",
+		Network:     "allowlist",
 		Runtime:     "runc",
+
+		NetworkAllow:              []string{},
+		EgressMaxConnections:      256,
+		EgressMaxBytesSent:        256 * mib,
+		EgressMaxBytesReceived:    256 * mib,
+		EgressConnectionTimeoutMS: 300_000,
 
 		ForkServer:        true,
 		Preload:           DefaultPreload(),
@@ -423,6 +450,22 @@ func (c Config) Sandbox() sandbox.Config {
 			OutputFiles:      c.OutputFiles,
 			OutputFileBytes:  c.OutputFileBytes,
 			OutputFilesBytes: c.OutputFilesBytes,
+		},
+	}
+}
+
+// Egress returns the egress policy's configuration for network "allowlist": network_allow,
+// the package index's URLs and the egress_* caps.
+func (c Config) Egress() egress.Config {
+	return egress.Config{
+		Allow:     c.NetworkAllow,
+		IndexURLs: append([]string{c.IndexURL}, c.ExtraIndexURLs...),
+		Limits: egress.Limits{
+			MaxConnections:    c.EgressMaxConnections,
+			MaxBytesSent:      c.EgressMaxBytesSent,
+			MaxBytesReceived:  c.EgressMaxBytesReceived,
+			ConnectionTimeout: time.Duration(c.EgressConnectionTimeoutMS) * time.Millisecond,
+			DialTimeout:       10 * time.Second,
 		},
 	}
 }
@@ -751,8 +794,26 @@ func (c Config) checkBox(report *problems) {
 	}
 	report.sizeAtLeast("tmp_bytes", c.TmpBytes, mib)
 	report.sizeAtLeast("run_dir_bytes", c.RunDirBytes, mib)
-	if c.Network != "full" && c.Network != "none" {
-		report.bad("network", "is %q; it must be \"full\" or \"none\"", c.Network)
+	switch c.Network {
+	case "full", "none", "allowlist":
+	default:
+		report.bad("network", "is %q; it must be \"full\", \"none\" or \"allowlist\"", c.Network)
+	}
+	for _, e := range c.NetworkAllow {
+		if _, err := egress.ParseRule(e); err != nil {
+			report.bad("network_allow", "%s", strings.TrimPrefix(err.Error(), "network_allow "))
+		}
+	}
+	if len(c.NetworkAllow) > 0 && c.Network != "allowlist" {
+		report.bad("network_allow", "is set, but network is %q; it applies only with network \"allowlist\"", c.Network)
+	}
+	if c.EgressMaxConnections < 1 || c.EgressMaxConnections > 100_000 {
+		report.bad("egress_max_connections", "is %d; allowed range is 1 to 100000", c.EgressMaxConnections)
+	}
+	report.sizeAtLeast("egress_max_bytes_sent", c.EgressMaxBytesSent, 1024)
+	report.sizeAtLeast("egress_max_bytes_received", c.EgressMaxBytesReceived, 1024)
+	if c.EgressConnectionTimeoutMS < 1000 || c.EgressConnectionTimeoutMS > 86_400_000 {
+		report.bad("egress_connection_timeout_ms", "is %d; allowed range is 1000 to 86400000 milliseconds", c.EgressConnectionTimeoutMS)
 	}
 	if c.Runtime != "runc" && c.Runtime != "runsc" {
 		report.bad("runtime", "is %q; it must be \"runc\" (the engine's default) or \"runsc\" (gVisor)", c.Runtime)

@@ -77,7 +77,7 @@ func TestDefaults(t *testing.T) {
 		{"tmp_bytes", c.TmpBytes, int64(128 << 20)},
 		{"run_dir_bytes", c.RunDirBytes, int64(128 << 20)},
 		{"pids_limit", c.PidsLimit, int64(512)},
-		{"network", c.Network, "full"},
+		{"network", c.Network, "allowlist"},
 		{"log", c.LogLevel + "/" + c.LogFormat, "info/text"},
 		{"docker_host", c.DockerHost, ""},
 		{"executor_path", c.ExecutorPath, ""},

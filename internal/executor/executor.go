@@ -78,6 +78,21 @@ type Config struct {
 	// /proc/meminfo, bytes) below which the running program is stopped with outcome
 	// memory_limit: the room the sandbox's own kernel needs and the watch's reaction time.
 	MemoryReserve int64
+	// Proxy is the loopback address ("127.0.0.1:3128") the egress proxy listens on for network
+	// "allowlist" ("" serves none): runs and installs get HTTP_PROXY, HTTPS_PROXY and pip's
+	// proxy set to it, and the daemon decides and dials each connection (see proxy.go).
+	Proxy string
+}
+
+// proxyEnv is the environment that points a program's HTTP clients at the egress proxy;
+// empty without one. Loopback stays direct: a program's own servers in the box.
+func (c Config) proxyEnv() []string {
+	if c.Proxy == "" {
+		return nil
+	}
+	u := "http://" + c.Proxy
+	return []string{"HTTP_PROXY=" + u, "HTTPS_PROXY=" + u, "http_proxy=" + u, "https_proxy=" + u, "PIP_PROXY=" + u,
+		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1"}
 }
 
 // DefaultConfig is the layout of the sandpit image.
@@ -110,6 +125,7 @@ type Executor struct {
 
 	installer *installer
 	forks     *forkServers
+	proxy     *proxy // nil without Config.Proxy
 
 	// changingUID is held for writing while a program is started or forked as a slot's uid,
 	// until it has become that uid, and for reading while /proc is scanned: under gVisor, the
@@ -146,6 +162,12 @@ func Serve(ctx context.Context, conn *protocol.Conn, cfg Config, log *slog.Logge
 	}
 	e.forks = newForkServers(e.cfg, log)
 	e.forks.onRetire = e.dropNext
+	if cfg.Proxy != "" {
+		if e.proxy, err = startProxy(e, cfg.Proxy); err != nil {
+			return err
+		}
+		defer e.proxy.close() // after stopAll: the runs that used it are gone
+	}
 	if err := conn.Send(&protocol.Message{Kind: protocol.KindHello, Hello: &protocol.Hello{
 		Version: protocol.Version, Slots: cfg.Slots, Python: python, PID: os.Getpid(),
 	}}); err != nil {
@@ -235,6 +257,10 @@ func (e *Executor) handle(m *protocol.Message) {
 			}
 			e.send(reply)
 		})
+	case protocol.KindEgressOpened, protocol.KindEgressData, protocol.KindEgressAck, protocol.KindEgressClose:
+		if e.proxy != nil {
+			e.proxy.handleMessage(m)
+		}
 	case protocol.KindPing:
 		if err := e.conn.Send(&protocol.Message{Kind: protocol.KindPong, ID: m.ID}); err != nil {
 			e.log.Warn("answering a ping", "error", err)

@@ -95,7 +95,7 @@ func startForkServer(cfg Config, dir string, timeout time.Duration, quit <-chan 
 	}
 	cmd := exec.Command(cfg.Python, append([]string{"-u", "-I", "-X", "utf8", cfg.ForkServer, cfg.Bootstrap}, cfg.Preload...)...)
 	cmd.Dir = dir
-	cmd.Env = runEnvironment(dir)
+	cmd.Env = runEnvironment(dir, cfg.proxyEnv())
 	cmd.Stdout, cmd.Stderr = logW, logW
 	cmd.ExtraFiles = []*os.File{theirs} // descriptor 3
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -358,7 +358,7 @@ func (in *installer) pip(ctx context.Context, r string, req protocol.Install) (r
 	asUser(cmd, in.uid, filepath.Join(in.root, "home"))
 	// pip's work files go to the volume, not the runs' shared /tmp, and are removed after.
 	pipTmp := filepath.Join(in.root, "tmp")
-	cmd.Env = append(cmd.Env, "TMPDIR="+pipTmp)
+	cmd.Env = append(append(cmd.Env, "TMPDIR="+pipTmp), in.e.cfg.proxyEnv()...)
 	defer in.clearTmp()
 	began := time.Now()
 	if err := cmd.Start(); err != nil {
@@ -411,7 +411,7 @@ func (in *installer) pip(ctx context.Context, r string, req protocol.Install) (r
 	return resolution{Version: version, Path: final}, nil
 }
 
-var unreachable = regexp.MustCompile(`(?i)(failed to establish a new connection|connecttimeouterror|connection to \S+ timed out|read timed out|temporary failure in name resolution|name or service not known|network is unreachable|connection refused|no route to host)`)
+var unreachable = regexp.MustCompile(`(?i)(failed to establish a new connection|connecttimeouterror|connection to \S+ timed out|read timed out|temporary failure in name resolution|name or service not known|network is unreachable|connection refused|no route to host|too many 50[234] error responses|bad gateway|proxyerror|tunnel connection failed)`)
 
 // pipError turns pip's output into the reason of a failed install: pip's ERROR lines (or its
 // last lines), and whether the index could not be reached.

@@ -92,7 +92,7 @@ func (e *Executor) launchProgram(slot int, s *forkServer, cold bool, id string) 
 	if err := e.seedHome(uid, home); err != nil {
 		return nil, err
 	}
-	env := runEnvironment(home)
+	env := runEnvironment(home, e.cfg.proxyEnv())
 
 	// The program's ends are closed here once it has them (a fork server's copies when it
 	// has forked), so that the pipes end when the run's processes are gone.

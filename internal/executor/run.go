@@ -312,8 +312,8 @@ const gVisorProcesses = 16
 // runEnvironment is a run's whole environment: nothing of the executor's or the host's.
 // Every directory a library may write its configuration or caches to (HOME, XDG's, matplotlib's)
 // is inside home, the run's private directory.
-func runEnvironment(home string) []string {
-	return []string{
+func runEnvironment(home string, extra []string) []string {
+	return append([]string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=" + home,
 		"TMPDIR=/tmp",
@@ -328,7 +328,7 @@ func runEnvironment(home string) []string {
 		"OPENBLAS_NUM_THREADS=1",
 		"OMP_NUM_THREADS=1",
 		"MKL_NUM_THREADS=1",
-	}
+	}, extra...)
 }
 
 // matplotlibSubdir is matplotlib's directory (MPLCONFIGDIR) inside a run's home.

@@ -62,12 +62,13 @@ type executeBody struct {
 }
 
 var executeShape = shape{
-	fields: append([]string{"code", "input", "timeout_ms", "agent", "dependencies"}, runFieldNames...),
+	fields: append([]string{"code", "input", "timeout_ms", "agent", "dependencies", "network_allow"}, runFieldNames...),
 	expect: withRunFields(map[string]string{
-		"code":         "must be a string holding the Python source",
-		"timeout_ms":   "must be an integer number of milliseconds",
-		"agent":        "must be a string",
-		"dependencies": `must be a list of requirement strings such as ["pandas>=2"]`,
+		"code":          "must be a string holding the Python source",
+		"timeout_ms":    "must be an integer number of milliseconds",
+		"agent":         "must be a string",
+		"dependencies":  `must be a list of requirement strings such as ["pandas>=2"]`,
+		"network_allow": `must be a list of hosts and CIDRs such as ["api.example.com:443"], within the server's network_allow`,
 	}),
 	example: `{"code": "print(1)"}`,
 }
@@ -88,7 +89,8 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := sandbox.Request{Code: b.Code, Input: b.Input, TimeoutMS: b.TimeoutMS, Agent: b.Agent,
-		Dependencies: b.Dependencies, Origin: sandbox.Origin{Source: sourceOf(r)}, Files: files, Charts: b.Charts}
+		Dependencies: b.Dependencies, Origin: sandbox.Origin{Source: sourceOf(r)}, Files: files, Charts: b.Charts,
+		NetworkAllow: b.NetworkAllow}
 	a.run(w, r, b.InlineFiles, func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error) {
 		return a.ex.Execute(ctx, req, emit)
 	})

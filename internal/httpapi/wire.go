@@ -41,6 +41,8 @@ func ResultOf(res sandbox.Result) apitype.Result {
 		Files:          each(res.Files, FileOf),
 		FilesSkipped:   each(res.FilesSkipped, func(s sandbox.SkippedFile) apitype.SkippedFile { return apitype.SkippedFile(s) }),
 		FilesTruncated: res.FilesTruncated,
+		Egress:         each(res.Egress, func(c sandbox.EgressConnection) apitype.EgressConnection { return apitype.EgressConnection(c) }),
+		EgressOmitted:  res.EgressOmitted,
 		SessionID:      res.SessionID, SessionEnded: res.SessionEnded,
 	}
 }

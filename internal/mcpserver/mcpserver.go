@@ -56,8 +56,15 @@ const packagesDoc = ` The default sandbox image has pandas, numpy, matplotlib, s
 // limitsDoc states the daemon's limits l for a model.
 func limitsDoc(l apitype.Limits) string {
 	network := "the network is reachable"
-	if l.Network == "none" {
+	switch l.Network {
+	case "none":
 		network = "there is no network"
+	case "allowlist":
+		network = "the network is reachable only through the sandbox's HTTP proxy (HTTP_PROXY and HTTPS_PROXY are set: requests and urllib use it), to these hosts: none"
+		if len(l.NetworkAllow) > 0 {
+			network = network[:len(network)-len("none")] + strings.Join(l.NetworkAllow, ", ")
+		}
+		network += "; any other host is refused with a 403 that says why, and raw sockets fail"
 	}
 	charts := "figures are not saved unless the code saves them"
 	if l.Charts {

@@ -28,6 +28,8 @@ type Metrics struct {
 	calls    *prometheus.CounterVec
 	fires    *prometheus.CounterVec
 	starts   *prometheus.CounterVec
+	egress   *prometheus.CounterVec
+	egressB  *prometheus.CounterVec
 }
 
 // New returns the metrics, with the Go runtime's and the process's own collectors.
@@ -49,7 +51,11 @@ func New() *Metrics {
 		starts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandpit_execution_starts_total",
 			Help: "Programs started, by how: fork (from the fork server, modules preloaded) or cold (a fresh interpreter)."}, []string{"start"}),
 	}
-	m.reg.MustRegister(m.runs, m.duration, m.install, m.calls, m.fires, m.starts,
+	m.egress = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandpit_egress_connections_total",
+		Help: "Outbound connections runs asked the sandbox's proxy for (network allowlist), by result (allowed, refused)."}, []string{"result"})
+	m.egressB = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandpit_egress_bytes_total",
+		Help: "Bytes runs' outbound connections carried through the proxy, by direction (sent, received)."}, []string{"direction"})
+	m.reg.MustRegister(m.runs, m.duration, m.install, m.calls, m.fires, m.starts, m.egress, m.egressB,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -104,6 +110,18 @@ func (r recorder) Finish(ctx context.Context, res sandbox.Result) error {
 			result = "error"
 		}
 		r.m.calls.WithLabelValues(methodLabel(c.Method), result).Inc()
+	}
+	for _, c := range res.Egress {
+		result := "refused"
+		if c.Allowed {
+			result = "allowed"
+		}
+		r.m.egress.WithLabelValues(result).Inc()
+		r.m.egressB.WithLabelValues("sent").Add(float64(c.BytesSent))
+		r.m.egressB.WithLabelValues("received").Add(float64(c.BytesReceived))
+	}
+	if res.EgressOmitted > 0 {
+		r.m.egress.WithLabelValues("omitted").Add(float64(res.EgressOmitted))
 	}
 	return r.next.Finish(ctx, res)
 }

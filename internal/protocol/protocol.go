@@ -29,8 +29,8 @@ import (
 
 // Version is the protocol version; the daemon refuses an executor that speaks another.
 // Version 3: runs carry input files and the charts switch, and their output files come back
-// as KindFile messages.
-const Version = 3
+// as KindFile messages. Version 4: the egress proxy's connections (KindEgress*).
+const Version = 4
 
 // MaxFrame is the largest frame either side sends or accepts, in bytes. A run's code and input
 // (1 MiB each by default) must fit in one KindRun frame.
@@ -61,6 +61,13 @@ const (
 	KindInstalled      Kind = "installed"       // executor → daemon: install ID ended (Installed, or Error)
 	KindPackages       Kind = "packages"        // daemon → executor: list or remove installed packages
 	KindPackagesResult Kind = "packages_result" // executor → daemon: the answer to packages ID (PackageList, or Error)
+
+	// The egress proxy (network "allowlist"; see Stream). ID is the run's or install's ID.
+	KindEgressOpen   Kind = "egress_open"   // executor → daemon: run ID's program asks for Egress.Host:Egress.Port as Egress.Stream
+	KindEgressOpened Kind = "egress_opened" // daemon → executor: Egress.Stream is connected, or refused (Egress.Refused, Error: why)
+	KindEgressData   Kind = "egress_data"   // both ways: Bytes of Egress.Stream
+	KindEgressAck    Kind = "egress_ack"    // both ways: the receiver has passed on Egress.Ack more bytes of Egress.Stream
+	KindEgressClose  Kind = "egress_close"  // both ways: the sender sends no more on Egress.Stream (Egress.Abort: the stream is gone)
 )
 
 // Message is one frame's content. Which fields are set depends on Kind.
@@ -87,6 +94,28 @@ type Message struct {
 	Installed   *sandbox.Installed        `json:"installed,omitempty"`
 	Packages    *Packages                 `json:"packages,omitempty"`
 	PackageList []Package                 `json:"package_list,omitempty"`
+
+	Egress *Egress `json:"egress,omitempty"`
+	// Bytes are a KindEgressData message's bytes, at most EgressChunk. Such a message travels
+	// as a binary frame (see dataFrame), without ID.
+	Bytes []byte `json:"bytes,omitempty"`
+}
+
+// Egress is a KindEgress* message's stream header.
+type Egress struct {
+	// Stream numbers the connection within the session (chosen by the executor).
+	Stream uint64 `json:"stream"`
+	// Host and Port are the destination a program asked the proxy for (KindEgressOpen).
+	Host string `json:"host,omitempty"`
+	Port int    `json:"port,omitempty"`
+	// Refused and Address answer KindEgressOpen: refused (Message.Error says why, as the
+	// proxy's 403 text), or connected to Address.
+	Refused bool   `json:"refused,omitempty"`
+	Address string `json:"address,omitempty"`
+	// Ack is a KindEgressAck message's count of bytes passed on.
+	Ack int `json:"ack,omitempty"`
+	// Abort makes a KindEgressClose end both directions at once (an error, a cap, the run's end).
+	Abort bool `json:"abort,omitempty"`
 }
 
 // AgentCall is a program's agent.* call; Seq numbers the run's calls.
@@ -173,8 +202,28 @@ func NewConn(r io.Reader, w io.Writer) *Conn {
 	return &Conn{r: bufio.NewReaderSize(r, 64<<10), w: w}
 }
 
+// dataFrame marks a frame whose body is a KindEgressData message in binary: the marker, the
+// stream number (8 bytes, big-endian), then the bytes. Every other frame's body is JSON, whose
+// first byte is '{'.
+const dataFrame = 0x00
+
 // Send writes m as one frame.
 func (c *Conn) Send(m *Message) error {
+	if m.Kind == KindEgressData && m.Egress != nil {
+		// The connections' bytes travel as they are: no JSON, no base64.
+		if 9+len(m.Bytes) > MaxFrame {
+			return fmt.Errorf("%w: %d bytes of stream data", ErrFrameTooLarge, len(m.Bytes))
+		}
+		frame := make([]byte, 4+9+len(m.Bytes))
+		binary.BigEndian.PutUint32(frame, uint32(9+len(m.Bytes)))
+		frame[4] = dataFrame
+		binary.BigEndian.PutUint64(frame[5:], m.Egress.Stream)
+		copy(frame[13:], m.Bytes)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, err := c.w.Write(frame)
+		return err
+	}
 	// Without HTML escaping: '<' in OUTPUT must not become six bytes on its way to the client.
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -200,6 +249,12 @@ func (c *Conn) Receive() (*Message, error) {
 	body, err := ReadFrame(c.r)
 	if err != nil {
 		return nil, err
+	}
+	if len(body) > 0 && body[0] == dataFrame {
+		if len(body) < 9 {
+			return nil, errors.New("protocol: a stream data frame shorter than its header")
+		}
+		return &Message{Kind: KindEgressData, Egress: &Egress{Stream: binary.BigEndian.Uint64(body[1:9])}, Bytes: body[9:]}, nil
 	}
 	var m Message
 	if err := json.Unmarshal(body, &m); err != nil {

@@ -43,6 +43,9 @@ type InstallRequest struct {
 	// Offline means no install may happen (network policy none): a missing requirement fails
 	// with a reason saying so instead of starting pip.
 	Offline bool `json:"offline"`
+	// Egress decides and dials pip's connections (network "allowlist": the package index's
+	// hosts); nil refuses them. It is not sent to the executor.
+	Egress EgressDialer `json:"-"`
 }
 
 // Installed is the answer to an InstallRequest.

@@ -32,9 +32,12 @@ type Config struct {
 	MaxCodeBytes, MaxInputBytes int
 	// Limits are the per-run limits the executor enforces.
 	Limits Limits
-	// Network is the box's network policy, "full" or "none", as the runtime set it up. With
-	// "none" a dependency that is not installed fails without trying pip.
+	// Network is the box's network policy, "allowlist", "full" or "none", as the runtime set
+	// it up. With "none" a dependency that is not installed fails without trying pip.
 	Network string
+	// NetworkAllow and NetworkAllowInstall are, with network "allowlist", what runs and what
+	// installs may reach (shown by GET /v1/limits; the EgressPolicy enforces them).
+	NetworkAllow, NetworkAllowInstall []string
 	// MaxDependencies caps Request.Dependencies (requirement.MaxEntries by default).
 	MaxDependencies int
 	// InstallTimeout bounds each dependency's install.
@@ -65,7 +68,7 @@ func DefaultConfig() Config {
 		DefaultTimeout:     30 * time.Second,
 		MaxTimeout:         600 * time.Second,
 		Grace:              3 * time.Second,
-		Network:            "full",
+		Network:            "allowlist",
 		MaxCodeBytes:       1 << 20,
 		MaxInputBytes:      1 << 20,
 		MaxDependencies:    requirement.MaxEntries,
@@ -99,6 +102,7 @@ type Service struct {
 	rec   Recorder
 	cb    Callbacks
 	files FileStore
+	net   EgressPolicy
 	cfg   Config
 	log   *slog.Logger
 	free  chan int // free slot numbers
@@ -120,7 +124,7 @@ func NewService(rt Runtime, hooks Hooks, cfg Config, log *slog.Logger) *Service 
 		log = slog.New(slog.DiscardHandler)
 	}
 	base, interrupt := context.WithCancelCause(context.Background())
-	s := &Service{rt: rt, rec: hooks.Recorder, cb: hooks.Callbacks, files: hooks.Files, cfg: cfg, log: log, free: make(chan int, cfg.Slots),
+	s := &Service{rt: rt, rec: hooks.Recorder, cb: hooks.Callbacks, files: hooks.Files, net: hooks.Egress, cfg: cfg, log: log, free: make(chan int, cfg.Slots),
 		base: base, interrupt: interrupt}
 	// Each slot is offered once the runtime has it ready (a pool brings its slots up one by one).
 	for i := range cfg.Slots {
@@ -254,6 +258,15 @@ func (s *Service) Validate(req Request) error {
 			return err
 		}
 	}
+	if req.NetworkAllow != nil {
+		if s.net == nil {
+			return &FieldError{Field: "network_allow", Message: fmt.Sprintf(
+				"applies only when the daemon's network is \"allowlist\" (it is %q); send the request without it", s.cfg.Network)}
+		}
+		if err := s.net.CheckAllow(req.NetworkAllow); err != nil {
+			return &FieldError{Field: "network_allow", Message: err.Error()}
+		}
+	}
 	return validateFiles(req.Files, s.cfg)
 }
 
@@ -294,7 +307,7 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 	// to its timeout.
 	if len(req.Dependencies) > 0 {
 		began := time.Now()
-		x.deps, err = s.install(ctx, slot, req.Dependencies, emit)
+		x.deps, x.installEgress, err = s.install(ctx, slot, req.Dependencies, emit)
 		x.installMS = time.Since(began).Milliseconds()
 		switch {
 		case err != nil:
@@ -322,9 +335,11 @@ type execution struct {
 	// slot is the slot it runs in; accepted is when it took the slot (its started_at).
 	slot     int
 	accepted time.Time
-	// deps and installMS are its dependencies' statuses and how long installing them took.
-	deps      Installed
-	installMS int64
+	// deps and installMS are its dependencies' statuses and how long installing them took;
+	// installEgress the install's outbound connections (network "allowlist").
+	deps          Installed
+	installMS     int64
+	installEgress []EgressConnection
 	// audit lists the run's agent.* calls.
 	audit []CallRecord
 	// files keeps the run's output files as they arrive.
@@ -396,6 +411,11 @@ func (s *Service) run(ctx context.Context, x *execution, emit func(Event)) (Resu
 	x.spec.Calls, x.spec.CallBytes = line.handle, s.cfg.MaxCallBytes
 	// The files are stored even when the caller has gone: the run's record lists them.
 	x.files.ctx = context.WithoutCancel(ctx)
+	var gate EgressRun
+	if s.net != nil {
+		gate = s.net.ForRun(x.req.NetworkAllow)
+		x.spec.Egress = gate
+	}
 	var (
 		res Result
 		err error
@@ -404,6 +424,11 @@ func (s *Service) run(ctx context.Context, x *execution, emit func(Event)) (Resu
 		res, err = x.box.Run(runCtx, x.spec, x.files.wrap(emit))
 	} else {
 		res, err = s.rt.Run(runCtx, x.slot, x.spec, x.files.wrap(emit))
+	}
+	if gate != nil {
+		// No connection outlives its run; the record lists every one it asked for.
+		gate.Close()
+		res.Egress, res.EgressOmitted = gate.Connections()
 	}
 	audit, logs := line.end()
 	switch {
@@ -436,6 +461,9 @@ func (s *Service) finish(ctx context.Context, x *execution, res Result) Result {
 	res.ID, res.Agent, res.TimeoutMS, res.Origin, res.StartedAt = x.spec.ID, x.agent, x.spec.TimeoutMS, x.origin, x.accepted
 	res.SessionID = x.session
 	res.Dependencies, res.InstallMS, res.Calls = x.deps.Dependencies, x.installMS, x.audit
+	if len(x.installEgress) > 0 {
+		res.Egress = append(x.installEgress, res.Egress...)
+	}
 	if res.Output == nil {
 		res.Output = json.RawMessage("null")
 	}
@@ -492,12 +520,16 @@ func (s *Service) Install(ctx context.Context, reqs []string, progress func(Depe
 		return Installed{}, err
 	}
 	defer s.release(slot)
-	return s.install(ctx, slot, reqs, emit)
+	out, _, err := s.install(ctx, slot, reqs, emit)
+	return out, err
 }
 
 // install makes the requirements importable through the runtime, in slot's sandbox, streaming
 // each status to emit as an event of stream "dependency".
-func (s *Service) install(ctx context.Context, slot int, reqs []string, emit func(Event)) (Installed, error) {
+//
+// Under network "allowlist" it also returns the install's outbound connections (pip's, to the
+// package index), marked Install.
+func (s *Service) install(ctx context.Context, slot int, reqs []string, emit func(Event)) (Installed, []EgressConnection, error) {
 	parsed, _ := requirement.ParseList(reqs, s.cfg.MaxDependencies) // validated already
 	canonical := make([]string, len(parsed))
 	for i, r := range parsed {
@@ -505,7 +537,7 @@ func (s *Service) install(ctx context.Context, slot int, reqs []string, emit fun
 	}
 	inst, ok := s.rt.(Installer)
 	if !ok {
-		return Installed{}, &FieldError{Field: "dependencies", Message: "this sandbox cannot install packages; send the request without dependencies"}
+		return Installed{}, nil, &FieldError{Field: "dependencies", Message: "this sandbox cannot install packages; send the request without dependencies"}
 	}
 	var progress func(DependencyStatus)
 	if emit != nil {
@@ -514,11 +546,63 @@ func (s *Service) install(ctx context.Context, slot int, reqs []string, emit fun
 			emit(Event{Stream: StreamDependency, Dependency: &d})
 		}
 	}
-	out, err := inst.Install(ctx, slot, InstallRequest{Requirements: canonical, Timeout: s.cfg.InstallTimeout, Offline: s.cfg.Network == "none"}, progress)
+	ireq := InstallRequest{Requirements: canonical, Timeout: s.cfg.InstallTimeout, Offline: s.cfg.Network == "none"}
+	var gate EgressRun
+	if s.net != nil {
+		gate = s.net.ForInstall()
+		ireq.Egress = gate
+	}
+	out, err := inst.Install(ctx, slot, ireq, progress)
 	for i, d := range out.Dependencies {
 		out.Dependencies[i] = markSkipped(d)
 	}
-	return out, err
+	var conns []EgressConnection
+	if gate != nil {
+		gate.Close()
+		conns, _ = gate.Connections()
+		for i := range conns {
+			conns[i].Install = true
+		}
+		explainEgress(&out, conns)
+	}
+	return out, conns, err
+}
+
+// explainEgress adds to each failed dependency's error what the egress proxy refused or could
+// not reach during the install: pip itself sees only a 403 or 502 answer, and often says no
+// more than that no version was found.
+func explainEgress(out *Installed, conns []EgressConnection) {
+	var failed, refused []string
+	seen := map[string]bool{}
+	for _, c := range conns {
+		if c.Reason == "" || seen[c.Reason] || len(failed)+len(refused) == 3 {
+			continue
+		}
+		seen[c.Reason] = true
+		line := fmt.Sprintf("%s:%d: %s", c.Host, c.Port, c.Reason)
+		if c.Allowed {
+			failed = append(failed, line)
+		} else {
+			refused = append(refused, line)
+		}
+	}
+	var note string
+	if len(failed) > 0 {
+		note += "\nthe package index could not be reached through the sandbox's egress proxy (network \"allowlist\"; check index_url): " +
+			strings.Join(failed, "; ")
+	}
+	if len(refused) > 0 {
+		note += "\nthe sandbox's egress proxy refused pip's connections (network \"allowlist\": installs reach the hosts of index_url " +
+			"and extra_index_urls): " + strings.Join(refused, "; ")
+	}
+	if note == "" {
+		return
+	}
+	for i, d := range out.Dependencies {
+		if d.Status == DependencyFailed {
+			out.Dependencies[i].Error += note
+		}
+	}
 }
 
 // finishRetries and finishRetryEvery bound retrying a result the ledger could not record

@@ -374,3 +374,19 @@ func TestFieldErrorSaysTheFieldOnce(t *testing.T) {
 		}
 	}
 }
+
+// A failed install's dependencies say what the egress proxy could not reach or refused.
+func TestExplainEgress(t *testing.T) {
+	out := Installed{Dependencies: []DependencyStatus{{Requirement: "a", Status: DependencyFailed, Error: "pip could not install it"},
+		{Requirement: "b", Status: DependencyInstalled}}}
+	explainEgress(&out, []EgressConnection{
+		{Host: "10.0.0.1", Port: 9, Allowed: true, Reason: "allowed, but the connection failed: connection refused"},
+		{Host: "files.example.com", Port: 443, Reason: "no entry of the package index names files.example.com"},
+		{Host: "10.0.0.1", Port: 80, Allowed: true},
+	})
+	e := out.Dependencies[0].Error
+	if !strings.Contains(e, "could not be reached") || !strings.Contains(e, "10.0.0.1:9") || !strings.Contains(e, "refused pip's connections") ||
+		!strings.Contains(e, "files.example.com:443") || out.Dependencies[1].Error != "" {
+		t.Errorf("explained: %+v", out.Dependencies)
+	}
+}

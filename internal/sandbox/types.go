@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"time"
 )
 
@@ -37,6 +38,9 @@ type Request struct {
 	// a run that ended ok; an error turns the outcome into output_invalid with the error's text
 	// as the reason. Saved code uses it to hold OUTPUT to its output schema.
 	CheckOutput func(output json.RawMessage) error
+	// NetworkAllow, when not nil, narrows the configuration's network_allow for this run
+	// (network "allowlist" only): each entry must lie within the configuration's list.
+	NetworkAllow []string
 }
 
 // Source names where an execution came from (Origin.Source).
@@ -205,6 +209,11 @@ type Result struct {
 	// FilesTruncated says that output files were left out beyond those listed in FilesSkipped:
 	// more were skipped than it lists, or the scan of the directory stopped at its cap.
 	FilesTruncated bool `json:"files_truncated,omitempty"`
+	// Egress lists the outbound connections the program asked the sandbox's proxy for
+	// (network "allowlist"), allowed or refused, at most egress.MaxRecords (absent when none);
+	// EgressOmitted counts those left out past that.
+	Egress        []EgressConnection `json:"egress,omitempty"`
+	EgressOmitted int                `json:"egress_omitted,omitempty"`
 }
 
 // MaxSkippedFiles caps Result.FilesSkipped.
@@ -267,6 +276,17 @@ type Spec struct {
 	// Calls answers the program's agent.* calls while it runs; nil refuses them. It is not
 	// sent to the executor.
 	Calls func(ctx context.Context, call Call) (json.RawMessage, error) `json:"-"`
+	// Egress decides and dials the run's outbound connections through the box's egress proxy
+	// (network "allowlist"); nil refuses them all. It is not sent to the executor.
+	Egress EgressDialer `json:"-"`
+}
+
+// EgressDialer decides and dials one run's (or install's) outbound connections: host is the
+// name or IP literal the program asked its proxy for. A refused destination is an error whose
+// text explains the refusal (the proxy's 403 answer, "... is refused: ..."); any other error
+// is a connection that was allowed but failed.
+type EgressDialer interface {
+	DialEgress(ctx context.Context, host string, port int) (net.Conn, error)
 }
 
 // Hooks connect a Service to the rest of the daemon; nil fields do nothing.
@@ -277,6 +297,9 @@ type Hooks struct {
 	Callbacks Callbacks
 	// Files keeps runs' output files; nil drops them (the result still lists them).
 	Files FileStore
+	// Egress makes runs' and installs' dialers under network "allowlist"; nil refuses every
+	// connection through the proxy.
+	Egress EgressPolicy
 }
 
 // FileStore keeps the bytes of runs' output files.
@@ -336,4 +359,31 @@ type Runtime interface {
 // run's start clears it again). ctx ends only when the Service stops.
 type Settler interface {
 	Settle(ctx context.Context, slot int) error
+}
+
+// EgressConnection records one outbound connection a run asked for through the sandbox's
+// proxy (network "allowlist"). The JSON field names are the public API.
+type EgressConnection struct {
+	// Host and Port are the destination the program asked for (a name or an IP literal).
+	Host string `json:"host"`
+	Port int    `json:"port"`
+	// Address is the address the daemon dialed (empty when refused before resolving).
+	Address string `json:"address,omitempty"`
+	// Allowed says whether the destination was allowed; Rule is the network_allow entry that
+	// allowed it, Reason why it was refused (or why an allowed one failed to connect).
+	Allowed bool   `json:"allowed"`
+	Rule    string `json:"rule,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	// BytesSent and BytesReceived count the bytes carried each way.
+	BytesSent     int64 `json:"bytes_sent"`
+	BytesReceived int64 `json:"bytes_received"`
+	// StartedAt is when it was asked for; DurationMS how long it stayed open.
+	StartedAt  time.Time `json:"started_at"`
+	DurationMS int64     `json:"duration_ms"`
+	// Ended says why the daemon ended it early (a cap, the run's end); empty when either
+	// side closed it.
+	Ended string `json:"ended,omitempty"`
+	// Install marks a connection of the install of the run's dependencies (pip's, to the
+	// package index), listed before the program's own.
+	Install bool `json:"install,omitempty"`
 }

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/protocol"
@@ -61,6 +62,17 @@ type Session struct {
 	err      error           // why the session ended; nil while it lives
 	done     chan struct{}
 	lastPong time.Time
+	// The egress proxy's streams (network "allowlist"): the dialer of each run or install
+	// that may open them, by ID, and the streams open, with their owner.
+	dialers map[string]sandbox.EgressDialer
+	streams map[uint64]*egressStream
+	opening atomic.Int64 // egress requests being decided
+}
+
+// egressStream is one connection carried for the executor's proxy.
+type egressStream struct {
+	owner  string
+	stream *protocol.Stream
 }
 
 // call is one run waiting for its result. The reader goroutine appends to its queue; the
@@ -101,7 +113,8 @@ type settle struct {
 // and when the session fails.
 func Start(ctx context.Context, r io.Reader, w io.Writer, closer io.Closer, log *slog.Logger, opts Options) (*Session, error) {
 	c := &Session{conn: protocol.NewConn(r, w), closer: closer, log: log, opts: opts.withDefaults(),
-		calls: map[string]*call{}, settles: map[int]*settle{}, done: make(chan struct{}), lastPong: time.Now()}
+		calls: map[string]*call{}, settles: map[int]*settle{}, done: make(chan struct{}), lastPong: time.Now(),
+		dialers: map[string]sandbox.EgressDialer{}, streams: map[uint64]*egressStream{}}
 	type helloResult struct {
 		m   *protocol.Message
 		err error
@@ -236,6 +249,18 @@ func (c *Session) readLoop() {
 			c.route(m)
 		case protocol.KindSettled:
 			c.settled(m.Slot, m.Error)
+		case protocol.KindEgressOpen:
+			c.openEgress(m)
+		case protocol.KindEgressData, protocol.KindEgressAck, protocol.KindEgressClose:
+			if m.Egress != nil {
+				c.mu.Lock()
+				es := c.streams[m.Egress.Stream]
+				c.mu.Unlock()
+				// Data frames carry no ID (see protocol.Conn); the rest must name the stream's owner.
+				if es != nil && (es.owner == m.ID || m.Kind == protocol.KindEgressData) {
+					es.stream.Handle(m)
+				}
+			}
 		case protocol.KindCall:
 			if !c.route(m) && m.AgentCall != nil {
 				c.reply(m.ID, m.AgentCall.Seq, nil, sandbox.ErrRunEnded)
@@ -337,11 +362,15 @@ func (c *Session) Run(ctx context.Context, slot int, spec sandbox.Spec, emit fun
 	}
 	c.calls[spec.ID] = cl
 	c.settles[slot] = st
+	if spec.Egress != nil {
+		c.dialers[spec.ID] = spec.Egress
+	}
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
 		delete(c.calls, spec.ID)
 		c.mu.Unlock()
+		c.endEgress(spec.ID)
 	}()
 
 	started := time.Now()
@@ -526,6 +555,12 @@ func (c *Session) Install(ctx context.Context, req sandbox.InstallRequest, o pro
 		return sandbox.Installed{}, err
 	}
 	defer unregister()
+	if req.Egress != nil {
+		c.mu.Lock()
+		c.dialers[id] = req.Egress
+		c.mu.Unlock()
+		defer c.endEgress(id)
+	}
 	if err := c.conn.Send(&protocol.Message{Kind: protocol.KindInstall, ID: id, Install: &protocol.Install{Request: req, Pip: o}}); err != nil {
 		c.fail(fmt.Errorf("%w: sending an install: %w", ErrClosed, err))
 		return sandbox.Installed{}, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)

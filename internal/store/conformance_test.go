@@ -24,6 +24,7 @@ var conformance = []struct {
 	test func(*testing.T)
 }{
 	{"LedgerRecordsAndReadsBack", TestLedgerRecordsAndReadsBack},
+	{"ExecutionEgressRoundTrip", TestExecutionEgressRoundTrip},
 	{"FinishInterruptedFinalisesRunningRecords", TestFinishInterruptedFinalisesRunningRecords},
 	{"ListExecutionsFiltersAndPages", TestListExecutionsFiltersAndPages},
 	{"PruneKeepsNewestAndRunning", TestPruneKeepsNewestAndRunning},

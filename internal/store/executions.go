@@ -132,7 +132,10 @@ func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
 		return err
 	}
 	return s.tx(ctx, func(tx *Tx) error {
-		return finish(ctx, tx, res, ended, resultColumns{deps: deps, calls: calls, files: files, skipped: skipped})
+		if err := finish(ctx, tx, res, ended, resultColumns{deps: deps, calls: calls, files: files, skipped: skipped}); err != nil {
+			return err
+		}
+		return finishEgress(ctx, tx, res)
 	})
 }
 
@@ -280,6 +283,9 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 		}
 	}
 	if e.Logs, err = s.executionLogs(ctx, id); err != nil {
+		return Execution{}, err
+	}
+	if err := s.executionEgress(ctx, id, &e); err != nil {
 		return Execution{}, err
 	}
 	if len(e.Logs) == 0 {

@@ -38,7 +38,9 @@ type Box struct {
 	PidsLimit int64
 	// TmpBytes and RunDirBytes size the tmpfs mounts of /tmp and /sandbox (the run directories).
 	TmpBytes, RunDirBytes int64
-	// Network is "full" (the engine's default bridge) or "none" (no network interface but lo).
+	// Network is "full" (the engine's default bridge), "none" (no network interface but lo) or
+	// "allowlist" (no interface but lo either; the executor serves the egress proxy there, see
+	// ProxyAddr).
 	// Either way each container has its own network namespace: its own loopback and abstract
 	// unix sockets.
 	Network string
@@ -89,7 +91,7 @@ var capabilities = []string{"SETUID", "SETGID", "KILL", "CHOWN", "FOWNER", "DAC_
 // spec is slot's container's whole configuration, derived from the image and the box.
 func (b Box) spec(img Image, dataDir string, slot int) (*container.Config, *container.HostConfig, string) {
 	network := container.NetworkMode("bridge")
-	if b.Network == "none" {
+	if b.Network == "none" || b.Network == "allowlist" {
 		network = "none"
 	}
 	memory, memorySwap, pids := b.MemoryBytes, b.MemorySwapBytes, b.PidsLimit

@@ -28,7 +28,7 @@ var api client.APIClient
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
-func testConfig(t *testing.T, dataDir string) docker.Config {
+func testConfig(t testing.TB, dataDir string) docker.Config {
 	api = testenv.DockerClient(t)
 	return docker.Config{
 		DataDir: dataDir,
@@ -49,7 +49,7 @@ func testConfig(t *testing.T, dataDir string) docker.Config {
 }
 
 // startRuntime starts a runtime on a fresh data directory and removes its container at the end.
-func startRuntime(t *testing.T, mutate func(*docker.Config)) (*docker.Runtime, docker.Config) {
+func startRuntime(t testing.TB, mutate func(*docker.Config)) (*docker.Runtime, docker.Config) {
 	t.Helper()
 	cfg := testConfig(t, t.TempDir())
 	if mutate != nil {

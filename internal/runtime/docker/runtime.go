@@ -175,7 +175,7 @@ func (r *Runtime) checkRuntime(ctx context.Context) error {
 			"(for gVisor: apt-get install runsc, then scripts/register-runsc.sh), or set runtime to runc", name,
 			strings.Join(slices.Sorted(maps.Keys(info.Info.Runtimes)), ", "))
 	}
-	if r.cfg.Box.Network != "none" && slices.Contains(rt.Args, "--network=none") {
+	if r.cfg.Box.Network == "full" && slices.Contains(rt.Args, "--network=none") {
 		r.log.Warn("the runtime is registered with --network=none: the sandboxes have no network but loopback, whatever the network setting says",
 			"runtime", name, "network", r.cfg.Box.Network)
 	}
@@ -344,8 +344,15 @@ func (r *Runtime) executorCommandFor(uid int, forkServer bool) []string {
 	if r.cfg.Box.gVisor() {
 		cmd = append(cmd, "-runtime", "runsc", "-memory-reserve", strconv.FormatInt(RunscMemoryReserve, 10))
 	}
+	if r.cfg.Box.Network == "allowlist" {
+		cmd = append(cmd, "-egress-proxy", ProxyAddr)
+	}
 	return cmd
 }
+
+// ProxyAddr is where the executor serves the egress proxy in a box of network "allowlist":
+// the box's own loopback (each box has its own network namespace).
+const ProxyAddr = "127.0.0.1:3128"
 
 // boxOf returns slot's box.
 func (r *Runtime) boxOf(slot int) (*box, error) {

@@ -1,4 +1,4 @@
--- Stateful sessions, as SQLite's migration 12: each execution that was a session's call names
+-- Stateful sessions, as SQLite's migration 13: each execution that was a session's call names
 -- its session, and sessions keeps every session's life (created, ended, why) and the daemon
 -- that holds it.
 

@@ -1,0 +1,117 @@
+package egress
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// Config is the daemon's egress configuration.
+type Config struct {
+	// Allow is network_allow: what runs may reach.
+	Allow []string
+	// IndexURLs are pip's index URLs (index_url and extra_index_urls; "" stands for PyPI):
+	// their hosts, and PyPI's file host with PyPI, are what installs may reach.
+	IndexURLs []string
+	Limits    Limits
+	// Resolver and Dialer default to the system's.
+	Resolver Resolver
+	Dialer   Dialer
+}
+
+// Allowlist is the daemon's egress policy (a sandbox.EgressPolicy).
+type Allowlist struct {
+	conf    Policy
+	index   Policy
+	limits  Limits
+	resolve Resolver
+	dial    Dialer
+}
+
+// New parses cfg. Errors name the bad network_allow entries or index URLs.
+func New(cfg Config) (*Allowlist, error) {
+	conf, err := ParsePolicy("network_allow in the configuration", cfg.Allow)
+	if err != nil {
+		return nil, err
+	}
+	index := Policy{Setting: "the package index (index_url, extra_index_urls; installs only)"}
+	for _, u := range cfg.IndexURLs {
+		hosts, err := indexHosts(u)
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range hosts {
+			r, err := ParseRule(h)
+			if err != nil {
+				return nil, fmt.Errorf("the package index %q: %w", u, err)
+			}
+			// The operator named the index: it may be on the host's own network.
+			r.Trusted = true
+			if r.isAddr() {
+				r.Prefix = r.Prefix.Masked()
+			}
+			index.Rules = append(index.Rules, r)
+		}
+	}
+	return &Allowlist{conf: conf, index: index, limits: cfg.Limits, resolve: cfg.Resolver, dial: cfg.Dialer}, nil
+}
+
+// indexHosts returns the host:port rules of an index URL ("" is PyPI: its index and file
+// hosts).
+func indexHosts(u string) ([]string, error) {
+	if u == "" {
+		return []string{"pypi.org:443", "files.pythonhosted.org:443"}, nil
+	}
+	p, err := url.Parse(u)
+	if err != nil || p.Hostname() == "" {
+		return nil, fmt.Errorf("the package index %q is not a URL with a host", u)
+	}
+	port := p.Port()
+	if port == "" {
+		port = "80"
+		if p.Scheme == "https" {
+			port = "443"
+		}
+	}
+	hosts := []string{net.JoinHostPort(p.Hostname(), port)}
+	if p.Hostname() == "pypi.org" {
+		hosts = append(hosts, "files.pythonhosted.org:443")
+	}
+	return hosts, nil
+}
+
+// CheckAllow validates a request's network_allow (sandbox.EgressPolicy).
+func (a *Allowlist) CheckAllow(allow []string) error {
+	_, err := a.conf.Narrow(allow)
+	return err
+}
+
+// ForRun returns a run's Gate (sandbox.EgressPolicy).
+func (a *Allowlist) ForRun(allow []string) sandbox.EgressRun {
+	policies := []Policy{a.conf}
+	if allow != nil {
+		n, _ := a.conf.Narrow(allow) // checked by CheckAllow
+		policies = append(policies, n)
+	}
+	return NewGate(policies, a.limits, a.resolve, a.dial)
+}
+
+// ForInstall returns an install's Gate: the package index's hosts only.
+func (a *Allowlist) ForInstall() sandbox.EgressRun {
+	return NewGate([]Policy{a.index}, a.limits, a.resolve, a.dial)
+}
+
+// Rules returns the configuration's entries and the index's, for /v1/limits and doctor.
+func (a *Allowlist) Rules() (allow, install []string) {
+	for _, r := range a.conf.Rules {
+		allow = append(allow, r.Text)
+	}
+	for _, r := range a.index.Rules {
+		install = append(install, r.Text)
+	}
+	return allow, install
+}
+
+var _ sandbox.EgressPolicy = (*Allowlist)(nil)

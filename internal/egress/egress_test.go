@@ -1,0 +1,453 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeResolver answers from a map; unknown names fail.
+type fakeResolver map[string][]string
+
+func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	addrs, ok := f[host]
+	if !ok {
+		return nil, fmt.Errorf("no such host %s", host)
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		out = append(out, netip.MustParseAddr(a))
+	}
+	return out, nil
+}
+
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		addr    string
+		special bool
+		want    string
+	}{
+		{"8.8.8.8", false, ""},
+		{"1.1.1.1", false, ""},
+		{"0.0.0.0", true, "this network"},
+		{"127.0.0.1", true, "loopback"},
+		{"127.255.255.254", true, "loopback"},
+		{"10.1.2.3", true, "private"},
+		{"172.16.0.1", true, "private"},
+		{"172.31.255.255", true, "private"},
+		{"172.32.0.1", false, ""},
+		{"192.168.1.1", true, "private"},
+		{"100.64.0.1", true, "carrier-grade"},
+		{"100.127.255.255", true, "carrier-grade"},
+		{"100.128.0.1", false, ""},
+		{"169.254.169.254", true, "metadata"},
+		{"169.254.1.1", true, "link-local"},
+		{"192.0.0.1", true, "IETF"},
+		{"198.18.0.1", true, "benchmarking"},
+		{"224.0.0.1", true, "multicast"},
+		{"255.255.255.255", true, "broadcast"},
+		{"240.0.0.1", true, "reserved"},
+		{"::", true, "unspecified"},
+		{"::1", true, "loopback"},
+		{"::127.0.0.1", true, "IPv4-compatible"},
+		{"fc00::1", true, "unique local"},
+		{"fd12:3456::1", true, "unique local"},
+		{"fe80::1", true, "link-local"},
+		{"febf::1", true, "link-local"},
+		{"ff02::1", true, "multicast"},
+		{"2001:db8::1", true, "documentation"},
+		{"2001::1", true, "IETF"},
+		{"2002:a00:1::1", true, "6to4"},
+		{"2606:4700:4700::1111", false, ""},
+		{"64:ff9b::808:808", false, ""},                 // NAT64 of 8.8.8.8
+		{"64:ff9b::a00:1", true, "NAT64"},               // NAT64 of 10.0.0.1
+		{"64:ff9b::7f00:1", true, "loopback"},           // NAT64 of 127.0.0.1
+		{"64:ff9b::a9fe:a9fe", true, "metadata"},        // NAT64 of 169.254.169.254
+		{"64:ff9b:1::808:808", true, "local-use NAT64"}, // local-use prefix
+		{"4000::1", true, "outside global unicast"},
+	} {
+		a := netip.MustParseAddr(tc.addr).Unmap()
+		_, name, special := classify(a)
+		if special != tc.special || !strings.Contains(name, tc.want) {
+			t.Errorf("classify(%s) = %q, %v; want special %v naming %q", tc.addr, name, special, tc.special, tc.want)
+		}
+	}
+}
+
+func TestParseRule(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		host    string
+		wild    bool
+		prefix  string
+		port    int
+		wantErr string
+	}{
+		{in: "example.com", host: "example.com"},
+		{in: "Example.COM.", host: "example.com"},
+		{in: "example.com:443", host: "example.com", port: 443},
+		{in: "*.example.com", host: "example.com", wild: true},
+		{in: "*.example.com:8443", host: "example.com", wild: true, port: 8443},
+		{in: "10.0.0.0/8", prefix: "10.0.0.0/8"},
+		{in: "10.1.2.3/8", prefix: "10.0.0.0/8"},
+		{in: "::ffff:10.0.0.0/104", prefix: "10.0.0.0/8"},
+		{in: "203.0.113.7", prefix: "203.0.113.7/32"},
+		{in: "203.0.113.7:80", prefix: "203.0.113.7/32", port: 80},
+		{in: "[2001:db8::1]:443", prefix: "2001:db8::1/128", port: 443},
+		{in: "2001:db8::/32", prefix: "2001:db8::/32"},
+		{in: "::ffff:127.0.0.1", prefix: "127.0.0.1/32"},
+		{in: "", wantErr: "is empty"},
+		{in: "*.com", wantErr: "top-level"},
+		{in: "*.10.0.0.1", wantErr: "wildcard before an address"},
+		{in: "example.com:0", wantErr: "port"},
+		{in: "example.com:99999", wantErr: "port"},
+		{in: "example.com:http", wantErr: "port"},
+		{in: "bücher.de", wantErr: "IDNA"},
+		{in: "xn--bcher-kva.de", host: "xn--bcher-kva.de"},
+		{in: "a..b", wantErr: "empty label"},
+		{in: "ex ample.com", wantErr: "only letters"},
+		{in: "10.0.0.0/33", wantErr: "CIDR"},
+		{in: "fe80::1%eth0/64", wantErr: "CIDR"},
+		{in: "[::1]", wantErr: "brackets"},
+		{in: "*.*.example.com", wantErr: "only letters"},
+		{in: strings.Repeat("a", 64) + ".com", wantErr: "63"},
+	} {
+		r, err := ParseRule(tc.in)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("ParseRule(%q) = %+v, %v; want an error with %q", tc.in, r, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ParseRule(%q): %v", tc.in, err)
+			continue
+		}
+		prefix := ""
+		if r.Prefix.IsValid() {
+			prefix = r.Prefix.String()
+		}
+		if r.Host != tc.host || r.Wildcard != tc.wild || prefix != tc.prefix || r.Port != tc.port {
+			t.Errorf("ParseRule(%q) = %+v; want host %q wildcard %v prefix %q port %d", tc.in, r, tc.host, tc.wild, tc.prefix, tc.port)
+		}
+	}
+}
+
+func mustPolicy(t *testing.T, setting string, entries ...string) Policy {
+	t.Helper()
+	p, err := ParsePolicy(setting, entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCheck(t *testing.T) {
+	res := fakeResolver{
+		"example.com":           {"93.184.215.14"},
+		"api.example.com":       {"93.184.215.15"},
+		"deep.api.example.com":  {"93.184.215.16"},
+		"evil-example.com":      {"6.6.6.6"},
+		"rebind.example.com":    {"127.0.0.1"},
+		"meta.example.com":      {"169.254.169.254"},
+		"mixed.example.com":     {"10.0.0.5", "93.184.215.17"},
+		"mapped.example.com":    {"::ffff:127.0.0.1"},
+		"nat64.example.com":     {"64:ff9b::a00:1"},
+		"v6.example.com":        {"2606:4700::1"},
+		"ula.example.com":       {"fd00::1"},
+		"internal.corp":         {"10.1.2.3"},
+		"gw.test":               {"172.17.0.1"},
+		"zero.example.com":      {"0.0.0.0"},
+		"unspec6.example.com":   {"::"},
+		"linklocal.example.com": {"fe80::1"},
+		"cgn.example.com":       {"100.64.1.1"},
+		"index.test":            {"172.17.0.1"},
+	}
+	conf := mustPolicy(t, "network_allow in the configuration",
+		"example.com", "*.example.com", "ports.test:8443", "internal.corp", "gw.test", "10.1.2.0/24", "172.17.0.1:8080", "[2001:4860::8888]:443", "8.8.8.8",
+		"0.0.0.0/0")
+	for _, tc := range []struct {
+		host    string
+		port    int
+		allow   bool
+		addrs   string
+		wantWhy string
+	}{
+		{"example.com", 443, true, "93.184.215.14", ""},
+		{"EXAMPLE.com.", 443, true, "93.184.215.14", ""},
+		{"api.example.com", 80, true, "93.184.215.15", ""},
+		{"deep.api.example.com", 80, true, "93.184.215.16", ""},
+		// evil-example.com is not under example.com, and a CIDR does not name a host: it is not
+		// even resolved.
+		{"evil-example.com", 80, false, "", "no entry"},
+		{"rebind.example.com", 443, false, "", "loopback"},
+		{"meta.example.com", 80, false, "", "metadata"},
+		{"mixed.example.com", 80, true, "93.184.215.17", ""},
+		{"mapped.example.com", 80, false, "", "loopback"},
+		{"nat64.example.com", 80, false, "", "NAT64"},
+		{"v6.example.com", 80, true, "2606:4700::1", ""},
+		{"ula.example.com", 80, false, "", "unique local"},
+		{"zero.example.com", 80, false, "", "this network"},
+		{"unspec6.example.com", 80, false, "", "unspecified"},
+		{"linklocal.example.com", 80, false, "", "link-local"},
+		{"cgn.example.com", 80, false, "", "carrier-grade"},
+		{"internal.corp", 80, true, "10.1.2.3", ""}, // private, named by 10.1.2.0/24
+		{"gw.test", 8080, true, "172.17.0.1", ""},
+		{"gw.test", 8081, false, "", "private"},
+		{"127.0.0.1", 80, false, "", "loopback"},
+		{"::ffff:127.0.0.1", 80, false, "", "loopback"},
+		{"[::1]", 80, false, "", "loopback"},
+		{"169.254.169.254", 80, false, "", "metadata"},
+		{"10.1.2.99", 22, true, "10.1.2.99", ""},
+		{"10.1.3.1", 22, false, "", "private"},
+		{"[::ffff:10.1.2.7]", 22, true, "10.1.2.7", ""},
+		{"172.17.0.1", 8080, true, "172.17.0.1", ""},
+		{"2001:4860::8888", 443, true, "2001:4860::8888", ""},
+		{"2001:4860::8888", 80, true, "2001:4860::8888", ""}, // not in 0.0.0.0/0... see below
+		{"8.8.8.8", 53, true, "8.8.8.8", ""},
+		{"nosuch.example.com", 80, false, "", "did not resolve"},
+		{"example.com", 0, false, "", "port"},
+		{"fe80::1%eth0", 80, false, "", "zone"},
+		{"bad host", 80, false, "", "only letters"},
+	} {
+		if tc.host == "2001:4860::8888" && tc.port == 80 {
+			tc.allow, tc.addrs, tc.wantWhy = false, "", "no entry"
+		}
+		g := NewGate([]Policy{conf}, DefaultLimits(), res, nil)
+		d, err := g.Check(context.Background(), tc.host, tc.port)
+		if !tc.allow {
+			var r *Refusal
+			if !errors.As(err, &r) || !strings.Contains(err.Error(), tc.wantWhy) {
+				t.Errorf("Check(%s, %d) = %+v, %v; want a refusal naming %q", tc.host, tc.port, d, err, tc.wantWhy)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("Check(%s, %d): %v", tc.host, tc.port, err)
+			continue
+		}
+		var got []string
+		for _, a := range d.Addrs {
+			got = append(got, a.String())
+		}
+		if strings.Join(got, ",") != tc.addrs {
+			t.Errorf("Check(%s, %d) dials %v; want %s", tc.host, tc.port, got, tc.addrs)
+		}
+	}
+}
+
+func TestWildcardDoesNotMatchApexOrLookalike(t *testing.T) {
+	res := fakeResolver{"example.com": {"93.184.215.14"}, "evil-example.com": {"6.6.6.6"}, "a.example.com": {"93.184.215.15"},
+		"example.com.evil.net": {"6.6.6.7"}}
+	p := mustPolicy(t, "network_allow in the configuration", "*.example.com")
+	g := NewGate([]Policy{p}, DefaultLimits(), res, nil)
+	for host, allow := range map[string]bool{"example.com": false, "evil-example.com": false, "a.example.com": true,
+		"A.Example.Com.": true, "example.com.evil.net": false} {
+		_, err := g.Check(context.Background(), host, 443)
+		if (err == nil) != allow {
+			t.Errorf("*.example.com and %s: err %v, want allowed %v", host, err, allow)
+		}
+		if err != nil && !strings.Contains(err.Error(), "network_allow in the configuration") {
+			t.Errorf("refusal %q does not name the setting", err)
+		}
+	}
+}
+
+func TestSpecialNeedsExplicitCIDR(t *testing.T) {
+	res := fakeResolver{"local.test": {"127.0.0.1"}}
+	for _, tc := range []struct {
+		rules []string
+		allow bool
+	}{
+		{[]string{"local.test"}, false},
+		{[]string{"local.test", "0.0.0.0/0"}, false},
+		{[]string{"local.test", "127.0.0.0/8"}, true},
+		{[]string{"local.test", "127.0.0.1"}, true},
+		{[]string{"local.test", "127.0.0.1:80"}, false}, // another port
+		{[]string{"127.0.0.1/32"}, false},               // a CIDR does not name a host
+	} {
+		g := NewGate([]Policy{mustPolicy(t, "network_allow in the configuration", tc.rules...)}, DefaultLimits(), res, nil)
+		_, err := g.Check(context.Background(), "local.test", 443)
+		if (err == nil) != tc.allow {
+			t.Errorf("rules %v: err %v, want allowed %v", tc.rules, err, tc.allow)
+		}
+	}
+	// A trusted rule (the package index) reaches what its name resolves to.
+	p := mustPolicy(t, "the package index (installs only)", "local.test:443")
+	p.Rules[0].Trusted = true
+	if _, err := NewGate([]Policy{p}, DefaultLimits(), res, nil).Check(context.Background(), "local.test", 443); err != nil {
+		t.Errorf("a trusted rule: %v", err)
+	}
+}
+
+func TestNarrow(t *testing.T) {
+	conf := mustPolicy(t, "network_allow in the configuration", "*.example.com", "api.test:443", "10.0.0.0/8", "pypi.org")
+	for _, tc := range []struct {
+		entry string
+		ok    bool
+	}{
+		{"a.example.com", true},
+		{"*.a.example.com", true},
+		{"a.example.com:443", true},
+		{"example.com", false},
+		{"*.example.com", true},
+		{"api.test:443", true},
+		{"api.test", false},
+		{"api.test:80", false},
+		{"10.1.0.0/16", true},
+		{"10.0.0.0/8", true},
+		{"0.0.0.0/0", false},
+		{"11.0.0.1", false},
+		{"pypi.org:443", true},
+		{"files.pythonhosted.org", false},
+	} {
+		_, err := conf.Narrow([]string{tc.entry})
+		if (err == nil) != tc.ok {
+			t.Errorf("Narrow(%q): %v, want ok %v", tc.entry, err, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "network_allow") {
+			t.Errorf("Narrow(%q): %v does not name network_allow", tc.entry, err)
+		}
+	}
+	// Both policies apply: the request's narrows the configuration's.
+	res := fakeResolver{"a.example.com": {"93.184.215.15"}, "b.example.com": {"93.184.215.16"}}
+	req, err := conf.Narrow([]string{"a.example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := NewGate([]Policy{conf, req}, DefaultLimits(), res, nil)
+	if _, err := g.Check(context.Background(), "a.example.com", 443); err != nil {
+		t.Errorf("a.example.com: %v", err)
+	}
+	if _, err := g.Check(context.Background(), "b.example.com", 443); err == nil || !strings.Contains(err.Error(), "in the request") {
+		t.Errorf("b.example.com: %v, want a refusal naming the request's network_allow", err)
+	}
+}
+
+// TestGateDialAndCaps dials a loopback listener (named by an explicit CIDR) and checks the
+// records, the byte cap and the connection cap.
+func TestGateDialAndCaps(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = c.Write([]byte(strings.Repeat("x", 1000)))
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	lim := DefaultLimits()
+	lim.MaxBytesReceived, lim.MaxConnections = 600, 2
+	res := fakeResolver{"host.test": {"127.0.0.1"}, "rebind.test": {"127.0.0.1"}}
+	p := mustPolicy(t, "network_allow in the configuration", "host.test", "127.0.0.1/32", "*.other.test")
+	g := NewGate([]Policy{p}, lim, res, nil)
+	c, err := g.Dial(context.Background(), "host.test", port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(c)
+	if !errors.Is(err, ErrByteCap) || len(got) != 600 {
+		t.Errorf("read %d bytes, %v; want 600 and ErrByteCap", len(got), err)
+	}
+	c.Close()
+	if _, err := g.Dial(context.Background(), "x.nowhere.test", port); err == nil {
+		t.Error("a refused host was dialed")
+	}
+	if _, err := g.Dial(context.Background(), "host.test", port); err == nil || !strings.Contains(err.Error(), "egress_max_connections") {
+		t.Errorf("third connection: %v, want the connection cap", err)
+	}
+	recs, dropped := g.Connections()
+	if len(recs) != 3 || dropped != 0 {
+		t.Fatalf("records %+v, dropped %d", recs, dropped)
+	}
+	if r := recs[0]; !r.Allowed || r.Address != "127.0.0.1" || r.BytesReceived != 600 || !strings.Contains(r.Ended, "egress_max_bytes_received") || r.Rule != "host.test" {
+		t.Errorf("first record %+v", r)
+	}
+	if r := recs[1]; r.Allowed || r.Reason == "" {
+		t.Errorf("second record %+v", r)
+	}
+}
+
+func TestGateCloseEndsConnections(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			_, _ = io.Copy(io.Discard, c)
+			c.Close()
+		}
+	}()
+	g := NewGate([]Policy{mustPolicy(t, "network_allow in the configuration", "127.0.0.1")}, DefaultLimits(), nil, nil)
+	c, err := g.Dial(context.Background(), "127.0.0.1", ln.Addr().(*net.TCPAddr).Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := c.Read(make([]byte, 1)); done <- err }()
+	g.Close()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("a read on a closed gate's connection succeeded")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not end the open connection")
+	}
+	recs, _ := g.Connections()
+	if len(recs) != 1 || recs[0].Ended != "the run ended" {
+		t.Errorf("records %+v", recs)
+	}
+	if _, err := g.Dial(context.Background(), "127.0.0.1", 1); err == nil || !strings.Contains(err.Error(), "ended") {
+		t.Errorf("dial after Close: %v", err)
+	}
+}
+
+// A connection that reaches its time cap ends with ErrTimeCap, and its record says so.
+func TestGateTimeCap(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			defer c.Close()
+			_, _ = io.Copy(io.Discard, c) // never answers
+		}
+	}()
+	lim := DefaultLimits()
+	lim.ConnectionTimeout = 200 * time.Millisecond
+	g := NewGate([]Policy{mustPolicy(t, "network_allow in the configuration", "127.0.0.1")}, lim, nil, nil)
+	c, err := g.Dial(context.Background(), "127.0.0.1", ln.Addr().(*net.TCPAddr).Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Read(make([]byte, 10)); !errors.Is(err, ErrTimeCap) {
+		t.Fatalf("read past the time cap: %v, want ErrTimeCap", err)
+	}
+	recs, _ := g.Connections()
+	if len(recs) != 1 || !strings.Contains(recs[0].Ended, "egress_connection_timeout") {
+		t.Errorf("records %+v", recs)
+	}
+}

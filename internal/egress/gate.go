@@ -1,0 +1,436 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// Limits bound one run's (or one install's) outbound connections.
+type Limits struct {
+	// MaxConnections caps the connections a run may ask for, allowed or refused; more are
+	// refused.
+	MaxConnections int
+	// MaxBytesSent and MaxBytesReceived cap the bytes a run's connections send and receive,
+	// together; a connection that passes a cap is ended.
+	MaxBytesSent, MaxBytesReceived int64
+	// ConnectionTimeout caps each connection's lifetime; DialTimeout its name resolution and
+	// connection set-up.
+	ConnectionTimeout, DialTimeout time.Duration
+}
+
+// DefaultLimits: 256 connections, 256 MiB each way, 5 minutes a connection, 10 s to connect.
+func DefaultLimits() Limits {
+	return Limits{MaxConnections: 256, MaxBytesSent: 256 << 20, MaxBytesReceived: 256 << 20,
+		ConnectionTimeout: 5 * time.Minute, DialTimeout: 10 * time.Second}
+}
+
+// MaxRecords caps the connections a Gate records; later ones are counted in Dropped.
+const MaxRecords = 256
+
+// Resolver resolves host names (*net.Resolver).
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Dialer opens TCP connections (*net.Dialer).
+type Dialer interface {
+	DialContext(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// Refusal is a refused destination. Its Error text is the body of the proxy's 403 answer: it
+// names the host, the rule or check that refused it and the setting that would allow it.
+type Refusal struct {
+	Host string
+	Port int
+	// Why is the sentence after "host:port is refused: ".
+	Why string
+}
+
+func (r *Refusal) Error() string {
+	return "sandpit egress: " + net.JoinHostPort(r.Host, strconv.Itoa(r.Port)) + " is refused: " + r.Why
+}
+
+// ErrByteCap and ErrTimeCap end a connection that passed its run's caps. They end its stream
+// cleanly (protocol.Stream delivers what was carried, then the end).
+var (
+	ErrByteCap error = capError("the run's egress byte cap was reached")
+	ErrTimeCap error = capError("the connection reached its time cap")
+)
+
+type capError string
+
+func (e capError) Error() string { return string(e) }
+
+// EndsStream marks the error as a clean end of the stream (see protocol.Stream).
+func (capError) EndsStream() bool { return true }
+
+// Gate decides, dials and records one run's outbound connections. It is safe for concurrent
+// use. Create it with NewGate; Close ends every connection still open.
+type Gate struct {
+	policies []Policy // a destination must be allowed by each
+	limits   Limits
+	resolver Resolver
+	dialer   Dialer
+	now      func() time.Time
+
+	mu       sync.Mutex
+	attempts int
+	sent     int64
+	received int64
+	records  []sandbox.EgressConnection
+	dropped  int
+	open     map[*Conn]struct{}
+	closed   bool
+}
+
+// NewGate returns a Gate allowing what every one of policies allows (the configuration's, and
+// a request's narrower list), bounded by limits, resolving with resolver and dialing with
+// dialer (nil: the system's).
+func NewGate(policies []Policy, limits Limits, resolver Resolver, dialer Dialer) *Gate {
+	if resolver == nil {
+		resolver = net.DefaultResolver
+	}
+	if dialer == nil {
+		dialer = &net.Dialer{}
+	}
+	return &Gate{policies: policies, limits: limits, resolver: resolver, dialer: dialer, now: time.Now, open: map[*Conn]struct{}{}}
+}
+
+// Decision is the outcome of checking a destination.
+type Decision struct {
+	// Addrs are the addresses that may be dialed, in the resolver's order.
+	Addrs []netip.Addr
+	// Rule is the rule of the first policy that allowed it (for the record).
+	Rule string
+}
+
+// Check decides host:port without dialing: host is a name or an IP literal (IPv6 with or
+// without brackets). Names are resolved with the Gate's resolver. It returns a *Refusal when
+// the destination is refused.
+func (g *Gate) Check(ctx context.Context, host string, port int) (Decision, error) {
+	refuse := func(format string, args ...any) (Decision, error) {
+		return Decision{}, &Refusal{Host: host, Port: port, Why: fmt.Sprintf(format, args...)}
+	}
+	if port < 1 || port > 65535 {
+		return refuse("the port is not from 1 to 65535")
+	}
+	if len(host) > 2 && host[0] == '[' && host[len(host)-1] == ']' {
+		host = host[1 : len(host)-1]
+	}
+	if len(g.policies) == 0 {
+		return refuse("network_allow is empty; add the host to network_allow in the configuration")
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a.Zone() != "" {
+			return refuse("an IPv6 zone is not allowed")
+		}
+		a = a.Unmap()
+		var rule string
+		for _, p := range g.policies {
+			r, ok := p.addrRule(a, port)
+			if !ok {
+				if _, name, special := classify(a); special {
+					return refuse("%s is %s, which only a CIDR of %s naming that block allows (e.g. %q)", a, name, p.Setting, netip.PrefixFrom(a, a.BitLen()))
+				}
+				return refuse("no entry of %s names %s at port %d; add %q to it", p.Setting, a, port, a.String())
+			}
+			if rule == "" {
+				rule = r.Text
+			}
+		}
+		return Decision{Addrs: []netip.Addr{a}, Rule: rule}, nil
+	}
+	name, err := NormalizeHost(host)
+	if err != nil {
+		return refuse("the host name %s", err)
+	}
+	// Every policy must name the host: a name no rule names is not even resolved (the
+	// daemon's DNS queries must not carry what a program chooses to put in a name).
+	byName := make([]Rule, len(g.policies))
+	for i, p := range g.policies {
+		r, ok := p.hostRule(name, port)
+		if !ok {
+			return refuse("no entry of %s names %s at port %d; add %q (or %q) to it", p.Setting, name, port, name, name+":"+strconv.Itoa(port))
+		}
+		byName[i] = r
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.dialTimeout())
+	defer cancel()
+	addrs, err := g.resolver.LookupNetIP(ctx, "ip", name)
+	if err != nil {
+		return refuse("its name did not resolve: %v", err)
+	}
+	var ok []netip.Addr
+	var why string
+	for _, a := range addrs {
+		a = a.Unmap()
+		if a.Zone() != "" {
+			continue
+		}
+		allowed := true
+		if _, what, special := classify(a); special {
+			// Each policy must name the special address by a CIDR, unless its rule for the
+			// name is trusted (the package index the operator configured).
+			for i, p := range g.policies {
+				if byName[i].Trusted {
+					continue
+				}
+				if _, byCIDR := p.addrRule(a, port); !byCIDR {
+					why = fmt.Sprintf("%s resolves to %s, %s, which only a CIDR of %s naming that block allows (e.g. %q)",
+						name, a, what, p.Setting, netip.PrefixFrom(a, a.BitLen()).String())
+					allowed = false
+					break
+				}
+			}
+		}
+		if allowed {
+			ok = append(ok, a)
+		}
+	}
+	if len(ok) == 0 {
+		if why == "" {
+			why = "its name resolved to no address"
+		}
+		return refuse("%s", why)
+	}
+	return Decision{Addrs: ok, Rule: byName[0].Text}, nil
+}
+
+func (g *Gate) dialTimeout() time.Duration {
+	if g.limits.DialTimeout > 0 {
+		return g.limits.DialTimeout
+	}
+	return 10 * time.Second
+}
+
+// Dial checks host:port and connects to the first of its allowed addresses that answers. It
+// returns a *Refusal for a refused destination (and for one past the run's connection cap),
+// and records every attempt.
+func (g *Gate) Dial(ctx context.Context, host string, port int) (*Conn, error) {
+	started := g.now()
+	rec := sandbox.EgressConnection{Host: host, Port: port, StartedAt: started.UTC()}
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil, &Refusal{Host: host, Port: port, Why: "the run has ended"}
+	}
+	g.attempts++
+	var capWhy string
+	switch {
+	case g.limits.MaxConnections > 0 && g.attempts > g.limits.MaxConnections:
+		capWhy = fmt.Sprintf("the run has asked for %d connections, its cap (egress_max_connections in the configuration)", g.limits.MaxConnections)
+	case g.limits.MaxBytesReceived > 0 && g.received >= g.limits.MaxBytesReceived:
+		capWhy = fmt.Sprintf("the run has received %d bytes, its cap (egress_max_bytes_received in the configuration)", g.limits.MaxBytesReceived)
+	case g.limits.MaxBytesSent > 0 && g.sent >= g.limits.MaxBytesSent:
+		capWhy = fmt.Sprintf("the run has sent %d bytes, its cap (egress_max_bytes_sent in the configuration)", g.limits.MaxBytesSent)
+	}
+	g.mu.Unlock()
+	if capWhy != "" {
+		err := &Refusal{Host: host, Port: port, Why: capWhy}
+		rec.Reason = err.Why
+		g.record(rec)
+		return nil, err
+	}
+	d, err := g.Check(ctx, host, port)
+	if err != nil {
+		var r *Refusal
+		if errors.As(err, &r) {
+			rec.Reason = r.Why
+		} else {
+			rec.Reason = err.Error()
+		}
+		g.record(rec)
+		return nil, err
+	}
+	rec.Rule = d.Rule
+	dctx, cancel := context.WithTimeout(ctx, g.dialTimeout())
+	defer cancel()
+	var errs []error
+	for _, a := range d.Addrs {
+		// The address checked is the address dialed: never the name again.
+		c, err := g.dialer.DialContext(dctx, "tcp", netip.AddrPortFrom(a, uint16(port)).String())
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		rec.Address, rec.Allowed = a.String(), true
+		conn := &Conn{Conn: c, gate: g, rec: rec, started: started}
+		if g.limits.ConnectionTimeout > 0 {
+			conn.deadline = started.Add(g.limits.ConnectionTimeout)
+			_ = c.SetDeadline(conn.deadline)
+		}
+		g.mu.Lock()
+		if g.closed {
+			g.mu.Unlock()
+			c.Close()
+			return nil, &Refusal{Host: host, Port: port, Why: "the run has ended"}
+		}
+		g.open[conn] = struct{}{}
+		g.mu.Unlock()
+		return conn, nil
+	}
+	rec.Allowed = true
+	rec.Address = d.Addrs[0].String()
+	rec.Reason = "allowed, but the connection failed: " + errors.Join(errs...).Error()
+	g.record(rec)
+	return nil, fmt.Errorf("connecting to %s: %w", net.JoinHostPort(host, strconv.Itoa(port)), errors.Join(errs...))
+}
+
+// DialEgress is Dial as a sandbox.EgressDialer.
+func (g *Gate) DialEgress(ctx context.Context, host string, port int) (net.Conn, error) {
+	c, err := g.Dial(ctx, host, port)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (g *Gate) record(rec sandbox.EgressConnection) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.records) >= MaxRecords {
+		g.dropped++
+		return
+	}
+	g.records = append(g.records, rec)
+}
+
+// Close ends every connection still open (the run has ended) and refuses new ones.
+func (g *Gate) Close() {
+	g.mu.Lock()
+	g.closed = true
+	open := make([]*Conn, 0, len(g.open))
+	for c := range g.open {
+		open = append(open, c)
+	}
+	g.mu.Unlock()
+	for _, c := range open {
+		c.end("the run ended")
+	}
+}
+
+// Connections returns the record of every connection asked for so far, in the order they
+// ended (refused ones at once), and how many were left out past MaxRecords.
+func (g *Gate) Connections() ([]sandbox.EgressConnection, int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]sandbox.EgressConnection(nil), g.records...), g.dropped
+}
+
+// take reserves up to n bytes of the run's cap in one direction and returns how many.
+func (g *Gate) take(n int, sent bool) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	used, limit := &g.received, g.limits.MaxBytesReceived
+	if sent {
+		used, limit = &g.sent, g.limits.MaxBytesSent
+	}
+	if limit > 0 && *used+int64(n) > limit {
+		n = int(max(limit-*used, 0))
+	}
+	*used += int64(n)
+	return n
+}
+
+// Conn is an allowed connection: it counts its bytes against the run's caps and records
+// itself when closed.
+type Conn struct {
+	net.Conn
+	gate     *Gate
+	rec      sandbox.EgressConnection
+	started  time.Time
+	deadline time.Time
+
+	mu       sync.Mutex
+	sent     int64
+	received int64
+	why      string // why it ended early
+	done     bool
+}
+
+// Address is the address dialed.
+func (c *Conn) Address() string { return c.rec.Address }
+
+// Read reads from the destination; past the run's received-bytes cap it ends the
+// connection with ErrByteCap.
+func (c *Conn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		allowed := c.gate.take(n, false)
+		c.mu.Lock()
+		c.received += int64(allowed)
+		c.mu.Unlock()
+		if allowed < n {
+			c.end(fmt.Sprintf("it passed the run's cap of %d bytes received (egress_max_bytes_received)", c.gate.limits.MaxBytesReceived))
+			return allowed, ErrByteCap
+		}
+	}
+	return n, c.timeCap(err)
+}
+
+// Write writes to the destination; past the run's sent-bytes cap it ends the connection with
+// ErrByteCap.
+func (c *Conn) Write(p []byte) (int, error) {
+	allowed := c.gate.take(len(p), true)
+	n, err := c.Conn.Write(p[:allowed])
+	c.mu.Lock()
+	c.sent += int64(n)
+	c.mu.Unlock()
+	if err == nil && allowed < len(p) {
+		c.end(fmt.Sprintf("it passed the run's cap of %d bytes sent (egress_max_bytes_sent)", c.gate.limits.MaxBytesSent))
+		return n, ErrByteCap
+	}
+	return n, c.timeCap(err)
+}
+
+func (c *Conn) timeCap(err error) error {
+	var ne net.Error
+	if err != nil && errors.As(err, &ne) && ne.Timeout() && !c.deadline.IsZero() && !c.gate.now().Before(c.deadline) {
+		c.end(fmt.Sprintf("it reached its time cap of %s (egress_connection_timeout_ms)", c.gate.limits.ConnectionTimeout))
+		return ErrTimeCap
+	}
+	return err
+}
+
+// CloseWrite closes the writing side (the program has sent its last byte).
+func (c *Conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// Close closes the connection and records it.
+func (c *Conn) Close() error {
+	c.end("")
+	return nil
+}
+
+// end closes the connection once, recording why it ended early ("" for a normal close).
+func (c *Conn) end(why string) {
+	c.mu.Lock()
+	if c.done {
+		c.mu.Unlock()
+		return
+	}
+	c.done = true
+	c.why = why
+	rec := c.rec
+	rec.BytesSent, rec.BytesReceived = c.sent, c.received
+	c.mu.Unlock()
+	_ = c.Conn.Close()
+	rec.DurationMS = c.gate.now().Sub(c.started).Milliseconds()
+	rec.Ended = why
+	c.gate.mu.Lock()
+	delete(c.gate.open, c)
+	c.gate.mu.Unlock()
+	c.gate.record(rec)
+}

@@ -1,0 +1,24 @@
+package sandbox
+
+// EgressPolicy makes the dialers of runs and installs under network "allowlist" (package
+// egress implements it). Nil in Hooks means no run or install reaches the network through
+// the proxy.
+type EgressPolicy interface {
+	// CheckAllow validates a request's network_allow: each entry must parse and lie within
+	// the configuration's list. The error names the bad entries.
+	CheckAllow(allow []string) error
+	// ForRun returns a run's dialer: the configuration's network_allow, narrowed by allow when
+	// it is not nil (CheckAllow has accepted it).
+	ForRun(allow []string) EgressRun
+	// ForInstall returns an install's dialer: the package index's hosts.
+	ForInstall() EgressRun
+}
+
+// EgressRun is one run's or install's dialer. Close ends its connections still open (the run
+// is over) and refuses new ones; Connections then returns the record of every connection
+// asked for, and how many more were left out past the cap on records.
+type EgressRun interface {
+	EgressDialer
+	Close()
+	Connections() ([]EgressConnection, int)
+}

@@ -1,0 +1,139 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/sandpit-dev/sandpit/internal/protocol"
+)
+
+// maxEgressStreams caps the connections open at once over one session: each run's dialer
+// caps its own, and this bounds what a misbehaving executor can make the daemon hold.
+const maxEgressStreams = 1024
+
+// maxEgressOpening caps the executor's requests for connections being decided at once; more
+// are dropped (the proxy answers its client 504 when no answer comes).
+const maxEgressOpening = 256
+
+// openEgress answers the executor's KindEgressOpen: the owner's dialer decides and dials (on
+// its own goroutine: resolving and connecting take time), and the stream starts once the
+// executor knows the answer.
+func (c *Session) openEgress(m *protocol.Message) {
+	if m.Egress == nil {
+		return
+	}
+	refuse := func(why string) {
+		if err := c.conn.Send(&protocol.Message{Kind: protocol.KindEgressOpened, ID: m.ID,
+			Egress: &protocol.Egress{Stream: m.Egress.Stream, Refused: true}, Error: why}); err != nil {
+			c.fail(fmt.Errorf("%w: answering the egress proxy: %w", ErrClosed, err))
+		}
+	}
+	// A refusal decided here is sent from its own goroutine (the read loop must not block on a
+	// write), within the cap on requests being decided.
+	refuseLater := func(why string) {
+		if c.opening.Add(1) > maxEgressOpening {
+			c.opening.Add(-1)
+			return
+		}
+		go func() {
+			defer c.opening.Add(-1)
+			refuse(why)
+		}()
+	}
+	host, port, id, stream := m.Egress.Host, m.Egress.Port, m.ID, m.Egress.Stream
+	c.mu.Lock()
+	dialer := c.dialers[id]
+	_, taken := c.streams[stream]
+	full := len(c.streams) >= maxEgressStreams
+	c.mu.Unlock()
+	switch {
+	case dialer == nil:
+		refuseLater(fmt.Sprintf("sandpit egress: %s is refused: %s has no network access through the proxy (network \"allowlist\" "+
+			"gives runs the hosts of network_allow, and installs the package index)", net.JoinHostPort(host, fmt.Sprint(port)), kindOf(id)))
+		return
+	case taken:
+		c.log.Warn("the executor reused an egress stream number", "stream", stream)
+		return
+	case full:
+		refuseLater(fmt.Sprintf("sandpit egress: %s is refused: the sandbox has %d connections open, the most one sandbox may hold",
+			net.JoinHostPort(host, fmt.Sprint(port)), maxEgressStreams))
+		return
+	}
+	if c.opening.Add(1) > maxEgressOpening {
+		c.opening.Add(-1)
+		c.log.Warn("the executor asked for too many connections at once; dropping one", "stream", stream)
+		return
+	}
+	go func() {
+		defer c.opening.Add(-1)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-c.done:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		conn, err := dialer.DialEgress(ctx, host, port)
+		if err != nil {
+			why := err.Error()
+			if !strings.HasPrefix(why, "sandpit egress:") {
+				why = "sandpit egress: " + why
+			}
+			refuse(why)
+			return
+		}
+		s := protocol.NewStream(c.conn, id, stream, conn, func(err error) {
+			c.mu.Lock()
+			delete(c.streams, stream)
+			c.mu.Unlock()
+		})
+		c.mu.Lock()
+		if c.dialers[id] == nil || c.err != nil { // the run ended meanwhile
+			c.mu.Unlock()
+			conn.Close()
+			refuse(fmt.Sprintf("sandpit egress: %s is refused: the %s has ended", net.JoinHostPort(host, fmt.Sprint(port)), kindOf(id)))
+			return
+		}
+		c.streams[stream] = &egressStream{owner: id, stream: s}
+		c.mu.Unlock()
+		address := ""
+		if a, ok := conn.(interface{ Address() string }); ok {
+			address = a.Address()
+		}
+		if err := c.conn.Send(&protocol.Message{Kind: protocol.KindEgressOpened, ID: id,
+			Egress: &protocol.Egress{Stream: stream, Address: address}}); err != nil {
+			s.Abort(err)
+			c.fail(fmt.Errorf("%w: answering the egress proxy: %w", ErrClosed, err))
+		}
+		s.Start()
+	}()
+}
+
+func kindOf(id string) string {
+	if strings.HasPrefix(id, "in_") {
+		return "install"
+	}
+	return "run"
+}
+
+// endEgress forgets id's dialer and ends its streams still open: no connection outlives its
+// run or install.
+func (c *Session) endEgress(id string) {
+	c.mu.Lock()
+	delete(c.dialers, id)
+	var open []*protocol.Stream
+	for _, es := range c.streams {
+		if es.owner == id {
+			open = append(open, es.stream)
+		}
+	}
+	c.mu.Unlock()
+	for _, s := range open {
+		s.Abort(errors.New("the run ended"))
+	}
+}
