@@ -146,6 +146,11 @@ type Result struct {
 	// or refused; EgressOmitted counts the program's left out past 256.
 	Egress        []EgressConnection `json:"egress,omitempty"`
 	EgressOmitted int                `json:"egress_omitted,omitempty"`
+	// SessionID names the session the execution was a call of ("se_..."); empty for a
+	// one-shot run. SessionEnded is set when this call ended its session: why (an End
+	// constant); Reason says more.
+	SessionID    string `json:"session_id,omitempty"`
+	SessionEnded string `json:"session_ended,omitempty"`
 }
 
 // EgressConnection is one outbound connection asked of the sandbox's proxy.
@@ -190,6 +195,8 @@ type Start string
 const (
 	StartFork Start = "fork" // forked from the box's fork server, its preloaded modules imported
 	StartCold Start = "cold" // a fresh interpreter
+	// StartSession: a call in a session's long-lived interpreter (see Session).
+	StartSession Start = "session"
 )
 
 // DependencyState is the status of one requirement (DependencyStatus.Status).

@@ -52,6 +52,8 @@ type Limits struct {
 	// FilesUsedBytes what they take now (absent without a file store).
 	FilesMaxBytes  int64 `json:"files_max_bytes,omitempty"`
 	FilesUsedBytes int64 `json:"files_used_bytes,omitempty"`
+	// Sessions bounds stateful sessions (absent when the daemon has none).
+	Sessions *SessionLimits `json:"sessions,omitempty"`
 }
 
 // RunLimits are the per-run limits the executor enforces inside the box (Limits.Limits).

@@ -50,8 +50,10 @@ type Core struct {
 	// Address is the daemon's API address (host:port), recorded with its heartbeat so that
 	// other daemons sharing database_url can name where its live records are; set by Serve.
 	Address string
-	api     *client.Client
-	lock    *datadir.Lock
+	// Sessions keeps the stateful sessions, each in a container of its own.
+	Sessions *sandbox.Sessions
+	api      *client.Client
+	lock     *datadir.Lock
 }
 
 // DockerClient returns a client for the engine named by cfg.DockerHost, or by the Docker
@@ -174,6 +176,11 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	} else if n > 0 {
 		log.Warn("runs left unfinished by a stopped daemon were recorded as sandbox_error (interrupted)", "executions", n)
 	}
+	if n, err := st.EndOpenSessions(ctx); err != nil {
+		return nil, fmt.Errorf("ending the sessions of a stopped daemon: %w", err)
+	} else if n > 0 {
+		log.Warn("sessions left open by a stopped daemon were ended (daemon_stopped); their containers are removed as the sandbox starts", "sessions", n)
+	}
 	api, err := DockerClient(cfg)
 	if err != nil {
 		return nil, err
@@ -209,15 +216,16 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	m.Watch(svc.Stats, rt.Resets)
 	lib := library.New(st, svc, cfg.MaxDependencies)
 	return &Core{
-		Service: svc,
-		Runtime: rt,
-		Store:   st,
-		Files:   files,
-		Library: lib,
-		Jobs:    jobs.New(m.JobStore(st), lib, svc, jobsConfig(st, scfg.MaxTimeout), log),
-		Metrics: m,
-		api:     api,
-		lock:    lock,
+		Service:  svc,
+		Runtime:  rt,
+		Store:    st,
+		Files:    files,
+		Library:  lib,
+		Jobs:     jobs.New(m.JobStore(st), lib, svc, jobsConfig(st, scfg.MaxTimeout), log),
+		Metrics:  m,
+		Sessions: sandbox.NewSessions(svc, rt, st, cfg.Sessions(), log),
+		api:      api,
+		lock:     lock,
 	}, nil
 }
 
@@ -257,7 +265,7 @@ func (e *Core) RunBackground(ctx context.Context, retention store.Retention, log
 // request lines and internal failures.
 func (e *Core) Handler(cfg config.Config, log *slog.Logger) http.Handler {
 	backend := httpapi.Backend{Executor: e.Service, Library: e.Library, Jobs: e.Jobs, Ledger: e.Store, Files: e.Files, Packages: e.Runtime,
-		Knowledge: e.Store, Setup: func(ctx context.Context, emit func(setup.Event)) error {
+		Knowledge: e.Store, Sessions: e.Sessions, Setup: func(ctx context.Context, emit func(setup.Event)) error {
 			_, err := setup.Run(ctx, setup.DetectPlatform(runtime.GOOS), setup.ExecRunner{}, daemonSetup{e}, setup.Options{}, emit)
 			return err
 		},
@@ -268,6 +276,9 @@ func (e *Core) Handler(cfg config.Config, log *slog.Logger) http.Handler {
 // Close stops the engine: running executions are killed, the warm container stays for the next
 // engine to adopt, and the database and data directory are released.
 func (e *Core) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	e.Sessions.Shutdown(ctx) // a session does not outlive its daemon: its container goes
+	cancel()
 	err := e.Runtime.Close()
 	e.api.Close()
 	return errors.Join(err, e.Store.Close(), e.lock.Release())
@@ -411,6 +422,7 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 		// Stop the runs still going, and let their requests answer with that result.
 		log.Warn("in-flight executions did not finish in time; interrupting them", "error", err)
 		eng.Service.Interrupt()
+		eng.Sessions.Shutdown(shutdownCtx)
 		answerCtx, cancel := context.WithTimeout(context.Background(), answerGrace)
 		defer cancel()
 		if err := errors.Join(srv.Shutdown(answerCtx), waitFor(answerCtx, bgDone)); err != nil {

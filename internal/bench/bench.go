@@ -196,6 +196,9 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	if err := b.latencies(ctx, in, rep); err != nil {
 		return nil, err
 	}
+	if err := b.sessionLatencies(ctx, in, rep); err != nil {
+		return nil, err
+	}
 	if err := b.preload(ctx, in, rep); err != nil {
 		return nil, err
 	}

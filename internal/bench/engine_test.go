@@ -78,19 +78,23 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 		t.Fatalf("the report is not JSON: %v\n%s", err, stdout.String())
 	}
 
-	if len(rep.Latency) != 7 {
-		t.Fatalf("%d latency rows, want 7: %+v", len(rep.Latency), rep.Latency)
+	if len(rep.Latency) != 9 {
+		t.Fatalf("%d latency rows, want 9: %+v", len(rep.Latency), rep.Latency)
 	}
 	for _, l := range rep.Latency {
 		want := 2
-		if l.Name == bench.LatencyRESTPrint || l.Name == bench.LatencySpawnPrint {
+		switch l.Name {
+		case bench.LatencyRESTPrint, bench.LatencySpawnPrint, bench.LatencySessionPrint:
 			want = 3
+		case bench.LatencySessionSum:
+			want = 20
 		}
 		if l.Runs != want || !(l.P50MS > 0) || l.P50MS > l.P95MS || l.P95MS > l.P99MS || !(l.RunsPerSec > 0) {
 			t.Errorf("%s: %+v", l.Name, l)
 		}
-		if rest := l.Baseline == ""; rest != (l.BoxCPUMSPerRun > 0) {
-			t.Errorf("%s: box CPU per run %v (only REST rows have one)", l.Name, l.BoxCPUMSPerRun)
+		session := l.Name == bench.LatencySessionPrint || l.Name == bench.LatencySessionSum // in its own container, not the pool's
+		if rest := l.Baseline == "" && !session; rest != (l.BoxCPUMSPerRun > 0) {
+			t.Errorf("%s: box CPU per run %v (only the pool's REST rows have one)", l.Name, l.BoxCPUMSPerRun)
 		}
 	}
 	// The preload's cost, in slot 0's box: its fork server, and the fork floors of the default
@@ -119,7 +123,7 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 	if m.DaemonIdleRSS <= 0 || m.DaemonLoadPeakRSS <= 0 || m.BoxIdle <= 0 || m.BoxLoadPeak <= 0 || m.ExecutorIdleRSS <= 0 || m.ExecutorPeakRSS <= 0 {
 		t.Errorf("memory: %+v", m)
 	}
-	if len(rep.Targets) != 12 || rep.Image == "" || rep.CPUs < 1 || rep.ElapsedSeconds <= 0 || rep.Slots != 4 || !(rep.ReadySeconds > 0) {
+	if len(rep.Targets) != 13 || rep.Image == "" || rep.CPUs < 1 || rep.ElapsedSeconds <= 0 || rep.Slots != 4 || !(rep.ReadySeconds > 0) {
 		t.Errorf("report: %+v", rep)
 	}
 	// The pool compared with one container, measured in the same run.

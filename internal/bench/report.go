@@ -324,6 +324,9 @@ const (
 	// MaxRESTAnalysisMS is the most the analysis program's p50 through REST may be, in
 	// milliseconds.
 	MaxRESTAnalysisMS = 60
+	// MaxSessionPrintMS is the most a print(1) call's p50 in a live session may be, end to
+	// end, in milliseconds.
+	MaxSessionPrintMS = 10
 	// MinColdAnalysisOverREST is the least baseline D p50 must be, as a multiple of REST
 	// analysis'.
 	MinColdAnalysisOverREST = 20
@@ -409,6 +412,10 @@ func Targets(r Report) []Target {
 		case VariantSmallPreload:
 			targets = append(targets, ratio("print_over_small_preload", "this preload / the small one: REST print(1) p50", p50(LatencyRESTPrint), v.RESTPrint.P50MS, "<=", MaxPrintOverSmallPreload))
 		}
+	}
+	if v := p50(LatencySessionPrint); v > 0 { // a daemon with sessions off has none
+		targets = append(targets, Target{Name: "session_print_p50", What: "session call print(1) p50", Unit: "ms", Op: "<=",
+			Goal: MaxSessionPrintMS, Value: round(v, 1), Status: evaluate(v, "<=", MaxSessionPrintMS)})
 	}
 	return targets
 }

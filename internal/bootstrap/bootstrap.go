@@ -15,6 +15,11 @@
 // sys.stderr wait, when a write follows one to the other stream, until the executor has read
 // the other's pipe, so that their order is kept. No request value is ever pasted into Python
 // source.
+//
+// An init line with "session" set starts a session's interpreter instead: it runs call after
+// call in one module __main__ (globals, imports and the working directory persist), reading
+// each call's init line, answering with the call's OUTPUT and a "done" report; between calls
+// it ignores SIGINT, which the executor sends to interrupt a call past its timeout.
 package bootstrap
 
 import _ "embed"

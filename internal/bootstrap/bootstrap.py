@@ -257,8 +257,11 @@ def _apply_limits(init):
     _set_limit(resource.RLIMIT_FSIZE, limits.get("file_size_bytes"))
     _set_limit(resource.RLIMIT_NOFILE, limits.get("open_files"))
     _set_limit(resource.RLIMIT_NPROC, limits.get("processes"))
-    # CPU seconds: a backstop under the executor's wall-clock kill.
-    _set_limit(resource.RLIMIT_CPU, math.ceil(init.get("timeout_ms", 0) / 1000) + 1)
+    if not init.get("session"):
+        # CPU seconds: a backstop under the executor's wall-clock kill. (A session's
+        # interpreter lives across calls: its CPU time adds up, so only the wall clock and the
+        # executor's interrupt and kill bound a call there.)
+        _set_limit(resource.RLIMIT_CPU, math.ceil(init.get("timeout_ms", 0) / 1000) + 1)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     try:
         # The kernel's OOM killer must pick the run, never the executor.
@@ -653,6 +656,8 @@ def main():
     os.set_inheritable(_FD, False)
     _main_pid[0] = _getpid()
     init = _read_init()
+    if init.get("session"):
+        _session(init)  # never returns
     _apply_limits(init)
     threading.excepthook = _thread_excepthook
     _ordered_streams()
@@ -699,6 +704,86 @@ def main():
     program = weakref.ref(module)
     del module  # so that the program's module can become garbage (see _drop_program)
     _finish(status, program, (init.get("limits") or {}).get("output_bytes"), interrupted)
+
+
+def _session(init):
+    """A session's interpreter: runs call after call in one module __main__, whose globals,
+    imports and working directory persist, until the executor closes the control line (or
+    kills it). Each call's init line is as a run's; after the call, OUTPUT (as the call left
+    it) goes back as for a run, then {"type": "done", "status": int, "interrupted": bool}.
+    INPUT is the call's; OUTPUT is removed before each call. The executor interrupts a call
+    that passes its timeout with SIGINT (KeyboardInterrupt in the program); SIGINT is ignored
+    between calls, and each call starts with Python's own handler again. A SystemExit ends
+    the call with its status, not the interpreter."""
+    _apply_limits(init)
+    threading.excepthook = _thread_excepthook
+    _ordered_streams()
+    sys.dont_write_bytecode = True
+    _signal(signal.SIGINT, signal.SIG_IGN)
+    if init.get("charts"):
+        _charts[0] = _Charts(os.getcwd())
+        _charts[0].install()
+    module = types.ModuleType("__main__")
+    module.__dict__.update({"__builtins__": builtins, "agent": _agent_module(init.get("call_bytes"))})
+    sys.modules["__main__"] = module
+    namespace = module.__dict__
+    sys.path[0:0] = [os.getcwd()]
+    sys.argv = [_FILE]
+    calls = 0
+    while True:
+        if calls:
+            line = _read_line()
+            if line is None:
+                _os_exit(0)  # the executor ended the session
+            init = _loads(line)
+        calls += 1
+        for p in reversed(init.get("paths") or []):
+            if p not in sys.path:
+                sys.path.insert(1, p)
+        _memory_error[0] = False
+        namespace["INPUT"] = init.get("input")
+        namespace.pop("OUTPUT", None)
+        code = init["code"]
+        if code.startswith("\ufeff"):
+            code = code[1:]
+        name = f"<call-{calls}>"
+        linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+        status, interrupted = 0, False
+        try:
+            try:
+                _signal(signal.SIGINT, signal.default_int_handler)
+                exec(compile(code, name, "exec"), namespace)
+            finally:
+                _signal(signal.SIGINT, signal.SIG_IGN)
+        except SystemExit as exc:
+            status = _exit_status(exc)
+        except MemoryError as exc:
+            _report_memory_error()
+            _print_user_traceback(exc)
+            status = 1
+        except BaseException as exc:  # noqa: BLE001 - the user's exception is the call's result
+            _print_user_traceback(exc)
+            status, interrupted = 1, isinstance(exc, KeyboardInterrupt)
+        try:
+            if _charts[0] is not None and init.get("charts"):
+                _charts[0].save_figures()
+                pyplot = sys.modules.get("matplotlib.pyplot")
+                if pyplot is not None:
+                    pyplot.close("all")
+        except Exception as exc:  # noqa: BLE001 - charts are a convenience
+            print(f"sandpit: could not save the open figures: {type(exc).__name__}: {exc}", file=sys.stderr)
+        status = status or _send_output(namespace, (init.get("limits") or {}).get("output_bytes"))
+        if _memory_error[0] and not status:
+            status = 1
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed stream must not hide the status
+                pass
+        # What the call wrote reaches the executor before its end does.
+        _wait_read(1)
+        _wait_read(2)
+        _send({"type": "done", "status": status, "interrupted": interrupted, "call": init.get("call", 0)})
 
 
 def _drop_program(program):

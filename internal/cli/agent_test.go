@@ -121,6 +121,11 @@ func TestEveryAgentFlagIsSent(t *testing.T) {
 		"job run":       {args: []string{"job_x"}},
 		"job rm":        {args: []string{"job_x"}},
 		"job history":   {args: []string{"job_x"}},
+		"session new":   {},
+		"session ls":    {},
+		"session show":  {args: []string{"se_x"}},
+		"session rm":    {args: []string{"se_x"}},
+		"session run":   {args: []string{"se_x", "-c", "print(1)"}},
 		"exec list":     {},
 		"exec show":     {args: []string{"ex_x"}},
 		"exec files":    {args: []string{"ex_x"}},
@@ -130,7 +135,7 @@ func TestEveryAgentFlagIsSent(t *testing.T) {
 	}
 	root := &cobra.Command{Use: "sandpit"}
 	o := &options{}
-	root.AddCommand(o.serveCommand(), o.runCommand(), o.codeCommand(), o.jobCommand(), o.execCommand(), o.packagesCommand(), o.kbCommand(),
+	root.AddCommand(o.serveCommand(), o.runCommand(), o.codeCommand(), o.jobCommand(), o.sessionCommand(), o.execCommand(), o.packagesCommand(), o.kbCommand(),
 		o.mcpCommand(), o.setupCommand(), o.doctorCommand(), o.imageCommand(), o.sandboxCommand(), o.versionCommand(), o.benchCommand())
 	withAgent := commandsWithFlag(root, "agent")
 	for _, name := range withAgent {

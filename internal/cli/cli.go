@@ -71,7 +71,7 @@ sandpit run looks for a daemon at SANDPIT_URL (default ` + DefaultURL + `).`,
 	opts.configFlag(pf, "docker-host", "docker_host", "Docker engine address (default: the Docker environment)")
 
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErrorf("%v", err) })
-	root.AddCommand(opts.serveCommand(), opts.runCommand(), opts.codeCommand(), opts.jobCommand(), opts.execCommand(), opts.packagesCommand(), opts.kbCommand(), opts.mcpCommand(), opts.setupCommand(), opts.doctorCommand(),
+	root.AddCommand(opts.serveCommand(), opts.runCommand(), opts.codeCommand(), opts.jobCommand(), opts.sessionCommand(), opts.execCommand(), opts.packagesCommand(), opts.kbCommand(), opts.mcpCommand(), opts.setupCommand(), opts.doctorCommand(),
 		opts.imageCommand(), opts.sandboxCommand(), opts.versionCommand())
 	root.AddCommand(opts.benchCommand())
 	cmd, err := root.ExecuteContextC(ctx)

@@ -224,6 +224,19 @@ type Config struct {
 	// output_files_bytes, at most 1 TiB.
 	FilesMaxBytes int64 `json:"files_max_bytes"`
 
+	// SessionIdleTimeoutMS ends a stateful session after that long without a call, unless
+	// its creation asks otherwise. Default 600000 (10 minutes); 1000 to
+	// session_max_lifetime_ms.
+	SessionIdleTimeoutMS int64 `json:"session_idle_timeout_ms"`
+	// SessionMaxLifetimeMS ends a session that long after its creation, and is the most a
+	// session may ask for either limit. Default 3600000 (1 hour); 1000 to 86400000.
+	SessionMaxLifetimeMS int64 `json:"session_max_lifetime_ms"`
+	// SessionsPerAgent caps an agent's active sessions. Default 2; 1 to sessions_max.
+	SessionsPerAgent int `json:"sessions_per_agent"`
+	// SessionsMax caps the active sessions of all agents; each holds a container of its own
+	// with memory_bytes of memory. Default 4; 0 turns sessions off; at most 64.
+	SessionsMax int `json:"sessions_max"`
+
 	// IndexURL is the package index pip installs dependencies from (PEP 503 simple API), such
 	// as a mirror: https://pypi.example.com/simple. Default empty: pip's own (PyPI). pip runs
 	// inside the sandbox's container, so a loopback address (127.0.0.1, localhost, ::1) would
@@ -358,6 +371,11 @@ func defaults(lookup func(string) (string, bool)) Config {
 		OutputFilesBytes:   sb.Limits.OutputFilesBytes,
 		Charts:             sb.Charts,
 		FilesMaxBytes:      store.DefaultFilesMaxBytes,
+
+		SessionIdleTimeoutMS: sandbox.DefaultSessionConfig().IdleTimeout.Milliseconds(),
+		SessionMaxLifetimeMS: sandbox.DefaultSessionConfig().MaxLifetime.Milliseconds(),
+		SessionsPerAgent:     sandbox.DefaultSessionConfig().MaxPerAgent,
+		SessionsMax:          sandbox.DefaultSessionConfig().MaxTotal,
 
 		ExtraIndexURLs:   []string{},
 		TrustedHosts:     []string{},
@@ -598,6 +616,7 @@ func (c Config) Validate() error {
 	c.checkBox(&report)
 	c.checkRunLimits(&report)
 	c.validateFiles(report.bad)
+	c.checkSessions(&report)
 	c.checkLog(&report)
 	return errors.Join(report.errs...)
 }

@@ -138,6 +138,7 @@ type Executor struct {
 	busy     map[int]bool                  // by slot
 	installs map[string]context.CancelFunc // by install request ID
 	next     map[int]*nextProgram          // by slot: its next program (see reserveNext)
+	interps  map[int]*interp               // by slot: its session interpreter (see interp.go)
 	stopping bool
 	wg       sync.WaitGroup
 }
@@ -151,7 +152,7 @@ func Serve(ctx context.Context, conn *protocol.Conn, cfg Config, log *slog.Logge
 		return fmt.Errorf("executor: invalid config: uid base %d, %d slots", cfg.UIDBase, cfg.Slots)
 	}
 	e := &Executor{cfg: cfg, conn: conn, log: log, runs: map[string]*run{}, busy: map[int]bool{},
-		installs: map[string]context.CancelFunc{}, next: map[int]*nextProgram{}}
+		installs: map[string]context.CancelFunc{}, next: map[int]*nextProgram{}, interps: map[int]*interp{}}
 	python, err := e.prepare()
 	if err != nil {
 		return err
@@ -309,6 +310,11 @@ func (e *Executor) start(id string, slot int, spec sandbox.Spec) {
 	default:
 		r := newRun(e, id, slot, spec)
 		e.busy[slot], e.runs[id] = true, r
+		if spec.Session {
+			r.session = true
+			e.wg.Go(func() { e.serveSessionCall(r) })
+			return
+		}
 		e.wg.Go(func() {
 			// The result goes out as soon as every process of the run is gone; the slot stays
 			// busy until its files are gone too, and then reports itself settled. In a box
@@ -382,6 +388,7 @@ func (e *Executor) stopAll() {
 	}
 	e.mu.Unlock()
 	e.wg.Wait()
+	e.closeInterps()
 }
 
 // prepare makes the box ready: a stale executor is killed, every slot's processes and files

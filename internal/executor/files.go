@@ -177,6 +177,7 @@ type collection struct {
 type collector struct {
 	root   int               // descriptor of the working directory
 	inputs map[string][]byte // the run's input files, by name
+	before map[string]stamp  // files left out when their stamp is unchanged (nil: none)
 
 	maxFiles                 int
 	maxFileBytes, maxAllSize int64
@@ -196,6 +197,12 @@ type collector struct {
 // deep; the scan stops after maxScanEntries entries. An error means the directory itself
 // could not be read.
 func collectOutputFiles(dir string, inputs []sandbox.InputFile, lim sandbox.Limits, send func(sandbox.File, []byte)) (collection, error) {
+	return collectFiles(dir, inputs, lim, nil, send)
+}
+
+// collectFiles is collectOutputFiles that also leaves out the files whose stamp is still the
+// one in before (a session's files that its call did not create or change).
+func collectFiles(dir string, inputs []sandbox.InputFile, lim sandbox.Limits, before map[string]stamp, send func(sandbox.File, []byte)) (collection, error) {
 	if lim.OutputFiles <= 0 {
 		return collection{}, nil
 	}
@@ -204,7 +211,7 @@ func collectOutputFiles(dir string, inputs []sandbox.InputFile, lim sandbox.Limi
 		return collection{}, fmt.Errorf("opening the run's directory %s: %w", dir, err)
 	}
 	defer syscall.Close(root)
-	c := &collector{root: root, inputs: map[string][]byte{}, maxFiles: lim.OutputFiles,
+	c := &collector{root: root, inputs: map[string][]byte{}, before: before, maxFiles: lim.OutputFiles,
 		maxFileBytes: lim.OutputFileBytes, maxAllSize: lim.OutputFilesBytes}
 	if c.maxFileBytes <= 0 || c.maxFileBytes > maxOutputFileBytes {
 		c.maxFileBytes = maxOutputFileBytes
@@ -353,6 +360,9 @@ func (c *collector) read(name string, total int64) (f sandbox.File, content []by
 	if typ := modeType(st.Mode); typ != dtReg {
 		c.skip(name, typeReason(typ))
 		return f, nil, false
+	}
+	if old, ok := c.before[name]; ok && old == stampOf(&st) {
+		return f, nil, false // a session's file that this call did not touch
 	}
 	if st.Nlink > 1 {
 		c.skip(name, fmt.Sprintf("hard link (the file has %d names), not read: its other names may be outside the run's directory", st.Nlink))
@@ -605,4 +615,44 @@ func mediaType(name string, content []byte) string {
 		return t + "; charset=utf-8"
 	}
 	return t
+}
+
+// stamp is what says that a file was not changed: the same inode, size, and modification
+// and change times.
+type stamp struct {
+	ino          uint64
+	size         int64
+	mtime, ctime syscall.Timespec
+}
+
+func stampOf(st *syscall.Stat_t) stamp {
+	return stamp{ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+}
+
+// stampFiles returns the stamps of the regular files in dir (a session's working directory),
+// found as collectOutputFiles finds them (beneath dir, never through a link, up to its caps).
+// A directory that cannot be read gives no stamps: every file then counts as changed.
+func stampFiles(dir string) map[string]stamp {
+	stamps := map[string]stamp{}
+	root, err := openRetry(dir, dirFlags, 0)
+	if err != nil {
+		return stamps
+	}
+	defer syscall.Close(root)
+	c := &collector{root: root}
+	if c.scan(root, "", 0) != nil {
+		return stamps
+	}
+	for _, name := range c.candidates {
+		fd, err := openBeneath(root, name)
+		if err != nil {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Fstat(fd, &st) == nil {
+			stamps[name] = stampOf(&st)
+		}
+		syscall.Close(fd)
+	}
+	return stamps
 }

@@ -62,6 +62,11 @@ type run struct {
 	output      []byte // OUTPUT's JSON text as received, up to its cap
 	outputBytes int64  // bytes of OUTPUT received when it passed its cap
 	memoryError bool   // the bootstrap saw a MemoryError (see classify)
+
+	// session is true for a call in the slot's session interpreter (see interp.go); there
+	// interrupt, when set, stops the call instead of a kill of every process of the uid.
+	session   bool
+	interrupt func()
 }
 
 func newRun(e *Executor, id string, slot int, spec sandbox.Spec) *run {
@@ -107,8 +112,12 @@ func (r *run) stop(reason stopReason) {
 	}
 	r.reason = reason
 	close(r.stopped)
-	started := r.proc != nil
+	started, interrupt := r.proc != nil, r.interrupt
 	r.mu.Unlock()
+	if started && interrupt != nil {
+		interrupt()
+		return
+	}
 	if started {
 		if err := killUID(r.uid); err != nil {
 			r.e.log.Error("killing run", "id", r.id, "error", err)
@@ -388,20 +397,7 @@ func (r *run) newCapture(kind protocol.Kind, limit int64, reason stopReason) *ca
 // line longer than a call may be, or an output frame with a negative size, is not the
 // bootstrap's: the line is closed, so the program can no longer use it.
 func (r *run) serveControl(conn net.Conn) {
-	init, err := json.Marshal(map[string]any{
-		"code":       r.spec.Code,
-		"input":      r.spec.Input,
-		"limits":     r.spec.Limits,
-		"timeout_ms": r.spec.TimeoutMS,
-		"paths":      r.spec.Paths,
-		"call_bytes": r.spec.CallBytes,
-		// Open matplotlib figures and PIL images shown are saved as output files.
-		"charts": r.spec.Charts,
-		// The preload's data, allowed on top of memory_bytes (a fork inherits it).
-		"preload_data_bytes": r.preloadData,
-		// gVisor ignores RLIMIT_DATA: the memory limit is then one of address space.
-		"limit_address_space": r.e.cfg.GVisor,
-	})
+	init, err := json.Marshal(r.initLine())
 	if err != nil {
 		r.e.log.Error("encoding init", "id", r.id, "error", err)
 		return
@@ -423,44 +419,89 @@ func (r *run) serveControl(conn net.Conn) {
 		if err != nil {
 			return
 		}
-		var report struct {
-			Type   string          `json:"type"`
-			Bytes  int64           `json:"bytes"`
-			Method string          `json:"method"`
-			Args   json.RawMessage `json:"args"`
-		}
+		var report controlReport
 		if json.Unmarshal(line, &report) != nil {
-			// Only the bootstrap writes here, and only JSON; a program writing to the line
-			// itself gets an answer, not a wait until its timeout.
-			b, _ := json.Marshal(map[string]any{"type": "reply", "ok": false, "error": "the control line takes one JSON object per line"})
-			if _, err := conn.Write(append(b, '\n')); err != nil {
+			if !r.refuseLine(conn) {
 				return
 			}
 			continue
 		}
-		switch report.Type {
-		case "call":
-			reply := r.call(sandbox.Call{Method: report.Method, Args: report.Args})
-			if reply == nil {
-				return // the program has exited
-			}
-			b, _ := json.Marshal(map[string]any{"type": "reply", "ok": reply.OK, "value": reply.Value, "error": reply.Error})
-			if _, err := conn.Write(append(b, '\n')); err != nil {
-				return
-			}
-		case "memory_error":
-			r.mu.Lock()
-			r.memoryError = true
-			r.mu.Unlock()
-		case "output":
-			if report.Bytes < 0 {
-				r.closeControl(conn, fmt.Sprintf("an output frame of %d bytes", report.Bytes))
-				return
-			}
-			if !r.readOutput(br, report.Bytes) {
-				return
-			}
+		if !r.control(conn, br, report) {
+			return
 		}
+	}
+}
+
+// controlReport is one line the bootstrap writes on the control line.
+type controlReport struct {
+	Type   string          `json:"type"`
+	Bytes  int64           `json:"bytes"`
+	Method string          `json:"method"`
+	Args   json.RawMessage `json:"args"`
+	// Status and Interrupted are a session call's end ("done"): its exit status, and whether
+	// a KeyboardInterrupt ended it.
+	Status      int  `json:"status"`
+	Interrupted bool `json:"interrupted"`
+	// Call is the number of the session call that a "done" report ends (the init line's).
+	Call int `json:"call"`
+}
+
+// refuseLine answers a control line that is not JSON: only the bootstrap writes there, and
+// only JSON; a program writing to the line itself gets an answer, not a wait until its
+// timeout. It returns false when the line failed.
+func (r *run) refuseLine(conn net.Conn) bool {
+	b, _ := json.Marshal(map[string]any{"type": "reply", "ok": false, "error": "the control line takes one JSON object per line"})
+	_, err := conn.Write(append(b, '\n'))
+	return err == nil
+}
+
+// control handles one report of the bootstrap: an agent.* call (answered), a piece of
+// OUTPUT's text, or the MemoryError mark. It returns false when the control line must no
+// longer be read.
+func (r *run) control(conn net.Conn, br *bufio.Reader, report controlReport) bool {
+	switch report.Type {
+	case "call":
+		reply := r.call(sandbox.Call{Method: report.Method, Args: report.Args})
+		if reply == nil {
+			return false // the program has exited
+		}
+		b, _ := json.Marshal(map[string]any{"type": "reply", "ok": reply.OK, "value": reply.Value, "error": reply.Error})
+		if _, err := conn.Write(append(b, '\n')); err != nil {
+			return false
+		}
+	case "memory_error":
+		r.mu.Lock()
+		r.memoryError = true
+		r.mu.Unlock()
+	case "output":
+		if report.Bytes < 0 {
+			r.closeControl(conn, fmt.Sprintf("an output frame of %d bytes", report.Bytes))
+			return false
+		}
+		if !r.readOutput(br, report.Bytes) {
+			return false
+		}
+	}
+	return true
+}
+
+// initLine is the init line the bootstrap reads for the run (or a session's call).
+func (r *run) initLine() map[string]any {
+	return map[string]any{
+		"code":       r.spec.Code,
+		"input":      r.spec.Input,
+		"limits":     r.spec.Limits,
+		"timeout_ms": r.spec.TimeoutMS,
+		"paths":      r.spec.Paths,
+		"call_bytes": r.spec.CallBytes,
+		// Open matplotlib figures and PIL images shown are saved as output files.
+		"charts": r.spec.Charts,
+		// The preload's data, allowed on top of memory_bytes (a fork inherits it).
+		"preload_data_bytes": r.preloadData,
+		// gVisor ignores RLIMIT_DATA: the memory limit is then one of address space.
+		"limit_address_space": r.e.cfg.GVisor,
+		// A session's call: the interpreter keeps its globals for the next call.
+		"session": r.session,
 	}
 }
 

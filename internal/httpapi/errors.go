@@ -72,6 +72,8 @@ func classify(err error) classified {
 		inErr    *library.InputError
 		useErr   *store.InUseError
 		quotaErr *store.QuotaError
+
+		sessionBusy *sandbox.SessionBusyError
 	)
 	switch {
 	case class == nil:
@@ -90,6 +92,8 @@ func classify(err error) classified {
 		out.detail.Message += ": the quota on all runs' files (files_max_bytes) made room for newer runs' files"
 	case errors.As(err, &busyErr):
 		out.retryAfter = max(busyErr.RetryAfter, time.Second)
+	case errors.As(err, &sessionBusy):
+		out.detail.Field = "wait" // the field that says whether a call waits for its turn
 	}
 	if class == errclass.Unavailable && out.retryAfter == 0 {
 		out.retryAfter = time.Second

@@ -107,9 +107,14 @@ func sourceOf(r *http.Request) sandbox.Source {
 // run answers an execution made by exec: as one JSON result, or as an NDJSON stream when the
 // client accepts it; with inline, its output files' bytes are in the answer (see answerOf).
 func (a *api) run(w http.ResponseWriter, r *http.Request, inline bool, exec func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error)) {
+	a.runHeld(w, r, a.answering, inline, exec)
+}
+
+// runHeld is run with the answers held by tokens (a.answering, or the sessions' own).
+func (a *api) runHeld(w http.ResponseWriter, r *http.Request, tokens chan struct{}, inline bool, exec func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error)) {
 	select {
-	case a.answering <- struct{}{}:
-		defer func() { <-a.answering }()
+	case tokens <- struct{}{}:
+		defer func() { <-tokens }()
 	default:
 		cfg := a.ex.Config()
 		writeError(w, &sandbox.BusyError{Slots: cfg.Slots, Queue: cfg.QueueLength, RetryAfter: time.Second})

@@ -41,6 +41,8 @@ type Backend struct {
 	Setup SetupRunner
 	// PackageIndex is where dependencies come from, shown by GET /v1/limits.
 	PackageIndex PackageIndex
+	// Sessions serves /v1/agents/{agent}/sessions (stateful sessions); nil answers 404.
+	Sessions SessionKeeper
 	// Files serves runs' output files (GET /v1/executions/{id}/files/{name...}, with the
 	// Ledger) and their bytes inline in answers (inline_files); nil keeps none.
 	Files OutputFiles
@@ -87,13 +89,17 @@ type api struct {
 	setup     SetupRunner
 	index     PackageIndex
 	files     OutputFiles
+	sessions  SessionKeeper
 	// answering holds a token from a run's admission until its answer is written: a run frees
 	// its slot when it ends, but a client that stops reading would keep its answer (megabytes,
 	// with inline files) in memory until the write times out. At most slots + queue answers
 	// are held; more runs are refused as busy.
 	answering chan struct{}
-	log       *slog.Logger
-	mux       *http.ServeMux
+	// sessionAnswering holds a token for each session call from its arrival to its answer,
+	// as answering does for runs: session calls waiting their turn never take runs' tokens.
+	sessionAnswering chan struct{}
+	log              *slog.Logger
+	mux              *http.ServeMux
 }
 
 // NewHandler returns the REST API served by b. log receives one debug line per request and
@@ -106,7 +112,7 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, index: b.PackageIndex.redacted(), files: b.Files, log: log, mux: http.NewServeMux()}
+	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, index: b.PackageIndex.redacted(), files: b.Files, sessions: b.Sessions, log: log, mux: http.NewServeMux()}
 	a.answering = make(chan struct{}, 1)
 	if a.ex != nil {
 		cfg := a.ex.Config()
@@ -124,6 +130,11 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 	}
 	if a.knowledge != nil {
 		a.routeKnowledge()
+	}
+	if a.sessions != nil {
+		sc := a.sessions.Config()
+		a.sessionAnswering = make(chan struct{}, max(sc.MaxTotal*(1+sandbox.MaxSessionWaiting), 1))
+		a.routeSessions()
 	}
 	if a.setup != nil {
 		a.handle("POST /v1/setup", a.runSetup)
@@ -276,6 +287,11 @@ func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 	}
 	if a.files != nil {
 		lim.FilesUsedBytes, lim.FilesMaxBytes = a.files.Used()
+	}
+	if a.sessions != nil {
+		sc := a.sessions.Config()
+		lim.Sessions = &apitype.SessionLimits{IdleTimeoutMS: sc.IdleTimeout.Milliseconds(), MaxLifetimeMS: sc.MaxLifetime.Milliseconds(),
+			PerAgent: sc.MaxPerAgent, Max: sc.MaxTotal}
 	}
 	writeJSON(w, http.StatusOK, lim)
 }

@@ -39,7 +39,8 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 	lib := library.New(st, svc, 0)
 	h := httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib, Jobs: jobs.New(st, lib, svc, jobs.Config{}, nil),
 		Ledger: st, Packages: noPackages{}, Knowledge: st,
-		Setup: func(context.Context, func(setup.Event)) error { return nil }}, nil)
+		Setup:    func(context.Context, func(setup.Event)) error { return nil },
+		Sessions: sandbox.NewSessions(svc, nil, nil, sandbox.DefaultSessionConfig(), nil)}, nil)
 	routes := append(httpapi.Routes(h), appRoutes...)
 	for i, r := range routes {
 		// A wildcard for the rest of the path ({name...}) is a plain parameter in OpenAPI.

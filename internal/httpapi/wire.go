@@ -43,6 +43,7 @@ func ResultOf(res sandbox.Result) apitype.Result {
 		FilesTruncated: res.FilesTruncated,
 		Egress:         each(res.Egress, func(c sandbox.EgressConnection) apitype.EgressConnection { return apitype.EgressConnection(c) }),
 		EgressOmitted:  res.EgressOmitted,
+		SessionID:      res.SessionID, SessionEnded: res.SessionEnded,
 	}
 }
 
@@ -134,3 +135,11 @@ func packageOf(p protocol.Package) apitype.Package { return apitype.Package(p) }
 
 // SetupEventOf returns e as POST /v1/setup streams it.
 func SetupEventOf(e setup.Event) apitype.SetupEvent { return apitype.SetupEvent(e) }
+
+// SessionOf returns a session as the API answers it.
+func SessionOf(s sandbox.SessionInfo) apitype.Session {
+	return apitype.Session{ID: s.ID, Agent: s.Agent, State: s.State, EndReason: s.EndReason, Reason: s.Reason,
+		IdleTimeoutMS: s.IdleTimeoutMS, MaxLifetimeMS: s.MaxLifetimeMS, Limits: apitype.RunLimits(s.Limits),
+		Dependencies: each(s.Dependencies, dependencyOf), CreatedAt: s.CreatedAt, LastUsedAt: s.LastUsedAt,
+		ExpiresAt: s.ExpiresAt, EndedAt: s.EndedAt, Calls: s.Calls, Busy: s.Busy, Waiting: s.Waiting}
+}

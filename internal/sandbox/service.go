@@ -344,6 +344,11 @@ type execution struct {
 	audit []CallRecord
 	// files keeps the run's output files as they arrive.
 	files *fileSink
+	// session is the session the execution is a call of ("" for a one-shot run); box runs it
+	// there (nil: the pool's slot runs it), with grace added to the daemon's deadline.
+	session string
+	box     SessionBox
+	grace   time.Duration
 }
 
 // prepare turns a validated request into its execution: the spec with its ID, input, timeout,
@@ -386,7 +391,7 @@ func (s *Service) begin(ctx context.Context, x *execution) error {
 	if s.rec == nil {
 		return nil
 	}
-	head := Result{ID: x.spec.ID, Agent: x.agent, TimeoutMS: x.spec.TimeoutMS, StartedAt: x.accepted, Origin: x.origin}
+	head := Result{ID: x.spec.ID, Agent: x.agent, TimeoutMS: x.spec.TimeoutMS, StartedAt: x.accepted, Origin: x.origin, SessionID: x.session}
 	if err := s.rec.Begin(ctx, x.spec, head); err != nil {
 		// Nothing ran: the daemon cannot keep its ledger (a full or read-only disk).
 		return fmt.Errorf("%w: the ledger could not record the execution, so it did not run (%v); "+
@@ -400,7 +405,7 @@ func (s *Service) begin(ctx context.Context, x *execution) error {
 // record is discarded.
 func (s *Service) run(ctx context.Context, x *execution, emit func(Event)) (Result, error) {
 	started := time.Now()
-	runCtx, cancelRun := context.WithTimeout(ctx, time.Duration(x.spec.TimeoutMS)*time.Millisecond+s.cfg.Grace)
+	runCtx, cancelRun := context.WithTimeout(ctx, time.Duration(x.spec.TimeoutMS)*time.Millisecond+s.cfg.Grace+x.grace)
 	defer cancelRun()
 	line := &calls{s: s, scope: CallScope{Agent: x.agent, ExecutionID: x.spec.ID}, emit: emit}
 	x.spec.Calls, x.spec.CallBytes = line.handle, s.cfg.MaxCallBytes
@@ -411,7 +416,15 @@ func (s *Service) run(ctx context.Context, x *execution, emit func(Event)) (Resu
 		gate = s.net.ForRun(x.req.NetworkAllow)
 		x.spec.Egress = gate
 	}
-	res, err := s.rt.Run(runCtx, x.slot, x.spec, x.files.wrap(emit))
+	var (
+		res Result
+		err error
+	)
+	if x.box != nil {
+		res, err = x.box.Run(runCtx, x.spec, x.files.wrap(emit))
+	} else {
+		res, err = s.rt.Run(runCtx, x.slot, x.spec, x.files.wrap(emit))
+	}
 	if gate != nil {
 		// No connection outlives its run; the record lists every one it asked for.
 		gate.Close()
@@ -446,6 +459,7 @@ func (s *Service) discard(ctx context.Context, id string) {
 // does not move it (InstallMS says how long that took).
 func (s *Service) finish(ctx context.Context, x *execution, res Result) Result {
 	res.ID, res.Agent, res.TimeoutMS, res.Origin, res.StartedAt = x.spec.ID, x.agent, x.spec.TimeoutMS, x.origin, x.accepted
+	res.SessionID = x.session
 	res.Dependencies, res.InstallMS, res.Calls = x.deps.Dependencies, x.installMS, x.audit
 	if len(x.installEgress) > 0 {
 		res.Egress = append(x.installEgress, res.Egress...)
@@ -455,7 +469,7 @@ func (s *Service) finish(ctx context.Context, x *execution, res Result) Result {
 	}
 	res = checkOutput(x.req, res)
 	s.record(ctx, res)
-	s.log.Info("execution finished", "id", res.ID, "agent", x.agent, "slot", x.slot,
+	s.log.Info("execution finished", "id", res.ID, "agent", x.agent, "slot", x.slot, "session", x.session,
 		"outcome", res.Outcome, "exit_code", res.ExitCode, "duration_ms", res.DurationMS, "install_ms", x.installMS)
 	return res
 }

@@ -185,6 +185,13 @@ type Result struct {
 	Start Start `json:"start,omitempty"`
 	// Origin says where the execution came from (source, job_id, code_name, code_version).
 	Origin
+	// SessionID names the session the execution was a call of ("se_..."); empty for a
+	// one-shot run.
+	SessionID string `json:"session_id,omitempty"`
+	// SessionEnded is set when this call ended its session, to the session's end reason
+	// (killed, memory_limit, exited, sandbox_error); Reason says more. Empty while the session
+	// lives on, and for a one-shot run.
+	SessionEnded string `json:"session_ended,omitempty"`
 	// Dependencies reports each requested requirement (absent when none were requested).
 	Dependencies []DependencyStatus `json:"dependencies,omitempty"`
 	// InstallMS is how long checking and installing the dependencies took, in milliseconds;
@@ -262,6 +269,10 @@ type Spec struct {
 	Charts bool `json:"charts,omitempty"`
 	// CallBytes caps one agent.* call's arguments, for the program's own check (0: no calls).
 	CallBytes int `json:"call_bytes,omitempty"`
+	// Session runs the code as a call in the slot's session interpreter, whose globals,
+	// imports and working directory persist from call to call (see package executor), instead
+	// of in a fresh program.
+	Session bool `json:"session,omitempty"`
 	// Calls answers the program's agent.* calls while it runs; nil refuses them. It is not
 	// sent to the executor.
 	Calls func(ctx context.Context, call Call) (json.RawMessage, error) `json:"-"`

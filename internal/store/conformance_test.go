@@ -39,6 +39,7 @@ var conformance = []struct {
 	{"FilesServedByEveryHandle", TestFilesServedByEveryHandle},
 	{"DaemonsRecoverExpiredLeases", TestDaemonsRecoverExpiredLeases},
 	{"OverlapIsDecidedFromTheSharedLedger", TestOverlapIsDecidedFromTheSharedLedger},
+	{"SessionLedger", TestSessionLedger},
 }
 
 // onPostgres says whether t is a case TestPostgres runs.

@@ -96,10 +96,10 @@ func (s *Store) Begin(ctx context.Context, spec sandbox.Spec, head sandbox.Resul
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO executions
-			(id, agent, source, job_id, code_name, code_version, code_sha256, input, timeout_ms, status, started_at, daemon)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?)`,
+			(id, agent, source, job_id, code_name, code_version, code_sha256, input, timeout_ms, status, started_at, daemon, session_id)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)`,
 			head.ID, head.Agent, head.Source, nullString(head.JobID), nullString(head.CodeName),
-			nullInt(head.CodeVersion), sum, string(spec.Input), spec.TimeoutMS, ms(head.StartedAt), nullString(s.daemon))
+			nullInt(head.CodeVersion), sum, string(spec.Input), spec.TimeoutMS, ms(head.StartedAt), nullString(s.daemon), sessionColumn(head.SessionID))
 		if err != nil || head.JobID == "" {
 			return err
 		}
@@ -232,7 +232,8 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 	row := s.r.QueryRowContext(ctx, `SELECT e.id, e.agent, e.source, e.job_id, e.code_name, e.code_version,
 		e.code_sha256, b.code, e.input, e.timeout_ms, e.status, e.outcome, e.exit_code, e.signal, e.reason,
 		e.stdout, e.stderr, e.stdout_truncated, e.stderr_truncated, e.output, e.duration_ms, e.started_at, e.ended_at,
-		e.dependencies, e.install_ms, e.calls, e.start, e.oom_kills, e.files, e.files_skipped, e.files_truncated, e.daemon
+		e.dependencies, e.install_ms, e.calls, e.start, e.oom_kills, e.files, e.files_skipped, e.files_truncated, e.daemon,
+		coalesce(e.session_id, '')
 		FROM executions e LEFT JOIN code_blobs b ON b.sha256 = e.code_sha256 WHERE e.id = ?`, id)
 	var (
 		e                       Execution
@@ -251,7 +252,7 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 	err := row.Scan(&e.ID, &e.Agent, &e.Source, &jobID, &codeName, &codeVersion, &e.CodeSHA256, &code,
 		&input, &e.TimeoutMS, &e.Status, &outcome, &exit, &sig, &reason, &stdout, &stderr, &outTrunc,
 		&errTrunc, &output, &dur, &started, &ended, &deps, &installMS, &calls, &start, &e.OOMKills,
-		&files, &skipped, &e.FilesTruncated, &daemon)
+		&files, &skipped, &e.FilesTruncated, &daemon, &e.SessionID)
 	e.Daemon = daemon.String
 	if errors.Is(err, sql.ErrNoRows) {
 		return Execution{}, fmt.Errorf("execution %q: %w", id, ErrNotFound)

@@ -23,6 +23,7 @@ const (
 	labelDataDir = "dev.sandpit.data-dir"
 	labelConfig  = "dev.sandpit.config"
 	labelSlot    = "dev.sandpit.slot"
+	labelSession = "dev.sandpit.session"
 )
 
 // Box is each slot's container: its limits and hardening. Every slot has its own container with
@@ -205,23 +206,29 @@ func ensureContainer(ctx context.Context, api client.APIClient, log *slog.Logger
 	if adopted != "" {
 		return adopted, true, nil
 	}
-	created, err := api.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: host,
-		Name: containerName(dataDir) + "-" + strconv.Itoa(slot)})
+	id, err := createContainer(ctx, api, log, box, cfg, host, containerName(dataDir)+"-"+strconv.Itoa(slot))
+	return id, false, err
+}
+
+// createContainer creates and starts a container named name with cfg and host (box says
+// which runtime it asked for, to explain a failure), and returns its ID.
+func createContainer(ctx context.Context, api client.APIClient, log *slog.Logger, box Box, cfg *container.Config, host *container.HostConfig, name string) (string, error) {
+	created, err := api.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: host, Name: name})
 	if err != nil {
 		if box.Runtime != "" && strings.Contains(err.Error(), "runtime") {
-			return "", false, fmt.Errorf("creating the sandbox container with runtime %q: %w (is it installed and registered "+
+			return "", fmt.Errorf("creating the sandbox container with runtime %q: %w (is it installed and registered "+
 				"in the engine's daemon.json under \"runtimes\"? `sandpit doctor` checks it)", box.Runtime, err)
 		}
-		return "", false, fmt.Errorf("creating the sandbox container: %w", err)
+		return "", fmt.Errorf("creating the sandbox container: %w", err)
 	}
 	for _, w := range created.Warnings {
 		log.Warn("engine warning creating the sandbox container", "warning", w)
 	}
 	if _, err := api.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
 		_ = removeContainer(ctx, api, created.ID)
-		return "", false, fmt.Errorf("starting the sandbox container: %w", err)
+		return "", fmt.Errorf("starting the sandbox container: %w", err)
 	}
-	return created.ID, false, nil
+	return created.ID, nil
 }
 
 // removeContainer force-removes a container; one already gone is not an error.

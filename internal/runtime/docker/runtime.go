@@ -89,6 +89,13 @@ type Runtime struct {
 	ctx        context.Context
 	close      context.CancelFunc
 	supervised sync.WaitGroup // the boxes' supervise loops
+
+	sessMu   sync.Mutex
+	sessUIDs map[int]bool    // session uid indexes in use (see OpenSession)
+	sessions map[string]bool // the IDs of the sessions whose containers this runtime made
+	// strays is set once the containers no slot or live session uses have been removed: at
+	// Start, or, when the engine did not answer then, at the first connection.
+	strays bool
 }
 
 var (
@@ -127,7 +134,7 @@ func Start(ctx context.Context, api client.APIClient, cfg Config, log *slog.Logg
 	}
 	err := r.checkRuntime(ctx)
 	if err == nil {
-		err = r.removeStrays(ctx)
+		err = r.removeStraysOnce(ctx)
 	}
 	// Slot 0 first, and the runtime is ready once it is: the other slots come up beside it
 	// (their supervisors connect them) and the Service offers each once it is (see Settle).
@@ -222,12 +229,43 @@ func (r *Runtime) removeStrays(ctx context.Context) error {
 		if slot, err := strconv.Atoi(c.Labels[labelSlot]); err == nil && slot >= 0 && slot < r.cfg.Slots {
 			continue
 		}
+		if r.liveSession(c.Labels[labelSession]) {
+			continue // this runtime's own session
+		}
 		r.log.Info("removing a sandpit container that no slot uses", "container", shortID(c.ID), "state", c.State)
 		if err := removeContainer(ctx, r.api, c.ID); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// removeStraysOnce runs removeStrays until it has succeeded once.
+func (r *Runtime) removeStraysOnce(ctx context.Context) error {
+	r.sessMu.Lock()
+	done := r.strays
+	r.sessMu.Unlock()
+	if done {
+		return nil
+	}
+	if err := r.removeStrays(ctx); err != nil {
+		return err
+	}
+	r.sessMu.Lock()
+	r.strays = true
+	r.sessMu.Unlock()
+	return nil
+}
+
+// liveSession reports whether id names a session whose container this runtime made and has
+// not removed.
+func (r *Runtime) liveSession(id string) bool {
+	if id == "" {
+		return false
+	}
+	r.sessMu.Lock()
+	defer r.sessMu.Unlock()
+	return r.sessions[id]
 }
 
 // connected tells every box that one has connected: the engine answers again.
@@ -294,9 +332,15 @@ func (r *Runtime) ContainerIDs() []string {
 // instances, POSIX message queue bytes), and a shared uid would let one slot's run use up
 // another's.
 func (r *Runtime) executorCommand(slot int) []string {
+	return r.executorCommandFor(UIDBase+slot, r.cfg.ForkServer.Enabled)
+}
+
+// executorCommandFor is the executor's command line for one slot run as uid, with or without
+// the fork server.
+func (r *Runtime) executorCommandFor(uid int, forkServer bool) []string {
 	fs := r.cfg.ForkServer
-	cmd := []string{ExecutorPath, "serve", "-slots", "1", "-uid-base", strconv.Itoa(UIDBase + slot),
-		"-fork-server=" + strconv.FormatBool(fs.Enabled), "-preload", strings.Join(fs.Preload, ","), "-fork-server-max-runs", strconv.Itoa(fs.MaxRuns)}
+	cmd := []string{ExecutorPath, "serve", "-slots", "1", "-uid-base", strconv.Itoa(uid),
+		"-fork-server=" + strconv.FormatBool(forkServer), "-preload", strings.Join(fs.Preload, ","), "-fork-server-max-runs", strconv.Itoa(fs.MaxRuns)}
 	if r.cfg.Box.gVisor() {
 		cmd = append(cmd, "-runtime", "runsc", "-memory-reserve", strconv.FormatInt(RunscMemoryReserve, 10))
 	}
@@ -504,6 +548,9 @@ func (b *box) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := b.r.removeStraysOnce(ctx); err != nil { // the engine did not answer at Start
+		return err
+	}
 	b.mu.Lock()
 	discard := b.discard
 	b.mu.Unlock()
@@ -527,13 +574,19 @@ func (b *box) connect(ctx context.Context) error {
 }
 
 func (b *box) execExecutor(ctx context.Context, containerID string) (*session.Session, error) {
-	api := b.r.api
+	return b.r.execExecutor(ctx, containerID, b.r.executorCommand(b.slot), b.log)
+}
+
+// execExecutor starts the executor in containerID with cmd and returns the control session
+// with it once it has said hello; its log goes to log.
+func (r *Runtime) execExecutor(ctx context.Context, containerID string, cmd []string, log *slog.Logger) (*session.Session, error) {
+	api := r.api
 	ex, err := api.ExecCreate(ctx, containerID, client.ExecCreateOptions{
 		User:         "0",
 		AttachStdin:  true,
 		AttachStdout: true,
 		AttachStderr: true,
-		Cmd:          b.r.executorCommand(b.slot),
+		Cmd:          cmd,
 	})
 	if err != nil {
 		return nil, err
@@ -545,7 +598,7 @@ func (b *box) execExecutor(ctx context.Context, containerID string) (*session.Se
 	// The exec's stdout and stderr arrive multiplexed: stdout is the protocol, stderr the
 	// executor's log.
 	pr, pw := io.Pipe()
-	logw := &lineLogger{log: b.log.With("source", "executor")}
+	logw := &lineLogger{log: log.With("source", "executor")}
 	go func() {
 		_, err := stdcopy.StdCopy(pw, logw, att.Reader)
 		logw.flush()
@@ -561,7 +614,7 @@ func (b *box) execExecutor(ctx context.Context, containerID string) (*session.Se
 	})
 	helloCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return session.Start(helloCtx, pr, att.Conn, closer, b.log, b.r.cfg.Session)
+	return session.Start(helloCtx, pr, att.Conn, closer, log, r.cfg.Session)
 }
 
 // supervise waits for the session to end and brings the sandbox back, with backoff, until the

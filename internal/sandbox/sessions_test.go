@@ -1,0 +1,148 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeBox is a session sandbox whose calls block until release is closed (when block is set).
+type fakeBox struct {
+	mu      sync.Mutex
+	calls   []string
+	release chan struct{}
+	done    chan struct{}
+	closed  bool
+}
+
+func newFakeBox() *fakeBox { return &fakeBox{release: make(chan struct{}), done: make(chan struct{})} }
+
+func (b *fakeBox) Run(ctx context.Context, spec Spec, emit func(Event)) (Result, error) {
+	if !spec.Session {
+		return Result{}, errors.New("a session's call without Session set")
+	}
+	b.mu.Lock()
+	b.calls = append(b.calls, spec.Code)
+	b.mu.Unlock()
+	if spec.Code == "block" {
+		select {
+		case <-b.release:
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		}
+	}
+	return Result{Outcome: OutcomeOK, StartedAt: time.Now()}, nil
+}
+
+func (b *fakeBox) Install(context.Context, InstallRequest, func(DependencyStatus)) (Installed, error) {
+	return Installed{}, nil
+}
+func (b *fakeBox) Done() <-chan struct{} { return b.done }
+func (b *fakeBox) Err() error            { return nil }
+func (b *fakeBox) Close(context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.closed {
+		b.closed = true
+		close(b.done)
+	}
+	return nil
+}
+
+type fakeOpener struct{ boxes []*fakeBox }
+
+func (o *fakeOpener) OpenSession(context.Context, string) (SessionBox, error) {
+	b := newFakeBox()
+	o.boxes = append(o.boxes, b)
+	return b, nil
+}
+
+// TestSessionsWaiting: calls wait in order; the ninth waiting call, and one that asks not to
+// wait, are refused at once.
+func TestSessionsWaiting(t *testing.T) {
+	svc := NewService(&fakeRuntime{}, Hooks{}, DefaultConfig(), nil)
+	op := &fakeOpener{}
+	m := NewSessions(svc, op, nil, DefaultSessionConfig(), nil)
+	defer m.Shutdown(context.Background())
+	s, err := m.Create(t.Context(), SessionRequest{Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	box := op.boxes[0]
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, err := m.Execute(context.Background(), s.ID, Request{Agent: "a", Code: "block"}, true, nil); err != nil {
+			t.Errorf("blocking call: %v", err)
+		}
+	})
+	waitFor(t, func() bool { info, _ := m.Get(t.Context(), "a", s.ID); return info.Busy })
+	for i := range MaxSessionWaiting {
+		code := string(rune('0' + i))
+		wg.Go(func() {
+			if _, err := m.Execute(context.Background(), s.ID, Request{Agent: "a", Code: code}, true, nil); err != nil {
+				t.Errorf("call %s: %v", code, err)
+			}
+		})
+		waitFor(t, func() bool { info, _ := m.Get(t.Context(), "a", s.ID); return info.Waiting == i+1 })
+	}
+	_, err = m.Execute(t.Context(), s.ID, Request{Agent: "a", Code: "x"}, true, nil)
+	if busy, ok := errors.AsType[*SessionBusyError](err); !ok || !busy.Full {
+		t.Fatalf("a call past the waiting cap: %v", err)
+	}
+	if _, err := m.Execute(t.Context(), s.ID, Request{Agent: "a", Code: "x"}, false, nil); !isBusy(err) {
+		t.Fatalf("a call that does not wait: %v", err)
+	}
+	close(box.release)
+	wg.Wait()
+	box.mu.Lock()
+	defer box.mu.Unlock()
+	want := []string{"block", "0", "1", "2", "3", "4", "5", "6", "7"}
+	if len(box.calls) != len(want) {
+		t.Fatalf("calls %v, want %v", box.calls, want)
+	}
+	for i := range want {
+		if box.calls[i] != want[i] {
+			t.Fatalf("calls ran in the order %v, want %v", box.calls, want)
+		}
+	}
+}
+
+// TestSessionsExpiry: an idle session ends by itself and its box is closed; a call then is a
+// *SessionEndedError; sessions of another agent are not found.
+func TestSessionsExpiry(t *testing.T) {
+	svc := NewService(&fakeRuntime{}, Hooks{}, DefaultConfig(), nil)
+	op := &fakeOpener{}
+	m := NewSessions(svc, op, nil, DefaultSessionConfig(), nil)
+	defer m.Shutdown(context.Background())
+	idle := int64(1000)
+	s, err := m.Create(t.Context(), SessionRequest{Agent: "a", IdleTimeoutMS: &idle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Execute(t.Context(), s.ID, Request{Agent: "b", Code: "x"}, true, nil); !errors.Is(err, ErrSessionNotFound) {
+		t.Fatalf("another agent's call: %v", err)
+	}
+	<-op.boxes[0].Done() // closed when it expires
+	_, err = m.Execute(t.Context(), s.ID, Request{Agent: "a", Code: "x"}, true, nil)
+	if ended, ok := errors.AsType[*SessionEndedError](err); !ok || ended.Info.EndReason != EndIdleTimeout {
+		t.Fatalf("a call after the expiry: %v", err)
+	}
+}
+
+func isBusy(err error) bool {
+	_, ok := errors.AsType[*SessionBusyError](err)
+	return ok
+}
+
+func waitFor(t *testing.T, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatal("the condition never held")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
