@@ -76,16 +76,8 @@ var executeShape = shape{
 func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 	cfg := a.ex.Config()
 	var b executeBody
-	if err := readBody(w, r, maxBodyBytes(cfg), &b, executeShape); err != nil {
-		if e, ok := err.(*requestError); ok && e.status == http.StatusRequestEntityTooLarge {
-			e.msg += tooLargeHint(cfg)
-		}
-		writeError(w, err)
-		return
-	}
-	files, err := decodeFiles(b.Files)
-	if err != nil {
-		writeError(w, err)
+	files, ok := readRunBody(w, r, cfg, &b, executeShape, &b.Files)
+	if !ok {
 		return
 	}
 	req := sandbox.Request{Code: b.Code, Input: b.Input, TimeoutMS: b.TimeoutMS, Agent: b.Agent,

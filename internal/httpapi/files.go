@@ -55,6 +55,27 @@ const filesExpect = `must be a list of files such as [{"name": "data.csv", "cont
 // decodeFiles turns the files of a request body (nil when absent) into input files. Each must
 // be an object of the fields name, content and encoding (each once, in that letter case); the
 // errors name the field at fault as files[i].name, files[i].content or files[i].encoding.
+
+// readRunBody reads the body of a request that starts a run into v (which holds the
+// request's files, as sent, in *files) and checks those files: readBody's answers, with a
+// 413 that says how to send less, and decodeFiles'. On an error it has answered the request
+// and returns false.
+func readRunBody(w http.ResponseWriter, r *http.Request, cfg sandbox.Config, v any, sh shape, files *[]json.RawMessage) ([]sandbox.InputFile, bool) {
+	if err := readBody(w, r, maxBodyBytes(cfg), v, sh); err != nil {
+		if e, ok := err.(*requestError); ok && e.status == http.StatusRequestEntityTooLarge {
+			e.msg += tooLargeHint(cfg)
+		}
+		writeError(w, err)
+		return nil, false
+	}
+	decoded, err := decodeFiles(*files)
+	if err != nil {
+		writeError(w, err)
+		return nil, false
+	}
+	return decoded, true
+}
+
 // Names and sizes are checked by the sandbox (sandbox.Service.Validate).
 func decodeFiles(raw []json.RawMessage) ([]sandbox.InputFile, error) {
 	if raw == nil {

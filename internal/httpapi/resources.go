@@ -293,16 +293,8 @@ func (a *api) runCode(w http.ResponseWriter, r *http.Request) {
 	}
 	cfg := a.ex.Config()
 	var b runCodeBody
-	if err := readBody(w, r, maxBodyBytes(cfg), &b, runCodeShape); err != nil {
-		if e, ok := err.(*requestError); ok && e.status == http.StatusRequestEntityTooLarge {
-			e.msg += tooLargeHint(cfg)
-		}
-		writeError(w, err)
-		return
-	}
-	files, err := decodeFiles(b.Files)
-	if err != nil {
-		writeError(w, err)
+	files, ok := readRunBody(w, r, cfg, &b, runCodeShape, &b.Files)
+	if !ok {
 		return
 	}
 	run := library.Run{Input: b.Input, TimeoutMS: b.TimeoutMS, Version: b.Version, Files: files, Charts: b.Charts}

@@ -128,16 +128,8 @@ func (a *api) executeInSession(w http.ResponseWriter, r *http.Request) {
 	}
 	cfg := a.ex.Config()
 	var b sessionExecuteBody
-	if err := readBody(w, r, maxBodyBytes(cfg), &b, sessionExecuteShape); err != nil {
-		if e, ok := err.(*requestError); ok && e.status == http.StatusRequestEntityTooLarge {
-			e.msg += tooLargeHint(cfg)
-		}
-		writeError(w, err)
-		return
-	}
-	files, err := decodeFiles(b.Files)
-	if err != nil {
-		writeError(w, err)
+	files, ok := readRunBody(w, r, cfg, &b, sessionExecuteShape, &b.Files)
+	if !ok {
 		return
 	}
 	id := r.PathValue("id")
