@@ -52,10 +52,6 @@ type fileBody struct {
 const filesExpect = `must be a list of files such as [{"name": "data.csv", "content": "a,b\n1,2\n"}] ` +
 	`(content is text, or base64 with "encoding": "base64")`
 
-// decodeFiles turns the files of a request body (nil when absent) into input files. Each must
-// be an object of the fields name, content and encoding (each once, in that letter case); the
-// errors name the field at fault as files[i].name, files[i].content or files[i].encoding.
-
 // readRunBody reads the body of a request that starts a run into v (which holds the
 // request's files, as sent, in *files) and checks those files: readBody's answers, with a
 // 413 that says how to send less, and decodeFiles'. On an error it has answered the request
@@ -76,6 +72,9 @@ func readRunBody(w http.ResponseWriter, r *http.Request, cfg sandbox.Config, v a
 	return decoded, true
 }
 
+// decodeFiles turns the files of a request body (nil when absent) into input files. Each must
+// be an object of the fields name, content and encoding (each once, in that letter case); the
+// errors name the field at fault as files[i].name, files[i].content or files[i].encoding.
 // Names and sizes are checked by the sandbox (sandbox.Service.Validate).
 func decodeFiles(raw []json.RawMessage) ([]sandbox.InputFile, error) {
 	if raw == nil {
