@@ -254,6 +254,10 @@ type File struct {
 	// ContentBase64 is its bytes in standard base64, in a run's answer that asked for them
 	// (inline_files) when it is at most MaxInlineFileBytes; "" otherwise.
 	ContentBase64 string `json:"content_base64,omitempty"`
+	// Evicted is true, in a ledger record (GET /v1/executions/{id}), when the file's bytes are
+	// no longer kept: the quota on all runs' files (files_max_bytes) removed them to make room
+	// for newer runs' files, and GET …/files/{name} answers 410. Absent when they are kept.
+	Evicted bool `json:"evicted,omitempty"`
 }
 
 // SkippedFile is an entry of a run's working directory that was not collected, and why.

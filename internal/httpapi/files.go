@@ -26,6 +26,8 @@ type OutputFiles interface {
 	// Open returns the bytes of execution id's output file name; an error wrapping
 	// store.ErrEvicted when they are no longer kept.
 	Open(ctx context.Context, id, name string) (io.ReadCloser, error)
+	// Kept returns the names of execution id's output files whose bytes are kept.
+	Kept(ctx context.Context, id string) (map[string]bool, error)
 	// Used returns the bytes all kept files take and the quota on them (files_max_bytes).
 	Used() (used, quota int64)
 }

@@ -354,6 +354,17 @@ func TestFilesQuotaAndRetention(t *testing.T) {
 			t.Errorf("%s: %d, want its file kept", id, status)
 		}
 	}
+	// The record says which of its files were evicted, and only those.
+	for id, evicted := range map[string]string{first: "true", second: "<nil>"} {
+		_, v := s.call(t, "GET", "/v1/executions/"+id, "")
+		files, _ := v["files"].([]any)
+		if len(files) != 1 {
+			t.Fatalf("record %s lists files %v, want one", id, v["files"])
+		}
+		if got := fmt.Sprint(files[0].(map[string]any)["evicted"]); got != evicted {
+			t.Errorf("record %s: evicted %s, want %s", id, got, evicted)
+		}
+	}
 	if used, _ := s.files.Used(); used != 4*4096 {
 		t.Errorf("used %d bytes, want %d", used, 4*4096)
 	}

@@ -492,7 +492,18 @@ func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, executionOf(e))
+	rec := executionOf(e)
+	if a.files != nil && len(rec.Files) > 0 {
+		kept, err := a.files.Kept(r.Context(), e.ID)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		for i := range rec.Files {
+			rec.Files[i].Evicted = !kept[rec.Files[i].Name]
+		}
+	}
+	writeJSON(w, http.StatusOK, rec)
 }
 
 func (a *api) listExecutions(w http.ResponseWriter, r *http.Request) {

@@ -262,6 +262,26 @@ func (f *Files) forget(freed int64, ids []string) {
 	f.removeDirs(ids...)
 }
 
+// Kept returns the names of execution id's output files whose bytes are kept: a name the
+// record lists and this does not was evicted (files_max_bytes) or lost. Errors: the
+// database's.
+func (f *Files) Kept(ctx context.Context, id string) (map[string]bool, error) {
+	rows, err := f.st.r.QueryContext(ctx, `SELECT name FROM execution_files WHERE execution_id = ?`, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	kept := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		kept[name] = true
+	}
+	return kept, rows.Err()
+}
+
 // Open returns the bytes of execution id's kept output file name (an *os.File). Errors: one
 // wrapping ErrEvicted when no such file is kept (the caller, who found it in the record, knows
 // it was there) or its bytes are missing or short (a power loss), or the disk's.
