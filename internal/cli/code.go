@@ -185,6 +185,9 @@ func (o *options) codeRunCommand() *cobra.Command {
 			if r.RunFiles, err = run.inputs.runFiles(); err != nil {
 				return err
 			}
+			if err := run.output.prepare(); err != nil {
+				return err
+			}
 			r.InlineFiles = run.output.dir != ""
 			c, err := o.daemon(cmd, run.daemonFlags)
 			if err != nil {

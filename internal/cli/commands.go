@@ -179,6 +179,9 @@ func (o *options) run(cmd *cobra.Command, f runFlags, args []string) error {
 	if req.RunFiles, err = f.inputs.runFiles(); err != nil {
 		return err
 	}
+	if err := f.output.prepare(); err != nil {
+		return err
+	}
 	req.InlineFiles = f.output.dir != ""
 	res, files, done, err := o.execute(cmd, f, req, o.emitter(f.json))
 	defer done()
@@ -250,7 +253,10 @@ func (o *options) finishRun(cmd *cobra.Command, res apitype.Result, err error, a
 	}
 	if out.dir != "" {
 		if err := saveFiles(cmd.Context(), o.env.Stderr, out.dir, out.force, res.Files, files); err != nil {
-			return err
+			if res.ID == "" {
+				return err
+			}
+			return fmt.Errorf("%w (the run's files are kept with %s: `sandpit exec files %s --output-dir DIR` writes them later)", err, res.ID, res.ID)
 		}
 	}
 	return reportedRun(res)

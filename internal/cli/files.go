@@ -104,6 +104,19 @@ func (f *outputFlags) register(fs *pflag.FlagSet, what string) {
 	fs.BoolVar(&f.force, "force", false, "with --output-dir, replace files that exist there (without it, an existing file is refused and nothing is written)")
 }
 
+// prepare makes --output-dir (when given) before the run, so that a directory that cannot be
+// made (a file of that name, no permission) is found before anything runs. Which files it
+// will hold is known only after the run.
+func (f *outputFlags) prepare() error {
+	if f.dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(f.dir, 0o755); err != nil {
+		return usageErrorf("--output-dir: %v; nothing was run: give a directory that can be made", err)
+	}
+	return nil
+}
+
 // fileSource opens the bytes of an output file.
 type fileSource func(ctx context.Context, f apitype.File) (io.ReadCloser, error)
 

@@ -292,8 +292,9 @@ func TestOutputDirExisting(t *testing.T) {
 	out := t.TempDir()
 	writeFile(t, filepath.Join(out, "old.txt"), []byte("mine"))
 	code, _, stderr := sandpit(t, srv.URL, "run", "-c", "1", "--output-dir", out)
-	if code != 64 || !strings.Contains(stderr, `already holds "old.txt"`) || !strings.Contains(stderr, "--force") {
-		t.Errorf("exit %d, stderr %q", code, stderr)
+	if code != 64 || !strings.Contains(stderr, `already holds "old.txt"`) || !strings.Contains(stderr, "--force") ||
+		!strings.Contains(stderr, "sandpit exec files "+filesExecID) {
+		t.Errorf("exit %d, stderr %q; want the refusal, --force and how to fetch the kept files later", code, stderr)
 	}
 	if got := tree(t, out); !mapsEqual(got, map[string]string{"old.txt": "mine"}) {
 		t.Errorf("after a refusal DIR holds %q", got)
@@ -479,5 +480,22 @@ func TestExecFilesEvicted(t *testing.T) {
 	if code != 66 || !strings.Contains(stderr, `output file "old.csv" of execution `+filesExecID+` is no longer kept`) ||
 		strings.Contains(stderr, "name:") || !strings.Contains(stderr, "HTTP 410") {
 		t.Errorf("exit %d, stderr %q; want 66 and the daemon's message", code, stderr)
+	}
+}
+
+// TestOutputDirUnusable: an --output-dir that cannot be made (a file has its name) is refused
+// before the run, so nothing runs whose files could not be written.
+func TestOutputDirUnusable(t *testing.T) {
+	d := &filesDaemon{files: []outFile{{name: "a.txt", mediaType: "text/plain", content: []byte("a")}}}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	file := filepath.Join(t.TempDir(), "taken")
+	writeFile(t, file, []byte("x"))
+	code, _, stderr := sandpit(t, srv.URL, "run", "-c", "1", "--output-dir", file)
+	d.mu.Lock()
+	runs := len(d.runs)
+	d.mu.Unlock()
+	if code != 64 || !strings.Contains(stderr, "--output-dir") || !strings.Contains(stderr, "nothing was run") || runs != 0 {
+		t.Errorf("exit %d, %d run(s) sent, stderr %q; want exit 64 before any run", code, runs, stderr)
 	}
 }
