@@ -204,7 +204,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	}
 	m := metrics.New()
 	hooks := sandbox.Hooks{Recorder: m.Recorder(st), Callbacks: callback.Dispatch{Handler: handler}, Files: files}
-	if cfg.Network == "allowlist" {
+	if cfg.Network == sandbox.NetworkAllowlist {
 		allow, err := egress.New(cfg.Egress())
 		if err != nil {
 			return nil, fmt.Errorf("network_allow: %w", err)

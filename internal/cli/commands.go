@@ -93,6 +93,7 @@ type runFlags struct {
 	url     string
 	local   bool
 	deps    []string
+	allow   []string
 	inputs  inputFlags
 	output  outputFlags
 }
@@ -123,7 +124,8 @@ Exit status: the program's own status; 124 timeout; 137 memory_limit; 125 output
 		Example: `  sandpit run -c 'print(sum(INPUT))' --input '[1,2,3]'
   sandpit run script.py --timeout 10s --json
   echo 'print("hi")' | sandpit run -
-  sandpit run plot.py --file sales.csv --output-dir out/`,
+  sandpit run plot.py --file sales.csv --output-dir out/
+  sandpit run fetch.py --network-allow api.example.com:443`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 1 {
 				return usageErrorf("give one FILE (or - for standard input), not %d arguments", len(args))
@@ -143,6 +145,7 @@ Exit status: the program's own status; 124 timeout; 137 memory_limit; 125 output
 	fl.StringVar(&f.url, "url", "", "daemon URL (default $SANDPIT_URL or "+DefaultURL+")")
 	fl.BoolVar(&f.local, "local", false, "do not look for a daemon: run the engine in this process")
 	fl.StringArrayVar(&f.deps, "dep", nil, `a dependency to install first (PEP 508, such as "tinypkg==1.0"), repeatable`)
+	fl.StringArrayVar(&f.allow, "network-allow", nil, `with the daemon's network "allowlist": what this run may reach, a host ("api.example.com", "*.example.com", with ":PORT") or a CIDR, repeatable; it narrows the daemon's network_allow, never widens it`)
 	f.inputs.register(fl)
 	f.output.register(fl, "the run's output files")
 	return cmd
@@ -153,7 +156,7 @@ func (o *options) run(cmd *cobra.Command, f runFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	req := apitype.ExecuteRequest{Code: code, Agent: f.agent, Dependencies: f.deps}
+	req := apitype.ExecuteRequest{Code: code, Agent: f.agent, Dependencies: f.deps, NetworkAllow: f.allow}
 	if f.input != "" {
 		in := []byte(f.input)
 		if name, ok := strings.CutPrefix(f.input, "@"); ok {

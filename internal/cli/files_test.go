@@ -499,3 +499,16 @@ func TestOutputDirUnusable(t *testing.T) {
 		t.Errorf("exit %d, %d run(s) sent, stderr %q; want exit 64 before any run", code, runs, stderr)
 	}
 }
+
+// TestNetworkAllowFlag: --network-allow, repeated, is the request's network_allow.
+func TestNetworkAllowFlag(t *testing.T) {
+	d := &filesDaemon{}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	code, _, stderr := sandpit(t, srv.URL, "run", "-c", "1", "--network-allow", "api.example.com:443", "--network-allow", "10.1.0.0/16")
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if code != 0 || len(d.runs) != 1 || fmt.Sprint(d.runs[0]["network_allow"]) != "[api.example.com:443 10.1.0.0/16]" {
+		t.Errorf("exit %d (%s), runs %v", code, stderr, d.runs)
+	}
+}

@@ -259,3 +259,20 @@ func TestResultFileBudget(t *testing.T) {
 		t.Errorf("content %v, want %v", kinds, want)
 	}
 }
+
+// TestRunCodeNetworkAllow: run_code's network_allow is the request's: one that would widen the
+// server's list (empty here) is refused with the REST API's message, and nothing runs.
+func TestRunCodeNetworkAllow(t *testing.T) {
+	rt := filesRuntime{specs: make(chan sandbox.Spec, 1)}
+	url, _ := newAPI(t, rt, sandbox.DefaultConfig())
+	cs := connect(t, newServer(t, url, "alice"))
+	res, text := callTool(t, cs, "run_code", map[string]any{"code": "1", "network_allow": []string{"api.example.com"}})
+	if !res.IsError || !strings.Contains(text, "network_allow") || !strings.Contains(text, "api.example.com") {
+		t.Fatalf("a widening network_allow: error %v, %s", res.IsError, text)
+	}
+	select {
+	case spec := <-rt.specs:
+		t.Fatalf("a refused request ran: %+v", spec)
+	default:
+	}
+}

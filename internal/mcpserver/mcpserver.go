@@ -119,6 +119,7 @@ type RunCodeArgs struct {
 	Input        any      `json:"input,omitempty" jsonschema:"any JSON value, given to the code as INPUT"`
 	Dependencies []string `json:"dependencies,omitempty" jsonschema:"pip requirements to install first, such as tabulate>=0.9"`
 	TimeoutMS    int64    `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds (the default and the maximum are in the tool's description)"`
+	NetworkAllow []string `json:"network_allow,omitempty" jsonschema:"hosts (api.example.com, *.example.com, with :PORT) and CIDRs this run may reach: narrows the server's network_allow (in the tool's description), never widens it"`
 	FileArgs
 }
 
@@ -146,7 +147,7 @@ func (a FileArgs) runFiles() apitype.RunFiles {
 }
 
 func (t *tools) runCode(ctx context.Context, _ *mcp.CallToolRequest, a RunCodeArgs) (*mcp.CallToolResult, any, error) {
-	req := apitype.ExecuteRequest{Code: a.Code, Agent: t.agent, Dependencies: a.Dependencies, RunFiles: a.runFiles()}
+	req := apitype.ExecuteRequest{Code: a.Code, Agent: t.agent, Dependencies: a.Dependencies, NetworkAllow: a.NetworkAllow, RunFiles: a.runFiles()}
 	if a.Input != nil {
 		in, err := json.Marshal(a.Input)
 		if err != nil {

@@ -1,5 +1,14 @@
 package sandbox
 
+// The network policies of a box (the configuration's network): NetworkAllowlist lets runs
+// reach only what network_allow names, through the box's egress proxy; NetworkFull is the
+// engine's bridge network, unfiltered; NetworkNone is no network at all.
+const (
+	NetworkAllowlist = "allowlist"
+	NetworkFull      = "full"
+	NetworkNone      = "none"
+)
+
 // EgressPolicy makes the dialers of runs and installs under network "allowlist" (package
 // egress implements it). Nil in Hooks means no run or install reaches the network through
 // the proxy.

@@ -259,9 +259,18 @@ func (s *Service) Validate(req Request) error {
 		}
 	}
 	if req.NetworkAllow != nil {
-		if s.net == nil {
+		switch {
+		case s.net == nil && s.cfg.Network == NetworkAllowlist && len(req.NetworkAllow) > 0:
+			// An allowlist with no egress policy attached lets nothing out: any entry widens it.
+			return &FieldError{Field: "network_allow", Message: fmt.Sprintf(
+				"%s is not allowed: this daemon lets runs reach no host, and a request may only narrow what the daemon's network_allow allows; ask its operator to add it to network_allow",
+				strings.Join(req.NetworkAllow, ", "))}
+		case s.net == nil && s.cfg.Network != NetworkAllowlist:
 			return &FieldError{Field: "network_allow", Message: fmt.Sprintf(
 				"applies only when the daemon's network is \"allowlist\" (it is %q); send the request without it", s.cfg.Network)}
+		}
+		if s.net == nil {
+			return validateFiles(req.Files, s.cfg) // an empty list narrows nothing away
 		}
 		if err := s.net.CheckAllow(req.NetworkAllow); err != nil {
 			return &FieldError{Field: "network_allow", Message: err.Error()}
