@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -245,7 +246,10 @@ func (o *options) finishRun(cmd *cobra.Command, res apitype.Result, err error, a
 		}
 	} else {
 		o.printOutput(res)
-		if res.Outcome != apitype.OutcomeOK && res.Outcome != apitype.OutcomeError {
+		// An error's reason is the program's own traceback, on stderr already, unless sandpit
+		// ended the run before the program could (no exit status: exit_code -1), such as a
+		// session refusing an input file.
+		if res.Outcome != apitype.OutcomeOK && (res.Outcome != apitype.OutcomeError || res.ExitCode < 0 && res.Reason != "") {
 			fmt.Fprintf(o.env.Stderr, "sandpit: %s: %s\n", res.Outcome, res.Reason)
 		}
 		printSkipped(o.env.Stderr, res)
@@ -343,8 +347,9 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req apitype.ExecuteReq
 }
 
 // compareWithDaemon checks the settings this command was given (environment, config file)
-// against the daemon's, since the daemon's apply: a network policy of none that the daemon does
-// not have is refused; other differences are warned about.
+// against the daemon's, since the daemon's apply: a network policy that the daemon does not
+// have is refused; differences in timeouts, limits, network_allow and index_url are warned
+// about (the data directory, slots and the rest are the daemon's alone, and not compared).
 func (o *options) compareWithDaemon(ctx context.Context, c *client.Client, cfg config.Config, url string) error {
 	lim, err := c.Limits(ctx)
 	if err != nil {
@@ -367,11 +372,32 @@ func (o *options) compareWithDaemon(ctx context.Context, c *client.Client, cfg c
 	compare("stdout_bytes", mine.Limits.StdoutBytes, def.Limits.StdoutBytes, lim.Limits.StdoutBytes)
 	compare("stderr_bytes", mine.Limits.StderrBytes, def.Limits.StderrBytes, lim.Limits.StderrBytes)
 	compare("output_bytes", mine.Limits.OutputBytes, def.Limits.OutputBytes, lim.Limits.OutputBytes)
+	if len(cfg.NetworkAllow) > 0 && !sameSet(cfg.NetworkAllow, lim.NetworkAllow) {
+		diffs = append(diffs, fmt.Sprintf("network_allow %q (the daemon's: %q; a run may only narrow the daemon's, with --network-allow)",
+			cfg.NetworkAllow, lim.NetworkAllow))
+	}
+	// A URL with a password is shown redacted by the daemon: not compared.
+	if cfg.IndexURL != "" && !strings.Contains(cfg.IndexURL, "@") && cfg.IndexURL != lim.PackageIndex.IndexURL {
+		diffs = append(diffs, fmt.Sprintf("index_url %q (the daemon's: %q)", cfg.IndexURL, lim.PackageIndex.IndexURL))
+	}
 	if len(diffs) > 0 {
-		fmt.Fprintf(o.env.Stderr, "sandpit: warning: the daemon at %s runs with its own settings, not yours: %s (add --local to use yours)\n",
+		fmt.Fprintf(o.env.Stderr, "sandpit: warning: the daemon at %s runs with its own settings, not yours: %s (restart `sandpit serve` with yours, or add --local to use them for this command)\n",
 			url, strings.Join(diffs, ", "))
 	}
 	return nil
+}
+
+// sameSet says whether a and b hold the same strings, in any order and letter case.
+func sameSet(a, b []string) bool {
+	norm := func(l []string) []string {
+		out := make([]string, len(l))
+		for i, v := range l {
+			out[i] = strings.ToLower(strings.TrimSpace(v))
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	return slices.Equal(norm(a), norm(b))
 }
 
 func (o *options) readCode(f runFlags, args []string) (string, error) {

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/pflag"
 
@@ -168,19 +167,27 @@ func saveFiles(ctx context.Context, w io.Writer, dir string, force bool, files [
 		return usageErrorf("--output-dir: %v", err)
 	}
 	defer root.Close()
-	if !force {
-		var there []string
-		for _, f := range files {
-			if _, err := root.Lstat(filepath.FromSlash(f.Name)); err == nil {
-				there = append(there, f.Name)
-			} else if !errors.Is(err, fs.ErrNotExist) && !isNotDir(err) {
-				return fmt.Errorf("--output-dir: %w", err)
-			}
+	// Every name is checked before anything is written: one that exists is replaced only with
+	// force; one whose path cannot be written (a part of it is a file, or a symbolic link
+	// leading out of dir, which the os.Root refuses to follow) refuses the whole set.
+	var there, blocked []string
+	for _, f := range files {
+		_, err := root.Lstat(filepath.FromSlash(f.Name))
+		switch {
+		case err == nil:
+			there = append(there, f.Name)
+		case errors.Is(err, fs.ErrNotExist):
+		default:
+			blocked = append(blocked, fmt.Sprintf("%q (%v)", f.Name, errors.Unwrap(err)))
 		}
-		if len(there) > 0 {
-			return usageErrorf("--output-dir %s already holds %s; nothing was written: add --force to replace them, or give another --output-dir",
-				dir, strings.Join(quoteAll(there), ", "))
-		}
+	}
+	if len(blocked) > 0 {
+		return usageErrorf("--output-dir %s cannot hold %s: a directory on its path is a file or a symbolic link leading out of it; nothing was written: give another --output-dir",
+			dir, strings.Join(blocked, ", "))
+	}
+	if len(there) > 0 && !force {
+		return usageErrorf("--output-dir %s already holds %s; nothing was written: add --force to replace them, or give another --output-dir",
+			dir, strings.Join(quoteAll(there), ", "))
 	}
 	for _, f := range files {
 		if err := saveFile(ctx, root, f, open); err != nil {
@@ -246,10 +253,6 @@ func saveFile(ctx context.Context, root *os.Root, f apitype.File, open fileSourc
 	}
 	return nil
 }
-
-// isNotDir says that err is a lookup through a part that is a file, not a directory
-// ("a/b" where "a" is a file): the name does not exist, and MkdirAll will say why.
-func isNotDir(err error) bool { return errors.Is(err, syscall.ENOTDIR) }
 
 func quoteAll(names []string) []string {
 	q := make([]string, len(names))

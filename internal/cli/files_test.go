@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -45,10 +46,11 @@ func (f outFile) entry() apitype.File {
 // NDJSON stream with a file line each when asked), and the record and the bytes of execution
 // filesExecID are served. It records the bodies of the runs (and of other POSTs and PATCHes).
 type filesDaemon struct {
-	files []outFile
-	mu    sync.Mutex
-	runs  []map[string]any
-	gets  []string
+	limits string // the answer of GET /v1/limits; "{}" when empty
+	files  []outFile
+	mu     sync.Mutex
+	runs   []map[string]any
+	gets   []string
 }
 
 func (d *filesDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -75,7 +77,7 @@ func (d *filesDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/healthz":
 		_, _ = io.WriteString(w, `{"status": "ok"}`)
 	case r.URL.Path == "/v1/limits":
-		_, _ = io.WriteString(w, `{}`)
+		_, _ = io.WriteString(w, cmp.Or(d.limits, `{}`))
 	case r.Method == http.MethodPost || r.Method == http.MethodPatch:
 		var body map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&body)
@@ -510,5 +512,90 @@ func TestNetworkAllowFlag(t *testing.T) {
 	defer d.mu.Unlock()
 	if code != 0 || len(d.runs) != 1 || fmt.Sprint(d.runs[0]["network_allow"]) != "[api.example.com:443 10.1.0.0/16]" {
 		t.Errorf("exit %d (%s), runs %v", code, stderr, d.runs)
+	}
+}
+
+// TestSettingsComparedWithDaemon: network_allow and index_url set for the CLI but unlike the
+// daemon's are warned about (they were silently ignored, and a refusal then named the very
+// entry the user had set); the same ones are not.
+func TestSettingsComparedWithDaemon(t *testing.T) {
+	d := &filesDaemon{limits: `{"network": "allowlist", "network_allow": ["a.example.com"], "package_index": {"index_url": "https://10.0.0.1/simple/"}}`}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	run := func(env map[string]string) string {
+		var stdout, stderr bytes.Buffer
+		env["SANDPIT_DATA_DIR"] = t.TempDir()
+		Main(context.Background(), []string{"run", "-c", "1", "--url", srv.URL}, Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+			Lookup: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+		return stderr.String()
+	}
+	stderr := run(map[string]string{"SANDPIT_NETWORK_ALLOW": "172.17.0.1/32", "SANDPIT_INDEX_URL": "https://10.0.0.2/simple/"})
+	if !strings.Contains(stderr, "warning") || !strings.Contains(stderr, `network_allow ["172.17.0.1/32"]`) ||
+		!strings.Contains(stderr, `index_url "https://10.0.0.2/simple/"`) || !strings.Contains(stderr, "restart `sandpit serve`") {
+		t.Errorf("different settings: stderr %q, want a warning naming network_allow and index_url", stderr)
+	}
+	if stderr := run(map[string]string{"SANDPIT_NETWORK_ALLOW": "A.example.com", "SANDPIT_INDEX_URL": "https://10.0.0.1/simple/"}); strings.Contains(stderr, "warning") {
+		t.Errorf("the daemon's own settings: stderr %q, want no warning", stderr)
+	}
+}
+
+// TestRefusedRunSaysWhy: an error outcome with no exit status (sandpit ended the run before
+// the program could, e.g. a session refusing an input file) prints its reason; a program's
+// own error does not repeat its traceback.
+func TestRefusedRunSaysWhy(t *testing.T) {
+	for _, tc := range []struct {
+		exit int
+		want bool
+	}{{-1, true}, {1, false}} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			switch r.URL.Path {
+			case "/healthz":
+				_, _ = io.WriteString(w, `{"status": "ok"}`)
+				return
+			case "/v1/limits":
+				_, _ = io.WriteString(w, `{}`)
+				return
+			}
+			_ = json.NewEncoder(w).Encode(apitype.Result{ID: filesExecID, Outcome: apitype.OutcomeError, ExitCode: tc.exit,
+				Reason: "writing input file \"a.csv\": file exists", Output: json.RawMessage("null")})
+		}))
+		code, _, stderr := sandpit(t, srv.URL, "run", "-c", "1")
+		srv.Close()
+		if got := strings.Contains(stderr, "sandpit: error: writing input file"); got != tc.want || code != 1 {
+			t.Errorf("exit_code %d: exit %d, stderr %q; want the reason printed: %v", tc.exit, code, stderr, tc.want)
+		}
+	}
+}
+
+// TestOutputDirBlockedPath: a name whose path goes through a symbolic link leading out of
+// DIR (or through a file) refuses the whole set, with or without --force: nothing is written,
+// inside DIR or out (the first try exited 70 with a raw error after writing nothing of the
+// rest).
+func TestOutputDirBlockedPath(t *testing.T) {
+	d := &filesDaemon{files: []outFile{{name: "link/x.txt", mediaType: "text/plain", content: []byte("x")},
+		{name: "ok.txt", mediaType: "text/plain", content: []byte("ok")}}}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	outside := t.TempDir()
+	for _, force := range []bool{false, true} {
+		out := t.TempDir()
+		if err := os.Symlink(outside, filepath.Join(out, "link")); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"run", "-c", "1", "--output-dir", out}
+		if force {
+			args = append(args, "--force")
+		}
+		code, _, stderr := sandpit(t, srv.URL, args...)
+		if code != 64 || !strings.Contains(stderr, `cannot hold "link/x.txt"`) || !strings.Contains(stderr, "nothing was written") {
+			t.Errorf("force %v: exit %d, stderr %q", force, code, stderr)
+		}
+		if got := tree(t, out); len(got) != 1 {
+			t.Errorf("force %v: DIR holds %q after a refusal, want only the link", force, got)
+		}
+	}
+	if got := tree(t, outside); len(got) != 0 {
+		t.Errorf("the link's target holds %q", got)
 	}
 }
