@@ -31,7 +31,9 @@ func (o *options) codeSaveCommand() *cobra.Command {
 		Use:   "save NAME FILE",
 		Short: "Save FILE as NAME: version 1 when new, the next version otherwise",
 		Long: `Save a Python script under NAME (lowercase letters, digits, '-' and '_'). Every save of an
-existing name makes a new version. Dependencies are PEP 508 requirements; schemas are JSON
+existing name makes a new version, which keeps the current version's dependencies,
+description and schemas unless their flags are given (an empty --input-schema '' or
+--output-schema '' removes one). Dependencies are PEP 508 requirements; schemas are JSON
 Schemas (2020-12) given inline or as @FILE: the input is validated before each run and OUTPUT
 after it (a mismatch ends the run with outcome output_invalid).`,
 		Example: `  sandpit code save sum-sales sum.py --dep 'pandas>=2' --input-schema @in.json --output-schema @out.json`,
@@ -58,7 +60,30 @@ after it (a mismatch ends the run with outcome output_invalid).`,
 			}
 			saved, err := c.CreateCode(cmd.Context(), save.agent, args[0], d)
 			if errors.Is(err, errclass.Conflict) { // the name exists: save a new version of it
-				saved, err = c.UpdateCode(cmd.Context(), save.agent, args[0], d, save.expected)
+				// What the flags do not give is the current version's, so that fixing the
+				// script keeps its schemas (an empty --input-schema '' clears one).
+				cur, gerr := c.GetCode(cmd.Context(), save.agent, args[0], 0)
+				if gerr != nil {
+					return gerr
+				}
+				fl := cmd.Flags()
+				if !fl.Changed("dep") {
+					d.Dependencies = cur.Dependencies
+				}
+				if !fl.Changed("description") {
+					d.Description = cur.Description
+				}
+				if !fl.Changed("input-schema") {
+					d.InputSchema = cur.InputSchema
+				}
+				if !fl.Changed("output-schema") {
+					d.OutputSchema = cur.OutputSchema
+				}
+				expected := save.expected
+				if expected == 0 {
+					expected = cur.Version // the version these fields came from: a save in between is refused
+				}
+				saved, err = c.UpdateCode(cmd.Context(), save.agent, args[0], d, expected)
 			}
 			if err != nil {
 				return err

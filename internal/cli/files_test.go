@@ -599,3 +599,43 @@ func TestOutputDirBlockedPath(t *testing.T) {
 		t.Errorf("the link's target holds %q", got)
 	}
 }
+
+// TestCodeSaveKeepsFields: saving a new version of existing code keeps the current version's
+// schemas, dependencies and description unless their flags are given (a new version saved
+// with the script alone dropped them all), an empty schema flag clears one, and the save
+// expects the version those fields came from.
+func TestCodeSaveKeepsFields(t *testing.T) {
+	var mu sync.Mutex
+	var put map[string]any
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.URL.Path == "/healthz":
+			_, _ = io.WriteString(w, `{"status": "ok"}`)
+		case r.Method == http.MethodPost:
+			w.WriteHeader(http.StatusConflict)
+			_, _ = io.WriteString(w, `{"error": {"code": "conflict", "message": "code tool exists"}}`)
+		case r.Method == http.MethodGet:
+			_, _ = io.WriteString(w, `{"agent": "default", "name": "tool", "version": 3, "code": "old", "dependencies": ["tinypkg==1.0"],
+				"input_schema": {"type": "object"}, "output_schema": {"type": "integer"}, "description": "sums"}`)
+		case r.Method == http.MethodPut:
+			mu.Lock()
+			_ = json.NewDecoder(r.Body).Decode(&put)
+			mu.Unlock()
+			_, _ = io.WriteString(w, `{"agent": "default", "name": "tool", "version": 4}`)
+		}
+	}))
+	defer srv.Close()
+	file := filepath.Join(t.TempDir(), "tool.py")
+	writeFile(t, file, []byte("new"))
+	code, stdout, stderr := sandpit(t, srv.URL, "code", "save", "tool", file, "--output-schema", "")
+	mu.Lock()
+	defer mu.Unlock()
+	if code != 0 || !strings.Contains(stdout, "version 4") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if put["code"] != "new" || fmt.Sprint(put["dependencies"]) != "[tinypkg==1.0]" || put["description"] != "sums" ||
+		fmt.Sprint(put["input_schema"]) != "map[type:object]" || put["output_schema"] != nil || put["expected_version"] != 3.0 {
+		t.Errorf("the new version sent: %v", put)
+	}
+}
