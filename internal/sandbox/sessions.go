@@ -100,7 +100,8 @@ type SessionInfo struct {
 	LastUsedAt time.Time  `json:"last_used_at"`
 	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
 	EndedAt    *time.Time `json:"ended_at,omitempty"`
-	// Calls counts the calls that ran; Busy says one runs now; Waiting how many wait.
+	// Calls counts the calls that ran, the one running now among them (and the one that ended
+	// the session); Busy says one runs now; Waiting how many wait.
 	Calls   int  `json:"calls"`
 	Busy    bool `json:"busy"`
 	Waiting int  `json:"waiting"`
@@ -692,12 +693,14 @@ func (m *Sessions) takeTurn(ctx context.Context, ls *liveSession, timeoutMS int6
 	}
 }
 
-// mark records a call taking the turn (busy) and a change in the number waiting.
+// mark records a call taking the turn (busy: it is counted now, so that a call that ends the
+// session counts among its calls) and a change in the number waiting.
 func (m *Sessions) mark(ls *liveSession, busy bool, waiting int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if busy {
 		ls.info.Busy = true
+		ls.info.Calls++
 	}
 	ls.info.Waiting += waiting
 }
@@ -706,7 +709,6 @@ func (m *Sessions) mark(ls *liveSession, busy bool, waiting int) {
 func (m *Sessions) giveTurn(id string, ls *liveSession) {
 	m.mu.Lock()
 	ls.info.Busy = false
-	ls.info.Calls++
 	ls.info.LastUsedAt = time.Now().UTC()
 	if _, live := m.live[id]; live {
 		ls.timer.Reset(m.untilExpiry(ls, time.Now()))

@@ -26,6 +26,9 @@ func (b *fakeBox) Run(ctx context.Context, spec Spec, emit func(Event)) (Result,
 	b.mu.Lock()
 	b.calls = append(b.calls, spec.Code)
 	b.mu.Unlock()
+	if spec.Code == "oom" { // a call that ends the session
+		return Result{Outcome: OutcomeMemoryLimit, StartedAt: time.Now(), SessionEnded: EndMemoryLimit, Reason: "out of memory"}, nil
+	}
 	if spec.Code == "block" {
 		select {
 		case <-b.release:
@@ -144,5 +147,29 @@ func waitFor(t *testing.T, ok func() bool) {
 			t.Fatal("the condition never held")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestSessionsCountEndingCall: the call that ends a session counts among its calls (the ended
+// session said 1 call after 2).
+func TestSessionsCountEndingCall(t *testing.T) {
+	svc := NewService(&fakeRuntime{}, Hooks{}, DefaultConfig(), nil)
+	m := NewSessions(svc, &fakeOpener{}, nil, DefaultSessionConfig(), nil)
+	defer m.Shutdown(context.Background())
+	s, err := m.Create(t.Context(), SessionRequest{Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, code := range []string{"x = 1", "oom"} {
+		if _, err := m.Execute(t.Context(), s.ID, Request{Agent: "a", Code: code}, true, nil); err != nil {
+			t.Fatalf("call %q: %v", code, err)
+		}
+	}
+	info, err := m.Get(t.Context(), "a", s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.EndReason != EndMemoryLimit || info.Calls != 2 {
+		t.Errorf("after 2 calls, the second ending it: end %q, calls %d; want memory_limit, 2", info.EndReason, info.Calls)
 	}
 }
