@@ -37,15 +37,20 @@ func (c *Console) agentsSeen(r *http.Request, extra string) []string {
 	return out
 }
 
-// pickAgent reads ?agent=, defaulting to the first agent seen; "" with an error message when
-// it is not a valid name.
+// pickAgent reads ?agent=, defaulting to the agent "default" (what runs without an agent
+// use) when it has been seen, else the first agent seen; "" with an error message when it is
+// not a valid name.
 func (c *Console) pickAgent(r *http.Request) (agent string, agents []string, problem string) {
 	agent = strings.TrimSpace(r.URL.Query().Get("agent"))
 	if agent != "" && !sandbox.ValidAgent(agent) {
 		return "", c.agentsSeen(r, ""), fmt.Sprintf("agent %q is not an agent name (1 to 64 lowercase letters, digits, '-' or '_')", agent)
 	}
 	agents = c.agentsSeen(r, agent)
-	if agent == "" && len(agents) > 0 {
+	switch {
+	case agent != "":
+	case slices.Contains(agents, "default"):
+		agent = "default"
+	case len(agents) > 0:
 		agent = agents[0]
 	}
 	return agent, agents, ""
