@@ -53,7 +53,8 @@ type SessionLedger interface {
 	BeginSession(ctx context.Context, info SessionInfo) error
 	EndSession(ctx context.Context, info SessionInfo) error
 	// LookupSession returns the record of session id; an error wrapping ErrSessionNotFound
-	// when there is none.
+	// when there is none. When another daemon sharing the ledger holds it open, the record
+	// comes with an error of class not found that names that daemon.
 	LookupSession(ctx context.Context, id string) (SessionInfo, error)
 }
 
@@ -520,8 +521,13 @@ func (m *Sessions) lookup(ctx context.Context, agent, id string) (*liveSession, 
 		return nil, notFound
 	}
 	if m.ledger != nil {
-		if info, err := m.ledger.LookupSession(ctx, id); err == nil && info.Agent == agent {
+		info, err := m.ledger.LookupSession(ctx, id)
+		switch {
+		case info.Agent != agent: // none, or another agent's: not found
+		case err == nil:
 			return nil, &SessionEndedError{Info: info}
+		case errclass.Of(err) == errclass.NotFound:
+			return nil, err // held open by another daemon sharing the ledger: its error names it
 		}
 	}
 	return nil, notFound

@@ -3,9 +3,12 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 )
 
 // fakeBox is a session sandbox whose calls block until release is closed (when block is set).
@@ -171,5 +174,32 @@ func TestSessionsCountEndingCall(t *testing.T) {
 	}
 	if info.EndReason != EndMemoryLimit || info.Calls != 2 {
 		t.Errorf("after 2 calls, the second ending it: end %q, calls %d; want memory_limit, 2", info.EndReason, info.Calls)
+	}
+}
+
+// heldLedger is a session ledger whose every session is held open by another daemon.
+type heldLedger struct{ agent string }
+
+func (heldLedger) BeginSession(context.Context, SessionInfo) error { return nil }
+func (heldLedger) EndSession(context.Context, SessionInfo) error   { return nil }
+func (l heldLedger) LookupSession(_ context.Context, id string) (SessionInfo, error) {
+	return SessionInfo{ID: id, Agent: l.agent, State: SessionActive},
+		errclass.Wrap(errclass.NotFound, errors.New("session "+id+" is held by daemon d1 at 10.0.0.1:8765"))
+}
+
+// TestSessionsHeldElsewhere: a session another daemon holds is answered with the ledger's
+// error naming that daemon (it was "no session; POST … creates one"), to its own agent only.
+func TestSessionsHeldElsewhere(t *testing.T) {
+	svc := NewService(&fakeRuntime{}, Hooks{}, DefaultConfig(), nil)
+	m := NewSessions(svc, &fakeOpener{}, heldLedger{agent: "a"}, DefaultSessionConfig(), nil)
+	defer m.Shutdown(context.Background())
+	id := NewSessionID()
+	_, err := m.Execute(t.Context(), id, Request{Agent: "a", Code: "1"}, true, nil)
+	if errclass.Of(err) != errclass.NotFound || err == nil || !strings.Contains(err.Error(), "daemon d1 at 10.0.0.1:8765") {
+		t.Errorf("its agent: %v, want not found naming daemon d1", err)
+	}
+	_, err = m.Execute(t.Context(), id, Request{Agent: "b", Code: "1"}, true, nil)
+	if err == nil || strings.Contains(err.Error(), "d1") || !errors.Is(err, ErrSessionNotFound) {
+		t.Errorf("another agent: %v, want a plain not found", err)
 	}
 }

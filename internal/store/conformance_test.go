@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"io"
 	"slices"
 	"strings"
@@ -215,6 +216,10 @@ func TestDaemonsRecoverExpiredLeases(t *testing.T) {
 	if e, err := s.GetExecution(ctx, head.ID); err != nil || e.Daemon != "d1" {
 		t.Fatalf("the record names daemon %q (%v), want d1", e.Daemon, err)
 	}
+	session := sandbox.SessionInfo{ID: "se_held", Agent: "a", State: sandbox.SessionActive, CreatedAt: now}
+	if err := s.BeginSession(ctx, session); err != nil {
+		t.Fatal(err)
+	}
 	// Within the lease nothing is recovered.
 	now = now.Add(DefaultLease / 2)
 	if n, err := s.RecoverExpired(ctx, DefaultLease); err != nil || n != 0 {
@@ -223,8 +228,18 @@ func TestDaemonsRecoverExpiredLeases(t *testing.T) {
 	// Past it, another daemon finalises d1's run and its job is free again.
 	now = now.Add(DefaultLease)
 	s.SetDaemon("d2")
+	// Another daemon asked for d1's open session says which daemon holds it, and where.
+	info, err := s.LookupSession(ctx, session.ID)
+	if info.Agent != "a" || errclass.Of(err) != errclass.NotFound || err == nil ||
+		!strings.Contains(err.Error(), "daemon d1 at 127.0.0.1:1") {
+		t.Fatalf("a session held by another daemon: %+v, %v", info, err)
+	}
 	if n, err := s.RecoverExpired(ctx, DefaultLease); err != nil || n != 1 {
 		t.Fatalf("RecoverExpired past the lease = %d, %v", n, err)
+	}
+	// Past the lease, d1's session has ended with it.
+	if info, err := s.LookupSession(ctx, session.ID); err != nil || info.EndReason != sandbox.EndDaemonStopped {
+		t.Fatalf("d1's session after recovery: %+v, %v", info, err)
 	}
 	e, err := s.GetExecution(ctx, head.ID)
 	if err != nil || e.Status != "finished" || e.Reason != ReasonInterrupted {

@@ -52,9 +52,9 @@ func (s *Store) GetDaemon(ctx context.Context, id string) (DaemonInfo, error) {
 	return d, err
 }
 
-// RecoverExpired finalises the running records and fails the unstarted fires of the daemons
-// whose last heartbeat is older than lease (they died, or lost the database), other than this
-// one, and returns how many records and fires it changed. A fire whose run had begun is
+// RecoverExpired finalises the running records, fails the unstarted fires and ends the open
+// sessions (daemon_stopped) of the daemons whose last heartbeat is older than lease (they
+// died, or lost the database), other than this one, and returns how many records and fires it changed. A fire whose run had begun is
 // answered by its record (sandbox_error, interrupted).
 func (s *Store) RecoverExpired(ctx context.Context, lease time.Duration) (int, error) {
 	cutoff := s.now().Add(-lease).UnixMilli()
@@ -76,9 +76,14 @@ func (s *Store) RecoverExpired(ctx context.Context, lease time.Duration) (int, e
 		if err != nil {
 			return total, err
 		}
-		if n+m > 0 {
-			s.log.Warn("a daemon stopped answering: its runs were recorded as interrupted and its unstarted fires as failed",
-				"daemon", id, "executions", n, "fires", m)
+		// Its sessions' interpreters died with it (or are removed when it restarts).
+		k, err := s.endSessions(ctx, " AND daemon = ?", id)
+		if err != nil {
+			return total, err
+		}
+		if n+m+k > 0 {
+			s.log.Warn("a daemon stopped answering: its runs were recorded as interrupted, its unstarted fires as failed and its sessions as ended",
+				"daemon", id, "executions", n, "fires", m, "sessions", k)
 		}
 		total += n + m
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -45,8 +46,9 @@ func (s *Store) EndSession(ctx context.Context, info sandbox.SessionInfo) error 
 
 // LookupSession returns the record of session id (sandbox.SessionLedger); one of this daemon
 // that never ended reads as ended by the daemon's stop. An error wraps
-// sandbox.ErrSessionNotFound when there is none, or when another daemon sharing the database
-// holds it (a session is served by its own daemon only).
+// sandbox.ErrSessionNotFound when there is none; when another daemon sharing the database holds
+// it open (a session is served by its own daemon only), the record comes with an error that
+// wraps an *ElsewhereError naming that daemon and its address, of class not found.
 func (s *Store) LookupSession(ctx context.Context, id string) (sandbox.SessionInfo, error) {
 	var (
 		raw                  string
@@ -60,12 +62,13 @@ func (s *Store) LookupSession(ctx context.Context, id string) (sandbox.SessionIn
 	if err != nil {
 		return sandbox.SessionInfo{}, err
 	}
-	if !ended.Valid && daemon.String != s.daemon {
-		return sandbox.SessionInfo{}, fmt.Errorf("session %q is held by daemon %s, which serves its calls: %w", id, daemon.String, sandbox.ErrSessionNotFound)
-	}
 	var info sandbox.SessionInfo
 	if err := json.Unmarshal([]byte(raw), &info); err != nil {
 		return sandbox.SessionInfo{}, fmt.Errorf("session %q: its stored record is not JSON: %w", id, err)
+	}
+	if !ended.Valid && daemon.String != s.daemon {
+		held := s.Elsewhere(ctx, "session "+id, daemon.String)
+		return info, errclass.Wrap(errclass.NotFound, held)
 	}
 	info.State, info.ExpiresAt, info.Busy, info.Waiting = sandbox.SessionEnded, nil, false, 0
 	info.EndReason, info.Reason = code.String, reason.String
@@ -82,11 +85,16 @@ func (s *Store) LookupSession(ctx context.Context, id string) (sandbox.SessionIn
 // daemon_stopped, and returns how many there were. The daemon calls it when it starts; on
 // PostgreSQL the sessions of other daemons sharing the database are left alone.
 func (s *Store) EndOpenSessions(ctx context.Context) (int, error) {
-	now := s.now()
-	cond, args := "", []any{ms(now), sandbox.EndDaemonStopped, ReasonDaemonStopped}
 	if s.pg {
-		cond, args = " AND (daemon IS NULL OR daemon = ?)", append(args, s.daemon)
+		return s.endSessions(ctx, " AND (daemon IS NULL OR daemon = ?)", s.daemon)
 	}
+	return s.endSessions(ctx, "")
+}
+
+// endSessions ends the open sessions that cond (with args) selects with reason
+// daemon_stopped, and returns how many there were.
+func (s *Store) endSessions(ctx context.Context, cond string, args ...any) (int, error) {
+	args = append([]any{ms(s.now()), sandbox.EndDaemonStopped, ReasonDaemonStopped}, args...)
 	r, err := s.w.ExecContext(ctx, `UPDATE sessions SET ended_at = ?, end_reason = ?, reason = ? WHERE ended_at IS NULL`+cond, args...)
 	if err != nil {
 		return 0, err
