@@ -54,8 +54,10 @@ type Box struct {
 // out-of-memory killer would kill the whole sandbox, not the run. The executor stops a run as
 // outcome memory_limit when less than this is available in the box; the reserve covers the
 // sandbox's own kernel (tens of MiB) and what a run can allocate between two of the executor's
-// looks (every 20 ms).
-const RunscMemoryReserve = 128 << 20
+// looks (every 20 ms). 128 MiB was too little: a fork storm in a box that had served the
+// conformance suite (gVisor never frees the host threads and address spaces of earlier runs)
+// had the engine kill the whole container for memory.
+const RunscMemoryReserve = 256 << 20
 
 // RunscPidsFactor multiplies a slot's pids limit under runsc. There the limit counts no task of
 // the code (gVisor keeps those in its own kernel, where the per-run RLIMIT_NPROC bounds them)
