@@ -234,7 +234,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 // waits for the job runs it started (end them with Service.Interrupt).
 func (e *Core) RunBackground(ctx context.Context, retention store.Retention, log *slog.Logger) {
 	var wg sync.WaitGroup
-	wg.Go(func() { e.heartbeat(ctx, e.Address, log) })
+	wg.Go(func() { e.heartbeat(ctx, Advertised(e.Address), log) })
 	wg.Go(func() {
 		if err := e.Jobs.Run(ctx); err != nil {
 			log.Error("the job scheduler stopped; jobs will not fire until the daemon restarts", "error", err)

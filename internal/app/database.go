@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,13 +41,48 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (*store
 	}
 	st.SetDaemon(id)
 	if st.Postgres() {
-		if err := st.Heartbeat(ctx, cfg.Listen); err != nil {
+		if err := checkDaemonID(ctx, st, id, Advertised(cfg.Listen)); err != nil {
+			st.Close()
+			return nil, err
+		}
+		if err := st.Heartbeat(ctx, Advertised(cfg.Listen)); err != nil {
 			st.Close()
 			return nil, fmt.Errorf("recording this daemon (%s) in the database: %w", id, err)
 		}
 		log.Info("the store is PostgreSQL, shared with other daemons", "database", store.RedactURL(cfg.DatabaseURL), "daemon_id", id)
 	}
 	return st, nil
+}
+
+// checkDaemonID refuses id when another live daemon uses it: its heartbeat is within the
+// lease and it answers at another address. Two daemons with one ID would each record the
+// other's runs as interrupted. A daemon that restarts at its own address (or on port 0,
+// whose address is not known yet) is let in.
+func checkDaemonID(ctx context.Context, st *store.Store, id, address string) error {
+	d, err := st.GetDaemon(ctx, id)
+	if err != nil || strings.HasSuffix(address, ":0") || d.Address == address {
+		return nil
+	}
+	if age := time.Since(d.HeartbeatAt); age < store.DefaultLease {
+		return fmt.Errorf("daemon_id %q is in use by the daemon at %s, whose last heartbeat was %s ago: give this daemon its own daemon_id (or stop that one; its ID is free %s after its last heartbeat)",
+			id, d.Address, age.Round(time.Second), store.DefaultLease)
+	}
+	return nil
+}
+
+// Advertised returns the address other daemons name this one by: listen (host:port), with a
+// wildcard or empty host replaced by this machine's name (a container's, in a container).
+func Advertised(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		if name, err := os.Hostname(); err == nil && name != "" {
+			return net.JoinHostPort(name, port)
+		}
+	}
+	return listen
 }
 
 // daemonID returns cfg's daemon_id, or the ID kept in the data directory (made on first use).
