@@ -642,7 +642,12 @@ def _send_output(namespace, limit):
         return 1
     except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: RecursionError, or a
         # daemon thread changing OUTPUT while it is serialised
-        print(f"sandpit: OUTPUT is not JSON-serialisable: {type(exc).__name__}: {exc}", file=sys.stderr)
+        hint = ""
+        if "numpy" in str(exc) or "int64" in str(exc) or "float64" in str(exc) or "ndarray" in str(exc):
+            hint = " (a numpy value: convert it with int(x), float(x) or x.tolist())"
+        elif "DataFrame" in str(exc) or "Series" in str(exc) or "Timestamp" in str(exc):
+            hint = " (a pandas value: convert it with df.to_dict(orient='records'), s.tolist() or ts.isoformat())"
+        print(f"sandpit: OUTPUT is not JSON-serialisable: {type(exc).__name__}: {exc}{hint}", file=sys.stderr)
         return 1
     except OSError as exc:
         print(f"sandpit: OUTPUT could not be returned: the control line (descriptor 3) failed: {exc}", file=sys.stderr)

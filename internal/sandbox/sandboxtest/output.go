@@ -49,6 +49,8 @@ func (s *Suite) TestUnserialisableOutputIsAnErrorThatSaysSo(t *testing.T) {
 		"OUTPUT = float('nan')":                 "Out of range float values",
 		"OUTPUT = []\nOUTPUT.append(OUTPUT)":    "Circular reference",
 		"OUTPUT = {'a': [1, 2, {'b': {3, 4}}]}": "set is not JSON serializable",
+		// numpy's scalars (np.int64 from a pandas sum) say how to convert them.
+		"class int64: pass\nOUTPUT = {'n': int64()}": "convert it with int(x), float(x) or x.tolist()",
 	} {
 		res := Exec(t, s.rt, 0, Spec(code, 10*time.Second), nil)
 		expect(t, res, sandbox.OutcomeError)
