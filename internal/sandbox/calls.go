@@ -79,6 +79,10 @@ type calls struct {
 	logBytes int
 }
 
+// maxLoggedLines is how many of a run's agent.log lines the daemon's own log repeats (each cut
+// at 1 KiB); the rest are in the run's record only, so that runs cannot fill the daemon's log.
+const maxLoggedLines = 20
+
 // handle answers one call of the run, enforcing the caps and recording it.
 func (c *calls) handle(ctx context.Context, call Call) (json.RawMessage, error) {
 	began := time.Now()
@@ -176,6 +180,7 @@ func (c *calls) keep(l LogLine) {
 	if !ended {
 		c.logs = append(c.logs, l)
 	}
+	n := len(c.logs)
 	c.mu.Unlock()
 	if ended {
 		return
@@ -184,7 +189,12 @@ func (c *calls) keep(l LogLine) {
 	if len(msg) > 1024 {
 		msg = strings.ToValidUTF8(msg[:1024], "") + "…"
 	}
-	c.s.log.Info("agent log", "id", c.scope.ExecutionID, "agent", c.scope.Agent, "level", l.Level, "message", msg)
+	switch {
+	case n <= maxLoggedLines:
+		c.s.log.Info("agent log", "id", c.scope.ExecutionID, "agent", c.scope.Agent, "level", l.Level, "message", msg)
+	case n == maxLoggedLines+1:
+		c.s.log.Info("agent log: this run's further lines are in its record only", "id", c.scope.ExecutionID, "agent", c.scope.Agent, "logged", maxLoggedLines)
+	}
 	if c.emit != nil {
 		c.emit(Event{Stream: StreamLog, Data: l.Message, Level: l.Level})
 	}

@@ -1,10 +1,12 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -171,4 +173,26 @@ func TestLedgerKeepsOnlyRunsThatRan(t *testing.T) {
 		}
 		s.Interrupt()
 	})
+}
+
+// TestLogLinesInTheDaemonLogAreBounded: the daemon's own log repeats a run's first
+// maxLoggedLines agent.log lines and says once that the rest are in the record (runs filled a
+// daemon's log with 20 MB of them).
+func TestLogLinesInTheDaemonLogAreBounded(t *testing.T) {
+	var calls []Call
+	for range 3 * maxLoggedLines {
+		calls = append(calls, Call{Method: "log", Args: json.RawMessage(`{"message": "hi", "level": "info"}`)})
+	}
+	var buf bytes.Buffer
+	s := NewService(&callingRuntime{calls: calls}, Hooks{Callbacks: &echoCallbacks{}}, testConfig(), slog.New(slog.NewTextHandler(&buf, nil)))
+	res, err := s.Execute(context.Background(), Request{Code: "x"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Logs) != 3*maxLoggedLines {
+		t.Fatalf("the record keeps %d lines, want %d", len(res.Logs), 3*maxLoggedLines)
+	}
+	if n, more := strings.Count(buf.String(), `msg="agent log" `), strings.Count(buf.String(), "further lines are in its record only"); n != maxLoggedLines || more != 1 {
+		t.Errorf("the daemon's log holds %d lines and %d notes, want %d and 1", n, more, maxLoggedLines)
+	}
 }
