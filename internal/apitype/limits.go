@@ -91,4 +91,9 @@ type Quotas struct {
 	ResultsMaxBytes int64 `json:"results_max_bytes"`
 	// ResultsMaxVersions is the most versions one key of one agent may have.
 	ResultsMaxVersions int `json:"results_max_versions"`
+	// JobsPerAgent is the most jobs one agent may have; JobsMax the most in all.
+	JobsPerAgent int `json:"jobs_per_agent"`
+	JobsMax      int `json:"jobs_max"`
+	// JobFilesMaxBytes is the most bytes all jobs' input files may hold together.
+	JobFilesMaxBytes int64 `json:"job_files_max_bytes"`
 }

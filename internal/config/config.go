@@ -280,6 +280,13 @@ type Config struct {
 	// ResultsMaxVersions caps the versions one result key of one agent may have. Default 100;
 	// allowed 1 to 1000000.
 	ResultsMaxVersions int64 `json:"results_max_versions"`
+	// JobsPerAgent is the most jobs one agent may have (default 50; 1 to 100000), JobsMax the
+	// most in all (default 500; 1 to 1000000): each job fires code on the daemon's slots.
+	JobsPerAgent int64 `json:"jobs_per_agent"`
+	JobsMax      int64 `json:"jobs_max"`
+	// JobFilesMaxBytes is the most bytes the input files of all jobs together may hold (read
+	// for every fire). Default 256 MiB; allowed 0 (no limit) to 64 GiB.
+	JobFilesMaxBytes int64 `json:"job_files_max_bytes"`
 
 	// LedgerMaxAgeDays is how many days the ledger keeps an execution's record. Default 30;
 	// 0 keeps records regardless of age; at most 36500.
@@ -388,6 +395,9 @@ func defaults(lookup func(string) (string, bool)) Config {
 
 		ResultsMaxBytes:    store.DefaultQuotas().ResultsMaxBytes,
 		ResultsMaxVersions: int64(store.DefaultQuotas().ResultsMaxVersions),
+		JobsPerAgent:       int64(store.DefaultQuotas().JobsPerAgent),
+		JobsMax:            int64(store.DefaultQuotas().JobsMax),
+		JobFilesMaxBytes:   store.DefaultQuotas().JobFilesMaxBytes,
 
 		LedgerMaxAgeDays:    30,
 		LedgerMaxExecutions: 100_000,
@@ -504,7 +514,8 @@ func (c Config) validateFiles(bad func(key, format string, args ...any)) {
 
 // Quotas returns the quotas on what each agent may store.
 func (c Config) Quotas() store.Quotas {
-	return store.Quotas{ResultsMaxBytes: c.ResultsMaxBytes, ResultsMaxVersions: int(c.ResultsMaxVersions)}
+	return store.Quotas{ResultsMaxBytes: c.ResultsMaxBytes, ResultsMaxVersions: int(c.ResultsMaxVersions),
+		JobsPerAgent: int(c.JobsPerAgent), JobsMax: int(c.JobsMax), JobFilesMaxBytes: c.JobFilesMaxBytes}
 }
 
 // Retention returns the ledger's retention policy.
@@ -768,6 +779,9 @@ func (c Config) checkAgentCalls(report *problems) {
 func (c Config) checkRetention(report *problems) {
 	report.intRange("results_max_bytes", c.ResultsMaxBytes, 1<<10, 1<<40, " bytes (1KiB to 1TiB)")
 	report.intRange("results_max_versions", c.ResultsMaxVersions, 1, 1_000_000, " versions")
+	report.intRange("jobs_per_agent", c.JobsPerAgent, 1, 100_000, " jobs")
+	report.intRange("jobs_max", c.JobsMax, 1, 1_000_000, " jobs")
+	report.intRange("job_files_max_bytes", c.JobFilesMaxBytes, 0, 64<<30, " bytes (0: no limit; at most 64GiB)")
 	report.intRange("ledger_max_age_days", c.LedgerMaxAgeDays, 0, 36_500, " days (0: no age limit)")
 	report.intRange("ledger_max_executions", c.LedgerMaxExecutions, 0, 100_000_000, " records (0: no count limit)")
 }

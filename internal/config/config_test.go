@@ -81,7 +81,7 @@ func TestDefaults(t *testing.T) {
 		{"log", c.LogLevel + "/" + c.LogFormat, "info/text"},
 		{"docker_host", c.DockerHost, ""},
 		{"executor_path", c.ExecutorPath, ""},
-		{"quotas", c.Quotas(), store.Quotas{ResultsMaxBytes: 64 << 20, ResultsMaxVersions: 100}},
+		{"quotas", c.Quotas(), store.Quotas{ResultsMaxBytes: 64 << 20, ResultsMaxVersions: 100, JobsPerAgent: 50, JobsMax: 500, JobFilesMaxBytes: 256 << 20}},
 	}
 	for _, ch := range checks {
 		if !reflect.DeepEqual(ch.got, ch.want) {

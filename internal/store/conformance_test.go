@@ -41,6 +41,7 @@ var conformance = []struct {
 	{"DaemonsRecoverExpiredLeases", TestDaemonsRecoverExpiredLeases},
 	{"OverlapIsDecidedFromTheSharedLedger", TestOverlapIsDecidedFromTheSharedLedger},
 	{"SessionLedger", TestSessionLedger},
+	{"JobQuotas", TestJobQuotas},
 }
 
 // onPostgres says whether t is a case TestPostgres runs.

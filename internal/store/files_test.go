@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"io"
 	"os"
 	"path/filepath"
@@ -275,5 +276,63 @@ func TestFilesChargeBlocksAndOverhead(t *testing.T) {
 	}
 	if n != 64 {
 		t.Errorf("%d empty files kept under a quota of 64 blocks, want 64", n)
+	}
+}
+
+// TestJobQuotas: jobs per agent, jobs in all and the bytes of all jobs' files are capped (a
+// hostile client made hundreds of jobs with 16 MiB of files each and took the daemon to
+// gigabytes of memory); a refusal is a *QuotaError of class too large naming the setting, and
+// an edit that does not grow a job's files passes even over a quota lowered since.
+func TestJobQuotas(t *testing.T) {
+	s := open(t)
+	ctx := t.Context()
+	s.SetQuotas(Quotas{ResultsMaxBytes: 1 << 20, ResultsMaxVersions: 10, JobsPerAgent: 2, JobsMax: 3, JobFilesMaxBytes: 10})
+	for _, agent := range []string{"a", "b"} {
+		if _, err := s.CreateCode(ctx, Code{Agent: agent, Name: "c", Code: "x", Dependencies: []string{}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	job := func(agent, id string, files int) error {
+		var in []sandbox.InputFile
+		if files > 0 {
+			in = []sandbox.InputFile{{Name: "f", Content: make([]byte, files)}}
+		}
+		_, err := s.CreateJob(ctx, Job{ID: id, Agent: agent, CodeName: "c", Schedule: "@daily", Timezone: "UTC", Input: json.RawMessage("null"),
+			Overlap: "skip", CatchUp: "skip", Inputs: in})
+		return err
+	}
+	setting := func(err error) string {
+		var q *QuotaError
+		if !errors.As(err, &q) || errclass.Of(err) != errclass.TooLarge {
+			return fmt.Sprint(err)
+		}
+		return q.Setting
+	}
+	if err := job("a", "job_1", 6); err != nil {
+		t.Fatal(err)
+	}
+	if got := setting(job("a", "job_2", 6)); got != "job_files_max_bytes" {
+		t.Errorf("files past the quota: %s", got)
+	}
+	if err := job("a", "job_2", 4); err != nil {
+		t.Fatal(err)
+	}
+	if got := setting(job("a", "job_3", 0)); got != "jobs_per_agent" {
+		t.Errorf("a third job of one agent: %s", got)
+	}
+	if err := job("b", "job_3", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := setting(job("b", "job_4", 0)); got != "jobs_max" {
+		t.Errorf("a fourth job in all: %s", got)
+	}
+	s.SetQuotas(Quotas{ResultsMaxBytes: 1 << 20, ResultsMaxVersions: 10, JobsPerAgent: 2, JobsMax: 3, JobFilesMaxBytes: 1})
+	j, err := s.GetJob(ctx, "a", "job_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Description = "paused"
+	if _, err := s.UpdateJob(ctx, j); err != nil {
+		t.Errorf("an edit that keeps the files, over a lowered quota: %v", err)
 	}
 }

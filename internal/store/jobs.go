@@ -65,6 +65,15 @@ func jobFilesOf(files []sandbox.InputFile) []JobFile {
 	return out
 }
 
+// filesBytes is the bytes of files' contents together.
+func filesBytes(files []sandbox.InputFile) int64 {
+	var n int64
+	for _, f := range files {
+		n += int64(len(f.Content))
+	}
+	return n
+}
+
 // putJobFiles replaces the input files of job id with files, in tx.
 func putJobFiles(ctx context.Context, tx *Tx, id string, files []sandbox.InputFile) error {
 	if _, err := tx.ExecContext(ctx, `DELETE FROM job_files WHERE job_id = ?`, id); err != nil {
@@ -163,6 +172,9 @@ func (s *Store) CreateJob(ctx context.Context, j Job) (Job, error) {
 		if err := codeExists(ctx, tx, j.Agent, j.CodeName); err != nil {
 			return err
 		}
+		if err := s.checkJobQuota(ctx, tx, j.Agent, j.ID, true, filesBytes(j.Inputs)); err != nil {
+			return err
+		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO jobs (`+jobColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			j.ID, j.Agent, j.CodeName, j.CodeVersion, j.Schedule, j.Timezone, string(j.Input), j.TimeoutMS,
 			j.Enabled, j.Overlap, j.CatchUp, j.Description, msPtr(j.NextRunAt), now.UnixMilli(), now.UnixMilli(), j.Charts)
@@ -181,6 +193,9 @@ func (s *Store) UpdateJob(ctx context.Context, j Job) (Job, error) {
 	j.UpdatedAt = now
 	err := s.tx(ctx, func(tx *Tx) error {
 		if err := codeExists(ctx, tx, j.Agent, j.CodeName); err != nil {
+			return err
+		}
+		if err := s.checkJobQuota(ctx, tx, j.Agent, j.ID, false, filesBytes(j.Inputs)); err != nil {
 			return err
 		}
 		var created int64

@@ -16,10 +16,19 @@ type Quotas struct {
 	ResultsMaxBytes int64 `json:"results_max_bytes"`
 	// ResultsMaxVersions is the most versions one key of one agent may have.
 	ResultsMaxVersions int `json:"results_max_versions"`
+	// JobsPerAgent is the most jobs one agent may have; JobsMax the most in all.
+	JobsPerAgent int `json:"jobs_per_agent"`
+	JobsMax      int `json:"jobs_max"`
+	// JobFilesMaxBytes is the most bytes the input files of all jobs may hold together (each
+	// job's files are read for every fire).
+	JobFilesMaxBytes int64 `json:"job_files_max_bytes"`
 }
 
-// DefaultQuotas are the quotas of a store until SetQuotas: 64 MiB and 100 versions per key.
-func DefaultQuotas() Quotas { return Quotas{ResultsMaxBytes: 64 << 20, ResultsMaxVersions: 100} }
+// DefaultQuotas are the quotas of a store until SetQuotas: 64 MiB and 100 versions per key of
+// results; 50 jobs per agent, 500 in all, and 256 MiB of input files across all jobs.
+func DefaultQuotas() Quotas {
+	return Quotas{ResultsMaxBytes: 64 << 20, ResultsMaxVersions: 100, JobsPerAgent: 50, JobsMax: 500, JobFilesMaxBytes: 256 << 20}
+}
 
 // SetQuotas sets the quotas that later writes are checked against. Call it before the store
 // is shared.
@@ -104,4 +113,47 @@ func (s *Store) reclaim(ctx context.Context) {
 	if _, err := s.w.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
 		s.log.Warn("truncating the database's write-ahead log failed", "error", err)
 	}
+}
+
+// checkJobQuota returns a *QuotaError when agent's job id (new when create) with files of
+// filesBytes would pass jobs_per_agent, jobs_max or job_files_max_bytes. It runs in the write
+// transaction, so concurrent writes cannot both pass.
+func (s *Store) checkJobQuota(ctx context.Context, tx *Tx, agent, id string, create bool, filesBytes int64) error {
+	q := s.quotas
+	if create {
+		var mine, all int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM jobs WHERE agent = ?`, agent).Scan(&mine); err != nil {
+			return err
+		}
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM jobs`).Scan(&all); err != nil {
+			return err
+		}
+		switch {
+		case q.JobsPerAgent > 0 && mine >= q.JobsPerAgent:
+			return &QuotaError{Setting: "jobs_per_agent", msg: fmt.Sprintf(
+				"agent %q has %d jobs, the most one agent may have (jobs_per_agent); delete one first (DELETE /v1/agents/%s/jobs/{id}, or sandpit job rm)", agent, mine, agent)}
+		case q.JobsMax > 0 && all >= q.JobsMax:
+			return &QuotaError{Setting: "jobs_max", msg: fmt.Sprintf(
+				"the daemon has %d jobs, the most it keeps (jobs_max); delete one first, or raise jobs_max", all)}
+		}
+	}
+	if filesBytes == 0 || q.JobFilesMaxBytes <= 0 {
+		return nil
+	}
+	var used, own int64
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(length(content)), 0) FROM job_files WHERE job_id <> ?`, id).Scan(&used); err != nil {
+		return err
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(length(content)), 0) FROM job_files WHERE job_id = ?`, id).Scan(&own); err != nil {
+		return err
+	}
+	if filesBytes <= own {
+		return nil // no bigger than before: a pause or an edit never fails on a quota lowered since
+	}
+	if used+filesBytes > q.JobFilesMaxBytes {
+		return &QuotaError{Setting: "job_files_max_bytes", msg: fmt.Sprintf(
+			"this job's files (%d bytes) and the other jobs' (%d bytes) would pass the %d bytes all jobs' input files may hold together (job_files_max_bytes); send smaller files, or delete jobs that have some",
+			filesBytes, used, q.JobFilesMaxBytes)}
+	}
+	return nil
 }
