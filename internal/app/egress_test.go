@@ -115,4 +115,20 @@ except requests.exceptions.RequestException as e:
 	if len(res.Egress) == 0 || !res.Egress[0].Install || !res.Egress[0].Allowed || res.Egress[0].Address != idx.Host() {
 		t.Errorf("the install's connections in the result: %+v", res.Egress)
 	}
+	// A session's calls go through the same proxy and policy, in the session's own container.
+	status, sb := httpCall(t, "POST", url+"/v1/agents/alice/sessions", `{}`)
+	var sess struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(sb, &sess); status != 201 && status != 200 || err != nil || sess.ID == "" {
+		t.Fatalf("creating a session: %d %s", status, sb)
+	}
+	defer httpCall(t, "DELETE", url+"/v1/agents/alice/sessions/"+sess.ID, "")
+	call, _ := json.Marshal(map[string]any{"code": code})
+	status, sb = httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+sess.ID+"/executions", string(call))
+	var sres sandbox.Result
+	_ = json.Unmarshal(sb, &sres)
+	if status != 200 || !strings.HasPrefix(sres.Stdout, "200\n") || len(sres.Egress) != 1 || !sres.Egress[0].Allowed {
+		t.Errorf("a fetch from a session: %d %s", status, sb)
+	}
 }
