@@ -41,11 +41,12 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (*store
 	}
 	st.SetDaemon(id)
 	if st.Postgres() {
-		if err := checkDaemonID(ctx, st, id, Advertised(cfg.Listen)); err != nil {
+		address := Advertised(cfg.Listen)
+		if err := checkDaemonID(ctx, st, id, address); err != nil {
 			st.Close()
 			return nil, err
 		}
-		if err := st.Heartbeat(ctx, Advertised(cfg.Listen)); err != nil {
+		if err := st.Heartbeat(ctx, address); err != nil {
 			st.Close()
 			return nil, fmt.Errorf("recording this daemon (%s) in the database: %w", id, err)
 		}

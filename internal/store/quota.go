@@ -122,10 +122,7 @@ func (s *Store) checkJobQuota(ctx context.Context, tx *Tx, agent, id string, cre
 	q := s.quotas
 	if create {
 		var mine, all int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM jobs WHERE agent = ?`, agent).Scan(&mine); err != nil {
-			return err
-		}
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM jobs`).Scan(&all); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(CASE WHEN agent = ? THEN 1 ELSE 0 END), 0), count(*) FROM jobs`, agent).Scan(&mine, &all); err != nil {
 			return err
 		}
 		switch {
@@ -140,11 +137,9 @@ func (s *Store) checkJobQuota(ctx context.Context, tx *Tx, agent, id string, cre
 	if filesBytes == 0 || q.JobFilesMaxBytes <= 0 {
 		return nil
 	}
-	var used, own int64
-	if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(length(content)), 0) FROM job_files WHERE job_id <> ?`, id).Scan(&used); err != nil {
-		return err
-	}
-	if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(length(content)), 0) FROM job_files WHERE job_id = ?`, id).Scan(&own); err != nil {
+	var used, own int64 // the other jobs' files, and this job's as stored
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(CASE WHEN job_id <> ? THEN length(content) ELSE 0 END), 0),
+		coalesce(sum(CASE WHEN job_id = ? THEN length(content) ELSE 0 END), 0) FROM job_files`, id, id).Scan(&used, &own); err != nil {
 		return err
 	}
 	if filesBytes <= own {
