@@ -70,6 +70,15 @@ const (
 	KindEgressClose  Kind = "egress_close"  // both ways: the sender sends no more on Egress.Stream (Egress.Abort: the stream is gone)
 )
 
+// IsEgress reports whether k is one of the egress proxy's kinds (KindEgress*).
+func (k Kind) IsEgress() bool {
+	switch k {
+	case KindEgressOpen, KindEgressOpened, KindEgressData, KindEgressAck, KindEgressClose:
+		return true
+	}
+	return false
+}
+
 // Message is one frame's content. Which fields are set depends on Kind.
 type Message struct {
 	Kind   Kind            `json:"kind"`
@@ -192,14 +201,15 @@ var ErrFrameTooLarge = errors.New("protocol: frame too large")
 // Conn reads and writes Messages. Send is safe for concurrent use; Receive must be called
 // from one goroutine.
 type Conn struct {
-	r  *bufio.Reader
-	mu sync.Mutex
-	w  io.Writer
+	r       *bufio.Reader
+	mu      sync.Mutex
+	w       io.Writer
+	dataBuf []byte // a KindEgressData frame of up to EgressChunk bytes is built here (under mu)
 }
 
 // NewConn returns a Conn reading frames from r and writing them to w.
 func NewConn(r io.Reader, w io.Writer) *Conn {
-	return &Conn{r: bufio.NewReaderSize(r, 64<<10), w: w}
+	return &Conn{r: bufio.NewReaderSize(r, 64<<10), w: w, dataBuf: make([]byte, 0, 4+9+EgressChunk)}
 }
 
 // dataFrame marks a frame whose body is a KindEgressData message in binary: the marker, the
@@ -214,13 +224,18 @@ func (c *Conn) Send(m *Message) error {
 		if 9+len(m.Bytes) > MaxFrame {
 			return fmt.Errorf("%w: %d bytes of stream data", ErrFrameTooLarge, len(m.Bytes))
 		}
-		frame := make([]byte, 4+9+len(m.Bytes))
-		binary.BigEndian.PutUint32(frame, uint32(9+len(m.Bytes)))
-		frame[4] = dataFrame
-		binary.BigEndian.PutUint64(frame[5:], m.Egress.Stream)
-		copy(frame[13:], m.Bytes)
 		c.mu.Lock()
 		defer c.mu.Unlock()
+		// One write per frame (a pipe's reader must not wake for a header alone), from a
+		// buffer kept for a chunk's frame rather than one allocated each time.
+		frame := c.dataBuf[:0]
+		if 4+9+len(m.Bytes) > cap(frame) {
+			frame = make([]byte, 0, 4+9+len(m.Bytes))
+		}
+		frame = binary.BigEndian.AppendUint32(frame, uint32(9+len(m.Bytes)))
+		frame = append(frame, dataFrame)
+		frame = binary.BigEndian.AppendUint64(frame, m.Egress.Stream)
+		frame = append(frame, m.Bytes...)
 		_, err := c.w.Write(frame)
 		return err
 	}
