@@ -142,7 +142,8 @@ func (s *Stream) abort(err error, tell bool) {
 
 // send reads local and sends its bytes while the peer has room for them.
 func (s *Stream) send() {
-	buf := make([]byte, EgressChunk)
+	buf := s.conn.Chunk()
+	defer s.conn.Recycle(buf)
 	for {
 		s.mu.Lock()
 		credit, aborted := s.credit, s.aborted
@@ -228,6 +229,7 @@ func (s *Stream) receive() {
 			s.Abort(err)
 			return
 		}
+		s.conn.Recycle(b)
 		s.mu.Lock()
 		s.queued -= len(b)
 		s.mu.Unlock()
