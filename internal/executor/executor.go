@@ -183,6 +183,12 @@ func Serve(ctx context.Context, conn *protocol.Conn, cfg Config, log *slog.Logge
 				recvErr <- err
 				return
 			}
+			// The proxy's streams take their messages here, without a hop to the loop below
+			// (handleMessage never blocks): a connection's bytes are most of the frames.
+			if e.proxy != nil && m.Kind.IsEgress() {
+				e.proxy.handleMessage(m)
+				continue
+			}
 			msgs <- m
 		}
 	}()

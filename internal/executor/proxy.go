@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/protocol"
@@ -421,8 +422,9 @@ func (e *Executor) owner(c net.Conn) (string, error) {
 	return "", fmt.Errorf("the connection's owner is unknown (%v)", uidErr)
 }
 
-// peerUID reads the uid owning c's remote end (a socket in the box) from /proc/net/tcp or
-// tcp6: the line whose local address is c's remote address and remote address c's local one.
+// peerUID returns the uid owning c's remote end (a socket in the box): the socket whose
+// local address is c's remote address and remote address c's local one, looked up with
+// sock_diag, else read from /proc/net/tcp or tcp6.
 func peerUID(c net.Conn) (int, error) {
 	remote, ok1 := c.RemoteAddr().(*net.TCPAddr)
 	local, ok2 := c.LocalAddr().(*net.TCPAddr)
@@ -430,6 +432,21 @@ func peerUID(c net.Conn) (int, error) {
 		return 0, errors.New("not a TCP connection")
 	}
 	r, l := remote.AddrPort(), local.AddrPort()
+	if r.Addr().Unmap().Is4() && l.Addr().Unmap().Is4() {
+		v4 := func(a netip.AddrPort) netip.AddrPort { return netip.AddrPortFrom(a.Addr().Unmap(), a.Port()) }
+		if uid, err := sockDiagUID(v4(r), v4(l), syscall.AF_INET); err == nil {
+			return uid, nil
+		}
+	}
+	if uid, err := sockDiagUID(r, l, syscall.AF_INET6); err == nil {
+		return uid, nil
+	}
+	return procUID(r, l)
+}
+
+// procUID reads from /proc/net/tcp or tcp6 the uid owning the socket whose local end is r
+// and remote end l.
+func procUID(r, l netip.AddrPort) (int, error) {
 	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
 		data, err := os.ReadFile(file)
 		if err != nil {

@@ -2,8 +2,12 @@ package executor
 
 import (
 	"bufio"
+	"errors"
+	"net"
 	"net/netip"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -70,5 +74,58 @@ func TestProcAddr(t *testing.T) {
 		if err != nil || got != netip.MustParseAddrPort(want) {
 			t.Errorf("procAddr(%q) = %v, %v; want %s", in, got, err, want)
 		}
+	}
+}
+
+// TestPeerUID finds the owner of a loopback connection's far end with sock_diag, as
+// /proc/net/tcp names it, over IPv4 and IPv6, and finds no socket for a closed port.
+func TestPeerUID(t *testing.T) {
+	for _, network := range []string{"tcp4", "tcp6"} {
+		t.Run(network, func(t *testing.T) {
+			addr := "127.0.0.1:0"
+			if network == "tcp6" {
+				addr = "[::1]:0"
+			}
+			ln, err := net.Listen(network, addr)
+			if err != nil {
+				t.Skipf("no %s loopback: %v", network, err)
+			}
+			defer ln.Close()
+			client, err := net.Dial(network, ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer client.Close()
+			server, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer server.Close()
+			r := server.RemoteAddr().(*net.TCPAddr).AddrPort()
+			l := server.LocalAddr().(*net.TCPAddr).AddrPort()
+			family := byte(syscall.AF_INET6)
+			if network == "tcp4" {
+				family = syscall.AF_INET
+				r, l = netip.AddrPortFrom(r.Addr().Unmap(), r.Port()), netip.AddrPortFrom(l.Addr().Unmap(), l.Port())
+			}
+			uid, err := sockDiagUID(r, l, family)
+			if err != nil {
+				t.Skipf("no sock_diag here: %v", err)
+			}
+			fromProc, err := procUID(r, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if uid != os.Getuid() || uid != fromProc {
+				t.Errorf("sock_diag says uid %d, /proc/net says %d, this process is %d", uid, fromProc, os.Getuid())
+			}
+			if got, err := peerUID(server); err != nil || got != uid {
+				t.Errorf("peerUID = %d, %v; want %d", got, err, uid)
+			}
+			closed := netip.AddrPortFrom(r.Addr(), r.Port()+1)
+			if _, err := sockDiagUID(closed, l, family); !errors.Is(err, syscall.ENOENT) {
+				t.Errorf("a socket that does not exist: %v, want ENOENT", err)
+			}
+		})
 	}
 }

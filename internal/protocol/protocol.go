@@ -70,6 +70,15 @@ const (
 	KindEgressClose  Kind = "egress_close"  // both ways: the sender sends no more on Egress.Stream (Egress.Abort: the stream is gone)
 )
 
+// IsEgress reports whether k is one of the egress proxy's kinds (KindEgress*).
+func (k Kind) IsEgress() bool {
+	switch k {
+	case KindEgressOpen, KindEgressOpened, KindEgressData, KindEgressAck, KindEgressClose:
+		return true
+	}
+	return false
+}
+
 // Message is one frame's content. Which fields are set depends on Kind.
 type Message struct {
 	Kind   Kind            `json:"kind"`
@@ -192,14 +201,45 @@ var ErrFrameTooLarge = errors.New("protocol: frame too large")
 // Conn reads and writes Messages. Send is safe for concurrent use; Receive must be called
 // from one goroutine.
 type Conn struct {
-	r  *bufio.Reader
-	mu sync.Mutex
-	w  io.Writer
+	r       *bufio.Reader
+	mu      sync.Mutex
+	w       io.Writer
+	dataBuf []byte // a KindEgressData frame of up to EgressChunk bytes is built here (under mu)
+	// chunks holds spare EgressChunk-sized buffers for the bytes of KindEgressData messages
+	// received and of a Stream's reads (see Chunk, Recycle): a connection's bytes then cost
+	// no allocation (and no zeroing, no collection) per chunk.
+	chunks chan []byte
 }
+
+// spareChunks is how many spare chunk buffers a Conn keeps (EgressChunk bytes each).
+const spareChunks = 32
 
 // NewConn returns a Conn reading frames from r and writing them to w.
 func NewConn(r io.Reader, w io.Writer) *Conn {
-	return &Conn{r: bufio.NewReaderSize(r, 64<<10), w: w}
+	return &Conn{r: bufio.NewReaderSize(r, 64<<10), w: w, dataBuf: make([]byte, 0, 4+9+EgressChunk),
+		chunks: make(chan []byte, spareChunks)}
+}
+
+// Chunk returns a buffer of EgressChunk bytes (not zeroed), a spare one when there is one.
+func (c *Conn) Chunk() []byte {
+	select {
+	case b := <-c.chunks:
+		return b[:EgressChunk]
+	default:
+		return make([]byte, EgressChunk)
+	}
+}
+
+// Recycle gives back b, the Bytes of a KindEgressData message this Conn received or a buffer
+// from Chunk, once nothing refers to it any more. Other slices are ignored.
+func (c *Conn) Recycle(b []byte) {
+	if cap(b) != EgressChunk {
+		return
+	}
+	select {
+	case c.chunks <- b:
+	default:
+	}
 }
 
 // dataFrame marks a frame whose body is a KindEgressData message in binary: the marker, the
@@ -214,13 +254,18 @@ func (c *Conn) Send(m *Message) error {
 		if 9+len(m.Bytes) > MaxFrame {
 			return fmt.Errorf("%w: %d bytes of stream data", ErrFrameTooLarge, len(m.Bytes))
 		}
-		frame := make([]byte, 4+9+len(m.Bytes))
-		binary.BigEndian.PutUint32(frame, uint32(9+len(m.Bytes)))
-		frame[4] = dataFrame
-		binary.BigEndian.PutUint64(frame[5:], m.Egress.Stream)
-		copy(frame[13:], m.Bytes)
 		c.mu.Lock()
 		defer c.mu.Unlock()
+		// One write per frame (a pipe's reader must not wake for a header alone), from a
+		// buffer kept for a chunk's frame rather than one allocated each time.
+		frame := c.dataBuf[:0]
+		if 4+9+len(m.Bytes) > cap(frame) {
+			frame = make([]byte, 0, 4+9+len(m.Bytes))
+		}
+		frame = binary.BigEndian.AppendUint32(frame, uint32(9+len(m.Bytes)))
+		frame = append(frame, dataFrame)
+		frame = binary.BigEndian.AppendUint64(frame, m.Egress.Stream)
+		frame = append(frame, m.Bytes...)
 		_, err := c.w.Write(frame)
 		return err
 	}
@@ -245,7 +290,11 @@ func (c *Conn) Send(m *Message) error {
 }
 
 // Receive reads the next frame. It returns io.EOF when the stream ends cleanly between frames.
+// A KindEgressData message's Bytes may be given back with Recycle.
 func (c *Conn) Receive() (*Message, error) {
+	if m, err := c.receiveData(); m != nil || err != nil {
+		return m, err
+	}
 	body, err := ReadFrame(c.r)
 	if err != nil {
 		return nil, err
@@ -264,6 +313,37 @@ func (c *Conn) Receive() (*Message, error) {
 		return nil, errors.New("protocol: message without kind")
 	}
 	return &m, nil
+}
+
+// receiveData reads the next frame into a chunk buffer when it is a data frame of at most
+// EgressChunk bytes; otherwise it reads nothing and returns nil, nil (ReadFrame then reads
+// the frame, and reports what is wrong with it). It peeks no further than the frame's own
+// bytes, so a short frame is never held waiting for the next one.
+func (c *Conn) receiveData() (*Message, error) {
+	head, err := c.r.Peek(4)
+	if err != nil {
+		return nil, nil
+	}
+	n := int(binary.BigEndian.Uint32(head))
+	if n < 9 || n-9 > EgressChunk {
+		return nil, nil
+	}
+	head, err = c.r.Peek(4 + 9)
+	if err != nil || head[4] != dataFrame {
+		return nil, nil
+	}
+	stream := binary.BigEndian.Uint64(head[5:])
+	if _, err := c.r.Discard(4 + 9); err != nil {
+		return nil, err
+	}
+	b := c.Chunk()[:n-9]
+	if _, err := io.ReadFull(c.r, b); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return &Message{Kind: KindEgressData, Egress: &Egress{Stream: stream}, Bytes: b}, nil
 }
 
 // ReadFrame reads one length-prefixed frame from r. It returns io.EOF at a clean end of

@@ -79,6 +79,31 @@ func TestReceiveRejectsMessagesWithoutKind(t *testing.T) {
 	}
 }
 
+// TestShortFrameDoesNotWait: a frame shorter than a data frame's header is read and judged
+// at once, while the peer sends nothing more; a data frame's bytes arrive in a chunk buffer
+// that Recycle takes back.
+func TestShortFrameDoesNotWait(t *testing.T) {
+	r, w := io.Pipe()
+	defer w.Close()
+	go func() { _, _ = w.Write([]byte{0, 0, 0, 2, '{', '}'}) }()
+	if _, err := NewConn(r, io.Discard).Receive(); err == nil {
+		t.Fatal("message without kind accepted")
+	}
+	var buf bytes.Buffer
+	c := NewConn(&buf, &buf)
+	if err := c.Send(&Message{Kind: KindEgressData, Egress: &Egress{Stream: 9}, Bytes: []byte("abc")}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.Receive()
+	if err != nil || string(m.Bytes) != "abc" || m.Egress.Stream != 9 || cap(m.Bytes) != EgressChunk {
+		t.Fatalf("%+v %v", m, err)
+	}
+	c.Recycle(m.Bytes)
+	if b := c.Chunk(); &b[0] != &m.Bytes[:1][0] {
+		t.Error("a recycled chunk was not reused")
+	}
+}
+
 // FuzzReceive feeds arbitrary bytes to the frame reader and decoder: they must never panic,
 // and a message they accept must survive a round trip.
 func FuzzReceive(f *testing.F) {

@@ -9,10 +9,12 @@ import (
 
 // EgressWindow is how many bytes of a stream either side may send before the other has
 // acknowledged them: the receiver buffers at most this much per stream, and ends a stream whose
-// peer sends more. EgressChunk is the most one KindEgressData message carries.
+// peer sends more. EgressChunk is the most one KindEgressData message carries. EgressAckEvery
+// is how many bytes the receiver passes on before it acknowledges them (at most the window).
 const (
-	EgressWindow = 1 << 20
-	EgressChunk  = 64 << 10
+	EgressWindow   = 1 << 20
+	EgressChunk    = 64 << 10
+	EgressAckEvery = EgressWindow / 4
 )
 
 // Stream carries one connection's bytes over a Conn, both ways, with flow control: local is
@@ -140,7 +142,8 @@ func (s *Stream) abort(err error, tell bool) {
 
 // send reads local and sends its bytes while the peer has room for them.
 func (s *Stream) send() {
-	buf := make([]byte, EgressChunk)
+	buf := s.conn.Chunk()
+	defer s.conn.Recycle(buf)
 	for {
 		s.mu.Lock()
 		credit, aborted := s.credit, s.aborted
@@ -178,9 +181,24 @@ func (s *Stream) send() {
 	}
 }
 
-// receive writes the peer's bytes to local, acknowledging each chunk once written, and closes
-// local's writing side after the peer's last.
+// receive writes the peer's bytes to local and acknowledges them once written, an
+// EgressAckEvery at a time (each ack is a frame both processes between the daemon and the
+// executor must carry), and closes local's writing side after the peer's last. The sender
+// waits only with a full window unacknowledged, and once that much is written here an ack
+// has gone, so the stream never stalls on an ack held back.
 func (s *Stream) receive() {
+	unacked := 0
+	ack := func() bool {
+		if unacked == 0 {
+			return true
+		}
+		if err := s.conn.Send(&Message{Kind: KindEgressAck, ID: s.msgID, Egress: &Egress{Stream: s.id, Ack: unacked}}); err != nil {
+			s.abort(err, false)
+			return false
+		}
+		unacked = 0
+		return true
+	}
 	for {
 		s.mu.Lock()
 		if s.aborted {
@@ -204,17 +222,18 @@ func (s *Stream) receive() {
 			continue
 		}
 		b := s.queue[0]
+		s.queue[0] = nil
 		s.queue = s.queue[1:]
 		s.mu.Unlock()
 		if _, err := s.local.Write(b); err != nil {
 			s.Abort(err)
 			return
 		}
+		s.conn.Recycle(b)
 		s.mu.Lock()
 		s.queued -= len(b)
 		s.mu.Unlock()
-		if err := s.conn.Send(&Message{Kind: KindEgressAck, ID: s.msgID, Egress: &Egress{Stream: s.id, Ack: len(b)}}); err != nil {
-			s.abort(err, false)
+		if unacked += len(b); unacked >= EgressAckEvery && !ack() {
 			return
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -111,6 +112,57 @@ func TestStreamAbortReachesPeer(t *testing.T) {
 	}
 	<-ended
 	<-ended
+}
+
+// TestStreamAcksInQuarters carries two windows and more one way and counts the receiver's
+// acks: one per EgressAckEvery bytes passed on, not one per chunk, and the sender never
+// stalls on one held back (the transfer ends).
+func TestStreamAcksInQuarters(t *testing.T) {
+	ar, bw := io.Pipe()
+	br, aw := io.Pipe()
+	a, b := NewConn(ar, aw), NewConn(br, bw)
+	clientApp, clientLocal := tcpPair(t)
+	serverLocal, serverApp := tcpPair(t)
+	var done sync.WaitGroup
+	done.Add(2)
+	sa := NewStream(a, "ex_1", 3, clientLocal, func(error) { done.Done() })
+	sb := NewStream(b, "ex_1", 3, serverLocal, func(error) { done.Done() })
+	var acks atomic.Int64
+	go func() {
+		for {
+			m, err := a.Receive()
+			if err != nil {
+				return
+			}
+			sa.Handle(m)
+		}
+	}()
+	go func() {
+		for {
+			m, err := b.Receive()
+			if err != nil {
+				return
+			}
+			if m.Kind == KindEgressAck {
+				acks.Add(1)
+			}
+			sb.Handle(m)
+		}
+	}()
+	sa.Start()
+	sb.Start()
+	down := make([]byte, 2*EgressWindow+7)
+	_, _ = rand.Read(down)
+	_ = clientApp.(*net.TCPConn).CloseWrite()
+	go func() { _, _ = serverApp.Write(down); _ = serverApp.(*net.TCPConn).CloseWrite() }()
+	got, _ := io.ReadAll(clientApp)
+	if !bytes.Equal(got, down) {
+		t.Fatalf("carried %d of %d bytes (or they differ)", len(got), len(down))
+	}
+	done.Wait()
+	if n := acks.Load(); n < 1 || n > int64(len(down)/EgressAckEvery) {
+		t.Errorf("%d acks for %d bytes; want from 1 to %d (one per %d bytes)", n, len(down), len(down)/EgressAckEvery, EgressAckEvery)
+	}
 }
 
 // A data message travels as a binary frame and comes back as it was sent; a binary frame
