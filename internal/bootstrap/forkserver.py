@@ -219,14 +219,6 @@ def _become_run(req, fds, server_pid, libc):
     # closerange lists /proc/self/fd, and gVisor fixes that directory's owner at its first
     # lookup. No code of the run has arrived yet, and nothing else runs as the slot's uid.
     os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
-    try:
-        # The OOM killer's first choice, before the code arrives (as the executor makes a cold
-        # run). Only now, as the slot's uid: gVisor fixes the owner of /proc/self/fd when
-        # /proc/self is first looked up, and a lookup as root would leave it root's.
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")
-    except OSError:
-        pass
     # If the server dies, so does the run: nobody would be left to report its exit status.
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != server_pid:
@@ -279,6 +271,11 @@ def main():
                  "modules": modules, "missing": missing, "data_bytes": max(_data_bytes() - data_before, 0)})
     req, fds = _serve(sock)
     _become_run(req, fds, server_pid, libc)
+    # The OOM killer's first choice, before the code arrives (as the executor makes a cold
+    # run). Only now, as the slot's uid: gVisor fixes the owner of /proc/self/fd when
+    # /proc/self is first looked up, and a lookup as root would leave it root's.
+    bootstrap.adjust_oom()
+    bootstrap.rehearse()
     return bootstrap
 
 

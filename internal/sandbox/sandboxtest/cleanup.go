@@ -37,6 +37,28 @@ func (s *Suite) TestModuleStateDoesNotSurviveIntoTheNextRun(t *testing.T) {
 	}
 }
 
+// TestRunStartsAsAFreshScript: a run's __main__ holds only what a script's would (and INPUT
+// and agent), print is the builtin, linecache knows only the run's own main.py, and no OUTPUT
+// is set: whatever a forked program did before its code arrived (see the bootstrap's
+// rehearse) is not seen.
+func (s *Suite) TestRunStartsAsAFreshScript(t *testing.T) {
+	code := `import builtins, linecache, sys
+m = sys.modules["__main__"]
+names = sorted(n for n in vars(m) if not n.startswith("__") and n not in ("builtins", "linecache", "sys", "m"))
+print(names, print is builtins.print, "OUTPUT" in vars(m), m is sys.modules[__name__], INPUT)
+print(linecache.getline("main.py", 1).strip())
+`
+	spec := Spec(code, 10*time.Second)
+	spec.Input = json.RawMessage(`{"a": 1}`)
+	for range 2 {
+		res := Exec(t, s.rt, 0, spec, nil)
+		expect(t, res, sandbox.OutcomeOK)
+		if want := "['INPUT', 'agent'] True False True {'a': 1}\nimport builtins, linecache, sys\n"; res.Stdout != want {
+			t.Fatalf("stdout %q, want %q", res.Stdout, want)
+		}
+	}
+}
+
 // TestRandomStateDiffersBetweenRuns: random state differs between runs.
 func (s *Suite) TestRandomStateDiffersBetweenRuns(t *testing.T) {
 	code := `import random, os, json
