@@ -240,7 +240,7 @@ def _set_limit(kind, value):
         resource.setrlimit(kind, (value, value))
 
 
-def _apply_limits(init):
+def _apply_limits(init, oom=True):
     limits = init.get("limits") or {}
     memory = limits.get("memory_bytes")
     if memory and memory > 0:
@@ -263,23 +263,14 @@ def _apply_limits(init):
         # executor's interrupt and kill bound a call there.)
         _set_limit(resource.RLIMIT_CPU, math.ceil(init.get("timeout_ms", 0) / 1000) + 1)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    adjust_oom()
-
-
-_oom_adjusted = [False]
-
-
-def adjust_oom():
-    """Makes this process the kernel's OOM killer's first choice (oom_score_adj 1000): the run,
-    never the executor. Once per process: a forked program does it before its code arrives."""
-    if _oom_adjusted[0]:
-        return
+    if not oom:
+        return  # a fork server's child has done it (see forkserver.py)
     try:
+        # The kernel's OOM killer must pick the run, never the executor.
         with open("/proc/self/oom_score_adj", "w") as f:
             f.write("1000")
     except OSError:
         pass
-    _oom_adjusted[0] = True
 
 
 _memory_error = [False]  # a MemoryError ended a thread of the program
@@ -700,17 +691,20 @@ def rehearse():
         gc.collect()
 
 
-def main():
-    # Only descriptors 0 to 3 belong to the run: close anything else inherited by mistake.
-    os.closerange(_FD + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+def main(forked=False):
+    """Runs the program the executor sends. forked: this is a fork server's child, which has
+    already closed every descriptor past 3 and raised its oom_score_adj as the slot's uid."""
+    if not forked:
+        # Only descriptors 0 to 3 belong to the run: close anything else inherited by mistake.
+        os.closerange(_FD + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
     os.set_inheritable(_FD, False)
     _main_pid[0] = _getpid()
     # Before the code arrives: in a forked program this is done while the slot is idle.
     _ordered_streams()
     init = _read_init()
     if init.get("session"):
-        _session(init)  # never returns
-    _apply_limits(init)
+        _session(init, oom=not forked)  # never returns
+    _apply_limits(init, oom=not forked)
     threading.excepthook = _thread_excepthook
     # The run's directory is its own and removed after it: compiled modules would only be
     # taken for output files there (PYTHONDONTWRITEBYTECODE says so to the interpreters the
@@ -757,7 +751,7 @@ def main():
     _finish(status, program, (init.get("limits") or {}).get("output_bytes"), interrupted)
 
 
-def _session(init):
+def _session(init, oom=True):
     """A session's interpreter: runs call after call in one module __main__, whose globals,
     imports and working directory persist, until the executor closes the control line (or
     kills it). Each call's init line is as a run's; after the call, OUTPUT (as the call left
@@ -765,8 +759,9 @@ def _session(init):
     INPUT is the call's; OUTPUT is removed before each call. The executor interrupts a call
     that passes its timeout with SIGINT (KeyboardInterrupt in the program); SIGINT is ignored
     between calls, and each call starts with Python's own handler again. A SystemExit ends
-    the call with its status, not the interpreter."""
-    _apply_limits(init)
+    the call with its status, not the interpreter. oom: raise the process's oom_score_adj (a
+    fork server's child has)."""
+    _apply_limits(init, oom)
     threading.excepthook = _thread_excepthook
     sys.dont_write_bytecode = True
     _signal(signal.SIGINT, signal.SIG_IGN)
