@@ -340,8 +340,8 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req apitype.ExecuteReq
 	}
 
 	if !f.local {
-		fmt.Fprintf(o.env.Stderr, "sandpit: no daemon answers at %s; running the engine in this process on %s (start `sandpit serve` to keep it warm between runs)\n",
-			url, cfg.DataDir)
+		fmt.Fprintf(o.env.Stderr, "sandpit: no daemon answers at %s; running the engine in this process on %s (start `sandpit serve` to keep it warm between runs; "+
+			"its warm containers stay up after this command: `sandpit sandbox rm` removes them)\n", url, cfg.DataDir)
 	}
 	eng, err := app.Open(ctx, cfg, o.logger(cfg, true), o.env.Stderr)
 	if err != nil {
