@@ -7,9 +7,9 @@ import "context"
 // waits in the queue, and returns a *BusyError when the queue is full. release gives the slot
 // back; call it once.
 func (s *Service) Hold(ctx context.Context) (release func(), err error) {
-	slot, err := s.acquire(ctx)
+	slot, err := s.acquire(ctx, "")
 	if err != nil {
 		return nil, err
 	}
-	return func() { s.free <- slot }, nil
+	return func() { s.mu.Lock(); s.unhold(""); s.mu.Unlock(); s.offer(slot) }, nil
 }
