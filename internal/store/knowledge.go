@@ -269,7 +269,7 @@ const (
 	// answerBytes / graphMinEdgeBytes.
 	graphMinEdgeBytes = 100
 	// graphRowsPerItem is how many edge rows a walk may read per node or edge it may answer.
-	graphRowsPerItem = 4
+	graphRowsPerItem = 2
 )
 
 // GraphMaxEdges is how many edges a Neighbourhood of limit nodes answers at most: 10 per node,
@@ -283,7 +283,7 @@ func GraphMaxEdges(limit, answerBytes int) int {
 }
 
 // GraphBudget is how many edge rows a Neighbourhood of limit nodes reads at most:
-// 4 × (limit + GraphMaxEdges).
+// 2 × (limit + GraphMaxEdges).
 func GraphBudget(limit, answerBytes int) int {
 	return graphRowsPerItem * (limit + GraphMaxEdges(limit, answerBytes))
 }
