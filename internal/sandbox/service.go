@@ -437,7 +437,7 @@ func (s *Service) run(ctx context.Context, x *execution, emit func(Event)) (Resu
 	started := time.Now()
 	runCtx, cancelRun := context.WithTimeout(ctx, time.Duration(x.spec.TimeoutMS)*time.Millisecond+s.cfg.Grace+x.grace)
 	defer cancelRun()
-	line := &calls{s: s, scope: CallScope{Agent: x.agent, ExecutionID: x.spec.ID}, emit: emit}
+	line := &calls{s: s, scope: CallScope{Agent: x.agent, ExecutionID: x.spec.ID}, emit: emit, one: make(chan struct{}, 1)}
 	x.spec.Calls, x.spec.CallBytes = line.handle, s.cfg.MaxCallBytes
 	// The files are stored even when the caller has gone: the run's record lists them.
 	x.files.ctx = context.WithoutCancel(ctx)

@@ -165,3 +165,30 @@ func TestCallQueriesDoNotSortTheAgentsRows(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSearchMemoriesDense is a search whose word every memory holds: 30,000 memories of
+// about 1 KiB; the ranking reads maxCandidates of them. cpu-ms/op is the process's CPU per call.
+func BenchmarkSearchMemoriesDense(b *testing.B) {
+	s, err := Open(b.Context(), filepath.Join(b.TempDir(), FileName), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	text := strings.Repeat("common words fill this memory ", 34)
+	for range 3 {
+		items := make([]Memory, 10000)
+		for i := range items {
+			items[i] = Memory{Text: fmt.Sprintf("%s %d", text, i)}
+		}
+		if _, err := s.AddMemories(b.Context(), "a", items); err != nil {
+			b.Fatal(err)
+		}
+	}
+	began := cpuTime()
+	for b.Loop() {
+		if _, err := s.SearchMemories(b.Context(), "a", "common memory", 1000); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64((cpuTime()-began).Milliseconds())/float64(b.N), "cpu-ms/op")
+}
