@@ -124,7 +124,7 @@ type Service struct {
 	mu sync.Mutex
 	// free are the free slots' numbers; queue the requests waiting for one, in arrival order
 	// (one is never non-empty while the other is); held and queued count each agent's slots
-	// and waiting requests ("" for installs and holds, which name no agent).
+	// and waiting requests ("" for installs, which name no agent).
 	free         []int
 	queue        []*waiter
 	held, queued map[string]int
