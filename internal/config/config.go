@@ -471,9 +471,11 @@ func (c Config) Sandbox() sandbox.Config {
 }
 
 // Egress returns the egress policy's configuration for network "allowlist": network_allow,
-// the package index's URLs and the egress_* caps.
+// the package index's URLs, the egress_* caps, and the daemon's own listen address, which
+// no entry opens.
 func (c Config) Egress() egress.Config {
 	return egress.Config{
+		Reserved:  egress.ReserveListen(c.Listen),
 		Allow:     c.NetworkAllow,
 		IndexURLs: append([]string{c.IndexURL}, c.ExtraIndexURLs...),
 		Limits: egress.Limits{
