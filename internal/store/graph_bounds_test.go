@@ -192,3 +192,47 @@ func BenchmarkSearchMemoriesDense(b *testing.B) {
 	}
 	b.ReportMetric(float64((cpuTime()-began).Milliseconds())/float64(b.N), "cpu-ms/op")
 }
+
+// sparseGraph stores, for agent "a", n nodes each with an edge to the next 3 (mod n).
+func sparseGraph(tb testing.TB, s *Store, n int) {
+	tb.Helper()
+	nodes := make([]Node, n)
+	var edges []Edge
+	for i := range nodes {
+		nodes[i] = Node{ID: fmt.Sprintf("n%d", i), Type: "t"}
+		for d := 1; d <= 3; d++ {
+			edges = append(edges, Edge{Source: nodes[i].ID, Target: fmt.Sprintf("n%d", (i+d*7)%n), Relation: "r"})
+		}
+	}
+	if _, err := s.AddNodes(tb.Context(), "a", nodes); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := s.AddEdges(tb.Context(), "a", edges); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// BenchmarkNeighbourhoodSparse is an ordinary query_graph: depth 2 (then 3), limit 100, in a
+// graph of 5,000 nodes of degree 6.
+func BenchmarkNeighbourhoodSparse(b *testing.B) {
+	s, err := Open(b.Context(), filepath.Join(b.TempDir(), FileName), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	sparseGraph(b, s, 5000)
+	for _, depth := range []int{2, 3} {
+		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {
+			began := cpuTime()
+			for b.Loop() {
+				g, err := s.Neighbourhood(b.Context(), "a", "n0", "", depth, 100, 4<<20)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(len(g.Nodes)), "nodes")
+				b.ReportMetric(float64(len(g.Edges)), "edges")
+			}
+			b.ReportMetric(float64((cpuTime()-began).Microseconds())/float64(b.N), "cpu-µs/op")
+		})
+	}
+}
