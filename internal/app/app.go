@@ -197,7 +197,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		return nil, err
 	}
 	scfg := cfg.Sandbox()
-	var handler callback.Handler = callback.Store{DB: st}
+	var handler callback.Handler = callback.Store{DB: st, AnswerBytes: scfg.MaxCallBytes}
 	if cfg.CallbackURL != "" {
 		handler = &callback.Webhook{URL: cfg.CallbackURL, Secret: []byte(cfg.CallbackSecret), Timeout: scfg.CallTimeout,
 			MaxBytes: int64(scfg.MaxCallBytes)}
