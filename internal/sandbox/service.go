@@ -734,6 +734,9 @@ func (s *Service) settle(slot int) {
 	})
 }
 
+// Settled waits until every slot released so far has settled (or the Service was interrupted).
+func (s *Service) Settled() { s.settling.Wait() }
+
 // offer makes slot free and hands it to a waiting request, if any.
 func (s *Service) offer(slot int) {
 	s.mu.Lock()
