@@ -737,6 +737,15 @@ func (s *Service) settle(slot int) {
 // Settled waits until every slot released so far has settled (or the Service was interrupted).
 func (s *Service) Settled() { s.settling.Wait() }
 
+// takeFree takes the free slot that has been free longest: its next program has had the most
+// time to be forked ahead (a slot just settled may still be forking it), so runs one after
+// another go round the slots. s.mu is held; s.free is not empty.
+func (s *Service) takeFree() int {
+	slot := s.free[0]
+	s.free = slices.Delete(s.free, 0, 1)
+	return slot
+}
+
 // offer makes slot free and hands it to a waiting request, if any.
 func (s *Service) offer(slot int) {
 	s.mu.Lock()
@@ -769,8 +778,7 @@ func (s *Service) dispatch() {
 			delete(s.queued, w.agent)
 		}
 		s.held[w.agent]++
-		w.slot <- s.free[len(s.free)-1]
-		s.free = s.free[:len(s.free)-1]
+		w.slot <- s.takeFree()
 	}
 }
 
@@ -787,9 +795,8 @@ func (s *Service) acquire(ctx context.Context, agent string) (int, error) {
 		s.mu.Unlock()
 		return 0, &BusyError{Slots: s.cfg.Slots, Queue: s.cfg.QueueLength, RetryAfter: time.Second, Agent: agent, PerAgent: limit}
 	}
-	if n := len(s.free); n > 0 {
-		slot := s.free[n-1]
-		s.free = s.free[:n-1]
+	if len(s.free) > 0 {
+		slot := s.takeFree()
 		s.held[agent]++
 		s.mu.Unlock()
 		return slot, nil

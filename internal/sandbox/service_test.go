@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -390,3 +391,36 @@ func TestExplainEgress(t *testing.T) {
 		t.Errorf("explained: %+v", out.Dependencies)
 	}
 }
+
+// slotRecorder is a fakeRuntime that records the slot of each run.
+type slotRecorder struct {
+	fakeRuntime
+	order []int
+}
+
+func (r *slotRecorder) Run(ctx context.Context, slot int, spec Spec, emit func(Event)) (Result, error) {
+	r.mu.Lock()
+	r.order = append(r.order, slot)
+	r.mu.Unlock()
+	return r.fakeRuntime.Run(ctx, slot, spec, emit)
+}
+
+// TestRunsGoRoundTheSlots: runs one after another take the slot free the longest, so that
+// each slot's next program has the others' runs' time to be forked ahead (a hand-out that took
+// the slot freed last kept one slot busy forking while the others idled).
+func TestRunsGoRoundTheSlots(t *testing.T) {
+	rt := &slotRecorder{}
+	cfg := testConfig()
+	cfg.Slots = 4
+	s := NewService(rt, Hooks{}, cfg, nil)
+	for range 8 {
+		if _, err := s.Execute(context.Background(), Request{Code: "print(1)"}, nil); err != nil {
+			t.Fatal(err)
+		}
+		s.Settled()
+	}
+	if got, want := rt.order, []int{0, 1, 2, 3, 0, 1, 2, 3}; !slices.Equal(got, want) {
+		t.Fatalf("slots %v, want %v", got, want)
+	}
+}
+
