@@ -423,4 +423,3 @@ func TestRunsGoRoundTheSlots(t *testing.T) {
 		t.Fatalf("slots %v, want %v", got, want)
 	}
 }
-
