@@ -446,25 +446,14 @@ func openBeneath(root int, name string) (int, error) {
 // readAll reads the file at fd, of size bytes by its fstat; a file of another size by the
 // time it is read is an error.
 func readAll(fd int, size int64) ([]byte, error) {
-	buf := make([]byte, size+1)
-	n := 0
-	for n < len(buf) {
-		m, err := syscall.Read(fd, buf[n:])
-		if errors.Is(err, syscall.EINTR) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if m == 0 {
-			break
-		}
-		n += m
+	buf, err := readFull(fd, make([]byte, size+1))
+	if err != nil {
+		return nil, err
 	}
-	if int64(n) != size {
-		return nil, fmt.Errorf("it changed while being read (%d bytes, %d read)", size, n)
+	if int64(len(buf)) != size {
+		return nil, fmt.Errorf("it changed while being read (%d bytes, %d read)", size, len(buf))
 	}
-	return buf[:n], nil
+	return buf, nil
 }
 
 // Directory entry types (d_type of getdents64).

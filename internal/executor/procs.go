@@ -113,10 +113,15 @@ func readProcFile(path string, buf []byte) ([]byte, error) {
 		return nil, err
 	}
 	defer syscall.Close(fd)
+	return readFull(fd, buf)
+}
+
+// readFull reads fd into buf until buf is full or the file ends, and returns what it read.
+func readFull(fd int, buf []byte) ([]byte, error) {
 	n := 0
 	for n < len(buf) {
 		m, err := syscall.Read(fd, buf[n:])
-		if err == syscall.EINTR {
+		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
 		if err != nil {
