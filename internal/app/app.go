@@ -167,6 +167,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	}
 	closers = append(closers, st.Close)
 	st.SetQuotas(cfg.Quotas())
+	st.SetRetention(cfg.Retention())
 	files, err := st.OpenFiles(ctx, filepath.Join(cfg.DataDir, store.FilesDir), cfg.FilesMaxBytes)
 	if err != nil {
 		return nil, err
@@ -229,9 +230,9 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	}, nil
 }
 
-// RunBackground fires jobs and prunes the ledger by retention (hourly, with the records' output
-// files) until ctx ends, then
-// waits for the job runs it started (end them with Service.Interrupt).
+// RunBackground fires jobs and prunes the ledger by retention (hourly, and whenever a write takes
+// the ledger past its byte budget: Store.PruneDue; with the records' output files) until ctx
+// ends, then waits for the job runs it started (end them with Service.Interrupt).
 func (e *Core) RunBackground(ctx context.Context, retention store.Retention, log *slog.Logger) {
 	var wg sync.WaitGroup
 	wg.Go(func() { e.heartbeat(ctx, Advertised(e.Address), log) })
@@ -247,12 +248,15 @@ func (e *Core) RunBackground(ctx context.Context, retention store.Retention, log
 			if n, err := e.Store.Prune(ctx, retention); err != nil && ctx.Err() == nil {
 				log.Error("pruning the ledger failed", "error", err)
 			} else if n > 0 {
-				log.Info("pruned old execution records", "records", n, "max_age", retention.MaxAge, "max_count", retention.MaxCount)
+				used := e.Store.LedgerBytes()
+				log.Info("pruned old execution records", "records", n, "max_age", retention.MaxAge, "max_count", retention.MaxCount,
+					"max_bytes", retention.MaxBytes, "bytes_left", used)
 			}
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
+			case <-e.Store.PruneDue():
 			}
 		}
 	})

@@ -91,7 +91,7 @@ func CodeSHA256(code string) string {
 // Begin records that a run is starting (sandbox.Recorder).
 func (s *Store) Begin(ctx context.Context, spec sandbox.Spec, head sandbox.Result) error {
 	sum := CodeSHA256(spec.Code)
-	return s.tx(ctx, func(tx *Tx) error {
+	err := s.tx(ctx, func(tx *Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO code_blobs (sha256, code) VALUES (?, ?) ON CONFLICT DO NOTHING`, sum, spec.Code); err != nil {
 			return err
 		}
@@ -100,13 +100,23 @@ func (s *Store) Begin(ctx context.Context, spec sandbox.Spec, head sandbox.Resul
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)`,
 			head.ID, head.Agent, head.Source, nullString(head.JobID), nullString(head.CodeName),
 			nullInt(head.CodeVersion), sum, string(spec.Input), spec.TimeoutMS, ms(head.StartedAt), nullString(s.daemon), sessionColumn(head.SessionID))
-		if err != nil || head.JobID == "" {
+		if err != nil {
 			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO execution_bytes (execution_id, bytes) VALUES (?, ?)`, head.ID, beginBytes(spec)); err != nil {
+			return err
+		}
+		if head.JobID == "" {
+			return nil
 		}
 		// The job's fire has begun: a crash from now on is the run's, recorded here.
 		_, err = tx.ExecContext(ctx, `UPDATE job_fires SET began = 1 WHERE execution_id = ?`, head.ID)
 		return err
 	})
+	if err == nil {
+		s.ledger.add(beginBytes(spec))
+	}
+	return err
 }
 
 // Finish records a run's final result (sandbox.Recorder).
@@ -131,12 +141,32 @@ func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
 	if err != nil {
 		return err
 	}
-	return s.tx(ctx, func(tx *Tx) error {
-		if err := finish(ctx, tx, res, ended, resultColumns{deps: deps, calls: calls, files: files, skipped: skipped}); err != nil {
+	egress, err := jsonColumn(res.Egress)
+	if err != nil {
+		return err
+	}
+	cols := resultColumns{deps: deps, calls: calls, files: files, skipped: skipped}
+	var added int64
+	err = s.tx(ctx, func(tx *Tx) error {
+		if err := finish(ctx, tx, res, ended, cols); err != nil {
 			return err
 		}
-		return finishEgress(ctx, tx, res)
+		if err := finishEgress(ctx, tx, res, egress); err != nil {
+			return err
+		}
+		// The record's size: its result, and its output files, all kept by now.
+		var files int64
+		if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(`+chargeSQL+`), 0) FROM execution_files WHERE execution_id = ?`, res.ID).Scan(&files); err != nil {
+			return err
+		}
+		added = finishBytes(res, cols, len(egress.String)) + files
+		_, err := tx.ExecContext(ctx, `UPDATE execution_bytes SET bytes = bytes + ? WHERE execution_id = ?`, added, res.ID)
+		return err
 	})
+	if err == nil {
+		s.ledger.add(added)
+	}
+	return err
 }
 
 // resultColumns are a result's lists as stored: JSON text, NULL when empty.
@@ -409,20 +439,24 @@ func decodeCursor(c string) (int64, string, error) {
 }
 
 // Retention bounds the ledger: records older than MaxAge, and beyond the newest MaxCount, are
-// pruned (zero means no bound of that kind). Running records are never pruned.
+// pruned, and the oldest while all records take more than MaxBytes (with their kept output
+// files; see ledger.go), down to LedgerLowWater percent of it; zero means no bound of that
+// kind. Running records are never pruned, nor by bytes the newest finished one.
 type Retention struct {
 	MaxAge   time.Duration
 	MaxCount int
+	MaxBytes int64
 }
 
 // Prune deletes the finished records r does not keep, with their output files, and code no
 // record refers to any more, gives the space they took back to the file system, and returns
-// how many records it deleted.
+// how many records it deleted. It recounts the ledger's bytes (LedgerBytes).
 func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 	var (
 		deleted int64
 		freed   int64
 		gone    []string
+		total   int64
 	)
 	err := s.tx(ctx, func(tx *Tx) error {
 		if r.MaxAge > 0 {
@@ -443,6 +477,11 @@ func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 			n, _ := res.RowsAffected()
 			deleted += n
 		}
+		n, t, err := s.pruneBytes(ctx, tx, r.MaxBytes)
+		if err != nil {
+			return err
+		}
+		deleted, total = deleted+n, t
 		if deleted > 0 {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM execution_logs WHERE NOT EXISTS (
 				SELECT 1 FROM executions e WHERE e.id = execution_logs.execution_id)`); err != nil {
@@ -460,6 +499,9 @@ func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 	})
 	if err == nil && s.files != nil {
 		s.files.forget(freed, gone)
+	}
+	if err == nil {
+		s.ledger.used.Store(total)
 	}
 	if err == nil && deleted > 0 {
 		s.reclaim(ctx)
