@@ -46,6 +46,7 @@ var conformance = []struct {
 	{"PruneByBytesKeepsTheNewestRecord", TestPruneByBytesKeepsTheNewestRecord},
 	{"EvictedFilesLeaveTheRecordsBytes", TestEvictedFilesLeaveTheRecordsBytes},
 	{"LedgerBytesMigrationFillsOldRecords", TestLedgerBytesMigrationFillsOldRecords},
+	{"FinishInterruptedCountsTheRecords", TestFinishInterruptedCountsTheRecords},
 }
 
 // onPostgres says whether t is a case TestPostgres runs.

@@ -100,14 +100,8 @@ func (s *Store) Begin(ctx context.Context, spec sandbox.Spec, head sandbox.Resul
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)`,
 			head.ID, head.Agent, head.Source, nullString(head.JobID), nullString(head.CodeName),
 			nullInt(head.CodeVersion), sum, string(spec.Input), spec.TimeoutMS, ms(head.StartedAt), nullString(s.daemon), sessionColumn(head.SessionID))
-		if err != nil {
+		if err != nil || head.JobID == "" {
 			return err
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO execution_bytes (execution_id, bytes) VALUES (?, ?)`, head.ID, beginBytes(spec)); err != nil {
-			return err
-		}
-		if head.JobID == "" {
-			return nil
 		}
 		// The job's fire has begun: a crash from now on is the run's, recorded here.
 		_, err = tx.ExecContext(ctx, `UPDATE job_fires SET began = 1 WHERE execution_id = ?`, head.ID)
@@ -154,13 +148,12 @@ func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
 		if err := finishEgress(ctx, tx, res, egress); err != nil {
 			return err
 		}
-		// The record's size: its result, and its output files, all kept by now.
-		var files int64
-		if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(`+chargeSQL+`), 0) FROM execution_files WHERE execution_id = ?`, res.ID).Scan(&files); err != nil {
-			return err
-		}
-		added = finishBytes(res, cols, len(egress.String)) + files
-		_, err := tx.ExecContext(ctx, `UPDATE execution_bytes SET bytes = bytes + ? WHERE execution_id = ?`, added, res.ID)
+		// The record's size (ledger_max_bytes): its result, and what Begin wrote and its output
+		// files, all kept by now, counted in the one statement.
+		added = finishBytes(res, cols, len(egress.String))
+		_, err := tx.ExecContext(ctx, `INSERT INTO execution_bytes (execution_id, bytes)
+			SELECT e.id, CAST(? AS BIGINT) + `+recordBaseSQL+` FROM executions e WHERE e.id = ?
+			ON CONFLICT (execution_id) DO UPDATE SET bytes = excluded.bytes`, added, res.ID)
 		return err
 	})
 	if err == nil {
@@ -245,6 +238,13 @@ func (s *Store) finishInterrupted(ctx context.Context, db execer, cond string, a
 	duration := "min(max(0, ? - started_at), timeout_ms)"
 	if s.pg {
 		duration = "least(greatest(0, ? - started_at), timeout_ms)"
+	}
+	// Their sizes first (ledger_max_bytes): what Begin wrote and their kept files. Should the
+	// update below fail, they are counted again, the same, when it is retried.
+	if _, err := db.ExecContext(ctx, `INSERT INTO execution_bytes (execution_id, bytes)
+		SELECT e.id, `+recordBaseSQL+` FROM executions e WHERE e.status = 'running'`+cond+`
+		ON CONFLICT (execution_id) DO NOTHING`, args...); err != nil {
+		return 0, err
 	}
 	r, err := db.ExecContext(ctx, `UPDATE executions SET status = 'finished', outcome = ?, exit_code = -1,
 		signal = 0, reason = ?, stdout = '', stderr = '', stdout_truncated = 0, stderr_truncated = 0,

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"strings"
 	"sync/atomic"
 
@@ -9,9 +11,11 @@ import (
 )
 
 // The ledger's byte budget (Retention.MaxBytes, ledger_max_bytes). Each record's size is
-// written with it to execution_bytes: at Begin its row, code and input; at Finish its result,
-// log lines and kept output files are added (a file evicted by files_max_bytes is taken off).
-// The store keeps a running total of them; a write that takes it past the budget signals
+// written to execution_bytes when it finishes (Finish, FinishInterrupted), in the statement
+// that also counts what Begin wrote and its kept output files; a file evicted later by
+// files_max_bytes is taken off. A running record has no size yet (there are at most slots and
+// sessions of them). The store keeps a running total of the sizes, counting at Begin, at each
+// output file kept (Files.Put) and at Finish; a write that takes it past the budget signals
 // PruneDue, and Prune deletes the oldest finished records until the ledger is back under
 // LedgerLowWater of the budget, so that it prunes once per tenth of the budget written rather
 // than after every run. Prune's work is one sum over execution_bytes (a narrow table) and a
@@ -85,10 +89,17 @@ func (s *Store) countLedgerBytes(ctx context.Context) error {
 	return nil
 }
 
-// beginBytes is what a running record counts: its row, code and input.
+// beginBytes is what a record counts for what Begin writes: its row, code and input.
 func beginBytes(spec sandbox.Spec) int64 {
 	return recordOverheadBytes + int64(len(spec.Code)) + int64(len(spec.Input))
 }
+
+// recordBaseSQL is, in SQL over the executions row e, what beginBytes counts plus the charge
+// of its kept output files (as files_max_bytes charges them). The migration that made
+// execution_bytes counts old records the same way.
+const recordBaseSQL = `512 + octet_length(e.input)
+	+ coalesce((SELECT octet_length(b.code) FROM code_blobs b WHERE b.sha256 = e.code_sha256), 0)
+	+ coalesce((SELECT sum(` + chargeSQL + `) FROM execution_files f WHERE f.execution_id = e.id), 0)`
 
 // finishBytes is what a finished record counts besides beginBytes and its files: its result's
 // text columns and log lines. egress is the length of its egress column.
@@ -115,8 +126,11 @@ func (s *Store) pruneBytes(ctx context.Context, tx *Tx, max int64) (int64, int64
 	}
 	excess := total - max/100*LedgerLowWater
 	var newest string
-	if err := tx.QueryRowContext(ctx, `SELECT id FROM executions WHERE status = 'finished'
-		ORDER BY started_at DESC, id DESC LIMIT 1`).Scan(&newest); err != nil {
+	// "<> 'running'" rather than "= 'finished'", which made SQLite sort the whole table.
+	if err := tx.QueryRowContext(ctx, `SELECT id FROM executions WHERE status <> 'running'
+		ORDER BY started_at DESC, id DESC LIMIT 1`).Scan(&newest); errors.Is(err, sql.ErrNoRows) {
+		return 0, total, nil // only running records, which are never pruned
+	} else if err != nil {
 		return 0, 0, err
 	}
 	var (

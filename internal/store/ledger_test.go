@@ -186,9 +186,13 @@ func TestLedgerBytesMigrationFillsOldRecords(t *testing.T) {
 	plain := record(t, s, "a", "api", now.Add(-time.Minute), sandbox.OutcomeOK).ID
 	running := begin(t, s, now.Add(-2*time.Minute))
 	want := map[string]int64{}
-	for _, id := range []string{head.ID, plain, running} {
+	for _, id := range []string{head.ID, plain} {
 		want[id] = recordBytes(t, s, id)
 	}
+	if got := recordBytes(t, s, running); got != -1 {
+		t.Fatalf("a running record has a size (%d) before it finishes", got)
+	}
+	want[running] = beginBytes(sandbox.Spec{Code: "x", Input: json.RawMessage("null")}) // as begin writes it
 	if want[head.ID] < chargeOf(5000)+recordOverheadBytes {
 		t.Fatalf("the record counts %d bytes, less than its file and row", want[head.ID])
 	}
@@ -219,5 +223,25 @@ func TestLedgerBytesMigrationFillsOldRecords(t *testing.T) {
 		if got := recordBytes(t, s, id); got != w {
 			t.Errorf("the migration counts record %s as %d bytes; Begin and Finish counted %d", id, got, w)
 		}
+	}
+}
+
+// TestFinishInterruptedCountsTheRecords: a record finalised when its daemon is gone gets its
+// size: what Begin wrote and its kept files.
+func TestFinishInterruptedCountsTheRecords(t *testing.T) {
+	s, f, _ := openFiles(t, 64<<20)
+	id := begin(t, s, time.Now())
+	if err := put(t, f, id, "a", 100); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.FinishInterrupted(t.Context()); err != nil || n != 1 {
+		t.Fatalf("FinishInterrupted = %d, %v", n, err)
+	}
+	want := beginBytes(sandbox.Spec{Code: "x", Input: json.RawMessage("null")}) + chargeOf(100)
+	if got := recordBytes(t, s, id); got != want {
+		t.Errorf("the interrupted record counts %d bytes, want %d", got, want)
+	}
+	if got := s.LedgerBytes(); got != want {
+		t.Errorf("LedgerBytes = %d, want %d", got, want)
 	}
 }
