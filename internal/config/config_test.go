@@ -543,7 +543,7 @@ func TestValidate(t *testing.T) {
 		{"ledger bytes at their edges", func(c *Config) { c.LedgerMaxBytes = 64 << 20 }, nil},
 		{"ledger bytes too few", func(c *Config) { c.LedgerMaxBytes = 1 << 20 },
 			[]string{"ledger_max_bytes is 1MiB; give 0 (no byte limit) or 64MiB to 65536GiB (64 TiB)", "SANDPIT_LEDGER_MAX_BYTES"}},
-		{"ledger bytes too many", func(c *Config) { c.LedgerMaxBytes = 65<<40 }, []string{"ledger_max_bytes is 66560GiB"}},
+		{"ledger bytes too many", func(c *Config) { c.LedgerMaxBytes = 65 << 40 }, []string{"ledger_max_bytes is 66560GiB"}},
 		{"ledger bytes negative", func(c *Config) { c.LedgerMaxBytes = -1 }, []string{"ledger_max_bytes is -1"}},
 		{"files quota", func(c *Config) { c.FilesMaxBytes = 1 << 20 },
 			[]string{"files_max_bytes is 1MiB; allowed range is output_files_bytes (16MiB) to 1TiB"}},
