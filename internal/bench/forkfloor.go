@@ -38,6 +38,7 @@ type forkFloorOutput struct {
 		PSS       int64             `json:"pss_bytes"`
 		Anon      int64             `json:"anon_bytes"`
 		Mappings  int               `json:"mappings"`
+		HugeBytes int64             `json:"huge_bytes"`
 	} `json:"probe"`
 	Forks        int     `json:"forks"`
 	ForkCPUNS    int64   `json:"fork_cpu_ns"`
@@ -74,7 +75,7 @@ func parseForkFloor(out []byte, label string, modules []string) (ForkFloor, *Ser
 	}
 	perFork := func(ns int64) float64 { return round(float64(ns)/float64(v.Forks)/1e6, 2) }
 	f := ForkFloor{Label: label, Modules: slices.Clip(modules), Preloaded: v.Probe.Preloaded, Skipped: v.Probe.Skipped,
-		ImportMS: v.Probe.ImportMS, RSS: v.Probe.RSS, PSS: v.Probe.PSS, Anon: v.Probe.Anon, Mappings: v.Probe.Mappings,
+		ImportMS: v.Probe.ImportMS, RSS: v.Probe.RSS, PSS: v.Probe.PSS, Anon: v.Probe.Anon, Mappings: v.Probe.Mappings, Huge: v.Probe.HugeBytes,
 		Forks: v.Forks, CPUMSPerFork: perFork(v.ForkCPUNS), CPUSource: v.CPUSource, RusageMSPerFork: perFork(v.ForkRusageNS),
 		WallP50MS: ms(Summarize(walls).P50)}
 	if len(f.Skipped) == 0 {

@@ -6,16 +6,19 @@
 # forkserver.py) and its waiting children, before its own imports share their pages; then it
 # becomes what the fork server is (the same interpreter flags, the run environment's variables
 # that decide what the imports do, bootstrap.py loaded, MODULE... imported, the collector
-# frozen), and times FORKS forks whose child calls os._exit(0) at once, each waited for. It
+# frozen, its anonymous memory collapsed into huge pages as forkserver.py beside BOOTSTRAP does
+# it), and times FORKS forks whose child calls os._exit(0) at once, each waited for. It
 # prints one JSON object:
 #   {"server": {"pid": int, "rss_bytes": int, "pss_bytes": int, "anon_bytes": int,
 #               "children": int, "group_pss_bytes": int | null} | null,
 #    "probe": {"preloaded": [str], "skipped": {str: str}, "import_ms": float,
-#              "rss_bytes": int, "pss_bytes": int, "anon_bytes": int, "mappings": int},
+#              "rss_bytes": int, "pss_bytes": int, "anon_bytes": int, "mappings": int,
+#              "huge_bytes": int},
 #    "forks": int, "fork_cpu_ns": int, "cpu_source": "cgroup v2" | "cgroup v1" | "rusage",
 #    "fork_rusage_ns": int, "fork_wall_ns": [int]}
 # fork_cpu_ns is the CPU time the box's cgroup used over the forks (rusage of this process and
 # its children when the cgroup cannot be read); fork_rusage_ns the same from rusage alone.
+import ctypes
 import gc
 import importlib
 import importlib.util
@@ -135,12 +138,20 @@ def main():
         import_ms = (time.perf_counter() - t0) * 1000
         gc.collect()
         gc.freeze()
+        huge_bytes = 0
+        server_path = os.path.join(os.path.dirname(bootstrap_path), "forkserver.py")
+        if os.path.exists(server_path):  # the fork server's huge pages, when it makes them
+            spec = importlib.util.spec_from_file_location("sandpit_forkserver", server_path)
+            server_module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(server_module)
+            if hasattr(server_module, "_huge_pages"):
+                huge_bytes, _ = server_module._huge_pages(ctypes.CDLL(None, use_errno=True))
         mine = rollup(os.getpid()) or {"Rss": 0, "Pss": 0, "Anonymous": 0}
         with open("/proc/self/maps") as f:
             mappings = sum(1 for _ in f)
         report["probe"] = {"preloaded": preloaded, "skipped": skipped, "import_ms": round(import_ms, 1),
                            "rss_bytes": mine["Rss"], "pss_bytes": mine["Pss"], "anon_bytes": mine["Anonymous"],
-                           "mappings": mappings}
+                           "mappings": mappings, "huge_bytes": huge_bytes}
 
         walls = []
         cpu0, source = cgroup_cpu_ns()

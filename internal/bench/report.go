@@ -253,6 +253,9 @@ type ForkFloor struct {
 	Anon int64 `json:"anon_bytes"`
 	// Mappings is how many memory mappings it has (each one a fork copies).
 	Mappings int `json:"mappings"`
+	// Huge is the part of its memory it collapsed into transparent huge pages, as the fork
+	// server does (0 where the kernel does not), in bytes.
+	Huge int64 `json:"huge_bytes"`
 	// Forks is how many forks were timed.
 	Forks int `json:"forks"`
 	// CPUMSPerFork is the CPU time the box's cgroup used over the forks divided by Forks, in

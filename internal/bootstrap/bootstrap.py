@@ -240,7 +240,7 @@ def _set_limit(kind, value):
         resource.setrlimit(kind, (value, value))
 
 
-def _apply_limits(init):
+def _apply_limits(init, oom=True):
     limits = init.get("limits") or {}
     memory = limits.get("memory_bytes")
     if memory and memory > 0:
@@ -263,6 +263,8 @@ def _apply_limits(init):
         # executor's interrupt and kill bound a call there.)
         _set_limit(resource.RLIMIT_CPU, math.ceil(init.get("timeout_ms", 0) / 1000) + 1)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if not oom:
+        return  # a fork server's child has done it (see forkserver.py)
     try:
         # The kernel's OOM killer must pick the run, never the executor.
         with open("/proc/self/oom_score_adj", "w") as f:
@@ -655,17 +657,55 @@ def _send_output(namespace, limit):
     return 0
 
 
-def main():
-    # Only descriptors 0 to 3 belong to the run: close anything else inherited by mistake.
-    os.closerange(_FD + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+def rehearse():
+    """Walks, in a forked program still waiting for its code, the steps every run takes after
+    its code arrives, on made-up input, keeping nothing: the program's own copies of the pages
+    those steps write (reference counts, caches, the interpreter's state) are made now, while
+    the slot is idle, instead of after the code has arrived. Each such copy-on-write fault
+    costs microseconds under Linux and more under gVisor, which also faults the child's first
+    read of each page. Nothing it does is seen by the run: its objects are dropped, sys.modules
+    and linecache are as they were, and nothing is written outside the process. A failure only
+    costs the speed-up."""
+    saved_main = sys.modules.get("__main__")
+    try:
+        init = _loads(_dumps({"code": "print(1)", "input": {"k": [1, "v"]}, "timeout_ms": 1000,
+                              "limits": {"memory_bytes": 1 << 20, "output_bytes": 1 << 20},
+                              "charts": True, "paths": [], "call_bytes": 1 << 20}))
+        code = init["code"]
+        module = types.ModuleType("__main__")
+        module.__dict__.update({"__file__": _FILE, "__builtins__": builtins, "INPUT": init.get("input"),
+                                "agent": _agent_module(init.get("call_bytes"))})
+        sys.modules["__main__"] = module
+        linecache.cache[_FILE] = (len(code), None, code.splitlines(True), _FILE)
+        with open(os.devnull, "w", encoding="utf-8") as sink:
+            module.__dict__["print"] = lambda *a, **k: builtins.print(*a, file=sink, **k)
+            exec(compile(code + "\nOUTPUT = {'n': 1, 'v': [1.5, 'x', None]}\n", _FILE, "exec"), module.__dict__)
+            sink.write(_dumps(module.__dict__["OUTPUT"], allow_nan=False, ensure_ascii=False))
+    except Exception:  # noqa: BLE001 - a rehearsal is an optimisation only
+        pass
+    finally:
+        linecache.cache.pop(_FILE, None)
+        if saved_main is not None:
+            sys.modules["__main__"] = saved_main
+        module = None
+        gc.collect()
+
+
+def main(forked=False):
+    """Runs the program the executor sends. forked: this is a fork server's child, which has
+    already closed every descriptor past 3 and raised its oom_score_adj as the slot's uid."""
+    if not forked:
+        # Only descriptors 0 to 3 belong to the run: close anything else inherited by mistake.
+        os.closerange(_FD + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
     os.set_inheritable(_FD, False)
     _main_pid[0] = _getpid()
+    # Before the code arrives: in a forked program this is done while the slot is idle.
+    _ordered_streams()
     init = _read_init()
     if init.get("session"):
-        _session(init)  # never returns
-    _apply_limits(init)
+        _session(init, oom=not forked)  # never returns
+    _apply_limits(init, oom=not forked)
     threading.excepthook = _thread_excepthook
-    _ordered_streams()
     # The run's directory is its own and removed after it: compiled modules would only be
     # taken for output files there (PYTHONDONTWRITEBYTECODE says so to the interpreters the
     # run starts; this interpreter read its environment before the run's was set).
@@ -711,7 +751,7 @@ def main():
     _finish(status, program, (init.get("limits") or {}).get("output_bytes"), interrupted)
 
 
-def _session(init):
+def _session(init, oom=True):
     """A session's interpreter: runs call after call in one module __main__, whose globals,
     imports and working directory persist, until the executor closes the control line (or
     kills it). Each call's init line is as a run's; after the call, OUTPUT (as the call left
@@ -719,10 +759,10 @@ def _session(init):
     INPUT is the call's; OUTPUT is removed before each call. The executor interrupts a call
     that passes its timeout with SIGINT (KeyboardInterrupt in the program); SIGINT is ignored
     between calls, and each call starts with Python's own handler again. A SystemExit ends
-    the call with its status, not the interpreter."""
-    _apply_limits(init)
+    the call with its status, not the interpreter. oom: raise the process's oom_score_adj (a
+    fork server's child has)."""
+    _apply_limits(init, oom)
     threading.excepthook = _thread_excepthook
-    _ordered_streams()
     sys.dont_write_bytecode = True
     _signal(signal.SIGINT, signal.SIG_IGN)
     if init.get("charts"):

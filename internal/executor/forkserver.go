@@ -67,6 +67,7 @@ type forkReply struct {
 	Modules   []string          `json:"modules"`
 	Missing   []string          `json:"missing"`
 	DataBytes int64             `json:"data_bytes"`
+	HugeBytes int64             `json:"huge_bytes"` // the server's memory in transparent huge pages (see forkserver.py)
 }
 
 // startForkServer starts a fork server and waits (up to timeout) until it has imported its
@@ -151,7 +152,7 @@ func startForkServer(cfg Config, dir string, timeout time.Duration, quit <-chan 
 		log.Info("fork server: not preloading a module", "module", name, "reason", reason)
 	}
 	log.Info("fork server ready", "pid", s.pid, "preloaded", strings.Join(hello.Preloaded, ","),
-		"modules", len(hello.Modules), "data_bytes", hello.DataBytes)
+		"modules", len(hello.Modules), "data_bytes", hello.DataBytes, "huge_bytes", hello.HugeBytes)
 	go s.readLoop(buf)
 	return s, nil
 }

@@ -37,6 +37,28 @@ func (s *Suite) TestModuleStateDoesNotSurviveIntoTheNextRun(t *testing.T) {
 	}
 }
 
+// TestRunStartsAsAFreshScript: a run's __main__ holds only what a script's would (and INPUT
+// and agent), print is the builtin, linecache knows only the run's own main.py, and no OUTPUT
+// is set: whatever a forked program did before its code arrived (see the bootstrap's
+// rehearse) is not seen.
+func (s *Suite) TestRunStartsAsAFreshScript(t *testing.T) {
+	code := `import builtins, linecache, sys
+m = sys.modules["__main__"]
+names = sorted(n for n in vars(m) if not n.startswith("__") and n not in ("builtins", "linecache", "sys", "m"))
+print(names, print is builtins.print, "OUTPUT" in vars(m), m is sys.modules[__name__], INPUT)
+print(linecache.getline("main.py", 1).strip())
+`
+	spec := Spec(code, 10*time.Second)
+	spec.Input = json.RawMessage(`{"a": 1}`)
+	for range 2 {
+		res := Exec(t, s.rt, 0, spec, nil)
+		expect(t, res, sandbox.OutcomeOK)
+		if want := "['INPUT', 'agent'] True False True {'a': 1}\nimport builtins, linecache, sys\n"; res.Stdout != want {
+			t.Fatalf("stdout %q, want %q", res.Stdout, want)
+		}
+	}
+}
+
 // TestRandomStateDiffersBetweenRuns: random state differs between runs.
 func (s *Suite) TestRandomStateDiffersBetweenRuns(t *testing.T) {
 	code := `import random, os, json
@@ -146,12 +168,13 @@ func (s *Suite) TestH20CannotKillInitOrTheExecutor(t *testing.T) {
 
 // TestMinimalEnvironmentAndOwnUIDPerSlot: minimal environment and own uid per slot.
 func (s *Suite) TestMinimalEnvironmentAndOwnUIDPerSlot(t *testing.T) {
-	code := "import os, json; print(json.dumps({'uid': os.getuid(), 'env': sorted(os.environ), 'cwd': os.getcwd(), 'files': os.listdir('.')}))"
+	code := "import os, json; print(json.dumps({'uid': os.getuid(), 'env': sorted(os.environ), 'values': dict(os.environ), 'cwd': os.getcwd(), 'files': os.listdir('.')}))"
 	var got [2]struct {
-		UID   int      `json:"uid"`
-		Env   []string `json:"env"`
-		Cwd   string   `json:"cwd"`
-		Files []string `json:"files"`
+		UID    int               `json:"uid"`
+		Env    []string          `json:"env"`
+		Values map[string]string `json:"values"`
+		Cwd    string            `json:"cwd"`
+		Files  []string          `json:"files"`
 	}
 	for slot := range 2 {
 		res := Exec(t, s.rt, slot, Spec(code, 10*time.Second), nil)
@@ -173,6 +196,19 @@ func (s *Suite) TestMinimalEnvironmentAndOwnUIDPerSlot(t *testing.T) {
 	for _, name := range got[0].Env {
 		if strings.HasPrefix(name, "SANDPIT") || name == "DOCKER_HOST" || name == "HOSTNAME" {
 			t.Fatalf("environment leaks %s: %v", name, got[0].Env)
+		}
+	}
+	// A forked run's environment is the run's, not its fork server's: every directory a
+	// library writes to is inside the run's own home.
+	for slot, g := range got {
+		home := g.Values["HOME"]
+		if home == "" || home == g.Cwd {
+			t.Fatalf("slot %d: HOME is %q (cwd %q)", slot, home, g.Cwd)
+		}
+		for _, name := range []string{"MPLCONFIGDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"} {
+			if v, ok := g.Values[name]; ok && !strings.HasPrefix(v, home+"/") {
+				t.Errorf("slot %d: %s is %q, outside the run's home %q", slot, name, v, home)
+			}
 		}
 	}
 }
