@@ -91,7 +91,7 @@ func CodeSHA256(code string) string {
 // Begin records that a run is starting (sandbox.Recorder).
 func (s *Store) Begin(ctx context.Context, spec sandbox.Spec, head sandbox.Result) error {
 	sum := CodeSHA256(spec.Code)
-	err := s.tx(ctx, func(tx *Tx) error {
+	return s.tx(ctx, func(tx *Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO code_blobs (sha256, code) VALUES (?, ?) ON CONFLICT DO NOTHING`, sum, spec.Code); err != nil {
 			return err
 		}
@@ -107,10 +107,6 @@ func (s *Store) Begin(ctx context.Context, spec sandbox.Spec, head sandbox.Resul
 		_, err = tx.ExecContext(ctx, `UPDATE job_fires SET began = 1 WHERE execution_id = ?`, head.ID)
 		return err
 	})
-	if err == nil {
-		s.ledger.add(beginBytes(spec))
-	}
-	return err
 }
 
 // Finish records a run's final result (sandbox.Recorder).
@@ -140,7 +136,7 @@ func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
 		return err
 	}
 	cols := resultColumns{deps: deps, calls: calls, files: files, skipped: skipped}
-	var added int64
+	var size int64
 	err = s.tx(ctx, func(tx *Tx) error {
 		if err := finish(ctx, tx, res, ended, cols); err != nil {
 			return err
@@ -150,14 +146,13 @@ func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
 		}
 		// The record's size (ledger_max_bytes): its result, and what Begin wrote and its output
 		// files, all kept by now, counted in the one statement.
-		added = finishBytes(res, cols, len(egress.String))
-		_, err := tx.ExecContext(ctx, `INSERT INTO execution_bytes (execution_id, bytes)
+		return tx.QueryRowContext(ctx, `INSERT INTO execution_bytes (execution_id, bytes)
 			SELECT e.id, CAST(? AS BIGINT) + `+recordBaseSQL+` FROM executions e WHERE e.id = ?
-			ON CONFLICT (execution_id) DO UPDATE SET bytes = excluded.bytes`, added, res.ID)
-		return err
+			ON CONFLICT (execution_id) DO UPDATE SET bytes = excluded.bytes RETURNING bytes`,
+			finishBytes(res, cols, len(egress.String)), res.ID).Scan(&size)
 	})
 	if err == nil {
-		s.ledger.add(added)
+		s.ledger.add(size)
 	}
 	return err
 }
@@ -254,6 +249,9 @@ func (s *Store) finishInterrupted(ctx context.Context, db execer, cond string, a
 		return 0, err
 	}
 	n, err := r.RowsAffected()
+	if err == nil && n > 0 {
+		err = s.countLedgerBytes(ctx)
+	}
 	return int(n), err
 }
 

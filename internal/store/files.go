@@ -159,7 +159,6 @@ func (f *Files) Put(ctx context.Context, id string, file sandbox.File, content [
 			return fmt.Errorf("recording the file: %w", err)
 		}
 		f.used += charge
-		f.st.ledger.add(charge)
 		return nil
 	}
 	path := filepath.Join(f.dir, id, strconv.FormatInt(idx, 10))
@@ -172,7 +171,6 @@ func (f *Files) Put(ctx context.Context, id string, file sandbox.File, content [
 		return fmt.Errorf("recording the file: %w", err)
 	}
 	f.used += charge
-	f.st.ledger.add(charge)
 	return nil
 }
 
@@ -221,11 +219,14 @@ func (f *Files) evictOldest(ctx context.Context, keep string) (bool, error) {
 	f.used -= freed
 	// A finished record counted its files in its bytes (ledger_max_bytes); a running one
 	// counts those still kept when it finishes.
-	if _, err := f.st.w.ExecContext(ctx, `UPDATE execution_bytes SET bytes = bytes - ? WHERE execution_id = ?
-		AND EXISTS (SELECT 1 FROM executions e WHERE e.id = ? AND e.status = 'finished')`, freed, id, id); err != nil {
+	r, err := f.st.w.ExecContext(ctx, `UPDATE execution_bytes SET bytes = bytes - ? WHERE execution_id = ?
+		AND EXISTS (SELECT 1 FROM executions e WHERE e.id = ? AND e.status = 'finished')`, freed, id, id)
+	if err != nil {
 		return false, err
 	}
-	f.st.ledger.add(-freed)
+	if n, _ := r.RowsAffected(); n > 0 {
+		f.st.ledger.add(-freed)
+	}
 	f.removeDirs(id)
 	f.st.log.Info("evicted an execution's output files to keep all files within files_max_bytes", "id", id, "bytes", freed)
 	return true, nil

@@ -14,12 +14,12 @@ import (
 // written to execution_bytes when it finishes (Finish, FinishInterrupted), in the statement
 // that also counts what Begin wrote and its kept output files; a file evicted later by
 // files_max_bytes is taken off. A running record has no size yet (there are at most slots and
-// sessions of them). The store keeps a running total of the sizes, counting at Begin, at each
-// output file kept (Files.Put) and at Finish; a write that takes it past the budget signals
-// PruneDue, and Prune deletes the oldest finished records until the ledger is back under
-// LedgerLowWater of the budget, so that it prunes once per tenth of the budget written rather
-// than after every run. Prune's work is one sum over execution_bytes (a narrow table) and a
-// walk of the oldest records it deletes, never a read of every record.
+// sessions of them, each within its caps). The store keeps a running total of the sizes,
+// added to as Finish writes each and recounted by Prune; a write that takes it past the budget
+// signals PruneDue, and Prune deletes the oldest finished records until the ledger is back
+// under LedgerLowWater percent of the budget, so that it prunes once per tenth of the budget
+// written rather than after every run. Prune's work is one sum over execution_bytes (a narrow
+// table) and a walk of the oldest records it deletes, never a read of every record.
 
 // recordOverheadBytes is what a record counts besides its columns' bytes: the row's other
 // columns and its entries in the executions indexes. logLineOverheadBytes is the same for each
@@ -89,19 +89,15 @@ func (s *Store) countLedgerBytes(ctx context.Context) error {
 	return nil
 }
 
-// beginBytes is what a record counts for what Begin writes: its row, code and input.
-func beginBytes(spec sandbox.Spec) int64 {
-	return recordOverheadBytes + int64(len(spec.Code)) + int64(len(spec.Input))
-}
-
-// recordBaseSQL is, in SQL over the executions row e, what beginBytes counts plus the charge
-// of its kept output files (as files_max_bytes charges them). The migration that made
-// execution_bytes counts old records the same way.
+// recordBaseSQL is, in SQL over the executions row e, what a record counts for what Begin
+// wrote (recordOverheadBytes, its code and input) plus the charge of its kept output files (as
+// files_max_bytes charges them). The migration that made execution_bytes counts old records
+// the same way.
 const recordBaseSQL = `512 + octet_length(e.input)
 	+ coalesce((SELECT octet_length(b.code) FROM code_blobs b WHERE b.sha256 = e.code_sha256), 0)
 	+ coalesce((SELECT sum(` + chargeSQL + `) FROM execution_files f WHERE f.execution_id = e.id), 0)`
 
-// finishBytes is what a finished record counts besides beginBytes and its files: its result's
+// finishBytes is what a finished record counts besides recordBaseSQL: its result's
 // text columns and log lines. egress is the length of its egress column.
 func finishBytes(res sandbox.Result, cols resultColumns, egress int) int64 {
 	n := len(res.Stdout) + len(res.Stderr) + len(res.Output) + len(res.Reason) +

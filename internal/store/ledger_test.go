@@ -15,6 +15,11 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
+// beginBytes is what recordBaseSQL counts for spec's record without files.
+func beginBytes(spec sandbox.Spec) int64 {
+	return recordOverheadBytes + int64(len(spec.Code)) + int64(len(spec.Input))
+}
+
 // bigRecord records a finished run started at at with stdout of n bytes and, when file > 0,
 // an output file of file bytes.
 func bigRecord(t *testing.T, s *Store, f *Files, at time.Time, n, file int) string {
