@@ -124,8 +124,8 @@ func ledgerCheck(cfg config.Config) Check {
 	if err := syscall.Statfs(cfg.DataDir, &fs); err == nil {
 		if free := int64(fs.Bavail) * int64(fs.Bsize); free < cfg.LedgerMaxBytes {
 			c.OK = false
-			c.Detail += fmt.Sprintf("; %s has %.1f GiB free", cfg.DataDir, float64(free)/(1<<30))
-			c.Fix = "lower ledger_max_bytes below the free space (what the ledger holds now counts too), or free disk space"
+			c.Detail += fmt.Sprintf("; %s has %.1f GiB free, less than ledger_max_bytes", cfg.DataDir, float64(free)/(1<<30))
+			c.Fix = "free disk space, or lower ledger_max_bytes: the ledger may grow to it (what it holds now is part of it)"
 		}
 	}
 	return c
