@@ -457,6 +457,7 @@ func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 		total   int64
 	)
 	err := s.tx(ctx, func(tx *Tx) error {
+		deleted, freed, gone, total = 0, 0, nil, 0 // PostgreSQL may run this again
 		if r.MaxAge > 0 {
 			res, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE status = 'finished' AND started_at < ?`,
 				s.now().Add(-r.MaxAge).UnixMilli())
