@@ -3,14 +3,17 @@ package apitype
 // Limits is the answer of GET /v1/limits: the limits in force. Sizes are in bytes, times in
 // milliseconds; the names are the config keys.
 type Limits struct {
-	Slots            int    `json:"slots"`
-	QueueLength      int    `json:"queue_length"`
-	DefaultTimeoutMS int64  `json:"default_timeout_ms"`
-	MaxTimeoutMS     int64  `json:"max_timeout_ms"`
-	MaxCodeBytes     int    `json:"max_code_bytes"`
-	MaxInputBytes    int    `json:"max_input_bytes"`
-	MaxBodyBytes     int64  `json:"max_body_bytes"`
-	Network          string `json:"network"`
+	Slots       int `json:"slots"`
+	QueueLength int `json:"queue_length"`
+	// ExecutionsPerAgent caps one agent's executions in slots plus queued (the value in force:
+	// the default is computed from slots and queue_length).
+	ExecutionsPerAgent int    `json:"executions_per_agent"`
+	DefaultTimeoutMS   int64  `json:"default_timeout_ms"`
+	MaxTimeoutMS       int64  `json:"max_timeout_ms"`
+	MaxCodeBytes       int    `json:"max_code_bytes"`
+	MaxInputBytes      int    `json:"max_input_bytes"`
+	MaxBodyBytes       int64  `json:"max_body_bytes"`
+	Network            string `json:"network"`
 	// NetworkAllow is what runs may reach with network "allowlist" (network_allow), and
 	// NetworkAllowInstall what installs may reach: the package index's hosts (absent otherwise).
 	NetworkAllow        []string  `json:"network_allow,omitempty"`

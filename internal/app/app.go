@@ -198,7 +198,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		return nil, err
 	}
 	scfg := cfg.Sandbox()
-	var handler callback.Handler = callback.Store{DB: st}
+	var handler callback.Handler = callback.Store{DB: st, AnswerBytes: scfg.MaxCallBytes}
 	if cfg.CallbackURL != "" {
 		handler = &callback.Webhook{URL: cfg.CallbackURL, Secret: []byte(cfg.CallbackSecret), Timeout: scfg.CallTimeout,
 			MaxBytes: int64(scfg.MaxCallBytes)}
@@ -370,6 +370,9 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 		return fmt.Errorf("listening on %s: %w (set listen, SANDPIT_LISTEN or --listen to another address)", cfg.Listen, err)
 	}
 	defer ln.Close()
+	// The address bound (port 0 takes a free one): the egress policy refuses it to sandboxed
+	// code, and other daemons are told it.
+	cfg.Listen = ln.Addr().String()
 	eng, err := OpenServing(ctx, cfg, log, progress)
 	if err != nil {
 		return err

@@ -132,3 +132,34 @@ except requests.exceptions.RequestException as e:
 		t.Errorf("a fetch from a session: %d %s", status, sb)
 	}
 }
+
+// TestEgressNeverReachesTheDaemonsAPI: with the host's whole loopback in network_allow, a
+// run that asks the proxy for the daemon's own API is refused (a trial had followed an old
+// refusal's hint, 127.0.0.1/32, and read another agent's records through the API).
+func TestEgressNeverReachesTheDaemonsAPI(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Slots = 1
+	cfg.Preload = nil
+	cfg.NetworkAllow = []string{"127.0.0.0/8"}
+	url, stop := startDaemon(t, cfg)
+	defer stop()
+	warm(t, url, cfg.Slots)
+	code := fmt.Sprintf(`
+import http.client, os, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+conn = http.client.HTTPConnection(proxy.hostname, proxy.port, timeout=30)
+conn.request("GET", %q)  # absolute-form, as a proxy gets it
+r = conn.getresponse()
+print("refused" if r.status == 403 else "fetched", r.status, r.read()[:300])
+`, url+"/v1/executions?agent=default")
+	body, _ := json.Marshal(map[string]any{"code": code})
+	resp, b := post(t, url, string(body))
+	var res sandbox.Result
+	_ = json.Unmarshal(b, &res)
+	if resp.StatusCode != 200 || !strings.HasPrefix(res.Stdout, "refused 403") || !strings.Contains(res.Stdout, "sandpit's own API") {
+		t.Fatalf("a fetch of the daemon's API from a run: %d %s", resp.StatusCode, b)
+	}
+	if len(res.Egress) != 1 || res.Egress[0].Allowed {
+		t.Errorf("the refused connection's record: %+v", res.Egress)
+	}
+}

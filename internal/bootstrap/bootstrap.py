@@ -175,7 +175,9 @@ def query_graph(start=None, relation=None, depth=1, limit=100):
 
     With start (a node id), the neighbourhood of that node up to depth edges away (1 to 5,
     following edges both ways), optionally only along edges whose relation is relation.
-    Without start, any nodes and the edges between them. limit: int, 1 to 1000, caps the nodes.
+    Without start, any nodes and the edges between them. limit: int, 1 to 1000, caps the nodes
+    (and the edges at 10 per node). "truncated" is True when the walk stopped at a cap and
+    left out nodes or edges.
     Nodes are {"id", "type", "properties"}; edges {"source", "target", "relation", "properties"}.
     """
     _need_str("query_graph", "start", start, optional=True)

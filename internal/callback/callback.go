@@ -174,7 +174,12 @@ func limit(method string, n int) error {
 }
 
 // Store answers calls from the built-in knowledge store.
-type Store struct{ DB *store.Store }
+type Store struct {
+	DB *store.Store
+	// AnswerBytes is the cap on an answer's JSON (max_call_bytes; 0: none). query_graph bounds
+	// its walk by it (see store.Neighbourhood).
+	AnswerBytes int
+}
 
 var _ Handler = Store{}
 
@@ -187,7 +192,7 @@ func (s Store) GetFacts(ctx context.Context, scope sandbox.CallScope, a GetFacts
 }
 
 func (s Store) QueryGraph(ctx context.Context, scope sandbox.CallScope, a QueryGraphArgs) (store.Graph, error) {
-	return s.DB.Neighbourhood(ctx, scope.Agent, deref(a.Start), deref(a.Relation), a.Depth, a.Limit)
+	return s.DB.Neighbourhood(ctx, scope.Agent, deref(a.Start), deref(a.Relation), a.Depth, a.Limit, s.AnswerBytes)
 }
 
 func (s Store) GetDocuments(ctx context.Context, scope sandbox.CallScope, a GetDocumentsArgs) ([]store.Document, error) {

@@ -352,3 +352,24 @@ func cannedDaemon(answers map[string]string, status func(*http.Request) int) *ht
 		_, _ = io.WriteString(w, body)
 	}))
 }
+
+// TestDaemonURLFollowsListen: with SANDPIT_URL unset, the CLI looks where SANDPIT_LISTEN puts
+// the daemon (a trial started `sandpit serve` with SANDPIT_LISTEN and `sandpit run` looked at
+// the default port).
+func TestDaemonURLFollowsListen(t *testing.T) {
+	for _, tc := range []struct{ url, listen, want string }{
+		{"", "", DefaultURL},
+		{"", "127.0.0.1:18710", "http://127.0.0.1:18710"},
+		{"", "0.0.0.0:9000", "http://127.0.0.1:9000"},
+		{"", "[::]:9000", "http://127.0.0.1:9000"},
+		{"", ":9000", "http://127.0.0.1:9000"},
+		{"", "nonsense", DefaultURL},
+		{"http://d:1", "127.0.0.1:18710", "http://d:1"},
+	} {
+		env := map[string]string{"SANDPIT_URL": tc.url, "SANDPIT_LISTEN": tc.listen}
+		o := &options{env: Env{Lookup: func(k string) (string, bool) { v := env[k]; return v, v != "" }}}
+		if got := o.daemonURL(""); got != tc.want {
+			t.Errorf("SANDPIT_URL %q, SANDPIT_LISTEN %q: %s, want %s", tc.url, tc.listen, got, tc.want)
+		}
+	}
+}

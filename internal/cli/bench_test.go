@@ -25,6 +25,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"bench", "--duration", "1ns"}, "is too short to count runs per second"},
 		{[]string{"bench", "--max-time", "-1m"}, "--max-time must be positive"},
 		{[]string{"bench", "extra"}, "takes 0 argument(s)"},
+		{[]string{"run", "--timeout", "1000", "-c", "print(1)"}, "write a duration with its unit, e.g. 30s"},
 	}
 	for _, c := range cases {
 		var stdout, stderr bytes.Buffer

@@ -52,7 +52,7 @@ stdout, stderr, the exit code, the duration and a JSON OUTPUT in milliseconds.
 
 Configuration: defaults < config file (--config, SANDPIT_CONFIG or ~/.config/sandpit/config.json)
 < SANDPIT_<KEY> environment variables < flags. The keys: ` + strings.Join(config.Keys(), ", ") + `.
-sandpit run looks for a daemon at SANDPIT_URL (default ` + DefaultURL + `).`,
+sandpit run looks for a daemon at SANDPIT_URL (else at SANDPIT_LISTEN's address, else ` + DefaultURL + `).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       env.Version,
@@ -70,7 +70,12 @@ sandpit run looks for a daemon at SANDPIT_URL (default ` + DefaultURL + `).`,
 	opts.configFlag(pf, "runtime", "runtime", `container runtime of the sandboxes: "runc" or "runsc" (gVisor)`)
 	opts.configFlag(pf, "docker-host", "docker_host", "Docker engine address (default: the Docker environment)")
 
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErrorf("%v", err) })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		if strings.Contains(err.Error(), "in duration") {
+			return usageErrorf("%v: write a duration with its unit, e.g. 30s, 1500ms or 2m", err)
+		}
+		return usageErrorf("%v", err)
+	})
 	root.AddCommand(opts.serveCommand(), opts.runCommand(), opts.codeCommand(), opts.jobCommand(), opts.sessionCommand(), opts.execCommand(), opts.packagesCommand(), opts.kbCommand(), opts.mcpCommand(), opts.setupCommand(), opts.doctorCommand(),
 		opts.imageCommand(), opts.sandboxCommand(), opts.versionCommand())
 	root.AddCommand(opts.benchCommand())

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -111,7 +112,8 @@ given with --input (inline, or @FILE). If the code sets a global OUTPUT, it is p
 line of JSON after the run when the program printed nothing on stdout (always on a terminal);
 --json shows the whole result.
 
-sandpit run uses the daemon at SANDPIT_URL (default ` + DefaultURL + `) when one answers;
+sandpit run uses the daemon at SANDPIT_URL (else at SANDPIT_LISTEN's address, else ` + DefaultURL + `)
+when one answers;
 otherwise it starts the engine itself for this one command (building the image if needed).
 
 --file PATH[=NAME] hands the run a file in its working directory (repeatable). The files the
@@ -143,7 +145,7 @@ Exit status: the program's own status; 124 timeout; 137 memory_limit; 125 output
 	fl.DurationVar(&f.timeout, "timeout", 0, "wall-clock limit, e.g. 30s (default: the server's, 30s)")
 	fl.StringVar(&f.agent, "agent", "", `agent namespace (default "default")`)
 	fl.BoolVar(&f.json, "json", false, "print the whole result as JSON instead of the program's output")
-	fl.StringVar(&f.url, "url", "", "daemon URL (default $SANDPIT_URL or "+DefaultURL+")")
+	fl.StringVar(&f.url, "url", "", "daemon URL (default $SANDPIT_URL, else $SANDPIT_LISTEN's address, else "+DefaultURL+")")
 	fl.BoolVar(&f.local, "local", false, "do not look for a daemon: run the engine in this process")
 	fl.StringArrayVar(&f.deps, "dep", nil, `a dependency to install first (PEP 508, such as "tinypkg==1.0"), repeatable`)
 	fl.StringArrayVar(&f.allow, "network-allow", nil, `with the daemon's network "allowlist": what this run may reach, a host ("api.example.com", "*.example.com", with ":PORT") or a CIDR, repeatable; it narrows the daemon's network_allow, never widens it`)
@@ -286,13 +288,22 @@ func (o *options) printOutput(res apitype.Result) {
 	fmt.Fprintf(o.env.Stdout, "%s\n", res.Output)
 }
 
-// daemonURL is the daemon's address: flag, else SANDPIT_URL, else DefaultURL.
+// daemonURL is the daemon's address: flag, else SANDPIT_URL, else http:// and the address
+// SANDPIT_LISTEN gives the daemon (a wildcard host as 127.0.0.1), else DefaultURL.
 func (o *options) daemonURL(flag string) string {
 	if flag != "" {
 		return flag
 	}
 	if u, _ := o.env.Lookup("SANDPIT_URL"); u != "" {
 		return u
+	}
+	if l, _ := o.env.Lookup("SANDPIT_LISTEN"); l != "" {
+		if host, port, err := net.SplitHostPort(l); err == nil && port != "" {
+			if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+				host = "127.0.0.1"
+			}
+			return "http://" + net.JoinHostPort(host, port)
+		}
 	}
 	return DefaultURL
 }
@@ -329,8 +340,8 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req apitype.ExecuteReq
 	}
 
 	if !f.local {
-		fmt.Fprintf(o.env.Stderr, "sandpit: no daemon answers at %s; running the engine in this process on %s (start `sandpit serve` to keep it warm between runs)\n",
-			url, cfg.DataDir)
+		fmt.Fprintf(o.env.Stderr, "sandpit: no daemon answers at %s; running the engine in this process on %s (start `sandpit serve` to keep it warm between runs; "+
+			"its warm containers stay up after this command: `sandpit sandbox rm` removes them)\n", url, cfg.DataDir)
 	}
 	eng, err := app.Open(ctx, cfg, o.logger(cfg, true), o.env.Stderr)
 	if err != nil {

@@ -99,6 +99,11 @@ type Config struct {
 	// QueueLength is how many requests may wait for a free slot before more are refused as
 	// busy. Default 16; allowed 0 to 10000.
 	QueueLength int `json:"queue_length"`
+	// ExecutionsPerAgent caps one agent's executions in slots plus queued; more are refused as
+	// busy, naming the agent. Default 0: max(1, slots-1) + queue_length/2 (11 with the
+	// defaults), which leaves other agents at least a slot's place and half the queue. Allowed
+	// 0 to slots + queue_length (that many: no cap).
+	ExecutionsPerAgent int `json:"executions_per_agent"`
 	// DefaultTimeoutMS is the wall-clock limit of a run that names none, in milliseconds.
 	// Default 30000 (30 s); allowed 1 to MaxTimeoutMS.
 	DefaultTimeoutMS int64 `json:"default_timeout_ms"`
@@ -442,19 +447,20 @@ func defaultDataDir(lookup func(string) (string, bool)) string {
 func (c Config) Sandbox() sandbox.Config {
 	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 	return sandbox.Config{
-		Slots:           c.Slots,
-		QueueLength:     c.QueueLength,
-		DefaultTimeout:  ms(c.DefaultTimeoutMS),
-		MaxTimeout:      ms(c.MaxTimeoutMS),
-		Grace:           ms(c.GraceMS),
-		MaxCodeBytes:    int(c.MaxCodeBytes),
-		MaxInputBytes:   int(c.MaxInputBytes),
-		Network:         c.Network,
-		MaxDependencies: c.MaxDependencies,
-		InstallTimeout:  ms(c.InstallTimeoutMS),
-		MaxCalls:        c.MaxCalls,
-		MaxCallBytes:    int(c.MaxCallBytes),
-		CallTimeout:     ms(c.CallTimeoutMS),
+		Slots:              c.Slots,
+		QueueLength:        c.QueueLength,
+		ExecutionsPerAgent: c.executionsPerAgent(),
+		DefaultTimeout:     ms(c.DefaultTimeoutMS),
+		MaxTimeout:         ms(c.MaxTimeoutMS),
+		Grace:              ms(c.GraceMS),
+		MaxCodeBytes:       int(c.MaxCodeBytes),
+		MaxInputBytes:      int(c.MaxInputBytes),
+		Network:            c.Network,
+		MaxDependencies:    c.MaxDependencies,
+		InstallTimeout:     ms(c.InstallTimeoutMS),
+		MaxCalls:           c.MaxCalls,
+		MaxCallBytes:       int(c.MaxCallBytes),
+		CallTimeout:        ms(c.CallTimeoutMS),
 
 		MaxInputFiles:      c.MaxInputFiles,
 		MaxInputFileBytes:  c.MaxInputFileBytes,
@@ -476,9 +482,11 @@ func (c Config) Sandbox() sandbox.Config {
 }
 
 // Egress returns the egress policy's configuration for network "allowlist": network_allow,
-// the package index's URLs and the egress_* caps.
+// the package index's URLs, the egress_* caps, and the daemon's own listen address, which
+// no entry opens.
 func (c Config) Egress() egress.Config {
 	return egress.Config{
+		Reserved:  egress.ReserveListen(c.Listen),
 		Allow:     c.NetworkAllow,
 		IndexURLs: append([]string{c.IndexURL}, c.ExtraIndexURLs...),
 		Limits: egress.Limits{
@@ -714,11 +722,24 @@ func (c Config) checkPlaces(report *problems) {
 	}
 }
 
+// executionsPerAgent is executions_per_agent in force: its value, or the default for the
+// slots and the queue when it is 0.
+func (c Config) executionsPerAgent() int {
+	if c.ExecutionsPerAgent == 0 {
+		return sandbox.DefaultExecutionsPerAgent(c.Slots, c.QueueLength)
+	}
+	return c.ExecutionsPerAgent
+}
+
 // checkRequests checks how many runs are taken, and for how long: slots, queue_length, the
 // timeouts, grace_ms, install_timeout_ms and max_dependencies.
 func (c Config) checkRequests(report *problems) {
 	report.intRange("slots", int64(c.Slots), 1, 64, " runs at once")
 	report.intRange("queue_length", int64(c.QueueLength), 0, 10000, " waiting requests")
+	if c.ExecutionsPerAgent < 0 || c.ExecutionsPerAgent > c.Slots+c.QueueLength {
+		report.bad("executions_per_agent", "is %d; allowed range is 0 (the default: max(1, slots-1) + queue_length/2) to slots + queue_length (%d: no cap)",
+			c.ExecutionsPerAgent, c.Slots+c.QueueLength)
+	}
 	report.intRange("max_timeout_ms", c.MaxTimeoutMS, 1, 86_400_000, " milliseconds (24 hours)")
 	if hi := max(c.MaxTimeoutMS, 1); c.DefaultTimeoutMS < 1 || c.DefaultTimeoutMS > hi {
 		report.bad("default_timeout_ms", "is %d; allowed range is 1 to max_timeout_ms (%d) milliseconds; lower it or raise max_timeout_ms", c.DefaultTimeoutMS, c.MaxTimeoutMS)

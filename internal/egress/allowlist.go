@@ -16,6 +16,8 @@ type Config struct {
 	// their hosts, and PyPI's file host with PyPI, are what installs may reach.
 	IndexURLs []string
 	Limits    Limits
+	// Reserved are destinations no entry opens (the daemon's own API: see ReserveListen).
+	Reserved *Reserved
 	// Resolver and Dialer default to the system's.
 	Resolver Resolver
 	Dialer   Dialer
@@ -23,11 +25,12 @@ type Config struct {
 
 // Allowlist is the daemon's egress policy (a sandbox.EgressPolicy).
 type Allowlist struct {
-	conf    Policy
-	index   Policy
-	limits  Limits
-	resolve Resolver
-	dial    Dialer
+	conf     Policy
+	index    Policy
+	limits   Limits
+	reserved *Reserved
+	resolve  Resolver
+	dial     Dialer
 }
 
 // New parses cfg. Errors name the bad network_allow entries or index URLs.
@@ -55,7 +58,7 @@ func New(cfg Config) (*Allowlist, error) {
 			index.Rules = append(index.Rules, r)
 		}
 	}
-	return &Allowlist{conf: conf, index: index, limits: cfg.Limits, resolve: cfg.Resolver, dial: cfg.Dialer}, nil
+	return &Allowlist{conf: conf, index: index, limits: cfg.Limits, reserved: cfg.Reserved, resolve: cfg.Resolver, dial: cfg.Dialer}, nil
 }
 
 // indexHosts returns the host:port rules of an index URL ("" is PyPI: its index and file
@@ -95,12 +98,16 @@ func (a *Allowlist) ForRun(allow []string) sandbox.EgressRun {
 		n, _ := a.conf.Narrow(allow) // checked by CheckAllow
 		policies = append(policies, n)
 	}
-	return NewGate(policies, a.limits, a.resolve, a.dial)
+	g := NewGate(policies, a.limits, a.resolve, a.dial)
+	g.reserved = a.reserved
+	return g
 }
 
 // ForInstall returns an install's Gate: the package index's hosts only.
 func (a *Allowlist) ForInstall() sandbox.EgressRun {
-	return NewGate([]Policy{a.index}, a.limits, a.resolve, a.dial)
+	g := NewGate([]Policy{a.index}, a.limits, a.resolve, a.dial)
+	g.reserved = a.reserved
+	return g
 }
 
 // Rules returns the configuration's entries and the index's, for /v1/limits and doctor.

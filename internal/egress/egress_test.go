@@ -451,3 +451,64 @@ func TestGateTimeCap(t *testing.T) {
 		t.Errorf("records %+v", recs)
 	}
 }
+
+// TestDaemonAPIIsNeverOpened: the daemon's own listen address is refused whatever
+// network_allow says (a trial followed the refusal's hint, "127.0.0.1/32", and the program
+// then read another agent's records through the daemon's API), by address and by a name
+// resolving to it, and on every local address when the daemon listens on a wildcard.
+func TestDaemonAPIIsNeverOpened(t *testing.T) {
+	res := fakeResolver{"vm": {"127.0.0.1"}, "lan.test": {"192.0.2.7"}}
+	open := []string{"127.0.0.0/8", "vm", "lan.test", "0.0.0.0/0", "192.0.2.0/24"}
+	local := func() ([]net.Addr, error) {
+		return []net.Addr{&net.IPNet{IP: net.ParseIP("192.0.2.7"), Mask: net.CIDRMask(24, 32)}}, nil
+	}
+	for _, tc := range []struct {
+		listen string
+		host   string
+		port   int
+		allow  bool
+	}{
+		{"127.0.0.1:8765", "127.0.0.1", 8765, false},
+		{"127.0.0.1:8765", "127.0.0.2", 8765, false}, // loopback is loopback
+		{"127.0.0.1:8765", "::ffff:127.0.0.1", 8765, false},
+		{"127.0.0.1:8765", "vm", 8765, false},
+		{"127.0.0.1:8765", "127.0.0.1", 8766, true},
+		{"127.0.0.1:8765", "192.0.2.7", 8765, true}, // not where it listens
+		{"0.0.0.0:8765", "192.0.2.7", 8765, false},  // a local address
+		{"0.0.0.0:8765", "lan.test", 8765, false},
+		{"0.0.0.0:8765", "192.0.2.8", 8765, true}, // another host
+		{"localhost:8765", "127.0.0.1", 8765, false},
+	} {
+		r := ReserveListen(tc.listen)
+		r.localAddrs = local
+		a, err := New(Config{Allow: open, Limits: DefaultLimits(), Resolver: res, Reserved: r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = a.ForRun(nil).(*Gate).Check(context.Background(), tc.host, tc.port)
+		if (err == nil) != tc.allow {
+			t.Errorf("listen %s, %s:%d: err %v, want allowed %v", tc.listen, tc.host, tc.port, err, tc.allow)
+		}
+		if err != nil && !strings.Contains(err.Error(), "sandpit's own API") {
+			t.Errorf("listen %s, %s:%d: the refusal does not say why: %v", tc.listen, tc.host, tc.port, err)
+		}
+	}
+}
+
+// TestRefusalSuggestsTheNarrowestEntry: the hint names the address with its port, not a
+// block that would open every port of it.
+func TestRefusalSuggestsTheNarrowestEntry(t *testing.T) {
+	res := fakeResolver{"vm": {"127.0.0.1"}}
+	g := NewGate([]Policy{mustPolicy(t, "network_allow in the configuration", "vm", "203.0.113.9:80")}, DefaultLimits(), res, nil)
+	for host, want := range map[string]string{"vm": `"127.0.0.1:18711"`, "127.0.0.1": `"127.0.0.1:18711"`, "203.0.113.9": `"203.0.113.9:18711"`} {
+		_, err := g.Check(context.Background(), host, 18711)
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "/32") {
+			t.Errorf("%s: %v, want a hint of %s", host, err, want)
+		}
+		// The hint works.
+		g2 := NewGate([]Policy{mustPolicy(t, "network_allow in the configuration", "vm", strings.Trim(want, `"`))}, DefaultLimits(), res, nil)
+		if _, err := g2.Check(context.Background(), host, 18711); err != nil {
+			t.Errorf("%s with the hint's entry: %v", host, err)
+		}
+	}
+}

@@ -79,6 +79,7 @@ type Gate struct {
 	limits   Limits
 	resolver Resolver
 	dialer   Dialer
+	reserved *Reserved // never allowed, whatever the policies say
 	now      func() time.Time
 
 	mu       sync.Mutex
@@ -133,14 +134,17 @@ func (g *Gate) Check(ctx context.Context, host string, port int) (Decision, erro
 			return refuse("an IPv6 zone is not allowed")
 		}
 		a = a.Unmap()
+		if what, ok := g.reserved.match(a, port); ok {
+			return refuse("%s:%d is %s, which no entry of network_allow opens to sandboxed code", a, port, what)
+		}
 		var rule string
 		for _, p := range g.policies {
 			r, ok := p.addrRule(a, port)
 			if !ok {
 				if _, name, special := classify(a); special {
-					return refuse("%s is %s, which only a CIDR of %s naming that block allows (e.g. %q)", a, name, p.Setting, netip.PrefixFrom(a, a.BitLen()))
+					return refuse("%s is %s, which only an entry of %s naming it allows: add %q (this port only)", a, name, p.Setting, netip.AddrPortFrom(a, uint16(port)).String())
 				}
-				return refuse("no entry of %s names %s at port %d; add %q to it", p.Setting, a, port, a.String())
+				return refuse("no entry of %s names %s at port %d; add %q to it (or %q for every port)", p.Setting, a, port, netip.AddrPortFrom(a, uint16(port)).String(), a.String())
 			}
 			if rule == "" {
 				rule = r.Text
@@ -175,6 +179,10 @@ func (g *Gate) Check(ctx context.Context, host string, port int) (Decision, erro
 		if a.Zone() != "" {
 			continue
 		}
+		if what, reserved := g.reserved.match(a, port); reserved {
+			why = fmt.Sprintf("%s resolves to %s, and %s:%d is %s, which no entry of network_allow opens to sandboxed code", name, a, a, port, what)
+			continue
+		}
 		allowed := true
 		if _, what, special := classify(a); special {
 			// Each policy must name the special address by a CIDR, unless its rule for the
@@ -184,8 +192,8 @@ func (g *Gate) Check(ctx context.Context, host string, port int) (Decision, erro
 					continue
 				}
 				if _, byCIDR := p.addrRule(a, port); !byCIDR {
-					why = fmt.Sprintf("%s resolves to %s, %s, which only a CIDR of %s naming that block allows (e.g. %q)",
-						name, a, what, p.Setting, netip.PrefixFrom(a, a.BitLen()).String())
+					why = fmt.Sprintf("%s resolves to %s, %s, which only an entry of %s naming that address allows: add %q (this port only)",
+						name, a, what, p.Setting, netip.AddrPortFrom(a, uint16(port)).String())
 					allowed = false
 					break
 				}

@@ -377,6 +377,12 @@ func (e *Executor) clean(slot int) error {
 	}
 	if err := removeIPC(uid); err != nil {
 		errs = append(errs, fmt.Errorf("removing the run's IPC objects: %w", err))
+	} else if !ipcListed() {
+		// Where the kernel does not list them (gVisor), it still counts them: any left can
+		// only be a run's, and only a new box removes them.
+		if n, err := ipcObjectsLeft(); err != nil || n > 0 {
+			errs = append(errs, fmt.Errorf("the run may have left System V IPC objects that this kernel does not list (%d counted, %v)", n, err))
+		}
 	}
 	return errors.Join(errs...)
 }

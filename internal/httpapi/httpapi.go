@@ -257,6 +257,7 @@ func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 	lim := apitype.Limits{
 		Slots:               cfg.Slots,
 		QueueLength:         cfg.QueueLength,
+		ExecutionsPerAgent:  cfg.ExecutionsPerAgent,
 		DefaultTimeoutMS:    cfg.DefaultTimeout.Milliseconds(),
 		MaxTimeoutMS:        cfg.MaxTimeout.Milliseconds(),
 		MaxCodeBytes:        cfg.MaxCodeBytes,

@@ -696,7 +696,7 @@ func TestLimits(t *testing.T) {
 	if err := json.Unmarshal(a.body, &got); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]float64{"slots": 4, "queue_length": 16, "default_timeout_ms": 30000, "max_timeout_ms": 600000,
+	want := map[string]float64{"slots": 4, "queue_length": 16, "executions_per_agent": 11, "default_timeout_ms": 30000, "max_timeout_ms": 600000,
 		"max_code_bytes": 1000, "max_input_bytes": 2000, "max_body_bytes": smallBodyLimit,
 		"max_input_files": 2, "max_input_file_bytes": 300, "max_input_files_bytes": 600, "output_files": 64,
 		"output_file_bytes": 8 << 20, "output_files_bytes": 16 << 20, "max_inline_file_bytes": 1 << 20,

@@ -262,22 +262,22 @@ func (l *Library) Run(ctx context.Context, agent, name string, run Run, origin s
 
 // Holder lets large validations wait for an execution slot, as runs do; *sandbox.Service is one.
 type Holder interface {
-	// Hold waits for a free slot (a *sandbox.BusyError when the queue is full) and returns the
-	// function that gives it back.
-	Hold(ctx context.Context) (release func(), err error)
+	// Hold waits for a free slot for agent (a *sandbox.BusyError when the queue is full, or
+	// agent has its executions_per_agent) and returns the function that gives it back.
+	Hold(ctx context.Context, agent string) (release func(), err error)
 }
 
 // hold takes a slot from the executor when it is a Holder.
-func (l *Library) hold(ctx context.Context) (func(), error) {
+func (l *Library) hold(ctx context.Context, agent string) (func(), error) {
 	if h, ok := l.ex.(Holder); ok {
-		return h.Hold(ctx)
+		return h.Hold(ctx, agent)
 	}
 	return func() {}, nil
 }
 
 // validateInput is ValidateInput; with hold, a validation costing more than heldCost runs
 // while holding what hold returns.
-func validateInput(ctx context.Context, code store.Code, input json.RawMessage, hold func(context.Context) (func(), error)) error {
+func validateInput(ctx context.Context, code store.Code, input json.RawMessage, hold func(context.Context, string) (func(), error)) error {
 	if isNull(code.InputSchema) {
 		return nil
 	}
@@ -294,7 +294,7 @@ func validateInput(ctx context.Context, code store.Code, input json.RawMessage, 
 	}
 	if bad == nil {
 		if hold != nil && m.cost > heldCost {
-			release, err := hold(ctx)
+			release, err := hold(ctx, code.Agent)
 			if err != nil {
 				return err
 			}

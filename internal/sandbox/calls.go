@@ -70,6 +70,10 @@ type calls struct {
 	s     *Service
 	scope CallScope
 	emit  func(Event)
+	// one is held while a call is answered: a run's calls are answered one at a time, even
+	// when a program writes them to the control line without waiting (the Python side waits),
+	// so that a run keeps at most one of the daemon's goroutines busy with its calls.
+	one chan struct{}
 
 	mu       sync.Mutex
 	ended    bool
@@ -132,6 +136,12 @@ func (c *calls) answer(ctx context.Context, call Call) (json.RawMessage, error) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.CallTimeout)
 	defer cancel()
+	select {
+	case c.one <- struct{}{}:
+		defer func() { <-c.one }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%s waited its whole call timeout of %s for the run's earlier calls: a run's calls are answered one at a time", call.Method, cfg.CallTimeout)
+	}
 	value, err := c.s.cb.Call(ctx, c.scope, call)
 	if err == nil && line != nil {
 		c.keep(*line)

@@ -196,3 +196,55 @@ func TestLogLinesInTheDaemonLogAreBounded(t *testing.T) {
 		t.Errorf("the daemon's log holds %d lines and %d notes, want %d and 1", n, more, maxLoggedLines)
 	}
 }
+
+// countingCallbacks records how many calls it answers at once.
+type countingCallbacks struct {
+	mu        sync.Mutex
+	now, most int
+}
+
+func (c *countingCallbacks) Call(context.Context, CallScope, Call) (json.RawMessage, error) {
+	c.mu.Lock()
+	c.now++
+	c.most = max(c.most, c.now)
+	c.mu.Unlock()
+	time.Sleep(time.Millisecond) // let others try to overlap
+	c.mu.Lock()
+	c.now--
+	c.mu.Unlock()
+	return json.RawMessage(`[]`), nil
+}
+
+// A program that writes many calls without waiting for answers gets them answered one at a
+// time: a run keeps at most one call of the daemon's busy.
+func TestCallsOfARunAreAnsweredOneAtATime(t *testing.T) {
+	cb := &countingCallbacks{}
+	var errs []error
+	var mu sync.Mutex
+	rt := &fakeRuntime{}
+	rt.run = func(ctx context.Context, spec Spec) (Result, error) {
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() {
+				_, err := spec.Calls(ctx, Call{Method: "query_graph", Args: json.RawMessage(`{}`)})
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		return Result{Outcome: OutcomeOK}, nil
+	}
+	s := NewService(rt, Hooks{Callbacks: cb}, testConfig(), nil)
+	if _, err := s.Execute(t.Context(), Request{Code: "x"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(errs) != 20 || cb.most != 1 {
+		t.Fatalf("%d calls answered, at most %d at once; want 20, one at a time (errors %v)", len(errs), cb.most, errs)
+	}
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -12,17 +12,24 @@ import (
 // or recovering). It is of class errclass.Unavailable; transports answer 503.
 var ErrNotReady = errclass.New(errclass.Unavailable, "sandbox is not ready")
 
-// BusyError means every slot is running and the queue is full. Transports answer 429 with
-// Retry-After set from RetryAfter.
+// BusyError means every slot is running and the queue is full, or (Agent set) that Agent
+// already has PerAgent executions running and queued, its cap (executions_per_agent).
+// Transports answer 429 with Retry-After set from RetryAfter.
 type BusyError struct {
 	Slots, Queue int
 	RetryAfter   time.Duration
+	Agent        string
+	PerAgent     int
 }
 
 // Is makes a BusyError of class errclass.Busy.
 func (e *BusyError) Is(target error) bool { return target == errclass.Busy }
 
 func (e *BusyError) Error() string {
+	if e.Agent != "" {
+		return fmt.Sprintf("sandbox is busy for agent %q: it has %d executions running or queued, its limit (executions_per_agent); retry after %s",
+			e.Agent, e.PerAgent, e.RetryAfter)
+	}
 	return fmt.Sprintf("sandbox is busy: all %d slots are running and %d requests are queued; retry after %s",
 		e.Slots, e.Queue, e.RetryAfter)
 }

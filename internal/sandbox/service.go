@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,10 @@ type Config struct {
 	Slots int
 	// QueueLength is how many requests may wait for a free slot; more get a BusyError.
 	QueueLength int
+	// ExecutionsPerAgent caps one agent's executions in slots plus those it has queued; more
+	// get a BusyError naming the agent (0: no cap). DefaultExecutionsPerAgent gives the
+	// default. Whatever the cap, a freed slot goes to the waiting agent that holds the fewest.
+	ExecutionsPerAgent int
 	// DefaultTimeout applies when a request names none; MaxTimeout is the hard cap.
 	DefaultTimeout, MaxTimeout time.Duration
 	// Grace is how long past a run's timeout the daemon waits for the executor's answer before
@@ -65,6 +70,7 @@ func DefaultConfig() Config {
 	return Config{
 		Slots:              4,
 		QueueLength:        16,
+		ExecutionsPerAgent: DefaultExecutionsPerAgent(4, 16),
 		DefaultTimeout:     30 * time.Second,
 		MaxTimeout:         600 * time.Second,
 		Grace:              3 * time.Second,
@@ -95,6 +101,11 @@ func DefaultConfig() Config {
 	}
 }
 
+// DefaultExecutionsPerAgent is the default cap on one agent's executions (in slots plus
+// queued): max(1, slots-1) + queue/2, which leaves every other agent at least one slot's place
+// and half the queue's (4 slots and a queue of 16: 11).
+func DefaultExecutionsPerAgent(slots, queue int) int { return max(1, slots-1) + queue/2 }
+
 // Service validates execution requests, assigns them slots, queues them when every slot is
 // busy, and layers the daemon's deadline over the runtime's. It is safe for concurrent use.
 type Service struct {
@@ -105,15 +116,25 @@ type Service struct {
 	net   EgressPolicy
 	cfg   Config
 	log   *slog.Logger
-	free  chan int // free slot numbers
 
 	// base ends every execution when Interrupt is called.
 	base      context.Context
 	interrupt context.CancelCauseFunc
 
-	mu       sync.Mutex
-	waiting  int
-	settling sync.WaitGroup // release's goroutines
+	mu sync.Mutex
+	// free are the free slots' numbers; queue the requests waiting for one, in arrival order
+	// (one is never non-empty while the other is); held and queued count each agent's slots
+	// and waiting requests ("" for installs, which name no agent).
+	free         []int
+	queue        []*waiter
+	held, queued map[string]int
+	settling     sync.WaitGroup // release's goroutines
+}
+
+// waiter is a request waiting for a slot: dispatch sends it one on slot.
+type waiter struct {
+	agent string
+	slot  chan int
 }
 
 // NewService returns a Service running on rt with cfg's limits, recording every run that starts
@@ -124,11 +145,11 @@ func NewService(rt Runtime, hooks Hooks, cfg Config, log *slog.Logger) *Service 
 		log = slog.New(slog.DiscardHandler)
 	}
 	base, interrupt := context.WithCancelCause(context.Background())
-	s := &Service{rt: rt, rec: hooks.Recorder, cb: hooks.Callbacks, files: hooks.Files, net: hooks.Egress, cfg: cfg, log: log, free: make(chan int, cfg.Slots),
-		base: base, interrupt: interrupt}
+	s := &Service{rt: rt, rec: hooks.Recorder, cb: hooks.Callbacks, files: hooks.Files, net: hooks.Egress, cfg: cfg, log: log,
+		base: base, interrupt: interrupt, held: map[string]int{}, queued: map[string]int{}}
 	// Each slot is offered once the runtime has it ready (a pool brings its slots up one by one).
 	for i := range cfg.Slots {
-		s.release(i)
+		s.settle(i)
 	}
 	return s
 }
@@ -158,7 +179,7 @@ type Stats struct {
 func (s *Service) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Stats{Slots: s.cfg.Slots, Busy: s.cfg.Slots - len(s.free), Waiting: s.waiting}
+	return Stats{Slots: s.cfg.Slots, Busy: s.cfg.Slots - len(s.free), Waiting: len(s.queue)}
 }
 
 // MaxInputDepth is how deeply arrays and objects may nest in a request's input.
@@ -302,11 +323,11 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 
 	// The slot is taken first: it bounds installs as it bounds runs, and the execution is in
 	// the ledger from here, so a crash during an install is recorded too.
-	slot, err := s.acquire(ctx)
+	slot, err := s.acquire(ctx, x.agent)
 	if err != nil {
 		return Result{}, err
 	}
-	defer s.release(slot)
+	defer s.release(slot, x.agent)
 	x.slot, x.accepted = slot, time.Now().UTC() // the execution's started_at, whatever it installs first
 	if err := s.begin(ctx, x); err != nil {
 		return Result{}, err
@@ -416,7 +437,7 @@ func (s *Service) run(ctx context.Context, x *execution, emit func(Event)) (Resu
 	started := time.Now()
 	runCtx, cancelRun := context.WithTimeout(ctx, time.Duration(x.spec.TimeoutMS)*time.Millisecond+s.cfg.Grace+x.grace)
 	defer cancelRun()
-	line := &calls{s: s, scope: CallScope{Agent: x.agent, ExecutionID: x.spec.ID}, emit: emit}
+	line := &calls{s: s, scope: CallScope{Agent: x.agent, ExecutionID: x.spec.ID}, emit: emit, one: make(chan struct{}, 1)}
 	x.spec.Calls, x.spec.CallBytes = line.handle, s.cfg.MaxCallBytes
 	// The files are stored even when the caller has gone: the run's record lists them.
 	x.files.ctx = context.WithoutCancel(ctx)
@@ -524,11 +545,11 @@ func (s *Service) Install(ctx context.Context, reqs []string, progress func(Depe
 		emit = func(e Event) { progress(*e.Dependency) }
 	}
 	// Installs take a slot like runs: they are bounded by the slots and the queue.
-	slot, err := s.acquire(ctx)
+	slot, err := s.acquire(ctx, "")
 	if err != nil {
 		return Installed{}, err
 	}
-	defer s.release(slot)
+	defer s.release(slot, "")
 	out, _, err := s.install(ctx, slot, reqs, emit)
 	return out, err
 }
@@ -689,58 +710,134 @@ func (s *Service) systemFailure(ctx, runCtx context.Context, res Result, started
 	return res
 }
 
-// release offers slot again once the runtime has settled it (see Settler): in the background,
-// so that the result goes out while the slot is cleaned.
-func (s *Service) release(slot int) {
+// release gives back agent's slot: it is offered again once the runtime has settled it (see
+// Settler), in the background, so that the result goes out while the slot is cleaned.
+func (s *Service) release(slot int, agent string) {
+	s.mu.Lock()
+	s.unhold(agent)
+	s.mu.Unlock()
+	s.settle(slot)
+}
+
+// settle offers slot once the runtime has settled it.
+func (s *Service) settle(slot int) {
 	st, ok := s.rt.(Settler)
 	if !ok {
-		s.free <- slot
+		s.offer(slot)
 		return
 	}
 	s.settling.Go(func() {
 		if err := st.Settle(s.base, slot); err != nil && s.base.Err() == nil {
 			s.log.Warn("a slot did not settle after its run; offering it anyway", "slot", slot, "error", err)
 		}
-		s.free <- slot
+		s.offer(slot)
 	})
 }
 
 // Settled waits until every slot released so far has settled (or the Service was interrupted).
 func (s *Service) Settled() { s.settling.Wait() }
 
-func (s *Service) acquire(ctx context.Context) (int, error) {
-	if ctx.Err() == nil {
-		select {
-		case slot := <-s.free:
-			return slot, nil
-		default:
+// offer makes slot free and hands it to a waiting request, if any.
+func (s *Service) offer(slot int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.free = append(s.free, slot)
+	s.dispatch()
+}
+
+// unhold counts agent's slot as given back; s.mu is held.
+func (s *Service) unhold(agent string) {
+	if s.held[agent]--; s.held[agent] <= 0 {
+		delete(s.held, agent)
+	}
+}
+
+// dispatch gives free slots to waiting requests: each to the first waiting request of the
+// agents that hold the fewest slots, so that an agent with many requests queued cannot keep
+// every slot from another that waits. s.mu is held.
+func (s *Service) dispatch() {
+	for len(s.free) > 0 && len(s.queue) > 0 {
+		pick := 0
+		for i, w := range s.queue {
+			if s.held[w.agent] < s.held[s.queue[pick].agent] {
+				pick = i
+			}
 		}
+		w := s.queue[pick]
+		s.queue = slices.Delete(s.queue, pick, pick+1)
+		if s.queued[w.agent]--; s.queued[w.agent] <= 0 {
+			delete(s.queued, w.agent)
+		}
+		s.held[w.agent]++
+		w.slot <- s.free[len(s.free)-1]
+		s.free = s.free[:len(s.free)-1]
+	}
+}
+
+// acquire takes a slot for agent ("" for work that names none), waiting in the queue when
+// none is free. Errors: a *BusyError when agent already has ExecutionsPerAgent executions in
+// slots and queued, or when the queue is full; ErrNotReady when the Service is interrupted;
+// ctx's error when it ends first.
+func (s *Service) acquire(ctx context.Context, agent string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("waiting for a free slot: %w", err)
 	}
 	s.mu.Lock()
-	if s.waiting >= s.cfg.QueueLength {
+	if limit := s.cfg.ExecutionsPerAgent; agent != "" && limit > 0 && s.held[agent]+s.queued[agent] >= limit {
+		s.mu.Unlock()
+		return 0, &BusyError{Slots: s.cfg.Slots, Queue: s.cfg.QueueLength, RetryAfter: time.Second, Agent: agent, PerAgent: limit}
+	}
+	if n := len(s.free); n > 0 {
+		slot := s.free[n-1]
+		s.free = s.free[:n-1]
+		s.held[agent]++
+		s.mu.Unlock()
+		return slot, nil
+	}
+	if len(s.queue) >= s.cfg.QueueLength {
 		s.mu.Unlock()
 		return 0, &BusyError{Slots: s.cfg.Slots, Queue: s.cfg.QueueLength, RetryAfter: time.Second}
 	}
-	s.waiting++
+	w := &waiter{agent: agent, slot: make(chan int, 1)}
+	s.queue = append(s.queue, w)
+	s.queued[agent]++
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.waiting--
-		s.mu.Unlock()
-	}()
 	select {
-	case slot := <-s.free:
+	case slot := <-w.slot:
 		if ctx.Err() == nil && s.base.Err() == nil {
 			return slot, nil
 		}
-		s.free <- slot // cancelled at the same moment: the slot goes to the next one
+		// Cancelled at the same moment: the slot (unused) goes to the next one.
+		s.mu.Lock()
+		s.unhold(agent)
+		s.mu.Unlock()
+		s.offer(slot)
 	case <-ctx.Done():
+		s.leave(w)
 	case <-s.base.Done():
+		s.leave(w)
 	}
 	if s.base.Err() != nil {
 		return 0, fmt.Errorf("%w: %w", ErrNotReady, ErrInterrupted)
 	}
 	return 0, fmt.Errorf("waiting for a free slot: %w", ctx.Err())
+}
+
+// leave takes w out of the queue; when dispatch gave it a slot meanwhile, the slot is offered
+// again.
+func (s *Service) leave(w *waiter) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i := slices.Index(s.queue, w); i >= 0 {
+		s.queue = slices.Delete(s.queue, i, i+1)
+		if s.queued[w.agent]--; s.queued[w.agent] <= 0 {
+			delete(s.queued, w.agent)
+		}
+		return
+	}
+	s.unhold(w.agent)
+	s.free = append(s.free, <-w.slot)
+	s.dispatch()
 }
 
 var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)

@@ -56,12 +56,12 @@ type Session struct {
 	hello  protocol.Hello
 	opts   Options
 
-	mu       sync.Mutex
-	calls    map[string]*call
-	settles  map[int]*settle // by slot: its last run's cleanup
-	err      error           // why the session ended; nil while it lives
-	done     chan struct{}
-	lastPong time.Time
+	mu        sync.Mutex
+	calls     map[string]*call
+	settles   map[int]*settle // by slot: its last run's cleanup
+	err       error           // why the session ended; nil while it lives
+	done      chan struct{}
+	lastHeard time.Time // the last frame of any kind from the executor (see readLoop)
 	// The egress proxy's streams (network "allowlist"): the dialer of each run or install
 	// that may open them, by ID, and the streams open, with their owner.
 	dialers map[string]sandbox.EgressDialer
@@ -113,7 +113,7 @@ type settle struct {
 // and when the session fails.
 func Start(ctx context.Context, r io.Reader, w io.Writer, closer io.Closer, log *slog.Logger, opts Options) (*Session, error) {
 	c := &Session{conn: protocol.NewConn(r, w), closer: closer, log: log, opts: opts.withDefaults(),
-		calls: map[string]*call{}, settles: map[int]*settle{}, done: make(chan struct{}), lastPong: time.Now(),
+		calls: map[string]*call{}, settles: map[int]*settle{}, done: make(chan struct{}), lastHeard: time.Now(),
 		dialers: map[string]sandbox.EgressDialer{}, streams: map[uint64]*egressStream{}}
 	type helloResult struct {
 		m   *protocol.Message
@@ -149,8 +149,9 @@ func Start(ctx context.Context, r io.Reader, w io.Writer, closer io.Closer, log 
 	return c, nil
 }
 
-// heartbeat pings the executor until the session ends, and ends the session when the executor
-// stops answering (stopped, frozen or deadlocked: its pipe is open but nobody reads it).
+// heartbeat pings the executor until the session ends, and ends the session when nothing has
+// come from the executor for HeartbeatTimeout (stopped, frozen or deadlocked: its pipe is
+// open but nobody reads it, and it answers no ping).
 func (c *Session) heartbeat() {
 	t := time.NewTicker(c.opts.HeartbeatInterval)
 	defer t.Stop()
@@ -161,7 +162,7 @@ func (c *Session) heartbeat() {
 		case <-t.C:
 		}
 		c.mu.Lock()
-		silent := time.Since(c.lastPong)
+		silent := time.Since(c.lastHeard)
 		c.mu.Unlock()
 		if silent > c.opts.HeartbeatTimeout {
 			c.fail(fmt.Errorf("%w: the executor has not answered for %s", ErrClosed, silent.Round(time.Second)))
@@ -192,7 +193,7 @@ func (c *Session) Err() error {
 // Ready returns nil while the session lives and the executor answers its pings.
 func (c *Session) Ready(context.Context) error {
 	c.mu.Lock()
-	err, silent := c.err, time.Since(c.lastPong)
+	err, silent := c.err, time.Since(c.lastHeard)
 	c.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
@@ -239,11 +240,15 @@ func (c *Session) readLoop() {
 			c.fail(fmt.Errorf("%w: %w", ErrClosed, err))
 			return
 		}
+		// Any frame shows the executor alive, not only a pong: a pong can wait in the stream
+		// behind large frames (4 MiB agent calls, one after another, on a loaded machine took
+		// more than the heartbeat's timeout to arrive and decode, and a live executor's
+		// session was ended).
+		c.mu.Lock()
+		c.lastHeard = time.Now()
+		c.mu.Unlock()
 		switch m.Kind {
 		case protocol.KindPong:
-			c.mu.Lock()
-			c.lastPong = time.Now()
-			c.mu.Unlock()
 		case protocol.KindStdout, protocol.KindStderr, protocol.KindFile, protocol.KindResult, protocol.KindRefused,
 			protocol.KindInstallStatus, protocol.KindInstalled, protocol.KindPackagesResult:
 			c.route(m)

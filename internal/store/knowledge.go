@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"sort"
 
 	"database/sql"
@@ -61,6 +62,11 @@ type Edge struct {
 type Graph struct {
 	Nodes []Node `json:"nodes"`
 	Edges []Edge `json:"edges"`
+	// Truncated says the walk left out nodes or edges it would otherwise have answered (see
+	// Neighbourhood).
+	Truncated bool `json:"truncated"`
+	// rows is how many edge rows the walk read (its work, for tests).
+	rows int
 }
 
 // Document is a text document with a title, identified by the agent's own ID.
@@ -251,86 +257,157 @@ func (s *Store) AddEdges(ctx context.Context, agent string, items []Edge) ([]Edg
 	return items, err
 }
 
+// The work of one Neighbourhood is bounded before it is done, whatever the agent's graph
+// holds: a walk reads at most GraphBudget rows of graph_edges (each edge read from one of its
+// ends is a row) and answers at most GraphMaxEdges edges; a walk that reaches either stops
+// there and says so (Graph.Truncated).
+const (
+	// graphEdgesPerNode is how many edges an answer may carry per node of its limit.
+	graphEdgesPerNode = 10
+	// graphMinEdgeBytes is the least JSON an edge takes in an answer (its id, ends, relation,
+	// properties and created_at): an answer of answerBytes has room for no more edges than
+	// answerBytes / graphMinEdgeBytes.
+	graphMinEdgeBytes = 100
+	// graphRowsPerItem is how many edge rows a walk may read per node or edge it may answer.
+	graphRowsPerItem = 2
+)
+
+// GraphMaxEdges is how many edges a Neighbourhood of limit nodes answers at most: 10 per node,
+// and no more than an answer of answerBytes (0: no such cap) has room for.
+func GraphMaxEdges(limit, answerBytes int) int {
+	n := graphEdgesPerNode * limit
+	if answerBytes > 0 {
+		n = min(n, max(1, answerBytes/graphMinEdgeBytes))
+	}
+	return n
+}
+
+// GraphBudget is how many edge rows a Neighbourhood of limit nodes reads at most:
+// 2 × (limit + GraphMaxEdges).
+func GraphBudget(limit, answerBytes int) int {
+	return graphRowsPerItem * (limit + GraphMaxEdges(limit, answerBytes))
+}
+
 // Neighbourhood returns the agent's graph around start: the nodes up to depth edges away
 // (following edges either way, only those of relation when it is not ""), at most limit
 // nodes, and the edges between them. With start "", any limit nodes and their edges.
-func (s *Store) Neighbourhood(ctx context.Context, agent, start, relation string, depth, limit int) (Graph, error) {
+//
+// The walk reads at most GraphBudget(limit, answerBytes) edge rows and answers at most
+// GraphMaxEdges(limit, answerBytes) edges (answerBytes is the caller's cap on the answer's
+// JSON, 0 for none). When it leaves out a node or an edge it would otherwise answer (limit
+// reached, budget spent, edges over their cap), the answer has Truncated set: what it holds is
+// still a subgraph, nodes in the order they were reached and edges between answered nodes.
+func (s *Store) Neighbourhood(ctx context.Context, agent, start, relation string, depth, limit, answerBytes int) (Graph, error) {
+	maxEdges, budget := GraphMaxEdges(limit, answerBytes), GraphBudget(limit, answerBytes)
+	g := Graph{Nodes: []Node{}, Edges: []Edge{}}
 	ids := []string{}
 	seen := map[string]bool{}
 	if start == "" {
-		rows, err := s.r.QueryContext(ctx, `SELECT id FROM graph_nodes WHERE agent = ? ORDER BY rid LIMIT ?`, agent, limit)
+		rows, err := s.r.QueryContext(ctx, `SELECT id FROM graph_nodes WHERE agent = ? ORDER BY rid LIMIT ?`, agent, limit+1)
 		if err != nil {
 			return Graph{}, err
 		}
 		if ids, err = collect(rows, func(r scanner) (string, error) { var id string; return id, r.Scan(&id) }); err != nil {
 			return Graph{}, err
 		}
+		if len(ids) > limit {
+			ids, g.Truncated = ids[:limit], true
+		}
 		for _, id := range ids {
 			seen[id] = true
 		}
+		depth = 0 // read the nodes' edges, add no node
 	} else {
-		frontier := []string{start}
 		seen[start], ids = true, []string{start}
-		for d := 0; d < depth && len(frontier) > 0 && len(ids) < limit; d++ {
-			var next []string
-			for _, id := range frontier {
-				q := `SELECT target FROM graph_edges WHERE agent = ? AND source = ?` + relFilter(relation) +
-					` UNION SELECT source FROM graph_edges WHERE agent = ? AND target = ?` + relFilter(relation)
-				args := []any{agent, id}
-				if relation != "" {
-					args = append(args, relation)
-				}
-				args = append(args, agent, id)
-				if relation != "" {
-					args = append(args, relation)
-				}
-				rows, err := s.r.QueryContext(ctx, q, args...)
-				if err != nil {
-					return Graph{}, err
-				}
-				found, err := collect(rows, func(r scanner) (string, error) { var id string; return id, r.Scan(&id) })
-				if err != nil {
-					return Graph{}, err
-				}
-				for _, n := range found {
-					if !seen[n] && len(ids) < limit {
-						seen[n] = true
-						ids = append(ids, n)
-						next = append(next, n)
-					}
+	}
+	// Breadth first: ids[next] is the next node whose edges are read; the nodes before end are
+	// at level, those after at level+1. A node below depth adds its unseen neighbours (up to
+	// limit); every node's edges to nodes answered are kept.
+	keep := map[int64]bool{}
+	q := `SELECT id, target FROM graph_edges WHERE agent = ? AND source = ?` + relFilter(relation) +
+		` UNION ALL SELECT id, source FROM graph_edges WHERE agent = ? AND target = ?` + relFilter(relation) + ` LIMIT ?`
+	type incident struct {
+		edge  int64
+		other string
+	}
+	for next, end, level := 0, len(ids), 0; next < len(ids); next++ {
+		if next == end {
+			end, level = len(ids), level+1
+		}
+		left := budget - g.rows
+		if left <= 0 {
+			g.Truncated = true
+			break
+		}
+		args := []any{agent, ids[next]}
+		if relation != "" {
+			args = append(args, relation)
+		}
+		args = append(args, agent, ids[next])
+		if relation != "" {
+			args = append(args, relation)
+		}
+		rows, err := s.r.QueryContext(ctx, q, append(args, left+1)...)
+		if err != nil {
+			return Graph{}, err
+		}
+		found, err := collect(rows, func(r scanner) (incident, error) { var e incident; return e, r.Scan(&e.edge, &e.other) })
+		if err != nil {
+			return Graph{}, err
+		}
+		if len(found) > left {
+			found, g.Truncated = found[:left], true
+		}
+		g.rows += len(found)
+		for _, e := range found {
+			if !seen[e.other] && level < depth {
+				if len(ids) < limit {
+					seen[e.other] = true
+					ids = append(ids, e.other)
+				} else {
+					g.Truncated = true
 				}
 			}
-			frontier = next
+			if seen[e.other] {
+				keep[e.edge] = true
+			}
 		}
 	}
-	g := Graph{Nodes: []Node{}, Edges: []Edge{}}
 	if len(ids) == 0 {
 		return g, nil
 	}
-	in := strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")
 	args := []any{agent}
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT id, type, properties, created_at FROM graph_nodes WHERE agent = ? AND id IN (`+in+`)`, args...)
+	rows, err := s.r.QueryContext(ctx, `SELECT id, type, properties, created_at FROM graph_nodes WHERE agent = ? AND id IN (`+placeholders(len(ids))+`)`, args...)
 	if err != nil {
 		return Graph{}, err
 	}
 	if g.Nodes, err = collect(rows, scanNode); err != nil {
 		return Graph{}, err
 	}
-	eargs := append(append([]any{agent}, args[1:]...), args[1:]...)
-	q := `SELECT id, source, target, relation, properties, created_at FROM graph_edges WHERE agent = ? AND source IN (` + in +
-		`) AND target IN (` + in + `)` + relFilter(relation) + ` ORDER BY id`
-	if relation != "" {
-		eargs = append(eargs, relation)
+	edges := make([]int64, 0, len(keep))
+	for id := range keep {
+		edges = append(edges, id)
 	}
-	rows, err = s.r.QueryContext(ctx, q, eargs...)
-	if err != nil {
-		return Graph{}, err
+	slices.Sort(edges)
+	if len(edges) > maxEdges {
+		edges, g.Truncated = edges[:maxEdges], true
 	}
-	g.Edges, err = collect(rows, scanEdge)
-	return g, err
+	for chunk := range slices.Chunk(edges, 500) {
+		rows, err := s.r.QueryContext(ctx, `SELECT id, source, target, relation, properties, created_at FROM graph_edges WHERE agent = ? AND id IN (`+
+			placeholders(len(chunk))+`) ORDER BY id`, append([]any{agent}, anyInts(chunk)...)...)
+		if err != nil {
+			return Graph{}, err
+		}
+		part, err := collect(rows, scanEdge)
+		if err != nil {
+			return Graph{}, err
+		}
+		g.Edges = append(g.Edges, part...)
+	}
+	return g, nil
 }
 
 func relFilter(relation string) string {

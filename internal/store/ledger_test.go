@@ -203,9 +203,9 @@ func TestLedgerBytesMigrationFillsOldRecords(t *testing.T) {
 	}
 
 	// Back to the schema before execution_bytes, and up again: the records are old ones now.
-	sub, dialect, before := "migrations", goose.DialectSQLite3, int64(13)
+	sub, dialect, before := "migrations", goose.DialectSQLite3, int64(14)
 	if s.pg {
-		sub, dialect, before = "migrations_pg", goose.DialectPostgres, 3
+		sub, dialect, before = "migrations_pg", goose.DialectPostgres, 4
 	}
 	dir, err := fs.Sub(migrations, sub)
 	if err != nil {

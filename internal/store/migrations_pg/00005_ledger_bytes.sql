@@ -1,4 +1,4 @@
--- What each execution record takes, in bytes (ledger_max_bytes), as SQLite's migration 14: the
+-- What each execution record takes, in bytes (ledger_max_bytes), as SQLite's migration 15: the
 -- row (512), its code, input, outputs and JSON lists, its log lines (64 each plus the message)
 -- and its kept output files as files_max_bytes charges them, in a narrow table that pruning
 -- sums and walks oldest first. octet_length reads a TOASTed value's size without its bytes.
