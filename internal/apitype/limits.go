@@ -57,6 +57,20 @@ type Limits struct {
 	FilesUsedBytes int64 `json:"files_used_bytes,omitempty"`
 	// Sessions bounds stateful sessions (absent when the daemon has none).
 	Sessions *SessionLimits `json:"sessions,omitempty"`
+	// Ledger bounds the execution ledger (absent when the server keeps none).
+	Ledger *LedgerLimits `json:"ledger,omitempty"`
+}
+
+// LedgerLimits are the execution ledger's retention (Limits.Ledger): records older than
+// LedgerMaxAgeDays, beyond the newest LedgerMaxExecutions, and the oldest while all take more
+// than LedgerMaxBytes are pruned. The names are the config keys; 0 means no bound of that kind.
+type LedgerLimits struct {
+	LedgerMaxAgeDays    int64 `json:"ledger_max_age_days"`
+	LedgerMaxExecutions int   `json:"ledger_max_executions"`
+	LedgerMaxBytes      int64 `json:"ledger_max_bytes"`
+	// UsedBytes is what the records take now, with their kept output files, as the daemon
+	// counts them against ledger_max_bytes.
+	UsedBytes int64 `json:"used_bytes"`
 }
 
 // RunLimits are the per-run limits the executor enforces inside the box (Limits.Limits).

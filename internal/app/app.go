@@ -167,6 +167,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	}
 	closers = append(closers, st.Close)
 	st.SetQuotas(cfg.Quotas())
+	st.SetRetention(cfg.Retention())
 	files, err := st.OpenFiles(ctx, filepath.Join(cfg.DataDir, store.FilesDir), cfg.FilesMaxBytes)
 	if err != nil {
 		return nil, err
@@ -229,9 +230,9 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	}, nil
 }
 
-// RunBackground fires jobs and prunes the ledger by retention (hourly, with the records' output
-// files) until ctx ends, then
-// waits for the job runs it started (end them with Service.Interrupt).
+// RunBackground fires jobs and prunes the ledger by retention (hourly, and whenever a write takes
+// the ledger past its byte budget: Store.PruneDue; with the records' output files) until ctx
+// ends, then waits for the job runs it started (end them with Service.Interrupt).
 func (e *Core) RunBackground(ctx context.Context, retention store.Retention, log *slog.Logger) {
 	var wg sync.WaitGroup
 	wg.Go(func() { e.heartbeat(ctx, Advertised(e.Address), log) })
@@ -240,23 +241,29 @@ func (e *Core) RunBackground(ctx context.Context, retention store.Retention, log
 			log.Error("the job scheduler stopped; jobs will not fire until the daemon restarts", "error", err)
 		}
 	})
-	wg.Go(func() {
-		tick := time.NewTicker(time.Hour)
-		defer tick.Stop()
-		for {
-			if n, err := e.Store.Prune(ctx, retention); err != nil && ctx.Err() == nil {
-				log.Error("pruning the ledger failed", "error", err)
-			} else if n > 0 {
-				log.Info("pruned old execution records", "records", n, "max_age", retention.MaxAge, "max_count", retention.MaxCount)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	})
+	wg.Go(func() { pruneLedger(ctx, e.Store, retention, time.Hour, log) })
 	wg.Wait()
+}
+
+// pruneLedger prunes st by retention now, every period, and whenever a write takes the ledger
+// past its byte budget (Store.PruneDue), until ctx ends.
+func pruneLedger(ctx context.Context, st *store.Store, retention store.Retention, period time.Duration, log *slog.Logger) {
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		if n, err := st.Prune(ctx, retention); err != nil && ctx.Err() == nil {
+			log.Error("pruning the ledger failed", "error", err)
+		} else if n > 0 {
+			log.Info("pruned old execution records", "records", n, "max_age", retention.MaxAge, "max_count", retention.MaxCount,
+				"max_bytes", retention.MaxBytes, "bytes_left", st.LedgerBytes())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-st.PruneDue():
+		}
+	}
 }
 
 // Handler returns the engine's REST API (package httpapi) with every group served: what the

@@ -56,6 +56,7 @@ func Doctor(ctx context.Context, cfg config.Config, url string) []Check {
 	}
 
 	add(dataDirCheck(cfg.DataDir))
+	add(ledgerCheck(cfg))
 	if cfg.DatabaseURL != "" {
 		add(databaseCheck(ctx, cfg.DatabaseURL))
 	}
@@ -95,6 +96,39 @@ func Doctor(ctx context.Context, cfg config.Config, url string) []Check {
 		add(Check{Name: "daemon", OK: true, Detail: "ready at " + url})
 	}
 	return checks
+}
+
+// ledgerCheck shows the ledger's retention, and notes a byte budget the data directory's disk
+// cannot hold, or none at all.
+func ledgerCheck(cfg config.Config) Check {
+	bound := func(n int64, unit string) string {
+		if n == 0 {
+			return "no " + unit + " limit"
+		}
+		return fmt.Sprintf("%d %s", n, unit)
+	}
+	size := "no byte limit"
+	if cfg.LedgerMaxBytes > 0 {
+		size = config.FormatSize(cfg.LedgerMaxBytes)
+	}
+	c := Check{Name: "ledger", OK: true, Detail: fmt.Sprintf("keeps %s, %s, %s with their output files (ledger_max_age_days, ledger_max_executions, ledger_max_bytes)",
+		bound(cfg.LedgerMaxAgeDays, "days"), bound(cfg.LedgerMaxExecutions, "records"), size)}
+	if cfg.LedgerMaxBytes == 0 {
+		c.OK, c.Fix = false, "set ledger_max_bytes (such as 2GiB): without it, runs at their output caps can fill the disk"
+		return c
+	}
+	if cfg.DatabaseURL != "" {
+		return c // the records are in PostgreSQL, on its disk
+	}
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(cfg.DataDir, &fs); err == nil {
+		if free := int64(fs.Bavail) * int64(fs.Bsize); free < cfg.LedgerMaxBytes {
+			c.OK = false
+			c.Detail += fmt.Sprintf("; %s has %.1f GiB free, less than ledger_max_bytes", cfg.DataDir, float64(free)/(1<<30))
+			c.Fix = "free disk space, or lower ledger_max_bytes: the ledger may grow to it (what it holds now is part of it)"
+		}
+	}
+	return c
 }
 
 func dataDirCheck(dir string) Check {

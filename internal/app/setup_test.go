@@ -95,6 +95,15 @@ func TestDoctor(t *testing.T) {
 	if got["daemon"].OK || got["daemon"].Fix == "" {
 		t.Errorf("no daemon: %+v", got["daemon"])
 	}
+	// The ledger's retention shows; on a disk with less free space than its byte budget, a note.
+	if c := got["ledger"]; c.Required || !strings.Contains(c.Detail, "keeps 30 days, 100000 records, 2GiB") || !strings.Contains(c.Detail, "ledger_max_bytes") {
+		t.Errorf("ledger: %+v", c)
+	}
+	noBytes := cfg
+	noBytes.LedgerMaxBytes = 0
+	if c := byName(app.Doctor(t.Context(), noBytes, "http://127.0.0.1:1"))["ledger"]; c.OK || c.Required || !strings.Contains(c.Fix, "set ledger_max_bytes") {
+		t.Errorf("ledger without a byte limit: %+v", c)
+	}
 	cfg.DockerHost = "tcp://127.0.0.1:9"
 	got = byName(app.Doctor(t.Context(), cfg, "http://127.0.0.1:1"))
 	if c := got["docker engine"]; c.OK || !c.Required || !strings.Contains(c.Fix, "check the engine address tcp://127.0.0.1:9") {

@@ -299,6 +299,10 @@ type Config struct {
 	// LedgerMaxExecutions is how many of the newest execution records the ledger keeps.
 	// Default 100000; 0 keeps any number; at most 100000000.
 	LedgerMaxExecutions int64 `json:"ledger_max_executions"`
+	// LedgerMaxBytes is how many bytes the ledger's records may take together, with their
+	// kept output files: past it the oldest records are pruned (see store.Retention). Default
+	// 2 GiB; 0 keeps any number of bytes; else 64 MiB to 64 TiB.
+	LedgerMaxBytes int64 `json:"ledger_max_bytes"`
 
 	// LogLevel is the least severe level logged: "debug", "info", "warn" or "error".
 	// Default "info".
@@ -306,6 +310,12 @@ type Config struct {
 	// LogFormat is the log format: "text" or "json". Default "text".
 	LogFormat string `json:"log_format"`
 }
+
+// The range of ledger_max_bytes besides 0.
+const (
+	minLedgerBytes = 64 * mib
+	maxLedgerBytes = 64 << 40
+)
 
 const (
 	kib = 1 << 10
@@ -406,6 +416,7 @@ func defaults(lookup func(string) (string, bool)) Config {
 
 		LedgerMaxAgeDays:    30,
 		LedgerMaxExecutions: 100_000,
+		LedgerMaxBytes:      2 * gib,
 
 		LogLevel:  "info",
 		LogFormat: "text",
@@ -528,7 +539,8 @@ func (c Config) Quotas() store.Quotas {
 
 // Retention returns the ledger's retention policy.
 func (c Config) Retention() store.Retention {
-	return store.Retention{MaxAge: time.Duration(c.LedgerMaxAgeDays) * 24 * time.Hour, MaxCount: int(c.LedgerMaxExecutions)}
+	return store.Retention{MaxAge: time.Duration(c.LedgerMaxAgeDays) * 24 * time.Hour, MaxCount: int(c.LedgerMaxExecutions),
+		MaxBytes: c.LedgerMaxBytes}
 }
 
 // RunMemory returns the per-run memory cap in bytes: RunMemoryBytes, or MemoryBytes when 0.
@@ -796,7 +808,7 @@ func (c Config) checkAgentCalls(report *problems) {
 }
 
 // checkRetention checks what the database keeps: results_max_bytes, results_max_versions,
-// ledger_max_age_days and ledger_max_executions.
+// ledger_max_age_days, ledger_max_executions and ledger_max_bytes.
 func (c Config) checkRetention(report *problems) {
 	report.intRange("results_max_bytes", c.ResultsMaxBytes, 1<<10, 1<<40, " bytes (1KiB to 1TiB)")
 	report.intRange("results_max_versions", c.ResultsMaxVersions, 1, 1_000_000, " versions")
@@ -805,6 +817,10 @@ func (c Config) checkRetention(report *problems) {
 	report.intRange("job_files_max_bytes", c.JobFilesMaxBytes, 0, 64<<30, " bytes (0: no limit; at most 64GiB)")
 	report.intRange("ledger_max_age_days", c.LedgerMaxAgeDays, 0, 36_500, " days (0: no age limit)")
 	report.intRange("ledger_max_executions", c.LedgerMaxExecutions, 0, 100_000_000, " records (0: no count limit)")
+	if b := c.LedgerMaxBytes; b != 0 && (b < minLedgerBytes || b > maxLedgerBytes) {
+		report.bad("ledger_max_bytes", "is %s; give 0 (no byte limit) or %s to %s (64 TiB): the ledger must hold a few runs at their caps",
+			FormatSize(b), FormatSize(minLedgerBytes), FormatSize(maxLedgerBytes))
+	}
 }
 
 // checkRequestSizes checks the size of a request: max_code_bytes and max_input_bytes.

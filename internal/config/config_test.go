@@ -82,6 +82,7 @@ func TestDefaults(t *testing.T) {
 		{"docker_host", c.DockerHost, ""},
 		{"executor_path", c.ExecutorPath, ""},
 		{"quotas", c.Quotas(), store.Quotas{ResultsMaxBytes: 64 << 20, ResultsMaxVersions: 100, JobsPerAgent: 50, JobsMax: 500, JobFilesMaxBytes: 256 << 20}},
+		{"retention", c.Retention(), store.Retention{MaxAge: 30 * 24 * time.Hour, MaxCount: 100_000, MaxBytes: 2 << 30}},
 	}
 	for _, ch := range checks {
 		if !reflect.DeepEqual(ch.got, ch.want) {
@@ -299,10 +300,22 @@ func TestEnvErrors(t *testing.T) {
 		{map[string]string{"SANDPIT_QUEUE_LENGTH": "99999999999999999999"}, []string{"SANDPIT_QUEUE_LENGTH", "too large"}},
 		{map[string]string{"SANDPIT_SLOTS": ""}, []string{"SANDPIT_SLOTS", "unset it"}},
 		{map[string]string{"SANDPIT_SLOTS": "x", "SANDPIT_GRACE_MS": "y"}, []string{"SANDPIT_SLOTS", "SANDPIT_GRACE_MS"}},
+		{map[string]string{"SANDPIT_LEDGER_MAX_BYTES": "2GB"}, []string{"SANDPIT_LEDGER_MAX_BYTES", "did you mean 2GiB?"}},
 	}
 	for _, tt := range tests {
 		_, err := LoadLookup("", envMap(baseEnv(t, tt.env)))
 		wantErrContains(t, err, tt.want...)
+	}
+}
+
+func TestLedgerMaxBytesFromTheEnvironment(t *testing.T) {
+	c, err := LoadLookup("", envMap(baseEnv(t, map[string]string{"SANDPIT_LEDGER_MAX_BYTES": "5 GiB"})))
+	if err != nil || c.Retention().MaxBytes != 5<<30 {
+		t.Fatalf("LoadLookup = %v, MaxBytes %d; want 5 GiB", err, c.Retention().MaxBytes)
+	}
+	c, err = LoadLookup("", envMap(baseEnv(t, map[string]string{"SANDPIT_LEDGER_MAX_BYTES": "0"})))
+	if err != nil || c.Retention().MaxBytes != 0 {
+		t.Fatalf("LoadLookup(0) = %v, MaxBytes %d; want 0, no byte limit", err, c.Retention().MaxBytes)
 	}
 }
 
@@ -526,6 +539,12 @@ func TestValidate(t *testing.T) {
 			[]string{"max_input_file_bytes is 2MiB; allowed range is 0 to 1MiB (max_input_files_bytes)"}},
 		{"output files", func(c *Config) { c.OutputFiles, c.OutputFileBytes, c.OutputFilesBytes = 10_001, 40<<20, 1<<20 },
 			[]string{"output_files is 10001", "output_file_bytes is 40MiB; allowed range is 0 to 32MiB", "output_files_bytes is 1MiB, less than output_file_bytes"}},
+		{"ledger without a byte limit", func(c *Config) { c.LedgerMaxBytes = 0 }, nil},
+		{"ledger bytes at their edges", func(c *Config) { c.LedgerMaxBytes = 64 << 20 }, nil},
+		{"ledger bytes too few", func(c *Config) { c.LedgerMaxBytes = 1 << 20 },
+			[]string{"ledger_max_bytes is 1MiB; give 0 (no byte limit) or 64MiB to 65536GiB (64 TiB)", "SANDPIT_LEDGER_MAX_BYTES"}},
+		{"ledger bytes too many", func(c *Config) { c.LedgerMaxBytes = 65 << 40 }, []string{"ledger_max_bytes is 66560GiB"}},
+		{"ledger bytes negative", func(c *Config) { c.LedgerMaxBytes = -1 }, []string{"ledger_max_bytes is -1"}},
 		{"files quota", func(c *Config) { c.FilesMaxBytes = 1 << 20 },
 			[]string{"files_max_bytes is 1MiB; allowed range is output_files_bytes (16MiB) to 1TiB"}},
 		{"shared database", func(c *Config) {

@@ -95,6 +95,7 @@ func newFileStack(t *testing.T, cfg sandbox.Config, quota int64) *fileStack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	st.SetRetention(store.Retention{MaxAge: 30 * 24 * time.Hour, MaxCount: 1000, MaxBytes: 1 << 30})
 	files, err := st.OpenFiles(t.Context(), filepath.Join(dir, store.FilesDir), quota)
 	if err != nil {
 		t.Fatal(err)
@@ -216,6 +217,14 @@ func TestBodyLimitFitsTheFiles(t *testing.T) {
 		if limits[k] != want {
 			t.Errorf("limits %s = %v, want %v", k, limits[k], want)
 		}
+	}
+	// The ledger's retention, and what the run above takes: its code and files at their caps.
+	ledger, _ := limits["ledger"].(map[string]any)
+	if ledger["ledger_max_age_days"] != 30.0 || ledger["ledger_max_executions"] != 1000.0 || ledger["ledger_max_bytes"] != float64(1<<30) {
+		t.Errorf("limits ledger = %v, want 30 days, 1000 records, 1 GiB", ledger)
+	}
+	if used, _ := ledger["used_bytes"].(float64); used < float64(cfg.MaxCodeBytes) {
+		t.Errorf("limits ledger used_bytes = %v, want at least the run's code (%d bytes)", ledger["used_bytes"], cfg.MaxCodeBytes)
 	}
 	if limits["charts"] != true {
 		t.Errorf("limits charts = %v, want true", limits["charts"])

@@ -289,6 +289,16 @@ func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 	if a.files != nil {
 		lim.FilesUsedBytes, lim.FilesMaxBytes = a.files.Used()
 	}
+	if a.ledger != nil {
+		r := a.ledger.Retention()
+		lim.Ledger = &apitype.LedgerLimits{LedgerMaxAgeDays: int64(r.MaxAge / (24 * time.Hour)), LedgerMaxExecutions: r.MaxCount,
+			LedgerMaxBytes: r.MaxBytes, UsedBytes: a.ledger.LedgerBytes()}
+	}
+	if a.ledger != nil {
+		r := a.ledger.Retention()
+		lim.Ledger = &apitype.LedgerLimits{LedgerMaxAgeDays: int64(r.MaxAge / (24 * time.Hour)), LedgerMaxExecutions: r.MaxCount,
+			LedgerMaxBytes: r.MaxBytes, UsedBytes: a.ledger.LedgerBytes()}
+	}
 	if a.sessions != nil {
 		sc := a.sessions.Config()
 		lim.Sessions = &apitype.SessionLimits{IdleTimeoutMS: sc.IdleTimeout.Milliseconds(), MaxLifetimeMS: sc.MaxLifetime.Milliseconds(),

@@ -43,6 +43,10 @@ type Scheduler interface {
 type Ledger interface {
 	GetExecution(ctx context.Context, id string) (store.Execution, error)
 	ListExecutions(ctx context.Context, f store.ExecutionFilter, p store.Page) ([]store.ExecutionSummary, string, error)
+	// Retention is what the ledger is held to, and LedgerBytes what its records take now
+	// (GET /v1/limits).
+	Retention() store.Retention
+	LedgerBytes() int64
 }
 
 var (

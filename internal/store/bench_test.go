@@ -3,6 +3,8 @@ package store
 import (
 	"encoding/json"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,6 +45,62 @@ func BenchmarkLedgerWrites(b *testing.B) {
 				}
 			})
 			b.ReportMetric(float64(2*b.N)/time.Since(start).Seconds(), "ledger-writes/s")
+		})
+	}
+}
+
+// BenchmarkPruneByBytes prunes a SQLite ledger of n records of 4 KiB of stdout each, kept at
+// its byte budget: each iteration writes 200 more (not timed) and prunes; a prune that passes
+// the budget deletes the oldest down to LedgerLowWater (a tenth of the budget at least).
+// ns/deleted should not grow with n. The "under" cases prune a ledger under its budget: the
+// sum of execution_bytes, the part of a prune that reads every record's size.
+func BenchmarkPruneByBytes(b *testing.B) {
+	for _, n := range []int{2_000, 20_000} {
+		s, err := Open(b.Context(), filepath.Join(b.TempDir(), FileName), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		at := time.Now().Add(-time.Hour)
+		write := func(k int) {
+			for range k {
+				at = at.Add(time.Millisecond)
+				head := sandbox.Result{ID: sandbox.NewID(), Agent: "a", TimeoutMS: 1000, StartedAt: at, Origin: sandbox.Origin{Source: "api"}}
+				if err := s.Begin(b.Context(), sandbox.Spec{ID: head.ID, Code: "print(1)", Input: json.RawMessage("null")}, head); err != nil {
+					b.Fatal(err)
+				}
+				head.Outcome, head.Stdout = sandbox.OutcomeOK, strings.Repeat("x", 4096)
+				if err := s.Finish(b.Context(), head); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		write(n)
+		r := Retention{MaxBytes: s.LedgerBytes() * 100 / LedgerLowWater}
+		b.Run("under/"+strconv.Itoa(n), func(b *testing.B) {
+			for b.Loop() {
+				if d, err := s.Prune(b.Context(), Retention{MaxBytes: 1 << 40}); err != nil || d != 0 {
+					b.Fatal(d, err)
+				}
+			}
+		})
+		b.Run("over/"+strconv.Itoa(n), func(b *testing.B) {
+			var took time.Duration
+			deleted := 0
+			for range b.N {
+				write(200)
+				start := time.Now()
+				d, err := s.Prune(b.Context(), r)
+				if err != nil {
+					b.Fatal(err)
+				}
+				took += time.Since(start)
+				deleted += d
+			}
+			if deleted > 0 {
+				b.ReportMetric(float64(took.Nanoseconds())/float64(deleted), "ns/deleted")
+			}
+			b.ReportMetric(float64(deleted)/float64(b.N), "deleted/op")
 		})
 	}
 }

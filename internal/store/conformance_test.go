@@ -42,6 +42,11 @@ var conformance = []struct {
 	{"OverlapIsDecidedFromTheSharedLedger", TestOverlapIsDecidedFromTheSharedLedger},
 	{"SessionLedger", TestSessionLedger},
 	{"JobQuotas", TestJobQuotas},
+	{"PruneByBytesOldestFirst", TestPruneByBytesOldestFirst},
+	{"PruneByBytesKeepsTheNewestRecord", TestPruneByBytesKeepsTheNewestRecord},
+	{"EvictedFilesLeaveTheRecordsBytes", TestEvictedFilesLeaveTheRecordsBytes},
+	{"LedgerBytesMigrationFillsOldRecords", TestLedgerBytesMigrationFillsOldRecords},
+	{"FinishInterruptedCountsTheRecords", TestFinishInterruptedCountsTheRecords},
 }
 
 // onPostgres says whether t is a case TestPostgres runs.

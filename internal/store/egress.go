@@ -9,16 +9,13 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
-// finishEgress records a finished run's outbound connections (network "allowlist") in tx.
-func finishEgress(ctx context.Context, tx *Tx, res sandbox.Result) error {
+// finishEgress records a finished run's outbound connections (network "allowlist"), col
+// being their JSON column, in tx.
+func finishEgress(ctx context.Context, tx *Tx, res sandbox.Result, col sql.NullString) error {
 	if len(res.Egress) == 0 && res.EgressOmitted == 0 {
 		return nil
 	}
-	col, err := jsonColumn(res.Egress)
-	if err != nil {
-		return err
-	}
-	_, err = tx.ExecContext(ctx, `UPDATE executions SET egress = ?, egress_omitted = ? WHERE id = ?`, col, res.EgressOmitted, res.ID)
+	_, err := tx.ExecContext(ctx, `UPDATE executions SET egress = ?, egress_omitted = ? WHERE id = ?`, col, res.EgressOmitted, res.ID)
 	return err
 }
 

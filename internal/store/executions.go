@@ -131,12 +131,30 @@ func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
 	if err != nil {
 		return err
 	}
-	return s.tx(ctx, func(tx *Tx) error {
-		if err := finish(ctx, tx, res, ended, resultColumns{deps: deps, calls: calls, files: files, skipped: skipped}); err != nil {
+	egress, err := jsonColumn(res.Egress)
+	if err != nil {
+		return err
+	}
+	cols := resultColumns{deps: deps, calls: calls, files: files, skipped: skipped}
+	var size int64
+	err = s.tx(ctx, func(tx *Tx) error {
+		if err := finish(ctx, tx, res, ended, cols); err != nil {
 			return err
 		}
-		return finishEgress(ctx, tx, res)
+		if err := finishEgress(ctx, tx, res, egress); err != nil {
+			return err
+		}
+		// The record's size (ledger_max_bytes): its result, and what Begin wrote and its output
+		// files, all kept by now, counted in the one statement.
+		return tx.QueryRowContext(ctx, `INSERT INTO execution_bytes (execution_id, bytes)
+			SELECT e.id, CAST(? AS BIGINT) + `+recordBaseSQL+` FROM executions e WHERE e.id = ?
+			ON CONFLICT (execution_id) DO UPDATE SET bytes = excluded.bytes RETURNING bytes`,
+			finishBytes(res, cols, len(egress.String)), res.ID).Scan(&size)
 	})
+	if err == nil {
+		s.ledger.add(size)
+	}
+	return err
 }
 
 // resultColumns are a result's lists as stored: JSON text, NULL when empty.
@@ -216,6 +234,13 @@ func (s *Store) finishInterrupted(ctx context.Context, db execer, cond string, a
 	if s.pg {
 		duration = "least(greatest(0, ? - started_at), timeout_ms)"
 	}
+	// Their sizes first (ledger_max_bytes): what Begin wrote and their kept files. Should the
+	// update below fail, they are counted again, the same, when it is retried.
+	if _, err := db.ExecContext(ctx, `INSERT INTO execution_bytes (execution_id, bytes)
+		SELECT e.id, `+recordBaseSQL+` FROM executions e WHERE e.status = 'running'`+cond+`
+		ON CONFLICT (execution_id) DO NOTHING`, args...); err != nil {
+		return 0, err
+	}
 	r, err := db.ExecContext(ctx, `UPDATE executions SET status = 'finished', outcome = ?, exit_code = -1,
 		signal = 0, reason = ?, stdout = '', stderr = '', stdout_truncated = 0, stderr_truncated = 0,
 		output = 'null', duration_ms = `+duration+`, ended_at = ? WHERE status = 'running'`+cond,
@@ -224,6 +249,9 @@ func (s *Store) finishInterrupted(ctx context.Context, db execer, cond string, a
 		return 0, err
 	}
 	n, err := r.RowsAffected()
+	if err == nil && n > 0 {
+		err = s.countLedgerBytes(ctx)
+	}
 	return int(n), err
 }
 
@@ -409,22 +437,27 @@ func decodeCursor(c string) (int64, string, error) {
 }
 
 // Retention bounds the ledger: records older than MaxAge, and beyond the newest MaxCount, are
-// pruned (zero means no bound of that kind). Running records are never pruned.
+// pruned, and the oldest while all records take more than MaxBytes (with their kept output
+// files; see ledger.go), down to LedgerLowWater percent of it; zero means no bound of that
+// kind. Running records are never pruned, nor by bytes the newest finished one.
 type Retention struct {
 	MaxAge   time.Duration
 	MaxCount int
+	MaxBytes int64
 }
 
 // Prune deletes the finished records r does not keep, with their output files, and code no
 // record refers to any more, gives the space they took back to the file system, and returns
-// how many records it deleted.
+// how many records it deleted. It recounts the ledger's bytes (LedgerBytes).
 func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 	var (
 		deleted int64
 		freed   int64
 		gone    []string
+		total   int64
 	)
 	err := s.tx(ctx, func(tx *Tx) error {
+		deleted, freed, gone, total = 0, 0, nil, 0 // PostgreSQL may run this again
 		if r.MaxAge > 0 {
 			res, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE status = 'finished' AND started_at < ?`,
 				s.now().Add(-r.MaxAge).UnixMilli())
@@ -443,6 +476,11 @@ func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 			n, _ := res.RowsAffected()
 			deleted += n
 		}
+		n, t, err := s.pruneBytes(ctx, tx, r.MaxBytes)
+		if err != nil {
+			return err
+		}
+		deleted, total = deleted+n, t
 		if deleted > 0 {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM execution_logs WHERE NOT EXISTS (
 				SELECT 1 FROM executions e WHERE e.id = execution_logs.execution_id)`); err != nil {
@@ -460,6 +498,9 @@ func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 	})
 	if err == nil && s.files != nil {
 		s.files.forget(freed, gone)
+	}
+	if err == nil {
+		s.ledger.used.Store(total)
 	}
 	if err == nil && deleted > 0 {
 		s.reclaim(ctx)

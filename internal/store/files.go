@@ -217,6 +217,16 @@ func (f *Files) evictOldest(ctx context.Context, keep string) (bool, error) {
 		return false, err
 	}
 	f.used -= freed
+	// A finished record counted its files in its bytes (ledger_max_bytes); a running one
+	// counts those still kept when it finishes.
+	r, err := f.st.w.ExecContext(ctx, `UPDATE execution_bytes SET bytes = bytes - ? WHERE execution_id = ?
+		AND EXISTS (SELECT 1 FROM executions e WHERE e.id = ? AND e.status = 'finished')`, freed, id, id)
+	if err != nil {
+		return false, err
+	}
+	if n, _ := r.RowsAffected(); n > 0 {
+		f.st.ledger.add(-freed)
+	}
 	f.removeDirs(id)
 	f.st.log.Info("evicted an execution's output files to keep all files within files_max_bytes", "id", id, "bytes", freed)
 	return true, nil

@@ -58,7 +58,12 @@ func OpenPostgres(ctx context.Context, url string, maxConns int, log *slog.Logge
 		return nil, fmt.Errorf("migrating the database %s: %w", shown, redactErr(err, url))
 	}
 	d := &dbx{DB: sqlDB, pg: true}
-	return &Store{w: d, r: d, pg: true, url: url, log: log, now: time.Now, quotas: DefaultQuotas()}, nil
+	s := &Store{w: d, r: d, pg: true, url: url, log: log, now: time.Now, quotas: DefaultQuotas(), ledger: newLedgerBytes()}
+	if err := s.countLedgerBytes(ctx); err != nil {
+		sqlDB.Close()
+		return nil, fmt.Errorf("counting the ledger's bytes in %s: %w", shown, redactErr(err, url))
+	}
+	return s, nil
 }
 
 // migrationLock is the PostgreSQL advisory lock held while the schema is migrated.

@@ -80,6 +80,10 @@ type Store struct {
 	quotas Quotas
 	// files keeps runs' output files, deleted with their records; nil until OpenFiles.
 	files *Files
+	// retention is what the ledger is held to (SetRetention); ledger counts the bytes of its
+	// records (see ledger.go).
+	retention Retention
+	ledger    ledgerBytes
 }
 
 // FileName is the database's file name inside the data directory.
@@ -123,10 +127,14 @@ func Open(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
 		return nil, fmt.Errorf("opening the database %s: %w", path, err)
 	}
 	rdb.SetMaxOpenConns(4)
-	s := &Store{w: w, r: &dbx{DB: rdb}, log: log, now: time.Now, quotas: DefaultQuotas()}
+	s := &Store{w: w, r: &dbx{DB: rdb}, log: log, now: time.Now, quotas: DefaultQuotas(), ledger: newLedgerBytes()}
 	if err := s.dropAgentIndexes(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("indexing the knowledge of %s: %w", path, err)
+	}
+	if err := s.countLedgerBytes(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("counting the ledger's bytes in %s: %w", path, err)
 	}
 	return s, nil
 }
