@@ -458,7 +458,7 @@ func TestGateTimeCap(t *testing.T) {
 // resolving to it, and on every local address when the daemon listens on a wildcard.
 func TestDaemonAPIIsNeverOpened(t *testing.T) {
 	res := fakeResolver{"vm": {"127.0.0.1"}, "lan.test": {"192.0.2.7"}}
-	open := []string{"127.0.0.0/8", "vm", "lan.test", "0.0.0.0/0", "192.0.2.0/24"}
+	open := []string{"127.0.0.0/8", "vm", "lan.test", "0.0.0.0/0", "0.0.0.0/8", "::/128", "192.0.2.0/24"}
 	local := func() ([]net.Addr, error) {
 		return []net.Addr{&net.IPNet{IP: net.ParseIP("192.0.2.7"), Mask: net.CIDRMask(24, 32)}}, nil
 	}
@@ -472,6 +472,10 @@ func TestDaemonAPIIsNeverOpened(t *testing.T) {
 		{"127.0.0.1:8765", "127.0.0.2", 8765, false}, // loopback is loopback
 		{"127.0.0.1:8765", "::ffff:127.0.0.1", 8765, false},
 		{"127.0.0.1:8765", "vm", 8765, false},
+		{"127.0.0.1:8765", "0.0.0.0", 8765, false}, // the unspecified address dials this host
+		{"127.0.0.1:8765", "::", 8765, false},
+		{"127.0.0.1:8765", "::ffff:0.0.0.0", 8765, false},
+		{"192.0.2.7:8765", "0.0.0.0", 8765, false},
 		{"127.0.0.1:8765", "127.0.0.1", 8766, true},
 		{"127.0.0.1:8765", "192.0.2.7", 8765, true}, // not where it listens
 		{"0.0.0.0:8765", "192.0.2.7", 8765, false},  // a local address

@@ -45,7 +45,9 @@ func (r *Reserved) match(a netip.Addr, port int) (string, bool) {
 	}
 	a = a.Unmap()
 	for _, ap := range r.Addrs {
-		if ap.Port() == uint16(port) && (ap.Addr() == a || ap.Addr().IsLoopback() && a.IsLoopback()) {
+		// A dial to the unspecified address (0.0.0.0, ::) reaches this host, on whatever
+		// address it listens (an attack read the API through "0.0.0.0:port").
+		if ap.Port() == uint16(port) && (ap.Addr() == a || a.IsUnspecified() || ap.Addr().IsLoopback() && a.IsLoopback()) {
 			return "sandpit's own API (listen " + ap.String() + ")", true
 		}
 	}
