@@ -104,3 +104,29 @@ func BenchmarkPruneByBytes(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSearchLargeMemories: a search whose word is in each of 600 memories of 64 KiB (an
+// attack's shape): the rows' text a search ranks is bounded (rankPrefix, maxRankBytes), so its
+// cost does not follow the rows' size.
+func BenchmarkSearchLargeMemories(b *testing.B) {
+	s, err := Open(b.Context(), filepath.Join(b.TempDir(), FileName), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	text := strings.Repeat("zz filler words here ", 64<<10/21)
+	for range 6 {
+		batch := make([]Memory, 100)
+		for i := range batch {
+			batch[i] = Memory{Text: text}
+		}
+		if _, err := s.AddMemories(b.Context(), "mallory", batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		if got, err := s.SearchMemories(b.Context(), "mallory", "zz", 1); err != nil || len(got) != 1 {
+			b.Fatal(len(got), err)
+		}
+	}
+}
