@@ -236,3 +236,43 @@ func BenchmarkNeighbourhoodSparse(b *testing.B) {
 		})
 	}
 }
+
+// TestNeighbourhoodHeldToItsAnswerBytes: nodes with large properties are answered only while
+// they fit the answer's bytes (an attack's nodes of 120 KiB properties built a 123 MB answer
+// before it was refused), and the answer says truncated; edges only join answered nodes.
+func TestNeighbourhoodHeldToItsAnswerBytes(t *testing.T) {
+	s := open(t)
+	big := json.RawMessage(`{"blob":"` + strings.Repeat("x", 120<<10) + `"}`)
+	var nodes []Node
+	var edges []Edge
+	for i := range 40 {
+		id := fmt.Sprintf("n%02d", i)
+		nodes = append(nodes, Node{ID: id, Type: "t", Properties: big})
+		edges = append(edges, Edge{Source: "hub", Target: id, Relation: "r"})
+	}
+	nodes = append(nodes, Node{ID: "hub", Type: "t"})
+	if _, err := s.AddNodes(t.Context(), "a", nodes); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AddEdges(t.Context(), "a", edges); err != nil {
+		t.Fatal(err)
+	}
+	const answerBytes = 1 << 20
+	g, err := s.Neighbourhood(t.Context(), "a", "hub", "", 1, 1000, answerBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(g)
+	if len(b) > answerBytes+answerBytes/10 || !g.Truncated || len(g.Nodes) == 0 || len(g.Nodes) >= 41 {
+		t.Fatalf("an answer of %d bytes with %d nodes, truncated %v; want at most about %d bytes, truncated", len(b), len(g.Nodes), g.Truncated, answerBytes)
+	}
+	in := map[string]bool{}
+	for _, n := range g.Nodes {
+		in[n.ID] = true
+	}
+	for _, e := range g.Edges {
+		if !in[e.Source] || !in[e.Target] {
+			t.Errorf("edge %s-%s joins a node left out", e.Source, e.Target)
+		}
+	}
+}

@@ -384,8 +384,38 @@ func (s *Store) Neighbourhood(ctx context.Context, agent, start, relation string
 	if err != nil {
 		return Graph{}, err
 	}
-	if g.Nodes, err = collect(rows, scanNode); err != nil {
+	// Bytes too, not only counts: nodes and edges are read until their text would pass
+	// answerBytes (nodes of 120 KiB properties built a 123 MB answer before it was refused).
+	used := 0
+	fits := func(n int) bool {
+		used += n
+		return answerBytes <= 0 || used <= answerBytes
+	}
+	full := false // nodes were left out for the bytes: only the nodes answered keep edges
+	for rows.Next() {
+		n, err := scanNode(rows)
+		if err != nil {
+			rows.Close()
+			return Graph{}, err
+		}
+		if !fits(len(n.ID) + len(n.Type) + len(n.Properties) + 64) {
+			g.Truncated, full = true, true
+			break
+		}
+		g.Nodes = append(g.Nodes, n)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return Graph{}, err
+	}
+	answered := map[string]bool{}
+	if full {
+		for _, n := range g.Nodes {
+			answered[n.ID] = true
+		}
+	} else {
+		for _, id := range ids { // a node may have edges and no row of its own
+			answered[id] = true
+		}
 	}
 	edges := make([]int64, 0, len(keep))
 	for id := range keep {
@@ -405,7 +435,17 @@ func (s *Store) Neighbourhood(ctx context.Context, agent, start, relation string
 		if err != nil {
 			return Graph{}, err
 		}
-		g.Edges = append(g.Edges, part...)
+		for _, e := range part {
+			if !answered[e.Source] || !answered[e.Target] {
+				g.Truncated = true // an end of it was left out for the bytes
+				continue
+			}
+			if !fits(len(e.Source) + len(e.Target) + len(e.Relation) + len(e.Properties) + 96) {
+				g.Truncated = true
+				return g, nil
+			}
+			g.Edges = append(g.Edges, e)
+		}
 	}
 	return g, nil
 }
