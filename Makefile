@@ -23,17 +23,17 @@ test:
 
 # Every fuzz target for FUZZ_TIME each (their seed corpora also run with `make test`).
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZ_TIME) ./internal/requirement
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZ_TIME) ./internal/schedule
-	$(GO) test -run '^$$' -fuzz '^FuzzReceive$$' -fuzztime $(FUZZ_TIME) ./internal/protocol
-	$(GO) test -run '^$$' -fuzz '^FuzzCapture$$' -fuzztime $(FUZZ_TIME) ./internal/executor
-	$(GO) test -run '^$$' -fuzz '^FuzzReadTarget$$' -fuzztime $(FUZZ_TIME) ./internal/executor
-	$(GO) test -run '^$$' -fuzz '^FuzzParseRule$$' -fuzztime $(FUZZ_TIME) ./internal/egress
-	$(GO) test -run '^$$' -fuzz '^FuzzCheckAddress$$' -fuzztime $(FUZZ_TIME) ./internal/egress
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeExecuteBody$$' -fuzztime $(FUZZ_TIME) ./internal/httpapi
-	$(GO) test -run '^$$' -fuzz '^FuzzKnowledgeImport$$' -fuzztime $(FUZZ_TIME) -fuzzminimizetime 5s ./internal/httpapi
-	$(GO) test -run '^$$' -fuzz '^FuzzToolArguments$$' -fuzztime $(FUZZ_TIME) ./internal/mcpserver
-	$(GO) test -run '^$$' -fuzz '^FuzzANSISpans$$' -fuzztime $(FUZZ_TIME) ./internal/console
+	GO=$(GO) scripts/fuzz-one.sh FuzzParse ./internal/requirement $(FUZZ_TIME)
+	GO=$(GO) scripts/fuzz-one.sh FuzzParse ./internal/schedule $(FUZZ_TIME)
+	GO=$(GO) scripts/fuzz-one.sh FuzzReceive ./internal/protocol $(FUZZ_TIME)
+	GO=$(GO) scripts/fuzz-one.sh FuzzCapture ./internal/executor $(FUZZ_TIME)
+	GO=$(GO) scripts/fuzz-one.sh FuzzReadTarget ./internal/executor $(FUZZ_TIME)
+	GO=$(GO) scripts/fuzz-one.sh FuzzParseRule ./internal/egress $(FUZZ_TIME)
+	GO=$(GO) scripts/fuzz-one.sh FuzzCheckAddress ./internal/egress $(FUZZ_TIME)
+	GO=$(GO) scripts/fuzz-one.sh FuzzDecodeExecuteBody ./internal/httpapi $(FUZZ_TIME)
+	GO=$(GO) scripts/fuzz-one.sh FuzzKnowledgeImport ./internal/httpapi $(FUZZ_TIME) -fuzzminimizetime 5s
+	GO=$(GO) scripts/fuzz-one.sh FuzzToolArguments ./internal/mcpserver $(FUZZ_TIME)
+	GO=$(GO) scripts/fuzz-one.sh FuzzANSISpans ./internal/console $(FUZZ_TIME)
 
 # vet, gofmt, and go.mod as `go mod tidy` leaves it (-diff changes nothing; it prints what tidy
 # would change and fails).
