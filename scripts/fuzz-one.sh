@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# fuzz-one.sh TARGET PACKAGE TIME [EXTRA...] runs one fuzz target for TIME. Go's fuzzing engine
-# sometimes ends a run that found nothing with "context deadline exceeded" when -fuzztime
-# elapses while a worker is still busy (the machine loaded); such a run, which wrote no failing
-# input under testdata/fuzz, is tried once more. Any other failure is the failure.
+# fuzz-one.sh TARGET PACKAGE TIME [EXTRA...] runs one fuzz target for TIME. Go's fuzzing
+# coordinator sometimes ends a run that found nothing with "context deadline exceeded" when
+# -fuzztime elapses while a worker is still busy (a race, go.dev/issue/75804, fixed in Go 1.27;
+# go1.26 has it); such a run, which wrote no failing input under testdata/fuzz, is tried once
+# more. Any other failure is the failure.
 set -uo pipefail
 target=$1 pkg=$2 time=$3
 shift 3
