@@ -126,6 +126,9 @@ type Executor struct {
 	installer *installer
 	forks     *forkServers
 	proxy     *proxy // nil without Config.Proxy
+	// ipcListed: the kernel lists System V IPC objects (/proc/sysvipc), as Linux does and
+	// gVisor does not; read once, at start.
+	ipcListed bool
 
 	// changingUID is held for writing while a program is started or forked as a slot's uid,
 	// until it has become that uid, and for reading while /proc is scanned: under gVisor, the
@@ -152,7 +155,8 @@ func Serve(ctx context.Context, conn *protocol.Conn, cfg Config, log *slog.Logge
 		return fmt.Errorf("executor: invalid config: uid base %d, %d slots", cfg.UIDBase, cfg.Slots)
 	}
 	e := &Executor{cfg: cfg, conn: conn, log: log, runs: map[string]*run{}, busy: map[int]bool{},
-		installs: map[string]context.CancelFunc{}, next: map[int]*nextProgram{}, interps: map[int]*interp{}}
+		installs: map[string]context.CancelFunc{}, next: map[int]*nextProgram{}, interps: map[int]*interp{},
+		ipcListed: ipcListed()}
 	python, err := e.prepare()
 	if err != nil {
 		return err
@@ -377,7 +381,7 @@ func (e *Executor) clean(slot int) error {
 	}
 	if err := removeIPC(uid); err != nil {
 		errs = append(errs, fmt.Errorf("removing the run's IPC objects: %w", err))
-	} else if !ipcListed() {
+	} else if !e.ipcListed {
 		// Where the kernel does not list them (gVisor), it still counts them: any left can
 		// only be a run's, and only a new box removes them.
 		if n, err := ipcObjectsLeft(); err != nil || n > 0 {

@@ -96,8 +96,8 @@ func TestExecutionsPerAgent(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if st := s.Stats(); st.Busy != 0 || st.Waiting != 0 || len(s.held) != 0 || len(s.queued) != 0 {
-		t.Fatalf("after every run: stats %+v, held %v, queued %v; want all zero", st, s.held, s.queued)
+	if st := s.Stats(); st.Busy != 0 || st.Waiting != 0 || len(s.held) != 0 || len(s.queue) != 0 {
+		t.Fatalf("after every run: stats %+v, held %v, queue %v; want all zero", st, s.held, s.queue)
 	}
 }
 
@@ -128,8 +128,8 @@ func TestLoneAgentUsesEverySlot(t *testing.T) {
 		t.Fatalf("cancelled queued execution: %v", err)
 	}
 	s.mu.Lock()
-	if s.queued["default"] != 0 || s.held["default"] != 3 {
-		t.Errorf("held %v, queued %v; want default holding 3, none queued", s.held, s.queued)
+	if s.waiting("default") != 0 || s.held["default"] != 3 {
+		t.Errorf("held %v, queued %v; want default holding 3, none queued", s.held, s.waiting("default"))
 	}
 	s.mu.Unlock()
 	for _, c := range []string{"1", "2", "3"} {

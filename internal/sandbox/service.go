@@ -123,12 +123,12 @@ type Service struct {
 
 	mu sync.Mutex
 	// free are the free slots' numbers; queue the requests waiting for one, in arrival order
-	// (one is never non-empty while the other is); held and queued count each agent's slots
-	// and waiting requests ("" for installs, which name no agent).
-	free         []int
-	queue        []*waiter
-	held, queued map[string]int
-	settling     sync.WaitGroup // release's goroutines
+	// (one is never non-empty while the other is); held counts each agent's slots ("" for
+	// installs, which name no agent).
+	free     []int
+	queue    []*waiter
+	held     map[string]int
+	settling sync.WaitGroup // release's goroutines
 }
 
 // waiter is a request waiting for a slot: dispatch sends it one on slot.
@@ -146,7 +146,7 @@ func NewService(rt Runtime, hooks Hooks, cfg Config, log *slog.Logger) *Service 
 	}
 	base, interrupt := context.WithCancelCause(context.Background())
 	s := &Service{rt: rt, rec: hooks.Recorder, cb: hooks.Callbacks, files: hooks.Files, net: hooks.Egress, cfg: cfg, log: log,
-		base: base, interrupt: interrupt, held: map[string]int{}, queued: map[string]int{}}
+		base: base, interrupt: interrupt, held: map[string]int{}}
 	// Each slot is offered once the runtime has it ready (a pool brings its slots up one by one).
 	for i := range cfg.Slots {
 		s.settle(i)
@@ -774,9 +774,6 @@ func (s *Service) dispatch() {
 		}
 		w := s.queue[pick]
 		s.queue = slices.Delete(s.queue, pick, pick+1)
-		if s.queued[w.agent]--; s.queued[w.agent] <= 0 {
-			delete(s.queued, w.agent)
-		}
 		s.held[w.agent]++
 		w.slot <- s.takeFree()
 	}
@@ -791,7 +788,7 @@ func (s *Service) acquire(ctx context.Context, agent string) (int, error) {
 		return 0, fmt.Errorf("waiting for a free slot: %w", err)
 	}
 	s.mu.Lock()
-	if limit := s.cfg.ExecutionsPerAgent; agent != "" && limit > 0 && s.held[agent]+s.queued[agent] >= limit {
+	if limit := s.cfg.ExecutionsPerAgent; agent != "" && limit > 0 && s.held[agent]+s.waiting(agent) >= limit {
 		s.mu.Unlock()
 		return 0, &BusyError{Slots: s.cfg.Slots, Queue: s.cfg.QueueLength, RetryAfter: time.Second, Agent: agent, PerAgent: limit}
 	}
@@ -807,7 +804,6 @@ func (s *Service) acquire(ctx context.Context, agent string) (int, error) {
 	}
 	w := &waiter{agent: agent, slot: make(chan int, 1)}
 	s.queue = append(s.queue, w)
-	s.queued[agent]++
 	s.mu.Unlock()
 	select {
 	case slot := <-w.slot:
@@ -816,9 +812,8 @@ func (s *Service) acquire(ctx context.Context, agent string) (int, error) {
 		}
 		// Cancelled at the same moment: the slot (unused) goes to the next one.
 		s.mu.Lock()
-		s.unhold(agent)
+		s.giveBack(agent, slot)
 		s.mu.Unlock()
-		s.offer(slot)
 	case <-ctx.Done():
 		s.leave(w)
 	case <-s.base.Done():
@@ -837,14 +832,28 @@ func (s *Service) leave(w *waiter) {
 	defer s.mu.Unlock()
 	if i := slices.Index(s.queue, w); i >= 0 {
 		s.queue = slices.Delete(s.queue, i, i+1)
-		if s.queued[w.agent]--; s.queued[w.agent] <= 0 {
-			delete(s.queued, w.agent)
-		}
 		return
 	}
-	s.unhold(w.agent)
-	s.free = append(s.free, <-w.slot)
+	s.giveBack(w.agent, <-w.slot)
+}
+
+// giveBack returns an unused slot dispatch gave agent, for the next waiting request; s.mu is
+// held.
+func (s *Service) giveBack(agent string, slot int) {
+	s.unhold(agent)
+	s.free = append(s.free, slot)
 	s.dispatch()
+}
+
+// waiting counts agent's requests in the queue (at most QueueLength); s.mu is held.
+func (s *Service) waiting(agent string) int {
+	n := 0
+	for _, w := range s.queue {
+		if w.agent == agent {
+			n++
+		}
+	}
+	return n
 }
 
 var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
