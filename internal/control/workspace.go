@@ -96,6 +96,18 @@ wait:
 	return pid, nil
 }
 
+// SetEgress sets the dialer of the workspace's connections (sandbox.WorkspaceEgressOwner):
+// those of a session's commands; nil removes it.
+func (c *Line) SetEgress(d sandbox.EgressDialer) {
+	if d == nil {
+		c.endEgress(sandbox.WorkspaceEgressOwner)
+		return
+	}
+	c.mu.Lock()
+	c.dialers[sandbox.WorkspaceEgressOwner] = d
+	c.mu.Unlock()
+}
+
 // remoteError is the error of an executor's refusal m, of the class it names.
 func remoteError(m *protocol.Message) error {
 	msg := m.Error

@@ -75,7 +75,14 @@ type Workspace interface {
 	MakeDir(ctx context.Context, op FileMkdir) (FileEntry, error)
 	RenameFile(ctx context.Context, op FileRename) (FileEntry, error)
 	RemoveFile(ctx context.Context, op FileRemove) error
+	// SetEgress sets the dialer of the connections its commands open through the egress
+	// proxy (network "allowlist"; nil: none), and of its interpreter's between calls.
+	SetEgress(d EgressDialer)
 }
+
+// WorkspaceEgressOwner is the owner the executor gives a connection of a session's uid while
+// no call of its interpreter runs: its commands' (and what they left running).
+const WorkspaceEgressOwner = "workspace"
 
 // TermSize is a terminal's size in characters.
 type TermSize struct {

@@ -173,6 +173,9 @@ func (b *sessionBox) RemoveFile(ctx context.Context, op sandbox.FileRemove) erro
 	return b.line.RemoveFile(ctx, op)
 }
 
+// SetEgress sets the dialer of the session's commands' connections.
+func (b *sessionBox) SetEgress(d sandbox.EgressDialer) { b.line.SetEgress(d) }
+
 func (b *sessionBox) Done() <-chan struct{} { return b.line.Done() }
 func (b *sessionBox) Err() error            { return b.line.Err() }
 
