@@ -619,8 +619,12 @@ func (m *Sessions) WriteFile(ctx context.Context, agent, id, p string, r io.Read
 	return ent, nil
 }
 
-// ListFiles lists the directory p of agent's session id, depth levels down (1: its entries).
+// ListFiles lists the directory p of agent's session id ("": its home), depth levels down (1:
+// its entries).
 func (m *Sessions) ListFiles(ctx context.Context, agent, id, p string, depth int) (sandbox.FileListing, error) {
+	if p == "" {
+		p = sandbox.SessionHome
+	}
 	if depth < 0 || depth > 64 {
 		return sandbox.FileListing{}, &sandbox.FieldError{Field: "depth", Message: fmt.Sprintf("is %d; allowed range is 1 to 64", depth)}
 	}
