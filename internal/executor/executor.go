@@ -152,8 +152,8 @@ type Executor struct {
 	// self is the executor's own binary (the command shim); pythonVersion the interpreter's.
 	self          string
 	pythonVersion string
-	stopping bool
-	wg       sync.WaitGroup
+	stopping      bool
+	wg            sync.WaitGroup
 }
 
 // Serve prepares the box (killing a stale executor and every slot's leftover processes and
