@@ -18,9 +18,6 @@ func main() {
 	if len(os.Args) >= 2 && os.Args[1] == "spawn-time" {
 		os.Exit(spawnTime(os.Args[2:], os.Stdout, os.Stderr))
 	}
-	if len(os.Args) >= 2 && os.Args[1] == "shim" {
-		os.Exit(executor.Shim(os.Args[2:]))
-	}
 	if len(os.Args) < 2 || os.Args[1] != "serve" {
 		fmt.Fprintln(os.Stderr, "usage: sandpit-executor serve [flags]  (started by the sandpit daemon, not by hand)")
 		os.Exit(2)

@@ -20,24 +20,33 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
-// A session's commands (KindCommand). Each runs under a shim (see shim.go) as the session's
-// uid, in its home, with a minimal environment (nothing of the executor's), the egress proxy's
+// A session's commands (KindCommand). Each runs as the session's uid, in its home, with a minimal environment (nothing of the executor's), the egress proxy's
 // settings and pip's (the daemon's index and trust settings, installing into the session's
 // own site directory, which its interpreter has on its path). Its stdout and stderr (or its
 // terminal) go to the daemon as chunks under the command's caps; a command that passes a cap
 // is killed with every process it started (outcome output_limit), as is a foreground one past
 // its timeout (outcome timeout). The command's end is its own process's: what it left running
 // (a server started with &) lives on until the session ends, without its output.
+//
+// Every process a command starts is marked: the command runs with a group of its own (gid
+// commandGID, the session's gid as its supplementary group, so its files stay the session's
+// user's), which an unprivileged process can neither drop nor change, through fork, setsid
+// or a double fork. Killing "the command with every process it started" is killing every
+// process of that gid (killGID), while the interpreter and the other commands of the same uid
+// live on. (A subreaper would need prctl's PR_SET_CHILD_SUBREAPER, which gVisor lacks.)
 
 // proc is one command of the session.
 type proc struct {
 	e     *Executor
 	id    string
 	slot  int
+	gid   int // the command's own group (see the comment at the top of the file)
 	spec  sandbox.CommandSpec
-	shim  *exec.Cmd
+	cmd   *exec.Cmd
 	pid   int
 	start time.Time
+	exited chan struct{} // closed once its own process has ended (status set)
+	status syscall.WaitStatus
 
 	stdin    *os.File // the write end of its stdin pipe, or the terminal's master; nil once closed
 	tty      *os.File // the terminal's master (PTY mode)
@@ -47,7 +56,6 @@ type proc struct {
 	pumpMu   sync.Mutex // held while a chunk is read and passed on (see interp.pump)
 	out, err *capture   // nil once detached
 
-	shimReports <-chan shimReport // the shim's status lines after its first
 
 	mu     sync.Mutex
 	reason stopReason
@@ -174,8 +182,7 @@ func (e *Executor) launchCommand(slot int, id string, c protocol.Command) (*proc
 	}
 	env := e.commandEnv(slot, c)
 	env = append(env, "PWD="+dir)
-	p := &proc{e: e, id: id, slot: slot, spec: c.Spec}
-	args := []string{"shim", "-uid", fmt.Sprint(uid), "-dir", dir}
+	p := &proc{e: e, id: id, slot: slot, gid: e.commandGID(), spec: c.Spec, exited: make(chan struct{})}
 	var childIn, childOut, childErr *os.File
 	if c.Spec.PTY != nil {
 		master, slave, err := pty.Open()
@@ -189,7 +196,6 @@ func (e *Executor) launchCommand(slot int, id string, c protocol.Command) (*proc
 		}
 		p.tty, p.stdin, p.stdout = master, master, master
 		childIn, childOut, childErr = slave, slave, slave
-		args = append(args, "-tty")
 	} else {
 		inR, inW, err := os.Pipe()
 		if err != nil {
@@ -215,50 +221,50 @@ func (e *Executor) launchCommand(slot int, id string, c protocol.Command) (*proc
 		p.stdin, p.stdout, p.stderr = inW, outR, errR
 		childIn, childOut, childErr = inR, outW, errW
 	}
-	statusR, statusW, err := os.Pipe()
-	if err != nil {
-		p.closeFiles()
-		return nil, err
+	prog := c.Spec.Argv[0]
+	if !strings.Contains(prog, "/") {
+		path := "/usr/local/bin:/usr/bin:/bin"
+		for _, kv := range env {
+			if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+				path = v
+			}
+		}
+		found := ""
+		for _, d := range filepath.SplitList(path) {
+			cand := filepath.Join(d, prog)
+			if st, err := os.Stat(cand); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+				found = cand
+				break
+			}
+		}
+		if found == "" {
+			p.closeFiles()
+			return nil, fileErr(errclass.Invalid, "%s: command not found (PATH is %s)", prog, path)
+		}
+		prog = found
 	}
-	args = append(append(args, "--"), c.Spec.Argv...)
-	cmd := exec.Command(e.self, args...)
-	cmd.Env = env
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = childIn, childOut, childErr
-	cmd.ExtraFiles = []*os.File{statusW}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd := &exec.Cmd{Path: prog, Args: c.Spec.Argv, Env: env, Dir: dir, Stdin: childIn, Stdout: childOut, Stderr: childErr}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: c.Spec.PTY != nil, Ctty: 0,
+		Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(p.gid), Groups: []uint32{uint32(uid)}}}
 	e.changingUID.Lock()
-	err = cmd.Start()
+	err = cmd.Start() // returns once the program has become uid and exec'd
 	e.changingUID.Unlock()
-	statusW.Close()
 	if err != nil {
-		statusR.Close()
 		p.closeFiles()
-		return nil, fmt.Errorf("starting the command's shim: %w", err)
+		return nil, fileErr(errclass.Invalid, "starting %s: %v", c.Spec.Argv[0], err)
 	}
-	p.shim = cmd
-	reports := make(chan shimReport, 4)
+	p.cmd, p.pid, p.start = cmd, cmd.Process.Pid, time.Now()
 	go func() {
-		readShimReports(statusR, func(r shimReport) { reports <- r })
-		statusR.Close()
-		close(reports)
+		_ = cmd.Wait()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+			p.status = ws
+		}
+		close(p.exited)
 	}()
-	first, ok := <-reports
-	switch {
-	case !ok:
-		_ = cmd.Wait()
-		p.closeFiles()
-		return nil, errors.New("the command's shim ended before it started the command")
-	case first.err != "":
-		_ = cmd.Wait()
-		p.closeFiles()
-		return nil, fileErr(errclass.Invalid, "%s", first.err)
-	}
-	p.pid, p.start = first.pid, time.Now()
 	p.out = p.newCapture(protocol.KindStdout, c.Spec.StdoutBytes, stopStdoutLimit)
 	if p.stderr != nil {
 		p.err = p.newCapture(protocol.KindStderr, c.Spec.StderrBytes, stopStderrLimit)
 	}
-	p.shimReports = reports
 	e.mu.Lock()
 	e.procs[id] = p
 	e.mu.Unlock()
@@ -268,6 +274,19 @@ func (e *Executor) launchCommand(slot int, id string, c protocol.Command) (*proc
 	}
 	go p.feed(c.Spec.Stdin, !c.Spec.KeepStdin)
 	return p, nil
+}
+
+// commandGIDBase is the first of a session's command groups: far above every uid and gid of
+// the image (slots, sessions, the installer), and unique to the session (its uid's offset).
+const commandGIDBase = 1 << 20
+
+// commandGID returns a new group for a command of the session: one of 4096 per session, used
+// in turn (a group is free again once its command's processes are gone).
+func (e *Executor) commandGID() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.gidSeq++
+	return commandGIDBase + (e.cfg.UIDBase%4096)*4096 + e.gidSeq%4096
 }
 
 func (p *proc) closeFiles() {
@@ -328,7 +347,7 @@ func (p *proc) input(data []byte, closeIn bool) error {
 	return nil
 }
 
-// stop ends the command for reason (the first wins): its shim kills every process it started.
+// stop ends the command for reason (the first wins), killing every process it started.
 func (p *proc) stop(reason stopReason) {
 	p.mu.Lock()
 	if p.reason != stopNone || p.ended {
@@ -337,8 +356,8 @@ func (p *proc) stop(reason stopReason) {
 	}
 	p.reason = reason
 	p.mu.Unlock()
-	if p.shim != nil && p.shim.Process != nil {
-		_ = p.shim.Process.Signal(syscall.SIGTERM)
+	if err := p.e.killGID(p.gid, p.e.cfg.KillTimeout); err != nil {
+		p.e.log.Error("killing a command's processes", "id", p.id, "error", err)
 	}
 }
 
@@ -351,7 +370,7 @@ func (p *proc) signal(sig syscall.Signal) error {
 		return fileErr(errclass.Conflict, "process %s has ended", p.id)
 	}
 	if sig == syscall.SIGKILL {
-		p.stop(stopCancelled)
+		go p.stop(stopCancelled)
 		return nil
 	}
 	if err := syscall.Kill(-p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
@@ -363,6 +382,24 @@ func (p *proc) signal(sig syscall.Signal) error {
 // pump passes the command's stdout (or stderr) to its capture until detached (or the end of
 // the stream); see interp.pump.
 func (p *proc) pump(f *os.File, stderr bool) {
+	if f == p.tty {
+		// A terminal is read outside pumpMu: under gVisor its master may not be pollable,
+		// and a blocking read must not hold the lock the command's end takes.
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := f.Read(buf)
+			if n > 0 {
+				p.pumpMu.Lock()
+				if p.out != nil {
+					p.out.write(buf[:n])
+				}
+				p.pumpMu.Unlock()
+			}
+			if err != nil { // EIO once the terminal's other side is closed
+				return
+			}
+		}
+	}
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return
@@ -402,18 +439,10 @@ func (p *proc) serve() {
 	if p.spec.TimeoutMS > 0 {
 		timer = time.AfterFunc(time.Duration(p.spec.TimeoutMS)*time.Millisecond, func() { p.stop(stopTimeout) })
 	}
-	var status *syscall.WaitStatus
-	for r := range p.shimReports {
-		if r.status != nil {
-			status = r.status
-			break
-		}
-	}
+	<-p.exited
+	status := &p.status
 	if timer != nil {
 		timer.Stop()
-	}
-	if status == nil { // the shim died (the session's end killed everything)
-		_ = p.shim.Wait()
 	}
 	p.drain()
 	p.mu.Lock()
@@ -434,9 +463,6 @@ func (p *proc) serve() {
 		end.StderrTruncated = errc.truncated
 	}
 	switch {
-	case status == nil:
-		end.Outcome, end.Signal = sandbox.OutcomeKilled, "SIGKILL"
-		end.Reason = "the command was killed with the session's processes (the session ended)"
 	case status.Signaled():
 		name := signalName(int(status.Signal()))
 		end.Signal, _, _ = strings.Cut(name, ":")
@@ -474,19 +500,44 @@ func (p *proc) serve() {
 	delete(p.e.procs, p.id)
 	p.e.mu.Unlock()
 	p.e.send(&protocol.Message{Kind: protocol.KindProcEnded, ID: p.id, ProcEnded: end})
-	go func() { _ = p.shim.Wait() }() // the shim lives while the command's descendants do
 }
 
-// drain waits (up to 200 ms) until the command's streams hold nothing unread, then until the
-// pumps have passed on what they read.
+// drain passes on what the command wrote before its end: it reads its streams (each
+// non-blocking) until they hold nothing, under pumpMu, for at most 200 ms (a process it left
+// running may keep writing).
 func (p *proc) drain() {
-	deadline := time.Now().Add(200 * time.Millisecond)
-	for time.Now().Before(deadline) && (pipeBytes(p.stdout) > 0 || (p.stderr != nil && pipeBytes(p.stderr) > 0)) {
-		time.Sleep(time.Millisecond)
+	if p.tty != nil {
+		time.Sleep(50 * time.Millisecond) // what the terminal's pump has read reaches it
 	}
 	p.pumpMu.Lock()
-	//nolint:staticcheck // an empty critical section: a barrier for the pumps
-	p.pumpMu.Unlock()
+	defer p.pumpMu.Unlock()
+	deadline := time.Now().Add(200 * time.Millisecond)
+	buf := make([]byte, 64<<10)
+	for i, f := range []*os.File{p.stdout, p.stderr} {
+		c := p.out
+		if i == 1 {
+			c = p.err
+		}
+		if f == nil || c == nil || f == p.tty {
+			continue
+		}
+		rc, err := f.SyscallConn()
+		if err != nil {
+			continue
+		}
+		_ = rc.Control(func(fd uintptr) {
+			for time.Now().Before(deadline) {
+				n, err := syscall.Read(int(fd), buf)
+				if errors.Is(err, syscall.EINTR) {
+					continue
+				}
+				if n <= 0 {
+					return
+				}
+				c.write(buf[:n])
+			}
+		})
+	}
 }
 
 // procOp serves a KindProcInput, KindProcSignal or KindProcResize message.

@@ -149,9 +149,9 @@ type Executor struct {
 	procs    map[string]*proc              // by process ID: a session's commands (see commands.go)
 	// homesReady: by slot, its session home is made (see sessionHome).
 	homesReady map[int]bool
-	// self is the executor's own binary (the command shim); pythonVersion the interpreter's.
-	self          string
+	// pythonVersion is the interpreter's ("3.11.2"); gidSeq counts the commands' groups.
 	pythonVersion string
+	gidSeq        int
 	stopping      bool
 	wg            sync.WaitGroup
 }
@@ -172,9 +172,6 @@ func Serve(ctx context.Context, conn *protocol.Conn, cfg Config, log *slog.Logge
 		return err
 	}
 	e.pythonVersion = python
-	if e.self, err = os.Executable(); err != nil {
-		return fmt.Errorf("executor: finding its own binary (the command shim): %w", err)
-	}
 	if e.installer, err = newInstaller(e, e.cfg.Python, python); err != nil {
 		return err
 	}

@@ -151,7 +151,7 @@ func (w *ws) openDir(view string, parts []string, mkdirs bool) (int, error) {
 				return -1, errnoError(sandbox.SessionHome+"/"+strings.Join(parts[:i+1], "/"), "making directory", err)
 			}
 		}
-		next, err := openatRetry(fd, part, dirFlags)
+		next, err := openDirAt(fd, part)
 		if err != nil {
 			sub := sandbox.SessionHome + "/" + strings.Join(parts[:i+1], "/")
 			if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ELOOP) {
@@ -475,7 +475,7 @@ func (w *ws) list(r sandbox.FileList, out *protocol.FileReply) error {
 		if err != nil {
 			return err
 		}
-		fd, err = openatRetry(dir, p.name(), dirFlags)
+		fd, err = openDirAt(dir, p.name())
 		if err != nil {
 			m, serr := lstatat(dir, p.name())
 			syscall.Close(dir)
@@ -519,7 +519,7 @@ func listDir(fd int, view string, depth, limit int, l *sandbox.FileListing) erro
 		}
 		l.Entries = append(l.Entries, ent)
 		if ent.Type == "dir" && depth > 1 {
-			child, err := openatRetry(fd, d.name, dirFlags)
+			child, err := openDirAt(fd, d.name)
 			if err != nil {
 				continue
 			}
@@ -681,7 +681,7 @@ func (w *ws) remove(r sandbox.FileRemove) error {
 
 // removeAllAt removes the directory name of dirfd with everything in it, following no link.
 func removeAllAt(dirfd int, name string) error {
-	fd, err := openatRetry(dirfd, name, dirFlags)
+	fd, err := openDirAt(dirfd, name)
 	if err != nil {
 		return err
 	}

@@ -119,7 +119,7 @@ func workspaceSuite(t *testing.T, e *sessionEnv) {
 		if _, err := e.m.WriteFile(ctx, "wanda", id, "deep/er/f.txt", strings.NewReader("replaced"), false); err != nil {
 			t.Fatal(err)
 		}
-		if got := e.sh(t, "wanda", id, "cat deep/er/f.txt; stat -c %U deep/er/f.txt").Stdout; got != "replaceduser\n" {
+		if got := e.sh(t, "wanda", id, "cat deep/er/f.txt; find deep/er/f.txt -printf %u").Stdout; got != "replaceduser" {
 			t.Fatalf("after overwrite the command saw %q", got)
 		}
 		list, err := e.m.ListFiles(ctx, "wanda", id, "deep", 2)
@@ -296,14 +296,17 @@ func workspaceSuite(t *testing.T, e *sessionEnv) {
 		var screen strings.Builder
 		actx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		done := make(chan struct{})
+		done := make(chan error, 1)
 		go func() {
-			defer close(done)
-			_, _ = e.m.Attach(actx, "wanda", id, p.Process.ID, true, func(ev engine.CommandEvent) {
+			info, err := e.m.Attach(actx, "wanda", id, p.Process.ID, true, func(ev engine.CommandEvent) {
 				mu.Lock()
 				screen.WriteString(ev.Data)
 				mu.Unlock()
 			})
+			if err == nil && (info.End == nil || info.End.Outcome != sandbox.OutcomeOK) {
+				err = fmt.Errorf("the terminal's shell ended %+v", info.End)
+			}
+			done <- err
 		}()
 		waitFor := func(s string) {
 			t.Helper()
@@ -333,7 +336,11 @@ func workspaceSuite(t *testing.T, e *sessionEnv) {
 			t.Fatal(err)
 		}
 		waitFor("30 100")
-		<-done
+		if err := <-done; err != nil {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("%v; the terminal showed %q", err, screen.String())
+		}
 	})
 
 	t.Run("H76 a command flooding stdout is stopped at the cap", func(t *testing.T) {
