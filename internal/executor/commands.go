@@ -37,14 +37,14 @@ import (
 
 // proc is one command of the session.
 type proc struct {
-	e     *Executor
-	id    string
-	slot  int
-	gid   int // the command's own group (see the comment at the top of the file)
-	spec  sandbox.CommandSpec
-	cmd   *exec.Cmd
-	pid   int
-	start time.Time
+	e      *Executor
+	id     string
+	slot   int
+	gid    int // the command's own group (see the comment at the top of the file)
+	spec   sandbox.CommandSpec
+	cmd    *exec.Cmd
+	pid    int
+	start  time.Time
 	exited chan struct{} // closed once its own process has ended (status set)
 	status syscall.WaitStatus
 
@@ -55,7 +55,6 @@ type proc struct {
 	inputMu  sync.Mutex // serialises writes to stdin
 	pumpMu   sync.Mutex // held while a chunk is read and passed on (see interp.pump)
 	out, err *capture   // nil once detached
-
 
 	mu     sync.Mutex
 	reason stopReason
