@@ -45,11 +45,11 @@ type ProcessEnd struct {
 	ExitCode int    `json:"exit_code"`
 	Signal   string `json:"signal,omitempty"`
 	// Outcome is ok, error, timeout, output_limit, killed or sandbox_error.
-	Outcome         string `json:"outcome"`
-	Reason          string `json:"reason,omitempty"`
-	DurationMS      int64  `json:"duration_ms"`
-	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
-	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+	Outcome         Outcome `json:"outcome"`
+	Reason          string  `json:"reason,omitempty"`
+	DurationMS      int64   `json:"duration_ms"`
+	StdoutTruncated bool    `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool    `json:"stderr_truncated,omitempty"`
 }
 
 // Process is one command of a session.

@@ -80,7 +80,7 @@ func ProcessOf(p engine.ProcessInfo) apitype.Process {
 		Background: p.Background, PTY: termSizeOf(p.PTY), TimeoutMS: p.TimeoutMS, State: p.State, StartedAt: p.StartedAt,
 		EndedAt: p.EndedAt, StdoutBytes: p.StdoutBytes, StderrBytes: p.StderrBytes}
 	if e := p.End; e != nil {
-		out.End = &apitype.ProcessEnd{ExitCode: e.ExitCode, Signal: e.Signal, Outcome: string(e.Outcome), Reason: e.Reason,
+		out.End = &apitype.ProcessEnd{ExitCode: e.ExitCode, Signal: e.Signal, Outcome: apitype.Outcome(e.Outcome), Reason: e.Reason,
 			DurationMS: e.DurationMS, StdoutTruncated: e.StdoutTruncated, StderrTruncated: e.StderrTruncated}
 	}
 	return out
