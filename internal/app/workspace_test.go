@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/cli"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
@@ -88,10 +92,10 @@ func TestWorkspaceREST(t *testing.T) {
 	if status, body = httpCall(t, "GET", base+"/files?path=/home/user/notes/a.txt", ""); status != 200 || string(body) != "raw body" {
 		t.Fatalf("get raw: %d %s", status, body)
 	}
-	if status, body = httpCall(t, "POST", base+"/files", `{"path": "bin.dat", "content_base64": "AAEC"}`); status != 200 {
+	if status, body = httpCall(t, "POST", base+"/files", `{"path": "bin.dat", "content_base64": "/wD+"}`); status != 200 {
 		t.Fatalf("write base64: %d %s", status, body)
 	}
-	if status, body = httpCall(t, "GET", base+"/files?path=bin.dat&format=json", ""); status != 200 || !bytes.Contains(body, []byte(`"content_base64":"AAEC"`)) {
+	if status, body = httpCall(t, "GET", base+"/files?path=bin.dat&format=json", ""); status != 200 || !bytes.Contains(body, []byte(`"content_base64":"/wD+"`)) {
 		t.Fatalf("get json: %d %s", status, body)
 	}
 	if status, body = httpCall(t, "GET", base+"/files/list?depth=2", ""); status != 200 || !bytes.Contains(body, []byte(`"path":"/home/user/notes/a.txt"`)) {
@@ -134,7 +138,69 @@ func TestWorkspaceREST(t *testing.T) {
 	if status, body = httpCall(t, "GET", base+"/files?path=big.bin&offset=100&length=5", ""); status != 200 || string(body) != "zzzzz" {
 		t.Fatalf("a range of it: %d %.300s", status, body)
 	}
-	if status, body = httpCall(t, "POST", base+"/executions", `{"code": "OUTPUT = open('bin.dat', 'rb').read().hex()"}`); status != 200 || !bytes.Contains(body, []byte(`"output":"000102"`)) {
+	if status, body = httpCall(t, "POST", base+"/executions", `{"code": "OUTPUT = open('bin.dat', 'rb').read().hex()"}`); status != 200 || !bytes.Contains(body, []byte(`"output":"ff00fe"`)) {
 		t.Fatalf("the interpreter reads a written file: %d %s", status, body)
+	}
+
+	// The CLI: exec (its exit status is the command's), cp both ways, ls ID PATH.
+	sandpit := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := cli.Main(t.Context(), args, cli.Env{Stdin: strings.NewReader("from stdin\n"), Stdout: &out, Stderr: &errOut,
+			Lookup: func(k string) (string, bool) {
+				if k == "SANDPIT_URL" {
+					return url, true
+				}
+				return os.LookupEnv(k)
+			}})
+		return code, out.String(), errOut.String()
+	}
+	if code, out, errOut := sandpit("session", "exec", s.ID, "--agent", "walt", "-c", "echo cli; exit 7"); code != 7 || out != "cli\n" {
+		t.Fatalf("session exec: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut := sandpit("session", "exec", s.ID, "--agent", "walt", "-i", "--", "cat"); code != 0 || out != "from stdin\n" {
+		t.Fatalf("session exec -i: %d %q %q", code, out, errOut)
+	}
+	local := t.TempDir() + "/local.txt"
+	if err := os.WriteFile(local, []byte("local bytes"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := sandpit("session", "cp", "--agent", "walt", "--parents", local, s.ID+":in/local.txt"); code != 0 {
+		t.Fatalf("session cp in: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut := sandpit("session", "cp", "--agent", "walt", s.ID+":in/local.txt", "-"); code != 0 || out != "local bytes" {
+		t.Fatalf("session cp out: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut := sandpit("session", "ls", s.ID, "in", "--agent", "walt"); code != 0 || !strings.Contains(out, "/home/user/in/local.txt") {
+		t.Fatalf("session ls ID PATH: %d %q %q", code, out, errOut)
+	}
+
+	// MCP: run_command, write_file, read_file, list_files.
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(t.Context(),
+		&mcp.StreamableClientTransport{Endpoint: url + "/mcp?agent=walt"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool := func(name string, args map[string]any) string {
+		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(res.StructuredContent)
+		if res.IsError {
+			t.Fatalf("%s: %+v", name, res.Content)
+		}
+		return string(b)
+	}
+	if got := tool("write_file", map[string]any{"id": s.ID, "path": "mcp/n.txt", "content": "via mcp"}); !strings.Contains(got, `"/home/user/mcp/n.txt"`) {
+		t.Fatalf("write_file: %s", got)
+	}
+	if got := tool("run_command", map[string]any{"id": s.ID, "cmd": "cat mcp/n.txt"}); !strings.Contains(got, `"stdout":"via mcp"`) || !strings.Contains(got, `"exit_code":0`) {
+		t.Fatalf("run_command: %s", got)
+	}
+	if got := tool("read_file", map[string]any{"id": s.ID, "path": "/home/user/mcp/n.txt"}); !strings.Contains(got, `"content":"via mcp"`) {
+		t.Fatalf("read_file: %s", got)
+	}
+	if got := tool("list_files", map[string]any{"id": s.ID, "path": "mcp"}); !strings.Contains(got, `"name":"n.txt"`) {
+		t.Fatalf("list_files: %s", got)
 	}
 }

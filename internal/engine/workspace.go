@@ -59,28 +59,8 @@ type CommandRequest struct {
 	PTY        *sandbox.TermSize
 }
 
-// ProcessInfo is one of a session's commands.
-type ProcessInfo struct {
-	// ID is "pr_" and 26 lowercase base32 characters; PID its process ID in the box.
-	ID        string `json:"id"`
-	SessionID string `json:"session_id"`
-	PID       int    `json:"pid"`
-	// Command is the command line as given (cmd, or argv joined by spaces).
-	Command    string            `json:"command"`
-	Argv       []string          `json:"argv"`
-	Cwd        string            `json:"cwd"`
-	Background bool              `json:"background"`
-	PTY        *sandbox.TermSize `json:"pty,omitempty"`
-	TimeoutMS  int64             `json:"timeout_ms,omitempty"`
-	// State is "running" or "ended"; End says how it ended.
-	State     string              `json:"state"`
-	StartedAt time.Time           `json:"started_at"`
-	EndedAt   *time.Time          `json:"ended_at,omitempty"`
-	End       *sandbox.ProcessEnd `json:"end,omitempty"`
-	// StdoutBytes and StderrBytes count what it wrote (what reached the daemon).
-	StdoutBytes int64 `json:"stdout_bytes"`
-	StderrBytes int64 `json:"stderr_bytes"`
-}
+// ProcessInfo is one of a session's commands (see sandbox.ProcessInfo).
+type ProcessInfo = sandbox.ProcessInfo
 
 // CommandEvent is one event of a command as a client sees it: "start" (Process set, with its
 // PID), "stdout" or "stderr" (Data), "end" (Process set, with End).
@@ -97,11 +77,8 @@ type CommandResult struct {
 	Stderr  string      `json:"stderr"`
 }
 
-// CommandRecorder keeps the ledger of a session's commands (the store implements it); nil
-// records nothing.
-type CommandRecorder interface {
-	RecordCommand(ctx context.Context, agent string, p ProcessInfo) error
-}
+// CommandRecorder keeps the ledger of a session's commands (see sandbox.CommandRecorder).
+type CommandRecorder = sandbox.CommandRecorder
 
 // liveProcess is a command of a live session, running or recently ended.
 type liveProcess struct {

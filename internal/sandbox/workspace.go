@@ -84,6 +84,35 @@ type Workspace interface {
 // no call of its interpreter runs: its commands' (and what they left running).
 const WorkspaceEgressOwner = "workspace"
 
+// ProcessInfo is one of a session's commands.
+type ProcessInfo struct {
+	// ID is "pr_" and 26 lowercase base32 characters; PID its process ID in the box.
+	ID        string `json:"id"`
+	SessionID string `json:"session_id"`
+	PID       int    `json:"pid"`
+	// Command is the command line as given (cmd, or argv joined by spaces).
+	Command    string    `json:"command"`
+	Argv       []string  `json:"argv"`
+	Cwd        string    `json:"cwd"`
+	Background bool      `json:"background"`
+	PTY        *TermSize `json:"pty,omitempty"`
+	TimeoutMS  int64     `json:"timeout_ms,omitempty"`
+	// State is "running" or "ended"; End says how it ended.
+	State     string      `json:"state"`
+	StartedAt time.Time   `json:"started_at"`
+	EndedAt   *time.Time  `json:"ended_at,omitempty"`
+	End       *ProcessEnd `json:"end,omitempty"`
+	// StdoutBytes and StderrBytes count what it wrote (what reached the daemon).
+	StdoutBytes int64 `json:"stdout_bytes"`
+	StderrBytes int64 `json:"stderr_bytes"`
+}
+
+// CommandRecorder keeps the ledger of a session's commands (the store implements it); nil records
+// nothing.
+type CommandRecorder interface {
+	RecordCommand(ctx context.Context, agent string, p ProcessInfo) error
+}
+
 // TermSize is a terminal's size in characters.
 type TermSize struct {
 	Rows uint16 `json:"rows"`
