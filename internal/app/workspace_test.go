@@ -180,6 +180,7 @@ func TestWorkspaceREST(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer cs.Close()
 	tool := func(name string, args map[string]any) string {
 		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: args})
 		if err != nil {
