@@ -23,7 +23,7 @@ type codeListView struct {
 	Error  string
 }
 
-func (c *Console) codeListPage(w http.ResponseWriter, r *http.Request, s session) {
+func (c *Console) codeListPage(w http.ResponseWriter, r *http.Request, l login) {
 	if c.cfg.Code == nil {
 		c.errorPage(w, r, http.StatusNotFound, "This daemon keeps no code library.")
 		return
@@ -38,7 +38,7 @@ func (c *Console) codeListPage(w http.ResponseWriter, r *http.Request, s session
 		}
 		v.Items = items
 	}
-	c.render(w, r, http.StatusOK, "code_list", s.page("Code", "code", v))
+	c.render(w, r, http.StatusOK, "code_list", l.page("Code", "code", v))
 }
 
 type codeView struct {
@@ -53,12 +53,12 @@ type codeView struct {
 	RunURL     string
 }
 
-func (c *Console) codePage(w http.ResponseWriter, r *http.Request, s session) {
-	c.showCode(w, r, s, http.StatusOK, codeView{})
+func (c *Console) codePage(w http.ResponseWriter, r *http.Request, l login) {
+	c.showCode(w, r, l, http.StatusOK, codeView{})
 }
 
 // showCode renders the code page of the path's code, with v's form state.
-func (c *Console) showCode(w http.ResponseWriter, r *http.Request, s session, status int, v codeView) {
+func (c *Console) showCode(w http.ResponseWriter, r *http.Request, l login, status int, v codeView) {
 	if c.cfg.Code == nil {
 		c.errorPage(w, r, http.StatusNotFound, "This daemon keeps no code library.")
 		return
@@ -95,12 +95,12 @@ func (c *Console) showCode(w http.ResponseWriter, r *http.Request, s session, st
 		}
 		v.Diff, v.DiffA, v.DiffB = LineDiff(ca.Code, cb.Code), a, b
 	}
-	c.render(w, r, status, "code", s.page(name+" – code", "code", v))
+	c.render(w, r, status, "code", l.page(name+" – code", "code", v))
 }
 
 // runCode runs saved code with the form's input through the REST API, then shows the
 // execution's record; on a refusal (the input breaks the schema, ...) the form again with why.
-func (c *Console) runCode(w http.ResponseWriter, r *http.Request, s session) {
+func (c *Console) runCode(w http.ResponseWriter, r *http.Request, l login) {
 	agent, name := r.PathValue("agent"), r.PathValue("name")
 	input := r.PostFormValue("input")
 	v := codeView{Input: input}
@@ -109,7 +109,7 @@ func (c *Console) runCode(w http.ResponseWriter, r *http.Request, s session) {
 	}
 	if !json.Valid([]byte(input)) {
 		v.RunError = "The input is not valid JSON: write a JSON value such as {\"n\": 3}, or null."
-		c.showCode(w, r, s, http.StatusBadRequest, v)
+		c.showCode(w, r, l, http.StatusBadRequest, v)
 		return
 	}
 	body := map[string]any{"input": json.RawMessage(input)}
@@ -122,7 +122,7 @@ func (c *Console) runCode(w http.ResponseWriter, r *http.Request, s session) {
 	status, answer, err := c.callAPI(r, http.MethodPost, "/v1/agents/"+url.PathEscape(agent)+"/code/"+url.PathEscape(name)+"/run", raw, limit)
 	if err != nil {
 		v.RunError = err.Error()
-		c.showCode(w, r, s, http.StatusBadRequest, v)
+		c.showCode(w, r, l, http.StatusBadRequest, v)
 		return
 	}
 	var res struct {
@@ -139,7 +139,7 @@ func (c *Console) runCode(w http.ResponseWriter, r *http.Request, s session) {
 		if status < 400 {
 			status = http.StatusBadGateway
 		}
-		c.showCode(w, r, s, status, v)
+		c.showCode(w, r, l, status, v)
 		return
 	}
 	http.Redirect(w, r, "/ui/executions/"+url.PathEscape(res.ID), http.StatusSeeOther)

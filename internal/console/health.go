@@ -22,7 +22,7 @@ type healthView struct {
 	LedgerError string
 }
 
-func (c *Console) healthPage(w http.ResponseWriter, r *http.Request, s session) {
+func (c *Console) healthPage(w http.ResponseWriter, r *http.Request, l login) {
 	v := healthView{Stats: c.cfg.Engine.Stats(), Config: c.cfg.Engine.Config(), ForkServer: c.cfg.ForkServer, Starts: map[string]int{}}
 	if err := c.cfg.Engine.Ready(r.Context()); err != nil {
 		v.Ready = err.Error()
@@ -46,5 +46,5 @@ func (c *Console) healthPage(w http.ResponseWriter, r *http.Request, s session) 
 			v.LedgerError = "Reading the ledger failed; the daemon log has the details."
 		}
 	}
-	c.render(w, r, http.StatusOK, "health", s.page("Health", "health", v))
+	c.render(w, r, http.StatusOK, "health", l.page("Health", "health", v))
 }

@@ -74,7 +74,7 @@ type jobsView struct {
 // firesShown is how many recent fires a job's strip shows.
 const firesShown = 20
 
-func (c *Console) jobsPage(w http.ResponseWriter, r *http.Request, s session) {
+func (c *Console) jobsPage(w http.ResponseWriter, r *http.Request, l login) {
 	if c.cfg.Jobs == nil {
 		c.errorPage(w, r, http.StatusNotFound, "This daemon runs no jobs.")
 		return
@@ -99,11 +99,11 @@ func (c *Console) jobsPage(w http.ResponseWriter, r *http.Request, s session) {
 			v.Jobs = append(v.Jobs, jv)
 		}
 	}
-	c.render(w, r, http.StatusOK, "jobs", s.page("Jobs", "jobs", v))
+	c.render(w, r, http.StatusOK, "jobs", l.page("Jobs", "jobs", v))
 }
 
 // jobAction pauses, resumes or runs a job now, through the REST API.
-func (c *Console) jobAction(w http.ResponseWriter, r *http.Request, s session) {
+func (c *Console) jobAction(w http.ResponseWriter, r *http.Request, l login) {
 	agent, id, action := r.PathValue("agent"), r.PathValue("id"), r.PathValue("action")
 	verb := map[string]string{"pause": "pause", "resume": "resume", "run": "run"}[action]
 	if verb == "" {
