@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
-	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 func (o *options) execCommand() *cobra.Command {
@@ -82,7 +81,7 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 					code += " v" + strconv.Itoa(e.CodeVersion)
 				}
 				outcome := string(e.Outcome)
-				if e.Status == store.StatusRunning {
+				if e.Status == apitype.StatusRunning {
 					outcome = "(running)"
 				}
 				start := e.Start // fork or cold
@@ -90,7 +89,7 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 					start = "-"
 				}
 				exit := "-"
-				if e.Status != store.StatusRunning {
+				if e.Status != apitype.StatusRunning {
 					exit = strconv.Itoa(e.ExitCode)
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%dms\t%s\t%s\n", e.ID, e.StartedAt.Format(time.RFC3339), e.Agent, e.Source, code, outcome,

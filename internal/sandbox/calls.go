@@ -33,7 +33,7 @@ type Callbacks interface {
 }
 
 // CallRecord is the audit entry of one call, kept with the execution. The JSON field names
-// are the public API.
+// are the ledger's stored format (the REST API's shape is apitype.CallRecord).
 type CallRecord struct {
 	Method        string `json:"method"`
 	DurationMS    int64  `json:"duration_ms"`
@@ -43,7 +43,7 @@ type CallRecord struct {
 	Error         string `json:"error,omitempty"`
 }
 
-// LogLine is one agent.log line of a run. The JSON field names are the public API.
+// LogLine is one agent.log line of a run (the REST API's shape is apitype's).
 type LogLine struct {
 	Level     string    `json:"level"`
 	Message   string    `json:"message"`

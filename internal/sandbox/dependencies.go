@@ -18,7 +18,7 @@ const (
 	DependencySkipped   DependencyState = "skipped"   // its environment marker is false in the box ("foo; python_version < '3'"): not needed, nothing installed
 )
 
-// DependencyStatus reports one requirement of a run. The JSON field names are the public API.
+// DependencyStatus reports one requirement of a run. Its JSON is the executor protocol's and the ledger's.
 type DependencyStatus struct {
 	// Requirement is the PEP 508 requirement in canonical form ("tiny-pkg==1.0").
 	Requirement string `json:"requirement"`

@@ -77,7 +77,7 @@ const (
 	EndDaemonStopped = "daemon_stopped" // the daemon stopped or restarted
 )
 
-// SessionInfo is a session as the API shows it. The JSON field names are the public API.
+// SessionInfo is a session as the API shows it. Its JSON is the ledger's stored format.
 type SessionInfo struct {
 	// ID is "se_" and 26 lowercase base32 characters.
 	ID    string `json:"id"`

@@ -66,7 +66,7 @@ const (
 	StartCold Start = "cold" // a fresh interpreter
 )
 
-// Origin says where an execution came from. The JSON field names are the public API.
+// Origin says where an execution came from. Its JSON is inside Result's (protocol, ledger).
 type Origin struct {
 	// Source is one of the Source constants; empty means SourceAPI.
 	Source Source `json:"source"`
@@ -117,7 +117,7 @@ type InputFile struct {
 
 // File is an output file: a regular file the program created or changed under its working
 // directory (not main.py, not an input file left unchanged), or a chart saved for it. The JSON
-// field names are the public API.
+// field names are the executor protocol's and the ledger's (the REST API's are apitype's).
 type File struct {
 	// Name is its path relative to the working directory, with "/" between parts.
 	Name string `json:"name"`
@@ -138,7 +138,7 @@ type SkippedFile struct {
 	Reason string `json:"reason"`
 }
 
-// Result is the record of one finished execution. The JSON field names are the public API.
+// Result is the record of one finished execution. Its JSON is the executor protocol's (package protocol).
 type Result struct {
 	// ID identifies the execution ("ex_" followed by 26 lowercase base32 characters).
 	ID string `json:"id"`
@@ -362,7 +362,7 @@ type Settler interface {
 }
 
 // EgressConnection records one outbound connection a run asked for through the sandbox's
-// proxy (network "allowlist"). The JSON field names are the public API.
+// proxy (network "allowlist"). Its JSON is the ledger's stored format (the API's is apitype's).
 type EgressConnection struct {
 	// Host and Port are the destination the program asked for (a name or an IP literal).
 	Host string `json:"host"`
