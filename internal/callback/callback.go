@@ -192,7 +192,8 @@ func (s Store) GetFacts(ctx context.Context, scope sandbox.CallScope, a GetFacts
 }
 
 func (s Store) QueryGraph(ctx context.Context, scope sandbox.CallScope, a QueryGraphArgs) (store.Graph, error) {
-	return s.DB.Neighbourhood(ctx, scope.Agent, deref(a.Start), deref(a.Relation), a.Depth, a.Limit, s.AnswerBytes)
+	return s.DB.Neighbourhood(ctx, store.GraphQuery{Agent: scope.Agent, Start: deref(a.Start), Relation: deref(a.Relation),
+		Depth: a.Depth, Limit: a.Limit, AnswerBytes: s.AnswerBytes})
 }
 
 func (s Store) GetDocuments(ctx context.Context, scope sandbox.CallScope, a GetDocumentsArgs) ([]store.Document, error) {
