@@ -25,13 +25,7 @@ const Module = "github.com/sandpit-dev/sandpit"
 // brought the package in.
 func Check(t *testing.T, pkg string, allowed ...string) {
 	t.Helper()
-	deps, err := list(pkg)
-	if err != nil {
-		t.Fatalf("go list -deps %s: %v", pkg, err)
-	}
-	if len(deps) == 0 {
-		t.Fatalf("go list -deps %s listed no package", pkg)
-	}
+	deps := mustList(t, pkg)
 	for _, d := range deps {
 		if d.Standard || permitted(d.ImportPath, allowed) {
 			continue
@@ -45,10 +39,7 @@ func Check(t *testing.T, pkg string, allowed ...string) {
 // other packages, naming the import chain's last step as Check does.
 func Deny(t *testing.T, pkg string, denied ...string) {
 	t.Helper()
-	deps, err := list(pkg)
-	if err != nil {
-		t.Fatalf("go list -deps %s: %v", pkg, err)
-	}
+	deps := mustList(t, pkg)
 	for _, d := range deps {
 		if slices.Contains(denied, d.ImportPath) {
 			t.Errorf("%s links %s, which it must not; it comes in through %s", pkg, d.ImportPath, importers(deps, d.ImportPath))
@@ -60,6 +51,18 @@ func Deny(t *testing.T, pkg string, denied ...string) {
 // import; what pkg links through its other imports is not checked (see Deny).
 func DenyImport(t *testing.T, pkg string, denied ...string) {
 	t.Helper()
+	deps := mustList(t, pkg)
+	self := deps[len(deps)-1] // go list -deps lists a package after its dependencies
+	for _, imp := range self.Imports {
+		if slices.Contains(denied, imp) {
+			t.Errorf("%s imports %s, which it must not", self.ImportPath, imp)
+		}
+	}
+}
+
+// mustList lists pkg and its dependencies, failing t when go list fails or lists nothing.
+func mustList(t *testing.T, pkg string) []dep {
+	t.Helper()
 	deps, err := list(pkg)
 	if err != nil {
 		t.Fatalf("go list -deps %s: %v", pkg, err)
@@ -67,12 +70,7 @@ func DenyImport(t *testing.T, pkg string, denied ...string) {
 	if len(deps) == 0 {
 		t.Fatalf("go list -deps %s listed no package", pkg)
 	}
-	self := deps[len(deps)-1] // go list -deps lists a package after its dependencies
-	for _, imp := range self.Imports {
-		if slices.Contains(denied, imp) {
-			t.Errorf("%s imports %s, which it must not", self.ImportPath, imp)
-		}
-	}
+	return deps
 }
 
 // dep is what `go list -json` says of a package that Check uses.
