@@ -3,7 +3,7 @@
 // A Handler has one method per call. Dispatch decodes a call's arguments strictly, checks
 // them, and hands them to a Handler with the run's scope (its agent and execution), so a
 // handler never sees another agent's call. Two handlers: Store, the built-in knowledge store
-// (package store's SQLite tables), and Webhook, which POSTs each call to the host
+// (package store's tables, on SQLite or PostgreSQL), and Webhook, which POSTs each call to the host
 // application.
 package callback
 

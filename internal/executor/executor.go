@@ -1,4 +1,4 @@
-// Package executor is the server side of the control session: it runs inside the sandbox
+// Package executor is the server side of the control line: it runs inside the sandbox
 // container as root (with a few capabilities), receives runs from the daemon over one
 // protocol.Conn, and executes each as its slot's uid with the Python bootstrap, streaming
 // output back and answering with one result.
@@ -7,7 +7,8 @@
 // environment, empty stdin, rlimits (applied by the bootstrap), a wall-clock deadline that
 // kills every process of the slot's uid, byte caps on stdout and stderr, out-of-memory
 // detection, the output files the run left in its directory (read once its processes are
-// dead, never through a link; see files.go), and cleanup of everything the run left. When the session ends (the daemon went away) every run is killed and Serve returns.
+// dead, never through a link; see files.go), and cleanup of everything the run left. When the
+// control line ends (the daemon went away) every run is killed and Serve returns.
 //
 // It imports only the standard library and sandpit's stdlib-only packages: it is built as a
 // static binary and copied into the image.
