@@ -3,6 +3,7 @@ package console
 import (
 	"net/http"
 
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -11,8 +12,8 @@ import (
 
 type healthView struct {
 	Ready       string
-	Stats       sandbox.Stats
-	Config      sandbox.Config
+	Stats       engine.Stats
+	Config      engine.Config
 	ForkServer  ForkServer
 	Resets      int64
 	HasResets   bool

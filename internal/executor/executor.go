@@ -118,7 +118,7 @@ func DefaultConfig() Config {
 	}
 }
 
-// Executor serves one control session.
+// Executor serves one control line.
 type Executor struct {
 	cfg  Config
 	conn *protocol.Conn
