@@ -139,22 +139,9 @@ func (r *run) execute() *sandbox.Result {
 		}
 	}()
 
-	// The slot's ready program, when it suits the run; else a new one (nothing of an earlier
-	// run is left in the slot either way).
-	l := r.e.takeNext(r.slot)
-	if l != nil && l.server.unsuitable(r.spec.Paths) != "" {
-		r.e.discard(l)
-		l = nil
-	}
-	if l == nil {
-		s, why := r.e.forks.server(r.spec.Paths)
-		if s == nil {
-			r.e.log.Debug("starting the run cold", "id", r.id, "reason", why)
-		}
-		var err error
-		if l, err = r.e.launchProgram(r.slot, s, true, r.id); err != nil {
-			return r.systemError(res, "%v", err)
-		}
+	l, err := r.program()
+	if err != nil {
+		return r.systemError(res, "%v", err)
 	}
 	defer l.close()
 	control := l.control
@@ -219,6 +206,24 @@ func (r *run) execute() *sandbox.Result {
 	}
 	r.classify(res, ended.status, waitErr)
 	return res
+}
+
+// program returns the slot's ready program, when it suits the run; else a new one (nothing of
+// an earlier run is left in the slot either way).
+func (r *run) program() (*launch, error) {
+	l := r.e.takeNext(r.slot)
+	if l != nil && l.server.unsuitable(r.spec.Paths) != "" {
+		r.e.discard(l)
+		l = nil
+	}
+	if l != nil {
+		return l, nil
+	}
+	s, why := r.e.forks.server(r.spec.Paths)
+	if s == nil {
+		r.e.log.Debug("starting the run cold", "id", r.id, "reason", why)
+	}
+	return r.e.launchProgram(r.slot, s, true, r.id)
 }
 
 // collectFiles sends the run's output files to the daemon (one KindFile message each, in
