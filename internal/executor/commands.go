@@ -62,8 +62,9 @@ type proc struct {
 }
 
 // sessionHome returns slot's session home (its working directory: Config.SessionHome when
-// set), made the first time a session's command, file or call needs it, with the session's
-// user site directory (pip's --user target) in it.
+// set), made the first time a session's command, file or call needs it: seeded as a run's
+// home is (matplotlib's directory), with the session's user site directory (pip's --user
+// target) in it.
 func (e *Executor) sessionHome(slot int) (string, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -79,6 +80,9 @@ func (e *Executor) sessionHome(slot int) (string, error) {
 		return "", fmt.Errorf("giving the session's home to uid %d: %w", uid, err)
 	}
 	if err := os.Chmod(home, 0o700); err != nil {
+		return "", err
+	}
+	if err := e.seedHome(uid, home); err != nil {
 		return "", err
 	}
 	if err := asUserThread(uid, func() error { return os.MkdirAll(e.userSite(slot), 0o755) }); err != nil {
