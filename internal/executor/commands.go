@@ -403,36 +403,15 @@ func (p *proc) pump(f *os.File, stderr bool) {
 			}
 		}
 	}
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return
-	}
-	buf := make([]byte, 64<<10)
-	for done := false; !done; {
-		err := rc.Read(func(fd uintptr) bool {
-			p.pumpMu.Lock()
-			defer p.pumpMu.Unlock()
-			n, err := syscall.Read(int(fd), buf)
-			switch {
-			case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EINTR):
-				return false
-			case n > 0:
-				c := p.out
-				if stderr {
-					c = p.err
-				}
-				if c != nil {
-					c.write(buf[:n])
-				}
-			default: // the end, or EIO from a terminal whose other side is closed
-				done = true
-			}
-			return true
-		})
-		if err != nil {
-			return
+	pumpLocked(f, &p.pumpMu, func(b []byte) {
+		c := p.out
+		if stderr {
+			c = p.err
 		}
-	}
+		if c != nil {
+			c.write(b)
+		}
+	})
 }
 
 // serve waits for the command's own process to end (or its timeout), passes on what it wrote

@@ -379,6 +379,22 @@ func (ip *interp) endedWith() string {
 // under pumpMu (shared by both streams, so what is read first is passed on first); what it
 // writes between calls is dropped.
 func (ip *interp) pump(f *os.File, stderr bool) {
+	pumpLocked(f, &ip.pumpMu, func(b []byte) {
+		ip.mu.Lock()
+		c := ip.out
+		if stderr {
+			c = ip.err
+		}
+		ip.mu.Unlock()
+		if c != nil {
+			c.write(b)
+		}
+	})
+}
+
+// pumpLocked reads the pipe f until its end, each read and the passing on of what it read
+// (pass) under mu: a holder of mu knows that nothing read is still on its way.
+func pumpLocked(f *os.File, mu *sync.Mutex, pass func([]byte)) {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return
@@ -386,23 +402,15 @@ func (ip *interp) pump(f *os.File, stderr bool) {
 	buf := make([]byte, 64<<10)
 	for done := false; !done; {
 		err := rc.Read(func(fd uintptr) bool {
-			ip.pumpMu.Lock()
-			defer ip.pumpMu.Unlock()
+			mu.Lock()
+			defer mu.Unlock()
 			n, err := syscall.Read(int(fd), buf)
 			switch {
 			case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EINTR):
 				return false
 			case n > 0:
-				ip.mu.Lock()
-				c := ip.out
-				if stderr {
-					c = ip.err
-				}
-				ip.mu.Unlock()
-				if c != nil {
-					c.write(buf[:n])
-				}
-			default:
+				pass(buf[:n])
+			default: // the end, or an error
 				done = true
 			}
 			return true

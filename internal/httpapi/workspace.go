@@ -213,12 +213,7 @@ func (l *lineWriter) line(v any) {
 	_ = l.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if !l.started {
 		l.started = true
-		h := l.w.Header()
-		h.Set("Content-Type", apitype.NDJSONContentType)
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Cache-Control", "no-store")
-		h.Set("X-Accel-Buffering", "no")
-		l.w.WriteHeader(http.StatusOK)
+		startStream(l.w)
 	}
 	if _, err := l.w.Write(b); err != nil {
 		l.err = err
