@@ -85,6 +85,7 @@ func TestDependencies(t *testing.T) {
 	idx.AddWheel("pinpkg", "1.0", `VALUE = "1.0"`)
 	idx.AddWheel("pinpkg", "2.0", `VALUE = "2.0"`)
 	idx.AddWheel("pindep", "1.0", `VALUE = "dep"`, "pinpkg==2.0")
+	idx.AddWheel("sesspkg", "1.0", `VALUE = "session"`)
 
 	cfg := testConfig(t)
 	cfg.IndexURL = idx.URL()
@@ -119,6 +120,24 @@ func TestDependencies(t *testing.T) {
 		st, res = runWithDeps(t, url, "print(1)", "pip>=1")
 		if st != 200 || res.Dependencies[0].Status != sandbox.DependencyPresent {
 			t.Fatalf("a package of the image: %d %+v", st, res)
+		}
+	})
+
+	// Issue 33, item 2: a session's dependencies came from no index under network
+	// "allowlist" (its install had no egress gate), while a run's reached it.
+	t.Run("a session installs from the daemon's index", func(t *testing.T) {
+		st, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions", `{"dependencies": ["sesspkg==1.0"]}`)
+		var s sandbox.SessionInfo
+		if st != 201 || json.Unmarshal(body, &s) != nil || len(s.Dependencies) != 1 || s.Dependencies[0].Status != sandbox.DependencyInstalled {
+			t.Fatalf("create: %d %s", st, body)
+		}
+		defer httpCall(t, "DELETE", url+"/v1/agents/alice/sessions/"+s.ID, "")
+		if idx.Requests("sesspkg") == 0 {
+			t.Fatalf("the index saw no request for the session's dependency")
+		}
+		st, body = httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+s.ID+"/executions", `{"code": "import sesspkg; print(sesspkg.VALUE)"}`)
+		if st != 200 || !strings.Contains(string(body), `"stdout":"session\n"`) {
+			t.Fatalf("a call importing it: %d %s", st, body)
 		}
 	})
 
