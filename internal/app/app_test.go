@@ -61,27 +61,8 @@ func waitContainers(t testing.TB, dataDir string, n int) {
 // daemon runs app.Serve until the test ends and returns its base URL.
 func daemon(t testing.TB, cfg config.Config) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- app.Serve(ctx, cfg, testenv.Logger(), io.Discard, func(a string) { addr <- a })
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	select {
-	case a := <-addr:
-		return "http://" + a
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	case <-time.After(10 * time.Minute):
-		t.Fatal("daemon did not start")
-	}
-	return ""
+	url, _ := startDaemon(t, cfg)
+	return url
 }
 
 func post(t *testing.T, url, body string, header ...string) (*http.Response, []byte) {

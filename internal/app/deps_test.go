@@ -163,26 +163,26 @@ func TestDependencies(t *testing.T) {
 		}
 	})
 
-	t.Run("H21 a missing package fails in seconds", func(t *testing.T) {
-		began := time.Now()
+	t.Run("H21 a missing package fails at once, naming the cause", func(t *testing.T) {
 		st, res := runWithDeps(t, url, "print('never')", "no-such-pkg-xyz")
 		if st != 200 || res.Outcome != sandbox.OutcomeDependencyError || !strings.Contains(res.Reason, "no-such-pkg-xyz") ||
 			res.Stdout != "" || res.Dependencies[0].Status != sandbox.DependencyFailed {
 			t.Fatalf("%d %+v", st, res)
 		}
-		if d := time.Since(began); d > 15*time.Second {
-			t.Fatalf("took %v", d)
+		// Failed because the index has no such package, not because pip ran into the
+		// install timeout (H21's hang).
+		if why := res.Reason + "\n" + res.Dependencies[0].Error; strings.Contains(why, "install timeout") || !strings.Contains(why, "No matching distribution") {
+			t.Fatalf("the failure does not name its cause: %q", why)
 		}
 	})
 
 	t.Run("a stalled index hits the per-package timeout and leaves nothing", func(t *testing.T) {
-		began := time.Now()
 		st, res := runWithDeps(t, url, "print('never')", "stalled-pkg")
-		if st != 200 || res.Outcome != sandbox.OutcomeDependencyError || !strings.Contains(res.Reason, "install timeout of 25s") {
+		// The install timeout stopped pip: the reason says so, and the install lasted at least
+		// that long (how much longer depends on the machine's load, so is not asserted).
+		if st != 200 || res.Outcome != sandbox.OutcomeDependencyError || !strings.Contains(res.Reason, "install timeout of 25s") ||
+			res.InstallMS < 25000 {
 			t.Fatalf("%d %+v", st, res)
-		}
-		if d := time.Since(began); d > 45*time.Second {
-			t.Fatalf("took %v: the 25 s install timeout did not stop pip", d)
 		}
 		_, res = runWithDeps(t, url, "import os, glob\nprint(sorted(os.path.basename(p) for p in glob.glob('/opt/sandpit/packages/py*/.*') + glob.glob('/tmp/pip-*')))")
 		if res.Stdout != "[]\n" {
@@ -368,19 +368,17 @@ func TestDependencies(t *testing.T) {
 		t.Fatalf("after re-creation: %d %+v", st, res)
 	}
 
-	// H21: an unreachable index fails within 15 s and says so: a port of this machine that
-	// nothing listens on (no traffic leaves the machine).
+	// H21: an unreachable index fails and says so, without waiting for the install timeout: a
+	// port of this machine that nothing listens on (no traffic leaves the machine). (This
+	// asserted 15 s of wall time and took 16.7 s on a loaded machine; issue 33, item 21.)
 	stop()
 	cfg.IndexURL = "http://" + idx.Host() + ":9/simple/"
 	cfg.InstallTimeoutMS = 60000
 	url, stop = startDaemon(t, cfg)
-	began := time.Now()
 	st, res = runWithDeps(t, url, "print('never')", "another-pkg")
-	if st != 200 || res.Outcome != sandbox.OutcomeDependencyError || !strings.Contains(res.Reason, "could not be reached") {
+	if st != 200 || res.Outcome != sandbox.OutcomeDependencyError || !strings.Contains(res.Reason, "could not be reached") ||
+		strings.Contains(res.Reason, "install timeout") {
 		t.Fatalf("unreachable index: %d %+v", st, res)
-	}
-	if d := time.Since(began); d > 15*time.Second {
-		t.Fatalf("unreachable index: took %v", d)
 	}
 
 	// Network none: a missing package is refused without trying pip, and says why.

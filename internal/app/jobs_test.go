@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,12 +19,16 @@ import (
 )
 
 // startDaemon runs app.Serve until stop is called (or the test ends) and returns its URL.
-func startDaemon(t *testing.T, cfg config.Config) (url string, stop func()) {
+// What the tests need of the machine (the engine, the base image) is checked before, by
+// testConfig; a daemon that still does not listen within daemonStartWait fails the test with
+// the last lines of its progress (the image build's, say) rather than waiting on.
+func startDaemon(t testing.TB, cfg config.Config) (url string, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- app.Serve(ctx, cfg, testenv.Logger(), io.Discard, func(a string) { addr <- a }) }()
+	progress := &tail{}
+	go func() { done <- app.Serve(ctx, cfg, testenv.Logger(), progress, func(a string) { addr <- a }) }()
 	stopped := false
 	stop = func() {
 		if stopped {
@@ -44,8 +49,36 @@ func startDaemon(t *testing.T, cfg config.Config) (url string, stop func()) {
 		return "http://" + a, stop
 	case err := <-done:
 		t.Fatalf("serve: %v", err)
+	case <-time.After(daemonStartWait):
+		t.Fatalf("the daemon did not listen within %v; its last progress:\n%s", daemonStartWait, progress.String())
 	}
 	return "", stop
+}
+
+// daemonStartWait bounds a test daemon's start: building the sandbox image on the base image
+// and starting the first container (well under a minute on an idle machine).
+const daemonStartWait = 3 * time.Minute
+
+// tail keeps the last 2 KiB written to it.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (w *tail) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	if len(w.buf) > 2048 {
+		w.buf = w.buf[len(w.buf)-2048:]
+	}
+	return len(p), nil
+}
+
+func (w *tail) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.buf)
 }
 
 func call(t *testing.T, method, url, body string, out any) int {

@@ -240,14 +240,15 @@ func TestMCPDisconnectStopsRun(t *testing.T) {
 	gone := time.Now()
 	<-posted
 
+	// The run sleeps 60 s: a record that ends before then, killed and saying cancelled, was
+	// ended by the client's going away (not by its timeout), however long the machine took.
 	var rec *apitype.ExecutionSummary
-	for rec = ledgerRecord(t, url, "gone"); rec.Status == "running" && time.Since(gone) < 5*time.Second; rec = ledgerRecord(t, url, "gone") {
+	for rec = ledgerRecord(t, url, "gone"); rec.Status == "running" && time.Since(gone) < 30*time.Second; rec = ledgerRecord(t, url, "gone") {
 		time.Sleep(50 * time.Millisecond)
 	}
-	took := time.Since(gone)
-	if rec.Status != "finished" || rec.Outcome != apitype.OutcomeKilled || !strings.Contains(rec.Reason, "cancelled") || took > 2*time.Second {
-		t.Fatalf("%s after the client went away, the run's record is %s, outcome %q (%q); want finished, killed, cancelled, within 2 s",
-			took.Round(time.Millisecond), rec.Status, rec.Outcome, rec.Reason)
+	if rec.Status != "finished" || rec.Outcome != apitype.OutcomeKilled || !strings.Contains(rec.Reason, "cancelled") {
+		t.Fatalf("%s after the client went away, the run's record is %s, outcome %q (%q); want finished, killed, cancelled",
+			time.Since(gone).Round(time.Millisecond), rec.Status, rec.Outcome, rec.Reason)
 	}
 	if isErr, text := mcpRun(t, cs, "print(1)"); isErr || !strings.Contains(text, "stdout:\n1") {
 		t.Fatalf("the session's next run: %v %q", isErr, text)
