@@ -361,7 +361,8 @@ func RemoveSandbox(ctx context.Context, cfg config.Config) (int, error) {
 // Serve runs the daemon: it opens the engine, serves the REST API on cfg.Listen until ctx
 // ends, then shuts down gracefully (in-flight requests get ShutdownGrace to finish).
 // ready, when not nil, receives the listener's address once the API accepts connections.
-func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer, ready func(addr string)) error {
+// version is the build's version, which the daemon gives as its MCP serverInfo.version.
+func Serve(ctx context.Context, cfg config.Config, version string, log *slog.Logger, progress io.Writer, ready func(addr string)) error {
 	if err := CheckExposure(cfg); err != nil {
 		return err
 	}
@@ -382,7 +383,7 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	root := http.NewServeMux()
 	api := eng.Handler(cfg, log)
 	root.Handle("/", api)
-	mcpHandler, err := mcpserver.Endpoint(ctx, apiclient.InProcess(api), "daemon")
+	mcpHandler, err := mcpserver.Endpoint(ctx, apiclient.InProcess(api), version)
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,7 @@ func startDaemon(t testing.TB, cfg config.Config) (url string, stop func()) {
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
 	progress := &tail{}
-	go func() { done <- app.Serve(ctx, cfg, testenv.Logger(), progress, func(a string) { addr <- a }) }()
+	go func() { done <- app.Serve(ctx, cfg, testVersion, testenv.Logger(), progress, func(a string) { addr <- a }) }()
 	stopped := false
 	stop = func() {
 		if stopped {
@@ -54,6 +54,9 @@ func startDaemon(t testing.TB, cfg config.Config) (url string, stop func()) {
 	}
 	return "", stop
 }
+
+// testVersion is the build version the test daemons are given.
+const testVersion = "1.2.3-test"
 
 // daemonStartWait bounds a test daemon's start: building the sandbox image on the base image
 // and starting the first container (well under a minute on an idle machine).

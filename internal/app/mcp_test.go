@@ -55,6 +55,10 @@ func TestMCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
+	// Issue 33, item 5: /mcp said "daemon"; it is the build's version, as over stdio.
+	if v := cs.InitializeResult().ServerInfo.Version; v != testVersion {
+		t.Errorf("serverInfo.version over /mcp: %q, want the build's %q", v, testVersion)
+	}
 	if isErr, text := mcpRun(t, cs, "print(6 * 7)"); isErr || !strings.Contains(text, "stdout:\n42") {
 		t.Fatalf("over HTTP: %v %q", isErr, text)
 	}
@@ -131,7 +135,7 @@ func TestMCP(t *testing.T) {
 func TestBearerToken(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Listen = "0.0.0.0:0"
-	err := app.Serve(t.Context(), cfg, testenv.Logger(), io.Discard, nil)
+	err := app.Serve(t.Context(), cfg, testVersion, testenv.Logger(), io.Discard, nil)
 	if err == nil || !strings.Contains(err.Error(), "bearer token is required") {
 		t.Fatalf("listening on every interface without a token: %v", err)
 	}
