@@ -330,20 +330,31 @@ func TestDependencies(t *testing.T) {
 	})
 
 	t.Run("doctor asks the index where pip reaches it", func(t *testing.T) {
-		check := func(c config.Config) app.Check {
-			for _, ch := range app.Doctor(t.Context(), c, url) {
-				if ch.Name == "package index" {
+		checkAt := func(c config.Config, daemonURL, name string) app.Check {
+			for _, ch := range app.Doctor(t.Context(), c, app.ConfigSource{Name: "test"}, daemonURL) {
+				if ch.Name == name {
 					return ch
 				}
 			}
-			t.Fatalf("doctor made no package index check")
+			t.Fatalf("doctor made no %s check", name)
 			return app.Check{}
 		}
+		noDaemon := "http://127.0.0.1:1"
+		check := func(c config.Config) app.Check { return checkAt(c, noDaemon, "package index") }
 		if ch := check(cfg); !ch.OK {
 			t.Fatalf("the test's index: %+v", ch)
 		}
 		closed := cfg
 		closed.IndexURL = "http://" + idx.Host() + ":9/simple/" // this machine, a port nothing listens on
+		// Issue 33, item 11: with a daemon answering, its index is checked, not this
+		// configuration's, and the configuration check says so.
+		if ch := checkAt(closed, url, "package index"); !ch.OK || !strings.Contains(ch.Detail, idx.URL()) {
+			t.Fatalf("the daemon's index, with another in this configuration: %+v", ch)
+		}
+		if ch := checkAt(closed, url, "configuration"); !ch.OK || !strings.Contains(ch.Detail, "the daemon at "+url) ||
+			!strings.Contains(ch.Detail, "index_url") || !strings.Contains(ch.Detail, idx.URL()) {
+			t.Fatalf("the configuration check does not say the daemon's was checked: %+v", ch)
+		}
 		if ch := check(closed); ch.OK || !strings.Contains(ch.Detail, "does not answer from this machine") ||
 			!strings.Contains(ch.Fix, "index_url") {
 			t.Fatalf("a closed port (network allowlist: the daemon dials the index): %+v", ch)

@@ -20,8 +20,8 @@ import (
 
 // startDaemon runs app.Serve until stop is called (or the test ends) and returns its URL.
 // What the tests need of the machine (the engine, the base image) is checked before, by
-// testConfig; a daemon that still does not listen within daemonStartWait fails the test with
-// the last lines of its progress (the image build's, say) rather than waiting on.
+// testConfig; a daemon whose start makes no progress (no line of output, such as the image
+// build's) for daemonStall fails the test with its last lines rather than waiting on.
 func startDaemon(t testing.TB, cfg config.Config) (url string, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -41,31 +41,38 @@ func startDaemon(t testing.TB, cfg config.Config) (url string, stop func()) {
 		}
 	}
 	t.Cleanup(stop)
-	select {
-	case a := <-addr:
-		if host, port, _ := net.SplitHostPort(a); net.ParseIP(host).IsUnspecified() {
-			a = net.JoinHostPort("127.0.0.1", port) // listening on every address: reach it on loopback
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case a := <-addr:
+			if host, port, _ := net.SplitHostPort(a); net.ParseIP(host).IsUnspecified() {
+				a = net.JoinHostPort("127.0.0.1", port) // listening on every address: reach it on loopback
+			}
+			return "http://" + a, stop
+		case err := <-done:
+			t.Fatalf("serve: %v", err)
+			return "", stop
+		case <-tick.C:
+			if quiet := progress.quiet(); quiet > daemonStall {
+				t.Fatalf("the daemon has not listened, nor said anything for %v; its last progress:\n%s", quiet.Round(time.Second), progress.String())
+			}
 		}
-		return "http://" + a, stop
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	case <-time.After(daemonStartWait):
-		t.Fatalf("the daemon did not listen within %v; its last progress:\n%s", daemonStartWait, progress.String())
 	}
-	return "", stop
 }
 
 // testVersion is the build version the test daemons are given.
 const testVersion = "1.2.3-test"
 
-// daemonStartWait bounds a test daemon's start: building the sandbox image on the base image
-// and starting the first container (well under a minute on an idle machine).
-const daemonStartWait = 3 * time.Minute
+// daemonStall is how long a test daemon's start may go without progress: an image build step
+// on a loaded machine, or starting the first container.
+const daemonStall = 3 * time.Minute
 
-// tail keeps the last 2 KiB written to it.
+// tail keeps the last 2 KiB written to it, and when it was last written.
 type tail struct {
-	mu  sync.Mutex
-	buf []byte
+	mu    sync.Mutex
+	buf   []byte
+	since time.Time
 }
 
 func (w *tail) Write(p []byte) (int, error) {
@@ -75,7 +82,18 @@ func (w *tail) Write(p []byte) (int, error) {
 	if len(w.buf) > 2048 {
 		w.buf = w.buf[len(w.buf)-2048:]
 	}
+	w.since = time.Now()
 	return len(p), nil
+}
+
+// quiet returns how long ago the last write was (or the first call, before any).
+func (w *tail) quiet() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.since.IsZero() {
+		w.since = time.Now()
+	}
+	return time.Since(w.since)
 }
 
 func (w *tail) String() string {

@@ -86,7 +86,7 @@ func TestDoctor(t *testing.T) {
 		}
 		return m
 	}
-	got := byName(app.Doctor(t.Context(), cfg, "http://127.0.0.1:1"))
+	got := byName(app.Doctor(t.Context(), cfg, app.ConfigSource{Name: "test"}, "http://127.0.0.1:1"))
 	for _, name := range []string{"configuration", "executor binary", "data directory", "docker engine", "base image"} {
 		if !got[name].OK {
 			t.Errorf("%s: %+v", name, got[name])
@@ -101,11 +101,11 @@ func TestDoctor(t *testing.T) {
 	}
 	noBytes := cfg
 	noBytes.LedgerMaxBytes = 0
-	if c := byName(app.Doctor(t.Context(), noBytes, "http://127.0.0.1:1"))["ledger"]; c.OK || c.Required || !strings.Contains(c.Fix, "set ledger_max_bytes") {
+	if c := byName(app.Doctor(t.Context(), noBytes, app.ConfigSource{Name: "test"}, "http://127.0.0.1:1"))["ledger"]; c.OK || c.Required || !strings.Contains(c.Fix, "set ledger_max_bytes") {
 		t.Errorf("ledger without a byte limit: %+v", c)
 	}
 	cfg.DockerHost = "tcp://127.0.0.1:9"
-	got = byName(app.Doctor(t.Context(), cfg, "http://127.0.0.1:1"))
+	got = byName(app.Doctor(t.Context(), cfg, app.ConfigSource{Name: "test"}, "http://127.0.0.1:1"))
 	if c := got["docker engine"]; c.OK || !c.Required || !strings.Contains(c.Fix, "check the engine address tcp://127.0.0.1:9") {
 		t.Errorf("no engine: %+v", c)
 	}
