@@ -397,7 +397,9 @@ func TestDaemonRestartAdoptsContainer(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		addr := make(chan string, 1)
 		done := make(chan error, 1)
-		go func() { done <- app.Serve(ctx, cfg, testVersion, testenv.Logger(), io.Discard, func(a string) { addr <- a }) }()
+		go func() {
+			done <- app.Serve(ctx, cfg, testVersion, testenv.Logger(), io.Discard, func(a string) { addr <- a })
+		}()
 		select {
 		case <-addr:
 		case err := <-done:
@@ -462,7 +464,9 @@ func TestShutdownAnswersInterruptedRuns(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- app.Serve(ctx, cfg, testVersion, testenv.Logger(), io.Discard, func(a string) { addr <- a }) }()
+	go func() {
+		done <- app.Serve(ctx, cfg, testVersion, testenv.Logger(), io.Discard, func(a string) { addr <- a })
+	}()
 	url := "http://" + <-addr
 	answered := make(chan []byte, 1)
 	go func() {

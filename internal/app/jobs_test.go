@@ -28,7 +28,9 @@ func startDaemon(t testing.TB, cfg config.Config) (url string, stop func()) {
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
 	progress := &tail{}
-	go func() { done <- app.Serve(ctx, cfg, testVersion, testenv.Logger(), progress, func(a string) { addr <- a }) }()
+	go func() {
+		done <- app.Serve(ctx, cfg, testVersion, testenv.Logger(), progress, func(a string) { addr <- a })
+	}()
 	stopped := false
 	stop = func() {
 		if stopped {
