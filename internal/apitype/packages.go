@@ -23,9 +23,13 @@ type Package struct {
 	Version string `json:"version"`
 	// Requirement is the requirement it was installed for.
 	Requirement string `json:"requirement"`
-	// SizeBytes is the size of its directory (with the dependencies installed with it).
+	// SizeBytes is the size of its directory (with the dependencies installed with it); 0 for
+	// a package within another's directory, whose size counts it.
 	SizeBytes   int64     `json:"size_bytes"`
 	InstalledAt time.Time `json:"installed_at"`
+	// Within names the package whose install brought this one (a dependency of it, in its
+	// directory: satisfying requirements, removed with it); absent for one installed itself.
+	Within string `json:"within,omitempty"`
 }
 
 // Packages is the answer of GET /v1/packages.

@@ -3,6 +3,7 @@ package app_test
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -272,23 +273,46 @@ func TestDependencies(t *testing.T) {
 	})
 
 	t.Run("packages are listed and removed", func(t *testing.T) {
-		var list struct {
-			Packages []struct {
-				Name, Version string
-				SizeBytes     int64 `json:"size_bytes"`
-			}
+		type pkg struct {
+			Name, Version, Within string
+			SizeBytes             int64 `json:"size_bytes"`
 		}
-		if st := call(t, "GET", url+"/v1/packages", "", &list); st != 200 || len(list.Packages) != 6 {
+		var list struct{ Packages []pkg }
+		if st := call(t, "GET", url+"/v1/packages", "", &list); st != 200 {
 			t.Fatalf("list: %d %+v", st, list)
 		}
+		sizes := map[string]int64{}
+		var own, within []string
 		for _, p := range list.Packages {
-			if p.SizeBytes <= 0 || !strings.Contains(" tinypkg pkg-b foo bar six numexpr ", " "+p.Name+" ") {
-				t.Errorf("package %+v", p)
+			if p.Within == "" {
+				own = append(own, p.Name)
+				sizes[p.Name] = p.SizeBytes
+				if p.SizeBytes <= 0 || !strings.Contains(" tinypkg pkg-b foo bar six numexpr sesspkg ", " "+p.Name+" ") {
+					t.Errorf("package %+v", p)
+				}
+			} else {
+				within = append(within, p.Name+" "+p.Version+" within "+p.Within)
 			}
 		}
-		var removed map[string]any
-		if st := call(t, "DELETE", url+"/v1/packages/pkg_b", "", &removed); st != 200 {
-			t.Fatalf("remove: %d %v", st, removed)
+		// Issue 33, item 4: bar's install brought foo 2.0 into bar's directory, where it
+		// satisfies "foo==2.0" (an install says present): the listing says so too.
+		for _, name := range []string{"tinypkg", "pkg-b", "foo", "bar", "six", "numexpr"} {
+			if !slices.Contains(own, name) {
+				t.Errorf("%s is not listed: %v", name, own)
+			}
+		}
+		if !slices.Contains(within, "foo 2.0 within bar") || !slices.Contains(within, "tinypkg 1.0 within pkg-b") {
+			t.Fatalf("list: own %v, within %v", own, within)
+		}
+		st, res := runWithDeps(t, url, "import foo; print(foo.VALUE)", "bar==1.0", "foo==2.0")
+		if st != 200 || res.Dependencies[1].Status != sandbox.DependencyPresent || res.Stdout != "2.0\n" {
+			t.Fatalf("foo==2.0 with bar: %d %+v", st, res)
+		}
+		// Issue 33, item 10: the removal says the size the listing gave (it said 0).
+		var removed struct{ Removed []pkg }
+		if st := call(t, "DELETE", url+"/v1/packages/pkg_b", "", &removed); st != 200 || len(removed.Removed) != 1 ||
+			removed.Removed[0].SizeBytes != sizes["pkg-b"] {
+			t.Fatalf("remove: %d %+v, want the listing's size %d", st, removed, sizes["pkg-b"])
 		}
 		if st := call(t, "DELETE", url+"/v1/packages/pkg-b", "", &removed); st != 404 {
 			t.Fatalf("remove again: %d %v", st, removed)

@@ -15,6 +15,7 @@ var restAdvice = []struct {
 	{regexp.MustCompile(`POST /v1/agents/([^/\s]+)/sessions creates one`), "sandpit session new --agent $1 starts one"},
 	{regexp.MustCompile(`GET /v1/executions/(\S+) lists its files under "files"`), "sandpit exec files $1 lists them"},
 	{regexp.MustCompile(`GET /v1/packages lists them`), "sandpit packages list lists them"},
+	{regexp.MustCompile(`one listed "within" another`), "one listed WITH another"},
 	{regexp.MustCompile(`\(GET /v1/limits lists the limits; `), "("},
 }
 

@@ -565,16 +565,9 @@ func requirementName(r string) string {
 
 // installedVersion finds name's version from its .dist-info directory in dir.
 func installedVersion(dir, name string) string {
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		base, ok := strings.CutSuffix(e.Name(), ".dist-info")
-		if !ok || !e.IsDir() {
-			continue
-		}
-		// NAME-VERSION.dist-info, where NAME has '-' escaped as '_' (PEP 427).
-		i := strings.LastIndex(base, "-")
-		if i > 0 && requirement.Normalize(base[:i]) == name {
-			return base[i+1:]
+	for _, p := range distributions(dir) {
+		if p.Name == name {
+			return p.Version
 		}
 	}
 	return ""
@@ -620,23 +613,45 @@ func (in *installer) packages(op protocol.Packages) ([]protocol.Package, error) 
 		if err != nil || json.Unmarshal(data, &m) != nil {
 			continue
 		}
+		top := protocol.Package{Name: m.Name, Version: m.Version, Requirement: m.Requirement, SizeBytes: dirSize(dir), InstalledAt: m.InstalledAt}
 		switch op.Op {
 		case "remove":
 			if m.Name == requirement.Normalize(op.Name) {
 				if err := os.RemoveAll(dir); err != nil {
 					return nil, fmt.Errorf("removing %s: %w", e.Name(), err)
 				}
-				list = append(list, protocol.Package{Name: m.Name, Version: m.Version, Requirement: m.Requirement, InstalledAt: m.InstalledAt})
+				list = append(list, top) // with the size it freed
 			}
 		default:
-			list = append(list, protocol.Package{Name: m.Name, Version: m.Version, Requirement: m.Requirement,
-				SizeBytes: dirSize(dir), InstalledAt: m.InstalledAt})
+			// The dependencies installed with it satisfy requirements too (an install says
+			// "present" for them): listed, within it.
+			list = append(list, top)
+			for _, dep := range distributions(dir) {
+				if dep.Name != m.Name {
+					dep.Within, dep.InstalledAt = m.Name, m.InstalledAt
+					list = append(list, dep)
+				}
+			}
 		}
 	}
 	if op.Op == "remove" {
 		in.satisfied.Clear() // the removed directories may satisfy cached requirements
 	}
 	return list, nil
+}
+
+// distributions lists the packages whose .dist-info directories are in dir (name normalised).
+func distributions(dir string) []protocol.Package {
+	var out []protocol.Package
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		base, ok := strings.CutSuffix(e.Name(), ".dist-info")
+		// NAME-VERSION.dist-info, where NAME has '-' escaped as '_' (PEP 427).
+		if i := strings.LastIndex(base, "-"); ok && e.IsDir() && i > 0 {
+			out = append(out, protocol.Package{Name: requirement.Normalize(base[:i]), Version: base[i+1:]})
+		}
+	}
+	return out
 }
 
 func dirSize(dir string) int64 {
