@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
 	"github.com/sandpit-dev/sandpit/internal/callback"
@@ -342,20 +343,42 @@ func Sandbox(ctx context.Context, cfg config.Config) (dir string, owner int, con
 	return dir, owner, containers, nil
 }
 
-// RemoveSandbox removes the containers of cfg's data directory. It takes the directory's lock
+// Removed is what RemoveSandbox removed.
+type Removed struct {
+	// Containers is how many containers (slots' and sessions', running or stopped).
+	Containers int
+	// Volume is the package volume's name, "" when it was kept or there was none.
+	Volume string
+}
+
+// RemoveSandbox removes the containers of cfg's data directory and, with volume, its package
+// volume (the installed dependencies and pip's cache): everything the data directory made in
+// the engine but the images, which other data directories share. It takes the directory's lock
 // first, so it refuses (a *datadir.LockedError) while an engine uses them.
-func RemoveSandbox(ctx context.Context, cfg config.Config) (int, error) {
+func RemoveSandbox(ctx context.Context, cfg config.Config, volume bool) (Removed, error) {
+	var out Removed
 	lock, err := datadir.Acquire(cfg.DataDir)
 	if err != nil {
-		return 0, err
+		return out, err
 	}
 	defer lock.Release()
 	api, err := DockerClient(cfg)
 	if err != nil {
-		return 0, err
+		return out, err
 	}
 	defer api.Close()
-	return docker.RemoveContainers(ctx, api, lock.Dir())
+	if out.Containers, err = docker.RemoveContainers(ctx, api, lock.Dir()); err != nil || !volume {
+		return out, err
+	}
+	name := docker.VolumeName(lock.Dir())
+	switch _, err := api.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true}); {
+	case cerrdefs.IsNotFound(err):
+	case err != nil:
+		return out, fmt.Errorf("removing the package volume %s: %w (remove it with: docker volume rm %s)", name, err, name)
+	default:
+		out.Volume = name
+	}
+	return out, nil
 }
 
 // Serve runs the daemon: it opens the engine, serves the REST API on cfg.Listen until ctx

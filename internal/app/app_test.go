@@ -17,10 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
 	"github.com/sandpit-dev/sandpit/internal/app"
 	"github.com/sandpit-dev/sandpit/internal/cli"
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/datadir"
+	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
@@ -355,15 +357,28 @@ func TestOneEnginePerDataDir(t *testing.T) {
 		t.Fatalf("exit %d stderr %q", code, stderr.String())
 	}
 	// Its container cannot be removed from under it; once it is closed, it can.
-	if _, err := app.RemoveSandbox(context.Background(), cfg); !errors.As(err, &locked) {
+	if _, err := app.RemoveSandbox(context.Background(), cfg, false); !errors.As(err, &locked) {
 		t.Fatalf("RemoveSandbox while in use: %v", err)
 	}
 	eng.Close()
-	if n, err := app.RemoveSandbox(context.Background(), cfg); err != nil || n != cfg.Slots {
-		t.Fatalf("RemoveSandbox: %d %v", n, err)
+	if got, err := app.RemoveSandbox(context.Background(), cfg, false); err != nil || got.Containers != cfg.Slots || got.Volume != "" {
+		t.Fatalf("RemoveSandbox: %+v %v", got, err)
 	}
 	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != 0 {
 		t.Fatalf("containers left: %v", ids)
+	}
+	// Issue 33, item 16: with the volume too, nothing of the data directory is left in the
+	// engine (its package volume was left by every data directory).
+	api := testenv.DockerClient(t)
+	vol := docker.VolumeName(cfg.DataDir)
+	if _, err := api.VolumeInspect(context.Background(), vol, client.VolumeInspectOptions{}); err != nil {
+		t.Fatalf("the package volume before: %v", err)
+	}
+	if got, err := app.RemoveSandbox(context.Background(), cfg, true); err != nil || got.Containers != 0 || got.Volume != vol {
+		t.Fatalf("RemoveSandbox with the volume: %+v %v", got, err)
+	}
+	if _, err := api.VolumeInspect(context.Background(), vol, client.VolumeInspectOptions{}); err == nil {
+		t.Fatalf("the package volume %s is left", vol)
 	}
 }
 
