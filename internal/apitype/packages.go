@@ -55,7 +55,8 @@ const (
 // step's status.
 type SetupEvent struct {
 	// Step names the step: docker, homebrew, docker-cli, colima, colima-start, docker-install,
-	// image, sandbox, health.
+	// image, sandbox, health; and base-image for the progress of the base image's pull,
+	// which the image step makes when the engine does not have it.
 	Step string `json:"step"`
 	// Status is one of the Setup constants.
 	Status string `json:"status"`

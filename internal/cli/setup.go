@@ -101,17 +101,24 @@ func (o *options) setupReporter(asJSON bool) (func(apitype.SetupEvent), func()) 
 			}
 		}, func() {}
 	}
-	bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(out), progressbar.OptionSpinnerType(14),
+	// A bar of the current step's percentage (the events that carry a fraction move it; the
+	// build's lines only describe it), started again by each step.
+	bar := progressbar.NewOptions(100, progressbar.OptionSetWriter(out), progressbar.OptionSetWidth(30),
 		progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
 	return func(e apitype.SetupEvent) {
 			switch e.Status {
 			case setup.Started, setup.Progress:
+				if e.Status == setup.Started {
+					bar.Reset()
+				}
+				if e.Progress > 0 {
+					_ = bar.Set(int(e.Progress * 100))
+				}
 				msg := e.Message
-				if len(msg) > 70 {
-					msg = msg[:70] + "…"
+				if len(msg) > 50 {
+					msg = msg[:50] + "…"
 				}
 				bar.Describe(e.Step + ": " + strings.ReplaceAll(msg, "\n", " "))
-				_ = bar.Add(1)
 			default:
 				_ = bar.Clear()
 				fmt.Fprintln(out, line(e))
