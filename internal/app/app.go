@@ -277,7 +277,8 @@ func (e *Core) Handler(cfg config.Config, log *slog.Logger) http.Handler {
 			_, err := setup.Run(ctx, setup.DetectPlatform(runtime.GOOS), setup.ExecRunner{}, daemonSetup{e}, setup.Options{}, emit)
 			return err
 		},
-		PackageIndex: httpapi.PackageIndex{IndexURL: cfg.IndexURL, ExtraIndexURLs: cfg.ExtraIndexURLs, TrustedHosts: cfg.TrustedHosts, BinaryOnly: cfg.BinaryOnly}}
+		PackageIndex: httpapi.PackageIndex{IndexURL: cfg.IndexURL, ExtraIndexURLs: cfg.ExtraIndexURLs, TrustedHosts: cfg.TrustedHosts, BinaryOnly: cfg.BinaryOnly},
+		Warmth:       e.Runtime.Warmth}
 	return httpapi.NewHandler(backend, log)
 }
 

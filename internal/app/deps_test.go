@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/app"
 	"github.com/sandpit-dev/sandpit/internal/cli"
 	"github.com/sandpit-dev/sandpit/internal/config"
@@ -101,6 +102,18 @@ func TestDependencies(t *testing.T) {
 	cfg.Preload = []string{"numpy", "pandas"}
 	url, stop := startDaemon(t, cfg)
 	warm(t, url, cfg.Slots)
+	// Issue 33, item 12: once runs fork in every slot, /readyz says so (the executors tell
+	// at their next heartbeat, every 2 s).
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		var ready struct{ Warmth apitype.Warmth }
+		st := call(t, "GET", url+"/readyz?warm=true", "", &ready)
+		if st == 200 && ready.Warmth.Warm && ready.Warmth.ForkSlots == cfg.Slots && ready.Warmth.SlotsUp == cfg.Slots {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("every slot forks its runs, but /readyz?warm=true says %d %+v", st, ready)
+		}
+	}
 
 	t.Run("first request installs, second runs pip zero times", func(t *testing.T) {
 		st, res := runWithDeps(t, url, "import tinypkg; print(tinypkg.VALUE)", "TinyPkg==1.0")

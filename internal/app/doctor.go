@@ -131,12 +131,26 @@ func askDaemon(ctx context.Context, token, url string) daemonView {
 	if lim, err := c.Limits(hctx); err == nil {
 		d.limits = &lim
 	}
-	if err := c.Ready(hctx); err != nil {
+	w, err := c.Warmth(hctx)
+	if err != nil {
 		d.check = Check{Name: "daemon", Detail: fmt.Sprintf("answers at %s but is not ready: %v", url, err),
 			Fix: "wait a few seconds; if it stays so, see the daemon's log"}
 		return d
 	}
 	d.check = Check{Name: "daemon", OK: true, Detail: "ready at " + url}
+	switch {
+	case w == nil:
+	case w.ForkOff != "":
+		d.check.Detail += fmt.Sprintf("; %d of %d slots up; runs start cold: %s", w.SlotsUp, w.Slots, w.ForkOff)
+	case w.Warm:
+		d.check.Detail += fmt.Sprintf("; all %d slots up, starting runs as forks", w.Slots)
+	default:
+		// Ready, but its first runs are cold (seconds each) until the fork servers are up.
+		d.check.OK = false
+		d.check.Detail += fmt.Sprintf("; %d of %d slots up, %d starting runs as forks: runs start cold (slower) until the others have imported the preload",
+			w.SlotsUp, w.Slots, w.ForkSlots)
+		d.check.Fix = "wait (about half a minute after a start on a busy machine) and run `sandpit doctor` again; a program can wait for GET /readyz?warm=true to answer 200"
+	}
 	return d
 }
 

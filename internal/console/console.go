@@ -71,6 +71,8 @@ type ForkServer struct {
 	Enabled bool
 	Preload []string
 	MaxRuns int
+	// Warmth, when not nil, says how many slots start runs as forks now.
+	Warmth func() sandbox.Warmth
 }
 
 // Config is what the console serves.

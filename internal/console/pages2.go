@@ -285,6 +285,7 @@ func (c *Console) runCode(w http.ResponseWriter, r *http.Request, s session) {
 
 type healthView struct {
 	Ready       string
+	Warmth      *sandbox.Warmth
 	Stats       sandbox.Stats
 	Config      sandbox.Config
 	ForkServer  ForkServer
@@ -298,6 +299,10 @@ type healthView struct {
 
 func (c *Console) healthPage(w http.ResponseWriter, r *http.Request, s session) {
 	v := healthView{Stats: c.cfg.Engine.Stats(), Config: c.cfg.Engine.Config(), ForkServer: c.cfg.ForkServer, Starts: map[string]int{}}
+	if c.cfg.ForkServer.Warmth != nil {
+		w := c.cfg.ForkServer.Warmth()
+		v.Warmth = &w
+	}
 	if err := c.cfg.Engine.Ready(r.Context()); err != nil {
 		v.Ready = err.Error()
 	}
