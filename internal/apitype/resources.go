@@ -197,6 +197,16 @@ type Execution struct {
 	// Daemon is the ID of the daemon that ran it (its daemon_id; absent for records made
 	// before daemons had IDs).
 	Daemon string `json:"daemon,omitempty"`
+	// InputFiles are the input files the request handed the run: their names, sizes and
+	// SHA-256, not their bytes (absent when it had none).
+	InputFiles []InputFileInfo `json:"input_files,omitempty"`
+}
+
+// InputFileInfo describes an input file a run was given (Execution.InputFiles).
+type InputFileInfo struct {
+	Name      string `json:"name"`
+	SizeBytes int64  `json:"size_bytes"`
+	SHA256    string `json:"sha256"`
 }
 
 // ExecutionSummary is an item of GET /v1/executions: an Execution without its code, input and

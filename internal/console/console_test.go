@@ -351,3 +351,18 @@ func TestJobsAndCode(t *testing.T) {
 		t.Fatalf("the jobs page's every-minute job:\n%s", body)
 	}
 }
+
+// Issue 33, items 9 and 15: a record says the input files the run was given (name, size,
+// digest; escaped like every name), over REST and on the record page.
+func TestRecordShowsInputFiles(t *testing.T) {
+	h := newHarness(t, "")
+	id := h.add(t, record{code: "print(1)", inputFiles: []sandbox.InputFile{{Name: "data.csv", Content: []byte("a,b\n1,2\n")}, {Name: "x<b>y.txt"}}})
+	st, b := send(t, h, "GET", "/v1/executions/"+id, "")
+	if st != http.StatusOK || !strings.Contains(b, `"input_files":[{"name":"data.csv","size_bytes":8,"sha256":"`) {
+		t.Fatalf("the record: %d %s", st, b)
+	}
+	_, body, _ := get(t, client(t), h, "/ui/executions/"+id, nil)
+	if !strings.Contains(body, "Input files") || !strings.Contains(body, "<code>data.csv</code> · 8 B") || strings.Contains(body, "x<b>y") {
+		t.Fatalf("the record page:\n%s", body)
+	}
+}
