@@ -60,8 +60,11 @@ Progress: a progress bar on a terminal, plain lines otherwise, NDJSON with --jso
 
 func (o *options) setup(cmd *cobra.Command, f daemonFlags, opts setup.Options, emit func(apitype.SetupEvent)) error {
 	ctx := cmd.Context()
+	// Which configuration is checked is said first: the running daemon's, or this command's.
 	if len(o.engineFlagsGiven(cmd)) == 0 {
 		if c, err := o.daemon(cmd, f); err == nil {
+			emit(apitype.SetupEvent{Step: "setup", Status: setup.Started,
+				Message: "a daemon answers at " + o.daemonURL(f.url) + ": it runs the checks, with its own configuration"})
 			return c.Setup(ctx, emit)
 		} else if _, ok := err.(*NoDaemonError); !ok {
 			return err
@@ -71,6 +74,8 @@ func (o *options) setup(cmd *cobra.Command, f daemonFlags, opts setup.Options, e
 	if err != nil {
 		return err
 	}
+	emit(apitype.SetupEvent{Step: "setup", Status: setup.Started, Message: "no daemon answers at " + o.daemonURL(f.url) +
+		": setting up this machine with " + o.configSource()})
 	opts.EngineAddress = cfg.DockerHost
 	if opts.EngineAddress == "" {
 		opts.EngineAddress, _ = o.env.Lookup("DOCKER_HOST")
