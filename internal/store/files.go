@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -292,7 +291,9 @@ func (f *Files) Kept(ctx context.Context, id string) (map[string]bool, error) {
 	return kept, rows.Err()
 }
 
-// Open returns the bytes of execution id's kept output file name (an *os.File). Errors: one
+// Open returns the bytes of execution id's kept output file name, an io.ReadSeeker: an
+// *os.File, or on PostgreSQL a reader that fetches them a part at a time (a download holds at
+// most one part of blobPart bytes, never the whole file). Errors: one
 // wrapping ErrEvicted when no such file is kept (the caller, who found it in the record, knows
 // it was there) or its bytes are missing or short (a power loss), or the disk's.
 func (f *Files) Open(ctx context.Context, id, name string) (io.ReadCloser, error) {
@@ -305,15 +306,7 @@ func (f *Files) Open(ctx context.Context, id, name string) (io.ReadCloser, error
 		return nil, err
 	}
 	if f.st.pg {
-		var content []byte
-		err := f.st.r.QueryRowContext(ctx, `SELECT content FROM execution_files WHERE execution_id = ? AND name = ?`, id, name).Scan(&content)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, fmt.Errorf("file %q of execution %s: %w", name, id, ErrEvicted)
-		}
-		if err != nil {
-			return nil, err
-		}
-		return io.NopCloser(bytes.NewReader(content)), nil
+		return &blobReader{ctx: ctx, db: f.st.r, id: id, idx: idx, size: size}, nil
 	}
 	file, err := os.Open(filepath.Join(f.dir, id, strconv.FormatInt(idx, 10)))
 	if errors.Is(err, os.ErrNotExist) {
@@ -360,3 +353,55 @@ func orphanedFiles(ctx context.Context, tx *Tx) (int64, []string, error) {
 		SELECT 1 FROM executions e WHERE e.id = execution_files.execution_id)`)
 	return freed, ids, err
 }
+
+// blobPart is the most bytes a blobReader fetches at once.
+const blobPart = 256 << 10
+
+// blobReader reads a file kept in execution_files.content (PostgreSQL) a part at a time, by
+// substring. It is an io.ReadSeekCloser over the size recorded; the file's row going (eviction)
+// while it reads ends it with an error wrapping ErrEvicted.
+type blobReader struct {
+	ctx context.Context
+	db  interface {
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	}
+	id   string
+	idx  int64
+	size int64
+	off  int64
+}
+
+func (b *blobReader) Read(p []byte) (int, error) {
+	if b.off >= b.size {
+		return 0, io.EOF
+	}
+	n := min(int64(len(p)), blobPart, b.size-b.off)
+	var part []byte
+	err := b.db.QueryRowContext(b.ctx, `SELECT substring(content FROM ? FOR ?) FROM execution_files WHERE execution_id = ? AND idx = ?`,
+		b.off+1, n, b.id, b.idx).Scan(&part)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && int64(len(part)) != n) {
+		return 0, fmt.Errorf("file %d of execution %s was evicted while it was read: %w", b.idx, b.id, ErrEvicted)
+	}
+	if err != nil {
+		return 0, err
+	}
+	copy(p, part)
+	b.off += n
+	return int(n), nil
+}
+
+func (b *blobReader) Seek(offset int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekCurrent:
+		offset += b.off
+	case io.SeekEnd:
+		offset += b.size
+	}
+	if offset < 0 {
+		return 0, errors.New("seek before the start of the file")
+	}
+	b.off = offset
+	return offset, nil
+}
+
+func (b *blobReader) Close() error { return nil }
