@@ -3,8 +3,8 @@ package httpapi
 import (
 	"fmt"
 	"io"
-	"strings"
 	"net/http"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/semaphore"
