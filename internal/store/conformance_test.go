@@ -48,6 +48,7 @@ var conformance = []struct {
 	{"LedgerBytesMigrationFillsOldRecords", TestLedgerBytesMigrationFillsOldRecords},
 	{"FinishInterruptedCountsTheRecords", TestFinishInterruptedCountsTheRecords},
 	{"FilesStreamInParts", TestFilesStreamInParts},
+	{"ResultQuotaCountsWhatIsStored", TestResultQuotaCountsWhatIsStored},
 }
 
 // onPostgres says whether t is a case TestPostgres runs.
