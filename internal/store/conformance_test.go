@@ -49,6 +49,8 @@ var conformance = []struct {
 	{"FinishInterruptedCountsTheRecords", TestFinishInterruptedCountsTheRecords},
 	{"FilesStreamInParts", TestFilesStreamInParts},
 	{"ResultQuotaCountsWhatIsStored", TestResultQuotaCountsWhatIsStored},
+	{"PruneIsFairBetweenAgents", TestPruneIsFairBetweenAgents},
+	{"JobFiresCountInTheLedger", TestJobFiresCountInTheLedger},
 }
 
 // onPostgres says whether t is a case TestPostgres runs.

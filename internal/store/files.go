@@ -145,7 +145,8 @@ func (f *Files) Put(ctx context.Context, id string, file sandbox.File, content [
 			return err
 		}
 		if !evicted {
-			return fmt.Errorf("the files of this run fill the %d bytes all runs' files may take (files_max_bytes)", f.max)
+			return fmt.Errorf("the files of this run, with the newest run's files of each agent (never evicted for another's), "+
+				"fill the %d bytes all runs' files may take (files_max_bytes)", f.max)
 		}
 	}
 	var idx int64
@@ -198,17 +199,14 @@ func writeAtomically(path string, content []byte) error {
 	return err
 }
 
-// evictOldest deletes the kept files of the execution that started first (files that belong
-// to no record go first), other than keep; it returns false when there is none. f.mu is held.
+// evictOldest deletes the kept files of one execution other than keep, and returns false when
+// none may go. Fairly between agents: files that belong to no record go first; then those of
+// the agent whose files take the most, its oldest execution's, never its newest execution's.
+// So one agent's runs push out their own older files, never another agent's newest. f.mu is
+// held.
 func (f *Files) evictOldest(ctx context.Context, keep string) (bool, error) {
-	var id string
-	err := f.st.w.QueryRowContext(ctx, `SELECT ef.execution_id FROM execution_files ef
-		LEFT JOIN executions e ON e.id = ef.execution_id WHERE ef.execution_id != ?
-		ORDER BY coalesce(e.started_at, 0), ef.execution_id LIMIT 1`, keep).Scan(&id)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
+	id, err := f.victim(ctx, keep)
+	if err != nil || id == "" {
 		return false, err
 	}
 	freed, err := f.deleteRows(ctx, f.st.w, id)
@@ -229,6 +227,64 @@ func (f *Files) evictOldest(ctx context.Context, keep string) (bool, error) {
 	f.removeDirs(id)
 	f.st.log.Info("evicted an execution's output files to keep all files within files_max_bytes", "id", id, "bytes", freed)
 	return true, nil
+}
+
+// victim returns the execution whose files evictOldest deletes ("" for none).
+func (f *Files) victim(ctx context.Context, keep string) (string, error) {
+	var id string
+	err := f.st.w.QueryRowContext(ctx, `SELECT ef.execution_id FROM execution_files ef WHERE ef.execution_id != ?
+		AND NOT EXISTS (SELECT 1 FROM executions e WHERE e.id = ef.execution_id) LIMIT 1`, keep).Scan(&id)
+	if err == nil || !errors.Is(err, sql.ErrNoRows) {
+		return id, err
+	}
+	rows, err := f.st.w.QueryContext(ctx, `SELECT e.agent FROM execution_files ef JOIN executions e ON e.id = ef.execution_id
+		GROUP BY e.agent ORDER BY sum(`+chargeSQL+`) DESC, e.agent`)
+	if err != nil {
+		return "", err
+	}
+	var agents []string
+	for rows.Next() {
+		var agent string
+		if err := rows.Scan(&agent); err != nil {
+			rows.Close()
+			return "", err
+		}
+		agents = append(agents, agent)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return "", err
+	}
+	for _, agent := range agents {
+		// The agent's executions with files, newest first: all but the newest may go.
+		rows, err := f.st.w.QueryContext(ctx, `SELECT DISTINCT e.id, e.started_at FROM executions e
+			JOIN execution_files ef ON ef.execution_id = e.id WHERE e.agent = ? ORDER BY e.started_at DESC, e.id DESC`, agent)
+		if err != nil {
+			return "", err
+		}
+		var ids []string
+		for rows.Next() {
+			var (
+				id string
+				at int64
+			)
+			if err := rows.Scan(&id, &at); err != nil {
+				rows.Close()
+				return "", err
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return "", err
+		}
+		for i := len(ids) - 1; i >= 1; i-- {
+			if ids[i] != keep {
+				return ids[i], nil
+			}
+		}
+	}
+	return "", nil
 }
 
 // execer is a *sql.DB or a *Tx.

@@ -181,7 +181,7 @@ func resultsTableBytes(t *testing.T, s *Store) int64 {
 	return n
 }
 
-// H54: results_max_bytes counts what a result takes where it is stored, not its payload: an
+// H52: results_max_bytes counts what a result takes where it is stored, not its payload: an
 // agent with a long name storing `1` under many short keys filled the tables to 11–50 times
 // its quota, counted as key and value bytes. Now the quota refuses before the table and its
 // indexes hold more than twice the quota.
