@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/httpapi/httpapitest"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
@@ -58,7 +59,7 @@ func TestConcurrentBodiesAreBoundedByTheBudget(t *testing.T) {
 			once.Do(func() { close(settled) })
 		}
 	}
-	fake := &httpapitest.Executor{Cfg: sandbox.DefaultConfig(), Fn: func(ctx context.Context, req sandbox.Request, _ func(sandbox.Event)) (sandbox.Result, error) {
+	fake := &httpapitest.Executor{Cfg: engine.DefaultConfig(), Fn: func(ctx context.Context, req sandbox.Request, _ func(sandbox.Event)) (sandbox.Result, error) {
 		started.Add(1)
 		check()
 		select {

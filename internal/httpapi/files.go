@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -59,7 +60,7 @@ const filesExpect = `must be a list of files such as [{"name": "data.csv", "cont
 // and decodeFiles'. The files are decoded from the body's own bytes, one at a time: a file is
 // held as sent and as decoded, never the body thrice. On an error it has answered the request
 // and returns false.
-func readRunBody(w http.ResponseWriter, r *http.Request, cfg sandbox.Config, v any, sh shape) ([]sandbox.InputFile, bool) {
+func readRunBody(w http.ResponseWriter, r *http.Request, cfg engine.Config, v any, sh shape) ([]sandbox.InputFile, bool) {
 	sh.flat = true // a run body's only nested objects are its files, checked by decodeFileObject
 	body, err := readBodyBytes(w, r, maxBodyBytes(cfg), sh)
 	if err == nil {
@@ -120,7 +121,7 @@ func decodeFilesText(text []byte) ([]sandbox.InputFile, error) {
 // decodeFiles turns the files of a request body (nil when absent) into input files. Each must
 // be an object of the fields name, content and encoding (each once, in that letter case); the
 // errors name the field at fault as files[i].name, files[i].content or files[i].encoding.
-// Names and sizes are checked by the sandbox (sandbox.Service.Validate). Each element of raw
+// Names and sizes are checked by the sandbox (engine.Service.Validate). Each element of raw
 // is dropped (set to nil) once decoded.
 func decodeFiles(raw []json.RawMessage) ([]sandbox.InputFile, error) {
 	if raw == nil {
@@ -201,7 +202,7 @@ func decodeFileObject(raw json.RawMessage, b *fileBody, field string) error {
 
 // filesBodyBytes is what input files at their caps may take in a request body: their bytes
 // in base64 (4/3 of them) and each file's name, field names and quoting.
-func filesBodyBytes(cfg sandbox.Config) int64 {
+func filesBodyBytes(cfg engine.Config) int64 {
 	return (cfg.MaxInputFilesBytes+2)/3*4 + int64(cfg.MaxInputFiles)*(2*sandbox.MaxFileNameBytes+64)
 }
 
