@@ -187,7 +187,8 @@ func (a *api) handle(pattern string, fn http.HandlerFunc) {
 	a.mux.HandleFunc(pattern, fn)
 }
 
-// ServeHTTP logs the request, recovers from panics and answers unknown routes in JSON.
+// ServeHTTP logs the request, recovers from panics, answers unknown routes in JSON, and admits
+// a request with a body by its Content-Length before any of it is read (see bodyBudget).
 func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rw := &statusWriter{ResponseWriter: w}
