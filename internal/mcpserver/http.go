@@ -18,14 +18,15 @@ import (
 )
 
 // HTTPHandler serves MCP over streamable HTTP (the MCP spec's transport), with a server from
-// newServer for each new session (nil answers 400). Sessions idle for sessionTimeout are
-// closed. At most maxSessions live at once, shared between clients (a client is a remote host
-// and the agent the request names, see agentOf): a session that has not initialised within
-// InitTimeout is closed; when a new session finds no room, the oldest idle session (no call
-// running; those that never called a tool first) is closed for it, the client's own when it
-// holds its share of maxSessions or more, else one of the client holding the most; only when
-// none is idle is it answered 503 with Retry-After, and a JSON error saying how to free one.
-// A request whose agent is not its session's is refused (403).
+// newServer for each new MCP connection (an MCP session of the transport, named by its
+// Mcp-Session-Id; nil answers 400). Connections idle for idleTimeout are closed. At most
+// maxConns live at once, shared between clients (a client is a remote host and the agent the
+// request names, see agentOf): a connection that has not initialised within InitTimeout is
+// closed; when a new connection finds no room, the oldest idle connection (no call running;
+// those not initialised, then those that never called a tool, first) is closed for it, the
+// client's own when it holds its share of maxConns or more, else one of the client holding
+// the most; only when none is idle is it answered 503 with Retry-After, and a JSON error
+// saying how to free one. A request whose agent is not its connection's is refused (403).
 //
 // Each call (a JSON-RPC request, such as tools/call) is cancelled when the HTTP POST that
 // carried it ends before it is answered, that is when the client's connection closes: this
@@ -33,16 +34,16 @@ import (
 // never be delivered. A run_code whose client went away is so stopped (outcome killed) at once,
 // as over REST, instead of holding its slot until it ends. notifications/cancelled cancels a
 // call as well (the SDK's).
-func HTTPHandler(newServer func(*http.Request) *mcp.Server, sessionTimeout time.Duration, maxSessions int) http.Handler {
-	h, _ := httpHandler(newServer, sessionTimeout, maxSessions, InitTimeout)
+func HTTPHandler(newServer func(*http.Request) *mcp.Server, idleTimeout time.Duration, maxConns int) http.Handler {
+	h, _ := httpHandler(newServer, idleTimeout, maxConns, InitTimeout)
 	return h
 }
 
-// httpHandler is HTTPHandler with the time sessions have to initialise; it returns its
-// sessions too.
-func httpHandler(newServer func(*http.Request) *mcp.Server, sessionTimeout time.Duration, maxSessions int, initTimeout time.Duration) (http.Handler, *sessions) {
+// httpHandler is HTTPHandler with the time connections have to initialise; it returns its
+// connections too.
+func httpHandler(newServer func(*http.Request) *mcp.Server, idleTimeout time.Duration, maxConns int, initTimeout time.Duration) (http.Handler, *conns) {
 	p := &posts{live: map[string]context.Context{}}
-	live := &sessions{max: maxSessions, initTimeout: initTimeout}
+	live := &conns{max: maxConns, initTimeout: initTimeout}
 	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
 		s := newServer(r)
 		if s != nil {
@@ -50,20 +51,20 @@ func httpHandler(newServer func(*http.Request) *mcp.Server, sessionTimeout time.
 			s.AddReceivingMiddleware(p.tie, t.watch)
 		}
 		return s
-	}, &mcp.StreamableHTTPOptions{SessionTimeout: sessionTimeout})
+	}, &mcp.StreamableHTTPOptions{SessionTimeout: idleTimeout})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id := r.Header.Get("Mcp-Session-Id"); id != "" {
 			if agent, ok := live.agentOf(id); ok && agent != agentOf(r) {
 				writeBusy(w, http.StatusForbidden, apitype.CodeForbidden, "", fmt.Sprintf(
-					"MCP session %s acts for agent %q, and this request names agent %q: a session keeps the agent it was "+
+					"MCP connection %s acts for agent %q, and this request names agent %q: a connection keeps the agent it was "+
 						"started for; start another session (without Mcp-Session-Id) for agent %q", id, agent, agentOf(r), agentOf(r)))
 				return
 			}
 		} else if r.Method == http.MethodPost && !live.room(clientOf(r), agentOf(r)) {
 			writeBusy(w, http.StatusServiceUnavailable, apitype.CodeBusy, "60", fmt.Sprintf(
-				"%d MCP sessions are open, the most this daemon keeps, and each has a call running: close one you no longer "+
-					"use (HTTP DELETE with its Mcp-Session-Id), or retry when a call has ended (idle sessions are closed "+
-					"after %s, or for a new session)", maxSessions, sessionTimeout))
+				"%d MCP connections are open, the most this daemon keeps, and each has a call running: close one you no longer "+
+					"use (HTTP DELETE with its Mcp-Session-Id), or retry when a call has ended (idle connections are closed "+
+					"after %s, or for a new connection)", maxConns, idleTimeout))
 			return
 		}
 		r = r.Clone(r.Context())
@@ -87,11 +88,11 @@ func writeBusy(w http.ResponseWriter, status int, code, retry, msg string) {
 	_ = json.NewEncoder(w).Encode(apitype.ErrorBody{Error: apitype.ErrorDetail{Code: code, Message: msg}})
 }
 
-// InitTimeout is how long a new MCP session may take to initialise (the client's
+// InitTimeout is how long a new MCP connection may take to initialise (the client's
 // notifications/initialized) before it is closed.
 const InitTimeout = 10 * time.Second
 
-// clientOf is the client of a request for sharing sessions: its remote host.
+// clientOf is the client of a request for sharing connections: its remote host.
 func clientOf(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
@@ -100,8 +101,8 @@ func clientOf(r *http.Request) string {
 	return host
 }
 
-// sessions are the MCP servers made for sessions, one each, with what their sessions did.
-type sessions struct {
+// conns are the MCP servers made for connections, one each, with what their connections did.
+type conns struct {
 	max         int
 	initTimeout time.Duration
 
@@ -109,22 +110,22 @@ type sessions struct {
 	list []*tracked
 }
 
-// tracked is the server of one session and its use.
+// tracked is the server of one connection and its use.
 type tracked struct {
 	s      *mcp.Server
 	client string // clientOf and agent of the request that started it
 	agent  string
 	at     time.Time
 
-	// Under sessions.mu:
+	// Under conns.mu:
 	used        time.Time // its last request
 	initialised bool
 	called      bool        // it called a tool
 	running     int         // requests being served
-	mu          *sync.Mutex // sessions.mu
+	mu          *sync.Mutex // conns.mu
 }
 
-func (v *sessions) add(s *mcp.Server, client, agent string) *tracked {
+func (v *conns) add(s *mcp.Server, client, agent string) *tracked {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	t := &tracked{s: s, client: client, agent: agent, at: time.Now(), used: time.Now(), mu: &v.mu}
@@ -132,10 +133,10 @@ func (v *sessions) add(s *mcp.Server, client, agent string) *tracked {
 	return t
 }
 
-// live returns the servers with a session, forgetting those without one for a minute (the
-// handler makes servers that never get a session, and a session that ended leaves its server
+// live returns the servers with a connection, forgetting those without one for a minute (the
+// handler makes servers that never get a connection, and a connection that ended leaves its server
 // empty). v.mu is held.
-func (v *sessions) live() []*tracked {
+func (v *conns) live() []*tracked {
 	var out []*tracked
 	v.list = slices.DeleteFunc(v.list, func(t *tracked) bool {
 		for range t.s.Sessions() {
@@ -147,8 +148,8 @@ func (v *sessions) live() []*tracked {
 	return out
 }
 
-// agentOf returns the agent of the session with id.
-func (v *sessions) agentOf(id string) (string, bool) {
+// agentOf returns the agent of the connection with id.
+func (v *conns) agentOf(id string) (string, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for _, t := range v.list {
@@ -161,11 +162,11 @@ func (v *sessions) agentOf(id string) (string, bool) {
 	return "", false
 }
 
-// room makes room for one more session of client and agent and reports whether there is:
-// it closes the sessions that did not initialise within InitTimeout and, when all places are
-// taken, one idle session (see HTTPHandler). Requests starting sessions at the same moment may
+// room makes room for one more connection of client and agent and reports whether there is:
+// it closes the connections that did not initialise within InitTimeout and, when all places are
+// taken, one idle connection (see HTTPHandler). Requests starting connections at the same moment may
 // each see room for one more.
-func (v *sessions) room(client, agent string) bool {
+func (v *conns) room(client, agent string) bool {
 	v.mu.Lock()
 	live := v.live()
 	var closing []*tracked
@@ -191,11 +192,11 @@ func (v *sessions) room(client, agent string) bool {
 	return ok
 }
 
-// evictable returns the session to close for a new one of client (host/agent): the oldest
+// evictable returns the connection to close for a new one of client (host/agent): the oldest
 // idle one of the client when it holds its share or more, else of the client holding the
 // most; those not initialised first, then those that never called a tool. nil when none is
 // idle. v.mu is held.
-func (v *sessions) evictable(live []*tracked, client string) *tracked {
+func (v *conns) evictable(live []*tracked, client string) *tracked {
 	held := map[string]int{client: 0}
 	for _, t := range live {
 		held[t.client+"/"+t.agent]++
@@ -222,8 +223,8 @@ func (v *sessions) evictable(live []*tracked, client string) *tracked {
 	return pick
 }
 
-// rank orders sessions for eviction: not initialised (0), never called a tool (1), others (2).
-// The session's sessions.mu is held.
+// rank orders connections for eviction: not initialised (0), never called a tool (1), others (2).
+// The connection's conns.mu is held.
 func rank(t *tracked) int {
 	switch {
 	case !t.initialised:
@@ -234,7 +235,7 @@ func rank(t *tracked) int {
 	return 2
 }
 
-// watch is server middleware that records what t's session does.
+// watch is server middleware that records what t's connection does.
 func (t *tracked) watch(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		t.mu.Lock()

@@ -12,10 +12,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// sessionsServer serves httpHandler with at most max sessions, each with a tool "quick" and a
+// connsServer serves httpHandler with at most max connections, each with a tool "quick" and a
 // tool "block" that says it started on started and returns when release is closed, and
-// initTimeout for sessions to initialise.
-func sessionsServer(t *testing.T, max int, initTimeout time.Duration, started, release chan struct{}) (*httptest.Server, *sessions) {
+// initTimeout for connections to initialise.
+func connsServer(t *testing.T, max int, initTimeout time.Duration, started, release chan struct{}) (*httptest.Server, *conns) {
 	t.Helper()
 	h, live := httpHandler(func(*http.Request) *mcp.Server {
 		s := mcp.NewServer(&mcp.Implementation{Name: "t", Version: "1"}, nil)
@@ -37,7 +37,7 @@ func sessionsServer(t *testing.T, max int, initTimeout time.Duration, started, r
 	return srv, live
 }
 
-// connect starts a session (initialize, then notifications/initialized) for agent.
+// connect starts a connection (initialize, then notifications/initialized) for agent.
 func connect(t *testing.T, url, agent string) *mcp.ClientSession {
 	t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil)
@@ -69,15 +69,15 @@ func alive(t *testing.T, cs *mcp.ClientSession) bool {
 	return cs.Ping(t.Context(), nil) == nil
 }
 
-// H55: one client cannot hold every MCP session. Before, 254 initialize calls took every place
-// and every other client got 503 for 30 minutes. Now a new session closes the oldest idle one
+// H55: one client cannot hold every MCP connection. Before, 254 initialize calls took every place
+// and every other client got 503 for 30 minutes. Now a new connection closes the oldest idle one
 // (those that never called a tool first): the client's own when it holds its share, else one of
-// the client holding the most; sessions that never initialise are closed; only when every
-// session has a call running is a new one refused. A request naming another agent than its
-// session's is refused.
-func TestHTTPHandlerSharesSessions(t *testing.T) {
+// the client holding the most; connections that never initialise are closed; only when every
+// connection has a call running is a new one refused. A request naming another agent than its
+// connection's is refused.
+func TestHTTPHandlerSharesConnections(t *testing.T) {
 	started, release := make(chan struct{}, 2), make(chan struct{})
-	srv, _ := sessionsServer(t, 2, time.Hour, started, release)
+	srv, _ := connsServer(t, 2, time.Hour, started, release)
 	call := func(cs *mcp.ClientSession, tool string) error {
 		_, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: tool, Arguments: map[string]any{}})
 		return err
@@ -87,27 +87,27 @@ func TestHTTPHandlerSharesSessions(t *testing.T) {
 	if err := call(a, "quick"); err != nil {
 		t.Fatal(err)
 	}
-	// mallory holds every place: its third session closes its own idle one that never called.
+	// mallory holds every place: its third connection closes its own idle one that never called.
 	c := connect(t, srv.URL, "mallory")
 	if !alive(t, a) || alive(t, b) || !alive(t, c) {
-		t.Fatalf("after mallory's third session: a %v, b %v, c %v; want b (never called a tool) closed", alive(t, a), alive(t, b), alive(t, c))
+		t.Fatalf("after mallory's third connection: a %v, b %v, c %v; want b (never called a tool) closed", alive(t, a), alive(t, b), alive(t, c))
 	}
-	// alice, under her share, takes mallory's idle session that never called a tool.
+	// alice, under her share, takes mallory's idle connection that never called a tool.
 	d := connect(t, srv.URL, "alice")
 	if !alive(t, a) || alive(t, c) || !alive(t, d) {
-		t.Fatalf("after alice's session: a %v, c %v, d %v; want mallory's c closed for her", alive(t, a), alive(t, c), alive(t, d))
+		t.Fatalf("after alice's connection: a %v, c %v, d %v; want mallory's c closed for her", alive(t, a), alive(t, c), alive(t, d))
 	}
-	// A request naming another agent than its session's.
+	// A request naming another agent than its connection's.
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+"?agent=alice", strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"ping"}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("Mcp-Session-Id", a.ID())
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
-		t.Fatalf("mallory's session used as alice: %v %v, want 403", resp, err)
+		t.Fatalf("mallory's connection used as alice: %v %v, want 403", resp, err)
 	} else {
 		resp.Body.Close()
 	}
-	// With a call running in every session, a new one is refused, and nothing is closed.
+	// With a call running in every connection, a new one is refused, and nothing is closed.
 	done := make(chan error, 2)
 	for _, cs := range []*mcp.ClientSession{a, d} {
 		go func() { done <- call(cs, "block") }()
@@ -115,7 +115,7 @@ func TestHTTPHandlerSharesSessions(t *testing.T) {
 	<-started
 	<-started
 	if st := initializeOnly(t, srv.URL+"?agent=bob"); st != http.StatusServiceUnavailable {
-		t.Errorf("a session while every session runs a call: %d, want 503", st)
+		t.Errorf("a connection while every connection runs a call: %d, want 503", st)
 	}
 	close(release)
 	for range 2 {
@@ -124,14 +124,14 @@ func TestHTTPHandlerSharesSessions(t *testing.T) {
 		}
 	}
 	if !alive(t, a) || !alive(t, d) {
-		t.Error("a session with a running call was closed")
+		t.Error("a connection with a running call was closed")
 	}
 }
 
-// A session that never sends notifications/initialized is closed once a new session arrives
+// A connection that never sends notifications/initialized is closed once a new connection arrives
 // after the time to initialise, even when there is room.
-func TestHTTPHandlerClosesUninitialisedSessions(t *testing.T) {
-	srv, live := sessionsServer(t, 10, 0, make(chan struct{}, 1), make(chan struct{}))
+func TestHTTPHandlerClosesUninitialisedConnections(t *testing.T) {
+	srv, live := connsServer(t, 10, 0, make(chan struct{}, 1), make(chan struct{}))
 	if st := initializeOnly(t, srv.URL); st != http.StatusOK {
 		t.Fatalf("initialize: %d", st)
 	}
@@ -141,7 +141,7 @@ func TestHTTPHandlerClosesUninitialisedSessions(t *testing.T) {
 		return len(live.live())
 	}
 	if n := count(); n != 1 {
-		t.Fatalf("%d sessions after one initialize, want 1", n)
+		t.Fatalf("%d connections after one initialize, want 1", n)
 	}
 	// notifications/initialized is handled after its POST is answered: wait until it is.
 	initialised := func(n int) {
@@ -165,6 +165,6 @@ func TestHTTPHandlerClosesUninitialisedSessions(t *testing.T) {
 	b := connect(t, srv.URL, "bob")
 	initialised(2)
 	if n := count(); !alive(t, a) || !alive(t, b) || n != 2 {
-		t.Fatalf("%d sessions (alice's alive %v, bob's %v); want the two initialised ones only", n, alive(t, a), alive(t, b))
+		t.Fatalf("%d connections (alice's alive %v, bob's %v); want the two initialised ones only", n, alive(t, a), alive(t, b))
 	}
 }

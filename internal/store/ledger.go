@@ -172,6 +172,67 @@ func fairLevel(held map[string]int64, target int64) int64 {
 	return sizes[len(sizes)-1]
 }
 
+// pruneCursor is where pruneAgent's walk over an agent's records, oldest first, stands.
+type pruneCursor struct {
+	agent   string // whose records it walks
+	at      int64  // the last record read: its started_at
+	id      string // and its id
+	started bool   // a record has been read
+	done    bool   // the walk reached the newest finished record, or the end
+}
+
+// next reads the batch of up to pruneBatch records of c.agent after c, oldest first, and returns the
+// finished ones to delete, until their bytes reach excess, and those bytes. It stops at newest
+// (which is kept) and moves c past what it read.
+func (c *pruneCursor) next(ctx context.Context, tx *Tx, newest string, excess int64) ([]any, int64, error) {
+	q, args := `SELECT e.id, e.started_at, e.status, b.bytes FROM executions e JOIN execution_bytes b ON b.execution_id = e.id
+		WHERE e.agent = ?`, []any{c.agent}
+	if c.started {
+		q, args = q+` AND (e.started_at, e.id) > (?, ?)`, append(args, c.at, c.id)
+	}
+	rows, err := tx.QueryContext(ctx, q+` ORDER BY e.started_at, e.id LIMIT ?`, append(args, pruneBatch)...)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	var (
+		batch []any
+		freed int64
+		read  int
+	)
+	for rows.Next() {
+		var (
+			id, status string
+			bytes      int64
+		)
+		if err := rows.Scan(&id, &c.at, &status, &bytes); err != nil {
+			return nil, 0, err
+		}
+		read++
+		c.id, c.started = id, true
+		if id == newest {
+			c.done = true
+			break
+		}
+		if status != StatusFinished {
+			continue
+		}
+		batch = append(batch, id)
+		freed += bytes
+		if freed >= excess {
+			break
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
+	}
+	if read < pruneBatch {
+		c.done = true
+	}
+	return batch, freed, nil
+}
+
 // pruneBytes deletes, in tx, finished records and job fires until the ledger's bytes are under
 // LedgerLowWater percent of max, fairly between agents: only agents over their share (see
 // fairLevel) lose anything, each its own job fires that started no run first, then its own
@@ -248,59 +309,14 @@ func (s *Store) pruneAgent(ctx context.Context, tx *Tx, agent string, excess int
 	} else if err != nil {
 		return 0, 0, err
 	}
-	var (
-		deleted  int64
-		afterAt  int64
-		afterID  string
-		started  bool
-		finished bool
-	)
-	for excess > 0 && !finished {
-		q, args := `SELECT e.id, e.started_at, e.status, b.bytes FROM executions e JOIN execution_bytes b ON b.execution_id = e.id
-			WHERE e.agent = ?`, []any{agent}
-		if started {
-			q, args = q+` AND (e.started_at, e.id) > (?, ?)`, append(args, afterAt, afterID)
-		}
-		rows, err := tx.QueryContext(ctx, q+` ORDER BY e.started_at, e.id LIMIT ?`, append(args, pruneBatch)...)
+	var deleted int64
+	c := pruneCursor{agent: agent}
+	for excess > 0 && !c.done {
+		batch, n, err := c.next(ctx, tx, newest, excess)
 		if err != nil {
 			return 0, 0, err
 		}
-		var (
-			batch []any
-			read  int
-		)
-		for rows.Next() {
-			var (
-				id, status string
-				bytes      int64
-			)
-			if err := rows.Scan(&id, &afterAt, &status, &bytes); err != nil {
-				rows.Close()
-				return 0, 0, err
-			}
-			read++
-			afterID, started = id, true
-			if id == newest {
-				finished = true
-				break
-			}
-			if status != StatusFinished {
-				continue
-			}
-			batch = append(batch, id)
-			freed += bytes
-			excess -= bytes
-			if excess <= 0 {
-				break
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return 0, 0, err
-		}
-		if read < pruneBatch {
-			finished = true
-		}
+		freed, excess = freed+n, excess-n
 		if len(batch) == 0 {
 			continue
 		}
@@ -312,8 +328,8 @@ func (s *Store) pruneAgent(ctx context.Context, tx *Tx, agent string, excess int
 		if err != nil {
 			return 0, 0, err
 		}
-		n, _ := res.RowsAffected()
-		deleted += n
+		k, _ := res.RowsAffected()
+		deleted += k
 	}
 	return deleted, freed, nil
 }
