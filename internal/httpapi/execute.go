@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -59,7 +58,7 @@ func withRunFields(expect map[string]string) map[string]string {
 // in the body's form, checked one by one by decodeFiles.
 type executeBody struct {
 	apitype.ExecuteRequest
-	Files []json.RawMessage `json:"files"`
+	Files runFiles `json:"files"` // decoded by readRunBody
 }
 
 var executeShape = shape{
@@ -75,9 +74,14 @@ var executeShape = shape{
 }
 
 func (a *api) execute(w http.ResponseWriter, r *http.Request) {
+	release, ok := a.admit(w, r, a.answering)
+	if !ok {
+		return
+	}
+	defer release()
 	cfg := a.ex.Config()
 	var b executeBody
-	files, ok := readRunBody(w, r, cfg, &b, executeShape, &b.Files)
+	files, ok := readRunBody(w, r, cfg, &b, executeShape)
 	if !ok {
 		return
 	}
@@ -97,22 +101,26 @@ func sourceOf(r *http.Request) sandbox.Source {
 	return sandbox.SourceAPI
 }
 
-// run answers an execution made by exec: as one JSON result, or as an NDJSON stream when the
-// client accepts it; with inline, its output files' bytes are in the answer (see answerOf).
-func (a *api) run(w http.ResponseWriter, r *http.Request, inline bool, exec func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error)) {
-	a.runHeld(w, r, a.answering, inline, exec)
-}
-
-// runHeld is run with the answers held by tokens (a.answering, or the sessions' own).
-func (a *api) runHeld(w http.ResponseWriter, r *http.Request, tokens chan struct{}, inline bool, exec func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error)) {
+// admit takes one of tokens (a.answering, or the sessions' own) for a request that starts a
+// run, before its body is read: a run that would be refused as busy is refused without reading
+// (and holding) its body. It answers 429 and returns false when none is free; else call release
+// once the answer is written. The body of a refused request is read into nothing (see
+// refuseUnread).
+func (a *api) admit(w http.ResponseWriter, r *http.Request, tokens chan struct{}) (release func(), ok bool) {
 	select {
 	case tokens <- struct{}{}:
-		defer func() { <-tokens }()
+		return func() { <-tokens }, true
 	default:
 		cfg := a.ex.Config()
-		writeError(w, &sandbox.BusyError{Slots: cfg.Slots, Queue: cfg.QueueLength, RetryAfter: time.Second})
-		return
+		refuseUnread(w, r, &sandbox.BusyError{Slots: cfg.Slots, Queue: cfg.QueueLength, RetryAfter: time.Second})
+		return nil, false
 	}
+}
+
+// run answers an execution made by exec, admitted by admit: as one JSON result, or as an
+// NDJSON stream when the client accepts it; with inline, its output files' bytes are in the
+// answer (see answerOf).
+func (a *api) run(w http.ResponseWriter, r *http.Request, inline bool, exec func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error)) {
 	rc := http.NewResponseController(w)
 	// A run may take minutes (and wait for a slot before that): drop any server-wide write
 	// timeout and bound each write instead (see writeTimeout). Clearing is harmless for later

@@ -55,39 +55,85 @@ type fileBody struct {
 const filesExpect = `must be a list of files such as [{"name": "data.csv", "content": "a,b\n1,2\n"}] ` +
 	`(content is text, or base64 with "encoding": "base64")`
 
-// readRunBody reads the body of a request that starts a run into v (which holds the
-// request's files, as sent, in *files) and checks those files: readBody's answers, with a
-// 413 that says how to send less, and decodeFiles'. On an error it has answered the request
+// readRunBody reads the body of a request that starts a run into v, whose field files is a
+// runFiles, and decodes its files: readBody's answers, with a 413 that says how to send less,
+// and decodeFiles'. The files are decoded from the body's own bytes, one at a time: a file is
+// held as sent and as decoded, never the body thrice. On an error it has answered the request
 // and returns false.
-func readRunBody(w http.ResponseWriter, r *http.Request, cfg engine.Config, v any, sh shape, files *[]json.RawMessage) ([]sandbox.InputFile, bool) {
-	if err := readBody(w, r, maxBodyBytes(cfg), v, sh); err != nil {
+func readRunBody(w http.ResponseWriter, r *http.Request, cfg engine.Config, v any, sh shape) ([]sandbox.InputFile, bool) {
+	sh.flat = true // a run body's only nested objects are its files, checked by decodeFileObject
+	body, err := readBodyBytes(w, r, maxBodyBytes(cfg), sh)
+	if err == nil {
+		err = decodeBody(body, v, sh)
+	}
+	if err != nil {
 		if e, ok := err.(*requestError); ok && e.status == http.StatusRequestEntityTooLarge {
 			e.msg += tooLargeHint(cfg)
 		}
 		writeError(w, err)
 		return nil, false
 	}
-	decoded, err := decodeFiles(*files)
+	var text []byte
+	eachMember(bytes.TrimSpace(body), func(key string, value []byte) bool {
+		if key == "files" {
+			text = value
+		}
+		return text == nil
+	})
+	files, err := decodeFilesText(text)
 	if err != nil {
 		writeError(w, err)
 		return nil, false
 	}
-	return decoded, true
+	return files, true
+}
+
+// runFiles is the field files of a run's body, skipped by the decoder: readRunBody decodes
+// the files from the body's bytes.
+type runFiles struct{}
+
+func (*runFiles) UnmarshalJSON([]byte) error { return nil }
+
+// decodeFilesText decodes text, the JSON value of a body's field files (nil when absent), by
+// decodeFiles. It copies nothing of text but what decodeFiles keeps.
+func decodeFilesText(text []byte) ([]sandbox.InputFile, error) {
+	if text == nil || string(text) == "null" {
+		return nil, nil
+	}
+	if text[0] != '[' {
+		return nil, invalid("files", "files %s, not %s", filesExpect, jsonKind(text[0]))
+	}
+	var items []json.RawMessage // parts of text
+	for i := skipSpace(text, 1); i < len(text) && text[i] != ']'; {
+		end := skipValue(text, i)
+		items = append(items, text[i:end:end])
+		i = skipSpace(text, end)
+		if i < len(text) && text[i] == ',' {
+			i = skipSpace(text, i+1)
+		}
+	}
+	if items == nil {
+		items = []json.RawMessage{}
+	}
+	return decodeFiles(items)
 }
 
 // decodeFiles turns the files of a request body (nil when absent) into input files. Each must
 // be an object of the fields name, content and encoding (each once, in that letter case); the
 // errors name the field at fault as files[i].name, files[i].content or files[i].encoding.
-// Names and sizes are checked by the sandbox (engine.Service.Validate).
+// Names and sizes are checked by the sandbox (engine.Service.Validate). Each element of raw
+// is dropped (set to nil) once decoded.
 func decodeFiles(raw []json.RawMessage) ([]sandbox.InputFile, error) {
 	if raw == nil {
 		return nil, nil
 	}
 	files := make([]sandbox.InputFile, len(raw))
-	for i, r := range raw {
+	for i := range raw {
 		field := fmt.Sprintf("files[%d]", i)
 		var b fileBody
-		if err := decodeFileObject(r, &b, field); err != nil {
+		err := decodeFileObject(raw[i], &b, field)
+		raw[i] = nil
+		if err != nil {
 			return nil, err
 		}
 		files[i].Name = b.Name
@@ -109,37 +155,31 @@ func decodeFiles(raw []json.RawMessage) ([]sandbox.InputFile, error) {
 }
 
 // decodeFileObject decodes one file of files into b, refusing what the top level refuses: not
-// an object, a field unknown, repeated or in other letter case, a value of the wrong type.
+// an object, a field unknown, repeated or in other letter case, a value of the wrong type. raw
+// is valid JSON (a part of the body decodeBody checked).
 func decodeFileObject(raw json.RawMessage, b *fileBody, field string) error {
 	if len(raw) == 0 || raw[0] != '{' {
 		return invalid(field, "%s must be an object such as {\"name\": \"data.csv\", \"content\": \"a,b\\n1,2\\n\"}, not %s", field, jsonKind(raw[0]))
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	_, _ = dec.Token() // {
 	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return invalid(field, "%s is not valid JSON (%v)", field, err)
-		}
-		key, _ := tok.(string)
+	var bad error
+	eachMember(raw, func(key string, v []byte) bool {
 		if !slices.Contains(fileFields, key) {
-			return invalid(field+"."+key, "%s has the unknown field %q; a file's fields are name, content and encoding", field, key)
+			bad = invalid(field+"."+key, "%s has the unknown field %q; a file's fields are name, content and encoding", field, key)
+			return false
 		}
 		if seen[key] {
-			return invalid(field+"."+key, "%s.%s is given twice; give each field once", field, key)
+			bad = invalid(field+"."+key, "%s.%s is given twice; give each field once", field, key)
+			return false
 		}
 		seen[key] = true
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return invalid(field, "%s is not valid JSON (%v)", field, err)
-		}
 		var s *string
 		if err := json.Unmarshal(v, &s); err != nil {
-			return invalid(field+"."+key, "%s.%s must be a string, not %s", field, key, jsonKind(v[0]))
+			bad = invalid(field+"."+key, "%s.%s must be a string, not %s", field, key, jsonKind(v[0]))
+			return false
 		}
 		if s == nil {
-			continue // null: absent
+			return true // null: absent
 		}
 		switch key {
 		case "name":
@@ -149,6 +189,10 @@ func decodeFileObject(raw json.RawMessage, b *fileBody, field string) error {
 		case "encoding":
 			b.Encoding = *s
 		}
+		return true
+	})
+	if bad != nil {
+		return bad
 	}
 	if !seen["name"] {
 		return invalid(field+".name", "%s has no name; give the file's path relative to the run's directory, such as \"data.csv\"", field)
@@ -227,6 +271,9 @@ func (a *api) getExecutionFile(w http.ResponseWriter, r *http.Request) {
 	}
 	defer rc.Close()
 	setFileHeaders(w.Header(), f)
+	// Bound each write, so that a client that stops reading lets go of the file (and its
+	// connection) after writeTimeout instead of holding them for ever.
+	w = deadlineWriter{w, http.NewResponseController(w)}
 	if rs, ok := rc.(io.ReadSeeker); ok {
 		var modified time.Time
 		if e.EndedAt != nil {
@@ -239,6 +286,19 @@ func (a *api) getExecutionFile(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	_, _ = io.Copy(w, rc)
 }
+
+// deadlineWriter sets a write deadline of writeTimeout from now before each write.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (w deadlineWriter) Write(p []byte) (int, error) {
+	_ = w.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	return w.ResponseWriter.Write(p)
+}
+
+func (w deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // gone is the 410 of an output file whose bytes are no longer kept (class errclass.Gone). It
 // names no field: the file's name is in the path, and the message names it.
