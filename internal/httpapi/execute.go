@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"maps"
@@ -301,4 +303,55 @@ func (s *streamer) writeLine(v any) {
 	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		s.writeErr = err
 	}
+}
+
+// readRunBody reads the body of a request that starts a run into v, whose field files is a
+// runFiles, and decodes its files: readBody's answers, with a 413 that says how to send less,
+// and decodeFiles'. The files are decoded from the body's own bytes, one at a time: a file is
+// held as sent and as decoded, never the body thrice. On an error it has answered the request
+// and returns false.
+func readRunBody(w http.ResponseWriter, r *http.Request, cfg engine.Config, v any, sh shape) ([]sandbox.InputFile, bool) {
+	sh.flat = true // a run body's only nested objects are its files, checked by decodeFileObject
+	body, err := readBodyBytes(w, r, maxBodyBytes(cfg), sh)
+	if err == nil {
+		err = decodeBody(body, v, sh)
+	}
+	if err != nil {
+		if e, ok := err.(*requestError); ok && e.status == http.StatusRequestEntityTooLarge {
+			e.msg += tooLargeHint(cfg)
+		}
+		writeError(w, err)
+		return nil, false
+	}
+	var text []byte
+	eachMember(bytes.TrimSpace(body), func(key string, value []byte) bool {
+		if key == "files" {
+			text = value
+		}
+		return text == nil
+	})
+	files, err := decodeFilesText(text)
+	if err != nil {
+		writeError(w, err)
+		return nil, false
+	}
+	return files, true
+}
+
+// answerOf returns res as answered, with its files' bytes from a.files when inline (each file
+// of at most apitype.MaxInlineFileBytes, up to apitype.MaxInlineBytes in all).
+func (a *api) answerOf(ctx context.Context, res sandbox.Result, inline bool) apitype.Result {
+	out := ResultOf(res)
+	var inlined int64
+	for i, f := range out.Files {
+		if inline && a.files != nil && f.SizeBytes <= apitype.MaxInlineFileBytes && inlined+f.SizeBytes <= apitype.MaxInlineBytes {
+			inlined += f.SizeBytes
+			if b, err := a.readFile(ctx, res.ID, f.Name); err == nil {
+				out.Files[i].ContentBase64 = base64.StdEncoding.EncodeToString(b)
+			} else {
+				a.log.Warn("an output file could not be read back for the answer", "id", res.ID, "error", err)
+			}
+		}
+	}
+	return out
 }
