@@ -1,4 +1,4 @@
--- As SQLite's migration 16: the input files a request handed its run: each one's name, size and SHA-256 (not its bytes,
+-- As SQLite's migration 18: the input files a request handed its run: each one's name, size and SHA-256 (not its bytes,
 -- which the request's sender has), so that a record says what the run was given. NULL for
 -- records made before, and for runs without input files.
 
