@@ -1,4 +1,4 @@
--- A session's commands, as SQLite's migration 16: each recorded like a call when it ends.
+-- A session's commands, as SQLite's migration 19: each recorded like a call when it ends.
 
 -- +goose Up
 CREATE TABLE session_commands (
