@@ -34,6 +34,28 @@ func (e *LockedError) Error() string {
 	return fmt.Sprintf("data directory %s is in use by %s; one data directory's sandbox is driven by one engine at a time", e.Dir, owner)
 }
 
+// Exposed returns why dir is open to other users of the machine ("" when it is not): any
+// permission for its group or for others. A data directory holds every run's code, input,
+// output and files, and the bearer token's sessions: sandpit creates it 0700 and its files
+// 0600, but a directory made beforehand (a packaged /var/lib/sandpit is often 0755) keeps its
+// mode.
+func Exposed(dir string) (string, error) {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return "", fmt.Errorf("reading the data directory's permissions: %w", err)
+	}
+	mode := fi.Mode().Perm()
+	if mode&0o077 == 0 {
+		return "", nil
+	}
+	who := "its group"
+	if mode&0o007 != 0 {
+		who = "every user of the machine"
+	}
+	return fmt.Sprintf("data directory %s has mode %04o: %s can read the database and the runs' files in it (fix: chmod 700 %s)",
+		dir, mode, who, dir), nil
+}
+
 // Lock is a held data directory.
 type Lock struct {
 	f   *os.File
