@@ -7,8 +7,10 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -34,6 +36,54 @@ func DefaultLimits() Limits {
 
 // MaxRecords caps the connections a Gate records; later ones are counted in Dropped.
 const MaxRecords = 256
+
+// Caps on a record's texts, in bytes: the host a program asked for is its own choice (a
+// CONNECT line of any length), and a refusal's reason quotes it. A host name has at most 253
+// bytes, an address 45; a longer text is cut at a character boundary and ends in "…", and the
+// host keeps no character JSON escapes (askedHost). With them a record's JSON is at most
+// about 2 KiB, so a run's egress list (its install's and its program's, MaxRecords each) at
+// most about 1 MiB.
+const (
+	MaxRecordHostBytes   = 256
+	MaxRecordReasonBytes = 1024
+)
+
+// askedHost is the host a program asked for as Dial checks and records it: every character
+// JSON would escape (controls, quotes, backslashes, <, >, &, U+2028, U+2029, invalid UTF-8),
+// none of which a host name or address holds, made "?", and cut to MaxRecordHostBytes; what
+// was no host stays none.
+func askedHost(host string) string {
+	host = strings.Map(func(r rune) rune {
+		switch {
+		case r < 0x20 || r == 0x7f || r == utf8.RuneError || r == 0x2028 || r == 0x2029 || strings.ContainsRune(`"\<>&`, r):
+			return '?'
+		}
+		return r
+	}, host)
+	return clip(host, MaxRecordHostBytes)
+}
+
+// clipRecord cuts rec's host, rule, address and reason to their caps.
+func clipRecord(rec sandbox.EgressConnection) sandbox.EgressConnection {
+	rec.Host = clip(rec.Host, MaxRecordHostBytes)
+	rec.Rule = clip(rec.Rule, MaxRecordHostBytes)
+	rec.Address = clip(rec.Address, MaxRecordHostBytes)
+	rec.Reason = clip(rec.Reason, MaxRecordReasonBytes)
+	return rec
+}
+
+// clip returns s when it has at most n bytes, else its first bytes up to a character boundary
+// and "…", n bytes at most in all.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
 
 // Resolver resolves host names (*net.Resolver).
 type Resolver interface {
@@ -134,7 +184,7 @@ func (g *Gate) Check(ctx context.Context, host string, port int) (Decision, erro
 			return refuse("an IPv6 zone is not allowed")
 		}
 		a = a.Unmap()
-		if what, ok := g.reserved.match(a, port); ok {
+		if what, ok := g.reserved.match(ctx, a, port); ok {
 			return refuse("%s:%d is %s, which no entry of network_allow opens to sandboxed code", a, port, what)
 		}
 		var rule string
@@ -179,7 +229,7 @@ func (g *Gate) Check(ctx context.Context, host string, port int) (Decision, erro
 		if a.Zone() != "" {
 			continue
 		}
-		if what, reserved := g.reserved.match(a, port); reserved {
+		if what, reserved := g.reserved.match(ctx, a, port); reserved {
 			why = fmt.Sprintf("%s resolves to %s, and %s:%d is %s, which no entry of network_allow opens to sandboxed code", name, a, a, port, what)
 			continue
 		}
@@ -223,6 +273,7 @@ func (g *Gate) dialTimeout() time.Duration {
 // returns a *Refusal for a refused destination (and for one past the run's connection cap),
 // and records every attempt.
 func (g *Gate) Dial(ctx context.Context, host string, port int) (*Conn, error) {
+	host = askedHost(host)
 	started := g.now()
 	rec := sandbox.EgressConnection{Host: host, Port: port, StartedAt: started.UTC()}
 	g.mu.Lock()
@@ -301,7 +352,9 @@ func (g *Gate) DialEgress(ctx context.Context, host string, port int) (net.Conn,
 	return c, nil
 }
 
+// record keeps rec, its texts clipped (see clipRecord), unless MaxRecords are kept already.
 func (g *Gate) record(rec sandbox.EgressConnection) {
+	rec = clipRecord(rec)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if len(g.records) >= MaxRecords {
