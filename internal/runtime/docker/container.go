@@ -90,13 +90,18 @@ func tmpfsSize(bytes int64) string {
 // directories to them and remove what they left.
 var capabilities = []string{"SETUID", "SETGID", "KILL", "CHOWN", "FOWNER", "DAC_OVERRIDE"}
 
+// SocketBufferMax is the most a TCP socket of a box may hold in its receive buffer, and in its
+// send buffer (bytes): the host's maxima (often 32 MiB and 4 MiB) let a few unread loopback
+// connections hold hundreds of MiB of kernel memory that a cgroup v1 memory limit does not
+// count. 4 MiB still fills a fast link's window.
+const SocketBufferMax = 4 << 20
+
 // socketSysctls bound each TCP socket's buffers in the box's own network namespace (the
-// kernel keeps tcp_rmem and tcp_wmem per namespace): the host's maxima (often 32 MiB and
-// 4 MiB) let a few unread loopback connections hold hundreds of MiB of kernel memory that a
-// cgroup v1 memory limit does not count. 4 MiB still fills a fast link's window.
+// kernel keeps tcp_rmem and tcp_wmem per namespace). gVisor ignores them: there the executor
+// writes the same maxima (its -socket-buffer-max).
 var socketSysctls = map[string]string{
-	"net.ipv4.tcp_rmem": "4096 131072 4194304",
-	"net.ipv4.tcp_wmem": "4096 16384 4194304",
+	"net.ipv4.tcp_rmem": "4096 131072 " + strconv.Itoa(SocketBufferMax),
+	"net.ipv4.tcp_wmem": "4096 16384 " + strconv.Itoa(SocketBufferMax),
 }
 
 // spec is slot's container's whole configuration, derived from the image and the box.

@@ -2,6 +2,7 @@ package docker_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -204,5 +205,60 @@ func TestSocketBuffersAreBounded(t *testing.T) {
 	// The box's own limit, plus what other tests on the machine may be doing meanwhile.
 	if held > docker.TCPMemoryBytes+64<<20 {
 		t.Fatalf("one box's unread sockets hold %d MiB of host kernel memory, over its %d MiB TCP limit", held>>20, docker.TCPMemoryBytes>>20)
+	}
+}
+
+// floodSocketBuffers fills loopback TCP pairs without reading them from as many processes as
+// the run may have, until the box runs out of memory or the pairs are all full.
+const floodSocketBuffers = `import os, resource, socket, time
+per = resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 2 - 8
+for child in range(12):
+    if os.fork() == 0:
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(512)
+        pairs = []
+        for i in range(per):
+            c = socket.create_connection(srv.getsockname())
+            a, _ = srv.accept()
+            c.setblocking(False)
+            try:
+                while True:
+                    c.send(b"x" * 65536)
+            except OSError:
+                pass
+            pairs.append((c, a))
+        time.sleep(120)
+        os._exit(0)
+time.sleep(120)
+`
+
+// H38: under runsc a run could end its own run as sandbox_error and force a rebuild by
+// queueing socket buffers in gVisor's network stack, which the executor's watch of the box's
+// free memory does not see, until the engine killed the whole sandbox for memory. A run during
+// which its box was killed for memory is now memory_limit, and each socket's buffers are
+// bounded there too (gVisor ignores the container's sysctls: the executor writes them).
+func TestRunscSocketFloodIsMemoryLimit(t *testing.T) {
+	name := testenv.ContainerRuntime(t, "runsc")
+	rt, _ := startRuntime(t, func(cfg *docker.Config) {
+		cfg.Slots, cfg.Box.Runtime, cfg.Box.Network = 1, name, "none"
+		cfg.ForkServer.Preload = []string{"numpy"}
+	})
+	res := sandboxtest.Exec(t, rt, 0, sandboxtest.Spec("print(open('/proc/sys/net/ipv4/tcp_rmem').read().split()[2], open('/proc/sys/net/ipv4/tcp_wmem').read().split()[2])", 20*time.Second), nil)
+	if want := fmt.Sprintf("%d %d\n", docker.SocketBufferMax, docker.SocketBufferMax); res.Stdout != want {
+		t.Errorf("the box's TCP buffer maxima: %q, want %q (%s)", res.Stdout, want, res.Stderr)
+	}
+	res = sandboxtest.Exec(t, rt, 0, sandboxtest.Spec(floodSocketBuffers, 90*time.Second), nil)
+	t.Logf("flood: outcome %s, reason %q", res.Outcome, res.Reason)
+	if res.Outcome != sandbox.OutcomeMemoryLimit && res.Outcome != sandbox.OutcomeTimeout {
+		t.Errorf("the socket flood ended %q (%s), want memory_limit (or timeout, when the box held)", res.Outcome, res.Reason)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := rt.AllReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res := sandboxtest.Exec(t, rt, 0, sandboxtest.Spec("print(1)", 20*time.Second), nil); res.Outcome != sandbox.OutcomeOK {
+		t.Fatalf("the next run: %s %s", res.Outcome, res.Reason)
 	}
 }
