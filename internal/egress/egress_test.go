@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -590,5 +591,73 @@ func TestRecordsAreClipped(t *testing.T) {
 	b, _ := json.Marshal(r)
 	if len(b) > 2048 {
 		t.Errorf("a record's JSON is %d bytes", len(b))
+	}
+}
+
+// TestTunnelServerNameIsChecked (H43): after CONNECT to an allowed host:port the tunnel
+// carried a TLS handshake naming another server (SNI), which a front end serving many sites
+// answers for; the ClientHello's server name must now be the host asked for or one the
+// allowlist names at that port, and a connection naming another is ended and recorded.
+func TestTunnelServerNameIsChecked(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan []byte, 8)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				b := make([]byte, 1)
+				if n, _ := io.ReadAtLeast(c, b, 1); n == 1 { // a refused tunnel closes with nothing
+					got <- b
+				}
+			}()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	res := fakeResolver{"front.test": {"127.0.0.1"}, "also.test": {"127.0.0.1"}}
+	for _, tc := range []struct {
+		asked, sni string
+		allow      bool
+	}{
+		{"front.test", "front.test", true},
+		{"front.test", "FRONT.test.", true},
+		{"front.test", "also.test", true}, // named by the allowlist too
+		{"front.test", "hidden.example", false},
+		{"127.0.0.1", "hidden.example", false},
+		{"127.0.0.1", "", true}, // no SNI: the address is what was asked for
+	} {
+		g := NewGate([]Policy{mustPolicy(t, "network_allow in the configuration", "127.0.0.1", "front.test", "also.test")}, DefaultLimits(), res, nil)
+		c, err := g.Dial(context.Background(), tc.asked, port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := &tls.Config{ServerName: tc.sni, InsecureSkipVerify: true}
+		hello := make(chan error, 1)
+		go func() { hello <- tls.Client(c, cfg).Handshake() }()
+		var reached bool
+		select {
+		case b := <-got:
+			reached = b[0] == 0x16
+		case err := <-hello:
+			t.Logf("%s / %q: handshake %v", tc.asked, tc.sni, err)
+		}
+		c.Close()
+		if reached != tc.allow {
+			t.Errorf("CONNECT %s, SNI %q: the server got the handshake: %v, want %v", tc.asked, tc.sni, reached, tc.allow)
+		}
+		if !tc.allow {
+			recs, _ := g.Connections()
+			if len(recs) != 1 || !strings.Contains(recs[0].Ended, "hidden.example") {
+				t.Errorf("CONNECT %s, SNI %q: records %+v", tc.asked, tc.sni, recs)
+			}
+		}
 	}
 }

@@ -415,6 +415,10 @@ type Conn struct {
 	received int64
 	why      string // why it ended early
 	done     bool
+	// hello holds the first bytes until a TLS ClientHello is whole (writeHello); helloDone
+	// says they have been dealt with.
+	hello     []byte
+	helloDone bool
 }
 
 // Address is the address dialed.
@@ -439,7 +443,20 @@ func (c *Conn) Read(p []byte) (int, error) {
 
 // Write writes to the destination; past the run's sent-bytes cap it ends the connection with
 // ErrByteCap.
+// Write sends p, within the run's byte cap, once the connection's first bytes have passed
+// writeHello.
 func (c *Conn) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if done, n, err := c.writeHello(p); done {
+		return n, err
+	}
+	return c.send(p)
+}
+
+// send writes p within the run's cap of bytes sent, and ends the connection past it.
+func (c *Conn) send(p []byte) (int, error) {
 	allowed := c.gate.take(len(p), true)
 	n, err := c.Conn.Write(p[:allowed])
 	c.mu.Lock()
