@@ -11,10 +11,10 @@
 //	internal/app/app.go                 Serve: the HTTP server, its Host/Origin guard and token
 //	internal/httpapi/execute.go         api.execute: strict decoding (decode.go), then one JSON
 //	                                    answer or an NDJSON stream of events
-//	internal/sandbox/service.go         Service.Execute: validation, a slot, the ledger,
-//	                                    dependencies, the run's deadline, the final outcome
-//	internal/runtime/docker/runtime.go  Runtime.Run: the slot's container and its live session
-//	internal/session/session.go         Session.Run: the run as frames (internal/protocol) over
+//	internal/engine/service.go          Service.Execute: validation, a slot (pool.go), the
+//	                                    ledger, dependencies, the run's deadline, the outcome
+//	internal/runtime/docker/runtime.go  Runtime.Run: the slot's container and its control line
+//	internal/control/line.go            Line.Run: the run as frames (internal/protocol) over
 //	                                    the docker exec's stdin and stdout, events as they come
 //	internal/executor/executor.go       Executor.start, inside the box (cmd/sandpit-executor):
 //	                                    the run's goroutine, the result, then the slot's cleanup

@@ -24,6 +24,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/datadir"
 	"github.com/sandpit-dev/sandpit/internal/egress"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
@@ -39,7 +40,7 @@ import (
 // Core is a running sandbox: it owns the data directory, its database and its warm
 // container until Close.
 type Core struct {
-	Service *sandbox.Service
+	Service *engine.Service
 	Runtime *docker.Runtime
 	Store   *store.Store
 	// Files keeps runs' output files in the data directory.
@@ -51,7 +52,7 @@ type Core struct {
 	// other daemons sharing database_url can name where its live records are; set by Serve.
 	Address string
 	// Sessions keeps the stateful sessions, each in a container of its own.
-	Sessions *sandbox.Sessions
+	Sessions *engine.Sessions
 	api      *client.Client
 	lock     *datadir.Lock
 }
@@ -212,7 +213,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 			MaxBytes: int64(scfg.MaxCallBytes)}
 	}
 	m := metrics.New()
-	hooks := sandbox.Hooks{Recorder: m.Recorder(st), Callbacks: callback.Dispatch{Handler: handler}, Files: files}
+	hooks := engine.Hooks{Recorder: m.Recorder(st), Callbacks: callback.Dispatch{Handler: handler}, Files: files}
 	if cfg.Network == sandbox.NetworkAllowlist {
 		allow, err := egress.New(cfg.Egress())
 		if err != nil {
@@ -221,7 +222,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		hooks.Egress = allow
 		scfg.NetworkAllow, scfg.NetworkAllowInstall = allow.Rules()
 	}
-	svc := sandbox.NewService(rt, hooks, scfg, log)
+	svc := engine.NewService(rt, hooks, scfg, log)
 	m.Watch(svc.Stats, rt.Resets)
 	lib := library.New(st, svc, cfg.MaxDependencies)
 	return &Core{
@@ -232,7 +233,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		Library:  lib,
 		Jobs:     jobs.New(m.JobStore(st), lib, svc, jobsConfig(st, scfg.MaxTimeout), log),
 		Metrics:  m,
-		Sessions: sandbox.NewSessions(svc, rt, st, cfg.Sessions(), log),
+		Sessions: engine.NewSessions(svc, rt, st, cfg.Sessions(), log),
 		api:      api,
 		lock:     lock,
 	}, nil

@@ -20,6 +20,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/app"
 	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
@@ -285,7 +286,7 @@ func fakeMCP(t *testing.T, rt sandbox.Runtime) (string, *mcp.ClientSession, *sto
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, sandbox.DefaultConfig(), nil)
+	svc := engine.NewService(rt, engine.Hooks{Recorder: st}, engine.DefaultConfig(), nil)
 	lib := library.New(st, svc, 0)
 	h, err := mcpserver.Endpoint(t.Context(), client.InProcess(httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib,
 		Jobs: jobs.New(st, lib, svc, jobs.Config{}, nil), Ledger: st}, nil)), "test")

@@ -12,6 +12,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandpit-dev/sandpit/internal/config"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/setup"
 )
@@ -88,7 +89,7 @@ func (s *SetupDocker) Close() error {
 	return s.eng.Close()
 }
 
-func health(ctx context.Context, svc *sandbox.Service) error {
+func health(ctx context.Context, svc *engine.Service) error {
 	res, err := svc.Execute(ctx, sandbox.Request{Code: "print(1)", Origin: sandbox.Origin{Source: sandbox.SourceCLI}}, nil)
 	if err != nil {
 		return err

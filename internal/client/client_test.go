@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/httpapi/httpapitest"
@@ -46,7 +47,7 @@ func ptr(v int64) *int64 { return &v }
 
 func TestExecuteJSON(t *testing.T) {
 	const text = "测试 😀 <&>"
-	fake := &fakeExec{Cfg: sandbox.DefaultConfig(), Fn: httpapitest.Fixed(result(text+"\n"), nil)}
+	fake := &fakeExec{Cfg: engine.DefaultConfig(), Fn: httpapitest.Fixed(result(text+"\n"), nil)}
 	c := daemon(t, fake)
 	res, err := c.Execute(context.Background(), apitype.ExecuteRequest{
 		Code: "print('" + text + "')", Input: json.RawMessage(`{"k": "v"}`), TimeoutMS: ptr(0), Agent: "bot",
@@ -70,7 +71,7 @@ func TestExecuteJSON(t *testing.T) {
 }
 
 func TestExecuteOmitsAbsentFields(t *testing.T) {
-	fake := &fakeExec{Cfg: sandbox.DefaultConfig(), Fn: httpapitest.Fixed(result(""), nil)}
+	fake := &fakeExec{Cfg: engine.DefaultConfig(), Fn: httpapitest.Fixed(result(""), nil)}
 	if _, err := daemon(t, fake).Execute(context.Background(), apitype.ExecuteRequest{Code: "pass"}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestExecuteOmitsAbsentFields(t *testing.T) {
 // TestExecuteStreaming holds the run open until onEvent has seen the first chunk.
 func TestExecuteStreaming(t *testing.T) {
 	firstSeen := make(chan struct{})
-	fake := &fakeExec{Cfg: sandbox.DefaultConfig()}
+	fake := &fakeExec{Cfg: engine.DefaultConfig()}
 	fake.Fn = func(ctx context.Context, _ sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
 		emit(sandbox.Event{Stream: "stdout", Data: "一\n"})
 		select {
@@ -118,7 +119,7 @@ func TestExecuteStreaming(t *testing.T) {
 // TestExecuteStreamingLargeResult checks that a result line of several MiB is read whole.
 func TestExecuteStreamingLargeResult(t *testing.T) {
 	big := strings.Repeat("0123456789abcdef", 6<<20/16) // 6 MiB
-	fake := &fakeExec{Cfg: sandbox.DefaultConfig()}
+	fake := &fakeExec{Cfg: engine.DefaultConfig()}
 	fake.Fn = func(_ context.Context, _ sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
 		emit(sandbox.Event{Stream: "stdout", Data: big})
 		return result(big), nil
@@ -164,7 +165,7 @@ func TestExecuteAPIErrors(t *testing.T) {
 	for _, tt := range tests {
 		for _, stream := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/stream=%v", tt.name, stream), func(t *testing.T) {
-				c := daemon(t, &fakeExec{Cfg: sandbox.DefaultConfig(), Fn: httpapitest.Fixed(sandbox.Result{}, tt.err)})
+				c := daemon(t, &fakeExec{Cfg: engine.DefaultConfig(), Fn: httpapitest.Fixed(sandbox.Result{}, tt.err)})
 				var onEvent func(apitype.Event)
 				if stream {
 					onEvent = func(apitype.Event) { t.Error("unexpected event") }
@@ -190,7 +191,7 @@ func TestExecuteAPIErrors(t *testing.T) {
 
 // TestExecuteValidationThroughService checks the message a person sees for a real refusal.
 func TestExecuteValidationThroughService(t *testing.T) {
-	svc := sandbox.NewService(failRuntime{t}, sandbox.Hooks{}, sandbox.DefaultConfig(), slog.New(slog.DiscardHandler))
+	svc := engine.NewService(failRuntime{t}, engine.Hooks{}, engine.DefaultConfig(), slog.New(slog.DiscardHandler))
 	_, err := daemon(t, svc).Execute(context.Background(), apitype.ExecuteRequest{Code: "print(1)", TimeoutMS: ptr(864000000)}, nil)
 	var ae *APIError
 	if !errors.As(err, &ae) || ae.Field != "timeout_ms" || ae.Status != 400 {
@@ -211,7 +212,7 @@ func (r failRuntime) Run(context.Context, int, sandbox.Spec, func(sandbox.Event)
 func (failRuntime) Ready(context.Context) error { return nil }
 
 func TestExecuteStreamErrorAfterStart(t *testing.T) {
-	fake := &fakeExec{Cfg: sandbox.DefaultConfig()}
+	fake := &fakeExec{Cfg: engine.DefaultConfig()}
 	fake.Fn = func(_ context.Context, _ sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
 		emit(sandbox.Event{Stream: "stdout", Data: "partial"})
 		return sandbox.Result{}, errors.New("executor vanished")
@@ -289,7 +290,7 @@ func TestExecuteRefusesBadInputLocally(t *testing.T) {
 }
 
 func TestHealth(t *testing.T) {
-	c := daemon(t, &fakeExec{Cfg: sandbox.DefaultConfig(), ReadyErr: sandbox.ErrNotReady})
+	c := daemon(t, &fakeExec{Cfg: engine.DefaultConfig(), ReadyErr: sandbox.ErrNotReady})
 	if err := c.Health(context.Background()); err != nil {
 		t.Errorf("Health of a live daemon = %v", err)
 	}
@@ -320,11 +321,11 @@ func TestHealth(t *testing.T) {
 }
 
 func TestReady(t *testing.T) {
-	c := daemon(t, &fakeExec{Cfg: sandbox.DefaultConfig()})
+	c := daemon(t, &fakeExec{Cfg: engine.DefaultConfig()})
 	if err := c.Ready(context.Background()); err != nil {
 		t.Errorf("Ready = %v", err)
 	}
-	c = daemon(t, &fakeExec{Cfg: sandbox.DefaultConfig(), ReadyErr: fmt.Errorf("image is being pulled: %w", sandbox.ErrNotReady)})
+	c = daemon(t, &fakeExec{Cfg: engine.DefaultConfig(), ReadyErr: fmt.Errorf("image is being pulled: %w", sandbox.ErrNotReady)})
 	err := c.Ready(context.Background())
 	var ae *APIError
 	if !errors.As(err, &ae) || ae.Status != 503 || ae.Code != "not_ready" || ae.Message != "image is being pulled: sandbox is not ready" || ae.RetryAfter != time.Second {
@@ -333,7 +334,7 @@ func TestReady(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
-	cfg := sandbox.DefaultConfig()
+	cfg := engine.DefaultConfig()
 	cfg.MaxCodeBytes = 12345
 	l, err := daemon(t, &fakeExec{Cfg: cfg}).Limits(context.Background())
 	if err != nil {

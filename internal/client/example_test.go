@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/httpapi/httpapitest"
@@ -19,7 +20,7 @@ import (
 // process, over an executor that answers every run with run. A program would use
 // client.New("http://127.0.0.1:7070", nil) instead.
 func daemon(run func(req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error)) *client.Client {
-	ex := &httpapitest.Executor{Cfg: sandbox.DefaultConfig(),
+	ex := &httpapitest.Executor{Cfg: engine.DefaultConfig(),
 		Fn: func(_ context.Context, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
 			return run(req, emit)
 		}}

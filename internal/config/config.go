@@ -38,6 +38,7 @@ import (
 	"unicode"
 
 	"github.com/sandpit-dev/sandpit/internal/egress"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -273,7 +274,7 @@ type Config struct {
 	// MaxCalls caps the agent.* calls of one run. Default 1000; allowed 0 to 1000000.
 	MaxCalls int `json:"max_calls"`
 	// MaxCallBytes caps one call's arguments and one answer, in bytes. Default 4 MiB; allowed
-	// 1 KiB to 32 MiB (a call travels in one frame of the control session, at most 64 MiB).
+	// 1 KiB to 32 MiB (a call travels in one frame of the control line, at most 64 MiB).
 	MaxCallBytes int64 `json:"max_call_bytes"`
 	// CallTimeoutMS bounds how long the host may take to answer one call, in milliseconds.
 	// Default 10000; allowed 100 to 600000.
@@ -344,7 +345,7 @@ func DefaultPreload() []string {
 func Default() Config { return defaults(os.LookupEnv) }
 
 func defaults(lookup func(string) (string, bool)) Config {
-	sb := sandbox.DefaultConfig()
+	sb := engine.DefaultConfig()
 	return Config{
 		Listen:          "127.0.0.1:8765",
 		AllowedHosts:    []string{},
@@ -395,10 +396,10 @@ func defaults(lookup func(string) (string, bool)) Config {
 		Charts:             sb.Charts,
 		FilesMaxBytes:      store.DefaultFilesMaxBytes,
 
-		SessionIdleTimeoutMS: sandbox.DefaultSessionConfig().IdleTimeout.Milliseconds(),
-		SessionMaxLifetimeMS: sandbox.DefaultSessionConfig().MaxLifetime.Milliseconds(),
-		SessionsPerAgent:     sandbox.DefaultSessionConfig().MaxPerAgent,
-		SessionsMax:          sandbox.DefaultSessionConfig().MaxTotal,
+		SessionIdleTimeoutMS: engine.DefaultSessionConfig().IdleTimeout.Milliseconds(),
+		SessionMaxLifetimeMS: engine.DefaultSessionConfig().MaxLifetime.Milliseconds(),
+		SessionsPerAgent:     engine.DefaultSessionConfig().MaxPerAgent,
+		SessionsMax:          engine.DefaultSessionConfig().MaxTotal,
 
 		ExtraIndexURLs:   []string{},
 		TrustedHosts:     []string{},
@@ -445,9 +446,9 @@ func defaultDataDir(lookup func(string) (string, bool)) string {
 
 // Sandbox returns the execution service's configuration: the *_ms fields become durations
 // and Limits.MemoryBytes is RunMemoryBytes, or MemoryBytes when that is 0.
-func (c Config) Sandbox() sandbox.Config {
+func (c Config) Sandbox() engine.Config {
 	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
-	return sandbox.Config{
+	return engine.Config{
 		Slots:              c.Slots,
 		QueueLength:        c.QueueLength,
 		ExecutionsPerAgent: c.executionsPerAgent(),
@@ -728,7 +729,7 @@ func (c Config) checkPlaces(report *problems) {
 // slots and the queue when it is 0.
 func (c Config) executionsPerAgent() int {
 	if c.ExecutionsPerAgent == 0 {
-		return sandbox.DefaultExecutionsPerAgent(c.Slots, c.QueueLength)
+		return engine.DefaultExecutionsPerAgent(c.Slots, c.QueueLength)
 	}
 	return c.ExecutionsPerAgent
 }

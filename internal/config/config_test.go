@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -60,8 +60,8 @@ func TestDefaults(t *testing.T) {
 	if c.DataDir != "/home/test/.local/share/sandpit" {
 		t.Errorf("DataDir = %q", c.DataDir)
 	}
-	if got, want := c.Sandbox(), sandbox.DefaultConfig(); !reflect.DeepEqual(got, want) {
-		t.Errorf("Default().Sandbox() = %+v, want sandbox.DefaultConfig() %+v", got, want)
+	if got, want := c.Sandbox(), engine.DefaultConfig(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Default().Sandbox() = %+v, want engine.DefaultConfig() %+v", got, want)
 	}
 	checks := []struct {
 		name      string
@@ -598,7 +598,7 @@ func TestSandboxConversion(t *testing.T) {
 		s.Limits.OutputFiles != 6 || s.Limits.OutputFileBytes != 7 || s.Limits.OutputFilesBytes != 8 {
 		t.Errorf("files settings %+v", s)
 	}
-	if d, sb := defaults(envMap(map[string]string{"HOME": "/h"})).Sandbox(), sandbox.DefaultConfig(); d.MaxInputFiles != sb.MaxInputFiles ||
+	if d, sb := defaults(envMap(map[string]string{"HOME": "/h"})).Sandbox(), engine.DefaultConfig(); d.MaxInputFiles != sb.MaxInputFiles ||
 		d.MaxInputFilesBytes != sb.MaxInputFilesBytes || d.Limits.OutputFilesBytes != sb.Limits.OutputFilesBytes || !d.Charts {
 		t.Errorf("default files settings %+v, want the sandbox's defaults", d)
 	}

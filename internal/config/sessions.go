@@ -3,12 +3,12 @@ package config
 import (
 	"time"
 
-	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 )
 
 // Sessions returns the limits of stateful sessions.
-func (c Config) Sessions() sandbox.SessionConfig {
-	return sandbox.SessionConfig{
+func (c Config) Sessions() engine.SessionConfig {
+	return engine.SessionConfig{
 		IdleTimeout: time.Duration(c.SessionIdleTimeoutMS) * time.Millisecond,
 		MaxLifetime: time.Duration(c.SessionMaxLifetimeMS) * time.Millisecond,
 		MaxPerAgent: c.SessionsPerAgent,

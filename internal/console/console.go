@@ -25,9 +25,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
-	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -51,10 +51,10 @@ type Code interface {
 	List(ctx context.Context, agent, filter string, p store.Page) ([]store.Code, string, error)
 }
 
-// Engine is the sandbox's state; *sandbox.Service satisfies it.
+// Engine is the sandbox's state; *engine.Service satisfies it.
 type Engine interface {
-	Config() sandbox.Config
-	Stats() sandbox.Stats
+	Config() engine.Config
+	Stats() engine.Stats
 	Ready(ctx context.Context) error
 }
 
@@ -62,7 +62,7 @@ var (
 	_ Ledger = (*store.Store)(nil)
 	_ Jobs   = (*jobs.Scheduler)(nil)
 	_ Code   = (*library.Library)(nil)
-	_ Engine = (*sandbox.Service)(nil)
+	_ Engine = (*engine.Service)(nil)
 )
 
 // ForkServer is the fork server's configuration (config keys fork_server, preload and

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/console"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
@@ -30,8 +31,8 @@ import (
 // internal/app).
 type noEngine struct{}
 
-func (noEngine) Config() sandbox.Config { return sandbox.DefaultConfig() }
-func (noEngine) Stats() sandbox.Stats   { return sandbox.Stats{Slots: 4, Busy: 1} }
+func (noEngine) Config() engine.Config { return engine.DefaultConfig() }
+func (noEngine) Stats() engine.Stats   { return engine.Stats{Slots: 4, Busy: 1} }
 func (noEngine) Ready(context.Context) error {
 	return nil
 }

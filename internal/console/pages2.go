@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/schedule"
@@ -266,8 +267,8 @@ func (c *Console) runCode(w http.ResponseWriter, r *http.Request, s session) {
 
 type healthView struct {
 	Ready       string
-	Stats       sandbox.Stats
-	Config      sandbox.Config
+	Stats       engine.Stats
+	Config      engine.Config
 	ForkServer  ForkServer
 	Resets      int64
 	HasResets   bool

@@ -2,7 +2,7 @@
 // decides which destinations a run's outbound connections may reach and dials them itself.
 //
 // Inside the sandbox, which has no network interface but loopback, the executor serves an HTTP
-// proxy and carries each connection it accepts over the control session; the daemon asks a
+// proxy and carries each connection it accepts over the control line; the daemon asks a
 // Gate, which checks the destination against the Policy (the configuration's network_allow,
 // narrowed by the request's), resolves names itself, refuses special-purpose addresses that
 // no CIDR of the list names explicitly, dials the very address it checked (a name is never

@@ -1,4 +1,4 @@
-// Package executor is the server side of the control session: it runs inside the sandbox
+// Package executor is the server side of the control line: it runs inside the sandbox
 // container as root (with a few capabilities), receives runs from the daemon over one
 // protocol.Conn, and executes each as its slot's uid with the Python bootstrap, streaming
 // output back and answering with one result.
@@ -122,7 +122,7 @@ func DefaultConfig() Config {
 	}
 }
 
-// Executor serves one control session.
+// Executor serves one control line.
 type Executor struct {
 	cfg  Config
 	conn *protocol.Conn

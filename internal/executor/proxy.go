@@ -24,7 +24,7 @@ import (
 // The egress proxy (network "allowlist"): the box has no network interface but loopback, and
 // the executor serves an HTTP proxy there (Config.Proxy). Each request it accepts (CONNECT
 // host:port for HTTPS and anything tunnelled; an absolute-form request such as
-// "GET http://host/path" for plain HTTP) becomes a stream over the control session: the
+// "GET http://host/path" for plain HTTP) becomes a stream over the control line: the
 // daemon decides whether the destination is allowed, dials it and carries its bytes. The
 // proxy only parses requests and attributes each connection to the run (or install) whose uid
 // opened it; it decides nothing.

@@ -548,7 +548,7 @@ func (r *run) call(c sandbox.Call) *protocol.AgentReply {
 	if r.spec.CallBytes > 0 && len(c.Args) > r.spec.CallBytes {
 		return &protocol.AgentReply{Seq: r.seq, Error: fmt.Sprintf("the call's arguments are %d bytes; the limit is %d", len(c.Args), r.spec.CallBytes)}
 	}
-	// Deeper JSON would not even cross the control session (its reader stops at 10 000 levels)
+	// Deeper JSON would not even cross the control line (its reader stops at 10 000 levels)
 	// and could not be read back by Python (about 1000).
 	if d := sandbox.JSONDepth(c.Args); d > sandbox.MaxInputDepth {
 		return &protocol.AgentReply{Seq: r.seq, Error: fmt.Sprintf("the call's arguments nest %d levels deep; the limit is %d levels", d, sandbox.MaxInputDepth)}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -28,12 +29,12 @@ const writeTimeout = time.Minute
 
 // maxBodyBytes is the largest request body POST /v1/executions (and a saved-code run) reads:
 // code and input at their caps, input files at theirs in base64, and the rest.
-func maxBodyBytes(cfg sandbox.Config) int64 {
+func maxBodyBytes(cfg engine.Config) int64 {
 	return int64(cfg.MaxCodeBytes) + int64(cfg.MaxInputBytes) + filesBodyBytes(cfg) + bodySlack
 }
 
 // tooLargeHint says what a run's body may hold, for a 413.
-func tooLargeHint(cfg sandbox.Config) string {
+func tooLargeHint(cfg engine.Config) string {
 	return fmt.Sprintf(" (code at most %d bytes, input at most %d bytes as JSON, input files at most %d bytes together, "+
 		"which base64 makes 4/3 as many); send less code, a smaller input or smaller files", cfg.MaxCodeBytes, cfg.MaxInputBytes, cfg.MaxInputFilesBytes)
 }

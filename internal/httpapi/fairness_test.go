@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -37,9 +38,9 @@ func (r *blockingRuntime) Run(ctx context.Context, _ int, _ sandbox.Spec, _ func
 // queues.
 func TestExecutionsPerAgentAnswers429(t *testing.T) {
 	rt := &blockingRuntime{started: make(chan struct{}, 4), release: make(chan struct{})}
-	cfg := sandbox.DefaultConfig()
+	cfg := engine.DefaultConfig()
 	cfg.Slots, cfg.QueueLength, cfg.ExecutionsPerAgent = 1, 4, 1
-	svc := sandbox.NewService(rt, sandbox.Hooks{}, cfg, nil)
+	svc := engine.NewService(rt, engine.Hooks{}, cfg, nil)
 	srv := httptest.NewServer(httpapi.NewHandler(httpapi.Backend{Executor: svc}, nil))
 	defer srv.Close()
 	post := func(agent string) *http.Response {

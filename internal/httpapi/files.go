@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -58,7 +59,7 @@ const filesExpect = `must be a list of files such as [{"name": "data.csv", "cont
 // request's files, as sent, in *files) and checks those files: readBody's answers, with a
 // 413 that says how to send less, and decodeFiles'. On an error it has answered the request
 // and returns false.
-func readRunBody(w http.ResponseWriter, r *http.Request, cfg sandbox.Config, v any, sh shape, files *[]json.RawMessage) ([]sandbox.InputFile, bool) {
+func readRunBody(w http.ResponseWriter, r *http.Request, cfg engine.Config, v any, sh shape, files *[]json.RawMessage) ([]sandbox.InputFile, bool) {
 	if err := readBody(w, r, maxBodyBytes(cfg), v, sh); err != nil {
 		if e, ok := err.(*requestError); ok && e.status == http.StatusRequestEntityTooLarge {
 			e.msg += tooLargeHint(cfg)
@@ -77,7 +78,7 @@ func readRunBody(w http.ResponseWriter, r *http.Request, cfg sandbox.Config, v a
 // decodeFiles turns the files of a request body (nil when absent) into input files. Each must
 // be an object of the fields name, content and encoding (each once, in that letter case); the
 // errors name the field at fault as files[i].name, files[i].content or files[i].encoding.
-// Names and sizes are checked by the sandbox (sandbox.Service.Validate).
+// Names and sizes are checked by the sandbox (engine.Service.Validate).
 func decodeFiles(raw []json.RawMessage) ([]sandbox.InputFile, error) {
 	if raw == nil {
 		return nil, nil
@@ -157,7 +158,7 @@ func decodeFileObject(raw json.RawMessage, b *fileBody, field string) error {
 
 // filesBodyBytes is what input files at their caps may take in a request body: their bytes
 // in base64 (4/3 of them) and each file's name, field names and quoting.
-func filesBodyBytes(cfg sandbox.Config) int64 {
+func filesBodyBytes(cfg engine.Config) int64 {
 	return (cfg.MaxInputFilesBytes+2)/3*4 + int64(cfg.MaxInputFiles)*(2*sandbox.MaxFileNameBytes+64)
 }
 

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
@@ -87,7 +88,7 @@ type fileStack struct {
 }
 
 // newFileStack serves the API over a real store keeping files under quota, with cfg's limits.
-func newFileStack(t *testing.T, cfg sandbox.Config, quota int64) *fileStack {
+func newFileStack(t *testing.T, cfg engine.Config, quota int64) *fileStack {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(t.Context(), filepath.Join(dir, store.FileName), nil)
@@ -101,7 +102,7 @@ func newFileStack(t *testing.T, cfg sandbox.Config, quota int64) *fileStack {
 		t.Fatal(err)
 	}
 	rt := &echoRuntime{}
-	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st, Files: files}, cfg, nil)
+	svc := engine.NewService(rt, engine.Hooks{Recorder: st, Files: files}, cfg, nil)
 	lib := library.New(st, svc, 0)
 	sch := jobs.New(st, lib, svc, jobs.Config{}, nil)
 	srv := httptest.NewServer(httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib, Jobs: sch, Ledger: st, Files: files}, nil))
@@ -133,7 +134,7 @@ func fileJSON(name, content, encoding string) string {
 // Every bad input file is refused before anything runs, with a 400 or 413 naming the file
 // (its field) and the limit.
 func TestBadInputFilesAreRefused(t *testing.T) {
-	cfg := sandbox.DefaultConfig()
+	cfg := engine.DefaultConfig()
 	cfg.MaxInputFiles, cfg.MaxInputFileBytes, cfg.MaxInputFilesBytes = 3, 100, 150
 	s := newFileStack(t, cfg, 1<<20)
 	s.call(t, "POST", "/v1/agents/a/code", `{"name": "c", "code": "x"}`)
@@ -198,7 +199,7 @@ func TestBadInputFilesAreRefused(t *testing.T) {
 // A body whose files pass the body limit is refused as too large before it is read, and the
 // limit fits files at their caps: the largest files allowed, in base64, are taken.
 func TestBodyLimitFitsTheFiles(t *testing.T) {
-	cfg := sandbox.DefaultConfig()
+	cfg := engine.DefaultConfig()
 	cfg.MaxInputFiles, cfg.MaxInputFileBytes, cfg.MaxInputFilesBytes = 2, 3<<20, 6<<20
 	s := newFileStack(t, cfg, 64<<20)
 	big := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0xfe}, 3<<20))
@@ -236,7 +237,7 @@ func TestBodyLimitFitsTheFiles(t *testing.T) {
 // result, and at GET /v1/executions/{id}/files/{name} with headers that keep a browser from
 // running them.
 func TestFilesRoundTrip(t *testing.T) {
-	s := newFileStack(t, sandbox.DefaultConfig(), 1<<20)
+	s := newFileStack(t, engine.DefaultConfig(), 1<<20)
 	text := "a,b\n1,2\n测试 😀\n"
 	binary := []byte{0, 1, 2, 0xff, 0xfe, '\n', '\r', 0x80}
 	body := `{"code": "print(1)", "inline_files": true, "files": [` + fileJSON("data.csv", text, "") + `,` +
@@ -307,7 +308,7 @@ func TestFilesRoundTrip(t *testing.T) {
 }
 
 func TestFilesStream(t *testing.T) {
-	s := newFileStack(t, sandbox.DefaultConfig(), 1<<20)
+	s := newFileStack(t, engine.DefaultConfig(), 1<<20)
 	req, _ := http.NewRequest("POST", s.url+"/v1/executions", strings.NewReader(`{"code": "1", "charts": false, "files": [`+fileJSON("a.txt", "hi", "")+`]}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/x-ndjson")
@@ -341,7 +342,7 @@ func TestFilesStream(t *testing.T) {
 // first, and a file the record lists whose bytes were evicted answers 410 naming the quota.
 func TestFilesQuotaAndRetention(t *testing.T) {
 	// Each file is charged in 4 KiB blocks, plus one: a small file takes 2 of the 5 blocks.
-	s := newFileStack(t, sandbox.DefaultConfig(), 5*4096)
+	s := newFileStack(t, engine.DefaultConfig(), 5*4096)
 	run := func(n int) string {
 		_, v := s.call(t, "POST", "/v1/executions", `{"code": "1", "charts": false, "files": [`+fileJSON("f", strings.Repeat("x", n), "")+`]}`)
 		time.Sleep(2 * time.Millisecond) // distinct started_at
@@ -397,7 +398,7 @@ func TestFilesQuotaAndRetention(t *testing.T) {
 // A job keeps its files (shown by name and size), hands them to each fire, keeps them through a
 // PATCH that does not name them, and drops them on "files": [].
 func TestJobKeepsItsFiles(t *testing.T) {
-	s := newFileStack(t, sandbox.DefaultConfig(), 1<<20)
+	s := newFileStack(t, engine.DefaultConfig(), 1<<20)
 	s.call(t, "POST", "/v1/agents/a/code", `{"name": "c", "code": "x"}`)
 	binary := []byte{0xff, 0, 0xfe}
 	st, v := s.call(t, "POST", "/v1/agents/a/jobs", `{"code_name": "c", "schedule": "@daily", "charts": false, "files": [`+

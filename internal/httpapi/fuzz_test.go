@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/httpapi/httpapitest"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -232,7 +233,7 @@ func FuzzDecodeExecuteBody(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		fake := &httpapitest.Executor{Cfg: sandbox.DefaultConfig(), Fn: httpapitest.Fixed(sampleResult("ok\n"), nil)}
+		fake := &httpapitest.Executor{Cfg: engine.DefaultConfig(), Fn: httpapitest.Fixed(sampleResult("ok\n"), nil)}
 		h := NewHandler(Backend{Executor: fake}, nil)
 		req := httptest.NewRequest(http.MethodPost, "/v1/executions", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -302,7 +303,7 @@ func FuzzKnowledgeImport(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { st.Close() })
-	fake := &httpapitest.Executor{Cfg: sandbox.DefaultConfig(), Fn: httpapitest.Fixed(sampleResult("ok\n"), nil)}
+	fake := &httpapitest.Executor{Cfg: engine.DefaultConfig(), Fn: httpapitest.Fixed(sampleResult("ok\n"), nil)}
 	h := NewHandler(Backend{Executor: fake, Knowledge: st}, nil)
 	const path = "/v1/agents/a/memories"
 

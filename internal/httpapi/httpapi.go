@@ -11,18 +11,19 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
-// Executor is what the API needs from the sandbox; *sandbox.Service satisfies it.
+// Executor is what the API needs from the sandbox; *engine.Service satisfies it.
 type Executor interface {
 	Execute(ctx context.Context, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error)
 	Ready(ctx context.Context) error
-	Config() sandbox.Config
+	Config() engine.Config
 }
 
-var _ Executor = (*sandbox.Service)(nil)
+var _ Executor = (*engine.Service)(nil)
 
 // Backend is what the API serves. Executor is required; the routes of a nil Library, Jobs or
 // Ledger answer 404.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/httpapi/httpapitest"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -27,7 +28,7 @@ import (
 type fakeExec = httpapitest.Executor
 
 func newFake() *fakeExec {
-	return &fakeExec{Cfg: sandbox.DefaultConfig(), Fn: httpapitest.Fixed(sampleResult("ok\n"), nil)}
+	return &fakeExec{Cfg: engine.DefaultConfig(), Fn: httpapitest.Fixed(sampleResult("ok\n"), nil)}
 }
 
 func sampleResult(stdout string) sandbox.Result {
@@ -173,12 +174,12 @@ func TestFailingProgramIs200(t *testing.T) {
 	}
 }
 
-// TestValidationThroughService uses the real sandbox.Service over a runtime that fails the
+// TestValidationThroughService uses the real engine.Service over a runtime that fails the
 // test if it is asked to run: every case must be refused before anything runs.
 func TestValidationThroughService(t *testing.T) {
-	cfg := sandbox.DefaultConfig()
+	cfg := engine.DefaultConfig()
 	cfg.MaxCodeBytes = 100
-	svc := sandbox.NewService(failRuntime{t}, sandbox.Hooks{}, cfg, discardLog())
+	svc := engine.NewService(failRuntime{t}, engine.Hooks{}, cfg, discardLog())
 	srv := newServer(t, svc)
 	tests := []struct {
 		name     string
@@ -282,8 +283,8 @@ func (b countingBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func smallLimits() sandbox.Config {
-	cfg := sandbox.DefaultConfig()
+func smallLimits() engine.Config {
+	cfg := engine.DefaultConfig()
 	cfg.MaxCodeBytes, cfg.MaxInputBytes = 1000, 2000
 	cfg.MaxInputFiles, cfg.MaxInputFileBytes, cfg.MaxInputFilesBytes = 2, 300, 600
 	return cfg

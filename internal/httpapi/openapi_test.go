@@ -8,11 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
-	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/setup"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -35,12 +35,12 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	svc := sandbox.NewService(&outputRuntime{}, sandbox.Hooks{Recorder: st}, sandbox.DefaultConfig(), nil)
+	svc := engine.NewService(&outputRuntime{}, engine.Hooks{Recorder: st}, engine.DefaultConfig(), nil)
 	lib := library.New(st, svc, 0)
 	h := httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib, Jobs: jobs.New(st, lib, svc, jobs.Config{}, nil),
 		Ledger: st, Packages: noPackages{}, Knowledge: st,
 		Setup:    func(context.Context, func(setup.Event)) error { return nil },
-		Sessions: sandbox.NewSessions(svc, nil, nil, sandbox.DefaultSessionConfig(), nil)}, nil)
+		Sessions: engine.NewSessions(svc, nil, nil, engine.DefaultSessionConfig(), nil)}, nil)
 	routes := append(httpapi.Routes(h), appRoutes...)
 	for i, r := range routes {
 		// A wildcard for the rest of the path ({name...}) is a plain parameter in OpenAPI.

@@ -12,7 +12,7 @@ import (
 )
 
 // PackageInstaller pre-installs dependencies into the shared package store (POST
-// /v1/packages); *sandbox.Service satisfies it. It is not sandbox.Installer, the runtime's
+// /v1/packages); *engine.Service satisfies it. It is not sandbox.Installer, the runtime's
 // install for one box that the Service calls.
 type PackageInstaller interface {
 	Install(ctx context.Context, reqs []string, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
@@ -62,7 +63,7 @@ func newStack(t *testing.T) *stack {
 	}
 	t.Cleanup(func() { st.Close() })
 	rt := &outputRuntime{}
-	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, sandbox.DefaultConfig(), nil)
+	svc := engine.NewService(rt, engine.Hooks{Recorder: st}, engine.DefaultConfig(), nil)
 	lib := library.New(st, svc, 0)
 	sch := jobs.New(st, lib, svc, jobs.Config{}, nil)
 	srv := httptest.NewServer(httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib, Jobs: sch, Ledger: st, Knowledge: st}, nil))

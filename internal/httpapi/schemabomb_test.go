@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 )
 
 // h31Schema is the schema of hostile case H31: anyOf inside anyOf inside anyOf, applied to
@@ -81,7 +81,7 @@ func TestSchemaBombIsBounded(t *testing.T) {
 		t.Fatalf("save: %d %v", st, v)
 	}
 	// "0," per zero: the largest input max_input_bytes allows, and the largest body.
-	cfg := sandbox.DefaultConfig()
+	cfg := engine.DefaultConfig()
 	largest := cfg.MaxInputBytes/2 - 1
 	overInput := (cfg.MaxCodeBytes+cfg.MaxInputBytes+64<<10)/2 - 64
 	body := `{"input": ` + zeros(overInput) + `}`

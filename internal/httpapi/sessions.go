@@ -6,20 +6,21 @@ import (
 	"net/http"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
-// SessionKeeper keeps stateful sessions; *sandbox.Sessions satisfies it.
+// SessionKeeper keeps stateful sessions; *engine.Sessions satisfies it.
 type SessionKeeper interface {
 	Create(ctx context.Context, req sandbox.SessionRequest) (sandbox.SessionInfo, error)
 	Get(ctx context.Context, agent, id string) (sandbox.SessionInfo, error)
 	List(agent string) []sandbox.SessionInfo
 	Close(ctx context.Context, agent, id string) (sandbox.SessionInfo, error)
 	Execute(ctx context.Context, id string, req sandbox.Request, wait bool, emit func(sandbox.Event)) (sandbox.Result, error)
-	Config() sandbox.SessionConfig
+	Config() engine.SessionConfig
 }
 
-var _ SessionKeeper = (*sandbox.Sessions)(nil)
+var _ SessionKeeper = (*engine.Sessions)(nil)
 
 // routeSessions registers the session endpoints.
 func (a *api) routeSessions() {

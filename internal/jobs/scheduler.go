@@ -8,12 +8,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/schedule"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
-// Executor runs requests; *sandbox.Service satisfies it.
+// Executor runs requests; *engine.Service satisfies it.
 type Executor interface {
 	Execute(ctx context.Context, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error)
 	// Validate checks a request against the limits without running it.
@@ -64,7 +65,7 @@ func New(st Store, lib Library, ex Executor, cfg Config, log *slog.Logger) *Sche
 		cfg.StartPatience = time.Minute
 	}
 	if cfg.MaxTimeout <= 0 {
-		cfg.MaxTimeout = sandbox.DefaultConfig().MaxTimeout
+		cfg.MaxTimeout = engine.DefaultConfig().MaxTimeout
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -363,7 +364,7 @@ func (s *Scheduler) execute(j store.Job, f store.Fire) {
 			}
 			var busy *sandbox.BusyError
 			if !(errors.As(err, &busy) || errors.Is(err, sandbox.ErrNotReady)) || time.Now().After(deadline) ||
-				errors.Is(err, sandbox.ErrInterrupted) {
+				errors.Is(err, engine.ErrInterrupted) {
 				break
 			}
 			time.Sleep(time.Second)

@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
@@ -48,7 +49,7 @@ func (r *sleepRuntime) Run(ctx context.Context, _ int, spec sandbox.Spec, _ func
 type env struct {
 	st  *store.Store
 	lib *library.Library
-	svc *sandbox.Service
+	svc *engine.Service
 	rt  *sleepRuntime
 }
 
@@ -60,9 +61,9 @@ func newEnv(t *testing.T, dir string) *env {
 		t.Fatal(err)
 	}
 	rt := &sleepRuntime{}
-	cfg := sandbox.DefaultConfig()
+	cfg := engine.DefaultConfig()
 	cfg.Slots = 8
-	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, cfg, nil)
+	svc := engine.NewService(rt, engine.Hooks{Recorder: st}, cfg, nil)
 	lib := library.New(st, svc, 0)
 	if _, err := lib.Create(context.Background(), "a", "work", library.Draft{Code: "pass"}); err != nil && !errors.Is(err, store.ErrExists) {
 		t.Fatal(err)

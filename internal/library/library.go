@@ -32,7 +32,7 @@ type Store interface {
 	DeleteCode(ctx context.Context, agent, name string, force bool) ([]string, error)
 }
 
-// Executor runs requests; *sandbox.Service satisfies it.
+// Executor runs requests; *engine.Service satisfies it.
 type Executor interface {
 	Execute(ctx context.Context, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error)
 }
@@ -260,7 +260,7 @@ func (l *Library) Run(ctx context.Context, agent, name string, run Run, origin s
 	return l.ex.Execute(ctx, req, emit)
 }
 
-// Holder lets large validations wait for an execution slot, as runs do; *sandbox.Service is one.
+// Holder lets large validations wait for an execution slot, as runs do; *engine.Service is one.
 type Holder interface {
 	// Hold waits for a free slot for agent (a *sandbox.BusyError when the queue is full, or
 	// agent has its executions_per_agent) and returns the function that gives it back.

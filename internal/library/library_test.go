@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -47,7 +48,7 @@ func setup(t *testing.T) (*library.Library, *store.Store, *echoRuntime) {
 	}
 	t.Cleanup(func() { st.Close() })
 	rt := &echoRuntime{}
-	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, sandbox.DefaultConfig(), nil)
+	svc := engine.NewService(rt, engine.Hooks{Recorder: st}, engine.DefaultConfig(), nil)
 	return library.New(st, svc, 0), st, rt
 }
 
@@ -286,9 +287,9 @@ func TestLargeValidationTakesASlot(t *testing.T) {
 	}
 	defer st.Close()
 	rt := &blockingRuntime{started: make(chan struct{}), release: make(chan struct{})}
-	cfg := sandbox.DefaultConfig()
+	cfg := engine.DefaultConfig()
 	cfg.Slots, cfg.QueueLength = 1, 0
-	lib := library.New(st, sandbox.NewService(rt, sandbox.Hooks{Recorder: st}, cfg, nil), 0)
+	lib := library.New(st, engine.NewService(rt, engine.Hooks{Recorder: st}, cfg, nil), 0)
 	if _, err := lib.Create(t.Context(), "a", "strings", library.Draft{Code: "x", InputSchema: json.RawMessage(`{"items": {"type": "string"}}`)}); err != nil {
 		t.Fatal(err)
 	}

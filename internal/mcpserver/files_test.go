@@ -16,6 +16,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/mcpserver"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -71,7 +72,7 @@ func TestRunCodeFiles(t *testing.T) {
 		"big log.txt":      {"text/plain; charset=utf-8", big},
 		"medium.txt":       {"text/plain; charset=utf-8", medium},
 	}}
-	url, _ := newAPI(t, rt, sandbox.DefaultConfig())
+	url, _ := newAPI(t, rt, engine.DefaultConfig())
 	cs := connect(t, newServer(t, url, "alice"))
 
 	res, text := callTool(t, cs, "run_code", map[string]any{"code": "draw()", "charts": false, "files": []map[string]any{
@@ -185,7 +186,7 @@ func TestRunCodeFiles(t *testing.T) {
 // TestRunSavedCodeFiles: run_saved_code takes files too and answers images the same way.
 func TestRunSavedCodeFiles(t *testing.T) {
 	rt := filesRuntime{specs: make(chan sandbox.Spec, 1), outputs: map[string]output{"figure-1.png": {"image/png", pngBytes}}}
-	url, _ := newAPI(t, rt, sandbox.DefaultConfig())
+	url, _ := newAPI(t, rt, engine.DefaultConfig())
 	cs := connect(t, newServer(t, url, "alice"))
 	if res, text := callTool(t, cs, "save_code", map[string]any{"name": "plot", "code": "draw()"}); res.IsError {
 		t.Fatal(text)
@@ -210,7 +211,7 @@ func TestRunSavedCodeFiles(t *testing.T) {
 
 // TestRunCodeBadFile: a bad file name is a tool error in the REST API's words.
 func TestRunCodeBadFile(t *testing.T) {
-	url, _ := newAPI(t, filesRuntime{}, sandbox.DefaultConfig())
+	url, _ := newAPI(t, filesRuntime{}, engine.DefaultConfig())
 	cs := connect(t, newServer(t, url, "alice"))
 	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"code": "1",
 		"files": []map[string]any{{"name": "../x", "content": "a"}}}})
@@ -244,7 +245,7 @@ func TestResultFileBudget(t *testing.T) {
 	for _, n := range []string{"a", "b", "c", "d", "e"} {
 		outputs[n+".png"] = output{"image/png", img}
 	}
-	url, _ := newAPI(t, filesRuntime{outputs: outputs}, sandbox.DefaultConfig())
+	url, _ := newAPI(t, filesRuntime{outputs: outputs}, engine.DefaultConfig())
 	res, text := callTool(t, connect(t, newServer(t, url, "alice")), "run_code", map[string]any{"code": "draw()"})
 	if res.IsError {
 		t.Fatal(text)
@@ -264,7 +265,7 @@ func TestResultFileBudget(t *testing.T) {
 // server's list (empty here) is refused with the REST API's message, and nothing runs.
 func TestRunCodeNetworkAllow(t *testing.T) {
 	rt := filesRuntime{specs: make(chan sandbox.Spec, 1)}
-	url, _ := newAPI(t, rt, sandbox.DefaultConfig())
+	url, _ := newAPI(t, rt, engine.DefaultConfig())
 	cs := connect(t, newServer(t, url, "alice"))
 	res, text := callTool(t, cs, "run_code", map[string]any{"code": "1", "network_allow": []string{"api.example.com"}})
 	if !res.IsError || !strings.Contains(text, "network_allow") || !strings.Contains(text, "api.example.com") {

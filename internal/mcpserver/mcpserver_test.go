@@ -17,6 +17,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/config"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
@@ -39,7 +40,7 @@ func (pyRuntime) Run(_ context.Context, _ int, spec sandbox.Spec, _ func(sandbox
 
 // newAPI serves the REST API over rt with cfg on a loopback port, with a ledger, and returns its
 // URL and ledger.
-func newAPI(t testing.TB, rt sandbox.Runtime, cfg sandbox.Config) (string, *store.Store) {
+func newAPI(t testing.TB, rt sandbox.Runtime, cfg engine.Config) (string, *store.Store) {
 	t.Helper()
 	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
 	if err != nil {
@@ -50,7 +51,7 @@ func newAPI(t testing.TB, rt sandbox.Runtime, cfg sandbox.Config) (string, *stor
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: st, Files: files}, cfg, nil)
+	svc := engine.NewService(rt, engine.Hooks{Recorder: st, Files: files}, cfg, nil)
 	lib := library.New(st, svc, 0)
 	api := httptest.NewServer(httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib,
 		Jobs: jobs.New(st, lib, svc, jobs.Config{}, nil), Ledger: st, Files: files}, nil))
@@ -61,7 +62,7 @@ func newAPI(t testing.TB, rt sandbox.Runtime, cfg sandbox.Config) (string, *stor
 // session connects an MCP client, over in-memory transports, to a server for agent.
 func session(t testing.TB, agent string) *mcp.ClientSession {
 	t.Helper()
-	url, _ := newAPI(t, pyRuntime{}, sandbox.DefaultConfig())
+	url, _ := newAPI(t, pyRuntime{}, engine.DefaultConfig())
 	return connect(t, newServer(t, url, agent))
 }
 
@@ -205,7 +206,7 @@ func (b blockingRuntime) Run(ctx context.Context, _ int, spec sandbox.Spec, _ fu
 // was cancelled in sandpit's words, without the daemon's URL or a Go context error.
 func TestCancelOverStdio(t *testing.T) {
 	rt := blockingRuntime{started: make(chan string, 1)}
-	url, st := newAPI(t, rt, sandbox.DefaultConfig())
+	url, st := newAPI(t, rt, engine.DefaultConfig())
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	served := make(chan error, 1)
@@ -274,7 +275,7 @@ func TestCancelOverStdio(t *testing.T) {
 // The run tools' descriptions state the daemon's own limits (GET /v1/limits), whatever its
 // configuration, and the instructions and run_code name every package of the default image.
 func TestDescriptionsStateTheLimits(t *testing.T) {
-	cfg := sandbox.DefaultConfig()
+	cfg := engine.DefaultConfig()
 	cfg.DefaultTimeout, cfg.MaxTimeout, cfg.Network = 12345*time.Millisecond, 99*time.Second, "none"
 	cfg.Limits.MemoryBytes, cfg.Limits.StdoutBytes, cfg.Limits.StderrBytes = 300<<20, 64<<10, 100000
 	cfg.Limits.OutputBytes, cfg.Limits.FileSizeBytes = 2<<20, 1<<30
@@ -311,7 +312,7 @@ func TestDescriptionsStateTheLimits(t *testing.T) {
 // get_code_job_history pages through a job's fires, newest first, with a cursor, and since and
 // until bound when they were handled, as GET .../jobs/{id}/history does.
 func TestJobHistory(t *testing.T) {
-	url, _ := newAPI(t, pyRuntime{}, sandbox.DefaultConfig())
+	url, _ := newAPI(t, pyRuntime{}, engine.DefaultConfig())
 	cs := connect(t, newServer(t, url, "alice"))
 	if res, text := callTool(t, cs, "save_code", map[string]any{"name": "echo", "code": "pass"}); res.IsError {
 		t.Fatalf("save_code: %q", text)

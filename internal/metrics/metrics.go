@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -62,7 +63,7 @@ func New() *Metrics {
 
 // Watch registers gauges read from the running daemon: slots busy and queue depth (stats),
 // and sandbox resets.
-func (m *Metrics) Watch(stats func() sandbox.Stats, resets func() int64) {
+func (m *Metrics) Watch(stats func() engine.Stats, resets func() int64) {
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_slots_busy", Help: "Slots running an execution now."},
 			func() float64 { return float64(stats().Busy) }),

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -21,7 +22,7 @@ func (nopRecorder) Discard(context.Context, string) error                     { 
 // A program chooses its call names: they must not become label values.
 func TestCallMethodsAreBounded(t *testing.T) {
 	m := New()
-	m.Watch(func() sandbox.Stats { return sandbox.Stats{Slots: 4} }, func() int64 { return 0 })
+	m.Watch(func() engine.Stats { return engine.Stats{Slots: 4} }, func() int64 { return 0 })
 	rec := m.Recorder(nopRecorder{})
 	var calls []sandbox.CallRecord
 	for i := range 100 {

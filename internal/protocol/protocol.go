@@ -1,4 +1,4 @@
-// Package protocol is the wire format of the control session between the sandpit daemon and
+// Package protocol is the wire format of the control line between the sandpit daemon and
 // sandpit-executor inside the container: length-prefixed JSON frames over one byte stream (the
 // stdin and stdout of a `docker exec`, or a net.Pipe in tests).
 //

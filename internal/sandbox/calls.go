@@ -4,10 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"slices"
-	"strings"
-	"sync"
 	"time"
 )
 
@@ -32,8 +28,8 @@ type Callbacks interface {
 	Call(ctx context.Context, scope CallScope, call Call) (json.RawMessage, error)
 }
 
-// CallRecord is the audit entry of one call, kept with the execution. The JSON field names
-// are the public API.
+// CallRecord is the audit entry of one call, kept with the execution.
+// Its JSON form is the executor protocol's and the ledger's (REST writes apitype's).
 type CallRecord struct {
 	Method        string `json:"method"`
 	DurationMS    int64  `json:"duration_ms"`
@@ -43,7 +39,8 @@ type CallRecord struct {
 	Error         string `json:"error,omitempty"`
 }
 
-// LogLine is one agent.log line of a run. The JSON field names are the public API.
+// LogLine is one agent.log line of a run.
+// Its JSON form is the executor protocol's and the ledger's (REST writes apitype's).
 type LogLine struct {
 	Level     string    `json:"level"`
 	Message   string    `json:"message"`
@@ -64,156 +61,3 @@ var CallMethods = []string{"search_memory", "get_facts", "query_graph", "get_doc
 
 // ErrRunEnded is the answer to a call that arrives after its run ended.
 var ErrRunEnded = errors.New("the run has ended; calls are only answered while it runs")
-
-// calls is one run's call line: its scope, caps and audit.
-type calls struct {
-	s     *Service
-	scope CallScope
-	emit  func(Event)
-	// one is held while a call is answered: a run's calls are answered one at a time, even
-	// when a program writes them to the control line without waiting (the Python side waits),
-	// so that a run keeps at most one of the daemon's goroutines busy with its calls.
-	one chan struct{}
-
-	mu       sync.Mutex
-	ended    bool
-	audit    []CallRecord
-	made     int
-	logs     []LogLine
-	logBytes int
-}
-
-// maxLoggedLines is how many of a run's agent.log lines the daemon's own log repeats (each cut
-// at 1 KiB); the rest are in the run's record only, so that runs cannot fill the daemon's log.
-const maxLoggedLines = 20
-
-// handle answers one call of the run, enforcing the caps and recording it.
-func (c *calls) handle(ctx context.Context, call Call) (json.RawMessage, error) {
-	began := time.Now()
-	rec := CallRecord{Method: call.Method, RequestBytes: len(call.Args)}
-	value, err := c.answer(ctx, call)
-	rec.DurationMS, rec.ResponseBytes, rec.OK = time.Since(began).Milliseconds(), len(value), err == nil
-	if err != nil {
-		rec.Error = err.Error()
-	}
-	c.mu.Lock()
-	if !c.ended {
-		c.audit = append(c.audit, rec)
-	}
-	c.mu.Unlock()
-	return value, err
-}
-
-func (c *calls) answer(ctx context.Context, call Call) (json.RawMessage, error) {
-	cfg := c.s.cfg
-	c.mu.Lock()
-	switch {
-	case c.ended:
-		c.mu.Unlock()
-		return nil, ErrRunEnded
-	case c.made >= cfg.MaxCalls:
-		c.mu.Unlock()
-		return nil, fmt.Errorf("the run has made %d agent calls, the limit (max_calls); no more are answered", cfg.MaxCalls)
-	}
-	c.made++
-	c.mu.Unlock()
-
-	if len(call.Args) > cfg.MaxCallBytes {
-		return nil, fmt.Errorf("the call's arguments are %d bytes of JSON; the limit is %d bytes", len(call.Args), cfg.MaxCallBytes)
-	}
-	if !slices.Contains(CallMethods, call.Method) {
-		return nil, fmt.Errorf("agent has no method %q; the methods are %v", call.Method, CallMethods)
-	}
-	if c.s.cb == nil {
-		return nil, errors.New("this sandpit daemon has no callback handler configured")
-	}
-	var line *LogLine
-	if call.Method == "log" {
-		var err error
-		if line, err = c.logLine(call.Args); err != nil {
-			return nil, err
-		}
-	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.CallTimeout)
-	defer cancel()
-	select {
-	case c.one <- struct{}{}:
-		defer func() { <-c.one }()
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%s waited its whole call timeout of %s for the run's earlier calls: a run's calls are answered one at a time", call.Method, cfg.CallTimeout)
-	}
-	value, err := c.s.cb.Call(ctx, c.scope, call)
-	if err == nil && line != nil {
-		c.keep(*line)
-	}
-	switch {
-	case err != nil && ctx.Err() == context.DeadlineExceeded:
-		return nil, fmt.Errorf("the host did not answer %s within the call timeout of %s", call.Method, cfg.CallTimeout)
-	case err != nil:
-		return nil, err
-	case len(value) > cfg.MaxCallBytes:
-		return nil, fmt.Errorf("the answer to %s is %d bytes; the limit is %d bytes: ask for less (a smaller limit)", call.Method, len(value), cfg.MaxCallBytes)
-	}
-	if len(value) == 0 {
-		value = json.RawMessage("null")
-	}
-	return value, nil
-}
-
-// logLine checks an agent.log call against the run's log limits and reserves its budget.
-func (c *calls) logLine(args json.RawMessage) (*LogLine, error) {
-	var l LogLine
-	if err := json.Unmarshal(args, &l); err != nil {
-		return nil, fmt.Errorf("log: the arguments must be {\"message\", \"level\"}: %v", err)
-	}
-	if !slices.Contains(LogLevels, l.Level) {
-		return nil, fmt.Errorf("log: level %q is not debug, info, warning or error", l.Level)
-	}
-	if len(l.Message) > MaxLogMessage {
-		return nil, fmt.Errorf("log: the message is %d bytes; the limit is %d bytes: log less, or return data through OUTPUT", len(l.Message), MaxLogMessage)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.logBytes+len(l.Message) > MaxLogBytes {
-		return nil, fmt.Errorf("log: the run has logged %d bytes; the limit is %d bytes per run: log less, or return data through OUTPUT", c.logBytes, MaxLogBytes)
-	}
-	c.logBytes += len(l.Message)
-	l.CreatedAt = time.Now().UTC()
-	return &l, nil
-}
-
-// keep records a log line with the run, streams it as a "log" event and writes it (cut short)
-// to the daemon's log.
-func (c *calls) keep(l LogLine) {
-	c.mu.Lock()
-	ended := c.ended
-	if !ended {
-		c.logs = append(c.logs, l)
-	}
-	n := len(c.logs)
-	c.mu.Unlock()
-	if ended {
-		return
-	}
-	msg := l.Message
-	if len(msg) > 1024 {
-		msg = strings.ToValidUTF8(msg[:1024], "") + "…"
-	}
-	switch {
-	case n <= maxLoggedLines:
-		c.s.log.Info("agent log", "id", c.scope.ExecutionID, "agent", c.scope.Agent, "level", l.Level, "message", msg)
-	case n == maxLoggedLines+1:
-		c.s.log.Info("agent log: this run's further lines are in its record only", "id", c.scope.ExecutionID, "agent", c.scope.Agent, "logged", maxLoggedLines)
-	}
-	if c.emit != nil {
-		c.emit(Event{Stream: StreamLog, Data: l.Message, Level: l.Level})
-	}
-}
-
-// end refuses later calls and returns the audit and the log lines.
-func (c *calls) end() ([]CallRecord, []LogLine) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.ended = true
-	return c.audit, c.logs
-}

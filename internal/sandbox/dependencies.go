@@ -3,8 +3,6 @@ package sandbox
 import (
 	"context"
 	"time"
-
-	"github.com/sandpit-dev/sandpit/internal/requirement"
 )
 
 // DependencyState is the status of one requirement (DependencyStatus.Status).
@@ -18,7 +16,8 @@ const (
 	DependencySkipped   DependencyState = "skipped"   // its environment marker is false in the box ("foo; python_version < '3'"): not needed, nothing installed
 )
 
-// DependencyStatus reports one requirement of a run. The JSON field names are the public API.
+// DependencyStatus reports one requirement of a run.
+// Its JSON form is the executor protocol's and the ledger's (REST writes apitype's).
 type DependencyStatus struct {
 	// Requirement is the PEP 508 requirement in canonical form ("tiny-pkg==1.0").
 	Requirement string `json:"requirement"`
@@ -74,22 +73,4 @@ func (in Installed) Failed() []DependencyStatus {
 // The Service calls it with a slot it holds: the install runs in that slot's sandbox.
 type Installer interface {
 	Install(ctx context.Context, slot int, req InstallRequest, progress func(DependencyStatus)) (Installed, error)
-}
-
-// markSkipped returns d, reported as skipped when the runtime found it present without a
-// version: only a requirement whose environment marker is false in the box is satisfied by no
-// distribution.
-func markSkipped(d DependencyStatus) DependencyStatus {
-	if d.Status == DependencyPresent && d.Version == "" {
-		if r, err := requirement.Parse(d.Requirement); err == nil && r.Marker != "" {
-			d.Status = DependencySkipped
-		}
-	}
-	return d
-}
-
-// conflicts reports whether a failed requirement is installed but cannot be used with the
-// others: the runtime gives it the version it has.
-func (d DependencyStatus) conflicts() bool {
-	return d.Status == DependencyFailed && d.Version != ""
 }

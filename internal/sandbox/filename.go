@@ -79,3 +79,7 @@ func RasterImage(mediaType string) (string, bool) {
 	}
 	return mt, false
 }
+
+// CodeFileName is the file in the run's working directory that holds its code (written by the
+// bootstrap): no input file may take its name, and it is never an output file.
+const CodeFileName = "main.py"

@@ -1,10 +1,3 @@
-// Package sandbox is the domain of code execution: requests, results, limits,
-// outcomes, the Runtime interface that runs code in an isolated box, and the
-// Service that validates requests, assigns slots, queues and layers timeouts.
-//
-// It knows nothing of HTTP, MCP, the CLI or Docker. A failing program is a
-// Result with an Outcome, never a Go error; a Go error from this package means
-// the request was refused (see the Err values) or the system failed.
 package sandbox
 
 // Outcome is the single verdict of an execution.

@@ -66,7 +66,8 @@ const (
 	StartCold Start = "cold" // a fresh interpreter
 )
 
-// Origin says where an execution came from. The JSON field names are the public API.
+// Origin says where an execution came from.
+// Its JSON form is the executor protocol's and the ledger's (REST writes apitype's).
 type Origin struct {
 	// Source is one of the Source constants; empty means SourceAPI.
 	Source Source `json:"source"`
@@ -116,8 +117,8 @@ type InputFile struct {
 }
 
 // File is an output file: a regular file the program created or changed under its working
-// directory (not main.py, not an input file left unchanged), or a chart saved for it. The JSON
-// field names are the public API.
+// directory (not main.py, not an input file left unchanged), or a chart saved for it.
+// Its JSON form is the executor protocol's and the ledger's (REST writes apitype's).
 type File struct {
 	// Name is its path relative to the working directory, with "/" between parts.
 	Name string `json:"name"`
@@ -138,7 +139,8 @@ type SkippedFile struct {
 	Reason string `json:"reason"`
 }
 
-// Result is the record of one finished execution. The JSON field names are the public API.
+// Result is the record of one finished execution.
+// Its JSON form is the executor protocol's and the ledger's (REST writes apitype's).
 type Result struct {
 	// ID identifies the execution ("ex_" followed by 26 lowercase base32 characters).
 	ID string `json:"id"`
@@ -289,19 +291,6 @@ type EgressDialer interface {
 	DialEgress(ctx context.Context, host string, port int) (net.Conn, error)
 }
 
-// Hooks connect a Service to the rest of the daemon; nil fields do nothing.
-type Hooks struct {
-	// Recorder keeps the ledger.
-	Recorder Recorder
-	// Callbacks answer programs' agent.* calls.
-	Callbacks Callbacks
-	// Files keeps runs' output files; nil drops them (the result still lists them).
-	Files FileStore
-	// Egress makes runs' and installs' dialers under network "allowlist"; nil refuses every
-	// connection through the proxy.
-	Egress EgressPolicy
-}
-
 // FileStore keeps the bytes of runs' output files.
 type FileStore interface {
 	// Put stores content as execution id's output file f. An error leaves the file out of the
@@ -362,7 +351,8 @@ type Settler interface {
 }
 
 // EgressConnection records one outbound connection a run asked for through the sandbox's
-// proxy (network "allowlist"). The JSON field names are the public API.
+// proxy (network "allowlist").
+// Its JSON form is the executor protocol's and the ledger's (REST writes apitype's).
 type EgressConnection struct {
 	// Host and Port are the destination the program asked for (a name or an IP literal).
 	Host string `json:"host"`

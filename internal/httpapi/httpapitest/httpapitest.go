@@ -5,12 +5,13 @@ import (
 	"context"
 	"sync"
 
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // Executor records the requests it gets and answers each with Fn.
 type Executor struct {
-	Cfg      sandbox.Config
+	Cfg      engine.Config
 	ReadyErr error
 	Fn       func(ctx context.Context, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error)
 
@@ -30,7 +31,7 @@ func (f *Executor) Execute(ctx context.Context, req sandbox.Request, emit func(s
 func (f *Executor) Ready(context.Context) error { return f.ReadyErr }
 
 // Config returns Cfg.
-func (f *Executor) Config() sandbox.Config { return f.Cfg }
+func (f *Executor) Config() engine.Config { return f.Cfg }
 
 // Requests returns the requests received so far.
 func (f *Executor) Requests() []sandbox.Request {

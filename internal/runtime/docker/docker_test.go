@@ -16,10 +16,11 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandpit-dev/sandpit/internal/config"
+	"github.com/sandpit-dev/sandpit/internal/control"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/sandbox/sandboxtest"
-	"github.com/sandpit-dev/sandpit/internal/session"
 	"github.com/sandpit-dev/sandpit/internal/store"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
@@ -253,7 +254,7 @@ func TestRestartAdoptsTheWarmContainers(t *testing.T) {
 func TestContainerKilledDuringRun(t *testing.T) {
 	rt, cfg := startRuntime(t, nil)
 	ledger := openLedger(t)
-	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: ledger}, slotZero(), testenv.Logger())
+	svc := engine.NewService(rt, engine.Hooks{Recorder: ledger}, slotZero(), testenv.Logger())
 	done := make(chan sandbox.Result, 1)
 	go func() {
 		res, err := svc.Execute(context.Background(), sandbox.Request{Code: "print('before', flush=True)\nimport time; time.sleep(30)"}, nil)
@@ -296,7 +297,7 @@ func TestContainerKilledDuringRun(t *testing.T) {
 func TestExecutorKilledDuringRun(t *testing.T) {
 	rt, _ := startRuntime(t, nil)
 	ledger := openLedger(t)
-	svc := sandbox.NewService(rt, sandbox.Hooks{Recorder: ledger}, slotZero(), testenv.Logger())
+	svc := engine.NewService(rt, engine.Hooks{Recorder: ledger}, slotZero(), testenv.Logger())
 	done := make(chan sandbox.Result, 1)
 	go func() {
 		res, _ := svc.Execute(context.Background(), sandbox.Request{Code: "import time; time.sleep(30)"}, nil)
@@ -379,7 +380,7 @@ func TestImageTagFollowsTheRecipe(t *testing.T) {
 func TestHungExecutorIsReplaced(t *testing.T) {
 	rt, _ := startRuntime(t, func(c *docker.Config) {
 		c.Slots = 1 // the pool is ready while any slot is: with one slot, readiness follows it
-		c.Session = session.Options{HeartbeatInterval: 200 * time.Millisecond, HeartbeatTimeout: 2 * time.Second}
+		c.Control = control.Options{HeartbeatInterval: 200 * time.Millisecond, HeartbeatTimeout: 2 * time.Second}
 	})
 	out, err := exec.Command("docker", "exec", rt.ContainerID(), "sh", "-c", "kill -STOP $(cat /sandbox/executor.pid)").CombinedOutput()
 	if err != nil {
@@ -422,9 +423,9 @@ func inLedger(t *testing.T, st *store.Store, res sandbox.Result) {
 // run keeps its own result and the next run in the slot is served by the new container.
 func TestSlowCleanupReplacesTheSlotsContainer(t *testing.T) {
 	rt, _ := startRuntime(t, func(c *docker.Config) { c.Slots, c.SettleTimeout = 2, time.Millisecond })
-	scfg := sandbox.DefaultConfig()
+	scfg := engine.DefaultConfig()
 	scfg.Slots = 2
-	svc := sandbox.NewService(rt, sandbox.Hooks{}, scfg, testenv.Logger())
+	svc := engine.NewService(rt, engine.Hooks{}, scfg, testenv.Logger())
 	before := rt.ContainerIDs()
 	res, err := svc.Execute(context.Background(), sandbox.Request{
 		Code: "import os\nfor i in range(20000): open(f'/tmp/f{i}', 'w').close()\nprint('made')"}, nil)
@@ -456,8 +457,8 @@ func TestSlowCleanupReplacesTheSlotsContainer(t *testing.T) {
 // still being cleaned.
 func TestDirectoryFloodFailsNoOtherRequest(t *testing.T) {
 	rt, _ := startRuntime(t, nil)
-	cfg := sandbox.DefaultConfig()
-	svc := sandbox.NewService(rt, sandbox.Hooks{}, cfg, testenv.Logger())
+	cfg := engine.DefaultConfig()
+	svc := engine.NewService(rt, engine.Hooks{}, cfg, testenv.Logger())
 	timeout := int64(20000)
 	attacker := make(chan sandbox.Result, 1)
 	go func() {
@@ -508,8 +509,8 @@ func TestDirectoryFloodFailsNoOtherRequest(t *testing.T) {
 
 // slotZero is the Service configuration whose one slot is the pool's slot 0, for tests that
 // act on the container of the slot the run is in.
-func slotZero() sandbox.Config {
-	cfg := sandbox.DefaultConfig()
+func slotZero() engine.Config {
+	cfg := engine.DefaultConfig()
 	cfg.Slots = 1
 	return cfg
 }

@@ -21,14 +21,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
+	"github.com/sandpit-dev/sandpit/internal/control"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
-	"github.com/sandpit-dev/sandpit/internal/session"
 )
 
 // Config configures the runtime.
@@ -54,8 +55,8 @@ type Config struct {
 	// then not ready (saying why) and keeps trying, building the image and starting the
 	// sandboxes once the engine answers. A daemon waits; a one-off command fails at once.
 	WaitForEngine bool
-	// Session tunes the control sessions (heartbeat); zero values take the defaults.
-	Session session.Options
+	// Control tunes the control lines (heartbeat); zero values take the defaults.
+	Control control.Options
 	// ForkServer configures each executor's fork server.
 	ForkServer ForkServer
 }
@@ -93,9 +94,10 @@ type Runtime struct {
 	sessMu   sync.Mutex
 	sessUIDs map[int]bool    // session uid indexes in use (see OpenSession)
 	sessions map[string]bool // the IDs of the sessions whose containers this runtime made
+
 	// strays is set once the containers no slot or live session uses have been removed: at
 	// Start, or, when the engine did not answer then, at the first connection.
-	strays bool
+	strays atomic.Bool
 }
 
 var (
@@ -242,18 +244,13 @@ func (r *Runtime) removeStrays(ctx context.Context) error {
 
 // removeStraysOnce runs removeStrays until it has succeeded once.
 func (r *Runtime) removeStraysOnce(ctx context.Context) error {
-	r.sessMu.Lock()
-	done := r.strays
-	r.sessMu.Unlock()
-	if done {
+	if r.strays.Load() {
 		return nil
 	}
 	if err := r.removeStrays(ctx); err != nil {
 		return err
 	}
-	r.sessMu.Lock()
-	r.strays = true
-	r.sessMu.Unlock()
+	r.strays.Store(true)
 	return nil
 }
 
@@ -287,7 +284,7 @@ func (r *Runtime) nextUp() <-chan struct{} {
 func (r *Runtime) anyUp() bool {
 	for _, b := range r.boxes {
 		b.mu.Lock()
-		up := b.sess != nil
+		up := b.line != nil
 		b.mu.Unlock()
 		if up {
 			return true
@@ -369,12 +366,12 @@ func (r *Runtime) Run(ctx context.Context, slot int, spec sandbox.Spec, emit fun
 	if err != nil {
 		return sandbox.Result{}, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
 	}
-	sess, containerID, err := b.current(ctx)
+	line, containerID, err := b.current(ctx)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	res, err := sess.Run(ctx, 0, spec, emit)
-	if err != nil && errors.Is(err, session.ErrClosed) && !errors.Is(err, sandbox.ErrNotReady) {
+	res, err := line.Run(ctx, 0, spec, emit)
+	if err != nil && errors.Is(err, control.ErrClosed) && !errors.Is(err, sandbox.ErrNotReady) {
 		what, oom := b.whatStopped(containerID)
 		if oom {
 			// The box is the run's alone: memory it filled (under runsc also socket buffers
@@ -400,18 +397,18 @@ func (r *Runtime) Settle(ctx context.Context, slot int) error {
 		return err
 	}
 	b.mu.Lock()
-	sess := b.sess
+	line := b.line
 	b.mu.Unlock()
-	if sess != nil {
+	if line != nil {
 		sctx, cancel := context.WithTimeout(ctx, r.cfg.SettleTimeout)
-		err := sess.Settle(sctx, 0)
+		err := line.Settle(sctx, 0)
 		cancel()
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
-		if sess.Err() == nil { // the session lives: its container holds what the run left
+		if line.Err() == nil { // the session lives: its container holds what the run left
 			b.log.Warn("replacing the slot's container: its last run was not cleaned up in time", "error", err)
-			b.replace(sess, fmt.Errorf("replaced: the last run's cleanup did not finish (%w)", err))
+			b.replace(line, fmt.Errorf("replaced: the last run's cleanup did not finish (%w)", err))
 		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, r.cfg.ReadyWait)
@@ -427,11 +424,11 @@ func (r *Runtime) Install(ctx context.Context, slot int, req sandbox.InstallRequ
 	if err != nil {
 		return sandbox.Installed{}, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
 	}
-	sess, _, err := b.current(ctx)
+	line, _, err := b.current(ctx)
 	if err != nil {
 		return sandbox.Installed{}, err
 	}
-	return sess.Install(ctx, req, r.cfg.Pip, progress)
+	return line.Install(ctx, req, r.cfg.Pip, progress)
 }
 
 // ListPackages lists the dependencies installed in the package volume.
@@ -454,11 +451,11 @@ func (r *Runtime) packages(ctx context.Context, op protocol.Packages) ([]protoco
 			break
 		}
 	}
-	sess, _, err := b.current(ctx)
+	line, _, err := b.current(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return sess.Packages(ctx, op)
+	return line.Packages(ctx, op)
 }
 
 // Resets counts the times a slot's sandbox was lost (its container or executor died or hung,
@@ -509,12 +506,12 @@ type box struct {
 
 	mu          sync.Mutex
 	containerID string
-	sess        *session.Session // nil while the sandbox is down
-	lastErr     error            // why the sandbox is down
-	changed     chan struct{}    // closed and replaced whenever sess changes
-	engineDown  bool             // the Docker engine does not answer: requests fail at once
-	discard     bool             // the next connect replaces the container instead of adopting it
-	resets      int64            // times the sandbox was lost and brought back
+	line        *control.Line // nil while the sandbox is down
+	lastErr     error         // why the sandbox is down
+	changed     chan struct{} // closed and replaced whenever line changes
+	engineDown  bool          // the Docker engine does not answer: requests fail at once
+	discard     bool          // the next connect replaces the container instead of adopting it
+	resets      int64         // times the sandbox was lost and brought back
 }
 
 func (b *box) container() string {
@@ -530,25 +527,25 @@ func (b *box) down(err error, engineDown bool) {
 	b.mu.Unlock()
 }
 
-// replace ends sess, whose container must not serve again: the supervise loop makes a new one.
-func (b *box) replace(sess *session.Session, why error) {
+// replace ends line, whose container must not serve again: the supervise loop makes a new one.
+func (b *box) replace(line *control.Line, why error) {
 	b.mu.Lock()
-	if b.sess == sess {
+	if b.line == line {
 		b.discard = true
 	}
 	b.mu.Unlock()
-	_ = sess.Close()
+	_ = line.Close()
 	b.log.Info("slot's sandbox is being replaced", "reason", why)
 }
 
 // closeSession ends the live session, if any.
 func (b *box) closeSession() error {
 	b.mu.Lock()
-	sess := b.sess
-	b.sess = nil
+	line := b.line
+	b.line = nil
 	b.mu.Unlock()
-	if sess != nil {
-		return sess.Close()
+	if line != nil {
+		return line.Close()
 	}
 	return nil
 }
@@ -570,14 +567,14 @@ func (b *box) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sess, err := b.execExecutor(ctx, id)
+	line, err := b.execExecutor(ctx, id)
 	if err != nil {
 		return fmt.Errorf("starting the executor in container %s: %w", shortID(id), err)
 	}
 	b.log.Info("sandbox ready", "container", shortID(id), "adopted", adopted, "image", img.Tag,
-		"python", sess.Hello().Python)
+		"python", line.Hello().Python)
 	b.mu.Lock()
-	b.containerID, b.sess, b.lastErr, b.engineDown, b.discard = id, sess, nil, false, false
+	b.containerID, b.line, b.lastErr, b.engineDown, b.discard = id, line, nil, false, false
 	close(b.changed)
 	b.changed = make(chan struct{})
 	b.mu.Unlock()
@@ -585,13 +582,13 @@ func (b *box) connect(ctx context.Context) error {
 	return nil
 }
 
-func (b *box) execExecutor(ctx context.Context, containerID string) (*session.Session, error) {
+func (b *box) execExecutor(ctx context.Context, containerID string) (*control.Line, error) {
 	return b.r.execExecutor(ctx, containerID, b.r.executorCommand(b.slot), b.log)
 }
 
-// execExecutor starts the executor in containerID with cmd and returns the control session
+// execExecutor starts the executor in containerID with cmd and returns the control line
 // with it once it has said hello; its log goes to log.
-func (r *Runtime) execExecutor(ctx context.Context, containerID string, cmd []string, log *slog.Logger) (*session.Session, error) {
+func (r *Runtime) execExecutor(ctx context.Context, containerID string, cmd []string, log *slog.Logger) (*control.Line, error) {
 	api := r.api
 	ex, err := api.ExecCreate(ctx, containerID, client.ExecCreateOptions{
 		User:         "0",
@@ -626,7 +623,7 @@ func (r *Runtime) execExecutor(ctx context.Context, containerID string, cmd []st
 	})
 	helloCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return session.Start(helloCtx, pr, att.Conn, closer, log, r.cfg.Session)
+	return control.Start(helloCtx, pr, att.Conn, closer, log, r.cfg.Control)
 }
 
 // supervise waits for the session to end and brings the sandbox back, with backoff, until the
@@ -636,17 +633,17 @@ func (b *box) supervise() {
 	backoff := 250 * time.Millisecond
 	for {
 		b.mu.Lock()
-		sess := b.sess
+		line := b.line
 		b.mu.Unlock()
-		if sess != nil {
+		if line != nil {
 			select {
 			case <-r.ctx.Done():
 				return
-			case <-sess.Done():
+			case <-line.Done():
 			}
-			b.log.Warn("sandbox lost; bringing it back", "error", sess.Err())
+			b.log.Warn("sandbox lost; bringing it back", "error", line.Err())
 			b.mu.Lock()
-			b.sess, b.lastErr = nil, sess.Err()
+			b.line, b.lastErr = nil, line.Err()
 			b.resets++
 			b.mu.Unlock()
 			backoff = 250 * time.Millisecond
@@ -677,17 +674,17 @@ func (b *box) supervise() {
 }
 
 // current returns the live session and its container, waiting up to ReadyWait (or ctx) for one.
-func (b *box) current(ctx context.Context) (*session.Session, string, error) {
+func (b *box) current(ctx context.Context) (*control.Line, string, error) {
 	deadline := time.NewTimer(b.r.cfg.ReadyWait)
 	defer deadline.Stop()
 	for {
 		b.mu.Lock()
-		sess, id, changed, lastErr, down := b.sess, b.containerID, b.changed, b.lastErr, b.engineDown
+		line, id, changed, lastErr, down := b.line, b.containerID, b.changed, b.lastErr, b.engineDown
 		b.mu.Unlock()
-		if sess != nil && sess.Ready(ctx) == nil {
-			return sess, id, nil
+		if line != nil && line.Ready(ctx) == nil {
+			return line, id, nil
 		}
-		if down && sess == nil && !b.r.anyUp() { // no slot reaches the engine: fail at once
+		if down && line == nil && !b.r.anyUp() { // no slot reaches the engine: fail at once
 			return nil, "", fmt.Errorf("%w: %w", sandbox.ErrNotReady, lastErr)
 		}
 		select {
@@ -732,15 +729,15 @@ func (b *box) whatStopped(containerID string) (string, bool) {
 // Ready returns nil when the box's executor session is live.
 func (b *box) Ready(ctx context.Context) error {
 	b.mu.Lock()
-	sess, lastErr := b.sess, b.lastErr
+	line, lastErr := b.line, b.lastErr
 	b.mu.Unlock()
-	if sess == nil {
+	if line == nil {
 		if lastErr == nil {
 			lastErr = errors.New("the sandbox is starting")
 		}
 		return fmt.Errorf("%w: slot %d: %w", sandbox.ErrNotReady, b.slot, lastErr)
 	}
-	return sess.Ready(ctx)
+	return line.Ready(ctx)
 }
 
 type closeFunc func() error

@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/sandpit-dev/sandpit/internal/control"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
-	"github.com/sandpit-dev/sandpit/internal/session"
 )
 
 // MaxSessions is how many session sandboxes a Runtime keeps at once. Each runs its calls as a
@@ -46,14 +46,14 @@ func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBo
 		r.freeSessionUID(id, idx)
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
 	}
-	sess, err := r.execExecutor(ctx, cid, r.executorCommandFor(UIDBase+MaxSlots+idx, false), log)
+	line, err := r.execExecutor(ctx, cid, r.executorCommandFor(UIDBase+MaxSlots+idx, false), log)
 	if err != nil {
 		_ = removeContainer(context.WithoutCancel(ctx), r.api, cid)
 		r.freeSessionUID(id, idx)
 		return nil, fmt.Errorf("%w: starting the executor in session container %s: %w", sandbox.ErrNotReady, shortID(cid), err)
 	}
 	log.Info("session sandbox ready", "container", shortID(cid), "uid", UIDBase+MaxSlots+idx)
-	return &sessionBox{r: r, id: id, containerID: cid, sess: sess, uid: idx, log: log}, nil
+	return &sessionBox{r: r, id: id, containerID: cid, line: line, uid: idx, log: log}, nil
 }
 
 // takeSessionUID reserves a free session uid index for session id, and records the session
@@ -102,7 +102,7 @@ type sessionBox struct {
 	r           *Runtime
 	id          string
 	containerID string
-	sess        *session.Session
+	line        *control.Line
 	uid         int
 	log         *slog.Logger
 	closeOnce   sync.Once
@@ -111,8 +111,8 @@ type sessionBox struct {
 
 // Run runs spec as the session's next call (slot 0 of its executor).
 func (b *sessionBox) Run(ctx context.Context, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
-	res, err := b.sess.Run(ctx, 0, spec, emit)
-	if err != nil && errors.Is(err, session.ErrClosed) && !errors.Is(err, sandbox.ErrNotReady) {
+	res, err := b.line.Run(ctx, 0, spec, emit)
+	if err != nil && errors.Is(err, control.ErrClosed) && !errors.Is(err, sandbox.ErrNotReady) {
 		err = fmt.Errorf("the session's sandbox stopped during the call (%w)", err)
 	}
 	return res, err
@@ -120,11 +120,11 @@ func (b *sessionBox) Run(ctx context.Context, spec sandbox.Spec, emit func(sandb
 
 // Install makes req's requirements importable in the session's sandbox.
 func (b *sessionBox) Install(ctx context.Context, req sandbox.InstallRequest, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
-	return b.sess.Install(ctx, req, b.r.cfg.Pip, progress)
+	return b.line.Install(ctx, req, b.r.cfg.Pip, progress)
 }
 
-func (b *sessionBox) Done() <-chan struct{} { return b.sess.Done() }
-func (b *sessionBox) Err() error            { return b.sess.Err() }
+func (b *sessionBox) Done() <-chan struct{} { return b.line.Done() }
+func (b *sessionBox) Err() error            { return b.line.Err() }
 
 // ContainerID returns the session's container ID.
 func (b *sessionBox) ContainerID() string { return b.containerID }
@@ -132,7 +132,7 @@ func (b *sessionBox) ContainerID() string { return b.containerID }
 // Close ends the executor session and removes the container (once).
 func (b *sessionBox) Close(ctx context.Context) error {
 	b.closeOnce.Do(func() {
-		_ = b.sess.Close()
+		_ = b.line.Close()
 		b.closeErr = removeContainer(ctx, b.r.api, b.containerID)
 		b.r.freeSessionUID(b.id, b.uid)
 		b.log.Info("session sandbox removed", "container", shortID(b.containerID), "error", b.closeErr)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
@@ -20,11 +21,11 @@ import (
 type sessionEnv struct {
 	rt  *docker.Runtime
 	cfg docker.Config
-	svc *sandbox.Service
-	m   *sandbox.Sessions
+	svc *engine.Service
+	m   *engine.Sessions
 }
 
-func startSessions(t *testing.T, scfg sandbox.SessionConfig, mutate ...func(*docker.Config)) *sessionEnv {
+func startSessions(t *testing.T, scfg engine.SessionConfig, mutate ...func(*docker.Config)) *sessionEnv {
 	t.Helper()
 	rt, cfg := startRuntime(t, func(c *docker.Config) {
 		c.Slots = 1
@@ -33,7 +34,7 @@ func startSessions(t *testing.T, scfg sandbox.SessionConfig, mutate ...func(*doc
 			m(c)
 		}
 	})
-	scfgDefault := sandbox.DefaultSessionConfig()
+	scfgDefault := engine.DefaultSessionConfig()
 	if scfg.IdleTimeout == 0 {
 		scfg.IdleTimeout = scfgDefault.IdleTimeout
 	}
@@ -46,10 +47,10 @@ func startSessions(t *testing.T, scfg sandbox.SessionConfig, mutate ...func(*doc
 	if scfg.MaxTotal == 0 {
 		scfg.MaxTotal = scfgDefault.MaxTotal
 	}
-	svcCfg := sandbox.DefaultConfig()
+	svcCfg := engine.DefaultConfig()
 	svcCfg.Slots = 1
-	svc := sandbox.NewService(rt, sandbox.Hooks{}, svcCfg, testenv.Logger())
-	m := sandbox.NewSessions(svc, rt, nil, scfg, testenv.Logger())
+	svc := engine.NewService(rt, engine.Hooks{}, svcCfg, testenv.Logger())
+	m := engine.NewSessions(svc, rt, nil, scfg, testenv.Logger())
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -126,7 +127,7 @@ func output(t *testing.T, res sandbox.Result) any {
 // TestSessions proves sessions on the real engine, sharing one runtime between cases that
 // leave it as they found it.
 func TestSessions(t *testing.T) {
-	e := startSessions(t, sandbox.SessionConfig{MaxPerAgent: 2, MaxTotal: 3})
+	e := startSessions(t, engine.SessionConfig{MaxPerAgent: 2, MaxTotal: 3})
 
 	t.Run("state persists across calls", func(t *testing.T) {
 		s := e.create(t, "alice", nil)
@@ -308,7 +309,7 @@ func TestSessions(t *testing.T) {
 // TestSessionsRestart proves that a new runtime on the data directory removes the session
 // containers an earlier daemon left.
 func TestSessionsRestart(t *testing.T) {
-	e := startSessions(t, sandbox.SessionConfig{})
+	e := startSessions(t, engine.SessionConfig{})
 	s := e.create(t, "kim", nil)
 	e.mustCall(t, "kim", s.ID, "v = 1")
 	e.waitContainers(t, 1)
@@ -341,17 +342,17 @@ func isLimit(err error, perAgent bool) bool {
 	return ok && l.PerAgent == perAgent
 }
 
-func waitBusy(t *testing.T, m *sandbox.Sessions, agent, id string) {
+func waitBusy(t *testing.T, m *engine.Sessions, agent, id string) {
 	t.Helper()
 	waitInfo(t, m, agent, id, func(i sandbox.SessionInfo) bool { return i.Busy })
 }
 
-func waitWaiting(t *testing.T, m *sandbox.Sessions, agent, id string, n int) {
+func waitWaiting(t *testing.T, m *engine.Sessions, agent, id string, n int) {
 	t.Helper()
 	waitInfo(t, m, agent, id, func(i sandbox.SessionInfo) bool { return i.Waiting >= n })
 }
 
-func waitInfo(t *testing.T, m *sandbox.Sessions, agent, id string, ok func(sandbox.SessionInfo) bool) {
+func waitInfo(t *testing.T, m *engine.Sessions, agent, id string, ok func(sandbox.SessionInfo) bool) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -374,7 +375,7 @@ func waitInfo(t *testing.T, m *sandbox.Sessions, agent, id string, ok func(sandb
 // pandas and keeps a 1-million-row DataFrame. It logs the figures (docs/sessions.md states
 // them) and asserts only that the session still answers.
 func TestSessionIdleMemory(t *testing.T) {
-	e := startSessions(t, sandbox.SessionConfig{})
+	e := startSessions(t, engine.SessionConfig{})
 	s := e.create(t, "mem", nil)
 	stats := func(what string) {
 		ids, _ := e.rt.SessionContainers(context.Background())
@@ -405,7 +406,7 @@ func TestSessionIdleMemory(t *testing.T) {
 		walls = append(walls, time.Since(began))
 	}
 	slices.Sort(walls)
-	t.Logf("20 calls of print(1) through sandbox.Sessions: p50 %s, max %s", walls[len(walls)/2], walls[len(walls)-1])
+	t.Logf("20 calls of print(1) through engine.Sessions: p50 %s, max %s", walls[len(walls)/2], walls[len(walls)-1])
 }
 
 // TestSessionsRunsc proves the session interpreter under gVisor, where the memory limit is one
@@ -413,7 +414,7 @@ func TestSessionIdleMemory(t *testing.T) {
 // stuck call and memory exhaustion end the session.
 func TestSessionsRunsc(t *testing.T) {
 	name := testenv.ContainerRuntime(t, "runsc")
-	e := startSessions(t, sandbox.SessionConfig{}, func(c *docker.Config) { c.Box.Runtime, c.Box.Network = name, "none" })
+	e := startSessions(t, engine.SessionConfig{}, func(c *docker.Config) { c.Box.Runtime, c.Box.Network = name, "none" })
 	s := e.create(t, "rita", nil)
 	e.mustCall(t, "rita", s.ID, "import json\nv = [1, 2]")
 	res, err := e.call(t, "rita", s.ID, "import time\nv.append(3)\ntime.sleep(60)", time.Second)

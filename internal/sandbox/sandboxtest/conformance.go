@@ -1,6 +1,6 @@
 // Package sandboxtest is the conformance suite that every sandbox.Runtime passes: the Docker
 // runtime (internal/runtime/docker, under runc and under gVisor's runsc) and the in-process
-// pipe runtime (internal/session: the executor over net.Pipe with the host's python3), each
+// pipe runtime (internal/control: the executor over net.Pipe with the host's python3), each
 // with runs started cold and forked. Its cases are the runtime's contract (sandbox.Runtime,
 // and the optional sandbox.Installer and sandbox.Settler), the hostile and accidental inputs
 // of docs/hostile-cases.md that a runtime alone decides (H1–H8, H11–H14, H18–H20, H24, H29,
@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -152,7 +153,7 @@ func WaitForStartInSlots(t *testing.T, rt sandbox.Runtime, slots int, start sand
 
 // Limits are the per-run limits the suite's specs use unless a case says otherwise.
 func Limits() sandbox.Limits {
-	return sandbox.DefaultConfig().Limits
+	return engine.DefaultConfig().Limits
 }
 
 // Spec returns a spec for code with the default limits.

@@ -1,4 +1,4 @@
-package sandbox
+package engine
 
 import (
 	"bytes"
@@ -12,29 +12,32 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // callingRuntime makes calls through spec.Calls while "running", and keeps the function to
 // call again after the run.
 type callingRuntime struct {
-	calls []Call
+	calls []sandbox.Call
 	errs  []error
-	after func(context.Context, Call) (json.RawMessage, error)
+	after func(context.Context, sandbox.Call) (json.RawMessage, error)
 }
 
 func (r *callingRuntime) Ready(context.Context) error { return nil }
-func (r *callingRuntime) Run(ctx context.Context, _ int, spec Spec, _ func(Event)) (Result, error) {
+
+func (r *callingRuntime) Run(ctx context.Context, _ int, spec sandbox.Spec, _ func(sandbox.Event)) (sandbox.Result, error) {
 	for _, c := range r.calls {
 		_, err := spec.Calls(ctx, c)
 		r.errs = append(r.errs, err)
 	}
 	r.after = spec.Calls
-	return Result{Outcome: OutcomeOK}, nil
+	return sandbox.Result{Outcome: sandbox.OutcomeOK}, nil
 }
 
-type echoCallbacks struct{ scopes []CallScope }
+type echoCallbacks struct{ scopes []sandbox.CallScope }
 
-func (e *echoCallbacks) Call(_ context.Context, scope CallScope, call Call) (json.RawMessage, error) {
+func (e *echoCallbacks) Call(_ context.Context, scope sandbox.CallScope, call sandbox.Call) (json.RawMessage, error) {
 	e.scopes = append(e.scopes, scope)
 	if call.Method == "get_documents" {
 		return json.RawMessage(`"` + strings.Repeat("x", 2048) + `"`), nil
@@ -46,33 +49,33 @@ func TestCallsAreScopedCappedAndEnd(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxCalls, cfg.MaxCallBytes = 3, 1024
 	cb := &echoCallbacks{}
-	rt := &callingRuntime{calls: []Call{
+	rt := &callingRuntime{calls: []sandbox.Call{
 		{Method: "get_facts", Args: json.RawMessage(`{}`)},
 		{Method: "drop_tables", Args: json.RawMessage(`{}`)},
 		{Method: "get_facts", Args: json.RawMessage(`{"x": "` + strings.Repeat("y", 2000) + `"}`)},
 		{Method: "get_facts", Args: json.RawMessage(`{}`)}, // the fourth: over the cap
 	}}
 	s := NewService(rt, Hooks{Callbacks: cb}, cfg, nil)
-	res, err := s.Execute(context.Background(), Request{Code: "x", Agent: "alice"}, nil)
+	res, err := s.Execute(context.Background(), sandbox.Request{Code: "x", Agent: "alice"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rt.errs[0] != nil || rt.errs[1] == nil || !strings.Contains(rt.errs[2].Error(), "the limit is 1024") || !strings.Contains(rt.errs[3].Error(), "limit") {
 		t.Fatalf("errors: %v", rt.errs)
 	}
-	if len(cb.scopes) != 1 || cb.scopes[0] != (CallScope{Agent: "alice", ExecutionID: res.ID}) {
+	if len(cb.scopes) != 1 || cb.scopes[0] != (sandbox.CallScope{Agent: "alice", ExecutionID: res.ID}) {
 		t.Fatalf("the handler saw %v", cb.scopes)
 	}
 	if len(res.Calls) != 4 || !res.Calls[0].OK || res.Calls[1].OK || res.Calls[0].Method != "get_facts" {
 		t.Fatalf("audit: %+v", res.Calls)
 	}
-	if _, err := rt.after(context.Background(), Call{Method: "get_facts", Args: json.RawMessage(`{}`)}); !errors.Is(err, ErrRunEnded) {
+	if _, err := rt.after(context.Background(), sandbox.Call{Method: "get_facts", Args: json.RawMessage(`{}`)}); !errors.Is(err, sandbox.ErrRunEnded) {
 		t.Fatalf("a call after the run: %v", err)
 	}
 
-	rt = &callingRuntime{calls: []Call{{Method: "get_documents", Args: json.RawMessage(`{}`)}}}
+	rt = &callingRuntime{calls: []sandbox.Call{{Method: "get_documents", Args: json.RawMessage(`{}`)}}}
 	s = NewService(rt, Hooks{Callbacks: cb}, cfg, nil)
-	if _, err := s.Execute(context.Background(), Request{Code: "x"}, nil); err != nil {
+	if _, err := s.Execute(context.Background(), sandbox.Request{Code: "x"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if rt.errs[0] == nil || !strings.Contains(rt.errs[0].Error(), "answer to get_documents") {
@@ -81,19 +84,19 @@ func TestCallsAreScopedCappedAndEnd(t *testing.T) {
 }
 
 func TestLogLinesAreBoundedAndKept(t *testing.T) {
-	big := strings.Repeat("x", MaxLogMessage)
-	var calls []Call
-	calls = append(calls, Call{Method: "log", Args: json.RawMessage(`{"message": "no level"}`)})
-	calls = append(calls, Call{Method: "log", Args: json.RawMessage(`{"message": "` + big + `x", "level": "info"}`)})
-	for range MaxLogBytes/MaxLogMessage + 1 {
-		calls = append(calls, Call{Method: "log", Args: json.RawMessage(`{"message": "` + big + `", "level": "info"}`)})
+	big := strings.Repeat("x", sandbox.MaxLogMessage)
+	var calls []sandbox.Call
+	calls = append(calls, sandbox.Call{Method: "log", Args: json.RawMessage(`{"message": "no level"}`)})
+	calls = append(calls, sandbox.Call{Method: "log", Args: json.RawMessage(`{"message": "` + big + `x", "level": "info"}`)})
+	for range sandbox.MaxLogBytes/sandbox.MaxLogMessage + 1 {
+		calls = append(calls, sandbox.Call{Method: "log", Args: json.RawMessage(`{"message": "` + big + `", "level": "info"}`)})
 	}
 	rt := &callingRuntime{calls: calls}
-	var events []Event
+	var events []sandbox.Event
 	cfg := testConfig()
 	cfg.MaxCallBytes = 1 << 20
 	s := NewService(rt, Hooks{Callbacks: &echoCallbacks{}}, cfg, nil)
-	res, err := s.Execute(context.Background(), Request{Code: "x"}, func(e Event) { events = append(events, e) })
+	res, err := s.Execute(context.Background(), sandbox.Request{Code: "x"}, func(e sandbox.Event) { events = append(events, e) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,8 +107,8 @@ func TestLogLinesAreBoundedAndKept(t *testing.T) {
 	if last == nil || !strings.Contains(last.Error(), "per run") {
 		t.Fatalf("past the run's log budget: %v", last)
 	}
-	if len(res.Logs) != MaxLogBytes/MaxLogMessage || len(events) != len(res.Logs) {
-		t.Fatalf("%d lines kept, %d streamed; want %d of each (refused lines are neither)", len(res.Logs), len(events), MaxLogBytes/MaxLogMessage)
+	if len(res.Logs) != sandbox.MaxLogBytes/sandbox.MaxLogMessage || len(events) != len(res.Logs) {
+		t.Fatalf("%d lines kept, %d streamed; want %d of each (refused lines are neither)", len(res.Logs), len(events), sandbox.MaxLogBytes/sandbox.MaxLogMessage)
 	}
 }
 
@@ -116,13 +119,14 @@ type countingRecorder struct {
 	failFinish                int
 }
 
-func (c *countingRecorder) Begin(context.Context, Spec, Result) error {
+func (c *countingRecorder) Begin(context.Context, sandbox.Spec, sandbox.Result) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.begun++
 	return nil
 }
-func (c *countingRecorder) Finish(context.Context, Result) error {
+
+func (c *countingRecorder) Finish(context.Context, sandbox.Result) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.failFinish > 0 {
@@ -132,6 +136,7 @@ func (c *countingRecorder) Finish(context.Context, Result) error {
 	c.finished++
 	return nil
 }
+
 func (c *countingRecorder) Discard(context.Context, string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -141,9 +146,10 @@ func (c *countingRecorder) Discard(context.Context, string) error {
 
 type notReadyRuntime struct{}
 
-func (notReadyRuntime) Ready(context.Context) error { return ErrNotReady }
-func (notReadyRuntime) Run(context.Context, int, Spec, func(Event)) (Result, error) {
-	return Result{}, fmt.Errorf("%w: cannot reach the Docker engine", ErrNotReady)
+func (notReadyRuntime) Ready(context.Context) error { return sandbox.ErrNotReady }
+
+func (notReadyRuntime) Run(context.Context, int, sandbox.Spec, func(sandbox.Event)) (sandbox.Result, error) {
+	return sandbox.Result{}, fmt.Errorf("%w: cannot reach the Docker engine", sandbox.ErrNotReady)
 }
 
 // A run refused because the sandbox is not ready leaves no record; a result the ledger could
@@ -151,7 +157,7 @@ func (notReadyRuntime) Run(context.Context, int, Spec, func(Event)) (Result, err
 func TestLedgerKeepsOnlyRunsThatRan(t *testing.T) {
 	rec := &countingRecorder{}
 	s := NewService(notReadyRuntime{}, Hooks{Recorder: rec}, testConfig(), nil)
-	if _, err := s.Execute(context.Background(), Request{Code: "x"}, nil); !errors.Is(err, ErrNotReady) {
+	if _, err := s.Execute(context.Background(), sandbox.Request{Code: "x"}, nil); !errors.Is(err, sandbox.ErrNotReady) {
 		t.Fatalf("err %v", err)
 	}
 	if rec.begun != 1 || rec.discards != 1 || rec.finished != 0 {
@@ -161,7 +167,7 @@ func TestLedgerKeepsOnlyRunsThatRan(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &countingRecorder{failFinish: 2}
 		s := NewService(&callingRuntime{}, Hooks{Recorder: rec}, testConfig(), nil)
-		if _, err := s.Execute(context.Background(), Request{Code: "x"}, nil); err != nil {
+		if _, err := s.Execute(context.Background(), sandbox.Request{Code: "x"}, nil); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(3 * finishRetryEvery)
@@ -179,13 +185,13 @@ func TestLedgerKeepsOnlyRunsThatRan(t *testing.T) {
 // maxLoggedLines agent.log lines and says once that the rest are in the record (runs filled a
 // daemon's log with 20 MB of them).
 func TestLogLinesInTheDaemonLogAreBounded(t *testing.T) {
-	var calls []Call
+	var calls []sandbox.Call
 	for range 3 * maxLoggedLines {
-		calls = append(calls, Call{Method: "log", Args: json.RawMessage(`{"message": "hi", "level": "info"}`)})
+		calls = append(calls, sandbox.Call{Method: "log", Args: json.RawMessage(`{"message": "hi", "level": "info"}`)})
 	}
 	var buf bytes.Buffer
 	s := NewService(&callingRuntime{calls: calls}, Hooks{Callbacks: &echoCallbacks{}}, testConfig(), slog.New(slog.NewTextHandler(&buf, nil)))
-	res, err := s.Execute(context.Background(), Request{Code: "x"}, nil)
+	res, err := s.Execute(context.Background(), sandbox.Request{Code: "x"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +209,7 @@ type countingCallbacks struct {
 	now, most int
 }
 
-func (c *countingCallbacks) Call(context.Context, CallScope, Call) (json.RawMessage, error) {
+func (c *countingCallbacks) Call(context.Context, sandbox.CallScope, sandbox.Call) (json.RawMessage, error) {
 	c.mu.Lock()
 	c.now++
 	c.most = max(c.most, c.now)
@@ -222,21 +228,21 @@ func TestCallsOfARunAreAnsweredOneAtATime(t *testing.T) {
 	var errs []error
 	var mu sync.Mutex
 	rt := &fakeRuntime{}
-	rt.run = func(ctx context.Context, spec Spec) (Result, error) {
+	rt.run = func(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
 		var wg sync.WaitGroup
 		for range 20 {
 			wg.Go(func() {
-				_, err := spec.Calls(ctx, Call{Method: "query_graph", Args: json.RawMessage(`{}`)})
+				_, err := spec.Calls(ctx, sandbox.Call{Method: "query_graph", Args: json.RawMessage(`{}`)})
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
 			})
 		}
 		wg.Wait()
-		return Result{Outcome: OutcomeOK}, nil
+		return sandbox.Result{Outcome: sandbox.OutcomeOK}, nil
 	}
 	s := NewService(rt, Hooks{Callbacks: cb}, testConfig(), nil)
-	if _, err := s.Execute(t.Context(), Request{Code: "x"}, nil); err != nil {
+	if _, err := s.Execute(t.Context(), sandbox.Request{Code: "x"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if len(errs) != 20 || cb.most != 1 {

@@ -1,4 +1,4 @@
-package sandbox
+package engine
 
 import (
 	"context"
@@ -9,22 +9,24 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // fakeRuntime runs nothing: it answers with a function of the spec, optionally blocking.
 type fakeRuntime struct {
 	mu      sync.Mutex
-	calls   []Spec
+	calls   []sandbox.Spec
 	slots   map[int]bool
 	overlap bool // two runs were given the same slot at once
-	run     func(ctx context.Context, spec Spec) (Result, error)
+	run     func(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error)
 	ready   error
 	// emitFiles are emitted as output files (with their content), in emitOrder, after stdout.
 	emitFiles map[string][]byte
 	emitOrder []string
 }
 
-func (f *fakeRuntime) Run(ctx context.Context, slot int, spec Spec, emit func(Event)) (Result, error) {
+func (f *fakeRuntime) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, spec)
 	if f.slots == nil {
@@ -41,15 +43,15 @@ func (f *fakeRuntime) Run(ctx context.Context, slot int, spec Spec, emit func(Ev
 		f.mu.Unlock()
 	}()
 	if emit != nil {
-		emit(Event{Stream: "stdout", Data: "x"})
+		emit(sandbox.Event{Stream: "stdout", Data: "x"})
 		for _, n := range f.emitOrder {
-			emit(Event{Stream: StreamFile, File: &File{Name: n, SizeBytes: int64(len(f.emitFiles[n]))}, Content: f.emitFiles[n]})
+			emit(sandbox.Event{Stream: sandbox.StreamFile, File: &sandbox.File{Name: n, SizeBytes: int64(len(f.emitFiles[n]))}, Content: f.emitFiles[n]})
 		}
 	}
 	if f.run != nil {
 		return f.run(ctx, spec)
 	}
-	return Result{Outcome: OutcomeOK, Stdout: "x"}, nil
+	return sandbox.Result{Outcome: sandbox.OutcomeOK, Stdout: "x"}, nil
 }
 
 func (f *fakeRuntime) Ready(context.Context) error { return f.ready }
@@ -66,32 +68,32 @@ func TestValidate(t *testing.T) {
 	s := NewService(&fakeRuntime{}, Hooks{}, testConfig(), nil)
 	cases := []struct {
 		name     string
-		req      Request
+		req      sandbox.Request
 		field    string
 		tooLarge bool
 	}{
-		{"ok", Request{Code: "print(1)"}, "", false},
-		{"no code", Request{}, "code", false},
-		{"code too large", Request{Code: strings.Repeat("x", 1<<20+1)}, "code", true},
-		{"code not UTF-8", Request{Code: "print('\xff')"}, "code", false},
-		{"code with NUL", Request{Code: "print(1)\x00"}, "code", false},
-		{"input not JSON", Request{Code: "1", Input: json.RawMessage("{")}, "input", false},
-		{"input too large", Request{Code: "1", Input: json.RawMessage(`"` + strings.Repeat("x", 1<<20) + `"`)}, "input", true},
-		{"input nested too deep", Request{Code: "1", Input: json.RawMessage(strings.Repeat("[", 501) + strings.Repeat("]", 501))}, "input", false},
-		{"input nested at the limit", Request{Code: "1", Input: json.RawMessage(strings.Repeat("[", 500) + strings.Repeat("]", 500))}, "", false},
-		{"brackets inside strings do not nest", Request{Code: "1", Input: json.RawMessage(`["` + strings.Repeat("[", 600) + `\"{"]`)}, "", false},
-		{"timeout 0", Request{Code: "1", TimeoutMS: ms(0)}, "timeout_ms", false},
-		{"timeout negative", Request{Code: "1", TimeoutMS: ms(-5)}, "timeout_ms", false},
-		{"timeout over cap", Request{Code: "1", TimeoutMS: ms(864000000)}, "timeout_ms", false},
-		{"timeout at cap", Request{Code: "1", TimeoutMS: ms(600000)}, "", false},
-		{"agent upper case", Request{Code: "1", Agent: "Bob"}, "agent", false},
-		{"agent too long", Request{Code: "1", Agent: strings.Repeat("a", 65)}, "agent", false},
-		{"agent ok", Request{Code: "1", Agent: "team-a_1"}, "", false},
+		{"ok", sandbox.Request{Code: "print(1)"}, "", false},
+		{"no code", sandbox.Request{}, "code", false},
+		{"code too large", sandbox.Request{Code: strings.Repeat("x", 1<<20+1)}, "code", true},
+		{"code not UTF-8", sandbox.Request{Code: "print('\xff')"}, "code", false},
+		{"code with NUL", sandbox.Request{Code: "print(1)\x00"}, "code", false},
+		{"input not JSON", sandbox.Request{Code: "1", Input: json.RawMessage("{")}, "input", false},
+		{"input too large", sandbox.Request{Code: "1", Input: json.RawMessage(`"` + strings.Repeat("x", 1<<20) + `"`)}, "input", true},
+		{"input nested too deep", sandbox.Request{Code: "1", Input: json.RawMessage(strings.Repeat("[", 501) + strings.Repeat("]", 501))}, "input", false},
+		{"input nested at the limit", sandbox.Request{Code: "1", Input: json.RawMessage(strings.Repeat("[", 500) + strings.Repeat("]", 500))}, "", false},
+		{"brackets inside strings do not nest", sandbox.Request{Code: "1", Input: json.RawMessage(`["` + strings.Repeat("[", 600) + `\"{"]`)}, "", false},
+		{"timeout 0", sandbox.Request{Code: "1", TimeoutMS: ms(0)}, "timeout_ms", false},
+		{"timeout negative", sandbox.Request{Code: "1", TimeoutMS: ms(-5)}, "timeout_ms", false},
+		{"timeout over cap", sandbox.Request{Code: "1", TimeoutMS: ms(864000000)}, "timeout_ms", false},
+		{"timeout at cap", sandbox.Request{Code: "1", TimeoutMS: ms(600000)}, "", false},
+		{"agent upper case", sandbox.Request{Code: "1", Agent: "Bob"}, "agent", false},
+		{"agent too long", sandbox.Request{Code: "1", Agent: strings.Repeat("a", 65)}, "agent", false},
+		{"agent ok", sandbox.Request{Code: "1", Agent: "team-a_1"}, "", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			err := s.Validate(c.req)
-			var fe *FieldError
+			var fe *sandbox.FieldError
 			if c.field == "" {
 				if err != nil {
 					t.Fatalf("unexpected error %v", err)
@@ -108,8 +110,8 @@ func TestValidate(t *testing.T) {
 func TestExecuteFillsTheResult(t *testing.T) {
 	rt := &fakeRuntime{}
 	s := NewService(rt, Hooks{}, testConfig(), nil)
-	var events []Event
-	res, err := s.Execute(context.Background(), Request{Code: "print(1)", TimeoutMS: ms(1234)}, func(e Event) { events = append(events, e) })
+	var events []sandbox.Event
+	res, err := s.Execute(context.Background(), sandbox.Request{Code: "print(1)", TimeoutMS: ms(1234)}, func(e sandbox.Event) { events = append(events, e) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,17 +127,17 @@ func TestExecuteFillsTheResult(t *testing.T) {
 func TestSlotsQueueAndBusy(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan struct{}, 10)
-	rt := &fakeRuntime{run: func(ctx context.Context, spec Spec) (Result, error) {
+	rt := &fakeRuntime{run: func(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
 		started <- struct{}{}
 		<-release
-		return Result{Outcome: OutcomeOK}, nil
+		return sandbox.Result{Outcome: sandbox.OutcomeOK}, nil
 	}}
 	s := NewService(rt, Hooks{}, testConfig(), nil) // 2 slots, queue 1
 	var wg sync.WaitGroup
 	results := make(chan error, 3)
 	for range 3 {
 		wg.Go(func() {
-			_, err := s.Execute(context.Background(), Request{Code: "1"}, nil)
+			_, err := s.Execute(context.Background(), sandbox.Request{Code: "1"}, nil)
 			results <- err
 		})
 	}
@@ -146,8 +148,8 @@ func TestSlotsQueueAndBusy(t *testing.T) {
 	for s.Stats().Waiting != 1 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	_, err := s.Execute(context.Background(), Request{Code: "1"}, nil)
-	var busy *BusyError
+	_, err := s.Execute(context.Background(), sandbox.Request{Code: "1"}, nil)
+	var busy *sandbox.BusyError
 	if !errors.As(err, &busy) || busy.RetryAfter <= 0 {
 		t.Fatalf("fourth request: %v, want BusyError", err)
 	}
@@ -168,17 +170,17 @@ func TestSlotsQueueAndBusy(t *testing.T) {
 }
 
 func TestDaemonDeadlineEndsAHungRun(t *testing.T) {
-	rt := &fakeRuntime{run: func(ctx context.Context, spec Spec) (Result, error) {
+	rt := &fakeRuntime{run: func(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
 		<-ctx.Done() // the executor never answers
-		return Result{Stdout: "partial"}, ctx.Err()
+		return sandbox.Result{Stdout: "partial"}, ctx.Err()
 	}}
 	s := NewService(rt, Hooks{}, testConfig(), nil)
 	start := time.Now()
-	res, err := s.Execute(context.Background(), Request{Code: "1", TimeoutMS: ms(100)}, nil)
+	res, err := s.Execute(context.Background(), sandbox.Request{Code: "1", TimeoutMS: ms(100)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Outcome != OutcomeSandboxError || res.Stdout != "partial" || !strings.Contains(res.Reason, "did not report") || res.ExitCode != -1 {
+	if res.Outcome != sandbox.OutcomeSandboxError || res.Stdout != "partial" || !strings.Contains(res.Reason, "did not report") || res.ExitCode != -1 {
 		t.Fatalf("result %+v", res)
 	}
 	if d := time.Since(start); d < 300*time.Millisecond {
@@ -187,79 +189,85 @@ func TestDaemonDeadlineEndsAHungRun(t *testing.T) {
 }
 
 func TestClientCancelKillsTheRun(t *testing.T) {
-	rt := &fakeRuntime{run: func(ctx context.Context, spec Spec) (Result, error) {
+	rt := &fakeRuntime{run: func(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
 		<-ctx.Done()
-		return Result{}, ctx.Err()
+		return sandbox.Result{}, ctx.Err()
 	}}
 	s := NewService(rt, Hooks{}, testConfig(), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	res, err := s.Execute(ctx, Request{Code: "1"}, nil)
-	if err != nil || res.Outcome != OutcomeKilled || !strings.Contains(res.Reason, "cancelled") {
+	res, err := s.Execute(ctx, sandbox.Request{Code: "1"}, nil)
+	if err != nil || res.Outcome != sandbox.OutcomeKilled || !strings.Contains(res.Reason, "cancelled") {
 		t.Fatalf("%+v %v", res, err)
 	}
 }
 
 func TestNotReadyIsAnError(t *testing.T) {
-	rt := &fakeRuntime{run: func(context.Context, Spec) (Result, error) {
-		return Result{}, errors.Join(ErrNotReady, errors.New("container starting"))
+	rt := &fakeRuntime{run: func(context.Context, sandbox.Spec) (sandbox.Result, error) {
+		return sandbox.Result{}, errors.Join(sandbox.ErrNotReady, errors.New("container starting"))
 	}}
 	s := NewService(rt, Hooks{}, testConfig(), nil)
-	if _, err := s.Execute(context.Background(), Request{Code: "1"}, nil); !errors.Is(err, ErrNotReady) {
+	if _, err := s.Execute(context.Background(), sandbox.Request{Code: "1"}, nil); !errors.Is(err, sandbox.ErrNotReady) {
 		t.Fatalf("got %v, want ErrNotReady", err)
 	}
 }
 
 func TestSystemFailureIsAResult(t *testing.T) {
-	rt := &fakeRuntime{run: func(context.Context, Spec) (Result, error) {
-		return Result{Stdout: "before"}, errors.New("the sandbox stopped during the run")
+	rt := &fakeRuntime{run: func(context.Context, sandbox.Spec) (sandbox.Result, error) {
+		return sandbox.Result{Stdout: "before"}, errors.New("the sandbox stopped during the run")
 	}}
 	s := NewService(rt, Hooks{}, testConfig(), nil)
-	res, err := s.Execute(context.Background(), Request{Code: "1"}, nil)
-	if err != nil || res.Outcome != OutcomeSandboxError || res.Reason != "the sandbox stopped during the run" || res.Stdout != "before" || res.Success {
+	res, err := s.Execute(context.Background(), sandbox.Request{Code: "1"}, nil)
+	if err != nil || res.Outcome != sandbox.OutcomeSandboxError || res.Reason != "the sandbox stopped during the run" || res.Stdout != "before" || res.Success {
 		t.Fatalf("%+v %v", res, err)
 	}
 }
 
 func TestInterruptEndsRunningAndQueuedExecutions(t *testing.T) {
 	started := make(chan struct{}, 4)
-	rt := &fakeRuntime{run: func(ctx context.Context, spec Spec) (Result, error) {
+	rt := &fakeRuntime{run: func(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
 		started <- struct{}{}
 		<-ctx.Done()
 		// The executor answers the cancel with its own result, as the real one does.
-		return Result{Outcome: OutcomeKilled, Reason: "cancelled", Stdout: "partial"}, nil
+		return sandbox.Result{Outcome: sandbox.OutcomeKilled, Reason: "cancelled", Stdout: "partial"}, nil
 	}}
 	cfg := testConfig()
 	cfg.Slots, cfg.QueueLength = 1, 1
 	s := NewService(rt, Hooks{}, cfg, nil)
 	type answer struct {
-		res Result
+		res sandbox.Result
 		err error
 	}
 	running, queued := make(chan answer, 1), make(chan answer, 1)
-	go func() { r, err := s.Execute(context.Background(), Request{Code: "1"}, nil); running <- answer{r, err} }()
+	go func() {
+		r, err := s.Execute(context.Background(), sandbox.Request{Code: "1"}, nil)
+		running <- answer{r, err}
+	}()
 	<-started
-	go func() { r, err := s.Execute(context.Background(), Request{Code: "2"}, nil); queued <- answer{r, err} }()
+	go func() {
+		r, err := s.Execute(context.Background(), sandbox.Request{Code: "2"}, nil)
+		queued <- answer{r, err}
+	}()
 	for s.Stats().Waiting != 1 {
 		time.Sleep(time.Millisecond)
 	}
 	s.Interrupt()
 	a := <-running
-	if a.err != nil || a.res.Outcome != OutcomeSandboxError || !strings.HasPrefix(a.res.Reason, "interrupted") || a.res.Stdout != "partial" {
+	if a.err != nil || a.res.Outcome != sandbox.OutcomeSandboxError || !strings.HasPrefix(a.res.Reason, "interrupted") || a.res.Stdout != "partial" {
 		t.Fatalf("running: %+v %v", a.res, a.err)
 	}
-	if q := <-queued; !errors.Is(q.err, ErrNotReady) {
+	if q := <-queued; !errors.Is(q.err, sandbox.ErrNotReady) {
 		t.Fatalf("queued: %+v %v", q.res, q.err)
 	}
-	if _, err := s.Execute(context.Background(), Request{Code: "3"}, nil); !errors.Is(err, ErrNotReady) {
+	if _, err := s.Execute(context.Background(), sandbox.Request{Code: "3"}, nil); !errors.Is(err, sandbox.ErrNotReady) {
 		t.Fatalf("after Interrupt: %v", err)
 	}
 }
 
 // slowInstaller is a fakeRuntime that installs in `took`, failing when fail is set.
 var (
-	_ Installer = (*slowInstaller)(nil)
-	_ Installer = (*answerInstaller)(nil)
+	_ sandbox.Installer = (*slowInstaller)(nil)
+	_ sandbox.Installer = (*answerInstaller)(nil)
 )
 
 type slowInstaller struct {
@@ -268,13 +276,13 @@ type slowInstaller struct {
 	fail bool
 }
 
-func (f *slowInstaller) Install(_ context.Context, _ int, req InstallRequest, _ func(DependencyStatus)) (Installed, error) {
+func (f *slowInstaller) Install(_ context.Context, _ int, req sandbox.InstallRequest, _ func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
 	time.Sleep(f.took)
-	st := DependencyStatus{Requirement: req.Requirements[0], Status: DependencyInstalled, Version: "1.0"}
+	st := sandbox.DependencyStatus{Requirement: req.Requirements[0], Status: sandbox.DependencyInstalled, Version: "1.0"}
 	if f.fail {
-		st = DependencyStatus{Requirement: req.Requirements[0], Status: DependencyFailed, Error: "no such package"}
+		st = sandbox.DependencyStatus{Requirement: req.Requirements[0], Status: sandbox.DependencyFailed, Error: "no such package"}
 	}
-	return Installed{Dependencies: []DependencyStatus{st}}, nil
+	return sandbox.Installed{Dependencies: []sandbox.DependencyStatus{st}}, nil
 }
 
 // TestStartedAtIsWhenAccepted: an install before the run does not move started_at (it was
@@ -284,12 +292,12 @@ func TestStartedAtIsWhenAccepted(t *testing.T) {
 	const took = 300 * time.Millisecond
 	for _, fail := range []bool{false, true} {
 		rt := &slowInstaller{took: took, fail: fail}
-		rt.run = func(context.Context, Spec) (Result, error) {
-			return Result{Outcome: OutcomeOK, StartedAt: time.Now().UTC(), DurationMS: 1}, nil // the program's own start
+		rt.run = func(context.Context, sandbox.Spec) (sandbox.Result, error) {
+			return sandbox.Result{Outcome: sandbox.OutcomeOK, StartedAt: time.Now().UTC(), DurationMS: 1}, nil // the program's own start
 		}
 		s := NewService(rt, Hooks{}, testConfig(), nil)
 		before := time.Now()
-		res, err := s.Execute(context.Background(), Request{Code: "import tinypkg", Dependencies: []string{"tinypkg"}}, nil)
+		res, err := s.Execute(context.Background(), sandbox.Request{Code: "import tinypkg", Dependencies: []string{"tinypkg"}}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -300,7 +308,7 @@ func TestStartedAtIsWhenAccepted(t *testing.T) {
 		if res.InstallMS < took.Milliseconds() || res.StartedAt.Add(time.Duration(res.InstallMS)*time.Millisecond).After(after) {
 			t.Errorf("fail=%t: install_ms %d, want at least %d and within the call", fail, res.InstallMS, took.Milliseconds())
 		}
-		if want := map[bool]Outcome{false: OutcomeOK, true: OutcomeDependencyError}[fail]; res.Outcome != want {
+		if want := map[bool]sandbox.Outcome{false: sandbox.OutcomeOK, true: sandbox.OutcomeDependencyError}[fail]; res.Outcome != want {
 			t.Errorf("fail=%t: outcome %s, want %s", fail, res.Outcome, want)
 		}
 	}
@@ -309,11 +317,11 @@ func TestStartedAtIsWhenAccepted(t *testing.T) {
 // answerInstaller is a fakeRuntime whose installs answer `answer` for every requirement.
 type answerInstaller struct {
 	fakeRuntime
-	answer DependencyStatus
+	answer sandbox.DependencyStatus
 }
 
-func (f *answerInstaller) Install(_ context.Context, _ int, req InstallRequest, progress func(DependencyStatus)) (Installed, error) {
-	var out Installed
+func (f *answerInstaller) Install(_ context.Context, _ int, req sandbox.InstallRequest, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
+	var out sandbox.Installed
 	for _, r := range req.Requirements {
 		d := f.answer
 		d.Requirement = r
@@ -328,16 +336,16 @@ func (f *answerInstaller) Install(_ context.Context, _ int, req InstallRequest, 
 // TestMarkerExcludedIsSkipped: a requirement whose marker is false in the box is answered
 // present with no version by the runtime; it is reported skipped, streamed and in the result.
 func TestMarkerExcludedIsSkipped(t *testing.T) {
-	rt := &answerInstaller{answer: DependencyStatus{Status: DependencyPresent}}
+	rt := &answerInstaller{answer: sandbox.DependencyStatus{Status: sandbox.DependencyPresent}}
 	s := NewService(rt, Hooks{}, testConfig(), nil)
-	var streamed []DependencyState
-	res, err := s.Execute(context.Background(), Request{Code: "pass", Dependencies: []string{`tinypkg; python_version < "3"`}}, func(e Event) {
+	var streamed []sandbox.DependencyState
+	res, err := s.Execute(context.Background(), sandbox.Request{Code: "pass", Dependencies: []string{`tinypkg; python_version < "3"`}}, func(e sandbox.Event) {
 		if e.Dependency != nil {
 			streamed = append(streamed, e.Dependency.Status)
 		}
 	})
-	if err != nil || res.Outcome != OutcomeOK || len(res.Dependencies) != 1 || res.Dependencies[0].Status != DependencySkipped ||
-		len(streamed) != 1 || streamed[0] != DependencySkipped {
+	if err != nil || res.Outcome != sandbox.OutcomeOK || len(res.Dependencies) != 1 || res.Dependencies[0].Status != sandbox.DependencySkipped ||
+		len(streamed) != 1 || streamed[0] != sandbox.DependencySkipped {
 		t.Fatalf("%v %+v, streamed %v; want skipped", err, res, streamed)
 	}
 }
@@ -345,11 +353,11 @@ func TestMarkerExcludedIsSkipped(t *testing.T) {
 // TestConflictIsNamed: a requirement that is installed but conflicts is not "could not be
 // installed".
 func TestConflictIsNamed(t *testing.T) {
-	rt := &answerInstaller{answer: DependencyStatus{Status: DependencyFailed, Version: "1.0", Error: "version 2.0 of tinypkg comes first"}}
+	rt := &answerInstaller{answer: sandbox.DependencyStatus{Status: sandbox.DependencyFailed, Version: "1.0", Error: "version 2.0 of tinypkg comes first"}}
 	s := NewService(rt, Hooks{}, testConfig(), nil)
-	res, err := s.Execute(context.Background(), Request{Code: "pass", Dependencies: []string{"tinypkg==1.0", "tinydep"}}, nil)
+	res, err := s.Execute(context.Background(), sandbox.Request{Code: "pass", Dependencies: []string{"tinypkg==1.0", "tinydep"}}, nil)
 	want := "dependency tinypkg==1.0 is installed (version 1.0) but conflicts with another requirement, so the code did not run: version 2.0 of tinypkg comes first (failed too: tinydep)"
-	if err != nil || res.Outcome != OutcomeDependencyError || res.Reason != want {
+	if err != nil || res.Outcome != sandbox.OutcomeDependencyError || res.Reason != want {
 		t.Fatalf("%v %q\nwant %q", err, res.Reason, want)
 	}
 }
@@ -358,17 +366,17 @@ func TestConflictIsNamed(t *testing.T) {
 // with it again ("dependencies: dependencies[0] ...", "schedule: schedule ...").
 func TestFieldErrorSaysTheFieldOnce(t *testing.T) {
 	s := NewService(&fakeRuntime{}, Hooks{}, testConfig(), nil)
-	err := s.Validate(Request{Code: "pass", Dependencies: []string{"--index-url=x"}})
+	err := s.Validate(sandbox.Request{Code: "pass", Dependencies: []string{"--index-url=x"}})
 	if err == nil || !strings.HasPrefix(err.Error(), "dependencies[0] ") || strings.Count(err.Error(), "dependencies") != 1 {
 		t.Errorf("%v", err)
 	}
 	for _, c := range []struct {
-		e    FieldError
+		e    sandbox.FieldError
 		want string
 	}{
-		{FieldError{Field: "schedule", Message: `schedule "x": expected 5 fields`}, `schedule "x": expected 5 fields`},
-		{FieldError{Field: "timeout_ms", Message: "is 0"}, "timeout_ms: is 0"},
-		{FieldError{Field: "code", Message: "code_name is wrong"}, "code: code_name is wrong"},
+		{sandbox.FieldError{Field: "schedule", Message: `schedule "x": expected 5 fields`}, `schedule "x": expected 5 fields`},
+		{sandbox.FieldError{Field: "timeout_ms", Message: "is 0"}, "timeout_ms: is 0"},
+		{sandbox.FieldError{Field: "code", Message: "code_name is wrong"}, "code: code_name is wrong"},
 	} {
 		if got := c.e.Error(); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.e, got, c.want)
@@ -378,9 +386,9 @@ func TestFieldErrorSaysTheFieldOnce(t *testing.T) {
 
 // A failed install's dependencies say what the egress proxy could not reach or refused.
 func TestExplainEgress(t *testing.T) {
-	out := Installed{Dependencies: []DependencyStatus{{Requirement: "a", Status: DependencyFailed, Error: "pip could not install it"},
-		{Requirement: "b", Status: DependencyInstalled}}}
-	explainEgress(&out, []EgressConnection{
+	out := sandbox.Installed{Dependencies: []sandbox.DependencyStatus{{Requirement: "a", Status: sandbox.DependencyFailed, Error: "pip could not install it"},
+		{Requirement: "b", Status: sandbox.DependencyInstalled}}}
+	explainEgress(&out, []sandbox.EgressConnection{
 		{Host: "10.0.0.1", Port: 9, Allowed: true, Reason: "allowed, but the connection failed: connection refused"},
 		{Host: "files.example.com", Port: 443, Reason: "no entry of the package index names files.example.com"},
 		{Host: "10.0.0.1", Port: 80, Allowed: true},
@@ -398,7 +406,7 @@ type slotRecorder struct {
 	order []int
 }
 
-func (r *slotRecorder) Run(ctx context.Context, slot int, spec Spec, emit func(Event)) (Result, error) {
+func (r *slotRecorder) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
 	r.mu.Lock()
 	r.order = append(r.order, slot)
 	r.mu.Unlock()
@@ -414,7 +422,7 @@ func TestRunsGoRoundTheSlots(t *testing.T) {
 	cfg.Slots = 4
 	s := NewService(rt, Hooks{}, cfg, nil)
 	for range 8 {
-		if _, err := s.Execute(context.Background(), Request{Code: "print(1)"}, nil); err != nil {
+		if _, err := s.Execute(context.Background(), sandbox.Request{Code: "print(1)"}, nil); err != nil {
 			t.Fatal(err)
 		}
 		s.Settled()

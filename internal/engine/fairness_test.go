@@ -1,4 +1,4 @@
-package sandbox
+package engine
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // gatedRuntime runs each program until its code's gate is closed, and says on started which
@@ -19,13 +21,13 @@ type gatedRuntime struct {
 
 func newGatedRuntime() *gatedRuntime {
 	g := &gatedRuntime{gates: map[string]chan struct{}{}, started: make(chan string, 64)}
-	g.run = func(ctx context.Context, spec Spec) (Result, error) {
+	g.run = func(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
 		g.started <- spec.Code
 		select {
 		case <-g.gate(spec.Code):
 		case <-ctx.Done():
 		}
-		return Result{Outcome: OutcomeOK}, nil
+		return sandbox.Result{Outcome: sandbox.OutcomeOK}, nil
 	}
 	return g
 }
@@ -53,7 +55,7 @@ func TestExecutionsPerAgent(t *testing.T) {
 	errs := make(chan error, 16)
 	execute := func(agent, code string) {
 		wg.Go(func() {
-			_, err := s.Execute(t.Context(), Request{Agent: agent, Code: code}, nil)
+			_, err := s.Execute(t.Context(), sandbox.Request{Agent: agent, Code: code}, nil)
 			errs <- err
 		})
 	}
@@ -66,8 +68,8 @@ func TestExecutionsPerAgent(t *testing.T) {
 	execute("a", "a4")
 	waitFor(t, func() bool { return s.Stats().Waiting == 2 })
 
-	_, err := s.Execute(t.Context(), Request{Agent: "a", Code: "a5"}, nil)
-	var busy *BusyError
+	_, err := s.Execute(t.Context(), sandbox.Request{Agent: "a", Code: "a5"}, nil)
+	var busy *sandbox.BusyError
 	if !errors.As(err, &busy) || busy.Agent != "a" || busy.PerAgent != 4 || busy.RetryAfter <= 0 {
 		t.Fatalf("a's fifth execution: %v; want a BusyError for agent a, limit 4", err)
 	}
@@ -96,8 +98,8 @@ func TestExecutionsPerAgent(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if st := s.Stats(); st.Busy != 0 || st.Waiting != 0 || len(s.held) != 0 || len(s.queue) != 0 {
-		t.Fatalf("after every run: stats %+v, held %v, queue %v; want all zero", st, s.held, s.queue)
+	if st := s.Stats(); st.Busy != 0 || st.Waiting != 0 || len(s.slots.held) != 0 || len(s.slots.queue) != 0 {
+		t.Fatalf("after every run: stats %+v, held %v, queue %v; want all zero", st, s.slots.held, s.slots.queue)
 	}
 }
 
@@ -111,27 +113,27 @@ func TestLoneAgentUsesEverySlot(t *testing.T) {
 	s := NewService(&rt.fakeRuntime, Hooks{}, cfg, nil)
 	var wg sync.WaitGroup
 	for _, c := range []string{"1", "2", "3"} {
-		wg.Go(func() { _, _ = s.Execute(t.Context(), Request{Code: c}, nil) })
+		wg.Go(func() { _, _ = s.Execute(t.Context(), sandbox.Request{Code: c}, nil) })
 	}
 	for range 3 {
 		<-rt.started
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { _, err := s.Execute(ctx, Request{Code: "4"}, nil); done <- err }()
+	go func() { _, err := s.Execute(ctx, sandbox.Request{Code: "4"}, nil); done <- err }()
 	waitFor(t, func() bool { return s.Stats().Waiting == 1 })
-	if _, err := s.Execute(t.Context(), Request{Code: "5"}, nil); !errors.As(err, new(*BusyError)) {
+	if _, err := s.Execute(t.Context(), sandbox.Request{Code: "5"}, nil); !errors.As(err, new(*sandbox.BusyError)) {
 		t.Fatalf("fifth execution of agent default: %v; want BusyError (limit 4)", err)
 	}
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled queued execution: %v", err)
 	}
-	s.mu.Lock()
-	if s.waiting("default") != 0 || s.held["default"] != 3 {
-		t.Errorf("held %v, queued %v; want default holding 3, none queued", s.held, s.waiting("default"))
+	s.slots.mu.Lock()
+	if s.slots.waiting("default") != 0 || s.slots.held["default"] != 3 {
+		t.Errorf("held %v, queued %v; want default holding 3, none queued", s.slots.held, s.slots.waiting("default"))
 	}
-	s.mu.Unlock()
+	s.slots.mu.Unlock()
 	for _, c := range []string{"1", "2", "3"} {
 		close(rt.gate(c))
 	}

@@ -1,4 +1,4 @@
-package session_test
+package control_test
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package session
+package control
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/protocol"
 )
 
-// maxEgressStreams caps the connections open at once over one session: each run's dialer
+// maxEgressStreams caps the connections open at once over one line: each run's dialer
 // caps its own, and this bounds what a misbehaving executor can make the daemon hold.
 const maxEgressStreams = 1024
 
@@ -21,7 +21,7 @@ const maxEgressOpening = 256
 // openEgress answers the executor's KindEgressOpen: the owner's dialer decides and dials (on
 // its own goroutine: resolving and connecting take time), and the stream starts once the
 // executor knows the answer.
-func (c *Session) openEgress(m *protocol.Message) {
+func (c *Line) openEgress(m *protocol.Message) {
 	if m.Egress == nil {
 		return
 	}
@@ -123,7 +123,7 @@ func kindOf(id string) string {
 
 // endEgress forgets id's dialer and ends its streams still open: no connection outlives its
 // run or install.
-func (c *Session) endEgress(id string) {
+func (c *Line) endEgress(id string) {
 	c.mu.Lock()
 	delete(c.dialers, id)
 	var open []*protocol.Stream

@@ -1,21 +1,17 @@
-package sandbox
+package engine
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/sandpit-dev/sandpit/internal/requirement"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // Config holds the Service's limits. Zero values are invalid; use DefaultConfig.
@@ -36,7 +32,7 @@ type Config struct {
 	// MaxCodeBytes caps Request.Code; MaxInputBytes caps Request.Input's JSON text.
 	MaxCodeBytes, MaxInputBytes int
 	// Limits are the per-run limits the executor enforces.
-	Limits Limits
+	Limits sandbox.Limits
 	// Network is the box's network policy, "allowlist", "full" or "none", as the runtime set
 	// it up. With "none" a dependency that is not installed fails without trying pip.
 	Network string
@@ -86,7 +82,7 @@ func DefaultConfig() Config {
 		MaxInputFileBytes:  8 << 20,
 		MaxInputFilesBytes: 16 << 20,
 		Charts:             true,
-		Limits: Limits{
+		Limits: sandbox.Limits{
 			MemoryBytes:      512 << 20,
 			StdoutBytes:      1 << 20,
 			StderrBytes:      1 << 20,
@@ -106,14 +102,27 @@ func DefaultConfig() Config {
 // and half the queue's (4 slots and a queue of 16: 11).
 func DefaultExecutionsPerAgent(slots, queue int) int { return max(1, slots-1) + queue/2 }
 
+// Hooks connect a Service to the rest of the daemon; nil fields do nothing.
+type Hooks struct {
+	// Recorder keeps the ledger.
+	Recorder sandbox.Recorder
+	// Callbacks answer programs' agent.* calls.
+	Callbacks sandbox.Callbacks
+	// Files keeps runs' output files; nil drops them (the result still lists them).
+	Files sandbox.FileStore
+	// Egress makes runs' and installs' dialers under network "allowlist"; nil refuses every
+	// connection through the proxy.
+	Egress sandbox.EgressPolicy
+}
+
 // Service validates execution requests, assigns them slots, queues them when every slot is
 // busy, and layers the daemon's deadline over the runtime's. It is safe for concurrent use.
 type Service struct {
-	rt    Runtime
-	rec   Recorder
-	cb    Callbacks
-	files FileStore
-	net   EgressPolicy
+	rt    sandbox.Runtime
+	rec   sandbox.Recorder
+	cb    sandbox.Callbacks
+	files sandbox.FileStore
+	net   sandbox.EgressPolicy
 	cfg   Config
 	log   *slog.Logger
 
@@ -121,36 +130,21 @@ type Service struct {
 	base      context.Context
 	interrupt context.CancelCauseFunc
 
-	mu sync.Mutex
-	// free are the free slots' numbers; queue the requests waiting for one, in arrival order
-	// (one is never non-empty while the other is); held counts each agent's slots ("" for
-	// installs, which name no agent).
-	free     []int
-	queue    []*waiter
-	held     map[string]int
-	settling sync.WaitGroup // release's goroutines
-}
-
-// waiter is a request waiting for a slot: dispatch sends it one on slot.
-type waiter struct {
-	agent string
-	slot  chan int
+	// slots hands out the runtime's slots.
+	slots *pool
 }
 
 // NewService returns a Service running on rt with cfg's limits, recording every run that starts
 // and answering programs' calls through hooks. cfg must be valid (at least one slot, positive
 // timeouts: config.Config.Validate checks it); log may be nil.
-func NewService(rt Runtime, hooks Hooks, cfg Config, log *slog.Logger) *Service {
+func NewService(rt sandbox.Runtime, hooks Hooks, cfg Config, log *slog.Logger) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	base, interrupt := context.WithCancelCause(context.Background())
 	s := &Service{rt: rt, rec: hooks.Recorder, cb: hooks.Callbacks, files: hooks.Files, net: hooks.Egress, cfg: cfg, log: log,
-		base: base, interrupt: interrupt, held: map[string]int{}}
-	// Each slot is offered once the runtime has it ready (a pool brings its slots up one by one).
-	for i := range cfg.Slots {
-		s.settle(i)
-	}
+		base: base, interrupt: interrupt}
+	s.slots = newPool(base, rt, cfg, log)
 	return s
 }
 
@@ -177,124 +171,74 @@ type Stats struct {
 
 // Stats returns how many slots are busy and how many requests wait.
 func (s *Service) Stats() Stats {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return Stats{Slots: s.cfg.Slots, Busy: s.cfg.Slots - len(s.free), Waiting: len(s.queue)}
+	return s.slots.stats()
 }
-
-// MaxInputDepth is how deeply arrays and objects may nest in a request's input.
-const MaxInputDepth = 500
-
-// JSONDepth returns the deepest nesting of arrays and objects in JSON text.
-func JSONDepth(text []byte) int {
-	depth, deepest, inString, escaped := 0, 0, false, false
-	for _, c := range text {
-		switch {
-		case escaped:
-			escaped = false
-		case inString:
-			escaped = c == '\\'
-			inString = c != '"'
-		case c == '"':
-			inString = true
-		case c == '[' || c == '{':
-			depth++
-			deepest = max(deepest, depth)
-		case c == ']' || c == '}':
-			depth--
-		}
-	}
-	return deepest
-}
-
-var (
-	agentPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
-	idPattern    = regexp.MustCompile(`^ex_[a-z2-7]{26}$`)
-)
-
-// ValidAgent reports whether name is a valid agent name: 1 to 64 lowercase letters, digits,
-// '-' or '_', starting with a letter or digit.
-func ValidAgent(name string) bool { return agentPattern.MatchString(name) }
-
-// CheckAgent is the one check of an agent name that every transport and store uses: nil when
-// name is valid (ValidAgent), else a *FieldError of field "agent" that says what a name may
-// hold. A transport that takes the name elsewhere may add where to its Message.
-func CheckAgent(name string) *FieldError {
-	if ValidAgent(name) {
-		return nil
-	}
-	return &FieldError{Field: "agent", Message: fmt.Sprintf(
-		"%q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit", name)}
-}
-
-// ValidID reports whether id has the form of an execution ID (see NewID).
-func ValidID(id string) bool { return idPattern.MatchString(id) }
 
 // Validate checks req against the limits and returns a *FieldError naming the first bad field.
-func (s *Service) Validate(req Request) error {
+func (s *Service) Validate(req sandbox.Request) error {
 	if req.Code == "" {
-		return &FieldError{Field: "code", Message: "is required: send the Python source to run"}
+		return &sandbox.FieldError{Field: "code", Message: "is required: send the Python source to run"}
 	}
 	if len(req.Code) > s.cfg.MaxCodeBytes {
-		return &FieldError{Field: "code", TooLarge: true,
+		return &sandbox.FieldError{Field: "code", TooLarge: true,
 			Message: fmt.Sprintf("is %d bytes; the limit is %d bytes", len(req.Code), s.cfg.MaxCodeBytes)}
 	}
 	if !utf8.ValidString(req.Code) {
-		return &FieldError{Field: "code", Message: "is not valid UTF-8"}
+		return &sandbox.FieldError{Field: "code", Message: "is not valid UTF-8"}
 	}
 	if strings.IndexByte(req.Code, 0) >= 0 {
-		return &FieldError{Field: "code", Message: "contains a NUL byte, which Python source cannot hold"}
+		return &sandbox.FieldError{Field: "code", Message: "contains a NUL byte, which Python source cannot hold"}
 	}
 	if len(req.Input) > s.cfg.MaxInputBytes {
-		return &FieldError{Field: "input", TooLarge: true,
+		return &sandbox.FieldError{Field: "input", TooLarge: true,
 			Message: fmt.Sprintf("is %d bytes of JSON; the limit is %d bytes", len(req.Input), s.cfg.MaxInputBytes)}
 	}
 	if len(req.Input) > 0 && !json.Valid(req.Input) {
-		return &FieldError{Field: "input", Message: "is not valid JSON"}
+		return &sandbox.FieldError{Field: "input", Message: "is not valid JSON"}
 	}
-	if d := JSONDepth(req.Input); d > MaxInputDepth {
-		return &FieldError{Field: "input", Message: fmt.Sprintf(
-			"is nested %d levels deep; the limit is %d levels (Python's JSON reader stops near 1000)", d, MaxInputDepth)}
+	if d := sandbox.JSONDepth(req.Input); d > sandbox.MaxInputDepth {
+		return &sandbox.FieldError{Field: "input", Message: fmt.Sprintf(
+			"is nested %d levels deep; the limit is %d levels (Python's JSON reader stops near 1000)", d, sandbox.MaxInputDepth)}
 	}
 	if req.TimeoutMS != nil {
 		if t := *req.TimeoutMS; t < 1 || t > s.cfg.MaxTimeout.Milliseconds() {
-			return &FieldError{Field: "timeout_ms", Message: fmt.Sprintf(
+			return &sandbox.FieldError{Field: "timeout_ms", Message: fmt.Sprintf(
 				"is %d; allowed range is 1 to %d milliseconds (omit it for the default of %d)",
 				t, s.cfg.MaxTimeout.Milliseconds(), s.cfg.DefaultTimeout.Milliseconds())}
 		}
 	}
-	if req.ID != "" && !ValidID(req.ID) {
-		return &FieldError{Field: "id", Message: fmt.Sprintf("%q is not an execution ID (\"ex_\" and 26 base32 letters)", req.ID)}
+	if req.ID != "" && !sandbox.ValidID(req.ID) {
+		return &sandbox.FieldError{Field: "id", Message: fmt.Sprintf("%q is not an execution ID (\"ex_\" and 26 base32 letters)", req.ID)}
 	}
 	switch req.Origin.Source {
-	case "", SourceAPI, SourceCLI, SourceMCP, SourceJob:
+	case "", sandbox.SourceAPI, sandbox.SourceCLI, sandbox.SourceMCP, sandbox.SourceJob:
 	default:
-		return &FieldError{Field: "source", Message: fmt.Sprintf("%q is not a source: use api, cli, mcp or job", req.Origin.Source)}
+		return &sandbox.FieldError{Field: "source", Message: fmt.Sprintf("%q is not a source: use api, cli, mcp or job", req.Origin.Source)}
 	}
 	if _, err := requirement.ParseList(req.Dependencies, s.cfg.MaxDependencies); err != nil {
-		return &FieldError{Field: "dependencies", Message: err.Error()}
+		return &sandbox.FieldError{Field: "dependencies", Message: err.Error()}
 	}
 	if req.Agent != "" {
-		if err := CheckAgent(req.Agent); err != nil {
+		if err := sandbox.CheckAgent(req.Agent); err != nil {
 			return err
 		}
 	}
 	if req.NetworkAllow != nil {
 		switch {
-		case s.net == nil && s.cfg.Network == NetworkAllowlist && len(req.NetworkAllow) > 0:
+		case s.net == nil && s.cfg.Network == sandbox.NetworkAllowlist && len(req.NetworkAllow) > 0:
 			// An allowlist with no egress policy attached lets nothing out: any entry widens it.
-			return &FieldError{Field: "network_allow", Message: fmt.Sprintf(
+			return &sandbox.FieldError{Field: "network_allow", Message: fmt.Sprintf(
 				"%s is not allowed: this daemon lets runs reach no host, and a request may only narrow what the daemon's network_allow allows; ask its operator to add it to network_allow",
 				strings.Join(req.NetworkAllow, ", "))}
-		case s.net == nil && s.cfg.Network != NetworkAllowlist:
-			return &FieldError{Field: "network_allow", Message: fmt.Sprintf(
+		case s.net == nil && s.cfg.Network != sandbox.NetworkAllowlist:
+			return &sandbox.FieldError{Field: "network_allow", Message: fmt.Sprintf(
 				"applies only when the daemon's network is \"allowlist\" (it is %q); send the request without it", s.cfg.Network)}
 		}
 		if s.net == nil {
 			return validateFiles(req.Files, s.cfg) // an empty list narrows nothing away
 		}
 		if err := s.net.CheckAllow(req.NetworkAllow); err != nil {
-			return &FieldError{Field: "network_allow", Message: err.Error()}
+			return &sandbox.FieldError{Field: "network_allow", Message: err.Error()}
 		}
 	}
 	return validateFiles(req.Files, s.cfg)
@@ -308,12 +252,12 @@ func (s *Service) Validate(req Request) error {
 // (including the system's) is reported as a Result with its Outcome and a nil error.
 // emit, when not nil, receives output chunks as they happen (see Runtime); an output file's
 // event comes once Hooks.Files has stored it, without its content.
-func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (Result, error) {
+func (s *Service) Execute(ctx context.Context, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
 	if err := s.Validate(req); err != nil {
-		return Result{}, err
+		return sandbox.Result{}, err
 	}
 	if s.base.Err() != nil {
-		return Result{}, fmt.Errorf("%w: %w", ErrNotReady, context.Cause(s.base))
+		return sandbox.Result{}, fmt.Errorf("%w: %w", sandbox.ErrNotReady, context.Cause(s.base))
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -323,14 +267,14 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 
 	// The slot is taken first: it bounds installs as it bounds runs, and the execution is in
 	// the ledger from here, so a crash during an install is recorded too.
-	slot, err := s.acquire(ctx, x.agent)
+	slot, err := s.slots.acquire(ctx, x.agent)
 	if err != nil {
-		return Result{}, err
+		return sandbox.Result{}, err
 	}
-	defer s.release(slot, x.agent)
+	defer s.slots.release(slot, x.agent)
 	x.slot, x.accepted = slot, time.Now().UTC() // the execution's started_at, whatever it installs first
 	if err := s.begin(ctx, x); err != nil {
-		return Result{}, err
+		return sandbox.Result{}, err
 	}
 
 	// Dependencies are installed before the run's clock starts: install time is not charged
@@ -341,7 +285,7 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 		x.installMS = time.Since(began).Milliseconds()
 		switch {
 		case err != nil:
-			res := s.systemFailure(ctx, ctx, Result{ExitCode: -1}, began, fmt.Errorf("installing the dependencies: %w", err))
+			res := s.systemFailure(ctx, ctx, sandbox.Result{ExitCode: -1}, began, fmt.Errorf("installing the dependencies: %w", err))
 			return s.finish(ctx, x, res), nil
 		case len(x.deps.Failed()) > 0:
 			return s.finish(ctx, x, s.dependencyError(x.deps)), nil
@@ -350,7 +294,7 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 	}
 	res, err := s.run(ctx, x, emit)
 	if err != nil {
-		return Result{}, err
+		return sandbox.Result{}, err
 	}
 	return s.finish(ctx, x, res), nil
 }
@@ -358,33 +302,33 @@ func (s *Service) Execute(ctx context.Context, req Request, emit func(Event)) (R
 // execution is what the Service knows of one execution on its way: the request, the spec it
 // became, and what the steps before the run found.
 type execution struct {
-	req    Request
-	spec   Spec
+	req    sandbox.Request
+	spec   sandbox.Spec
 	agent  string
-	origin Origin
+	origin sandbox.Origin
 	// slot is the slot it runs in; accepted is when it took the slot (its started_at).
 	slot     int
 	accepted time.Time
 	// deps and installMS are its dependencies' statuses and how long installing them took;
 	// installEgress the install's outbound connections (network "allowlist").
-	deps          Installed
+	deps          sandbox.Installed
 	installMS     int64
-	installEgress []EgressConnection
+	installEgress []sandbox.EgressConnection
 	// audit lists the run's agent.* calls.
-	audit []CallRecord
+	audit []sandbox.CallRecord
 	// files keeps the run's output files as they arrive.
 	files *fileSink
 	// session is the session the execution is a call of ("" for a one-shot run); box runs it
 	// there (nil: the pool's slot runs it), with grace added to the daemon's deadline.
 	session string
-	box     SessionBox
+	box     sandbox.SessionBox
 	grace   time.Duration
 }
 
 // prepare turns a validated request into its execution: the spec with its ID, input, timeout,
 // limits, files and charts resolved, and the agent and origin with their defaults.
-func (s *Service) prepare(req Request) *execution {
-	spec := Spec{
+func (s *Service) prepare(req sandbox.Request) *execution {
+	spec := sandbox.Spec{
 		ID:        req.ID,
 		Code:      req.Code,
 		Input:     req.Input,
@@ -394,7 +338,7 @@ func (s *Service) prepare(req Request) *execution {
 		Charts:    s.cfg.Charts,
 	}
 	if spec.ID == "" {
-		spec.ID = NewID()
+		spec.ID = sandbox.NewID()
 	}
 	if len(spec.Input) == 0 {
 		spec.Input = json.RawMessage("null")
@@ -407,7 +351,7 @@ func (s *Service) prepare(req Request) *execution {
 	}
 	x := &execution{req: req, spec: spec, agent: req.Agent, origin: req.Origin}
 	if x.origin.Source == "" {
-		x.origin.Source = SourceAPI
+		x.origin.Source = sandbox.SourceAPI
 	}
 	if x.agent == "" {
 		x.agent = "default"
@@ -421,11 +365,11 @@ func (s *Service) begin(ctx context.Context, x *execution) error {
 	if s.rec == nil {
 		return nil
 	}
-	head := Result{ID: x.spec.ID, Agent: x.agent, TimeoutMS: x.spec.TimeoutMS, StartedAt: x.accepted, Origin: x.origin, SessionID: x.session}
+	head := sandbox.Result{ID: x.spec.ID, Agent: x.agent, TimeoutMS: x.spec.TimeoutMS, StartedAt: x.accepted, Origin: x.origin, SessionID: x.session}
 	if err := s.rec.Begin(ctx, x.spec, head); err != nil {
 		// Nothing ran: the daemon cannot keep its ledger (a full or read-only disk).
 		return fmt.Errorf("%w: the ledger could not record the execution, so it did not run (%v); "+
-			"check that the data directory's disk has space and is writable", ErrNotReady, err)
+			"check that the data directory's disk has space and is writable", sandbox.ErrNotReady, err)
 	}
 	return nil
 }
@@ -433,21 +377,21 @@ func (s *Service) begin(ctx context.Context, x *execution) error {
 // run runs x's program in its slot, under the daemon's deadline, answering its agent.* calls
 // and keeping its output files. An error (wrapping ErrNotReady) means it never started: its
 // record is discarded.
-func (s *Service) run(ctx context.Context, x *execution, emit func(Event)) (Result, error) {
+func (s *Service) run(ctx context.Context, x *execution, emit func(sandbox.Event)) (sandbox.Result, error) {
 	started := time.Now()
 	runCtx, cancelRun := context.WithTimeout(ctx, time.Duration(x.spec.TimeoutMS)*time.Millisecond+s.cfg.Grace+x.grace)
 	defer cancelRun()
-	line := &calls{s: s, scope: CallScope{Agent: x.agent, ExecutionID: x.spec.ID}, emit: emit, one: make(chan struct{}, 1)}
+	line := &calls{s: s, scope: sandbox.CallScope{Agent: x.agent, ExecutionID: x.spec.ID}, emit: emit, one: make(chan struct{}, 1)}
 	x.spec.Calls, x.spec.CallBytes = line.handle, s.cfg.MaxCallBytes
 	// The files are stored even when the caller has gone: the run's record lists them.
 	x.files.ctx = context.WithoutCancel(ctx)
-	var gate EgressRun
+	var gate sandbox.EgressRun
 	if s.net != nil {
 		gate = s.net.ForRun(x.req.NetworkAllow)
 		x.spec.Egress = gate
 	}
 	var (
-		res Result
+		res sandbox.Result
 		err error
 	)
 	if x.box != nil {
@@ -462,10 +406,10 @@ func (s *Service) run(ctx context.Context, x *execution, emit func(Event)) (Resu
 	}
 	audit, logs := line.end()
 	switch {
-	case err != nil && errors.Is(err, ErrNotReady) && ctx.Err() == nil:
+	case err != nil && errors.Is(err, sandbox.ErrNotReady) && ctx.Err() == nil:
 		s.discard(ctx, x.spec.ID)
-		return Result{}, err
-	case err != nil, ctx.Err() != nil && res.Outcome == OutcomeKilled:
+		return sandbox.Result{}, err
+	case err != nil, ctx.Err() != nil && res.Outcome == sandbox.OutcomeKilled:
 		// Also the runtime's result for a run it killed because ctx ended: the reason says who
 		// ended it. (A run that ended by itself meanwhile keeps its own result.)
 		res = s.systemFailure(ctx, runCtx, res, started, err)
@@ -487,7 +431,7 @@ func (s *Service) discard(ctx context.Context, id string) {
 // finish completes a result with what the Service knows of x, checks OUTPUT, and records it.
 // Its StartedAt is x.accepted, when the execution took its slot: an install before the program
 // does not move it (InstallMS says how long that took).
-func (s *Service) finish(ctx context.Context, x *execution, res Result) Result {
+func (s *Service) finish(ctx context.Context, x *execution, res sandbox.Result) sandbox.Result {
 	res.ID, res.Agent, res.TimeoutMS, res.Origin, res.StartedAt = x.spec.ID, x.agent, x.spec.TimeoutMS, x.origin, x.accepted
 	res.SessionID = x.session
 	res.Dependencies, res.InstallMS, res.Calls = x.deps.Dependencies, x.installMS, x.audit
@@ -505,18 +449,18 @@ func (s *Service) finish(ctx context.Context, x *execution, res Result) Result {
 }
 
 // checkOutput holds a run that ended ok to req's check of OUTPUT, and sets Success.
-func checkOutput(req Request, res Result) Result {
-	if res.Outcome == OutcomeOK && req.CheckOutput != nil {
+func checkOutput(req sandbox.Request, res sandbox.Result) sandbox.Result {
+	if res.Outcome == sandbox.OutcomeOK && req.CheckOutput != nil {
 		if err := req.CheckOutput(res.Output); err != nil {
-			res.Outcome, res.Reason = OutcomeOutputInvalid, err.Error()
+			res.Outcome, res.Reason = sandbox.OutcomeOutputInvalid, err.Error()
 		}
 	}
-	res.Success = res.Outcome == OutcomeOK
+	res.Success = res.Outcome == sandbox.OutcomeOK
 	return res
 }
 
 // record keeps res in the ledger; when the ledger fails, it retries in the background.
-func (s *Service) record(ctx context.Context, res Result) {
+func (s *Service) record(ctx context.Context, res sandbox.Result) {
 	if s.rec == nil {
 		return
 	}
@@ -530,26 +474,26 @@ func (s *Service) record(ctx context.Context, res Result) {
 // Install makes the requirements importable ahead of any run (pre-installing them), and
 // returns each one's status; progress, when not nil, receives them as they are decided.
 // Errors: a *FieldError naming the bad requirement, or the runtime's (see Installer).
-func (s *Service) Install(ctx context.Context, reqs []string, progress func(DependencyStatus)) (Installed, error) {
+func (s *Service) Install(ctx context.Context, reqs []string, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
 	if len(reqs) == 0 {
-		return Installed{}, &FieldError{Field: "requirements", Message: `is empty: give at least one requirement such as "tinypkg==1.0"`}
+		return sandbox.Installed{}, &sandbox.FieldError{Field: "requirements", Message: `is empty: give at least one requirement such as "tinypkg==1.0"`}
 	}
 	if _, err := requirement.ParseList(reqs, s.cfg.MaxDependencies); err != nil {
-		return Installed{}, &FieldError{Field: "requirements", Message: err.Error()}
+		return sandbox.Installed{}, &sandbox.FieldError{Field: "requirements", Message: err.Error()}
 	}
 	if s.base.Err() != nil {
-		return Installed{}, fmt.Errorf("%w: %w", ErrNotReady, context.Cause(s.base))
+		return sandbox.Installed{}, fmt.Errorf("%w: %w", sandbox.ErrNotReady, context.Cause(s.base))
 	}
-	var emit func(Event)
+	var emit func(sandbox.Event)
 	if progress != nil {
-		emit = func(e Event) { progress(*e.Dependency) }
+		emit = func(e sandbox.Event) { progress(*e.Dependency) }
 	}
 	// Installs take a slot like runs: they are bounded by the slots and the queue.
-	slot, err := s.acquire(ctx, "")
+	slot, err := s.slots.acquire(ctx, "")
 	if err != nil {
-		return Installed{}, err
+		return sandbox.Installed{}, err
 	}
-	defer s.release(slot, "")
+	defer s.slots.release(slot, "")
 	out, _, err := s.install(ctx, slot, reqs, emit)
 	return out, err
 }
@@ -559,25 +503,25 @@ func (s *Service) Install(ctx context.Context, reqs []string, progress func(Depe
 //
 // Under network "allowlist" it also returns the install's outbound connections (pip's, to the
 // package index), marked Install.
-func (s *Service) install(ctx context.Context, slot int, reqs []string, emit func(Event)) (Installed, []EgressConnection, error) {
+func (s *Service) install(ctx context.Context, slot int, reqs []string, emit func(sandbox.Event)) (sandbox.Installed, []sandbox.EgressConnection, error) {
 	parsed, _ := requirement.ParseList(reqs, s.cfg.MaxDependencies) // validated already
 	canonical := make([]string, len(parsed))
 	for i, r := range parsed {
 		canonical[i] = r.String()
 	}
-	inst, ok := s.rt.(Installer)
+	inst, ok := s.rt.(sandbox.Installer)
 	if !ok {
-		return Installed{}, nil, &FieldError{Field: "dependencies", Message: "this sandbox cannot install packages; send the request without dependencies"}
+		return sandbox.Installed{}, nil, &sandbox.FieldError{Field: "dependencies", Message: "this sandbox cannot install packages; send the request without dependencies"}
 	}
-	var progress func(DependencyStatus)
+	var progress func(sandbox.DependencyStatus)
 	if emit != nil {
-		progress = func(d DependencyStatus) {
+		progress = func(d sandbox.DependencyStatus) {
 			d = markSkipped(d)
-			emit(Event{Stream: StreamDependency, Dependency: &d})
+			emit(sandbox.Event{Stream: sandbox.StreamDependency, Dependency: &d})
 		}
 	}
-	ireq := InstallRequest{Requirements: canonical, Timeout: s.cfg.InstallTimeout, Offline: s.cfg.Network == "none"}
-	var gate EgressRun
+	ireq := sandbox.InstallRequest{Requirements: canonical, Timeout: s.cfg.InstallTimeout, Offline: s.cfg.Network == "none"}
+	var gate sandbox.EgressRun
 	if s.net != nil {
 		gate = s.net.ForInstall()
 		ireq.Egress = gate
@@ -586,7 +530,7 @@ func (s *Service) install(ctx context.Context, slot int, reqs []string, emit fun
 	for i, d := range out.Dependencies {
 		out.Dependencies[i] = markSkipped(d)
 	}
-	var conns []EgressConnection
+	var conns []sandbox.EgressConnection
 	if gate != nil {
 		gate.Close()
 		conns, _ = gate.Connections()
@@ -601,7 +545,7 @@ func (s *Service) install(ctx context.Context, slot int, reqs []string, emit fun
 // explainEgress adds to each failed dependency's error what the egress proxy refused or could
 // not reach during the install: pip itself sees only a 403 or 502 answer, and often says no
 // more than that no version was found.
-func explainEgress(out *Installed, conns []EgressConnection) {
+func explainEgress(out *sandbox.Installed, conns []sandbox.EgressConnection) {
 	var failed, refused []string
 	seen := map[string]bool{}
 	for _, c := range conns {
@@ -629,7 +573,7 @@ func explainEgress(out *Installed, conns []EgressConnection) {
 		return
 	}
 	for i, d := range out.Dependencies {
-		if d.Status == DependencyFailed {
+		if d.Status == sandbox.DependencyFailed {
 			out.Dependencies[i].Error += note
 		}
 	}
@@ -644,7 +588,7 @@ const (
 
 // retryFinish records res once the ledger can take it, giving up after finishRetries or when
 // the Service is interrupted (the next start then finalises the record as interrupted).
-func (s *Service) retryFinish(res Result) {
+func (s *Service) retryFinish(res sandbox.Result) {
 	for range finishRetries {
 		select {
 		case <-s.base.Done():
@@ -661,11 +605,11 @@ func (s *Service) retryFinish(res Result) {
 
 // dependencyError is the result of a run whose dependencies could not all be installed: the
 // code never ran.
-func (s *Service) dependencyError(deps Installed) Result {
+func (s *Service) dependencyError(deps sandbox.Installed) sandbox.Result {
 	failed := deps.Failed()
 	first := failed[0]
 	what := "could not be installed"
-	if first.conflicts() {
+	if conflicts(first) {
 		what = fmt.Sprintf("is installed (version %s) but conflicts with another requirement", first.Version)
 	}
 	reason := fmt.Sprintf("dependency %s %s, so the code did not run: %s", first.Requirement, what, first.Error)
@@ -676,23 +620,23 @@ func (s *Service) dependencyError(deps Installed) Result {
 		}
 		reason += fmt.Sprintf(" (failed too: %s)", strings.Join(others, ", "))
 	}
-	return Result{Outcome: OutcomeDependencyError, ExitCode: -1, Reason: reason}
+	return sandbox.Result{Outcome: sandbox.OutcomeDependencyError, ExitCode: -1, Reason: reason}
 }
 
 // systemFailure turns a runtime error into a Result, keeping whatever output the runtime had.
-func (s *Service) systemFailure(ctx, runCtx context.Context, res Result, started time.Time, err error) Result {
+func (s *Service) systemFailure(ctx, runCtx context.Context, res sandbox.Result, started time.Time, err error) sandbox.Result {
 	switch {
 	case errors.Is(context.Cause(ctx), ErrInterrupted):
-		res.Outcome = OutcomeSandboxError
+		res.Outcome = sandbox.OutcomeSandboxError
 		res.Reason = ErrInterrupted.Error() + "; the run was stopped"
 	case ctx.Err() != nil:
-		res.Outcome = OutcomeKilled
+		res.Outcome = sandbox.OutcomeKilled
 		res.Reason = "cancelled: the request was cancelled by its client before the run ended"
 	case runCtx.Err() != nil:
-		res.Outcome = OutcomeSandboxError
+		res.Outcome = sandbox.OutcomeSandboxError
 		res.Reason = fmt.Sprintf("the executor did not report the run's end within %s of its timeout", s.cfg.Grace)
 	default:
-		res.Outcome = OutcomeSandboxError
+		res.Outcome = sandbox.OutcomeSandboxError
 		res.Reason = err.Error()
 	}
 	if res.ExitCode == 0 {
@@ -710,157 +654,5 @@ func (s *Service) systemFailure(ctx, runCtx context.Context, res Result, started
 	return res
 }
 
-// release gives back agent's slot: it is offered again once the runtime has settled it (see
-// Settler), in the background, so that the result goes out while the slot is cleaned.
-func (s *Service) release(slot int, agent string) {
-	s.mu.Lock()
-	s.unhold(agent)
-	s.mu.Unlock()
-	s.settle(slot)
-}
-
-// settle offers slot once the runtime has settled it.
-func (s *Service) settle(slot int) {
-	st, ok := s.rt.(Settler)
-	if !ok {
-		s.offer(slot)
-		return
-	}
-	s.settling.Go(func() {
-		if err := st.Settle(s.base, slot); err != nil && s.base.Err() == nil {
-			s.log.Warn("a slot did not settle after its run; offering it anyway", "slot", slot, "error", err)
-		}
-		s.offer(slot)
-	})
-}
-
 // Settled waits until every slot released so far has settled (or the Service was interrupted).
-func (s *Service) Settled() { s.settling.Wait() }
-
-// takeFree takes the free slot that has been free longest: its next program has had the most
-// time to be forked ahead (a slot just settled may still be forking it), so runs one after
-// another go round the slots. s.mu is held; s.free is not empty.
-func (s *Service) takeFree() int {
-	slot := s.free[0]
-	s.free = slices.Delete(s.free, 0, 1)
-	return slot
-}
-
-// offer makes slot free and hands it to a waiting request, if any.
-func (s *Service) offer(slot int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.free = append(s.free, slot)
-	s.dispatch()
-}
-
-// unhold counts agent's slot as given back; s.mu is held.
-func (s *Service) unhold(agent string) {
-	if s.held[agent]--; s.held[agent] <= 0 {
-		delete(s.held, agent)
-	}
-}
-
-// dispatch gives free slots to waiting requests: each to the first waiting request of the
-// agents that hold the fewest slots, so that an agent with many requests queued cannot keep
-// every slot from another that waits. s.mu is held.
-func (s *Service) dispatch() {
-	for len(s.free) > 0 && len(s.queue) > 0 {
-		pick := 0
-		for i, w := range s.queue {
-			if s.held[w.agent] < s.held[s.queue[pick].agent] {
-				pick = i
-			}
-		}
-		w := s.queue[pick]
-		s.queue = slices.Delete(s.queue, pick, pick+1)
-		s.held[w.agent]++
-		w.slot <- s.takeFree()
-	}
-}
-
-// acquire takes a slot for agent ("" for work that names none), waiting in the queue when
-// none is free. Errors: a *BusyError when agent already has ExecutionsPerAgent executions in
-// slots and queued, or when the queue is full; ErrNotReady when the Service is interrupted;
-// ctx's error when it ends first.
-func (s *Service) acquire(ctx context.Context, agent string) (int, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("waiting for a free slot: %w", err)
-	}
-	s.mu.Lock()
-	if limit := s.cfg.ExecutionsPerAgent; agent != "" && limit > 0 && s.held[agent]+s.waiting(agent) >= limit {
-		s.mu.Unlock()
-		return 0, &BusyError{Slots: s.cfg.Slots, Queue: s.cfg.QueueLength, RetryAfter: time.Second, Agent: agent, PerAgent: limit}
-	}
-	if len(s.free) > 0 {
-		slot := s.takeFree()
-		s.held[agent]++
-		s.mu.Unlock()
-		return slot, nil
-	}
-	if len(s.queue) >= s.cfg.QueueLength {
-		s.mu.Unlock()
-		return 0, &BusyError{Slots: s.cfg.Slots, Queue: s.cfg.QueueLength, RetryAfter: time.Second}
-	}
-	w := &waiter{agent: agent, slot: make(chan int, 1)}
-	s.queue = append(s.queue, w)
-	s.mu.Unlock()
-	select {
-	case slot := <-w.slot:
-		if ctx.Err() == nil && s.base.Err() == nil {
-			return slot, nil
-		}
-		// Cancelled at the same moment: the slot (unused) goes to the next one.
-		s.mu.Lock()
-		s.giveBack(agent, slot)
-		s.mu.Unlock()
-	case <-ctx.Done():
-		s.leave(w)
-	case <-s.base.Done():
-		s.leave(w)
-	}
-	if s.base.Err() != nil {
-		return 0, fmt.Errorf("%w: %w", ErrNotReady, ErrInterrupted)
-	}
-	return 0, fmt.Errorf("waiting for a free slot: %w", ctx.Err())
-}
-
-// leave takes w out of the queue; when dispatch gave it a slot meanwhile, the slot is offered
-// again.
-func (s *Service) leave(w *waiter) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if i := slices.Index(s.queue, w); i >= 0 {
-		s.queue = slices.Delete(s.queue, i, i+1)
-		return
-	}
-	s.giveBack(w.agent, <-w.slot)
-}
-
-// giveBack returns an unused slot dispatch gave agent, for the next waiting request; s.mu is
-// held.
-func (s *Service) giveBack(agent string, slot int) {
-	s.unhold(agent)
-	s.free = append(s.free, slot)
-	s.dispatch()
-}
-
-// waiting counts agent's requests in the queue (at most QueueLength); s.mu is held.
-func (s *Service) waiting(agent string) int {
-	n := 0
-	for _, w := range s.queue {
-		if w.agent == agent {
-			n++
-		}
-	}
-	return n
-}
-
-var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
-
-// NewID returns a new execution ID: "ex_" and 26 lowercase base32 characters (128 random bits).
-func NewID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return "ex_" + strings.ToLower(idEncoding.EncodeToString(b[:]))
-}
+func (s *Service) Settled() { s.slots.settled() }

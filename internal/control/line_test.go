@@ -1,4 +1,4 @@
-package session_test
+package control_test
 
 import (
 	"bytes"
@@ -20,17 +20,17 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/bootstrap"
+	"github.com/sandpit-dev/sandpit/internal/control"
 	"github.com/sandpit-dev/sandpit/internal/executor"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/sandbox/sandboxtest"
-	"github.com/sandpit-dev/sandpit/internal/session"
 )
 
-// pipeRuntime starts the executor in-process, connected to a session over net.Pipe, running
+// pipeRuntime starts the executor in-process, connected to a line over net.Pipe, running
 // the host's /usr/bin/python3 as uids from uidBase up, every run cold. It needs root (to
 // switch uids).
-func pipeRuntime(t *testing.T, slots int) (*session.Session, func() error) {
+func pipeRuntime(t *testing.T, slots int) (*control.Line, func() error) {
 	t.Helper()
 	return pipeRuntimeWith(t, slots, func(cfg *executor.Config) { cfg.ForkServer = "" })
 }
@@ -59,7 +59,7 @@ func uidBase(t *testing.T) int {
 // pipeRuntimeWith is pipeRuntime with the executor's configuration changed by mutate; the
 // fork server is on (preloading the stdlib's decimal and email.message) unless mutate turns
 // it off.
-func pipeRuntimeWith(t *testing.T, slots int, mutate func(*executor.Config)) (*session.Session, func() error) {
+func pipeRuntimeWith(t *testing.T, slots int, mutate func(*executor.Config)) (*control.Line, func() error) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the executor needs root to run code as the slot uids; run the tests as root")
@@ -102,7 +102,7 @@ func pipeRuntimeWith(t *testing.T, slots int, mutate func(*executor.Config)) (*s
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := session.Start(ctx, daemonEnd, daemonEnd, daemonEnd, log, session.Options{})
+	c, err := control.Start(ctx, daemonEnd, daemonEnd, daemonEnd, log, control.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func pipeRuntimeWith(t *testing.T, slots int, mutate func(*executor.Config)) (*s
 		case err := <-served:
 			return err
 		case <-time.After(15 * time.Second):
-			t.Error("executor did not stop after the session ended")
+			t.Error("executor did not stop after the line ended")
 			return nil
 		}
 	})
@@ -134,7 +134,7 @@ func TestConformancePipe(t *testing.T) {
 	})
 }
 
-func TestSessionEndKillsRunsAndFailsWaiters(t *testing.T) {
+func TestLineEndKillsRunsAndFailsWaiters(t *testing.T) {
 	c, wait := pipeRuntime(t, 2)
 	errc := make(chan error, 1)
 	var res sandbox.Result
@@ -148,7 +148,7 @@ func TestSessionEndKillsRunsAndFailsWaiters(t *testing.T) {
 	c.Close()
 	err := <-errc
 	if err == nil {
-		t.Fatalf("run survived the session's end: %+v", res)
+		t.Fatalf("run survived the line's end: %+v", res)
 	}
 	if werr := wait(); werr != nil {
 		t.Fatalf("executor: %v", werr)
@@ -157,7 +157,7 @@ func TestSessionEndKillsRunsAndFailsWaiters(t *testing.T) {
 		t.Fatalf("executor took %s to stop", d)
 	}
 	if _, err := c.Run(context.Background(), 0, sandboxtest.Spec("print(1)", time.Second), nil); err == nil {
-		t.Fatal("run on an ended session did not fail")
+		t.Fatal("run on an ended line did not fail")
 	}
 }
 
@@ -172,29 +172,29 @@ func TestExecutorRefusesBadSlots(t *testing.T) {
 	}
 }
 
-// An executor that greets and then stops reading (stopped, frozen) ends the session.
-func TestHungExecutorEndsTheSession(t *testing.T) {
+// An executor that greets and then stops reading (stopped, frozen) ends the line.
+func TestHungExecutorEndsTheLine(t *testing.T) {
 	daemonEnd, executorEnd := net.Pipe()
 	defer executorEnd.Close()
 	go protocol.NewConn(executorEnd, executorEnd).Send(&protocol.Message{Kind: protocol.KindHello,
 		Hello: &protocol.Hello{Version: protocol.Version, Slots: 1}})
-	c, err := session.Start(context.Background(), daemonEnd, daemonEnd, daemonEnd, slog.New(slog.DiscardHandler),
-		session.Options{HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: 300 * time.Millisecond})
+	c, err := control.Start(context.Background(), daemonEnd, daemonEnd, daemonEnd, slog.New(slog.DiscardHandler),
+		control.Options{HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-c.Done():
 	case <-time.After(5 * time.Second):
-		t.Fatal("a silent executor kept the session alive")
+		t.Fatal("a silent executor kept the line alive")
 	}
 	if err := c.Ready(context.Background()); err == nil || !strings.Contains(err.Error(), "not answered") {
 		t.Fatalf("Ready: %v", err)
 	}
 }
 
-// A live executor answers pings during long runs: the session survives many timeouts' worth.
-func TestLiveExecutorKeepsTheSession(t *testing.T) {
+// A live executor answers pings during long runs: the line survives many timeouts' worth.
+func TestLiveExecutorKeepsTheLine(t *testing.T) {
 	c, _ := pipeRuntime(t, 1) // default heartbeat: every 2 s
 	res := sandboxtest.Exec(t, c, 0, sandboxtest.Spec("import time; time.sleep(5); print('ok')", 10*time.Second), nil)
 	if res.Outcome != sandbox.OutcomeOK || c.Ready(context.Background()) != nil {
@@ -438,7 +438,7 @@ func TestFileMessagesBecomeEvents(t *testing.T) {
 	defer executorEnd.Close()
 	ex := protocol.NewConn(executorEnd, executorEnd)
 	go ex.Send(&protocol.Message{Kind: protocol.KindHello, Hello: &protocol.Hello{Version: protocol.Version, Slots: 1}})
-	c, err := session.Start(context.Background(), daemonEnd, daemonEnd, daemonEnd, slog.New(slog.DiscardHandler), session.Options{})
+	c, err := control.Start(context.Background(), daemonEnd, daemonEnd, daemonEnd, slog.New(slog.DiscardHandler), control.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

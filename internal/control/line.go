@@ -1,9 +1,9 @@
-// Package session is the daemon's end of the control session with sandpit-executor: it sends
+// Package control is the daemon's end of the control line to sandpit-executor: it sends
 // runs over a protocol.Conn, routes the executor's output chunks and results back to the
-// callers that are waiting for them, and fails every waiting run when the session ends.
+// callers that are waiting for them, and fails every waiting run when the line ends.
 //
-// A *Session is a sandbox.Runtime for as long as its session lives.
-package session
+// A *Line is a sandbox.Runtime for as long as it lives.
+package control
 
 import (
 	"context"
@@ -22,18 +22,18 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
-// ErrClosed is returned for runs on a session that has ended; errors.Is(err, ErrClosed) holds
-// for every error caused by the session's end.
-var ErrClosed = errors.New("the control session with the executor ended")
+// ErrClosed is returned for runs on a line that has ended; errors.Is(err, ErrClosed) holds
+// for every error caused by the line's end.
+var ErrClosed = errors.New("the control line to the executor ended")
 
 // CancelGrace is how long Run waits for the executor's result after it asked for a cancel.
 const CancelGrace = 2 * time.Second
 
-// Options tune a session. Zero values take the defaults.
+// Options tune a line. Zero values take the defaults.
 type Options struct {
 	// HeartbeatInterval is how often the daemon pings the executor (default 2 s).
 	HeartbeatInterval time.Duration
-	// HeartbeatTimeout is how long the executor may leave pings unanswered before the session
+	// HeartbeatTimeout is how long the executor may leave pings unanswered before the line
 	// is ended as hung (default 10 s). Ready reports not ready after two unanswered intervals.
 	HeartbeatTimeout time.Duration
 }
@@ -48,8 +48,8 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Session drives one executor over one connection (a session of the executor protocol).
-type Session struct {
+// Line drives one executor over one connection (the executor protocol).
+type Line struct {
 	conn   *protocol.Conn
 	closer io.Closer
 	log    *slog.Logger
@@ -59,7 +59,7 @@ type Session struct {
 	mu        sync.Mutex
 	calls     map[string]*call
 	settles   map[int]*settle // by slot: its last run's cleanup
-	err       error           // why the session ended; nil while it lives
+	err       error           // why the line ended; nil while it lives
 	done      chan struct{}
 	lastHeard time.Time // the last frame of any kind from the executor (see readLoop)
 	// The egress proxy's streams (network "allowlist"): the dialer of each run or install
@@ -76,7 +76,7 @@ type egressStream struct {
 }
 
 // call is one run waiting for its result. The reader goroutine appends to its queue; the
-// goroutine in Run drains it, so a slow emit never blocks the session.
+// goroutine in Run drains it, so a slow emit never blocks the line.
 type call struct {
 	notify chan struct{} // capacity 1
 	mu     sync.Mutex
@@ -108,11 +108,11 @@ type settle struct {
 	err  error
 }
 
-// Start waits for the executor's hello from r (bounded by ctx), then serves the session until
+// Start waits for the executor's hello from r (bounded by ctx), then serves the line until
 // it ends, pinging the executor to detect a hung one. closer, when not nil, is closed by Close
-// and when the session fails.
-func Start(ctx context.Context, r io.Reader, w io.Writer, closer io.Closer, log *slog.Logger, opts Options) (*Session, error) {
-	c := &Session{conn: protocol.NewConn(r, w), closer: closer, log: log, opts: opts.withDefaults(),
+// and when the line fails.
+func Start(ctx context.Context, r io.Reader, w io.Writer, closer io.Closer, log *slog.Logger, opts Options) (*Line, error) {
+	c := &Line{conn: protocol.NewConn(r, w), closer: closer, log: log, opts: opts.withDefaults(),
 		calls: map[string]*call{}, settles: map[int]*settle{}, done: make(chan struct{}), lastHeard: time.Now(),
 		dialers: map[string]sandbox.EgressDialer{}, streams: map[uint64]*egressStream{}}
 	type helloResult struct {
@@ -149,10 +149,10 @@ func Start(ctx context.Context, r io.Reader, w io.Writer, closer io.Closer, log 
 	return c, nil
 }
 
-// heartbeat pings the executor until the session ends, and ends the session when nothing has
+// heartbeat pings the executor until the line ends, and ends the line when nothing has
 // come from the executor for HeartbeatTimeout (stopped, frozen or deadlocked: its pipe is
 // open but nobody reads it, and it answers no ping).
-func (c *Session) heartbeat() {
+func (c *Line) heartbeat() {
 	t := time.NewTicker(c.opts.HeartbeatInterval)
 	defer t.Stop()
 	for seq := 1; ; seq++ {
@@ -178,20 +178,20 @@ func (c *Session) heartbeat() {
 }
 
 // Hello returns the executor's greeting.
-func (c *Session) Hello() protocol.Hello { return c.hello }
+func (c *Line) Hello() protocol.Hello { return c.hello }
 
-// Done is closed when the session has ended.
-func (c *Session) Done() <-chan struct{} { return c.done }
+// Done is closed when the line has ended.
+func (c *Line) Done() <-chan struct{} { return c.done }
 
-// Err says why the session ended, or nil while it lives.
-func (c *Session) Err() error {
+// Err says why the line ended, or nil while it lives.
+func (c *Line) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.err
 }
 
-// Ready returns nil while the session lives and the executor answers its pings.
-func (c *Session) Ready(context.Context) error {
+// Ready returns nil while the line lives and the executor answers its pings.
+func (c *Line) Ready(context.Context) error {
 	c.mu.Lock()
 	err, silent := c.err, time.Since(c.lastHeard)
 	c.mu.Unlock()
@@ -204,21 +204,21 @@ func (c *Session) Ready(context.Context) error {
 	return nil
 }
 
-// Close ends the session; the executor sees the end of its input, kills every run and exits.
+// Close ends the line; the executor sees the end of its input, kills every run and exits.
 // Runs still waiting fail with ErrClosed. It is idempotent.
-func (c *Session) Close() error {
+func (c *Line) Close() error {
 	c.fail(fmt.Errorf("%w: closed by the daemon", ErrClosed))
 	return nil
 }
 
-func (c *Session) closeConn() {
+func (c *Line) closeConn() {
 	if c.closer != nil {
 		_ = c.closer.Close()
 	}
 }
 
-// fail ends the session with err (the first error wins) and wakes every waiting run.
-func (c *Session) fail(err error) {
+// fail ends the line with err (the first error wins) and wakes every waiting run.
+func (c *Line) fail(err error) {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
@@ -230,7 +230,7 @@ func (c *Session) fail(err error) {
 	c.closeConn()
 }
 
-func (c *Session) readLoop() {
+func (c *Line) readLoop() {
 	for {
 		m, err := c.conn.Receive()
 		if err != nil {
@@ -243,7 +243,7 @@ func (c *Session) readLoop() {
 		// Any frame shows the executor alive, not only a pong: a pong can wait in the stream
 		// behind large frames (4 MiB agent calls, one after another, on a loaded machine took
 		// more than the heartbeat's timeout to arrive and decode, and a live executor's
-		// session was ended).
+		// line was ended).
 		c.mu.Lock()
 		c.lastHeard = time.Now()
 		c.mu.Unlock()
@@ -277,7 +277,7 @@ func (c *Session) readLoop() {
 }
 
 // settled records that slot's last run is cleaned up (errText: how its cleanup failed).
-func (c *Session) settled(slot int, errText string) {
+func (c *Line) settled(slot int, errText string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := c.settles[slot]
@@ -299,8 +299,8 @@ func (c *Session) settled(slot int, errText string) {
 // Settle waits until slot's last run has been cleaned up, so that the slot takes its next
 // run; it returns at once for a slot that has not run. Errors: the cleanup's failure (the
 // slot's files or processes may be left: a caller that can should replace the sandbox), ctx's
-// error, or an error wrapping ErrClosed when the session ends first.
-func (c *Session) Settle(ctx context.Context, slot int) error {
+// error, or an error wrapping ErrClosed when the line ends first.
+func (c *Line) Settle(ctx context.Context, slot int) error {
 	c.mu.Lock()
 	st := c.settles[slot]
 	c.mu.Unlock()
@@ -318,7 +318,7 @@ func (c *Session) Settle(ctx context.Context, slot int) error {
 }
 
 // route hands m to the call waiting for its ID, and reports whether there was one.
-func (c *Session) route(m *protocol.Message) bool {
+func (c *Line) route(m *protocol.Message) bool {
 	c.mu.Lock()
 	cl := c.calls[m.ID]
 	c.mu.Unlock()
@@ -331,14 +331,14 @@ func (c *Session) route(m *protocol.Message) bool {
 }
 
 // reply answers run id's agent call seq.
-func (c *Session) reply(id string, seq int64, value json.RawMessage, err error) {
+func (c *Line) reply(id string, seq int64, value json.RawMessage, err error) {
 	r := &protocol.AgentReply{Seq: seq, OK: err == nil, Value: value}
 	if err != nil {
 		r.Error = err.Error()
 	}
 	err = c.conn.Send(&protocol.Message{Kind: protocol.KindReply, ID: id, AgentReply: r})
 	if errors.Is(err, protocol.ErrFrameTooLarge) {
-		// Nothing was sent: the run gets an error instead of the answer, the session lives on.
+		// Nothing was sent: the run gets an error instead of the answer, the line lives on.
 		r = &protocol.AgentReply{Seq: seq, Error: "the answer is too large to send to the sandbox: ask for less"}
 		err = c.conn.Send(&protocol.Message{Kind: protocol.KindReply, ID: id, AgentReply: r})
 	}
@@ -349,11 +349,11 @@ func (c *Session) reply(id string, seq int64, value json.RawMessage, err error) 
 
 // Run executes spec in slot and returns its result; see sandbox.Runtime for the contract.
 // When ctx ends first, Run asks the executor to kill the run and waits CancelGrace for its
-// result; without one it returns ctx's error. When the session ends, Run returns an error
+// result; without one it returns ctx's error. When the line ends, Run returns an error
 // wrapping ErrClosed with the output received so far in the Result.
 //
 // A run waits for the slot's previous run to be cleaned up (see Settle) before it is sent.
-func (c *Session) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
+func (c *Line) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
 	if err := c.Settle(ctx, slot); err != nil && (ctx.Err() != nil || c.Err() != nil) {
 		return sandbox.Result{}, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
 	} // a failed cleanup is redone by the executor before the next program starts
@@ -381,7 +381,7 @@ func (c *Session) Run(ctx context.Context, slot int, spec sandbox.Spec, emit fun
 	started := time.Now()
 	if err := c.conn.Send(&protocol.Message{Kind: protocol.KindRun, ID: spec.ID, Run: &protocol.Run{Slot: slot, Spec: spec}}); err != nil {
 		if errors.Is(err, protocol.ErrFrameTooLarge) {
-			// Nothing was sent: the session lives on, and the slot has nothing to clean up.
+			// Nothing was sent: the line lives on, and the slot has nothing to clean up.
 			close(st.done)
 			return sandbox.Result{}, fmt.Errorf("the run's code, input and files together do not fit in one message to the sandbox "+
 				"(lower the caps on them): %w", err)
@@ -418,7 +418,7 @@ func (c *Session) Run(ctx context.Context, slot int, spec sandbox.Spec, emit fun
 
 // runOutput is what a run's messages have delivered so far, in Run.
 type runOutput struct {
-	c       *Session
+	c       *Line
 	ctx     context.Context
 	slot    int
 	spec    sandbox.Spec
@@ -531,8 +531,8 @@ func (o *runOutput) result(r sandbox.Result) sandbox.Result {
 	return r
 }
 
-// register adds a call for id, or returns the session's error.
-func (c *Session) register(id string) (*call, func(), error) {
+// register adds a call for id, or returns the line's error.
+func (c *Line) register(id string) (*call, func(), error) {
 	cl := &call{notify: make(chan struct{}, 1)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -553,7 +553,7 @@ const installCancelGrace = 10 * time.Second
 
 // Install asks the executor to make req's requirements importable (see sandbox.Installer),
 // with pip's settings o. progress, when not nil, receives each requirement's status.
-func (c *Session) Install(ctx context.Context, req sandbox.InstallRequest, o protocol.PipOptions, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
+func (c *Line) Install(ctx context.Context, req sandbox.InstallRequest, o protocol.PipOptions, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
 	id := "in_" + sandbox.NewID()[3:]
 	cl, unregister, err := c.register(id)
 	if err != nil {
@@ -606,7 +606,7 @@ func (c *Session) Install(ctx context.Context, req sandbox.InstallRequest, o pro
 }
 
 // Packages lists the installed packages (op "list") or removes a name's (op "remove").
-func (c *Session) Packages(ctx context.Context, op protocol.Packages) ([]protocol.Package, error) {
+func (c *Line) Packages(ctx context.Context, op protocol.Packages) ([]protocol.Package, error) {
 	id := "pk_" + sandbox.NewID()[3:]
 	cl, unregister, err := c.register(id)
 	if err != nil {

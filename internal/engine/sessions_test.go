@@ -1,4 +1,4 @@
-package sandbox
+package engine
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/errclass"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // fakeBox is a session sandbox whose calls block until release is closed (when block is set).
@@ -22,31 +23,34 @@ type fakeBox struct {
 
 func newFakeBox() *fakeBox { return &fakeBox{release: make(chan struct{}), done: make(chan struct{})} }
 
-func (b *fakeBox) Run(ctx context.Context, spec Spec, emit func(Event)) (Result, error) {
+func (b *fakeBox) Run(ctx context.Context, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
 	if !spec.Session {
-		return Result{}, errors.New("a session's call without Session set")
+		return sandbox.Result{}, errors.New("a session's call without Session set")
 	}
 	b.mu.Lock()
 	b.calls = append(b.calls, spec.Code)
 	b.mu.Unlock()
 	if spec.Code == "oom" { // a call that ends the session
-		return Result{Outcome: OutcomeMemoryLimit, StartedAt: time.Now(), SessionEnded: EndMemoryLimit, Reason: "out of memory"}, nil
+		return sandbox.Result{Outcome: sandbox.OutcomeMemoryLimit, StartedAt: time.Now(), SessionEnded: sandbox.EndMemoryLimit, Reason: "out of memory"}, nil
 	}
 	if spec.Code == "block" {
 		select {
 		case <-b.release:
 		case <-ctx.Done():
-			return Result{}, ctx.Err()
+			return sandbox.Result{}, ctx.Err()
 		}
 	}
-	return Result{Outcome: OutcomeOK, StartedAt: time.Now()}, nil
+	return sandbox.Result{Outcome: sandbox.OutcomeOK, StartedAt: time.Now()}, nil
 }
 
-func (b *fakeBox) Install(context.Context, InstallRequest, func(DependencyStatus)) (Installed, error) {
-	return Installed{}, nil
+func (b *fakeBox) Install(context.Context, sandbox.InstallRequest, func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
+	return sandbox.Installed{}, nil
 }
+
 func (b *fakeBox) Done() <-chan struct{} { return b.done }
-func (b *fakeBox) Err() error            { return nil }
+
+func (b *fakeBox) Err() error { return nil }
+
 func (b *fakeBox) Close(context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -59,7 +63,7 @@ func (b *fakeBox) Close(context.Context) error {
 
 type fakeOpener struct{ boxes []*fakeBox }
 
-func (o *fakeOpener) OpenSession(context.Context, string) (SessionBox, error) {
+func (o *fakeOpener) OpenSession(context.Context, string) (sandbox.SessionBox, error) {
 	b := newFakeBox()
 	o.boxes = append(o.boxes, b)
 	return b, nil
@@ -72,32 +76,32 @@ func TestSessionsWaiting(t *testing.T) {
 	op := &fakeOpener{}
 	m := NewSessions(svc, op, nil, DefaultSessionConfig(), nil)
 	defer m.Shutdown(context.Background())
-	s, err := m.Create(t.Context(), SessionRequest{Agent: "a"})
+	s, err := m.Create(t.Context(), sandbox.SessionRequest{Agent: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	box := op.boxes[0]
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if _, err := m.Execute(context.Background(), s.ID, Request{Agent: "a", Code: "block"}, true, nil); err != nil {
+		if _, err := m.Execute(context.Background(), s.ID, sandbox.Request{Agent: "a", Code: "block"}, true, nil); err != nil {
 			t.Errorf("blocking call: %v", err)
 		}
 	})
 	waitFor(t, func() bool { info, _ := m.Get(t.Context(), "a", s.ID); return info.Busy })
-	for i := range MaxSessionWaiting {
+	for i := range sandbox.MaxSessionWaiting {
 		code := string(rune('0' + i))
 		wg.Go(func() {
-			if _, err := m.Execute(context.Background(), s.ID, Request{Agent: "a", Code: code}, true, nil); err != nil {
+			if _, err := m.Execute(context.Background(), s.ID, sandbox.Request{Agent: "a", Code: code}, true, nil); err != nil {
 				t.Errorf("call %s: %v", code, err)
 			}
 		})
 		waitFor(t, func() bool { info, _ := m.Get(t.Context(), "a", s.ID); return info.Waiting == i+1 })
 	}
-	_, err = m.Execute(t.Context(), s.ID, Request{Agent: "a", Code: "x"}, true, nil)
-	if busy, ok := errors.AsType[*SessionBusyError](err); !ok || !busy.Full {
+	_, err = m.Execute(t.Context(), s.ID, sandbox.Request{Agent: "a", Code: "x"}, true, nil)
+	if busy, ok := errors.AsType[*sandbox.SessionBusyError](err); !ok || !busy.Full {
 		t.Fatalf("a call past the waiting cap: %v", err)
 	}
-	if _, err := m.Execute(t.Context(), s.ID, Request{Agent: "a", Code: "x"}, false, nil); !isBusy(err) {
+	if _, err := m.Execute(t.Context(), s.ID, sandbox.Request{Agent: "a", Code: "x"}, false, nil); !isBusy(err) {
 		t.Fatalf("a call that does not wait: %v", err)
 	}
 	close(box.release)
@@ -123,22 +127,22 @@ func TestSessionsExpiry(t *testing.T) {
 	m := NewSessions(svc, op, nil, DefaultSessionConfig(), nil)
 	defer m.Shutdown(context.Background())
 	idle := int64(1000)
-	s, err := m.Create(t.Context(), SessionRequest{Agent: "a", IdleTimeoutMS: &idle})
+	s, err := m.Create(t.Context(), sandbox.SessionRequest{Agent: "a", IdleTimeoutMS: &idle})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Execute(t.Context(), s.ID, Request{Agent: "b", Code: "x"}, true, nil); !errors.Is(err, ErrSessionNotFound) {
+	if _, err := m.Execute(t.Context(), s.ID, sandbox.Request{Agent: "b", Code: "x"}, true, nil); !errors.Is(err, sandbox.ErrSessionNotFound) {
 		t.Fatalf("another agent's call: %v", err)
 	}
 	<-op.boxes[0].Done() // closed when it expires
-	_, err = m.Execute(t.Context(), s.ID, Request{Agent: "a", Code: "x"}, true, nil)
-	if ended, ok := errors.AsType[*SessionEndedError](err); !ok || ended.Info.EndReason != EndIdleTimeout {
+	_, err = m.Execute(t.Context(), s.ID, sandbox.Request{Agent: "a", Code: "x"}, true, nil)
+	if ended, ok := errors.AsType[*sandbox.SessionEndedError](err); !ok || ended.Info.EndReason != sandbox.EndIdleTimeout {
 		t.Fatalf("a call after the expiry: %v", err)
 	}
 }
 
 func isBusy(err error) bool {
-	_, ok := errors.AsType[*SessionBusyError](err)
+	_, ok := errors.AsType[*sandbox.SessionBusyError](err)
 	return ok
 }
 
@@ -159,12 +163,12 @@ func TestSessionsCountEndingCall(t *testing.T) {
 	svc := NewService(&fakeRuntime{}, Hooks{}, DefaultConfig(), nil)
 	m := NewSessions(svc, &fakeOpener{}, nil, DefaultSessionConfig(), nil)
 	defer m.Shutdown(context.Background())
-	s, err := m.Create(t.Context(), SessionRequest{Agent: "a"})
+	s, err := m.Create(t.Context(), sandbox.SessionRequest{Agent: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, code := range []string{"x = 1", "oom"} {
-		if _, err := m.Execute(t.Context(), s.ID, Request{Agent: "a", Code: code}, true, nil); err != nil {
+		if _, err := m.Execute(t.Context(), s.ID, sandbox.Request{Agent: "a", Code: code}, true, nil); err != nil {
 			t.Fatalf("call %q: %v", code, err)
 		}
 	}
@@ -172,7 +176,7 @@ func TestSessionsCountEndingCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.EndReason != EndMemoryLimit || info.Calls != 2 {
+	if info.EndReason != sandbox.EndMemoryLimit || info.Calls != 2 {
 		t.Errorf("after 2 calls, the second ending it: end %q, calls %d; want memory_limit, 2", info.EndReason, info.Calls)
 	}
 }
@@ -180,10 +184,12 @@ func TestSessionsCountEndingCall(t *testing.T) {
 // heldLedger is a session ledger whose every session is held open by another daemon.
 type heldLedger struct{ agent string }
 
-func (heldLedger) BeginSession(context.Context, SessionInfo) error { return nil }
-func (heldLedger) EndSession(context.Context, SessionInfo) error   { return nil }
-func (l heldLedger) LookupSession(_ context.Context, id string) (SessionInfo, error) {
-	return SessionInfo{ID: id, Agent: l.agent, State: SessionActive},
+func (heldLedger) BeginSession(context.Context, sandbox.SessionInfo) error { return nil }
+
+func (heldLedger) EndSession(context.Context, sandbox.SessionInfo) error { return nil }
+
+func (l heldLedger) LookupSession(_ context.Context, id string) (sandbox.SessionInfo, error) {
+	return sandbox.SessionInfo{ID: id, Agent: l.agent, State: sandbox.SessionActive},
 		errclass.Wrap(errclass.NotFound, errors.New("session "+id+" is held by daemon d1 at 10.0.0.1:8765"))
 }
 
@@ -193,13 +199,13 @@ func TestSessionsHeldElsewhere(t *testing.T) {
 	svc := NewService(&fakeRuntime{}, Hooks{}, DefaultConfig(), nil)
 	m := NewSessions(svc, &fakeOpener{}, heldLedger{agent: "a"}, DefaultSessionConfig(), nil)
 	defer m.Shutdown(context.Background())
-	id := NewSessionID()
-	_, err := m.Execute(t.Context(), id, Request{Agent: "a", Code: "1"}, true, nil)
+	id := sandbox.NewSessionID()
+	_, err := m.Execute(t.Context(), id, sandbox.Request{Agent: "a", Code: "1"}, true, nil)
 	if errclass.Of(err) != errclass.NotFound || err == nil || !strings.Contains(err.Error(), "daemon d1 at 10.0.0.1:8765") {
 		t.Errorf("its agent: %v, want not found naming daemon d1", err)
 	}
-	_, err = m.Execute(t.Context(), id, Request{Agent: "b", Code: "1"}, true, nil)
-	if err == nil || strings.Contains(err.Error(), "d1") || !errors.Is(err, ErrSessionNotFound) {
+	_, err = m.Execute(t.Context(), id, sandbox.Request{Agent: "b", Code: "1"}, true, nil)
+	if err == nil || strings.Contains(err.Error(), "d1") || !errors.Is(err, sandbox.ErrSessionNotFound) {
 		t.Errorf("another agent: %v, want a plain not found", err)
 	}
 }

@@ -1,4 +1,4 @@
-package sandbox
+package engine
 
 import "context"
 
@@ -7,14 +7,9 @@ import "context"
 // waits in the queue, and returns a *BusyError when the queue is full. release gives the slot
 // back; call it once. The slot counts as agent's, against its executions_per_agent.
 func (s *Service) Hold(ctx context.Context, agent string) (release func(), err error) {
-	slot, err := s.acquire(ctx, agent)
+	slot, err := s.slots.acquire(ctx, agent)
 	if err != nil {
 		return nil, err
 	}
-	return func() {
-		s.mu.Lock()
-		s.unhold(agent)
-		s.mu.Unlock()
-		s.offer(slot)
-	}, nil
+	return func() { s.slots.unused(slot, agent) }, nil
 }
