@@ -518,8 +518,10 @@ func TestShutdownAnswersInterruptedRuns(t *testing.T) {
 func TestTokenDaemonRefusesAReadableDataDir(t *testing.T) {
 	cfg := config.Default()
 	cfg.DataDir, cfg.Token = t.TempDir(), "a-long-enough-test-token-0123456789"
-	if err := os.Chmod(cfg.DataDir, 0o755); err != nil {
-		t.Fatal(err)
+	for _, d := range []string{filepath.Dir(cfg.DataDir), cfg.DataDir} { // t.TempDir's own is private
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	_, err := app.Open(context.Background(), cfg, testenv.Logger(), io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "chmod 700 "+cfg.DataDir) || !strings.Contains(err.Error(), "refusing to start") {

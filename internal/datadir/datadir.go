@@ -35,25 +35,42 @@ func (e *LockedError) Error() string {
 }
 
 // Exposed returns why dir is open to other users of the machine ("" when it is not): any
-// permission for its group or for others. A data directory holds every run's code, input,
-// output and files, and the bearer token's sessions: sandpit creates it 0700 and its files
-// 0600, but a directory made beforehand (a packaged /var/lib/sandpit is often 0755) keeps its
-// mode.
+// permission for its group or for others, where they can reach it (every directory above it
+// lets them search it). A data directory holds every run's code, input, output and files:
+// sandpit creates it 0700 and its files 0600, but a directory made beforehand (a packaged
+// /var/lib/sandpit is often 0755) keeps its mode.
 func Exposed(dir string) (string, error) {
-	fi, err := os.Stat(dir)
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("reading the data directory's permissions: %w", err)
+	}
+	fi, err := os.Stat(abs)
 	if err != nil {
 		return "", fmt.Errorf("reading the data directory's permissions: %w", err)
 	}
 	mode := fi.Mode().Perm()
-	if mode&0o077 == 0 {
-		return "", nil
+	others, group := mode&0o007 != 0, mode&0o070 != 0
+	for up := filepath.Dir(abs); (others || group) && up != abs; abs, up = up, filepath.Dir(up) {
+		ui, err := os.Stat(up)
+		if err != nil {
+			break // cannot tell: count it as reachable
+		}
+		if ui.Mode().Perm()&0o001 == 0 {
+			others = false
+		}
+		if ui.Mode().Perm()&0o011 == 0 {
+			group = false
+		}
 	}
-	who := "its group"
-	if mode&0o007 != 0 {
-		who = "every user of the machine"
+	switch {
+	case others:
+		return fmt.Sprintf("data directory %s has mode %04o: every user of the machine can read the database and the runs' files in it (fix: chmod 700 %s)",
+			dir, mode, dir), nil
+	case group:
+		return fmt.Sprintf("data directory %s has mode %04o: its group can read the database and the runs' files in it (fix: chmod 700 %s)",
+			dir, mode, dir), nil
 	}
-	return fmt.Sprintf("data directory %s has mode %04o: %s can read the database and the runs' files in it (fix: chmod 700 %s)",
-		dir, mode, who, dir), nil
+	return "", nil
 }
 
 // Lock is a held data directory.

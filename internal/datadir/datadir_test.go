@@ -70,6 +70,9 @@ func TestExposed(t *testing.T) {
 		{0o701, "every user of the machine"},
 	} {
 		dir := t.TempDir()
+		if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil { // t.TempDir's own is private
+			t.Fatal(err)
+		}
 		if err := os.Chmod(dir, c.mode); err != nil {
 			t.Fatal(err)
 		}
@@ -84,5 +87,13 @@ func TestExposed(t *testing.T) {
 	}
 	if why, _ := Exposed(dir); why != "" {
 		t.Errorf("a data directory sandpit created: %s", why)
+	}
+	// A readable directory inside a private one is out of others' reach.
+	inner := filepath.Join(dir, "inner")
+	if err := os.Mkdir(inner, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if why, _ := Exposed(inner); why != "" {
+		t.Errorf("a 0755 directory inside a 0700 one: %s", why)
 	}
 }
