@@ -370,7 +370,17 @@ func (r *Runtime) Run(ctx context.Context, slot int, spec sandbox.Spec, emit fun
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	res, err := line.Run(ctx, 0, spec, emit)
+	runCtx, overMemory, stopWatch := b.runscWatch(ctx, containerID)
+	res, err := line.Run(runCtx, 0, spec, emit)
+	stopWatch()
+	if used := overMemory(); used > 0 && ctx.Err() == nil && (err == nil || !errors.Is(err, control.ErrClosed)) {
+		// The daemon's watch stopped the run: what the box holds on the host came within
+		// RunscMemoryMargin of the container's limit, past what the executor can see.
+		res.Outcome, res.ExitCode, res.Signal = sandbox.OutcomeMemoryLimit, 128+9, 9
+		res.Reason = fmt.Sprintf("the box's memory on the host (%d MiB, gVisor's kernel and the run's socket buffers included) came within "+
+			"%d MiB of the container's limit, and the run was stopped", used>>20, RunscMemoryMargin>>20)
+		return res, nil
+	}
 	if err != nil && errors.Is(err, control.ErrClosed) && !errors.Is(err, sandbox.ErrNotReady) {
 		what, oom := b.whatStopped(containerID)
 		if oom {
@@ -512,6 +522,8 @@ type box struct {
 	engineDown  bool          // the Docker engine does not answer: requests fail at once
 	discard     bool          // the next connect replaces the container instead of adopting it
 	resets      int64         // times the sandbox was lost and brought back
+	// cgroupDir is the host's memory cgroup directory of container cgroupOf (runscWatch).
+	cgroupOf, cgroupDir string
 }
 
 func (b *box) container() string {
