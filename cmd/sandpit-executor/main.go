@@ -15,9 +15,6 @@ import (
 )
 
 func main() {
-	if len(os.Args) == 2 && os.Args[1] == executor.KillUIDCommand {
-		os.Exit(executor.KillUIDMain())
-	}
 	if len(os.Args) >= 2 && os.Args[1] == "spawn-time" {
 		os.Exit(spawnTime(os.Args[2:], os.Stdout, os.Stderr))
 	}

@@ -35,14 +35,22 @@ func asUID(uid int, fn func() error) error {
 	return <-errc
 }
 
-// KillUIDCommand is the first argument that makes the executor's binary the kill helper
-// (KillUIDMain): killUID starts it as the uid whose processes it kills.
-const KillUIDCommand = "kill-uid"
+// killHelperName is the kill helper's argv[0]: killUID starts the executor's own binary under
+// that name, as the uid whose processes it kills, and this package's init makes the process
+// the helper before anything else runs (in any binary that holds the executor: the
+// executor's, or a test's).
+const killHelperName = "sandpit-kill-uid"
 
-// KillUIDMain is the kill helper: it sends SIGKILL to every process it may signal (its own
+func init() {
+	if len(os.Args) == 1 && os.Args[0] == killHelperName {
+		os.Exit(killHelperMain())
+	}
+}
+
+// killHelperMain is the kill helper: it sends SIGKILL to every process it may signal (its own
 // uid's, all but itself) and returns the exit status: 0 when done (or there was none), 1 on
-// an error. The executor's main calls it when its first argument is KillUIDCommand.
-func KillUIDMain() int {
+// an error.
+func killHelperMain() int {
 	if err := syscall.Kill(-1, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return 1
 	}
@@ -58,7 +66,7 @@ const killHelperWait = 2 * time.Second
 //
 // It is the technique of isolate: as uid, kill(-1, SIGKILL) reaches every process that uid may
 // signal, under the kernel's task-list lock, so a fork bomb cannot outrun it. It is done by a
-// helper process forked from the executor's binary and started as uid (KillUIDMain), never by
+// helper process forked from the executor's binary and started as uid (killHelperName), never by
 // a thread of the executor: a thread that became uid could be signalled by the very processes
 // it is about to kill, and a signal to one thread (a SIGSTOP, a SIGKILL) acts on the whole
 // executor. Only when the helper cannot be started (no binary, the box's process limit
@@ -70,7 +78,7 @@ func killUID(uid int) error {
 	// The executor's own binary, through the link that needs no search permission on its
 	// directory (a test binary's is private to root).
 	const self = "/proc/self/exe"
-	pid, err := syscall.ForkExec(self, []string{"sandpit-executor", KillUIDCommand}, &syscall.ProcAttr{
+	pid, err := syscall.ForkExec(self, []string{killHelperName}, &syscall.ProcAttr{
 		Env: []string{},
 		Sys: &syscall.SysProcAttr{
 			Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}},
