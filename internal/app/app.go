@@ -165,6 +165,14 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	}()
 	closers = append(closers, lock.Release)
 	cfg.DataDir = lock.Dir()
+	switch why, err := datadir.Exposed(cfg.DataDir); {
+	case err != nil:
+		return nil, err
+	case why != "" && cfg.Token != "":
+		return nil, fmt.Errorf("%s; a daemon with a token keeps its data private: refusing to start", why)
+	case why != "":
+		log.Warn("the data directory is readable by other users", "why", why)
+	}
 	st, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return nil, err

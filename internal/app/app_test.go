@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -509,5 +510,36 @@ func TestShutdownAnswersInterruptedRuns(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// H39: a daemon with a token refuses a data directory other users can read (the database
+// holds every run's code and output), saying how to fix it; without a token it starts.
+func TestTokenDaemonRefusesAReadableDataDir(t *testing.T) {
+	cfg := config.Default()
+	cfg.DataDir, cfg.Token = t.TempDir(), "a-long-enough-test-token-0123456789"
+	for _, d := range []string{filepath.Dir(cfg.DataDir), cfg.DataDir} { // t.TempDir's own is private
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := app.Open(context.Background(), cfg, testenv.Logger(), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "chmod 700 "+cfg.DataDir) || !strings.Contains(err.Error(), "refusing to start") {
+		t.Fatalf("app.Open with a token on a 0755 data directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, "sandpit.db")); err == nil {
+		t.Fatal("the database was created in the readable data directory")
+	}
+	found := false
+	for _, c := range app.Doctor(context.Background(), cfg, app.ConfigSource{Name: "test"}, "http://127.0.0.1:1") {
+		if c.Name == "data directory" {
+			found = true
+			if c.OK || !c.Required || !strings.Contains(c.Fix, "chmod 700") {
+				t.Fatalf("doctor: %+v", c)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("doctor checked no data directory")
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 	apiclient "github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/config"
+	"github.com/sandpit-dev/sandpit/internal/datadir"
 	"github.com/sandpit-dev/sandpit/internal/egress"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -79,7 +80,7 @@ func Doctor(ctx context.Context, cfg config.Config, src ConfigSource, url string
 		add(Check{Name: "executor binary", OK: true, Required: true, Detail: exe})
 	}
 
-	add(dataDirCheck(cfg.DataDir))
+	add(dataDirCheck(cfg.DataDir, cfg.Token != ""))
 	add(ledgerCheck(cfg))
 	if cfg.DatabaseURL != "" {
 		add(databaseCheck(ctx, cfg.DatabaseURL))
@@ -209,7 +210,9 @@ func ledgerCheck(cfg config.Config) Check {
 	return c
 }
 
-func dataDirCheck(dir string) Check {
+// dataDirCheck checks that dir is a writable data directory with room, private to its owner
+// (required when the daemon has a token, which then refuses an exposed one).
+func dataDirCheck(dir string, token bool) Check {
 	c := Check{Name: "data directory", Required: true}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		c.Detail, c.Fix = err.Error(), "set data_dir (SANDPIT_DATA_DIR) to a directory you can write"
@@ -222,6 +225,11 @@ func dataDirCheck(dir string) Check {
 	}
 	f.Close()
 	os.Remove(f.Name())
+	if why, err := datadir.Exposed(dir); err != nil || why != "" {
+		c.Detail, c.Required = cmp.Or(why, fmt.Sprint(err)), token
+		c.Fix = "chmod 700 " + dir + " (a daemon with a token refuses to start on a data directory others can read)"
+		return c
+	}
 	var fs syscall.Statfs_t
 	if err := syscall.Statfs(dir, &fs); err == nil {
 		free := int64(fs.Bavail) * int64(fs.Bsize)
@@ -289,6 +297,7 @@ func imageChecks(ctx context.Context, api client.APIClient, cfg config.Config, e
 	default:
 		checks = append(checks, Check{Name: "warm containers", Detail: "not running", Fix: "run `sandpit setup` or `sandpit serve`"})
 	}
+	checks = append(checks, seccompCheck(ctx, api, cfg, running), socketMemoryCheck(ctx, api, cfg, running))
 	if cfg.Network == "allowlist" && cfg.IndexURL != "" {
 		checks = append(checks, hostIndexCheck(ctx, cfg.IndexURL))
 	} else if err == nil && len(running) > 0 && cfg.IndexURL != "" {
@@ -428,4 +437,78 @@ func databaseCheck(ctx context.Context, url string) Check {
 	}
 	return Check{Name: "database", OK: true, Required: true,
 		Detail: fmt.Sprintf("PostgreSQL %s at %s, shared by %d daemon(s) so far", version, store.RedactURL(url), daemons)}
+}
+
+// seccompCheck reports the seccomp profile in force: sandpit's own (docker.SeccompProfile),
+// which the warm containers must carry, and under runsc that gVisor's kernel serves the system
+// calls (it applies an OCI profile only when registered with --oci-seccomp).
+func seccompCheck(ctx context.Context, api client.APIClient, cfg config.Config, running []string) Check {
+	c := Check{Name: "seccomp profile", Detail: docker.SeccompSummary(cfg.Network)}
+	info, err := api.Info(ctx, client.InfoOptions{})
+	if err == nil && !slices.ContainsFunc(info.Info.SecurityOptions, func(o string) bool { return strings.Contains(o, "name=seccomp") }) {
+		c.Required = true
+		c.Detail = "the Docker engine has no seccomp support (docker info: Security Options), so sandpit's profile cannot be applied: " + c.Detail
+		c.Fix = "use an engine built with seccomp on a kernel that has it (CONFIG_SECCOMP_FILTER), or runtime runsc"
+		return c
+	}
+	if cfg.ContainerRuntime() == "runsc" && err == nil {
+		if rt, ok := info.Info.Runtimes["runsc"]; ok && !slices.Contains(rt.Args, "--oci-seccomp") {
+			c.Detail += "; under runsc gVisor's own kernel serves the system calls and applies no OCI profile (runsc without --oci-seccomp): it has no vsock, and its AIO and io_uring touch no host counter"
+		}
+	}
+	want, other := docker.SeccompDigest(cfg.Network), 0
+	for _, id := range running {
+		ins, err := api.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if err == nil && docker.SeccompDigestOf(ins.Container.HostConfig.SecurityOpt) != want {
+			other++
+		}
+	}
+	if other > 0 {
+		c.Detail += fmt.Sprintf("; %d of the %d warm containers carry another profile", other, len(running))
+		c.Fix = "restart the daemon (`sandpit serve`): it replaces containers made with other settings"
+		return c
+	}
+	if len(running) > 0 {
+		c.Detail += fmt.Sprintf("; in force on the %d warm containers", len(running))
+	}
+	c.OK = true
+	return c
+}
+
+// socketMemoryCheck says whether a box's socket buffers count against its memory: cgroup v2
+// charges them to the box's memory limit; cgroup v1 does not, and the daemon bounds the box's
+// TCP buffers itself (memory.kmem.tcp.limit_in_bytes, which needs it on the engine's host as
+// root), while v1 has no bound on UDP buffers (refused in the box unless network is full).
+func socketMemoryCheck(ctx context.Context, api client.APIClient, cfg config.Config, running []string) Check {
+	c := Check{Name: "socket buffers", OK: true}
+	switch {
+	case cfg.ContainerRuntime() == "runsc":
+		c.Detail = "runsc: gVisor's network stack keeps socket buffers in the sandbox's own memory, under the box's limit"
+		return c
+	case docker.CgroupV2():
+		c.Detail = "cgroup v2: socket buffers count against each box's memory limit"
+		return c
+	}
+	c.Detail = fmt.Sprintf("cgroup v1 does not count socket buffers against a box's memory limit: sandpit caps each box's TCP buffers at %d MiB "+
+		"(memory.kmem.tcp.limit_in_bytes) and each socket's at 4 MiB (tcp_rmem, tcp_wmem in the box's namespace)", docker.TCPMemoryBytes>>20)
+	if cfg.Network == "full" {
+		c.Detail += "; with network full, UDP buffers are bounded only by the host-wide udp_mem (cgroup v2 bounds them)"
+	} else {
+		c.Detail += "; runs make no UDP sockets (network " + cfg.Network + ")"
+	}
+	for _, id := range running {
+		limit, on, err := docker.TCPMemoryLimit(ctx, api, id)
+		switch {
+		case err != nil:
+			c.OK, c.Detail = false, c.Detail+"; cannot read a warm container's TCP limit: "+err.Error()
+			c.Fix = "run the daemon as root on the engine's host so it can set each box's TCP limit, or move the host to cgroup v2 (systemd.unified_cgroup_hierarchy=1)"
+		case !on || limit != docker.TCPMemoryBytes:
+			c.OK, c.Detail = false, c.Detail+fmt.Sprintf("; warm container %.12s has no such TCP limit", id)
+			c.Fix = "run the daemon as root on the engine's host (it sets the limit when it creates a container; `sandpit serve` replaces the rest), or use cgroup v2"
+		default:
+			continue
+		}
+		break
+	}
+	return c
 }

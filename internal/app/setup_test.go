@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/app"
 	"github.com/sandpit-dev/sandpit/internal/cli"
 	"github.com/sandpit-dev/sandpit/internal/setup"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 func setupEvents(t *testing.T, r io.Reader) []setup.Event {
@@ -117,5 +119,29 @@ func TestDoctor(t *testing.T) {
 	got = byName(app.Doctor(t.Context(), cfg, app.ConfigSource{Name: "test"}, "http://127.0.0.1:1"))
 	if c := got["docker engine"]; c.OK || !c.Required || !strings.Contains(c.Fix, "check the engine address tcp://127.0.0.1:9") {
 		t.Errorf("no engine: %+v", c)
+	}
+}
+
+// doctor reports the seccomp profile in force on the warm containers (sandpit's own, H35) and
+// what bounds their socket buffers (cgroup v1: the box's TCP limit, H37).
+func TestDoctorReportsTheKernelSurface(t *testing.T) {
+	cfg := testConfig(t)
+	eng, err := app.Open(t.Context(), cfg, testenv.Logger(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	allReady(t, eng)
+	checks := map[string]app.Check{}
+	for _, c := range app.Doctor(t.Context(), cfg, app.ConfigSource{Name: "test"}, "http://127.0.0.1:1") {
+		checks[c.Name] = c
+	}
+	if c := checks["seccomp profile"]; !c.OK || !strings.Contains(c.Detail, "AF_VSOCK") || !strings.Contains(c.Detail, "io_uring_setup") ||
+		!strings.Contains(c.Detail, fmt.Sprintf("in force on the %d warm containers", cfg.Slots)) {
+		t.Errorf("seccomp profile: %+v", c)
+	}
+	c := checks["socket buffers"]
+	if !c.OK || (!strings.Contains(c.Detail, "cgroup v2") && !strings.Contains(c.Detail, "cgroup v1 does not count socket buffers")) {
+		t.Errorf("socket buffers: %+v", c)
 	}
 }

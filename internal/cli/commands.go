@@ -21,6 +21,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/datadir"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // DefaultURL is where `sandpit run` looks for a daemon when SANDPIT_URL is not set.
@@ -212,7 +213,7 @@ func (o *options) emitter(asJSON bool) func(apitype.Event) {
 			fmt.Fprintf(o.env.Stderr, "sandpit: agent.log %s: %s\n", e.Level, e.Data)
 		case apitype.StreamFile:
 			if e.File != nil {
-				fmt.Fprintf(o.env.Stderr, "sandpit: output file %s (%s, %s)\n", e.File.Name, e.File.MediaType, humanSize(e.File.SizeBytes))
+				fmt.Fprintf(o.env.Stderr, "sandpit: output file %s (%s, %s)\n", sandbox.EscapeName(e.File.Name), sandbox.EscapeName(e.File.MediaType), humanSize(e.File.SizeBytes))
 			}
 		}
 	}

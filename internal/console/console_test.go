@@ -47,6 +47,9 @@ func post(t *testing.T, c *http.Client, h *harness, path, origin string, form ur
 
 var csrfPattern = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
+// bidiName reads "invoiceexe.pdf" where a right-to-left override takes effect.
+const bidiName = "invoice\u202efdp.exe"
+
 // TestSignIn: with a token, pages send a browser to the sign-in form; the right token sets an
 // HttpOnly SameSite=Strict cookie for /ui only, which opens the console but not the API;
 // POSTs need the same origin and the page's CSRF token; the bearer token opens the console too.
@@ -133,7 +136,7 @@ const (
 func TestEscaping(t *testing.T) {
 	h := newHarness(t, "")
 	id := h.add(t, record{code: "print('<script>x</script>')  # </code></pre><script>", stdout: hostileStdout, stderr: "\x1b[33mwarn\x1b[0m <b>bold?</b>",
-		files: map[string][]byte{hostileName: []byte("data"), "dir/a b#?.csv": []byte("x,y\n")}})
+		files: map[string][]byte{hostileName: []byte("data"), "dir/a b#?.csv": []byte("x,y\n"), bidiName: []byte("MZ")}})
 	c := client(t)
 	status, body, _ := get(t, c, h, "/ui/executions/"+id, nil)
 	if status != http.StatusOK {
@@ -150,8 +153,12 @@ func TestEscaping(t *testing.T) {
 			t.Errorf("the page lacks %q", want)
 		}
 	}
+	// A name with a right-to-left override is shown with it escaped (H40), not reordered.
+	if strings.ContainsRune(body, '\u202e') || !strings.Contains(body, `invoice\u202efdp.exe`) {
+		t.Errorf("the page shows %q unescaped", bidiName)
+	}
 	// File links reach the files, whatever their names.
-	for _, name := range []string{hostileName, "dir/a b#?.csv"} {
+	for _, name := range []string{hostileName, "dir/a b#?.csv", bidiName} {
 		link := console.FileURL(id, name)
 		if !strings.Contains(body, strings.ReplaceAll(link, "&", "&amp;")) {
 			t.Errorf("the page has no link %s", link)
