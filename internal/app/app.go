@@ -210,6 +210,8 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	svc := engine.NewService(rt, hooks, scfg, log)
 	m.Watch(svc.Stats, rt.Resets)
 	lib := library.New(st, svc, cfg.MaxDependencies)
+	sessions := engine.NewSessions(svc, rt, st, cfg.Sessions(), log)
+	sessions.SetCommandRecorder(st)
 	return &Core{
 		Service:  svc,
 		Runtime:  rt,
@@ -218,7 +220,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		Library:  lib,
 		Jobs:     jobs.New(m.JobStore(st), lib, svc, jobsConfig(st, scfg.MaxTimeout), log),
 		Metrics:  m,
-		Sessions: engine.NewSessions(svc, rt, st, cfg.Sessions(), log),
+		Sessions: sessions,
 		api:      api,
 		lock:     lock,
 	}, nil

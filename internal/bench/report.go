@@ -330,6 +330,11 @@ const (
 	// MaxSessionPrintMS is the most a print(1) call's p50 in a live session may be, end to
 	// end, in milliseconds.
 	MaxSessionPrintMS = 10
+	// MaxSessionEchoMS, MaxSessionFileMS and MaxSessionListMS are the workspace's goals (p50,
+	// through REST): `echo 1` as a command, a 1 MiB file written then read, a 1,000-file listing.
+	MaxSessionEchoMS = 10
+	MaxSessionFileMS = 20
+	MaxSessionListMS = 20
 	// MinColdAnalysisOverREST is the least baseline D p50 must be, as a multiple of REST
 	// analysis'.
 	MinColdAnalysisOverREST = 20
@@ -419,6 +424,19 @@ func Targets(r Report) []Target {
 	if v := p50(LatencySessionPrint); v > 0 { // a daemon with sessions off has none
 		targets = append(targets, Target{Name: "session_print_p50", What: "session call print(1) p50", Unit: "ms", Op: "<=",
 			Goal: MaxSessionPrintMS, Value: round(v, 1), Status: evaluate(v, "<=", MaxSessionPrintMS)})
+	}
+	for _, g := range []struct {
+		latency, name, what string
+		goal                float64
+	}{
+		{LatencySessionEcho, "session_echo_p50", "session command echo 1 p50", MaxSessionEchoMS},
+		{LatencySessionFile, "session_file_1mib_p50", "session 1 MiB write then read p50", MaxSessionFileMS},
+		{LatencySessionList, "session_list_1000_p50", "session listing of 1,000 files p50", MaxSessionListMS},
+	} {
+		if v := p50(g.latency); v > 0 {
+			targets = append(targets, Target{Name: g.name, What: g.what, Unit: "ms", Op: "<=", Goal: g.goal, Value: round(v, 1),
+				Status: evaluate(v, "<=", g.goal)})
+		}
 	}
 	return targets
 }

@@ -1,11 +1,13 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/client"
 )
 
 // The names of the session measurements (Latency.Name).
@@ -16,6 +18,12 @@ const (
 	// LatencySessionSum is a call that sums a column of a 1-million-row DataFrame an earlier
 	// call of the session loaded (the load itself is timed once, in What).
 	LatencySessionSum = "session_sum"
+	// LatencySessionEcho is `echo 1` as a foreground command of a live session, through REST.
+	LatencySessionEcho = "session_echo"
+	// LatencySessionFile is a 1 MiB file written (PUT) then read back (GET), through REST.
+	LatencySessionFile = "session_file_1mib"
+	// LatencySessionList is a listing of a 1,000-file directory of a session, through REST.
+	LatencySessionList = "session_list_1000"
 )
 
 // sessionSumCalls is how many sum calls LatencySessionSum times.
@@ -78,12 +86,80 @@ func (b *bench) sessionLatencies(ctx context.Context, in *instance, rep *Report)
 	if err != nil {
 		return fmt.Errorf("timing the sums in a session: %w", err)
 	}
-	for _, l := range []Latency{
+	ws, err := b.workspaceLatencies(ctx, api, info.ID)
+	if err != nil {
+		return err
+	}
+	for _, l := range append([]Latency{
 		newLatency(LatencySessionPrint, "", "sandpit session call print(1)", prints, nil),
 		newLatency(LatencySessionSum, "", fmt.Sprintf("session call: sum of a kept 1e6-row column (load once: %d ms)", load.Milliseconds()), sums, nil),
-	} {
+	}, ws...) {
 		b.say("%s: %d calls, p50 %.1f ms", l.What, l.Runs, l.P50MS)
 		rep.Latency = append(rep.Latency, l)
 	}
 	return nil
+}
+
+// workspaceLatencies times a session's workspace through REST: `echo 1` as a command, a
+// 1 MiB file written then read, and a listing of a 1,000-file directory (b.opts.Runs each).
+func (b *bench) workspaceLatencies(ctx context.Context, api *client.Client, id string) ([]Latency, error) {
+	timed := func(n int, do func(context.Context) error) ([]time.Duration, error) {
+		var out []time.Duration
+		for range n {
+			cctx, cancel := context.WithTimeout(ctx, requestTimeout)
+			began := time.Now()
+			err := do(cctx)
+			out = append(out, time.Since(began))
+			cancel()
+			if err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	echo, err := timed(b.opts.Runs, func(ctx context.Context) error {
+		res, err := api.Command(ctx, "default", id, apitype.CommandRequest{Cmd: "echo 1"}, nil)
+		if err == nil && (res.Stdout != "1\n" || res.Process.End == nil || res.Process.End.Outcome != apitype.OutcomeOK) {
+			err = fmt.Errorf("echo 1 answered %q, %+v", res.Stdout, res.Process.End)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("timing echo 1 in a session: %w", err)
+	}
+	mib := bytes.Repeat([]byte("0123456789abcdef"), 1<<16)
+	file, err := timed(b.opts.Runs, func(ctx context.Context) error {
+		if _, err := api.WriteSessionFile(ctx, "default", id, "bench/1mib.bin", bytes.NewReader(mib), true); err != nil {
+			return err
+		}
+		got, err := api.ReadSessionFile(ctx, "default", id, "bench/1mib.bin", 0, 0)
+		if err == nil && !bytes.Equal(got, mib) {
+			err = fmt.Errorf("read back %d bytes, not the 1 MiB written", len(got))
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("timing a 1 MiB write and read in a session: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	_, err = api.Command(cctx, "default", id, apitype.CommandRequest{Cmd: "mkdir -p many && cd many && for i in $(seq 1 1000); do : > f$i; done"}, nil)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("making 1,000 files in a session: %w", err)
+	}
+	list, err := timed(b.opts.Runs, func(ctx context.Context) error {
+		l, err := api.ListSessionFiles(ctx, "default", id, "many", 1)
+		if err == nil && len(l.Entries) != 1000 {
+			err = fmt.Errorf("listed %d entries, not 1,000", len(l.Entries))
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("timing a listing of 1,000 files in a session: %w", err)
+	}
+	return []Latency{
+		newLatency(LatencySessionEcho, "", "session command echo 1", echo, nil),
+		newLatency(LatencySessionFile, "", "session file: write then read 1 MiB", file, nil),
+		newLatency(LatencySessionList, "", "session files: list 1,000 entries", list, nil),
+	}, nil
 }

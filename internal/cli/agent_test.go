@@ -126,6 +126,8 @@ func TestEveryAgentFlagIsSent(t *testing.T) {
 		"session show":  {args: []string{"se_x"}},
 		"session rm":    {args: []string{"se_x"}},
 		"session run":   {args: []string{"se_x", "-c", "print(1)"}},
+		"session exec":  {args: []string{"se_x", "-c", "true"}},
+		"session cp":    {args: []string{codeFile, "se_x:a.py"}},
 		"exec list":     {},
 		"exec show":     {args: []string{"ex_x"}},
 		"exec files":    {args: []string{"ex_x"}},

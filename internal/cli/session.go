@@ -17,8 +17,9 @@ import (
 
 // sessionCommand is `sandpit session`: stateful sessions on the daemon.
 func (o *options) sessionCommand() *cobra.Command {
-	s := &cobra.Command{Use: "session", Short: "Stateful sessions: new, run, ls, show, rm (an interpreter that keeps its globals between calls; needs the daemon)"}
-	s.AddCommand(o.sessionNewCommand(), o.sessionRunCommand(), o.sessionListCommand(), o.sessionShowCommand(), o.sessionRmCommand())
+	s := &cobra.Command{Use: "session", Short: "Stateful sessions: new, run, exec, cp, ls, show, rm (an interpreter, commands and files that persist; needs the daemon)"}
+	s.AddCommand(o.sessionNewCommand(), o.sessionRunCommand(), o.sessionExecCommand(), o.sessionCpCommand(), o.sessionListCommand(),
+		o.sessionShowCommand(), o.sessionRmCommand())
 	return s
 }
 
@@ -155,13 +156,30 @@ before it; with --no-wait it fails at once while one runs.`,
 }
 
 func (o *options) sessionListCommand() *cobra.Command {
-	var f daemonFlags
+	var (
+		f     daemonFlags
+		depth int
+	)
 	cmd := &cobra.Command{
-		Use:     "ls",
+		Use:     "ls [ID [PATH]]",
 		Aliases: []string{"list"},
-		Short:   "List the agent's sessions: active ones and those ended while the daemon ran",
-		Args:    exactArgs(0),
+		Short:   "List the agent's sessions (active ones and those ended while the daemon ran), or with ID a session's files",
+		Example: `  sandpit session ls
+  sandpit session ls se_... data --depth 2`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 2 {
+				return usageErrorf("give at most a session ID and a PATH in it; usage: %s", cmd.UseLine())
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				path := ""
+				if len(args) == 2 {
+					path = args[1]
+				}
+				return o.sessionFilesList(cmd, f, depth, args[0], path)
+			}
 			c, err := o.daemon(cmd, f)
 			if err != nil {
 				return err
@@ -192,6 +210,7 @@ func (o *options) sessionListCommand() *cobra.Command {
 		},
 	}
 	f.register(cmd.Flags(), true)
+	cmd.Flags().IntVar(&depth, "depth", 1, "with ID: list this many levels down")
 	return cmd
 }
 

@@ -129,6 +129,9 @@ func kindOf(id string) string {
 	if strings.HasPrefix(id, "in_") {
 		return "install"
 	}
+	if id == sandbox.WorkspaceEgressOwner {
+		return "the session's commands"
+	}
 	return "run"
 }
 

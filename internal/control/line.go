@@ -265,7 +265,8 @@ func (c *Line) readLoop() {
 			c.fork, c.forkWhy = m.Fork, m.Error
 			c.mu.Unlock()
 		case protocol.KindStdout, protocol.KindStderr, protocol.KindFile, protocol.KindResult, protocol.KindRefused,
-			protocol.KindInstallStatus, protocol.KindInstalled, protocol.KindPackagesResult:
+			protocol.KindInstallStatus, protocol.KindInstalled, protocol.KindPackagesResult,
+			protocol.KindProcStarted, protocol.KindProcEnded, protocol.KindProcAck, protocol.KindFileReply:
 			c.route(m)
 		case protocol.KindSettled:
 			c.settled(m.Slot, m.Error)

@@ -45,6 +45,9 @@ type Sessions struct {
 	cfg    SessionConfig
 	log    *slog.Logger
 
+	// commands records each command in the ledger (nil: none).
+	commands CommandRecorder
+
 	mu      sync.Mutex
 	live    map[string]*liveSession
 	opening map[string]int // by agent: sessions being created
@@ -60,6 +63,11 @@ type liveSession struct {
 	paths []string
 	turn  chan struct{} // holds the token while no call runs; waiters receive in order
 	timer *time.Timer
+	// egress is the dialer of the session's commands (network "allowlist"), closed at its end.
+	egress sandbox.EgressRun
+	// workspace holds the session's commands (see workspace.go), made at first use.
+	wsOnce    sync.Once
+	workspace *workspace
 }
 
 // NewSessions returns the session keeper over svc (its limits, ledger, callbacks and file
@@ -139,6 +147,10 @@ func (m *Sessions) Create(ctx context.Context, req sandbox.SessionRequest) (sand
 		if err := m.ledger.BeginSession(ctx, ls.info); err != nil {
 			return fail(fmt.Errorf("%w: the ledger could not record the session (%v); check that the data directory's disk has space and is writable", sandbox.ErrNotReady, err))
 		}
+	}
+	if m.svc.net != nil {
+		ls.egress = m.svc.net.ForWorkspace()
+		box.SetEgress(ls.egress)
 	}
 	ls.turn <- struct{}{}
 	m.mu.Lock()
@@ -294,6 +306,9 @@ func (m *Sessions) end(id, code, reason string) (sandbox.SessionInfo, bool) {
 		defer cancel()
 		if err := ls.box.Close(ctx); err != nil {
 			m.log.Warn("removing an ended session's sandbox", "session", id, "error", err)
+		}
+		if ls.egress != nil {
+			ls.egress.Close()
 		}
 		if m.ledger != nil {
 			if err := m.ledger.EndSession(ctx, info); err != nil {

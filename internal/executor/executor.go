@@ -79,6 +79,10 @@ type Config struct {
 	// /proc/meminfo, bytes) below which the running program is stopped with outcome
 	// memory_limit: the room the sandbox's own kernel needs and the watch's reaction time.
 	MemoryReserve int64
+	// SessionHome, when set, is the working directory and home of slot 0 (a session's
+	// executor: its own tmpfs at sandbox.SessionHome), made once and kept for the session's
+	// life; its interpreter, commands and files share it.
+	SessionHome string
 	// SocketBufferMax, when not 0, is written under gVisor as the maximum of the box's
 	// net.ipv4.tcp_rmem and tcp_wmem (bytes): gVisor ignores the container's sysctls, and its
 	// network stack's buffers are memory of the sandbox that the watch of MemAvailable does not
@@ -148,8 +152,14 @@ type Executor struct {
 	installs map[string]context.CancelFunc // by install request ID
 	next     map[int]*nextProgram          // by slot: its next program (see reserveNext)
 	interps  map[int]*interp               // by slot: its session interpreter (see interp.go)
-	stopping bool
-	wg       sync.WaitGroup
+	procs    map[string]*proc              // by process ID: a session's commands (see commands.go)
+	// homesReady: by slot, its session home is made (see sessionHome).
+	homesReady map[int]bool
+	// pythonVersion is the interpreter's ("3.11.2"); gidSeq counts the commands' groups.
+	pythonVersion string
+	gidSeq        int
+	stopping      bool
+	wg            sync.WaitGroup
 }
 
 // Serve prepares the box (killing a stale executor and every slot's leftover processes and
@@ -162,11 +172,12 @@ func Serve(ctx context.Context, conn *protocol.Conn, cfg Config, log *slog.Logge
 	}
 	e := &Executor{cfg: cfg, conn: conn, log: log, runs: map[string]*run{}, busy: map[int]bool{},
 		installs: map[string]context.CancelFunc{}, next: map[int]*nextProgram{}, interps: map[int]*interp{},
-		ipcListed: ipcListed()}
+		procs: map[string]*proc{}, homesReady: map[int]bool{}, ipcListed: ipcListed()}
 	python, err := e.prepare()
 	if err != nil {
 		return err
 	}
+	e.pythonVersion = python
 	if e.installer, err = newInstaller(e, e.cfg.Python, python); err != nil {
 		return err
 	}
@@ -277,6 +288,17 @@ func (e *Executor) handle(m *protocol.Message) {
 		if e.proxy != nil {
 			e.proxy.handleMessage(m)
 		}
+	case protocol.KindCommand:
+		if m.Command == nil {
+			e.send(&protocol.Message{Kind: protocol.KindProcStarted, ID: m.ID, Error: "command message without command"})
+			return
+		}
+		e.wg.Go(func() { e.startCommand(0, m.ID, *m.Command) })
+	case protocol.KindProcInput, protocol.KindProcSignal, protocol.KindProcResize:
+		e.wg.Go(func() { e.procOp(m) })
+	case protocol.KindFileRead, protocol.KindFileWrite, protocol.KindFileList, protocol.KindFileStat,
+		protocol.KindFileMkdir, protocol.KindFileRename, protocol.KindFileRemove:
+		e.wg.Go(func() { e.fileOp(0, m) })
 	case protocol.KindPing:
 		fork, why := e.forks.state()
 		if err := e.conn.Send(&protocol.Message{Kind: protocol.KindPong, ID: m.ID, Fork: fork, Error: why}); err != nil {
@@ -379,6 +401,12 @@ func (e *Executor) clean(slot int) error {
 	uid := e.cfg.UIDBase + slot
 	var errs []error
 	for _, dir := range []string{e.slotDir(slot), e.homeDir(slot)} {
+		if dir == e.cfg.SessionHome {
+			if err := clearDir(dir); err != nil {
+				errs = append(errs, fmt.Errorf("clearing the session's home: %w", err))
+			}
+			continue
+		}
 		if err := os.RemoveAll(dir); err != nil {
 			errs = append(errs, fmt.Errorf("removing the run's directory: %w", err))
 		}
@@ -473,14 +501,36 @@ func (e *Executor) replaceStale() error {
 	return nil
 }
 
+// clearDir removes everything in dir (a mount point, which itself stays).
+func clearDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, ent := range entries {
+		errs = append(errs, os.RemoveAll(filepath.Join(dir, ent.Name())))
+	}
+	return errors.Join(errs...)
+}
+
 // slotDir is slot's working directory (the run's cwd); homeDir its home (HOME, and every
 // configuration and cache directory of its libraries). Both are private to the slot's uid
 // (0700) and made afresh for each run.
 func (e *Executor) slotDir(slot int) string {
+	if slot == 0 && e.cfg.SessionHome != "" {
+		return e.cfg.SessionHome
+	}
 	return filepath.Join(e.cfg.RunRoot, "slot-"+strconv.Itoa(slot))
 }
 
 func (e *Executor) homeDir(slot int) string {
+	if slot == 0 && e.cfg.SessionHome != "" {
+		return e.cfg.SessionHome
+	}
 	return filepath.Join(e.cfg.RunRoot, "home-"+strconv.Itoa(slot))
 }
 

@@ -117,7 +117,7 @@ func mkdirsBeneath(root, uid int, parts []string) (int, error) {
 			closeUnlessRoot(fd, root)
 			return -1, fmt.Errorf("making directory %q: %w", part, err)
 		}
-		next, err := openatRetry(fd, part, dirFlags)
+		next, err := openDirAt(fd, part)
 		closeUnlessRoot(fd, root)
 		if err != nil {
 			return -1, fmt.Errorf("opening directory %q: %w", part, err)
@@ -133,6 +133,41 @@ func mkdirsBeneath(root, uid int, parts []string) (int, error) {
 				return -1, err
 			}
 		}
+	}
+	return fd, nil
+}
+
+// openDirAt opens the directory name of dirfd for reading without following a symbolic link.
+// O_NOFOLLOW alone is not enough everywhere: gVisor's openat follows a link despite
+// O_NOFOLLOW when O_DIRECTORY is set (a link to /tmp opened /tmp), so the entry is looked at
+// first with O_PATH|O_NOFOLLOW (which gVisor honours), and the directory opened must be that
+// very inode: a link swapped in between the two is refused (ELOOP) too.
+func openDirAt(dirfd int, name string) (int, error) {
+	pfd, err := openatRetry(dirfd, name, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC)
+	if err != nil {
+		return -1, err
+	}
+	var want syscall.Stat_t
+	err = syscall.Fstat(pfd, &want)
+	syscall.Close(pfd)
+	if err != nil {
+		return -1, err
+	}
+	switch want.Mode & syscall.S_IFMT {
+	case syscall.S_IFDIR:
+	case syscall.S_IFLNK:
+		return -1, syscall.ELOOP
+	default:
+		return -1, syscall.ENOTDIR
+	}
+	fd, err := openatRetry(dirfd, name, dirFlags)
+	if err != nil {
+		return -1, err
+	}
+	var got syscall.Stat_t
+	if err := syscall.Fstat(fd, &got); err != nil || got.Dev != want.Dev || got.Ino != want.Ino {
+		syscall.Close(fd)
+		return -1, syscall.ELOOP
 	}
 	return fd, nil
 }
@@ -324,7 +359,7 @@ func (c *collector) scan(dirfd int, prefix string, depth int) error {
 			c.skip(name, fmt.Sprintf("directory not scanned: the scan had reached its cap of %d directory entries", maxScanEntries))
 			continue
 		}
-		sub, err := openatRetry(dirfd, e.name, dirFlags)
+		sub, err := openDirAt(dirfd, e.name)
 		if err != nil {
 			c.skip(name, fmt.Sprintf("directory that could not be opened (%v), not scanned", err))
 			continue
@@ -431,7 +466,7 @@ func openBeneath(root int, name string) (int, error) {
 	parts := strings.Split(name, "/")
 	fd := root
 	for _, part := range parts[:len(parts)-1] {
-		next, err := openatRetry(fd, part, dirFlags)
+		next, err := openDirAt(fd, part)
 		closeUnlessRoot(fd, root)
 		if err != nil {
 			return -1, err

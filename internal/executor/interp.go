@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -137,6 +138,10 @@ func (ip *interp) run(r *run) *sandbox.Result {
 		return res
 	}
 	dir := e.slotDir(ip.slot)
+	if dir == e.cfg.SessionHome {
+		// What `pip install` in a command installed is importable in the next call.
+		r.spec.Paths = append(slices.Clone(r.spec.Paths), e.userSite(ip.slot))
+	}
 	if err := writeInputFiles(dir, ip.uid, r.spec.Files); err != nil {
 		res.Outcome, res.Reason = sandbox.OutcomeError, fmt.Sprintf("%v (an input file may not replace a file of the session's directory; give it a new name)", err)
 		return res
@@ -374,6 +379,22 @@ func (ip *interp) endedWith() string {
 // under pumpMu (shared by both streams, so what is read first is passed on first); what it
 // writes between calls is dropped.
 func (ip *interp) pump(f *os.File, stderr bool) {
+	pumpLocked(f, &ip.pumpMu, func(b []byte) {
+		ip.mu.Lock()
+		c := ip.out
+		if stderr {
+			c = ip.err
+		}
+		ip.mu.Unlock()
+		if c != nil {
+			c.write(b)
+		}
+	})
+}
+
+// pumpLocked reads the pipe f until its end, each read and the passing on of what it read
+// (pass) under mu: a holder of mu knows that nothing read is still on its way.
+func pumpLocked(f *os.File, mu *sync.Mutex, pass func([]byte)) {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return
@@ -381,23 +402,15 @@ func (ip *interp) pump(f *os.File, stderr bool) {
 	buf := make([]byte, 64<<10)
 	for done := false; !done; {
 		err := rc.Read(func(fd uintptr) bool {
-			ip.pumpMu.Lock()
-			defer ip.pumpMu.Unlock()
+			mu.Lock()
+			defer mu.Unlock()
 			n, err := syscall.Read(int(fd), buf)
 			switch {
 			case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EINTR):
 				return false
 			case n > 0:
-				ip.mu.Lock()
-				c := ip.out
-				if stderr {
-					c = ip.err
-				}
-				ip.mu.Unlock()
-				if c != nil {
-					c.write(buf[:n])
-				}
-			default:
+				pass(buf[:n])
+			default: // the end, or an error
 				done = true
 			}
 			return true

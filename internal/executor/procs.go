@@ -186,6 +186,64 @@ func (e *Executor) countProcesses(uid int) int {
 	return n
 }
 
+// killGID kills every process whose real, effective or saved gid is gid, round after round
+// (a child forked meanwhile has the gid too) until none is left or timeout passes. A session's
+// command runs with a gid of its own (see commands.go), which no unprivileged process can
+// shed: it marks every process the command started, daemonised ones included.
+func (e *Executor) killGID(gid int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		pids := e.gidProcesses(gid)
+		if len(pids) == 0 {
+			return nil
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d processes of gid %d still alive after %s", len(pids), gid, timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// gidProcesses lists the live (not zombie) processes whose real, effective or saved gid is
+// gid.
+func (e *Executor) gidProcesses(gid int) []int {
+	e.changingUID.RLock()
+	defer e.changingUID.RUnlock()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	want := []byte(strconv.Itoa(gid))
+	var buf [4096]byte
+	var pids []int
+	for _, ent := range entries {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		data, err := readProcFile("/proc/"+ent.Name()+"/status", buf[:])
+		if err != nil {
+			continue
+		}
+		zombie := false
+		for line := range bytes.Lines(data) {
+			if st, ok := bytes.CutPrefix(line, []byte("State:")); ok {
+				zombie = bytes.HasPrefix(bytes.TrimSpace(st), []byte("Z"))
+			}
+			if ids, ok := bytes.CutPrefix(line, []byte("Gid:")); ok {
+				if f := bytes.Fields(ids); !zombie && len(f) >= 3 && (bytes.Equal(f[0], want) || bytes.Equal(f[1], want) || bytes.Equal(f[2], want)) {
+					pids = append(pids, pid)
+				}
+				break
+			}
+		}
+	}
+	return pids
+}
+
 // readProcFile reads the start of a /proc file, up to len(buf) bytes, with three system calls
 // (os.ReadFile makes six): the executor reads them in loops while a run ends, and under gVisor
 // every system call costs tens of microseconds.

@@ -277,6 +277,16 @@ func (s *streamer) close() {
 }
 
 // writeLine writes v as one NDJSON line (starting the 200 answer if needed) and flushes it.
+// startStream writes the 200 header of an NDJSON stream.
+func startStream(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", apitype.NDJSONContentType)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no") // ask reverse proxies not to buffer the stream
+	w.WriteHeader(http.StatusOK)
+}
+
 func (s *streamer) writeLine(v any) {
 	if s.writeErr != nil {
 		return
@@ -289,12 +299,7 @@ func (s *streamer) writeLine(v any) {
 	_ = s.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if !s.started {
 		s.started = true
-		h := s.w.Header()
-		h.Set("Content-Type", apitype.NDJSONContentType)
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Cache-Control", "no-store")
-		h.Set("X-Accel-Buffering", "no") // ask reverse proxies not to buffer the stream
-		s.w.WriteHeader(http.StatusOK)
+		startStream(s.w)
 	}
 	if _, err := s.w.Write(b); err != nil {
 		s.writeErr = err

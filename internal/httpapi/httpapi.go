@@ -150,6 +150,7 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 		sc := a.sessions.Config()
 		a.sessionAnswering = make(chan struct{}, max(sc.MaxTotal*(1+sandbox.MaxSessionWaiting), 1))
 		a.routeSessions()
+		a.routeWorkspace()
 	}
 	if a.setup != nil {
 		a.handle("POST /v1/setup", a.runSetup)

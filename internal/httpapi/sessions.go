@@ -9,8 +9,9 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
-// SessionKeeper keeps stateful sessions; *engine.Sessions satisfies it.
+// SessionKeeper keeps stateful sessions and their workspaces; *engine.Sessions satisfies it.
 type SessionKeeper interface {
+	Workspaces
 	Create(ctx context.Context, req sandbox.SessionRequest) (sandbox.SessionInfo, error)
 	Get(ctx context.Context, agent, id string) (sandbox.SessionInfo, error)
 	List(agent string) []sandbox.SessionInfo

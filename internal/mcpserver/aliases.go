@@ -13,6 +13,10 @@ import (
 var argAliases = map[string]map[string]string{
 	"run_in_session":       {"session_id": "id"},
 	"close_session":        {"session_id": "id"},
+	"run_command":          {"session_id": "id"},
+	"read_file":            {"session_id": "id"},
+	"write_file":           {"session_id": "id"},
+	"list_files":           {"session_id": "id"},
 	"update_code_job":      {"job_id": "id"},
 	"delete_code_job":      {"job_id": "id"},
 	"get_code_job_history": {"job_id": "id"},

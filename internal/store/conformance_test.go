@@ -41,6 +41,7 @@ var conformance = []struct {
 	{"DaemonsRecoverExpiredLeases", TestDaemonsRecoverExpiredLeases},
 	{"OverlapIsDecidedFromTheSharedLedger", TestOverlapIsDecidedFromTheSharedLedger},
 	{"SessionLedger", TestSessionLedger},
+	{"SessionCommandsRecordedAndPruned", TestSessionCommandsRecordedAndPruned},
 	{"JobQuotas", TestJobQuotas},
 	{"PruneByBytesOldestFirst", TestPruneByBytesOldestFirst},
 	{"PruneByBytesKeepsTheNewestRecord", TestPruneByBytesKeepsTheNewestRecord},

@@ -493,6 +493,18 @@ func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 			n, _ := res.RowsAffected()
 			deleted += n
 		}
+		// A session's commands are kept as long as the executions are, by age and count.
+		if r.MaxAge > 0 {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM session_commands WHERE started_at < ?`, s.now().Add(-r.MaxAge).UnixMilli()); err != nil {
+				return err
+			}
+		}
+		if r.MaxCount > 0 {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM session_commands WHERE id IN (
+				SELECT id FROM session_commands ORDER BY started_at DESC, id DESC `+s.noLimit()+` OFFSET ?)`, r.MaxCount); err != nil {
+				return err
+			}
+		}
 		if r.MaxCount > 0 {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM job_fires WHERE execution_id IN (
 				SELECT id FROM executions WHERE status = 'finished' AND id IN (

@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,5 +56,42 @@ func TestSessionLedger(t *testing.T) {
 	e, err := s.GetExecution(ctx, head.ID)
 	if err != nil || e.SessionID != closed.ID || e.Status != StatusFinished || e.Outcome != sandbox.OutcomeSandboxError {
 		t.Fatalf("the call's record: %+v, %v", e, err)
+	}
+}
+
+// TestSessionCommandsRecordedAndPruned: a session's commands are recorded like calls (command
+// line cut at 4096 bytes, exit, signal, outcome, bytes), read back per session and agent, and
+// pruned with the executions by count and age.
+func TestSessionCommandsRecordedAndPruned(t *testing.T) {
+	s := open(t)
+	ctx := t.Context()
+	se := sandbox.NewSessionID()
+	base := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
+	for i := range 5 {
+		p := sandbox.ProcessInfo{ID: sandbox.NewProcessID(), SessionID: se, Command: "echo " + strings.Repeat("x", 5000*(i%2)), State: "ended",
+			StartedAt: base.Add(time.Duration(i) * time.Minute), StdoutBytes: int64(i),
+			End: &sandbox.ProcessEnd{ExitCode: -1, Signal: "SIGKILL", Outcome: sandbox.OutcomeTimeout, DurationMS: 7}}
+		if err := s.RecordCommand(ctx, "alice", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := s.SessionCommands(ctx, "alice", se, 0)
+	if err != nil || len(list) != 5 || len(list[1].Command) != 4096 || list[4].StdoutBytes != 4 || list[0].End.Signal != "SIGKILL" {
+		t.Fatalf("recorded: %d %v", len(list), err)
+	}
+	if other, _ := s.SessionCommands(ctx, "bob", se, 0); len(other) != 0 {
+		t.Fatalf("another agent reads %d commands", len(other))
+	}
+	if _, err := s.Prune(ctx, Retention{MaxCount: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ = s.SessionCommands(ctx, "alice", se, 0); len(list) != 3 || list[0].StdoutBytes != 2 {
+		t.Fatalf("after pruning to 3: %d", len(list))
+	}
+	if _, err := s.Prune(ctx, Retention{MaxAge: 58 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ = s.SessionCommands(ctx, "alice", se, 0); len(list) != 2 {
+		t.Fatalf("after pruning by age: %d", len(list))
 	}
 }

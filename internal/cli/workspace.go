@@ -1,0 +1,283 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/client"
+)
+
+// A session's workspace from the command line: sandpit session exec, cp, and ls ID [PATH].
+
+func (o *options) sessionExecCommand() *cobra.Command {
+	var (
+		f          daemonFlags
+		shell      string
+		cwd        string
+		env        []string
+		timeout    time.Duration
+		stdin      bool
+		background bool
+	)
+	cmd := &cobra.Command{
+		Use:   "exec ID [-c 'SHELL LINE' | -- PROGRAM [ARG...]]",
+		Short: "Run a command in a session's sandbox (as its user, in /home/user) and print its output as it comes",
+		Long: `Run a command in session ID's sandbox, beside its interpreter: as the session's user, in its
+home /home/user (the interpreter's directory: files are shared both ways), under its limits and
+network policy. -c runs a shell line with bash -lc; otherwise the words after -- are the program
+and its arguments. stdout and stderr are printed as they come; the exit status is the command's
+(124 past --timeout, when it is killed with every process it started). -i sends standard input.
+--background starts it and prints its process ID (a server, a long job).`,
+		Example: `  sandpit session exec se_... -- ls -la
+  sandpit session exec se_... -c 'pip install tabulate && python3 -c "import tabulate"'
+  cat data.csv | sandpit session exec se_... -i -- wc -l`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 1 {
+				return usageErrorf("give the session ID, then -c 'SHELL LINE' or -- PROGRAM [ARG...]")
+			}
+			if (shell == "") == (len(args) == 1) {
+				return usageErrorf("give either -c 'SHELL LINE' or -- PROGRAM [ARG...] after the session ID, not both or neither")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := apitype.CommandRequest{Cmd: shell, Argv: args[1:], Cwd: cwd, Background: background}
+			for _, kv := range env {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok || k == "" {
+					return usageErrorf("--env %q: give NAME=VALUE", kv)
+				}
+				if req.Env == nil {
+					req.Env = map[string]string{}
+				}
+				req.Env[k] = v
+			}
+			if cmd.Flags().Changed("timeout") {
+				ms := timeout.Milliseconds()
+				if ms < 1 {
+					return usageErrorf("--timeout %s is too short: give at least 1ms, e.g. --timeout 30s", timeout)
+				}
+				req.TimeoutMS = &ms
+			}
+			if stdin {
+				b, err := io.ReadAll(o.env.Stdin)
+				if err != nil {
+					return fmt.Errorf("reading standard input: %w", err)
+				}
+				req.StdinBase64 = base64.StdEncoding.EncodeToString(b)
+			}
+			c, err := o.daemon(cmd, f)
+			if err != nil {
+				return err
+			}
+			var onEvent func(apitype.CommandEvent)
+			if !f.json && !background {
+				onEvent = func(ev apitype.CommandEvent) {
+					switch ev.Type {
+					case "stdout":
+						fmt.Fprint(o.env.Stdout, ev.Data)
+					case "stderr":
+						fmt.Fprint(o.env.Stderr, ev.Data)
+					}
+				}
+			}
+			res, err := c.Command(cmd.Context(), f.agent, args[0], req, onEvent)
+			if err != nil {
+				return err
+			}
+			switch {
+			case f.json:
+				if err := o.printJSON(res); err != nil {
+					return err
+				}
+			case background:
+				fmt.Fprintln(o.env.Stdout, res.Process.ID)
+				return nil
+			}
+			end := res.Process.End
+			if end == nil {
+				return nil
+			}
+			if end.Outcome != apitype.OutcomeOK && end.Outcome != apitype.OutcomeError && !f.json {
+				fmt.Fprintf(o.env.Stderr, "sandpit: %s: %s\n", end.Outcome, end.Reason)
+			}
+			return reportedRun(apitype.Result{Outcome: end.Outcome, ExitCode: commandExit(end)})
+		},
+	}
+	f.register(cmd.Flags(), true)
+	fl := cmd.Flags()
+	fl.StringVarP(&shell, "cmd", "c", "", "a shell line, run with bash -lc")
+	fl.StringVar(&cwd, "cwd", "", "working directory (default /home/user; relative paths start there)")
+	fl.StringArrayVarP(&env, "env", "e", nil, "an environment variable NAME=VALUE, repeatable")
+	fl.DurationVar(&timeout, "timeout", 0, "kill the command with every process it started after this long (default: the server's, 30s)")
+	fl.BoolVarP(&stdin, "interactive", "i", false, "send standard input to the command")
+	fl.BoolVar(&background, "background", false, "start it, print its process ID and return")
+	return cmd
+}
+
+// commandExit is the exit status of a command that ended: its own, or 128 and the signal's
+// number when a signal killed it.
+func commandExit(end *apitype.ProcessEnd) int {
+	if end.ExitCode >= 0 {
+		return end.ExitCode
+	}
+	for n := 1; n < 32; n++ {
+		if "SIG"+strings.ToUpper(strings.TrimPrefix(syscall.Signal(n).String(), "signal ")) == end.Signal {
+			return 128 + n
+		}
+	}
+	if sig, ok := map[string]int{"SIGINT": 2, "SIGKILL": 9, "SIGTERM": 15, "SIGHUP": 1, "SIGQUIT": 3}[end.Signal]; ok {
+		return 128 + sig
+	}
+	return 1
+}
+
+// sessionPath splits "ID:PATH" (a path in a session); ok is false for a local path.
+func sessionPath(s string) (id, path string, ok bool) {
+	id, path, ok = strings.Cut(s, ":")
+	if !ok || !strings.HasPrefix(id, "se_") {
+		return "", "", false
+	}
+	return id, path, true
+}
+
+func (o *options) sessionCpCommand() *cobra.Command {
+	var (
+		f       daemonFlags
+		parents bool
+	)
+	cmd := &cobra.Command{
+		Use:   "cp SRC DST",
+		Short: "Copy a file into or out of a session (ID:PATH names a session's file)",
+		Long: `Copy one file between this machine and a session: ID:PATH is a path in session ID (under
+/home/user; relative paths start there), - is standard input or output. A file copied in is
+created or replaced (its parent directories made with --parents); a failed copy changes nothing.`,
+		Example: `  sandpit session cp data.csv se_...:data/data.csv --parents
+  sandpit session cp se_...:report.html ./report.html`,
+		Args: exactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			srcID, srcPath, srcIn := sessionPath(args[0])
+			dstID, dstPath, dstIn := sessionPath(args[1])
+			if srcIn == dstIn {
+				return usageErrorf("exactly one of SRC and DST must be a session's path, ID:PATH (such as se_...:data.csv)")
+			}
+			c, err := o.daemon(cmd, f)
+			if err != nil {
+				return err
+			}
+			if dstIn {
+				var r io.Reader = o.env.Stdin
+				if args[0] != "-" {
+					file, err := os.Open(args[0])
+					if err != nil {
+						return usageErrorf("%v", err)
+					}
+					defer file.Close()
+					r = file
+				}
+				ent, err := c.WriteSessionFile(cmd.Context(), f.agent, dstID, dstPath, r, parents)
+				if err != nil {
+					return err
+				}
+				if f.json {
+					return o.printJSON(ent)
+				}
+				fmt.Fprintf(o.env.Stderr, "copied %d bytes to %s\n", ent.SizeBytes, ent.Path)
+				return nil
+			}
+			return o.copyOut(cmd, c, f.agent, srcID, srcPath, args[1])
+		},
+	}
+	f.register(cmd.Flags(), true)
+	cmd.Flags().BoolVarP(&parents, "parents", "p", false, "make the destination's missing parent directories")
+	return cmd
+}
+
+// copyOut copies a session's file to dst (a local path, or - for standard output), 32 MiB at a
+// time.
+func (o *options) copyOut(cmd *cobra.Command, c *client.Client, agent, id, path, dst string) error {
+	ent, err := c.StatSessionFile(cmd.Context(), agent, id, path)
+	if err != nil {
+		return err
+	}
+	if ent.Type != "file" {
+		return usageErrorf("%s is a %s; sandpit session cp copies one file", ent.Path, ent.Type)
+	}
+	var w io.Writer = o.env.Stdout
+	var tmp *os.File
+	if dst != "-" {
+		if st, err := os.Stat(dst); err == nil && st.IsDir() {
+			dst = filepath.Join(dst, ent.Name)
+		}
+		if tmp, err = os.CreateTemp(filepath.Dir(dst), ".sandpit-cp-*"); err != nil {
+			return usageErrorf("%v", err)
+		}
+		defer os.Remove(tmp.Name())
+		defer tmp.Close()
+		w = tmp
+	}
+	const chunk = 32 << 20
+	for off := int64(0); off < ent.SizeBytes || off == 0; off += chunk {
+		b, err := c.ReadSessionFile(cmd.Context(), agent, id, ent.Path, off, min(chunk, max(ent.SizeBytes-off, 1)))
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(w, bytes.NewReader(b)); err != nil {
+			return err
+		}
+		if len(b) < chunk {
+			break
+		}
+	}
+	if tmp != nil {
+		if err := tmp.Close(); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp.Name(), dst); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sessionFilesList prints session id's directory path.
+func (o *options) sessionFilesList(cmd *cobra.Command, f daemonFlags, depth int, id, path string) error {
+	c, err := o.daemon(cmd, f)
+	if err != nil {
+		return err
+	}
+	l, err := c.ListSessionFiles(cmd.Context(), f.agent, id, path, depth)
+	if err != nil {
+		return err
+	}
+	if f.json {
+		return o.printJSON(l)
+	}
+	tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODE\tSIZE\tMODIFIED\tPATH")
+	for _, e := range l.Entries {
+		name := e.Path
+		switch e.Type {
+		case "dir":
+			name += "/"
+		case "symlink":
+			name += " -> " + e.Target
+		}
+		fmt.Fprintf(tw, "%s %s\t%d\t%s\t%s\n", e.Type[:1], e.Mode, e.SizeBytes, e.ModifiedAt.Local().Format(time.DateTime), name)
+	}
+	if l.Truncated {
+		fmt.Fprintln(tw, "…\t\t\t(more entries than one listing holds)")
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,629 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/engine"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// A session's workspace over REST: its commands and processes, and its files by path (see
+// docs/sessions.md).
+
+// Workspaces serves sessions' commands and files; *engine.Sessions satisfies it.
+type Workspaces interface {
+	Command(ctx context.Context, agent, id string, req engine.CommandRequest, emit func(engine.CommandEvent)) (engine.CommandResult, error)
+	Processes(ctx context.Context, agent, id string) ([]engine.ProcessInfo, error)
+	Process(ctx context.Context, agent, id, pid string) (engine.ProcessInfo, error)
+	Attach(ctx context.Context, agent, id, pid string, tail bool, emit func(engine.CommandEvent)) (engine.ProcessInfo, error)
+	Wait(ctx context.Context, agent, id, pid string) (engine.ProcessInfo, error)
+	Input(ctx context.Context, agent, id, pid string, data []byte, closeStdin bool) error
+	Signal(ctx context.Context, agent, id, pid, signal string) error
+	Resize(ctx context.Context, agent, id, pid string, size sandbox.TermSize) error
+	ReadFile(ctx context.Context, agent, id, p string, offset, length int64) (sandbox.FileContent, error)
+	WriteFile(ctx context.Context, agent, id, p string, r io.Reader, parents bool) (sandbox.FileEntry, error)
+	ListFiles(ctx context.Context, agent, id, p string, depth int) (sandbox.FileListing, error)
+	StatFile(ctx context.Context, agent, id, p string) (sandbox.FileEntry, error)
+	MakeDir(ctx context.Context, agent, id, p string, parents bool) (sandbox.FileEntry, error)
+	RenameFile(ctx context.Context, agent, id, from, to string, overwrite bool) (sandbox.FileEntry, error)
+	RemoveFile(ctx context.Context, agent, id, p string, recursive bool) error
+}
+
+var _ Workspaces = (*engine.Sessions)(nil)
+
+// maxCommandBody bounds a command's JSON body (its stdin as base64 included).
+const maxCommandBody = 12 << 20
+
+// MaxFileWriteBytes bounds a file written through REST (a raw body); the session's disk cap
+// (run_dir_bytes) bounds what it keeps.
+const MaxFileWriteBytes = 1 << 30
+
+func (a *api) routeWorkspace() {
+	s := "/v1/agents/{agent}/sessions/{id}"
+	a.handle("POST "+s+"/commands", a.command)
+	a.handle("GET "+s+"/processes", a.processes)
+	a.handle("GET "+s+"/processes/{pid}", a.process)
+	a.handle("GET "+s+"/processes/{pid}/output", a.attach)
+	a.handle("POST "+s+"/processes/{pid}/wait", a.waitProcess)
+	a.handle("POST "+s+"/processes/{pid}/input", a.processInput)
+	a.handle("POST "+s+"/processes/{pid}/signal", a.signalProcess)
+	a.handle("POST "+s+"/processes/{pid}/resize", a.resizeProcess)
+	a.handle("GET "+s+"/files", a.readSessionFile)
+	a.handle("PUT "+s+"/files", a.putFile)
+	a.handle("POST "+s+"/files", a.writeFile)
+	a.handle("DELETE "+s+"/files", a.removeFile)
+	a.handle("GET "+s+"/files/list", a.listFiles)
+	a.handle("GET "+s+"/files/stat", a.statFile)
+	a.handle("POST "+s+"/files/mkdir", a.mkdir)
+	a.handle("POST "+s+"/files/rename", a.renameFile)
+}
+
+func termSizeOf(t *sandbox.TermSize) *apitype.TermSize {
+	if t == nil {
+		return nil
+	}
+	return &apitype.TermSize{Rows: t.Rows, Cols: t.Cols}
+}
+
+// ProcessOf maps a process to its wire form.
+func ProcessOf(p engine.ProcessInfo) apitype.Process {
+	out := apitype.Process{ID: p.ID, SessionID: p.SessionID, PID: p.PID, Command: p.Command, Argv: p.Argv, Cwd: p.Cwd,
+		Background: p.Background, PTY: termSizeOf(p.PTY), TimeoutMS: p.TimeoutMS, State: p.State, StartedAt: p.StartedAt,
+		EndedAt: p.EndedAt, StdoutBytes: p.StdoutBytes, StderrBytes: p.StderrBytes}
+	if e := p.End; e != nil {
+		out.End = &apitype.ProcessEnd{ExitCode: e.ExitCode, Signal: e.Signal, Outcome: apitype.Outcome(e.Outcome), Reason: e.Reason,
+			DurationMS: e.DurationMS, StdoutTruncated: e.StdoutTruncated, StderrTruncated: e.StderrTruncated}
+	}
+	return out
+}
+
+// CommandEventOf maps a command's event to its wire form.
+func CommandEventOf(ev engine.CommandEvent) apitype.CommandEvent {
+	out := apitype.CommandEvent{Type: ev.Type, Data: ev.Data}
+	if ev.Process != nil {
+		p := ProcessOf(*ev.Process)
+		out.Process = &p
+	}
+	return out
+}
+
+// FileEntryOf maps a file's entry to its wire form.
+func FileEntryOf(e sandbox.FileEntry) apitype.FileEntry { return apitype.FileEntry(e) }
+
+var commandShape = shape{
+	fields: []string{"cmd", "argv", "cwd", "env", "timeout_ms", "stdin", "stdin_base64", "background", "pty"},
+	expect: map[string]string{
+		"cmd":          `must be a string run with bash -lc, such as "ls -la"`,
+		"argv":         `must be a list of strings such as ["ls", "-la"]`,
+		"cwd":          "must be a path string (relative paths start at /home/user)",
+		"env":          `must be an object of strings such as {"LANG": "C"}`,
+		"timeout_ms":   "must be an integer number of milliseconds",
+		"stdin":        "must be a string",
+		"stdin_base64": "must be a base64 string",
+		"background":   "must be true or false",
+		"pty":          `must be an object such as {"rows": 24, "cols": 80}`,
+	},
+	example: `{"cmd": "echo 1"}`,
+}
+
+// decodeB64 decodes a base64 field, or says which field is not base64.
+func decodeB64(field, s string) ([]byte, error) {
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, invalid(field, "must be standard base64 (%v)", err)
+	}
+	return b, nil
+}
+
+// textOr returns text as bytes, or b64 decoded; giving both is an error naming the fields.
+func textOr(field, text, b64Field, b64 string) ([]byte, error) {
+	switch {
+	case text != "" && b64 != "":
+		return nil, invalid(field, "give %s or %s, not both", field, b64Field)
+	case b64 != "":
+		return decodeB64(b64Field, b64)
+	}
+	return []byte(text), nil
+}
+
+func (a *api) command(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var b apitype.CommandRequest
+	if err := readBody(w, r, maxCommandBody, &b, commandShape); err != nil {
+		writeError(w, err)
+		return
+	}
+	stdin, err := textOr("stdin", b.Stdin, "stdin_base64", b.StdinBase64)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	req := engine.CommandRequest{Cmd: b.Cmd, Argv: b.Argv, Cwd: b.Cwd, Env: b.Env, TimeoutMS: b.TimeoutMS, Stdin: stdin, Background: b.Background}
+	if b.PTY != nil {
+		req.PTY = &sandbox.TermSize{Rows: b.PTY.Rows, Cols: b.PTY.Cols}
+	}
+	id := r.PathValue("id")
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{})
+	if b.Background || !acceptsNDJSON(r.Header.Values("Accept")) {
+		res, err := a.sessions.Command(r.Context(), agent, id, req, nil)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		status := http.StatusOK
+		if b.Background {
+			status = http.StatusCreated
+			w.Header().Set("Location", "/v1/agents/"+agent+"/sessions/"+id+"/processes/"+res.Process.ID)
+		}
+		writeJSON(w, status, apitype.CommandResult{Process: ProcessOf(res.Process), Stdout: res.Stdout, Stderr: res.Stderr})
+		return
+	}
+	lw := &lineWriter{w: w, rc: rc}
+	_, err = a.sessions.Command(r.Context(), agent, id, req, func(ev engine.CommandEvent) { lw.line(CommandEventOf(ev)) })
+	a.endStream(w, r, lw, err)
+}
+
+// endStream answers err at the end of a stream: an error answer when nothing was written yet,
+// else an error line.
+func (a *api) endStream(w http.ResponseWriter, r *http.Request, lw *lineWriter, err error) {
+	switch {
+	case err == nil:
+	case !lw.started:
+		a.fail(w, r, err)
+	default:
+		a.logFailure(r, err)
+		if e := classify(err); e.status != StatusClientClosedRequest {
+			lw.line(apitype.StreamLine{Type: apitype.StreamError, Error: &e.detail})
+		}
+	}
+	_ = lw.rc.Flush()
+}
+
+// lineWriter writes NDJSON lines, each flushed, starting the 200 answer with the first.
+type lineWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	started bool
+	err     error
+}
+
+func (l *lineWriter) line(v any) {
+	if l.err != nil {
+		return
+	}
+	b, err := marshal(v)
+	if err != nil {
+		l.err = err
+		return
+	}
+	_ = l.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if !l.started {
+		l.started = true
+		startStream(l.w)
+	}
+	if _, err := l.w.Write(b); err != nil {
+		l.err = err
+		return
+	}
+	l.err = l.rc.Flush()
+}
+
+func (a *api) processes(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	list, err := a.sessions.Processes(r.Context(), agent, r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apitype.ProcessList{Processes: each(list, ProcessOf)})
+}
+
+func (a *api) process(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	p, err := a.sessions.Process(r.Context(), agent, r.PathValue("id"), r.PathValue("pid"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ProcessOf(p))
+}
+
+// attach streams a process's output from now on (NDJSON), with ?tail=true the latest output
+// it kept first.
+func (a *api) attach(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	tail, err := boolParam(r.URL.Query(), "tail")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{})
+	lw := &lineWriter{w: w, rc: rc}
+	_, err = a.sessions.Attach(r.Context(), agent, r.PathValue("id"), r.PathValue("pid"), tail, func(ev engine.CommandEvent) { lw.line(CommandEventOf(ev)) })
+	a.endStream(w, r, lw, err)
+}
+
+func (a *api) waitProcess(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx := r.Context()
+	if v := r.URL.Query().Get("timeout_ms"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			writeError(w, invalid("timeout_ms", "must be a positive integer number of milliseconds (in the query)"))
+			return
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(n)*time.Millisecond)
+		defer cancel()
+	}
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	p, err := a.sessions.Wait(ctx, agent, r.PathValue("id"), r.PathValue("pid"))
+	if err != nil && ctx.Err() != nil && r.Context().Err() == nil {
+		// The wait's own timeout: the process as it is now.
+		p, err = a.sessions.Process(r.Context(), agent, r.PathValue("id"), r.PathValue("pid"))
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ProcessOf(p))
+}
+
+var inputShape = shape{fields: []string{"data", "data_base64", "close"},
+	expect:  map[string]string{"data": "must be a string", "data_base64": "must be a base64 string", "close": "must be true or false"},
+	example: `{"data": "yes\n"}`}
+
+func (a *api) processInput(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var b apitype.ProcessInput
+	if err := readBody(w, r, maxCommandBody, &b, inputShape); err != nil {
+		writeError(w, err)
+		return
+	}
+	data, err := textOr("data", b.Data, "data_base64", b.DataBase64)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := a.sessions.Input(r.Context(), agent, r.PathValue("id"), r.PathValue("pid"), data, b.Close); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+var signalShape = shape{fields: []string{"signal"}, expect: map[string]string{"signal": `must be a signal name such as "SIGTERM"`},
+	example: `{"signal": "SIGTERM"}`}
+
+func (a *api) signalProcess(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var b apitype.ProcessSignal
+	if err := readBody(w, r, 4096, &b, signalShape); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := a.sessions.Signal(r.Context(), agent, r.PathValue("id"), r.PathValue("pid"), b.Signal); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+var resizeShape = shape{fields: []string{"rows", "cols"}, expect: map[string]string{"rows": "must be an integer from 1 to 65535",
+	"cols": "must be an integer from 1 to 65535"}, example: `{"rows": 24, "cols": 80}`}
+
+func (a *api) resizeProcess(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var b apitype.TermSize
+	if err := readBody(w, r, 4096, &b, resizeShape); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := a.sessions.Resize(r.Context(), agent, r.PathValue("id"), r.PathValue("pid"), sandbox.TermSize{Rows: b.Rows, Cols: b.Cols}); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// pathParam returns the query's path (required unless def is given).
+func pathParam(r *http.Request, def string) (string, error) {
+	p := r.URL.Query().Get("path")
+	if p == "" {
+		if def == "" {
+			return "", invalid("path", "is missing: give ?path= a path under /home/user (relative paths start there)")
+		}
+		p = def
+	}
+	return p, nil
+}
+
+func intParam(r *http.Request, name string) (int64, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, invalid(name, "must be a non-negative integer (in the query), not %q", v)
+	}
+	return n, nil
+}
+
+// readSessionFile answers a file's bytes (application/octet-stream, its entry in headers), or with
+// ?format=json the entry and the bytes as text or base64.
+func (a *api) readSessionFile(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	p, err := pathParam(r, "")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	offset, err := intParam(r, "offset")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	length, err := intParam(r, "length")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	format := r.URL.Query().Get("format")
+	if format != "" && format != "json" && format != "raw" {
+		writeError(w, invalid("format", `must be "raw" (the default: the bytes) or "json", not %q`, format))
+		return
+	}
+	got, err := a.sessions.ReadFile(r.Context(), agent, r.PathValue("id"), p, offset, length)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if format == "json" {
+		out := apitype.FileContent{Entry: FileEntryOf(got.Entry)}
+		if utf8.Valid(got.Content) {
+			s := string(got.Content)
+			out.Content = &s
+		} else {
+			out.ContentBase64 = base64.StdEncoding.EncodeToString(got.Content)
+		}
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Disposition", "attachment")
+	h.Set("Content-Length", strconv.Itoa(len(got.Content)))
+	h.Set("X-Sandpit-File-Size", strconv.FormatInt(got.Entry.SizeBytes, 10))
+	h.Set("Last-Modified", got.Entry.ModifiedAt.UTC().Format(http.TimeFormat))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(got.Content)
+}
+
+// putFile writes a file from the raw body (?path=, ?parents=true).
+func (a *api) putFile(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	p, err := pathParam(r, "")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	parents, err := boolParam(r.URL.Query(), "parents")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if r.ContentLength > MaxFileWriteBytes {
+		w.Header().Set("Connection", "close")
+		writeError(w, &requestError{status: http.StatusRequestEntityTooLarge, code: apitype.CodeTooLarge,
+			msg: fmt.Sprintf("the file is %d bytes; one write takes at most %d bytes", r.ContentLength, MaxFileWriteBytes)})
+		return
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	body := http.MaxBytesReader(w, r.Body, MaxFileWriteBytes)
+	ent, err := a.sessions.WriteFile(r.Context(), agent, r.PathValue("id"), p, body, parents)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, FileEntryOf(ent))
+}
+
+var fileWriteShape = shape{fields: []string{"path", "content", "content_base64", "parents"},
+	expect: map[string]string{"path": "must be a path string", "content": "must be a string (text)", "content_base64": "must be a base64 string",
+		"parents": "must be true or false"},
+	example: `{"path": "notes/a.txt", "content": "hello", "parents": true}`}
+
+// writeFile writes a file from a JSON body (text or base64).
+func (a *api) writeFile(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var b apitype.FileWrite
+	if err := readBody(w, r, maxCommandBody*4, &b, fileWriteShape); err != nil {
+		writeError(w, err)
+		return
+	}
+	if b.Path == "" {
+		writeError(w, invalid("path", "is missing: give a path under /home/user (relative paths start there)"))
+		return
+	}
+	text := ""
+	if b.Content != nil {
+		text = *b.Content
+	}
+	data, err := textOr("content", text, "content_base64", b.ContentBase64)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ent, err := a.sessions.WriteFile(r.Context(), agent, r.PathValue("id"), b.Path, bytes.NewReader(data), b.Parents)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, FileEntryOf(ent))
+}
+
+func (a *api) removeFile(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	p, err := pathParam(r, "")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	recursive, err := boolParam(r.URL.Query(), "recursive")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := a.sessions.RemoveFile(r.Context(), agent, r.PathValue("id"), p, recursive); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *api) listFiles(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	p, _ := pathParam(r, apitype.SessionHome)
+	depth, err := intParam(r, "depth")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if depth == 0 {
+		depth = 1
+	}
+	l, err := a.sessions.ListFiles(r.Context(), agent, r.PathValue("id"), p, int(min(depth, 1000)))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apitype.FileListing{Entries: each(l.Entries, FileEntryOf), Truncated: l.Truncated})
+}
+
+func (a *api) statFile(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	p, err := pathParam(r, "")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ent, err := a.sessions.StatFile(r.Context(), agent, r.PathValue("id"), p)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, FileEntryOf(ent))
+}
+
+var mkdirShape = shape{fields: []string{"path", "parents"}, expect: map[string]string{"path": "must be a path string", "parents": "must be true or false"},
+	example: `{"path": "data/raw", "parents": true}`}
+
+func (a *api) mkdir(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var b apitype.FileMkdir
+	if err := readBody(w, r, 8192, &b, mkdirShape); err != nil {
+		writeError(w, err)
+		return
+	}
+	ent, err := a.sessions.MakeDir(r.Context(), agent, r.PathValue("id"), b.Path, b.Parents)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, FileEntryOf(ent))
+}
+
+var renameShape = shape{fields: []string{"from", "to", "overwrite"}, expect: map[string]string{"from": "must be a path string", "to": "must be a path string",
+	"overwrite": "must be true or false"}, example: `{"from": "a.txt", "to": "done/a.txt"}`}
+
+func (a *api) renameFile(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var b apitype.FileRename
+	if err := readBody(w, r, 16384, &b, renameShape); err != nil {
+		writeError(w, err)
+		return
+	}
+	ent, err := a.sessions.RenameFile(r.Context(), agent, r.PathValue("id"), b.From, b.To, b.Overwrite)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, FileEntryOf(ent))
+}
