@@ -375,3 +375,23 @@ func TestDaemonURLFollowsListen(t *testing.T) {
 		}
 	}
 }
+
+// TestDaemonURLFollowsTheConfigFile: a daemon started with a config file's listen is found by
+// the client commands given the same file (a trial's `sandpit run` with SANDPIT_CONFIG looked at
+// the default port, then found the data directory locked by that very daemon).
+func TestDaemonURLFollowsTheConfigFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(file, []byte(`{"listen": "127.0.0.1:19401"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ listen, want string }{
+		{"", "http://127.0.0.1:19401"},
+		{"127.0.0.1:18710", "http://127.0.0.1:18710"}, // the environment over the file, as serve reads them
+	} {
+		env := map[string]string{"SANDPIT_LISTEN": tc.listen}
+		o := &options{configFile: file, env: Env{Lookup: func(k string) (string, bool) { v := env[k]; return v, v != "" }}}
+		if got := o.daemonURL(""); got != tc.want {
+			t.Errorf("config listen 127.0.0.1:19401, SANDPIT_LISTEN %q: %s, want %s", tc.listen, got, tc.want)
+		}
+	}
+}

@@ -52,7 +52,7 @@ stdout, stderr, the exit code, the duration and a JSON OUTPUT in milliseconds.
 
 Configuration: defaults < config file (--config, SANDPIT_CONFIG or ~/.config/sandpit/config.json)
 < SANDPIT_<KEY> environment variables < flags. The keys: ` + strings.Join(config.Keys(), ", ") + `.
-sandpit run looks for a daemon at SANDPIT_URL (else at SANDPIT_LISTEN's address, else ` + DefaultURL + `).`,
+sandpit run looks for a daemon at SANDPIT_URL (else at the configured listen address (listen, SANDPIT_LISTEN), else ` + DefaultURL + `).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       env.Version,

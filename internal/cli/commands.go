@@ -113,7 +113,7 @@ given with --input (inline, or @FILE). If the code sets a global OUTPUT, it is p
 line of JSON after the run when the program printed nothing on stdout (always on a terminal);
 --json shows the whole result.
 
-sandpit run uses the daemon at SANDPIT_URL (else at SANDPIT_LISTEN's address, else ` + DefaultURL + `)
+sandpit run uses the daemon at SANDPIT_URL (else at the configured listen address (listen, SANDPIT_LISTEN), else ` + DefaultURL + `)
 when one answers;
 otherwise it starts the engine itself for this one command (building the image if needed).
 
@@ -146,7 +146,7 @@ Exit status: the program's own status; 124 timeout; 137 memory_limit; 125 output
 	fl.DurationVar(&f.timeout, "timeout", 0, "wall-clock limit, e.g. 30s (default: the server's, 30s)")
 	fl.StringVar(&f.agent, "agent", "", `agent namespace (default "default")`)
 	fl.BoolVar(&f.json, "json", false, "print the whole result as JSON instead of the program's output")
-	fl.StringVar(&f.url, "url", "", "daemon URL (default $SANDPIT_URL, else $SANDPIT_LISTEN's address, else "+DefaultURL+")")
+	fl.StringVar(&f.url, "url", "", "daemon URL (default $SANDPIT_URL, else the configured listen address, else "+DefaultURL+")")
 	fl.BoolVar(&f.local, "local", false, "do not look for a daemon: run the engine in this process")
 	fl.StringArrayVar(&f.deps, "dep", nil, `a dependency to install first (PEP 508, such as "tinypkg==1.0"), repeatable`)
 	fl.StringArrayVar(&f.allow, "network-allow", nil, `with the daemon's network "allowlist": what this run may reach, a host ("api.example.com", "*.example.com", with ":PORT") or a CIDR, repeatable; it narrows the daemon's network_allow, never widens it`)
@@ -290,7 +290,8 @@ func (o *options) printOutput(res apitype.Result) {
 }
 
 // daemonURL is the daemon's address: flag, else SANDPIT_URL, else http:// and the address
-// SANDPIT_LISTEN gives the daemon (a wildcard host as 127.0.0.1), else DefaultURL.
+// the configuration gives the daemon (listen in the config file, SANDPIT_LISTEN over it, as
+// `sandpit serve` reads them; a wildcard host as 127.0.0.1), else DefaultURL.
 func (o *options) daemonURL(flag string) string {
 	if flag != "" {
 		return flag
@@ -298,7 +299,11 @@ func (o *options) daemonURL(flag string) string {
 	if u, _ := o.env.Lookup("SANDPIT_URL"); u != "" {
 		return u
 	}
-	if l, _ := o.env.Lookup("SANDPIT_LISTEN"); l != "" {
+	l, _ := o.env.Lookup("SANDPIT_LISTEN")
+	if cfg, err := config.LoadLookup(o.configFile, o.env.Lookup); err == nil {
+		l = cfg.Listen // a configuration that does not load is reported by the command itself
+	}
+	if l != "" {
 		if host, port, err := net.SplitHostPort(l); err == nil && port != "" {
 			if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
 				host = "127.0.0.1"

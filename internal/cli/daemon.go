@@ -50,7 +50,7 @@ func (f *daemonFlags) register(fs *pflag.FlagSet, withJSON bool) {
 // registerShared registers --url (and --json when withJSON) without --agent, for commands
 // whose resources belong to no agent (installed packages, the machine's setup).
 func (f *daemonFlags) registerShared(fs *pflag.FlagSet, withJSON bool) {
-	fs.StringVar(&f.url, "url", "", "daemon URL (default $SANDPIT_URL, else $SANDPIT_LISTEN's address, else "+DefaultURL+")")
+	fs.StringVar(&f.url, "url", "", "daemon URL (default $SANDPIT_URL, else the configured listen address, else "+DefaultURL+")")
 	f.registerOutput(fs, withJSON)
 }
 

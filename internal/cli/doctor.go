@@ -48,7 +48,7 @@ daemon. Exits 0 when every required check passes, 69 otherwise.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&f.url, "url", "", "daemon URL (default $SANDPIT_URL, else $SANDPIT_LISTEN's address, else "+DefaultURL+")")
+	cmd.Flags().StringVar(&f.url, "url", "", "daemon URL (default $SANDPIT_URL, else the configured listen address, else "+DefaultURL+")")
 	f.registerOutput(cmd.Flags(), true)
 	return cmd
 }

@@ -148,7 +148,7 @@ before it; with --no-wait it fails at once while one runs.`,
 	fl.DurationVar(&f.timeout, "timeout", 0, "wall-clock limit of the call, e.g. 30s (default: the server's, 30s)")
 	fl.BoolVar(&f.json, "json", false, "print the whole result as JSON instead of the program's output")
 	fl.BoolVar(&noWait, "no-wait", false, "fail at once (409) while another call of the session runs, instead of waiting for its turn")
-	fl.StringVar(&d.url, "url", "", "daemon URL (default $SANDPIT_URL, else $SANDPIT_LISTEN's address, else "+DefaultURL+")")
+	fl.StringVar(&d.url, "url", "", "daemon URL (default $SANDPIT_URL, else the configured listen address, else "+DefaultURL+")")
 	fl.StringVar(&d.agent, "agent", "default", "agent namespace")
 	f.inputs.register(fl)
 	f.output.register(fl, "the call's output files")
