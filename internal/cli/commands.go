@@ -353,7 +353,7 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req apitype.ExecuteReq
 	if err != nil {
 		var locked *datadir.LockedError
 		if errors.As(err, &locked) && daemonErr != nil {
-			err = fmt.Errorf("%w; its daemon did not answer at %s (%v): set SANDPIT_URL to its address, or stop it", err, url, daemonErr)
+			err = fmt.Errorf("%w (no daemon answered at %s: %v)", err, url, daemonErr)
 		}
 		return apitype.Result{}, nil, done, err
 	}

@@ -31,7 +31,8 @@ func (e *LockedError) Error() string {
 	if e.PID > 0 {
 		owner = fmt.Sprintf("sandpit process %d", e.PID)
 	}
-	return fmt.Sprintf("data directory %s is in use by %s; one data directory's sandbox is driven by one engine at a time", e.Dir, owner)
+	return fmt.Sprintf("data directory %s is in use by %s; one data directory's sandbox is driven by one engine at a time: "+
+		"stop that process first, or, when it is a daemon, point this command at it (--url or SANDPIT_URL)", e.Dir, owner)
 }
 
 // Exposed returns why dir is open to other users of the machine ("" when it is not): any

@@ -19,6 +19,10 @@ func TestAcquireIsExclusive(t *testing.T) {
 	if !errors.As(err, &locked) || locked.PID != os.Getpid() || locked.Dir != dir {
 		t.Fatalf("second Acquire: %v, want a LockedError naming pid %d", err, os.Getpid())
 	}
+	// Every command that meets the lock (run, setup, sandbox rm) says how to get past it.
+	if msg := err.Error(); !strings.Contains(msg, "stop that process first") || !strings.Contains(msg, "SANDPIT_URL") {
+		t.Errorf("the lock's error %q does not say how to get past it", msg)
+	}
 	if err := first.Release(); err != nil {
 		t.Fatal(err)
 	}
