@@ -365,6 +365,50 @@ def _ordered_streams():
         stream.mode = "w"
         setattr(sys, name, stream)
         setattr(sys, f"__{name}__", stream)
+        _streams[fd - 1] = stream
+    builtins.print = _print
+
+
+_streams = [None, None]  # the run's own sys.stdout and sys.stderr (see _ordered_streams)
+_builtin_print = builtins.print
+
+
+def _print(*args, sep=" ", end="\n", file=None, flush=False):
+    """print, as the builtin, except that to the run's own stdout or stderr it makes one write
+    of the whole line (the builtin writes each argument, separator and end apart): so that
+    print("Hello") reaches the executor, and the caller, as one event "Hello\n" however the
+    process is scheduled. To any other file it is the builtin."""
+    if file is None:
+        file = sys.stdout
+    if file is None or (file is not _streams[0] and file is not _streams[1]):
+        return _builtin_print(*args, sep=sep, end=end, file=file, flush=flush)
+    if sep is None:
+        sep = " "
+    elif not isinstance(sep, str):
+        raise TypeError(f"sep must be None or a string, not {type(sep).__name__}")
+    if end is None:
+        end = "\n"
+    elif not isinstance(end, str):
+        raise TypeError(f"end must be None or a string, not {type(end).__name__}")
+    parts = []
+    try:
+        for i, arg in enumerate(args):
+            if i:
+                parts.append(sep)
+            parts.append(str(arg))
+    except BaseException:
+        if parts:  # what the builtin would have written before the failing argument
+            file.write("".join(parts))
+        raise
+    parts.append(end)
+    file.write("".join(parts))
+    if flush:
+        file.flush()
+
+
+_print.__name__ = _print.__qualname__ = "print"
+_print.__module__ = "builtins"
+_print.__doc__ = _builtin_print.__doc__
 
 
 class _Charts:
@@ -640,13 +684,23 @@ _nb = [None, False]  # the process's _Notebook (made at first need), and whether
 _main_result = [None]  # the last expression's formatted value, sent after the open figures
 
 
+_cell = [None, 0, 0]  # the module of the cell running, its display budget and its count
+
+
 def _notebook():
-    """The process's _Notebook, made now if need be; None without IPython."""
+    """The process's _Notebook, made now if need be (bound to the cell running); None
+    without IPython."""
     if _nb[0] is None and not _nb[1]:
         try:
-            _nb[0] = _Notebook()
+            nb = _Notebook()
         except Exception:  # noqa: BLE001 - an image without IPython: values as repr()
             _nb[1] = True
+            return None
+        if _cell[0] is not None:
+            nb.bind(_cell[0], _left[0])
+            nb.count = _cell[2]
+            nb.shell.execution_count = _cell[2] or 1
+        _nb[0] = nb
     return _nb[0]
 
 
@@ -784,16 +838,17 @@ def _send_main_result():
 def _run_cell(code, filename, module, limit, count=0):
     """Runs code in module's namespace as a notebook cell: the statements, then the last
     expression, whose value is kept for _send_main_result."""
-    body, last, transformed = _compile_cell(code, filename)
-    namespace = module.__dict__
+    _cell[:] = [module, limit or 0, count]
+    _left[0] = limit or 0
     nb = _nb[0]
-    if nb is not None or transformed:
-        nb = _notebook()
+    if nb is not None:
         nb.bind(module, limit)
         nb.count = count
         nb.shell.execution_count = count or 1
-    else:
-        _left[0] = limit or 0
+    body, last, transformed = _compile_cell(code, filename)
+    namespace = module.__dict__
+    if transformed:
+        nb = _notebook()
     if transformed and "get_ipython" not in namespace:
         namespace["get_ipython"] = nb.shell.get_ipython
     exec(body, namespace)
@@ -820,6 +875,14 @@ def _print_user_traceback(exc, report=False):
     # Drop the bootstrap's own frames so the traceback starts in the user's code.
     while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) == _BOOTSTRAP:
         tb = tb.tb_next
+    # And the frame of print (_print) where a __str__ failed in it: the builtin has none.
+    node = tb
+    while node is not None and node.tb_next is not None:
+        nxt = node.tb_next
+        if nxt.tb_frame.f_code is _print.__code__:
+            node.tb_next = nxt.tb_next
+        else:
+            node = nxt
     traceback.print_exception(type(exc), exc, tb)
     if report and _getpid() == _main_pid[0]:
         _report_exception(exc, tb)
