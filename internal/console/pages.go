@@ -259,6 +259,7 @@ type fileView struct {
 type recordView struct {
 	E       store.Execution
 	Files   []fileView
+	Results []resultView
 	Limits  sandbox.Limits
 	Running bool
 }
@@ -279,6 +280,7 @@ func (c *Console) executionPage(w http.ResponseWriter, r *http.Request, s sessio
 		_, img := sandbox.RasterImage(f.MediaType)
 		v.Files = append(v.Files, fileView{File: f, URL: FileURL(e.ID, f.Name), Image: img})
 	}
+	v.Results = resultViews(e.ID, e.Results)
 	c.render(w, r, http.StatusOK, "execution", s.page("Execution "+e.ID, "executions", v))
 }
 

@@ -163,8 +163,9 @@ func (t *tools) runCode(ctx context.Context, _ *mcp.CallToolRequest, a RunCodeAr
 
 // runResult turns an execution into a tool result: a failing program is a tool error with its
 // output, so the model can fix its code. The execution's ID is always given (get_execution
-// reads its record), a run stopped because its call was cancelled included. Its output files
-// follow the text, as fileContents makes them.
+// reads its record), a run stopped because its call was cancelled included. Its displays and
+// last expression's value follow the text, as resultContents makes them, then its output
+// files, as fileContents makes them.
 func runResult(ans client.Answer, err error) (*mcp.CallToolResult, any, error) {
 	if err != nil {
 		return nil, nil, toolError(err)
@@ -197,7 +198,11 @@ func runResult(ans client.Answer, err error) (*mcp.CallToolResult, any, error) {
 	if res.FilesTruncated {
 		fmt.Fprintf(&b, "more output files were left out than are listed (a cap on output files was reached)\n")
 	}
-	content := append([]mcp.Content{&mcp.TextContent{Text: b.String()}}, fileContents(res.ID, res.Files, ans.Inline)...)
+	if res.Error != nil {
+		fmt.Fprintf(&b, "error: %s: %s\n", res.Error.Name, res.Error.Value)
+	}
+	content := append([]mcp.Content{&mcp.TextContent{Text: b.String()}}, resultContents(res)...)
+	content = append(content, fileContents(res.ID, res.Files, ans.Inline)...)
 	return &mcp.CallToolResult{IsError: res.Outcome != apitype.OutcomeOK, Content: content}, res, nil
 }
 
