@@ -650,7 +650,11 @@ class _Notebook:
             print("sandpit: %pip takes `install` and requirements (PEP 508), without pip's options: "
                   "%pip install pandas==2.2.2 requests", file=sys.stderr)
             return
-        paths = _call("pip_install", {"requirements": words[1:]})
+        try:
+            paths = _call("pip_install", {"requirements": words[1:]})
+        except _AgentError as exc:
+            print(f"sandpit: {exc}", file=sys.stderr)
+            return
         for p in reversed(paths or []):
             if p not in sys.path:
                 sys.path.insert(1, p)

@@ -381,7 +381,8 @@ func (s *Service) run(ctx context.Context, x *execution, emit func(sandbox.Event
 	started := time.Now()
 	runCtx, cancelRun := context.WithTimeout(ctx, time.Duration(x.spec.TimeoutMS)*time.Millisecond+s.cfg.Grace+x.grace)
 	defer cancelRun()
-	line := &calls{s: s, scope: sandbox.CallScope{Agent: x.agent, ExecutionID: x.spec.ID}, emit: emit, one: make(chan struct{}, 1)}
+	line := &calls{s: s, scope: sandbox.CallScope{Agent: x.agent, ExecutionID: x.spec.ID}, emit: emit, one: make(chan struct{}, 1),
+		slot: x.slot, session: x.box != nil}
 	x.spec.Calls, x.spec.CallBytes = line.handle, s.cfg.MaxCallBytes
 	// The files are stored even when the caller has gone: the run's record lists them.
 	x.files.ctx = context.WithoutCancel(ctx)
