@@ -559,7 +559,8 @@ def _magic_line():
     global _MAGIC_LINE
     if _MAGIC_LINE is None:
         import re
-        _MAGIC_LINE = re.compile(r"(?m)^[ \t]*[%!]")
+        # a line starting with % or !, or assigning one (files = !ls, t = %timeit -o f())
+        _MAGIC_LINE = re.compile(r"(?m)^[ \t]*(?:[\w.,\[\] \t]+=[ \t]*)?[%!]")
     return _MAGIC_LINE
 
 
@@ -624,10 +625,11 @@ class _Notebook:
         the names it holds now are hidden from %who) and limit the bytes the displays of the
         run (or session call) may take together (0: none)."""
         shell = self.shell
-        shell.user_module = module
-        shell.user_ns = module.__dict__
-        shell.user_global_ns  # noqa: B018 - a property over user_module
-        shell.user_ns_hidden = dict.fromkeys(module.__dict__)
+        if shell.user_ns is not module.__dict__:
+            shell.user_module = module
+            shell.user_ns = module.__dict__
+            # %who compares values: a name is hidden while it holds what it held here
+            shell.user_ns_hidden = dict(module.__dict__)
         self.left = limit or 0
 
     def _failed(self, exc_tuple=None, *args, **kwargs):
@@ -794,12 +796,14 @@ def _compile_cell(code, filename):
     import ast
     transformed = False
     try:
-        tree = ast.parse(code, filename)
+        # compile() itself, not ast.parse: a SyntaxError's traceback then has no frame but the
+        # bootstrap's, which is dropped, as for a script
+        tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST)
     except SyntaxError:
         nb = _notebook() if _magic_line().search(code) else None
         if nb is None:
             raise
-        tree = ast.parse(nb.transform(code), filename)
+        tree = compile(nb.transform(code), filename, "exec", ast.PyCF_ONLY_AST)
         transformed = True
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr) and not _quiet(code, tree.body[-1]):
@@ -854,7 +858,7 @@ def _run_cell(code, filename, module, limit, count=0):
     if transformed:
         nb = _notebook()
     if transformed and "get_ipython" not in namespace:
-        namespace["get_ipython"] = nb.shell.get_ipython
+        namespace["get_ipython"] = nb.shell.user_ns_hidden["get_ipython"] = nb.shell.get_ipython
     exec(body, namespace)
     if last is not None:
         _show_value(eval(last, namespace))
