@@ -78,8 +78,8 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 		t.Fatalf("the report is not JSON: %v\n%s", err, stdout.String())
 	}
 
-	if len(rep.Latency) != 9 {
-		t.Fatalf("%d latency rows, want 9: %+v", len(rep.Latency), rep.Latency)
+	if len(rep.Latency) != 10 {
+		t.Fatalf("%d latency rows, want 10: %+v", len(rep.Latency), rep.Latency)
 	}
 	for _, l := range rep.Latency {
 		want := 2

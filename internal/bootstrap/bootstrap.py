@@ -843,9 +843,12 @@ def _send_main_result():
             pass  # the control line failed: the run's end says so
 
 
-def _run_cell(code, filename, module, limit, count=0):
+def _run_cell(code, filename, module, limit, count=0, plain=False):
     """Runs code in module's namespace as a notebook cell: the statements, then the last
-    expression, whose value is kept for _send_main_result."""
+    expression, whose value is kept for _send_main_result; with plain, as a script."""
+    if plain:
+        exec(compile(code, filename, "exec"), module.__dict__)
+        return
     _cell[:] = [module, limit or 0, count]
     _left[0] = limit or 0
     nb = _nb[0]
@@ -1136,7 +1139,7 @@ def main(forked=False):
 
     status, interrupted = 0, False
     try:
-        _run_cell(code, _FILE, module, (init.get("limits") or {}).get("output_bytes"))
+        _run_cell(code, _FILE, module, (init.get("limits") or {}).get("output_bytes"), plain=init.get("plain"))
     except SystemExit as exc:
         status = _exit_status(exc)
     except MemoryError as exc:
@@ -1201,7 +1204,7 @@ def _session(init, oom=True):
         try:
             try:
                 _signal(signal.SIGINT, signal.default_int_handler)
-                _run_cell(code, name, module, (init.get("limits") or {}).get("output_bytes"), calls)
+                _run_cell(code, name, module, (init.get("limits") or {}).get("output_bytes"), calls, init.get("plain"))
             finally:
                 _signal(signal.SIGINT, signal.SIG_IGN)
         except SystemExit as exc:

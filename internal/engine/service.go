@@ -56,6 +56,9 @@ type Config struct {
 	// Charts is the default of Request.Charts: save open figures and shown images as output
 	// files.
 	Charts bool
+	// Notebook runs code as a notebook cell (results, IPython syntax); false as a plain script
+	// (Spec.Plain).
+	Notebook bool
 }
 
 // DefaultConfig returns the seed defaults: 4 slots, a queue of 16, 30 s default and 600 s
@@ -82,6 +85,7 @@ func DefaultConfig() Config {
 		MaxInputFileBytes:  8 << 20,
 		MaxInputFilesBytes: 16 << 20,
 		Charts:             true,
+		Notebook:           true,
 		Limits: sandbox.Limits{
 			MemoryBytes:      512 << 20,
 			StdoutBytes:      1 << 20,
@@ -336,6 +340,7 @@ func (s *Service) prepare(req sandbox.Request) *execution {
 		Limits:    s.cfg.Limits,
 		Files:     req.Files,
 		Charts:    s.cfg.Charts,
+		Plain:     !s.cfg.Notebook,
 	}
 	if spec.ID == "" {
 		spec.ID = sandbox.NewID()

@@ -605,6 +605,8 @@ func (r *run) initLine() map[string]any {
 		"limit_address_space": r.e.cfg.GVisor,
 		// A session's call: the interpreter keeps its globals for the next call.
 		"session": r.session,
+		// A plain script: no notebook results, no IPython syntax.
+		"plain": r.spec.Plain,
 	}
 }
 
