@@ -632,6 +632,17 @@ class _Notebook:
             shell.user_ns_hidden = dict(module.__dict__)
         self.left = limit or 0
 
+    def unbind(self):
+        """Lets go of the module bind gave the shell, and of the references IPython took to
+        it when it was imported or made during the run (as __main__)."""
+        bound, empty = self.shell.user_module, types.ModuleType("__main__")
+        self.shell.user_module, self.shell.user_ns, self.shell.user_ns_hidden = empty, empty.__dict__, {}
+        if getattr(self.shell, "_orig_sys_modules_main_mod", None) is bound:
+            self.shell._orig_sys_modules_main_mod = None
+        completer = sys.modules.get("IPython.core.completer")
+        if getattr(completer, "__main__", None) is bound:
+            completer.__main__ = empty
+
     def _failed(self, exc_tuple=None, *args, **kwargs):
         exc_type, exc, _ = exc_tuple or sys.exc_info()
         where = ""
@@ -711,11 +722,18 @@ def _notebook():
 
 
 def prepare_notebook():
-    """The fork server's preload: IPython imported and its shell made once, for every child."""
+    """The fork server's preload: IPython imported and its shell made once, for every child.
+    The atexit handler IPython registers at import (closing its own /dev/null) is dropped: a
+    child has closed that descriptor, and the handler would fail at its exit."""
     nb = _notebook()
-    if nb is not None:
-        nb.warm()
-    return nb is not None
+    if nb is None:
+        return False
+    nb.warm()
+    io_mod = sys.modules.get("IPython.utils.io")
+    devnull = getattr(io_mod, "devnull", None)
+    if devnull is not None:
+        atexit.unregister(devnull.close)
+    return True
 
 
 def _display(*objs, **kwargs):
@@ -865,6 +883,15 @@ def _run_cell(code, filename, module, limit, count=0, plain=False):
     exec(body, namespace)
     if last is not None:
         _show_value(eval(last, namespace))
+
+
+def _unbind_cell():
+    """Lets go of the program's module (the cell's record, the shell's namespace), so that
+    only the program holds it when it is dropped (see _drop_program)."""
+    _cell[0] = None
+    nb = _nb[0]
+    if nb is not None:
+        nb.unbind()
 
 
 def _report_exception(exc, tb):
@@ -1149,6 +1176,7 @@ def main(forked=False):
     except BaseException as exc:  # noqa: BLE001 - the user's exception is the result
         _print_user_traceback(exc, report=True)
         status, interrupted = 1, isinstance(exc, KeyboardInterrupt)
+    _unbind_cell()
     program = weakref.ref(module)
     del module  # so that the program's module can become garbage (see _drop_program)
     _finish(status, program, (init.get("limits") or {}).get("output_bytes"), interrupted)

@@ -356,20 +356,22 @@ func runEnvironment(home string, extra []string) []string {
 // matplotlibSubdir is matplotlib's directory (MPLCONFIGDIR) inside a run's home.
 const matplotlibSubdir = ".matplotlib"
 
-// seedHome fills a run's new, empty home directory (owned by uid, which has no process alive)
-// with the image's prebuilt matplotlib cache files. An error means the run must not start:
+// seedHome makes, in a run's new, empty home directory (owned by uid, which has no process
+// alive), matplotlib's directory (0700) with the image's prebuilt matplotlib cache files. An error means the run must not start:
 // its libraries would otherwise rebuild or miss their configuration.
 func (e *Executor) seedHome(uid int, home string) error {
+	// The directory itself in any case, 0700 as the rest of the home: matplotlib would make
+	// it 0755.
+	dir := filepath.Join(home, matplotlibSubdir)
+	if err := mkdirOwned(dir, uid); err != nil {
+		return fmt.Errorf("creating the run's matplotlib directory: %w", err)
+	}
 	entries, err := os.ReadDir(e.cfg.MatplotlibCache)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil // no cache in this image
 	}
 	if err != nil {
 		return fmt.Errorf("reading the matplotlib cache %s: %w", e.cfg.MatplotlibCache, err)
-	}
-	dir := filepath.Join(home, matplotlibSubdir)
-	if err := mkdirOwned(dir, uid); err != nil {
-		return fmt.Errorf("creating the run's matplotlib directory: %w", err)
 	}
 	for _, entry := range entries {
 		if !entry.Type().IsRegular() {

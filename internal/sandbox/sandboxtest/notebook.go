@@ -306,3 +306,15 @@ func (s *Suite) TestH36ResultFramesOnDescriptor3(t *testing.T) {
 	}
 	s.nextRunOK(t)
 }
+
+// TestNotebookProgramIsDroppedAfterADisplay: a run that displayed (so made IPython's shell)
+// still ends as a script does: its objects' __del__ methods run with its globals there.
+func (s *Suite) TestNotebookProgramIsDroppedAfterADisplay(t *testing.T) {
+	code := "import sys\nPREFIX = 'del'\nclass C:\n    def __del__(self):\n        sys.stdout.write('%s %s\\n' % (PREFIX, self.n))\n" +
+		"b = C(); b.n = 'cycle'; b.me = b\ndisplay(1)\nb"
+	res := Exec(t, s.rt, 0, Spec(code, 20*time.Second), nil)
+	expect(t, res, sandbox.OutcomeOK)
+	if res.Stdout != "del cycle\n" || res.Stderr != "" || len(res.Results) != 2 {
+		t.Fatalf("stdout %q stderr %q results %d", res.Stdout, res.Stderr, len(res.Results))
+	}
+}
