@@ -75,7 +75,7 @@ func resultViews(id string, results []sandbox.Display) []resultView {
 // executionResult serves one result's HTML or image from the ledger: HTML under a CSP that
 // sandboxes it (no scripts, an opaque origin) and lets only the console frame it; images as
 // their bytes.
-func (c *Console) executionResult(w http.ResponseWriter, r *http.Request, s session) {
+func (c *Console) executionResult(w http.ResponseWriter, r *http.Request, _ login) {
 	if c.cfg.Ledger == nil {
 		c.errorPage(w, r, http.StatusNotFound, "This daemon keeps no ledger of executions.")
 		return
