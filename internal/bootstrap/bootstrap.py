@@ -642,7 +642,6 @@ class _Notebook:
         self.shell = shell
         self.notes = []
         self.left = 0  # bytes the run's displays may still take (0: no cap)
-        self.count = 0  # a session's execution count (0: a one-shot run)
         self.hidden = ()
 
     def warm(self):
@@ -753,7 +752,6 @@ def _notebook():
             return None
         if _cell[0] is not None:
             nb.bind(_cell[0], _left[0])
-            nb.count = _cell[2]
             nb.shell.execution_count = _cell[2] or 1
         _nb[0] = nb
     return _nb[0]
@@ -820,8 +818,8 @@ def _publish(data, metadata, main, nb=None):
         item["metadata"] = meta
     if notes:
         item["note"] = "; ".join(notes)[:4000]
-    if main and nb is not None and nb.count:
-        item["execution_count"] = nb.count
+    if main and _cell[2]:
+        item["execution_count"] = _cell[2]
     try:
         payload = _dumps(item, allow_nan=False, ensure_ascii=False, default=str).encode()
     except (TypeError, ValueError) as exc:
@@ -916,7 +914,6 @@ def _run_cell(code, filename, module, limit, count=0, plain=False):
     nb = _nb[0]
     if nb is not None:
         nb.bind(module, limit)
-        nb.count = count
         nb.shell.execution_count = count or 1
     body, last, transformed = _compile_cell(code, filename)
     namespace = module.__dict__
