@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+	"golang.org/x/net/netutil"
 
 	"github.com/sandpit-dev/sandpit/internal/callback"
 	apiclient "github.com/sandpit-dev/sandpit/internal/client"
@@ -293,7 +294,7 @@ func pruneLedger(ctx context.Context, st *store.Store, retention store.Retention
 // (client.InProcess), so both go through the same limits and decoding. log receives its
 // request lines and internal failures.
 func (e *Core) Handler(cfg config.Config, log *slog.Logger) http.Handler {
-	backend := httpapi.Backend{Executor: e.Service, Library: e.Library, Jobs: e.Jobs, Ledger: e.Store, Files: e.Files, Packages: e.Runtime,
+	backend := httpapi.Backend{BodiesMaxBytes: cfg.BodiesMaxBytes, Executor: e.Service, Library: e.Library, Jobs: e.Jobs, Ledger: e.Store, Files: e.Files, Packages: e.Runtime,
 		Knowledge: e.Store, Sessions: e.Sessions, Setup: func(ctx context.Context, emit func(setup.Event)) error {
 			_, err := setup.Run(ctx, setup.DetectPlatform(runtime.GOOS), setup.ExecRunner{}, daemonSetup{e}, setup.Options{}, emit)
 			return err
@@ -391,6 +392,7 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w (set listen, SANDPIT_LISTEN or --listen to another address)", cfg.Listen, err)
 	}
+	ln = netutil.LimitListener(ln, int(cfg.MaxConnections))
 	defer ln.Close()
 	// The address bound (port 0 takes a free one): the egress policy refuses it to sandboxed
 	// code, and other daemons are told it.
@@ -450,7 +452,7 @@ func routes(ctx context.Context, cfg config.Config, eng *Core, log *slog.Logger)
 	if err != nil {
 		return nil, err
 	}
-	root.Handle("/mcp", mcpHandler)
+	root.Handle("/mcp", httpapi.LimitBodies(api, mcpHandler))
 	root.Handle("GET /metrics", eng.Metrics.Handler())
 	handler, err := withConsole(cfg, eng, api, httpapi.RequireToken(root, cfg.Token), log)
 	if err != nil {

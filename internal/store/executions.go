@@ -158,8 +158,8 @@ func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
 		}
 		// The record's size (ledger_max_bytes): its result, and what Begin wrote and its output
 		// files, all kept by now, counted in the one statement.
-		return tx.QueryRowContext(ctx, `INSERT INTO execution_bytes (execution_id, bytes)
-			SELECT e.id, CAST(? AS BIGINT) + `+recordBaseSQL+` FROM executions e WHERE e.id = ?
+		return tx.QueryRowContext(ctx, `INSERT INTO execution_bytes (execution_id, agent, bytes)
+			SELECT e.id, e.agent, CAST(? AS BIGINT) + `+recordBaseSQL+` FROM executions e WHERE e.id = ?
 			ON CONFLICT (execution_id) DO UPDATE SET bytes = excluded.bytes RETURNING bytes`,
 			finishBytes(res, cols, len(egress.String)), res.ID).Scan(&size)
 	})
@@ -248,8 +248,8 @@ func (s *Store) finishInterrupted(ctx context.Context, db execer, cond string, a
 	}
 	// Their sizes first (ledger_max_bytes): what Begin wrote and their kept files. Should the
 	// update below fail, they are counted again, the same, when it is retried.
-	if _, err := db.ExecContext(ctx, `INSERT INTO execution_bytes (execution_id, bytes)
-		SELECT e.id, `+recordBaseSQL+` FROM executions e WHERE e.status = 'running'`+cond+`
+	if _, err := db.ExecContext(ctx, `INSERT INTO execution_bytes (execution_id, agent, bytes)
+		SELECT e.id, e.agent, `+recordBaseSQL+` FROM executions e WHERE e.status = 'running'`+cond+`
 		ON CONFLICT (execution_id) DO NOTHING`, args...); err != nil {
 		return 0, err
 	}
@@ -483,8 +483,15 @@ func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 	err := s.tx(ctx, func(tx *Tx) error {
 		deleted, freed, gone, total = 0, 0, nil, 0 // PostgreSQL may run this again
 		if r.MaxAge > 0 {
-			res, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE status = 'finished' AND started_at < ?`,
-				s.now().Add(-r.MaxAge).UnixMilli())
+			cutoff := s.now().Add(-r.MaxAge).UnixMilli()
+			// Job fires go with the ledger: those of the records deleted, and those without a
+			// record (that started no run, or failed before it began), by their own age.
+			if _, err := tx.ExecContext(ctx, `DELETE FROM job_fires WHERE status <> 'queued' AND (
+				(fired_at < ? AND NOT EXISTS (SELECT 1 FROM executions e WHERE e.id = job_fires.execution_id))
+				OR execution_id IN (SELECT id FROM executions WHERE status = 'finished' AND started_at < ?))`, cutoff, cutoff); err != nil {
+				return err
+			}
+			res, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE status = 'finished' AND started_at < ?`, cutoff)
 			if err != nil {
 				return err
 			}
@@ -492,6 +499,11 @@ func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 			deleted += n
 		}
 		if r.MaxCount > 0 {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM job_fires WHERE execution_id IN (
+				SELECT id FROM executions WHERE status = 'finished' AND id IN (
+				SELECT id FROM executions ORDER BY started_at DESC, id DESC `+s.noLimit()+` OFFSET ?))`, r.MaxCount); err != nil {
+				return err
+			}
 			res, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE status = 'finished' AND id IN (
 				SELECT id FROM executions ORDER BY started_at DESC, id DESC `+s.noLimit()+` OFFSET ?)`, r.MaxCount)
 			if err != nil {

@@ -291,9 +291,9 @@ func (s *Suite) TestNotebookSessionExecutionCount(t *testing.T) {
 	expect(t, res, sandbox.OutcomeOK)
 }
 
-// TestH36ResultFramesOnDescriptor3: H36 the program's own result frames on descriptor 3 are held
+// TestH58ResultFramesOnDescriptor3: H58 the program's own result frames on descriptor 3 are held
 // to the displays' cap as they arrive, and one that is not a display is dropped.
-func (s *Suite) TestH36ResultFramesOnDescriptor3(t *testing.T) {
+func (s *Suite) TestH58ResultFramesOnDescriptor3(t *testing.T) {
 	res := Exec(t, s.rt, 0, Spec(`import os; os.write(3, b'{"type":"result","bytes":123456789012}\n' + b'x' * (2 << 20))`, 20*time.Second), nil)
 	expect(t, res, sandbox.OutcomeOutputLimit)
 	if !strings.Contains(res.Reason, "displays passed their cap") || len(res.Results) != 0 {
