@@ -264,15 +264,25 @@ type recordView struct {
 	Running bool
 }
 
-func (c *Console) executionPage(w http.ResponseWriter, r *http.Request, l login) {
+// execution reads the record of the execution r's path names; when it cannot, it answers
+// with the error page and returns false.
+func (c *Console) execution(w http.ResponseWriter, r *http.Request) (store.Execution, bool) {
 	if c.cfg.Ledger == nil {
 		c.errorPage(w, r, http.StatusNotFound, "This daemon keeps no ledger of executions.")
-		return
+		return store.Execution{}, false
 	}
 	id := r.PathValue("id")
 	e, err := c.cfg.Ledger.GetExecution(r.Context(), id)
 	if err != nil {
 		c.failed(w, r, "Execution "+strconv.Quote(id), err)
+		return store.Execution{}, false
+	}
+	return e, true
+}
+
+func (c *Console) executionPage(w http.ResponseWriter, r *http.Request, l login) {
+	e, ok := c.execution(w, r)
+	if !ok {
 		return
 	}
 	v := recordView{E: e, Limits: c.cfg.Engine.Config().Limits, Running: e.Status == store.StatusRunning}

@@ -76,16 +76,11 @@ func resultViews(id string, results []sandbox.Display) []resultView {
 // sandboxes it (no scripts, an opaque origin) and lets only the console frame it; images as
 // their bytes.
 func (c *Console) executionResult(w http.ResponseWriter, r *http.Request, _ login) {
-	if c.cfg.Ledger == nil {
-		c.errorPage(w, r, http.StatusNotFound, "This daemon keeps no ledger of executions.")
+	e, ok := c.execution(w, r)
+	if !ok {
 		return
 	}
-	id := r.PathValue("id")
-	e, err := c.cfg.Ledger.GetExecution(r.Context(), id)
-	if err != nil {
-		c.failed(w, r, "Execution "+strconv.Quote(id), err)
-		return
-	}
+	id := e.ID
 	n, err := strconv.Atoi(r.PathValue("n"))
 	mt, kind := resultKinds[r.PathValue("kind")], r.PathValue("kind")
 	if err != nil || n < 1 || n > len(e.Results) || mt == "" {
