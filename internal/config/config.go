@@ -233,6 +233,10 @@ type Config struct {
 	// PIL images shown as PNG output files (figure-1.png, image-1.png, …), unless a request
 	// says otherwise. Default true.
 	Charts bool `json:"charts"`
+	// Notebook returns the value of a run's last expression and what it displays as results,
+	// and lets code use IPython's % and ! syntax (docs/notebook.md). false runs code as a
+	// plain script. Default true.
+	Notebook bool `json:"notebook"`
 	// FilesMaxBytes is the quota of all runs' kept output files together, in bytes (in the
 	// data directory's files/). Storing a file over it evicts the files of the oldest
 	// executions first; fetching an evicted file answers 410. Default 2 GiB; at least
@@ -335,17 +339,18 @@ const (
 
 // DefaultPackages returns the packages installed when the configuration names none.
 func DefaultPackages() []string {
-	return []string{"pandas", "numpy", "matplotlib", "scipy", "requests", "beautifulsoup4", "Pillow"}
+	return []string{"pandas", "numpy", "matplotlib", "scipy", "requests", "beautifulsoup4", "Pillow", "ipython"}
 }
 
 // DefaultPreload returns the modules the fork server imports when the configuration names none:
 // the default packages' modules agents import, pyplot with its Agg backend (the sandbox's
 // MPLBACKEND; pyplot imports it only at the first figure, which cost every forked run that
-// draws about a quarter of its time). A module the image lacks is skipped, with a line in the
-// executor's log.
+// draws about a quarter of its time), and IPython, whose shell the fork server then makes once
+// for the notebook layer (values and displays). A module the image lacks is skipped, with a
+// line in the executor's log.
 func DefaultPreload() []string {
 	return []string{"numpy", "pandas", "matplotlib.pyplot", "matplotlib.backends.backend_agg", "scipy.stats", "scipy.optimize",
-		"requests", "bs4", "PIL.Image"}
+		"requests", "bs4", "PIL.Image", "IPython"}
 }
 
 // Default returns the defaults. DataDir is resolved from the process environment
@@ -402,6 +407,7 @@ func defaults(lookup func(string) (string, bool)) Config {
 		OutputFileBytes:    sb.Limits.OutputFileBytes,
 		OutputFilesBytes:   sb.Limits.OutputFilesBytes,
 		Charts:             sb.Charts,
+		Notebook:           sb.Notebook,
 		FilesMaxBytes:      store.DefaultFilesMaxBytes,
 		BodiesMaxBytes:     128 << 20,
 		MaxConnections:     512,
@@ -478,6 +484,7 @@ func (c Config) Sandbox() engine.Config {
 		MaxInputFileBytes:  c.MaxInputFileBytes,
 		MaxInputFilesBytes: c.MaxInputFilesBytes,
 		Charts:             c.Charts,
+		Notebook:           c.Notebook,
 		Limits: sandbox.Limits{
 			MemoryBytes:      c.RunMemory(),
 			StdoutBytes:      c.StdoutBytes,
@@ -642,7 +649,7 @@ const (
 	RegistryBaseImage = "python:3.11-slim"
 	// OfflineBaseImage is the base scripts/offline-base-image.sh builds from Debian's packages
 	// when no registry answers.
-	OfflineBaseImage = "sandpit-base:bookworm"
+	OfflineBaseImage = "sandpit-base:bookworm-2"
 )
 
 // Validate checks every setting and reports every problem at once, joined with errors.Join;
