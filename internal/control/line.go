@@ -144,6 +144,7 @@ func Start(ctx context.Context, r io.Reader, w io.Writer, closer io.Closer, log 
 				h.m.Hello.Version, protocol.Version)
 		}
 		c.hello = *h.m.Hello
+		c.lastHeard = time.Now() // the silence counts from the greeting, not from the wait for it
 	}
 	go c.readLoop()
 	go c.heartbeat()

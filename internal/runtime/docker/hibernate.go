@@ -67,7 +67,8 @@ func (b *sessionBox) SaveFiles(ctx context.Context, w io.Writer) error {
 // the directories afresh).
 func (b *sessionBox) RestoreFiles(ctx context.Context, r io.Reader) error {
 	uid := strconv.Itoa(UIDBase + MaxSlots + b.uid)
-	cmd := []string{"tar", "-C", "/sandbox", "--no-same-owner", "--no-overwrite-dir", "-xpf", "-"}
+	// cd, not tar -C: /sandbox is 0711, which the uid may pass through but not open.
+	cmd := []string{"/bin/sh", "-c", "cd /sandbox && exec tar --no-same-owner --no-overwrite-dir -xpf -"}
 	if err := b.exec(ctx, uid+":"+uid, cmd, r, io.Discard); err != nil {
 		return fmt.Errorf("restoring the session's files: %w", err)
 	}
@@ -116,7 +117,7 @@ func (b *sessionBox) exec(ctx context.Context, user string, cmd []string, stdin 
 		return err
 	}
 	if in.ExitCode != 0 {
-		return fmt.Errorf("%s exited with status %d: %s", cmd[0], in.ExitCode, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("%s exited with status %d: %s", strings.Join(cmd, " "), in.ExitCode, strings.TrimSpace(stderr.String()))
 	}
 	return feedErr
 }
