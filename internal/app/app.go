@@ -226,6 +226,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	} else if n > 0 {
 		log.Info("hibernated sessions kept from an earlier run; each resumes on demand", "sessions", n)
 	}
+	m.WatchSessions(sessions.Active, sessions.LifecycleStats)
 	return &Core{
 		Service:  svc,
 		Runtime:  rt,
