@@ -426,18 +426,15 @@ func (m *Sessions) hibernateHeld(ctx context.Context, id string, ls *liveSession
 	info := ls.info
 	info.ExpiresAt = nil
 	m.lc.hibernated[id] = info
-	m.closing.Add(1)
 	m.mu.Unlock()
 	m.record(ctx, info)
+	// Removed before the answer: a resume at once makes a container of the same name.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := ls.box.Close(cctx); err != nil {
+		m.log.Warn("removing a hibernated session's sandbox", "session", id, "error", err)
+	}
 	m.log.Info("session hibernated", "session", id, "agent", agent, "bytes", n, "why", why)
-	go func() {
-		defer m.closing.Done()
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := ls.box.Close(cctx); err != nil {
-			m.log.Warn("removing a hibernated session's sandbox", "session", id, "error", err)
-		}
-	}()
 	return info, nil
 }
 

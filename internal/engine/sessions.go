@@ -580,7 +580,7 @@ func (m *Sessions) Shutdown(ctx context.Context) {
 	}
 	m.mu.Unlock()
 	for _, id := range ids {
-		m.end(id, sandbox.EndDaemonStopped, "the daemon stopped; a session does not outlive it")
+		m.end(id, sandbox.EndDaemonStopped, "the daemon stopped and the session was not hibernated (a call ran, or session_hibernate_on_stop is off)")
 	}
 	done := make(chan struct{})
 	go func() {

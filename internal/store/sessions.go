@@ -15,7 +15,7 @@ var _ sandbox.SessionLedger = (*Store)(nil)
 
 // ReasonDaemonStopped is the reason of a session a stopped daemon left open, set when the
 // daemon next starts.
-const ReasonDaemonStopped = "the daemon stopped or restarted while the session was open; a session does not outlive its daemon"
+const ReasonDaemonStopped = "the daemon stopped or restarted while the session was open and not hibernated; its state was lost (only a hibernated session outlives its daemon)"
 
 // BeginSession records a new session (sandbox.SessionLedger).
 func (s *Store) BeginSession(ctx context.Context, info sandbox.SessionInfo) error {

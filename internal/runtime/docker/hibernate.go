@@ -54,7 +54,10 @@ func (b *sessionBox) Unpause(ctx context.Context) error {
 // root in the container (symbolic links are kept as links, never followed). The container
 // must be running.
 func (b *sessionBox) SaveFiles(ctx context.Context, w io.Writer) error {
-	cmd := append([]string{"tar", "-C", "/sandbox", "--numeric-owner", "-cf", "-"}, sessionDirs...)
+	// A session whose interpreter never started has no directories yet: an empty archive.
+	script := `cd /sandbox && set -- && for d in ` + strings.Join(sessionDirs, " ") + `; do if [ -e "$d" ]; then set -- "$@" "$d"; fi; done && ` +
+		`exec tar --numeric-owner -cf - -T /dev/null "$@"`
+	cmd := []string{"/bin/sh", "-c", script}
 	if err := b.exec(ctx, "0", cmd, nil, w); err != nil {
 		return fmt.Errorf("saving the session's files: %w", err)
 	}
