@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -78,13 +79,14 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 		t.Fatalf("the report is not JSON: %v\n%s", err, stdout.String())
 	}
 
-	if len(rep.Latency) != 9 {
-		t.Fatalf("%d latency rows, want 9: %+v", len(rep.Latency), rep.Latency)
+	if len(rep.Latency) != 13 {
+		t.Fatalf("%d latency rows, want 13: %+v", len(rep.Latency), rep.Latency)
 	}
 	for _, l := range rep.Latency {
 		want := 2
 		switch l.Name {
-		case bench.LatencyRESTPrint, bench.LatencySpawnPrint, bench.LatencySessionPrint:
+		case bench.LatencyRESTPrint, bench.LatencySpawnPrint, bench.LatencySessionPrint, bench.LatencySessionPause, bench.LatencySessionResume,
+			bench.LatencySessionHibernate, bench.LatencySessionWake:
 			want = 3
 		case bench.LatencySessionSum:
 			want = 20
@@ -92,7 +94,7 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 		if l.Runs != want || !(l.P50MS > 0) || l.P50MS > l.P95MS || l.P95MS > l.P99MS || !(l.RunsPerSec > 0) {
 			t.Errorf("%s: %+v", l.Name, l)
 		}
-		session := l.Name == bench.LatencySessionPrint || l.Name == bench.LatencySessionSum // in its own container, not the pool's
+		session := strings.HasPrefix(l.Name, "session_") // in its own container, not the pool's
 		if rest := l.Baseline == "" && !session; rest != (l.BoxCPUMSPerRun > 0) {
 			t.Errorf("%s: box CPU per run %v (only the pool's REST rows have one)", l.Name, l.BoxCPUMSPerRun)
 		}

@@ -420,6 +420,7 @@ func Targets(r Report) []Target {
 		targets = append(targets, Target{Name: "session_print_p50", What: "session call print(1) p50", Unit: "ms", Op: "<=",
 			Goal: MaxSessionPrintMS, Value: round(v, 1), Status: evaluate(v, "<=", MaxSessionPrintMS)})
 	}
+	targets = append(targets, lifecycleTargets(p50)...)
 	return targets
 }
 
