@@ -69,7 +69,7 @@ type Config struct {
 	// DatabaseURL, when set, keeps the ledger, code library, knowledge, jobs and runs' output
 	// files in this PostgreSQL database instead of SQLite in the data directory, so that
 	// several daemons share them: postgres://user:password@host:5432/database?sslmode=….
-	// Default empty (SQLite). See "Running several daemons" in the README.
+	// Default empty (SQLite). See docs/several-daemons.md.
 	DatabaseURL string `json:"database_url"`
 	// DaemonID names this daemon among those sharing database_url: recorded with the runs it
 	// does and the job fires it claims, and named in errors about what only it holds. 1 to 64

@@ -17,10 +17,11 @@ import (
 )
 
 // HTTPHandler serves MCP over streamable HTTP (the MCP spec's transport), with a server from
-// newServer for each new session (nil answers 400). Sessions idle for sessionTimeout are
-// closed. At most maxSessions live at once: a request to start one more is answered 503 with
-// Retry-After, and a JSON error saying how to free one (each session holds memory in the
-// daemon until it is closed or idles out).
+// newServer for each new MCP connection (an MCP session of the transport, named by its
+// Mcp-Session-Id; nil answers 400). Connections idle for idleTimeout are closed. At most
+// maxConns live at once: a request to start one more is answered 503 with Retry-After, and a
+// JSON error saying how to free one (each connection holds memory in the daemon until it is
+// closed or idles out).
 //
 // Each call (a JSON-RPC request, such as tools/call) is cancelled when the HTTP POST that
 // carried it ends before it is answered, that is when the client's connection closes: this
@@ -28,7 +29,7 @@ import (
 // never be delivered. A run_code whose client went away is so stopped (outcome killed) at once,
 // as over REST, instead of holding its slot until it ends. notifications/cancelled cancels a
 // call as well (the SDK's).
-func HTTPHandler(newServer func(*http.Request) *mcp.Server, sessionTimeout time.Duration, maxSessions int) http.Handler {
+func HTTPHandler(newServer func(*http.Request) *mcp.Server, idleTimeout time.Duration, maxConns int) http.Handler {
 	p := &posts{live: map[string]context.Context{}}
 	live := &servers{}
 	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
@@ -38,15 +39,15 @@ func HTTPHandler(newServer func(*http.Request) *mcp.Server, sessionTimeout time.
 			live.add(s)
 		}
 		return s
-	}, &mcp.StreamableHTTPOptions{SessionTimeout: sessionTimeout})
+	}, &mcp.StreamableHTTPOptions{SessionTimeout: idleTimeout})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" && live.count() >= maxSessions {
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" && live.count() >= maxConns {
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Retry-After", "60")
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_ = json.NewEncoder(w).Encode(apitype.ErrorBody{Error: apitype.ErrorDetail{Code: apitype.CodeBusy, Message: fmt.Sprintf(
 				"%d MCP sessions are open, the most this daemon keeps: close one you no longer use (HTTP DELETE with its "+
-					"Mcp-Session-Id), or wait for an idle one to be closed after %s", maxSessions, sessionTimeout)}})
+					"Mcp-Session-Id), or wait for an idle one to be closed after %s", maxConns, idleTimeout)}})
 			return
 		}
 		r = r.Clone(r.Context())
@@ -60,7 +61,7 @@ func HTTPHandler(newServer func(*http.Request) *mcp.Server, sessionTimeout time.
 	})
 }
 
-// servers are the MCP servers made for sessions, one each, to count the live sessions.
+// servers are the MCP servers made for connections, one each, to count the live ones.
 type servers struct {
 	mu   sync.Mutex
 	list []made
@@ -77,9 +78,10 @@ func (v *servers) add(s *mcp.Server) {
 	v.list = append(v.list, made{s, time.Now()})
 }
 
-// count returns how many sessions live, forgetting the servers without one for a minute (the
-// handler makes servers that never get a session, and a session that ended leaves its server
-// empty). Requests starting sessions at the same moment may each see room for one more.
+// count returns how many connections live, forgetting the servers without one for a minute
+// (the handler makes servers that never get a connection, and a connection that ended leaves
+// its server empty). Requests starting connections at the same moment may each see room for
+// one more.
 func (v *servers) count() int {
 	v.mu.Lock()
 	defer v.mu.Unlock()

@@ -10,10 +10,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// The daemon keeps a bounded number of MCP sessions: one more initialize is a 503 that says
-// how to free one, and closing a session makes room again. (3000 initialize requests took a
+// The daemon keeps a bounded number of MCP connections: one more initialize is a 503 that says
+// how to free one, and closing a connection makes room again. (3000 initialize requests took a
 // daemon from 122 MB to 1.1 GB before.)
-func TestHTTPHandlerCapsSessions(t *testing.T) {
+func TestHTTPHandlerCapsConnections(t *testing.T) {
 	h := HTTPHandler(func(*http.Request) *mcp.Server {
 		return mcp.NewServer(&mcp.Implementation{Name: "t", Version: "1"}, nil)
 	}, time.Hour, 2)

@@ -108,6 +108,65 @@ func finishBytes(res sandbox.Result, cols resultColumns, egress int) int64 {
 	return int64(n)
 }
 
+// pruneCursor is where pruneBytes's walk over the records, oldest first, stands.
+type pruneCursor struct {
+	at      int64  // the last record read: its started_at
+	id      string // and its id
+	started bool   // a record has been read
+	done    bool   // the walk reached the newest finished record, or the end
+}
+
+// next reads the batch of up to pruneBatch records after c, oldest first, and returns the
+// finished ones to delete, until their bytes reach excess, and those bytes. It stops at newest
+// (which is kept) and moves c past what it read.
+func (c *pruneCursor) next(ctx context.Context, tx *Tx, newest string, excess int64) ([]any, int64, error) {
+	q, args := `SELECT e.id, e.started_at, e.status, b.bytes FROM executions e JOIN execution_bytes b ON b.execution_id = e.id`, []any{}
+	if c.started {
+		q, args = q+` WHERE (e.started_at, e.id) > (?, ?)`, []any{c.at, c.id}
+	}
+	rows, err := tx.QueryContext(ctx, q+` ORDER BY e.started_at, e.id LIMIT ?`, append(args, pruneBatch)...)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	var (
+		batch []any
+		freed int64
+		read  int
+	)
+	for rows.Next() {
+		var (
+			id, status string
+			bytes      int64
+		)
+		if err := rows.Scan(&id, &c.at, &status, &bytes); err != nil {
+			return nil, 0, err
+		}
+		read++
+		c.id, c.started = id, true
+		if id == newest {
+			c.done = true
+			break
+		}
+		if status != StatusFinished {
+			continue
+		}
+		batch = append(batch, id)
+		freed += bytes
+		if freed >= excess {
+			break
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
+	}
+	if read < pruneBatch {
+		c.done = true
+	}
+	return batch, freed, nil
+}
+
 // pruneBytes deletes, in tx, the oldest finished records until the ledger's bytes are under
 // LedgerLowWater percent of max, never the newest finished record (a record larger than the
 // whole budget is kept until the next one finishes). It returns how many records it deleted
@@ -130,58 +189,15 @@ func (s *Store) pruneBytes(ctx context.Context, tx *Tx, max int64) (int64, int64
 		return 0, 0, err
 	}
 	var (
-		deleted  int64
-		afterAt  int64
-		afterID  string
-		started  bool
-		finished bool
+		deleted int64
+		c       pruneCursor
 	)
-	for excess > 0 && !finished {
-		q, args := `SELECT e.id, e.started_at, e.status, b.bytes FROM executions e JOIN execution_bytes b ON b.execution_id = e.id`, []any{}
-		if started {
-			q, args = q+` WHERE (e.started_at, e.id) > (?, ?)`, []any{afterAt, afterID}
-		}
-		rows, err := tx.QueryContext(ctx, q+` ORDER BY e.started_at, e.id LIMIT ?`, append(args, pruneBatch)...)
+	for excess > 0 && !c.done {
+		batch, freed, err := c.next(ctx, tx, newest, excess)
 		if err != nil {
 			return 0, 0, err
 		}
-		var (
-			batch []any
-			freed int64
-			read  int
-		)
-		for rows.Next() {
-			var (
-				id, status string
-				bytes      int64
-			)
-			if err := rows.Scan(&id, &afterAt, &status, &bytes); err != nil {
-				rows.Close()
-				return 0, 0, err
-			}
-			read++
-			afterID, started = id, true
-			if id == newest {
-				finished = true
-				break
-			}
-			if status != StatusFinished {
-				continue
-			}
-			batch = append(batch, id)
-			freed += bytes
-			excess -= bytes
-			if excess <= 0 {
-				break
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return 0, 0, err
-		}
-		if read < pruneBatch {
-			finished = true
-		}
+		excess -= freed
 		if len(batch) == 0 {
 			continue
 		}
