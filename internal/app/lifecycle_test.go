@@ -2,12 +2,9 @@ package app_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,7 +12,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/sandpit-dev/sandpit/internal/cli"
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
@@ -99,18 +95,7 @@ func TestSessionLifecycleREST(t *testing.T) {
 	httpCall(t, "DELETE", base+a.ID, "")
 
 	// The CLI and MCP.
-	sandpit := func(args ...string) (int, string, string) {
-		var stdout, stderr bytes.Buffer
-		env := cli.Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
-			Lookup: func(k string) (string, bool) {
-				if k == "SANDPIT_URL" {
-					return url, true
-				}
-				return os.LookupEnv(k)
-			}}
-		code := cli.Main(context.Background(), args, env)
-		return code, stdout.String(), stderr.String()
-	}
+	sandpit := cliAt(url)
 	if code, out, errOut := sandpit("session", "pause", s.ID, "--agent", "alice"); code == 0 || !strings.Contains(errOut, "hibernated") && !strings.Contains(out, "hibernated") {
 		// Pausing a hibernated session answers it as it is.
 		if code != 0 {
@@ -149,22 +134,7 @@ func TestSessionLifecycleREST(t *testing.T) {
 // or ended with the reason; no session container and no hibernation file is left over.
 func TestSessionsDaemonKilled(t *testing.T) {
 	cfg := testConfig(t)
-	bin := buildSandpit(t)
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := ln.Addr().String()
-	ln.Close()
-	url := "http://" + addr
-	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, "serve", "--listen", addr)
-		cmd.Env = append(os.Environ(), "SANDPIT_DATA_DIR="+cfg.DataDir, "SANDPIT_BASE_IMAGE="+cfg.BaseImage,
-			"SANDPIT_EXECUTOR_PATH="+cfg.ExecutorPath, "SANDPIT_SLOTS=1", "SANDPIT_FORK_SERVER=false", "SANDPIT_SESSIONS_PER_AGENT=4")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		waitReady(t, url, 200, 5*time.Minute)
-		return cmd
-	}
+	url, start := killableDaemon(t, cfg, "SANDPIT_SLOTS=1", "SANDPIT_FORK_SERVER=false", "SANDPIT_SESSIONS_PER_AGENT=4")
 	daemon := start()
 	base := url + "/v1/agents/k/sessions/"
 	ids := map[string]string{}

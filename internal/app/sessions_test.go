@@ -45,6 +45,23 @@ func httpCall(t *testing.T, method, url, body string, header ...string) (int, []
 	return resp.StatusCode, b
 }
 
+// cliAt returns a function that runs the sandpit command with args against the daemon at url,
+// and returns its exit code, stdout and stderr.
+func cliAt(url string) func(args ...string) (int, string, string) {
+	return func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		env := cli.Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+			Lookup: func(k string) (string, bool) {
+				if k == "SANDPIT_URL" {
+					return url, true
+				}
+				return os.LookupEnv(k)
+			}}
+		code := cli.Main(context.Background(), args, env)
+		return code, stdout.String(), stderr.String()
+	}
+}
+
 // sessionDaemon serves cfg until stop is called (or the test ends) and returns its URL.
 func sessionDaemon(t *testing.T, dataDir string) (string, func()) {
 	t.Helper()
@@ -134,18 +151,7 @@ func TestSessionsREST(t *testing.T) {
 	}
 
 	// The CLI: session new, run (state kept, exit status), ls, rm.
-	sandpit := func(args ...string) (int, string, string) {
-		var stdout, stderr bytes.Buffer
-		env := cli.Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
-			Lookup: func(k string) (string, bool) {
-				if k == "SANDPIT_URL" {
-					return url, true
-				}
-				return os.LookupEnv(k)
-			}}
-		code := cli.Main(context.Background(), args, env)
-		return code, stdout.String(), stderr.String()
-	}
+	sandpit := cliAt(url)
 	code, out, errOut := sandpit("session", "new", "--agent", "carl")
 	id := strings.TrimSpace(out)
 	if code != 0 || !sandbox.ValidSessionID(id) {

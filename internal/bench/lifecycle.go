@@ -42,20 +42,11 @@ const (
 // with a warning.
 func (b *bench) lifecycleLatencies(ctx context.Context, in *instance, rep *Report) error {
 	api := in.rest.api
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	info, err := api.CreateSession(cctx, "default", apitype.SessionCreate{})
-	cancel()
-	if err != nil {
-		b.say("warning: the session lifecycle not measured: %v", err)
+	info, done := b.openSession(ctx, in, "the session lifecycle")
+	if done == nil {
 		return nil
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		if _, err := api.CloseSession(cctx, "default", info.ID); err != nil {
-			b.say("warning: closing the bench's session: %v", err)
-		}
-	}()
+	defer done()
 	timed := func(do func(context.Context) error) (time.Duration, error) {
 		cctx, cancel := context.WithTimeout(ctx, requestTimeout)
 		defer cancel()
