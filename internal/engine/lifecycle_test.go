@@ -440,3 +440,44 @@ func TestHibernationDiskFull(t *testing.T) {
 		t.Fatalf("resume after it: %v", err)
 	}
 }
+
+// TestHibernationRetention: a session hibernated longer than HibernatedMaxAge ends
+// (hibernation_expired), its file removed and its end in the ledger; a younger one stays.
+func TestHibernationRetention(t *testing.T) {
+	dir := t.TempDir()
+	ledger := newMemLedger()
+	cfg := lifecycleConfig(dir)
+	cfg.Lifecycle.HibernatedMaxAge = time.Hour
+	m, _ := newLifecycle(t, cfg, ledger)
+	ctx := t.Context()
+	var ids []string
+	for range 2 {
+		s, err := m.Create(ctx, sandbox.SessionRequest{Agent: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Hibernate(ctx, "a", s.ID); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, s.ID)
+	}
+	m.mu.Lock()
+	old := m.lc.hibernated[ids[0]]
+	old.Hibernation.At = old.Hibernation.At.Add(-2 * time.Hour)
+	m.lc.hibernated[ids[0]] = old
+	m.mu.Unlock()
+	m.retain(ctx)
+	info, err := m.Get(ctx, "a", ids[0])
+	if err != nil || info.State != sandbox.SessionEnded || info.EndReason != sandbox.EndHibernationExpired || !strings.Contains(info.Reason, "hibernated_max_age_hours") {
+		t.Fatalf("the old session: %+v, %v", info, err)
+	}
+	if rec, _ := ledger.LookupSession(ctx, ids[0]); rec.EndReason != sandbox.EndHibernationExpired {
+		t.Fatalf("the ledger's record: %+v", rec)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ids[0]+".tar")); !os.IsNotExist(err) {
+		t.Fatalf("the expired file is kept: %v", err)
+	}
+	if info, _ := m.Get(ctx, "a", ids[1]); info.State != sandbox.SessionHibernated {
+		t.Fatalf("the younger session: %+v", info)
+	}
+}
