@@ -222,7 +222,9 @@ func (m *Sessions) autoPause(id string, ls *liveSession) {
 		m.log.Info("an idle session is hibernated instead of paused: the paused-memory budget is full", "session", id, "error", err)
 		select {
 		case <-ls.turn:
-			_, err = m.hibernateHeld(ctx, id, ls, "auto_pause with sessions_paused_max_bytes full")
+			if _, err = m.hibernateHeld(ctx, id, ls, "auto_pause with sessions_paused_max_bytes full"); err != nil {
+				ls.turn <- struct{}{} // it runs on, as it was
+			}
 		default:
 			err = &sandbox.SessionBusyError{ID: id}
 		}
@@ -332,7 +334,11 @@ func (m *Sessions) Hibernate(ctx context.Context, agent, id string) (sandbox.Ses
 		default:
 			return sandbox.SessionInfo{}, &sandbox.SessionBusyError{ID: id}
 		}
-		return m.hibernateHeld(ctx, id, ls, "asked")
+		info, err := m.hibernateHeld(ctx, id, ls, "asked")
+		if err != nil {
+			ls.turn <- struct{}{} // it runs on, as it was
+		}
+		return info, err
 	}
 	return m.hibernate(ctx, id, ls, "asked")
 }
@@ -380,12 +386,16 @@ func (m *Sessions) hibernateHeld(ctx context.Context, id string, ls *liveSession
 	fail := func(err error) (sandbox.SessionInfo, error) {
 		now := time.Now().UTC()
 		m.mu.Lock()
-		ls.info.LifecycleError = "hibernation failed, the session stays paused: " + err.Error()
+		state := "paused"
+		if !ls.life.paused {
+			state = "running"
+		}
+		ls.info.LifecycleError = "hibernation failed, the session stays " + state + ": " + err.Error()
 		ls.info.AddEvent(now, "hibernate_failed", err.Error())
 		info := ls.info
 		m.mu.Unlock()
 		m.record(ctx, info)
-		m.log.Warn("hibernating a session failed; it stays paused", "session", id, "error", err)
+		m.log.Warn("hibernating a session failed; it stays as it was", "session", id, "error", err)
 		return sandbox.SessionInfo{}, err
 	}
 	if mine >= lc.HibernatedPerAgent {

@@ -481,3 +481,26 @@ func TestHibernationRetention(t *testing.T) {
 		t.Fatalf("the younger session: %+v", info)
 	}
 }
+
+// TestHibernateRefusedWhileRunning: with the paused budget full a session is hibernated
+// straight from running; refused by hibernated_per_agent, it runs on and takes calls.
+func TestHibernateRefusedWhileRunning(t *testing.T) {
+	cfg := lifecycleConfig(t.TempDir())
+	cfg.Lifecycle.PausedMaxBytes, cfg.Lifecycle.HibernatedPerAgent = 0, 0
+	m, _ := newLifecycle(t, cfg, nil)
+	ctx := t.Context()
+	s, err := m.Create(ctx, sandbox.SessionRequest{Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Hibernate(ctx, "a", s.ID)
+	if errclass.Of(err) != errclass.Busy || !strings.Contains(err.Error(), "hibernated_per_agent") {
+		t.Fatalf("hibernate: %v", err)
+	}
+	if err := call(t, m, "a", s.ID, "x"); err != nil {
+		t.Fatalf("a call after the refused hibernation: %v", err)
+	}
+	if info, _ := m.Get(ctx, "a", s.ID); info.State != sandbox.SessionActive || !strings.Contains(info.LifecycleError, "stays running") {
+		t.Fatalf("after it: %+v", info)
+	}
+}
