@@ -18,7 +18,9 @@ import (
 	"sync"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
+	"golang.org/x/net/netutil"
 
 	"github.com/sandpit-dev/sandpit/internal/callback"
 	apiclient "github.com/sandpit-dev/sandpit/internal/client"
@@ -304,12 +306,13 @@ func pruneLedger(ctx context.Context, st *store.Store, retention store.Retention
 // (client.InProcess), so both go through the same limits and decoding. log receives its
 // request lines and internal failures.
 func (e *Core) Handler(cfg config.Config, log *slog.Logger) http.Handler {
-	backend := httpapi.Backend{Executor: e.Service, Library: e.Library, Jobs: e.Jobs, Ledger: e.Store, Files: e.Files, Packages: e.Runtime,
+	backend := httpapi.Backend{BodiesMaxBytes: cfg.BodiesMaxBytes, Executor: e.Service, Library: e.Library, Jobs: e.Jobs, Ledger: e.Store, Files: e.Files, Packages: e.Runtime,
 		Knowledge: e.Store, Sessions: e.Sessions, Setup: func(ctx context.Context, emit func(setup.Event)) error {
 			_, err := setup.Run(ctx, setup.DetectPlatform(runtime.GOOS), setup.ExecRunner{}, daemonSetup{e}, setup.Options{}, emit)
 			return err
 		},
-		PackageIndex: httpapi.PackageIndex{IndexURL: cfg.IndexURL, ExtraIndexURLs: cfg.ExtraIndexURLs, TrustedHosts: cfg.TrustedHosts, BinaryOnly: cfg.BinaryOnly}}
+		PackageIndex: httpapi.PackageIndex{IndexURL: cfg.IndexURL, ExtraIndexURLs: cfg.ExtraIndexURLs, TrustedHosts: cfg.TrustedHosts, BinaryOnly: cfg.BinaryOnly},
+		Warmth:       e.Runtime.Warmth}
 	return httpapi.NewHandler(backend, log)
 }
 
@@ -375,26 +378,49 @@ func Sandbox(ctx context.Context, cfg config.Config) (dir string, owner int, con
 	return dir, owner, containers, nil
 }
 
-// RemoveSandbox removes the containers of cfg's data directory. It takes the directory's lock
+// Removed is what RemoveSandbox removed.
+type Removed struct {
+	// Containers is how many containers (slots' and sessions', running or stopped).
+	Containers int
+	// Volume is the package volume's name, "" when it was kept or there was none.
+	Volume string
+}
+
+// RemoveSandbox removes the containers of cfg's data directory and, with volume, its package
+// volume (the installed dependencies and pip's cache): everything the data directory made in
+// the engine but the images, which other data directories share. It takes the directory's lock
 // first, so it refuses (a *datadir.LockedError) while an engine uses them.
-func RemoveSandbox(ctx context.Context, cfg config.Config) (int, error) {
+func RemoveSandbox(ctx context.Context, cfg config.Config, volume bool) (Removed, error) {
+	var out Removed
 	lock, err := datadir.Acquire(cfg.DataDir)
 	if err != nil {
-		return 0, err
+		return out, err
 	}
 	defer lock.Release()
 	api, err := DockerClient(cfg)
 	if err != nil {
-		return 0, err
+		return out, err
 	}
 	defer api.Close()
-	return docker.RemoveContainers(ctx, api, lock.Dir())
+	if out.Containers, err = docker.RemoveContainers(ctx, api, lock.Dir()); err != nil || !volume {
+		return out, err
+	}
+	name := docker.VolumeName(lock.Dir())
+	switch _, err := api.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true}); {
+	case cerrdefs.IsNotFound(err):
+	case err != nil:
+		return out, fmt.Errorf("removing the package volume %s: %w (remove it with: docker volume rm %s)", name, err, name)
+	default:
+		out.Volume = name
+	}
+	return out, nil
 }
 
 // Serve runs the daemon: it opens the engine, serves the REST API on cfg.Listen until ctx
 // ends, then shuts down gracefully (in-flight requests get ShutdownGrace to finish).
 // ready, when not nil, receives the listener's address once the API accepts connections.
-func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer, ready func(addr string)) error {
+// version is the build's version, which the daemon gives as its MCP serverInfo.version.
+func Serve(ctx context.Context, cfg config.Config, version string, log *slog.Logger, progress io.Writer, ready func(addr string)) error {
 	if err := CheckExposure(cfg); err != nil {
 		return err
 	}
@@ -402,6 +428,7 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w (set listen, SANDPIT_LISTEN or --listen to another address)", cfg.Listen, err)
 	}
+	ln = netutil.LimitListener(ln, int(cfg.MaxConnections))
 	defer ln.Close()
 	// The address bound (port 0 takes a free one): the egress policy refuses it to sandboxed
 	// code, and other daemons are told it.
@@ -412,7 +439,7 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	}
 	defer eng.Close()
 
-	handler, err := routes(ctx, cfg, eng, log)
+	handler, err := routes(ctx, cfg, eng, version, log)
 	if err != nil {
 		return err
 	}
@@ -453,15 +480,15 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 
 // routes is the daemon's handler: the REST API at /, MCP at /mcp and the metrics behind the
 // token, the console at /ui, all behind the Host and Origin guard.
-func routes(ctx context.Context, cfg config.Config, eng *Core, log *slog.Logger) (http.Handler, error) {
+func routes(ctx context.Context, cfg config.Config, eng *Core, version string, log *slog.Logger) (http.Handler, error) {
 	root := http.NewServeMux()
 	api := eng.Handler(cfg, log)
 	root.Handle("/", api)
-	mcpHandler, err := mcpserver.Endpoint(ctx, apiclient.InProcess(api), "daemon")
+	mcpHandler, err := mcpserver.Endpoint(ctx, apiclient.InProcess(api), version)
 	if err != nil {
 		return nil, err
 	}
-	root.Handle("/mcp", mcpHandler)
+	root.Handle("/mcp", httpapi.LimitBodies(api, mcpHandler))
 	root.Handle("GET /metrics", eng.Metrics.Handler())
 	handler, err := withConsole(cfg, eng, api, httpapi.RequireToken(root, cfg.Token), log)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	apiclient "github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/egress"
@@ -35,17 +36,40 @@ type Check struct {
 	Required bool `json:"required"`
 }
 
-// Doctor checks every requirement of running sandpit with cfg on this machine, and whether a
-// daemon answers at url.
-func Doctor(ctx context.Context, cfg config.Config, url string) []Check {
+// ConfigSource says which configuration Doctor checks.
+type ConfigSource struct {
+	// Name describes it in the report, such as "config file /etc/sandpit.json" or "the
+	// defaults and SANDPIT_* variables".
+	Name string
+	// Err is why it could not be loaded (nil when it was); Doctor validates what was loaded.
+	Err error
+}
+
+// Doctor checks every requirement of running sandpit with cfg (read from src) on this machine,
+// and whether a daemon answers at url. A configuration that could not be loaded or is invalid
+// is a failed check (the others that need it are not made). When a daemon answers at url, the
+// settings it serves (network, package index, slots: GET /v1/limits) are checked in place of
+// cfg's, and the configuration check says so and names those that differ.
+func Doctor(ctx context.Context, cfg config.Config, src ConfigSource, url string) []Check {
 	var checks []Check
 	add := func(c Check) { checks = append(checks, c) }
 
-	if err := cfg.Validate(); err != nil {
-		add(Check{Name: "configuration", Required: true, Detail: err.Error(), Fix: "correct the settings named above (config file, SANDPIT_* variables)"})
-		return checks
+	d := askDaemon(ctx, cfg.Token, url)
+	if err := cmp.Or(src.Err, cfg.Validate()); err != nil {
+		add(Check{Name: "configuration", Required: true, Detail: fmt.Sprintf("%s: %v", src.Name, err),
+			Fix: "correct the settings named above (config file, SANDPIT_* variables, --config), then run `sandpit doctor` again"})
+		return append(checks, d.check)
 	}
-	add(Check{Name: "configuration", OK: true, Required: true, Detail: "valid"})
+	conf := Check{Name: "configuration", OK: true, Required: true, Detail: "valid: " + src.Name}
+	if d.limits != nil {
+		var differ []string
+		cfg, differ = d.overlay(cfg)
+		conf.Detail += "; the daemon at " + url + " answers, so its network, package index and slots were checked"
+		if len(differ) > 0 {
+			conf.Detail += " (they differ from this configuration's: " + strings.Join(differ, "; ") + ")"
+		}
+	}
+	add(conf)
 	add(networkCheck(cfg))
 
 	exe, err := cfg.Executor()
@@ -72,7 +96,7 @@ func Doctor(ctx context.Context, cfg config.Config, url string) []Check {
 		if err == nil {
 			add(Check{Name: "docker engine", OK: true, Required: true, Detail: "Docker Engine " + version})
 			add(runtimeCheck(ctx, api, cfg))
-			checks = append(checks, imageChecks(ctx, api, ChooseBaseImage(ctx, api, cfg), exe)...)
+			checks = append(checks, imageChecks(ctx, api, ChooseBaseImage(ctx, api, cfg), exe, d)...)
 		}
 	}
 	if err != nil {
@@ -83,20 +107,74 @@ func Doctor(ctx context.Context, cfg config.Config, url string) []Check {
 		add(Check{Name: "docker engine", Required: true, Detail: err.Error(), Fix: fix})
 	}
 
-	c := apiclient.New(url, nil).WithToken(cfg.Token)
+	add(d.check)
+	return checks
+}
+
+// daemonView is what the daemon at a URL answered: its check, and its limits when it answers.
+type daemonView struct {
+	url    string
+	check  Check
+	limits *apitype.Limits // nil when no daemon answers
+}
+
+// askDaemon asks url whether a daemon answers, is ready, and with which settings.
+func askDaemon(ctx context.Context, token, url string) daemonView {
+	d := daemonView{url: url}
+	c := apiclient.New(url, nil).WithToken(token)
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	switch err := c.Health(hctx); {
-	case err != nil:
-		add(Check{Name: "daemon", Detail: fmt.Sprintf("none answers at %s", url),
-			Fix: "start it with `sandpit serve` (needed for saved code, jobs, the ledger and MCP over HTTP)"})
-	case c.Ready(hctx) != nil:
-		add(Check{Name: "daemon", Detail: fmt.Sprintf("answers at %s but is not ready: %v", url, c.Ready(hctx)),
-			Fix: "wait a few seconds; if it stays so, see the daemon's log"})
-	default:
-		add(Check{Name: "daemon", OK: true, Detail: "ready at " + url})
+	if err := c.Health(hctx); err != nil {
+		d.check = Check{Name: "daemon", Detail: fmt.Sprintf("none answers at %s", url),
+			Fix: "start it with `sandpit serve` (needed for saved code, jobs, the ledger and MCP over HTTP)"}
+		return d
 	}
-	return checks
+	if lim, err := c.Limits(hctx); err == nil {
+		d.limits = &lim
+	}
+	w, err := c.Warmth(hctx)
+	if err != nil {
+		d.check = Check{Name: "daemon", Detail: fmt.Sprintf("answers at %s but is not ready: %v", url, err),
+			Fix: "wait a few seconds; if it stays so, see the daemon's log"}
+		return d
+	}
+	d.check = Check{Name: "daemon", OK: true, Detail: "ready at " + url}
+	switch {
+	case w == nil:
+	case w.ForkOff != "":
+		d.check.Detail += fmt.Sprintf("; %d of %d slots up; runs start cold: %s", w.SlotsUp, w.Slots, w.ForkOff)
+	case w.Warm:
+		d.check.Detail += fmt.Sprintf("; all %d slots up, starting runs as forks", w.Slots)
+	default:
+		// Ready, but its first runs are cold (seconds each) until the fork servers are up.
+		d.check.OK = false
+		d.check.Detail += fmt.Sprintf("; %d of %d slots up, %d starting runs as forks: runs start cold (slower) until the others have imported the preload",
+			w.SlotsUp, w.Slots, w.ForkSlots)
+		d.check.Fix = "wait (about half a minute after a start on a busy machine) and run `sandpit doctor` again; a program can wait for GET /readyz?warm=true to answer 200"
+	}
+	return d
+}
+
+// overlay returns cfg with the daemon's network, package index and slots, and what differed,
+// in config keys.
+func (d daemonView) overlay(cfg config.Config) (config.Config, []string) {
+	l := d.limits
+	var differ []string
+	note := func(key string, mine, its any) {
+		if fmt.Sprint(mine) != fmt.Sprint(its) {
+			differ = append(differ, fmt.Sprintf("%s %v here, %v in the daemon", key, mine, its))
+		}
+	}
+	note("network", cfg.Network, l.Network)
+	note("network_allow", cfg.NetworkAllow, l.NetworkAllow)
+	note("index_url", fmt.Sprintf("%q", cfg.IndexURL), fmt.Sprintf("%q", l.PackageIndex.IndexURL))
+	note("extra_index_urls", cfg.ExtraIndexURLs, l.PackageIndex.ExtraIndexURLs)
+	note("trusted_hosts", cfg.TrustedHosts, l.PackageIndex.TrustedHosts)
+	note("slots", cfg.Slots, l.Slots)
+	cfg.Network, cfg.NetworkAllow, cfg.Slots = l.Network, slices.Clone(l.NetworkAllow), l.Slots
+	cfg.IndexURL, cfg.ExtraIndexURLs, cfg.TrustedHosts = l.PackageIndex.IndexURL, l.PackageIndex.ExtraIndexURLs, l.PackageIndex.TrustedHosts
+	cfg.BinaryOnly = l.PackageIndex.BinaryOnly
+	return cfg, differ
 }
 
 // ledgerCheck shows the ledger's retention, and notes a byte budget the data directory's disk
@@ -161,7 +239,7 @@ func dataDirCheck(dir string) Check {
 	return c
 }
 
-func imageChecks(ctx context.Context, api client.APIClient, cfg config.Config, exe string) []Check {
+func imageChecks(ctx context.Context, api client.APIClient, cfg config.Config, exe string, d daemonView) []Check {
 	var checks []Check
 	if _, err := api.ImageInspect(ctx, cfg.BaseImage); err != nil {
 		checks = append(checks, Check{Name: "base image", Required: true, Detail: cfg.BaseImage + " is not in the engine",
@@ -195,9 +273,17 @@ func imageChecks(ctx context.Context, api client.APIClient, cfg config.Config, e
 			running = append(running, c.ID)
 		}
 	}
+	// A daemon that answers brings its slots' containers up itself (after a start, one at a
+	// time), and may use another data directory than this configuration's.
 	switch {
 	case err == nil && len(running) >= cfg.Slots:
 		checks = append(checks, Check{Name: "warm containers", OK: true, Detail: fmt.Sprintf("%d running, one per slot", len(running))})
+	case d.limits != nil && len(running) > 0:
+		checks = append(checks, Check{Name: "warm containers", Detail: fmt.Sprintf("%d of %d running; the daemon at %s starts the others", len(running), cfg.Slots, d.url),
+			Fix: "wait a minute and check again (a new daemon starts its slots one after another); if it stays so, see the daemon's log"})
+	case d.limits != nil:
+		checks = append(checks, Check{Name: "warm containers", Detail: fmt.Sprintf("none of data directory %s; the daemon at %s may use another (its data_dir) or be starting them", cfg.DataDir, d.url),
+			Fix: "give this command the daemon's data_dir (--data-dir or SANDPIT_DATA_DIR), or wait a minute and check again"})
 	case err == nil && len(running) > 0:
 		checks = append(checks, Check{Name: "warm containers", Detail: fmt.Sprintf("%d of %d running", len(running), cfg.Slots),
 			Fix: "start the daemon (`sandpit serve`): it brings every slot's container up"})

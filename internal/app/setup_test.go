@@ -55,7 +55,12 @@ func TestSetup(t *testing.T) {
 		}
 		return setupEvents(t, &out)
 	}
-	first := finals(run())
+	events := run()
+	// Issue 33, item 11: setup says which configuration it checks.
+	if e := events[0]; e.Step != "setup" || !strings.Contains(e.Message, "no daemon answers at http://127.0.0.1:1: setting up this machine with this command's configuration") {
+		t.Errorf("the first event: %+v", e)
+	}
+	first := finals(events)
 	if first["docker"] != setup.Skipped || first["image"] == "" || first["sandbox"] != setup.Done || first["health"] != setup.Done {
 		t.Fatalf("first run: %v", first)
 	}
@@ -65,12 +70,16 @@ func TestSetup(t *testing.T) {
 	}
 
 	url, _ := startDaemon(t, cfg)
+	env["SANDPIT_URL"] = url
+	if e := run()[0]; !strings.Contains(e.Message, "a daemon answers at "+url+": it runs the checks, with its own configuration") {
+		t.Errorf("the first event with a daemon: %+v", e)
+	}
 	resp, err := http.Post(url+"/v1/setup", "application/json", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	events := setupEvents(t, resp.Body)
+	events = setupEvents(t, resp.Body)
 	last := events[len(events)-1]
 	if got := finals(events); resp.StatusCode != 200 || last.Step != "setup" || last.Status != setup.Done || got["health"] != setup.Done {
 		t.Fatalf("POST /v1/setup: %d %v %+v", resp.StatusCode, got, last)
@@ -86,7 +95,7 @@ func TestDoctor(t *testing.T) {
 		}
 		return m
 	}
-	got := byName(app.Doctor(t.Context(), cfg, "http://127.0.0.1:1"))
+	got := byName(app.Doctor(t.Context(), cfg, app.ConfigSource{Name: "test"}, "http://127.0.0.1:1"))
 	for _, name := range []string{"configuration", "executor binary", "data directory", "docker engine", "base image"} {
 		if !got[name].OK {
 			t.Errorf("%s: %+v", name, got[name])
@@ -101,11 +110,11 @@ func TestDoctor(t *testing.T) {
 	}
 	noBytes := cfg
 	noBytes.LedgerMaxBytes = 0
-	if c := byName(app.Doctor(t.Context(), noBytes, "http://127.0.0.1:1"))["ledger"]; c.OK || c.Required || !strings.Contains(c.Fix, "set ledger_max_bytes") {
+	if c := byName(app.Doctor(t.Context(), noBytes, app.ConfigSource{Name: "test"}, "http://127.0.0.1:1"))["ledger"]; c.OK || c.Required || !strings.Contains(c.Fix, "set ledger_max_bytes") {
 		t.Errorf("ledger without a byte limit: %+v", c)
 	}
 	cfg.DockerHost = "tcp://127.0.0.1:9"
-	got = byName(app.Doctor(t.Context(), cfg, "http://127.0.0.1:1"))
+	got = byName(app.Doctor(t.Context(), cfg, app.ConfigSource{Name: "test"}, "http://127.0.0.1:1"))
 	if c := got["docker engine"]; c.OK || !c.Required || !strings.Contains(c.Fix, "check the engine address tcp://127.0.0.1:9") {
 		t.Errorf("no engine: %+v", c)
 	}

@@ -44,7 +44,7 @@ REST API until interrupted: POST /v1/executions, GET /v1/executions, /v1/agents/
 				return &UsageError{msg: err.Error()}
 			}
 			log := o.logger(cfg, false)
-			return app.Serve(cmd.Context(), cfg, log, o.env.Stderr, nil)
+			return app.Serve(cmd.Context(), cfg, o.env.Version, log, o.env.Stderr, nil)
 		},
 	}
 	o.configFlag(cmd.Flags(), "listen", "listen", "address of the REST API")

@@ -329,4 +329,40 @@ func TestJobsAndCode(t *testing.T) {
 	if st != http.StatusOK || !strings.Contains(body, `<span class="ddel">- b = 2</span>`) || !strings.Contains(body, `<span class="dadd">&#43; b = 3</span>`) {
 		t.Fatalf("the diff of v1 and v2: %d\n%s", st, body)
 	}
+	// Issue 33, item 9: by default the comparison offered is v1 with v2 (it was v2 with
+	// itself), and the run form holds an input the schema accepts (it held {}).
+	_, body, _ = get(t, c, h, "/ui/code/analyst/report", nil)
+	if !regexp.MustCompile(`<select name="a">.*<option value="1" selected>v1</option>`).MatchString(body) ||
+		!regexp.MustCompile(`<select name="b">.*<option value="2" selected>v2</option>`).MatchString(body) {
+		t.Fatalf("the comparison offered by default:\n%s", body)
+	}
+	if st, b := send(t, h, "POST", "/v1/agents/analyst/code", `{"name": "typed", "code": "x", "input_schema": {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer", "minimum": 1}}}}`); st != http.StatusCreated {
+		t.Fatalf("saving code: %d %s", st, b)
+	}
+	_, body, _ = get(t, c, h, "/ui/code/analyst/typed", nil)
+	if m := regexp.MustCompile(`(?s)<textarea id="run-input"[^>]*>(.*?)</textarea>`).FindStringSubmatch(body); m == nil || !strings.Contains(m[1], `&#34;n&#34;: 1`) {
+		t.Fatalf("the run form's input:\n%s", body)
+	}
+	// A schedule of a step of one reads in the singular.
+	if st, b := send(t, h, "POST", "/v1/agents/analyst/jobs", `{"code_name": "report", "schedule": "*/1 * * * *"}`); st != http.StatusCreated {
+		t.Fatalf("creating a job: %d %s", st, b)
+	}
+	if _, body, _ = get(t, c, h, "/ui/jobs?agent=analyst", nil); !strings.Contains(body, "every minute") || strings.Contains(body, "every 1 minutes") {
+		t.Fatalf("the jobs page's every-minute job:\n%s", body)
+	}
+}
+
+// Issue 33, items 9 and 15: a record says the input files the run was given (name, size,
+// digest; escaped like every name), over REST and on the record page.
+func TestRecordShowsInputFiles(t *testing.T) {
+	h := newHarness(t, "")
+	id := h.add(t, record{code: "print(1)", inputFiles: []sandbox.InputFile{{Name: "data.csv", Content: []byte("a,b\n1,2\n")}, {Name: "x<b>y.txt"}}})
+	st, b := send(t, h, "GET", "/v1/executions/"+id, "")
+	if st != http.StatusOK || !strings.Contains(b, `"input_files":[{"name":"data.csv","size_bytes":8,"sha256":"`) {
+		t.Fatalf("the record: %d %s", st, b)
+	}
+	_, body, _ := get(t, client(t), h, "/ui/executions/"+id, nil)
+	if !strings.Contains(body, "Input files") || !strings.Contains(body, "<code>data.csv</code> · 8 B") || strings.Contains(body, "x<b>y") {
+		t.Fatalf("the record page:\n%s", body)
+	}
 }

@@ -267,7 +267,7 @@ func (s *Service) Execute(ctx context.Context, req sandbox.Request, emit func(sa
 
 	// The slot is taken first: it bounds installs as it bounds runs, and the execution is in
 	// the ledger from here, so a crash during an install is recorded too.
-	slot, err := s.slots.acquire(ctx, x.agent)
+	slot, err := s.slots.acquire(ctx, x.agent, s.holdOf(x))
 	if err != nil {
 		return sandbox.Result{}, err
 	}
@@ -323,6 +323,12 @@ type execution struct {
 	session string
 	box     sandbox.SessionBox
 	grace   time.Duration
+}
+
+// holdOf is how long x may hold its slot: its timeout and Grace, and InstallTimeout for each
+// dependency it names.
+func (s *Service) holdOf(x *execution) time.Duration {
+	return time.Duration(x.spec.TimeoutMS)*time.Millisecond + s.cfg.Grace + time.Duration(len(x.req.Dependencies))*s.cfg.InstallTimeout
 }
 
 // prepare turns a validated request into its execution: the spec with its ID, input, timeout,
@@ -489,7 +495,7 @@ func (s *Service) Install(ctx context.Context, reqs []string, progress func(sand
 		emit = func(e sandbox.Event) { progress(*e.Dependency) }
 	}
 	// Installs take a slot like runs: they are bounded by the slots and the queue.
-	slot, err := s.slots.acquire(ctx, "")
+	slot, err := s.slots.acquire(ctx, "", s.cfg.InstallTimeout)
 	if err != nil {
 		return sandbox.Installed{}, err
 	}
@@ -504,14 +510,26 @@ func (s *Service) Install(ctx context.Context, reqs []string, progress func(sand
 // Under network "allowlist" it also returns the install's outbound connections (pip's, to the
 // package index), marked Install.
 func (s *Service) install(ctx context.Context, slot int, reqs []string, emit func(sandbox.Event)) (sandbox.Installed, []sandbox.EgressConnection, error) {
+	inst, ok := s.rt.(sandbox.Installer)
+	if !ok {
+		return sandbox.Installed{}, nil, &sandbox.FieldError{Field: "dependencies", Message: "this sandbox cannot install packages; send the request without dependencies"}
+	}
+	return s.installWith(ctx, reqs, emit, func(ctx context.Context, ireq sandbox.InstallRequest, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
+		return inst.Install(ctx, slot, ireq, progress)
+	})
+}
+
+// installWith installs reqs (validated already) with install, a slot's or a session's: the
+// request carries the daemon's install timeout and network policy, and under network
+// "allowlist" the egress gate that lets pip reach the package index. It returns the
+// install's outbound connections, marked Install, with what they explain added to the
+// failed dependencies' errors.
+func (s *Service) installWith(ctx context.Context, reqs []string, emit func(sandbox.Event),
+	install func(context.Context, sandbox.InstallRequest, func(sandbox.DependencyStatus)) (sandbox.Installed, error)) (sandbox.Installed, []sandbox.EgressConnection, error) {
 	parsed, _ := requirement.ParseList(reqs, s.cfg.MaxDependencies) // validated already
 	canonical := make([]string, len(parsed))
 	for i, r := range parsed {
 		canonical[i] = r.String()
-	}
-	inst, ok := s.rt.(sandbox.Installer)
-	if !ok {
-		return sandbox.Installed{}, nil, &sandbox.FieldError{Field: "dependencies", Message: "this sandbox cannot install packages; send the request without dependencies"}
 	}
 	var progress func(sandbox.DependencyStatus)
 	if emit != nil {
@@ -526,7 +544,7 @@ func (s *Service) install(ctx context.Context, slot int, reqs []string, emit fun
 		gate = s.net.ForInstall()
 		ireq.Egress = gate
 	}
-	out, err := inst.Install(ctx, slot, ireq, progress)
+	out, err := install(ctx, ireq, progress)
 	for i, d := range out.Dependencies {
 		out.Dependencies[i] = markSkipped(d)
 	}

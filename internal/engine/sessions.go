@@ -126,12 +126,9 @@ func (m *Sessions) Create(ctx context.Context, req sandbox.SessionRequest) (sand
 		return sandbox.SessionInfo{}, err
 	}
 	if len(req.Dependencies) > 0 {
-		parsed, _ := requirement.ParseList(req.Dependencies, m.svc.cfg.MaxDependencies)
-		canonical := make([]string, len(parsed))
-		for i, r := range parsed {
-			canonical[i] = r.String()
-		}
-		deps, err := box.Install(ctx, sandbox.InstallRequest{Requirements: canonical, Timeout: m.svc.cfg.InstallTimeout, Offline: m.svc.cfg.Network == "none"}, nil)
+		// The same install as a run's: the daemon's pip settings, and the egress gate that
+		// lets pip reach the package index under network "allowlist".
+		deps, _, err := m.svc.installWith(ctx, req.Dependencies, nil, box.Install)
 		if err != nil {
 			return fail(fmt.Errorf("installing the session's dependencies: %w", err))
 		}

@@ -273,7 +273,8 @@ func (e *Executor) handle(m *protocol.Message) {
 			e.proxy.handleMessage(m)
 		}
 	case protocol.KindPing:
-		if err := e.conn.Send(&protocol.Message{Kind: protocol.KindPong, ID: m.ID}); err != nil {
+		fork, why := e.forks.state()
+		if err := e.conn.Send(&protocol.Message{Kind: protocol.KindPong, ID: m.ID, Fork: fork, Error: why}); err != nil {
 			e.log.Warn("answering a ping", "error", err)
 		}
 	case protocol.KindCancel:

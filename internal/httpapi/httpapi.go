@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
@@ -44,9 +46,15 @@ type Backend struct {
 	PackageIndex PackageIndex
 	// Sessions serves /v1/agents/{agent}/sessions (stateful sessions); nil answers 404.
 	Sessions SessionKeeper
+	// BodiesMaxBytes is the budget of request bodies read and held at once, in bytes
+	// (bodies_max_bytes); 0 is DefaultBodiesMaxBytes. It is raised to the most one request may
+	// send when smaller.
+	BodiesMaxBytes int64
 	// Files serves runs' output files (GET /v1/executions/{id}/files/{name...}, with the
 	// Ledger) and their bytes inline in answers (inline_files); nil keeps none.
 	Files OutputFiles
+	// Warmth says how warm the slots are, for GET /readyz; nil says nothing of it.
+	Warmth func() sandbox.Warmth
 }
 
 // PackageIndex is the daemon's pip settings (its config keys index_url, extra_index_urls,
@@ -91,6 +99,7 @@ type api struct {
 	index     PackageIndex
 	files     OutputFiles
 	sessions  SessionKeeper
+	warmth    func() sandbox.Warmth
 	// answering holds a token from a run's admission until its answer is written: a run frees
 	// its slot when it ends, but a client that stops reading would keep its answer (megabytes,
 	// with inline files) in memory until the write times out. At most slots + queue answers
@@ -99,8 +108,10 @@ type api struct {
 	// sessionAnswering holds a token for each session call from its arrival to its answer,
 	// as answering does for runs: session calls waiting their turn never take runs' tokens.
 	sessionAnswering chan struct{}
-	log              *slog.Logger
-	mux              *http.ServeMux
+	// bodies admits requests by the bytes of their bodies, before reading them.
+	bodies *bodyBudget
+	log    *slog.Logger
+	mux    *http.ServeMux
 }
 
 // NewHandler returns the REST API served by b. log receives one debug line per request and
@@ -113,12 +124,15 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, index: b.PackageIndex.redacted(), files: b.Files, sessions: b.Sessions, log: log, mux: http.NewServeMux()}
+	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, index: b.PackageIndex.redacted(), files: b.Files, sessions: b.Sessions, warmth: b.Warmth, log: log, mux: http.NewServeMux()}
 	a.answering = make(chan struct{}, 1)
+	perBody := int64(maxImportBytes)
 	if a.ex != nil {
 		cfg := a.ex.Config()
 		a.answering = make(chan struct{}, max(cfg.Slots+cfg.QueueLength, 1))
+		perBody = max(perBody, maxBodyBytes(cfg))
 	}
+	a.bodies = newBodyBudget(cmp.Or(b.BodiesMaxBytes, DefaultBodiesMaxBytes), perBody)
 	a.handle("POST /v1/executions", a.execute)
 	a.handle("GET /v1/limits", a.limits)
 	a.handle("GET /healthz", a.healthz)
@@ -177,7 +191,8 @@ func (a *api) handle(pattern string, fn http.HandlerFunc) {
 	a.mux.HandleFunc(pattern, fn)
 }
 
-// ServeHTTP logs the request, recovers from panics and answers unknown routes in JSON.
+// ServeHTTP logs the request, recovers from panics, answers unknown routes in JSON, and admits
+// a request with a body by its Content-Length before any of it is read (see bodyBudget).
 func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rw := &statusWriter{ResponseWriter: w}
@@ -210,6 +225,11 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.unrouted(rw, r, h)
 		return
 	}
+	release, ok := a.bodies.admit(rw, r)
+	if !ok {
+		return
+	}
+	defer release()
 	a.mux.ServeHTTP(rw, r)
 }
 
@@ -234,10 +254,23 @@ func (a *api) healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, apitype.Status{Status: "ok"})
 }
 
+// readyz answers whether the daemon can run code (one slot up), with how warm its slots are.
+// With ?warm=true it answers 503 until every slot is up and starts its runs as forks (a
+// client that wants fast starts polls it, after Retry-After).
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
+	var warmth *apitype.Warmth
+	if a.warmth != nil {
+		wm := a.warmth()
+		warmth = &apitype.Warmth{Slots: wm.Slots, SlotsUp: wm.Up, ForkSlots: wm.Fork, ForkOff: wm.ForkOff, Warm: wm.Warm()}
+	}
 	err := a.ex.Ready(r.Context())
+	wantWarm, _ := strconv.ParseBool(r.URL.Query().Get("warm"))
+	if err == nil && wantWarm && warmth != nil && !warmth.Warm {
+		err = fmt.Errorf("%w: %d of %d slots are up and %d start runs as forks (their fork servers are importing the preload); "+
+			"runs are accepted now, started cold", sandbox.ErrNotReady, warmth.SlotsUp, warmth.Slots, warmth.ForkSlots)
+	}
 	if err == nil {
-		writeJSON(w, http.StatusOK, apitype.Status{Status: "ready"})
+		writeJSON(w, http.StatusOK, apitype.Status{Status: "ready", Warmth: warmth})
 		return
 	}
 	if !errors.Is(err, sandbox.ErrNotReady) {
@@ -245,7 +278,7 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	e := classify(err)
 	setRetryAfter(w, e.retryAfter)
-	writeJSON(w, http.StatusServiceUnavailable, apitype.Status{Status: "not_ready", Error: &e.detail})
+	writeJSON(w, http.StatusServiceUnavailable, apitype.Status{Status: "not_ready", Error: &e.detail, Warmth: warmth})
 }
 
 func (a *api) limits(w http.ResponseWriter, r *http.Request) {

@@ -43,6 +43,9 @@ type Execution struct {
 	// Daemon is the ID of the daemon that ran it ("" for records made before daemons had
 	// IDs); a running execution's stream is only on that daemon.
 	Daemon string
+	// InputFiles are the input files the run was given, without their bytes (nil for none,
+	// and for records made before they were kept).
+	InputFiles []sandbox.InputFileInfo
 }
 
 // ExecutionSummary is an Execution without its code, input and outputs, as listed.
@@ -91,15 +94,19 @@ func CodeSHA256(code string) string {
 // Begin records that a run is starting (sandbox.Recorder).
 func (s *Store) Begin(ctx context.Context, spec sandbox.Spec, head sandbox.Result) error {
 	sum := CodeSHA256(spec.Code)
+	inputFiles, err := jsonColumn(sandbox.InputFileInfos(spec.Files))
+	if err != nil {
+		return err
+	}
 	return s.tx(ctx, func(tx *Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO code_blobs (sha256, code) VALUES (?, ?) ON CONFLICT DO NOTHING`, sum, spec.Code); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO executions
-			(id, agent, source, job_id, code_name, code_version, code_sha256, input, timeout_ms, status, started_at, daemon, session_id)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)`,
+			(id, agent, source, job_id, code_name, code_version, code_sha256, input, timeout_ms, status, started_at, daemon, session_id, input_files)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)`,
 			head.ID, head.Agent, head.Source, nullString(head.JobID), nullString(head.CodeName),
-			nullInt(head.CodeVersion), sum, string(spec.Input), spec.TimeoutMS, ms(head.StartedAt), nullString(s.daemon), sessionColumn(head.SessionID))
+			nullInt(head.CodeVersion), sum, string(spec.Input), spec.TimeoutMS, ms(head.StartedAt), nullString(s.daemon), sessionColumn(head.SessionID), inputFiles)
 		if err != nil || head.JobID == "" {
 			return err
 		}
@@ -146,8 +153,8 @@ func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
 		}
 		// The record's size (ledger_max_bytes): its result, and what Begin wrote and its output
 		// files, all kept by now, counted in the one statement.
-		return tx.QueryRowContext(ctx, `INSERT INTO execution_bytes (execution_id, bytes)
-			SELECT e.id, CAST(? AS BIGINT) + `+recordBaseSQL+` FROM executions e WHERE e.id = ?
+		return tx.QueryRowContext(ctx, `INSERT INTO execution_bytes (execution_id, agent, bytes)
+			SELECT e.id, e.agent, CAST(? AS BIGINT) + `+recordBaseSQL+` FROM executions e WHERE e.id = ?
 			ON CONFLICT (execution_id) DO UPDATE SET bytes = excluded.bytes RETURNING bytes`,
 			finishBytes(res, cols, len(egress.String)), res.ID).Scan(&size)
 	})
@@ -236,8 +243,8 @@ func (s *Store) finishInterrupted(ctx context.Context, db execer, cond string, a
 	}
 	// Their sizes first (ledger_max_bytes): what Begin wrote and their kept files. Should the
 	// update below fail, they are counted again, the same, when it is retried.
-	if _, err := db.ExecContext(ctx, `INSERT INTO execution_bytes (execution_id, bytes)
-		SELECT e.id, `+recordBaseSQL+` FROM executions e WHERE e.status = 'running'`+cond+`
+	if _, err := db.ExecContext(ctx, `INSERT INTO execution_bytes (execution_id, agent, bytes)
+		SELECT e.id, e.agent, `+recordBaseSQL+` FROM executions e WHERE e.status = 'running'`+cond+`
 		ON CONFLICT (execution_id) DO NOTHING`, args...); err != nil {
 		return 0, err
 	}
@@ -261,7 +268,7 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 		e.code_sha256, b.code, e.input, e.timeout_ms, e.status, e.outcome, e.exit_code, e.signal, e.reason,
 		e.stdout, e.stderr, e.stdout_truncated, e.stderr_truncated, e.output, e.duration_ms, e.started_at, e.ended_at,
 		e.dependencies, e.install_ms, e.calls, e.start, e.oom_kills, e.files, e.files_skipped, e.files_truncated, e.daemon,
-		coalesce(e.session_id, '')
+		coalesce(e.session_id, ''), e.input_files
 		FROM executions e LEFT JOIN code_blobs b ON b.sha256 = e.code_sha256 WHERE e.id = ?`, id)
 	var (
 		e                       Execution
@@ -274,13 +281,14 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 		input                   string
 		deps, calls, start      sql.NullString
 		files, skipped          sql.NullString
+		inputFiles              sql.NullString
 		installMS               sql.NullInt64
 		daemon                  sql.NullString
 	)
 	err := row.Scan(&e.ID, &e.Agent, &e.Source, &jobID, &codeName, &codeVersion, &e.CodeSHA256, &code,
 		&input, &e.TimeoutMS, &e.Status, &outcome, &exit, &sig, &reason, &stdout, &stderr, &outTrunc,
 		&errTrunc, &output, &dur, &started, &ended, &deps, &installMS, &calls, &start, &e.OOMKills,
-		&files, &skipped, &e.FilesTruncated, &daemon, &e.SessionID)
+		&files, &skipped, &e.FilesTruncated, &daemon, &e.SessionID, &inputFiles)
 	e.Daemon = daemon.String
 	if errors.Is(err, sql.ErrNoRows) {
 		return Execution{}, fmt.Errorf("execution %q: %w", id, ErrNotFound)
@@ -303,7 +311,7 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 	for _, c := range []struct {
 		col sql.NullString
 		dst any
-	}{{deps, &e.Dependencies}, {calls, &e.Calls}, {files, &e.Files}, {skipped, &e.FilesSkipped}} {
+	}{{deps, &e.Dependencies}, {calls, &e.Calls}, {files, &e.Files}, {skipped, &e.FilesSkipped}, {inputFiles, &e.InputFiles}} {
 		if c.col.Valid {
 			if err := json.Unmarshal([]byte(c.col.String), c.dst); err != nil {
 				return Execution{}, fmt.Errorf("execution %q: a stored column is not JSON: %w", id, err)
@@ -470,8 +478,15 @@ func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 	err := s.tx(ctx, func(tx *Tx) error {
 		deleted, freed, gone, total = 0, 0, nil, 0 // PostgreSQL may run this again
 		if r.MaxAge > 0 {
-			res, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE status = 'finished' AND started_at < ?`,
-				s.now().Add(-r.MaxAge).UnixMilli())
+			cutoff := s.now().Add(-r.MaxAge).UnixMilli()
+			// Job fires go with the ledger: those of the records deleted, and those without a
+			// record (that started no run, or failed before it began), by their own age.
+			if _, err := tx.ExecContext(ctx, `DELETE FROM job_fires WHERE status <> 'queued' AND (
+				(fired_at < ? AND NOT EXISTS (SELECT 1 FROM executions e WHERE e.id = job_fires.execution_id))
+				OR execution_id IN (SELECT id FROM executions WHERE status = 'finished' AND started_at < ?))`, cutoff, cutoff); err != nil {
+				return err
+			}
+			res, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE status = 'finished' AND started_at < ?`, cutoff)
 			if err != nil {
 				return err
 			}
@@ -479,6 +494,11 @@ func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 			deleted += n
 		}
 		if r.MaxCount > 0 {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM job_fires WHERE execution_id IN (
+				SELECT id FROM executions WHERE status = 'finished' AND id IN (
+				SELECT id FROM executions ORDER BY started_at DESC, id DESC `+s.noLimit()+` OFFSET ?))`, r.MaxCount); err != nil {
+				return err
+			}
 			res, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE status = 'finished' AND id IN (
 				SELECT id FROM executions ORDER BY started_at DESC, id DESC `+s.noLimit()+` OFFSET ?)`, r.MaxCount)
 			if err != nil {

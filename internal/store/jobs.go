@@ -158,6 +158,9 @@ type Fire struct {
 	// Outcome is the execution's outcome once it has finished (from the ledger); Reason is then
 	// the execution's reason when the fire has none of its own.
 	Outcome string
+	// Daemon is the ID of the daemon that handled the fire ("" for fires recorded before
+	// daemons had IDs).
+	Daemon string
 }
 
 const jobColumns = `id, agent, code_name, code_version, schedule, timezone, input, timeout_ms, enabled,
@@ -392,19 +395,35 @@ func (s *Store) AddFire(ctx context.Context, f Fire) (Fire, error) {
 	return out, err
 }
 
+// fireOverheadBytes is what a job fire's row takes besides its text columns: its integer
+// columns, the row's header and its entries in the job_fires indexes.
+const fireOverheadBytes = 160
+
+// fireBytes is what fire f of daemon counts against ledger_max_bytes (job_fires.bytes; the
+// migrations count old fires the same way). A fire that started a run counts in that run's
+// record (recordBaseSQL); one that started none counts on its own.
+func fireBytes(f Fire, daemon string) int64 {
+	return int64(fireOverheadBytes + len(f.JobID) + len(f.Agent) + len(f.Kind) + len(f.Status) + len(f.Reason) +
+		len(f.ExecutionID) + len(daemon))
+}
+
 func (s *Store) insertFire(ctx context.Context, tx *Tx, f Fire) (Fire, error) {
+	size := fireBytes(f, s.daemon)
 	err := tx.QueryRowContext(ctx, `INSERT INTO job_fires (job_id, agent, kind, status, scheduled_at, fired_at,
-		missed, execution_id, reason, daemon) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+		missed, execution_id, reason, daemon, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 		f.JobID, f.Agent, f.Kind, f.Status, f.ScheduledAt.UnixMilli(), f.FiredAt.UnixMilli(), f.Missed,
-		nullString(f.ExecutionID), f.Reason, nullString(s.daemon)).Scan(&f.ID)
+		nullString(f.ExecutionID), f.Reason, nullString(s.daemon), size).Scan(&f.ID)
+	if err == nil && f.ExecutionID == "" {
+		s.ledger.add(size) // counted again by the next Prune, should the transaction be retried
+	}
 	return f, err
 }
 
 // SetFire changes fire id's status, execution and reason (a queued fire that starts or fails,
 // a started fire whose run could not start).
 func (s *Store) SetFire(ctx context.Context, id int64, status, executionID, reason string) error {
-	_, err := s.w.ExecContext(ctx, `UPDATE job_fires SET status = ?, execution_id = ?, reason = ? WHERE id = ?`,
-		status, nullString(executionID), reason, id)
+	_, err := s.w.ExecContext(ctx, `UPDATE job_fires SET status = ?, execution_id = ?, reason = ?, bytes = bytes + ? WHERE id = ?`,
+		status, nullString(executionID), reason, len(reason)+len(executionID), id)
 	return err
 }
 
@@ -421,7 +440,7 @@ func (s *Store) ListFires(ctx context.Context, agent, jobID string, f FireFilter
 		return nil, "", err
 	}
 	q := `SELECT f.id, f.job_id, f.agent, f.kind, f.status, f.scheduled_at, f.fired_at, f.missed,
-		f.execution_id, CASE WHEN f.reason = '' THEN coalesce(e.reason, '') ELSE f.reason END, e.outcome
+		f.execution_id, CASE WHEN f.reason = '' THEN coalesce(e.reason, '') ELSE f.reason END, e.outcome, coalesce(f.daemon, '')
 		FROM job_fires f LEFT JOIN executions e ON e.id = f.execution_id
 		WHERE f.job_id = ?`
 	args := []any{jobID}
@@ -459,7 +478,7 @@ func (s *Store) ListFires(ctx context.Context, agent, jobID string, f FireFilter
 // QueuedFires returns every fire waiting for its job's previous run, oldest first.
 func (s *Store) QueuedFires(ctx context.Context) ([]Fire, error) {
 	return s.queryFires(ctx, `SELECT f.id, f.job_id, f.agent, f.kind, f.status, f.scheduled_at, f.fired_at,
-		f.missed, f.execution_id, f.reason, NULL FROM job_fires f WHERE f.status = 'queued' ORDER BY f.id`)
+		f.missed, f.execution_id, f.reason, NULL, coalesce(f.daemon, '') FROM job_fires f WHERE f.status = 'queued' ORDER BY f.id`)
 }
 
 // FailUnstartedFires marks failed the fires recorded as started whose execution never reached
@@ -501,7 +520,7 @@ func (s *Store) queryFires(ctx context.Context, q string, args ...any) ([]Fire, 
 			execID, outcome  sql.NullString
 		)
 		if err := rows.Scan(&f.ID, &f.JobID, &f.Agent, &f.Kind, &f.Status, &scheduled, &fired, &f.Missed,
-			&execID, &f.Reason, &outcome); err != nil {
+			&execID, &f.Reason, &outcome, &f.Daemon); err != nil {
 			return nil, err
 		}
 		f.ScheduledAt, f.FiredAt = time.UnixMilli(scheduled).UTC(), time.UnixMilli(fired).UTC()

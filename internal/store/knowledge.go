@@ -675,7 +675,7 @@ func (s *Store) StoreResults(ctx context.Context, agent string, items []StoredRe
 	err := s.tx(ctx, func(tx *Tx) error {
 		for i, it := range items {
 			text := jsonOr(it.Value, "null")
-			size := int64(len(it.Key) + len(text))
+			size := resultBytes(agent, it.Key, text, it.ExecutionID)
 			if err := s.checkResultQuota(ctx, tx, agent, it.Key, size); err != nil {
 				return err
 			}
@@ -692,6 +692,19 @@ func (s *Store) StoreResults(ctx context.Context, agent string, items []StoredRe
 		return nil, err
 	}
 	return out, nil
+}
+
+// resultOverheadBytes is what a stored result takes besides its text columns: the row's header
+// and integer columns, and its entries' own overhead in the table's two indexes.
+const resultOverheadBytes = 96
+
+// resultBytes is what a result counts against results_max_bytes: what the table and its
+// indexes hold for it (its agent in the row and both indexes, its key in the row and the
+// unique index, its value and execution once, and resultOverheadBytes). Counted as key and
+// value alone, results of one byte filled the table to 10 times the quota and more. The
+// migrations that recount old results use the same sum (00016_result_bytes_stored.sql).
+func resultBytes(agent, key, value, executionID string) int64 {
+	return int64(resultOverheadBytes + 3*len(agent) + 2*len(key) + len(value) + len(executionID))
 }
 
 // ResultHistory returns every version of the agent's key, newest first.

@@ -293,6 +293,33 @@ func (r *Runtime) anyUp() bool {
 	return false
 }
 
+var _ sandbox.Warmer = (*Runtime)(nil)
+
+// Warmth says how many slots are up and how many start runs as forks, as each slot's executor
+// last answered the heartbeat (every 2 s).
+func (r *Runtime) Warmth() sandbox.Warmth {
+	w := sandbox.Warmth{Slots: len(r.boxes)}
+	if !r.cfg.ForkServer.Enabled {
+		w.ForkOff = "the fork server is off (fork_server false)"
+	}
+	for _, b := range r.boxes {
+		b.mu.Lock()
+		line := b.line
+		b.mu.Unlock()
+		if line == nil {
+			continue
+		}
+		w.Up++
+		switch state, why := line.Fork(); state {
+		case protocol.ForkReady:
+			w.Fork++
+		case protocol.ForkOff:
+			w.ForkOff = cmp.Or(w.ForkOff, why)
+		}
+	}
+	return w
+}
+
 // AllReady waits until every slot's sandbox is up (or ctx ends, with ctx's error).
 func (r *Runtime) AllReady(ctx context.Context) error {
 	for _, b := range r.boxes {
