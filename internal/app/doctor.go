@@ -82,6 +82,7 @@ func Doctor(ctx context.Context, cfg config.Config, src ConfigSource, url string
 
 	add(dataDirCheck(cfg.DataDir, cfg.Token != ""))
 	add(ledgerCheck(cfg))
+	add(hibernationCheck(cfg))
 	if cfg.DatabaseURL != "" {
 		add(databaseCheck(ctx, cfg.DatabaseURL))
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
@@ -159,6 +160,29 @@ func TestEngineUnreachable(t *testing.T) {
 	}
 }
 
+// killableDaemon returns the URL of a daemon process serving cfg's data directory (with the
+// environment extra added) and start, which starts it and waits until it is ready: a process
+// of its own, for tests that kill it with SIGKILL.
+func killableDaemon(t *testing.T, cfg config.Config, extra ...string) (string, func() *exec.Cmd) {
+	t.Helper()
+	bin := buildSandpit(t)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	url := "http://" + addr
+	return url, func() *exec.Cmd {
+		cmd := exec.Command(bin, "serve", "--listen", addr)
+		cmd.Env = append(append(os.Environ(), "SANDPIT_DATA_DIR="+cfg.DataDir, "SANDPIT_BASE_IMAGE="+cfg.BaseImage,
+			"SANDPIT_EXECUTOR_PATH="+cfg.ExecutorPath), extra...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		waitReady(t, url, 200, 5*time.Minute)
+		return cmd
+	}
+}
+
 // buildSandpit builds the sandpit command into a temporary directory.
 func buildSandpit(t *testing.T) string {
 	t.Helper()
@@ -175,22 +199,7 @@ func buildSandpit(t *testing.T) string {
 // job's fires go on without a lost or doubled one.
 func TestDaemonKilled(t *testing.T) {
 	cfg := testConfig(t)
-	bin := buildSandpit(t)
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := ln.Addr().String()
-	ln.Close()
-	url := "http://" + addr
-	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, "serve", "--listen", addr)
-		cmd.Env = append(os.Environ(), "SANDPIT_DATA_DIR="+cfg.DataDir, "SANDPIT_BASE_IMAGE="+cfg.BaseImage,
-			"SANDPIT_EXECUTOR_PATH="+cfg.ExecutorPath)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		waitReady(t, url, 200, 5*time.Minute)
-		return cmd
-	}
+	url, start := killableDaemon(t, cfg)
 	daemon := start()
 	if st := call(t, "POST", url+"/v1/agents/k/code", `{"name": "tick", "code": "print('tick')"}`, nil); st != 201 {
 		t.Fatalf("save: %d", st)

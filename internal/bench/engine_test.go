@@ -79,14 +79,15 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 		t.Fatalf("the report is not JSON: %v\n%s", err, stdout.String())
 	}
 
-	if len(rep.Latency) != 13 {
-		t.Fatalf("%d latency rows, want 13: %+v", len(rep.Latency), rep.Latency)
+	if len(rep.Latency) != 17 {
+		t.Fatalf("%d latency rows, want 17: %+v", len(rep.Latency), rep.Latency)
 	}
 	for _, l := range rep.Latency {
 		want := 2
 		switch l.Name {
 		case bench.LatencyRESTPrint, bench.LatencySpawnPrint, bench.LatencySessionPrint,
-			bench.LatencySessionEcho, bench.LatencySessionFile, bench.LatencySessionList:
+			bench.LatencySessionEcho, bench.LatencySessionFile, bench.LatencySessionList,
+			bench.LatencySessionPause, bench.LatencySessionResume, bench.LatencySessionHibernate, bench.LatencySessionWake:
 			want = 3
 		case bench.LatencySessionSum:
 			want = 20

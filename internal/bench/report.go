@@ -456,6 +456,7 @@ func Targets(r Report) []Target {
 				Status: evaluate(v, "<=", g.goal)})
 		}
 	}
+	targets = append(targets, lifecycleTargets(p50)...)
 	return targets
 }
 

@@ -29,25 +29,37 @@ const (
 // sessionSumCalls is how many sum calls LatencySessionSum times.
 const sessionSumCalls = 20
 
-// sessionLatencies times calls of a stateful session: print(1) (runs times), and a sum over
-// a DataFrame kept from an earlier call (sessionSumCalls times). A daemon that refuses the
-// session (sessions off, or at their cap) leaves them out, with a warning.
-func (b *bench) sessionLatencies(ctx context.Context, in *instance, rep *Report) error {
+// openSession creates a session of agent "default" for the bench's measurements of what,
+// and returns it with done, which closes it. When the daemon refuses it (sessions off, or at
+// their cap) done is nil, after a warning.
+func (b *bench) openSession(ctx context.Context, in *instance, what string) (apitype.Session, func()) {
 	api := in.rest.api
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	info, err := api.CreateSession(cctx, "default", apitype.SessionCreate{})
 	cancel()
 	if err != nil {
-		b.say("warning: sessions not measured: %v", err)
-		return nil
+		b.say("warning: %s not measured: %v", what, err)
+		return info, nil
 	}
-	defer func() {
+	return info, func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		if _, err := api.CloseSession(cctx, "default", info.ID); err != nil {
 			b.say("warning: closing the bench's session: %v", err)
 		}
-	}()
+	}
+}
+
+// sessionLatencies times calls of a stateful session: print(1) (runs times), and a sum over
+// a DataFrame kept from an earlier call (sessionSumCalls times). A daemon that refuses the
+// session (sessions off, or at their cap) leaves them out, with a warning.
+func (b *bench) sessionLatencies(ctx context.Context, in *instance, rep *Report) error {
+	api := in.rest.api
+	info, done := b.openSession(ctx, in, "sessions")
+	if done == nil {
+		return nil
+	}
+	defer done()
 	call := func(code string) (time.Duration, error) {
 		cctx, cancel := context.WithTimeout(ctx, requestTimeout)
 		defer cancel()

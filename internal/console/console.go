@@ -88,6 +88,8 @@ type Config struct {
 	Ledger Ledger
 	Jobs   Jobs
 	Code   Code
+	// Sessions may be nil (its page then says so).
+	Sessions Sessions
 	// ForkServer and Resets (how many boxes were replaced since the daemon started; nil:
 	// unknown) are shown on the health page.
 	ForkServer ForkServer
@@ -150,6 +152,7 @@ func New(cfg Config, log *slog.Logger) (*Console, error) {
 	c.mux.HandleFunc("GET /ui/code/{agent}/{name}", c.signedIn(c.codePage))
 	c.mux.HandleFunc("POST /ui/code/{agent}/{name}/run", c.signedIn(c.runCode))
 	c.mux.HandleFunc("GET /ui/health", c.signedIn(c.healthPage))
+	c.mux.HandleFunc("GET /ui/sessions", c.signedIn(c.sessionsPage))
 	return c, nil
 }
 

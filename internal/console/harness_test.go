@@ -66,7 +66,7 @@ func newHarness(t testing.TB, token string) *harness {
 	lib := library.New(st, noEngine{}, 10)
 	sched := jobs.New(st, lib, noEngine{}, jobs.Config{}, nil)
 	api := httpapi.NewHandler(httpapi.Backend{Executor: noEngine{}, Ledger: st, Files: files, Library: lib, Jobs: sched}, nil)
-	ui, err := console.New(console.Config{Token: token, API: api, Engine: noEngine{}, Ledger: st, Jobs: sched, Code: lib,
+	ui, err := console.New(console.Config{Token: token, API: api, Engine: noEngine{}, Ledger: st, Jobs: sched, Code: lib, Sessions: fakeSessions{},
 		ForkServer: console.ForkServer{Enabled: true, Preload: []string{"numpy"}}}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -72,7 +72,7 @@ var funcs = template.FuncMap{
 	"joinComma": func(s []string) string { return strings.Join(s, ", ") },
 }
 
-var pageNames = []string{"login", "error", "executions", "execution", "jobs", "code_list", "code", "health"}
+var pageNames = []string{"login", "error", "executions", "execution", "jobs", "code_list", "code", "health", "sessions"}
 
 func parseTemplates() (map[string]*template.Template, error) {
 	out := map[string]*template.Template{}

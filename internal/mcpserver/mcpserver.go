@@ -46,6 +46,7 @@ func New(c *client.Client, agent, version string, limits apitype.Limits) *mcp.Se
 	mcp.AddTool(s, &mcp.Tool{Name: "get_execution", Description: "Get one past execution in full: code, input, stdout, stderr, OUTPUT, outcome, the agent.* calls it made and its log lines."}, t.getExecution)
 	addSessionTools(s, t)
 	addWorkspaceTools(s, t)
+	addLifecycleTools(s, t)
 	return s
 }
 
