@@ -47,6 +47,7 @@ var conformance = []struct {
 	{"EvictedFilesLeaveTheRecordsBytes", TestEvictedFilesLeaveTheRecordsBytes},
 	{"LedgerBytesMigrationFillsOldRecords", TestLedgerBytesMigrationFillsOldRecords},
 	{"FinishInterruptedCountsTheRecords", TestFinishInterruptedCountsTheRecords},
+	{"APIKeys", TestAPIKeys},
 }
 
 // onPostgres says whether t is a case TestPostgres runs.
