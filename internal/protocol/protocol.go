@@ -29,8 +29,9 @@ import (
 
 // Version is the protocol version; the daemon refuses an executor that speaks another.
 // Version 3: runs carry input files and the charts switch, and their output files come back
-// as KindFile messages. Version 4: the egress proxy's connections (KindEgress*).
-const Version = 4
+// as KindFile messages. Version 4: the egress proxy's connections (KindEgress*). Version 5: a
+// session's commands (KindCommand, KindProc*) and files by path (KindFile*).
+const Version = 5
 
 // MaxFrame is the largest frame either side sends or accepts, in bytes. A run's code and input
 // (1 MiB each by default) must fit in one KindRun frame.
@@ -68,7 +69,40 @@ const (
 	KindEgressData   Kind = "egress_data"   // both ways: Bytes of Egress.Stream
 	KindEgressAck    Kind = "egress_ack"    // both ways: the receiver has passed on Egress.Ack more bytes of Egress.Stream
 	KindEgressClose  Kind = "egress_close"  // both ways: the sender sends no more on Egress.Stream (Egress.Abort: the stream is gone)
+
+	// A session's commands (session executors only). ID is the process's ID; its output comes
+	// as KindStdout and KindStderr chunks with that ID, between KindProcStarted and
+	// KindProcEnded. The daemon's KindProcInput, KindProcSignal and KindProcResize carry the
+	// process's ID and are answered by a KindProcAck with the same ID (Error: why not).
+	KindCommand     Kind = "command"      // daemon → executor: start Command as process ID
+	KindProcStarted Kind = "proc_started" // executor → daemon: process ID runs (ProcStarted), or did not start (Error)
+	KindProcEnded   Kind = "proc_ended"   // executor → daemon: process ID ended (ProcEnded), after its last output
+	KindProcInput   Kind = "proc_input"   // daemon → executor: ProcInput for process ID
+	KindProcSignal  Kind = "proc_signal"  // daemon → executor: ProcSignal for process ID
+	KindProcResize  Kind = "proc_resize"  // daemon → executor: ProcResize for process ID's terminal
+	KindProcAck     Kind = "proc_ack"     // executor → daemon: the input, signal or resize of ID was done (or Error, ErrorClass)
+
+	// A session's files by path (session executors only); each request is answered by one
+	// KindFileReply with its ID.
+	KindFileRead   Kind = "file_read"   // daemon → executor: FileRead
+	KindFileWrite  Kind = "file_write"  // daemon → executor: FileWrite
+	KindFileList   Kind = "file_list"   // daemon → executor: FileList
+	KindFileStat   Kind = "file_stat"   // daemon → executor: FileStat
+	KindFileMkdir  Kind = "file_mkdir"  // daemon → executor: FileMkdir
+	KindFileRename Kind = "file_rename" // daemon → executor: FileRename
+	KindFileRemove Kind = "file_remove" // daemon → executor: FileRemove
+	KindFileReply  Kind = "file_reply"  // executor → daemon: FileReply (or Error, ErrorClass)
 )
+
+// IsFileOp reports whether k is one of the daemon's file requests (KindFileRead …
+// KindFileRemove).
+func (k Kind) IsFileOp() bool {
+	switch k {
+	case KindFileRead, KindFileWrite, KindFileList, KindFileStat, KindFileMkdir, KindFileRename, KindFileRemove:
+		return true
+	}
+	return false
+}
 
 // IsEgress reports whether k is one of the egress proxy's kinds (KindEgress*).
 func (k Kind) IsEgress() bool {
@@ -105,6 +139,28 @@ type Message struct {
 	PackageList []Package                 `json:"package_list,omitempty"`
 
 	Egress *Egress `json:"egress,omitempty"`
+
+	// A session's commands: one struct per operation.
+	Command     *Command            `json:"command,omitempty"`
+	ProcStarted *ProcStarted        `json:"proc_started,omitempty"`
+	ProcEnded   *sandbox.ProcessEnd `json:"proc_ended,omitempty"`
+	ProcInput   *ProcInput          `json:"proc_input,omitempty"`
+	ProcSignal  *ProcSignal         `json:"proc_signal,omitempty"`
+	ProcResize  *sandbox.TermSize   `json:"proc_resize,omitempty"`
+
+	// A session's files: one struct per operation, and the reply.
+	FileRead   *sandbox.FileRead   `json:"file_read,omitempty"`
+	FileWrite  *sandbox.FileWrite  `json:"file_write,omitempty"`
+	FileList   *sandbox.FileList   `json:"file_list,omitempty"`
+	FileStat   *sandbox.FileStat   `json:"file_stat,omitempty"`
+	FileMkdir  *sandbox.FileMkdir  `json:"file_mkdir,omitempty"`
+	FileRename *sandbox.FileRename `json:"file_rename,omitempty"`
+	FileRemove *sandbox.FileRemove `json:"file_remove,omitempty"`
+	FileReply  *FileReply          `json:"file_reply,omitempty"`
+	// ErrorClass is the class of Error in a KindProcAck or KindFileReply (errclass's names:
+	// "invalid", "not found", "conflict", "too large"; "" for an internal failure).
+	ErrorClass string `json:"error_class,omitempty"`
+
 	// Bytes are a KindEgressData message's bytes, at most EgressChunk. Such a message travels
 	// as a binary frame (see dataFrame), without ID.
 	Bytes []byte `json:"bytes,omitempty"`
@@ -176,6 +232,38 @@ type Package struct {
 	// SizeBytes is the size of its directory (with the dependencies installed with it).
 	SizeBytes   int64     `json:"size_bytes"`
 	InstalledAt time.Time `json:"installed_at"`
+}
+
+// Command starts a session's command (see sandbox.CommandSpec) with the daemon's pip settings,
+// so that `pip install` in it reaches the package index as the session's dependencies do.
+type Command struct {
+	Spec sandbox.CommandSpec `json:"spec"`
+	Pip  PipOptions          `json:"pip"`
+}
+
+// ProcStarted says a command's process runs, with its PID in the box.
+type ProcStarted struct {
+	PID int `json:"pid"`
+}
+
+// ProcInput writes Data to a process's standard input (or terminal), then closes its
+// standard input when Close is set.
+type ProcInput struct {
+	Data  []byte `json:"data,omitempty"`
+	Close bool   `json:"close,omitempty"`
+}
+
+// ProcSignal sends a process (its process group) a signal, by name (sandbox.Signals).
+type ProcSignal struct {
+	Signal string `json:"signal"`
+}
+
+// FileReply answers a file request: Entry for a read, write, stat, mkdir or rename (the
+// path's new state), Content for a read, Listing for a list.
+type FileReply struct {
+	Entry   *sandbox.FileEntry   `json:"entry,omitempty"`
+	Content []byte               `json:"content,omitempty"`
+	Listing *sandbox.FileListing `json:"listing,omitempty"`
 }
 
 // Hello is the executor's greeting.

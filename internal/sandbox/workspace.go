@@ -1,0 +1,181 @@
+package sandbox
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/errclass"
+)
+
+// A session is also a workspace: besides its interpreter it runs commands (foreground,
+// background or in a terminal) and serves its files by path, all in the session's own box, as
+// its uid, under its limits and egress policy. These are the types the engine, the control
+// line and the executor share for that; the files' and processes' paths are the session's
+// view, where its home is SessionHome.
+
+// SessionHome is the session's home directory as its commands and the files API see it:
+// relative paths are taken from there. In the box it is the session's working directory
+// (the interpreter's too), which the executor maps to this name.
+const SessionHome = "/home/user"
+
+// CommandSpec is one command to start in a session.
+type CommandSpec struct {
+	// Argv is the program and its arguments (a cmd string is sent as ["bash", "-lc", cmd]).
+	Argv []string `json:"argv"`
+	// Cwd is the working directory (the session's view; "" is SessionHome).
+	Cwd string `json:"cwd,omitempty"`
+	// Env is added to the command's minimal environment (nothing of the daemon's).
+	Env map[string]string `json:"env,omitempty"`
+	// TimeoutMS kills a foreground command and every process it started after that long; 0
+	// (background commands) means until the session ends.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Stdin is written to the command's standard input, which is then closed unless the
+	// command runs in the background or a terminal (where Input sends more).
+	Stdin []byte `json:"stdin,omitempty"`
+	// KeepStdin leaves standard input open after Stdin (background commands).
+	KeepStdin bool `json:"keep_stdin,omitempty"`
+	// PTY runs the command in a terminal of that size (stdout then carries what the terminal
+	// shows; there is no separate stderr).
+	PTY *TermSize `json:"pty,omitempty"`
+	// StdoutBytes and StderrBytes cap each stream (0: no cap); a command that passes one is
+	// killed with outcome output_limit.
+	StdoutBytes int64 `json:"stdout_bytes,omitempty"`
+	StderrBytes int64 `json:"stderr_bytes,omitempty"`
+}
+
+// TermSize is a terminal's size in characters.
+type TermSize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// ProcessEnd is how a command's process ended.
+type ProcessEnd struct {
+	// ExitCode is the exit status, -1 when it was killed by a signal (Signal names it).
+	ExitCode int    `json:"exit_code"`
+	Signal   string `json:"signal,omitempty"`
+	// Outcome: ok (exit 0), error (another status or a signal), timeout, output_limit,
+	// killed (the session ended, or a SIGKILL through the API), sandbox_error.
+	Outcome         Outcome `json:"outcome"`
+	Reason          string  `json:"reason,omitempty"`
+	DurationMS      int64   `json:"duration_ms"`
+	StdoutTruncated bool    `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool    `json:"stderr_truncated,omitempty"`
+}
+
+// Signals a client may send a command's process, by name.
+var Signals = []string{"SIGINT", "SIGTERM", "SIGKILL", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGSTOP", "SIGCONT"}
+
+// CheckSignal returns the canonical name of a signal ("INT", "sigterm" and "SIGTERM" are
+// SIGTERM), or a *FieldError naming the allowed ones.
+func CheckSignal(name string) (string, error) {
+	n := strings.ToUpper(strings.TrimSpace(name))
+	if !strings.HasPrefix(n, "SIG") {
+		n = "SIG" + n
+	}
+	for _, s := range Signals {
+		if s == n {
+			return s, nil
+		}
+	}
+	return "", &FieldError{Field: "signal", Message: fmt.Sprintf("%q is not a signal sandpit sends; use one of %s", name, strings.Join(Signals, ", "))}
+}
+
+// The file operations on a session's files. Paths are the session's view (absolute under
+// SessionHome, or relative to it); every operation refuses a path outside the session's home
+// (FieldError of class invalid naming the path and the rule), never follows a symbolic link
+// (one on the way is refused, also when it was swapped in after a check), and refuses FIFOs,
+// sockets and devices by name.
+
+// FileRead reads a file: Length bytes from Offset (Length 0: to the end, up to MaxBytes).
+type FileRead struct {
+	Path     string `json:"path"`
+	Offset   int64  `json:"offset,omitempty"`
+	Length   int64  `json:"length,omitempty"`
+	MaxBytes int64  `json:"max_bytes"`
+}
+
+// FileWrite creates or replaces a file with Content (Append adds to its end instead),
+// making missing parent directories when Parents is set.
+type FileWrite struct {
+	Path    string `json:"path"`
+	Content []byte `json:"content"`
+	Parents bool   `json:"parents,omitempty"`
+	Append  bool   `json:"append,omitempty"`
+}
+
+// FileList lists a directory's entries, Depth levels down (1: its own entries), at most
+// MaxEntries (the answer says when it stopped there).
+type FileList struct {
+	Path       string `json:"path"`
+	Depth      int    `json:"depth"`
+	MaxEntries int    `json:"max_entries"`
+}
+
+// FileStat describes one path.
+type FileStat struct {
+	Path string `json:"path"`
+}
+
+// FileMkdir makes a directory (Parents: and its missing parents; an existing directory is
+// then no error).
+type FileMkdir struct {
+	Path    string `json:"path"`
+	Parents bool   `json:"parents,omitempty"`
+}
+
+// FileRename renames or moves From to To (within the session's home); an existing To is
+// replaced only when Overwrite is set.
+type FileRename struct {
+	From      string `json:"from"`
+	To        string `json:"to"`
+	Overwrite bool   `json:"overwrite,omitempty"`
+}
+
+// FileRemove removes a file or an empty directory; a directory with entries only when
+// Recursive is set.
+type FileRemove struct {
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive,omitempty"`
+}
+
+// FileEntry describes one file of a session.
+type FileEntry struct {
+	// Path is the session's view ("/home/user/data/a.csv"); Name its last element.
+	Path string `json:"path"`
+	Name string `json:"name"`
+	// Type is "file", "dir", "symlink" or "other" (a FIFO, socket or device).
+	Type       string    `json:"type"`
+	SizeBytes  int64     `json:"size_bytes"`
+	Mode       string    `json:"mode"` // permission bits in octal, "0644"
+	ModifiedAt time.Time `json:"modified_at"`
+	// Target is a symbolic link's target, as written (never followed).
+	Target string `json:"target,omitempty"`
+}
+
+// FileListing is a FileList's answer: entries in path order, Truncated when MaxEntries
+// stopped it.
+type FileListing struct {
+	Entries   []FileEntry `json:"entries"`
+	Truncated bool        `json:"truncated,omitempty"`
+}
+
+// FileContent is a FileRead's answer: the bytes, and the file's size.
+type FileContent struct {
+	Entry   FileEntry `json:"entry"`
+	Content []byte    `json:"content"`
+}
+
+// ErrProcessNotFound means a session has no process of that ID. It is of class
+// errclass.NotFound.
+var ErrProcessNotFound = errclass.New(errclass.NotFound, "process not found")
+
+var processIDPattern = regexp.MustCompile(`^pr_[a-z2-7]{26}$`)
+
+// ValidProcessID reports whether id has the form of a process ID.
+func ValidProcessID(id string) bool { return processIDPattern.MatchString(id) }
+
+// NewProcessID returns a new process ID: "pr_" and 26 lowercase base32 characters.
+func NewProcessID() string { return "pr_" + NewSessionID()[3:] }
