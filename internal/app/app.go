@@ -23,6 +23,7 @@ import (
 	apiclient "github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/datadir"
+	"github.com/sandpit-dev/sandpit/internal/e2b"
 	"github.com/sandpit-dev/sandpit/internal/egress"
 	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
@@ -53,6 +54,8 @@ type Core struct {
 	Address string
 	// Sessions keeps the stateful sessions, each in a container of its own.
 	Sessions *engine.Sessions
+	// E2B serves the E2B-compatible API (mounted under /e2b by Serve).
+	E2B *e2b.Server
 	api      *client.Client
 	lock     *datadir.Lock
 }
@@ -217,6 +220,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	svc := engine.NewService(rt, hooks, scfg, log)
 	m.Watch(svc.Stats, rt.Resets)
 	lib := library.New(st, svc, cfg.MaxDependencies)
+	sessions := engine.NewSessions(svc, rt, st, cfg.Sessions(), log)
 	return &Core{
 		Service:  svc,
 		Runtime:  rt,
@@ -225,7 +229,8 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		Library:  lib,
 		Jobs:     jobs.New(m.JobStore(st), lib, svc, jobsConfig(st, scfg.MaxTimeout), log),
 		Metrics:  m,
-		Sessions: engine.NewSessions(svc, rt, st, cfg.Sessions(), log),
+		Sessions: sessions,
+		E2B:      e2b.New(E2BConfig(cfg), sessions, st, log),
 		api:      api,
 		lock:     lock,
 	}, nil
@@ -389,10 +394,14 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	}
 	root.Handle("/mcp", mcpHandler)
 	root.Handle("GET /metrics", eng.Metrics.Handler())
-	handler, err := withConsole(cfg, eng, api, httpapi.RequireToken(root, cfg.Token), log)
+	console, err := withConsole(cfg, eng, api, httpapi.RequireToken(root, cfg.Token), log)
 	if err != nil {
 		return err
 	}
+	handler := http.NewServeMux()
+	handler.Handle("/", console)
+	// The E2B API authenticates by its own keys (X-API-Key) and sandboxes' access tokens.
+	handler.Handle(E2BPrefix+"/", http.StripPrefix(E2BPrefix, eng.E2B))
 	srv := &http.Server{
 		Handler:           httpapi.Guard(handler, cfg.AllowedHosts),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -242,6 +242,9 @@ type Config struct {
 	// SessionsMax caps the active sessions of all agents; each holds a container of its own
 	// with memory_bytes of memory. Default 4; 0 turns sessions off; at most 64.
 	SessionsMax int `json:"sessions_max"`
+	// E2BTemplates are the templateIDs the E2B-compatible API (under /e2b, docs/e2b.md)
+	// creates sandboxes from; each is the sandbox image. Default base and code-interpreter-v1.
+	E2BTemplates []string `json:"e2b_templates"`
 
 	// IndexURL is the package index pip installs dependencies from (PEP 503 simple API), such
 	// as a mirror: https://pypi.example.com/simple. Default empty: pip's own (PyPI). pip runs
@@ -399,6 +402,7 @@ func defaults(lookup func(string) (string, bool)) Config {
 		SessionMaxLifetimeMS: engine.DefaultSessionConfig().MaxLifetime.Milliseconds(),
 		SessionsPerAgent:     engine.DefaultSessionConfig().MaxPerAgent,
 		SessionsMax:          engine.DefaultSessionConfig().MaxTotal,
+		E2BTemplates:         []string{"base", "code-interpreter-v1"},
 
 		ExtraIndexURLs:   []string{},
 		TrustedHosts:     []string{},

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strings"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/engine"
@@ -27,5 +28,10 @@ func (c Config) checkSessions(report *problems) {
 	report.intRange("sessions_max", int64(c.SessionsMax), 0, 64, " sessions (each holds a container of its own)")
 	if c.SessionsMax > 0 && (c.SessionsPerAgent < 1 || c.SessionsPerAgent > c.SessionsMax) {
 		report.bad("sessions_per_agent", "is %d; allowed range is 1 to sessions_max (%d)", c.SessionsPerAgent, c.SessionsMax)
+	}
+	for _, t := range c.E2BTemplates {
+		if t == "" || strings.ContainsAny(t, " /,") || len(t) > 128 {
+			report.bad("e2b_templates", "%q is not a template name: use up to 128 characters without spaces, '/' or ','", t)
+		}
 	}
 }

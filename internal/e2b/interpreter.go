@@ -1,0 +1,355 @@
+package e2b
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// defaultContext is the ID of a sandbox's own interpreter among its code contexts.
+const defaultContext = "default"
+
+// codeContext is a code context made by POST /contexts: an interpreter of its own, in a
+// session of its own, owned by the sandbox.
+type codeContext struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd"`
+	session  string
+	runs     int // guarded by Server.mu
+}
+
+// interpreterRoutes is the code interpreter (port 49999): /execute and /contexts.
+func (s *Server) interpreterRoutes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("POST /execute", s.execute)
+	mux.HandleFunc("POST /contexts", s.createContext)
+	mux.HandleFunc("GET /contexts", s.listContexts)
+	mux.HandleFunc("DELETE /contexts/{cid}", s.deleteContext)
+	mux.HandleFunc("POST /contexts/{cid}/restart", s.restartContext)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("%s %s is not a route of the code interpreter: use POST /execute or /contexts", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// checkLanguage refuses any language but Python.
+func checkLanguage(lang string) error {
+	switch strings.ToLower(lang) {
+	case "", "python", "python3":
+		return nil
+	}
+	return fmt.Errorf("language %q is not available: sandpit's sandboxes run Python only; send language \"python\" or omit it", lang)
+}
+
+// executeRequest is the body of POST /execute.
+type executeRequest struct {
+	Code      string            `json:"code"`
+	ContextID *string           `json:"context_id"`
+	Language  *string           `json:"language"`
+	EnvVars   map[string]string `json:"env_vars"`
+}
+
+func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
+	b := boxOf(r.Context())
+	var req executeRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if req.Language != nil {
+		if err := checkLanguage(*req.Language); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+	session, counter := b.id, &b.runs
+	if req.ContextID != nil && *req.ContextID != "" && *req.ContextID != defaultContext {
+		s.mu.Lock()
+		c := b.contexts[*req.ContextID]
+		s.mu.Unlock()
+		if c == nil {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("context_id %q is not a context of this sandbox: GET /contexts lists them", *req.ContextID))
+			return
+		}
+		session, counter = c.session, &c.runs
+	}
+	ctx := r.Context()
+	if len(req.EnvVars) > 0 {
+		if err := s.setEnvForRun(ctx, b, session, req.EnvVars); err != nil {
+			writeEngineError(w, "setting env_vars", err)
+			return
+		}
+		defer s.restoreEnv(context.WithoutCancel(ctx), b, session)
+	}
+
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	var (
+		mu      sync.Mutex
+		started bool
+	)
+	line := func(v any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !started {
+			w.WriteHeader(http.StatusOK)
+			started = true
+		}
+		raw, _ := json.Marshal(v)
+		_, _ = w.Write(append(raw, '\n'))
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
+	timeout := s.cfg.ExecTimeout.Milliseconds()
+	res, err := s.sessions.Execute(ctx, session, sandbox.Request{Code: req.Code, Agent: b.agent, TimeoutMS: &timeout,
+		NetworkAllow: b.netAllow, Origin: sandbox.Origin{Source: sandbox.SourceAPI}}, true, func(ev sandbox.Event) {
+		switch ev.Stream {
+		case sandbox.StreamStdout, sandbox.StreamStderr:
+			line(outputLine{Type: string(ev.Stream), Text: ev.Data, Timestamp: time.Now().UTC().Format(time.RFC3339Nano)})
+		}
+	})
+	if err != nil {
+		mu.Lock()
+		done := started
+		mu.Unlock()
+		if !done {
+			writeEngineError(w, "running the code", err)
+			return
+		}
+		line(errorLine{Type: "error", Name: "SandboxError", Value: err.Error(), Traceback: err.Error()})
+		line(map[string]string{"type": "unexpected_end_of_execution"})
+		return
+	}
+	for _, out := range resultLines(res) {
+		line(out)
+	}
+	if e := errorOf(res); e != nil {
+		line(e)
+	}
+	s.mu.Lock()
+	*counter++
+	n := *counter
+	s.mu.Unlock()
+	line(map[string]any{"type": "number_of_executions", "execution_count": executionCount(res, n)})
+	line(map[string]string{"type": "end_of_execution"})
+}
+
+// outputLine is a stdout or stderr line of /execute's stream.
+type outputLine struct {
+	Type      string `json:"type"`
+	Text      string `json:"text"`
+	Timestamp string `json:"timestamp"`
+}
+
+// errorLine is the error line of /execute's stream.
+type errorLine struct {
+	Type      string `json:"type"`
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	Traceback string `json:"traceback"`
+}
+
+// errorOf is the error a run ended with, nil for outcome ok: the exception's name and value
+// from the traceback's last line, or the outcome and its reason when sandpit stopped it.
+func errorOf(res sandbox.Result) *errorLine {
+	if res.Outcome == sandbox.OutcomeOK {
+		return nil
+	}
+	e := &errorLine{Type: "error", Name: string(res.Outcome), Value: res.Reason, Traceback: res.Stderr}
+	if res.Outcome == sandbox.OutcomeError {
+		if i := strings.LastIndex(res.Stderr, "Traceback (most recent call last):"); i >= 0 {
+			tb := strings.TrimRight(res.Stderr[i:], "\n")
+			last := tb[strings.LastIndex(tb, "\n")+1:]
+			name, value, _ := strings.Cut(last, ": ")
+			e.Name, e.Value, e.Traceback = name, value, tb
+		}
+	}
+	if res.Outcome == sandbox.OutcomeTimeout {
+		e.Name = "TimeoutError"
+	}
+	if e.Value == "" {
+		e.Value = res.Reason
+	}
+	return e
+}
+
+// resultLines are the run's results: the displays it made and the main result.
+func resultLines(res sandbox.Result) []map[string]any { return nil }
+
+// executionCount is the number of the run in its context.
+func executionCount(res sandbox.Result, counted int) int { return counted }
+
+// setEnv sets env in session's interpreter, for it and the processes it starts.
+func (s *Server) setEnv(ctx context.Context, b *box, session string, env map[string]string) error {
+	return s.call(ctx, b, session, "__import__('os').environ.update(INPUT)", env)
+}
+
+// setEnvForRun sets env for one run, keeping what it replaces for restoreEnv.
+func (s *Server) setEnvForRun(ctx context.Context, b *box, session string, env map[string]string) error {
+	return s.call(ctx, b, session, "globals()['__e2b_saved_env__'] = {k: __import__('os').environ.get(k) for k in INPUT}\n"+
+		"__import__('os').environ.update(INPUT)", env)
+}
+
+// restoreEnv undoes setEnvForRun.
+func (s *Server) restoreEnv(ctx context.Context, b *box, session string) {
+	err := s.call(ctx, b, session, "for __k, __v in globals().pop('__e2b_saved_env__', {}).items():\n"+
+		"    __import__('os').environ.pop(__k, None) if __v is None else __import__('os').environ.__setitem__(__k, __v)\n", nil)
+	if err != nil {
+		s.log.Warn("restoring a sandbox's environment after a run with env_vars", "sandbox", b.id, "error", err)
+	}
+}
+
+// call runs code with INPUT in session and fails unless it ran ok.
+func (s *Server) call(ctx context.Context, b *box, session, code string, input any) error {
+	raw, err := json.Marshal(input)
+	if err != nil {
+		return err
+	}
+	timeout := int64(10_000)
+	res, err := s.sessions.Execute(ctx, session, sandbox.Request{Code: code, Input: raw, Agent: b.agent, TimeoutMS: &timeout,
+		Origin: sandbox.Origin{Source: sandbox.SourceAPI}}, true, nil)
+	if err != nil {
+		return err
+	}
+	if res.Outcome != sandbox.OutcomeOK {
+		return fmt.Errorf("%s: %s%s", res.Outcome, res.Reason, res.Stderr)
+	}
+	return nil
+}
+
+func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
+	b := boxOf(r.Context())
+	var req struct {
+		Language string `json:"language"`
+		Cwd      string `json:"cwd"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := checkLanguage(req.Language); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if req.Cwd != "" && strings.TrimRight(req.Cwd, "/") != sandbox.SessionHome {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("cwd %q: a context starts in %s; change directory in its code", req.Cwd, sandbox.SessionHome))
+		return
+	}
+	c, err := s.newContext(r.Context(), b)
+	if err != nil {
+		writeEngineError(w, "creating the context", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, c)
+}
+
+// newContext starts a context's session, with the sandbox's envVars.
+func (s *Server) newContext(ctx context.Context, b *box) (*codeContext, error) {
+	life := s.cfg.MaxLifetime.Milliseconds()
+	info, err := s.sessions.Create(ctx, sandbox.SessionRequest{Agent: b.agent, IdleTimeoutMS: &life, MaxLifetimeMS: &life})
+	if err != nil {
+		return nil, err
+	}
+	if len(b.env) > 0 {
+		if err := s.setEnv(ctx, b, info.ID, b.env); err != nil {
+			_, _ = s.sessions.Close(context.WithoutCancel(ctx), b.agent, info.ID)
+			return nil, err
+		}
+	}
+	c := &codeContext{ID: "ctx_" + info.ID[3:], Language: "python", Cwd: sandbox.SessionHome, session: info.ID}
+	s.mu.Lock()
+	b.contexts[c.ID] = c
+	s.mu.Unlock()
+	return c, nil
+}
+
+func (s *Server) listContexts(w http.ResponseWriter, r *http.Request) {
+	b := boxOf(r.Context())
+	list := []codeContext{{ID: defaultContext, Language: "python", Cwd: sandbox.SessionHome}}
+	s.mu.Lock()
+	for _, c := range b.contexts {
+		list = append(list, *c)
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, list)
+}
+
+// takeContext removes context cid of b, or answers why it cannot.
+func (s *Server) takeContext(w http.ResponseWriter, r *http.Request) (*box, *codeContext) {
+	b, cid := boxOf(r.Context()), r.PathValue("cid")
+	if cid == defaultContext {
+		writeError(w, http.StatusBadRequest, "the default context is the sandbox's own interpreter: it lives as long as the sandbox; create a context with POST /contexts to have one to delete or restart")
+		return nil, nil
+	}
+	s.mu.Lock()
+	c := b.contexts[cid]
+	delete(b.contexts, cid)
+	s.mu.Unlock()
+	if c == nil {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("context %q is not a context of this sandbox: GET /contexts lists them", cid))
+	}
+	return b, c
+}
+
+func (s *Server) deleteContext(w http.ResponseWriter, r *http.Request) {
+	b, c := s.takeContext(w, r)
+	if c == nil {
+		return
+	}
+	if _, err := s.sessions.Close(r.Context(), b.agent, c.session); err != nil {
+		writeEngineError(w, "deleting the context", err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// restartContext gives the context a new interpreter under the same ID.
+func (s *Server) restartContext(w http.ResponseWriter, r *http.Request) {
+	b, c := s.takeContext(w, r)
+	if c == nil {
+		return
+	}
+	if _, err := s.sessions.Close(r.Context(), b.agent, c.session); err != nil {
+		s.log.Warn("closing a restarted context's session", "sandbox", b.id, "context", c.ID, "error", err)
+	}
+	fresh, err := s.newContext(r.Context(), b)
+	if err != nil {
+		writeEngineError(w, "restarting the context", err)
+		return
+	}
+	s.mu.Lock()
+	delete(b.contexts, fresh.ID)
+	fresh.ID = c.ID
+	b.contexts[c.ID] = fresh
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// takeContexts removes and returns b's contexts.
+func (s *Server) takeContexts(b *box) []*codeContext {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	list := make([]*codeContext, 0, len(b.contexts))
+	for id, c := range b.contexts {
+		list = append(list, c)
+		delete(b.contexts, id)
+	}
+	return list
+}
+
+// closeContexts ends the sessions of a sandbox's contexts.
+func (s *Server) closeContexts(ctx context.Context, b *box, contexts []*codeContext) {
+	for _, c := range contexts {
+		if _, err := s.sessions.Close(ctx, b.agent, c.session); err != nil {
+			s.log.Warn("closing a context of an ended sandbox", "sandbox", b.id, "context", c.ID, "error", err)
+		}
+	}
+}

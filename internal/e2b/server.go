@@ -1,0 +1,276 @@
+package e2b
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/errclass"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// The ports the SDKs name in E2b-Sandbox-Port.
+const (
+	EnvdPort        = "49983"
+	InterpreterPort = "49999"
+)
+
+// EnvdVersion is the envd version sandboxes report: the SDKs turn features on by it (0.5.7:
+// raw uploads, CloseStdin, default user). Features of later versions (file metadata) are not
+// served.
+const EnvdVersion = "0.5.7"
+
+// Sessions is what the API needs of the engine's sessions (engine.Sessions).
+type Sessions interface {
+	Create(ctx context.Context, req sandbox.SessionRequest) (sandbox.SessionInfo, error)
+	Get(ctx context.Context, agent, id string) (sandbox.SessionInfo, error)
+	Close(ctx context.Context, agent, id string) (sandbox.SessionInfo, error)
+	Execute(ctx context.Context, id string, req sandbox.Request, wait bool, emit func(sandbox.Event)) (sandbox.Result, error)
+}
+
+// Keys resolves API keys to their agents (store.Store).
+type Keys interface {
+	// APIKeyAgent returns key's agent, or an error of class errclass.Forbidden for a key that
+	// was never issued or is revoked.
+	APIKeyAgent(ctx context.Context, key string) (string, error)
+}
+
+// Config is what the daemon's configuration says of E2B sandboxes.
+type Config struct {
+	// Templates are the templateIDs served; each is the daemon's sandbox image.
+	Templates []string
+	// MaxLifetime caps a sandbox's timeout, counted from its creation (the sessions'
+	// session_max_lifetime_ms).
+	MaxLifetime time.Duration
+	// ExecTimeout bounds one run_code (the daemon's max_timeout_ms).
+	ExecTimeout time.Duration
+	// Network is the daemon's network mode (sandbox.NetworkNone, NetworkAllowlist, NetworkFull):
+	// a sandbox's network settings may only narrow it.
+	Network string
+	// CPUs, MemoryMB and DiskMB describe each sandbox in GET /sandboxes/{id}.
+	CPUs, MemoryMB, DiskMB int
+}
+
+// Server serves the E2B API. It is safe for concurrent use; Close ends its sandboxes'
+// timers (the sessions themselves end with the engine).
+type Server struct {
+	cfg      Config
+	sessions Sessions
+	keys     Keys
+	log      *slog.Logger
+	control  http.Handler
+	interp   http.Handler
+	envd     http.Handler
+
+	mu    sync.Mutex
+	boxes map[string]*box
+}
+
+// box is one sandbox: a session and what E2B says of it.
+type box struct {
+	id, agent, template string
+	token               string
+	metadata, env       map[string]string
+	allowInternet       *bool
+	network             *networkConfig
+	netAllow            []string // nil: the daemon's policy; else narrowed to these
+	started             time.Time
+	lifeEnd             time.Time // the session's maximum lifetime: no timeout passes it
+
+	// guarded by Server.mu
+	endAt    time.Time
+	timer    *time.Timer
+	contexts map[string]*codeContext
+	runs     int // number_of_executions of the default context
+}
+
+// New returns the server. log may be nil.
+func New(cfg Config, sessions Sessions, keys Keys, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, sessions: sessions, keys: keys, log: log, boxes: map[string]*box{}}
+	s.control = s.controlRoutes()
+	s.interp = s.interpreterRoutes()
+	s.envd = s.envdRoutes()
+	return s
+}
+
+// ServeHTTP routes a request whose path has the mount prefix removed: sandbox traffic by its
+// E2b-Sandbox-Id and E2b-Sandbox-Port headers, anything else to the control plane.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get("E2b-Sandbox-Id")
+	if id == "" {
+		s.control.ServeHTTP(w, r)
+		return
+	}
+	port := r.Header.Get("E2b-Sandbox-Port")
+	var next http.Handler
+	switch port {
+	case EnvdPort:
+		next = s.envd
+	case InterpreterPort:
+		next = s.interp
+	default:
+		writeError(w, http.StatusBadGateway, fmt.Sprintf("E2b-Sandbox-Port %q is not served: sandpit serves envd on %s and the code interpreter on %s; "+
+			"a sandbox's other ports are not reachable from outside", port, EnvdPort, InterpreterPort))
+		return
+	}
+	b, status, msg := s.sandboxFor(r, id)
+	if b == nil {
+		if port == EnvdPort && isConnect(r) {
+			writeConnectError(w, status, msg)
+		} else {
+			writeError(w, status, msg)
+		}
+		return
+	}
+	next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), boxKey{}, b)))
+}
+
+type boxKey struct{}
+
+func boxOf(ctx context.Context) *box { return ctx.Value(boxKey{}).(*box) }
+
+// sandboxFor checks a sandbox request's access token: it returns the sandbox, or the status
+// and message that refuse it.
+func (s *Server) sandboxFor(r *http.Request, id string) (*box, int, string) {
+	s.mu.Lock()
+	b := s.boxes[id]
+	s.mu.Unlock()
+	given := r.Header.Get("X-Access-Token")
+	if given == "" {
+		given = r.Header.Get("E2B-Traffic-Access-Token")
+	}
+	if b == nil || !s.live(r.Context(), b) {
+		return nil, http.StatusNotFound, fmt.Sprintf("sandbox %q is not running: it was killed, timed out, or never existed (E2b-Sandbox-Id)", id)
+	}
+	if given == "" {
+		return nil, http.StatusUnauthorized, "this sandbox requires its access token: send the envdAccessToken that created it as X-Access-Token"
+	}
+	if subtle.ConstantTimeCompare([]byte(given), []byte(b.token)) != 1 {
+		return nil, http.StatusUnauthorized, "the access token is not this sandbox's: send the envdAccessToken returned when it was created or connected to"
+	}
+	return b, 0, ""
+}
+
+// live reports whether b's session is active; one that ended by itself is forgotten.
+func (s *Server) live(ctx context.Context, b *box) bool {
+	info, err := s.sessions.Get(ctx, b.agent, b.id)
+	if err == nil && info.State == sandbox.SessionActive {
+		return true
+	}
+	s.forget(b)
+	return false
+}
+
+// forget drops b and stops its timer.
+func (s *Server) forget(b *box) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.boxes[b.id] == b {
+		delete(s.boxes, b.id)
+		b.timer.Stop()
+	}
+}
+
+// Close stops the sandboxes' timers; their sessions end with the engine.
+func (s *Server) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, b := range s.boxes {
+		b.timer.Stop()
+		delete(s.boxes, id)
+	}
+}
+
+// Active returns how many sandboxes are running.
+func (s *Server) Active() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.boxes)
+}
+
+// apiError is E2B's error body.
+type apiError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, apiError{Code: status, Message: msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// statusOf maps an engine error to its HTTP status.
+func statusOf(err error) int {
+	switch errclass.Of(err) {
+	case errclass.Invalid:
+		return http.StatusBadRequest
+	case errclass.NotFound, errclass.Gone:
+		return http.StatusNotFound
+	case errclass.Conflict:
+		return http.StatusConflict
+	case errclass.TooLarge:
+		return http.StatusRequestEntityTooLarge
+	case errclass.Busy:
+		return http.StatusTooManyRequests
+	case errclass.Unavailable:
+		return http.StatusServiceUnavailable
+	case errclass.Forbidden:
+		return http.StatusForbidden
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+// writeEngineError answers err as E2B's error, naming what failed.
+func writeEngineError(w http.ResponseWriter, what string, err error) {
+	writeError(w, statusOf(err), what+": "+err.Error())
+}
+
+// newToken returns a sandbox's access token: 32 random bytes in hex.
+func newToken() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// unsupported answers 501 naming the feature.
+func unsupported(feature string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotImplemented, feature+" are not supported by sandpit's E2B API; see docs/e2b.md for what is")
+	}
+}
+
+// decodeBody reads r's JSON body (at most 1 MiB) into v; an empty body leaves v as it is.
+func decodeBody(r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
+	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("the request body is not the JSON expected: %v", err)
+	}
+	return nil
+}
+
+func isConnect(r *http.Request) bool {
+	ct := r.Header.Get("Content-Type")
+	return strings.HasPrefix(ct, "application/connect") || strings.HasPrefix(ct, "application/proto") ||
+		(strings.HasPrefix(ct, "application/json") && r.Method == http.MethodPost && strings.Count(r.URL.Path, "/") == 2 && strings.Contains(r.URL.Path, "."))
+}
