@@ -55,9 +55,9 @@ type Core struct {
 	// Sessions keeps the stateful sessions, each in a container of its own.
 	Sessions *engine.Sessions
 	// E2B serves the E2B-compatible API (mounted under /e2b by Serve).
-	E2B *e2b.Server
-	api      *client.Client
-	lock     *datadir.Lock
+	E2B  *e2b.Server
+	api  *client.Client
+	lock *datadir.Lock
 }
 
 // DockerClient returns a client for the engine named by cfg.DockerHost, or by the Docker
