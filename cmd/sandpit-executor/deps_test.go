@@ -8,7 +8,9 @@ import (
 
 // TestDependencies: the executor runs inside every sandbox, next to untrusted code, so it
 // links the standard library and sandpit's protocol with the domain types it carries, and
-// nothing else: no third-party module, nothing of the daemon.
+// nothing else of the daemon. Its one third-party module is github.com/creack/pty (pure Go,
+// the standard library only): the terminal of a session's PTY commands, whose opening and
+// sizing are ioctls best left to a well-kept library.
 func TestDependencies(t *testing.T) {
 	m := deptest.Module + "/"
 	deptest.Check(t, ".",
@@ -18,5 +20,6 @@ func TestDependencies(t *testing.T) {
 		m+"internal/sandbox",
 		m+"internal/requirement",
 		m+"internal/suggest",
-		m+"internal/errclass")
+		m+"internal/errclass",
+		"github.com/creack/pty")
 }

@@ -18,6 +18,9 @@ func main() {
 	if len(os.Args) >= 2 && os.Args[1] == "spawn-time" {
 		os.Exit(spawnTime(os.Args[2:], os.Stdout, os.Stderr))
 	}
+	if len(os.Args) >= 2 && os.Args[1] == "shim" {
+		os.Exit(executor.Shim(os.Args[2:]))
+	}
 	if len(os.Args) < 2 || os.Args[1] != "serve" {
 		fmt.Fprintln(os.Stderr, "usage: sandpit-executor serve [flags]  (started by the sandpit daemon, not by hand)")
 		os.Exit(2)
@@ -34,6 +37,7 @@ func main() {
 	fs.IntVar(&cfg.ForkServerMaxRuns, "fork-server-max-runs", cfg.ForkServerMaxRuns, "replace the fork server after this many runs (0: never)")
 	runtime := fs.String("runtime", "runc", `the container's runtime: "runc" (Linux) or "runsc" (gVisor, whose limits differ: see executor.Config.GVisor)`)
 	fs.Int64Var(&cfg.MemoryReserve, "memory-reserve", 0, "under runsc: stop a run when the box has less than this many bytes of memory available")
+	fs.StringVar(&cfg.SessionHome, "session-home", "", "a session's executor: slot 0's working directory and home (a tmpfs of its own, kept for the session's life)")
 	fs.StringVar(&cfg.Proxy, "egress-proxy", "", `serve the egress proxy on this loopback address ("127.0.0.1:3128"; network "allowlist")`)
 	_ = fs.Parse(os.Args[2:])
 	switch *runtime {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sandpit-dev/sandpit/internal/protocol"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // maxEgressStreams caps the connections open at once over one line: each run's dialer
@@ -117,6 +118,9 @@ func (c *Line) openEgress(m *protocol.Message) {
 func kindOf(id string) string {
 	if strings.HasPrefix(id, "in_") {
 		return "install"
+	}
+	if id == sandbox.WorkspaceEgressOwner {
+		return "the session's commands"
 	}
 	return "run"
 }

@@ -250,7 +250,8 @@ func (c *Line) readLoop() {
 		switch m.Kind {
 		case protocol.KindPong:
 		case protocol.KindStdout, protocol.KindStderr, protocol.KindFile, protocol.KindResult, protocol.KindRefused,
-			protocol.KindInstallStatus, protocol.KindInstalled, protocol.KindPackagesResult:
+			protocol.KindInstallStatus, protocol.KindInstalled, protocol.KindPackagesResult,
+			protocol.KindProcStarted, protocol.KindProcEnded, protocol.KindProcAck, protocol.KindFileReply:
 			c.route(m)
 		case protocol.KindSettled:
 			c.settled(m.Slot, m.Error)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -106,6 +107,16 @@ func (a *Allowlist) ForRun(allow []string) sandbox.EgressRun {
 // ForInstall returns an install's Gate: the package index's hosts only.
 func (a *Allowlist) ForInstall() sandbox.EgressRun {
 	g := NewGate([]Policy{a.index}, a.limits, a.resolve, a.dial)
+	g.reserved = a.reserved
+	return g
+}
+
+// ForWorkspace returns the Gate of a session's commands (sandbox.EgressPolicy): what runs may
+// reach, and the package index, so that `pip install` in a command works as the session's
+// dependencies do (the index's rules keep their trust: it may be on the host's network).
+func (a *Allowlist) ForWorkspace() sandbox.EgressRun {
+	union := Policy{Setting: a.conf.Setting + ", or " + a.index.Setting, Rules: append(slices.Clone(a.conf.Rules), a.index.Rules...)}
+	g := NewGate([]Policy{union}, a.limits, a.resolve, a.dial)
 	g.reserved = a.reserved
 	return g
 }

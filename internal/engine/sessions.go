@@ -45,6 +45,9 @@ type Sessions struct {
 	cfg    SessionConfig
 	log    *slog.Logger
 
+	// commands records each command in the ledger (nil: none).
+	commands CommandRecorder
+
 	mu      sync.Mutex
 	live    map[string]*liveSession
 	opening map[string]int // by agent: sessions being created
@@ -60,6 +63,11 @@ type liveSession struct {
 	paths []string
 	turn  chan struct{} // holds the token while no call runs; waiters receive in order
 	timer *time.Timer
+	// egress is the dialer of the session's commands (network "allowlist"), closed at its end.
+	egress sandbox.EgressRun
+	// workspace holds the session's commands (see workspace.go), made at first use.
+	wsOnce    sync.Once
+	workspace *workspace
 }
 
 // NewSessions returns the session keeper over svc (its limits, ledger, callbacks and file
@@ -125,7 +133,21 @@ func (m *Sessions) Create(ctx context.Context, req sandbox.SessionRequest) (sand
 		for i, r := range parsed {
 			canonical[i] = r.String()
 		}
-		deps, err := box.Install(ctx, sandbox.InstallRequest{Requirements: canonical, Timeout: m.svc.cfg.InstallTimeout, Offline: m.svc.cfg.Network == "none"}, nil)
+		ireq := sandbox.InstallRequest{Requirements: canonical, Timeout: m.svc.cfg.InstallTimeout, Offline: m.svc.cfg.Network == "none"}
+		// The install reaches the package index through the egress proxy as a one-shot run's
+		// does (without a dialer every connection pip opened was refused: a custom index_url
+		// that one-shot runs reached was out of a session's reach).
+		var gate sandbox.EgressRun
+		if m.svc.net != nil {
+			gate = m.svc.net.ForInstall()
+			ireq.Egress = gate
+		}
+		deps, err := box.Install(ctx, ireq, nil)
+		if gate != nil {
+			gate.Close()
+			conns, _ := gate.Connections()
+			explainEgress(&deps, conns)
+		}
 		if err != nil {
 			return fail(fmt.Errorf("installing the session's dependencies: %w", err))
 		}
@@ -142,6 +164,10 @@ func (m *Sessions) Create(ctx context.Context, req sandbox.SessionRequest) (sand
 		if err := m.ledger.BeginSession(ctx, ls.info); err != nil {
 			return fail(fmt.Errorf("%w: the ledger could not record the session (%v); check that the data directory's disk has space and is writable", sandbox.ErrNotReady, err))
 		}
+	}
+	if m.svc.net != nil {
+		ls.egress = m.svc.net.ForWorkspace()
+		box.SetEgress(ls.egress)
 	}
 	ls.turn <- struct{}{}
 	m.mu.Lock()
@@ -297,6 +323,9 @@ func (m *Sessions) end(id, code, reason string) (sandbox.SessionInfo, bool) {
 		defer cancel()
 		if err := ls.box.Close(ctx); err != nil {
 			m.log.Warn("removing an ended session's sandbox", "session", id, "error", err)
+		}
+		if ls.egress != nil {
+			ls.egress.Close()
 		}
 		if m.ledger != nil {
 			if err := m.ledger.EndSession(ctx, info); err != nil {

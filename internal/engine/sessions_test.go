@@ -14,6 +14,8 @@ import (
 
 // fakeBox is a session sandbox whose calls block until release is closed (when block is set).
 type fakeBox struct {
+	// Workspace is nil: these tests use no command or file (workspace_test.go does).
+	sandbox.Workspace
 	mu      sync.Mutex
 	calls   []string
 	release chan struct{}

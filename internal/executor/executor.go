@@ -78,6 +78,10 @@ type Config struct {
 	// /proc/meminfo, bytes) below which the running program is stopped with outcome
 	// memory_limit: the room the sandbox's own kernel needs and the watch's reaction time.
 	MemoryReserve int64
+	// SessionHome, when set, is the working directory and home of slot 0 (a session's
+	// executor: its own tmpfs at sandbox.SessionHome), made once and kept for the session's
+	// life; its interpreter, commands and files share it.
+	SessionHome string
 	// Proxy is the loopback address ("127.0.0.1:3128") the egress proxy listens on for network
 	// "allowlist" ("" serves none): runs and installs get HTTP_PROXY, HTTPS_PROXY and pip's
 	// proxy set to it, and the daemon decides and dials each connection (see proxy.go).
@@ -142,6 +146,12 @@ type Executor struct {
 	installs map[string]context.CancelFunc // by install request ID
 	next     map[int]*nextProgram          // by slot: its next program (see reserveNext)
 	interps  map[int]*interp               // by slot: its session interpreter (see interp.go)
+	procs    map[string]*proc              // by process ID: a session's commands (see commands.go)
+	// homesReady: by slot, its session home is made (see sessionHome).
+	homesReady map[int]bool
+	// self is the executor's own binary (the command shim); pythonVersion the interpreter's.
+	self          string
+	pythonVersion string
 	stopping bool
 	wg       sync.WaitGroup
 }
@@ -156,10 +166,14 @@ func Serve(ctx context.Context, conn *protocol.Conn, cfg Config, log *slog.Logge
 	}
 	e := &Executor{cfg: cfg, conn: conn, log: log, runs: map[string]*run{}, busy: map[int]bool{},
 		installs: map[string]context.CancelFunc{}, next: map[int]*nextProgram{}, interps: map[int]*interp{},
-		ipcListed: ipcListed()}
+		procs: map[string]*proc{}, homesReady: map[int]bool{}, ipcListed: ipcListed()}
 	python, err := e.prepare()
 	if err != nil {
 		return err
+	}
+	e.pythonVersion = python
+	if e.self, err = os.Executable(); err != nil {
+		return fmt.Errorf("executor: finding its own binary (the command shim): %w", err)
 	}
 	if e.installer, err = newInstaller(e, e.cfg.Python, python); err != nil {
 		return err
@@ -271,6 +285,17 @@ func (e *Executor) handle(m *protocol.Message) {
 		if e.proxy != nil {
 			e.proxy.handleMessage(m)
 		}
+	case protocol.KindCommand:
+		if m.Command == nil {
+			e.send(&protocol.Message{Kind: protocol.KindProcStarted, ID: m.ID, Error: "command message without command"})
+			return
+		}
+		e.wg.Go(func() { e.startCommand(0, m.ID, *m.Command) })
+	case protocol.KindProcInput, protocol.KindProcSignal, protocol.KindProcResize:
+		e.wg.Go(func() { e.procOp(m) })
+	case protocol.KindFileRead, protocol.KindFileWrite, protocol.KindFileList, protocol.KindFileStat,
+		protocol.KindFileMkdir, protocol.KindFileRename, protocol.KindFileRemove:
+		e.wg.Go(func() { e.fileOp(0, m) })
 	case protocol.KindPing:
 		if err := e.conn.Send(&protocol.Message{Kind: protocol.KindPong, ID: m.ID}); err != nil {
 			e.log.Warn("answering a ping", "error", err)
@@ -372,6 +397,12 @@ func (e *Executor) clean(slot int) error {
 	uid := e.cfg.UIDBase + slot
 	var errs []error
 	for _, dir := range []string{e.slotDir(slot), e.homeDir(slot)} {
+		if dir == e.cfg.SessionHome {
+			if err := clearDir(dir); err != nil {
+				errs = append(errs, fmt.Errorf("clearing the session's home: %w", err))
+			}
+			continue
+		}
 		if err := os.RemoveAll(dir); err != nil {
 			errs = append(errs, fmt.Errorf("removing the run's directory: %w", err))
 		}
@@ -461,13 +492,35 @@ func (e *Executor) replaceStale() error {
 	return nil
 }
 
+// clearDir removes everything in dir (a mount point, which itself stays).
+func clearDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, ent := range entries {
+		errs = append(errs, os.RemoveAll(filepath.Join(dir, ent.Name())))
+	}
+	return errors.Join(errs...)
+}
+
 // slotDir is slot's working directory (the run's cwd); homeDir its home (HOME, and every
 // configuration and cache directory of its libraries). Both are private to the slot's uid
 // (0700) and made afresh for each run.
 func (e *Executor) slotDir(slot int) string {
+	if slot == 0 && e.cfg.SessionHome != "" {
+		return e.cfg.SessionHome
+	}
 	return filepath.Join(e.cfg.RunRoot, "slot-"+strconv.Itoa(slot))
 }
 
 func (e *Executor) homeDir(slot int) string {
+	if slot == 0 && e.cfg.SessionHome != "" {
+		return e.cfg.SessionHome
+	}
 	return filepath.Join(e.cfg.RunRoot, "home-"+strconv.Itoa(slot))
 }

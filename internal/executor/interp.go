@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -147,6 +148,10 @@ func (ip *interp) run(r *run) *sandbox.Result {
 		return res
 	}
 	dir := e.slotDir(ip.slot)
+	if dir == e.cfg.SessionHome {
+		// What `pip install` in a command installed is importable in the next call.
+		r.spec.Paths = append(slices.Clone(r.spec.Paths), e.userSite(ip.slot))
+	}
 	if err := writeInputFiles(dir, ip.uid, r.spec.Files); err != nil {
 		res.Outcome, res.Reason = sandbox.OutcomeError, fmt.Sprintf("%v (an input file may not replace a file of the session's directory; give it a new name)", err)
 		return res

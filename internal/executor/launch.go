@@ -78,6 +78,13 @@ func (e *Executor) discard(l *launch) {
 func (e *Executor) launchProgram(slot int, s *forkServer, cold bool, id string) (*launch, error) {
 	uid := e.cfg.UIDBase + slot
 	dir, home := e.slotDir(slot), e.homeDir(slot)
+	if dir == e.cfg.SessionHome {
+		// A session's interpreter: the home is the session's, with what its commands made.
+		if _, err := e.sessionHome(slot); err != nil {
+			return nil, err
+		}
+		return e.launchIn(slot, s, cold, id, uid, dir, home)
+	}
 	if err := e.killAndWait(uid, e.cfg.KillTimeout); err != nil {
 		return nil, fmt.Errorf("clearing the slot: %w", err)
 	}
@@ -92,6 +99,11 @@ func (e *Executor) launchProgram(slot int, s *forkServer, cold bool, id string) 
 	if err := e.seedHome(uid, home); err != nil {
 		return nil, err
 	}
+	return e.launchIn(slot, s, cold, id, uid, dir, home)
+}
+
+// launchIn starts slot's program in dir with home (see launchProgram).
+func (e *Executor) launchIn(slot int, s *forkServer, cold bool, id string, uid int, dir, home string) (*launch, error) {
 	env := runEnvironment(home, e.cfg.proxyEnv())
 
 	// The program's ends are closed here once it has them (a fork server's copies when it

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/protocol"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // The egress proxy (network "allowlist"): the box has no network interface but loopback, and
@@ -406,6 +407,10 @@ func (e *Executor) owner(c net.Conn) (string, error) {
 			if r.uid == uid {
 				return id, nil
 			}
+		}
+		if e.cfg.SessionHome != "" && uid == e.cfg.UIDBase {
+			// A session's command (or what a call left running): the session's workspace.
+			return sandbox.WorkspaceEgressOwner, nil
 		}
 		return "", fmt.Errorf("no run is going on for uid %d's connection", uid)
 	}

@@ -72,8 +72,9 @@ const (
 
 	// A session's commands (session executors only). ID is the process's ID; its output comes
 	// as KindStdout and KindStderr chunks with that ID, between KindProcStarted and
-	// KindProcEnded. The daemon's KindProcInput, KindProcSignal and KindProcResize carry the
-	// process's ID and are answered by a KindProcAck with the same ID (Error: why not).
+	// KindProcEnded. The daemon's KindProcInput, KindProcSignal and KindProcResize name the
+	// process in their struct and have IDs of their own, which the KindProcAck that answers
+	// each carries (Error: why not).
 	KindCommand     Kind = "command"      // daemon → executor: start Command as process ID
 	KindProcStarted Kind = "proc_started" // executor → daemon: process ID runs (ProcStarted), or did not start (Error)
 	KindProcEnded   Kind = "proc_ended"   // executor → daemon: process ID ended (ProcEnded), after its last output
@@ -146,7 +147,7 @@ type Message struct {
 	ProcEnded   *sandbox.ProcessEnd `json:"proc_ended,omitempty"`
 	ProcInput   *ProcInput          `json:"proc_input,omitempty"`
 	ProcSignal  *ProcSignal         `json:"proc_signal,omitempty"`
-	ProcResize  *sandbox.TermSize   `json:"proc_resize,omitempty"`
+	ProcResize  *ProcResize         `json:"proc_resize,omitempty"`
 
 	// A session's files: one struct per operation, and the reply.
 	FileRead   *sandbox.FileRead   `json:"file_read,omitempty"`
@@ -246,16 +247,24 @@ type ProcStarted struct {
 	PID int `json:"pid"`
 }
 
-// ProcInput writes Data to a process's standard input (or terminal), then closes its
+// ProcInput writes Data to process Proc's standard input (or terminal), then closes its
 // standard input when Close is set.
 type ProcInput struct {
+	Proc  string `json:"proc"`
 	Data  []byte `json:"data,omitempty"`
 	Close bool   `json:"close,omitempty"`
 }
 
-// ProcSignal sends a process (its process group) a signal, by name (sandbox.Signals).
+// ProcSignal sends process Proc (its process group) a signal, by name (sandbox.Signals).
 type ProcSignal struct {
+	Proc   string `json:"proc"`
 	Signal string `json:"signal"`
+}
+
+// ProcResize sets the size of process Proc's terminal.
+type ProcResize struct {
+	Proc string           `json:"proc"`
+	Size sandbox.TermSize `json:"size"`
 }
 
 // FileReply answers a file request: Entry for a read, write, stat, mkdir or rename (the

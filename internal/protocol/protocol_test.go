@@ -126,8 +126,8 @@ func FuzzReceive(f *testing.F) {
 		Env: map[string]string{"A": "b"}, TimeoutMS: 1000, Stdin: []byte("x"), PTY: &sandbox.TermSize{Rows: 24, Cols: 80}},
 		Pip: PipOptions{IndexURL: "http://127.0.0.1:1/simple", TrustedHosts: []string{"127.0.0.1"}}}}))
 	f.Add(seed(&Message{Kind: KindProcEnded, ID: "pr_1", ProcEnded: &sandbox.ProcessEnd{ExitCode: -1, Signal: "SIGKILL", Outcome: sandbox.OutcomeTimeout}}))
-	f.Add(seed(&Message{Kind: KindProcSignal, ID: "pr_1", ProcSignal: &ProcSignal{Signal: "SIGINT"}}))
-	f.Add(seed(&Message{Kind: KindProcInput, ID: "pr_1", ProcInput: &ProcInput{Data: []byte("q\n"), Close: true}}))
+	f.Add(seed(&Message{Kind: KindProcSignal, ID: "pr_1", ProcSignal: &ProcSignal{Proc: "pr_1", Signal: "SIGINT"}}))
+	f.Add(seed(&Message{Kind: KindProcInput, ID: "pr_1", ProcInput: &ProcInput{Proc: "pr_1", Data: []byte("q\n"), Close: true}}))
 	f.Add(seed(&Message{Kind: KindFileWrite, ID: "fo_1", FileWrite: &sandbox.FileWrite{Path: "a/b.txt", Content: []byte("hi"), Parents: true}}))
 	f.Add(seed(&Message{Kind: KindFileReply, ID: "fo_1", FileReply: &FileReply{Listing: &sandbox.FileListing{Entries: []sandbox.FileEntry{{Path: "/home/user/a", Name: "a", Type: "dir"}}}}}))
 	f.Add(seed(&Message{Kind: KindFileReply, ID: "fo_2", Error: "no such file", ErrorClass: "not found"}))

@@ -21,6 +21,9 @@ type EgressPolicy interface {
 	ForRun(allow []string) EgressRun
 	// ForInstall returns an install's dialer: the package index's hosts.
 	ForInstall() EgressRun
+	// ForWorkspace returns the dialer of a session's commands: what runs may reach and the
+	// package index's hosts (pip install in a command).
+	ForWorkspace() EgressRun
 }
 
 // EgressRun is one run's or install's dialer. Close ends its connections still open (the run

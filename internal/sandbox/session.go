@@ -20,8 +20,10 @@ import (
 // is idle too long or reaches its lifetime, when it is closed, and when the daemon stops.
 // Every later call to an ended session gets a SessionEndedError, never a new interpreter.
 
-// SessionBox is one session's own sandbox, running its interpreter.
+// SessionBox is one session's own sandbox, running its interpreter, its commands and serving
+// its files.
 type SessionBox interface {
+	Workspace
 	// Run runs spec (with Session set) as the session's next call; see Runtime.Run for the
 	// contract (the slot is the box's only one).
 	Run(ctx context.Context, spec Spec, emit func(Event)) (Result, error)

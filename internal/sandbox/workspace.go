@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"strings"
@@ -44,6 +45,44 @@ type CommandSpec struct {
 	StdoutBytes int64 `json:"stdout_bytes,omitempty"`
 	StderrBytes int64 `json:"stderr_bytes,omitempty"`
 }
+
+// ProcessEvent is one event of a command's process: a chunk of its output (Stream "stdout"
+// or "stderr", Data), or its end (End set; the last event).
+type ProcessEvent struct {
+	Stream Stream      `json:"stream,omitempty"`
+	Data   string      `json:"data,omitempty"`
+	End    *ProcessEnd `json:"end,omitempty"`
+}
+
+// Workspace is a session box's commands and files (implemented by the session's sandbox).
+// Errors are of the classes the operations name (invalid, not found, conflict, too large), or
+// wrap ErrNotReady when the sandbox is gone.
+type Workspace interface {
+	// StartCommand starts spec as process id and returns its PID in the box; sink then gets
+	// its events in order, from one goroutine, the end last.
+	StartCommand(ctx context.Context, id string, spec CommandSpec, sink func(ProcessEvent)) (int, error)
+	// ProcessInput writes to process id's stdin (then closes it when closeStdin is set);
+	// SignalProcess sends its process group a signal (one of Signals); ResizeProcess sizes
+	// its terminal. An unknown or ended process is of class not found.
+	ProcessInput(ctx context.Context, id string, data []byte, closeStdin bool) error
+	SignalProcess(ctx context.Context, id, signal string) error
+	ResizeProcess(ctx context.Context, id string, size TermSize) error
+
+	ReadFile(ctx context.Context, op FileRead) (FileContent, error)
+	WriteFile(ctx context.Context, op FileWrite) (FileEntry, error)
+	ListFiles(ctx context.Context, op FileList) (FileListing, error)
+	StatFile(ctx context.Context, op FileStat) (FileEntry, error)
+	MakeDir(ctx context.Context, op FileMkdir) (FileEntry, error)
+	RenameFile(ctx context.Context, op FileRename) (FileEntry, error)
+	RemoveFile(ctx context.Context, op FileRemove) error
+	// SetEgress sets the dialer of the connections its commands open through the egress
+	// proxy (network "allowlist"; nil: none), and of its interpreter's between calls.
+	SetEgress(d EgressDialer)
+}
+
+// WorkspaceEgressOwner is the owner the executor gives a connection of a session's uid while
+// no call of its interpreter runs: its commands' (and what they left running).
+const WorkspaceEgressOwner = "workspace"
 
 // TermSize is a terminal's size in characters.
 type TermSize struct {

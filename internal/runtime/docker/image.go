@@ -112,10 +112,11 @@ func (img Image) Build(ctx context.Context, api client.APIClient, progress io.Wr
 		Remove:      true,
 		ForceRemove: true,
 		BuildArgs: map[string]*string{
-			"BASE_IMAGE": ptr(img.BaseImage),
-			"PACKAGES":   ptr(strings.Join(img.Packages, " ")),
-			"UID_BASE":   ptr(strconv.Itoa(UIDBase)),
-			"SLOT_USERS": ptr(strconv.Itoa(MaxSlots)),
+			"BASE_IMAGE":    ptr(img.BaseImage),
+			"PACKAGES":      ptr(strings.Join(img.Packages, " ")),
+			"UID_BASE":      ptr(strconv.Itoa(UIDBase)),
+			"SLOT_USERS":    ptr(strconv.Itoa(MaxSlots)),
+			"SESSION_USERS": ptr(strconv.Itoa(MaxSessions)),
 		},
 		Labels: map[string]string{labelManaged: "1"},
 	})

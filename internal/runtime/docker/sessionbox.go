@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/sandpit-dev/sandpit/internal/control"
+	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -38,6 +39,9 @@ func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBo
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
 	}
 	cfg, host, _ := r.cfg.Box.spec(img, r.cfg.DataDir, 0)
+	// The session's home, /home/user: a tmpfs of its own, of run_dir_bytes (the session's
+	// disk cap for what its programs, commands and file writes keep).
+	host.Tmpfs[sandbox.SessionHome] = "rw,nosuid,nodev,mode=0700," + tmpfsSize(r.cfg.Box.RunDirBytes)
 	delete(cfg.Labels, labelSlot)
 	cfg.Labels[labelSession] = id
 	log := r.log.With("session", id)
@@ -46,7 +50,7 @@ func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBo
 		r.freeSessionUID(id, idx)
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
 	}
-	line, err := r.execExecutor(ctx, cid, r.executorCommandFor(UIDBase+MaxSlots+idx, false), log)
+	line, err := r.execExecutor(ctx, cid, append(r.executorCommandFor(UIDBase+MaxSlots+idx, false), "-session-home", sandbox.SessionHome), log)
 	if err != nil {
 		_ = removeContainer(context.WithoutCancel(ctx), r.api, cid)
 		r.freeSessionUID(id, idx)
@@ -122,6 +126,55 @@ func (b *sessionBox) Run(ctx context.Context, spec sandbox.Spec, emit func(sandb
 func (b *sessionBox) Install(ctx context.Context, req sandbox.InstallRequest, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
 	return b.line.Install(ctx, req, b.r.cfg.Pip, progress)
 }
+
+// StartCommand starts a command in the session's box, with the daemon's pip settings (see
+// sandbox.Workspace).
+func (b *sessionBox) StartCommand(ctx context.Context, id string, spec sandbox.CommandSpec, sink func(sandbox.ProcessEvent)) (int, error) {
+	return b.line.StartCommand(ctx, id, protocol.Command{Spec: spec, Pip: b.r.cfg.Pip}, sink)
+}
+
+func (b *sessionBox) ProcessInput(ctx context.Context, id string, data []byte, closeStdin bool) error {
+	return b.line.ProcessInput(ctx, id, data, closeStdin)
+}
+
+func (b *sessionBox) SignalProcess(ctx context.Context, id, signal string) error {
+	return b.line.SignalProcess(ctx, id, signal)
+}
+
+func (b *sessionBox) ResizeProcess(ctx context.Context, id string, size sandbox.TermSize) error {
+	return b.line.ResizeProcess(ctx, id, size)
+}
+
+func (b *sessionBox) ReadFile(ctx context.Context, op sandbox.FileRead) (sandbox.FileContent, error) {
+	return b.line.ReadFile(ctx, op)
+}
+
+func (b *sessionBox) WriteFile(ctx context.Context, op sandbox.FileWrite) (sandbox.FileEntry, error) {
+	return b.line.WriteFile(ctx, op)
+}
+
+func (b *sessionBox) ListFiles(ctx context.Context, op sandbox.FileList) (sandbox.FileListing, error) {
+	return b.line.ListFiles(ctx, op)
+}
+
+func (b *sessionBox) StatFile(ctx context.Context, op sandbox.FileStat) (sandbox.FileEntry, error) {
+	return b.line.StatFile(ctx, op)
+}
+
+func (b *sessionBox) MakeDir(ctx context.Context, op sandbox.FileMkdir) (sandbox.FileEntry, error) {
+	return b.line.MakeDir(ctx, op)
+}
+
+func (b *sessionBox) RenameFile(ctx context.Context, op sandbox.FileRename) (sandbox.FileEntry, error) {
+	return b.line.RenameFile(ctx, op)
+}
+
+func (b *sessionBox) RemoveFile(ctx context.Context, op sandbox.FileRemove) error {
+	return b.line.RemoveFile(ctx, op)
+}
+
+// SetEgress sets the dialer of the session's commands' connections.
+func (b *sessionBox) SetEgress(d sandbox.EgressDialer) { b.line.SetEgress(d) }
 
 func (b *sessionBox) Done() <-chan struct{} { return b.line.Done() }
 func (b *sessionBox) Err() error            { return b.line.Err() }

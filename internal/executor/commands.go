@@ -1,0 +1,538 @@
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+
+	"github.com/sandpit-dev/sandpit/internal/errclass"
+	"github.com/sandpit-dev/sandpit/internal/protocol"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// A session's commands (KindCommand). Each runs under a shim (see shim.go) as the session's
+// uid, in its home, with a minimal environment (nothing of the executor's), the egress proxy's
+// settings and pip's (the daemon's index and trust settings, installing into the session's
+// own site directory, which its interpreter has on its path). Its stdout and stderr (or its
+// terminal) go to the daemon as chunks under the command's caps; a command that passes a cap
+// is killed with every process it started (outcome output_limit), as is a foreground one past
+// its timeout (outcome timeout). The command's end is its own process's: what it left running
+// (a server started with &) lives on until the session ends, without its output.
+
+// proc is one command of the session.
+type proc struct {
+	e     *Executor
+	id    string
+	slot  int
+	spec  sandbox.CommandSpec
+	shim  *exec.Cmd
+	pid   int
+	start time.Time
+
+	stdin    *os.File // the write end of its stdin pipe, or the terminal's master; nil once closed
+	tty      *os.File // the terminal's master (PTY mode)
+	stdout   *os.File // read ends (stdout is the master in PTY mode; stderr then nil)
+	stderr   *os.File
+	inputMu  sync.Mutex // serialises writes to stdin
+	pumpMu   sync.Mutex // held while a chunk is read and passed on (see interp.pump)
+	out, err *capture   // nil once detached
+
+	shimReports <-chan shimReport // the shim's status lines after its first
+
+	mu     sync.Mutex
+	reason stopReason
+	ended  bool
+}
+
+// sessionHome returns slot's session home (its working directory: Config.SessionHome when
+// set), made the first time a session's command, file or call needs it, with the session's
+// user site directory (pip's --user target) in it.
+func (e *Executor) sessionHome(slot int) (string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	home := e.slotDir(slot)
+	if e.homesReady[slot] {
+		return home, nil
+	}
+	uid := e.cfg.UIDBase + slot
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return "", fmt.Errorf("making the session's home %s: %w", home, err)
+	}
+	if err := os.Chown(home, uid, uid); err != nil {
+		return "", fmt.Errorf("giving the session's home to uid %d: %w", uid, err)
+	}
+	if err := os.Chmod(home, 0o700); err != nil {
+		return "", err
+	}
+	if err := asUserThread(uid, func() error { return os.MkdirAll(e.userSite(slot), 0o755) }); err != nil {
+		return "", fmt.Errorf("making the session's site directory: %w", err)
+	}
+	e.homesReady[slot] = true
+	return home, nil
+}
+
+// userBase is the session's PYTHONUSERBASE; userSite its site directory, where `pip install`
+// in a command installs.
+func (e *Executor) userBase(slot int) string { return filepath.Join(e.slotDir(slot), ".local") }
+
+func (e *Executor) userSite(slot int) string {
+	v := e.pythonVersion
+	if parts := strings.SplitN(v, ".", 3); len(parts) >= 2 {
+		v = parts[0] + "." + parts[1]
+	}
+	return filepath.Join(e.userBase(slot), "lib", "python"+v, "site-packages")
+}
+
+// commandEnv is a command's environment: a run's minimal one with the session's home, the
+// proxy's and pip's settings, then the request's own variables.
+func (e *Executor) commandEnv(slot int, c protocol.Command) []string {
+	home := e.slotDir(slot)
+	env := runEnvironment(home, e.cfg.proxyEnv())
+	env = append(env, "USER=user", "LOGNAME=user", "SHELL=/bin/bash", "PWD="+home, "TERM=xterm-256color",
+		"PYTHONUSERBASE="+e.userBase(slot), "PIP_USER=1", "PIP_BREAK_SYSTEM_PACKAGES=1", "PIP_NO_INPUT=1",
+		"PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_WARN_SCRIPT_LOCATION=1")
+	env[0] = "PATH=" + e.userBase(slot) + "/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	if c.Pip.IndexURL != "" {
+		env = append(env, "PIP_INDEX_URL="+c.Pip.IndexURL)
+	}
+	if len(c.Pip.ExtraIndexURLs) > 0 {
+		env = append(env, "PIP_EXTRA_INDEX_URL="+strings.Join(c.Pip.ExtraIndexURLs, " "))
+	}
+	if len(c.Pip.TrustedHosts) > 0 {
+		env = append(env, "PIP_TRUSTED_HOST="+strings.Join(c.Pip.TrustedHosts, " "))
+	}
+	if c.Pip.BinaryOnly {
+		env = append(env, "PIP_ONLY_BINARY=:all:")
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.Spec.Env)) {
+		env = append(env, k+"="+c.Spec.Env[k])
+	}
+	return env
+}
+
+// startCommand starts process id (see the comment at the top of the file) and reports it
+// started (or why not), then serves it until it ends.
+func (e *Executor) startCommand(slot int, id string, c protocol.Command) {
+	p, err := e.launchCommand(slot, id, c)
+	if err != nil {
+		msg := err.Error()
+		class := ""
+		if fe, ok := errors.AsType[*fileError](err); ok {
+			class = fe.class.Error()
+		}
+		e.send(&protocol.Message{Kind: protocol.KindProcStarted, ID: id, Error: msg, ErrorClass: class})
+		return
+	}
+	e.send(&protocol.Message{Kind: protocol.KindProcStarted, ID: id, ProcStarted: &protocol.ProcStarted{PID: p.pid}})
+	e.wg.Go(func() { p.serve() })
+}
+
+func (e *Executor) launchCommand(slot int, id string, c protocol.Command) (*proc, error) {
+	if len(c.Spec.Argv) == 0 || c.Spec.Argv[0] == "" {
+		return nil, fileErr(errclass.Invalid, "the command is empty: give cmd or argv")
+	}
+	e.mu.Lock()
+	dup := e.procs[id] != nil
+	e.mu.Unlock()
+	if dup {
+		return nil, fileErr(errclass.Conflict, "process %s exists already", id)
+	}
+	home, err := e.sessionHome(slot)
+	if err != nil {
+		return nil, err
+	}
+	uid := e.cfg.UIDBase + slot
+	dir := home
+	if c.Spec.Cwd != "" {
+		p, err := resolvePath("cwd", c.Spec.Cwd)
+		if err != nil {
+			return nil, err
+		}
+		dir = filepath.Join(append([]string{home}, p.parts...)...)
+		if err := asUserThread(uid, func() error {
+			st, err := os.Stat(dir)
+			if err != nil {
+				return errnoError(p.view, "cwd", errors.Unwrap(err))
+			}
+			if !st.IsDir() {
+				return fileErr(errclass.Conflict, "cwd %s is not a directory", p.view)
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	env := e.commandEnv(slot, c)
+	env = append(env, "PWD="+dir)
+	p := &proc{e: e, id: id, slot: slot, spec: c.Spec}
+	args := []string{"shim", "-uid", fmt.Sprint(uid), "-dir", dir}
+	var childIn, childOut, childErr *os.File
+	if c.Spec.PTY != nil {
+		master, slave, err := pty.Open()
+		if err != nil {
+			return nil, fmt.Errorf("opening a terminal: %w", err)
+		}
+		defer slave.Close()
+		if err := pty.Setsize(master, &pty.Winsize{Rows: c.Spec.PTY.Rows, Cols: c.Spec.PTY.Cols}); err != nil {
+			master.Close()
+			return nil, fmt.Errorf("sizing the terminal: %w", err)
+		}
+		p.tty, p.stdin, p.stdout = master, master, master
+		childIn, childOut, childErr = slave, slave, slave
+		args = append(args, "-tty")
+	} else {
+		inR, inW, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		outR, outW, err := os.Pipe()
+		if err != nil {
+			inR.Close()
+			inW.Close()
+			return nil, err
+		}
+		errR, errW, err := os.Pipe()
+		if err != nil {
+			inR.Close()
+			inW.Close()
+			outR.Close()
+			outW.Close()
+			return nil, err
+		}
+		defer inR.Close()
+		defer outW.Close()
+		defer errW.Close()
+		p.stdin, p.stdout, p.stderr = inW, outR, errR
+		childIn, childOut, childErr = inR, outW, errW
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		p.closeFiles()
+		return nil, err
+	}
+	args = append(append(args, "--"), c.Spec.Argv...)
+	cmd := exec.Command(e.self, args...)
+	cmd.Env = env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = childIn, childOut, childErr
+	cmd.ExtraFiles = []*os.File{statusW}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	e.changingUID.Lock()
+	err = cmd.Start()
+	e.changingUID.Unlock()
+	statusW.Close()
+	if err != nil {
+		statusR.Close()
+		p.closeFiles()
+		return nil, fmt.Errorf("starting the command's shim: %w", err)
+	}
+	p.shim = cmd
+	reports := make(chan shimReport, 4)
+	go func() {
+		readShimReports(statusR, func(r shimReport) { reports <- r })
+		statusR.Close()
+		close(reports)
+	}()
+	first, ok := <-reports
+	switch {
+	case !ok:
+		_ = cmd.Wait()
+		p.closeFiles()
+		return nil, errors.New("the command's shim ended before it started the command")
+	case first.err != "":
+		_ = cmd.Wait()
+		p.closeFiles()
+		return nil, fileErr(errclass.Invalid, "%s", first.err)
+	}
+	p.pid, p.start = first.pid, time.Now()
+	p.out = p.newCapture(protocol.KindStdout, c.Spec.StdoutBytes, stopStdoutLimit)
+	if p.stderr != nil {
+		p.err = p.newCapture(protocol.KindStderr, c.Spec.StderrBytes, stopStderrLimit)
+	}
+	p.shimReports = reports
+	e.mu.Lock()
+	e.procs[id] = p
+	e.mu.Unlock()
+	go p.pump(p.stdout, false)
+	if p.stderr != nil {
+		go p.pump(p.stderr, true)
+	}
+	go p.feed(c.Spec.Stdin, !c.Spec.KeepStdin)
+	return p, nil
+}
+
+func (p *proc) closeFiles() {
+	for _, f := range []*os.File{p.stdin, p.stdout, p.stderr} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+func (p *proc) newCapture(kind protocol.Kind, limit int64, reason stopReason) *capture {
+	return &capture{
+		limit: limit,
+		emit: func(s string) {
+			if err := p.e.conn.Send(&protocol.Message{Kind: kind, ID: p.id, Data: s}); err != nil {
+				p.e.log.Debug("sending a command's output", "id", p.id, "error", err)
+			}
+		},
+		onLimit: func() { go p.stop(reason) },
+	}
+}
+
+// feed writes the command's first input, then closes its stdin when asked.
+func (p *proc) feed(data []byte, closeAfter bool) {
+	if len(data) == 0 && !closeAfter {
+		return
+	}
+	if err := p.input(data, closeAfter); err != nil {
+		p.e.log.Debug("writing a command's stdin", "id", p.id, "error", err)
+	}
+}
+
+// input writes data to the command's stdin (its terminal), then closes it when closeIn is set
+// (a terminal gets end-of-file, ^D, instead).
+func (p *proc) input(data []byte, closeIn bool) error {
+	p.inputMu.Lock()
+	defer p.inputMu.Unlock()
+	if p.stdin == nil {
+		if len(data) == 0 {
+			return nil
+		}
+		return fileErr(errclass.Conflict, "process %s's stdin is closed", p.id)
+	}
+	if len(data) > 0 {
+		if _, err := p.stdin.Write(data); err != nil {
+			return fileErr(errclass.Conflict, "writing to process %s's stdin: %v", p.id, err)
+		}
+	}
+	if closeIn {
+		if p.tty != nil {
+			_, err := p.tty.Write([]byte{4})
+			return err
+		}
+		err := p.stdin.Close()
+		p.stdin = nil
+		return err
+	}
+	return nil
+}
+
+// stop ends the command for reason (the first wins): its shim kills every process it started.
+func (p *proc) stop(reason stopReason) {
+	p.mu.Lock()
+	if p.reason != stopNone || p.ended {
+		p.mu.Unlock()
+		return
+	}
+	p.reason = reason
+	p.mu.Unlock()
+	if p.shim != nil && p.shim.Process != nil {
+		_ = p.shim.Process.Signal(syscall.SIGTERM)
+	}
+}
+
+// signal sends the command's process group sig.
+func (p *proc) signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	ended := p.ended
+	p.mu.Unlock()
+	if ended {
+		return fileErr(errclass.Conflict, "process %s has ended", p.id)
+	}
+	if sig == syscall.SIGKILL {
+		p.stop(stopCancelled)
+		return nil
+	}
+	if err := syscall.Kill(-p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
+	return nil
+}
+
+// pump passes the command's stdout (or stderr) to its capture until detached (or the end of
+// the stream); see interp.pump.
+func (p *proc) pump(f *os.File, stderr bool) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	buf := make([]byte, 64<<10)
+	for done := false; !done; {
+		err := rc.Read(func(fd uintptr) bool {
+			p.pumpMu.Lock()
+			defer p.pumpMu.Unlock()
+			n, err := syscall.Read(int(fd), buf)
+			switch {
+			case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EINTR):
+				return false
+			case n > 0:
+				c := p.out
+				if stderr {
+					c = p.err
+				}
+				if c != nil {
+					c.write(buf[:n])
+				}
+			default: // the end, or EIO from a terminal whose other side is closed
+				done = true
+			}
+			return true
+		})
+		if err != nil {
+			return
+		}
+	}
+}
+
+// serve waits for the command's own process to end (or its timeout), passes on what it wrote
+// before, and reports its end.
+func (p *proc) serve() {
+	var timer *time.Timer
+	if p.spec.TimeoutMS > 0 {
+		timer = time.AfterFunc(time.Duration(p.spec.TimeoutMS)*time.Millisecond, func() { p.stop(stopTimeout) })
+	}
+	var status *syscall.WaitStatus
+	for r := range p.shimReports {
+		if r.status != nil {
+			status = r.status
+			break
+		}
+	}
+	if timer != nil {
+		timer.Stop()
+	}
+	if status == nil { // the shim died (the session's end killed everything)
+		_ = p.shim.Wait()
+	}
+	p.drain()
+	p.mu.Lock()
+	p.ended = true
+	reason := p.reason
+	p.mu.Unlock()
+	p.pumpMu.Lock()
+	out, errc := p.out, p.err
+	p.out, p.err = nil, nil
+	p.pumpMu.Unlock()
+	end := &sandbox.ProcessEnd{ExitCode: -1, DurationMS: time.Since(p.start).Milliseconds()}
+	if out != nil {
+		out.close()
+		end.StdoutTruncated = out.truncated
+	}
+	if errc != nil {
+		errc.close()
+		end.StderrTruncated = errc.truncated
+	}
+	switch {
+	case status == nil:
+		end.Outcome, end.Signal = sandbox.OutcomeKilled, "SIGKILL"
+		end.Reason = "the command was killed with the session's processes (the session ended)"
+	case status.Signaled():
+		name := signalName(int(status.Signal()))
+		end.Signal, _, _ = strings.Cut(name, ":")
+		if !strings.HasPrefix(end.Signal, "SIG") {
+			end.Signal = fmt.Sprintf("signal %d", int(status.Signal()))
+		}
+		end.Outcome, end.Reason = sandbox.OutcomeError, "the command was killed by "+name
+	default:
+		end.ExitCode = status.ExitStatus()
+		end.Outcome = sandbox.OutcomeOK
+		if end.ExitCode != 0 {
+			end.Outcome, end.Reason = sandbox.OutcomeError, fmt.Sprintf("the command exited with status %d", end.ExitCode)
+		}
+	}
+	switch reason {
+	case stopTimeout:
+		end.Outcome = sandbox.OutcomeTimeout
+		end.Reason = fmt.Sprintf("the command passed its timeout of %d ms and was killed with every process it started", p.spec.TimeoutMS)
+	case stopStdoutLimit:
+		end.Outcome = sandbox.OutcomeOutputLimit
+		end.Reason = fmt.Sprintf("the command wrote more than its %d bytes of stdout and was killed with every process it started", p.spec.StdoutBytes)
+	case stopStderrLimit:
+		end.Outcome = sandbox.OutcomeOutputLimit
+		end.Reason = fmt.Sprintf("the command wrote more than its %d bytes of stderr and was killed with every process it started", p.spec.StderrBytes)
+	case stopCancelled:
+		end.Outcome = sandbox.OutcomeKilled
+		end.Reason = "the command was killed (SIGKILL) with every process it started"
+	}
+	// Its output streams now end here: processes it left running write into closed pipes.
+	p.inputMu.Lock()
+	p.closeFiles()
+	p.stdin = nil
+	p.inputMu.Unlock()
+	p.e.mu.Lock()
+	delete(p.e.procs, p.id)
+	p.e.mu.Unlock()
+	p.e.send(&protocol.Message{Kind: protocol.KindProcEnded, ID: p.id, ProcEnded: end})
+	go func() { _ = p.shim.Wait() }() // the shim lives while the command's descendants do
+}
+
+// drain waits (up to 200 ms) until the command's streams hold nothing unread, then until the
+// pumps have passed on what they read.
+func (p *proc) drain() {
+	deadline := time.Now().Add(200 * time.Millisecond)
+	for time.Now().Before(deadline) && (pipeBytes(p.stdout) > 0 || (p.stderr != nil && pipeBytes(p.stderr) > 0)) {
+		time.Sleep(time.Millisecond)
+	}
+	p.pumpMu.Lock()
+	//nolint:staticcheck // an empty critical section: a barrier for the pumps
+	p.pumpMu.Unlock()
+}
+
+// procOp serves a KindProcInput, KindProcSignal or KindProcResize message.
+func (e *Executor) procOp(m *protocol.Message) {
+	var id string
+	switch {
+	case m.ProcInput != nil:
+		id = m.ProcInput.Proc
+	case m.ProcSignal != nil:
+		id = m.ProcSignal.Proc
+	case m.ProcResize != nil:
+		id = m.ProcResize.Proc
+	}
+	e.mu.Lock()
+	p := e.procs[id]
+	e.mu.Unlock()
+	ack := &protocol.Message{Kind: protocol.KindProcAck, ID: m.ID}
+	var err error
+	switch {
+	case p == nil:
+		err = fileErr(errclass.NotFound, "the session has no running process %q", id)
+	case m.ProcInput != nil:
+		err = p.input(m.ProcInput.Data, m.ProcInput.Close)
+	case m.ProcSignal != nil:
+		sig, ok := signalNumbers[m.ProcSignal.Signal]
+		if !ok {
+			err = fileErr(errclass.Invalid, "%q is not a signal sandpit sends; use one of %s", m.ProcSignal.Signal, strings.Join(sandbox.Signals, ", "))
+		} else {
+			err = p.signal(sig)
+		}
+	case m.ProcResize != nil:
+		if p.tty == nil {
+			err = fileErr(errclass.Conflict, "process %s has no terminal to resize (start it with pty)", id)
+		} else {
+			err = pty.Setsize(p.tty, &pty.Winsize{Rows: m.ProcResize.Size.Rows, Cols: m.ProcResize.Size.Cols})
+		}
+	}
+	if err != nil {
+		ack.Error = err.Error()
+		if fe, ok := errors.AsType[*fileError](err); ok {
+			ack.ErrorClass = fe.class.Error()
+		}
+	}
+	e.send(ack)
+}
+
+var signalNumbers = map[string]syscall.Signal{"SIGINT": syscall.SIGINT, "SIGTERM": syscall.SIGTERM, "SIGKILL": syscall.SIGKILL,
+	"SIGHUP": syscall.SIGHUP, "SIGQUIT": syscall.SIGQUIT, "SIGUSR1": syscall.SIGUSR1, "SIGUSR2": syscall.SIGUSR2,
+	"SIGSTOP": syscall.SIGSTOP, "SIGCONT": syscall.SIGCONT}
