@@ -218,7 +218,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, agent string) {
 	}
 	b := &box{id: info.ID, agent: agent, template: req.TemplateID, token: newToken(), metadata: req.Metadata, env: req.EnvVars,
 		allowInternet: req.AllowInternetAccess, network: req.Network, netAllow: netAllow, started: info.CreatedAt,
-		lifeEnd: info.CreatedAt.Add(s.cfg.MaxLifetime), contexts: map[string]*codeContext{}}
+		lifeEnd: info.CreatedAt.Add(s.cfg.MaxLifetime), contexts: map[string]*codeContext{}, procs: map[uint32]*proc{}, tags: map[string]uint32{}}
 	if b.metadata == nil {
 		b.metadata = map[string]string{}
 	}

@@ -38,6 +38,13 @@ type Sessions interface {
 	Execute(ctx context.Context, id string, req sandbox.Request, wait bool, emit func(sandbox.Event)) (sandbox.Result, error)
 }
 
+// Engine is what the API needs of the engine (engine.Sessions): sessions and their
+// workspaces.
+type Engine interface {
+	Sessions
+	Workspace
+}
+
 // Keys resolves API keys to their agents (store.Store).
 type Keys interface {
 	// APIKeyAgent returns key's agent, or an error of class errclass.Forbidden for a key that
@@ -64,13 +71,14 @@ type Config struct {
 // Server serves the E2B API. It is safe for concurrent use; Close ends its sandboxes'
 // timers (the sessions themselves end with the engine).
 type Server struct {
-	cfg      Config
-	sessions Sessions
-	keys     Keys
-	log      *slog.Logger
-	control  http.Handler
-	interp   http.Handler
-	envd     http.Handler
+	cfg       Config
+	sessions  Sessions
+	workspace Workspace
+	keys      Keys
+	log       *slog.Logger
+	control   http.Handler
+	interp    http.Handler
+	envd      http.Handler
 
 	mu    sync.Mutex
 	boxes map[string]*box
@@ -92,14 +100,16 @@ type box struct {
 	timer    *time.Timer
 	contexts map[string]*codeContext
 	runs     int // number_of_executions of the default context
+	procs    map[uint32]*proc
+	tags     map[string]uint32
 }
 
 // New returns the server. log may be nil.
-func New(cfg Config, sessions Sessions, keys Keys, log *slog.Logger) *Server {
+func New(cfg Config, eng Engine, keys Keys, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, sessions: sessions, keys: keys, log: log, boxes: map[string]*box{}}
+	s := &Server{cfg: cfg, sessions: eng, workspace: eng, keys: keys, log: log, boxes: map[string]*box{}}
 	s.control = s.controlRoutes()
 	s.interp = s.interpreterRoutes()
 	s.envd = s.envdRoutes()
