@@ -39,7 +39,7 @@ func entryInfo(e sandbox.FileEntry) *filesystem.EntryInfo {
 		target := e.Target
 		info.SymlinkTarget = &target
 	}
-	info.Mode, info.Permissions = uint32(mode), mode.String()
+	info.Mode, info.Permissions = uint32(mode.Perm()), mode.String()
 	return info
 }
 
