@@ -187,7 +187,9 @@ func TestE2BConformance(t *testing.T) {
 		bgErr error
 		wg    sync.WaitGroup
 	)
-	wg.Go(func() { bg, bgErr = conn.Run(ctx, "echo waiting; touch waiting; sleep 300", nil, func(pid uint32) { started <- pid }) })
+	wg.Go(func() {
+		bg, bgErr = conn.Run(ctx, "echo waiting; touch waiting; sleep 300", nil, func(pid uint32) { started <- pid })
+	})
 	var pid uint32
 	select {
 	case pid = <-started:
