@@ -4,7 +4,7 @@ BIN       ?= bin
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 # The base of the sandbox image. Without a container registry: make base-image, then
-# BASE_IMAGE=sandpit-base:bookworm (the quickstart does both).
+# BASE_IMAGE=sandpit-base:bookworm-2 (the quickstart does both).
 BASE_IMAGE ?=
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 

@@ -3,13 +3,17 @@
 #
 # It debootstraps a minimal Debian bookworm root filesystem with python3 and the
 # default preinstalled packages taken from Debian's own archive (pandas, numpy,
-# matplotlib, scipy, requests, beautifulsoup4, Pillow), then loads it into the
-# Docker engine with `docker import`. Build the sandbox on top of it with:
+# matplotlib, scipy, requests, beautifulsoup4, Pillow, IPython), then loads it into
+# the Docker engine with `docker import`. Build the sandbox on top of it with:
 #
-#   sandpit image build --base-image sandpit-base:bookworm
+#   sandpit image build --base-image sandpit-base:bookworm-2
+#
+# The tag's suffix names the package list: it goes up whenever the list changes, so that a
+# machine holding an image of an older list builds the new one instead of reusing it
+# (sandpit-base:bookworm had no IPython; -2 added python3-ipython for notebook results).
 #
 # Usage: scripts/offline-base-image.sh [TAG]
-#   TAG            image tag to create (default sandpit-base:bookworm)
+#   TAG            image tag to create (default sandpit-base:bookworm-2)
 # Environment:
 #   DEBIAN_MIRROR  Debian mirror (default http://deb.debian.org/debian)
 #   SUITE          Debian suite (default bookworm)
@@ -17,7 +21,7 @@
 # Needs root, debootstrap (installed with apt-get when missing) and docker.
 set -euo pipefail
 
-tag=${1:-sandpit-base:bookworm}
+tag=${1:-sandpit-base:bookworm-2}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 suite=${SUITE:-bookworm}
 
@@ -40,7 +44,7 @@ fi
 packages=(
   python3 python3-pip python3-venv ca-certificates tzdata
   python3-pandas python3-numpy python3-matplotlib python3-scipy
-  python3-requests python3-bs4 python3-pil
+  python3-requests python3-bs4 python3-pil python3-ipython
 )
 include=$(IFS=,; echo "${packages[*]}")
 

@@ -22,7 +22,7 @@ if [ -z "$base" ]; then
     say "no container registry answers: building the base image from Debian packages (a few minutes, once)"
     sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd=sudo
     $sudo_cmd scripts/offline-base-image.sh
-    base=sandpit-base:bookworm
+    base=sandpit-base:bookworm-2
   fi
 fi
 

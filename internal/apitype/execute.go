@@ -151,6 +151,39 @@ type Result struct {
 	// constant); Reason says more.
 	SessionID    string `json:"session_id,omitempty"`
 	SessionEnded string `json:"session_ended,omitempty"`
+	// Results are the program's displays in the order they were made, then the value of its
+	// last expression (IsMainResult) when it ended in one that is not None (absent when none).
+	Results []Display `json:"results,omitempty"`
+	// Error is the uncaught exception that ended the program (absent when none did).
+	Error *ExecError `json:"error,omitempty"`
+	// ExecutionCount numbers a session's calls (1 for its first); absent for a one-shot run.
+	ExecutionCount int `json:"execution_count,omitempty"`
+}
+
+// Display is one rich output, as a notebook shows it: what display() showed (a matplotlib
+// figure included), or the value of the code's last expression (IsMainResult). Data is a
+// MIME bundle formatted by IPython's DisplayFormatter: "text/plain" always; "text/html",
+// "text/markdown", "image/png" and "image/jpeg" (base64), "image/svg+xml",
+// "application/json" (a JSON value), "text/latex", ... when the object has them.
+type Display struct {
+	Data map[string]json.RawMessage `json:"data"`
+	// Metadata is IPython's metadata of the bundle (an image's width and height), when any.
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+	// IsMainResult marks the value of the code's last expression (at most one, last).
+	IsMainResult bool `json:"is_main_result"`
+	// ExecutionCount is the session call's number, on a session's main result.
+	ExecutionCount int `json:"execution_count,omitempty"`
+	// Note says what became of a display that did not come back whole (over the cap on
+	// displays: cut to its text/plain; a _repr_*_ method that raised).
+	Note string `json:"note,omitempty"`
+}
+
+// ExecError is the uncaught exception that ended a program: its class name, its message and
+// its traceback as printed on stderr.
+type ExecError struct {
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	Traceback string `json:"traceback"`
 }
 
 // EgressConnection is one outbound connection asked of the sandbox's proxy.
@@ -276,6 +309,7 @@ const (
 	StreamLog        Stream = "log"        // an agent.log line
 	StreamDependency Stream = "dependency" // a dependency's status, before the run
 	StreamFile       Stream = "file"       // an output file, after the program ended
+	StreamDisplay    Stream = "display"    // a display or the last expression's value (Display), as it happens
 	StreamResult     Stream = "result"     // the last line of a run: its Result
 	StreamInstalled  Stream = "installed"  // the last line of an install: Installed
 	StreamError      Stream = "error"      // the last line of a stream that failed: its error
@@ -292,17 +326,20 @@ type Event struct {
 	Level string `json:"level,omitempty"`
 	// File describes an output file, for stream "file" (never with its content).
 	File *File `json:"file,omitempty"`
+	// Display is a display or the last expression's value, for stream "display".
+	Display *Display `json:"display,omitempty"`
 }
 
 // StreamLine is any line of an NDJSON answer of a run (and of POST /v1/packages): events
 // first, then one result or error line (an install ends with Installed instead of a result).
 type StreamLine struct {
 	Type Stream `json:"type"`
-	// Data, Dependency, Level and File are an event's (see Event).
+	// Data, Dependency, Level, File and Display are an event's (see Event).
 	Data       string            `json:"data,omitempty"`
 	File       *File             `json:"file,omitempty"`
 	Dependency *DependencyStatus `json:"dependency,omitempty"`
 	Level      string            `json:"level,omitempty"`
+	Display    *Display          `json:"display,omitempty"`
 	// Result is the run's result, for type "result".
 	Result *Result `json:"result,omitempty"`
 	// Error is why the stream failed after it started, for type "error".

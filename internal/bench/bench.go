@@ -57,7 +57,7 @@ type Options struct {
 	Config config.Config
 	// Serve is the command line that starts a daemon with that configuration: the program,
 	// "serve" and the configuration flags the user gave, for example
-	// ["/usr/local/bin/sandpit", "serve", "--base-image=sandpit-base:bookworm"]. Run appends
+	// ["/usr/local/bin/sandpit", "serve", "--base-image=sandpit-base:bookworm-2"]. Run appends
 	// --data-dir and --listen.
 	Serve []string
 	// Runs is how many print(1) runs are timed through REST and as baseline B, and how many

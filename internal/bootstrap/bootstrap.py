@@ -376,9 +376,10 @@ class _Charts:
         self.dir = directory
         self.count = {"figure": 0, "image": 0}
 
-    def _save(self, prefix, write):
-        """Creates the next free prefix-N.png and writes it with write(file); a failure is
-        reported on stderr and leaves no file."""
+    def _save(self, prefix, write, text):
+        """Creates the next free prefix-N.png and writes it with write(file), then shows it
+        as an image/png display (text: its text/plain); a failure is reported on stderr and
+        leaves no file."""
         path = None
         try:
             for _ in range(10_000):
@@ -393,6 +394,10 @@ class _Charts:
                 return
             with f:
                 write(f)
+            if _getpid() == _main_pid[0]:
+                with open(path, "rb") as f:
+                    png = f.read()
+                _publish({"image/png": png, "text/plain": text}, None, False, _nb[0])
         except Exception as exc:  # noqa: BLE001 - the program's run goes on
             print(f"sandpit: could not save a {prefix} as an output file: {type(exc).__name__}: {exc}", file=sys.stderr)
             if path is not None:
@@ -408,7 +413,7 @@ class _Charts:
             return
         for manager in sorted(helpers.Gcf.get_all_fig_managers(), key=lambda m: m.num):
             figure = manager.canvas.figure
-            self._save("figure", lambda f: figure.savefig(f, format="png", bbox_inches="tight"))
+            self._save("figure", lambda f: figure.savefig(f, format="png", bbox_inches="tight"), _safe_repr(figure))
 
     def save_image(self, image):
         def write(f):
@@ -421,7 +426,7 @@ class _Charts:
             # As PIL's own viewers show it: in its base mode, grey ("L") or colour ("RGB").
             pil = sys.modules["PIL.Image"]
             image.convert(pil.getmodebase(image.mode)).save(f, format="PNG")
-        self._save("image", write)
+        self._save("image", write, _safe_repr(image))
 
     def patch_pyplot(self, pyplot):
         """plt.show() saves the open figures and closes them, as a notebook shows them."""
@@ -495,12 +500,329 @@ class _ImportHook:
 _charts = [None]  # the run's _Charts, when charts are on
 
 
-def _print_user_traceback(exc):
+# The notebook layer: the value of a program's last expression and what it displays come back
+# as MIME bundles ({"type": "result", "bytes": n} frames, see _Notebook.publish), formatted by
+# IPython's own DisplayFormatter; code that is not valid Python but uses IPython's % and !
+# syntax is transformed by IPython's input transformers and run with a shell that has its line
+# magics. The fork server makes the shell once in its preload (prepare_notebook); a cold run
+# makes it when it first needs it. Without IPython in the image, a value comes back as its
+# repr() alone, display() prints, and % or ! lines stay the syntax errors they are in Python.
+
+_MAGIC_LINE = None  # compiled at first use: re is not imported by a plain run otherwise
+
+
+def _magic_line():
+    global _MAGIC_LINE
+    if _MAGIC_LINE is None:
+        import re
+        _MAGIC_LINE = re.compile(r"(?m)^[ \t]*[%!]")
+    return _MAGIC_LINE
+
+
+class _Notebook:
+    """IPython's InteractiveShell, made once per process and bound to the program's module:
+    its DisplayFormatter formats values, its display publisher sends display() calls to the
+    executor, its magics run % lines. What making it changes outside the shell is undone
+    (builtins' __IPYTHON__, which libraries take for a notebook front end; its atexit handler;
+    __main__), except builtins' display, as in Jupyter. Raises ImportError without IPython."""
+
+    def __init__(self):
+        from traitlets.config import Config
+        from IPython.core.interactiveshell import InteractiveShell
+        from IPython.core.displaypub import DisplayPublisher
+
+        saved_main = sys.modules.get("__main__")
+        config = Config()
+        config.HistoryManager.enabled = False  # no SQLite file, no saving thread
+        config.InteractiveShell.colors = "NoColor"
+        shell = InteractiveShell.instance(config=config)
+        builtins.__dict__.pop("__IPYTHON__", None)
+        try:
+            atexit.unregister(shell.atexit_operations)
+        except Exception:  # noqa: BLE001 - an IPython without it
+            pass
+        if saved_main is not None:
+            sys.modules["__main__"] = saved_main
+        notebook = self
+
+        class Publisher(DisplayPublisher):
+            def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
+                notebook.publish(data, metadata)
+
+            def clear_output(self, wait=False):
+                pass
+
+        shell.display_pub = Publisher(shell=shell, parent=shell)
+        shell.showtraceback = self._failed  # a raising _repr_*_ becomes a note, not a traceback
+        shell.system = shell.system_raw  # !cmd: subprocess on the run's own streams, no pty
+        shell.register_magic_function(self._pip, "line", "pip")
+        self.shell = shell
+        self.notes = []
+        self.left = 0  # bytes the run's displays may still take (0: no cap)
+        self.count = 0  # a session's execution count (0: a one-shot run)
+        self.hidden = ()
+
+    def warm(self):
+        """Formats a few values once, in the fork server, so that the formatters' lazily
+        built state (type printers, imported helpers) is there in every child."""
+        fmt = self.shell.display_formatter.format
+        for value in (1, "s", [1.5, None], {"k": (1,)}):
+            fmt(value)
+        pandas = sys.modules.get("pandas")
+        if pandas is not None:
+            frame = pandas.DataFrame({"k": ["a", "b"], "v": [1, 2]})
+            fmt(frame)
+            fmt(frame.describe())
+        self.notes.clear()
+
+    def bind(self, module, limit):
+        """Makes module the shell's user namespace (%who, %time and %timeit see its globals;
+        the names it holds now are hidden from %who) and limit the bytes the displays of the
+        run (or session call) may take together (0: none)."""
+        shell = self.shell
+        shell.user_module = module
+        shell.user_ns = module.__dict__
+        shell.user_global_ns  # noqa: B018 - a property over user_module
+        shell.user_ns_hidden = dict.fromkeys(module.__dict__)
+        self.left = limit or 0
+
+    def _failed(self, exc_tuple=None, *args, **kwargs):
+        exc_type, exc, _ = exc_tuple or sys.exc_info()
+        where = ""
+        tb = exc.__traceback__ if exc is not None else None
+        while tb is not None:
+            name = tb.tb_frame.f_code.co_name
+            if name.startswith("_repr_") or name == "__repr__":
+                where = name
+            tb = tb.tb_next
+        what = f"{where} raised" if where else "a display method raised"
+        self.notes.append(f"{what} {getattr(exc_type, '__name__', exc_type)}: {exc}"[:1000])
+
+    def _pip(self, line):
+        """%pip install REQ...: installs through sandpit's dependency path, then makes the
+        packages importable in this run."""
+        words = line.split()
+        if not words or words[0] != "install" or len(words) < 2 or any(w.startswith("-") for w in words[1:]):
+            print("sandpit: %pip takes `install` and requirements (PEP 508), without pip's options: "
+                  "%pip install pandas==2.2.2 requests", file=sys.stderr)
+            return
+        paths = _call("pip_install", {"requirements": words[1:]})
+        for p in reversed(paths or []):
+            if p not in sys.path:
+                sys.path.insert(1, p)
+        importlib = sys.modules.get("importlib")
+        if importlib is not None:
+            importlib.invalidate_caches()
+        print(f"sandpit: installed {' '.join(words[1:])}")
+
+    def transform(self, code):
+        return self.shell.input_transformer_manager.transform_cell(code)
+
+    def format(self, value):
+        self.notes.clear()
+        data, metadata = self.shell.display_formatter.format(value)
+        if "text/plain" not in data:
+            data["text/plain"] = _safe_repr(value)
+        return data, metadata
+
+    def publish(self, data, metadata, main=False):
+        _publish(data, metadata, main, self)
+
+
+def _safe_repr(value):
+    try:
+        return repr(value)
+    except Exception as exc:  # noqa: BLE001 - the program's __repr__
+        return f"<{type(value).__name__} object: its __repr__ raised {type(exc).__name__}>"
+
+
+_nb = [None, False]  # the process's _Notebook (made at first need), and whether making it failed
+_main_result = [None]  # the last expression's formatted value, sent after the open figures
+
+
+def _notebook():
+    """The process's _Notebook, made now if need be; None without IPython."""
+    if _nb[0] is None and not _nb[1]:
+        try:
+            _nb[0] = _Notebook()
+        except Exception:  # noqa: BLE001 - an image without IPython: values as repr()
+            _nb[1] = True
+    return _nb[0]
+
+
+def prepare_notebook():
+    """The fork server's preload: IPython imported and its shell made once, for every child."""
+    nb = _notebook()
+    if nb is not None:
+        nb.warm()
+    return nb is not None
+
+
+def _display(*objs, **kwargs):
+    """display() for a run without the shell yet: makes it, then calls IPython's."""
+    nb = _notebook()
+    if nb is None:
+        print(*objs)
+        return None
+    from IPython.display import display
+    return display(*objs, **kwargs)
+
+
+_left = [0]  # the display budget of a run without IPython
+
+
+def _publish(data, metadata, main, nb=None):
+    """Sends one MIME bundle to the executor as a "result" frame, after what the program
+    wrote before it (the streams are read first). A bundle larger than what is left of the
+    run's display budget is replaced by its text/plain cut short, with a note; binary values
+    (PNG, JPEG) go as base64."""
+    notes = list(nb.notes) if nb is not None else []
+    if nb is not None:
+        nb.notes.clear()
+    bundle = {}
+    for mime, value in (data or {}).items():
+        if isinstance(value, (bytes, bytearray)):
+            import base64
+            value = base64.b64encode(value).decode("ascii")
+        bundle[str(mime)] = value
+    text = bundle.get("text/plain")
+    if not isinstance(text, str):
+        text = bundle["text/plain"] = "" if text is None else _safe_repr(text)
+    left = nb.left if nb is not None else _left[0]
+    size = sum(len(v) + len(k) + 8 if isinstance(v, str) else _check_output(v, left or 0) + len(k) + 8
+               for k, v in bundle.items())
+    meta = metadata if isinstance(metadata, dict) and metadata else None
+    if meta is not None and _check_output(meta, 65536) > 65536:
+        meta = None
+    if left and size + 512 > left:
+        keep = max(min(len(text), (left - 1024) // 4, 4096), 0)
+        notes.append(f"this display took {size} bytes ({', '.join(sorted(bundle))}), more than the {max(left, 0)} "
+                     f"left of the run's cap on displays (output_bytes); only its text/plain is kept, cut to {keep} characters")
+        bundle, meta = {"text/plain": text[:keep]}, None
+    item = {"data": bundle, "is_main_result": bool(main)}
+    if meta:
+        item["metadata"] = meta
+    if notes:
+        item["note"] = "; ".join(notes)[:4000]
+    if main and nb is not None and nb.count:
+        item["execution_count"] = nb.count
+    try:
+        payload = _dumps(item, allow_nan=False, ensure_ascii=False, default=str).encode()
+    except (TypeError, ValueError) as exc:
+        item = {"data": {"text/plain": text[:4096]}, "is_main_result": bool(main),
+                "note": f"the display's data is not JSON ({type(exc).__name__}: {exc}); only its text/plain is kept"}
+        payload = _dumps(item, ensure_ascii=False).encode()
+    if left:
+        if nb is not None:
+            nb.left = max(left - len(payload), 1)
+        else:
+            _left[0] = max(left - len(payload), 1)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed stream
+            pass
+    _wait_read(1)
+    _wait_read(2)
+    _send({"type": "result", "bytes": len(payload)}, payload)
+
+
+def _compile_cell(code, filename):
+    """Compiles code as the program: (body, last), last being the final expression statement
+    compiled on its own (mode "eval") so that its value can be shown, or None when the code
+    does not end in one, or ends in one with a ";". Code that is not Python but has lines
+    starting with % or ! is first transformed with IPython's input transformers (then
+    transformed is True). Raises SyntaxError as compile() would."""
+    import ast
+    transformed = False
+    try:
+        tree = ast.parse(code, filename)
+    except SyntaxError:
+        nb = _notebook() if _magic_line().search(code) else None
+        if nb is None:
+            raise
+        tree = ast.parse(nb.transform(code), filename)
+        transformed = True
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr) and not _quiet(code, tree.body[-1]):
+        last = compile(ast.Expression(tree.body.pop().value), filename, "eval")
+    return compile(tree, filename, "exec"), last, transformed
+
+
+def _quiet(code, node):
+    """Whether the expression statement node (the code's last) is followed by a ";"."""
+    lines = code.splitlines()
+    if node.end_lineno is None or node.end_lineno > len(lines):
+        return False
+    rest = lines[node.end_lineno - 1].encode()[node.end_col_offset:].decode(errors="replace")
+    return rest.lstrip().startswith(";")
+
+
+def _show_value(value):
+    """Formats the last expression's value (nothing for None) and keeps it to send after the
+    open figures."""
+    if value is None:
+        return
+    nb = _notebook()
+    if nb is None:
+        _main_result[0] = ({"text/plain": _safe_repr(value)}, None, None)
+        return
+    data, metadata = nb.format(value)
+    _main_result[0] = (data, metadata, nb)
+
+
+def _send_main_result():
+    pending, _main_result[0] = _main_result[0], None
+    if pending is not None and _getpid() == _main_pid[0]:
+        data, metadata, nb = pending
+        try:
+            _publish(data, metadata, True, nb)
+        except OSError:
+            pass  # the control line failed: the run's end says so
+
+
+def _run_cell(code, filename, module, limit, count=0):
+    """Runs code in module's namespace as a notebook cell: the statements, then the last
+    expression, whose value is kept for _send_main_result."""
+    body, last, transformed = _compile_cell(code, filename)
+    namespace = module.__dict__
+    nb = _nb[0]
+    if nb is not None or transformed:
+        nb = _notebook()
+        nb.bind(module, limit)
+        nb.count = count
+        nb.shell.execution_count = count or 1
+    else:
+        _left[0] = limit or 0
+    if transformed and "get_ipython" not in namespace:
+        namespace["get_ipython"] = nb.shell.get_ipython
+    exec(body, namespace)
+    if last is not None:
+        _show_value(eval(last, namespace))
+
+
+def _report_exception(exc, tb):
+    """Sends the uncaught exception's name, message and traceback text (as printed on
+    stderr) to the executor, for the result's error."""
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, tb))
+        item = {"name": type(exc).__name__, "value": str(exc)[:65536], "traceback": text[-262144:]}
+        payload = _dumps(item, ensure_ascii=False).encode()
+        _send({"type": "error", "bytes": len(payload)}, payload)
+    except Exception:  # noqa: BLE001 - a str() that raises, a closed line: the stderr has it
+        pass
+
+
+def _print_user_traceback(exc, report=False):
+    """Prints exc's traceback from the user's first frame on, as python3 would; with report,
+    sends it to the executor too (the result's error)."""
     tb = exc.__traceback__
     # Drop the bootstrap's own frames so the traceback starts in the user's code.
     while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) == _BOOTSTRAP:
         tb = tb.tb_next
     traceback.print_exception(type(exc), exc, tb)
+    if report and _getpid() == _main_pid[0]:
+        _report_exception(exc, tb)
 
 
 def _exit_status(exc):
@@ -736,17 +1058,22 @@ def main(forked=False):
     sys.argv = [_FILE]
     linecache.cache[_FILE] = (len(code), None, code.splitlines(True), _FILE)
 
+    if "display" not in builtins.__dict__:
+        builtins.display = _display  # as in Jupyter; IPython's own once its shell is made
+    if "IPython" not in sys.modules:
+        sys.meta_path.insert(0, _ImportHook({"IPython": lambda m: _notebook()}))
+
     status, interrupted = 0, False
     try:
-        exec(compile(code, _FILE, "exec"), module.__dict__)
+        _run_cell(code, _FILE, module, (init.get("limits") or {}).get("output_bytes"))
     except SystemExit as exc:
         status = _exit_status(exc)
     except MemoryError as exc:
         _report_memory_error()
-        _print_user_traceback(exc)
+        _print_user_traceback(exc, report=True)
         status = 1
     except BaseException as exc:  # noqa: BLE001 - the user's exception is the result
-        _print_user_traceback(exc)
+        _print_user_traceback(exc, report=True)
         status, interrupted = 1, isinstance(exc, KeyboardInterrupt)
     program = weakref.ref(module)
     del module  # so that the program's module can become garbage (see _drop_program)
@@ -776,6 +1103,10 @@ def _session(init, oom=True):
     namespace = module.__dict__
     sys.path[0:0] = [os.getcwd()]
     sys.argv = [_FILE]
+    if "display" not in builtins.__dict__:
+        builtins.display = _display
+    if "IPython" not in sys.modules:
+        sys.meta_path.insert(0, _ImportHook({"IPython": lambda m: _notebook()}))
     calls = 0
     while True:
         if calls:
@@ -799,17 +1130,17 @@ def _session(init, oom=True):
         try:
             try:
                 _signal(signal.SIGINT, signal.default_int_handler)
-                exec(compile(code, name, "exec"), namespace)
+                _run_cell(code, name, module, (init.get("limits") or {}).get("output_bytes"), calls)
             finally:
                 _signal(signal.SIGINT, signal.SIG_IGN)
         except SystemExit as exc:
             status = _exit_status(exc)
         except MemoryError as exc:
             _report_memory_error()
-            _print_user_traceback(exc)
+            _print_user_traceback(exc, report=True)
             status = 1
         except BaseException as exc:  # noqa: BLE001 - the user's exception is the call's result
-            _print_user_traceback(exc)
+            _print_user_traceback(exc, report=True)
             status, interrupted = 1, isinstance(exc, KeyboardInterrupt)
         try:
             if _charts[0] is not None and init.get("charts"):
@@ -819,6 +1150,7 @@ def _session(init, oom=True):
                     pyplot.close("all")
         except Exception as exc:  # noqa: BLE001 - charts are a convenience
             print(f"sandpit: could not save the open figures: {type(exc).__name__}: {exc}", file=sys.stderr)
+        _send_main_result()
         status = status or _send_output(namespace, (init.get("limits") or {}).get("output_bytes"))
         if _memory_error[0] and not status:
             status = 1
@@ -830,7 +1162,8 @@ def _session(init, oom=True):
         # What the call wrote reaches the executor before its end does.
         _wait_read(1)
         _wait_read(2)
-        _send({"type": "done", "status": status, "interrupted": interrupted, "call": init.get("call", 0)})
+        _send({"type": "done", "status": status, "interrupted": interrupted, "call": init.get("call", 0),
+               "execution_count": calls})
 
 
 def _drop_program(program):
@@ -884,6 +1217,7 @@ def _finish(status, program, output_limit, interrupted):
             # The figures still open, as a notebook shows them; before the atexit handlers,
             # one of which is matplotlib's that closes every figure.
             _charts[0].save_figures()
+        _send_main_result()
         if shutdown is not None:
             atexit._run_exitfuncs()
     except SystemExit as exc:  # sys.exit in a thread being joined or an atexit handler

@@ -369,6 +369,13 @@ def main():
     data_before = _data_bytes()
     preloaded, skipped, missing = _preload(names)
     _warm(preloaded)
+    if "IPython" in preloaded:
+        # The notebook layer's shell and formatters, made once here (see bootstrap.py): a run
+        # that shows a value or displays one pays neither IPython's import nor the shell.
+        try:
+            bootstrap.prepare_notebook()
+        except Exception as exc:  # noqa: BLE001 - each run makes it when it needs it
+            skipped["IPython"] = f"its shell could not be made: {type(exc).__name__}: {exc}"
     numpy_reseed = _numpy_reseeder(libc)
     # Objects of the preload never change again: keep the collector from touching (and so
     # copying) their pages in every child.

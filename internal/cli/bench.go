@@ -57,7 +57,7 @@ Exit status 0 when the measurement completed, whether or not the targets were me
 usage mistake; 70 when it failed; 130 when interrupted (Ctrl-C, SIGTERM or SIGHUP: it cleans up
 first). A bench killed outright leaves its daemon to die with it and its container to the next
 bench, which removes it.`,
-		Example: `  sandpit bench --base-image sandpit-base:bookworm
+		Example: `  sandpit bench --base-image sandpit-base:bookworm-2
   sandpit bench --runs 200 --duration 10s --json > bench.json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

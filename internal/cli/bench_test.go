@@ -53,13 +53,13 @@ func TestConfigArgsPassesTheGivenSettingsOn(t *testing.T) {
 		got = o.configArgs(cmd)
 		return nil
 	}})
-	root.SetArgs([]string{"bench", "--network", "none", "--base-image", "sandpit-base:bookworm"})
+	root.SetArgs([]string{"bench", "--network", "none", "--base-image", "sandpit-base:bookworm-2"})
 	if err := root.Execute(); err != nil {
 		t.Fatal(err)
 	}
 	// In the order the settings were registered; settings not given are left to the
 	// environment and the config file, which the daemon reads itself.
-	want := []string{"--config=/etc/sandpit.json", "--base-image=sandpit-base:bookworm", "--network=none"}
+	want := []string{"--config=/etc/sandpit.json", "--base-image=sandpit-base:bookworm-2", "--network=none"}
 	if !slices.Equal(got, want) {
 		t.Errorf("configArgs = %q, want %q", got, want)
 	}

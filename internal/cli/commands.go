@@ -62,7 +62,7 @@ image, the preinstalled packages, the slot users, sandpit-executor and the Pytho
 The tag carries a hash of the recipe, so an unchanged recipe is reused and a changed one
 rebuilds. Without a container registry, build a base first with scripts/offline-base-image.sh:
 with base_image unset, python:3.11-slim is used when the engine has it, else
-sandpit-base:bookworm when the engine has it, else python:3.11-slim is pulled.`,
+sandpit-base:bookworm-2 when the engine has it, else python:3.11-slim is pulled.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := o.load(cmd)

@@ -329,17 +329,18 @@ const (
 
 // DefaultPackages returns the packages installed when the configuration names none.
 func DefaultPackages() []string {
-	return []string{"pandas", "numpy", "matplotlib", "scipy", "requests", "beautifulsoup4", "Pillow"}
+	return []string{"pandas", "numpy", "matplotlib", "scipy", "requests", "beautifulsoup4", "Pillow", "ipython"}
 }
 
 // DefaultPreload returns the modules the fork server imports when the configuration names none:
 // the default packages' modules agents import, pyplot with its Agg backend (the sandbox's
 // MPLBACKEND; pyplot imports it only at the first figure, which cost every forked run that
-// draws about a quarter of its time). A module the image lacks is skipped, with a line in the
-// executor's log.
+// draws about a quarter of its time), and IPython, whose shell the fork server then makes once
+// for the notebook layer (values and displays). A module the image lacks is skipped, with a
+// line in the executor's log.
 func DefaultPreload() []string {
 	return []string{"numpy", "pandas", "matplotlib.pyplot", "matplotlib.backends.backend_agg", "scipy.stats", "scipy.optimize",
-		"requests", "bs4", "PIL.Image"}
+		"requests", "bs4", "PIL.Image", "IPython"}
 }
 
 // Default returns the defaults. DataDir is resolved from the process environment
@@ -634,7 +635,7 @@ const (
 	RegistryBaseImage = "python:3.11-slim"
 	// OfflineBaseImage is the base scripts/offline-base-image.sh builds from Debian's packages
 	// when no registry answers.
-	OfflineBaseImage = "sandpit-base:bookworm"
+	OfflineBaseImage = "sandpit-base:bookworm-2"
 )
 
 // Validate checks every setting and reports every problem at once, joined with errors.Join;

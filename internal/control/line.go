@@ -249,7 +249,7 @@ func (c *Line) readLoop() {
 		c.mu.Unlock()
 		switch m.Kind {
 		case protocol.KindPong:
-		case protocol.KindStdout, protocol.KindStderr, protocol.KindFile, protocol.KindResult, protocol.KindRefused,
+		case protocol.KindStdout, protocol.KindStderr, protocol.KindFile, protocol.KindDisplay, protocol.KindResult, protocol.KindRefused,
 			protocol.KindInstallStatus, protocol.KindInstalled, protocol.KindPackagesResult,
 			protocol.KindProcStarted, protocol.KindProcEnded, protocol.KindProcAck, protocol.KindFileReply:
 			c.route(m)
@@ -429,11 +429,12 @@ type runOutput struct {
 
 	stdout, stderr strings.Builder
 	files          map[string]bool // output files whose bytes arrived intact
+	results        []sandbox.Display
 }
 
 // partial is the result of a run whose end did not arrive: the output received so far.
 func (o *runOutput) partial() sandbox.Result {
-	return sandbox.Result{Stdout: o.stdout.String(), Stderr: o.stderr.String(), StartedAt: o.started.UTC(),
+	return sandbox.Result{Stdout: o.stdout.String(), Stderr: o.stderr.String(), Results: o.results, StartedAt: o.started.UTC(),
 		DurationMS: time.Since(o.started).Milliseconds(), ExitCode: -1}
 }
 
@@ -454,6 +455,14 @@ func (o *runOutput) deliver(msgs []*protocol.Message) (res sandbox.Result, ended
 			}
 		case protocol.KindFile:
 			o.file(m)
+		case protocol.KindDisplay:
+			if m.Display == nil {
+				continue
+			}
+			o.results = append(o.results, *m.Display)
+			if o.emit != nil {
+				o.emit(sandbox.Event{Stream: sandbox.StreamDisplay, Display: m.Display})
+			}
 		case protocol.KindCall:
 			if m.AgentCall == nil {
 				continue
@@ -512,6 +521,7 @@ func (o *runOutput) file(m *protocol.Message) {
 // FilesSkipped.
 func (o *runOutput) result(r sandbox.Result) sandbox.Result {
 	r.Stdout, r.Stderr = o.stdout.String(), o.stderr.String()
+	r.Results = o.results
 	kept := r.Files[:0:0]
 	for _, f := range r.Files {
 		if o.files[f.Name] {

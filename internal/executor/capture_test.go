@@ -112,7 +112,7 @@ func TestPumpStreamsKeepsTheWritersOrder(t *testing.T) {
 	}
 	done := make(chan struct{})
 	go func() {
-		pumpStreams(outR, errR, capture("out"), capture("err"))
+		pumpStreams(outR, errR, capture("out"), capture("err"), nil)
 		close(done)
 	}()
 	var want []string

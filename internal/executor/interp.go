@@ -168,6 +168,11 @@ func (ip *interp) run(r *run) *sandbox.Result {
 	ip.mu.Unlock()
 	r.mu.Lock()
 	r.proc, r.interrupt = ip.l.proc, func() { ip.interrupt(r) }
+	r.inOrder = func(fn func()) {
+		ip.pumpMu.Lock()
+		defer ip.pumpMu.Unlock()
+		fn()
+	}
 	cancelled := r.reason != stopNone
 	r.mu.Unlock()
 	if cancelled {
@@ -219,6 +224,13 @@ wait:
 		ip.drain()
 	}
 	ip.detach(r)
+	r.lines.flush()
+	r.mu.Lock()
+	res.Error = r.execError
+	r.mu.Unlock()
+	if done != nil {
+		res.ExecutionCount = done.ExecutionCount
+	}
 	res.StdoutTruncated, res.StderrTruncated = outCap.truncated, errCap.truncated
 
 	var status syscall.WaitStatus
@@ -444,7 +456,10 @@ func (ip *interp) serve() {
 		case report.Type == "output" && report.Bytes < 0:
 			_ = conn.Close()
 			return
-		case report.Type == "output" && r == nil:
+		case (report.Type == "result" || report.Type == "error") && report.Bytes < 0:
+			_ = conn.Close()
+			return
+		case (report.Type == "output" || report.Type == "result" || report.Type == "error") && r == nil:
 			if _, err := io.CopyN(io.Discard, br, report.Bytes); err != nil {
 				return
 			}

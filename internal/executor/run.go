@@ -28,6 +28,7 @@ const (
 	stopStdoutLimit
 	stopStderrLimit
 	stopOutputLimit
+	stopDisplayLimit // the displays passed their cap (only a program writing the control line itself)
 	stopCancelled
 	stopProcessLimit // under gVisor: the run reached its process cap (see watch)
 	stopBoxMemory    // under gVisor: the box's free memory fell below the reserve (see watch)
@@ -62,6 +63,15 @@ type run struct {
 	output      []byte // OUTPUT's JSON text as received, up to its cap
 	outputBytes int64  // bytes of OUTPUT received when it passed its cap
 	memoryError bool   // the bootstrap saw a MemoryError (see classify)
+	// the notebook layer's reports: the bytes of displays received, the uncaught exception
+	displayBytes int64
+	execError    *sandbox.ExecError
+
+	// lines joins the streams' chunks into whole lines (see lines); inOrder has a display
+	// sent in order with the streams (one-shot: through pumpStreams' queue; a session call:
+	// under its pump's lock); nil calls at once.
+	lines   *lines
+	inOrder func(fn func())
 
 	// session is true for a call in the slot's session interpreter (see interp.go); there
 	// interrupt, when set, stops the call instead of a kill of every process of the uid.
@@ -73,8 +83,14 @@ func newRun(e *Executor, id string, slot int, spec sandbox.Spec) *run {
 	if e.cfg.GVisor && (spec.Limits.Processes <= 0 || spec.Limits.Processes > gVisorProcesses) {
 		spec.Limits.Processes = gVisorProcesses
 	}
-	return &run{e: e, id: id, slot: slot, uid: e.cfg.UIDBase + slot, spec: spec,
+	r := &run{e: e, id: id, slot: slot, uid: e.cfg.UIDBase + slot, spec: spec,
 		replies: make(chan *protocol.AgentReply, 1), exited: make(chan struct{}), stopped: make(chan struct{})}
+	r.lines = &lines{send: func(kind protocol.Kind, s string) {
+		if err := e.conn.Send(&protocol.Message{Kind: kind, ID: id, Data: s}); err != nil {
+			e.log.Debug("sending output", "id", id, "error", err)
+		}
+	}}
+	return r
 }
 
 // process is a run's started program: a cold interpreter or a fork server's child.
@@ -184,7 +200,11 @@ func (r *run) execute() *sandbox.Result {
 	var streams sync.WaitGroup
 	outCap := r.newCapture(protocol.KindStdout, r.spec.Limits.StdoutBytes, stopStdoutLimit)
 	errCap := r.newCapture(protocol.KindStderr, r.spec.Limits.StderrBytes, stopStderrLimit)
-	streams.Go(func() { pumpStreams(l.stdout, l.stderr, outCap, errCap) })
+	queue := &passQueue{}
+	r.mu.Lock()
+	r.inOrder = queue.do
+	r.mu.Unlock()
+	streams.Go(func() { pumpStreams(l.stdout, l.stderr, outCap, errCap, queue) })
 	var controlDone sync.WaitGroup
 	controlDone.Go(func() { r.serveControl(control) })
 
@@ -207,6 +227,8 @@ func (r *run) execute() *sandbox.Result {
 	streams.Wait()
 	_ = control.SetReadDeadline(time.Now().Add(time.Second))
 	controlDone.Wait()
+	r.lines.flush()
+	res.Error = r.execError
 
 	// Stdout and stderr went to the daemon as chunks; the result carries only their flags.
 	res.StdoutTruncated, res.StderrTruncated = outCap.truncated, errCap.truncated
@@ -381,12 +403,11 @@ func mkdirOwned(dir string, uid int) error {
 func (r *run) newCapture(kind protocol.Kind, limit int64, reason stopReason) *capture {
 	return &capture{
 		limit: limit,
-		emit: func(s string) {
-			if err := r.e.conn.Send(&protocol.Message{Kind: kind, ID: r.id, Data: s}); err != nil {
-				r.e.log.Debug("sending output", "id", r.id, "error", err)
-			}
+		emit:  func(s string) { r.lines.emit(kind, s) },
+		onLimit: func() {
+			r.lines.flush()
+			r.stop(reason)
 		},
-		onLimit: func() { r.stop(reason) },
 	}
 }
 
@@ -444,6 +465,8 @@ type controlReport struct {
 	Interrupted bool `json:"interrupted"`
 	// Call is the number of the session call that a "done" report ends (the init line's).
 	Call int `json:"call"`
+	// ExecutionCount is the session's count of calls, in a "done" report.
+	ExecutionCount int `json:"execution_count"`
 }
 
 // refuseLine answers a control line that is not JSON: only the bootstrap writes there, and
@@ -481,8 +504,88 @@ func (r *run) control(conn net.Conn, br *bufio.Reader, report controlReport) boo
 		if !r.readOutput(br, report.Bytes) {
 			return false
 		}
+	case "result", "error":
+		if report.Bytes < 0 {
+			r.closeControl(conn, fmt.Sprintf("a %s frame of %d bytes", report.Type, report.Bytes))
+			return false
+		}
+		return r.readReport(br, report.Type, report.Bytes) == nil
 	}
 	return true
+}
+
+// maxErrorReport is the most bytes an "error" report (an uncaught exception's name, message
+// and traceback) may take; a larger one is read away and dropped.
+const maxErrorReport = 1 << 20
+
+// readReport reads a "result" (a display, or the last expression's value) or "error" report
+// of n bytes from br. A display is passed on to the daemon in order with the streams; once
+// the displays of the run pass its cap (outputCap; the bootstrap keeps within it by cutting a
+// display short, so only a program writing on the line itself gets here), the run is stopped
+// with output_limit and the rest is read away. A report that is not what it should be is
+// logged and dropped. It returns an error only when the line failed.
+func (r *run) readReport(br *bufio.Reader, kind string, n int64) error {
+	r.mu.Lock()
+	left := int64(maxErrorReport)
+	if kind == "result" {
+		left = r.outputCap() - r.displayBytes
+	}
+	r.mu.Unlock()
+	var piece bytes.Buffer
+	got, err := io.CopyN(&piece, br, min(n, max(left, 0)+1))
+	if kind == "result" {
+		r.mu.Lock()
+		r.displayBytes += got
+		r.mu.Unlock()
+	}
+	if got > left {
+		// Counted as it arrives, not taken from the frame; the rest is read away (a
+		// session's line goes on after the call).
+		if kind == "result" {
+			r.reportDisplaysTooLarge()
+		}
+		_, err = io.CopyN(io.Discard, br, n-got)
+		return err
+	}
+	if err != nil {
+		return err // the line ended inside the report: dropped
+	}
+	body := piece.Bytes()
+	if kind == "error" {
+		var e sandbox.ExecError
+		if err := json.Unmarshal(body, &e); err != nil || e.Name == "" {
+			r.e.log.Info("dropping an error report that is not one", "id", r.id)
+			return nil
+		}
+		r.mu.Lock()
+		r.execError = &e
+		r.mu.Unlock()
+		return nil
+	}
+	var d sandbox.Display
+	if err := json.Unmarshal(body, &d); err != nil || d.Data == nil {
+		r.e.log.Info("dropping a display that is not one", "id", r.id)
+		return nil
+	}
+	if _, ok := d.Data["text/plain"]; !ok {
+		d.Data["text/plain"] = json.RawMessage(`""`)
+	}
+	send := func() {
+		r.lines.inOrder(func() {
+			if err := r.e.conn.Send(&protocol.Message{Kind: protocol.KindDisplay, ID: r.id, Display: &d}); err != nil {
+				r.e.log.Debug("sending a display", "id", r.id, "error", err)
+			}
+		})
+	}
+	r.mu.Lock()
+	inOrder := r.inOrder
+	r.mu.Unlock()
+	if inOrder == nil {
+		send()
+	} else {
+		inOrder(send)
+	}
+	return nil
 }
 
 // initLine is the init line the bootstrap reads for the run (or a session's call).
@@ -530,14 +633,23 @@ func (r *run) readOutput(br *bufio.Reader, n int64) bool {
 	r.mu.Unlock()
 	var piece bytes.Buffer
 	got, err := io.CopyN(&piece, br, min(n, limit-have+1))
-	r.mu.Lock()
-	r.output = append(r.output, piece.Bytes()...)
-	r.mu.Unlock()
 	if have+got > limit {
+		r.mu.Lock()
+		r.output = append(r.output, piece.Bytes()...)
+		r.mu.Unlock()
 		r.reportOutputTooLarge(have + got)
 		return false
 	}
-	return err == nil
+	if err != nil {
+		// The line ended inside the piece: the bootstrap writes whole pieces, so this one
+		// is the program's own (whose claimed size swallowed what followed it, a display
+		// say); it is dropped.
+		return false
+	}
+	r.mu.Lock()
+	r.output = append(r.output, piece.Bytes()...)
+	r.mu.Unlock()
+	return true
 }
 
 // call forwards one agent.* call of the program to the daemon and waits for its answer, or
@@ -567,6 +679,9 @@ func (r *run) call(c sandbox.Call) *protocol.AgentReply {
 		}
 	}
 }
+
+// reportDisplaysTooLarge stops the run whose displays passed their cap.
+func (r *run) reportDisplaysTooLarge() { r.stop(stopDisplayLimit) }
 
 func (r *run) reportOutputTooLarge(n int64) {
 	r.mu.Lock()
@@ -672,6 +787,9 @@ func (r *run) classify(res *sandbox.Result, status syscall.WaitStatus, waitErr e
 		res.Outcome = sandbox.OutcomeOutputLimit
 		res.Reason = fmt.Sprintf("OUTPUT passed its cap of %d bytes of JSON; the run was stopped once %d bytes of it had arrived", r.outputCap(), outputBytes)
 		res.Output = nil
+	case reason == stopDisplayLimit:
+		res.Outcome = sandbox.OutcomeOutputLimit
+		res.Reason = fmt.Sprintf("the displays passed their cap of %d bytes (output_bytes); the run was stopped", r.outputCap())
 	case reason == stopCancelled:
 		res.Outcome = sandbox.OutcomeKilled
 		res.Reason = "cancelled: the daemon stopped the run"

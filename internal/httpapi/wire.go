@@ -44,6 +44,9 @@ func ResultOf(res sandbox.Result) apitype.Result {
 		Egress:         each(res.Egress, func(c sandbox.EgressConnection) apitype.EgressConnection { return apitype.EgressConnection(c) }),
 		EgressOmitted:  res.EgressOmitted,
 		SessionID:      res.SessionID, SessionEnded: res.SessionEnded,
+		Results:        each(res.Results, func(d sandbox.Display) apitype.Display { return apitype.Display(d) }),
+		Error:          (*apitype.ExecError)(res.Error),
+		ExecutionCount: res.ExecutionCount,
 	}
 }
 
@@ -63,13 +66,17 @@ func EventOf(ev sandbox.Event) apitype.Event {
 		f := FileOf(*ev.File)
 		out.File = &f
 	}
+	if ev.Display != nil {
+		d := apitype.Display(*ev.Display)
+		out.Display = &d
+	}
 	return out
 }
 
 // eventLine returns ev as a line of an NDJSON answer.
 func eventLine(ev sandbox.Event) apitype.StreamLine {
 	e := EventOf(ev)
-	return apitype.StreamLine{Type: e.Stream, Data: e.Data, File: e.File, Dependency: e.Dependency, Level: e.Level}
+	return apitype.StreamLine{Type: e.Stream, Data: e.Data, File: e.File, Dependency: e.Dependency, Level: e.Level, Display: e.Display}
 }
 
 func dependencyOf(d sandbox.DependencyStatus) apitype.DependencyStatus {

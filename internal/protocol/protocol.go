@@ -30,8 +30,9 @@ import (
 // Version is the protocol version; the daemon refuses an executor that speaks another.
 // Version 3: runs carry input files and the charts switch, and their output files come back
 // as KindFile messages. Version 4: the egress proxy's connections (KindEgress*). Version 5: a
-// session's commands (KindCommand, KindProc*) and files by path (KindFile*).
-const Version = 5
+// session's commands (KindCommand, KindProc*) and files by path (KindFile*). Version 6:
+// displays and values (KindDisplay), the result's error and execution count.
+const Version = 6
 
 // MaxFrame is the largest frame either side sends or accepts, in bytes. A run's code and input
 // (1 MiB each by default) must fit in one KindRun frame.
@@ -48,6 +49,7 @@ const (
 	KindStdout  Kind = "stdout"  // executor → daemon: a chunk of run ID's stdout in Data
 	KindStderr  Kind = "stderr"  // executor → daemon: a chunk of run ID's stderr in Data
 	KindFile    Kind = "file"    // executor → daemon: an output file of run ID (File, FileContent), before its result
+	KindDisplay Kind = "display" // executor → daemon: a display or the last expression's value of run ID (Display), in order with its streams
 	KindResult  Kind = "result"  // executor → daemon: run ID ended
 	KindRefused Kind = "refused" // executor → daemon: run ID was not started; Error says why
 	KindSettled Kind = "settled" // executor → daemon: Slot's last run is cleaned up and it takes the next (Error: the cleanup failed)
@@ -127,6 +129,8 @@ type Message struct {
 	// frame); a file's content is at most sandbox.Limits.OutputFileBytes.
 	File        *sandbox.File `json:"file,omitempty"`
 	FileContent []byte        `json:"file_content,omitempty"`
+	// Display is a KindDisplay message's display.
+	Display *sandbox.Display `json:"display,omitempty"`
 	// Slot is the slot a KindSettled message is about.
 	Slot int `json:"slot,omitempty"`
 

@@ -88,6 +88,7 @@ const (
 	StreamLog        Stream = "log"        // an agent.log line
 	StreamDependency Stream = "dependency" // a dependency's status, before the run
 	StreamFile       Stream = "file"       // an output file, after the program ended
+	StreamDisplay    Stream = "display"    // a display, or the last expression's value (Event.Display)
 )
 
 // Event is a piece of a running execution's output, delivered in order as it happens.
@@ -104,6 +105,47 @@ type Event struct {
 	// from the runtime to the Service, which stores them and never passes them on.
 	File    *File  `json:"file,omitempty"`
 	Content []byte `json:"-"`
+	// Display is a display or the last expression's value, for stream "display" (not
+	// "result": that names the final line of an NDJSON answer).
+	Display *Display `json:"display,omitempty"`
+}
+
+// Display is one rich output of a program, as a notebook shows it: what display() showed (a
+// figure saved at plt.show() or left open included), or the value of the code's last
+// expression (IsMainResult). Data is a MIME bundle formatted by IPython's DisplayFormatter.
+// Its JSON form is the executor protocol's and the ledger's (REST writes apitype's).
+type Display struct {
+	// Data maps a MIME type to the object's representation in it: "text/plain" always; the
+	// others ("text/html", "text/markdown", "image/png", "image/jpeg", "image/svg+xml",
+	// "application/json", "text/latex", ...) when the object has them. Text and base64 (PNG,
+	// JPEG) are JSON strings; JSON types hold their JSON value.
+	Data map[string]json.RawMessage `json:"data"`
+	// Metadata is IPython's metadata of the bundle (an image's width and height), when any.
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+	// IsMainResult marks the value of the code's last expression (at most one per run, last).
+	IsMainResult bool `json:"is_main_result"`
+	// ExecutionCount is the session call's number (1, 2, ...), on a session's main result.
+	ExecutionCount int `json:"execution_count,omitempty"`
+	// Note says what became of a display that did not come back whole: one over the cap on
+	// displays, cut to its text/plain, or one whose _repr_*_ method raised.
+	Note string `json:"note,omitempty"`
+}
+
+// Text returns d's "text/plain" (empty when it has none).
+func (d Display) Text() string {
+	var s string
+	if raw, ok := d.Data["text/plain"]; ok && json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return ""
+}
+
+// ExecError is the uncaught exception that ended a program (or a session call): its class
+// name, its message (str of it) and its traceback as printed on stderr.
+type ExecError struct {
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	Traceback string `json:"traceback"`
 }
 
 // InputFile is a file a request hands its run, written into the run's working directory
@@ -216,6 +258,15 @@ type Result struct {
 	// EgressOmitted counts those left out past that.
 	Egress        []EgressConnection `json:"egress,omitempty"`
 	EgressOmitted int                `json:"egress_omitted,omitempty"`
+	// Results are the program's displays in the order they were made, then the value of its
+	// last expression when it ended in one that is not None (absent when none). Together
+	// they are held to Limits.OutputBytes.
+	Results []Display `json:"results,omitempty"`
+	// Error is the uncaught exception that ended the program (absent when none did;
+	// SystemExit is an exit, not an error).
+	Error *ExecError `json:"error,omitempty"`
+	// ExecutionCount numbers a session's calls (1 for its first); 0 for a one-shot run.
+	ExecutionCount int `json:"execution_count,omitempty"`
 }
 
 // MaxSkippedFiles caps Result.FilesSkipped.
@@ -233,7 +284,8 @@ type Limits struct {
 	// outcome output_limit and keeps the output up to the cap.
 	StdoutBytes int64 `json:"stdout_bytes"`
 	StderrBytes int64 `json:"stderr_bytes"`
-	// OutputBytes caps the serialised JSON of OUTPUT.
+	// OutputBytes caps the serialised JSON of OUTPUT, and, separately, the displays and the
+	// last expression's value together (Result.Results).
 	OutputBytes int64 `json:"output_bytes"`
 	// FileSizeBytes caps any single file the run writes (RLIMIT_FSIZE).
 	FileSizeBytes int64 `json:"file_size_bytes"`

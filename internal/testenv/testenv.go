@@ -22,7 +22,7 @@ import (
 )
 
 // OfflineBase is the image scripts/offline-base-image.sh builds.
-const OfflineBase = "sandpit-base:bookworm"
+const OfflineBase = "sandpit-base:bookworm-2"
 
 var (
 	once      sync.Once

@@ -157,7 +157,7 @@ func (img Image) buildError(err, baseErr error) error {
 	if baseErr != nil && cerrdefs.IsNotFound(baseErr) {
 		return fmt.Errorf("building the sandbox image: %w\nthe base image %s is not in the engine and could not be pulled; "+
 			"on a machine without a container registry build one from Debian packages with "+
-			"scripts/offline-base-image.sh and pass --base-image sandpit-base:bookworm (or set SANDPIT_BASE_IMAGE)", err, img.BaseImage)
+			"scripts/offline-base-image.sh and pass --base-image sandpit-base:bookworm-2 (or set SANDPIT_BASE_IMAGE)", err, img.BaseImage)
 	}
 	return fmt.Errorf("building the sandbox image %s: %w", img.Tag, err)
 }

@@ -259,7 +259,7 @@ func run(t *testing.T, cmd string) (int, string) {
 	defer cancel()
 	image := os.Getenv("SANDPIT_TEST_BASE_IMAGE")
 	if image == "" {
-		image = "sandpit-base:bookworm"
+		image = "sandpit-base:bookworm-2"
 	}
 	if _, err := c.ImageInspect(ctx, image); err != nil {
 		t.Skipf("no image %s: %v", image, err)
