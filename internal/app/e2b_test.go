@@ -122,6 +122,14 @@ func TestE2BConformance(t *testing.T) {
 	if err != nil || strings.Join(ex.Stdout, "") != "42 yes\n" {
 		t.Fatalf("run_code with env_vars: %+v %v", ex, err)
 	}
+	ex, err = conn.RunCode(ctx, "from IPython.display import display, HTML\ndisplay(HTML('<b>hi</b>'))\nx + 1", "", nil)
+	if err != nil || len(ex.Results) != 2 || ex.Results[0]["html"] != "<b>hi</b>" || ex.Results[0]["is_main_result"] != false ||
+		ex.Text() != "42" || ex.Error != nil {
+		t.Fatalf("run_code with a display and a value: %+v %v", ex, err)
+	}
+	if ex, err = conn.RunCode(ctx, "'quoted'", "", nil); err != nil || ex.Text() != "quoted" {
+		t.Fatalf("a string's value: %+v %v", ex, err)
+	}
 	ex, err = conn.RunCode(ctx, "print(os.environ.get('ONCE'))\nraise ValueError('bad value')", "", nil)
 	if err != nil || strings.Join(ex.Stdout, "") != "None\n" || ex.Error == nil || ex.Error.Name != "ValueError" ||
 		ex.Error.Value != "bad value" || !strings.Contains(ex.Error.Traceback, "Traceback") || !ex.Ended {

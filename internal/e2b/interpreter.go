@@ -94,6 +94,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	var (
 		mu      sync.Mutex
 		started bool
+		shown   int // displays streamed as they came
 	)
 	line := func(v any) {
 		mu.Lock()
@@ -114,6 +115,13 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		switch ev.Stream {
 		case sandbox.StreamStdout, sandbox.StreamStderr:
 			line(outputLine{Type: string(ev.Stream), Text: ev.Data, Timestamp: time.Now().UTC().Format(time.RFC3339Nano)})
+		case sandbox.StreamDisplay:
+			if ev.Display != nil {
+				mu.Lock()
+				shown++
+				mu.Unlock()
+				line(resultLine(*ev.Display))
+			}
 		}
 	})
 	if err != nil {
@@ -128,8 +136,8 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		line(map[string]string{"type": "unexpected_end_of_execution"})
 		return
 	}
-	for _, out := range resultLines(res) {
-		line(out)
+	for _, d := range res.Results[min(shown, len(res.Results)):] {
+		line(resultLine(d))
 	}
 	if e := errorOf(res); e != nil {
 		line(e)
@@ -138,7 +146,10 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	*counter++
 	n := *counter
 	s.mu.Unlock()
-	line(map[string]any{"type": "number_of_executions", "execution_count": executionCount(res, n)})
+	if res.ExecutionCount > 0 {
+		n = res.ExecutionCount
+	}
+	line(map[string]any{"type": "number_of_executions", "execution_count": n})
 	line(map[string]string{"type": "end_of_execution"})
 }
 
@@ -157,35 +168,61 @@ type errorLine struct {
 	Traceback string `json:"traceback"`
 }
 
-// errorOf is the error a run ended with, nil for outcome ok: the exception's name and value
-// from the traceback's last line, or the outcome and its reason when sandpit stopped it.
+// errorOf is the error a run ended with, nil for outcome ok: the uncaught exception, or the
+// outcome and its reason when sandpit stopped the run (a timeout, a limit).
 func errorOf(res sandbox.Result) *errorLine {
+	if e := res.Error; e != nil {
+		return &errorLine{Type: "error", Name: e.Name, Value: e.Value, Traceback: e.Traceback}
+	}
 	if res.Outcome == sandbox.OutcomeOK {
 		return nil
 	}
-	e := &errorLine{Type: "error", Name: string(res.Outcome), Value: res.Reason, Traceback: res.Stderr}
-	if res.Outcome == sandbox.OutcomeError {
-		if i := strings.LastIndex(res.Stderr, "Traceback (most recent call last):"); i >= 0 {
-			tb := strings.TrimRight(res.Stderr[i:], "\n")
-			last := tb[strings.LastIndex(tb, "\n")+1:]
-			name, value, _ := strings.Cut(last, ": ")
-			e.Name, e.Value, e.Traceback = name, value, tb
-		}
-	}
+	e := &errorLine{Type: "error", Name: string(res.Outcome), Value: res.Reason, Traceback: res.Reason}
 	if res.Outcome == sandbox.OutcomeTimeout {
 		e.Name = "TimeoutError"
-	}
-	if e.Value == "" {
-		e.Value = res.Reason
 	}
 	return e
 }
 
-// resultLines are the run's results: the displays it made and the main result.
-func resultLines(res sandbox.Result) []map[string]any { return nil }
+// mimeKeys are the result line's keys of the MIME types E2B names; others go in extra.
+var mimeKeys = map[string]string{
+	"text/plain": "text", "text/html": "html", "text/markdown": "markdown", "image/svg+xml": "svg", "image/png": "png",
+	"image/jpeg": "jpeg", "application/pdf": "pdf", "text/latex": "latex", "application/json": "json",
+	"application/javascript": "javascript", "e2b/data": "data", "e2b/chart": "chart",
+}
 
-// executionCount is the number of the run in its context.
-func executionCount(res sandbox.Result, counted int) int { return counted }
+// unquote drops the quotes of a string's repr ('abc' becomes abc), as E2B's interpreter does.
+func unquote(raw json.RawMessage) json.RawMessage {
+	var t string
+	if json.Unmarshal(raw, &t) != nil || len(t) < 2 {
+		return raw
+	}
+	if (t[0] == '\'' && t[len(t)-1] == '\'') || (t[0] == '"' && t[len(t)-1] == '"') {
+		out, _ := json.Marshal(t[1 : len(t)-1])
+		return out
+	}
+	return raw
+}
+
+// resultLine is a display, or the main result, as a result line of /execute's stream.
+func resultLine(d sandbox.Display) map[string]any {
+	out := map[string]any{"type": "result", "is_main_result": d.IsMainResult}
+	extra := map[string]json.RawMessage{}
+	for mime, v := range d.Data {
+		if mime == "text/plain" {
+			v = unquote(v)
+		}
+		if k, ok := mimeKeys[mime]; ok {
+			out[k] = v
+		} else {
+			extra[mime] = v
+		}
+	}
+	if len(extra) > 0 {
+		out["extra"] = extra
+	}
+	return out
+}
 
 // setEnv sets env in session's interpreter, for it and the processes it starts.
 func (s *Server) setEnv(ctx context.Context, b *box, session string, env map[string]string) error {
