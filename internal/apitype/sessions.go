@@ -14,6 +14,11 @@ type SessionCreate struct {
 	// session_idle_timeout_ms and session_max_lifetime_ms).
 	IdleTimeoutMS *int64 `json:"idle_timeout_ms,omitempty"`
 	MaxLifetimeMS *int64 `json:"max_lifetime_ms,omitempty"`
+	// AutoResume: a call to the session while it is paused or hibernated resumes it (else
+	// 409). AutoPause: it pauses instead of ending at its idle timeout (nil: the daemon's
+	// session_auto_pause).
+	AutoResume bool  `json:"auto_resume,omitempty"`
+	AutoPause  *bool `json:"auto_pause,omitempty"`
 }
 
 // SessionCall is the body of POST /v1/agents/{agent}/sessions/{id}/executions: code run in
@@ -35,8 +40,16 @@ type SessionCall struct {
 
 // The states of a session (Session.State).
 const (
-	SessionActive = "active"
-	SessionEnded  = "ended"
+	SessionActive     = "active"
+	SessionPaused     = "paused"     // frozen where it stands, memory kept
+	SessionHibernated = "hibernated" // its files on the daemon's disk, no container
+	SessionEnded      = "ended"
+)
+
+// What a resume kept of the interpreter's memory (Session.Memory).
+const (
+	MemoryKept = "kept"
+	MemoryLost = "lost"
 )
 
 // The reasons a session ends (Session.EndReason, Result.SessionEnded).
@@ -49,6 +62,9 @@ const (
 	EndIdleTimeout   = "idle_timeout"   // no call for its idle timeout
 	EndMaxLifetime   = "max_lifetime"   // it reached its maximum lifetime
 	EndDaemonStopped = "daemon_stopped" // the daemon stopped or restarted
+	EndLost          = "lost"           // its hibernation could not be brought back
+	// EndHibernationExpired: hibernated longer than hibernated_max_age_hours.
+	EndHibernationExpired = "hibernation_expired"
 )
 
 // Session is a stateful session, as POST, GET and DELETE /v1/agents/{agent}/sessions… answer
@@ -79,6 +95,41 @@ type Session struct {
 	Calls   int  `json:"calls"`
 	Busy    bool `json:"busy"`
 	Waiting int  `json:"waiting"`
+	// AutoResume and AutoPause are its options (see SessionCreate).
+	AutoResume bool `json:"auto_resume"`
+	AutoPause  bool `json:"auto_pause"`
+	// PausedAt is when it was paused (while paused or hibernated); RanMS how long it ran
+	// (its lifetime counts only that).
+	PausedAt *time.Time `json:"paused_at,omitempty"`
+	RanMS    int64      `json:"ran_ms"`
+	// Memory says what its last resume kept: MemoryKept or MemoryLost.
+	Memory string `json:"memory,omitempty"`
+	// Hibernation is its hibernation file (while hibernated).
+	Hibernation *Hibernation `json:"hibernation,omitempty"`
+	// ForkedFrom is the session it was forked from.
+	ForkedFrom string `json:"forked_from,omitempty"`
+	// LifecycleError says why the last pause, hibernation or resume failed (it stayed as it
+	// was).
+	LifecycleError string `json:"lifecycle_error,omitempty"`
+	// History is its lifecycle, oldest first (the last 50 events).
+	History []SessionEvent `json:"history,omitempty"`
+}
+
+// Hibernation is a hibernated session's file: its size, SHA-256 (hex), when it was written
+// and the daemon holding it.
+type Hibernation struct {
+	Daemon string    `json:"daemon,omitempty"`
+	Bytes  int64     `json:"bytes"`
+	SHA256 string    `json:"sha256"`
+	At     time.Time `json:"at"`
+}
+
+// SessionEvent is a step of a session's lifecycle: "created", "paused", "resumed",
+// "hibernated", "hibernate_failed", "forked" or "ended", with a detail.
+type SessionEvent struct {
+	At     time.Time `json:"at"`
+	Event  string    `json:"event"`
+	Detail string    `json:"detail,omitempty"`
 }
 
 // SessionList is the answer of GET /v1/agents/{agent}/sessions: the agent's active sessions
@@ -93,4 +144,16 @@ type SessionLimits struct {
 	MaxLifetimeMS int64 `json:"session_max_lifetime_ms"`
 	PerAgent      int   `json:"sessions_per_agent"`
 	Max           int   `json:"sessions_max"`
+	// Pauses and hibernations: the budgets, and what is used of them now.
+	AutoPause          bool  `json:"session_auto_pause"`
+	HibernateAfterMS   int64 `json:"session_hibernate_after_ms"`
+	HibernateOnStop    bool  `json:"session_hibernate_on_stop"`
+	PausedMaxBytes     int64 `json:"sessions_paused_max_bytes"`
+	HibernatedPerAgent int   `json:"hibernated_per_agent"`
+	HibernatedMaxBytes int64 `json:"hibernated_max_bytes"`
+	HibernatedMaxAgeH  int64 `json:"hibernated_max_age_hours"`
+	Paused             int   `json:"paused"`
+	PausedBytes        int64 `json:"paused_bytes"`
+	Hibernated         int   `json:"hibernated"`
+	HibernatedBytes    int64 `json:"hibernated_bytes"`
 }

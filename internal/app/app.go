@@ -220,7 +220,16 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	svc := engine.NewService(rt, hooks, scfg, log)
 	m.Watch(svc.Stats, rt.Resets)
 	lib := library.New(st, svc, cfg.MaxDependencies)
-	sessions := engine.NewSessions(svc, rt, st, cfg.Sessions(), log)
+	sessCfg := cfg.Sessions()
+	sessCfg.Lifecycle.Daemon = st.Daemon()
+	sessions := engine.NewSessions(svc, rt, st, sessCfg, log)
+	if n, err := sessions.Recover(ctx); err != nil {
+		rt.Close()
+		return nil, fmt.Errorf("loading the hibernated sessions: %w", err)
+	} else if n > 0 {
+		log.Info("hibernated sessions kept from an earlier run; each resumes on demand", "sessions", n)
+	}
+	m.WatchSessions(sessions.Active, sessions.LifecycleStats)
 	return &Core{
 		Service:  svc,
 		Runtime:  rt,
@@ -248,6 +257,7 @@ func (e *Core) RunBackground(ctx context.Context, retention store.Retention, log
 		}
 	})
 	wg.Go(func() { pruneLedger(ctx, e.Store, retention, time.Hour, log) })
+	wg.Go(func() { e.Sessions.RunRetention(ctx, time.Minute) })
 	wg.Wait()
 }
 
@@ -290,7 +300,7 @@ func (e *Core) Handler(cfg config.Config, log *slog.Logger) http.Handler {
 // engine to adopt, and the database and data directory are released.
 func (e *Core) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	e.Sessions.Shutdown(ctx) // a session does not outlive its daemon: its container goes
+	e.Sessions.Shutdown(ctx) // sessions hibernate (session_hibernate_on_stop) or end; their containers go
 	cancel()
 	err := e.Runtime.Close()
 	e.api.Close()

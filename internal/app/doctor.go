@@ -57,6 +57,7 @@ func Doctor(ctx context.Context, cfg config.Config, url string) []Check {
 
 	add(dataDirCheck(cfg.DataDir))
 	add(ledgerCheck(cfg))
+	add(hibernationCheck(cfg))
 	if cfg.DatabaseURL != "" {
 		add(databaseCheck(ctx, cfg.DatabaseURL))
 	}

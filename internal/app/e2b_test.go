@@ -276,3 +276,44 @@ func waitGone(t *testing.T, c *e2bclient.Client, id string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestE2BPauseResume pauses a sandbox through the E2B API: its traffic is refused while
+// paused, connect resumes it with its interpreter's state, and the listing filters by state.
+func TestE2BPauseResume(t *testing.T) {
+	alice := e2bDaemon(t, "alice")["alice"]
+	ctx := t.Context()
+	sb, err := alice.Create(ctx, map[string]any{"templateID": "base", "timeout": 120})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := alice.Conn(sb.SandboxID, sb.EnvdAccessToken)
+	if _, err := conn.RunCode(ctx, "kept = 7", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.Control(ctx, "POST", "/sandboxes/"+sb.SandboxID+"/pause", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.Control(ctx, "POST", "/sandboxes/"+sb.SandboxID+"/pause", nil, nil); e2bclient.StatusOf(err) != http.StatusConflict {
+		t.Errorf("pausing it again: %v", err)
+	}
+	var list []map[string]any
+	if _, err := alice.Control(ctx, "GET", "/v2/sandboxes?state=paused", nil, &list); err != nil || len(list) != 1 || list[0]["state"] != "paused" {
+		t.Errorf("paused ones: %v %v", list, err)
+	}
+	if _, err := alice.Control(ctx, "GET", "/v2/sandboxes?state=running", nil, &list); err != nil || len(list) != 0 {
+		t.Errorf("running ones: %v %v", list, err)
+	}
+	if _, err := conn.RunCode(ctx, "kept", "", nil); e2bclient.StatusOf(err) != http.StatusConflict {
+		t.Errorf("run_code while paused: %v", err)
+	}
+	var again e2bclient.Sandbox
+	if _, err := alice.Control(ctx, "POST", "/sandboxes/"+sb.SandboxID+"/connect", map[string]any{"timeout": 60}, &again); err != nil || again.EnvdAccessToken != sb.EnvdAccessToken {
+		t.Fatalf("connect: %+v %v", again, err)
+	}
+	if ex, err := conn.RunCode(ctx, "kept", "", nil); err != nil || ex.Text() != "7" {
+		t.Errorf("run_code after resume: %+v %v", ex, err)
+	}
+	if err := alice.Kill(ctx, sb.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -88,7 +88,7 @@ func TestSessionsREST(t *testing.T) {
 	url, stop := sessionDaemon(t, dir)
 
 	status, body := httpCall(t, "GET", url+"/v1/limits", "")
-	if status != 200 || !bytes.Contains(body, []byte(`"sessions":{"session_idle_timeout_ms":600000,"session_max_lifetime_ms":3600000,"sessions_per_agent":2,"sessions_max":4}`)) {
+	if status != 200 || !bytes.Contains(body, []byte(`"sessions":{"session_idle_timeout_ms":600000,"session_max_lifetime_ms":3600000,"sessions_per_agent":2,"sessions_max":4,`)) {
 		t.Fatalf("limits: %d %s", status, body)
 	}
 	status, body = httpCall(t, "POST", url+"/v1/agents/alice/sessions", `{"idle_timeout_ms": 60000}`)
@@ -207,22 +207,29 @@ func TestSessionsREST(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A restart ends the sessions: the next daemon removes their containers and answers 410.
+	// A restart hibernates the sessions: the next daemon has no container of theirs, answers a
+	// call with 409 saying how to resume, and resumes one with its files and a new interpreter.
 	status, body = httpCall(t, "POST", url+"/v1/agents/alice/sessions", ``)
 	if status != 201 || json.Unmarshal(body, &s) != nil {
 		t.Fatalf("create: %d %s", status, body)
 	}
 	exec = url + "/v1/agents/alice/sessions/" + s.ID + "/executions"
-	if status, body = httpCall(t, "POST", exec, `{"code": "y = 1"}`); status != 200 {
+	if status, body = httpCall(t, "POST", exec, `{"code": "y = 1\nopen('kept.txt', 'w').write('yes')"}`); status != 200 {
 		t.Fatalf("call: %d %s", status, body)
 	}
 	stop()
 	url, _ = sessionDaemon(t, dir)
-	exec = url + "/v1/agents/alice/sessions/" + s.ID + "/executions"
-	if status, body = httpCall(t, "POST", exec, `{"code": "print(y)"}`); status != 410 || !bytes.Contains(body, []byte(sandbox.EndDaemonStopped)) {
-		t.Fatalf("a call after the restart: %d %s", status, body)
-	}
 	if n := len(testenv.Containers(t, dir)); n != 1 {
 		t.Fatalf("%d containers after the restart, want the pool's 1 (no session container)", n)
+	}
+	exec = url + "/v1/agents/alice/sessions/" + s.ID + "/executions"
+	if status, body = httpCall(t, "POST", exec, `{"code": "print(y)"}`); status != 409 || !bytes.Contains(body, []byte("/resume")) {
+		t.Fatalf("a call after the restart: %d %s", status, body)
+	}
+	if status, body = httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+s.ID+"/resume", ""); status != 200 || !bytes.Contains(body, []byte(`"memory":"lost"`)) {
+		t.Fatalf("resume after the restart: %d %s", status, body)
+	}
+	if status, body = httpCall(t, "POST", exec, `{"code": "print(open('kept.txt').read(), 'y' in globals())"}`); status != 200 || !bytes.Contains(body, []byte(`"stdout":"yes False\n"`)) {
+		t.Fatalf("a call after the resume: %d %s", status, body)
 	}
 }

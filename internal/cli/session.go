@@ -17,8 +17,9 @@ import (
 
 // sessionCommand is `sandpit session`: stateful sessions on the daemon.
 func (o *options) sessionCommand() *cobra.Command {
-	s := &cobra.Command{Use: "session", Short: "Stateful sessions: new, run, ls, show, rm (an interpreter that keeps its globals between calls; needs the daemon)"}
+	s := &cobra.Command{Use: "session", Short: "Stateful sessions: new, run, ls, show, rm, pause, resume, hibernate, fork (an interpreter that keeps its globals between calls; needs the daemon)"}
 	s.AddCommand(o.sessionNewCommand(), o.sessionRunCommand(), o.sessionListCommand(), o.sessionShowCommand(), o.sessionRmCommand())
+	s.AddCommand(o.sessionLifecycleCommands()...)
 	return s
 }
 
@@ -27,6 +28,8 @@ func (o *options) sessionNewCommand() *cobra.Command {
 		f              daemonFlags
 		deps           []string
 		idle, lifetime time.Duration
+		autoResume     bool
+		autoPause      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "new",
@@ -40,7 +43,10 @@ rm ID), after --idle without a call, after --lifetime, or when a call must be ki
   sandpit session rm $S --agent alice`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d := apitype.SessionCreate{Dependencies: deps}
+			d := apitype.SessionCreate{Dependencies: deps, AutoResume: autoResume}
+			if cmd.Flags().Changed("auto-pause") {
+				d.AutoPause = &autoPause
+			}
 			for _, v := range []struct {
 				flag string
 				dur  time.Duration
@@ -70,7 +76,9 @@ rm ID), after --idle without a call, after --lifetime, or when a call must be ki
 	fl := cmd.Flags()
 	fl.StringArrayVar(&deps, "dep", nil, `a dependency installed once for the session (PEP 508, such as "tinypkg==1.0"), repeatable`)
 	fl.DurationVar(&idle, "idle", 0, "end the session after this long without a call (default: the daemon's session_idle_timeout_ms, 10m)")
-	fl.DurationVar(&lifetime, "lifetime", 0, "end the session this long after its start (default and most: the daemon's session_max_lifetime_ms, 1h)")
+	fl.DurationVar(&lifetime, "lifetime", 0, "end the session after it ran this long, paused time not counted (default and most: the daemon's session_max_lifetime_ms, 1h)")
+	fl.BoolVar(&autoResume, "auto-resume", false, "a call to the session while it is paused or hibernated resumes it (else the call fails until sandpit session resume)")
+	fl.BoolVar(&autoPause, "auto-pause", false, "pause the session at its idle timeout instead of ending it (default: the daemon's session_auto_pause)")
 	return cmd
 }
 
@@ -214,11 +222,7 @@ func (o *options) sessionIDCommand(use, short string, do func(ctx context.Contex
 			if f.json {
 				return o.printJSON(info)
 			}
-			line := fmt.Sprintf("%s %s, %d calls", info.ID, info.State, info.Calls)
-			if info.State == apitype.SessionEnded {
-				line += fmt.Sprintf(" (%s: %s)", info.EndReason, info.Reason)
-			}
-			fmt.Fprintln(o.env.Stdout, line)
+			fmt.Fprintln(o.env.Stdout, sessionLine(info))
 			return nil
 		},
 	}

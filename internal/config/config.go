@@ -246,6 +246,27 @@ type Config struct {
 	// creates sandboxes from; each is the sandbox image. Default base and code-interpreter-v1.
 	E2BTemplates []string `json:"e2b_templates"`
 
+	// SessionAutoPause pauses a session at its idle timeout instead of ending it, unless its
+	// creation asks otherwise (auto_pause). Default false.
+	SessionAutoPause bool `json:"session_auto_pause"`
+	// SessionHibernateAfterMS hibernates a session paused that long. Default 600000 (10
+	// minutes); 0: never by time; at most 7 days.
+	SessionHibernateAfterMS int64 `json:"session_hibernate_after_ms"`
+	// SessionHibernateOnStop hibernates every session that takes no call when the daemon
+	// stops, instead of ending it (daemon_stopped). Default true.
+	SessionHibernateOnStop bool `json:"session_hibernate_on_stop"`
+	// SessionsPausedMaxBytes bounds the memory of all paused sessions, each counted at its
+	// container's memory_bytes. Default 2 GiB; 0 refuses every pause.
+	SessionsPausedMaxBytes int64 `json:"sessions_paused_max_bytes"`
+	// HibernatedPerAgent caps an agent's hibernated sessions. Default 4; 0 to 1000.
+	HibernatedPerAgent int `json:"hibernated_per_agent"`
+	// HibernatedMaxBytes bounds the bytes of all hibernation files (in the data directory's
+	// hibernated/). Default 10 GiB; 0 refuses every hibernation.
+	HibernatedMaxBytes int64 `json:"hibernated_max_bytes"`
+	// HibernatedMaxAgeHours ends a session hibernated that long (hibernation_expired), its
+	// files removed. Default 168 (7 days); 0: no age limit.
+	HibernatedMaxAgeHours int64 `json:"hibernated_max_age_hours"`
+
 	// IndexURL is the package index pip installs dependencies from (PEP 503 simple API), such
 	// as a mirror: https://pypi.example.com/simple. Default empty: pip's own (PyPI). pip runs
 	// inside the sandbox's container, so a loopback address (127.0.0.1, localhost, ::1) would
@@ -399,11 +420,17 @@ func defaults(lookup func(string) (string, bool)) Config {
 		Charts:             sb.Charts,
 		FilesMaxBytes:      store.DefaultFilesMaxBytes,
 
-		SessionIdleTimeoutMS: engine.DefaultSessionConfig().IdleTimeout.Milliseconds(),
-		SessionMaxLifetimeMS: engine.DefaultSessionConfig().MaxLifetime.Milliseconds(),
-		SessionsPerAgent:     engine.DefaultSessionConfig().MaxPerAgent,
-		SessionsMax:          engine.DefaultSessionConfig().MaxTotal,
-		E2BTemplates:         []string{"base", "code-interpreter-v1"},
+		SessionIdleTimeoutMS:    engine.DefaultSessionConfig().IdleTimeout.Milliseconds(),
+		SessionMaxLifetimeMS:    engine.DefaultSessionConfig().MaxLifetime.Milliseconds(),
+		SessionsPerAgent:        engine.DefaultSessionConfig().MaxPerAgent,
+		SessionsMax:             engine.DefaultSessionConfig().MaxTotal,
+		SessionHibernateAfterMS: 600_000,
+		SessionHibernateOnStop:  true,
+		SessionsPausedMaxBytes:  2 * gib,
+		HibernatedPerAgent:      4,
+		HibernatedMaxBytes:      10 * gib,
+		HibernatedMaxAgeHours:   168,
+		E2BTemplates:            []string{"base", "code-interpreter-v1"},
 
 		ExtraIndexURLs:   []string{},
 		TrustedHosts:     []string{},

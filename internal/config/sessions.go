@@ -1,6 +1,7 @@
 package config
 
 import (
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -14,11 +15,24 @@ func (c Config) Sessions() engine.SessionConfig {
 		MaxLifetime: time.Duration(c.SessionMaxLifetimeMS) * time.Millisecond,
 		MaxPerAgent: c.SessionsPerAgent,
 		MaxTotal:    c.SessionsMax,
+		Lifecycle: engine.LifecycleConfig{
+			Dir:                filepath.Join(c.DataDir, HibernationDir),
+			AutoPause:          c.SessionAutoPause,
+			HibernateAfter:     time.Duration(c.SessionHibernateAfterMS) * time.Millisecond,
+			HibernateOnStop:    c.SessionHibernateOnStop,
+			SessionMemoryBytes: c.MemoryBytes,
+			PausedMaxBytes:     c.SessionsPausedMaxBytes,
+			HibernatedPerAgent: c.HibernatedPerAgent,
+			HibernatedMaxBytes: c.HibernatedMaxBytes,
+			HibernatedMaxAge:   time.Duration(c.HibernatedMaxAgeHours) * time.Hour,
+		},
 	}
 }
 
-// checkSessions checks session_idle_timeout_ms, session_max_lifetime_ms, sessions_per_agent
-// and sessions_max.
+// HibernationDir is where hibernated sessions' files are kept, in the data directory.
+const HibernationDir = "hibernated"
+
+// checkSessions checks the keys of sessions: their limits, caps, pauses and hibernations.
 func (c Config) checkSessions(report *problems) {
 	report.intRange("session_max_lifetime_ms", c.SessionMaxLifetimeMS, 1000, 86_400_000, " milliseconds (24 hours)")
 	if c.SessionIdleTimeoutMS < 1000 || c.SessionIdleTimeoutMS > c.SessionMaxLifetimeMS {
@@ -29,6 +43,11 @@ func (c Config) checkSessions(report *problems) {
 	if c.SessionsMax > 0 && (c.SessionsPerAgent < 1 || c.SessionsPerAgent > c.SessionsMax) {
 		report.bad("sessions_per_agent", "is %d; allowed range is 1 to sessions_max (%d)", c.SessionsPerAgent, c.SessionsMax)
 	}
+	report.intRange("session_hibernate_after_ms", c.SessionHibernateAfterMS, 0, 7*86_400_000, " milliseconds (0: never by time; at most 7 days)")
+	report.intRange("sessions_paused_max_bytes", c.SessionsPausedMaxBytes, 0, 1<<40, " bytes (1 TiB)")
+	report.intRange("hibernated_per_agent", int64(c.HibernatedPerAgent), 0, 1000, " sessions")
+	report.intRange("hibernated_max_bytes", c.HibernatedMaxBytes, 0, 16<<40, " bytes (16 TiB)")
+	report.intRange("hibernated_max_age_hours", c.HibernatedMaxAgeHours, 0, 87_600, " hours (10 years; 0: no age limit)")
 	for _, t := range c.E2BTemplates {
 		if t == "" || strings.ContainsAny(t, " /,") || len(t) > 128 {
 			report.bad("e2b_templates", "%q is not a template name: use up to 128 characters without spaces, '/' or ','", t)

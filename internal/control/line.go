@@ -62,6 +62,7 @@ type Line struct {
 	err       error           // why the line ended; nil while it lives
 	done      chan struct{}
 	lastHeard time.Time // the last frame of any kind from the executor (see readLoop)
+	suspended bool      // the executor is frozen on purpose (see Suspend): no pings, no timeout
 	// The egress proxy's streams (network "allowlist"): the dialer of each run or install
 	// that may open them, by ID, and the streams open, with their owner.
 	dialers map[string]sandbox.EgressDialer
@@ -143,6 +144,7 @@ func Start(ctx context.Context, r io.Reader, w io.Writer, closer io.Closer, log 
 				h.m.Hello.Version, protocol.Version)
 		}
 		c.hello = *h.m.Hello
+		c.lastHeard = time.Now() // the silence counts from the greeting, not from the wait for it
 	}
 	go c.readLoop()
 	go c.heartbeat()
@@ -162,8 +164,11 @@ func (c *Line) heartbeat() {
 		case <-t.C:
 		}
 		c.mu.Lock()
-		silent := time.Since(c.lastHeard)
+		silent, suspended := time.Since(c.lastHeard), c.suspended
 		c.mu.Unlock()
+		if suspended {
+			continue
+		}
 		if silent > c.opts.HeartbeatTimeout {
 			c.fail(fmt.Errorf("%w: the executor has not answered for %s", ErrClosed, silent.Round(time.Second)))
 			return
@@ -175,6 +180,22 @@ func (c *Line) heartbeat() {
 			}
 		}()
 	}
+}
+
+// Suspend stops the heartbeat while the executor is frozen on purpose (its container paused):
+// a frozen executor answers no ping, and its line must not end for that. Resume starts the
+// heartbeat again, counting the executor's silence from then.
+func (c *Line) Suspend() {
+	c.mu.Lock()
+	c.suspended = true
+	c.mu.Unlock()
+}
+
+// Resume undoes Suspend.
+func (c *Line) Resume() {
+	c.mu.Lock()
+	c.suspended, c.lastHeard = false, time.Now()
+	c.mu.Unlock()
 }
 
 // Hello returns the executor's greeting.

@@ -193,6 +193,32 @@ func TestHungExecutorEndsTheLine(t *testing.T) {
 	}
 }
 
+// A suspended line (its executor frozen on purpose: a paused session) outlives many heartbeat
+// timeouts of silence; once resumed, silence ends it again.
+func TestSuspendedLineOutlivesSilence(t *testing.T) {
+	daemonEnd, executorEnd := net.Pipe()
+	defer executorEnd.Close()
+	go protocol.NewConn(executorEnd, executorEnd).Send(&protocol.Message{Kind: protocol.KindHello,
+		Hello: &protocol.Hello{Version: protocol.Version, Slots: 1}})
+	c, err := control.Start(context.Background(), daemonEnd, daemonEnd, daemonEnd, slog.New(slog.DiscardHandler),
+		control.Options{HeartbeatInterval: 20 * time.Millisecond, HeartbeatTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Suspend()
+	select {
+	case <-c.Done():
+		t.Fatalf("a suspended line ended: %v", c.Err())
+	case <-time.After(time.Second):
+	}
+	c.Resume()
+	select {
+	case <-c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a resumed, silent executor kept the line alive")
+	}
+}
+
 // A live executor answers pings during long runs: the line survives many timeouts' worth.
 func TestLiveExecutorKeepsTheLine(t *testing.T) {
 	c, _ := pipeRuntime(t, 1) // default heartbeat: every 2 s

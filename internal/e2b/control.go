@@ -98,9 +98,9 @@ func (s *Server) controlRoutes() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/timeout", authed(s.setTimeout))
 	mux.HandleFunc("POST /sandboxes/{id}/refreshes", authed(s.refresh))
 	mux.HandleFunc("POST /sandboxes/{id}/connect", authed(s.connect))
+	mux.HandleFunc("POST /sandboxes/{id}/pause", authed(s.pause))
+	mux.HandleFunc("POST /sandboxes/{id}/resume", authed(s.resumeRoute))
 	for _, u := range []struct{ pattern, feature string }{
-		{"POST /sandboxes/{id}/pause", "pausing sandboxes"},
-		{"POST /sandboxes/{id}/resume", "resuming paused sandboxes"},
 		{"POST /sandboxes/{id}/fork", "forks of sandboxes"},
 		{"/sandboxes/{id}/snapshots", "snapshots"},
 		{"/snapshots", "snapshots"},
@@ -181,9 +181,6 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, agent string) {
 	case len(req.IAM) > 0:
 		unsupported("sandbox IAM settings")(w, r)
 		return
-	case req.AutoPause || (req.AutoResume != nil && req.AutoResume.Enabled):
-		unsupported("autoPause and autoResume")(w, r)
-		return
 	}
 	if !slices.Contains(s.cfg.Templates, req.TemplateID) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("templateID %q is not served here: use one of %s (the daemon's e2b_templates)",
@@ -211,13 +208,14 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, agent string) {
 		}
 	}
 	life := s.cfg.MaxLifetime.Milliseconds()
-	info, cerr := s.sessions.Create(r.Context(), sandbox.SessionRequest{Agent: agent, IdleTimeoutMS: &life, MaxLifetimeMS: &life})
+	info, cerr := s.sessions.Create(r.Context(), sessionRequest(agent, life))
 	if cerr != nil {
 		writeEngineError(w, "creating the sandbox", cerr)
 		return
 	}
 	b := &box{id: info.ID, agent: agent, template: req.TemplateID, token: newToken(), metadata: req.Metadata, env: req.EnvVars,
 		allowInternet: req.AllowInternetAccess, network: req.Network, netAllow: netAllow, started: info.CreatedAt,
+		autoPause: req.AutoPause, autoResume: req.AutoResume != nil && req.AutoResume.Enabled,
 		lifeEnd: info.CreatedAt.Add(s.cfg.MaxLifetime), contexts: map[string]*codeContext{}, procs: map[uint32]*proc{}, tags: map[string]uint32{}}
 	if b.metadata == nil {
 		b.metadata = map[string]string{}
@@ -250,11 +248,22 @@ func (s *Server) expire(b *box) {
 		s.mu.Unlock()
 		return
 	}
-	delete(s.boxes, b.id)
 	s.mu.Unlock()
-	contexts := s.takeContexts(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	switch st := s.state(ctx, b); {
+	case st == "paused":
+		return // a paused sandbox does not time out; resuming sets a new timeout
+	case st == "running" && b.autoPause:
+		if _, err := s.sessions.Pause(ctx, b.agent, b.id); err != nil {
+			s.log.Warn("pausing a timed-out e2b sandbox (autoPause); ending it", "sandbox", b.id, "error", err)
+		} else {
+			s.log.Info("e2b sandbox paused at its timeout", "sandbox", b.id, "agent", b.agent)
+			return
+		}
+	}
+	s.forget(b)
+	contexts := s.takeContexts(b)
 	s.closeContexts(ctx, b, contexts)
 	if _, err := s.sessions.Close(ctx, b.agent, b.id); err != nil {
 		s.log.Warn("ending a timed-out e2b sandbox", "sandbox", b.id, "error", err)
@@ -267,13 +276,17 @@ func (s *Server) sandboxJSON(b *box) sandboxJSON {
 		EnvdAccessToken: b.token, TrafficAccessToken: b.token}
 }
 
-func (s *Server) detail(b *box, token bool) detailJSON {
+func (s *Server) detail(ctx context.Context, b *box, token bool) detailJSON {
+	state := s.state(ctx, b)
+	if state == "" {
+		state = "running" // it ended just now
+	}
 	s.mu.Lock()
 	end := b.endAt
 	s.mu.Unlock()
 	d := detailJSON{TemplateID: b.template, Alias: b.template, SandboxID: b.id, ClientID: clientID, StartedAt: b.started.UTC(),
 		EndAt: end.UTC(), EnvdVersion: EnvdVersion, AllowInternetAccess: b.allowInternet, CPUCount: s.cfg.CPUs,
-		MemoryMB: s.cfg.MemoryMB, DiskSizeMB: s.cfg.DiskMB, Metadata: b.metadata, State: "running", Network: b.network}
+		MemoryMB: s.cfg.MemoryMB, DiskSizeMB: s.cfg.DiskMB, Metadata: b.metadata, State: state, Network: b.network}
 	if token {
 		d.EnvdAccessToken = b.token
 	}
@@ -282,7 +295,7 @@ func (s *Server) detail(b *box, token bool) detailJSON {
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, agent string) {
 	if b := s.lookup(w, r, agent); b != nil {
-		writeJSON(w, http.StatusOK, s.detail(b, true))
+		writeJSON(w, http.StatusOK, s.detail(r.Context(), b, true))
 	}
 }
 
@@ -306,13 +319,13 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request, agent string) {
 // its maximum lifetime; it answers the error when seconds is out of range.
 func (s *Server) extend(w http.ResponseWriter, b *box, seconds int64, onlyLater bool) bool {
 	end := time.Now().Add(time.Duration(seconds) * time.Second)
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if seconds < 0 || end.After(b.lifeEnd) {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("timeout is %d; this sandbox may live at most until %s, %d seconds from now (the daemon's session_max_lifetime_ms counts from its creation)",
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("timeout is %d; this sandbox may live at most until %s, %d seconds from now (the daemon's session_max_lifetime_ms counts from its creation, paused time left out)",
 			seconds, b.lifeEnd.UTC().Format(time.RFC3339), int64(time.Until(b.lifeEnd)/time.Second)))
 		return false
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !onlyLater || end.After(b.endAt) {
 		b.endAt = end
 		b.timer.Reset(max(time.Until(end), 0))
@@ -366,10 +379,85 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, agent string) {
 	if b == nil {
 		return
 	}
+	if s.state(r.Context(), b) == "paused" {
+		timeout := int64(defaultTimeout)
+		if req.Timeout != nil {
+			timeout = *req.Timeout
+		}
+		if _, err := s.resume(r.Context(), b, timeout); err != nil {
+			writeEngineError(w, "resuming the sandbox", err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, s.sandboxJSON(b))
+		return
+	}
 	if req.Timeout != nil && !s.extend(w, b, *req.Timeout, true) {
 		return
 	}
 	writeJSON(w, http.StatusOK, s.sandboxJSON(b))
+}
+
+// pause is POST /sandboxes/{id}/pause: the session is paused (frozen, its memory kept); it
+// does not time out while paused. 409 when it is paused already.
+func (s *Server) pause(w http.ResponseWriter, r *http.Request, agent string) {
+	b := s.lookup(w, r, agent)
+	if b == nil {
+		return
+	}
+	if s.state(r.Context(), b) == "paused" {
+		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is paused already", b.id))
+		return
+	}
+	if _, err := s.sessions.Pause(r.Context(), agent, b.id); err != nil {
+		writeEngineError(w, "pausing the sandbox", err)
+		return
+	}
+	s.log.Info("e2b sandbox paused", "sandbox", b.id, "agent", agent)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// resumeRoute is the deprecated POST /sandboxes/{id}/resume: 201 with the sandbox, 409 when it
+// is not paused.
+func (s *Server) resumeRoute(w http.ResponseWriter, r *http.Request, agent string) {
+	var req struct {
+		Timeout   *int64 `json:"timeout"`
+		AutoPause *bool  `json:"autoPause"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	b := s.lookup(w, r, agent)
+	if b == nil {
+		return
+	}
+	if s.state(r.Context(), b) != "paused" {
+		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is not paused", b.id))
+		return
+	}
+	timeout := int64(defaultTimeout)
+	if req.Timeout != nil {
+		timeout = *req.Timeout
+	}
+	if req.AutoPause != nil {
+		s.mu.Lock()
+		b.autoPause = *req.AutoPause
+		s.mu.Unlock()
+	}
+	if _, err := s.resume(r.Context(), b, timeout); err != nil {
+		writeEngineError(w, "resuming the sandbox", err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.sandboxJSON(b))
+}
+
+// sessionRequest is the session of a sandbox: it lives as long as the sandbox's timeouts
+// allow (the API ends or pauses it), so its idle timeout is its maximum lifetime.
+func sessionRequest(agent string, lifeMS int64) sandbox.SessionRequest {
+	off := false
+	req := sandbox.SessionRequest{Agent: agent, IdleTimeoutMS: &lifeMS, MaxLifetimeMS: &lifeMS}
+	req.AutoPause = &off
+	return req
 }
 
 // listV1 is the deprecated GET /sandboxes: the running ones, filtered by metadata.
@@ -382,7 +470,7 @@ func (s *Server) listV1(w http.ResponseWriter, r *http.Request, agent string) {
 	list := s.mine(r.Context(), agent, filter)
 	out := make([]detailJSON, len(list))
 	for i, b := range list {
-		out[i] = s.detail(b, false)
+		out[i] = s.detail(r.Context(), b, false)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -431,11 +519,10 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, agent string) {
 		return
 	}
 	var list []*box
-	if len(states) == 0 || states["running"] { // no sandbox is paused
-		for _, b := range s.mine(r.Context(), agent, filter) {
-			if (q.Get("template") == "" || q.Get("template") == b.template) && !b.started.Before(after) {
-				list = append(list, b)
-			}
+	for _, b := range s.mine(r.Context(), agent, filter) {
+		if (q.Get("template") == "" || q.Get("template") == b.template) && !b.started.Before(after) &&
+			(len(states) == 0 || states[s.state(r.Context(), b)]) {
+			list = append(list, b)
 		}
 	}
 	if asc {
@@ -450,7 +537,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, agent string) {
 			w.Header().Set("X-Next-Token", encodeToken(out[len(out)-1]))
 			break
 		}
-		out = append(out, s.detail(b, false))
+		out = append(out, s.detail(r.Context(), b, false))
 	}
 	writeJSON(w, http.StatusOK, out)
 }

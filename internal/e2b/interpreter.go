@@ -291,7 +291,7 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
 // newContext starts a context's session, with the sandbox's envVars.
 func (s *Server) newContext(ctx context.Context, b *box) (*codeContext, error) {
 	life := s.cfg.MaxLifetime.Milliseconds()
-	info, err := s.sessions.Create(ctx, sandbox.SessionRequest{Agent: b.agent, IdleTimeoutMS: &life, MaxLifetimeMS: &life})
+	info, err := s.sessions.Create(ctx, sessionRequest(b.agent, life))
 	if err != nil {
 		return nil, err
 	}

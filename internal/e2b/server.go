@@ -33,6 +33,8 @@ const EnvdVersion = "0.5.7"
 // Sessions is what the API needs of the engine's sessions (engine.Sessions).
 type Sessions interface {
 	Create(ctx context.Context, req sandbox.SessionRequest) (sandbox.SessionInfo, error)
+	Pause(ctx context.Context, agent, id string) (sandbox.SessionInfo, error)
+	Resume(ctx context.Context, agent, id string) (sandbox.SessionInfo, error)
 	Get(ctx context.Context, agent, id string) (sandbox.SessionInfo, error)
 	Close(ctx context.Context, agent, id string) (sandbox.SessionInfo, error)
 	Execute(ctx context.Context, id string, req sandbox.Request, wait bool, emit func(sandbox.Event)) (sandbox.Result, error)
@@ -93,9 +95,11 @@ type box struct {
 	network             *networkConfig
 	netAllow            []string // nil: the daemon's policy; else narrowed to these
 	started             time.Time
-	lifeEnd             time.Time // the session's maximum lifetime: no timeout passes it
+	autoPause           bool // pause at the timeout instead of ending
+	autoResume          bool // traffic to it while paused resumes it
 
 	// guarded by Server.mu
+	lifeEnd  time.Time // the session's maximum lifetime: no timeout passes it
 	endAt    time.Time
 	timer    *time.Timer
 	contexts map[string]*codeContext
@@ -162,7 +166,11 @@ func (s *Server) sandboxFor(r *http.Request, id string) (*box, int, string) {
 	if given == "" {
 		given = r.Header.Get("E2B-Traffic-Access-Token")
 	}
-	if b == nil || !s.live(r.Context(), b) {
+	state := ""
+	if b != nil {
+		state = s.state(r.Context(), b)
+	}
+	if state == "" {
 		return nil, http.StatusNotFound, fmt.Sprintf("sandbox %q is not running: it was killed, timed out, or never existed (E2b-Sandbox-Id)", id)
 	}
 	if given == "" {
@@ -171,17 +179,54 @@ func (s *Server) sandboxFor(r *http.Request, id string) (*box, int, string) {
 	if subtle.ConstantTimeCompare([]byte(given), []byte(b.token)) != 1 {
 		return nil, http.StatusUnauthorized, "the access token is not this sandbox's: send the envdAccessToken returned when it was created or connected to"
 	}
+	if state == "paused" {
+		if !b.autoResume {
+			return nil, http.StatusConflict, fmt.Sprintf("sandbox %q is paused: resume it first (POST /sandboxes/%s/connect, or Sandbox.connect in the SDKs)", id, id)
+		}
+		if _, err := s.resume(r.Context(), b, defaultTimeout); err != nil {
+			return nil, statusOf(err), "resuming the paused sandbox: " + err.Error()
+		}
+	}
 	return b, 0, ""
 }
 
-// live reports whether b's session is active; one that ended by itself is forgotten.
-func (s *Server) live(ctx context.Context, b *box) bool {
+// state is b's state in E2B's words: "running", "paused" (paused or hibernated), or "" for a
+// sandbox that has ended, which is then forgotten.
+func (s *Server) state(ctx context.Context, b *box) string {
 	info, err := s.sessions.Get(ctx, b.agent, b.id)
-	if err == nil && info.State == sandbox.SessionActive {
-		return true
+	if err == nil {
+		switch info.State {
+		case sandbox.SessionActive:
+			return "running"
+		case sandbox.SessionPaused, sandbox.SessionHibernated:
+			return "paused"
+		}
 	}
 	s.forget(b)
-	return false
+	return ""
+}
+
+// live reports whether b's session is there, running or paused.
+func (s *Server) live(ctx context.Context, b *box) bool { return s.state(ctx, b) != "" }
+
+// resume resumes paused b with a timeout of seconds from now, within its maximum lifetime
+// as the session counts it (a pause stops that clock).
+func (s *Server) resume(ctx context.Context, b *box, seconds int64) (sandbox.SessionInfo, error) {
+	info, err := s.sessions.Resume(ctx, b.agent, b.id)
+	if err != nil {
+		return info, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if info.ExpiresAt != nil {
+		b.lifeEnd = *info.ExpiresAt
+	}
+	b.endAt = time.Now().Add(time.Duration(seconds) * time.Second)
+	if b.endAt.After(b.lifeEnd) {
+		b.endAt = b.lifeEnd
+	}
+	b.timer.Reset(max(time.Until(b.endAt), 0))
+	return info, nil
 }
 
 // forget drops b and stops its timer.

@@ -22,6 +22,8 @@ type SessionConfig struct {
 	IdleTimeout, MaxLifetime time.Duration
 	// MaxPerAgent caps an agent's active sessions; MaxTotal all of them (0: sessions are off).
 	MaxPerAgent, MaxTotal int
+	// Lifecycle bounds pauses and hibernations (see lifecycle.go).
+	Lifecycle LifecycleConfig
 }
 
 // DefaultSessionConfig: 10 minutes idle, 1 hour at most, 2 per agent, 4 in all.
@@ -55,19 +57,21 @@ type Sessions struct {
 	order   []string // ended IDs, oldest first
 	closed  bool
 	closing sync.WaitGroup
+	lc      lifecycle // paused and hibernated sessions (see lifecycle.go)
 }
 
 type liveSession struct {
 	info  sandbox.SessionInfo // guarded by Sessions.mu
 	box   sandbox.SessionBox
 	paths []string
-	turn  chan struct{} // holds the token while no call runs; waiters receive in order
+	turn  chan struct{} // holds the token while no call runs (nor is it paused); waiters receive in order
 	timer *time.Timer
 	// egress is the dialer of the session's commands (network "allowlist"), closed at its end.
 	egress sandbox.EgressRun
 	// workspace holds the session's commands (see workspace.go), made at first use.
 	wsOnce    sync.Once
 	workspace *workspace
+	life      liveLife // guarded by Sessions.mu (see lifecycle.go)
 }
 
 // NewSessions returns the session keeper over svc (its limits, ledger, callbacks and file
@@ -77,7 +81,8 @@ func NewSessions(svc *Service, opener sandbox.SessionOpener, ledger sandbox.Sess
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Sessions{svc: svc, opener: opener, ledger: ledger, cfg: cfg, log: log,
-		live: map[string]*liveSession{}, opening: map[string]int{}, ended: map[string]sandbox.SessionInfo{}}
+		live: map[string]*liveSession{}, opening: map[string]int{}, ended: map[string]sandbox.SessionInfo{},
+		lc: lifecycle{hibernated: map[string]sandbox.SessionInfo{}, waking: map[string]chan struct{}{}}}
 }
 
 // Config returns the session limits.
@@ -119,6 +124,7 @@ func (m *Sessions) Create(ctx context.Context, req sandbox.SessionRequest) (sand
 	ls := &liveSession{box: box, turn: make(chan struct{}, 1), info: sandbox.SessionInfo{
 		ID: id, Agent: agent, State: sandbox.SessionActive, IdleTimeoutMS: idle.Milliseconds(), MaxLifetimeMS: life.Milliseconds(),
 		Limits: m.svc.cfg.Limits, CreatedAt: now, LastUsedAt: now}}
+	m.startLife(ls, req.SessionOptions, now)
 	fail := func(err error) (sandbox.SessionInfo, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
@@ -238,7 +244,7 @@ func (m *Sessions) untilExpiry(ls *liveSession, now time.Time) time.Duration {
 
 func (m *Sessions) expiresAt(ls *liveSession) time.Time {
 	idle := ls.info.LastUsedAt.Add(time.Duration(ls.info.IdleTimeoutMS) * time.Millisecond)
-	life := ls.info.CreatedAt.Add(time.Duration(ls.info.MaxLifetimeMS) * time.Millisecond)
+	life := m.lifeEnd(ls)
 	if life.Before(idle) {
 		return life
 	}
@@ -250,6 +256,11 @@ func (m *Sessions) snapshot(ls *liveSession) sandbox.SessionInfo {
 	info := ls.info
 	at := m.expiresAt(ls)
 	info.ExpiresAt = &at
+	info.RanMS = ls.ranFor(time.Now()).Milliseconds()
+	if ls.life.paused {
+		info.ExpiresAt = nil
+	}
+	info.History = slices.Clone(info.History)
 	info.Dependencies = slices.Clone(info.Dependencies)
 	return info
 }
@@ -263,13 +274,20 @@ func (m *Sessions) expire(id string) {
 		m.mu.Unlock()
 		return
 	}
+	if ls.life.paused {
+		m.expirePaused(id, ls)
+		return
+	}
 	now := time.Now()
-	life := ls.info.CreatedAt.Add(time.Duration(ls.info.MaxLifetimeMS) * time.Millisecond)
+	life := m.lifeEnd(ls)
 	idle := ls.info.LastUsedAt.Add(time.Duration(ls.info.IdleTimeoutMS) * time.Millisecond)
 	switch {
 	case !now.Before(life):
 		m.mu.Unlock()
 		m.end(id, sandbox.EndMaxLifetime, fmt.Sprintf("it reached its maximum lifetime of %d ms", ls.info.MaxLifetimeMS))
+	case !now.Before(idle) && !ls.info.Busy && ls.info.Waiting == 0 && ls.info.AutoPause:
+		m.mu.Unlock()
+		m.autoPause(id, ls)
 	case !now.Before(idle) && !ls.info.Busy && ls.info.Waiting == 0:
 		m.mu.Unlock()
 		m.end(id, sandbox.EndIdleTimeout, fmt.Sprintf("it had no call for its idle timeout of %d ms", ls.info.IdleTimeoutMS))
@@ -375,8 +393,11 @@ func (m *Sessions) lookup(ctx context.Context, agent, id string) (*liveSession, 
 	return nil, notFound
 }
 
-// Get returns agent's session id, active or ended.
+// Get returns agent's session id, active, paused, hibernated or ended.
 func (m *Sessions) Get(ctx context.Context, agent, id string) (sandbox.SessionInfo, error) {
+	if info, ok := m.hibernatedOf(agent, id); ok {
+		return info, nil
+	}
 	ls, err := m.lookup(ctx, agent, id)
 	if ended, ok := errors.AsType[*sandbox.SessionEndedError](err); ok {
 		return ended.Info, nil
@@ -408,6 +429,7 @@ func (m *Sessions) List(agent string) []sandbox.SessionInfo {
 		}
 	}
 	m.mu.Unlock()
+	list = append(list, m.hibernatedList(agent)...)
 	slices.SortFunc(list, func(a, b sandbox.SessionInfo) int {
 		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
 			return c
@@ -420,6 +442,9 @@ func (m *Sessions) List(agent string) []sandbox.SessionInfo {
 // Close ends agent's session id (reason closed) and removes its sandbox; a call running is
 // killed. A session that had already ended is returned as it ended.
 func (m *Sessions) Close(ctx context.Context, agent, id string) (sandbox.SessionInfo, error) {
+	if info, ok := m.hibernatedOf(agent, id); ok {
+		return m.dropHibernated(ctx, info, sandbox.EndClosed, "its client closed it"), nil
+	}
 	if _, err := m.lookup(ctx, agent, id); err != nil {
 		if ended, ok := errors.AsType[*sandbox.SessionEndedError](err); ok {
 			return ended.Info, nil
@@ -446,7 +471,7 @@ func (m *Sessions) Execute(ctx context.Context, id string, req sandbox.Request, 
 	if err := s.Validate(req); err != nil {
 		return sandbox.Result{}, err
 	}
-	ls, err := m.lookup(ctx, req.Agent, id)
+	ls, err := m.callable(ctx, req.Agent, id)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
@@ -565,18 +590,26 @@ func (m *Sessions) giveTurn(id string, ls *liveSession) {
 	ls.turn <- struct{}{}
 }
 
-// Shutdown ends every session (reason daemon_stopped) and waits, up to ctx, until their
-// sandboxes are removed. New sessions are refused from now on.
+// Shutdown hibernates every session that takes no call (with HibernateOnStop) and ends the
+// others (reason daemon_stopped), and waits, up to ctx, until their sandboxes are removed.
+// New sessions are refused from now on.
 func (m *Sessions) Shutdown(ctx context.Context) {
 	m.mu.Lock()
 	m.closed = true
+	m.mu.Unlock()
+	if m.cfg.Lifecycle.HibernateOnStop && m.cfg.Lifecycle.Dir != "" {
+		if n := m.hibernateAll(ctx); n > 0 {
+			m.log.Info("sessions hibernated as the daemon stops; it resumes them on demand when it starts again", "sessions", n)
+		}
+	}
+	m.mu.Lock()
 	ids := make([]string, 0, len(m.live))
 	for id := range m.live {
 		ids = append(ids, id)
 	}
 	m.mu.Unlock()
 	for _, id := range ids {
-		m.end(id, sandbox.EndDaemonStopped, "the daemon stopped; a session does not outlive it")
+		m.end(id, sandbox.EndDaemonStopped, "the daemon stopped and the session was not hibernated (a call ran, or session_hibernate_on_stop is off)")
 	}
 	done := make(chan struct{})
 	go func() {

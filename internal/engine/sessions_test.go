@@ -211,3 +211,7 @@ func TestSessionsHeldElsewhere(t *testing.T) {
 		t.Errorf("another agent: %v, want a plain not found", err)
 	}
 }
+
+func (heldLedger) UpdateSession(context.Context, sandbox.SessionInfo) error { return nil }
+
+func (heldLedger) HibernatedSessions(context.Context) ([]sandbox.SessionInfo, error) { return nil, nil }

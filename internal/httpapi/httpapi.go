@@ -304,6 +304,7 @@ func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 		sc := a.sessions.Config()
 		lim.Sessions = &apitype.SessionLimits{IdleTimeoutMS: sc.IdleTimeout.Milliseconds(), MaxLifetimeMS: sc.MaxLifetime.Milliseconds(),
 			PerAgent: sc.MaxPerAgent, Max: sc.MaxTotal}
+		lifecycleLimits(lim.Sessions, sc.Lifecycle, a.sessions.LifecycleStats())
 	}
 	writeJSON(w, http.StatusOK, lim)
 }

@@ -18,6 +18,7 @@ type SessionKeeper interface {
 	Close(ctx context.Context, agent, id string) (sandbox.SessionInfo, error)
 	Execute(ctx context.Context, id string, req sandbox.Request, wait bool, emit func(sandbox.Event)) (sandbox.Result, error)
 	Config() engine.SessionConfig
+	SessionLifecycle
 }
 
 var _ SessionKeeper = (*engine.Sessions)(nil)
@@ -29,11 +30,14 @@ func (a *api) routeSessions() {
 	a.handle("GET /v1/agents/{agent}/sessions/{id}", a.getSession)
 	a.handle("DELETE /v1/agents/{agent}/sessions/{id}", a.deleteSession)
 	a.handle("POST /v1/agents/{agent}/sessions/{id}/executions", a.executeInSession)
+	a.routeLifecycle()
 }
 
 var sessionShape = shape{
-	fields: []string{"dependencies", "idle_timeout_ms", "max_lifetime_ms"},
+	fields: []string{"dependencies", "idle_timeout_ms", "max_lifetime_ms", "auto_resume", "auto_pause"},
 	expect: map[string]string{
+		"auto_resume":     "must be true or false (true: a call to the session while it is paused or hibernated resumes it)",
+		"auto_pause":      "must be true or false (true: the session pauses instead of ending at its idle timeout)",
 		"dependencies":    `must be a list of requirement strings such as ["pandas>=2"]`,
 		"idle_timeout_ms": "must be an integer number of milliseconds",
 		"max_lifetime_ms": "must be an integer number of milliseconds",
@@ -58,7 +62,8 @@ func (a *api) createSession(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	info, err := a.sessions.Create(r.Context(), sandbox.SessionRequest{Agent: agent, Dependencies: b.Dependencies,
-		IdleTimeoutMS: b.IdleTimeoutMS, MaxLifetimeMS: b.MaxLifetimeMS})
+		IdleTimeoutMS: b.IdleTimeoutMS, MaxLifetimeMS: b.MaxLifetimeMS,
+		SessionOptions: sandbox.SessionOptions{AutoResume: b.AutoResume, AutoPause: b.AutoPause}})
 	if err != nil {
 		a.fail(w, r, err)
 		return

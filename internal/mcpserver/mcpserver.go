@@ -44,6 +44,7 @@ func New(c *client.Client, agent, version string, limits apitype.Limits) *mcp.Se
 	mcp.AddTool(s, &mcp.Tool{Name: "list_executions", Description: "List your past executions, newest first, with outcome and duration; filter by source (api, cli, mcp, job), outcome, code_name, job_id, and since and until (RFC 3339 times such as 2026-01-02T15:04:05Z, bounding the start). A next_cursor in the answer gets the next page (pass it as cursor)."}, t.listExecutions)
 	mcp.AddTool(s, &mcp.Tool{Name: "get_execution", Description: "Get one past execution in full: code, input, stdout, stderr, OUTPUT, outcome, the agent.* calls it made and its log lines."}, t.getExecution)
 	addSessionTools(s, t)
+	addLifecycleTools(s, t)
 	return s
 }
 

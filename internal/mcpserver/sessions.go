@@ -19,6 +19,7 @@ type CreateSessionArgs struct {
 	Dependencies  []string `json:"dependencies,omitempty" jsonschema:"pip requirements installed once for the session, such as tabulate>=0.9"`
 	IdleTimeoutMS int64    `json:"idle_timeout_ms,omitempty" jsonschema:"end the session after this long without a call, in milliseconds (default 600000)"`
 	MaxLifetimeMS int64    `json:"max_lifetime_ms,omitempty" jsonschema:"end the session this long after its start, in milliseconds (default and most 3600000)"`
+	AutoResume    bool     `json:"auto_resume,omitempty" jsonschema:"true: a call to the session while it is paused or hibernated resumes it (else the call fails until resume_session)"`
 }
 
 // RunInSessionArgs are run_in_session's arguments.
@@ -39,7 +40,7 @@ func addSessionTools(s *mcp.Server, t *tools) {
 }
 
 func (t *tools) createSession(ctx context.Context, _ *mcp.CallToolRequest, a CreateSessionArgs) (*mcp.CallToolResult, any, error) {
-	d := apitype.SessionCreate{Dependencies: a.Dependencies}
+	d := apitype.SessionCreate{Dependencies: a.Dependencies, AutoResume: a.AutoResume}
 	if a.IdleTimeoutMS != 0 {
 		d.IdleTimeoutMS = &a.IdleTimeoutMS
 	}

@@ -168,3 +168,23 @@ func methodLabel(m string) string {
 	}
 	return "other"
 }
+
+// WatchSessions adds the stateful sessions' gauges: active (running), paused and hibernated
+// sessions, and the bytes each budget holds (sessions_paused_max_bytes,
+// hibernated_max_bytes).
+func (m *Metrics) WatchSessions(active func() int, lifecycle func() engine.LifecycleStats) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_sessions_live", Help: "Sessions with a container now (running or paused)."},
+			func() float64 { return float64(active()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_sessions_paused", Help: "Paused sessions now."},
+			func() float64 { return float64(lifecycle().Paused) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_sessions_paused_bytes",
+			Help: "Memory the paused sessions count against sessions_paused_max_bytes."},
+			func() float64 { return float64(lifecycle().PausedBytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_sessions_hibernated", Help: "Hibernated sessions now."},
+			func() float64 { return float64(lifecycle().Hibernated) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_sessions_hibernated_bytes",
+			Help: "Bytes of the hibernation files, against hibernated_max_bytes."},
+			func() float64 { return float64(lifecycle().HibernatedBytes) }),
+	)
+}

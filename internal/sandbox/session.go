@@ -49,13 +49,15 @@ type SessionLedger interface {
 	// EndedAt set).
 	BeginSession(ctx context.Context, info SessionInfo) error
 	EndSession(ctx context.Context, info SessionInfo) error
+	// The states of pauses and hibernations (see lifecycle.go).
+	HibernationLedger
 	// LookupSession returns the record of session id; an error wrapping ErrSessionNotFound
 	// when there is none. When another daemon sharing the ledger holds it open, the record
 	// comes with an error of class not found that names that daemon.
 	LookupSession(ctx context.Context, id string) (SessionInfo, error)
 }
 
-// The states of a session.
+// The states of a session (and SessionPaused, SessionHibernated: see lifecycle.go).
 const (
 	SessionActive = "active"
 	SessionEnded  = "ended"
@@ -104,6 +106,8 @@ type SessionInfo struct {
 	Calls   int  `json:"calls"`
 	Busy    bool `json:"busy"`
 	Waiting int  `json:"waiting"`
+	// SessionLifecycle holds its pauses and hibernations (see lifecycle.go).
+	SessionLifecycle
 }
 
 // SessionRequest asks for a new session.
@@ -117,6 +121,8 @@ type SessionRequest struct {
 	// SessionConfig.MaxLifetime. Both are 1000 ..= SessionConfig.MaxLifetime.
 	IdleTimeoutMS *int64
 	MaxLifetimeMS *int64
+	// SessionOptions are its lifecycle options (auto_resume, auto_pause).
+	SessionOptions
 }
 
 // ErrSessionNotFound means no session has the ID for the agent. It is of class

@@ -38,6 +38,7 @@ var conformance = []struct {
 	{"SearchRanksByBM25WithinTheAgent", TestSearchRanksByBM25WithinTheAgent},
 	{"KnowledgeKeepsHostileText", TestKnowledgeKeepsHostileText},
 	{"FilesServedByEveryHandle", TestFilesServedByEveryHandle},
+	{"SessionHibernationLedger", TestSessionHibernationLedger},
 	{"DaemonsRecoverExpiredLeases", TestDaemonsRecoverExpiredLeases},
 	{"OverlapIsDecidedFromTheSharedLedger", TestOverlapIsDecidedFromTheSharedLedger},
 	{"SessionLedger", TestSessionLedger},

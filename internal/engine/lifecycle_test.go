@@ -1,0 +1,442 @@
+package engine
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/errclass"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// fileBox is a fakeBox that pauses and keeps files (a map, carried as a tar stream).
+type fileBox struct {
+	*fakeBox
+	fmu    sync.Mutex
+	files  map[string]string
+	paused bool
+}
+
+func (b *fileBox) Pause(context.Context) error {
+	b.fmu.Lock()
+	defer b.fmu.Unlock()
+	if b.paused {
+		return errors.New("already paused")
+	}
+	b.paused = true
+	return nil
+}
+
+func (b *fileBox) Unpause(context.Context) error {
+	b.fmu.Lock()
+	defer b.fmu.Unlock()
+	if !b.paused {
+		return errors.New("not paused")
+	}
+	b.paused = false
+	return nil
+}
+
+func (b *fileBox) SaveFiles(_ context.Context, w io.Writer) error {
+	b.fmu.Lock()
+	defer b.fmu.Unlock()
+	if b.paused {
+		return errors.New("SaveFiles on a paused box")
+	}
+	tw := tar.NewWriter(w)
+	for name, body := range b.files {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o600, Size: int64(len(body))}); err != nil {
+			return err
+		}
+		if _, err := io.WriteString(tw, body); err != nil {
+			return err
+		}
+	}
+	return tw.Close()
+}
+
+func (b *fileBox) RestoreFiles(_ context.Context, r io.Reader) error {
+	b.fmu.Lock()
+	defer b.fmu.Unlock()
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		body, err := io.ReadAll(tr)
+		if err != nil {
+			return err
+		}
+		b.files[h.Name] = string(body)
+	}
+}
+
+// Run writes a file for code "write NAME BODY" (else as fakeBox).
+func (b *fileBox) Run(ctx context.Context, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
+	if name, body, ok := strings.Cut(strings.TrimPrefix(spec.Code, "write "), " "); ok && strings.HasPrefix(spec.Code, "write ") {
+		b.fmu.Lock()
+		paused := b.paused
+		b.files[name] = body
+		b.fmu.Unlock()
+		if paused {
+			return sandbox.Result{}, errors.New("a call ran in a paused box")
+		}
+	}
+	return b.fakeBox.Run(ctx, spec, emit)
+}
+
+type fileOpener struct {
+	mu    sync.Mutex
+	boxes map[string][]*fileBox // by session ID
+}
+
+func (o *fileOpener) OpenSession(_ context.Context, id string) (sandbox.SessionBox, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	b := &fileBox{fakeBox: newFakeBox(), files: map[string]string{}}
+	if o.boxes == nil {
+		o.boxes = map[string][]*fileBox{}
+	}
+	o.boxes[id] = append(o.boxes[id], b)
+	return b, nil
+}
+
+func (o *fileOpener) last(id string) *fileBox {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	list := o.boxes[id]
+	return list[len(list)-1]
+}
+
+// memLedger is a session ledger in memory.
+type memLedger struct {
+	mu       sync.Mutex
+	sessions map[string]sandbox.SessionInfo
+}
+
+func newMemLedger() *memLedger { return &memLedger{sessions: map[string]sandbox.SessionInfo{}} }
+
+func (l *memLedger) BeginSession(_ context.Context, info sandbox.SessionInfo) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sessions[info.ID] = info
+	return nil
+}
+
+func (l *memLedger) EndSession(ctx context.Context, info sandbox.SessionInfo) error {
+	return l.BeginSession(ctx, info)
+}
+
+func (l *memLedger) UpdateSession(ctx context.Context, info sandbox.SessionInfo) error {
+	return l.BeginSession(ctx, info)
+}
+
+func (l *memLedger) LookupSession(_ context.Context, id string) (sandbox.SessionInfo, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	info, ok := l.sessions[id]
+	if !ok {
+		return info, sandbox.ErrSessionNotFound
+	}
+	return info, nil
+}
+
+func (l *memLedger) HibernatedSessions(context.Context) ([]sandbox.SessionInfo, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var list []sandbox.SessionInfo
+	for _, info := range l.sessions {
+		if info.State == sandbox.SessionHibernated {
+			list = append(list, info)
+		}
+	}
+	return list, nil
+}
+
+func lifecycleConfig(dir string) SessionConfig {
+	cfg := DefaultSessionConfig()
+	cfg.Lifecycle = LifecycleConfig{Dir: dir, Daemon: "d1", SessionMemoryBytes: 100, PausedMaxBytes: 200,
+		HibernatedPerAgent: 2, HibernatedMaxBytes: 1 << 20}
+	return cfg
+}
+
+func newLifecycle(t *testing.T, cfg SessionConfig, ledger sandbox.SessionLedger) (*Sessions, *fileOpener) {
+	t.Helper()
+	op := &fileOpener{}
+	svc := NewService(&fakeRuntime{}, Hooks{}, DefaultConfig(), nil)
+	m := NewSessions(svc, op, ledger, cfg, nil)
+	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	return m, op
+}
+
+func call(t *testing.T, m *Sessions, agent, id, code string) error {
+	t.Helper()
+	_, err := m.Execute(t.Context(), id, sandbox.Request{Agent: agent, Code: code}, false, nil)
+	return err
+}
+
+// TestPauseResume: a paused session refuses calls with a 409 saying how to resume (its box
+// frozen: no call reaches it), resumes with its memory kept; with auto_resume a call resumes
+// it; another agent's pause or resume is not found; the paused-memory budget is named.
+func TestPauseResume(t *testing.T) {
+	m, op := newLifecycle(t, lifecycleConfig(t.TempDir()), nil)
+	ctx := t.Context()
+	s, err := m.Create(ctx, sandbox.SessionRequest{Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Pause(ctx, "b", s.ID); !errors.Is(err, sandbox.ErrSessionNotFound) {
+		t.Fatalf("another agent's pause: %v", err)
+	}
+	info, err := m.Pause(ctx, "a", s.ID)
+	if err != nil || info.State != sandbox.SessionPaused || info.PausedAt == nil || info.ExpiresAt != nil {
+		t.Fatalf("pause: %+v, %v", info, err)
+	}
+	if !op.last(s.ID).paused {
+		t.Fatal("the box was not paused")
+	}
+	err = call(t, m, "a", s.ID, "write x 1")
+	if p, ok := errors.AsType[*sandbox.SessionPausedError](err); !ok || errclass.Of(err) != errclass.Conflict || !strings.Contains(p.Error(), "/resume") {
+		t.Fatalf("a call to a paused session: %v", err)
+	}
+	if _, err := m.Resume(ctx, "b", s.ID); !errors.Is(err, sandbox.ErrSessionNotFound) {
+		t.Fatalf("another agent's resume: %v", err)
+	}
+	info, err = m.Resume(ctx, "a", s.ID)
+	if err != nil || info.State != sandbox.SessionActive || info.Memory != sandbox.MemoryKept {
+		t.Fatalf("resume: %+v, %v", info, err)
+	}
+	if err := call(t, m, "a", s.ID, "write x 1"); err != nil {
+		t.Fatalf("a call after resume: %v", err)
+	}
+
+	auto, err := m.Create(ctx, sandbox.SessionRequest{Agent: "a", SessionOptions: sandbox.SessionOptions{AutoResume: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Pause(ctx, "a", auto.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := call(t, m, "a", auto.ID, "write y 2"); err != nil {
+		t.Fatalf("a call to a paused auto_resume session: %v", err)
+	}
+	if info, _ := m.Get(ctx, "a", auto.ID); info.State != sandbox.SessionActive || info.Memory != sandbox.MemoryKept {
+		t.Fatalf("after the auto-resuming call: %+v", info)
+	}
+	// Budget: 200 bytes, 100 per paused session: the third pause is refused, naming it.
+	m.cfg.Lifecycle.PausedMaxBytes = 100
+	if _, err := m.Pause(ctx, "a", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Pause(ctx, "a", auto.ID)
+	if errclass.Of(err) != errclass.Busy || !strings.Contains(err.Error(), "sessions_paused_max_bytes") {
+		t.Fatalf("a pause past the budget: %v", err)
+	}
+	if st := m.LifecycleStats(); st.Paused != 1 || st.PausedBytes != 100 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
+// TestPausedTimeIsNotLifetime: a session paused past its maximum lifetime is still there, and
+// resumed it runs on; an idle session with auto_pause pauses instead of ending.
+func TestPausedTimeIsNotLifetime(t *testing.T) {
+	m, _ := newLifecycle(t, lifecycleConfig(t.TempDir()), nil)
+	ctx := t.Context()
+	life, idle := int64(1000), int64(1000)
+	s, err := m.Create(ctx, sandbox.SessionRequest{Agent: "a", MaxLifetimeMS: &life})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Pause(ctx, "a", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	auto := true
+	idler, err := m.Create(ctx, sandbox.SessionRequest{Agent: "a", IdleTimeoutMS: &idle, SessionOptions: sandbox.SessionOptions{AutoPause: &auto}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { info, _ := m.Get(ctx, "a", idler.ID); return info.State == sandbox.SessionPaused })
+	time.Sleep(1200 * time.Millisecond) // past s's lifetime, had it counted paused time
+	info, err := m.Resume(ctx, "a", s.ID)
+	if err != nil || info.State != sandbox.SessionActive || info.RanMS >= 1000 {
+		t.Fatalf("a session paused past its lifetime: %+v, %v", info, err)
+	}
+	if err := call(t, m, "a", s.ID, "x"); err != nil {
+		t.Fatalf("a call after it: %v", err)
+	}
+	if info, _ := m.Get(ctx, "a", idler.ID); info.State != sandbox.SessionPaused || info.History[len(info.History)-1].Event != "paused" {
+		t.Fatalf("the idle auto_pause session: %+v", info)
+	}
+}
+
+// TestHibernateResumeFork: a hibernated session's files come back in a new box with the same
+// ID and a new interpreter (memory lost); a fork of it has the same files and is independent;
+// the per-agent count is named when full; the record survives a new keeper (a restarted
+// daemon) over the same ledger and directory, which removes a file no session holds.
+func TestHibernateResumeFork(t *testing.T) {
+	dir := t.TempDir()
+	ledger := newMemLedger()
+	m, op := newLifecycle(t, lifecycleConfig(dir), ledger)
+	ctx := t.Context()
+	s, err := m.Create(ctx, sandbox.SessionRequest{Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := call(t, m, "a", s.ID, "write data.csv a,b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Hibernate(ctx, "b", s.ID); !errors.Is(err, sandbox.ErrSessionNotFound) {
+		t.Fatalf("another agent's hibernate: %v", err)
+	}
+	info, err := m.Hibernate(ctx, "a", s.ID)
+	if err != nil || info.State != sandbox.SessionHibernated || info.Hibernation == nil || info.Hibernation.Bytes == 0 {
+		t.Fatalf("hibernate: %+v, %v", info, err)
+	}
+	<-op.last(s.ID).Done() // its box is removed
+	if _, err := os.Stat(filepath.Join(dir, s.ID+".tar")); err != nil {
+		t.Fatal(err)
+	}
+	if err := call(t, m, "a", s.ID, "x"); errclass.Of(err) != errclass.Conflict {
+		t.Fatalf("a call to a hibernated session: %v", err)
+	}
+	if got := m.List("a"); len(got) != 1 || got[0].State != sandbox.SessionHibernated {
+		t.Fatalf("list: %+v", got)
+	}
+
+	// A daemon that starts again finds it; a stray file is removed.
+	stray := filepath.Join(dir, sandbox.NewSessionID()+".x.part")
+	if err := os.WriteFile(stray, []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m2, op2 := newLifecycle(t, lifecycleConfig(dir), ledger)
+	if n, err := m2.Recover(ctx); err != nil || n != 1 {
+		t.Fatalf("recover: %d, %v", n, err)
+	}
+	if _, err := os.Stat(stray); !os.IsNotExist(err) {
+		t.Fatalf("a stray hibernation file was kept: %v", err)
+	}
+
+	fork, err := m2.Fork(ctx, "a", s.ID)
+	if err != nil || fork.ForkedFrom != s.ID || fork.ID == s.ID {
+		t.Fatalf("fork: %+v, %v", fork, err)
+	}
+	info, err = m2.Resume(ctx, "a", s.ID)
+	if err != nil || info.State != sandbox.SessionActive || info.Memory != sandbox.MemoryLost || info.ID != s.ID {
+		t.Fatalf("resume: %+v, %v", info, err)
+	}
+	if got := op2.last(s.ID).files["data.csv"]; got != "a,b" {
+		t.Fatalf("resumed files: %v", op2.last(s.ID).files)
+	}
+	if _, err := os.Stat(filepath.Join(dir, s.ID+".tar")); !os.IsNotExist(err) {
+		t.Fatalf("the hibernation file of a resumed session is kept: %v", err)
+	}
+	if err := call(t, m2, "a", fork.ID, "write data.csv changed"); err != nil {
+		t.Fatal(err)
+	}
+	if got := op2.last(s.ID).files["data.csv"]; got != "a,b" {
+		t.Fatalf("a fork's write reached its source: %q", got)
+	}
+
+	// Two hibernated sessions per agent: the third is refused, naming the budget, and stays paused.
+	if _, err := m2.Hibernate(ctx, "a", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.Hibernate(ctx, "a", fork.ID); err != nil {
+		t.Fatal(err)
+	}
+	third, err := m2.Create(ctx, sandbox.SessionRequest{Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m2.Hibernate(ctx, "a", third.ID)
+	if errclass.Of(err) != errclass.Busy || !strings.Contains(err.Error(), "hibernated_per_agent") {
+		t.Fatalf("a hibernation past hibernated_per_agent: %v", err)
+	}
+	if info, _ := m2.Get(ctx, "a", third.ID); info.State != sandbox.SessionPaused || !strings.Contains(info.LifecycleError, "hibernated_per_agent") {
+		t.Fatalf("the refused session: %+v", info)
+	}
+}
+
+// TestHibernationFileAltered: a hibernation file changed on disk is refused on resume, never
+// loaded, and the session ends lost saying why.
+func TestHibernationFileAltered(t *testing.T) {
+	dir := t.TempDir()
+	m, op := newLifecycle(t, lifecycleConfig(dir), newMemLedger())
+	ctx := t.Context()
+	s, err := m.Create(ctx, sandbox.SessionRequest{Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := call(t, m, "a", s.ID, "write secret 1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Hibernate(ctx, "a", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, s.ID+".tar")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw = bytes.Replace(raw, []byte("secret"), []byte("evil!!"), 1)
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Resume(ctx, "a", s.ID)
+	ended, ok := errors.AsType[*sandbox.SessionEndedError](err)
+	if !ok || ended.Info.EndReason != sandbox.EndLost || !strings.Contains(err.Error(), "altered") {
+		t.Fatalf("resume of an altered file: %v", err)
+	}
+	if n := len(op.boxes[s.ID]); n != 1 {
+		t.Fatalf("%d boxes were opened: the altered file was loaded", n)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("the refused file is kept: %v", err)
+	}
+}
+
+// TestHibernationDiskFull: the disk filling while a session is hibernated leaves it paused,
+// with nothing on disk, and says so. It needs root to mount a small tmpfs.
+func TestHibernationDiskFull(t *testing.T) {
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("mounting a small tmpfs (needs root): %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
+	m, op := newLifecycle(t, lifecycleConfig(dir), newMemLedger())
+	ctx := t.Context()
+	s, err := m.Create(ctx, sandbox.SessionRequest{Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := call(t, m, "a", s.ID, "write big "+strings.Repeat("x", 200<<10)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Hibernate(ctx, "a", s.ID)
+	if err == nil || !strings.Contains(err.Error(), "full") || !strings.Contains(err.Error(), "stays paused") {
+		t.Fatalf("hibernation on a full disk: %v", err)
+	}
+	info, _ := m.Get(ctx, "a", s.ID)
+	if info.State != sandbox.SessionPaused || !op.last(s.ID).paused || !strings.Contains(info.LifecycleError, "full") {
+		t.Fatalf("after it: %+v (box paused %v)", info, op.last(s.ID).paused)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("left on the full disk: %v", entries)
+	}
+	if _, err := m.Resume(ctx, "a", s.ID); err != nil {
+		t.Fatalf("resume after it: %v", err)
+	}
+}

@@ -1,0 +1,139 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/client"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// A session's pause and its files. Pause is the engine's pause (the cgroup freezer under runc,
+// the sandbox's own under runsc): every process stops where it stands and keeps its memory.
+// The files are the session's working directory and home (the executor's slot 0 directories
+// in the session's container: everything its calls wrote, and whatever they installed with
+// pip --user), carried as a tar stream by GNU tar run in the container.
+
+var (
+	_ sandbox.PausableBox = (*sessionBox)(nil)
+	_ sandbox.FilesBox    = (*sessionBox)(nil)
+)
+
+// sessionDirs are the session's directories, relative to the executor's run root (/sandbox):
+// slot 0's working directory and home (see the executor's slotDir and homeDir).
+var sessionDirs = []string{"slot-0", "home-0"}
+
+// Pause freezes the session's container (sandbox.PausableBox). The control line's heartbeat
+// stops first: a frozen executor answers no ping.
+func (b *sessionBox) Pause(ctx context.Context) error {
+	b.line.Suspend()
+	if _, err := b.r.api.ContainerPause(ctx, b.containerID, client.ContainerPauseOptions{}); err != nil {
+		b.line.Resume()
+		return fmt.Errorf("pausing session container %s: %w", shortID(b.containerID), err)
+	}
+	return nil
+}
+
+// Unpause thaws the session's container (sandbox.PausableBox), then the heartbeat.
+func (b *sessionBox) Unpause(ctx context.Context) error {
+	if _, err := b.r.api.ContainerUnpause(ctx, b.containerID, client.ContainerUnpauseOptions{}); err != nil {
+		return fmt.Errorf("resuming session container %s: %w", shortID(b.containerID), err)
+	}
+	b.line.Resume()
+	return nil
+}
+
+// SaveFiles writes the session's directories to w as a tar stream (sandbox.FilesBox), read as
+// root in the container (symbolic links are kept as links, never followed). The container
+// must be running.
+func (b *sessionBox) SaveFiles(ctx context.Context, w io.Writer) error {
+	// A session whose interpreter never started has no directories yet: an empty archive.
+	script := `cd /sandbox && set -- && for d in ` + strings.Join(sessionDirs, " ") + `; do if [ -e "$d" ]; then set -- "$@" "$d"; fi; done && ` +
+		`exec tar --numeric-owner -cf - -T /dev/null "$@"`
+	cmd := []string{"/bin/sh", "-c", script}
+	if err := b.exec(ctx, "0", cmd, nil, w); err != nil {
+		return fmt.Errorf("saving the session's files: %w", err)
+	}
+	return nil
+}
+
+// RestoreFiles unpacks a stream of SaveFiles into the session's directories
+// (sandbox.FilesBox), as the session's own uid: the files become its, and nothing in the
+// stream can write where that uid could not. Its interpreter must have started (which makes
+// the directories afresh).
+func (b *sessionBox) RestoreFiles(ctx context.Context, r io.Reader) error {
+	uid := strconv.Itoa(UIDBase + MaxSlots + b.uid)
+	// cd, not tar -C: /sandbox is 0711, which the uid may pass through but not open.
+	cmd := []string{"/bin/sh", "-c", "cd /sandbox && exec tar --no-same-owner --no-overwrite-dir -xpf -"}
+	if err := b.exec(ctx, uid+":"+uid, cmd, r, io.Discard); err != nil {
+		return fmt.Errorf("restoring the session's files: %w", err)
+	}
+	return nil
+}
+
+// exec runs cmd in the session's container as user, with stdin (nil: none) and its stdout to
+// stdout, and fails with its stderr when it exits non-zero.
+func (b *sessionBox) exec(ctx context.Context, user string, cmd []string, stdin io.Reader, stdout io.Writer) error {
+	api := b.r.api
+	ex, err := api.ExecCreate(ctx, b.containerID, client.ExecCreateOptions{User: user, Cmd: cmd,
+		AttachStdin: stdin != nil, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		return err
+	}
+	att, err := api.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return err
+	}
+	defer att.Close()
+	stop := context.AfterFunc(ctx, att.Close)
+	defer stop()
+	fed := make(chan error, 1)
+	if stdin != nil {
+		go func() {
+			_, err := io.Copy(att.Conn, stdin)
+			fed <- errors.Join(err, att.CloseWrite())
+		}()
+	} else {
+		fed <- nil
+	}
+	stderr := &capped{max: 4 << 10}
+	_, copyErr := stdcopy.StdCopy(stdout, stderr, att.Reader)
+	if copyErr != nil {
+		att.Close()
+	}
+	feedErr := <-fed
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if copyErr != nil {
+		return copyErr
+	}
+	in, err := api.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
+	if err != nil {
+		return err
+	}
+	if in.ExitCode != 0 {
+		return fmt.Errorf("%s exited with status %d: %s", strings.Join(cmd, " "), in.ExitCode, strings.TrimSpace(stderr.String()))
+	}
+	return feedErr
+}
+
+// capped keeps the first max bytes written to it.
+type capped struct {
+	bytes.Buffer
+	max int
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.max - c.Len(); room > 0 {
+		c.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
