@@ -230,6 +230,8 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		log.Info("hibernated sessions kept from an earlier run; each resumes on demand", "sessions", n)
 	}
 	m.WatchSessions(sessions.Active, sessions.LifecycleStats)
+	e2bServer := e2b.New(E2BConfig(cfg), sessions, st, log)
+	m.WatchE2B(e2bServer.Active, e2bServer.Warm)
 	return &Core{
 		Service:  svc,
 		Runtime:  rt,
@@ -239,7 +241,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		Jobs:     jobs.New(m.JobStore(st), lib, svc, jobsConfig(st, scfg.MaxTimeout), log),
 		Metrics:  m,
 		Sessions: sessions,
-		E2B:      e2b.New(E2BConfig(cfg), sessions, st, log),
+		E2B:      e2bServer,
 		api:      api,
 		lock:     lock,
 	}, nil
@@ -257,6 +259,7 @@ func (e *Core) RunBackground(ctx context.Context, retention store.Retention, log
 		}
 	})
 	wg.Go(func() { pruneLedger(ctx, e.Store, retention, time.Hour, log) })
+	wg.Go(func() { e.E2B.Fill(ctx) })
 	wg.Go(func() { e.Sessions.RunRetention(ctx, time.Minute) })
 	wg.Wait()
 }

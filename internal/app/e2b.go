@@ -27,6 +27,7 @@ func E2BConfig(cfg config.Config) e2b.Config {
 		CPUs:        int(math.Ceil(cfg.CPUs)),
 		MemoryMB:    int(cfg.MemoryBytes >> 20),
 		DiskMB:      int(cfg.TmpBytes >> 20),
+		Pool:        cfg.E2BPool,
 	}
 }
 

@@ -245,6 +245,10 @@ type Config struct {
 	// E2BTemplates are the templateIDs the E2B-compatible API (under /e2b, docs/e2b.md)
 	// creates sandboxes from; each is the sandbox image. Default base and code-interpreter-v1.
 	E2BTemplates []string `json:"e2b_templates"`
+	// E2BPool is how many warm E2B sandboxes (sessions with their interpreter started) are
+	// kept ready, so that POST /e2b/sandboxes answers at once. Each holds a container and
+	// counts against sessions_max. Default 1; 0 to sessions_per_agent, below sessions_max.
+	E2BPool int `json:"e2b_pool"`
 
 	// SessionAutoPause pauses a session at its idle timeout instead of ending it, unless its
 	// creation asks otherwise (auto_pause). Default false.
@@ -431,6 +435,7 @@ func defaults(lookup func(string) (string, bool)) Config {
 		HibernatedMaxBytes:      10 * gib,
 		HibernatedMaxAgeHours:   168,
 		E2BTemplates:            []string{"base", "code-interpreter-v1"},
+		E2BPool:                 1,
 
 		ExtraIndexURLs:   []string{},
 		TrustedHosts:     []string{},

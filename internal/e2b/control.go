@@ -208,14 +208,17 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, agent string) {
 		}
 	}
 	life := s.cfg.MaxLifetime.Milliseconds()
-	info, cerr := s.sessions.Create(r.Context(), sessionRequest(agent, life))
-	if cerr != nil {
-		writeEngineError(w, "creating the sandbox", cerr)
-		return
+	info, warm := s.fromPool(r.Context(), agent)
+	if !warm {
+		var cerr error
+		if info, cerr = s.sessions.Create(r.Context(), sessionRequest(agent, life)); cerr != nil {
+			writeEngineError(w, "creating the sandbox", cerr)
+			return
+		}
 	}
 	b := &box{id: info.ID, agent: agent, template: req.TemplateID, token: newToken(), metadata: req.Metadata, env: req.EnvVars,
 		allowInternet: req.AllowInternetAccess, network: req.Network, netAllow: netAllow, started: info.CreatedAt,
-		autoPause: req.AutoPause, autoResume: req.AutoResume != nil && req.AutoResume.Enabled,
+		autoPause: req.AutoPause, autoResume: req.AutoResume != nil && req.AutoResume.Enabled, warmRuns: info.Calls,
 		lifeEnd: info.CreatedAt.Add(s.cfg.MaxLifetime), contexts: map[string]*codeContext{}, procs: map[uint32]*proc{}, tags: map[string]uint32{}}
 	if b.metadata == nil {
 		b.metadata = map[string]string{}
@@ -232,7 +235,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, agent string) {
 	b.timer = time.AfterFunc(time.Until(b.endAt), func() { s.expire(b) })
 	s.boxes[b.id] = b
 	s.mu.Unlock()
-	s.log.Info("e2b sandbox created", "sandbox", b.id, "agent", agent, "template", b.template, "timeout_s", timeout)
+	s.log.Info("e2b sandbox created", "sandbox", b.id, "agent", agent, "template", b.template, "timeout_s", timeout, "warm", warm)
 	writeJSON(w, http.StatusCreated, s.sandboxJSON(b))
 }
 

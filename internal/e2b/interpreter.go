@@ -146,8 +146,8 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	*counter++
 	n := *counter
 	s.mu.Unlock()
-	if res.ExecutionCount > 0 {
-		n = res.ExecutionCount
+	if res.ExecutionCount > 0 && session == b.id {
+		n = res.ExecutionCount - b.warmRuns
 	}
 	line(map[string]any{"type": "number_of_executions", "execution_count": n})
 	line(map[string]string{"type": "end_of_execution"})

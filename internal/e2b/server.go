@@ -68,6 +68,9 @@ type Config struct {
 	Network string
 	// CPUs, MemoryMB and DiskMB describe each sandbox in GET /sandboxes/{id}.
 	CPUs, MemoryMB, DiskMB int
+	// Pool is how many warm sandboxes (sessions with their interpreter started) are kept
+	// ready for POST /sandboxes (e2b_pool; 0: none).
+	Pool int
 }
 
 // Server serves the E2B API. It is safe for concurrent use; Close ends its sandboxes'
@@ -77,6 +80,9 @@ type Server struct {
 	sessions  Sessions
 	workspace Workspace
 	keys      Keys
+	warmer    Warmer // nil: no pool
+	pool      chan warmSession
+	taken     chan struct{}
 	log       *slog.Logger
 	control   http.Handler
 	interp    http.Handler
@@ -104,6 +110,7 @@ type box struct {
 	timer    *time.Timer
 	contexts map[string]*codeContext
 	runs     int // number_of_executions of the default context
+	warmRuns int // the session's calls before it was handed on (its warm-up)
 	procs    map[uint32]*proc
 	tags     map[string]uint32
 }
@@ -113,7 +120,9 @@ func New(cfg Config, eng Engine, keys Keys, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, sessions: eng, workspace: eng, keys: keys, log: log, boxes: map[string]*box{}}
+	s := &Server{cfg: cfg, sessions: eng, workspace: eng, keys: keys, log: log, boxes: map[string]*box{},
+		pool: make(chan warmSession, max(cfg.Pool, 0)), taken: make(chan struct{}, 1)}
+	s.warmer, _ = eng.(Warmer)
 	s.control = s.controlRoutes()
 	s.interp = s.interpreterRoutes()
 	s.envd = s.envdRoutes()
