@@ -416,6 +416,9 @@ func (m *Sessions) List(agent string) []sandbox.SessionInfo {
 	if agent == "" {
 		agent = "default"
 	}
+	if agent == WarmAgent { // see warm.go
+		return []sandbox.SessionInfo{}
+	}
 	m.mu.Lock()
 	list := []sandbox.SessionInfo{}
 	for _, ls := range m.live {
