@@ -3,9 +3,10 @@
 // media types they use. The JSON field names are the public API (docs/api.md, and the OpenAPI
 // document served at GET /openapi.json).
 //
-// It imports only the standard library, so that the typed client (package client), the CLI
-// and any other program that talks to a daemon link none of the daemon's storage, scheduling
-// or schema code. The daemon's handlers (package httpapi) map the domain's types (sandbox,
+// It imports only the standard library, so that the typed client (package client) and any
+// other program that talks to a daemon link none of the daemon's storage, scheduling or schema
+// code. The CLI reads answers through these types too; it links the engine (and so the store)
+// only for the commands that run one in its own process (`sandpit run --local`, `serve`). The daemon's handlers (package httpapi) map the domain's types (sandbox,
 // store, jobs, library) into these; nothing here knows how a run happens.
 package apitype
 

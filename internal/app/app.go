@@ -1,6 +1,7 @@
 // Package app is sandpit's composition root: it turns a config.Config into a running engine
-// (data directory lock, Docker client, warm-container runtime, execution service) and serves
-// it over HTTP. Nothing else wires packages together.
+// (data directory lock, store, Docker client, warm-container runtime, execution service,
+// sessions, code library, jobs, metrics) and serves it over HTTP (the REST API, MCP at /mcp,
+// the console at /ui). Nothing else wires packages together.
 package app
 
 import (
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+	"golang.org/x/net/netutil"
 
 	"github.com/sandpit-dev/sandpit/internal/callback"
 	apiclient "github.com/sandpit-dev/sandpit/internal/client"
@@ -176,15 +178,8 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	if err != nil {
 		return nil, err
 	}
-	if n, err := st.FinishInterrupted(ctx); err != nil {
-		return nil, fmt.Errorf("finalising the records of interrupted runs: %w", err)
-	} else if n > 0 {
-		log.Warn("runs left unfinished by a stopped daemon were recorded as sandbox_error (interrupted)", "executions", n)
-	}
-	if n, err := st.EndOpenSessions(ctx); err != nil {
-		return nil, fmt.Errorf("ending the sessions of a stopped daemon: %w", err)
-	} else if n > 0 {
-		log.Warn("sessions left open by a stopped daemon were ended (daemon_stopped); their containers are removed as the sandbox starts", "sessions", n)
+	if err := recoverStopped(ctx, st, log); err != nil {
+		return nil, err
 	}
 	api, err := DockerClient(cfg)
 	if err != nil {
@@ -201,21 +196,10 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	if err != nil {
 		return nil, err
 	}
-	scfg := cfg.Sandbox()
-	var handler callback.Handler = callback.Store{DB: st, AnswerBytes: scfg.MaxCallBytes}
-	if cfg.CallbackURL != "" {
-		handler = &callback.Webhook{URL: cfg.CallbackURL, Secret: []byte(cfg.CallbackSecret), Timeout: scfg.CallTimeout,
-			MaxBytes: int64(scfg.MaxCallBytes)}
-	}
 	m := metrics.New()
-	hooks := engine.Hooks{Recorder: m.Recorder(st), Callbacks: callback.Dispatch{Handler: handler}, Files: files}
-	if cfg.Network == sandbox.NetworkAllowlist {
-		allow, err := egress.New(cfg.Egress())
-		if err != nil {
-			return nil, fmt.Errorf("network_allow: %w", err)
-		}
-		hooks.Egress = allow
-		scfg.NetworkAllow, scfg.NetworkAllowInstall = allow.Rules()
+	hooks, scfg, err := serviceHooks(cfg, st, files, m)
+	if err != nil {
+		return nil, err
 	}
 	svc := engine.NewService(rt, hooks, scfg, log)
 	m.Watch(svc.Stats, rt.Resets)
@@ -245,6 +229,44 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		api:      api,
 		lock:     lock,
 	}, nil
+}
+
+// recoverStopped records what a stopped daemon left going: its runs as interrupted, its
+// sessions as ended.
+func recoverStopped(ctx context.Context, st *store.Store, log *slog.Logger) error {
+	if n, err := st.FinishInterrupted(ctx); err != nil {
+		return fmt.Errorf("finalising the records of interrupted runs: %w", err)
+	} else if n > 0 {
+		log.Warn("runs left unfinished by a stopped daemon were recorded as sandbox_error (interrupted)", "executions", n)
+	}
+	if n, err := st.EndOpenSessions(ctx); err != nil {
+		return fmt.Errorf("ending the sessions of a stopped daemon: %w", err)
+	} else if n > 0 {
+		log.Warn("sessions left open by a stopped daemon were ended (daemon_stopped); their containers are removed as the sandbox starts", "sessions", n)
+	}
+	return nil
+}
+
+// serviceHooks returns the Service's hooks (the ledger through m, agent calls to the knowledge
+// store or cfg's webhook, output files, and the egress allowlist under network "allowlist")
+// and its configuration, with the allowlist's rules.
+func serviceHooks(cfg config.Config, st *store.Store, files *store.Files, m *metrics.Metrics) (engine.Hooks, engine.Config, error) {
+	scfg := cfg.Sandbox()
+	var handler callback.Handler = callback.Store{DB: st, AnswerBytes: scfg.MaxCallBytes}
+	if cfg.CallbackURL != "" {
+		handler = &callback.Webhook{URL: cfg.CallbackURL, Secret: []byte(cfg.CallbackSecret), Timeout: scfg.CallTimeout,
+			MaxBytes: int64(scfg.MaxCallBytes)}
+	}
+	hooks := engine.Hooks{Recorder: m.Recorder(st), Callbacks: callback.Dispatch{Handler: handler}, Files: files}
+	if cfg.Network == sandbox.NetworkAllowlist {
+		allow, err := egress.New(cfg.Egress())
+		if err != nil {
+			return engine.Hooks{}, engine.Config{}, fmt.Errorf("network_allow: %w", err)
+		}
+		hooks.Egress = allow
+		scfg.NetworkAllow, scfg.NetworkAllowInstall = allow.Rules()
+	}
+	return hooks, scfg, nil
 }
 
 // RunBackground fires jobs and prunes the ledger by retention (hourly, and whenever a write takes
@@ -290,7 +312,7 @@ func pruneLedger(ctx context.Context, st *store.Store, retention store.Retention
 // (client.InProcess), so both go through the same limits and decoding. log receives its
 // request lines and internal failures.
 func (e *Core) Handler(cfg config.Config, log *slog.Logger) http.Handler {
-	backend := httpapi.Backend{Executor: e.Service, Library: e.Library, Jobs: e.Jobs, Ledger: e.Store, Files: e.Files, Packages: e.Runtime,
+	backend := httpapi.Backend{BodiesMaxBytes: cfg.BodiesMaxBytes, Executor: e.Service, Library: e.Library, Jobs: e.Jobs, Ledger: e.Store, Files: e.Files, Packages: e.Runtime,
 		Knowledge: e.Store, Sessions: e.Sessions, Setup: func(ctx context.Context, emit func(setup.Event)) error {
 			_, err := setup.Run(ctx, setup.DetectPlatform(runtime.GOOS), setup.ExecRunner{}, daemonSetup{e}, setup.Options{}, emit)
 			return err
@@ -388,6 +410,7 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w (set listen, SANDPIT_LISTEN or --listen to another address)", cfg.Listen, err)
 	}
+	ln = netutil.LimitListener(ln, int(cfg.MaxConnections))
 	defer ln.Close()
 	// The address bound (port 0 takes a free one): the egress policy refuses it to sandboxed
 	// code, and other daemons are told it.
@@ -398,25 +421,12 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	}
 	defer eng.Close()
 
-	root := http.NewServeMux()
-	api := eng.Handler(cfg, log)
-	root.Handle("/", api)
-	mcpHandler, err := mcpserver.Endpoint(ctx, apiclient.InProcess(api), "daemon")
+	handler, err := routes(ctx, cfg, eng, log)
 	if err != nil {
 		return err
 	}
-	root.Handle("/mcp", mcpHandler)
-	root.Handle("GET /metrics", eng.Metrics.Handler())
-	console, err := withConsole(cfg, eng, api, httpapi.RequireToken(root, cfg.Token), log)
-	if err != nil {
-		return err
-	}
-	handler := http.NewServeMux()
-	handler.Handle("/", console)
-	// The E2B API authenticates by its own keys (X-API-Key) and sandboxes' access tokens.
-	handler.Handle(E2BPrefix+"/", http.StripPrefix(E2BPrefix, eng.E2B))
 	srv := &http.Server{
-		Handler:           httpapi.Guard(handler, cfg.AllowedHosts),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       time.Minute, // for the body; runs outlive it (see httpapi's tests)
 		IdleTimeout:       2 * time.Minute,
@@ -445,23 +455,59 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	}
 	log.Info("shutting down: no more job fires; waiting for in-flight executions", "grace", ShutdownGrace)
 	stopBackground()
+	shutdown(srv, eng, bgDone, log)
+	logStopped(eng, log)
+	return nil
+}
+
+// routes is the daemon's handler: the REST API at /, MCP at /mcp and the metrics behind the
+// token, the console at /ui, all behind the Host and Origin guard.
+func routes(ctx context.Context, cfg config.Config, eng *Core, log *slog.Logger) (http.Handler, error) {
+	root := http.NewServeMux()
+	api := eng.Handler(cfg, log)
+	root.Handle("/", api)
+	mcpHandler, err := mcpserver.Endpoint(ctx, apiclient.InProcess(api), "daemon")
+	if err != nil {
+		return nil, err
+	}
+	root.Handle("/mcp", httpapi.LimitBodies(api, mcpHandler))
+	root.Handle("GET /metrics", eng.Metrics.Handler())
+	console, err := withConsole(cfg, eng, api, httpapi.RequireToken(root, cfg.Token), log)
+	if err != nil {
+		return nil, err
+	}
+	handler := http.NewServeMux()
+	handler.Handle("/", console)
+	// The E2B API authenticates by its own keys (X-API-Key) and sandboxes' access tokens.
+	handler.Handle(E2BPrefix+"/", http.StripPrefix(E2BPrefix, eng.E2B))
+	return httpapi.Guard(handler, cfg.AllowedHosts), nil
+}
+
+// shutdown stops srv gracefully: in-flight requests and the background work (bgDone) get
+// ShutdownGrace to finish; after it the runs still going are interrupted and their requests
+// get answerGrace to answer with that result.
+func shutdown(srv *http.Server, eng *Core, bgDone <-chan struct{}, log *slog.Logger) {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
 	defer cancel()
-	err = srv.Shutdown(shutdownCtx)
+	err := srv.Shutdown(shutdownCtx)
 	if err == nil {
 		err = waitFor(shutdownCtx, bgDone)
 	}
-	if err != nil {
-		// Stop the runs still going, and let their requests answer with that result.
-		log.Warn("in-flight executions did not finish in time; interrupting them", "error", err)
-		eng.Service.Interrupt()
-		eng.Sessions.Shutdown(shutdownCtx)
-		answerCtx, cancel := context.WithTimeout(context.Background(), answerGrace)
-		defer cancel()
-		if err := errors.Join(srv.Shutdown(answerCtx), waitFor(answerCtx, bgDone)); err != nil {
-			log.Error("interrupted executions did not answer in time", "error", err)
-		}
+	if err == nil {
+		return
 	}
+	log.Warn("in-flight executions did not finish in time; interrupting them", "error", err)
+	eng.Service.Interrupt()
+	eng.Sessions.Shutdown(shutdownCtx)
+	answerCtx, cancelAnswer := context.WithTimeout(context.Background(), answerGrace)
+	defer cancelAnswer()
+	if err := errors.Join(srv.Shutdown(answerCtx), waitFor(answerCtx, bgDone)); err != nil {
+		log.Error("interrupted executions did not answer in time", "error", err)
+	}
+}
+
+// logStopped says the daemon stopped, naming the warm containers it leaves up.
+func logStopped(eng *Core, log *slog.Logger) {
 	var up []string
 	for _, id := range eng.Runtime.ContainerIDs() {
 		if len(id) >= 12 {
@@ -473,7 +519,6 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	} else {
 		log.Info("stopped; no warm container was started (the Docker engine never answered)")
 	}
-	return nil
 }
 
 // CheckExposure refuses a listen address beyond loopback without a bearer token.

@@ -9,7 +9,7 @@ import (
 )
 
 // withConsole serves the web console at /ui and /ui/ beside authed, the API behind its token
-// check. The console authenticates its own requests (the bearer token, or the session cookie
+// check. The console authenticates its own requests (the bearer token, or the login cookie
 // of its sign-in form) and reaches the API through api, the handler without the token check;
 // the cookie is valid for /ui only, so it opens nothing of the API directly.
 func withConsole(cfg config.Config, eng *Core, api, authed http.Handler, log *slog.Logger) (http.Handler, error) {

@@ -3,7 +3,7 @@
 // A Handler has one method per call. Dispatch decodes a call's arguments strictly, checks
 // them, and hands them to a Handler with the run's scope (its agent and execution), so a
 // handler never sees another agent's call. Two handlers: Store, the built-in knowledge store
-// (package store's SQLite tables), and Webhook, which POSTs each call to the host
+// (package store's tables, on SQLite or PostgreSQL), and Webhook, which POSTs each call to the host
 // application.
 package callback
 
@@ -192,7 +192,8 @@ func (s Store) GetFacts(ctx context.Context, scope sandbox.CallScope, a GetFacts
 }
 
 func (s Store) QueryGraph(ctx context.Context, scope sandbox.CallScope, a QueryGraphArgs) (store.Graph, error) {
-	return s.DB.Neighbourhood(ctx, scope.Agent, deref(a.Start), deref(a.Relation), a.Depth, a.Limit, s.AnswerBytes)
+	return s.DB.Neighbourhood(ctx, store.GraphQuery{Agent: scope.Agent, Start: deref(a.Start), Relation: deref(a.Relation),
+		Depth: a.Depth, Limit: a.Limit, AnswerBytes: s.AnswerBytes})
 }
 
 func (s Store) GetDocuments(ctx context.Context, scope sandbox.CallScope, a GetDocumentsArgs) ([]store.Document, error) {

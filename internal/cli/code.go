@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/errclass"
 )
 
@@ -60,30 +61,7 @@ after it (a mismatch ends the run with outcome output_invalid).`,
 			}
 			saved, err := c.CreateCode(cmd.Context(), save.agent, args[0], d)
 			if errors.Is(err, errclass.Conflict) { // the name exists: save a new version of it
-				// What the flags do not give is the current version's, so that fixing the
-				// script keeps its schemas (an empty --input-schema '' clears one).
-				cur, gerr := c.GetCode(cmd.Context(), save.agent, args[0], 0)
-				if gerr != nil {
-					return gerr
-				}
-				fl := cmd.Flags()
-				if !fl.Changed("dep") {
-					d.Dependencies = cur.Dependencies
-				}
-				if !fl.Changed("description") {
-					d.Description = cur.Description
-				}
-				if !fl.Changed("input-schema") {
-					d.InputSchema = cur.InputSchema
-				}
-				if !fl.Changed("output-schema") {
-					d.OutputSchema = cur.OutputSchema
-				}
-				expected := save.expected
-				if expected == 0 {
-					expected = cur.Version // the version these fields came from: a save in between is refused
-				}
-				saved, err = c.UpdateCode(cmd.Context(), save.agent, args[0], d, expected)
+				saved, err = saveVersion(cmd, c, save.agent, args[0], d, save.expected)
 			}
 			if err != nil {
 				return err
@@ -102,6 +80,34 @@ after it (a mismatch ends the run with outcome output_invalid).`,
 	saveCmd.Flags().StringVar(&save.description, "description", "", "what the code does")
 	saveCmd.Flags().IntVar(&save.expected, "expected-version", 0, "refuse the save unless this is the current version")
 	return saveCmd
+}
+
+// saveVersion saves d as the next version of the agent's code name. What cmd's flags do not
+// give is the current version's, so that fixing the script keeps its schemas (an empty
+// --input-schema value clears one). expected 0 expects the version those fields came from, so
+// that a save in between is refused.
+func saveVersion(cmd *cobra.Command, c *client.Client, agent, name string, d apitype.CodeDraft, expected int) (apitype.Code, error) {
+	cur, err := c.GetCode(cmd.Context(), agent, name, 0)
+	if err != nil {
+		return apitype.Code{}, err
+	}
+	fl := cmd.Flags()
+	if !fl.Changed("dep") {
+		d.Dependencies = cur.Dependencies
+	}
+	if !fl.Changed("description") {
+		d.Description = cur.Description
+	}
+	if !fl.Changed("input-schema") {
+		d.InputSchema = cur.InputSchema
+	}
+	if !fl.Changed("output-schema") {
+		d.OutputSchema = cur.OutputSchema
+	}
+	if expected == 0 {
+		expected = cur.Version
+	}
+	return c.UpdateCode(cmd.Context(), agent, name, d, expected)
 }
 
 func (o *options) codeListCommand() *cobra.Command {

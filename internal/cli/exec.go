@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
-	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 func (o *options) execCommand() *cobra.Command {
@@ -22,12 +21,15 @@ func (o *options) execCommand() *cobra.Command {
 	return exec
 }
 
+// execListFlags are the flags of exec list.
+type execListFlags struct {
+	daemonFlags
+	source, outcome, codeName, jobID, since, until, cursor string
+	limit                                                  int
+}
+
 func (o *options) execListCommand() *cobra.Command {
-	var list struct {
-		daemonFlags
-		source, outcome, codeName, jobID, since, until, cursor string
-		limit                                                  int
-	}
+	var list execListFlags
 	listCmd := &cobra.Command{
 		Use:   "list",
 		Short: "List executions, newest first",
@@ -35,26 +37,9 @@ func (o *options) execListCommand() *cobra.Command {
 jobs. --agent filters by agent (default: every agent); the other flags narrow further.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			filter := url.Values{}
-			add := func(key, v string) {
-				if v != "" {
-					filter.Set(key, v)
-				}
-			}
-			add("agent", list.agent)
-			add("source", list.source)
-			add("outcome", list.outcome)
-			add("code_name", list.codeName)
-			add("job_id", list.jobID)
-			for _, t := range []struct{ flag, key, v string }{{"since", "since", list.since}, {"until", "until", list.until}} {
-				if t.v == "" {
-					continue
-				}
-				at, err := parseWhen(t.v, time.Now())
-				if err != nil {
-					return usageErrorf("--%s: %v", t.flag, err)
-				}
-				add(t.key, at.Format(time.RFC3339))
+			filter, err := list.filter(time.Now())
+			if err != nil {
+				return err
 			}
 			c, err := o.daemon(cmd, list.daemonFlags)
 			if err != nil {
@@ -70,39 +55,7 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 			if list.json {
 				return o.printJSON(map[string]any{"executions": items, "next_cursor": next})
 			}
-			if len(items) == 0 {
-				fmt.Fprintln(o.env.Stdout, "no executions match")
-				return nil
-			}
-			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTARTED\tAGENT\tSOURCE\tCODE\tOUTCOME\tEXIT\tDURATION\tSTART\tPRINTED")
-			for _, e := range items {
-				code := e.CodeName
-				if code != "" {
-					code += " v" + strconv.Itoa(e.CodeVersion)
-				}
-				outcome := string(e.Outcome)
-				if e.Status == store.StatusRunning {
-					outcome = "(running)"
-				}
-				start := e.Start // fork or cold
-				if start == "" {
-					start = "-"
-				}
-				exit := "-"
-				if e.Status != store.StatusRunning {
-					exit = strconv.Itoa(e.ExitCode)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%dms\t%s\t%s\n", e.ID, e.StartedAt.Format(time.RFC3339), e.Agent, e.Source, code, outcome,
-					exit, e.DurationMS, start, outputPreview(e))
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			if next != "" {
-				fmt.Fprintf(o.env.Stderr, "sandpit: more: add --cursor %s\n", next)
-			}
-			return nil
+			return o.printExecutions(items, next)
 		},
 	}
 	fl := listCmd.Flags()
@@ -117,6 +70,71 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 	fl.StringVar(&list.until, "until", "", "started before: RFC 3339 time, or a duration ago")
 	fl.IntVar(&list.limit, "limit", 50, "at most this many")
 	return listCmd
+}
+
+// filter is the query of GET /v1/executions that the flags ask for; --since and --until are
+// read at now. An error names the flag.
+func (l execListFlags) filter(now time.Time) (url.Values, error) {
+	filter := url.Values{}
+	add := func(key, v string) {
+		if v != "" {
+			filter.Set(key, v)
+		}
+	}
+	add("agent", l.agent)
+	add("source", l.source)
+	add("outcome", l.outcome)
+	add("code_name", l.codeName)
+	add("job_id", l.jobID)
+	for _, t := range []struct{ flag, key, v string }{{"since", "since", l.since}, {"until", "until", l.until}} {
+		if t.v == "" {
+			continue
+		}
+		at, err := parseWhen(t.v, now)
+		if err != nil {
+			return nil, usageErrorf("--%s: %v", t.flag, err)
+		}
+		add(t.key, at.Format(time.RFC3339))
+	}
+	return filter, nil
+}
+
+// printExecutions prints a page of the ledger as a table, and on stderr how to ask for the next
+// page when there is one.
+func (o *options) printExecutions(items []apitype.ExecutionSummary, next string) error {
+	if len(items) == 0 {
+		fmt.Fprintln(o.env.Stdout, "no executions match")
+		return nil
+	}
+	tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTARTED\tAGENT\tSOURCE\tCODE\tOUTCOME\tEXIT\tDURATION\tSTART\tPRINTED")
+	for _, e := range items {
+		code := e.CodeName
+		if code != "" {
+			code += " v" + strconv.Itoa(e.CodeVersion)
+		}
+		outcome := string(e.Outcome)
+		if e.Status == apitype.StatusRunning {
+			outcome = "(running)"
+		}
+		start := e.Start // fork or cold
+		if start == "" {
+			start = "-"
+		}
+		exit := "-"
+		if e.Status != apitype.StatusRunning {
+			exit = strconv.Itoa(e.ExitCode)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%dms\t%s\t%s\n", e.ID, e.StartedAt.Format(time.RFC3339), e.Agent, e.Source, code, outcome,
+			exit, e.DurationMS, start, outputPreview(e))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if next != "" {
+		fmt.Fprintf(o.env.Stderr, "sandpit: more: add --cursor %s\n", next)
+	}
+	return nil
 }
 
 func (o *options) execShowCommand() *cobra.Command {

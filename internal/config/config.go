@@ -63,13 +63,21 @@ type Config struct {
 	// GET /healthz) must carry: Authorization: Bearer <token>. Required when listen is not a
 	// loopback address. Clients read it from SANDPIT_TOKEN. Default empty.
 	Token string `json:"token"`
+	// BodiesMaxBytes is the budget of request bodies the API reads and holds at once, in bytes:
+	// a request is admitted by its Content-Length before its body is read, and one the budget
+	// has no room for is answered 429 unread. Default 128 MiB; at least the largest body one
+	// request may send (raised to it), at most 64 GiB.
+	BodiesMaxBytes int64 `json:"bodies_max_bytes"`
+	// MaxConnections is the most connections the listener holds at once; more wait in the
+	// kernel's backlog until one closes. Default 512; 16 to 1,000,000.
+	MaxConnections int64 `json:"max_connections"`
 	// DataDir is the directory where sandpit keeps its state. It must be an absolute path.
 	// Default $XDG_DATA_HOME/sandpit, or ~/.local/share/sandpit when XDG_DATA_HOME is unset.
 	DataDir string `json:"data_dir"`
 	// DatabaseURL, when set, keeps the ledger, code library, knowledge, jobs and runs' output
 	// files in this PostgreSQL database instead of SQLite in the data directory, so that
 	// several daemons share them: postgres://user:password@host:5432/database?sslmode=….
-	// Default empty (SQLite). See "Running several daemons" in the README.
+	// Default empty (SQLite). See docs/several-daemons.md.
 	DatabaseURL string `json:"database_url"`
 	// DaemonID names this daemon among those sharing database_url: recorded with the runs it
 	// does and the job fires it claims, and named in errors about what only it holds. 1 to 64
@@ -423,6 +431,8 @@ func defaults(lookup func(string) (string, bool)) Config {
 		OutputFilesBytes:   sb.Limits.OutputFilesBytes,
 		Charts:             sb.Charts,
 		FilesMaxBytes:      store.DefaultFilesMaxBytes,
+		BodiesMaxBytes:     128 << 20,
+		MaxConnections:     512,
 
 		SessionIdleTimeoutMS:    engine.DefaultSessionConfig().IdleTimeout.Milliseconds(),
 		SessionMaxLifetimeMS:    engine.DefaultSessionConfig().MaxLifetime.Milliseconds(),
@@ -861,10 +871,13 @@ func (c Config) checkRetention(report *problems) {
 	}
 }
 
-// checkRequestSizes checks the size of a request: max_code_bytes and max_input_bytes.
+// checkRequestSizes checks the size of requests: max_code_bytes, max_input_bytes,
+// bodies_max_bytes and max_connections.
 func (c Config) checkRequestSizes(report *problems) {
 	report.intRange("max_code_bytes", c.MaxCodeBytes, 1, gib, " bytes (1GiB)")
 	report.intRange("max_input_bytes", c.MaxInputBytes, 1, gib, " bytes (1GiB)")
+	report.intRange("bodies_max_bytes", c.BodiesMaxBytes, 1, 64*gib, " bytes (64GiB; raised to the largest body one request may send)")
+	report.intRange("max_connections", c.MaxConnections, 16, 1_000_000, " connections")
 }
 
 // checkBox checks each slot's container: memory_bytes, memory_swap_bytes, cpus, pids_limit,

@@ -14,13 +14,13 @@ import (
 	"time"
 )
 
-// CookieName is the console's session cookie (HttpOnly, SameSite=Strict, Path=/ui).
+// CookieName is the console's login cookie (HttpOnly, SameSite=Strict, Path=/ui).
 const CookieName = "sandpit_console"
 
 // csrfField is the form field (and X-CSRF-Token the header) that carries a page's CSRF token.
 const csrfField = "csrf"
 
-// authenticator signs sessions and CSRF tokens with a key made when the daemon starts (a
+// authenticator signs logins and CSRF tokens with a key made when the daemon starts (a
 // restart signs everyone out).
 type authenticator struct {
 	tokenSum [sha256.Size]byte
@@ -53,14 +53,14 @@ func (a *authenticator) tokenMatches(given string) bool {
 	return subtle.ConstantTimeCompare(got[:], a.tokenSum[:]) == 1
 }
 
-// newSession returns a session cookie's value: its expiry (Unix seconds) and its signature.
-func (a *authenticator) newSession() string {
-	exp := strconv.FormatInt(a.now().Add(SessionTTL).Unix(), 10)
-	return exp + "." + a.mac("session", exp)
+// newLogin returns a login cookie's value: its expiry (Unix seconds) and its signature.
+func (a *authenticator) newLogin() string {
+	exp := strconv.FormatInt(a.now().Add(LoginTTL).Unix(), 10)
+	return exp + "." + a.mac("login", exp)
 }
 
-// validSession says whether v is a session this daemon signed that has not expired.
-func (a *authenticator) validSession(v string) bool {
+// validLogin says whether v is a login this daemon signed that has not expired.
+func (a *authenticator) validLogin(v string) bool {
 	exp, sig, ok := strings.Cut(v, ".")
 	if !ok {
 		return false
@@ -69,10 +69,10 @@ func (a *authenticator) validSession(v string) bool {
 	if err != nil || a.now().Unix() >= n {
 		return false
 	}
-	return hmac.Equal([]byte(sig), []byte(a.mac("session", exp)))
+	return hmac.Equal([]byte(sig), []byte(a.mac("login", exp)))
 }
 
-// identity is who a request is: "bearer" (the API's Authorization header), a session cookie's
+// identity is who a request is: "bearer" (the API's Authorization header), a login cookie's
 // value, "anonymous" when the daemon has no token, or "" when not signed in.
 func (a *authenticator) identity(r *http.Request) string {
 	if !a.hasToken {
@@ -81,7 +81,7 @@ func (a *authenticator) identity(r *http.Request) string {
 	if scheme, given, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") && a.tokenMatches(strings.TrimSpace(given)) {
 		return "bearer"
 	}
-	if c, err := r.Cookie(CookieName); err == nil && a.validSession(c.Value) {
+	if c, err := r.Cookie(CookieName); err == nil && a.validLogin(c.Value) {
 		return c.Value
 	}
 	return ""
@@ -105,7 +105,7 @@ func sameOrigin(r *http.Request) bool {
 // signedIn serves fn to a signed-in request; a GET that is not is sent to the sign-in page,
 // anything else answered 401. A POST must also be same-origin and carry the page's CSRF token
 // (in the form field csrf or the header X-CSRF-Token), unless it holds the bearer token.
-func (c *Console) signedIn(fn func(w http.ResponseWriter, r *http.Request, s session)) http.HandlerFunc {
+func (c *Console) signedIn(fn func(w http.ResponseWriter, r *http.Request, l login)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id := c.auth.identity(r)
 		if id == "" {
@@ -116,7 +116,7 @@ func (c *Console) signedIn(fn func(w http.ResponseWriter, r *http.Request, s ses
 			c.errorPage(w, r, http.StatusUnauthorized, "Sign in first: this sandpit daemon requires its token.")
 			return
 		}
-		s := session{identity: id, csrf: c.auth.csrfToken(id), tokenRequired: c.auth.hasToken}
+		l := login{identity: id, csrf: c.auth.csrfToken(id), tokenRequired: c.auth.hasToken}
 		if r.Method == http.MethodPost && id != "bearer" {
 			if !sameOrigin(r) {
 				c.errorPage(w, r, http.StatusForbidden, "This action must come from a console page of this daemon (its Origin did not match).")
@@ -127,13 +127,13 @@ func (c *Console) signedIn(fn func(w http.ResponseWriter, r *http.Request, s ses
 				r.Body = http.MaxBytesReader(w, r.Body, c.formLimit())
 				given = r.PostFormValue(csrfField)
 			}
-			if !hmac.Equal([]byte(given), []byte(s.csrf)) {
+			if !hmac.Equal([]byte(given), []byte(l.csrf)) {
 				c.errorPage(w, r, http.StatusForbidden, "This form is stale or did not come from the console (its CSRF token is missing or wrong): reload the page and try again.")
 				return
 			}
 		}
 		w.Header().Set("Cache-Control", "no-store")
-		fn(w, r, s)
+		fn(w, r, l)
 	}
 }
 
@@ -146,8 +146,8 @@ func (c *Console) formLimit() int64 {
 	return 3*int64(c.cfg.Engine.Config().MaxInputBytes) + maxFormBytes
 }
 
-// session is the signed-in request's identity and its pages' CSRF token.
-type session struct {
+// login is the signed-in request's identity and its pages' CSRF token.
+type login struct {
 	identity      string
 	csrf          string
 	tokenRequired bool
@@ -171,8 +171,8 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "login", page{Title: "Sign in", Data: map[string]string{"Next": next}})
 }
 
-// login checks the token of the sign-in form and sets the session cookie.
-func (c *Console) login(w http.ResponseWriter, r *http.Request) {
+// submitLogin checks the token of the sign-in form and sets the login cookie.
+func (c *Console) submitLogin(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	if !sameOrigin(r) {
 		c.errorPage(w, r, http.StatusForbidden, "Sign in from this daemon's own sign-in page (the request's Origin did not match).")
@@ -189,12 +189,12 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 			Data: map[string]string{"Next": next, "Error": "That is not this daemon's token (its token setting, SANDPIT_TOKEN)."}})
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: c.auth.newSession(), Path: "/ui", MaxAge: int(SessionTTL / time.Second),
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: c.auth.newLogin(), Path: "/ui", MaxAge: int(LoginTTL / time.Second),
 		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-func (c *Console) logout(w http.ResponseWriter, r *http.Request, s session) {
+func (c *Console) logout(w http.ResponseWriter, r *http.Request, l login) {
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/ui", MaxAge: -1, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 }

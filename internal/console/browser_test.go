@@ -29,7 +29,7 @@ func TestBrowserLiveList(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#rows tr[data-id="`+old+`"]`)),
 	)
 	if got := browser.Eval[string](t, ctx, "document.cookie"); got != "" {
-		t.Fatalf("the session cookie is readable from script: %q", got)
+		t.Fatalf("the login cookie is readable from script: %q", got)
 	}
 	browser.Eval[bool](t, ctx, "window.__stay = true")
 

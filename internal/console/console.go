@@ -108,8 +108,8 @@ type Console struct {
 	mux   *http.ServeMux
 }
 
-// SessionTTL is how long a sign-in lasts.
-const SessionTTL = 12 * time.Hour
+// LoginTTL is how long a sign-in lasts.
+const LoginTTL = 12 * time.Hour
 
 // New returns the console for cfg. log receives failures; nil discards them.
 func New(cfg Config, log *slog.Logger) (*Console, error) {
@@ -131,7 +131,7 @@ func New(cfg Config, log *slog.Logger) (*Console, error) {
 	static, _ := fs.Sub(staticFS, "static")
 	c.mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", staticHandler(static)))
 	c.mux.HandleFunc("GET /ui/login", c.loginPage)
-	c.mux.HandleFunc("POST /ui/login", c.login)
+	c.mux.HandleFunc("POST /ui/login", c.submitLogin)
 	c.mux.HandleFunc("POST /ui/logout", c.signedIn(c.logout))
 	c.mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/", http.StatusSeeOther)

@@ -127,8 +127,8 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request, what string, er
 	c.errorPage(w, r, http.StatusInternalServerError, "Reading "+what+" failed; the daemon log has the details.")
 }
 
-func (s session) page(title, nav string, data any) page {
-	return page{Title: title, Nav: nav, CSRF: s.csrf, TokenRequired: s.tokenRequired, Data: data}
+func (l login) page(title, nav string, data any) page {
+	return page{Title: title, Nav: nav, CSRF: l.csrf, TokenRequired: l.tokenRequired, Data: data}
 }
 
 // FileURL is the console's URL of an output file, each part of its name escaped.
@@ -236,18 +236,18 @@ func (c *Console) list(r *http.Request) listView {
 	return v
 }
 
-func (c *Console) executionsPage(w http.ResponseWriter, r *http.Request, s session) {
+func (c *Console) executionsPage(w http.ResponseWriter, r *http.Request, l login) {
 	v := c.list(r)
 	status := http.StatusOK
 	if v.Error != "" {
 		status = http.StatusBadRequest
 	}
-	c.render(w, r, status, "executions", s.page("Executions", "executions", v))
+	c.render(w, r, status, "executions", l.page("Executions", "executions", v))
 }
 
 // executionRows serves the list's rows alone, which the page's script fetches to stay live.
-func (c *Console) executionRows(w http.ResponseWriter, r *http.Request, s session) {
-	c.render(w, r, http.StatusOK, "rows", s.page("", "", c.list(r)))
+func (c *Console) executionRows(w http.ResponseWriter, r *http.Request, l login) {
+	c.render(w, r, http.StatusOK, "rows", l.page("", "", c.list(r)))
 }
 
 type fileView struct {
@@ -263,7 +263,7 @@ type recordView struct {
 	Running bool
 }
 
-func (c *Console) executionPage(w http.ResponseWriter, r *http.Request, s session) {
+func (c *Console) executionPage(w http.ResponseWriter, r *http.Request, l login) {
 	if c.cfg.Ledger == nil {
 		c.errorPage(w, r, http.StatusNotFound, "This daemon keeps no ledger of executions.")
 		return
@@ -279,12 +279,12 @@ func (c *Console) executionPage(w http.ResponseWriter, r *http.Request, s sessio
 		_, img := sandbox.RasterImage(f.MediaType)
 		v.Files = append(v.Files, fileView{File: f, URL: FileURL(e.ID, f.Name), Image: img})
 	}
-	c.render(w, r, http.StatusOK, "execution", s.page("Execution "+e.ID, "executions", v))
+	c.render(w, r, http.StatusOK, "execution", l.page("Execution "+e.ID, "executions", v))
 }
 
 // executionFile serves an output file's bytes through the REST API's own route (its media
 // type, attachment or inline, sandboxing CSP and 404/410 answers).
-func (c *Console) executionFile(w http.ResponseWriter, r *http.Request, s session) {
+func (c *Console) executionFile(w http.ResponseWriter, r *http.Request, l login) {
 	parts := strings.Split(r.PathValue("name"), "/")
 	for i, p := range parts {
 		parts[i] = url.PathEscape(p)

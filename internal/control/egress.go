@@ -26,24 +26,6 @@ func (c *Line) openEgress(m *protocol.Message) {
 	if m.Egress == nil {
 		return
 	}
-	refuse := func(why string) {
-		if err := c.conn.Send(&protocol.Message{Kind: protocol.KindEgressOpened, ID: m.ID,
-			Egress: &protocol.Egress{Stream: m.Egress.Stream, Refused: true}, Error: why}); err != nil {
-			c.fail(fmt.Errorf("%w: answering the egress proxy: %w", ErrClosed, err))
-		}
-	}
-	// A refusal decided here is sent from its own goroutine (the read loop must not block on a
-	// write), within the cap on requests being decided.
-	refuseLater := func(why string) {
-		if c.opening.Add(1) > maxEgressOpening {
-			c.opening.Add(-1)
-			return
-		}
-		go func() {
-			defer c.opening.Add(-1)
-			refuse(why)
-		}()
-	}
 	host, port, id, stream := m.Egress.Host, m.Egress.Port, m.ID, m.Egress.Stream
 	c.mu.Lock()
 	dialer := c.dialers[id]
@@ -52,14 +34,14 @@ func (c *Line) openEgress(m *protocol.Message) {
 	c.mu.Unlock()
 	switch {
 	case dialer == nil:
-		refuseLater(fmt.Sprintf("sandpit egress: %s is refused: %s has no network access through the proxy (network \"allowlist\" "+
+		c.refuseEgressLater(id, stream, fmt.Sprintf("sandpit egress: %s is refused: %s has no network access through the proxy (network \"allowlist\" "+
 			"gives runs the hosts of network_allow, and installs the package index)", net.JoinHostPort(host, fmt.Sprint(port)), kindOf(id)))
 		return
 	case taken:
 		c.log.Warn("the executor reused an egress stream number", "stream", stream)
 		return
 	case full:
-		refuseLater(fmt.Sprintf("sandpit egress: %s is refused: the sandbox has %d connections open, the most one sandbox may hold",
+		c.refuseEgressLater(id, stream, fmt.Sprintf("sandpit egress: %s is refused: the sandbox has %d connections open, the most one sandbox may hold",
 			net.JoinHostPort(host, fmt.Sprint(port)), maxEgressStreams))
 		return
 	}
@@ -70,49 +52,77 @@ func (c *Line) openEgress(m *protocol.Message) {
 	}
 	go func() {
 		defer c.opening.Add(-1)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		go func() {
-			select {
-			case <-c.done:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		conn, err := dialer.DialEgress(ctx, host, port)
-		if err != nil {
-			why := err.Error()
-			if !strings.HasPrefix(why, "sandpit egress:") {
-				why = "sandpit egress: " + why
-			}
-			refuse(why)
-			return
-		}
-		s := protocol.NewStream(c.conn, id, stream, conn, func(err error) {
-			c.mu.Lock()
-			delete(c.streams, stream)
-			c.mu.Unlock()
-		})
-		c.mu.Lock()
-		if c.dialers[id] == nil || c.err != nil { // the run ended meanwhile
-			c.mu.Unlock()
-			conn.Close()
-			refuse(fmt.Sprintf("sandpit egress: %s is refused: the %s has ended", net.JoinHostPort(host, fmt.Sprint(port)), kindOf(id)))
-			return
-		}
-		c.streams[stream] = &egressStream{owner: id, stream: s}
-		c.mu.Unlock()
-		address := ""
-		if a, ok := conn.(interface{ Address() string }); ok {
-			address = a.Address()
-		}
-		if err := c.conn.Send(&protocol.Message{Kind: protocol.KindEgressOpened, ID: id,
-			Egress: &protocol.Egress{Stream: stream, Address: address}}); err != nil {
-			s.Abort(err)
-			c.fail(fmt.Errorf("%w: answering the egress proxy: %w", ErrClosed, err))
-		}
-		s.Start()
+		c.dialEgress(dialer, id, stream, host, port)
 	}()
+}
+
+// refuseEgress answers the executor that stream (of owner id) is refused, saying why.
+func (c *Line) refuseEgress(id string, stream uint64, why string) {
+	if err := c.conn.Send(&protocol.Message{Kind: protocol.KindEgressOpened, ID: id,
+		Egress: &protocol.Egress{Stream: stream, Refused: true}, Error: why}); err != nil {
+		c.fail(fmt.Errorf("%w: answering the egress proxy: %w", ErrClosed, err))
+	}
+}
+
+// refuseEgressLater sends a refusal decided on the read loop from its own goroutine (the read
+// loop must not block on a write), within the cap on requests being decided.
+func (c *Line) refuseEgressLater(id string, stream uint64, why string) {
+	if c.opening.Add(1) > maxEgressOpening {
+		c.opening.Add(-1)
+		return
+	}
+	go func() {
+		defer c.opening.Add(-1)
+		c.refuseEgress(id, stream, why)
+	}()
+}
+
+// dialEgress has dialer decide and dial host:port for stream (of owner id) until the line
+// ends, then starts the stream once the executor has its answer; a refusal, a failed dial or
+// an owner that ended meanwhile is answered as refused.
+func (c *Line) dialEgress(dialer sandbox.EgressDialer, id string, stream uint64, host string, port int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	conn, err := dialer.DialEgress(ctx, host, port)
+	if err != nil {
+		why := err.Error()
+		if !strings.HasPrefix(why, "sandpit egress:") {
+			why = "sandpit egress: " + why
+		}
+		c.refuseEgress(id, stream, why)
+		return
+	}
+	s := protocol.NewStream(c.conn, id, stream, conn, func(err error) {
+		c.mu.Lock()
+		delete(c.streams, stream)
+		c.mu.Unlock()
+	})
+	c.mu.Lock()
+	if c.dialers[id] == nil || c.err != nil { // the run ended meanwhile
+		c.mu.Unlock()
+		conn.Close()
+		c.refuseEgress(id, stream, fmt.Sprintf("sandpit egress: %s is refused: the %s has ended", net.JoinHostPort(host, fmt.Sprint(port)), kindOf(id)))
+		return
+	}
+	c.streams[stream] = &egressStream{owner: id, stream: s}
+	c.mu.Unlock()
+	address := ""
+	if a, ok := conn.(interface{ Address() string }); ok {
+		address = a.Address()
+	}
+	if err := c.conn.Send(&protocol.Message{Kind: protocol.KindEgressOpened, ID: id,
+		Egress: &protocol.Egress{Stream: stream, Address: address}}); err != nil {
+		s.Abort(err)
+		c.fail(fmt.Errorf("%w: answering the egress proxy: %w", ErrClosed, err))
+	}
+	s.Start()
 }
 
 func kindOf(id string) string {

@@ -1,7 +1,7 @@
 // Package deptest checks, in a test, which packages a program or a package links: a test
 // fails when a package gains a dependency it must not have (the executor anything beyond the
-// standard library and its protocol, the REST client the daemon's storage). Tailscale's
-// tstest/deptest is the model.
+// standard library and its protocol, the REST client the daemon's storage, the CLI's own code
+// the store). Tailscale's tstest/deptest is the model.
 package deptest
 
 import (
@@ -25,13 +25,7 @@ const Module = "github.com/sandpit-dev/sandpit"
 // brought the package in.
 func Check(t *testing.T, pkg string, allowed ...string) {
 	t.Helper()
-	deps, err := list(pkg)
-	if err != nil {
-		t.Fatalf("go list -deps %s: %v", pkg, err)
-	}
-	if len(deps) == 0 {
-		t.Fatalf("go list -deps %s listed no package", pkg)
-	}
+	deps := mustList(t, pkg)
 	for _, d := range deps {
 		if d.Standard || permitted(d.ImportPath, allowed) {
 			continue
@@ -39,6 +33,44 @@ func Check(t *testing.T, pkg string, allowed ...string) {
 		t.Errorf("%s links %s, which it must not (allowed beyond the standard library: %s); it comes in through %s",
 			pkg, d.ImportPath, strings.Join(allowed, ", "), importers(deps, d.ImportPath))
 	}
+}
+
+// Deny fails t for each package of denied (import paths) that pkg links, directly or through
+// other packages, naming the import chain's last step as Check does.
+func Deny(t *testing.T, pkg string, denied ...string) {
+	t.Helper()
+	deps := mustList(t, pkg)
+	for _, d := range deps {
+		if slices.Contains(denied, d.ImportPath) {
+			t.Errorf("%s links %s, which it must not; it comes in through %s", pkg, d.ImportPath, importers(deps, d.ImportPath))
+		}
+	}
+}
+
+// DenyImport fails t for each package of denied (import paths) that pkg's own non-test files
+// import; what pkg links through its other imports is not checked (see Deny).
+func DenyImport(t *testing.T, pkg string, denied ...string) {
+	t.Helper()
+	deps := mustList(t, pkg)
+	self := deps[len(deps)-1] // go list -deps lists a package after its dependencies
+	for _, imp := range self.Imports {
+		if slices.Contains(denied, imp) {
+			t.Errorf("%s imports %s, which it must not", self.ImportPath, imp)
+		}
+	}
+}
+
+// mustList lists pkg and its dependencies, failing t when go list fails or lists nothing.
+func mustList(t *testing.T, pkg string) []dep {
+	t.Helper()
+	deps, err := list(pkg)
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", pkg, err)
+	}
+	if len(deps) == 0 {
+		t.Fatalf("go list -deps %s listed no package", pkg)
+	}
+	return deps
 }
 
 // dep is what `go list -json` says of a package that Check uses.

@@ -117,44 +117,58 @@ type Decision struct {
 // without brackets). Names are resolved with the Gate's resolver. It returns a *Refusal when
 // the destination is refused.
 func (g *Gate) Check(ctx context.Context, host string, port int) (Decision, error) {
-	refuse := func(format string, args ...any) (Decision, error) {
-		return Decision{}, &Refusal{Host: host, Port: port, Why: fmt.Sprintf(format, args...)}
-	}
 	if port < 1 || port > 65535 {
-		return refuse("the port is not from 1 to 65535")
+		return Decision{}, refusal(host, port, "the port is not from 1 to 65535")
 	}
 	if len(host) > 2 && host[0] == '[' && host[len(host)-1] == ']' {
 		host = host[1 : len(host)-1]
 	}
 	if len(g.policies) == 0 {
-		return refuse("network_allow is empty; add the host to network_allow in the configuration")
+		return Decision{}, refusal(host, port, "network_allow is empty; add the host to network_allow in the configuration")
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
-		if a.Zone() != "" {
-			return refuse("an IPv6 zone is not allowed")
-		}
-		a = a.Unmap()
-		if what, ok := g.reserved.match(a, port); ok {
-			return refuse("%s:%d is %s, which no entry of network_allow opens to sandboxed code", a, port, what)
-		}
-		var rule string
-		for _, p := range g.policies {
-			r, ok := p.addrRule(a, port)
-			if !ok {
-				if _, name, special := classify(a); special {
-					return refuse("%s is %s, which only an entry of %s naming it allows: add %q (this port only)", a, name, p.Setting, netip.AddrPortFrom(a, uint16(port)).String())
-				}
-				return refuse("no entry of %s names %s at port %d; add %q to it (or %q for every port)", p.Setting, a, port, netip.AddrPortFrom(a, uint16(port)).String(), a.String())
-			}
-			if rule == "" {
-				rule = r.Text
-			}
-		}
-		return Decision{Addrs: []netip.Addr{a}, Rule: rule}, nil
+		return g.checkAddr(host, a, port)
 	}
+	return g.checkName(ctx, host, port)
+}
+
+// refusal is the *Refusal of host:port, saying why.
+func refusal(host string, port int, format string, args ...any) *Refusal {
+	return &Refusal{Host: host, Port: port, Why: fmt.Sprintf(format, args...)}
+}
+
+// checkAddr decides the IP literal a (written host): every policy must open it at port by an
+// address rule, and a reserved address only an entry naming it.
+func (g *Gate) checkAddr(host string, a netip.Addr, port int) (Decision, error) {
+	if a.Zone() != "" {
+		return Decision{}, refusal(host, port, "an IPv6 zone is not allowed")
+	}
+	a = a.Unmap()
+	if what, ok := g.reserved.match(a, port); ok {
+		return Decision{}, refusal(host, port, "%s:%d is %s, which no entry of network_allow opens to sandboxed code", a, port, what)
+	}
+	var rule string
+	for _, p := range g.policies {
+		r, ok := p.addrRule(a, port)
+		if !ok {
+			if _, name, special := classify(a); special {
+				return Decision{}, refusal(host, port, "%s is %s, which only an entry of %s naming it allows: add %q (this port only)", a, name, p.Setting, netip.AddrPortFrom(a, uint16(port)).String())
+			}
+			return Decision{}, refusal(host, port, "no entry of %s names %s at port %d; add %q to it (or %q for every port)", p.Setting, a, port, netip.AddrPortFrom(a, uint16(port)).String(), a.String())
+		}
+		if rule == "" {
+			rule = r.Text
+		}
+	}
+	return Decision{Addrs: []netip.Addr{a}, Rule: rule}, nil
+}
+
+// checkName decides the host name host: every policy must name it at port, and then the
+// addresses it resolves to that every policy allows (see allowResolved) may be dialed.
+func (g *Gate) checkName(ctx context.Context, host string, port int) (Decision, error) {
 	name, err := NormalizeHost(host)
 	if err != nil {
-		return refuse("the host name %s", err)
+		return Decision{}, refusal(host, port, "the host name %s", err)
 	}
 	// Every policy must name the host: a name no rule names is not even resolved (the
 	// daemon's DNS queries must not carry what a program chooses to put in a name).
@@ -162,7 +176,7 @@ func (g *Gate) Check(ctx context.Context, host string, port int) (Decision, erro
 	for i, p := range g.policies {
 		r, ok := p.hostRule(name, port)
 		if !ok {
-			return refuse("no entry of %s names %s at port %d; add %q (or %q) to it", p.Setting, name, port, name, name+":"+strconv.Itoa(port))
+			return Decision{}, refusal(host, port, "no entry of %s names %s at port %d; add %q (or %q) to it", p.Setting, name, port, name, name+":"+strconv.Itoa(port))
 		}
 		byName[i] = r
 	}
@@ -170,7 +184,7 @@ func (g *Gate) Check(ctx context.Context, host string, port int) (Decision, erro
 	defer cancel()
 	addrs, err := g.resolver.LookupNetIP(ctx, "ip", name)
 	if err != nil {
-		return refuse("its name did not resolve: %v", err)
+		return Decision{}, refusal(host, port, "its name did not resolve: %v", err)
 	}
 	var ok []netip.Addr
 	var why string
@@ -179,37 +193,43 @@ func (g *Gate) Check(ctx context.Context, host string, port int) (Decision, erro
 		if a.Zone() != "" {
 			continue
 		}
-		if what, reserved := g.reserved.match(a, port); reserved {
-			why = fmt.Sprintf("%s resolves to %s, and %s:%d is %s, which no entry of network_allow opens to sandboxed code", name, a, a, port, what)
+		if w := g.allowResolved(name, a, port, byName); w != "" {
+			why = w
 			continue
 		}
-		allowed := true
-		if _, what, special := classify(a); special {
-			// Each policy must name the special address by a CIDR, unless its rule for the
-			// name is trusted (the package index the operator configured).
-			for i, p := range g.policies {
-				if byName[i].Trusted {
-					continue
-				}
-				if _, byCIDR := p.addrRule(a, port); !byCIDR {
-					why = fmt.Sprintf("%s resolves to %s, %s, which only an entry of %s naming that address allows: add %q (this port only)",
-						name, a, what, p.Setting, netip.AddrPortFrom(a, uint16(port)).String())
-					allowed = false
-					break
-				}
-			}
-		}
-		if allowed {
-			ok = append(ok, a)
-		}
+		ok = append(ok, a)
 	}
 	if len(ok) == 0 {
 		if why == "" {
 			why = "its name resolved to no address"
 		}
-		return refuse("%s", why)
+		return Decision{}, refusal(host, port, "%s", why)
 	}
 	return Decision{Addrs: ok, Rule: byName[0].Text}, nil
+}
+
+// allowResolved says why a, an address name resolved to, may not be dialed at port, or "" when
+// it may: a reserved address never; a special one only when each policy names it by a CIDR,
+// unless that policy's rule for the name (byName) is trusted (the package index the operator
+// configured).
+func (g *Gate) allowResolved(name string, a netip.Addr, port int, byName []Rule) string {
+	if what, reserved := g.reserved.match(a, port); reserved {
+		return fmt.Sprintf("%s resolves to %s, and %s:%d is %s, which no entry of network_allow opens to sandboxed code", name, a, a, port, what)
+	}
+	_, what, special := classify(a)
+	if !special {
+		return ""
+	}
+	for i, p := range g.policies {
+		if byName[i].Trusted {
+			continue
+		}
+		if _, byCIDR := p.addrRule(a, port); !byCIDR {
+			return fmt.Sprintf("%s resolves to %s, %s, which only an entry of %s naming that address allows: add %q (this port only)",
+				name, a, what, p.Setting, netip.AddrPortFrom(a, uint16(port)).String())
+		}
+	}
+	return ""
 }
 
 func (g *Gate) dialTimeout() time.Duration {

@@ -139,3 +139,74 @@ func TestLoneAgentUsesEverySlot(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// H56: one agent's long runs do not hold every slot. Before, an agent's three runs of ten
+// minutes took all three slots, and another agent's print(1) waited until one of them ended
+// (4 min 40 s in the attack). Now the agent's long runs take all slots but one, its third waits
+// with the last slot free, and the other agent's run starts at once: it waits for none of the
+// first agent's runs. A lone agent's short runs (default timeout) still use every slot; with
+// the last slot held by one of them, the other agent waits for that short run only, and then
+// goes before the first agent's queued long run. Measured in runs waited for, never in time.
+func TestLongRunsLeaveASlotForOthers(t *testing.T) {
+	rt := newGatedRuntime()
+	cfg := testConfig()
+	cfg.Slots, cfg.QueueLength, cfg.ExecutionsPerAgent = 3, 8, 8
+	s := NewService(&rt.fakeRuntime, Hooks{}, cfg, nil)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	long := ms(cfg.MaxTimeout.Milliseconds())
+	execute := func(agent, code string, timeout *int64) {
+		wg.Go(func() {
+			if _, err := s.Execute(t.Context(), sandbox.Request{Agent: agent, Code: code, TimeoutMS: timeout}, nil); err != nil {
+				t.Errorf("%s: %v", code, err)
+			}
+		})
+	}
+	held := func(agent string) int {
+		s.slots.mu.Lock()
+		defer s.slots.mu.Unlock()
+		return s.slots.held[agent]
+	}
+	longs := map[string]bool{"long1": true, "long2": true, "long3": true}
+	for c := range longs {
+		execute("mallory", c, long)
+	}
+	first, second := <-rt.started, <-rt.started
+	delete(longs, first)
+	delete(longs, second)
+	var queued string
+	for c := range longs {
+		queued = c
+	}
+	waitFor(t, func() bool { return s.Stats().Waiting == 1 })
+	if st := s.Stats(); st.Busy != 2 || held("mallory") != 2 {
+		t.Fatalf("mallory's three long runs: stats %+v, mallory holds %d; want 2 slots taken, the third waiting", st, held("mallory"))
+	}
+	// alice's run starts while all of mallory's long runs go on: none ended for it.
+	execute("alice", "print1", nil)
+	if got := <-rt.started; got != "print1" {
+		t.Fatalf("%s started; want alice's print1, in the slot mallory's long runs leave", got)
+	}
+	close(rt.gate("print1"))
+	waitFor(t, func() bool { return held("alice") == 0 && s.Stats().Busy == 2 })
+
+	// A short run of mallory's may take the last slot (a lone agent uses every slot)...
+	execute("mallory", "short", nil)
+	if got := <-rt.started; got != "short" {
+		t.Fatalf("%s started; want mallory's short run in the last slot", got)
+	}
+	// ...and alice then waits for that one short run, then goes before mallory's queued long run.
+	execute("alice", "print2", nil)
+	waitFor(t, func() bool { return s.Stats().Waiting == 2 })
+	close(rt.gate("short"))
+	if got := <-rt.started; got != "print2" {
+		t.Fatalf("after mallory's short run, %s started; want alice's print2 (%s waits for one of mallory's own slots)", got, queued)
+	}
+	close(rt.gate("print2"))
+	close(rt.gate(first))
+	if got := <-rt.started; got != queued {
+		t.Fatalf("after %s ended, %s started; want %s", first, got, queued)
+	}
+	close(rt.gate(second))
+	close(rt.gate(queued))
+}

@@ -7,7 +7,7 @@ import "context"
 // waits in the queue, and returns a *BusyError when the queue is full. release gives the slot
 // back; call it once. The slot counts as agent's, against its executions_per_agent.
 func (s *Service) Hold(ctx context.Context, agent string) (release func(), err error) {
-	slot, err := s.slots.acquire(ctx, agent)
+	slot, err := s.slots.acquire(ctx, agent, 0) // work of the daemon's: short
 	if err != nil {
 		return nil, err
 	}

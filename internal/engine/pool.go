@@ -14,8 +14,13 @@ import (
 // pool hands out the runtime's slots: one execution (or install, or hold) per slot at a time,
 // the others waiting in a bounded queue. A freed slot goes to the waiting agent that holds the
 // fewest, and one agent's executions in slots plus queued are capped, so an agent with many
-// requests cannot keep every slot from another that waits. A released slot is offered again
-// only once the runtime has settled it (see sandbox.Settler). It is safe for concurrent use.
+// requests cannot keep every slot from another that waits. An agent that holds every slot but
+// one takes that last one only for a short run (one that holds its slot for at most
+// DefaultTimeout and Grace: no longer timeout, no dependencies to install); its longer runs
+// wait for one of its own slots. So one agent never holds every slot with long runs: another
+// agent's request waits for a slot at most one short run (see docs/configuration.md,
+// executions_per_agent). A released slot is offered again only once the runtime has settled
+// it (see sandbox.Settler). It is safe for concurrent use.
 type pool struct {
 	rt  sandbox.Runtime
 	log *slog.Logger
@@ -23,11 +28,15 @@ type pool struct {
 	base context.Context
 	// slots, queueLength and perAgent are Config's Slots, QueueLength and ExecutionsPerAgent.
 	slots, queueLength, perAgent int
+	// short is the most a run may hold its slot to take an agent's last slot: Config's
+	// DefaultTimeout plus Grace.
+	short time.Duration
 
 	mu sync.Mutex
 	// free are the free slots' numbers; queue the requests waiting for one, in arrival order
-	// (one is never non-empty while the other is); held counts each agent's slots ("" for
-	// installs, which name no agent).
+	// (a free slot and a waiting request are there together only while that request may not
+	// take that slot, see mayTake); held counts each agent's slots ("" for installs, which name
+	// no agent).
 	free     []int
 	queue    []*waiter
 	held     map[string]int
@@ -37,6 +46,7 @@ type pool struct {
 // waiter is a request waiting for a slot: dispatch sends it one on slot.
 type waiter struct {
 	agent string
+	hold  time.Duration // how long it may hold the slot
 	slot  chan int
 }
 
@@ -44,7 +54,7 @@ type waiter struct {
 // ready (a pool of boxes brings its slots up one by one).
 func newPool(base context.Context, rt sandbox.Runtime, cfg Config, log *slog.Logger) *pool {
 	p := &pool{rt: rt, log: log, base: base, slots: cfg.Slots, queueLength: cfg.QueueLength,
-		perAgent: cfg.ExecutionsPerAgent, held: map[string]int{}}
+		perAgent: cfg.ExecutionsPerAgent, short: cfg.DefaultTimeout + cfg.Grace, held: map[string]int{}}
 	for i := range cfg.Slots {
 		p.settle(i)
 	}
@@ -58,11 +68,12 @@ func (p *pool) stats() Stats {
 	return Stats{Slots: p.slots, Busy: p.slots - len(p.free), Waiting: len(p.queue)}
 }
 
-// acquire takes a slot for agent ("" for work that names none), waiting in the queue when
-// none is free. Errors: a *sandbox.BusyError when agent already has ExecutionsPerAgent
+// acquire takes a slot for agent ("" for work that names none) for work that holds it at most
+// hold, waiting in the queue when none is free (or when the only one free is one agent may not
+// take, see mayTake). Errors: a *sandbox.BusyError when agent already has ExecutionsPerAgent
 // executions in slots and queued, or when the queue is full; sandbox.ErrNotReady when the
 // Service is interrupted; ctx's error when it ends first.
-func (p *pool) acquire(ctx context.Context, agent string) (int, error) {
+func (p *pool) acquire(ctx context.Context, agent string, hold time.Duration) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("waiting for a free slot: %w", err)
 	}
@@ -71,7 +82,7 @@ func (p *pool) acquire(ctx context.Context, agent string) (int, error) {
 		p.mu.Unlock()
 		return 0, &sandbox.BusyError{Slots: p.slots, Queue: p.queueLength, RetryAfter: time.Second, Agent: agent, PerAgent: p.perAgent}
 	}
-	if len(p.free) > 0 {
+	if len(p.free) > 0 && p.mayTake(agent, hold) {
 		slot := p.takeFree()
 		p.held[agent]++
 		p.mu.Unlock()
@@ -81,7 +92,7 @@ func (p *pool) acquire(ctx context.Context, agent string) (int, error) {
 		p.mu.Unlock()
 		return 0, &sandbox.BusyError{Slots: p.slots, Queue: p.queueLength, RetryAfter: time.Second}
 	}
-	w := &waiter{agent: agent, slot: make(chan int, 1)}
+	w := &waiter{agent: agent, hold: hold, slot: make(chan int, 1)}
 	p.queue = append(p.queue, w)
 	p.mu.Unlock()
 	select {
@@ -164,15 +175,25 @@ func (p *pool) unhold(agent string) {
 	}
 }
 
+// mayTake reports whether agent may take a free slot for work that holds it at most hold: not
+// when that would make it hold every slot (of two or more) with work longer than p.short.
+// p.mu is held.
+func (p *pool) mayTake(agent string, hold time.Duration) bool {
+	return agent == "" || p.slots < 2 || p.held[agent] < p.slots-1 || hold <= p.short
+}
+
 // dispatch gives free slots to waiting requests: each to the first waiting request of the
-// agents that hold the fewest slots. p.mu is held.
+// agents that hold the fewest slots, among those that may take it (mayTake). p.mu is held.
 func (p *pool) dispatch() {
-	for len(p.free) > 0 && len(p.queue) > 0 {
-		pick := 0
+	for len(p.free) > 0 {
+		pick := -1
 		for i, w := range p.queue {
-			if p.held[w.agent] < p.held[p.queue[pick].agent] {
+			if p.mayTake(w.agent, w.hold) && (pick < 0 || p.held[w.agent] < p.held[p.queue[pick].agent]) {
 				pick = i
 			}
+		}
+		if pick < 0 {
+			return
 		}
 		w := p.queue[pick]
 		p.queue = slices.Delete(p.queue, pick, pick+1)

@@ -267,7 +267,7 @@ func (s *Service) Execute(ctx context.Context, req sandbox.Request, emit func(sa
 
 	// The slot is taken first: it bounds installs as it bounds runs, and the execution is in
 	// the ledger from here, so a crash during an install is recorded too.
-	slot, err := s.slots.acquire(ctx, x.agent)
+	slot, err := s.slots.acquire(ctx, x.agent, s.holdOf(x))
 	if err != nil {
 		return sandbox.Result{}, err
 	}
@@ -323,6 +323,12 @@ type execution struct {
 	session string
 	box     sandbox.SessionBox
 	grace   time.Duration
+}
+
+// holdOf is how long x may hold its slot: its timeout and Grace, and InstallTimeout for each
+// dependency it names.
+func (s *Service) holdOf(x *execution) time.Duration {
+	return time.Duration(x.spec.TimeoutMS)*time.Millisecond + s.cfg.Grace + time.Duration(len(x.req.Dependencies))*s.cfg.InstallTimeout
 }
 
 // prepare turns a validated request into its execution: the spec with its ID, input, timeout,
@@ -489,7 +495,7 @@ func (s *Service) Install(ctx context.Context, reqs []string, progress func(sand
 		emit = func(e sandbox.Event) { progress(*e.Dependency) }
 	}
 	// Installs take a slot like runs: they are bounded by the slots and the queue.
-	slot, err := s.slots.acquire(ctx, "")
+	slot, err := s.slots.acquire(ctx, "", s.cfg.InstallTimeout)
 	if err != nil {
 		return sandbox.Installed{}, err
 	}

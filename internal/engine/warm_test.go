@@ -29,9 +29,12 @@ func TestWarmSessionsAreNobodysUntilAdopted(t *testing.T) {
 		t.Fatalf("warm session: %+v", w)
 	}
 	for name, call := range map[string]func() error{
-		"Get":     func() error { _, err := m.Get(ctx, WarmAgent, w.ID); return err },
-		"Execute": func() error { _, err := m.Execute(ctx, w.ID, sandbox.Request{Agent: WarmAgent, Code: "x = 2"}, true, nil); return err },
-		"Close":   func() error { _, err := m.Close(ctx, WarmAgent, w.ID); return err },
+		"Get": func() error { _, err := m.Get(ctx, WarmAgent, w.ID); return err },
+		"Execute": func() error {
+			_, err := m.Execute(ctx, w.ID, sandbox.Request{Agent: WarmAgent, Code: "x = 2"}, true, nil)
+			return err
+		},
+		"Close": func() error { _, err := m.Close(ctx, WarmAgent, w.ID); return err },
 		"Command": func() error {
 			_, err := m.Command(ctx, WarmAgent, w.ID, CommandRequest{Cmd: "true"}, nil)
 			return err

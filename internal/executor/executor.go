@@ -7,7 +7,8 @@
 // environment, empty stdin, rlimits (applied by the bootstrap), a wall-clock deadline that
 // kills every process of the slot's uid, byte caps on stdout and stderr, out-of-memory
 // detection, the output files the run left in its directory (read once its processes are
-// dead, never through a link; see files.go), and cleanup of everything the run left. When the session ends (the daemon went away) every run is killed and Serve returns.
+// dead, never through a link; see files.go), and cleanup of everything the run left. When the
+// control line ends (the daemon went away) every run is killed and Serve returns.
 //
 // It imports only the standard library and sandpit's stdlib-only packages: it is built as a
 // static binary and copied into the image.

@@ -107,37 +107,11 @@ func startForkServer(cfg Config, dir string, timeout time.Duration, quit <-chan 
 		conn.Close()
 		return nil, fmt.Errorf("starting the fork server: %w", err)
 	}
-	go func() { // what it prints (import warnings, tracebacks) goes to the executor's log
-		defer logR.Close()
-		sc := bufio.NewScanner(logR)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			log.Warn("fork server: " + sc.Text())
-		}
-	}()
+	go logForkServer(logR, log)
 	s := &forkServer{cmd: cmd, conn: conn, log: log, pid: cmd.Process.Pid,
 		children: map[string]*forkChild{}, done: make(chan struct{})}
-
-	_ = conn.SetReadDeadline(time.Now().Add(timeout))
-	helloDone := make(chan struct{})
-	go func() {
-		select {
-		case <-quit: // the executor is stopping: do not wait for the preload
-			_ = conn.SetReadDeadline(time.Now())
-		case <-helloDone:
-		}
-	}()
 	buf := make([]byte, maxForkPacket)
-	hello, err := s.read(buf)
-	close(helloDone)
-	_ = conn.SetReadDeadline(time.Time{})
-	if err == nil && hello.Type == "unsafe" {
-		err = &unsafeError{hello.Error}
-	} else if err == nil && hello.Type != "ready" {
-		err = fmt.Errorf("the fork server said %q before it was ready", hello.Type)
-	} else if err != nil {
-		err = fmt.Errorf("the fork server ended, or did not get ready within %s: %w", timeout, err)
-	}
+	hello, err := s.awaitReady(buf, timeout, quit)
 	if err != nil {
 		s.kill()
 		_ = cmd.Wait()
@@ -155,6 +129,44 @@ func startForkServer(cfg Config, dir string, timeout time.Duration, quit <-chan 
 		"modules", len(hello.Modules), "data_bytes", hello.DataBytes, "huge_bytes", hello.HugeBytes)
 	go s.readLoop(buf)
 	return s, nil
+}
+
+// logForkServer sends what the fork server prints (import warnings, tracebacks) to the
+// executor's log, a line at a time, until r ends; then closes r.
+func logForkServer(r *os.File, log *slog.Logger) {
+	defer r.Close()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		log.Warn("fork server: " + sc.Text())
+	}
+}
+
+// awaitReady reads the server's first report into buf, waiting up to timeout (or until quit
+// closes: the executor is stopping, and does not wait for the preload). It is an error unless
+// the report says ready: an *unsafeError when the server found itself unsafe to fork from.
+func (s *forkServer) awaitReady(buf []byte, timeout time.Duration, quit <-chan struct{}) (forkReply, error) {
+	_ = s.conn.SetReadDeadline(time.Now().Add(timeout))
+	helloDone := make(chan struct{})
+	go func() {
+		select {
+		case <-quit:
+			_ = s.conn.SetReadDeadline(time.Now())
+		case <-helloDone:
+		}
+	}()
+	hello, err := s.read(buf)
+	close(helloDone)
+	_ = s.conn.SetReadDeadline(time.Time{})
+	switch {
+	case err != nil:
+		return hello, fmt.Errorf("the fork server ended, or did not get ready within %s: %w", timeout, err)
+	case hello.Type == "unsafe":
+		return hello, &unsafeError{hello.Error}
+	case hello.Type != "ready":
+		return hello, fmt.Errorf("the fork server said %q before it was ready", hello.Type)
+	}
+	return hello, nil
 }
 
 // forkRefusedError is a fork the server could not make for this run, the server being fine.

@@ -133,17 +133,7 @@ func (e *Executor) startInterp(r *run) (*interp, error) {
 func (ip *interp) run(r *run) *sandbox.Result {
 	e := ip.e
 	res := &sandbox.Result{ExitCode: -1}
-	ip.mu.Lock()
-	ended, why := ip.ended, ip.reason
-	ip.mu.Unlock()
-	if ended == "" {
-		select {
-		case <-ip.exited:
-			ended, why = ip.end(EndedExited, "the session's interpreter ended between calls ("+ip.endedWith()+")")
-		default:
-		}
-	}
-	if ended != "" {
+	if ended, why := ip.endedBefore(); ended != "" {
 		res.Outcome, res.Reason, res.SessionEnded = sandbox.OutcomeSandboxError, "the session has ended: "+why, ended
 		return res
 	}
@@ -180,46 +170,20 @@ func (ip *interp) run(r *run) *sandbox.Result {
 		res.Outcome, res.Reason = sandbox.OutcomeKilled, "cancelled before the call started"
 		return res
 	}
-	line := r.initLine()
-	line["call"] = seq
-	init, err := json.Marshal(line)
-	if err != nil {
+	if err := ip.send(r, seq); err != nil {
 		ip.detach(r)
 		return r.systemError(res, "encoding the call: %v", err)
 	}
-	go func() {
-		if _, err := ip.l.control.Write(append(init, '\n')); err != nil {
-			e.log.Debug("writing a session call", "id", r.id, "error", err)
-		}
-	}()
 	started := time.Now()
 	res.StartedAt, res.Start = started.UTC(), startSession
 	timer := time.AfterFunc(time.Duration(r.spec.TimeoutMS)*time.Millisecond, func() { r.stop(stopTimeout) })
 	if e.cfg.GVisor {
 		go r.watch()
 	}
-	var done *controlReport
-wait:
-	for {
-		select {
-		case d := <-ip.dones:
-			if d.Call == seq { // an earlier call's late report is not this one's end
-				done = &d
-				break wait
-			}
-		case <-ip.exited:
-			break wait
-		}
-	}
+	done := ip.await(seq)
 	timer.Stop()
 	res.DurationMS = time.Since(started).Milliseconds()
-	ip.mu.Lock()
-	killed := ip.killed
-	if ip.grace != nil && !ip.grace.Stop() {
-		killed = true // the kill is on its way
-	}
-	ip.grace = nil
-	ip.mu.Unlock()
+	killed := ip.stopGrace()
 	if done != nil && !killed {
 		ip.drain()
 	}
@@ -250,6 +214,74 @@ wait:
 		res.OOMKills = int(oomAfter - oomBefore)
 	}
 	r.classify(res, status, waitErr)
+	ip.endAfter(r, res, killed, alive)
+	return res
+}
+
+// send writes call seq's init line to the interpreter, without waiting for the write (the
+// interpreter may be busy); an error is the line's encoding.
+func (ip *interp) send(r *run, seq int) error {
+	line := r.initLine()
+	line["call"] = seq
+	init, err := json.Marshal(line)
+	if err != nil {
+		return err
+	}
+	go func() {
+		if _, err := ip.l.control.Write(append(init, '\n')); err != nil {
+			ip.e.log.Debug("writing a session call", "id", r.id, "error", err)
+		}
+	}()
+	return nil
+}
+
+// stopGrace stops the timer that kills a call which ignores its interrupt, and says whether
+// the call was killed (or its kill is on its way).
+func (ip *interp) stopGrace() bool {
+	ip.mu.Lock()
+	defer ip.mu.Unlock()
+	killed := ip.killed
+	if ip.grace != nil && !ip.grace.Stop() {
+		killed = true // the kill is on its way
+	}
+	ip.grace = nil
+	return killed
+}
+
+// endedBefore returns how the session ended and why, or "" while it goes on; an interpreter
+// that exited between calls ends it now.
+func (ip *interp) endedBefore() (ended, why string) {
+	ip.mu.Lock()
+	ended, why = ip.ended, ip.reason
+	ip.mu.Unlock()
+	if ended == "" {
+		select {
+		case <-ip.exited:
+			ended, why = ip.end(EndedExited, "the session's interpreter ended between calls ("+ip.endedWith()+")")
+		default:
+		}
+	}
+	return ended, why
+}
+
+// await waits for the end of call seq: its report, or nil when the interpreter exited first.
+func (ip *interp) await(seq int) *controlReport {
+	for {
+		select {
+		case d := <-ip.dones:
+			if d.Call == seq { // an earlier call's late report is not this one's end
+				return &d
+			}
+		case <-ip.exited:
+			return nil
+		}
+	}
+}
+
+// endAfter ends the session after a call that was killed, ran out of memory or whose
+// interpreter did not survive (alive false), saying so in res; a call that timed out and was
+// interrupted leaves it going, with its state.
+func (ip *interp) endAfter(r *run, res *sandbox.Result, killed, alive bool) {
 	switch {
 	case killed:
 		res.SessionEnded, _ = ip.end(EndedKilled, fmt.Sprintf("a call did not stop within %s of its interrupt (KeyboardInterrupt) and was killed with the interpreter", InterruptGrace))
@@ -263,7 +295,6 @@ wait:
 	case res.Outcome == sandbox.OutcomeTimeout:
 		res.Reason = fmt.Sprintf("the call passed its timeout of %d ms and was interrupted (KeyboardInterrupt); the session keeps its state", r.spec.TimeoutMS)
 	}
-	return res
 }
 
 // collect sends the call's output files: those it created or changed in the session's

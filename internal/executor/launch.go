@@ -85,18 +85,7 @@ func (e *Executor) launchProgram(slot int, s *forkServer, cold bool, id string) 
 		}
 		return e.launchIn(slot, s, cold, id, uid, dir, home)
 	}
-	if err := e.killAndWait(uid, e.cfg.KillTimeout); err != nil {
-		return nil, fmt.Errorf("clearing the slot: %w", err)
-	}
-	for _, d := range []string{dir, home} {
-		if err := os.RemoveAll(d); err != nil {
-			return nil, fmt.Errorf("clearing the run's directory %s: %w", d, err)
-		}
-		if err := mkdirOwned(d, uid); err != nil {
-			return nil, fmt.Errorf("creating the run's directory %s for uid %d: %w", d, uid, err)
-		}
-	}
-	if err := e.seedHome(uid, home); err != nil {
+	if err := e.clearSlot(uid, dir, home); err != nil {
 		return nil, err
 	}
 	return e.launchIn(slot, s, cold, id, uid, dir, home)
@@ -151,6 +140,36 @@ func (e *Executor) launchIn(slot int, s *forkServer, cold bool, id string, uid i
 		}
 		e.log.Warn("starting the run cold", "slot", slot, "error", err)
 	}
+	cmd, err := e.startCold(slot, uid, dir, env, stdoutW, stderrW, childSock)
+	if err != nil {
+		l.close()
+		return nil, err
+	}
+	l.proc, l.start = coldProcess{cmd}, startCold
+	return l, nil
+}
+
+// clearSlot kills every process of uid and gives the slot a fresh, empty working directory
+// dir and a seeded home, both uid's. A home that cannot be seeded is an error.
+func (e *Executor) clearSlot(uid int, dir, home string) error {
+	if err := e.killAndWait(uid, e.cfg.KillTimeout); err != nil {
+		return fmt.Errorf("clearing the slot: %w", err)
+	}
+	for _, d := range []string{dir, home} {
+		if err := os.RemoveAll(d); err != nil {
+			return fmt.Errorf("clearing the run's directory %s: %w", d, err)
+		}
+		if err := mkdirOwned(d, uid); err != nil {
+			return fmt.Errorf("creating the run's directory %s for uid %d: %w", d, uid, err)
+		}
+	}
+	return e.seedHome(uid, home)
+}
+
+// startCold starts the bootstrap in a fresh interpreter as uid in dir, with env, its stdout
+// and stderr on the given ends and the control line's end as descriptor 3, and makes it the
+// OOM killer's first choice.
+func (e *Executor) startCold(slot, uid int, dir string, env []string, stdoutW, stderrW, childSock *os.File) (*exec.Cmd, error) {
 	cmd := exec.Command(e.cfg.Python, "-u", "-I", "-X", "utf8", e.cfg.Bootstrap)
 	cmd.Dir = dir
 	cmd.Env = env
@@ -161,10 +180,9 @@ func (e *Executor) launchIn(slot int, s *forkServer, cold bool, id string, uid i
 		Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}},
 	}
 	e.changingUID.Lock()
-	err = cmd.Start() // returns once the program has become uid and exec'd
+	err := cmd.Start() // returns once the program has become uid and exec'd
 	e.changingUID.Unlock()
 	if err != nil {
-		l.close()
 		return nil, fmt.Errorf("starting python: %w", err)
 	}
 	// Before the code arrives over the control line, the run becomes the OOM killer's first
@@ -174,8 +192,7 @@ func (e *Executor) launchIn(slot int, s *forkServer, cold bool, id string, uid i
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", cmd.Process.Pid), []byte("1000"), 0); err != nil {
 		e.log.Warn("raising the run's oom_score_adj", "slot", slot, "error", err)
 	}
-	l.proc, l.start = coldProcess{cmd}, startCold
-	return l, nil
+	return cmd, nil
 }
 
 // Ready programs. After each run, while nothing else can use its slot, the executor forks the

@@ -226,22 +226,7 @@ func (p *proxy) handle(c net.Conn) {
 	head.lift()
 	rest := io.MultiReader(bytes.NewReader(buffered(br)), c)
 
-	var local io.ReadWriteCloser
-	if t.req == nil {
-		local = &clientConn{Conn: c, r: rest}
-	} else {
-		// Forwarded in origin form, once: Connection: close ends the exchange with the
-		// origin's answer, so a client cannot send a second request (to another host) down
-		// this connection.
-		req := t.req // its Body reads the rest of the request from br
-		req.Header.Del("Proxy-Connection")
-		req.Header.Del("Proxy-Authorization")
-		req.Close = true
-		req.RequestURI = ""
-		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(req.Write(pw)) }()
-		local = newForwardConn(c, pr)
-	}
+	local := localEnd(c, t, rest)
 	// The stream is known before the daemon is asked, so that none of the destination's
 	// bytes that follow the answer is dropped; it starts once the client has its answer.
 	id := p.next.Add(1)
@@ -288,6 +273,24 @@ func (p *proxy) handle(c net.Conn) {
 		}
 	}
 	s.Start()
+}
+
+// localEnd is the client's end of the stream: after CONNECT, the connection itself (rest is
+// what the client sends); for a plain request, the request forwarded in origin form, once.
+// Connection: close ends the exchange with the origin's answer, so a client cannot send a
+// second request (to another host) down this connection.
+func localEnd(c net.Conn, t target, rest io.Reader) io.ReadWriteCloser {
+	if t.req == nil {
+		return &clientConn{Conn: c, r: rest}
+	}
+	req := t.req // its Body reads the rest of the request from the connection's reader
+	req.Header.Del("Proxy-Connection")
+	req.Header.Del("Proxy-Authorization")
+	req.Close = true
+	req.RequestURI = ""
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(req.Write(pw)) }()
+	return newForwardConn(c, pr)
 }
 
 func (p *proxy) forget(id uint64) {

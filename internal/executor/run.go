@@ -155,22 +155,9 @@ func (r *run) execute() *sandbox.Result {
 		}
 	}()
 
-	// The slot's ready program, when it suits the run; else a new one (nothing of an earlier
-	// run is left in the slot either way).
-	l := r.e.takeNext(r.slot)
-	if l != nil && l.server.unsuitable(r.spec.Paths) != "" {
-		r.e.discard(l)
-		l = nil
-	}
-	if l == nil {
-		s, why := r.e.forks.server(r.spec.Paths)
-		if s == nil {
-			r.e.log.Debug("starting the run cold", "id", r.id, "reason", why)
-		}
-		var err error
-		if l, err = r.e.launchProgram(r.slot, s, true, r.id); err != nil {
-			return r.systemError(res, "%v", err)
-		}
+	l, err := r.program()
+	if err != nil {
+		return r.systemError(res, "%v", err)
 	}
 	defer l.close()
 	control := l.control
@@ -241,6 +228,24 @@ func (r *run) execute() *sandbox.Result {
 	}
 	r.classify(res, ended.status, waitErr)
 	return res
+}
+
+// program returns the slot's ready program, when it suits the run; else a new one (nothing of
+// an earlier run is left in the slot either way).
+func (r *run) program() (*launch, error) {
+	l := r.e.takeNext(r.slot)
+	if l != nil && l.server.unsuitable(r.spec.Paths) != "" {
+		r.e.discard(l)
+		l = nil
+	}
+	if l != nil {
+		return l, nil
+	}
+	s, why := r.e.forks.server(r.spec.Paths)
+	if s == nil {
+		r.e.log.Debug("starting the run cold", "id", r.id, "reason", why)
+	}
+	return r.e.launchProgram(r.slot, s, true, r.id)
 }
 
 // collectFiles sends the run's output files to the daemon (one KindFile message each, in
@@ -356,20 +361,23 @@ func runEnvironment(home string, extra []string) []string {
 // matplotlibSubdir is matplotlib's directory (MPLCONFIGDIR) inside a run's home.
 const matplotlibSubdir = ".matplotlib"
 
-// seedHome fills a run's new, empty home directory (owned by uid, which has no process alive)
-// with the image's prebuilt matplotlib cache files. An error means the run must not start:
+// seedHome makes the matplotlib directory of a run's new, empty home (owned by uid, which has
+// no process alive) and fills it with the image's prebuilt matplotlib cache files, if any. An
+// error means the run must not start:
 // its libraries would otherwise rebuild or miss their configuration.
 func (e *Executor) seedHome(uid int, home string) error {
+	// The directory is made the run's own (0700) whether or not there is a cache to seed it
+	// with: matplotlib would otherwise make it 0755 itself.
+	dir := filepath.Join(home, matplotlibSubdir)
+	if err := mkdirOwned(dir, uid); err != nil {
+		return fmt.Errorf("creating the run's matplotlib directory: %w", err)
+	}
 	entries, err := os.ReadDir(e.cfg.MatplotlibCache)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil // no cache in this image
 	}
 	if err != nil {
 		return fmt.Errorf("reading the matplotlib cache %s: %w", e.cfg.MatplotlibCache, err)
-	}
-	dir := filepath.Join(home, matplotlibSubdir)
-	if err := mkdirOwned(dir, uid); err != nil {
-		return fmt.Errorf("creating the run's matplotlib directory: %w", err)
 	}
 	for _, entry := range entries {
 		if !entry.Type().IsRegular() {

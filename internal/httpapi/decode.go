@@ -21,6 +21,10 @@ import (
 
 // shape describes the JSON object a request body must hold.
 type shape struct {
+	// flat says that no nested object of the target has fields of its own: checkKeys is the
+	// whole check of field names, and the body is decoded with json.Unmarshal, without the
+	// strict decoder's copy of it.
+	flat    bool
 	fields  []string          // every field it may have
 	expect  map[string]string // what a field must be, for type errors ("must be a string")
 	example string            // a minimal valid body
@@ -45,38 +49,60 @@ func mediaType(r *http.Request, hint string, accepted ...string) (string, error)
 // reading it when Content-Length says so) and decodes it into v by sh (see decodeBody).
 // Errors are answered by writeError.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64, v any, sh shape) error {
+	body, err := readBodyBytes(w, r, limit, sh)
+	if err != nil {
+		return err
+	}
+	return decodeBody(body, v, sh)
+}
+
+// readBodyBytes is readBody without the decoding: it returns the body's bytes.
+func readBodyBytes(w http.ResponseWriter, r *http.Request, limit int64, sh shape) ([]byte, error) {
 	if r.ContentLength > limit {
 		// Answer before reading anything; the server closes the connection afterwards.
 		w.Header().Set("Connection", "close")
-		return &requestError{status: http.StatusRequestEntityTooLarge, code: apitype.CodeTooLarge,
+		return nil, &requestError{status: http.StatusRequestEntityTooLarge, code: apitype.CodeTooLarge,
 			msg: fmt.Sprintf("the request body is %d bytes; the limit is %d bytes", r.ContentLength, limit)}
 	}
 	if _, err := mediaType(r, "send the body as JSON with Content-Type: application/json", "application/json"); err != nil {
-		return err
+		return nil, err
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, limit)
-	return decodeBody(r.Body, v, sh)
+	body, err := readAll(http.MaxBytesReader(w, r.Body, limit), r.ContentLength)
+	if err != nil {
+		return nil, bodyError(err, sh)
+	}
+	return body, nil
 }
 
-// decodeBody reads body, which must hold exactly one JSON object with no field unknown to
-// sh, repeated or in other letter case, into v. Its errors are *requestError or
-// *http.MaxBytesError.
-func decodeBody(body io.Reader, v any, sh shape) error {
-	dec := json.NewDecoder(body)
-	var raw json.RawMessage
-	if err := dec.Decode(&raw); err != nil {
-		return bodyError(err, sh)
+// readAll reads r to its end into one buffer of size bytes when size (a Content-Length) is
+// known: the body is held once, not in a buffer grown by doubling.
+func readAll(r io.Reader, size int64) ([]byte, error) {
+	if size < 0 {
+		return io.ReadAll(r)
 	}
-	// Anything but white space after the object is an error (and may be the body's excess).
-	if _, err := dec.Token(); err != io.EOF {
-		if err == nil {
-			err = errors.New("more JSON follows it")
+	buf := make([]byte, size)
+	n, err := io.ReadFull(r, buf)
+	if err == io.ErrUnexpectedEOF {
+		err = nil // the server ends the body at Content-Length; shorter is cut by the client
+	}
+	if err == nil {
+		// More than Content-Length cannot arrive; MaxBytesReader's error still can.
+		_, err = r.Read(make([]byte, 1))
+		if err == io.EOF {
+			err = nil
 		}
-		var maxErr *http.MaxBytesError
-		if errors.As(err, &maxErr) {
-			return maxErr
-		}
-		return invalid("", "the request body must hold exactly one JSON object, but data follows the object (%v)", err)
+	}
+	return buf[:n], err
+}
+
+// decodeBody decodes body, which must hold exactly one JSON object with no field unknown to
+// sh, repeated or in other letter case, into v. Its errors are *requestError or
+// *http.MaxBytesError. While it decodes, the body is held at most twice (itself and the strict
+// decoder's buffer; once with sh.flat) beside the values decoded.
+func decodeBody(body []byte, v any, sh shape) error {
+	raw := bytes.TrimSpace(body)
+	if !json.Valid(raw) {
+		return syntaxProblem(raw, sh)
 	}
 	if !utf8.Valid(raw) {
 		return invalid("", "the request body is not valid UTF-8; JSON text must be UTF-8")
@@ -88,12 +114,38 @@ func decodeBody(body io.Reader, v any, sh shape) error {
 	if err := checkKeys(raw, sh); err != nil {
 		return err
 	}
+	if sh.flat {
+		if err := json.Unmarshal(raw, v); err != nil {
+			return bodyError(err, sh)
+		}
+		return nil
+	}
 	strict := json.NewDecoder(bytes.NewReader(raw))
 	strict.DisallowUnknownFields()
 	if err := strict.Decode(v); err != nil {
 		return bodyError(err, sh)
 	}
 	return nil
+}
+
+// syntaxProblem says what is wrong with raw, which is not one valid JSON value.
+func syntaxProblem(raw []byte, sh shape) error {
+	if len(raw) == 0 {
+		return bodyError(io.EOF, sh)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if err := dec.Decode(&struct{}{}); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if !errors.As(err, &typeErr) {
+			return bodyError(err, sh)
+		}
+	}
+	// One value decoded: anything but white space after it is the error.
+	_, err := dec.Token()
+	if err == nil {
+		err = errors.New("more JSON follows it")
+	}
+	return invalid("", "the request body must hold exactly one JSON object, but data follows the object (%v)", err)
 }
 
 // checkDepth refuses JSON text nested deeper than sandbox.MaxInputDepth levels below its
@@ -109,32 +161,83 @@ func checkDepth(text []byte, outer int) error {
 }
 
 // checkKeys refuses what encoding/json lets through: a key given twice (it keeps the last) and
-// a key in other letter case (it matches "Code" to code).
-func checkKeys(object json.RawMessage, sh shape) error {
-	dec := json.NewDecoder(bytes.NewReader(object))
-	if _, err := dec.Token(); err != nil { // {
-		return bodyError(err, sh)
-	}
+// a key in other letter case (it matches "Code" to code). object is valid JSON text of an object.
+func checkKeys(object []byte, sh shape) error {
 	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return bodyError(err, sh)
-		}
-		key, _ := tok.(string)
-		if seen[key] {
-			return invalid(key, "field %q is given twice; give each field once", key)
+	var bad error
+	eachMember(object, func(key string, _ []byte) bool {
+		switch {
+		case seen[key]:
+			bad = invalid(key, "field %q is given twice; give each field once", key)
+		case !slices.Contains(sh.fields, key):
+			bad = bodyError(fmt.Errorf("json: unknown field %q", key), sh)
 		}
 		seen[key] = true
-		if !slices.Contains(sh.fields, key) {
-			return bodyError(fmt.Errorf("json: unknown field %q", key), sh)
+		return bad == nil
+	})
+	return bad
+}
+
+// eachMember calls fn with each key of object, valid JSON text of an object, and the text of
+// its value (a part of object: nothing is copied), until fn returns false.
+func eachMember(object []byte, fn func(key string, value []byte) bool) {
+	i := skipSpace(object, 1) // after {
+	for i < len(object) && object[i] == '"' {
+		end := skipValue(object, i)
+		var key string
+		_ = json.Unmarshal(object[i:end], &key)
+		i = skipSpace(object, end) + 1 // after :
+		start := skipSpace(object, i)
+		i = skipValue(object, start)
+		if !fn(key, object[start:i]) {
+			return
 		}
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return bodyError(err, sh)
+		i = skipSpace(object, i)
+		if i < len(object) && object[i] == ',' {
+			i = skipSpace(object, i+1)
 		}
 	}
-	return nil
+}
+
+// skipSpace returns the index of the first byte of text at or after i that is not JSON white
+// space.
+func skipSpace(text []byte, i int) int {
+	for i < len(text) && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue returns the index just after the JSON value that starts at i of valid JSON text.
+func skipValue(text []byte, i int) int {
+	depth := 0
+	for ; i < len(text); i++ {
+		switch c := text[i]; c {
+		case '"':
+			for i++; i < len(text) && text[i] != '"'; i++ {
+				if text[i] == '\\' {
+					i++
+				}
+			}
+			if depth == 0 {
+				return i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i // the end of the object that holds a scalar
+			}
+			if depth--; depth == 0 {
+				return i + 1
+			}
+		case ',', ' ', '\t', '\n', '\r', ':':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return i
 }
 
 // bodyError turns a JSON decoding error into the request error to answer.

@@ -41,5 +41,10 @@
 // the system after output had been sent. A request refused before any output (invalid, busy,
 // not ready) gets the ordinary error status and body instead of a stream.
 //
+// Memory is bounded before bodies are read: a request that starts a run takes its place (slot
+// or queue) first, and every request with a body is admitted by its Content-Length against
+// bodies_max_bytes (budget.go); a refused body is read into nothing, never held. Run bodies are
+// read once and decoded without a second copy (readRunBody).
+//
 // The package never logs code, inputs or outputs.
 package httpapi

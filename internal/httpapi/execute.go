@@ -1,8 +1,9 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"maps"
@@ -59,7 +60,7 @@ func withRunFields(expect map[string]string) map[string]string {
 // in the body's form, checked one by one by decodeFiles.
 type executeBody struct {
 	apitype.ExecuteRequest
-	Files []json.RawMessage `json:"files"`
+	Files runFiles `json:"files"` // decoded by readRunBody
 }
 
 var executeShape = shape{
@@ -75,9 +76,14 @@ var executeShape = shape{
 }
 
 func (a *api) execute(w http.ResponseWriter, r *http.Request) {
+	release, ok := a.admit(w, r, a.answering)
+	if !ok {
+		return
+	}
+	defer release()
 	cfg := a.ex.Config()
 	var b executeBody
-	files, ok := readRunBody(w, r, cfg, &b, executeShape, &b.Files)
+	files, ok := readRunBody(w, r, cfg, &b, executeShape)
 	if !ok {
 		return
 	}
@@ -97,22 +103,26 @@ func sourceOf(r *http.Request) sandbox.Source {
 	return sandbox.SourceAPI
 }
 
-// run answers an execution made by exec: as one JSON result, or as an NDJSON stream when the
-// client accepts it; with inline, its output files' bytes are in the answer (see answerOf).
-func (a *api) run(w http.ResponseWriter, r *http.Request, inline bool, exec func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error)) {
-	a.runHeld(w, r, a.answering, inline, exec)
-}
-
-// runHeld is run with the answers held by tokens (a.answering, or the sessions' own).
-func (a *api) runHeld(w http.ResponseWriter, r *http.Request, tokens chan struct{}, inline bool, exec func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error)) {
+// admit takes one of tokens (a.answering, or the sessions' own) for a request that starts a
+// run, before its body is read: a run that would be refused as busy is refused without reading
+// (and holding) its body. It answers 429 and returns false when none is free; else call release
+// once the answer is written. The body of a refused request is read into nothing (see
+// refuseUnread).
+func (a *api) admit(w http.ResponseWriter, r *http.Request, tokens chan struct{}) (release func(), ok bool) {
 	select {
 	case tokens <- struct{}{}:
-		defer func() { <-tokens }()
+		return func() { <-tokens }, true
 	default:
 		cfg := a.ex.Config()
-		writeError(w, &sandbox.BusyError{Slots: cfg.Slots, Queue: cfg.QueueLength, RetryAfter: time.Second})
-		return
+		refuseUnread(w, r, &sandbox.BusyError{Slots: cfg.Slots, Queue: cfg.QueueLength, RetryAfter: time.Second})
+		return nil, false
 	}
+}
+
+// run answers an execution made by exec, admitted by admit: as one JSON result, or as an
+// NDJSON stream when the client accepts it; with inline, its output files' bytes are in the
+// answer (see answerOf).
+func (a *api) run(w http.ResponseWriter, r *http.Request, inline bool, exec func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error)) {
 	rc := http.NewResponseController(w)
 	// A run may take minutes (and wait for a slot before that): drop any server-wide write
 	// timeout and bound each write instead (see writeTimeout). Clearing is harmless for later
@@ -293,4 +303,55 @@ func (s *streamer) writeLine(v any) {
 	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		s.writeErr = err
 	}
+}
+
+// readRunBody reads the body of a request that starts a run into v, whose field files is a
+// runFiles, and decodes its files: readBody's answers, with a 413 that says how to send less,
+// and decodeFiles'. The files are decoded from the body's own bytes, one at a time: a file is
+// held as sent and as decoded, never the body thrice. On an error it has answered the request
+// and returns false.
+func readRunBody(w http.ResponseWriter, r *http.Request, cfg engine.Config, v any, sh shape) ([]sandbox.InputFile, bool) {
+	sh.flat = true // a run body's only nested objects are its files, checked by decodeFileObject
+	body, err := readBodyBytes(w, r, maxBodyBytes(cfg), sh)
+	if err == nil {
+		err = decodeBody(body, v, sh)
+	}
+	if err != nil {
+		if e, ok := err.(*requestError); ok && e.status == http.StatusRequestEntityTooLarge {
+			e.msg += tooLargeHint(cfg)
+		}
+		writeError(w, err)
+		return nil, false
+	}
+	var text []byte
+	eachMember(bytes.TrimSpace(body), func(key string, value []byte) bool {
+		if key == "files" {
+			text = value
+		}
+		return text == nil
+	})
+	files, err := decodeFilesText(text)
+	if err != nil {
+		writeError(w, err)
+		return nil, false
+	}
+	return files, true
+}
+
+// answerOf returns res as answered, with its files' bytes from a.files when inline (each file
+// of at most apitype.MaxInlineFileBytes, up to apitype.MaxInlineBytes in all).
+func (a *api) answerOf(ctx context.Context, res sandbox.Result, inline bool) apitype.Result {
+	out := ResultOf(res)
+	var inlined int64
+	for i, f := range out.Files {
+		if inline && a.files != nil && f.SizeBytes <= apitype.MaxInlineFileBytes && inlined+f.SizeBytes <= apitype.MaxInlineBytes {
+			inlined += f.SizeBytes
+			if b, err := a.readFile(ctx, res.ID, f.Name); err == nil {
+				out.Files[i].ContentBase64 = base64.StdEncoding.EncodeToString(b)
+			} else {
+				a.log.Warn("an output file could not be read back for the answer", "id", res.ID, "error", err)
+			}
+		}
+	}
+	return out
 }

@@ -1,10 +1,7 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +13,6 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
-	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -34,151 +30,6 @@ type OutputFiles interface {
 }
 
 var _ OutputFiles = (*store.Files)(nil)
-
-// The encodings of an input file's content in a request body.
-const (
-	EncodingUTF8   = "utf-8"  // content is the file's text (the default)
-	EncodingBase64 = "base64" // content is the file's bytes in standard base64 (RFC 4648, padded)
-)
-
-// fileFields are the fields of an input file in a request body.
-var fileFields = []string{"name", "content", "encoding"}
-
-// fileBody is an input file in a request body.
-type fileBody struct {
-	Name     string `json:"name"`
-	Content  string `json:"content"`
-	Encoding string `json:"encoding"`
-}
-
-// filesExpect is what the field files must be, for type errors.
-const filesExpect = `must be a list of files such as [{"name": "data.csv", "content": "a,b\n1,2\n"}] ` +
-	`(content is text, or base64 with "encoding": "base64")`
-
-// readRunBody reads the body of a request that starts a run into v (which holds the
-// request's files, as sent, in *files) and checks those files: readBody's answers, with a
-// 413 that says how to send less, and decodeFiles'. On an error it has answered the request
-// and returns false.
-func readRunBody(w http.ResponseWriter, r *http.Request, cfg engine.Config, v any, sh shape, files *[]json.RawMessage) ([]sandbox.InputFile, bool) {
-	if err := readBody(w, r, maxBodyBytes(cfg), v, sh); err != nil {
-		if e, ok := err.(*requestError); ok && e.status == http.StatusRequestEntityTooLarge {
-			e.msg += tooLargeHint(cfg)
-		}
-		writeError(w, err)
-		return nil, false
-	}
-	decoded, err := decodeFiles(*files)
-	if err != nil {
-		writeError(w, err)
-		return nil, false
-	}
-	return decoded, true
-}
-
-// decodeFiles turns the files of a request body (nil when absent) into input files. Each must
-// be an object of the fields name, content and encoding (each once, in that letter case); the
-// errors name the field at fault as files[i].name, files[i].content or files[i].encoding.
-// Names and sizes are checked by the sandbox (engine.Service.Validate).
-func decodeFiles(raw []json.RawMessage) ([]sandbox.InputFile, error) {
-	if raw == nil {
-		return nil, nil
-	}
-	files := make([]sandbox.InputFile, len(raw))
-	for i, r := range raw {
-		field := fmt.Sprintf("files[%d]", i)
-		var b fileBody
-		if err := decodeFileObject(r, &b, field); err != nil {
-			return nil, err
-		}
-		files[i].Name = b.Name
-		switch b.Encoding {
-		case "", EncodingUTF8:
-			files[i].Content = []byte(b.Content)
-		case EncodingBase64:
-			content, err := base64.StdEncoding.DecodeString(b.Content)
-			if err != nil {
-				return nil, invalid(field+".content", "%s.content (file %q) is not valid base64 (%v); send standard base64 (RFC 4648, with padding), or the text itself without \"encoding\"",
-					field, b.Name, err)
-			}
-			files[i].Content = content
-		default:
-			return nil, invalid(field+".encoding", "%s.encoding is %q; use \"utf-8\" (the default: content is the text) or \"base64\"", field, b.Encoding)
-		}
-	}
-	return files, nil
-}
-
-// decodeFileObject decodes one file of files into b, refusing what the top level refuses: not
-// an object, a field unknown, repeated or in other letter case, a value of the wrong type.
-func decodeFileObject(raw json.RawMessage, b *fileBody, field string) error {
-	if len(raw) == 0 || raw[0] != '{' {
-		return invalid(field, "%s must be an object such as {\"name\": \"data.csv\", \"content\": \"a,b\\n1,2\\n\"}, not %s", field, jsonKind(raw[0]))
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	_, _ = dec.Token() // {
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return invalid(field, "%s is not valid JSON (%v)", field, err)
-		}
-		key, _ := tok.(string)
-		if !slices.Contains(fileFields, key) {
-			return invalid(field+"."+key, "%s has the unknown field %q; a file's fields are name, content and encoding", field, key)
-		}
-		if seen[key] {
-			return invalid(field+"."+key, "%s.%s is given twice; give each field once", field, key)
-		}
-		seen[key] = true
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return invalid(field, "%s is not valid JSON (%v)", field, err)
-		}
-		var s *string
-		if err := json.Unmarshal(v, &s); err != nil {
-			return invalid(field+"."+key, "%s.%s must be a string, not %s", field, key, jsonKind(v[0]))
-		}
-		if s == nil {
-			continue // null: absent
-		}
-		switch key {
-		case "name":
-			b.Name = *s
-		case "content":
-			b.Content = *s
-		case "encoding":
-			b.Encoding = *s
-		}
-	}
-	if !seen["name"] {
-		return invalid(field+".name", "%s has no name; give the file's path relative to the run's directory, such as \"data.csv\"", field)
-	}
-	return nil
-}
-
-// filesBodyBytes is what input files at their caps may take in a request body: their bytes
-// in base64 (4/3 of them) and each file's name, field names and quoting.
-func filesBodyBytes(cfg engine.Config) int64 {
-	return (cfg.MaxInputFilesBytes+2)/3*4 + int64(cfg.MaxInputFiles)*(2*sandbox.MaxFileNameBytes+64)
-}
-
-// answerOf returns res as answered, with its files' bytes from a.files when inline (each file
-// of at most apitype.MaxInlineFileBytes, up to apitype.MaxInlineBytes in all).
-func (a *api) answerOf(ctx context.Context, res sandbox.Result, inline bool) apitype.Result {
-	out := ResultOf(res)
-	var inlined int64
-	for i, f := range out.Files {
-		if inline && a.files != nil && f.SizeBytes <= apitype.MaxInlineFileBytes && inlined+f.SizeBytes <= apitype.MaxInlineBytes {
-			inlined += f.SizeBytes
-			if b, err := a.readFile(ctx, res.ID, f.Name); err == nil {
-				out.Files[i].ContentBase64 = base64.StdEncoding.EncodeToString(b)
-			} else {
-				a.log.Warn("an output file could not be read back for the answer", "id", res.ID, "error", err)
-			}
-		}
-	}
-	return out
-}
 
 // readFile reads execution id's output file name, at most apitype.MaxInlineFileBytes of it.
 func (a *api) readFile(ctx context.Context, id, name string) ([]byte, error) {
@@ -227,6 +78,9 @@ func (a *api) getExecutionFile(w http.ResponseWriter, r *http.Request) {
 	}
 	defer rc.Close()
 	setFileHeaders(w.Header(), f)
+	// Bound each write, so that a client that stops reading lets go of the file (and its
+	// connection) after writeTimeout instead of holding them for ever.
+	w = deadlineWriter{w, http.NewResponseController(w)}
 	if rs, ok := rc.(io.ReadSeeker); ok {
 		var modified time.Time
 		if e.EndedAt != nil {
@@ -239,6 +93,19 @@ func (a *api) getExecutionFile(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	_, _ = io.Copy(w, rc)
 }
+
+// deadlineWriter sets a write deadline of writeTimeout from now before each write.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (w deadlineWriter) Write(p []byte) (int, error) {
+	_ = w.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	return w.ResponseWriter.Write(p)
+}
+
+func (w deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // gone is the 410 of an output file whose bytes are no longer kept (class errclass.Gone). It
 // names no field: the file's name is in the path, and the message names it.

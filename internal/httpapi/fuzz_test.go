@@ -66,7 +66,7 @@ type refExecuteBody struct {
 	files []sandbox.InputFile // Files decoded
 }
 
-// refFile is an input file as the README documents it.
+// refFile is an input file as docs/files.md documents it.
 type refFile struct {
 	Name     *string `json:"name"`
 	Content  string  `json:"content"`
@@ -141,7 +141,7 @@ func refKeys(object []byte, fields ...string) (map[string]bool, error) {
 	return seen, nil
 }
 
-// refDecodeExecute decodes body as the README says POST /v1/executions must: valid UTF-8,
+// refDecodeExecute decodes body as docs/api.md says POST /v1/executions must: valid UTF-8,
 // exactly one JSON object (white space around it), each key one of the fields in exactly that
 // case and given once, each value of the field's type (as json.Unmarshal sees it).
 func refDecodeExecute(body []byte) (refExecuteBody, error) {
@@ -285,7 +285,7 @@ func FuzzDecodeExecuteBody(f *testing.F) {
 	})
 }
 
-// refMemoryLine is what the README documents for a memory: {"text", "metadata"}.
+// refMemoryLine is what docs/agent-calls.md documents for a memory: {"text", "metadata"}.
 type refMemoryLine struct {
 	Text     string          `json:"text"`
 	Metadata json.RawMessage `json:"metadata"`
@@ -407,7 +407,7 @@ func FuzzKnowledgeImport(f *testing.F) {
 
 // refAcceptsMemories reports whether each line is exactly one JSON object (white space around
 // it) of only "text" (a string with a non-space character) and "metadata", each once and
-// spelled so, as valid UTF-8: the import every reading of the README accepts.
+// spelled so, as valid UTF-8: the import every reading of docs/agent-calls.md accepts.
 func refAcceptsMemories(lines [][]byte) bool {
 	if len(lines) == 0 {
 		return false

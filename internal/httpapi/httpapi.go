@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,6 +45,10 @@ type Backend struct {
 	PackageIndex PackageIndex
 	// Sessions serves /v1/agents/{agent}/sessions (stateful sessions); nil answers 404.
 	Sessions SessionKeeper
+	// BodiesMaxBytes is the budget of request bodies read and held at once, in bytes
+	// (bodies_max_bytes); 0 is DefaultBodiesMaxBytes. It is raised to the most one request may
+	// send when smaller.
+	BodiesMaxBytes int64
 	// Files serves runs' output files (GET /v1/executions/{id}/files/{name...}, with the
 	// Ledger) and their bytes inline in answers (inline_files); nil keeps none.
 	Files OutputFiles
@@ -99,8 +104,10 @@ type api struct {
 	// sessionAnswering holds a token for each session call from its arrival to its answer,
 	// as answering does for runs: session calls waiting their turn never take runs' tokens.
 	sessionAnswering chan struct{}
-	log              *slog.Logger
-	mux              *http.ServeMux
+	// bodies admits requests by the bytes of their bodies, before reading them.
+	bodies *bodyBudget
+	log    *slog.Logger
+	mux    *http.ServeMux
 }
 
 // NewHandler returns the REST API served by b. log receives one debug line per request and
@@ -115,10 +122,13 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 	}
 	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, index: b.PackageIndex.redacted(), files: b.Files, sessions: b.Sessions, log: log, mux: http.NewServeMux()}
 	a.answering = make(chan struct{}, 1)
+	perBody := int64(maxImportBytes)
 	if a.ex != nil {
 		cfg := a.ex.Config()
 		a.answering = make(chan struct{}, max(cfg.Slots+cfg.QueueLength, 1))
+		perBody = max(perBody, maxBodyBytes(cfg))
 	}
+	a.bodies = newBodyBudget(cmp.Or(b.BodiesMaxBytes, DefaultBodiesMaxBytes), perBody)
 	a.handle("POST /v1/executions", a.execute)
 	a.handle("GET /v1/limits", a.limits)
 	a.handle("GET /healthz", a.healthz)
@@ -177,7 +187,8 @@ func (a *api) handle(pattern string, fn http.HandlerFunc) {
 	a.mux.HandleFunc(pattern, fn)
 }
 
-// ServeHTTP logs the request, recovers from panics and answers unknown routes in JSON.
+// ServeHTTP logs the request, recovers from panics, answers unknown routes in JSON, and admits
+// a request with a body by its Content-Length before any of it is read (see bodyBudget).
 func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rw := &statusWriter{ResponseWriter: w}
@@ -210,6 +221,11 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.unrouted(rw, r, h)
 		return
 	}
+	release, ok := a.bodies.admit(rw, r)
+	if !ok {
+		return
+	}
+	defer release()
 	a.mux.ServeHTTP(rw, r)
 }
 

@@ -286,7 +286,7 @@ var runCodeShape = shape{
 // body's form, checked one by one by decodeFiles.
 type runCodeBody struct {
 	apitype.CodeRun
-	Files []json.RawMessage `json:"files"`
+	Files runFiles `json:"files"` // decoded by readRunBody
 }
 
 func (a *api) runCode(w http.ResponseWriter, r *http.Request) {
@@ -295,9 +295,14 @@ func (a *api) runCode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	release, ok := a.admit(w, r, a.answering)
+	if !ok {
+		return
+	}
+	defer release()
 	cfg := a.ex.Config()
 	var b runCodeBody
-	files, ok := readRunBody(w, r, cfg, &b, runCodeShape, &b.Files)
+	files, ok := readRunBody(w, r, cfg, &b, runCodeShape)
 	if !ok {
 		return
 	}

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
@@ -113,7 +112,7 @@ func (a *api) deleteSession(w http.ResponseWriter, r *http.Request) {
 // raw for errors that name the file.
 type sessionExecuteBody struct {
 	apitype.SessionCall
-	Files []json.RawMessage `json:"files"`
+	Files runFiles `json:"files"` // decoded by readRunBody
 }
 
 var sessionExecuteShape = shape{
@@ -132,9 +131,14 @@ func (a *api) executeInSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	release, ok := a.admit(w, r, a.sessionAnswering)
+	if !ok {
+		return
+	}
+	defer release()
 	cfg := a.ex.Config()
 	var b sessionExecuteBody
-	files, ok := readRunBody(w, r, cfg, &b, sessionExecuteShape, &b.Files)
+	files, ok := readRunBody(w, r, cfg, &b, sessionExecuteShape)
 	if !ok {
 		return
 	}
@@ -142,7 +146,7 @@ func (a *api) executeInSession(w http.ResponseWriter, r *http.Request) {
 	wait := b.Wait == nil || *b.Wait
 	req := sandbox.Request{Code: b.Code, Input: b.Input, TimeoutMS: b.TimeoutMS, Agent: agent,
 		Origin: sandbox.Origin{Source: sourceOf(r)}, Files: files, Charts: b.Charts}
-	a.runHeld(w, r, a.sessionAnswering, b.InlineFiles, func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error) {
+	a.run(w, r, b.InlineFiles, func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error) {
 		return a.sessions.Execute(ctx, id, req, wait, emit)
 	})
 }

@@ -33,7 +33,7 @@ func FuzzToolArguments(f *testing.F) {
 	} {
 		f.Add(seed.tool, seed.args)
 	}
-	cs := session(f, "fuzz")
+	cs := connectAs(f, "fuzz")
 	tools := map[string]bool{}
 	list, err := cs.ListTools(f.Context(), nil)
 	if err != nil {
@@ -53,7 +53,7 @@ func FuzzToolArguments(f *testing.F) {
 		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: tool, Arguments: m})
 		if err != nil {
 			if cs.Ping(t.Context(), nil) != nil {
-				t.Fatalf("%s %s broke the session: %v", tool, args, err)
+				t.Fatalf("%s %s broke the connection: %v", tool, args, err)
 			}
 			return
 		}

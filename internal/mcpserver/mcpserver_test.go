@@ -59,8 +59,8 @@ func newAPI(t testing.TB, rt sandbox.Runtime, cfg engine.Config) (string, *store
 	return api.URL, st
 }
 
-// session connects an MCP client, over in-memory transports, to a server for agent.
-func session(t testing.TB, agent string) *mcp.ClientSession {
+// connectAs connects an MCP client, over in-memory transports, to a server for agent.
+func connectAs(t testing.TB, agent string) *mcp.ClientSession {
 	t.Helper()
 	url, _ := newAPI(t, pyRuntime{}, engine.DefaultConfig())
 	return connect(t, newServer(t, url, agent))
@@ -110,7 +110,7 @@ func callTool(t *testing.T, cs *mcp.ClientSession, name string, args map[string]
 }
 
 func TestTools(t *testing.T) {
-	cs := session(t, "alice")
+	cs := connectAs(t, "alice")
 	tools, err := cs.ListTools(t.Context(), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -48,6 +48,10 @@ var conformance = []struct {
 	{"EvictedFilesLeaveTheRecordsBytes", TestEvictedFilesLeaveTheRecordsBytes},
 	{"LedgerBytesMigrationFillsOldRecords", TestLedgerBytesMigrationFillsOldRecords},
 	{"FinishInterruptedCountsTheRecords", TestFinishInterruptedCountsTheRecords},
+	{"FilesStreamInParts", TestFilesStreamInParts},
+	{"ResultQuotaCountsWhatIsStored", TestResultQuotaCountsWhatIsStored},
+	{"PruneIsFairBetweenAgents", TestPruneIsFairBetweenAgents},
+	{"JobFiresCountInTheLedger", TestJobFiresCountInTheLedger},
 	{"APIKeys", TestAPIKeys},
 }
 

@@ -146,8 +146,8 @@ func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
 		}
 		// The record's size (ledger_max_bytes): its result, and what Begin wrote and its output
 		// files, all kept by now, counted in the one statement.
-		return tx.QueryRowContext(ctx, `INSERT INTO execution_bytes (execution_id, bytes)
-			SELECT e.id, CAST(? AS BIGINT) + `+recordBaseSQL+` FROM executions e WHERE e.id = ?
+		return tx.QueryRowContext(ctx, `INSERT INTO execution_bytes (execution_id, agent, bytes)
+			SELECT e.id, e.agent, CAST(? AS BIGINT) + `+recordBaseSQL+` FROM executions e WHERE e.id = ?
 			ON CONFLICT (execution_id) DO UPDATE SET bytes = excluded.bytes RETURNING bytes`,
 			finishBytes(res, cols, len(egress.String)), res.ID).Scan(&size)
 	})
@@ -236,8 +236,8 @@ func (s *Store) finishInterrupted(ctx context.Context, db execer, cond string, a
 	}
 	// Their sizes first (ledger_max_bytes): what Begin wrote and their kept files. Should the
 	// update below fail, they are counted again, the same, when it is retried.
-	if _, err := db.ExecContext(ctx, `INSERT INTO execution_bytes (execution_id, bytes)
-		SELECT e.id, `+recordBaseSQL+` FROM executions e WHERE e.status = 'running'`+cond+`
+	if _, err := db.ExecContext(ctx, `INSERT INTO execution_bytes (execution_id, agent, bytes)
+		SELECT e.id, e.agent, `+recordBaseSQL+` FROM executions e WHERE e.status = 'running'`+cond+`
 		ON CONFLICT (execution_id) DO NOTHING`, args...); err != nil {
 		return 0, err
 	}
@@ -329,6 +329,40 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 // ListExecutions returns the records f selects, newest first, a page at a time, with the
 // cursor of the next page ("" after the last).
 func (s *Store) ListExecutions(ctx context.Context, f ExecutionFilter, p Page) ([]ExecutionSummary, string, error) {
+	where, args, err := executionsWhere(f, p.Cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	tail := `substr(stderr, -` + strconv.Itoa(PreviewChars) + `)`
+	if s.pg {
+		tail = `right(stderr, ` + strconv.Itoa(PreviewChars) + `)`
+	}
+	q := `SELECT id, agent, source, job_id, code_name, code_version, code_sha256, timeout_ms, status,
+		outcome, exit_code, reason, duration_ms, started_at, ended_at, start,
+		coalesce(substr(stdout, 1, ` + strconv.Itoa(PreviewChars) + `), ''), coalesce(` + tail + `, '') FROM executions` + where
+	limit := p.limit()
+	q += " ORDER BY started_at DESC, id DESC LIMIT ?"
+	args = append(args, limit+1)
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, "", err
+	}
+	list, err := collect(rows, scanExecutionSummary)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(list) > limit {
+		list = list[:limit]
+		last := list[limit-1]
+		next = encodeCursor(last.StartedAt.UnixMilli(), last.ID)
+	}
+	return list, next, nil
+}
+
+// executionsWhere returns the WHERE clause (with its leading space, "" for none) and its
+// arguments that select f's records after cursor (a page's next_cursor, "" for the first).
+func executionsWhere(f ExecutionFilter, cursor string) (string, []any, error) {
 	var (
 		where []string
 		args  []any
@@ -358,65 +392,42 @@ func (s *Store) ListExecutions(ctx context.Context, f ExecutionFilter, p Page) (
 	if !f.Until.IsZero() {
 		add("started_at < ?", f.Until.UnixMilli())
 	}
-	if p.Cursor != "" {
-		at, id, err := decodeCursor(p.Cursor)
+	if cursor != "" {
+		at, id, err := decodeCursor(cursor)
 		if err != nil {
-			return nil, "", err
+			return "", nil, err
 		}
 		where = append(where, "(started_at < ? OR (started_at = ? AND id < ?))")
 		args = append(args, at, at, id)
 	}
-	tail := `substr(stderr, -` + strconv.Itoa(PreviewChars) + `)`
-	if s.pg {
-		tail = `right(stderr, ` + strconv.Itoa(PreviewChars) + `)`
+	if len(where) == 0 {
+		return "", args, nil
 	}
-	q := `SELECT id, agent, source, job_id, code_name, code_version, code_sha256, timeout_ms, status,
-		outcome, exit_code, reason, duration_ms, started_at, ended_at, start,
-		coalesce(substr(stdout, 1, ` + strconv.Itoa(PreviewChars) + `), ''), coalesce(` + tail + `, '') FROM executions`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
+	return " WHERE " + strings.Join(where, " AND "), args, nil
+}
+
+// scanExecutionSummary reads a row of ListExecutions's query.
+func scanExecutionSummary(r scanner) (ExecutionSummary, error) {
+	var (
+		e                      ExecutionSummary
+		jobID, codeName        sql.NullString
+		outcome, reason, start sql.NullString
+		codeVersion, exit, dur sql.NullInt64
+		started, ended         sql.NullInt64
+	)
+	if err := r.Scan(&e.ID, &e.Agent, &e.Source, &jobID, &codeName, &codeVersion, &e.CodeSHA256,
+		&e.TimeoutMS, &e.Status, &outcome, &exit, &reason, &dur, &started, &ended, &start, &e.StdoutPreview, &e.StderrPreview); err != nil {
+		return ExecutionSummary{}, err
 	}
-	limit := p.limit()
-	q += " ORDER BY started_at DESC, id DESC LIMIT ?"
-	args = append(args, limit+1)
-	rows, err := s.r.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, "", err
+	e.JobID, e.CodeName, e.CodeVersion = jobID.String, codeName.String, int(codeVersion.Int64)
+	e.Outcome, e.Reason, e.ExitCode, e.DurationMS = sandbox.Outcome(outcome.String), reason.String, int(exit.Int64), dur.Int64
+	e.Success = e.Outcome == sandbox.OutcomeOK
+	e.StartedAt, e.Start = fromMS(started), sandbox.Start(start.String)
+	if ended.Valid {
+		t := fromMS(ended)
+		e.EndedAt = &t
 	}
-	defer rows.Close()
-	list := []ExecutionSummary{}
-	for rows.Next() {
-		var (
-			e                      ExecutionSummary
-			jobID, codeName        sql.NullString
-			outcome, reason, start sql.NullString
-			codeVersion, exit, dur sql.NullInt64
-			started, ended         sql.NullInt64
-		)
-		if err := rows.Scan(&e.ID, &e.Agent, &e.Source, &jobID, &codeName, &codeVersion, &e.CodeSHA256,
-			&e.TimeoutMS, &e.Status, &outcome, &exit, &reason, &dur, &started, &ended, &start, &e.StdoutPreview, &e.StderrPreview); err != nil {
-			return nil, "", err
-		}
-		e.JobID, e.CodeName, e.CodeVersion = jobID.String, codeName.String, int(codeVersion.Int64)
-		e.Outcome, e.Reason, e.ExitCode, e.DurationMS = sandbox.Outcome(outcome.String), reason.String, int(exit.Int64), dur.Int64
-		e.Success = e.Outcome == sandbox.OutcomeOK
-		e.StartedAt, e.Start = fromMS(started), sandbox.Start(start.String)
-		if ended.Valid {
-			t := fromMS(ended)
-			e.EndedAt = &t
-		}
-		list = append(list, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, "", err
-	}
-	next := ""
-	if len(list) > limit {
-		list = list[:limit]
-		last := list[limit-1]
-		next = encodeCursor(last.StartedAt.UnixMilli(), last.ID)
-	}
-	return list, next, nil
+	return e, nil
 }
 
 func encodeCursor(at int64, id string) string {
@@ -459,8 +470,15 @@ func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 	err := s.tx(ctx, func(tx *Tx) error {
 		deleted, freed, gone, total = 0, 0, nil, 0 // PostgreSQL may run this again
 		if r.MaxAge > 0 {
-			res, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE status = 'finished' AND started_at < ?`,
-				s.now().Add(-r.MaxAge).UnixMilli())
+			cutoff := s.now().Add(-r.MaxAge).UnixMilli()
+			// Job fires go with the ledger: those of the records deleted, and those without a
+			// record (that started no run, or failed before it began), by their own age.
+			if _, err := tx.ExecContext(ctx, `DELETE FROM job_fires WHERE status <> 'queued' AND (
+				(fired_at < ? AND NOT EXISTS (SELECT 1 FROM executions e WHERE e.id = job_fires.execution_id))
+				OR execution_id IN (SELECT id FROM executions WHERE status = 'finished' AND started_at < ?))`, cutoff, cutoff); err != nil {
+				return err
+			}
+			res, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE status = 'finished' AND started_at < ?`, cutoff)
 			if err != nil {
 				return err
 			}
@@ -468,6 +486,11 @@ func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 			deleted += n
 		}
 		if r.MaxCount > 0 {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM job_fires WHERE execution_id IN (
+				SELECT id FROM executions WHERE status = 'finished' AND id IN (
+				SELECT id FROM executions ORDER BY started_at DESC, id DESC `+s.noLimit()+` OFFSET ?))`, r.MaxCount); err != nil {
+				return err
+			}
 			res, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE status = 'finished' AND id IN (
 				SELECT id FROM executions ORDER BY started_at DESC, id DESC `+s.noLimit()+` OFFSET ?)`, r.MaxCount)
 			if err != nil {

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -146,7 +145,8 @@ func (f *Files) Put(ctx context.Context, id string, file sandbox.File, content [
 			return err
 		}
 		if !evicted {
-			return fmt.Errorf("the files of this run fill the %d bytes all runs' files may take (files_max_bytes)", f.max)
+			return fmt.Errorf("the files of this run, with the newest run's files of each agent (never evicted for another's), "+
+				"fill the %d bytes all runs' files may take (files_max_bytes)", f.max)
 		}
 	}
 	var idx int64
@@ -199,17 +199,14 @@ func writeAtomically(path string, content []byte) error {
 	return err
 }
 
-// evictOldest deletes the kept files of the execution that started first (files that belong
-// to no record go first), other than keep; it returns false when there is none. f.mu is held.
+// evictOldest deletes the kept files of one execution other than keep, and returns false when
+// none may go. Fairly between agents: files that belong to no record go first; then those of
+// the agent whose files take the most, its oldest execution's, never its newest execution's.
+// So one agent's runs push out their own older files, never another agent's newest. f.mu is
+// held.
 func (f *Files) evictOldest(ctx context.Context, keep string) (bool, error) {
-	var id string
-	err := f.st.w.QueryRowContext(ctx, `SELECT ef.execution_id FROM execution_files ef
-		LEFT JOIN executions e ON e.id = ef.execution_id WHERE ef.execution_id != ?
-		ORDER BY coalesce(e.started_at, 0), ef.execution_id LIMIT 1`, keep).Scan(&id)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
+	id, err := f.victim(ctx, keep)
+	if err != nil || id == "" {
 		return false, err
 	}
 	freed, err := f.deleteRows(ctx, f.st.w, id)
@@ -230,6 +227,64 @@ func (f *Files) evictOldest(ctx context.Context, keep string) (bool, error) {
 	f.removeDirs(id)
 	f.st.log.Info("evicted an execution's output files to keep all files within files_max_bytes", "id", id, "bytes", freed)
 	return true, nil
+}
+
+// victim returns the execution whose files evictOldest deletes ("" for none).
+func (f *Files) victim(ctx context.Context, keep string) (string, error) {
+	var id string
+	err := f.st.w.QueryRowContext(ctx, `SELECT ef.execution_id FROM execution_files ef WHERE ef.execution_id != ?
+		AND NOT EXISTS (SELECT 1 FROM executions e WHERE e.id = ef.execution_id) LIMIT 1`, keep).Scan(&id)
+	if err == nil || !errors.Is(err, sql.ErrNoRows) {
+		return id, err
+	}
+	rows, err := f.st.w.QueryContext(ctx, `SELECT e.agent FROM execution_files ef JOIN executions e ON e.id = ef.execution_id
+		GROUP BY e.agent ORDER BY sum(`+chargeSQL+`) DESC, e.agent`)
+	if err != nil {
+		return "", err
+	}
+	var agents []string
+	for rows.Next() {
+		var agent string
+		if err := rows.Scan(&agent); err != nil {
+			rows.Close()
+			return "", err
+		}
+		agents = append(agents, agent)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return "", err
+	}
+	for _, agent := range agents {
+		// The agent's executions with files, newest first: all but the newest may go.
+		rows, err := f.st.w.QueryContext(ctx, `SELECT DISTINCT e.id, e.started_at FROM executions e
+			JOIN execution_files ef ON ef.execution_id = e.id WHERE e.agent = ? ORDER BY e.started_at DESC, e.id DESC`, agent)
+		if err != nil {
+			return "", err
+		}
+		var ids []string
+		for rows.Next() {
+			var (
+				id string
+				at int64
+			)
+			if err := rows.Scan(&id, &at); err != nil {
+				rows.Close()
+				return "", err
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return "", err
+		}
+		for i := len(ids) - 1; i >= 1; i-- {
+			if ids[i] != keep {
+				return ids[i], nil
+			}
+		}
+	}
+	return "", nil
 }
 
 // execer is a *sql.DB or a *Tx.
@@ -292,7 +347,9 @@ func (f *Files) Kept(ctx context.Context, id string) (map[string]bool, error) {
 	return kept, rows.Err()
 }
 
-// Open returns the bytes of execution id's kept output file name (an *os.File). Errors: one
+// Open returns the bytes of execution id's kept output file name, an io.ReadSeeker: an
+// *os.File, or on PostgreSQL a reader that fetches them a part at a time (a download holds at
+// most one part of blobPart bytes, never the whole file). Errors: one
 // wrapping ErrEvicted when no such file is kept (the caller, who found it in the record, knows
 // it was there) or its bytes are missing or short (a power loss), or the disk's.
 func (f *Files) Open(ctx context.Context, id, name string) (io.ReadCloser, error) {
@@ -305,15 +362,7 @@ func (f *Files) Open(ctx context.Context, id, name string) (io.ReadCloser, error
 		return nil, err
 	}
 	if f.st.pg {
-		var content []byte
-		err := f.st.r.QueryRowContext(ctx, `SELECT content FROM execution_files WHERE execution_id = ? AND name = ?`, id, name).Scan(&content)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, fmt.Errorf("file %q of execution %s: %w", name, id, ErrEvicted)
-		}
-		if err != nil {
-			return nil, err
-		}
-		return io.NopCloser(bytes.NewReader(content)), nil
+		return &blobReader{ctx: ctx, db: f.st.r, id: id, idx: idx, size: size}, nil
 	}
 	file, err := os.Open(filepath.Join(f.dir, id, strconv.FormatInt(idx, 10)))
 	if errors.Is(err, os.ErrNotExist) {
@@ -360,3 +409,55 @@ func orphanedFiles(ctx context.Context, tx *Tx) (int64, []string, error) {
 		SELECT 1 FROM executions e WHERE e.id = execution_files.execution_id)`)
 	return freed, ids, err
 }
+
+// blobPart is the most bytes a blobReader fetches at once.
+const blobPart = 256 << 10
+
+// blobReader reads a file kept in execution_files.content (PostgreSQL) a part at a time, by
+// substring. It is an io.ReadSeekCloser over the size recorded; the file's row going (eviction)
+// while it reads ends it with an error wrapping ErrEvicted.
+type blobReader struct {
+	ctx context.Context
+	db  interface {
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	}
+	id   string
+	idx  int64
+	size int64
+	off  int64
+}
+
+func (b *blobReader) Read(p []byte) (int, error) {
+	if b.off >= b.size {
+		return 0, io.EOF
+	}
+	n := min(int64(len(p)), blobPart, b.size-b.off)
+	var part []byte
+	err := b.db.QueryRowContext(b.ctx, `SELECT substring(content FROM ? FOR ?) FROM execution_files WHERE execution_id = ? AND idx = ?`,
+		b.off+1, n, b.id, b.idx).Scan(&part)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && int64(len(part)) != n) {
+		return 0, fmt.Errorf("file %d of execution %s was evicted while it was read: %w", b.idx, b.id, ErrEvicted)
+	}
+	if err != nil {
+		return 0, err
+	}
+	copy(p, part)
+	b.off += n
+	return int(n), nil
+}
+
+func (b *blobReader) Seek(offset int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekCurrent:
+		offset += b.off
+	case io.SeekEnd:
+		offset += b.size
+	}
+	if offset < 0 {
+		return 0, errors.New("seek before the start of the file")
+	}
+	b.off = offset
+	return offset, nil
+}
+
+func (b *blobReader) Close() error { return nil }

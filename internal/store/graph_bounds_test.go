@@ -57,7 +57,7 @@ func BenchmarkNeighbourhoodDense(b *testing.B) {
 		b.Run(fmt.Sprintf("limit=%d", limit), func(b *testing.B) {
 			began := cpuTime()
 			for b.Loop() {
-				g, err := s.Neighbourhood(b.Context(), "a", "n0", "", 5, limit, 4<<20)
+				g, err := s.Neighbourhood(b.Context(), GraphQuery{Agent: "a", Start: "n0", Depth: 5, Limit: limit, AnswerBytes: 4 << 20})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -79,7 +79,7 @@ func TestNeighbourhoodDenseIsBounded(t *testing.T) {
 		depth       int
 		limit, cap_ int
 	}{{"n0", 5, 50, 4 << 20}, {"n0", 1, 1000, 4 << 20}, {"n5", 3, 1000, 1 << 10}, {"", 1, 100, 4 << 20}} {
-		g, err := s.Neighbourhood(t.Context(), "a", c.start, "r", c.depth, c.limit, c.cap_)
+		g, err := s.Neighbourhood(t.Context(), GraphQuery{Agent: "a", Start: c.start, Relation: "r", Depth: c.depth, Limit: c.limit, AnswerBytes: c.cap_})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +112,7 @@ func TestNeighbourhoodWhole(t *testing.T) {
 		{Source: "a", Target: "c", Relation: "x"}}); err != nil {
 		t.Fatal(err)
 	}
-	g, err := s.Neighbourhood(t.Context(), "a", "a", "r", 2, 100, 4<<20)
+	g, err := s.Neighbourhood(t.Context(), GraphQuery{Agent: "a", Start: "a", Relation: "r", Depth: 2, Limit: 100, AnswerBytes: 4 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestNeighbourhoodWhole(t *testing.T) {
 	if strings.Join(got, " ") != "ab bb cb bc" || g.Truncated {
 		t.Fatalf("edges %v, truncated %v; want ab bb cb bc, not truncated", got, g.Truncated)
 	}
-	g, err = s.Neighbourhood(t.Context(), "a", "a", "r", 2, 2, 4<<20)
+	g, err = s.Neighbourhood(t.Context(), GraphQuery{Agent: "a", Start: "a", Relation: "r", Depth: 2, Limit: 2, AnswerBytes: 4 << 20})
 	if err != nil || len(g.Edges) != 2 || !g.Truncated {
 		t.Fatalf("limit 2: %+v, %v; want the edges a-b and b-b, truncated", g, err)
 	}
@@ -225,7 +225,7 @@ func BenchmarkNeighbourhoodSparse(b *testing.B) {
 		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {
 			began := cpuTime()
 			for b.Loop() {
-				g, err := s.Neighbourhood(b.Context(), "a", "n0", "", depth, 100, 4<<20)
+				g, err := s.Neighbourhood(b.Context(), GraphQuery{Agent: "a", Start: "n0", Depth: depth, Limit: 100, AnswerBytes: 4 << 20})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -258,7 +258,7 @@ func TestNeighbourhoodHeldToItsAnswerBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	const answerBytes = 1 << 20
-	g, err := s.Neighbourhood(t.Context(), "a", "hub", "", 1, 1000, answerBytes)
+	g, err := s.Neighbourhood(t.Context(), GraphQuery{Agent: "a", Start: "hub", Depth: 1, Limit: 1000, AnswerBytes: answerBytes})
 	if err != nil {
 		t.Fatal(err)
 	}

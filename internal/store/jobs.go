@@ -392,19 +392,35 @@ func (s *Store) AddFire(ctx context.Context, f Fire) (Fire, error) {
 	return out, err
 }
 
+// fireOverheadBytes is what a job fire's row takes besides its text columns: its integer
+// columns, the row's header and its entries in the job_fires indexes.
+const fireOverheadBytes = 160
+
+// fireBytes is what fire f of daemon counts against ledger_max_bytes (job_fires.bytes; the
+// migrations count old fires the same way). A fire that started a run counts in that run's
+// record (recordBaseSQL); one that started none counts on its own.
+func fireBytes(f Fire, daemon string) int64 {
+	return int64(fireOverheadBytes + len(f.JobID) + len(f.Agent) + len(f.Kind) + len(f.Status) + len(f.Reason) +
+		len(f.ExecutionID) + len(daemon))
+}
+
 func (s *Store) insertFire(ctx context.Context, tx *Tx, f Fire) (Fire, error) {
+	size := fireBytes(f, s.daemon)
 	err := tx.QueryRowContext(ctx, `INSERT INTO job_fires (job_id, agent, kind, status, scheduled_at, fired_at,
-		missed, execution_id, reason, daemon) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+		missed, execution_id, reason, daemon, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 		f.JobID, f.Agent, f.Kind, f.Status, f.ScheduledAt.UnixMilli(), f.FiredAt.UnixMilli(), f.Missed,
-		nullString(f.ExecutionID), f.Reason, nullString(s.daemon)).Scan(&f.ID)
+		nullString(f.ExecutionID), f.Reason, nullString(s.daemon), size).Scan(&f.ID)
+	if err == nil && f.ExecutionID == "" {
+		s.ledger.add(size) // counted again by the next Prune, should the transaction be retried
+	}
 	return f, err
 }
 
 // SetFire changes fire id's status, execution and reason (a queued fire that starts or fails,
 // a started fire whose run could not start).
 func (s *Store) SetFire(ctx context.Context, id int64, status, executionID, reason string) error {
-	_, err := s.w.ExecContext(ctx, `UPDATE job_fires SET status = ?, execution_id = ?, reason = ? WHERE id = ?`,
-		status, nullString(executionID), reason, id)
+	_, err := s.w.ExecContext(ctx, `UPDATE job_fires SET status = ?, execution_id = ?, reason = ?, bytes = bytes + ? WHERE id = ?`,
+		status, nullString(executionID), reason, len(reason)+len(executionID), id)
 	return err
 }
 

@@ -288,166 +288,238 @@ func GraphBudget(limit, answerBytes int) int {
 	return graphRowsPerItem * (limit + GraphMaxEdges(limit, answerBytes))
 }
 
-// Neighbourhood returns the agent's graph around start: the nodes up to depth edges away
-// (following edges either way, only those of relation when it is not ""), at most limit
-// nodes, and the edges between them. With start "", any limit nodes and their edges.
+// GraphQuery asks Neighbourhood for a part of an agent's graph.
+type GraphQuery struct {
+	Agent string
+	// Start is the node the walk begins at; "" asks for any Limit nodes and their edges.
+	Start string
+	// Relation, when not "", is the only relation whose edges are followed and answered.
+	Relation string
+	// Depth is how many edges away from Start the walk goes (either way along an edge).
+	Depth int
+	// Limit is how many nodes the answer holds at most.
+	Limit int
+	// AnswerBytes is the caller's cap on the answer's JSON (0: none); it bounds the walk too.
+	AnswerBytes int
+}
+
+// Neighbourhood returns q.Agent's graph around q.Start: the nodes up to q.Depth edges away
+// (following edges either way, only those of q.Relation when it is not ""), at most q.Limit
+// nodes, and the edges between them. With Start "", any Limit nodes and their edges.
 //
-// The walk reads at most GraphBudget(limit, answerBytes) edge rows and answers at most
-// GraphMaxEdges(limit, answerBytes) edges (answerBytes is the caller's cap on the answer's
-// JSON, 0 for none). When it leaves out a node or an edge it would otherwise answer (limit
-// reached, budget spent, edges over their cap), the answer has Truncated set: what it holds is
-// still a subgraph, nodes in the order they were reached and edges between answered nodes.
-func (s *Store) Neighbourhood(ctx context.Context, agent, start, relation string, depth, limit, answerBytes int) (Graph, error) {
-	maxEdges, budget := GraphMaxEdges(limit, answerBytes), GraphBudget(limit, answerBytes)
-	g := Graph{Nodes: []Node{}, Edges: []Edge{}}
-	ids := []string{}
-	seen := map[string]bool{}
-	if start == "" {
-		rows, err := s.r.QueryContext(ctx, `SELECT id FROM graph_nodes WHERE agent = ? ORDER BY rid LIMIT ?`, agent, limit+1)
-		if err != nil {
-			return Graph{}, err
-		}
-		if ids, err = collect(rows, func(r scanner) (string, error) { var id string; return id, r.Scan(&id) }); err != nil {
-			return Graph{}, err
-		}
-		if len(ids) > limit {
-			ids, g.Truncated = ids[:limit], true
-		}
-		for _, id := range ids {
-			seen[id] = true
-		}
-		depth = 0 // read the nodes' edges, add no node
-	} else {
-		seen[start], ids = true, []string{start}
+// The walk reads at most GraphBudget(q.Limit, q.AnswerBytes) edge rows and answers at most
+// GraphMaxEdges(q.Limit, q.AnswerBytes) edges. When it leaves out a node or an edge it would
+// otherwise answer (limit reached, budget spent, edges over their cap, bytes over
+// q.AnswerBytes), the answer has Truncated set: what it holds is still a subgraph, nodes in the
+// order they were reached and edges between answered nodes.
+func (s *Store) Neighbourhood(ctx context.Context, q GraphQuery) (Graph, error) {
+	w := &graphWalk{s: s, q: q, g: Graph{Nodes: []Node{}, Edges: []Edge{}}, seen: map[string]bool{}, keep: map[int64]bool{}}
+	if err := w.begin(ctx); err != nil {
+		return Graph{}, err
 	}
-	// Breadth first: ids[next] is the next node whose edges are read; the nodes before end are
-	// at level, those after at level+1. A node below depth adds its unseen neighbours (up to
-	// limit); every node's edges to nodes answered are kept.
-	keep := map[int64]bool{}
-	q := `SELECT id, target FROM graph_edges WHERE agent = ? AND source = ?` + relFilter(relation) +
-		` UNION ALL SELECT id, source FROM graph_edges WHERE agent = ? AND target = ?` + relFilter(relation) + ` LIMIT ?`
-	type incident struct {
-		edge  int64
-		other string
+	if err := w.walk(ctx); err != nil {
+		return Graph{}, err
 	}
-	for next, end, level := 0, len(ids), 0; next < len(ids); next++ {
-		if next == end {
-			end, level = len(ids), level+1
-		}
-		left := budget - g.rows
-		if left <= 0 {
-			g.Truncated = true
-			break
-		}
-		args := []any{agent, ids[next]}
-		if relation != "" {
-			args = append(args, relation)
-		}
-		args = append(args, agent, ids[next])
-		if relation != "" {
-			args = append(args, relation)
-		}
-		rows, err := s.r.QueryContext(ctx, q, append(args, left+1)...)
-		if err != nil {
-			return Graph{}, err
-		}
-		found, err := collect(rows, func(r scanner) (incident, error) { var e incident; return e, r.Scan(&e.edge, &e.other) })
-		if err != nil {
-			return Graph{}, err
-		}
-		if len(found) > left {
-			found, g.Truncated = found[:left], true
-		}
-		g.rows += len(found)
-		for _, e := range found {
-			if !seen[e.other] && level < depth {
-				if len(ids) < limit {
-					seen[e.other] = true
-					ids = append(ids, e.other)
-				} else {
-					g.Truncated = true
-				}
-			}
-			if seen[e.other] {
-				keep[e.edge] = true
-			}
-		}
+	if len(w.ids) == 0 {
+		return w.g, nil
 	}
-	if len(ids) == 0 {
-		return g, nil
-	}
-	args := []any{agent}
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	rows, err := s.r.QueryContext(ctx, `SELECT id, type, properties, created_at FROM graph_nodes WHERE agent = ? AND id IN (`+placeholders(len(ids))+`)`, args...)
+	answered, err := w.answerNodes(ctx)
 	if err != nil {
 		return Graph{}, err
 	}
-	// Bytes too, not only counts: nodes and edges are read until their text would pass
-	// answerBytes (nodes of 120 KiB properties built a 123 MB answer before it was refused).
-	used := 0
-	fits := func(n int) bool {
-		used += n
-		return answerBytes <= 0 || used <= answerBytes
+	if err := w.answerEdges(ctx, answered); err != nil {
+		return Graph{}, err
 	}
-	full := false // nodes were left out for the bytes: only the nodes answered keep edges
+	return w.g, nil
+}
+
+// graphWalk is the state of one Neighbourhood.
+type graphWalk struct {
+	s *Store
+	q GraphQuery
+	g Graph
+	// ids are the nodes reached, in the order they were reached; seen holds the same.
+	ids  []string
+	seen map[string]bool
+	// depth is how far the walk goes: q.Depth, or 0 when it begins at any nodes.
+	depth int
+	// keep holds the edges read between nodes reached.
+	keep map[int64]bool
+	// used is the answer's bytes so far.
+	used int
+}
+
+// begin sets the nodes the walk begins at: q.Start, or the agent's first Limit nodes (and then
+// a depth of 0: their edges are read, no node is added).
+func (w *graphWalk) begin(ctx context.Context) error {
+	if w.q.Start != "" {
+		w.seen[w.q.Start], w.ids, w.depth = true, []string{w.q.Start}, w.q.Depth
+		return nil
+	}
+	rows, err := w.s.r.QueryContext(ctx, `SELECT id FROM graph_nodes WHERE agent = ? ORDER BY rid LIMIT ?`, w.q.Agent, w.q.Limit+1)
+	if err != nil {
+		return err
+	}
+	ids, err := collect(rows, func(r scanner) (string, error) { var id string; return id, r.Scan(&id) })
+	if err != nil {
+		return err
+	}
+	if len(ids) > w.q.Limit {
+		ids, w.g.Truncated = ids[:w.q.Limit], true
+	}
+	for _, id := range ids {
+		w.seen[id] = true
+	}
+	w.ids, w.depth = ids, 0
+	return nil
+}
+
+// graphIncident is an edge read from one of its ends: its id and the node at its other end.
+type graphIncident struct {
+	edge  int64
+	other string
+}
+
+// walk reads the nodes' edges breadth first, within the budget of rows: ids[next] is the next
+// node whose edges are read; the nodes before end are at level, those after at level+1. A node
+// below depth adds its unseen neighbours (up to Limit); every node's edges to nodes reached
+// are kept.
+func (w *graphWalk) walk(ctx context.Context) error {
+	budget := GraphBudget(w.q.Limit, w.q.AnswerBytes)
+	for next, end, level := 0, len(w.ids), 0; next < len(w.ids); next++ {
+		if next == end {
+			end, level = len(w.ids), level+1
+		}
+		left := budget - w.g.rows
+		if left <= 0 {
+			w.g.Truncated = true
+			return nil
+		}
+		found, err := w.incident(ctx, w.ids[next], left+1)
+		if err != nil {
+			return err
+		}
+		if len(found) > left {
+			found, w.g.Truncated = found[:left], true
+		}
+		w.g.rows += len(found)
+		for _, e := range found {
+			if !w.seen[e.other] && level < w.depth {
+				if len(w.ids) < w.q.Limit {
+					w.seen[e.other] = true
+					w.ids = append(w.ids, e.other)
+				} else {
+					w.g.Truncated = true
+				}
+			}
+			if w.seen[e.other] {
+				w.keep[e.edge] = true
+			}
+		}
+	}
+	return nil
+}
+
+// incident reads up to limit edges of node (of q.Relation when it is not ""), from either end.
+func (w *graphWalk) incident(ctx context.Context, node string, limit int) ([]graphIncident, error) {
+	rel := relFilter(w.q.Relation)
+	q := `SELECT id, target FROM graph_edges WHERE agent = ? AND source = ?` + rel +
+		` UNION ALL SELECT id, source FROM graph_edges WHERE agent = ? AND target = ?` + rel + ` LIMIT ?`
+	end := []any{w.q.Agent, node}
+	if w.q.Relation != "" {
+		end = append(end, w.q.Relation)
+	}
+	args := append(append(slices.Clone(end), end...), limit)
+	rows, err := w.s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, func(r scanner) (graphIncident, error) { var e graphIncident; return e, r.Scan(&e.edge, &e.other) })
+}
+
+// fits adds n bytes to the answer and says whether it is still within q.AnswerBytes. Bytes are
+// counted, not only items: nodes of 120 KiB properties built a 123 MB answer before it was
+// refused.
+func (w *graphWalk) fits(n int) bool {
+	w.used += n
+	return w.q.AnswerBytes <= 0 || w.used <= w.q.AnswerBytes
+}
+
+// answerNodes reads the nodes reached into the answer while their bytes fit, and returns the
+// nodes whose edges may be answered: every node reached (a node may have edges and no row of
+// its own), or only those answered when some were left out for the bytes.
+func (w *graphWalk) answerNodes(ctx context.Context) (map[string]bool, error) {
+	args := []any{w.q.Agent}
+	for _, id := range w.ids {
+		args = append(args, id)
+	}
+	rows, err := w.s.r.QueryContext(ctx, `SELECT id, type, properties, created_at FROM graph_nodes WHERE agent = ? AND id IN (`+placeholders(len(w.ids))+`)`, args...)
+	if err != nil {
+		return nil, err
+	}
+	full := false
 	for rows.Next() {
 		n, err := scanNode(rows)
 		if err != nil {
 			rows.Close()
-			return Graph{}, err
+			return nil, err
 		}
-		if !fits(len(n.ID) + len(n.Type) + len(n.Properties) + 64) {
-			g.Truncated, full = true, true
+		if !w.fits(len(n.ID) + len(n.Type) + len(n.Properties) + 64) {
+			w.g.Truncated, full = true, true
 			break
 		}
-		g.Nodes = append(g.Nodes, n)
+		w.g.Nodes = append(w.g.Nodes, n)
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return Graph{}, err
+		return nil, err
 	}
 	answered := map[string]bool{}
 	if full {
-		for _, n := range g.Nodes {
+		for _, n := range w.g.Nodes {
 			answered[n.ID] = true
 		}
 	} else {
-		for _, id := range ids { // a node may have edges and no row of its own
+		for _, id := range w.ids {
 			answered[id] = true
 		}
 	}
-	edges := make([]int64, 0, len(keep))
-	for id := range keep {
+	return answered, nil
+}
+
+// answerEdges reads the edges kept, in id order and at most GraphMaxEdges of them, into the
+// answer: those whose ends are both answered, while their bytes fit.
+func (w *graphWalk) answerEdges(ctx context.Context, answered map[string]bool) error {
+	edges := make([]int64, 0, len(w.keep))
+	for id := range w.keep {
 		edges = append(edges, id)
 	}
 	slices.Sort(edges)
-	if len(edges) > maxEdges {
-		edges, g.Truncated = edges[:maxEdges], true
+	if maxEdges := GraphMaxEdges(w.q.Limit, w.q.AnswerBytes); len(edges) > maxEdges {
+		edges, w.g.Truncated = edges[:maxEdges], true
 	}
 	for chunk := range slices.Chunk(edges, 500) {
-		rows, err := s.r.QueryContext(ctx, `SELECT id, source, target, relation, properties, created_at FROM graph_edges WHERE agent = ? AND id IN (`+
-			placeholders(len(chunk))+`) ORDER BY id`, append([]any{agent}, anyInts(chunk)...)...)
+		rows, err := w.s.r.QueryContext(ctx, `SELECT id, source, target, relation, properties, created_at FROM graph_edges WHERE agent = ? AND id IN (`+
+			placeholders(len(chunk))+`) ORDER BY id`, append([]any{w.q.Agent}, anyInts(chunk)...)...)
 		if err != nil {
-			return Graph{}, err
+			return err
 		}
 		part, err := collect(rows, scanEdge)
 		if err != nil {
-			return Graph{}, err
+			return err
 		}
 		for _, e := range part {
 			if !answered[e.Source] || !answered[e.Target] {
-				g.Truncated = true // an end of it was left out for the bytes
+				w.g.Truncated = true // an end of it was left out for the bytes
 				continue
 			}
-			if !fits(len(e.Source) + len(e.Target) + len(e.Relation) + len(e.Properties) + 96) {
-				g.Truncated = true
-				return g, nil
+			if !w.fits(len(e.Source) + len(e.Target) + len(e.Relation) + len(e.Properties) + 96) {
+				w.g.Truncated = true
+				return nil
 			}
-			g.Edges = append(g.Edges, e)
+			w.g.Edges = append(w.g.Edges, e)
 		}
 	}
-	return g, nil
+	return nil
 }
 
 func relFilter(relation string) string {
@@ -603,7 +675,7 @@ func (s *Store) StoreResults(ctx context.Context, agent string, items []StoredRe
 	err := s.tx(ctx, func(tx *Tx) error {
 		for i, it := range items {
 			text := jsonOr(it.Value, "null")
-			size := int64(len(it.Key) + len(text))
+			size := resultBytes(agent, it.Key, text, it.ExecutionID)
 			if err := s.checkResultQuota(ctx, tx, agent, it.Key, size); err != nil {
 				return err
 			}
@@ -620,6 +692,19 @@ func (s *Store) StoreResults(ctx context.Context, agent string, items []StoredRe
 		return nil, err
 	}
 	return out, nil
+}
+
+// resultOverheadBytes is what a stored result takes besides its text columns: the row's header
+// and integer columns, and its entries' own overhead in the table's two indexes.
+const resultOverheadBytes = 96
+
+// resultBytes is what a result counts against results_max_bytes: what the table and its
+// indexes hold for it (its agent in the row and both indexes, its key in the row and the
+// unique index, its value and execution once, and resultOverheadBytes). Counted as key and
+// value alone, results of one byte filled the table to 10 times the quota and more. The
+// migrations that recount old results use the same sum (00016_result_bytes_stored.sql).
+func resultBytes(agent, key, value, executionID string) int64 {
+	return int64(resultOverheadBytes + 3*len(agent) + 2*len(key) + len(value) + len(executionID))
 }
 
 // ResultHistory returns every version of the agent's key, newest first.

@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,4 +165,53 @@ func dirBytes(t *testing.T, dir string) int64 {
 		n += fileBytes(t, filepath.Join(dir, e.Name()))
 	}
 	return n
+}
+
+// resultsTableBytes is what the results table and its indexes take in the database.
+func resultsTableBytes(t *testing.T, s *Store) int64 {
+	t.Helper()
+	q := `SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name IN (SELECT name FROM sqlite_master WHERE tbl_name = 'results')`
+	if onPostgres(t) {
+		q = `SELECT pg_total_relation_size('results')`
+	}
+	var n int64
+	if err := s.r.QueryRowContext(t.Context(), q).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// H52: results_max_bytes counts what a result takes where it is stored, not its payload: an
+// agent with a long name storing `1` under many short keys filled the tables to 11–50 times
+// its quota, counted as key and value bytes. Now the quota refuses before the table and its
+// indexes hold more than twice the quota.
+func TestResultQuotaCountsWhatIsStored(t *testing.T) {
+	s := open(t)
+	const quota = 256 << 10
+	s.SetQuotas(Quotas{ResultsMaxBytes: quota, ResultsMaxVersions: 10})
+	agent := strings.Repeat("m", 64)
+	base := resultsTableBytes(t, s)
+	stored := 0
+	var qerr *QuotaError
+	for batch := 0; qerr == nil && batch < 100; batch++ {
+		items := make([]StoredResult, 100)
+		for i := range items {
+			items[i] = StoredResult{Key: fmt.Sprintf("k%d", batch*100+i), Value: json.RawMessage(`1`)}
+		}
+		if _, err := s.StoreResults(t.Context(), agent, items); errors.As(err, &qerr) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		stored += len(items)
+	}
+	grown := resultsTableBytes(t, s) - base
+	t.Logf("%d results of 1 byte stored before the quota of %d bytes refused; the table grew %d bytes (%.1f× the quota)",
+		stored, quota, grown, float64(grown)/quota)
+	if qerr == nil || qerr.Setting != "results_max_bytes" {
+		t.Fatalf("after %d results: %v; want a QuotaError of results_max_bytes", stored, qerr)
+	}
+	if grown > 2*quota {
+		t.Errorf("the results table grew %d bytes under a quota of %d; want at most twice the quota", grown, quota)
+	}
 }

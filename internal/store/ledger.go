@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -16,10 +18,12 @@ import (
 // files_max_bytes is taken off. A running record has no size yet (there are at most slots and
 // sessions of them, each within its caps). The store keeps a running total of the sizes,
 // added to as Finish writes each and recounted by Prune; a write that takes it past the budget
-// signals PruneDue, and Prune deletes the oldest finished records until the ledger is back
-// under LedgerLowWater percent of the budget, so that it prunes once per tenth of the budget
-// written rather than after every run. Prune's work is one sum over execution_bytes (a narrow
-// table) and a walk of the oldest records it deletes, never a read of every record.
+// signals PruneDue, and Prune deletes records until the ledger is back under LedgerLowWater
+// percent of the budget, so that it prunes once per tenth of the budget written rather than
+// after every run; fairly between agents (see pruneBytes). Job fires count too: a fire that
+// started a run in that run's record, one that started none in job_fires.bytes. Prune's work
+// is one sum by agent over execution_bytes (a narrow table) and over the fires that started no
+// run, and a walk of the oldest records it deletes, never a read of every record.
 
 // recordOverheadBytes is what a record counts besides its columns' bytes: the row's other
 // columns and its entries in the executions indexes. logLineOverheadBytes is the same for each
@@ -81,9 +85,13 @@ func (s *Store) PruneDue() <-chan struct{} { return s.ledger.due }
 
 // countLedgerBytes sets the running total from the database.
 func (s *Store) countLedgerBytes(ctx context.Context) error {
-	var used int64
-	if err := s.r.QueryRowContext(ctx, `SELECT coalesce(sum(bytes), 0) FROM execution_bytes`).Scan(&used); err != nil {
+	held, err := agentsBytes(ctx, s.r)
+	if err != nil {
 		return err
+	}
+	var used int64
+	for _, n := range held {
+		used += n
 	}
 	s.ledger.used.Store(used)
 	return nil
@@ -91,11 +99,12 @@ func (s *Store) countLedgerBytes(ctx context.Context) error {
 
 // recordBaseSQL is, in SQL over the executions row e, what a record counts for what Begin
 // wrote (recordOverheadBytes, its code and input) plus the charge of its kept output files (as
-// files_max_bytes charges them). The migration that made execution_bytes counts old records
+// files_max_bytes charges them) and the job fire that started it. The migration that made execution_bytes counts old records
 // the same way.
 const recordBaseSQL = `512 + octet_length(e.input)
 	+ coalesce((SELECT octet_length(b.code) FROM code_blobs b WHERE b.sha256 = e.code_sha256), 0)
-	+ coalesce((SELECT sum(` + chargeSQL + `) FROM execution_files f WHERE f.execution_id = e.id), 0)`
+	+ coalesce((SELECT sum(` + chargeSQL + `) FROM execution_files f WHERE f.execution_id = e.id), 0)
+	+ coalesce((SELECT sum(jf.bytes) FROM job_fires jf WHERE jf.execution_id = e.id), 0)`
 
 // finishBytes is what a finished record counts besides recordBaseSQL: its result's
 // text columns and log lines. egress is the length of its egress column.
@@ -108,90 +117,219 @@ func finishBytes(res sandbox.Result, cols resultColumns, egress int) int64 {
 	return int64(n)
 }
 
-// pruneBytes deletes, in tx, the oldest finished records until the ledger's bytes are under
-// LedgerLowWater percent of max, never the newest finished record (a record larger than the
-// whole budget is kept until the next one finishes). It returns how many records it deleted
-// and the bytes the ledger holds after.
+// querier is a *dbx or a *Tx.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// agentsBytes returns the ledger's bytes by agent: its finished records (execution_bytes) and
+// its job fires that started no run.
+func agentsBytes(ctx context.Context, db querier) (map[string]int64, error) {
+	held := map[string]int64{}
+	for _, q := range []string{
+		`SELECT agent, sum(bytes) FROM execution_bytes GROUP BY agent`,
+		`SELECT agent, sum(bytes) FROM job_fires WHERE execution_id IS NULL GROUP BY agent`,
+	} {
+		rows, err := db.QueryContext(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var (
+				agent string
+				n     int64
+			)
+			if err := rows.Scan(&agent, &n); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			held[agent] += n
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return held, nil
+}
+
+// fairLevel returns the most bytes each agent may keep so that the agents' bytes, each cut to
+// it, add up to target: agents under it keep all theirs, and share what they leave equally
+// among the others (max-min fairness). It is the largest agent's bytes when all fit.
+func fairLevel(held map[string]int64, target int64) int64 {
+	sizes := slices.Sorted(maps.Values(held))
+	left := target
+	for i, n := range sizes {
+		share := left / int64(len(sizes)-i)
+		if n > share {
+			return share
+		}
+		left -= n
+	}
+	if len(sizes) == 0 {
+		return 0
+	}
+	return sizes[len(sizes)-1]
+}
+
+// pruneCursor is where pruneAgent's walk over an agent's records, oldest first, stands.
+type pruneCursor struct {
+	agent   string // whose records it walks
+	at      int64  // the last record read: its started_at
+	id      string // and its id
+	started bool   // a record has been read
+	done    bool   // the walk reached the newest finished record, or the end
+}
+
+// next reads the batch of up to pruneBatch records of c.agent after c, oldest first, and returns the
+// finished ones to delete, until their bytes reach excess, and those bytes. It stops at newest
+// (which is kept) and moves c past what it read.
+func (c *pruneCursor) next(ctx context.Context, tx *Tx, newest string, excess int64) ([]any, int64, error) {
+	q, args := `SELECT e.id, e.started_at, e.status, b.bytes FROM executions e JOIN execution_bytes b ON b.execution_id = e.id
+		WHERE e.agent = ?`, []any{c.agent}
+	if c.started {
+		q, args = q+` AND (e.started_at, e.id) > (?, ?)`, append(args, c.at, c.id)
+	}
+	rows, err := tx.QueryContext(ctx, q+` ORDER BY e.started_at, e.id LIMIT ?`, append(args, pruneBatch)...)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	var (
+		batch []any
+		freed int64
+		read  int
+	)
+	for rows.Next() {
+		var (
+			id, status string
+			bytes      int64
+		)
+		if err := rows.Scan(&id, &c.at, &status, &bytes); err != nil {
+			return nil, 0, err
+		}
+		read++
+		c.id, c.started = id, true
+		if id == newest {
+			c.done = true
+			break
+		}
+		if status != StatusFinished {
+			continue
+		}
+		batch = append(batch, id)
+		freed += bytes
+		if freed >= excess {
+			break
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
+	}
+	if read < pruneBatch {
+		c.done = true
+	}
+	return batch, freed, nil
+}
+
+// pruneBytes deletes, in tx, finished records and job fires until the ledger's bytes are under
+// LedgerLowWater percent of max, fairly between agents: only agents over their share (see
+// fairLevel) lose anything, each its own job fires that started no run first, then its own
+// oldest finished records, never its newest finished record (a record larger than the whole
+// budget is kept until the agent's next one finishes). So one agent's runs never push another
+// agent's records out while that agent keeps within its share. It returns how many records it
+// deleted and the bytes the ledger holds after.
 func (s *Store) pruneBytes(ctx context.Context, tx *Tx, max int64) (int64, int64, error) {
-	var total int64
-	if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(bytes), 0) FROM execution_bytes`).Scan(&total); err != nil {
+	held, err := agentsBytes(ctx, tx)
+	if err != nil {
 		return 0, 0, err
+	}
+	var total int64
+	for _, n := range held {
+		total += n
 	}
 	if max <= 0 || total <= max {
 		return 0, total, nil
 	}
-	excess := total - max/100*LedgerLowWater
-	var newest string
-	// "<> 'running'" rather than "= 'finished'", which made SQLite sort the whole table.
-	if err := tx.QueryRowContext(ctx, `SELECT id FROM executions WHERE status <> 'running'
-		ORDER BY started_at DESC, id DESC LIMIT 1`).Scan(&newest); errors.Is(err, sql.ErrNoRows) {
-		return 0, total, nil // only running records, which are never pruned
-	} else if err != nil {
-		return 0, 0, err
-	}
-	var (
-		deleted  int64
-		afterAt  int64
-		afterID  string
-		started  bool
-		finished bool
-	)
-	for excess > 0 && !finished {
-		q, args := `SELECT e.id, e.started_at, e.status, b.bytes FROM executions e JOIN execution_bytes b ON b.execution_id = e.id`, []any{}
-		if started {
-			q, args = q+` WHERE (e.started_at, e.id) > (?, ?)`, []any{afterAt, afterID}
+	level := fairLevel(held, max/100*LedgerLowWater)
+	var deleted int64
+	for _, agent := range slices.Sorted(maps.Keys(held)) {
+		if held[agent] <= level {
+			continue
 		}
-		rows, err := tx.QueryContext(ctx, q+` ORDER BY e.started_at, e.id LIMIT ?`, append(args, pruneBatch)...)
+		n, freed, err := s.pruneAgent(ctx, tx, agent, held[agent]-level)
 		if err != nil {
 			return 0, 0, err
 		}
-		var (
-			batch []any
-			freed int64
-			read  int
-		)
-		for rows.Next() {
-			var (
-				id, status string
-				bytes      int64
-			)
-			if err := rows.Scan(&id, &afterAt, &status, &bytes); err != nil {
+		deleted, total = deleted+n, total-freed
+	}
+	return deleted, total, nil
+}
+
+// pruneAgent deletes, in tx, agent's job fires that started no run, oldest first, then its
+// oldest finished records but its newest, until excess bytes are freed or nothing is left. It
+// returns the records deleted and the bytes freed.
+func (s *Store) pruneAgent(ctx context.Context, tx *Tx, agent string, excess int64) (int64, int64, error) {
+	var freed int64
+	for excess > 0 {
+		rows, err := tx.QueryContext(ctx, `SELECT id, bytes FROM job_fires WHERE agent = ? AND execution_id IS NULL
+			AND status <> 'queued' ORDER BY id LIMIT ?`, agent, pruneBatch)
+		if err != nil {
+			return 0, 0, err
+		}
+		var batch []any
+		for rows.Next() && excess > 0 {
+			var id, n int64
+			if err := rows.Scan(&id, &n); err != nil {
 				rows.Close()
 				return 0, 0, err
 			}
-			read++
-			afterID, started = id, true
-			if id == newest {
-				finished = true
-				break
-			}
-			if status != StatusFinished {
-				continue
-			}
-			batch = append(batch, id)
-			freed += bytes
-			excess -= bytes
-			if excess <= 0 {
-				break
-			}
+			batch, freed, excess = append(batch, id), freed+n, excess-n
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return 0, 0, err
 		}
-		if read < pruneBatch {
-			finished = true
-		}
 		if len(batch) == 0 {
-			continue
+			break
 		}
-		res, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE status = 'finished' AND id IN (?`+
-			strings.Repeat(", ?", len(batch)-1)+`)`, batch...)
+		if _, err := tx.ExecContext(ctx, `DELETE FROM job_fires WHERE id IN (?`+strings.Repeat(", ?", len(batch)-1)+`)`, batch...); err != nil {
+			return 0, 0, err
+		}
+	}
+	if excess <= 0 {
+		return 0, freed, nil
+	}
+	var newest string
+	// "<> 'running'" rather than "= 'finished'", which made SQLite sort the agent's records.
+	if err := tx.QueryRowContext(ctx, `SELECT id FROM executions WHERE agent = ? AND status <> 'running'
+		ORDER BY started_at DESC, id DESC LIMIT 1`, agent).Scan(&newest); errors.Is(err, sql.ErrNoRows) {
+		return 0, freed, nil // only running records, which are never pruned
+	} else if err != nil {
+		return 0, 0, err
+	}
+	var deleted int64
+	c := pruneCursor{agent: agent}
+	for excess > 0 && !c.done {
+		batch, n, err := c.next(ctx, tx, newest, excess)
 		if err != nil {
 			return 0, 0, err
 		}
-		n, _ := res.RowsAffected()
-		deleted, total = deleted+n, total-freed
+		freed, excess = freed+n, excess-n
+		if len(batch) == 0 {
+			continue
+		}
+		in := `(?` + strings.Repeat(", ?", len(batch)-1) + `)`
+		if _, err := tx.ExecContext(ctx, `DELETE FROM job_fires WHERE execution_id IN `+in, batch...); err != nil {
+			return 0, 0, err
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE status = 'finished' AND id IN `+in, batch...)
+		if err != nil {
+			return 0, 0, err
+		}
+		k, _ := res.RowsAffected()
+		deleted += k
 	}
-	return deleted, total, nil
+	return deleted, freed, nil
 }

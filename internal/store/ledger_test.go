@@ -250,3 +250,128 @@ func TestFinishInterruptedCountsTheRecords(t *testing.T) {
 		t.Errorf("LedgerBytes = %d, want %d", got, want)
 	}
 }
+
+// recordOf finishes a record of agent started at at, with n bytes of stdout and a file of file
+// bytes (none when 0).
+func recordOf(t *testing.T, s *Store, f *Files, agent string, at time.Time, n, file int) string {
+	t.Helper()
+	head := sandbox.Result{ID: sandbox.NewID(), Agent: agent, TimeoutMS: 1000, StartedAt: at, Origin: sandbox.Origin{Source: "api"}}
+	if err := s.Begin(t.Context(), sandbox.Spec{ID: head.ID, Code: "x", Input: json.RawMessage("null"), TimeoutMS: 1000}, head); err != nil {
+		t.Fatal(err)
+	}
+	res := head
+	res.Outcome, res.Stdout = sandbox.OutcomeOK, strings.Repeat("x", n)
+	if file > 0 {
+		if err := put(t, f, head.ID, "out.bin", file); err != nil {
+			t.Fatal(err)
+		}
+		res.Files = []sandbox.File{{Name: "out.bin", SizeBytes: int64(file)}}
+	}
+	if err := s.Finish(t.Context(), res); err != nil {
+		t.Fatal(err)
+	}
+	return head.ID
+}
+
+// H53: one agent's runs do not erase another agent's history. Before, the ledger's byte budget
+// and the files' quota were pruned oldest first across agents: ten large runs of mallory
+// removed alice's two older records and their files. Now an agent over its share loses its own
+// records (and files) first, and each agent keeps its newest.
+func TestPruneIsFairBetweenAgents(t *testing.T) {
+	const kib = 1 << 10
+	s, f, _ := openFiles(t, 6*chargeOf(20*kib))
+	now := time.Now().UTC()
+	alice := []string{
+		recordOf(t, s, f, "alice", now.Add(-100*time.Minute), 100*kib, 20*kib),
+		recordOf(t, s, f, "alice", now.Add(-90*time.Minute), 100*kib, 20*kib),
+	}
+	per := recordBytes(t, s, alice[0])
+	var mallory []string
+	for i := range 10 {
+		mallory = append(mallory, recordOf(t, s, f, "mallory", now.Add(time.Duration(i-10)*time.Minute), 100*kib, 20*kib))
+	}
+	// The files' quota holds 6 files: mallory's runs evicted their own older files, not alice's.
+	for _, id := range alice {
+		if _, err := read(t, f, id, "out.bin"); err != nil {
+			t.Errorf("alice's file of %s was evicted for mallory's runs: %v", id, err)
+		}
+	}
+	if _, err := read(t, f, mallory[9], "out.bin"); err != nil {
+		t.Errorf("mallory's newest file: %v", err)
+	}
+	max := 6 * per
+	if _, err := s.Prune(t.Context(), Retention{MaxBytes: max}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range alice {
+		if !exists(t, s, id) {
+			t.Errorf("alice's record %s was pruned for mallory's runs", id)
+		}
+	}
+	kept := 0
+	for i, id := range mallory {
+		if exists(t, s, id) {
+			kept++
+		} else if i == 9 {
+			t.Error("mallory's newest record was pruned")
+		}
+	}
+	if used := s.LedgerBytes(); used > max/100*LedgerLowWater || kept < 3 {
+		t.Errorf("after Prune the ledger holds %d bytes (mallory keeps %d records); want at most %d, mallory keeping its newest 3",
+			used, kept, max/100*LedgerLowWater)
+	}
+	// Alone over the budget, alice keeps her newest record too.
+	big := recordOf(t, s, f, "alice", now, 8*int(per), 0)
+	if _, err := s.Prune(t.Context(), Retention{MaxBytes: max}); err != nil {
+		t.Fatal(err)
+	}
+	if !exists(t, s, big) || !exists(t, s, mallory[9]) {
+		t.Errorf("the newest records: alice's %v, mallory's %v; want both kept", exists(t, s, big), exists(t, s, mallory[9]))
+	}
+}
+
+// H54: job fires count in ledger_max_bytes and go with it. Before, a job's fires were never
+// pruned and counted nowhere (about 1 GB a day at jobs_max): skipped fires grew the database
+// while LedgerBytes stayed put. Now a fire that started no run counts on its own and goes
+// with its agent's share; a fire that started one counts in that run's record.
+func TestJobFiresCountInTheLedger(t *testing.T) {
+	s := open(t)
+	ctx := t.Context()
+	if _, err := s.CreateCode(ctx, Code{Agent: "a", Name: "c", Code: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	job, err := s.CreateJob(ctx, Job{ID: "job_1", Agent: "a", CodeName: "c", Schedule: "@every 1s", Timezone: "UTC",
+		Input: json.RawMessage("null"), Enabled: true, Overlap: "skip", CatchUp: "skip", NextRunAt: &at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := s.LedgerBytes()
+	const skipped = 200
+	for i := range skipped {
+		f := Fire{JobID: job.ID, Agent: "a", Kind: FireScheduled, Status: FireSkipped, ScheduledAt: at, FiredAt: at}
+		if _, ok, err := s.ClaimFires(ctx, job.ID, at, at.Add(time.Second), []Fire{f}); !ok || err != nil {
+			t.Fatalf("claim %d: %v %v", i, ok, err)
+		}
+		at = at.Add(time.Second)
+	}
+	perFire := fireBytes(Fire{JobID: job.ID, Agent: "a", Kind: FireScheduled, Status: FireSkipped}, "")
+	if grown := s.LedgerBytes() - before; grown < skipped*perFire {
+		t.Fatalf("%d skipped fires grew the ledger's bytes by %d; want at least %d", skipped, grown, skipped*perFire)
+	}
+	if err := s.countLedgerBytes(ctx); err != nil || s.LedgerBytes()-before < skipped*perFire {
+		t.Fatalf("recounted, the ledger holds %d bytes (%v); want the fires' %d", s.LedgerBytes(), err, skipped*perFire)
+	}
+	// A budget the fires pass: pruning removes the oldest of them, down to the low water.
+	max := 100 * perFire
+	if _, err := s.Prune(ctx, Retention{MaxBytes: max}); err != nil {
+		t.Fatal(err)
+	}
+	fires, _, err := s.ListFires(ctx, "a", job.ID, FireFilter{}, Page{Limit: 1000})
+	if err != nil || len(fires) == 0 || len(fires) > 90 || s.LedgerBytes() > max/100*LedgerLowWater {
+		t.Fatalf("after Prune: %d fires (%v), the ledger %d bytes; want at most 90 fires within %d bytes", len(fires), err, s.LedgerBytes(), max/100*LedgerLowWater)
+	}
+	if !fires[0].FiredAt.Equal(at.Add(-time.Second)) {
+		t.Errorf("the newest fire left is of %v; want the last one, %v", fires[0].FiredAt, at.Add(-time.Second))
+	}
+}

@@ -11,8 +11,9 @@ import (
 // /v1/agents/{agent}/results, which store the same way). The JSON field names are the
 // configuration keys.
 type Quotas struct {
-	// ResultsMaxBytes is the most bytes one agent's results may hold: the key and the JSON
-	// value of every version of every key, added up.
+	// ResultsMaxBytes is the most bytes one agent's results may take where they are stored:
+	// every version of every key, each counted as its row and index entries hold it (see
+	// resultBytes).
 	ResultsMaxBytes int64 `json:"results_max_bytes"`
 	// ResultsMaxVersions is the most versions one key of one agent may have.
 	ResultsMaxVersions int `json:"results_max_versions"`

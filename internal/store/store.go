@@ -1,10 +1,16 @@
-// Package store keeps sandpit's state in one SQLite database (modernc.org/sqlite, no cgo): the
-// execution ledger, saved code with its versions, jobs and their fires. Its schema is migrated
-// with goose from the embedded migrations directory when the store opens.
+// Package store keeps sandpit's state in a SQL database: the execution ledger (with the
+// calls, logs, egress and output files of each run), saved code with its versions, jobs and
+// their fires, the knowledge store (memories, facts, graph, documents, results, under their
+// quotas), stateful sessions' records, and the daemons' heartbeats and leases. Open opens a
+// SQLite database (modernc.org/sqlite, no cgo), one daemon's default; OpenPostgres a
+// PostgreSQL one (postgres.go) that several daemons share. The schema is migrated with goose
+// from the embedded migrations directory of its dialect when the store opens.
 //
-// The database runs in WAL mode with a busy timeout. Writes go through one connection, so they
+// SQLite runs in WAL mode with a busy timeout. Writes go through one connection, so they
 // never contend with each other; reads use a small pool of their own and see the last
-// committed state. Times are stored as Unix milliseconds in UTC.
+// committed state. On PostgreSQL both use one pool, and write transactions run at
+// SERIALIZABLE and are retried when they could not be serialized. Times are stored as Unix
+// milliseconds in UTC.
 //
 // Errors: lookups of something that does not exist return an error wrapping ErrNotFound;
 // creating what exists wraps ErrExists; an update that expected another version returns a

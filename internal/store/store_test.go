@@ -316,7 +316,7 @@ func TestClaimFiresOnce(t *testing.T) {
 		t.Fatalf("FailUnstartedFires = %d, want 1 (its execution never began)", n)
 	}
 
-	// A fire whose run began stays started after the ledger prunes its record.
+	// A fire whose run began.
 	next := due.Add(10 * time.Second)
 	f2 := Fire{JobID: "job_1", Agent: "a", Kind: FireScheduled, Status: FireStarted, ScheduledAt: next, FiredAt: next, ExecutionID: sandbox.NewID()}
 	if _, ok, err := s.ClaimFires(ctx, "job_1", next, next.Add(10*time.Second), []Fire{f2}); !ok || err != nil {
@@ -334,13 +334,6 @@ func TestClaimFiresOnce(t *testing.T) {
 	if fires, _, _ := s.ListFires(ctx, "a", "job_1", FireFilter{}, Page{}); len(fires) != 2 || fires[0].Outcome != string(sandbox.OutcomeTimeout) || fires[0].Reason != head.Reason ||
 		fires[1].Reason != "interrupted: the daemon stopped before the run started" {
 		t.Fatalf("fires: %+v", fires)
-	}
-	s.now = func() time.Time { return next.Add(24 * time.Hour) }
-	if n, err := s.Prune(ctx, Retention{MaxAge: time.Hour}); n != 1 || err != nil {
-		t.Fatalf("Prune = %d, %v", n, err)
-	}
-	if n, _ := s.FailUnstartedFires(ctx); n != 0 {
-		t.Fatalf("FailUnstartedFires failed %d fires whose runs began (their records were pruned)", n)
 	}
 	// Time filters bound fired_at (since <= fired_at < until) and page with the cursor.
 	firedAt := func(fires []Fire) (ms []int64) {
@@ -363,5 +356,18 @@ func TestClaimFiresOnce(t *testing.T) {
 	}
 	if fires, _, _ := s.ListFires(ctx, "b", "job_1", FireFilter{}, Page{}); fires != nil {
 		t.Fatal("another agent read the job's history")
+	}
+	// The fires go with the ledger (they were never pruned: a job of many skipped fires filled
+	// the database past ledger_max_bytes): the one whose record is pruned with it, the failed
+	// one that started no run by its own age.
+	s.now = func() time.Time { return next.Add(24 * time.Hour) }
+	if n, err := s.Prune(ctx, Retention{MaxAge: time.Hour}); n != 1 || err != nil {
+		t.Fatalf("Prune = %d, %v", n, err)
+	}
+	if n, _ := s.FailUnstartedFires(ctx); n != 0 {
+		t.Fatalf("FailUnstartedFires failed %d fires whose runs began (their records were pruned)", n)
+	}
+	if fires, _, _ := s.ListFires(ctx, "a", "job_1", FireFilter{}, Page{}); len(fires) != 0 {
+		t.Fatalf("after pruning a day's records with ledger_max_age of an hour, the fires are still there: %+v", fires)
 	}
 }
