@@ -324,6 +324,7 @@ func (e *Core) Handler(cfg config.Config, log *slog.Logger) http.Handler {
 // Close stops the engine: running executions are killed, the warm container stays for the next
 // engine to adopt, and the database and data directory are released.
 func (e *Core) Close() error {
+	e.E2B.Close() // its sandboxes' timers; the sandboxes are sessions, below
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	e.Sessions.Shutdown(ctx) // sessions hibernate (session_hibernate_on_stop) or end; their containers go
 	cancel()

@@ -248,14 +248,27 @@ func (s *Server) forget(b *box) {
 	}
 }
 
-// Close stops the sandboxes' timers; their sessions end with the engine.
+// Close ends the sandboxes and their contexts: they live in this server's memory (tokens,
+// metadata, timeouts), so their sessions must not outlive it (hibernated at the daemon's
+// stop, they could never be reached again).
 func (s *Server) Close() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	boxes := make([]*box, 0, len(s.boxes))
 	for id, b := range s.boxes {
 		b.timer.Stop()
 		delete(s.boxes, id)
+		boxes = append(boxes, b)
 	}
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, b := range boxes {
+		s.closeContexts(ctx, b, s.takeContexts(b))
+		if _, err := s.sessions.Close(ctx, b.agent, b.id); err != nil {
+			s.log.Warn("ending an e2b sandbox as the daemon stops", "sandbox", b.id, "error", err)
+		}
+	}
+	s.drain()
 }
 
 // Active returns how many sandboxes are running.
