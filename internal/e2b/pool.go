@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -12,6 +11,7 @@ import (
 type Warmer interface {
 	CreateWarm(ctx context.Context, req sandbox.SessionRequest, code string) (sandbox.SessionInfo, error)
 	Adopt(ctx context.Context, id, agent string) (sandbox.SessionInfo, error)
+	CloseWarm(ctx context.Context, id string) (sandbox.SessionInfo, error)
 }
 
 // warmCode is a warm session's first call: it starts the interpreter, whose preload the fork
@@ -93,7 +93,9 @@ func (s *Server) drain() {
 	for {
 		select {
 		case w := <-s.pool:
-			_, _ = s.sessions.Close(context.WithoutCancel(ctx), engine.WarmAgent, w.id)
+			if _, err := s.warmer.CloseWarm(ctx, w.id); err != nil {
+				s.log.Warn("ending a warm e2b sandbox", "session", w.id, "error", err)
+			}
 		default:
 			return
 		}

@@ -68,3 +68,8 @@ func (m *Sessions) Adopt(ctx context.Context, id, agent string) (sandbox.Session
 	ls.info.Agent = agent
 	return m.snapshot(ls), nil
 }
+
+// CloseWarm ends warm session id (reason closed), one not handed on yet.
+func (m *Sessions) CloseWarm(ctx context.Context, id string) (sandbox.SessionInfo, error) {
+	return m.Close(context.WithValue(ctx, warmKey{}, true), WarmAgent, id)
+}

@@ -59,6 +59,13 @@ func TestWarmSessionsAreNobodysUntilAdopted(t *testing.T) {
 	if _, err := m.Adopt(ctx, w.ID, "full"); !errors.Is(err, errclass.Busy) {
 		t.Errorf("adopted past the agent's cap: %v", err)
 	}
+	w2, err := m.CreateWarm(ctx, sandbox.SessionRequest{}, "x = 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := m.CloseWarm(ctx, w2.ID); err != nil || info.State != sandbox.SessionEnded {
+		t.Errorf("CloseWarm: %+v %v", info, err)
+	}
 	got, err := m.Adopt(ctx, w.ID, "alice")
 	if err != nil || got.Agent != "alice" {
 		t.Fatalf("Adopt: %+v %v", got, err)
