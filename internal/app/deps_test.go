@@ -122,6 +122,25 @@ func TestDependencies(t *testing.T) {
 		}
 	})
 
+	t.Run("%pip install takes the dependency path", func(t *testing.T) {
+		code := "%pip install solo==2.0\nimport solo\nsolo.VALUE"
+		body, _ := json.Marshal(map[string]any{"code": code, "timeout_ms": 60000})
+		resp, b := post(t, url, string(body))
+		var res depResult
+		if err := json.Unmarshal(b, &res); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+		if res.Outcome != sandbox.OutcomeOK || !strings.Contains(res.Stdout, "sandpit: installed solo==2.0") || len(res.Results) != 1 ||
+			res.Results[0].Text() != "'solo'" || idx.Requests("solo") == 0 {
+			t.Fatalf("%%pip: %+v", res)
+		}
+		// The same validation as dependencies: a bad requirement is refused before pip runs.
+		_, res = runWithDeps(t, url, "%pip install 'a b c'\nprint('after')")
+		if res.Outcome != sandbox.OutcomeOK || !strings.Contains(res.Stderr, "%pip install") || res.Stdout != "after\n" {
+			t.Fatalf("%%pip with a bad requirement: %+v", res)
+		}
+	})
+
 	t.Run("concurrent requests install once", func(t *testing.T) {
 		var wg sync.WaitGroup
 		var mu sync.Mutex

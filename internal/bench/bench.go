@@ -91,7 +91,7 @@ type Options struct {
 // runs of each kind, 5 s at 1, 4 and 16 clients, and every variant.
 func DefaultOptions() Options {
 	return Options{Runs: 50, SlowRuns: 20, Warmup: 3, Duration: 5 * time.Second, Clients: []int{1, 4, 16},
-		Compare: []string{VariantSingle, VariantRunsc, VariantSmallPreload}}
+		Compare: []string{VariantSingle, VariantRunsc, VariantSmallPreload, VariantPlain}}
 }
 
 func (o Options) validate() error {
@@ -108,8 +108,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("bench: concurrency levels %v must be at least 1", o.Clients)
 	}
 	for _, v := range o.Compare {
-		if v != VariantSingle && v != VariantRunsc && v != VariantSmallPreload {
-			return fmt.Errorf("bench: %q is not a layout to compare with: use %q, %q or %q", v, VariantSingle, VariantRunsc, VariantSmallPreload)
+		if v != VariantSingle && v != VariantRunsc && v != VariantSmallPreload && v != VariantPlain {
+			return fmt.Errorf("bench: %q is not a layout to compare with: use %q, %q, %q or %q", v, VariantSingle, VariantRunsc, VariantSmallPreload, VariantPlain)
 		}
 	}
 	return nil
@@ -338,6 +338,7 @@ func (b *bench) latencies(ctx context.Context, in *instance, rep *Report) error 
 			return in.box.spawnInDirectory(ctx, analysisProgram(), opts.SlowRuns)
 		})},
 		{LatencyRESTAnalysis, "", "sandpit REST <analysis>", rest(analysisProgram(), opts.SlowRuns)},
+		{LatencyRESTDescribe, "", "sandpit REST <df.describe()>", rest(describeProgram(), opts.SlowRuns)},
 	}
 	for _, s := range steps {
 		t0 := time.Now()
@@ -461,6 +462,9 @@ func (b *bench) variants(ctx context.Context, cfg config.Config) []variant {
 	}
 	if cfg.ForkServer && !slices.Equal(cfg.Preload, SmallPreload) && slices.Contains(b.opts.Compare, VariantSmallPreload) {
 		vs = append(vs, variant{name: VariantSmallPreload, env: []string{config.EnvName("preload") + "=" + strings.Join(SmallPreload, ",")}})
+	}
+	if cfg.Notebook && slices.Contains(b.opts.Compare, VariantPlain) {
+		vs = append(vs, variant{name: VariantPlain, env: []string{config.EnvName("notebook") + "=false"}})
 	}
 	return vs
 }

@@ -79,8 +79,8 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 		t.Fatalf("the report is not JSON: %v\n%s", err, stdout.String())
 	}
 
-	if len(rep.Latency) != 14 {
-		t.Fatalf("%d latency rows, want 14: %+v", len(rep.Latency), rep.Latency)
+	if len(rep.Latency) != 15 {
+		t.Fatalf("%d latency rows, want 15: %+v", len(rep.Latency), rep.Latency)
 	}
 	for _, l := range rep.Latency {
 		want := 2

@@ -56,6 +56,9 @@ const (
 	// through SANDPIT_PRELOAD): the preload before it took every default package's modules
 	// agents import, to compare print(1) and memory with.
 	VariantSmallPreload = "small-preload"
+	// VariantPlain is the same pool with the notebook layer off (SANDPIT_NOTEBOOK=false): code
+	// runs as a plain script, to compare print(1) with (docs/notebook.md).
+	VariantPlain = "plain"
 )
 
 // Variant is a daemon measured beside the main one with other settings.
@@ -98,6 +101,9 @@ const (
 	LatencySpawnAnalysis = "spawn_analysis"
 	// LatencyRESTAnalysis is the analysis program through sandpit's REST API, end to end.
 	LatencyRESTAnalysis = "rest_analysis"
+	// LatencyRESTDescribe is a run ending in df.describe() through sandpit's REST API, its
+	// value returned with its HTML table (the notebook layer).
+	LatencyRESTDescribe = "rest_describe"
 )
 
 // Latency summarises one sequential measurement.
@@ -338,6 +344,12 @@ const (
 	// (the margin is the p50's noise from one daemon to the next, a few tenths of a
 	// millisecond).
 	MaxPrintOverSmallPreload = 1.1
+	// MaxPrintOverPlain is the most REST print(1) p50 may be, as a multiple of the same with
+	// the notebook layer off in the same run.
+	MaxPrintOverPlain = 1.1
+	// MaxRESTDescribeMS is the most a run ending in df.describe() (its HTML returned) may take
+	// at p50 through REST, in milliseconds.
+	MaxRESTDescribeMS = 30
 	// MaxRunCPUOverForkFloor is the most the boxes' CPU per REST print(1) run may be, as a
 	// multiple of the fork floor of the same preload: a bare fork and exit.
 	MaxRunCPUOverForkFloor = 1.5
@@ -414,7 +426,13 @@ func Targets(r Report) []Target {
 			targets = append(targets, ratio("runsc_print_over_runc", "runsc / runc: REST print(1) p50", v.RESTPrint.P50MS, p50(LatencyRESTPrint), "<=", MaxRunscOverRunc))
 		case VariantSmallPreload:
 			targets = append(targets, ratio("print_over_small_preload", "this preload / the small one: REST print(1) p50", p50(LatencyRESTPrint), v.RESTPrint.P50MS, "<=", MaxPrintOverSmallPreload))
+		case VariantPlain:
+			targets = append(targets, ratio("print_over_plain", "notebook layer on / off: REST print(1) p50", p50(LatencyRESTPrint), v.RESTPrint.P50MS, "<=", MaxPrintOverPlain))
 		}
+	}
+	if v := p50(LatencyRESTDescribe); v > 0 {
+		targets = append(targets, Target{Name: "rest_describe_p50", What: "REST df.describe() with its HTML p50", Unit: "ms", Op: "<=",
+			Goal: MaxRESTDescribeMS, Value: round(v, 1), Status: evaluate(v, "<=", MaxRESTDescribeMS)})
 	}
 	if v := p50(LatencySessionPrint); v > 0 { // a daemon with sessions off has none
 		targets = append(targets, Target{Name: "session_print_p50", What: "session call print(1) p50", Unit: "ms", Op: "<=",

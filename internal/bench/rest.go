@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -76,6 +77,8 @@ func (c *restClient) ready(ctx context.Context, interval time.Duration, stopped 
 // program is code the bench runs, with the stdout that proves it ran.
 type program struct {
 	code, stdout string
+	// html, when set, is text the value of the code's last expression must hold as text/html
+	html string
 }
 
 // printProgram is print(1): the cost of a run itself.
@@ -84,6 +87,13 @@ func printProgram() program { return program{code: "print(1)", stdout: "1\n"} }
 // pandasProgram is a pandas snippet: the cost of a run whose imports are heavy.
 func pandasProgram() program {
 	return program{code: `import pandas as pd; print(pd.DataFrame({"a": [1, 2]}).a.sum())`, stdout: "3\n"}
+}
+
+// describeProgram ends in df.describe(), as agents end their code: its value comes back
+// with its HTML table.
+func describeProgram() program {
+	return program{code: "import pandas as pd\ndf = pd.DataFrame({\"a\": range(100), \"b\": [x * 0.5 for x in range(100)]})\ndf.describe()",
+		html: "<th>mean</th>"}
 }
 
 // analysisProgram is what an agent analysing data runs: a pandas groupby, a pyplot chart saved
@@ -122,6 +132,15 @@ func (p program) check(res apitype.Result) error {
 	}
 	if res.Stdout != p.stdout {
 		return fmt.Errorf("%s printed %q, want %q", p.code, res.Stdout, p.stdout)
+	}
+	if p.html != "" {
+		var html string
+		if n := len(res.Results); n > 0 && res.Results[n-1].IsMainResult {
+			_ = json.Unmarshal(res.Results[n-1].Data["text/html"], &html)
+		}
+		if !strings.Contains(html, p.html) {
+			return fmt.Errorf("%s returned no value with %q in its text/html (results %d): is the notebook layer on, and IPython in the image?", p.code, p.html, len(res.Results))
+		}
 	}
 	return nil
 }

@@ -34,6 +34,7 @@ import linecache
 import math
 import os
 import resource
+import select
 import signal
 import sys
 import termios
@@ -72,15 +73,43 @@ def _send(obj, payload=b""):
 _pending = [b""]  # bytes read from the control line past the last line
 
 
+_ACK = b'{"type":"ack"}'  # the executor has a display in order with the streams
+
+
 def _read_line():
-    buf = _pending[0]
-    while b"\n" not in buf:
-        chunk = _read(_FD, 1 << 20)
-        if not chunk:
-            return None
-        buf += chunk
-    line, _, _pending[0] = buf.partition(b"\n")
-    return line
+    while True:
+        buf = _pending[0]
+        while b"\n" not in buf:
+            chunk = _read(_FD, 1 << 20)
+            if not chunk:
+                return None
+            buf += chunk
+        line, _, _pending[0] = buf.partition(b"\n")
+        if line != _ACK:  # one that came after _await_ack stopped waiting
+            return line
+
+
+def _await_ack(timeout=1.0):
+    """Waits, up to timeout seconds, until the executor acknowledges the display just sent:
+    it then has it in order with what the streams held, and what the program writes next
+    comes after it. (A program that wrote a frame of its own that swallowed the display gets
+    no answer: it goes on after the timeout.)"""
+    deadline = _monotonic() + timeout
+    with _call_lock:
+        while True:
+            buf = _pending[0]
+            if b"\n" in buf:
+                line, _, rest = buf.partition(b"\n")
+                if line == _ACK:
+                    _pending[0] = rest
+                return
+            left = deadline - _monotonic()
+            if left <= 0 or not select.select([_FD], [], [], left)[0]:
+                return
+            chunk = _read(_FD, 1 << 20)
+            if not chunk:
+                return
+            _pending[0] = buf + chunk
 
 
 def _read_init():
@@ -365,6 +394,50 @@ def _ordered_streams():
         stream.mode = "w"
         setattr(sys, name, stream)
         setattr(sys, f"__{name}__", stream)
+        _streams[fd - 1] = stream
+    builtins.print = _print
+
+
+_streams = [None, None]  # the run's own sys.stdout and sys.stderr (see _ordered_streams)
+_builtin_print = builtins.print
+
+
+def _print(*args, sep=" ", end="\n", file=None, flush=False):
+    """print, as the builtin, except that to the run's own stdout or stderr it makes one write
+    of the whole line (the builtin writes each argument, separator and end apart): so that
+    print("Hello") reaches the executor, and the caller, as one event "Hello\n" however the
+    process is scheduled. To any other file it is the builtin."""
+    if file is None:
+        file = sys.stdout
+    if file is None or (file is not _streams[0] and file is not _streams[1]):
+        return _builtin_print(*args, sep=sep, end=end, file=file, flush=flush)
+    if sep is None:
+        sep = " "
+    elif not isinstance(sep, str):
+        raise TypeError(f"sep must be None or a string, not {type(sep).__name__}")
+    if end is None:
+        end = "\n"
+    elif not isinstance(end, str):
+        raise TypeError(f"end must be None or a string, not {type(end).__name__}")
+    parts = []
+    try:
+        for i, arg in enumerate(args):
+            if i:
+                parts.append(sep)
+            parts.append(str(arg))
+    except BaseException:
+        if parts:  # what the builtin would have written before the failing argument
+            file.write("".join(parts))
+        raise
+    parts.append(end)
+    file.write("".join(parts))
+    if flush:
+        file.flush()
+
+
+_print.__name__ = _print.__qualname__ = "print"
+_print.__module__ = "builtins"
+_print.__doc__ = _builtin_print.__doc__
 
 
 class _Charts:
@@ -515,7 +588,8 @@ def _magic_line():
     global _MAGIC_LINE
     if _MAGIC_LINE is None:
         import re
-        _MAGIC_LINE = re.compile(r"(?m)^[ \t]*[%!]")
+        # a line starting with % or !, or assigning one (files = !ls, t = %timeit -o f())
+        _MAGIC_LINE = re.compile(r"(?m)^[ \t]*(?:[\w.,\[\] \t]+=[ \t]*)?[%!]")
     return _MAGIC_LINE
 
 
@@ -527,9 +601,18 @@ class _Notebook:
     __main__), except builtins' display, as in Jupyter. Raises ImportError without IPython."""
 
     def __init__(self):
-        from traitlets.config import Config
-        from IPython.core.interactiveshell import InteractiveShell
-        from IPython.core.displaypub import DisplayPublisher
+        # Without jedi (completion, which nothing here asks for): IPython imports a third
+        # faster and 5 MiB smaller. A program can still import jedi itself.
+        blocked = "jedi" not in sys.modules
+        if blocked:
+            sys.modules["jedi"] = None
+        try:
+            from traitlets.config import Config
+            from IPython.core.interactiveshell import InteractiveShell
+            from IPython.core.displaypub import DisplayPublisher
+        finally:
+            if blocked and sys.modules.get("jedi", 0) is None:
+                del sys.modules["jedi"]
 
         saved_main = sys.modules.get("__main__")
         config = Config()
@@ -559,7 +642,6 @@ class _Notebook:
         self.shell = shell
         self.notes = []
         self.left = 0  # bytes the run's displays may still take (0: no cap)
-        self.count = 0  # a session's execution count (0: a one-shot run)
         self.hidden = ()
 
     def warm(self):
@@ -580,11 +662,23 @@ class _Notebook:
         the names it holds now are hidden from %who) and limit the bytes the displays of the
         run (or session call) may take together (0: none)."""
         shell = self.shell
-        shell.user_module = module
-        shell.user_ns = module.__dict__
-        shell.user_global_ns  # noqa: B018 - a property over user_module
-        shell.user_ns_hidden = dict.fromkeys(module.__dict__)
+        if shell.user_ns is not module.__dict__:
+            shell.user_module = module
+            shell.user_ns = module.__dict__
+            # %who compares values: a name is hidden while it holds what it held here
+            shell.user_ns_hidden = dict(module.__dict__)
         self.left = limit or 0
+
+    def unbind(self):
+        """Lets go of the module bind gave the shell, and of the references IPython took to
+        it when it was imported or made during the run (as __main__)."""
+        bound, empty = self.shell.user_module, types.ModuleType("__main__")
+        self.shell.user_module, self.shell.user_ns, self.shell.user_ns_hidden = empty, empty.__dict__, {}
+        if getattr(self.shell, "_orig_sys_modules_main_mod", None) is bound:
+            self.shell._orig_sys_modules_main_mod = None
+        completer = sys.modules.get("IPython.core.completer")
+        if getattr(completer, "__main__", None) is bound:
+            completer.__main__ = empty
 
     def _failed(self, exc_tuple=None, *args, **kwargs):
         exc_type, exc, _ = exc_tuple or sys.exc_info()
@@ -606,7 +700,11 @@ class _Notebook:
             print("sandpit: %pip takes `install` and requirements (PEP 508), without pip's options: "
                   "%pip install pandas==2.2.2 requests", file=sys.stderr)
             return
-        paths = _call("pip_install", {"requirements": words[1:]})
+        try:
+            paths = _call("pip_install", {"requirements": words[1:]})
+        except _AgentError as exc:
+            print(f"sandpit: {exc}", file=sys.stderr)
+            return
         for p in reversed(paths or []):
             if p not in sys.path:
                 sys.path.insert(1, p)
@@ -640,22 +738,38 @@ _nb = [None, False]  # the process's _Notebook (made at first need), and whether
 _main_result = [None]  # the last expression's formatted value, sent after the open figures
 
 
+_cell = [None, 0, 0]  # the module of the cell running, its display budget and its count
+
+
 def _notebook():
-    """The process's _Notebook, made now if need be; None without IPython."""
+    """The process's _Notebook, made now if need be (bound to the cell running); None
+    without IPython."""
     if _nb[0] is None and not _nb[1]:
         try:
-            _nb[0] = _Notebook()
+            nb = _Notebook()
         except Exception:  # noqa: BLE001 - an image without IPython: values as repr()
             _nb[1] = True
+            return None
+        if _cell[0] is not None:
+            nb.bind(_cell[0], _left[0])
+            nb.shell.execution_count = _cell[2] or 1
+        _nb[0] = nb
     return _nb[0]
 
 
 def prepare_notebook():
-    """The fork server's preload: IPython imported and its shell made once, for every child."""
+    """The fork server's preload: IPython imported and its shell made once, for every child.
+    The atexit handler IPython registers at import (closing its own /dev/null) is dropped: a
+    child has closed that descriptor, and the handler would fail at its exit."""
     nb = _notebook()
-    if nb is not None:
-        nb.warm()
-    return nb is not None
+    if nb is None:
+        return False
+    nb.warm()
+    io_mod = sys.modules.get("IPython.utils.io")
+    devnull = getattr(io_mod, "devnull", None)
+    if devnull is not None:
+        atexit.unregister(devnull.close)
+    return True
 
 
 def _display(*objs, **kwargs):
@@ -704,8 +818,8 @@ def _publish(data, metadata, main, nb=None):
         item["metadata"] = meta
     if notes:
         item["note"] = "; ".join(notes)[:4000]
-    if main and nb is not None and nb.count:
-        item["execution_count"] = nb.count
+    if main and _cell[2]:
+        item["execution_count"] = _cell[2]
     try:
         payload = _dumps(item, allow_nan=False, ensure_ascii=False, default=str).encode()
     except (TypeError, ValueError) as exc:
@@ -725,6 +839,7 @@ def _publish(data, metadata, main, nb=None):
     _wait_read(1)
     _wait_read(2)
     _send({"type": "result", "bytes": len(payload)}, payload)
+    _await_ack()
 
 
 def _compile_cell(code, filename):
@@ -736,12 +851,14 @@ def _compile_cell(code, filename):
     import ast
     transformed = False
     try:
-        tree = ast.parse(code, filename)
+        # compile() itself, not ast.parse: a SyntaxError's traceback then has no frame but the
+        # bootstrap's, which is dropped, as for a script
+        tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST)
     except SyntaxError:
         nb = _notebook() if _magic_line().search(code) else None
         if nb is None:
             raise
-        tree = ast.parse(nb.transform(code), filename)
+        tree = compile(nb.transform(code), filename, "exec", ast.PyCF_ONLY_AST)
         transformed = True
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr) and not _quiet(code, tree.body[-1]):
@@ -763,12 +880,17 @@ def _show_value(value):
     open figures."""
     if value is None:
         return
-    nb = _notebook()
+    # A scalar shows as its repr() in IPython too: no need to make the shell for it (a cold
+    # run would import IPython for 1 + 1).
+    nb = _nb[0] if type(value) in _SCALARS else _notebook()
     if nb is None:
         _main_result[0] = ({"text/plain": _safe_repr(value)}, None, None)
         return
     data, metadata = nb.format(value)
     _main_result[0] = (data, metadata, nb)
+
+
+_SCALARS = (int, float, str, bool, bytes, complex)
 
 
 def _send_main_result():
@@ -781,24 +903,36 @@ def _send_main_result():
             pass  # the control line failed: the run's end says so
 
 
-def _run_cell(code, filename, module, limit, count=0):
+def _run_cell(code, filename, module, limit, count=0, plain=False):
     """Runs code in module's namespace as a notebook cell: the statements, then the last
-    expression, whose value is kept for _send_main_result."""
+    expression, whose value is kept for _send_main_result; with plain, as a script."""
+    if plain:
+        exec(compile(code, filename, "exec"), module.__dict__)
+        return
+    _cell[:] = [module, limit or 0, count]
+    _left[0] = limit or 0
+    nb = _nb[0]
+    if nb is not None:
+        nb.bind(module, limit)
+        nb.shell.execution_count = count or 1
     body, last, transformed = _compile_cell(code, filename)
     namespace = module.__dict__
-    nb = _nb[0]
-    if nb is not None or transformed:
+    if transformed:
         nb = _notebook()
-        nb.bind(module, limit)
-        nb.count = count
-        nb.shell.execution_count = count or 1
-    else:
-        _left[0] = limit or 0
     if transformed and "get_ipython" not in namespace:
-        namespace["get_ipython"] = nb.shell.get_ipython
+        namespace["get_ipython"] = nb.shell.user_ns_hidden["get_ipython"] = nb.shell.get_ipython
     exec(body, namespace)
     if last is not None:
         _show_value(eval(last, namespace))
+
+
+def _unbind_cell():
+    """Lets go of the program's module (the cell's record, the shell's namespace), so that
+    only the program holds it when it is dropped (see _drop_program)."""
+    _cell[0] = None
+    nb = _nb[0]
+    if nb is not None:
+        nb.unbind()
 
 
 def _report_exception(exc, tb):
@@ -820,6 +954,14 @@ def _print_user_traceback(exc, report=False):
     # Drop the bootstrap's own frames so the traceback starts in the user's code.
     while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) == _BOOTSTRAP:
         tb = tb.tb_next
+    # And the frame of print (_print) where a __str__ failed in it: the builtin has none.
+    node = tb
+    while node is not None and node.tb_next is not None:
+        nxt = node.tb_next
+        if nxt.tb_frame.f_code is _print.__code__:
+            node.tb_next = nxt.tb_next
+        else:
+            node = nxt
     traceback.print_exception(type(exc), exc, tb)
     if report and _getpid() == _main_pid[0]:
         _report_exception(exc, tb)
@@ -1065,7 +1207,7 @@ def main(forked=False):
 
     status, interrupted = 0, False
     try:
-        _run_cell(code, _FILE, module, (init.get("limits") or {}).get("output_bytes"))
+        _run_cell(code, _FILE, module, (init.get("limits") or {}).get("output_bytes"), plain=init.get("plain"))
     except SystemExit as exc:
         status = _exit_status(exc)
     except MemoryError as exc:
@@ -1075,6 +1217,7 @@ def main(forked=False):
     except BaseException as exc:  # noqa: BLE001 - the user's exception is the result
         _print_user_traceback(exc, report=True)
         status, interrupted = 1, isinstance(exc, KeyboardInterrupt)
+    _unbind_cell()
     program = weakref.ref(module)
     del module  # so that the program's module can become garbage (see _drop_program)
     _finish(status, program, (init.get("limits") or {}).get("output_bytes"), interrupted)
@@ -1130,7 +1273,7 @@ def _session(init, oom=True):
         try:
             try:
                 _signal(signal.SIGINT, signal.default_int_handler)
-                _run_cell(code, name, module, (init.get("limits") or {}).get("output_bytes"), calls)
+                _run_cell(code, name, module, (init.get("limits") or {}).get("output_bytes"), calls, init.get("plain"))
             finally:
                 _signal(signal.SIGINT, signal.SIG_IGN)
         except SystemExit as exc:

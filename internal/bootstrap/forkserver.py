@@ -367,13 +367,16 @@ def main():
     spec.loader.exec_module(bootstrap)
     libc = ctypes.CDLL(None, use_errno=True)
     data_before = _data_bytes()
-    preloaded, skipped, missing = _preload(names)
+    preloaded, skipped, missing = _preload([n for n in names if n != "IPython"])
     _warm(preloaded)
-    if "IPython" in preloaded:
+    if "IPython" in names:
         # The notebook layer's shell and formatters, made once here (see bootstrap.py): a run
         # that shows a value or displays one pays neither IPython's import nor the shell.
         try:
-            bootstrap.prepare_notebook()
+            if bootstrap.prepare_notebook():
+                preloaded.append("IPython")
+            else:
+                skipped["IPython"] = "IPython is not installed in the image"
         except Exception as exc:  # noqa: BLE001 - each run makes it when it needs it
             skipped["IPython"] = f"its shell could not be made: {type(exc).__name__}: {exc}"
     numpy_reseed = _numpy_reseeder(libc)

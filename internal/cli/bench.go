@@ -71,7 +71,7 @@ bench, which removes it.`,
 	fl.DurationVar(&f.duration, "duration", f.duration, "how long each throughput level lasts")
 	fl.DurationVar(&f.maxTime, "max-time", f.maxTime, "stop the bench (and clean up) when it takes longer than this")
 	fl.BoolVar(&f.json, "json", false, "print the report as JSON")
-	fl.StringSliceVar(&f.compare, "compare", f.compare, `layouts measured beside, each on its own daemon: "single" (one container), "runsc" (gVisor), "small-preload"; "" for none`)
+	fl.StringSliceVar(&f.compare, "compare", f.compare, `layouts measured beside, each on its own daemon: "single" (one container), "runsc" (gVisor), "small-preload", "plain" (the notebook layer off); "" for none`)
 	return cmd
 }
 
@@ -86,7 +86,7 @@ func (o *options) bench(cmd *cobra.Command, f benchFlags) error {
 	case f.duration < 100*time.Millisecond:
 		return usageErrorf("--duration %s is too short to count runs per second: give at least 100ms, e.g. --duration 5s", f.duration)
 	case !validCompare(f.compare):
-		return usageErrorf("--compare takes single, runsc and small-preload (comma-separated), or \"\" for none; got %q", strings.Join(f.compare, ","))
+		return usageErrorf("--compare takes single, runsc, small-preload and plain (comma-separated), or \"\" for none; got %q", strings.Join(f.compare, ","))
 	case f.maxTime <= 0:
 		return usageErrorf("--max-time must be positive, e.g. --max-time 10m")
 	case 3*f.duration >= f.maxTime:
@@ -130,7 +130,7 @@ func (o *options) bench(cmd *cobra.Command, f benchFlags) error {
 // validCompare reports whether every --compare value is a layout bench knows.
 func validCompare(names []string) bool {
 	for _, n := range names {
-		if n != bench.VariantSingle && n != bench.VariantRunsc && n != bench.VariantSmallPreload {
+		if n != bench.VariantSingle && n != bench.VariantRunsc && n != bench.VariantSmallPreload && n != bench.VariantPlain {
 			return false
 		}
 	}

@@ -224,7 +224,7 @@ func (o *options) codeRunCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			a, err := c.RunCode(cmd.Context(), run.agent, args[0], r, o.emitter(run.json))
+			a, err := c.RunCode(cmd.Context(), run.agent, args[0], r, o.emitter(run.json, true))
 			return o.finishRun(cmd, a.Result, err, run.json, run.output, daemonFiles(c, a.ID, a.Inline))
 		},
 	}

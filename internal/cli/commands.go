@@ -98,6 +98,8 @@ type runFlags struct {
 	allow   []string
 	inputs  inputFlags
 	output  outputFlags
+	// noDisplay: do not print the displays' and the last expression's text/plain
+	noDisplay bool
 }
 
 func (o *options) runCommand() *cobra.Command {
@@ -111,6 +113,11 @@ The code comes from FILE, from -c CODE, or from standard input with "-". INPUT i
 given with --input (inline, or @FILE). If the code sets a global OUTPUT, it is printed as one
 line of JSON after the run when the program printed nothing on stdout (always on a terminal);
 --json shows the whole result.
+
+As a Python REPL does, the value of the code's last expression (when it ends in one that is
+not None, and not with ";") is printed after what the program printed, as its text/plain;
+what the program shows with display() is printed as it comes, the same way. --no-display
+prints neither; --json carries every MIME type of them in "results".
 
 sandpit run uses the daemon at SANDPIT_URL (else at SANDPIT_LISTEN's address, else ` + DefaultURL + `)
 when one answers;
@@ -149,6 +156,7 @@ Exit status: the program's own status; 124 timeout; 137 memory_limit; 125 output
 	fl.BoolVar(&f.local, "local", false, "do not look for a daemon: run the engine in this process")
 	fl.StringArrayVar(&f.deps, "dep", nil, `a dependency to install first (PEP 508, such as "tinypkg==1.0"), repeatable`)
 	fl.StringArrayVar(&f.allow, "network-allow", nil, `with the daemon's network "allowlist": what this run may reach, a host ("api.example.com", "*.example.com", with ":PORT") or a CIDR, repeatable; it narrows the daemon's network_allow, never widens it`)
+	fl.BoolVar(&f.noDisplay, "no-display", false, "do not print the text of what the code displays and of its last expression's value")
 	f.inputs.register(fl)
 	f.output.register(fl, "the run's output files")
 	return cmd
@@ -189,14 +197,15 @@ func (o *options) run(cmd *cobra.Command, f runFlags, args []string) error {
 		return err
 	}
 	req.InlineFiles = f.output.dir != ""
-	res, files, done, err := o.execute(cmd, f, req, o.emitter(f.json))
+	res, files, done, err := o.execute(cmd, f, req, o.emitter(f.json, !f.noDisplay))
 	defer done()
 	return o.finishRun(cmd, res, err, f.json, f.output, files)
 }
 
 // emitter returns the event sink that prints a run's output as it comes, or nil with asJSON
-// (the result is printed whole at the end).
-func (o *options) emitter(asJSON bool) func(apitype.Event) {
+// (the result is printed whole at the end). With displays, the text/plain of what the
+// program displays, and of its last expression's value, is printed on stdout as it comes.
+func (o *options) emitter(asJSON, displays bool) func(apitype.Event) {
 	if asJSON {
 		return nil
 	}
@@ -214,8 +223,24 @@ func (o *options) emitter(asJSON bool) func(apitype.Event) {
 			if e.File != nil {
 				fmt.Fprintf(o.env.Stderr, "sandpit: output file %s (%s, %s)\n", e.File.Name, e.File.MediaType, humanSize(e.File.SizeBytes))
 			}
+		case apitype.StreamDisplay:
+			if displays && e.Display != nil {
+				printDisplay(o.env.Stdout, *e.Display)
+			}
 		}
 	}
+}
+
+// printDisplay prints d's text/plain, as a REPL prints a value, on a line of its own.
+func printDisplay(w io.Writer, d apitype.Display) {
+	var text string
+	if json.Unmarshal(d.Data["text/plain"], &text) != nil || text == "" {
+		return
+	}
+	if !strings.HasSuffix(text, "\n") {
+		text += "\n"
+	}
+	io.WriteString(w, text)
 }
 
 // printDependency reports an install on stderr (present requirements are quiet).

@@ -142,7 +142,7 @@ before it; with --no-wait it fails at once while one runs.`,
 			if err != nil {
 				return err
 			}
-			a, err := c.RunInSession(cmd.Context(), d.agent, args[0], call, o.emitter(f.json))
+			a, err := c.RunInSession(cmd.Context(), d.agent, args[0], call, o.emitter(f.json, !f.noDisplay))
 			if err == nil && a.SessionEnded != "" && !f.json {
 				defer fmt.Fprintf(o.env.Stderr, "sandpit: the session ended (%s)\n", a.SessionEnded)
 			}
@@ -154,6 +154,7 @@ before it; with --no-wait it fails at once while one runs.`,
 	fl.StringVar(&f.input, "input", "", "INPUT as JSON, or @FILE to read it from a file")
 	fl.DurationVar(&f.timeout, "timeout", 0, "wall-clock limit of the call, e.g. 30s (default: the server's, 30s)")
 	fl.BoolVar(&f.json, "json", false, "print the whole result as JSON instead of the program's output")
+	fl.BoolVar(&f.noDisplay, "no-display", false, "do not print the text of what the code displays and of its last expression's value")
 	fl.BoolVar(&noWait, "no-wait", false, "fail at once (409) while another call of the session runs, instead of waiting for its turn")
 	fl.StringVar(&d.url, "url", "", "daemon URL (default $SANDPIT_URL, else $SANDPIT_LISTEN's address, else "+DefaultURL+")")
 	fl.StringVar(&d.agent, "agent", "default", "agent namespace")

@@ -232,6 +232,10 @@ type Config struct {
 	// PIL images shown as PNG output files (figure-1.png, image-1.png, …), unless a request
 	// says otherwise. Default true.
 	Charts bool `json:"charts"`
+	// Notebook returns the value of a run's last expression and what it displays as results,
+	// and lets code use IPython's % and ! syntax (docs/notebook.md). false runs code as a
+	// plain script. Default true.
+	Notebook bool `json:"notebook"`
 	// FilesMaxBytes is the quota of all runs' kept output files together, in bytes (in the
 	// data directory's files/). Storing a file over it evicts the files of the oldest
 	// executions first; fetching an evicted file answers 410. Default 2 GiB; at least
@@ -430,6 +434,7 @@ func defaults(lookup func(string) (string, bool)) Config {
 		OutputFileBytes:    sb.Limits.OutputFileBytes,
 		OutputFilesBytes:   sb.Limits.OutputFilesBytes,
 		Charts:             sb.Charts,
+		Notebook:           sb.Notebook,
 		FilesMaxBytes:      store.DefaultFilesMaxBytes,
 		BodiesMaxBytes:     128 << 20,
 		MaxConnections:     512,
@@ -514,6 +519,7 @@ func (c Config) Sandbox() engine.Config {
 		MaxInputFileBytes:  c.MaxInputFileBytes,
 		MaxInputFilesBytes: c.MaxInputFilesBytes,
 		Charts:             c.Charts,
+		Notebook:           c.Notebook,
 		Limits: sandbox.Limits{
 			MemoryBytes:      c.RunMemory(),
 			StdoutBytes:      c.StdoutBytes,

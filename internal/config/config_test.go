@@ -69,7 +69,7 @@ func TestDefaults(t *testing.T) {
 	}{
 		{"listen", c.Listen, "127.0.0.1:8765"},
 		{"base_image", c.BaseImage, ""},
-		{"packages", c.Packages, []string{"pandas", "numpy", "matplotlib", "scipy", "requests", "beautifulsoup4", "Pillow"}},
+		{"packages", c.Packages, []string{"pandas", "numpy", "matplotlib", "scipy", "requests", "beautifulsoup4", "Pillow", "ipython"}},
 		{"image_repository", c.ImageRepository, "sandpit-sandbox"},
 		{"memory_bytes", c.MemoryBytes, int64(512 << 20)},
 		{"memory_swap", c.MemorySwap(), int64(512 << 20)},

@@ -140,6 +140,7 @@ func New(cfg Config, log *slog.Logger) (*Console, error) {
 	c.mux.HandleFunc("GET /ui/rows", c.signedIn(c.executionRows))
 	c.mux.HandleFunc("GET /ui/executions/{id}", c.signedIn(c.executionPage))
 	c.mux.HandleFunc("GET /ui/executions/{id}/files/{name...}", c.signedIn(c.executionFile))
+	c.mux.HandleFunc("GET /ui/executions/{id}/results/{n}/{kind}", c.signedIn(c.executionResult))
 	c.mux.HandleFunc("GET /ui/jobs", c.signedIn(c.jobsPage))
 	c.mux.HandleFunc("POST /ui/jobs/{agent}/{id}/{action}", c.signedIn(c.jobAction))
 	c.mux.HandleFunc("GET /ui/code", c.signedIn(c.codeListPage))
@@ -165,9 +166,10 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.mux.ServeHTTP(w, r)
 }
 
-// CSP is the console's Content-Security-Policy: scripts, styles, images and requests from its
-// own origin only, no inline script or style, no framing, forms posting only to itself.
-const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
+// CSP is the console's Content-Security-Policy: scripts, styles, images, frames and requests
+// from its own origin only (the frames: a run's HTML results, sandboxed by their own CSP), no
+// inline script or style, no framing of the console, forms posting only to itself.
+const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; frame-src 'self'; connect-src 'self'; " +
 	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
 // staticHandler serves the embedded static files, cacheable for an hour.

@@ -86,6 +86,7 @@ type record struct {
 	outcome                     sandbox.Outcome
 	files                       map[string][]byte
 	running                     bool // Begin only
+	results                     []sandbox.Display
 }
 
 // add stores r and returns its ID.
@@ -122,8 +123,9 @@ func (h *harness) finish(t testing.TB, id string, r record) {
 	}
 	res := sandbox.Result{ID: id, Agent: r.agent, Origin: sandbox.Origin{Source: sandbox.SourceAPI}, Outcome: r.outcome, Success: r.outcome == sandbox.OutcomeOK,
 		Stdout: r.stdout, Stderr: r.stderr, Output: json.RawMessage(`{"total": 6}`), DurationMS: 42, TimeoutMS: 30000, Start: "fork",
-		Logs:  []sandbox.LogLine{{Level: "info", Message: "<b>log</b> line", CreatedAt: time.Now().UTC()}},
-		Calls: []sandbox.CallRecord{{Method: "search_memory", DurationMS: 3, RequestBytes: 20, ResponseBytes: 40, OK: true}}}
+		Logs:    []sandbox.LogLine{{Level: "info", Message: "<b>log</b> line", CreatedAt: time.Now().UTC()}},
+		Calls:   []sandbox.CallRecord{{Method: "search_memory", DurationMS: 3, RequestBytes: 20, ResponseBytes: 40, OK: true}},
+		Results: r.results}
 	for name, content := range r.files {
 		sum := sha256.Sum256(content)
 		mt := "application/octet-stream"

@@ -259,19 +259,30 @@ type fileView struct {
 type recordView struct {
 	E       store.Execution
 	Files   []fileView
+	Results []resultView
 	Limits  sandbox.Limits
 	Running bool
 }
 
-func (c *Console) executionPage(w http.ResponseWriter, r *http.Request, l login) {
+// execution reads the record of the execution r's path names; when it cannot, it answers
+// with the error page and returns false.
+func (c *Console) execution(w http.ResponseWriter, r *http.Request) (store.Execution, bool) {
 	if c.cfg.Ledger == nil {
 		c.errorPage(w, r, http.StatusNotFound, "This daemon keeps no ledger of executions.")
-		return
+		return store.Execution{}, false
 	}
 	id := r.PathValue("id")
 	e, err := c.cfg.Ledger.GetExecution(r.Context(), id)
 	if err != nil {
 		c.failed(w, r, "Execution "+strconv.Quote(id), err)
+		return store.Execution{}, false
+	}
+	return e, true
+}
+
+func (c *Console) executionPage(w http.ResponseWriter, r *http.Request, l login) {
+	e, ok := c.execution(w, r)
+	if !ok {
 		return
 	}
 	v := recordView{E: e, Limits: c.cfg.Engine.Config().Limits, Running: e.Status == store.StatusRunning}
@@ -279,6 +290,7 @@ func (c *Console) executionPage(w http.ResponseWriter, r *http.Request, l login)
 		_, img := sandbox.RasterImage(f.MediaType)
 		v.Files = append(v.Files, fileView{File: f, URL: FileURL(e.ID, f.Name), Image: img})
 	}
+	v.Results = resultViews(e.ID, e.Results)
 	c.render(w, r, http.StatusOK, "execution", l.page("Execution "+e.ID, "executions", v))
 }
 

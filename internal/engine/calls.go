@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/requirement"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -18,6 +19,9 @@ type calls struct {
 	s     *Service
 	scope sandbox.CallScope
 	emit  func(sandbox.Event)
+	// slot is the run's slot (where %pip installs); session: the run is a session's call
+	slot    int
+	session bool
 	// one is held while a call is answered: a run's calls are answered one at a time, even
 	// when a program writes them to the control line without waiting (the Python side waits),
 	// so that a run keeps at most one of the daemon's goroutines busy with its calls.
@@ -69,6 +73,9 @@ func (c *calls) answer(ctx context.Context, call sandbox.Call) (json.RawMessage,
 	if len(call.Args) > cfg.MaxCallBytes {
 		return nil, fmt.Errorf("the call's arguments are %d bytes of JSON; the limit is %d bytes", len(call.Args), cfg.MaxCallBytes)
 	}
+	if call.Method == pipInstall {
+		return c.pip(ctx, call.Args)
+	}
 	if !slices.Contains(sandbox.CallMethods, call.Method) {
 		return nil, fmt.Errorf("agent has no method %q; the methods are %v", call.Method, sandbox.CallMethods)
 	}
@@ -106,6 +113,41 @@ func (c *calls) answer(ctx context.Context, call sandbox.Call) (json.RawMessage,
 		value = json.RawMessage("null")
 	}
 	return value, nil
+}
+
+// pipInstall is the call the notebook layer's %pip install makes (not an agent.* method).
+const pipInstall = "pip_install"
+
+// pip answers %pip install: the requirements go through the dependency path of a request's
+// dependencies (the same validation, package index, trust rules, cache and install timeout,
+// in the run's slot, streamed as "dependency" events), and the answer is the directories to
+// put on the program's sys.path. The install's time counts to the run's timeout. A session's
+// call is refused: a session's packages are given when it is created.
+func (c *calls) pip(ctx context.Context, args json.RawMessage) (json.RawMessage, error) {
+	var a struct {
+		Requirements []string `json:"requirements"`
+	}
+	if err := json.Unmarshal(args, &a); err != nil || len(a.Requirements) == 0 {
+		return nil, errors.New("%pip install: give one or more requirements, e.g. %pip install tinypkg==1.0")
+	}
+	if c.session {
+		return nil, errors.New("%pip install does not work in a session: give the packages in dependencies when you create the session")
+	}
+	if _, err := requirement.ParseList(a.Requirements, c.s.cfg.MaxDependencies); err != nil {
+		return nil, fmt.Errorf("%%pip install: %v", err)
+	}
+	out, _, err := c.s.install(ctx, c.slot, a.Requirements, c.emit)
+	if err != nil {
+		return nil, fmt.Errorf("%%pip install: %v", err)
+	}
+	if failed := out.Failed(); len(failed) > 0 {
+		var msgs []string
+		for _, d := range failed {
+			msgs = append(msgs, d.Requirement+": "+d.Error)
+		}
+		return nil, fmt.Errorf("%%pip install failed: %s", strings.Join(msgs, "; "))
+	}
+	return json.Marshal(out.Paths)
 }
 
 // logLine checks an agent.log call against the run's log limits and reserves its budget.

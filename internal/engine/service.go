@@ -56,6 +56,9 @@ type Config struct {
 	// Charts is the default of Request.Charts: save open figures and shown images as output
 	// files.
 	Charts bool
+	// Notebook runs code as a notebook cell (results, IPython syntax); false as a plain script
+	// (Spec.Plain).
+	Notebook bool
 }
 
 // DefaultConfig returns the seed defaults: 4 slots, a queue of 16, 30 s default and 600 s
@@ -82,6 +85,7 @@ func DefaultConfig() Config {
 		MaxInputFileBytes:  8 << 20,
 		MaxInputFilesBytes: 16 << 20,
 		Charts:             true,
+		Notebook:           true,
 		Limits: sandbox.Limits{
 			MemoryBytes:      512 << 20,
 			StdoutBytes:      1 << 20,
@@ -342,6 +346,7 @@ func (s *Service) prepare(req sandbox.Request) *execution {
 		Limits:    s.cfg.Limits,
 		Files:     req.Files,
 		Charts:    s.cfg.Charts,
+		Plain:     !s.cfg.Notebook,
 	}
 	if spec.ID == "" {
 		spec.ID = sandbox.NewID()
@@ -387,7 +392,8 @@ func (s *Service) run(ctx context.Context, x *execution, emit func(sandbox.Event
 	started := time.Now()
 	runCtx, cancelRun := context.WithTimeout(ctx, time.Duration(x.spec.TimeoutMS)*time.Millisecond+s.cfg.Grace+x.grace)
 	defer cancelRun()
-	line := &calls{s: s, scope: sandbox.CallScope{Agent: x.agent, ExecutionID: x.spec.ID}, emit: emit, one: make(chan struct{}, 1)}
+	line := &calls{s: s, scope: sandbox.CallScope{Agent: x.agent, ExecutionID: x.spec.ID}, emit: emit, one: make(chan struct{}, 1),
+		slot: x.slot, session: x.box != nil}
 	x.spec.Calls, x.spec.CallBytes = line.handle, s.cfg.MaxCallBytes
 	// The files are stored even when the caller has gone: the run's record lists them.
 	x.files.ctx = context.WithoutCancel(ctx)

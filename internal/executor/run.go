@@ -517,7 +517,15 @@ func (r *run) control(conn net.Conn, br *bufio.Reader, report controlReport) boo
 			r.closeControl(conn, fmt.Sprintf("a %s frame of %d bytes", report.Type, report.Bytes))
 			return false
 		}
-		return r.readReport(br, report.Type, report.Bytes) == nil
+		if r.readReport(br, report.Type, report.Bytes) != nil {
+			return false
+		}
+		if report.Type == "result" {
+			// The display is queued in order with the streams: the program may go on.
+			if _, err := conn.Write([]byte("{\"type\":\"ack\"}\n")); err != nil {
+				return false
+			}
+		}
 	}
 	return true
 }
@@ -613,6 +621,8 @@ func (r *run) initLine() map[string]any {
 		"limit_address_space": r.e.cfg.GVisor,
 		// A session's call: the interpreter keeps its globals for the next call.
 		"session": r.session,
+		// A plain script: no notebook results, no IPython syntax.
+		"plain": r.spec.Plain,
 	}
 }
 

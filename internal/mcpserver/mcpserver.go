@@ -52,7 +52,7 @@ const instructions = `sandpit runs Python 3 for you in a locked-down sandbox: us
 
 // packagesDoc names the packages of the default sandbox image (config.DefaultPackages), with
 // the module names to import where they differ.
-const packagesDoc = ` The default sandbox image has pandas, numpy, matplotlib, scipy, requests, beautifulsoup4 (import bs4) and Pillow (import PIL) installed; ask for others with dependencies.`
+const packagesDoc = ` The default sandbox image has pandas, numpy, matplotlib, scipy, requests, beautifulsoup4 (import bs4), Pillow (import PIL) and ipython installed; ask for others with dependencies.`
 
 // limitsDoc states the daemon's limits l for a model.
 func limitsDoc(l apitype.Limits) string {
@@ -97,7 +97,7 @@ func size(n int64) string {
 
 const outcomesDoc = ` The result has one outcome: ok; error (an exception or non-zero exit: read stderr, fix the code, try again); timeout; memory_limit; output_limit; output_invalid (OUTPUT broke the script's output schema); dependency_error (a package could not be installed); killed; sandbox_error (the sandbox failed, not your code: retry). A failing program is reported as a tool error carrying its stdout and stderr.`
 
-const runCodeDoc = `Run Python 3 code in the sandbox and get its stdout, stderr, exit code, duration and OUTPUT. INPUT is the JSON value you pass as input (None when absent); set the global OUTPUT to return JSON. dependencies are pip requirements (PEP 508, such as "tabulate>=0.9") installed before the run; names only, no URLs or options. The global agent object reads your knowledge: agent.search_memory(query, limit=10), agent.get_facts(subject=None, predicate=None), agent.query_graph(start=None, relation=None, depth=1), agent.get_documents(query=None, ids=None), agent.store_result(key, value), agent.log(message). files are given like [{"name": "data.csv", "content": "a,b\n1,2\n"}] (binary: the bytes in base64 with "encoding": "base64"); read them by name, such as pandas.read_csv("data.csv").` + packagesDoc
+const runCodeDoc = `Run Python 3 code in the sandbox and get its stdout, stderr, exit code, duration and OUTPUT, and, as a notebook cell, the value of its last expression and what it displays (display(df), plt.show(): tables as HTML, charts as images). INPUT is the JSON value you pass as input (None when absent); set the global OUTPUT to return JSON. dependencies are pip requirements (PEP 508, such as "tabulate>=0.9") installed before the run; names only, no URLs or options. The global agent object reads your knowledge: agent.search_memory(query, limit=10), agent.get_facts(subject=None, predicate=None), agent.query_graph(start=None, relation=None, depth=1), agent.get_documents(query=None, ids=None), agent.store_result(key, value), agent.log(message). files are given like [{"name": "data.csv", "content": "a,b\n1,2\n"}] (binary: the bytes in base64 with "encoding": "base64"); read them by name, such as pandas.read_csv("data.csv").` + packagesDoc
 
 const saveCodeDoc = `Save a Python script under a name (lowercase letters, digits, - and _), as version 1, to run later by name (run_saved_code) or on a schedule (create_code_job). input_schema and output_schema are JSON Schemas (2020-12) of its INPUT and OUTPUT: runs with input that breaks input_schema are refused, and an OUTPUT that breaks output_schema ends the run output_invalid. dependencies are pip requirements installed before each run.`
 
@@ -164,8 +164,9 @@ func (t *tools) runCode(ctx context.Context, _ *mcp.CallToolRequest, a RunCodeAr
 
 // runResult turns an execution into a tool result: a failing program is a tool error with its
 // output, so the model can fix its code. The execution's ID is always given (get_execution
-// reads its record), a run stopped because its call was cancelled included. Its output files
-// follow the text, as fileContents makes them.
+// reads its record), a run stopped because its call was cancelled included. Its displays and
+// last expression's value follow the text, as resultContents makes them, then its output
+// files, as fileContents makes them.
 func runResult(ans client.Answer, err error) (*mcp.CallToolResult, any, error) {
 	if err != nil {
 		return nil, nil, toolError(err)
@@ -198,7 +199,11 @@ func runResult(ans client.Answer, err error) (*mcp.CallToolResult, any, error) {
 	if res.FilesTruncated {
 		fmt.Fprintf(&b, "more output files were left out than are listed (a cap on output files was reached)\n")
 	}
-	content := append([]mcp.Content{&mcp.TextContent{Text: b.String()}}, fileContents(res.ID, res.Files, ans.Inline)...)
+	if res.Error != nil {
+		fmt.Fprintf(&b, "error: %s: %s\n", res.Error.Name, res.Error.Value)
+	}
+	content := append([]mcp.Content{&mcp.TextContent{Text: b.String()}}, resultContents(res)...)
+	content = append(content, fileContents(res.ID, res.Files, ans.Inline)...)
 	return &mcp.CallToolResult{IsError: res.Outcome != apitype.OutcomeOK, Content: content}, res, nil
 }
 

@@ -321,6 +321,9 @@ type Spec struct {
 	// Charts: open matplotlib figures at the end of the run and at each plt.show(), and PIL
 	// images shown, are saved as PNG output files (figure-1.png, image-1.png, …).
 	Charts bool `json:"charts,omitempty"`
+	// Plain runs the code as a plain script: no results (the last expression's value, displays)
+	// and no IPython syntax (docs/notebook.md); false runs it as a notebook cell.
+	Plain bool `json:"plain,omitempty"`
 	// CallBytes caps one agent.* call's arguments, for the program's own check (0: no calls).
 	CallBytes int `json:"call_bytes,omitempty"`
 	// Session runs the code as a call in the slot's session interpreter, whose globals,

@@ -52,6 +52,7 @@ var conformance = []struct {
 	{"ResultQuotaCountsWhatIsStored", TestResultQuotaCountsWhatIsStored},
 	{"PruneIsFairBetweenAgents", TestPruneIsFairBetweenAgents},
 	{"JobFiresCountInTheLedger", TestJobFiresCountInTheLedger},
+	{"NotebookResultsAreKept", TestNotebookResultsAreKept},
 	{"APIKeys", TestAPIKeys},
 }
 
@@ -353,5 +354,44 @@ func TestOverlapIsDecidedFromTheSharedLedger(t *testing.T) {
 		if busy, _ := s.JobBusy(ctx, id); busy != exec {
 			t.Fatalf("JobBusy = %q, want the queued fire's run %s", busy, exec)
 		}
+	}
+}
+
+// TestNotebookResultsAreKept: a run's notebook results, error and execution count are kept
+// with its record, read back as they were, and counted in its bytes (ledger_max_bytes).
+func TestNotebookResultsAreKept(t *testing.T) {
+	s := open(t)
+	ctx := t.Context()
+	finish := func(res sandbox.Result) int64 {
+		t.Helper()
+		res.ID, res.Agent, res.TimeoutMS, res.StartedAt, res.Origin = sandbox.NewID(), "a", 1000, time.Now(), sandbox.Origin{Source: "api"}
+		if err := s.Begin(ctx, sandbox.Spec{ID: res.ID, Code: "x", Input: json.RawMessage("null"), TimeoutMS: 1000}, res); err != nil {
+			t.Fatal(err)
+		}
+		before := s.LedgerBytes()
+		res.Outcome = sandbox.OutcomeError
+		if err := s.Finish(ctx, res); err != nil {
+			t.Fatal(err)
+		}
+		e, err := s.GetExecution(ctx, res.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := json.Marshal([]any{e.Results, e.Error, e.ExecutionCount})
+		want, _ := json.Marshal([]any{res.Results, res.Error, res.ExecutionCount})
+		if string(got) != string(want) {
+			t.Fatalf("read back %s, want %s", got, want)
+		}
+		return s.LedgerBytes() - before
+	}
+	plain := finish(sandbox.Result{})
+	html := strings.Repeat("<td>1</td>", 1000)
+	rich := finish(sandbox.Result{ExecutionCount: 3, Results: []sandbox.Display{
+		{Data: map[string]json.RawMessage{"text/plain": json.RawMessage(`"<b>"`), "text/html": json.RawMessage(`"` + html + `"`)}},
+		{Data: map[string]json.RawMessage{"text/plain": json.RawMessage(`"42"`), "application/json": json.RawMessage(`{"k":[1,2]}`)},
+			IsMainResult: true, ExecutionCount: 3, Note: "n"},
+	}, Error: &sandbox.ExecError{Name: "ZeroDivisionError", Value: "division by zero", Traceback: "Traceback ...\n"}})
+	if rich-plain < int64(len(html)) {
+		t.Fatalf("the record with results counts %d bytes more than one without; its HTML alone is %d", rich-plain, len(html))
 	}
 }

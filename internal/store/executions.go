@@ -135,7 +135,19 @@ func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
 	if err != nil {
 		return err
 	}
-	cols := resultColumns{deps: deps, calls: calls, files: files, skipped: skipped}
+	results, err := jsonColumn(res.Results)
+	if err != nil {
+		return err
+	}
+	var execErr sql.NullString
+	if res.Error != nil {
+		b, err := json.Marshal(res.Error)
+		if err != nil {
+			return err
+		}
+		execErr = sql.NullString{String: string(b), Valid: true}
+	}
+	cols := resultColumns{deps: deps, calls: calls, files: files, skipped: skipped, results: results, execErr: execErr}
 	var size int64
 	err = s.tx(ctx, func(tx *Tx) error {
 		if err := finish(ctx, tx, res, ended, cols); err != nil {
@@ -159,7 +171,7 @@ func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
 
 // resultColumns are a result's lists as stored: JSON text, NULL when empty.
 type resultColumns struct {
-	deps, calls, files, skipped sql.NullString
+	deps, calls, files, skipped, results, execErr sql.NullString
 }
 
 func finish(ctx context.Context, tx *Tx, res sandbox.Result, ended time.Time, cols resultColumns) error {
@@ -167,11 +179,11 @@ func finish(ctx context.Context, tx *Tx, res sandbox.Result, ended time.Time, co
 		signal = ?, reason = ?, stdout = ?, stderr = ?, stdout_truncated = ?, stderr_truncated = ?,
 		output = ?, duration_ms = ?, started_at = coalesce(?, started_at), ended_at = ?,
 		dependencies = ?, install_ms = ?, calls = ?, start = ?, oom_kills = ?,
-		files = ?, files_skipped = ?, files_truncated = ? WHERE id = ?`,
+		files = ?, files_skipped = ?, files_truncated = ?, results = ?, exec_error = ?, execution_count = ? WHERE id = ?`,
 		string(res.Outcome), res.ExitCode, res.Signal, res.Reason, res.Stdout, res.Stderr,
 		res.StdoutTruncated, res.StderrTruncated, string(res.Output), res.DurationMS,
 		ms(res.StartedAt), ms(ended), cols.deps, res.InstallMS, cols.calls, sql.NullString{String: string(res.Start), Valid: res.Start != ""},
-		res.OOMKills, cols.files, cols.skipped, res.FilesTruncated, res.ID)
+		res.OOMKills, cols.files, cols.skipped, res.FilesTruncated, cols.results, cols.execErr, res.ExecutionCount, res.ID)
 	if err != nil {
 		return err
 	}
@@ -261,7 +273,7 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 		e.code_sha256, b.code, e.input, e.timeout_ms, e.status, e.outcome, e.exit_code, e.signal, e.reason,
 		e.stdout, e.stderr, e.stdout_truncated, e.stderr_truncated, e.output, e.duration_ms, e.started_at, e.ended_at,
 		e.dependencies, e.install_ms, e.calls, e.start, e.oom_kills, e.files, e.files_skipped, e.files_truncated, e.daemon,
-		coalesce(e.session_id, '')
+		coalesce(e.session_id, ''), e.results, e.exec_error, e.execution_count
 		FROM executions e LEFT JOIN code_blobs b ON b.sha256 = e.code_sha256 WHERE e.id = ?`, id)
 	var (
 		e                       Execution
@@ -276,11 +288,12 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 		files, skipped          sql.NullString
 		installMS               sql.NullInt64
 		daemon                  sql.NullString
+		results, execErr        sql.NullString
 	)
 	err := row.Scan(&e.ID, &e.Agent, &e.Source, &jobID, &codeName, &codeVersion, &e.CodeSHA256, &code,
 		&input, &e.TimeoutMS, &e.Status, &outcome, &exit, &sig, &reason, &stdout, &stderr, &outTrunc,
 		&errTrunc, &output, &dur, &started, &ended, &deps, &installMS, &calls, &start, &e.OOMKills,
-		&files, &skipped, &e.FilesTruncated, &daemon, &e.SessionID)
+		&files, &skipped, &e.FilesTruncated, &daemon, &e.SessionID, &results, &execErr, &e.ExecutionCount)
 	e.Daemon = daemon.String
 	if errors.Is(err, sql.ErrNoRows) {
 		return Execution{}, fmt.Errorf("execution %q: %w", id, ErrNotFound)
@@ -303,7 +316,7 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 	for _, c := range []struct {
 		col sql.NullString
 		dst any
-	}{{deps, &e.Dependencies}, {calls, &e.Calls}, {files, &e.Files}, {skipped, &e.FilesSkipped}} {
+	}{{deps, &e.Dependencies}, {calls, &e.Calls}, {files, &e.Files}, {skipped, &e.FilesSkipped}, {results, &e.Results}, {execErr, &e.Error}} {
 		if c.col.Valid {
 			if err := json.Unmarshal([]byte(c.col.String), c.dst); err != nil {
 				return Execution{}, fmt.Errorf("execution %q: a stored column is not JSON: %w", id, err)

@@ -107,10 +107,11 @@ const recordBaseSQL = `512 + octet_length(e.input)
 	+ coalesce((SELECT sum(jf.bytes) FROM job_fires jf WHERE jf.execution_id = e.id), 0)`
 
 // finishBytes is what a finished record counts besides recordBaseSQL: its result's
-// text columns and log lines. egress is the length of its egress column.
+// text columns (its notebook results and error included) and log lines. egress is the length of its egress column.
 func finishBytes(res sandbox.Result, cols resultColumns, egress int) int64 {
 	n := len(res.Stdout) + len(res.Stderr) + len(res.Output) + len(res.Reason) +
-		len(cols.deps.String) + len(cols.calls.String) + len(cols.files.String) + len(cols.skipped.String) + egress
+		len(cols.deps.String) + len(cols.calls.String) + len(cols.files.String) + len(cols.skipped.String) + egress +
+		len(cols.results.String) + len(cols.execErr.String)
 	for _, l := range res.Logs {
 		n += logLineOverheadBytes + len(l.Message)
 	}

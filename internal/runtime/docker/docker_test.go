@@ -73,7 +73,9 @@ func startRuntime(t testing.TB, mutate func(*docker.Config)) (*docker.Runtime, d
 // TestConformanceDocker runs the suite against both ways a run starts: a fresh interpreter,
 // and a fork of the fork server with the default preload.
 func TestConformanceDocker(t *testing.T) {
-	conformance(t, time.Minute, false, nil)
+	// Two minutes for the fork servers: the default preload (IPython's shell included) took
+	// over one on a loaded two-CPU machine.
+	conformance(t, 2*time.Minute, false, nil)
 }
 
 // TestConformanceRunsc runs the suite with every slot's container under gVisor (runsc), the
