@@ -38,6 +38,7 @@ func main() {
 	runtime := fs.String("runtime", "runc", `the container's runtime: "runc" (Linux) or "runsc" (gVisor, whose limits differ: see executor.Config.GVisor)`)
 	fs.Int64Var(&cfg.MemoryReserve, "memory-reserve", 0, "under runsc: stop a run when the box has less than this many bytes of memory available")
 	fs.StringVar(&cfg.SessionHome, "session-home", "", "a session's executor: slot 0's working directory and home (a tmpfs of its own, kept for the session's life)")
+	fs.Int64Var(&cfg.SocketBufferMax, "socket-buffer-max", 0, "under runsc: the maximum of the box's tcp_rmem and tcp_wmem, in bytes (0: gVisor's own)")
 	fs.StringVar(&cfg.Proxy, "egress-proxy", "", `serve the egress proxy on this loopback address ("127.0.0.1:3128"; network "allowlist")`)
 	_ = fs.Parse(os.Args[2:])
 	switch *runtime {

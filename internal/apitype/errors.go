@@ -50,4 +50,22 @@ type Violation struct {
 type Status struct {
 	Status string       `json:"status"`
 	Error  *ErrorDetail `json:"error,omitempty"`
+	// Warmth is how warm the slots are (GET /readyz of a daemon whose runtime says so).
+	Warmth *Warmth `json:"warmth,omitempty"`
+}
+
+// Warmth is how warm a daemon's slots are (Status.Warmth): a daemon is ready with one slot up,
+// but its runs start as forks of a preloaded interpreter (fast) only once ForkSlots are up;
+// before, they start cold (seconds slower with the default preload). GET /readyz?warm=true
+// answers 503 until Warm.
+type Warmth struct {
+	// Slots is the pool's size, SlotsUp how many slots are up, ForkSlots how many of those
+	// start runs as forks now.
+	Slots     int `json:"slots"`
+	SlotsUp   int `json:"slots_up"`
+	ForkSlots int `json:"fork_slots"`
+	// ForkOff says why no run will start as a fork (absent when they may).
+	ForkOff string `json:"fork_off,omitempty"`
+	// Warm says every slot is up and forks its runs (or never will).
+	Warm bool `json:"warm"`
 }

@@ -23,9 +23,13 @@ type Package struct {
 	Version string `json:"version"`
 	// Requirement is the requirement it was installed for.
 	Requirement string `json:"requirement"`
-	// SizeBytes is the size of its directory (with the dependencies installed with it).
+	// SizeBytes is the size of its directory (with the dependencies installed with it); 0 for
+	// a package within another's directory, whose size counts it.
 	SizeBytes   int64     `json:"size_bytes"`
 	InstalledAt time.Time `json:"installed_at"`
+	// Within names the package whose install brought this one (a dependency of it, in its
+	// directory: satisfying requirements, removed with it); absent for one installed itself.
+	Within string `json:"within,omitempty"`
 }
 
 // Packages is the answer of GET /v1/packages.
@@ -51,7 +55,8 @@ const (
 // step's status.
 type SetupEvent struct {
 	// Step names the step: docker, homebrew, docker-cli, colima, colima-start, docker-install,
-	// image, sandbox, health.
+	// image, sandbox, health; and base-image for the progress of the base image's pull,
+	// which the image step makes when the engine does not have it.
 	Step string `json:"step"`
 	// Status is one of the Setup constants.
 	Status string `json:"status"`

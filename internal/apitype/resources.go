@@ -163,6 +163,9 @@ type Fire struct {
 	Reason      string `json:"reason,omitempty"`
 	// Outcome is the execution's outcome once it has finished.
 	Outcome string `json:"outcome,omitempty"`
+	// Daemon is the ID of the daemon that handled the fire (its daemon_id; absent for fires
+	// recorded before daemons had IDs).
+	Daemon string `json:"daemon,omitempty"`
 }
 
 // FireList is the answer of GET /v1/agents/{agent}/jobs/{id}/history.
@@ -191,6 +194,19 @@ type Execution struct {
 	Input json.RawMessage `json:"input"`
 	// EndedAt is when the run ended; null while it runs.
 	EndedAt *time.Time `json:"ended_at"`
+	// Daemon is the ID of the daemon that ran it (its daemon_id; absent for records made
+	// before daemons had IDs).
+	Daemon string `json:"daemon,omitempty"`
+	// InputFiles are the input files the request handed the run: their names, sizes and
+	// SHA-256, not their bytes (absent when it had none).
+	InputFiles []InputFileInfo `json:"input_files,omitempty"`
+}
+
+// InputFileInfo describes an input file a run was given (Execution.InputFiles).
+type InputFileInfo struct {
+	Name      string `json:"name"`
+	SizeBytes int64  `json:"size_bytes"`
+	SHA256    string `json:"sha256"`
 }
 
 // ExecutionSummary is an item of GET /v1/executions: an Execution without its code, input and

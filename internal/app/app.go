@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 	"golang.org/x/net/netutil"
 
@@ -167,6 +168,14 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	}()
 	closers = append(closers, lock.Release)
 	cfg.DataDir = lock.Dir()
+	switch why, err := datadir.Exposed(cfg.DataDir); {
+	case err != nil:
+		return nil, err
+	case why != "" && cfg.Token != "":
+		return nil, fmt.Errorf("%s; a daemon with a token keeps its data private: refusing to start", why)
+	case why != "":
+		log.Warn("the data directory is readable by other users", "why", why)
+	}
 	st, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return nil, err
@@ -317,7 +326,8 @@ func (e *Core) Handler(cfg config.Config, log *slog.Logger) http.Handler {
 			_, err := setup.Run(ctx, setup.DetectPlatform(runtime.GOOS), setup.ExecRunner{}, daemonSetup{e}, setup.Options{}, emit)
 			return err
 		},
-		PackageIndex: httpapi.PackageIndex{IndexURL: cfg.IndexURL, ExtraIndexURLs: cfg.ExtraIndexURLs, TrustedHosts: cfg.TrustedHosts, BinaryOnly: cfg.BinaryOnly}}
+		PackageIndex: httpapi.PackageIndex{IndexURL: cfg.IndexURL, ExtraIndexURLs: cfg.ExtraIndexURLs, TrustedHosts: cfg.TrustedHosts, BinaryOnly: cfg.BinaryOnly},
+		Warmth:       e.Runtime.Warmth}
 	return httpapi.NewHandler(backend, log)
 }
 
@@ -384,26 +394,49 @@ func Sandbox(ctx context.Context, cfg config.Config) (dir string, owner int, con
 	return dir, owner, containers, nil
 }
 
-// RemoveSandbox removes the containers of cfg's data directory. It takes the directory's lock
+// Removed is what RemoveSandbox removed.
+type Removed struct {
+	// Containers is how many containers (slots' and sessions', running or stopped).
+	Containers int
+	// Volume is the package volume's name, "" when it was kept or there was none.
+	Volume string
+}
+
+// RemoveSandbox removes the containers of cfg's data directory and, with volume, its package
+// volume (the installed dependencies and pip's cache): everything the data directory made in
+// the engine but the images, which other data directories share. It takes the directory's lock
 // first, so it refuses (a *datadir.LockedError) while an engine uses them.
-func RemoveSandbox(ctx context.Context, cfg config.Config) (int, error) {
+func RemoveSandbox(ctx context.Context, cfg config.Config, volume bool) (Removed, error) {
+	var out Removed
 	lock, err := datadir.Acquire(cfg.DataDir)
 	if err != nil {
-		return 0, err
+		return out, err
 	}
 	defer lock.Release()
 	api, err := DockerClient(cfg)
 	if err != nil {
-		return 0, err
+		return out, err
 	}
 	defer api.Close()
-	return docker.RemoveContainers(ctx, api, lock.Dir())
+	if out.Containers, err = docker.RemoveContainers(ctx, api, lock.Dir()); err != nil || !volume {
+		return out, err
+	}
+	name := docker.VolumeName(lock.Dir())
+	switch _, err := api.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true}); {
+	case cerrdefs.IsNotFound(err):
+	case err != nil:
+		return out, fmt.Errorf("removing the package volume %s: %w (remove it with: docker volume rm %s)", name, err, name)
+	default:
+		out.Volume = name
+	}
+	return out, nil
 }
 
 // Serve runs the daemon: it opens the engine, serves the REST API on cfg.Listen until ctx
 // ends, then shuts down gracefully (in-flight requests get ShutdownGrace to finish).
 // ready, when not nil, receives the listener's address once the API accepts connections.
-func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.Writer, ready func(addr string)) error {
+// version is the build's version, which the daemon gives as its MCP serverInfo.version.
+func Serve(ctx context.Context, cfg config.Config, version string, log *slog.Logger, progress io.Writer, ready func(addr string)) error {
 	if err := CheckExposure(cfg); err != nil {
 		return err
 	}
@@ -422,7 +455,7 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 	}
 	defer eng.Close()
 
-	handler, err := routes(ctx, cfg, eng, log)
+	handler, err := routes(ctx, cfg, eng, version, log)
 	if err != nil {
 		return err
 	}
@@ -463,11 +496,11 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, progress io
 
 // routes is the daemon's handler: the REST API at /, MCP at /mcp and the metrics behind the
 // token, the console at /ui, all behind the Host and Origin guard.
-func routes(ctx context.Context, cfg config.Config, eng *Core, log *slog.Logger) (http.Handler, error) {
+func routes(ctx context.Context, cfg config.Config, eng *Core, version string, log *slog.Logger) (http.Handler, error) {
 	root := http.NewServeMux()
 	api := eng.Handler(cfg, log)
 	root.Handle("/", api)
-	mcpHandler, err := mcpserver.Endpoint(ctx, apiclient.InProcess(api), "daemon")
+	mcpHandler, err := mcpserver.Endpoint(ctx, apiclient.InProcess(api), version)
 	if err != nil {
 		return nil, err
 	}

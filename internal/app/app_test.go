@@ -11,16 +11,19 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
 	"github.com/sandpit-dev/sandpit/internal/app"
 	"github.com/sandpit-dev/sandpit/internal/cli"
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/datadir"
+	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
@@ -61,27 +64,8 @@ func waitContainers(t testing.TB, dataDir string, n int) {
 // daemon runs app.Serve until the test ends and returns its base URL.
 func daemon(t testing.TB, cfg config.Config) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- app.Serve(ctx, cfg, testenv.Logger(), io.Discard, func(a string) { addr <- a })
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	select {
-	case a := <-addr:
-		return "http://" + a
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	case <-time.After(10 * time.Minute):
-		t.Fatal("daemon did not start")
-	}
-	return ""
+	url, _ := startDaemon(t, cfg)
+	return url
 }
 
 func post(t *testing.T, url, body string, header ...string) (*http.Response, []byte) {
@@ -374,15 +358,28 @@ func TestOneEnginePerDataDir(t *testing.T) {
 		t.Fatalf("exit %d stderr %q", code, stderr.String())
 	}
 	// Its container cannot be removed from under it; once it is closed, it can.
-	if _, err := app.RemoveSandbox(context.Background(), cfg); !errors.As(err, &locked) {
+	if _, err := app.RemoveSandbox(context.Background(), cfg, false); !errors.As(err, &locked) {
 		t.Fatalf("RemoveSandbox while in use: %v", err)
 	}
 	eng.Close()
-	if n, err := app.RemoveSandbox(context.Background(), cfg); err != nil || n != cfg.Slots {
-		t.Fatalf("RemoveSandbox: %d %v", n, err)
+	if got, err := app.RemoveSandbox(context.Background(), cfg, false); err != nil || got.Containers != cfg.Slots || got.Volume != "" {
+		t.Fatalf("RemoveSandbox: %+v %v", got, err)
 	}
 	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != 0 {
 		t.Fatalf("containers left: %v", ids)
+	}
+	// Issue 33, item 16: with the volume too, nothing of the data directory is left in the
+	// engine (its package volume was left by every data directory).
+	api := testenv.DockerClient(t)
+	vol := docker.VolumeName(cfg.DataDir)
+	if _, err := api.VolumeInspect(context.Background(), vol, client.VolumeInspectOptions{}); err != nil {
+		t.Fatalf("the package volume before: %v", err)
+	}
+	if got, err := app.RemoveSandbox(context.Background(), cfg, true); err != nil || got.Containers != 0 || got.Volume != vol {
+		t.Fatalf("RemoveSandbox with the volume: %+v %v", got, err)
+	}
+	if _, err := api.VolumeInspect(context.Background(), vol, client.VolumeInspectOptions{}); err == nil {
+		t.Fatalf("the package volume %s is left", vol)
 	}
 }
 
@@ -416,7 +413,9 @@ func TestDaemonRestartAdoptsContainer(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		addr := make(chan string, 1)
 		done := make(chan error, 1)
-		go func() { done <- app.Serve(ctx, cfg, testenv.Logger(), io.Discard, func(a string) { addr <- a }) }()
+		go func() {
+			done <- app.Serve(ctx, cfg, testVersion, testenv.Logger(), io.Discard, func(a string) { addr <- a })
+		}()
 		select {
 		case <-addr:
 		case err := <-done:
@@ -481,7 +480,9 @@ func TestShutdownAnswersInterruptedRuns(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- app.Serve(ctx, cfg, testenv.Logger(), io.Discard, func(a string) { addr <- a }) }()
+	go func() {
+		done <- app.Serve(ctx, cfg, testVersion, testenv.Logger(), io.Discard, func(a string) { addr <- a })
+	}()
 	url := "http://" + <-addr
 	answered := make(chan []byte, 1)
 	go func() {
@@ -509,5 +510,36 @@ func TestShutdownAnswersInterruptedRuns(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// H39: a daemon with a token refuses a data directory other users can read (the database
+// holds every run's code and output), saying how to fix it; without a token it starts.
+func TestTokenDaemonRefusesAReadableDataDir(t *testing.T) {
+	cfg := config.Default()
+	cfg.DataDir, cfg.Token = t.TempDir(), "a-long-enough-test-token-0123456789"
+	for _, d := range []string{filepath.Dir(cfg.DataDir), cfg.DataDir} { // t.TempDir's own is private
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := app.Open(context.Background(), cfg, testenv.Logger(), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "chmod 700 "+cfg.DataDir) || !strings.Contains(err.Error(), "refusing to start") {
+		t.Fatalf("app.Open with a token on a 0755 data directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, "sandpit.db")); err == nil {
+		t.Fatal("the database was created in the readable data directory")
+	}
+	found := false
+	for _, c := range app.Doctor(context.Background(), cfg, app.ConfigSource{Name: "test"}, "http://127.0.0.1:1") {
+		if c.Name == "data directory" {
+			found = true
+			if c.OK || !c.Required || !strings.Contains(c.Fix, "chmod 700") {
+				t.Fatalf("doctor: %+v", c)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("doctor checked no data directory")
 	}
 }

@@ -20,7 +20,7 @@ func withConsole(cfg config.Config, eng *Core, api, authed http.Handler, log *sl
 		Ledger:     eng.Store,
 		Jobs:       eng.Jobs,
 		Code:       eng.Library,
-		ForkServer: console.ForkServer{Enabled: cfg.ForkServer, Preload: cfg.Preload, MaxRuns: cfg.ForkServerMaxRuns},
+		ForkServer: console.ForkServer{Enabled: cfg.ForkServer, Preload: cfg.Preload, MaxRuns: cfg.ForkServerMaxRuns, Warmth: eng.Runtime.Warmth},
 		Resets:     eng.Runtime.Resets,
 	}, log)
 	if err != nil {

@@ -3,11 +3,13 @@ package app_test
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/app"
 	"github.com/sandpit-dev/sandpit/internal/cli"
 	"github.com/sandpit-dev/sandpit/internal/config"
@@ -85,6 +87,7 @@ func TestDependencies(t *testing.T) {
 	idx.AddWheel("pinpkg", "1.0", `VALUE = "1.0"`)
 	idx.AddWheel("pinpkg", "2.0", `VALUE = "2.0"`)
 	idx.AddWheel("pindep", "1.0", `VALUE = "dep"`, "pinpkg==2.0")
+	idx.AddWheel("sesspkg", "1.0", `VALUE = "session"`)
 
 	cfg := testConfig(t)
 	cfg.IndexURL = idx.URL()
@@ -99,6 +102,18 @@ func TestDependencies(t *testing.T) {
 	cfg.Preload = []string{"numpy", "pandas"}
 	url, stop := startDaemon(t, cfg)
 	warm(t, url, cfg.Slots)
+	// Issue 33, item 12: once runs fork in every slot, /readyz says so (the executors tell
+	// at their next heartbeat, every 2 s).
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		var ready struct{ Warmth apitype.Warmth }
+		st := call(t, "GET", url+"/readyz?warm=true", "", &ready)
+		if st == 200 && ready.Warmth.Warm && ready.Warmth.ForkSlots == cfg.Slots && ready.Warmth.SlotsUp == cfg.Slots {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("every slot forks its runs, but /readyz?warm=true says %d %+v", st, ready)
+		}
+	}
 
 	t.Run("first request installs, second runs pip zero times", func(t *testing.T) {
 		st, res := runWithDeps(t, url, "import tinypkg; print(tinypkg.VALUE)", "TinyPkg==1.0")
@@ -141,6 +156,24 @@ func TestDependencies(t *testing.T) {
 		}
 	})
 
+	// Issue 33, item 2: a session's dependencies came from no index under network
+	// "allowlist" (its install had no egress gate), while a run's reached it.
+	t.Run("a session installs from the daemon's index", func(t *testing.T) {
+		st, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions", `{"dependencies": ["sesspkg==1.0"]}`)
+		var s sandbox.SessionInfo
+		if st != 201 || json.Unmarshal(body, &s) != nil || len(s.Dependencies) != 1 || s.Dependencies[0].Status != sandbox.DependencyInstalled {
+			t.Fatalf("create: %d %s", st, body)
+		}
+		defer httpCall(t, "DELETE", url+"/v1/agents/alice/sessions/"+s.ID, "")
+		if idx.Requests("sesspkg") == 0 {
+			t.Fatalf("the index saw no request for the session's dependency")
+		}
+		st, body = httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+s.ID+"/executions", `{"code": "import sesspkg; print(sesspkg.VALUE)"}`)
+		if st != 200 || !strings.Contains(string(body), `"stdout":"session\n"`) {
+			t.Fatalf("a call importing it: %d %s", st, body)
+		}
+	})
+
 	t.Run("concurrent requests install once", func(t *testing.T) {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
@@ -163,26 +196,26 @@ func TestDependencies(t *testing.T) {
 		}
 	})
 
-	t.Run("H21 a missing package fails in seconds", func(t *testing.T) {
-		began := time.Now()
+	t.Run("H21 a missing package fails at once, naming the cause", func(t *testing.T) {
 		st, res := runWithDeps(t, url, "print('never')", "no-such-pkg-xyz")
 		if st != 200 || res.Outcome != sandbox.OutcomeDependencyError || !strings.Contains(res.Reason, "no-such-pkg-xyz") ||
 			res.Stdout != "" || res.Dependencies[0].Status != sandbox.DependencyFailed {
 			t.Fatalf("%d %+v", st, res)
 		}
-		if d := time.Since(began); d > 15*time.Second {
-			t.Fatalf("took %v", d)
+		// Failed because the index has no such package, not because pip ran into the
+		// install timeout (H21's hang).
+		if why := res.Reason + "\n" + res.Dependencies[0].Error; strings.Contains(why, "install timeout") || !strings.Contains(why, "No matching distribution") {
+			t.Fatalf("the failure does not name its cause: %q", why)
 		}
 	})
 
 	t.Run("a stalled index hits the per-package timeout and leaves nothing", func(t *testing.T) {
-		began := time.Now()
 		st, res := runWithDeps(t, url, "print('never')", "stalled-pkg")
-		if st != 200 || res.Outcome != sandbox.OutcomeDependencyError || !strings.Contains(res.Reason, "install timeout of 25s") {
+		// The install timeout stopped pip: the reason says so, and the install lasted at least
+		// that long (how much longer depends on the machine's load, so is not asserted).
+		if st != 200 || res.Outcome != sandbox.OutcomeDependencyError || !strings.Contains(res.Reason, "install timeout of 25s") ||
+			res.InstallMS < 25000 {
 			t.Fatalf("%d %+v", st, res)
-		}
-		if d := time.Since(began); d > 45*time.Second {
-			t.Fatalf("took %v: the 25 s install timeout did not stop pip", d)
 		}
 		_, res = runWithDeps(t, url, "import os, glob\nprint(sorted(os.path.basename(p) for p in glob.glob('/opt/sandpit/packages/py*/.*') + glob.glob('/tmp/pip-*')))")
 		if res.Stdout != "[]\n" {
@@ -272,23 +305,46 @@ func TestDependencies(t *testing.T) {
 	})
 
 	t.Run("packages are listed and removed", func(t *testing.T) {
-		var list struct {
-			Packages []struct {
-				Name, Version string
-				SizeBytes     int64 `json:"size_bytes"`
-			}
+		type pkg struct {
+			Name, Version, Within string
+			SizeBytes             int64 `json:"size_bytes"`
 		}
-		if st := call(t, "GET", url+"/v1/packages", "", &list); st != 200 || len(list.Packages) != 6 {
+		var list struct{ Packages []pkg }
+		if st := call(t, "GET", url+"/v1/packages", "", &list); st != 200 {
 			t.Fatalf("list: %d %+v", st, list)
 		}
+		sizes := map[string]int64{}
+		var own, within []string
 		for _, p := range list.Packages {
-			if p.SizeBytes <= 0 || !strings.Contains(" tinypkg pkg-b foo bar six numexpr ", " "+p.Name+" ") {
-				t.Errorf("package %+v", p)
+			if p.Within == "" {
+				own = append(own, p.Name)
+				sizes[p.Name] = p.SizeBytes
+				if p.SizeBytes <= 0 || !strings.Contains(" tinypkg pkg-b foo bar six numexpr sesspkg ", " "+p.Name+" ") {
+					t.Errorf("package %+v", p)
+				}
+			} else {
+				within = append(within, p.Name+" "+p.Version+" within "+p.Within)
 			}
 		}
-		var removed map[string]any
-		if st := call(t, "DELETE", url+"/v1/packages/pkg_b", "", &removed); st != 200 {
-			t.Fatalf("remove: %d %v", st, removed)
+		// Issue 33, item 4: bar's install brought foo 2.0 into bar's directory, where it
+		// satisfies "foo==2.0" (an install says present): the listing says so too.
+		for _, name := range []string{"tinypkg", "pkg-b", "foo", "bar", "six", "numexpr"} {
+			if !slices.Contains(own, name) {
+				t.Errorf("%s is not listed: %v", name, own)
+			}
+		}
+		if !slices.Contains(within, "foo 2.0 within bar") || !slices.Contains(within, "tinypkg 1.0 within pkg-b") {
+			t.Fatalf("list: own %v, within %v", own, within)
+		}
+		st, res := runWithDeps(t, url, "import foo; print(foo.VALUE)", "bar==1.0", "foo==2.0")
+		if st != 200 || res.Dependencies[1].Status != sandbox.DependencyPresent || res.Stdout != "2.0\n" {
+			t.Fatalf("foo==2.0 with bar: %d %+v", st, res)
+		}
+		// Issue 33, item 10: the removal says the size the listing gave (it said 0).
+		var removed struct{ Removed []pkg }
+		if st := call(t, "DELETE", url+"/v1/packages/pkg_b", "", &removed); st != 200 || len(removed.Removed) != 1 ||
+			removed.Removed[0].SizeBytes != sizes["pkg-b"] {
+			t.Fatalf("remove: %d %+v, want the listing's size %d", st, removed, sizes["pkg-b"])
 		}
 		if st := call(t, "DELETE", url+"/v1/packages/pkg-b", "", &removed); st != 404 {
 			t.Fatalf("remove again: %d %v", st, removed)
@@ -330,20 +386,31 @@ func TestDependencies(t *testing.T) {
 	})
 
 	t.Run("doctor asks the index where pip reaches it", func(t *testing.T) {
-		check := func(c config.Config) app.Check {
-			for _, ch := range app.Doctor(t.Context(), c, url) {
-				if ch.Name == "package index" {
+		checkAt := func(c config.Config, daemonURL, name string) app.Check {
+			for _, ch := range app.Doctor(t.Context(), c, app.ConfigSource{Name: "test"}, daemonURL) {
+				if ch.Name == name {
 					return ch
 				}
 			}
-			t.Fatalf("doctor made no package index check")
+			t.Fatalf("doctor made no %s check", name)
 			return app.Check{}
 		}
+		noDaemon := "http://127.0.0.1:1"
+		check := func(c config.Config) app.Check { return checkAt(c, noDaemon, "package index") }
 		if ch := check(cfg); !ch.OK {
 			t.Fatalf("the test's index: %+v", ch)
 		}
 		closed := cfg
 		closed.IndexURL = "http://" + idx.Host() + ":9/simple/" // this machine, a port nothing listens on
+		// Issue 33, item 11: with a daemon answering, its index is checked, not this
+		// configuration's, and the configuration check says so.
+		if ch := checkAt(closed, url, "package index"); !ch.OK || !strings.Contains(ch.Detail, idx.URL()) {
+			t.Fatalf("the daemon's index, with another in this configuration: %+v", ch)
+		}
+		if ch := checkAt(closed, url, "configuration"); !ch.OK || !strings.Contains(ch.Detail, "the daemon at "+url) ||
+			!strings.Contains(ch.Detail, "index_url") || !strings.Contains(ch.Detail, idx.URL()) {
+			t.Fatalf("the configuration check does not say the daemon's was checked: %+v", ch)
+		}
 		if ch := check(closed); ch.OK || !strings.Contains(ch.Detail, "does not answer from this machine") ||
 			!strings.Contains(ch.Fix, "index_url") {
 			t.Fatalf("a closed port (network allowlist: the daemon dials the index): %+v", ch)
@@ -368,19 +435,17 @@ func TestDependencies(t *testing.T) {
 		t.Fatalf("after re-creation: %d %+v", st, res)
 	}
 
-	// H21: an unreachable index fails within 15 s and says so: a port of this machine that
-	// nothing listens on (no traffic leaves the machine).
+	// H21: an unreachable index fails and says so, without waiting for the install timeout: a
+	// port of this machine that nothing listens on (no traffic leaves the machine). (This
+	// asserted 15 s of wall time and took 16.7 s on a loaded machine; issue 33, item 21.)
 	stop()
 	cfg.IndexURL = "http://" + idx.Host() + ":9/simple/"
 	cfg.InstallTimeoutMS = 60000
 	url, stop = startDaemon(t, cfg)
-	began := time.Now()
 	st, res = runWithDeps(t, url, "print('never')", "another-pkg")
-	if st != 200 || res.Outcome != sandbox.OutcomeDependencyError || !strings.Contains(res.Reason, "could not be reached") {
+	if st != 200 || res.Outcome != sandbox.OutcomeDependencyError || !strings.Contains(res.Reason, "could not be reached") ||
+		strings.Contains(res.Reason, "install timeout") {
 		t.Fatalf("unreachable index: %d %+v", st, res)
-	}
-	if d := time.Since(began); d > 15*time.Second {
-		t.Fatalf("unreachable index: took %v", d)
 	}
 
 	// Network none: a missing package is refused without trying pip, and says why.

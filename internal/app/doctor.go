@@ -18,8 +18,10 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	apiclient "github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/config"
+	"github.com/sandpit-dev/sandpit/internal/datadir"
 	"github.com/sandpit-dev/sandpit/internal/egress"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -36,17 +38,40 @@ type Check struct {
 	Required bool `json:"required"`
 }
 
-// Doctor checks every requirement of running sandpit with cfg on this machine, and whether a
-// daemon answers at url.
-func Doctor(ctx context.Context, cfg config.Config, url string) []Check {
+// ConfigSource says which configuration Doctor checks.
+type ConfigSource struct {
+	// Name describes it in the report, such as "config file /etc/sandpit.json" or "the
+	// defaults and SANDPIT_* variables".
+	Name string
+	// Err is why it could not be loaded (nil when it was); Doctor validates what was loaded.
+	Err error
+}
+
+// Doctor checks every requirement of running sandpit with cfg (read from src) on this machine,
+// and whether a daemon answers at url. A configuration that could not be loaded or is invalid
+// is a failed check (the others that need it are not made). When a daemon answers at url, the
+// settings it serves (network, package index, slots: GET /v1/limits) are checked in place of
+// cfg's, and the configuration check says so and names those that differ.
+func Doctor(ctx context.Context, cfg config.Config, src ConfigSource, url string) []Check {
 	var checks []Check
 	add := func(c Check) { checks = append(checks, c) }
 
-	if err := cfg.Validate(); err != nil {
-		add(Check{Name: "configuration", Required: true, Detail: err.Error(), Fix: "correct the settings named above (config file, SANDPIT_* variables)"})
-		return checks
+	d := askDaemon(ctx, cfg.Token, url)
+	if err := cmp.Or(src.Err, cfg.Validate()); err != nil {
+		add(Check{Name: "configuration", Required: true, Detail: fmt.Sprintf("%s: %v", src.Name, err),
+			Fix: "correct the settings named above (config file, SANDPIT_* variables, --config), then run `sandpit doctor` again"})
+		return append(checks, d.check)
 	}
-	add(Check{Name: "configuration", OK: true, Required: true, Detail: "valid"})
+	conf := Check{Name: "configuration", OK: true, Required: true, Detail: "valid: " + src.Name}
+	if d.limits != nil {
+		var differ []string
+		cfg, differ = d.overlay(cfg)
+		conf.Detail += "; the daemon at " + url + " answers, so its network, package index and slots were checked"
+		if len(differ) > 0 {
+			conf.Detail += " (they differ from this configuration's: " + strings.Join(differ, "; ") + ")"
+		}
+	}
+	add(conf)
 	add(networkCheck(cfg))
 
 	exe, err := cfg.Executor()
@@ -56,7 +81,7 @@ func Doctor(ctx context.Context, cfg config.Config, url string) []Check {
 		add(Check{Name: "executor binary", OK: true, Required: true, Detail: exe})
 	}
 
-	add(dataDirCheck(cfg.DataDir))
+	add(dataDirCheck(cfg.DataDir, cfg.Token != ""))
 	add(ledgerCheck(cfg))
 	add(hibernationCheck(cfg))
 	if cfg.DatabaseURL != "" {
@@ -73,7 +98,7 @@ func Doctor(ctx context.Context, cfg config.Config, url string) []Check {
 		if err == nil {
 			add(Check{Name: "docker engine", OK: true, Required: true, Detail: "Docker Engine " + version})
 			add(runtimeCheck(ctx, api, cfg))
-			checks = append(checks, imageChecks(ctx, api, ChooseBaseImage(ctx, api, cfg), exe)...)
+			checks = append(checks, imageChecks(ctx, api, ChooseBaseImage(ctx, api, cfg), exe, d)...)
 		}
 	}
 	if err != nil {
@@ -84,21 +109,79 @@ func Doctor(ctx context.Context, cfg config.Config, url string) []Check {
 		add(Check{Name: "docker engine", Required: true, Detail: err.Error(), Fix: fix})
 	}
 
-	c := apiclient.New(url, nil).WithToken(cfg.Token)
-	hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	switch err := c.Health(hctx); {
-	case err != nil:
-		add(Check{Name: "daemon", Detail: fmt.Sprintf("none answers at %s", url),
-			Fix: "start it with `sandpit serve` (needed for saved code, jobs, the ledger and MCP over HTTP)"})
-	case c.Ready(hctx) != nil:
-		add(Check{Name: "daemon", Detail: fmt.Sprintf("answers at %s but is not ready: %v", url, c.Ready(hctx)),
-			Fix: "wait a few seconds; if it stays so, see the daemon's log"})
-	default:
-		add(Check{Name: "daemon", OK: true, Detail: "ready at " + url})
-		add(e2bCheck(hctx, cfg, url))
+	add(d.check)
+	if d.check.OK {
+		ectx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		add(e2bCheck(ectx, cfg, url))
 	}
 	return checks
+}
+
+// daemonView is what the daemon at a URL answered: its check, and its limits when it answers.
+type daemonView struct {
+	url    string
+	check  Check
+	limits *apitype.Limits // nil when no daemon answers
+}
+
+// askDaemon asks url whether a daemon answers, is ready, and with which settings.
+func askDaemon(ctx context.Context, token, url string) daemonView {
+	d := daemonView{url: url}
+	c := apiclient.New(url, nil).WithToken(token)
+	hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := c.Health(hctx); err != nil {
+		d.check = Check{Name: "daemon", Detail: fmt.Sprintf("none answers at %s", url),
+			Fix: "start it with `sandpit serve` (needed for saved code, jobs, the ledger and MCP over HTTP)"}
+		return d
+	}
+	if lim, err := c.Limits(hctx); err == nil {
+		d.limits = &lim
+	}
+	w, err := c.Warmth(hctx)
+	if err != nil {
+		d.check = Check{Name: "daemon", Detail: fmt.Sprintf("answers at %s but is not ready: %v", url, err),
+			Fix: "wait a few seconds; if it stays so, see the daemon's log"}
+		return d
+	}
+	d.check = Check{Name: "daemon", OK: true, Detail: "ready at " + url}
+	switch {
+	case w == nil:
+	case w.ForkOff != "":
+		d.check.Detail += fmt.Sprintf("; %d of %d slots up; runs start cold: %s", w.SlotsUp, w.Slots, w.ForkOff)
+	case w.Warm:
+		d.check.Detail += fmt.Sprintf("; all %d slots up, starting runs as forks", w.Slots)
+	default:
+		// Ready, but its first runs are cold (seconds each) until the fork servers are up.
+		d.check.OK = false
+		d.check.Detail += fmt.Sprintf("; %d of %d slots up, %d starting runs as forks: runs start cold (slower) until the others have imported the preload",
+			w.SlotsUp, w.Slots, w.ForkSlots)
+		d.check.Fix = "wait (about half a minute after a start on a busy machine) and run `sandpit doctor` again; a program can wait for GET /readyz?warm=true to answer 200"
+	}
+	return d
+}
+
+// overlay returns cfg with the daemon's network, package index and slots, and what differed,
+// in config keys.
+func (d daemonView) overlay(cfg config.Config) (config.Config, []string) {
+	l := d.limits
+	var differ []string
+	note := func(key string, mine, its any) {
+		if fmt.Sprint(mine) != fmt.Sprint(its) {
+			differ = append(differ, fmt.Sprintf("%s %v here, %v in the daemon", key, mine, its))
+		}
+	}
+	note("network", cfg.Network, l.Network)
+	note("network_allow", cfg.NetworkAllow, l.NetworkAllow)
+	note("index_url", fmt.Sprintf("%q", cfg.IndexURL), fmt.Sprintf("%q", l.PackageIndex.IndexURL))
+	note("extra_index_urls", cfg.ExtraIndexURLs, l.PackageIndex.ExtraIndexURLs)
+	note("trusted_hosts", cfg.TrustedHosts, l.PackageIndex.TrustedHosts)
+	note("slots", cfg.Slots, l.Slots)
+	cfg.Network, cfg.NetworkAllow, cfg.Slots = l.Network, slices.Clone(l.NetworkAllow), l.Slots
+	cfg.IndexURL, cfg.ExtraIndexURLs, cfg.TrustedHosts = l.PackageIndex.IndexURL, l.PackageIndex.ExtraIndexURLs, l.PackageIndex.TrustedHosts
+	cfg.BinaryOnly = l.PackageIndex.BinaryOnly
+	return cfg, differ
 }
 
 // e2bCheck reports the daemon's E2B API: its sandboxes and its warm pool, read from /metrics.
@@ -171,7 +254,9 @@ func ledgerCheck(cfg config.Config) Check {
 	return c
 }
 
-func dataDirCheck(dir string) Check {
+// dataDirCheck checks that dir is a writable data directory with room, private to its owner
+// (required when the daemon has a token, which then refuses an exposed one).
+func dataDirCheck(dir string, token bool) Check {
 	c := Check{Name: "data directory", Required: true}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		c.Detail, c.Fix = err.Error(), "set data_dir (SANDPIT_DATA_DIR) to a directory you can write"
@@ -184,6 +269,11 @@ func dataDirCheck(dir string) Check {
 	}
 	f.Close()
 	os.Remove(f.Name())
+	if why, err := datadir.Exposed(dir); err != nil || why != "" {
+		c.Detail, c.Required = cmp.Or(why, fmt.Sprint(err)), token
+		c.Fix = "chmod 700 " + dir + " (a daemon with a token refuses to start on a data directory others can read)"
+		return c
+	}
 	var fs syscall.Statfs_t
 	if err := syscall.Statfs(dir, &fs); err == nil {
 		free := int64(fs.Bavail) * int64(fs.Bsize)
@@ -200,7 +290,7 @@ func dataDirCheck(dir string) Check {
 	return c
 }
 
-func imageChecks(ctx context.Context, api client.APIClient, cfg config.Config, exe string) []Check {
+func imageChecks(ctx context.Context, api client.APIClient, cfg config.Config, exe string, d daemonView) []Check {
 	var checks []Check
 	if _, err := api.ImageInspect(ctx, cfg.BaseImage); err != nil {
 		checks = append(checks, Check{Name: "base image", Required: true, Detail: cfg.BaseImage + " is not in the engine",
@@ -234,15 +324,24 @@ func imageChecks(ctx context.Context, api client.APIClient, cfg config.Config, e
 			running = append(running, c.ID)
 		}
 	}
+	// A daemon that answers brings its slots' containers up itself (after a start, one at a
+	// time), and may use another data directory than this configuration's.
 	switch {
 	case err == nil && len(running) >= cfg.Slots:
 		checks = append(checks, Check{Name: "warm containers", OK: true, Detail: fmt.Sprintf("%d running, one per slot", len(running))})
+	case d.limits != nil && len(running) > 0:
+		checks = append(checks, Check{Name: "warm containers", Detail: fmt.Sprintf("%d of %d running; the daemon at %s starts the others", len(running), cfg.Slots, d.url),
+			Fix: "wait a minute and check again (a new daemon starts its slots one after another); if it stays so, see the daemon's log"})
+	case d.limits != nil:
+		checks = append(checks, Check{Name: "warm containers", Detail: fmt.Sprintf("none of data directory %s; the daemon at %s may use another (its data_dir) or be starting them", cfg.DataDir, d.url),
+			Fix: "give this command the daemon's data_dir (--data-dir or SANDPIT_DATA_DIR), or wait a minute and check again"})
 	case err == nil && len(running) > 0:
 		checks = append(checks, Check{Name: "warm containers", Detail: fmt.Sprintf("%d of %d running", len(running), cfg.Slots),
 			Fix: "start the daemon (`sandpit serve`): it brings every slot's container up"})
 	default:
 		checks = append(checks, Check{Name: "warm containers", Detail: "not running", Fix: "run `sandpit setup` or `sandpit serve`"})
 	}
+	checks = append(checks, seccompCheck(ctx, api, cfg, running), socketMemoryCheck(ctx, api, cfg, running))
 	if cfg.Network == "allowlist" && cfg.IndexURL != "" {
 		checks = append(checks, hostIndexCheck(ctx, cfg.IndexURL))
 	} else if err == nil && len(running) > 0 && cfg.IndexURL != "" {
@@ -382,4 +481,78 @@ func databaseCheck(ctx context.Context, url string) Check {
 	}
 	return Check{Name: "database", OK: true, Required: true,
 		Detail: fmt.Sprintf("PostgreSQL %s at %s, shared by %d daemon(s) so far", version, store.RedactURL(url), daemons)}
+}
+
+// seccompCheck reports the seccomp profile in force: sandpit's own (docker.SeccompProfile),
+// which the warm containers must carry, and under runsc that gVisor's kernel serves the system
+// calls (it applies an OCI profile only when registered with --oci-seccomp).
+func seccompCheck(ctx context.Context, api client.APIClient, cfg config.Config, running []string) Check {
+	c := Check{Name: "seccomp profile", Detail: docker.SeccompSummary(cfg.Network)}
+	info, err := api.Info(ctx, client.InfoOptions{})
+	if err == nil && !slices.ContainsFunc(info.Info.SecurityOptions, func(o string) bool { return strings.Contains(o, "name=seccomp") }) {
+		c.Required = true
+		c.Detail = "the Docker engine has no seccomp support (docker info: Security Options), so sandpit's profile cannot be applied: " + c.Detail
+		c.Fix = "use an engine built with seccomp on a kernel that has it (CONFIG_SECCOMP_FILTER), or runtime runsc"
+		return c
+	}
+	if cfg.ContainerRuntime() == "runsc" && err == nil {
+		if rt, ok := info.Info.Runtimes["runsc"]; ok && !slices.Contains(rt.Args, "--oci-seccomp") {
+			c.Detail += "; under runsc gVisor's own kernel serves the system calls and applies no OCI profile (runsc without --oci-seccomp): it has no vsock, and its AIO and io_uring touch no host counter"
+		}
+	}
+	want, other := docker.SeccompDigest(cfg.Network), 0
+	for _, id := range running {
+		ins, err := api.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if err == nil && docker.SeccompDigestOf(ins.Container.HostConfig.SecurityOpt) != want {
+			other++
+		}
+	}
+	if other > 0 {
+		c.Detail += fmt.Sprintf("; %d of the %d warm containers carry another profile", other, len(running))
+		c.Fix = "restart the daemon (`sandpit serve`): it replaces containers made with other settings"
+		return c
+	}
+	if len(running) > 0 {
+		c.Detail += fmt.Sprintf("; in force on the %d warm containers", len(running))
+	}
+	c.OK = true
+	return c
+}
+
+// socketMemoryCheck says whether a box's socket buffers count against its memory: cgroup v2
+// charges them to the box's memory limit; cgroup v1 does not, and the daemon bounds the box's
+// TCP buffers itself (memory.kmem.tcp.limit_in_bytes, which needs it on the engine's host as
+// root), while v1 has no bound on UDP buffers (refused in the box unless network is full).
+func socketMemoryCheck(ctx context.Context, api client.APIClient, cfg config.Config, running []string) Check {
+	c := Check{Name: "socket buffers", OK: true}
+	switch {
+	case cfg.ContainerRuntime() == "runsc":
+		c.Detail = "runsc: gVisor's network stack keeps socket buffers in the sandbox's own memory, under the box's limit"
+		return c
+	case docker.CgroupV2():
+		c.Detail = "cgroup v2: socket buffers count against each box's memory limit"
+		return c
+	}
+	c.Detail = fmt.Sprintf("cgroup v1 does not count socket buffers against a box's memory limit: sandpit caps each box's TCP buffers at %d MiB "+
+		"(memory.kmem.tcp.limit_in_bytes) and each socket's at 4 MiB (tcp_rmem, tcp_wmem in the box's namespace)", docker.TCPMemoryBytes>>20)
+	if cfg.Network == "full" {
+		c.Detail += "; with network full, UDP buffers are bounded only by the host-wide udp_mem (cgroup v2 bounds them)"
+	} else {
+		c.Detail += "; runs make no UDP sockets (network " + cfg.Network + ")"
+	}
+	for _, id := range running {
+		limit, on, err := docker.TCPMemoryLimit(ctx, api, id)
+		switch {
+		case err != nil:
+			c.OK, c.Detail = false, c.Detail+"; cannot read a warm container's TCP limit: "+err.Error()
+			c.Fix = "run the daemon as root on the engine's host so it can set each box's TCP limit, or move the host to cgroup v2 (systemd.unified_cgroup_hierarchy=1)"
+		case !on || limit != docker.TCPMemoryBytes:
+			c.OK, c.Detail = false, c.Detail+fmt.Sprintf("; warm container %.12s has no such TCP limit", id)
+			c.Fix = "run the daemon as root on the engine's host (it sets the limit when it creates a container; `sandpit serve` replaces the rest), or use cgroup v2"
+		default:
+			continue
+		}
+		break
+	}
+	return c
 }

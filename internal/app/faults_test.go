@@ -121,10 +121,10 @@ func TestEngineUnreachable(t *testing.T) {
 	if msg, _ := json.Marshal(body); !strings.Contains(string(msg), "cannot reach the Docker engine") {
 		t.Fatalf("/readyz while the engine is down: %s", msg)
 	}
-	began := time.Now()
+	// Refused for the engine, not queued for a slot (whose wait would end in another answer).
 	resp, b := post(t, url, `{"code": "print(1)"}`)
-	if resp.StatusCode != 503 || !strings.Contains(string(b), "cannot reach the Docker engine") || time.Since(began) > 3*time.Second {
-		t.Fatalf("a run while the engine is down: %d %s after %v", resp.StatusCode, b, time.Since(began))
+	if resp.StatusCode != 503 || !strings.Contains(string(b), "cannot reach the Docker engine") {
+		t.Fatalf("a run while the engine is down: %d %s", resp.StatusCode, b)
 	}
 	var refused struct{ Executions []sandbox.Result }
 	if call(t, "GET", url+"/v1/executions", "", &refused); len(refused.Executions) != 0 {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,12 +19,18 @@ import (
 )
 
 // startDaemon runs app.Serve until stop is called (or the test ends) and returns its URL.
-func startDaemon(t *testing.T, cfg config.Config) (url string, stop func()) {
+// What the tests need of the machine (the engine, the base image) is checked before, by
+// testConfig; a daemon whose start makes no progress (no line of output, such as the image
+// build's) for daemonStall fails the test with its last lines rather than waiting on.
+func startDaemon(t testing.TB, cfg config.Config) (url string, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- app.Serve(ctx, cfg, testenv.Logger(), io.Discard, func(a string) { addr <- a }) }()
+	progress := &tail{}
+	go func() {
+		done <- app.Serve(ctx, cfg, testVersion, testenv.Logger(), progress, func(a string) { addr <- a })
+	}()
 	stopped := false
 	stop = func() {
 		if stopped {
@@ -36,16 +43,65 @@ func startDaemon(t *testing.T, cfg config.Config) (url string, stop func()) {
 		}
 	}
 	t.Cleanup(stop)
-	select {
-	case a := <-addr:
-		if host, port, _ := net.SplitHostPort(a); net.ParseIP(host).IsUnspecified() {
-			a = net.JoinHostPort("127.0.0.1", port) // listening on every address: reach it on loopback
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case a := <-addr:
+			if host, port, _ := net.SplitHostPort(a); net.ParseIP(host).IsUnspecified() {
+				a = net.JoinHostPort("127.0.0.1", port) // listening on every address: reach it on loopback
+			}
+			return "http://" + a, stop
+		case err := <-done:
+			t.Fatalf("serve: %v", err)
+			return "", stop
+		case <-tick.C:
+			if quiet := progress.quiet(); quiet > daemonStall {
+				t.Fatalf("the daemon has not listened, nor said anything for %v; its last progress:\n%s", quiet.Round(time.Second), progress.String())
+			}
 		}
-		return "http://" + a, stop
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
 	}
-	return "", stop
+}
+
+// testVersion is the build version the test daemons are given.
+const testVersion = "1.2.3-test"
+
+// daemonStall is how long a test daemon's start may go without progress: an image build step
+// on a loaded machine, or starting the first container.
+const daemonStall = 3 * time.Minute
+
+// tail keeps the last 2 KiB written to it, and when it was last written.
+type tail struct {
+	mu    sync.Mutex
+	buf   []byte
+	since time.Time
+}
+
+func (w *tail) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	if len(w.buf) > 2048 {
+		w.buf = w.buf[len(w.buf)-2048:]
+	}
+	w.since = time.Now()
+	return len(p), nil
+}
+
+// quiet returns how long ago the last write was (or the first call, before any).
+func (w *tail) quiet() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.since.IsZero() {
+		w.since = time.Now()
+	}
+	return time.Since(w.since)
+}
+
+func (w *tail) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.buf)
 }
 
 func call(t *testing.T, method, url, body string, out any) int {

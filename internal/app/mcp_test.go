@@ -56,6 +56,10 @@ func TestMCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
+	// Issue 33, item 5: /mcp said "daemon"; it is the build's version, as over stdio.
+	if v := cs.InitializeResult().ServerInfo.Version; v != testVersion {
+		t.Errorf("serverInfo.version over /mcp: %q, want the build's %q", v, testVersion)
+	}
 	if isErr, text := mcpRun(t, cs, "print(6 * 7)"); isErr || !strings.Contains(text, "stdout:\n42") {
 		t.Fatalf("over HTTP: %v %q", isErr, text)
 	}
@@ -132,7 +136,7 @@ func TestMCP(t *testing.T) {
 func TestBearerToken(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Listen = "0.0.0.0:0"
-	err := app.Serve(t.Context(), cfg, testenv.Logger(), io.Discard, nil)
+	err := app.Serve(t.Context(), cfg, testVersion, testenv.Logger(), io.Discard, nil)
 	if err == nil || !strings.Contains(err.Error(), "bearer token is required") {
 		t.Fatalf("listening on every interface without a token: %v", err)
 	}
@@ -241,14 +245,15 @@ func TestMCPDisconnectStopsRun(t *testing.T) {
 	gone := time.Now()
 	<-posted
 
+	// The run sleeps 60 s: a record that ends before then, killed and saying cancelled, was
+	// ended by the client's going away (not by its timeout), however long the machine took.
 	var rec *apitype.ExecutionSummary
-	for rec = ledgerRecord(t, url, "gone"); rec.Status == "running" && time.Since(gone) < 5*time.Second; rec = ledgerRecord(t, url, "gone") {
+	for rec = ledgerRecord(t, url, "gone"); rec.Status == "running" && time.Since(gone) < 30*time.Second; rec = ledgerRecord(t, url, "gone") {
 		time.Sleep(50 * time.Millisecond)
 	}
-	took := time.Since(gone)
-	if rec.Status != "finished" || rec.Outcome != apitype.OutcomeKilled || !strings.Contains(rec.Reason, "cancelled") || took > 2*time.Second {
-		t.Fatalf("%s after the client went away, the run's record is %s, outcome %q (%q); want finished, killed, cancelled, within 2 s",
-			took.Round(time.Millisecond), rec.Status, rec.Outcome, rec.Reason)
+	if rec.Status != "finished" || rec.Outcome != apitype.OutcomeKilled || !strings.Contains(rec.Reason, "cancelled") {
+		t.Fatalf("%s after the client went away, the run's record is %s, outcome %q (%q); want finished, killed, cancelled",
+			time.Since(gone).Round(time.Millisecond), rec.Status, rec.Outcome, rec.Reason)
 	}
 	if isErr, text := mcpRun(t, cs, "print(1)"); isErr || !strings.Contains(text, "stdout:\n1") {
 		t.Fatalf("the session's next run: %v %q", isErr, text)

@@ -9,11 +9,9 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/sandpit-dev/sandpit/internal/app"
 	"github.com/sandpit-dev/sandpit/internal/cli"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
@@ -45,39 +43,14 @@ func httpCall(t *testing.T, method, url, body string, header ...string) (int, []
 	return resp.StatusCode, b
 }
 
-// sessionDaemon serves cfg until stop is called (or the test ends) and returns its URL.
+// sessionDaemon serves one slot without a fork server on dataDir until stop is called (or the
+// test ends) and returns its URL.
 func sessionDaemon(t *testing.T, dataDir string) (string, func()) {
 	t.Helper()
 	cfg := testConfig(t)
 	cfg.DataDir = dataDir
 	cfg.Slots, cfg.ForkServer = 1, false
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- app.Serve(ctx, cfg, testenv.Logger(), io.Discard, func(a string) { addr <- a })
-	}()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}
-	t.Cleanup(stop)
-	select {
-	case a := <-addr:
-		return "http://" + a, stop
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	case <-time.After(10 * time.Minute):
-		t.Fatal("daemon did not start")
-	}
-	return "", stop
+	return startDaemon(t, cfg)
 }
 
 // TestSessionsREST drives a session through the REST API of a real daemon: created, called

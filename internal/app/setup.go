@@ -48,12 +48,22 @@ func serverVersion(ctx context.Context, api client.APIClient) (string, error) {
 	return v.Version, nil
 }
 
-// Image builds the sandbox image unless it exists, sending each build line to progress.
-func (s *SetupDocker) Image(ctx context.Context, progress func(string)) (string, bool, error) {
+// Image builds the sandbox image unless it exists, sending each build line to progress and
+// how far the base image's pull and the build have come to fraction.
+func (s *SetupDocker) Image(ctx context.Context, progress func(string), fraction func(string, float64)) (string, bool, error) {
 	w := lineWriter(progress)
 	defer w.Close()
-	return BuildImage(ctx, s.Cfg, w)
+	return BuildImage(ctx, s.Cfg, fractionWriter{w, fraction})
 }
+
+// fractionWriter is a build's output writer that passes the build's fractions on
+// (docker.Fractions).
+type fractionWriter struct {
+	io.Writer
+	fraction func(stage string, done float64)
+}
+
+func (f fractionWriter) Fraction(stage string, done float64) { f.fraction(stage, done) }
 
 // Sandbox opens the engine (adopting a running warm container, or starting one).
 func (s *SetupDocker) Sandbox(ctx context.Context) (bool, error) {
@@ -106,7 +116,7 @@ type daemonSetup struct{ eng *Core }
 func (d daemonSetup) Ping(ctx context.Context, _ string) (string, error) {
 	return serverVersion(ctx, d.eng.api)
 }
-func (d daemonSetup) Image(context.Context, func(string)) (string, bool, error) {
+func (d daemonSetup) Image(context.Context, func(string), func(string, float64)) (string, bool, error) {
 	return d.eng.Runtime.Image().Tag, false, nil
 }
 func (d daemonSetup) Sandbox(context.Context) (bool, error) { return false, nil }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/app"
 	"github.com/sandpit-dev/sandpit/internal/cli"
 	"github.com/sandpit-dev/sandpit/internal/setup"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 func setupEvents(t *testing.T, r io.Reader) []setup.Event {
@@ -55,7 +57,12 @@ func TestSetup(t *testing.T) {
 		}
 		return setupEvents(t, &out)
 	}
-	first := finals(run())
+	events := run()
+	// Issue 33, item 11: setup says which configuration it checks.
+	if e := events[0]; e.Step != "setup" || !strings.Contains(e.Message, "no daemon answers at http://127.0.0.1:1: setting up this machine with this command's configuration") {
+		t.Errorf("the first event: %+v", e)
+	}
+	first := finals(events)
 	if first["docker"] != setup.Skipped || first["image"] == "" || first["sandbox"] != setup.Done || first["health"] != setup.Done {
 		t.Fatalf("first run: %v", first)
 	}
@@ -65,12 +72,16 @@ func TestSetup(t *testing.T) {
 	}
 
 	url, _ := startDaemon(t, cfg)
+	env["SANDPIT_URL"] = url
+	if e := run()[0]; !strings.Contains(e.Message, "a daemon answers at "+url+": it runs the checks, with its own configuration") {
+		t.Errorf("the first event with a daemon: %+v", e)
+	}
 	resp, err := http.Post(url+"/v1/setup", "application/json", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	events := setupEvents(t, resp.Body)
+	events = setupEvents(t, resp.Body)
 	last := events[len(events)-1]
 	if got := finals(events); resp.StatusCode != 200 || last.Step != "setup" || last.Status != setup.Done || got["health"] != setup.Done {
 		t.Fatalf("POST /v1/setup: %d %v %+v", resp.StatusCode, got, last)
@@ -86,7 +97,7 @@ func TestDoctor(t *testing.T) {
 		}
 		return m
 	}
-	got := byName(app.Doctor(t.Context(), cfg, "http://127.0.0.1:1"))
+	got := byName(app.Doctor(t.Context(), cfg, app.ConfigSource{Name: "test"}, "http://127.0.0.1:1"))
 	for _, name := range []string{"configuration", "executor binary", "data directory", "docker engine", "base image"} {
 		if !got[name].OK {
 			t.Errorf("%s: %+v", name, got[name])
@@ -101,12 +112,36 @@ func TestDoctor(t *testing.T) {
 	}
 	noBytes := cfg
 	noBytes.LedgerMaxBytes = 0
-	if c := byName(app.Doctor(t.Context(), noBytes, "http://127.0.0.1:1"))["ledger"]; c.OK || c.Required || !strings.Contains(c.Fix, "set ledger_max_bytes") {
+	if c := byName(app.Doctor(t.Context(), noBytes, app.ConfigSource{Name: "test"}, "http://127.0.0.1:1"))["ledger"]; c.OK || c.Required || !strings.Contains(c.Fix, "set ledger_max_bytes") {
 		t.Errorf("ledger without a byte limit: %+v", c)
 	}
 	cfg.DockerHost = "tcp://127.0.0.1:9"
-	got = byName(app.Doctor(t.Context(), cfg, "http://127.0.0.1:1"))
+	got = byName(app.Doctor(t.Context(), cfg, app.ConfigSource{Name: "test"}, "http://127.0.0.1:1"))
 	if c := got["docker engine"]; c.OK || !c.Required || !strings.Contains(c.Fix, "check the engine address tcp://127.0.0.1:9") {
 		t.Errorf("no engine: %+v", c)
+	}
+}
+
+// doctor reports the seccomp profile in force on the warm containers (sandpit's own, H35) and
+// what bounds their socket buffers (cgroup v1: the box's TCP limit, H37).
+func TestDoctorReportsTheKernelSurface(t *testing.T) {
+	cfg := testConfig(t)
+	eng, err := app.Open(t.Context(), cfg, testenv.Logger(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	allReady(t, eng)
+	checks := map[string]app.Check{}
+	for _, c := range app.Doctor(t.Context(), cfg, app.ConfigSource{Name: "test"}, "http://127.0.0.1:1") {
+		checks[c.Name] = c
+	}
+	if c := checks["seccomp profile"]; !c.OK || !strings.Contains(c.Detail, "AF_VSOCK") || !strings.Contains(c.Detail, "io_uring_setup") ||
+		!strings.Contains(c.Detail, fmt.Sprintf("in force on the %d warm containers", cfg.Slots)) {
+		t.Errorf("seccomp profile: %+v", c)
+	}
+	c := checks["socket buffers"]
+	if !c.OK || (!strings.Contains(c.Detail, "cgroup v2") && !strings.Contains(c.Detail, "cgroup v1 does not count socket buffers")) {
+		t.Errorf("socket buffers: %+v", c)
 	}
 }

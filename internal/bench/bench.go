@@ -39,7 +39,6 @@ import (
 	"sync"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
@@ -778,12 +777,9 @@ func (b *bench) cleanupInstance(ctx context.Context, in *instance) error {
 // data directory, cfg.DataDir (no daemon may be using it).
 func removeSandbox(ctx context.Context, api client.APIClient, cfg config.Config) error {
 	var errs []error
-	if _, err := app.RemoveSandbox(ctx, cfg); err != nil {
-		errs = append(errs, fmt.Errorf("removing the bench's container: %w (remove it with: docker rm -f $(docker ps -aq --filter label=dev.sandpit.data-dir=%s))", err, cfg.DataDir))
-	}
-	vol := docker.VolumeName(cfg.DataDir)
-	if _, err := api.VolumeRemove(ctx, vol, client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-		errs = append(errs, fmt.Errorf("removing the bench's volume: %w (remove it with: docker volume rm %s)", err, vol))
+	if _, err := app.RemoveSandbox(ctx, cfg, true); err != nil {
+		errs = append(errs, fmt.Errorf("removing the bench's containers and volume: %w (remove them with: docker rm -f $(docker ps -aq --filter label=dev.sandpit.data-dir=%s); docker volume rm %s)",
+			err, cfg.DataDir, docker.VolumeName(cfg.DataDir)))
 	}
 	if err := os.RemoveAll(cfg.DataDir); err != nil {
 		errs = append(errs, fmt.Errorf("removing the bench's data directory: %w", err))

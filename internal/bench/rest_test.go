@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -165,13 +166,10 @@ func TestThroughputStopsWithContext(t *testing.T) {
 	c := fakeDaemon(t, okAnswer(""))
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
-	t0 := time.Now()
+	// The level lasts a minute: the context's error, not a result, says it stopped early.
 	_, err := c.throughput(ctx, printProgram(), 2, time.Minute)
-	if err == nil {
-		t.Fatal("no error after the context ended")
-	}
-	if time.Since(t0) > 10*time.Second {
-		t.Errorf("throughput took %v after its context ended", time.Since(t0))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("throughput after its context ended: %v; want context.Canceled", err)
 	}
 }
 

@@ -100,12 +100,13 @@ func fieldMention(field string) *regexp.Regexp {
 	return regexp.MustCompile(`(^|[^A-Za-z0-9_.])` + regexp.QuoteMeta(field) + `(\[\d+\]|=true\b|\b)`)
 }
 
-// inFlagWords is err's message for the command line: when it names a request field (an answer
+// inFlagWords is err's message for the command line: its REST advice said as commands
+// (inCommandWords), and when it names a request field (an answer
 // of the daemon, or a refusal of the local engine) that cmd has a flag for, the field is named
 // as that flag ("timeout_ms" as --timeout, "force=true" as --force, "files[0].content" as
 // --file).
 func inFlagWords(cmd *cobra.Command, err error) string {
-	msg := err.Error()
+	msg := inCommandWords(err.Error())
 	var api *client.APIError
 	var fieldErr *sandbox.FieldError
 	field := ""

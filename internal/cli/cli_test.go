@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/app"
 	"github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/datadir"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
@@ -122,6 +125,42 @@ func TestLocalEngineIsAnnounced(t *testing.T) {
 		}
 		if !local && !strings.Contains(stderr.String(), "no daemon answers at http://127.0.0.1:1") {
 			t.Errorf("stderr %q does not name the daemon's address", stderr.String())
+		}
+	}
+}
+
+// Issue 33, items 7 and 8: doctor with a configuration that does not load prints its table,
+// the configuration as a failed check naming the file, and exits 69 (it printed one line and
+// exited 64); the table's details start in one column however long a check's name.
+func TestDoctorReportsABadConfiguration(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"slots": "two"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := sandpit(t, "http://127.0.0.1:1", "doctor", "--config", bad)
+	if code != 69 || !strings.Contains(out, "FAIL  configuration") || !strings.Contains(out, "config file "+bad) ||
+		!strings.Contains(out, "slots") || !strings.Contains(out, "daemon") || !strings.Contains(out, "fix: ") {
+		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+}
+
+func TestPrintChecksAligns(t *testing.T) {
+	var b strings.Builder
+	printChecks(&b, []app.Check{{Name: "ok", OK: true, Detail: "first"}, {Name: "a much longer check name", Detail: "second", Fix: "do it"},
+		{Name: "x", Required: true, Detail: "third", Fix: "fix it"}})
+	col := -1
+	for _, line := range strings.Split(strings.TrimSpace(b.String()), "\n") {
+		i := strings.IndexAny(line, "fst") // first, second, third, fix:
+		for _, w := range []string{"first", "second", "third", "fix: "} {
+			if j := strings.Index(line, w); j >= 0 {
+				i = j
+			}
+		}
+		if col < 0 {
+			col = i
+		}
+		if i != col {
+			t.Fatalf("misaligned at %q (column %d, want %d):\n%s", line, i, col, b.String())
 		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/datadir"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // DefaultURL is where `sandpit run` looks for a daemon when SANDPIT_URL is not set.
@@ -44,7 +45,7 @@ REST API until interrupted: POST /v1/executions, GET /v1/executions, /v1/agents/
 				return &UsageError{msg: err.Error()}
 			}
 			log := o.logger(cfg, false)
-			return app.Serve(cmd.Context(), cfg, log, o.env.Stderr, nil)
+			return app.Serve(cmd.Context(), cfg, o.env.Version, log, o.env.Stderr, nil)
 		},
 	}
 	o.configFlag(cmd.Flags(), "listen", "listen", "address of the REST API")
@@ -221,7 +222,7 @@ func (o *options) emitter(asJSON, displays bool) func(apitype.Event) {
 			fmt.Fprintf(o.env.Stderr, "sandpit: agent.log %s: %s\n", e.Level, e.Data)
 		case apitype.StreamFile:
 			if e.File != nil {
-				fmt.Fprintf(o.env.Stderr, "sandpit: output file %s (%s, %s)\n", e.File.Name, e.File.MediaType, humanSize(e.File.SizeBytes))
+				fmt.Fprintf(o.env.Stderr, "sandpit: output file %s (%s, %s)\n", sandbox.EscapeName(e.File.Name), sandbox.EscapeName(e.File.MediaType), humanSize(e.File.SizeBytes))
 			}
 		case apitype.StreamDisplay:
 			if displays && e.Display != nil {

@@ -2,10 +2,13 @@ package cli
 
 import (
 	"fmt"
+	"io"
+	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sandpit-dev/sandpit/internal/app"
+	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/errclass"
 )
 
@@ -19,12 +22,15 @@ Docker engine and its version, the base and sandbox images, the warm container a
 daemon. Exits 0 when every required check passes, 69 otherwise.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// A configuration that does not load is the first failed check, not a usage error:
+			// doctor prints its table and exits 69 as for any other failed check.
 			cfg, err := o.load(cmd)
+			src := app.ConfigSource{Name: o.configSource(), Err: err}
 			if err != nil {
-				return err
+				cfg.Token, _ = o.env.Lookup("SANDPIT_TOKEN")
 			}
 			u := o.daemonURL(f.url)
-			checks := app.Doctor(cmd.Context(), cfg, u)
+			checks := app.Doctor(cmd.Context(), cfg, src, u)
 			failed := false
 			for _, c := range checks {
 				failed = failed || (c.Required && !c.OK)
@@ -34,19 +40,7 @@ daemon. Exits 0 when every required check passes, 69 otherwise.`,
 					return err
 				}
 			} else {
-				for _, c := range checks {
-					mark := "ok  "
-					switch {
-					case !c.OK && c.Required:
-						mark = "FAIL"
-					case !c.OK:
-						mark = "note"
-					}
-					fmt.Fprintf(o.env.Stdout, "%s  %-16s %s\n", mark, c.Name, c.Detail)
-					if !c.OK {
-						fmt.Fprintf(o.env.Stdout, "      %-16s fix: %s\n", "", c.Fix)
-					}
-				}
+				printChecks(o.env.Stdout, checks)
 			}
 			if failed {
 				return reported(errclass.New(errclass.Unavailable, "doctor found a failed check"))
@@ -57,4 +51,36 @@ daemon. Exits 0 when every required check passes, 69 otherwise.`,
 	cmd.Flags().StringVar(&f.url, "url", "", "daemon URL (default $SANDPIT_URL, else $SANDPIT_LISTEN's address, else "+DefaultURL+")")
 	f.registerOutput(cmd.Flags(), true)
 	return cmd
+}
+
+// printChecks prints checks as a table: a mark, the name in a column as wide as the widest,
+// the detail, and under a failed check its fix.
+func printChecks(w io.Writer, checks []app.Check) {
+	width := 0
+	for _, c := range checks {
+		width = max(width, len(c.Name))
+	}
+	for _, c := range checks {
+		mark := "ok  "
+		switch {
+		case !c.OK && c.Required:
+			mark = "FAIL"
+		case !c.OK:
+			mark = "note"
+		}
+		fmt.Fprintf(w, "%s  %-*s  %s\n", mark, width, c.Name, c.Detail)
+		if !c.OK && c.Fix != "" {
+			fmt.Fprintf(w, "      %-*s  fix: %s\n", width, "", c.Fix)
+		}
+	}
+}
+
+// configSource names the configuration this command reads, for doctor's report: its config
+// file, or the defaults when there is none, with the SANDPIT_* variables and flags over it.
+func (o *options) configSource() string {
+	file, required := config.FileOf(o.configFile, o.env.Lookup)
+	if _, err := os.Stat(file); file != "" && (required || err == nil) {
+		return "this command's configuration (config file " + file + ", SANDPIT_* variables and flags)"
+	}
+	return "this command's configuration (defaults, SANDPIT_* variables and flags; no config file)"
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 func (o *options) execCommand() *cobra.Command {
@@ -206,7 +207,7 @@ evicted file is refused, HTTP 410).`,
 				tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "NAME\tSIZE\tMEDIA TYPE")
 				for _, f := range list {
-					fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Name, humanSize(f.SizeBytes), f.MediaType)
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", sandbox.EscapeName(f.Name), humanSize(f.SizeBytes), sandbox.EscapeName(f.MediaType))
 				}
 				if err := tw.Flush(); err != nil {
 					return err

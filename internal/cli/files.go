@@ -153,8 +153,8 @@ func saveFiles(ctx context.Context, w io.Writer, dir string, force bool, files [
 		seen[f.Name] = true
 	}
 	files = slices.DeleteFunc(slices.Clone(files), func(f apitype.File) bool {
-		if gitPath(f.Name) {
-			fmt.Fprintf(w, "sandpit: skipped %q: a path inside .git is never written (git would run what its config and hooks name)\n", f.Name)
+		if toolPath(f.Name) {
+			fmt.Fprintf(w, "sandpit: skipped %q: a tool's configuration (.git, .hg, .envrc, .vscode and the like) is never written: the tool would run what it names\n", f.Name)
 			return true
 		}
 		return false
@@ -193,16 +193,31 @@ func saveFiles(ctx context.Context, w io.Writer, dir string, force bool, files [
 		if err := saveFile(ctx, root, f, open); err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "sandpit: saved %s (%s, %s)\n", filepath.Join(dir, filepath.FromSlash(f.Name)), f.MediaType, humanSize(f.SizeBytes))
+		fmt.Fprintf(w, "sandpit: saved %s (%s, %s)\n", sandbox.EscapeName(filepath.Join(dir, filepath.FromSlash(f.Name))), sandbox.EscapeName(f.MediaType), humanSize(f.SizeBytes))
 	}
 	return nil
 }
 
-// gitPath says whether name has a .git part, compared as git itself does for checkouts
-// (CVE-2014-9390): without case, and without the code points HFS+ ignores. Output files are
-// chosen by the run's code; one written into a repository's .git (its config, its hooks)
-// would run commands on the host at the next git command.
-func gitPath(name string) bool {
+// toolPaths are the names, compared as toolPath does, of the files and directories that tools
+// read commands from when a person merely works in a directory: version-control metadata
+// (.git: hooks and config; .hg/hgrc: hooks at the next hg command; .svn, .bzr, _darcs, .jj),
+// direnv's .envrc (run when the shell enters the directory), editors' project settings
+// (.vscode/tasks.json and settings that name programs, .idea run configurations,
+// .devcontainer, vim's and neovim's exrc files), and package managers' per-directory
+// configuration that names programs to run (.npmrc's script-shell, .yarnrc.yml's yarnPath,
+// .pnpmfile.cjs, mise's tasks and hooks).
+var toolPaths = []string{
+	".git", ".hg", ".svn", ".bzr", "_darcs", ".jj", ".gitmodules",
+	".envrc", ".vscode", ".idea", ".devcontainer", ".exrc", ".vimrc", ".nvimrc", ".nvim.lua",
+	".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", ".mise.toml", "mise.toml", ".mise",
+}
+
+// toolPath says whether a part of name is one of toolPaths, compared as git compares .git in
+// a checkout (CVE-2014-9390): without case, without the trailing dots and spaces Windows
+// drops, without the code points HFS+ ignores, and with .git's NTFS short name git~1. Output
+// files are chosen by the run's code; one written where a tool reads commands (a repository's
+// .git/config, .hg/hgrc, an .envrc) would run them on the host.
+func toolPath(name string) bool {
 	for part := range strings.SplitSeq(name, "/") {
 		part = strings.Map(func(r rune) rune {
 			if (r >= 0x200c && r <= 0x200f) || (r >= 0x202a && r <= 0x202e) || (r >= 0x206a && r <= 0x206f) || r == 0xfeff {
@@ -210,7 +225,8 @@ func gitPath(name string) bool {
 			}
 			return r
 		}, part)
-		if strings.EqualFold(strings.TrimRight(part, ". "), ".git") {
+		part = strings.ToLower(strings.TrimRight(part, ". "))
+		if part == "git~1" || slices.Contains(toolPaths, part) {
 			return true
 		}
 	}
@@ -265,7 +281,7 @@ func quoteAll(names []string) []string {
 // printSkipped reports on w the output files a run could not return.
 func printSkipped(w io.Writer, res apitype.Result) {
 	for _, s := range res.FilesSkipped {
-		fmt.Fprintf(w, "sandpit: output file %q skipped: %s\n", s.Name, s.Reason)
+		fmt.Fprintf(w, "sandpit: output file %q skipped: %s\n", s.Name, sandbox.EscapeName(s.Reason))
 	}
 	if res.FilesTruncated {
 		fmt.Fprintln(w, "sandpit: more output files were left out than are listed (a cap on output files was reached)")

@@ -441,11 +441,16 @@ func TestHumanSize(t *testing.T) {
 }
 
 // Output files are named by the run's code: one named .git/config, written into a repository
-// by --output-dir --force, ran a command at the next git status (a trial attack). Paths with a
-// .git part are skipped, with a line, however they are spelled; the others are saved.
-func TestOutputDirSkipsGitPaths(t *testing.T) {
-	hostile := []string{".git/config", ".GIT/hooks/pre-commit", "sub/.git/config", ".git./config", ".g\u200cit/config"}
-	files := []outFile{{name: "chart.png", mediaType: "image/png", content: []byte("png")}}
+// by --output-dir --force, ran a command at the next git status (a trial attack); .hg/hgrc
+// (hooks at the next hg command), .envrc (direnv) and .vscode/tasks.json were written too
+// (H40). Paths with a part a tool reads commands from are skipped, with a line, however they
+// are spelled; the others are saved, and a name with a right-to-left override is shown
+// escaped.
+func TestOutputDirSkipsToolPaths(t *testing.T) {
+	hostile := []string{".git/config", ".GIT/hooks/pre-commit", "sub/.git/config", ".git./config", ".g\u200cit/config", "GIT~1/config",
+		".hg/hgrc", ".HG./hgrc", ".envrc", "sub/.envrc", ".vscode/tasks.json", ".idea/workspace.xml", ".npmrc", ".yarnrc.yml", "mise.toml"}
+	bidi := "invoice\u202efdp.exe"
+	files := []outFile{{name: "chart.png", mediaType: "image/png", content: []byte("png")}, {name: bidi, mediaType: "text/plain", content: []byte("x")}}
 	for _, n := range hostile {
 		files = append(files, outFile{name: n, mediaType: "text/plain", content: []byte("[core] fsmonitor = touch pwned")})
 	}
@@ -457,7 +462,7 @@ func TestOutputDirSkipsGitPaths(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
-	if got := tree(t, out); !mapsEqual(got, map[string]string{"chart.png": "png", filepath.Join(".git", "config"): "mine"}) {
+	if got := tree(t, out); !mapsEqual(got, map[string]string{"chart.png": "png", bidi: "x", filepath.Join(".git", "config"): "mine"}) {
 		t.Errorf("DIR holds %q", got)
 	}
 	for _, n := range hostile {
@@ -465,9 +470,12 @@ func TestOutputDirSkipsGitPaths(t *testing.T) {
 			t.Errorf("no line says %q was skipped: %q", n, stdout+stderr)
 		}
 	}
-	for _, n := range []string{".github/workflows/x.yml", "git", "a.git", ".gitignore"} {
-		if gitPath(n) {
-			t.Errorf("gitPath(%q) = true", n)
+	if strings.ContainsRune(stdout+stderr, '\u202e') || !strings.Contains(stdout+stderr, `invoice\u202efdp.exe`) {
+		t.Errorf("the right-to-left override reached the terminal unescaped: %q", stdout+stderr)
+	}
+	for _, n := range []string{".github/workflows/x.yml", "git", "a.git", ".gitignore", "envrc", "vscode/tasks.json", "hgrc", "data.hg"} {
+		if toolPath(n) {
+			t.Errorf("toolPath(%q) = true", n)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -237,13 +238,14 @@ func (o *options) jobHistoryCommand() *cobra.Command {
 			return nil
 		}
 		tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SCHEDULED\tKIND\tSTATUS\tEXECUTION\tOUTCOME\tREASON")
+		fmt.Fprintln(tw, "SCHEDULED\tKIND\tSTATUS\tEXECUTION\tOUTCOME\tDAEMON\tREASON")
 		for _, f := range fires {
 			status := f.Status
 			if f.Missed > 0 {
 				status += fmt.Sprintf(" (%d)", f.Missed)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.ScheduledAt.Format(time.RFC3339), f.Kind, status, f.ExecutionID, f.Outcome, oneLine(f.Reason, 60))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.ScheduledAt.Format(time.RFC3339), f.Kind, status, f.ExecutionID, f.Outcome,
+				cmp.Or(f.Daemon, "-"), oneLine(f.Reason, 60))
 		}
 		return tw.Flush()
 	})

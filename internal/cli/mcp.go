@@ -57,7 +57,7 @@ Add it to an MCP client as the command "sandpit mcp --agent NAME".`,
 			}
 			limits, err := c.Limits(ctx)
 			if err != nil {
-				return fmt.Errorf("reading the daemon's limits (GET /v1/limits): %w", err)
+				return fmt.Errorf("reading the daemon's limits: %w", err)
 			}
 			srv := mcpserver.New(c, f.agent, o.env.Version, limits)
 			err = srv.Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(o.env.Stdin), Writer: nopWriteCloser{o.env.Stdout}})

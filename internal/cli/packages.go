@@ -41,9 +41,13 @@ func (o *options) packagesListCommand() *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tVERSION\tSIZE\tINSTALLED\tFOR")
+			fmt.Fprintln(tw, "NAME\tVERSION\tSIZE\tINSTALLED\tFOR\tWITH")
 			for _, p := range pkgs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name, p.Version, config.FormatSize(p.SizeBytes), p.InstalledAt.Format(time.RFC3339), p.Requirement)
+				size, with := config.FormatSize(p.SizeBytes), p.Within
+				if with != "" {
+					size = "-" // counted in the size of the package it came with
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Version, size, p.InstalledAt.Format(time.RFC3339), p.Requirement, with)
 			}
 			return tw.Flush()
 		},

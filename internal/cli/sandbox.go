@@ -40,25 +40,38 @@ func (o *options) sandboxCommand() *cobra.Command {
 			return nil
 		},
 	})
-	sb.AddCommand(&cobra.Command{
+	var all bool
+	rm := &cobra.Command{
 		Use:   "rm",
-		Short: "Remove the data directory's containers (refused while an engine uses them)",
-		Long: `Remove the warm containers of the data directory (one per slot, and any stopped ones). The next run
-or daemon creates a fresh one. Refused while a daemon or a run owns the data directory: stop it
-first. Images are kept; remove them with docker image rm.`,
+		Short: "Remove the data directory's containers, and with --all its package volume (refused while an engine uses them)",
+		Long: `Remove the warm containers of the data directory (one per slot, sessions', and any stopped
+ones). The next run or daemon creates fresh ones. With --all, also remove its package volume
+(the installed dependencies and pip's cache): then nothing the data directory made is left in
+the engine. Refused while a daemon or a run owns the data directory: stop it first. Images are
+kept, since other data directories share them; remove them with docker image rm.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := o.load(cmd)
 			if err != nil {
 				return err
 			}
-			n, err := app.RemoveSandbox(cmd.Context(), cfg)
+			got, err := app.RemoveSandbox(cmd.Context(), cfg, all)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(o.env.Stdout, "removed %d container(s)\n", n)
+			fmt.Fprintf(o.env.Stdout, "removed %d container(s) of data directory %s\n", got.Containers, cfg.DataDir)
+			switch {
+			case got.Volume != "":
+				fmt.Fprintf(o.env.Stdout, "removed volume %s (installed dependencies and pip's cache)\n", got.Volume)
+			case all:
+				fmt.Fprintln(o.env.Stdout, "no package volume to remove")
+			default:
+				fmt.Fprintln(o.env.Stdout, "kept the package volume (installed dependencies); --all removes it too")
+			}
 			return nil
 		},
-	})
+	}
+	rm.Flags().BoolVar(&all, "all", false, "also remove the package volume (installed dependencies and pip's cache)")
+	sb.AddCommand(rm)
 	return sb
 }

@@ -60,8 +60,11 @@ Progress: a progress bar on a terminal, plain lines otherwise, NDJSON with --jso
 
 func (o *options) setup(cmd *cobra.Command, f daemonFlags, opts setup.Options, emit func(apitype.SetupEvent)) error {
 	ctx := cmd.Context()
+	// Which configuration is checked is said first: the running daemon's, or this command's.
 	if len(o.engineFlagsGiven(cmd)) == 0 {
 		if c, err := o.daemon(cmd, f); err == nil {
+			emit(apitype.SetupEvent{Step: "setup", Status: setup.Started,
+				Message: "a daemon answers at " + o.daemonURL(f.url) + ": it runs the checks, with its own configuration"})
 			return c.Setup(ctx, emit)
 		} else if _, ok := err.(*NoDaemonError); !ok {
 			return err
@@ -71,6 +74,8 @@ func (o *options) setup(cmd *cobra.Command, f daemonFlags, opts setup.Options, e
 	if err != nil {
 		return err
 	}
+	emit(apitype.SetupEvent{Step: "setup", Status: setup.Started, Message: "no daemon answers at " + o.daemonURL(f.url) +
+		": setting up this machine with " + o.configSource()})
 	opts.EngineAddress = cfg.DockerHost
 	if opts.EngineAddress == "" {
 		opts.EngineAddress, _ = o.env.Lookup("DOCKER_HOST")
@@ -101,17 +106,24 @@ func (o *options) setupReporter(asJSON bool) (func(apitype.SetupEvent), func()) 
 			}
 		}, func() {}
 	}
-	bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(out), progressbar.OptionSpinnerType(14),
+	// A bar of the current step's percentage (the events that carry a fraction move it; the
+	// build's lines only describe it), started again by each step.
+	bar := progressbar.NewOptions(100, progressbar.OptionSetWriter(out), progressbar.OptionSetWidth(30),
 		progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
 	return func(e apitype.SetupEvent) {
 			switch e.Status {
 			case setup.Started, setup.Progress:
+				if e.Status == setup.Started {
+					bar.Reset()
+				}
+				if e.Progress > 0 {
+					_ = bar.Set(int(e.Progress * 100))
+				}
 				msg := e.Message
-				if len(msg) > 70 {
-					msg = msg[:70] + "…"
+				if len(msg) > 50 {
+					msg = msg[:50] + "…"
 				}
 				bar.Describe(e.Step + ": " + strings.ReplaceAll(msg, "\n", " "))
-				_ = bar.Add(1)
 			default:
 				_ = bar.Clear()
 				fmt.Fprintln(out, line(e))

@@ -203,14 +203,21 @@ func (c *Client) Health(ctx context.Context) error {
 // Ready returns nil when the daemon can take runs, or an error (an *APIError with Code
 // "not_ready" when the daemon says it cannot) saying why not.
 func (c *Client) Ready(ctx context.Context) error {
+	_, err := c.Warmth(ctx)
+	return err
+}
+
+// Warmth returns how warm the daemon's slots are (nil from a daemon that does not say), and
+// as Ready whether it can take runs.
+func (c *Client) Warmth(ctx context.Context) (*apitype.Warmth, error) {
 	var body apitype.Status
 	if err := c.getJSON(ctx, "/readyz", &body); err != nil {
-		return err
+		return nil, err
 	}
 	if body.Status != "ready" {
-		return fmt.Errorf("GET %s/readyz: unexpected answer (status %q)", c.base, body.Status)
+		return body.Warmth, fmt.Errorf("GET %s/readyz: unexpected answer (status %q)", c.base, body.Status)
 	}
-	return nil
+	return body.Warmth, nil
 }
 
 // Limits returns the daemon's effective limits.

@@ -20,6 +20,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -536,11 +537,12 @@ func (c Config) Sandbox() engine.Config {
 }
 
 // Egress returns the egress policy's configuration for network "allowlist": network_allow,
-// the package index's URLs, the egress_* caps, and the daemon's own listen address, which
-// no entry opens.
+// the package index's URLs, the egress_* caps, and the endpoints the daemon itself uses,
+// which no entry opens: its listen address, its Docker engine (docker_host, else the
+// environment's DOCKER_HOST) and its database (database_url).
 func (c Config) Egress() egress.Config {
 	return egress.Config{
-		Reserved:  egress.ReserveListen(c.Listen),
+		Reserved:  egress.ReserveDaemon(c.Listen, cmp.Or(c.DockerHost, os.Getenv("DOCKER_HOST")), c.DatabaseURL),
 		Allow:     c.NetworkAllow,
 		IndexURLs: append([]string{c.IndexURL}, c.ExtraIndexURLs...),
 		Limits: egress.Limits{

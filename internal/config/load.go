@@ -46,6 +46,22 @@ func defaultFile(lookup func(string) (string, bool)) string {
 	return ""
 }
 
+// FileOf returns the config file LoadLookup(path, lookup) reads, and whether it must exist:
+// path, else the file SANDPIT_CONFIG names (both required), else the default file (read when it
+// exists; "" when no home directory is known). lookup nil means os.LookupEnv.
+func FileOf(path string, lookup func(string) (string, bool)) (file string, required bool) {
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	if path != "" {
+		return path, true
+	}
+	if v, ok := lookup(EnvConfig); ok && v != "" {
+		return v, true
+	}
+	return defaultFile(lookup), false
+}
+
 // LoadLookup returns the configuration: Default, overridden by the config file, overridden by
 // the environment. It does not validate: apply flags with Set, then call Validate.
 //
@@ -67,14 +83,7 @@ func LoadLookup(path string, lookup func(string) (string, bool)) (Config, error)
 		lookup = os.LookupEnv
 	}
 	c := defaults(lookup)
-	file, required := path, true
-	if file == "" {
-		if v, ok := lookup(EnvConfig); ok && v != "" {
-			file = v
-		} else {
-			file, required = defaultFile(lookup), false
-		}
-	}
+	file, required := FileOf(path, lookup)
 	if file != "" {
 		if err := c.loadFile(file, required); err != nil {
 			return Config{}, err

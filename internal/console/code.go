@@ -79,13 +79,21 @@ func (c *Console) showCode(w http.ResponseWriter, r *http.Request, l login, stat
 	v.Code, v.Versions = code, versions
 	v.RunURL = "/ui/code/" + url.PathEscape(agent) + "/" + url.PathEscape(name) + "/run"
 	if v.Input == "" {
+		// An input the schema accepts, for the person to edit ({} broke schemas with required
+		// properties); null without a schema.
 		v.Input = "null"
 		if hasJSON(code.InputSchema) {
 			v.Input = "{}"
+			if ex := library.Example(code.InputSchema); ex != nil {
+				v.Input = string(ex)
+			}
 		}
 	}
 	a, errA := strconv.Atoi(q.Get("a"))
 	b, errB := strconv.Atoi(q.Get("b"))
+	// The comparison offered by default is the shown version's changes: from the version
+	// before it (it compared the latest version with itself).
+	v.DiffA, v.DiffB = previousVersion(versions, code.Version), code.Version
 	if errA == nil && errB == nil && a != b {
 		ca, err1 := c.cfg.Code.Get(r.Context(), agent, name, a)
 		cb, err2 := c.cfg.Code.Get(r.Context(), agent, name, b)
@@ -143,4 +151,15 @@ func (c *Console) runCode(w http.ResponseWriter, r *http.Request, l login) {
 		return
 	}
 	http.Redirect(w, r, "/ui/executions/"+url.PathEscape(res.ID), http.StatusSeeOther)
+}
+
+// previousVersion returns the newest of versions older than v, v itself when there is none.
+func previousVersion(versions []store.CodeVersion, v int) int {
+	prev := v
+	for _, cv := range versions {
+		if cv.Version < v && (prev == v || cv.Version > prev) {
+			prev = cv.Version
+		}
+	}
+	return prev
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -71,6 +72,8 @@ type ForkServer struct {
 	Enabled bool
 	Preload []string
 	MaxRuns int
+	// Warmth, when not nil, says how many slots start runs as forks now.
+	Warmth func() sandbox.Warmth
 }
 
 // Config is what the console serves.

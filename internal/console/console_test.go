@@ -47,6 +47,9 @@ func post(t *testing.T, c *http.Client, h *harness, path, origin string, form ur
 
 var csrfPattern = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
+// bidiName reads "invoiceexe.pdf" where a right-to-left override takes effect.
+const bidiName = "invoice\u202efdp.exe"
+
 // TestSignIn: with a token, pages send a browser to the sign-in form; the right token sets an
 // HttpOnly SameSite=Strict cookie for /ui only, which opens the console but not the API;
 // POSTs need the same origin and the page's CSRF token; the bearer token opens the console too.
@@ -133,7 +136,7 @@ const (
 func TestEscaping(t *testing.T) {
 	h := newHarness(t, "")
 	id := h.add(t, record{code: "print('<script>x</script>')  # </code></pre><script>", stdout: hostileStdout, stderr: "\x1b[33mwarn\x1b[0m <b>bold?</b>",
-		files: map[string][]byte{hostileName: []byte("data"), "dir/a b#?.csv": []byte("x,y\n")}})
+		files: map[string][]byte{hostileName: []byte("data"), "dir/a b#?.csv": []byte("x,y\n"), bidiName: []byte("MZ")}})
 	c := client(t)
 	status, body, _ := get(t, c, h, "/ui/executions/"+id, nil)
 	if status != http.StatusOK {
@@ -150,8 +153,12 @@ func TestEscaping(t *testing.T) {
 			t.Errorf("the page lacks %q", want)
 		}
 	}
+	// A name with a right-to-left override is shown with it escaped (H40), not reordered.
+	if strings.ContainsRune(body, '\u202e') || !strings.Contains(body, `invoice\u202efdp.exe`) {
+		t.Errorf("the page shows %q unescaped", bidiName)
+	}
 	// File links reach the files, whatever their names.
-	for _, name := range []string{hostileName, "dir/a b#?.csv"} {
+	for _, name := range []string{hostileName, "dir/a b#?.csv", bidiName} {
 		link := console.FileURL(id, name)
 		if !strings.Contains(body, strings.ReplaceAll(link, "&", "&amp;")) {
 			t.Errorf("the page has no link %s", link)
@@ -328,5 +335,41 @@ func TestJobsAndCode(t *testing.T) {
 	st, body, _ = get(t, c, h, "/ui/code/analyst/report?a=1&b=2", nil)
 	if st != http.StatusOK || !strings.Contains(body, `<span class="ddel">- b = 2</span>`) || !strings.Contains(body, `<span class="dadd">&#43; b = 3</span>`) {
 		t.Fatalf("the diff of v1 and v2: %d\n%s", st, body)
+	}
+	// Issue 33, item 9: by default the comparison offered is v1 with v2 (it was v2 with
+	// itself), and the run form holds an input the schema accepts (it held {}).
+	_, body, _ = get(t, c, h, "/ui/code/analyst/report", nil)
+	if !regexp.MustCompile(`<select name="a">.*<option value="1" selected>v1</option>`).MatchString(body) ||
+		!regexp.MustCompile(`<select name="b">.*<option value="2" selected>v2</option>`).MatchString(body) {
+		t.Fatalf("the comparison offered by default:\n%s", body)
+	}
+	if st, b := send(t, h, "POST", "/v1/agents/analyst/code", `{"name": "typed", "code": "x", "input_schema": {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer", "minimum": 1}}}}`); st != http.StatusCreated {
+		t.Fatalf("saving code: %d %s", st, b)
+	}
+	_, body, _ = get(t, c, h, "/ui/code/analyst/typed", nil)
+	if m := regexp.MustCompile(`(?s)<textarea id="run-input"[^>]*>(.*?)</textarea>`).FindStringSubmatch(body); m == nil || !strings.Contains(m[1], `&#34;n&#34;: 1`) {
+		t.Fatalf("the run form's input:\n%s", body)
+	}
+	// A schedule of a step of one reads in the singular.
+	if st, b := send(t, h, "POST", "/v1/agents/analyst/jobs", `{"code_name": "report", "schedule": "*/1 * * * *"}`); st != http.StatusCreated {
+		t.Fatalf("creating a job: %d %s", st, b)
+	}
+	if _, body, _ = get(t, c, h, "/ui/jobs?agent=analyst", nil); !strings.Contains(body, "every minute") || strings.Contains(body, "every 1 minutes") {
+		t.Fatalf("the jobs page's every-minute job:\n%s", body)
+	}
+}
+
+// Issue 33, items 9 and 15: a record says the input files the run was given (name, size,
+// digest; escaped like every name), over REST and on the record page.
+func TestRecordShowsInputFiles(t *testing.T) {
+	h := newHarness(t, "")
+	id := h.add(t, record{code: "print(1)", inputFiles: []sandbox.InputFile{{Name: "data.csv", Content: []byte("a,b\n1,2\n")}, {Name: "x<b>y.txt"}}})
+	st, b := send(t, h, "GET", "/v1/executions/"+id, "")
+	if st != http.StatusOK || !strings.Contains(b, `"input_files":[{"name":"data.csv","size_bytes":8,"sha256":"`) {
+		t.Fatalf("the record: %d %s", st, b)
+	}
+	_, body, _ := get(t, client(t), h, "/ui/executions/"+id, nil)
+	if !strings.Contains(body, "Input files") || !strings.Contains(body, "<code>data.csv</code> · 8 B") || strings.Contains(body, "x<b>y") {
+		t.Fatalf("the record page:\n%s", body)
 	}
 }

@@ -85,6 +85,7 @@ type record struct {
 	agent, code, stdout, stderr string
 	outcome                     sandbox.Outcome
 	files                       map[string][]byte
+	inputFiles                  []sandbox.InputFile
 	running                     bool // Begin only
 	results                     []sandbox.Display
 }
@@ -101,7 +102,7 @@ func (h *harness) add(t testing.TB, r record) string {
 		r.outcome = sandbox.OutcomeOK
 	}
 	head := sandbox.Result{ID: id, Agent: r.agent, Origin: sandbox.Origin{Source: sandbox.SourceAPI}, StartedAt: time.Now().UTC(), TimeoutMS: 30000}
-	if err := h.st.Begin(ctx, sandbox.Spec{ID: id, Code: r.code, Input: json.RawMessage(`{"n": 3}`), TimeoutMS: 30000}, head); err != nil {
+	if err := h.st.Begin(ctx, sandbox.Spec{ID: id, Code: r.code, Input: json.RawMessage(`{"n": 3}`), TimeoutMS: 30000, Files: r.inputFiles}, head); err != nil {
 		t.Fatal(err)
 	}
 	if r.running {

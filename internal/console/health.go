@@ -12,6 +12,7 @@ import (
 
 type healthView struct {
 	Ready       string
+	Warmth      *sandbox.Warmth
 	Stats       engine.Stats
 	Config      engine.Config
 	ForkServer  ForkServer
@@ -25,6 +26,10 @@ type healthView struct {
 
 func (c *Console) healthPage(w http.ResponseWriter, r *http.Request, l login) {
 	v := healthView{Stats: c.cfg.Engine.Stats(), Config: c.cfg.Engine.Config(), ForkServer: c.cfg.ForkServer, Starts: map[string]int{}}
+	if c.cfg.ForkServer.Warmth != nil {
+		w := c.cfg.ForkServer.Warmth()
+		v.Warmth = &w
+	}
 	if err := c.cfg.Engine.Ready(r.Context()); err != nil {
 		v.Ready = err.Error()
 	}

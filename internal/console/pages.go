@@ -44,6 +44,7 @@ var funcs = template.FuncMap{
 	"iso":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	"ms":     func(n int64) string { return (time.Duration(n) * time.Millisecond).String() },
 	"bytes":  byteSize,
+	"name":   sandbox.EscapeName,
 	"ibytes": func(n int) string { return byteSize(int64(n)) },
 	"firstLine": func(s string) string {
 		if i := strings.IndexByte(s, '\n'); i >= 0 {

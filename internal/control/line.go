@@ -63,6 +63,9 @@ type Line struct {
 	done      chan struct{}
 	lastHeard time.Time // the last frame of any kind from the executor (see readLoop)
 	suspended bool      // the executor is frozen on purpose (see Suspend): no pings, no timeout
+	// fork and forkWhy are the executor's fork server state at its last pong (protocol.Fork*;
+	// "" before the first).
+	fork, forkWhy string
 	// The egress proxy's streams (network "allowlist"): the dialer of each run or install
 	// that may open them, by ID, and the streams open, with their owner.
 	dialers map[string]sandbox.EgressDialer
@@ -198,6 +201,15 @@ func (c *Line) Resume() {
 	c.mu.Unlock()
 }
 
+// Fork returns the executor's fork server state as its last heartbeat answer said it
+// (protocol.ForkReady, ForkStarting or ForkOff with why; "" before the first answer, about
+// HeartbeatInterval after the line starts).
+func (c *Line) Fork() (state, why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fork, c.forkWhy
+}
+
 // Hello returns the executor's greeting.
 func (c *Line) Hello() protocol.Hello { return c.hello }
 
@@ -270,6 +282,9 @@ func (c *Line) readLoop() {
 		c.mu.Unlock()
 		switch m.Kind {
 		case protocol.KindPong:
+			c.mu.Lock()
+			c.fork, c.forkWhy = m.Fork, m.Error
+			c.mu.Unlock()
 		case protocol.KindStdout, protocol.KindStderr, protocol.KindFile, protocol.KindDisplay, protocol.KindResult, protocol.KindRefused,
 			protocol.KindInstallStatus, protocol.KindInstalled, protocol.KindPackagesResult,
 			protocol.KindProcStarted, protocol.KindProcEnded, protocol.KindProcAck, protocol.KindFileReply:

@@ -34,6 +34,45 @@ func (e *LockedError) Error() string {
 	return fmt.Sprintf("data directory %s is in use by %s; one data directory's sandbox is driven by one engine at a time", e.Dir, owner)
 }
 
+// Exposed returns why dir is open to other users of the machine ("" when it is not): any
+// permission for its group or for others, where they can reach it (every directory above it
+// lets them search it). A data directory holds every run's code, input, output and files:
+// sandpit creates it 0700 and its files 0600, but a directory made beforehand (a packaged
+// /var/lib/sandpit is often 0755) keeps its mode.
+func Exposed(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("reading the data directory's permissions: %w", err)
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return "", fmt.Errorf("reading the data directory's permissions: %w", err)
+	}
+	mode := fi.Mode().Perm()
+	others, group := mode&0o007 != 0, mode&0o070 != 0
+	for up := filepath.Dir(abs); (others || group) && up != abs; abs, up = up, filepath.Dir(up) {
+		ui, err := os.Stat(up)
+		if err != nil {
+			break // cannot tell: count it as reachable
+		}
+		if ui.Mode().Perm()&0o001 == 0 {
+			others = false
+		}
+		if ui.Mode().Perm()&0o011 == 0 {
+			group = false
+		}
+	}
+	switch {
+	case others:
+		return fmt.Sprintf("data directory %s has mode %04o: every user of the machine can read the database and the runs' files in it (fix: chmod 700 %s)",
+			dir, mode, dir), nil
+	case group:
+		return fmt.Sprintf("data directory %s has mode %04o: its group can read the database and the runs' files in it (fix: chmod 700 %s)",
+			dir, mode, dir), nil
+	}
+	return "", nil
+}
+
 // Lock is a held data directory.
 type Lock struct {
 	f   *os.File

@@ -3,6 +3,8 @@ package datadir
 import (
 	"errors"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -52,5 +54,46 @@ func TestAcquireCanonicalisesTheDirectory(t *testing.T) {
 	var locked *LockedError
 	if _, err := Acquire(dir); !errors.As(err, &locked) {
 		t.Fatalf("the same directory by another name was not locked: %v", err)
+	}
+}
+
+// H39: a data directory made beforehand with a readable mode is named as exposed, with the
+// fix; one sandpit made is private.
+func TestExposed(t *testing.T) {
+	for _, c := range []struct {
+		mode os.FileMode
+		want string
+	}{
+		{0o700, ""},
+		{0o750, "its group can read"},
+		{0o755, "every user of the machine can read"},
+		{0o701, "every user of the machine"},
+	} {
+		dir := t.TempDir()
+		if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil { // t.TempDir's own is private
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		why, err := Exposed(dir)
+		if err != nil || (c.want == "") != (why == "") || !strings.Contains(why, c.want) || (why != "" && !strings.Contains(why, "chmod 700 "+dir)) {
+			t.Errorf("mode %04o: %q, %v; want %q", c.mode, why, err, c.want)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "new")
+	if _, err := Canonical(dir); err != nil {
+		t.Fatal(err)
+	}
+	if why, _ := Exposed(dir); why != "" {
+		t.Errorf("a data directory sandpit created: %s", why)
+	}
+	// A readable directory inside a private one is out of others' reach.
+	inner := filepath.Join(dir, "inner")
+	if err := os.Mkdir(inner, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if why, _ := Exposed(inner); why != "" {
+		t.Errorf("a 0755 directory inside a 0700 one: %s", why)
 	}
 }

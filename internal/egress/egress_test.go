@@ -2,6 +2,8 @@ package egress
 
 import (
 	"context"
+	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // fakeResolver answers from a map; unknown names fail.
@@ -513,6 +516,148 @@ func TestRefusalSuggestsTheNarrowestEntry(t *testing.T) {
 		g2 := NewGate([]Policy{mustPolicy(t, "network_allow in the configuration", "vm", strings.Trim(want, `"`))}, DefaultLimits(), res, nil)
 		if _, err := g2.Check(context.Background(), host, 18711); err != nil {
 			t.Errorf("%s with the hint's entry: %v", host, err)
+		}
+	}
+}
+
+// TestDaemonEndpointsAreNeverOpened (H41): a broad allowed CIDR opened the daemon's Docker
+// engine (docker_host) and its PostgreSQL server (database_url) to runs; now every endpoint
+// the daemon uses is refused whatever network_allow says, by address, by a name resolving to
+// it, on every local address when the endpoint is on this host, and at its port only.
+func TestDaemonEndpointsAreNeverOpened(t *testing.T) {
+	res := fakeResolver{"db.test": {"192.0.2.61"}, "lan.test": {"192.0.2.7"}}
+	open := []string{"0.0.0.0/0", "::/0", "192.0.2.0/24", "db.test", "lan.test"}
+	local := func() ([]net.Addr, error) {
+		return []net.Addr{&net.IPNet{IP: net.ParseIP("192.0.2.7"), Mask: net.CIDRMask(24, 32)}}, nil
+	}
+	for _, tc := range []struct {
+		docker, database string
+		host             string
+		port             int
+		allow            bool
+		what             string
+	}{
+		{"tcp://192.0.2.50:2375", "", "192.0.2.50", 2375, false, "Docker engine"},
+		{"tcp://192.0.2.50:2375", "", "::ffff:192.0.2.50", 2375, false, "Docker engine"},
+		{"tcp://192.0.2.50:2375", "", "192.0.2.50", 2376, true, ""},
+		{"tcp://192.0.2.50", "", "192.0.2.50", 2375, false, "Docker engine"}, // the default port
+		{"https://192.0.2.50", "", "192.0.2.50", 2376, false, "Docker engine"},
+		{"ssh://me@192.0.2.50", "", "192.0.2.50", 22, false, "Docker engine"},
+		{"unix:///var/run/docker.sock", "", "192.0.2.50", 2375, true, ""},
+		{"tcp://127.0.0.1:2375", "", "lan.test", 2375, false, "Docker engine"}, // on this host: every local address
+		{"tcp://127.0.0.1:2375", "", "0.0.0.0", 2375, false, "Docker engine"},
+		{"tcp://127.0.0.1:2375", "", "192.0.2.8", 2375, true, ""},
+		{"", "postgres://u:p@db.test:5433/x", "192.0.2.61", 5433, false, "database"},
+		{"", "postgres://u:p@db.test:5433/x", "db.test", 5433, false, "database"},
+		{"", "postgres://u:p@db.test:5433,192.0.2.62/x", "192.0.2.62", 5432, false, "database"},
+		{"", "postgres://u:p@127.0.0.1:5432/x", "192.0.2.7", 5432, false, "database"},
+		{"", "postgres://u:p@nowhere.test:5432/x", "192.0.2.99", 5432, false, "did not resolve"},
+		{"", "postgres://u:p@nowhere.test:5432/x", "192.0.2.99", 5431, true, ""},
+	} {
+		r := ReserveDaemon("127.0.0.1:8765", tc.docker, tc.database)
+		r.localAddrs = local
+		r.lookup = func(_ context.Context, host string) ([]netip.Addr, error) {
+			return res.LookupNetIP(context.Background(), "ip", host)
+		}
+		a, err := New(Config{Allow: open, Limits: DefaultLimits(), Resolver: res, Reserved: r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = a.ForRun(nil).(*Gate).Check(context.Background(), tc.host, tc.port)
+		if (err == nil) != tc.allow || (err != nil && !strings.Contains(err.Error(), tc.what)) {
+			t.Errorf("docker_host %q database_url %q, %s:%d: err %v, want allowed %v (%s)", tc.docker, tc.database, tc.host, tc.port, err, tc.allow, tc.what)
+		}
+	}
+}
+
+// TestRecordsAreClipped (H41): a program's CONNECT to a host of 1 MiB (of characters JSON escapes) was recorded whole, twice
+// (the host and the refusal's reason quoting it), in every one of its 256 records; each text is
+// now cut to its cap.
+func TestRecordsAreClipped(t *testing.T) {
+	g := NewGate([]Policy{mustPolicy(t, "network_allow in the configuration", "example.com")}, DefaultLimits(), fakeResolver{}, nil)
+	host := strings.Repeat("é<\x00", 1<<18) + ".example.com"
+	if _, err := g.Dial(context.Background(), host, 443); err == nil {
+		t.Fatal("a 1 MiB host name was dialed")
+	}
+	recs, _ := g.Connections()
+	if len(recs) != 1 {
+		t.Fatalf("records %d", len(recs))
+	}
+	r := recs[0]
+	if len(r.Host) > MaxRecordHostBytes || len(r.Reason) > MaxRecordReasonBytes || !utf8.ValidString(r.Host) || !utf8.ValidString(r.Reason) ||
+		!strings.HasSuffix(r.Host, "…") || !strings.HasPrefix(r.Host, "é??é") {
+		t.Errorf("record's host %d bytes, reason %d bytes: %.80q %.80q", len(r.Host), len(r.Reason), r.Host, r.Reason)
+	}
+	b, _ := json.Marshal(r)
+	if len(b) > 2048 {
+		t.Errorf("a record's JSON is %d bytes", len(b))
+	}
+}
+
+// TestTunnelServerNameIsChecked (H43): after CONNECT to an allowed host:port the tunnel
+// carried a TLS handshake naming another server (SNI), which a front end serving many sites
+// answers for; the ClientHello's server name must now be the host asked for or one the
+// allowlist names at that port, and a connection naming another is ended and recorded.
+func TestTunnelServerNameIsChecked(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan []byte, 8)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				b := make([]byte, 1)
+				if n, _ := io.ReadAtLeast(c, b, 1); n == 1 { // a refused tunnel closes with nothing
+					got <- b
+				}
+			}()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	res := fakeResolver{"front.test": {"127.0.0.1"}, "also.test": {"127.0.0.1"}}
+	for _, tc := range []struct {
+		asked, sni string
+		allow      bool
+	}{
+		{"front.test", "front.test", true},
+		{"front.test", "FRONT.test.", true},
+		{"front.test", "also.test", true}, // named by the allowlist too
+		{"front.test", "hidden.example", false},
+		{"127.0.0.1", "hidden.example", false},
+		{"127.0.0.1", "", true}, // no SNI: the address is what was asked for
+	} {
+		g := NewGate([]Policy{mustPolicy(t, "network_allow in the configuration", "127.0.0.1", "front.test", "also.test")}, DefaultLimits(), res, nil)
+		c, err := g.Dial(context.Background(), tc.asked, port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := &tls.Config{ServerName: tc.sni, InsecureSkipVerify: true}
+		hello := make(chan error, 1)
+		go func() { hello <- tls.Client(c, cfg).Handshake() }()
+		var reached bool
+		select {
+		case b := <-got:
+			reached = b[0] == 0x16
+		case err := <-hello:
+			t.Logf("%s / %q: handshake %v", tc.asked, tc.sni, err)
+		}
+		c.Close()
+		if reached != tc.allow {
+			t.Errorf("CONNECT %s, SNI %q: the server got the handshake: %v, want %v", tc.asked, tc.sni, reached, tc.allow)
+		}
+		if !tc.allow {
+			recs, _ := g.Connections()
+			if len(recs) != 1 || !strings.Contains(recs[0].Ended, "hidden.example") {
+				t.Errorf("CONNECT %s, SNI %q: records %+v", tc.asked, tc.sni, recs)
+			}
 		}
 	}
 }

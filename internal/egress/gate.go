@@ -7,8 +7,10 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -34,6 +36,54 @@ func DefaultLimits() Limits {
 
 // MaxRecords caps the connections a Gate records; later ones are counted in Dropped.
 const MaxRecords = 256
+
+// Caps on a record's texts, in bytes: the host a program asked for is its own choice (a
+// CONNECT line of any length), and a refusal's reason quotes it. A host name has at most 253
+// bytes, an address 45; a longer text is cut at a character boundary and ends in "…", and the
+// host keeps no character JSON escapes (askedHost). With them a record's JSON is at most
+// about 2 KiB, so a run's egress list (its install's and its program's, MaxRecords each) at
+// most about 1 MiB.
+const (
+	MaxRecordHostBytes   = 256
+	MaxRecordReasonBytes = 1024
+)
+
+// askedHost is the host a program asked for as Dial checks and records it: every character
+// JSON would escape (controls, quotes, backslashes, <, >, &, U+2028, U+2029, invalid UTF-8),
+// none of which a host name or address holds, made "?", and cut to MaxRecordHostBytes; what
+// was no host stays none.
+func askedHost(host string) string {
+	host = strings.Map(func(r rune) rune {
+		switch {
+		case r < 0x20 || r == 0x7f || r == utf8.RuneError || r == 0x2028 || r == 0x2029 || strings.ContainsRune(`"\<>&`, r):
+			return '?'
+		}
+		return r
+	}, host)
+	return clip(host, MaxRecordHostBytes)
+}
+
+// clipRecord cuts rec's host, rule, address and reason to their caps.
+func clipRecord(rec sandbox.EgressConnection) sandbox.EgressConnection {
+	rec.Host = clip(rec.Host, MaxRecordHostBytes)
+	rec.Rule = clip(rec.Rule, MaxRecordHostBytes)
+	rec.Address = clip(rec.Address, MaxRecordHostBytes)
+	rec.Reason = clip(rec.Reason, MaxRecordReasonBytes)
+	return rec
+}
+
+// clip returns s when it has at most n bytes, else its first bytes up to a character boundary
+// and "…", n bytes at most in all.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
 
 // Resolver resolves host names (*net.Resolver).
 type Resolver interface {
@@ -127,7 +177,7 @@ func (g *Gate) Check(ctx context.Context, host string, port int) (Decision, erro
 		return Decision{}, refusal(host, port, "network_allow is empty; add the host to network_allow in the configuration")
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
-		return g.checkAddr(host, a, port)
+		return g.checkAddr(ctx, host, a, port)
 	}
 	return g.checkName(ctx, host, port)
 }
@@ -139,12 +189,12 @@ func refusal(host string, port int, format string, args ...any) *Refusal {
 
 // checkAddr decides the IP literal a (written host): every policy must open it at port by an
 // address rule, and a reserved address only an entry naming it.
-func (g *Gate) checkAddr(host string, a netip.Addr, port int) (Decision, error) {
+func (g *Gate) checkAddr(ctx context.Context, host string, a netip.Addr, port int) (Decision, error) {
 	if a.Zone() != "" {
 		return Decision{}, refusal(host, port, "an IPv6 zone is not allowed")
 	}
 	a = a.Unmap()
-	if what, ok := g.reserved.match(a, port); ok {
+	if what, ok := g.reserved.match(ctx, a, port); ok {
 		return Decision{}, refusal(host, port, "%s:%d is %s, which no entry of network_allow opens to sandboxed code", a, port, what)
 	}
 	var rule string
@@ -193,7 +243,7 @@ func (g *Gate) checkName(ctx context.Context, host string, port int) (Decision, 
 		if a.Zone() != "" {
 			continue
 		}
-		if w := g.allowResolved(name, a, port, byName); w != "" {
+		if w := g.allowResolved(ctx, name, a, port, byName); w != "" {
 			why = w
 			continue
 		}
@@ -212,8 +262,8 @@ func (g *Gate) checkName(ctx context.Context, host string, port int) (Decision, 
 // it may: a reserved address never; a special one only when each policy names it by a CIDR,
 // unless that policy's rule for the name (byName) is trusted (the package index the operator
 // configured).
-func (g *Gate) allowResolved(name string, a netip.Addr, port int, byName []Rule) string {
-	if what, reserved := g.reserved.match(a, port); reserved {
+func (g *Gate) allowResolved(ctx context.Context, name string, a netip.Addr, port int, byName []Rule) string {
+	if what, reserved := g.reserved.match(ctx, a, port); reserved {
 		return fmt.Sprintf("%s resolves to %s, and %s:%d is %s, which no entry of network_allow opens to sandboxed code", name, a, a, port, what)
 	}
 	_, what, special := classify(a)
@@ -243,6 +293,7 @@ func (g *Gate) dialTimeout() time.Duration {
 // returns a *Refusal for a refused destination (and for one past the run's connection cap),
 // and records every attempt.
 func (g *Gate) Dial(ctx context.Context, host string, port int) (*Conn, error) {
+	host = askedHost(host)
 	started := g.now()
 	rec := sandbox.EgressConnection{Host: host, Port: port, StartedAt: started.UTC()}
 	g.mu.Lock()
@@ -321,7 +372,9 @@ func (g *Gate) DialEgress(ctx context.Context, host string, port int) (net.Conn,
 	return c, nil
 }
 
+// record keeps rec, its texts clipped (see clipRecord), unless MaxRecords are kept already.
 func (g *Gate) record(rec sandbox.EgressConnection) {
+	rec = clipRecord(rec)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if len(g.records) >= MaxRecords {
@@ -382,6 +435,10 @@ type Conn struct {
 	received int64
 	why      string // why it ended early
 	done     bool
+	// hello holds the first bytes until a TLS ClientHello is whole (writeHello); helloDone
+	// says they have been dealt with.
+	hello     []byte
+	helloDone bool
 }
 
 // Address is the address dialed.
@@ -406,7 +463,20 @@ func (c *Conn) Read(p []byte) (int, error) {
 
 // Write writes to the destination; past the run's sent-bytes cap it ends the connection with
 // ErrByteCap.
+// Write sends p, within the run's byte cap, once the connection's first bytes have passed
+// writeHello.
 func (c *Conn) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if done, n, err := c.writeHello(p); done {
+		return n, err
+	}
+	return c.send(p)
+}
+
+// send writes p within the run's cap of bytes sent, and ends the connection past it.
+func (c *Conn) send(p []byte) (int, error) {
 	allowed := c.gate.take(len(p), true)
 	n, err := c.Conn.Write(p[:allowed])
 	c.mu.Lock()

@@ -516,14 +516,26 @@ func (s *Service) Install(ctx context.Context, reqs []string, progress func(sand
 // Under network "allowlist" it also returns the install's outbound connections (pip's, to the
 // package index), marked Install.
 func (s *Service) install(ctx context.Context, slot int, reqs []string, emit func(sandbox.Event)) (sandbox.Installed, []sandbox.EgressConnection, error) {
+	inst, ok := s.rt.(sandbox.Installer)
+	if !ok {
+		return sandbox.Installed{}, nil, &sandbox.FieldError{Field: "dependencies", Message: "this sandbox cannot install packages; send the request without dependencies"}
+	}
+	return s.installWith(ctx, reqs, emit, func(ctx context.Context, ireq sandbox.InstallRequest, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
+		return inst.Install(ctx, slot, ireq, progress)
+	})
+}
+
+// installWith installs reqs (validated already) with install, a slot's or a session's: the
+// request carries the daemon's install timeout and network policy, and under network
+// "allowlist" the egress gate that lets pip reach the package index. It returns the
+// install's outbound connections, marked Install, with what they explain added to the
+// failed dependencies' errors.
+func (s *Service) installWith(ctx context.Context, reqs []string, emit func(sandbox.Event),
+	install func(context.Context, sandbox.InstallRequest, func(sandbox.DependencyStatus)) (sandbox.Installed, error)) (sandbox.Installed, []sandbox.EgressConnection, error) {
 	parsed, _ := requirement.ParseList(reqs, s.cfg.MaxDependencies) // validated already
 	canonical := make([]string, len(parsed))
 	for i, r := range parsed {
 		canonical[i] = r.String()
-	}
-	inst, ok := s.rt.(sandbox.Installer)
-	if !ok {
-		return sandbox.Installed{}, nil, &sandbox.FieldError{Field: "dependencies", Message: "this sandbox cannot install packages; send the request without dependencies"}
 	}
 	var progress func(sandbox.DependencyStatus)
 	if emit != nil {
@@ -538,7 +550,7 @@ func (s *Service) install(ctx context.Context, slot int, reqs []string, emit fun
 		gate = s.net.ForInstall()
 		ireq.Egress = gate
 	}
-	out, err := inst.Install(ctx, slot, ireq, progress)
+	out, err := install(ctx, ireq, progress)
 	for i, d := range out.Dependencies {
 		out.Dependencies[i] = markSkipped(d)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
@@ -287,8 +288,13 @@ func (f *slowInstaller) Install(_ context.Context, _ int, req sandbox.InstallReq
 
 // TestStartedAtIsWhenAccepted: an install before the run does not move started_at (it was
 // rewritten to the install's end, and for a failed install to the execution's end, with
-// duration_ms 0); the install's time is install_ms beside it.
+// duration_ms 0); the install's time is install_ms beside it. In a synctest bubble: time
+// moves only by the install's sleep, so the bounds below do not race a loaded machine.
 func TestStartedAtIsWhenAccepted(t *testing.T) {
+	synctest.Test(t, testStartedAtIsWhenAccepted)
+}
+
+func testStartedAtIsWhenAccepted(t *testing.T) {
 	const took = 300 * time.Millisecond
 	for _, fail := range []bool{false, true} {
 		rt := &slowInstaller{took: took, fail: fail}

@@ -134,26 +134,9 @@ func (m *Sessions) Create(ctx context.Context, req sandbox.SessionRequest) (sand
 		return sandbox.SessionInfo{}, err
 	}
 	if len(req.Dependencies) > 0 {
-		parsed, _ := requirement.ParseList(req.Dependencies, m.svc.cfg.MaxDependencies)
-		canonical := make([]string, len(parsed))
-		for i, r := range parsed {
-			canonical[i] = r.String()
-		}
-		ireq := sandbox.InstallRequest{Requirements: canonical, Timeout: m.svc.cfg.InstallTimeout, Offline: m.svc.cfg.Network == "none"}
-		// The install reaches the package index through the egress proxy as a one-shot run's
-		// does (without a dialer every connection pip opened was refused: a custom index_url
-		// that one-shot runs reached was out of a session's reach).
-		var gate sandbox.EgressRun
-		if m.svc.net != nil {
-			gate = m.svc.net.ForInstall()
-			ireq.Egress = gate
-		}
-		deps, err := box.Install(ctx, ireq, nil)
-		if gate != nil {
-			gate.Close()
-			conns, _ := gate.Connections()
-			explainEgress(&deps, conns)
-		}
+		// The same install as a run's: the daemon's pip settings, and the egress gate that
+		// lets pip reach the package index under network "allowlist".
+		deps, _, err := m.svc.installWith(ctx, req.Dependencies, nil, box.Install)
 		if err != nil {
 			return fail(fmt.Errorf("installing the session's dependencies: %w", err))
 		}

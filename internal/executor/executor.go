@@ -83,6 +83,11 @@ type Config struct {
 	// executor: its own tmpfs at sandbox.SessionHome), made once and kept for the session's
 	// life; its interpreter, commands and files share it.
 	SessionHome string
+	// SocketBufferMax, when not 0, is written under gVisor as the maximum of the box's
+	// net.ipv4.tcp_rmem and tcp_wmem (bytes): gVisor ignores the container's sysctls, and its
+	// network stack's buffers are memory of the sandbox that the watch of MemAvailable does not
+	// see (a run that queues them fills the box until the engine kills it).
+	SocketBufferMax int64
 	// Proxy is the loopback address ("127.0.0.1:3128") the egress proxy listens on for network
 	// "allowlist" ("" serves none): runs and installs get HTTP_PROXY, HTTPS_PROXY and pip's
 	// proxy set to it, and the daemon decides and dials each connection (see proxy.go).
@@ -298,7 +303,8 @@ func (e *Executor) handle(m *protocol.Message) {
 		protocol.KindFileMkdir, protocol.KindFileRename, protocol.KindFileRemove:
 		e.wg.Go(func() { e.fileOp(0, m) })
 	case protocol.KindPing:
-		if err := e.conn.Send(&protocol.Message{Kind: protocol.KindPong, ID: m.ID}); err != nil {
+		fork, why := e.forks.state()
+		if err := e.conn.Send(&protocol.Message{Kind: protocol.KindPong, ID: m.ID, Fork: fork, Error: why}); err != nil {
 			e.log.Warn("answering a ping", "error", err)
 		}
 	case protocol.KindCancel:
@@ -456,6 +462,11 @@ func (e *Executor) prepare() (string, error) {
 			return "", fmt.Errorf("executor: clearing slot %d: %w", slot, err)
 		}
 	}
+	if e.cfg.GVisor && e.cfg.SocketBufferMax > 0 {
+		if err := boundSocketBuffers(e.cfg.SocketBufferMax); err != nil {
+			return "", err
+		}
+	}
 	python, err := exec.LookPath(e.cfg.Python)
 	if err != nil {
 		return "", fmt.Errorf("executor: finding the interpreter: %w", err)
@@ -524,4 +535,26 @@ func (e *Executor) homeDir(slot int) string {
 		return e.cfg.SessionHome
 	}
 	return filepath.Join(e.cfg.RunRoot, "home-"+strconv.Itoa(slot))
+}
+
+// boundSocketBuffers sets the box's TCP buffer maxima (net.ipv4.tcp_rmem and tcp_wmem, keeping
+// their minimum and default) to max bytes, under gVisor, whose network stack keeps them.
+func boundSocketBuffers(max int64) error {
+	for _, name := range []string{"tcp_rmem", "tcp_wmem"} {
+		path := "/proc/sys/net/ipv4/" + name
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("executor: reading %s: %w", path, err)
+		}
+		f := strings.Fields(string(raw))
+		if len(f) != 3 {
+			return fmt.Errorf("executor: %s holds %q, not three numbers", path, raw)
+		}
+		def, _ := strconv.ParseInt(f[1], 10, 64)
+		line := fmt.Sprintf("%s %d %d\n", f[0], min(def, max), max)
+		if err := os.WriteFile(path, []byte(line), 0); err != nil {
+			return fmt.Errorf("executor: bounding the box's socket buffers (%s): %w", path, err)
+		}
+	}
+	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -475,6 +476,20 @@ func (f *forkServers) preloadData() int64 {
 	defer f.mu.Unlock()
 	const mib = 1 << 20
 	return (f.preload + mib - 1) / mib * mib // whole MiB: one figure from one server to the next
+}
+
+// state says whether runs start as forks now (protocol.ForkReady, ForkStarting or ForkOff,
+// with why it is off).
+func (f *forkServers) state() (string, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.disabled != "":
+		return protocol.ForkOff, f.disabled
+	case f.current != nil:
+		return protocol.ForkReady, ""
+	}
+	return protocol.ForkStarting, ""
 }
 
 // start starts the first server in the background.

@@ -9,11 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -335,7 +338,7 @@ func (in *installer) pip(ctx context.Context, r string, req protocol.Install) (r
 
 	args := []string{"-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--no-warn-script-location",
 		"--progress-bar", "off", "--target", tmp, "--cache-dir", filepath.Join(in.root, "cache"),
-		"--timeout", "5", "--retries", "1"}
+		"--timeout", strconv.Itoa(pipReadTimeoutS), "--retries", "1"}
 	if o := req.Pip; o.IndexURL != "" {
 		args = append(args, "--index-url", o.IndexURL)
 	}
@@ -411,10 +414,19 @@ func (in *installer) pip(ctx context.Context, r string, req protocol.Install) (r
 	return resolution{Version: version, Path: final}, nil
 }
 
-var unreachable = regexp.MustCompile(`(?i)(failed to establish a new connection|connecttimeouterror|connection to \S+ timed out|read timed out|temporary failure in name resolution|name or service not known|network is unreachable|connection refused|no route to host|too many 50[234] error responses|bad gateway|proxyerror|tunnel connection failed)`)
+// pipReadTimeoutS is pip's --timeout: how long, in seconds, it waits for a connection and
+// between two reads of an index page or a wheel.
+const pipReadTimeoutS = 5
+
+var (
+	unreachable = regexp.MustCompile(`(?i)(failed to establish a new connection|connecttimeouterror|connection to \S+ timed out|temporary failure in name resolution|name or service not known|network is unreachable|connection refused|no route to host|too many 50[234] error responses|bad gateway|proxyerror|tunnel connection failed)`)
+	// slow is an index that answered but too slowly: pip's read timeout (pipReadTimeoutS
+	// between two reads of the page or the wheel), or an answer cut short.
+	slow = regexp.MustCompile(`(?i)(read timed out|readtimeouterror|incompleteread)`)
+)
 
 // pipError turns pip's output into the reason of a failed install: pip's ERROR lines (or its
-// last lines), and whether the index could not be reached.
+// last lines), and whether the index could not be reached or answered too slowly.
 func pipError(output string, o protocol.PipOptions) error {
 	var errs []string
 	for line := range strings.Lines(output) {
@@ -429,16 +441,45 @@ func pipError(output string, o protocol.PipOptions) error {
 	if reason == "" {
 		reason = lastLines(output, 5)
 	}
+	index := o.IndexURL
+	if index == "" {
+		index = "https://pypi.org/simple (pip's default)"
+	}
 	if m := unreachable.FindString(output); m != "" {
-		index := o.IndexURL
-		if index == "" {
-			index = "https://pypi.org/simple (pip's default)"
+		hint := "check the network and index_url"
+		if loopbackURL(o.IndexURL) {
+			hint += " (this machine is not 127.0.0.1 inside the sandbox: it is host.docker.internal on Docker Desktop and Colima, " +
+				"or the Docker bridge's gateway, usually 172.17.0.1, on Linux)"
 		}
-		return fmt.Errorf("the package index %s could not be reached from the sandbox (%s); check the network and index_url "+
-			"(this machine is not 127.0.0.1 inside the sandbox: it is host.docker.internal on Docker Desktop and Colima, "+
-			"or the Docker bridge's gateway, usually 172.17.0.1, on Linux):\n%s", index, m, reason)
+		return fmt.Errorf("the package index %s could not be reached from the sandbox (%s); %s:\n%s", index, m, hint, reason)
+	}
+	if loc := slow.FindStringIndex(output); loc != nil {
+		m := output[loc[0]:loc[1]]
+		// pip's own ERROR line may be no more than "ERROR: Exception:": add the line that
+		// says what timed out.
+		start := strings.LastIndexByte(output[:loc[0]], '\n') + 1
+		end := loc[1] + strings.IndexByte(output[loc[1]:]+"\n", '\n')
+		if line := strings.TrimSpace(output[start:end]); !strings.Contains(reason, line) {
+			reason += "\n" + line
+		}
+		return fmt.Errorf("the package index %s answered too slowly (%s: pip waits %d s for its next bytes); "+
+			"try again, or set index_url to a nearer or faster mirror:\n%s", index, m, pipReadTimeoutS, reason)
 	}
 	return fmt.Errorf("pip could not install it:\n%s", reason)
+}
+
+// loopbackURL reports whether u names this machine's loopback (localhost, 127.0.0.0/8, ::1),
+// which inside a sandbox is the sandbox itself.
+func loopbackURL(u string) bool {
+	p, err := url.Parse(u)
+	if err != nil {
+		return false
+	}
+	h := p.Hostname()
+	if ip := net.ParseIP(h); ip != nil {
+		return ip.IsLoopback()
+	}
+	return strings.EqualFold(h, "localhost")
 }
 
 func lastLines(s string, n int) string {
@@ -524,16 +565,9 @@ func requirementName(r string) string {
 
 // installedVersion finds name's version from its .dist-info directory in dir.
 func installedVersion(dir, name string) string {
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		base, ok := strings.CutSuffix(e.Name(), ".dist-info")
-		if !ok || !e.IsDir() {
-			continue
-		}
-		// NAME-VERSION.dist-info, where NAME has '-' escaped as '_' (PEP 427).
-		i := strings.LastIndex(base, "-")
-		if i > 0 && requirement.Normalize(base[:i]) == name {
-			return base[i+1:]
+	for _, p := range distributions(dir) {
+		if p.Name == name {
+			return p.Version
 		}
 	}
 	return ""
@@ -579,23 +613,45 @@ func (in *installer) packages(op protocol.Packages) ([]protocol.Package, error) 
 		if err != nil || json.Unmarshal(data, &m) != nil {
 			continue
 		}
+		top := protocol.Package{Name: m.Name, Version: m.Version, Requirement: m.Requirement, SizeBytes: dirSize(dir), InstalledAt: m.InstalledAt}
 		switch op.Op {
 		case "remove":
 			if m.Name == requirement.Normalize(op.Name) {
 				if err := os.RemoveAll(dir); err != nil {
 					return nil, fmt.Errorf("removing %s: %w", e.Name(), err)
 				}
-				list = append(list, protocol.Package{Name: m.Name, Version: m.Version, Requirement: m.Requirement, InstalledAt: m.InstalledAt})
+				list = append(list, top) // with the size it freed
 			}
 		default:
-			list = append(list, protocol.Package{Name: m.Name, Version: m.Version, Requirement: m.Requirement,
-				SizeBytes: dirSize(dir), InstalledAt: m.InstalledAt})
+			// The dependencies installed with it satisfy requirements too (an install says
+			// "present" for them): listed, within it.
+			list = append(list, top)
+			for _, dep := range distributions(dir) {
+				if dep.Name != m.Name {
+					dep.Within, dep.InstalledAt = m.Name, m.InstalledAt
+					list = append(list, dep)
+				}
+			}
 		}
 	}
 	if op.Op == "remove" {
 		in.satisfied.Clear() // the removed directories may satisfy cached requirements
 	}
 	return list, nil
+}
+
+// distributions lists the packages whose .dist-info directories are in dir (name normalised).
+func distributions(dir string) []protocol.Package {
+	var out []protocol.Package
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		base, ok := strings.CutSuffix(e.Name(), ".dist-info")
+		// NAME-VERSION.dist-info, where NAME has '-' escaped as '_' (PEP 427).
+		if i := strings.LastIndex(base, "-"); ok && e.IsDir() && i > 0 {
+			out = append(out, protocol.Package{Name: requirement.Normalize(base[:i]), Version: base[i+1:]})
+		}
+	}
+	return out
 }
 
 func dirSize(dir string) int64 {

@@ -35,11 +35,58 @@ func asUID(uid int, fn func() error) error {
 	return <-errc
 }
 
+// killHelperName is the kill helper's argv[0]: killUID starts the executor's own binary under
+// that name, as the uid whose processes it kills, and this package's init makes the process
+// the helper before anything else runs (in any binary that holds the executor: the
+// executor's, or a test's).
+const killHelperName = "sandpit-kill-uid"
+
+func init() {
+	if len(os.Args) == 1 && os.Args[0] == killHelperName {
+		os.Exit(killHelperMain())
+	}
+}
+
+// killHelperMain is the kill helper: it sends SIGKILL to every process it may signal (its own
+// uid's, all but itself) and returns the exit status: 0 when done (or there was none), 1 on
+// an error.
+func killHelperMain() int {
+	if err := syscall.Kill(-1, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return 1
+	}
+	return 0
+}
+
+// killHelperWait is how long killUID waits for its helper: a run's process can stop it
+// (SIGSTOP), being of its uid, and it is then killed and the kill reported as failed, for the
+// caller to try again.
+const killHelperWait = 2 * time.Second
+
 // killUID sends SIGKILL to every process whose real or saved uid is uid, in one atomic step.
 //
 // It is the technique of isolate: as uid, kill(-1, SIGKILL) reaches every process that uid may
-// signal, under the kernel's task-list lock, so a fork bomb cannot outrun it.
+// signal, under the kernel's task-list lock, so a fork bomb cannot outrun it. It is done by a
+// helper process forked from the executor's binary and started as uid (killHelperName), never by
+// a thread of the executor: a thread that became uid could be signalled by the very processes
+// it is about to kill, and a signal to one thread (a SIGSTOP, a SIGKILL) acts on the whole
+// executor. Only when the helper cannot be started (no binary, the box's process limit
+// reached) does a thread of the executor do it (asUID), so that a fork storm is still stopped.
 func killUID(uid int) error {
+	if uid <= 0 {
+		return fmt.Errorf("refusing to act as uid %d", uid)
+	}
+	// The executor's own binary, through the link that needs no search permission on its
+	// directory (a test binary's is private to root).
+	const self = "/proc/self/exe"
+	pid, err := syscall.ForkExec(self, []string{killHelperName}, &syscall.ProcAttr{
+		Env: []string{},
+		Sys: &syscall.SysProcAttr{
+			Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}},
+		},
+	})
+	if err == nil {
+		return waitKillHelper(pid, uid)
+	}
 	return asUID(uid, func() error {
 		err := syscall.Kill(-1, syscall.SIGKILL)
 		if errors.Is(err, syscall.ESRCH) {
@@ -49,20 +96,55 @@ func killUID(uid int) error {
 	})
 }
 
+// waitKillHelper waits for the kill helper pid (of uid) to exit, killing it after
+// killHelperWait, and says whether it did its work.
+func waitKillHelper(pid, uid int) error {
+	done := make(chan struct{})
+	timer := time.AfterFunc(killHelperWait, func() {
+		select {
+		case <-done:
+		default:
+			_ = syscall.Kill(pid, syscall.SIGKILL) // still our child: no other process has pid
+		}
+	})
+	defer timer.Stop()
+	var ws syscall.WaitStatus
+	var err error
+	for {
+		_, err = syscall.Wait4(pid, &ws, 0, nil)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	close(done)
+	switch {
+	case err != nil:
+		return fmt.Errorf("waiting for the kill helper of uid %d: %w", uid, err)
+	case ws.Exited() && ws.ExitStatus() == 0:
+		return nil
+	case ws.Signaled():
+		return fmt.Errorf("the kill helper of uid %d was ended by %v before it killed", uid, ws.Signal())
+	default:
+		return fmt.Errorf("the kill helper of uid %d failed (exit status %d)", uid, ws.ExitStatus())
+	}
+}
+
 // killAndWait kills every process of uid until none is left, zombies included (they still
-// count against the uid's process limit), or until timeout passes.
+// count against the uid's process limit), or until timeout passes. The error says how many
+// were left, and why the last kill failed.
 func (e *Executor) killAndWait(uid int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
+	var killErr error
 	for {
-		if err := killUID(uid); err != nil {
-			return err
-		}
+		// None left means none can fork: only the uid's processes make more of them.
 		n := e.countProcesses(uid)
 		if n == 0 {
 			return nil
 		}
+		// A failed kill (a helper the run stopped) is tried again until the deadline.
+		killErr = killUID(uid)
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d processes of uid %d still alive after %s", n, uid, timeout)
+			return errors.Join(fmt.Errorf("%d processes of uid %d still alive after %s", n, uid, timeout), killErr)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
@@ -52,6 +53,8 @@ type Backend struct {
 	// Files serves runs' output files (GET /v1/executions/{id}/files/{name...}, with the
 	// Ledger) and their bytes inline in answers (inline_files); nil keeps none.
 	Files OutputFiles
+	// Warmth says how warm the slots are, for GET /readyz; nil says nothing of it.
+	Warmth func() sandbox.Warmth
 }
 
 // PackageIndex is the daemon's pip settings (its config keys index_url, extra_index_urls,
@@ -96,6 +99,7 @@ type api struct {
 	index     PackageIndex
 	files     OutputFiles
 	sessions  SessionKeeper
+	warmth    func() sandbox.Warmth
 	// answering holds a token from a run's admission until its answer is written: a run frees
 	// its slot when it ends, but a client that stops reading would keep its answer (megabytes,
 	// with inline files) in memory until the write times out. At most slots + queue answers
@@ -120,7 +124,7 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, index: b.PackageIndex.redacted(), files: b.Files, sessions: b.Sessions, log: log, mux: http.NewServeMux()}
+	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, index: b.PackageIndex.redacted(), files: b.Files, sessions: b.Sessions, warmth: b.Warmth, log: log, mux: http.NewServeMux()}
 	a.answering = make(chan struct{}, 1)
 	perBody := int64(maxImportBytes)
 	if a.ex != nil {
@@ -250,10 +254,23 @@ func (a *api) healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, apitype.Status{Status: "ok"})
 }
 
+// readyz answers whether the daemon can run code (one slot up), with how warm its slots are.
+// With ?warm=true it answers 503 until every slot is up and starts its runs as forks (a
+// client that wants fast starts polls it, after Retry-After).
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
+	var warmth *apitype.Warmth
+	if a.warmth != nil {
+		wm := a.warmth()
+		warmth = &apitype.Warmth{Slots: wm.Slots, SlotsUp: wm.Up, ForkSlots: wm.Fork, ForkOff: wm.ForkOff, Warm: wm.Warm()}
+	}
 	err := a.ex.Ready(r.Context())
+	wantWarm, _ := strconv.ParseBool(r.URL.Query().Get("warm"))
+	if err == nil && wantWarm && warmth != nil && !warmth.Warm {
+		err = fmt.Errorf("%w: %d of %d slots are up and %d start runs as forks (their fork servers are importing the preload); "+
+			"runs are accepted now, started cold", sandbox.ErrNotReady, warmth.SlotsUp, warmth.Slots, warmth.ForkSlots)
+	}
 	if err == nil {
-		writeJSON(w, http.StatusOK, apitype.Status{Status: "ready"})
+		writeJSON(w, http.StatusOK, apitype.Status{Status: "ready", Warmth: warmth})
 		return
 	}
 	if !errors.Is(err, sandbox.ErrNotReady) {
@@ -261,7 +278,7 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	e := classify(err)
 	setRetryAfter(w, e.retryAfter)
-	writeJSON(w, http.StatusServiceUnavailable, apitype.Status{Status: "not_ready", Error: &e.detail})
+	writeJSON(w, http.StatusServiceUnavailable, apitype.Status{Status: "not_ready", Error: &e.detail, Warmth: warmth})
 }
 
 func (a *api) limits(w http.ResponseWriter, r *http.Request) {

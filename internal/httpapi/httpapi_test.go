@@ -916,3 +916,29 @@ func TestAnswersHeldAreBounded(t *testing.T) {
 		t.Errorf("5 s after the held answer was written: %d, want 200", status)
 	}
 }
+
+// Issue 33, item 12: /readyz says how warm the slots are, and ?warm=true waits (503) until
+// every slot starts its runs as forks.
+func TestReadyzWarmth(t *testing.T) {
+	w := sandbox.Warmth{Slots: 2, Up: 1}
+	srv := httptest.NewServer(NewHandler(Backend{Executor: newFake(), Warmth: func() sandbox.Warmth { return w }}, discardLog()))
+	defer srv.Close()
+	for _, c := range []struct {
+		warmth sandbox.Warmth
+		path   string
+		status int
+		want   string
+	}{
+		{sandbox.Warmth{Slots: 2, Up: 1}, "/readyz", 200, `"warmth":{"slots":2,"slots_up":1,"fork_slots":0,"warm":false}`},
+		{sandbox.Warmth{Slots: 2, Up: 1}, "/readyz?warm=true", 503, `1 of 2 slots are up and 0 start runs as forks`},
+		{sandbox.Warmth{Slots: 2, Up: 2, Fork: 1}, "/readyz?warm=true", 503, `"fork_slots":1`},
+		{sandbox.Warmth{Slots: 2, Up: 2, Fork: 2}, "/readyz?warm=true", 200, `"warm":true`},
+		{sandbox.Warmth{Slots: 2, Up: 2, ForkOff: "the fork server is off (fork_server false)"}, "/readyz?warm=true", 200, `"fork_off":"the fork server is off`},
+	} {
+		w = c.warmth
+		a := do(t, srv, "GET", c.path, "")
+		if a.status != c.status || !strings.Contains(string(a.body), c.want) {
+			t.Errorf("%+v %s: %d %s; want %d and %s", c.warmth, c.path, a.status, a.body, c.status, c.want)
+		}
+	}
+}

@@ -97,7 +97,7 @@ func (a *api) removePackage(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(removed) == 0 {
 		writeError(w, &requestError{status: http.StatusNotFound, code: apitype.CodeNotFound,
-			msg: fmt.Sprintf("no installed package %q; GET /v1/packages lists them (packages of the image itself cannot be removed)", name)})
+			msg: fmt.Sprintf("no installed package %q; GET /v1/packages lists them (packages of the image itself cannot be removed; one listed \"within\" another is removed with that one)", name)})
 		return
 	}
 	writeJSON(w, http.StatusOK, apitype.Removed{Removed: each(removed, packageOf)})

@@ -128,7 +128,9 @@ func fireOf(f store.Fire) apitype.Fire { return apitype.Fire(f) }
 
 func executionOf(e store.Execution) apitype.Execution {
 	return apitype.Execution{Result: ResultOf(e.Result), Status: e.Status, CodeSHA256: e.CodeSHA256,
-		Code: e.Code, Input: e.Input, EndedAt: e.EndedAt}
+		Code: e.Code, Input: e.Input, EndedAt: e.EndedAt, Daemon: e.Daemon, InputFiles: each(e.InputFiles, func(f sandbox.InputFileInfo) apitype.InputFileInfo {
+			return apitype.InputFileInfo(f)
+		})}
 }
 
 func executionSummaryOf(e store.ExecutionSummary) apitype.ExecutionSummary {

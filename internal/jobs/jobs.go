@@ -101,7 +101,9 @@ type Library interface {
 // Scheduled is a job with its next fire times, as answered when it is created or changed.
 type Scheduled struct {
 	store.Job
-	// NextFires are the next five fire times (UTC), empty while the job is disabled.
+	// NextFires are the next five fire times (UTC), empty while the job is disabled. The first
+	// is the job's NextRunAt (in the past while the fire is due and not yet handled); the rest
+	// follow it on the schedule, so an "@every" job's preview keeps the phase it fires on.
 	NextFires []time.Time
 }
 
@@ -204,9 +206,16 @@ func jobOf(j store.Job, d Draft, sched *schedule.Schedule, now time.Time) store.
 	return j
 }
 
+// scheduled is j with its next fire times: from its stored next fire when it has one (what
+// the scheduler fires next), from now otherwise.
 func scheduled(j store.Job, sched *schedule.Schedule, now time.Time) Scheduled {
 	s := Scheduled{Job: j, NextFires: []time.Time{}}
-	if j.Enabled && sched != nil {
+	switch {
+	case !j.Enabled || sched == nil:
+	case j.NextRunAt != nil:
+		s.NextFires = append(s.NextFires, j.NextRunAt.UTC())
+		s.NextFires = append(s.NextFires, sched.NextN(*j.NextRunAt, Preview-1)...)
+	default:
 		s.NextFires = sched.NextN(now, Preview)
 	}
 	return s

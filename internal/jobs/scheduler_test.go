@@ -472,3 +472,34 @@ func TestQueuedFireSurvivesAStop(t *testing.T) {
 		}
 	})
 }
+
+// Issue 33, item 1: a later read of an "@every" job previews the fires on its own grid (from
+// next_run_at), not on a grid counted from the moment of the read.
+func TestGetPreviewsTheFiresOfTheSchedule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, t.TempDir())
+		defer e.st.Close()
+		s, stop := e.start(jobs.Config{})
+		defer stop()
+		job, err := s.Create(context.Background(), "a", jobs.Draft{CodeName: "work", Schedule: "@every 10s", Input: json.RawMessage(`{"sleep_s": 1}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, wait := range []time.Duration{0, 6 * time.Second, 10 * time.Second} {
+			time.Sleep(wait) // 6 s puts the read off the grid; 16 s is after a fire
+			synctest.Wait()
+			got, err := s.Get(context.Background(), "a", job.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.NextRunAt == nil || len(got.NextFires) != jobs.Preview || !got.NextFires[0].Equal(*got.NextRunAt) {
+				t.Fatalf("after %v: next_run_at %v, next fires %v", wait, got.NextRunAt, got.NextFires)
+			}
+			for i, f := range got.NextFires {
+				if off := f.Sub(job.NextFires[0]); off%(10*time.Second) != 0 || off < 0 {
+					t.Errorf("after %v: fire %d at %v is off the grid of %v", wait, i, f, job.NextFires[0])
+				}
+			}
+		}
+	})
+}

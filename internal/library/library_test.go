@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/library"
@@ -231,18 +230,12 @@ func TestValidationIsBounded(t *testing.T) {
 			if _, err := lib.Create(t.Context(), "a", name, library.Draft{Code: "x", InputSchema: json.RawMessage(c.schema)}); err != nil {
 				t.Fatalf("save: %v", err)
 			}
+			// The budget counts schema evaluations, not time: a refusal that names it proves the
+			// work was bounded, on any machine.
 			runs := rt.runs
-			began := time.Now()
 			_, err := lib.Run(t.Context(), "a", name, library.Run{Input: json.RawMessage(c.input)}, sandbox.Origin{Source: "api"}, nil)
-			took := time.Since(began)
 			var fe *sandbox.FieldError
-			limit := time.Second // a refusal is quick; checking the valid rows may take longer under -race
-			if c.valid {
-				limit = 5 * time.Second
-			}
 			switch {
-			case took > limit:
-				t.Fatalf("took %v; want under %v", took, limit)
 			case c.valid && (err != nil || rt.runs != runs+1):
 				t.Fatalf("a valid input: %v", err)
 			case !c.valid && (!errors.As(err, &fe) || fe.Field != "input" || !strings.Contains(fe.Message, "validation budget") || rt.runs != runs):

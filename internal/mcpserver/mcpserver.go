@@ -26,6 +26,7 @@ func New(c *client.Client, agent, version string, limits apitype.Limits) *mcp.Se
 	s := mcp.NewServer(&mcp.Implementation{Name: "sandpit", Version: version}, &mcp.ServerOptions{
 		Instructions: instructions,
 	})
+	s.AddReceivingMiddleware(acceptAliases)
 	t := &tools{c: c.As(apitype.SourceMCP), agent: agent}
 	s.AddResourceTemplate(&mcp.ResourceTemplate{Name: "output-file", Title: "An output file of a run",
 		URITemplate: fileURITemplate, Description: fileResourceDoc}, t.readFile)

@@ -365,3 +365,18 @@ func TestJobHistory(t *testing.T) {
 		t.Fatalf("an unknown job: %q", text)
 	}
 }
+
+// Issue 33, item 18: an argument's name a model guesses is accepted where it is unambiguous.
+func TestAliasesAreAccepted(t *testing.T) {
+	cs := connectAs(t, "alice")
+	if res, text := callTool(t, cs, "save_code", map[string]any{"name": "s1", "code": "x"}); res.IsError {
+		t.Fatalf("save_code: %s", text)
+	}
+	if res, text := callTool(t, cs, "get_code", map[string]any{"code_name": "s1"}); res.IsError || !strings.Contains(text, "s1") {
+		t.Fatalf("get_code with code_name: %v %s", res.IsError, text)
+	}
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "get_code", Arguments: map[string]any{"name": "s1", "code_name": "s2"}})
+	if err == nil && !res.IsError {
+		t.Fatalf("get_code with both name and code_name was accepted")
+	}
+}

@@ -116,6 +116,13 @@ func (k Kind) IsEgress() bool {
 	return false
 }
 
+// The states of the executor's fork server (Message.Fork).
+const (
+	ForkReady    = "ready"    // runs start as forks of a server that has imported the preload
+	ForkStarting = "starting" // a server is starting (importing the preload): runs start cold
+	ForkOff      = "off"      // no server will be used (fork_server false, or it cannot be)
+)
+
 // Message is one frame's content. Which fields are set depends on Kind.
 type Message struct {
 	Kind   Kind            `json:"kind"`
@@ -133,6 +140,9 @@ type Message struct {
 	Display *sandbox.Display `json:"display,omitempty"`
 	// Slot is the slot a KindSettled message is about.
 	Slot int `json:"slot,omitempty"`
+	// Fork answers a KindPing with whether runs start from a fork server now: ForkReady,
+	// ForkStarting, or ForkOff (then Error says why); "" from an older executor.
+	Fork string `json:"fork,omitempty"`
 
 	AgentCall  *AgentCall  `json:"agent_call,omitempty"`
 	AgentReply *AgentReply `json:"agent_reply,omitempty"`
@@ -234,9 +244,13 @@ type Package struct {
 	Version string `json:"version"`
 	// Requirement is the requirement it was installed for.
 	Requirement string `json:"requirement"`
-	// SizeBytes is the size of its directory (with the dependencies installed with it).
+	// SizeBytes is the size of its directory (with the dependencies installed with it); 0 for
+	// a package within another's directory, whose size counts it.
 	SizeBytes   int64     `json:"size_bytes"`
 	InstalledAt time.Time `json:"installed_at"`
+	// Within names the package whose install brought this one (a dependency of it, in its
+	// directory: satisfying requirements, removed with it); absent for one installed itself.
+	Within string `json:"within,omitempty"`
 }
 
 // Command starts a session's command (see sandbox.CommandSpec) with the daemon's pip settings,

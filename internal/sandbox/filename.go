@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"mime"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -41,6 +42,25 @@ func CheckFileName(name string) error {
 		}
 	}
 	return nil
+}
+
+// EscapeName returns name (a file name, or any text from a run) as it can be shown to a
+// person, on a terminal or a web page: every control character (C0, DEL, C1), bidirectional
+// override, embedding or isolate, and other invisible format character (zero-width joiners,
+// the byte-order mark) is written as a Go escape (\x1b, \u202e), so a name cannot move the
+// cursor, recolour a terminal or show its letters in another order than they are
+// ("invoice\u202efdp.exe" is not shown as "invoiceexe.pdf").
+func EscapeName(name string) string {
+	var b strings.Builder
+	for _, r := range name {
+		if r == ' ' || (r != utf8.RuneError && strconv.IsPrint(r)) {
+			b.WriteRune(r)
+			continue
+		}
+		q := strconv.QuoteRuneToASCII(r)
+		b.WriteString(q[1 : len(q)-1])
+	}
+	return b.String()
 }
 
 // Holds says whether content is the bytes f describes: its size and SHA-256.

@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"net"
 	"time"
@@ -156,6 +158,25 @@ type InputFile struct {
 	Name string `json:"name"`
 	// Content is the file's bytes (base64 in JSON).
 	Content []byte `json:"content"`
+}
+
+// InputFileInfo describes an input file a run was given (InputFile without its bytes), as
+// its ledger record keeps it.
+type InputFileInfo struct {
+	Name      string `json:"name"`
+	SizeBytes int64  `json:"size_bytes"`
+	// SHA256 is the hex SHA-256 digest of its bytes.
+	SHA256 string `json:"sha256"`
+}
+
+// InputFileInfos describes files without their bytes (nil for none).
+func InputFileInfos(files []InputFile) []InputFileInfo {
+	var out []InputFileInfo
+	for _, f := range files {
+		sum := sha256.Sum256(f.Content)
+		out = append(out, InputFileInfo{Name: f.Name, SizeBytes: int64(len(f.Content)), SHA256: hex.EncodeToString(sum[:])})
+	}
+	return out
 }
 
 // File is an output file: a regular file the program created or changed under its working

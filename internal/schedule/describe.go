@@ -53,11 +53,11 @@ func describe(f []string) string {
 	case star(min) && star(hour) && star(dom) && star(dow):
 		return "every minute"
 	case strings.HasPrefix(min, "*/") && star(hour) && star(dom) && star(dow):
-		return "every " + strings.TrimPrefix(min, "*/") + " minutes"
+		return every(strings.TrimPrefix(min, "*/"), "minute")
 	case errM == nil && star(hour) && star(dom) && star(dow):
 		return fmt.Sprintf("at minute %d of every hour", m)
 	case errM == nil && strings.HasPrefix(hour, "*/") && star(dom) && star(dow):
-		return fmt.Sprintf("every %s hours at minute %d", strings.TrimPrefix(hour, "*/"), m)
+		return fmt.Sprintf("%s at minute %d", every(strings.TrimPrefix(hour, "*/"), "hour"), m)
 	case errM == nil && errH == nil && star(dom) && star(dow):
 		return fmt.Sprintf("every day at %02d:%02d", h, m)
 	case errM == nil && errH == nil && star(dom):
@@ -70,6 +70,14 @@ func describe(f []string) string {
 		}
 	}
 	return raw
+}
+
+// every says a step of n units: "every minute" for a step of 1, "every 5 minutes" otherwise.
+func every(n, unit string) string {
+	if v, err := strconv.Atoi(n); err == nil && v == 1 {
+		return "every " + unit
+	}
+	return "every " + n + " " + unit + "s"
 }
 
 var dayNames = []string{"Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"}

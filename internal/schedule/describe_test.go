@@ -10,6 +10,10 @@ func TestDescribe(t *testing.T) {
 		{"@daily", "", "every day at 00:00"},
 		{"@hourly", "UTC", "every hour, on the hour"},
 		{"*/5 * * * *", "", "every 5 minutes"},
+		// Issue 33, item 9: a step of one is said in the singular ("every 1 minutes").
+		{"*/1 * * * *", "", "every minute"},
+		{"*/01 * * * *", "", "every minute"},
+		{"15 */1 * * *", "", "every hour at minute 15"},
 		{"7 * * * *", "", "at minute 7 of every hour"},
 		{"0 */2 * * *", "", "every 2 hours at minute 0"},
 		{"30 9 * * *", "Asia/Tokyo", "every day at 09:30 (Asia/Tokyo time)"},

@@ -31,7 +31,8 @@ const (
 // `sandpit setup --json` and POST /v1/setup).
 type Event struct {
 	// Step names the step: docker, homebrew, docker-cli, colima, colima-start, docker-install,
-	// image, sandbox, health.
+	// image, sandbox, health; and base-image for the progress of the base image's pull,
+	// which the image step makes when the engine does not have it.
 	Step   string `json:"step"`
 	Status string `json:"status"`
 	// Message says what happened, or for a failure what to do.
@@ -54,8 +55,10 @@ type Docker interface {
 	// Ping returns the engine's version, or why it cannot be reached. dockerHost, when not
 	// empty, is the address to use (a socket Colima created).
 	Ping(ctx context.Context, dockerHost string) (string, error)
-	// Image builds the sandbox image unless it exists (built false), reporting build output.
-	Image(ctx context.Context, progress func(line string)) (tag string, built bool, err error)
+	// Image builds the sandbox image unless it exists (built false), reporting the build's
+	// output lines to progress, and to fraction how far a stage has come: "base-image" while
+	// the engine pulls the base image, then "image" through the build's steps (done 0 to 1).
+	Image(ctx context.Context, progress func(line string), fraction func(stage string, done float64)) (tag string, built bool, err error)
 	// Sandbox starts the warm containers unless they run (started false).
 	Sandbox(ctx context.Context) (started bool, err error)
 	// Health runs print(1) in the sandbox.
@@ -119,7 +122,11 @@ func Run(ctx context.Context, p Platform, r Runner, d Docker, o Options, emit fu
 		return "", err
 	}
 	if err := s.step("image", "building or finding the sandbox image", func() (bool, string, error) {
-		tag, built, err := d.Image(ctx, func(line string) { emit(Event{Step: "image", Status: Progress, Message: line}) })
+		tag, built, err := d.Image(ctx, func(line string) { emit(Event{Step: "image", Status: Progress, Message: line}) },
+			func(stage string, done float64) {
+				what := map[string]string{"base-image": "pulling the base image", "image": "building the sandbox image"}[stage]
+				emit(Event{Step: stage, Status: Progress, Message: fmt.Sprintf("%s: %.0f%%", what, done*100), Progress: done})
+			})
 		if err != nil {
 			return false, "", fmt.Errorf("%w; see `sandpit image build` for the build's output", err)
 		}

@@ -52,11 +52,13 @@ func (e *fakeDocker) Ping(_ context.Context, host string) (string, error) {
 	}
 	return "24.0.7", nil
 }
-func (e *fakeDocker) Image(_ context.Context, progress func(string)) (string, bool, error) {
+func (e *fakeDocker) Image(_ context.Context, progress func(string), fraction func(string, float64)) (string, bool, error) {
 	if e.imageBuilt {
 		return "sandpit-sandbox:abc", false, nil
 	}
+	fraction("base-image", 0.5)
 	progress("Step 1/9 : FROM python:3.11-slim")
+	fraction("image", 0)
 	e.imageBuilt = true
 	return "sandpit-sandbox:abc", true, nil
 }

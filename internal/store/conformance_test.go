@@ -229,6 +229,10 @@ func TestDaemonsRecoverExpiredLeases(t *testing.T) {
 	if e, err := s.GetExecution(ctx, head.ID); err != nil || e.Daemon != "d1" {
 		t.Fatalf("the record names daemon %q (%v), want d1", e.Daemon, err)
 	}
+	// Issue 33, item 15: the job's history names the daemon that fired it.
+	if hist, _, err := s.ListFires(ctx, "a", "job_1", FireFilter{}, Page{}); err != nil || len(hist) != 1 || hist[0].Daemon != "d1" {
+		t.Fatalf("the history: %+v, %v; want one fire by daemon d1", hist, err)
+	}
 	session := sandbox.SessionInfo{ID: "se_held", Agent: "a", State: sandbox.SessionActive, CreatedAt: now}
 	if err := s.BeginSession(ctx, session); err != nil {
 		t.Fatal(err)

@@ -43,6 +43,9 @@ type Execution struct {
 	// Daemon is the ID of the daemon that ran it ("" for records made before daemons had
 	// IDs); a running execution's stream is only on that daemon.
 	Daemon string
+	// InputFiles are the input files the run was given, without their bytes (nil for none,
+	// and for records made before they were kept).
+	InputFiles []sandbox.InputFileInfo
 }
 
 // ExecutionSummary is an Execution without its code, input and outputs, as listed.
@@ -91,15 +94,19 @@ func CodeSHA256(code string) string {
 // Begin records that a run is starting (sandbox.Recorder).
 func (s *Store) Begin(ctx context.Context, spec sandbox.Spec, head sandbox.Result) error {
 	sum := CodeSHA256(spec.Code)
+	inputFiles, err := jsonColumn(sandbox.InputFileInfos(spec.Files))
+	if err != nil {
+		return err
+	}
 	return s.tx(ctx, func(tx *Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO code_blobs (sha256, code) VALUES (?, ?) ON CONFLICT DO NOTHING`, sum, spec.Code); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO executions
-			(id, agent, source, job_id, code_name, code_version, code_sha256, input, timeout_ms, status, started_at, daemon, session_id)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)`,
+			(id, agent, source, job_id, code_name, code_version, code_sha256, input, timeout_ms, status, started_at, daemon, session_id, input_files)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)`,
 			head.ID, head.Agent, head.Source, nullString(head.JobID), nullString(head.CodeName),
-			nullInt(head.CodeVersion), sum, string(spec.Input), spec.TimeoutMS, ms(head.StartedAt), nullString(s.daemon), sessionColumn(head.SessionID))
+			nullInt(head.CodeVersion), sum, string(spec.Input), spec.TimeoutMS, ms(head.StartedAt), nullString(s.daemon), sessionColumn(head.SessionID), inputFiles)
 		if err != nil || head.JobID == "" {
 			return err
 		}
@@ -273,7 +280,7 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 		e.code_sha256, b.code, e.input, e.timeout_ms, e.status, e.outcome, e.exit_code, e.signal, e.reason,
 		e.stdout, e.stderr, e.stdout_truncated, e.stderr_truncated, e.output, e.duration_ms, e.started_at, e.ended_at,
 		e.dependencies, e.install_ms, e.calls, e.start, e.oom_kills, e.files, e.files_skipped, e.files_truncated, e.daemon,
-		coalesce(e.session_id, ''), e.results, e.exec_error, e.execution_count
+		coalesce(e.session_id, ''), e.results, e.exec_error, e.execution_count, e.input_files
 		FROM executions e LEFT JOIN code_blobs b ON b.sha256 = e.code_sha256 WHERE e.id = ?`, id)
 	var (
 		e                       Execution
@@ -286,6 +293,7 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 		input                   string
 		deps, calls, start      sql.NullString
 		files, skipped          sql.NullString
+		inputFiles              sql.NullString
 		installMS               sql.NullInt64
 		daemon                  sql.NullString
 		results, execErr        sql.NullString
@@ -293,7 +301,7 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 	err := row.Scan(&e.ID, &e.Agent, &e.Source, &jobID, &codeName, &codeVersion, &e.CodeSHA256, &code,
 		&input, &e.TimeoutMS, &e.Status, &outcome, &exit, &sig, &reason, &stdout, &stderr, &outTrunc,
 		&errTrunc, &output, &dur, &started, &ended, &deps, &installMS, &calls, &start, &e.OOMKills,
-		&files, &skipped, &e.FilesTruncated, &daemon, &e.SessionID, &results, &execErr, &e.ExecutionCount)
+		&files, &skipped, &e.FilesTruncated, &daemon, &e.SessionID, &results, &execErr, &e.ExecutionCount, &inputFiles)
 	e.Daemon = daemon.String
 	if errors.Is(err, sql.ErrNoRows) {
 		return Execution{}, fmt.Errorf("execution %q: %w", id, ErrNotFound)
@@ -316,7 +324,7 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 	for _, c := range []struct {
 		col sql.NullString
 		dst any
-	}{{deps, &e.Dependencies}, {calls, &e.Calls}, {files, &e.Files}, {skipped, &e.FilesSkipped}, {results, &e.Results}, {execErr, &e.Error}} {
+	}{{deps, &e.Dependencies}, {calls, &e.Calls}, {files, &e.Files}, {skipped, &e.FilesSkipped}, {results, &e.Results}, {execErr, &e.Error}, {inputFiles, &e.InputFiles}} {
 		if c.col.Valid {
 			if err := json.Unmarshal([]byte(c.col.String), c.dst); err != nil {
 				return Execution{}, fmt.Errorf("execution %q: a stored column is not JSON: %w", id, err)

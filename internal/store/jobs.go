@@ -158,6 +158,9 @@ type Fire struct {
 	// Outcome is the execution's outcome once it has finished (from the ledger); Reason is then
 	// the execution's reason when the fire has none of its own.
 	Outcome string
+	// Daemon is the ID of the daemon that handled the fire ("" for fires recorded before
+	// daemons had IDs).
+	Daemon string
 }
 
 const jobColumns = `id, agent, code_name, code_version, schedule, timezone, input, timeout_ms, enabled,
@@ -437,7 +440,7 @@ func (s *Store) ListFires(ctx context.Context, agent, jobID string, f FireFilter
 		return nil, "", err
 	}
 	q := `SELECT f.id, f.job_id, f.agent, f.kind, f.status, f.scheduled_at, f.fired_at, f.missed,
-		f.execution_id, CASE WHEN f.reason = '' THEN coalesce(e.reason, '') ELSE f.reason END, e.outcome
+		f.execution_id, CASE WHEN f.reason = '' THEN coalesce(e.reason, '') ELSE f.reason END, e.outcome, coalesce(f.daemon, '')
 		FROM job_fires f LEFT JOIN executions e ON e.id = f.execution_id
 		WHERE f.job_id = ?`
 	args := []any{jobID}
@@ -475,7 +478,7 @@ func (s *Store) ListFires(ctx context.Context, agent, jobID string, f FireFilter
 // QueuedFires returns every fire waiting for its job's previous run, oldest first.
 func (s *Store) QueuedFires(ctx context.Context) ([]Fire, error) {
 	return s.queryFires(ctx, `SELECT f.id, f.job_id, f.agent, f.kind, f.status, f.scheduled_at, f.fired_at,
-		f.missed, f.execution_id, f.reason, NULL FROM job_fires f WHERE f.status = 'queued' ORDER BY f.id`)
+		f.missed, f.execution_id, f.reason, NULL, coalesce(f.daemon, '') FROM job_fires f WHERE f.status = 'queued' ORDER BY f.id`)
 }
 
 // FailUnstartedFires marks failed the fires recorded as started whose execution never reached
@@ -517,7 +520,7 @@ func (s *Store) queryFires(ctx context.Context, q string, args ...any) ([]Fire, 
 			execID, outcome  sql.NullString
 		)
 		if err := rows.Scan(&f.ID, &f.JobID, &f.Agent, &f.Kind, &f.Status, &scheduled, &fired, &f.Missed,
-			&execID, &f.Reason, &outcome); err != nil {
+			&execID, &f.Reason, &outcome, &f.Daemon); err != nil {
 			return nil, err
 		}
 		f.ScheduledAt, f.FiredAt = time.UnixMilli(scheduled).UTC(), time.UnixMilli(fired).UTC()

@@ -98,10 +98,11 @@ func (s *Store) countLedgerBytes(ctx context.Context) error {
 }
 
 // recordBaseSQL is, in SQL over the executions row e, what a record counts for what Begin
-// wrote (recordOverheadBytes, its code and input) plus the charge of its kept output files (as
-// files_max_bytes charges them) and the job fire that started it. The migration that made execution_bytes counts old records
+// wrote (recordOverheadBytes, its code, input and input files' list) plus the charge of its
+// kept output files (as files_max_bytes charges them) and the job fire that started it. The
+// migration that made execution_bytes counts old records
 // the same way.
-const recordBaseSQL = `512 + octet_length(e.input)
+const recordBaseSQL = `512 + octet_length(e.input) + coalesce(octet_length(e.input_files), 0)
 	+ coalesce((SELECT octet_length(b.code) FROM code_blobs b WHERE b.sha256 = e.code_sha256), 0)
 	+ coalesce((SELECT sum(` + chargeSQL + `) FROM execution_files f WHERE f.execution_id = e.id), 0)
 	+ coalesce((SELECT sum(jf.bytes) FROM job_fires jf WHERE jf.execution_id = e.id), 0)`

@@ -26,6 +26,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/url"
+	"os"
 	"time"
 
 	"github.com/pressly/goose/v3"
@@ -95,11 +96,14 @@ type Store struct {
 // FileName is the database's file name inside the data directory.
 const FileName = "sandpit.db"
 
-// Open opens (creating it if needed) the database at path and migrates it to the current
-// schema. log may be nil.
+// Open opens (creating it if needed, mode 0600) the database at path and migrates it to the
+// current schema. log may be nil.
 func Open(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if err := private(path); err != nil {
+		return nil, fmt.Errorf("opening the database %s: %w", path, err)
 	}
 	q := url.Values{}
 	for _, p := range []string{"busy_timeout(10000)", "journal_mode(WAL)", "foreign_keys(1)", "synchronous(NORMAL)"} {
@@ -237,4 +241,28 @@ func (p Page) limit() int {
 		return MaxLimit
 	}
 	return p.Limit
+}
+
+// private creates the database file at path with mode 0600 when it is missing, and takes the
+// group's and others' permissions from it and its write-ahead log and shared-memory files when
+// they have any (SQLite creates the database 0644, then gives the other two the database's
+// mode): the database holds every run's code, input and output.
+func private(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			continue // not there yet
+		}
+		if fi.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(p, fi.Mode().Perm()&0o700); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -52,6 +52,13 @@ func setup() {
 			baseImage = OfflineBase
 		}
 	}
+	// A missing base image would be pulled by every daemon a test starts (or, with no
+	// registry, fail each after its pull's timeout): say so once, now.
+	if _, err := c.ImageInspect(context.Background(), baseImage); err != nil {
+		setupErr = fmt.Errorf("the base image %s is not on this engine (%v): build the offline one with scripts/offline-base-image.sh "+
+			"(%s), pull it, or set SANDPIT_TEST_BASE_IMAGE to an image the engine has", baseImage, err, OfflineBase)
+		return
+	}
 	exeDir, err = os.MkdirTemp("", "sandpit-executor-")
 	if err != nil {
 		setupErr = err

@@ -90,6 +90,20 @@ func tmpfsSize(bytes int64) string {
 // directories to them and remove what they left.
 var capabilities = []string{"SETUID", "SETGID", "KILL", "CHOWN", "FOWNER", "DAC_OVERRIDE"}
 
+// SocketBufferMax is the most a TCP socket of a box may hold in its receive buffer, and in its
+// send buffer (bytes): the host's maxima (often 32 MiB and 4 MiB) let a few unread loopback
+// connections hold hundreds of MiB of kernel memory that a cgroup v1 memory limit does not
+// count. 4 MiB still fills a fast link's window.
+const SocketBufferMax = 4 << 20
+
+// socketSysctls bound each TCP socket's buffers in the box's own network namespace (the
+// kernel keeps tcp_rmem and tcp_wmem per namespace). gVisor ignores them: there the executor
+// writes the same maxima (its -socket-buffer-max).
+var socketSysctls = map[string]string{
+	"net.ipv4.tcp_rmem": "4096 131072 " + strconv.Itoa(SocketBufferMax),
+	"net.ipv4.tcp_wmem": "4096 16384 " + strconv.Itoa(SocketBufferMax),
+}
+
 // spec is slot's container's whole configuration, derived from the image and the box.
 func (b Box) spec(img Image, dataDir string, slot int) (*container.Config, *container.HostConfig, string) {
 	network := container.NetworkMode("bridge")
@@ -119,7 +133,8 @@ func (b Box) spec(img Image, dataDir string, slot int) (*container.Config, *cont
 		Runtime:       b.Runtime,
 		CapDrop:       []string{"ALL"},
 		CapAdd:        capabilities,
-		SecurityOpt:   []string{"no-new-privileges"},
+		SecurityOpt:   []string{"no-new-privileges", seccompOption(b.Network)},
+		Sysctls:       socketSysctls,
 		Init:          ptr(true),
 		LogConfig:     container.LogConfig{Type: "none"},
 		NetworkMode:   network,
@@ -213,7 +228,8 @@ func ensureContainer(ctx context.Context, api client.APIClient, log *slog.Logger
 }
 
 // createContainer creates and starts a container named name with cfg and host (box says
-// which runtime it asked for, to explain a failure), and returns its ID.
+// which runtime it asked for, to explain a failure), bounds its TCP buffers (limitTCPMemory),
+// and returns its ID.
 func createContainer(ctx context.Context, api client.APIClient, log *slog.Logger, box Box, cfg *container.Config, host *container.HostConfig, name string) (string, error) {
 	created, err := api.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: host, Name: name})
 	if err != nil {
@@ -229,6 +245,12 @@ func createContainer(ctx context.Context, api client.APIClient, log *slog.Logger
 	if _, err := api.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
 		_ = removeContainer(ctx, api, created.ID)
 		return "", fmt.Errorf("starting the sandbox container: %w", err)
+	}
+	// Before the executor starts, so every socket in the box is counted.
+	if err := limitTCPMemory(ctx, api, created.ID, box.gVisor(), TCPMemoryBytes); err != nil {
+		log.Warn("the box's socket buffers are not bounded by its memory limit (cgroup v1 counts them only where sandpit can set "+
+			"the container's memory.kmem.tcp.limit_in_bytes: run the daemon as root on the engine's host, or use cgroup v2)",
+			"container", shortID(created.ID), "error", err)
 	}
 	return created.ID, nil
 }

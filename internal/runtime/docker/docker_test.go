@@ -172,7 +172,9 @@ func TestContainerHardening(t *testing.T) {
 		{"tmpfs /sandbox capped in bytes and inodes", strings.Contains(h.Tmpfs["/sandbox"], "size=268435456,nr_inodes=65536")},
 		{"cap-drop ALL", len(h.CapDrop) == 1 && h.CapDrop[0] == "ALL"},
 		{"only the executor's caps", len(h.CapAdd) == 6},
-		{"no-new-privileges", len(h.SecurityOpt) == 1 && h.SecurityOpt[0] == "no-new-privileges"},
+		{"no-new-privileges and sandpit's seccomp profile", len(h.SecurityOpt) == 2 && h.SecurityOpt[0] == "no-new-privileges" &&
+			docker.SeccompDigestOf(h.SecurityOpt) == docker.SeccompDigest(cfg.Box.Network)},
+		{"the box's own TCP buffer maxima", h.Sysctls["net.ipv4.tcp_rmem"] == "4096 131072 4194304" && h.Sysctls["net.ipv4.tcp_wmem"] == "4096 16384 4194304"},
 		{"init process", h.Init != nil && *h.Init},
 		{"no host mounts: only the package volume", len(h.Binds) == 0 && len(h.Mounts) == 1 && h.Mounts[0].Type == "volume" &&
 			h.Mounts[0].Source == docker.VolumeName(cfg.DataDir) && h.Mounts[0].Target == docker.PackagesDir &&

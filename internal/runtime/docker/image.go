@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -99,9 +100,62 @@ func (img Image) Exists(ctx context.Context, api client.APIClient) (bool, error)
 	return false, fmt.Errorf("inspecting image %s: %w", img.Tag, err)
 }
 
-// Build builds the image through the engine, writing the build's output lines to progress.
-// Building an image that exists is cheap: the engine's cache reuses every step.
+// Fractions receives how far a build has come, when the progress writer given to Build
+// implements it: stage "base-image" while the engine pulls the base image (each layer's
+// download and extraction, the layers weighing alike), then stage "image" as the build starts
+// each of its steps (step n of m is (n-1)/m done). done is from 0 to 1.
+type Fractions interface {
+	Fraction(stage string, done float64)
+}
+
+// buildStep matches the classic builder's "Step 3/15 : RUN ..." line.
+var buildStep = regexp.MustCompile(`^Step (\d+)/(\d+) :`)
+
+// pullProgress follows the layers of an image pull.
+type pullProgress map[string][2]float64 // layer ID: download and extraction, each 0 to 1
+
+// update applies m, a pull's status message, and returns the pull's fraction done and whether
+// m was about a layer.
+func (p pullProgress) update(m jsonstream.Message) (float64, bool) {
+	if m.ID == "" || m.Stream != "" {
+		return 0, false
+	}
+	l, known := p[m.ID]
+	part := func() float64 {
+		if m.Progress != nil && m.Progress.Total > 0 {
+			return min(float64(m.Progress.Current)/float64(m.Progress.Total), 1)
+		}
+		return 0
+	}
+	switch m.Status {
+	case "Pulling fs layer", "Waiting":
+	case "Downloading":
+		l[0] = part()
+	case "Verifying Checksum", "Download complete":
+		l[0] = 1
+	case "Extracting":
+		l[0], l[1] = 1, part()
+	case "Pull complete", "Already exists":
+		l = [2]float64{1, 1}
+	default:
+		if !known {
+			return 0, false // not a layer: "Pulling from library/python", a digest, ...
+		}
+	}
+	p[m.ID] = l
+	var sum float64
+	for _, l := range p {
+		sum += (l[0] + l[1]) / 2
+	}
+	return sum / float64(len(p)), true
+}
+
+// Build builds the image through the engine, writing the build's output lines to progress
+// (and how far it has come, when progress is a Fractions). Building an image that exists is
+// cheap: the engine's cache reuses every step.
 func (img Image) Build(ctx context.Context, api client.APIClient, progress io.Writer) error {
+	fractions, _ := progress.(Fractions)
+	pull := pullProgress{}
 	buildCtx, err := img.context()
 	if err != nil {
 		return err
@@ -135,6 +189,15 @@ func (img Image) Build(ctx context.Context, api client.APIClient, progress io.Wr
 		}
 		if m.Error != nil {
 			return img.buildError(errors.New(m.Error.Message), baseErr)
+		}
+		if fractions != nil {
+			if f, ok := pull.update(m); ok {
+				fractions.Fraction("base-image", f)
+			} else if s := buildStep.FindStringSubmatch(m.Stream); s != nil {
+				n, _ := strconv.Atoi(s[1])
+				total, _ := strconv.Atoi(s[2])
+				fractions.Fraction("image", float64(n-1)/float64(max(total, 1)))
+			}
 		}
 		switch {
 		case m.Stream != "":

@@ -293,6 +293,33 @@ func (r *Runtime) anyUp() bool {
 	return false
 }
 
+var _ sandbox.Warmer = (*Runtime)(nil)
+
+// Warmth says how many slots are up and how many start runs as forks, as each slot's executor
+// last answered the heartbeat (every 2 s).
+func (r *Runtime) Warmth() sandbox.Warmth {
+	w := sandbox.Warmth{Slots: len(r.boxes)}
+	if !r.cfg.ForkServer.Enabled {
+		w.ForkOff = "the fork server is off (fork_server false)"
+	}
+	for _, b := range r.boxes {
+		b.mu.Lock()
+		line := b.line
+		b.mu.Unlock()
+		if line == nil {
+			continue
+		}
+		w.Up++
+		switch state, why := line.Fork(); state {
+		case protocol.ForkReady:
+			w.Fork++
+		case protocol.ForkOff:
+			w.ForkOff = cmp.Or(w.ForkOff, why)
+		}
+	}
+	return w
+}
+
 // AllReady waits until every slot's sandbox is up (or ctx ends, with ctx's error).
 func (r *Runtime) AllReady(ctx context.Context) error {
 	for _, b := range r.boxes {
@@ -339,7 +366,8 @@ func (r *Runtime) executorCommandFor(uid int, forkServer bool) []string {
 	cmd := []string{ExecutorPath, "serve", "-slots", "1", "-uid-base", strconv.Itoa(uid),
 		"-fork-server=" + strconv.FormatBool(forkServer), "-preload", strings.Join(fs.Preload, ","), "-fork-server-max-runs", strconv.Itoa(fs.MaxRuns)}
 	if r.cfg.Box.gVisor() {
-		cmd = append(cmd, "-runtime", "runsc", "-memory-reserve", strconv.FormatInt(RunscMemoryReserve, 10))
+		cmd = append(cmd, "-runtime", "runsc", "-memory-reserve", strconv.FormatInt(RunscMemoryReserve, 10),
+			"-socket-buffer-max", strconv.FormatInt(SocketBufferMax, 10))
 	}
 	if r.cfg.Box.Network == "allowlist" {
 		cmd = append(cmd, "-egress-proxy", ProxyAddr)
@@ -369,9 +397,30 @@ func (r *Runtime) Run(ctx context.Context, slot int, spec sandbox.Spec, emit fun
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	res, err := line.Run(ctx, 0, spec, emit)
+	runCtx, overMemory, stopWatch := b.runscWatch(ctx, containerID)
+	res, err := line.Run(runCtx, 0, spec, emit)
+	stopWatch()
+	if used := overMemory(); used > 0 && ctx.Err() == nil && (err == nil || !errors.Is(err, control.ErrClosed)) {
+		// The daemon's watch stopped the run: what the box holds on the host came within
+		// RunscMemoryMargin of the container's limit, past what the executor can see.
+		res.Outcome, res.ExitCode, res.Signal = sandbox.OutcomeMemoryLimit, 128+9, 9
+		res.Reason = fmt.Sprintf("the box's memory on the host (%d MiB, gVisor's kernel and the run's socket buffers included) came within "+
+			"%d MiB of the container's limit, and the run was stopped", used>>20, RunscMemoryMargin>>20)
+		return res, nil
+	}
 	if err != nil && errors.Is(err, control.ErrClosed) && !errors.Is(err, sandbox.ErrNotReady) {
-		err = fmt.Errorf("%s; sandpit is bringing the sandbox back (%w)", b.whatStopped(containerID), err)
+		what, oom := b.whatStopped(containerID)
+		if oom {
+			// The box is the run's alone: memory it filled (under runsc also socket buffers
+			// and what gVisor's kernel holds for it, which the executor's watch cannot see)
+			// had the engine kill the whole container. The run's outcome, not the system's.
+			res.Outcome, res.ExitCode, res.Signal = sandbox.OutcomeMemoryLimit, 128+9, 9
+			res.Reason = fmt.Sprintf("the box ran out of memory (%d MiB, with what the kernel holds for the run's sockets) and the engine "+
+				"killed its container during the run; sandpit is bringing the sandbox back", b.r.cfg.Box.MemoryBytes>>20)
+			b.log.Warn("the sandbox container was killed for memory during a run", "container", shortID(containerID), "id", spec.ID)
+			return res, nil
+		}
+		err = fmt.Errorf("%s; sandpit is bringing the sandbox back (%w)", what, err)
 	}
 	return res, err
 }
@@ -500,6 +549,8 @@ type box struct {
 	engineDown  bool          // the Docker engine does not answer: requests fail at once
 	discard     bool          // the next connect replaces the container instead of adopting it
 	resets      int64         // times the sandbox was lost and brought back
+	// cgroupDir is the host's memory cgroup directory of container cgroupOf (runscWatch).
+	cgroupOf, cgroupDir string
 }
 
 func (b *box) container() string {
@@ -691,24 +742,25 @@ func (b *box) current(ctx context.Context) (*control.Line, string, error) {
 	}
 }
 
-// whatStopped says whether the container or only the executor stopped, for a run's reason. A
-// killed container can still read as running for a moment after its stream broke, so it looks
-// again for up to half a second before it blames the executor.
-func (b *box) whatStopped(containerID string) string {
+// whatStopped says whether the container or only the executor stopped, for a run's reason,
+// and whether the engine killed the container for memory. A killed container can still read
+// as running for a moment after its stream broke, so it looks again for up to half a second
+// before it blames the executor.
+func (b *box) whatStopped(containerID string) (string, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for deadline := time.Now().Add(500 * time.Millisecond); ; time.Sleep(50 * time.Millisecond) {
 		got, err := b.r.api.ContainerInspect(ctx, containerID, client.ContainerInspectOptions{})
 		switch st := got.Container.State; {
 		case err != nil && b.r.ping(ctx) != nil:
-			return "the connection to the Docker engine was lost during the run"
+			return "the connection to the Docker engine was lost during the run", false
 		case err != nil:
-			return "the sandbox container disappeared during the run"
+			return "the sandbox container disappeared during the run", false
 		case st != nil && (!st.Running || st.Paused):
 			return fmt.Sprintf("the sandbox container stopped during the run (state %s, exit code %d, killed for memory: %v)",
-				st.Status, st.ExitCode, st.OOMKilled)
+				st.Status, st.ExitCode, st.OOMKilled), st.OOMKilled
 		case time.Now().After(deadline):
-			return "the executor in the sandbox container stopped during the run"
+			return "the executor in the sandbox container stopped during the run", false
 		}
 	}
 }

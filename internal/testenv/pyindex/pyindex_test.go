@@ -330,9 +330,6 @@ rc=$?; echo "pip exit $rc after $(( ($(date +%s%N) - s) / 1000000 )) ms"; exit $
 	if code == 0 || !strings.Contains(out, "Read timed out") {
 		t.Fatal("pip did not time out on the stalled project")
 	}
-	if elapsed > 30*time.Second {
-		t.Errorf("pip took %v to give up", elapsed)
-	}
 	if n := x.Requests("slowpkg"); n < 1 {
 		t.Errorf("Requests(slowpkg) = %d", n)
 	}

@@ -1,0 +1,30 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// Issue 33, item 14: the daemon's messages reach the command line with their REST advice said
+// as sandpit commands (the session cap said "DELETE …/sessions/{id}").
+func TestInCommandWords(t *testing.T) {
+	for _, c := range []struct{ daemon, want string }{
+		{(&sandbox.SessionLimitError{Agent: "a", Limit: 2, PerAgent: true}).Error(), "close one (sandpit session rm ID)"},
+		{`session: agent "a" has no session "s_1"; POST /v1/agents/a/sessions creates one`, "sandpit session new --agent a starts one"},
+		{"a session's dependencies are given when it is created (POST …/sessions); send the call without them", "created (sandpit session new --dep)"},
+		{`execution ex_1 has no output file "x.png"; GET /v1/executions/ex_1 lists its files under "files"`, "sandpit exec files ex_1 lists them"},
+		{`no installed package "x"; GET /v1/packages lists them (packages of the image itself cannot be removed)`, "sandpit packages list lists them"},
+		{`agent "a" has 5 jobs, the most one agent may have (jobs_per_agent); delete one first (DELETE /v1/agents/a/jobs/{id}, or sandpit job rm)`, "delete one first (sandpit job rm)"},
+		{`result "k" of agent "a" has 3 versions, the most one key may have (results_max_versions); delete the key to store it again (DELETE /v1/agents/a/results/k, or sandpit kb rm --kind results --agent a KEY), or store under another key`,
+			"delete the key to store it again (sandpit kb rm --kind results --agent a KEY), or"},
+		{`the request body is over the limit of 10 bytes; send a smaller body (GET /v1/limits lists the limits; knowledge imports take up to 64 MiB: import in parts)`,
+			"send a smaller body (knowledge imports take up to 64 MiB: import in parts)"},
+	} {
+		got := inCommandWords(c.daemon)
+		if !strings.Contains(got, c.want) || restRoute.MatchString(got) {
+			t.Errorf("%q\nbecame %q\nwant it to say %q and no REST route", c.daemon, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,89 @@
+package executor
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// threadUIDs returns the real uids of this process's threads (/proc/self/task/*/status).
+func threadUIDs() []string {
+	var uids []string
+	tasks, _ := filepath.Glob("/proc/self/task/*/status")
+	for _, st := range tasks {
+		raw, err := os.ReadFile(st)
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, line := range strings.Split(string(raw), "\n") {
+			if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+				if f := strings.Fields(rest); len(f) > 0 {
+					uids = append(uids, f[0])
+				}
+			}
+		}
+	}
+	return uids
+}
+
+// H42: the run's uid could signal the executor's short-lived kill threads (a thread that had
+// become the uid to kill(-1) as it), and a signal to one thread (SIGSTOP) acts on the whole
+// executor. killUID now kills from a forked helper: no thread of the executor ever takes the
+// uid, and the uid's processes are gone.
+func TestKillUIDLeavesTheExecutorsThreadsAlone(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("killing as another uid needs root; run the tests as root")
+	}
+	const uid = 64123
+	var mu sync.Mutex
+	seen := 0
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, u := range threadUIDs() {
+				if u == "64123" {
+					mu.Lock()
+					seen++
+					mu.Unlock()
+				}
+			}
+		}
+	}()
+	for range 50 {
+		cmd := exec.Command("sleep", "60")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if err := killUID(uid); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Fatal("the uid's process outlived killUID")
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if seen > 0 {
+		t.Fatalf("a thread of the executor had the run's uid %d times while killing", seen)
+	}
+}

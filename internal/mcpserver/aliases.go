@@ -1,0 +1,65 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// argAliases are the argument names a model guesses for a tool where the guess is
+// unambiguous, by tool: alias → the argument's name (run_in_session takes id; a model that
+// has just read "the session's id" passes session_id). docs/api.md lists them.
+var argAliases = map[string]map[string]string{
+	"run_in_session":       {"session_id": "id"},
+	"close_session":        {"session_id": "id"},
+	"update_code_job":      {"job_id": "id"},
+	"delete_code_job":      {"job_id": "id"},
+	"get_code_job_history": {"job_id": "id"},
+	"get_execution":        {"execution_id": "id"},
+	"get_code":             {"code_name": "name"},
+	"update_code":          {"code_name": "name"},
+	"delete_code":          {"code_name": "name"},
+	"run_saved_code":       {"code_name": "name"},
+}
+
+// acceptAliases is a receiving middleware: a tools/call whose arguments give an alias of
+// argAliases and not the argument itself has the alias renamed before the arguments are
+// checked against the tool's schema. A call giving both keeps both, and is refused for the
+// alias, which is no argument of the tool.
+func acceptAliases(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if call, ok := req.(*mcp.CallToolRequest); ok && call.Params != nil {
+			if aliases := argAliases[call.Params.Name]; aliases != nil {
+				call.Params.Arguments = renamed(call.Params.Arguments, aliases)
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// renamed returns args (a JSON object) with each alias given, whose argument is not, renamed
+// to that argument; anything else as it is.
+func renamed(args json.RawMessage, aliases map[string]string) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(args, &m) != nil {
+		return args
+	}
+	changed := false
+	for alias, name := range aliases {
+		v, given := m[alias]
+		if _, has := m[name]; given && !has {
+			m[name] = v
+			delete(m, alias)
+			changed = true
+		}
+	}
+	if !changed {
+		return args
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return args
+	}
+	return out
+}
