@@ -1,4 +1,4 @@
--- API keys of the E2B-compatible API, as SQLite's migration 20: only the key's SHA-256 digest
+-- API keys of the E2B-compatible API, as SQLite's migration 21: only the key's SHA-256 digest
 -- is kept, with its agent and the key's first characters for listings.
 
 -- +goose Up
