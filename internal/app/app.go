@@ -26,6 +26,7 @@ import (
 	apiclient "github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/datadir"
+	"github.com/sandpit-dev/sandpit/internal/e2b"
 	"github.com/sandpit-dev/sandpit/internal/egress"
 	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
@@ -56,8 +57,10 @@ type Core struct {
 	Address string
 	// Sessions keeps the stateful sessions, each in a container of its own.
 	Sessions *engine.Sessions
-	api      *client.Client
-	lock     *datadir.Lock
+	// E2B serves the E2B-compatible API (mounted under /e2b by Serve).
+	E2B  *e2b.Server
+	api  *client.Client
+	lock *datadir.Lock
 }
 
 // DockerClient returns a client for the engine named by cfg.DockerHost, or by the Docker
@@ -221,6 +224,8 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		log.Info("hibernated sessions kept from an earlier run; each resumes on demand", "sessions", n)
 	}
 	m.WatchSessions(sessions.Active, sessions.LifecycleStats)
+	e2bServer := e2b.New(E2BConfig(cfg), sessions, st, log)
+	m.WatchE2B(e2bServer.Active, e2bServer.Warm)
 	return &Core{
 		Service:  svc,
 		Runtime:  rt,
@@ -230,6 +235,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		Jobs:     jobs.New(m.JobStore(st), lib, svc, jobsConfig(st, scfg.MaxTimeout), log),
 		Metrics:  m,
 		Sessions: sessions,
+		E2B:      e2bServer,
 		api:      api,
 		lock:     lock,
 	}, nil
@@ -285,6 +291,7 @@ func (e *Core) RunBackground(ctx context.Context, retention store.Retention, log
 		}
 	})
 	wg.Go(func() { pruneLedger(ctx, e.Store, retention, time.Hour, log) })
+	wg.Go(func() { e.E2B.Fill(ctx) })
 	wg.Go(func() { e.Sessions.RunRetention(ctx, time.Minute) })
 	wg.Wait()
 }
@@ -328,6 +335,7 @@ func (e *Core) Handler(cfg config.Config, log *slog.Logger) http.Handler {
 // Close stops the engine: running executions are killed, the warm container stays for the next
 // engine to adopt, and the database and data directory are released.
 func (e *Core) Close() error {
+	e.E2B.Close() // its sandboxes' timers; the sandboxes are sessions, below
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	e.Sessions.Shutdown(ctx) // sessions hibernate (session_hibernate_on_stop) or end; their containers go
 	cancel()
@@ -499,10 +507,14 @@ func routes(ctx context.Context, cfg config.Config, eng *Core, version string, l
 	}
 	root.Handle("/mcp", httpapi.LimitBodies(api, mcpHandler))
 	root.Handle("GET /metrics", eng.Metrics.Handler())
-	handler, err := withConsole(cfg, eng, api, httpapi.RequireToken(root, cfg.Token), log)
+	console, err := withConsole(cfg, eng, api, httpapi.RequireToken(root, cfg.Token), log)
 	if err != nil {
 		return nil, err
 	}
+	handler := http.NewServeMux()
+	handler.Handle("/", console)
+	// The E2B API authenticates by its own keys (X-API-Key) and sandboxes' access tokens.
+	handler.Handle(E2BPrefix+"/", http.StripPrefix(E2BPrefix, eng.E2B))
 	return httpapi.Guard(handler, cfg.AllowedHosts), nil
 }
 

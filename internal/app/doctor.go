@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"os"
@@ -109,6 +110,11 @@ func Doctor(ctx context.Context, cfg config.Config, src ConfigSource, url string
 	}
 
 	add(d.check)
+	if d.check.OK {
+		ectx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		add(e2bCheck(ectx, cfg, url))
+	}
 	return checks
 }
 
@@ -176,6 +182,43 @@ func (d daemonView) overlay(cfg config.Config) (config.Config, []string) {
 	cfg.IndexURL, cfg.ExtraIndexURLs, cfg.TrustedHosts = l.PackageIndex.IndexURL, l.PackageIndex.ExtraIndexURLs, l.PackageIndex.TrustedHosts
 	cfg.BinaryOnly = l.PackageIndex.BinaryOnly
 	return cfg, differ
+}
+
+// e2bCheck reports the daemon's E2B API: its sandboxes and its warm pool, read from /metrics.
+func e2bCheck(ctx context.Context, cfg config.Config, url string) Check {
+	c := Check{Name: "e2b api", Detail: fmt.Sprintf("%s%s; e2b_pool %d", strings.TrimRight(url, "/"), E2BPrefix, cfg.E2BPool)}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(url, "/")+"/metrics", nil)
+	if err != nil {
+		c.Detail += ": " + err.Error()
+		return c
+	}
+	if cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+cfg.Token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.Detail += ": reading /metrics: " + err.Error()
+		return c
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	values := map[string]string{}
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if name, v, ok := strings.Cut(line, " "); ok && strings.HasPrefix(name, "sandpit_e2b_") {
+			values[name] = v
+		}
+	}
+	warm, running := values["sandpit_e2b_warm_sandboxes"], values["sandpit_e2b_sandboxes"]
+	if warm == "" {
+		c.Detail += ": the daemon does not report its E2B sandboxes (an older sandpit?)"
+		return c
+	}
+	c.OK = true
+	c.Detail += fmt.Sprintf(": %s sandboxes, %s warm and ready", running, warm)
+	if cfg.E2BPool > 0 && warm == "0" {
+		c.Fix = "the warm pool is empty: it refills in the background; if it stays so, sessions_max may be reached (see the daemon's log)"
+	}
+	return c
 }
 
 // ledgerCheck shows the ledger's retention, and notes a byte budget the data directory's disk

@@ -201,6 +201,9 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	if err := b.lifecycleLatencies(ctx, in, rep); err != nil {
 		return nil, err
 	}
+	if err := b.e2bLatencies(ctx, in, rep); err != nil {
+		return nil, err
+	}
 	if err := b.preload(ctx, in, rep); err != nil {
 		return nil, err
 	}

@@ -79,15 +79,16 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 		t.Fatalf("the report is not JSON: %v\n%s", err, stdout.String())
 	}
 
-	if len(rep.Latency) != 17 {
-		t.Fatalf("%d latency rows, want 17: %+v", len(rep.Latency), rep.Latency)
+	if len(rep.Latency) != 22 {
+		t.Fatalf("%d latency rows, want 22: %+v", len(rep.Latency), rep.Latency)
 	}
 	for _, l := range rep.Latency {
 		want := 2
 		switch l.Name {
 		case bench.LatencyRESTPrint, bench.LatencySpawnPrint, bench.LatencySessionPrint,
 			bench.LatencySessionEcho, bench.LatencySessionFile, bench.LatencySessionList,
-			bench.LatencySessionPause, bench.LatencySessionResume, bench.LatencySessionHibernate, bench.LatencySessionWake:
+			bench.LatencySessionPause, bench.LatencySessionResume, bench.LatencySessionHibernate, bench.LatencySessionWake,
+			bench.LatencyE2BCreate, bench.LatencyE2BFirstRun, bench.LatencyE2BCommand, bench.LatencyE2BFile, bench.LatencyE2BKill:
 			want = 3
 		case bench.LatencySessionSum:
 			want = 20
@@ -95,7 +96,7 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 		if l.Runs != want || !(l.P50MS > 0) || l.P50MS > l.P95MS || l.P95MS > l.P99MS || !(l.RunsPerSec > 0) {
 			t.Errorf("%s: %+v", l.Name, l)
 		}
-		session := strings.HasPrefix(l.Name, "session_") // in its own container, not the pool's
+		session := strings.HasPrefix(l.Name, "session_") || strings.HasPrefix(l.Name, "e2b_") // in its own container, not the pool's
 		if rest := l.Baseline == "" && !session; rest != (l.BoxCPUMSPerRun > 0) {
 			t.Errorf("%s: box CPU per run %v (only the pool's REST rows have one)", l.Name, l.BoxCPUMSPerRun)
 		}

@@ -77,7 +77,7 @@ sandpit run looks for a daemon at SANDPIT_URL (else at the configured listen add
 		return usageErrorf("%v", err)
 	})
 	root.AddCommand(opts.serveCommand(), opts.runCommand(), opts.codeCommand(), opts.jobCommand(), opts.sessionCommand(), opts.execCommand(), opts.packagesCommand(), opts.kbCommand(), opts.mcpCommand(), opts.setupCommand(), opts.doctorCommand(),
-		opts.imageCommand(), opts.sandboxCommand(), opts.versionCommand())
+		opts.imageCommand(), opts.sandboxCommand(), opts.keysCommand(), opts.versionCommand())
 	root.AddCommand(opts.benchCommand())
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {

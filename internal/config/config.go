@@ -255,6 +255,13 @@ type Config struct {
 	// SessionsMax caps the active sessions of all agents; each holds a container of its own
 	// with memory_bytes of memory. Default 4; 0 turns sessions off; at most 64.
 	SessionsMax int `json:"sessions_max"`
+	// E2BTemplates are the templateIDs the E2B-compatible API (under /e2b, docs/e2b.md)
+	// creates sandboxes from; each is the sandbox image. Default base and code-interpreter-v1.
+	E2BTemplates []string `json:"e2b_templates"`
+	// E2BPool is how many warm E2B sandboxes (sessions with their interpreter started) are
+	// kept ready, so that POST /e2b/sandboxes answers at once. Each holds a container and
+	// counts against sessions_max. Default 1; 0 to sessions_per_agent, below sessions_max.
+	E2BPool int `json:"e2b_pool"`
 
 	// SessionAutoPause pauses a session at its idle timeout instead of ending it, unless its
 	// creation asks otherwise (auto_pause). Default false.
@@ -443,6 +450,8 @@ func defaults(lookup func(string) (string, bool)) Config {
 		HibernatedPerAgent:      4,
 		HibernatedMaxBytes:      10 * gib,
 		HibernatedMaxAgeHours:   168,
+		E2BTemplates:            []string{"base", "code-interpreter-v1"},
+		E2BPool:                 1,
 
 		ExtraIndexURLs:   []string{},
 		TrustedHosts:     []string{},

@@ -2,6 +2,7 @@ package config
 
 import (
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/engine"
@@ -47,4 +48,13 @@ func (c Config) checkSessions(report *problems) {
 	report.intRange("hibernated_per_agent", int64(c.HibernatedPerAgent), 0, 1000, " sessions")
 	report.intRange("hibernated_max_bytes", c.HibernatedMaxBytes, 0, 16<<40, " bytes (16 TiB)")
 	report.intRange("hibernated_max_age_hours", c.HibernatedMaxAgeHours, 0, 87_600, " hours (10 years; 0: no age limit)")
+	if c.E2BPool < 0 || c.E2BPool > c.SessionsPerAgent || (c.E2BPool > 0 && c.E2BPool >= c.SessionsMax) {
+		report.bad("e2b_pool", "is %d; allowed range is 0 to sessions_per_agent (%d) and below sessions_max (%d): each warm sandbox is a session",
+			c.E2BPool, c.SessionsPerAgent, c.SessionsMax)
+	}
+	for _, t := range c.E2BTemplates {
+		if t == "" || strings.ContainsAny(t, " /,") || len(t) > 128 {
+			report.bad("e2b_templates", "%q is not a template name: use up to 128 characters without spaces, '/' or ','", t)
+		}
+	}
 }

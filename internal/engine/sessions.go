@@ -95,7 +95,7 @@ func (m *Sessions) Create(ctx context.Context, req sandbox.SessionRequest) (sand
 	if agent == "" {
 		agent = "default"
 	}
-	if !sandbox.ValidAgent(agent) {
+	if !sandbox.ValidAgent(agent) && !(agent == WarmAgent && warm(ctx)) { // see warm.go
 		return sandbox.SessionInfo{}, &sandbox.FieldError{Field: "agent", Message: fmt.Sprintf(
 			"%q is not a valid agent name: use 1 to 64 lowercase letters, digits, '-' or '_', starting with a letter or digit", agent)}
 	}
@@ -344,7 +344,7 @@ func (m *Sessions) lookup(ctx context.Context, agent, id string) (*liveSession, 
 		agent = "default"
 	}
 	notFound := fmt.Errorf("%w: agent %q has no session %q; POST /v1/agents/%s/sessions creates one", sandbox.ErrSessionNotFound, agent, id, agent)
-	if !sandbox.ValidSessionID(id) {
+	if !sandbox.ValidSessionID(id) || (agent == WarmAgent && !warm(ctx)) { // see warm.go
 		return nil, notFound
 	}
 	m.mu.Lock()
@@ -399,6 +399,9 @@ func (m *Sessions) List(agent string) []sandbox.SessionInfo {
 	if agent == "" {
 		agent = "default"
 	}
+	if agent == WarmAgent { // see warm.go
+		return []sandbox.SessionInfo{}
+	}
 	m.mu.Lock()
 	list := []sandbox.SessionInfo{}
 	for _, ls := range m.live {
@@ -451,7 +454,11 @@ func (m *Sessions) Execute(ctx context.Context, id string, req sandbox.Request, 
 	if len(req.Dependencies) > 0 {
 		return sandbox.Result{}, &sandbox.FieldError{Field: "dependencies", Message: "a session's dependencies are given when it is created (POST …/sessions); send the call without them"}
 	}
-	if err := s.Validate(req); err != nil {
+	checked := req
+	if req.Agent == WarmAgent && warm(ctx) { // see warm.go
+		checked.Agent = ""
+	}
+	if err := s.Validate(checked); err != nil {
 		return sandbox.Result{}, err
 	}
 	ls, err := m.callable(ctx, req.Agent, id)

@@ -169,6 +169,16 @@ func methodLabel(m string) string {
 	return "other"
 }
 
+// WatchE2B reports the E2B API's running and warm sandboxes.
+func (m *Metrics) WatchE2B(running, warm func() int) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_e2b_sandboxes", Help: "Sandboxes of the E2B API now (running or paused)."},
+			func() float64 { return float64(running()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_e2b_warm_sandboxes", Help: "Warm E2B sandboxes ready to hand out (e2b_pool)."},
+			func() float64 { return float64(warm()) }),
+	)
+}
+
 // WatchSessions adds the stateful sessions' gauges: active (running), paused and hibernated
 // sessions, and the bytes each budget holds (sessions_paused_max_bytes,
 // hibernated_max_bytes).

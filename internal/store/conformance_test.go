@@ -54,6 +54,7 @@ var conformance = []struct {
 	{"PruneIsFairBetweenAgents", TestPruneIsFairBetweenAgents},
 	{"JobFiresCountInTheLedger", TestJobFiresCountInTheLedger},
 	{"NotebookResultsAreKept", TestNotebookResultsAreKept},
+	{"APIKeys", TestAPIKeys},
 }
 
 // onPostgres says whether t is a case TestPostgres runs.

@@ -1,4 +1,4 @@
--- Notebook results, as SQLite's migration 19 (docs/notebook.md): a run's displays and last expression's value (JSON
+-- Notebook results, as SQLite's migration 20 (docs/notebook.md): a run's displays and last expression's value (JSON
 -- list, NULL when none), the uncaught exception that ended it (JSON: name, value, traceback,
 -- NULL when none) and a session call's execution count (0 for a one-shot run). Counted in the
 -- record's bytes (ledger_max_bytes) when it finishes.

@@ -1,4 +1,4 @@
--- Paused and hibernated sessions, as SQLite's migration 19: hibernated_at is set while a
+-- Paused and hibernated sessions, as SQLite's migration 21: hibernated_at is set while a
 -- session is hibernated (open, no container, its files in its daemon's data directory).
 
 -- +goose Up
