@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/spf13/cobra"
 )
 
@@ -397,5 +398,36 @@ func TestDaemonURLFollowsTheConfigFile(t *testing.T) {
 		if got := o.daemonURL(""); got != tc.want {
 			t.Errorf("config listen 127.0.0.1:19401, SANDPIT_LISTEN %q: %s, want %s", tc.listen, got, tc.want)
 		}
+	}
+}
+
+// TestRunTextCannotDriveTheTerminal: H65 a run's own text in the CLI's lines (a preview in exec
+// list, an agent.log line) is escaped: a trial's run printed "\x1b[1A\x1b[2K" to erase the row
+// above and forge one, and logged OSC 52 to write the operator's clipboard.
+func TestRunTextCannotDriveTheTerminal(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			_, _ = io.WriteString(w, `{"status": "ok"}`)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"executions": [
+			{"id": "ex_a", "agent": "a", "status": "finished", "outcome": "ok", "exit_code": 0, "started_at": "2026-11-30T10:00:00Z", "source": "api",
+			 "stdout_preview": "\u001b[1A\u001b[2K\rex_forged alice ok \u202eevil\n", "stderr_preview": ""}], "next_cursor": ""}`)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	var stdout, stderr strings.Builder
+	code := Main(context.Background(), []string{"exec", "list", "--url", srv.URL}, Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+		Lookup: func(k string) (string, bool) { return dir, k == "SANDPIT_DATA_DIR" }})
+	if out := stdout.String(); code != 0 || strings.ContainsAny(out, "\x1b\r\u202e") || !strings.Contains(out, `\x1b[1A`) || !strings.Contains(out, `\u202eevil`) {
+		t.Errorf("exec list: exit %d, stdout %q: want the run's escapes written as text", code, out)
+	}
+
+	o := &options{env: Env{Stdout: &stdout, Stderr: &stderr}}
+	stderr.Reset()
+	o.emitter(false, false)(apitype.Event{Stream: apitype.StreamLog, Level: "info", Data: "\x1b]52;c;ZWNobyBwd25lZA==\x07 \x1b[2J"})
+	if got := stderr.String(); strings.ContainsAny(got, "\x1b\x07") || !strings.Contains(got, `\x1b]52;c;`) {
+		t.Errorf("agent.log line %q: want its escapes written as text", got)
 	}
 }

@@ -219,7 +219,7 @@ func (o *options) emitter(asJSON, displays bool) func(apitype.Event) {
 		case apitype.StreamDependency:
 			o.printDependency(e.Dependency)
 		case apitype.StreamLog:
-			fmt.Fprintf(o.env.Stderr, "sandpit: agent.log %s: %s\n", e.Level, e.Data)
+			fmt.Fprintf(o.env.Stderr, "sandpit: agent.log %s: %s\n", sandbox.EscapeName(e.Level), sandbox.EscapeName(e.Data))
 		case apitype.StreamFile:
 			if e.File != nil {
 				fmt.Fprintf(o.env.Stderr, "sandpit: output file %s (%s, %s)\n", sandbox.EscapeName(e.File.Name), sandbox.EscapeName(e.File.MediaType), humanSize(e.File.SizeBytes))
@@ -278,7 +278,7 @@ func (o *options) finishRun(cmd *cobra.Command, res apitype.Result, err error, a
 		// ended the run before the program could (no exit status: exit_code -1), such as a
 		// session refusing an input file.
 		if res.Outcome != apitype.OutcomeOK && (res.Outcome != apitype.OutcomeError || res.ExitCode < 0 && res.Reason != "") {
-			fmt.Fprintf(o.env.Stderr, "sandpit: %s: %s\n", res.Outcome, res.Reason)
+			fmt.Fprintf(o.env.Stderr, "sandpit: %s: %s\n", res.Outcome, sandbox.EscapeName(res.Reason))
 		}
 		printSkipped(o.env.Stderr, res)
 		if out.dir == "" && len(res.Files) > 0 {

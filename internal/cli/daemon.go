@@ -17,6 +17,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/errclass"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // NoDaemonError means a command that needs the daemon found none; it exits 69.
@@ -113,5 +114,5 @@ func oneLine(s string, n int) string {
 	if len(s) > n {
 		s = strings.ToValidUTF8(s[:n], "") + "…"
 	}
-	return s
+	return sandbox.EscapeName(s) // a run's text must not drive the terminal (H65)
 }

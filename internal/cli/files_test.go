@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
@@ -20,7 +21,6 @@ import (
 	"sync"
 	"testing"
 
-	"fmt"
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 )
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // jobFlags are the fields of a job as flags.
@@ -209,7 +210,7 @@ func (o *options) jobRunCommand() *cobra.Command {
 		if asJSON {
 			return o.printJSON(f)
 		}
-		fmt.Fprintf(o.env.Stdout, "%s %s\n", f.Status, strings.TrimSpace(f.ExecutionID+" "+f.Reason))
+		fmt.Fprintf(o.env.Stdout, "%s %s\n", f.Status, sandbox.EscapeName(strings.TrimSpace(f.ExecutionID+" "+f.Reason)))
 		return nil
 	})
 }

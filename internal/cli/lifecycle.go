@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // sessionLifecycleCommands are `sandpit session pause|resume|hibernate|fork ID`.
@@ -41,7 +42,7 @@ func sessionLine(info apitype.Session) string {
 		line += " (" + info.LifecycleError + ")"
 	}
 	if info.State == apitype.SessionEnded {
-		line += fmt.Sprintf(" (%s: %s)", info.EndReason, info.Reason)
+		line += fmt.Sprintf(" (%s: %s)", info.EndReason, sandbox.EscapeName(info.Reason))
 	}
 	return line
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // A session's workspace from the command line: sandpit session exec, cp, and ls ID [PATH].
@@ -110,7 +111,7 @@ and its arguments. stdout and stderr are printed as they come; the exit status i
 				return nil
 			}
 			if end.Outcome != apitype.OutcomeOK && end.Outcome != apitype.OutcomeError && !f.json {
-				fmt.Fprintf(o.env.Stderr, "sandpit: %s: %s\n", end.Outcome, end.Reason)
+				fmt.Fprintf(o.env.Stderr, "sandpit: %s: %s\n", end.Outcome, sandbox.EscapeName(end.Reason))
 			}
 			return reportedRun(apitype.Result{Outcome: end.Outcome, ExitCode: commandExit(end)})
 		},

@@ -2,13 +2,12 @@ package store
 
 import (
 	"context"
-	"slices"
-	"sort"
-
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
