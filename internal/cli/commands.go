@@ -287,7 +287,7 @@ func (o *options) finishRun(cmd *cobra.Command, res apitype.Result, err error, a
 		}
 	}
 	if out.dir != "" {
-		if err := saveFiles(cmd.Context(), o.env.Stderr, out.dir, out.force, res.Files, files); err != nil {
+		if err := saveFiles(cmd.Context(), o.env.Stderr, out.dir, out.force, false, res.Files, files); err != nil {
 			if res.ID == "" {
 				return err
 			}

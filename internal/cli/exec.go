@@ -196,7 +196,7 @@ evicted file is refused, HTTP 410).`,
 				if err != nil {
 					return err
 				}
-				return saveFiles(cmd.Context(), o.env.Stdout, files.output.dir, files.output.force, chosen, daemonFiles(c, id, nil))
+				return saveFiles(cmd.Context(), o.env.Stdout, files.output.dir, files.output.force, len(args) > 1, chosen, daemonFiles(c, id, nil))
 			}
 			if files.json {
 				return o.printJSON(map[string]any{"files": list, "files_skipped": skipped, "files_truncated": truncated})

@@ -137,8 +137,9 @@ func daemonFiles(c *client.Client, id string, inline map[string][]byte) fileSour
 // place a file outside dir, even one sent by a compromised daemon. Without force, a name that
 // exists in dir refuses the whole set before anything is written; with it, each file replaces
 // what is there (a file written whole to a temporary name, then renamed over it). Bytes that
-// do not match a file's size and SHA-256 are not kept.
-func saveFiles(ctx context.Context, w io.Writer, dir string, force bool, files []apitype.File, open fileSource) error {
+// do not match a file's size and SHA-256 are not kept. Hidden names and the files tools run
+// (toolPath) are skipped with a line, unless named says the person named each file.
+func saveFiles(ctx context.Context, w io.Writer, dir string, force, named bool, files []apitype.File, open fileSource) error {
 	if len(files) == 0 {
 		return nil
 	}
@@ -153,8 +154,8 @@ func saveFiles(ctx context.Context, w io.Writer, dir string, force bool, files [
 		seen[f.Name] = true
 	}
 	files = slices.DeleteFunc(slices.Clone(files), func(f apitype.File) bool {
-		if toolPath(f.Name) {
-			fmt.Fprintf(w, "sandpit: skipped %q: a tool's configuration (.git, .hg, .envrc, .vscode and the like) is never written: the tool would run what it names\n", f.Name)
+		if !named && toolPath(f.Name) {
+			fmt.Fprintf(w, "sandpit: skipped %q: hidden files and the files tools run (.git, .bashrc, .envrc, conftest.py, Makefile and the like) are not written to --output-dir unless named: a tool would run what they name; sandpit exec files ID NAME --output-dir DIR writes it\n", f.Name)
 			return true
 		}
 		return false
@@ -198,35 +199,35 @@ func saveFiles(ctx context.Context, w io.Writer, dir string, force bool, files [
 	return nil
 }
 
-// toolPaths are the names, compared as toolPath does, of the files and directories that tools
-// read commands from when a person merely works in a directory: version-control metadata
-// (.git: hooks and config; .hg/hgrc: hooks at the next hg command; .svn, .bzr, _darcs, .jj),
-// direnv's .envrc (run when the shell enters the directory), editors' project settings
-// (.vscode/tasks.json and settings that name programs, .idea run configurations,
-// .devcontainer, vim's and neovim's exrc files), and package managers' per-directory
-// configuration that names programs to run (.npmrc's script-shell, .yarnrc.yml's yarnPath,
-// .pnpmfile.cjs, mise's tasks and hooks).
-var toolPaths = []string{
-	".git", ".hg", ".svn", ".bzr", "_darcs", ".jj", ".gitmodules",
-	".envrc", ".vscode", ".idea", ".devcontainer", ".exrc", ".vimrc", ".nvimrc", ".nvim.lua",
-	".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", ".mise.toml", "mise.toml", ".mise",
+// toolFiles are the names, compared as toolPath does, of the files and directories without a
+// leading dot that tools read commands from when a person works in a directory or runs the
+// directory's usual tool there: darcs' metadata and .git's NTFS short name; pytest's
+// conftest.py (run at collection, in subdirectories too); make's, just's and rake's recipes;
+// what pip, tox and nox run to build or test a project (pyproject.toml, setup.py, setup.cfg,
+// tox.ini, noxfile.py); npm's package.json (install scripts); mise's tasks and hooks. Every
+// hidden name (a part starting with a dot: .git, .hg, .envrc, .vscode, .bashrc, .ssh,
+// .config/git/config, .github/workflows, .npmrc, …) is skipped as a whole kind: that is where
+// shells, version control, editors, package managers and CI read their configuration.
+var toolFiles = []string{
+	"_darcs", "git~1", "conftest.py", "makefile", "gnumakefile", "justfile", "rakefile",
+	"pyproject.toml", "setup.py", "setup.cfg", "tox.ini", "noxfile.py", "package.json", "mise.toml",
 }
 
-// toolPath says whether a part of name is one of toolPaths, compared as git compares .git in
-// a checkout (CVE-2014-9390): without case, without the trailing dots and spaces Windows
-// drops, without the code points HFS+ ignores, and with .git's NTFS short name git~1. Output
-// files are chosen by the run's code; one written where a tool reads commands (a repository's
-// .git/config, .hg/hgrc, an .envrc) would run them on the host.
+// toolPath says whether a part of name is hidden or one of toolFiles, compared as git compares
+// .git in a checkout (CVE-2014-9390): without case, without the trailing dots and spaces
+// Windows drops, and without the code points HFS+ ignores. Output files are chosen by the run's
+// code; one written where a tool reads commands (a repository's .git/config, .hg/hgrc, an
+// .envrc, a conftest.py) would run them on the host.
 func toolPath(name string) bool {
 	for part := range strings.SplitSeq(name, "/") {
 		part = strings.Map(func(r rune) rune {
-			if (r >= 0x200c && r <= 0x200f) || (r >= 0x202a && r <= 0x202e) || (r >= 0x206a && r <= 0x206f) || r == 0xfeff {
+			if (r >= 0x200b && r <= 0x200f) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2060 && r <= 0x206f) || r == 0xfeff {
 				return -1
 			}
 			return r
 		}, part)
-		part = strings.ToLower(strings.TrimRight(part, ". "))
-		if part == "git~1" || slices.Contains(toolPaths, part) {
+		part = strings.ToLower(strings.TrimRight(strings.TrimLeft(part, " "), ". "))
+		if strings.HasPrefix(part, ".") || slices.Contains(toolFiles, part) {
 			return true
 		}
 	}

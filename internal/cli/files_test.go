@@ -448,7 +448,11 @@ func TestHumanSize(t *testing.T) {
 // escaped.
 func TestOutputDirSkipsToolPaths(t *testing.T) {
 	hostile := []string{".git/config", ".GIT/hooks/pre-commit", "sub/.git/config", ".git./config", ".g\u200cit/config", "GIT~1/config",
-		".hg/hgrc", ".HG./hgrc", ".envrc", "sub/.envrc", ".vscode/tasks.json", ".idea/workspace.xml", ".npmrc", ".yarnrc.yml", "mise.toml"}
+		".hg/hgrc", ".HG./hgrc", ".envrc", "sub/.envrc", ".vscode/tasks.json", ".idea/workspace.xml", ".npmrc", ".yarnrc.yml", "mise.toml",
+		// H66: a trial wrote these through the list above; every hidden part is skipped now, and
+		// the files tools run from a directory.
+		".bashrc", ".ssh/authorized_keys", ".config/git/config", ".github/workflows/x.yml", ".gitignore", ".netrc",
+		"conftest.py", "sub/conftest.py", "Makefile", "pyproject.toml", "setup.py", "package.json"}
 	bidi := "invoice\u202efdp.exe"
 	files := []outFile{{name: "chart.png", mediaType: "image/png", content: []byte("png")}, {name: bidi, mediaType: "text/plain", content: []byte("x")}}
 	for _, n := range hostile {
@@ -473,7 +477,15 @@ func TestOutputDirSkipsToolPaths(t *testing.T) {
 	if strings.ContainsRune(stdout+stderr, '\u202e') || !strings.Contains(stdout+stderr, `invoice\u202efdp.exe`) {
 		t.Errorf("the right-to-left override reached the terminal unescaped: %q", stdout+stderr)
 	}
-	for _, n := range []string{".github/workflows/x.yml", "git", "a.git", ".gitignore", "envrc", "vscode/tasks.json", "hgrc", "data.hg"} {
+	// Named, a skipped file is written: the person chose it.
+	named := t.TempDir()
+	if code, _, stderr := sandpit(t, srv.URL, "exec", "files", filesExecID, "conftest.py", "--output-dir", named); code != 0 {
+		t.Fatalf("exec files conftest.py: exit %d, stderr %q", code, stderr)
+	}
+	if got := tree(t, named); len(got) != 1 || got["conftest.py"] == "" {
+		t.Errorf("exec files conftest.py --output-dir wrote %q, want conftest.py", got)
+	}
+	for _, n := range []string{"git", "a.git", "envrc", "vscode/tasks.json", "hgrc", "data.hg", "conftest.py.txt", "sub/makefile.csv", "report.csv", "a.b/c"} {
 		if toolPath(n) {
 			t.Errorf("toolPath(%q) = true", n)
 		}
