@@ -6,7 +6,7 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 # The base of the sandbox image. Without a container registry: make base-image, then
 # BASE_IMAGE=sandpit-base:bookworm-2 (the quickstart does both).
 BASE_IMAGE ?=
-TEST_FLAGS ?= -race -count=1 -timeout 30m
+TEST_FLAGS ?= -race -count=1 -timeout 50m
 
 FUZZ_TIME ?= 10s
 
