@@ -12,7 +12,10 @@ import (
 func TestInCommandWords(t *testing.T) {
 	for _, c := range []struct{ daemon, want string }{
 		{(&sandbox.SessionLimitError{Agent: "a", Limit: 2, PerAgent: true}).Error(), "close one (sandpit session rm ID)"},
-		{`session: agent "a" has no session "s_1"; POST /v1/agents/a/sessions creates one`, "sandpit session new --agent a starts one"},
+		// A trial's `session run` without the --agent it made the session with was told to start a
+		// new session, losing its state.
+		{`session not found: agent "a" has no session "se_1" (each agent sees only its own sessions: name the agent it was created for); POST /v1/agents/a/sessions creates a new one`,
+			"give the --agent it was created with); sandpit session new --agent a starts a new one"},
 		{"a session's dependencies are given when it is created (POST …/sessions); send the call without them", "created (sandpit session new --dep)"},
 		{`execution ex_1 has no output file "x.png"; GET /v1/executions/ex_1 lists its files under "files"`, "sandpit exec files ex_1 lists them"},
 		{`no installed package "x"; GET /v1/packages lists them (packages of the image itself cannot be removed)`, "sandpit packages list lists them"},

@@ -343,7 +343,7 @@ func (m *Sessions) lookup(ctx context.Context, agent, id string) (*liveSession, 
 	if agent == "" {
 		agent = "default"
 	}
-	notFound := fmt.Errorf("%w: agent %q has no session %q; POST /v1/agents/%s/sessions creates one", sandbox.ErrSessionNotFound, agent, id, agent)
+	notFound := fmt.Errorf("%w: agent %q has no session %q (each agent sees only its own sessions: name the agent it was created for); POST /v1/agents/%s/sessions creates a new one", sandbox.ErrSessionNotFound, agent, id, agent)
 	if !sandbox.ValidSessionID(id) || (agent == WarmAgent && !warm(ctx)) { // see warm.go
 		return nil, notFound
 	}
