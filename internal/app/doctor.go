@@ -75,6 +75,9 @@ func Doctor(ctx context.Context, cfg config.Config, src ConfigSource, url string
 	add(networkCheck(cfg))
 
 	exe, err := cfg.Executor()
+	if err == nil {
+		err = executorFile(exe)
+	}
 	if err != nil {
 		add(Check{Name: "executor binary", Required: true, Detail: err.Error(), Fix: "run `make build`, or set executor_path to a built sandpit-executor"})
 	} else {
@@ -555,4 +558,20 @@ func socketMemoryCheck(ctx context.Context, api client.APIClient, cfg config.Con
 		break
 	}
 	return c
+}
+
+// executorFile says why exe cannot be the executor binary: missing, not a regular file, or not
+// executable (nil when it can be). Doctor checks the file itself: its path alone said ok for an
+// executor_path that did not exist, and the image check then failed on it.
+func executorFile(exe string) error {
+	fi, err := os.Stat(exe)
+	switch {
+	case err != nil:
+		return fmt.Errorf("no executor binary at %s: %w", exe, err)
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("%s is not a regular file", exe)
+	case fi.Mode().Perm()&0o111 == 0:
+		return fmt.Errorf("%s is not executable (mode %v)", exe, fi.Mode().Perm())
+	}
+	return nil
 }
