@@ -274,6 +274,8 @@ func TestFileErrors(t *testing.T) {
 		{"null", `{"slots": null}`, []string{"slots", "null"}},
 		{"duplicate", "{\"slots\": 4,\n\"slots\": 5}", []string{`"slots" is given twice`, "line 1"}},
 		{"several at once", `{"slot": 1, "cpus": "x", "network": 2}`, []string{`"slot"`, "cpus", "network"}},
+		// A trial's: the wrongly typed value hid the invalid ones that did load.
+		{"wrong type and invalid values", `{"slots": 0, "network": "some", "memory_bytes": "lots"}`, []string{"memory_bytes", "slots", "network"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -83,14 +83,23 @@ func LoadLookup(path string, lookup func(string) (string, bool)) (Config, error)
 		lookup = os.LookupEnv
 	}
 	c := defaults(lookup)
+	var errs []error
 	file, required := FileOf(path, lookup)
 	if file != "" {
 		if err := c.loadFile(file, required); err != nil {
-			return Config{}, err
+			errs = append(errs, err)
 		}
 	}
 	if err := c.applyEnv(lookup); err != nil {
-		return Config{}, err
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		// Every bad value at once: what did load is validated too (a trial's wrongly typed
+		// memory_bytes hid its slots 0 and network "some" until it was fixed).
+		if err := c.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		return Config{}, errors.Join(errs...)
 	}
 	return c, nil
 }
