@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"path"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
@@ -222,6 +224,13 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
+	if p := r.URL.Path; p != cleanPath(p) {
+		// The mux would redirect it (307) with an empty body: an empty ID is a client's
+		// mistake to name, not a place to send it (a trial's POST …/jobs//run).
+		writeError(rw, &requestError{status: http.StatusNotFound, code: apitype.CodeNotFound,
+			msg: fmt.Sprintf("no endpoint %s %s: the path has an empty, \".\" or \"..\" segment; give every ID it names", r.Method, p)})
+		return
+	}
 	if h, pattern := a.mux.Handler(r); pattern == "" {
 		a.unrouted(rw, r, h)
 		return
@@ -232,6 +241,15 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 	a.mux.ServeHTTP(rw, r)
+}
+
+// cleanPath is p without empty, "." and ".." segments, keeping a trailing slash.
+func cleanPath(p string) string {
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
 }
 
 // unrouted answers a request no pattern matches, in JSON: 404, or 405 with Allow when the

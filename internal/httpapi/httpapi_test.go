@@ -942,3 +942,18 @@ func TestReadyzWarmth(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptySegmentIsANotFound: a path with an empty ID (a trial's POST …/jobs//run) is a JSON
+// 404 naming the fault, not the mux's bodiless 307 to another route.
+func TestEmptySegmentIsANotFound(t *testing.T) {
+	h := NewHandler(Backend{Executor: newFake()}, discardLog())
+	for _, p := range []string{"/v1/agents/a/jobs//run", "/v1/executions/./x", "/v1/agents/a/../b/code"} {
+		req := httptest.NewRequest(http.MethodPost, p, strings.NewReader("{}"))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusNotFound || !strings.Contains(rec.Body.String(), "empty") {
+			t.Errorf("POST %s: %d %s, want a JSON 404 naming the empty segment", p, rec.Code, rec.Body.String())
+		}
+	}
+}
