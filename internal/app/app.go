@@ -514,7 +514,8 @@ func routes(ctx context.Context, cfg config.Config, eng *Core, version string, l
 	handler := http.NewServeMux()
 	handler.Handle("/", console)
 	// The E2B API authenticates by its own keys (X-API-Key) and sandboxes' access tokens.
-	handler.Handle(E2BPrefix+"/", http.StripPrefix(E2BPrefix, eng.E2B))
+	// Its bodies count against the same budget as the REST API's (bodies_max_bytes).
+	handler.Handle(E2BPrefix+"/", http.StripPrefix(E2BPrefix, httpapi.LimitBodies(api, eng.E2B)))
 	return httpapi.Guard(handler, cfg.AllowedHosts), nil
 }
 

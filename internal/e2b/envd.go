@@ -39,6 +39,10 @@ type Workspace interface {
 // client asks for another interval (Keepalive-Ping-Interval, in seconds).
 const keepalive = 30 * time.Second
 
+// MaxRPCMessageBytes caps one message of the Connect services, after decompression: 4 MiB, far
+// above any request the SDKs send (stdin is sent in chunks); a larger one is resource_exhausted.
+const MaxRPCMessageBytes = 4 << 20
+
 // envdRoutes is envd (port 49983): /health, /files and the Connect services, with
 // connectrpc.com/connect serving both of Connect's codecs (JSON and binary protobuf) and its
 // streaming envelopes.
@@ -47,8 +51,11 @@ func (s *Server) envdRoutes() http.Handler {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("GET /files", s.download)
 	mux.HandleFunc("POST /files", s.upload)
-	mux.Handle(processconnect.NewProcessHandler(&processService{s}))
-	mux.Handle(filesystemconnect.NewFilesystemHandler(&filesystemService{s, newWatchers()}))
+	// Each message is read whole, decompressed, into memory: bound it (a trial's 300 MiB List
+	// body, and a 400 KB gzip that unpacked to 400 MiB, took the daemon to 1.9 GB).
+	limit := connect.WithReadMaxBytes(MaxRPCMessageBytes)
+	mux.Handle(processconnect.NewProcessHandler(&processService{s}, limit))
+	mux.Handle(filesystemconnect.NewFilesystemHandler(&filesystemService{s, newWatchers()}, limit))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, r.Method+" "+r.URL.Path+" is not a route of envd: sandpit serves /health, /files and the filesystem and process services")
 	})
