@@ -364,6 +364,8 @@ func BuildImage(ctx context.Context, cfg config.Config, progress io.Writer) (str
 type ContainerStatus struct {
 	ID, State, Image string
 	Created          time.Time
+	// Slot is the slot the container serves; -1 for a session's container.
+	Slot int
 }
 
 // Sandbox lists the containers of cfg's data directory and the pid of the engine that owns it
@@ -390,7 +392,11 @@ func Sandbox(ctx context.Context, cfg config.Config) (dir string, owner int, con
 		return "", 0, nil, err
 	}
 	for _, c := range list {
-		containers = append(containers, ContainerStatus{ID: c.ID, State: string(c.State), Image: c.Image, Created: time.Unix(c.Created, 0)})
+		slot, ok := docker.SlotOf(c)
+		if !ok {
+			slot = -1
+		}
+		containers = append(containers, ContainerStatus{ID: c.ID, State: string(c.State), Image: c.Image, Created: time.Unix(c.Created, 0), Slot: slot})
 	}
 	return dir, owner, containers, nil
 }

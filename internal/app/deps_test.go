@@ -20,7 +20,9 @@ import (
 
 type depResult struct {
 	sandbox.Result
-	Error *struct{ Code, Field, Message string }
+	// Error is a refusal's; sandbox.Result's own "error" (the exception a run raised) is
+	// shadowed by it, as the tag makes the names the same.
+	Error *struct{ Code, Field, Message string } `json:"error"`
 }
 
 func runWithDeps(t *testing.T, url, code string, deps ...string) (int, depResult) {
@@ -75,6 +77,8 @@ func TestDependencies(t *testing.T) {
 	idx.AddWheel("tinypkg", "1.0", `VALUE = "1.0"`)
 	idx.AddWheel("pkg-b", "1.0", `import tinypkg`+"\n"+`VALUE = "b" + tinypkg.VALUE`, "tinypkg>=1")
 	idx.AddWheel("solo", "2.0", `VALUE = "solo"`)
+	// %pip's own package: the packages test below pre-installs solo.
+	idx.AddWheel("magicpkg", "1.0", `VALUE = "magic"`)
 	idx.Trickle("stalled-pkg") // pip's read timeout never fires: the install timeout must
 	idx.AddWheel("foo", "1.0", `VALUE = "1.0"`)
 	idx.AddWheel("foo", "2.0", `VALUE = "2.0"`)
@@ -138,15 +142,15 @@ func TestDependencies(t *testing.T) {
 	})
 
 	t.Run("%pip install takes the dependency path", func(t *testing.T) {
-		code := "%pip install solo==2.0\nimport solo\nsolo.VALUE"
+		code := "%pip install magicpkg==1.0\nimport magicpkg\nmagicpkg.VALUE"
 		body, _ := json.Marshal(map[string]any{"code": code, "timeout_ms": 60000})
 		resp, b := post(t, url, string(body))
 		var res depResult
 		if err := json.Unmarshal(b, &res); err != nil || resp.StatusCode != 200 {
 			t.Fatalf("%d %s", resp.StatusCode, b)
 		}
-		if res.Outcome != sandbox.OutcomeOK || !strings.Contains(res.Stdout, "sandpit: installed solo==2.0") || len(res.Results) != 1 ||
-			res.Results[0].Text() != "'solo'" || idx.Requests("solo") == 0 {
+		if res.Outcome != sandbox.OutcomeOK || !strings.Contains(res.Stdout, "sandpit: installed magicpkg==1.0") || len(res.Results) != 1 ||
+			res.Results[0].Text() != "'magic'" || idx.Requests("magicpkg") == 0 {
 			t.Fatalf("%%pip: %+v", res)
 		}
 		// The same validation as dependencies: a bad requirement is refused before pip runs.
@@ -319,7 +323,7 @@ func TestDependencies(t *testing.T) {
 			if p.Within == "" {
 				own = append(own, p.Name)
 				sizes[p.Name] = p.SizeBytes
-				if p.SizeBytes <= 0 || !strings.Contains(" tinypkg pkg-b foo bar six numexpr sesspkg ", " "+p.Name+" ") {
+				if p.SizeBytes <= 0 || !strings.Contains(" tinypkg pkg-b foo bar six numexpr sesspkg magicpkg ", " "+p.Name+" ") {
 					t.Errorf("package %+v", p)
 				}
 			} else {

@@ -582,6 +582,10 @@ func (b *bench) containers(ctx context.Context, in *instance) ([]string, error) 
 		if owner != in.daemon.pid() {
 			return nil, fmt.Errorf("the bench's data directory %s is owned by process %d, not by the bench's daemon (%d)", in.dataDir, owner, in.daemon.pid())
 		}
+		// The slots' boxes, slot 0's first: a session's container (the E2B API's warm one)
+		// comes and goes with the measurements.
+		list = slices.DeleteFunc(list, func(c app.ContainerStatus) bool { return c.Slot < 0 })
+		slices.SortFunc(list, func(a, b app.ContainerStatus) int { return a.Slot - b.Slot })
 		var ids []string
 		for _, c := range list {
 			if c.State == string(container.StateRunning) {

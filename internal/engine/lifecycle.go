@@ -556,7 +556,7 @@ func (m *Sessions) wake(ctx context.Context, info sandbox.SessionInfo) (sandbox.
 		m.mu.Unlock()
 		close(done)
 	}()
-	if err := m.reserve(info.Agent); err != nil {
+	if err := m.reserve(ctx, info.Agent); err != nil {
 		return sandbox.SessionInfo{}, err
 	}
 	defer m.unreserve(info.Agent)
@@ -681,7 +681,7 @@ func (m *Sessions) Fork(ctx context.Context, agent, id string) (sandbox.SessionI
 		}
 	}
 	defer files.Close()
-	if err := m.reserve(agent); err != nil {
+	if err := m.reserve(ctx, agent); err != nil {
 		return sandbox.SessionInfo{}, err
 	}
 	defer m.unreserve(agent)
@@ -942,7 +942,9 @@ func (m *Sessions) hibernateAll(ctx context.Context) int {
 	m.mu.Lock()
 	all := make(map[string]*liveSession, len(m.live))
 	for id, ls := range m.live {
-		all[id] = ls
+		if ls.info.Agent != WarmAgent { // a warm session holds nothing of anyone's: it just ends
+			all[id] = ls
+		}
 	}
 	m.mu.Unlock()
 	n := 0

@@ -110,7 +110,7 @@ func (m *Sessions) Create(ctx context.Context, req sandbox.SessionRequest) (sand
 	if err != nil {
 		return sandbox.SessionInfo{}, err
 	}
-	if err := m.reserve(agent); err != nil {
+	if err := m.reserve(ctx, agent); err != nil {
 		return sandbox.SessionInfo{}, err
 	}
 	defer m.unreserve(agent)
@@ -186,11 +186,25 @@ func (m *Sessions) duration(field string, ms *int64, def time.Duration) (time.Du
 }
 
 // reserve counts a session being created against the caps, or says which cap it passes.
-func (m *Sessions) reserve(agent string) error {
+func (m *Sessions) reserve(ctx context.Context, agent string) error {
+	id, err := m.tryReserve(agent)
+	if id != "" {
+		// At sessions_max with a warm session idle (see warm.go): a session asked for now
+		// comes first, and the pool makes another when there is room.
+		if _, cerr := m.CloseWarm(ctx, id); cerr == nil {
+			_, err = m.tryReserve(agent)
+		}
+	}
+	return err
+}
+
+// tryReserve is reserve's step under m.mu. At the daemon's cap it also returns a warm
+// session's ID that could make room, for any agent but WarmAgent.
+func (m *Sessions) tryReserve(agent string) (warmID string, _ error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return fmt.Errorf("%w: %w", sandbox.ErrNotReady, ErrInterrupted)
+		return "", fmt.Errorf("%w: %w", sandbox.ErrNotReady, ErrInterrupted)
 	}
 	total, mine := 0, m.opening[agent]
 	for _, n := range m.opening {
@@ -203,13 +217,22 @@ func (m *Sessions) reserve(agent string) error {
 		}
 	}
 	if total >= m.cfg.MaxTotal {
-		return &sandbox.SessionLimitError{Agent: agent, Limit: m.cfg.MaxTotal}
+		if agent != WarmAgent {
+			for id, ls := range m.live {
+				if ls.info.Agent == WarmAgent && !ls.info.Busy && ls.info.State == sandbox.SessionActive {
+					warmID = id
+					break
+				}
+			}
+		}
+		return warmID, &sandbox.SessionLimitError{Agent: agent, Limit: m.cfg.MaxTotal}
 	}
 	if mine >= m.cfg.MaxPerAgent {
-		return &sandbox.SessionLimitError{Agent: agent, Limit: m.cfg.MaxPerAgent, PerAgent: true}
+		return "", &sandbox.SessionLimitError{Agent: agent, Limit: m.cfg.MaxPerAgent, PerAgent: true}
 	}
 	m.opening[agent]++
-	return nil
+	m.closing.Add(1) // Shutdown waits for a session being made too (unreserve is its Done)
+	return "", nil
 }
 
 func (m *Sessions) unreserve(agent string) {
@@ -218,6 +241,7 @@ func (m *Sessions) unreserve(agent string) {
 	if m.opening[agent]--; m.opening[agent] <= 0 {
 		delete(m.opening, agent)
 	}
+	m.closing.Done()
 }
 
 // untilExpiry is how long from now ls may stay without a call. Called with m.mu held.

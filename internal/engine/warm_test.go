@@ -80,3 +80,28 @@ func TestWarmSessionsAreNobodysUntilAdopted(t *testing.T) {
 		t.Error("bob reads alice's adopted session")
 	}
 }
+
+// TestWarmSessionsGiveWayAtTheCap: at sessions_max, a session asked for closes an idle warm
+// one instead of answering 429 (a daemon's E2B pool took the last place, and a REST client's
+// fourth session was refused with three live).
+func TestWarmSessionsGiveWayAtTheCap(t *testing.T) {
+	svc := NewService(&fakeRuntime{}, Hooks{}, DefaultConfig(), nil)
+	cfg := DefaultSessionConfig()
+	cfg.MaxTotal = 1
+	m := NewSessions(svc, &fakeOpener{}, nil, cfg, nil)
+	defer m.Shutdown(context.Background())
+	ctx := t.Context()
+	w, err := m.CreateWarm(ctx, sandbox.SessionRequest{}, "x = 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Create(ctx, sandbox.SessionRequest{Agent: "alice"}); err != nil {
+		t.Fatalf("alice's session at the cap with a warm one idle: %v", err)
+	}
+	if _, err := m.Adopt(ctx, w.ID, "bob"); !errors.Is(err, sandbox.ErrSessionNotFound) {
+		t.Errorf("the warm session is still there to adopt: %v", err)
+	}
+	if _, err := m.Create(ctx, sandbox.SessionRequest{Agent: "bob"}); !errors.Is(err, errclass.Busy) {
+		t.Errorf("bob's session with no warm one to close: %v, want the cap", err)
+	}
+}

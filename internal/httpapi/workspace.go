@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -182,7 +183,7 @@ func (a *api) command(w http.ResponseWriter, r *http.Request) {
 func (a *api) endStream(w http.ResponseWriter, r *http.Request, lw *lineWriter, err error) {
 	switch {
 	case err == nil:
-	case !lw.started:
+	case !lw.begun():
 		a.fail(w, r, err)
 	default:
 		a.logFailure(r, err)
@@ -193,15 +194,27 @@ func (a *api) endStream(w http.ResponseWriter, r *http.Request, lw *lineWriter, 
 	_ = lw.rc.Flush()
 }
 
-// lineWriter writes NDJSON lines, each flushed, starting the 200 answer with the first.
+// lineWriter writes NDJSON lines, each flushed, starting the 200 answer with the first. Its
+// lines may come from several goroutines (a command's events and its end).
 type lineWriter struct {
-	w       http.ResponseWriter
-	rc      *http.ResponseController
+	w  http.ResponseWriter
+	rc *http.ResponseController
+
+	mu      sync.Mutex
 	started bool
 	err     error
 }
 
+// begun says whether the first line has been written (the answer has started).
+func (l *lineWriter) begun() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.started
+}
+
 func (l *lineWriter) line(v any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.err != nil {
 		return
 	}

@@ -275,6 +275,12 @@ func Containers(ctx context.Context, api client.APIClient, dataDir string) ([]co
 	return list.Items, nil
 }
 
+// SlotOf returns the slot a container of Containers serves, and false for another (a session's).
+func SlotOf(c container.Summary) (int, bool) {
+	slot, err := strconv.Atoi(c.Labels[labelSlot])
+	return slot, err == nil && c.Labels[labelSlot] != ""
+}
+
 // DataDirs lists the data directories that sandpit containers on this engine (running or not)
 // belong to, each once.
 func DataDirs(ctx context.Context, api client.APIClient) ([]string, error) {

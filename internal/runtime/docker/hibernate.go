@@ -17,18 +17,14 @@ import (
 
 // A session's pause and its files. Pause is the engine's pause (the cgroup freezer under runc,
 // the sandbox's own under runsc): every process stops where it stands and keeps its memory.
-// The files are the session's working directory and home (the executor's slot 0 directories
-// in the session's container: everything its calls wrote, and whatever they installed with
-// pip --user), carried as a tar stream by GNU tar run in the container.
+// The files are the session's home, sandbox.SessionHome (its working directory too:
+// everything its calls and commands wrote, and whatever they installed with pip --user),
+// carried as a tar stream by GNU tar run in the container.
 
 var (
 	_ sandbox.PausableBox = (*sessionBox)(nil)
 	_ sandbox.FilesBox    = (*sessionBox)(nil)
 )
-
-// sessionDirs are the session's directories, relative to the executor's run root (/sandbox):
-// slot 0's working directory and home (see the executor's slotDir and homeDir).
-var sessionDirs = []string{"slot-0", "home-0"}
 
 // Pause freezes the session's container (sandbox.PausableBox). The control line's heartbeat
 // stops first: a frozen executor answers no ping.
@@ -50,28 +46,23 @@ func (b *sessionBox) Unpause(ctx context.Context) error {
 	return nil
 }
 
-// SaveFiles writes the session's directories to w as a tar stream (sandbox.FilesBox), read as
+// SaveFiles writes the session's home to w as a tar stream (sandbox.FilesBox), read as
 // root in the container (symbolic links are kept as links, never followed). The container
 // must be running.
 func (b *sessionBox) SaveFiles(ctx context.Context, w io.Writer) error {
-	// A session whose interpreter never started has no directories yet: an empty archive.
-	script := `cd /sandbox && set -- && for d in ` + strings.Join(sessionDirs, " ") + `; do if [ -e "$d" ]; then set -- "$@" "$d"; fi; done && ` +
-		`exec tar --numeric-owner -cf - -T /dev/null "$@"`
-	cmd := []string{"/bin/sh", "-c", script}
+	cmd := []string{"tar", "--numeric-owner", "-C", sandbox.SessionHome, "-cf", "-", "."}
 	if err := b.exec(ctx, "0", cmd, nil, w); err != nil {
 		return fmt.Errorf("saving the session's files: %w", err)
 	}
 	return nil
 }
 
-// RestoreFiles unpacks a stream of SaveFiles into the session's directories
-// (sandbox.FilesBox), as the session's own uid: the files become its, and nothing in the
-// stream can write where that uid could not. Its interpreter must have started (which makes
-// the directories afresh).
+// RestoreFiles unpacks a stream of SaveFiles into the session's home (sandbox.FilesBox), as
+// the session's own uid: the files become its, and nothing in the stream can write where that
+// uid could not. Its interpreter must have started (which makes the home its own).
 func (b *sessionBox) RestoreFiles(ctx context.Context, r io.Reader) error {
 	uid := strconv.Itoa(UIDBase + MaxSlots + b.uid)
-	// cd, not tar -C: /sandbox is 0711, which the uid may pass through but not open.
-	cmd := []string{"/bin/sh", "-c", "cd /sandbox && exec tar --no-same-owner --no-overwrite-dir -xpf -"}
+	cmd := []string{"tar", "--no-same-owner", "--no-overwrite-dir", "-C", sandbox.SessionHome, "-xpf", "-"}
 	if err := b.exec(ctx, uid+":"+uid, cmd, r, io.Discard); err != nil {
 		return fmt.Errorf("restoring the session's files: %w", err)
 	}

@@ -17,8 +17,11 @@ func (s *Suite) TestH1InfiniteLoopTimesOut(t *testing.T) {
 	start := time.Now()
 	res := Exec(t, s.rt, 0, Spec("while True: pass", 2*time.Second), nil)
 	expect(t, res, sandbox.OutcomeTimeout)
-	if d := time.Since(start); d > 3*time.Second {
-		t.Fatalf("answered after %s, want within timeout + 1 s", d)
+	// Not a timing: a kill that waited for something (the run's end, a child) would hang here.
+	// The margin is wide because the kill is done by a helper process the executor starts,
+	// which under the race detector is a large binary on a loaded machine.
+	if d := time.Since(start); d > 12*time.Second {
+		t.Fatalf("answered after %s: the run was not killed at its timeout", d)
 	}
 	if !strings.Contains(res.Reason, "2000 ms") {
 		t.Fatalf("reason %q does not name the timeout", res.Reason)
