@@ -391,9 +391,9 @@ func readStream(r io.Reader, onEvent func(apitype.Event)) (Answer, error) {
 				return Answer{}, fmt.Errorf("reading the execution stream: bad line: %w", jerr)
 			}
 			switch l.Type {
-			case apitype.StreamStdout, apitype.StreamStderr, apitype.StreamLog, apitype.StreamDependency, apitype.StreamFile:
+			case apitype.StreamStdout, apitype.StreamStderr, apitype.StreamLog, apitype.StreamDependency, apitype.StreamFile, apitype.StreamDisplay:
 				if onEvent != nil {
-					onEvent(apitype.Event{Stream: l.Type, Data: l.Data, Dependency: l.Dependency, Level: l.Level, File: l.File})
+					onEvent(apitype.Event{Stream: l.Type, Data: l.Data, Dependency: l.Dependency, Level: l.Level, File: l.File, Display: l.Display})
 				}
 			case apitype.StreamResult:
 				if l.Result == nil {

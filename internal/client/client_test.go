@@ -404,3 +404,20 @@ func TestClassOfForeignAnswers(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamDisplays: a stream's display lines reach the caller (a trial's `sandpit run -c '1+1'`
+// through a daemon printed nothing: the client dropped them as a newer client's type).
+func TestStreamDisplays(t *testing.T) {
+	c := rawServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		io.WriteString(w, `{"type":"display","display":{"data":{"text/plain":"2"},"is_main_result":true}}`+"\n"+
+			`{"type":"result","result":{"id":"ex_a","outcome":"ok"}}`+"\n")
+	})
+	var got []apitype.Event
+	if _, err := c.Execute(context.Background(), apitype.ExecuteRequest{Code: "1+1"}, func(ev apitype.Event) { got = append(got, ev) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Stream != apitype.StreamDisplay || got[0].Display == nil || !got[0].Display.IsMainResult {
+		t.Fatalf("events %+v, want the display", got)
+	}
+}
