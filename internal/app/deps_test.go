@@ -153,9 +153,10 @@ func TestDependencies(t *testing.T) {
 			res.Results[0].Text() != "'magic'" || idx.Requests("magicpkg") == 0 {
 			t.Fatalf("%%pip: %+v", res)
 		}
-		// The same validation as dependencies: a bad requirement is refused before pip runs.
+		// The same validation as dependencies: a bad requirement is refused before pip runs, and
+		// the refusal fails the program (a trial's agent read "ok" for a refused %pip).
 		_, res = runWithDeps(t, url, "%pip install 'a b c'\nprint('after')")
-		if res.Outcome != sandbox.OutcomeOK || !strings.Contains(res.Stderr, "%pip install") || res.Stdout != "after\n" {
+		if res.Outcome != sandbox.OutcomeError || !strings.Contains(res.Stderr, "%pip install") || res.Stdout != "" {
 			t.Fatalf("%%pip with a bad requirement: %+v", res)
 		}
 	})

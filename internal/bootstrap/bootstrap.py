@@ -618,6 +618,11 @@ class _Notebook:
         config = Config()
         config.HistoryManager.enabled = False  # no SQLite file, no saving thread
         config.InteractiveShell.colors = "NoColor"
+        if os.path.realpath(os.path.expanduser("~")) == os.path.realpath(os.getcwd()):
+            # A session's home is its working directory, whose new files are its calls' output
+            # files: IPython's profile directory (it writes a README there) goes elsewhere.
+            import tempfile
+            config.InteractiveShell.ipython_dir = tempfile.mkdtemp(prefix="ipython-")
         shell = InteractiveShell.instance(config=config)
         builtins.__dict__.pop("__IPYTHON__", None)
         try:
@@ -696,15 +701,15 @@ class _Notebook:
         """%pip install REQ...: installs through sandpit's dependency path, then makes the
         packages importable in this run."""
         words = line.split()
+        # A failed install fails the program (outcome error), so that nothing after it runs
+        # without the packages and no agent reads an ok outcome for it.
         if not words or words[0] != "install" or len(words) < 2 or any(w.startswith("-") for w in words[1:]):
-            print("sandpit: %pip takes `install` and requirements (PEP 508), without pip's options: "
-                  "%pip install pandas==2.2.2 requests", file=sys.stderr)
-            return
+            raise RuntimeError("sandpit: %pip takes `install` and requirements (PEP 508), without pip's options: "
+                               "%pip install pandas==2.2.2 requests") from None
         try:
             paths = _call("pip_install", {"requirements": words[1:]})
         except _AgentError as exc:
-            print(f"sandpit: {exc}", file=sys.stderr)
-            return
+            raise RuntimeError(f"sandpit: {exc}") from None
         for p in reversed(paths or []):
             if p not in sys.path:
                 sys.path.insert(1, p)

@@ -281,6 +281,9 @@ func (s *Suite) TestNotebookSessionExecutionCount(t *testing.T) {
 		if res.ExecutionCount != i+1 {
 			t.Fatalf("call %d: execution_count %d", i+1, res.ExecutionCount)
 		}
+		if len(res.Files) != 0 { // IPython's profile README was one in a session's home
+			t.Fatalf("call %d made no file, but lists %+v", i+1, res.Files)
+		}
 		m := mainResult(t, res)
 		if (c.value == "") != (m == nil) || (m != nil && (m.Text() != c.value || m.ExecutionCount != i+1)) {
 			t.Fatalf("call %d: main result %+v, want %q", i+1, m, c.value)
