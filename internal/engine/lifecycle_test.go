@@ -212,6 +212,14 @@ func TestPauseResume(t *testing.T) {
 	if p, ok := errors.AsType[*sandbox.SessionPausedError](err); !ok || errclass.Of(err) != errclass.Conflict || !strings.Contains(p.Error(), "/resume") {
 		t.Fatalf("a call to a paused session: %v", err)
 	}
+	// Its commands and files too: a trial's command to a paused session hung until the
+	// session was hibernated, its frozen box answering nothing.
+	if _, err := m.Command(ctx, "a", s.ID, CommandRequest{Cmd: "true"}, nil); !errors.As(err, new(*sandbox.SessionPausedError)) {
+		t.Fatalf("a command to a paused session: %v", err)
+	}
+	if _, err := m.ReadFile(ctx, "a", s.ID, "x", 0, 0); !errors.As(err, new(*sandbox.SessionPausedError)) {
+		t.Fatalf("a file read in a paused session: %v", err)
+	}
 	if _, err := m.Resume(ctx, "b", s.ID); !errors.Is(err, sandbox.ErrSessionNotFound) {
 		t.Fatalf("another agent's resume: %v", err)
 	}

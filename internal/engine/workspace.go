@@ -116,7 +116,7 @@ func (m *Sessions) Command(ctx context.Context, agent, id string, req CommandReq
 	if err != nil {
 		return CommandResult{}, err
 	}
-	ls, err := m.lookup(ctx, agent, id)
+	ls, err := m.callable(ctx, agent, id)
 	if err != nil {
 		return CommandResult{}, err
 	}
@@ -341,7 +341,7 @@ func (m *Sessions) processEnded(ls *liveSession, agent string, p *liveProcess) {
 
 // process returns agent's session id's process pid.
 func (m *Sessions) process(ctx context.Context, agent, id, pid string) (*liveSession, *liveProcess, error) {
-	ls, err := m.lookup(ctx, agent, id)
+	ls, err := m.callable(ctx, agent, id)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -521,9 +521,10 @@ func (m *Sessions) Resize(ctx context.Context, agent, id, pid string, size sandb
 	return ls.box.ResizeProcess(ctx, pid, size)
 }
 
-// box returns agent's live session id's box, marking it used.
+// box returns agent's live session id's box, marking it used: a paused one is resumed when it
+// was created with auto_resume, else a *SessionPausedError (a frozen box would answer nothing).
 func (m *Sessions) box(ctx context.Context, agent, id string) (sandbox.SessionBox, error) {
-	ls, err := m.lookup(ctx, agent, id)
+	ls, err := m.callable(ctx, agent, id)
 	if err != nil {
 		return nil, err
 	}
