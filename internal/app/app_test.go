@@ -37,6 +37,9 @@ func testConfig(t testing.TB) config.Config {
 	cfg.BaseImage = testenv.BaseImage(t)
 	cfg.ExecutorPath = testenv.Executor(t)
 	cfg.Listen = "127.0.0.1:0"
+	// No E2B warm pool: its session and container would count in the tests of slots and
+	// sessions. The E2B tests ask for one (e2bDaemon).
+	cfg.E2BPool = 0
 	testenv.RemoveContainers(t, cfg.DataDir)
 	return cfg
 }
