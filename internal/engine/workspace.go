@@ -153,6 +153,7 @@ func (m *Sessions) Command(ctx context.Context, agent, id string, req CommandReq
 		stdout, stderr strings.Builder
 		whole          bool
 	)
+	emit = inOrder(emit)
 	if !req.Background {
 		whole = true
 		p.subs[-1] = func(ev CommandEvent) {
@@ -649,4 +650,35 @@ func (m *Sessions) RemoveFile(ctx context.Context, agent, id, p string, recursiv
 		return err
 	}
 	return b.RemoveFile(ctx, sandbox.FileRemove{Path: p, Recursive: recursive})
+}
+
+// inOrder returns emit made safe for the two goroutines a foreground command's events come
+// from (its output, on the control line's; its start, on the caller's), and keeping "start"
+// first: output that arrives before it waits for it. nil stays nil.
+func inOrder(emit func(CommandEvent)) func(CommandEvent) {
+	if emit == nil {
+		return nil
+	}
+	var (
+		mu      sync.Mutex
+		started bool
+		early   []CommandEvent
+	)
+	return func(ev CommandEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case ev.Type == "start":
+			started = true
+			emit(ev)
+			for _, e := range early {
+				emit(e)
+			}
+			early = nil
+		case !started:
+			early = append(early, ev)
+		default:
+			emit(ev)
+		}
+	}
 }
