@@ -55,15 +55,18 @@ type ProcessEnd struct {
 // Process is one command of a session.
 type Process struct {
 	// ID is "pr_" and 26 lowercase base32 characters; PID its process ID in the sandbox.
-	ID         string    `json:"id"`
-	SessionID  string    `json:"session_id"`
-	PID        int       `json:"pid"`
-	Command    string    `json:"command"`
-	Argv       []string  `json:"argv"`
-	Cwd        string    `json:"cwd"`
-	Background bool      `json:"background"`
-	PTY        *TermSize `json:"pty,omitempty"`
-	TimeoutMS  int64     `json:"timeout_ms,omitempty"`
+	ID        string `json:"id"`
+	SessionID string `json:"session_id"`
+	PID       int    `json:"pid"`
+	Command   string `json:"command"`
+	// CommandTruncated says Command holds only the start of a longer line (a recorded
+	// command's first 4096 bytes).
+	CommandTruncated bool      `json:"command_truncated,omitempty"`
+	Argv             []string  `json:"argv"`
+	Cwd              string    `json:"cwd"`
+	Background       bool      `json:"background"`
+	PTY              *TermSize `json:"pty,omitempty"`
+	TimeoutMS        int64     `json:"timeout_ms,omitempty"`
 	// State is "running" or "ended" (End set).
 	State       string      `json:"state"`
 	StartedAt   time.Time   `json:"started_at"`
@@ -92,6 +95,14 @@ type CommandEvent struct {
 // ProcessList is the answer of GET …/processes.
 type ProcessList struct {
 	Processes []Process `json:"processes"`
+}
+
+// CommandList is the answer of GET …/sessions/{id}/commands: a page of the commands the
+// ledger recorded for the session as each ended, newest first (their command lines cut at 4096
+// bytes, without argv), and the cursor of the next page ("" after the last).
+type CommandList struct {
+	Commands   []Process `json:"commands"`
+	NextCursor string    `json:"next_cursor"`
 }
 
 // ProcessInput is the body of POST …/processes/{pid}/input: Data (text) or DataBase64, then

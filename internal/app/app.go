@@ -35,6 +35,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/mcpserver"
 	"github.com/sandpit-dev/sandpit/internal/metrics"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
+	"github.com/sandpit-dev/sandpit/internal/runtime/boxspec"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/setup"
@@ -45,7 +46,9 @@ import (
 // container until Close.
 type Core struct {
 	Service *engine.Service
-	Runtime *docker.Runtime
+	// Runtime holds the sandboxes: a *docker.Runtime, or a *kubernetes.Runtime with runtime
+	// "kubernetes".
+	Runtime Sandboxes
 	Store   *store.Store
 	// Files keeps runs' output files in the data directory.
 	Files   *store.Files
@@ -58,9 +61,15 @@ type Core struct {
 	// Sessions keeps the stateful sessions, each in a container of its own.
 	Sessions *engine.Sessions
 	// E2B serves the E2B-compatible API (mounted under /e2b by Serve).
-	E2B  *e2b.Server
-	api  *client.Client
-	lock *datadir.Lock
+	E2B *e2b.Server
+	// Image is the sandbox image the runtime runs (its tag, or the reference the nodes pull).
+	Image string
+	api   *client.Client // nil with runtime "kubernetes"
+	lock  *datadir.Lock
+	// boxes names the runtime's warm slot sandboxes (short container IDs, or pod names), for
+	// the log when it stops; boxKind says which ("containers" or "pods").
+	boxes   func() []string
+	boxKind string
 }
 
 // DockerClient returns a client for the engine named by cfg.DockerHost, or by the Docker
@@ -120,17 +129,25 @@ func RuntimeConfig(cfg config.Config, progress io.Writer) (docker.Config, error)
 			Network:         cfg.Network,
 			Runtime:         cfg.ContainerRuntime(),
 		},
-		Slots: cfg.Slots,
-		Pip: protocol.PipOptions{
-			IndexURL:       cfg.IndexURL,
-			ExtraIndexURLs: cfg.ExtraIndexURLs,
-			TrustedHosts:   cfg.TrustedHosts,
-			BinaryOnly:     cfg.BinaryOnly,
-		},
-		ForkServer: docker.ForkServer{Enabled: cfg.ForkServer, Preload: cfg.Preload, MaxRuns: cfg.ForkServerMaxRuns},
-		ReadyWait:  30 * time.Second,
-		Progress:   progress,
+		Slots:        cfg.Slots,
+		WarmSessions: min(cfg.WarmSessions, cfg.SessionsMax),
+		Pip:          pipOptions(cfg),
+		ForkServer:   forkServer(cfg),
+		ReadyWait:    30 * time.Second,
+		Progress:     progress,
 	}, nil
+}
+
+// pipOptions is pip's settings for the sandboxes' dependency installs, from cfg (either
+// runtime).
+func pipOptions(cfg config.Config) protocol.PipOptions {
+	return protocol.PipOptions{IndexURL: cfg.IndexURL, ExtraIndexURLs: cfg.ExtraIndexURLs, TrustedHosts: cfg.TrustedHosts,
+		BinaryOnly: cfg.BinaryOnly}
+}
+
+// forkServer is the executors' fork server settings, from cfg (either runtime).
+func forkServer(cfg config.Config) boxspec.ForkServer {
+	return boxspec.ForkServer{Enabled: cfg.ForkServer, Preload: cfg.Preload, MaxRuns: cfg.ForkServerMaxRuns}
 }
 
 // Open validates cfg, takes the data directory's lock (a *datadir.LockedError when another
@@ -190,20 +207,45 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	if err := recoverStopped(ctx, st, log); err != nil {
 		return nil, err
 	}
-	api, err := DockerClient(cfg)
-	if err != nil {
-		return nil, err
-	}
-	closers = append(closers, api.Close)
-	cfg = ChooseBaseImage(ctx, api, cfg)
-	rcfg, err := RuntimeConfig(cfg, progress)
-	if err != nil {
-		return nil, err
-	}
-	rcfg.WaitForEngine = waitForEngine
-	rt, err := docker.Start(ctx, api, rcfg, log)
-	if err != nil {
-		return nil, err
+	var (
+		rt      Sandboxes
+		api     *client.Client
+		image   string
+		boxes   func() []string
+		boxKind string
+	)
+	if cfg.Runtime == config.RuntimeKubernetes {
+		krt, err := startKubernetes(ctx, cfg, st.Daemon(), log)
+		if err != nil {
+			return nil, err
+		}
+		rt, image, boxes, boxKind = krt, krt.Image(), krt.PodNames, "pods"
+	} else {
+		if api, err = DockerClient(cfg); err != nil {
+			return nil, err
+		}
+		closers = append(closers, api.Close)
+		cfg = ChooseBaseImage(ctx, api, cfg)
+		rcfg, err := RuntimeConfig(cfg, progress)
+		if err != nil {
+			return nil, err
+		}
+		rcfg.WaitForEngine = waitForEngine
+		if !waitForEngine {
+			rcfg.WarmSessions = 0 // a one-off command: no session would claim them
+		}
+		drt, err := docker.Start(ctx, api, rcfg, log)
+		if err != nil {
+			return nil, err
+		}
+		rt, image, boxKind = drt, drt.Image().Tag, "containers"
+		boxes = func() []string {
+			ids := drt.ContainerIDs()
+			for i, id := range ids {
+				ids[i] = id[:min(12, len(id))] // as docker ps shows it
+			}
+			return ids
+		}
 	}
 	m := metrics.New()
 	hooks, scfg, err := serviceHooks(cfg, st, files, m)
@@ -236,8 +278,11 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		Metrics:  m,
 		Sessions: sessions,
 		E2B:      e2bServer,
+		Image:    image,
 		api:      api,
 		lock:     lock,
+		boxes:    boxes,
+		boxKind:  boxKind,
 	}, nil
 }
 
@@ -340,7 +385,9 @@ func (e *Core) Close() error {
 	e.Sessions.Shutdown(ctx) // sessions hibernate (session_hibernate_on_stop) or end; their containers go
 	cancel()
 	err := e.Runtime.Close()
-	e.api.Close()
+	if e.api != nil {
+		e.api.Close()
+	}
 	return errors.Join(err, e.Store.Close(), e.lock.Release())
 }
 
@@ -360,7 +407,8 @@ func BuildImage(ctx context.Context, cfg config.Config, progress io.Writer) (str
 	return img.Tag, built, err
 }
 
-// ContainerStatus describes one container of a data directory.
+// ContainerStatus describes one container of a data directory (or, runtime "kubernetes", one
+// pod of its daemon: ID is the pod's name and State its phase).
 type ContainerStatus struct {
 	ID, State, Image string
 	Created          time.Time
@@ -369,7 +417,8 @@ type ContainerStatus struct {
 }
 
 // Sandbox lists the containers of cfg's data directory and the pid of the engine that owns it
-// (0 when none does).
+// (0 when none does). With runtime "kubernetes" it lists no containers (SandboxPods lists the
+// pods).
 func Sandbox(ctx context.Context, cfg config.Config) (dir string, owner int, containers []ContainerStatus, err error) {
 	dir, err = datadir.Canonical(cfg.DataDir)
 	if err != nil {
@@ -381,6 +430,9 @@ func Sandbox(ctx context.Context, cfg config.Config) (dir string, owner int, con
 		owner = locked.PID
 	} else {
 		return "", 0, nil, err
+	}
+	if cfg.Runtime == config.RuntimeKubernetes {
+		return dir, owner, nil, nil // its pods: SandboxPods
 	}
 	api, err := DockerClient(cfg)
 	if err != nil {
@@ -407,12 +459,16 @@ type Removed struct {
 	Containers int
 	// Volume is the package volume's name, "" when it was kept or there was none.
 	Volume string
+	// Lease is the daemon's Lease's name (runtime "kubernetes"), "" when there was none.
+	Lease string
 }
 
 // RemoveSandbox removes the containers of cfg's data directory and, with volume, its package
 // volume (the installed dependencies and pip's cache): everything the data directory made in
-// the engine but the images, which other data directories share. It takes the directory's lock
-// first, so it refuses (a *datadir.LockedError) while an engine uses them.
+// the engine but the images, which other data directories share. With runtime "kubernetes" it
+// removes the daemon's pods (counted as Containers) and its Lease instead, refused while the
+// Lease is held. It takes the directory's lock first, so it refuses (a *datadir.LockedError)
+// while an engine uses them.
 func RemoveSandbox(ctx context.Context, cfg config.Config, volume bool) (Removed, error) {
 	var out Removed
 	lock, err := datadir.Acquire(cfg.DataDir)
@@ -420,6 +476,9 @@ func RemoveSandbox(ctx context.Context, cfg config.Config, volume bool) (Removed
 		return out, err
 	}
 	defer lock.Release()
+	if cfg.Runtime == config.RuntimeKubernetes {
+		return removeKubernetesSandbox(ctx, cfg)
+	}
 	api, err := DockerClient(cfg)
 	if err != nil {
 		return out, err
@@ -485,7 +544,7 @@ func Serve(ctx context.Context, cfg config.Config, version string, log *slog.Log
 			"and they must name a host in allowed_hosts", "address", ln.Addr().String(), "allowed_hosts", cfg.AllowedHosts)
 	}
 	log.Info("sandpit is serving", "address", "http://"+ln.Addr().String(), "data_dir", cfg.DataDir,
-		"image", eng.Runtime.Image().Tag, "slots", cfg.Slots, "network", cfg.Network)
+		"image", eng.Image, "runtime", cfg.Runtime, "slots", cfg.Slots, "network", cfg.Network)
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
@@ -551,15 +610,16 @@ func shutdown(srv *http.Server, eng *Core, bgDone <-chan struct{}, log *slog.Log
 // logStopped says the daemon stopped, naming the warm containers it leaves up.
 func logStopped(eng *Core, log *slog.Logger) {
 	var up []string
-	for _, id := range eng.Runtime.ContainerIDs() {
-		if len(id) >= 12 {
-			up = append(up, id[:12])
+	for _, id := range eng.boxes() {
+		if id != "" { // a slot that never had one
+			up = append(up, id)
 		}
 	}
 	if len(up) > 0 {
-		log.Info("stopped; the warm containers stay up for the next daemon", "containers", strings.Join(up, ","))
+		log.Info("stopped; the warm "+eng.boxKind+" stay up for the next daemon (`sandpit sandbox rm` removes them)",
+			eng.boxKind, strings.Join(up, ","))
 	} else {
-		log.Info("stopped; no warm container was started (the Docker engine never answered)")
+		log.Info("stopped; no warm " + eng.boxKind + " were started (the runtime never reached its engine)")
 	}
 }
 

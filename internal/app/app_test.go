@@ -37,9 +37,10 @@ func testConfig(t testing.TB) config.Config {
 	cfg.BaseImage = testenv.BaseImage(t)
 	cfg.ExecutorPath = testenv.Executor(t)
 	cfg.Listen = "127.0.0.1:0"
-	// No E2B warm pool: its session and container would count in the tests of slots and
-	// sessions. The E2B tests ask for one (e2bDaemon).
-	cfg.E2BPool = 0
+	// No E2B warm pool and no warm session container: their containers would count in the
+	// tests of slots and sessions. The E2B tests ask for a pool (e2bDaemon); the warm session
+	// containers are the Docker runtime's tests' (warm_test.go) and TestWarmSessionREST's.
+	cfg.E2BPool, cfg.WarmSessions = 0, 0
 	testenv.RemoveContainers(t, cfg.DataDir)
 	return cfg
 }
@@ -424,7 +425,13 @@ func TestDaemonRestartAdoptsContainer(t *testing.T) {
 		case err := <-done:
 			t.Fatal(err)
 		}
-		waitContainers(t, cfg.DataDir, cfg.Slots) // ready with slot 0; the others follow
+		// Ready with slot 0; the others follow. Wait until every slot's container runs: one a
+		// stopping daemon was still starting stays created, and the next daemon replaces it.
+		for deadline := time.Now().Add(time.Minute); len(testenv.RunningContainers(t, cfg.DataDir)) < cfg.Slots; time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d slot containers running after a minute", len(testenv.RunningContainers(t, cfg.DataDir)), cfg.Slots)
+			}
+		}
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatal(err)

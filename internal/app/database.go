@@ -87,6 +87,23 @@ func Advertised(listen string) string {
 }
 
 // daemonID returns cfg's daemon_id, or the ID kept in the data directory (made on first use).
+// storedDaemonID is the daemon's ID as daemonID finds it, without making one: "" when
+// daemon_id is not set and the data directory keeps none.
+func storedDaemonID(cfg config.Config) (string, error) {
+	if cfg.DaemonID != "" {
+		return cfg.DaemonID, nil
+	}
+	path := filepath.Join(cfg.DataDir, DaemonIDFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading the daemon's ID from %s: %w (or set daemon_id)", path, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
 func daemonID(cfg config.Config) (string, error) {
 	if cfg.DaemonID != "" {
 		return cfg.DaemonID, nil

@@ -79,7 +79,7 @@ func Doctor(ctx context.Context, cfg config.Config, src ConfigSource, url string
 		err = executorFile(exe)
 	}
 	if err != nil {
-		add(Check{Name: "executor binary", Required: true, Detail: err.Error(), Fix: "run `make build`, or set executor_path to a built sandpit-executor"})
+		add(Check{Name: "executor binary", Required: cfg.Runtime != config.RuntimeKubernetes, Detail: err.Error(), Fix: "run `make build`, or set executor_path to a built sandpit-executor"})
 	} else {
 		add(Check{Name: "executor binary", OK: true, Required: true, Detail: exe})
 	}
@@ -91,6 +91,11 @@ func Doctor(ctx context.Context, cfg config.Config, src ConfigSource, url string
 		add(databaseCheck(ctx, cfg.DatabaseURL))
 	}
 
+	if cfg.Runtime == config.RuntimeKubernetes {
+		checks = append(checks, kubernetesChecks(ctx, cfg)...)
+		add(d.check)
+		return checks
+	}
 	api, err := DockerClient(cfg)
 	if err == nil {
 		defer api.Close()

@@ -160,20 +160,39 @@ func TestEngineUnreachable(t *testing.T) {
 	}
 }
 
-// killableDaemon returns the URL of a daemon process serving cfg's data directory (with the
-// environment extra added) and start, which starts it and waits until it is ready: a process
-// of its own, for tests that kill it with SIGKILL.
-func killableDaemon(t *testing.T, cfg config.Config, extra ...string) (string, func() *exec.Cmd) {
+// killableDaemon returns the URL of a daemon process that serves cfg, every key of it (see
+// config.Environ: neither the process's defaults nor the test's environment change it), and
+// start, which starts it and waits until it is ready: a process of its own, for tests that
+// kill it with SIGKILL. A failed test logs the end of the daemons' output.
+func killableDaemon(t *testing.T, cfg config.Config) (string, func() *exec.Cmd) {
 	t.Helper()
 	bin := buildSandpit(t)
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
 	ln.Close()
 	url := "http://" + addr
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SANDPIT_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, cfg.Environ()...)
+	logPath := filepath.Join(t.TempDir(), "daemon.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		logFile.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("the daemons' output (its end):\n%s", b[max(0, len(b)-16<<10):])
+		}
+	})
 	return url, func() *exec.Cmd {
 		cmd := exec.Command(bin, "serve", "--listen", addr)
-		cmd.Env = append(append(os.Environ(), "SANDPIT_DATA_DIR="+cfg.DataDir, "SANDPIT_BASE_IMAGE="+cfg.BaseImage,
-			"SANDPIT_EXECUTOR_PATH="+cfg.ExecutorPath), extra...)
+		cmd.Env, cmd.Stdout, cmd.Stderr = env, logFile, logFile
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

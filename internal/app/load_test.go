@@ -222,8 +222,11 @@ func TestLoad(t *testing.T) {
 			if res.ID == "" || res.Agent != agent || res.TimeoutMS != prog.timeoutMS {
 				t.Errorf("request %d (%s): result id %q agent %q timeout_ms %d", i, prog.name, res.ID, res.Agent, res.TimeoutMS)
 			}
-			if res.DurationMS > res.TimeoutMS+1000 {
-				t.Errorf("request %d (%s): ran %d ms, over its timeout_ms %d by more than 1 s", i, prog.name, res.DurationMS, res.TimeoutMS)
+			// The runtime enforces the timeout: a run outlives it only by the kill's own time,
+			// which a loaded machine stretches (1.4 s seen on CI with a cluster beside it); an
+			// unenforced timeout runs on to the 20 s of the other programs or the outer deadline.
+			if res.DurationMS > res.TimeoutMS+10_000 {
+				t.Errorf("request %d (%s): ran %d ms, over its timeout_ms %d by more than 10 s: the timeout was not enforced", i, prog.name, res.DurationMS, res.TimeoutMS)
 			}
 			if res.Outcome != prog.outcome || (prog.stdout != "" && res.Stdout != prog.stdout) {
 				t.Errorf("request %d (%s): outcome %s (%s), stdout %q; want %s, %q", i, prog.name, res.Outcome, res.Reason,

@@ -114,10 +114,13 @@ func health(ctx context.Context, svc *engine.Service) error {
 type daemonSetup struct{ eng *Core }
 
 func (d daemonSetup) Ping(ctx context.Context, _ string) (string, error) {
+	if d.eng.api == nil {
+		return "kubernetes runtime (no Docker engine used)", nil
+	}
 	return serverVersion(ctx, d.eng.api)
 }
 func (d daemonSetup) Image(context.Context, func(string), func(string, float64)) (string, bool, error) {
-	return d.eng.Runtime.Image().Tag, false, nil
+	return d.eng.Image, false, nil
 }
 func (d daemonSetup) Sandbox(context.Context) (bool, error) { return false, nil }
 func (d daemonSetup) Health(ctx context.Context) error      { return health(ctx, d.eng.Service) }

@@ -15,21 +15,28 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
+// waltSession starts a session daemon on a fresh data directory and creates a session of
+// agent walt through the REST API: it answers the daemon's URL, the session, and the
+// session's URL (…/v1/agents/walt/sessions/ID).
+func waltSession(t *testing.T) (url string, s apitype.Session, base string) {
+	t.Helper()
+	dir := t.TempDir()
+	testenv.RemoveContainers(t, dir)
+	url, _ = sessionDaemon(t, dir)
+	status, body := httpCall(t, "POST", url+"/v1/agents/walt/sessions", "")
+	if status != 201 || json.Unmarshal(body, &s) != nil {
+		t.Fatalf("create: %d %s", status, body)
+	}
+	return url, s, url + "/v1/agents/walt/sessions/" + s.ID
+}
+
 // TestWorkspaceREST drives a session's commands and files through the REST API of a real
 // daemon, with the errors each interface promises (400 naming the path and the rule, 404, 409,
 // 413 naming the limit, 404 for an unknown process, 400 for an unknown signal).
 func TestWorkspaceREST(t *testing.T) {
-	dir := t.TempDir()
-	testenv.RemoveContainers(t, dir)
-	url, _ := sessionDaemon(t, dir)
-	status, body := httpCall(t, "POST", url+"/v1/agents/walt/sessions", "")
-	var s apitype.Session
-	if status != 201 || json.Unmarshal(body, &s) != nil {
-		t.Fatalf("create: %d %s", status, body)
-	}
-	base := url + "/v1/agents/walt/sessions/" + s.ID
+	url, s, base := waltSession(t)
 
-	status, body = httpCall(t, "POST", base+"/commands", `{"cmd": "echo hi; echo oops >&2; exit 2"}`)
+	status, body := httpCall(t, "POST", base+"/commands", `{"cmd": "echo hi; echo oops >&2; exit 2"}`)
 	var res apitype.CommandResult
 	if status != 200 || json.Unmarshal(body, &res) != nil || res.Stdout != "hi\n" || res.Stderr != "oops\n" || res.Process.End.ExitCode != 2 ||
 		res.Process.End.Outcome != "error" || res.Process.PID <= 0 {
@@ -67,6 +74,48 @@ func TestWorkspaceREST(t *testing.T) {
 	if status, body = httpCall(t, "GET", base+"/processes", ""); status != 200 || !bytes.Contains(body, []byte(res.Process.ID)) {
 		t.Fatalf("processes: %d %s", status, body)
 	}
+	// The ledger's commands: each recorded once it answered, newest first, a page at a time,
+	// the agent's own only.
+	first := res.Process.ID
+	status, body = httpCall(t, "GET", base+"/commands", "")
+	var cl apitype.CommandList
+	if status != 200 || json.Unmarshal(body, &cl) != nil || len(cl.Commands) != 3 || cl.Commands[0].ID != first || cl.NextCursor != "" ||
+		cl.Commands[2].Command != "echo hi; echo oops >&2; exit 2" || cl.Commands[2].End == nil || cl.Commands[2].End.ExitCode != 2 ||
+		cl.Commands[1].Command != "sh -c 'echo streamed'" { // argv, shell-quoted
+		t.Fatalf("commands: %d %s", status, body)
+	}
+	var pages []string
+	for cursor := ""; ; {
+		status, body = httpCall(t, "GET", base+"/commands?limit=2&cursor="+cursor, "")
+		var page apitype.CommandList
+		if status != 200 || json.Unmarshal(body, &page) != nil || len(pages) > 3 {
+			t.Fatalf("a page of commands: %d %s", status, body)
+		}
+		for _, c := range page.Commands {
+			pages = append(pages, c.ID)
+		}
+		if cursor = page.NextCursor; cursor == "" {
+			break
+		}
+	}
+	if len(pages) != 3 || pages[0] != first || pages[2] != cl.Commands[2].ID {
+		t.Fatalf("paged commands: %v", pages)
+	}
+	for _, c := range []struct {
+		url    string
+		status int
+		says   string
+	}{
+		{url + "/v1/agents/other/sessions/" + s.ID + "/commands", 404, `agent \"other\" has no session`},
+		{base + "/commands?limit=0", 400, `"field":"limit"`},
+		{base + "/commands?cursor=nope", 400, "cursor"},
+		{base + "/commands?since=1h", 400, `unknown query parameter`},
+	} {
+		if status, body = httpCall(t, "GET", c.url, ""); status != c.status || !bytes.Contains(body, []byte(c.says)) {
+			t.Errorf("GET %s: %d %s, want %d saying %s", c.url, status, body, c.status, c.says)
+		}
+	}
+
 	if status, body = httpCall(t, "POST", base+"/processes/pr_aaaaaaaaaaaaaaaaaaaaaaaaaa/signal", `{"signal": "SIGTERM"}`); status != 404 {
 		t.Fatalf("an unknown process: %d %s", status, body)
 	}
@@ -132,6 +181,14 @@ func TestWorkspaceREST(t *testing.T) {
 	if status, body = put("big.bin", strings.Repeat("z", 33<<20)); status != 200 {
 		t.Fatalf("put 33 MiB: %d %.300s", status, body)
 	}
+	// A raw write streams: it is not held to the 64 MiB of a held body (a trial's 100 MiB
+	// upload was refused with a message about knowledge imports).
+	if status, body = put("huge.bin", strings.Repeat("h", 70<<20)); status != 200 {
+		t.Fatalf("put 70 MiB: %d %.300s", status, body)
+	}
+	if status, body = httpCall(t, "DELETE", base+"/files?path=huge.bin", ""); status != 204 {
+		t.Fatalf("delete huge.bin: %d %s", status, body)
+	}
 	if status, body = httpCall(t, "GET", base+"/files?path=big.bin", ""); status != 413 || !bytes.Contains(body, []byte("33554432")) {
 		t.Fatalf("a read over the cap: %d %.300s", status, body)
 	}
@@ -164,6 +221,9 @@ func TestWorkspaceREST(t *testing.T) {
 	if err := os.WriteFile(local, []byte("local bytes"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if code, _, errOut := sandpit("session", "cp", "--agent", "walt", local, s.ID+":in/local.txt"); code == 0 || !strings.Contains(errOut, "add --parents") {
+		t.Fatalf("session cp into a missing directory: %d %q, want a hint at --parents", code, errOut)
+	}
 	if code, out, errOut := sandpit("session", "cp", "--agent", "walt", "--parents", local, s.ID+":in/local.txt"); code != 0 {
 		t.Fatalf("session cp in: %d %q %q", code, out, errOut)
 	}
@@ -174,7 +234,12 @@ func TestWorkspaceREST(t *testing.T) {
 		t.Fatalf("session ls ID PATH: %d %q %q", code, out, errOut)
 	}
 
-	// MCP: run_command, write_file, read_file, list_files.
+	if code, out, errOut := sandpit("session", "commands", s.ID, "--agent", "walt", "--limit", "1"); code != 0 || !strings.Contains(out, "cat") ||
+		strings.Contains(out, "exit 7") || !strings.Contains(errOut, "--cursor") {
+		t.Fatalf("session commands: %d %q %q", code, out, errOut)
+	}
+
+	// MCP: run_command, write_file, read_file, list_files, list_commands.
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(t.Context(),
 		&mcp.StreamableClientTransport{Endpoint: url + "/mcp?agent=walt"}, nil)
 	if err != nil {
@@ -203,5 +268,9 @@ func TestWorkspaceREST(t *testing.T) {
 	}
 	if got := tool("list_files", map[string]any{"id": s.ID, "path": "mcp"}); !strings.Contains(got, `"name":"n.txt"`) {
 		t.Fatalf("list_files: %s", got)
+	}
+	if got := tool("list_commands", map[string]any{"session_id": s.ID, "limit": 1}); !strings.Contains(got, `"command":"cat mcp/n.txt"`) ||
+		!strings.Contains(got, `"next_cursor":"`) || strings.Contains(got, `"next_cursor":""`) {
+		t.Fatalf("list_commands: %s", got)
 	}
 }

@@ -78,6 +78,10 @@ type Options struct {
 	// the main daemon uses it) and VariantSmallPreload (the fork server preloading
 	// SmallPreload; skipped when the main daemon has no fork server or that preload).
 	Compare []string
+	// Kubernetes, when set, names a daemon with the Kubernetes runtime measured beside the main
+	// one, after the variants: print(1) on its warm pods, sessions from its warm pool and a slot
+	// pod's start (Report.Kubernetes).
+	Kubernetes *KubernetesOptions
 	// Progress receives a line per step (nil: none).
 	Progress io.Writer
 	// DaemonLog receives the daemon's own log as it comes (nil: only its end is kept, and shown
@@ -105,6 +109,9 @@ func (o Options) validate() error {
 		return fmt.Errorf("bench: the throughput duration (%s) must be positive", o.Duration)
 	case len(o.Clients) == 0 || slices.Min(o.Clients) < 1:
 		return fmt.Errorf("bench: concurrency levels %v must be at least 1", o.Clients)
+	}
+	if k := o.Kubernetes; k != nil && (k.File == "" || k.Config.Runtime != config.RuntimeKubernetes) {
+		return fmt.Errorf("bench: Options.Kubernetes must name a config file with runtime %q (got %q, runtime %q)", config.RuntimeKubernetes, k.File, k.Config.Runtime)
 	}
 	for _, v := range o.Compare {
 		if v != VariantSingle && v != VariantRunsc && v != VariantSmallPreload && v != VariantPlain {
@@ -178,6 +185,7 @@ type instance struct {
 	rest    *restClient
 	box     *box
 	ready   time.Duration // from the daemon's start to its sandbox being ready
+	kube    *kubeDaemon   // the Kubernetes daemon's pods and Lease, deleted at its end; nil for Docker
 }
 
 func (b *bench) say(format string, args ...any) {
@@ -196,6 +204,9 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	if err := b.sessionLatencies(ctx, in, rep); err != nil {
+		return nil, err
+	}
+	if err := b.sessionCreateLatency(ctx, in, rep); err != nil {
 		return nil, err
 	}
 	if err := b.lifecycleLatencies(ctx, in, rep); err != nil {
@@ -222,6 +233,11 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 			return nil, fmt.Errorf("measuring the daemon with %s: %w", v.label(), err)
 		}
 		rep.Variants = append(rep.Variants, m)
+	}
+	if opts.Kubernetes != nil {
+		if rep.Kubernetes, err = b.measureKubernetes(ctx); err != nil {
+			return nil, fmt.Errorf("measuring the daemon with the Kubernetes runtime (%s): %w", opts.Kubernetes.File, err)
+		}
 	}
 	rep.Targets = Targets(*rep)
 	return rep, nil
@@ -442,6 +458,7 @@ type variant struct {
 	name  string
 	flags []string
 	env   []string
+	kube  *kubeDaemon // a daemon with the Kubernetes runtime: its pods and Lease, to delete
 }
 
 // label names the variant by what it changes.
@@ -527,11 +544,28 @@ func (b *bench) measureVariant(ctx context.Context, v variant) (Variant, error) 
 // v's flags and environment (none for the main daemon), waits for it to be ready and finds
 // its containers.
 func (b *bench) start(ctx context.Context, v variant) (*instance, error) {
+	in, err := b.launch(ctx, v)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := b.containers(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	in.box = &box{api: b.api, ids: ids}
+	b.say("daemon ready in %.1fs (%d container(s), the first %.12s)", in.ready.Seconds(), len(ids), ids[0])
+	return in, nil
+}
+
+// launch creates a data directory, starts a daemon on it with the bench's configuration and
+// v's flags and environment, and waits until it answers ready; the instance is cleaned up
+// with the others.
+func (b *bench) launch(ctx context.Context, v variant) (*instance, error) {
 	tmp, err := os.MkdirTemp("", dataDirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("creating the bench's data directory: %w (set TMPDIR to a writable directory)", err)
 	}
-	in := &instance{}
+	in := &instance{kube: v.kube}
 	if in.dataDir, err = datadir.Canonical(tmp); err != nil {
 		os.RemoveAll(tmp)
 		return nil, err
@@ -560,12 +594,6 @@ func (b *bench) start(ctx context.Context, v variant) (*instance, error) {
 		return nil, fmt.Errorf("%w; the end of its log:\n%s", err, in.daemon.log.String())
 	}
 	in.ready = time.Since(t0)
-	ids, err := b.containers(ctx, in)
-	if err != nil {
-		return nil, err
-	}
-	in.box = &box{api: b.api, ids: ids}
-	b.say("daemon ready in %.1fs (%d container(s), the first %.12s)", in.ready.Seconds(), len(ids), ids[0])
 	return in, nil
 }
 
@@ -769,6 +797,10 @@ func (b *bench) cleanupInstance(ctx context.Context, in *instance) error {
 	if in.daemon != nil {
 		b.say("stopping the daemon and removing its containers")
 		errs = append(errs, in.daemon.stop(stopGrace))
+	}
+	if in.kube != nil {
+		b.say("deleting the Kubernetes daemon's pods and Lease in namespace %s", in.kube.namespace)
+		errs = append(errs, in.kube.remove(ctx))
 	}
 	if b.api == nil { // the engine was never reached: only the directory to remove
 		if err := os.RemoveAll(in.dataDir); err != nil {

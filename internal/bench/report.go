@@ -41,6 +41,9 @@ type Report struct {
 	Preload Preload `json:"preload"`
 	// Variants are daemons with other layouts measured in the same run, to compare with.
 	Variants []Variant `json:"variants,omitempty"`
+	// Kubernetes is the daemon with the Kubernetes runtime measured in the same run
+	// (Options.Kubernetes), nil when none was.
+	Kubernetes *Kubernetes `json:"kubernetes,omitempty"`
 	// Targets says how the measurements compare with sandpit's goals.
 	Targets []Target `json:"targets"`
 }
@@ -457,6 +460,7 @@ func Targets(r Report) []Target {
 		}
 	}
 	targets = append(targets, lifecycleTargets(p50)...)
+	targets = append(targets, kubernetesTargets(r)...)
 	for _, g := range []struct {
 		name, what, latency string
 		goal                float64
@@ -541,6 +545,8 @@ func WriteTable(w io.Writer, r Report) error {
 				v.RESTPrint.P50MS, v.RESTPandas.P50MS, mibText(v.BoxIdle), mibText(v.DaemonIdleRSS))
 		}
 	}
+
+	writeKubernetes(&b, r)
 
 	fmt.Fprintf(&b, "\n%-52s %10s %11s  %s\n", "target", "value", "goal", "status")
 	for _, t := range r.Targets {

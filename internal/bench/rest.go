@@ -59,10 +59,15 @@ func (c *restClient) ready(ctx context.Context, interval time.Duration, stopped 
 	var last error
 	for {
 		probe, cancel := context.WithTimeout(ctx, 5*time.Second)
-		last = c.api.Ready(probe)
+		err := c.api.Ready(probe)
 		cancel()
-		if last == nil {
+		if err == nil {
 			return nil
+		}
+		// A probe the deadline cut short is no answer: the last one stays what is reported
+		// (it was "context deadline exceeded", hiding the daemon's 503).
+		if last == nil || ctx.Err() == nil {
+			last = err
 		}
 		select {
 		case <-ctx.Done():

@@ -175,3 +175,22 @@ func (b *bench) workspaceLatencies(ctx context.Context, api *client.Client, id s
 		newLatency(LatencySessionList, "", "session files: list 1,000 entries", list, nil),
 	}, nil
 }
+
+// sessionCreateLatency times the creation of sessions through REST (LatencySessionCreate),
+// min(slow runs, sessionCreateRuns) times. A daemon that refuses sessions leaves it out, with a
+// warning.
+func (b *bench) sessionCreateLatency(ctx context.Context, in *instance, rep *Report) error {
+	_, done := b.openSession(ctx, in, "session creation")
+	if done == nil {
+		return nil
+	}
+	done()
+	creates, err := b.timeSessionCreates(ctx, in, min(b.opts.SlowRuns, sessionCreateRuns), nil)
+	if err != nil {
+		return err
+	}
+	l := newLatency(LatencySessionCreate, "", "session creation (REST)", creates, nil)
+	b.say("%s: %d runs, p50 %.1f ms", l.What, l.Runs, l.P50MS)
+	rep.Latency = append(rep.Latency, l)
+	return nil
+}

@@ -133,6 +133,7 @@ func TestEveryAgentFlagIsSent(t *testing.T) {
 		"session run":       {args: []string{"se_x", "-c", "print(1)"}},
 		"session exec":      {args: []string{"se_x", "-c", "true"}},
 		"session cp":        {args: []string{codeFile, "se_x:a.py"}},
+		"session commands":  {args: []string{"se_x"}},
 		"exec list":         {},
 		"exec show":         {args: []string{"ex_x"}},
 		"exec files":        {args: []string{"ex_x"}},

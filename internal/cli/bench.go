@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandpit-dev/sandpit/internal/bench"
+	"github.com/sandpit-dev/sandpit/internal/config"
 )
 
 type benchFlags struct {
@@ -17,6 +18,7 @@ type benchFlags struct {
 	duration, maxTime      time.Duration
 	json                   bool
 	compare                []string
+	kubernetes             string
 }
 
 func (o *options) benchCommand() *cobra.Command {
@@ -44,6 +46,12 @@ func (o *options) benchCommand() *cobra.Command {
   then, each on a daemon of its own (--compare): one container with one slot (the pool is
   compared with it: time to ready, idle memory, print(1) and pandas p50), gVisor (runsc)
   when the engine has it, and the small preload (print(1) must be no slower with the default)
+  with --kubernetes-config FILE, last, a daemon with the Kubernetes runtime started with
+  that config file (runtime "kubernetes" and its kubernetes object: kubeconfig, namespace,
+  image; docs/kubernetes.md): print(1) through REST on its warm pods beside the Docker
+  runtime's (p50, p95 and their ratio), a session's creation from its warm pool beside a
+  Docker session's, and a slot pod's start, from the pod's creation to its executor
+  answering (the bench deletes slot 0's pod and times the replacement)
 
 and compare them with sandpit's targets. Latencies are p50, p95 and p99 in milliseconds
 (nearest rank) with runs per second; progress goes to stderr, the table (or --json) to stdout.
@@ -51,14 +59,16 @@ and compare them with sandpit's targets. Latencies are p50, p95 and p99 in milli
 The bench never touches your daemon or ledger: it starts its own daemon (this binary's serve)
 on a temporary data directory and a free port on 127.0.0.1, with your configuration (config
 file, SANDPIT_* variables and --base-image, --network, --docker-host), and removes
-its container, volume and directory at the end, also on Ctrl-C or failure.
+its container, volume and directory at the end, also on Ctrl-C or failure. The Kubernetes
+daemon gets a daemon_id of its own (bench-…); its pods and Lease are deleted at the end.
 
 Exit status 0 when the measurement completed, whether or not the targets were met; 64 for a
 usage mistake; 70 when it failed; 130 when interrupted (Ctrl-C, SIGTERM or SIGHUP: it cleans up
 first). A bench killed outright leaves its daemon to die with it and its container to the next
 bench, which removes it.`,
 		Example: `  sandpit bench --base-image sandpit-base:bookworm-2
-  sandpit bench --runs 200 --duration 10s --json > bench.json`,
+  sandpit bench --runs 200 --duration 10s --json > bench.json
+  sandpit bench --compare "" --kubernetes-config kube.json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.bench(cmd, f)
@@ -72,6 +82,7 @@ bench, which removes it.`,
 	fl.DurationVar(&f.maxTime, "max-time", f.maxTime, "stop the bench (and clean up) when it takes longer than this")
 	fl.BoolVar(&f.json, "json", false, "print the report as JSON")
 	fl.StringSliceVar(&f.compare, "compare", f.compare, `layouts measured beside, each on its own daemon: "single" (one container), "runsc" (gVisor), "small-preload", "plain" (the notebook layer off); "" for none`)
+	fl.StringVar(&f.kubernetes, "kubernetes-config", "", `a config file with runtime "kubernetes": measure a daemon of it on the cluster beside the Docker one`)
 	return cmd
 }
 
@@ -104,6 +115,16 @@ func (o *options) bench(cmd *cobra.Command, f benchFlags) error {
 	opts.Config = cfg
 	opts.Serve = append([]string{exe, "serve"}, o.configArgs(cmd)...)
 	opts.Runs, opts.SlowRuns, opts.Warmup, opts.Duration, opts.Compare = f.runs, f.slowRuns, f.warmup, f.duration, f.compare
+	if f.kubernetes != "" {
+		kcfg, err := o.loadFile(cmd, f.kubernetes)
+		if err != nil {
+			return err
+		}
+		if kcfg.Runtime != config.RuntimeKubernetes {
+			return usageErrorf("--kubernetes-config %s sets runtime %q: it must set \"runtime\": \"kubernetes\" and the kubernetes object (docs/kubernetes.md)", f.kubernetes, kcfg.Runtime)
+		}
+		opts.Kubernetes = &bench.KubernetesOptions{File: f.kubernetes, Config: kcfg}
+	}
 	opts.Progress = o.env.Stderr
 	if o.verbose {
 		opts.DaemonLog = o.env.Stderr

@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -39,6 +41,23 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		if stdout.Len() != 0 {
 			t.Errorf("%q: stdout %q", c.args, stdout.String())
 		}
+	}
+}
+
+func TestBenchRefusesAKubernetesConfigOfAnotherRuntime(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "docker.json")
+	if err := os.WriteFile(file, []byte(`{"runtime": "runc"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	home := t.TempDir()
+	lookup := func(k string) (string, bool) { return home, k == "HOME" }
+	env := Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr, Lookup: lookup}
+	if code := Main(context.Background(), []string{"bench", "--kubernetes-config", file}, env); code != exitUsage {
+		t.Errorf("exit %d, want %d (stderr %q)", code, exitUsage, stderr.String())
+	}
+	if want := `sets runtime "runc": it must set "runtime": "kubernetes"`; !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr %q, want it to contain %q", stderr.String(), want)
 	}
 }
 

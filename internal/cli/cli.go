@@ -148,16 +148,22 @@ type setting struct {
 
 // load builds the configuration: defaults < file < environment < the flags that were given.
 func (o *options) load(cmd *cobra.Command) (config.Config, error) {
-	cfg, err := config.LoadLookup(o.configFile, o.env.Lookup)
-	if err != nil {
-		return cfg, &UsageError{msg: err.Error()}
-	}
 	if o.env.Environ != nil {
 		for _, name := range config.UnknownEnv(o.env.Environ()) {
 			if !slices.Contains(nonConfigEnv, name) {
 				fmt.Fprintf(o.env.Stderr, "sandpit: warning: %s is not a sandpit setting and is ignored (the settings: sandpit --help)\n", name)
 			}
 		}
+	}
+	return o.loadFile(cmd, o.configFile)
+}
+
+// loadFile is load with the config file file instead of --config's, without the warnings
+// about the environment.
+func (o *options) loadFile(cmd *cobra.Command, file string) (config.Config, error) {
+	cfg, err := config.LoadLookup(file, o.env.Lookup)
+	if err != nil {
+		return cfg, &UsageError{msg: err.Error()}
 	}
 	for _, s := range o.settings {
 		if f := cmd.Flags().Lookup(s.flag); f != nil && f.Changed {

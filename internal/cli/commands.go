@@ -55,6 +55,7 @@ REST API until interrupted: POST /v1/executions, GET /v1/executions, /v1/agents/
 
 func (o *options) imageCommand() *cobra.Command {
 	image := &cobra.Command{Use: "image", Short: "Manage the sandbox image"}
+	var push string
 	build := &cobra.Command{
 		Use:   "build",
 		Short: "Build the sandbox image (or confirm it is up to date)",
@@ -63,7 +64,14 @@ image, the preinstalled packages, the slot users, sandpit-executor and the Pytho
 The tag carries a hash of the recipe, so an unchanged recipe is reused and a changed one
 rebuilds. Without a container registry, build a base first with scripts/offline-base-image.sh:
 with base_image unset, python:3.11-slim is used when the engine has it, else
-sandpit-base:bookworm-2 when the engine has it, else python:3.11-slim is pulled.`,
+sandpit-base:bookworm-2 when the engine has it, else python:3.11-slim is pulled.
+
+With --push REF the image is then tagged REF (keeping its own tag when REF has none) and
+pushed to REF's registry, for the nodes of a Kubernetes cluster to pull (runtime kubernetes:
+set kubernetes.image to the reference printed). Credentials come from the Docker client's
+config as docker login stores them; with a credential helper, run docker push yourself. A
+local test cluster without a registry imports the image instead:
+scripts/kube-cluster.sh import-image TAG (docs/kubernetes.md).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := o.load(cmd)
@@ -79,9 +87,17 @@ sandpit-base:bookworm-2 when the engine has it, else python:3.11-slim is pulled.
 			} else {
 				fmt.Fprintf(o.env.Stdout, "up to date: %s\n", tag)
 			}
+			if push != "" {
+				ref, err := app.PushImage(cmd.Context(), cfg, tag, push, o.env.Stderr)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(o.env.Stdout, "pushed %s\n", ref)
+			}
 			return nil
 		},
 	}
+	build.Flags().StringVar(&push, "push", "", "after building, tag the image as `REF` (registry/repository[:tag]) and push it there")
 	o.configFlag(build.Flags(), "packages", "packages", "comma-separated packages to preinstall (empty for none)")
 	image.AddCommand(build)
 	return image

@@ -659,3 +659,13 @@ func TestCodeSaveKeepsFields(t *testing.T) {
 		t.Errorf("the new version sent: %v", put)
 	}
 }
+
+// A depth below 1 is a usage error naming --depth (a trial's --depth -3 listed one level).
+func TestSessionListRefusesBadDepth(t *testing.T) {
+	var stderr bytes.Buffer
+	code := Main(context.Background(), []string{"session", "ls", "se_1", "--depth", "-3", "--url", "http://127.0.0.1:1"},
+		Env{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr, Lookup: func(string) (string, bool) { return "", false }})
+	if code != 64 || !strings.Contains(stderr.String(), "--depth is -3") {
+		t.Fatalf("exit %d, stderr %q, want a usage error naming --depth", code, stderr.String())
+	}
+}

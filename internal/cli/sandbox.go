@@ -2,35 +2,35 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sandpit-dev/sandpit/internal/app"
+	"github.com/sandpit-dev/sandpit/internal/config"
 )
 
 func (o *options) sandboxCommand() *cobra.Command {
-	sb := &cobra.Command{Use: "sandbox", Short: "Inspect or remove the warm containers of the data directory (one per slot)"}
+	sb := &cobra.Command{Use: "sandbox", Short: "Inspect or remove the warm containers (or pods) of the data directory (one per slot)"}
 	sb.AddCommand(&cobra.Command{
 		Use:   "status",
-		Short: "Show the data directory's containers and which engine owns it",
+		Short: "Show the data directory's containers (runtime kubernetes: its daemon's pods and Lease) and which engine owns it",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := o.load(cmd)
 			if err != nil {
 				return err
 			}
+			if cfg.Runtime == config.RuntimeKubernetes {
+				return o.kubernetesStatus(cmd, cfg)
+			}
 			dir, owner, containers, err := app.Sandbox(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
 			w := o.env.Stdout
-			fmt.Fprintf(w, "data directory: %s\n", dir)
-			if owner > 0 {
-				fmt.Fprintf(w, "owned by:       sandpit process %d\n", owner)
-			} else {
-				fmt.Fprintln(w, "owned by:       nobody (no daemon or run is using it)")
-			}
+			writeOwner(w, dir, owner)
 			if len(containers) == 0 {
 				fmt.Fprintln(w, "containers:     none (the next run creates them)")
 			}
@@ -43,12 +43,16 @@ func (o *options) sandboxCommand() *cobra.Command {
 	var all bool
 	rm := &cobra.Command{
 		Use:   "rm",
-		Short: "Remove the data directory's containers, and with --all its package volume (refused while an engine uses them)",
+		Short: "Remove the data directory's containers (or pods and Lease), and with --all its package volume (refused while an engine uses them)",
 		Long: `Remove the warm containers of the data directory (one per slot, sessions', and any stopped
 ones). The next run or daemon creates fresh ones. With --all, also remove its package volume
 (the installed dependencies and pip's cache): then nothing the data directory made is left in
 the engine. Refused while a daemon or a run owns the data directory: stop it first. Images are
-kept, since other data directories share them; remove them with docker image rm.`,
+kept, since other data directories share them; remove them with docker image rm.
+
+With runtime kubernetes, remove the pods and the Lease of the data directory's daemon
+(daemon_id, or the ID kept in the data directory) in kubernetes.namespace: a daemon that
+stopped leaves them up for its next start to adopt. Refused while its Lease is held.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := o.load(cmd)
@@ -58,6 +62,13 @@ kept, since other data directories share them; remove them with docker image rm.
 			got, err := app.RemoveSandbox(cmd.Context(), cfg, all)
 			if err != nil {
 				return err
+			}
+			if cfg.Runtime == config.RuntimeKubernetes {
+				fmt.Fprintf(o.env.Stdout, "removed %d pod(s) of data directory %s in namespace %s\n", got.Containers, cfg.DataDir, cfg.Kubernetes.Namespace)
+				if got.Lease != "" {
+					fmt.Fprintf(o.env.Stdout, "removed lease %s\n", got.Lease)
+				}
+				return nil
 			}
 			fmt.Fprintf(o.env.Stdout, "removed %d container(s) of data directory %s\n", got.Containers, cfg.DataDir)
 			switch {
@@ -74,4 +85,54 @@ kept, since other data directories share them; remove them with docker image rm.
 	rm.Flags().BoolVar(&all, "all", false, "also remove the package volume (installed dependencies and pip's cache)")
 	sb.AddCommand(rm)
 	return sb
+}
+
+// kubernetesStatus prints the pods and the Lease of the data directory's daemon.
+func (o *options) kubernetesStatus(cmd *cobra.Command, cfg config.Config) error {
+	dir, owner, _, err := app.Sandbox(cmd.Context(), cfg)
+	if err != nil {
+		return err
+	}
+	got, err := app.SandboxPods(cmd.Context(), cfg)
+	if err != nil {
+		return err
+	}
+	w := o.env.Stdout
+	writeOwner(w, dir, owner)
+	fmt.Fprintf(w, "namespace:      %s\n", got.Namespace)
+	if got.Daemon == "" {
+		fmt.Fprintln(w, "daemon:         none yet (no daemon has run with this data directory; daemon_id is not set)")
+		return nil
+	}
+	fmt.Fprintf(w, "daemon:         %s\n", got.Daemon)
+	switch {
+	case got.Lease == "":
+		fmt.Fprintln(w, "lease:          none")
+	case got.LeaseHeld:
+		fmt.Fprintf(w, "lease:          %s  held (renewed %s: the daemon runs)\n", got.Lease, got.Renewed.Format(time.RFC3339))
+	default:
+		fmt.Fprintf(w, "lease:          %s  expired (renewed %s; `sandpit sandbox rm` removes it and the pods)\n", got.Lease, got.Renewed.Format(time.RFC3339))
+	}
+	if len(got.Pods) == 0 {
+		fmt.Fprintln(w, "pods:           none (the next daemon creates them)")
+	}
+	for _, p := range got.Pods {
+		role := "session"
+		if p.Slot >= 0 {
+			role = fmt.Sprintf("slot %d", p.Slot)
+		}
+		fmt.Fprintf(w, "pod:            %s  %-9s %-8s %s  created %s\n", p.ID, p.State, role, p.Image, p.Created.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// writeOwner writes the status lines every runtime shares: the data directory and the process
+// holding it (owner 0: none).
+func writeOwner(w io.Writer, dir string, owner int) {
+	fmt.Fprintf(w, "data directory: %s\n", dir)
+	if owner > 0 {
+		fmt.Fprintf(w, "owned by:       sandpit process %d\n", owner)
+	} else {
+		fmt.Fprintln(w, "owned by:       nobody (no daemon or run is using it)")
+	}
 }

@@ -17,8 +17,8 @@ import (
 
 // sessionCommand is `sandpit session`: stateful sessions on the daemon.
 func (o *options) sessionCommand() *cobra.Command {
-	s := &cobra.Command{Use: "session", Short: "Stateful sessions: new, run, exec, cp, ls, show, rm, pause, resume, hibernate, fork (an interpreter, commands and files that persist; needs the daemon)"}
-	s.AddCommand(o.sessionNewCommand(), o.sessionRunCommand(), o.sessionExecCommand(), o.sessionCpCommand(), o.sessionListCommand(),
+	s := &cobra.Command{Use: "session", Short: "Stateful sessions: new, run, exec, cp, ls, commands, show, rm, pause, resume, hibernate, fork (an interpreter, commands and files that persist; needs the daemon)"}
+	s.AddCommand(o.sessionNewCommand(), o.sessionRunCommand(), o.sessionExecCommand(), o.sessionCpCommand(), o.sessionListCommand(), o.sessionCommandsCommand(),
 		o.sessionShowCommand(), o.sessionRmCommand())
 	s.AddCommand(o.sessionLifecycleCommands()...)
 	return s
@@ -182,6 +182,9 @@ func (o *options) sessionListCommand() *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if depth < 1 {
+				return usageErrorf("--depth is %d; give 1 or more levels (1 lists the directory itself)", depth)
+			}
 			if len(args) > 0 {
 				path := ""
 				if len(args) == 2 {

@@ -18,6 +18,10 @@ var restAdvice = []struct {
 	{regexp.MustCompile(`GET /v1/packages lists them`), "sandpit packages list lists them"},
 	{regexp.MustCompile(`one listed "within" another`), "one listed WITH another"},
 	{regexp.MustCompile(`\(GET /v1/limits lists the limits; `), "("},
+	// A session's lifecycle (a trial was told to POST to resume from the command line).
+	{regexp.MustCompile(`\(POST /v1/agents/([^/\s]+)/sessions/([^/\s]+)/(resume|pause)\)`), "(sandpit session $3 --agent $1 $2)"},
+	{regexp.MustCompile(`\(POST …/sessions/\{id\}/hibernate\)`), "(sandpit session hibernate ID)"},
+	{regexp.MustCompile(`create sessions with "auto_resume": true`), "create sessions with --auto-resume"},
 }
 
 // restRoute finds a REST route in a message: what inCommandWords must not leave.

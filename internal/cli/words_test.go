@@ -24,6 +24,10 @@ func TestInCommandWords(t *testing.T) {
 			"delete the key to store it again (sandpit kb rm --kind results --agent a KEY), or"},
 		{`the request body is over the limit of 10 bytes; send a smaller body (GET /v1/limits lists the limits; knowledge imports take up to 64 MiB: import in parts)`,
 			"send a smaller body (knowledge imports take up to 64 MiB: import in parts)"},
+		{(&sandbox.SessionPausedError{ID: "se_1", Agent: "a", State: sandbox.SessionPaused}).Error(),
+			"resume it first (sandpit session resume --agent a se_1), or create sessions with --auto-resume so"},
+		{"fork it from a paused session; pause it first (POST /v1/agents/a/sessions/se_1/pause)", "pause it first (sandpit session pause --agent a se_1)"},
+		{"resume or close a paused session, or hibernate one (POST …/sessions/{id}/hibernate)", "hibernate one (sandpit session hibernate ID)"},
 	} {
 		got := inCommandWords(c.daemon)
 		if !strings.Contains(got, c.want) || restRoute.MatchString(got) {

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -188,6 +190,9 @@ created or replaced (its parent directories made with --parents); a failed copy 
 					r = file
 				}
 				ent, err := c.WriteSessionFile(cmd.Context(), f.agent, dstID, dstPath, r, parents)
+				if err != nil && !parents && errors.Is(err, errclass.NotFound) && strings.Contains(err.Error(), "its directory") {
+					return fmt.Errorf("%w; add --parents to make the missing directories", err)
+				}
 				if err != nil {
 					return err
 				}
@@ -268,17 +273,96 @@ func (o *options) sessionFilesList(cmd *cobra.Command, f daemonFlags, depth int,
 	tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "MODE\tSIZE\tMODIFIED\tPATH")
 	for _, e := range l.Entries {
-		name := e.Path
-		switch e.Type {
-		case "dir":
-			name += "/"
-		case "symlink":
-			name += " -> " + e.Target
-		}
-		fmt.Fprintf(tw, "%s %s\t%d\t%s\t%s\n", e.Type[:1], e.Mode, e.SizeBytes, e.ModifiedAt.Local().Format(time.DateTime), name)
+		fmt.Fprintf(tw, "%s %s\t%d\t%s\t%s\n", e.Type[:1], e.Mode, e.SizeBytes, e.ModifiedAt.Local().Format(time.DateTime), entryName(e))
 	}
 	if l.Truncated {
 		fmt.Fprintln(tw, "…\t\t\t(more entries than one listing holds)")
 	}
 	return tw.Flush()
+}
+
+func (o *options) sessionCommandsCommand() *cobra.Command {
+	var (
+		f      daemonFlags
+		limit  int
+		cursor string
+	)
+	cmd := &cobra.Command{
+		Use:   "commands ID",
+		Short: "List the commands a session ran, newest first (from the ledger: also once it has ended)",
+		Long: `List the commands the ledger recorded for session ID as each ended, newest first: when each
+started, how it ended (exit code or signal, outcome), how long it ran, what it wrote and its
+command line (cut at 4096 bytes). Running ones are not listed until they end. The ledger keeps
+them as long as it keeps executions.`,
+		Example: `  sandpit session commands se_...
+  sandpit session commands se_... --limit 10 --json`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if limit < 1 || limit > apitype.MaxLimit {
+				return usageErrorf("--limit %d: give 1 to %d", limit, apitype.MaxLimit)
+			}
+			c, err := o.daemon(cmd, f)
+			if err != nil {
+				return err
+			}
+			list, next, err := c.SessionCommands(cmd.Context(), f.agent, args[0], apitype.Page{Limit: limit, Cursor: cursor})
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return o.printJSON(apitype.CommandList{Commands: list, NextCursor: next})
+			}
+			if len(list) == 0 && cursor == "" {
+				fmt.Fprintf(o.env.Stdout, "session %s has recorded no commands\n", args[0])
+				return nil
+			}
+			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSTARTED\tOUTCOME\tEXIT\tDURATION\tSTDOUT\tSTDERR\tCOMMAND")
+			for _, p := range list {
+				outcome, exit, dur := "-", "-", "-"
+				if e := p.End; e != nil {
+					outcome, exit, dur = string(e.Outcome), fmt.Sprint(e.ExitCode), fmt.Sprintf("%dms", e.DurationMS)
+					if e.Signal != "" {
+						exit = e.Signal
+					}
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", p.ID, p.StartedAt.Local().Format(time.DateTime), outcome, exit, dur,
+					p.StdoutBytes, p.StderrBytes, commandLine(p))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if next != "" {
+				fmt.Fprintf(o.env.Stderr, "sandpit: more: add --cursor %s\n", next)
+			}
+			return nil
+		},
+	}
+	f.register(cmd.Flags(), true)
+	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many")
+	cmd.Flags().StringVar(&cursor, "cursor", "", "the next_cursor of an earlier page (see --json)")
+	return cmd
+}
+
+// commandLine is a recorded command's line for a table: one line of at most 80 bytes, escaped,
+// marked when the ledger kept only its start.
+func commandLine(p apitype.Process) string {
+	if p.CommandTruncated {
+		return oneLine(p.Command, 64) + " [cut at 4096 bytes]"
+	}
+	return oneLine(p.Command, 80)
+}
+
+// entryName is a listed file's path for the terminal: escaped (a session's file names are
+// its programs' text and must not drive the terminal, as oneLine's), a directory's with "/",
+// a symbolic link's with its target.
+func entryName(e apitype.FileEntry) string {
+	name := sandbox.EscapeName(e.Path)
+	switch e.Type {
+	case "dir":
+		name += "/"
+	case "symlink":
+		name += " -> " + sandbox.EscapeName(e.Target)
+	}
+	return name
 }

@@ -73,6 +73,14 @@ func (c *Client) Processes(ctx context.Context, agent, id string) ([]apitype.Pro
 	return out.Processes, err
 }
 
+// SessionCommands returns a page of the commands the ledger recorded for agent's session id
+// as each ended, newest first, and the next page's cursor ("" after the last).
+func (c *Client) SessionCommands(ctx context.Context, agent, id string, p apitype.Page) ([]apitype.Process, string, error) {
+	var out apitype.CommandList
+	err := c.call(ctx, http.MethodGet, agentPath(agent, "sessions", id, "commands")+query(pageQuery(p)), nil, &out)
+	return out.Commands, out.NextCursor, err
+}
+
 // ProcessInput sends input to a process, closing its stdin after when in.Close is set.
 func (c *Client) ProcessInput(ctx context.Context, agent, id, pid string, in apitype.ProcessInput) error {
 	resp, err := c.send(ctx, http.MethodPost, agentPath(agent, "sessions", id, "processes", pid, "input"), in, "application/json")

@@ -69,6 +69,12 @@ type Config struct {
 	// has no room for is answered 429 unread. Default 128 MiB; at least the largest body one
 	// request may send (raised to it), at most 64 GiB.
 	BodiesMaxBytes int64 `json:"bodies_max_bytes"`
+	// ReadsMaxBytes is the budget of session file-read bytes the daemon holds at once, in
+	// bytes: a read is admitted before it starts (for twice the most it may return) and holds
+	// its bytes until its answer is written; one with no room within 2 seconds is answered 429.
+	// Default 256 MiB; at least 64 MiB (two copies of the largest read; raised to it), at most
+	// 64 GiB.
+	ReadsMaxBytes int64 `json:"reads_max_bytes"`
 	// MaxConnections is the most connections the listener holds at once; more wait in the
 	// kernel's backlog until one closes. Default 512; 16 to 1,000,000.
 	MaxConnections int64 `json:"max_connections"`
@@ -172,10 +178,14 @@ type Config struct {
 	// EgressConnectionTimeoutMS caps each connection's lifetime, in milliseconds. Default
 	// 300000 (5 minutes); 1000 to 86400000.
 	EgressConnectionTimeoutMS int64 `json:"egress_connection_timeout_ms"`
-	// Runtime is the container runtime of the sandboxes: "runc" (the engine's default) or
+	// Runtime is the container runtime of the sandboxes: "runc" (the engine's default),
 	// "runsc" (gVisor: a user-space kernel between the code and the host's, registered with the
-	// Docker engine as a runtime named runsc). Default "runc".
+	// Docker engine as a runtime named runsc), or "kubernetes" (pods of a Kubernetes cluster,
+	// configured by Kubernetes; docs/kubernetes.md). Default "runc".
 	Runtime string `json:"runtime"`
+	// Kubernetes configures the cluster, namespace, image and placement of the pods with
+	// runtime "kubernetes" (see the Kubernetes type); ignored otherwise.
+	Kubernetes Kubernetes `json:"kubernetes"`
 
 	// ForkServer keeps a fork server in the box: a Python process that has imported Preload
 	// and forks each run from itself, so a run skips the interpreter's start (about 20 ms)
@@ -255,6 +265,13 @@ type Config struct {
 	// SessionsMax caps the active sessions of all agents; each holds a container of its own
 	// with memory_bytes of memory. Default 4; 0 turns sessions off; at most 64.
 	SessionsMax int `json:"sessions_max"`
+	// WarmSessions is how many session containers the Docker runtime (runtime docker or
+	// runsc) keeps created, started and unclaimed, so that a session's creation, resume from
+	// hibernation or fork claims one instead of waiting for a container's start; the pool
+	// makes another in the background. At most sessions_max are kept; a one-off command keeps
+	// none. Default 1; 0 to 64 (0 turns the pool off). The kubernetes runtime reads
+	// kubernetes.warm_sessions instead.
+	WarmSessions int `json:"warm_sessions"`
 	// E2BTemplates are the templateIDs the E2B-compatible API (under /e2b, docs/e2b.md)
 	// creates sandboxes from; each is the sandbox image. Default base and code-interpreter-v1.
 	E2BTemplates []string `json:"e2b_templates"`
@@ -410,6 +427,7 @@ func defaults(lookup func(string) (string, bool)) Config {
 		RunDirBytes: 128 * mib,
 		Network:     "allowlist",
 		Runtime:     "runc",
+		Kubernetes:  DefaultKubernetes(),
 
 		NetworkAllow:              []string{},
 		EgressMaxConnections:      256,
@@ -438,6 +456,7 @@ func defaults(lookup func(string) (string, bool)) Config {
 		Notebook:           sb.Notebook,
 		FilesMaxBytes:      store.DefaultFilesMaxBytes,
 		BodiesMaxBytes:     128 << 20,
+		ReadsMaxBytes:      engine.DefaultReadsMaxBytes,
 		MaxConnections:     512,
 
 		SessionIdleTimeoutMS:    engine.DefaultSessionConfig().IdleTimeout.Milliseconds(),
@@ -452,6 +471,7 @@ func defaults(lookup func(string) (string, bool)) Config {
 		HibernatedMaxAgeHours:   168,
 		E2BTemplates:            []string{"base", "code-interpreter-v1"},
 		E2BPool:                 1,
+		WarmSessions:            1,
 
 		ExtraIndexURLs:   []string{},
 		TrustedHosts:     []string{},
@@ -622,7 +642,7 @@ func (c Config) NanoCPUs() int64 { return int64(math.Round(c.CPUs * 1e9)) }
 // ContainerRuntime is the OCI runtime to ask the Docker engine for: "" for runc, the engine's
 // default (whatever it is called there), else Runtime.
 func (c Config) ContainerRuntime() string {
-	if c.Runtime == "runc" {
+	if c.Runtime == "runc" || c.Runtime == RuntimeKubernetes {
 		return ""
 	}
 	return c.Runtime
@@ -704,6 +724,7 @@ func (c Config) Validate() error {
 	c.checkRunLimits(&report)
 	c.validateFiles(report.bad)
 	c.checkSessions(&report)
+	c.checkKubernetes(&report)
 	c.checkLog(&report)
 	return errors.Join(report.errs...)
 }
@@ -885,6 +906,7 @@ func (c Config) checkRequestSizes(report *problems) {
 	report.intRange("max_code_bytes", c.MaxCodeBytes, 1, gib, " bytes (1GiB)")
 	report.intRange("max_input_bytes", c.MaxInputBytes, 1, gib, " bytes (1GiB)")
 	report.intRange("bodies_max_bytes", c.BodiesMaxBytes, 1, 64*gib, " bytes (64GiB; raised to the largest body one request may send)")
+	report.intRange("reads_max_bytes", c.ReadsMaxBytes, 1, 64*gib, " bytes (64GiB; raised to two copies of the largest read)")
 	report.intRange("max_connections", c.MaxConnections, 16, 1_000_000, " connections")
 }
 
@@ -925,8 +947,8 @@ func (c Config) checkBox(report *problems) {
 	if c.EgressConnectionTimeoutMS < 1000 || c.EgressConnectionTimeoutMS > 86_400_000 {
 		report.bad("egress_connection_timeout_ms", "is %d; allowed range is 1000 to 86400000 milliseconds", c.EgressConnectionTimeoutMS)
 	}
-	if c.Runtime != "runc" && c.Runtime != "runsc" {
-		report.bad("runtime", "is %q; it must be \"runc\" (the engine's default) or \"runsc\" (gVisor)", c.Runtime)
+	if c.Runtime != "runc" && c.Runtime != "runsc" && c.Runtime != RuntimeKubernetes {
+		report.bad("runtime", "is %q; it must be \"runc\" (the engine's default), \"runsc\" (gVisor) or \"kubernetes\" (pods of a cluster)", c.Runtime)
 	}
 }
 

@@ -366,6 +366,17 @@ func TestEveryKeyRoundTrips(t *testing.T) {
 	if !reflect.DeepEqual(got, c) {
 		t.Errorf("loading every key from the environment:\n got %+v\nwant %+v", got, c)
 	}
+	// Environ carries a configuration that differs from the defaults to a process that
+	// loads its own (the daemon tests run sandpit serve that way).
+	c.Slots, c.E2BPool, c.ForkServer, c.Packages, c.Token = 3, 0, !c.ForkServer, []string{"a", "b"}, ""
+	env = map[string]string{"HOME": "/h", EnvName("slots"): "7"}
+	for _, kv := range c.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	if got, err := LoadLookup("", envMap(env)); err != nil || !reflect.DeepEqual(got, c) {
+		t.Errorf("loading Environ():\n got %+v, %v\nwant %+v", got, err, c)
+	}
 	if _, err := c.Get("nope"); err == nil {
 		t.Error("Get(nope) succeeded")
 	}
@@ -541,6 +552,10 @@ func TestValidate(t *testing.T) {
 			[]string{"max_input_file_bytes is 2MiB; allowed range is 0 to 1MiB (max_input_files_bytes)"}},
 		{"output files", func(c *Config) { c.OutputFiles, c.OutputFileBytes, c.OutputFilesBytes = 10_001, 40<<20, 1<<20 },
 			[]string{"output_files is 10001", "output_file_bytes is 40MiB; allowed range is 0 to 32MiB", "output_files_bytes is 1MiB, less than output_file_bytes"}},
+		{"warm sessions off", func(c *Config) { c.WarmSessions = 0 }, nil},
+		{"warm sessions too many", func(c *Config) { c.WarmSessions = 65 },
+			[]string{"warm_sessions is 65; allowed range is 0 to 64 session containers kept started and unclaimed (0 turns the pool off)", "SANDPIT_WARM_SESSIONS"}},
+		{"warm sessions negative", func(c *Config) { c.WarmSessions = -1 }, []string{"warm_sessions is -1"}},
 		{"ledger without a byte limit", func(c *Config) { c.LedgerMaxBytes = 0 }, nil},
 		{"ledger bytes at their edges", func(c *Config) { c.LedgerMaxBytes = 64 << 20 }, nil},
 		{"ledger bytes too few", func(c *Config) { c.LedgerMaxBytes = 1 << 20 },

@@ -128,6 +128,19 @@ func (c Config) Get(key string) (string, error) {
 	return f.format(reflect.ValueOf(c).Field(f.index)), nil
 }
 
+// Environ returns c as environment variables, SANDPIT_<KEY>=value for every key in Keys'
+// order: a process that loads its configuration from them (LoadLookup) gets c back whatever
+// its own defaults, config file or environment say. It is how a parent runs sandpit with a
+// configuration it holds (tests of the daemon as a process).
+func (c Config) Environ() []string {
+	env := make([]string, len(fields))
+	v := reflect.ValueOf(c)
+	for i, f := range fields {
+		env[i] = EnvName(f.key) + "=" + f.format(v.Field(f.index))
+	}
+	return env
+}
+
 // UnknownEnv returns the SANDPIT_ variables in environ (as os.Environ gives it) that name no
 // key, such as a misspelt SANDPIT_SLOT, so that the caller can warn about them.
 func UnknownEnv(environ []string) []string {
@@ -226,6 +239,11 @@ func (c *Config) loadFile(name string, required bool) error {
 		case seen[key] != 0:
 			line, _ := position(data, seen[key]-1)
 			errs = append(errs, fmt.Errorf("%s: key %q is given twice (first on line %d); keep one", at(keyAt), key, line))
+		case f.kind == kindObject && bytes.HasPrefix(raw, []byte("{")):
+			// Its keys' problems are each at their own line, and its good keys are kept.
+			if err := decodeObject(c.value(f), raw, key, func(off int64) string { return at(valAt + off) }); err != nil {
+				errs = append(errs, err)
+			}
 		default:
 			if err := f.setJSON(c.value(f), raw); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %s: %w", at(valAt), key, err))
@@ -269,6 +287,7 @@ const (
 	kindFloat
 	kindList // []string
 	kindBool
+	kindObject // a struct, given as a JSON object (in the environment and Set: its JSON text)
 )
 
 // field describes one settable field of Config, found by reflecting over its json tags.
@@ -318,6 +337,8 @@ func buildFields() []field {
 			f.kind = kindBool
 		case k == reflect.Slice && sf.Type.Elem().Kind() == reflect.String:
 			f.kind = kindList
+		case k == reflect.Struct:
+			f.kind = kindObject
 		default:
 			panic(fmt.Sprintf("config: field %s has type %s, which Set and the environment cannot parse", sf.Name, sf.Type))
 		}
@@ -340,6 +361,8 @@ func (f field) expected() string {
 		return "expected a list of strings, such as [\"numpy\", \"pandas\"] ([] for none)"
 	case kindBool:
 		return "expected true or false"
+	case kindObject:
+		return "expected a JSON object, such as {\"namespace\": \"sandpit\"}"
 	}
 	return "expected a string"
 }
@@ -379,6 +402,8 @@ func (f field) setText(v reflect.Value, s string) error {
 			return errors.New(f.expected())
 		}
 		v.SetBool(b)
+	case kindObject:
+		return decodeObject(v, []byte(s), f.key, nil)
 	case kindList:
 		list := []string{}
 		for item := range strings.SplitSeq(s, ",") {
@@ -439,6 +464,11 @@ func (f field) setJSON(v reflect.Value, raw json.RawMessage) error {
 			return fmt.Errorf("%s, got %s", f.expected(), got)
 		}
 		v.SetBool(b)
+	case kindObject:
+		if raw[0] != '{' {
+			return fmt.Errorf("%s, got %s", f.expected(), got)
+		}
+		return decodeObject(v, raw, f.key, nil)
 	case kindList:
 		var list []string
 		if raw[0] != '[' || json.Unmarshal(raw, &list) != nil {
@@ -464,6 +494,141 @@ func (f field) format(v reflect.Value) string {
 	case kindList:
 		list := v.Interface().([]string)
 		return strings.Join(list, ",")
+	case kindObject:
+		b, _ := json.Marshal(v.Interface())
+		return string(b)
 	}
 	return v.String()
+}
+
+// decodeObject decodes the JSON object text into the struct v, over its current values (keys
+// left out keep them). Each unknown key, in it or in an object nested in it, is an error naming
+// it as "key.nested" (with a did-you-mean), and the known keys are still set, so that a misspelt
+// key does not hide the rest. at, if not nil, names the place of an offset in text ("config
+// file F, line L, column C"), which then starts each error.
+func decodeObject(v reflect.Value, text []byte, key string, at func(off int64) string) error {
+	var errs []error
+	unknownKeys(text, 0, v.Type(), key, func(off int64, msg string) {
+		if at != nil {
+			msg = at(off) + ": " + msg
+		}
+		errs = append(errs, errors.New(msg))
+	})
+	ptr := reflect.New(v.Type())
+	ptr.Elem().Set(v)
+	dec := json.NewDecoder(bytes.NewReader(text))
+	if err := dec.Decode(ptr.Interface()); err != nil {
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
+			// The other keys are set: keep them, as for an unknown key.
+			v.Set(ptr.Elem())
+			err = fmt.Errorf("%s.%s: expected a JSON %s, got %s", key, te.Field, jsonKind(te.Type), te.Value)
+		} else {
+			err = fmt.Errorf("%s: expected a JSON object of its keys: %w", key, err)
+		}
+		if at != nil {
+			err = fmt.Errorf("%s: %w", at(0), err)
+		}
+		errs = append(errs, err)
+	} else if dec.More() {
+		errs = append(errs, errors.New("expected one JSON object, got more after it"))
+	} else {
+		v.Set(ptr.Elem())
+	}
+	if at == nil && len(errs) > 0 {
+		// One line, as the caller prefixes it with the variable or key it came from.
+		msgs := make([]string, len(errs))
+		for i, e := range errs {
+			msgs[i] = e.Error()
+		}
+		return errors.New(strings.Join(msgs, "; "))
+	}
+	return errors.Join(errs...)
+}
+
+// jsonKind names the JSON value a Go type is decoded from.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8,
+		reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return "number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "list"
+	}
+	return "object"
+}
+
+// unknownKeys calls report, with the key's offset (from base) and a message, for every key of
+// the JSON object text (at offset base) that names no field of the struct type t, and so on
+// down the fields that are structs or lists of structs. path names the object for messages
+// ("kubernetes", "kubernetes.tolerations entry 1"). Text that is not such an object is left
+// to the decoder to report.
+func unknownKeys(text []byte, base int64, t reflect.Type, path string, report func(off int64, msg string)) {
+	fieldsOf := map[string]reflect.Type{}
+	var names []string
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+		if !sf.IsExported() || name == "-" {
+			continue
+		}
+		if name == "" {
+			name = sf.Name
+		}
+		fieldsOf[name] = sf.Type
+		names = append(names, name)
+	}
+	dec := json.NewDecoder(bytes.NewReader(text))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return
+	}
+	for dec.More() {
+		keyAt := skip(text, dec.InputOffset(), " \t\r\n,")
+		tok, err := dec.Token()
+		if err != nil {
+			return
+		}
+		key, _ := tok.(string)
+		valAt := skip(text, dec.InputOffset(), " \t\r\n:")
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return
+		}
+		ft, ok := fieldsOf[key]
+		if !ok {
+			hint := "; its keys are " + strings.Join(names, ", ")
+			if best := suggest.Nearest(key, names, 3); best != "" {
+				hint = fmt.Sprintf(" (did you mean %q?)", best)
+			}
+			where := "the " + path + " object"
+			if strings.Contains(path, " entry ") {
+				where = path
+			}
+			report(base+keyAt, fmt.Sprintf("unknown key %q in %s%s", key, where, hint))
+			continue
+		}
+		for ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		switch {
+		case ft.Kind() == reflect.Struct:
+			unknownKeys(raw, base+valAt, ft, path+"."+key, report)
+		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
+			list := json.NewDecoder(bytes.NewReader(raw))
+			if tok, err := list.Token(); err != nil || tok != json.Delim('[') {
+				continue
+			}
+			for n := 1; list.More(); n++ {
+				elemAt := skip(raw, list.InputOffset(), " \t\r\n,")
+				var elem json.RawMessage
+				if list.Decode(&elem) != nil {
+					break
+				}
+				unknownKeys(elem, base+valAt+elemAt, ft.Elem(), fmt.Sprintf("%s.%s entry %d", path, key, n), report)
+			}
+		}
+	}
 }

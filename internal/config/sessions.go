@@ -11,10 +11,11 @@ import (
 // Sessions returns the limits of stateful sessions.
 func (c Config) Sessions() engine.SessionConfig {
 	return engine.SessionConfig{
-		IdleTimeout: time.Duration(c.SessionIdleTimeoutMS) * time.Millisecond,
-		MaxLifetime: time.Duration(c.SessionMaxLifetimeMS) * time.Millisecond,
-		MaxPerAgent: c.SessionsPerAgent,
-		MaxTotal:    c.SessionsMax,
+		IdleTimeout:   time.Duration(c.SessionIdleTimeoutMS) * time.Millisecond,
+		MaxLifetime:   time.Duration(c.SessionMaxLifetimeMS) * time.Millisecond,
+		MaxPerAgent:   c.SessionsPerAgent,
+		MaxTotal:      c.SessionsMax,
+		ReadsMaxBytes: c.ReadsMaxBytes,
 		Lifecycle: engine.LifecycleConfig{
 			Dir:                filepath.Join(c.DataDir, HibernationDir),
 			AutoPause:          c.SessionAutoPause,
@@ -40,6 +41,7 @@ func (c Config) checkSessions(report *problems) {
 			c.SessionIdleTimeoutMS, c.SessionMaxLifetimeMS)
 	}
 	report.intRange("sessions_max", int64(c.SessionsMax), 0, 64, " sessions (each holds a container of its own)")
+	report.intRange("warm_sessions", int64(c.WarmSessions), 0, 64, " session containers kept started and unclaimed (0 turns the pool off)")
 	if c.SessionsMax > 0 && (c.SessionsPerAgent < 1 || c.SessionsPerAgent > c.SessionsMax) {
 		report.bad("sessions_per_agent", "is %d; allowed range is 1 to sessions_max (%d)", c.SessionsPerAgent, c.SessionsMax)
 	}

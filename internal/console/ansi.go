@@ -3,6 +3,7 @@ package console
 import (
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Span is a run of text with the same style: Class is a space-separated list of class names
@@ -115,6 +116,25 @@ func ANSISpans(s string) []Span {
 }
 
 // stripControls removes escape sequences and control characters from s.
+// showControls returns s with each control character but newline and tab (C0, DEL and C1,
+// escape sequences' ESC too) replaced by U+FFFD: shown, never passed to the page raw nor
+// deleted.
+func showControls(s string) string {
+	if !strings.ContainsFunc(s, isShownControl) {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if isShownControl(r) {
+			return utf8.RuneError
+		}
+		return r
+	}, s)
+}
+
+func isShownControl(r rune) bool {
+	return r != '\n' && r != '\t' && (r < 0x20 || (r >= 0x7f && r < 0xa0))
+}
+
 func stripControls(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); {

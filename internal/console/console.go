@@ -1,11 +1,14 @@
 // Package console serves sandpit's web console at /ui on the daemon's own listener: the
-// executions ledger (a live list and each record's page), jobs, the code library and the
-// daemon's health, as HTML pages rendered with html/template and a little same-origin
-// JavaScript, all embedded in the binary (nothing is fetched from elsewhere; it works offline).
+// executions ledger (a live list and each record's page), jobs, the code library, stateful
+// sessions (each one's calls, commands and, while it is active, files) and the daemon's health,
+// as HTML pages rendered with html/template and a little same-origin JavaScript, all embedded
+// in the binary (nothing is fetched from elsewhere; it works offline).
 //
 // It reads the domain services through the small interfaces below, and sends every state
 // change (pause, resume, run now, run saved code) and every output file's bytes through the
-// REST API's own handler, so validation, limits and file headers are the API's.
+// REST API's own handler, so validation, limits and file headers are the API's. A session's
+// files are read as someone looking on (Sessions.LookFiles): the page neither resumes a paused
+// session nor keeps one from its idle timeout.
 //
 // Security: every page is served under a strict Content-Security-Policy (scripts and styles
 // from /ui/static only, no inline script); program output, code and file names are escaped by
@@ -36,6 +39,7 @@ import (
 type Ledger interface {
 	GetExecution(ctx context.Context, id string) (store.Execution, error)
 	ListExecutions(ctx context.Context, f store.ExecutionFilter, p store.Page) ([]store.ExecutionSummary, string, error)
+	SessionCommands(ctx context.Context, agent, id string, p store.Page) ([]sandbox.ProcessInfo, string, error)
 }
 
 // Jobs reads jobs and their fires; *jobs.Scheduler satisfies it.
@@ -153,6 +157,8 @@ func New(cfg Config, log *slog.Logger) (*Console, error) {
 	c.mux.HandleFunc("POST /ui/code/{agent}/{name}/run", c.signedIn(c.runCode))
 	c.mux.HandleFunc("GET /ui/health", c.signedIn(c.healthPage))
 	c.mux.HandleFunc("GET /ui/sessions", c.signedIn(c.sessionsPage))
+	c.mux.HandleFunc("GET /ui/sessions/{agent}/{id}", c.signedIn(c.sessionPage))
+	c.mux.HandleFunc("GET /ui/sessions/{agent}/{id}/download", c.signedIn(c.sessionDownload))
 	return c, nil
 }
 

@@ -48,6 +48,8 @@ type harness struct {
 	files *store.Files
 	srv   *httptest.Server
 	token string
+	// commands counts the commands recorded.
+	commands int
 }
 
 func newHarness(t testing.TB, token string) *harness {
@@ -87,6 +89,7 @@ type record struct {
 	files                       map[string][]byte
 	inputFiles                  []sandbox.InputFile
 	running                     bool // Begin only
+	session                     string
 	results                     []sandbox.Display
 }
 
@@ -101,7 +104,8 @@ func (h *harness) add(t testing.TB, r record) string {
 	if r.outcome == "" {
 		r.outcome = sandbox.OutcomeOK
 	}
-	head := sandbox.Result{ID: id, Agent: r.agent, Origin: sandbox.Origin{Source: sandbox.SourceAPI}, StartedAt: time.Now().UTC(), TimeoutMS: 30000}
+	head := sandbox.Result{ID: id, Agent: r.agent, Origin: sandbox.Origin{Source: sandbox.SourceAPI}, StartedAt: time.Now().UTC(), TimeoutMS: 30000,
+		SessionID: r.session}
 	if err := h.st.Begin(ctx, sandbox.Spec{ID: id, Code: r.code, Input: json.RawMessage(`{"n": 3}`), TimeoutMS: 30000, Files: r.inputFiles}, head); err != nil {
 		t.Fatal(err)
 	}
@@ -140,6 +144,23 @@ func (h *harness) finish(t testing.TB, id string, r record) {
 		res.Files = append(res.Files, f)
 	}
 	if err := h.st.Finish(ctx, res); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// command records a command of agent's session id that ended with exit, started a millisecond
+// after the one recorded before it.
+func (h *harness) command(t testing.TB, agent, id, line string, exit int) {
+	t.Helper()
+	h.commands++
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC).Add(time.Duration(h.commands) * time.Millisecond)
+	outcome := sandbox.OutcomeOK
+	if exit != 0 {
+		outcome = sandbox.OutcomeError
+	}
+	p := sandbox.ProcessInfo{ID: sandbox.NewProcessID(), SessionID: id, Command: line, State: "ended", StartedAt: at, StdoutBytes: 12,
+		End: &sandbox.ProcessEnd{ExitCode: exit, Outcome: outcome, DurationMS: 5}}
+	if err := h.st.RecordCommand(context.Background(), agent, p); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -41,23 +41,27 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05Z")
 	},
-	"iso":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-	"ms":     func(n int64) string { return (time.Duration(n) * time.Millisecond).String() },
-	"bytes":  byteSize,
-	"name":   sandbox.EscapeName,
-	"ibytes": func(n int) string { return byteSize(int64(n)) },
+	"iso":   func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"ms":    func(n int64) string { return (time.Duration(n) * time.Millisecond).String() },
+	"bytes": byteSize,
+	"name":  sandbox.EscapeName,
+	// cmdline shows a command line whole on one line, its control characters (newlines too)
+	// escaped as file names' are (\x1b, \a, \n): never deleted, so no part of it hides.
+	"cmdline": sandbox.EscapeName,
+	"ibytes":  func(n int) string { return byteSize(int64(n)) },
 	"firstLine": func(s string) string {
 		if i := strings.IndexByte(s, '\n'); i >= 0 {
 			s = s[:i]
 		}
 		return stripControls(s)
 	},
-	"ansi":     ANSISpans,
-	"python":   HighlightPython,
-	"fileURL":  FileURL,
-	"pathEsc":  url.PathEscape,
-	"raster":   func(mt string) bool { _, ok := sandbox.RasterImage(mt); return ok },
-	"outcomes": func() []sandbox.Outcome { return sandbox.Outcomes },
+	"ansi":       ANSISpans,
+	"python":     HighlightPython,
+	"fileURL":    FileURL,
+	"pathEsc":    url.PathEscape,
+	"sessionURL": SessionURL,
+	"raster":     func(mt string) bool { _, ok := sandbox.RasterImage(mt); return ok },
+	"outcomes":   func() []sandbox.Outcome { return sandbox.Outcomes },
 	"sources": func() []string {
 		out := make([]string, len(sandbox.Sources))
 		for i, s := range sandbox.Sources {
@@ -72,7 +76,7 @@ var funcs = template.FuncMap{
 	"joinComma": func(s []string) string { return strings.Join(s, ", ") },
 }
 
-var pageNames = []string{"login", "error", "executions", "execution", "jobs", "code_list", "code", "health", "sessions"}
+var pageNames = []string{"login", "error", "executions", "execution", "jobs", "code_list", "code", "health", "sessions", "session"}
 
 func parseTemplates() (map[string]*template.Template, error) {
 	out := map[string]*template.Template{}

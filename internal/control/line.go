@@ -26,8 +26,11 @@ import (
 // for every error caused by the line's end.
 var ErrClosed = errors.New("the control line to the executor ended")
 
-// CancelGrace is how long Run waits for the executor's result after it asked for a cancel.
-const CancelGrace = 2 * time.Second
+// CancelGrace is how long Run waits for the executor's result after it asked for a cancel. It
+// covers the executor's own kill of the run: its KillTimeout (5 s) and its kill helper's wait
+// (2 s), which a fork bomb on a loaded node can use up; a shorter grace called a kill still
+// under way unconfirmed, and the slot was replaced.
+const CancelGrace = 10 * time.Second
 
 // Options tune a line. Zero values take the defaults.
 type Options struct {
@@ -56,12 +59,12 @@ type Line struct {
 	hello  protocol.Hello
 	opts   Options
 
-	mu        sync.Mutex
-	calls     map[string]*call
-	settles   map[int]*settle // by slot: its last run's cleanup
-	err       error           // why the line ended; nil while it lives
-	done      chan struct{}
-	lastHeard time.Time // the last frame of any kind from the executor (see readLoop)
+	mu      sync.Mutex
+	calls   map[string]*call
+	settles map[int]*settle // by slot: its last run's cleanup
+	err     error           // why the line ended; nil while it lives
+	done    chan struct{}
+	heard   *heardReader // the executor's output: when its last byte came (see heardReader)
 	// fork and forkWhy are the executor's fork server state at its last pong (protocol.Fork*;
 	// "" before the first).
 	fork, forkWhy string
@@ -116,8 +119,10 @@ type settle struct {
 // it ends, pinging the executor to detect a hung one. closer, when not nil, is closed by Close
 // and when the line fails.
 func Start(ctx context.Context, r io.Reader, w io.Writer, closer io.Closer, log *slog.Logger, opts Options) (*Line, error) {
-	c := &Line{conn: protocol.NewConn(r, w), closer: closer, log: log, opts: opts.withDefaults(),
-		calls: map[string]*call{}, settles: map[int]*settle{}, done: make(chan struct{}), lastHeard: time.Now(),
+	heard := &heardReader{r: r}
+	heard.mark()
+	c := &Line{conn: protocol.NewConn(heard, w), closer: closer, log: log, opts: opts.withDefaults(), heard: heard,
+		calls: map[string]*call{}, settles: map[int]*settle{}, done: make(chan struct{}),
 		dialers: map[string]sandbox.EgressDialer{}, streams: map[uint64]*egressStream{}}
 	type helloResult struct {
 		m   *protocol.Message
@@ -147,7 +152,7 @@ func Start(ctx context.Context, r io.Reader, w io.Writer, closer io.Closer, log 
 				h.m.Hello.Version, protocol.Version)
 		}
 		c.hello = *h.m.Hello
-		c.lastHeard = time.Now() // the silence counts from the greeting, not from the wait for it
+		heard.mark() // the silence counts from the greeting, not from the wait for it
 	}
 	go c.readLoop()
 	go c.heartbeat()
@@ -167,7 +172,7 @@ func (c *Line) heartbeat() {
 		case <-t.C:
 		}
 		c.mu.Lock()
-		silent, suspended := time.Since(c.lastHeard), c.suspended
+		silent, suspended := c.heard.silence(), c.suspended
 		c.mu.Unlock()
 		if suspended {
 			continue
@@ -197,7 +202,8 @@ func (c *Line) Suspend() {
 // Resume undoes Suspend.
 func (c *Line) Resume() {
 	c.mu.Lock()
-	c.suspended, c.lastHeard = false, time.Now()
+	c.suspended = false
+	c.heard.mark()
 	c.mu.Unlock()
 }
 
@@ -226,7 +232,7 @@ func (c *Line) Err() error {
 // Ready returns nil while the line lives and the executor answers its pings.
 func (c *Line) Ready(context.Context) error {
 	c.mu.Lock()
-	err, silent := c.err, time.Since(c.lastHeard)
+	err, silent := c.err, c.heard.silence()
 	c.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
@@ -273,13 +279,6 @@ func (c *Line) readLoop() {
 			c.fail(fmt.Errorf("%w: %w", ErrClosed, err))
 			return
 		}
-		// Any frame shows the executor alive, not only a pong: a pong can wait in the stream
-		// behind large frames (4 MiB agent calls, one after another, on a loaded machine took
-		// more than the heartbeat's timeout to arrive and decode, and a live executor's
-		// line was ended).
-		c.mu.Lock()
-		c.lastHeard = time.Now()
-		c.mu.Unlock()
 		switch m.Kind {
 		case protocol.KindPong:
 			c.mu.Lock()
@@ -681,4 +680,31 @@ func (c *Line) Packages(ctx context.Context, op protocol.Packages) ([]protocol.P
 			return nil, c.Err()
 		}
 	}
+}
+
+// heardReader is the executor's output as the line reads it, noting when each read brought
+// bytes. Any byte shows the executor alive, not only a pong, nor only a whole frame: a pong
+// can wait in the stream behind large frames, and a large frame can take longer than the
+// heartbeat's timeout to arrive (4 MiB agent calls one after another on a loaded machine;
+// a session's 8 MiB file over a Kubernetes exec stream, CI 2026-12-02), and a live
+// executor's line was ended.
+type heardReader struct {
+	r    io.Reader
+	last atomic.Int64 // time.Now().UnixNano() of the last read that brought bytes
+}
+
+func (h *heardReader) Read(p []byte) (int, error) {
+	n, err := h.r.Read(p)
+	if n > 0 {
+		h.mark()
+	}
+	return n, err
+}
+
+// mark counts the executor as heard now.
+func (h *heardReader) mark() { h.last.Store(time.Now().UnixNano()) }
+
+// silence is how long the executor has sent nothing.
+func (h *heardReader) silence() time.Duration {
+	return time.Duration(time.Now().UnixNano() - h.last.Load())
 }

@@ -171,15 +171,7 @@ func TestExecutorRefusesBadSlots(t *testing.T) {
 
 // An executor that greets and then stops reading (stopped, frozen) ends the line.
 func TestHungExecutorEndsTheLine(t *testing.T) {
-	daemonEnd, executorEnd := net.Pipe()
-	defer executorEnd.Close()
-	go protocol.NewConn(executorEnd, executorEnd).Send(&protocol.Message{Kind: protocol.KindHello,
-		Hello: &protocol.Hello{Version: protocol.Version, Slots: 1}})
-	c, err := control.Start(context.Background(), daemonEnd, daemonEnd, daemonEnd, slog.New(slog.DiscardHandler),
-		control.Options{HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _ := greetedLine(t, control.Options{HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: 300 * time.Millisecond})
 	select {
 	case <-c.Done():
 	case <-time.After(5 * time.Second):
@@ -193,15 +185,7 @@ func TestHungExecutorEndsTheLine(t *testing.T) {
 // A suspended line (its executor frozen on purpose: a paused session) outlives many heartbeat
 // timeouts of silence; once resumed, silence ends it again.
 func TestSuspendedLineOutlivesSilence(t *testing.T) {
-	daemonEnd, executorEnd := net.Pipe()
-	defer executorEnd.Close()
-	go protocol.NewConn(executorEnd, executorEnd).Send(&protocol.Message{Kind: protocol.KindHello,
-		Hello: &protocol.Hello{Version: protocol.Version, Slots: 1}})
-	c, err := control.Start(context.Background(), daemonEnd, daemonEnd, daemonEnd, slog.New(slog.DiscardHandler),
-		control.Options{HeartbeatInterval: 20 * time.Millisecond, HeartbeatTimeout: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _ := greetedLine(t, control.Options{HeartbeatInterval: 20 * time.Millisecond, HeartbeatTimeout: 100 * time.Millisecond})
 	c.Suspend()
 	select {
 	case <-c.Done():
@@ -213,6 +197,34 @@ func TestSuspendedLineOutlivesSilence(t *testing.T) {
 	case <-c.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("a resumed, silent executor kept the line alive")
+	}
+}
+
+// An executor whose frame is slow to arrive keeps its line while the frame's bytes come, even
+// for longer than the heartbeat's timeout (a session's 8 MiB output file over a loaded
+// Kubernetes exec stream, CI 2026-12-02); once its bytes stop, silence ends the line again.
+func TestSlowFrameKeepsTheLine(t *testing.T) {
+	c, executorEnd := greetedLine(t, control.Options{HeartbeatInterval: 20 * time.Millisecond, HeartbeatTimeout: 150 * time.Millisecond})
+	go io.Copy(io.Discard, executorEnd) // the pings, unanswered
+	var frame bytes.Buffer
+	if err := protocol.NewConn(nil, &frame).Send(&protocol.Message{Kind: protocol.KindStdout, ID: "r",
+		Data: strings.Repeat("x", 64<<10)}); err != nil {
+		t.Fatal(err)
+	}
+	// 64 KiB, 1 KiB every 10 ms: about 640 ms, four heartbeat timeouts.
+	for b := frame.Bytes(); len(b) > 0; b = b[min(len(b), 1<<10):] {
+		if _, err := executorEnd.Write(b[:min(len(b), 1<<10)]); err != nil {
+			t.Fatalf("the line ended during the frame: %v (%v)", err, c.Err())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := c.Err(); err != nil {
+		t.Fatalf("the line ended while the frame's bytes came: %v", err)
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a silent executor kept the line alive after its frame")
 	}
 }
 
@@ -457,15 +469,7 @@ func TestUnseedableHomeStopsTheRun(t *testing.T) {
 // Output files become file events with their bytes, in order before the result; a file whose
 // bytes do not match its size and SHA-256 is dropped, and the result names it as skipped.
 func TestFileMessagesBecomeEvents(t *testing.T) {
-	daemonEnd, executorEnd := net.Pipe()
-	defer executorEnd.Close()
-	ex := protocol.NewConn(executorEnd, executorEnd)
-	go ex.Send(&protocol.Message{Kind: protocol.KindHello, Hello: &protocol.Hello{Version: protocol.Version, Slots: 1}})
-	c, err := control.Start(context.Background(), daemonEnd, daemonEnd, daemonEnd, slog.New(slog.DiscardHandler), control.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, ex := fakeExecutor(t)
 	good, bad := []byte("\x89PNG chart"), []byte("damaged")
 	file := func(name string, content []byte, sum [32]byte) *sandbox.File {
 		return &sandbox.File{Name: name, SizeBytes: int64(len(content)), MediaType: "image/png", SHA256: hex.EncodeToString(sum[:])}
@@ -497,4 +501,56 @@ func TestFileMessagesBecomeEvents(t *testing.T) {
 		!strings.Contains(res.FilesSkipped[0].Reason, "did not arrive intact") {
 		t.Fatalf("files %+v skipped %+v", res.Files, res.FilesSkipped)
 	}
+}
+
+// A cancelled run whose executor confirms its end after a slow kill (3 s: within the
+// executor's own KillTimeout of 5 s and its kill helper's 2 s, as a fork bomb on a loaded
+// node takes) is answered with the executor's result, not as unconfirmed.
+func TestSlowKillIsConfirmed(t *testing.T) {
+	c, ex := fakeExecutor(t)
+	go func() {
+		for {
+			m, err := ex.Receive()
+			if err != nil {
+				return
+			}
+			if m.Kind == protocol.KindCancel {
+				id := m.ID
+				time.AfterFunc(3*time.Second, func() {
+					ex.Send(&protocol.Message{Kind: protocol.KindResult, ID: id, Result: &sandbox.Result{Outcome: sandbox.OutcomeTimeout}})
+				})
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	res, err := c.Run(ctx, 0, sandboxtest.Spec("import os\nwhile True: os.fork()", time.Second), func(sandbox.Event) {})
+	if (err != nil && strings.Contains(err.Error(), "did not confirm")) || res.Outcome != sandbox.OutcomeTimeout {
+		t.Fatalf("a cancelled run confirmed after 3 s: %+v, %v", res, err)
+	}
+}
+
+// greetedLine is a line with opts to an executor of one slot that greets, over a pipe whose
+// executor end it returns: the test speaks for the executor there, or stays silent. Both end
+// with the test.
+func greetedLine(t *testing.T, opts control.Options) (*control.Line, net.Conn) {
+	t.Helper()
+	daemonEnd, executorEnd := net.Pipe()
+	t.Cleanup(func() { executorEnd.Close() })
+	go protocol.NewConn(executorEnd, executorEnd).Send(&protocol.Message{Kind: protocol.KindHello,
+		Hello: &protocol.Hello{Version: protocol.Version, Slots: 1}})
+	c, err := control.Start(context.Background(), daemonEnd, daemonEnd, daemonEnd, slog.New(slog.DiscardHandler), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, executorEnd
+}
+
+// fakeExecutor is a line to a fake executor of one slot over a pipe: the test speaks the
+// executor's side through ex. Both end with the test.
+func fakeExecutor(t *testing.T) (*control.Line, *protocol.Conn) {
+	t.Helper()
+	c, end := greetedLine(t, control.Options{})
+	return c, protocol.NewConn(end, end)
 }

@@ -36,6 +36,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		writeFileError(w, p, err)
 		return
 	}
+	defer func() { first.Done() }() // the last chunk's; each earlier one is done once written
 	if first.Entry.Type != "file" {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("path %q is a %s, not a file", first.Entry.Path, first.Entry.Type))
 		return
@@ -47,6 +48,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for off := int64(len(first.Content)); off < first.Entry.SizeBytes && len(first.Content) == readChunk; off += int64(len(first.Content)) {
+		first.Done()
 		if first, err = s.workspace.ReadFile(ctx, b.agent, b.id, p, off, readChunk); err != nil {
 			s.log.Warn("a download stopped short", "sandbox", b.id, "path", p, "offset", off, "error", err)
 			return

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -129,7 +130,9 @@ func (m *Sessions) Pause(ctx context.Context, agent, id string) (sandbox.Session
 func (m *Sessions) pause(ctx context.Context, id string, ls *liveSession, why string) error {
 	pb, ok := ls.box.(sandbox.PausableBox)
 	if !ok {
-		return errclass.New(errclass.Invalid, "this daemon's sandboxes cannot be paused")
+		return errclass.New(errclass.Invalid, "this daemon's sandboxes cannot be paused (the kubernetes runtime has no freezer: "+
+			"a pod cannot be paused); hibernate the session instead (POST …/sessions/{id}/hibernate): it saves the session's files "+
+			"and frees its sandbox, and the next call or resume restores them")
 	}
 	m.mu.Lock()
 	if ls.life.paused {
@@ -313,7 +316,8 @@ func (m *Sessions) unpause(ctx context.Context, id string, ls *liveSession) erro
 }
 
 // Hibernate writes agent's session id to disk and removes its sandbox (pausing it first when
-// it runs). A hibernated one is answered as it is. Errors: a *SessionBusyError while a call
+// it runs, unless its box has no freezer or the paused-memory budget is full: then straight
+// from running). A hibernated one is answered as it is. Errors: a *SessionBusyError while a call
 // runs, a *SessionBudgetError past hibernated_per_agent or hibernated_max_bytes, or a failure
 // to write (the disk full: the session stays paused, and the error says so).
 func (m *Sessions) Hibernate(ctx context.Context, agent, id string) (sandbox.SessionInfo, error) {
@@ -324,23 +328,34 @@ func (m *Sessions) Hibernate(ctx context.Context, agent, id string) (sandbox.Ses
 	if err != nil {
 		return sandbox.SessionInfo{}, err
 	}
+	if _, pausable := ls.box.(sandbox.PausableBox); !pausable {
+		// No freezer (the kubernetes runtime): hibernate straight from running.
+		return m.hibernateRunning(ctx, id, ls)
+	}
 	if err := m.pause(ctx, id, ls, "to hibernate"); err != nil {
 		if _, over := errors.AsType[*sandbox.SessionBudgetError](err); !over {
 			return sandbox.SessionInfo{}, err
 		}
 		// The paused-memory budget is full: hibernate straight from running.
-		select {
-		case <-ls.turn:
-		default:
-			return sandbox.SessionInfo{}, &sandbox.SessionBusyError{ID: id}
-		}
-		info, err := m.hibernateHeld(ctx, id, ls, "asked")
-		if err != nil {
-			ls.turn <- struct{}{} // it runs on, as it was
-		}
-		return info, err
+		return m.hibernateRunning(ctx, id, ls)
 	}
 	return m.hibernate(ctx, id, ls, "asked")
+}
+
+// hibernateRunning hibernates running session ls without pausing it first (see
+// hibernateHeld): it takes ls's turn, a *SessionBusyError while a call holds it, and gives it
+// back when hibernating fails.
+func (m *Sessions) hibernateRunning(ctx context.Context, id string, ls *liveSession) (sandbox.SessionInfo, error) {
+	select {
+	case <-ls.turn:
+	default:
+		return sandbox.SessionInfo{}, &sandbox.SessionBusyError{ID: id}
+	}
+	info, err := m.hibernateHeld(ctx, id, ls, "asked")
+	if err != nil {
+		ls.turn <- struct{}{} // it runs on, as it was
+	}
+	return info, err
 }
 
 // hibernate hibernates paused session ls (see hibernateHeld).
@@ -513,30 +528,61 @@ func (b *budgetWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// openHibernation opens info's hibernation file after checking it against its recorded size
-// and SHA-256: a file altered on disk is refused before a byte of it is loaded.
-func (m *Sessions) openHibernation(info sandbox.SessionInfo) (*os.File, error) {
+// openHibernation opens info's hibernation file and checks it against its recorded size and
+// SHA-256 in the background, so that the check runs beside the sandbox's start: the file it
+// returns gives no byte until the check has passed, and fails with the check's error when it
+// has not (a file altered on disk is refused before a byte of it is loaded). Wait returns the
+// check's error. A missing file is an error at once.
+func (m *Sessions) openHibernation(info sandbox.SessionInfo) (*checkedFile, error) {
 	h := info.Hibernation
-	f, err := os.Open(m.hibernationPath(info.ID))
+	path := m.hibernationPath(info.ID)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("its hibernation file is missing: %w", err)
 	}
-	sum := sha256.New()
-	n, err := io.Copy(sum, f)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("reading its hibernation file: %w", err)
+	c := &checkedFile{f: f, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		sum := sha256.New()
+		// Through ReadAt: the file's own offset stays at 0 for Read.
+		n, err := io.Copy(sum, io.NewSectionReader(f, 0, math.MaxInt64))
+		if err != nil {
+			c.err = fmt.Errorf("reading its hibernation file: %w", err)
+			return
+		}
+		if got := hex.EncodeToString(sum.Sum(nil)); n != h.Bytes || got != h.SHA256 {
+			c.err = fmt.Errorf("its hibernation file %s was altered on disk (%d bytes with SHA-256 %s; %d bytes with SHA-256 %s were written): it was refused, not loaded",
+				path, n, got, h.Bytes, h.SHA256)
+		}
+	}()
+	return c, nil
+}
+
+// checkedFile is a hibernation file whose check runs in the background (see openHibernation).
+type checkedFile struct {
+	f    *os.File
+	done chan struct{} // closed when the check has finished
+	err  error         // the check's error, once done is closed
+}
+
+// Wait waits for the check and returns its error.
+func (c *checkedFile) Wait() error {
+	<-c.done
+	return c.err
+}
+
+// Read reads the file once its check has passed.
+func (c *checkedFile) Read(p []byte) (int, error) {
+	if err := c.Wait(); err != nil {
+		return 0, err
 	}
-	if got := hex.EncodeToString(sum.Sum(nil)); n != h.Bytes || got != h.SHA256 {
-		f.Close()
-		return nil, fmt.Errorf("its hibernation file %s was altered on disk (%d bytes with SHA-256 %s; %d bytes with SHA-256 %s were written): it was refused, not loaded",
-			m.hibernationPath(info.ID), n, got, h.Bytes, h.SHA256)
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
+	return c.f.Read(p)
+}
+
+// Close closes the file once the check has finished with it.
+func (c *checkedFile) Close() error {
+	<-c.done
+	return c.f.Close()
 }
 
 // wake resumes hibernated session info in a new sandbox with the same ID.
@@ -567,7 +613,18 @@ func (m *Sessions) wake(ctx context.Context, info sandbox.SessionInfo) (sandbox.
 		return sandbox.SessionInfo{}, &sandbox.SessionEndedError{Info: ended}
 	}
 	defer f.Close()
+	// The sandbox starts while the file is checked; it receives no byte of a file that fails.
 	ls, err := m.openFrom(ctx, id, info, f)
+	if cerr := f.Wait(); cerr != nil {
+		if ls != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			_ = ls.box.Close(cctx)
+			cancel()
+		}
+		ended := m.dropHibernated(ctx, info, sandbox.EndLost, cerr.Error())
+		m.log.Error("a hibernated session could not be resumed; it is recorded as lost", "session", id, "error", cerr)
+		return sandbox.SessionInfo{}, &sandbox.SessionEndedError{Info: ended}
+	}
 	if err != nil {
 		return sandbox.SessionInfo{}, err
 	}
@@ -658,6 +715,11 @@ func (m *Sessions) Fork(ctx context.Context, agent, id string) (sandbox.SessionI
 	var files io.ReadCloser
 	if hib {
 		f, err := m.openHibernation(src)
+		if err == nil {
+			if err = f.Wait(); err != nil {
+				f.Close()
+			}
+		}
 		if err != nil {
 			return sandbox.SessionInfo{}, fmt.Errorf("forking session %s: %w", id, err)
 		}
@@ -852,7 +914,8 @@ func (m *Sessions) callable(ctx context.Context, agent, id string) (*liveSession
 // file is there (checked when resumed) stays hibernated; one whose file is missing is ended
 // (lost) with the reason. Files of the directory that belong to no hibernated session (a
 // hibernation or fork copy the daemon was killed in the middle of, a session ended
-// meanwhile) are removed. It returns how many sessions are hibernated.
+// meanwhile) are removed; one of another daemon's hibernated session is kept, not loaded.
+// It returns how many sessions are hibernated.
 func (m *Sessions) Recover(ctx context.Context) (int, error) {
 	dir := m.cfg.Lifecycle.Dir
 	if dir == "" || m.ledger == nil {
@@ -869,7 +932,10 @@ func (m *Sessions) Recover(ctx context.Context) (int, error) {
 			continue
 		}
 		if info.Hibernation.Daemon != "" && info.Hibernation.Daemon != m.cfg.Lifecycle.Daemon {
-			continue // another daemon's (on SQLite, one data directory has one daemon)
+			// Another daemon's, not loaded here; its file stays if it is in this directory (this
+			// daemon under an earlier daemon_id): the ledger still names it.
+			keep[info.ID+".tar"] = true
+			continue
 		}
 		if _, err := os.Stat(m.hibernationPath(info.ID)); err != nil {
 			m.dropHibernated(ctx, info, sandbox.EndLost, "its hibernation file is missing from "+dir)
@@ -937,8 +1003,9 @@ func (m *Sessions) RunRetention(ctx context.Context, period time.Duration) {
 }
 
 // hibernateAll hibernates every live session that takes no call now (the daemon stops), and
-// returns how many it did; the others end as the daemon stops.
-func (m *Sessions) hibernateAll(ctx context.Context) int {
+// returns how many it did and, by session ID, why each other could not be; the others end as
+// the daemon stops.
+func (m *Sessions) hibernateAll(ctx context.Context) (int, map[string]error) {
 	m.mu.Lock()
 	all := make(map[string]*liveSession, len(m.live))
 	for id, ls := range m.live {
@@ -947,7 +1014,7 @@ func (m *Sessions) hibernateAll(ctx context.Context) int {
 		}
 	}
 	m.mu.Unlock()
-	n := 0
+	n, failed := 0, map[string]error{}
 	for id, ls := range all {
 		var err error
 		if err = m.pause(ctx, id, ls, "the daemon stops"); err == nil {
@@ -955,11 +1022,12 @@ func (m *Sessions) hibernateAll(ctx context.Context) int {
 		}
 		if err != nil {
 			m.log.Warn("a session could not be hibernated as the daemon stops; it ends", "session", id, "error", err)
+			failed[id] = err
 			continue
 		}
 		n++
 	}
-	return n
+	return n, failed
 }
 
 // LifecycleStats counts the paused and hibernated sessions.

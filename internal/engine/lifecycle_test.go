@@ -336,6 +336,17 @@ func TestHibernateResumeFork(t *testing.T) {
 	if _, err := os.Stat(stray); !os.IsNotExist(err) {
 		t.Fatalf("a stray hibernation file was kept: %v", err)
 	}
+	// The same directory under another daemon_id (a renamed daemon) does not load the
+	// session, nor remove the file the ledger names as its.
+	renamed := lifecycleConfig(dir)
+	renamed.Lifecycle.Daemon = "d1-renamed"
+	m3, _ := newLifecycle(t, renamed, ledger)
+	if n, err := m3.Recover(ctx); err != nil || n != 0 {
+		t.Fatalf("recover under another daemon_id: %d, %v", n, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, s.ID+".tar")); err != nil {
+		t.Fatalf("another daemon's hibernated session lost its file: %v", err)
+	}
 
 	fork, err := m2.Fork(ctx, "a", s.ID)
 	if err != nil || fork.ForkedFrom != s.ID || fork.ID == s.ID {
@@ -408,8 +419,25 @@ func TestHibernationFileAltered(t *testing.T) {
 	if !ok || ended.Info.EndReason != sandbox.EndLost || !strings.Contains(err.Error(), "altered") {
 		t.Fatalf("resume of an altered file: %v", err)
 	}
-	if n := len(op.boxes[s.ID]); n != 1 {
-		t.Fatalf("%d boxes were opened: the altered file was loaded", n)
+	// The resume's box starts while the file is checked: it may have been opened, but it
+	// received none of the file and was removed.
+	op.mu.Lock()
+	boxes := op.boxes[s.ID]
+	op.mu.Unlock()
+	if n := len(boxes); n < 1 || n > 2 {
+		t.Fatalf("%d boxes were opened, want the session's and at most the resume's", n)
+	}
+	if len(boxes) == 2 {
+		b := boxes[1]
+		b.fmu.Lock()
+		loaded := len(b.files)
+		b.fmu.Unlock()
+		b.mu.Lock()
+		closed := b.closed
+		b.mu.Unlock()
+		if loaded != 0 || !closed {
+			t.Fatalf("the resume's box holds %d files of the altered file (closed %v): it was loaded", loaded, closed)
+		}
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatalf("the refused file is kept: %v", err)
@@ -510,5 +538,25 @@ func TestHibernateRefusedWhileRunning(t *testing.T) {
 	}
 	if info, _ := m.Get(ctx, "a", s.ID); info.State != sandbox.SessionActive || !strings.Contains(info.LifecycleError, "stays running") {
 		t.Fatalf("after it: %+v", info)
+	}
+}
+
+// TestShutdownSaysWhyASessionWasNotHibernated: a session the daemon's stop could not
+// hibernate ends with the hibernation's error as its reason, not a guess (trial, 2 December
+// 2026: "a call ran, or session_hibernate_on_stop is off", when neither was true).
+func TestShutdownSaysWhyASessionWasNotHibernated(t *testing.T) {
+	cfg := lifecycleConfig(t.TempDir())
+	cfg.Lifecycle.HibernateOnStop, cfg.Lifecycle.HibernatedPerAgent = true, 0
+	ledger := newMemLedger()
+	m, _ := newLifecycle(t, cfg, ledger)
+	s, err := m.Create(t.Context(), sandbox.SessionRequest{Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Shutdown(t.Context())
+	info, err := ledger.LookupSession(t.Context(), s.ID)
+	if err != nil || info.EndReason != sandbox.EndDaemonStopped || !strings.Contains(info.Reason, "hibernated_per_agent") ||
+		strings.Contains(info.Reason, "session_hibernate_on_stop is off") {
+		t.Fatalf("the session's end: %q %q, %v (want daemon_stopped naming hibernated_per_agent)", info.EndReason, info.Reason, err)
 	}
 }

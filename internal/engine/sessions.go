@@ -24,6 +24,9 @@ type SessionConfig struct {
 	MaxPerAgent, MaxTotal int
 	// Lifecycle bounds pauses and hibernations (see lifecycle.go).
 	Lifecycle LifecycleConfig
+	// ReadsMaxBytes is the daemon-wide budget of file-read bytes in flight (see reads.go);
+	// 0 is DefaultReadsMaxBytes, and it is raised to hold the largest read.
+	ReadsMaxBytes int64
 }
 
 // DefaultSessionConfig: 10 minutes idle, 1 hour at most, 2 per agent, 4 in all.
@@ -58,6 +61,7 @@ type Sessions struct {
 	closed  bool
 	closing sync.WaitGroup
 	lc      lifecycle // paused and hibernated sessions (see lifecycle.go)
+	reads   *readBudget
 }
 
 type liveSession struct {
@@ -81,7 +85,7 @@ func NewSessions(svc *Service, opener sandbox.SessionOpener, ledger sandbox.Sess
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Sessions{svc: svc, opener: opener, ledger: ledger, cfg: cfg, log: log,
-		live: map[string]*liveSession{}, opening: map[string]int{}, ended: map[string]sandbox.SessionInfo{},
+		reads: newReadBudget(cfg.ReadsMaxBytes), live: map[string]*liveSession{}, opening: map[string]int{}, ended: map[string]sandbox.SessionInfo{},
 		lc: lifecycle{hibernated: map[string]sandbox.SessionInfo{}, waking: map[string]chan struct{}{}}}
 }
 
@@ -611,10 +615,14 @@ func (m *Sessions) Shutdown(ctx context.Context) {
 	m.mu.Lock()
 	m.closed = true
 	m.mu.Unlock()
+	why := "the daemon stopped and the session was not hibernated (session_hibernate_on_stop is off)"
+	var failed map[string]error
 	if m.cfg.Lifecycle.HibernateOnStop && m.cfg.Lifecycle.Dir != "" {
-		if n := m.hibernateAll(ctx); n > 0 {
+		var n int
+		if n, failed = m.hibernateAll(ctx); n > 0 {
 			m.log.Info("sessions hibernated as the daemon stops; it resumes them on demand when it starts again", "sessions", n)
 		}
+		why = "the daemon stopped and the session was not hibernated"
 	}
 	m.mu.Lock()
 	ids := make([]string, 0, len(m.live))
@@ -623,7 +631,11 @@ func (m *Sessions) Shutdown(ctx context.Context) {
 	}
 	m.mu.Unlock()
 	for _, id := range ids {
-		m.end(id, sandbox.EndDaemonStopped, "the daemon stopped and the session was not hibernated (a call ran, or session_hibernate_on_stop is off)")
+		reason := why
+		if err := failed[id]; err != nil {
+			reason += ": " + err.Error()
+		}
+		m.end(id, sandbox.EndDaemonStopped, reason)
 	}
 	done := make(chan struct{})
 	go func() {

@@ -93,13 +93,18 @@ type liveProcess struct {
 
 // workspace is a live session's commands.
 type workspace struct {
+	// largeReads holds a token while a large file read runs (see Sessions.read).
+	largeReads chan struct{}
+
 	mu    sync.Mutex
 	procs map[string]*liveProcess
 	order []string // ended process IDs, oldest first
 }
 
 func (ls *liveSession) ws() *workspace {
-	ls.wsOnce.Do(func() { ls.workspace = &workspace{procs: map[string]*liveProcess{}} })
+	ls.wsOnce.Do(func() {
+		ls.workspace = &workspace{procs: map[string]*liveProcess{}, largeReads: make(chan struct{}, 1)}
+	})
 	return ls.workspace
 }
 
@@ -136,7 +141,7 @@ func (m *Sessions) Command(ctx context.Context, agent, id string, req CommandReq
 	}
 	display := req.Cmd
 	if display == "" {
-		display = strings.Join(req.Argv, " ")
+		display = sandbox.ShellQuote(req.Argv) // what ran, as a shell would need it
 	}
 	cwd := sandbox.SessionHome
 	if req.Cwd != "" {
@@ -306,12 +311,16 @@ func (m *Sessions) processEvent(ls *liveSession, agent string, p *liveProcess, e
 		subs = append(subs, p.subs[k])
 	}
 	p.mu.Unlock()
+	if ev.End != nil {
+		// In the ledger before anyone hears of the end: a client that lists the session's
+		// commands once its command answered finds it there.
+		m.processEnded(ls, agent, p)
+	}
 	for _, s := range subs {
 		s(out)
 	}
 	if ev.End != nil {
 		close(p.done)
-		m.processEnded(ls, agent, p)
 	}
 }
 
@@ -534,13 +543,17 @@ func (m *Sessions) box(ctx context.Context, agent, id string) (sandbox.SessionBo
 }
 
 // ReadFile reads a file of agent's session id: length bytes from offset (0: to the end), at
-// most MaxReadBytes (more is a too-large error naming the limit).
+// most MaxReadBytes (more is a too-large error naming the limit). The read counts against the
+// daemon's budget of reads in flight (SessionConfig.ReadsMaxBytes; no room within a moment: an
+// error of class busy) until the answer's Release is called: call it once the answer is
+// written. A session's large reads run one at a time, the others waiting (bounded by ctx).
 func (m *Sessions) ReadFile(ctx context.Context, agent, id, p string, offset, length int64) (sandbox.FileContent, error) {
-	b, err := m.box(ctx, agent, id)
+	ls, err := m.callable(ctx, agent, id)
 	if err != nil {
 		return sandbox.FileContent{}, err
 	}
-	return b.ReadFile(ctx, sandbox.FileRead{Path: p, Offset: offset, Length: length, MaxBytes: MaxReadBytes})
+	m.touch(ls)
+	return m.read(ctx, ls, sandbox.FileRead{Path: p, Offset: offset, Length: length, MaxBytes: MaxReadBytes})
 }
 
 // WriteFile creates or replaces the file p of agent's session id with what r holds (making its
@@ -681,4 +694,51 @@ func inOrder(emit func(CommandEvent)) func(CommandEvent) {
 			emit(ev)
 		}
 	}
+}
+
+// LookFiles lists like ListFiles and LookFile reads like ReadFile, for someone looking on (the
+// web console): only while the session is active, without resuming a paused or hibernated one
+// (auto_resume or not: a *sandbox.SessionPausedError) and without counting as its use (its
+// idle timeout runs on).
+func (m *Sessions) LookFiles(ctx context.Context, agent, id, p string, depth int) (sandbox.FileListing, error) {
+	if p == "" {
+		p = sandbox.SessionHome
+	}
+	ls, err := m.activeSession(ctx, agent, id)
+	if err != nil {
+		return sandbox.FileListing{}, err
+	}
+	return ls.box.ListFiles(ctx, sandbox.FileList{Path: p, Depth: max(depth, 1), MaxEntries: 10_000})
+}
+
+// LookFile reads like ReadFile (in the same budget; call the answer's Release once written);
+// see LookFiles.
+func (m *Sessions) LookFile(ctx context.Context, agent, id, p string, offset, length int64) (sandbox.FileContent, error) {
+	ls, err := m.activeSession(ctx, agent, id)
+	if err != nil {
+		return sandbox.FileContent{}, err
+	}
+	return m.read(ctx, ls, sandbox.FileRead{Path: p, Offset: offset, Length: length, MaxBytes: MaxReadBytes})
+}
+
+// activeSession returns agent's live session id while it is active, else the error that says
+// why not (not found, ended, paused or hibernated), touching nothing.
+func (m *Sessions) activeSession(ctx context.Context, agent, id string) (*liveSession, error) {
+	if agent == "" {
+		agent = "default"
+	}
+	if _, ok := m.hibernatedOf(agent, id); ok {
+		return nil, &sandbox.SessionPausedError{ID: id, Agent: agent, State: sandbox.SessionHibernated}
+	}
+	ls, err := m.lookup(ctx, agent, id)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	paused := ls.life.paused
+	m.mu.Unlock()
+	if paused {
+		return nil, &sandbox.SessionPausedError{ID: id, Agent: agent, State: sandbox.SessionPaused}
+	}
+	return ls, nil
 }

@@ -212,7 +212,7 @@ type collection struct {
 type collector struct {
 	root   int               // descriptor of the working directory
 	inputs map[string][]byte // the run's input files, by name
-	before map[string]stamp  // files left out when their stamp is unchanged (nil: none)
+	before *snapshot         // what was there before a session's call (nil: a run's collection)
 
 	maxFiles                 int
 	maxFileBytes, maxAllSize int64
@@ -235,9 +235,11 @@ func collectOutputFiles(dir string, inputs []sandbox.InputFile, lim sandbox.Limi
 	return collectFiles(dir, inputs, lim, nil, send)
 }
 
-// collectFiles is collectOutputFiles that also leaves out the files whose stamp is still the
-// one in before (a session's files that its call did not create or change).
-func collectFiles(dir string, inputs []sandbox.InputFile, lim sandbox.Limits, before map[string]stamp, send func(sandbox.File, []byte)) (collection, error) {
+// collectFiles is collectOutputFiles that also leaves out what before held unchanged (a
+// session's files that its call did not create or change): the files whose stamp is the
+// same, and the entries skipped before for the same reason (a link or FIFO made by an earlier
+// command was named skipped by every later call; a trial, 2 December 2026).
+func collectFiles(dir string, inputs []sandbox.InputFile, lim sandbox.Limits, before *snapshot, send func(sandbox.File, []byte)) (collection, error) {
 	if lim.OutputFiles <= 0 {
 		return collection{}, nil
 	}
@@ -275,6 +277,9 @@ func collectFiles(dir string, inputs []sandbox.InputFile, lim sandbox.Limits, be
 		total += f.SizeBytes
 		send(f, content)
 		out.files = append(out.files, f)
+	}
+	if before != nil {
+		c.skipped = slices.DeleteFunc(c.skipped, func(s sandbox.SkippedFile) bool { return before.skipped[s] })
 	}
 	slices.SortStableFunc(c.skipped, func(a, b sandbox.SkippedFile) int { return strings.Compare(a.Name, b.Name) })
 	if len(c.skipped) > sandbox.MaxSkippedFiles {
@@ -396,7 +401,7 @@ func (c *collector) read(name string, total int64) (f sandbox.File, content []by
 		c.skip(name, typeReason(typ))
 		return f, nil, false
 	}
-	if old, ok := c.before[name]; ok && old == stampOf(&st) {
+	if old, ok := c.before.stamp(name); ok && old == stampOf(&st) {
 		return f, nil, false // a session's file that this call did not touch
 	}
 	if st.Nlink > 1 {
@@ -653,19 +658,38 @@ func stampOf(st *syscall.Stat_t) stamp {
 	return stamp{ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
 }
 
-// stampFiles returns the stamps of the regular files in dir (a session's working directory),
-// found as collectOutputFiles finds them (beneath dir, never through a link, up to its caps).
-// A directory that cannot be read gives no stamps: every file then counts as changed.
-func stampFiles(dir string) map[string]stamp {
-	stamps := map[string]stamp{}
+// snapshot is what a session's working directory held before a call, for collectFiles: the
+// stamps of its regular files, and the entries a collection skips, with why.
+type snapshot struct {
+	stamps  map[string]stamp
+	skipped map[sandbox.SkippedFile]bool
+}
+
+// stamp returns name's stamp before the call (false: none, or no snapshot).
+func (s *snapshot) stamp(name string) (stamp, bool) {
+	if s == nil {
+		return stamp{}, false
+	}
+	st, ok := s.stamps[name]
+	return st, ok
+}
+
+// stampFiles returns a snapshot of dir (a session's working directory), found as
+// collectOutputFiles finds its files (beneath dir, never through a link, up to its caps). A
+// directory that cannot be read gives an empty one: everything then counts as changed.
+func stampFiles(dir string) *snapshot {
+	snap := &snapshot{stamps: map[string]stamp{}, skipped: map[sandbox.SkippedFile]bool{}}
 	root, err := openRetry(dir, dirFlags, 0)
 	if err != nil {
-		return stamps
+		return snap
 	}
 	defer syscall.Close(root)
 	c := &collector{root: root}
 	if c.scan(root, "", 0) != nil {
-		return stamps
+		return snap
+	}
+	for _, s := range c.skipped {
+		snap.skipped[s] = true
 	}
 	for _, name := range c.candidates {
 		fd, err := openBeneath(root, name)
@@ -674,9 +698,9 @@ func stampFiles(dir string) map[string]stamp {
 		}
 		var st syscall.Stat_t
 		if syscall.Fstat(fd, &st) == nil {
-			stamps[name] = stampOf(&st)
+			snap.stamps[name] = stampOf(&st)
 		}
 		syscall.Close(fd)
 	}
-	return stamps
+	return snap
 }

@@ -343,3 +343,34 @@ func BenchmarkCollectOutputFiles(b *testing.B) {
 		})
 	}
 }
+
+// A session's call names as skipped only the links and special files it made or changed, not
+// those an earlier command left (a trial saw a FIFO and a link named by every later call);
+// a file it did not change is left out too.
+func TestCollectFilesLeavesOutWhatWasThereBefore(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Symlink("/etc", filepath.Join(dir, "old-link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "old-fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kept.txt"), []byte("kept"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := stampFiles(dir)
+	if err := os.Symlink("/etc", filepath.Join(dir, "new-link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "new.txt"), []byte("new"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := collectFiles(dir, nil, sandbox.Limits{OutputFiles: 10, OutputFileBytes: 1 << 20, OutputFilesBytes: 1 << 20}, before,
+		func(sandbox.File, []byte) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.files) != 1 || got.files[0].Name != "new.txt" || len(got.skipped) != 1 || got.skipped[0].Name != "new-link" {
+		t.Fatalf("files %+v, skipped %+v: want new.txt, and new-link skipped", got.files, got.skipped)
+	}
+}

@@ -299,7 +299,7 @@ func (ip *interp) endAfter(r *run, res *sandbox.Result, killed, alive bool) {
 
 // collect sends the call's output files: those it created or changed in the session's
 // directory.
-func (ip *interp) collect(r *run, res *sandbox.Result, before map[string]stamp) {
+func (ip *interp) collect(r *run, res *sandbox.Result, before *snapshot) {
 	send := func(f sandbox.File, content []byte) {
 		if err := ip.e.conn.Send(&protocol.Message{Kind: protocol.KindFile, ID: r.id, File: &f, FileContent: content}); err != nil {
 			ip.e.log.Warn("sending an output file", "id", r.id, "file", f.Name, "error", err)

@@ -87,3 +87,27 @@ func TestKillUIDLeavesTheExecutorsThreadsAlone(t *testing.T) {
 		t.Fatalf("a thread of the executor had the run's uid %d times while killing", seen)
 	}
 }
+
+// TestKillHelperEndedBySignal: a helper another's signal ended (in a pod over its memory
+// limit, the OOM killer's SIGKILL) is reported with the signal's number and name, and one the
+// executor ended after killHelperWait as not finishing in time.
+func TestKillHelperEndedBySignal(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	err := waitKillHelper(cmd.Process.Pid, 10042)
+	if err == nil || !strings.Contains(err.Error(), "uid 10042 died of signal 9 (killed)") {
+		t.Fatalf("a helper ended by SIGKILL: %v", err)
+	}
+
+	cmd = exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	err = waitKillHelper(cmd.Process.Pid, 10043)
+	if err == nil || !strings.Contains(err.Error(), "did not finish within "+killHelperWait.String()) {
+		t.Fatalf("a helper that hangs: %v", err)
+	}
+}

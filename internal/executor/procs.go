@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -100,10 +101,12 @@ func killUID(uid int) error {
 // killHelperWait, and says whether it did its work.
 func waitKillHelper(pid, uid int) error {
 	done := make(chan struct{})
+	var timedOut atomic.Bool
 	timer := time.AfterFunc(killHelperWait, func() {
 		select {
 		case <-done:
 		default:
+			timedOut.Store(true)
 			_ = syscall.Kill(pid, syscall.SIGKILL) // still our child: no other process has pid
 		}
 	})
@@ -122,8 +125,11 @@ func waitKillHelper(pid, uid int) error {
 		return fmt.Errorf("waiting for the kill helper of uid %d: %w", uid, err)
 	case ws.Exited() && ws.ExitStatus() == 0:
 		return nil
+	case ws.Signaled() && timedOut.Load():
+		return fmt.Errorf("the kill helper of uid %d did not finish within %s", uid, killHelperWait)
 	case ws.Signaled():
-		return fmt.Errorf("the kill helper of uid %d was ended by %v before it killed", uid, ws.Signal())
+		// Another's signal: under a memory limit, the kernel's OOM killer.
+		return fmt.Errorf("the kill helper of uid %d died of signal %d (%v) before it killed", uid, int(ws.Signal()), ws.Signal())
 	default:
 		return fmt.Errorf("the kill helper of uid %d failed (exit status %d)", uid, ws.ExitStatus())
 	}

@@ -97,7 +97,7 @@ func errnoError(view, what string, err error) error {
 	case syscall.ENOTEMPTY:
 		return fileErr(errclass.Conflict, "%s is a directory that is not empty; set recursive to remove it with its contents", view)
 	case syscall.ELOOP:
-		return fileErr(errclass.Invalid, "%s is (or passes through) a symbolic link; sandpit follows no link in a session's files: give the link's target instead", view)
+		return fileErr(errclass.Invalid, "%s is (or passes through) a symbolic link; "+noLinks, view)
 	case syscall.ENOSPC, syscall.EDQUOT:
 		return fileErr(errclass.TooLarge, "the session's disk is full while %s %s (its cap is run_dir_bytes in the configuration); remove files first", what, view)
 	case syscall.EACCES, syscall.EPERM:
@@ -222,6 +222,9 @@ func readlinkat(dirfd int, name string) string {
 }
 
 // kindReason names what a non-regular, non-directory file is, for a refusal.
+// noLinks is the advice of an error for a path that is, or passes through, a symbolic link.
+const noLinks = "sandpit follows no link in a session's files: give the link's target instead, when it is inside the session's home"
+
 func kindReason(view string, mode uint32) error {
 	what := "a special file"
 	switch mode & syscall.S_IFMT {
@@ -232,7 +235,7 @@ func kindReason(view string, mode uint32) error {
 	case syscall.S_IFCHR, syscall.S_IFBLK:
 		what = "a device"
 	case syscall.S_IFLNK:
-		return fileErr(errclass.Invalid, "%s is a symbolic link; sandpit follows no link in a session's files: give the link's target instead", view)
+		return fileErr(errclass.Invalid, "%s is a symbolic link; "+noLinks, view)
 	case syscall.S_IFDIR:
 		return fileErr(errclass.Conflict, "%s is a directory; give the path of a file", view)
 	}

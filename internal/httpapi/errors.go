@@ -125,6 +125,13 @@ func statusOf(class error) (int, string) {
 	return http.StatusInternalServerError, apitype.CodeInternal
 }
 
+// Status is the HTTP status the API answers for an error of err's class (500 for none): for
+// the handlers beside the API (the console's pages) that answer in their own format.
+func Status(err error) int {
+	status, _ := statusOf(errclass.Of(err))
+	return status
+}
+
 // WriteError answers err as the API's JSON error body (apitype.ErrorBody), with the status of
 // its class (see package errclass): for the handlers beside the API (the MCP endpoint) that
 // refuse a request before it reaches them. For a client that went away it writes nothing.

@@ -110,10 +110,13 @@ type api struct {
 	// sessionAnswering holds a token for each session call from its arrival to its answer,
 	// as answering does for runs: session calls waiting their turn never take runs' tokens.
 	sessionAnswering chan struct{}
-	// bodies admits requests by the bytes of their bodies, before reading them.
-	bodies *bodyBudget
-	log    *slog.Logger
-	mux    *http.ServeMux
+	// bodies admits requests by the bytes of their bodies, before reading them; streamed holds
+	// the patterns whose handler streams its body in chunks (up to a cap of its own) instead of
+	// holding it, which bodies does not admit.
+	bodies   *bodyBudget
+	streamed map[string]bool
+	log      *slog.Logger
+	mux      *http.ServeMux
 }
 
 // NewHandler returns the REST API served by b. log receives one debug line per request and
@@ -231,15 +234,18 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			msg: fmt.Sprintf("no endpoint %s %s: the path has an empty, \".\" or \"..\" segment; give every ID it names", r.Method, p)})
 		return
 	}
-	if h, pattern := a.mux.Handler(r); pattern == "" {
+	h, pattern := a.mux.Handler(r)
+	if pattern == "" {
 		a.unrouted(rw, r, h)
 		return
 	}
-	release, ok := a.bodies.admit(rw, r)
-	if !ok {
-		return
+	if !a.streamed[pattern] {
+		release, ok := a.bodies.admit(rw, r)
+		if !ok {
+			return
+		}
+		defer release()
 	}
-	defer release()
 	a.mux.ServeHTTP(rw, r)
 }
 

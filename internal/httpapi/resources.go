@@ -43,6 +43,8 @@ type Scheduler interface {
 type Ledger interface {
 	GetExecution(ctx context.Context, id string) (store.Execution, error)
 	ListExecutions(ctx context.Context, f store.ExecutionFilter, p store.Page) ([]store.ExecutionSummary, string, error)
+	// SessionCommands is a page of the commands recorded for agent's session id, newest first.
+	SessionCommands(ctx context.Context, agent, id string, p store.Page) ([]sandbox.ProcessInfo, string, error)
 	// Retention is what the ledger is held to, and LedgerBytes what its records take now
 	// (GET /v1/limits).
 	Retention() store.Retention

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -50,22 +51,99 @@ const MaxFileWriteBytes = 1 << 30
 
 func (a *api) routeWorkspace() {
 	s := "/v1/agents/{agent}/sessions/{id}"
-	a.handle("POST "+s+"/commands", a.command)
-	a.handle("GET "+s+"/processes", a.processes)
-	a.handle("GET "+s+"/processes/{pid}", a.process)
-	a.handle("GET "+s+"/processes/{pid}/output", a.attach)
-	a.handle("POST "+s+"/processes/{pid}/wait", a.waitProcess)
-	a.handle("POST "+s+"/processes/{pid}/input", a.processInput)
-	a.handle("POST "+s+"/processes/{pid}/signal", a.signalProcess)
-	a.handle("POST "+s+"/processes/{pid}/resize", a.resizeProcess)
-	a.handle("GET "+s+"/files", a.readSessionFile)
-	a.handle("PUT "+s+"/files", a.putFile)
-	a.handle("POST "+s+"/files", a.writeFile)
-	a.handle("DELETE "+s+"/files", a.removeFile)
-	a.handle("GET "+s+"/files/list", a.listFiles)
-	a.handle("GET "+s+"/files/stat", a.statFile)
-	a.handle("POST "+s+"/files/mkdir", a.mkdir)
-	a.handle("POST "+s+"/files/rename", a.renameFile)
+	for _, rt := range []struct {
+		pattern string
+		fn      sessionHandler
+	}{
+		{"POST " + s + "/commands", a.command},
+		{"GET " + s + "/processes", a.processes},
+		{"GET " + s + "/processes/{pid}", a.process},
+		{"GET " + s + "/processes/{pid}/output", a.attach},
+		{"POST " + s + "/processes/{pid}/wait", a.waitProcess},
+		{"POST " + s + "/processes/{pid}/input", a.processInput},
+		{"POST " + s + "/processes/{pid}/signal", a.signalProcess},
+		{"POST " + s + "/processes/{pid}/resize", a.resizeProcess},
+		{"GET " + s + "/files", a.readSessionFile},
+		{"PUT " + s + "/files", a.putFile},
+		{"POST " + s + "/files", a.writeFile},
+		{"DELETE " + s + "/files", a.removeFile},
+		{"GET " + s + "/files/list", a.listFiles},
+		{"GET " + s + "/files/stat", a.statFile},
+		{"POST " + s + "/files/mkdir", a.mkdir},
+		{"POST " + s + "/files/rename", a.renameFile},
+	} {
+		a.handle(rt.pattern, inSession(rt.fn))
+	}
+	// A raw file write streams its body to the session in chunks, up to MaxFileWriteBytes (a
+	// trial's 100 MiB upload was refused by the held bodies' 64 MiB).
+	a.streamed = map[string]bool{"PUT " + s + "/files": true}
+	if a.ledger != nil {
+		a.handle("GET "+s+"/commands", inSession(a.listCommands))
+	}
+}
+
+// sessionHandler serves a request to one session: agent is the path's {agent}, a valid agent
+// name, and id its {id} as given (the engine answers 404 for one agent has not).
+type sessionHandler func(w http.ResponseWriter, r *http.Request, agent, id string)
+
+// inSession answers 400 when the path's {agent} is not an agent name, else calls fn.
+func inSession(fn sessionHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		agent, err := agentOf(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		fn(w, r, agent, r.PathValue("id"))
+	}
+}
+
+// params reads a request's query parameters, keeping the first bad one's error in err (each
+// read after it returns the zero value).
+type params struct {
+	q   url.Values
+	err error
+}
+
+func queryOf(r *http.Request) *params { return &params{q: r.URL.Query()} }
+
+// path returns ?path=, or def when it is absent; without def an absent path is an error.
+func (p *params) path(def string) string {
+	if p.err != nil {
+		return ""
+	}
+	v := p.q.Get("path")
+	if v == "" {
+		if def == "" {
+			p.err = invalid("path", "is missing: give ?path= a path under /home/user (relative paths start there)")
+		}
+		return def
+	}
+	return v
+}
+
+// int returns ?name= as a non-negative integer, 0 when absent.
+func (p *params) int(name string) int64 {
+	v := p.q.Get(name)
+	if p.err != nil || v == "" {
+		return 0
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		p.err = invalid(name, "must be a non-negative integer (in the query), not %q", v)
+		return 0
+	}
+	return n
+}
+
+// bool returns ?name= as true or false, false when absent.
+func (p *params) bool(name string) bool {
+	if p.err != nil {
+		return false
+	}
+	b, err := boolParam(p.q, name)
+	p.err = err
+	return b
 }
 
 func termSizeOf(t *sandbox.TermSize) *apitype.TermSize {
@@ -77,7 +155,7 @@ func termSizeOf(t *sandbox.TermSize) *apitype.TermSize {
 
 // ProcessOf maps a process to its wire form.
 func ProcessOf(p engine.ProcessInfo) apitype.Process {
-	out := apitype.Process{ID: p.ID, SessionID: p.SessionID, PID: p.PID, Command: p.Command, Argv: p.Argv, Cwd: p.Cwd,
+	out := apitype.Process{ID: p.ID, SessionID: p.SessionID, PID: p.PID, Command: p.Command, CommandTruncated: p.CommandTruncated, Argv: p.Argv, Cwd: p.Cwd,
 		Background: p.Background, PTY: termSizeOf(p.PTY), TimeoutMS: p.TimeoutMS, State: p.State, StartedAt: p.StartedAt,
 		EndedAt: p.EndedAt, StdoutBytes: p.StdoutBytes, StderrBytes: p.StderrBytes}
 	if e := p.End; e != nil {
@@ -136,12 +214,7 @@ func textOr(field, text, b64Field, b64 string) ([]byte, error) {
 	return []byte(text), nil
 }
 
-func (a *api) command(w http.ResponseWriter, r *http.Request) {
-	agent, err := agentOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+func (a *api) command(w http.ResponseWriter, r *http.Request, agent, id string) {
 	var b apitype.CommandRequest
 	if err := readBody(w, r, maxCommandBody, &b, commandShape); err != nil {
 		writeError(w, err)
@@ -156,7 +229,6 @@ func (a *api) command(w http.ResponseWriter, r *http.Request) {
 	if b.PTY != nil {
 		req.PTY = &sandbox.TermSize{Rows: b.PTY.Rows, Cols: b.PTY.Cols}
 	}
-	id := r.PathValue("id")
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Time{})
 	if b.Background || !acceptsNDJSON(r.Header.Values("Accept")) {
@@ -235,13 +307,29 @@ func (l *lineWriter) line(v any) {
 	l.err = l.rc.Flush()
 }
 
-func (a *api) processes(w http.ResponseWriter, r *http.Request) {
-	agent, err := agentOf(r)
+// listCommands answers a page of the commands the ledger recorded for the session (each as it
+// ended), newest first: the session's own, also once it has ended, as long as the ledger keeps
+// them. A session the agent does not have is 404, as on the session's other routes.
+func (a *api) listCommands(w http.ResponseWriter, r *http.Request, agent, id string) {
+	_, _, p, err := listing(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	list, err := a.sessions.Processes(r.Context(), agent, r.PathValue("id"))
+	if _, err := a.sessions.Get(r.Context(), agent, id); err != nil {
+		writeError(w, err)
+		return
+	}
+	list, next, err := a.ledger.SessionCommands(r.Context(), agent, id, p)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apitype.CommandList{Commands: each(list, ProcessOf), NextCursor: next})
+}
+
+func (a *api) processes(w http.ResponseWriter, r *http.Request, agent, id string) {
+	list, err := a.sessions.Processes(r.Context(), agent, id)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -249,13 +337,8 @@ func (a *api) processes(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, apitype.ProcessList{Processes: each(list, ProcessOf)})
 }
 
-func (a *api) process(w http.ResponseWriter, r *http.Request) {
-	agent, err := agentOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	p, err := a.sessions.Process(r.Context(), agent, r.PathValue("id"), r.PathValue("pid"))
+func (a *api) process(w http.ResponseWriter, r *http.Request, agent, id string) {
+	p, err := a.sessions.Process(r.Context(), agent, id, r.PathValue("pid"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -265,30 +348,21 @@ func (a *api) process(w http.ResponseWriter, r *http.Request) {
 
 // attach streams a process's output from now on (NDJSON), with ?tail=true the latest output
 // it kept first.
-func (a *api) attach(w http.ResponseWriter, r *http.Request) {
-	agent, err := agentOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	tail, err := boolParam(r.URL.Query(), "tail")
-	if err != nil {
-		writeError(w, err)
+func (a *api) attach(w http.ResponseWriter, r *http.Request, agent, id string) {
+	q := queryOf(r)
+	tail := q.bool("tail")
+	if q.err != nil {
+		writeError(w, q.err)
 		return
 	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Time{})
 	lw := &lineWriter{w: w, rc: rc}
-	_, err = a.sessions.Attach(r.Context(), agent, r.PathValue("id"), r.PathValue("pid"), tail, func(ev engine.CommandEvent) { lw.line(CommandEventOf(ev)) })
+	_, err := a.sessions.Attach(r.Context(), agent, id, r.PathValue("pid"), tail, func(ev engine.CommandEvent) { lw.line(CommandEventOf(ev)) })
 	a.endStream(w, r, lw, err)
 }
 
-func (a *api) waitProcess(w http.ResponseWriter, r *http.Request) {
-	agent, err := agentOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+func (a *api) waitProcess(w http.ResponseWriter, r *http.Request, agent, id string) {
 	ctx := r.Context()
 	if v := r.URL.Query().Get("timeout_ms"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -301,10 +375,10 @@ func (a *api) waitProcess(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 	}
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	p, err := a.sessions.Wait(ctx, agent, r.PathValue("id"), r.PathValue("pid"))
+	p, err := a.sessions.Wait(ctx, agent, id, r.PathValue("pid"))
 	if err != nil && ctx.Err() != nil && r.Context().Err() == nil {
 		// The wait's own timeout: the process as it is now.
-		p, err = a.sessions.Process(r.Context(), agent, r.PathValue("id"), r.PathValue("pid"))
+		p, err = a.sessions.Process(r.Context(), agent, id, r.PathValue("pid"))
 	}
 	if err != nil {
 		a.fail(w, r, err)
@@ -317,12 +391,7 @@ var inputShape = shape{fields: []string{"data", "data_base64", "close"},
 	expect:  map[string]string{"data": "must be a string", "data_base64": "must be a base64 string", "close": "must be true or false"},
 	example: `{"data": "yes\n"}`}
 
-func (a *api) processInput(w http.ResponseWriter, r *http.Request) {
-	agent, err := agentOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+func (a *api) processInput(w http.ResponseWriter, r *http.Request, agent, id string) {
 	var b apitype.ProcessInput
 	if err := readBody(w, r, maxCommandBody, &b, inputShape); err != nil {
 		writeError(w, err)
@@ -333,7 +402,7 @@ func (a *api) processInput(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if err := a.sessions.Input(r.Context(), agent, r.PathValue("id"), r.PathValue("pid"), data, b.Close); err != nil {
+	if err := a.sessions.Input(r.Context(), agent, id, r.PathValue("pid"), data, b.Close); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -343,18 +412,13 @@ func (a *api) processInput(w http.ResponseWriter, r *http.Request) {
 var signalShape = shape{fields: []string{"signal"}, expect: map[string]string{"signal": `must be a signal name such as "SIGTERM"`},
 	example: `{"signal": "SIGTERM"}`}
 
-func (a *api) signalProcess(w http.ResponseWriter, r *http.Request) {
-	agent, err := agentOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+func (a *api) signalProcess(w http.ResponseWriter, r *http.Request, agent, id string) {
 	var b apitype.ProcessSignal
 	if err := readBody(w, r, 4096, &b, signalShape); err != nil {
 		writeError(w, err)
 		return
 	}
-	if err := a.sessions.Signal(r.Context(), agent, r.PathValue("id"), r.PathValue("pid"), b.Signal); err != nil {
+	if err := a.sessions.Signal(r.Context(), agent, id, r.PathValue("pid"), b.Signal); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -364,81 +428,39 @@ func (a *api) signalProcess(w http.ResponseWriter, r *http.Request) {
 var resizeShape = shape{fields: []string{"rows", "cols"}, expect: map[string]string{"rows": "must be an integer from 1 to 65535",
 	"cols": "must be an integer from 1 to 65535"}, example: `{"rows": 24, "cols": 80}`}
 
-func (a *api) resizeProcess(w http.ResponseWriter, r *http.Request) {
-	agent, err := agentOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+func (a *api) resizeProcess(w http.ResponseWriter, r *http.Request, agent, id string) {
 	var b apitype.TermSize
 	if err := readBody(w, r, 4096, &b, resizeShape); err != nil {
 		writeError(w, err)
 		return
 	}
-	if err := a.sessions.Resize(r.Context(), agent, r.PathValue("id"), r.PathValue("pid"), sandbox.TermSize{Rows: b.Rows, Cols: b.Cols}); err != nil {
+	if err := a.sessions.Resize(r.Context(), agent, id, r.PathValue("pid"), sandbox.TermSize{Rows: b.Rows, Cols: b.Cols}); err != nil {
 		writeError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// pathParam returns the query's path (required unless def is given).
-func pathParam(r *http.Request, def string) (string, error) {
-	p := r.URL.Query().Get("path")
-	if p == "" {
-		if def == "" {
-			return "", invalid("path", "is missing: give ?path= a path under /home/user (relative paths start there)")
-		}
-		p = def
-	}
-	return p, nil
-}
-
-func intParam(r *http.Request, name string) (int64, error) {
-	v := r.URL.Query().Get(name)
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 {
-		return 0, invalid(name, "must be a non-negative integer (in the query), not %q", v)
-	}
-	return n, nil
-}
-
 // readSessionFile answers a file's bytes (application/octet-stream, its entry in headers), or with
 // ?format=json the entry and the bytes as text or base64.
-func (a *api) readSessionFile(w http.ResponseWriter, r *http.Request) {
-	agent, err := agentOf(r)
-	if err != nil {
-		writeError(w, err)
+func (a *api) readSessionFile(w http.ResponseWriter, r *http.Request, agent, id string) {
+	q := queryOf(r)
+	p, offset, length := q.path(""), q.int("offset"), q.int("length")
+	if q.err != nil {
+		writeError(w, q.err)
 		return
 	}
-	p, err := pathParam(r, "")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	offset, err := intParam(r, "offset")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	length, err := intParam(r, "length")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	format := r.URL.Query().Get("format")
+	format := q.q.Get("format")
 	if format != "" && format != "json" && format != "raw" {
 		writeError(w, invalid("format", `must be "raw" (the default: the bytes) or "json", not %q`, format))
 		return
 	}
-	got, err := a.sessions.ReadFile(r.Context(), agent, r.PathValue("id"), p, offset, length)
+	got, err := a.sessions.ReadFile(r.Context(), agent, id, p, offset, length)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	defer got.Done() // its bytes count in the daemon's read budget until written
 	if format == "json" {
 		out := apitype.FileContent{Entry: FileEntryOf(got.Entry)}
 		if utf8.Valid(got.Content) {
@@ -462,20 +484,11 @@ func (a *api) readSessionFile(w http.ResponseWriter, r *http.Request) {
 }
 
 // putFile writes a file from the raw body (?path=, ?parents=true).
-func (a *api) putFile(w http.ResponseWriter, r *http.Request) {
-	agent, err := agentOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	p, err := pathParam(r, "")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	parents, err := boolParam(r.URL.Query(), "parents")
-	if err != nil {
-		writeError(w, err)
+func (a *api) putFile(w http.ResponseWriter, r *http.Request, agent, id string) {
+	q := queryOf(r)
+	p, parents := q.path(""), q.bool("parents")
+	if q.err != nil {
+		writeError(w, q.err)
 		return
 	}
 	if r.ContentLength > MaxFileWriteBytes {
@@ -486,7 +499,7 @@ func (a *api) putFile(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	body := http.MaxBytesReader(w, r.Body, MaxFileWriteBytes)
-	ent, err := a.sessions.WriteFile(r.Context(), agent, r.PathValue("id"), p, body, parents)
+	ent, err := a.sessions.WriteFile(r.Context(), agent, id, p, body, parents)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -500,12 +513,7 @@ var fileWriteShape = shape{fields: []string{"path", "content", "content_base64",
 	example: `{"path": "notes/a.txt", "content": "hello", "parents": true}`}
 
 // writeFile writes a file from a JSON body (text or base64).
-func (a *api) writeFile(w http.ResponseWriter, r *http.Request) {
-	agent, err := agentOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+func (a *api) writeFile(w http.ResponseWriter, r *http.Request, agent, id string) {
 	var b apitype.FileWrite
 	if err := readBody(w, r, maxCommandBody*4, &b, fileWriteShape); err != nil {
 		writeError(w, err)
@@ -524,7 +532,7 @@ func (a *api) writeFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	ent, err := a.sessions.WriteFile(r.Context(), agent, r.PathValue("id"), b.Path, bytes.NewReader(data), b.Parents)
+	ent, err := a.sessions.WriteFile(r.Context(), agent, id, b.Path, bytes.NewReader(data), b.Parents)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -532,45 +540,31 @@ func (a *api) writeFile(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, FileEntryOf(ent))
 }
 
-func (a *api) removeFile(w http.ResponseWriter, r *http.Request) {
-	agent, err := agentOf(r)
-	if err != nil {
-		writeError(w, err)
+func (a *api) removeFile(w http.ResponseWriter, r *http.Request, agent, id string) {
+	q := queryOf(r)
+	p, recursive := q.path(""), q.bool("recursive")
+	if q.err != nil {
+		writeError(w, q.err)
 		return
 	}
-	p, err := pathParam(r, "")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	recursive, err := boolParam(r.URL.Query(), "recursive")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if err := a.sessions.RemoveFile(r.Context(), agent, r.PathValue("id"), p, recursive); err != nil {
+	if err := a.sessions.RemoveFile(r.Context(), agent, id, p, recursive); err != nil {
 		writeError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (a *api) listFiles(w http.ResponseWriter, r *http.Request) {
-	agent, err := agentOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	p, _ := pathParam(r, apitype.SessionHome)
-	depth, err := intParam(r, "depth")
-	if err != nil {
-		writeError(w, err)
+func (a *api) listFiles(w http.ResponseWriter, r *http.Request, agent, id string) {
+	q := queryOf(r)
+	p, depth := q.path(apitype.SessionHome), q.int("depth")
+	if q.err != nil {
+		writeError(w, q.err)
 		return
 	}
 	if depth == 0 {
 		depth = 1
 	}
-	l, err := a.sessions.ListFiles(r.Context(), agent, r.PathValue("id"), p, int(min(depth, 1000)))
+	l, err := a.sessions.ListFiles(r.Context(), agent, id, p, int(min(depth, 1000)))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -578,18 +572,14 @@ func (a *api) listFiles(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, apitype.FileListing{Entries: each(l.Entries, FileEntryOf), Truncated: l.Truncated})
 }
 
-func (a *api) statFile(w http.ResponseWriter, r *http.Request) {
-	agent, err := agentOf(r)
-	if err != nil {
-		writeError(w, err)
+func (a *api) statFile(w http.ResponseWriter, r *http.Request, agent, id string) {
+	q := queryOf(r)
+	p := q.path("")
+	if q.err != nil {
+		writeError(w, q.err)
 		return
 	}
-	p, err := pathParam(r, "")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	ent, err := a.sessions.StatFile(r.Context(), agent, r.PathValue("id"), p)
+	ent, err := a.sessions.StatFile(r.Context(), agent, id, p)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -600,18 +590,13 @@ func (a *api) statFile(w http.ResponseWriter, r *http.Request) {
 var mkdirShape = shape{fields: []string{"path", "parents"}, expect: map[string]string{"path": "must be a path string", "parents": "must be true or false"},
 	example: `{"path": "data/raw", "parents": true}`}
 
-func (a *api) mkdir(w http.ResponseWriter, r *http.Request) {
-	agent, err := agentOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+func (a *api) mkdir(w http.ResponseWriter, r *http.Request, agent, id string) {
 	var b apitype.FileMkdir
 	if err := readBody(w, r, 8192, &b, mkdirShape); err != nil {
 		writeError(w, err)
 		return
 	}
-	ent, err := a.sessions.MakeDir(r.Context(), agent, r.PathValue("id"), b.Path, b.Parents)
+	ent, err := a.sessions.MakeDir(r.Context(), agent, id, b.Path, b.Parents)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -622,18 +607,13 @@ func (a *api) mkdir(w http.ResponseWriter, r *http.Request) {
 var renameShape = shape{fields: []string{"from", "to", "overwrite"}, expect: map[string]string{"from": "must be a path string", "to": "must be a path string",
 	"overwrite": "must be true or false"}, example: `{"from": "a.txt", "to": "done/a.txt"}`}
 
-func (a *api) renameFile(w http.ResponseWriter, r *http.Request) {
-	agent, err := agentOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+func (a *api) renameFile(w http.ResponseWriter, r *http.Request, agent, id string) {
 	var b apitype.FileRename
 	if err := readBody(w, r, 16384, &b, renameShape); err != nil {
 		writeError(w, err)
 		return
 	}
-	ent, err := a.sessions.RenameFile(r.Context(), agent, r.PathValue("id"), b.From, b.To, b.Overwrite)
+	ent, err := a.sessions.RenameFile(r.Context(), agent, id, b.From, b.To, b.Overwrite)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -17,6 +17,7 @@ var argAliases = map[string]map[string]string{
 	"read_file":            {"session_id": "id"},
 	"write_file":           {"session_id": "id"},
 	"list_files":           {"session_id": "id"},
+	"list_commands":        {"session_id": "id"},
 	"update_code_job":      {"job_id": "id"},
 	"delete_code_job":      {"job_id": "id"},
 	"get_code_job_history": {"job_id": "id"},

@@ -465,11 +465,8 @@ func (p PageArgs) parse() (since, until time.Time, page apitype.Page, err error)
 			return since, until, page, fmt.Errorf("%s %q is not an RFC 3339 time: give one such as 2026-01-02T15:04:05Z", a.name, a.value)
 		}
 	}
-	page = apitype.Page{Limit: p.Limit, Cursor: p.Cursor}
-	if page.Limit == 0 {
-		page.Limit = 20
-	}
-	return since, until, page, nil
+	page, err = toolPage(p.Limit, p.Cursor)
+	return since, until, page, err
 }
 
 // ListExecutionsArgs filter list_executions.
@@ -529,4 +526,19 @@ func (t *tools) getExecution(ctx context.Context, _ *mcp.CallToolRequest, a IDAr
 		return nil, nil, toolError(err)
 	}
 	return nil, e, nil
+}
+
+// toolDefaultLimit is how many items a listing tool answers when it is given no limit.
+const toolDefaultLimit = 20
+
+// toolPage is the page a listing tool asks for: limit items (0: toolDefaultLimit; 1 to
+// apitype.MaxLimit, else an error in the tool's own words) after cursor.
+func toolPage(limit int, cursor string) (apitype.Page, error) {
+	if limit < 0 || limit > apitype.MaxLimit {
+		return apitype.Page{}, fmt.Errorf("limit %d: give a whole number from 1 to %d (default %d)", limit, apitype.MaxLimit, toolDefaultLimit)
+	}
+	if limit == 0 {
+		limit = toolDefaultLimit
+	}
+	return apitype.Page{Limit: limit, Cursor: cursor}, nil
 }

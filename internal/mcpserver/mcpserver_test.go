@@ -123,7 +123,7 @@ func TestTools(t *testing.T) {
 		}
 	}
 	want := strings.Fields("run_code save_code update_code get_code list_code delete_code run_saved_code create_code_job list_code_jobs " +
-		"update_code_job delete_code_job get_code_job_history list_executions get_execution create_session run_in_session list_sessions close_session run_command read_file write_file list_files pause_session resume_session fork_session")
+		"update_code_job delete_code_job get_code_job_history list_executions get_execution create_session run_in_session list_sessions close_session run_command read_file write_file list_files list_commands pause_session resume_session fork_session")
 	slices.Sort(names)
 	slices.Sort(want)
 	if !slices.Equal(names, want) {

@@ -20,6 +20,8 @@ const writeFileDoc = `Write a file into a session (a path under /home/user; rela
 
 const listFilesDoc = `List a directory of a session (default /home/user): name, type (file, dir, symlink), size and modification time of each entry, depth levels down (default 1).`
 
+const listCommandsDoc = `List the commands a session ran (run_command, foreground and background), newest first, as the ledger recorded each when it ended: its command line, exit_code, signal, outcome, duration and bytes written. Running ones are not listed until they end. Works after the session ended too, while the ledger keeps them. A next_cursor in the answer gets the next page (pass it as cursor).`
+
 // RunCommandArgs are run_command's arguments.
 type RunCommandArgs struct {
 	ID         string            `json:"id" jsonschema:"the session's id (se_...), from create_session"`
@@ -54,12 +56,20 @@ type ListFilesArgs struct {
 	Depth int    `json:"depth,omitempty" jsonschema:"levels to list (default 1)"`
 }
 
+// ListCommandsArgs are list_commands's arguments.
+type ListCommandsArgs struct {
+	ID     string `json:"id" jsonschema:"the session's id (se_...)"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"at most this many (default 20, up to 500)"`
+	Cursor string `json:"cursor,omitempty" jsonschema:"the next_cursor of the previous answer, for the next page"`
+}
+
 // addWorkspaceTools adds the tools of a session's commands and files to s.
 func addWorkspaceTools(s *mcp.Server, t *tools) {
 	mcp.AddTool(s, &mcp.Tool{Name: "run_command", Description: runCommandDoc}, t.runCommand)
 	mcp.AddTool(s, &mcp.Tool{Name: "read_file", Description: readFileDoc}, t.readSessionFile)
 	mcp.AddTool(s, &mcp.Tool{Name: "write_file", Description: writeFileDoc}, t.writeFile)
 	mcp.AddTool(s, &mcp.Tool{Name: "list_files", Description: listFilesDoc}, t.listFiles)
+	mcp.AddTool(s, &mcp.Tool{Name: "list_commands", Description: listCommandsDoc}, t.listCommands)
 }
 
 func (t *tools) runCommand(ctx context.Context, _ *mcp.CallToolRequest, a RunCommandArgs) (*mcp.CallToolResult, any, error) {
@@ -128,4 +138,16 @@ func (t *tools) listFiles(ctx context.Context, _ *mcp.CallToolRequest, a ListFil
 		return nil, nil, toolError(err)
 	}
 	return nil, l, nil
+}
+
+func (t *tools) listCommands(ctx context.Context, _ *mcp.CallToolRequest, a ListCommandsArgs) (*mcp.CallToolResult, any, error) {
+	page, err := toolPage(a.Limit, a.Cursor)
+	if err != nil {
+		return nil, nil, err
+	}
+	list, next, err := t.c.SessionCommands(ctx, t.agent, a.ID, page)
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	return nil, apitype.CommandList{Commands: list, NextCursor: next}, nil
 }

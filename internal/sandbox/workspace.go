@@ -90,13 +90,17 @@ type ProcessInfo struct {
 	ID        string `json:"id"`
 	SessionID string `json:"session_id"`
 	PID       int    `json:"pid"`
-	// Command is the command line as given (cmd, or argv joined by spaces).
-	Command    string    `json:"command"`
-	Argv       []string  `json:"argv"`
-	Cwd        string    `json:"cwd"`
-	Background bool      `json:"background"`
-	PTY        *TermSize `json:"pty,omitempty"`
-	TimeoutMS  int64     `json:"timeout_ms,omitempty"`
+	// Command is the command line as given: cmd, or argv shell-quoted (ShellQuote), so the
+	// line shows what ran.
+	Command string `json:"command"`
+	// CommandTruncated says Command holds only the start of a longer line (the ledger keeps
+	// its first 4096 bytes).
+	CommandTruncated bool      `json:"command_truncated,omitempty"`
+	Argv             []string  `json:"argv"`
+	Cwd              string    `json:"cwd"`
+	Background       bool      `json:"background"`
+	PTY              *TermSize `json:"pty,omitempty"`
+	TimeoutMS        int64     `json:"timeout_ms,omitempty"`
 	// State is "running" or "ended"; End says how it ended.
 	State     string      `json:"state"`
 	StartedAt time.Time   `json:"started_at"`
@@ -230,10 +234,20 @@ type FileListing struct {
 	Truncated bool        `json:"truncated,omitempty"`
 }
 
-// FileContent is a FileRead's answer: the bytes, and the file's size.
+// FileContent is a FileRead's answer: the bytes, and the file's size. Release, when set,
+// frees what the read holds in the daemon's budget of reads (see engine.Sessions.ReadFile):
+// call Done once the answer is written.
 type FileContent struct {
 	Entry   FileEntry `json:"entry"`
 	Content []byte    `json:"content"`
+	Release func()    `json:"-"`
+}
+
+// Done calls Release, if set (more than once is harmless when Release is, as the engine's is).
+func (c FileContent) Done() {
+	if c.Release != nil {
+		c.Release()
+	}
 }
 
 // ErrProcessNotFound means a session has no process of that ID. It is of class
@@ -247,3 +261,33 @@ func ValidProcessID(id string) bool { return processIDPattern.MatchString(id) }
 
 // NewProcessID returns a new process ID: "pr_" and 26 lowercase base32 characters.
 func NewProcessID() string { return "pr_" + NewSessionID()[3:] }
+
+// ShellQuote renders argv as a POSIX shell would need it typed: arguments joined by spaces,
+// each one holding anything but letters, digits and @%+=:,./_- (or empty) in single quotes,
+// a single quote in it closed, escaped and opened again:
+//
+//	["echo", "a b", "c;d", "it's"] is echo 'a b' 'c;d' 'it'\''s'
+func ShellQuote(argv []string) string {
+	var b strings.Builder
+	for i, a := range argv {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if a != "" && strings.IndexFunc(a, needsQuote) < 0 {
+			b.WriteString(a)
+			continue
+		}
+		b.WriteByte('\'')
+		b.WriteString(strings.ReplaceAll(a, "'", `'\''`))
+		b.WriteByte('\'')
+	}
+	return b.String()
+}
+
+func needsQuote(r rune) bool {
+	switch {
+	case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		return false
+	}
+	return !strings.ContainsRune("@%+=:,./_-", r)
+}

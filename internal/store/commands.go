@@ -14,10 +14,11 @@ var _ sandbox.CommandRecorder = (*Store)(nil)
 const maxCommandText = 4096
 
 // RecordCommand records a session's command that ended (sandbox.CommandRecorder): its command
-// line (the first maxCommandText bytes), exit, signal, outcome, duration and bytes written.
+// line (the first maxCommandText bytes; a longer one with CommandTruncated set), exit, signal,
+// outcome, duration and bytes written.
 func (s *Store) RecordCommand(ctx context.Context, agent string, p sandbox.ProcessInfo) error {
 	if len(p.Command) > maxCommandText {
-		p.Command = strings.ToValidUTF8(p.Command[:maxCommandText], "")
+		p.Command, p.CommandTruncated = strings.ToValidUTF8(p.Command[:maxCommandText], ""), true
 	}
 	if len(p.Argv) > 0 {
 		p.Argv = nil // the command line says it; the record stays small
@@ -37,29 +38,60 @@ func (s *Store) RecordCommand(ctx context.Context, agent string, p sandbox.Proce
 	return err
 }
 
-// SessionCommands returns the recorded commands of agent's session id, oldest first, at most
-// limit (0: 1000).
-func (s *Store) SessionCommands(ctx context.Context, agent, id string, limit int) ([]sandbox.ProcessInfo, error) {
-	if limit <= 0 || limit > 1000 {
-		limit = 1000
+// SessionCommands returns a page of the recorded commands of agent's session id, newest
+// first (started_at, then ID), and the cursor of the next page ("" after the last). Another
+// agent's session reads as having none. An invalid cursor is ErrInvalidCursor.
+func (s *Store) SessionCommands(ctx context.Context, agent, id string, p Page) ([]sandbox.ProcessInfo, string, error) {
+	q := `SELECT info, started_at, id FROM session_commands WHERE session_id = ? AND agent = ?`
+	args := []any{id, agent}
+	if p.Cursor != "" {
+		at, cid, err := decodeCursor(p.Cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		q += ` AND (started_at < ? OR (started_at = ? AND id < ?))`
+		args = append(args, at, at, cid)
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT info FROM session_commands WHERE session_id = ? AND agent = ?
-		ORDER BY started_at, id LIMIT ?`, id, agent, limit)
+	limit := p.limit()
+	q += ` ORDER BY started_at DESC, id DESC LIMIT ?`
+	args = append(args, limit+1)
+	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer rows.Close()
-	list := []sandbox.ProcessInfo{}
-	for rows.Next() {
-		var raw string
-		if err := rows.Scan(&raw); err != nil {
-			return nil, err
-		}
-		var p sandbox.ProcessInfo
-		if err := json.Unmarshal([]byte(raw), &p); err != nil {
-			continue
-		}
-		list = append(list, p)
+	type row struct {
+		info sandbox.ProcessInfo
+		at   int64
+		id   string
 	}
-	return list, rows.Err()
+	var got []row
+	for rows.Next() {
+		var (
+			raw string
+			r   row
+		)
+		if err := rows.Scan(&raw, &r.at, &r.id); err != nil {
+			return nil, "", err
+		}
+		if err := json.Unmarshal([]byte(raw), &r.info); err != nil {
+			// A record this version cannot read still stands for its command.
+			r.info = sandbox.ProcessInfo{ID: r.id, SessionID: id, State: "ended", Command: "(a record this daemon cannot read)"}
+		}
+		got = append(got, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(got) > limit {
+		got = got[:limit]
+		last := got[limit-1]
+		next = encodeCursor(last.at, last.id)
+	}
+	list := make([]sandbox.ProcessInfo, len(got))
+	for i, r := range got {
+		list[i] = r.info
+	}
+	return list, next, nil
 }

@@ -77,7 +77,9 @@ const PreviewChars = 200
 // ExecutionFilter selects ledger records; zero fields select everything.
 type ExecutionFilter struct {
 	Agent, Source, CodeName, JobID string
-	Outcome                        sandbox.Outcome
+	// SessionID selects a session's calls.
+	SessionID string
+	Outcome   sandbox.Outcome
 	// Since and Until bound the start time: Since <= started_at < Until.
 	Since, Until time.Time
 }
@@ -403,6 +405,9 @@ func executionsWhere(f ExecutionFilter, cursor string) (string, []any, error) {
 	}
 	if f.JobID != "" {
 		add("job_id = ?", f.JobID)
+	}
+	if f.SessionID != "" {
+		add("session_id = ?", f.SessionID)
 	}
 	if f.Outcome != "" {
 		add("outcome = ?", string(f.Outcome))

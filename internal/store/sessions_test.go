@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +58,15 @@ func TestSessionLedger(t *testing.T) {
 	if err != nil || e.SessionID != closed.ID || e.Status != StatusFinished || e.Outcome != sandbox.OutcomeSandboxError {
 		t.Fatalf("the call's record: %+v, %v", e, err)
 	}
+	// The ledger lists a session's calls, and only its own.
+	other := sandbox.Result{ID: sandbox.NewID(), Agent: "alice", StartedAt: now, Origin: sandbox.Origin{Source: sandbox.SourceAPI}}
+	if err := s.Begin(ctx, sandbox.Spec{Code: "y = 1", Input: []byte("null"), TimeoutMS: 1000}, other); err != nil {
+		t.Fatal(err)
+	}
+	calls, _, err := s.ListExecutions(ctx, ExecutionFilter{Agent: "alice", SessionID: closed.ID}, Page{})
+	if err != nil || len(calls) != 1 || calls[0].ID != head.ID {
+		t.Fatalf("the session's calls: %+v, %v", calls, err)
+	}
 }
 
 // TestSessionCommandsRecordedAndPruned: a session's commands are recorded like calls (command
@@ -75,23 +85,43 @@ func TestSessionCommandsRecordedAndPruned(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	list, err := s.SessionCommands(ctx, "alice", se, 0)
-	if err != nil || len(list) != 5 || len(list[1].Command) != 4096 || list[4].StdoutBytes != 4 || list[0].End.Signal != "SIGKILL" {
+	list, _, err := s.SessionCommands(ctx, "alice", se, Page{})
+	if err != nil || len(list) != 5 || len(list[3].Command) != 4096 || !list[3].CommandTruncated || list[4].CommandTruncated || list[0].StdoutBytes != 4 || list[4].End.Signal != "SIGKILL" {
 		t.Fatalf("recorded: %d %v", len(list), err)
 	}
-	if other, _ := s.SessionCommands(ctx, "bob", se, 0); len(other) != 0 {
+	// Pages of two, newest first, follow each other without a gap or a repeat.
+	var paged []int64
+	for cursor, pages := "", 0; ; pages++ {
+		page, next, err := s.SessionCommands(ctx, "alice", se, Page{Limit: 2, Cursor: cursor})
+		if err != nil || pages > 3 {
+			t.Fatalf("page %d: %v", pages, err)
+		}
+		for _, p := range page {
+			paged = append(paged, p.StdoutBytes)
+		}
+		if cursor = next; cursor == "" {
+			break
+		}
+	}
+	if fmt.Sprint(paged) != "[4 3 2 1 0]" {
+		t.Fatalf("paged: %v", paged)
+	}
+	if _, _, err := s.SessionCommands(ctx, "alice", se, Page{Cursor: "not-a-cursor"}); !errors.Is(err, ErrInvalidCursor) {
+		t.Fatalf("a bad cursor: %v", err)
+	}
+	if other, _, _ := s.SessionCommands(ctx, "bob", se, Page{}); len(other) != 0 {
 		t.Fatalf("another agent reads %d commands", len(other))
 	}
 	if _, err := s.Prune(ctx, Retention{MaxCount: 3}); err != nil {
 		t.Fatal(err)
 	}
-	if list, _ = s.SessionCommands(ctx, "alice", se, 0); len(list) != 3 || list[0].StdoutBytes != 2 {
+	if list, _, _ = s.SessionCommands(ctx, "alice", se, Page{}); len(list) != 3 || list[2].StdoutBytes != 2 {
 		t.Fatalf("after pruning to 3: %d", len(list))
 	}
 	if _, err := s.Prune(ctx, Retention{MaxAge: 58 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if list, _ = s.SessionCommands(ctx, "alice", se, 0); len(list) != 2 {
+	if list, _, _ = s.SessionCommands(ctx, "alice", se, Page{}); len(list) != 2 {
 		t.Fatalf("after pruning by age: %d", len(list))
 	}
 }

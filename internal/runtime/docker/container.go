@@ -15,6 +15,8 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
+
+	"github.com/sandpit-dev/sandpit/internal/runtime/boxspec"
 )
 
 // Labels on sandpit's containers and images.
@@ -57,7 +59,7 @@ type Box struct {
 // looks (every 20 ms). 128 MiB was too little: a fork storm in a box that had served the
 // conformance suite (gVisor never frees the host threads and address spaces of earlier runs)
 // had the engine kill the whole container for memory.
-const RunscMemoryReserve = 256 << 20
+const RunscMemoryReserve = boxspec.RunscMemoryReserve
 
 // RunscPidsFactor multiplies a slot's pids limit under runsc. There the limit counts no task of
 // the code (gVisor keeps those in its own kernel, where the per-run RLIMIT_NPROC bounds them)
@@ -88,13 +90,13 @@ func tmpfsSize(bytes int64) string {
 
 // capabilities the executor needs: switch to the slot uids, kill their processes, hand run
 // directories to them and remove what they left.
-var capabilities = []string{"SETUID", "SETGID", "KILL", "CHOWN", "FOWNER", "DAC_OVERRIDE"}
+var capabilities = boxspec.Capabilities
 
 // SocketBufferMax is the most a TCP socket of a box may hold in its receive buffer, and in its
 // send buffer (bytes): the host's maxima (often 32 MiB and 4 MiB) let a few unread loopback
 // connections hold hundreds of MiB of kernel memory that a cgroup v1 memory limit does not
 // count. 4 MiB still fills a fast link's window.
-const SocketBufferMax = 4 << 20
+const SocketBufferMax = boxspec.SocketBufferMax
 
 // socketSysctls bound each TCP socket's buffers in the box's own network namespace (the
 // kernel keeps tcp_rmem and tcp_wmem per namespace). gVisor ignores them: there the executor
@@ -174,13 +176,13 @@ func (b Box) spec(img Image, dataDir string, slot int) (*container.Config, *cont
 }
 
 // PackagesDir is where the package volume is mounted in the container.
-const PackagesDir = "/opt/sandpit/packages"
+const PackagesDir = boxspec.PackagesDir
 
 // ExecutorPath is where the sandbox image has sandpit-executor; ExecutorPIDFile is where the
 // executor, started by the runtime with its default run root (/sandbox), records its pid.
 const (
-	ExecutorPath    = "/opt/sandpit/sandpit-executor"
-	ExecutorPIDFile = "/sandbox/executor.pid"
+	ExecutorPath    = boxspec.ExecutorPath
+	ExecutorPIDFile = boxspec.ExecutorPIDFile
 )
 
 // VolumeName is the name of the data directory's package volume: installed dependencies and

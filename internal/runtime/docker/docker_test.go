@@ -18,6 +18,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/control"
 	"github.com/sandpit-dev/sandpit/internal/engine"
+	"github.com/sandpit-dev/sandpit/internal/runtime/boxspec"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/sandbox/sandboxtest"
@@ -45,7 +46,7 @@ func testConfig(t testing.TB, dataDir string) docker.Config {
 		},
 		Slots:      4,
 		ReadyWait:  30 * time.Second,
-		ForkServer: docker.ForkServer{Enabled: true, Preload: config.DefaultPreload(), MaxRuns: 1000},
+		ForkServer: boxspec.ForkServer{Enabled: true, Preload: config.DefaultPreload(), MaxRuns: 1000},
 	}
 }
 

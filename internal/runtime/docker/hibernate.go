@@ -8,10 +8,12 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
+	"github.com/sandpit-dev/sandpit/internal/runtime/boxspec"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -37,24 +39,36 @@ func (b *sessionBox) Pause(ctx context.Context) error {
 	return nil
 }
 
-// Unpause thaws the session's container (sandbox.PausableBox), then the heartbeat.
+// Unpause thaws the session's container (sandbox.PausableBox), waits until the engine reports
+// it running, then resumes the heartbeat. The engine records the thaw from containerd's event,
+// after its unpause call has answered: until then it refuses an exec ("is paused"), which
+// hibernation's SaveFiles would meet.
 func (b *sessionBox) Unpause(ctx context.Context) error {
 	if _, err := b.r.api.ContainerUnpause(ctx, b.containerID, client.ContainerUnpauseOptions{}); err != nil {
 		return fmt.Errorf("resuming session container %s: %w", shortID(b.containerID), err)
+	}
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		got, err := b.r.api.ContainerInspect(ctx, b.containerID, client.ContainerInspectOptions{})
+		if err != nil {
+			return fmt.Errorf("resuming session container %s: %w", shortID(b.containerID), err)
+		}
+		if st := got.Container.State; st == nil || !st.Paused {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("resuming session container %s: the engine still reports it paused: %w", shortID(b.containerID), ctx.Err())
+		case <-time.After(delay):
+		}
 	}
 	b.line.Resume()
 	return nil
 }
 
 // SaveFiles writes the session's home to w as a tar stream (sandbox.FilesBox), read as
-// root in the container (symbolic links are kept as links, never followed). The container
-// must be running.
+// root in the container (boxspec.SaveFiles). The container must be running.
 func (b *sessionBox) SaveFiles(ctx context.Context, w io.Writer) error {
-	cmd := []string{"tar", "--numeric-owner", "-C", sandbox.SessionHome, "-cf", "-", "."}
-	if err := b.exec(ctx, "0", cmd, nil, w); err != nil {
-		return fmt.Errorf("saving the session's files: %w", err)
-	}
-	return nil
+	return boxspec.SaveFiles(b.log, sandbox.SessionHome, func(cmd []string) error { return b.exec(ctx, "0", cmd, nil, w) })
 }
 
 // RestoreFiles unpacks a stream of SaveFiles into the session's home (sandbox.FilesBox), as
@@ -111,7 +125,7 @@ func (b *sessionBox) exec(ctx context.Context, user string, cmd []string, stdin 
 		return err
 	}
 	if in.ExitCode != 0 {
-		return fmt.Errorf("%s exited with status %d: %s", strings.Join(cmd, " "), in.ExitCode, strings.TrimSpace(stderr.String()))
+		return &boxspec.ExitError{Cmd: cmd, Code: in.ExitCode, Stderr: strings.TrimSpace(stderr.String())}
 	}
 	return feedErr
 }

@@ -21,16 +21,17 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandpit-dev/sandpit/internal/bootstrap"
+	"github.com/sandpit-dev/sandpit/internal/runtime/boxspec"
 )
 
 //go:embed Dockerfile
 var dockerfile []byte
 
 // UIDBase is the uid of slot 0 in the image; slot N runs as UIDBase+N.
-const UIDBase = 10000
+const UIDBase = boxspec.UIDBase
 
 // MaxSlots is how many slot users the image has.
-const MaxSlots = 64
+const MaxSlots = boxspec.MaxSlots
 
 // Recipe is everything that decides the sandbox image's content.
 type Recipe struct {

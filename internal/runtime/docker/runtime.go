@@ -8,10 +8,8 @@
 package docker
 
 import (
-	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +27,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/control"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
+	"github.com/sandpit-dev/sandpit/internal/runtime/boxspec"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -58,18 +57,14 @@ type Config struct {
 	// Control tunes the control lines (heartbeat); zero values take the defaults.
 	Control control.Options
 	// ForkServer configures each executor's fork server.
-	ForkServer ForkServer
-}
-
-// ForkServer configures the executor's fork server: a process in the box that has imported
-// Preload and forks each run from itself, so runs skip the interpreter's start and those
-// imports. Off, every run starts a fresh interpreter.
-type ForkServer struct {
-	Enabled bool
-	// Preload are the modules it imports (those the image lacks are skipped).
-	Preload []string
-	// MaxRuns replaces it after that many runs; 0 never does.
-	MaxRuns int
+	ForkServer boxspec.ForkServer
+	// StraySweep is how often, after Start, the data directory's containers that no slot and
+	// no live session uses are removed again (default a minute; see sweep).
+	StraySweep time.Duration
+	// WarmSessions is how many session containers are kept created, started and unclaimed, so
+	// that OpenSession (a new session, a resume from hibernation, a fork) claims one instead
+	// of waiting for a container's start (see keepPool). 0 keeps none; at most MaxSessions.
+	WarmSessions int
 }
 
 // Runtime is a sandbox.Runtime backed by a pool of warm Docker containers, one per slot.
@@ -94,6 +89,9 @@ type Runtime struct {
 	sessMu   sync.Mutex
 	sessUIDs map[int]bool    // session uid indexes in use (see OpenSession)
 	sessions map[string]bool // the IDs of the sessions whose containers this runtime made
+	warm     []warmBox       // the warm session containers ready and unclaimed, oldest first
+	warmKeys map[string]bool // the keys of this runtime's warm containers not removed: true once claimed
+	poolKick chan struct{}   // a session claimed a warm container or freed a uid (see keepPool)
 
 	// strays is set once the containers no slot or live session uses have been removed: at
 	// Start, or, when the engine did not answer then, at the first connection.
@@ -114,10 +112,16 @@ func Start(ctx context.Context, api client.APIClient, cfg Config, log *slog.Logg
 	if cfg.Slots < 1 || cfg.Slots > MaxSlots {
 		return nil, fmt.Errorf("slots is %d; allowed range is 1 to %d", cfg.Slots, MaxSlots)
 	}
+	if cfg.WarmSessions < 0 || cfg.WarmSessions > MaxSessions {
+		return nil, fmt.Errorf("warm sessions is %d; allowed range is 0 to %d", cfg.WarmSessions, MaxSessions)
+	}
 	if cfg.SettleTimeout <= 0 {
 		cfg.SettleTimeout = 5 * time.Second
 	}
-	r := &Runtime{api: api, cfg: cfg, log: log, up: make(chan struct{})}
+	if cfg.StraySweep <= 0 {
+		cfg.StraySweep = time.Minute
+	}
+	r := &Runtime{api: api, cfg: cfg, log: log, up: make(chan struct{}), poolKick: make(chan struct{}, 1)}
 	r.ctx, r.close = context.WithCancel(context.Background())
 	for slot := range cfg.Slots {
 		r.boxes = append(r.boxes, &box{r: r, slot: slot, log: log.With("slot", slot), changed: make(chan struct{})})
@@ -157,6 +161,37 @@ func Start(ctx context.Context, api client.APIClient, cfg Config, log *slog.Logg
 func (r *Runtime) superviseAll() {
 	for _, b := range r.boxes {
 		r.supervised.Go(b.supervise)
+	}
+	r.supervised.Go(r.sweep)
+	if r.cfg.WarmSessions > 0 {
+		r.supervised.Go(r.keepPool)
+	}
+}
+
+// sweep removes, every StraySweep until Close, the data directory's containers that no slot
+// and no live session uses (removeStrays): those Start could not see, such as one a killed
+// daemon's request had the engine make after this runtime started, and those this runtime
+// lost track of, such as a session's whose removal failed or whose creation was given up
+// before the engine answered. A session's container is its once OpenSession has begun, so a
+// sweep never takes one being made.
+func (r *Runtime) sweep() {
+	tick := time.NewTicker(r.cfg.StraySweep)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if !r.strays.Load() {
+			continue // the engine has not answered yet: the first connection removes them
+		}
+		ctx, cancel := context.WithTimeout(r.ctx, time.Minute)
+		err := r.removeStrays(ctx)
+		cancel()
+		if err != nil && r.ctx.Err() == nil {
+			r.log.Warn("removing the containers no slot or session uses failed; trying again", "error", err, "retry_in", r.cfg.StraySweep)
+		}
 	}
 }
 
@@ -220,8 +255,10 @@ func (r *Runtime) image(ctx context.Context) (Image, error) {
 	return img, nil
 }
 
-// removeStrays removes the data directory's containers that belong to no slot of the pool:
-// those of a larger pool, or of an older layout.
+// removeStrays removes the data directory's containers that belong to no slot of the pool, to
+// no live session of this runtime and to none of its warm session containers: those of a
+// larger pool, of an older layout, of the sessions and warm containers of an earlier daemon,
+// or of sessions this runtime no longer holds.
 func (r *Runtime) removeStrays(ctx context.Context) error {
 	list, err := Containers(ctx, r.api, r.cfg.DataDir)
 	if err != nil {
@@ -231,10 +268,11 @@ func (r *Runtime) removeStrays(ctx context.Context) error {
 		if slot, err := strconv.Atoi(c.Labels[labelSlot]); err == nil && slot >= 0 && slot < r.cfg.Slots {
 			continue
 		}
-		if r.liveSession(c.Labels[labelSession]) {
-			continue // this runtime's own session
+		if r.liveSession(c.Labels[labelSession]) || r.keptWarm(c.Labels[labelWarm]) {
+			continue // this runtime's own session, or its warm container (claimed or not)
 		}
-		r.log.Info("removing a sandpit container that no slot uses", "container", shortID(c.ID), "state", c.State)
+		r.log.Info("removing a sandpit container that no slot or live session uses", "container", shortID(c.ID), "state", c.State,
+			"session", c.Labels[labelSession], "warm", c.Labels[labelWarm] != "")
 		if err := removeContainer(ctx, r.api, c.ID); err != nil {
 			return err
 		}
@@ -360,24 +398,16 @@ func (r *Runtime) executorCommand(slot int) []string {
 }
 
 // executorCommandFor is the executor's command line for one slot run as uid, with or without
-// the fork server.
+// the fork server (see boxspec.Executor).
 func (r *Runtime) executorCommandFor(uid int, forkServer bool) []string {
 	fs := r.cfg.ForkServer
-	cmd := []string{ExecutorPath, "serve", "-slots", "1", "-uid-base", strconv.Itoa(uid),
-		"-fork-server=" + strconv.FormatBool(forkServer), "-preload", strings.Join(fs.Preload, ","), "-fork-server-max-runs", strconv.Itoa(fs.MaxRuns)}
-	if r.cfg.Box.gVisor() {
-		cmd = append(cmd, "-runtime", "runsc", "-memory-reserve", strconv.FormatInt(RunscMemoryReserve, 10),
-			"-socket-buffer-max", strconv.FormatInt(SocketBufferMax, 10))
-	}
-	if r.cfg.Box.Network == "allowlist" {
-		cmd = append(cmd, "-egress-proxy", ProxyAddr)
-	}
-	return cmd
+	return boxspec.Executor{UID: uid, ForkServer: forkServer, Preload: fs.Preload, ForkServerMaxRuns: fs.MaxRuns,
+		GVisor: r.cfg.Box.gVisor(), EgressProxy: r.cfg.Box.Network == "allowlist"}.Command()
 }
 
 // ProxyAddr is where the executor serves the egress proxy in a box of network "allowlist":
 // the box's own loopback (each box has its own network namespace).
-const ProxyAddr = "127.0.0.1:3128"
+const ProxyAddr = boxspec.ProxyAddr
 
 // boxOf returns slot's box.
 func (r *Runtime) boxOf(slot int) (*box, error) {
@@ -520,8 +550,9 @@ func (r *Runtime) Ready(ctx context.Context) error {
 	return first
 }
 
-// Close ends every executor session (killing every run) and stops supervising. The warm
-// containers keep running for the next daemon to adopt.
+// Close ends every executor session (killing every run), stops supervising and removes the
+// warm session containers no session claimed. The slots' containers keep running for the next
+// daemon to adopt; sessions' containers are their sessions' to remove (sandbox.SessionBox).
 func (r *Runtime) Close() error {
 	if r.ctx.Err() != nil {
 		return nil
@@ -529,6 +560,11 @@ func (r *Runtime) Close() error {
 	r.close()
 	r.supervised.Wait()
 	var errs []error
+	if r.cfg.WarmSessions > 0 && r.strays.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		errs = append(errs, r.removeWarm(ctx))
+		cancel()
+	}
 	for _, b := range r.boxes {
 		errs = append(errs, b.closeSession())
 	}
@@ -646,10 +682,10 @@ func (r *Runtime) execExecutor(ctx context.Context, containerID string, cmd []st
 	// The exec's stdout and stderr arrive multiplexed: stdout is the protocol, stderr the
 	// executor's log.
 	pr, pw := io.Pipe()
-	logw := &lineLogger{log: log.With("source", "executor")}
+	logw := boxspec.NewLineLogger(log.With("source", "executor"))
 	go func() {
 		_, err := stdcopy.StdCopy(pw, logw, att.Reader)
-		logw.flush()
+		logw.Flush()
 		if err == nil {
 			err = io.EOF
 		}
@@ -782,55 +818,3 @@ func (b *box) Ready(ctx context.Context) error {
 type closeFunc func() error
 
 func (f closeFunc) Close() error { return f() }
-
-// lineLogger logs each line written to it: the executor's JSON log records at their own level
-// and with their own attributes, anything else as it is.
-type lineLogger struct {
-	log *slog.Logger
-	buf []byte
-}
-
-func (l *lineLogger) Write(p []byte) (int, error) {
-	l.buf = append(l.buf, p...)
-	for {
-		i := bytes.IndexByte(l.buf, '\n')
-		if i < 0 {
-			break
-		}
-		l.logLine(l.buf[:i])
-		l.buf = l.buf[i+1:]
-	}
-	if len(l.buf) > 64<<10 {
-		l.flush()
-	}
-	return len(p), nil
-}
-
-func (l *lineLogger) flush() {
-	if len(l.buf) > 0 {
-		l.logLine(l.buf)
-		l.buf = nil
-	}
-}
-
-func (l *lineLogger) logLine(line []byte) {
-	var rec map[string]any
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.UseNumber() // integers stay integers (44126208, not 4.4126208e+07)
-	if dec.Decode(&rec) != nil {
-		l.log.Info(string(line))
-		return
-	}
-	msg, _ := rec[slog.MessageKey].(string)
-	var level slog.Level
-	if s, ok := rec[slog.LevelKey].(string); !ok || level.UnmarshalText([]byte(s)) != nil {
-		level = slog.LevelInfo
-	}
-	delete(rec, slog.MessageKey)
-	delete(rec, slog.LevelKey)
-	attrs := make([]any, 0, 2*len(rec))
-	for _, k := range slices.Sorted(maps.Keys(rec)) { // in one order, line after line
-		attrs = append(attrs, k, rec[k])
-	}
-	l.log.Log(context.Background(), level, msg, attrs...)
-}

@@ -7,57 +7,86 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/moby/moby/api/types/container"
+
 	"github.com/sandpit-dev/sandpit/internal/control"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
+	"github.com/sandpit-dev/sandpit/internal/runtime/boxspec"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // MaxSessions is how many session sandboxes a Runtime keeps at once. Each runs its calls as a
 // uid of its own, after the slots' (UIDBase+MaxSlots+i): the kernel counts some limits per uid
 // across the whole host (see executorCommand).
-const MaxSessions = 64
+const MaxSessions = boxspec.MaxSessions
 
 var _ sandbox.SessionOpener = (*Runtime)(nil)
 
 // OpenSession starts session id's sandbox (sandbox.SessionOpener): a container of its own,
 // made exactly as a slot's (the same image, limits, hardening, runtime and network; see
 // Box.spec) but labelled for the session, running an executor with one slot and no fork
-// server, whose first call starts the session's interpreter. A daemon that starts removes
-// every session container left by an earlier one (see removeStrays): no session outlives its
+// server, whose first call starts the session's interpreter. It claims a warm session
+// container when the pool has one ready (see keepPool; the pool then makes another in the
+// background) and creates one when it has none, or when the claimed one cannot start the
+// executor. A daemon that starts removes every session container left by an earlier one,
+// warm or claimed, and then every minute any container of no live session and no warm one of
+// its own (see removeStrays and sweep): no session container outlives its session or its
 // daemon. Errors wrap sandbox.ErrNotReady when the engine cannot start one now.
 func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBox, error) {
 	if r.ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: the runtime is shutting down", sandbox.ErrNotReady)
 	}
+	log := r.log.With("session", id)
+	if w, ok := r.claimWarm(id); ok {
+		r.kickPool()
+		err := w.line.Ready(ctx)
+		if err == nil {
+			log.Info("session sandbox ready", "container", shortID(w.containerID), "uid", UIDBase+MaxSlots+w.uid, "warm", true)
+			return &sessionBox{r: r, id: id, containerID: w.containerID, warmKey: w.key, line: w.line, uid: w.uid, log: log}, nil
+		}
+		log.Warn("a warm session container's executor does not answer; starting a container of the session's own",
+			"container", shortID(w.containerID), "error", err)
+		_ = r.discardWarm(context.WithoutCancel(ctx), w, id)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, ctx.Err())
+		}
+	}
 	idx, err := r.takeSessionUID(id)
 	if err != nil {
 		return nil, err
 	}
+	uid := UIDBase + MaxSlots + idx
 	img, err := r.image(ctx)
 	if err != nil {
 		r.freeSessionUID(id, idx)
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
 	}
-	cfg, host, _ := r.cfg.Box.spec(img, r.cfg.DataDir, 0)
-	// The session's home, /home/user: a tmpfs of its own, of run_dir_bytes (the session's
-	// disk cap for what its programs, commands and file writes keep).
-	host.Tmpfs[sandbox.SessionHome] = "rw,nosuid,nodev,mode=0700," + tmpfsSize(r.cfg.Box.RunDirBytes)
-	delete(cfg.Labels, labelSlot)
+	cfg, host := r.sessionSpec(img)
 	cfg.Labels[labelSession] = id
-	log := r.log.With("session", id)
 	cid, err := createContainer(ctx, r.api, log, r.cfg.Box, cfg, host, containerName(r.cfg.DataDir)+"-"+id)
 	if err != nil {
 		r.freeSessionUID(id, idx)
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
 	}
-	line, err := r.execExecutor(ctx, cid, append(r.executorCommandFor(UIDBase+MaxSlots+idx, false), "-session-home", sandbox.SessionHome), log)
+	line, err := r.execExecutor(ctx, cid, r.sessionExecutorCommand(uid), log)
 	if err != nil {
 		_ = removeContainer(context.WithoutCancel(ctx), r.api, cid)
 		r.freeSessionUID(id, idx)
 		return nil, fmt.Errorf("%w: starting the executor in session container %s: %w", sandbox.ErrNotReady, shortID(cid), err)
 	}
-	log.Info("session sandbox ready", "container", shortID(cid), "uid", UIDBase+MaxSlots+idx)
+	log.Info("session sandbox ready", "container", shortID(cid), "uid", uid, "warm", false)
 	return &sessionBox{r: r, id: id, containerID: cid, line: line, uid: idx, log: log}, nil
+}
+
+// sessionSpec is a session container's configuration, warm or made for a session: a slot's
+// (Box.spec) without the slot's label, with the session's home, /home/user, a tmpfs of its
+// own of run_dir_bytes (the session's disk cap for what its programs, commands and file
+// writes keep).
+func (r *Runtime) sessionSpec(img Image) (*container.Config, *container.HostConfig) {
+	cfg, host, _ := r.cfg.Box.spec(img, r.cfg.DataDir, 0)
+	host.Tmpfs[sandbox.SessionHome] = "rw,nosuid,nodev,mode=0700," + tmpfsSize(r.cfg.Box.RunDirBytes)
+	delete(cfg.Labels, labelSlot)
+	return cfg, host
 }
 
 // takeSessionUID reserves a free session uid index for session id, and records the session
@@ -74,19 +103,25 @@ func (r *Runtime) takeSessionUID(id string) (int, error) {
 			return i, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: all %d session sandboxes are in use", sandbox.ErrNotReady, MaxSessions)
+	return 0, fmt.Errorf("%w: %w", sandbox.ErrNotReady, errNoSessionUID)
 }
 
-// freeSessionUID releases session id's uid index i, once its container is gone.
+// errNoSessionUID: every session uid is held, by a session or a warm container.
+var errNoSessionUID = fmt.Errorf("all %d session sandboxes are in use", MaxSessions)
+
+// freeSessionUID releases session id's uid index i, once its container is gone, and tells
+// the warm pool (a uid may be what it waits for).
 func (r *Runtime) freeSessionUID(id string, i int) {
 	r.sessMu.Lock()
-	defer r.sessMu.Unlock()
 	delete(r.sessUIDs, i)
 	delete(r.sessions, id)
+	r.sessMu.Unlock()
+	r.kickPool()
 }
 
 // SessionContainers lists the IDs of the session containers of the data directory (running
-// or not).
+// or not): those made for a session, and the warm ones a session of this runtime claimed.
+// Unclaimed warm containers are not listed (see WarmSessionContainers).
 func (r *Runtime) SessionContainers(ctx context.Context) ([]string, error) {
 	list, err := Containers(ctx, r.api, r.cfg.DataDir)
 	if err != nil {
@@ -94,7 +129,7 @@ func (r *Runtime) SessionContainers(ctx context.Context) ([]string, error) {
 	}
 	var ids []string
 	for _, c := range list {
-		if c.Labels[labelSession] != "" {
+		if c.Labels[labelSession] != "" || r.claimedWarm(c.Labels[labelWarm]) {
 			ids = append(ids, c.ID)
 		}
 	}
@@ -106,6 +141,7 @@ type sessionBox struct {
 	r           *Runtime
 	id          string
 	containerID string
+	warmKey     string // the key of the warm container it claimed ("" for one made for it)
 	line        *control.Line
 	uid         int
 	log         *slog.Logger
@@ -188,7 +224,18 @@ func (b *sessionBox) Close(ctx context.Context) error {
 		_ = b.line.Close()
 		b.closeErr = removeContainer(ctx, b.r.api, b.containerID)
 		b.r.freeSessionUID(b.id, b.uid)
+		if b.warmKey != "" {
+			b.r.forgetWarm(b.warmKey) // a container not removed is a stray now: the sweep removes it
+		}
 		b.log.Info("session sandbox removed", "container", shortID(b.containerID), "error", b.closeErr)
 	})
 	return b.closeErr
+}
+
+// sessionExecutorCommand is the executor's command line in a session's container: one slot
+// run as uid, no fork server, the session's home.
+func (r *Runtime) sessionExecutorCommand(uid int) []string {
+	fs := r.cfg.ForkServer
+	return boxspec.Executor{UID: uid, Preload: fs.Preload, ForkServerMaxRuns: fs.MaxRuns, GVisor: r.cfg.Box.gVisor(),
+		EgressProxy: r.cfg.Box.Network == "allowlist", SessionHome: sandbox.SessionHome}.Command()
 }

@@ -11,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
 	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
@@ -324,6 +328,32 @@ func TestSessionsRestart(t *testing.T) {
 	ids, err := rt.SessionContainers(ctx)
 	if err != nil || len(ids) != 0 {
 		t.Fatalf("session containers after the restart: %v, %v", ids, err)
+	}
+}
+
+// TestStrayContainersAreSwept: a session container of the data directory made after the
+// runtime started, which no live session holds (as when the engine finishes the request of a
+// daemon killed while it made a session's container), is removed by the runtime's sweep,
+// while a live session's container stays and its session answers.
+func TestStrayContainersAreSwept(t *testing.T) {
+	e := startSessions(t, engine.SessionConfig{}, func(c *docker.Config) { c.StraySweep = 200 * time.Millisecond })
+	s := e.create(t, "kim", nil)
+	e.mustCall(t, "kim", s.ID, "v = 1")
+	labels := map[string]string{"dev.sandpit.managed": "1", "dev.sandpit.data-dir": e.cfg.DataDir, "dev.sandpit.session": sandbox.NewSessionID()}
+	stray, err := api.ContainerCreate(t.Context(), client.ContainerCreateOptions{
+		Config: &container.Config{Image: e.rt.Image().Tag, Cmd: []string{"true"}, Labels: labels}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = api.ContainerRemove(context.Background(), stray.ID, client.ContainerRemoveOptions{Force: true})
+	})
+	e.waitContainers(t, 1)
+	if _, err := api.ContainerInspect(t.Context(), stray.ID, client.ContainerInspectOptions{}); !cerrdefs.IsNotFound(err) {
+		t.Fatalf("the stray container after the sweep: %v", err)
+	}
+	if res := e.mustCall(t, "kim", s.ID, "print(v)"); res.Stdout != "1\n" {
+		t.Fatalf("the live session after the sweep: %+v", res)
 	}
 }
 

@@ -72,7 +72,7 @@ except ImportError:
 print(json.dumps(out))`
 	var got [3]map[string]any
 	for i := range got {
-		res := Exec(t, s.rt, i%2, Spec(code, 10*time.Second), nil)
+		res := Exec(t, s.rt, i%2, Spec(code, HeavyImportTimeout), nil)
 		expect(t, res, sandbox.OutcomeOK)
 		if err := json.Unmarshal([]byte(res.Stdout), &got[i]); err != nil {
 			t.Fatalf("stdout %q: %v", res.Stdout, err)

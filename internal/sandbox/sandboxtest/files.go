@@ -329,7 +329,7 @@ open('figure-1.png', 'w').write('mine')
 plt.plot([1, 2])
 plt.show()
 plt.figure()
-plt.bar([1, 2], [3, 4])`, 60*time.Second)
+plt.bar([1, 2], [3, 4])`, HeavyImportTimeout)
 	spec.Charts = true
 	res, contents := ExecFiles(t, s.rt, 0, spec)
 	expect(t, res, sandbox.OutcomeOK)

@@ -40,7 +40,7 @@ func (s *Suite) concurrently(t *testing.T, attacker, victim string) (sandbox.Res
 		}
 	})
 	<-ready
-	v := Exec(t, s.rt, 0, Spec(victim, 20*time.Second), nil)
+	v := Exec(t, s.rt, 0, Spec(victim, HeavyImportTimeout), nil)
 	wg.Wait()
 	return a, v
 }

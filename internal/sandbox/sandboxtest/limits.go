@@ -78,7 +78,7 @@ func (s *Suite) TestH13NumpyAllocationOverTheLimit(t *testing.T) {
 	if s.HasModule != nil && !s.HasModule("numpy") {
 		t.Skip("numpy is not installed in this box")
 	}
-	res := Exec(t, s.rt, 0, Spec("import numpy as np; a = np.ones(10**11)", 30*time.Second), nil)
+	res := Exec(t, s.rt, 0, Spec("import numpy as np; a = np.ones(10**11)", HeavyImportTimeout), nil)
 	expect(t, res, sandbox.OutcomeMemoryLimit)
 }
 

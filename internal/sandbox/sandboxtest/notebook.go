@@ -90,7 +90,7 @@ func (s *Suite) TestNotebookLastExpressionValue(t *testing.T) {
 // table as well as its text.
 func (s *Suite) TestNotebookDataFrameValue(t *testing.T) {
 	s.needIPython(t, "pandas")
-	res := Exec(t, s.rt, 0, Spec("import pandas as pd\ndf = pd.DataFrame({'city': ['Oslo', 'Lima'], 'temp': [3, 19]})\ndf", 20*time.Second), nil)
+	res := Exec(t, s.rt, 0, Spec("import pandas as pd\ndf = pd.DataFrame({'city': ['Oslo', 'Lima'], 'temp': [3, 19]})\ndf", HeavyImportTimeout), nil)
 	expect(t, res, sandbox.OutcomeOK)
 	main := mainResult(t, res)
 	if main == nil || !strings.Contains(str(*main, "text/html"), "<table") || !strings.Contains(str(*main, "text/html"), "Lima") ||
@@ -153,7 +153,7 @@ print("after")
 // well as figure-1.png.
 func (s *Suite) TestNotebookFigure(t *testing.T) {
 	s.needIPython(t, "matplotlib")
-	spec := Spec("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [2, 1, 3])\nplt.title('t');", 30*time.Second)
+	spec := Spec("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [2, 1, 3])\nplt.title('t');", HeavyImportTimeout)
 	spec.Charts = true
 	res := Exec(t, s.rt, 0, spec, nil)
 	expect(t, res, sandbox.OutcomeOK)

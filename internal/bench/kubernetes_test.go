@@ -1,0 +1,68 @@
+package bench
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// withKubernetes adds a Kubernetes daemon and the main daemon's session creation to r.
+func withKubernetes(r Report) Report {
+	r.Latency = append(r.Latency, Latency{Name: LatencySessionCreate, What: "session creation (REST)", Runs: 10, P50MS: 400, P95MS: 450, P99MS: 460, RunsPerSec: 2.5})
+	r.Kubernetes = &Kubernetes{Config: "kube.json", Namespace: "kbench", Image: "sandpit-sandbox:0123", Slots: 1, WarmSessions: 1, ReadySeconds: 4.5,
+		RESTPrint:     Latency{Name: LatencyRESTPrint, Runs: 50, P50MS: 30, P95MS: 45, P99MS: 50},
+		SessionCreate: Latency{Name: LatencySessionCreate, Runs: 10, P50MS: 120, P95MS: 200, P99MS: 210},
+		PodReady:      Latency{Name: LatencyPodReady, Runs: 5, P50MS: 1500, P95MS: 1800, P99MS: 1800}}
+	return r
+}
+
+func TestTargetsOfKubernetes(t *testing.T) {
+	r := withKubernetes(fixedReport(2))
+	all := Targets(r)
+	got := all[len(all)-2:]
+	if got[0].Name != "kubernetes_print_over_docker" || got[0].Value != 1.25 || got[0].Status != StatusMet { // 30 / 24
+		t.Errorf("print ratio: %+v", got[0])
+	}
+	if got[1].Name != "kubernetes_session_create_p50" || got[1].Value != 120 || got[1].Status != StatusNotMet {
+		t.Errorf("session creation: %+v", got[1])
+	}
+	if n := len(Targets(fixedReport(2))); len(all) != n+2 {
+		t.Errorf("%d targets with the Kubernetes daemon, %d without: want 2 more", len(all), n)
+	}
+
+	// A daemon whose warm pool was off has no session target; one whose print(1) was not
+	// measured has its ratio n/a.
+	r.Kubernetes.SessionCreate, r.Kubernetes.RESTPrint = Latency{}, Latency{}
+	all = Targets(r)
+	if last := all[len(all)-1]; last.Name != "kubernetes_print_over_docker" || last.Status != StatusNA {
+		t.Errorf("without measurements: %+v", last)
+	}
+}
+
+func TestWriteTableOfKubernetes(t *testing.T) {
+	r := withKubernetes(fixedReport(2))
+	r.Targets = Targets(r)
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+runtimes: this daemon (docker) and kubernetes (kube.json, namespace kbench, 1 slot(s), warm_sessions 1, ready in 4.5s)
+                                                            runs    p50 ms    p95 ms    p99 ms
+docker     REST print(1), warm container                      50      24.0      30.0      33.3
+kubernetes REST print(1), warm pod                            50      30.0      45.0      50.0
+docker     session creation (a container)                     10     400.0     450.0     460.0
+kubernetes session creation from the warm pool                10     120.0     200.0     210.0
+kubernetes slot pod create to its executor answering           5    1500.0    1800.0    1800.0
+kubernetes / docker: REST print(1) p50                     1.25x (p95 1.50x)
+`
+	if got := buf.String(); !strings.Contains(got, want) {
+		t.Errorf("WriteTable:\n%s\nwant it to hold:\n%s", got, want)
+	}
+	for _, line := range []string{"kubernetes / docker: REST print(1) p50                    1.25x      ≤ 1.5x  met",
+		"kubernetes: session creation from the warm pool p50    120.0 ms    ≤ 100 ms  not met"} {
+		if !strings.Contains(buf.String(), line) {
+			t.Errorf("WriteTable has no target line %q:\n%s", line, buf.String())
+		}
+	}
+}

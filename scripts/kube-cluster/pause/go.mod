@@ -1,0 +1,3 @@
+module sandpit.invalid/kube-pause
+
+go 1.23
