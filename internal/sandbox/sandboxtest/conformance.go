@@ -156,9 +156,11 @@ func Limits() sandbox.Limits {
 	return engine.DefaultConfig().Limits
 }
 
-// HeavyImportTimeout is the timeout of a case whose run imports pandas, numpy or matplotlib.
-// Such an import reads a thousand files or more, which under gVisor, in a cold box, on CI's
-// loaded two cores took over 20 s (CI, 2026-12-02); those cases test behaviour, not speed.
+// HeavyImportTimeout is the timeout of a case whose run imports pandas, numpy or matplotlib,
+// or makes IPython's shell (every notebook case: a value that is not a scalar, display(), %
+// syntax). Such an import reads a thousand files or more, which under gVisor, in a cold box,
+// on CI's loaded two cores took over 20 s (CI, 2026-12-02), and IPython's shell 3-6 s in a
+// fork of a preload without it; those cases test behaviour, not speed.
 const HeavyImportTimeout = 2 * time.Minute
 
 // Spec returns a spec for code with the default limits.

@@ -68,7 +68,7 @@ func (s *Suite) TestNotebookLastExpressionValue(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			res := Exec(t, s.rt, 0, Spec(c.code, 20*time.Second), nil)
+			res := Exec(t, s.rt, 0, Spec(c.code, HeavyImportTimeout), nil)
 			expect(t, res, sandbox.OutcomeOK)
 			if res.Stdout != c.stdout || res.Stderr != "" {
 				t.Fatalf("stdout %q stderr %q, want stdout %q", res.Stdout, res.Stderr, c.stdout)
@@ -115,7 +115,7 @@ display(JSON({"k": [1, 2]}))
 print("after")
 3`
 	var events []sandbox.Event
-	res := Exec(t, s.rt, 0, Spec(code, 20*time.Second), func(e sandbox.Event) { events = append(events, e) })
+	res := Exec(t, s.rt, 0, Spec(code, HeavyImportTimeout), func(e sandbox.Event) { events = append(events, e) })
 	expect(t, res, sandbox.OutcomeOK)
 	if res.Stdout != "before\nafter\n" || len(res.Results) != 5 {
 		t.Fatalf("stdout %q, %d results %+v: want 4 displays and the value", res.Stdout, len(res.Results), res.Results)
@@ -171,7 +171,7 @@ func (s *Suite) TestNotebookFigure(t *testing.T) {
 func (s *Suite) TestNotebookRaisingReprIsANote(t *testing.T) {
 	s.needIPython(t)
 	code := "class Bad:\n    def _repr_html_(self):\n        raise ValueError('no html')\n    def __repr__(self):\n        return 'Bad()'\nBad()"
-	res := Exec(t, s.rt, 0, Spec(code, 20*time.Second), nil)
+	res := Exec(t, s.rt, 0, Spec(code, HeavyImportTimeout), nil)
 	expect(t, res, sandbox.OutcomeOK)
 	m := mainResult(t, res)
 	if m == nil || m.Text() != "Bad()" || m.Data["text/html"] != nil || !strings.Contains(m.Note, "_repr_html_ raised ValueError: no html") ||
@@ -197,14 +197,14 @@ func (s *Suite) TestNotebookOversizedDisplayIsCut(t *testing.T) {
 // TestNotebookErrorIsReported: an uncaught exception comes back as the result's error (its
 // name, message and traceback), and stderr is what python3 prints.
 func (s *Suite) TestNotebookErrorIsReported(t *testing.T) {
-	res := Exec(t, s.rt, 0, Spec("x = 1\n1 / 0", 20*time.Second), nil)
+	res := Exec(t, s.rt, 0, Spec("x = 1\n1 / 0", HeavyImportTimeout), nil)
 	expect(t, res, sandbox.OutcomeError)
 	e := res.Error
 	if e == nil || e.Name != "ZeroDivisionError" || e.Value != "division by zero" ||
 		!strings.Contains(e.Traceback, `File "main.py", line 2`) || e.Traceback != res.Stderr || len(res.Results) != 0 {
 		t.Fatalf("error %+v stderr %q results %+v", e, res.Stderr, res.Results)
 	}
-	res = Exec(t, s.rt, 0, Spec("import sys\nsys.exit(3)", 20*time.Second), nil)
+	res = Exec(t, s.rt, 0, Spec("import sys\nsys.exit(3)", HeavyImportTimeout), nil)
 	if res.Error != nil || res.ExitCode != 3 {
 		t.Fatalf("sys.exit(3): error %+v exit %d; an exit is not an error", res.Error, res.ExitCode)
 	}
@@ -214,7 +214,7 @@ func (s *Suite) TestNotebookErrorIsReported(t *testing.T) {
 // %time; a plain program's syntax error stays Python's.
 func (s *Suite) TestNotebookShellSyntax(t *testing.T) {
 	s.needIPython(t)
-	res := Exec(t, s.rt, 0, Spec("!echo hi\n!id -u\nx = 2\n%time y = x * 21\ny", 20*time.Second), nil)
+	res := Exec(t, s.rt, 0, Spec("!echo hi\n!id -u\nx = 2\n%time y = x * 21\ny", HeavyImportTimeout), nil)
 	expect(t, res, sandbox.OutcomeOK)
 	if !strings.HasPrefix(res.Stdout, "hi\n") || strings.HasPrefix(res.Stdout, "hi\n0\n") || !strings.Contains(res.Stdout, "Wall time") {
 		t.Fatalf("stdout %q stderr %q: want the shell's line (not as root) and %%time's", res.Stdout, res.Stderr)
@@ -228,7 +228,7 @@ func (s *Suite) TestNotebookShellSyntax(t *testing.T) {
 		"files = !echo a; echo b\nfiles":     "['a', 'b']",
 		"%timeit -n 1 -r 1 -q sum(range(9))": "",
 	} {
-		res = Exec(t, s.rt, 0, Spec(code, 20*time.Second), nil)
+		res = Exec(t, s.rt, 0, Spec(code, HeavyImportTimeout), nil)
 		expect(t, res, sandbox.OutcomeOK)
 		m := mainResult(t, res)
 		if (want == "") != (m == nil) || m != nil && !strings.HasPrefix(m.Text(), want) {
@@ -236,7 +236,7 @@ func (s *Suite) TestNotebookShellSyntax(t *testing.T) {
 		}
 	}
 	// Python's own syntax error, as python3 prints it (no frame of the bootstrap's parser).
-	res = Exec(t, s.rt, 0, Spec("x = (", 20*time.Second), nil)
+	res = Exec(t, s.rt, 0, Spec("x = (", HeavyImportTimeout), nil)
 	expect(t, res, sandbox.OutcomeError)
 	if !strings.HasPrefix(res.Stderr, "  File \"main.py\", line 1\n    x = (\n") || !strings.HasSuffix(res.Stderr, "SyntaxError: '(' was never closed\n") ||
 		res.Error == nil || res.Error.Name != "SyntaxError" {
@@ -249,7 +249,7 @@ func (s *Suite) TestNotebookShellSyntax(t *testing.T) {
 func (s *Suite) TestNotebookPrintIsOneEvent(t *testing.T) {
 	for i := range 100 {
 		var events []sandbox.Event
-		res := Exec(t, s.rt, 0, Spec("print('Hello')", 20*time.Second), func(e sandbox.Event) { events = append(events, e) })
+		res := Exec(t, s.rt, 0, Spec("print('Hello')", HeavyImportTimeout), func(e sandbox.Event) { events = append(events, e) })
 		expect(t, res, sandbox.OutcomeOK)
 		if len(events) != 1 || events[0].Stream != sandbox.StreamStdout || events[0].Data != "Hello\n" {
 			t.Fatalf("run %d: events %+v, want one stdout event \"Hello\\n\"", i, events)
@@ -261,7 +261,7 @@ func (s *Suite) TestNotebookPrintIsOneEvent(t *testing.T) {
 	}
 	var got []stamped
 	start := time.Now()
-	res := Exec(t, s.rt, 0, Spec("import time\nprint('x', end='', flush=True)\ntime.sleep(3)\nprint('y')", 20*time.Second),
+	res := Exec(t, s.rt, 0, Spec("import time\nprint('x', end='', flush=True)\ntime.sleep(3)\nprint('y')", HeavyImportTimeout),
 		func(e sandbox.Event) { got = append(got, stamped{e.Data, time.Now()}) })
 	expect(t, res, sandbox.OutcomeOK)
 	if len(got) != 2 || got[0].data != "x" || got[1].data != "y\n" || got[0].at.Sub(start) > got[1].at.Sub(start)-time.Second {
@@ -274,7 +274,7 @@ func (s *Suite) TestNotebookSessionExecutionCount(t *testing.T) {
 	s.needIPython(t)
 	slot := s.Slots - 1
 	for i, c := range []struct{ code, value string }{{"a = 20\na", "20"}, {"b = a + 1", ""}, {"a + b", "41"}} {
-		spec := Spec(c.code, 20*time.Second)
+		spec := Spec(c.code, HeavyImportTimeout)
 		spec.Session = true
 		res := Exec(t, s.Runtime, slot, spec, nil) // a session's call starts "session"
 		expect(t, res, sandbox.OutcomeOK)
@@ -290,19 +290,19 @@ func (s *Suite) TestNotebookSessionExecutionCount(t *testing.T) {
 		}
 	}
 	// The slot serves one-shot runs again.
-	res := Exec(t, s.rt, slot, Spec("print(1)", 20*time.Second), nil)
+	res := Exec(t, s.rt, slot, Spec("print(1)", HeavyImportTimeout), nil)
 	expect(t, res, sandbox.OutcomeOK)
 }
 
 // TestH58ResultFramesOnDescriptor3: H58 the program's own result frames on descriptor 3 are held
 // to the displays' cap as they arrive, and one that is not a display is dropped.
 func (s *Suite) TestH58ResultFramesOnDescriptor3(t *testing.T) {
-	res := Exec(t, s.rt, 0, Spec(`import os; os.write(3, b'{"type":"result","bytes":123456789012}\n' + b'x' * (2 << 20))`, 20*time.Second), nil)
+	res := Exec(t, s.rt, 0, Spec(`import os; os.write(3, b'{"type":"result","bytes":123456789012}\n' + b'x' * (2 << 20))`, HeavyImportTimeout), nil)
 	expect(t, res, sandbox.OutcomeOutputLimit)
 	if !strings.Contains(res.Reason, "displays passed their cap") || len(res.Results) != 0 {
 		t.Fatalf("reason %q results %+v", res.Reason, res.Results)
 	}
-	res = Exec(t, s.rt, 0, Spec(`import os; os.write(3, b'{"type":"result","bytes":5}\nnope!'); print("ok")`, 20*time.Second), nil)
+	res = Exec(t, s.rt, 0, Spec(`import os; os.write(3, b'{"type":"result","bytes":5}\nnope!'); print("ok")`, HeavyImportTimeout), nil)
 	expect(t, res, sandbox.OutcomeOK)
 	if res.Stdout != "ok\n" || len(res.Results) != 0 {
 		t.Fatalf("a display that is not one: stdout %q results %+v", res.Stdout, res.Results)
@@ -315,7 +315,7 @@ func (s *Suite) TestH58ResultFramesOnDescriptor3(t *testing.T) {
 func (s *Suite) TestNotebookProgramIsDroppedAfterADisplay(t *testing.T) {
 	code := "import sys\nPREFIX = 'del'\nclass C:\n    def __del__(self):\n        sys.stdout.write('%s %s\\n' % (PREFIX, self.n))\n" +
 		"b = C(); b.n = 'cycle'; b.me = b\ndisplay(1)\nb"
-	res := Exec(t, s.rt, 0, Spec(code, 20*time.Second), nil)
+	res := Exec(t, s.rt, 0, Spec(code, HeavyImportTimeout), nil)
 	expect(t, res, sandbox.OutcomeOK)
 	if res.Stdout != "del cycle\n" || res.Stderr != "" || len(res.Results) != 2 {
 		t.Fatalf("stdout %q stderr %q results %d", res.Stdout, res.Stderr, len(res.Results))
