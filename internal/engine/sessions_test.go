@@ -14,7 +14,8 @@ import (
 
 // fakeBox is a session sandbox whose calls block until release is closed (when block is set).
 type fakeBox struct {
-	// Workspace is nil: these tests use no command or file (workspace_test.go does).
+	// Workspace is nil: these tests use no command or file (commandBox in workspace_test.go
+	// runs commands).
 	sandbox.Workspace
 	mu      sync.Mutex
 	calls   []string

@@ -205,6 +205,13 @@ func (m *Sessions) Command(ctx context.Context, agent, id string, req CommandReq
 	select {
 	case <-p.done:
 	case <-ctx.Done():
+		p.mu.Lock()
+		ended := p.info.End != nil
+		p.mu.Unlock()
+		if ended { // the client left once it had the end, which is still being passed on
+			<-p.done
+			break
+		}
 		// The client left: a foreground command does not outlive it.
 		_ = ls.box.SignalProcess(context.WithoutCancel(ctx), pid, "SIGKILL")
 		select {
