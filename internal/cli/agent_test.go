@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -194,6 +195,34 @@ func TestEveryAgentFlagIsSent(t *testing.T) {
 		}
 		if !sent {
 			t.Errorf("sandpit %s --agent bob sent no request to the daemon; stderr: %s", name, stderr.String())
+		}
+	}
+	// A name that is not one is a usage error naming --agent, before any request: ".." sent
+	// in a route's path changed the route ("no endpoint GET /v1/sessions"), "" dropped a
+	// segment of it.
+	for _, name := range withAgent {
+		c, ok := cases[name]
+		if !ok {
+			continue
+		}
+		for _, bad := range []string{"..", "", "Bob"} {
+			args := append(strings.Fields(name), c.args...)
+			args = append(args, "--agent", bad, "--url", srv.URL)
+			var stderr strings.Builder
+			code := Main(context.Background(), args, Env{Stdin: strings.NewReader(c.stdin), Stdout: io.Discard, Stderr: &stderr,
+				Lookup: func(k string) (string, bool) {
+					if k == "SANDPIT_DATA_DIR" {
+						return dir, true
+					}
+					return "", false
+				}})
+			want := fmt.Sprintf("--agent: %q is not a valid agent name: use 1 to 64", bad)
+			if code != 64 || !strings.Contains(stderr.String(), want) {
+				t.Errorf("sandpit %s --agent %q: exit %d, stderr %q; want 64 and %q", name, bad, code, stderr.String(), want)
+			}
+			if reqs := daemon.take(); len(reqs) > 0 {
+				t.Errorf("sandpit %s --agent %q sent %s", name, bad, reqs)
+			}
 		}
 	}
 }

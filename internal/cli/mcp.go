@@ -14,7 +14,6 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/datadir"
 	"github.com/sandpit-dev/sandpit/internal/mcpserver"
-	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 func (o *options) mcpCommand() *cobra.Command {
@@ -36,8 +35,8 @@ long as the MCP client keeps it open (jobs then fire only while it runs). Logs g
 Add it to an MCP client as the command "sandpit mcp --agent NAME".`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := sandbox.CheckAgent(f.agent); err != nil {
-				return err // said with --agent (inFlagWords); an Invalid error: exit 64
+			if err := checkAgentFlag(f.agent); err != nil {
+				return err
 			}
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
