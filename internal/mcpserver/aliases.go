@@ -3,6 +3,9 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -13,6 +16,9 @@ import (
 var argAliases = map[string]map[string]string{
 	"run_in_session":       {"session_id": "id"},
 	"close_session":        {"session_id": "id"},
+	"pause_session":        {"session_id": "id"},
+	"resume_session":       {"session_id": "id"},
+	"fork_session":         {"session_id": "id"},
 	"run_command":          {"session_id": "id"},
 	"read_file":            {"session_id": "id"},
 	"write_file":           {"session_id": "id"},
@@ -67,4 +73,62 @@ func renamed(args json.RawMessage, aliases map[string]string) json.RawMessage {
 		return args
 	}
 	return out
+}
+
+// The schema validator's words for arguments that do not fit a tool's inputSchema (the SDK
+// checks them before the tool runs), as plainArguments finds them.
+var (
+	schemaPrefix   = `validating "arguments": validating root: `
+	schemaUnknown  = regexp.MustCompile(`^unexpected additional properties \[(.*)\]$`)
+	schemaMissing  = regexp.MustCompile(`^required: missing properties: \[(.*)\]$`)
+	schemaProperty = regexp.MustCompile(`^validating /properties/([^/:]+)(?:/[^:]*)?: (?:[a-zA-Z]+: )?(.*)$`)
+	schemaQuoted   = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+)
+
+// plainArguments is a receiving middleware: a tools/call refused because its arguments do not
+// fit the tool's inputSchema says so in the tool's words ("run_code has no argument
+// \"bogus\"") instead of the validator's ("validating root: unexpected additional properties").
+func plainArguments(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		call, isCall := req.(*mcp.CallToolRequest)
+		tr, isResult := res.(*mcp.CallToolResult)
+		if err != nil || !isCall || call.Params == nil || !isResult || !tr.IsError || len(tr.Content) != 1 {
+			return res, err
+		}
+		if text, ok := tr.Content[0].(*mcp.TextContent); ok {
+			if msg, ok := strings.CutPrefix(text.Text, schemaPrefix); ok {
+				text.Text = argumentsWords(call.Params.Name, msg)
+			}
+		}
+		return res, err
+	}
+}
+
+// argumentsWords says msg, the validator's complaint about tool's arguments, in the tool's
+// words; one it does not know keeps its text after "arguments: ".
+func argumentsWords(tool, msg string) string {
+	names := func(list string) (string, int) {
+		q := schemaQuoted.FindAllString(list, -1)
+		return strings.Join(q, ", "), len(q)
+	}
+	const see = "tools/list gives each tool's arguments (its inputSchema)"
+	if m := schemaUnknown.FindStringSubmatch(msg); m != nil {
+		if list, n := names(m[1]); n == 1 {
+			return fmt.Sprintf("%s has no argument %s; %s", tool, list, see)
+		} else if n > 1 {
+			return fmt.Sprintf("%s has no arguments %s; %s", tool, list, see)
+		}
+	}
+	if m := schemaMissing.FindStringSubmatch(msg); m != nil {
+		if list, n := names(m[1]); n == 1 {
+			return fmt.Sprintf("%s needs the argument %s; %s", tool, list, see)
+		} else if n > 1 {
+			return fmt.Sprintf("%s needs the arguments %s; %s", tool, list, see)
+		}
+	}
+	if m := schemaProperty.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("%s's argument %q: %s", tool, m[1], m[2])
+	}
+	return "arguments: " + msg
 }

@@ -26,7 +26,7 @@ func New(c *client.Client, agent, version string, limits apitype.Limits) *mcp.Se
 	s := mcp.NewServer(&mcp.Implementation{Name: "sandpit", Version: version}, &mcp.ServerOptions{
 		Instructions: instructions,
 	})
-	s.AddReceivingMiddleware(acceptAliases)
+	s.AddReceivingMiddleware(acceptAliases, plainArguments)
 	t := &tools{c: c.As(apitype.SourceMCP), agent: agent}
 	s.AddResourceTemplate(&mcp.ResourceTemplate{Name: "output-file", Title: "An output file of a run",
 		URITemplate: fileURITemplate, Description: fileResourceDoc}, t.readFile)
@@ -214,15 +214,15 @@ func runResult(ans client.Answer, err error) (*mcp.CallToolResult, any, error) {
 var errCancelled = errors.New("cancelled: the client cancelled this call before sandpit answered it; " +
 	"if it had started a run, that run was stopped and is recorded with outcome killed (see list_executions)")
 
-// toolError makes err a tool error in the words of the REST API: naming the field at fault as
-// the API named it. A cancelled call says so, and a daemon that did not answer says that,
-// without the client's request line (method and URL).
+// toolError makes err a tool error: naming the field at fault as the API named it, with the
+// REST API's advice said as tools (inToolWords). A cancelled call says so, and a daemon that
+// did not answer says that, without the client's request line (method and URL).
 func toolError(err error) error {
 	var api *client.APIError
 	var urlErr *url.Error
 	switch {
 	case errors.As(err, &api):
-		msg := api.Message
+		msg := inToolWords(api.Message)
 		if api.Field != "" && !strings.HasPrefix(msg, api.Field) {
 			msg = api.Field + ": " + msg
 		}
