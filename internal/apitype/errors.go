@@ -68,4 +68,7 @@ type Warmth struct {
 	ForkOff string `json:"fork_off,omitempty"`
 	// Warm says every slot is up and forks its runs (or never will).
 	Warm bool `json:"warm"`
+	// WarmSessions is how many warm session sandboxes are ready to claim, their executors
+	// started (the configuration's warm_sessions is the most kept).
+	WarmSessions int `json:"warm_sessions"`
 }

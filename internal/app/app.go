@@ -265,7 +265,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	} else if n > 0 {
 		log.Info("hibernated sessions kept from an earlier run; each resumes on demand", "sessions", n)
 	}
-	m.WatchSessions(sessions.Active, sessions.LifecycleStats)
+	m.WatchSessions(sessions.Active, sessions.LifecycleStats, func() int { return rt.Warmth().Sessions })
 	e2bServer := e2b.New(E2BConfig(cfg), sessions, st, log)
 	m.WatchE2B(e2bServer.Active, e2bServer.Warm)
 	return &Core{

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -44,6 +45,20 @@ func TestWarmSessionREST(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Slots, cfg.ForkServer, cfg.WarmSessions = 1, false, 1
 	url, _ := startDaemon(t, cfg)
+	// The ready warm container is in /readyz's warmth and in /metrics.
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		_, b := httpCall(t, "GET", url+"/readyz", "")
+		var ready struct{ Warmth apitype.Warmth }
+		if json.Unmarshal(b, &ready) == nil && ready.Warmth.WarmSessions == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz after two minutes: %s; want warm_sessions 1", b)
+		}
+	}
+	if _, b := httpCall(t, "GET", url+"/metrics", ""); !strings.Contains(string(b), "\nsandpit_warm_sessions 1\n") {
+		t.Fatalf("/metrics has no sandpit_warm_sessions 1:\n%s", b)
+	}
 	for attempt := 1; ; attempt++ {
 		warm := waitWarm(t, cfg.DataDir, 1)[0]
 		status, b := httpCall(t, "POST", url+"/v1/agents/w/sessions", "{}")

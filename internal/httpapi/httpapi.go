@@ -286,7 +286,7 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	var warmth *apitype.Warmth
 	if a.warmth != nil {
 		wm := a.warmth()
-		warmth = &apitype.Warmth{Slots: wm.Slots, SlotsUp: wm.Up, ForkSlots: wm.Fork, ForkOff: wm.ForkOff, Warm: wm.Warm()}
+		warmth = &apitype.Warmth{Slots: wm.Slots, SlotsUp: wm.Up, ForkSlots: wm.Fork, ForkOff: wm.ForkOff, Warm: wm.Warm(), WarmSessions: wm.Sessions}
 	}
 	err := a.ex.Ready(r.Context())
 	wantWarm, _ := strconv.ParseBool(r.URL.Query().Get("warm"))

@@ -929,7 +929,7 @@ func TestReadyzWarmth(t *testing.T) {
 		status int
 		want   string
 	}{
-		{sandbox.Warmth{Slots: 2, Up: 1}, "/readyz", 200, `"warmth":{"slots":2,"slots_up":1,"fork_slots":0,"warm":false}`},
+		{sandbox.Warmth{Slots: 2, Up: 1, Sessions: 3}, "/readyz", 200, `"warmth":{"slots":2,"slots_up":1,"fork_slots":0,"warm":false,"warm_sessions":3}`},
 		{sandbox.Warmth{Slots: 2, Up: 1}, "/readyz?warm=true", 503, `1 of 2 slots are up and 0 start runs as forks`},
 		{sandbox.Warmth{Slots: 2, Up: 2, Fork: 1}, "/readyz?warm=true", 503, `"fork_slots":1`},
 		{sandbox.Warmth{Slots: 2, Up: 2, Fork: 2}, "/readyz?warm=true", 200, `"warm":true`},

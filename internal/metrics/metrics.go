@@ -180,10 +180,13 @@ func (m *Metrics) WatchE2B(running, warm func() int) {
 }
 
 // WatchSessions adds the stateful sessions' gauges: active (running), paused and hibernated
-// sessions, and the bytes each budget holds (sessions_paused_max_bytes,
-// hibernated_max_bytes).
-func (m *Metrics) WatchSessions(active func() int, lifecycle func() engine.LifecycleStats) {
+// sessions, the bytes each budget holds (sessions_paused_max_bytes, hibernated_max_bytes),
+// and the warm session sandboxes ready to claim (warm).
+func (m *Metrics) WatchSessions(active func() int, lifecycle func() engine.LifecycleStats, warm func() int) {
 	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_warm_sessions",
+			Help: "Warm session sandboxes ready to claim, their executors started (warm_sessions)."},
+			func() float64 { return float64(warm()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_sessions_live", Help: "Sessions with a container now (running or paused)."},
 			func() float64 { return float64(active()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_sessions_paused", Help: "Paused sessions now."},

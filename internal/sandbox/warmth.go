@@ -11,6 +11,9 @@ type Warmth struct {
 	// ForkOff says why no run will start as a fork (fork_server false, a preload that starts
 	// threads, ...); "" when they may.
 	ForkOff string
+	// Sessions is how many warm session sandboxes are ready to claim now, each with its
+	// executor started (warm_sessions; a session's creation, resume or fork takes one).
+	Sessions int
 }
 
 // Warm reports whether every slot is up and starts runs as forks, or will never fork.

@@ -334,7 +334,7 @@ func (r *Runtime) anyUp() bool {
 var _ sandbox.Warmer = (*Runtime)(nil)
 
 // Warmth says how many slots are up and how many start runs as forks, as each slot's executor
-// last answered the heartbeat (every 2 s).
+// last answered the heartbeat (every 2 s), and how many warm session containers are ready.
 func (r *Runtime) Warmth() sandbox.Warmth {
 	w := sandbox.Warmth{Slots: len(r.boxes)}
 	if !r.cfg.ForkServer.Enabled {
@@ -355,6 +355,9 @@ func (r *Runtime) Warmth() sandbox.Warmth {
 			w.ForkOff = cmp.Or(w.ForkOff, why)
 		}
 	}
+	r.sessMu.Lock()
+	w.Sessions = len(r.warm)
+	r.sessMu.Unlock()
 	return w
 }
 

@@ -294,7 +294,8 @@ func (r *Runtime) nextUp() <-chan struct{} {
 }
 
 // Warmth says how many slots are up and how many start runs as forks, as each slot's executor
-// last answered the heartbeat.
+// last answered the heartbeat, and how many warm session pods hold an executor this daemon
+// started, ready to claim.
 func (r *Runtime) Warmth() sandbox.Warmth {
 	w := sandbox.Warmth{Slots: len(r.boxes)}
 	if !r.cfg.ForkServer.Enabled {
@@ -315,6 +316,9 @@ func (r *Runtime) Warmth() sandbox.Warmth {
 			w.ForkOff = cmp.Or(w.ForkOff, why)
 		}
 	}
+	r.sessMu.Lock()
+	w.Sessions = len(r.warm)
+	r.sessMu.Unlock()
 	return w
 }
 
