@@ -42,6 +42,7 @@ func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBo
 		err := w.line.Ready(ctx)
 		if err == nil {
 			log.Info("session sandbox ready", "container", shortID(w.containerID), "uid", UIDBase+MaxSlots+w.uid, "warm", true)
+			go r.nameClaimed(w.containerID, id)
 			return &sessionBox{r: r, id: id, containerID: w.containerID, warmKey: w.key, line: w.line, uid: w.uid, log: log}, nil
 		}
 		log.Warn("a warm session container's executor does not answer; starting a container of the session's own",

@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+
 	"github.com/sandpit-dev/sandpit/internal/control"
 )
 
@@ -294,4 +297,16 @@ func (r *Runtime) WarmSessionContainers() []string {
 		ids[i] = w.containerID
 	}
 	return ids
+}
+
+// nameClaimed renames the warm container cid, claimed by session id, as a session's own
+// container is named (docker ps then shows the session), off the claim's path. Its labels
+// stay: the engine cannot change them, and the runtime finds it by the warm key it keeps.
+func (r *Runtime) nameClaimed(cid, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := containerName(r.cfg.DataDir) + "-" + id
+	if _, err := r.api.ContainerRename(ctx, cid, client.ContainerRenameOptions{NewName: name}); err != nil && !cerrdefs.IsNotFound(err) {
+		r.log.Debug("naming a claimed warm container after its session", "container", shortID(cid), "session", id, "error", err)
+	}
 }

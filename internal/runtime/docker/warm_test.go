@@ -69,6 +69,19 @@ func TestSessionWarmContainers(t *testing.T) {
 	warm := waitWarm(t, e.rt)
 	s := e.create(t, "wes", nil)
 	claimed(warm)
+	// Renamed after the session, as a container made for it is named (docker ps shows it).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		got, err := api.ContainerInspect(ctx, warm, client.ContainerInspectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(got.Container.Name, "-"+s.ID) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the claimed warm container is named %s, want it to end with the session's ID %s", got.Container.Name, s.ID)
+		}
+	}
 	e.waitContainers(t, 1)
 	warm = waitWarm(t, e.rt, warm) // refilled
 	e.mustCall(t, "wes", s.ID, fmt.Sprintf("import os\nfor i in range(4):\n    open(f'data{i}.bin', 'wb').write(os.urandom(%d << 20))\ng = 1", 100/4))
