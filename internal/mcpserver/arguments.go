@@ -75,10 +75,12 @@ func renamed(args json.RawMessage, aliases map[string]string) json.RawMessage {
 	return out
 }
 
-// The schema validator's words for arguments that do not fit a tool's inputSchema (the SDK
-// checks them before the tool runs), as plainArguments finds them.
+// schemaPrefix starts the SDK's refusal of arguments that do not fit a tool's inputSchema
+// (checked before the tool runs); the schema* expressions read the rest, as plainArguments
+// finds them.
+const schemaPrefix = `validating "arguments": validating root: `
+
 var (
-	schemaPrefix   = `validating "arguments": validating root: `
 	schemaUnknown  = regexp.MustCompile(`^unexpected additional properties \[(.*)\]$`)
 	schemaMissing  = regexp.MustCompile(`^required: missing properties: \[(.*)\]$`)
 	schemaProperty = regexp.MustCompile(`^validating /properties/([^/:]+)(?:/[^:]*)?: (?:[a-zA-Z]+: )?(.*)$`)
@@ -108,24 +110,19 @@ func plainArguments(next mcp.MethodHandler) mcp.MethodHandler {
 // argumentsWords says msg, the validator's complaint about tool's arguments, in the tool's
 // words; one it does not know keeps its text after "arguments: ".
 func argumentsWords(tool, msg string) string {
-	names := func(list string) (string, int) {
+	// names lists the quoted names in list: "a", "b"; and "argument" or "arguments".
+	names := func(list string) (string, string) {
 		q := schemaQuoted.FindAllString(list, -1)
-		return strings.Join(q, ", "), len(q)
+		return strings.Join(q, ", "), map[bool]string{true: "argument", false: "arguments"}[len(q) == 1]
 	}
 	const see = "tools/list gives each tool's arguments (its inputSchema)"
-	if m := schemaUnknown.FindStringSubmatch(msg); m != nil {
-		if list, n := names(m[1]); n == 1 {
-			return fmt.Sprintf("%s has no argument %s; %s", tool, list, see)
-		} else if n > 1 {
-			return fmt.Sprintf("%s has no arguments %s; %s", tool, list, see)
-		}
+	if m := schemaUnknown.FindStringSubmatch(msg); m != nil && schemaQuoted.MatchString(m[1]) {
+		list, word := names(m[1])
+		return fmt.Sprintf("%s has no %s %s; %s", tool, word, list, see)
 	}
-	if m := schemaMissing.FindStringSubmatch(msg); m != nil {
-		if list, n := names(m[1]); n == 1 {
-			return fmt.Sprintf("%s needs the argument %s; %s", tool, list, see)
-		} else if n > 1 {
-			return fmt.Sprintf("%s needs the arguments %s; %s", tool, list, see)
-		}
+	if m := schemaMissing.FindStringSubmatch(msg); m != nil && schemaQuoted.MatchString(m[1]) {
+		list, word := names(m[1])
+		return fmt.Sprintf("%s needs the %s %s; %s", tool, word, list, see)
 	}
 	if m := schemaProperty.FindStringSubmatch(msg); m != nil {
 		return fmt.Sprintf("%s's argument %q: %s", tool, m[1], m[2])
