@@ -144,6 +144,11 @@ func TestWorkspaceREST(t *testing.T) {
 	if status, body = httpCall(t, "POST", base+"/files", `{"path": "bin.dat", "content_base64": "/wD+"}`); status != 200 {
 		t.Fatalf("write base64: %d %s", status, body)
 	}
+	// A write with neither content nor content_base64 is refused: it emptied the file (a
+	// trial lost its text so).
+	if status, body = httpCall(t, "POST", base+"/files", `{"path": "bin.dat"}`); status != 400 || !bytes.Contains(body, []byte(`"field":"content"`)) {
+		t.Fatalf("write without content: %d %s, want 400 naming content", status, body)
+	}
 	if status, body = httpCall(t, "GET", base+"/files?path=bin.dat&format=json", ""); status != 200 || !bytes.Contains(body, []byte(`"content_base64":"/wD+"`)) {
 		t.Fatalf("get json: %d %s", status, body)
 	}

@@ -523,6 +523,11 @@ func (a *api) writeFile(w http.ResponseWriter, r *http.Request, agent, id string
 		writeError(w, invalid("path", "is missing: give a path under /home/user (relative paths start there)"))
 		return
 	}
+	if b.Content == nil && b.ContentBase64 == "" {
+		// Not an empty file: a body without either would have emptied one that existed.
+		writeError(w, invalid("content", `is missing: give content (the file's text; "" for an empty file) or content_base64`))
+		return
+	}
 	text := ""
 	if b.Content != nil {
 		text = *b.Content

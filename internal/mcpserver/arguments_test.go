@@ -25,6 +25,9 @@ func TestArgumentsInToolWords(t *testing.T) {
 		{"run_code", map[string]any{"code": "1", "bogus": 1, "other": 2}, `run_code has no arguments "`},
 		{"read_file", map[string]any{"id": "se_x"}, `read_file needs the argument "path"`},
 		{"run_command", map[string]any{"id": "se_x", "cmd": "true", "timeout_ms": "abc"}, `run_command's argument "timeout_ms": abc has type "string", want "integer"`},
+		// Neither content: a trial's file was emptied so.
+		{"write_file", map[string]any{"id": "se_x", "path": "a.txt"}, `content is missing: give content (the file's text; "" for an empty file) or content_base64`},
+		{"write_file", map[string]any{"id": "se_x", "path": "a.txt", "content": "", "content_base64": ""}, "give content or content_base64, not both"},
 		// session_id, the alias, reaches the daemon (here none answers) as id.
 		{"pause_session", map[string]any{"session_id": "se_x"}, "sandpit's API did not answer"},
 	} {

@@ -43,10 +43,10 @@ type ReadFileArgs struct {
 
 // WriteFileArgs are write_file's arguments.
 type WriteFileArgs struct {
-	ID            string `json:"id" jsonschema:"the session's id (se_...)"`
-	Path          string `json:"path" jsonschema:"a path under /home/user (relative paths start there)"`
-	Content       string `json:"content,omitempty" jsonschema:"the file's text"`
-	ContentBase64 string `json:"content_base64,omitempty" jsonschema:"the file's bytes, base64 (instead of content)"`
+	ID            string  `json:"id" jsonschema:"the session's id (se_...)"`
+	Path          string  `json:"path" jsonschema:"a path under /home/user (relative paths start there)"`
+	Content       *string `json:"content,omitempty" jsonschema:"the file's text (\"\" for an empty file)"`
+	ContentBase64 *string `json:"content_base64,omitempty" jsonschema:"the file's bytes, base64 (instead of content)"`
 }
 
 // ListFilesArgs are list_files's arguments.
@@ -114,16 +114,20 @@ func (t *tools) readSessionFile(ctx context.Context, _ *mcp.CallToolRequest, a R
 }
 
 func (t *tools) writeFile(ctx context.Context, _ *mcp.CallToolRequest, a WriteFileArgs) (*mcp.CallToolResult, any, error) {
-	data := []byte(a.Content)
-	if a.ContentBase64 != "" {
-		if a.Content != "" {
-			return nil, nil, fmt.Errorf("give content or content_base64, not both")
-		}
-		b, err := base64.StdEncoding.DecodeString(a.ContentBase64)
+	var data []byte
+	switch {
+	case a.Content != nil && a.ContentBase64 != nil:
+		return nil, nil, fmt.Errorf("give content or content_base64, not both")
+	case a.Content != nil:
+		data = []byte(*a.Content)
+	case a.ContentBase64 != nil:
+		b, err := base64.StdEncoding.DecodeString(*a.ContentBase64)
 		if err != nil {
 			return nil, nil, fmt.Errorf("content_base64 is not standard base64: %w", err)
 		}
 		data = b
+	default: // not an empty file: a call without either would have emptied one that existed
+		return nil, nil, fmt.Errorf(`content is missing: give content (the file's text; "" for an empty file) or content_base64`)
 	}
 	ent, err := t.c.WriteSessionFile(ctx, t.agent, a.ID, a.Path, strings.NewReader(string(data)), true)
 	if err != nil {
