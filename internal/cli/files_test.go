@@ -663,9 +663,37 @@ func TestCodeSaveKeepsFields(t *testing.T) {
 // A depth below 1 is a usage error naming --depth (a trial's --depth -3 listed one level).
 func TestSessionListRefusesBadDepth(t *testing.T) {
 	var stderr bytes.Buffer
-	code := Main(context.Background(), []string{"session", "ls", "se_1", "--depth", "-3", "--url", "http://127.0.0.1:1"},
+	code := Main(context.Background(), []string{"session", "ls", "se_aaaaaaaaaaaaaaaaaaaaaaaaaa", "--depth", "-3", "--url", "http://127.0.0.1:1"},
 		Env{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr, Lookup: func(string) (string, bool) { return "", false }})
 	if code != 64 || !strings.Contains(stderr.String(), "--depth is -3") {
 		t.Fatalf("exit %d, stderr %q, want a usage error naming --depth", code, stderr.String())
+	}
+}
+
+// A session ID that is not one is a usage error before any request: a trial's empty ID was
+// sent to another route ("method POST is not allowed on /v1/agents/default/sessions/commands"),
+// and foo/../bar changed the route; with -- and no ID, the program was taken for the ID.
+func TestSessionCommandsRefuseWhatIsNoSessionID(t *testing.T) {
+	daemon := &requestLog{}
+	srv := httptest.NewServer(daemon)
+	defer srv.Close()
+	for _, args := range [][]string{
+		{"session", "exec", "", "--", "ls"},
+		{"session", "exec", "--", "ls"},
+		{"session", "show", "foo/../bar"},
+		{"session", "run", "se_../x", "-c", "1"},
+		{"session", "ls", "/etc"},
+		{"session", "commands", "se_a"},
+		{"session", "pause", "SE_AAAAAAAAAAAAAAAAAAAAAAAAAA"},
+	} {
+		var stderr bytes.Buffer
+		code := Main(context.Background(), append(args, "--url", srv.URL),
+			Env{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr, Lookup: func(string) (string, bool) { return "", false }})
+		if code != 64 || !strings.Contains(stderr.String(), "is not a session ID: give the se_... ID") {
+			t.Errorf("%q: exit %d, stderr %q; want 64 saying it is not a session ID", args, code, stderr.String())
+		}
+		if reqs := daemon.take(); len(reqs) > 0 {
+			t.Errorf("%q sent %s", args, reqs)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/client"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // sessionCommand is `sandpit session`: stateful sessions on the daemon.
@@ -99,12 +100,12 @@ one that does not stop 2 s later is killed and the session ends. A call waits fo
 before it; with --no-wait it fails at once while one runs.`,
 		Example: `  sandpit session run se_... -c 'x = 41'
   sandpit session run se_... -c 'print(x + 1)'`,
-		Args: func(cmd *cobra.Command, args []string) error {
+		Args: withSessionID(func(cmd *cobra.Command, args []string) error {
 			if len(args) < 1 || len(args) > 2 {
 				return usageErrorf("give the session ID, then one FILE (or - for standard input) or -c CODE")
 			}
 			return nil
-		},
+		}),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			code, err := o.readCode(f, args[1:])
 			if err != nil {
@@ -175,12 +176,12 @@ func (o *options) sessionListCommand() *cobra.Command {
 		Short:   "List the agent's sessions (active ones and those ended while the daemon ran), or with ID a session's files",
 		Example: `  sandpit session ls
   sandpit session ls se_... data --depth 2`,
-		Args: func(cmd *cobra.Command, args []string) error {
+		Args: withSessionID(func(cmd *cobra.Command, args []string) error {
 			if len(args) > 2 {
 				return usageErrorf("give at most a session ID and a PATH in it; usage: %s", cmd.UseLine())
 			}
 			return nil
-		},
+		}),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if depth < 1 {
 				return usageErrorf("--depth is %d; give 1 or more levels (1 lists the directory itself)", depth)
@@ -232,7 +233,7 @@ func (o *options) sessionIDCommand(use, short string, do func(ctx context.Contex
 	cmd := &cobra.Command{
 		Use:   use + " ID",
 		Short: short,
-		Args:  exactArgs(1),
+		Args:  withSessionID(exactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.daemon(cmd, f)
 			if err != nil {
@@ -263,4 +264,15 @@ func (o *options) sessionRmCommand() *cobra.Command {
 	return o.sessionIDCommand("rm", "Close a session and remove its sandbox (a call running is killed)", func(ctx context.Context, c *client.Client, agent, id string) (apitype.Session, error) {
 		return c.CloseSession(ctx, agent, id)
 	})
+}
+
+// withSessionID checks, before args, that the first argument given is a session ID (se_ and
+// 26 characters): another name, empty or holding a '/', would change the route it is sent on.
+func withSessionID(args cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, a []string) error {
+		if len(a) > 0 && !sandbox.ValidSessionID(a[0]) {
+			return usageErrorf("%.80q is not a session ID: give the se_... ID that sandpit session new printed (sandpit session ls lists them)", a[0])
+		}
+		return args(cmd, a)
+	}
 }

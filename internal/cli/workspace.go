@@ -45,7 +45,7 @@ and its arguments. stdout and stderr are printed as they come; the exit status i
 		Example: `  sandpit session exec se_... -- ls -la
   sandpit session exec se_... -c 'pip install tabulate && python3 -c "import tabulate"'
   cat data.csv | sandpit session exec se_... -i -- wc -l`,
-		Args: func(cmd *cobra.Command, args []string) error {
+		Args: withSessionID(func(cmd *cobra.Command, args []string) error {
 			if len(args) < 1 {
 				return usageErrorf("give the session ID, then -c 'SHELL LINE' or -- PROGRAM [ARG...]")
 			}
@@ -53,7 +53,7 @@ and its arguments. stdout and stderr are printed as they come; the exit status i
 				return usageErrorf("give either -c 'SHELL LINE' or -- PROGRAM [ARG...] after the session ID, not both or neither")
 			}
 			return nil
-		},
+		}),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := apitype.CommandRequest{Cmd: shell, Argv: args[1:], Cwd: cwd, Background: background}
 			for _, kv := range env {
@@ -296,7 +296,7 @@ command line (cut at 4096 bytes). Running ones are not listed until they end. Th
 them as long as it keeps executions.`,
 		Example: `  sandpit session commands se_...
   sandpit session commands se_... --limit 10 --json`,
-		Args: exactArgs(1),
+		Args: withSessionID(exactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if limit < 1 || limit > apitype.MaxLimit {
 				return usageErrorf("--limit %d: give 1 to %d", limit, apitype.MaxLimit)
