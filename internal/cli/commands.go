@@ -470,7 +470,7 @@ func (o *options) readCode(f runFlags, args []string) (string, error) {
 	case f.code != "":
 		return f.code, nil
 	case len(args) == 0:
-		return "", usageErrorf("no code: give a FILE, -c CODE, or - to read standard input (see sandpit run --help)")
+		return "", usageErrorf("no code: give a FILE, -c CODE, or - to read standard input (see --help)")
 	}
 	from := args[0]
 	var b []byte

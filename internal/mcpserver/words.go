@@ -18,6 +18,7 @@ var restAdvice = []struct {
 	{regexp.MustCompile(`\(GET /v1/limits lists the limits; `), "("},
 	{regexp.MustCompile(`\(POST /v1/agents/[^/\s]+/sessions/([^/\s]+)/(resume|pause)\)`), "(${2}_session with id $1)"},
 	{regexp.MustCompile(`create sessions with "auto_resume": true`), "create sessions with auto_resume"},
+	{regexp.MustCompile(`give \?path= a path`), "give path, a path"},
 }
 
 // inToolWords is msg, a message of the daemon, with its REST advice said as tools (see

@@ -24,6 +24,7 @@ func TestInToolWords(t *testing.T) {
 		{"a session's dependencies are given when it is created (POST …/sessions); send the call without them", "created (create_session's dependencies)"},
 		{`execution ex_1 has no output file "x.png"; GET /v1/executions/ex_1 lists its files under "files"`, `get_execution of ex_1 lists them under "files"`},
 		{`agent "a" has 5 jobs, the most one agent may have (jobs_per_agent); delete one first (DELETE /v1/agents/a/jobs/{id}, or sandpit job rm)`, "delete one first (delete_code_job)"},
+		{"is missing: give ?path= a path under /home/user (relative paths start there)", "is missing: give path, a path under /home/user"},
 		{`the request body is over the limit of 10 bytes; send a smaller body (GET /v1/limits lists the limits; knowledge imports take up to 64 MiB: import in parts)`,
 			"send a smaller body (knowledge imports take up to 64 MiB: import in parts)"},
 	} {
