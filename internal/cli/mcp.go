@@ -60,7 +60,8 @@ Add it to an MCP client as the command "sandpit mcp --agent NAME".`,
 				return fmt.Errorf("reading the daemon's limits: %w", err)
 			}
 			srv := mcpserver.New(c, f.agent, o.env.Version, limits)
-			err = srv.Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(o.env.Stdin), Writer: nopWriteCloser{o.env.Stdout}})
+			stdio := newMCPStdio(o.env.Stdin, o.env.Stdout)
+			err = srv.Run(ctx, &mcp.IOTransport{Reader: stdio, Writer: stdio})
 			if ctx.Err() != nil || errors.Is(err, io.EOF) {
 				return nil
 			}
@@ -107,7 +108,3 @@ func (o *options) engineForMCP(ctx context.Context, cmd *cobra.Command) (*client
 	}
 	return client.InProcess(eng.Handler(cfg, log)), stop, nil
 }
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
