@@ -56,6 +56,14 @@ sandpit run looks for a daemon at SANDPIT_URL (else at the configured listen add
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       env.Version,
+		// Every command's --agent, checked once before the command runs: a name such as ".."
+		// would change the route it is sent on.
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if fl := cmd.Flags().Lookup("agent"); fl != nil && fl.Changed {
+				return checkAgentFlag(fl.Value.String())
+			}
+			return nil
+		},
 	}
 	root.SetArgs(args)
 	root.SetIn(env.Stdin)

@@ -184,11 +184,6 @@ func (o *options) run(cmd *cobra.Command, f runFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cmd.Flags().Changed("agent") {
-		if err := checkAgentFlag(f.agent); err != nil {
-			return err
-		}
-	}
 	req := apitype.ExecuteRequest{Code: code, Agent: f.agent, Dependencies: f.deps, NetworkAllow: f.allow}
 	if f.input != "" {
 		in := []byte(f.input)

@@ -70,12 +70,6 @@ func (o *options) daemon(cmd *cobra.Command, f daemonFlags) (*client.Client, err
 		return nil, usageErrorf("this command is served by the daemon, which runs with its own settings; these flags only set up an engine: %s; "+
 			"give them to `sandpit serve`", strings.Join(given, ", "))
 	}
-	if fl := cmd.Flags().Lookup("agent"); fl != nil && fl.Changed {
-		// Before any request: a name such as ".." would change the route it is sent on.
-		if err := checkAgentFlag(fl.Value.String()); err != nil {
-			return nil, err
-		}
-	}
 	cfg, err := o.load(cmd)
 	if err != nil {
 		return nil, err
@@ -94,7 +88,7 @@ func (o *options) daemon(cmd *cobra.Command, f daemonFlags) (*client.Client, err
 }
 
 // checkAgentFlag checks the value of --agent (sandbox.CheckAgent): a usage error naming the
-// flag, or nil.
+// flag, or nil. Main's root command calls it for every command that has the flag.
 func checkAgentFlag(name string) error {
 	if ferr := sandbox.CheckAgent(name); ferr != nil {
 		return usageErrorf("--agent: %s", ferr.Message)

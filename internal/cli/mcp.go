@@ -35,9 +35,6 @@ long as the MCP client keeps it open (jobs then fire only while it runs). Logs g
 Add it to an MCP client as the command "sandpit mcp --agent NAME".`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkAgentFlag(f.agent); err != nil {
-				return err
-			}
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
 			var c *client.Client

@@ -103,8 +103,10 @@ func (s *mcpStdio) take(line []byte) {
 		switch {
 		case m.Method == "notifications/cancelled":
 			s.done(idKey(m.Params.RequestID))
-		case m.Method != "" && idKey(m.ID) != "":
-			s.pending[idKey(m.ID)] = true
+		case m.Method != "":
+			if id := idKey(m.ID); id != "" {
+				s.pending[id] = true
+			}
 		}
 	}
 	s.line = append(line, '\n')
