@@ -1,6 +1,7 @@
 // Package boxspec holds what every sandbox runtime (Docker, Kubernetes) shares about a box:
-// the sandbox image's layout (users, paths), the capabilities its executor needs, and the
-// executor's command line. The runtimes differ in how they make a box; the box is the same.
+// the sandbox image's layout (users, paths), the capabilities its executor needs, the
+// executor's command line, a session box's calls over its control line and its files as a tar
+// stream. The runtimes differ in how they make a box; the box is the same.
 package boxspec
 
 import (

@@ -31,9 +31,9 @@ var (
 // Pause freezes the session's container (sandbox.PausableBox). The control line's heartbeat
 // stops first: a frozen executor answers no ping.
 func (b *sessionBox) Pause(ctx context.Context) error {
-	b.line.Suspend()
+	b.Line.Suspend()
 	if _, err := b.r.api.ContainerPause(ctx, b.containerID, client.ContainerPauseOptions{}); err != nil {
-		b.line.Resume()
+		b.Line.Resume()
 		return fmt.Errorf("pausing session container %s: %w", shortID(b.containerID), err)
 	}
 	return nil
@@ -61,7 +61,7 @@ func (b *sessionBox) Unpause(ctx context.Context) error {
 		case <-time.After(delay):
 		}
 	}
-	b.line.Resume()
+	b.Line.Resume()
 	return nil
 }
 

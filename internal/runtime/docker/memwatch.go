@@ -8,8 +8,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/moby/moby/client"
 )
 
 // RunscMemoryMargin is, under runsc, how close (bytes) the box's real memory on the host may
@@ -76,12 +79,12 @@ func watchMemory(ctx context.Context, dir string, limit int64, over func(used in
 // returns the run's context, cancelled when the box reaches it, a function that gives what it
 // read then (0: it did not), and one that ends the watch. Where the box's cgroup cannot be
 // read (cgroup v2, the engine on another host) it watches nothing.
-func (b *box) runscWatch(ctx context.Context, id string) (context.Context, func() int64, func()) {
-	limit := addIfSet(b.r.cfg.Box.MemoryBytes, RunscMemoryReserve)
-	if !b.r.cfg.Box.gVisor() || limit <= 0 || CgroupV2() {
+func (r *Runtime) runscWatch(ctx context.Context, slot int, id string) (context.Context, func() int64, func()) {
+	limit := addIfSet(r.cfg.Box.MemoryBytes, RunscMemoryReserve)
+	if !r.cfg.Box.gVisor() || limit <= 0 || CgroupV2() || slot < 0 || slot >= len(r.cgroups) {
 		return ctx, func() int64 { return 0 }, func() {}
 	}
-	dir, err := b.memoryCgroup(ctx, id)
+	dir, err := r.cgroups[slot].lookup(ctx, r.api, id)
 	if err != nil {
 		return ctx, func() int64 { return 0 }, func() {}
 	}
@@ -98,21 +101,27 @@ func (b *box) runscWatch(ctx context.Context, id string) (context.Context, func(
 	return runCtx, used.Load, func() { cancel(); <-done }
 }
 
-// memoryCgroup is memoryCgroup for the box's container id, looked up once per container.
-func (b *box) memoryCgroup(ctx context.Context, id string) (string, error) {
-	b.mu.Lock()
-	if b.cgroupOf == id {
-		dir := b.cgroupDir
-		b.mu.Unlock()
+// cgroupCache holds a slot's container's memory cgroup directory, looked up once per container.
+type cgroupCache struct {
+	mu      sync.Mutex
+	of, dir string // the directory of container of
+}
+
+// lookup returns memoryCgroup of container id, from the cache when it holds id's.
+func (c *cgroupCache) lookup(ctx context.Context, api client.APIClient, id string) (string, error) {
+	c.mu.Lock()
+	if c.of == id {
+		dir := c.dir
+		c.mu.Unlock()
 		return dir, nil
 	}
-	b.mu.Unlock()
-	dir, err := memoryCgroup(ctx, b.r.api, id)
+	c.mu.Unlock()
+	dir, err := memoryCgroup(ctx, api, id)
 	if err != nil {
 		return "", err
 	}
-	b.mu.Lock()
-	b.cgroupOf, b.cgroupDir = id, dir
-	b.mu.Unlock()
+	c.mu.Lock()
+	c.of, c.dir = id, dir
+	c.mu.Unlock()
 	return dir, nil
 }

@@ -8,7 +8,6 @@
 package docker
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +27,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/control"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/runtime/boxspec"
+	"github.com/sandpit-dev/sandpit/internal/runtime/slotpool"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -73,18 +73,17 @@ type Runtime struct {
 	api   client.APIClient
 	cfg   Config
 	log   *slog.Logger
-	boxes []*box
+	slots *slotpool.Pool
+	// cgroups caches, by slot, its container's memory cgroup directory (runscWatch).
+	cgroups []cgroupCache
 
 	imgMu sync.Mutex // held while the image is ensured
 	img   Image
 
-	upMu sync.Mutex
-	up   chan struct{} // closed and replaced whenever a box connects: the others retry now
-
-	// ctx ends when Close is called; it bounds every reconnection attempt.
+	// ctx ends when Close is called.
 	ctx        context.Context
 	close      context.CancelFunc
-	supervised sync.WaitGroup // the boxes' supervise loops
+	supervised sync.WaitGroup // the sweep and the warm pool's loop
 
 	sessMu   sync.Mutex
 	sessUIDs map[int]bool    // session uid indexes in use (see OpenSession)
@@ -121,20 +120,17 @@ func Start(ctx context.Context, api client.APIClient, cfg Config, log *slog.Logg
 	if cfg.StraySweep <= 0 {
 		cfg.StraySweep = time.Minute
 	}
-	r := &Runtime{api: api, cfg: cfg, log: log, up: make(chan struct{}), poolKick: make(chan struct{}, 1)}
+	r := &Runtime{api: api, cfg: cfg, log: log, poolKick: make(chan struct{}, 1), cgroups: make([]cgroupCache, cfg.Slots)}
 	r.ctx, r.close = context.WithCancel(context.Background())
-	for slot := range cfg.Slots {
-		r.boxes = append(r.boxes, &box{r: r, slot: slot, log: log.With("slot", slot), changed: make(chan struct{})})
-	}
+	r.slots = slotpool.New(slotpool.Config{Slots: cfg.Slots, ReadyWait: cfg.ReadyWait, SettleTimeout: cfg.SettleTimeout,
+		ConnectTimeout: 2 * time.Minute, Pip: cfg.Pip, ForkServer: cfg.ForkServer.Enabled}, slotBackend{r}, log)
 	if err := r.ping(ctx); err != nil {
 		if !cfg.WaitForEngine {
 			r.close()
 			return nil, err
 		}
 		log.Warn("the Docker engine does not answer; waiting for it", "error", err)
-		for _, b := range r.boxes {
-			b.down(err, true)
-		}
+		r.slots.Down(err)
 		r.superviseAll()
 		return r, nil
 	}
@@ -145,13 +141,11 @@ func Start(ctx context.Context, api client.APIClient, cfg Config, log *slog.Logg
 	// Slot 0 first, and the runtime is ready once it is: the other slots come up beside it
 	// (their supervisors connect them) and the Service offers each once it is (see Settle).
 	if err == nil {
-		err = r.boxes[0].connect(ctx)
+		err = r.slots.Connect(ctx, 0)
 	}
 	if err != nil {
 		r.close()
-		for _, b := range r.boxes {
-			b.closeSession()
-		}
+		_ = r.slots.Close()
 		return nil, err
 	}
 	r.superviseAll()
@@ -159,9 +153,7 @@ func Start(ctx context.Context, api client.APIClient, cfg Config, log *slog.Logg
 }
 
 func (r *Runtime) superviseAll() {
-	for _, b := range r.boxes {
-		r.supervised.Go(b.supervise)
-	}
+	r.slots.Supervise()
 	r.supervised.Go(r.sweep)
 	if r.cfg.WarmSessions > 0 {
 		r.supervised.Go(r.keepPool)
@@ -303,58 +295,12 @@ func (r *Runtime) liveSession(id string) bool {
 	return r.sessions[id]
 }
 
-// connected tells every box that one has connected: the engine answers again.
-func (r *Runtime) connected() {
-	r.upMu.Lock()
-	close(r.up)
-	r.up = make(chan struct{})
-	r.upMu.Unlock()
-}
-
-// nextUp returns a channel closed when a box next connects.
-func (r *Runtime) nextUp() <-chan struct{} {
-	r.upMu.Lock()
-	defer r.upMu.Unlock()
-	return r.up
-}
-
-// anyUp reports whether some box has a live session.
-func (r *Runtime) anyUp() bool {
-	for _, b := range r.boxes {
-		b.mu.Lock()
-		up := b.line != nil
-		b.mu.Unlock()
-		if up {
-			return true
-		}
-	}
-	return false
-}
-
 var _ sandbox.Warmer = (*Runtime)(nil)
 
 // Warmth says how many slots are up and how many start runs as forks, as each slot's executor
 // last answered the heartbeat (every 2 s), and how many warm session containers are ready.
 func (r *Runtime) Warmth() sandbox.Warmth {
-	w := sandbox.Warmth{Slots: len(r.boxes)}
-	if !r.cfg.ForkServer.Enabled {
-		w.ForkOff = "the fork server is off (fork_server false)"
-	}
-	for _, b := range r.boxes {
-		b.mu.Lock()
-		line := b.line
-		b.mu.Unlock()
-		if line == nil {
-			continue
-		}
-		w.Up++
-		switch state, why := line.Fork(); state {
-		case protocol.ForkReady:
-			w.Fork++
-		case protocol.ForkOff:
-			w.ForkOff = cmp.Or(w.ForkOff, why)
-		}
-	}
+	w := r.slots.Warmth()
 	r.sessMu.Lock()
 	w.Sessions = len(r.warm)
 	r.sessMu.Unlock()
@@ -362,34 +308,13 @@ func (r *Runtime) Warmth() sandbox.Warmth {
 }
 
 // AllReady waits until every slot's sandbox is up (or ctx ends, with ctx's error).
-func (r *Runtime) AllReady(ctx context.Context) error {
-	for _, b := range r.boxes {
-		for b.Ready(ctx) != nil {
-			b.mu.Lock()
-			changed := b.changed
-			b.mu.Unlock()
-			select {
-			case <-changed:
-			case <-time.After(100 * time.Millisecond):
-			case <-ctx.Done():
-				return fmt.Errorf("waiting for slot %d's sandbox: %w", b.slot, ctx.Err())
-			}
-		}
-	}
-	return nil
-}
+func (r *Runtime) AllReady(ctx context.Context) error { return r.slots.AllReady(ctx) }
 
 // ContainerID returns slot 0's container ID ("" while it has none).
-func (r *Runtime) ContainerID() string { return r.boxes[0].container() }
+func (r *Runtime) ContainerID() string { return r.slots.Names()[0] }
 
 // ContainerIDs returns every slot's container ID, by slot ("" for a slot that has none yet).
-func (r *Runtime) ContainerIDs() []string {
-	ids := make([]string, len(r.boxes))
-	for i, b := range r.boxes {
-		ids[i] = b.container()
-	}
-	return ids
-}
+func (r *Runtime) ContainerIDs() []string { return r.slots.Names() }
 
 // executorCommand is the executor's command line in slot's container: one slot, whose runs
 // are uid UIDBase+slot. Every slot has a uid of its own although it has a container of its
@@ -412,25 +337,13 @@ func (r *Runtime) executorCommandFor(uid int, forkServer bool) []string {
 // the box's own loopback (each box has its own network namespace).
 const ProxyAddr = boxspec.ProxyAddr
 
-// boxOf returns slot's box.
-func (r *Runtime) boxOf(slot int) (*box, error) {
-	if slot < 0 || slot >= len(r.boxes) {
-		return nil, fmt.Errorf("slot %d does not exist; the pool has slots 0 to %d", slot, len(r.boxes)-1)
-	}
-	return r.boxes[slot], nil
-}
-
 // Run runs spec in slot's container; see sandbox.Runtime.
 func (r *Runtime) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
-	b, err := r.boxOf(slot)
-	if err != nil {
-		return sandbox.Result{}, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
-	}
-	line, containerID, err := b.current(ctx)
+	line, containerID, err := r.slots.Current(ctx, slot)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	runCtx, overMemory, stopWatch := b.runscWatch(ctx, containerID)
+	runCtx, overMemory, stopWatch := r.runscWatch(ctx, slot, containerID)
 	res, err := line.Run(runCtx, 0, spec, emit)
 	stopWatch()
 	if used := overMemory(); used > 0 && ctx.Err() == nil && (err == nil || !errors.Is(err, control.ErrClosed)) {
@@ -442,15 +355,15 @@ func (r *Runtime) Run(ctx context.Context, slot int, spec sandbox.Spec, emit fun
 		return res, nil
 	}
 	if err != nil && errors.Is(err, control.ErrClosed) && !errors.Is(err, sandbox.ErrNotReady) {
-		what, oom := b.whatStopped(containerID)
+		what, oom := r.whatStopped(containerID)
 		if oom {
 			// The box is the run's alone: memory it filled (under runsc also socket buffers
 			// and what gVisor's kernel holds for it, which the executor's watch cannot see)
 			// had the engine kill the whole container. The run's outcome, not the system's.
 			res.Outcome, res.ExitCode, res.Signal = sandbox.OutcomeMemoryLimit, 128+9, 9
 			res.Reason = fmt.Sprintf("the box ran out of memory (%d MiB, with what the kernel holds for the run's sockets) and the engine "+
-				"killed its container during the run; sandpit is bringing the sandbox back", b.r.cfg.Box.MemoryBytes>>20)
-			b.log.Warn("the sandbox container was killed for memory during a run", "container", shortID(containerID), "id", spec.ID)
+				"killed its container during the run; sandpit is bringing the sandbox back", r.cfg.Box.MemoryBytes>>20)
+			r.log.Warn("the sandbox container was killed for memory during a run", "slot", slot, "container", shortID(containerID), "id", spec.ID)
 			return res, nil
 		}
 		err = fmt.Errorf("%s; sandpit is bringing the sandbox back (%w)", what, err)
@@ -461,97 +374,31 @@ func (r *Runtime) Run(ctx context.Context, slot int, spec sandbox.Spec, emit fun
 // Settle waits until slot's last run is cleaned up (sandbox.Settler). A cleanup that fails or
 // takes longer than SettleTimeout gets the slot a new container instead; Settle then waits
 // (up to ReadyWait) for it.
-func (r *Runtime) Settle(ctx context.Context, slot int) error {
-	b, err := r.boxOf(slot)
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	line := b.line
-	b.mu.Unlock()
-	if line != nil {
-		sctx, cancel := context.WithTimeout(ctx, r.cfg.SettleTimeout)
-		err := line.Settle(sctx, 0)
-		cancel()
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-		if line.Err() == nil { // the session lives: its container holds what the run left
-			b.log.Warn("replacing the slot's container: its last run was not cleaned up in time", "error", err)
-			b.replace(line, fmt.Errorf("replaced: the last run's cleanup did not finish (%w)", err))
-		}
-	}
-	wctx, cancel := context.WithTimeout(ctx, r.cfg.ReadyWait)
-	defer cancel()
-	_, _, err = b.current(wctx)
-	return err
-}
+func (r *Runtime) Settle(ctx context.Context, slot int) error { return r.slots.Settle(ctx, slot) }
 
 // Install makes req's requirements importable in slot's container (sandbox.Installer); they
 // land in the package volume that every slot reads.
 func (r *Runtime) Install(ctx context.Context, slot int, req sandbox.InstallRequest, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
-	b, err := r.boxOf(slot)
-	if err != nil {
-		return sandbox.Installed{}, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
-	}
-	line, _, err := b.current(ctx)
-	if err != nil {
-		return sandbox.Installed{}, err
-	}
-	return line.Install(ctx, req, r.cfg.Pip, progress)
+	return r.slots.Install(ctx, slot, req, progress)
 }
 
 // ListPackages lists the dependencies installed in the package volume.
 func (r *Runtime) ListPackages(ctx context.Context) ([]protocol.Package, error) {
-	return r.packages(ctx, protocol.Packages{Op: "list"})
+	return r.slots.Packages(ctx, protocol.Packages{Op: "list"})
 }
 
 // RemovePackage removes every version of the package name from the package volume and returns
 // what it removed (none when it is not installed).
 func (r *Runtime) RemovePackage(ctx context.Context, name string) ([]protocol.Package, error) {
-	return r.packages(ctx, protocol.Packages{Op: "remove", Name: name})
-}
-
-// packages sends op (list or remove) through the first slot whose sandbox is up.
-func (r *Runtime) packages(ctx context.Context, op protocol.Packages) ([]protocol.Package, error) {
-	b := r.boxes[0]
-	for _, other := range r.boxes {
-		if other.Ready(ctx) == nil {
-			b = other
-			break
-		}
-	}
-	line, _, err := b.current(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return line.Packages(ctx, op)
+	return r.slots.Packages(ctx, protocol.Packages{Op: "remove", Name: name})
 }
 
 // Resets counts the times a slot's sandbox was lost (its container or executor died or hung,
 // or a cleanup did not finish) and had to be brought back.
-func (r *Runtime) Resets() int64 {
-	var n int64
-	for _, b := range r.boxes {
-		b.mu.Lock()
-		n += b.resets
-		b.mu.Unlock()
-	}
-	return n
-}
+func (r *Runtime) Resets() int64 { return r.slots.Resets() }
 
 // Ready returns nil when at least one slot's executor session is live, else why not.
-func (r *Runtime) Ready(ctx context.Context) error {
-	var first error
-	for _, b := range r.boxes {
-		err := b.Ready(ctx)
-		if err == nil {
-			return nil
-		}
-		first = cmp.Or(first, err)
-	}
-	return first
-}
+func (r *Runtime) Ready(ctx context.Context) error { return r.slots.Ready(ctx) }
 
 // Close ends every executor session (killing every run), stops supervising and removes the
 // warm session containers no session claimed. The slots' containers keep running for the next
@@ -568,101 +415,39 @@ func (r *Runtime) Close() error {
 		errs = append(errs, r.removeWarm(ctx))
 		cancel()
 	}
-	for _, b := range r.boxes {
-		errs = append(errs, b.closeSession())
-	}
+	errs = append(errs, r.slots.Close())
 	return errors.Join(errs...)
 }
 
-// box is one slot's sandbox: its container and the executor session in it.
-type box struct {
-	r    *Runtime
-	slot int
-	log  *slog.Logger
+// slotBackend makes the slots' containers (slotpool.Backend).
+type slotBackend struct{ r *Runtime }
 
-	mu          sync.Mutex
-	containerID string
-	line        *control.Line // nil while the sandbox is down
-	lastErr     error         // why the sandbox is down
-	changed     chan struct{} // closed and replaced whenever line changes
-	engineDown  bool          // the Docker engine does not answer: requests fail at once
-	discard     bool          // the next connect replaces the container instead of adopting it
-	resets      int64         // times the sandbox was lost and brought back
-	// cgroupDir is the host's memory cgroup directory of container cgroupOf (runscWatch).
-	cgroupOf, cgroupDir string
-}
-
-func (b *box) container() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.containerID
-}
-
-// down records that the sandbox is down for err.
-func (b *box) down(err error, engineDown bool) {
-	b.mu.Lock()
-	b.lastErr, b.engineDown = err, engineDown
-	b.mu.Unlock()
-}
-
-// replace ends line, whose container must not serve again: the supervise loop makes a new one.
-func (b *box) replace(line *control.Line, why error) {
-	b.mu.Lock()
-	if b.line == line {
-		b.discard = true
-	}
-	b.mu.Unlock()
-	_ = line.Close()
-	b.log.Info("slot's sandbox is being replaced", "reason", why)
-}
-
-// closeSession ends the live session, if any.
-func (b *box) closeSession() error {
-	b.mu.Lock()
-	line := b.line
-	b.line = nil
-	b.mu.Unlock()
-	if line != nil {
-		return line.Close()
-	}
-	return nil
-}
-
-// connect ensures the image (once) and the slot's container, and starts a fresh executor
-// session in it.
-func (b *box) connect(ctx context.Context) error {
-	img, err := b.r.image(ctx)
+// Connect ensures the image (once), removes the strays (once: the engine may not have
+// answered at Start) and slot's container (adopting it unless discard), and starts a fresh
+// executor in it.
+func (sb slotBackend) Connect(ctx context.Context, slot int, discard bool, log *slog.Logger) (*control.Line, string, error) {
+	r := sb.r
+	img, err := r.image(ctx)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
-	if err := b.r.removeStraysOnce(ctx); err != nil { // the engine did not answer at Start
-		return err
+	if err := r.removeStraysOnce(ctx); err != nil {
+		return nil, "", err
 	}
-	b.mu.Lock()
-	discard := b.discard
-	b.mu.Unlock()
-	id, adopted, err := ensureContainer(ctx, b.r.api, b.log, img, b.r.cfg.Box, b.r.cfg.DataDir, b.slot, discard)
+	id, adopted, err := ensureContainer(ctx, r.api, log, img, r.cfg.Box, r.cfg.DataDir, slot, discard)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
-	line, err := b.execExecutor(ctx, id)
+	line, err := r.execExecutor(ctx, id, r.executorCommand(slot), log)
 	if err != nil {
-		return fmt.Errorf("starting the executor in container %s: %w", shortID(id), err)
+		return nil, "", fmt.Errorf("starting the executor in container %s: %w", shortID(id), err)
 	}
-	b.log.Info("sandbox ready", "container", shortID(id), "adopted", adopted, "image", img.Tag,
-		"python", line.Hello().Python)
-	b.mu.Lock()
-	b.containerID, b.line, b.lastErr, b.engineDown, b.discard = id, line, nil, false, false
-	close(b.changed)
-	b.changed = make(chan struct{})
-	b.mu.Unlock()
-	b.r.connected()
-	return nil
+	log.Info("sandbox ready", "container", shortID(id), "adopted", adopted, "image", img.Tag, "python", line.Hello().Python)
+	return line, id, nil
 }
 
-func (b *box) execExecutor(ctx context.Context, containerID string) (*control.Line, error) {
-	return b.r.execExecutor(ctx, containerID, b.r.executorCommand(b.slot), b.log)
-}
+// Unreachable returns why the Docker engine does not answer (nil when it does).
+func (sb slotBackend) Unreachable(ctx context.Context) error { return sb.r.ping(ctx) }
 
 // execExecutor starts the executor in containerID with cmd and returns the control line
 // with it once it has said hello; its log goes to log.
@@ -704,94 +489,17 @@ func (r *Runtime) execExecutor(ctx context.Context, containerID string, cmd []st
 	return control.Start(helloCtx, pr, att.Conn, closer, log, r.cfg.Control)
 }
 
-// supervise waits for the session to end and brings the sandbox back, with backoff, until the
-// runtime is closed.
-func (b *box) supervise() {
-	r := b.r
-	backoff := 250 * time.Millisecond
-	for {
-		b.mu.Lock()
-		line := b.line
-		b.mu.Unlock()
-		if line != nil {
-			select {
-			case <-r.ctx.Done():
-				return
-			case <-line.Done():
-			}
-			b.log.Warn("sandbox lost; bringing it back", "error", line.Err())
-			b.mu.Lock()
-			b.line, b.lastErr = nil, line.Err()
-			b.resets++
-			b.mu.Unlock()
-			backoff = 250 * time.Millisecond
-		}
-		ctx, cancel := context.WithTimeout(r.ctx, 2*time.Minute)
-		err := b.connect(ctx)
-		cancel()
-		if err == nil {
-			continue
-		}
-		if r.ctx.Err() != nil {
-			return // Close interrupted the attempt: not a failure
-		}
-		down := r.ping(r.ctx)
-		if down != nil {
-			err = down
-		}
-		b.down(err, down != nil)
-		b.log.Error("bringing the sandbox back failed; retrying", "error", err, "retry_in", backoff)
-		select {
-		case <-r.ctx.Done():
-			return
-		case <-time.After(backoff):
-		case <-r.nextUp(): // another slot got through: the engine is back
-		}
-		backoff = min(backoff*2, 10*time.Second)
-	}
-}
-
-// current returns the live session and its container, waiting up to ReadyWait (or ctx) for one.
-func (b *box) current(ctx context.Context) (*control.Line, string, error) {
-	deadline := time.NewTimer(b.r.cfg.ReadyWait)
-	defer deadline.Stop()
-	for {
-		b.mu.Lock()
-		line, id, changed, lastErr, down := b.line, b.containerID, b.changed, b.lastErr, b.engineDown
-		b.mu.Unlock()
-		if line != nil && line.Ready(ctx) == nil {
-			return line, id, nil
-		}
-		if down && line == nil && !b.r.anyUp() { // no slot reaches the engine: fail at once
-			return nil, "", fmt.Errorf("%w: %w", sandbox.ErrNotReady, lastErr)
-		}
-		select {
-		case <-changed:
-		case <-time.After(100 * time.Millisecond): // a silent session fails or recovers
-		case <-deadline.C:
-			if lastErr == nil {
-				lastErr = errors.New("the sandbox is restarting")
-			}
-			return nil, "", fmt.Errorf("%w: %w", sandbox.ErrNotReady, lastErr)
-		case <-ctx.Done():
-			return nil, "", fmt.Errorf("%w: %w", sandbox.ErrNotReady, ctx.Err())
-		case <-b.r.ctx.Done():
-			return nil, "", fmt.Errorf("%w: the runtime is shutting down", sandbox.ErrNotReady)
-		}
-	}
-}
-
 // whatStopped says whether the container or only the executor stopped, for a run's reason,
 // and whether the engine killed the container for memory. A killed container can still read
 // as running for a moment after its stream broke, so it looks again for up to half a second
 // before it blames the executor.
-func (b *box) whatStopped(containerID string) (string, bool) {
+func (r *Runtime) whatStopped(containerID string) (string, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for deadline := time.Now().Add(500 * time.Millisecond); ; time.Sleep(50 * time.Millisecond) {
-		got, err := b.r.api.ContainerInspect(ctx, containerID, client.ContainerInspectOptions{})
+		got, err := r.api.ContainerInspect(ctx, containerID, client.ContainerInspectOptions{})
 		switch st := got.Container.State; {
-		case err != nil && b.r.ping(ctx) != nil:
+		case err != nil && r.ping(ctx) != nil:
 			return "the connection to the Docker engine was lost during the run", false
 		case err != nil:
 			return "the sandbox container disappeared during the run", false
@@ -802,20 +510,6 @@ func (b *box) whatStopped(containerID string) (string, bool) {
 			return "the executor in the sandbox container stopped during the run", false
 		}
 	}
-}
-
-// Ready returns nil when the box's executor session is live.
-func (b *box) Ready(ctx context.Context) error {
-	b.mu.Lock()
-	line, lastErr := b.line, b.lastErr
-	b.mu.Unlock()
-	if line == nil {
-		if lastErr == nil {
-			lastErr = errors.New("the sandbox is starting")
-		}
-		return fmt.Errorf("%w: slot %d: %w", sandbox.ErrNotReady, b.slot, lastErr)
-	}
-	return line.Ready(ctx)
 }
 
 type closeFunc func() error

@@ -10,7 +10,6 @@ import (
 	"github.com/moby/moby/api/types/container"
 
 	"github.com/sandpit-dev/sandpit/internal/control"
-	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/runtime/boxspec"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -43,7 +42,7 @@ func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBo
 		if err == nil {
 			log.Info("session sandbox ready", "container", shortID(w.containerID), "uid", UIDBase+MaxSlots+w.uid, "warm", true)
 			go r.nameClaimed(w.containerID, id)
-			return &sessionBox{r: r, id: id, containerID: w.containerID, warmKey: w.key, line: w.line, uid: w.uid, log: log}, nil
+			return &sessionBox{r: r, id: id, containerID: w.containerID, warmKey: w.key, SessionLine: r.sessionLine(w.line), uid: w.uid, log: log}, nil
 		}
 		log.Warn("a warm session container's executor does not answer; starting a container of the session's own",
 			"container", shortID(w.containerID), "error", err)
@@ -76,7 +75,7 @@ func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBo
 		return nil, fmt.Errorf("%w: starting the executor in session container %s: %w", sandbox.ErrNotReady, shortID(cid), err)
 	}
 	log.Info("session sandbox ready", "container", shortID(cid), "uid", uid, "warm", false)
-	return &sessionBox{r: r, id: id, containerID: cid, line: line, uid: idx, log: log}, nil
+	return &sessionBox{r: r, id: id, containerID: cid, SessionLine: r.sessionLine(line), uid: idx, log: log}, nil
 }
 
 // sessionSpec is a session container's configuration, warm or made for a session: a slot's
@@ -143,78 +142,21 @@ type sessionBox struct {
 	id          string
 	containerID string
 	warmKey     string // the key of the warm container it claimed ("" for one made for it)
-	line        *control.Line
-	uid         int
-	log         *slog.Logger
-	closeOnce   sync.Once
-	closeErr    error
+	boxspec.SessionLine
+	uid       int
+	log       *slog.Logger
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Run runs spec as the session's next call (slot 0 of its executor).
 func (b *sessionBox) Run(ctx context.Context, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
-	res, err := b.line.Run(ctx, 0, spec, emit)
+	res, err := b.Line.Run(ctx, 0, spec, emit)
 	if err != nil && errors.Is(err, control.ErrClosed) && !errors.Is(err, sandbox.ErrNotReady) {
 		err = fmt.Errorf("the session's sandbox stopped during the call (%w)", err)
 	}
 	return res, err
 }
-
-// Install makes req's requirements importable in the session's sandbox.
-func (b *sessionBox) Install(ctx context.Context, req sandbox.InstallRequest, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
-	return b.line.Install(ctx, req, b.r.cfg.Pip, progress)
-}
-
-// StartCommand starts a command in the session's box, with the daemon's pip settings (see
-// sandbox.Workspace).
-func (b *sessionBox) StartCommand(ctx context.Context, id string, spec sandbox.CommandSpec, sink func(sandbox.ProcessEvent)) (int, error) {
-	return b.line.StartCommand(ctx, id, protocol.Command{Spec: spec, Pip: b.r.cfg.Pip}, sink)
-}
-
-func (b *sessionBox) ProcessInput(ctx context.Context, id string, data []byte, closeStdin bool) error {
-	return b.line.ProcessInput(ctx, id, data, closeStdin)
-}
-
-func (b *sessionBox) SignalProcess(ctx context.Context, id, signal string) error {
-	return b.line.SignalProcess(ctx, id, signal)
-}
-
-func (b *sessionBox) ResizeProcess(ctx context.Context, id string, size sandbox.TermSize) error {
-	return b.line.ResizeProcess(ctx, id, size)
-}
-
-func (b *sessionBox) ReadFile(ctx context.Context, op sandbox.FileRead) (sandbox.FileContent, error) {
-	return b.line.ReadFile(ctx, op)
-}
-
-func (b *sessionBox) WriteFile(ctx context.Context, op sandbox.FileWrite) (sandbox.FileEntry, error) {
-	return b.line.WriteFile(ctx, op)
-}
-
-func (b *sessionBox) ListFiles(ctx context.Context, op sandbox.FileList) (sandbox.FileListing, error) {
-	return b.line.ListFiles(ctx, op)
-}
-
-func (b *sessionBox) StatFile(ctx context.Context, op sandbox.FileStat) (sandbox.FileEntry, error) {
-	return b.line.StatFile(ctx, op)
-}
-
-func (b *sessionBox) MakeDir(ctx context.Context, op sandbox.FileMkdir) (sandbox.FileEntry, error) {
-	return b.line.MakeDir(ctx, op)
-}
-
-func (b *sessionBox) RenameFile(ctx context.Context, op sandbox.FileRename) (sandbox.FileEntry, error) {
-	return b.line.RenameFile(ctx, op)
-}
-
-func (b *sessionBox) RemoveFile(ctx context.Context, op sandbox.FileRemove) error {
-	return b.line.RemoveFile(ctx, op)
-}
-
-// SetEgress sets the dialer of the session's commands' connections.
-func (b *sessionBox) SetEgress(d sandbox.EgressDialer) { b.line.SetEgress(d) }
-
-func (b *sessionBox) Done() <-chan struct{} { return b.line.Done() }
-func (b *sessionBox) Err() error            { return b.line.Err() }
 
 // ContainerID returns the session's container ID.
 func (b *sessionBox) ContainerID() string { return b.containerID }
@@ -222,7 +164,7 @@ func (b *sessionBox) ContainerID() string { return b.containerID }
 // Close ends the executor session and removes the container (once).
 func (b *sessionBox) Close(ctx context.Context) error {
 	b.closeOnce.Do(func() {
-		_ = b.line.Close()
+		_ = b.Line.Close()
 		b.closeErr = removeContainer(ctx, b.r.api, b.containerID)
 		b.r.freeSessionUID(b.id, b.uid)
 		if b.warmKey != "" {
@@ -231,6 +173,11 @@ func (b *sessionBox) Close(ctx context.Context) error {
 		b.log.Info("session sandbox removed", "container", shortID(b.containerID), "error", b.closeErr)
 	})
 	return b.closeErr
+}
+
+// sessionLine is a session box's calls over line, with the daemon's pip settings.
+func (r *Runtime) sessionLine(line *control.Line) boxspec.SessionLine {
+	return boxspec.SessionLine{Line: line, Pip: r.cfg.Pip}
 }
 
 // sessionExecutorCommand is the executor's command line in a session's container: one slot

@@ -143,7 +143,7 @@ func (r *Runtime) keepPool() {
 			select {
 			case <-r.ctx.Done():
 				return
-			case <-r.nextUp():
+			case <-r.slots.NextUp():
 			case <-time.After(time.Second):
 			}
 			continue

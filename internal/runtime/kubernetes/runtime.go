@@ -31,6 +31,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/control"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/runtime/boxspec"
+	"github.com/sandpit-dev/sandpit/internal/runtime/slotpool"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -143,16 +144,13 @@ type Runtime struct {
 	cfg    Config
 	log    *slog.Logger
 	daemon string // DaemonName(cfg.DaemonID)
-	boxes  []*box
+	slots  *slotpool.Pool
 
 	hashOnce sync.Once
 	hash     string // configHash
 
 	ownerMu sync.Mutex
 	owner   ownerRef // the daemon's Lease, every pod's owner
-
-	upMu sync.Mutex
-	up   chan struct{} // closed and replaced whenever a box connects: the others retry now
 
 	ctx        context.Context // ends when Close is called
 	close      context.CancelFunc
@@ -234,16 +232,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Runtime, error) 
 		}
 	}
 	r := &Runtime{client: client, rc: rc, cfg: cfg, log: log, daemon: DaemonName(cfg.DaemonID),
-		up: make(chan struct{}), opened: map[string]*sessionBox{}, warm: map[string]*warmLine{}, sessUIDs: map[int]bool{}, poolKick: make(chan struct{}, 1)}
+		opened: map[string]*sessionBox{}, warm: map[string]*warmLine{}, sessUIDs: map[int]bool{}, poolKick: make(chan struct{}, 1)}
 	r.ctx, r.close = context.WithCancel(context.Background())
-	for slot := range cfg.Slots {
-		r.boxes = append(r.boxes, &box{r: r, slot: slot, log: log.With("slot", slot), changed: make(chan struct{})})
-	}
+	r.slots = slotpool.New(slotpool.Config{Slots: cfg.Slots, ReadyWait: cfg.ReadyWait, SettleTimeout: cfg.SettleTimeout,
+		ConnectTimeout: cfg.PodReadyTimeout + time.Minute, Pip: cfg.Pip, ForkServer: cfg.ForkServer.Enabled}, slotBackend{r}, log)
 	fail := func(err error) (*Runtime, error) {
 		r.close()
-		for _, b := range r.boxes {
-			b.closeSession()
-		}
+		_ = r.slots.Close()
 		return nil, err
 	}
 	if err := r.renewLease(ctx); err != nil {
@@ -255,12 +250,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Runtime, error) 
 	if err := r.removeStrays(ctx); err != nil {
 		return fail(err)
 	}
-	if err := r.boxes[0].connect(ctx); err != nil {
+	if err := r.slots.Connect(ctx, 0); err != nil {
 		return fail(err)
 	}
-	for _, b := range r.boxes {
-		r.supervised.Go(b.supervise)
-	}
+	r.slots.Supervise()
 	r.supervised.Go(r.keepLease)
 	r.supervised.Go(r.keepPool)
 	return r, nil
@@ -278,44 +271,11 @@ func (r *Runtime) Daemon() string { return r.daemon }
 // Image returns the sandbox image the pods run.
 func (r *Runtime) Image() string { return r.cfg.Image }
 
-// connected tells every box that one has connected: the cluster answers again.
-func (r *Runtime) connected() {
-	r.upMu.Lock()
-	close(r.up)
-	r.up = make(chan struct{})
-	r.upMu.Unlock()
-}
-
-// nextUp returns a channel closed when a box next connects.
-func (r *Runtime) nextUp() <-chan struct{} {
-	r.upMu.Lock()
-	defer r.upMu.Unlock()
-	return r.up
-}
-
 // Warmth says how many slots are up and how many start runs as forks, as each slot's executor
 // last answered the heartbeat, and how many warm session pods hold an executor this daemon
 // started, ready to claim.
 func (r *Runtime) Warmth() sandbox.Warmth {
-	w := sandbox.Warmth{Slots: len(r.boxes)}
-	if !r.cfg.ForkServer.Enabled {
-		w.ForkOff = "the fork server is off (fork_server false)"
-	}
-	for _, b := range r.boxes {
-		b.mu.Lock()
-		line := b.line
-		b.mu.Unlock()
-		if line == nil {
-			continue
-		}
-		w.Up++
-		switch state, why := line.Fork(); state {
-		case protocol.ForkReady:
-			w.Fork++
-		case protocol.ForkOff:
-			w.ForkOff = cmp.Or(w.ForkOff, why)
-		}
-	}
+	w := r.slots.Warmth()
 	r.sessMu.Lock()
 	w.Sessions = len(r.warm)
 	r.sessMu.Unlock()
@@ -323,47 +283,14 @@ func (r *Runtime) Warmth() sandbox.Warmth {
 }
 
 // AllReady waits until every slot's sandbox is up (or ctx ends, with ctx's error).
-func (r *Runtime) AllReady(ctx context.Context) error {
-	for _, b := range r.boxes {
-		for b.Ready(ctx) != nil {
-			b.mu.Lock()
-			changed := b.changed
-			b.mu.Unlock()
-			select {
-			case <-changed:
-			case <-time.After(100 * time.Millisecond):
-			case <-ctx.Done():
-				return fmt.Errorf("waiting for slot %d's sandbox: %w", b.slot, ctx.Err())
-			}
-		}
-	}
-	return nil
-}
+func (r *Runtime) AllReady(ctx context.Context) error { return r.slots.AllReady(ctx) }
 
 // PodNames returns every slot's pod name, by slot ("" for a slot that has none yet).
-func (r *Runtime) PodNames() []string {
-	names := make([]string, len(r.boxes))
-	for i, b := range r.boxes {
-		names[i] = b.podName()
-	}
-	return names
-}
-
-// boxOf returns slot's box.
-func (r *Runtime) boxOf(slot int) (*box, error) {
-	if slot < 0 || slot >= len(r.boxes) {
-		return nil, fmt.Errorf("slot %d does not exist; the pool has slots 0 to %d", slot, len(r.boxes)-1)
-	}
-	return r.boxes[slot], nil
-}
+func (r *Runtime) PodNames() []string { return r.slots.Names() }
 
 // Run runs spec in slot's pod; see sandbox.Runtime.
 func (r *Runtime) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
-	b, err := r.boxOf(slot)
-	if err != nil {
-		return sandbox.Result{}, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
-	}
-	line, pod, err := b.current(ctx)
+	line, pod, err := r.slots.Current(ctx, slot)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
@@ -374,7 +301,7 @@ func (r *Runtime) Run(ctx context.Context, slot int, spec sandbox.Spec, emit fun
 			res.Outcome, res.ExitCode, res.Signal = sandbox.OutcomeMemoryLimit, 128+9, 9
 			res.Reason = fmt.Sprintf("the box ran out of memory (%d MiB) and the node killed its pod's container during the run; "+
 				"sandpit is bringing the sandbox back", r.cfg.Box.MemoryBytes>>20)
-			b.log.Warn("the sandbox pod was killed for memory during a run", "pod", pod, "id", spec.ID)
+			r.log.Warn("the sandbox pod was killed for memory during a run", "slot", slot, "pod", pod, "id", spec.ID)
 			return res, nil
 		}
 		err = fmt.Errorf("%s; sandpit is bringing the sandbox back (%w)", what, err)
@@ -385,97 +312,32 @@ func (r *Runtime) Run(ctx context.Context, slot int, spec sandbox.Spec, emit fun
 // Settle waits until slot's last run is cleaned up (sandbox.Settler). A cleanup that fails or
 // takes longer than SettleTimeout gets the slot a new pod instead; Settle then waits (up to
 // ReadyWait) for it.
-func (r *Runtime) Settle(ctx context.Context, slot int) error {
-	b, err := r.boxOf(slot)
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	line := b.line
-	b.mu.Unlock()
-	if line != nil {
-		sctx, cancel := context.WithTimeout(ctx, r.cfg.SettleTimeout)
-		err := line.Settle(sctx, 0)
-		cancel()
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-		if line.Err() == nil {
-			b.log.Warn("replacing the slot's pod: its last run was not cleaned up in time", "error", err)
-			b.replace(line, fmt.Errorf("replaced: the last run's cleanup did not finish (%w)", err))
-		}
-	}
-	wctx, cancel := context.WithTimeout(ctx, r.cfg.ReadyWait)
-	defer cancel()
-	_, _, err = b.current(wctx)
-	return err
-}
+func (r *Runtime) Settle(ctx context.Context, slot int) error { return r.slots.Settle(ctx, slot) }
 
 // Install makes req's requirements importable in slot's pod (sandbox.Installer). Each pod has
 // its own package directory: what one slot installs the others do not see, and a replaced
 // pod starts without it.
 func (r *Runtime) Install(ctx context.Context, slot int, req sandbox.InstallRequest, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
-	b, err := r.boxOf(slot)
-	if err != nil {
-		return sandbox.Installed{}, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
-	}
-	line, _, err := b.current(ctx)
-	if err != nil {
-		return sandbox.Installed{}, err
-	}
-	return line.Install(ctx, req, r.cfg.Pip, progress)
+	return r.slots.Install(ctx, slot, req, progress)
 }
 
 // ListPackages lists the dependencies installed in the first ready slot's pod.
 func (r *Runtime) ListPackages(ctx context.Context) ([]protocol.Package, error) {
-	return r.packages(ctx, protocol.Packages{Op: "list"})
+	return r.slots.Packages(ctx, protocol.Packages{Op: "list"})
 }
 
 // RemovePackage removes every version of the package name from the first ready slot's pod and
 // returns what it removed (none when it is not installed).
 func (r *Runtime) RemovePackage(ctx context.Context, name string) ([]protocol.Package, error) {
-	return r.packages(ctx, protocol.Packages{Op: "remove", Name: name})
-}
-
-func (r *Runtime) packages(ctx context.Context, op protocol.Packages) ([]protocol.Package, error) {
-	b := r.boxes[0]
-	for _, other := range r.boxes {
-		if other.Ready(ctx) == nil {
-			b = other
-			break
-		}
-	}
-	line, _, err := b.current(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return line.Packages(ctx, op)
+	return r.slots.Packages(ctx, protocol.Packages{Op: "remove", Name: name})
 }
 
 // Resets counts the times a slot's sandbox was lost (its pod or executor died or hung, or a
 // cleanup did not finish) and had to be brought back.
-func (r *Runtime) Resets() int64 {
-	var n int64
-	for _, b := range r.boxes {
-		b.mu.Lock()
-		n += b.resets
-		b.mu.Unlock()
-	}
-	return n
-}
+func (r *Runtime) Resets() int64 { return r.slots.Resets() }
 
 // Ready returns nil when at least one slot's executor session is live, else why not.
-func (r *Runtime) Ready(ctx context.Context) error {
-	var first error
-	for _, b := range r.boxes {
-		err := b.Ready(ctx)
-		if err == nil {
-			return nil
-		}
-		first = cmp.Or(first, err)
-	}
-	return first
-}
+func (r *Runtime) Ready(ctx context.Context) error { return r.slots.Ready(ctx) }
 
 // Close ends every executor session (killing every run) and stops supervising. The slot pods
 // and the warm session pods keep running for the next daemon of the same ID to adopt (or,
@@ -488,10 +350,7 @@ func (r *Runtime) Close() error {
 	r.close()
 	r.supervised.Wait()
 	r.closeWarmLines()
-	var errs []error
-	for _, b := range r.boxes {
-		errs = append(errs, b.closeSession())
-	}
+	errs := []error{r.slots.Close()}
 	r.sessMu.Lock()
 	open := make([]*sessionBox, 0, len(r.opened))
 	for _, s := range r.opened {

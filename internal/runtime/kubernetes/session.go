@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sandpit-dev/sandpit/internal/control"
-	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/runtime/boxspec"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -64,7 +63,7 @@ func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBo
 		}
 	}
 	log.Info("session sandbox ready", "pod", pod, "from_pool", claimed, "uid", boxspec.UIDBase+boxspec.MaxSlots+idx)
-	sb := &sessionBox{r: r, id: id, pod: pod, line: line, uid: idx, log: log}
+	sb := &sessionBox{r: r, id: id, pod: pod, SessionLine: boxspec.SessionLine{Line: line, Pip: r.cfg.Pip}, uid: idx, log: log}
 	r.sessMu.Lock()
 	r.opened[id] = sb
 	r.sessMu.Unlock()
@@ -261,10 +260,10 @@ func (r *Runtime) freeSessionUID(i int) {
 
 // sessionBox is a session's sandbox: its pod and the executor session in it.
 type sessionBox struct {
-	r         *Runtime
-	id        string
-	pod       string
-	line      *control.Line
+	r   *Runtime
+	id  string
+	pod string
+	boxspec.SessionLine
 	uid       int
 	log       *slog.Logger
 	closeOnce sync.Once
@@ -279,7 +278,7 @@ var (
 
 // Run runs spec as the session's next call (slot 0 of its executor).
 func (b *sessionBox) Run(ctx context.Context, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
-	res, err := b.line.Run(ctx, 0, spec, emit)
+	res, err := b.Line.Run(ctx, 0, spec, emit)
 	if err != nil && errors.Is(err, control.ErrClosed) && !errors.Is(err, sandbox.ErrNotReady) {
 		what, oom := b.r.whatStopped(b.pod)
 		if oom {
@@ -291,63 +290,6 @@ func (b *sessionBox) Run(ctx context.Context, spec sandbox.Spec, emit func(sandb
 	}
 	return res, err
 }
-
-// Install makes req's requirements importable in the session's sandbox.
-func (b *sessionBox) Install(ctx context.Context, req sandbox.InstallRequest, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
-	return b.line.Install(ctx, req, b.r.cfg.Pip, progress)
-}
-
-// StartCommand starts a command in the session's box, with the daemon's pip settings (see
-// sandbox.Workspace).
-func (b *sessionBox) StartCommand(ctx context.Context, id string, spec sandbox.CommandSpec, sink func(sandbox.ProcessEvent)) (int, error) {
-	return b.line.StartCommand(ctx, id, protocol.Command{Spec: spec, Pip: b.r.cfg.Pip}, sink)
-}
-
-func (b *sessionBox) ProcessInput(ctx context.Context, id string, data []byte, closeStdin bool) error {
-	return b.line.ProcessInput(ctx, id, data, closeStdin)
-}
-
-func (b *sessionBox) SignalProcess(ctx context.Context, id, signal string) error {
-	return b.line.SignalProcess(ctx, id, signal)
-}
-
-func (b *sessionBox) ResizeProcess(ctx context.Context, id string, size sandbox.TermSize) error {
-	return b.line.ResizeProcess(ctx, id, size)
-}
-
-func (b *sessionBox) ReadFile(ctx context.Context, op sandbox.FileRead) (sandbox.FileContent, error) {
-	return b.line.ReadFile(ctx, op)
-}
-
-func (b *sessionBox) WriteFile(ctx context.Context, op sandbox.FileWrite) (sandbox.FileEntry, error) {
-	return b.line.WriteFile(ctx, op)
-}
-
-func (b *sessionBox) ListFiles(ctx context.Context, op sandbox.FileList) (sandbox.FileListing, error) {
-	return b.line.ListFiles(ctx, op)
-}
-
-func (b *sessionBox) StatFile(ctx context.Context, op sandbox.FileStat) (sandbox.FileEntry, error) {
-	return b.line.StatFile(ctx, op)
-}
-
-func (b *sessionBox) MakeDir(ctx context.Context, op sandbox.FileMkdir) (sandbox.FileEntry, error) {
-	return b.line.MakeDir(ctx, op)
-}
-
-func (b *sessionBox) RenameFile(ctx context.Context, op sandbox.FileRename) (sandbox.FileEntry, error) {
-	return b.line.RenameFile(ctx, op)
-}
-
-func (b *sessionBox) RemoveFile(ctx context.Context, op sandbox.FileRemove) error {
-	return b.line.RemoveFile(ctx, op)
-}
-
-// SetEgress sets the dialer of the session's commands' connections.
-func (b *sessionBox) SetEgress(d sandbox.EgressDialer) { b.line.SetEgress(d) }
-
-func (b *sessionBox) Done() <-chan struct{} { return b.line.Done() }
-func (b *sessionBox) Err() error            { return b.line.Err() }
 
 // SessionPodName returns the name of the pod of a session box of this runtime ("" for another
 // runtime's box).
@@ -381,7 +323,7 @@ func (b *sessionBox) RestoreFiles(ctx context.Context, rd io.Reader) error {
 // Close ends the executor session and deletes the pod (once).
 func (b *sessionBox) Close(ctx context.Context) error {
 	b.closeOnce.Do(func() {
-		_ = b.line.Close()
+		_ = b.Line.Close()
 		b.closeErr = b.r.deletePod(ctx, b.pod)
 		b.r.freeSessionUID(b.uid)
 		b.r.sessMu.Lock()
