@@ -541,6 +541,7 @@ func (m *Sessions) openHibernation(info sandbox.SessionInfo) (*checkedFile, erro
 		return nil, fmt.Errorf("its hibernation file is missing: %w", err)
 	}
 	c := &checkedFile{f: f, done: make(chan struct{})}
+	var _ sandbox.HostFile = c
 	go func() {
 		defer close(c.done)
 		sum := sha256.New()
@@ -558,7 +559,8 @@ func (m *Sessions) openHibernation(info sandbox.SessionInfo) (*checkedFile, erro
 	return c, nil
 }
 
-// checkedFile is a hibernation file whose check runs in the background (see openHibernation).
+// checkedFile is a hibernation file whose check runs in the background (see openHibernation);
+// it is a sandbox.HostFile.
 type checkedFile struct {
 	f    *os.File
 	done chan struct{} // closed when the check has finished
@@ -570,6 +572,12 @@ func (c *checkedFile) Wait() error {
 	<-c.done
 	return c.err
 }
+
+// Check is Wait (sandbox.HostFile).
+func (c *checkedFile) Check() error { return c.Wait() }
+
+// Path returns the file's path (sandbox.HostFile).
+func (c *checkedFile) Path() string { return c.f.Name() }
 
 // Read reads the file once its check has passed.
 func (c *checkedFile) Read(p []byte) (int, error) {
@@ -646,6 +654,7 @@ func (m *Sessions) wake(ctx context.Context, info sandbox.SessionInfo) (sandbox.
 // interpreter and restores files (a stream of FilesBox.SaveFiles) into it. The session is not
 // live yet (see goLive); its clock runs from now.
 func (m *Sessions) openFrom(ctx context.Context, id string, info sandbox.SessionInfo, files io.Reader) (*liveSession, error) {
+	began := time.Now()
 	box, err := m.opener.OpenSession(ctx, id)
 	if err != nil {
 		return nil, err
@@ -676,9 +685,12 @@ func (m *Sessions) openFrom(ctx context.Context, id string, info sandbox.Session
 	if res.Outcome != sandbox.OutcomeOK {
 		return fail(fmt.Errorf("%w: starting the session's interpreter: %s %s", sandbox.ErrNotReady, res.Outcome, res.Reason))
 	}
+	started := time.Now()
 	if err := fb.RestoreFiles(ctx, files); err != nil {
 		return fail(fmt.Errorf("%w: %w", sandbox.ErrNotReady, err))
 	}
+	m.log.Info("a session's files were restored into a new sandbox", "session", id, "from", info.ID,
+		"started_ms", started.Sub(began).Milliseconds(), "restored_ms", time.Since(started).Milliseconds())
 	now := time.Now().UTC()
 	ls := &liveSession{box: box, paths: paths, turn: make(chan struct{}, 1), info: info}
 	ls.info.Busy, ls.info.Waiting, ls.info.ExpiresAt, ls.info.LifecycleError = false, 0, nil, ""
@@ -804,8 +816,15 @@ func (m *Sessions) copyPaused(ctx context.Context, id string, ls *liveSession) (
 	return rc, nil
 }
 
-// removeOnClose is a temporary file removed when closed.
+// removeOnClose is a temporary file removed when closed; the daemon wrote it whole, so it is a
+// sandbox.HostFile with nothing to check.
 type removeOnClose struct{ *os.File }
+
+// Path returns the file's path (sandbox.HostFile).
+func (r *removeOnClose) Path() string { return r.Name() }
+
+// Check returns nil (sandbox.HostFile).
+func (r *removeOnClose) Check() error { return nil }
 
 func (r *removeOnClose) Close() error {
 	err := r.File.Close()

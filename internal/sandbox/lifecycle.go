@@ -119,8 +119,20 @@ type FilesBox interface {
 	// paused).
 	SaveFiles(ctx context.Context, w io.Writer) error
 	// RestoreFiles unpacks a stream SaveFiles wrote into this box's session, as the session's
-	// own user, after its interpreter started.
+	// own user, after its interpreter started. When r is a HostFile, a box that can read the
+	// daemon's files may read it in place instead of the stream.
 	RestoreFiles(ctx context.Context, r io.Reader) error
+}
+
+// HostFile is a stream for FilesBox.RestoreFiles that is also a whole file on the daemon's
+// host (a hibernation file), read from its start. A box may read the file at Path instead of
+// the stream, once Check has returned nil: Check waits for the file's integrity check and
+// returns its error (the file must then not be read at all). The stream stays unread until a
+// box reads it, so a box that cannot read the file in place can still fall back to it.
+type HostFile interface {
+	io.Reader
+	Path() string
+	Check() error
 }
 
 // HibernationLedger keeps the lifecycle's states past the daemon's life.

@@ -73,8 +73,17 @@ func (b *sessionBox) SaveFiles(ctx context.Context, w io.Writer) error {
 
 // RestoreFiles unpacks a stream of SaveFiles into the session's home (sandbox.FilesBox), as
 // the session's own uid: the files become its, and nothing in the stream can write where that
-// uid could not. Its interpreter must have started (which makes the home its own).
+// uid could not. Its interpreter must have started (which makes the home its own). A
+// sandbox.HostFile is read in place through the container's inbox when it can be (see
+// inbox.go), else streamed.
 func (b *sessionBox) RestoreFiles(ctx context.Context, r io.Reader) error {
+	if hf, ok := r.(sandbox.HostFile); ok && b.inbox != "" && !b.r.inbox.off.Load() {
+		err := b.restoreInPlace(ctx, hf)
+		if !errors.Is(err, errInboxUnusable) {
+			return err
+		}
+		b.r.inboxUnusable(err)
+	}
 	uid := strconv.Itoa(UIDBase + MaxSlots + b.uid)
 	cmd := []string{"tar", "--no-same-owner", "--no-overwrite-dir", "-C", sandbox.SessionHome, "-xpf", "-"}
 	if err := b.exec(ctx, uid+":"+uid, cmd, r, io.Discard); err != nil {

@@ -92,6 +92,8 @@ type Runtime struct {
 	warmKeys map[string]bool // the keys of this runtime's warm containers not removed: true once claimed
 	poolKick chan struct{}   // a session claimed a warm container or freed a uid (see keepPool)
 
+	inbox inbox // the session containers' inboxes (inbox.go)
+
 	// strays is set once the containers no slot or live session uses have been removed: at
 	// Start, or, when the engine did not answer then, at the first connection.
 	strays atomic.Bool
@@ -122,6 +124,7 @@ func Start(ctx context.Context, api client.APIClient, cfg Config, log *slog.Logg
 	}
 	r := &Runtime{api: api, cfg: cfg, log: log, poolKick: make(chan struct{}, 1), cgroups: make([]cgroupCache, cfg.Slots)}
 	r.ctx, r.close = context.WithCancel(context.Background())
+	r.setUpInbox(log)
 	r.slots = slotpool.New(slotpool.Config{Slots: cfg.Slots, ReadyWait: cfg.ReadyWait, SettleTimeout: cfg.SettleTimeout,
 		ConnectTimeout: 2 * time.Minute, Pip: cfg.Pip, ForkServer: cfg.ForkServer.Enabled}, slotBackend{r}, log)
 	if err := r.ping(ctx); err != nil {

@@ -42,7 +42,7 @@ func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBo
 		if err == nil {
 			log.Info("session sandbox ready", "container", shortID(w.containerID), "uid", UIDBase+MaxSlots+w.uid, "warm", true)
 			go r.nameClaimed(w.containerID, id)
-			return &sessionBox{r: r, id: id, containerID: w.containerID, warmKey: w.key, SessionLine: r.sessionLine(w.line), uid: w.uid, log: log}, nil
+			return &sessionBox{r: r, id: id, containerID: w.containerID, warmKey: w.key, SessionLine: r.sessionLine(w.line), uid: w.uid, inbox: w.inbox, log: log}, nil
 		}
 		log.Warn("a warm session container's executor does not answer; starting a container of the session's own",
 			"container", shortID(w.containerID), "error", err)
@@ -63,7 +63,8 @@ func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBo
 	}
 	cfg, host := r.sessionSpec(img)
 	cfg.Labels[labelSession] = id
-	cid, err := createContainer(ctx, r.api, log, r.cfg.Box, cfg, host, containerName(r.cfg.DataDir)+"-"+id)
+	inbox := r.inboxOf(idx)
+	cid, err := r.createSessionContainer(ctx, log, cfg, host, containerName(r.cfg.DataDir)+"-"+id, inbox)
 	if err != nil {
 		r.freeSessionUID(id, idx)
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
@@ -75,13 +76,13 @@ func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBo
 		return nil, fmt.Errorf("%w: starting the executor in session container %s: %w", sandbox.ErrNotReady, shortID(cid), err)
 	}
 	log.Info("session sandbox ready", "container", shortID(cid), "uid", uid, "warm", false)
-	return &sessionBox{r: r, id: id, containerID: cid, SessionLine: r.sessionLine(line), uid: idx, log: log}, nil
+	return &sessionBox{r: r, id: id, containerID: cid, SessionLine: r.sessionLine(line), uid: idx, inbox: inbox, log: log}, nil
 }
 
 // sessionSpec is a session container's configuration, warm or made for a session: a slot's
 // (Box.spec) without the slot's label, with the session's home, /home/user, a tmpfs of its
 // own of run_dir_bytes (the session's disk cap for what its programs, commands and file
-// writes keep).
+// writes keep). createSessionContainer adds its inbox.
 func (r *Runtime) sessionSpec(img Image) (*container.Config, *container.HostConfig) {
 	cfg, host, _ := r.cfg.Box.spec(img, r.cfg.DataDir, 0)
 	host.Tmpfs[sandbox.SessionHome] = "rw,nosuid,nodev,mode=0700," + tmpfsSize(r.cfg.Box.RunDirBytes)
@@ -144,6 +145,7 @@ type sessionBox struct {
 	warmKey     string // the key of the warm container it claimed ("" for one made for it)
 	boxspec.SessionLine
 	uid       int
+	inbox     string // the host directory of its inbox ("" for none; see inbox.go)
 	log       *slog.Logger
 	closeOnce sync.Once
 	closeErr  error

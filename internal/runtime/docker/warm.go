@@ -36,6 +36,7 @@ const labelWarm = "dev.sandpit.warm-session"
 type warmBox struct {
 	key, containerID string
 	uid              int           // the session uid index it holds (takeSessionUID)
+	inbox            string        // the host directory of its inbox ("" for none)
 	line             *control.Line // to its executor, greeted
 }
 
@@ -212,7 +213,8 @@ func (r *Runtime) makeWarm(ctx context.Context) error {
 	}
 	cfg, host := r.sessionSpec(img)
 	cfg.Labels[labelWarm] = key
-	cid, err := createContainer(ctx, r.api, r.log, r.cfg.Box, cfg, host, containerName(r.cfg.DataDir)+"-warm-"+key)
+	inbox := r.inboxOf(idx)
+	cid, err := r.createSessionContainer(ctx, r.log, cfg, host, containerName(r.cfg.DataDir)+"-warm-"+key, inbox)
 	if err != nil {
 		return fail("", err)
 	}
@@ -222,7 +224,7 @@ func (r *Runtime) makeWarm(ctx context.Context) error {
 	if err != nil {
 		return fail(cid, fmt.Errorf("starting the executor in warm session container %s: %w", shortID(cid), err))
 	}
-	w := warmBox{key: key, containerID: cid, uid: idx, line: line}
+	w := warmBox{key: key, containerID: cid, uid: idx, inbox: inbox, line: line}
 	r.sessMu.Lock()
 	if r.ctx.Err() != nil { // Close has emptied the pool already
 		r.sessMu.Unlock()
