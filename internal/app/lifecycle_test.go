@@ -109,10 +109,12 @@ func TestSessionLifecycleREST(t *testing.T) {
 		t.Fatalf("session pause: %d %q %q", code, out, errOut)
 	}
 	code, out, errOut := sandpit("session", "fork", s.ID, "--agent", "alice")
-	if code != 0 || !strings.Contains(out, "forked from "+s.ID) {
+	// The new ID alone on stdout, as session new prints it: F=$(sandpit session fork S).
+	if fork := strings.TrimSpace(out); code != 0 || !sandbox.ValidSessionID(fork) || !strings.Contains(errOut, fork+" active") ||
+		!strings.Contains(errOut, "forked from "+s.ID) {
 		t.Fatalf("session fork: %d %q %q", code, out, errOut)
 	}
-	httpCall(t, "DELETE", base+strings.Fields(out)[0], "")
+	httpCall(t, "DELETE", base+strings.TrimSpace(out), "")
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(t.Context(),
 		&mcp.StreamableClientTransport{Endpoint: url + "/mcp?agent=alice"}, nil)
 	if err != nil {

@@ -236,6 +236,7 @@ func TestErrorsSpeakCLI(t *testing.T) {
 		"POST /v1/executions":                   `{"error": {"code": "invalid_request", "field": "dependencies", "message": "dependencies[0] \"--index-url=x\" is not a requirement"}}`,
 		"POST /v1/agents/default/jobs":          `{"error": {"code": "invalid_request", "field": "schedule", "message": "schedule \"x\": expected 5 fields"}}`,
 		"POST /v1/agents/default/code/tool/run": `{"error": {"code": "invalid_request", "field": "timeout_ms", "message": "is 900000; allowed range is 1 to 600000 milliseconds"}}`,
+		"POST /v1/agents/default/sessions":      `{"error": {"code": "invalid_request", "field": "max_lifetime_ms", "message": "is 18000000; allowed range is 1000 to 3600000 milliseconds (omit it for the default of 3600000)"}}`,
 		"POST /v1/agents/default/code/big/run":  `{"error": {"code": "too_large", "field": "files[0].content", "message": "file \"big.bin\" is 9000000 bytes; the limit is 8388608 bytes per file (max_input_file_bytes)"}}`,
 	}
 	srv := cannedDaemon(answers, func(r *http.Request) int { return map[bool]int{true: 409, false: 400}[r.Method == "DELETE"] })
@@ -253,6 +254,7 @@ func TestErrorsSpeakCLI(t *testing.T) {
 		{[]string{"run", "-c", "1", "--dep", "--index-url=x"}, `--dep "--index-url=x" is not a requirement`, "dependencies"},
 		{[]string{"job", "create", "tool", "--schedule", "x"}, `sandpit: --schedule "x": expected 5 fields`, "schedule: schedule"},
 		{[]string{"code", "run", "tool", "--timeout", "15m"}, "sandpit: --timeout: is 900000", "timeout_ms"},
+		{[]string{"session", "new", "--lifetime", "5h"}, "sandpit: --lifetime: is 18000000; allowed range is 1000 to 3600000 milliseconds", "max_lifetime_ms"},
 		{[]string{"code", "run", "big", "--file", codeFile + "=big.bin"}, `sandpit: --file: file "big.bin" is 9000000 bytes`, "files[0]"},
 	}
 	for _, c := range cases {

@@ -100,7 +100,8 @@ sandpit run looks for a daemon at SANDPIT_URL (else at the configured listen add
 
 // flagOfField names the flag of a request field where the two names differ by more than "_"
 // and "-" (timeout_ms is --timeout).
-var flagOfField = map[string]string{"dependencies": "dep", "timeout_ms": "timeout", "expected_version": "expected-version", "files": "file"}
+var flagOfField = map[string]string{"dependencies": "dep", "timeout_ms": "timeout", "expected_version": "expected-version", "files": "file",
+	"idle_timeout_ms": "idle", "max_lifetime_ms": "lifetime"}
 
 // fieldMention matches a field named in a message: a whole word, with a list index
 // ("dependencies[0]") or a REST query value ("force=true") after it.

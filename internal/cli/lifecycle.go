@@ -22,7 +22,7 @@ func (o *options) sessionLifecycleCommands() []*cobra.Command {
 		o.sessionIDCommand("pause", "Pause a session where it stands: no CPU, memory kept; its lifetime stops counting (resume continues it)", step("pause")),
 		o.sessionIDCommand("resume", "Resume a paused session (memory kept) or a hibernated one (files and packages kept, a new interpreter)", step("resume")),
 		o.sessionIDCommand("hibernate", "Write a session's files to the daemon's disk and remove its sandbox (resume brings them back; memory is lost)", step("hibernate")),
-		o.sessionIDCommand("fork", "Make a new session from a paused or hibernated one: a copy of its files and packages (prints the new session)", step("fork")),
+		o.sessionStepCommand("fork", "Make a new session from a paused or hibernated one: a copy of its files and packages (prints the new session's ID)", step("fork"), true),
 	}
 }
 

@@ -229,6 +229,13 @@ func (o *options) sessionListCommand() *cobra.Command {
 
 // sessionIDCommand is a command that takes a session ID and prints the session do returns.
 func (o *options) sessionIDCommand(use, short string, do func(ctx context.Context, c *client.Client, agent, id string) (apitype.Session, error)) *cobra.Command {
+	return o.sessionStepCommand(use, short, do, false)
+}
+
+// sessionStepCommand is sessionIDCommand; with newID it prints the session it answers as
+// `session new` does, its ID alone on stdout (F=$(sandpit session fork S)), and its line on
+// stderr.
+func (o *options) sessionStepCommand(use, short string, do func(ctx context.Context, c *client.Client, agent, id string) (apitype.Session, error), newID bool) *cobra.Command {
 	var f daemonFlags
 	cmd := &cobra.Command{
 		Use:   use + " ID",
@@ -245,6 +252,11 @@ func (o *options) sessionIDCommand(use, short string, do func(ctx context.Contex
 			}
 			if f.json {
 				return o.printJSON(info)
+			}
+			if newID {
+				fmt.Fprintln(o.env.Stdout, info.ID)
+				fmt.Fprintln(o.env.Stderr, sessionLine(info))
+				return nil
 			}
 			fmt.Fprintln(o.env.Stdout, sessionLine(info))
 			return nil

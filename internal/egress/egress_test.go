@@ -218,6 +218,9 @@ func TestCheck(t *testing.T) {
 		{"example.com", 0, false, "", "port"},
 		{"fe80::1%eth0", 80, false, "", "zone"},
 		{"bad host", 80, false, "", "only letters"},
+		// Not "add \"localhost\"": it would resolve to loopback, which no name opens.
+		{"localhost", 18911, false, "", "the sandbox's own loopback is reached directly"},
+		{"api.localhost", 80, false, "", "the sandbox's own loopback is reached directly"},
 	} {
 		if tc.host == "2001:4860::8888" && tc.port == 80 {
 			tc.allow, tc.addrs, tc.wantWhy = false, "", "no entry"

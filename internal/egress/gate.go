@@ -225,6 +225,12 @@ func (g *Gate) checkName(ctx context.Context, host string, port int) (Decision, 
 	byName := make([]Rule, len(g.policies))
 	for i, p := range g.policies {
 		r, ok := p.hostRule(name, port)
+		if !ok && (name == "localhost" || strings.HasSuffix(name, ".localhost")) {
+			// Adding it would not help: it resolves to loopback, which no name opens (a trial
+			// was advised to add it).
+			return Decision{}, refusal(host, port, "%s through the egress proxy is the daemon's host, not the sandbox, and no entry of %s opens its loopback; "+
+				"the sandbox's own loopback is reached directly, without the proxy (NO_PROXY names localhost)", name, p.Setting)
+		}
 		if !ok {
 			return Decision{}, refusal(host, port, "no entry of %s names %s at port %d; add %q (or %q) to it", p.Setting, name, port, name, name+":"+strconv.Itoa(port))
 		}

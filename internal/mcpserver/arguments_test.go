@@ -24,6 +24,8 @@ func TestArgumentsInToolWords(t *testing.T) {
 		{"run_code", map[string]any{"code": "1", "bogus": 1}, `run_code has no argument "bogus"; tools/list gives`},
 		{"run_code", map[string]any{"code": "1", "bogus": 1, "other": 2}, `run_code has no arguments "`},
 		{"read_file", map[string]any{"id": "se_x"}, `read_file needs the argument "path"`},
+		// A negative offset was read from the file's start.
+		{"read_file", map[string]any{"id": "se_x", "path": "a.txt", "offset": -5}, "offset and length are counts of bytes: give 0 or more (offset is -5"},
 		{"run_command", map[string]any{"id": "se_x", "cmd": "true", "timeout_ms": "abc"}, `run_command's argument "timeout_ms": abc has type "string", want "integer"`},
 		// Neither content: a trial's file was emptied so.
 		{"write_file", map[string]any{"id": "se_x", "path": "a.txt"}, `content is missing: give content (the file's text; "" for an empty file) or content_base64`},

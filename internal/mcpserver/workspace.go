@@ -100,6 +100,9 @@ func (t *tools) runCommand(ctx context.Context, _ *mcp.CallToolRequest, a RunCom
 }
 
 func (t *tools) readSessionFile(ctx context.Context, _ *mcp.CallToolRequest, a ReadFileArgs) (*mcp.CallToolResult, any, error) {
+	if a.Offset < 0 || a.Length < 0 {
+		return nil, nil, fmt.Errorf("offset and length are counts of bytes: give 0 or more (offset is %d, length %d)", a.Offset, a.Length)
+	}
 	data, err := t.c.ReadSessionFile(ctx, t.agent, a.ID, a.Path, a.Offset, a.Length)
 	if err != nil {
 		return nil, nil, toolError(err)
