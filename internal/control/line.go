@@ -68,7 +68,9 @@ type Line struct {
 	// fork and forkWhy are the executor's fork server state at its last pong (protocol.Fork*;
 	// "" before the first).
 	fork, forkWhy string
-	suspended     bool // the executor is frozen on purpose (see Suspend): no pings, no timeout
+	suspended     bool                     // the executor is frozen on purpose (see Suspend): no pings, no timeout
+	pings         map[string]chan struct{} // Ping's waiters, by the ping's ID
+	pingSeq       int
 	// The egress proxy's streams (network "allowlist"): the dialer of each run or install
 	// that may open them, by ID, and the streams open, with their owner.
 	dialers map[string]sandbox.EgressDialer
@@ -243,6 +245,42 @@ func (c *Line) Ready(context.Context) error {
 	return nil
 }
 
+// Ping asks the executor to answer now and waits for its answer, or for ctx: Ready trusts the
+// heartbeat, which notices an executor frozen or hung only after about two of its intervals,
+// and a sandbox about to be handed out (a warm one claimed) must answer now. Errors wrap
+// sandbox.ErrNotReady.
+func (c *Line) Ping(ctx context.Context) error {
+	answered := make(chan struct{})
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
+	}
+	if c.pings == nil {
+		c.pings = map[string]chan struct{}{}
+	}
+	c.pingSeq++
+	id := "now-" + strconv.Itoa(c.pingSeq) // the heartbeat's IDs are plain numbers
+	c.pings[id] = answered
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.pings, id)
+		c.mu.Unlock()
+	}()
+	// From its own goroutine, as the heartbeat's: a hung executor stops reading.
+	go func() { _ = c.conn.Send(&protocol.Message{Kind: protocol.KindPing, ID: id}) }()
+	select {
+	case <-answered:
+		return nil
+	case <-c.done:
+		return fmt.Errorf("%w: %w", sandbox.ErrNotReady, c.Err())
+	case <-ctx.Done():
+		return fmt.Errorf("%w: the executor did not answer a ping: %w", sandbox.ErrNotReady, ctx.Err())
+	}
+}
+
 // Close ends the line; the executor sees the end of its input, kills every run and exits.
 // Runs still waiting fail with ErrClosed. It is idempotent.
 func (c *Line) Close() error {
@@ -283,6 +321,10 @@ func (c *Line) readLoop() {
 		case protocol.KindPong:
 			c.mu.Lock()
 			c.fork, c.forkWhy = m.Fork, m.Error
+			if w, ok := c.pings[m.ID]; ok {
+				close(w)
+				delete(c.pings, m.ID)
+			}
 			c.mu.Unlock()
 		case protocol.KindStdout, protocol.KindStderr, protocol.KindFile, protocol.KindDisplay, protocol.KindResult, protocol.KindRefused,
 			protocol.KindInstallStatus, protocol.KindInstalled, protocol.KindPackagesResult,

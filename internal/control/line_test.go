@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -179,6 +180,48 @@ func TestHungExecutorEndsTheLine(t *testing.T) {
 	}
 	if err := c.Ready(context.Background()); err == nil || !strings.Contains(err.Error(), "not answered") {
 		t.Fatalf("Ready: %v", err)
+	}
+}
+
+// Ping waits for the executor's answer to its own ping: a frozen executor (it reads, but
+// answers nothing) reads as Ready for two heartbeats, and Ping says so within its context
+// instead; a live one answers it.
+func TestPingAsksNow(t *testing.T) {
+	c, end := greetedLine(t, control.Options{HeartbeatInterval: time.Hour, HeartbeatTimeout: time.Hour})
+	ex := protocol.NewConn(end, end)
+	var answer sync.Mutex
+	answer.Lock() // frozen until unlocked
+	go func() {
+		for {
+			m, err := ex.Receive()
+			if err != nil {
+				return
+			}
+			answer.Lock()
+			answer.Unlock()
+			if m.Kind == protocol.KindPing {
+				_ = ex.Send(&protocol.Message{Kind: protocol.KindPong, ID: m.ID})
+			}
+		}
+	}()
+	if err := c.Ready(context.Background()); err != nil {
+		t.Fatalf("Ready: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	err := c.Ping(ctx)
+	cancel()
+	if !errors.Is(err, sandbox.ErrNotReady) || !strings.Contains(err.Error(), "did not answer a ping") {
+		t.Fatalf("Ping of a frozen executor: %v", err)
+	}
+	answer.Unlock()
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx); err != nil {
+		t.Fatalf("Ping of a live executor: %v", err)
+	}
+	c.Close()
+	if err := c.Ping(ctx); !errors.Is(err, sandbox.ErrNotReady) {
+		t.Fatalf("Ping of a closed line: %v", err)
 	}
 }
 

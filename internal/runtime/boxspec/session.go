@@ -2,6 +2,7 @@ package boxspec
 
 import (
 	"context"
+	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/control"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
@@ -74,3 +75,15 @@ func (s SessionLine) SetEgress(d sandbox.EgressDialer) { s.Line.SetEgress(d) }
 // Done is closed when the control line has ended; Err then says why.
 func (s SessionLine) Done() <-chan struct{} { return s.Line.Done() }
 func (s SessionLine) Err() error            { return s.Line.Err() }
+
+// WarmPingTimeout bounds the ping a warm sandbox's executor must answer when a session claims
+// it (control.Line.Ping): one frozen or hung since its last heartbeat is not handed out, and
+// the session gets a sandbox of its own instead.
+const WarmPingTimeout = 2 * time.Second
+
+// PingWarm pings a claimed warm sandbox's executor over line, within WarmPingTimeout.
+func PingWarm(ctx context.Context, line *control.Line) error {
+	ctx, cancel := context.WithTimeout(ctx, WarmPingTimeout)
+	defer cancel()
+	return line.Ping(ctx)
+}

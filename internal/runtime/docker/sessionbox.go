@@ -26,9 +26,10 @@ var _ sandbox.SessionOpener = (*Runtime)(nil)
 // Box.spec) but labelled for the session, running an executor with one slot and no fork
 // server, whose first call starts the session's interpreter. It claims a warm session
 // container when the pool has one ready (see keepPool; the pool then makes another in the
-// background) and creates one when it has none, or when the claimed one cannot start the
-// executor. A daemon that starts removes every session container left by an earlier one,
-// warm or claimed, and then every minute any container of no live session and no warm one of
+// background) and creates one when it has none, or when the claimed one's executor does not
+// answer a ping within boxspec.WarmPingTimeout (frozen or hung since its last heartbeat). A
+// daemon that starts removes every session container left by an earlier one, warm or
+// claimed, and then every minute any container of no live session and no warm one of
 // its own (see removeStrays and sweep): no session container outlives its session or its
 // daemon. Errors wrap sandbox.ErrNotReady when the engine cannot start one now.
 func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBox, error) {
@@ -38,7 +39,7 @@ func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBo
 	log := r.log.With("session", id)
 	if w, ok := r.claimWarm(id); ok {
 		r.kickPool()
-		err := w.line.Ready(ctx)
+		err := boxspec.PingWarm(ctx, w.line)
 		if err == nil {
 			log.Info("session sandbox ready", "container", shortID(w.containerID), "uid", UIDBase+MaxSlots+w.uid, "warm", true)
 			go r.nameClaimed(w.containerID, id)

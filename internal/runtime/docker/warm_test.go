@@ -244,3 +244,36 @@ func TestWarmContainerWhoseExecutorEnds(t *testing.T) {
 		t.Fatalf("session containers %v, %v: want the new warm one %s", ids, err, next[:12])
 	}
 }
+
+// TestFrozenWarmContainerIsNotHandedOut: a warm container frozen behind the runtime's back
+// (docker pause) still read as ready until its heartbeat noticed (about 5 s), and a session
+// created meanwhile got it and its first call hung. The claim now pings the executor: the
+// session gets a container of its own, and its call answers.
+func TestFrozenWarmContainerIsNotHandedOut(t *testing.T) {
+	e := lifecycleSessions(t, t.TempDir(), func(c *docker.Config) {
+		c.WarmSessions = 1
+		c.Control.HeartbeatInterval, c.Control.HeartbeatTimeout = 2*time.Second, time.Minute
+	})
+	ctx := t.Context()
+	warm := waitWarm(t, e.rt)
+	if _, err := api.ContainerPause(ctx, warm, client.ContainerPauseOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s := e.create(t, "fay", nil)
+	ids, err := e.rt.SessionContainers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(ids, warm) {
+		t.Fatalf("the frozen warm container %s was handed to session %s", warm[:12], s.ID)
+	}
+	res, err := e.call(t, "fay", s.ID, "print(6 * 7)", 10*time.Second)
+	if err != nil || !strings.Contains(res.Stdout, "42") {
+		t.Fatalf("the session's first call: %+v, %v", res, err)
+	}
+	for deadline := time.Now().Add(time.Minute); exists(t, warm); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the frozen warm container %s was not removed", warm[:12])
+		}
+	}
+}

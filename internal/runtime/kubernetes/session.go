@@ -44,7 +44,7 @@ func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBo
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
 	}
 	line := (*control.Line)(nil)
-	if w := r.takeWarmLine(pod); w != nil && w.line.Ready(ctx) == nil {
+	if w := r.takeWarmLine(pod); w != nil && boxspec.PingWarm(ctx, w.line) == nil {
 		// This daemon started the pod's executor while it was warm: the session takes it, and
 		// its uid, and gives back the one it reserved.
 		r.freeSessionUID(idx)
