@@ -68,7 +68,7 @@ func TestKillUIDLeavesTheExecutorsThreadsAlone(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		if err := killUID(uid); err != nil {
+		if err := (&Executor{}).killUID(uid); err != nil {
 			t.Fatal(err)
 		}
 		done := make(chan error, 1)
@@ -109,5 +109,40 @@ func TestKillHelperEndedBySignal(t *testing.T) {
 	err = waitKillHelper(cmd.Process.Pid, 10043)
 	if err == nil || !strings.Contains(err.Error(), "did not finish within "+killHelperWait.String()) {
 		t.Fatalf("a helper that hangs: %v", err)
+	}
+}
+
+// TestConcurrentKillsOfOneUID: a run's timeout and its wait each killed its uid, and one's
+// helper killed the other's before it had killed ("the kill helper of uid 10000 died of signal
+// 9 (killed) before it killed", trial, 2 December 2026). The helpers of a uid now take turns:
+// concurrent kills all succeed.
+func TestConcurrentKillsOfOneUID(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("killing as another uid needs root; run the tests as root")
+	}
+	const uid = 64124
+	e := &Executor{}
+	for range 20 {
+		var cmds []*exec.Cmd
+		for range 3 {
+			cmd := exec.Command("sleep", "60")
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			cmds = append(cmds, cmd)
+		}
+		errs := make(chan error, 4)
+		for range 4 {
+			go func() { errs <- e.killUID(uid) }()
+		}
+		for range 4 {
+			if err := <-errs; err != nil {
+				t.Fatalf("a concurrent kill: %v", err)
+			}
+		}
+		for _, cmd := range cmds {
+			_ = cmd.Wait()
+		}
 	}
 }

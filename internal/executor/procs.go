@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -58,6 +59,28 @@ func killHelperMain() int {
 	return 0
 }
 
+// uidLocks holds a lock for each uid (its zero value is ready to use).
+type uidLocks struct {
+	mu sync.Mutex
+	m  map[int]*sync.Mutex
+}
+
+// lock locks uid's lock and returns its unlock.
+func (l *uidLocks) lock(uid int) func() {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = map[int]*sync.Mutex{}
+	}
+	m := l.m[uid]
+	if m == nil {
+		m = &sync.Mutex{}
+		l.m[uid] = m
+	}
+	l.mu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
 // killHelperWait is how long killUID waits for its helper: a run's process can stop it
 // (SIGSTOP), being of its uid, and it is then killed and the kill reported as failed, for the
 // caller to try again.
@@ -72,10 +95,15 @@ const killHelperWait = 2 * time.Second
 // it is about to kill, and a signal to one thread (a SIGSTOP, a SIGKILL) acts on the whole
 // executor. Only when the helper cannot be started (no binary, the box's process limit
 // reached) does a thread of the executor do it (asUID), so that a fork storm is still stopped.
-func killUID(uid int) error {
+//
+// One helper of a uid runs at a time (kills): a helper is of the uid, so a second one's
+// kill(-1) killed the first before it had killed ("died of signal 9"), when a run's timeout
+// and its wait both killed (trial, 2 December 2026).
+func (e *Executor) killUID(uid int) error {
 	if uid <= 0 {
 		return fmt.Errorf("refusing to act as uid %d", uid)
 	}
+	defer e.kills.lock(uid)()
 	// The executor's own binary, through the link that needs no search permission on its
 	// directory (a test binary's is private to root).
 	const self = "/proc/self/exe"
@@ -148,7 +176,7 @@ func (e *Executor) killAndWait(uid int, timeout time.Duration) error {
 			return nil
 		}
 		// A failed kill (a helper the run stopped) is tried again until the deadline.
-		killErr = killUID(uid)
+		killErr = e.killUID(uid)
 		if time.Now().After(deadline) {
 			return errors.Join(fmt.Errorf("%d processes of uid %d still alive after %s", n, uid, timeout), killErr)
 		}
