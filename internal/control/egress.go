@@ -34,8 +34,8 @@ func (c *Line) openEgress(m *protocol.Message) {
 	c.mu.Unlock()
 	switch {
 	case dialer == nil:
-		c.refuseEgressLater(id, stream, fmt.Sprintf("sandpit egress: %s is refused: %s has no network access through the proxy (network \"allowlist\" "+
-			"gives runs the hosts of network_allow, and installs the package index)", net.JoinHostPort(host, fmt.Sprint(port)), kindOf(id)))
+		c.refuseEgressLater(id, stream, fmt.Sprintf("sandpit egress: %s is refused: no network access through the proxy is open to %s (network \"allowlist\" "+
+			"gives runs the hosts of network_allow, installs the package index, and a session's commands both)", net.JoinHostPort(host, fmt.Sprint(port)), kindOf(id)))
 		return
 	case taken:
 		c.log.Warn("the executor reused an egress stream number", "stream", stream)

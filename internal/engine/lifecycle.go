@@ -456,7 +456,7 @@ func (m *Sessions) hibernateHeld(ctx context.Context, id string, ls *liveSession
 	// Removed before the answer: a resume at once makes a container of the same name.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := ls.box.Close(cctx); err != nil {
+	if err := ls.close(cctx); err != nil {
 		m.log.Warn("removing a hibernated session's sandbox", "session", id, "error", err)
 	}
 	m.log.Info("session hibernated", "session", id, "agent", agent, "bytes", n, "why", why)
@@ -626,7 +626,7 @@ func (m *Sessions) wake(ctx context.Context, info sandbox.SessionInfo) (sandbox.
 	if cerr := f.Wait(); cerr != nil {
 		if ls != nil {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			_ = ls.box.Close(cctx)
+			_ = ls.close(cctx)
 			cancel()
 		}
 		ended := m.dropHibernated(ctx, info, sandbox.EndLost, cerr.Error())
@@ -693,6 +693,11 @@ func (m *Sessions) openFrom(ctx context.Context, id string, info sandbox.Session
 		"started_ms", started.Sub(began).Milliseconds(), "restored_ms", time.Since(started).Milliseconds())
 	now := time.Now().UTC()
 	ls := &liveSession{box: box, paths: paths, turn: make(chan struct{}, 1), info: info}
+	if m.svc.net != nil {
+		// As a creation's (a trial's resumed session's pip install was refused the index).
+		ls.egress = m.svc.net.ForWorkspace()
+		box.SetEgress(ls.egress)
+	}
 	ls.info.Busy, ls.info.Waiting, ls.info.ExpiresAt, ls.info.LifecycleError = false, 0, nil, ""
 	ls.life = liveLife{runStart: now, ran: time.Duration(info.RanMS) * time.Millisecond}
 	return ls, nil
@@ -774,7 +779,7 @@ func (m *Sessions) Fork(ctx context.Context, agent, id string) (sandbox.SessionI
 		if err := m.ledger.BeginSession(ctx, ls.info); err != nil {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
-			_ = ls.box.Close(cctx)
+			_ = ls.close(cctx)
 			return sandbox.SessionInfo{}, fmt.Errorf("%w: the ledger could not record the session (%v)", sandbox.ErrNotReady, err)
 		}
 	}

@@ -560,3 +560,98 @@ func TestShutdownSaysWhyASessionWasNotHibernated(t *testing.T) {
 		t.Fatalf("the session's end: %q %q, %v (want daemon_stopped naming hibernated_per_agent)", info.EndReason, info.Reason, err)
 	}
 }
+
+// egressBox is a fileBox that records the dialer of its commands' connections.
+type egressBox struct {
+	*fileBox
+	mu     sync.Mutex
+	egress sandbox.EgressDialer
+}
+
+func (b *egressBox) SetEgress(d sandbox.EgressDialer) {
+	b.mu.Lock()
+	b.egress = d
+	b.mu.Unlock()
+}
+
+func (b *egressBox) dialer() sandbox.EgressDialer {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.egress
+}
+
+type egressOpener struct {
+	fileOpener
+	mu    sync.Mutex
+	boxes map[string]*egressBox
+}
+
+func (o *egressOpener) OpenSession(ctx context.Context, id string) (sandbox.SessionBox, error) {
+	fb, _ := o.fileOpener.OpenSession(ctx, id)
+	b := &egressBox{fileBox: fb.(*fileBox)}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.boxes == nil {
+		o.boxes = map[string]*egressBox{}
+	}
+	o.boxes[id] = b
+	return b, nil
+}
+
+func (o *egressOpener) box(id string) *egressBox {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.boxes[id]
+}
+
+// workspacePolicy is an egress policy whose every dialer is a closable nothing.
+type workspacePolicy struct{ sandbox.EgressPolicy }
+
+func (workspacePolicy) ForWorkspace() sandbox.EgressRun { return &nullRun{} }
+
+type nullRun struct {
+	sandbox.EgressDialer
+	closed bool
+}
+
+func (r *nullRun) Close()                                         { r.closed = true }
+func (r *nullRun) Connections() ([]sandbox.EgressConnection, int) { return nil, 0 }
+
+// TestResumedAndForkedSessionsKeepEgress: a session's commands reach the network through
+// the daemon's proxy with the workspace's dialer; a session resumed from hibernation, and a
+// fork, had none, so a trial's `pip install` in a resumed session's command was refused the
+// package index. Each new box now gets one, and a hibernated box's is closed.
+func TestResumedAndForkedSessionsKeepEgress(t *testing.T) {
+	op := &egressOpener{}
+	svc := NewService(&fakeRuntime{}, Hooks{Egress: workspacePolicy{}}, DefaultConfig(), nil)
+	m := NewSessions(svc, op, newMemLedger(), lifecycleConfig(t.TempDir()), nil)
+	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	ctx := t.Context()
+	s, err := m.Create(ctx, sandbox.SessionRequest{Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := op.box(s.ID)
+	if first.dialer() == nil {
+		t.Fatal("a new session's box has no egress dialer")
+	}
+	if _, err := m.Hibernate(ctx, "a", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if !first.dialer().(*nullRun).closed {
+		t.Error("the hibernated box's egress dialer was not closed")
+	}
+	fork, err := m.Fork(ctx, "a", s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if op.box(fork.ID).dialer() == nil {
+		t.Error("a fork's box has no egress dialer")
+	}
+	if _, err := m.Resume(ctx, "a", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if b := op.box(s.ID); b == first || b.dialer() == nil {
+		t.Error("the resumed session's new box has no egress dialer")
+	}
+}

@@ -78,6 +78,15 @@ type liveSession struct {
 	life      liveLife // guarded by Sessions.mu (see lifecycle.go)
 }
 
+// close removes the session's sandbox and ends its commands' egress.
+func (ls *liveSession) close(ctx context.Context) error {
+	err := ls.box.Close(ctx)
+	if ls.egress != nil {
+		ls.egress.Close()
+	}
+	return err
+}
+
 // NewSessions returns the session keeper over svc (its limits, ledger, callbacks and file
 // store apply to every call). ledger may be nil (nothing outlives the daemon); log may be nil.
 func NewSessions(svc *Service, opener sandbox.SessionOpener, ledger sandbox.SessionLedger, cfg SessionConfig, log *slog.Logger) *Sessions {
@@ -350,11 +359,8 @@ func (m *Sessions) end(id, code, reason string) (sandbox.SessionInfo, bool) {
 		defer m.closing.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := ls.box.Close(ctx); err != nil {
+		if err := ls.close(ctx); err != nil {
 			m.log.Warn("removing an ended session's sandbox", "session", id, "error", err)
-		}
-		if ls.egress != nil {
-			ls.egress.Close()
 		}
 		if m.ledger != nil {
 			if err := m.ledger.EndSession(ctx, info); err != nil {

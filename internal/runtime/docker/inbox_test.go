@@ -41,6 +41,23 @@ func inboxMount(t *testing.T, e *sessionEnv) (string, bool) {
 	return "", false
 }
 
+// hibernateAndResume writes agent pat's session id's files (writeFiles), hibernates and
+// resumes it, and checks the files came back.
+func hibernateAndResume(t *testing.T, e *sessionEnv, id string) {
+	t.Helper()
+	ctx := t.Context()
+	sum := output(t, e.mustCall(t, "pat", id, writeFiles)).(string)
+	if _, err := e.m.Hibernate(ctx, "pat", id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Resume(ctx, "pat", id); err != nil {
+		t.Fatal(err)
+	}
+	if got := output(t, e.mustCall(t, "pat", id, readFiles)).([]any); got[0] != sum || got[1] != "kept" {
+		t.Fatalf("after the resume: %v", got)
+	}
+}
+
 // emptyInbox is a call whose OUTPUT is the inbox's listing and whether a write into it
 // failed.
 const emptyInbox = `import os
@@ -69,7 +86,6 @@ func TestInboxRestoresInPlace(t *testing.T) {
 	if _, err := os.Stat(left); !os.IsNotExist(err) {
 		t.Fatalf("the file a killed daemon left in an inbox is still there: %v", err)
 	}
-	ctx := t.Context()
 	s := e.create(t, "pat", nil)
 	for round := range 2 {
 		src, rw := inboxMount(t, e)
@@ -79,16 +95,7 @@ func TestInboxRestoresInPlace(t *testing.T) {
 		if got := output(t, e.mustCall(t, "pat", s.ID, emptyInbox)).([]any); len(got[0].([]any)) != 0 || got[1] != true {
 			t.Fatalf("round %d: the inbox as the session sees it: %v (want empty, and a write refused)", round, got)
 		}
-		sum := output(t, e.mustCall(t, "pat", s.ID, writeFiles)).(string)
-		if _, err := e.m.Hibernate(ctx, "pat", s.ID); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := e.m.Resume(ctx, "pat", s.ID); err != nil {
-			t.Fatal(err)
-		}
-		if got := output(t, e.mustCall(t, "pat", s.ID, readFiles)).([]any); got[0] != sum || got[1] != "kept" {
-			t.Fatalf("round %d: after the resume: %v", round, got)
-		}
+		hibernateAndResume(t, e, s.ID)
 		entries, _ := os.ReadDir(src)
 		if len(entries) != 0 {
 			t.Fatalf("round %d: the inbox holds %v after the restore", round, entries)
@@ -111,16 +118,7 @@ func TestInboxFallsBackToTheStream(t *testing.T) {
 	if src, _ := inboxMount(t, e); src == "" {
 		t.Fatal("the session container has no inbox")
 	}
-	sum := output(t, e.mustCall(t, "pat", s.ID, writeFiles)).(string)
-	if _, err := e.m.Hibernate(ctx, "pat", s.ID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.m.Resume(ctx, "pat", s.ID); err != nil {
-		t.Fatal(err)
-	}
-	if got := output(t, e.mustCall(t, "pat", s.ID, readFiles)).([]any); got[0] != sum || got[1] != "kept" {
-		t.Fatalf("after the resume: %v", got)
-	}
+	hibernateAndResume(t, e, s.ID)
 	e.create(t, "pat", nil) // a container made after the fallback
 	if _, err := e.m.Close(ctx, "pat", s.ID); err != nil {
 		t.Fatal(err)
