@@ -151,7 +151,7 @@ func (m *Sessions) pause(ctx context.Context, id string, ls *liveSession, why st
 	select {
 	case <-ls.turn:
 	default:
-		return &sandbox.SessionBusyError{ID: id}
+		return &sandbox.SessionBusyError{ID: id, Step: "paused"}
 	}
 	if err := pb.Pause(ctx); err != nil {
 		ls.turn <- struct{}{}
@@ -229,7 +229,7 @@ func (m *Sessions) autoPause(id string, ls *liveSession) {
 				ls.turn <- struct{}{} // it runs on, as it was
 			}
 		default:
-			err = &sandbox.SessionBusyError{ID: id}
+			err = &sandbox.SessionBusyError{ID: id, Step: "hibernated"}
 		}
 	}
 	if _, busy := errors.AsType[*sandbox.SessionBusyError](err); busy {
@@ -285,6 +285,8 @@ func (m *Sessions) Resume(ctx context.Context, agent, id string) (sandbox.Sessio
 
 // unpause thaws paused ls and gives its turn back.
 func (m *Sessions) unpause(ctx context.Context, id string, ls *liveSession) error {
+	ls.thaw.Lock()
+	defer ls.thaw.Unlock()
 	m.mu.Lock()
 	if !ls.life.paused {
 		m.mu.Unlock()
@@ -332,6 +334,11 @@ func (m *Sessions) Hibernate(ctx context.Context, agent, id string) (sandbox.Ses
 		// No freezer (the kubernetes runtime): hibernate straight from running.
 		return m.hibernateRunning(ctx, id, ls)
 	}
+	// Past hibernated_per_agent it is refused before it is paused: it stays as it was (a
+	// trial's running session was left paused).
+	if err := m.perAgentRoom(ls); err != nil {
+		return m.hibernateFailed(ctx, id, ls, err)
+	}
 	if err := m.pause(ctx, id, ls, "to hibernate"); err != nil {
 		if _, over := errors.AsType[*sandbox.SessionBudgetError](err); !over {
 			return sandbox.SessionInfo{}, err
@@ -349,7 +356,7 @@ func (m *Sessions) hibernateRunning(ctx context.Context, id string, ls *liveSess
 	select {
 	case <-ls.turn:
 	default:
-		return sandbox.SessionInfo{}, &sandbox.SessionBusyError{ID: id}
+		return sandbox.SessionInfo{}, &sandbox.SessionBusyError{ID: id, Step: "hibernated"}
 	}
 	info, err := m.hibernateHeld(ctx, id, ls, "asked")
 	if err != nil {
@@ -360,6 +367,8 @@ func (m *Sessions) hibernateRunning(ctx context.Context, id string, ls *liveSess
 
 // hibernate hibernates paused session ls (see hibernateHeld).
 func (m *Sessions) hibernate(ctx context.Context, id string, ls *liveSession, why string) (sandbox.SessionInfo, error) {
+	ls.thaw.Lock()
+	defer ls.thaw.Unlock()
 	m.mu.Lock()
 	paused := ls.life.paused
 	m.mu.Unlock()
@@ -388,35 +397,16 @@ func (m *Sessions) hibernateHeld(ctx context.Context, id string, ls *liveSession
 	if lc.Dir == "" || !ok {
 		return sandbox.SessionInfo{}, errclass.New(errclass.Invalid, "hibernation is off on this daemon (it has no hibernation directory)")
 	}
+	fail := func(err error) (sandbox.SessionInfo, error) { return m.hibernateFailed(ctx, id, ls, err) }
+	if err := m.perAgentRoom(ls); err != nil {
+		return fail(err)
+	}
 	m.mu.Lock()
-	agent := ls.info.Agent
-	mine, total := 0, int64(0)
+	agent, total := ls.info.Agent, int64(0)
 	for _, h := range m.lc.hibernated {
 		total += h.Hibernation.Bytes
-		if h.Agent == agent {
-			mine++
-		}
 	}
 	m.mu.Unlock()
-	fail := func(err error) (sandbox.SessionInfo, error) {
-		now := time.Now().UTC()
-		m.mu.Lock()
-		state := "paused"
-		if !ls.life.paused {
-			state = "running"
-		}
-		ls.info.LifecycleError = "hibernation failed, the session stays " + state + ": " + err.Error()
-		ls.info.AddEvent(now, "hibernate_failed", err.Error())
-		info := ls.info
-		m.mu.Unlock()
-		m.record(ctx, info)
-		m.log.Warn("hibernating a session failed; it stays as it was", "session", id, "error", err)
-		return sandbox.SessionInfo{}, err
-	}
-	if mine >= lc.HibernatedPerAgent {
-		return fail(&sandbox.SessionBudgetError{Budget: "hibernated_per_agent", Limit: int64(lc.HibernatedPerAgent), Need: int64(mine + 1),
-			Fix: fmt.Sprintf("agent %q must resume or close one of its hibernated sessions first", agent)})
-	}
 	room := lc.HibernatedMaxBytes - total
 	sum, n, err := m.writeHibernation(ctx, id, room, fb.SaveFiles)
 	if err != nil {
@@ -461,6 +451,42 @@ func (m *Sessions) hibernateHeld(ctx context.Context, id string, ls *liveSession
 	}
 	m.log.Info("session hibernated", "session", id, "agent", agent, "bytes", n, "why", why)
 	return info, nil
+}
+
+// perAgentRoom returns a *SessionBudgetError when ls's agent has hibernated_per_agent
+// hibernated sessions already.
+func (m *Sessions) perAgentRoom(ls *liveSession) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	agent, mine := ls.info.Agent, 0
+	for _, h := range m.lc.hibernated {
+		if h.Agent == agent {
+			mine++
+		}
+	}
+	if limit := m.cfg.Lifecycle.HibernatedPerAgent; mine >= limit {
+		return &sandbox.SessionBudgetError{Budget: "hibernated_per_agent", Limit: int64(limit), Need: int64(mine + 1),
+			Fix: fmt.Sprintf("agent %q must resume or close one of its hibernated sessions first", agent)}
+	}
+	return nil
+}
+
+// hibernateFailed records that hibernating ls failed with err, which it returns: the session
+// stays as it is (running or paused), and its LifecycleError and history say why.
+func (m *Sessions) hibernateFailed(ctx context.Context, id string, ls *liveSession, err error) (sandbox.SessionInfo, error) {
+	now := time.Now().UTC()
+	m.mu.Lock()
+	state := "paused"
+	if !ls.life.paused {
+		state = "running"
+	}
+	ls.info.LifecycleError = "hibernation failed, the session stays " + state + ": " + err.Error()
+	ls.info.AddEvent(now, "hibernate_failed", err.Error())
+	info := ls.info
+	m.mu.Unlock()
+	m.record(ctx, info)
+	m.log.Warn("hibernating a session failed; it stays as it was", "session", id, "state", state, "error", err)
+	return sandbox.SessionInfo{}, err
 }
 
 // errOverBudget is a hibernation file passing its byte budget while written.
@@ -750,7 +776,7 @@ func (m *Sessions) Fork(ctx context.Context, agent, id string) (sandbox.SessionI
 		paused, info := ls.life.paused, ls.info
 		m.mu.Unlock()
 		if !paused {
-			return sandbox.SessionInfo{}, &sandbox.SessionStateError{ID: id, State: info.State, Step: "forked",
+			return sandbox.SessionInfo{}, &sandbox.SessionStateError{ID: id, State: sandbox.SessionActive, Step: "forked",
 				Fix: fmt.Sprintf("pause it first (POST /v1/agents/%s/sessions/%s/pause)", agent, id)}
 		}
 		src = info
@@ -799,6 +825,15 @@ func (m *Sessions) copyPaused(ctx context.Context, id string, ls *liveSession) (
 		return nil, err
 	}
 	rc := &removeOnClose{File: tmp}
+	ls.thaw.Lock()
+	defer ls.thaw.Unlock()
+	m.mu.Lock()
+	paused := ls.life.paused
+	m.mu.Unlock()
+	if !paused { // resumed while the fork waited
+		rc.Close()
+		return nil, &sandbox.SessionStateError{ID: id, State: sandbox.SessionActive, Step: "forked", Fix: "it was resumed meanwhile; pause it again"}
+	}
 	if err := pb.Unpause(ctx); err != nil {
 		rc.Close()
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)

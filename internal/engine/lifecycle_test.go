@@ -24,6 +24,9 @@ type fileBox struct {
 	fmu    sync.Mutex
 	files  map[string]string
 	paused bool
+	// saving, when set, is told of each SaveFiles, which then waits for hold to close.
+	saving chan struct{}
+	hold   chan struct{}
 }
 
 func (b *fileBox) Pause(context.Context) error {
@@ -47,6 +50,10 @@ func (b *fileBox) Unpause(context.Context) error {
 }
 
 func (b *fileBox) SaveFiles(_ context.Context, w io.Writer) error {
+	if b.saving != nil {
+		b.saving <- struct{}{}
+		<-b.hold
+	}
 	b.fmu.Lock()
 	defer b.fmu.Unlock()
 	if b.paused {
@@ -384,7 +391,8 @@ func TestHibernateResumeFork(t *testing.T) {
 	if errclass.Of(err) != errclass.Busy || !strings.Contains(err.Error(), "hibernated_per_agent") {
 		t.Fatalf("a hibernation past hibernated_per_agent: %v", err)
 	}
-	if info, _ := m2.Get(ctx, "a", third.ID); info.State != sandbox.SessionPaused || !strings.Contains(info.LifecycleError, "hibernated_per_agent") {
+	if info, _ := m2.Get(ctx, "a", third.ID); info.State != sandbox.SessionActive || !strings.Contains(info.LifecycleError, "stays running") ||
+		!strings.Contains(info.LifecycleError, "hibernated_per_agent") {
 		t.Fatalf("the refused session: %+v", info)
 	}
 }
@@ -653,5 +661,84 @@ func TestResumedAndForkedSessionsKeepEgress(t *testing.T) {
 	}
 	if b := op.box(s.ID); b == first || b.dialer() == nil {
 		t.Error("the resumed session's new box has no egress dialer")
+	}
+}
+
+// TestResumeDuringAForksCopy: a fork of a paused session thaws its box while it copies the
+// files; a resume meanwhile thawed it again and met the engine's "is not paused" (trial, 2
+// December 2026). The resume now waits for the copy, and both succeed.
+func TestResumeDuringAForksCopy(t *testing.T) {
+	m, op := newLifecycle(t, lifecycleConfig(t.TempDir()), newMemLedger())
+	ctx := t.Context()
+	s, err := m.Create(ctx, sandbox.SessionRequest{Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Pause(ctx, "a", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	b := op.last(s.ID)
+	b.saving, b.hold = make(chan struct{}), make(chan struct{})
+	forked := make(chan error, 1)
+	go func() {
+		_, err := m.Fork(ctx, "a", s.ID)
+		forked <- err
+	}()
+	<-b.saving // the fork's copy has thawed the box
+	resumed := make(chan error, 1)
+	go func() {
+		_, err := m.Resume(ctx, "a", s.ID)
+		resumed <- err
+	}()
+	select {
+	case err := <-resumed:
+		t.Fatalf("the resume did not wait for the fork's copy: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(b.hold)
+	if err := <-forked; err != nil {
+		t.Fatalf("fork: %v", err)
+	}
+	if err := <-resumed; err != nil {
+		t.Fatalf("resume during the fork's copy: %v", err)
+	}
+	if info, err := m.Get(ctx, "a", s.ID); err != nil || info.State != sandbox.SessionActive {
+		t.Fatalf("after: %+v, %v", info, err)
+	}
+}
+
+// TestRefusedHibernationLeavesARunningSessionRunning: a running session asked to hibernate
+// past hibernated_per_agent is paused first, and was left paused though the log said it stayed
+// as it was (trial, 2 December 2026). It runs on, and a pause while a call runs is refused in
+// a pause's words (it named the "wait" field of calls).
+func TestRefusedHibernationLeavesARunningSessionRunning(t *testing.T) {
+	cfg := lifecycleConfig(t.TempDir())
+	cfg.Lifecycle.HibernatedPerAgent = 0
+	m, op := newLifecycle(t, cfg, nil)
+	ctx := t.Context()
+	s, err := m.Create(ctx, sandbox.SessionRequest{Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Hibernate(ctx, "a", s.ID); errclass.Of(err) != errclass.Busy || !strings.Contains(err.Error(), "hibernated_per_agent") {
+		t.Fatalf("hibernate: %v", err)
+	}
+	if info, _ := m.Get(ctx, "a", s.ID); info.State != sandbox.SessionActive {
+		t.Fatalf("after the refused hibernation: %s, want active", info.State)
+	}
+	if err := call(t, m, "a", s.ID, "x"); err != nil {
+		t.Fatalf("a call after the refused hibernation: %v", err)
+	}
+	b := op.last(s.ID)
+	running := make(chan error, 1)
+	go func() { running <- call(t, m, "a", s.ID, "block") }()
+	waitFor(t, func() bool { info, _ := m.Get(t.Context(), "a", s.ID); return info.Busy })
+	_, err = m.Pause(ctx, "a", s.ID)
+	if errclass.Of(err) != errclass.Conflict || !strings.Contains(err.Error(), "cannot be paused now") || strings.Contains(err.Error(), "wait") {
+		t.Fatalf("pause while a call runs: %v", err)
+	}
+	close(b.release)
+	if err := <-running; err != nil {
+		t.Fatal(err)
 	}
 }

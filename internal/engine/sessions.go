@@ -76,6 +76,10 @@ type liveSession struct {
 	wsOnce    sync.Once
 	workspace *workspace
 	life      liveLife // guarded by Sessions.mu (see lifecycle.go)
+	// thaw is held by whatever thaws a paused session's box for a while (a resume, a
+	// hibernation, a fork's copy), so that two never thaw it at once: a resume during a fork's
+	// copy met the engine's "is not paused" (trial, 2 December 2026). Taken before Sessions.mu.
+	thaw sync.Mutex
 }
 
 // close removes the session's sandbox and ends its commands' egress.

@@ -92,7 +92,7 @@ func classify(err error) classified {
 		out.detail.Message += ": the quota on all runs' files (files_max_bytes) made room for newer runs' files"
 	case errors.As(err, &busyErr):
 		out.retryAfter = max(busyErr.RetryAfter, time.Second)
-	case errors.As(err, &sessionBusy):
+	case errors.As(err, &sessionBusy) && sessionBusy.Step == "":
 		out.detail.Field = "wait" // the field that says whether a call waits for its turn
 	}
 	if class == errclass.Unavailable && out.retryAfter == 0 {

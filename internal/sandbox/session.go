@@ -151,6 +151,9 @@ type SessionBusyError struct {
 	ID string
 	// Waited is how long the call waited for its turn (its timeout), 0 when it asked not to.
 	Waited time.Duration
+	// Step, when set, is the lifecycle step refused while a call runs ("paused",
+	// "hibernated"): it has no "wait" to give.
+	Step string
 	// Full says that MaxSessionWaiting calls were waiting already.
 	Full bool
 }
@@ -159,6 +162,9 @@ type SessionBusyError struct {
 func (e *SessionBusyError) Is(target error) bool { return target == errclass.Conflict }
 
 func (e *SessionBusyError) Error() string {
+	if e.Step != "" {
+		return fmt.Sprintf("session %s is running a call, so it cannot be %s now; try again once the call has answered", e.ID, e.Step)
+	}
 	if e.Full {
 		return fmt.Sprintf("session %s already has %d calls waiting for their turn; wait for their answers before sending more", e.ID, MaxSessionWaiting)
 	}
