@@ -56,8 +56,14 @@ func (r *Runtime) setUpInbox(log *slog.Logger) {
 	for _, f := range left {
 		err = errors.Join(err, os.Remove(f))
 	}
+	// The root is the daemon's alone: a container sees only its own inbox (the mount's root),
+	// and no other user of the host reaches a file linked there, even in a data directory
+	// others may read (a trial listed one with `su nobody`).
 	if err == nil {
-		err = os.MkdirAll(root, 0o755)
+		err = os.MkdirAll(root, 0o700)
+	}
+	if err == nil {
+		err = os.Chmod(root, 0o700)
 	}
 	if err != nil {
 		log.Warn("session files are restored over the exec stream: the inbox directory cannot be used", "dir", root, "error", err)

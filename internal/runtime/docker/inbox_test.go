@@ -76,7 +76,7 @@ OUTPUT = [os.listdir("/opt/sandpit/inbox"), refused]`
 func TestInboxRestoresInPlace(t *testing.T) {
 	data := t.TempDir()
 	left := filepath.Join(data, "inbox", "0", "files.tar")
-	if err := os.MkdirAll(filepath.Dir(left), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(left), 0o755); err != nil { // as an older daemon made it
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(left, []byte("another session's files"), 0o444); err != nil {
@@ -85,6 +85,9 @@ func TestInboxRestoresInPlace(t *testing.T) {
 	e := lifecycleSessions(t, t.TempDir(), func(c *docker.Config) { c.DataDir = data })
 	if _, err := os.Stat(left); !os.IsNotExist(err) {
 		t.Fatalf("the file a killed daemon left in an inbox is still there: %v", err)
+	}
+	if st, err := os.Stat(filepath.Join(data, "inbox")); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("the inbox directory: %v, %v; want mode 0700 (the daemon's alone)", st.Mode(), err)
 	}
 	s := e.create(t, "pat", nil)
 	for round := range 2 {
