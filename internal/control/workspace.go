@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
@@ -31,6 +32,7 @@ func (c *Line) StartCommand(ctx context.Context, id string, cmd protocol.Command
 	}
 	var pending []*protocol.Message
 	pid := 0
+	var started time.Time
 wait:
 	for {
 		select {
@@ -46,6 +48,7 @@ wait:
 				}
 				pid = m.ProcStarted.PID
 				pending = msgs[i+1:]
+				started = time.Now()
 				break wait
 			}
 		case <-ctx.Done():
@@ -88,7 +91,7 @@ wait:
 					return
 				}
 				sink(sandbox.ProcessEvent{End: &sandbox.ProcessEnd{ExitCode: -1, Outcome: sandbox.OutcomeSandboxError,
-					Reason: "the session's sandbox stopped: " + c.Err().Error()}})
+					Reason: "the session's sandbox stopped: " + c.Err().Error(), DurationMS: time.Since(started).Milliseconds()}})
 				return
 			}
 		}

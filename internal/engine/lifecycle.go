@@ -446,7 +446,7 @@ func (m *Sessions) hibernateHeld(ctx context.Context, id string, ls *liveSession
 	// Removed before the answer: a resume at once makes a container of the same name.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := ls.close(cctx); err != nil {
+	if err := ls.close(cctx, "the session was hibernated (its files are kept, not its processes)"); err != nil {
 		m.log.Warn("removing a hibernated session's sandbox", "session", id, "error", err)
 	}
 	m.log.Info("session hibernated", "session", id, "agent", agent, "bytes", n, "why", why)
@@ -652,7 +652,7 @@ func (m *Sessions) wake(ctx context.Context, info sandbox.SessionInfo) (sandbox.
 	if cerr := f.Wait(); cerr != nil {
 		if ls != nil {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			_ = ls.close(cctx)
+			_ = ls.close(cctx, "the session could not start")
 			cancel()
 		}
 		ended := m.dropHibernated(ctx, info, sandbox.EndLost, cerr.Error())
@@ -805,7 +805,7 @@ func (m *Sessions) Fork(ctx context.Context, agent, id string) (sandbox.SessionI
 		if err := m.ledger.BeginSession(ctx, ls.info); err != nil {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
-			_ = ls.close(cctx)
+			_ = ls.close(cctx, "the session could not start")
 			return sandbox.SessionInfo{}, fmt.Errorf("%w: the ledger could not record the session (%v)", sandbox.ErrNotReady, err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/errclass"
@@ -80,10 +81,14 @@ type liveSession struct {
 	// hibernation, a fork's copy), so that two never thaw it at once: a resume during a fork's
 	// copy met the engine's "is not paused" (trial, 2 December 2026). Taken before Sessions.mu.
 	thaw sync.Mutex
+	// ending says why its box is being removed on purpose (see close).
+	ending atomic.Pointer[string]
 }
 
-// close removes the session's sandbox and ends its commands' egress.
-func (ls *liveSession) close(ctx context.Context) error {
+// close removes the session's sandbox and ends its commands' egress. why says why, for the
+// commands still running, which end with it (see processEvent).
+func (ls *liveSession) close(ctx context.Context, why string) error {
+	ls.ending.Store(&why)
 	err := ls.box.Close(ctx)
 	if ls.egress != nil {
 		ls.egress.Close()
@@ -363,7 +368,7 @@ func (m *Sessions) end(id, code, reason string) (sandbox.SessionInfo, bool) {
 		defer m.closing.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := ls.close(ctx); err != nil {
+		if err := ls.close(ctx, "the session ended ("+code+")"); err != nil {
 			m.log.Warn("removing an ended session's sandbox", "session", id, "error", err)
 		}
 		if m.ledger != nil {

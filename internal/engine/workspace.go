@@ -293,6 +293,10 @@ func (m *Sessions) processEvent(ls *liveSession, agent string, p *liveProcess, e
 	case ev.End != nil:
 		now := time.Now().UTC()
 		end := *ev.End
+		if why := ls.ending.Load(); why != nil && end.Outcome == sandbox.OutcomeSandboxError {
+			// Its sandbox was removed on purpose, not lost: sandpit ended it.
+			end.Outcome, end.Reason = sandbox.OutcomeKilled, "it ended with its sandbox: "+*why
+		}
 		p.info.State, p.info.EndedAt, p.info.End = "ended", &now, &end
 		info := p.info
 		out = CommandEvent{Type: "end", Process: &info}

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,5 +64,80 @@ func TestCommandWhoseClientLeavesAfterItsEnd(t *testing.T) {
 	}
 	if n := box.signalled.Load(); n != 0 {
 		t.Fatalf("%d commands that had ended were signalled", n)
+	}
+}
+
+// lingerBox is a fakeBox whose commands run until the box is closed, and then end as the
+// control line ends them when the sandbox goes: sandbox_error.
+type lingerBox struct {
+	*fakeBox
+	mu    sync.Mutex
+	sinks []func(sandbox.ProcessEvent)
+}
+
+func (b *lingerBox) StartCommand(_ context.Context, _ string, _ sandbox.CommandSpec, sink func(sandbox.ProcessEvent)) (int, error) {
+	b.mu.Lock()
+	b.sinks = append(b.sinks, sink)
+	b.mu.Unlock()
+	return 8, nil
+}
+
+func (b *lingerBox) Close(ctx context.Context) error {
+	b.mu.Lock()
+	sinks := b.sinks
+	b.mu.Unlock()
+	for _, sink := range sinks {
+		sink(sandbox.ProcessEvent{End: &sandbox.ProcessEnd{ExitCode: -1, Outcome: sandbox.OutcomeSandboxError,
+			Reason: "the session's sandbox stopped: the control line to the executor ended: closed by the daemon", DurationMS: 1500}})
+	}
+	return b.fakeBox.Close(ctx)
+}
+
+type lingerOpener struct{ box *lingerBox }
+
+func (o *lingerOpener) OpenSession(context.Context, string) (sandbox.SessionBox, error) {
+	return o.box, nil
+}
+
+type commandLedger struct {
+	mu    sync.Mutex
+	procs []sandbox.ProcessInfo
+}
+
+func (l *commandLedger) RecordCommand(_ context.Context, _ string, p sandbox.ProcessInfo) error {
+	l.mu.Lock()
+	l.procs = append(l.procs, p)
+	l.mu.Unlock()
+	return nil
+}
+
+// TestCommandsEndedWithTheirSession: a background command still running when its session's
+// sandbox is removed on purpose (the session closed, or hibernated) was recorded as a
+// sandbox_error, "closed by the daemon" (trial, 2 December 2026). It is recorded as killed,
+// saying the session ended, with how long it ran.
+func TestCommandsEndedWithTheirSession(t *testing.T) {
+	box := &lingerBox{fakeBox: newFakeBox()}
+	ledger := &commandLedger{}
+	m := NewSessions(NewService(&fakeRuntime{}, Hooks{}, DefaultConfig(), nil), &lingerOpener{box: box}, nil, DefaultSessionConfig(), nil)
+	m.SetCommandRecorder(ledger)
+	defer m.Shutdown(context.Background())
+	s, err := m.Create(t.Context(), sandbox.SessionRequest{Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Command(t.Context(), "a", s.ID, CommandRequest{Cmd: "sleep 300", Background: true}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Close(t.Context(), "a", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		ledger.mu.Lock()
+		defer ledger.mu.Unlock()
+		return len(ledger.procs) == 1
+	})
+	end := ledger.procs[0].End
+	if end == nil || end.Outcome != sandbox.OutcomeKilled || !strings.Contains(end.Reason, "the session ended") || end.DurationMS != 1500 {
+		t.Fatalf("the command's end: %+v; want killed, saying the session ended", end)
 	}
 }
