@@ -18,9 +18,9 @@ import (
 
 // sessionCommand is `sandpit session`: stateful sessions on the daemon.
 func (o *options) sessionCommand() *cobra.Command {
-	s := &cobra.Command{Use: "session", Short: "Stateful sessions: new, run, exec, cp, ls, commands, show, rm, pause, resume, hibernate, fork (an interpreter, commands and files that persist; needs the daemon)"}
-	s.AddCommand(o.sessionNewCommand(), o.sessionRunCommand(), o.sessionExecCommand(), o.sessionCpCommand(), o.sessionListCommand(), o.sessionCommandsCommand(),
-		o.sessionShowCommand(), o.sessionRmCommand())
+	s := &cobra.Command{Use: "session", Short: "Stateful sessions: new, run, exec, ps, kill, wait, cp, ls, commands, show, rm, pause, resume, hibernate, fork (an interpreter, commands and files that persist; needs the daemon)"}
+	s.AddCommand(o.sessionNewCommand(), o.sessionRunCommand(), o.sessionExecCommand(), o.sessionPsCommand(), o.sessionKillCommand(), o.sessionWaitCommand(),
+		o.sessionCpCommand(), o.sessionListCommand(), o.sessionCommandsCommand(), o.sessionShowCommand(), o.sessionRmCommand())
 	s.AddCommand(o.sessionLifecycleCommands()...)
 	return s
 }
@@ -55,6 +55,9 @@ rm ID), after --idle without a call, after --lifetime, or when a call must be ki
 				dst  **int64
 			}{{"idle", idle, &d.IdleTimeoutMS}, {"lifetime", lifetime, &d.MaxLifetimeMS}} {
 				if cmd.Flags().Changed(v.flag) {
+					if v.dur < time.Second || v.dur%time.Millisecond != 0 {
+						return usageErrorf("--%s %s: give at least 1s, in whole milliseconds (such as 30m or 2h)", v.flag, v.dur)
+					}
 					ms := v.dur.Milliseconds()
 					*v.dst = &ms
 				}
