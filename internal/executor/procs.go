@@ -67,7 +67,23 @@ type uidLocks struct {
 
 // lock locks uid's lock and returns its unlock.
 func (l *uidLocks) lock(uid int) func() {
+	m := l.of(uid)
+	m.Lock()
+	return m.Unlock
+}
+
+// tryLock locks uid's lock when it is free, and returns its unlock and true; else false.
+func (l *uidLocks) tryLock(uid int) (func(), bool) {
+	m := l.of(uid)
+	if !m.TryLock() {
+		return nil, false
+	}
+	return m.Unlock, true
+}
+
+func (l *uidLocks) of(uid int) *sync.Mutex {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.m == nil {
 		l.m = map[int]*sync.Mutex{}
 	}
@@ -76,9 +92,7 @@ func (l *uidLocks) lock(uid int) func() {
 		m = &sync.Mutex{}
 		l.m[uid] = m
 	}
-	l.mu.Unlock()
-	m.Lock()
-	return m.Unlock
+	return m
 }
 
 // killHelperWait is how long killUID waits for its helper: a run's process can stop it
@@ -98,12 +112,34 @@ const killHelperWait = 2 * time.Second
 //
 // One helper of a uid runs at a time (kills): a helper is of the uid, so a second one's
 // kill(-1) killed the first before it had killed ("died of signal 9"), when a run's timeout
-// and its wait both killed (trial, 2 December 2026).
+// and its wait both killed (trial, 2 December 2026). killUID waits for the helper running;
+// tryKillUID, for callers that kill again until none is left, leaves the kill to it.
 func (e *Executor) killUID(uid int) error {
 	if uid <= 0 {
 		return fmt.Errorf("refusing to act as uid %d", uid)
 	}
 	defer e.kills.lock(uid)()
+	return killAsUID(uid)
+}
+
+// tryKillUID is killUID unless a helper of uid is running: then it returns nil at once, and
+// the caller, which counts uid's processes and kills again, finds them gone or tries again.
+// Waiting behind each other's helpers, kills added up (a helper of a large binary takes a
+// second to start).
+func (e *Executor) tryKillUID(uid int) error {
+	if uid <= 0 {
+		return fmt.Errorf("refusing to act as uid %d", uid)
+	}
+	unlock, ok := e.kills.tryLock(uid)
+	if !ok {
+		return nil
+	}
+	defer unlock()
+	return killAsUID(uid)
+}
+
+// killAsUID is killUID's work, with no other helper of uid running.
+func killAsUID(uid int) error {
 	// The executor's own binary, through the link that needs no search permission on its
 	// directory (a test binary's is private to root).
 	const self = "/proc/self/exe"
@@ -176,7 +212,7 @@ func (e *Executor) killAndWait(uid int, timeout time.Duration) error {
 			return nil
 		}
 		// A failed kill (a helper the run stopped) is tried again until the deadline.
-		killErr = e.killUID(uid)
+		killErr = e.tryKillUID(uid)
 		if time.Now().After(deadline) {
 			return errors.Join(fmt.Errorf("%d processes of uid %d still alive after %s", n, uid, timeout), killErr)
 		}
