@@ -567,7 +567,6 @@ func (m *Sessions) openHibernation(info sandbox.SessionInfo) (*checkedFile, erro
 		return nil, fmt.Errorf("its hibernation file is missing: %w", err)
 	}
 	c := &checkedFile{f: f, done: make(chan struct{})}
-	var _ sandbox.HostFile = c
 	go func() {
 		defer close(c.done)
 		sum := sha256.New()
@@ -584,6 +583,12 @@ func (m *Sessions) openHibernation(info sandbox.SessionInfo) (*checkedFile, erro
 	}()
 	return c, nil
 }
+
+// Both are streams of a file on the daemon's host that a box may read in place.
+var (
+	_ sandbox.HostFile = (*checkedFile)(nil)
+	_ sandbox.HostFile = (*removeOnClose)(nil)
+)
 
 // checkedFile is a hibernation file whose check runs in the background (see openHibernation);
 // it is a sandbox.HostFile.
@@ -719,11 +724,7 @@ func (m *Sessions) openFrom(ctx context.Context, id string, info sandbox.Session
 		"started_ms", started.Sub(began).Milliseconds(), "restored_ms", time.Since(started).Milliseconds())
 	now := time.Now().UTC()
 	ls := &liveSession{box: box, paths: paths, turn: make(chan struct{}, 1), info: info}
-	if m.svc.net != nil {
-		// As a creation's (a trial's resumed session's pip install was refused the index).
-		ls.egress = m.svc.net.ForWorkspace()
-		box.SetEgress(ls.egress)
-	}
+	m.giveEgress(ls) // a trial's resumed session's pip install was refused the index without it
 	ls.info.Busy, ls.info.Waiting, ls.info.ExpiresAt, ls.info.LifecycleError = false, 0, nil, ""
 	ls.life = liveLife{runStart: now, ran: time.Duration(info.RanMS) * time.Millisecond}
 	return ls, nil

@@ -85,6 +85,15 @@ type liveSession struct {
 	ending atomic.Pointer[string]
 }
 
+// giveEgress gives ls's box the dialer of its commands' connections (network "allowlist"):
+// every new box, created, resumed from hibernation or forked.
+func (m *Sessions) giveEgress(ls *liveSession) {
+	if m.svc.net != nil {
+		ls.egress = m.svc.net.ForWorkspace()
+		ls.box.SetEgress(ls.egress)
+	}
+}
+
 // close removes the session's sandbox and ends its commands' egress. why says why, for the
 // commands still running, which end with it (see processEvent).
 func (ls *liveSession) close(ctx context.Context, why string) error {
@@ -176,10 +185,7 @@ func (m *Sessions) Create(ctx context.Context, req sandbox.SessionRequest) (sand
 			return fail(fmt.Errorf("%w: the ledger could not record the session (%v); check that the data directory's disk has space and is writable", sandbox.ErrNotReady, err))
 		}
 	}
-	if m.svc.net != nil {
-		ls.egress = m.svc.net.ForWorkspace()
-		box.SetEgress(ls.egress)
-	}
+	m.giveEgress(ls)
 	ls.turn <- struct{}{}
 	m.mu.Lock()
 	if m.closed {
