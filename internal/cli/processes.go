@@ -119,7 +119,7 @@ when a signal ended it), as session exec does.`,
 					fmt.Fprintf(o.env.Stderr, "sandpit: %s: %s\n", end.Outcome, sandbox.EscapeName(end.Reason))
 				}
 			}
-			return reportedRun(apitype.Result{Outcome: end.Outcome, ExitCode: commandExit(end)})
+			return reportedRun(commandResult(end))
 		},
 	}
 	f.register(cmd.Flags(), true)

@@ -12,7 +12,7 @@ import (
 // waited for from the command line (a trial found only REST could), wait exits with the
 // command's status, and an ID that is no process ID is refused before any request.
 func TestSessionProcessCommands(t *testing.T) {
-	s, p := "se_"+strings.Repeat("a", 26), "pr_"+strings.Repeat("b", 26)
+	s, p, killed := "se_"+strings.Repeat("a", 26), "pr_"+strings.Repeat("b", 26), "pr_"+strings.Repeat("c", 26)
 	base := "/v1/agents/default/sessions/" + s + "/processes"
 	var signalled string
 	answers := map[string]string{
@@ -21,6 +21,8 @@ func TestSessionProcessCommands(t *testing.T) {
 		"POST " + base + "/" + p + "/signal": `{}`,
 		"POST " + base + "/" + p + "/wait": `{"id": "` + p + `", "session_id": "` + s + `", "pid": 41, "command": "sleep 300", "state": "ended",
 			"started_at": "2026-12-02T10:00:00Z", "end": {"exit_code": 3, "outcome": "error", "duration_ms": 1200}}`,
+		"POST " + base + "/" + killed + "/wait": `{"id": "` + killed + `", "session_id": "` + s + `", "pid": 42, "command": "sleep 300", "state": "ended",
+			"started_at": "2026-12-02T10:00:00Z", "end": {"exit_code": -1, "signal": "SIGKILL", "outcome": "killed", "duration_ms": 274}}`,
 	}
 	srv := cannedDaemon(answers, func(r *http.Request) int {
 		if strings.HasSuffix(r.URL.Path, "/signal") {
@@ -45,6 +47,10 @@ func TestSessionProcessCommands(t *testing.T) {
 	}
 	if code, _, errOut := run("session", "wait", s, p); code != 3 || !strings.Contains(errOut, "exit 3") {
 		t.Fatalf("session wait: exit %d, stderr %q; want the command's 3", code, errOut)
+	}
+	// Killed by SIGKILL: 137, as a run killed so exits (it exited 130, a trial of the CLI).
+	if code, _, errOut := run("session", "wait", s, killed); code != 137 || !strings.Contains(errOut, "exit 137") {
+		t.Fatalf("session wait of a killed command: exit %d, stderr %q; want 137", code, errOut)
 	}
 	if code, _, errOut := run("session", "new", "--idle", "5ms"); code != exitUsage || !strings.Contains(errOut, "--idle 5ms: give at least 1s") {
 		t.Fatalf("session new --idle 5ms: exit %d, stderr %q", code, errOut)

@@ -22,6 +22,8 @@ var restAdvice = []struct {
 	{regexp.MustCompile(`\(POST /v1/agents/([^/\s]+)/sessions/([^/\s]+)/(resume|pause)\)`), "(sandpit session $3 --agent $1 $2)"},
 	{regexp.MustCompile(`\(POST …/sessions/\{id\}/hibernate\)`), "(sandpit session hibernate ID)"},
 	{regexp.MustCompile(`create sessions with "auto_resume": true`), "create sessions with --auto-resume"},
+	// A session's commands: session ps lists them.
+	{regexp.MustCompile(`GET …/sessions/(se_[a-z2-7]+)/processes lists them`), "sandpit session ps $1 lists them"},
 	// A session's file: the query parameter is ID:PATH on the command line.
 	{regexp.MustCompile(`give \?path= a path`), "give ID:PATH with a path"},
 }

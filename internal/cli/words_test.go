@@ -28,6 +28,7 @@ func TestInCommandWords(t *testing.T) {
 			"resume it first (sandpit session resume --agent a se_1), or create sessions with --auto-resume so"},
 		{"fork it from a paused session; pause it first (POST /v1/agents/a/sessions/se_1/pause)", "pause it first (sandpit session pause --agent a se_1)"},
 		{"resume or close a paused session, or hibernate one (POST …/sessions/{id}/hibernate)", "hibernate one (sandpit session hibernate ID)"},
+		{`session se_abc has no process "pr_x"; GET …/sessions/se_abc/processes lists them`, "sandpit session ps se_abc lists them"},
 		{"path: is missing: give ?path= a path under /home/user (relative paths start there)", "is missing: give ID:PATH with a path under /home/user"},
 	} {
 		got := inCommandWords(c.daemon)

@@ -115,7 +115,7 @@ and its arguments. stdout and stderr are printed as they come; the exit status i
 			if end.Outcome != apitype.OutcomeOK && end.Outcome != apitype.OutcomeError && !f.json {
 				fmt.Fprintf(o.env.Stderr, "sandpit: %s: %s\n", end.Outcome, sandbox.EscapeName(end.Reason))
 			}
-			return reportedRun(apitype.Result{Outcome: end.Outcome, ExitCode: commandExit(end)})
+			return reportedRun(commandResult(end))
 		},
 	}
 	f.register(cmd.Flags(), true)
@@ -135,15 +135,32 @@ func commandExit(end *apitype.ProcessEnd) int {
 	if end.ExitCode >= 0 {
 		return end.ExitCode
 	}
-	for n := 1; n < 32; n++ {
-		if "SIG"+strings.ToUpper(strings.TrimPrefix(syscall.Signal(n).String(), "signal ")) == end.Signal {
-			return 128 + n
-		}
-	}
-	if sig, ok := map[string]int{"SIGINT": 2, "SIGKILL": 9, "SIGTERM": 15, "SIGHUP": 1, "SIGQUIT": 3}[end.Signal]; ok {
-		return 128 + sig
+	if n := signalNumber(end.Signal); n > 0 {
+		return 128 + n
 	}
 	return 1
+}
+
+// commandResult is a command's end as a run's result, for ExitCode: a command a signal
+// killed exits 128 and the signal's number, as a run does (it exited 130 for any signal).
+func commandResult(end *apitype.ProcessEnd) apitype.Result {
+	return apitype.Result{Outcome: end.Outcome, ExitCode: commandExit(end), Signal: signalNumber(end.Signal)}
+}
+
+// signalNumber is the number of the signal named name ("SIGKILL"), 0 for none or unknown.
+func signalNumber(name string) int {
+	if name == "" {
+		return 0
+	}
+	for n := 1; n < 32; n++ {
+		if "SIG"+strings.ToUpper(strings.TrimPrefix(syscall.Signal(n).String(), "signal ")) == name {
+			return n
+		}
+	}
+	if n, ok := map[string]int{"SIGINT": 2, "SIGKILL": 9, "SIGTERM": 15, "SIGHUP": 1, "SIGQUIT": 3}[name]; ok {
+		return n
+	}
+	return 0
 }
 
 // sessionPath splits "ID:PATH" (a path in a session); ok is false for a local path.
