@@ -27,9 +27,9 @@ import (
 var ErrClosed = errors.New("the control line to the executor ended")
 
 // CancelGrace is how long Run waits for the executor's result after it asked for a cancel. It
-// covers the executor's own kill of the run: its KillTimeout (5 s) and its kill helper's wait
-// (2 s), which a fork bomb on a loaded node can use up; a shorter grace called a kill still
-// under way unconfirmed, and the slot was replaced.
+// covers the executor's own kill of the run, its KillTimeout (5 s), which a fork bomb on a
+// loaded node can use up; a shorter grace called a kill still under way unconfirmed, and the
+// slot was replaced.
 const CancelGrace = 10 * time.Second
 
 // Options tune a line. Zero values take the defaults.

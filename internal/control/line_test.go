@@ -547,8 +547,7 @@ func TestFileMessagesBecomeEvents(t *testing.T) {
 }
 
 // A cancelled run whose executor confirms its end after a slow kill (3 s: within the
-// executor's own KillTimeout of 5 s and its kill helper's 2 s, as a fork bomb on a loaded
-// node takes) is answered with the executor's result, not as unconfirmed.
+// executor's own KillTimeout of 5 s, as a fork bomb on a loaded node takes) is answered with the executor's result, not as unconfirmed.
 func TestSlowKillIsConfirmed(t *testing.T) {
 	c, ex := fakeExecutor(t)
 	go func() {

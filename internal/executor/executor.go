@@ -145,8 +145,6 @@ type Executor struct {
 	// first lookup of /proc/<pid> fixes the owner of /proc/<pid>/fd for good, and a lookup
 	// while the new process was still root's left a run unable to read its own descriptors.
 	changingUID sync.RWMutex
-	// kills keeps one kill helper of a uid running at a time (see killUID).
-	kills uidLocks
 
 	mu       sync.Mutex
 	runs     map[string]*run               // by execution ID

@@ -348,7 +348,7 @@ func (ip *interp) interrupt(r *run) {
 		ip.mu.Lock()
 		ip.killed = true
 		ip.mu.Unlock()
-		if err := ip.e.killUID(ip.uid); err != nil {
+		if err := killUID(ip.uid); err != nil {
 			ip.e.log.Error("killing a session's interpreter", "slot", ip.slot, "error", err)
 		}
 	})

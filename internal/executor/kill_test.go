@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,10 +32,11 @@ func threadUIDs() []string {
 	return uids
 }
 
-// H42: the run's uid could signal the executor's short-lived kill threads (a thread that had
-// become the uid to kill(-1) as it), and a signal to one thread (SIGSTOP) acts on the whole
-// executor. killUID now kills from a forked helper: no thread of the executor ever takes the
-// uid, and the uid's processes are gone.
+// TestKillUIDLeavesTheExecutorsThreadsAlone: the run's uid could signal the executor's
+// short-lived kill threads (a thread whose real uid had become the run's to kill(-1) as it),
+// and a signal to one thread (SIGSTOP) acts on the whole executor. No thread of the executor
+// ever has the run's uid as its real uid now (its kill thread's is killerUID), and the uid's
+// processes are gone.
 func TestKillUIDLeavesTheExecutorsThreadsAlone(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("killing as another uid needs root; run the tests as root")
@@ -68,7 +70,7 @@ func TestKillUIDLeavesTheExecutorsThreadsAlone(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		if err := (&Executor{}).killUID(uid); err != nil {
+		if err := killUID(uid); err != nil {
 			t.Fatal(err)
 		}
 		done := make(chan error, 1)
@@ -88,41 +90,16 @@ func TestKillUIDLeavesTheExecutorsThreadsAlone(t *testing.T) {
 	}
 }
 
-// TestKillHelperEndedBySignal: a helper another's signal ended (in a pod over its memory
-// limit, the OOM killer's SIGKILL) is reported with the signal's number and name, and one the
-// executor ended after killHelperWait as not finishing in time.
-func TestKillHelperEndedBySignal(t *testing.T) {
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	err := waitKillHelper(cmd.Process.Pid, 10042)
-	if err == nil || !strings.Contains(err.Error(), "uid 10042 died of signal 9 (killed)") {
-		t.Fatalf("a helper ended by SIGKILL: %v", err)
-	}
-
-	cmd = exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	err = waitKillHelper(cmd.Process.Pid, 10043)
-	if err == nil || !strings.Contains(err.Error(), "did not finish within "+killHelperWait.String()) {
-		t.Fatalf("a helper that hangs: %v", err)
-	}
-}
-
-// TestConcurrentKillsOfOneUID: a run's timeout and its wait each killed its uid, and one's
-// helper killed the other's before it had killed ("the kill helper of uid 10000 died of signal
-// 9 (killed) before it killed", trial, 2 December 2026). The helpers of a uid now take turns:
-// concurrent kills all succeed.
+// TestConcurrentKillsOfOneUID: a run's timeout and its wait each killed its uid, and when a
+// kill was a helper process of the uid, one's kill(-1) killed the other before it had killed
+// ("the kill helper of uid 10000 died of signal 9 (killed) before it killed", trial, 2
+// December 2026). Concurrent kills all succeed.
 func TestConcurrentKillsOfOneUID(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("killing as another uid needs root; run the tests as root")
 	}
 	const uid = 64124
-	e := &Executor{}
-	for range 5 { // a helper of a race-built test binary takes a second to start on a loaded machine
+	for range 20 {
 		var cmds []*exec.Cmd
 		for range 3 {
 			cmd := exec.Command("sleep", "60")
@@ -134,7 +111,7 @@ func TestConcurrentKillsOfOneUID(t *testing.T) {
 		}
 		errs := make(chan error, 2)
 		for range 2 {
-			go func() { errs <- e.killUID(uid) }()
+			go func() { errs <- killUID(uid) }()
 		}
 		for range 2 {
 			if err := <-errs; err != nil {
@@ -145,4 +122,74 @@ func TestConcurrentKillsOfOneUID(t *testing.T) {
 			_ = cmd.Wait()
 		}
 	}
+}
+
+// stopperProgram is a run's process that stops, as fast as it can, every process its uid may
+// signal (kill(-1, SIGSTOP): a kill helper of its uid among them) and every thread of every
+// process by its thread id.
+const stopperProgram = `
+import os, signal
+while True:
+    try:
+        os.kill(-1, signal.SIGSTOP)
+    except OSError:
+        pass
+    for pid in os.listdir('/proc'):
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                for tid in os.listdir('/proc/%s/task' % pid):
+                    try:
+                        os.kill(int(tid), signal.SIGSTOP)
+                    except OSError:
+                        pass
+            except OSError:
+                pass
+`
+
+// TestKillUIDOutlastsAStopper: a run's process that stopped every process of its uid stopped
+// each kill helper (of its uid) before it killed, and the run's processes outlived every kill
+// ("did not finish within 2s", trial, 2 December 2026). The kill is now made by a thread
+// whose real and saved uid are no run's: the stopper cannot signal it, and it dies.
+func TestKillUIDOutlastsAStopper(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("killing as another uid needs root; run the tests as root")
+	}
+	const uid = 64126
+	var cmds []*exec.Cmd
+	for _, argv := range [][]string{{"/usr/bin/python3", "-c", stopperProgram}, {"sleep", "60"}} {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	var reaped sync.WaitGroup // as the run's parent does: a zombie still counts
+	for _, cmd := range cmds {
+		reaped.Go(func() { _ = cmd.Wait() })
+	}
+	time.Sleep(300 * time.Millisecond) // the stopper is in its loop
+	e := &Executor{}
+	err := e.killAndWait(uid, 5*time.Second)
+	if err != nil {
+		_ = killUID(uid)
+	}
+	reaped.Wait()
+	if err != nil {
+		t.Fatalf("killing a uid whose process stops its killers: %v", err)
+	}
+	// The executor (this test binary) was not stopped: its threads all run on.
+	if state := procState(t, os.Getpid()); state == "T" {
+		t.Fatal("the executor was stopped")
+	}
+}
+
+// procState is the state letter of process pid (/proc/pid/stat): "T" when stopped.
+func procState(t *testing.T, pid int) string {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(raw)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[0]
 }

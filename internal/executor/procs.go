@@ -9,26 +9,38 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
 )
 
-// asUID runs fn on a thread that has become uid, and only that thread: it is the way the
-// executor, which lacks CAP_IPC_OWNER and must not signal by pid (pids race with exits), acts
-// on everything a uid owns. The thread is locked and never unlocked, so Go terminates it when
-// the goroutine returns and its lowered credentials never run other code.
+// killerUID is the real and saved uid of the thread that acts as a slot's uid (asUID): no
+// process ever runs as it, so no run's process may signal or trace that thread (the kernel
+// lets a process signal one whose real or saved uid is its own real or effective uid, and
+// trace one whose three uids are its own), and kill(-1) from it reaches no other process
+// than the slot uid's. Within 16 bits, for boxes in a user namespace of 65536 ids, and apart
+// from nobody (65534), which the dependency checker runs as.
+const killerUID = 65533
+
+// asUID runs fn on a thread whose effective uid (and file-system uid) is uid, and whose real
+// and saved uid are killerUID: it is the way the executor, which lacks CAP_IPC_OWNER and must
+// not signal by pid (pids race with exits), acts on everything a uid owns. The uids leave the
+// thread no capability. The thread is locked and never unlocked, so Go terminates it when the
+// goroutine returns and its lowered credentials never run other code.
+//
+// Its real uid is not uid: a thread whose real uid was the slot's (as the executor's kill
+// thread once had, and then a kill helper process started as the uid) could be stopped by the
+// run's processes, and a SIGSTOP to one thread acts on the whole executor; the helper was
+// stopped before it killed, and a run's processes outlived every kill (trials, December 2026).
 func asUID(uid int, fn func() error) error {
-	if uid <= 0 {
+	if uid <= 0 || uid == killerUID {
 		return fmt.Errorf("refusing to act as uid %d", uid)
 	}
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		// A raw syscall changes only this thread (syscall.Setresuid would change all threads).
-		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
+		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, killerUID, uintptr(uid), killerUID); e != 0 {
 			errc <- fmt.Errorf("becoming uid %d: %w", uid, e)
 			return
 		}
@@ -37,121 +49,13 @@ func asUID(uid int, fn func() error) error {
 	return <-errc
 }
 
-// killHelperName is the kill helper's argv[0]: killUID starts the executor's own binary under
-// that name, as the uid whose processes it kills, and this package's init makes the process
-// the helper before anything else runs (in any binary that holds the executor: the
-// executor's, or a test's).
-const killHelperName = "sandpit-kill-uid"
-
-func init() {
-	if len(os.Args) == 1 && os.Args[0] == killHelperName {
-		os.Exit(killHelperMain())
-	}
-}
-
-// killHelperMain is the kill helper: it sends SIGKILL to every process it may signal (its own
-// uid's, all but itself) and returns the exit status: 0 when done (or there was none), 1 on
-// an error.
-func killHelperMain() int {
-	if err := syscall.Kill(-1, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return 1
-	}
-	return 0
-}
-
-// uidLocks holds a lock for each uid (its zero value is ready to use).
-type uidLocks struct {
-	mu sync.Mutex
-	m  map[int]*sync.Mutex
-}
-
-// lock locks uid's lock and returns its unlock.
-func (l *uidLocks) lock(uid int) func() {
-	m := l.of(uid)
-	m.Lock()
-	return m.Unlock
-}
-
-// tryLock locks uid's lock when it is free, and returns its unlock and true; else false.
-func (l *uidLocks) tryLock(uid int) (func(), bool) {
-	m := l.of(uid)
-	if !m.TryLock() {
-		return nil, false
-	}
-	return m.Unlock, true
-}
-
-func (l *uidLocks) of(uid int) *sync.Mutex {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.m == nil {
-		l.m = map[int]*sync.Mutex{}
-	}
-	m := l.m[uid]
-	if m == nil {
-		m = &sync.Mutex{}
-		l.m[uid] = m
-	}
-	return m
-}
-
-// killHelperWait is how long killUID waits for its helper: a run's process can stop it
-// (SIGSTOP), being of its uid, and it is then killed and the kill reported as failed, for the
-// caller to try again.
-const killHelperWait = 2 * time.Second
-
 // killUID sends SIGKILL to every process whose real or saved uid is uid, in one atomic step.
 //
 // It is the technique of isolate: as uid, kill(-1, SIGKILL) reaches every process that uid may
-// signal, under the kernel's task-list lock, so a fork bomb cannot outrun it. It is done by a
-// helper process forked from the executor's binary and started as uid (killHelperName), never by
-// a thread of the executor: a thread that became uid could be signalled by the very processes
-// it is about to kill, and a signal to one thread (a SIGSTOP, a SIGKILL) acts on the whole
-// executor. Only when the helper cannot be started (no binary, the box's process limit
-// reached) does a thread of the executor do it (asUID), so that a fork storm is still stopped.
-//
-// One helper of a uid runs at a time (kills): a helper is of the uid, so a second one's
-// kill(-1) killed the first before it had killed ("died of signal 9"), when a run's timeout
-// and its wait both killed (trial, 2 December 2026). killUID waits for the helper running;
-// tryKillUID, for callers that kill again until none is left, leaves the kill to it.
-func (e *Executor) killUID(uid int) error {
-	if uid <= 0 {
-		return fmt.Errorf("refusing to act as uid %d", uid)
-	}
-	defer e.kills.lock(uid)()
-	return killAsUID(uid)
-}
-
-// tryKillUID is killUID unless a helper of uid is running: then it returns nil at once, and
-// the caller, which counts uid's processes and kills again, finds them gone or tries again.
-// Waiting behind each other's helpers, kills added up (a helper of a large binary takes a
-// second to start).
-func (e *Executor) tryKillUID(uid int) error {
-	if uid <= 0 {
-		return fmt.Errorf("refusing to act as uid %d", uid)
-	}
-	unlock, ok := e.kills.tryLock(uid)
-	if !ok {
-		return nil
-	}
-	defer unlock()
-	return killAsUID(uid)
-}
-
-// killAsUID is killUID's work, with no other helper of uid running.
-func killAsUID(uid int) error {
-	// The executor's own binary, through the link that needs no search permission on its
-	// directory (a test binary's is private to root).
-	const self = "/proc/self/exe"
-	pid, err := syscall.ForkExec(self, []string{killHelperName}, &syscall.ProcAttr{
-		Env: []string{},
-		Sys: &syscall.SysProcAttr{
-			Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}},
-		},
-	})
-	if err == nil {
-		return waitKillHelper(pid, uid)
-	}
+// signal, under the kernel's task-list lock, so a fork bomb cannot outrun it; and it needs no
+// new process, which a fork bomb at the box's process limit would deny. The executor's
+// threads are one thread group, which kill(-1) skips, and its other threads are root's.
+func killUID(uid int) error {
 	return asUID(uid, func() error {
 		err := syscall.Kill(-1, syscall.SIGKILL)
 		if errors.Is(err, syscall.ESRCH) {
@@ -159,44 +63,6 @@ func killAsUID(uid int) error {
 		}
 		return err
 	})
-}
-
-// waitKillHelper waits for the kill helper pid (of uid) to exit, killing it after
-// killHelperWait, and says whether it did its work.
-func waitKillHelper(pid, uid int) error {
-	done := make(chan struct{})
-	var timedOut atomic.Bool
-	timer := time.AfterFunc(killHelperWait, func() {
-		select {
-		case <-done:
-		default:
-			timedOut.Store(true)
-			_ = syscall.Kill(pid, syscall.SIGKILL) // still our child: no other process has pid
-		}
-	})
-	defer timer.Stop()
-	var ws syscall.WaitStatus
-	var err error
-	for {
-		_, err = syscall.Wait4(pid, &ws, 0, nil)
-		if !errors.Is(err, syscall.EINTR) {
-			break
-		}
-	}
-	close(done)
-	switch {
-	case err != nil:
-		return fmt.Errorf("waiting for the kill helper of uid %d: %w", uid, err)
-	case ws.Exited() && ws.ExitStatus() == 0:
-		return nil
-	case ws.Signaled() && timedOut.Load():
-		return fmt.Errorf("the kill helper of uid %d did not finish within %s", uid, killHelperWait)
-	case ws.Signaled():
-		// Another's signal: under a memory limit, the kernel's OOM killer.
-		return fmt.Errorf("the kill helper of uid %d died of signal %d (%v) before it killed", uid, int(ws.Signal()), ws.Signal())
-	default:
-		return fmt.Errorf("the kill helper of uid %d failed (exit status %d)", uid, ws.ExitStatus())
-	}
 }
 
 // killAndWait kills every process of uid until none is left, zombies included (they still
@@ -212,7 +78,7 @@ func (e *Executor) killAndWait(uid int, timeout time.Duration) error {
 			return nil
 		}
 		// A failed kill (a helper the run stopped) is tried again until the deadline.
-		killErr = e.tryKillUID(uid)
+		killErr = killUID(uid)
 		if time.Now().After(deadline) {
 			return errors.Join(fmt.Errorf("%d processes of uid %d still alive after %s", n, uid, timeout), killErr)
 		}

@@ -135,7 +135,7 @@ func (r *run) stop(reason stopReason) {
 		return
 	}
 	if started {
-		if err := r.e.killUID(r.uid); err != nil {
+		if err := killUID(r.uid); err != nil {
 			r.e.log.Error("killing run", "id", r.id, "error", err)
 		}
 	}
@@ -291,7 +291,7 @@ func (r *run) wait(proc process) (exit, error) {
 		case x := <-done:
 			return x.exit, x.err
 		case <-tick.C:
-			if err := r.e.tryKillUID(r.uid); err != nil {
+			if err := killUID(r.uid); err != nil {
 				r.e.log.Error("killing run", "id", r.id, "error", err)
 			}
 		}
