@@ -142,6 +142,45 @@ func (s *Suite) TestH7HiddenForkBombEndsAndLeavesNothing(t *testing.T) {
 	s.forkBomb(t, "import ctypes, os\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\nwhile True: os.fork()")
 }
 
+// TestH44ProcessThatStopsItsUIDIsKilled: H44, a run's process that keeps stopping every
+// process and thread it may signal (kill(-1, SIGSTOP), and each thread by its id) does not
+// outlive the run's timeout: the executor's kill is nothing the run may signal.
+func (s *Suite) TestH44ProcessThatStopsItsUIDIsKilled(t *testing.T) {
+	res := Exec(t, s.rt, 0, Spec(stopper, 3*time.Second), nil)
+	expect(t, res, sandbox.OutcomeTimeout)
+	res = Exec(t, s.rt, 0, Spec(countOwnProcesses, 10*time.Second), nil)
+	expect(t, res, sandbox.OutcomeOK)
+	if res.Stdout != "1\n" {
+		t.Fatalf("processes of the slot's uid after the stopper: %q, want 1 (the counter itself)", res.Stdout)
+	}
+	s.nextRunOK(t)
+}
+
+// stopper starts a process that stops, in a loop, every process and thread of the run's uid
+// but itself, and waits.
+const stopper = `import subprocess, sys, time
+subprocess.Popen([sys.executable, '-c', """
+import os, signal
+me = os.getpid()
+while True:
+    for _ in range(200):
+        try:
+            os.kill(-1, signal.SIGSTOP)
+        except OSError:
+            pass
+    for pid in os.listdir('/proc'):
+        if pid.isdigit() and int(pid) != me:
+            try:
+                for tid in os.listdir('/proc/%s/task' % pid):
+                    try:
+                        os.kill(int(tid), signal.SIGSTOP)
+                    except OSError:
+                        pass
+            except OSError:
+                pass
+"""])
+time.sleep(60)`
+
 // forkBomb runs bomb in slot 0 and checks that it ended (not ok, not sandbox_error) and that
 // no process of the slot's uid is left.
 func (s *Suite) forkBomb(t *testing.T, bomb string) {
