@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -87,20 +89,38 @@ func (o *options) sessionKillCommand() *cobra.Command {
 }
 
 func (o *options) sessionWaitCommand() *cobra.Command {
-	var f daemonFlags
+	var (
+		f       daemonFlags
+		timeout time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "wait ID PROCESS",
 		Short: "Wait until a session's command has ended, and exit with its status",
 		Long: `Wait until command PROCESS of session ID has ended (one started with session exec
 --background), print how it ended, and exit with its exit status (128 and the signal's number
-when a signal ended it), as session exec does.`,
+when a signal ended it), as session exec does. With --timeout, stop waiting after that long
+and exit 124, as timeout(1) does; the command runs on.`,
 		Args: withProcessID(exactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if timeout < 0 {
+				return usageErrorf("--timeout %s: give a positive duration, or 0 to wait as long as the command runs", timeout)
+			}
 			c, err := o.daemon(cmd, f)
 			if err != nil {
 				return err
 			}
-			p, err := c.WaitProcess(cmd.Context(), f.agent, args[0], args[1])
+			ctx := cmd.Context()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			p, err := c.WaitProcess(ctx, f.agent, args[0], args[1])
+			if err != nil && timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) && cmd.Context().Err() == nil {
+				fmt.Fprintf(o.env.Stderr, "sandpit: command %s of session %s still runs after --timeout %s (sandpit session kill %s %s ends it)\n",
+					args[1], args[0], timeout, args[0], args[1])
+				return &reportedError{res: &apitype.Result{Outcome: apitype.OutcomeTimeout}}
+			}
 			if err != nil {
 				return err
 			}
@@ -123,5 +143,6 @@ when a signal ended it), as session exec does.`,
 		},
 	}
 	f.register(cmd.Flags(), true)
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "stop waiting after this long and exit 124 (the command runs on); 0 waits as long as it runs")
 	return cmd
 }

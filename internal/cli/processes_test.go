@@ -4,8 +4,10 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestSessionProcessCommands: a background command's pr_ ID can be listed, signalled and
@@ -57,5 +59,37 @@ func TestSessionProcessCommands(t *testing.T) {
 	}
 	if code, _, errOut := run("session", "kill", s, "../x"); code != exitUsage || !strings.Contains(errOut, "is not a process ID") {
 		t.Fatalf("session kill of no process ID: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestSessionWaitTimeout: session wait --timeout stops waiting for a command that runs on and
+// exits 124, as timeout(1); a negative one is refused before any request.
+func TestSessionWaitTimeout(t *testing.T) {
+	s, p := "se_"+strings.Repeat("a", 26), "pr_"+strings.Repeat("b", 26)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/wait") {
+			<-r.Context().Done() // the command never ends
+			return
+		}
+		_, _ = io.WriteString(w, `{"status": "ok"}`)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	run := func(args ...string) (int, string) {
+		var stdout, stderr strings.Builder
+		code := Main(context.Background(), append(args, "--url", srv.URL), Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+			Lookup: func(k string) (string, bool) { return dir, k == "SANDPIT_DATA_DIR" }})
+		return code, stderr.String()
+	}
+	start := time.Now()
+	code, errOut := run("session", "wait", s, p, "--timeout", "200ms")
+	if code != exitTimeout || !strings.Contains(errOut, "still runs after --timeout 200ms") || !strings.Contains(errOut, "sandpit session kill "+s+" "+p) {
+		t.Fatalf("session wait --timeout 200ms: exit %d, stderr %q; want 124 and how to end it", code, errOut)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("session wait --timeout 200ms returned after %s", d)
+	}
+	if code, errOut := run("session", "wait", s, p, "--timeout", "-1s"); code != exitUsage || !strings.Contains(errOut, "--timeout -1s") {
+		t.Fatalf("session wait --timeout -1s: exit %d, stderr %q", code, errOut)
 	}
 }
