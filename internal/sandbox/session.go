@@ -188,7 +188,8 @@ func (e *SessionLimitError) Is(target error) bool { return target == errclass.Bu
 
 func (e *SessionLimitError) Error() string {
 	if e.PerAgent {
-		return fmt.Sprintf("agent %q has %d active sessions, its limit (sessions_per_agent); close one (DELETE …/sessions/{id}) or let one expire", e.Agent, e.Limit)
+		return fmt.Sprintf("agent %q has %d active sessions, its limit (sessions_per_agent); close one (DELETE …/sessions/{id}), "+
+			"hibernate one (POST …/sessions/{id}/hibernate: it keeps its state without a sandbox) or let one expire", e.Agent, e.Limit)
 	}
 	if e.Limit == 0 {
 		return "sessions are off on this daemon (sessions_max is 0)"
