@@ -32,8 +32,16 @@ func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 func testConfig(t testing.TB) config.Config {
 	t.Helper()
+	return testConfigAt(t, t.TempDir())
+}
+
+// testConfigAt is testConfig on data directory dir; the containers and volumes of dir are
+// removed when the test ends (the E2B tests set DataDir after testConfig, and their
+// containers outlived CI's tests).
+func testConfigAt(t testing.TB, dir string) config.Config {
+	t.Helper()
 	cfg := config.Default()
-	cfg.DataDir = t.TempDir()
+	cfg.DataDir = dir
 	cfg.BaseImage = testenv.BaseImage(t)
 	cfg.ExecutorPath = testenv.Executor(t)
 	cfg.Listen = "127.0.0.1:0"

@@ -17,14 +17,10 @@ import (
 // agents, each with a key of its own.
 func e2bDaemon(t *testing.T, agents ...string) map[string]*e2bclient.Client {
 	t.Helper()
-	dir := t.TempDir()
 	dcfg := testConfig(t)
-	dcfg.DataDir = dir
 	dcfg.Slots, dcfg.ForkServer, dcfg.E2BPool = 1, false, 1
 	base, _ := startDaemon(t, dcfg)
-	cfg := testConfig(t)
-	cfg.DataDir = dir
-	st, err := app.OpenKeys(t.Context(), cfg, testenv.Logger())
+	st, err := app.OpenKeys(t.Context(), dcfg, testenv.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}

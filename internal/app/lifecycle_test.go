@@ -22,7 +22,6 @@ import (
 // auto_resume, another agent's 404, a fork's files, /v1/limits' counts.
 func TestSessionLifecycleREST(t *testing.T) {
 	dir := t.TempDir()
-	testenv.RemoveContainers(t, dir)
 	url, _ := sessionDaemon(t, dir)
 	base := url + "/v1/agents/alice/sessions/"
 	create := func(body string) sandbox.SessionInfo {

@@ -64,8 +64,7 @@ func cliAt(url string) func(args ...string) (int, string, string) {
 // test ends) and returns its URL.
 func sessionDaemon(t *testing.T, dataDir string) (string, func()) {
 	t.Helper()
-	cfg := testConfig(t)
-	cfg.DataDir = dataDir
+	cfg := testConfigAt(t, dataDir)
 	cfg.Slots, cfg.ForkServer = 1, false
 	return startDaemon(t, cfg)
 }
@@ -74,7 +73,6 @@ func sessionDaemon(t *testing.T, dataDir string) (string, func()) {
 // (JSON and NDJSON), listed, in the ledger, closed (410 afterwards), and ended by a restart.
 func TestSessionsREST(t *testing.T) {
 	dir := t.TempDir()
-	testenv.RemoveContainers(t, dir)
 	url, stop := sessionDaemon(t, dir)
 
 	status, body := httpCall(t, "GET", url+"/v1/limits", "")

@@ -12,7 +12,6 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/cli"
-	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 // waltSession starts a session daemon on a fresh data directory and creates a session of
@@ -21,7 +20,6 @@ import (
 func waltSession(t *testing.T) (url string, s apitype.Session, base string) {
 	t.Helper()
 	dir := t.TempDir()
-	testenv.RemoveContainers(t, dir)
 	url, _ = sessionDaemon(t, dir)
 	status, body := httpCall(t, "POST", url+"/v1/agents/walt/sessions", "")
 	if status != 201 || json.Unmarshal(body, &s) != nil {
