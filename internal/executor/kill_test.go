@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox/sandboxtest"
 )
 
 // threadUIDs returns the real uids of this process's threads (/proc/self/task/*/status).
@@ -124,28 +126,6 @@ func TestConcurrentKillsOfOneUID(t *testing.T) {
 	}
 }
 
-// stopperProgram is a run's process that stops, as fast as it can, every process its uid may
-// signal (kill(-1, SIGSTOP): a kill helper of its uid among them) and every thread of every
-// process by its thread id.
-const stopperProgram = `
-import os, signal
-while True:
-    try:
-        os.kill(-1, signal.SIGSTOP)
-    except OSError:
-        pass
-    for pid in os.listdir('/proc'):
-        if pid.isdigit() and int(pid) != os.getpid():
-            try:
-                for tid in os.listdir('/proc/%s/task' % pid):
-                    try:
-                        os.kill(int(tid), signal.SIGSTOP)
-                    except OSError:
-                        pass
-            except OSError:
-                pass
-`
-
 // TestKillUIDOutlastsAStopper: a run's process that stopped every process of its uid stopped
 // each kill helper (of its uid) before it killed, and the run's processes outlived every kill
 // ("did not finish within 2s", trial, 2 December 2026). The kill is now made by a thread
@@ -156,7 +136,7 @@ func TestKillUIDOutlastsAStopper(t *testing.T) {
 	}
 	const uid = 64126
 	var cmds []*exec.Cmd
-	for _, argv := range [][]string{{"/usr/bin/python3", "-c", stopperProgram}, {"sleep", "60"}} {
+	for _, argv := range [][]string{{"/usr/bin/python3", "-c", sandboxtest.Stopper}, {"sleep", "60"}} {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
 		if err := cmd.Start(); err != nil {

@@ -5,6 +5,7 @@ package sandboxtest
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -156,11 +157,9 @@ func (s *Suite) TestH44ProcessThatStopsItsUIDIsKilled(t *testing.T) {
 	s.nextRunOK(t)
 }
 
-// stopper starts a process that stops, in a loop, every process and thread of the run's uid
-// but itself, and waits.
-const stopper = `import subprocess, sys, time
-subprocess.Popen([sys.executable, '-c', """
-import os, signal
+// Stopper is a Python program that stops, in a loop, every process and thread it may signal
+// but itself: kill(-1, SIGSTOP), then each thread by its id (H44).
+const Stopper = `import os, signal
 me = os.getpid()
 while True:
     for _ in range(200):
@@ -178,8 +177,10 @@ while True:
                         pass
             except OSError:
                 pass
-"""])
-time.sleep(60)`
+`
+
+// stopper starts Stopper as a process of the run, and waits.
+var stopper = "import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', " + strconv.Quote(Stopper) + "])\ntime.sleep(60)"
 
 // forkBomb runs bomb in slot 0 and checks that it ended (not ok, not sandbox_error) and that
 // no process of the slot's uid is left.
