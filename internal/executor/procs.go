@@ -77,7 +77,7 @@ func (e *Executor) killAndWait(uid int, timeout time.Duration) error {
 		if n == 0 {
 			return nil
 		}
-		// A failed kill (a helper the run stopped) is tried again until the deadline.
+		// A failed kill is tried again until the deadline.
 		killErr = killUID(uid)
 		if time.Now().After(deadline) {
 			return errors.Join(fmt.Errorf("%d processes of uid %d still alive after %s", n, uid, timeout), killErr)
