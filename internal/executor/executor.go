@@ -170,6 +170,10 @@ func Serve(ctx context.Context, conn *protocol.Conn, cfg Config, log *slog.Logge
 	if cfg.UIDBase <= 0 || cfg.Slots <= 0 {
 		return fmt.Errorf("executor: invalid config: uid base %d, %d slots", cfg.UIDBase, cfg.Slots)
 	}
+	if cfg.UIDBase <= killerUID && killerUID < cfg.UIDBase+cfg.Slots {
+		return fmt.Errorf("executor: invalid config: the slots' uids %d to %d take in %d, the uid of the executor's kill thread",
+			cfg.UIDBase, cfg.UIDBase+cfg.Slots-1, killerUID)
+	}
 	e := &Executor{cfg: cfg, conn: conn, log: log, runs: map[string]*run{}, busy: map[int]bool{},
 		installs: map[string]context.CancelFunc{}, next: map[int]*nextProgram{}, interps: map[int]*interp{},
 		procs: map[string]*proc{}, homesReady: map[int]bool{}, ipcListed: ipcListed()}
