@@ -173,3 +173,14 @@ func procState(t *testing.T, pid int) string {
 	s := string(raw)
 	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[0]
 }
+
+// TestServeRefusesSlotsOnTheKillersUID: a slot whose uid is the kill thread's could not be
+// killed (asUID refuses it), so such a layout is refused at start.
+func TestServeRefusesSlotsOnTheKillersUID(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.UIDBase, cfg.Slots = killerUID-2, 4
+	err := Serve(t.Context(), nil, cfg, nil)
+	if err == nil || !strings.Contains(err.Error(), "the uid of the executor's kill thread") {
+		t.Fatalf("slots over uid %d: %v", killerUID, err)
+	}
+}
