@@ -381,7 +381,7 @@ func (e *Core) Handler(cfg config.Config, log *slog.Logger) http.Handler {
 // engine to adopt, and the database and data directory are released.
 func (e *Core) Close() error {
 	e.E2B.Close() // its sandboxes' timers; the sandboxes are sessions, below
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), sessionsStopGrace)
 	e.Sessions.Shutdown(ctx) // sessions hibernate (session_hibernate_on_stop) or end; their containers go
 	cancel()
 	err := e.Runtime.Close()
@@ -599,7 +599,12 @@ func shutdown(srv *http.Server, eng *Core, bgDone <-chan struct{}, log *slog.Log
 	}
 	log.Warn("in-flight executions did not finish in time; interrupting them", "error", err)
 	eng.Service.Interrupt()
-	eng.Sessions.Shutdown(shutdownCtx)
+	// Not shutdownCtx, which has passed: the sessions' hibernation failed at once with it, and
+	// every session of every agent was ended without its files when one request outlasted the
+	// grace (trial, 2 December 2026).
+	sessionsCtx, cancelSessions := context.WithTimeout(context.Background(), sessionsStopGrace)
+	eng.Sessions.Shutdown(sessionsCtx)
+	cancelSessions()
 	answerCtx, cancelAnswer := context.WithTimeout(context.Background(), answerGrace)
 	defer cancelAnswer()
 	if err := errors.Join(srv.Shutdown(answerCtx), waitFor(answerCtx, bgDone)); err != nil {
@@ -642,6 +647,9 @@ func waitFor(ctx context.Context, done <-chan struct{}) error {
 		return fmt.Errorf("job runs still going: %w", ctx.Err())
 	}
 }
+
+// sessionsStopGrace is how long the sessions get to hibernate as the engine stops.
+const sessionsStopGrace = time.Minute
 
 // answerGrace is how long interrupted executions get to write their results.
 const answerGrace = 5 * time.Second

@@ -198,3 +198,44 @@ func TestSessionsDaemonKilled(t *testing.T) {
 		t.Fatalf("hibernation files left over: %v", entries)
 	}
 }
+
+// TestSessionsHibernateWhenAStopOutlastsARun: a daemon stopped while another agent's run went
+// on past ShutdownGrace ended every session without its files (their hibernation was given the
+// grace's context, already over: trial, 2 December 2026). The session hibernates, and resumes
+// with its file after the restart.
+func TestSessionsHibernateWhenAStopOutlastsARun(t *testing.T) {
+	dir := t.TempDir()
+	url, stop := sessionDaemon(t, dir)
+	status, b := httpCall(t, "POST", url+"/v1/agents/alice/sessions", `{}`)
+	var s sandbox.SessionInfo
+	if status != 201 || json.Unmarshal(b, &s) != nil {
+		t.Fatalf("create: %d %s", status, b)
+	}
+	base := url + "/v1/agents/alice/sessions/" + s.ID
+	if status, b := httpCall(t, "POST", base+"/executions", `{"code": "open('keep.txt', 'w').write('alice data')"}`); status != 200 {
+		t.Fatalf("call: %d %s", status, b)
+	}
+	long := make(chan struct{})
+	go func() {
+		defer close(long)
+		status, b := httpCall(t, "POST", url+"/v1/executions", `{"agent": "mallory", "code": "import time; time.sleep(100)", "timeout_ms": 60000}`)
+		if !bytes.Contains(b, []byte("shutting down")) {
+			t.Errorf("the long run: %d %s, want it interrupted by the stop", status, b)
+		}
+	}()
+	time.Sleep(2 * time.Second) // the run is going
+	stop()
+	<-long
+
+	url, _ = sessionDaemon(t, dir)
+	base = url + "/v1/agents/alice/sessions/" + s.ID
+	if status, b := httpCall(t, "GET", base, ""); status != 200 || !bytes.Contains(b, []byte(`"state":"hibernated"`)) {
+		t.Fatalf("the session after the stop: %d %s", status, b)
+	}
+	if status, b := httpCall(t, "POST", base+"/resume", ""); status != 200 {
+		t.Fatalf("resume: %d %s", status, b)
+	}
+	if status, b := httpCall(t, "POST", base+"/executions", `{"code": "print(open('keep.txt').read())"}`); status != 200 || !bytes.Contains(b, []byte(`"stdout":"alice data\n"`)) {
+		t.Fatalf("the file after the resume: %d %s", status, b)
+	}
+}
