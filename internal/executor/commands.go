@@ -322,8 +322,14 @@ func (p *proc) feed(data []byte, closeAfter bool) {
 	}
 }
 
+// stdinWait is how long a write to a command's stdin waits for the command to read it: a
+// command that never read held the write, and every later input call, for good, with the
+// data in the daemon's and the box's memory (trial, 2 December 2026).
+const stdinWait = 10 * time.Second
+
 // input writes data to the command's stdin (its terminal), then closes it when closeIn is set
-// (a terminal gets end-of-file, ^D, instead).
+// (a terminal gets end-of-file, ^D, instead). A write the command has not taken within
+// stdinWait fails (errclass.Conflict), saying how much it took.
 func (p *proc) input(data []byte, closeIn bool) error {
 	p.inputMu.Lock()
 	defer p.inputMu.Unlock()
@@ -334,7 +340,15 @@ func (p *proc) input(data []byte, closeIn bool) error {
 		return fileErr(errclass.Conflict, "process %s's stdin is closed", p.id)
 	}
 	if len(data) > 0 {
-		if _, err := p.stdin.Write(data); err != nil {
+		// A terminal may have no deadline (gVisor's master is not pollable): it waits as before.
+		_ = p.stdin.SetWriteDeadline(time.Now().Add(stdinWait))
+		n, err := p.stdin.Write(data)
+		_ = p.stdin.SetWriteDeadline(time.Time{})
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return fileErr(errclass.Conflict, "process %s did not read its stdin for %s: it took %d of the %d bytes; send the rest once it reads",
+				p.id, stdinWait, n, len(data))
+		}
+		if err != nil {
 			return fileErr(errclass.Conflict, "writing to process %s's stdin: %v", p.id, err)
 		}
 	}

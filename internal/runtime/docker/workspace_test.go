@@ -293,6 +293,22 @@ func workspaceSuite(t *testing.T, e *sessionEnv) {
 		wantClass(t, "an unknown signal", e.m.Signal(ctx, "wanda", id, bg.Process.ID, "SIGFOO"), errclass.Invalid, "SIGFOO")
 	})
 
+	t.Run("stdin of a command that never reads it: the write fails in time, and close still works", func(t *testing.T) {
+		bg := e.run(t, "wanda", id, engine.CommandRequest{Background: true, Cmd: "sleep 1000"})
+		start := time.Now()
+		err := e.m.Input(ctx, "wanda", id, bg.Process.ID, make([]byte, 256<<10), false) // 4 pipes' worth
+		wantClass(t, "a write nobody reads", err, errclass.Conflict, "did not read its stdin")
+		if d := time.Since(start); d > time.Minute {
+			t.Fatalf("the write failed after %s", d)
+		}
+		if err := e.m.Input(ctx, "wanda", id, bg.Process.ID, nil, true); err != nil {
+			t.Fatalf("closing the stdin after it: %v", err)
+		}
+		if err := e.m.Signal(ctx, "wanda", id, bg.Process.ID, "SIGKILL"); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("a terminal: size, resize, input", func(t *testing.T) {
 		p := e.run(t, "wanda", id, engine.CommandRequest{Background: true, Cmd: "bash --norc -i", PTY: &sandbox.TermSize{Rows: 24, Cols: 80}})
 		var mu sync.Mutex
