@@ -322,13 +322,13 @@ func (p *proc) feed(data []byte, closeAfter bool) {
 	}
 }
 
-// stdinWait is how long a write to a command's stdin waits for the command to read it: a
-// command that never read held the write, and every later input call, for good, with the
+// stdinWait is how long a write to a command's stdin waits for the command to read any of it:
+// a command that never read held the write, and every later input call, for good, with the
 // data in the daemon's and the box's memory (trial, 2 December 2026).
 const stdinWait = 10 * time.Second
 
 // input writes data to the command's stdin (its terminal), then closes it when closeIn is set
-// (a terminal gets end-of-file, ^D, instead). A write the command has not taken within
+// (a terminal gets end-of-file, ^D, instead). A write the command takes nothing of for
 // stdinWait fails (errclass.Conflict), saying how much it took.
 func (p *proc) input(data []byte, closeIn bool) error {
 	p.inputMu.Lock()
@@ -341,13 +341,26 @@ func (p *proc) input(data []byte, closeIn bool) error {
 	}
 	if len(data) > 0 {
 		// A terminal may have no deadline (gVisor's master is not pollable): it waits as before.
-		_ = p.stdin.SetWriteDeadline(time.Now().Add(stdinWait))
-		n, err := p.stdin.Write(data)
-		_ = p.stdin.SetWriteDeadline(time.Time{})
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return fileErr(errclass.Conflict, "process %s did not read its stdin for %s: it took %d of the %d bytes; send the rest once it reads",
-				p.id, stdinWait, n, len(data))
+		var err error
+		for took := 0; took < len(data); {
+			_ = p.stdin.SetWriteDeadline(time.Now().Add(stdinWait))
+			var n int
+			n, err = p.stdin.Write(data[took:])
+			took += n
+			if errors.Is(err, os.ErrDeadlineExceeded) && n > 0 {
+				err = nil // a slow reader, still reading
+				continue
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				_ = p.stdin.SetWriteDeadline(time.Time{})
+				return fileErr(errclass.Conflict, "process %s did not read its stdin for %s: it took %d of the %d bytes; send the rest once it reads",
+					p.id, stdinWait, took, len(data))
+			}
+			if err != nil {
+				break
+			}
 		}
+		_ = p.stdin.SetWriteDeadline(time.Time{})
 		if err != nil {
 			return fileErr(errclass.Conflict, "writing to process %s's stdin: %v", p.id, err)
 		}
