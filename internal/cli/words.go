@@ -20,7 +20,7 @@ var restAdvice = []struct {
 	{regexp.MustCompile(`\(GET /v1/limits lists the limits; `), "("},
 	// A session's lifecycle (a trial was told to POST to resume from the command line).
 	{regexp.MustCompile(`\(POST /v1/agents/([^/\s]+)/sessions/([^/\s]+)/(resume|pause)\)`), "(sandpit session $3 --agent $1 $2)"},
-	{regexp.MustCompile(`\(POST …/sessions/\{id\}/hibernate\)`), "(sandpit session hibernate ID)"},
+	{regexp.MustCompile(`\(POST …/sessions/\{id\}/hibernate(\)|: )`), "(sandpit session hibernate ID$1"},
 	{regexp.MustCompile(`create sessions with "auto_resume": true`), "create sessions with --auto-resume"},
 	// A session's commands: session ps lists them.
 	{regexp.MustCompile(`GET …/sessions/(se_[a-z2-7]+)/processes lists them`), "sandpit session ps $1 lists them"},

@@ -12,6 +12,7 @@ import (
 func TestInCommandWords(t *testing.T) {
 	for _, c := range []struct{ daemon, want string }{
 		{(&sandbox.SessionLimitError{Agent: "a", Limit: 2, PerAgent: true}).Error(), "close one (sandpit session rm ID)"},
+		{(&sandbox.SessionLimitError{Agent: "a", Limit: 2, PerAgent: true}).Error(), "hibernate one (sandpit session hibernate ID: it keeps its state"},
 		// A trial's `session run` without the --agent it made the session with was told to start a
 		// new session, losing its state.
 		{`session not found: agent "a" has no session "se_1" (each agent sees only its own sessions: name the agent it was created for); POST /v1/agents/a/sessions creates a new one`,
