@@ -12,6 +12,8 @@ var restAdvice = []struct {
 	{regexp.MustCompile(`POST /v1/agents/[^/\s]+/sessions creates a new one`), "create_session starts a new one"},
 	{regexp.MustCompile(`name the agent it was created for`), "connect as the agent it was created for"},
 	{regexp.MustCompile(`DELETE …/sessions/\{id\}`), "close_session"},
+	// No tool hibernates a session: the session limit's advice to do so is left out.
+	{regexp.MustCompile(`, hibernate one \(POST …/sessions/\{id\}/hibernate: [^)]*\)`), ""},
 	{regexp.MustCompile(`\(POST …/sessions\)`), "(create_session's dependencies)"},
 	{regexp.MustCompile(`\(DELETE /v1/agents/[^/\s]+/jobs/\{id\}, or sandpit job rm\)`), "(delete_code_job)"},
 	{regexp.MustCompile(`GET /v1/executions/(\S+) lists its files under "files"`), "get_execution of $1 lists them under \"files\""},
