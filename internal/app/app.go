@@ -381,9 +381,7 @@ func (e *Core) Handler(cfg config.Config, log *slog.Logger) http.Handler {
 // engine to adopt, and the database and data directory are released.
 func (e *Core) Close() error {
 	e.E2B.Close() // its sandboxes' timers; the sandboxes are sessions, below
-	ctx, cancel := context.WithTimeout(context.Background(), sessionsStopGrace)
-	e.Sessions.Shutdown(ctx) // sessions hibernate (session_hibernate_on_stop) or end; their containers go
-	cancel()
+	e.stopSessions()
 	err := e.Runtime.Close()
 	if e.api != nil {
 		e.api.Close()
@@ -599,12 +597,10 @@ func shutdown(srv *http.Server, eng *Core, bgDone <-chan struct{}, log *slog.Log
 	}
 	log.Warn("in-flight executions did not finish in time; interrupting them", "error", err)
 	eng.Service.Interrupt()
-	// Not shutdownCtx, which has passed: the sessions' hibernation failed at once with it, and
-	// every session of every agent was ended without its files when one request outlasted the
-	// grace (trial, 2 December 2026).
-	sessionsCtx, cancelSessions := context.WithTimeout(context.Background(), sessionsStopGrace)
-	eng.Sessions.Shutdown(sessionsCtx)
-	cancelSessions()
+	// Not with shutdownCtx, which has passed: the sessions' hibernation failed at once with it,
+	// and every session of every agent was ended without its files when one request outlasted
+	// the grace (trial, 2 December 2026).
+	eng.stopSessions()
 	answerCtx, cancelAnswer := context.WithTimeout(context.Background(), answerGrace)
 	defer cancelAnswer()
 	if err := errors.Join(srv.Shutdown(answerCtx), waitFor(answerCtx, bgDone)); err != nil {
@@ -650,6 +646,14 @@ func waitFor(ctx context.Context, done <-chan struct{}) error {
 
 // sessionsStopGrace is how long the sessions get to hibernate as the engine stops.
 const sessionsStopGrace = time.Minute
+
+// stopSessions hibernates the sessions (session_hibernate_on_stop) or ends them, within
+// sessionsStopGrace of its own; their containers go.
+func (e *Core) stopSessions() {
+	ctx, cancel := context.WithTimeout(context.Background(), sessionsStopGrace)
+	defer cancel()
+	e.Sessions.Shutdown(ctx)
+}
 
 // answerGrace is how long interrupted executions get to write their results.
 const answerGrace = 5 * time.Second

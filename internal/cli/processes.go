@@ -116,7 +116,7 @@ and exit 124, as timeout(1) does; the command runs on.`,
 				defer cancel()
 			}
 			p, err := c.WaitProcess(ctx, f.agent, args[0], args[1])
-			if err != nil && timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) && cmd.Context().Err() == nil {
+			if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && cmd.Context().Err() == nil { // --timeout passed
 				fmt.Fprintf(o.env.Stderr, "sandpit: command %s of session %s still runs after --timeout %s (sandpit session kill %s %s ends it)\n",
 					args[1], args[0], timeout, args[0], args[1])
 				return &reportedError{res: &apitype.Result{Outcome: apitype.OutcomeTimeout}}

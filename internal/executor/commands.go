@@ -341,28 +341,20 @@ func (p *proc) input(data []byte, closeIn bool) error {
 	}
 	if len(data) > 0 {
 		// A terminal may have no deadline (gVisor's master is not pollable): it waits as before.
-		var err error
+		f := p.stdin
+		defer func() { _ = f.SetWriteDeadline(time.Time{}) }()
 		for took := 0; took < len(data); {
-			_ = p.stdin.SetWriteDeadline(time.Now().Add(stdinWait))
-			var n int
-			n, err = p.stdin.Write(data[took:])
+			_ = f.SetWriteDeadline(time.Now().Add(stdinWait))
+			n, err := f.Write(data[took:])
 			took += n
-			if errors.Is(err, os.ErrDeadlineExceeded) && n > 0 {
-				err = nil // a slow reader, still reading
-				continue
-			}
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				_ = p.stdin.SetWriteDeadline(time.Time{})
+			switch {
+			case err == nil, errors.Is(err, os.ErrDeadlineExceeded) && n > 0: // a slow reader still reads
+			case errors.Is(err, os.ErrDeadlineExceeded):
 				return fileErr(errclass.Conflict, "process %s did not read its stdin for %s: it took %d of the %d bytes; send the rest once it reads",
 					p.id, stdinWait, took, len(data))
+			default:
+				return fileErr(errclass.Conflict, "writing to process %s's stdin: %v", p.id, err)
 			}
-			if err != nil {
-				break
-			}
-		}
-		_ = p.stdin.SetWriteDeadline(time.Time{})
-		if err != nil {
-			return fileErr(errclass.Conflict, "writing to process %s's stdin: %v", p.id, err)
 		}
 	}
 	if closeIn {
