@@ -343,12 +343,16 @@ func (p *proc) input(data []byte, closeIn bool) error {
 		// A terminal may have no deadline (gVisor's master is not pollable): it waits as before.
 		f := p.stdin
 		defer func() { _ = f.SetWriteDeadline(time.Time{}) }()
+		// In writes of PIPE_BUF bytes, which a pipe takes whole or not at all, so that a wait
+		// counts from the command's last read (a write of more was given a new wait for the bytes
+		// the pipe's buffer had taken at once, and failed after 20 s: trial).
+		const pipeBuf = 4096
 		for took := 0; took < len(data); {
 			_ = f.SetWriteDeadline(time.Now().Add(stdinWait))
-			n, err := f.Write(data[took:])
+			n, err := f.Write(data[took:min(took+pipeBuf, len(data))])
 			took += n
 			switch {
-			case err == nil, errors.Is(err, os.ErrDeadlineExceeded) && n > 0: // a slow reader still reads
+			case err == nil:
 			case errors.Is(err, os.ErrDeadlineExceeded):
 				return fileErr(errclass.Conflict, "process %s did not read its stdin for %s: it took %d of the %d bytes; send the rest once it reads",
 					p.id, stdinWait, took, len(data))
