@@ -29,8 +29,8 @@ STAGING_OVERRIDES=${SANDPIT_KUBE_STAGING_OVERRIDES:-k8s.io/endpointslice=v0.32.1
 CACHE_ROOT=${SANDPIT_KUBE_CACHE:-$HOME/.cache/sandpit/kube}
 CACHE=$CACHE_ROOT/$VERSION
 BIN=$CACHE/bin
-# gVisor (RuntimeClass "gvisor", handler runsc): SANDPIT_KUBE_GVISOR=1 builds and registers it.
-# Off by default: the conformance suite under it takes longer than CI can spare (docs/kubernetes.md).
+# gVisor (RuntimeClass "gvisor", handler runsc): SANDPIT_KUBE_GVISOR=1 builds and registers it
+# (.ci/run sets it). Off by default: a cluster started by hand for runc's cases needs none.
 GVISOR=${SANDPIT_KUBE_GVISOR:-0}
 GVISOR_VERSION=${SANDPIT_KUBE_GVISOR_VERSION:-v0.0.0-20260905035102-160fafc42237}
 GVCACHE=$CACHE_ROOT/gvisor/$GVISOR_VERSION

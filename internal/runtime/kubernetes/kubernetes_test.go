@@ -47,13 +47,17 @@ func cluster(t testing.TB) (kubeconfig, containerd string) {
 
 // gvisorClass returns the test cluster's gVisor RuntimeClass (SANDPIT_TEST_KUBE_RUNTIME_CLASS,
 // which scripts/kube-cluster.sh env exports when the cluster has one), skipping the test
-// without it.
+// without it, or failing it when SANDPIT_REQUIRE_KUBE_GVISOR=1 (as CI sets).
 func gvisorClass(t testing.TB) string {
 	t.Helper()
 	class := os.Getenv("SANDPIT_TEST_KUBE_RUNTIME_CLASS")
 	if class == "" {
+		if os.Getenv("SANDPIT_REQUIRE_KUBE_GVISOR") == "1" {
+			t.Fatal("SANDPIT_REQUIRE_KUBE_GVISOR=1 but SANDPIT_TEST_KUBE_RUNTIME_CLASS is unset: " +
+				"build and start the cluster with SANDPIT_KUBE_GVISOR=1 (scripts/kube-cluster.sh build, up) and eval its env")
+		}
 		t.Skip("skipping a gVisor test: the test cluster has no gVisor RuntimeClass (set SANDPIT_TEST_KUBE_RUNTIME_CLASS, " +
-			"as scripts/kube-cluster.sh env does when built with gVisor)")
+			"as scripts/kube-cluster.sh env does when built with gVisor, or SANDPIT_REQUIRE_KUBE_GVISOR=1 to make this a failure)")
 	}
 	return class
 }
