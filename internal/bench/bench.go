@@ -224,6 +224,13 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	if _, rep.Memory.ExecutorPeakRSS, err = in.box.executorMemory(ctx); err != nil {
 		b.say("warning: %v", err)
 	}
+	if opts.Kubernetes != nil {
+		// The Kubernetes daemon starts beside this one, whose print(1) it is timed in turns
+		// with; measureKubernetes stops this one then.
+		if rep.Kubernetes, err = b.measureKubernetes(ctx, in); err != nil {
+			return nil, fmt.Errorf("measuring the daemon with the Kubernetes runtime (%s): %w", opts.Kubernetes.File, err)
+		}
+	}
 	if err := b.stop(ctx, in); err != nil {
 		b.say("warning: %v", err)
 	}
@@ -233,11 +240,6 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 			return nil, fmt.Errorf("measuring the daemon with %s: %w", v.label(), err)
 		}
 		rep.Variants = append(rep.Variants, m)
-	}
-	if opts.Kubernetes != nil {
-		if rep.Kubernetes, err = b.measureKubernetes(ctx); err != nil {
-			return nil, fmt.Errorf("measuring the daemon with the Kubernetes runtime (%s): %w", opts.Kubernetes.File, err)
-		}
 	}
 	rep.Targets = Targets(*rep)
 	return rep, nil

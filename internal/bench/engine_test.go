@@ -214,7 +214,8 @@ func TestBenchAgainstKubernetes(t *testing.T) {
 		l    bench.Latency
 		name string
 		runs int
-	}{{k.RESTPrint, bench.LatencyRESTPrint, 3}, {k.SessionCreate, bench.LatencySessionCreate, 2}, {k.PodReady, bench.LatencyPodReady, 2}} {
+	}{{k.RESTPrint, bench.LatencyRESTPrint, 3}, {k.DockerPrint, bench.LatencyRESTPrint, 3},
+		{k.SessionCreate, bench.LatencySessionCreate, 2}, {k.PodReady, bench.LatencyPodReady, 2}} {
 		if l := c.l; l.Name != c.name || l.Runs != c.runs || !(l.P50MS > 0) || l.P50MS > l.P95MS || l.P95MS > l.P99MS {
 			t.Errorf("kubernetes %s: %+v", c.name, l)
 		}

@@ -11,6 +11,7 @@ func withKubernetes(r Report) Report {
 	r.Latency = append(r.Latency, Latency{Name: LatencySessionCreate, What: "session creation (REST)", Runs: 10, P50MS: 400, P95MS: 450, P99MS: 460, RunsPerSec: 2.5})
 	r.Kubernetes = &Kubernetes{Config: "kube.json", Namespace: "kbench", Image: "sandpit-sandbox:0123", Slots: 1, WarmSessions: 1, ReadySeconds: 4.5,
 		RESTPrint:     Latency{Name: LatencyRESTPrint, Runs: 50, P50MS: 30, P95MS: 45, P99MS: 50},
+		DockerPrint:   Latency{Name: LatencyRESTPrint, Runs: 50, P50MS: 25, P95MS: 36, P99MS: 40},
 		SessionCreate: Latency{Name: LatencySessionCreate, Runs: 10, P50MS: 120, P95MS: 200, P99MS: 210},
 		PodReady:      Latency{Name: LatencyPodReady, Runs: 5, P50MS: 1500, P95MS: 1800, P99MS: 1800}}
 	return r
@@ -20,7 +21,9 @@ func TestTargetsOfKubernetes(t *testing.T) {
 	r := withKubernetes(fixedReport(2))
 	all := Targets(r)
 	got := all[len(all)-2:]
-	if got[0].Name != "kubernetes_print_over_docker" || got[0].Value != 1.25 || got[0].Status != StatusMet { // 30 / 24
+	// The ratio is of the two daemons' print(1) timed in turns (30 / 25), not of the main
+	// daemon's own row (24).
+	if got[0].Name != "kubernetes_print_over_docker" || got[0].Value != 1.2 || got[0].Status != StatusMet {
 		t.Errorf("print ratio: %+v", got[0])
 	}
 	if got[1].Name != "kubernetes_session_create_p50" || got[1].Value != 120 || got[1].Status != StatusNotMet {
@@ -49,17 +52,17 @@ func TestWriteTableOfKubernetes(t *testing.T) {
 	want := `
 runtimes: this daemon (docker) and kubernetes (kube.json, namespace kbench, 1 slot(s), warm_sessions 1, ready in 4.5s)
                                                             runs    p50 ms    p95 ms    p99 ms
-docker     REST print(1), warm container                      50      24.0      30.0      33.3
-kubernetes REST print(1), warm pod                            50      30.0      45.0      50.0
+docker     REST print(1), warm container, in turns            50      25.0      36.0      40.0
+kubernetes REST print(1), warm pod, in turns                  50      30.0      45.0      50.0
 docker     session creation (a container)                     10     400.0     450.0     460.0
 kubernetes session creation from the warm pool                10     120.0     200.0     210.0
 kubernetes slot pod create to its executor answering           5    1500.0    1800.0    1800.0
-kubernetes / docker: REST print(1) p50                     1.25x (p95 1.50x)
+kubernetes / docker: REST print(1) p50                     1.20x (p95 1.25x)
 `
 	if got := buf.String(); !strings.Contains(got, want) {
 		t.Errorf("WriteTable:\n%s\nwant it to hold:\n%s", got, want)
 	}
-	for _, line := range []string{"kubernetes / docker: REST print(1) p50                    1.25x      ≤ 1.5x  met",
+	for _, line := range []string{"kubernetes / docker: REST print(1) p50                    1.20x      ≤ 1.5x  met",
 		"kubernetes: session creation from the warm pool p50    120.0 ms    ≤ 100 ms  not met"} {
 		if !strings.Contains(buf.String(), line) {
 			t.Errorf("WriteTable has no target line %q:\n%s", line, buf.String())
