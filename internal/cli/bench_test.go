@@ -28,6 +28,9 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"bench", "--max-time", "-1m"}, "--max-time must be positive"},
 		{[]string{"bench", "extra"}, "takes 0 argument(s)"},
 		{[]string{"run", "--timeout", "1000", "-c", "print(1)"}, "write a duration with its unit, e.g. 30s"},
+		{[]string{"run", "--timeout", "abc", "-c", "print(1)"}, "write a duration with its unit, e.g. 30s"},
+		{[]string{"run", "--timeout", "3x", "-c", "print(1)"}, "write a duration with its unit, e.g. 30s"},
+		{[]string{"session", "wait", "se_x", "--timeout", "abc"}, "write a duration with its unit, e.g. 30s"},
 	}
 	for _, c := range cases {
 		var stdout, stderr bytes.Buffer

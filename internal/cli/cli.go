@@ -79,7 +79,9 @@ sandpit run looks for a daemon at SANDPIT_URL (else at the configured listen add
 	opts.configFlag(pf, "docker-host", "docker_host", "Docker engine address (default: the Docker environment)")
 
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		if strings.Contains(err.Error(), "in duration") {
+		// time.ParseDuration's errors: `time: invalid duration "abc"`, `time: missing unit in
+		// duration "30"`, `time: unknown unit "x" in duration "3x"`.
+		if msg := err.Error(); strings.Contains(msg, "time: ") && strings.Contains(msg, "duration") {
 			return usageErrorf("%v: write a duration with its unit, e.g. 30s, 1500ms or 2m", err)
 		}
 		return usageErrorf("%v", err)
