@@ -43,15 +43,16 @@ func (o *options) benchCommand() *cobra.Command {
   and fork floor of the small preload (numpy pandas matplotlib scipy) and of none
   throughput of print(1) through REST at 1, 4 and 16 concurrent clients (--duration each)
   the resident memory of the daemon, the containers and the executor, idle and under load
+  with --kubernetes-config FILE, a daemon with the Kubernetes runtime started beside the
+  first with that config file (runtime "kubernetes" and its kubernetes object: kubeconfig,
+  namespace, image; docs/kubernetes.md): print(1) through REST on its warm pods and on the
+  first daemon's containers, one run on each in turn (p50, p95 and their ratio), a session's
+  creation from its warm pool beside a Docker session's, and a slot pod's start, from the
+  pod's creation to its executor answering (the bench deletes slot 0's pod and times the
+  replacement)
   then, each on a daemon of its own (--compare): one container with one slot (the pool is
   compared with it: time to ready, idle memory, print(1) and pandas p50), gVisor (runsc)
   when the engine has it, and the small preload (print(1) must be no slower with the default)
-  with --kubernetes-config FILE, last, a daemon with the Kubernetes runtime started with
-  that config file (runtime "kubernetes" and its kubernetes object: kubeconfig, namespace,
-  image; docs/kubernetes.md): print(1) through REST on its warm pods beside the Docker
-  runtime's (p50, p95 and their ratio), a session's creation from its warm pool beside a
-  Docker session's, and a slot pod's start, from the pod's creation to its executor
-  answering (the bench deletes slot 0's pod and times the replacement)
 
 and compare them with sandpit's targets. Latencies are p50, p95 and p99 in milliseconds
 (nearest rank) with runs per second; progress goes to stderr, the table (or --json) to stdout.
