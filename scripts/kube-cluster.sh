@@ -588,6 +588,8 @@ cmd_up() {
 	fi
 	[ -x "$DEBS/root/usr/bin/etcd" ] && [ -s "$CACHE/images/pause.tar" ] || die "etcd or the pause image is missing: run $0 build"
 	if alive kube-apiserver && alive kubelet; then
+		# A cluster started without gVisor has no runtime handler for it: up cannot add one.
+		[ "$GVISOR" = 1 ] && [ ! -f "$ETC/runsc.toml" ] && die "the cluster is up without gVisor: run $0 down, then up with SANDPIT_KUBE_GVISOR=1"
 		log "already up"
 		return
 	fi

@@ -79,8 +79,9 @@ type Options struct {
 	// SmallPreload; skipped when the main daemon has no fork server or that preload).
 	Compare []string
 	// Kubernetes, when set, names a daemon with the Kubernetes runtime measured beside the main
-	// one, after the variants: print(1) on its warm pods, sessions from its warm pool and a slot
-	// pod's start (Report.Kubernetes).
+	// one, after the main one's rows and before the variants: print(1) on its warm pods in turns
+	// with the main one's, sessions from its warm pool and a slot pod's start
+	// (Report.Kubernetes).
 	Kubernetes *KubernetesOptions
 	// Progress receives a line per step (nil: none).
 	Progress io.Writer

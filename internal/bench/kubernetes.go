@@ -81,7 +81,7 @@ type Kubernetes struct {
 	RESTPrint Latency `json:"rest_print"`
 	// DockerPrint is print(1) through the main (Docker) daemon's REST API, timed in turns with
 	// RESTPrint (one run on each daemon, then the next pair, the order swapped every pair, each
-	// run on a settled slot: turnPause), so that a change of the machine's load meets both
+	// run turnPause after the last, for its slot to settle), so that a change of the machine's load meets both
 	// alike; the ratio is RESTPrint's p50 over this one's.
 	DockerPrint Latency `json:"docker_rest_print"`
 	// SessionCreate is LatencySessionCreate from its warm pool; absent with warm_sessions 0 or
@@ -125,7 +125,8 @@ func (k *kubeDaemon) remove(ctx context.Context) error {
 }
 
 // measureKubernetes starts a daemon with opts.Kubernetes's configuration file beside main (the
-// Docker daemon, still running), waits until its slot pods and warm pool are ready, and times
+// Docker daemon, still running), waits (up to settleTimeout each, then measures anyway) until
+// its slot pods' fork servers and its warm pool are ready, and times
 // print(1) through REST on both daemons in turns; it then stops main and measures the creation
 // of sessions from the warm pool and the replacement of a slot pod (see Kubernetes), then
 // stops the Kubernetes daemon and deletes its pods.
@@ -203,8 +204,9 @@ func (b *bench) measureKubernetes(ctx context.Context, main *instance) (*Kuberne
 }
 
 // turnPause is how long printInTurns waits before each run: longer than a slot's cleanup after
-// a run (tens of milliseconds), so that each run finds its slot settled whatever the daemon's
-// number of slots. Without it a daemon of one slot (a Kubernetes daemon sized for a small node)
+// a run on an idle machine (tens of milliseconds), so that each run finds its slot settled
+// whatever the daemon's number of slots (a loaded machine may still be cleaning up). The pauses
+// add 2 × Runs × turnPause to the bench. Without it a daemon of one slot (a Kubernetes daemon sized for a small node)
 // waits for its last run's cleanup, where one of four (the Docker daemon) takes another slot,
 // and the ratio measured the slot counts (3.55x on 2 December), not the runtimes.
 const turnPause = 250 * time.Millisecond

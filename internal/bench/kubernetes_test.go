@@ -2,8 +2,15 @@ package bench
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // withKubernetes adds a Kubernetes daemon and the main daemon's session creation to r.
@@ -67,5 +74,51 @@ kubernetes / docker: REST print(1) p50                     1.20x (p95 1.25x)
 		if !strings.Contains(buf.String(), line) {
 			t.Errorf("WriteTable has no target line %q:\n%s", line, buf.String())
 		}
+	}
+}
+
+// TestPrintInTurns: the two daemons take one run each in turn, the first of each pair
+// alternating, each run turnPause or more after the last, and each daemon's runs and starts
+// land in its own row.
+func TestPrintInTurns(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		order []string
+		last  time.Time
+		gaps  []time.Duration
+	)
+	daemon := func(name, start string) *instance {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			order = append(order, name)
+			if !last.IsZero() {
+				gaps = append(gaps, time.Since(last))
+			}
+			mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(map[string]any{"id": "ex_1", "outcome": "ok", "success": true, "stdout": "1\n", "start": start})
+			mu.Lock()
+			last = time.Now()
+			mu.Unlock()
+		}))
+		t.Cleanup(srv.Close)
+		return &instance{rest: newRESTClient(srv.URL, "", 1)}
+	}
+	docker, kube := daemon("docker", "fork"), daemon("kube", "cold")
+	b := &bench{opts: Options{Runs: 3}}
+	var k Kubernetes
+	if err := b.printInTurns(context.Background(), docker, kube, &k); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"docker", "kube", "kube", "docker", "docker", "kube"}; !slices.Equal(order, want) {
+		t.Errorf("order %v, want %v", order, want)
+	}
+	for i, g := range gaps {
+		if g < turnPause {
+			t.Errorf("run %d came %v after the last, want at least %v", i+1, g, turnPause)
+		}
+	}
+	if k.DockerPrint.Runs != 3 || k.DockerPrint.Starts["fork"] != 3 || k.RESTPrint.Runs != 3 || k.RESTPrint.Starts["cold"] != 3 {
+		t.Errorf("rows: docker %+v, kubernetes %+v", k.DockerPrint, k.RESTPrint)
 	}
 }
