@@ -156,12 +156,18 @@ libc = ctypes.CDLL(None, use_errno=True)
 t = threading.Thread(target=lambda: None); t.start(); t.join()
 print(subprocess.run(['true']).returncode, libc.inotify_init() >= 0)`
 	a, v := s.concurrently(t, attacker, victim)
-	if a.Outcome != sandbox.OutcomeOK && a.Outcome != sandbox.OutcomeKilled { // a runtime may stop it at its cap
-		t.Fatalf("attacker: outcome %q (%s)", a.Outcome, a.Reason)
-	}
 	expect(t, v, sandbox.OutcomeOK)
 	if v.Stdout != "0 True\n" {
 		t.Fatalf("victim stdout %q, want a process, a thread and an inotify instance of its own", v.Stdout)
+	}
+	// A runtime may stop the attacker: at its process cap (killed), or for its memory. Under
+	// gVisor breaks copy-on-write in 2 MiB blocks, so 200 forks of a preloaded interpreter can
+	// bring the box near its limit, and the executor's memory watch stops the run (seen in CI
+	// on the Kubernetes cluster's gVisor pods, 2 December 2026).
+	switch a.Outcome {
+	case sandbox.OutcomeOK, sandbox.OutcomeKilled, sandbox.OutcomeMemoryLimit:
+	default:
+		t.Fatalf("attacker: outcome %q (%s)", a.Outcome, a.Reason)
 	}
 }
 
