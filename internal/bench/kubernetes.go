@@ -81,8 +81,8 @@ type Kubernetes struct {
 	RESTPrint Latency `json:"rest_print"`
 	// DockerPrint is print(1) through the main (Docker) daemon's REST API, timed in turns with
 	// RESTPrint (one run on each daemon, then the next pair, the order swapped every pair, each
-	// run turnPause after the last, for its slot to settle), so that a change of the machine's load meets both
-	// alike; the ratio is RESTPrint's p50 over this one's.
+	// run turnPause after the last, for its slot to settle), so that a change of the machine's
+	// load meets both alike; the ratio is RESTPrint's p50 over this one's.
 	DockerPrint Latency `json:"docker_rest_print"`
 	// SessionCreate is LatencySessionCreate from its warm pool; absent with warm_sessions 0 or
 	// sessions off.
@@ -126,10 +126,10 @@ func (k *kubeDaemon) remove(ctx context.Context) error {
 
 // measureKubernetes starts a daemon with opts.Kubernetes's configuration file beside main (the
 // Docker daemon, still running), waits (up to settleTimeout each, then measures anyway) until
-// its slot pods' fork servers and its warm pool are ready, and times
-// print(1) through REST on both daemons in turns; it then stops main and measures the creation
-// of sessions from the warm pool and the replacement of a slot pod (see Kubernetes), then
-// stops the Kubernetes daemon and deletes its pods.
+// its slot pods' fork servers and its warm pool are ready, and times print(1) through REST on
+// both daemons in turns; it then stops main and measures the creation of sessions from the
+// warm pool and the replacement of a slot pod (see Kubernetes), then stops the Kubernetes
+// daemon and deletes its pods.
 func (b *bench) measureKubernetes(ctx context.Context, main *instance) (*Kubernetes, error) {
 	ko := b.opts.Kubernetes
 	kc := ko.Config.Kubernetes
@@ -206,42 +206,47 @@ func (b *bench) measureKubernetes(ctx context.Context, main *instance) (*Kuberne
 // turnPause is how long printInTurns waits before each run: longer than a slot's cleanup after
 // a run on an idle machine (tens of milliseconds), so that each run finds its slot settled
 // whatever the daemon's number of slots (a loaded machine may still be cleaning up). The pauses
-// add 2 × Runs × turnPause to the bench. Without it a daemon of one slot (a Kubernetes daemon sized for a small node)
-// waits for its last run's cleanup, where one of four (the Docker daemon) takes another slot,
-// and the ratio measured the slot counts (3.55x on 2 December), not the runtimes.
+// add 2 × Runs × turnPause to the bench. Without it a daemon of one slot (a Kubernetes daemon
+// sized for a small node) waits for its last run's cleanup, where one of four (the Docker
+// daemon) takes another slot, and the ratio measured the slot counts (3.55x on 2 December),
+// not the runtimes.
 const turnPause = 250 * time.Millisecond
 
 // printInTurns times opts.Runs runs of print(1) through the REST API of each of docker and kube,
 // one run on each in turn, the first of each pair alternating, each after turnPause, into
 // k.DockerPrint and k.RESTPrint.
 func (b *bench) printInTurns(ctx context.Context, docker, kube *instance, k *Kubernetes) error {
-	n := b.opts.Runs
-	durations := map[*instance][]time.Duration{}
-	starts := map[*instance]map[string]int{docker: {}, kube: {}}
-	names := map[*instance]string{docker: "Docker", kube: "Kubernetes"}
-	for i := range n {
-		pair := []*instance{docker, kube}
+	type side struct {
+		in        *instance
+		name      string
+		durations []time.Duration
+		starts    map[string]int
+	}
+	d := &side{in: docker, name: "Docker", starts: map[string]int{}}
+	kd := &side{in: kube, name: "Kubernetes", starts: map[string]int{}}
+	for i := range b.opts.Runs {
+		pair := [2]*side{d, kd}
 		if i%2 == 1 {
-			pair[0], pair[1] = kube, docker
+			pair = [2]*side{kd, d}
 		}
-		for _, in := range pair {
+		for _, s := range pair {
 			select {
 			case <-ctx.Done():
 				return context.Cause(ctx)
 			case <-time.After(turnPause):
 			}
-			d, st, err := in.rest.sequential(ctx, printProgram(), 1)
+			ds, st, err := s.in.rest.sequential(ctx, printProgram(), 1)
 			if err != nil {
-				return fmt.Errorf("measuring print(1) through REST on the %s daemon: %w", names[in], err)
+				return fmt.Errorf("measuring print(1) through REST on the %s daemon: %w", s.name, err)
 			}
-			durations[in] = append(durations[in], d...)
+			s.durations = append(s.durations, ds...)
 			for kind, c := range st {
-				starts[in][kind] += c
+				s.starts[kind] += c
 			}
 		}
 	}
-	k.RESTPrint = newLatency(LatencyRESTPrint, "", "sandpit REST print(1) on a warm pod", durations[kube], starts[kube])
-	k.DockerPrint = newLatency(LatencyRESTPrint, "", "sandpit REST print(1) on a warm container", durations[docker], starts[docker])
+	k.RESTPrint = newLatency(LatencyRESTPrint, "", "sandpit REST print(1) on a warm pod", kd.durations, kd.starts)
+	k.DockerPrint = newLatency(LatencyRESTPrint, "", "sandpit REST print(1) on a warm container", d.durations, d.starts)
 	return nil
 }
 

@@ -160,10 +160,10 @@ print(subprocess.run(['true']).returncode, libc.inotify_init() >= 0)`
 	if v.Stdout != "0 True\n" {
 		t.Fatalf("victim stdout %q, want a process, a thread and an inotify instance of its own", v.Stdout)
 	}
-	// A runtime may stop the attacker: at its process cap (killed), or for its memory. Under
-	// gVisor breaks copy-on-write in 2 MiB blocks, so 200 forks of a preloaded interpreter can
-	// bring the box near its limit, and the executor's memory watch stops the run (seen in CI
-	// on the Kubernetes cluster's gVisor pods, 2 December 2026).
+	// A runtime may stop the attacker: at its process cap (killed), or for its memory. gVisor
+	// breaks copy-on-write in 2 MiB blocks, so 200 forks of a preloaded interpreter can bring
+	// the box near its limit, and the executor's memory watch stops the run (seen in CI on the
+	// Kubernetes cluster's gVisor pods, 2 December 2026).
 	switch a.Outcome {
 	case sandbox.OutcomeOK, sandbox.OutcomeKilled, sandbox.OutcomeMemoryLimit:
 	default:
