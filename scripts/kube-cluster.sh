@@ -855,7 +855,7 @@ cmd_purge() {
 }
 
 usage() {
-	sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 }
 
