@@ -33,11 +33,15 @@ say "running a first program"
 SANDPIT_BASE_IMAGE=$base bin/sandpit run --local \
   -c 'import pandas as pd; print(pd.DataFrame({"a": INPUT}).a.sum())' --input '[1,2,3]'
 
+# The closing line says what `sandpit serve` will use under the settings in effect here (config
+# file, SANDPIT_* variables), not the defaults: the daemon chooses its own base image.
+settings=$(bin/sandpit serve --dry-run)
+setting() { printf '%s\n' "$settings" | sed -n "s/^$1: //p"; }
 cat >&2 <<TXT
 
 sandpit works. Next:
   export PATH="\$PWD/bin:\$PATH"
-  sandpit serve &                      # the daemon on http://127.0.0.1:8765 (base image: $base, chosen by itself)
+  sandpit serve &                      # the daemon on $(setting url), base image $(setting base_image)
   sandpit run -c 'print(1)'
 The warm container stays up between runs; sandpit sandbox rm removes it.
 TXT

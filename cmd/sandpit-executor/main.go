@@ -15,6 +15,17 @@ import (
 )
 
 func main() {
+	if len(os.Args) >= 2 && os.Args[1] == executor.LimitedExec {
+		os.Exit(executor.ExecLimited(os.Args[2:]))
+	}
+	if len(os.Args) >= 2 && os.Args[1] == executor.IdleMode {
+		// A box's own process: it waits until the engine stops the box (docker-init, pid 1,
+		// passes the signal on).
+		stop := make(chan os.Signal, 1)
+		signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+		<-stop
+		os.Exit(0)
+	}
 	if len(os.Args) >= 2 && os.Args[1] == "spawn-time" {
 		os.Exit(spawnTime(os.Args[2:], os.Stdout, os.Stderr))
 	}
@@ -38,6 +49,9 @@ func main() {
 	fs.Int64Var(&cfg.SocketBufferMax, "socket-buffer-max", 0, "under runsc: the maximum of the box's tcp_rmem and tcp_wmem, in bytes (0: gVisor's own)")
 	fs.StringVar(&cfg.Proxy, "egress-proxy", "", `serve the egress proxy on this loopback address ("127.0.0.1:3128"; network "allowlist")`)
 	_ = fs.Parse(os.Args[2:])
+	if self, err := os.Executable(); err == nil {
+		cfg.Self = self
+	}
 	switch *runtime {
 	case "runc":
 	case "runsc":

@@ -17,6 +17,8 @@ const (
 	CodeBusy             = "busy"                   // 429: every slot and queue place is taken (see Retry-After)
 	CodeInternal         = "internal"               // 500: the daemon failed
 	CodeNotReady         = "not_ready"              // 503: the daemon cannot run code now (see Retry-After)
+	CodeBadGateway       = "bad_gateway"            // 502: a session's port did not answer (nothing listens, or it broke the exchange)
+	CodeGatewayTimeout   = "gateway_timeout"        // 504: a session's port sent no answer in time
 )
 
 // ErrorBody is the JSON body of every error answer.

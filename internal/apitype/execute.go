@@ -18,11 +18,19 @@ type ExecuteRequest struct {
 	TimeoutMS *int64 `json:"timeout_ms,omitempty"`
 	// Agent is the namespace of the run; empty means "default".
 	Agent string `json:"agent,omitempty"`
+	// Template runs the code in a fresh session of the agent's template (NAME, or AGENT/NAME
+	// of a shared one), closed after the run; "" runs it in a warm slot of the daemon's own
+	// image.
+	Template string `json:"template,omitempty"`
 	// Dependencies are PEP 508 requirements installed (when missing) before the run.
 	Dependencies []string `json:"dependencies,omitempty"`
 	// NetworkAllow, with the daemon's network "allowlist", narrows its network_allow for this
 	// run: host names, IP addresses and CIDRs within the daemon's list (nil: the daemon's list).
 	NetworkAllow []string `json:"network_allow,omitempty"`
+	// Secrets names the secrets the run may use (docs/secrets.md): its code sees each as the
+	// environment variable of its name holding "sandpit-secret:NAME", which the egress proxy
+	// replaces with the value in a request to one of the secret's hosts.
+	Secrets []string `json:"secrets,omitempty"`
 	RunFiles
 }
 
@@ -208,6 +216,14 @@ type EgressConnection struct {
 	Ended string `json:"ended,omitempty"`
 	// Install marks a connection of the install of the run's dependencies.
 	Install bool `json:"install,omitempty"`
+}
+
+// EgressList is the answer of GET …/sessions/{id}/egress: a page of the outbound connections
+// of the session's commands and of what its calls left running, newest first, and the cursor
+// of the next page ("" after the last).
+type EgressList struct {
+	Connections []EgressConnection `json:"connections"`
+	NextCursor  string             `json:"next_cursor"`
 }
 
 // Origin says where an execution came from.

@@ -7,6 +7,9 @@ import (
 
 // SessionCreate is the body of POST /v1/agents/{agent}/sessions; every field is optional.
 type SessionCreate struct {
+	// Template starts the session from a template (NAME, or AGENT/NAME of another agent's
+	// shared one; see docs/templates.md); "" is the daemon's own image.
+	Template string `json:"template,omitempty"`
 	// Dependencies are PEP 508 requirements installed once, when the session is created.
 	Dependencies []string `json:"dependencies,omitempty"`
 	// IdleTimeoutMS ends the session after that long without a call, MaxLifetimeMS that long
@@ -19,6 +22,10 @@ type SessionCreate struct {
 	// session_auto_pause).
 	AutoResume bool  `json:"auto_resume,omitempty"`
 	AutoPause  *bool `json:"auto_pause,omitempty"`
+	// NetworkAllow narrows the daemon's network_allow for everything the session sends out:
+	// its calls, its commands and what they leave running (nil: the daemon's list; []:
+	// nothing out). Each entry must lie within network_allow.
+	NetworkAllow []string `json:"network_allow,omitzero"`
 }
 
 // SessionCall is the body of POST /v1/agents/{agent}/sessions/{id}/executions: code run in
@@ -60,6 +67,7 @@ const (
 	EndSandboxError  = "sandbox_error"  // the session's sandbox failed or stopped
 	EndClosed        = "closed"         // DELETE …/sessions/{id}
 	EndIdleTimeout   = "idle_timeout"   // no call for its idle timeout
+	EndDeadline      = "deadline"       // it reached its deadline
 	EndMaxLifetime   = "max_lifetime"   // it reached its maximum lifetime
 	EndDaemonStopped = "daemon_stopped" // the daemon stopped or restarted
 	EndLost          = "lost"           // its hibernation could not be brought back
@@ -73,6 +81,8 @@ type Session struct {
 	// ID is "se_" and 26 lowercase base32 characters.
 	ID    string `json:"id"`
 	Agent string `json:"agent"`
+	// Template is the template the session started from ("" for the daemon's own image).
+	Template string `json:"template,omitempty"`
 	// State is SessionActive or SessionEnded; EndReason (an End constant) and Reason say why
 	// an ended session ended.
 	State     string `json:"state"`
@@ -91,6 +101,11 @@ type Session struct {
 	LastUsedAt time.Time  `json:"last_used_at"`
 	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
 	EndedAt    *time.Time `json:"ended_at,omitempty"`
+	// Deadline, when set, ends the session then whatever it does (E2B's sandbox timeout).
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// NetworkAllow is its narrowing of network_allow (absent: the daemon's list; []: nothing
+	// out).
+	NetworkAllow []string `json:"network_allow,omitzero"`
 	// Calls counts the calls that ran; Busy says one runs now; Waiting how many wait.
 	Calls   int  `json:"calls"`
 	Busy    bool `json:"busy"`

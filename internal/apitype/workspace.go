@@ -85,10 +85,13 @@ type CommandResult struct {
 }
 
 // CommandEvent is one line of a command's NDJSON stream: "start" (Process, with its pid),
-// "stdout" or "stderr" (Data), then "end" (Process, with End).
+// "stdout" or "stderr" (Data), then "end" (Process, with End). Dropped, on a background
+// command's kept output (?tail=true), counts the bytes of the stream before Data that its
+// sandbox did not keep.
 type CommandEvent struct {
 	Type    string   `json:"type"`
 	Data    string   `json:"data,omitempty"`
+	Dropped int64    `json:"dropped,omitempty"`
 	Process *Process `json:"process,omitempty"`
 }
 

@@ -6,12 +6,14 @@ package app
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -20,11 +22,11 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
-	"golang.org/x/net/netutil"
 
 	"github.com/sandpit-dev/sandpit/internal/callback"
 	apiclient "github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/config"
+	"github.com/sandpit-dev/sandpit/internal/connlimit"
 	"github.com/sandpit-dev/sandpit/internal/datadir"
 	"github.com/sandpit-dev/sandpit/internal/e2b"
 	"github.com/sandpit-dev/sandpit/internal/egress"
@@ -34,12 +36,16 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/mcpserver"
 	"github.com/sandpit-dev/sandpit/internal/metrics"
+	"github.com/sandpit-dev/sandpit/internal/ports"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/runtime/boxspec"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/secrets"
+	"github.com/sandpit-dev/sandpit/internal/session"
 	"github.com/sandpit-dev/sandpit/internal/setup"
 	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/template"
 )
 
 // Core is a running sandbox: it owns the data directory, its database and its warm
@@ -50,6 +56,9 @@ type Core struct {
 	// "kubernetes".
 	Runtime Sandboxes
 	Store   *store.Store
+	// Secrets keeps the secrets the egress proxy adds to requests, sealed with the key of the
+	// data directory's secrets.key or SANDPIT_SECRETS_KEY.
+	Secrets *secrets.Keeper
 	// Files keeps runs' output files in the data directory.
 	Files   *store.Files
 	Library *library.Library
@@ -59,13 +68,20 @@ type Core struct {
 	// other daemons sharing database_url can name where its live records are; set by Serve.
 	Address string
 	// Sessions keeps the stateful sessions, each in a container of its own.
-	Sessions *engine.Sessions
+	Sessions *session.Registry
 	// E2B serves the E2B-compatible API (mounted under /e2b by Serve).
 	E2B *e2b.Server
+	// Ports forwards requests to the sessions' ports (REST's …/ports/{port}/…, E2B's).
+	Ports *ports.Proxy
+	// Streams caps the long-lived streams (E2B's Connect streams, REST's process output) per
+	// sandbox, per agent and in all, below max_connections.
+	Streams *connlimit.Streams
 	// Image is the sandbox image the runtime runs (its tag, or the reference the nodes pull).
 	Image string
-	api   *client.Client // nil with runtime "kubernetes"
-	lock  *datadir.Lock
+	// Templates builds and keeps the agents' templates (nil with runtime "kubernetes").
+	Templates *template.Service
+	api       *client.Client // nil with runtime "kubernetes"
+	lock      *datadir.Lock
 	// boxes names the runtime's warm slot sandboxes (short container IDs, or pod names), for
 	// the log when it stops; boxKind says which ("containers" or "pods").
 	boxes   func() []string
@@ -130,6 +146,7 @@ func RuntimeConfig(cfg config.Config, progress io.Writer) (docker.Config, error)
 			Runtime:         cfg.ContainerRuntime(),
 		},
 		Slots:        cfg.Slots,
+		UIDBlock:     boxspec.UIDBlock(cfg.UIDBlock),
 		WarmSessions: min(cfg.WarmSessions, cfg.SessionsMax),
 		Pip:          pipOptions(cfg),
 		ForkServer:   forkServer(cfg),
@@ -200,6 +217,11 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	closers = append(closers, st.Close)
 	st.SetQuotas(cfg.Quotas())
 	st.SetRetention(cfg.Retention())
+	sealer, err := secrets.LoadCipher(cfg.DataDir, os.LookupEnv, true)
+	if err != nil {
+		return nil, err
+	}
+	keeper := secrets.NewKeeper(st, sealer)
 	files, err := st.OpenFiles(ctx, filepath.Join(cfg.DataDir, store.FilesDir), cfg.FilesMaxBytes)
 	if err != nil {
 		return nil, err
@@ -213,6 +235,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		image   string
 		boxes   func() []string
 		boxKind string
+		tmpl    *template.Service
 	)
 	if cfg.Runtime == config.RuntimeKubernetes {
 		krt, err := startKubernetes(ctx, cfg, st.Daemon(), log)
@@ -239,6 +262,8 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 			return nil, err
 		}
 		rt, image, boxKind = drt, drt.Image().Tag, "containers"
+		tmpl = template.NewService(st, &docker.TemplateEngine{API: api, Recipe: rcfg.Recipe, AptHosts: cfg.TemplateAptHosts, Box: rcfg.Box},
+			cfg.Templates(), log)
 		boxes = func() []string {
 			ids := drt.ContainerIDs()
 			for i, id := range ids {
@@ -252,37 +277,57 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	if err != nil {
 		return nil, err
 	}
+	if hooks.Egress != nil {
+		inj, err := secretsInjector(cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		hooks.Secrets = secrets.NewSource(keeper, inj)
+	}
 	svc := engine.NewService(rt, hooks, scfg, log)
 	m.Watch(svc.Stats, rt.Resets)
 	lib := library.New(st, svc, cfg.MaxDependencies)
 	sessCfg := cfg.Sessions()
 	sessCfg.Lifecycle.Daemon = st.Daemon()
-	sessions := engine.NewSessions(svc, rt, st, sessCfg, log)
+	sessions := session.New(svc, rt, st, sessCfg, log)
 	sessions.SetCommandRecorder(st)
+	sessions.SetEgressRecorder(st)
+	if tmpl != nil {
+		sessions.SetTemplates(tmpl)
+	}
 	if n, err := sessions.Recover(ctx); err != nil {
 		rt.Close()
 		return nil, fmt.Errorf("loading the hibernated sessions: %w", err)
 	} else if n > 0 {
 		log.Info("hibernated sessions kept from an earlier run; each resumes on demand", "sessions", n)
 	}
-	m.WatchSessions(sessions.Active, sessions.LifecycleStats, func() int { return rt.Warmth().Sessions })
-	e2bServer := e2b.New(E2BConfig(cfg), sessions, st, log)
-	m.WatchE2B(e2bServer.Active, e2bServer.Warm)
+	m.WatchSessions(sessions.Stats, func() int { return rt.Warmth().Sessions })
+	proxy := ports.New(cfg.PortLimits(), st, log)
+	streams := connlimit.NewStreams(connlimit.CapsFor(int(cfg.MaxConnections)))
+	ecfg := E2BConfig(cfg)
+	ecfg.Streams = streams
+	e2bServer := e2b.New(ecfg, sessions, st, proxy, log)
+	m.WatchE2B(e2bServer.Active, func() int { return sessions.PoolStats().Ready })
+	m.WatchPool(sessions.PoolStats)
 	return &Core{
-		Service:  svc,
-		Runtime:  rt,
-		Store:    st,
-		Files:    files,
-		Library:  lib,
-		Jobs:     jobs.New(m.JobStore(st), lib, svc, jobsConfig(st, scfg.MaxTimeout), log),
-		Metrics:  m,
-		Sessions: sessions,
-		E2B:      e2bServer,
-		Image:    image,
-		api:      api,
-		lock:     lock,
-		boxes:    boxes,
-		boxKind:  boxKind,
+		Service:   svc,
+		Runtime:   rt,
+		Store:     st,
+		Secrets:   keeper,
+		Files:     files,
+		Library:   lib,
+		Jobs:      jobs.New(m.JobStore(st), lib, svc, jobsConfig(st, scfg.MaxTimeout), log),
+		Metrics:   m,
+		Sessions:  sessions,
+		E2B:       e2bServer,
+		Ports:     proxy,
+		Streams:   streams,
+		Image:     image,
+		Templates: tmpl,
+		api:       api,
+		lock:      lock,
+		boxes:     boxes,
+		boxKind:   boxKind,
 	}, nil
 }
 
@@ -336,7 +381,7 @@ func (e *Core) RunBackground(ctx context.Context, retention store.Retention, log
 		}
 	})
 	wg.Go(func() { pruneLedger(ctx, e.Store, retention, time.Hour, log) })
-	wg.Go(func() { e.E2B.Fill(ctx) })
+	wg.Go(func() { e.Sessions.FillPool(ctx) })
 	wg.Go(func() { e.Sessions.RunRetention(ctx, time.Minute) })
 	wg.Wait()
 }
@@ -368,7 +413,7 @@ func pruneLedger(ctx context.Context, st *store.Store, retention store.Retention
 // request lines and internal failures.
 func (e *Core) Handler(cfg config.Config, log *slog.Logger) http.Handler {
 	backend := httpapi.Backend{BodiesMaxBytes: cfg.BodiesMaxBytes, Executor: e.Service, Library: e.Library, Jobs: e.Jobs, Ledger: e.Store, Files: e.Files, Packages: e.Runtime,
-		Knowledge: e.Store, Sessions: e.Sessions, Setup: func(ctx context.Context, emit func(setup.Event)) error {
+		Knowledge: e.Store, Sessions: e.Sessions, Keys: e.Store, Secrets: e.Secrets, Ports: e.Ports, Streams: e.Streams, DaemonToken: cfg.Token != "", Shares: e.Store, PortsHost: cfg.PortsHost(), Templates: templatesOf(e), Setup: func(ctx context.Context, emit func(setup.Event)) error {
 			_, err := setup.Run(ctx, setup.DetectPlatform(runtime.GOOS), setup.ExecRunner{}, daemonSetup{e}, setup.Options{}, emit)
 			return err
 		},
@@ -381,6 +426,7 @@ func (e *Core) Handler(cfg config.Config, log *slog.Logger) http.Handler {
 // engine to adopt, and the database and data directory are released.
 func (e *Core) Close() error {
 	e.E2B.Close() // its sandboxes' timers; the sandboxes are sessions, below
+	e.Ports.Close()
 	e.stopSessions()
 	err := e.Runtime.Close()
 	if e.api != nil {
@@ -455,15 +501,16 @@ func Sandbox(ctx context.Context, cfg config.Config) (dir string, owner int, con
 type Removed struct {
 	// Containers is how many containers (slots' and sessions', running or stopped).
 	Containers int
-	// Volume is the package volume's name, "" when it was kept or there was none.
-	Volume string
+	// Volume is the package volume's name when it was removed, "" when it was kept or there
+	// was none; Kept is its name when it was kept.
+	Volume, Kept string
 	// Lease is the daemon's Lease's name (runtime "kubernetes"), "" when there was none.
 	Lease string
 }
 
 // RemoveSandbox removes the containers of cfg's data directory and, with volume, its package
-// volume (the installed dependencies and pip's cache): everything the data directory made in
-// the engine but the images, which other data directories share. With runtime "kubernetes" it
+// volume when it has one (the installed dependencies and pip's cache): everything the data
+// directory made in the engine but the images, which other data directories share. With runtime "kubernetes" it
 // removes the daemon's pods (counted as Containers) and its Lease instead, refused while the
 // Lease is held. It takes the directory's lock first, so it refuses (a *datadir.LockedError)
 // while an engine uses them.
@@ -482,10 +529,22 @@ func RemoveSandbox(ctx context.Context, cfg config.Config, volume bool) (Removed
 		return out, err
 	}
 	defer api.Close()
-	if out.Containers, err = docker.RemoveContainers(ctx, api, lock.Dir()); err != nil || !volume {
+	if out.Containers, err = docker.RemoveContainers(ctx, api, lock.Dir()); err != nil {
 		return out, err
 	}
+	// Looked up first: a forced removal answers success for a volume that does not exist, and
+	// the CLI said it removed one that was never made.
 	name := docker.VolumeName(lock.Dir())
+	if _, err := api.VolumeInspect(ctx, name, client.VolumeInspectOptions{}); err != nil {
+		if cerrdefs.IsNotFound(err) {
+			err = nil
+		}
+		return out, err
+	}
+	if !volume {
+		out.Kept = name
+		return out, nil
+	}
 	switch _, err := api.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true}); {
 	case cerrdefs.IsNotFound(err):
 	case err != nil:
@@ -508,7 +567,9 @@ func Serve(ctx context.Context, cfg config.Config, version string, log *slog.Log
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w (set listen, SANDPIT_LISTEN or --listen to another address)", cfg.Listen, err)
 	}
-	ln = netutil.LimitListener(ln, int(cfg.MaxConnections))
+	// max_connections, and a few places beyond it for health checks alone: a listener cannot
+	// tell agents apart, so the long-lived streams are capped well below it (connlimit).
+	ln = connlimit.Listener(ln, int(cfg.MaxConnections))
 	defer ln.Close()
 	// The address bound (port 0 takes a free one): the egress policy refuses it to sandboxed
 	// code, and other daemons are told it.
@@ -524,7 +585,8 @@ func Serve(ctx context.Context, cfg config.Config, version string, log *slog.Log
 		return err
 	}
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           connlimit.HealthOnly(handler),
+		ConnContext:       connlimit.ConnContext,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       time.Minute, // for the body; runs outlive it (see httpapi's tests)
 		IdleTimeout:       2 * time.Minute,
@@ -568,7 +630,7 @@ func routes(ctx context.Context, cfg config.Config, eng *Core, version string, l
 	if err != nil {
 		return nil, err
 	}
-	root.Handle("/mcp", httpapi.LimitBodies(api, mcpHandler))
+	root.Handle("/mcp", httpapi.LimitBodies(api, mcpHandler, nil))
 	root.Handle("GET /metrics", eng.Metrics.Handler())
 	console, err := withConsole(cfg, eng, api, httpapi.RequireToken(root, cfg.Token), log)
 	if err != nil {
@@ -577,9 +639,14 @@ func routes(ctx context.Context, cfg config.Config, eng *Core, version string, l
 	handler := http.NewServeMux()
 	handler.Handle("/", console)
 	// The E2B API authenticates by its own keys (X-API-Key) and sandboxes' access tokens.
-	// Its bodies count against the same budget as the REST API's (bodies_max_bytes).
-	handler.Handle(E2BPrefix+"/", http.StripPrefix(E2BPrefix, httpapi.LimitBodies(api, eng.E2B)))
-	return httpapi.Guard(handler, cfg.AllowedHosts), nil
+	// Its bodies count against the same budget as the REST API's (bodies_max_bytes), in the
+	// share of the agent of their key or sandbox.
+	handler.Handle(E2BPrefix+"/", http.StripPrefix(E2BPrefix, httpapi.LimitBodies(api, eng.E2B, eng.E2B.AgentOf)))
+	// The SDKs' signed file URLs are {E2B_SANDBOX_URL's origin}/files?…&signature=…: the
+	// signature names the sandbox (see e2b's files.go).
+	handler.Handle("/files", httpapi.LimitBodies(api, eng.E2B, eng.E2B.AgentOf))
+	return portHosts(httpapi.Guard(handler, cfg.AllowedHosts), portHostDoor{domain: cfg.PortsHost(), e2b: eng.E2B,
+		sessions: registrySessions{eng.Sessions}, shares: eng.Store, proxy: eng.Ports, token: cfg.Token}), nil
 }
 
 // shutdown stops srv gracefully: in-flight requests and the background work (bgDone) get
@@ -666,3 +733,34 @@ func hostOf(addr string) string {
 // ShutdownGrace is how long an engine that stops (the daemon, `sandpit mcp` on its own engine)
 // waits for the runs in flight, its job fires' among them, before it interrupts them.
 const ShutdownGrace = 10 * time.Second
+
+// secretsInjector is the egress proxy's injector of secrets: the data directory's CA (made on
+// first use), hosts verified against the system's trust store and secrets_trust_ca_file's.
+func secretsInjector(cfg config.Config, log *slog.Logger) (*secrets.Injector, error) {
+	ca, err := secrets.LoadCA(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	if cfg.SecretsTrustCAFile != "" {
+		pem, err := os.ReadFile(cfg.SecretsTrustCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("secrets_trust_ca_file: %w", err)
+		}
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("secrets_trust_ca_file: %s holds no PEM certificate", cfg.SecretsTrustCAFile)
+		}
+	}
+	return secrets.NewInjector(ca, roots, log), nil
+}
+
+// templatesOf is e's templates for the API (nil, a nil interface, without them).
+func templatesOf(e *Core) httpapi.Templates {
+	if e.Templates == nil {
+		return nil
+	}
+	return e.Templates
+}

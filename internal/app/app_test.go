@@ -28,7 +28,13 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+func TestMain(m *testing.M) {
+	if filepath.Base(os.Args[0]) == "sandpit" { // the CLI, as the docs' examples call it (docs_test.go)
+		os.Exit(cli.Main(context.Background(), os.Args[1:], cli.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+			Lookup: os.LookupEnv, Version: testVersion}))
+	}
+	os.Exit(testenv.Main(m))
+}
 
 func testConfig(t testing.TB) config.Config {
 	t.Helper()
@@ -45,6 +51,7 @@ func testConfigAt(t testing.TB, dir string) config.Config {
 	cfg.BaseImage = testenv.BaseImage(t)
 	cfg.ExecutorPath = testenv.Executor(t)
 	cfg.Listen = "127.0.0.1:0"
+	cfg.UIDBlock = int(testenv.UIDBlock(t))
 	// No E2B warm pool and no warm session container: their containers would count in the
 	// tests of slots and sessions. The E2B tests ask for a pool (e2bDaemon); the warm session
 	// containers are the Docker runtime's tests' (warm_test.go) and TestWarmSessionREST's.
@@ -374,7 +381,7 @@ func TestOneEnginePerDataDir(t *testing.T) {
 		t.Fatalf("RemoveSandbox while in use: %v", err)
 	}
 	eng.Close()
-	if got, err := app.RemoveSandbox(context.Background(), cfg, false); err != nil || got.Containers != cfg.Slots || got.Volume != "" {
+	if got, err := app.RemoveSandbox(context.Background(), cfg, false); err != nil || got.Containers != cfg.Slots || got.Volume != "" || got.Kept != docker.VolumeName(cfg.DataDir) {
 		t.Fatalf("RemoveSandbox: %+v %v", got, err)
 	}
 	if ids := testenv.Containers(t, cfg.DataDir); len(ids) != 0 {
@@ -392,6 +399,63 @@ func TestOneEnginePerDataDir(t *testing.T) {
 	}
 	if _, err := api.VolumeInspect(context.Background(), vol, client.VolumeInspectOptions{}); err == nil {
 		t.Fatalf("the package volume %s is left", vol)
+	}
+	// Once it is gone, none is said to be removed (a forced removal of a missing volume
+	// answers success, and `sandbox rm --all` said it removed it).
+	if got, err := app.RemoveSandbox(context.Background(), cfg, true); err != nil || got != (app.Removed{}) {
+		t.Fatalf("RemoveSandbox of nothing: %+v %v", got, err)
+	}
+}
+
+// TestOneOffRunStartsOneContainer: without a daemon, `sandpit run` starts one container, not
+// a slot's for each of the configuration's slots (it left four running after every command),
+// says in one line that it stays and how to remove it, and the next run adopts it warm.
+func TestOneOffRunStartsOneContainer(t *testing.T) {
+	cfg := testConfig(t)
+	env := func(stdout, stderr *bytes.Buffer) cli.Env {
+		return cli.Env{Stdin: strings.NewReader(""), Stdout: stdout, Stderr: stderr, Lookup: func(k string) (string, bool) {
+			switch k {
+			case "SANDPIT_EXECUTOR_PATH":
+				return cfg.ExecutorPath, true
+			case "SANDPIT_SLOTS":
+				return "4", true
+			}
+			return "", false
+		}}
+	}
+	var first []string
+	for i := range 2 {
+		var stdout, stderr bytes.Buffer
+		code := cli.Main(context.Background(), []string{"run", "--url", "http://127.0.0.1:1", "--data-dir", cfg.DataDir, "--base-image", cfg.BaseImage,
+			"-c", "print(1)"}, env(&stdout, &stderr))
+		if code != 0 || stdout.String() != "1\n" {
+			t.Fatalf("run %d: exit %d, stdout %q, stderr %q", i, code, stdout.String(), stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "its one container stays up for the next run: `sandpit sandbox rm` removes it") {
+			t.Errorf("run %d: stderr %q does not say what stays and how to remove it", i, stderr.String())
+		}
+		ids := testenv.Containers(t, cfg.DataDir)
+		if len(ids) != 1 {
+			t.Fatalf("run %d left %d containers, want 1: %v", i, len(ids), ids)
+		}
+		if i == 0 {
+			first = ids
+		} else if ids[0] != first[0] {
+			t.Errorf("the second run made container %s, want the first's %s adopted", ids[0], first[0])
+		}
+	}
+}
+
+// TestSandboxRmSaysOnlyWhatItDid: `sandbox rm --all` of a data directory that made nothing in
+// the engine says there was nothing to remove (it said it removed 0 containers and a package
+// volume that never existed).
+func TestSandboxRmSaysOnlyWhatItDid(t *testing.T) {
+	cfg := testConfig(t)
+	var stdout, stderr bytes.Buffer
+	code := cli.Main(context.Background(), []string{"sandbox", "rm", "--all", "--data-dir", cfg.DataDir}, cli.Env{Stdin: strings.NewReader(""),
+		Stdout: &stdout, Stderr: &stderr, Lookup: func(string) (string, bool) { return "", false }})
+	if want := "data directory " + cfg.DataDir + " has no containers to remove\nno package volume to remove\n"; code != 0 || stdout.String() != want {
+		t.Fatalf("sandbox rm --all: exit %d, stdout %q, stderr %q; want %q", code, stdout.String(), stderr.String(), want)
 	}
 }
 

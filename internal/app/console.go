@@ -1,11 +1,13 @@
 package app
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/console"
+	"github.com/sandpit-dev/sandpit/internal/session"
 )
 
 // withConsole serves the web console at /ui and /ui/ beside authed, the API behind its token
@@ -20,7 +22,7 @@ func withConsole(cfg config.Config, eng *Core, api, authed http.Handler, log *sl
 		Ledger:     eng.Store,
 		Jobs:       eng.Jobs,
 		Code:       eng.Library,
-		Sessions:   eng.Sessions,
+		Sessions:   consoleSessions{eng.Sessions},
 		ForkServer: console.ForkServer{Enabled: cfg.ForkServer, Preload: cfg.Preload, MaxRuns: cfg.ForkServerMaxRuns, Warmth: eng.Runtime.Warmth},
 		Resets:     eng.Runtime.Resets,
 	}, log)
@@ -32,4 +34,16 @@ func withConsole(cfg config.Config, eng *Core, api, authed http.Handler, log *sl
 	mux.Handle("/ui/", ui)
 	mux.Handle("/", authed)
 	return mux, nil
+}
+
+// consoleSessions lets the console look into sessions: Look is the registry's Get, as the
+// console's interface.
+type consoleSessions struct{ *session.Registry }
+
+func (c consoleSessions) Look(ctx context.Context, agent, id string) (console.Files, error) {
+	s, err := c.Get(ctx, agent, id)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }

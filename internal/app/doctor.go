@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
@@ -107,6 +108,9 @@ func Doctor(ctx context.Context, cfg config.Config, src ConfigSource, url string
 			add(Check{Name: "docker engine", OK: true, Required: true, Detail: "Docker Engine " + version})
 			add(runtimeCheck(ctx, api, cfg))
 			checks = append(checks, imageChecks(ctx, api, ChooseBaseImage(ctx, api, cfg), exe, d)...)
+			if c, ok := templatesDoctor(ctx, api, cfg); ok {
+				add(c)
+			}
 		}
 	}
 	if err != nil {
@@ -326,29 +330,8 @@ func imageChecks(ctx context.Context, api client.APIClient, cfg config.Config, e
 		}
 	}
 	list, err := docker.Containers(ctx, api, filepath.Clean(cfg.DataDir))
-	var running []string
-	for _, c := range list {
-		if c.State == "running" {
-			running = append(running, c.ID)
-		}
-	}
-	// A daemon that answers brings its slots' containers up itself (after a start, one at a
-	// time), and may use another data directory than this configuration's.
-	switch {
-	case err == nil && len(running) >= cfg.Slots:
-		checks = append(checks, Check{Name: "warm containers", OK: true, Detail: fmt.Sprintf("%d running, one per slot", len(running))})
-	case d.limits != nil && len(running) > 0:
-		checks = append(checks, Check{Name: "warm containers", Detail: fmt.Sprintf("%d of %d running; the daemon at %s starts the others", len(running), cfg.Slots, d.url),
-			Fix: "wait a minute and check again (a new daemon starts its slots one after another); if it stays so, see the daemon's log"})
-	case d.limits != nil:
-		checks = append(checks, Check{Name: "warm containers", Detail: fmt.Sprintf("none of data directory %s; the daemon at %s may use another (its data_dir) or be starting them", cfg.DataDir, d.url),
-			Fix: "give this command the daemon's data_dir (--data-dir or SANDPIT_DATA_DIR), or wait a minute and check again"})
-	case err == nil && len(running) > 0:
-		checks = append(checks, Check{Name: "warm containers", Detail: fmt.Sprintf("%d of %d running", len(running), cfg.Slots),
-			Fix: "start the daemon (`sandpit serve`): it brings every slot's container up"})
-	default:
-		checks = append(checks, Check{Name: "warm containers", Detail: "not running", Fix: "run `sandpit setup` or `sandpit serve`"})
-	}
+	warm, running := warmCheck(list, err, cfg, d)
+	checks = append(checks, warm)
 	checks = append(checks, seccompCheck(ctx, api, cfg, running), socketMemoryCheck(ctx, api, cfg, running))
 	if cfg.Network == "allowlist" && cfg.IndexURL != "" {
 		checks = append(checks, hostIndexCheck(ctx, cfg.IndexURL))
@@ -356,6 +339,51 @@ func imageChecks(ctx context.Context, api client.APIClient, cfg config.Config, e
 		checks = append(checks, indexCheck(ctx, api, running[0], cfg.IndexURL))
 	}
 	return checks
+}
+
+// warmCheck is the check of the warm containers among list, the containers of cfg's data
+// directory (listErr: why they could not be listed), and the IDs of those running. It counts
+// the slots' containers, one per slot of the daemon (d) when one answers, else of cfg; the
+// sessions' containers (they are not slots: a trial saw "8 running, one per slot" with 4
+// slots) are named beside them. A daemon that answers brings its slots' containers up itself
+// (after a start, one at a time), and may use another data directory than cfg's.
+func warmCheck(list []container.Summary, listErr error, cfg config.Config, d daemonView) (Check, []string) {
+	var running []string
+	sessions := 0
+	for _, c := range list {
+		switch _, slot := docker.SlotOf(c); {
+		case c.State != "running":
+		case slot:
+			running = append(running, c.ID)
+		default:
+			sessions++
+		}
+	}
+	slots := cfg.Slots
+	if d.limits != nil {
+		slots = d.limits.Slots
+	}
+	c := Check{Name: "warm containers"}
+	switch {
+	case listErr == nil && len(running) >= slots:
+		c.OK, c.Detail = true, fmt.Sprintf("%d running, one per slot", len(running))
+	case d.limits != nil && len(running) > 0:
+		c.Detail = fmt.Sprintf("%d of %d running; the daemon at %s starts the others", len(running), slots, d.url)
+		c.Fix = "wait a minute and check again (a new daemon starts its slots one after another); if it stays so, see the daemon's log"
+	case d.limits != nil:
+		c.Detail = fmt.Sprintf("none of data directory %s; the daemon at %s may use another (its data_dir) or be starting them", cfg.DataDir, d.url)
+		c.Fix = "give this command the daemon's data_dir (--data-dir or SANDPIT_DATA_DIR), or wait a minute and check again"
+	case listErr == nil && len(running) > 0:
+		c.Detail, c.Fix = fmt.Sprintf("%d of %d running", len(running), slots), "start the daemon (`sandpit serve`): it brings every slot's container up"
+	case listErr != nil:
+		c.Detail, c.Fix = listErr.Error(), "check that the Docker engine answers (`docker ps`)"
+	default:
+		c.Detail, c.Fix = "not running", "run `sandpit setup` or `sandpit serve`"
+	}
+	if sessions > 0 {
+		c.Detail += fmt.Sprintf(" (besides them, %d container(s) of sessions)", sessions)
+	}
+	return c, running
 }
 
 // runtimeCheck checks that the engine has the container runtime the configuration asks for.

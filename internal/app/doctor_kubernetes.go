@@ -95,6 +95,7 @@ func kubernetesChecks(ctx context.Context, cfg config.Config) []Check {
 		return append(checks, Check{Name: "sandbox image", Required: true, Detail: err.Error(), Fix: fix})
 	}
 	add(Check{Name: "sandbox image", OK: true, Required: true, Detail: rcfg.Image + " starts on a node (a probe pod pulled and ran it)"})
+	add(capacityCheck(ctx, client, rcfg))
 	return append(checks, networkPolicyChecks(ctx, client, cfg, probe, rc.Host)...)
 }
 
@@ -172,4 +173,33 @@ func networkPolicyChecks(ctx context.Context, client k8s.Interface, cfg config.C
 		enf.OK, enf.Detail = true, e.Summary
 	}
 	return append(checks, enf)
+}
+
+// capacityCheck says how many more sandbox pods of rcfg's requests and limits fit under the
+// namespace's ResourceQuotas and on the nodes (kubernetes.ReadCapacity), and what bounds it.
+// It is advice: a full cluster may free room.
+func capacityCheck(ctx context.Context, client k8s.Interface, rcfg kubernetes.Config) Check {
+	c := Check{Name: "kubernetes capacity"}
+	got, err := kubernetes.ReadCapacity(ctx, client, rcfg.Namespace, kubernetes.SandboxResources(rcfg), rcfg.NodeSelector, rcfg.Tolerations)
+	switch {
+	case err != nil:
+		c.Detail, c.Fix = err.Error(), "grant the daemon list on resourcequotas in its namespace (and on nodes and pods cluster-wide to count the nodes)"
+		return c
+	case got.Fit < 0:
+		c.OK, c.Detail = true, "not known: "+got.NodesUnknown
+		return c
+	}
+	c.Detail = fmt.Sprintf("%d more sandboxes fit", got.Fit)
+	if got.Bound != "" {
+		c.Detail += ", bound by " + got.Bound
+	}
+	if got.NodesUnknown != "" {
+		c.Detail += "; the nodes were not counted: " + got.NodesUnknown
+	}
+	c.OK = got.Fit > 0
+	if !c.OK {
+		c.Fix = "free room (a stopped daemon's pods: `sandpit sandbox rm`), raise the ResourceQuota, add nodes, " +
+			"or lower kubernetes.requests.cpus and kubernetes.requests.memory_bytes"
+	}
+	return c
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"net/url"
 	"path/filepath"
 
 	"github.com/sandpit-dev/sandpit/internal/datadir"
+	"github.com/sandpit-dev/sandpit/internal/secrets"
 	"github.com/sandpit-dev/sandpit/internal/store"
 
 	"github.com/sandpit-dev/sandpit/internal/config"
@@ -27,7 +29,7 @@ func E2BConfig(cfg config.Config) e2b.Config {
 		CPUs:        int(math.Ceil(cfg.CPUs)),
 		MemoryMB:    int(cfg.MemoryBytes >> 20),
 		DiskMB:      int(cfg.TmpBytes >> 20),
-		Pool:        cfg.E2BPool,
+		Domain:      cfg.PortsHost(),
 	}
 }
 
@@ -45,6 +47,18 @@ type Keys interface {
 	Close() error
 }
 
+// KeysDatabase names the database OpenKeys opens for cfg, for a person: database_url's (its
+// password hidden), else the data directory's SQLite file.
+func KeysDatabase(cfg config.Config) string {
+	if cfg.DatabaseURL != "" {
+		if u, err := url.Parse(cfg.DatabaseURL); err == nil {
+			return "the database of database_url " + u.Redacted()
+		}
+		return "the database of database_url"
+	}
+	return "the database of data directory " + cfg.DataDir + " (" + filepath.Join(cfg.DataDir, store.FileName) + ")"
+}
+
 // OpenKeys opens the store of cfg for managing API keys (`sandpit keys`), beside a daemon that
 // may be using it: SQLite in WAL mode and PostgreSQL both take a second writer. The caller
 // closes it.
@@ -57,4 +71,36 @@ func OpenKeys(ctx context.Context, cfg config.Config, log *slog.Logger) (Keys, e
 		return nil, err
 	}
 	return store.Open(ctx, filepath.Join(dir, store.FileName), log)
+}
+
+// Secrets manages the secrets the egress proxy adds to requests, for `sandpit secrets`
+// without a daemon; the caller closes it.
+type Secrets struct {
+	*secrets.Keeper
+	Close func() error
+}
+
+// OpenSecrets opens the store of cfg and the secrets key (SANDPIT_SECRETS_KEY, else the data
+// directory's secrets.key, made when there is none) for managing secrets beside a daemon that
+// may be using them. lookup reads the environment (os.LookupEnv).
+func OpenSecrets(ctx context.Context, cfg config.Config, lookup func(string) (string, bool), log *slog.Logger) (Secrets, error) {
+	dir, err := datadir.Canonical(cfg.DataDir)
+	if err != nil {
+		return Secrets{}, err
+	}
+	var st *store.Store
+	if cfg.DatabaseURL != "" {
+		st, err = store.OpenPostgres(ctx, cfg.DatabaseURL, 0, log)
+	} else {
+		st, err = store.Open(ctx, filepath.Join(dir, store.FileName), log)
+	}
+	if err != nil {
+		return Secrets{}, err
+	}
+	sealer, err := secrets.LoadCipher(dir, lookup, true)
+	if err != nil {
+		st.Close()
+		return Secrets{}, err
+	}
+	return Secrets{Keeper: secrets.NewKeeper(st, sealer), Close: st.Close}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/testenv/pyindex"
@@ -130,6 +131,46 @@ except requests.exceptions.RequestException as e:
 	_ = json.Unmarshal(sb, &sres)
 	if status != 200 || !strings.HasPrefix(sres.Stdout, "200\n") || len(sres.Egress) != 1 || !sres.Egress[0].Allowed {
 		t.Errorf("a fetch from a session: %d %s", status, sb)
+	}
+	sessionEgressRecorded(t, url+"/v1/agents/alice/sessions/"+sess.ID, idx.URL(), idx.Host())
+}
+
+// sessionEgressRecorded: the connections of a session's command, and of a thread a call left
+// running, are in the ledger (GET …/egress), as a call's are in its record (issue 51, item 5:
+// they were recorded nowhere). base is the session's REST path, target a URL it may fetch
+// from host.
+func sessionEgressRecorded(t *testing.T, base, target, host string) {
+	t.Helper()
+	cmd, _ := json.Marshal(map[string]any{"cmd": fmt.Sprintf(`python3 -c 'import requests; print(requests.get(%q, timeout=30).status_code)'`, target+"?from=command")})
+	if status, b := httpCall(t, "POST", base+"/commands", string(cmd)); status != 200 || !strings.Contains(string(b), `"stdout":"200\n"`) {
+		t.Fatalf("a fetch from a session's command: %d %s", status, b)
+	}
+	left, _ := json.Marshal(map[string]any{"code": fmt.Sprintf(`
+import threading, time, requests
+def later():
+    time.sleep(0.5)
+    requests.get(%q, timeout=30)
+threading.Thread(target=later).start()
+`, target+"?from=thread")})
+	if status, b := httpCall(t, "POST", base+"/executions", string(left)); status != 200 {
+		t.Fatalf("a call that leaves a thread: %d %s", status, b)
+	}
+	var list struct {
+		Connections []sandbox.EgressConnection `json:"connections"`
+	}
+	for deadline := time.Now().Add(30 * time.Second); len(list.Connections) < 2; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the session's egress records: %+v; want the command's and the thread's", list.Connections)
+		}
+		status, b := httpCall(t, "GET", base+"/egress", "")
+		if status != 200 || json.Unmarshal(b, &list) != nil {
+			t.Fatalf("GET …/egress: %d %s", status, b)
+		}
+	}
+	for _, c := range list.Connections {
+		if !c.Allowed || c.Address != host || c.BytesReceived == 0 {
+			t.Errorf("a recorded connection: %+v", c)
+		}
 	}
 }
 

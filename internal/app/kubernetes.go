@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
+	"github.com/sandpit-dev/sandpit/internal/runtime/boxspec"
 	"github.com/sandpit-dev/sandpit/internal/runtime/kubernetes"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -45,6 +47,7 @@ var sandboxSelector = map[string]string{kubernetes.LabelManaged: "1"}
 // here. Preflight is left for the caller.
 func KubernetesConfig(cfg config.Config, daemon string) (kubernetes.Config, error) {
 	k := cfg.Kubernetes
+	reqCPUs, reqMemory := cfg.PodRequests()
 	rc := kubernetes.Config{
 		Kubeconfig:       k.Kubeconfig,
 		Namespace:        k.Namespace,
@@ -55,14 +58,17 @@ func KubernetesConfig(cfg config.Config, daemon string) (kubernetes.Config, erro
 		NodeSelector:     maps.Clone(k.NodeSelector),
 		Tolerations:      tolerations(k.Tolerations),
 		Box: kubernetes.Box{
-			MemoryBytes: cfg.MemoryBytes,
-			NanoCPUs:    cfg.NanoCPUs(),
-			PidsLimit:   cfg.PidsLimit,
-			TmpBytes:    cfg.TmpBytes,
-			RunDirBytes: cfg.RunDirBytes,
-			Network:     cfg.Network,
+			MemoryBytes:        cfg.MemoryBytes,
+			NanoCPUs:           cfg.NanoCPUs(),
+			RequestMemoryBytes: reqMemory,
+			RequestNanoCPUs:    int64(math.Round(reqCPUs * 1e9)),
+			PidsLimit:          cfg.PidsLimit,
+			TmpBytes:           cfg.TmpBytes,
+			RunDirBytes:        cfg.RunDirBytes,
+			Network:            cfg.Network,
 		},
 		Slots:        cfg.Slots,
+		UIDBlock:     boxspec.UIDBlock(cfg.UIDBlock),
 		WarmSessions: min(k.WarmSessions, cfg.SessionsMax),
 		DaemonID:     daemon,
 		ReadyWait:    30 * time.Second,
@@ -166,10 +172,12 @@ type KubernetesSandbox struct {
 	// session's.
 	Pods []ContainerStatus
 	// Lease is the daemon's Lease's name, "" when there is none; LeaseHeld says it was
-	// renewed within its duration (the daemon runs), and Renewed when it last was.
-	Lease     string
-	LeaseHeld bool
-	Renewed   time.Time
+	// renewed within its duration (the daemon runs), LeaseReleased that its daemon stopped
+	// cleanly and gave it up, and Renewed when it last was renewed.
+	Lease         string
+	LeaseHeld     bool
+	LeaseReleased bool
+	Renewed       time.Time
 }
 
 // SandboxPods lists the pods and the Lease of cfg's daemon (daemon_id, or the ID kept in the
@@ -204,7 +212,7 @@ func SandboxPods(ctx context.Context, cfg config.Config) (KubernetesSandbox, err
 			Created: p.CreationTimestamp.Time, Slot: slot})
 	}
 	if l := got.Lease; l != nil {
-		out.Lease, out.LeaseHeld = l.Name, kubernetes.LeaseHeld(l)
+		out.Lease, out.LeaseHeld, out.LeaseReleased = l.Name, kubernetes.LeaseHeld(l), kubernetes.LeaseReleased(l)
 		out.Renewed = l.CreationTimestamp.Time
 		if l.Spec.RenewTime != nil {
 			out.Renewed = l.Spec.RenewTime.Time

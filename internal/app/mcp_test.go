@@ -75,7 +75,7 @@ func TestMCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	tools, err := cs2.ListTools(t.Context(), nil)
-	if err != nil || len(tools.Tools) != 26 {
+	if err != nil || len(tools.Tools) != 33 {
 		t.Fatalf("tools over stdio: %v %v", tools, err)
 	}
 	if isErr, text := mcpRun(t, cs2, "import pandas as pd; print(pd.DataFrame({'a': [1, 2]}).a.sum())"); isErr || !strings.Contains(text, "stdout:\n3") {

@@ -76,7 +76,7 @@ func TestSessionsREST(t *testing.T) {
 	url, stop := sessionDaemon(t, dir)
 
 	status, body := httpCall(t, "GET", url+"/v1/limits", "")
-	if status != 200 || !bytes.Contains(body, []byte(`"sessions":{"session_idle_timeout_ms":600000,"session_max_lifetime_ms":3600000,"sessions_per_agent":2,"sessions_max":4,`)) {
+	if status != 200 || !bytes.Contains(body, []byte(`"sessions":{"session_idle_timeout_ms":600000,"session_max_lifetime_ms":3600000,"sessions_per_agent":8,"sessions_max":16,`)) {
 		t.Fatalf("limits: %d %s", status, body)
 	}
 	status, body = httpCall(t, "POST", url+"/v1/agents/alice/sessions", `{"idle_timeout_ms": 60000}`)

@@ -1,8 +1,11 @@
 package app_test
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -275,5 +278,78 @@ func TestWorkspaceREST(t *testing.T) {
 	if got := tool("list_commands", map[string]any{"session_id": s.ID, "limit": 1}); !strings.Contains(got, `"command":"cat mcp/n.txt"`) ||
 		!strings.Contains(got, `"next_cursor":"`) || strings.Contains(got, `"next_cursor":""`) {
 		t.Fatalf("list_commands: %s", got)
+	}
+}
+
+// TestH83BackgroundOutputKeptInTheBox: a background command's output no one reads stays in
+// its sandbox; a client that attaches later gets the last 64 KiB with the count of the bytes
+// before them, then the live output; what the command writes after the client left is in the
+// tail its end brings.
+func TestH83BackgroundOutputKeptInTheBox(t *testing.T) {
+	_, _, base := waltSession(t)
+	status, body := httpCall(t, "POST", base+"/commands",
+		`{"cmd": "seq 1 100000; touch seq.done; while read -r l; do echo got:$l; done", "background": true}`)
+	var res apitype.CommandResult
+	if status != 201 || json.Unmarshal(body, &res) != nil {
+		t.Fatalf("background: %d %s", status, body)
+	}
+	proc := base + "/processes/" + res.Process.ID
+	if status, body = httpCall(t, "POST", base+"/commands", `{"cmd": "while [ ! -e seq.done ]; do sleep 0.05; done"}`); status != 200 {
+		t.Fatalf("waiting for seq: %d %s", status, body)
+	}
+	var seq strings.Builder
+	for i := 1; i <= 100000; i++ {
+		fmt.Fprintf(&seq, "%d\n", i)
+	}
+	all := seq.String()
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", proc+"/output?tail=true", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("output: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	lines := bufio.NewScanner(resp.Body)
+	lines.Buffer(nil, 1<<20)
+	next := func() apitype.CommandEvent {
+		t.Helper()
+		if !lines.Scan() {
+			t.Fatalf("the output stream ended: %v", lines.Err())
+		}
+		var ev apitype.CommandEvent
+		if err := json.Unmarshal(lines.Bytes(), &ev); err != nil {
+			t.Fatalf("%s: %v", lines.Bytes(), err)
+		}
+		return ev
+	}
+	if ev := next(); ev.Type != "start" || ev.Process.StdoutBytes != int64(len(all)) {
+		t.Fatalf("start: %+v; want the process with the %d bytes seq wrote", ev, len(all))
+	}
+	ev := next()
+	if want := all[len(all)-64<<10:]; ev.Type != "stdout" || ev.Data != want || ev.Dropped != int64(len(all)-len(want)) {
+		t.Fatalf("the tail: %s %d bytes, dropped %d; want the last %d bytes, dropped %d", ev.Type, len(ev.Data), ev.Dropped, len(want), len(all)-len(want))
+	}
+	if status, body = httpCall(t, "POST", proc+"/input", `{"data": "live\n"}`); status != 204 {
+		t.Fatalf("input: %d %s", status, body)
+	}
+	if ev := next(); ev.Type != "stdout" || ev.Data != "got:live\n" || ev.Dropped != 0 {
+		t.Fatalf("live: %+v", ev)
+	}
+	cancel()
+	resp.Body.Close()
+
+	if status, body = httpCall(t, "POST", proc+"/input", `{"data": "unread\n", "close": true}`); status != 204 {
+		t.Fatalf("input: %d %s", status, body)
+	}
+	status, body = httpCall(t, "POST", proc+"/wait", "")
+	var p apitype.Process
+	if want := int64(len(all) + len("got:live\ngot:unread\n")); status != 200 || json.Unmarshal(body, &p) != nil || p.End == nil || p.StdoutBytes != want {
+		t.Fatalf("wait: %d %s; want its end, %d bytes written", status, body, want)
+	}
+	status, body = httpCall(t, "GET", proc+"/output?tail=true", "")
+	if status != 200 || !bytes.Contains(body, []byte(`got:live\ngot:unread\n","dropped":`)) || !bytes.Contains(body, []byte(`"type":"end"`)) {
+		t.Fatalf("the ended process's output: %d %.300s", status, body[max(0, len(body)-300):])
 	}
 }

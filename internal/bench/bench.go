@@ -210,6 +210,9 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	if err := b.sessionCreateLatency(ctx, in, rep); err != nil {
 		return nil, err
 	}
+	if err := b.portLatencies(ctx, in, rep); err != nil {
+		return nil, err
+	}
 	if err := b.lifecycleLatencies(ctx, in, rep); err != nil {
 		return nil, err
 	}

@@ -76,8 +76,8 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 
 	rep, progress := runBench(t, ctx, "--compare=single")
 
-	if len(rep.Latency) != 23 {
-		t.Fatalf("%d latency rows, want 23: %+v", len(rep.Latency), rep.Latency)
+	if len(rep.Latency) != 28 {
+		t.Fatalf("%d latency rows, want 28: %+v", len(rep.Latency), rep.Latency)
 	}
 	for _, l := range rep.Latency {
 		want := 2
@@ -85,7 +85,8 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 		case bench.LatencyRESTPrint, bench.LatencySpawnPrint, bench.LatencySessionPrint,
 			bench.LatencySessionEcho, bench.LatencySessionFile, bench.LatencySessionList,
 			bench.LatencySessionPause, bench.LatencySessionResume, bench.LatencySessionHibernate, bench.LatencySessionWake,
-			bench.LatencyE2BCreate, bench.LatencyE2BFirstRun, bench.LatencyE2BCommand, bench.LatencyE2BFile, bench.LatencyE2BKill:
+			bench.LatencyE2BCreate, bench.LatencyE2BFirstRun, bench.LatencyE2BCommand, bench.LatencyE2BFile, bench.LatencyE2BKill,
+			bench.LatencyPortGet, bench.LatencyPortGetInBox:
 			want = 3
 		case bench.LatencySessionSum:
 			want = 20
@@ -93,7 +94,8 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 		if l.Runs != want || !(l.P50MS > 0) || l.P50MS > l.P95MS || l.P95MS > l.P99MS || !(l.RunsPerSec > 0) {
 			t.Errorf("%s: %+v", l.Name, l)
 		}
-		session := strings.HasPrefix(l.Name, "session_") || strings.HasPrefix(l.Name, "e2b_") // in its own container, not the pool's
+		session := strings.HasPrefix(l.Name, "session_") || strings.HasPrefix(l.Name, "e2b_") ||
+			strings.HasPrefix(l.Name, "port_") // in its own container, not the pool's
 		if rest := l.Baseline == "" && !session; rest != (l.BoxCPUMSPerRun > 0) {
 			t.Errorf("%s: box CPU per run %v (only the pool's REST rows have one)", l.Name, l.BoxCPUMSPerRun)
 		}
@@ -124,7 +126,7 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 	if m.DaemonIdleRSS <= 0 || m.DaemonLoadPeakRSS <= 0 || m.BoxIdle <= 0 || m.BoxLoadPeak <= 0 || m.ExecutorIdleRSS <= 0 || m.ExecutorPeakRSS <= 0 {
 		t.Errorf("memory: %+v", m)
 	}
-	if len(rep.Targets) != 23 || rep.Image == "" || rep.CPUs < 1 || rep.ElapsedSeconds <= 0 || rep.Slots != 4 || !(rep.ReadySeconds > 0) {
+	if len(rep.Targets) != 27 || rep.Image == "" || rep.CPUs < 1 || rep.ElapsedSeconds <= 0 || rep.Slots != 4 || !(rep.ReadySeconds > 0) {
 		t.Errorf("report: %+v", rep)
 	}
 	// The pool compared with one container, measured in the same run.

@@ -459,6 +459,16 @@ func Targets(r Report) []Target {
 				Status: evaluate(v, "<=", g.goal)})
 		}
 	}
+	for _, g := range []struct{ latency, name, what string }{
+		{LatencySessionCreate, "session_create_p50", "session creation (REST) in a burst p50"},
+		{LatencySessionCreateGrown, "session_create_grown_p50", "  again, the pool grown, p50"},
+	} {
+		if v := p50(g.latency); v > 0 {
+			targets = append(targets, Target{Name: g.name, What: g.what, Unit: "ms", Op: "<=", Goal: MaxSessionCreateMS, Value: round(v, 1),
+				Status: evaluate(v, "<=", MaxSessionCreateMS)})
+		}
+	}
+	targets = append(targets, portTargets(p50)...)
 	targets = append(targets, lifecycleTargets(p50)...)
 	targets = append(targets, kubernetesTargets(r)...)
 	for _, g := range []struct {
@@ -474,6 +484,9 @@ func Targets(r Report) []Target {
 	}
 	return targets
 }
+
+// MaxSessionCreateMS is the goal of a session's creation through REST (issue 46).
+const MaxSessionCreateMS = 50
 
 // The E2B API's goals (issue 30): a sandbox ready in 50 ms, its first run_code in 20 ms.
 const (

@@ -264,3 +264,19 @@ func TestNewLatencyAndThroughput(t *testing.T) {
 		t.Errorf("newThroughput = %+v, want %+v", th, want)
 	}
 }
+
+// TestPortTargets: the port's goals are the daemon's path over the same GET inside the box,
+// and 1 MiB per p50 as MiB/s.
+func TestPortTargets(t *testing.T) {
+	r := Report{Latency: []Latency{{Name: LatencyPortGet, Runs: 1, P50MS: 6.5}, {Name: LatencyPortGetInBox, Runs: 1, P50MS: 2}, {Name: LatencyPortGetMiB, Runs: 1, P50MS: 40}}}
+	got := map[string]Target{}
+	for _, tg := range Targets(r) {
+		got[tg.Name] = tg
+	}
+	if tg := got["port_get_over_ms"]; tg.Value != 4.5 || tg.Status != StatusNotMet {
+		t.Errorf("port_get_over_ms: %+v", tg)
+	}
+	if tg := got["port_1mib_mib_per_s"]; tg.Value != 25 || tg.Status != StatusNotMet {
+		t.Errorf("port_1mib_mib_per_s: %+v", tg)
+	}
+}

@@ -18,8 +18,9 @@ import (
 // restClient calls one daemon's REST API through package client, with keep-alive connections
 // enough for the bench's concurrent callers.
 type restClient struct {
-	api *client.Client
-	hc  *http.Client
+	api         *client.Client
+	hc          *http.Client
+	base, token string
 }
 
 // newRESTClient returns a client of the daemon at base (http://host:port) whose connection
@@ -30,7 +31,7 @@ func newRESTClient(base, token string, maxClients int) *restClient {
 	tr.MaxIdleConns = 2 * maxClients
 	tr.MaxIdleConnsPerHost = 2 * maxClients
 	hc := &http.Client{Transport: tr}
-	return &restClient{api: client.New(base, hc).WithToken(token), hc: hc}
+	return &restClient{api: client.New(base, hc).WithToken(token), hc: hc, base: base, token: token}
 }
 
 // close releases the idle connections.

@@ -11,7 +11,8 @@
 // program or a thread; nothing sent there decides the run's outcome by itself. With the init
 // line's "charts", matplotlib's figures (at each plt.show() and, still open, at the end) and
 // PIL images shown are saved as figure-N.png and image-N.png in the run's directory, where the
-// executor collects them as output files. sys.stdout and
+// executor collects them as output files; a figure shown is also a display, its image/png with
+// its chart as data (e2b/chart, E2B's shape, read from matplotlib's objects). sys.stdout and
 // sys.stderr wait, when a write follows one to the other stream, until the executor has read
 // the other's pipe, so that their order is kept. No request value is ever pasted into Python
 // source.

@@ -18,7 +18,8 @@
 #
 # With "charts", matplotlib's figures are saved as figure-N.png in the run's directory at each
 # plt.show() and, for those still open, when the program ends, and PIL's Image.show() saves
-# image-N.png: the executor collects them with the run's other output files.
+# image-N.png: the executor collects them with the run's other output files. A figure shown
+# is also a display: its image/png and, when it holds data, its e2b/chart (see _figure_chart).
 #
 # sys.stdout and sys.stderr stay descriptors 1 and 2 (pipes to the executor, written through
 # as with -u); before a write to one of them follows a write to the other, the bootstrap waits
@@ -110,6 +111,39 @@ def _await_ack(timeout=1.0):
             if not chunk:
                 return
             _pending[0] = buf + chunk
+
+
+_SECRET_CA_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT")
+_secret_ca_path = [None]
+
+
+def _apply_secrets(init):
+    """The run's secrets (docs/secrets.md): each named secret's placeholder in its environment
+    variable (the value never enters the box), and the daemon's CA, which signs the
+    certificates the egress proxy presents for the secrets' hosts, trusted beside the box's own
+    roots by ssl, requests, pip and curl: a bundle of both, named by their variables."""
+    env = init.get("secret_env")
+    if not env:
+        return
+    os.environ.update(env)
+    ca = init.get("secret_ca")
+    if not ca:
+        return
+    if _secret_ca_path[0] is None:
+        roots = ""
+        try:
+            with open("/etc/ssl/certs/ca-certificates.crt", encoding="ascii") as f:
+                roots = f.read()
+        except OSError:
+            pass
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="sandpit-ca-", suffix=".pem")
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(roots + "\n" + ca)
+        _secret_ca_path[0] = path
+    for name in _SECRET_CA_VARS:
+        os.environ[name] = _secret_ca_path[0]
 
 
 def _read_init():
@@ -449,10 +483,10 @@ class _Charts:
         self.dir = directory
         self.count = {"figure": 0, "image": 0}
 
-    def _save(self, prefix, write, text):
+    def _save(self, prefix, write, text, chart=None):
         """Creates the next free prefix-N.png and writes it with write(file), then shows it
-        as an image/png display (text: its text/plain); a failure is reported on stderr and
-        leaves no file."""
+        as an image/png display (text: its text/plain) with, when chart() gives one, its
+        e2b/chart; a failure is reported on stderr and leaves no file."""
         path = None
         try:
             for _ in range(10_000):
@@ -470,7 +504,11 @@ class _Charts:
             if _getpid() == _main_pid[0]:
                 with open(path, "rb") as f:
                     png = f.read()
-                _publish({"image/png": png, "text/plain": text}, None, False, _nb[0])
+                data = {"image/png": png, "text/plain": text}
+                described = _chart_or_none(chart) if chart is not None else None
+                if described is not None:
+                    data["e2b/chart"] = described
+                _publish(data, None, False, _nb[0])
         except Exception as exc:  # noqa: BLE001 - the program's run goes on
             print(f"sandpit: could not save a {prefix} as an output file: {type(exc).__name__}: {exc}", file=sys.stderr)
             if path is not None:
@@ -486,7 +524,8 @@ class _Charts:
             return
         for manager in sorted(helpers.Gcf.get_all_fig_managers(), key=lambda m: m.num):
             figure = manager.canvas.figure
-            self._save("figure", lambda f: figure.savefig(f, format="png", bbox_inches="tight"), _safe_repr(figure))
+            self._save("figure", lambda f: figure.savefig(f, format="png", bbox_inches="tight"), _safe_repr(figure),
+                       lambda: _figure_chart(figure))
 
     def save_image(self, image):
         def write(f):
@@ -532,6 +571,314 @@ class _Charts:
             sys.meta_path.insert(0, _ImportHook(hooks))
 
 
+# Charts as data: a figure shown is described as E2B's code interpreter describes it (its
+# "e2b/chart"), read from matplotlib's own objects after the figure was drawn (so that its tick
+# labels are set): {"type": "line" | "scatter" | "bar" | "pie" | "box_and_whisker" |
+# "superchart" | "unknown", "title": str | None, "elements": [...]}, with, for a plane chart,
+# x_label, y_label, x_unit and y_unit (the text in the label's last brackets: "Time (s)" has
+# "s"), and for a line or scatter chart x_ticks, x_tick_labels, x_scale (linear, log, symlog,
+# logit, function, functionlog, asinh, datetime or categorical) and the same for y. Elements:
+# {"label", "points": [[x, y], ...]} per line or scatter series; {"label", "group", "value"}
+# per bar; {"label", "angle", "radius"} per pie slice (degrees, data units); {"label", "min",
+# "first_quartile", "median", "third_quartile", "max", "outliers"} per box; one chart per
+# Axes in a superchart. Dates are ISO 8601 text, a category its name, NaN and infinities null.
+
+_CHART_VALUES = 200_000  # the most values a chart's elements hold: a larger figure has no chart
+
+
+class _ChartTooLarge(Exception):
+    pass
+
+
+def _chart_or_none(make):
+    """make()'s chart, or None when it has none or failed: a chart never costs the run its
+    figure."""
+    try:
+        chart = make()
+        if chart is not None:
+            _dumps(chart, allow_nan=False)  # what JSON cannot hold would cost the display its PNG
+        return chart
+    except Exception:  # noqa: BLE001 - a figure matplotlib drew but this cannot describe
+        return None
+
+
+def _figure_chart(figure):
+    """The e2b/chart of a drawn matplotlib figure, None when no Axes holds data."""
+    axes = list(figure.get_axes())
+    if not any(ax.has_data() for ax in axes):
+        return None
+    budget = [_CHART_VALUES]
+    if len(axes) == 1:
+        return _axes_chart(axes[0], budget)
+    suptitle = getattr(figure, "_suptitle", None)
+    title = suptitle.get_text() if suptitle is not None else ""
+    return {"type": "superchart", "title": title or None, "elements": [_axes_chart(ax, budget) for ax in axes]}
+
+
+def _is_rule(artist):
+    """Whether artist is a straight horizontal or vertical line of two points (axhline, a
+    grid or reference line), which does not make a chart a line chart."""
+    if not isinstance(artist, sys.modules["matplotlib.lines"].Line2D):
+        return False
+    xy = artist.get_xydata()
+    return len(xy) == 2 and (xy[0][0] == xy[1][0] or xy[0][1] == xy[1][1])
+
+
+def _chart_kind(ax):
+    """The chart type of what ax holds (see _figure_chart)."""
+    lines = sys.modules["matplotlib.lines"]
+    patches = sys.modules["matplotlib.patches"]
+    collections = sys.modules["matplotlib.collections"]
+    if len(ax.images):
+        return "unknown"
+    artists = list(ax.lines) + list(ax.collections) + list(ax.patches) + list(ax.artists)
+    if not artists:
+        return "unknown"
+    if all(isinstance(a, lines.Line2D) for a in artists):
+        return "line"
+    if any(isinstance(a, patches.PathPatch) for a in artists) and \
+            all(isinstance(a, (patches.PathPatch, lines.Line2D)) for a in artists):
+        return "box_and_whisker"
+    drawn = [a for a in artists if not _is_rule(a)]
+    if drawn and all(type(a) is collections.PathCollection for a in drawn):
+        return "scatter"
+    if drawn and all(isinstance(a, patches.Wedge) for a in drawn):
+        return "pie"
+    if drawn and all(isinstance(a, patches.Rectangle) for a in drawn) and \
+            any(getattr(c, "orientation", None) for c in ax.containers):
+        return "bar"
+    return "unknown"
+
+
+def _axes_chart(ax, budget):
+    kind = _chart_kind(ax)
+    title = ax.get_title()
+    chart = {"type": kind, "title": title or None}
+    if kind in ("unknown", "pie"):
+        chart["elements"] = _pie_slices(ax, budget) if kind == "pie" else []
+        return chart
+    x_label, y_label = ax.get_xlabel(), ax.get_ylabel()
+    if kind == "bar":
+        elements, horizontal = _bars(ax, budget)
+    elif kind == "box_and_whisker":
+        elements, horizontal = _boxes(ax, budget)
+    else:
+        elements, horizontal = _series(ax, kind, budget), False
+    if horizontal:  # x_label names the categories, y_label the values, as E2B has them
+        x_label, y_label = y_label, x_label
+    chart.update(x_label=x_label or None, y_label=y_label or None, x_unit=_unit(x_label), y_unit=_unit(y_label))
+    if kind in ("line", "scatter"):
+        for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            value = _axis_value(axis)
+            chart[name + "_ticks"] = [value(t, ticks=True) for t in axis.get_ticklocs()]
+            chart[name + "_tick_labels"] = [t.get_text() for t in axis.get_ticklabels()]
+            chart[name + "_scale"] = _axis_scale(axis)
+    chart["elements"] = elements
+    return chart
+
+
+def _unit(label):
+    """The unit a label names in its last brackets ("Time (s)", "Mass [kg]"), or None."""
+    import re
+    found = re.findall(r"[(\[]\s*([^()\[\]]*?)\s*[)\]]", label or "")
+    return found[-1] if found and found[-1] else None
+
+
+def _converter(axis):
+    get = getattr(axis, "get_converter", None)
+    return get() if get is not None else getattr(axis, "converter", None)
+
+
+def _period_freq(axis):
+    """The frequency of pandas' time series axis (Series.plot() of a DatetimeIndex, whose
+    positions are period ordinals), or None."""
+    formatter = axis.get_major_formatter()
+    if type(formatter).__name__ == "TimeSeries_DateFormatter" and "pandas" in sys.modules:
+        return getattr(formatter, "freq", None)
+    return None
+
+
+def _axis_scale(axis):
+    """An axis's scale as E2B names it: matplotlib's, or datetime or categorical for an axis
+    of dates or of category names."""
+    module = type(_converter(axis)).__module__
+    if module == "matplotlib.dates" or _period_freq(axis) is not None:
+        return "datetime"
+    if module == "matplotlib.category":
+        return "categorical"
+    return axis.get_scale()
+
+
+def _axis_value(axis):
+    """A function giving a value in axis's data coordinates as JSON: an ISO 8601 date on an
+    axis of dates, a category's name on an axis of categories (ticks stay positions), a float,
+    or None for a value that is not finite."""
+    scale = _axis_scale(axis)
+    names = {}
+    if scale == "categorical":
+        mapping = getattr(getattr(axis, "units", None), "_mapping", None) or {}
+        names = {float(v): str(k) for k, v in mapping.items()}
+    num2date = sys.modules["matplotlib.dates"].num2date if scale == "datetime" else None
+    freq = _period_freq(axis)
+    if freq is not None:
+        period = sys.modules["pandas"].Period
+
+        def num2date(f):
+            return period(ordinal=int(math.floor(f)), freq=freq).to_timestamp()
+
+    def value(v, ticks=False):
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            return str(v)
+        if not math.isfinite(f):
+            return None
+        if num2date is not None:
+            try:
+                return num2date(f).isoformat()
+            except (ValueError, OverflowError, TypeError):
+                return f
+        if names and not ticks:
+            return names.get(f, f)
+        return f
+    return value
+
+
+def _spend(budget, n):
+    budget[0] -= n
+    if budget[0] < 0:
+        raise _ChartTooLarge()
+
+
+def _number(v):
+    f = float(v)
+    return round(f, 10) if math.isfinite(f) else None
+
+
+def _series(ax, kind, budget):
+    """The points of each line (a line chart) or each scatter collection."""
+    x_value, y_value = _axis_value(ax.xaxis), _axis_value(ax.yaxis)
+    out = []
+    if kind == "line":
+        drawn = [a for a in ax.lines if not _is_rule(a)] or list(ax.lines)
+        for i, line in enumerate(drawn):
+            xy = line.get_xydata()
+            _spend(budget, 2 * len(xy))
+            label = line.get_label()
+            out.append({"label": f"Line {i}" if label.startswith("_") else label,
+                        "points": [[x_value(x), y_value(y)] for x, y in xy]})
+    else:
+        for i, coll in enumerate(ax.collections):
+            xy = coll.get_offsets()
+            _spend(budget, 2 * len(xy))
+            label = coll.get_label()
+            out.append({"label": f"Series {i}" if label.startswith("_") else label,
+                        "points": [[x_value(x), y_value(y)] for x, y in xy]})
+    return out
+
+
+def _tick_names(axis):
+    """(position, label) of each of axis's labelled ticks."""
+    return [(float(loc), t.get_text()) for loc, t in zip(axis.get_ticklocs(), axis.get_ticklabels()) if t.get_text()]
+
+
+def _name_at(ticks, lo, hi, value):
+    """The label of the tick nearest the middle of [lo, hi] among those within it, else value
+    (the position) as text."""
+    mid = (lo + hi) / 2
+    inside = [(abs(p - mid), name) for p, name in ticks if lo - 1e-9 <= p <= hi + 1e-9]
+    if inside:
+        return min(inside)[1]
+    return value(mid) if isinstance(value(mid), str) else f"{mid:g}"
+
+
+def _bars(ax, budget):
+    """A bar per bar of each bar container (bar(), barh(), hist()): its category (the tick
+    label under it), its group (the container's label) and its value; and whether the bars
+    are horizontal."""
+    out, horizontal = [], False
+    for i, container in enumerate(ax.containers):
+        orientation = getattr(container, "orientation", None)
+        if orientation is None:
+            continue
+        horizontal = orientation == "horizontal"
+        axis = ax.yaxis if horizontal else ax.xaxis
+        ticks, value = _tick_names(axis), _axis_value(axis)
+        group = container.get_label()
+        if not group or group.startswith("_"):
+            group = f"Group {i}"
+        _spend(budget, 3 * len(container.patches))
+        for rect in container.patches:
+            if horizontal:
+                lo, hi, v = rect.get_y(), rect.get_y() + rect.get_height(), rect.get_width()
+            else:
+                lo, hi, v = rect.get_x(), rect.get_x() + rect.get_width(), rect.get_height()
+            lo, hi = min(lo, hi), max(lo, hi)
+            out.append({"label": _name_at(ticks, lo, hi, value), "group": group, "value": _number(v)})
+    return out, horizontal
+
+
+def _pie_slices(ax, budget):
+    patches = sys.modules["matplotlib.patches"]
+    wedges = [p for p in ax.patches if isinstance(p, patches.Wedge)]
+    _spend(budget, 3 * len(wedges))
+    return [{"label": w.get_label(), "angle": round(abs(float(w.theta2) - float(w.theta1)), 4), "radius": _number(w.r)}
+            for w in wedges]
+
+
+def _boxes(ax, budget):
+    """A box per box patch of a boxplot(patch_artist=True): its quartiles from the box, its
+    median from the line across it, its whiskers' ends and the outliers beside it; and whether
+    the boxes are horizontal (their positions on the y axis)."""
+    patches = sys.modules["matplotlib.patches"]
+    boxes = [p for p in ax.patches if isinstance(p, patches.PathPatch)]
+    lines = [line.get_xydata() for line in ax.lines]
+    _spend(budget, 6 * len(boxes) + sum(2 * len(xy) for xy in lines))
+
+    def extent(xy, k):
+        col = xy[:, k]
+        return float(col.min()), float(col.max())
+
+    def across(box_xy, k):
+        """Whether a line of two points at constant value inside the box spans its width
+        along axis k (k=0: the boxes stand on the x axis)."""
+        p0, p1 = extent(box_xy, k)
+        v0, v1 = extent(box_xy, 1 - k)
+        return any(len(xy) == 2 and xy[0][1 - k] == xy[1][1 - k] and v0 <= xy[0][1 - k] <= v1 and
+                   abs(min(xy[:, k]) - p0) < 1e-9 and abs(max(xy[:, k]) - p1) < 1e-9 for xy in lines)
+
+    shapes = [b.get_path().vertices for b in boxes]  # in data coordinates, as boxplot makes them
+    horizontal = bool(shapes) and not across(shapes[0], 0) and across(shapes[0], 1)
+    k = 1 if horizontal else 0  # the positions' axis
+    axis = ax.yaxis if horizontal else ax.xaxis
+    ticks, value = _tick_names(axis), _axis_value(axis)
+    out = []
+    for xy in shapes:
+        p0, p1 = extent(xy, k)
+        q1, q3 = extent(xy, 1 - k)
+        box = {"label": _name_at(ticks, p0, p1, value), "min": q1, "first_quartile": q1, "median": None,
+               "third_quartile": q3, "max": q3, "outliers": []}
+        for line in lines:
+            if not len(line) or not all(p0 - 1e-9 <= p <= p1 + 1e-9 for p in line[:, k]):
+                continue
+            vs = [float(v) for v in line[:, 1 - k]]
+            if len(line) == 2 and vs[0] == vs[1] and q1 <= vs[0] <= q3:
+                if line[0][k] != line[1][k]:
+                    box["median"] = vs[0]
+                continue
+            if len(line) == 2 and line[0][k] == line[1][k]:  # a whisker
+                if max(vs) <= q1:
+                    box["min"] = min(box["min"], min(vs))
+                elif min(vs) >= q3:
+                    box["max"] = max(box["max"], max(vs))
+                continue
+            if len(line) == 2 and vs[0] == vs[1]:  # a cap
+                continue
+            box["outliers"].extend(v for v in vs if v < q1 or v > q3)
+        out.append({k2: (_number(v) if isinstance(v, float) else v) for k2, v in box.items()})
+    return out, horizontal
+
+
 class _ImportHook:
     """The first finder on sys.meta_path: once a watched module has been executed by its own
     loader, calls its hook with the module. It finds nothing itself; it steps aside once every
@@ -575,22 +922,12 @@ _charts = [None]  # the run's _Charts, when charts are on
 
 # The notebook layer: the value of a program's last expression and what it displays come back
 # as MIME bundles ({"type": "result", "bytes": n} frames, see _Notebook.publish), formatted by
-# IPython's own DisplayFormatter; code that is not valid Python but uses IPython's % and !
-# syntax is transformed by IPython's input transformers and run with a shell that has its line
-# magics. The fork server makes the shell once in its preload (prepare_notebook); a cold run
-# makes it when it first needs it. Without IPython in the image, a value comes back as its
-# repr() alone, display() prints, and % or ! lines stay the syntax errors they are in Python.
-
-_MAGIC_LINE = None  # compiled at first use: re is not imported by a plain run otherwise
-
-
-def _magic_line():
-    global _MAGIC_LINE
-    if _MAGIC_LINE is None:
-        import re
-        # a line starting with % or !, or assigning one (files = !ls, t = %timeit -o f())
-        _MAGIC_LINE = re.compile(r"(?m)^[ \t]*(?:[\w.,\[\] \t]+=[ \t]*)?[%!]")
-    return _MAGIC_LINE
+# IPython's own DisplayFormatter; code that is not valid Python is transformed as IPython
+# transforms a cell (its cleanups: indentation, prompts; its % and ! syntax) and run with a
+# shell that has its line magics. The fork server makes the shell once in its preload
+# (prepare_notebook); a cold run makes it when it first needs it. Without IPython in the image,
+# a value comes back as its repr() alone, display() prints, and code that is not Python stays
+# the syntax error it is.
 
 
 class _Notebook:
@@ -607,9 +944,11 @@ class _Notebook:
         if blocked:
             sys.modules["jedi"] = None
         try:
+            from traitlets import ObjectName, Unicode
             from traitlets.config import Config
             from IPython.core.interactiveshell import InteractiveShell
             from IPython.core.displaypub import DisplayPublisher
+            from IPython.core.formatters import BaseFormatter
         finally:
             if blocked and sys.modules.get("jedi", 0) is None:
                 del sys.modules["jedi"]
@@ -618,11 +957,7 @@ class _Notebook:
         config = Config()
         config.HistoryManager.enabled = False  # no SQLite file, no saving thread
         config.InteractiveShell.colors = "NoColor"
-        if os.path.realpath(os.path.expanduser("~")) == os.path.realpath(os.getcwd()):
-            # A session's home is its working directory, whose new files are its calls' output
-            # files: IPython's profile directory (it writes a README there) goes elsewhere.
-            import tempfile
-            config.InteractiveShell.ipython_dir = tempfile.mkdtemp(prefix="ipython-")
+        # Its profile directory is IPYTHONDIR, which the executor points outside the home.
         shell = InteractiveShell.instance(config=config)
         builtins.__dict__.pop("__IPYTHON__", None)
         try:
@@ -640,6 +975,15 @@ class _Notebook:
             def clear_output(self, wait=False):
                 pass
 
+        class DataFormatter(BaseFormatter):
+            """e2b/data: a DataFrame's columns (see _frame_data)."""
+            format_type = Unicode("e2b/data")
+            print_method = ObjectName("_repr_e2b_data_")
+            _return_type = dict
+
+        data = DataFormatter(parent=shell.display_formatter)
+        data.for_type_by_name("pandas.core.frame", "DataFrame", _frame_data)
+        shell.display_formatter.formatters[data.format_type] = data
         shell.display_pub = Publisher(shell=shell, parent=shell)
         shell.showtraceback = self._failed  # a raising _repr_*_ becomes a note, not a traceback
         shell.system = shell.system_raw  # !cmd: subprocess on the run's own streams, no pty
@@ -719,7 +1063,8 @@ class _Notebook:
         print(f"sandpit: installed {' '.join(words[1:])}")
 
     def transform(self, code):
-        return self.shell.input_transformer_manager.transform_cell(code)
+        """code as IPython runs a cell: through the shell's transform_cell."""
+        return self.shell.transform_cell(code)
 
     def format(self, value):
         self.notes.clear()
@@ -730,6 +1075,32 @@ class _Notebook:
 
     def publish(self, data, metadata, main=False):
         _publish(data, metadata, main, self)
+
+
+_DATA_CELLS = 100_000  # the largest DataFrame whose values go into its e2b/data
+
+
+def _frame_data(frame):
+    """A DataFrame's e2b/data, as E2B's code interpreter publishes it beside the frame's table:
+    its columns as JSON, {name: [value, ...]} (DataFrame.to_dict(orient="list")), with dates
+    and times as ISO 8601 text, NaN and NaT as null and a name that is not text as its str().
+    None for a frame of more than _DATA_CELLS cells."""
+    if frame.size > _DATA_CELLS:
+        return None
+    import datetime
+    nat = getattr(sys.modules.get("pandas"), "NaT", None)
+
+    def cell(value):
+        if isinstance(value, float):
+            return value if math.isfinite(value) else None
+        if value is nat:  # a datetime itself
+            return None
+        if isinstance(value, (datetime.date, datetime.time)):
+            return value.isoformat()
+        return value  # what JSON cannot hold becomes its str() (see _publish)
+
+    return {name if isinstance(name, str) else str(name): [cell(v) for v in frame.iloc[:, i].tolist()]
+            for i, name in enumerate(frame.columns)}
 
 
 def _safe_repr(value):
@@ -808,16 +1179,28 @@ def _publish(data, metadata, main, nb=None):
     if not isinstance(text, str):
         text = bundle["text/plain"] = "" if text is None else _safe_repr(text)
     left = nb.left if nb is not None else _left[0]
-    size = sum(len(v) + len(k) + 8 if isinstance(v, str) else _check_output(v, left or 0) + len(k) + 8
-               for k, v in bundle.items())
+    sizes = {k: len(k) + 8 + (len(v) if isinstance(v, str) else _check_output(v, left or 0)) for k, v in bundle.items()}
+    size = total = sum(sizes.values())
     meta = metadata if isinstance(metadata, dict) and metadata else None
     if meta is not None and _check_output(meta, 65536) > 65536:
         meta = None
     if left and size + 512 > left:
-        keep = max(min(len(text), (left - 1024) // 4, 4096), 0)
-        notes.append(f"this display took {size} bytes ({', '.join(sorted(bundle))}), more than the {max(left, 0)} "
-                     f"left of the run's cap on displays (output_bytes); only its text/plain is kept, cut to {keep} characters")
-        bundle, meta = {"text/plain": text[:keep]}, None
+        # Its largest representations are left out until it fits (a large frame's e2b/data
+        # before its table), down to its text/plain alone, cut short.
+        kept = dict(bundle)
+        for mime in sorted(bundle, key=sizes.get, reverse=True):
+            if mime != "text/plain" and size + 512 > left:
+                del kept[mime]
+                size -= sizes[mime]
+        if size + 512 > left:
+            keep = max(min(len(text), (left - 1024) // 4, 4096), 0)
+            kept, meta = {"text/plain": text[:keep]}, None
+            what = f"only its text/plain is kept, cut to {keep} characters"
+        else:
+            what = f"{', '.join(sorted(set(bundle) - set(kept)))} left out"
+        notes.append(f"this display took {total} bytes ({', '.join(sorted(bundle))}), more than the {max(left, 0)} "
+                     f"left of the run's cap on displays (output_bytes); {what}")
+        bundle = kept
     item = {"data": bundle, "is_main_result": bool(main)}
     if meta:
         item["metadata"] = meta
@@ -848,27 +1231,55 @@ def _publish(data, metadata, main, nb=None):
 
 
 def _compile_cell(code, filename):
-    """Compiles code as the program: (body, last), last being the final expression statement
-    compiled on its own (mode "eval") so that its value can be shown, or None when the code
-    does not end in one, or ends in one with a ";". Code that is not Python but has lines
-    starting with % or ! is first transformed with IPython's input transformers (then
-    transformed is True). Raises SyntaxError as compile() would."""
+    """Compiles code as the program: (body, last, transformed), last being the final
+    expression statement compiled on its own (mode "eval") so that its value can be shown, or
+    None when the code does not end in one, or ends in one with a ";". Code that is not valid
+    Python is transformed as IPython transforms a cell (see _ipython_cell; transformed is then
+    True), and linecache holds what was compiled, for tracebacks. Raises SyntaxError as
+    compile() would: the transformed code's, or the code's own when IPython changed nothing."""
     import ast
-    transformed = False
+    source, transformed = code, False
     try:
         # compile() itself, not ast.parse: a SyntaxError's traceback then has no frame but the
         # bootstrap's, which is dropped, as for a script
         tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST)
-    except SyntaxError:
-        nb = _notebook() if _magic_line().search(code) else None
-        if nb is None:
-            raise
-        tree = compile(nb.transform(code), filename, "exec", ast.PyCF_ONLY_AST)
-        transformed = True
+    except SyntaxError as exc:
+        error, transformed = exc, True
+    if transformed:  # outside the except clause: a new SyntaxError is not printed as its sequel
+        source = _ipython_cell(code)
+        if source is None or source.rstrip("\n") == code.rstrip("\n"):
+            raise error
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST)
     last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr) and not _quiet(code, tree.body[-1]):
+    if tree.body and isinstance(tree.body[-1], ast.Expr) and not _quiet(source, tree.body[-1]):
         last = compile(ast.Expression(tree.body.pop().value), filename, "eval")
     return compile(tree, filename, "exec"), last, transformed
+
+
+def _ipython_cell(code):
+    """code transformed as IPython runs a cell (the shell's transform_cell: its cleanups, such
+    as a common indentation or >>> prompts removed, then its % and ! syntax), with the blank
+    lines it dropped at the start put back so that line numbers stay the user's; None without
+    IPython, or when the transform fails."""
+    nb = _notebook()
+    if nb is None:
+        return None
+    try:
+        cell = nb.transform(code)
+    except Exception:  # noqa: BLE001 - the code's own SyntaxError says what is wrong
+        return None
+    return "\n" * (_blank_lines(code) - _blank_lines(cell)) + cell
+
+
+def _blank_lines(text):
+    """How many lines text starts with that are empty or hold only whitespace."""
+    n = 0
+    for line in text.splitlines():
+        if line.strip():
+            break
+        n += 1
+    return n
 
 
 def _quiet(code, node):
@@ -954,11 +1365,24 @@ def _report_exception(exc, tb):
 
 def _print_user_traceback(exc, report=False):
     """Prints exc's traceback from the user's first frame on, as python3 would; with report,
-    sends it to the executor too (the result's error)."""
+    sends it to the executor too (the result's error). An exception the bootstrap raised itself
+    (a failed %pip, an agent.* call) ends at the user's line: the frames of the bootstrap and of
+    IPython's magics it went through are sandpit's machinery, and its message says it all."""
     tb = exc.__traceback__
     # Drop the bootstrap's own frames so the traceback starts in the user's code.
-    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) == _BOOTSTRAP:
+    while tb is not None and _bootstrap_frame(tb):
         tb = tb.tb_next
+    frames, node = [], tb
+    while node is not None:
+        frames.append(node)
+        node = node.tb_next
+    if frames and _bootstrap_frame(frames[-1]):
+        while frames and (_bootstrap_frame(frames[-1]) or _ipython_frame(frames[-1])):
+            frames.pop()
+        if frames:
+            frames[-1].tb_next = None
+        else:
+            tb = None
     # And the frame of print (_print) where a __str__ failed in it: the builtin has none.
     node = tb
     while node is not None and node.tb_next is not None:
@@ -970,6 +1394,16 @@ def _print_user_traceback(exc, report=False):
     traceback.print_exception(type(exc), exc, tb)
     if report and _getpid() == _main_pid[0]:
         _report_exception(exc, tb)
+
+
+def _bootstrap_frame(tb):
+    """Whether traceback entry tb runs the bootstrap's own code."""
+    return os.path.abspath(tb.tb_frame.f_code.co_filename) == _BOOTSTRAP
+
+
+def _ipython_frame(tb):
+    """Whether traceback entry tb runs IPython's code (a magic's machinery)."""
+    return str(tb.tb_frame.f_globals.get("__name__")).startswith("IPython.")
 
 
 def _exit_status(exc):
@@ -1173,6 +1607,7 @@ def main(forked=False):
     # Before the code arrives: in a forked program this is done while the slot is idle.
     _ordered_streams()
     init = _read_init()
+    _apply_secrets(init)
     if init.get("session"):
         _session(init, oom=not forked)  # never returns
     _apply_limits(init, oom=not forked)
@@ -1232,12 +1667,14 @@ def _session(init, oom=True):
     """A session's interpreter: runs call after call in one module __main__, whose globals,
     imports and working directory persist, until the executor closes the control line (or
     kills it). Each call's init line is as a run's; after the call, OUTPUT (as the call left
-    it) goes back as for a run, then {"type": "done", "status": int, "interrupted": bool}.
-    INPUT is the call's; OUTPUT is removed before each call. The executor interrupts a call
-    that passes its timeout with SIGINT (KeyboardInterrupt in the program); SIGINT is ignored
-    between calls, and each call starts with Python's own handler again. A SystemExit ends
-    the call with its status, not the interpreter. oom: raise the process's oom_score_adj (a
-    fork server's child has)."""
+    it) goes back as for a run, then {"type": "done", "status": int, "interrupted": bool,
+    "call": int, "execution_count": int}. The execution count numbers the user's calls, 1 for
+    the first: a call whose init line has "internal" (the daemon's own) takes none (0), and
+    its code is named <sandpit> in tracebacks, a user's <call-N>. INPUT is the call's; OUTPUT
+    is removed before each call. The executor interrupts a call that passes its timeout with
+    SIGINT (KeyboardInterrupt in the program); SIGINT is ignored between calls, and each call
+    starts with Python's own handler again. A SystemExit ends the call with its status, not the
+    interpreter. oom: raise the process's oom_score_adj (a fork server's child has)."""
     _apply_limits(init, oom)
     threading.excepthook = _thread_excepthook
     sys.dont_write_bytecode = True
@@ -1255,14 +1692,21 @@ def _session(init, oom=True):
         builtins.display = _display
     if "IPython" not in sys.modules:
         sys.meta_path.insert(0, _ImportHook({"IPython": lambda m: _notebook()}))
-    calls = 0
+    calls = count = 0  # calls read; the user's calls among them (the execution count)
     while True:
         if calls:
             line = _read_line()
             if line is None:
                 _os_exit(0)  # the executor ended the session
             init = _loads(line)
+            _apply_secrets(init)
         calls += 1
+        # The daemon's own call (the interpreter's start, a sandbox's environment) is not the
+        # user's: it takes no number (0).
+        number = 0
+        if not init.get("internal"):
+            count += 1
+            number = count
         for p in reversed(init.get("paths") or []):
             if p not in sys.path:
                 sys.path.insert(1, p)
@@ -1272,13 +1716,13 @@ def _session(init, oom=True):
         code = init["code"]
         if code.startswith("\ufeff"):
             code = code[1:]
-        name = f"<call-{calls}>"
+        name = f"<call-{number}>" if number else "<sandpit>"
         linecache.cache[name] = (len(code), None, code.splitlines(True), name)
         status, interrupted = 0, False
         try:
             try:
                 _signal(signal.SIGINT, signal.default_int_handler)
-                _run_cell(code, name, module, (init.get("limits") or {}).get("output_bytes"), calls, init.get("plain"))
+                _run_cell(code, name, module, (init.get("limits") or {}).get("output_bytes"), number, init.get("plain"))
             finally:
                 _signal(signal.SIGINT, signal.SIG_IGN)
         except SystemExit as exc:
@@ -1311,7 +1755,7 @@ def _session(init, oom=True):
         _wait_read(1)
         _wait_read(2)
         _send({"type": "done", "status": status, "interrupted": interrupted, "call": init.get("call", 0),
-               "execution_count": calls})
+               "execution_count": number})
 
 
 def _drop_program(program):

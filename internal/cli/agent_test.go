@@ -138,17 +138,28 @@ func TestEveryAgentFlagIsSent(t *testing.T) {
 		"session ps":        {args: []string{"se_aaaaaaaaaaaaaaaaaaaaaaaaaa"}},
 		"session kill":      {args: []string{"se_aaaaaaaaaaaaaaaaaaaaaaaaaa", "pr_bbbbbbbbbbbbbbbbbbbbbbbbbb"}},
 		"session wait":      {args: []string{"se_aaaaaaaaaaaaaaaaaaaaaaaaaa", "pr_bbbbbbbbbbbbbbbbbbbbbbbbbb"}},
+		"session logs":      {args: []string{"se_aaaaaaaaaaaaaaaaaaaaaaaaaa", "pr_bbbbbbbbbbbbbbbbbbbbbbbbbb"}},
+		"session ports":     {args: []string{"se_aaaaaaaaaaaaaaaaaaaaaaaaaa"}},
+		"session share":     {args: []string{"se_aaaaaaaaaaaaaaaaaaaaaaaaaa", "8000"}},
+		"session shares":    {args: []string{"se_aaaaaaaaaaaaaaaaaaaaaaaaaa"}},
+		"session unshare":   {args: []string{"se_aaaaaaaaaaaaaaaaaaaaaaaaaa", "sh_bbbbbbbbbbbbbbbbbbbbbbbbbb"}},
+		"session egress":    {args: []string{"se_aaaaaaaaaaaaaaaaaaaaaaaaaa"}},
 		"exec list":         {},
 		"exec show":         {args: []string{"ex_x"}},
 		"exec files":        {args: []string{"ex_x"}},
 		"kb import":         {args: []string{ndjson, "--kind", "memories"}},
 		"kb list":           {args: []string{"--kind", "memories"}},
 		"kb rm":             {args: []string{"note", "--kind", "memories"}},
+		"keys create":       {},
+		"keys list":         {},
+		"secrets set":       {args: []string{"TOKEN", "--host", "api.example.com", "--from-file", codeFile}},
+		"secrets list":      {},
+		"secrets rm":        {args: []string{"TOKEN"}},
 	}
 	root := &cobra.Command{Use: "sandpit"}
 	o := &options{}
 	root.AddCommand(o.serveCommand(), o.runCommand(), o.codeCommand(), o.jobCommand(), o.sessionCommand(), o.execCommand(), o.packagesCommand(), o.kbCommand(),
-		o.mcpCommand(), o.setupCommand(), o.doctorCommand(), o.imageCommand(), o.sandboxCommand(), o.versionCommand(), o.benchCommand())
+		o.mcpCommand(), o.setupCommand(), o.doctorCommand(), o.imageCommand(), o.sandboxCommand(), o.keysCommand(), o.secretsCommand(), o.versionCommand(), o.benchCommand())
 	withAgent := commandsWithFlag(root, "agent")
 	for _, name := range withAgent {
 		if _, ok := cases[name]; !ok {
@@ -160,44 +171,54 @@ func TestEveryAgentFlagIsSent(t *testing.T) {
 			t.Errorf("sandpit %s has no --agent", name)
 		}
 	}
-	for _, name := range withAgent {
-		c, ok := cases[name]
-		if !ok {
-			continue
-		}
-		args := append(strings.Fields(name), c.args...)
-		args = append(args, "--agent", "bob", "--url", srv.URL)
-		var stderr strings.Builder
-		// Standard input stays open until the daemon has seen a request (an MCP session ends
-		// at its end of input).
-		stdin, feed := io.Pipe()
-		go func() {
-			_, _ = io.WriteString(feed, c.stdin)
-			for deadline := time.Now().Add(10 * time.Second); c.stdin != "" && !daemon.seen() && time.Now().Before(deadline); {
-				time.Sleep(10 * time.Millisecond)
-			}
-			feed.Close()
-		}()
-		Main(context.Background(), args, Env{Stdin: stdin, Stdout: io.Discard, Stderr: &stderr,
-			Lookup: func(k string) (string, bool) {
-				if k == "SANDPIT_DATA_DIR" {
-					return dir, true
-				}
-				return "", false
-			}})
-		reqs := daemon.take()
-		sent := false
-		for _, r := range reqs {
-			if strings.Contains(r, "/v1/limits") {
+	// The agent given as --agent, and as SANDPIT_AGENT (a trial gave --agent to every session
+	// command of one session), which --agent overrides.
+	for _, via := range []struct{ name, flag, env string }{{"--agent bob", "bob", ""}, {"SANDPIT_AGENT=bob", "", "bob"}, {"SANDPIT_AGENT=carl --agent bob", "bob", "carl"}} {
+		for _, name := range withAgent {
+			c, ok := cases[name]
+			if !ok {
 				continue
 			}
-			if !carriesAgent(r, "bob") {
-				t.Errorf("sandpit %s --agent bob sent a request without the agent: %s", name, r)
+			args := append(strings.Fields(name), c.args...)
+			if via.flag != "" {
+				args = append(args, "--agent", via.flag)
 			}
-			sent = true
-		}
-		if !sent {
-			t.Errorf("sandpit %s --agent bob sent no request to the daemon; stderr: %s", name, stderr.String())
+			args = append(args, "--url", srv.URL)
+			var stderr strings.Builder
+			// Standard input stays open until the daemon has seen a request (an MCP session ends
+			// at its end of input).
+			stdin, feed := io.Pipe()
+			go func() {
+				_, _ = io.WriteString(feed, c.stdin)
+				for deadline := time.Now().Add(10 * time.Second); c.stdin != "" && !daemon.seen() && time.Now().Before(deadline); {
+					time.Sleep(10 * time.Millisecond)
+				}
+				feed.Close()
+			}()
+			Main(context.Background(), args, Env{Stdin: stdin, Stdout: io.Discard, Stderr: &stderr,
+				Lookup: func(k string) (string, bool) {
+					switch {
+					case k == "SANDPIT_DATA_DIR":
+						return dir, true
+					case k == "SANDPIT_AGENT" && via.env != "":
+						return via.env, true
+					}
+					return "", false
+				}})
+			reqs := daemon.take()
+			sent := false
+			for _, r := range reqs {
+				if strings.Contains(r, "/v1/limits") {
+					continue
+				}
+				if !carriesAgent(r, "bob") {
+					t.Errorf("sandpit %s with %s sent a request without the agent bob: %s", name, via.name, r)
+				}
+				sent = true
+			}
+			if !sent {
+				t.Errorf("sandpit %s with %s sent no request to the daemon; stderr: %s", name, via.name, stderr.String())
+			}
 		}
 	}
 	// A name that is not one is a usage error naming --agent, before any request: ".." sent
@@ -208,23 +229,32 @@ func TestEveryAgentFlagIsSent(t *testing.T) {
 		if !ok {
 			continue
 		}
-		for _, bad := range []string{"..", "", "Bob"} {
+		for _, bad := range []string{"..", "", "Bob", "env:..", "env:Bob"} {
 			args := append(strings.Fields(name), c.args...)
-			args = append(args, "--agent", bad, "--url", srv.URL)
+			from, env := "--agent", ""
+			if v, ok := strings.CutPrefix(bad, "env:"); ok {
+				bad, from, env = v, "SANDPIT_AGENT", v
+			} else {
+				args = append(args, "--agent", bad)
+			}
+			args = append(args, "--url", srv.URL)
 			var stderr strings.Builder
 			code := Main(context.Background(), args, Env{Stdin: strings.NewReader(c.stdin), Stdout: io.Discard, Stderr: &stderr,
 				Lookup: func(k string) (string, bool) {
-					if k == "SANDPIT_DATA_DIR" {
+					switch {
+					case k == "SANDPIT_DATA_DIR":
 						return dir, true
+					case k == "SANDPIT_AGENT" && env != "":
+						return env, true
 					}
 					return "", false
 				}})
-			want := fmt.Sprintf("--agent: %q is not a valid agent name: use 1 to 64", bad)
+			want := fmt.Sprintf("%s: %q is not a valid agent name: use 1 to 64", from, bad)
 			if code != 64 || !strings.Contains(stderr.String(), want) {
-				t.Errorf("sandpit %s --agent %q: exit %d, stderr %q; want 64 and %q", name, bad, code, stderr.String(), want)
+				t.Errorf("sandpit %s with %s %q: exit %d, stderr %q; want 64 and %q", name, from, bad, code, stderr.String(), want)
 			}
 			if reqs := daemon.take(); len(reqs) > 0 {
-				t.Errorf("sandpit %s --agent %q sent %s", name, bad, reqs)
+				t.Errorf("sandpit %s with %s %q sent %s", name, from, bad, reqs)
 			}
 		}
 	}

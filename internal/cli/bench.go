@@ -43,6 +43,10 @@ func (o *options) benchCommand() *cobra.Command {
   and fork floor of the small preload (numpy pandas matplotlib scipy) and of none
   throughput of print(1) through REST at 1, 4 and 16 concurrent clients (--duration each)
   the resident memory of the daemon, the containers and the executor, idle and under load
+  sessions through REST: calls, commands and files; creation in a burst of up to 10 in a row,
+  then again once the warm pool has grown; a new session's first call importing pandas and
+  matplotlib; a GET of 1 KiB from python3 -m http.server in a session through the daemon's
+  port path against the same GET inside the box, and 1 MiB through the port (MiB/s)
   with --kubernetes-config FILE, a daemon with the Kubernetes runtime started beside the
   first with that config file (runtime "kubernetes" and its kubernetes object: kubeconfig,
   namespace, image; docs/kubernetes.md): print(1) through REST on its warm pods and on the

@@ -10,14 +10,18 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/secrets"
+	"github.com/sandpit-dev/sandpit/internal/suggest"
 )
 
 // Env is what the commands read and write besides their arguments.
@@ -56,11 +60,19 @@ sandpit run looks for a daemon at SANDPIT_URL (else at the configured listen add
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       env.Version,
-		// Every command's --agent, checked once before the command runs: a name such as ".."
-		// would change the route it is sent on.
+		// Every command's --agent, SANDPIT_AGENT when it is not given, checked once before the
+		// command runs: a name such as ".." would change the route it is sent on.
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if fl := cmd.Flags().Lookup("agent"); fl != nil && fl.Changed {
-				return checkAgentFlag(fl.Value.String())
+			fl := cmd.Flags().Lookup("agent")
+			switch {
+			case fl == nil:
+			case fl.Changed:
+				return checkAgent("--agent", fl.Value.String())
+			case opts.envAgent() != "":
+				if err := checkAgent(agentEnv, opts.envAgent()); err != nil {
+					return err
+				}
+				return fl.Value.Set(opts.envAgent())
 			}
 			return nil
 		},
@@ -86,9 +98,15 @@ sandpit run looks for a daemon at SANDPIT_URL (else at the configured listen add
 		}
 		return usageErrorf("%v", err)
 	})
-	root.AddCommand(opts.serveCommand(), opts.runCommand(), opts.codeCommand(), opts.jobCommand(), opts.sessionCommand(), opts.execCommand(), opts.packagesCommand(), opts.kbCommand(), opts.mcpCommand(), opts.setupCommand(), opts.doctorCommand(),
-		opts.imageCommand(), opts.sandboxCommand(), opts.keysCommand(), opts.versionCommand())
+	root.AddCommand(opts.serveCommand(), opts.runCommand(), opts.codeCommand(), opts.jobCommand(), opts.sessionCommand(), opts.templateCommand(), opts.execCommand(), opts.packagesCommand(), opts.kbCommand(), opts.mcpCommand(), opts.setupCommand(), opts.doctorCommand(),
+		opts.imageCommand(), opts.sandboxCommand(), opts.keysCommand(), opts.secretsCommand(), opts.versionCommand())
 	root.AddCommand(opts.benchCommand())
+	refuseUnknownCommands(root)
+	forEachCommand(root, func(c *cobra.Command) {
+		if fl := c.Flags().Lookup("agent"); fl != nil {
+			fl.Usage += " [env " + agentEnv + "]"
+		}
+	})
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return 0
@@ -96,8 +114,122 @@ sandpit run looks for a daemon at SANDPIT_URL (else at the configured listen add
 	if _, ok := errors.AsType[*reportedError](err); ok {
 		return ExitCode(nil, err)
 	}
-	fmt.Fprintf(env.Stderr, "sandpit: %s\n", inFlagWords(cmd, err))
+	msg := inFlagWords(cmd, err)
+	fmt.Fprintf(env.Stderr, "sandpit: %s%s\n", msg, opts.agentHint(ctx, cmd, err, msg))
 	return ExitCode(nil, err)
+}
+
+// agentHint is what to add to msg, the daemon's "not found", for a command that asked as the
+// agent "default" because neither --agent nor SANDPIT_AGENT was given: the daemon answers
+// another agent's resources as not found, and an ID alone does not say whose it is.
+//
+// No hint when what was not found is inside a resource the agent has: a field the daemon names
+// (a file of an execution), or a file, process or share of a session of the agent's (a trial's
+// `session cp` of a missing path was told it may be another agent's).
+func (o *options) agentHint(ctx context.Context, cmd *cobra.Command, err error, msg string) string {
+	if cmd == nil {
+		return ""
+	}
+	fl := cmd.Flags().Lookup("agent")
+	api, isAPI := errors.AsType[*client.APIError](err)
+	if !isAPI || !errors.Is(err, errclass.NotFound) || fl == nil || fl.Changed || fl.DefValue != "default" || o.envAgent() != "" || api.Field != "" {
+		return ""
+	}
+	if o.sessionFound(ctx, cmd) {
+		return ""
+	}
+	if strings.Contains(msg, "--agent") { // the daemon said it (sessions do)
+		return "; " + agentEnv + " gives --agent to every command"
+	}
+	return "; it may be another agent's: give --agent NAME, or set " + agentEnv + " for every command"
+}
+
+// sessionFound says cmd names a session (se_… or se_…:PATH) that the agent "default" has, as
+// the daemon answers it now: a not-found of cmd was of something in it.
+func (o *options) sessionFound(ctx context.Context, cmd *cobra.Command) bool {
+	id := ""
+	for _, a := range cmd.Flags().Args() {
+		if sid, _, ok := sessionPath(a); ok {
+			id = sid
+		} else if sandbox.ValidSessionID(a) {
+			id = a
+		}
+		if id != "" {
+			break
+		}
+	}
+	if !sandbox.ValidSessionID(id) {
+		return false
+	}
+	cfg, err := o.loadFile(cmd, o.configFile)
+	if err != nil {
+		return false
+	}
+	u := ""
+	if fl := cmd.Flags().Lookup("url"); fl != nil {
+		u = fl.Value.String()
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err = client.New(o.daemonURL(u), nil).As(apitype.SourceCLI).WithToken(cfg.Token).GetSession(ctx, "default", id)
+	return err == nil
+}
+
+// refuseUnknownCommands makes every command that groups others (sandpit, sandpit session, …)
+// refuse a word that names none of them as a usage error with a "did you mean" (cobra
+// printed the group's help and exited 0, or, for the root, exited 70), and the help command
+// refuse a topic it does not know. A group given no word still prints its help.
+func refuseUnknownCommands(root *cobra.Command) {
+	root.InitDefaultCompletionCmd() // cobra adds it as it runs: after this walk
+	forEachCommand(root, func(c *cobra.Command) {
+		if c.HasSubCommands() && !c.Runnable() {
+			c.Args = cobra.ArbitraryArgs // a group's Args is checked only when it runs
+			c.RunE = func(cmd *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return unknownCommand(cmd, args[0])
+				}
+				return cmd.Help()
+			}
+		}
+	})
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			if err != nil {
+				return err
+			}
+			if len(rest) > 0 && cmd.HasSubCommands() {
+				return unknownCommand(cmd, rest[0])
+			}
+			return cmd.Help()
+		},
+	})
+}
+
+// forEachCommand calls do for c and every command under it.
+func forEachCommand(c *cobra.Command, do func(*cobra.Command)) {
+	do(c)
+	for _, sub := range c.Commands() {
+		forEachCommand(sub, do)
+	}
+}
+
+// unknownCommand is the usage error for name given to group, which has no command of that name.
+func unknownCommand(group *cobra.Command, name string) error {
+	var names []string
+	for _, c := range group.Commands() {
+		if c.IsAvailableCommand() {
+			names = append(names, c.Name())
+			names = append(names, c.Aliases...)
+		}
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", name, group.CommandPath())
+	if s := suggest.Nearest(name, names, 2); s != "" {
+		msg += fmt.Sprintf("; did you mean %q?", s)
+	}
+	return usageErrorf("%s (`%s --help` lists its commands)", msg, group.CommandPath())
 }
 
 // flagOfField names the flag of a request field where the two names differ by more than "_"
@@ -148,8 +280,23 @@ func (o *options) configFlag(fs *pflag.FlagSet, name, key, usage string) {
 	o.settings = append(o.settings, s)
 }
 
+// agentEnv is the environment variable that gives --agent, wherever a command has it, when
+// the flag is not given.
+const agentEnv = "SANDPIT_AGENT"
+
+// envAgent is SANDPIT_AGENT, "" when unset.
+func (o *options) envAgent() string {
+	if o.env.Lookup == nil {
+		return ""
+	}
+	if v, ok := o.env.Lookup(agentEnv); ok {
+		return v
+	}
+	return ""
+}
+
 // nonConfigEnv are SANDPIT_ variables that are not configuration keys.
-var nonConfigEnv = []string{"SANDPIT_URL", "SANDPIT_REQUIRE_DOCKER", "SANDPIT_REQUIRE_RUNTIMES", "SANDPIT_TEST_BASE_IMAGE"}
+var nonConfigEnv = []string{"SANDPIT_URL", agentEnv, secrets.KeyEnv, "SANDPIT_REQUIRE_DOCKER", "SANDPIT_REQUIRE_RUNTIMES", "SANDPIT_TEST_BASE_IMAGE"}
 
 // setting is a flag that sets a config key.
 type setting struct {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,7 +39,9 @@ func TestExitCode(t *testing.T) {
 		{"busy over REST", nil, &client.APIError{Status: 429}, 75},
 		{"not ready over REST", nil, &client.APIError{Status: 503}, 69},
 		{"not found over REST", nil, &client.APIError{Status: 404, Code: "not_found"}, 64},
-		{"conflict over REST", nil, &client.APIError{Status: 409, Code: "conflict"}, 64},
+		{"conflict over REST", nil, &client.APIError{Status: 409, Code: "conflict"}, 79},
+		{"conflict without a sandpit body", nil, &client.APIError{Status: 409}, 79},
+		{"busy session cap over REST", nil, &client.APIError{Status: 429, Code: "busy"}, 75},
 		{"evicted file over REST", nil, fmt.Errorf("fetching output file: %w", &client.APIError{Status: 410, Code: "gone"}), 66},
 		{"refused token over REST", nil, &client.APIError{Status: 401, Code: "unauthorized"}, 77},
 		{"internal over REST", nil, &client.APIError{Status: 500, Code: "internal"}, 70},
@@ -161,6 +164,164 @@ func TestPrintChecksAligns(t *testing.T) {
 		}
 		if i != col {
 			t.Fatalf("misaligned at %q (column %d, want %d):\n%s", line, i, col, b.String())
+		}
+	}
+}
+
+// TestUnknownCommandIsAUsageError: a word that names no command of its group exits 64 with a
+// "did you mean" (`session exce ID` printed the group's help and exited 0; `sandpit exce`
+// exited 70), at every level and for help; a group given no word prints its help.
+func TestUnknownCommandIsAUsageError(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"session", "exce", "se_aaaaaaaaaaaaaaaaaaaaaaaaaa"}, `unknown command "exce" for "sandpit session"; did you mean "exec"?`},
+		{[]string{"exce"}, `unknown command "exce" for "sandpit"; did you mean "exec"?`},
+		{[]string{"keys", "craete"}, `unknown command "craete" for "sandpit keys"; did you mean "create"?`},
+		{[]string{"help", "sesion"}, `unknown command "sesion" for "sandpit"; did you mean "session"?`},
+		{[]string{"help", "session", "lgos"}, `unknown command "lgos" for "sandpit session"; did you mean "logs"?`},
+		{[]string{"session", "zzzzzz"}, `unknown command "zzzzzz" for "sandpit session" (`},
+		{[]string{"completion", "bsh"}, `unknown command "bsh" for "sandpit completion"; did you mean "bash"?`},
+	} {
+		var stdout, stderr strings.Builder
+		code := Main(context.Background(), c.args, Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+			Lookup: func(string) (string, bool) { return "", false }})
+		if code != 64 || !strings.Contains(stderr.String(), c.want) || stdout.Len() > 0 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 64 and %q", c.args, code, stdout.String(), stderr.String(), c.want)
+		}
+	}
+	for _, args := range [][]string{{"session"}, {"help", "session"}, {}} {
+		var stdout strings.Builder
+		code := Main(context.Background(), args, Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: io.Discard,
+			Lookup: func(string) (string, bool) { return "", false }})
+		if code != 0 || !strings.Contains(stdout.String(), "Available Commands:") {
+			t.Errorf("%v: exit %d, stdout %q; want its help and 0", args, code, stdout.String())
+		}
+	}
+}
+
+// TestConflictHasItsOwnExit: a script tells a paused session (409) and a full one (429) from
+// a typo (64) by the exit status; a "not found" said as the agent "default" says that the
+// session may be another agent's.
+func TestConflictHasItsOwnExit(t *testing.T) {
+	const s = "se_aaaaaaaaaaaaaaaaaaaaaaaaaa"
+	srv := cannedDaemon(map[string]string{
+		"POST /v1/agents/default/sessions/" + s + "/executions": `{"error": {"code": "conflict", "message": "session ` + s + ` is paused: resume it first"}}`,
+		"POST /v1/agents/default/sessions":                      `{"error": {"code": "busy", "message": "agent default has 2 active sessions, its limit (sessions_per_agent)"}}`,
+		"GET /v1/agents/default/sessions/" + s:                  `{"error": {"code": "not_found", "message": "no session ` + s + `"}}`,
+		"GET /v1/agents/bob/sessions/" + s:                      `{"error": {"code": "not_found", "message": "no session ` + s + `"}}`,
+		"GET /v1/agents/default/sessions/" + s + "/processes":   `{"error": {"code": "not_found", "message": "no session ` + s + `: give the --agent it was created with"}}`,
+	}, func(r *http.Request) int {
+		switch {
+		case r.Method == "GET":
+			return 404
+		case r.URL.Path == "/v1/agents/default/sessions":
+			return 429
+		}
+		return 409
+	})
+	defer srv.Close()
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args     []string
+		code     int
+		want     string
+		not      string
+		agentEnv string
+	}{
+		{args: []string{"session", "run", s, "-c", "1"}, code: 79, want: "is paused"},
+		{args: []string{"session", "new"}, code: 75, want: "sessions_per_agent"},
+		{args: []string{"session", "show", s}, code: 64, want: "it may be another agent's: give --agent NAME, or set SANDPIT_AGENT"},
+		{args: []string{"session", "show", s, "--agent", "bob"}, code: 64, want: "no session", not: "another agent's"},
+		{args: []string{"session", "ps", s}, code: 64, want: "created with (HTTP 404); SANDPIT_AGENT gives --agent to every command", not: "another agent's"},
+		{args: []string{"session", "show", s}, code: 64, want: "no session", not: "another agent's", agentEnv: "bob"},
+	} {
+		env := map[string]string{"SANDPIT_DATA_DIR": dir, "SANDPIT_AGENT": c.agentEnv}
+		var stderr strings.Builder
+		code := Main(context.Background(), append(c.args, "--url", srv.URL), Env{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr,
+			Lookup: func(k string) (string, bool) { v := env[k]; return v, v != "" }})
+		if code != c.code || !strings.Contains(stderr.String(), c.want) || c.not != "" && strings.Contains(stderr.String(), c.not) {
+			t.Errorf("%v (SANDPIT_AGENT %q): exit %d, stderr %q; want %d, %q and not %q", c.args, c.agentEnv, code, stderr.String(), c.code, c.want, c.not)
+		}
+	}
+}
+
+// TestExecShowIsReadable: exec show prints a record for a person (it printed the raw JSON,
+// with the charts' base64 inline), the run's text escaped; --json keeps the raw form.
+func TestExecShowIsReadable(t *testing.T) {
+	png := strings.Repeat("iVBORw0KGgo", 20)
+	record := `{"id": "ex_a", "agent": "alice", "status": "finished", "outcome": "error", "exit_code": 1, "signal": 0,
+		"reason": "the program exited with status 1", "stdout": "rows: 3\n\u001b[2Jdone\n", "stderr": "Traceback\nValueError: bad\n",
+		"output": {"n": 3}, "duration_ms": 12, "timeout_ms": 30000, "started_at": "2026-11-30T10:00:00Z", "start": "fork",
+		"source": "cli", "code_sha256": "0123", "code": "print('rows: 3')\n", "input": [1, 2], "ended_at": "2026-11-30T10:00:01Z",
+		"results": [{"data": {"text/plain": "\"<Figure>\"", "image/png": "\"` + png + `\""}, "is_main_result": false}],
+		"files": [{"name": "figure-1.png", "size_bytes": 18740, "media_type": "image/png", "sha256": "ab"}],
+		"error": {"name": "ValueError", "value": "bad", "traceback": "Traceback"}}`
+	srv := cannedDaemon(map[string]string{"GET /v1/executions/ex_a": record}, func(*http.Request) int { return 200 })
+	defer srv.Close()
+	dir := t.TempDir()
+	run := func(args ...string) (int, string) {
+		var stdout, stderr strings.Builder
+		code := Main(context.Background(), append(args, "--url", srv.URL), Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+			Lookup: func(k string) (string, bool) { return dir, k == "SANDPIT_DATA_DIR" }})
+		return code, stdout.String()
+	}
+	code, out := run("exec", "show", "ex_a")
+	for _, want := range []string{"execution:  ex_a", "agent:      alice (source cli)", "outcome:    error, exit 1", "error:      ValueError: bad",
+		`output:     {"n": 3}`, "  rows: 3", `  \x1b[2Jdone`, "display:    image/png, text/plain: \"<Figure>\"", "file:       figure-1.png (image/png, 18.3 KiB)",
+		"sandpit exec files ex_a --output-dir DIR", "  ValueError: bad", "  print('rows: 3')"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("exec show: stdout lacks %q:\n%s", want, out)
+		}
+	}
+	if code != 0 || strings.Contains(out, png) || strings.ContainsRune(out, '\x1b') {
+		t.Errorf("exec show: exit %d, stdout holds the base64 or an escape:\n%s", code, out)
+	}
+	if code, out := run("exec", "show", "ex_a", "--json"); code != 0 || !strings.Contains(out, png) || !strings.Contains(out, `"outcome": "error"`) {
+		t.Errorf("exec show --json: exit %d, stdout %.300s", code, out)
+	}
+}
+
+// TestNotFoundInsideASession: a missing path, process or share of a session the agent has is
+// said as the daemon names it, without the hint that the session may be another agent's (a
+// trial's `session cp` of a missing path was told to give --agent).
+func TestNotFoundInsideASession(t *testing.T) {
+	const s, gone = "se_aaaaaaaaaaaaaaaaaaaaaaaaaa", "se_bbbbbbbbbbbbbbbbbbbbbbbbbb"
+	base := "/v1/agents/default/sessions/" + s
+	srv := cannedDaemon(map[string]string{
+		"GET " + base:                 `{"id": "` + s + `", "agent": "default", "state": "active"}`,
+		"GET " + base + "/files/stat": `{"error": {"code": "not_found", "message": "/home/user/nothere.txt does not exist"}}`,
+		"GET " + base + "/files/list": `{"error": {"code": "not_found", "message": "/home/user/nothere does not exist"}}`,
+		"POST " + base + "/processes/pr_" + strings.Repeat("c", 26) + "/wait": `{"error": {"code": "not_found", "message": "session ` + s + ` has no process"}}`,
+		"DELETE " + base + "/shares/sh_" + strings.Repeat("d", 26):            `{"error": {"code": "not_found", "message": "session ` + s + ` has no share"}}`,
+		"GET /v1/agents/default/sessions/" + gone + "/files/stat":             `{"error": {"code": "not_found", "message": "no session ` + gone + `"}}`,
+	}, func(r *http.Request) int {
+		if r.Method == "GET" && r.URL.Path == base {
+			return 200
+		}
+		return 404
+	})
+	defer srv.Close()
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	for _, c := range []struct {
+		args []string
+		want string
+		hint bool
+	}{
+		{args: []string{"session", "cp", s + ":nothere.txt", out}, want: "/home/user/nothere.txt does not exist"},
+		{args: []string{"session", "cp", s + ":nothere.txt", "-"}, want: "/home/user/nothere.txt does not exist"},
+		{args: []string{"session", "ls", s, "nothere"}, want: "/home/user/nothere does not exist"},
+		{args: []string{"session", "wait", s, "pr_" + strings.Repeat("c", 26)}, want: "has no process"},
+		{args: []string{"session", "unshare", s, "sh_" + strings.Repeat("d", 26)}, want: "has no share"},
+		{args: []string{"session", "cp", gone + ":x", out}, want: "no session " + gone, hint: true},
+	} {
+		var stderr strings.Builder
+		code := Main(context.Background(), append(c.args, "--url", srv.URL), Env{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr,
+			Lookup: func(k string) (string, bool) { return dir, k == "SANDPIT_DATA_DIR" }})
+		if code == 0 || !strings.Contains(stderr.String(), c.want) || strings.Contains(stderr.String(), "another agent's") != c.hint {
+			t.Errorf("%v: exit %d, stderr %q; want %q, the agent hint %v", c.args, code, stderr.String(), c.want, c.hint)
 		}
 	}
 }

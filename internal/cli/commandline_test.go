@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 )
 
@@ -31,6 +33,16 @@ func TestEntryName(t *testing.T) {
 	} {
 		if got := entryName(e); got != want {
 			t.Errorf("%q: %q, want %q", e.Path, got, want)
+		}
+	}
+}
+
+// TestSignalNumber: a command's end names its signal as the executor does, "SIGKILL", or
+// "signal 1" for one it has no name of (a command hung up exited 1, not 129).
+func TestSignalNumber(t *testing.T) {
+	for name, want := range map[string]int{"SIGKILL": 9, "SIGHUP": 1, "SIGUSR1": int(unix.SIGUSR1), "SIGWINCH": int(unix.SIGWINCH), "signal 1": 1, "signal 34": 34, "": 0, "SIGNOPE": 0, "signal x": 0} {
+		if got := signalNumber(name); got != want {
+			t.Errorf("signalNumber(%q) = %d, want %d", name, got, want)
 		}
 	}
 }

@@ -28,6 +28,7 @@ import (
 const DefaultURL = "http://127.0.0.1:8765"
 
 func (o *options) serveCommand() *cobra.Command {
+	var dryRun bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the daemon: keep a warm sandbox and serve the REST API",
@@ -44,13 +45,41 @@ REST API until interrupted: POST /v1/executions, GET /v1/executions, /v1/agents/
 			if err := app.CheckExposure(cfg); err != nil {
 				return &UsageError{msg: err.Error()}
 			}
+			if dryRun {
+				return o.printServeSettings(cmd.Context(), cfg)
+			}
 			log := o.logger(cfg, false)
 			return app.Serve(cmd.Context(), cfg, o.env.Version, log, o.env.Stderr, nil)
 		},
 	}
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the address, data directory, runtime and base image the daemon would use with these settings, and exit")
 	o.configFlag(cmd.Flags(), "listen", "listen", "address of the REST API")
 	o.configFlag(cmd.Flags(), "slots", "slots", "runs executed at once")
 	return cmd
+}
+
+// printServeSettings prints what `sandpit serve` would run with under cfg, one "key: value"
+// line each (keys as in the config file): listen (and the URL clients use), data_dir, runtime,
+// and base_image (chosen from the engine's images when unset) or kubernetes.image. The
+// quickstart prints its closing line from it, so the line is true of the settings in effect.
+func (o *options) printServeSettings(ctx context.Context, cfg config.Config) error {
+	w := o.env.Stdout
+	fmt.Fprintf(w, "listen: %s\nurl: %s\ndata_dir: %s\nruntime: %s\n", cfg.Listen, listenURL(cfg.Listen), cfg.DataDir, cfg.Runtime)
+	if cfg.Runtime == config.RuntimeKubernetes {
+		fmt.Fprintf(w, "kubernetes.image: %s\n", cfg.Kubernetes.Image)
+		return nil
+	}
+	how := "set"
+	if cfg.BaseImage == "" {
+		api, err := app.DockerClient(cfg)
+		if err != nil {
+			return err
+		}
+		defer api.Close()
+		cfg, how = app.ChooseBaseImage(ctx, api, cfg), "chosen: base_image is unset"
+	}
+	fmt.Fprintf(w, "base_image: %s (%s)\n", cfg.BaseImage, how)
+	return nil
 }
 
 func (o *options) imageCommand() *cobra.Command {
@@ -113,8 +142,11 @@ type runFlags struct {
 	local   bool
 	deps    []string
 	allow   []string
-	inputs  inputFlags
-	output  outputFlags
+	secrets []string
+	// template: run in a fresh session of this template (sandpit run only)
+	template string
+	inputs   inputFlags
+	output   outputFlags
 	// noDisplay: do not print the displays' and the last expression's text/plain
 	noDisplay bool
 }
@@ -172,8 +204,10 @@ Exit status: the program's own status; 124 timeout; 137 memory_limit; 125 output
 	fl.StringVar(&f.url, "url", "", "daemon URL (default $SANDPIT_URL, else the configured listen address, else "+DefaultURL+")")
 	fl.BoolVar(&f.local, "local", false, "do not look for a daemon: run the engine in this process")
 	fl.StringArrayVar(&f.deps, "dep", nil, `a dependency to install first (PEP 508, such as "tinypkg==1.0"), repeatable`)
+	fl.StringArrayVar(&f.secrets, "secret", nil, "a secret the run may use, repeatable: its code sees $NAME holding a placeholder the egress proxy replaces for the secret's hosts (sandpit secrets list; docs/secrets.md)")
 	fl.StringArrayVar(&f.allow, "network-allow", nil, `with the daemon's network "allowlist": what this run may reach, a host ("api.example.com", "*.example.com", with ":PORT") or a CIDR, repeatable; it narrows the daemon's network_allow, never widens it`)
 	fl.BoolVar(&f.noDisplay, "no-display", false, "do not print the text of what the code displays and of its last expression's value")
+	fl.StringVar(&f.template, "template", "", "run in a fresh sandbox of this template (NAME, or AGENT/NAME of a shared one; sandpit template ls lists them)")
 	f.inputs.register(fl)
 	f.output.register(fl, "the run's output files")
 	return cmd
@@ -184,7 +218,7 @@ func (o *options) run(cmd *cobra.Command, f runFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	req := apitype.ExecuteRequest{Code: code, Agent: f.agent, Dependencies: f.deps, NetworkAllow: f.allow}
+	req := apitype.ExecuteRequest{Code: code, Agent: f.agent, Template: f.template, Dependencies: f.deps, NetworkAllow: f.allow, Secrets: f.secrets}
 	if f.input != "" {
 		in := []byte(f.input)
 		if name, ok := strings.CutPrefix(f.input, "@"); ok {
@@ -344,6 +378,12 @@ func (o *options) daemonURL(flag string) string {
 	if cfg, err := config.LoadLookup(o.configFile, o.env.Lookup); err == nil {
 		l = cfg.Listen // a configuration that does not load is reported by the command itself
 	}
+	return listenURL(l)
+}
+
+// listenURL is the URL a client on this machine reaches a daemon listening on l by (an
+// unspecified host is 127.0.0.1); DefaultURL when l is empty or no host:port.
+func listenURL(l string) string {
 	if l != "" {
 		if host, port, err := net.SplitHostPort(l); err == nil && port != "" {
 			if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
@@ -388,7 +428,15 @@ func (o *options) execute(cmd *cobra.Command, f runFlags, req apitype.ExecuteReq
 
 	if !f.local {
 		fmt.Fprintf(o.env.Stderr, "sandpit: no daemon answers at %s; running the engine in this process on %s (start `sandpit serve` to keep it warm between runs; "+
-			"its warm containers stay up after this command: `sandpit sandbox rm` removes them)\n", url, cfg.DataDir)
+			"its one container stays up for the next run: `sandpit sandbox rm` removes it)\n", url, cfg.DataDir)
+	}
+	if f := cmd.Flags().Lookup("slots"); f == nil || !f.Changed {
+		// One program runs: one slot, not the daemon's pool (each a container, left warm for the
+		// next command to adopt).
+		cfg.Slots = 1
+		if cfg.ExecutionsPerAgent > cfg.Slots+cfg.QueueLength {
+			cfg.ExecutionsPerAgent = 0
+		}
 	}
 	eng, err := app.Open(ctx, cfg, o.logger(cfg, true), o.env.Stderr)
 	if err != nil {

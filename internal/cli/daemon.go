@@ -87,11 +87,12 @@ func (o *options) daemon(cmd *cobra.Command, f daemonFlags) (*client.Client, err
 	return c, nil
 }
 
-// checkAgentFlag checks the value of --agent (sandbox.CheckAgent): a usage error naming the
-// flag, or nil. Main's root command calls it for every command that has the flag.
-func checkAgentFlag(name string) error {
+// checkAgent checks an agent name (sandbox.CheckAgent) given by from (--agent or
+// SANDPIT_AGENT): a usage error naming from, or nil. Main's root command calls it for every
+// command that has the flag.
+func checkAgent(from, name string) error {
 	if ferr := sandbox.CheckAgent(name); ferr != nil {
-		return usageErrorf("--agent: %s", ferr.Message)
+		return usageErrorf("%s: %s", from, ferr.Message)
 	}
 	return nil
 }

@@ -2,7 +2,10 @@ package cli
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
 	"net/url"
 	"slices"
 	"strconv"
@@ -142,9 +145,12 @@ func (o *options) execShowCommand() *cobra.Command {
 	var show daemonFlags
 	showCmd := &cobra.Command{
 		Use:   "show ID",
-		Short: "Print an execution's record: request, result, stdout, stderr and OUTPUT (JSON)",
-		Long: `Print an execution's record from the ledger. With --agent, only if it is that agent's
-(another agent's record is "not found"); without, whichever agent's it is.`,
+		Short: "Print an execution's record: where it came from, how it ended, its code, input, output and files",
+		Long: `Print an execution's record from the ledger, for a person: where it came from, how it ended,
+its code, INPUT, OUTPUT, stdout, stderr, what it displayed, its output files (sandpit exec files
+fetches them) and the agent.* calls and connections it made. --json prints the record as the
+REST API answers it. With --agent, only if it is that agent's (another agent's record is "not
+found"); without, whichever agent's it is.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.daemon(cmd, show)
@@ -155,12 +161,131 @@ func (o *options) execShowCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return o.printJSON(e)
+			if show.json {
+				return o.printJSON(e)
+			}
+			printExecution(o.env.Stdout, e)
+			return nil
 		},
 	}
-	show.registerShared(showCmd.Flags(), false)
+	show.registerShared(showCmd.Flags(), true)
 	showCmd.Flags().StringVar(&show.agent, "agent", "", "only if it is this agent's execution (default: any agent)")
 	return showCmd
+}
+
+// printExecution writes e as a record for a person: a label per line, and the code, stdout and
+// stderr indented beneath theirs, every text of the run escaped (H65). Charts and displays are
+// named, not printed: exec files fetches the files, --json carries the rest.
+func printExecution(w io.Writer, e apitype.Execution) {
+	line := func(label, format string, args ...any) {
+		fmt.Fprintf(w, "%-11s %s\n", label+":", fmt.Sprintf(format, args...))
+	}
+	block := func(label, text string, truncated bool) {
+		if text == "" {
+			return
+		}
+		note := fmt.Sprintf("%d bytes", len(text))
+		if truncated {
+			note += ", cut at its cap"
+		}
+		line(label, "(%s)", note)
+		for l := range strings.Lines(text) {
+			fmt.Fprintf(w, "  %s\n", sandbox.EscapeName(strings.TrimSuffix(l, "\n")))
+		}
+	}
+	origin := []string{"source " + string(e.Source)}
+	if e.CodeName != "" {
+		origin = append(origin, fmt.Sprintf("code %s v%d", e.CodeName, e.CodeVersion))
+	}
+	if e.JobID != "" {
+		origin = append(origin, "job "+e.JobID)
+	}
+	if e.SessionID != "" {
+		origin = append(origin, fmt.Sprintf("session %s, call %d", e.SessionID, e.ExecutionCount))
+	}
+	line("execution", "%s", e.ID)
+	line("agent", "%s (%s)", e.Agent, strings.Join(origin, ", "))
+	started := e.StartedAt.Local().Format(time.DateTime)
+	if e.Start != "" {
+		started += " (" + string(e.Start) + ")"
+	}
+	line("started", "%s, ran %dms of its %s", started, e.DurationMS, time.Duration(e.TimeoutMS)*time.Millisecond)
+	if e.Status == apitype.StatusRunning {
+		line("outcome", "(running)")
+	} else {
+		outcome := fmt.Sprintf("%s, exit %d", e.Outcome, e.ExitCode)
+		if e.Signal > 0 {
+			outcome += fmt.Sprintf(", signal %d", e.Signal)
+		}
+		if e.OOMKills > 0 {
+			outcome += fmt.Sprintf(", %d out-of-memory kill(s)", e.OOMKills)
+		}
+		if e.SessionEnded != "" {
+			outcome += ", ended its session (" + e.SessionEnded + ")"
+		}
+		line("outcome", "%s", outcome)
+	}
+	if e.Reason != "" {
+		line("reason", "%s", sandbox.EscapeName(e.Reason))
+	}
+	if e.Error != nil {
+		line("error", "%s: %s", sandbox.EscapeName(e.Error.Name), oneLine(e.Error.Value, 200))
+	}
+	for _, d := range e.Dependencies {
+		v := string(d.Status)
+		if d.Version != "" {
+			v += " " + d.Version
+		}
+		line("dependency", "%s: %s", sandbox.EscapeName(d.Requirement), sandbox.EscapeName(v))
+	}
+	for _, f := range e.InputFiles {
+		line("input file", "%s (%s)", sandbox.EscapeName(f.Name), humanSize(f.SizeBytes))
+	}
+	if len(e.Input) > 0 && string(e.Input) != "null" {
+		line("input", "%s", oneLine(string(e.Input), 200))
+	}
+	if len(e.Output) > 0 && string(e.Output) != "null" {
+		line("output", "%s", oneLine(string(e.Output), 200))
+	}
+	if e.Code != "" {
+		block("code", e.Code, false)
+	} else if e.CodeSHA256 != "" {
+		line("code", "sha256 %s (not kept)", e.CodeSHA256)
+	}
+	block("stdout", e.Stdout, e.StdoutTruncated)
+	block("stderr", e.Stderr, e.StderrTruncated)
+	for _, r := range e.Results {
+		what := "display"
+		if r.IsMainResult {
+			what = "value"
+		}
+		var text string
+		_ = json.Unmarshal(r.Data["text/plain"], &text)
+		types := slices.Sorted(maps.Keys(r.Data))
+		line(what, "%s: %s", strings.Join(types, ", "), oneLine(text, 120))
+	}
+	for _, f := range e.Files {
+		line("file", "%s (%s, %s)", sandbox.EscapeName(f.Name), sandbox.EscapeName(f.MediaType), humanSize(f.SizeBytes))
+	}
+	if len(e.Files) > 0 {
+		line("files", "sandpit exec files %s --output-dir DIR writes them", e.ID)
+	}
+	for _, f := range e.FilesSkipped {
+		line("skipped", "%s: %s", sandbox.EscapeName(f.Name), sandbox.EscapeName(f.Reason))
+	}
+	if len(e.Calls) > 0 || len(e.Logs) > 0 {
+		line("agent.*", "%d call(s), %d log line(s)", len(e.Calls), len(e.Logs))
+	}
+	for _, c := range e.Egress {
+		verdict := "allowed"
+		if !c.Allowed {
+			verdict = "refused: " + sandbox.EscapeName(c.Reason)
+		}
+		line("connection", "%s:%d %s", sandbox.EscapeName(c.Host), c.Port, verdict)
+	}
+	if e.EgressOmitted > 0 {
+		line("connection", "%d more not recorded", e.EgressOmitted)
+	}
 }
 
 func (o *options) execFilesCommand() *cobra.Command {

@@ -18,6 +18,7 @@ const (
 	exitSoftware    = 70  // EX_SOFTWARE: sandpit itself failed
 	exitTempFail    = 75  // EX_TEMPFAIL: busy, or the data directory is in use; try again
 	exitNoPerm      = 77  // EX_NOPERM: the daemon refused the token (or its absence)
+	exitConflict    = 79  // (past sysexits.h) the resource's state refuses it now: paused, busy with a call, exists, ended
 	exitOutputLimit = 125 // the run passed an output cap
 	exitTimeout     = 124 // the run passed its timeout (as timeout(1))
 	exitMemoryLimit = 137 // the run passed its memory limit (128+SIGKILL, as an OOM kill)
@@ -37,8 +38,10 @@ func ExitCode(res *apitype.Result, err error) int {
 			return exitInterrupted
 		}
 		switch errclass.Of(err) {
-		case errclass.Invalid, errclass.NotFound, errclass.Conflict, errclass.TooLarge:
+		case errclass.Invalid, errclass.NotFound, errclass.TooLarge:
 			return exitUsage
+		case errclass.Conflict:
+			return exitConflict
 		case errclass.Gone:
 			return exitNoInput
 		case errclass.Forbidden:

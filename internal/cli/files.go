@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -137,8 +138,8 @@ func daemonFiles(c *client.Client, id string, inline map[string][]byte) fileSour
 // place a file outside dir, even one sent by a compromised daemon. Without force, a name that
 // exists in dir refuses the whole set before anything is written; with it, each file replaces
 // what is there (a file written whole to a temporary name, then renamed over it). Bytes that
-// do not match a file's size and SHA-256 are not kept. Hidden names and the files tools run
-// (toolPath) are skipped with a line, unless named says the person named each file.
+// do not match a file's size and SHA-256 are not kept. Names that are not data (runnablePath)
+// are skipped with a line, unless named says the person named each file.
 func saveFiles(ctx context.Context, w io.Writer, dir string, force, named bool, files []apitype.File, open fileSource) error {
 	if len(files) == 0 {
 		return nil
@@ -154,8 +155,8 @@ func saveFiles(ctx context.Context, w io.Writer, dir string, force, named bool, 
 		seen[f.Name] = true
 	}
 	files = slices.DeleteFunc(slices.Clone(files), func(f apitype.File) bool {
-		if !named && toolPath(f.Name) {
-			fmt.Fprintf(w, "sandpit: skipped %q: hidden files and the files tools run (.git, .bashrc, .envrc, conftest.py, Makefile and the like) are not written to --output-dir unless named: a tool would run what they name; sandpit exec files ID NAME --output-dir DIR writes it\n", f.Name)
+		if !named && runnablePath(f.Name) {
+			fmt.Fprintf(w, "sandpit: skipped %q: --output-dir writes data files (.csv, .json, .png, .html, …) unless named, not code, build, configuration or hidden files, which a tool run there could execute; sandpit exec files ID NAME --output-dir DIR writes it\n", f.Name)
 			return true
 		}
 		return false
@@ -199,27 +200,43 @@ func saveFiles(ctx context.Context, w io.Writer, dir string, force, named bool, 
 	return nil
 }
 
-// toolFiles are the names, compared as toolPath does, of the files and directories without a
-// leading dot that tools read commands from when a person works in a directory or runs the
-// directory's usual tool there: darcs' metadata and .git's NTFS short name; pytest's
-// conftest.py (run at collection, in subdirectories too); make's, just's and rake's recipes;
-// what pip, tox and nox run to build or test a project (pyproject.toml, setup.py, setup.cfg,
-// tox.ini, noxfile.py); npm's package.json (install scripts); mise's tasks and hooks. Every
-// hidden name (a part starting with a dot: .git, .hg, .envrc, .vscode, .bashrc, .ssh,
-// .config/git/config, .github/workflows, .npmrc, …) is skipped as a whole kind: that is where
-// shells, version control, editors, package managers and CI read their configuration.
-var toolFiles = []string{
-	"_darcs", "git~1", "conftest.py", "makefile", "gnumakefile", "justfile", "rakefile",
-	"pyproject.toml", "setup.py", "setup.cfg", "tox.ini", "noxfile.py", "package.json", "mise.toml",
+// dataExtensions are the extensions of the files --output-dir writes without being asked:
+// data, documents, images, sound, video and archives, which tools open but do not execute.
+// Every other name is skipped unless named: code (tasks.py, noxfile.py, build.gradle, run.sh,
+// json.py, which shadows a module), build, task runner and CI files, which mostly have no
+// extension (Makefile, Gemfile, Dockerfile, Jenkinsfile, Vagrantfile) or a configuration's
+// (compose.yaml, pyproject.toml, tox.ini, pom.xml, *.code-workspace), and whatever a tool may
+// yet pick up. Allowing the data a run makes, rather than refusing the files tools run, holds
+// for tools no list names.
+var dataExtensions = []string{
+	"csv", "tsv", "json", "jsonl", "ndjson", "geojson", "parquet", "feather", "arrow", "avro", "orc",
+	"xlsx", "xls", "ods", "h5", "hdf5", "nc", "npy", "npz", "pkl", "pickle", "joblib", "mat", "sav", "dta", "sqlite", "db",
+	"txt", "log", "md", "html", "htm", "pdf", "docx", "pptx", "odt",
+	"png", "jpg", "jpeg", "gif", "webp", "svg", "bmp", "tif", "tiff", "ico", "eps",
+	"wav", "mp3", "ogg", "flac", "mp4", "webm", "mov", "avi",
+	"zip", "gz", "bz2", "xz", "zst", "tar", "tgz",
 }
 
-// toolPath says whether a part of name is hidden or one of toolFiles, compared as git compares
-// .git in a checkout (CVE-2014-9390): without case, without the trailing dots and spaces
-// Windows drops, and without the code points HFS+ ignores. Output files are chosen by the run's
-// code; one written where a tool reads commands (a repository's .git/config, .hg/hgrc, an
-// .envrc, a conftest.py) would run them on the host.
-func toolPath(name string) bool {
-	for part := range strings.SplitSeq(name, "/") {
+// toolManifests are the names with a data extension that tools read commands from: npm's,
+// Composer's and Deno's scripts, the CMake project an editor configures when it opens the
+// directory, and the requirements pip installs (an index, a package built by its setup.py).
+var toolManifests = []string{"package.json", "composer.json", "deno.json", "cmakelists.txt", "requirements.txt"}
+
+// shortName matches an NTFS 8.3 short name such as GIT~1, which names .git (or .vscode,
+// .github) where the filesystem keeps short names.
+var shortName = regexp.MustCompile(`~[0-9]`)
+
+// runnablePath says whether --output-dir must not write name unless it is named: a part of
+// it is hidden (a dot first: .git, .envrc, .bashrc, .vscode/tasks.json, .github/workflows,
+// where version control, shells, editors and CI read commands) or an 8.3 short name, or its
+// file is no data file (dataExtensions) or a tool's manifest (toolManifests). Parts are
+// compared as git compares .git in a checkout (CVE-2014-9390): without case, without the
+// trailing dots and spaces Windows drops, and without the code points HFS+ ignores. Output
+// files are named by the run's code; one written where a tool reads commands (a repository's
+// .git/config, a Makefile, a conftest.py) would run them on the host.
+func runnablePath(name string) bool {
+	parts := strings.Split(name, "/")
+	for i, part := range parts {
 		part = strings.Map(func(r rune) rune {
 			if (r >= 0x200b && r <= 0x200f) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2060 && r <= 0x206f) || r == 0xfeff {
 				return -1
@@ -227,8 +244,12 @@ func toolPath(name string) bool {
 			return r
 		}, part)
 		part = strings.ToLower(strings.TrimRight(strings.TrimLeft(part, " "), ". "))
-		if strings.HasPrefix(part, ".") || slices.Contains(toolFiles, part) {
+		if strings.HasPrefix(part, ".") || shortName.MatchString(part) {
 			return true
+		}
+		if i == len(parts)-1 {
+			dot := strings.LastIndex(part, ".")
+			return dot < 0 || !slices.Contains(dataExtensions, part[dot+1:]) || slices.Contains(toolManifests, part)
 		}
 	}
 	return false

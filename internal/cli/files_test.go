@@ -242,7 +242,7 @@ func TestRunFiles(t *testing.T) {
 // TestOutputDirRefusesHostileNames: a compromised daemon naming files outside --output-dir
 // (absolute, with "..", through a symbolic link in DIR) gets nothing written outside it.
 func TestOutputDirRefusesHostileNames(t *testing.T) {
-	for _, name := range []string{"../../etc/x", "/abs", "a/../../b", "..", "../x", "a/./b", "a//b", `..\x`, "x\x00y", "link/escaped"} {
+	for _, name := range []string{"../../etc/x", "/abs", "a/../../b", "..", "../x", "a/./b", "a//b", `..\x`, "x\x00y", "link/escaped.txt"} {
 		t.Run(name, func(t *testing.T) {
 			d := &filesDaemon{files: []outFile{{name: "fine.txt", mediaType: "text/plain", content: []byte("ok")},
 				{name: name, mediaType: "text/plain", content: []byte("pwned"), inline: true}}}
@@ -443,17 +443,24 @@ func TestHumanSize(t *testing.T) {
 // Output files are named by the run's code: one named .git/config, written into a repository
 // by --output-dir --force, ran a command at the next git status (a trial attack); .hg/hgrc
 // (hooks at the next hg command), .envrc (direnv) and .vscode/tasks.json were written too
-// (H40). Paths with a part a tool reads commands from are skipped, with a line, however they
-// are spelled; the others are saved, and a name with a right-to-left override is shown
-// escaped.
+// (H40), and so were build.gradle, Gemfile, compose.yaml, Dockerfile, tasks.py and
+// CMakeLists.txt past a list of such names. Only data files are written unless named, and no
+// hidden part, however they are spelled, each other skipped with a line; a name with a
+// right-to-left override is shown escaped.
 func TestOutputDirSkipsToolPaths(t *testing.T) {
 	hostile := []string{".git/config", ".GIT/hooks/pre-commit", "sub/.git/config", ".git./config", ".g\u200cit/config", "GIT~1/config",
 		".hg/hgrc", ".HG./hgrc", ".envrc", "sub/.envrc", ".vscode/tasks.json", ".idea/workspace.xml", ".npmrc", ".yarnrc.yml", "mise.toml",
 		// H66: a trial wrote these through the list above; every hidden part is skipped now, and
 		// the files tools run from a directory.
 		".bashrc", ".ssh/authorized_keys", ".config/git/config", ".github/workflows/x.yml", ".gitignore", ".netrc",
-		"conftest.py", "sub/conftest.py", "Makefile", "pyproject.toml", "setup.py", "package.json"}
-	bidi := "invoice\u202efdp.exe"
+		"conftest.py", "sub/conftest.py", "Makefile", "pyproject.toml", "setup.py", "package.json",
+		// Past any list: what build tools, task runners, CI, shells and editors pick up, without
+		// an extension, with a code's or a configuration's, or a manifest's with a data one.
+		"build.gradle", "Gemfile", "compose.yaml", "Dockerfile", "tasks.py", "CMakeLists.txt", "sub/CMakeLists.txt", "Jenkinsfile",
+		"Vagrantfile", "justfile", "settings.gradle.kts", "flake.nix", "pom.xml", "Taskfile.yml", "run.sh", "x.ps1", "a.code-workspace",
+		"app.desktop", "json.py", "__pycache__/x.cpython-311.pyc", "composer.json", "requirements.txt", "_darcs/prefs/defaults",
+		"VSCODE~1/tasks.json", "report.csv.sh", "tasks.py. ", "invoice\u202efdp.exe"}
+	bidi := "report\u202evsc.png"
 	files := []outFile{{name: "chart.png", mediaType: "image/png", content: []byte("png")}, {name: bidi, mediaType: "text/plain", content: []byte("x")}}
 	for _, n := range hostile {
 		files = append(files, outFile{name: n, mediaType: "text/plain", content: []byte("[core] fsmonitor = touch pwned")})
@@ -485,9 +492,10 @@ func TestOutputDirSkipsToolPaths(t *testing.T) {
 	if got := tree(t, named); len(got) != 1 || got["conftest.py"] == "" {
 		t.Errorf("exec files conftest.py --output-dir wrote %q, want conftest.py", got)
 	}
-	for _, n := range []string{"git", "a.git", "envrc", "vscode/tasks.json", "hgrc", "data.hg", "conftest.py.txt", "sub/makefile.csv", "report.csv", "a.b/c"} {
-		if toolPath(n) {
-			t.Errorf("toolPath(%q) = true", n)
+	for _, n := range []string{"git/a.png", "a.git/b.json", "vscode/tasks.json", "data.hg/x.csv", "conftest.py.txt", "sub/makefile.csv", "report.csv",
+		"a.b/c.parquet", "Figure 1.PNG", "out/page.html", "notes.md", "archive.tar.gz", "package.json.txt"} {
+		if runnablePath(n) {
+			t.Errorf("runnablePath(%q) = true", n)
 		}
 	}
 }

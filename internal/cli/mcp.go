@@ -25,8 +25,9 @@ func (o *options) mcpCommand() *cobra.Command {
 list_code, delete_code, run_saved_code, create_code_job, list_code_jobs, update_code_job,
 delete_code_job, get_code_job_history, list_executions, get_execution, and for sessions
 create_session, run_in_session, list_sessions, close_session, pause_session, resume_session,
-fork_session, run_command, list_commands, read_file, write_file and list_files, acting for one
-agent (--agent). The tools' descriptions state the daemon's limits. run_code and run_saved_code take
+fork_session, run_command, list_commands, read_file, write_file, list_files, and for a
+session's ports list_ports, list_port_requests, share_port, list_shares and revoke_share,
+acting for one agent (--agent). The tools' descriptions state the daemon's limits. run_code and run_saved_code take
 input files and return output files and charts as images, embedded resources or resource links
 (sandpit://executions/{id}/files/{name}, which resources/read answers).
 

@@ -14,7 +14,7 @@ import (
 )
 
 // A session's running commands from the command line: `session exec --background` prints a
-// process ID (pr_…) that these take (a trial found no way to follow one but REST).
+// process ID (pr_…) that these take: ps, logs, kill, wait.
 
 // withProcessID checks, after the session ID, that the second argument is a process ID (pr_
 // and 26 characters): another name would change the route it is sent on.
@@ -62,6 +62,40 @@ func (o *options) sessionPsCommand() *cobra.Command {
 		},
 	}
 	f.register(cmd.Flags(), true)
+	return cmd
+}
+
+func (o *options) sessionLogsCommand() *cobra.Command {
+	var (
+		f      daemonFlags
+		follow bool
+	)
+	cmd := &cobra.Command{
+		Use:   "logs ID PROCESS",
+		Short: "Print a session's background command's output: what its sandbox kept, and with --follow the rest as it comes",
+		Long: `Print the output of command PROCESS of session ID (one started with session exec --background):
+the latest its sandbox kept (up to 64 KiB of stdout and of stderr; a note on stderr says how
+many earlier bytes were not), stdout on stdout and stderr on stderr. With --follow, go on printing what it writes until it ends (Ctrl-C stops following;
+the command runs on). A foreground command's output went to whoever ran it: none is kept.`,
+		Example: "  P=$(sandpit session exec $S --background -- python3 -m http.server 8000)\n  sandpit session logs $S $P --follow",
+		Args:    withProcessID(exactArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.daemon(cmd, f)
+			if err != nil {
+				return err
+			}
+			p, err := c.ProcessOutput(cmd.Context(), f.agent, args[0], args[1], follow, o.printCommandOutput)
+			if cmd.Context().Err() != nil {
+				return reported(context.Canceled) // Ctrl-C stops following, as it does tail -f
+			}
+			if err == nil && !p.Background {
+				fmt.Fprintf(o.env.Stderr, "sandpit: %s is a foreground command: its output went to whoever ran it, and the daemon keeps none\n", p.ID)
+			}
+			return err
+		},
+	}
+	f.register(cmd.Flags(), false)
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "go on printing the output as it comes, until the command ends")
 	return cmd
 }
 

@@ -93,3 +93,59 @@ func TestSessionWaitTimeout(t *testing.T) {
 		t.Fatalf("session wait --timeout -1s: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// TestSessionLogs: session logs prints what the daemon kept of a background command's output
+// (stdout and stderr each on its own) and returns; with --follow it goes on to the command's
+// end. A foreground command's output is not kept, which it says. (No verb read the output:
+// only REST could.)
+func TestSessionLogs(t *testing.T) {
+	s, bg, fg := "se_"+strings.Repeat("a", 26), "pr_"+strings.Repeat("b", 26), "pr_"+strings.Repeat("c", 26)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pid := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/agents/default/sessions/"+s+"/processes/"), "/output")
+		switch {
+		case r.URL.Path == "/healthz":
+			_, _ = io.WriteString(w, `{"status": "ok"}`)
+			return
+		case !strings.HasSuffix(r.URL.Path, "/output") || r.URL.Query().Get("tail") != "true":
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		line := func(l string) {
+			_, _ = io.WriteString(w, l+"\n")
+			w.(http.Flusher).Flush()
+		}
+		proc := `"id": "` + pid + `", "session_id": "` + s + `", "pid": 9, "command": "srv", "argv": ["srv"], "started_at": "2026-12-02T10:00:00Z"`
+		if pid == fg {
+			line(`{"type": "start", "process": {` + proc + `, "state": "running", "background": false, "stdout_bytes": 5}}`)
+		} else {
+			line(`{"type": "start", "process": {` + proc + `, "state": "running", "background": true, "stdout_bytes": 9, "stderr_bytes": 9}}`)
+			line(`{"type": "stdout", "data": "kept out\n"}`)
+			line(`{"type": "stderr", "data": "kept err\n"}`)
+		}
+		select { // what it writes later
+		case <-time.After(300 * time.Millisecond):
+		case <-r.Context().Done():
+			return
+		}
+		line(`{"type": "stdout", "data": "live\n"}`)
+		line(`{"type": "end", "process": {` + proc + `, "state": "ended", "background": true, "end": {"exit_code": 0, "outcome": "ok", "duration_ms": 1}}}`)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	run := func(args ...string) (int, string, string) {
+		var stdout, stderr strings.Builder
+		code := Main(context.Background(), append(args, "--url", srv.URL), Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+			Lookup: func(k string) (string, bool) { return dir, k == "SANDPIT_DATA_DIR" }})
+		return code, stdout.String(), stderr.String()
+	}
+	if code, out, errOut := run("session", "logs", s, bg); code != 0 || out != "kept out\n" || errOut != "kept err\n" {
+		t.Errorf("session logs: exit %d, stdout %q, stderr %q; want what was kept, and no more", code, out, errOut)
+	}
+	if code, out, errOut := run("session", "logs", s, bg, "--follow"); code != 0 || out != "kept out\nlive\n" || errOut != "kept err\n" {
+		t.Errorf("session logs --follow: exit %d, stdout %q, stderr %q; want what was kept, then the rest", code, out, errOut)
+	}
+	if code, out, errOut := run("session", "logs", s, fg); code != 0 || out != "" || !strings.Contains(errOut, "is a foreground command") {
+		t.Errorf("session logs of a foreground command: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}

@@ -70,14 +70,18 @@ stopped leaves them up for its next start to adopt. Refused while its Lease is h
 				}
 				return nil
 			}
-			fmt.Fprintf(o.env.Stdout, "removed %d container(s) of data directory %s\n", got.Containers, cfg.DataDir)
+			if got.Containers > 0 {
+				fmt.Fprintf(o.env.Stdout, "removed %d container(s) of data directory %s\n", got.Containers, cfg.DataDir)
+			} else {
+				fmt.Fprintf(o.env.Stdout, "data directory %s has no containers to remove\n", cfg.DataDir)
+			}
 			switch {
 			case got.Volume != "":
 				fmt.Fprintf(o.env.Stdout, "removed volume %s (installed dependencies and pip's cache)\n", got.Volume)
+			case got.Kept != "":
+				fmt.Fprintf(o.env.Stdout, "kept volume %s (installed dependencies and pip's cache); --all removes it too\n", got.Kept)
 			case all:
 				fmt.Fprintln(o.env.Stdout, "no package volume to remove")
-			default:
-				fmt.Fprintln(o.env.Stdout, "kept the package volume (installed dependencies); --all removes it too")
 			}
 			return nil
 		},
@@ -110,6 +114,8 @@ func (o *options) kubernetesStatus(cmd *cobra.Command, cfg config.Config) error 
 		fmt.Fprintln(w, "lease:          none")
 	case got.LeaseHeld:
 		fmt.Fprintf(w, "lease:          %s  held (renewed %s: the daemon runs)\n", got.Lease, got.Renewed.Format(time.RFC3339))
+	case got.LeaseReleased:
+		fmt.Fprintf(w, "lease:          %s  released (last renewed %s; the daemon stopped cleanly: `sandpit sandbox rm` removes it and the pods)\n", got.Lease, got.Renewed.Format(time.RFC3339))
 	default:
 		fmt.Fprintf(w, "lease:          %s  expired (renewed %s; `sandpit sandbox rm` removes it and the pods)\n", got.Lease, got.Renewed.Format(time.RFC3339))
 	}

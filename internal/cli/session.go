@@ -21,10 +21,11 @@ import (
 
 // sessionCommand is `sandpit session`: stateful sessions on the daemon.
 func (o *options) sessionCommand() *cobra.Command {
-	s := &cobra.Command{Use: "session", Short: "Stateful sessions: new, run, exec, ps, kill, wait, cp, ls, commands, show, rm, pause, resume, hibernate, fork (an interpreter, commands and files that persist; needs the daemon)"}
-	s.AddCommand(o.sessionNewCommand(), o.sessionRunCommand(), o.sessionExecCommand(), o.sessionPsCommand(), o.sessionKillCommand(), o.sessionWaitCommand(),
+	s := &cobra.Command{Use: "session", Short: "Stateful sessions: new, run, exec, ps, logs, kill, wait, cp, ls, commands, show, rm, pause, resume, hibernate, fork, ports, share, shares, unshare, egress (an interpreter, commands and files that persist; needs the daemon)"}
+	s.AddCommand(o.sessionNewCommand(), o.sessionRunCommand(), o.sessionExecCommand(), o.sessionPsCommand(), o.sessionLogsCommand(), o.sessionKillCommand(), o.sessionWaitCommand(),
 		o.sessionCpCommand(), o.sessionListCommand(), o.sessionCommandsCommand(), o.sessionShowCommand(), o.sessionRmCommand())
 	s.AddCommand(o.sessionLifecycleCommands()...)
+	s.AddCommand(o.sessionPortsCommand(), o.sessionShareCommand(), o.sessionSharesCommand(), o.sessionUnshareCommand(), o.sessionEgressCommand())
 	return s
 }
 
@@ -35,6 +36,7 @@ func (o *options) sessionNewCommand() *cobra.Command {
 		idle, lifetime time.Duration
 		autoResume     bool
 		autoPause      bool
+		tmpl           string
 	)
 	cmd := &cobra.Command{
 		Use:   "new",
@@ -48,7 +50,7 @@ rm ID), after --idle without a call, after --lifetime, or when a call must be ki
   sandpit session rm $S --agent alice`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d := apitype.SessionCreate{Dependencies: deps, AutoResume: autoResume}
+			d := apitype.SessionCreate{Template: tmpl, Dependencies: deps, AutoResume: autoResume}
 			if cmd.Flags().Changed("auto-pause") {
 				d.AutoPause = &autoPause
 			}
@@ -85,6 +87,7 @@ rm ID), after --idle without a call, after --lifetime, or when a call must be ki
 	}
 	f.register(cmd.Flags(), true)
 	fl := cmd.Flags()
+	fl.StringVar(&tmpl, "template", "", "start the session from this template (NAME, or AGENT/NAME of a shared one; sandpit template ls lists them)")
 	fl.StringArrayVar(&deps, "dep", nil, `a dependency installed once for the session (PEP 508, such as "tinypkg==1.0"), repeatable`)
 	fl.DurationVar(&idle, "idle", 0, "end the session after this long without a call (default: the daemon's session_idle_timeout_ms, 10m)")
 	fl.DurationVar(&lifetime, "lifetime", 0, "end the session after it ran this long, paused time not counted (default and most: the daemon's session_max_lifetime_ms, 1h)")

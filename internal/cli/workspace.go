@@ -7,13 +7,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/client"
@@ -32,6 +34,7 @@ func (o *options) sessionExecCommand() *cobra.Command {
 		timeout    time.Duration
 		stdin      bool
 		background bool
+		tty        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "exec ID [-c 'SHELL LINE' | -- PROGRAM [ARG...]]",
@@ -41,16 +44,29 @@ home /home/user (the interpreter's directory: files are shared both ways), under
 network policy. -c runs a shell line with bash -lc; otherwise the words after -- are the program
 and its arguments. stdout and stderr are printed as they come; the exit status is the command's
 (124 past --timeout, when it is killed with every process it started). -i sends standard input.
---background starts it and prints its process ID (a server, a long job).`,
+--background starts it and prints its process ID (a server, a long job).
+
+-t runs it in a terminal, as docker exec -it does: this terminal is put in raw mode and hands
+the command every key (Ctrl-C included) and its size as it changes; what the command prints
+drives this terminal. It runs until it ends (no --timeout), and exits with its status; if
+sandpit stops first, the command gets SIGHUP, as from a terminal that closed.`,
 		Example: `  sandpit session exec se_... -- ls -la
   sandpit session exec se_... -c 'pip install tabulate && python3 -c "import tabulate"'
-  cat data.csv | sandpit session exec se_... -i -- wc -l`,
+  cat data.csv | sandpit session exec se_... -i -- wc -l
+  sandpit session exec -t se_... -- bash`,
 		Args: withSessionID(func(cmd *cobra.Command, args []string) error {
 			if len(args) < 1 {
 				return usageErrorf("give the session ID, then -c 'SHELL LINE' or -- PROGRAM [ARG...]")
 			}
 			if (shell == "") == (len(args) == 1) {
 				return usageErrorf("give either -c 'SHELL LINE' or -- PROGRAM [ARG...] after the session ID, not both or neither")
+			}
+			if tty {
+				for _, fl := range []string{"background", "timeout", "json"} {
+					if cmd.Flags().Changed(fl) {
+						return usageErrorf("-t runs the command in this terminal until it ends: leave out --%s", fl)
+					}
+				}
 			}
 			return nil
 		}),
@@ -73,7 +89,7 @@ and its arguments. stdout and stderr are printed as they come; the exit status i
 				}
 				req.TimeoutMS = &ms
 			}
-			if stdin {
+			if stdin && !tty {
 				b, err := io.ReadAll(o.env.Stdin)
 				if err != nil {
 					return fmt.Errorf("reading standard input: %w", err)
@@ -84,16 +100,12 @@ and its arguments. stdout and stderr are printed as they come; the exit status i
 			if err != nil {
 				return err
 			}
+			if tty {
+				return o.terminal(cmd.Context(), c, f.agent, args[0], req)
+			}
 			var onEvent func(apitype.CommandEvent)
 			if !f.json && !background {
-				onEvent = func(ev apitype.CommandEvent) {
-					switch ev.Type {
-					case "stdout":
-						fmt.Fprint(o.env.Stdout, ev.Data)
-					case "stderr":
-						fmt.Fprint(o.env.Stderr, ev.Data)
-					}
-				}
+				onEvent = o.printCommandOutput
 			}
 			res, err := c.Command(cmd.Context(), f.agent, args[0], req, onEvent)
 			if err != nil {
@@ -126,7 +138,22 @@ and its arguments. stdout and stderr are printed as they come; the exit status i
 	fl.DurationVar(&timeout, "timeout", 0, "kill the command with every process it started after this long (default: the server's, 30s)")
 	fl.BoolVarP(&stdin, "interactive", "i", false, "send standard input to the command")
 	fl.BoolVar(&background, "background", false, "start it, print its process ID and return")
+	fl.BoolVarP(&tty, "tty", "t", false, "run it in a terminal: this one, in raw mode, with its keys and size (as docker exec -it)")
 	return cmd
+}
+
+// printCommandOutput prints a command's output event as it came: stdout on stdout, stderr on
+// stderr (what the command writes is its own, as a local command's would be).
+func (o *options) printCommandOutput(ev apitype.CommandEvent) {
+	if ev.Dropped > 0 {
+		fmt.Fprintf(o.env.Stderr, "sandpit: %d earlier bytes of %s were not kept\n", ev.Dropped, ev.Type)
+	}
+	switch ev.Type {
+	case "stdout":
+		io.WriteString(o.env.Stdout, ev.Data)
+	case "stderr":
+		io.WriteString(o.env.Stderr, ev.Data)
+	}
 }
 
 // commandExit is the exit status of a command that ended: its own, or 128 and the signal's
@@ -147,20 +174,13 @@ func commandResult(end *apitype.ProcessEnd) apitype.Result {
 	return apitype.Result{Outcome: end.Outcome, ExitCode: commandExit(end), Signal: signalNumber(end.Signal)}
 }
 
-// signalNumber is the number of the signal named name ("SIGKILL"), 0 for none or unknown.
+// signalNumber is the number of the signal named name ("SIGKILL", or "signal 1" as the
+// executor names those it has no name for), 0 for none or unknown.
 func signalNumber(name string) int {
-	if name == "" {
-		return 0
-	}
-	for n := 1; n < 32; n++ {
-		if "SIG"+strings.ToUpper(strings.TrimPrefix(syscall.Signal(n).String(), "signal ")) == name {
-			return n
-		}
-	}
-	if n, ok := map[string]int{"SIGINT": 2, "SIGKILL": 9, "SIGTERM": 15, "SIGHUP": 1, "SIGQUIT": 3}[name]; ok {
+	if n, err := strconv.Atoi(strings.TrimPrefix(name, "signal ")); err == nil && n > 0 && n < 65 {
 		return n
 	}
-	return 0
+	return int(unix.SignalNum(name))
 }
 
 // sessionPath splits "ID:PATH" (a path in a session); ok is false for a local path.
@@ -181,10 +201,13 @@ func (o *options) sessionCpCommand() *cobra.Command {
 		Use:   "cp SRC DST",
 		Short: "Copy a file into or out of a session (ID:PATH names a session's file)",
 		Long: `Copy one file between this machine and a session: ID:PATH is a path in session ID (under
-/home/user; relative paths start there), - is standard input or output. A file copied in is
-created or replaced (its parent directories made with --parents); a failed copy changes nothing.`,
-		Example: `  sandpit session cp data.csv se_...:data/data.csv --parents
-  sandpit session cp se_...:report.html ./report.html`,
+/home/user; relative paths start there), - is standard input or output. As cp does, a PATH
+that is a directory (ID: or ID:. is the home; a trailing / says it is one) receives the file
+under its own name. A file copied in is created or replaced (its parent directories made with
+--parents); a failed copy changes nothing.`,
+		Example: `  sandpit session cp data.csv se_...:            # /home/user/data.csv
+  sandpit session cp data.csv se_...:in/ --parents
+  sandpit session cp se_...:report.html .`,
 		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			srcID, srcPath, srcIn := sessionPath(args[0])
@@ -204,7 +227,14 @@ created or replaced (its parent directories made with --parents); a failed copy 
 						return usageErrorf("%v", err)
 					}
 					defer file.Close()
+					if st, err := file.Stat(); err == nil && st.IsDir() {
+						return usageErrorf("%s is a directory; sandpit session cp copies one file (a directory: tar it, copy the archive in, then sandpit session exec ID -- tar -xf NAME)", args[0])
+					}
 					r = file
+				}
+				dstPath, err = o.intoDirectory(cmd, c, f.agent, dstID, dstPath, args[0])
+				if err != nil {
+					return err
 				}
 				ent, err := c.WriteSessionFile(cmd.Context(), f.agent, dstID, dstPath, r, parents)
 				if err != nil && !parents && errors.Is(err, errclass.NotFound) && strings.Contains(err.Error(), "its directory") {
@@ -225,6 +255,31 @@ created or replaced (its parent directories made with --parents); a failed copy 
 	f.register(cmd.Flags(), true)
 	cmd.Flags().BoolVarP(&parents, "parents", "p", false, "make the destination's missing parent directories")
 	return cmd
+}
+
+// intoDirectory is where `session cp SRC ID:DST` writes, as cp(1) decides it: DST itself, or,
+// when DST is a directory, the file named as SRC in it. DST is a directory when it says so
+// (empty, ".", "..", or ending in "/": the home, or a directory that --parents may make) or
+// when the session has a directory there. Standard input has no name to give the file.
+func (o *options) intoDirectory(cmd *cobra.Command, c *client.Client, agent, id, dst, src string) (string, error) {
+	isDir := dst == "" || strings.HasSuffix(dst, "/") || path.Base(dst) == "." || path.Base(dst) == ".."
+	if !isDir {
+		ent, err := c.StatSessionFile(cmd.Context(), agent, id, dst)
+		switch {
+		case errors.Is(err, errclass.NotFound):
+		case err != nil:
+			return "", err
+		default:
+			isDir = ent.Type == "dir"
+		}
+	}
+	if !isDir {
+		return dst, nil
+	}
+	if src == "-" {
+		return "", usageErrorf("%s:%s is a directory, and standard input has no name to give the file: name it, such as %s:%s", id, dst, id, path.Join(dst, "data.csv"))
+	}
+	return path.Join(dst, filepath.Base(src)), nil
 }
 
 // copyOut copies a session's file to dst (a local path, or - for standard output), 32 MiB at a

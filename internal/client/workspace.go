@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 )
@@ -31,8 +32,78 @@ func (c *Client) Command(ctx context.Context, agent, id string, req apitype.Comm
 		return out, err
 	}
 	defer resp.Body.Close()
-	var stdout, stderr bytes.Buffer
-	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	var stdout, stderr strings.Builder
+	err = commandStream(resp.Body, func(ev apitype.CommandEvent) bool {
+		onEvent(ev)
+		switch ev.Type {
+		case "stdout":
+			stdout.WriteString(ev.Data)
+		case "stderr":
+			stderr.WriteString(ev.Data)
+		case "end":
+			out.Process, out.Stdout, out.Stderr = *ev.Process, stdout.String(), stderr.String()
+			return true
+		}
+		return false
+	})
+	return out, err
+}
+
+// ProcessOutput reads the output of process pid of agent's session id (GET
+// …/processes/{pid}/output?tail=true), passing each "stdout" and "stderr" event to onEvent:
+// first the latest output the sandbox kept (up to 64 KiB of each stream, of a background
+// command only), then, with follow, what the process writes until it ends. Without follow it
+// returns once the kept output is read (a process that has ended: at its end). It returns
+// the process: as it ended, or without follow as it was when the output was read (End nil
+// while it runs). A client too slow for the output is detached: an *APIError of code busy.
+func (c *Client) ProcessOutput(ctx context.Context, agent, id, pid string, follow bool, onEvent func(apitype.CommandEvent)) (apitype.Process, error) {
+	ctx, cancel := context.WithCancel(ctx) // without follow, the answer is left before its end
+	defer cancel()
+	resp, err := c.send(ctx, http.MethodGet, agentPath(agent, "sessions", id, "processes", pid, "output")+"?tail=true", nil, apitype.NDJSONContentType)
+	if err != nil {
+		return apitype.Process{}, err
+	}
+	defer resp.Body.Close()
+	var (
+		p     apitype.Process
+		toEnd = follow
+		kept  int // without follow, the events of kept output still to come
+	)
+	err = commandStream(resp.Body, func(ev apitype.CommandEvent) bool {
+		switch ev.Type {
+		case "start":
+			p = *ev.Process
+			if toEnd = toEnd || p.State != "running"; toEnd {
+				return false
+			}
+			// The daemon sends what it kept right after the start, one event per stream that
+			// wrote (only a background command's is kept), before anything newer.
+			for _, n := range []int64{p.StdoutBytes, p.StderrBytes} {
+				if p.Background && n > 0 {
+					kept++
+				}
+			}
+			return kept == 0
+		case "stdout", "stderr":
+			onEvent(ev)
+			if !toEnd {
+				kept--
+				return kept == 0
+			}
+		case "end":
+			p = *ev.Process
+			return true
+		}
+		return false
+	})
+	return p, err
+}
+
+// commandStream reads a command's NDJSON events from r and passes each to each, until each
+// answers true; an error line is returned as an *APIError, and an end of r before each
+// answered true as an error wrapping io.ErrUnexpectedEOF.
+func commandStream(r io.Reader, each func(apitype.CommandEvent) bool) error {
+	br := bufio.NewReaderSize(r, 64<<10)
 	for {
 		line, rerr := br.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 {
@@ -41,27 +112,23 @@ func (c *Client) Command(ctx context.Context, agent, id string, req apitype.Comm
 				Error *apitype.ErrorDetail `json:"error"`
 			}
 			if err := json.Unmarshal(line, &l); err != nil {
-				return out, fmt.Errorf("reading the command's stream: bad line: %w", err)
+				return fmt.Errorf("reading the command's stream: bad line: %w", err)
 			}
 			if l.Error != nil {
-				return out, &APIError{Status: http.StatusOK, Code: l.Error.Code, Message: l.Error.Message, Field: l.Error.Field}
+				return &APIError{Status: http.StatusOK, Code: l.Error.Code, Message: l.Error.Message, Field: l.Error.Field}
 			}
-			onEvent(l.CommandEvent)
-			switch l.Type {
-			case "stdout":
-				stdout.WriteString(l.Data)
-			case "stderr":
-				stderr.WriteString(l.Data)
-			case "end":
-				out.Process, out.Stdout, out.Stderr = *l.Process, stdout.String(), stderr.String()
-				return out, nil
+			if (l.Type == "start" || l.Type == "end") && l.Process == nil {
+				return fmt.Errorf("reading the command's stream: a %q line without its process", l.Type)
+			}
+			if each(l.CommandEvent) {
+				return nil
 			}
 		}
 		if rerr == io.EOF {
-			return out, fmt.Errorf("reading the command's stream: it ended before the command did: %w", io.ErrUnexpectedEOF)
+			return fmt.Errorf("reading the command's stream: it ended before the command did: %w", io.ErrUnexpectedEOF)
 		}
 		if rerr != nil {
-			return out, fmt.Errorf("reading the command's stream: %w", rerr)
+			return fmt.Errorf("reading the command's stream: %w", rerr)
 		}
 	}
 }
@@ -93,6 +160,15 @@ func (c *Client) ProcessInput(ctx context.Context, agent, id, pid string, in api
 // SignalProcess sends a process a signal ("SIGTERM").
 func (c *Client) SignalProcess(ctx context.Context, agent, id, pid, signal string) error {
 	resp, err := c.send(ctx, http.MethodPost, agentPath(agent, "sessions", id, "processes", pid, "signal"), apitype.ProcessSignal{Signal: signal}, "application/json")
+	if err == nil {
+		resp.Body.Close()
+	}
+	return err
+}
+
+// ResizeProcess sets the size of the terminal of a process started with a PTY.
+func (c *Client) ResizeProcess(ctx context.Context, agent, id, pid string, size apitype.TermSize) error {
+	resp, err := c.send(ctx, http.MethodPost, agentPath(agent, "sessions", id, "processes", pid, "resize"), size, "application/json")
 	if err == nil {
 		resp.Body.Close()
 	}

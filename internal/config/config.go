@@ -39,7 +39,10 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/egress"
 	"github.com/sandpit-dev/sandpit/internal/engine"
+	"github.com/sandpit-dev/sandpit/internal/ports"
+	"github.com/sandpit-dev/sandpit/internal/runtime/boxspec"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/session"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -71,12 +74,17 @@ type Config struct {
 	BodiesMaxBytes int64 `json:"bodies_max_bytes"`
 	// ReadsMaxBytes is the budget of session file-read bytes the daemon holds at once, in
 	// bytes: a read is admitted before it starts (for twice the most it may return) and holds
-	// its bytes until its answer is written; one with no room within 2 seconds is answered 429.
+	// its bytes until its answer is written (a write without progress for a minute ends it);
+	// one with no room within 2 seconds is answered 429. An agent holds at most a quarter of
+	// it (at least 64 MiB).
 	// Default 256 MiB; at least 64 MiB (two copies of the largest read; raised to it), at most
 	// 64 GiB.
 	ReadsMaxBytes int64 `json:"reads_max_bytes"`
 	// MaxConnections is the most connections the listener holds at once; more wait in the
-	// kernel's backlog until one closes. Default 512; 16 to 1,000,000.
+	// kernel's backlog until one closes. A few more (connlimit.HealthReserve) are kept for
+	// GET /healthz alone. Long-lived streams (E2B's Connect streams, REST's process output)
+	// take at most three quarters of it, an agent an eighth, a sandbox or session a
+	// sixteenth. Default 512; 16 to 1,000,000.
 	MaxConnections int64 `json:"max_connections"`
 	// DataDir is the directory where sandpit keeps its state. It must be an absolute path.
 	// Default $XDG_DATA_HOME/sandpit, or ~/.local/share/sandpit when XDG_DATA_HOME is unset.
@@ -95,6 +103,10 @@ type Config struct {
 	// tcp://host:2376. Default empty: the Docker client's own environment (DOCKER_HOST, ...)
 	// and defaults.
 	DockerHost string `json:"docker_host"`
+	// SecretsTrustCAFile names a PEM file of CA certificates the egress proxy trusts, beside
+	// the host's trust store, when it verifies the host a secret is added for (a private CA;
+	// tests). Default empty: the host's trust store alone.
+	SecretsTrustCAFile string `json:"secrets_trust_ca_file"`
 	// ExecutorPath is the path of the sandpit-executor binary copied into the box. Default
 	// empty: a file named sandpit-executor next to the running binary (see Executor).
 	ExecutorPath string `json:"executor_path"`
@@ -147,6 +159,12 @@ type Config struct {
 	CPUs float64 `json:"cpus"`
 	// PidsLimit caps the processes and threads in each slot's sandbox. Default 512; at least 16.
 	PidsLimit int64 `json:"pids_limit"`
+	// UIDBlock is which block of the sandbox image's uids the sandboxes' code runs as (0 to 31,
+	// default 0). Linux counts a uid's processes across every container on one kernel, so
+	// daemons whose sandboxes share a host or a Kubernetes node each need a block of their own:
+	// with one block, a fork storm held at its cap in one daemon's sandbox would make forks
+	// fail in the other's (see boxspec.UIDBlock).
+	UIDBlock int `json:"uid_block"`
 	// TmpBytes is the size of each sandbox's /tmp tmpfs, in bytes. Default 128 MiB; at least
 	// 1 MiB. tmpfs pages count against memory_bytes: with the run directories and /dev/shm
 	// (64 MiB) the defaults stay well under the sandbox's memory, so files alone cannot
@@ -260,10 +278,10 @@ type Config struct {
 	// SessionMaxLifetimeMS ends a session that long after its creation, and is the most a
 	// session may ask for either limit. Default 3600000 (1 hour); 1000 to 86400000.
 	SessionMaxLifetimeMS int64 `json:"session_max_lifetime_ms"`
-	// SessionsPerAgent caps an agent's active sessions. Default 2; 1 to sessions_max.
+	// SessionsPerAgent caps an agent's active sessions. Default 8; 1 to sessions_max.
 	SessionsPerAgent int `json:"sessions_per_agent"`
 	// SessionsMax caps the active sessions of all agents; each holds a container of its own
-	// with memory_bytes of memory. Default 4; 0 turns sessions off; at most 64.
+	// with memory_bytes of memory. Default 16; 0 turns sessions off; at most 64.
 	SessionsMax int `json:"sessions_max"`
 	// WarmSessions is how many session containers the Docker runtime (runtime docker or
 	// runsc) keeps created, started and unclaimed, so that a session's creation, resume from
@@ -275,10 +293,53 @@ type Config struct {
 	// E2BTemplates are the templateIDs the E2B-compatible API (under /e2b, docs/e2b.md)
 	// creates sandboxes from; each is the sandbox image. Default base and code-interpreter-v1.
 	E2BTemplates []string `json:"e2b_templates"`
-	// E2BPool is how many warm E2B sandboxes (sessions with their interpreter started) are
-	// kept ready, so that POST /e2b/sandboxes answers at once. Each holds a container and
-	// counts against sessions_max. Default 1; 0 to sessions_per_agent, below sessions_max.
+	// E2BPool is how many warm sessions (their interpreter started, the preload imported) are
+	// kept ready for every door's creation (REST, MCP, the CLI, E2B sandboxes), so that a new
+	// session answers at once. Each holds a container and counts against sessions_max. The
+	// name is the E2B API's, where the pool began. Default 1; 0 (no pool) to
+	// sessions_per_agent, below sessions_max.
 	E2BPool int `json:"e2b_pool"`
+	// SessionPoolMax is the most warm sessions the pool keeps while creations come faster
+	// than it refills: each creation that finds it empty raises its target by one, and two
+	// minutes without one lower it by one, back to e2b_pool. Held within sessions_per_agent
+	// and below sessions_max; past e2b_pool only while the host has twice memory_bytes
+	// available. Default 8; 0 to 64 (at most e2b_pool: a pool of fixed size).
+	SessionPoolMax int `json:"session_pool_max"`
+
+	// TemplateBuildTimeoutMS caps one template build (docs/templates.md), in milliseconds.
+	// Default 1800000 (30 minutes: a cold build of a small template took 10 on a loaded
+	// machine whose engine stores images on fuse-overlayfs); 10000 to 7200000.
+	TemplateBuildTimeoutMS int64 `json:"template_build_timeout_ms"`
+	// TemplateMaxBytes caps a template's sandbox image, in bytes: a bigger one fails its build
+	// and is removed. Default 8 GiB; 64 MiB to 1 TiB.
+	TemplateMaxBytes int64 `json:"template_max_bytes"`
+	// TemplatesPerAgent caps the templates one agent keeps. Default 20; 0 (no templates) to
+	// 1000.
+	TemplatesPerAgent int `json:"templates_per_agent"`
+	// TemplateAptHosts are the package sources' host names a template build resolves as the
+	// host does and hands to the build (an /etc/hosts entry the engine's DNS does not know).
+	// Default deb.debian.org and security.debian.org.
+	TemplateAptHosts []string `json:"template_apt_hosts"`
+
+	// PortConnectionsPerSession caps the requests in flight to one session's ports (a
+	// WebSocket counts until it closes); past it a request answers 429. Default 32; 1 to
+	// 4096.
+	PortConnectionsPerSession int `json:"port_connections_per_session"`
+	// PortConnectionsPerAgent caps them for all of one agent's sessions. Default 64; 1 to
+	// 16384.
+	PortConnectionsPerAgent int `json:"port_connections_per_agent"`
+	// PortIdleTimeoutMS ends a connection to a session's port after that long without a byte
+	// either way, and answers 504 to a request whose server sends no answer that long.
+	// Default 300000 (5 minutes); 1000 to 86400000.
+	PortIdleTimeoutMS int64 `json:"port_idle_timeout_ms"`
+	// PortConnectionMaxBytes caps the bytes one connection to a session's port carries,
+	// both ways together; past it the connection is cut. Default 1 GiB; 1 MiB to 1 TiB.
+	PortConnectionMaxBytes int64 `json:"port_connection_max_bytes"`
+	// PublicHost is the host (and port) under which a session's port has a host name of its
+	// own, {port}-{session}.{public_host}, a separate origin for browsers; E2B's get_host
+	// composes it from the sandbox's domain. Default "": localhost and the listen port when
+	// the daemon listens on loopback (browsers resolve *.localhost to it), else none.
+	PublicHost string `json:"public_host"`
 
 	// SessionAutoPause pauses a session at its idle timeout instead of ending it, unless its
 	// creation asks otherwise (auto_pause). Default false.
@@ -456,22 +517,31 @@ func defaults(lookup func(string) (string, bool)) Config {
 		Notebook:           sb.Notebook,
 		FilesMaxBytes:      store.DefaultFilesMaxBytes,
 		BodiesMaxBytes:     128 << 20,
-		ReadsMaxBytes:      engine.DefaultReadsMaxBytes,
+		ReadsMaxBytes:      session.DefaultReadsMaxBytes,
 		MaxConnections:     512,
 
-		SessionIdleTimeoutMS:    engine.DefaultSessionConfig().IdleTimeout.Milliseconds(),
-		SessionMaxLifetimeMS:    engine.DefaultSessionConfig().MaxLifetime.Milliseconds(),
-		SessionsPerAgent:        engine.DefaultSessionConfig().MaxPerAgent,
-		SessionsMax:             engine.DefaultSessionConfig().MaxTotal,
-		SessionHibernateAfterMS: 600_000,
-		SessionHibernateOnStop:  true,
-		SessionsPausedMaxBytes:  2 * gib,
-		HibernatedPerAgent:      4,
-		HibernatedMaxBytes:      10 * gib,
-		HibernatedMaxAgeHours:   168,
-		E2BTemplates:            []string{"base", "code-interpreter-v1"},
-		E2BPool:                 1,
-		WarmSessions:            1,
+		SessionIdleTimeoutMS:      session.DefaultConfig().IdleTimeout.Milliseconds(),
+		SessionMaxLifetimeMS:      session.DefaultConfig().MaxLifetime.Milliseconds(),
+		SessionsPerAgent:          session.DefaultConfig().MaxPerAgent,
+		SessionsMax:               session.DefaultConfig().MaxTotal,
+		SessionHibernateAfterMS:   600_000,
+		SessionHibernateOnStop:    true,
+		SessionsPausedMaxBytes:    2 * gib,
+		HibernatedPerAgent:        4,
+		HibernatedMaxBytes:        10 * gib,
+		HibernatedMaxAgeHours:     168,
+		E2BTemplates:              []string{"base", "code-interpreter-v1"},
+		E2BPool:                   1,
+		SessionPoolMax:            8,
+		TemplateBuildTimeoutMS:    1_800_000,
+		TemplateMaxBytes:          8 * gib,
+		TemplatesPerAgent:         20,
+		TemplateAptHosts:          []string{"deb.debian.org", "security.debian.org"},
+		PortConnectionsPerSession: ports.DefaultLimits().PerSession,
+		PortConnectionsPerAgent:   ports.DefaultLimits().PerAgent,
+		PortIdleTimeoutMS:         ports.DefaultLimits().IdleTimeout.Milliseconds(),
+		PortConnectionMaxBytes:    ports.DefaultLimits().MaxBytes,
+		WarmSessions:              1,
 
 		ExtraIndexURLs:   []string{},
 		TrustedHosts:     []string{},
@@ -724,6 +794,9 @@ func (c Config) Validate() error {
 	c.checkRunLimits(&report)
 	c.validateFiles(report.bad)
 	c.checkSessions(&report)
+	report.intRange("template_build_timeout_ms", c.TemplateBuildTimeoutMS, 10_000, 7_200_000, " milliseconds")
+	report.intRange("template_max_bytes", c.TemplateMaxBytes, 64<<20, 1<<40, " bytes")
+	report.intRange("templates_per_agent", int64(c.TemplatesPerAgent), 0, 1000, " templates")
 	c.checkKubernetes(&report)
 	c.checkLog(&report)
 	return errors.Join(report.errs...)
@@ -910,7 +983,7 @@ func (c Config) checkRequestSizes(report *problems) {
 	report.intRange("max_connections", c.MaxConnections, 16, 1_000_000, " connections")
 }
 
-// checkBox checks each slot's container: memory_bytes, memory_swap_bytes, cpus, pids_limit,
+// checkBox checks each slot's container: memory_bytes, memory_swap_bytes, cpus, pids_limit, uid_block,
 // tmp_bytes, run_dir_bytes, network and runtime.
 func (c Config) checkBox(report *problems) {
 	report.sizeAtLeast("memory_bytes", c.MemoryBytes, 64*mib)
@@ -923,6 +996,9 @@ func (c Config) checkBox(report *problems) {
 	}
 	if c.PidsLimit < 16 {
 		report.bad("pids_limit", "is %d; it must be at least 16", c.PidsLimit)
+	}
+	if c.UIDBlock < 0 || c.UIDBlock >= boxspec.UIDBlocks {
+		report.bad("uid_block", "is %d; it must be 0 to %d, one for each daemon whose sandboxes share a host or node", c.UIDBlock, boxspec.UIDBlocks-1)
 	}
 	report.sizeAtLeast("tmp_bytes", c.TmpBytes, mib)
 	report.sizeAtLeast("run_dir_bytes", c.RunDirBytes, mib)

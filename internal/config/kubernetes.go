@@ -54,6 +54,32 @@ type Kubernetes struct {
 	// WarmSessions is how many session pods are kept started and unclaimed, so that a session
 	// is created without waiting for a pod. Default 1; 0 to 64.
 	WarmSessions int `json:"warm_sessions"`
+	// Requests is what each pod reserves on its node (its resource requests); its limits stay
+	// memory_bytes and cpus. Requests below the limits let a node hold more sandboxes than it
+	// could run at full use at once (pods of QoS class Burstable).
+	Requests Requests `json:"requests"`
+}
+
+// Requests is a pod's resource requests: what the scheduler reserves for it on a node. Zero
+// values take the defaults (PodRequests).
+type Requests struct {
+	// CPUs is the CPU request in CPUs (0.1: a tenth); default 0.1, at most cpus.
+	CPUs float64 `json:"cpus"`
+	// MemoryBytes is the memory request in bytes; default 256 MiB, at most memory_bytes.
+	MemoryBytes int64 `json:"memory_bytes"`
+}
+
+// PodRequests returns what each sandbox pod requests: kubernetes.requests, where a zero field is
+// its default (a tenth of a CPU, 256 MiB) held within the limits (cpus, memory_bytes).
+func (c Config) PodRequests() (cpus float64, memoryBytes int64) {
+	r := c.Kubernetes.Requests
+	if cpus = r.CPUs; cpus == 0 {
+		cpus = min(0.1, c.CPUs)
+	}
+	if memoryBytes = r.MemoryBytes; memoryBytes == 0 {
+		memoryBytes = min(256<<20, c.MemoryBytes)
+	}
+	return cpus, memoryBytes
 }
 
 // Toleration is one of the pods' tolerations, as in a pod's spec.tolerations.
@@ -255,6 +281,12 @@ func (c Config) checkKubernetes(report *problems) {
 		if _, err := LoadPodOverrides(k.PodTemplateFile); err != nil {
 			bad("pod_template_file", "is not usable: %v", err)
 		}
+	}
+	if r := k.Requests.CPUs; r != 0 && (r < 0.001 || r > c.CPUs) {
+		bad("requests.cpus", "is %g; allowed range is 0.001 to cpus (%g): what each pod reserves may not pass what it may use (0: the default, 0.1)", r, c.CPUs)
+	}
+	if r := k.Requests.MemoryBytes; r != 0 && (r < 16<<20 || r > c.MemoryBytes) {
+		bad("requests.memory_bytes", "is %d; allowed range is %d (16 MiB) to memory_bytes (%d): what each pod reserves may not pass what it may use (0: the default, 256 MiB)", r, 16<<20, c.MemoryBytes)
 	}
 	if k.WarmSessions < 0 || k.WarmSessions > 64 {
 		bad("warm_sessions", "is %d; allowed range is 0 to 64 pods", k.WarmSessions)

@@ -1,22 +1,27 @@
 package config
 
 import (
+	"net"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/sandpit-dev/sandpit/internal/engine"
+	"github.com/sandpit-dev/sandpit/internal/ports"
+	"github.com/sandpit-dev/sandpit/internal/protocol"
+	"github.com/sandpit-dev/sandpit/internal/session"
+	"github.com/sandpit-dev/sandpit/internal/template"
 )
 
 // Sessions returns the limits of stateful sessions.
-func (c Config) Sessions() engine.SessionConfig {
-	return engine.SessionConfig{
+func (c Config) Sessions() session.Config {
+	return session.Config{
 		IdleTimeout:   time.Duration(c.SessionIdleTimeoutMS) * time.Millisecond,
 		MaxLifetime:   time.Duration(c.SessionMaxLifetimeMS) * time.Millisecond,
 		MaxPerAgent:   c.SessionsPerAgent,
 		MaxTotal:      c.SessionsMax,
 		ReadsMaxBytes: c.ReadsMaxBytes,
-		Lifecycle: engine.LifecycleConfig{
+		Pool:          c.SessionPool(),
+		Lifecycle: session.LifecycleConfig{
 			Dir:                filepath.Join(c.DataDir, HibernationDir),
 			AutoPause:          c.SessionAutoPause,
 			HibernateAfter:     time.Duration(c.SessionHibernateAfterMS) * time.Millisecond,
@@ -26,8 +31,48 @@ func (c Config) Sessions() engine.SessionConfig {
 			HibernatedPerAgent: c.HibernatedPerAgent,
 			HibernatedMaxBytes: c.HibernatedMaxBytes,
 			HibernatedMaxAge:   time.Duration(c.HibernatedMaxAgeHours) * time.Hour,
+			FileMaxBytes:       2 * c.RunDirBytes,
 		},
 	}
+}
+
+// SessionPool returns the warm pool's configuration: e2b_pool warm sessions kept ready for
+// every door, up to session_pool_max while creations outrun it, each having imported the
+// fork servers' preload; it grows past its base only while the host keeps twice memory_bytes
+// available.
+func (c Config) SessionPool() session.PoolConfig {
+	preload := c.Preload
+	if !c.ForkServer {
+		preload = nil
+	}
+	return session.PoolConfig{Base: c.E2BPool, Max: c.SessionPoolMax, Code: session.WarmCode(preload), MemoryFloor: 2 * c.MemoryBytes}
+}
+
+// PortLimits returns the bounds of the traffic to sessions' ports.
+func (c Config) PortLimits() ports.Limits {
+	return ports.Limits{
+		PerSession:  c.PortConnectionsPerSession,
+		PerAgent:    c.PortConnectionsPerAgent,
+		IdleTimeout: time.Duration(c.PortIdleTimeoutMS) * time.Millisecond,
+		MaxBytes:    c.PortConnectionMaxBytes,
+	}
+}
+
+// PortsHost is the host under which sessions' ports have host names of their own
+// ({port}-{session}.{host}): public_host, else localhost:{port} when the daemon listens on
+// loopback, else "" (none).
+func (c Config) PortsHost() string {
+	if c.PublicHost != "" {
+		return strings.ToLower(c.PublicHost)
+	}
+	host, port, err := net.SplitHostPort(c.Listen)
+	if err != nil || port == "0" {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return "localhost:" + port
+	}
+	return ""
 }
 
 // HibernationDir is where hibernated sessions' files are kept, in the data directory.
@@ -54,9 +99,30 @@ func (c Config) checkSessions(report *problems) {
 		report.bad("e2b_pool", "is %d; allowed range is 0 to sessions_per_agent (%d) and below sessions_max (%d): each warm sandbox is a session",
 			c.E2BPool, c.SessionsPerAgent, c.SessionsMax)
 	}
+	report.intRange("session_pool_max", int64(c.SessionPoolMax), 0, 64, " warm sessions (held within sessions_per_agent and below sessions_max)")
+	report.intRange("port_connections_per_session", int64(c.PortConnectionsPerSession), 1, 4096, " requests in flight")
+	report.intRange("port_connections_per_agent", int64(c.PortConnectionsPerAgent), 1, 16384, " requests in flight")
+	report.intRange("port_idle_timeout_ms", c.PortIdleTimeoutMS, 1000, 86_400_000, " milliseconds (24 hours)")
+	report.intRange("port_connection_max_bytes", c.PortConnectionMaxBytes, 1<<20, 1<<40, " bytes (1 MiB to 1 TiB)")
+	if c.PublicHost != "" && (strings.ContainsAny(c.PublicHost, "/ @?#") || strings.HasPrefix(c.PublicHost, ".")) {
+		report.bad("public_host", "%q is not a host name: give a name and an optional port, e.g. sandpit.example.com or localhost:8765", c.PublicHost)
+	}
 	for _, t := range c.E2BTemplates {
 		if t == "" || strings.ContainsAny(t, " /,") || len(t) > 128 {
 			report.bad("e2b_templates", "%q is not a template name: use up to 128 characters without spaces, '/' or ','", t)
 		}
+	}
+}
+
+// Templates returns the bounds of template builds (docs/templates.md); their pip steps use
+// the daemon's index settings.
+func (c Config) Templates() template.Config {
+	return template.Config{
+		DefaultBase:   c.BaseImage,
+		BuildTimeout:  time.Duration(c.TemplateBuildTimeoutMS) * time.Millisecond,
+		MaxImageBytes: c.TemplateMaxBytes,
+		PerAgent:      c.TemplatesPerAgent,
+		Pip: protocol.PipOptions{IndexURL: c.IndexURL, ExtraIndexURLs: c.ExtraIndexURLs,
+			TrustedHosts: c.TrustedHosts, BinaryOnly: c.BinaryOnly},
 	}
 }

@@ -5,7 +5,8 @@
 // in the binary (nothing is fetched from elsewhere; it works offline).
 //
 // It reads the domain services through the small interfaces below, and sends every state
-// change (pause, resume, run now, run saved code) and every output file's bytes through the
+// change (a job's pause and resume, run now, run saved code, a session's pause, resume,
+// hibernate and close) and every output file's bytes through the
 // REST API's own handler, so validation, limits and file headers are the API's. A session's
 // files are read as someone looking on (Sessions.LookFiles): the page neither resumes a paused
 // session nor keeps one from its idle timeout.
@@ -159,6 +160,11 @@ func New(cfg Config, log *slog.Logger) (*Console, error) {
 	c.mux.HandleFunc("GET /ui/sessions", c.signedIn(c.sessionsPage))
 	c.mux.HandleFunc("GET /ui/sessions/{agent}/{id}", c.signedIn(c.sessionPage))
 	c.mux.HandleFunc("GET /ui/sessions/{agent}/{id}/download", c.signedIn(c.sessionDownload))
+	c.mux.HandleFunc("POST /ui/sessions/{agent}/{id}/shares", c.signedIn(c.createShare))
+	c.mux.HandleFunc("POST /ui/sessions/{agent}/{id}/shares/{share}/revoke", c.signedIn(c.revokeShare))
+	for action := range sessionSteps {
+		c.mux.HandleFunc("POST /ui/sessions/{agent}/{id}/"+action, c.signedIn(c.sessionAction(action)))
+	}
 	return c, nil
 }
 

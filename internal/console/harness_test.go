@@ -52,7 +52,10 @@ type harness struct {
 	commands int
 }
 
-func newHarness(t testing.TB, token string) *harness {
+func newHarness(t testing.TB, token string) *harness { return newHarnessWith(t, token, nil) }
+
+// newHarnessWith is newHarness with the console's view of the API wrapped by wrap (nil: as it is).
+func newHarnessWith(t testing.TB, token string, wrap func(http.Handler) http.Handler) *harness {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -68,7 +71,11 @@ func newHarness(t testing.TB, token string) *harness {
 	lib := library.New(st, noEngine{}, 10)
 	sched := jobs.New(st, lib, noEngine{}, jobs.Config{}, nil)
 	api := httpapi.NewHandler(httpapi.Backend{Executor: noEngine{}, Ledger: st, Files: files, Library: lib, Jobs: sched}, nil)
-	ui, err := console.New(console.Config{Token: token, API: api, Engine: noEngine{}, Ledger: st, Jobs: sched, Code: lib, Sessions: fakeSessions{},
+	consoleAPI := http.Handler(api)
+	if wrap != nil {
+		consoleAPI = wrap(api)
+	}
+	ui, err := console.New(console.Config{Token: token, API: consoleAPI, Engine: noEngine{}, Ledger: st, Jobs: sched, Code: lib, Sessions: fakeSessions{},
 		ForkServer: console.ForkServer{Enabled: true, Preload: []string{"numpy"}}}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -43,6 +43,7 @@ var funcs = template.FuncMap{
 	},
 	"iso":   func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	"ms":    func(n int64) string { return (time.Duration(n) * time.Millisecond).String() },
+	"dur":   humanMS,
 	"bytes": byteSize,
 	"name":  sandbox.EscapeName,
 	// cmdline shows a command line whole on one line, its control characters (newlines too)

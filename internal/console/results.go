@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -26,6 +27,7 @@ type resultView struct {
 	HTMLURL string // the frame's source, when the result has text/html
 	ImgURL  string // the image's source, when it has image/png, image/jpeg or image/svg+xml
 	Kinds   string // its MIME types, for the caption
+	Chart   string // what its chart as data is (`line chart "Sales" (2 series)`), when it has one
 	Note    string
 }
 
@@ -41,7 +43,8 @@ func ResultURL(id string, n int, kind string) string {
 func resultViews(id string, results []sandbox.Display) []resultView {
 	var out []resultView
 	for i, d := range results {
-		v := resultView{N: i + 1, Main: d.IsMainResult, Count: d.ExecutionCount, Text: d.Text(), Note: d.Note}
+		v := resultView{N: i + 1, Main: d.IsMainResult, Count: d.ExecutionCount, Text: d.Text(), Note: d.Note,
+			Chart: apitype.ChartSummary(d.Data[apitype.ChartMIME])}
 		for mt := range d.Data {
 			if v.Kinds != "" {
 				v.Kinds += ", "

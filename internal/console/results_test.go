@@ -13,14 +13,15 @@ import (
 
 // TestResults: a run's HTML result is shown in a frame that may run no script and has no
 // origin of its own (its route answers with a sandboxing CSP), its image inline, and the
-// value of the last expression is marked.
+// value of the last expression is marked; a figure's chart as data is named.
 func TestResults(t *testing.T) {
 	h := newHarness(t, "")
 	str := func(s string) json.RawMessage { b, _ := json.Marshal(s); return b }
 	png := chartPNG(t)
 	html := `<table><tr><td>Oslo</td></tr></table><script>parent.document.title="pwned"</script>`
 	id := h.add(t, record{results: []sandbox.Display{
-		{Data: map[string]json.RawMessage{"text/plain": str("<Figure size 640x480 with 1 Axes>"), "image/png": str(base64.StdEncoding.EncodeToString(png))}},
+		{Data: map[string]json.RawMessage{"text/plain": str("<Figure size 640x480 with 1 Axes>"), "image/png": str(base64.StdEncoding.EncodeToString(png)),
+			"e2b/chart": json.RawMessage(`{"type": "bar", "title": "Sales", "elements": [{"label": "Oslo", "group": "g", "value": 3.0}]}`)}},
 		{IsMainResult: true, Data: map[string]json.RawMessage{"text/plain": str("   city\n0  Oslo"), "text/html": str(html)}},
 	}})
 	c := client(t)
@@ -30,7 +31,7 @@ func TestResults(t *testing.T) {
 	}
 	frame := console.ResultURL(id, 2, "html")
 	for _, want := range []string{`<iframe sandbox="" src="` + frame + `"`, `<img src="` + console.ResultURL(id, 1, "png") + `"`,
-		"Value of the last expression"} {
+		"Value of the last expression", `<span class="chart">bar chart &#34;Sales&#34; (1 bar)</span>`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the page lacks %q", want)
 		}

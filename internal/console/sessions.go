@@ -9,50 +9,142 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/session"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
-// Sessions reads agents' stateful sessions and, while one is active, its files, as someone
-// looking on: LookFiles and LookFile neither resume a paused or hibernated session nor count as
-// its use. *engine.Sessions satisfies it.
+// Sessions reads agents' stateful sessions (the daemon wraps *session.Registry): their states,
+// and while one is active its files.
 type Sessions interface {
+	// Agents are the agents that have sessions to List, sorted.
+	Agents() []string
 	List(agent string) []sandbox.SessionInfo
-	Get(ctx context.Context, agent, id string) (sandbox.SessionInfo, error)
-	LookFiles(ctx context.Context, agent, id, p string, depth int) (sandbox.FileListing, error)
-	LookFile(ctx context.Context, agent, id, p string, offset, length int64) (sandbox.FileContent, error)
+	Info(ctx context.Context, agent, id string) (sandbox.SessionInfo, error)
+	// Look returns agent's session id to look into (an error of class not found or gone when
+	// it has none, or it has ended).
+	Look(ctx context.Context, agent, id string) (Files, error)
 }
 
-var _ Sessions = (*engine.Sessions)(nil)
+// Files are a session's files as someone looking on sees them (*session.Session): neither
+// resumes a paused or hibernated session nor counts as its use.
+type Files interface {
+	LookFiles(ctx context.Context, p string, depth int) (sandbox.FileListing, error)
+	LookFile(ctx context.Context, p string, offset, length int64) (sandbox.FileContent, error)
+}
+
+var _ Files = (*session.Session)(nil)
 
 type sessionsView struct {
-	Agent, Error string
-	Agents       []string
-	Sessions     []sandbox.SessionInfo
+	Agent, Error, Message string
+	// Agents are the agents that have sessions: the picker's choices.
+	Agents   []string
+	Sessions []sandbox.SessionInfo
 }
 
 // sessionsPage shows an agent's sessions: each one's state (active, paused, hibernated,
 // ended and why), its run time and calls, what its last resume kept, its hibernation file,
-// and its lifecycle's history.
+// and its lifecycle's history, with the buttons of the steps its state allows.
 func (c *Console) sessionsPage(w http.ResponseWriter, r *http.Request, l login) {
 	if c.cfg.Sessions == nil {
 		c.errorPage(w, r, http.StatusNotFound, "This daemon keeps no sessions.")
 		return
 	}
-	agent, agents, problem := c.pickAgent(r)
-	v := sessionsView{Agent: agent, Agents: agents, Error: problem}
+	agent, agents, problem := c.pickSessionAgent(r)
+	v := sessionsView{Agent: agent, Agents: agents, Error: problem, Message: r.URL.Query().Get("done")}
 	if agent != "" {
 		v.Sessions = c.cfg.Sessions.List(agent)
 	}
 	c.render(w, r, http.StatusOK, "sessions", l.page("Sessions", "sessions", v))
+}
+
+// pickSessionAgent reads ?agent= for the sessions page, defaulting to "default" when it has
+// sessions, else the first agent that has; agents are those that have sessions. "" with an
+// error message when ?agent= is not a valid name.
+func (c *Console) pickSessionAgent(r *http.Request) (agent string, agents []string, problem string) {
+	agents = c.cfg.Sessions.Agents()
+	agent = strings.TrimSpace(r.URL.Query().Get("agent"))
+	switch {
+	case agent != "" && !sandbox.ValidAgent(agent):
+		return "", agents, fmt.Sprintf("agent %q is not an agent name (1 to 64 lowercase letters, digits, '-' or '_')", agent)
+	case agent != "":
+	case slices.Contains(agents, "default"):
+		agent = "default"
+	case len(agents) > 0:
+		agent = agents[0]
+	}
+	return agent, agents, ""
+}
+
+// sessionSteps are the session list's buttons: each one's REST method and path under the
+// session's, and what the notice says once it is done.
+var sessionSteps = map[string]struct{ method, path, done string }{
+	"pause":     {http.MethodPost, "/pause", "paused"},
+	"resume":    {http.MethodPost, "/resume", "resumed"},
+	"hibernate": {http.MethodPost, "/hibernate", "hibernated"},
+	"close":     {http.MethodDelete, "", "closed"},
+}
+
+// sessionAction pauses, resumes, hibernates or closes a session through the REST API (its
+// checks, budgets and errors are the API's), then shows the list again.
+func (c *Console) sessionAction(action string) func(http.ResponseWriter, *http.Request, login) {
+	step := sessionSteps[action]
+	return func(w http.ResponseWriter, r *http.Request, l login) {
+		agent, id := r.PathValue("agent"), r.PathValue("id")
+		if !sandbox.ValidAgent(agent) {
+			c.errorPage(w, r, http.StatusNotFound, fmt.Sprintf("%q is not an agent name, so it has no sessions.", agent))
+			return
+		}
+		status, body, err := c.callAPI(r, step.method, "/v1/agents/"+url.PathEscape(agent)+"/sessions/"+url.PathEscape(id)+step.path, nil, 1<<20)
+		if err != nil || status >= 300 {
+			msg := ""
+			if err != nil {
+				msg = err.Error()
+			} else {
+				msg = apiMessage(status, body)
+			}
+			if status < 400 {
+				status = http.StatusBadGateway
+			}
+			c.errorPage(w, r, status, fmt.Sprintf("Session %s could not be %s: %s", id, step.done, msg))
+			return
+		}
+		http.Redirect(w, r, "/ui/sessions?"+url.Values{"agent": {agent}, "done": {id + " " + step.done}}.Encode()+"#"+url.PathEscape(id), http.StatusSeeOther)
+	}
+}
+
+// humanMS is a duration of ms milliseconds in words a person reads at a glance: "850 ms",
+// "4.2 s", "3 min 12 s", "2 h 5 min", "3 d 4 h".
+func humanMS(ms int64) string {
+	d := time.Duration(ms) * time.Millisecond
+	switch {
+	case d < time.Second:
+		return fmt.Sprintf("%d ms", ms)
+	case d < time.Minute:
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + " s"
+	case d < time.Hour:
+		return pair(int64(d/time.Minute), "min", int64(d%time.Minute/time.Second), "s")
+	case d < 24*time.Hour:
+		return pair(int64(d/time.Hour), "h", int64(d%time.Hour/time.Minute), "min")
+	default:
+		return pair(int64(d/(24*time.Hour)), "d", int64(d%(24*time.Hour)/time.Hour), "h")
+	}
+}
+
+// pair is "a ua b ub", or "a ua" when b is 0.
+func pair(a int64, ua string, b int64, ub string) string {
+	if b == 0 {
+		return fmt.Sprintf("%d %s", a, ua)
+	}
+	return fmt.Sprintf("%d %s %d %s", a, ua, b, ub)
 }
 
 // SessionURL is the console's page of agent's session id.
@@ -98,6 +190,8 @@ type sessionView struct {
 	DownloadURL string
 	ViewMax     int64
 	ReadMax     int64
+	// Ports are what listens, and the shares (ports.go).
+	Ports portsView
 }
 
 type crumb struct{ Name, URL string }
@@ -120,8 +214,14 @@ func (c *Console) sessionPage(w http.ResponseWriter, r *http.Request, l login) {
 	if !ok {
 		return
 	}
+	v := c.sessionView(r, agent, id, info)
+	c.render(w, r, cmp.Or(v.FilesStatus, http.StatusOK), "session", l.page("Session "+id, "sessions", v))
+}
+
+// sessionView reads what the page of agent's session id (in state info) shows.
+func (c *Console) sessionView(r *http.Request, agent, id string, info sandbox.SessionInfo) sessionView {
 	q := r.URL.Query()
-	v := sessionView{S: info, ViewMax: viewMaxBytes, ReadMax: engine.MaxReadBytes}
+	v := sessionView{S: info, ViewMax: viewMaxBytes, ReadMax: session.MaxReadBytes}
 	base := SessionURL(agent, id)
 	if c.cfg.Ledger == nil {
 		v.CallsError = "This daemon keeps no ledger of executions."
@@ -139,8 +239,9 @@ func (c *Console) sessionPage(w http.ResponseWriter, r *http.Request, l login) {
 			v.CommandsNext = withQuery(base, q, "commands", next) + "#commands"
 		}
 	}
+	c.sessionPorts(r, &v.Ports, info)
 	c.sessionFiles(r, &v, agent, id, q.Get("path"))
-	c.render(w, r, cmp.Or(v.FilesStatus, http.StatusOK), "session", l.page("Session "+id, "sessions", v))
+	return v
 }
 
 // session reads the session the path names ({agent}, {id}); when it cannot (no sessions kept,
@@ -155,10 +256,16 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) (agent, id str
 		c.errorPage(w, r, http.StatusNotFound, fmt.Sprintf("%q is not an agent name, so it has no sessions.", agent))
 		return agent, id, info, false
 	}
-	info, err := c.cfg.Sessions.Get(r.Context(), agent, id)
+	info, err := c.cfg.Sessions.Info(r.Context(), agent, id)
 	if err != nil {
-		if errclass.Of(err) == errclass.NotFound {
+		switch {
+		case errors.Is(err, sandbox.ErrSessionNotFound):
 			c.errorPage(w, r, http.StatusNotFound, fmt.Sprintf("Agent %s has no session %s (or its record was pruned).", agent, id))
+			return agent, id, info, false
+		case errclass.Of(err) == errclass.NotFound:
+			// Held by another daemon sharing the ledger: its error says which, and where it
+			// answers (as REST says).
+			c.errorPage(w, r, http.StatusNotFound, fmt.Sprintf("Session %s of agent %s is not held by this daemon: %v.", id, agent, err))
 			return agent, id, info, false
 		}
 		c.log.Error("console: reading a session", "agent", agent, "session", id, "error", err)
@@ -221,7 +328,11 @@ func (c *Console) sessionFiles(r *http.Request, v *sessionView, agent, id, p str
 	v.Path, v.Crumbs = p, crumbs(agent, id, p)
 	ctx, cancel := context.WithTimeout(r.Context(), lookTimeout)
 	defer cancel()
-	listing, err := c.cfg.Sessions.LookFiles(ctx, agent, id, p, 1)
+	sess, err := c.cfg.Sessions.Look(ctx, agent, id)
+	var listing sandbox.FileListing
+	if err == nil {
+		listing, err = sess.LookFiles(ctx, p, 1)
+	}
 	if err == nil {
 		v.Truncated = listing.Truncated
 		entries := listing.Entries
@@ -231,7 +342,7 @@ func (c *Console) sessionFiles(r *http.Request, v *sessionView, agent, id, p str
 		for _, e := range entries {
 			ev := entryView{FileEntry: e, URL: FilesURL(agent, id, e.Path)}
 			if e.Type == "file" {
-				ev.DownloadURL, ev.TooLarge = DownloadURL(agent, id, e.Path), e.SizeBytes > engine.MaxReadBytes
+				ev.DownloadURL, ev.TooLarge = DownloadURL(agent, id, e.Path), e.SizeBytes > session.MaxReadBytes
 			}
 			v.Entries = append(v.Entries, ev)
 		}
@@ -241,7 +352,7 @@ func (c *Console) sessionFiles(r *http.Request, v *sessionView, agent, id, p str
 		v.FilesError, v.FilesStatus = c.filesError(r, err), filesStatus(err)
 		return
 	}
-	got, err := c.cfg.Sessions.LookFile(ctx, agent, id, p, 0, viewMaxBytes)
+	got, err := sess.LookFile(ctx, p, 0, viewMaxBytes)
 	if err != nil {
 		v.FilesError, v.FilesStatus = c.filesError(r, err), filesStatus(err)
 		return
@@ -325,7 +436,12 @@ func (c *Console) sessionDownload(w http.ResponseWriter, r *http.Request, l logi
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), lookTimeout)
 	defer cancel()
-	got, err := c.cfg.Sessions.LookFile(ctx, agent, id, p, 0, 0)
+	sess, err := c.cfg.Sessions.Look(ctx, agent, id)
+	if err != nil {
+		c.errorPage(w, r, filesStatus(err), c.filesError(r, err))
+		return
+	}
+	got, err := sess.LookFile(ctx, p, 0, 0)
 	if err != nil {
 		c.errorPage(w, r, filesStatus(err), c.filesError(r, err)+tooLargeHint(err))
 		return

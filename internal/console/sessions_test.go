@@ -4,14 +4,20 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/console"
 	"github.com/sandpit-dev/sandpit/internal/errclass"
+	"github.com/sandpit-dev/sandpit/internal/httpapi"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // The sessions of these tests, all agent "sam"'s: one active with a few files, one
@@ -54,12 +60,15 @@ func init() {
 	}
 }
 
+func (fakeSessions) Agents() []string { return []string{"sam"} }
+
 func (fakeSessions) List(agent string) []sandbox.SessionInfo {
 	if agent != "sam" {
 		return nil
 	}
 	at := sessionTime
-	active := sandbox.SessionInfo{ID: activeID, Agent: "sam", State: sandbox.SessionActive, Calls: 1, CreatedAt: at}
+	active := sandbox.SessionInfo{ID: activeID, Agent: "sam", State: sandbox.SessionActive, Calls: 1, CreatedAt: at, MaxLifetimeMS: 3_600_000}
+	active.RanMS = 192_000
 	hib := sandbox.SessionInfo{ID: hibID, Agent: "sam", State: sandbox.SessionHibernated, Calls: 3, CreatedAt: at}
 	hib.PausedAt, hib.RanMS = &at, 1234
 	hib.Hibernation = &sandbox.Hibernation{Bytes: 40960, SHA256: "89ba03832c45", At: at}
@@ -72,7 +81,13 @@ func (fakeSessions) List(agent string) []sandbox.SessionInfo {
 	return []sandbox.SessionInfo{active, hib, ended}
 }
 
-func (f fakeSessions) Get(_ context.Context, agent, id string) (sandbox.SessionInfo, error) {
+// elsewhereID is a session another daemon sharing the ledger holds.
+const elsewhereID = "se_elsewhereelsewhereelsewhe"
+
+func (f fakeSessions) Info(_ context.Context, agent, id string) (sandbox.SessionInfo, error) {
+	if id == elsewhereID {
+		return sandbox.SessionInfo{}, errclass.Wrap(errclass.NotFound, &store.ElsewhereError{What: "session " + id, Daemon: "daemon-b", Address: "10.0.0.2:8765"})
+	}
 	for _, s := range f.List(agent) {
 		if s.ID == id {
 			return s, nil
@@ -82,7 +97,7 @@ func (f fakeSessions) Get(_ context.Context, agent, id string) (sandbox.SessionI
 }
 
 func (f fakeSessions) active(agent, id string) error {
-	s, err := f.Get(context.Background(), agent, id)
+	s, err := f.Info(context.Background(), agent, id)
 	if err == nil && s.State != sandbox.SessionActive {
 		err = errclass.New(errclass.Conflict, "session "+id+" is "+s.State)
 	}
@@ -97,10 +112,17 @@ func entryOf(p string) sandbox.FileEntry {
 	return e
 }
 
-func (f fakeSessions) LookFiles(_ context.Context, agent, id, p string, depth int) (sandbox.FileListing, error) {
+// Look returns the session's files (fakeFiles) while it is active.
+func (f fakeSessions) Look(_ context.Context, agent, id string) (console.Files, error) {
 	if err := f.active(agent, id); err != nil {
-		return sandbox.FileListing{}, err
+		return nil, err
 	}
+	return fakeFilesOf{}, nil
+}
+
+type fakeFilesOf struct{}
+
+func (fakeFilesOf) LookFiles(_ context.Context, p string, depth int) (sandbox.FileListing, error) {
 	if p != "/home/user" && !strings.HasPrefix(p, "/home/user/") {
 		return sandbox.FileListing{}, errclass.New(errclass.Invalid, "path "+p+" must lie under /home/user")
 	}
@@ -119,10 +141,7 @@ func (f fakeSessions) LookFiles(_ context.Context, agent, id, p string, depth in
 	return l, nil
 }
 
-func (f fakeSessions) LookFile(_ context.Context, agent, id, p string, offset, length int64) (sandbox.FileContent, error) {
-	if err := f.active(agent, id); err != nil {
-		return sandbox.FileContent{}, err
-	}
+func (fakeFilesOf) LookFile(_ context.Context, p string, offset, length int64) (sandbox.FileContent, error) {
 	if !strings.HasPrefix(p, "/home/user/") {
 		return sandbox.FileContent{}, errclass.New(errclass.Invalid, "path "+p+" must lie under /home/user")
 	}
@@ -145,7 +164,7 @@ func TestSessionsPage(t *testing.T) {
 	if status != 200 {
 		t.Fatalf("%d %s", status, body)
 	}
-	for _, want := range []string{"se_hibernatedhibernatedhiber", ">hibernated<", "40960 bytes", "89ba03832c45", "ran 1234 ms",
+	for _, want := range []string{"se_hibernatedhibernatedhiber", ">hibernated<", "40960 bytes", "89ba03832c45", `ran <span title="1234 ms">1.2 s</span>`,
 		"<b>paused</b> auto_pause: idle for its idle timeout", ">ended<", "lost", "its hibernation file was altered on disk",
 		"forked from <code>se_hibernatedhibernatedhiber</code>", `href="/ui/sessions"`, `href="/ui/sessions/sam/` + activeID + `"`} {
 		if !strings.Contains(body, want) {
@@ -286,5 +305,120 @@ func TestSessionManyEntries(t *testing.T) {
 	}
 	if want := "200 more not shown. List them all with <code>sandpit session ls " + activeID + " /home/user/many</code>"; !strings.Contains(body, want) {
 		t.Errorf("the page lacks %q", want)
+	}
+}
+
+// TestSessionHeldByAnotherDaemon: a session another daemon sharing the ledger holds is not
+// "missing": the page says which daemon holds it and where, as REST does (a user found the
+// console saying the live session did not exist).
+func TestSessionHeldByAnotherDaemon(t *testing.T) {
+	h := newHarness(t, "")
+	status, body, _ := get(t, client(t), h, "/ui/sessions/sam/"+elsewhereID, nil)
+	if status != http.StatusNotFound || !strings.Contains(body, "daemon-b") || !strings.Contains(body, "10.0.0.2:8765") || strings.Contains(body, "has no session") {
+		t.Fatalf("%d %s", status, body)
+	}
+}
+
+// TestSessionsPageAgentsAndSteps: the sessions page opens on an agent that has sessions (not on
+// "default", which has none here), lists the agents that have, says durations as people do,
+// and has the buttons of each session's next steps: forms that post, with the page's CSRF
+// token, to the console, which sends them through the REST API and shows its refusals.
+// Before, it opened on "default" with no list of agents, showed "ran 192000 ms of 3600000",
+// and had no buttons.
+func TestSessionsPageAgentsAndSteps(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		called []string
+		refuse bool
+	)
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		called = append(called, r.Method+" "+r.URL.Path)
+		no := refuse
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if no {
+			w.WriteHeader(http.StatusConflict)
+			fmt.Fprint(w, `{"error":{"message":"session is busy: a call runs"}}`)
+			return
+		}
+		fmt.Fprint(w, `{}`)
+	})
+	ui, err := console.New(console.Config{Token: "correct-horse-battery", API: api, Engine: noEngine{}, Sessions: fakeSessions{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/ui/", ui)
+	srv := httptest.NewServer(httpapi.Guard(mux, nil))
+	defer srv.Close()
+	h := &harness{srv: srv}
+	c := client(t)
+	if st, _, _ := post(t, c, h, "/ui/login", srv.URL, url.Values{"token": {"correct-horse-battery"}}); st != http.StatusSeeOther {
+		t.Fatalf("sign-in: %d", st)
+	}
+
+	status, body, resp := get(t, c, h, "/ui/sessions", nil)
+	if status != 200 || resp.Header.Get("Content-Security-Policy") != console.CSP {
+		t.Fatalf("%d, CSP %q", status, resp.Header.Get("Content-Security-Policy"))
+	}
+	base := "/ui/sessions/sam/"
+	for _, want := range []string{`Agents with sessions: <a href="/ui/sessions?agent=sam" aria-current="page">sam</a>`, activeID,
+		`ran <span title="192000 ms">3 min 12 s</span> of <span title="3600000 ms">1 h</span>`,
+		`action="` + base + activeID + `/pause"`, `action="` + base + activeID + `/hibernate"`, `action="` + base + activeID + `/close"`,
+		`action="` + base + hibID + `/resume"`, `action="` + base + hibID + `/close"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	for _, unwanted := range []string{base + activeID + "/resume", base + hibID + "/hibernate", base + hibID + "/pause", base + endedID + "/"} {
+		if strings.Contains(body, `action="`+unwanted) {
+			t.Errorf("the page offers %s, which the session's state does not allow", unwanted)
+		}
+	}
+	m := csrfPattern.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatal("no CSRF token on the page")
+	}
+	csrf := m[1]
+
+	// Without the token, or from another origin, nothing reaches the API.
+	if st, _, _ := post(t, c, h, base+activeID+"/pause", srv.URL, url.Values{}); st != http.StatusForbidden {
+		t.Errorf("a pause without the CSRF token: %d, want 403", st)
+	}
+	if st, _, _ := post(t, c, h, base+activeID+"/pause", "http://evil.example", url.Values{"csrf": {csrf}}); st != http.StatusForbidden {
+		t.Errorf("a pause from another origin: %d, want 403", st)
+	}
+	mu.Lock()
+	if len(called) != 0 {
+		t.Errorf("refused forms reached the API: %v", called)
+	}
+	mu.Unlock()
+
+	for action, want := range map[string]string{"pause": "POST /v1/agents/sam/sessions/" + activeID + "/pause",
+		"hibernate": "POST /v1/agents/sam/sessions/" + activeID + "/hibernate", "resume": "POST /v1/agents/sam/sessions/" + activeID + "/resume",
+		"close": "DELETE /v1/agents/sam/sessions/" + activeID} {
+		mu.Lock()
+		called = nil
+		mu.Unlock()
+		st, _, resp := post(t, c, h, base+activeID+"/"+action, srv.URL, url.Values{"csrf": {csrf}})
+		mu.Lock()
+		got := fmt.Sprint(called)
+		mu.Unlock()
+		if st != http.StatusSeeOther || got != "["+want+"]" || !strings.HasPrefix(resp.Header.Get("Location"), "/ui/sessions?agent=sam&done=") {
+			t.Errorf("%s: %d to %q, the API got %s; want a redirect to the list after %s", action, st, resp.Header.Get("Location"), got, want)
+		}
+	}
+	if _, body, _ := get(t, c, h, "/ui/sessions?agent=sam&done="+url.QueryEscape(activeID+" paused"), nil); !strings.Contains(body, "Session "+activeID+" paused.") {
+		t.Error("the list does not say what was done")
+	}
+
+	// The API's refusal is shown with its status and words.
+	mu.Lock()
+	refuse = true
+	mu.Unlock()
+	if st, body, _ := post(t, c, h, base+activeID+"/pause", srv.URL, url.Values{"csrf": {csrf}}); st != http.StatusConflict ||
+		!strings.Contains(body, "could not be paused: session is busy: a call runs") {
+		t.Errorf("a refused pause: %d %s", st, body)
 	}
 }

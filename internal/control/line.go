@@ -76,6 +76,10 @@ type Line struct {
 	dialers map[string]sandbox.EgressDialer
 	streams map[uint64]*egressStream
 	opening atomic.Int64 // egress requests being decided
+	// The streams to the session's ports (see ports.go): the last number given, and those
+	// waiting for the executor's answer.
+	portSeq     atomic.Uint64
+	portOpening map[uint64]chan *protocol.Message
 }
 
 // egressStream is one connection carried for the executor's proxy.
@@ -125,7 +129,7 @@ func Start(ctx context.Context, r io.Reader, w io.Writer, closer io.Closer, log 
 	heard.mark()
 	c := &Line{conn: protocol.NewConn(heard, w), closer: closer, log: log, opts: opts.withDefaults(), heard: heard,
 		calls: map[string]*call{}, settles: map[int]*settle{}, done: make(chan struct{}),
-		dialers: map[string]sandbox.EgressDialer{}, streams: map[uint64]*egressStream{}}
+		dialers: map[string]sandbox.EgressDialer{}, streams: map[uint64]*egressStream{}, portOpening: map[uint64]chan *protocol.Message{}}
 	type helloResult struct {
 		m   *protocol.Message
 		err error
@@ -303,8 +307,16 @@ func (c *Line) fail(err error) {
 	}
 	c.err = err
 	close(c.done)
+	open := make([]*protocol.Stream, 0, len(c.streams))
+	for _, es := range c.streams {
+		open = append(open, es.stream)
+	}
 	c.mu.Unlock()
 	c.closeConn()
+	// No connection outlives the line: its clients see it end now, not at their next write.
+	for _, s := range open {
+		s.Abort(err)
+	}
 }
 
 func (c *Line) readLoop() {
@@ -328,8 +340,11 @@ func (c *Line) readLoop() {
 			c.mu.Unlock()
 		case protocol.KindStdout, protocol.KindStderr, protocol.KindFile, protocol.KindDisplay, protocol.KindResult, protocol.KindRefused,
 			protocol.KindInstallStatus, protocol.KindInstalled, protocol.KindPackagesResult,
-			protocol.KindProcStarted, protocol.KindProcEnded, protocol.KindProcAck, protocol.KindFileReply:
+			protocol.KindProcStarted, protocol.KindProcTail, protocol.KindProcEnded, protocol.KindProcAck, protocol.KindFileReply, protocol.KindPortListed,
+			protocol.KindWatchStarted, protocol.KindWatchEvents, protocol.KindWatchEnded:
 			c.route(m)
+		case protocol.KindPortOpened:
+			c.portOpened(m)
 		case protocol.KindSettled:
 			c.settled(m.Slot, m.Error)
 		case protocol.KindEgressOpen:

@@ -88,7 +88,12 @@ func pipeRuntimeWith(t *testing.T, slots int, mutate func(*executor.Config)) (*c
 	cfg.Slots, cfg.UIDBase, cfg.Python, cfg.Bootstrap = slots, uidBase(t), python, boot
 	cfg.ForkServer, cfg.Preload = forkServer, []string{"decimal", "email.message"}
 	cfg.RunRoot = filepath.Join(root, "runs")
-	cfg.TmpDirs = []string{os.TempDir()}
+	// The runs write to /tmp as in a box; under CI the test's TMPDIR is elsewhere, and both
+	// are shared with the host: the executor removes what the slots' uids left in each.
+	cfg.TmpDirs = []string{"/tmp"}
+	if d := os.TempDir(); d != "/tmp" {
+		cfg.TmpDirs = append(cfg.TmpDirs, d)
+	}
 	mutate(&cfg)
 
 	daemonEnd, executorEnd := net.Pipe()
@@ -125,10 +130,12 @@ func TestConformancePipe(t *testing.T) {
 		return exec.Command("/usr/bin/python3", "-c", "import "+name).Run() == nil
 	}
 	t.Run("cold", func(t *testing.T) {
+		t.Parallel() // each executor has uids of its own (uidBase): the two mostly wait
 		c, _ := pipeRuntime(t, 4)
 		sandboxtest.Run(t, sandboxtest.Harness{Runtime: c, Slots: 4, HasModule: hasModule, Start: "cold", Close: c.Close})
 	})
 	t.Run("fork server", func(t *testing.T) {
+		t.Parallel()
 		c, _ := pipeRuntimeWith(t, 4, func(*executor.Config) {})
 		sandboxtest.WaitForStart(t, c, "fork", 30*time.Second)
 		sandboxtest.Run(t, sandboxtest.Harness{Runtime: c, Slots: 4, HasModule: hasModule, Start: "fork", Close: c.Close})
@@ -506,6 +513,24 @@ func TestUnseedableHomeStopsTheRun(t *testing.T) {
 				t.Fatalf("next run: %+v", next)
 			}
 		})
+	}
+}
+
+// A session's home is its working directory, whose new files are its calls' output files: the
+// interpreter's own state (IPython's profile, matplotlib's directory) stays out of it, so the
+// call that makes IPython's shell lists no output file, and the home holds only what the
+// session made (its user site directory, .local).
+func TestSessionHomeHoldsOnlyTheUsersFiles(t *testing.T) {
+	c, _ := pipeRuntimeWith(t, 1, func(cfg *executor.Config) {
+		cfg.ForkServer = ""
+		cfg.SessionHome = filepath.Join(filepath.Dir(cfg.RunRoot), "home")
+	})
+	spec := sandboxtest.Spec("display(1)\nimport os\nsorted(os.listdir())", sandboxtest.HeavyImportTimeout)
+	spec.Session = true
+	res := sandboxtest.Exec(t, c, 0, spec, nil)
+	if n := len(res.Results); res.Outcome != sandbox.OutcomeOK || n != 2 || res.Results[n-1].Text() != "['.local']" || len(res.Files) != 0 {
+		t.Fatalf("outcome %s, results %+v, files %+v, stderr %q: want the home to hold .local alone and no output file",
+			res.Outcome, res.Results, res.Files, res.Stderr)
 	}
 }
 

@@ -11,7 +11,8 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
-// A session's commands and files over the line (protocol version 5).
+// A session's commands and files over the line (protocol version 5; a background command's
+// readers, version 8).
 
 // StartCommand starts c as process id in the session's box and returns its PID there. From
 // then on sink receives the process's events in order, from one goroutine, ending with its
@@ -67,10 +68,14 @@ wait:
 				switch m.Kind {
 				case protocol.KindStdout, protocol.KindStderr:
 					sink(sandbox.ProcessEvent{Stream: sandbox.Stream(m.Kind), Data: m.Data})
+				case protocol.KindProcTail:
+					if m.ProcTail != nil {
+						sink(sandbox.ProcessEvent{Tail: m.ProcTail})
+					}
 				case protocol.KindProcEnded:
 					if m.ProcEnded != nil {
 						end := *m.ProcEnded
-						sink(sandbox.ProcessEvent{End: &end})
+						sink(sandbox.ProcessEvent{End: &end, Tail: m.ProcTail})
 						return true
 					}
 				}
@@ -177,6 +182,21 @@ func (c *Line) SignalProcess(ctx context.Context, id, signal string) error {
 func (c *Line) ResizeProcess(ctx context.Context, id string, size sandbox.TermSize) error {
 	_, err := c.request(ctx, "op_", &protocol.Message{Kind: protocol.KindProcResize,
 		ProcResize: &protocol.ProcResize{Proc: id, Size: size}}, protocol.KindProcAck)
+	return err
+}
+
+// AttachProcess makes reader a reader of process id's output (see sandbox.Workspace): the
+// process's sink gets a Tail event for it, then the chunks from then on.
+func (c *Line) AttachProcess(ctx context.Context, id, reader string, tail bool) error {
+	_, err := c.request(ctx, "op_", &protocol.Message{Kind: protocol.KindProcAttach,
+		ProcAttach: &protocol.ProcAttach{Proc: id, Reader: reader, Tail: tail}}, protocol.KindProcAck)
+	return err
+}
+
+// DetachProcess ends reader's reading of process id's output.
+func (c *Line) DetachProcess(ctx context.Context, id, reader string) error {
+	_, err := c.request(ctx, "op_", &protocol.Message{Kind: protocol.KindProcDetach,
+		ProcAttach: &protocol.ProcAttach{Proc: id, Reader: reader}}, protocol.KindProcAck)
 	return err
 }
 

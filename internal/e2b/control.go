@@ -3,6 +3,7 @@ package e2b
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -100,6 +101,8 @@ func (s *Server) controlRoutes() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/connect", authed(s.connect))
 	mux.HandleFunc("POST /sandboxes/{id}/pause", authed(s.pause))
 	mux.HandleFunc("POST /sandboxes/{id}/resume", authed(s.resumeRoute))
+	mux.HandleFunc("GET /sandboxes/{id}/metrics", authed(s.metrics))
+	mux.HandleFunc("GET /sandboxes/metrics", authed(s.metricsOfMany))
 	for _, u := range []struct{ pattern, feature string }{
 		{"POST /sandboxes/{id}/fork", "forks of sandboxes"},
 		{"/sandboxes/{id}/snapshots", "snapshots"},
@@ -108,8 +111,6 @@ func (s *Server) controlRoutes() http.Handler {
 		{"PUT /sandboxes/{id}/network", "network changes of a running sandbox"},
 		{"GET /sandboxes/{id}/logs", "sandbox logs"},
 		{"GET /v2/sandboxes/{id}/logs", "sandbox logs"},
-		{"GET /sandboxes/{id}/metrics", "sandbox metrics"},
-		{"GET /sandboxes/metrics", "sandbox metrics"},
 		{"/templates", "template builds"},
 		{"/templates/", "template builds"},
 		{"/v2/templates", "template builds"},
@@ -158,7 +159,7 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request, agent string) *b
 	s.mu.Lock()
 	b := s.boxes[id]
 	s.mu.Unlock()
-	if b == nil || b.agent != agent || !s.live(r.Context(), b) {
+	if b == nil || b.agent != agent || s.state(b) == "" {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found: it was killed, timed out, or never existed for this API key", id))
 		return nil
 	}
@@ -182,10 +183,16 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, agent string) {
 		unsupported("sandbox IAM settings")(w, r)
 		return
 	}
+	// The e2b_templates are the daemon's own image; any other templateID is a template of the
+	// key's agent (or AGENT/NAME of a shared one), built with POST /v1/templates.
+	tmpl := ""
 	if !slices.Contains(s.cfg.Templates, req.TemplateID) {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("templateID %q is not served here: use one of %s (the daemon's e2b_templates)",
-			req.TemplateID, strings.Join(s.cfg.Templates, ", ")))
-		return
+		if req.TemplateID == "" {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("templateID is empty: use one of %s (the daemon's e2b_templates) or a template's name",
+				strings.Join(s.cfg.Templates, ", ")))
+			return
+		}
+		tmpl = req.TemplateID
 	}
 	timeout := int64(defaultTimeout)
 	if req.Timeout != nil {
@@ -196,100 +203,82 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, agent string) {
 			timeout, int64(s.cfg.MaxLifetime/time.Second)))
 		return
 	}
-	netAllow, err := s.narrow(req.AllowInternetAccess, req.Network)
-	if err != nil {
-		writeError(w, err.status, err.msg)
+	netAllow, herr := s.narrow(req.AllowInternetAccess, req.Network)
+	if herr != nil {
+		writeError(w, herr.status, herr.msg)
 		return
 	}
-	for k, v := range req.EnvVars {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("envVars: %q is not a valid environment variable (a name without '=' or NUL, a value without NUL)", k))
-			return
-		}
+	if err := sandbox.CheckEnv("envVars", req.EnvVars); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
 	}
-	life := s.cfg.MaxLifetime.Milliseconds()
-	info, warm := s.fromPool(r.Context(), agent)
-	if !warm {
-		var cerr error
-		if info, cerr = s.sessions.Create(r.Context(), sessionRequest(agent, life)); cerr != nil {
-			writeEngineError(w, "creating the sandbox", cerr)
-			return
-		}
+	sreq := sessionRequest(agent, s.cfg.MaxLifetime)
+	deadline := time.Now().Add(time.Duration(timeout) * time.Second).UTC()
+	sreq.NetworkAllow, sreq.Env, sreq.Deadline, sreq.Template = netAllow, req.EnvVars, &deadline, tmpl
+	sreq.AutoPause, sreq.AutoResume = &req.AutoPause, req.AutoResume != nil && req.AutoResume.Enabled
+	sess, err := s.sessions.Create(r.Context(), sreq) // from the warm pool when it has one
+	if fe, ok := errors.AsType[*sandbox.FieldError](err); ok && fe.Field == "template" {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("templateID %q is not one of %s (the daemon's e2b_templates), nor a template this key's agent may start: %s",
+			req.TemplateID, strings.Join(s.cfg.Templates, ", "), fe.Message))
+		return
 	}
-	b := &box{id: info.ID, agent: agent, template: req.TemplateID, token: newToken(), metadata: req.Metadata, env: req.EnvVars,
-		allowInternet: req.AllowInternetAccess, network: req.Network, netAllow: netAllow, started: info.CreatedAt,
-		autoPause: req.AutoPause, autoResume: req.AutoResume != nil && req.AutoResume.Enabled, warmRuns: info.Calls,
-		lifeEnd: info.CreatedAt.Add(s.cfg.MaxLifetime), contexts: map[string]*codeContext{}, procs: map[uint32]*proc{}, tags: map[string]uint32{}}
+	if err != nil {
+		writeEngineError(w, "creating the sandbox", err)
+		return
+	}
+	b := &box{sess: sess, id: sess.ID(), agent: agent, template: req.TemplateID, token: newToken(), metadata: req.Metadata, env: req.EnvVars,
+		allowInternet: req.AllowInternetAccess, network: req.Network,
+		contexts: map[string]*codeContext{}, procs: map[uint32]*proc{}, tags: map[string]uint32{}}
 	if b.metadata == nil {
 		b.metadata = map[string]string{}
 	}
 	if len(b.env) > 0 {
-		if err := s.setEnv(r.Context(), b, b.id, b.env); err != nil {
-			_, _ = s.sessions.Close(context.WithoutCancel(r.Context()), agent, b.id)
+		if err := s.setEnv(r.Context(), sess, b.env); err != nil {
+			_, _ = sess.Close(context.WithoutCancel(r.Context()))
 			writeEngineError(w, "setting the sandbox's envVars", err)
 			return
 		}
 	}
 	s.mu.Lock()
-	b.endAt = time.Now().Add(time.Duration(timeout) * time.Second)
-	b.timer = time.AfterFunc(time.Until(b.endAt), func() { s.expire(b) })
 	s.boxes[b.id] = b
 	s.mu.Unlock()
-	s.log.Info("e2b sandbox created", "sandbox", b.id, "agent", agent, "template", b.template, "timeout_s", timeout, "warm", warm)
+	go s.watch(b)
+	s.log.Info("e2b sandbox created", "sandbox", b.id, "agent", agent, "template", b.template, "timeout_s", timeout, "warm", sess.FromPool())
 	writeJSON(w, http.StatusCreated, s.sandboxJSON(b))
-}
-
-// expire kills b when its timeout has come (a later setTimeout moves it).
-func (s *Server) expire(b *box) {
-	s.mu.Lock()
-	if s.boxes[b.id] != b {
-		s.mu.Unlock()
-		return
-	}
-	if left := time.Until(b.endAt); left > 0 {
-		b.timer.Reset(left)
-		s.mu.Unlock()
-		return
-	}
-	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	switch st := s.state(ctx, b); {
-	case st == "paused":
-		return // a paused sandbox does not time out; resuming sets a new timeout
-	case st == "running" && b.autoPause:
-		if _, err := s.sessions.Pause(ctx, b.agent, b.id); err != nil {
-			s.log.Warn("pausing a timed-out e2b sandbox (autoPause); ending it", "sandbox", b.id, "error", err)
-		} else {
-			s.log.Info("e2b sandbox paused at its timeout", "sandbox", b.id, "agent", b.agent)
-			return
-		}
-	}
-	s.forget(b)
-	contexts := s.takeContexts(b)
-	s.closeContexts(ctx, b, contexts)
-	if _, err := s.sessions.Close(ctx, b.agent, b.id); err != nil {
-		s.log.Warn("ending a timed-out e2b sandbox", "sandbox", b.id, "error", err)
-	}
-	s.log.Info("e2b sandbox timed out", "sandbox", b.id, "agent", b.agent)
 }
 
 func (s *Server) sandboxJSON(b *box) sandboxJSON {
 	return sandboxJSON{TemplateID: b.template, SandboxID: b.id, Alias: b.template, ClientID: clientID, EnvdVersion: EnvdVersion,
-		EnvdAccessToken: b.token, TrafficAccessToken: b.token}
+		EnvdAccessToken: b.token, TrafficAccessToken: b.token, Domain: s.domain()}
 }
 
-func (s *Server) detail(ctx context.Context, b *box, token bool) detailJSON {
-	state := s.state(ctx, b)
+// domain is the sandboxes' domain as E2B answers it: null when the daemon has none.
+func (s *Server) domain() *string {
+	if s.cfg.Domain == "" {
+		return nil
+	}
+	return &s.cfg.Domain
+}
+
+func (s *Server) detail(b *box, token bool) detailJSON {
+	info := b.sess.Info()
+	state := s.state(b)
 	if state == "" {
 		state = "running" // it ended just now
 	}
-	s.mu.Lock()
-	end := b.endAt
-	s.mu.Unlock()
-	d := detailJSON{TemplateID: b.template, Alias: b.template, SandboxID: b.id, ClientID: clientID, StartedAt: b.started.UTC(),
-		EndAt: end.UTC(), EnvdVersion: EnvdVersion, AllowInternetAccess: b.allowInternet, CPUCount: s.cfg.CPUs,
-		MemoryMB: s.cfg.MemoryMB, DiskSizeMB: s.cfg.DiskMB, Metadata: b.metadata, State: state, Network: b.network}
+	end := info.EndedAt
+	switch {
+	case info.Deadline != nil:
+		end = info.Deadline
+	case info.ExpiresAt != nil:
+		end = info.ExpiresAt
+	}
+	d := detailJSON{TemplateID: b.template, Alias: b.template, SandboxID: b.id, ClientID: clientID, StartedAt: info.CreatedAt.UTC(),
+		EnvdVersion: EnvdVersion, AllowInternetAccess: b.allowInternet, CPUCount: s.cfg.CPUs,
+		MemoryMB: s.cfg.MemoryMB, DiskSizeMB: s.cfg.DiskMB, Metadata: b.metadata, State: state, Network: b.network, Domain: s.domain()}
+	if end != nil {
+		d.EndAt = end.UTC()
+	}
 	if token {
 		d.EnvdAccessToken = b.token
 	}
@@ -298,7 +287,7 @@ func (s *Server) detail(ctx context.Context, b *box, token bool) detailJSON {
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, agent string) {
 	if b := s.lookup(w, r, agent); b != nil {
-		writeJSON(w, http.StatusOK, s.detail(r.Context(), b, true))
+		writeJSON(w, http.StatusOK, s.detail(b, true))
 	}
 }
 
@@ -308,9 +297,8 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request, agent string) {
 		return
 	}
 	s.forget(b)
-	contexts := s.takeContexts(b)
-	s.closeContexts(r.Context(), b, contexts)
-	if _, err := s.sessions.Close(r.Context(), agent, b.id); err != nil {
+	s.closeContexts(r.Context(), b, s.takeContexts(b))
+	if _, err := b.sess.Close(r.Context()); err != nil {
 		writeEngineError(w, "killing the sandbox", err)
 		return
 	}
@@ -322,16 +310,18 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request, agent string) {
 // its maximum lifetime; it answers the error when seconds is out of range.
 func (s *Server) extend(w http.ResponseWriter, b *box, seconds int64, onlyLater bool) bool {
 	end := time.Now().Add(time.Duration(seconds) * time.Second)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if seconds < 0 || end.After(b.lifeEnd) {
+	latest := b.sess.LatestDeadline()
+	if seconds < 0 || end.After(latest) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("timeout is %d; this sandbox may live at most until %s, %d seconds from now (the daemon's session_max_lifetime_ms counts from its creation, paused time left out)",
-			seconds, b.lifeEnd.UTC().Format(time.RFC3339), int64(time.Until(b.lifeEnd)/time.Second)))
+			seconds, latest.UTC().Format(time.RFC3339), int64(time.Until(latest)/time.Second)))
 		return false
 	}
-	if !onlyLater || end.After(b.endAt) {
-		b.endAt = end
-		b.timer.Reset(max(time.Until(end), 0))
+	if d := b.sess.Info().Deadline; onlyLater && d != nil && !end.After(*d) {
+		return true
+	}
+	if err := b.sess.SetDeadline(end); err != nil {
+		writeEngineError(w, "setting the sandbox's timeout", err)
+		return false
 	}
 	return true
 }
@@ -382,12 +372,12 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, agent string) {
 	if b == nil {
 		return
 	}
-	if s.state(r.Context(), b) == "paused" {
+	if s.state(b) == "paused" {
 		timeout := int64(defaultTimeout)
 		if req.Timeout != nil {
 			timeout = *req.Timeout
 		}
-		if _, err := s.resume(r.Context(), b, timeout); err != nil {
+		if err := s.resume(r.Context(), b, timeout); err != nil {
 			writeEngineError(w, "resuming the sandbox", err)
 			return
 		}
@@ -407,15 +397,21 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, agent string) {
 	if b == nil {
 		return
 	}
-	if s.state(r.Context(), b) == "paused" {
+	if s.state(b) == "paused" {
 		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is paused already", b.id))
 		return
 	}
-	if _, err := s.sessions.Pause(r.Context(), agent, b.id); err != nil {
+	info, err := b.sess.Pause(r.Context())
+	if err == nil && info.State == sandbox.SessionHibernated {
+		// A pod cannot be frozen: the session layer hibernates it (its files kept, its memory
+		// not); the sandbox reads "paused" and resumes as one does, and the header says so.
+		w.Header().Set("X-Sandpit-Paused-As", "hibernated")
+	}
+	if err != nil {
 		writeEngineError(w, "pausing the sandbox", err)
 		return
 	}
-	s.log.Info("e2b sandbox paused", "sandbox", b.id, "agent", agent)
+	s.log.Info("e2b sandbox paused", "sandbox", b.id, "agent", agent, "state", b.sess.Info().State)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -434,7 +430,7 @@ func (s *Server) resumeRoute(w http.ResponseWriter, r *http.Request, agent strin
 	if b == nil {
 		return
 	}
-	if s.state(r.Context(), b) != "paused" {
+	if s.state(b) != "paused" {
 		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is not paused", b.id))
 		return
 	}
@@ -443,22 +439,21 @@ func (s *Server) resumeRoute(w http.ResponseWriter, r *http.Request, agent strin
 		timeout = *req.Timeout
 	}
 	if req.AutoPause != nil {
-		s.mu.Lock()
-		b.autoPause = *req.AutoPause
-		s.mu.Unlock()
+		b.sess.SetAutoPause(*req.AutoPause)
 	}
-	if _, err := s.resume(r.Context(), b, timeout); err != nil {
+	if err := s.resume(r.Context(), b, timeout); err != nil {
 		writeEngineError(w, "resuming the sandbox", err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, s.sandboxJSON(b))
 }
 
-// sessionRequest is the session of a sandbox: it lives as long as the sandbox's timeouts
-// allow (the API ends or pauses it), so its idle timeout is its maximum lifetime.
-func sessionRequest(agent string, lifeMS int64) sandbox.SessionRequest {
+// sessionRequest is the session of a sandbox of agent: it lives until its deadline (E2B's
+// timeout), so its idle timeout is its maximum lifetime, life.
+func sessionRequest(agent string, life time.Duration) sandbox.SessionRequest {
+	ms := life.Milliseconds()
 	off := false
-	req := sandbox.SessionRequest{Agent: agent, IdleTimeoutMS: &lifeMS, MaxLifetimeMS: &lifeMS}
+	req := sandbox.SessionRequest{Agent: agent, IdleTimeoutMS: &ms, MaxLifetimeMS: &ms}
 	req.AutoPause = &off
 	return req
 }
@@ -470,10 +465,10 @@ func (s *Server) listV1(w http.ResponseWriter, r *http.Request, agent string) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	list := s.mine(r.Context(), agent, filter)
+	list := s.mine(agent, filter)
 	out := make([]detailJSON, len(list))
 	for i, b := range list {
-		out[i] = s.detail(r.Context(), b, false)
+		out[i] = s.detail(b, false)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -522,9 +517,9 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, agent string) {
 		return
 	}
 	var list []*box
-	for _, b := range s.mine(r.Context(), agent, filter) {
-		if (q.Get("template") == "" || q.Get("template") == b.template) && !b.started.Before(after) &&
-			(len(states) == 0 || states[s.state(r.Context(), b)]) {
+	for _, b := range s.mine(agent, filter) {
+		if (q.Get("template") == "" || q.Get("template") == b.template) && !b.sess.Info().CreatedAt.Before(after) &&
+			(len(states) == 0 || states[s.state(b)]) {
 			list = append(list, b)
 		}
 	}
@@ -540,14 +535,14 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, agent string) {
 			w.Header().Set("X-Next-Token", encodeToken(out[len(out)-1]))
 			break
 		}
-		out = append(out, s.detail(r.Context(), b, false))
+		out = append(out, s.detail(b, false))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
 // mine returns agent's running sandboxes whose metadata has every pair of filter, newest
 // first.
-func (s *Server) mine(ctx context.Context, agent string, filter map[string]string) []*box {
+func (s *Server) mine(agent string, filter map[string]string) []*box {
 	s.mu.Lock()
 	var list []*box
 	for _, b := range s.boxes {
@@ -556,9 +551,9 @@ func (s *Server) mine(ctx context.Context, agent string, filter map[string]strin
 		}
 	}
 	s.mu.Unlock()
-	list = slices.DeleteFunc(list, func(b *box) bool { return !s.live(ctx, b) })
+	list = slices.DeleteFunc(list, func(b *box) bool { return s.state(b) == "" })
 	slices.SortFunc(list, func(a, b *box) int {
-		if c := b.started.Compare(a.started); c != 0 {
+		if c := b.sess.Info().CreatedAt.Compare(a.sess.Info().CreatedAt); c != 0 {
 			return c
 		}
 		return strings.Compare(b.id, a.id)
@@ -608,7 +603,7 @@ func decodeToken(tok string) (string, error) {
 func passed(b *box, cursor string, asc bool) bool {
 	at, id, _ := strings.Cut(cursor, " ")
 	t, _ := time.Parse(time.RFC3339Nano, at)
-	c := b.started.UTC().Compare(t)
+	c := b.sess.Info().CreatedAt.UTC().Compare(t)
 	if c == 0 {
 		c = strings.Compare(b.id, id)
 	}

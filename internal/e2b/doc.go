@@ -9,14 +9,16 @@
 // envd (GET /health, GET and POST /files, the Connect services filesystem.Filesystem and
 // process.Process) and 49999 to the code interpreter (POST /execute, /contexts). Any other
 // request is the control plane of E2B's spec/openapi.yml (POST /sandboxes, GET /v2/sandboxes …),
-// authenticated by X-API-Key.
+// authenticated by X-API-Key, but for GET and POST /files with a signature: the SDKs' signed
+// file URLs, which name no sandbox, go to the sandbox whose token signed them (files.go). The
+// daemon mounts Server at /files of its root too, where the SDKs compose those URLs.
 //
 // A sandbox is a session of the engine (its own container, interpreter and workspace); its ID
 // is the session's. Keys belong to agents (store.CreateAPIKey): a key sees only its agent's
 // sandboxes, and any other sandbox answers 404 as if it did not exist. Each sandbox has its own
 // access token, returned at creation as envdAccessToken and trafficAccessToken; every envd and
 // code-interpreter request must carry it as X-Access-Token or E2B-Traffic-Access-Token (the
-// SDKs send the second on /contexts), else 401.
+// SDKs send the second on /contexts), or on /files a signature made with it, else 401.
 //
 // Errors of the control plane and the code interpreter are E2B's {code, message} with the
 // HTTP status as code; envd's Connect calls answer Connect errors. What E2B offers and sandpit

@@ -1,9 +1,7 @@
 package e2b
 
 import (
-	"context"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -12,28 +10,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/e2b/proto/filesystem/filesystemconnect"
 	"github.com/sandpit-dev/sandpit/internal/e2b/proto/process/processconnect"
-	"github.com/sandpit-dev/sandpit/internal/engine"
-	"github.com/sandpit-dev/sandpit/internal/errclass"
-	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
-
-// Workspace is what envd needs of a session's workspace (engine.Sessions): its commands and
-// its files by path.
-type Workspace interface {
-	Command(ctx context.Context, agent, id string, req engine.CommandRequest, emit func(engine.CommandEvent)) (engine.CommandResult, error)
-	Processes(ctx context.Context, agent, id string) ([]engine.ProcessInfo, error)
-	Attach(ctx context.Context, agent, id, pid string, tail bool, emit func(engine.CommandEvent)) (engine.ProcessInfo, error)
-	Input(ctx context.Context, agent, id, pid string, data []byte, closeStdin bool) error
-	Signal(ctx context.Context, agent, id, pid, signal string) error
-	Resize(ctx context.Context, agent, id, pid string, size sandbox.TermSize) error
-	ReadFile(ctx context.Context, agent, id, p string, offset, length int64) (sandbox.FileContent, error)
-	WriteFile(ctx context.Context, agent, id, p string, r io.Reader, parents bool) (sandbox.FileEntry, error)
-	ListFiles(ctx context.Context, agent, id, p string, depth int) (sandbox.FileListing, error)
-	StatFile(ctx context.Context, agent, id, p string) (sandbox.FileEntry, error)
-	MakeDir(ctx context.Context, agent, id, p string, parents bool) (sandbox.FileEntry, error)
-	RenameFile(ctx context.Context, agent, id, from, to string, overwrite bool) (sandbox.FileEntry, error)
-	RemoveFile(ctx context.Context, agent, id, p string, recursive bool) error
-}
 
 // keepalive is how often a stream with nothing to say sends a keepalive event, unless the
 // client asks for another interval (Keepalive-Ping-Interval, in seconds).
@@ -62,7 +39,7 @@ func (s *Server) envdRoutes() http.Handler {
 	return mux
 }
 
-// connectError turns an engine error into a Connect error of the matching code.
+// connectError turns an error into a Connect error of its code (see classes).
 func connectError(err error) error {
 	if err == nil {
 		return nil
@@ -71,28 +48,7 @@ func connectError(err error) error {
 	if errors.As(err, &ce) {
 		return err
 	}
-	code := connect.CodeInternal
-	switch errclass.Of(err) {
-	case errclass.Invalid:
-		code = connect.CodeInvalidArgument
-	case errclass.NotFound, errclass.Gone:
-		code = connect.CodeNotFound
-	case errclass.Conflict:
-		code = connect.CodeFailedPrecondition
-	case errclass.TooLarge, errclass.Busy:
-		code = connect.CodeResourceExhausted
-	case errclass.Unavailable:
-		code = connect.CodeUnavailable
-	case errclass.Forbidden:
-		code = connect.CodePermissionDenied
-	}
-	switch {
-	case errors.Is(err, context.Canceled):
-		code = connect.CodeCanceled
-	case errors.Is(err, context.DeadlineExceeded):
-		code = connect.CodeDeadlineExceeded
-	}
-	return connect.NewError(code, err)
+	return connect.NewError(connectCode(err), err)
 }
 
 // keepaliveInterval is the client's Keepalive-Ping-Interval, else keepalive.
@@ -103,16 +59,19 @@ func keepaliveInterval(h http.Header) time.Duration {
 	return keepalive
 }
 
-// writeConnectError answers a Connect call that never reached its service.
+// writeConnectError answers a Connect call that never reached its service, with the Connect
+// code of its status (the codes' own mapping, from the Connect protocol's spec).
 func writeConnectError(w http.ResponseWriter, status int, msg string) {
 	code := "unknown"
 	switch status {
 	case http.StatusNotFound:
-		code = "not_found"
+		code = connect.CodeNotFound.String()
 	case http.StatusUnauthorized:
-		code = "unauthenticated"
-	case http.StatusBadGateway:
-		code = "unavailable"
+		code = connect.CodeUnauthenticated.String()
+	case http.StatusBadGateway, http.StatusServiceUnavailable:
+		code = connect.CodeUnavailable.String()
+	case http.StatusConflict:
+		code = connect.CodeFailedPrecondition.String()
 	}
 	writeJSON(w, status, map[string]string{"code": code, "message": msg})
 }

@@ -4,15 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
+	"net/http"
 	"strings"
 	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/sandpit-dev/sandpit/internal/e2b/proto/process"
-	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/session"
 )
 
 // proc is a process started through envd: E2B names it by its PID in the box or its tag,
@@ -28,20 +28,21 @@ type proc struct {
 // processService is envd's process.Process over the session's workspace.
 type processService struct{ s *Server }
 
-func (p *processService) ws() Workspace { return p.s.workspace }
-
 func (p *processService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
 	b := boxOf(ctx)
+	done, err := p.s.openStream(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	cfg := req.Msg.GetProcess()
 	if cfg.GetCmd() == "" {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is empty: name the program to run (the SDKs send /bin/bash with -l -c and the command)"))
 	}
-	env := maps.Clone(b.env)
-	if env == nil {
-		env = map[string]string{}
-	}
-	maps.Copy(env, cfg.GetEnvs())
-	creq := engine.CommandRequest{Argv: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Cwd: cfg.GetCwd(), Env: env, Background: true}
+	// The sandbox's envVars are its session's environment, under the process's own.
+	// As on E2B, a process may start in any directory the session's user can enter ("/" too).
+	creq := session.CommandRequest{Argv: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Cwd: cfg.GetCwd(), AnyCwd: true,
+		Env: cfg.GetEnvs(), Background: true}
 	if pty := req.Msg.GetPty(); pty != nil {
 		creq.PTY = &sandbox.TermSize{Rows: uint16(min(pty.GetSize().GetRows(), 1<<16-1)), Cols: uint16(min(pty.GetSize().GetCols(), 1<<16-1))}
 	}
@@ -54,7 +55,7 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 			return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("tag %q names a process of this sandbox already: choose another", tag))
 		}
 	}
-	res, err := p.ws().Command(ctx, b.agent, b.id, creq, nil)
+	res, err := b.sess.Command(ctx, creq, nil)
 	if err != nil {
 		return connectError(err)
 	}
@@ -66,7 +67,7 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 	}
 	p.s.mu.Unlock()
 	if req.Msg.Stdin != nil && !req.Msg.GetStdin() && creq.PTY == nil {
-		if err := p.ws().Input(ctx, b.agent, b.id, pr.id, nil, true); err != nil {
+		if err := b.sess.Input(ctx, pr.id, nil, true); err != nil {
 			p.s.log.Debug("closing a new process's stdin", "sandbox", b.id, "process", pr.id, "error", err)
 		}
 	}
@@ -77,6 +78,11 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 
 func (p *processService) Connect(ctx context.Context, req *connect.Request[process.ConnectRequest], stream *connect.ServerStream[process.ConnectResponse]) error {
 	b := boxOf(ctx)
+	done, err := p.s.openStream(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	pr, err := p.s.selectProc(ctx, b, req.Msg.GetProcess())
 	if err != nil {
 		return err
@@ -94,7 +100,7 @@ func (s *Server) follow(ctx context.Context, b *box, pr *proc, tail bool, every 
 	events := make(chan *process.ProcessEvent, 64)
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.workspace.Attach(ctx, b.agent, b.id, pr.id, tail, func(ev engine.CommandEvent) {
+		_, err := b.sess.Attach(ctx, pr.id, tail, func(ev session.CommandEvent) {
 			if pe := processEvent(ev, pr.pty); pe != nil {
 				select {
 				case events <- pe:
@@ -109,6 +115,9 @@ func (s *Server) follow(ctx context.Context, b *box, pr *proc, tail bool, every 
 	for {
 		select {
 		case ev := <-events:
+			if ev.GetEnd() != nil && cutOff(b) {
+				panic(http.ErrAbortHandler)
+			}
 			if err := send(ev); err != nil {
 				return err
 			}
@@ -119,11 +128,17 @@ func (s *Server) follow(ctx context.Context, b *box, pr *proc, tail bool, every 
 			for { // what Attach passed before it returned
 				select {
 				case ev := <-events:
+					if ev.GetEnd() != nil && cutOff(b) {
+						panic(http.ErrAbortHandler)
+					}
 					if serr := send(ev); serr != nil {
 						return serr
 					}
 					continue
 				default:
+				}
+				if cutOff(b) {
+					panic(http.ErrAbortHandler)
 				}
 				return connectError(err)
 			}
@@ -136,7 +151,7 @@ func (s *Server) follow(ctx context.Context, b *box, pr *proc, tail bool, every 
 }
 
 // processEvent is a workspace event as envd's; nil for none.
-func processEvent(ev engine.CommandEvent, pty bool) *process.ProcessEvent {
+func processEvent(ev session.CommandEvent, pty bool) *process.ProcessEvent {
 	switch ev.Type {
 	case "start":
 		return &process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: uint32(ev.Process.PID)}}}
@@ -185,7 +200,7 @@ func (s *Server) selectProc(ctx context.Context, b *box, sel *process.ProcessSel
 		return pr, nil
 	}
 	if sel != nil && sel.GetTag() == "" { // one started another way (sandpit's REST API)
-		list, err := s.workspace.Processes(ctx, b.agent, b.id)
+		list, err := b.sess.Processes(ctx)
 		if err != nil {
 			return nil, connectError(err)
 		}
@@ -207,7 +222,7 @@ func describe(sel *process.ProcessSelector) string {
 
 func (p *processService) List(ctx context.Context, _ *connect.Request[process.ListRequest]) (*connect.Response[process.ListResponse], error) {
 	b := boxOf(ctx)
-	list, err := p.ws().Processes(ctx, b.agent, b.id)
+	list, err := b.sess.Processes(ctx)
 	if err != nil {
 		return nil, connectError(err)
 	}
@@ -247,11 +262,16 @@ func (p *processService) input(ctx context.Context, b *box, pr *proc, in *proces
 	if in.GetPty() != nil {
 		data = in.GetPty()
 	}
-	return connectError(p.ws().Input(ctx, b.agent, b.id, pr.id, data, false))
+	return connectError(b.sess.Input(ctx, pr.id, data, false))
 }
 
 func (p *processService) StreamInput(ctx context.Context, stream *connect.ClientStream[process.StreamInputRequest]) (*connect.Response[process.StreamInputResponse], error) {
 	b := boxOf(ctx)
+	done, err := p.s.openStream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	var pr *proc
 	for stream.Receive() {
 		msg := stream.Msg()
@@ -285,7 +305,7 @@ func (p *processService) CloseStdin(ctx context.Context, req *connect.Request[pr
 	if pr.pty {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("a process in a terminal has no stdin to close: send Ctrl-D (0x04) as its input"))
 	}
-	if err := p.ws().Input(ctx, b.agent, b.id, pr.id, nil, true); err != nil {
+	if err := b.sess.Input(ctx, pr.id, nil, true); err != nil {
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(&process.CloseStdinResponse{}), nil
@@ -306,7 +326,7 @@ func (p *processService) SendSignal(ctx context.Context, req *connect.Request[pr
 	default:
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("signal %v is not one envd sends: use SIGNAL_SIGTERM or SIGNAL_SIGKILL", req.Msg.GetSignal()))
 	}
-	if err := p.ws().Signal(ctx, b.agent, b.id, pr.id, sig); err != nil {
+	if err := b.sess.Signal(ctx, pr.id, sig); err != nil {
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(&process.SendSignalResponse{}), nil
@@ -320,7 +340,7 @@ func (p *processService) Update(ctx context.Context, req *connect.Request[proces
 	}
 	if size := req.Msg.GetPty().GetSize(); size != nil {
 		ts := sandbox.TermSize{Rows: uint16(min(size.GetRows(), 1<<16-1)), Cols: uint16(min(size.GetCols(), 1<<16-1))}
-		if err := p.ws().Resize(ctx, b.agent, b.id, pr.id, ts); err != nil {
+		if err := b.sess.Resize(ctx, pr.id, ts); err != nil {
 			return nil, connectError(err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/session"
 )
 
 // defaultContext is the ID of a sandbox's own interpreter among its code contexts.
@@ -21,7 +22,7 @@ type codeContext struct {
 	ID       string `json:"id"`
 	Language string `json:"language"`
 	Cwd      string `json:"cwd"`
-	session  string
+	sess     *session.Session
 	runs     int // guarded by Server.mu
 }
 
@@ -70,7 +71,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	session, counter := b.id, &b.runs
+	sess, counter := b.sess, &b.runs
 	if req.ContextID != nil && *req.ContextID != "" && *req.ContextID != defaultContext {
 		s.mu.Lock()
 		c := b.contexts[*req.ContextID]
@@ -79,15 +80,15 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusNotFound, fmt.Sprintf("context_id %q is not a context of this sandbox: GET /contexts lists them", *req.ContextID))
 			return
 		}
-		session, counter = c.session, &c.runs
+		sess, counter = c.sess, &c.runs
 	}
 	ctx := r.Context()
 	if len(req.EnvVars) > 0 {
-		if err := s.setEnvForRun(ctx, b, session, req.EnvVars); err != nil {
+		if err := s.setEnvForRun(ctx, sess, req.EnvVars); err != nil {
 			writeEngineError(w, "setting env_vars", err)
 			return
 		}
-		defer s.restoreEnv(context.WithoutCancel(ctx), b, session)
+		defer s.restoreEnv(context.WithoutCancel(ctx), sess)
 	}
 
 	w.Header().Set("Content-Type", "application/x-ndjson")
@@ -110,8 +111,8 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	timeout := s.cfg.ExecTimeout.Milliseconds()
-	res, err := s.sessions.Execute(ctx, session, sandbox.Request{Code: req.Code, Agent: b.agent, TimeoutMS: &timeout,
-		NetworkAllow: b.netAllow, Origin: sandbox.Origin{Source: sandbox.SourceAPI}}, true, func(ev sandbox.Event) {
+	res, err := sess.Execute(ctx, sandbox.Request{Code: req.Code, TimeoutMS: &timeout,
+		Origin: sandbox.Origin{Source: sandbox.SourceAPI}}, true, func(ev sandbox.Event) {
 		switch ev.Stream {
 		case sandbox.StreamStdout, sandbox.StreamStderr:
 			line(outputLine{Type: string(ev.Stream), Text: ev.Data, Timestamp: time.Now().UTC().Format(time.RFC3339Nano)})
@@ -124,6 +125,9 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	})
+	if cutOff(b) {
+		panic(http.ErrAbortHandler)
+	}
 	if err != nil {
 		mu.Lock()
 		done := started
@@ -146,8 +150,8 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	*counter++
 	n := *counter
 	s.mu.Unlock()
-	if res.ExecutionCount > 0 && session == b.id {
-		n = res.ExecutionCount - b.warmRuns
+	if res.ExecutionCount > 0 && sess == b.sess {
+		n = res.ExecutionCount // the interpreter's count of the user's calls (the daemon's are not counted)
 	}
 	line(map[string]any{"type": "number_of_executions", "execution_count": n})
 	line(map[string]string{"type": "end_of_execution"})
@@ -224,34 +228,34 @@ func resultLine(d sandbox.Display) map[string]any {
 	return out
 }
 
-// setEnv sets env in session's interpreter, for it and the processes it starts.
-func (s *Server) setEnv(ctx context.Context, b *box, session string, env map[string]string) error {
-	return s.call(ctx, b, session, "__import__('os').environ.update(INPUT)", env)
+// setEnv sets env in sess's interpreter, for it and the processes it starts.
+func (s *Server) setEnv(ctx context.Context, sess *session.Session, env map[string]string) error {
+	return s.call(ctx, sess, "__import__('os').environ.update(INPUT)", env)
 }
 
 // setEnvForRun sets env for one run, keeping what it replaces for restoreEnv.
-func (s *Server) setEnvForRun(ctx context.Context, b *box, session string, env map[string]string) error {
-	return s.call(ctx, b, session, "globals()['__e2b_saved_env__'] = {k: __import__('os').environ.get(k) for k in INPUT}\n"+
+func (s *Server) setEnvForRun(ctx context.Context, sess *session.Session, env map[string]string) error {
+	return s.call(ctx, sess, "globals()['__e2b_saved_env__'] = {k: __import__('os').environ.get(k) for k in INPUT}\n"+
 		"__import__('os').environ.update(INPUT)", env)
 }
 
 // restoreEnv undoes setEnvForRun.
-func (s *Server) restoreEnv(ctx context.Context, b *box, session string) {
-	err := s.call(ctx, b, session, "for __k, __v in globals().pop('__e2b_saved_env__', {}).items():\n"+
+func (s *Server) restoreEnv(ctx context.Context, sess *session.Session) {
+	err := s.call(ctx, sess, "for __k, __v in globals().pop('__e2b_saved_env__', {}).items():\n"+
 		"    __import__('os').environ.pop(__k, None) if __v is None else __import__('os').environ.__setitem__(__k, __v)\n", nil)
 	if err != nil {
-		s.log.Warn("restoring a sandbox's environment after a run with env_vars", "sandbox", b.id, "error", err)
+		s.log.Warn("restoring a sandbox's environment after a run with env_vars", "session", sess.ID(), "error", err)
 	}
 }
 
-// call runs code with INPUT in session and fails unless it ran ok.
-func (s *Server) call(ctx context.Context, b *box, session, code string, input any) error {
+// call runs code with INPUT in sess and fails unless it ran ok.
+func (s *Server) call(ctx context.Context, sess *session.Session, code string, input any) error {
 	raw, err := json.Marshal(input)
 	if err != nil {
 		return err
 	}
 	timeout := int64(10_000)
-	res, err := s.sessions.Execute(ctx, session, sandbox.Request{Code: code, Input: raw, Agent: b.agent, TimeoutMS: &timeout,
+	res, err := sess.Execute(ctx, sandbox.Request{Code: code, Input: raw, TimeoutMS: &timeout, Internal: true,
 		Origin: sandbox.Origin{Source: sandbox.SourceAPI}}, true, nil)
 	if err != nil {
 		return err
@@ -288,20 +292,23 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, c)
 }
 
-// newContext starts a context's session, with the sandbox's envVars.
+// newContext starts a context's session, with the sandbox's properties (network narrowing,
+// environment, deadline) and envVars.
 func (s *Server) newContext(ctx context.Context, b *box) (*codeContext, error) {
-	life := s.cfg.MaxLifetime.Milliseconds()
-	info, err := s.sessions.Create(ctx, sessionRequest(b.agent, life))
+	info := b.sess.Info()
+	req := sessionRequest(b.agent, s.cfg.MaxLifetime)
+	req.NetworkAllow, req.Env = info.NetworkAllow, b.env
+	sess, err := s.sessions.Create(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	if len(b.env) > 0 {
-		if err := s.setEnv(ctx, b, info.ID, b.env); err != nil {
-			_, _ = s.sessions.Close(context.WithoutCancel(ctx), b.agent, info.ID)
+		if err := s.setEnv(ctx, sess, b.env); err != nil {
+			_, _ = sess.Close(context.WithoutCancel(ctx))
 			return nil, err
 		}
 	}
-	c := &codeContext{ID: "ctx_" + info.ID[3:], Language: "python", Cwd: sandbox.SessionHome, session: info.ID}
+	c := &codeContext{ID: "ctx_" + sess.ID()[3:], Language: "python", Cwd: sandbox.SessionHome, sess: sess}
 	s.mu.Lock()
 	b.contexts[c.ID] = c
 	s.mu.Unlock()
@@ -337,11 +344,11 @@ func (s *Server) takeContext(w http.ResponseWriter, r *http.Request) (*box, *cod
 }
 
 func (s *Server) deleteContext(w http.ResponseWriter, r *http.Request) {
-	b, c := s.takeContext(w, r)
+	_, c := s.takeContext(w, r)
 	if c == nil {
 		return
 	}
-	if _, err := s.sessions.Close(r.Context(), b.agent, c.session); err != nil {
+	if _, err := c.sess.Close(r.Context()); err != nil {
 		writeEngineError(w, "deleting the context", err)
 		return
 	}
@@ -354,7 +361,7 @@ func (s *Server) restartContext(w http.ResponseWriter, r *http.Request) {
 	if c == nil {
 		return
 	}
-	if _, err := s.sessions.Close(r.Context(), b.agent, c.session); err != nil {
+	if _, err := c.sess.Close(r.Context()); err != nil {
 		s.log.Warn("closing a restarted context's session", "sandbox", b.id, "context", c.ID, "error", err)
 	}
 	fresh, err := s.newContext(r.Context(), b)
@@ -385,7 +392,7 @@ func (s *Server) takeContexts(b *box) []*codeContext {
 // closeContexts ends the sessions of a sandbox's contexts.
 func (s *Server) closeContexts(ctx context.Context, b *box, contexts []*codeContext) {
 	for _, c := range contexts {
-		if _, err := s.sessions.Close(ctx, b.agent, c.session); err != nil {
+		if _, err := c.sess.Close(ctx); err != nil {
 			s.log.Warn("closing a context of an ended sandbox", "sandbox", b.id, "context", c.ID, "error", err)
 		}
 	}

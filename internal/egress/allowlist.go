@@ -93,11 +93,13 @@ func (a *Allowlist) CheckAllow(allow []string) error {
 }
 
 // ForRun returns a run's Gate (sandbox.EgressPolicy).
-func (a *Allowlist) ForRun(allow []string) sandbox.EgressRun {
+func (a *Allowlist) ForRun(allow ...[]string) sandbox.EgressRun {
 	policies := []Policy{a.conf}
-	if allow != nil {
-		n, _ := a.conf.Narrow(allow) // checked by CheckAllow
-		policies = append(policies, n)
+	for _, l := range allow {
+		if l != nil {
+			n, _ := a.conf.Narrow(l) // checked by CheckAllow
+			policies = append(policies, n)
+		}
 	}
 	g := NewGate(policies, a.limits, a.resolve, a.dial)
 	g.reserved = a.reserved
@@ -113,11 +115,18 @@ func (a *Allowlist) ForInstall() sandbox.EgressRun {
 
 // ForWorkspace returns the Gate of a session's commands (sandbox.EgressPolicy): what runs may
 // reach, and the package index, so that `pip install` in a command works as the session's
-// dependencies do (the index's rules keep their trust: it may be on the host's network).
-func (a *Allowlist) ForWorkspace() sandbox.EgressRun {
+// dependencies do (the index's rules keep their trust: it may be on the host's network). A
+// session's narrowing (allow not nil) holds for its commands as for its calls: only what it
+// names, the index included (H80).
+func (a *Allowlist) ForWorkspace(allow []string, record func(sandbox.EgressConnection)) sandbox.EgressRun {
 	union := Policy{Setting: a.conf.Setting + ", or " + a.index.Setting, Rules: append(slices.Clone(a.conf.Rules), a.index.Rules...)}
-	g := NewGate([]Policy{union}, a.limits, a.resolve, a.dial)
-	g.reserved = a.reserved
+	policies := []Policy{union}
+	if allow != nil {
+		n, _ := a.conf.Narrow(allow) // checked by CheckAllow
+		policies = append(policies, n)
+	}
+	g := NewGate(policies, a.limits, a.resolve, a.dial)
+	g.reserved, g.onRecord = a.reserved, record
 	return g
 }
 

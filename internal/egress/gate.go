@@ -131,6 +131,10 @@ type Gate struct {
 	dialer   Dialer
 	reserved *Reserved // never allowed, whatever the policies say
 	now      func() time.Time
+	// onRecord, when set, is given each record as it is made (past MaxRecords too).
+	onRecord func(sandbox.EgressConnection)
+
+	wrapper Wrapper // nil: connections go to the program as they are
 
 	mu       sync.Mutex
 	attempts int
@@ -369,18 +373,47 @@ func (g *Gate) Dial(ctx context.Context, host string, port int) (*Conn, error) {
 	return nil, fmt.Errorf("connecting to %s: %w", net.JoinHostPort(host, strconv.Itoa(port)), errors.Join(errs...))
 }
 
-// DialEgress is Dial as a sandbox.EgressDialer.
+// Wrapper stands between an allowed connection and the program: the run's secrets' injector
+// (package secrets), which adds a bound secret's value on the daemon's side of the proxy.
+type Wrapper interface {
+	// Wrap returns the connection the program's bytes for host go through: c itself, or one
+	// that serves c until either side closes (ctx carries values only: it is never canceled).
+	Wrap(ctx context.Context, c net.Conn, host string) net.Conn
+}
+
+// SetWrapper makes DialEgress hand each allowed connection to w; call it before the first
+// dial.
+func (g *Gate) SetWrapper(w Wrapper) { g.wrapper = w }
+
+// DialEgress is Dial as a sandbox.EgressDialer, through the Gate's Wrapper when it has one.
+// The connection it wraps is closed with the one it returns, and when the run ends.
 func (g *Gate) DialEgress(ctx context.Context, host string, port int) (net.Conn, error) {
 	c, err := g.Dial(ctx, host, port)
 	if err != nil {
 		return nil, err
 	}
-	return c, nil
+	if g.wrapper == nil {
+		return c, nil
+	}
+	w := g.wrapper.Wrap(context.WithoutCancel(ctx), c, askedHost(host))
+	if w != net.Conn(c) {
+		c.mu.Lock()
+		c.wrapped = w
+		done := c.done
+		c.mu.Unlock()
+		if done { // the run ended meanwhile
+			w.Close()
+		}
+	}
+	return w, nil
 }
 
 // record keeps rec, its texts clipped (see clipRecord), unless MaxRecords are kept already.
 func (g *Gate) record(rec sandbox.EgressConnection) {
 	rec = clipRecord(rec)
+	if g.onRecord != nil {
+		g.onRecord(rec)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if len(g.records) >= MaxRecords {
@@ -445,6 +478,8 @@ type Conn struct {
 	// says they have been dealt with.
 	hello     []byte
 	helloDone bool
+	// wrapped is what the Gate's Wrapper returned for it, closed with it.
+	wrapped net.Conn
 }
 
 // Address is the address dialed.
@@ -529,8 +564,12 @@ func (c *Conn) end(why string) {
 	c.why = why
 	rec := c.rec
 	rec.BytesSent, rec.BytesReceived = c.sent, c.received
+	wrapped := c.wrapped
 	c.mu.Unlock()
 	_ = c.Conn.Close()
+	if wrapped != nil {
+		_ = wrapped.Close()
+	}
 	rec.DurationMS = c.gate.now().Sub(c.started).Milliseconds()
 	rec.Ended = why
 	c.gate.mu.Lock()

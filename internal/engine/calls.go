@@ -136,7 +136,17 @@ func (c *calls) pip(ctx context.Context, args json.RawMessage) (json.RawMessage,
 	if _, err := requirement.ParseList(a.Requirements, c.s.cfg.MaxDependencies); err != nil {
 		return nil, fmt.Errorf("%%pip install: %v", err)
 	}
-	out, _, err := c.s.install(ctx, c.slot, a.Requirements, c.emit)
+	// A requirement that fails is the program's exception (below), not a dependency event
+	// of its own: the user heard of it twice ("could not install", then the traceback).
+	emit := c.emit
+	if emit != nil {
+		emit = func(e sandbox.Event) {
+			if e.Dependency == nil || e.Dependency.Status != sandbox.DependencyFailed {
+				c.emit(e)
+			}
+		}
+	}
+	out, _, err := c.s.install(ctx, c.slot, a.Requirements, emit)
 	if err != nil {
 		return nil, fmt.Errorf("%%pip install: %v", err)
 	}

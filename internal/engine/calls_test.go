@@ -254,3 +254,27 @@ func TestCallsOfARunAreAnsweredOneAtATime(t *testing.T) {
 		}
 	}
 }
+
+// TestFailedPipIsTheProgramsError: a %pip install that fails is the program's exception, with
+// no dependency event of its failure beside it (the CLI printed "could not install" and then
+// the traceback said it again); an installed requirement is still streamed.
+func TestFailedPipIsTheProgramsError(t *testing.T) {
+	rt := &answerInstaller{answer: sandbox.DependencyStatus{Status: sandbox.DependencyFailed, Error: "no index"}}
+	var callErr error
+	rt.run = func(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+		_, callErr = spec.Calls(ctx, sandbox.Call{Method: pipInstall, Args: json.RawMessage(`{"requirements": ["tinypkg==1.0"]}`)})
+		return sandbox.Result{Outcome: sandbox.OutcomeOK}, nil
+	}
+	s := NewService(rt, Hooks{}, testConfig(), nil)
+	var deps []sandbox.DependencyStatus
+	if _, err := s.Execute(t.Context(), sandbox.Request{Code: "x"}, func(e sandbox.Event) {
+		if e.Dependency != nil {
+			deps = append(deps, *e.Dependency)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if callErr == nil || !strings.Contains(callErr.Error(), "tinypkg==1.0: no index") || len(deps) != 0 {
+		t.Fatalf("the call's error %v, the dependency events %+v: want the error naming the requirement, no event", callErr, deps)
+	}
+}

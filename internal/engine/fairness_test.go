@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -209,4 +210,16 @@ func TestLongRunsLeaveASlotForOthers(t *testing.T) {
 	}
 	close(rt.gate(second))
 	close(rt.gate(queued))
+}
+
+// waitFor waits up to 10 s for ok to hold, failing t otherwise.
+func waitFor(t *testing.T, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatal("the condition never held")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

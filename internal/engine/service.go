@@ -86,18 +86,7 @@ func DefaultConfig() Config {
 		MaxInputFilesBytes: 16 << 20,
 		Charts:             true,
 		Notebook:           true,
-		Limits: sandbox.Limits{
-			MemoryBytes:      512 << 20,
-			StdoutBytes:      1 << 20,
-			StderrBytes:      1 << 20,
-			OutputBytes:      1 << 20,
-			FileSizeBytes:    64 << 20,
-			OpenFiles:        256,
-			Processes:        64,
-			OutputFiles:      64,
-			OutputFileBytes:  8 << 20,
-			OutputFilesBytes: 16 << 20,
-		},
+		Limits:             sandbox.DefaultLimits(),
 	}
 }
 
@@ -117,6 +106,29 @@ type Hooks struct {
 	// Egress makes runs' and installs' dialers under network "allowlist"; nil refuses every
 	// connection through the proxy.
 	Egress sandbox.EgressPolicy
+	// Secrets resolves the secrets a request names (package secrets); nil refuses a request
+	// that names any.
+	Secrets Secrets
+}
+
+// Secrets resolves the secrets runs name (*secrets.Source).
+type Secrets interface {
+	// Open resolves names for agent's run: an unknown name is a *sandbox.FieldError of field
+	// "secrets".
+	Open(ctx context.Context, agent string, names []string) (SecretsRun, error)
+}
+
+// SecretsRun is one run's secrets.
+type SecretsRun interface {
+	// Env is each secret's placeholder by environment variable; CA the PEM the box trusts for
+	// the secrets' hosts.
+	Env() map[string]string
+	CA() string
+	// Attach has gate add the values for their hosts.
+	Attach(gate sandbox.EgressRun)
+	// Log writes each use of a placeholder (secret, host, whether the value was added, the
+	// host's status; never a value) to log, for run id.
+	Log(log *slog.Logger, id string)
 }
 
 // Service validates execution requests, assigns them slots, queues them when every slot is
@@ -127,6 +139,7 @@ type Service struct {
 	cb    sandbox.Callbacks
 	files sandbox.FileStore
 	net   sandbox.EgressPolicy
+	sec   Secrets
 	cfg   Config
 	log   *slog.Logger
 
@@ -146,7 +159,7 @@ func NewService(rt sandbox.Runtime, hooks Hooks, cfg Config, log *slog.Logger) *
 		log = slog.New(slog.DiscardHandler)
 	}
 	base, interrupt := context.WithCancelCause(context.Background())
-	s := &Service{rt: rt, rec: hooks.Recorder, cb: hooks.Callbacks, files: hooks.Files, net: hooks.Egress, cfg: cfg, log: log,
+	s := &Service{rt: rt, rec: hooks.Recorder, cb: hooks.Callbacks, files: hooks.Files, net: hooks.Egress, sec: hooks.Secrets, cfg: cfg, log: log,
 		base: base, interrupt: interrupt}
 	s.slots = newPool(base, rt, cfg, log)
 	return s
@@ -205,10 +218,8 @@ func (s *Service) Validate(req sandbox.Request) error {
 			"is nested %d levels deep; the limit is %d levels (Python's JSON reader stops near 1000)", d, sandbox.MaxInputDepth)}
 	}
 	if req.TimeoutMS != nil {
-		if t := *req.TimeoutMS; t < 1 || t > s.cfg.MaxTimeout.Milliseconds() {
-			return &sandbox.FieldError{Field: "timeout_ms", Message: fmt.Sprintf(
-				"is %d; allowed range is 1 to %d milliseconds (omit it for the default of %d)",
-				t, s.cfg.MaxTimeout.Milliseconds(), s.cfg.DefaultTimeout.Milliseconds())}
+		if err := sandbox.CheckTimeout(*req.TimeoutMS, s.cfg.MaxTimeout, fmt.Sprintf("omit it for the default of %d", s.cfg.DefaultTimeout.Milliseconds())); err != nil {
+			return err
 		}
 	}
 	if req.ID != "" && !sandbox.ValidID(req.ID) {
@@ -227,25 +238,48 @@ func (s *Service) Validate(req sandbox.Request) error {
 			return err
 		}
 	}
-	if req.NetworkAllow != nil {
-		switch {
-		case s.net == nil && s.cfg.Network == sandbox.NetworkAllowlist && len(req.NetworkAllow) > 0:
-			// An allowlist with no egress policy attached lets nothing out: any entry widens it.
-			return &sandbox.FieldError{Field: "network_allow", Message: fmt.Sprintf(
-				"%s is not allowed: this daemon lets runs reach no host, and a request may only narrow what the daemon's network_allow allows; ask its operator to add it to network_allow",
-				strings.Join(req.NetworkAllow, ", "))}
-		case s.net == nil && s.cfg.Network != sandbox.NetworkAllowlist:
-			return &sandbox.FieldError{Field: "network_allow", Message: fmt.Sprintf(
-				"applies only when the daemon's network is \"allowlist\" (it is %q); send the request without it", s.cfg.Network)}
-		}
-		if s.net == nil {
-			return validateFiles(req.Files, s.cfg) // an empty list narrows nothing away
-		}
-		if err := s.net.CheckAllow(req.NetworkAllow); err != nil {
-			return &sandbox.FieldError{Field: "network_allow", Message: err.Error()}
-		}
+	if err := s.CheckNetworkAllow(req.NetworkAllow); err != nil {
+		return err
+	}
+	if len(req.Secrets) > 0 && (s.sec == nil || s.net == nil) {
+		return &sandbox.FieldError{Field: "secrets", Message: fmt.Sprintf(
+			"this daemon adds secrets only to runs under network \"allowlist\" (it is %q); send the request without secrets", s.cfg.Network)}
 	}
 	return validateFiles(req.Files, s.cfg)
+}
+
+// CheckNetworkAllow validates a narrowing of the daemon's network_allow (a request's or a
+// session's; nil narrows nothing): a *FieldError for network_allow naming what it would widen.
+func (s *Service) CheckNetworkAllow(allow []string) error {
+	switch {
+	case allow == nil:
+		return nil
+	case s.net == nil && s.cfg.Network == sandbox.NetworkAllowlist && len(allow) > 0:
+		// An allowlist with no egress policy attached lets nothing out: any entry widens it.
+		return &sandbox.FieldError{Field: "network_allow", Message: fmt.Sprintf(
+			"%s is not allowed: this daemon lets runs reach no host, and a request may only narrow what the daemon's network_allow allows; ask its operator to add it to network_allow",
+			strings.Join(allow, ", "))}
+	case s.net == nil && s.cfg.Network != sandbox.NetworkAllowlist:
+		return &sandbox.FieldError{Field: "network_allow", Message: fmt.Sprintf(
+			"applies only when the daemon's network is \"allowlist\" (it is %q); send the request without it", s.cfg.Network)}
+	case s.net == nil:
+		return nil // an empty list narrows nothing away
+	}
+	if err := s.net.CheckAllow(allow); err != nil {
+		return &sandbox.FieldError{Field: "network_allow", Message: err.Error()}
+	}
+	return nil
+}
+
+// WorkspaceEgress returns the dialer of a session's commands under network "allowlist": what
+// its runs may reach (the daemon's network_allow narrowed by allow when it is not nil) and,
+// unless allow narrows, the package index; nil when the daemon has no egress policy. record,
+// when not nil, is given each connection's record as it ends.
+func (s *Service) WorkspaceEgress(allow []string, record func(sandbox.EgressConnection)) sandbox.EgressRun {
+	if s.net == nil {
+		return nil
+	}
+	return s.net.ForWorkspace(allow, record)
 }
 
 // Execute validates req, waits for a free slot, runs it and returns its Result.
@@ -268,6 +302,14 @@ func (s *Service) Execute(ctx context.Context, req sandbox.Request, emit func(sa
 	stop := context.AfterFunc(s.base, func() { cancel(context.Cause(s.base)) })
 	defer stop()
 	x := s.prepare(req)
+	if len(req.Secrets) > 0 {
+		sec, err := s.sec.Open(ctx, x.agent, req.Secrets)
+		if err != nil {
+			return sandbox.Result{}, err
+		}
+		x.secrets = sec
+		x.spec.SecretEnv, x.spec.SecretCA = sec.Env(), sec.CA()
+	}
 
 	// The slot is taken first: it bounds installs as it bounds runs, and the execution is in
 	// the ledger from here, so a crash during an install is recorded too.
@@ -327,6 +369,10 @@ type execution struct {
 	session string
 	box     sandbox.SessionBox
 	grace   time.Duration
+	// narrow is the session's narrowing of network_allow (nil: none), before the request's.
+	narrow []string
+	// secrets are the run's secrets (nil: none).
+	secrets SecretsRun
 }
 
 // holdOf is how long x may hold its slot: its timeout and Grace, and InstallTimeout for each
@@ -347,6 +393,7 @@ func (s *Service) prepare(req sandbox.Request) *execution {
 		Files:     req.Files,
 		Charts:    s.cfg.Charts,
 		Plain:     !s.cfg.Notebook,
+		Internal:  req.Internal,
 	}
 	if spec.ID == "" {
 		spec.ID = sandbox.NewID()
@@ -399,8 +446,11 @@ func (s *Service) run(ctx context.Context, x *execution, emit func(sandbox.Event
 	x.files.ctx = context.WithoutCancel(ctx)
 	var gate sandbox.EgressRun
 	if s.net != nil {
-		gate = s.net.ForRun(x.req.NetworkAllow)
+		gate = s.net.ForRun(x.narrow, x.req.NetworkAllow)
 		x.spec.Egress = gate
+		if x.secrets != nil {
+			x.secrets.Attach(gate)
+		}
 	}
 	var (
 		res sandbox.Result
@@ -415,6 +465,9 @@ func (s *Service) run(ctx context.Context, x *execution, emit func(sandbox.Event
 		// No connection outlives its run; the record lists every one it asked for.
 		gate.Close()
 		res.Egress, res.EgressOmitted = gate.Connections()
+		if x.secrets != nil {
+			x.secrets.Log(s.log, x.spec.ID)
+		}
 	}
 	audit, logs := line.end()
 	switch {
@@ -520,17 +573,17 @@ func (s *Service) install(ctx context.Context, slot int, reqs []string, emit fun
 	if !ok {
 		return sandbox.Installed{}, nil, &sandbox.FieldError{Field: "dependencies", Message: "this sandbox cannot install packages; send the request without dependencies"}
 	}
-	return s.installWith(ctx, reqs, emit, func(ctx context.Context, ireq sandbox.InstallRequest, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
+	return s.InstallWith(ctx, reqs, emit, func(ctx context.Context, ireq sandbox.InstallRequest, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error) {
 		return inst.Install(ctx, slot, ireq, progress)
 	})
 }
 
-// installWith installs reqs (validated already) with install, a slot's or a session's: the
+// InstallWith installs reqs (validated already) with install, a slot's or a session's: the
 // request carries the daemon's install timeout and network policy, and under network
 // "allowlist" the egress gate that lets pip reach the package index. It returns the
 // install's outbound connections, marked Install, with what they explain added to the
 // failed dependencies' errors.
-func (s *Service) installWith(ctx context.Context, reqs []string, emit func(sandbox.Event),
+func (s *Service) InstallWith(ctx context.Context, reqs []string, emit func(sandbox.Event),
 	install func(context.Context, sandbox.InstallRequest, func(sandbox.DependencyStatus)) (sandbox.Installed, error)) (sandbox.Installed, []sandbox.EgressConnection, error) {
 	parsed, _ := requirement.ParseList(reqs, s.cfg.MaxDependencies) // validated already
 	canonical := make([]string, len(parsed))

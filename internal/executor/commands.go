@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,12 +21,16 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
-// A session's commands (KindCommand). Each runs as the session's uid, in its home, with a minimal environment (nothing of the executor's), the egress proxy's
-// settings and pip's (the daemon's index and trust settings, installing into the session's
-// own site directory, which its interpreter has on its path). Its stdout and stderr (or its
-// terminal) go to the daemon as chunks under the command's caps; a command that passes a cap
-// is killed with every process it started (outcome output_limit), as is a foreground one past
-// its timeout (outcome timeout). The command's end is its own process's: what it left running
+// A session's commands (KindCommand). Each runs as the session's uid, in its home, with a
+// minimal environment (nothing of the executor's), the egress proxy's settings and pip's (the
+// daemon's index and trust settings, installing into the session's own site directory, which
+// its interpreter has on its path). A foreground command's stdout and stderr (or its terminal)
+// go to the daemon as chunks under the command's caps; a command that passes a cap is killed
+// with every process it started (outcome output_limit), as is one past its timeout (outcome
+// timeout). A background command's output has no cap: the box keeps its latest bytes (a ring
+// per stream) and sends chunks only while the daemon has a reader attached (KindProcAttach), so
+// output no one reads never crosses the line (H83: eight background `yes` had the daemon
+// decode 132 MB each in 8 s, and slowed other sessions' calls). The command's end is its own process's: what it left running
 // (a server started with &) lives on until the session ends, without its output.
 //
 // Every process a command starts is marked: the command runs with a group of its own (gid
@@ -55,6 +60,10 @@ type proc struct {
 	inputMu  sync.Mutex // serialises writes to stdin
 	pumpMu   sync.Mutex // held while a chunk is read and passed on (see interp.pump)
 	out, err *capture   // nil once detached
+	// A background command's latest output (stdout, stderr) and the daemon's readers
+	// attached to it (KindProcAttach), under pumpMu: its chunks are sent while there is one.
+	ring    [2]ring
+	readers map[string]bool
 
 	mu     sync.Mutex
 	reason stopReason
@@ -62,9 +71,9 @@ type proc struct {
 }
 
 // sessionHome returns slot's session home (its working directory: Config.SessionHome when
-// set), made the first time a session's command, file or call needs it: seeded as a run's
-// home is (matplotlib's directory), with the session's user site directory (pip's --user
-// target) in it.
+// set), made the first time a session's command, file or call needs it, with the session's
+// user site directory (pip's --user target) in it; its state directory (outside the home) is
+// made and seeded then too, as a run's is.
 func (e *Executor) sessionHome(slot int) (string, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -82,7 +91,11 @@ func (e *Executor) sessionHome(slot int) (string, error) {
 	if err := os.Chmod(home, 0o700); err != nil {
 		return "", err
 	}
-	if err := e.seedHome(uid, home); err != nil {
+	state := e.stateDir(slot)
+	if err := freshDir(state, uid); err != nil {
+		return "", fmt.Errorf("the session's state directory: %w", err)
+	}
+	if err := e.seedState(uid, state); err != nil {
 		return "", err
 	}
 	if err := asUserThread(uid, func() error { return os.MkdirAll(e.userSite(slot), 0o755) }); err != nil {
@@ -108,7 +121,7 @@ func (e *Executor) userSite(slot int) string {
 // proxy's and pip's settings, then the request's own variables.
 func (e *Executor) commandEnv(slot int, c protocol.Command) []string {
 	home := e.slotDir(slot)
-	env := runEnvironment(home, e.cfg.proxyEnv())
+	env := runEnvironment(home, e.stateDir(slot), e.cfg.proxyEnv())
 	env = append(env, "USER=user", "LOGNAME=user", "SHELL=/bin/bash", "PWD="+home, "TERM=xterm-256color",
 		"PYTHONUSERBASE="+e.userBase(slot), "PIP_USER=1", "PIP_BREAK_SYSTEM_PACKAGES=1", "PIP_NO_INPUT=1",
 		"PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_WARN_SCRIPT_LOCATION=1")
@@ -148,6 +161,26 @@ func (e *Executor) startCommand(slot int, id string, c protocol.Command) {
 	e.wg.Go(func() { p.serve() })
 }
 
+// commandDir is the box's directory of a command's cwd (the session's view) and its view: under
+// SessionHome, the session's home's; elsewhere, with anyCwd, that directory of the box (the
+// caller checks the session's user may enter it), else refused.
+func commandDir(home, cwd string, anyCwd bool) (dir, view string, err error) {
+	if anyCwd && !strings.ContainsRune(cwd, 0) {
+		abs := cwd
+		if !strings.HasPrefix(abs, "/") {
+			abs = sandbox.SessionHome + "/" + abs
+		}
+		if clean := path.Clean(abs); clean != sandbox.SessionHome && !strings.HasPrefix(clean, sandbox.SessionHome+"/") {
+			return clean, clean, nil
+		}
+	}
+	p, err := resolvePath("cwd", cwd)
+	if err != nil {
+		return "", "", err
+	}
+	return filepath.Join(append([]string{home}, p.parts...)...), p.view, nil
+}
+
 func (e *Executor) launchCommand(slot int, id string, c protocol.Command) (*proc, error) {
 	if len(c.Spec.Argv) == 0 || c.Spec.Argv[0] == "" {
 		return nil, fileErr(errclass.Invalid, "the command is empty: give cmd or argv")
@@ -165,18 +198,20 @@ func (e *Executor) launchCommand(slot int, id string, c protocol.Command) (*proc
 	uid := e.cfg.UIDBase + slot
 	dir := home
 	if c.Spec.Cwd != "" {
-		p, err := resolvePath("cwd", c.Spec.Cwd)
-		if err != nil {
+		var view string
+		if dir, view, err = commandDir(home, c.Spec.Cwd, c.Spec.AnyCwd); err != nil {
 			return nil, err
 		}
-		dir = filepath.Join(append([]string{home}, p.parts...)...)
 		if err := asUserThread(uid, func() error {
 			st, err := os.Stat(dir)
 			if err != nil {
-				return errnoError(p.view, "cwd", errors.Unwrap(err))
+				return errnoError(view, "cwd", errors.Unwrap(err))
 			}
 			if !st.IsDir() {
-				return fileErr(errclass.Conflict, "cwd %s is not a directory", p.view)
+				return fileErr(errclass.Conflict, "cwd %s is not a directory", view)
+			}
+			if err := syscall.Access(dir, 0o5); err != nil { // R_OK|X_OK, as the session's uid
+				return fileErr(errclass.Forbidden, "cwd %s: the session's user may not enter and read it", view)
 			}
 			return nil
 		}); err != nil {
@@ -246,7 +281,8 @@ func (e *Executor) launchCommand(slot int, id string, c protocol.Command) (*proc
 		}
 		prog = found
 	}
-	cmd := &exec.Cmd{Path: prog, Args: c.Spec.Argv, Env: env, Dir: dir, Stdin: childIn, Stdout: childOut, Stderr: childErr}
+	path, args := e.limited(prog, c.Spec.Argv, c.Spec.Processes, c.Spec.OpenFiles)
+	cmd := &exec.Cmd{Path: path, Args: args, Env: env, Dir: dir, Stdin: childIn, Stdout: childOut, Stderr: childErr}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: c.Spec.PTY != nil, Ctty: 0,
 		Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(p.gid), Groups: []uint32{uint32(uid)}}}
 	e.changingUID.Lock()
@@ -264,9 +300,9 @@ func (e *Executor) launchCommand(slot int, id string, c protocol.Command) (*proc
 		}
 		close(p.exited)
 	}()
-	p.out = p.newCapture(protocol.KindStdout, c.Spec.StdoutBytes, stopStdoutLimit)
+	p.out = p.newCapture(0, c.Spec.StdoutBytes, stopStdoutLimit)
 	if p.stderr != nil {
-		p.err = p.newCapture(protocol.KindStderr, c.Spec.StderrBytes, stopStderrLimit)
+		p.err = p.newCapture(1, c.Spec.StderrBytes, stopStderrLimit)
 	}
 	e.mu.Lock()
 	e.procs[id] = p
@@ -300,10 +336,18 @@ func (p *proc) closeFiles() {
 	}
 }
 
-func (p *proc) newCapture(kind protocol.Kind, limit int64, reason stopReason) *capture {
+// newCapture returns the capture of stream i (0 stdout, 1 stderr), called under pumpMu.
+func (p *proc) newCapture(i int, limit int64, reason stopReason) *capture {
+	kind := [2]protocol.Kind{protocol.KindStdout, protocol.KindStderr}[i]
 	return &capture{
 		limit: limit,
 		emit: func(s string) {
+			if p.spec.Background {
+				p.ring[i].write(s)
+				if len(p.readers) == 0 {
+					return // kept in the box only: no one reads it
+				}
+			}
 			if err := p.e.conn.Send(&protocol.Message{Kind: kind, ID: p.id, Data: s}); err != nil {
 				p.e.log.Debug("sending a command's output", "id", p.id, "error", err)
 			}
@@ -444,6 +488,9 @@ func (p *proc) serve() {
 	if p.spec.TimeoutMS > 0 {
 		timer = time.AfterFunc(time.Duration(p.spec.TimeoutMS)*time.Millisecond, func() { p.stop(stopTimeout) })
 	}
+	if p.e.cfg.GVisor && p.spec.Processes > 0 {
+		go p.watchCommand()
+	}
 	<-p.exited
 	status := &p.status
 	if timer != nil {
@@ -454,19 +501,22 @@ func (p *proc) serve() {
 	p.ended = true
 	reason := p.reason
 	p.mu.Unlock()
-	p.pumpMu.Lock()
-	out, errc := p.out, p.err
-	p.out, p.err = nil, nil
-	p.pumpMu.Unlock()
 	end := &sandbox.ProcessEnd{ExitCode: -1, DurationMS: time.Since(p.start).Milliseconds()}
-	if out != nil {
-		out.close()
-		end.StdoutTruncated = out.truncated
+	p.pumpMu.Lock()
+	if p.out != nil {
+		p.out.close()
+		end.StdoutTruncated = p.out.truncated
 	}
-	if errc != nil {
-		errc.close()
-		end.StderrTruncated = errc.truncated
+	if p.err != nil {
+		p.err.close()
+		end.StderrTruncated = p.err.truncated
 	}
+	p.out, p.err = nil, nil
+	var tail *sandbox.ProcessTail
+	if p.spec.Background {
+		tail = p.tail("", true)
+	}
+	p.pumpMu.Unlock()
 	switch {
 	case status.Signaled():
 		name := signalName(int(status.Signal()))
@@ -495,6 +545,10 @@ func (p *proc) serve() {
 	case stopCancelled:
 		end.Outcome = sandbox.OutcomeKilled
 		end.Reason = "the command was killed (SIGKILL) with every process it started"
+	case stopProcessLimit:
+		end.Outcome = sandbox.OutcomeKilled
+		end.Reason = fmt.Sprintf("the command reached its limit of %d processes and was killed with every process it started "+
+			"(under runsc a command is stopped at its process cap: a fork storm there would exhaust the sandbox's host threads)", p.spec.Processes)
 	}
 	// Its output streams now end here: processes it left running write into closed pipes.
 	p.inputMu.Lock()
@@ -504,7 +558,38 @@ func (p *proc) serve() {
 	p.e.mu.Lock()
 	delete(p.e.procs, p.id)
 	p.e.mu.Unlock()
-	p.e.send(&protocol.Message{Kind: protocol.KindProcEnded, ID: p.id, ProcEnded: end})
+	p.e.send(&protocol.Message{Kind: protocol.KindProcEnded, ID: p.id, ProcEnded: end, ProcTail: tail})
+}
+
+// tail returns what the command's box kept of its output (only its counts without withData),
+// under pumpMu.
+func (p *proc) tail(reader string, withData bool) *sandbox.ProcessTail {
+	t := &sandbox.ProcessTail{Reader: reader, StdoutBytes: p.ring[0].total, StderrBytes: p.ring[1].total}
+	if withData {
+		t.Stdout, t.Stderr = p.ring[0].kept(), p.ring[1].kept()
+	}
+	return t
+}
+
+// attach makes reader a reader of the command's output: it sends what the box kept, then
+// (with pumpMu held between the two, so no chunk comes between) the chunks from now on. A
+// foreground command's chunks are sent anyway: its tail is empty.
+func (p *proc) attach(reader string, withData bool) {
+	p.pumpMu.Lock()
+	defer p.pumpMu.Unlock()
+	if p.readers == nil {
+		p.readers = map[string]bool{}
+	}
+	p.readers[reader] = true
+	p.e.send(&protocol.Message{Kind: protocol.KindProcTail, ID: p.id, ProcTail: p.tail(reader, withData && p.spec.Background)})
+}
+
+// detach ends reader's reading: with no reader left, a background command's output stays in
+// the box.
+func (p *proc) detach(reader string) {
+	p.pumpMu.Lock()
+	delete(p.readers, reader)
+	p.pumpMu.Unlock()
 }
 
 // drain passes on what the command wrote before its end: it reads its streams (each
@@ -545,10 +630,13 @@ func (p *proc) drain() {
 	}
 }
 
-// procOp serves a KindProcInput, KindProcSignal or KindProcResize message.
+// procOp serves a KindProcInput, KindProcSignal, KindProcResize, KindProcAttach or
+// KindProcDetach message.
 func (e *Executor) procOp(m *protocol.Message) {
 	var id string
 	switch {
+	case m.ProcAttach != nil:
+		id = m.ProcAttach.Proc
 	case m.ProcInput != nil:
 		id = m.ProcInput.Proc
 	case m.ProcSignal != nil:
@@ -564,6 +652,10 @@ func (e *Executor) procOp(m *protocol.Message) {
 	switch {
 	case p == nil:
 		err = fileErr(errclass.NotFound, "the session has no running process %q", id)
+	case m.ProcAttach != nil && m.Kind == protocol.KindProcAttach:
+		p.attach(m.ProcAttach.Reader, m.ProcAttach.Tail)
+	case m.ProcAttach != nil:
+		p.detach(m.ProcAttach.Reader)
 	case m.ProcInput != nil:
 		err = p.input(m.ProcInput.Data, m.ProcInput.Close)
 	case m.ProcSignal != nil:

@@ -75,6 +75,10 @@ type Config struct {
 	// sandbox's host threads (ptrace platform), so a run that reaches its process cap is
 	// stopped. See run.watch.
 	GVisor bool
+	// Self is the executor's binary, which starts a session's commands under their limits in
+	// its mode LimitedExec (see limits.go); "" starts them without (processes are then
+	// still capped under gVisor).
+	Self string
 	// MemoryReserve is, under gVisor, the free memory of the box (MemAvailable in
 	// /proc/meminfo, bytes) below which the running program is stopped with outcome
 	// memory_limit: the room the sandbox's own kernel needs and the watch's reaction time.
@@ -136,6 +140,7 @@ type Executor struct {
 	installer *installer
 	forks     *forkServers
 	proxy     *proxy // nil without Config.Proxy
+	ports     *ports // a session's (see ports.go)
 	// ipcListed: the kernel lists System V IPC objects (/proc/sysvipc), as Linux does and
 	// gVisor does not; read once, at start.
 	ipcListed bool
@@ -153,6 +158,7 @@ type Executor struct {
 	next     map[int]*nextProgram          // by slot: its next program (see reserveNext)
 	interps  map[int]*interp               // by slot: its session interpreter (see interp.go)
 	procs    map[string]*proc              // by process ID: a session's commands (see commands.go)
+	watches  watchers                      // a session's directory watchers (see watch.go)
 	// homesReady: by slot, its session home is made (see sessionHome).
 	homesReady map[int]bool
 	// pythonVersion is the interpreter's ("3.11.2"); gidSeq counts the commands' groups.
@@ -193,6 +199,8 @@ func Serve(ctx context.Context, conn *protocol.Conn, cfg Config, log *slog.Logge
 		}
 		defer e.proxy.close() // after stopAll: the runs that used it are gone
 	}
+	e.ports = newPorts(e)
+	defer e.ports.close()
 	if err := conn.Send(&protocol.Message{Kind: protocol.KindHello, Hello: &protocol.Hello{
 		Version: protocol.Version, Slots: cfg.Slots, Python: python, PID: os.Getpid(),
 	}}); err != nil {
@@ -208,10 +216,10 @@ func Serve(ctx context.Context, conn *protocol.Conn, cfg Config, log *slog.Logge
 				recvErr <- err
 				return
 			}
-			// The proxy's streams take their messages here, without a hop to the loop below
-			// (handleMessage never blocks): a connection's bytes are most of the frames.
-			if e.proxy != nil && m.Kind.IsEgress() {
-				e.proxy.handleMessage(m)
+			// The streams take their messages here, without a hop to the loop below (their
+			// handlers never block): a connection's bytes are most of the frames.
+			if m.Kind.IsEgress() {
+				e.streamMessage(m)
 				continue
 			}
 			msgs <- m
@@ -288,17 +296,21 @@ func (e *Executor) handle(m *protocol.Message) {
 			}
 			e.send(reply)
 		})
-	case protocol.KindEgressOpened, protocol.KindEgressData, protocol.KindEgressAck, protocol.KindEgressClose:
-		if e.proxy != nil {
-			e.proxy.handleMessage(m)
-		}
+	case protocol.KindPortOpen:
+		e.ports.open(m)
+	case protocol.KindPortList:
+		e.wg.Go(func() { e.ports.list(m.ID) })
+	case protocol.KindWatch:
+		e.wg.Go(func() { e.watch(0, m) })
+	case protocol.KindUnwatch:
+		e.unwatch(m.ID)
 	case protocol.KindCommand:
 		if m.Command == nil {
 			e.send(&protocol.Message{Kind: protocol.KindProcStarted, ID: m.ID, Error: "command message without command"})
 			return
 		}
 		e.wg.Go(func() { e.startCommand(0, m.ID, *m.Command) })
-	case protocol.KindProcInput, protocol.KindProcSignal, protocol.KindProcResize:
+	case protocol.KindProcInput, protocol.KindProcSignal, protocol.KindProcResize, protocol.KindProcAttach, protocol.KindProcDetach:
 		e.wg.Go(func() { e.procOp(m) })
 	case protocol.KindFileRead, protocol.KindFileWrite, protocol.KindFileList, protocol.KindFileStat,
 		protocol.KindFileMkdir, protocol.KindFileRename, protocol.KindFileRemove:
@@ -320,6 +332,18 @@ func (e *Executor) handle(m *protocol.Message) {
 		}
 	default:
 		e.log.Warn("ignoring unknown message", "kind", m.Kind)
+	}
+}
+
+// streamMessage passes a stream's message to its holder: a port's (PortStreamBit) or the
+// egress proxy's.
+func (e *Executor) streamMessage(m *protocol.Message) {
+	switch {
+	case m.Egress == nil:
+	case m.Egress.Stream&protocol.PortStreamBit != 0 && m.Kind != protocol.KindEgressOpened:
+		e.ports.handle(m)
+	case e.proxy != nil:
+		e.proxy.handleMessage(m)
 	}
 }
 
@@ -404,7 +428,11 @@ func (e *Executor) start(id string, slot int, spec sandbox.Spec) {
 func (e *Executor) clean(slot int) error {
 	uid := e.cfg.UIDBase + slot
 	var errs []error
-	for _, dir := range []string{e.slotDir(slot), e.homeDir(slot)} {
+	dirs := []string{e.slotDir(slot), e.homeDir(slot)}
+	if dirs[0] != e.cfg.SessionHome {
+		dirs = append(dirs, e.stateDir(slot)) // a session's is kept with its home (see sessionHome)
+	}
+	for _, dir := range dirs {
 		if dir == e.cfg.SessionHome {
 			if err := clearDir(dir); err != nil {
 				errs = append(errs, fmt.Errorf("clearing the session's home: %w", err))
@@ -442,6 +470,7 @@ func (e *Executor) stopAll() {
 		cancel()
 	}
 	e.mu.Unlock()
+	e.stopWatches()
 	e.wg.Wait()
 	e.closeInterps()
 }
@@ -473,7 +502,11 @@ func (e *Executor) prepare() (string, error) {
 		return "", fmt.Errorf("executor: finding the interpreter: %w", err)
 	}
 	e.cfg.Python = python
-	out, err := exec.Command(python, "-c", "import platform; print(platform.python_version())").Output()
+	// Not as root: a template's steps chose what this interpreter and its site-packages run
+	// (a .pth file runs at startup), and root in the box is the executor's alone.
+	probe := exec.Command(python, "-I", "-c", "import platform; print(platform.python_version())")
+	asUser(probe, checkerUID, "/")
+	out, err := probe.Output()
 	if err != nil {
 		return "", fmt.Errorf("executor: running %s: %w", python, err)
 	}
@@ -521,9 +554,10 @@ func clearDir(dir string) error {
 	return errors.Join(errs...)
 }
 
-// slotDir is slot's working directory (the run's cwd); homeDir its home (HOME, and every
-// configuration and cache directory of its libraries). Both are private to the slot's uid
-// (0700) and made afresh for each run.
+// slotDir is slot's working directory (the run's cwd); homeDir its home (HOME, XDG's
+// directories); stateDir the interpreter's own state (matplotlib's and IPython's
+// directories), outside both, which the user's listing of its files never shows. All are
+// private to the slot's uid (0700) and made afresh for each run (a session's once).
 func (e *Executor) slotDir(slot int) string {
 	if slot == 0 && e.cfg.SessionHome != "" {
 		return e.cfg.SessionHome
@@ -536,6 +570,10 @@ func (e *Executor) homeDir(slot int) string {
 		return e.cfg.SessionHome
 	}
 	return filepath.Join(e.cfg.RunRoot, "home-"+strconv.Itoa(slot))
+}
+
+func (e *Executor) stateDir(slot int) string {
+	return filepath.Join(e.cfg.RunRoot, "state-"+strconv.Itoa(slot))
 }
 
 // boundSocketBuffers sets the box's TCP buffer maxima (net.ipv4.tcp_rmem and tcp_wmem, keeping

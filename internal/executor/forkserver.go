@@ -72,7 +72,7 @@ type forkReply struct {
 }
 
 // startForkServer starts a fork server and waits (up to timeout) until it has imported its
-// preload and is ready to fork. dir is its home and matplotlib directory.
+// preload and is ready to fork. dir is its home and state directory.
 func startForkServer(cfg Config, dir string, timeout time.Duration, quit <-chan struct{}, log *slog.Logger) (*forkServer, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the fork server's directory: %w", err)
@@ -97,7 +97,7 @@ func startForkServer(cfg Config, dir string, timeout time.Duration, quit <-chan 
 	}
 	cmd := exec.Command(cfg.Python, append([]string{"-u", "-I", "-X", "utf8", cfg.ForkServer, cfg.Bootstrap}, cfg.Preload...)...)
 	cmd.Dir = dir
-	cmd.Env = runEnvironment(dir, cfg.proxyEnv())
+	cmd.Env = runEnvironment(dir, dir, cfg.proxyEnv())
 	cmd.Stdout, cmd.Stderr = logW, logW
 	cmd.ExtraFiles = []*os.File{theirs} // descriptor 3
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -376,8 +376,7 @@ func (in *installer) pip(ctx context.Context, r string, req protocol.Install) (r
 		_ = in.e.killAndWait(in.uid, in.e.cfg.KillTimeout) // pip and everything it started
 		<-done
 		if ctx.Err() == context.DeadlineExceeded && time.Since(began) >= timeout {
-			return resolution{}, fmt.Errorf("pip did not finish within the install timeout of %s and was stopped (raise install_timeout_ms, or check the index: %s)",
-				timeout, lastLines(out.String(), 2))
+			return resolution{}, pipTimedOut(timeout, out.String(), req.Pip)
 		}
 		return resolution{}, fmt.Errorf("the install was cancelled: %w", ctx.Err())
 	}
@@ -441,10 +440,7 @@ func pipError(output string, o protocol.PipOptions) error {
 	if reason == "" {
 		reason = lastLines(output, 5)
 	}
-	index := o.IndexURL
-	if index == "" {
-		index = "https://pypi.org/simple (pip's default)"
-	}
+	index := indexName(o)
 	if m := unreachable.FindString(output); m != "" {
 		hint := "check the network and index_url"
 		if loopbackURL(o.IndexURL) {
@@ -466,6 +462,25 @@ func pipError(output string, o protocol.PipOptions) error {
 			"try again, or set index_url to a nearer or faster mirror:\n%s", index, m, pipReadTimeoutS, reason)
 	}
 	return fmt.Errorf("pip could not install it:\n%s", reason)
+}
+
+// pipTimedOut is the error of an install stopped at its timeout, pip having printed output:
+// it names the index pip was reaching, and pip's last lines when it printed any.
+func pipTimedOut(timeout time.Duration, output string, o protocol.PipOptions) error {
+	msg := fmt.Sprintf("pip did not finish within the install timeout of %s and was stopped: raise install_timeout_ms, or check the package index %s",
+		timeout, indexName(o))
+	if last := lastLines(output, 2); last != "" {
+		msg += "; pip's last words:\n" + last
+	}
+	return errors.New(msg)
+}
+
+// indexName names the package index pip uses.
+func indexName(o protocol.PipOptions) string {
+	if o.IndexURL == "" {
+		return "https://pypi.org/simple (pip's default)"
+	}
+	return o.IndexURL
 }
 
 // loopbackURL reports whether u names this machine's loopback (localhost, 127.0.0.0/8, ::1),

@@ -3,6 +3,7 @@ package executor
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/protocol"
 )
@@ -45,5 +46,22 @@ func TestPipError(t *testing.T) {
 	err := pipError("ERROR: No matching distribution found for no-such-pkg\n", protocol.PipOptions{})
 	if got := err.Error(); got != "pip could not install it:\nERROR: No matching distribution found for no-such-pkg" {
 		t.Errorf("missing package: %q", got)
+	}
+}
+
+// An install stopped at its timeout names the package index, whether or not pip said anything
+// by then (it said "check the index: )" when pip had printed nothing).
+func TestPipTimedOut(t *testing.T) {
+	for _, c := range []struct{ output, index, want string }{
+		{"", "", "pip did not finish within the install timeout of 2m0s and was stopped: raise install_timeout_ms, or check " +
+			"the package index https://pypi.org/simple (pip's default)"},
+		{"Collecting tinypkg\n  Downloading http://10.1.2.3:8080/packages/tinypkg-1.0.whl (40.2 MB)\n", "http://10.1.2.3:8080/simple",
+			"pip did not finish within the install timeout of 2m0s and was stopped: raise install_timeout_ms, or check " +
+				"the package index http://10.1.2.3:8080/simple; pip's last words:\nCollecting tinypkg\n  Downloading " +
+				"http://10.1.2.3:8080/packages/tinypkg-1.0.whl (40.2 MB)"},
+	} {
+		if got := pipTimedOut(2*time.Minute, c.output, protocol.PipOptions{IndexURL: c.index}).Error(); got != c.want {
+			t.Errorf("pip printed %q:\n got %q\nwant %q", c.output, got, c.want)
+		}
 	}
 }

@@ -85,7 +85,7 @@ func (e *Executor) launchProgram(slot int, s *forkServer, cold bool, id string) 
 		}
 		return e.launchIn(slot, s, cold, id, uid, dir, home)
 	}
-	if err := e.clearSlot(uid, dir, home); err != nil {
+	if err := e.clearSlot(uid, dir, home, e.stateDir(slot)); err != nil {
 		return nil, err
 	}
 	return e.launchIn(slot, s, cold, id, uid, dir, home)
@@ -93,7 +93,7 @@ func (e *Executor) launchProgram(slot int, s *forkServer, cold bool, id string) 
 
 // launchIn starts slot's program in dir with home (see launchProgram).
 func (e *Executor) launchIn(slot int, s *forkServer, cold bool, id string, uid int, dir, home string) (*launch, error) {
-	env := runEnvironment(home, e.cfg.proxyEnv())
+	env := runEnvironment(home, e.stateDir(slot), e.cfg.proxyEnv())
 
 	// The program's ends are closed here once it has them (a fork server's copies when it
 	// has forked), so that the pipes end when the run's processes are gone.
@@ -150,20 +150,18 @@ func (e *Executor) launchIn(slot int, s *forkServer, cold bool, id string, uid i
 }
 
 // clearSlot kills every process of uid and gives the slot a fresh, empty working directory
-// dir and a seeded home, both uid's. A home that cannot be seeded is an error.
-func (e *Executor) clearSlot(uid int, dir, home string) error {
+// dir, home and seeded state directory, all uid's. A state directory that cannot be seeded is
+// an error.
+func (e *Executor) clearSlot(uid int, dir, home, state string) error {
 	if err := e.killAndWait(uid, e.cfg.KillTimeout); err != nil {
 		return fmt.Errorf("clearing the slot: %w", err)
 	}
-	for _, d := range []string{dir, home} {
-		if err := os.RemoveAll(d); err != nil {
-			return fmt.Errorf("clearing the run's directory %s: %w", d, err)
-		}
-		if err := mkdirOwned(d, uid); err != nil {
-			return fmt.Errorf("creating the run's directory %s for uid %d: %w", d, uid, err)
+	for _, d := range []string{dir, home, state} {
+		if err := freshDir(d, uid); err != nil {
+			return fmt.Errorf("the run's directory: %w", err)
 		}
 	}
-	return e.seedHome(uid, home)
+	return e.seedState(uid, state)
 }
 
 // startCold starts the bootstrap in a fresh interpreter as uid in dir, with env, its stdout

@@ -337,9 +337,11 @@ func (r *run) watch() {
 const gVisorProcesses = 16
 
 // runEnvironment is a run's whole environment: nothing of the executor's or the host's.
-// Every directory a library may write its configuration or caches to (HOME, XDG's, matplotlib's)
-// is inside home, the run's private directory.
-func runEnvironment(home string, extra []string) []string {
+// Every directory a library may write its configuration or caches to is private to the run:
+// HOME and XDG's are home; the interpreter's own (matplotlib's, IPython's profile) are in
+// state, outside home, so that they never show among the user's files (a session's home is
+// its working directory, whose new files are its calls' output files).
+func runEnvironment(home, state string, extra []string) []string {
 	return append([]string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=" + home,
@@ -349,7 +351,8 @@ func runEnvironment(home string, extra []string) []string {
 		// The run's directory is its own and removed after it: compiled modules written there
 		// (by any interpreter the run starts) would only be taken for output files.
 		"PYTHONDONTWRITEBYTECODE=1",
-		"MPLCONFIGDIR=" + filepath.Join(home, matplotlibSubdir),
+		"MPLCONFIGDIR=" + filepath.Join(state, matplotlibSubdir),
+		"IPYTHONDIR=" + filepath.Join(state, "ipython"),
 		"XDG_CONFIG_HOME=" + filepath.Join(home, ".config"),
 		"XDG_CACHE_HOME=" + filepath.Join(home, ".cache"),
 		"OPENBLAS_NUM_THREADS=1",
@@ -358,17 +361,17 @@ func runEnvironment(home string, extra []string) []string {
 	}, extra...)
 }
 
-// matplotlibSubdir is matplotlib's directory (MPLCONFIGDIR) inside a run's home.
-const matplotlibSubdir = ".matplotlib"
+// matplotlibSubdir is matplotlib's directory (MPLCONFIGDIR) inside a run's state directory.
+const matplotlibSubdir = "matplotlib"
 
-// seedHome makes the matplotlib directory of a run's new, empty home (owned by uid, which has
-// no process alive) and fills it with the image's prebuilt matplotlib cache files, if any. An
-// error means the run must not start:
-// its libraries would otherwise rebuild or miss their configuration.
-func (e *Executor) seedHome(uid int, home string) error {
+// seedState makes the matplotlib directory of a run's new, empty state directory (owned by
+// uid, which has no process alive) and fills it with the image's prebuilt matplotlib cache
+// files, if any. An error means the run must not start: its libraries would otherwise
+// rebuild or miss their configuration.
+func (e *Executor) seedState(uid int, state string) error {
 	// The directory is made the run's own (0700) whether or not there is a cache to seed it
 	// with: matplotlib would otherwise make it 0755 itself.
-	dir := filepath.Join(home, matplotlibSubdir)
+	dir := filepath.Join(state, matplotlibSubdir)
 	if err := mkdirOwned(dir, uid); err != nil {
 		return fmt.Errorf("creating the run's matplotlib directory: %w", err)
 	}
@@ -394,6 +397,17 @@ func (e *Executor) seedHome(uid int, home string) error {
 		if err := os.Chown(dst, uid, uid); err != nil {
 			return fmt.Errorf("seeding the run's matplotlib directory: %w", err)
 		}
+	}
+	return nil
+}
+
+// freshDir replaces dir, and whatever it holds, with a new empty one of uid's (0700).
+func freshDir(dir string, uid int) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("clearing %s: %w", dir, err)
+	}
+	if err := mkdirOwned(dir, uid); err != nil {
+		return fmt.Errorf("creating %s for uid %d: %w", dir, uid, err)
 	}
 	return nil
 }
@@ -621,8 +635,14 @@ func (r *run) initLine() map[string]any {
 		"limit_address_space": r.e.cfg.GVisor,
 		// A session's call: the interpreter keeps its globals for the next call.
 		"session": r.session,
+		// The daemon's own session call: it takes no execution count.
+		"internal": r.spec.Internal,
 		// A plain script: no notebook results, no IPython syntax.
 		"plain": r.spec.Plain,
+		// The secrets' placeholders, and the CA the egress proxy's certificates for their
+		// hosts are signed by (docs/secrets.md).
+		"secret_env": r.spec.SecretEnv,
+		"secret_ca":  r.spec.SecretCA,
 	}
 }
 

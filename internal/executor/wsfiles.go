@@ -38,6 +38,10 @@ func fileErr(class error, format string, args ...any) error {
 	return &fileError{class: class, msg: fmt.Sprintf(format, args...)}
 }
 
+// writeTempPrefix begins the name of the temporary file a write goes to before it is renamed
+// into place; watchers do not report such files.
+const writeTempPrefix = ".sandpit-write-"
+
 // maxListEntries bounds a listing whose request asks for more (or for none in particular).
 const maxListEntries = 100_000
 
@@ -418,7 +422,7 @@ func (w *ws) write(r sandbox.FileWrite, out *protocol.FileReply) error {
 	} else {
 		var suffix [6]byte
 		_, _ = rand.Read(suffix[:])
-		tmp := ".sandpit-write-" + hex.EncodeToString(suffix[:])
+		tmp := writeTempPrefix + hex.EncodeToString(suffix[:])
 		fd, err := openatRetry(dir, tmp, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|syscall.O_NOCTTY, 0o644)
 		if err != nil {
 			return errnoError(p.view, "writing", err)

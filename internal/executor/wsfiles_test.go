@@ -45,3 +45,27 @@ func TestResolvePath(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandDir: a command's cwd lies under the session's home unless the caller allows any
+// directory (E2B's commands and terminals, "/" too); the home's paths map to the box's home.
+func TestCommandDir(t *testing.T) {
+	for _, c := range []struct {
+		cwd     string
+		any     bool
+		dir     string
+		refused bool
+	}{
+		{"data", false, "/box/home/data", false},
+		{"/home/user/data/..", false, "/box/home", false},
+		{"/", false, "", true},
+		{"../../etc", false, "", true},
+		{"/", true, "/", false},
+		{"../../etc", true, "/etc", false},
+		{"/home/user/x", true, "/box/home/x", false},
+	} {
+		dir, _, err := commandDir("/box/home", c.cwd, c.any)
+		if (err != nil) != c.refused || dir != c.dir {
+			t.Errorf("commandDir(%q, any %v) = %q, %v; want %q (refused %v)", c.cwd, c.any, dir, err, c.dir, c.refused)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The body budget admits by Content-Length before reading: a body that does not fit is a 429
@@ -22,7 +23,7 @@ func TestBodyBudgetAdmitsByContentLength(t *testing.T) {
 	}
 	admit := func(r *http.Request) (func(), int, string) {
 		w := httptest.NewRecorder()
-		release, ok := b.admit(w, r)
+		release, ok := b.admit(w, r, "")
 		if ok {
 			return release, 0, ""
 		}
@@ -53,5 +54,83 @@ func TestBodyBudgetAdmitsByContentLength(t *testing.T) {
 	}
 	if _, code, _ := admit(req(50, false)); code != http.StatusTooManyRequests {
 		t.Errorf("while a chunked body holds 60 of 100: %d, want 429", code)
+	}
+}
+
+// TestOneAgentsBodiesLeaveTheBudgetToOthers: two slow chunked bodies of one agent (each
+// counted as the most one request may send) held the whole of bodies_max_bytes, and every
+// other agent's POST got 429 (issue 51, 3). Each agent holds at most its share now: its own
+// next body is refused, naming the share, while another agent's and a request naming no agent
+// are read.
+func TestOneAgentsBodiesLeaveTheBudgetToOthers(t *testing.T) {
+	const perBody = 1 << 20
+	a := NewHandler(Backend{}, nil).(*api)
+	a.bodies = newBodyBudget(2*perBody, perBody)
+	read := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]int64{"read": n})
+	})
+	srv := httptest.NewServer(LimitBodies(a, read, func(r *http.Request) string { return pathAgent(r.URL.Path) }))
+	defer srv.Close()
+
+	tr := &http.Transport{}
+	client := &http.Client{Transport: tr}
+	// Alice's slow bodies: chunked, never ended until the test does.
+	var writers []*io.PipeWriter
+	slow := make(chan *http.Response, 2)
+	defer func() {
+		for _, w := range writers {
+			_ = w.Close()
+		}
+		if resp := <-slow; resp != nil { // the one held
+			resp.Body.Close()
+		}
+		tr.CloseIdleConnections()
+	}()
+	for range 2 {
+		pr, pw := io.Pipe()
+		writers = append(writers, pw)
+		go func() {
+			resp, err := client.Post(srv.URL+"/v1/agents/alice/code", "application/json", pr)
+			if err != nil {
+				slow <- nil
+				return
+			}
+			slow <- resp
+		}()
+		if _, err := pw.Write([]byte("{")); err != nil { // admitted once its first byte is read
+			t.Fatal(err)
+		}
+	}
+	// One of alice's is held, the other refused at once for her share.
+	var resp *http.Response
+	select {
+	case resp = <-slow:
+	case <-time.After(10 * time.Second):
+		t.Fatal("neither of alice's two slow bodies was answered: both are held")
+	}
+	if resp == nil {
+		t.Fatal("alice's second body: the request failed")
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(body), `agent \"alice\"`) ||
+		!strings.Contains(string(body), "share") {
+		t.Errorf("alice's second slow body: %d %s; want 429 naming her share", resp.StatusCode, body)
+	}
+	for _, path := range []string{"/v1/agents/bob/code", "/mcp"} {
+		resp, err := client.Post(srv.URL+path, "application/json", strings.NewReader(`{"x": 1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("POST %s while alice's body is held: %d %s; want 200", path, resp.StatusCode, body)
+		}
 	}
 }

@@ -10,6 +10,7 @@
 //     knowledge store that agent.* calls read.
 //   - GET, POST /v1/packages and DELETE /v1/packages/{name}: installed dependencies.
 //   - POST /v1/setup: the steps of `sandpit setup`, as an NDJSON stream.
+//   - POST, GET /v1/keys and POST /v1/keys/revoke: the E2B-compatible API's keys.
 //   - GET /v1/limits, GET /healthz, GET /readyz and GET /openapi.json (the OpenAPI 3.1
 //     document of all of it).
 //

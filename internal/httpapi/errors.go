@@ -49,6 +49,12 @@ func classify(err error) classified {
 		reqErr *requestError
 		maxErr *http.MaxBytesError
 	)
+	if pe, ok := portError(err); ok {
+		if pe.status == http.StatusTooManyRequests {
+			pe.retryAfter = time.Second
+		}
+		return pe
+	}
 	switch {
 	case errors.As(err, &reqErr):
 		return classified{status: reqErr.status,
@@ -171,6 +177,13 @@ func marshal(v any) ([]byte, error) {
 
 // writeJSON answers status with v as JSON.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	b := answerJSON(w, status, v)
+	_, _ = w.Write(b)
+}
+
+// answerJSON sets w's headers and status for v as writeJSON does, and returns the body to
+// write.
+func answerJSON(w http.ResponseWriter, status int, v any) []byte {
 	b, err := marshal(v)
 	if err != nil {
 		status = http.StatusInternalServerError
@@ -182,5 +195,5 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	return b
 }

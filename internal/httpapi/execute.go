@@ -64,13 +64,15 @@ type executeBody struct {
 }
 
 var executeShape = shape{
-	fields: append([]string{"code", "input", "timeout_ms", "agent", "dependencies", "network_allow"}, runFieldNames...),
+	fields: append([]string{"code", "input", "timeout_ms", "agent", "template", "dependencies", "network_allow", "secrets"}, runFieldNames...),
 	expect: withRunFields(map[string]string{
 		"code":          "must be a string holding the Python source",
 		"timeout_ms":    "must be an integer number of milliseconds",
 		"agent":         "must be a string",
+		"template":      "must be a string: a template's name (GET /v1/agents/{agent}/templates lists them)",
 		"dependencies":  `must be a list of requirement strings such as ["pandas>=2"]`,
 		"network_allow": `must be a list of hosts and CIDRs such as ["api.example.com:443"], within the server's network_allow`,
+		"secrets":       `must be a list of secrets' names such as ["OPENAI_API_KEY"] (GET /v1/secrets lists them)`,
 	}),
 	example: `{"code": "print(1)"}`,
 }
@@ -89,7 +91,24 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	req := sandbox.Request{Code: b.Code, Input: b.Input, TimeoutMS: b.TimeoutMS, Agent: b.Agent,
 		Dependencies: b.Dependencies, Origin: sandbox.Origin{Source: sourceOf(r)}, Files: files, Charts: b.Charts,
-		NetworkAllow: b.NetworkAllow}
+		NetworkAllow: b.NetworkAllow, Secrets: b.Secrets}
+	if b.Template != "" {
+		if a.sessions == nil {
+			writeError(w, &sandbox.FieldError{Field: "template", Message: "this daemon serves no sessions, which a template's runs need"})
+			return
+		}
+		if len(b.Secrets) > 0 {
+			writeError(w, &sandbox.FieldError{Field: "secrets", Message: "a template's run is a session of it, and sessions cannot use secrets yet: leave out secrets or template"})
+			return
+		}
+		// A template's run is a session of it, made for the run and closed after it.
+		sreq := sandbox.SessionRequest{Agent: b.Agent, Template: b.Template, Dependencies: b.Dependencies, NetworkAllow: b.NetworkAllow}
+		req.Dependencies, req.NetworkAllow = nil, nil
+		a.run(w, r, b.InlineFiles, func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error) {
+			return a.sessions.RunOnce(ctx, sreq, req, emit)
+		})
+		return
+	}
 	a.run(w, r, b.InlineFiles, func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error) {
 		return a.ex.Execute(ctx, req, emit)
 	})

@@ -85,3 +85,8 @@ func RequireToken(next http.Handler, token string) http.Handler {
 		writeError(w, &requestError{status: http.StatusUnauthorized, code: apitype.CodeUnauthorized, msg: msg})
 	})
 }
+
+// Unauthorized is an error answered 401 with msg (say what credentials to send).
+func Unauthorized(msg string) error {
+	return &requestError{status: http.StatusUnauthorized, code: apitype.CodeUnauthorized, msg: msg}
+}

@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/connlimit"
 	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/library"
+	"github.com/sandpit-dev/sandpit/internal/ports"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -47,7 +49,10 @@ type Backend struct {
 	// PackageIndex is where dependencies come from, shown by GET /v1/limits.
 	PackageIndex PackageIndex
 	// Sessions serves /v1/agents/{agent}/sessions (stateful sessions); nil answers 404.
-	Sessions SessionKeeper
+	Sessions Sessions
+	// Streams caps the long-lived streams (a process's output) per session, per agent and in
+	// all; nil: no caps.
+	Streams *connlimit.Streams
 	// BodiesMaxBytes is the budget of request bodies read and held at once, in bytes
 	// (bodies_max_bytes); 0 is DefaultBodiesMaxBytes. It is raised to the most one request may
 	// send when smaller.
@@ -57,6 +62,24 @@ type Backend struct {
 	Files OutputFiles
 	// Warmth says how warm the slots are, for GET /readyz; nil says nothing of it.
 	Warmth func() sandbox.Warmth
+	// Keys serves /v1/keys, the E2B-compatible API's keys; nil answers 404.
+	Keys KeyManager
+	// Secrets serves /v1/secrets, the secrets the egress proxy adds to requests (never their
+	// values); nil answers 404.
+	Secrets SecretManager
+	// Ports forwards requests to sessions' ports (…/sessions/{id}/ports/{port}/…); nil
+	// answers 404 there.
+	Ports *ports.Proxy
+	// DaemonToken says requests carry the daemon's bearer token as Authorization: it is
+	// removed from what reaches a session's port.
+	DaemonToken bool
+	// Shares keeps the share links of sessions' ports (…/sessions/{id}/shares); nil answers
+	// 404 there. PortsHost is the domain of the ports' own host names (config's PortsHost):
+	// a share's URL is under it, and "" refuses to make one.
+	Shares    PortShares
+	PortsHost string
+	// Templates serves /v1/agents/{agent}/templates and /v1/templates; nil answers 404.
+	Templates Templates
 }
 
 // PackageIndex is the daemon's pip settings (its config keys index_url, extra_index_urls,
@@ -90,18 +113,26 @@ func (p PackageIndex) redacted() PackageIndex {
 }
 
 type api struct {
-	routes    []string // the patterns registered, for Routes
-	ex        Executor
-	lib       CodeLibrary
-	jobs      Scheduler
-	ledger    Ledger
-	packages  PackageManager
-	knowledge Knowledge
-	setup     SetupRunner
-	index     PackageIndex
-	files     OutputFiles
-	sessions  SessionKeeper
-	warmth    func() sandbox.Warmth
+	routes      []string // the patterns registered, for Routes
+	ex          Executor
+	lib         CodeLibrary
+	jobs        Scheduler
+	ledger      Ledger
+	packages    PackageManager
+	knowledge   Knowledge
+	setup       SetupRunner
+	index       PackageIndex
+	files       OutputFiles
+	sessions    Sessions
+	streams     *connlimit.Streams
+	keys        KeyManager
+	secrets     SecretManager
+	ports       *ports.Proxy
+	shares      PortShares
+	templates   Templates
+	portsHost   string
+	daemonToken bool
+	warmth      func() sandbox.Warmth
 	// answering holds a token from a run's admission until its answer is written: a run frees
 	// its slot when it ends, but a client that stops reading would keep its answer (megabytes,
 	// with inline files) in memory until the write times out. At most slots + queue answers
@@ -129,7 +160,7 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, index: b.PackageIndex.redacted(), files: b.Files, sessions: b.Sessions, warmth: b.Warmth, log: log, mux: http.NewServeMux()}
+	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, index: b.PackageIndex.redacted(), files: b.Files, sessions: b.Sessions, streams: b.Streams, keys: b.Keys, secrets: b.Secrets, ports: b.Ports, shares: b.Shares, portsHost: b.PortsHost, templates: b.Templates, daemonToken: b.DaemonToken, warmth: b.Warmth, log: log, mux: http.NewServeMux()}
 	a.answering = make(chan struct{}, 1)
 	perBody := int64(maxImportBytes)
 	if a.ex != nil {
@@ -156,9 +187,19 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 		a.sessionAnswering = make(chan struct{}, max(sc.MaxTotal*(1+sandbox.MaxSessionWaiting), 1))
 		a.routeSessions()
 		a.routeWorkspace()
+		a.routePorts()
+	}
+	if a.templates != nil {
+		a.routeTemplates()
 	}
 	if a.setup != nil {
 		a.handle("POST /v1/setup", a.runSetup)
+	}
+	if a.keys != nil {
+		a.routeKeys()
+	}
+	if a.secrets != nil {
+		a.routeSecrets()
 	}
 	if a.packages != nil {
 		a.handle("GET /v1/packages", a.listPackages)
@@ -240,7 +281,7 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !a.streamed[pattern] {
-		release, ok := a.bodies.admit(rw, r)
+		release, ok := a.bodies.admit(rw, r, pathAgent(r.URL.Path))
 		if !ok {
 			return
 		}
@@ -362,7 +403,7 @@ func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 		sc := a.sessions.Config()
 		lim.Sessions = &apitype.SessionLimits{IdleTimeoutMS: sc.IdleTimeout.Milliseconds(), MaxLifetimeMS: sc.MaxLifetime.Milliseconds(),
 			PerAgent: sc.MaxPerAgent, Max: sc.MaxTotal}
-		lifecycleLimits(lim.Sessions, sc.Lifecycle, a.sessions.LifecycleStats())
+		lifecycleLimits(lim.Sessions, sc.Lifecycle, a.sessions.Stats())
 	}
 	writeJSON(w, http.StatusOK, lim)
 }

@@ -5,56 +5,47 @@ import (
 	"net/http"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
-	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/session"
 )
 
-// SessionLifecycle pauses, resumes, hibernates and forks sessions; *engine.Sessions
-// satisfies it. Each takes the agent and the session's ID and answers the session as it is
-// after the step (Fork: the new session).
-type SessionLifecycle interface {
-	Pause(ctx context.Context, agent, id string) (sandbox.SessionInfo, error)
-	Resume(ctx context.Context, agent, id string) (sandbox.SessionInfo, error)
-	Hibernate(ctx context.Context, agent, id string) (sandbox.SessionInfo, error)
-	Fork(ctx context.Context, agent, id string) (sandbox.SessionInfo, error)
-	LifecycleStats() engine.LifecycleStats
-}
-
 // routeLifecycle registers the lifecycle's endpoints: POST …/sessions/{id}/pause, resume,
-// hibernate and fork (201 with the new session).
+// hibernate and fork (201 with the new session). Each answers the session as it is after the
+// step (fork: the new session).
 func (a *api) routeLifecycle() {
 	steps := []struct {
 		name   string
-		step   func(context.Context, string, string) (sandbox.SessionInfo, error)
+		step   func(*session.Session, context.Context) (sandbox.SessionInfo, error)
 		status int
 	}{
-		{"pause", a.sessions.Pause, http.StatusOK},
-		{"resume", a.sessions.Resume, http.StatusOK},
-		{"hibernate", a.sessions.Hibernate, http.StatusOK},
-		{"fork", a.sessions.Fork, http.StatusCreated},
-	}
-	for _, s := range steps {
-		a.handle("POST /v1/agents/{agent}/sessions/{id}/"+s.name, func(w http.ResponseWriter, r *http.Request) {
-			agent, err := agentOf(r)
+		{"pause", (*session.Session).Pause, http.StatusOK},
+		{"resume", (*session.Session).Resume, http.StatusOK},
+		{"hibernate", (*session.Session).Hibernate, http.StatusOK},
+		{"fork", func(s *session.Session, ctx context.Context) (sandbox.SessionInfo, error) {
+			fork, err := s.Fork(ctx)
 			if err != nil {
-				writeError(w, err)
-				return
+				return sandbox.SessionInfo{}, err
 			}
-			info, err := s.step(r.Context(), agent, r.PathValue("id"))
+			return fork.Info(), nil
+		}, http.StatusCreated},
+	}
+	for _, st := range steps {
+		a.handle("POST /v1/agents/{agent}/sessions/{id}/"+st.name, a.inSession(func(w http.ResponseWriter, r *http.Request, s *session.Session) {
+			info, err := st.step(s, r.Context())
 			if err != nil {
 				a.fail(w, r, err)
 				return
 			}
-			if s.status == http.StatusCreated {
-				w.Header().Set("Location", "/v1/agents/"+agent+"/sessions/"+info.ID)
+			if st.status == http.StatusCreated {
+				w.Header().Set("Location", "/v1/agents/"+info.Agent+"/sessions/"+info.ID)
 			}
-			writeJSON(w, s.status, SessionOf(info))
-		})
+			writeJSON(w, st.status, SessionOf(info))
+		}, false))
 	}
 }
 
 // lifecycleLimits adds the lifecycle's budgets and their use to GET /v1/limits' sessions.
-func lifecycleLimits(l *apitype.SessionLimits, c engine.LifecycleConfig, st engine.LifecycleStats) {
+func lifecycleLimits(l *apitype.SessionLimits, c session.LifecycleConfig, st session.Stats) {
 	l.AutoPause, l.HibernateAfterMS, l.HibernateOnStop = c.AutoPause, c.HibernateAfter.Milliseconds(), c.HibernateOnStop
 	l.PausedMaxBytes, l.HibernatedPerAgent, l.HibernatedMaxBytes = c.PausedMaxBytes, c.HibernatedPerAgent, c.HibernatedMaxBytes
 	l.HibernatedMaxAgeH = int64(c.HibernatedMaxAge.Hours())

@@ -13,8 +13,11 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
+	"github.com/sandpit-dev/sandpit/internal/secrets"
+	"github.com/sandpit-dev/sandpit/internal/session"
 	"github.com/sandpit-dev/sandpit/internal/setup"
 	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/template"
 )
 
 type noPackages struct{}
@@ -38,9 +41,10 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 	svc := engine.NewService(&outputRuntime{}, engine.Hooks{Recorder: st}, engine.DefaultConfig(), nil)
 	lib := library.New(st, svc, 0)
 	h := httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib, Jobs: jobs.New(st, lib, svc, jobs.Config{}, nil),
-		Ledger: st, Packages: noPackages{}, Knowledge: st,
-		Setup:    func(context.Context, func(setup.Event)) error { return nil },
-		Sessions: engine.NewSessions(svc, nil, nil, engine.DefaultSessionConfig(), nil)}, nil)
+		Ledger: st, Packages: noPackages{}, Knowledge: st, Keys: st, Shares: st, Secrets: secrets.NewKeeper(st, testCipher(t)),
+		Setup:     func(context.Context, func(setup.Event)) error { return nil },
+		Sessions:  session.New(svc, nil, nil, session.DefaultConfig(), nil),
+		Templates: template.NewService(st, nil, template.Config{}, nil)}, nil)
 	routes := append(httpapi.Routes(h), appRoutes...)
 	for i, r := range routes {
 		// A wildcard for the rest of the path ({name...}) is a plain parameter in OpenAPI.

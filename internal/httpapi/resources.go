@@ -45,6 +45,12 @@ type Ledger interface {
 	ListExecutions(ctx context.Context, f store.ExecutionFilter, p store.Page) ([]store.ExecutionSummary, string, error)
 	// SessionCommands is a page of the commands recorded for agent's session id, newest first.
 	SessionCommands(ctx context.Context, agent, id string, p store.Page) ([]sandbox.ProcessInfo, string, error)
+	// SessionPortRequests is a page of the requests recorded to agent's session id's ports,
+	// newest first.
+	SessionPortRequests(ctx context.Context, agent, id string, p store.Page) ([]sandbox.PortRequest, string, error)
+	// SessionEgress is a page of the outbound connections recorded for agent's session id's
+	// commands (and what its calls left running), newest first.
+	SessionEgress(ctx context.Context, agent, id string, p store.Page) ([]sandbox.EgressConnection, string, error)
 	// Retention is what the ledger is held to, and LedgerBytes what its records take now
 	// (GET /v1/limits).
 	Retention() store.Retention

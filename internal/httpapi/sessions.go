@@ -5,42 +5,46 @@ import (
 	"net/http"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
-	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/session"
 )
 
-// SessionKeeper keeps stateful sessions and their workspaces; *engine.Sessions satisfies it.
-type SessionKeeper interface {
-	Workspaces
-	Create(ctx context.Context, req sandbox.SessionRequest) (sandbox.SessionInfo, error)
-	Get(ctx context.Context, agent, id string) (sandbox.SessionInfo, error)
+// Sessions keeps stateful sessions; *session.Registry is one. A route looks its session up
+// once (Get) and then calls the session's own methods.
+type Sessions interface {
+	Create(ctx context.Context, req sandbox.SessionRequest) (*session.Session, error)
+	// Get returns an agent's session that has not ended; Info any, ended ones included.
+	Get(ctx context.Context, agent, id string) (*session.Session, error)
+	Info(ctx context.Context, agent, id string) (sandbox.SessionInfo, error)
 	List(agent string) []sandbox.SessionInfo
-	Close(ctx context.Context, agent, id string) (sandbox.SessionInfo, error)
-	Execute(ctx context.Context, id string, req sandbox.Request, wait bool, emit func(sandbox.Event)) (sandbox.Result, error)
-	Config() engine.SessionConfig
-	SessionLifecycle
+	Config() session.Config
+	Stats() session.Stats
+	// RunOnce runs a request in a session made for it and closed after it (a template's run).
+	RunOnce(ctx context.Context, sreq sandbox.SessionRequest, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error)
 }
 
-var _ SessionKeeper = (*engine.Sessions)(nil)
+var _ Sessions = (*session.Registry)(nil)
 
 // routeSessions registers the session endpoints.
 func (a *api) routeSessions() {
 	a.handle("POST /v1/agents/{agent}/sessions", a.createSession)
 	a.handle("GET /v1/agents/{agent}/sessions", a.listSessions)
 	a.handle("GET /v1/agents/{agent}/sessions/{id}", a.getSession)
-	a.handle("DELETE /v1/agents/{agent}/sessions/{id}", a.deleteSession)
+	a.handle("DELETE /v1/agents/{agent}/sessions/{id}", a.inSession(a.deleteSession, true))
 	a.handle("POST /v1/agents/{agent}/sessions/{id}/executions", a.executeInSession)
 	a.routeLifecycle()
 }
 
 var sessionShape = shape{
-	fields: []string{"dependencies", "idle_timeout_ms", "max_lifetime_ms", "auto_resume", "auto_pause"},
+	fields: []string{"template", "dependencies", "idle_timeout_ms", "max_lifetime_ms", "auto_resume", "auto_pause", "network_allow"},
 	expect: map[string]string{
+		"template":        "must be a string: a template's name (GET /v1/agents/{agent}/templates lists them)",
 		"auto_resume":     "must be true or false (true: a call to the session while it is paused or hibernated resumes it)",
 		"auto_pause":      "must be true or false (true: the session pauses instead of ending at its idle timeout)",
 		"dependencies":    `must be a list of requirement strings such as ["pandas>=2"]`,
 		"idle_timeout_ms": "must be an integer number of milliseconds",
 		"max_lifetime_ms": "must be an integer number of milliseconds",
+		"network_allow":   `must be a list of hosts, CIDRs or host:port entries within the daemon's network_allow, such as ["api.example.com"]`,
 	},
 	example: `{}`,
 }
@@ -61,13 +65,14 @@ func (a *api) createSession(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	info, err := a.sessions.Create(r.Context(), sandbox.SessionRequest{Agent: agent, Dependencies: b.Dependencies,
-		IdleTimeoutMS: b.IdleTimeoutMS, MaxLifetimeMS: b.MaxLifetimeMS,
+	s, err := a.sessions.Create(r.Context(), sandbox.SessionRequest{Agent: agent, Template: b.Template, Dependencies: b.Dependencies,
+		IdleTimeoutMS: b.IdleTimeoutMS, MaxLifetimeMS: b.MaxLifetimeMS, NetworkAllow: b.NetworkAllow,
 		SessionOptions: sandbox.SessionOptions{AutoResume: b.AutoResume, AutoPause: b.AutoPause}})
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
+	info := s.Info()
 	w.Header().Set("Location", "/v1/agents/"+agent+"/sessions/"+info.ID)
 	writeJSON(w, http.StatusCreated, SessionOf(info))
 }
@@ -87,7 +92,7 @@ func (a *api) getSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	info, err := a.sessions.Get(r.Context(), agent, r.PathValue("id"))
+	info, err := a.sessions.Info(r.Context(), agent, r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -95,13 +100,9 @@ func (a *api) getSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, SessionOf(info))
 }
 
-func (a *api) deleteSession(w http.ResponseWriter, r *http.Request) {
-	agent, err := agentOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	info, err := a.sessions.Close(r.Context(), agent, r.PathValue("id"))
+// deleteSession ends a session; one that had ended already is answered as it ended.
+func (a *api) deleteSession(w http.ResponseWriter, r *http.Request, s *session.Session) {
+	info, err := s.Close(r.Context())
 	if err != nil {
 		writeError(w, err)
 		return
@@ -148,6 +149,10 @@ func (a *api) executeInSession(w http.ResponseWriter, r *http.Request) {
 	req := sandbox.Request{Code: b.Code, Input: b.Input, TimeoutMS: b.TimeoutMS, Agent: agent,
 		Origin: sandbox.Origin{Source: sourceOf(r)}, Files: files, Charts: b.Charts}
 	a.run(w, r, b.InlineFiles, func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error) {
-		return a.sessions.Execute(ctx, id, req, wait, emit)
+		s, err := a.sessions.Get(ctx, agent, id)
+		if err != nil {
+			return sandbox.Result{}, err
+		}
+		return s.Execute(ctx, req, wait, emit)
 	})
 }

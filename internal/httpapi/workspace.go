@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -14,33 +14,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
-	"github.com/sandpit-dev/sandpit/internal/engine"
+	"github.com/sandpit-dev/sandpit/internal/connlimit"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/session"
 )
 
 // A session's workspace over REST: its commands and processes, and its files by path (see
 // docs/sessions.md).
-
-// Workspaces serves sessions' commands and files; *engine.Sessions satisfies it.
-type Workspaces interface {
-	Command(ctx context.Context, agent, id string, req engine.CommandRequest, emit func(engine.CommandEvent)) (engine.CommandResult, error)
-	Processes(ctx context.Context, agent, id string) ([]engine.ProcessInfo, error)
-	Process(ctx context.Context, agent, id, pid string) (engine.ProcessInfo, error)
-	Attach(ctx context.Context, agent, id, pid string, tail bool, emit func(engine.CommandEvent)) (engine.ProcessInfo, error)
-	Wait(ctx context.Context, agent, id, pid string) (engine.ProcessInfo, error)
-	Input(ctx context.Context, agent, id, pid string, data []byte, closeStdin bool) error
-	Signal(ctx context.Context, agent, id, pid, signal string) error
-	Resize(ctx context.Context, agent, id, pid string, size sandbox.TermSize) error
-	ReadFile(ctx context.Context, agent, id, p string, offset, length int64) (sandbox.FileContent, error)
-	WriteFile(ctx context.Context, agent, id, p string, r io.Reader, parents bool) (sandbox.FileEntry, error)
-	ListFiles(ctx context.Context, agent, id, p string, depth int) (sandbox.FileListing, error)
-	StatFile(ctx context.Context, agent, id, p string) (sandbox.FileEntry, error)
-	MakeDir(ctx context.Context, agent, id, p string, parents bool) (sandbox.FileEntry, error)
-	RenameFile(ctx context.Context, agent, id, from, to string, overwrite bool) (sandbox.FileEntry, error)
-	RemoveFile(ctx context.Context, agent, id, p string, recursive bool) error
-}
-
-var _ Workspaces = (*engine.Sessions)(nil)
 
 // maxCommandBody bounds a command's JSON body (its stdin as base64 included).
 const maxCommandBody = 12 << 20
@@ -72,30 +52,48 @@ func (a *api) routeWorkspace() {
 		{"POST " + s + "/files/mkdir", a.mkdir},
 		{"POST " + s + "/files/rename", a.renameFile},
 	} {
-		a.handle(rt.pattern, inSession(rt.fn))
+		a.handle(rt.pattern, a.inSession(rt.fn, false))
 	}
 	// A raw file write streams its body to the session in chunks, up to MaxFileWriteBytes (a
 	// trial's 100 MiB upload was refused by the held bodies' 64 MiB).
 	a.streamed = map[string]bool{"PUT " + s + "/files": true}
 	if a.ledger != nil {
-		a.handle("GET "+s+"/commands", inSession(a.listCommands))
+		a.handle("GET "+s+"/commands", a.listCommands)
+		a.handle("GET "+s+"/egress", a.listSessionEgress)
 	}
 }
 
-// sessionHandler serves a request to one session: agent is the path's {agent}, a valid agent
-// name, and id its {id} as given (the engine answers 404 for one agent has not).
-type sessionHandler func(w http.ResponseWriter, r *http.Request, agent, id string)
+// sessionHandler serves a request to one session, the path's {id} of its {agent}.
+type sessionHandler func(w http.ResponseWriter, r *http.Request, s *session.Session)
 
-// inSession answers 400 when the path's {agent} is not an agent name, else calls fn.
-func inSession(fn sessionHandler) http.HandlerFunc {
+// inSession looks the path's session up once and calls fn with it: 400 when {agent} is not an
+// agent name, 404 when the agent has no such session, 410 when it has ended (with ended, fn
+// answers an ended session itself: DELETE answers it as it ended).
+func (a *api) inSession(fn sessionHandler, ended bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		agent, err := agentOf(r)
 		if err != nil {
 			writeError(w, err)
 			return
 		}
-		fn(w, r, agent, r.PathValue("id"))
+		s, err := a.sessions.Get(r.Context(), agent, r.PathValue("id"))
+		if gone, ok := errors.AsType[*sandbox.SessionEndedError](err); ok && ended {
+			writeJSON(w, http.StatusOK, SessionOf(gone.Info))
+			return
+		}
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		fn(w, r, s)
 	}
+}
+
+// knownSession checks that agent has (or had, as long as the ledger keeps it) session id: the
+// records of an ended session stay readable, another agent's are a 404.
+func (a *api) knownSession(r *http.Request, agent, id string) error {
+	_, err := a.sessions.Info(r.Context(), agent, id)
+	return err
 }
 
 // params reads a request's query parameters, keeping the first bad one's error in err (each
@@ -154,7 +152,7 @@ func termSizeOf(t *sandbox.TermSize) *apitype.TermSize {
 }
 
 // ProcessOf maps a process to its wire form.
-func ProcessOf(p engine.ProcessInfo) apitype.Process {
+func ProcessOf(p session.ProcessInfo) apitype.Process {
 	out := apitype.Process{ID: p.ID, SessionID: p.SessionID, PID: p.PID, Command: p.Command, CommandTruncated: p.CommandTruncated, Argv: p.Argv, Cwd: p.Cwd,
 		Background: p.Background, PTY: termSizeOf(p.PTY), TimeoutMS: p.TimeoutMS, State: p.State, StartedAt: p.StartedAt,
 		EndedAt: p.EndedAt, StdoutBytes: p.StdoutBytes, StderrBytes: p.StderrBytes}
@@ -166,8 +164,8 @@ func ProcessOf(p engine.ProcessInfo) apitype.Process {
 }
 
 // CommandEventOf maps a command's event to its wire form.
-func CommandEventOf(ev engine.CommandEvent) apitype.CommandEvent {
-	out := apitype.CommandEvent{Type: ev.Type, Data: ev.Data}
+func CommandEventOf(ev session.CommandEvent) apitype.CommandEvent {
+	out := apitype.CommandEvent{Type: ev.Type, Data: ev.Data, Dropped: ev.Dropped}
 	if ev.Process != nil {
 		p := ProcessOf(*ev.Process)
 		out.Process = &p
@@ -214,7 +212,7 @@ func textOr(field, text, b64Field, b64 string) ([]byte, error) {
 	return []byte(text), nil
 }
 
-func (a *api) command(w http.ResponseWriter, r *http.Request, agent, id string) {
+func (a *api) command(w http.ResponseWriter, r *http.Request, s *session.Session) {
 	var b apitype.CommandRequest
 	if err := readBody(w, r, maxCommandBody, &b, commandShape); err != nil {
 		writeError(w, err)
@@ -225,14 +223,14 @@ func (a *api) command(w http.ResponseWriter, r *http.Request, agent, id string) 
 		writeError(w, err)
 		return
 	}
-	req := engine.CommandRequest{Cmd: b.Cmd, Argv: b.Argv, Cwd: b.Cwd, Env: b.Env, TimeoutMS: b.TimeoutMS, Stdin: stdin, Background: b.Background}
+	req := session.CommandRequest{Cmd: b.Cmd, Argv: b.Argv, Cwd: b.Cwd, Env: b.Env, TimeoutMS: b.TimeoutMS, Stdin: stdin, Background: b.Background}
 	if b.PTY != nil {
 		req.PTY = &sandbox.TermSize{Rows: b.PTY.Rows, Cols: b.PTY.Cols}
 	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Time{})
 	if b.Background || !acceptsNDJSON(r.Header.Values("Accept")) {
-		res, err := a.sessions.Command(r.Context(), agent, id, req, nil)
+		res, err := s.Command(r.Context(), req, nil)
 		if err != nil {
 			a.fail(w, r, err)
 			return
@@ -240,13 +238,13 @@ func (a *api) command(w http.ResponseWriter, r *http.Request, agent, id string) 
 		status := http.StatusOK
 		if b.Background {
 			status = http.StatusCreated
-			w.Header().Set("Location", "/v1/agents/"+agent+"/sessions/"+id+"/processes/"+res.Process.ID)
+			w.Header().Set("Location", "/v1/agents/"+s.Agent()+"/sessions/"+s.ID()+"/processes/"+res.Process.ID)
 		}
 		writeJSON(w, status, apitype.CommandResult{Process: ProcessOf(res.Process), Stdout: res.Stdout, Stderr: res.Stderr})
 		return
 	}
 	lw := &lineWriter{w: w, rc: rc}
-	_, err = a.sessions.Command(r.Context(), agent, id, req, func(ev engine.CommandEvent) { lw.line(CommandEventOf(ev)) })
+	_, err = s.Command(r.Context(), req, func(ev session.CommandEvent) { lw.line(CommandEventOf(ev)) })
 	a.endStream(w, r, lw, err)
 }
 
@@ -310,13 +308,44 @@ func (l *lineWriter) line(v any) {
 // listCommands answers a page of the commands the ledger recorded for the session (each as it
 // ended), newest first: the session's own, also once it has ended, as long as the ledger keeps
 // them. A session the agent does not have is 404, as on the session's other routes.
-func (a *api) listCommands(w http.ResponseWriter, r *http.Request, agent, id string) {
+// listSessionEgress answers a page of the outbound connections the ledger recorded for the
+// session's commands and for what its calls left running (network "allowlist"), newest first:
+// also once it has ended, as long as the ledger keeps them. A call's own connections are in
+// its execution's record.
+func (a *api) listSessionEgress(w http.ResponseWriter, r *http.Request) {
+	agent, _, p, err := listing(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	if err := a.knownSession(r, agent, id); err != nil {
+		writeError(w, err)
+		return
+	}
+	list, next, err := a.ledger.SessionEgress(r.Context(), agent, id, p)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apitype.EgressList{Connections: each(list, func(c sandbox.EgressConnection) apitype.EgressConnection {
+		return apitype.EgressConnection(c)
+	}), NextCursor: next})
+}
+
+func (a *api) listCommands(w http.ResponseWriter, r *http.Request) {
+	agent, err := agentOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("id")
 	_, _, p, err := listing(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if _, err := a.sessions.Get(r.Context(), agent, id); err != nil {
+	if err := a.knownSession(r, agent, id); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -328,8 +357,8 @@ func (a *api) listCommands(w http.ResponseWriter, r *http.Request, agent, id str
 	writeJSON(w, http.StatusOK, apitype.CommandList{Commands: each(list, ProcessOf), NextCursor: next})
 }
 
-func (a *api) processes(w http.ResponseWriter, r *http.Request, agent, id string) {
-	list, err := a.sessions.Processes(r.Context(), agent, id)
+func (a *api) processes(w http.ResponseWriter, r *http.Request, s *session.Session) {
+	list, err := s.Processes(r.Context())
 	if err != nil {
 		writeError(w, err)
 		return
@@ -337,8 +366,8 @@ func (a *api) processes(w http.ResponseWriter, r *http.Request, agent, id string
 	writeJSON(w, http.StatusOK, apitype.ProcessList{Processes: each(list, ProcessOf)})
 }
 
-func (a *api) process(w http.ResponseWriter, r *http.Request, agent, id string) {
-	p, err := a.sessions.Process(r.Context(), agent, id, r.PathValue("pid"))
+func (a *api) process(w http.ResponseWriter, r *http.Request, s *session.Session) {
+	p, err := s.Process(r.Context(), r.PathValue("pid"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -348,21 +377,27 @@ func (a *api) process(w http.ResponseWriter, r *http.Request, agent, id string) 
 
 // attach streams a process's output from now on (NDJSON), with ?tail=true the latest output
 // it kept first.
-func (a *api) attach(w http.ResponseWriter, r *http.Request, agent, id string) {
+func (a *api) attach(w http.ResponseWriter, r *http.Request, s *session.Session) {
 	q := queryOf(r)
 	tail := q.bool("tail")
 	if q.err != nil {
 		writeError(w, q.err)
 		return
 	}
+	done, err := a.streams.Open(s.Agent(), s.ID())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer done()
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Time{})
 	lw := &lineWriter{w: w, rc: rc}
-	_, err := a.sessions.Attach(r.Context(), agent, id, r.PathValue("pid"), tail, func(ev engine.CommandEvent) { lw.line(CommandEventOf(ev)) })
+	_, err = s.Attach(r.Context(), r.PathValue("pid"), tail, func(ev session.CommandEvent) { lw.line(CommandEventOf(ev)) })
 	a.endStream(w, r, lw, err)
 }
 
-func (a *api) waitProcess(w http.ResponseWriter, r *http.Request, agent, id string) {
+func (a *api) waitProcess(w http.ResponseWriter, r *http.Request, s *session.Session) {
 	ctx := r.Context()
 	if v := r.URL.Query().Get("timeout_ms"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -375,10 +410,10 @@ func (a *api) waitProcess(w http.ResponseWriter, r *http.Request, agent, id stri
 		defer cancel()
 	}
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	p, err := a.sessions.Wait(ctx, agent, id, r.PathValue("pid"))
+	p, err := s.Wait(ctx, r.PathValue("pid"))
 	if err != nil && ctx.Err() != nil && r.Context().Err() == nil {
 		// The wait's own timeout: the process as it is now.
-		p, err = a.sessions.Process(r.Context(), agent, id, r.PathValue("pid"))
+		p, err = s.Process(r.Context(), r.PathValue("pid"))
 	}
 	if err != nil {
 		a.fail(w, r, err)
@@ -391,7 +426,7 @@ var inputShape = shape{fields: []string{"data", "data_base64", "close"},
 	expect:  map[string]string{"data": "must be a string", "data_base64": "must be a base64 string", "close": "must be true or false"},
 	example: `{"data": "yes\n"}`}
 
-func (a *api) processInput(w http.ResponseWriter, r *http.Request, agent, id string) {
+func (a *api) processInput(w http.ResponseWriter, r *http.Request, s *session.Session) {
 	var b apitype.ProcessInput
 	if err := readBody(w, r, maxCommandBody, &b, inputShape); err != nil {
 		writeError(w, err)
@@ -402,7 +437,7 @@ func (a *api) processInput(w http.ResponseWriter, r *http.Request, agent, id str
 		writeError(w, err)
 		return
 	}
-	if err := a.sessions.Input(r.Context(), agent, id, r.PathValue("pid"), data, b.Close); err != nil {
+	if err := s.Input(r.Context(), r.PathValue("pid"), data, b.Close); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -412,13 +447,13 @@ func (a *api) processInput(w http.ResponseWriter, r *http.Request, agent, id str
 var signalShape = shape{fields: []string{"signal"}, expect: map[string]string{"signal": `must be a signal name such as "SIGTERM"`},
 	example: `{"signal": "SIGTERM"}`}
 
-func (a *api) signalProcess(w http.ResponseWriter, r *http.Request, agent, id string) {
+func (a *api) signalProcess(w http.ResponseWriter, r *http.Request, s *session.Session) {
 	var b apitype.ProcessSignal
 	if err := readBody(w, r, 4096, &b, signalShape); err != nil {
 		writeError(w, err)
 		return
 	}
-	if err := a.sessions.Signal(r.Context(), agent, id, r.PathValue("pid"), b.Signal); err != nil {
+	if err := s.Signal(r.Context(), r.PathValue("pid"), b.Signal); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -428,13 +463,13 @@ func (a *api) signalProcess(w http.ResponseWriter, r *http.Request, agent, id st
 var resizeShape = shape{fields: []string{"rows", "cols"}, expect: map[string]string{"rows": "must be an integer from 1 to 65535",
 	"cols": "must be an integer from 1 to 65535"}, example: `{"rows": 24, "cols": 80}`}
 
-func (a *api) resizeProcess(w http.ResponseWriter, r *http.Request, agent, id string) {
+func (a *api) resizeProcess(w http.ResponseWriter, r *http.Request, s *session.Session) {
 	var b apitype.TermSize
 	if err := readBody(w, r, 4096, &b, resizeShape); err != nil {
 		writeError(w, err)
 		return
 	}
-	if err := a.sessions.Resize(r.Context(), agent, id, r.PathValue("pid"), sandbox.TermSize{Rows: b.Rows, Cols: b.Cols}); err != nil {
+	if err := s.Resize(r.Context(), r.PathValue("pid"), sandbox.TermSize{Rows: b.Rows, Cols: b.Cols}); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -443,7 +478,7 @@ func (a *api) resizeProcess(w http.ResponseWriter, r *http.Request, agent, id st
 
 // readSessionFile answers a file's bytes (application/octet-stream, its entry in headers), or with
 // ?format=json the entry and the bytes as text or base64.
-func (a *api) readSessionFile(w http.ResponseWriter, r *http.Request, agent, id string) {
+func (a *api) readSessionFile(w http.ResponseWriter, r *http.Request, s *session.Session) {
 	q := queryOf(r)
 	p, offset, length := q.path(""), q.int("offset"), q.int("length")
 	if q.err != nil {
@@ -455,12 +490,14 @@ func (a *api) readSessionFile(w http.ResponseWriter, r *http.Request, agent, id 
 		writeError(w, invalid("format", `must be "raw" (the default: the bytes) or "json", not %q`, format))
 		return
 	}
-	got, err := a.sessions.ReadFile(r.Context(), agent, id, p, offset, length)
+	got, err := s.ReadFile(r.Context(), p, offset, length)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	defer got.Done() // its bytes count in the daemon's read budget until written
+	// Its bytes count in the daemon's read budget until written: a client that stops
+	// reading holds them for at most connlimit.WriteStall.
+	defer got.Done()
 	if format == "json" {
 		out := apitype.FileContent{Entry: FileEntryOf(got.Entry)}
 		if utf8.Valid(got.Content) {
@@ -469,7 +506,7 @@ func (a *api) readSessionFile(w http.ResponseWriter, r *http.Request, agent, id 
 		} else {
 			out.ContentBase64 = base64.StdEncoding.EncodeToString(got.Content)
 		}
-		writeJSON(w, http.StatusOK, out)
+		_ = connlimit.Write(w, answerJSON(w, http.StatusOK, out))
 		return
 	}
 	h := w.Header()
@@ -480,11 +517,11 @@ func (a *api) readSessionFile(w http.ResponseWriter, r *http.Request, agent, id 
 	h.Set("X-Sandpit-File-Size", strconv.FormatInt(got.Entry.SizeBytes, 10))
 	h.Set("Last-Modified", got.Entry.ModifiedAt.UTC().Format(http.TimeFormat))
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(got.Content)
+	_ = connlimit.Write(w, got.Content)
 }
 
 // putFile writes a file from the raw body (?path=, ?parents=true).
-func (a *api) putFile(w http.ResponseWriter, r *http.Request, agent, id string) {
+func (a *api) putFile(w http.ResponseWriter, r *http.Request, s *session.Session) {
 	q := queryOf(r)
 	p, parents := q.path(""), q.bool("parents")
 	if q.err != nil {
@@ -499,7 +536,7 @@ func (a *api) putFile(w http.ResponseWriter, r *http.Request, agent, id string) 
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	body := http.MaxBytesReader(w, r.Body, MaxFileWriteBytes)
-	ent, err := a.sessions.WriteFile(r.Context(), agent, id, p, body, parents)
+	ent, err := s.WriteFile(r.Context(), p, body, parents)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -513,7 +550,7 @@ var fileWriteShape = shape{fields: []string{"path", "content", "content_base64",
 	example: `{"path": "notes/a.txt", "content": "hello", "parents": true}`}
 
 // writeFile writes a file from a JSON body (text or base64).
-func (a *api) writeFile(w http.ResponseWriter, r *http.Request, agent, id string) {
+func (a *api) writeFile(w http.ResponseWriter, r *http.Request, s *session.Session) {
 	var b apitype.FileWrite
 	if err := readBody(w, r, maxCommandBody*4, &b, fileWriteShape); err != nil {
 		writeError(w, err)
@@ -537,7 +574,7 @@ func (a *api) writeFile(w http.ResponseWriter, r *http.Request, agent, id string
 		writeError(w, err)
 		return
 	}
-	ent, err := a.sessions.WriteFile(r.Context(), agent, id, b.Path, bytes.NewReader(data), b.Parents)
+	ent, err := s.WriteFile(r.Context(), b.Path, bytes.NewReader(data), b.Parents)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -545,21 +582,21 @@ func (a *api) writeFile(w http.ResponseWriter, r *http.Request, agent, id string
 	writeJSON(w, http.StatusOK, FileEntryOf(ent))
 }
 
-func (a *api) removeFile(w http.ResponseWriter, r *http.Request, agent, id string) {
+func (a *api) removeFile(w http.ResponseWriter, r *http.Request, s *session.Session) {
 	q := queryOf(r)
 	p, recursive := q.path(""), q.bool("recursive")
 	if q.err != nil {
 		writeError(w, q.err)
 		return
 	}
-	if err := a.sessions.RemoveFile(r.Context(), agent, id, p, recursive); err != nil {
+	if err := s.RemoveFile(r.Context(), p, recursive); err != nil {
 		writeError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (a *api) listFiles(w http.ResponseWriter, r *http.Request, agent, id string) {
+func (a *api) listFiles(w http.ResponseWriter, r *http.Request, s *session.Session) {
 	q := queryOf(r)
 	p, depth := q.path(apitype.SessionHome), q.int("depth")
 	if q.err != nil {
@@ -569,7 +606,7 @@ func (a *api) listFiles(w http.ResponseWriter, r *http.Request, agent, id string
 	if depth == 0 {
 		depth = 1
 	}
-	l, err := a.sessions.ListFiles(r.Context(), agent, id, p, int(min(depth, 1000)))
+	l, err := s.ListFiles(r.Context(), p, int(min(depth, 1000)))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -577,14 +614,14 @@ func (a *api) listFiles(w http.ResponseWriter, r *http.Request, agent, id string
 	writeJSON(w, http.StatusOK, apitype.FileListing{Entries: each(l.Entries, FileEntryOf), Truncated: l.Truncated})
 }
 
-func (a *api) statFile(w http.ResponseWriter, r *http.Request, agent, id string) {
+func (a *api) statFile(w http.ResponseWriter, r *http.Request, s *session.Session) {
 	q := queryOf(r)
 	p := q.path("")
 	if q.err != nil {
 		writeError(w, q.err)
 		return
 	}
-	ent, err := a.sessions.StatFile(r.Context(), agent, id, p)
+	ent, err := s.StatFile(r.Context(), p)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -595,13 +632,13 @@ func (a *api) statFile(w http.ResponseWriter, r *http.Request, agent, id string)
 var mkdirShape = shape{fields: []string{"path", "parents"}, expect: map[string]string{"path": "must be a path string", "parents": "must be true or false"},
 	example: `{"path": "data/raw", "parents": true}`}
 
-func (a *api) mkdir(w http.ResponseWriter, r *http.Request, agent, id string) {
+func (a *api) mkdir(w http.ResponseWriter, r *http.Request, s *session.Session) {
 	var b apitype.FileMkdir
 	if err := readBody(w, r, 8192, &b, mkdirShape); err != nil {
 		writeError(w, err)
 		return
 	}
-	ent, err := a.sessions.MakeDir(r.Context(), agent, id, b.Path, b.Parents)
+	ent, err := s.MakeDir(r.Context(), b.Path, b.Parents)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -612,13 +649,13 @@ func (a *api) mkdir(w http.ResponseWriter, r *http.Request, agent, id string) {
 var renameShape = shape{fields: []string{"from", "to", "overwrite"}, expect: map[string]string{"from": "must be a path string", "to": "must be a path string",
 	"overwrite": "must be true or false"}, example: `{"from": "a.txt", "to": "done/a.txt"}`}
 
-func (a *api) renameFile(w http.ResponseWriter, r *http.Request, agent, id string) {
+func (a *api) renameFile(w http.ResponseWriter, r *http.Request, s *session.Session) {
 	var b apitype.FileRename
 	if err := readBody(w, r, 16384, &b, renameShape); err != nil {
 		writeError(w, err)
 		return
 	}
-	ent, err := a.sessions.RenameFile(r.Context(), agent, id, b.From, b.To, b.Overwrite)
+	ent, err := s.RenameFile(r.Context(), b.From, b.To, b.Overwrite)
 	if err != nil {
 		writeError(w, err)
 		return

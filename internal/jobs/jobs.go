@@ -157,9 +157,10 @@ func check(ctx context.Context, lib Library, ex Executor, agent string, d Draft,
 	default:
 		return d, nil, &sandbox.FieldError{Field: "catch_up", Message: fmt.Sprintf("%q is not a catch-up policy: use \"skip\" (default) or \"once\"", d.CatchUp)}
 	}
-	if d.TimeoutMS != nil && (*d.TimeoutMS < 1 || *d.TimeoutMS > maxTimeout.Milliseconds()) {
-		return d, nil, &sandbox.FieldError{Field: "timeout_ms", Message: fmt.Sprintf(
-			"is %d; allowed range is 1 to %d milliseconds (omit it for the daemon's default)", *d.TimeoutMS, maxTimeout.Milliseconds())}
+	if d.TimeoutMS != nil {
+		if err := sandbox.CheckTimeout(*d.TimeoutMS, maxTimeout, "omit it for the daemon's default"); err != nil {
+			return d, nil, err
+		}
 	}
 	if d.Enabled == nil {
 		enabled := true

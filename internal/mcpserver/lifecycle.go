@@ -6,7 +6,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-const pauseSessionDoc = `Pause a session you will need later: every process of it stops where it stands and keeps its memory (globals, imports, open files), without using CPU; its lifetime stops counting. resume_session continues it exactly where it was. A session paused for long is hibernated by the daemon (its files kept on disk, its memory dropped): resume_session then brings it back with its files and packages and a new interpreter. Fails while a call runs.`
+const pauseSessionDoc = `Pause a session you will need later: every process of it stops where it stands and keeps its memory (globals, imports, open files), without using CPU; its lifetime stops counting. resume_session continues it exactly where it was. A session paused for long is hibernated by the daemon (its files kept on disk, its memory dropped): resume_session then brings it back with its files and packages and a new interpreter. Where sandboxes cannot be frozen (the kubernetes runtime) a pause is such a hibernation at once: the answer's state says "hibernated". Fails while a call runs.`
 
 const resumeSessionDoc = `Resume a paused or hibernated session. Answers the session; its "memory" says what was kept: "kept" (from a pause: everything as it was) or "lost" (from a hibernation: files and installed packages are there, but globals and imports are not: run your setup code again).`
 

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,10 +43,12 @@ func New(c *client.Client, agent, version string, limits apitype.Limits) *mcp.Se
 	mcp.AddTool(s, &mcp.Tool{Name: "update_code_job", Description: "Change a job: only the fields given change. Setting enabled false pauses it; true resumes it. Answers the next five fire times."}, t.updateJob)
 	mcp.AddTool(s, &mcp.Tool{Name: "delete_code_job", Description: "Delete a job and its fire history (its runs stay in the ledger)."}, t.deleteJob)
 	mcp.AddTool(s, &mcp.Tool{Name: "get_code_job_history", Description: jobHistoryDoc}, t.jobHistory)
+	mcp.AddTool(s, &mcp.Tool{Name: "list_secrets", Description: listSecretsDoc}, t.listSecrets)
 	mcp.AddTool(s, &mcp.Tool{Name: "list_executions", Description: "List your past executions, newest first, with outcome and duration; filter by source (api, cli, mcp, job), outcome, code_name, job_id, and since and until (RFC 3339 times such as 2026-01-02T15:04:05Z, bounding the start). A next_cursor in the answer gets the next page (pass it as cursor)."}, t.listExecutions)
 	mcp.AddTool(s, &mcp.Tool{Name: "get_execution", Description: "Get one past execution in full: code, input, stdout, stderr, OUTPUT, outcome, the agent.* calls it made and its log lines."}, t.getExecution)
 	addSessionTools(s, t)
 	addWorkspaceTools(s, t)
+	addPortTools(s, t)
 	addLifecycleTools(s, t)
 	return s
 }
@@ -121,6 +124,7 @@ type RunCodeArgs struct {
 	Code         string   `json:"code" jsonschema:"the Python source to run"`
 	Input        any      `json:"input,omitempty" jsonschema:"any JSON value, given to the code as INPUT"`
 	Dependencies []string `json:"dependencies,omitempty" jsonschema:"pip requirements to install first, such as tabulate>=0.9"`
+	Template     string   `json:"template,omitempty" jsonschema:"run in a fresh sandbox of this template (list_templates names them) instead of the default environment"`
 	TimeoutMS    int64    `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds (the default and the maximum are in the tool's description)"`
 	NetworkAllow []string `json:"network_allow,omitempty" jsonschema:"hosts (api.example.com, *.example.com, with :PORT) and CIDRs this run may reach: narrows the server's network_allow (in the tool's description), never widens it"`
 	FileArgs
@@ -150,7 +154,7 @@ func (a FileArgs) runFiles() apitype.RunFiles {
 }
 
 func (t *tools) runCode(ctx context.Context, _ *mcp.CallToolRequest, a RunCodeArgs) (*mcp.CallToolResult, any, error) {
-	req := apitype.ExecuteRequest{Code: a.Code, Agent: t.agent, Dependencies: a.Dependencies, NetworkAllow: a.NetworkAllow, RunFiles: a.runFiles()}
+	req := apitype.ExecuteRequest{Code: a.Code, Agent: t.agent, Template: a.Template, Dependencies: a.Dependencies, NetworkAllow: a.NetworkAllow, RunFiles: a.runFiles()}
 	if a.Input != nil {
 		in, err := json.Marshal(a.Input)
 		if err != nil {
@@ -541,4 +545,34 @@ func toolPage(limit int, cursor string) (apitype.Page, error) {
 		limit = toolDefaultLimit
 	}
 	return apitype.Page{Limit: limit, Cursor: cursor}, nil
+}
+
+const listSecretsDoc = "List the secrets your code may use but never read: each one's name, the hosts it may be sent to and the header it goes in, never its value. " +
+	"Name one in a run's secrets and the code finds the environment variable of that name holding the placeholder sandpit-secret:NAME: use it as if it were the key " +
+	"(os.environ[\"NAME\"] in the header the secret is bound to), and the daemon puts the value in its place in a request to one of its hosts only."
+
+// ListSecretsArgs are list_secrets' arguments: none.
+type ListSecretsArgs struct{}
+
+func (t *tools) listSecrets(ctx context.Context, _ *mcp.CallToolRequest, _ ListSecretsArgs) (*mcp.CallToolResult, any, error) {
+	list, err := t.c.ListSecrets(ctx, t.agent)
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	type secret struct {
+		Name      string   `json:"name"`
+		Shared    bool     `json:"shared,omitempty"`
+		Hosts     []string `json:"hosts"`
+		Header    string   `json:"header"`
+		Format    string   `json:"format,omitempty"`
+		BasicUser string   `json:"basic_user,omitempty"`
+	}
+	out := []secret{}
+	for _, s := range list {
+		if s.Agent == "" && slices.ContainsFunc(list, func(o apitype.Secret) bool { return o.Agent != "" && o.Name == s.Name }) {
+			continue // the agent's own hides it
+		}
+		out = append(out, secret{Name: s.Name, Shared: s.Agent == "", Hosts: s.Hosts, Header: s.Header, Format: s.Format, BasicUser: s.BasicUser})
+	}
+	return nil, map[string]any{"secrets": out}, nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/mcpserver"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/secrets"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -54,7 +55,7 @@ func newAPI(t testing.TB, rt sandbox.Runtime, cfg engine.Config) (string, *store
 	svc := engine.NewService(rt, engine.Hooks{Recorder: st, Files: files}, cfg, nil)
 	lib := library.New(st, svc, 0)
 	api := httptest.NewServer(httpapi.NewHandler(httpapi.Backend{Executor: svc, Library: lib,
-		Jobs: jobs.New(st, lib, svc, jobs.Config{}, nil), Ledger: st, Files: files}, nil))
+		Jobs: jobs.New(st, lib, svc, jobs.Config{}, nil), Ledger: st, Files: files, Secrets: secrets.NewKeeper(st, testCipher(t))}, nil))
 	t.Cleanup(api.Close)
 	return api.URL, st
 }
@@ -123,7 +124,8 @@ func TestTools(t *testing.T) {
 		}
 	}
 	want := strings.Fields("run_code save_code update_code get_code list_code delete_code run_saved_code create_code_job list_code_jobs " +
-		"update_code_job delete_code_job get_code_job_history list_executions get_execution create_session run_in_session list_sessions close_session run_command read_file write_file list_files list_commands pause_session resume_session fork_session")
+		"update_code_job delete_code_job get_code_job_history list_executions get_execution create_session run_in_session list_sessions list_templates close_session run_command read_file write_file list_files list_commands list_secrets pause_session resume_session fork_session " +
+		"list_ports list_port_requests share_port list_shares revoke_share")
 	slices.Sort(names)
 	slices.Sort(want)
 	if !slices.Equal(names, want) {

@@ -19,7 +19,9 @@ import (
 // listed in res holds the same bytes (a figure also saved as figure-N.png: the file's content
 // shows it); its text/html (at most MaxEmbeddedBytes) as an embedded resource of MIME type
 // text/html, named sandpit://executions/{id}/results/{n}.html (n counts from 1; the URI names
-// the display, resources/read does not serve it). Their bytes together stay within
+// the display, resources/read does not serve it); a figure's chart as data (e2b/chart, at most
+// MaxEmbeddedBytes) named in the caption (`line chart "Sales" (2 series)`) and embedded as
+// application/json, sandpit://executions/{id}/results/{n}.chart.json. Their bytes together stay within
 // MaxResultFileBytes; what is left out is said in the caption.
 func resultContents(res apitype.Result) []mcp.Content {
 	files := map[string]bool{}
@@ -66,6 +68,16 @@ func resultContents(res apitype.Result) []mcp.Content {
 				rich = append(rich, &mcp.EmbeddedResource{Resource: &mcp.ResourceContents{
 					URI: fmt.Sprintf("%s%s/results/%d.html", fileURIPrefix, res.ID, i+1), MIMEType: "text/html", Text: html}})
 				budget -= len(html)
+			}
+		}
+		if chart := d.Data[apitype.ChartMIME]; len(chart) > 0 {
+			left = append(left, d.ChartSummary())
+			if len(chart) > MaxEmbeddedBytes || len(chart) > budget {
+				left = append(left, fmt.Sprintf("its chart's data of %d bytes left out (over the cap on embedded resources)", len(chart)))
+			} else {
+				rich = append(rich, &mcp.EmbeddedResource{Resource: &mcp.ResourceContents{
+					URI: fmt.Sprintf("%s%s/results/%d.chart.json", fileURIPrefix, res.ID, i+1), MIMEType: "application/json", Text: string(chart)}})
+				budget -= len(chart)
 			}
 		}
 		if d.Note != "" {

@@ -16,6 +16,7 @@ const runInSessionDoc = `Run Python code in a session started with create_sessio
 
 // CreateSessionArgs are create_session's arguments.
 type CreateSessionArgs struct {
+	Template      string   `json:"template,omitempty" jsonschema:"start the session from this template (list_templates names them) instead of the default environment"`
 	Dependencies  []string `json:"dependencies,omitempty" jsonschema:"pip requirements installed once for the session, such as tabulate>=0.9"`
 	IdleTimeoutMS int64    `json:"idle_timeout_ms,omitempty" jsonschema:"end the session after this long without a call, in milliseconds (default 600000)"`
 	MaxLifetimeMS int64    `json:"max_lifetime_ms,omitempty" jsonschema:"end the session this long after its start, in milliseconds (default and most 3600000)"`
@@ -36,11 +37,12 @@ func addSessionTools(s *mcp.Server, t *tools) {
 	mcp.AddTool(s, &mcp.Tool{Name: "create_session", Description: createSessionDoc}, t.createSession)
 	mcp.AddTool(s, &mcp.Tool{Name: "run_in_session", Description: runInSessionDoc + outcomesDoc}, t.runInSession)
 	mcp.AddTool(s, &mcp.Tool{Name: "list_sessions", Description: "List your sessions: the active ones (id, calls, when each expires) and those that ended while the daemon ran, with why they ended."}, t.listSessions)
+	mcp.AddTool(s, &mcp.Tool{Name: "list_templates", Description: listTemplatesDoc}, t.listTemplates)
 	mcp.AddTool(s, &mcp.Tool{Name: "close_session", Description: "Close a session: its interpreter and files are removed (a call still running is killed). Close sessions you no longer need: you may have only a few at once."}, t.closeSession)
 }
 
 func (t *tools) createSession(ctx context.Context, _ *mcp.CallToolRequest, a CreateSessionArgs) (*mcp.CallToolResult, any, error) {
-	d := apitype.SessionCreate{Dependencies: a.Dependencies, AutoResume: a.AutoResume}
+	d := apitype.SessionCreate{Template: a.Template, Dependencies: a.Dependencies, AutoResume: a.AutoResume}
 	if a.IdleTimeoutMS != 0 {
 		d.IdleTimeoutMS = &a.IdleTimeoutMS
 	}
@@ -94,4 +96,31 @@ func (t *tools) closeSession(ctx context.Context, _ *mcp.CallToolRequest, a Sess
 		return nil, nil, toolError(err)
 	}
 	return nil, info, nil
+}
+
+const listTemplatesDoc = `List the templates you may start sessions and runs from (the template argument of create_session and run_code): your own and the ones other agents share (named AGENT/NAME), each with its status (only ready ones start) and its spec: the Debian packages, Python packages and files it adds to the default environment.`
+
+// templateSummary is a template as list_templates answers it: no build log.
+type templateSummary struct {
+	Name    string               `json:"name"`
+	Version int                  `json:"version"`
+	Status  string               `json:"status"`
+	Error   string               `json:"error,omitempty"`
+	Spec    apitype.TemplateSpec `json:"spec"`
+}
+
+func (t *tools) listTemplates(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+	list, err := t.c.ListTemplates(ctx, t.agent)
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	out := make([]templateSummary, len(list))
+	for i, tm := range list {
+		name := tm.Name
+		if tm.Agent != t.agent {
+			name = tm.Agent + "/" + tm.Name
+		}
+		out[i] = templateSummary{Name: name, Version: tm.Version, Status: tm.Status, Error: tm.Error, Spec: tm.Spec}
+	}
+	return nil, map[string]any{"templates": out}, nil
 }

@@ -17,7 +17,7 @@ func TestInToolWords(t *testing.T) {
 	for _, c := range []struct{ daemon, want string }{
 		{`session not found: agent "a" has no session "se_1" (each agent sees only its own sessions: name the agent it was created for); POST /v1/agents/a/sessions creates a new one`,
 			"connect as the agent it was created for); create_session starts a new one"},
-		{(&sandbox.SessionLimitError{Agent: "a", Limit: 2, PerAgent: true}).Error(), "close one (close_session) or let one expire"},
+		{(&sandbox.SessionLimitError{Agent: "a", Limit: 2, PerAgent: true}).Error(), "close one (close_session), let one expire"},
 		{(&sandbox.SessionPausedError{ID: "se_1", Agent: "a", State: sandbox.SessionPaused}).Error(),
 			"resume it first (resume_session with id se_1), or create sessions with auto_resume so"},
 		{"fork it from a paused session; pause it first (POST /v1/agents/a/sessions/se_1/pause)", "pause it first (pause_session with id se_1)"},

@@ -17,6 +17,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/session"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -174,30 +175,46 @@ func (m *Metrics) WatchE2B(running, warm func() int) {
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_e2b_sandboxes", Help: "Sandboxes of the E2B API now (running or paused)."},
 			func() float64 { return float64(running()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_e2b_warm_sandboxes", Help: "Warm E2B sandboxes ready to hand out (e2b_pool)."},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_e2b_warm_sandboxes",
+			Help: "Warm sessions ready to hand out, to E2B sandboxes as to every door's (the session pool's, e2b_pool)."},
 			func() float64 { return float64(warm()) }),
+	)
+}
+
+// WatchPool reports the warm session pool (e2b_pool, session_pool_max): the sessions ready,
+// its target now, and the creations it served and missed.
+func (m *Metrics) WatchPool(stats func() session.PoolStats) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_session_pool_ready", Help: "Warm sessions ready to claim, their interpreter started."},
+			func() float64 { return float64(stats().Ready) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_session_pool_target", Help: "Warm sessions the pool aims to keep now (raised while creations outrun it)."},
+			func() float64 { return float64(stats().Target) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sandpit_session_pool_claims_total", Help: "Session creations served from the warm pool."},
+			func() float64 { return float64(stats().Claims) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sandpit_session_pool_misses_total", Help: "Session creations that found the warm pool empty."},
+			func() float64 { return float64(stats().Misses) }),
 	)
 }
 
 // WatchSessions adds the stateful sessions' gauges: active (running), paused and hibernated
 // sessions, the bytes each budget holds (sessions_paused_max_bytes, hibernated_max_bytes),
 // and the warm session sandboxes ready to claim (warm).
-func (m *Metrics) WatchSessions(active func() int, lifecycle func() engine.LifecycleStats, warm func() int) {
+func (m *Metrics) WatchSessions(stats func() session.Stats, warm func() int) {
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_warm_sessions",
 			Help: "Warm session sandboxes ready to claim, their executors started (warm_sessions)."},
 			func() float64 { return float64(warm()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_sessions_live", Help: "Sessions with a container now (running or paused)."},
-			func() float64 { return float64(active()) }),
+			func() float64 { return float64(stats().Active) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_sessions_paused", Help: "Paused sessions now."},
-			func() float64 { return float64(lifecycle().Paused) }),
+			func() float64 { return float64(stats().Paused) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_sessions_paused_bytes",
 			Help: "Memory the paused sessions count against sessions_paused_max_bytes."},
-			func() float64 { return float64(lifecycle().PausedBytes) }),
+			func() float64 { return float64(stats().PausedBytes) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_sessions_hibernated", Help: "Hibernated sessions now."},
-			func() float64 { return float64(lifecycle().Hibernated) }),
+			func() float64 { return float64(stats().Hibernated) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_sessions_hibernated_bytes",
 			Help: "Bytes of the hibernation files, against hibernated_max_bytes."},
-			func() float64 { return float64(lifecycle().HibernatedBytes) }),
+			func() float64 { return float64(stats().HibernatedBytes) }),
 	)
 }

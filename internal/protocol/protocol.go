@@ -31,8 +31,12 @@ import (
 // Version 3: runs carry input files and the charts switch, and their output files come back
 // as KindFile messages. Version 4: the egress proxy's connections (KindEgress*). Version 5: a
 // session's commands (KindCommand, KindProc*) and files by path (KindFile*); displays and
-// values (KindDisplay), the result's error and execution count.
-const Version = 5
+// values (KindDisplay), the result's error and execution count. Version 7: a session's ports
+// (KindPortOpen, KindPortOpened, KindPortList, KindPortListed). Version 8: a background
+// command's output stays in the box unless a reader is attached (KindProcAttach,
+// KindProcDetach, KindProcTail; the tail in KindProcEnded). Version 9: a session's directory
+// watchers (KindWatch, KindWatchStarted, KindWatchEvents, KindUnwatch, KindWatchEnded).
+const Version = 9
 
 // MaxFrame is the largest frame either side sends or accepts, in bytes. A run's code and input
 // (1 MiB each by default) must fit in one KindRun frame.
@@ -83,7 +87,15 @@ const (
 	KindProcInput   Kind = "proc_input"   // daemon → executor: ProcInput for process ID
 	KindProcSignal  Kind = "proc_signal"  // daemon → executor: ProcSignal for process ID
 	KindProcResize  Kind = "proc_resize"  // daemon → executor: ProcResize for process ID's terminal
-	KindProcAck     Kind = "proc_ack"     // executor → daemon: the input, signal or resize of ID was done (or Error, ErrorClass)
+	KindProcAck     Kind = "proc_ack"     // executor → daemon: the input, signal, resize, attach or detach of ID was done (or Error, ErrorClass)
+
+	// A background command (sandbox.CommandSpec.Background) keeps its latest output in the box
+	// (sandbox.ProcessTailBytes per stream) and sends it as KindStdout and KindStderr chunks
+	// only while the daemon has a reader attached; its KindProcEnded carries what the box kept
+	// (ProcTail, Reader ""). A foreground command's output is always sent.
+	KindProcAttach Kind = "proc_attach" // daemon → executor: ProcAttach: reader Reader reads process Proc's output from now on
+	KindProcDetach Kind = "proc_detach" // daemon → executor: ProcAttach: reader Reader reads process Proc's output no more
+	KindProcTail   Kind = "proc_tail"   // executor → daemon: ProcTail of process ID for the reader that attached, before any later chunk
 
 	// A session's files by path (session executors only); each request is answered by one
 	// KindFileReply with its ID.
@@ -95,6 +107,31 @@ const (
 	KindFileRename Kind = "file_rename" // daemon → executor: FileRename
 	KindFileRemove Kind = "file_remove" // daemon → executor: FileRemove
 	KindFileReply  Kind = "file_reply"  // executor → daemon: FileReply (or Error, ErrorClass)
+
+	// A session's ports (session executors only), reached from outside through the daemon: it
+	// asks for a connection to a port on the box's loopback as a stream whose number has
+	// PortStreamBit set (the executor numbers its own streams without it). The stream's bytes
+	// then travel as the egress proxy's do (KindEgressData, KindEgressAck, KindEgressClose),
+	// with ID PortOwner.
+	KindPortOpen   Kind = "port_open"   // daemon → executor: connect Egress.Stream to Egress.Port on the box's loopback
+	KindPortOpened Kind = "port_opened" // executor → daemon: Egress.Stream is connected, or refused (Egress.Refused, Error: why)
+	KindPortList   Kind = "port_list"   // daemon → executor: which of the session's ports listen?
+	KindPortListed Kind = "port_listed" // executor → daemon: the answer to port_list ID (Ports, or Error)
+
+	// A session's directory watchers (session executors only): the box watches with inotify
+	// and sends each change as it happens. ID is the watcher's ID.
+	KindWatch        Kind = "watch"         // daemon → executor: watch Watch as watcher ID
+	KindWatchStarted Kind = "watch_started" // executor → daemon: watcher ID watches, or does not (Error, ErrorClass)
+	KindWatchEvents  Kind = "watch_events"  // executor → daemon: WatchEvents of watcher ID, in order
+	KindUnwatch      Kind = "unwatch"       // daemon → executor: stop watcher ID
+	KindWatchEnded   Kind = "watch_ended"   // executor → daemon: watcher ID sends no more (Error: why, when not asked to stop)
+)
+
+// PortStreamBit marks the number of a stream the daemon opened to a session's port
+// (KindPortOpen); PortOwner is the ID of its messages.
+const (
+	PortStreamBit uint64 = 1 << 63
+	PortOwner            = "port"
 )
 
 // IsFileOp reports whether k is one of the daemon's file requests (KindFileRead …
@@ -162,6 +199,10 @@ type Message struct {
 	ProcInput   *ProcInput          `json:"proc_input,omitempty"`
 	ProcSignal  *ProcSignal         `json:"proc_signal,omitempty"`
 	ProcResize  *ProcResize         `json:"proc_resize,omitempty"`
+	ProcAttach  *ProcAttach         `json:"proc_attach,omitempty"`
+	// ProcTail is what the box kept of a background command's output: a KindProcTail
+	// message's, or a KindProcEnded message's at the command's end.
+	ProcTail *sandbox.ProcessTail `json:"proc_tail,omitempty"`
 
 	// A session's files: one struct per operation, and the reply.
 	FileRead   *sandbox.FileRead   `json:"file_read,omitempty"`
@@ -176,6 +217,13 @@ type Message struct {
 	// "invalid", "not found", "conflict", "too large"; "" for an internal failure).
 	ErrorClass string `json:"error_class,omitempty"`
 
+	// Ports answers KindPortList: the session's listening ports, by port.
+	Ports []sandbox.ListeningPort `json:"ports,omitempty"`
+
+	// Watch is a KindWatch's directory; WatchEvents a KindWatchEvents' changes.
+	Watch       *sandbox.WatchSpec   `json:"watch,omitempty"`
+	WatchEvents []sandbox.WatchEvent `json:"watch_events,omitempty"`
+
 	// Bytes are a KindEgressData message's bytes, at most EgressChunk. Such a message travels
 	// as a binary frame (see dataFrame), without ID.
 	Bytes []byte `json:"bytes,omitempty"`
@@ -183,9 +231,11 @@ type Message struct {
 
 // Egress is a KindEgress* message's stream header.
 type Egress struct {
-	// Stream numbers the connection within the session (chosen by the executor).
+	// Stream numbers the connection within the session (chosen by the executor; by the
+	// daemon, with PortStreamBit, for a port's).
 	Stream uint64 `json:"stream"`
-	// Host and Port are the destination a program asked the proxy for (KindEgressOpen).
+	// Host and Port are the destination a program asked the proxy for (KindEgressOpen); Port
+	// alone the session's port the daemon asks for (KindPortOpen).
 	Host string `json:"host,omitempty"`
 	Port int    `json:"port,omitempty"`
 	// Refused and Address answer KindEgressOpen: refused (Message.Error says why, as the
@@ -283,6 +333,14 @@ type ProcSignal struct {
 type ProcResize struct {
 	Proc string           `json:"proc"`
 	Size sandbox.TermSize `json:"size"`
+}
+
+// ProcAttach attaches reader Reader to process Proc (KindProcAttach: with the output kept
+// when Tail is set) or detaches it (KindProcDetach).
+type ProcAttach struct {
+	Proc   string `json:"proc"`
+	Reader string `json:"reader"`
+	Tail   bool   `json:"tail,omitempty"`
 }
 
 // FileReply answers a file request: Entry for a read, write, stat, mkdir or rename (the

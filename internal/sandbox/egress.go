@@ -16,14 +16,17 @@ type EgressPolicy interface {
 	// CheckAllow validates a request's network_allow: each entry must parse and lie within
 	// the configuration's list. The error names the bad entries.
 	CheckAllow(allow []string) error
-	// ForRun returns a run's dialer: the configuration's network_allow, narrowed by allow when
-	// it is not nil (CheckAllow has accepted it).
-	ForRun(allow []string) EgressRun
+	// ForRun returns a run's dialer: the configuration's network_allow, narrowed by each list
+	// of allow that is not nil (a session's, a request's: CheckAllow has accepted each).
+	ForRun(allow ...[]string) EgressRun
 	// ForInstall returns an install's dialer: the package index's hosts.
 	ForInstall() EgressRun
 	// ForWorkspace returns the dialer of a session's commands: what runs may reach and the
-	// package index's hosts (pip install in a command).
-	ForWorkspace() EgressRun
+	// package index's hosts (pip install in a command); with allow not nil (a session's
+	// narrowing, CheckAllow has accepted it), only what allow names. record, when not nil, is
+	// given each connection's record as it ends (a refused one at once): a session's commands,
+	// and what its calls left running, have no run whose result would carry them.
+	ForWorkspace(allow []string, record func(EgressConnection)) EgressRun
 }
 
 // EgressRun is one run's or install's dialer. Close ends its connections still open (the run

@@ -60,3 +60,28 @@ func (e *FieldError) Error() string {
 	}
 	return e.Field + ": " + e.Message
 }
+
+// CheckTimeout validates a request's timeout_ms against the daemon's max_timeout_ms (max):
+// 1 ..= max milliseconds. hint, in brackets at the end, says what to do instead ("omit it for
+// the default of 30000"). The one check of every interface's timeout_ms.
+func CheckTimeout(ms int64, max time.Duration, hint string) error {
+	if ms >= 1 && ms <= max.Milliseconds() {
+		return nil
+	}
+	msg := fmt.Sprintf("is %d; allowed range is 1 to %d milliseconds", ms, max.Milliseconds())
+	if hint != "" {
+		msg += " (" + hint + ")"
+	}
+	return &FieldError{Field: "timeout_ms", Message: msg}
+}
+
+// CheckEnv validates environment variables a request sets (field names them in the error):
+// a name is not empty and holds no '=' or NUL, a value holds no NUL.
+func CheckEnv(field string, env map[string]string) error {
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return &FieldError{Field: field, Message: fmt.Sprintf("%q is not a valid variable: a name without '=' or NUL, a value without NUL", k)}
+		}
+	}
+	return nil
+}

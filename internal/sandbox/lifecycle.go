@@ -124,6 +124,15 @@ type FilesBox interface {
 	RestoreFiles(ctx context.Context, r io.Reader) error
 }
 
+// SizedFilesBox is a FilesBox that can say, before writing it, how many bytes SaveFiles would
+// write now (without reading the files' bytes): a hibernation or fork is refused before a
+// byte of a file too large is written. Both runtimes' boxes are.
+type SizedFilesBox interface {
+	FilesBox
+	// FilesSize returns the bytes SaveFiles would write now. The box must be running.
+	FilesSize(ctx context.Context) (int64, error)
+}
+
 // HostFile is a stream for FilesBox.RestoreFiles that is also a whole file on the daemon's
 // host (a hibernation file), read from its start. A box may read the file at Path instead of
 // the stream, once Check has returned nil: Check waits for the file's integrity check and

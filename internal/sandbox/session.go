@@ -74,6 +74,7 @@ const (
 	EndIdleTimeout   = "idle_timeout"   // no call for its idle timeout
 	EndMaxLifetime   = "max_lifetime"   // it reached its maximum lifetime
 	EndDaemonStopped = "daemon_stopped" // the daemon stopped or restarted
+	EndDeadline      = "deadline"       // it reached its deadline (E2B's sandbox timeout)
 )
 
 // SessionInfo is a session's state. Its JSON form is the ledger's (REST writes
@@ -82,6 +83,9 @@ type SessionInfo struct {
 	// ID is "se_" and 26 lowercase base32 characters.
 	ID    string `json:"id"`
 	Agent string `json:"agent"`
+	// Template is the template the session started from (NAME or OWNER/NAME; "" for the
+	// daemon's own image).
+	Template string `json:"template,omitempty"`
 	// State is "active" or "ended"; EndReason (one of the End constants) and Reason say why
 	// an ended session ended.
 	State     string `json:"state"`
@@ -94,13 +98,21 @@ type SessionInfo struct {
 	Limits Limits `json:"limits"`
 	// Dependencies are the requirements installed for the session (absent when none).
 	Dependencies []DependencyStatus `json:"dependencies,omitempty"`
+	// NetworkAllow narrows the daemon's network_allow for everything the session sends out
+	// (its calls, its commands, the processes they leave running); nil: the daemon's list as
+	// it is, empty: nothing out. An empty list stays in the JSON (omitzero omits nil only): a
+	// hibernated session's record must not widen to the daemon's list when it is read back.
+	NetworkAllow []string `json:"network_allow,omitzero"`
 	// CreatedAt, LastUsedAt (the last call's end, or the creation) and ExpiresAt (when it
-	// ends if no call comes: the earlier of its idle timeout and lifetime) are RFC 3339, UTC;
-	// EndedAt is set once it ended.
+	// ends if no call comes: the earliest of its idle timeout, lifetime and deadline) are RFC
+	// 3339, UTC; EndedAt is set once it ended.
 	CreatedAt  time.Time  `json:"created_at"`
 	LastUsedAt time.Time  `json:"last_used_at"`
 	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
 	EndedAt    *time.Time `json:"ended_at,omitempty"`
+	// Deadline, when set, ends the session then whatever it does (or pauses it, with
+	// auto_pause); it can be moved (Session.SetDeadline). E2B's sandbox timeout.
+	Deadline *time.Time `json:"deadline,omitempty"`
 	// Calls counts the calls that ran, the one running now among them (and the one that ended
 	// the session); Busy says one runs now; Waiting how many wait.
 	Calls   int  `json:"calls"`
@@ -114,6 +126,9 @@ type SessionInfo struct {
 type SessionRequest struct {
 	// Agent owns the session; empty means "default".
 	Agent string
+	// Template names the template the session starts from (NAME, or OWNER/NAME of a shared
+	// one); "" is the daemon's own image.
+	Template string
 	// Dependencies are PEP 508 requirements installed once, when the session is created.
 	Dependencies []string
 	// IdleTimeoutMS ends the session after that long without a call; nil means
@@ -121,6 +136,14 @@ type SessionRequest struct {
 	// SessionConfig.MaxLifetime. Both are 1000 ..= SessionConfig.MaxLifetime.
 	IdleTimeoutMS *int64
 	MaxLifetimeMS *int64
+	// NetworkAllow narrows the daemon's network_allow for all the session sends out (nil:
+	// the daemon's list; empty: nothing out).
+	NetworkAllow []string
+	// Env is set for the session's commands (a command's own env wins). It is not recorded.
+	Env map[string]string
+	// Deadline, when set, ends (or, with auto_pause, pauses) the session then; it must lie
+	// within its maximum lifetime.
+	Deadline *time.Time
 	// SessionOptions are its lifecycle options (auto_resume, auto_pause).
 	SessionOptions
 }
@@ -189,12 +212,14 @@ func (e *SessionLimitError) Is(target error) bool { return target == errclass.Bu
 func (e *SessionLimitError) Error() string {
 	if e.PerAgent {
 		return fmt.Sprintf("agent %q has %d active sessions, its limit (sessions_per_agent); close one (DELETE …/sessions/{id}), "+
-			"hibernate one (POST …/sessions/{id}/hibernate: it keeps its state without a sandbox) or let one expire", e.Agent, e.Limit)
+			"hibernate one (POST …/sessions/{id}/hibernate: it keeps its state without a sandbox), let one expire, "+
+			"or raise sessions_per_agent in the daemon's configuration", e.Agent, e.Limit)
 	}
 	if e.Limit == 0 {
 		return "sessions are off on this daemon (sessions_max is 0)"
 	}
-	return fmt.Sprintf("the daemon has %d active sessions, its limit (sessions_max); close one or retry later", e.Limit)
+	return fmt.Sprintf("the daemon has %d active sessions, its limit (sessions_max); close one, retry later, "+
+		"or raise sessions_max in the daemon's configuration (each session holds a sandbox of memory_bytes)", e.Limit)
 }
 
 var sessionIDPattern = regexp.MustCompile(`^se_[a-z2-7]{26}$`)
@@ -212,3 +237,36 @@ func NewSessionID() string {
 // MaxSessionWaiting caps the calls that wait for one session's turn; one more gets a
 // *SessionBusyError at once.
 const MaxSessionWaiting = 8
+
+// CPUWeigher is a SessionBox whose weight in the host's CPU under contention can be changed
+// while it runs (the Docker runtime's; a pod's requests cannot change in place).
+type CPUWeigher interface {
+	// SetCPUWeight sets the box's relative CPU weight, in cgroup cpu.shares (2 to 262144;
+	// DefaultCPUWeight is a slot's and a new box's). Errors come from the engine.
+	SetCPUWeight(ctx context.Context, shares int64) error
+}
+
+// DefaultCPUWeight is the CPU weight of a box the daemon has not weighed (cgroup cpu.shares'
+// default).
+const DefaultCPUWeight = 1024
+
+// BoxStats is one sample of what a session's sandbox uses.
+type BoxStats struct {
+	// At is when the sample was read.
+	At time.Time
+	// CPUs is the box's CPU quota rounded up to whole CPUs; CPUPercent how much of the quota
+	// it used over the last second or so (0 to 100).
+	CPUs       int
+	CPUPercent float64
+	// MemoryBytes is its memory in use, not counting the page cache (MemoryCacheBytes);
+	// MemoryLimitBytes its memory limit.
+	MemoryBytes, MemoryCacheBytes, MemoryLimitBytes int64
+	// DiskBytes is what the session's home holds; DiskLimitBytes the home's size.
+	DiskBytes, DiskLimitBytes int64
+}
+
+// StatsReader is a SessionBox that can say what it uses (the Docker runtime's).
+type StatsReader interface {
+	// Stats reads one sample. Errors come from the engine.
+	Stats(ctx context.Context) (BoxStats, error)
+}

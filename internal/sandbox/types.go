@@ -43,6 +43,13 @@ type Request struct {
 	// NetworkAllow, when not nil, narrows the configuration's network_allow for this run
 	// (network "allowlist" only): each entry must lie within the configuration's list.
 	NetworkAllow []string
+	// Secrets names the secrets the run may use (network "allowlist" only; docs/secrets.md):
+	// its code sees each as the environment variable of its name holding a placeholder, which
+	// the egress proxy replaces with the value in a request to a host the secret is bound to.
+	Secrets []string
+	// Internal: a session's call made by the daemon itself, not the user's (see Spec.Internal).
+	// No client sets it.
+	Internal bool
 }
 
 // Source names where an execution came from (Origin.Source).
@@ -286,7 +293,8 @@ type Result struct {
 	// Error is the uncaught exception that ended the program (absent when none did;
 	// SystemExit is an exit, not an error).
 	Error *ExecError `json:"error,omitempty"`
-	// ExecutionCount numbers a session's calls (1 for its first); 0 for a one-shot run.
+	// ExecutionCount numbers a session's calls (1 for its first), the daemon's own
+	// (Spec.Internal) left out; 0 for a one-shot run and for such a call.
 	ExecutionCount int `json:"execution_count,omitempty"`
 }
 
@@ -345,12 +353,21 @@ type Spec struct {
 	// Plain runs the code as a plain script: no results (the last expression's value, displays)
 	// and no IPython syntax (docs/notebook.md); false runs it as a notebook cell.
 	Plain bool `json:"plain,omitempty"`
+	// SecretEnv are the run's secrets' placeholders by environment variable (never a value),
+	// and SecretCA the PEM of the CA that signs the certificates the egress proxy presents for
+	// their hosts: the bootstrap sets both before the code starts (docs/secrets.md).
+	SecretEnv map[string]string `json:"secret_env,omitempty"`
+	SecretCA  string            `json:"secret_ca,omitempty"`
 	// CallBytes caps one agent.* call's arguments, for the program's own check (0: no calls).
 	CallBytes int `json:"call_bytes,omitempty"`
 	// Session runs the code as a call in the slot's session interpreter, whose globals,
 	// imports and working directory persist from call to call (see package executor), instead
 	// of in a fresh program.
 	Session bool `json:"session,omitempty"`
+	// Internal marks a session's call as the daemon's own, not the user's (the first call
+	// that starts the interpreter, one that sets a sandbox's environment): it takes no
+	// execution count, so the user's first call is 1 (Result.ExecutionCount is 0 for it).
+	Internal bool `json:"internal,omitempty"`
 	// Calls answers the program's agent.* calls while it runs; nil refuses them. It is not
 	// sent to the executor.
 	Calls func(ctx context.Context, call Call) (json.RawMessage, error) `json:"-"`
@@ -452,4 +469,22 @@ type EgressConnection struct {
 	// Install marks a connection of the install of the run's dependencies (pip's, to the
 	// package index), listed before the program's own.
 	Install bool `json:"install,omitempty"`
+}
+
+// DefaultLimits are the per-run limits of the seed configuration: 512 MiB of memory, 1 MiB of
+// stdout, stderr and OUTPUT, 64 MiB files, 256 open files, 64 processes, and 64 output files
+// of 8 MiB each, 16 MiB in all.
+func DefaultLimits() Limits {
+	return Limits{
+		MemoryBytes:      512 << 20,
+		StdoutBytes:      1 << 20,
+		StderrBytes:      1 << 20,
+		OutputBytes:      1 << 20,
+		FileSizeBytes:    64 << 20,
+		OpenFiles:        256,
+		Processes:        64,
+		OutputFiles:      64,
+		OutputFileBytes:  8 << 20,
+		OutputFilesBytes: 16 << 20,
+	}
 }

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"net"
 	"regexp"
 	"strings"
 	"time"
@@ -27,6 +28,9 @@ type CommandSpec struct {
 	Argv []string `json:"argv"`
 	// Cwd is the working directory (the session's view; "" is SessionHome).
 	Cwd string `json:"cwd,omitempty"`
+	// AnyCwd lets Cwd name any directory of the box the session's user may enter and read
+	// ("/" too, as E2B's commands and terminals); without it Cwd lies under SessionHome.
+	AnyCwd bool `json:"any_cwd,omitempty"`
 	// Env is added to the command's minimal environment (nothing of the daemon's).
 	Env map[string]string `json:"env,omitempty"`
 	// TimeoutMS kills a foreground command and every process it started after that long; 0
@@ -44,14 +48,44 @@ type CommandSpec struct {
 	// killed with outcome output_limit.
 	StdoutBytes int64 `json:"stdout_bytes,omitempty"`
 	StderrBytes int64 `json:"stderr_bytes,omitempty"`
+	// Background keeps the command's output in the box, the latest ProcessTailBytes of each
+	// stream, and passes it on only while a reader is attached (Workspace.AttachProcess): a
+	// command no one reads costs the daemon nothing per byte. A foreground command's output
+	// is always passed on.
+	Background bool `json:"background,omitempty"`
+	// Processes and OpenFiles are the per-run limits of processes (of the session's uid;
+	// under gVisor, of the command's own) and of each process's open files (0: none): a
+	// fork storm fails inside the command, never ending the session.
+	Processes int64 `json:"processes,omitempty"`
+	OpenFiles int64 `json:"open_files,omitempty"`
 }
 
+// ProcessTailBytes is how much of a background command's latest output its box keeps, per
+// stream, for a reader that attaches later.
+const ProcessTailBytes = 64 << 10
+
 // ProcessEvent is one event of a command's process: a chunk of its output (Stream "stdout"
-// or "stderr", Data), or its end (End set; the last event).
+// or "stderr", Data), what its box kept of its output (Tail, for the reader that attached,
+// before any output passed on after it), or its end (End set; the last event; for a
+// background command with Tail, what the box kept at its end, Reader "").
 type ProcessEvent struct {
-	Stream Stream      `json:"stream,omitempty"`
-	Data   string      `json:"data,omitempty"`
-	End    *ProcessEnd `json:"end,omitempty"`
+	Stream Stream       `json:"stream,omitempty"`
+	Data   string       `json:"data,omitempty"`
+	Tail   *ProcessTail `json:"tail,omitempty"`
+	End    *ProcessEnd  `json:"end,omitempty"`
+}
+
+// ProcessTail is what a background command's box kept of its latest output (at most
+// ProcessTailBytes of each stream, starting on a character), and how much it wrote in all:
+// the bytes written before Stdout that were not kept are StdoutBytes-len(Stdout).
+type ProcessTail struct {
+	// Reader is the reader that attached (Workspace.AttachProcess); Stdout and Stderr are
+	// empty when it asked for no tail.
+	Reader      string `json:"reader,omitempty"`
+	Stdout      string `json:"stdout,omitempty"`
+	Stderr      string `json:"stderr,omitempty"`
+	StdoutBytes int64  `json:"stdout_bytes"`
+	StderrBytes int64  `json:"stderr_bytes"`
 }
 
 // Workspace is a session box's commands and files (implemented by the session's sandbox).
@@ -67,6 +101,13 @@ type Workspace interface {
 	ProcessInput(ctx context.Context, id string, data []byte, closeStdin bool) error
 	SignalProcess(ctx context.Context, id, signal string) error
 	ResizeProcess(ctx context.Context, id string, size TermSize) error
+	// AttachProcess makes reader a reader of background process id: its sink gets a Tail
+	// event for reader (with the output kept when tail is set), then the output the process
+	// writes, until DetachProcess. Output passes over the line only while a reader is
+	// attached. An ended process is of class not found (its end, with its tail, is on its
+	// way).
+	AttachProcess(ctx context.Context, id, reader string, tail bool) error
+	DetachProcess(ctx context.Context, id, reader string) error
 
 	ReadFile(ctx context.Context, op FileRead) (FileContent, error)
 	WriteFile(ctx context.Context, op FileWrite) (FileEntry, error)
@@ -78,6 +119,64 @@ type Workspace interface {
 	// SetEgress sets the dialer of the connections its commands open through the egress
 	// proxy (network "allowlist"; nil: none), and of its interpreter's between calls.
 	SetEgress(d EgressDialer)
+
+	// DialPort connects to port on the box's loopback (a server the session runs), through
+	// the executor: the box has no other network. Errors: a *PortError (nothing listens
+	// there), or one wrapping ErrNotReady when the sandbox is gone.
+	DialPort(ctx context.Context, port int) (net.Conn, error)
+	// ListeningPorts lists the TCP ports the session's processes listen on, by port.
+	ListeningPorts(ctx context.Context) ([]ListeningPort, error)
+
+	// WatchDir watches spec as watcher id, with inotify in the box: sink gets its events in
+	// order, from one goroutine, as they happen, until stop is called; a watcher that ends
+	// without stop (the box ended) gets a last call with end set. Errors: of class invalid
+	// (a path outside the home), not found (a missing directory), conflict (the box's
+	// watcher cap), or wrapping ErrNotReady.
+	WatchDir(ctx context.Context, id string, spec WatchSpec, sink func(events []WatchEvent, end error)) (stop func(), err error)
+}
+
+// ListeningPort is a TCP port a session's process listens on, reachable through the daemon
+// when it listens on the box's loopback or on every address.
+type ListeningPort struct {
+	Port int `json:"port"`
+	// Address is where it listens: "127.0.0.1", "::1", "0.0.0.0" or "::".
+	Address string `json:"address"`
+}
+
+// PortError refuses a connection to a session's port: nothing listens there, or the port is
+// not the session's to serve. Transports answer 502 Bad Gateway with its text.
+type PortError struct {
+	Port int
+	// Why is the executor's reason ("connection refused: nothing listens on port 8000").
+	Why string
+}
+
+func (e *PortError) Error() string { return e.Why }
+
+// PortRequest is the ledger's record of one request to a session's port (a WebSocket is one
+// request, from its upgrade to its close).
+type PortRequest struct {
+	// ID is "rq_" and 26 lowercase base32 characters, given by the ledger as it records it.
+	ID        string `json:"id,omitempty"`
+	SessionID string `json:"session_id"`
+	Agent     string `json:"agent"`
+	Port      int    `json:"port"`
+	Method    string `json:"method"`
+	// Path is the path on the port's server, its first 1024 bytes.
+	Path string `json:"path"`
+	// Status is the HTTP status the client got (101 for a WebSocket; 0 when none was sent).
+	Status int `json:"status"`
+	// Client is who sent it: the remote address.
+	Client    string `json:"client"`
+	WebSocket bool   `json:"websocket,omitempty"`
+	// BytesIn is what the client sent (its body, or its WebSocket frames), BytesOut what it
+	// got, in bytes.
+	BytesIn    int64     `json:"bytes_in"`
+	BytesOut   int64     `json:"bytes_out"`
+	StartedAt  time.Time `json:"started_at"`
+	DurationMS int64     `json:"duration_ms"`
+	// Error is why the proxy failed it, "" when the server answered.
+	Error string `json:"error,omitempty"`
 }
 
 // WorkspaceEgressOwner is the owner the executor gives a connection of a session's uid while
@@ -106,7 +205,8 @@ type ProcessInfo struct {
 	StartedAt time.Time   `json:"started_at"`
 	EndedAt   *time.Time  `json:"ended_at,omitempty"`
 	End       *ProcessEnd `json:"end,omitempty"`
-	// StdoutBytes and StderrBytes count what it wrote (what reached the daemon).
+	// StdoutBytes and StderrBytes count what it wrote: of a background command, as of its
+	// last reader's attach or what has reached the daemon since (its box keeps the count).
 	StdoutBytes int64 `json:"stdout_bytes"`
 	StderrBytes int64 `json:"stderr_bytes"`
 }
@@ -115,6 +215,13 @@ type ProcessInfo struct {
 // nothing.
 type CommandRecorder interface {
 	RecordCommand(ctx context.Context, agent string, p ProcessInfo) error
+}
+
+// SessionEgressRecorder keeps the ledger of the outbound connections of a session's commands
+// and of what its calls left running (network "allowlist"; a call's own are in its run's
+// record): one record as each ends. The store implements it; nil records nothing.
+type SessionEgressRecorder interface {
+	RecordSessionEgress(ctx context.Context, agent, sessionID string, c EgressConnection) error
 }
 
 // TermSize is a terminal's size in characters.
@@ -235,7 +342,7 @@ type FileListing struct {
 }
 
 // FileContent is a FileRead's answer: the bytes, and the file's size. Release, when set,
-// frees what the read holds in the daemon's budget of reads (see engine.Sessions.ReadFile):
+// frees what the read holds in the daemon's budget of reads (see session.Session.ReadFile):
 // call Done once the answer is written.
 type FileContent struct {
 	Entry   FileEntry `json:"entry"`
@@ -258,6 +365,14 @@ var processIDPattern = regexp.MustCompile(`^pr_[a-z2-7]{26}$`)
 
 // ValidProcessID reports whether id has the form of a process ID.
 func ValidProcessID(id string) bool { return processIDPattern.MatchString(id) }
+
+var shareIDPattern = regexp.MustCompile(`^sh_[a-z2-7]{26}$`)
+
+// ValidShareID reports whether id has the form of a port share's ID.
+func ValidShareID(id string) bool { return shareIDPattern.MatchString(id) }
+
+// NewShareID returns a new port share ID: "sh_" and 26 lowercase base32 characters.
+func NewShareID() string { return "sh_" + NewSessionID()[3:] }
 
 // NewProcessID returns a new process ID: "pr_" and 26 lowercase base32 characters.
 func NewProcessID() string { return "pr_" + NewSessionID()[3:] }

@@ -13,9 +13,19 @@ var _ sandbox.CommandRecorder = (*Store)(nil)
 // maxCommandText is how much of a command line the ledger keeps, in bytes.
 const maxCommandText = 4096
 
+// commandOverheadBytes is what a command's record counts besides its text columns: the row's
+// other columns and its entries in session_commands' indexes.
+const commandOverheadBytes = 256
+
+// commandBytes is what a command's record counts against ledger_max_bytes (session_commands.
+// bytes; migration 23 counts old records the same way).
+func commandBytes(id, session, agent, command, info string) int64 {
+	return int64(commandOverheadBytes + len(id) + len(session) + len(agent) + len(command) + len(info))
+}
+
 // RecordCommand records a session's command that ended (sandbox.CommandRecorder): its command
 // line (the first maxCommandText bytes; a longer one with CommandTruncated set), exit, signal,
-// outcome, duration and bytes written.
+// outcome, duration and bytes written. It counts in the ledger's bytes, in agent's share.
 func (s *Store) RecordCommand(ctx context.Context, agent string, p sandbox.ProcessInfo) error {
 	if len(p.Command) > maxCommandText {
 		p.Command, p.CommandTruncated = strings.ToValidUTF8(p.Command[:maxCommandText], ""), true
@@ -31,11 +41,56 @@ func (s *Store) RecordCommand(ctx context.Context, agent string, p sandbox.Proce
 	if p.End != nil {
 		end = *p.End
 	}
-	_, err = s.w.ExecContext(ctx, `INSERT INTO session_commands (id, session_id, agent, command, started_at, duration_ms, exit_code, signal,
-		outcome, stdout_bytes, stderr_bytes, info) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	size := commandBytes(p.ID, p.SessionID, agent, p.Command, string(raw))
+	if _, err = s.w.ExecContext(ctx, `INSERT INTO session_commands (id, session_id, agent, command, started_at, duration_ms, exit_code, signal,
+		outcome, stdout_bytes, stderr_bytes, info, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		p.ID, p.SessionID, agent, p.Command, ms(p.StartedAt), end.DurationMS, end.ExitCode, nullString(end.Signal),
-		string(end.Outcome), p.StdoutBytes, p.StderrBytes, string(raw))
-	return err
+		string(end.Outcome), p.StdoutBytes, p.StderrBytes, string(raw), size); err != nil {
+		return err
+	}
+	s.ledger.add(size)
+	return nil
+}
+
+// pruneCommandsByCount keeps at most max session commands, fairly between agents: only
+// agents with more than their share (fairLevel over the counts) lose their oldest ones, so
+// that one agent's flood of commands never pushes another's history out.
+func (s *Store) pruneCommandsByCount(ctx context.Context, tx *Tx, max int) error {
+	rows, err := tx.QueryContext(ctx, `SELECT agent, count(*) FROM session_commands GROUP BY agent`)
+	if err != nil {
+		return err
+	}
+	held := map[string]int64{}
+	var total int64
+	for rows.Next() {
+		var (
+			agent string
+			n     int64
+		)
+		if err := rows.Scan(&agent, &n); err != nil {
+			rows.Close()
+			return err
+		}
+		held[agent], total = n, total+n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if total <= int64(max) {
+		return nil
+	}
+	level := fairLevel(held, int64(max))
+	for agent, n := range held {
+		if n <= level {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM session_commands WHERE id IN (
+			SELECT id FROM session_commands WHERE agent = ? ORDER BY started_at DESC, id DESC `+s.noLimit()+` OFFSET ?)`, agent, level); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SessionCommands returns a page of the recorded commands of agent's session id, newest

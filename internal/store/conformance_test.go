@@ -43,6 +43,7 @@ var conformance = []struct {
 	{"OverlapIsDecidedFromTheSharedLedger", TestOverlapIsDecidedFromTheSharedLedger},
 	{"SessionLedger", TestSessionLedger},
 	{"SessionCommandsRecordedAndPruned", TestSessionCommandsRecordedAndPruned},
+	{"SessionCommandsCountInTheLedgerFairly", TestSessionCommandsCountInTheLedgerFairly},
 	{"JobQuotas", TestJobQuotas},
 	{"PruneByBytesOldestFirst", TestPruneByBytesOldestFirst},
 	{"PruneByBytesKeepsTheNewestRecord", TestPruneByBytesKeepsTheNewestRecord},
@@ -55,6 +56,9 @@ var conformance = []struct {
 	{"JobFiresCountInTheLedger", TestJobFiresCountInTheLedger},
 	{"NotebookResultsAreKept", TestNotebookResultsAreKept},
 	{"APIKeys", TestAPIKeys},
+	{"PortRequestsRecordedAndPruned", TestPortRequestsRecordedAndPruned},
+	{"PortShares", TestPortShares},
+	{"SecretsAreSealedAndScoped", TestSecretsAreSealedAndScoped},
 }
 
 // onPostgres says whether t is a case TestPostgres runs.

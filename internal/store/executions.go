@@ -511,17 +511,45 @@ func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 			n, _ := res.RowsAffected()
 			deleted += n
 		}
-		// A session's commands are kept as long as the executions are, by age and count.
+		// A session's commands are kept as long as the executions are, by age and count (fairly
+		// between agents), and count in the ledger's bytes (pruneBytes).
 		if r.MaxAge > 0 {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM session_commands WHERE started_at < ?`, s.now().Add(-r.MaxAge).UnixMilli()); err != nil {
 				return err
 			}
 		}
 		if r.MaxCount > 0 {
-			if _, err := tx.ExecContext(ctx, `DELETE FROM session_commands WHERE id IN (
-				SELECT id FROM session_commands ORDER BY started_at DESC, id DESC `+s.noLimit()+` OFFSET ?)`, r.MaxCount); err != nil {
+			if err := s.pruneCommandsByCount(ctx, tx, r.MaxCount); err != nil {
 				return err
 			}
+		}
+		// The requests to sessions' ports are kept by age and count (each at most about 2 KiB);
+		// expired shares go.
+		if r.MaxAge > 0 {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM port_requests WHERE started_at < ?`, s.now().Add(-r.MaxAge).UnixMilli()); err != nil {
+				return err
+			}
+		}
+		if r.MaxCount > 0 {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM port_requests WHERE id IN (
+				SELECT id FROM port_requests ORDER BY started_at DESC, id DESC `+s.noLimit()+` OFFSET ?)`, r.MaxCount); err != nil {
+				return err
+			}
+		}
+		// So are the connections of sessions' commands (each at most about 2 KiB).
+		if r.MaxAge > 0 {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM session_egress WHERE started_at < ?`, s.now().Add(-r.MaxAge).UnixMilli()); err != nil {
+				return err
+			}
+		}
+		if r.MaxCount > 0 {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM session_egress WHERE id IN (
+				SELECT id FROM session_egress ORDER BY started_at DESC, id DESC `+s.noLimit()+` OFFSET ?)`, r.MaxCount); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM port_shares WHERE expires_at <= ?`, s.now().UnixMilli()); err != nil {
+			return err
 		}
 		if r.MaxCount > 0 {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM job_fires WHERE execution_id IN (
@@ -560,10 +588,12 @@ func (s *Store) Prune(ctx context.Context, r Retention) (int, error) {
 	if err == nil && s.files != nil {
 		s.files.forget(freed, gone)
 	}
+	// Commands and job fires pruned by bytes free pages too, with no record deleted.
+	shrank := err == nil && total < s.ledger.used.Load()
 	if err == nil {
 		s.ledger.used.Store(total)
 	}
-	if err == nil && deleted > 0 {
+	if err == nil && (deleted > 0 || shrank) {
 		s.reclaim(ctx)
 	}
 	return int(deleted), err

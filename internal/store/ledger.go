@@ -21,9 +21,10 @@ import (
 // signals PruneDue, and Prune deletes records until the ledger is back under LedgerLowWater
 // percent of the budget, so that it prunes once per tenth of the budget written rather than
 // after every run; fairly between agents (see pruneBytes). Job fires count too: a fire that
-// started a run in that run's record, one that started none in job_fires.bytes. Prune's work
-// is one sum by agent over execution_bytes (a narrow table) and over the fires that started no
-// run, and a walk of the oldest records it deletes, never a read of every record.
+// started a run in that run's record, one that started none in job_fires.bytes; so do a
+// session's commands (session_commands.bytes). Prune's work is one sum by agent over
+// execution_bytes (a narrow table), over the fires that started no run and over the commands,
+// and a walk of the oldest records it deletes, never a read of every record.
 
 // recordOverheadBytes is what a record counts besides its columns' bytes: the row's other
 // columns and its entries in the executions indexes. logLineOverheadBytes is the same for each
@@ -124,13 +125,14 @@ type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-// agentsBytes returns the ledger's bytes by agent: its finished records (execution_bytes) and
-// its job fires that started no run.
+// agentsBytes returns the ledger's bytes by agent: its finished records (execution_bytes), its
+// job fires that started no run and its sessions' commands.
 func agentsBytes(ctx context.Context, db querier) (map[string]int64, error) {
 	held := map[string]int64{}
 	for _, q := range []string{
 		`SELECT agent, sum(bytes) FROM execution_bytes GROUP BY agent`,
 		`SELECT agent, sum(bytes) FROM job_fires WHERE execution_id IS NULL GROUP BY agent`,
+		`SELECT agent, sum(bytes) FROM session_commands GROUP BY agent`,
 	} {
 		rows, err := db.QueryContext(ctx, q)
 		if err != nil {
@@ -174,52 +176,70 @@ func fairLevel(held map[string]int64, target int64) int64 {
 	return sizes[len(sizes)-1]
 }
 
-// pruneCursor is where pruneAgent's walk over an agent's records, oldest first, stands.
+// pruneCursor is where pruneAgent's walk over an agent's records and commands, oldest first,
+// stands.
 type pruneCursor struct {
 	agent   string // whose records it walks
 	at      int64  // the last record read: its started_at
 	id      string // and its id
 	started bool   // a record has been read
-	done    bool   // the walk reached the newest finished record, or the end
+	done    bool   // the walk reached the end
 }
 
-// next reads the batch of up to pruneBatch records of c.agent after c, oldest first, and returns the
-// finished ones to delete, until their bytes reach excess, and those bytes. It stops at newest
-// (which is kept) and moves c past what it read.
-func (c *pruneCursor) next(ctx context.Context, tx *Tx, newest string, excess int64) ([]any, int64, error) {
-	q, args := `SELECT e.id, e.started_at, e.status, b.bytes FROM executions e JOIN execution_bytes b ON b.execution_id = e.id
-		WHERE e.agent = ?`, []any{c.agent}
+// pruned is what a batch of pruneCursor.next deletes: records and commands, by ID.
+type pruned struct {
+	records, commands []any
+}
+
+// next reads the batch of up to pruneBatch records and commands of c.agent after c, oldest
+// first, and returns the finished records but newest (which is kept), and the commands, to
+// delete, until their bytes reach excess, and those bytes. It moves c past what it read.
+func (c *pruneCursor) next(ctx context.Context, tx *Tx, newest string, excess int64) (pruned, int64, error) {
+	after, args := "", []any{c.agent}
 	if c.started {
-		q, args = q+` AND (e.started_at, e.id) > (?, ?)`, append(args, c.at, c.id)
+		after, args = ` AND (started_at, id) > (?, ?)`, append(args, c.at, c.id)
 	}
-	rows, err := tx.QueryContext(ctx, q+` ORDER BY e.started_at, e.id LIMIT ?`, append(args, pruneBatch)...)
+	// Each kind's oldest pruneBatch, then the oldest pruneBatch of both: each arm walks its
+	// index and the sort is of 2*pruneBatch rows at most.
+	q := `SELECT kind, id, started_at, status, bytes FROM (
+			SELECT 'e' AS kind, e.id AS id, e.started_at AS started_at, e.status AS status, b.bytes AS bytes
+			FROM executions e JOIN execution_bytes b ON b.execution_id = e.id
+			WHERE e.agent = ?` + strings.ReplaceAll(after, "(started_at, id)", "(e.started_at, e.id)") + ` ORDER BY e.started_at, e.id LIMIT ?) x
+		UNION ALL
+		SELECT kind, id, started_at, status, bytes FROM (
+			SELECT 'c' AS kind, id, started_at, 'finished' AS status, bytes FROM session_commands
+			WHERE agent = ?` + after + ` ORDER BY started_at, id LIMIT ?) y
+		ORDER BY started_at, id LIMIT ?`
+	arm := append(args, pruneBatch)
+	args = append(append(slices.Clone(arm), arm...), pruneBatch)
+	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, 0, err
+		return pruned{}, 0, err
 	}
 	defer rows.Close()
 	var (
-		batch []any
+		batch pruned
 		freed int64
 		read  int
 	)
 	for rows.Next() {
 		var (
-			id, status string
-			bytes      int64
+			kind, id, status string
+			bytes            int64
 		)
-		if err := rows.Scan(&id, &c.at, &status, &bytes); err != nil {
-			return nil, 0, err
+		if err := rows.Scan(&kind, &id, &c.at, &status, &bytes); err != nil {
+			return pruned{}, 0, err
 		}
 		read++
 		c.id, c.started = id, true
-		if id == newest {
-			c.done = true
-			break
-		}
-		if status != StatusFinished {
+		switch {
+		case kind == "c":
+			batch.commands = append(batch.commands, id)
+		case id == newest || status != StatusFinished:
 			continue
+		default:
+			batch.records = append(batch.records, id)
 		}
-		batch = append(batch, id)
 		freed += bytes
 		if freed >= excess {
 			break
@@ -227,7 +247,7 @@ func (c *pruneCursor) next(ctx context.Context, tx *Tx, newest string, excess in
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, 0, err
+		return pruned{}, 0, err
 	}
 	if read < pruneBatch {
 		c.done = true
@@ -238,8 +258,8 @@ func (c *pruneCursor) next(ctx context.Context, tx *Tx, newest string, excess in
 // pruneBytes deletes, in tx, finished records and job fires until the ledger's bytes are under
 // LedgerLowWater percent of max, fairly between agents: only agents over their share (see
 // fairLevel) lose anything, each its own job fires that started no run first, then its own
-// oldest finished records, never its newest finished record (a record larger than the whole
-// budget is kept until the agent's next one finishes). So one agent's runs never push another
+// oldest finished records and commands, never its newest finished record (a record larger
+// than the whole budget is kept until the agent's next one finishes). So one agent's runs never push another
 // agent's records out while that agent keeps within its share. It returns how many records it
 // deleted and the bytes the ledger holds after.
 func (s *Store) pruneBytes(ctx context.Context, tx *Tx, max int64) (int64, int64, error) {
@@ -270,8 +290,8 @@ func (s *Store) pruneBytes(ctx context.Context, tx *Tx, max int64) (int64, int64
 }
 
 // pruneAgent deletes, in tx, agent's job fires that started no run, oldest first, then its
-// oldest finished records but its newest, until excess bytes are freed or nothing is left. It
-// returns the records deleted and the bytes freed.
+// oldest finished records but its newest and its oldest commands, by age, until excess bytes
+// are freed or nothing is left. It returns the records deleted and the bytes freed.
 func (s *Store) pruneAgent(ctx context.Context, tx *Tx, agent string, excess int64) (int64, int64, error) {
 	var freed int64
 	for excess > 0 {
@@ -306,9 +326,7 @@ func (s *Store) pruneAgent(ctx context.Context, tx *Tx, agent string, excess int
 	var newest string
 	// "<> 'running'" rather than "= 'finished'", which made SQLite sort the agent's records.
 	if err := tx.QueryRowContext(ctx, `SELECT id FROM executions WHERE agent = ? AND status <> 'running'
-		ORDER BY started_at DESC, id DESC LIMIT 1`, agent).Scan(&newest); errors.Is(err, sql.ErrNoRows) {
-		return 0, freed, nil // only running records, which are never pruned
-	} else if err != nil {
+		ORDER BY started_at DESC, id DESC LIMIT 1`, agent).Scan(&newest); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return 0, 0, err
 	}
 	var deleted int64
@@ -319,14 +337,20 @@ func (s *Store) pruneAgent(ctx context.Context, tx *Tx, agent string, excess int
 			return 0, 0, err
 		}
 		freed, excess = freed+n, excess-n
-		if len(batch) == 0 {
+		if len(batch.commands) > 0 {
+			in := `(?` + strings.Repeat(", ?", len(batch.commands)-1) + `)`
+			if _, err := tx.ExecContext(ctx, `DELETE FROM session_commands WHERE id IN `+in, batch.commands...); err != nil {
+				return 0, 0, err
+			}
+		}
+		if len(batch.records) == 0 {
 			continue
 		}
-		in := `(?` + strings.Repeat(", ?", len(batch)-1) + `)`
-		if _, err := tx.ExecContext(ctx, `DELETE FROM job_fires WHERE execution_id IN `+in, batch...); err != nil {
+		in := `(?` + strings.Repeat(", ?", len(batch.records)-1) + `)`
+		if _, err := tx.ExecContext(ctx, `DELETE FROM job_fires WHERE execution_id IN `+in, batch.records...); err != nil {
 			return 0, 0, err
 		}
-		res, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE status = 'finished' AND id IN `+in, batch...)
+		res, err := tx.ExecContext(ctx, `DELETE FROM executions WHERE status = 'finished' AND id IN `+in, batch.records...)
 		if err != nil {
 			return 0, 0, err
 		}

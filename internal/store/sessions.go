@@ -41,6 +41,11 @@ func (s *Store) EndSession(ctx context.Context, info sandbox.SessionInfo) error 
 	}
 	_, err = s.w.ExecContext(ctx, `UPDATE sessions SET ended_at = ?, end_reason = ?, reason = ?, info = ?, hibernated_at = NULL WHERE id = ?`,
 		ms(ended), info.EndReason, info.Reason, string(raw), info.ID)
+	if err != nil {
+		return err
+	}
+	// Its port shares end with it (a share is also refused once its session is not live).
+	_, err = s.w.ExecContext(ctx, `DELETE FROM port_shares WHERE session_id = ?`, info.ID)
 	return err
 }
 
@@ -107,6 +112,11 @@ func (s *Store) endSessions(ctx context.Context, cond string, args ...any) (int,
 	if err != nil {
 		return 0, err
 	}
+	// The port shares of the sessions ended go with them.
+	if _, err := s.w.ExecContext(ctx, `DELETE FROM port_shares WHERE NOT EXISTS (
+		SELECT 1 FROM sessions s WHERE s.id = port_shares.session_id AND s.ended_at IS NULL)`); err != nil {
+		return 0, err
+	}
 	n, err := r.RowsAffected()
 	return int(n), err
 }
@@ -118,7 +128,7 @@ func sessionColumn(id string) sql.NullString {
 
 // UpdateSession records an open session's state as it is now (sandbox.HibernationLedger):
 // paused, active again, or hibernated (then hibernated_at is set, and the session outlives
-// this daemon).
+// this daemon), or handed from the warm pool to its agent.
 func (s *Store) UpdateSession(ctx context.Context, info sandbox.SessionInfo) error {
 	info.ExpiresAt = nil
 	raw, err := json.Marshal(info)
@@ -129,8 +139,8 @@ func (s *Store) UpdateSession(ctx context.Context, info sandbox.SessionInfo) err
 	if info.State == sandbox.SessionHibernated && info.Hibernation != nil {
 		hibernated = ms(info.Hibernation.At)
 	}
-	r, err := s.w.ExecContext(ctx, `UPDATE sessions SET info = ?, hibernated_at = ?, daemon = ? WHERE id = ? AND ended_at IS NULL`,
-		string(raw), hibernated, nullString(s.daemon), info.ID)
+	r, err := s.w.ExecContext(ctx, `UPDATE sessions SET info = ?, agent = ?, hibernated_at = ?, daemon = ? WHERE id = ? AND ended_at IS NULL`,
+		string(raw), info.Agent, hibernated, nullString(s.daemon), info.ID)
 	if err != nil {
 		return err
 	}

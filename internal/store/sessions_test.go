@@ -183,3 +183,78 @@ func TestSessionHibernationLedger(t *testing.T) {
 		t.Fatalf("UpdateSession of an ended session: %v", err)
 	}
 }
+
+// H82: a session's commands count in ledger_max_bytes and go with their agent's share, by
+// bytes and by count. Before, they counted nowhere and were pruned by ledger_max_executions
+// only, newest first across agents: one agent's flood of 300 commands of 4000-byte lines
+// pushed every other agent's command history out.
+func TestSessionCommandsCountInTheLedgerFairly(t *testing.T) {
+	s := open(t)
+	ctx := t.Context()
+	base := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
+	command := func(agent, se string, at time.Time, line string) {
+		t.Helper()
+		p := sandbox.ProcessInfo{ID: sandbox.NewProcessID(), SessionID: se, Command: line, State: "ended", StartedAt: at,
+			End: &sandbox.ProcessEnd{Outcome: sandbox.OutcomeOK, DurationMS: 1}}
+		if err := s.RecordCommand(ctx, agent, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alice, mallory := sandbox.NewSessionID(), sandbox.NewSessionID()
+	for i := range 3 {
+		command("alice", alice, base.Add(time.Duration(i)*time.Second), fmt.Sprintf("echo alice %d", i))
+	}
+	before := s.LedgerBytes()
+	const flood = 300
+	for i := range flood {
+		command("mallory", mallory, base.Add(time.Minute+time.Duration(i)*25*time.Millisecond), "echo "+strings.Repeat("y", 4000))
+	}
+	if grown := s.LedgerBytes() - before; grown < flood*4000 {
+		t.Fatalf("%d commands of 4000 bytes grew the ledger's bytes by %d; want at least %d", flood, grown, flood*4000)
+	}
+	counted := s.LedgerBytes()
+	if err := s.countLedgerBytes(ctx); err != nil || s.LedgerBytes() != counted {
+		t.Fatalf("recounted, the ledger holds %d bytes (%v); want the %d counted as they were written", s.LedgerBytes(), err, counted)
+	}
+	aliceHas := func() int {
+		t.Helper()
+		list, _, err := s.SessionCommands(ctx, "alice", alice, Page{Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list)
+	}
+	malloryKeeps := func() []sandbox.ProcessInfo {
+		t.Helper()
+		list, _, err := s.SessionCommands(ctx, "mallory", mallory, Page{Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return list
+	}
+
+	// By bytes: a budget of a hundred of mallory's commands.
+	max := counted / 3
+	if _, err := s.Prune(ctx, Retention{MaxBytes: max}); err != nil {
+		t.Fatal(err)
+	}
+	if n := aliceHas(); n != 3 {
+		t.Errorf("alice keeps %d of her 3 commands after mallory's flood; want all", n)
+	}
+	kept := malloryKeeps()
+	if s.LedgerBytes() > max/100*LedgerLowWater || len(kept) == 0 || len(kept) >= flood {
+		t.Fatalf("after Prune: the ledger holds %d bytes, mallory %d commands; want at most %d bytes, mallory's newest kept",
+			s.LedgerBytes(), len(kept), max/100*LedgerLowWater)
+	}
+	if newest := base.Add(time.Minute + (flood-1)*25*time.Millisecond); !kept[0].StartedAt.Equal(newest) {
+		t.Errorf("mallory's newest command left is of %v; want %v (the oldest go first)", kept[0].StartedAt, newest)
+	}
+
+	// By count: 20 commands in all, mallory past its share.
+	if _, err := s.Prune(ctx, Retention{MaxCount: 20}); err != nil {
+		t.Fatal(err)
+	}
+	if n, m := aliceHas(), len(malloryKeeps()); n != 3 || m != 17 {
+		t.Errorf("after pruning to 20 commands: alice keeps %d, mallory %d; want 3 and 17", n, m)
+	}
+}

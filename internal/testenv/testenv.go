@@ -12,13 +12,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/moby/moby/client"
 	"go.uber.org/goleak"
+
+	"github.com/sandpit-dev/sandpit/internal/runtime/boxspec"
 )
 
 // OfflineBase is the image scripts/offline-base-image.sh builds.
@@ -125,12 +129,19 @@ func Cleanup() {
 	}
 }
 
-// Main runs the tests of a package that uses the engine, then checks with goleak that they
+// Main takes a block of uids for the process's daemons (see UIDBlock), runs the tests of a package that uses the
+// engine, then checks with goleak that they
 // left no goroutine behind, and cleans up; TestMain exits with its code. The shared Docker
 // client keeps idle connections (each with net/http's read and write goroutines) for the next
 // test: they are closed first, so that what goleak finds is what the code left. Streams still
 // open are not idle and stay.
 func Main(m *testing.M) int {
+	// The daemons its tests start as commands, or from SANDPIT_* settings, take a block of
+	// the process's (see UIDBlock); a test that makes a runtime's configuration takes its own.
+	processBlockOnce.Do(func() { processBlock, processBlockLock, processBlockErr = lockUIDBlock() })
+	if processBlockErr == nil {
+		os.Setenv("SANDPIT_UID_BLOCK", strconv.Itoa(int(processBlock)))
+	}
 	code := m.Run()
 	if api != nil {
 		api.Close()
@@ -213,4 +224,58 @@ func Logger() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+var (
+	processBlockOnce sync.Once
+	processBlock     boxspec.UIDBlock
+	processBlockErr  error
+	// processBlockLock is the process's block's locked file, referenced so that no finalizer
+	// closes it.
+	processBlockLock *os.File
+)
+
+// UIDBlock locks a block of the sandbox image's uids for one runtime of t, one of 1 to
+// boxspec.UIDBlocks-1 (0 is the default of a developer's own daemon), released when t ends,
+// by an exclusive lock on a file in /tmp. Tests of several packages run at once (the Docker and
+// the Kubernetes suites share the host's kernel), and a package runs several runtimes at once;
+// Linux counts a uid's processes across every container: with one block, a fork storm held at
+// its cap in one runtime's box made a fork fail in another's. With every block held, it waits
+// for one.
+func UIDBlock(t testing.TB) boxspec.UIDBlock {
+	t.Helper()
+	b, f, err := lockUIDBlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return b
+}
+
+// lockUIDBlock takes the first free block, trying each once, then waits for one chosen by
+// the process's pid. The block is held until the returned file is closed.
+func lockUIDBlock() (boxspec.UIDBlock, *os.File, error) {
+	open := func(b int) (*os.File, error) {
+		return os.OpenFile(fmt.Sprintf("/tmp/sandpit-test-uid-block-%d.lock", b), os.O_CREATE|os.O_RDWR, 0o600)
+	}
+	for b := 1; b < boxspec.UIDBlocks; b++ {
+		f, err := open(b)
+		if err != nil {
+			return 0, nil, fmt.Errorf("locking a uid block: %w", err)
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			return boxspec.UIDBlock(b), f, nil
+		}
+		f.Close()
+	}
+	b := 1 + os.Getpid()%(boxspec.UIDBlocks-1)
+	f, err := open(b)
+	if err != nil {
+		return 0, nil, fmt.Errorf("locking a uid block: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return 0, nil, fmt.Errorf("locking uid block %d: %w", b, err)
+	}
+	return boxspec.UIDBlock(b), f, nil
 }

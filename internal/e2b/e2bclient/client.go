@@ -10,6 +10,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -18,6 +20,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -496,4 +499,68 @@ func (s *Conn) follow(ctx context.Context, procedure string, msg any, onStart fu
 // Signal sends process pid SIGNAL_SIGTERM or SIGNAL_SIGKILL (process.Process/SendSignal).
 func (s *Conn) Signal(ctx context.Context, pid uint32, signal string) error {
 	return s.Unary(ctx, "/process.Process/SendSignal", map[string]any{"process": map[string]any{"pid": pid}, "signal": signal}, &struct{}{})
+}
+
+// StartProcess starts a process with msg, E2B's StartRequest ({"process": {"cmd", "args",
+// "cwd", …}, "pty": {"size": …}}), and follows it to its end, as the SDKs' commands.run and
+// pty.create do.
+func (s *Conn) StartProcess(ctx context.Context, msg any, onStart func(pid uint32)) (CommandResult, error) {
+	return s.follow(ctx, "/process.Process/Start", msg, onStart)
+}
+
+// FileURL composes a signed file URL as the SDKs' download_url (op "read") and upload_url
+// (op "write") do: the sandbox URL's origin, /files, the path and E2B's v1 signature of the
+// path, the operation, the default user ("") and the access token, expiring at expiry (Unix
+// seconds; 0: never).
+func (s *Conn) FileURL(path, op string, expiry int64) (string, error) {
+	base, err := url.Parse(s.c.SandboxURL)
+	if err != nil {
+		return "", err
+	}
+	raw := path + ":" + op + "::" + s.Token
+	q := url.Values{"path": {path}}
+	if expiry != 0 {
+		raw += ":" + strconv.FormatInt(expiry, 10)
+		q.Set("signature_expiration", strconv.FormatInt(expiry, 10))
+	}
+	sum := sha256.Sum256([]byte(raw))
+	q.Set("signature", "v1_"+strings.TrimRight(base64.StdEncoding.EncodeToString(sum[:]), "="))
+	return base.Scheme + "://" + base.Host + "/files?" + q.Encode(), nil
+}
+
+// FetchURL sends method to u with body (nil: none; a POST is multipart with one part named
+// file, as upload_url expects) and no header of E2B's: what a browser or curl given a signed
+// URL does. It returns the answer's body.
+func (c *Client) FetchURL(ctx context.Context, method, u, name string, body []byte) ([]byte, error) {
+	var (
+		rd io.Reader
+		ct string
+	)
+	if body != nil {
+		var buf bytes.Buffer
+		mw := multipart.NewWriter(&buf)
+		fw, err := mw.CreateFormFile("file", name)
+		if err != nil {
+			return nil, err
+		}
+		_, _ = fw.Write(body)
+		_ = mw.Close()
+		rd, ct = &buf, mw.FormDataContentType()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, err
+	}
+	if ct != "" {
+		req.Header.Set("Content-Type", ct)
+	}
+	resp, err := c.http().Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return nil, errorOf(resp)
+	}
+	return io.ReadAll(resp.Body)
 }

@@ -9,20 +9,41 @@ import (
 	"strings"
 )
 
-// The sandbox image's users: slot N runs as UIDBase+N (MaxSlots of them), session i after the
-// slots as UIDBase+MaxSlots+i (MaxSessions of them); InstallerUID installs dependencies into
-// PackagesDir. The image's Dockerfile makes them (its build arguments carry these numbers).
+// The sandbox image's users, in UIDBlocks blocks of UIDBlockSize uids from UIDBase: in a block,
+// slot N runs as its first uid plus N (MaxSlots of them), session i after the slots
+// (MaxSessions of them); InstallerUID installs dependencies into PackagesDir. The image's
+// Dockerfile makes them (its build arguments carry these numbers).
 const (
 	UIDBase      = 10000
 	MaxSlots     = 64
 	MaxSessions  = 64
+	UIDBlockSize = MaxSlots + MaxSessions
+	UIDBlocks    = 32
 	InstallerUID = 9999
 )
+
+// UIDBlock is which block of the image's uids a runtime's boxes run as (0 to UIDBlocks-1).
+// Linux counts a uid's processes (RLIMIT_NPROC) across every container that shares the host's
+// user namespace, Docker's and a Kubernetes node's alike, so two runtimes on one kernel (two
+// daemons on one host, or a daemon beside a test cluster) that used the same uids would let a
+// fork storm held at its cap in one box make forks fail in the other's: each takes a block of
+// its own (the daemon's setting uid_block).
+type UIDBlock int
+
+// Slot is the uid slot n of b runs as.
+func (b UIDBlock) Slot(n int) int { return UIDBase + int(b)*UIDBlockSize + n }
+
+// Session is the uid session box i of b runs as.
+func (b UIDBlock) Session(i int) int { return b.Slot(MaxSlots + i) }
 
 // Paths in the sandbox image: the executor binary, the pid file the executor writes under
 // its default run root (/sandbox), and where installed dependencies live.
 const (
-	ExecutorPath    = "/opt/sandpit/sandpit-executor"
+	ExecutorPath = "/opt/sandpit/sandpit-executor"
+	// IdleArg is the executor's argument for its mode that waits until it is signalled (its
+	// IdleMode, which the executor's binary cannot import from here): a Docker box's own
+	// process.
+	IdleArg         = "idle"
 	ExecutorPIDFile = "/sandbox/executor.pid"
 	PackagesDir     = "/opt/sandpit/packages"
 )
@@ -61,7 +82,7 @@ type ForkServer struct {
 
 // Executor is how a box's executor is started.
 type Executor struct {
-	// UID is the uid its one slot runs as (UIDBase+slot, or a session's).
+	// UID is the uid its one slot runs as (UIDBlock.Slot or UIDBlock.Session).
 	UID int
 	// ForkServer starts runs as forks of a fork server that imported Preload, replaced after
 	// ForkServerMaxRuns runs (0: never).

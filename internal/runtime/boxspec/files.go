@@ -3,6 +3,7 @@ package boxspec
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 )
@@ -32,6 +33,27 @@ func SaveFiles(log *slog.Logger, dir string, run func(cmd []string) error) error
 // trial, 2 December 2026).
 func SaveFilesCommand(dir string) []string {
 	return []string{"tar", "--numeric-owner", "--sparse", "-C", dir, "-cf", "-", "."}
+}
+
+// FilesSizeCommand is the command that writes to its stdout the bytes SaveFilesCommand would
+// write for dir now, as GNU tar counts them on a line "Total bytes written: N (…)": an archive
+// made to /dev/null, whose files' bytes tar does not read (its headers, sparse maps and sizes
+// are the same).
+func FilesSizeCommand(dir string) []string {
+	return []string{"sh", "-c", `tar --numeric-owner --sparse --totals -C "$1" -cf /dev/null . 2>&1 | grep '^Total bytes written: '`, "sh", dir}
+}
+
+// FilesSize runs FilesSizeCommand for dir with run (as SaveFiles does) and returns the count.
+func FilesSize(dir string, run func(cmd []string, stdout io.Writer) error) (int64, error) {
+	var out strings.Builder
+	if err := run(FilesSizeCommand(dir), &out); err != nil {
+		return 0, fmt.Errorf("counting the session's files: %w", err)
+	}
+	var n int64
+	if _, err := fmt.Sscanf(strings.TrimSpace(out.String()), "Total bytes written: %d", &n); err != nil {
+		return 0, fmt.Errorf("counting the session's files: tar answered %.200q: %w", out.String(), err)
+	}
+	return n, nil
 }
 
 // ExitError is a command run in a box over the engine's exec that exited non-zero.

@@ -2,6 +2,7 @@ package boxspec
 
 import (
 	"context"
+	"net"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/control"
@@ -41,6 +42,14 @@ func (s SessionLine) ResizeProcess(ctx context.Context, id string, size sandbox.
 	return s.Line.ResizeProcess(ctx, id, size)
 }
 
+func (s SessionLine) AttachProcess(ctx context.Context, id, reader string, tail bool) error {
+	return s.Line.AttachProcess(ctx, id, reader, tail)
+}
+
+func (s SessionLine) DetachProcess(ctx context.Context, id, reader string) error {
+	return s.Line.DetachProcess(ctx, id, reader)
+}
+
 func (s SessionLine) ReadFile(ctx context.Context, op sandbox.FileRead) (sandbox.FileContent, error) {
 	return s.Line.ReadFile(ctx, op)
 }
@@ -67,6 +76,21 @@ func (s SessionLine) RenameFile(ctx context.Context, op sandbox.FileRename) (san
 
 func (s SessionLine) RemoveFile(ctx context.Context, op sandbox.FileRemove) error {
 	return s.Line.RemoveFile(ctx, op)
+}
+
+// DialPort connects to a port on the session box's loopback (see sandbox.Workspace).
+func (s SessionLine) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	return s.Line.DialPort(ctx, port)
+}
+
+// ListeningPorts lists the ports the session's processes listen on.
+func (s SessionLine) ListeningPorts(ctx context.Context) ([]sandbox.ListeningPort, error) {
+	return s.Line.ListeningPorts(ctx)
+}
+
+// WatchDir watches a directory of the session's box (see sandbox.Workspace).
+func (s SessionLine) WatchDir(ctx context.Context, id string, spec sandbox.WatchSpec, sink func([]sandbox.WatchEvent, error)) (func(), error) {
+	return s.Line.WatchDir(ctx, id, spec, sink)
 }
 
 // SetEgress sets the dialer of the session's commands' connections.

@@ -153,8 +153,11 @@ func (b Box) spec(img Image, dataDir string, slot int) (*container.Config, *cont
 		}},
 	}
 	cfg := &container.Config{
-		Image:      img.Tag,
-		Cmd:        []string{"sleep", "infinity"},
+		Image: img.Tag,
+		// The container's own process, as root: sandpit's executor waiting, never a program
+		// of the image (a template's steps may replace sleep, or set an entrypoint).
+		Entrypoint: []string{boxspec.ExecutorPath},
+		Cmd:        []string{boxspec.IdleArg},
 		User:       "0",
 		WorkingDir: "/sandbox",
 		Labels: map[string]string{

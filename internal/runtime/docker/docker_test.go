@@ -26,12 +26,17 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
-var api client.APIClient
+// api is the engine's client, set once by the first testConfig (tests run in parallel).
+var (
+	apiOnce sync.Once
+	api     client.APIClient
+)
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 func testConfig(t testing.TB, dataDir string) docker.Config {
-	api = testenv.DockerClient(t)
+	c := testenv.DockerClient(t)
+	apiOnce.Do(func() { api = c })
 	return docker.Config{
 		DataDir: dataDir,
 		Recipe: docker.Recipe{
@@ -45,6 +50,7 @@ func testConfig(t testing.TB, dataDir string) docker.Config {
 			TmpBytes: 256 << 20, RunDirBytes: 256 << 20, Network: "full",
 		},
 		Slots:      4,
+		UIDBlock:   testenv.UIDBlock(t),
 		ReadyWait:  30 * time.Second,
 		ForkServer: boxspec.ForkServer{Enabled: true, Preload: config.DefaultPreload(), MaxRuns: 1000},
 	}
@@ -74,6 +80,7 @@ func startRuntime(t testing.TB, mutate func(*docker.Config)) (*docker.Runtime, d
 // TestConformanceDocker runs the suite against both ways a run starts: a fresh interpreter,
 // and a fork of the fork server with the default preload.
 func TestConformanceDocker(t *testing.T) {
+	t.Parallel() // the package's long suites run beside each other: they mostly wait
 	// Two minutes for the fork servers: the default preload (IPython's shell included) took
 	// over one on a loaded two-CPU machine.
 	conformance(t, 2*time.Minute, false, nil)
@@ -82,6 +89,7 @@ func TestConformanceDocker(t *testing.T) {
 // TestConformanceRunsc runs the suite with every slot's container under gVisor (runsc), the
 // stronger boundary, when the engine has it registered (CI requires it).
 func TestConformanceRunsc(t *testing.T) {
+	t.Parallel()
 	name := testenv.ContainerRuntime(t, "runsc")
 	conformance(t, 2*time.Minute, true, func(cfg *docker.Config) {
 		cfg.Box.Runtime, cfg.Box.Network = name, "none"
@@ -99,6 +107,7 @@ func TestConformanceRunsc(t *testing.T) {
 func conformance(t *testing.T, ready time.Duration, slowWrites bool, mutate func(*docker.Config)) {
 	for _, start := range []sandbox.Start{sandbox.StartCold, sandbox.StartFork} {
 		t.Run(string(start), func(t *testing.T) {
+			t.Parallel()
 			rt, _ := startRuntime(t, func(cfg *docker.Config) {
 				cfg.ForkServer.Enabled = start == "fork"
 				if mutate != nil {

@@ -10,9 +10,11 @@ import (
 	"strings"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/runtime/boxspec"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -32,11 +34,61 @@ var (
 // stops first: a frozen executor answers no ping.
 func (b *sessionBox) Pause(ctx context.Context) error {
 	b.Line.Suspend()
-	if _, err := b.r.api.ContainerPause(ctx, b.containerID, client.ContainerPauseOptions{}); err != nil {
+	if err := freeze(ctx, b.r.api, b.containerID, freezeWait); err != nil {
 		b.Line.Resume()
-		return fmt.Errorf("pausing session container %s: %w", shortID(b.containerID), err)
+		return err
 	}
 	return nil
+}
+
+// A freeze the engine could not finish is tried again: on a busy machine the cgroup freezer
+// may not settle in runc's time ("unable to freeze", about one pause in seven at load 10).
+// Each failed try is thawed (it may have frozen some of the processes), then, after a wait
+// that doubles from freezeWait, tried again, freezeTries times in all (about 3 s of waits).
+const (
+	freezeTries = 5
+	freezeWait  = 200 * time.Millisecond
+)
+
+// freezer is what freeze asks of the engine.
+type freezer interface {
+	ContainerPause(ctx context.Context, id string, opts client.ContainerPauseOptions) (client.ContainerPauseResult, error)
+	ContainerUnpause(ctx context.Context, id string, opts client.ContainerUnpauseOptions) (client.ContainerUnpauseResult, error)
+}
+
+// freeze pauses container id, trying a failed freeze again (see freezeTries); an error that
+// no try would mend (the container is gone, or not running) is answered at once.
+func freeze(ctx context.Context, api freezer, id string, wait time.Duration) error {
+	start := time.Now()
+	for try := 1; ; try++ {
+		_, err := api.ContainerPause(ctx, id, client.ContainerPauseOptions{})
+		if err == nil {
+			return nil
+		}
+		if !freezeMayMend(err) || ctx.Err() != nil {
+			return fmt.Errorf("pausing session container %s: %w", shortID(id), err)
+		}
+		// Thaw what the failed try froze; "not paused" is what a clean failure answers.
+		_, _ = api.ContainerUnpause(context.WithoutCancel(ctx), id, client.ContainerUnpauseOptions{})
+		if try == freezeTries {
+			return errclass.Wrap(errclass.Unavailable, fmt.Errorf("pausing session container %s: the engine could not freeze its processes in %d tries over %s "+
+				"(the machine is likely too busy for the freezer to settle); the session runs on: try again later: %w",
+				shortID(id), try, time.Since(start).Round(100*time.Millisecond), err))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pausing session container %s: %w (after %d tries: %w)", shortID(id), ctx.Err(), try, err)
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
+}
+
+// freezeMayMend says whether another try may succeed where the engine answered err: not when
+// the container is gone, not running or paused already, nor when the request was refused.
+func freezeMayMend(err error) bool {
+	return !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) && !cerrdefs.IsInvalidArgument(err) &&
+		!cerrdefs.IsNotImplemented(err) && !cerrdefs.IsPermissionDenied(err) && !cerrdefs.IsUnauthorized(err)
 }
 
 // Unpause thaws the session's container (sandbox.PausableBox), waits until the engine reports
@@ -65,10 +117,29 @@ func (b *sessionBox) Unpause(ctx context.Context) error {
 	return nil
 }
 
-// SaveFiles writes the session's home to w as a tar stream (sandbox.FilesBox), read as
-// root in the container (boxspec.SaveFiles). The container must be running.
+// SaveFiles writes the session's home to w as a tar stream (sandbox.FilesBox), read in the
+// container (boxspec.SaveFiles) as its files' reader (see filesUser). The container must be
+// running.
 func (b *sessionBox) SaveFiles(ctx context.Context, w io.Writer) error {
-	return boxspec.SaveFiles(b.log, sandbox.SessionHome, func(cmd []string) error { return b.exec(ctx, "0", cmd, nil, w) })
+	return boxspec.SaveFiles(b.log, sandbox.SessionHome, func(cmd []string) error { return b.exec(ctx, b.filesUser(), cmd, nil, w) })
+}
+
+// FilesSize returns the bytes SaveFiles would write now (sandbox.SizedFilesBox), counted in the
+// container (boxspec.FilesSize) as its files' reader (see filesUser). The container must be
+// running.
+func (b *sessionBox) FilesSize(ctx context.Context) (int64, error) {
+	return boxspec.FilesSize(sandbox.SessionHome, func(cmd []string, w io.Writer) error { return b.exec(ctx, b.filesUser(), cmd, nil, w) })
+}
+
+// filesUser is who reads the session's files for SaveFiles and FilesSize: root in a box of
+// sandpit's image (every file, whatever its mode), the session's user in a template's, whose
+// tar the template's steps may have replaced: nothing of a template's image runs as root.
+func (b *sessionBox) filesUser() string {
+	if !b.templateImage {
+		return "0"
+	}
+	uid := strconv.Itoa(b.r.cfg.UIDBlock.Session(b.uid))
+	return uid + ":" + uid
 }
 
 // RestoreFiles unpacks a stream of SaveFiles into the session's home (sandbox.FilesBox), as
@@ -84,7 +155,7 @@ func (b *sessionBox) RestoreFiles(ctx context.Context, r io.Reader) error {
 		}
 		b.r.inboxUnusable(err)
 	}
-	uid := strconv.Itoa(UIDBase + MaxSlots + b.uid)
+	uid := strconv.Itoa(b.r.cfg.UIDBlock.Session(b.uid))
 	cmd := []string{"tar", "--no-same-owner", "--no-overwrite-dir", "-C", sandbox.SessionHome, "-xpf", "-"}
 	if err := b.exec(ctx, uid+":"+uid, cmd, r, io.Discard); err != nil {
 		return fmt.Errorf("restoring the session's files: %w", err)

@@ -27,9 +27,6 @@ import (
 //go:embed Dockerfile
 var dockerfile []byte
 
-// UIDBase is the uid of slot 0 in the image; slot N runs as UIDBase+N.
-const UIDBase = boxspec.UIDBase
-
 // MaxSlots is how many slot users the image has.
 const MaxSlots = boxspec.MaxSlots
 
@@ -169,9 +166,10 @@ func (img Image) Build(ctx context.Context, api client.APIClient, progress io.Wr
 		BuildArgs: map[string]*string{
 			"BASE_IMAGE":    ptr(img.BaseImage),
 			"PACKAGES":      ptr(strings.Join(img.Packages, " ")),
-			"UID_BASE":      ptr(strconv.Itoa(UIDBase)),
+			"UID_BASE":      ptr(strconv.Itoa(boxspec.UIDBase)),
 			"SLOT_USERS":    ptr(strconv.Itoa(MaxSlots)),
 			"SESSION_USERS": ptr(strconv.Itoa(MaxSessions)),
+			"UID_BLOCKS":    ptr(strconv.Itoa(boxspec.UIDBlocks)),
 		},
 		Labels: map[string]string{labelManaged: "1"},
 	})

@@ -131,7 +131,7 @@ func (b *sessionBox) restoreInPlace(ctx context.Context, hf sandbox.HostFile) er
 	if err := os.Chmod(link, 0o444); err != nil {
 		return fmt.Errorf("%w: %w", errInboxUnusable, err)
 	}
-	uid := strconv.Itoa(UIDBase + MaxSlots + b.uid)
+	uid := strconv.Itoa(b.r.cfg.UIDBlock.Session(b.uid))
 	cmd := []string{"sh", "-c", `test -r "$1" || exit 111; exec tar --no-same-owner --no-overwrite-dir -C "$2" -xpf "$1"`,
 		"sh", path.Join(InboxDir, inboxFile), sandbox.SessionHome}
 	err := b.exec(ctx, uid+":"+uid, cmd, nil, io.Discard)

@@ -7,8 +7,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/control"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/session"
+	"github.com/sandpit-dev/sandpit/internal/session/sessiontest"
 )
 
 // inboxMount returns the session container's mount at docker.InboxDir ("" for none) and
@@ -41,20 +46,38 @@ func inboxMount(t *testing.T, e *sessionEnv) (string, bool) {
 	return "", false
 }
 
-// hibernateAndResume writes agent pat's session id's files (writeFiles), hibernates and
-// resumes it, and checks the files came back.
-func hibernateAndResume(t *testing.T, e *sessionEnv, id string) {
+// lifecycleSessions is startSessions with pauses and hibernations on (the session suite's
+// configuration), its hibernation files in dir, and a heartbeat of 200 ms that gives up after
+// 2 s (a paused session must outlive several of those).
+func lifecycleSessions(t *testing.T, dir string, mutate ...func(*docker.Config)) *sessionEnv {
+	t.Helper()
+	return startSessions(t, sessiontest.Config(dir), append([]func(*docker.Config){func(c *docker.Config) {
+		c.Control = control.Options{HeartbeatInterval: 200 * time.Millisecond, HeartbeatTimeout: 2 * time.Second}
+	}}, mutate...)...)
+}
+
+// call runs code as s's next call with timeout.
+func call(s *session.Session, code string, timeout time.Duration) (sandbox.Result, error) {
+	ms := timeout.Milliseconds()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
+	defer cancel()
+	return s.Execute(ctx, sandbox.Request{Code: code, TimeoutMS: &ms}, true, nil)
+}
+
+// hibernateAndResume writes a file in s, hibernates and resumes it, and checks the file came
+// back.
+func hibernateAndResume(t *testing.T, e *sessionEnv, s *session.Session) {
 	t.Helper()
 	ctx := t.Context()
-	sum := output(t, e.mustCall(t, "pat", id, writeFiles)).(string)
-	if _, err := e.m.Hibernate(ctx, "pat", id); err != nil {
+	sum := output(t, e.mustCall(t, s, "import hashlib, os\ndata = os.urandom(1 << 20)\nopen('f.bin', 'wb').write(data)\nOUTPUT = hashlib.sha256(data).hexdigest()"))
+	if _, err := s.Hibernate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.m.Resume(ctx, "pat", id); err != nil {
+	if _, err := s.Resume(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := output(t, e.mustCall(t, "pat", id, readFiles)).([]any); got[0] != sum || got[1] != "kept" {
-		t.Fatalf("after the resume: %v", got)
+	if got := output(t, e.mustCall(t, s, "import hashlib\nOUTPUT = hashlib.sha256(open('f.bin', 'rb').read()).hexdigest()")); got != sum {
+		t.Fatalf("after the resume: %v, want %v", got, sum)
 	}
 }
 
@@ -95,10 +118,10 @@ func TestInboxRestoresInPlace(t *testing.T) {
 		if src == "" || rw {
 			t.Fatalf("round %d: the session container's inbox is %q, writable %v: want a read-only bind mount", round, src, rw)
 		}
-		if got := output(t, e.mustCall(t, "pat", s.ID, emptyInbox)).([]any); len(got[0].([]any)) != 0 || got[1] != true {
+		if got := output(t, e.mustCall(t, s, emptyInbox)).([]any); len(got[0].([]any)) != 0 || got[1] != true {
 			t.Fatalf("round %d: the inbox as the session sees it: %v (want empty, and a write refused)", round, got)
 		}
-		hibernateAndResume(t, e, s.ID)
+		hibernateAndResume(t, e, s)
 		entries, _ := os.ReadDir(src)
 		if len(entries) != 0 {
 			t.Fatalf("round %d: the inbox holds %v after the restore", round, entries)
@@ -116,14 +139,13 @@ func TestInboxFallsBackToTheStream(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(shm) })
 	e := lifecycleSessions(t, shm)
-	ctx := t.Context()
 	s := e.create(t, "pat", nil)
 	if src, _ := inboxMount(t, e); src == "" {
 		t.Fatal("the session container has no inbox")
 	}
-	hibernateAndResume(t, e, s.ID)
+	hibernateAndResume(t, e, s)
 	e.create(t, "pat", nil) // a container made after the fallback
-	if _, err := e.m.Close(ctx, "pat", s.ID); err != nil {
+	if _, err := s.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	e.waitContainers(t, 1)

@@ -40,6 +40,9 @@ type Config struct {
 	Box Box
 	// Slots is how many slots, and so containers, the pool has (1 to MaxSlots).
 	Slots int
+	// UIDBlock is the block of the image's uids the boxes' code runs as (see boxspec.UIDBlock):
+	// every runtime on one host needs a block of its own.
+	UIDBlock boxspec.UIDBlock
 	// ReadyWait is how long a run waits for its slot's sandbox to come back before it is
 	// refused with sandbox.ErrNotReady.
 	ReadyWait time.Duration
@@ -112,6 +115,9 @@ var (
 func Start(ctx context.Context, api client.APIClient, cfg Config, log *slog.Logger) (*Runtime, error) {
 	if cfg.Slots < 1 || cfg.Slots > MaxSlots {
 		return nil, fmt.Errorf("slots is %d; allowed range is 1 to %d", cfg.Slots, MaxSlots)
+	}
+	if cfg.UIDBlock < 0 || cfg.UIDBlock >= boxspec.UIDBlocks {
+		return nil, fmt.Errorf("uid block is %d; allowed range is 0 to %d", cfg.UIDBlock, boxspec.UIDBlocks-1)
 	}
 	if cfg.WarmSessions < 0 || cfg.WarmSessions > MaxSessions {
 		return nil, fmt.Errorf("warm sessions is %d; allowed range is 0 to %d", cfg.WarmSessions, MaxSessions)
@@ -320,12 +326,12 @@ func (r *Runtime) ContainerID() string { return r.slots.Names()[0] }
 func (r *Runtime) ContainerIDs() []string { return r.slots.Names() }
 
 // executorCommand is the executor's command line in slot's container: one slot, whose runs
-// are uid UIDBase+slot. Every slot has a uid of its own although it has a container of its
-// own: the kernel counts some limits per uid across the whole host (RLIMIT_NPROC, inotify
-// instances, POSIX message queue bytes), and a shared uid would let one slot's run use up
-// another's.
+// are the uid of slot in the runtime's block. Every slot has a uid of its own although it has
+// a container of its own: the kernel counts some limits per uid across the whole host
+// (RLIMIT_NPROC, inotify instances, POSIX message queue bytes), and a shared uid would let one
+// slot's run use up another's.
 func (r *Runtime) executorCommand(slot int) []string {
-	return r.executorCommandFor(UIDBase+slot, r.cfg.ForkServer.Enabled)
+	return r.executorCommandFor(r.cfg.UIDBlock.Slot(slot), r.cfg.ForkServer.Enabled)
 }
 
 // executorCommandFor is the executor's command line for one slot run as uid, with or without

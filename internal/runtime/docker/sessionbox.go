@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/sandpit-dev/sandpit/internal/control"
 	"github.com/sandpit-dev/sandpit/internal/runtime/boxspec"
@@ -15,7 +16,7 @@ import (
 )
 
 // MaxSessions is how many session sandboxes a Runtime keeps at once. Each runs its calls as a
-// uid of its own, after the slots' (UIDBase+MaxSlots+i): the kernel counts some limits per uid
+// uid of its own, after the slots' (boxspec.UIDBlock.Session): the kernel counts some limits per uid
 // across the whole host (see executorCommand).
 const MaxSessions = boxspec.MaxSessions
 
@@ -41,7 +42,7 @@ func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBo
 		r.kickPool()
 		err := boxspec.PingWarm(ctx, w.line)
 		if err == nil {
-			log.Info("session sandbox ready", "container", shortID(w.containerID), "uid", UIDBase+MaxSlots+w.uid, "warm", true)
+			log.Info("session sandbox ready", "container", shortID(w.containerID), "uid", r.cfg.UIDBlock.Session(w.uid), "warm", true)
 			go r.nameClaimed(w.containerID, id)
 			return &sessionBox{r: r, id: id, containerID: w.containerID, warmKey: w.key, SessionLine: r.sessionLine(w.line), uid: w.uid, inbox: w.inbox, log: log}, nil
 		}
@@ -52,16 +53,26 @@ func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBo
 			return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, ctx.Err())
 		}
 	}
+	img, err := r.image(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
+	}
+	box, err := r.startSession(ctx, id, img, log, "warm", false)
+	if err != nil {
+		return nil, err // not a nil *sessionBox in the interface
+	}
+	return box, nil
+}
+
+// startSession makes session id's own container of img and starts its executor, as a
+// session uid it takes (the cold path of OpenSession and OpenSessionImage); logArgs go into
+// its "ready" line. Errors wrap sandbox.ErrNotReady.
+func (r *Runtime) startSession(ctx context.Context, id string, img Image, log *slog.Logger, logArgs ...any) (*sessionBox, error) {
 	idx, err := r.takeSessionUID(id)
 	if err != nil {
 		return nil, err
 	}
-	uid := UIDBase + MaxSlots + idx
-	img, err := r.image(ctx)
-	if err != nil {
-		r.freeSessionUID(id, idx)
-		return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
-	}
+	uid := r.cfg.UIDBlock.Session(idx)
 	cfg, host := r.sessionSpec(img)
 	cfg.Labels[labelSession] = id
 	inbox := r.inboxOf(idx)
@@ -76,7 +87,7 @@ func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBo
 		r.freeSessionUID(id, idx)
 		return nil, fmt.Errorf("%w: starting the executor in session container %s: %w", sandbox.ErrNotReady, shortID(cid), err)
 	}
-	log.Info("session sandbox ready", "container", shortID(cid), "uid", uid, "warm", false)
+	log.Info("session sandbox ready", append([]any{"container", shortID(cid), "uid", uid}, logArgs...)...)
 	return &sessionBox{r: r, id: id, containerID: cid, SessionLine: r.sessionLine(line), uid: idx, inbox: inbox, log: log}, nil
 }
 
@@ -145,11 +156,13 @@ type sessionBox struct {
 	containerID string
 	warmKey     string // the key of the warm container it claimed ("" for one made for it)
 	boxspec.SessionLine
-	uid       int
-	inbox     string // the host directory of its inbox ("" for none; see inbox.go)
-	log       *slog.Logger
-	closeOnce sync.Once
-	closeErr  error
+	uid   int
+	inbox string // the host directory of its inbox ("" for none; see inbox.go)
+	// templateImage says the container runs a template's image (OpenSessionImage).
+	templateImage bool
+	log           *slog.Logger
+	closeOnce     sync.Once
+	closeErr      error
 }
 
 // Run runs spec as the session's next call (slot 0 of its executor).
@@ -189,4 +202,16 @@ func (r *Runtime) sessionExecutorCommand(uid int) []string {
 	fs := r.cfg.ForkServer
 	return boxspec.Executor{UID: uid, Preload: fs.Preload, ForkServerMaxRuns: fs.MaxRuns, GVisor: r.cfg.Box.gVisor(),
 		EgressProxy: r.cfg.Box.Network == "allowlist", SessionHome: sandbox.SessionHome}.Command()
+}
+
+var _ sandbox.CPUWeigher = (*sessionBox)(nil)
+
+// SetCPUWeight sets the container's CPU shares (sandbox.CPUWeigher) through the engine, in
+// place: its quota, memory and everything else stay as they are.
+func (b *sessionBox) SetCPUWeight(ctx context.Context, shares int64) error {
+	_, err := b.r.api.ContainerUpdate(ctx, b.containerID, client.ContainerUpdateOptions{Resources: &container.Resources{CPUShares: shares}})
+	if err != nil {
+		return fmt.Errorf("setting the CPU shares of session container %s: %w", shortID(b.containerID), err)
+	}
+	return nil
 }

@@ -218,7 +218,7 @@ func (r *Runtime) makeWarm(ctx context.Context) error {
 	if err != nil {
 		return fail("", err)
 	}
-	uid := UIDBase + MaxSlots + idx
+	uid := r.cfg.UIDBlock.Session(idx)
 	log := r.log.With("warm_container", shortID(cid))
 	line, err := r.execExecutor(ctx, cid, r.sessionExecutorCommand(uid), log)
 	if err != nil {

@@ -13,8 +13,8 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
-	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
+	"github.com/sandpit-dev/sandpit/internal/session"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
@@ -75,27 +75,27 @@ func TestSessionWarmContainers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.HasSuffix(got.Container.Name, "-"+s.ID) {
+		if strings.HasSuffix(got.Container.Name, "-"+s.ID()) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the claimed warm container is named %s, want it to end with the session's ID %s", got.Container.Name, s.ID)
+			t.Fatalf("the claimed warm container is named %s, want it to end with the session's ID %s", got.Container.Name, s.ID())
 		}
 	}
 	e.waitContainers(t, 1)
 	warm = waitWarm(t, e.rt, warm) // refilled
-	e.mustCall(t, "wes", s.ID, fmt.Sprintf("import os\nfor i in range(4):\n    open(f'data{i}.bin', 'wb').write(os.urandom(%d << 20))\ng = 1", 100/4))
-	sum := output(t, e.mustCall(t, "wes", s.ID, sumFiles))
+	e.mustCall(t, s, fmt.Sprintf("import os\nfor i in range(4):\n    open(f'data{i}.bin', 'wb').write(os.urandom(%d << 20))\ng = 1", 100/4))
+	sum := output(t, e.mustCall(t, s, sumFiles))
 
-	if _, err := e.m.Hibernate(ctx, "wes", s.ID); err != nil {
+	if _, err := s.Hibernate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	e.waitContainers(t, 0)
 	began := time.Now()
-	if _, err := e.m.Resume(ctx, "wes", s.ID); err != nil {
+	if _, err := s.Resume(ctx); err != nil {
 		t.Fatalf("resume from hibernation: %v", err)
 	}
-	got := output(t, e.mustCall(t, "wes", s.ID, sumFiles))
+	got := output(t, e.mustCall(t, s, sumFiles))
 	t.Logf("resume from hibernation (100 MiB) to the first answered call, from a warm container: %s", time.Since(began))
 	claimed(warm)
 	if fmt.Sprint(got) != fmt.Sprint(sum) {
@@ -103,20 +103,20 @@ func TestSessionWarmContainers(t *testing.T) {
 	}
 	warm = waitWarm(t, e.rt, warm)
 
-	if _, err := e.m.Pause(ctx, "wes", s.ID); err != nil {
+	if _, err := s.Pause(ctx); err != nil {
 		t.Fatal(err)
 	}
-	fork, err := e.m.Fork(ctx, "wes", s.ID)
+	fork, err := s.Fork(ctx)
 	if err != nil {
 		t.Fatalf("fork: %v", err)
 	}
 	claimed(warm)
-	if got := output(t, e.mustCall(t, "wes", fork.ID, sumFiles)); fmt.Sprint(got) != fmt.Sprint(sum) {
+	if got := output(t, e.mustCall(t, fork, sumFiles)); fmt.Sprint(got) != fmt.Sprint(sum) {
 		t.Fatalf("the fork's files: %v, want %v", got, sum)
 	}
 	warm = waitWarm(t, e.rt, warm)
-	for _, id := range []string{fork.ID, s.ID} {
-		if _, err := e.m.Close(ctx, "wes", id); err != nil {
+	for _, sess := range []*session.Session{fork, s} {
+		if _, err := sess.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -141,7 +141,7 @@ OUTPUT = {f: hashlib.sha256(open(f, "rb").read()).hexdigest() for f in sorted(gl
 func TestSessionWarmOff(t *testing.T) {
 	e := lifecycleSessions(t, t.TempDir(), func(c *docker.Config) { c.WarmSessions = 0 })
 	s := e.create(t, "wo", nil)
-	e.mustCall(t, "wo", s.ID, "x = 1")
+	e.mustCall(t, s, "x = 1")
 	e.waitContainers(t, 1)
 	if ids := e.rt.WarmSessionContainers(); len(ids) != 0 {
 		t.Fatalf("warm session containers with warm sessions 0: %v", ids)
@@ -161,6 +161,7 @@ func TestSessionWarmOff(t *testing.T) {
 // directory are removed at the runtime's start and by its sweep, while its own warm container
 // outlives the sweeps and serves a session.
 func TestStrayWarmContainers(t *testing.T) {
+	testConfig(t, t.TempDir()) // the package's engine client, when this test runs alone
 	dataDir := t.TempDir()
 	stray := func() string {
 		t.Helper()
@@ -170,7 +171,9 @@ func TestStrayWarmContainers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := api.ContainerStart(context.Background(), c.ID, client.ContainerStartOptions{}); err != nil {
+		// A sweep may take it between its creation and its start: then it is gone already.
+		if _, err := api.ContainerStart(context.Background(), c.ID, client.ContainerStartOptions{}); err != nil && exists(t, c.ID) &&
+			!strings.Contains(err.Error(), "marked for removal") {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
@@ -179,7 +182,7 @@ func TestStrayWarmContainers(t *testing.T) {
 		return c.ID
 	}
 	before := stray()
-	e := startSessions(t, engine.SessionConfig{}, func(c *docker.Config) {
+	e := startSessions(t, session.Config{}, func(c *docker.Config) {
 		c.DataDir, c.WarmSessions, c.StraySweep = dataDir, 1, 200*time.Millisecond
 	})
 	if exists(t, before) {
@@ -200,7 +203,7 @@ func TestStrayWarmContainers(t *testing.T) {
 	}
 	s := e.create(t, "sw", nil)
 	time.Sleep(time.Second) // five sweeps with the claimed warm container
-	if res := e.mustCall(t, "sw", s.ID, "print(2)"); res.Stdout != "2\n" {
+	if res := e.mustCall(t, s, "print(2)"); res.Stdout != "2\n" {
 		t.Fatalf("a session in the warm container: %+v", res)
 	}
 	ids, err := e.rt.SessionContainers(t.Context())
@@ -235,8 +238,8 @@ func TestWarmContainerWhoseExecutorEnds(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	s := e.create(t, "wk", nil)
-	res := e.mustCall(t, "wk", s.ID, "import os; print(os.getuid())")
-	if uid, _ := strconv.Atoi(strings.TrimSpace(res.Stdout)); uid < docker.UIDBase+docker.MaxSlots || uid >= docker.UIDBase+docker.MaxSlots+docker.MaxSessions {
+	res := e.mustCall(t, s, "import os; print(os.getuid())")
+	if uid, _ := strconv.Atoi(strings.TrimSpace(res.Stdout)); uid < e.cfg.UIDBlock.Session(0) || uid >= e.cfg.UIDBlock.Session(docker.MaxSessions) {
 		t.Fatalf("the session runs as uid %q, want a session uid", res.Stdout)
 	}
 	ids, err := e.rt.SessionContainers(t.Context())
@@ -265,9 +268,9 @@ func TestFrozenWarmContainerIsNotHandedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	if slices.Contains(ids, warm) {
-		t.Fatalf("the frozen warm container %s was handed to session %s", warm[:12], s.ID)
+		t.Fatalf("the frozen warm container %s was handed to session %s", warm[:12], s.ID())
 	}
-	res, err := e.call(t, "fay", s.ID, "print(6 * 7)", 10*time.Second)
+	res, err := call(s, "print(6 * 7)", 10*time.Second)
 	if err != nil || !strings.Contains(res.Stdout, "42") {
 		t.Fatalf("the session's first call: %+v, %v", res, err)
 	}

@@ -41,9 +41,15 @@ func ListDaemon(ctx context.Context, cs k8s.Interface, ns, id string) (DaemonObj
 	return out, nil
 }
 
-// LeaseHeld says whether the daemon's Lease l was renewed within its duration: its daemon is
-// running (or stopped less than a duration ago).
-func LeaseHeld(l *coordv1.Lease) bool { return l != nil && !leaseDead(*l, 0) }
+// LeaseHeld says whether the daemon's Lease l was renewed within its duration and not
+// released: its daemon is running (or stopped, not cleanly, less than a duration ago).
+func LeaseHeld(l *coordv1.Lease) bool { return l != nil && !LeaseReleased(l) && !leaseDead(*l, 0) }
+
+// LeaseReleased says whether the daemon's Lease l was given up: its daemon stopped cleanly
+// and set its holder to "" (as client-go's leader election releases a Lease).
+func LeaseReleased(l *coordv1.Lease) bool {
+	return l != nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == ""
+}
 
 // RemoveDaemon deletes the pods (at once) and the Lease of the daemon whose ID is id in
 // namespace ns, and returns how many pods it deleted and whether it deleted a Lease. It is

@@ -129,6 +129,10 @@ type env struct {
 	client     k8s.Interface
 	ns         string
 	image      string
+	// t is the test the env was made for: each configuration takes a block of uids of its
+	// own for t's life (testenv.UIDBlock), since the node shares the host's kernel with the
+	// other runtimes of this test and of other packages.
+	t testing.TB
 }
 
 func newEnv(t testing.TB) *env {
@@ -136,11 +140,18 @@ func newEnv(t testing.TB) *env {
 	kubeconfig, containerd := cluster(t)
 	img := sandboxImage(t, containerd)
 	client := adminClient(t, kubeconfig)
-	return &env{kubeconfig: kubeconfig, client: client, ns: kubetest.Namespace(t, client, "kruntime"), image: img}
+	return &env{kubeconfig: kubeconfig, client: client, ns: kubetest.Namespace(t, client, "kruntime"), image: img, t: t}
 }
 
-// config is the tests' runtime configuration: 2 slots of 512 MiB and half a CPU each, no
-// warm sessions, network full, image imported (pull policy Never).
+// What each test pod reserves on the test cluster's one node of 2 CPUs: little, so that the
+// suites' pods fit beside each other (their limits stay 512 MiB and half a CPU).
+const (
+	testRequestNanoCPUs = 5e7 // 50m
+	testRequestMemory   = 128 << 20
+)
+
+// config is the tests' runtime configuration: 2 slots of 512 MiB and half a CPU each (each
+// reserving testRequest*), no warm sessions, network full, image imported (pull policy Never).
 func (e *env) config(daemon string) kubernetes.Config {
 	return kubernetes.Config{
 		Kubeconfig:      e.kubeconfig,
@@ -148,8 +159,9 @@ func (e *env) config(daemon string) kubernetes.Config {
 		Image:           e.image,
 		ImagePullPolicy: corev1.PullNever,
 		Box: kubernetes.Box{MemoryBytes: 512 << 20, NanoCPUs: 5e8, PidsLimit: 512, TmpBytes: 256 << 20, RunDirBytes: 256 << 20,
-			Network: "full"},
+			Network: "full", RequestMemoryBytes: testRequestMemory, RequestNanoCPUs: testRequestNanoCPUs},
 		Slots:      2,
+		UIDBlock:   testenv.UIDBlock(e.t),
 		DaemonID:   daemon,
 		ReadyWait:  30 * time.Second,
 		ForkServer: boxspec.ForkServer{Enabled: false, Preload: config.DefaultPreload(), MaxRuns: 1000},

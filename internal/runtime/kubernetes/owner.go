@@ -110,6 +110,30 @@ func (r *Runtime) renewLease(ctx context.Context) error {
 	return nil
 }
 
+// releaseLease gives up the daemon's Lease on a clean stop: it sets its holder to "" (as
+// client-go's leader election does with ReleaseOnCancel), so that LeaseHeld is false at once
+// and `sandpit sandbox rm` need not wait for the Lease to expire. The Lease itself stays, the
+// owner of the pods left for the next daemon of the same ID, and renewLease takes it back.
+// A Lease another holder has taken meanwhile is left as it is.
+func (r *Runtime) releaseLease(ctx context.Context) error {
+	leases := r.client.CoordinationV1().Leases(r.cfg.Namespace)
+	l, err := leases.Get(ctx, leaseName(r.daemon), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading the daemon's lease %s in namespace %s: %w", leaseName(r.daemon), r.cfg.Namespace, err)
+	case l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != r.daemon:
+		return nil
+	}
+	none := ""
+	l.Spec.HolderIdentity = &none
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("releasing the daemon's lease %s in namespace %s: %w", leaseName(r.daemon), r.cfg.Namespace, err)
+	}
+	return nil
+}
+
 // ownerReference is the daemon's Lease as an ownerReference of its pods.
 func (r *Runtime) ownerReference() metav1.OwnerReference {
 	r.ownerMu.Lock()

@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -33,7 +34,7 @@ func (r *Runtime) pods() typedcorev1.PodInterface { return r.client.CoreV1().Pod
 // hold), read-only root, every capability dropped but boxspec.Capabilities, no privilege
 // escalation, the runtime's default seccomp profile (or sandpit's, installed on the nodes),
 // /tmp, /sandbox and the session home as memory-backed emptyDirs of the box's sizes, memory and
-// CPU requests equal to the limits, no service account token, no service links, no host
+// CPU limits of the box and requests of what it reserves (see Box), no service account token, no service links, no host
 // namespaces or paths. The pod's process namespace is shared with the pause container, which
 // reaps the orphans of runs (Docker's init does so in the Docker runtime).
 func (r *Runtime) podSpec() corev1.PodSpec {
@@ -42,13 +43,18 @@ func (r *Runtime) podSpec() corev1.PodSpec {
 	if r.cfg.GVisor && memory > 0 {
 		memory += boxspec.RunscMemoryReserve
 	}
-	res := corev1.ResourceList{}
-	if memory > 0 {
-		res[corev1.ResourceMemory] = *resource.NewQuantity(memory, resource.BinarySI)
+	list := func(memory, nanoCPUs int64) corev1.ResourceList {
+		res := corev1.ResourceList{}
+		if memory > 0 {
+			res[corev1.ResourceMemory] = *resource.NewQuantity(memory, resource.BinarySI)
+		}
+		if nanoCPUs > 0 {
+			res[corev1.ResourceCPU] = *resource.NewMilliQuantity(max(nanoCPUs/1e6, 1), resource.DecimalSI)
+		}
+		return res
 	}
-	if b.NanoCPUs > 0 {
-		res[corev1.ResourceCPU] = *resource.NewMilliQuantity(max(b.NanoCPUs/1e6, 1), resource.DecimalSI)
-	}
+	limits := list(memory, b.NanoCPUs)
+	requests := list(cmp.Or(min(b.RequestMemoryBytes, memory), memory), cmp.Or(min(b.RequestNanoCPUs, b.NanoCPUs), b.NanoCPUs))
 	mem := func(name string, bytes int64) corev1.Volume {
 		v := corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}}
 		if bytes > 0 {
@@ -75,7 +81,7 @@ func (r *Runtime) podSpec() corev1.PodSpec {
 			ImagePullPolicy: r.cfg.ImagePullPolicy,
 			Command:         []string{"sleep", "infinity"},
 			WorkingDir:      "/sandbox",
-			Resources:       corev1.ResourceRequirements{Limits: res, Requests: res},
+			Resources:       corev1.ResourceRequirements{Limits: limits, Requests: requests},
 			SecurityContext: &corev1.SecurityContext{
 				RunAsUser:                ptr(int64(0)),
 				RunAsNonRoot:             ptr(false),

@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -112,6 +113,9 @@ type Preflight struct {
 	// ProbeTimeout bounds how long the image probe waits for its pod to pull the image and
 	// start. Default 3 minutes.
 	ProbeTimeout time.Duration
+	// UnschedulableWait is how long the probe waits once the scheduler has said no node can
+	// take its pod (a node may free room, or be added) before it answers so. Default 15 s.
+	UnschedulableWait time.Duration
 }
 
 // CheckStart checks, in order, that the API answers, that the namespace exists, that the
@@ -363,11 +367,21 @@ func runProbe(ctx context.Context, cs k8s.Interface, p Preflight, pod *corev1.Po
 	}
 	defer w.Stop()
 	last := created
+	unschedulableWait := cmp.Or(p.UnschedulableWait, 15*time.Second)
+	var refused <-chan time.Time // set once the scheduler says no node can take the pod
 	for {
 		if ok, err := done(last); ok || err != nil {
 			return last, err
 		}
+		if c := unschedulable(last); c != nil && refused == nil {
+			refused = time.After(unschedulableWait)
+		}
 		select {
+		case <-refused:
+			// The scheduler said so and nothing changed its mind: say so now, not after the
+			// whole probe timeout (a restarted daemon's probe stayed Pending for 3 minutes).
+			return last, &UnschedulableError{Pod: created.Name, Namespace: p.Namespace, Image: p.Image,
+				Waited: unschedulableWait, Message: unschedulable(last).Message}
 		case <-ctx.Done():
 			// A pod no node takes may yet be taken (pods end, nodes are added): it is
 			// waited for like any other, and named when the time is up, as the API has it now.
@@ -376,10 +390,8 @@ func runProbe(ctx context.Context, cs k8s.Interface, p Preflight, pod *corev1.Po
 				last = now
 			}
 			gcancel()
-			for _, c := range last.Status.Conditions {
-				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-					return last, &UnschedulableError{Pod: created.Name, Namespace: p.Namespace, Image: p.Image, Waited: timeout, Message: c.Message}
-				}
+			if c := unschedulable(last); c != nil {
+				return last, &UnschedulableError{Pod: created.Name, Namespace: p.Namespace, Image: p.Image, Waited: timeout, Message: c.Message}
 			}
 			return last, fmt.Errorf("the probe pod %s of the image %s did not start within %v (phase %s%s); see kubectl -n %s get events",
 				created.Name, p.Image, timeout, last.Status.Phase, waitingReasons(last), p.Namespace)
@@ -392,6 +404,17 @@ func runProbe(ctx context.Context, cs k8s.Interface, p Preflight, pod *corev1.Po
 			}
 		}
 	}
+}
+
+// unschedulable returns pod's PodScheduled condition when the scheduler found no node for it,
+// else nil.
+func unschedulable(pod *corev1.Pod) *corev1.PodCondition {
+	for i, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
 }
 
 // waitingReasons lists the pod's containers' waiting reasons, for a message: ", waiting:

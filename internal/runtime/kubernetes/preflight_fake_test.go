@@ -159,3 +159,23 @@ func TestProbeImageUnschedulable(t *testing.T) {
 		t.Errorf("a placement reason: InsufficientResources %v, error %q", placed.InsufficientResources(), placed)
 	}
 }
+
+// TestProbeSaysUnschedulableAtOnce: a probe pod the scheduler has no node for is answered
+// after UnschedulableWait, not the whole probe timeout (a restarted daemon's probe stayed
+// Pending for 3 minutes before it said anything).
+func TestProbeSaysUnschedulableAtOnce(t *testing.T) {
+	cs := fake.NewClientset()
+	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		pod := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
+		pod.Name = pod.GenerateName + "1"
+		pod.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled,
+			Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available: 1 Insufficient cpu."}}}
+		return false, nil, nil
+	})
+	began := time.Now()
+	err := kubernetes.ProbeImage(context.Background(), cs, kubernetes.Preflight{Namespace: "agents", Image: "reg.example.com/s:1",
+		ProbeTimeout: time.Minute, UnschedulableWait: 300 * time.Millisecond})
+	if _, ok := errors.AsType[*kubernetes.UnschedulableError](err); !ok || time.Since(began) > 10*time.Second {
+		t.Fatalf("ProbeImage = %v after %s, want an *UnschedulableError within the unschedulable wait", err, time.Since(began))
+	}
+}

@@ -10,8 +10,9 @@
 // daemon lives: a daemon that finds another's lease long expired deletes it, and the cluster's
 // garbage collector then deletes that daemon's pods.
 //
-// Kubernetes has no freezer: session boxes are not sandbox.PausableBox (hibernate works, as
-// SaveFiles and RestoreFiles carry the session's files as a tar stream over exec).
+// Kubernetes has no freezer: session boxes are not sandbox.PausableBox, and the session layer
+// hibernates a session asked to pause (SaveFiles and RestoreFiles carry the session's files as
+// a tar stream over exec).
 package kubernetes
 
 import (
@@ -75,6 +76,10 @@ type Config struct {
 	Box Box
 	// Slots is how many slots, and so slot pods, the daemon keeps (1 to boxspec.MaxSlots).
 	Slots int
+	// UIDBlock is the block of the image's uids the pods' code runs as (see boxspec.UIDBlock):
+	// every runtime whose boxes may share a node's kernel (two daemons on one cluster, a
+	// Docker daemon on a node) needs a block of its own.
+	UIDBlock boxspec.UIDBlock
 	// WarmSessions is how many session pods this daemon keeps warm for OpenSession to claim
 	// (0: every session waits for a pod to be created).
 	WarmSessions int
@@ -112,10 +117,16 @@ type Config struct {
 // Box is each pod's limits and network. Every pod serves one slot or one session, so they are
 // per slot and per session.
 type Box struct {
-	// MemoryBytes is the pod's memory limit and request (swap is the node's affair).
+	// MemoryBytes is the pod's memory limit (swap is the node's affair); NanoCPUs its CPU limit
+	// in billionths of a CPU (1e9 = one CPU).
 	MemoryBytes int64
-	// NanoCPUs is the CPU limit and request in billionths of a CPU (1e9 = one CPU).
-	NanoCPUs int64
+	NanoCPUs    int64
+	// RequestMemoryBytes and RequestNanoCPUs are what the pod reserves on its node (its
+	// requests); 0 is the limit (a Guaranteed pod). Below the limits the pod is Burstable: a
+	// node holds more idle sandboxes, and under memory pressure the kubelet evicts first the
+	// pods that use more than they reserved.
+	RequestMemoryBytes int64
+	RequestNanoCPUs    int64
 	// PidsLimit is the docker runtime's per-box cap on processes; a pod has none of its own
 	// (the kubelet's podPidsLimit is node-wide configuration), so it is only recorded. The
 	// executor's per-run process limit still holds.
@@ -198,6 +209,9 @@ func RESTConfig(kubeconfig, context string) (*rest.Config, error) {
 func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Runtime, error) {
 	if cfg.Slots < 1 || cfg.Slots > boxspec.MaxSlots {
 		return nil, fmt.Errorf("slots is %d; allowed range is 1 to %d", cfg.Slots, boxspec.MaxSlots)
+	}
+	if cfg.UIDBlock < 0 || cfg.UIDBlock >= boxspec.UIDBlocks {
+		return nil, fmt.Errorf("uid block is %d; allowed range is 0 to %d", cfg.UIDBlock, boxspec.UIDBlocks-1)
 	}
 	if cfg.WarmSessions < 0 || cfg.WarmSessions > boxspec.MaxSessions {
 		return nil, fmt.Errorf("warm sessions is %d; allowed range is 0 to %d", cfg.WarmSessions, boxspec.MaxSessions)
@@ -342,7 +356,7 @@ func (r *Runtime) Ready(ctx context.Context) error { return r.slots.Ready(ctx) }
 // Close ends every executor session (killing every run) and stops supervising. The slot pods
 // and the warm session pods keep running for the next daemon of the same ID to adopt (or,
 // once its Lease has long expired, for another daemon to have collected); open sessions'
-// pods are deleted.
+// pods are deleted. Its Lease is released (LeaseReleased): the daemon no longer holds it.
 func (r *Runtime) Close() error {
 	if r.ctx.Err() != nil {
 		return nil
@@ -362,5 +376,11 @@ func (r *Runtime) Close() error {
 	for _, s := range open {
 		errs = append(errs, s.Close(ctx))
 	}
+	// Nothing renews the Lease now (keepLease has returned): release it, so that `sandpit
+	// sandbox rm` need not wait for it to expire (in a time of its own: closing the sessions
+	// may have used all of theirs).
+	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer rcancel()
+	errs = append(errs, r.releaseLease(rctx))
 	return errors.Join(errs...)
 }

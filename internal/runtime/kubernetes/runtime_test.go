@@ -21,6 +21,7 @@ import (
 // TestConformanceKubernetes runs the runtime conformance suite on two slot pods, runs started
 // cold (a fresh interpreter each) and forked from the fork server.
 func TestConformanceKubernetes(t *testing.T) {
+	t.Parallel() // the package's long suites run beside each other: they mostly wait
 	e := newEnv(t)
 	conformance(t, e, []sandbox.Start{sandbox.StartCold, sandbox.StartFork}, false, nil)
 }
@@ -29,6 +30,7 @@ func TestConformanceKubernetes(t *testing.T) {
 // gVisor RuntimeClass (SANDPIT_TEST_KUBE_RUNTIME_CLASS), forked runs only: the cold path differs
 // from runc's in nothing gVisor decides, and CI's time is counted.
 func TestConformanceKubernetesGVisor(t *testing.T) {
+	t.Parallel()
 	class := gvisorClass(t)
 	e := newEnv(t)
 	conformance(t, e, []sandbox.Start{sandbox.StartFork}, true, func(c *kubernetes.Config) {
@@ -44,6 +46,7 @@ func TestConformanceKubernetesGVisor(t *testing.T) {
 func conformance(t *testing.T, e *env, starts []sandbox.Start, slowWrites bool, mutate func(*kubernetes.Config)) {
 	for _, start := range starts {
 		t.Run(string(start), func(t *testing.T) {
+			t.Parallel()
 			rt := e.start(t, e.config("conf-"+string(start)), func(c *kubernetes.Config) {
 				c.ForkServer.Enabled = start == sandbox.StartFork
 				if mutate != nil {
@@ -72,7 +75,8 @@ func conformance(t *testing.T, e *env, starts []sandbox.Start, slowWrites bool, 
 // daemon's Lease and labelled for it.
 func TestPodTemplate(t *testing.T) {
 	e := newEnv(t)
-	rt := e.start(t, e.config("tmpl"), func(c *kubernetes.Config) { c.Slots = 1 })
+	cfg := e.config("tmpl")
+	rt := e.start(t, cfg, func(c *kubernetes.Config) { c.Slots = 1 })
 	pods := e.pods(t, kubernetes.LabelDaemon+"=tmpl,"+kubernetes.LabelRole+"=slot")
 	if len(pods) != 1 {
 		t.Fatalf("%d slot pods, want 1", len(pods))
@@ -96,10 +100,12 @@ func TestPodTemplate(t *testing.T) {
 		t.Errorf("capabilities %+v", sc.Capabilities)
 	case sc.SeccompProfile == nil || sc.SeccompProfile.Type != "RuntimeDefault":
 		t.Errorf("seccomp %+v", sc.SeccompProfile)
-	case !c.Resources.Limits.Memory().Equal(*c.Resources.Requests.Memory()) || !c.Resources.Limits.Cpu().Equal(*c.Resources.Requests.Cpu()):
-		t.Errorf("requests %v are not the limits %v", c.Resources.Requests, c.Resources.Limits)
-	case c.Resources.Limits.Memory().Value() != 512<<20:
-		t.Errorf("memory limit %v", c.Resources.Limits.Memory())
+	case c.Resources.Limits.Memory().Value() != 512<<20 || c.Resources.Limits.Cpu().MilliValue() != 500:
+		t.Errorf("limits %v, want 512 MiB and half a CPU", c.Resources.Limits)
+	case c.Resources.Requests.Memory().Value() != testRequestMemory || c.Resources.Requests.Cpu().MilliValue() != testRequestNanoCPUs/1e6:
+		t.Errorf("requests %v, want what the configuration reserves, below the limits", c.Resources.Requests)
+	case p.Status.QOSClass != corev1.PodQOSBurstable:
+		t.Errorf("QoS class %q, want Burstable", p.Status.QOSClass)
 	}
 	for _, v := range s.Volumes {
 		if v.HostPath != nil {
@@ -116,7 +122,7 @@ caps = [l.split()[1] for l in open("/proc/self/status") if l.startswith(("CapEff
 st = os.stat("/opt/sandpit/packages")
 print(os.getuid(), caps[0], caps[1], oct(os.stat("/tmp").st_mode & 0o7777), st.st_uid, oct(st.st_mode & 0o777), os.access("/opt/sandpit/packages", os.W_OK))`,
 		30*time.Second), nil)
-	want := fmt.Sprintf("%d 0000000000000000 0000000000000000 0o1777 %d 0o755 False\n", boxspec.UIDBase, boxspec.InstallerUID)
+	want := fmt.Sprintf("%d 0000000000000000 0000000000000000 0o1777 %d 0o755 False\n", cfg.UIDBlock.Slot(0), boxspec.InstallerUID)
 	if res.Outcome != sandbox.OutcomeOK || res.Stdout != want {
 		t.Fatalf("inside the pod: %s %q (stderr %q), want %q", res.Outcome, res.Stdout, res.Stderr, want)
 	}

@@ -54,7 +54,7 @@ func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBo
 		r.freeSessionUID(w.uid)
 	}
 	if line == nil {
-		cmd := r.executorCommand(boxspec.UIDBase+boxspec.MaxSlots+idx, false, sandbox.SessionHome)
+		cmd := r.executorCommand(r.cfg.UIDBlock.Session(idx), false, sandbox.SessionHome)
 		line, err = r.execExecutor(ctx, pod, cmd, log)
 		if err != nil {
 			_ = r.deletePod(context.WithoutCancel(ctx), pod)
@@ -62,7 +62,7 @@ func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBo
 			return nil, fmt.Errorf("%w: starting the executor in session pod %s: %w", sandbox.ErrNotReady, pod, err)
 		}
 	}
-	log.Info("session sandbox ready", "pod", pod, "from_pool", claimed, "uid", boxspec.UIDBase+boxspec.MaxSlots+idx)
+	log.Info("session sandbox ready", "pod", pod, "from_pool", claimed, "uid", r.cfg.UIDBlock.Session(idx))
 	sb := &sessionBox{r: r, id: id, pod: pod, SessionLine: boxspec.SessionLine{Line: line, Pip: r.cfg.Pip}, uid: idx, log: log}
 	r.sessMu.Lock()
 	r.opened[id] = sb
@@ -306,12 +306,18 @@ func (b *sessionBox) SaveFiles(ctx context.Context, w io.Writer) error {
 	return boxspec.SaveFiles(b.log, sandbox.SessionHome, func(cmd []string) error { return b.r.execOnce(ctx, b.pod, cmd, nil, w) })
 }
 
+// FilesSize returns the bytes SaveFiles would write now (sandbox.SizedFilesBox), counted as root
+// in the pod (boxspec.FilesSize).
+func (b *sessionBox) FilesSize(ctx context.Context) (int64, error) {
+	return boxspec.FilesSize(sandbox.SessionHome, func(cmd []string, w io.Writer) error { return b.r.execOnce(ctx, b.pod, cmd, nil, w) })
+}
+
 // RestoreFiles unpacks a stream of SaveFiles into the session's home (sandbox.FilesBox), as the
 // session's own uid (an exec runs as root: setpriv drops to the uid first): the files become
 // its, and nothing in the stream can write where that uid could not. Its interpreter must have
 // started (which makes the home its own).
 func (b *sessionBox) RestoreFiles(ctx context.Context, rd io.Reader) error {
-	uid := strconv.Itoa(boxspec.UIDBase + boxspec.MaxSlots + b.uid)
+	uid := strconv.Itoa(b.r.cfg.UIDBlock.Session(b.uid))
 	cmd := []string{"setpriv", "--reuid=" + uid, "--regid=" + uid, "--clear-groups", "--inh-caps=-all",
 		"tar", "--no-same-owner", "--no-overwrite-dir", "-C", sandbox.SessionHome, "-xpf", "-"}
 	if err := b.r.execOnce(ctx, b.pod, cmd, rd, io.Discard); err != nil {
@@ -352,7 +358,7 @@ func (r *Runtime) prestart(ctx context.Context, name string) {
 		return
 	}
 	log := r.log.With("warm_pod", name)
-	line, err := r.execExecutor(ctx, name, r.executorCommand(boxspec.UIDBase+boxspec.MaxSlots+idx, false, sandbox.SessionHome), log)
+	line, err := r.execExecutor(ctx, name, r.executorCommand(r.cfg.UIDBlock.Session(idx), false, sandbox.SessionHome), log)
 	if err != nil {
 		r.freeSessionUID(idx)
 		if r.ctx.Err() == nil { // not the runtime's close

@@ -14,8 +14,8 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/runtime/boxspec"
 )
 
-// executorCommand is the executor's command line in a pod: its runs are uid (UIDBase+slot in a
-// slot's pod, a session's after the slots': the kernel counts some limits per uid across the
+// executorCommand is the executor's command line in a pod: its runs are uid (the slot's of the
+// runtime's block in a slot's pod, a session's after the slots': the kernel counts some limits per uid across the
 // node), with the fork server when forkServer, and home a session's home ("" for a slot).
 func (r *Runtime) executorCommand(uid int, forkServer bool, home string) []string {
 	fs := r.cfg.ForkServer
@@ -48,7 +48,7 @@ func (sb slotBackend) Connect(ctx context.Context, slot int, discard bool, log *
 			return nil, "", err
 		}
 	}
-	cmd := r.executorCommand(boxspec.UIDBase+slot, r.cfg.ForkServer.Enabled, "")
+	cmd := r.executorCommand(r.cfg.UIDBlock.Slot(slot), r.cfg.ForkServer.Enabled, "")
 	var line *control.Line
 	if adopt != "" {
 		line, err = r.execExecutor(ctx, adopt, cmd, log)

@@ -25,7 +25,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -153,7 +152,7 @@ func WaitForStartInSlots(t *testing.T, rt sandbox.Runtime, slots int, start sand
 
 // Limits are the per-run limits the suite's specs use unless a case says otherwise.
 func Limits() sandbox.Limits {
-	return engine.DefaultConfig().Limits
+	return sandbox.DefaultLimits()
 }
 
 // HeavyImportTimeout is the timeout of a case whose run imports pandas, numpy or matplotlib,

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -310,7 +309,7 @@ print(made)`, 120*time.Second)
 	res, _ := ExecFiles(t, s.rt, 0, spec)
 	expect(t, res, sandbox.OutcomeOK)
 	t.Logf("%s files made; the run took %s (%d ms in the program)", strings.ReplaceAll(strings.TrimSpace(res.Stdout), "\n", " "), time.Since(start), res.DurationMS)
-	if !res.FilesTruncated || len(res.Files) != engine.DefaultConfig().Limits.OutputFiles || len(res.FilesSkipped) != sandbox.MaxSkippedFiles {
+	if !res.FilesTruncated || len(res.Files) != sandbox.DefaultLimits().OutputFiles || len(res.FilesSkipped) != sandbox.MaxSkippedFiles {
 		t.Fatalf("files %d, skipped %d, truncated %v", len(res.Files), len(res.FilesSkipped), res.FilesTruncated)
 	}
 	next := Exec(t, s.rt, 0, Spec("import os; print(sorted(os.listdir('.')))", 30*time.Second), nil)

@@ -1,7 +1,10 @@
 package sandboxtest
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -87,15 +90,24 @@ func (s *Suite) TestNotebookLastExpressionValue(t *testing.T) {
 }
 
 // TestNotebookDataFrameValue: a DataFrame as the last expression comes back with its HTML
-// table as well as its text.
+// table, its text and its columns as e2b/data, as E2B's code interpreter publishes them (dates
+// as ISO 8601 text, NaN and NaT as null); a frame too large for e2b/data is shown without it.
 func (s *Suite) TestNotebookDataFrameValue(t *testing.T) {
 	s.needIPython(t, "pandas")
-	res := Exec(t, s.rt, 0, Spec("import pandas as pd\ndf = pd.DataFrame({'city': ['Oslo', 'Lima'], 'temp': [3, 19]})\ndf", HeavyImportTimeout), nil)
+	code := "import pandas as pd\ndisplay(pd.DataFrame({'n': range(200_000)}))\n" +
+		"df = pd.DataFrame({'city': ['Oslo', 'Lima'], 'temp': [3.5, float('nan')], 'at': pd.to_datetime(['2024-01-02', None])})\ndf"
+	res := Exec(t, s.rt, 0, Spec(code, HeavyImportTimeout), nil)
 	expect(t, res, sandbox.OutcomeOK)
 	main := mainResult(t, res)
 	if main == nil || !strings.Contains(str(*main, "text/html"), "<table") || !strings.Contains(str(*main, "text/html"), "Lima") ||
 		!strings.Contains(main.Text(), "Oslo") || res.Stdout != "" {
 		t.Fatalf("results %+v stdout %q: want the DataFrame's table as text/html and text/plain", res.Results, res.Stdout)
+	}
+	if want := `{"city": ["Oslo", "Lima"], "temp": [3.5, null], "at": ["2024-01-02T00:00:00", null]}`; !sameJSON(main.Data["e2b/data"], want) {
+		t.Fatalf("e2b/data %s, want %s", main.Data["e2b/data"], want)
+	}
+	if big := res.Results[0]; len(res.Results) != 2 || big.Data["e2b/data"] != nil || str(big, "text/html") == "" {
+		t.Fatalf("the large frame's display %+v: want its table without e2b/data", big)
 	}
 }
 
@@ -149,6 +161,33 @@ print("after")
 	}
 }
 
+// TestNotebookFailedMagicIsOneMessage: a %pip install the host refuses stops the program with
+// one RuntimeError saying why, its traceback ending at the user's line (no frame of IPython's
+// magics or of the bootstrap); so does a failed agent.* call.
+func (s *Suite) TestNotebookFailedMagicIsOneMessage(t *testing.T) {
+	s.needIPython(t)
+	const why = "the package index https://pypi.org/simple could not be reached from the sandbox"
+	for _, c := range []struct{ code, line, last string }{
+		{"print('before')\n%pip install tinypkg\nprint('after')", "get_ipython().run_line_magic('pip', 'install tinypkg')",
+			"RuntimeError: sandpit: %pip install failed: " + why},
+		{"print('before')\nagent.log('hello')\nprint('after')", "agent.log('hello')", "agent.Error: log: " + why},
+	} {
+		spec := Spec(c.code, HeavyImportTimeout)
+		spec.Calls = func(_ context.Context, call sandbox.Call) (json.RawMessage, error) {
+			if call.Method == "pip_install" {
+				return nil, errors.New("%pip install failed: " + why)
+			}
+			return nil, errors.New(call.Method + ": " + why)
+		}
+		res := Exec(t, s.rt, 0, spec, nil)
+		expect(t, res, sandbox.OutcomeError)
+		want := "Traceback (most recent call last):\n  File \"main.py\", line 2, in <module>\n    " + c.line + "\n" + c.last + "\n"
+		if res.Stdout != "before\n" || res.Stderr != want || res.Error == nil || res.Error.Traceback != want {
+			t.Fatalf("%q: stdout %q, stderr %q, error %+v; want stderr %q", c.code, res.Stdout, res.Stderr, res.Error, want)
+		}
+	}
+}
+
 // TestNotebookFigure: a matplotlib figure left open comes back as an image/png display as
 // well as figure-1.png.
 func (s *Suite) TestNotebookFigure(t *testing.T) {
@@ -163,6 +202,19 @@ func (s *Suite) TestNotebookFigure(t *testing.T) {
 	}
 	if len(res.Files) != 1 || res.Files[0].Name != "figure-1.png" {
 		t.Fatalf("files %+v: want figure-1.png as well", res.Files)
+	}
+	// Its chart as data, in E2B's shape.
+	var chart struct {
+		Type     string `json:"type"`
+		Title    string `json:"title"`
+		Elements []struct {
+			Points [][2]float64 `json:"points"`
+		} `json:"elements"`
+	}
+	raw := res.Results[0].Data["e2b/chart"]
+	if err := json.Unmarshal(raw, &chart); err != nil || chart.Type != "line" || chart.Title != "t" || len(chart.Elements) != 1 ||
+		!reflect.DeepEqual(chart.Elements[0].Points, [][2]float64{{1, 2}, {2, 1}, {3, 3}}) {
+		t.Fatalf("e2b/chart %s (%v): want a line chart titled t of (1, 2), (2, 1), (3, 3)", raw, err)
 	}
 }
 
@@ -180,13 +232,20 @@ func (s *Suite) TestNotebookRaisingReprIsANote(t *testing.T) {
 	}
 }
 
-// TestNotebookOversizedDisplayIsCut: a display larger than the cap on displays is replaced by
-// its text/plain cut short with a note; the run ends ok within its caps.
+// TestNotebookOversizedDisplayIsCut: a display larger than what is left of the cap on
+// displays loses its largest representations until it fits, down to its text/plain cut short,
+// with a note; the run ends ok within its caps.
 func (s *Suite) TestNotebookOversizedDisplayIsCut(t *testing.T) {
 	s.needIPython(t)
-	code := "class Big:\n    def _repr_html_(self):\n        return 'x' * (50 << 20)\n    def __repr__(self):\n        return 'y' * (50 << 20)\nBig()"
+	code := "class Wide:\n    def _repr_html_(self):\n        return 'x' * (2 << 20)\n    def _repr_markdown_(self):\n        return '*w*'\n" +
+		"    def __repr__(self):\n        return 'Wide()'\ndisplay(Wide())\n" +
+		"class Big:\n    def _repr_html_(self):\n        return 'x' * (50 << 20)\n    def __repr__(self):\n        return 'y' * (50 << 20)\nBig()"
 	res := Exec(t, s.rt, 0, Spec(code, 60*time.Second), nil)
 	expect(t, res, sandbox.OutcomeOK)
+	if w := res.Results[0]; len(res.Results) != 2 || w.Text() != "Wide()" || str(w, "text/markdown") != "*w*" || w.Data["text/html"] != nil ||
+		!strings.HasSuffix(w.Note, "text/html left out") {
+		t.Fatalf("display: %d MIME types, text %q, note %q: want text/html alone left out", len(w.Data), w.Text(), w.Note)
+	}
 	m := mainResult(t, res)
 	if m == nil || len(m.Data) != 1 || m.Text() == "" || len(m.Text()) > 8192 || !strings.HasPrefix(m.Text(), "yyyy") ||
 		!strings.Contains(m.Note, "only its text/plain is kept") {
@@ -244,6 +303,30 @@ func (s *Suite) TestNotebookShellSyntax(t *testing.T) {
 	}
 }
 
+// TestNotebookCellCleanups: code that is not valid Python goes through IPython's own cell
+// transform, as a notebook cell does: a common indentation (as E2B's tests and code pasted
+// from a prompt have it) and >>> prompts are removed, and a traceback keeps the user's line
+// numbers; valid Python is never transformed.
+func (s *Suite) TestNotebookCellCleanups(t *testing.T) {
+	s.needIPython(t)
+	for code, want := range map[string]string{
+		"\n    x = 1\n    x":     "1",
+		">>> y = 2\n>>> y * 3":   "6",
+		"s = '''\n... x\n'''\ns": `'\n... x\n'`,
+	} {
+		res := Exec(t, s.rt, 0, Spec(code, HeavyImportTimeout), nil)
+		expect(t, res, sandbox.OutcomeOK)
+		if m := mainResult(t, res); m == nil || m.Text() != want {
+			t.Fatalf("%q: main result %+v, stderr %q; want %s", code, m, res.Stderr, want)
+		}
+	}
+	res := Exec(t, s.rt, 0, Spec("\n\n    a = 1\n    1 / 0", HeavyImportTimeout), nil)
+	expect(t, res, sandbox.OutcomeError)
+	if e := res.Error; e == nil || e.Name != "ZeroDivisionError" || !strings.Contains(e.Traceback, "File \"main.py\", line 4, in <module>\n    1 / 0\n") {
+		t.Fatalf("error %+v: want a ZeroDivisionError at main.py, line 4", e)
+	}
+}
+
 // TestNotebookPrintIsOneEvent: print('Hello') arrives as one stdout event "Hello\n", every
 // time; a partial line still arrives by itself before the program goes on.
 func (s *Suite) TestNotebookPrintIsOneEvent(t *testing.T) {
@@ -269,29 +352,75 @@ func (s *Suite) TestNotebookPrintIsOneEvent(t *testing.T) {
 	}
 }
 
-// TestNotebookSessionExecutionCount: a session's calls number their values; globals persist.
+// TestNotebookSessionExecutionCount: a session's calls number their values and name their
+// code <call-N> in tracebacks, counting the user's calls only: the daemon's own (Spec.Internal,
+// such as the first call that starts a fork's or a resumed session's interpreter) take no
+// number. Globals persist.
 func (s *Suite) TestNotebookSessionExecutionCount(t *testing.T) {
 	s.needIPython(t)
 	slot := s.Slots - 1
-	for i, c := range []struct{ code, value string }{{"a = 20\na", "20"}, {"b = a + 1", ""}, {"a + b", "41"}} {
-		spec := Spec(c.code, HeavyImportTimeout)
-		spec.Session = true
-		res := Exec(t, s.Runtime, slot, spec, nil) // a session's call starts "session"
+	call := func(code string, internal bool) sandbox.Result {
+		t.Helper()
+		spec := Spec(code, HeavyImportTimeout)
+		spec.Session, spec.Internal = true, internal
+		return Exec(t, s.Runtime, slot, spec, nil) // a session's call starts "session"
+	}
+	if res := call("pass", true); res.Outcome != sandbox.OutcomeOK || res.ExecutionCount != 0 {
+		t.Fatalf("the daemon's first call: outcome %s, execution_count %d, want ok and none", res.Outcome, res.ExecutionCount)
+	}
+	for _, c := range []struct {
+		code, value string
+		internal    bool
+		count       int
+	}{{"a = 20\na", "20", false, 1}, {"b = a + 1", "", false, 2}, {"c = 0", "", true, 0}, {"a + b", "41", false, 3}} {
+		res := call(c.code, c.internal)
 		expect(t, res, sandbox.OutcomeOK)
-		if res.ExecutionCount != i+1 {
-			t.Fatalf("call %d: execution_count %d", i+1, res.ExecutionCount)
+		if res.ExecutionCount != c.count {
+			t.Fatalf("call %q: execution_count %d, want %d", c.code, res.ExecutionCount, c.count)
 		}
 		if len(res.Files) != 0 { // IPython's profile README was one in a session's home
-			t.Fatalf("call %d made no file, but lists %+v", i+1, res.Files)
+			t.Fatalf("call %q made no file, but lists %+v", c.code, res.Files)
 		}
 		m := mainResult(t, res)
-		if (c.value == "") != (m == nil) || (m != nil && (m.Text() != c.value || m.ExecutionCount != i+1)) {
-			t.Fatalf("call %d: main result %+v, want %q", i+1, m, c.value)
+		if (c.value == "") != (m == nil) || (m != nil && (m.Text() != c.value || m.ExecutionCount != c.count)) {
+			t.Fatalf("call %q: main result %+v, want %q", c.code, m, c.value)
 		}
 	}
+	res := call("x = 1\n1 / 0", false)
+	expect(t, res, sandbox.OutcomeError)
+	if res.ExecutionCount != 4 || res.Error == nil || !strings.Contains(res.Error.Traceback, `File "<call-4>", line 2`) {
+		t.Fatalf("the fourth call: execution_count %d, error %+v; want 4 and a traceback through <call-4>, line 2", res.ExecutionCount, res.Error)
+	}
 	// The slot serves one-shot runs again.
-	res := Exec(t, s.rt, slot, Spec("print(1)", HeavyImportTimeout), nil)
+	res = Exec(t, s.rt, slot, Spec("print(1)", HeavyImportTimeout), nil)
 	expect(t, res, sandbox.OutcomeOK)
+}
+
+// TestNotebookStateOutsideHome: the interpreter's own state (IPython's profile, matplotlib's
+// configuration) is kept outside the program's home and working directory, in a run and in a
+// session's call: none of it shows among the user's files or a call's output files.
+func (s *Suite) TestNotebookStateOutsideHome(t *testing.T) {
+	s.needIPython(t, "matplotlib")
+	code := `import json, os, IPython, matplotlib
+from IPython.paths import get_ipython_dir
+display(1)
+home, cwd = os.path.realpath(os.path.expanduser('~')), os.path.realpath(os.getcwd())
+dirs = [IPython.get_ipython().profile_dir.location, get_ipython_dir(), matplotlib.get_configdir()]
+print(json.dumps({'inside': [d for d in dirs for p in (home, cwd) if (os.path.realpath(d) + '/').startswith(p + '/')],
+                  'home': sorted(os.listdir(home)), 'cwd': sorted(set(os.listdir(cwd)) - {'main.py'})}))`
+	for _, session := range []bool{false, true} {
+		spec, rt, slot := Spec(code, HeavyImportTimeout), s.rt, 0
+		if session { // not TestNotebookSessionExecutionCount's slot: a slot keeps one session interpreter
+			spec.Session, rt, slot = true, s.Runtime, max(s.Slots-2, 0)
+		}
+		res := Exec(t, rt, slot, spec, nil)
+		expect(t, res, sandbox.OutcomeOK)
+		var got struct{ Inside, Home, Cwd []string }
+		if err := json.Unmarshal([]byte(res.Stdout), &got); err != nil || len(got.Inside)+len(got.Home)+len(got.Cwd)+len(res.Files) != 0 {
+			t.Fatalf("session %v: stdout %q stderr %q files %+v: want IPython's and matplotlib's directories outside the home and "+
+				"working directory, both empty, and no output file", session, res.Stdout, res.Stderr, res.Files)
+		}
+	}
 }
 
 // TestH58ResultFramesOnDescriptor3: H58 the program's own result frames on descriptor 3 are held

@@ -1,0 +1,71 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+
+	"github.com/sandpit-dev/sandpit/internal/config"
+	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/template"
+)
+
+// templatesDoctor checks the templates of cfg's store against the engine's images; ok is
+// false when there is no store to read (nothing was ever served from the data directory).
+func templatesDoctor(ctx context.Context, api client.APIClient, cfg config.Config) (c Check, ok bool) {
+	var (
+		st  *store.Store
+		err error
+	)
+	if cfg.DatabaseURL != "" {
+		st, err = store.OpenPostgres(ctx, cfg.DatabaseURL, 0, nil)
+	} else {
+		path := filepath.Join(cfg.DataDir, store.FileName)
+		if _, serr := os.Stat(path); serr != nil {
+			return Check{}, false
+		}
+		st, err = store.Open(ctx, path, nil)
+	}
+	if err != nil {
+		return Check{Name: "templates", Detail: "reading the templates: " + err.Error(), Fix: "see the ledger's and the data directory's checks"}, true
+	}
+	defer st.Close()
+	list, err := st.AllTemplates(ctx)
+	if err != nil {
+		return Check{Name: "templates", Detail: "reading the templates: " + err.Error(), Fix: "see the ledger's and the data directory's checks"}, true
+	}
+	return templatesCheck(list, func(image string) (bool, error) {
+		_, err := api.ImageInspect(ctx, image)
+		if cerrdefs.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil, err
+	}), true
+}
+
+// templatesCheck names the ready templates whose image the engine no longer has (exists
+// says whether it has an image).
+func templatesCheck(list []template.Template, exists func(image string) (bool, error)) Check {
+	var missing []string
+	ready := 0
+	for _, t := range list {
+		if t.Status != template.StatusReady {
+			continue
+		}
+		ready++
+		if ok, err := exists(t.Image); err == nil && !ok {
+			missing = append(missing, fmt.Sprintf("%s/%s (%s)", t.Agent, t.Name, t.Image))
+		}
+	}
+	c := Check{Name: "templates", OK: len(missing) == 0, Detail: fmt.Sprintf("%d templates, %d ready, each with its image", len(list), ready)}
+	if len(missing) > 0 {
+		c.Detail = fmt.Sprintf("%d of %d ready templates lost their image (removed from the engine): %s", len(missing), ready, strings.Join(missing, ", "))
+		c.Fix = "build each again (sandpit template build NAME -f SPEC --agent AGENT) or remove it (sandpit template rm NAME --agent AGENT); starting one answers 503 until then"
+	}
+	return c
+}

@@ -1,0 +1,110 @@
+package app_test
+
+import (
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/secrets"
+	"github.com/sandpit-dev/sandpit/internal/testenv/pyindex"
+)
+
+// TestSecretReachesOnlyItsHost runs a real box: a run naming a secret sees only its
+// placeholder, requests (trusting the box's bundle with the daemon's CA) sends it to the bound
+// host, which gets the value from the daemon's side of the proxy (verified against
+// secrets_trust_ca_file) and whose echo comes back as the placeholder; the placeholder in a
+// query string stays one; the box holds no CA key.
+func TestSecretReachesOnlyItsHost(t *testing.T) {
+	host := pyindex.New(t).Host() // the bridge gateway's address: the host's, as the daemon dials it
+	hostCA, err := secrets.NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu   sync.Mutex
+		seen []string
+	)
+	ln, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.URL.RequestURI()+" "+r.Header.Get("Authorization"))
+		mu.Unlock()
+		_, _ = io.WriteString(w, "echo: "+r.Header.Get("Authorization"))
+	}), TLSConfig: &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return hostCA.Leaf(host) }}}
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	defer srv.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+
+	cfg := testConfig(t)
+	cfg.Slots = 1
+	cfg.Preload = []string{"requests"}
+	cfg.NetworkAllow = []string{fmt.Sprintf("%s:%d", host, port)}
+	caFile := filepath.Join(t.TempDir(), "host-ca.pem")
+	if err := os.WriteFile(caFile, hostCA.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.SecretsTrustCAFile = caFile
+	url, stop := startDaemon(t, cfg)
+	defer stop()
+	const value = "tok-VALUE-3141592"
+	req, _ := http.NewRequest("PUT", url+"/v1/secrets/TOKEN", strings.NewReader(fmt.Sprintf(`{"value": %q, "hosts": [%q]}`, value, host)))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("setting the secret: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	warm(t, url, cfg.Slots)
+
+	code := fmt.Sprintf(`
+import os, requests
+tok = os.environ["TOKEN"]
+print("env", tok)
+r = requests.get("https://%[1]s:%[2]d/bound", headers={"Authorization": "Bearer " + tok}, timeout=30)
+print(r.status_code, r.text)
+r = requests.get("https://%[1]s:%[2]d/query?key=" + tok, timeout=30)
+print(r.status_code, r.text)
+found = []
+for d, subs, files in os.walk("/"):
+    subs[:] = [s for s in subs if os.path.join(d, s) not in ("/proc", "/sys", "/dev")]
+    found += [os.path.join(d, f) for f in files if f in ("secrets-ca-key.pem", "secrets.key")]
+print("keys", found)
+`, host, port)
+	body, _ := json.Marshal(map[string]any{"code": code, "secrets": []string{"TOKEN"}})
+	_, b := post(t, url, string(body))
+	var res sandbox.Result
+	_ = json.Unmarshal(b, &res)
+	mu.Lock()
+	got := strings.Join(seen, "|")
+	mu.Unlock()
+	want := "/bound Bearer " + value + "|/query?key=" + secrets.Placeholder("TOKEN") + " "
+	if got != want {
+		t.Errorf("the host saw %q, want %q; the run: %s", got, want, b)
+	}
+	ph := secrets.Placeholder("TOKEN")
+	for _, line := range []string{"env " + ph, "200 echo: Bearer " + ph, "200 echo: \n", "keys []"} {
+		if !strings.Contains(res.Stdout, line) {
+			t.Errorf("stdout lacks %q: %s", line, b)
+		}
+	}
+	if strings.Contains(string(b), value) {
+		t.Errorf("the value reached the run's answer: %s", b)
+	}
+	// A run that names a secret no one set is refused, naming it.
+	body, _ = json.Marshal(map[string]any{"code": "1", "secrets": []string{"NOPE"}})
+	if r, b := post(t, url, string(body)); r.StatusCode != 400 || !strings.Contains(string(b), "NOPE") {
+		t.Errorf("an unknown secret: %d %s", r.StatusCode, b)
+	}
+}

@@ -1,0 +1,243 @@
+package app_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/app"
+	"github.com/sandpit-dev/sandpit/internal/e2b/e2bclient"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
+	"github.com/sandpit-dev/sandpit/internal/testenv/pyindex"
+)
+
+// buildTemplate posts a template build to url (…/templates) asking for NDJSON and returns
+// its events.
+func buildTemplate(t *testing.T, url, body string) []apitype.TemplateEvent {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/x-ndjson")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		t.Fatalf("build: %d %s", resp.StatusCode, b.String())
+	}
+	var events []apitype.TemplateEvent
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var e apitype.TemplateEvent
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("event %q: %v", sc.Text(), err)
+		}
+		if e.Type == "step" {
+			t.Logf("%s step %d/%d: %s", time.Now().Format("15:04:05.000"), e.Step, e.Steps, e.Label)
+		}
+		events = append(events, e)
+	}
+	if len(events) == 0 {
+		t.Fatal("the build streamed no events")
+	}
+	return events
+}
+
+// TestTemplates builds one template for real (an apt step installing jq, a pip step from a
+// local index, a file, a shell step, env and a start command with a ready check), then
+// starts sessions of it through REST and the CLI, rebuilds it from the cache, refuses it to
+// another agent, names a failing build's step, and reports an image removed by hand.
+func TestTemplates(t *testing.T) {
+	idx := pyindex.New(t)
+	idx.AddWheel("tinypkg", "1.0", `VALUE = "tiny 1.0"`)
+	cfg := testConfig(t)
+	cfg.Slots, cfg.ForkServer = 1, false
+	cfg.IndexURL, cfg.TrustedHosts = idx.URL(), []string{idx.Host()}
+	url, _ := startDaemon(t, cfg)
+	base := url + "/v1/agents/alice/templates"
+
+	spec := `{"name": "tools", "spec": {
+		"steps": [
+			{"apt": ["jq"]},
+			{"pip": ["tinypkg==1.0"]},
+			{"file": {"path": "/opt/tools/hello.txt", "content": "hello from the template\n"}},
+			{"run": "jq --version > /opt/tools/jq-version && chmod 0644 /opt/tools/jq-version"}
+		],
+		"env": {"GREETING": "hi there"},
+		"start": {"cmd": "echo started > /tmp/started; exec sleep 100000", "ready": "test -f /tmp/started"}}}`
+	events := buildTemplate(t, base, spec)
+	var steps []string
+	for _, e := range events {
+		if e.Type == "step" {
+			steps = append(steps, e.Label)
+		}
+	}
+	last := events[len(events)-1]
+	if last.Type != "done" || last.Template == nil || last.Template.Status != "ready" || last.Cached {
+		t.Fatalf("last event %+v, want a fresh build done and ready (steps %q)", last, steps)
+	}
+	want := []string{"apt jq", "pip tinypkg==1.0", "file /opt/tools/hello.txt", "run jq --version > /opt/tools/jq-version && chmod 0644 /opt/tools/jq-version", "sandpit layer"}
+	if strings.Join(steps, "|") != strings.Join(want, "|") {
+		t.Errorf("steps %q, want %q", steps, want)
+	}
+	built := *last.Template
+	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", built.Image, built.LayerImage).Run() })
+
+	t.Run("cached", func(t *testing.T) {
+		events := buildTemplate(t, base, spec)
+		last := events[len(events)-1]
+		if last.Type != "done" || !last.Cached || last.Template.Image != built.Image || last.Template.Version != built.Version {
+			t.Fatalf("rebuild: %+v, want done, cached, image %s, version %d", last, built.Image, built.Version)
+		}
+	})
+
+	t.Run("session", func(t *testing.T) {
+		status, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions", `{"template": "tools"}`)
+		if status != 201 {
+			t.Fatalf("create: %d %s", status, body)
+		}
+		var s apitype.Session
+		if err := json.Unmarshal(body, &s); err != nil || s.Template != "tools" {
+			t.Fatalf("session %s (%v), want template tools", body, err)
+		}
+		defer httpCall(t, "DELETE", url+"/v1/agents/alice/sessions/"+s.ID, "")
+		code := `import os, subprocess, tinypkg
+try:
+    open("/usr/local/owned", "w")
+    root_writable = True
+except OSError:
+    root_writable = False
+OUTPUT = {"jq": subprocess.run(["jq", "-n", "1+1"], capture_output=True, text=True).stdout.strip(),
+          "tiny": tinypkg.VALUE, "file": open("/opt/tools/hello.txt").read(),
+          "jq_version": open("/opt/tools/jq-version").read().strip(),
+          "started": os.path.exists("/tmp/started"), "uid": os.getuid(), "root_writable": root_writable}`
+		raw, _ := json.Marshal(map[string]string{"code": code})
+		status, body = httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+s.ID+"/executions", string(raw))
+		var res struct {
+			Outcome string `json:"outcome"`
+			Stderr  string `json:"stderr"`
+			Output  struct {
+				JQ           string `json:"jq"`
+				Tiny         string `json:"tiny"`
+				File         string `json:"file"`
+				JQVersion    string `json:"jq_version"`
+				Started      bool   `json:"started"`
+				RootWritable bool   `json:"root_writable"`
+				UID          int    `json:"uid"`
+			} `json:"output"`
+		}
+		if err := json.Unmarshal(body, &res); err != nil || status != 200 || res.Outcome != "ok" {
+			t.Fatalf("call: %d %s (%v)", status, body, err)
+		}
+		o := res.Output
+		if o.JQ != "2" || o.Tiny != "tiny 1.0" || o.File != "hello from the template\n" || !strings.HasPrefix(o.JQVersion, "jq-") || !o.Started {
+			t.Errorf("in the session: %s", body)
+		}
+		if o.UID == 0 || o.RootWritable {
+			t.Errorf("the session's code runs as uid %d, root writable %v: the runtime's rules must hold in a template", o.UID, o.RootWritable)
+		}
+		status, body = httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+s.ID+"/commands", `{"cmd": "echo \"$GREETING\""}`)
+		if status != 200 || !strings.Contains(string(body), `"stdout":"hi there\n"`) {
+			t.Errorf("a command's env: %d %s, want GREETING from the template", status, body)
+		}
+	})
+
+	t.Run("one-shot", func(t *testing.T) {
+		status, body := httpCall(t, "POST", url+"/v1/executions", `{"agent": "alice", "template": "tools", "code": "import subprocess; print(subprocess.run(['jq', '-n', '6*7'], capture_output=True, text=True).stdout)"}`)
+		if status != 200 || !strings.Contains(string(body), `"stdout":"42\n\n"`) {
+			t.Errorf("a one-shot run of the template: %d %s", status, body)
+		}
+		code, stdout, stderr := cliAt(url)("run", "--agent", "alice", "--template", "tools", "-c", "import tinypkg; print(tinypkg.VALUE)")
+		if code != 0 || stdout != "tiny 1.0\n" {
+			t.Errorf("sandpit run --template: %d %q %q", code, stdout, stderr)
+		}
+		code, stdout, stderr = cliAt(url)("template", "ls", "--agent", "alice")
+		if code != 0 || !strings.Contains(stdout, "tools") || !strings.Contains(stdout, "ready") {
+			t.Errorf("sandpit template ls: %d %q %q", code, stdout, stderr)
+		}
+	})
+
+	t.Run("e2b", func(t *testing.T) {
+		st, err := app.OpenKeys(t.Context(), cfg, testenv.Logger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, _, err := st.CreateAPIKey(t.Context(), "alice", "test")
+		st.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &e2bclient.Client{APIURL: url + app.E2BPrefix, SandboxURL: url + app.E2BPrefix, APIKey: key}
+		sb, err := c.Create(t.Context(), map[string]any{"templateID": "tools"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Kill(context.WithoutCancel(t.Context()), sb.SandboxID)
+		res, err := c.Conn(sb.SandboxID, sb.EnvdAccessToken).Run(t.Context(), "jq -n '2+3' && cat /opt/tools/hello.txt", nil, nil)
+		if err != nil || res.ExitCode != 0 || res.Stdout != "5\nhello from the template\n" {
+			t.Errorf("Sandbox.create(template=tools) then a command: %+v %v", res, err)
+		}
+	})
+
+	t.Run("other agent", func(t *testing.T) {
+		status, body := httpCall(t, "POST", url+"/v1/agents/bob/sessions", `{"template": "tools"}`)
+		if status != 400 || !strings.Contains(string(body), `no template \"tools\"`) {
+			t.Errorf("bob's session of alice's template: %d %s, want 400", status, body)
+		}
+		status, body = httpCall(t, "GET", url+"/v1/agents/bob/templates", "")
+		if status != 200 || strings.Contains(string(body), "tools") {
+			t.Errorf("bob's templates: %d %s, want none", status, body)
+		}
+		status, body = httpCall(t, "GET", base, "")
+		if status != 200 || !strings.Contains(string(body), `"name":"tools"`) || strings.Contains(string(body), `"log"`) {
+			t.Errorf("alice's templates: %d %s, want tools without its log", status, body)
+		}
+	})
+
+	t.Run("failing step", func(t *testing.T) {
+		events := buildTemplate(t, base, `{"name": "broken", "spec": {"steps": [{"file": {"path": "/opt/x", "content": "x"}}, {"run": "echo boom; exit 3"}]}}`)
+		last := events[len(events)-1]
+		if last.Type != "error" || last.Step != 2 || !strings.Contains(last.Error, "step 2 (run echo boom; exit 3) failed") || !strings.Contains(last.Error, "boom") {
+			t.Fatalf("last event %+v, want an error naming step 2 and its output", last)
+		}
+		status, body := httpCall(t, "GET", base+"/broken", "")
+		if status != 200 || !strings.Contains(string(body), `"status":"failed"`) {
+			t.Errorf("the failed template: %d %s", status, body)
+		}
+		if status, body := httpCall(t, "DELETE", base+"/broken", ""); status != 204 {
+			t.Errorf("delete: %d %s", status, body)
+		}
+	})
+
+	t.Run("image removed", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, "docker", "rmi", "-f", built.Image).CombinedOutput(); err != nil {
+			t.Fatalf("docker rmi: %v %s", err, out)
+		}
+		status, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions", `{"template": "tools"}`)
+		if status != 503 || !strings.Contains(string(body), "no longer in the engine") {
+			t.Errorf("a session of a template whose image was removed: %d %s, want 503 saying so", status, body)
+		}
+		if status, body := httpCall(t, "DELETE", base+"/tools", ""); status != 204 {
+			t.Errorf("delete: %d %s", status, body)
+		}
+		if status, _ := httpCall(t, "GET", base+"/tools", ""); status != 404 {
+			t.Errorf("after delete: %d, want 404", status)
+		}
+	})
+}

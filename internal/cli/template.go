@@ -1,0 +1,211 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandpit-dev/sandpit/internal/apitype"
+)
+
+// templateCommand is `sandpit template`: the agent's templates on the daemon.
+func (o *options) templateCommand() *cobra.Command {
+	t := &cobra.Command{Use: "template", Short: "Templates: build, ls, show, rm (sandbox images of the agent's own, started with --template; needs the daemon)"}
+	t.AddCommand(o.templateBuildCommand(), o.templateListCommand(), o.templateShowCommand(), o.templateRmCommand())
+	return t
+}
+
+// maxSpecFile bounds what template build reads from -f.
+const maxSpecFile = 16 << 20
+
+func (o *options) templateBuildCommand() *cobra.Command {
+	var (
+		f      daemonFlags
+		file   string
+		shared bool
+	)
+	cmd := &cobra.Command{
+		Use:   "build NAME -f SPEC.json|Dockerfile",
+		Short: "Build a template from a JSON spec or a Dockerfile, printing its progress",
+		Long: `Build the agent's template NAME from -f: a JSON spec ({"base": ..., "steps": [{"apt": [...]},
+{"pip": [...]}, {"file": {...}}, {"run": "..."}], "env": {...}, "workdir": ..., "start": {...}};
+see docs/templates.md), or a Dockerfile (any file that is not a JSON object; no build context,
+so COPY and ADD of local files fail). The same spec builds once: a rebuild is cached. Sessions
+and runs start from it with --template NAME.`,
+		Example: `  echo '{"steps": [{"apt": ["jq"]}, {"pip": ["requests"]}]}' > tools.json
+  sandpit template build tools -f tools.json
+  sandpit session new --template tools`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if file == "" {
+				return usageErrorf("give the spec with -f FILE (a JSON spec or a Dockerfile; - reads standard input)")
+			}
+			raw, err := o.readSpecFile(file)
+			if err != nil {
+				return err
+			}
+			var spec apitype.TemplateSpec
+			if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '{' {
+				dec := json.NewDecoder(bytes.NewReader(t))
+				dec.DisallowUnknownFields()
+				if err := dec.Decode(&spec); err != nil {
+					return usageErrorf("-f %s: not a template spec: %v (see docs/templates.md for its fields)", file, err)
+				}
+			} else {
+				spec.Dockerfile = string(raw)
+			}
+			c, err := o.daemon(cmd, f)
+			if err != nil {
+				return err
+			}
+			progress := o.env.Stderr
+			if f.json {
+				progress = io.Discard
+			}
+			t, err := c.BuildTemplate(cmd.Context(), f.agent, apitype.TemplateBuild{Name: args[0], Spec: spec, Shared: shared}, func(e apitype.TemplateEvent) {
+				switch e.Type {
+				case "step":
+					fmt.Fprintf(progress, "[%d/%d] %s\n", e.Step, e.Steps, e.Label)
+				case "log":
+					fmt.Fprintf(progress, "      %s\n", e.Line)
+				case "done":
+					if e.Cached {
+						fmt.Fprintln(progress, "cached: the same spec was built before")
+					}
+				}
+			})
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return o.printJSON(t)
+			}
+			fmt.Fprintf(o.env.Stdout, "%s version %d: %s (%d MB)\n", t.Name, t.Version, t.Image, t.SizeBytes>>20)
+			return nil
+		},
+	}
+	f.register(cmd.Flags(), true)
+	cmd.Flags().StringVarP(&file, "file", "f", "", "the JSON spec or Dockerfile to build (- reads standard input)")
+	cmd.Flags().BoolVar(&shared, "shared", false, "let every agent start it, as AGENT/NAME")
+	return cmd
+}
+
+func (o *options) readSpecFile(name string) ([]byte, error) {
+	var r io.Reader
+	if name == "-" {
+		r = o.env.Stdin
+	} else {
+		fh, err := os.Open(name)
+		if err != nil {
+			return nil, usageErrorf("-f %s: %v", name, err)
+		}
+		defer fh.Close()
+		r = fh
+	}
+	raw, err := io.ReadAll(io.LimitReader(r, maxSpecFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading -f %s: %w", name, err)
+	}
+	if len(raw) > maxSpecFile {
+		return nil, usageErrorf("-f %s is over %d MiB; a spec's files go in it inline, at most 1 MiB each", name, maxSpecFile>>20)
+	}
+	return raw, nil
+}
+
+func (o *options) templateListCommand() *cobra.Command {
+	var f daemonFlags
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List the agent's templates and the shared ones of other agents",
+		Args:    exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.daemon(cmd, f)
+			if err != nil {
+				return err
+			}
+			list, err := c.ListTemplates(cmd.Context(), f.agent)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return o.printJSON(list)
+			}
+			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tVERSION\tSTATUS\tSIZE\tIMAGE\tUPDATED")
+			for _, t := range list {
+				name := t.Name
+				if t.Agent != f.agent {
+					name = t.Agent + "/" + t.Name
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d MB\t%s\t%s\n", name, t.Version, t.Status, t.SizeBytes>>20, t.Image, t.UpdatedAt.Format("2006-01-02 15:04"))
+			}
+			return tw.Flush()
+		},
+	}
+	f.register(cmd.Flags(), true)
+	return cmd
+}
+
+func (o *options) templateShowCommand() *cobra.Command {
+	var f daemonFlags
+	cmd := &cobra.Command{
+		Use:   "show NAME",
+		Short: "Show a template: its spec, status, image and build log",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.daemon(cmd, f)
+			if err != nil {
+				return err
+			}
+			t, err := c.GetTemplate(cmd.Context(), f.agent, args[0])
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return o.printJSON(t)
+			}
+			spec, _ := json.MarshalIndent(t.Spec, "", "  ")
+			fmt.Fprintf(o.env.Stdout, "name: %s\nversion: %d\nstatus: %s\nimage: %s\nsize: %d MB\nshared: %v\nspec: %s\n", t.Name, t.Version, t.Status, t.Image, t.SizeBytes>>20, t.Shared, spec)
+			if t.Error != "" {
+				fmt.Fprintf(o.env.Stdout, "error: %s\n", t.Error)
+			}
+			if t.Log != "" {
+				fmt.Fprintf(o.env.Stdout, "log:\n%s\n", strings.TrimRight(t.Log, "\n"))
+			}
+			return nil
+		},
+	}
+	f.register(cmd.Flags(), true)
+	return cmd
+}
+
+func (o *options) templateRmCommand() *cobra.Command {
+	var f daemonFlags
+	cmd := &cobra.Command{
+		Use:   "rm NAME...",
+		Short: "Remove templates, and their images when no other template uses them",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.daemon(cmd, f)
+			if err != nil {
+				return err
+			}
+			for _, name := range args {
+				if err := c.DeleteTemplate(cmd.Context(), f.agent, name); err != nil {
+					return err
+				}
+				fmt.Fprintln(o.env.Stdout, name)
+			}
+			return nil
+		},
+	}
+	f.register(cmd.Flags(), false)
+	return cmd
+}

@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// TestSessionCpIntoDirectory: as cp does, a file copied to a session's directory lands in it
+// under its own name: ID: and ID:. (the home), ID:dir/, and ID:dir when the session has a
+// directory there (all were refused: "is a directory", or for ID: "is missing" with an empty
+// name). Standard input has no name to give, which is said before anything is written.
+func TestSessionCpIntoDirectory(t *testing.T) {
+	s := "se_" + strings.Repeat("a", 26)
+	files := "/v1/agents/default/sessions/" + s + "/files"
+	var (
+		mu      sync.Mutex
+		written []string
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		p := r.URL.Query().Get("path")
+		switch {
+		case r.URL.Path == "/healthz":
+			_, _ = io.WriteString(w, `{"status": "ok"}`)
+		case r.Method == "GET" && r.URL.Path == files+"/stat" && (p == "data" || p == "/home/user/data"):
+			_, _ = io.WriteString(w, `{"path": "/home/user/data", "name": "data", "type": "dir", "size_bytes": 0, "mode": "drwxr-xr-x", "modified_at": "2026-12-02T10:00:00Z"}`)
+		case r.Method == "PUT" && r.URL.Path == files:
+			mu.Lock()
+			written = append(written, p)
+			mu.Unlock()
+			_, _ = io.WriteString(w, `{"path": "/home/user/`+p+`", "name": "x", "type": "file", "size_bytes": 3, "mode": "-rw-r--r--", "modified_at": "2026-12-02T10:00:00Z"}`)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = io.WriteString(w, `{"error": {"code": "not_found", "message": "no such file"}}`)
+		}
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	local := filepath.Join(dir, "report.csv")
+	if err := os.WriteFile(local, []byte("a,b"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (int, string) {
+		var stderr strings.Builder
+		code := Main(context.Background(), append(args, "--url", srv.URL), Env{Stdin: strings.NewReader("abc"), Stdout: io.Discard, Stderr: &stderr,
+			Lookup: func(k string) (string, bool) { return dir, k == "SANDPIT_DATA_DIR" }})
+		return code, stderr.String()
+	}
+	for dst, want := range map[string]string{
+		":":                 "report.csv",
+		":.":                "report.csv",
+		":in/":              "in/report.csv",
+		":data":             "data/report.csv",
+		":/home/user/data/": "/home/user/data/report.csv",
+		":new.csv":          "new.csv",
+		":data/new.csv":     "data/new.csv",
+	} {
+		code, errOut := run("session", "cp", local, s+dst)
+		mu.Lock()
+		got := written
+		written = nil
+		mu.Unlock()
+		if code != 0 || len(got) != 1 || got[0] != want {
+			t.Errorf("session cp FILE ID%s: exit %d, stderr %q, wrote %q; want %q", dst, code, errOut, got, want)
+		}
+	}
+	code, errOut := run("session", "cp", "-", s+":data")
+	if code != exitUsage || !strings.Contains(errOut, "standard input has no name") || len(written) > 0 {
+		t.Errorf("session cp - ID:data: exit %d, stderr %q, wrote %q; want a usage error before any write", code, errOut, written)
+	}
+	if code, errOut := run("session", "cp", "-", s+":data/in.txt"); code != 0 || len(written) != 1 || written[0] != "data/in.txt" {
+		t.Errorf("session cp - ID:data/in.txt: exit %d, stderr %q, wrote %q", code, errOut, written)
+	}
+	written = nil
+	if code, errOut := run("session", "cp", dir, s+":data"); code != exitUsage || !strings.Contains(errOut, "is a directory") || len(written) > 0 {
+		t.Errorf("session cp DIR ID:data: exit %d, stderr %q, wrote %q; want a usage error", code, errOut, written)
+	}
+}

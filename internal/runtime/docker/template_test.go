@@ -1,0 +1,116 @@
+package docker_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// TestTemplateSessionFilesAreReadAsItsUser: a template's image is the agent's choice (its
+// steps may replace tar), so its session's files are saved for hibernation as the session's
+// user, never as root; a box of sandpit's own image reads them as root. A file the session
+// made unreadable to itself shows who reads: root reads it, the session's user cannot.
+func TestTemplateSessionFilesAreReadAsItsUser(t *testing.T) {
+	rt, cfg := startRuntime(t, func(c *docker.Config) { c.Slots = 1; c.ForkServer.Enabled = false })
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	img, _, err := docker.EnsureImage(ctx, api, cfg.Recipe, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	save := func(box sandbox.SessionBox) error {
+		t.Helper()
+		defer box.Close(context.Background())
+		if _, err := box.WriteFile(ctx, sandbox.FileWrite{Path: "x", Content: []byte("1")}); err != nil {
+			t.Fatal(err)
+		}
+		ended := make(chan struct{})
+		if _, err := box.StartCommand(ctx, "chmod", sandbox.CommandSpec{Argv: []string{"chmod", "000", "x"}, TimeoutMS: 10_000}, func(ev sandbox.ProcessEvent) {
+			if ev.End != nil {
+				close(ended)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		<-ended
+		return box.(sandbox.FilesBox).SaveFiles(ctx, io.Discard)
+	}
+	own, err := rt.OpenSession(ctx, "se_own")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := save(own); err != nil {
+		t.Fatalf("saving a session's files in sandpit's image (as root): %v", err)
+	}
+	tmpl, err := rt.OpenSessionImage(ctx, "se_tmpl", img.Tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := save(tmpl); err == nil || !strings.Contains(err.Error(), "Permission denied") {
+		t.Fatalf("saving a template session's files read a file its user cannot: %v", err)
+	}
+}
+
+// TestTemplateEntrypointDoesNotRun: the box's own process is sandpit's executor, whatever
+// the image says: an image (a template's raw Dockerfile) with an ENTRYPOINT that would run as
+// root at the box's start does not run it.
+func TestTemplateEntrypointDoesNotRun(t *testing.T) {
+	rt, cfg := startRuntime(t, func(c *docker.Config) { c.Slots = 1; c.ForkServer.Enabled = false })
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	img, _, err := docker.EnsureImage(ctx, api, cfg.Recipe, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dockerfile := "FROM " + img.Tag + "\nENTRYPOINT [\"/bin/sh\", \"-c\", \"touch /tmp/entrypoint-ran; exec \\\"$@\\\"\", \"--\"]\n"
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(dockerfile))}); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write([]byte(dockerfile))
+	tw.Close()
+	tag := "sandpit-test-entrypoint:" + strings.ToLower(t.Name())
+	resp, err := api.ImageBuild(ctx, &buf, client.ImageBuildOptions{Tags: []string{tag}, Remove: true, ForceRemove: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(out), "Successfully tagged") {
+		t.Fatalf("building the test image: %s", out)
+	}
+	t.Cleanup(func() { api.ImageRemove(context.Background(), tag, client.ImageRemoveOptions{Force: true}) })
+
+	box, err := rt.OpenSessionImage(ctx, "se_entry", tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer box.Close(context.Background())
+	var stdout strings.Builder
+	ended := make(chan *sandbox.ProcessEnd, 1)
+	if _, err := box.StartCommand(ctx, "probe", sandbox.CommandSpec{Argv: []string{"sh", "-c", "ls /tmp; cat /proc/1/cmdline | tr '\\0' ' '; echo; cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '"}, TimeoutMS: 10_000},
+		func(ev sandbox.ProcessEvent) {
+			if ev.Stream == sandbox.StreamStdout {
+				stdout.WriteString(ev.Data)
+			}
+			if ev.End != nil {
+				ended <- ev.End
+			}
+		}); err != nil {
+		t.Fatal(err)
+	}
+	<-ended
+	if strings.Contains(stdout.String(), "entrypoint-ran") || !strings.Contains(stdout.String(), "sandpit-executor idle") {
+		t.Fatalf("the box's processes, with the image's entrypoint: %s", stdout.String())
+	}
+}

@@ -1,0 +1,355 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// The warm pool: every door's session creation (REST, MCP, the CLI through REST, the E2B
+// API's sandboxes and contexts) claims a warm session when one is ready, its interpreter
+// started and the preload imported by its first call (PoolConfig.Code), so that a new
+// session answers at once and its first call costs what later ones do. Warm sessions belong
+// to WarmAgent until claimed (see warm.go). A claim gives the session the request's
+// properties (limits, network narrowing, environment, deadline, lifecycle options): none of
+// them is in the box before its first call of the agent's, since a warm session has run
+// nothing but the daemon's own warm-up code, and each is enforced outside the interpreter
+// (the egress gate reads a call's narrowing per call; commands get the environment per
+// command). A request with dependencies is made fresh (Create's own path): they are
+// installed before the interpreter starts, and an interpreter that has already imported
+// the preload could hold another version of a module they replace.
+//
+// The pool keeps a target number ready, from PoolConfig.Base. A creation that finds it empty
+// (creates came faster than it refills) raises the target by one, up to PoolConfig.Max
+// (held within sessions_per_agent and below sessions_max), and only while the host has
+// PoolConfig.MemoryFloor available; after poolDecay without such a miss it falls by one, back
+// to Base, closing a surplus warm session. Warm sessions count against sessions_max, and a
+// session asked for at the cap closes one to make room (reserve).
+
+// PoolConfig is the warm pool's (see above). A zero Base turns it off.
+type PoolConfig struct {
+	// Base is how many warm sessions are kept ready when creations are few (e2b_pool).
+	Base int
+	// Max is the most the target rises to while creations outrun the pool
+	// (session_pool_max); at least Base, at most sessions_per_agent and sessions_max - 1.
+	Max int
+	// Code is each warm session's first call: it starts the interpreter (see WarmCode).
+	Code string
+	// MemoryFloor: the pool grows past Base only while the host's available memory
+	// (MemAvailable) is at least this (0: no check).
+	MemoryFloor int64
+}
+
+// The filler's timings (variables: tests shorten them).
+var (
+	// poolRetry is how long the filler waits after a warm session could not be made (the
+	// caps are reached, the engine is not ready).
+	poolRetry = 5 * time.Second
+	// poolTick is how often the filler looks at the pool unasked: warm sessions that ended
+	// (their lifetime, a lost sandbox) and the target's decay.
+	poolTick = 2 * time.Second
+	// poolDecay is how long the target stays raised after the last miss, per step back down.
+	poolDecay = 2 * time.Minute
+)
+
+// pool is the registry's warm pool.
+type pool struct {
+	cfg  PoolConfig
+	kick chan struct{}
+
+	mu     sync.Mutex
+	ready  []*Session // warm sessions, oldest first
+	target int
+	missed time.Time // the last miss, or the last step down
+	decay  time.Duration
+	stats  PoolStats
+}
+
+// PoolStats counts the warm pool's work (for /metrics and the bench).
+type PoolStats struct {
+	Ready, Target  int
+	Claims, Misses int64 // creations served from the pool, and those that found it empty
+}
+
+// newPool returns the pool of cfg for caps maxPerAgent and maxTotal, nil when it is off.
+func newPool(cfg PoolConfig, maxPerAgent, maxTotal int) *pool {
+	if cfg.Base <= 0 {
+		return nil
+	}
+	cfg.Base = min(cfg.Base, maxPerAgent, maxTotal-1)
+	cfg.Max = max(cfg.Base, min(cfg.Max, maxPerAgent, maxTotal-1))
+	if cfg.Base <= 0 {
+		return nil
+	}
+	if cfg.Code == "" {
+		cfg.Code = "pass"
+	}
+	return &pool{cfg: cfg, kick: make(chan struct{}, 1), target: cfg.Base, decay: poolDecay}
+}
+
+// poke wakes the filler.
+func (p *pool) poke() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// take pops the oldest warm session that has not ended; nil (and the target raised) when
+// there is none.
+func (p *pool) take() *Session {
+	defer p.poke()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.ready) > 0 {
+		s := p.ready[0]
+		p.ready = p.ready[1:]
+		if !s.ended() {
+			p.stats.Claims++
+			return s
+		}
+	}
+	p.stats.Misses++
+	p.missed = time.Now()
+	if p.target < p.cfg.Max {
+		p.target++
+	}
+	return nil
+}
+
+// putBack returns s to the front of the pool (its claim was refused).
+func (p *pool) putBack(s *Session) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stats.Claims--
+	p.ready = append([]*Session{s}, p.ready...)
+}
+
+// ended reports whether s has ended.
+func (s *Session) ended() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// PoolStats returns the warm pool's counts (zero without a pool).
+func (r *Registry) PoolStats() PoolStats {
+	p := r.pool
+	if p == nil {
+		return PoolStats{}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.stats
+	st.Ready, st.Target = len(p.ready), p.target
+	return st
+}
+
+// claim hands a warm session to agent with req's properties and limits idle and life; nil
+// with no error when the pool has none ready. Errors: a *SessionLimitError when agent is at
+// its cap (the warm session stays in the pool), a *FieldError.
+func (r *Registry) claim(ctx context.Context, agent string, req sandbox.SessionRequest, idle, life time.Duration) (*Session, error) {
+	p := r.pool
+	for {
+		w := p.take()
+		if w == nil {
+			return nil, nil
+		}
+		s, err := r.adopt(ctx, w, agent, req, idle, life)
+		if err == nil {
+			return s, nil
+		}
+		if !errors.Is(err, sandbox.ErrSessionNotFound) { // the agent's cap, a field: not the warm session's fault
+			p.putBack(w)
+			return nil, err
+		}
+		// It ended (or was closed to make room) since: the next.
+	}
+}
+
+// FillPool keeps the warm pool at its target until ctx is done, then ends the warm sessions
+// it holds. Without a pool it returns at once.
+func (r *Registry) FillPool(ctx context.Context) {
+	p := r.pool
+	if p == nil {
+		return
+	}
+	defer r.drainPool()
+	for {
+		wait := poolTick
+		r.shrinkPool(ctx)
+		if r.poolWants() {
+			s, err := r.createWarm(ctx, r.warmRequest(), p.cfg.Code)
+			if err == nil {
+				p.mu.Lock()
+				p.ready = append(p.ready, s)
+				p.mu.Unlock()
+				continue
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			r.log.Debug("making a warm session; trying again", "error", err, "retry", poolRetry)
+			wait = poolRetry
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.kick:
+		case <-time.After(wait):
+		}
+	}
+}
+
+// warmRequest is a warm session's: it lives until a claim gives it its own limits (its idle
+// timeout is its lifetime), and never pauses.
+func (r *Registry) warmRequest() sandbox.SessionRequest {
+	ms, off := r.cfg.MaxLifetime.Milliseconds(), false
+	req := sandbox.SessionRequest{IdleTimeoutMS: &ms, MaxLifetimeMS: &ms}
+	req.AutoPause = &off
+	return req
+}
+
+// poolWants reports whether the pool should make another warm session now: it holds fewer
+// than its target, and past its base the host has the memory.
+func (r *Registry) poolWants() bool {
+	p := r.pool
+	p.mu.Lock()
+	p.ready = dropEnded(p.ready)
+	have, target := len(p.ready), p.target
+	p.mu.Unlock()
+	if have >= target {
+		return false
+	}
+	if have < p.cfg.Base || p.cfg.MemoryFloor <= 0 {
+		return true
+	}
+	avail, ok := memAvailable()
+	return !ok || avail >= p.cfg.MemoryFloor
+}
+
+// shrinkPool steps a raised target down once poolDecay has passed without a miss, and ends
+// a warm session the lower target leaves over.
+func (r *Registry) shrinkPool(ctx context.Context) {
+	p := r.pool
+	p.mu.Lock()
+	var surplus *Session
+	if p.target > p.cfg.Base && time.Since(p.missed) >= p.decay {
+		p.target--
+		p.missed = time.Now()
+		if n := len(p.ready); n > p.target {
+			surplus, p.ready = p.ready[n-1], p.ready[:n-1]
+		}
+	}
+	p.mu.Unlock()
+	if surplus != nil {
+		if _, err := r.closeWarm(ctx, surplus.ID()); err != nil {
+			r.log.Debug("ending a surplus warm session", "session", surplus.ID(), "error", err)
+		}
+	}
+}
+
+// drainPool ends the pool's warm sessions (the registry's Shutdown ends them too).
+func (r *Registry) drainPool() {
+	p := r.pool
+	p.mu.Lock()
+	ready := p.ready
+	p.ready = nil
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, s := range ready {
+		if _, err := r.closeWarm(ctx, s.ID()); err != nil {
+			r.log.Warn("ending a warm session", "session", s.ID(), "error", err)
+		}
+	}
+}
+
+// dropEnded removes the sessions that have ended.
+func dropEnded(list []*Session) []*Session {
+	out := list[:0]
+	for _, s := range list {
+		if !s.ended() {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// memAvailable is the host's MemAvailable (/proc/meminfo), false when it cannot be read.
+var memAvailable = func() (int64, bool) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	for line := range bytes.SplitSeq(b, []byte("\n")) {
+		rest, ok := bytes.CutPrefix(line, []byte("MemAvailable:"))
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(string(rest)), " kB"), 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		return kb << 10, true
+	}
+	return 0, false
+}
+
+// WarmCode is a warm session's first call for a daemon whose fork servers import preload:
+// the same modules imported (those missing skipped) and warmed as a fork server warms them
+// (forkserver.py's _warm: matplotlib's first figure and PNG, PIL's plugins, pandas' first
+// groupby), binding no name in the session's namespace and leaving no figure open; then, as a
+// fork server does, what it built is moved out of the collector's way (gc.freeze), so that
+// the agent's calls do not walk the preload's objects in every full collection. A failure
+// costs only the speed-up.
+func WarmCode(preload []string) string {
+	names := make([]string, len(preload))
+	for i, m := range preload {
+		names[i] = strconv.Quote(m) // dotted module names (config checks them): valid Python
+	}
+	return fmt.Sprintf(`def _sandpit_warm(names):
+    import importlib
+    got = set()
+    for n in names:
+        try:
+            importlib.import_module(n)
+            got.add(n)
+        except Exception:
+            pass
+    try:
+        if "matplotlib.pyplot" in got:
+            import io
+            import matplotlib.pyplot as plt
+            fig, ax = plt.subplots(figsize=(2, 2))
+            ax.bar(["a", "b"], [1, 2])
+            ax.plot([0, 1], [1, 0])
+            ax.set_title("warm")
+            fig.savefig(io.BytesIO(), format="png", dpi=36)
+            plt.close("all")
+        if "PIL.Image" in got:
+            from PIL import Image
+            Image.preinit()
+        if "pandas" in got:
+            import pandas as pd
+            pd.DataFrame({"k": ["a", "b"], "v": [1, 2]}).groupby("k")["v"].mean()
+    except Exception:
+        pass
+    import gc
+    gc.collect()
+    gc.freeze()
+_sandpit_warm([%s])
+del _sandpit_warm
+`, strings.Join(names, ", "))
+}

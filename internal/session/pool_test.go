@@ -1,0 +1,251 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/engine"
+	"github.com/sandpit-dev/sandpit/internal/errclass"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// filling starts m's pool filler and stops it (its warm sessions ended) when the test ends,
+// before the registry's Shutdown.
+func filling(t *testing.T, m *keeper) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { m.FillPool(ctx) })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		m.Shutdown(context.Background())
+	})
+}
+
+func waitReady(t *testing.T, m *keeper, n int) {
+	t.Helper()
+	waitFor(t, func() bool { return m.PoolStats().Ready == n })
+}
+
+// claimed returns agent's new session and whether the pool served it.
+func claimed(t *testing.T, m *keeper, req sandbox.SessionRequest) (*Session, bool) {
+	t.Helper()
+	s, err := m.Registry.Create(t.Context(), req)
+	if err != nil {
+		t.Fatalf("creating %+v: %v", req, err)
+	}
+	return s, s.FromPool()
+}
+
+// TestPoolServesABurst: a burst of creations claims the warm sessions, each already past its
+// warm-up call (the interpreter started), handed to the agent as new (no calls, its own
+// record); the pool then refills to its target.
+func TestPoolServesABurst(t *testing.T) {
+	op := &fakeOpener{}
+	cfg := DefaultConfig()
+	cfg.Pool = PoolConfig{Base: 3, Max: 3, Code: "warm up"}
+	m := newKeeper(newService(engine.Hooks{}), op, nil, cfg)
+	filling(t, m)
+	waitReady(t, m, 3)
+	if op.opened() != 3 {
+		t.Fatalf("%d boxes opened for a pool of 3", op.opened())
+	}
+	for i := range 3 {
+		s, warm := claimed(t, m, sandbox.SessionRequest{Agent: "alice"})
+		if !warm {
+			t.Fatalf("creation %d of the burst was not served from the pool", i)
+		}
+		info := s.Info()
+		if info.Agent != "alice" || info.Calls != 0 || !slices.ContainsFunc(info.History, func(e sandbox.SessionEvent) bool { return e.Event == "adopted" }) {
+			t.Errorf("claimed session: %+v", info)
+		}
+	}
+	op.mu.Lock()
+	for _, b := range op.boxes[:3] {
+		if b.calls[0] != "warm up" {
+			t.Errorf("a warm box's first call: %q", b.calls)
+		}
+	}
+	op.mu.Unlock()
+	waitReady(t, m, 3) // refilled
+	if st := m.PoolStats(); st.Claims != 3 || st.Misses != 0 || st.Target != 3 {
+		t.Errorf("pool stats after the burst: %+v", st)
+	}
+	if n := len(m.List(WarmAgent)); n != 0 {
+		t.Errorf("the warm sessions are listed: %d", n)
+	}
+}
+
+// TestPoolGivesTheRequestsOptions: a claimed session takes the request's limits, environment,
+// deadline and lifecycle options; one asking for dependencies is made fresh (they install
+// before the interpreter starts), with its dependencies; a bad request is refused as a fresh
+// one would be, leaving the warm session in the pool.
+func TestPoolGivesTheRequestsOptions(t *testing.T) {
+	op := &fakeOpener{}
+	cfg := DefaultConfig()
+	cfg.Pool = PoolConfig{Base: 1, Max: 1, Code: "warm up"}
+	m := newKeeper(newService(engine.Hooks{}), op, nil, cfg)
+	filling(t, m)
+	waitReady(t, m, 1)
+
+	idle, life := int64(5000), int64(60_000)
+	on := true
+	deadline := time.Now().Add(30 * time.Second).UTC()
+	req := sandbox.SessionRequest{Agent: "bob", IdleTimeoutMS: &idle, MaxLifetimeMS: &life, Env: map[string]string{"K": "v"}, Deadline: &deadline}
+	req.AutoPause, req.AutoResume = &on, true
+	s, warm := claimed(t, m, req)
+	if !warm {
+		t.Fatal("not served from the pool")
+	}
+	info := s.Info()
+	if info.IdleTimeoutMS != idle || info.MaxLifetimeMS != life || !info.AutoPause || !info.AutoResume ||
+		info.Deadline == nil || !info.Deadline.Equal(deadline) || s.Env()["K"] != "v" {
+		t.Errorf("the claimed session's options: %+v env %v", info, s.Env())
+	}
+	if info.ExpiresAt == nil || time.Until(*info.ExpiresAt) > 6*time.Second {
+		t.Errorf("the claimed session expires at %v, not within its idle timeout", info.ExpiresAt)
+	}
+
+	waitReady(t, m, 1)
+	opened := op.opened()
+	d, warm := claimed(t, m, sandbox.SessionRequest{Agent: "bob", Dependencies: []string{"tinypkg==1.0"}})
+	if warm || op.opened() != opened+1 {
+		t.Errorf("a session with dependencies: from the pool %v, boxes opened %d → %d", warm, opened, op.opened())
+	}
+	if d.Info().Agent != "bob" {
+		t.Errorf("the session with dependencies: %+v", d.Info())
+	}
+	if m.PoolStats().Ready != 1 {
+		t.Error("a session with dependencies took the warm one")
+	}
+
+	bad := int64(10)
+	if _, err := m.Registry.Create(t.Context(), sandbox.SessionRequest{Agent: "bob", IdleTimeoutMS: &bad}); !errors.Is(err, errclass.Invalid) {
+		t.Errorf("a bad idle timeout: %v", err)
+	}
+	if _, err := m.Registry.Create(t.Context(), sandbox.SessionRequest{Agent: "bob", Env: map[string]string{"": "x"}}); !errors.Is(err, errclass.Invalid) {
+		t.Errorf("a bad environment: %v", err)
+	}
+	if m.PoolStats().Ready != 1 || m.PoolStats().Claims != 1 {
+		t.Errorf("refused requests touched the pool: %+v", m.PoolStats())
+	}
+}
+
+// TestPoolGrowsWithinTheCaps: creations that find the pool empty raise its target, up to its
+// Max held below sessions_max and within sessions_per_agent; the pool never takes a place a
+// session asks for (one at the cap closes a warm one), an agent at its cap keeps the warm one
+// in the pool, and a quiet pool falls back to its base.
+func TestPoolGrowsWithinTheCaps(t *testing.T) {
+	tick, retry := poolTick, poolRetry
+	poolTick, poolRetry = 10*time.Millisecond, 10*time.Millisecond
+	t.Cleanup(func() { poolTick, poolRetry = tick, retry })
+	op := &fakeOpener{}
+	cfg := DefaultConfig()
+	cfg.MaxTotal, cfg.MaxPerAgent = 4, 4
+	cfg.Pool = PoolConfig{Base: 1, Max: 10, Code: "warm up"}
+	m := newKeeper(newService(engine.Hooks{}), op, nil, cfg)
+	if p := m.pool; p.cfg.Max != 3 {
+		t.Fatalf("the pool's max is %d, want 3 (below sessions_max of 4)", p.cfg.Max)
+	}
+	// Misses before the filler runs: each raises the target, to 3 at most.
+	var mine []*Session
+	for range 4 {
+		s, warm := claimed(t, m, sandbox.SessionRequest{Agent: "carol"})
+		if warm {
+			t.Fatal("served from a pool not filled yet")
+		}
+		mine = append(mine, s)
+	}
+	if st := m.PoolStats(); st.Target != 3 || st.Misses != 4 {
+		t.Fatalf("after four misses: %+v", st)
+	}
+	filling(t, m)
+	time.Sleep(50 * time.Millisecond)
+	if m.Active() != 4 || m.PoolStats().Ready != 0 {
+		t.Fatalf("at sessions_max the pool made warm sessions: %d live, %+v", m.Active(), m.PoolStats())
+	}
+	for _, s := range mine[:3] {
+		if _, err := s.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitReady(t, m, 3) // its raised target, now there is room
+	if m.Active() != 4 {
+		t.Fatalf("%d live, want 4 (sessions_max)", m.Active())
+	}
+	// carol's fourth: at the cap the warm sessions would close to make room, but she claims one.
+	for range 3 {
+		if _, warm := claimed(t, m, sandbox.SessionRequest{Agent: "carol"}); !warm {
+			t.Error("carol's session was not served from the pool")
+		}
+	}
+	if _, err := m.Registry.Create(t.Context(), sandbox.SessionRequest{Agent: "carol"}); !errors.Is(err, errclass.Busy) {
+		t.Errorf("carol's fifth session: %v, want her cap", err)
+	}
+	if m.Active() > cfg.MaxTotal {
+		t.Errorf("%d live past sessions_max", m.Active())
+	}
+	// A quiet pool steps back down to its base, ending what the lower target leaves over.
+	mine[3].Close(t.Context())
+	waitReady(t, m, 1)
+	m.pool.mu.Lock()
+	m.pool.decay = time.Millisecond
+	m.pool.mu.Unlock()
+	waitFor(t, func() bool { st := m.PoolStats(); return st.Target == 1 && st.Ready == 1 })
+}
+
+// TestPoolGivesWayAtTheCap: at sessions_max with warm sessions idle, an agent at its own cap
+// is refused and the warm session stays; another agent's session with dependencies (which
+// the pool cannot give) closes a warm one to make room.
+func TestPoolGivesWayAtTheCap(t *testing.T) {
+	op := &fakeOpener{}
+	cfg := DefaultConfig()
+	cfg.MaxTotal, cfg.MaxPerAgent = 3, 1
+	cfg.Pool = PoolConfig{Base: 1, Max: 1, Code: "warm up"}
+	m := newKeeper(newService(engine.Hooks{}), op, nil, cfg)
+	if m.pool.cfg.Base != 1 {
+		t.Fatalf("base %d", m.pool.cfg.Base)
+	}
+	filling(t, m)
+	waitReady(t, m, 1)
+	if _, warm := claimed(t, m, sandbox.SessionRequest{Agent: "dan"}); !warm {
+		t.Fatal("dan's session was not served from the pool")
+	}
+	waitReady(t, m, 1)
+	if _, err := m.Registry.Create(t.Context(), sandbox.SessionRequest{Agent: "dan"}); !errors.Is(err, errclass.Busy) {
+		t.Fatalf("dan's second session: %v, want his cap", err)
+	}
+	if m.PoolStats().Ready != 1 {
+		t.Fatal("a refused claim took the warm session")
+	}
+	if _, warm := claimed(t, m, sandbox.SessionRequest{Agent: "eve", Dependencies: []string{"x"}}); warm {
+		t.Fatal("a session with dependencies came from the pool")
+	}
+	if m.Active() != 3 {
+		t.Fatalf("%d live", m.Active())
+	}
+	// At the cap now (dan's, eve's, the warm one): frank's fresh session closes the warm one.
+	if _, err := m.Registry.Create(t.Context(), sandbox.SessionRequest{Agent: "frank", Dependencies: []string{"x"}}); err != nil {
+		t.Fatalf("frank's session at the cap with a warm one idle: %v", err)
+	}
+	if m.Active() > cfg.MaxTotal {
+		t.Errorf("%d live past sessions_max", m.Active())
+	}
+}
+
+// TestWarmCode: the warm-up call names each preloaded module and binds nothing but what it
+// deletes.
+func TestWarmCode(t *testing.T) {
+	code := WarmCode([]string{"numpy", "matplotlib.pyplot"})
+	for _, want := range []string{`"numpy", "matplotlib.pyplot"`, "del _sandpit_warm"} {
+		if !strings.Contains(code, want) {
+			t.Errorf("WarmCode lacks %q:\n%s", want, code)
+		}
+	}
+}

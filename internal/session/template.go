@@ -1,0 +1,150 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/errclass"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/template"
+)
+
+// Templates resolves the templates sessions start from (*template.Service).
+type Templates interface {
+	// Resolve returns the ready template ref names for agent (see template.Service.Resolve).
+	Resolve(ctx context.Context, agent, ref string) (template.Template, error)
+}
+
+// ImageOpener starts sessions' sandboxes from a given image (a template's).
+type ImageOpener interface {
+	OpenSessionImage(ctx context.Context, id, image string) (sandbox.SessionBox, error)
+}
+
+// SetTemplates sets the templates sessions may start from (call before serving); without
+// it a session naming a template is refused.
+func (r *Registry) SetTemplates(t Templates) { r.templates = t }
+
+// resolveTemplate returns agent's template ref, or nil for "".
+func (r *Registry) resolveTemplate(ctx context.Context, agent, ref string) (*template.Template, error) {
+	if ref == "" {
+		return nil, nil
+	}
+	if r.templates == nil {
+		return nil, &sandbox.FieldError{Field: "template", Message: "this daemon has no templates (they need the Docker runtime)"}
+	}
+	if _, ok := r.opener.(ImageOpener); !ok {
+		return nil, &sandbox.FieldError{Field: "template", Message: "this daemon's runtime does not start templates (only the Docker runtime does)"}
+	}
+	t, err := r.templates.Resolve(ctx, agent, ref)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// openBox opens session id's sandbox: from t's image, or the runtime's own when t is nil.
+func (r *Registry) openBox(ctx context.Context, id string, t *template.Template) (sandbox.SessionBox, error) {
+	if t == nil {
+		return r.opener.OpenSession(ctx, id)
+	}
+	return r.opener.(ImageOpener).OpenSessionImage(ctx, id, t.Image)
+}
+
+// templateEnv is t's env under env (env wins).
+func templateEnv(t *template.Template, env map[string]string) map[string]string {
+	if t == nil || len(t.Spec.Env) == 0 {
+		return maps.Clone(env)
+	}
+	out := maps.Clone(t.Spec.Env)
+	maps.Copy(out, env)
+	return out
+}
+
+// readyPoll is how often a template's ready check runs.
+const readyPoll = 200 * time.Millisecond
+
+// startTemplate runs t's start command in box (in the background, as the session's user,
+// in its workdir) and waits until its ready check exits 0. Errors are of class unavailable
+// and name the command and what it said.
+func startTemplate(ctx context.Context, box sandbox.SessionBox, t *template.Template, env map[string]string) error {
+	st := t.Spec.Start
+	if st == nil {
+		return nil
+	}
+	spec := sandbox.CommandSpec{Argv: []string{"/bin/sh", "-c", st.Cmd}, Env: env, Background: true}
+	if t.Spec.Workdir != "" {
+		spec.Cwd, spec.AnyCwd = t.Spec.Workdir, true
+	}
+	ended := make(chan *sandbox.ProcessEnd, 1)
+	if _, err := box.StartCommand(ctx, sandbox.NewProcessID(), spec, func(ev sandbox.ProcessEvent) {
+		if ev.End != nil {
+			ended <- ev.End
+		}
+	}); err != nil {
+		return fmt.Errorf("starting template %q's start command: %w", t.Name, err)
+	}
+	if st.Ready == "" {
+		return nil
+	}
+	timeout := time.Duration(st.ReadyTimeoutMS) * time.Millisecond
+	if timeout == 0 {
+		timeout = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	check := spec
+	check.Argv, check.Background, check.TimeoutMS = []string{"/bin/sh", "-c", st.Ready}, false, max(timeout.Milliseconds(), 1000)
+	var last string
+	for {
+		var out strings.Builder
+		done := make(chan *sandbox.ProcessEnd, 1)
+		_, err := box.StartCommand(ctx, sandbox.NewProcessID(), check, func(ev sandbox.ProcessEvent) {
+			if out.Len() < 2048 {
+				out.WriteString(ev.Data)
+			}
+			if ev.End != nil {
+				done <- ev.End
+			}
+		})
+		if err == nil {
+			select {
+			case end := <-done:
+				if end.ExitCode == 0 && end.Outcome == sandbox.OutcomeOK {
+					return nil
+				}
+				last = fmt.Sprintf("exit code %d: %s", end.ExitCode, strings.TrimSpace(out.String()))
+			case <-ctx.Done():
+			}
+		} else {
+			last = err.Error()
+		}
+		select {
+		case end := <-ended:
+			return errclass.Newf(errclass.Unavailable, "template %q's start command %q ended (exit code %d) before its ready check %q passed", t.Name, st.Cmd, end.ExitCode, st.Ready)
+		case <-ctx.Done():
+			return errclass.Newf(errclass.Unavailable, "template %q's ready check %q did not pass within %d ms (last: %s)", t.Name, st.Ready, timeout.Milliseconds(), last)
+		case <-time.After(readyPoll):
+		}
+	}
+}
+
+// RunOnce runs req in a session of its own made by sreq (a template's, say) and closes the
+// session after the run, whatever its end: a one-shot run of a template. Errors are Create's
+// and Execute's.
+func (r *Registry) RunOnce(ctx context.Context, sreq sandbox.SessionRequest, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
+	s, err := r.Create(ctx, sreq)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if _, err := s.Close(cctx); err != nil {
+			r.log.Warn("closing a one-shot run's session", "session", s.id, "error", err)
+		}
+	}()
+	return s.Execute(ctx, req, true, emit)
+}

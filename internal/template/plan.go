@@ -1,0 +1,172 @@
+package template
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/sandpit-dev/sandpit/internal/protocol"
+)
+
+// Plan is a spec made ready for the engine: the template layer's Dockerfile and build context,
+// and which spec step each of the Dockerfile's instructions belongs to.
+type Plan struct {
+	// Dockerfile is the template layer's; Context the build context (a tar holding it and the
+	// files).
+	Dockerfile string
+	Context    []byte
+	// Steps are the spec's step labels; StepOf[i] is the index in Steps of the Dockerfile's
+	// instruction i+1 (the builder's "Step i+1/n"), -1 for sandpit's own instructions.
+	Steps  []string
+	StepOf []int
+	// Hash is the content hash of everything that decides the layer's content.
+	Hash string
+}
+
+// aptOptions makes apt work on mirrors whose Release files are past their Valid-Until (a
+// snapshot mirror, as on an offline machine).
+const aptOptions = "-o Acquire::Check-Valid-Until=false -o Acquire::Retries=3"
+
+// NewPlan makes the plan of spec on base (an image reference the engine has; baseID its ID,
+// part of the hash), installing pip steps through pip.
+func NewPlan(spec Spec, base, baseID string, pip protocol.PipOptions) (Plan, error) {
+	var (
+		lines  []string
+		stepOf []int
+		files  []tarFile
+		labels []string
+	)
+	add := func(step int, format string, args ...any) {
+		lines = append(lines, fmt.Sprintf(format, args...))
+		stepOf = append(stepOf, step)
+	}
+	if spec.Dockerfile != "" {
+		// The user's Dockerfile counts as one step; sandpit's trailer clears its last stage's
+		// entrypoint.
+		labels = append(labels, "dockerfile")
+		df := strings.TrimRight(spec.Dockerfile, "\n") + "\n"
+		n := countInstructions(df)
+		lines = append(lines, strings.TrimRight(df, "\n"))
+		for range n {
+			stepOf = append(stepOf, 0)
+		}
+	} else {
+		add(-1, "FROM %s", base)
+		add(-1, "USER root")
+	}
+	if keys := sortedEnv(spec); len(keys) > 0 {
+		// One instruction: each costs the classic builder a commit.
+		pairs := make([]string, len(keys))
+		for i, k := range keys {
+			pairs[i] = k + "=" + strconv.Quote(spec.Env[k])
+		}
+		add(-1, "ENV %s", strings.Join(pairs, " "))
+	}
+	if spec.Workdir != "" {
+		add(-1, "WORKDIR %s", spec.Workdir)
+	}
+	pipArgs := pipFlags(pip)
+	for i, st := range spec.Steps {
+		labels = append(labels, Label(st))
+		switch {
+		case len(st.Apt) > 0:
+			script := "set -e; export DEBIAN_FRONTEND=noninteractive; apt-get " + aptOptions + " update; " +
+				"apt-get " + aptOptions + " install -y --no-install-recommends -- \"$@\"; apt-get clean; rm -rf /var/lib/apt/lists/*"
+			add(i, "RUN %s", execForm(append([]string{"/bin/sh", "-c", script, "apt"}, st.Apt...)))
+		case len(st.Pip) > 0:
+			args := append([]string{"env", "PIP_BREAK_SYSTEM_PACKAGES=1", "PIP_DISABLE_PIP_VERSION_CHECK=1", "python3", "-m", "pip", "install", "--no-cache-dir"}, pipArgs...)
+			add(i, "RUN %s", execForm(append(append(args, "--"), st.Pip...)))
+		case st.File != nil:
+			mode, _ := fileMode(st.File.Mode)
+			name := fmt.Sprintf("files/%d", i)
+			files = append(files, tarFile{name, mode, []byte(st.File.Content)})
+			add(i, "COPY %s", execForm([]string{name, st.File.Path}))
+		default:
+			add(i, "RUN %s", execForm([]string{"/bin/sh", "-c", st.Run}))
+		}
+	}
+	// The box's own command starts under tini, never through the image's entrypoint (sandpit's
+	// layer sets USER root itself; each instruction costs the classic builder a commit).
+	add(-1, "ENTRYPOINT []")
+	df := strings.Join(lines, "\n") + "\n"
+	ctx, err := tarContext(append([]tarFile{{"Dockerfile", 0o644, []byte(df)}}, files...))
+	if err != nil {
+		return Plan{}, err
+	}
+	h := sha256.New()
+	pipJSON, _ := json.Marshal(pip)
+	for _, part := range [][]byte{[]byte("sandpit-template-1"), []byte(base), []byte(baseID), pipJSON, ctx} {
+		fmt.Fprintf(h, "%d:", len(part))
+		h.Write(part)
+	}
+	return Plan{Dockerfile: df, Context: ctx, Steps: labels, StepOf: stepOf, Hash: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+// pipFlags are pip's command-line flags for the daemon's index settings.
+func pipFlags(p protocol.PipOptions) []string {
+	var out []string
+	if p.IndexURL != "" {
+		out = append(out, "--index-url", p.IndexURL)
+	}
+	for _, u := range p.ExtraIndexURLs {
+		out = append(out, "--extra-index-url", u)
+	}
+	for _, h := range p.TrustedHosts {
+		out = append(out, "--trusted-host", h)
+	}
+	if p.BinaryOnly {
+		out = append(out, "--only-binary", ":all:")
+	}
+	return out
+}
+
+// execForm is a Dockerfile exec-form argument list: a JSON array, so that no value is ever
+// parsed by a shell or by the Dockerfile's own quoting.
+func execForm(args []string) string {
+	raw, _ := json.Marshal(args)
+	return string(raw)
+}
+
+// countInstructions counts the instructions of a Dockerfile (the builder's steps): lines that
+// are not blank, comments or continuations.
+func countInstructions(df string) int {
+	n, cont := 0, false
+	for _, line := range strings.Split(df, "\n") {
+		t := strings.TrimSpace(line)
+		if !cont && t != "" && !strings.HasPrefix(t, "#") {
+			n++
+		}
+		if !strings.HasPrefix(t, "#") {
+			cont = strings.HasSuffix(t, "\\")
+		}
+	}
+	return n
+}
+
+type tarFile struct {
+	name string
+	mode int64
+	data []byte
+}
+
+func tarContext(files []tarFile) ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, f := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data))}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(f.data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,492 @@
+package template
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"io"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/errclass"
+	"github.com/sandpit-dev/sandpit/internal/protocol"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// The states of a template.
+const (
+	StatusBuilding = "building"
+	StatusReady    = "ready"
+	StatusFailed   = "failed"
+)
+
+// Template is a stored template (the wire's type); Event a build's progress.
+type (
+	Template = apitype.Template
+	Event    = apitype.TemplateEvent
+)
+
+// ErrNotFound: no template of that name for the agent (class not found).
+var ErrNotFound = errclass.New(errclass.NotFound, "template not found")
+
+// Store keeps templates.
+type Store interface {
+	// PutTemplate inserts or replaces the template of (t.Agent, t.Name).
+	PutTemplate(ctx context.Context, t Template) error
+	// GetTemplate returns agent's template name; an error wrapping ErrNotFound when none.
+	GetTemplate(ctx context.Context, agent, name string) (Template, error)
+	// ListTemplates returns agent's templates and the shared ones of other agents, by agent
+	// and name.
+	ListTemplates(ctx context.Context, agent string) ([]Template, error)
+	// DeleteTemplate removes agent's template name; an error wrapping ErrNotFound when none.
+	DeleteTemplate(ctx context.Context, agent, name string) error
+	// TemplateImageUsers counts the templates whose Image or LayerImage is image.
+	TemplateImageUsers(ctx context.Context, image string) (int, error)
+}
+
+// Engine builds and keeps images.
+type Engine interface {
+	// ImageID returns the ID of image; an error of class not found when the engine lacks it.
+	ImageID(ctx context.Context, image string) (string, error)
+	// ImageSize returns image's size in bytes.
+	ImageSize(ctx context.Context, image string) (int64, error)
+	// BuildLayer builds plan's context as tag, writing the builder's output to out.
+	BuildLayer(ctx context.Context, plan Plan, tag string, out io.Writer) error
+	// BuildSandbox builds sandpit's sandbox layer on base and returns its image.
+	BuildSandbox(ctx context.Context, base string, out io.Writer) (string, error)
+	// RemoveImage removes image; an image in use is left.
+	RemoveImage(ctx context.Context, image string) error
+}
+
+// Config bounds the builds.
+type Config struct {
+	// DefaultBase is the base of a spec without one.
+	DefaultBase string
+	// BuildTimeout caps one build; MaxImageBytes the sandbox image's size; PerAgent how many
+	// templates an agent keeps.
+	BuildTimeout  time.Duration
+	MaxImageBytes int64
+	PerAgent      int
+	// Pip is the daemon's index settings, for pip steps.
+	Pip protocol.PipOptions
+	// LayerRepository names the template layers' images (default "sandpit-template").
+	LayerRepository string
+}
+
+// maxBuilds is how many templates the daemon builds at once (one per agent): a build step
+// is a container of its own, bounded as a slot's box, and builds past this would take the
+// host from the sandboxes.
+const maxBuilds = 2
+
+// Service builds, keeps and resolves templates.
+type Service struct {
+	store  Store
+	engine Engine
+	cfg    Config
+	log    *slog.Logger
+
+	mu       sync.Mutex
+	building map[string]bool // agent/name
+}
+
+// NewService returns the templates of store, built by engine.
+func NewService(store Store, engine Engine, cfg Config, log *slog.Logger) *Service {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.LayerRepository == "" {
+		cfg.LayerRepository = "sandpit-template"
+	}
+	return &Service{store: store, engine: engine, cfg: cfg, log: log, building: map[string]bool{}}
+}
+
+// Config returns the service's bounds.
+func (s *Service) Config() Config { return s.cfg }
+
+// BuildError is a failed build: the step that failed and its output.
+type BuildError struct {
+	Step   int // 1-based; 0 before any step
+	Label  string
+	Output string
+	Err    error
+}
+
+func (e *BuildError) Error() string {
+	where := "the build"
+	if e.Step > 0 {
+		where = fmt.Sprintf("step %d (%s)", e.Step, e.Label)
+	}
+	msg := fmt.Sprintf("%s failed: %v", where, e.Err)
+	if out := strings.TrimSpace(e.Output); out != "" {
+		msg += "\noutput:\n" + out
+	}
+	return msg
+}
+
+func (e *BuildError) Unwrap() error { return e.Err }
+
+// BuildRequest is a template to build.
+type BuildRequest struct {
+	Agent  string
+	Name   string
+	Spec   Spec
+	Shared bool
+}
+
+// Build builds req's template (or reuses the images of the same content) and stores it;
+// emit receives the build's progress. A failed build is stored as failed and returned as a
+// *BuildError; an invalid request is a *sandbox.FieldError; a build of the same name already
+// under way is of class conflict.
+func (s *Service) Build(ctx context.Context, req BuildRequest, emit func(Event)) (Template, error) {
+	if emit == nil {
+		emit = func(Event) {}
+	}
+	if err := sandbox.CheckAgent(req.Agent); err != nil {
+		return Template{}, err
+	}
+	if err := CheckName("name", req.Name); err != nil {
+		return Template{}, err
+	}
+	if err := Validate(req.Spec); err != nil {
+		return Template{}, err
+	}
+	key := req.Agent + "/" + req.Name
+	s.mu.Lock()
+	if s.building[key] {
+		s.mu.Unlock()
+		return Template{}, errclass.Newf(errclass.Conflict, "template %q is being built already; wait for that build to end", req.Name)
+	}
+	mine := 0
+	for k := range s.building {
+		if strings.HasPrefix(k, req.Agent+"/") {
+			mine++
+		}
+	}
+	if mine > 0 || len(s.building) >= maxBuilds {
+		s.mu.Unlock()
+		return Template{}, errclass.Newf(errclass.Busy, "the daemon builds one template of an agent at a time and %d in all, and is at that now; build again when a build ends", maxBuilds)
+	}
+	s.building[key] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.building, key)
+		s.mu.Unlock()
+	}()
+
+	prev, err := s.store.GetTemplate(ctx, req.Agent, req.Name)
+	exists := err == nil
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return Template{}, err
+	}
+	if !exists {
+		list, err := s.store.ListTemplates(ctx, req.Agent)
+		if err != nil {
+			return Template{}, err
+		}
+		own := 0
+		for _, t := range list {
+			if t.Agent == req.Agent {
+				own++
+			}
+		}
+		if own >= s.cfg.PerAgent {
+			return Template{}, errclass.Newf(errclass.Busy, "agent %q has %d templates, the most templates_per_agent allows; remove one (DELETE /v1/templates/{name}) first", req.Agent, own)
+		}
+	}
+	base, err := s.base(ctx, req.Agent, req.Spec)
+	if err != nil {
+		return Template{}, err
+	}
+	baseID := ""
+	if req.Spec.Dockerfile == "" {
+		if baseID, err = s.engine.ImageID(ctx, base); err != nil {
+			if errclass.Of(err) == errclass.NotFound {
+				return Template{}, &sandbox.FieldError{Field: "spec.base", Message: fmt.Sprintf("the image %q is not in the engine; name an image it has (`docker images`) or template:NAME", base)}
+			}
+			return Template{}, err
+		}
+	}
+	plan, err := NewPlan(req.Spec, base, baseID, s.cfg.Pip)
+	if err != nil {
+		return Template{}, err
+	}
+	now := time.Now().UTC()
+	t := Template{Agent: req.Agent, Name: req.Name, Version: 1, Spec: req.Spec, Shared: req.Shared, Hash: plan.Hash,
+		LayerImage: s.cfg.LayerRepository + ":" + plan.Hash[:16], Status: StatusBuilding, CreatedAt: now, UpdatedAt: now}
+	if exists {
+		t.CreatedAt, t.Version = prev.CreatedAt, prev.Version
+		if prev.Hash != plan.Hash {
+			t.Version++
+		}
+	}
+	steps := len(plan.Steps) + 1
+	if exists && prev.Status == StatusReady && prev.Hash == plan.Hash && s.present(ctx, prev.Image) && s.present(ctx, prev.LayerImage) {
+		prev.Shared, prev.UpdatedAt = req.Shared, now
+		if err := s.store.PutTemplate(ctx, prev); err != nil {
+			return Template{}, err
+		}
+		emit(Event{Type: "done", Steps: steps, Cached: true, Template: &prev})
+		return prev, nil
+	}
+	// A ready template keeps serving its image while a new spec builds, and after it fails.
+	keep := exists && prev.Status == StatusReady && s.present(ctx, prev.Image)
+	if !keep {
+		if err := s.store.PutTemplate(ctx, t); err != nil {
+			return Template{}, err
+		}
+	}
+	bctx, cancel := context.WithTimeout(ctx, s.cfg.BuildTimeout)
+	defer cancel()
+	out := &stepWriter{plan: plan, emit: emit, steps: steps}
+	cached, err := s.build(bctx, &t, plan, out)
+	out.flush()
+	if err != nil && bctx.Err() != nil && ctx.Err() == nil {
+		err = fmt.Errorf("it took longer than template_build_timeout_ms (%d ms): %w", s.cfg.BuildTimeout.Milliseconds(), err)
+	}
+	t.Log = out.log.String()
+	t.UpdatedAt = time.Now().UTC()
+	if err != nil {
+		berr := &BuildError{Step: out.step, Label: out.label, Output: out.stepOutput.String(), Err: err}
+		t.Status, t.Error = StatusFailed, berr.Error()
+		stored := t
+		if keep {
+			stored = prev
+			stored.Error, stored.Log, stored.UpdatedAt = fmt.Sprintf("the build of version %d failed; version %d still serves: %s", t.Version, prev.Version, berr.Error()), t.Log, t.UpdatedAt
+		}
+		if perr := s.store.PutTemplate(context.WithoutCancel(ctx), stored); perr != nil {
+			s.log.Warn("recording a failed template build", "agent", t.Agent, "template", t.Name, "error", perr)
+		}
+		emit(Event{Type: "error", Step: out.step, Steps: steps, Label: out.label, Error: berr.Error()})
+		return t, berr
+	}
+	t.Status = StatusReady
+	if err := s.store.PutTemplate(ctx, t); err != nil {
+		return Template{}, err
+	}
+	s.log.Info("template built", "agent", t.Agent, "template", t.Name, "version", t.Version, "image", t.Image, "cached", cached)
+	emit(Event{Type: "done", Steps: steps, Cached: cached, Template: &t})
+	return t, nil
+}
+
+// build builds t's layer (unless the engine has it) and its sandbox image, and checks its
+// size; cached says both were there.
+func (s *Service) build(ctx context.Context, t *Template, plan Plan, out *stepWriter) (cached bool, err error) {
+	layerCached := s.present(ctx, t.LayerImage)
+	if !layerCached {
+		if err := s.engine.BuildLayer(ctx, plan, t.LayerImage, out); err != nil {
+			return false, err
+		}
+	}
+	out.enter(out.steps, "sandpit layer")
+	img, err := s.engine.BuildSandbox(ctx, t.LayerImage, out)
+	if err != nil {
+		return false, err
+	}
+	t.Image = img
+	if t.SizeBytes, err = s.engine.ImageSize(ctx, img); err != nil {
+		return false, err
+	}
+	if s.cfg.MaxImageBytes > 0 && t.SizeBytes > s.cfg.MaxImageBytes {
+		s.removeUnused(context.WithoutCancel(ctx), img, t.LayerImage)
+		t.Image = ""
+		return false, errclass.Newf(errclass.TooLarge, "the image is %d bytes, more than template_max_bytes (%d)", t.SizeBytes, s.cfg.MaxImageBytes)
+	}
+	return layerCached, nil
+}
+
+// base resolves the spec's base to an image reference.
+func (s *Service) base(ctx context.Context, agent string, spec Spec) (string, error) {
+	if name, ok := BaseTemplate(spec); ok {
+		t, err := s.store.GetTemplate(ctx, agent, name)
+		if err != nil {
+			if errors.Is(err, ErrNotFound) {
+				return "", &sandbox.FieldError{Field: "spec.base", Message: fmt.Sprintf("agent %q has no template %q; build it first or name an image", agent, name)}
+			}
+			return "", err
+		}
+		if t.Status != StatusReady {
+			return "", &sandbox.FieldError{Field: "spec.base", Message: fmt.Sprintf("template %q is %s, not ready", name, t.Status)}
+		}
+		return t.LayerImage, nil
+	}
+	if spec.Base != "" {
+		return spec.Base, nil
+	}
+	return s.cfg.DefaultBase, nil
+}
+
+func (s *Service) present(ctx context.Context, image string) bool {
+	if image == "" {
+		return false
+	}
+	_, err := s.engine.ImageID(ctx, image)
+	return err == nil
+}
+
+// Get returns agent's template name.
+func (s *Service) Get(ctx context.Context, agent, name string) (Template, error) {
+	t, err := s.store.GetTemplate(ctx, agent, name)
+	if errors.Is(err, ErrNotFound) {
+		return Template{}, fmt.Errorf("agent %q has no template %q (GET /v1/templates lists them): %w", agent, name, err)
+	}
+	return t, err
+}
+
+// List returns agent's templates and the shared ones of other agents.
+func (s *Service) List(ctx context.Context, agent string) ([]Template, error) {
+	return s.store.ListTemplates(ctx, agent)
+}
+
+// Delete removes agent's template name, and its images when no other template uses them.
+func (s *Service) Delete(ctx context.Context, agent, name string) error {
+	t, err := s.Get(ctx, agent, name)
+	if err != nil {
+		return err
+	}
+	if err := s.store.DeleteTemplate(ctx, agent, name); err != nil {
+		return err
+	}
+	s.removeUnused(ctx, t.Image, t.LayerImage)
+	return nil
+}
+
+// removeUnused removes the images no template uses.
+func (s *Service) removeUnused(ctx context.Context, images ...string) {
+	for _, img := range images {
+		if img == "" {
+			continue
+		}
+		if n, err := s.store.TemplateImageUsers(ctx, img); err != nil || n > 0 {
+			continue
+		}
+		if err := s.engine.RemoveImage(ctx, img); err != nil {
+			s.log.Info("a template's image was not removed", "image", img, "error", err)
+		}
+	}
+}
+
+// Resolve returns the ready template ref names for agent, checking that the engine still has
+// its image: ref is NAME (agent's own) or OWNER/NAME (another agent's, when shared). Errors:
+// a *sandbox.FieldError of field "template" when there is no such template for agent or it is
+// not ready, and one of class unavailable when its image was removed from the engine.
+func (s *Service) Resolve(ctx context.Context, agent, ref string) (Template, error) {
+	if agent == "" {
+		agent = "default"
+	}
+	owner, name, other := strings.Cut(ref, "/")
+	if !other {
+		owner, name = agent, ref
+	}
+	notFound := &sandbox.FieldError{Field: "template", Message: fmt.Sprintf("agent %q has no template %q it may use; GET /v1/templates lists them", agent, ref)}
+	if !ValidName(name) || !sandbox.ValidAgent(owner) {
+		return Template{}, notFound
+	}
+	t, err := s.store.GetTemplate(ctx, owner, name)
+	if errors.Is(err, ErrNotFound) || err == nil && owner != agent && !t.Shared {
+		return Template{}, notFound
+	}
+	if err != nil {
+		return Template{}, err
+	}
+	if t.Status != StatusReady {
+		msg := fmt.Sprintf("template %q is %s, not ready: wait for its build to end (GET its template shows its status and log) and start it then", ref, t.Status)
+		if t.Status != StatusBuilding {
+			msg = fmt.Sprintf("template %q is %s, not ready: %s; build it again", ref, t.Status, t.Error)
+		}
+		return Template{}, &sandbox.FieldError{Field: "template", Message: msg}
+	}
+	if _, err := s.engine.ImageID(ctx, t.Image); err != nil {
+		if errclass.Of(err) == errclass.NotFound {
+			return Template{}, errclass.Newf(errclass.Unavailable, "the image %s of template %q is no longer in the engine (removed by hand?); build the template again (POST /v1/templates or `sandpit template build %s`)", t.Image, ref, name)
+		}
+		return Template{}, err
+	}
+	return t, nil
+}
+
+// stepWriter follows a build's output: it maps the builder's "Step n/m" lines to the spec's
+// steps, emits them, and keeps the whole log (its last 64 KiB) and the current step's output
+// (its last 8 KiB).
+type stepWriter struct {
+	plan       Plan
+	emit       func(Event)
+	steps      int
+	step       int
+	label      string
+	partial    []byte
+	log        tailBuffer
+	stepOutput tailBuffer
+}
+
+var builderStep = regexp.MustCompile(`^Step (\d+)/(\d+) :`)
+
+func (w *stepWriter) Write(p []byte) (int, error) {
+	w.partial = append(w.partial, p...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		w.line(string(w.partial[:i]))
+		w.partial = w.partial[i+1:]
+	}
+	return len(p), nil
+}
+
+func (w *stepWriter) flush() {
+	if len(w.partial) > 0 {
+		w.line(string(w.partial))
+		w.partial = nil
+	}
+}
+
+func (w *stepWriter) line(l string) {
+	if m := builderStep.FindStringSubmatch(l); m != nil && w.step <= len(w.plan.Steps) {
+		n, _ := strconv.Atoi(m[1])
+		if n-1 < len(w.plan.StepOf) {
+			if i := w.plan.StepOf[n-1]; i >= 0 && i+1 != w.step {
+				w.enter(i+1, w.plan.Steps[i])
+			}
+		}
+	}
+	w.log.add(l)
+	w.stepOutput.add(l)
+	w.emit(Event{Type: "log", Step: w.step, Line: l})
+}
+
+// enter starts step (1-based) labelled label.
+func (w *stepWriter) enter(step int, label string) {
+	w.step, w.label = step, label
+	w.stepOutput = tailBuffer{max: 8 << 10}
+	w.emit(Event{Type: "step", Step: step, Steps: w.steps, Label: label})
+}
+
+// tailBuffer keeps the last max bytes (64 KiB when max is 0) of the lines added.
+type tailBuffer struct {
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) add(line string) {
+	limit := t.max
+	if limit == 0 {
+		limit = 64 << 10
+	}
+	t.b = append(t.b, line...)
+	t.b = append(t.b, '\n')
+	if len(t.b) > limit {
+		t.b = t.b[len(t.b)-limit:]
+	}
+}
+
+func (t *tailBuffer) String() string { return string(t.b) }
+
+// Is makes a failed build of class invalid: the spec did not build.
+func (e *BuildError) Is(target error) bool { return target == errclass.Invalid }

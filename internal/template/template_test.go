@@ -1,0 +1,195 @@
+package template_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/errclass"
+	"github.com/sandpit-dev/sandpit/internal/protocol"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/template"
+)
+
+func TestValidate(t *testing.T) {
+	for _, c := range []struct {
+		spec  template.Spec
+		field string // "" valid
+	}{
+		{template.Spec{Steps: []template.Step{{Apt: []string{"jq", "ffmpeg=7:5.1.6-0+deb12u1"}}}}, ""},
+		{template.Spec{Base: "template:tools", Steps: []template.Step{{Run: "echo hi"}}}, ""},
+		{template.Spec{Dockerfile: "FROM debian\n"}, ""},
+		{template.Spec{}, "spec.steps"},
+		{template.Spec{Dockerfile: "FROM x", Steps: []template.Step{{Run: "x"}}}, "spec.dockerfile"},
+		{template.Spec{Steps: []template.Step{{Apt: []string{"jq; rm -rf /"}}}}, "spec.steps[0].apt"},
+		{template.Spec{Steps: []template.Step{{Apt: []string{"-o=APT::x"}}}}, "spec.steps[0].apt"},
+		{template.Spec{Steps: []template.Step{{Pip: []string{"--index-url=http://evil/"}}}}, "spec.steps[0].pip"},
+		{template.Spec{Steps: []template.Step{{Run: "a", Apt: []string{"jq"}}}}, "spec.steps[0]"},
+		{template.Spec{Steps: []template.Step{{File: &template.File{Path: "../etc/passwd"}}}}, "spec.steps[0].file.path"},
+		{template.Spec{Steps: []template.Step{{File: &template.File{Path: "/x", Mode: "4755"}}}}, "spec.steps[0].file.mode"},
+		{template.Spec{Env: map[string]string{"A B": "x"}}, "spec.env"},
+		{template.Spec{Env: map[string]string{"A": "x\ny"}}, "spec.env.A"},
+		{template.Spec{Workdir: "rel"}, "spec.workdir"},
+		{template.Spec{Start: &template.Start{}}, "spec.start.cmd"},
+		{template.Spec{Base: "template:Bad Name"}, "spec.base"},
+	} {
+		err := template.Validate(c.spec)
+		var fe *sandbox.FieldError
+		switch {
+		case c.field == "" && err != nil:
+			t.Errorf("%+v: %v, want valid", c.spec, err)
+		case c.field != "" && (!errors.As(err, &fe) || fe.Field != c.field):
+			t.Errorf("%+v: %v, want a field error of %s", c.spec, err, c.field)
+		}
+	}
+}
+
+func TestPlan(t *testing.T) {
+	spec := template.Spec{Steps: []template.Step{{Apt: []string{"jq"}}, {Pip: []string{"tinypkg==1.0"}}, {File: &template.File{Path: "/opt/a b", Content: "x"}}, {Run: "echo \"$HOME\""}},
+		Env: map[string]string{"B": "2", "A": `q"uote`}, Workdir: "/opt"}
+	pip := protocol.PipOptions{IndexURL: "http://10.0.0.1:9/simple/", TrustedHosts: []string{"10.0.0.1"}}
+	p, err := template.NewPlan(spec, "sandpit-base:bookworm-2", "sha256:1", pip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"FROM sandpit-base:bookworm-2\n",
+		`ENV A="q\"uote" B="2"` + "\n",
+		`"apt","jq"]`,
+		`"--index-url","http://10.0.0.1:9/simple/","--trusted-host","10.0.0.1","--","tinypkg==1.0"]`,
+		`COPY ["files/2","/opt/a b"]`,
+		`RUN ["/bin/sh","-c","echo \"$HOME\""]`,
+		"\nENTRYPOINT []\n",
+	} {
+		if !strings.Contains(p.Dockerfile, want) {
+			t.Errorf("Dockerfile lacks %q:\n%s", want, p.Dockerfile)
+		}
+	}
+	// FROM, USER, ENV, WORKDIR, 4 steps, ENTRYPOINT.
+	if got := fmt.Sprint(p.StepOf); got != "[-1 -1 -1 -1 0 1 2 3 -1]" {
+		t.Errorf("StepOf %s", got)
+	}
+	again, _ := template.NewPlan(spec, "sandpit-base:bookworm-2", "sha256:1", pip)
+	other, _ := template.NewPlan(spec, "sandpit-base:bookworm-2", "sha256:2", pip)
+	if again.Hash != p.Hash || other.Hash == p.Hash {
+		t.Errorf("hashes: %s, again %s, on another base ID %s", p.Hash, again.Hash, other.Hash)
+	}
+}
+
+// fakeEngine builds nothing: it records the builds and fails a layer whose Dockerfile has
+// "exit 3" after writing the builder's step lines.
+type fakeEngine struct {
+	images map[string]bool
+	layers int
+}
+
+func (e *fakeEngine) ImageID(_ context.Context, image string) (string, error) {
+	if !e.images[image] {
+		return "", errclass.Newf(errclass.NotFound, "no image %s", image)
+	}
+	return "sha256:" + image, nil
+}
+func (e *fakeEngine) ImageSize(context.Context, string) (int64, error) { return 100 << 20, nil }
+func (e *fakeEngine) BuildLayer(_ context.Context, p template.Plan, tag string, out io.Writer) error {
+	e.layers++
+	for i := range p.StepOf {
+		fmt.Fprintf(out, "Step %d/%d : X\n", i+1, len(p.StepOf))
+		if p.StepOf[i] == 1 && strings.Contains(p.Dockerfile, "exit 3") {
+			fmt.Fprintln(out, "boom")
+			return errors.New("The command returned a non-zero code: 3")
+		}
+	}
+	e.images[tag] = true
+	return nil
+}
+func (e *fakeEngine) BuildSandbox(_ context.Context, base string, _ io.Writer) (string, error) {
+	img := "sandbox-of-" + strings.ReplaceAll(base, ":", "-")
+	e.images[img] = true
+	return img, nil
+}
+func (e *fakeEngine) RemoveImage(_ context.Context, image string) error {
+	delete(e.images, image)
+	return nil
+}
+
+func TestServiceCacheFailureOwnership(t *testing.T) {
+	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	eng := &fakeEngine{images: map[string]bool{"base": true}}
+	svc := template.NewService(st, eng, template.Config{DefaultBase: "base", BuildTimeout: time.Minute, PerAgent: 2}, nil)
+	ctx := t.Context()
+	spec := template.Spec{Steps: []template.Step{{Apt: []string{"jq"}}}}
+	var steps []string
+	tm, err := svc.Build(ctx, template.BuildRequest{Agent: "alice", Name: "tools", Spec: spec}, func(e template.Event) {
+		if e.Type == "step" {
+			steps = append(steps, e.Label)
+		}
+	})
+	if err != nil || tm.Status != template.StatusReady || tm.Version != 1 || fmt.Sprint(steps) != "[apt jq sandpit layer]" {
+		t.Fatalf("build: %+v %v, steps %q", tm, err, steps)
+	}
+	var cached bool
+	again, err := svc.Build(ctx, template.BuildRequest{Agent: "alice", Name: "tools", Spec: spec}, func(e template.Event) { cached = cached || e.Cached })
+	if err != nil || !cached || again.Image != tm.Image || eng.layers != 1 {
+		t.Fatalf("rebuild: %+v %v, cached %v, %d layer builds", again, err, cached, eng.layers)
+	}
+
+	// A failing step is named with its output; the template is stored as failed.
+	_, err = svc.Build(ctx, template.BuildRequest{Agent: "alice", Name: "broken", Spec: template.Spec{Steps: []template.Step{{Run: "true"}, {Run: "echo boom; exit 3"}}}}, nil)
+	var be *template.BuildError
+	if !errors.As(err, &be) || be.Step != 2 || !strings.Contains(be.Output, "boom") || errclass.Of(err) != errclass.Invalid {
+		t.Fatalf("failing build: %v", err)
+	}
+	if got, _ := svc.Get(ctx, "alice", "broken"); got.Status != template.StatusFailed || !strings.Contains(got.Error, "step 2 (run echo boom; exit 3)") {
+		t.Errorf("stored failure: %+v", got)
+	}
+	// A failed rebuild leaves the ready version serving, and says so.
+	if _, err := svc.Build(ctx, template.BuildRequest{Agent: "alice", Name: "tools", Spec: template.Spec{Steps: []template.Step{{Run: "true"}, {Run: "exit 3"}}}}, nil); err == nil {
+		t.Fatal("a failing rebuild succeeded")
+	}
+	if got, err := svc.Resolve(ctx, "alice", "tools"); err != nil || got.Image != tm.Image || got.Version != 1 || !strings.Contains(got.Error, "version 2 failed; version 1 still serves") {
+		t.Errorf("after a failed rebuild: %+v %v", got, err)
+	}
+	// The cap counts the failed one too.
+	if _, err := svc.Build(ctx, template.BuildRequest{Agent: "alice", Name: "third", Spec: spec}, nil); errclass.Of(err) != errclass.Busy {
+		t.Errorf("a third template past templates_per_agent 2: %v", err)
+	}
+
+	// Another agent: neither resolves nor lists it, until it is shared.
+	if _, err := svc.Resolve(ctx, "bob", "alice/tools"); errclass.Of(err) != errclass.Invalid {
+		t.Errorf("bob resolves alice's unshared template: %v", err)
+	}
+	if list, _ := svc.List(ctx, "bob"); len(list) != 0 {
+		t.Errorf("bob lists %+v", list)
+	}
+	if _, err := svc.Build(ctx, template.BuildRequest{Agent: "alice", Name: "tools", Spec: spec, Shared: true}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := svc.Resolve(ctx, "bob", "alice/tools"); err != nil || got.Image != tm.Image {
+		t.Errorf("bob resolves alice's shared template: %+v %v", got, err)
+	}
+
+	// An image removed by hand is reported, not waited for.
+	delete(eng.images, tm.Image)
+	if _, err := svc.Resolve(ctx, "alice", "tools"); errclass.Of(err) != errclass.Unavailable || !strings.Contains(err.Error(), "no longer in the engine") {
+		t.Errorf("resolve with the image gone: %v", err)
+	}
+	if err := svc.Delete(ctx, "alice", "tools"); err != nil {
+		t.Fatal(err)
+	}
+	if eng.images[tm.LayerImage] {
+		t.Error("the layer image outlived its only template")
+	}
+	if _, err := svc.Get(ctx, "alice", "tools"); errclass.Of(err) != errclass.NotFound {
+		t.Errorf("after delete: %v", err)
+	}
+}

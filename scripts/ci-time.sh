@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# ci-time.sh: the test binary runner of .ci/run (go test -exec). It runs the binary with a
+# TMPDIR of its package's own, so that the Docker containers its tests start (labelled with
+# their data directory, under TMPDIR) are known as the package's, and appends to $CI_PACKAGES
+# "package wall-seconds binary-cpu-seconds containers-cpu-seconds". go test runs a package's
+# binary in the package's directory, which names it.
+set -u
+top=$(git rev-parse --show-toplevel 2>/dev/null || pwd)
+pkg=$(realpath --relative-to="$top" "$PWD")
+export TMPDIR="${CI_TMP:-/tmp}/${pkg//\//_}"
+mkdir -p "$TMPDIR"
+
+# containers_cpu prints the CPU seconds of the running containers labelled with a data
+# directory under $TMPDIR, one "id nanoseconds" line each (cgroup v1's cpuacct or v2's cpu.stat).
+containers_cpu() {
+	docker ps --no-trunc --format '{{.ID}} {{.Label "dev.sandpit.data-dir"}}' 2>/dev/null |
+		while read -r id dir; do
+			case "$dir" in "$TMPDIR"/*) ;; *) continue ;; esac
+			if [ -r "/sys/fs/cgroup/cpuacct/docker/$id/cpuacct.usage" ]; then
+				echo "$id $(cat "/sys/fs/cgroup/cpuacct/docker/$id/cpuacct.usage")"
+			elif [ -r "/sys/fs/cgroup/system.slice/docker-$id.scope/cpu.stat" ]; then
+				echo "$id $(awk '$1 == "usage_usec" { print $2 * 1000 }' "/sys/fs/cgroup/system.slice/docker-$id.scope/cpu.stat")"
+			fi
+		done
+}
+samples=$TMPDIR.cpu
+: >"$samples"
+(while :; do containers_cpu >>"$samples"; sleep 2; done) &
+sampler=$!
+
+start=$(date +%s.%N)
+/usr/bin/time -f "%U %S" -o "$TMPDIR.time" "$@"
+status=$?
+kill "$sampler" 2>/dev/null
+wait "$sampler" 2>/dev/null
+containers_cpu >>"$samples"
+# Each container's last reading is its CPU time (one removed between samples loses its last
+# two seconds).
+ctr=$(awk '{ last[$1] = $2 } END { s = 0; for (k in last) s += last[k]; printf "%.0f", s / 1e9 }' "$samples")
+bin=$(tail -1 "$TMPDIR.time" 2>/dev/null | awk '{ printf "%.0f", $1 + $2 }')
+echo "$pkg $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }') ${bin:-?} ${ctr:-0}" >>"$CI_PACKAGES"
+rm -rf "$TMPDIR" "$TMPDIR.time" "$samples"
+exit $status
