@@ -26,6 +26,10 @@ type SessionCreate struct {
 	// its calls, its commands and what they leave running (nil: the daemon's list; []:
 	// nothing out). Each entry must lie within network_allow.
 	NetworkAllow []string `json:"network_allow,omitzero"`
+	// Secrets names the secrets the session's calls and commands may use (docs/secrets.md):
+	// each is an environment variable holding a placeholder the egress proxy replaces with the
+	// value in a request to one of the secret's hosts. At most 16.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // SessionCall is the body of POST /v1/agents/{agent}/sessions/{id}/executions: code run in
@@ -106,6 +110,8 @@ type Session struct {
 	// NetworkAllow is its narrowing of network_allow (absent: the daemon's list; []: nothing
 	// out).
 	NetworkAllow []string `json:"network_allow,omitzero"`
+	// Secrets names the secrets its calls and commands may use (never their values).
+	Secrets []string `json:"secrets,omitempty"`
 	// Calls counts the calls that ran; Busy says one runs now; Waiting how many wait.
 	Calls   int  `json:"calls"`
 	Busy    bool `json:"busy"`

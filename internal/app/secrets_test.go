@@ -107,4 +107,55 @@ print("keys", found)
 	if r, b := post(t, url, string(body)); r.StatusCode != 400 || !strings.Contains(string(b), "NOPE") {
 		t.Errorf("an unknown secret: %d %s", r.StatusCode, b)
 	}
+
+	// A session's calls and commands use the secret too: its code sees the placeholder,
+	// the host gets the value (issue 47: sessions named no secrets, and a session call's
+	// "secrets" was silently dropped).
+	sessionUsesTheSecret(t, url, host, port, value, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Join(seen, "|")
+	})
+}
+
+// sessionUsesTheSecret: a session created with secret TOKEN (bound to host, set to value)
+// sends it from a call and from a command (a client trusting the daemon's CA through the
+// bundle's variables), the host (seen: what it got) getting the value each time, and records
+// its name, never the value; an unknown name, or a name that is not a list, is refused.
+func sessionUsesTheSecret(t *testing.T, url, host string, port int, value string, seen func() string) {
+	t.Helper()
+	ph := secrets.Placeholder("TOKEN")
+	for _, bad := range []string{`{"secrets": ["NOPE"]}`, `{"secrets": "TOKEN"}`} {
+		if st, b := httpCall(t, "POST", url+"/v1/agents/alice/sessions", bad); st != 400 || !strings.Contains(string(b), "secrets") {
+			t.Errorf("a session naming %s: %d %s", bad, st, b)
+		}
+	}
+	st, b := httpCall(t, "POST", url+"/v1/agents/alice/sessions", `{"secrets": ["TOKEN"]}`)
+	var sess struct {
+		ID      string   `json:"id"`
+		Secrets []string `json:"secrets"`
+	}
+	if err := json.Unmarshal(b, &sess); st != 201 || err != nil || len(sess.Secrets) != 1 || sess.Secrets[0] != "TOKEN" {
+		t.Fatalf("creating a session with a secret: %d %s", st, b)
+	}
+	base := url + "/v1/agents/alice/sessions/" + sess.ID
+	defer httpCall(t, "DELETE", base, "")
+	fetch := fmt.Sprintf(`import os, requests; r = requests.get("https://%s:%d/session", headers={"Authorization": "Bearer " + os.environ["TOKEN"]}, timeout=30); print(r.status_code, r.text)`, host, port)
+	call, _ := json.Marshal(map[string]any{"code": fetch})
+	st, b = httpCall(t, "POST", base+"/executions", string(call))
+	if want := "200 echo: Bearer " + ph; st != 200 || !strings.Contains(string(b), want) {
+		t.Errorf("a session call: %d %s, want %q in its stdout", st, b, want)
+	}
+	// A command: no interpreter of the daemon's in between, only the command's environment.
+	cmd, _ := json.Marshal(map[string]any{"cmd": "echo env=$TOKEN; python3 -c '" + strings.ReplaceAll(fetch, "'", `'"'"'`) + "'"})
+	st, b = httpCall(t, "POST", base+"/commands", string(cmd))
+	if want := `env=` + ph + `\n200 echo: Bearer ` + ph; st != 200 || !strings.Contains(string(b), want) {
+		t.Errorf("a session command: %d %s, want %q in its stdout", st, b, want)
+	}
+	if strings.Contains(string(b), value) {
+		t.Errorf("the value reached the command's answer: %s", b)
+	}
+	if got, want := strings.Count(seen(), "/session Bearer "+value), 2; got != want {
+		t.Errorf("the host got the value %d times from the session, want %d: %s", got, want, seen())
+	}
 }

@@ -37,6 +37,7 @@ func (o *options) sessionNewCommand() *cobra.Command {
 		autoResume     bool
 		autoPause      bool
 		tmpl           string
+		secrets        []string
 	)
 	cmd := &cobra.Command{
 		Use:   "new",
@@ -50,7 +51,7 @@ rm ID), after --idle without a call, after --lifetime, or when a call must be ki
   sandpit session rm $S --agent alice`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d := apitype.SessionCreate{Template: tmpl, Dependencies: deps, AutoResume: autoResume}
+			d := apitype.SessionCreate{Template: tmpl, Dependencies: deps, AutoResume: autoResume, Secrets: secrets}
 			if cmd.Flags().Changed("auto-pause") {
 				d.AutoPause = &autoPause
 			}
@@ -93,6 +94,7 @@ rm ID), after --idle without a call, after --lifetime, or when a call must be ki
 	fl.DurationVar(&lifetime, "lifetime", 0, "end the session after it ran this long, paused time not counted (default and most: the daemon's session_max_lifetime_ms, 1h)")
 	fl.BoolVar(&autoResume, "auto-resume", false, "a call to the session while it is paused or hibernated resumes it (else the call fails until sandpit session resume)")
 	fl.BoolVar(&autoPause, "auto-pause", false, "pause the session at its idle timeout instead of ending it (default: the daemon's session_auto_pause)")
+	fl.StringArrayVar(&secrets, "secret", nil, "a secret the session's code and commands may use, repeatable: they see $NAME holding a placeholder the egress proxy replaces for the secret's hosts (sandpit secrets list; docs/secrets.md)")
 	return cmd
 }
 

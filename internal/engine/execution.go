@@ -30,6 +30,9 @@ type InBox struct {
 	// NetworkAllow is the session's narrowing of network_allow (nil: none); the request's own
 	// narrows further.
 	NetworkAllow []string
+	// Secrets are the session's secrets (nil: none; see OpenSecrets): the call's code sees
+	// their placeholders and its connections get their values.
+	Secrets SecretsRun
 }
 
 // Prepare turns req (checked by Validate) into an execution run in a session's sandbox.
@@ -37,6 +40,10 @@ func (s *Service) Prepare(req sandbox.Request, in InBox) *Execution {
 	x := s.prepare(req)
 	x.session, x.box, x.grace, x.narrow = in.Session, in.Box, in.Grace, in.NetworkAllow
 	x.spec.Session, x.spec.Paths = true, in.Paths
+	if in.Secrets != nil {
+		x.secrets = in.Secrets
+		x.spec.SecretEnv, x.spec.SecretCA = in.Secrets.Env(), in.Secrets.CA()
+	}
 	return &Execution{s: s, x: x}
 }
 

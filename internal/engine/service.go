@@ -118,16 +118,16 @@ type Secrets interface {
 	Open(ctx context.Context, agent string, names []string) (SecretsRun, error)
 }
 
-// SecretsRun is one run's secrets.
+// SecretsRun is one run's secrets, or one session's (for all its calls and commands).
 type SecretsRun interface {
 	// Env is each secret's placeholder by environment variable; CA the PEM the box trusts for
 	// the secrets' hosts.
 	Env() map[string]string
 	CA() string
-	// Attach has gate add the values for their hosts.
+	// Attach has gate add the values for their hosts (any number of gates).
 	Attach(gate sandbox.EgressRun)
-	// Log writes each use of a placeholder (secret, host, whether the value was added, the
-	// host's status; never a value) to log, for run id.
+	// Log writes each use of a placeholder since the last Log (secret, host, whether the
+	// value was added, the host's status; never a value) to log, for run id.
 	Log(log *slog.Logger, id string)
 }
 
@@ -242,10 +242,29 @@ func (s *Service) Validate(req sandbox.Request) error {
 		return err
 	}
 	if len(req.Secrets) > 0 && (s.sec == nil || s.net == nil) {
-		return &sandbox.FieldError{Field: "secrets", Message: fmt.Sprintf(
-			"this daemon adds secrets only to runs under network \"allowlist\" (it is %q); send the request without secrets", s.cfg.Network)}
+		return s.noSecrets()
 	}
 	return validateFiles(req.Files, s.cfg)
+}
+
+// noSecrets is the answer to a request that names secrets where the daemon adds none.
+func (s *Service) noSecrets() error {
+	return &sandbox.FieldError{Field: "secrets", Message: fmt.Sprintf(
+		"this daemon adds secrets only under network \"allowlist\" (it is %q); send the request without secrets", s.cfg.Network)}
+}
+
+// OpenSecrets resolves the secrets names (nil when none) for agent's session, whose calls
+// (InBox.Secrets) and commands' connections (AttachSecrets) use them. Errors: a
+// *sandbox.FieldError of field "secrets" for a name agent may not use, or where the daemon
+// adds no secrets.
+func (s *Service) OpenSecrets(ctx context.Context, agent string, names []string) (SecretsRun, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	if s.sec == nil || s.net == nil {
+		return nil, s.noSecrets()
+	}
+	return s.sec.Open(ctx, agent, names)
 }
 
 // CheckNetworkAllow validates a narrowing of the daemon's network_allow (a request's or a

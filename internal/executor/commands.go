@@ -118,8 +118,8 @@ func (e *Executor) userSite(slot int) string {
 }
 
 // commandEnv is a command's environment: a run's minimal one with the session's home, the
-// proxy's and pip's settings, then the request's own variables.
-func (e *Executor) commandEnv(slot int, c protocol.Command) []string {
+// proxy's and pip's settings, the secrets' trust bundle, then the request's own variables.
+func (e *Executor) commandEnv(slot int, c protocol.Command) ([]string, error) {
 	home := e.slotDir(slot)
 	env := runEnvironment(home, e.stateDir(slot), e.cfg.proxyEnv())
 	env = append(env, "USER=user", "LOGNAME=user", "SHELL=/bin/bash", "PWD="+home, "TERM=xterm-256color",
@@ -138,10 +138,17 @@ func (e *Executor) commandEnv(slot int, c protocol.Command) []string {
 	if c.Pip.BinaryOnly {
 		env = append(env, "PIP_ONLY_BINARY=:all:")
 	}
+	if c.Spec.SecretCA != "" {
+		vars, err := e.secretCAEnv(c.Spec.SecretCA)
+		if err != nil {
+			return nil, err
+		}
+		env = append(env, vars...)
+	}
 	for _, k := range slices.Sorted(maps.Keys(c.Spec.Env)) {
 		env = append(env, k+"="+c.Spec.Env[k])
 	}
-	return env
+	return env, nil
 }
 
 // startCommand starts process id (see the comment at the top of the file) and reports it
@@ -218,7 +225,10 @@ func (e *Executor) launchCommand(slot int, id string, c protocol.Command) (*proc
 			return nil, err
 		}
 	}
-	env := e.commandEnv(slot, c)
+	env, err := e.commandEnv(slot, c)
+	if err != nil {
+		return nil, err
+	}
 	env = append(env, "PWD="+dir)
 	p := &proc{e: e, id: id, slot: slot, gid: e.commandGID(), spec: c.Spec, exited: make(chan struct{})}
 	var childIn, childOut, childErr *os.File

@@ -97,13 +97,9 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 			writeError(w, &sandbox.FieldError{Field: "template", Message: "this daemon serves no sessions, which a template's runs need"})
 			return
 		}
-		if len(b.Secrets) > 0 {
-			writeError(w, &sandbox.FieldError{Field: "secrets", Message: "a template's run is a session of it, and sessions cannot use secrets yet: leave out secrets or template"})
-			return
-		}
 		// A template's run is a session of it, made for the run and closed after it.
-		sreq := sandbox.SessionRequest{Agent: b.Agent, Template: b.Template, Dependencies: b.Dependencies, NetworkAllow: b.NetworkAllow}
-		req.Dependencies, req.NetworkAllow = nil, nil
+		sreq := sandbox.SessionRequest{Agent: b.Agent, Template: b.Template, Dependencies: b.Dependencies, NetworkAllow: b.NetworkAllow, Secrets: b.Secrets}
+		req.Dependencies, req.NetworkAllow, req.Secrets = nil, nil, nil
 		a.run(w, r, b.InlineFiles, func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error) {
 			return a.sessions.RunOnce(ctx, sreq, req, emit)
 		})

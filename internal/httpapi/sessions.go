@@ -36,7 +36,7 @@ func (a *api) routeSessions() {
 }
 
 var sessionShape = shape{
-	fields: []string{"template", "dependencies", "idle_timeout_ms", "max_lifetime_ms", "auto_resume", "auto_pause", "network_allow"},
+	fields: []string{"template", "dependencies", "idle_timeout_ms", "max_lifetime_ms", "auto_resume", "auto_pause", "network_allow", "secrets"},
 	expect: map[string]string{
 		"template":        "must be a string: a template's name (GET /v1/agents/{agent}/templates lists them)",
 		"auto_resume":     "must be true or false (true: a call to the session while it is paused or hibernated resumes it)",
@@ -66,7 +66,7 @@ func (a *api) createSession(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s, err := a.sessions.Create(r.Context(), sandbox.SessionRequest{Agent: agent, Template: b.Template, Dependencies: b.Dependencies,
-		IdleTimeoutMS: b.IdleTimeoutMS, MaxLifetimeMS: b.MaxLifetimeMS, NetworkAllow: b.NetworkAllow,
+		IdleTimeoutMS: b.IdleTimeoutMS, MaxLifetimeMS: b.MaxLifetimeMS, NetworkAllow: b.NetworkAllow, Secrets: b.Secrets,
 		SessionOptions: sandbox.SessionOptions{AutoResume: b.AutoResume, AutoPause: b.AutoPause}})
 	if err != nil {
 		a.fail(w, r, err)

@@ -150,7 +150,7 @@ func SessionOf(s sandbox.SessionInfo) apitype.Session {
 	out := apitype.Session{ID: s.ID, Agent: s.Agent, Template: s.Template, State: s.State, EndReason: s.EndReason, Reason: s.Reason,
 		IdleTimeoutMS: s.IdleTimeoutMS, MaxLifetimeMS: s.MaxLifetimeMS, Limits: apitype.RunLimits(s.Limits),
 		Dependencies: each(s.Dependencies, dependencyOf), CreatedAt: s.CreatedAt, LastUsedAt: s.LastUsedAt,
-		ExpiresAt: s.ExpiresAt, EndedAt: s.EndedAt, Deadline: s.Deadline, NetworkAllow: s.NetworkAllow, Calls: s.Calls, Busy: s.Busy, Waiting: s.Waiting,
+		ExpiresAt: s.ExpiresAt, EndedAt: s.EndedAt, Deadline: s.Deadline, NetworkAllow: s.NetworkAllow, Secrets: s.Secrets, Calls: s.Calls, Busy: s.Busy, Waiting: s.Waiting,
 		AutoResume: s.AutoResume, AutoPause: s.AutoPause, PausedAt: s.PausedAt, RanMS: s.RanMS, Memory: s.Memory,
 		ForkedFrom: s.ForkedFrom, LifecycleError: s.LifecycleError, History: each(s.History, sessionEventOf)}
 	if h := s.Hibernation; h != nil && s.State == sandbox.SessionHibernated {

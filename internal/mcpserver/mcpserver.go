@@ -127,6 +127,7 @@ type RunCodeArgs struct {
 	Template     string   `json:"template,omitempty" jsonschema:"run in a fresh sandbox of this template (list_templates names them) instead of the default environment"`
 	TimeoutMS    int64    `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds (the default and the maximum are in the tool's description)"`
 	NetworkAllow []string `json:"network_allow,omitempty" jsonschema:"hosts (api.example.com, *.example.com, with :PORT) and CIDRs this run may reach: narrows the server's network_allow (in the tool's description), never widens it"`
+	Secrets      []string `json:"secrets,omitempty" jsonschema:"secrets the code may use (list_secrets names them): each is the environment variable of that name, holding a placeholder the server replaces with the value for the secret's hosts only"`
 	FileArgs
 }
 
@@ -154,7 +155,7 @@ func (a FileArgs) runFiles() apitype.RunFiles {
 }
 
 func (t *tools) runCode(ctx context.Context, _ *mcp.CallToolRequest, a RunCodeArgs) (*mcp.CallToolResult, any, error) {
-	req := apitype.ExecuteRequest{Code: a.Code, Agent: t.agent, Template: a.Template, Dependencies: a.Dependencies, NetworkAllow: a.NetworkAllow, RunFiles: a.runFiles()}
+	req := apitype.ExecuteRequest{Code: a.Code, Agent: t.agent, Template: a.Template, Dependencies: a.Dependencies, NetworkAllow: a.NetworkAllow, Secrets: a.Secrets, RunFiles: a.runFiles()}
 	if a.Input != nil {
 		in, err := json.Marshal(a.Input)
 		if err != nil {
@@ -548,7 +549,7 @@ func toolPage(limit int, cursor string) (apitype.Page, error) {
 }
 
 const listSecretsDoc = "List the secrets your code may use but never read: each one's name, the hosts it may be sent to and the header it goes in, never its value. " +
-	"Name one in a run's secrets and the code finds the environment variable of that name holding the placeholder sandpit-secret:NAME: use it as if it were the key " +
+	"Name one in run_code's or create_session's secrets and the code finds the environment variable of that name holding the placeholder sandpit-secret:NAME: use it as if it were the key " +
 	"(os.environ[\"NAME\"] in the header the secret is bound to), and the daemon puts the value in its place in a request to one of its hosts only."
 
 // ListSecretsArgs are list_secrets' arguments: none.

@@ -21,6 +21,7 @@ type CreateSessionArgs struct {
 	IdleTimeoutMS int64    `json:"idle_timeout_ms,omitempty" jsonschema:"end the session after this long without a call, in milliseconds (default 600000)"`
 	MaxLifetimeMS int64    `json:"max_lifetime_ms,omitempty" jsonschema:"end the session this long after its start, in milliseconds (default and most 3600000)"`
 	AutoResume    bool     `json:"auto_resume,omitempty" jsonschema:"true: a call to the session while it is paused or hibernated resumes it (else the call fails until resume_session)"`
+	Secrets       []string `json:"secrets,omitempty" jsonschema:"secrets the session's code and commands may use (list_secrets names them): each is the environment variable of that name, holding a placeholder the server replaces with the value for the secret's hosts only"`
 }
 
 // RunInSessionArgs are run_in_session's arguments.
@@ -42,7 +43,7 @@ func addSessionTools(s *mcp.Server, t *tools) {
 }
 
 func (t *tools) createSession(ctx context.Context, _ *mcp.CallToolRequest, a CreateSessionArgs) (*mcp.CallToolResult, any, error) {
-	d := apitype.SessionCreate{Template: a.Template, Dependencies: a.Dependencies, AutoResume: a.AutoResume}
+	d := apitype.SessionCreate{Template: a.Template, Dependencies: a.Dependencies, AutoResume: a.AutoResume, Secrets: a.Secrets}
 	if a.IdleTimeoutMS != 0 {
 		d.IdleTimeoutMS = &a.IdleTimeoutMS
 	}

@@ -103,6 +103,9 @@ type SessionInfo struct {
 	// it is, empty: nothing out. An empty list stays in the JSON (omitzero omits nil only): a
 	// hibernated session's record must not widen to the daemon's list when it is read back.
 	NetworkAllow []string `json:"network_allow,omitzero"`
+	// Secrets names the secrets the session's calls and commands may use (docs/secrets.md):
+	// their code sees placeholders, and the egress proxy adds the values. Names only.
+	Secrets []string `json:"secrets,omitempty"`
 	// CreatedAt, LastUsedAt (the last call's end, or the creation) and ExpiresAt (when it
 	// ends if no call comes: the earliest of its idle timeout, lifetime and deadline) are RFC
 	// 3339, UTC; EndedAt is set once it ended.
@@ -141,6 +144,8 @@ type SessionRequest struct {
 	NetworkAllow []string
 	// Env is set for the session's commands (a command's own env wins). It is not recorded.
 	Env map[string]string
+	// Secrets names the secrets its calls and commands may use (SessionInfo.Secrets).
+	Secrets []string
 	// Deadline, when set, ends (or, with auto_pause, pauses) the session then; it must lie
 	// within its maximum lifetime.
 	Deadline *time.Time

@@ -33,6 +33,10 @@ type CommandSpec struct {
 	AnyCwd bool `json:"any_cwd,omitempty"`
 	// Env is added to the command's minimal environment (nothing of the daemon's).
 	Env map[string]string `json:"env,omitempty"`
+	// SecretCA is the PEM of the CA that signs the certificates the egress proxy presents
+	// for the session's secrets' hosts ("" when it has none): the command trusts it beside
+	// the box's own roots (docs/secrets.md).
+	SecretCA string `json:"secret_ca,omitempty"`
 	// TimeoutMS kills a foreground command and every process it started after that long; 0
 	// (background commands) means until the session ends.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`

@@ -46,3 +46,13 @@ func (r *Run) Uses() ([]Use, int) {
 	defer r.mu.Unlock()
 	return append([]Use(nil), r.uses...), r.dropped
 }
+
+// Take returns the uses since the last Take, in order, and how many of them were left out
+// past MaxUses, and forgets them: a session's secrets outlive each call that logs them.
+func (r *Run) Take() ([]Use, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	uses, dropped := r.uses, r.dropped
+	r.uses, r.dropped = nil, 0
+	return uses, dropped
+}

@@ -78,7 +78,7 @@ func (r *runSecrets) Attach(gate sandbox.EgressRun) {
 }
 
 func (r *runSecrets) Log(log *slog.Logger, id string) {
-	uses, dropped := r.Uses()
+	uses, dropped := r.Take()
 	for _, u := range uses {
 		log.Info("a run used a secret's placeholder", "execution", id, "secret", u.Secret, "host", u.Host, "added", u.Added, "why", u.Why, "status", u.Status)
 	}

@@ -272,9 +272,15 @@ func (s *Session) commandSpec(req CommandRequest) (sandbox.CommandSpec, error) {
 	if req.PTY != nil && (req.PTY.Rows == 0 || req.PTY.Cols == 0) {
 		return spec, &sandbox.FieldError{Field: "pty", Message: "rows and cols must be at least 1"}
 	}
-	env := s.Env()
-	if env == nil && len(req.Env) > 0 {
+	s.mu.Lock()
+	env, sec := maps.Clone(s.env), s.secrets
+	s.mu.Unlock()
+	if env == nil && (len(req.Env) > 0 || sec != nil) {
 		env = map[string]string{}
+	}
+	if sec != nil {
+		maps.Copy(env, sec.Env())
+		spec.SecretCA = sec.CA()
 	}
 	maps.Copy(env, req.Env)
 	spec.Cwd, spec.AnyCwd, spec.Env, spec.Stdin, spec.PTY = req.Cwd, req.AnyCwd, env, req.Stdin, req.PTY

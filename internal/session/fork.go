@@ -66,10 +66,11 @@ func (s *Session) Fork(ctx context.Context) (*Session, error) {
 	now := time.Now().UTC()
 	fork := newSession(r, sandbox.SessionInfo{ID: newID, Agent: src.Agent, State: sandbox.SessionActive, IdleTimeoutMS: src.IdleTimeoutMS,
 		MaxLifetimeMS: src.MaxLifetimeMS, Limits: src.Limits, Dependencies: slices.Clone(src.Dependencies),
-		NetworkAllow: slices.Clone(src.NetworkAllow), CreatedAt: now, LastUsedAt: now})
+		NetworkAllow: slices.Clone(src.NetworkAllow), Secrets: slices.Clone(src.Secrets), CreatedAt: now, LastUsedAt: now})
 	fork.info.AutoResume, fork.info.AutoPause, fork.info.ForkedFrom, fork.info.Memory = src.AutoResume, src.AutoPause, s.id, sandbox.MemoryLost
 	fork.life = clock{runStart: now}
 	fork.paths, fork.env = src.Hibernation.Paths, env
+	r.openSecrets(ctx, fork)
 	fork.info.AddEvent(now, "forked", "from "+s.id+": files and packages copied, memory not")
 	fail := func(err error) (*Session, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

@@ -660,6 +660,7 @@ func (r *Registry) Recover(ctx context.Context) (int, error) {
 			continue
 		}
 		keep[info.ID+".tar"] = true
+		r.openSecrets(ctx, s)
 		r.mu.Lock()
 		r.hibernated[info.ID] = s
 		r.mu.Unlock()

@@ -126,7 +126,7 @@ func (k *keeper) Adopt(ctx context.Context, id, agent string) (sandbox.SessionIn
 	if s == nil {
 		return sandbox.SessionInfo{}, sandbox.ErrSessionNotFound
 	}
-	s, err := k.Registry.adopt(ctx, s, agent, sandbox.SessionRequest{}, k.cfg.IdleTimeout, k.cfg.MaxLifetime)
+	s, err := k.Registry.adopt(ctx, s, agent, sandbox.SessionRequest{}, nil, k.cfg.IdleTimeout, k.cfg.MaxLifetime)
 	if err != nil {
 		return sandbox.SessionInfo{}, err
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -159,14 +160,14 @@ func (r *Registry) PoolStats() PoolStats {
 // claim hands a warm session to agent with req's properties and limits idle and life; nil
 // with no error when the pool has none ready. Errors: a *SessionLimitError when agent is at
 // its cap (the warm session stays in the pool), a *FieldError.
-func (r *Registry) claim(ctx context.Context, agent string, req sandbox.SessionRequest, idle, life time.Duration) (*Session, error) {
+func (r *Registry) claim(ctx context.Context, agent string, req sandbox.SessionRequest, sec engine.SecretsRun, idle, life time.Duration) (*Session, error) {
 	p := r.pool
 	for {
 		w := p.take()
 		if w == nil {
 			return nil, nil
 		}
-		s, err := r.adopt(ctx, w, agent, req, idle, life)
+		s, err := r.adopt(ctx, w, agent, req, sec, idle, life)
 		if err == nil {
 			return s, nil
 		}

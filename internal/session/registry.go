@@ -99,7 +99,42 @@ func (r *Registry) workspaceEgress(s *Session, allow []string) sandbox.EgressRun
 			}
 		}
 	}
-	return r.svc.WorkspaceEgress(allow, record)
+	gate := r.svc.WorkspaceEgress(allow, record)
+	s.mu.Lock()
+	sec := s.secrets
+	s.mu.Unlock()
+	if sec != nil && gate != nil {
+		sec.Attach(gate)
+	}
+	return gate
+}
+
+// openSecrets opens s's secrets (info.Secrets) again, for a session that did not start here:
+// one woken after the daemon's restart, or a fork. A secret removed since is left out, and
+// said in the log: the session goes on without it, its placeholder unset.
+func (r *Registry) openSecrets(ctx context.Context, s *Session) {
+	s.mu.Lock()
+	agent, names := s.info.Agent, slices.Clone(s.info.Secrets)
+	s.mu.Unlock()
+	sec, err := r.svc.OpenSecrets(ctx, agent, names)
+	if err != nil {
+		var kept []string
+		for _, name := range names {
+			if _, err := r.svc.OpenSecrets(ctx, agent, []string{name}); err != nil {
+				r.log.Warn("a session's secret cannot be opened; the session goes on without it", "session", s.id, "secret", name, "error", err)
+				continue
+			}
+			kept = append(kept, name)
+		}
+		sec, err = r.svc.OpenSecrets(ctx, agent, kept)
+	}
+	if err != nil {
+		r.log.Warn("a session's secrets cannot be opened; the session goes on without them", "session", s.id, "error", err)
+		return
+	}
+	s.mu.Lock()
+	s.secrets = sec
+	s.mu.Unlock()
 }
 
 // Create starts a session: its sandbox, then its dependencies. Errors: a *FieldError, a
@@ -131,8 +166,12 @@ func (r *Registry) Create(ctx context.Context, req sandbox.SessionRequest) (*Ses
 	if err != nil {
 		return nil, err
 	}
+	sec, err := r.svc.OpenSecrets(ctx, agent, req.Secrets)
+	if err != nil {
+		return nil, err
+	}
 	if r.pool != nil && !warm(ctx) && len(req.Dependencies) == 0 && tmpl == nil { // see pool.go
-		if s, err := r.claim(ctx, agent, req, idle, life); s != nil || err != nil {
+		if s, err := r.claim(ctx, agent, req, sec, idle, life); s != nil || err != nil {
 			return s, err
 		}
 	}
@@ -149,8 +188,8 @@ func (r *Registry) Create(ctx context.Context, req sandbox.SessionRequest) (*Ses
 	now := time.Now().UTC() // its clocks start once its sandbox is there
 	s := newSession(r, sandbox.SessionInfo{ID: id, Agent: agent, Template: req.Template, State: sandbox.SessionActive, IdleTimeoutMS: idle.Milliseconds(),
 		MaxLifetimeMS: life.Milliseconds(), Limits: r.svc.Config().Limits, CreatedAt: now, LastUsedAt: now,
-		NetworkAllow: slices.Clone(req.NetworkAllow), Deadline: req.Deadline})
-	s.env = templateEnv(tmpl, req.Env)
+		NetworkAllow: slices.Clone(req.NetworkAllow), Secrets: slices.Clone(req.Secrets), Deadline: req.Deadline})
+	s.env, s.secrets = templateEnv(tmpl, req.Env), sec
 	s.startLife(req.SessionOptions, now)
 	h := &held{box: box}
 	fail := func(err error) (*Session, error) {
@@ -193,7 +232,7 @@ func (r *Registry) Create(ctx context.Context, req sandbox.SessionRequest) (*Ses
 }
 
 // checkProperties checks what req says of a session's properties: its network narrowing
-// (within the daemon's network_allow), its environment, and its deadline (from now until
+// (within the daemon's network_allow), its environment beside its secrets, and its deadline (from now until
 // latest, the end of its lifetime).
 func (r *Registry) checkProperties(req sandbox.SessionRequest, latest time.Time) error {
 	if err := r.svc.CheckNetworkAllow(req.NetworkAllow); err != nil {
@@ -201,6 +240,11 @@ func (r *Registry) checkProperties(req sandbox.SessionRequest, latest time.Time)
 	}
 	if err := sandbox.CheckEnv("env", req.Env); err != nil {
 		return err
+	}
+	for _, name := range req.Secrets {
+		if _, ok := req.Env[name]; ok {
+			return &sandbox.FieldError{Field: "secrets", Message: fmt.Sprintf("names %s, which env sets too: the session's commands would see env's value, not the secret's placeholder; leave it out of one", name)}
+		}
 	}
 	if d := req.Deadline; d != nil && (d.Before(time.Now()) || d.After(latest)) {
 		return &sandbox.FieldError{Field: "deadline", Message: fmt.Sprintf("is %s; it must lie between now and the end of the session's maximum lifetime (%s)",

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -33,7 +34,10 @@ type Session struct {
 	cur   *held // its sandbox: nil while hibernated and once ended
 	paths []string
 	env   map[string]string
-	timer *time.Timer
+	// secrets are its secrets (nil: none), opened from info.Secrets for all its calls and
+	// commands (see Registry.openSecrets).
+	secrets engine.SecretsRun
+	timer   *time.Timer
 	// waking is closed when the wake from hibernation under way ends (nil when none runs).
 	waking chan struct{}
 	// done is closed when the session ends.
@@ -126,6 +130,7 @@ func (s *Session) snapshot() sandbox.SessionInfo {
 	info.History = slices.Clone(info.History)
 	info.Dependencies = slices.Clone(info.Dependencies)
 	info.NetworkAllow = slices.Clone(info.NetworkAllow)
+	info.Secrets = slices.Clone(info.Secrets)
 	return info
 }
 

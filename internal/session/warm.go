@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -55,7 +56,7 @@ func (r *Registry) createWarm(ctx context.Context, req sandbox.SessionRequest, c
 // deadline, lifecycle options; its dependencies must be none: see pool.go). Errors:
 // ErrSessionNotFound (s ended, or was adopted), a *FieldError, a *SessionLimitError when the
 // agent is at its cap.
-func (r *Registry) adopt(ctx context.Context, s *Session, agent string, req sandbox.SessionRequest, idle, life time.Duration) (*Session, error) {
+func (r *Registry) adopt(ctx context.Context, s *Session, agent string, req sandbox.SessionRequest, sec engine.SecretsRun, idle, life time.Duration) (*Session, error) {
 	if err := sandbox.CheckAgent(agent); err != nil {
 		return nil, err
 	}
@@ -85,6 +86,7 @@ func (r *Registry) adopt(ctx context.Context, s *Session, agent string, req sand
 	s.info.Agent, s.info.CreatedAt, s.info.LastUsedAt, s.info.Calls = agent, now, now, 0
 	s.info.IdleTimeoutMS, s.info.MaxLifetimeMS = idle.Milliseconds(), life.Milliseconds()
 	s.info.NetworkAllow, s.info.Deadline, s.env = slices.Clone(req.NetworkAllow), req.Deadline, maps.Clone(req.Env)
+	s.info.Secrets, s.secrets = slices.Clone(req.Secrets), sec
 	s.info.History = nil
 	s.startLife(req.SessionOptions, now)
 	s.info.AddEvent(now, "adopted", "from the warm pool")
@@ -95,8 +97,8 @@ func (r *Registry) adopt(ctx context.Context, s *Session, agent string, req sand
 	info := s.info
 	s.mu.Unlock()
 	r.mu.Unlock()
-	if req.NetworkAllow != nil && h != nil {
-		// Its commands' egress follows its new narrowing.
+	if (req.NetworkAllow != nil || sec != nil) && h != nil {
+		// Its commands' egress follows its new narrowing, and adds its secrets.
 		old := h.egress
 		h.giveEgress(r.workspaceEgress(s, req.NetworkAllow))
 		if old != nil {

@@ -1,0 +1,128 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/engine"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+)
+
+// fakeSecrets is engine.Secrets: every name but NOPE is a secret.
+type fakeSecrets struct {
+	mu   sync.Mutex
+	runs []*fakeSecretsRun
+}
+
+func (f *fakeSecrets) Open(_ context.Context, agent string, names []string) (engine.SecretsRun, error) {
+	if slices.Contains(names, "NOPE") {
+		return nil, &sandbox.FieldError{Field: "secrets", Message: "NOPE is not a secret of agent " + agent}
+	}
+	r := &fakeSecretsRun{names: names}
+	f.mu.Lock()
+	f.runs = append(f.runs, r)
+	f.mu.Unlock()
+	return r, nil
+}
+
+// attachedTo returns the run of names attached to d, if any.
+func (f *fakeSecrets) attachedTo(d sandbox.EgressDialer) *fakeSecretsRun {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range f.runs {
+		r.mu.Lock()
+		found := slices.ContainsFunc(r.gates, func(g sandbox.EgressRun) bool { return sandbox.EgressDialer(g) == d })
+		r.mu.Unlock()
+		if found {
+			return r
+		}
+	}
+	return nil
+}
+
+type fakeSecretsRun struct {
+	names []string
+	mu    sync.Mutex
+	gates []sandbox.EgressRun
+}
+
+func (r *fakeSecretsRun) Env() map[string]string {
+	env := map[string]string{}
+	for _, n := range r.names {
+		env[n] = "placeholder:" + n
+	}
+	return env
+}
+
+func (r *fakeSecretsRun) CA() string { return "PEM" }
+
+func (r *fakeSecretsRun) Attach(g sandbox.EgressRun) {
+	r.mu.Lock()
+	r.gates = append(r.gates, g)
+	r.mu.Unlock()
+}
+
+func (r *fakeSecretsRun) Log(*slog.Logger, string) {}
+
+// TestSessionSecretsFollowItsSandboxes: a session's secrets are checked when it is created,
+// recorded by name, and added to the commands' egress of every sandbox it has: its first, the
+// one a resume from hibernation gives it, and a fork's (issue 47: sessions named none).
+func TestSessionSecretsFollowItsSandboxes(t *testing.T) {
+	op := &egressOpener{}
+	sec := &fakeSecrets{}
+	m := newKeeper(newService(engine.Hooks{Egress: workspacePolicy{}, Secrets: sec}), op, newMemLedger(), lifecycleConfig(t.TempDir()))
+	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	ctx := t.Context()
+
+	for _, req := range []sandbox.SessionRequest{
+		{Agent: "a", Secrets: []string{"NOPE"}},
+		{Agent: "a", Secrets: []string{"TOKEN"}, Env: map[string]string{"TOKEN": "plain"}},
+	} {
+		if _, err := m.Create(ctx, req); !isField(err, "secrets") {
+			t.Errorf("creating %+v: %v, want a secrets field error", req, err)
+		}
+	}
+	s, err := m.Create(ctx, sandbox.SessionRequest{Agent: "a", Secrets: []string{"TOKEN"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(s.Secrets, []string{"TOKEN"}) {
+		t.Errorf("the session's record names secrets %v", s.Secrets)
+	}
+	if r := sec.attachedTo(op.box(s.ID).dialer()); r == nil || !slices.Equal(r.names, []string{"TOKEN"}) {
+		t.Fatal("the session's commands' egress adds no secret")
+	}
+	first := op.box(s.ID)
+	if _, err := m.Hibernate(ctx, "a", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	fork, err := m.Fork(ctx, "a", s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(fork.Secrets, []string{"TOKEN"}) || sec.attachedTo(op.box(fork.ID).dialer()) == nil {
+		t.Errorf("a fork's secrets: %v, attached: %v", fork.Secrets, sec.attachedTo(op.box(fork.ID).dialer()) != nil)
+	}
+	if _, err := m.Resume(ctx, "a", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if b := op.box(s.ID); b == first || sec.attachedTo(b.dialer()) == nil {
+		t.Error("the resumed session's new box adds no secret")
+	}
+
+	// A daemon that adds no secrets refuses a session that names one.
+	plain := newKeeper(newService(engine.Hooks{Egress: workspacePolicy{}}), &egressOpener{}, newMemLedger(), lifecycleConfig(t.TempDir()))
+	t.Cleanup(func() { plain.Shutdown(context.Background()) })
+	if _, err := plain.Create(ctx, sandbox.SessionRequest{Agent: "a", Secrets: []string{"TOKEN"}}); !isField(err, "secrets") {
+		t.Errorf("a session naming a secret where none are added: %v", err)
+	}
+}
+
+func isField(err error, field string) bool {
+	fe, ok := errors.AsType[*sandbox.FieldError](err)
+	return ok && fe.Field == field
+}
