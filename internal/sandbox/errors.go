@@ -34,6 +34,25 @@ func (e *BusyError) Error() string {
 		e.Slots, e.Queue, e.RetryAfter)
 }
 
+// NoRoomError means the runtime has no room for another sandbox now: the cluster placed its
+// pod on no node, or its quota refused the pod. Why is the cluster's reason; Room how many more
+// sandboxes fit by what the runtime read ("" when unknown); Fix what makes room. It is of
+// class errclass.Busy; transports answer 429.
+type NoRoomError struct {
+	Why, Room, Fix string
+}
+
+// Is makes a NoRoomError of class errclass.Busy.
+func (e *NoRoomError) Is(target error) bool { return target == errclass.Busy }
+
+func (e *NoRoomError) Error() string {
+	msg := "no room for another sandbox: " + e.Why
+	if e.Room != "" {
+		msg += "; " + e.Room
+	}
+	return msg + "; " + e.Fix
+}
+
 // FieldError says which request field is invalid and what is allowed. Transports answer 400
 // (or 413 when TooLarge is set) naming Field.
 type FieldError struct {

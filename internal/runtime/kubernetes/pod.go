@@ -187,26 +187,81 @@ func (r *Runtime) newPod(role string, labels map[string]string) *corev1.Pod {
 }
 
 // createPod creates pod and waits until its container runs; a pod that does not get there in
-// PodReadyTimeout is deleted.
-func (r *Runtime) createPod(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+// PodReadyTimeout is deleted. With refuse (a request waits for it), one the scheduler places
+// on no node for UnschedulableWait, or the quota refuses, is a *sandbox.NoRoomError; without
+// (the daemon's own slots and warm pool), it waits its whole time for room.
+func (r *Runtime) createPod(ctx context.Context, pod *corev1.Pod, refuse bool) (*corev1.Pod, error) {
 	created, err := r.pods().Create(ctx, pod, metav1.CreateOptions{})
+	if refuse && apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota") {
+		return nil, r.noRoom(ctx, fmt.Sprintf("the namespace %s's ResourceQuota refused the pod (%v)", r.cfg.Namespace, err))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("creating a sandbox pod in namespace %s: %w", r.cfg.Namespace, err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, r.cfg.PodReadyTimeout)
 	defer cancel()
-	running, err := r.waitRunning(wctx, created)
+	running, err := r.waitRunning(wctx, created, refuse)
 	if err != nil {
 		_ = r.deletePod(context.WithoutCancel(ctx), created.Name)
+		if u, ok := errors.AsType[*noNodeError](err); ok {
+			return nil, r.noRoom(ctx, fmt.Sprintf("no node took the pod for %s; the scheduler says %q", r.cfg.UnschedulableWait, u.message))
+		}
 		return nil, fmt.Errorf("sandbox pod %s: %w", created.Name, err)
 	}
 	return running, nil
 }
 
+// noNodeError is waitRunning's error for a pod the scheduler placed on no node for
+// UnschedulableWait; message is its reason.
+type noNodeError struct{ message string }
+
+func (e *noNodeError) Error() string { return "no node took the pod: " + e.message }
+
+// noRoom is the *sandbox.NoRoomError of why, with how many sandboxes fit now (ReadCapacity;
+// left out when it cannot be read).
+func (r *Runtime) noRoom(ctx context.Context, why string) error {
+	e := &sandbox.NoRoomError{Why: why, Fix: "close or hibernate a session and retry, or give the sandboxes more room: lower kubernetes.requests, add nodes, " +
+		"or raise the namespace's ResourceQuota (`sandpit doctor` says how many fit and what bounds them)"}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	c, err := ReadCapacity(rctx, r.client, r.cfg.Namespace, SandboxResources(r.cfg), r.cfg.NodeSelector, r.cfg.Tolerations)
+	switch {
+	case err != nil || c.Fit < 0:
+	case c.Fit == 0 && c.Bound != "":
+		e.Room = "none fits, bound by " + c.Bound
+	case c.Fit == 0:
+		e.Room = "none fits"
+	default:
+		// The scheduler saw less room than the daemon reads (pods just ended, or spread).
+		e.Room = fmt.Sprintf("%d more fit by the nodes' and quota's numbers now", c.Fit)
+	}
+	return e
+}
+
 // waitRunning watches pod until its sandbox container runs, and fails at once when it cannot
-// (the pod failed, the image cannot be pulled, the kubelet refused the pod).
-func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+// (the pod failed, the image cannot be pulled, the kubelet refused the pod), or, with refuse,
+// with a *noNodeError once the scheduler has placed it on no node for UnschedulableWait: a
+// request must not wait minutes for room that may never come.
+func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod, refuse bool) (*corev1.Pod, error) {
+	var noRoom <-chan time.Time // fires UnschedulableWait after the scheduler first said no
+	var stopNoRoom func() bool
+	defer func() {
+		if stopNoRoom != nil {
+			stopNoRoom()
+		}
+	}()
+	watchRoom := func() {
+		switch ok := refuse && unschedulable(pod) != nil; {
+		case ok && noRoom == nil:
+			t := time.NewTimer(r.cfg.UnschedulableWait)
+			noRoom, stopNoRoom = t.C, t.Stop
+		case !ok && noRoom != nil:
+			stopNoRoom()
+			noRoom, stopNoRoom = nil, nil
+		}
+	}
 	for {
+		watchRoom()
 		if done, err := podRunning(pod); done || err != nil {
 			return pod, err
 		}
@@ -224,6 +279,9 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod
 			case <-ctx.Done():
 				w.Stop()
 				return nil, fmt.Errorf("not running after %s: %s (%w)", r.cfg.PodReadyTimeout, podState(pod), ctx.Err())
+			case <-noRoom:
+				w.Stop()
+				return nil, &noNodeError{message: unschedulable(pod).Message}
 			case ev, ok := <-w.ResultChan():
 				if !ok {
 					restart = true // the watch ended: look again from the last version seen
@@ -246,6 +304,7 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod
 				case watch.Added, watch.Modified:
 					if p, ok := ev.Object.(*corev1.Pod); ok {
 						pod = p
+						watchRoom()
 						if done, err := podRunning(pod); done || err != nil {
 							w.Stop()
 							return pod, err
@@ -286,13 +345,7 @@ func podRunning(pod *corev1.Pod) (bool, error) {
 			return false, fmt.Errorf("the container stopped: %s", podState(pod))
 		}
 	}
-	for _, cond := range pod.Status.Conditions {
-		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
-			// Unschedulable may pass (a node frees room); the deadline decides.
-			continue
-		}
-	}
-	return false, nil
+	return false, nil // Unschedulable may pass (a node frees room): waitRunning decides
 }
 
 // podState says in a few words where pod stands, for errors.

@@ -99,6 +99,10 @@ type Config struct {
 	ReadyWait time.Duration
 	// PodReadyTimeout bounds a pod's creation until it runs (default 2 min).
 	PodReadyTimeout time.Duration
+	// UnschedulableWait is how long a pod the scheduler placed on no node waits for room (a
+	// node may free some) before its creation fails with a *sandbox.NoRoomError (default
+	// 10 s).
+	UnschedulableWait time.Duration
 	// SettleTimeout is how long a slot's cleanup after a run may take before the slot's pod
 	// is replaced instead (default 5 s).
 	SettleTimeout time.Duration
@@ -229,6 +233,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Runtime, error) 
 	cfg.LeaseDuration = cmp.Or(cfg.LeaseDuration, 30*time.Second)
 	cfg.ReapAfter = cmp.Or(cfg.ReapAfter, 5*time.Minute)
 	cfg.PodReadyTimeout = cmp.Or(cfg.PodReadyTimeout, 2*time.Minute)
+	cfg.UnschedulableWait = cmp.Or(cfg.UnschedulableWait, 10*time.Second)
 	cfg.ReadyWait = cmp.Or(cfg.ReadyWait, 30*time.Second)
 	rc, err := RESTConfig(cfg.Kubeconfig, cfg.Context)
 	if err != nil {

@@ -108,7 +108,7 @@ func (r *Runtime) claimPod(ctx context.Context, id string, log *slog.Logger) (st
 	}
 	pod := r.newPod(RoleSession, nil)
 	r.claimLabels(pod, id)
-	created, err := r.createPod(ctx, pod)
+	created, err := r.createPod(ctx, pod, true)
 	if err != nil {
 		return "", false, err
 	}
@@ -175,7 +175,7 @@ func (r *Runtime) keepPool() {
 					defer cancel()
 					// Claimable (state warm) only once its executor runs: a claimant's executor then
 					// replaces this daemon's, never the other way round.
-					pod, err := r.createPod(ctx, r.newPod(RoleSession, map[string]string{LabelState: StateStarting}))
+					pod, err := r.createPod(ctx, r.newPod(RoleSession, map[string]string{LabelState: StateStarting}), false)
 					if err == nil {
 						r.prestart(ctx, pod.Name)
 						err = r.offer(ctx, pod.Name)

@@ -63,7 +63,7 @@ func (sb slotBackend) Connect(ctx context.Context, slot int, discard bool, log *
 	name := adopt
 	if adopt == "" {
 		start := time.Now()
-		pod, err := r.createPod(ctx, r.newPod(RoleSlot, map[string]string{LabelSlot: strconv.Itoa(slot)}))
+		pod, err := r.createPod(ctx, r.newPod(RoleSlot, map[string]string{LabelSlot: strconv.Itoa(slot)}), false)
 		if err != nil {
 			return nil, "", err
 		}
