@@ -75,6 +75,8 @@ type CodeRun struct {
 	TimeoutMS *int64 `json:"timeout_ms"`
 	// Version runs that version; 0 runs the latest.
 	Version int `json:"version"`
+	// Secrets names the secrets the run may use (as ExecuteRequest.Secrets).
+	Secrets []string `json:"secrets,omitempty"`
 	RunFiles
 }
 

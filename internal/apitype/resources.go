@@ -95,6 +95,9 @@ type JobDraft struct {
 	Enabled *bool `json:"enabled"`
 	// Charts is each run's chart setting (nil: the daemon's).
 	Charts *bool `json:"charts"`
+	// Secrets names the secrets each run may use (docs/secrets.md); checked as the job is
+	// saved and at each fire.
+	Secrets []string `json:"secrets,omitempty"`
 	// Overlap is "skip" (default) or "queue"; CatchUp is "skip" (default) or "once".
 	Overlap     string `json:"overlap"`
 	CatchUp     string `json:"catch_up"`
@@ -123,6 +126,8 @@ type Job struct {
 	Files []JobFile `json:"files"`
 	// Charts is each run's chart setting (nil: the daemon's).
 	Charts *bool `json:"charts"`
+	// Secrets names the secrets each run may use (absent when none; never their values).
+	Secrets []string `json:"secrets,omitempty"`
 	// Overlap is "skip" or "queue"; CatchUp is "skip" or "once".
 	Overlap     string `json:"overlap"`
 	CatchUp     string `json:"catch_up"`

@@ -108,6 +108,20 @@ print("keys", found)
 		t.Errorf("an unknown secret: %d %s", r.StatusCode, b)
 	}
 
+	// Saved code's run names secrets as a run does.
+	save, _ := json.Marshal(map[string]any{"name": "fetch", "code": fmt.Sprintf(`import os, requests
+print(requests.get("https://%s:%d/saved", headers={"Authorization": "Bearer " + os.environ["TOKEN"]}, timeout=30).text)`, host, port)})
+	if st, b := httpCall(t, "POST", url+"/v1/agents/default/code", string(save)); st != 201 {
+		t.Fatalf("saving code: %d %s", st, b)
+	}
+	st, b := httpCall(t, "POST", url+"/v1/agents/default/code/fetch/run", `{"secrets": ["TOKEN"]}`)
+	mu.Lock()
+	got = strings.Join(seen, "|")
+	mu.Unlock()
+	if st != 200 || !strings.Contains(string(b), "echo: Bearer "+ph) || !strings.Contains(got, "/saved Bearer "+value) {
+		t.Errorf("saved code run with a secret: %d %s; the host saw %q", st, b, got)
+	}
+
 	// A session's calls and commands use the secret too: its code sees the placeholder,
 	// the host gets the value (issue 47: sessions named no secrets, and a session call's
 	// "secrets" was silently dropped).

@@ -186,6 +186,7 @@ func (o *options) codeRunCommand() *cobra.Command {
 		input   string
 		timeout time.Duration
 		version int
+		secrets []string
 		inputs  inputFlags
 		output  outputFlags
 	}
@@ -197,7 +198,7 @@ func (o *options) codeRunCommand() *cobra.Command {
 		Example: `  sandpit code run sum-sales --input '{"days": 7}' --file sales.csv --output-dir out/`,
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r := apitype.CodeRun{Version: run.version}
+			r := apitype.CodeRun{Version: run.version, Secrets: run.secrets}
 			if cmd.Flags().Changed("input") {
 				in, err := jsonArg("input", run.input)
 				if err != nil {
@@ -232,6 +233,7 @@ func (o *options) codeRunCommand() *cobra.Command {
 	runCmd.Flags().StringVar(&run.input, "input", "", "INPUT as JSON, or @FILE")
 	runCmd.Flags().DurationVar(&run.timeout, "timeout", 0, "wall-clock limit, e.g. 30s (default: the daemon's)")
 	runCmd.Flags().IntVar(&run.version, "version", 0, "run this version (default the latest)")
+	runCmd.Flags().StringArrayVar(&run.secrets, "secret", nil, "a secret the run may use, repeatable, as for sandpit run (sandpit secrets list; docs/secrets.md)")
 	run.inputs.register(runCmd.Flags())
 	run.output.register(runCmd.Flags(), "the run's output files")
 	return runCmd

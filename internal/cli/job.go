@@ -23,6 +23,7 @@ type jobFlags struct {
 	timeout                                                  time.Duration
 	codeVersion                                              int
 	disabled                                                 bool
+	secrets                                                  []string
 	inputs                                                   inputFlags
 }
 
@@ -35,6 +36,7 @@ func (f *jobFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.description, "description", "", "what the job is for")
 	fs.DurationVar(&f.timeout, "timeout", 0, "each run's wall-clock limit (default: the daemon's)")
 	fs.IntVar(&f.codeVersion, "code-version", 0, "run this version of the code (default the latest)")
+	fs.StringArrayVar(&f.secrets, "secret", nil, "a secret each run may use, repeatable (sandpit secrets list; docs/secrets.md); with update, the secrets given replace the job's (--secret '' for none)")
 	fs.BoolVar(&f.disabled, "disabled", false, "the job does not fire (create it paused; with update, --disabled=false resumes it)")
 	f.inputs.register(fs)
 	fs.Lookup("file").Usage = "a file for each run's working directory: PATH, or PATH=NAME (repeatable; with update, the files given replace the job's)"
@@ -67,6 +69,15 @@ func (f *jobFlags) patch(cmd *cobra.Command) (map[string]any, error) {
 	}
 	if cmd.Flags().Changed("no-charts") {
 		p["charts"] = !f.inputs.noCharts
+	}
+	if cmd.Flags().Changed("secret") {
+		secrets := []string{}
+		for _, s := range f.secrets {
+			if s != "" {
+				secrets = append(secrets, s)
+			}
+		}
+		p["secrets"] = secrets
 	}
 	if cmd.Flags().Changed("timeout") {
 		if f.timeout.Milliseconds() < 1 {
@@ -143,7 +154,7 @@ func (o *options) jobUpdateCommand() *cobra.Command {
 				return err
 			}
 			if len(p) == 0 {
-				return usageErrorf("nothing to change: give at least one of --schedule, --timezone, --input, --overlap, --catch-up, --timeout, --code-version, --description, --disabled, --file, --no-charts")
+				return usageErrorf("nothing to change: give at least one of --schedule, --timezone, --input, --overlap, --catch-up, --timeout, --code-version, --description, --disabled, --file, --no-charts, --secret")
 			}
 			c, err := o.daemon(cmd, update.daemonFlags)
 			if err != nil {

@@ -63,6 +63,9 @@ type executeBody struct {
 	Files runFiles `json:"files"` // decoded by readRunBody
 }
 
+// secretsExpect is what a body's "secrets" must be.
+const secretsExpect = `must be a list of secrets' names such as ["OPENAI_API_KEY"] (GET /v1/secrets lists them)`
+
 var executeShape = shape{
 	fields: append([]string{"code", "input", "timeout_ms", "agent", "template", "dependencies", "network_allow", "secrets"}, runFieldNames...),
 	expect: withRunFields(map[string]string{
@@ -72,7 +75,7 @@ var executeShape = shape{
 		"template":      "must be a string: a template's name (GET /v1/agents/{agent}/templates lists them)",
 		"dependencies":  `must be a list of requirement strings such as ["pandas>=2"]`,
 		"network_allow": `must be a list of hosts and CIDRs such as ["api.example.com:443"], within the server's network_allow`,
-		"secrets":       `must be a list of secrets' names such as ["OPENAI_API_KEY"] (GET /v1/secrets lists them)`,
+		"secrets":       secretsExpect,
 	}),
 	example: `{"code": "print(1)"}`,
 }

@@ -282,10 +282,11 @@ func (a *api) deleteCode(w http.ResponseWriter, r *http.Request) {
 }
 
 var runCodeShape = shape{
-	fields: append([]string{"input", "timeout_ms", "version"}, runFieldNames...),
+	fields: append([]string{"input", "timeout_ms", "version", "secrets"}, runFieldNames...),
 	expect: withRunFields(map[string]string{
 		"timeout_ms": "must be an integer number of milliseconds",
 		"version":    "must be an integer (absent: the latest)",
+		"secrets":    secretsExpect,
 	}),
 	example: `{"input": {"n": 3}}`,
 }
@@ -314,7 +315,7 @@ func (a *api) runCode(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	run := library.Run{Input: b.Input, TimeoutMS: b.TimeoutMS, Version: b.Version, Files: files, Charts: b.Charts}
+	run := library.Run{Input: b.Input, TimeoutMS: b.TimeoutMS, Version: b.Version, Files: files, Charts: b.Charts, Secrets: b.Secrets}
 	name, origin := r.PathValue("name"), sandbox.Origin{Source: sourceOf(r)}
 	a.run(w, r, b.InlineFiles, func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error) {
 		return a.lib.Run(ctx, agent, name, run, origin, emit)
@@ -325,7 +326,7 @@ func (a *api) runCode(w http.ResponseWriter, r *http.Request) {
 
 var jobShape = shape{
 	fields: []string{"code_name", "code_version", "schedule", "timezone", "input", "timeout_ms", "enabled",
-		"overlap", "catch_up", "description", "files", "charts"},
+		"overlap", "catch_up", "description", "files", "charts", "secrets"},
 	expect: map[string]string{
 		"code_name":    "must be a string naming saved code",
 		"code_version": "must be an integer (0: the latest)",
@@ -338,6 +339,7 @@ var jobShape = shape{
 		"description":  "must be a string",
 		"files":        filesExpect,
 		"charts":       runFieldExpect["charts"],
+		"secrets":      secretsExpect,
 	},
 	example: `{"code_name": "daily-report", "schedule": "@daily"}`,
 }
@@ -353,13 +355,13 @@ type jobBody struct {
 func (a *api) readJob(w http.ResponseWriter, r *http.Request, d jobs.Draft) (jobs.Draft, error) {
 	b := jobBody{JobDraft: apitype.JobDraft{CodeName: d.CodeName, CodeVersion: d.CodeVersion, Schedule: d.Schedule,
 		Timezone: d.Timezone, Input: d.Input, TimeoutMS: d.TimeoutMS, Enabled: d.Enabled, Charts: d.Charts,
-		Overlap: d.Overlap, CatchUp: d.CatchUp, Description: d.Description}}
+		Secrets: d.Secrets, Overlap: d.Overlap, CatchUp: d.CatchUp, Description: d.Description}}
 	if err := readBody(w, r, a.bodyLimit(), &b, jobShape); err != nil {
 		return d, err
 	}
 	out := jobs.Draft{CodeName: b.CodeName, CodeVersion: b.CodeVersion, Schedule: b.Schedule, Timezone: b.Timezone,
 		Input: b.Input, TimeoutMS: b.TimeoutMS, Enabled: b.Enabled, Files: d.Files, Charts: b.Charts,
-		Overlap: b.Overlap, CatchUp: b.CatchUp, Description: b.Description}
+		Secrets: b.Secrets, Overlap: b.Overlap, CatchUp: b.CatchUp, Description: b.Description}
 	if b.Files != nil {
 		files, err := decodeFiles(b.Files)
 		if err != nil {

@@ -39,6 +39,7 @@ var sessionShape = shape{
 	fields: []string{"template", "dependencies", "idle_timeout_ms", "max_lifetime_ms", "auto_resume", "auto_pause", "network_allow", "secrets"},
 	expect: map[string]string{
 		"template":        "must be a string: a template's name (GET /v1/agents/{agent}/templates lists them)",
+		"secrets":         secretsExpect,
 		"auto_resume":     "must be true or false (true: a call to the session while it is paused or hibernated resumes it)",
 		"auto_pause":      "must be true or false (true: the session pauses instead of ending at its idle timeout)",
 		"dependencies":    `must be a list of requirement strings such as ["pandas>=2"]`,

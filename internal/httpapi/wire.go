@@ -105,7 +105,7 @@ func codeVersionOf(v store.CodeVersion) apitype.CodeVersion { return apitype.Cod
 // none).
 func jobOf(j store.Job) apitype.Job {
 	out := apitype.Job{ID: j.ID, Agent: j.Agent, CodeName: j.CodeName, Schedule: j.Schedule, Timezone: j.Timezone,
-		Input: j.Input, TimeoutMS: j.TimeoutMS, Enabled: j.Enabled, Charts: j.Charts, Overlap: j.Overlap,
+		Input: j.Input, TimeoutMS: j.TimeoutMS, Enabled: j.Enabled, Charts: j.Charts, Secrets: j.Secrets, Overlap: j.Overlap,
 		CatchUp: j.CatchUp, Description: j.Description, NextRunAt: j.NextRunAt, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
 		Files: each(j.Files, func(f store.JobFile) apitype.JobFile { return apitype.JobFile(f) })}
 	if j.CodeVersion > 0 {

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/schedule"
@@ -59,6 +60,9 @@ type Draft struct {
 	Files []sandbox.InputFile
 	// Charts, when not nil, turns saving charts as output files on or off for each run.
 	Charts *bool
+	// Secrets names the secrets each run may use (sandbox.Request.Secrets), checked as the
+	// job is saved and again at each fire.
+	Secrets []string
 	// Overlap is "skip" (default) or "queue"; CatchUp is "skip" (default) or "once".
 	Overlap     string
 	CatchUp     string
@@ -71,7 +75,7 @@ func DraftOf(j store.Job) Draft {
 	enabled := j.Enabled
 	return Draft{CodeName: j.CodeName, CodeVersion: j.CodeVersion, Schedule: j.Schedule, Timezone: j.Timezone,
 		Input: j.Input, TimeoutMS: j.TimeoutMS, Enabled: &enabled, Overlap: j.Overlap, CatchUp: j.CatchUp,
-		Description: j.Description, Files: j.Inputs, Charts: j.Charts}
+		Description: j.Description, Files: j.Inputs, Charts: j.Charts, Secrets: j.Secrets}
 }
 
 // Store is the persistence jobs need; *store.Store satisfies it.
@@ -176,7 +180,7 @@ func check(ctx context.Context, lib Library, ex Executor, agent string, d Draft,
 		return d, nil, &sandbox.FieldError{Field: "description", Message: fmt.Sprintf("is %d bytes; the limit is %d", len(d.Description), MaxDescription)}
 	}
 	// The code must exist, and the input fit its schema and the limits now; a fire rechecks.
-	req, _, err := lib.Request(ctx, agent, d.CodeName, runOf(d.Input, d.TimeoutMS, d.CodeVersion, d.Files, d.Charts), sandbox.Origin{})
+	req, _, err := lib.Request(ctx, agent, d.CodeName, runOf(d.Input, d.TimeoutMS, d.CodeVersion, d.Files, d.Charts, d.Secrets), sandbox.Origin{})
 	if errors.Is(err, store.ErrNotFound) {
 		return d, nil, fmt.Errorf("%w: set code_name (and code_version) to saved code that exists", err)
 	}
@@ -186,19 +190,30 @@ func check(ctx context.Context, lib Library, ex Executor, agent string, d Draft,
 	if err := ex.Validate(req); err != nil {
 		return d, nil, err
 	}
+	if o, ok := ex.(secretsOpener); ok && len(d.Secrets) > 0 {
+		if _, err := o.OpenSecrets(ctx, agent, d.Secrets); err != nil {
+			return d, nil, err
+		}
+	}
 	return d, sched, nil
 }
 
+// secretsOpener resolves the secrets a request names (*engine.Service): a job's names are
+// checked as it is saved, not first at its fire.
+type secretsOpener interface {
+	OpenSecrets(ctx context.Context, agent string, names []string) (engine.SecretsRun, error)
+}
+
 // runOf is the library run of a job's fire (or of its check).
-func runOf(input json.RawMessage, timeoutMS *int64, version int, files []sandbox.InputFile, charts *bool) library.Run {
-	return library.Run{Input: input, TimeoutMS: timeoutMS, Version: version, Files: files, Charts: charts}
+func runOf(input json.RawMessage, timeoutMS *int64, version int, files []sandbox.InputFile, charts *bool, secrets []string) library.Run {
+	return library.Run{Input: input, TimeoutMS: timeoutMS, Version: version, Files: files, Charts: charts, Secrets: secrets}
 }
 
 // jobOf applies d to j, setting the next fire from now.
 func jobOf(j store.Job, d Draft, sched *schedule.Schedule, now time.Time) store.Job {
 	j.CodeName, j.CodeVersion, j.Schedule, j.Timezone = d.CodeName, d.CodeVersion, d.Schedule, d.Timezone
 	j.Input, j.TimeoutMS, j.Enabled, j.Overlap, j.CatchUp, j.Description = d.Input, d.TimeoutMS, *d.Enabled, d.Overlap, d.CatchUp, d.Description
-	j.Inputs, j.Charts = d.Files, d.Charts
+	j.Inputs, j.Charts, j.Secrets = d.Files, d.Charts, d.Secrets
 	j.NextRunAt = nil
 	if j.Enabled {
 		next := sched.Next(now)

@@ -379,7 +379,7 @@ func (s *Scheduler) execute(j store.Job, f store.Fire) {
 // request builds the execution request of one of j's fires, checked against the limits.
 func (s *Scheduler) request(ctx context.Context, j store.Job) (sandbox.Request, error) {
 	origin := sandbox.Origin{Source: sandbox.SourceJob, JobID: j.ID}
-	req, _, err := s.lib.Request(ctx, j.Agent, j.CodeName, runOf(j.Input, j.TimeoutMS, j.CodeVersion, j.Inputs, j.Charts), origin)
+	req, _, err := s.lib.Request(ctx, j.Agent, j.CodeName, runOf(j.Input, j.TimeoutMS, j.CodeVersion, j.Inputs, j.Charts, j.Secrets), origin)
 	if err != nil {
 		return req, err
 	}

@@ -205,6 +205,8 @@ type Run struct {
 	Files []sandbox.InputFile
 	// Charts, when not nil, turns saving charts as output files on or off for the run.
 	Charts *bool
+	// Secrets names the secrets the run may use (sandbox.Request.Secrets).
+	Secrets []string
 }
 
 // Request builds the execution request for running the agent's saved code: it loads the code,
@@ -220,7 +222,7 @@ func (l *Library) Request(ctx context.Context, agent, name string, run Run, orig
 	}
 	origin.CodeName, origin.CodeVersion = code.Name, code.Version
 	req := sandbox.Request{Code: code.Code, Input: run.Input, TimeoutMS: run.TimeoutMS, Agent: agent, Origin: origin,
-		Dependencies: code.Dependencies, Files: run.Files, Charts: run.Charts}
+		Dependencies: code.Dependencies, Files: run.Files, Charts: run.Charts, Secrets: run.Secrets}
 	// The request's own limits (the input's size and depth, the timeout) come before its
 	// schema: they are cheaper, and their errors say what to change.
 	if v, ok := l.ex.(interface{ Validate(sandbox.Request) error }); ok {

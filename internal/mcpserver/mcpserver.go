@@ -357,15 +357,16 @@ func (t *tools) deleteCode(ctx context.Context, _ *mcp.CallToolRequest, a Delete
 
 // RunSavedArgs are run_saved_code's arguments.
 type RunSavedArgs struct {
-	Name      string `json:"name" jsonschema:"the saved script's name"`
-	Input     any    `json:"input,omitempty" jsonschema:"INPUT; must fit the script's input schema"`
-	TimeoutMS int64  `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds"`
-	Version   int    `json:"version,omitempty" jsonschema:"run this version (default the latest)"`
+	Name      string   `json:"name" jsonschema:"the saved script's name"`
+	Input     any      `json:"input,omitempty" jsonschema:"INPUT; must fit the script's input schema"`
+	TimeoutMS int64    `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds"`
+	Version   int      `json:"version,omitempty" jsonschema:"run this version (default the latest)"`
+	Secrets   []string `json:"secrets,omitempty" jsonschema:"secrets the code may use (list_secrets names them), as in run_code"`
 	FileArgs
 }
 
 func (t *tools) runSaved(ctx context.Context, _ *mcp.CallToolRequest, a RunSavedArgs) (*mcp.CallToolResult, any, error) {
-	run := apitype.CodeRun{Input: raw(a.Input), Version: a.Version, RunFiles: a.runFiles()}
+	run := apitype.CodeRun{Input: raw(a.Input), Version: a.Version, Secrets: a.Secrets, RunFiles: a.runFiles()}
 	if a.TimeoutMS != 0 {
 		run.TimeoutMS = &a.TimeoutMS
 	}
@@ -374,20 +375,21 @@ func (t *tools) runSaved(ctx context.Context, _ *mcp.CallToolRequest, a RunSaved
 
 // JobArgs are create_code_job's arguments.
 type JobArgs struct {
-	CodeName    string `json:"code_name" jsonschema:"the saved script to run"`
-	Schedule    string `json:"schedule" jsonschema:"cron spec, @hourly, @daily, @weekly, @monthly or @every 10m"`
-	Timezone    string `json:"timezone,omitempty" jsonschema:"IANA timezone such as Europe/Berlin (default UTC)"`
-	Input       any    `json:"input,omitempty" jsonschema:"INPUT of every run"`
-	TimeoutMS   int64  `json:"timeout_ms,omitempty"`
-	Overlap     string `json:"overlap,omitempty" jsonschema:"skip (default) or queue"`
-	CatchUp     string `json:"catch_up,omitempty" jsonschema:"skip (default) or once"`
-	Description string `json:"description,omitempty"`
-	CodeVersion int    `json:"code_version,omitempty" jsonschema:"pin a version (default the latest at each run)"`
+	CodeName    string   `json:"code_name" jsonschema:"the saved script to run"`
+	Schedule    string   `json:"schedule" jsonschema:"cron spec, @hourly, @daily, @weekly, @monthly or @every 10m"`
+	Timezone    string   `json:"timezone,omitempty" jsonschema:"IANA timezone such as Europe/Berlin (default UTC)"`
+	Input       any      `json:"input,omitempty" jsonschema:"INPUT of every run"`
+	TimeoutMS   int64    `json:"timeout_ms,omitempty"`
+	Overlap     string   `json:"overlap,omitempty" jsonschema:"skip (default) or queue"`
+	CatchUp     string   `json:"catch_up,omitempty" jsonschema:"skip (default) or once"`
+	Description string   `json:"description,omitempty"`
+	CodeVersion int      `json:"code_version,omitempty" jsonschema:"pin a version (default the latest at each run)"`
+	Secrets     []string `json:"secrets,omitempty" jsonschema:"secrets each run may use (list_secrets names them), as in run_code"`
 }
 
 func (t *tools) createJob(ctx context.Context, _ *mcp.CallToolRequest, a JobArgs) (*mcp.CallToolResult, any, error) {
 	d := apitype.JobDraft{CodeName: a.CodeName, CodeVersion: a.CodeVersion, Schedule: a.Schedule, Timezone: a.Timezone,
-		Input: raw(a.Input), Overlap: a.Overlap, CatchUp: a.CatchUp, Description: a.Description}
+		Input: raw(a.Input), Overlap: a.Overlap, CatchUp: a.CatchUp, Description: a.Description, Secrets: a.Secrets}
 	if a.TimeoutMS != 0 {
 		d.TimeoutMS = &a.TimeoutMS
 	}
@@ -408,17 +410,18 @@ func (t *tools) listJobs(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}
 
 // UpdateJobArgs change the fields given.
 type UpdateJobArgs struct {
-	ID          string  `json:"id" jsonschema:"the job's id (job_...)"`
-	Schedule    *string `json:"schedule,omitempty"`
-	Timezone    *string `json:"timezone,omitempty"`
-	Input       any     `json:"input,omitempty"`
-	TimeoutMS   *int64  `json:"timeout_ms,omitempty"`
-	Enabled     *bool   `json:"enabled,omitempty" jsonschema:"false pauses the job, true resumes it"`
-	Overlap     *string `json:"overlap,omitempty"`
-	CatchUp     *string `json:"catch_up,omitempty"`
-	Description *string `json:"description,omitempty"`
-	CodeName    *string `json:"code_name,omitempty"`
-	CodeVersion *int    `json:"code_version,omitempty"`
+	ID          string    `json:"id" jsonschema:"the job's id (job_...)"`
+	Schedule    *string   `json:"schedule,omitempty"`
+	Timezone    *string   `json:"timezone,omitempty"`
+	Input       any       `json:"input,omitempty"`
+	TimeoutMS   *int64    `json:"timeout_ms,omitempty"`
+	Enabled     *bool     `json:"enabled,omitempty" jsonschema:"false pauses the job, true resumes it"`
+	Overlap     *string   `json:"overlap,omitempty"`
+	CatchUp     *string   `json:"catch_up,omitempty"`
+	Description *string   `json:"description,omitempty"`
+	CodeName    *string   `json:"code_name,omitempty"`
+	CodeVersion *int      `json:"code_version,omitempty"`
+	Secrets     *[]string `json:"secrets,omitempty" jsonschema:"the secrets each run may use, replacing the job's ([] for none)"`
 }
 
 func (t *tools) updateJob(ctx context.Context, _ *mcp.CallToolRequest, a UpdateJobArgs) (*mcp.CallToolResult, any, error) {

@@ -59,6 +59,7 @@ var conformance = []struct {
 	{"PortRequestsRecordedAndPruned", TestPortRequestsRecordedAndPruned},
 	{"PortShares", TestPortShares},
 	{"SecretsAreSealedAndScoped", TestSecretsAreSealedAndScoped},
+	{"JobSecretsAreKept", TestJobSecretsAreKept},
 }
 
 // onPostgres says whether t is a case TestPostgres runs.

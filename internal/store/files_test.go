@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -374,5 +375,32 @@ func TestFilesStreamInParts(t *testing.T) {
 	rest, err := io.ReadAll(rs)
 	if err != nil || string(rest) != string(want[blobPart-10:]) {
 		t.Fatalf("read from an offset: %d bytes, %v; want %d matching", len(rest), err, len(want)-(blobPart-10))
+	}
+}
+
+// TestJobSecretsAreKept: a job's secrets' names are stored, read back, listed and replaced
+// (none: nil).
+func TestJobSecretsAreKept(t *testing.T) {
+	s := open(t)
+	if _, err := s.CreateCode(t.Context(), Code{Agent: "a", Name: "c", Code: "x", Dependencies: []string{}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateJob(t.Context(), Job{ID: "job_1", Agent: "a", CodeName: "c", Schedule: "@daily", Timezone: "UTC", Input: json.RawMessage("null"),
+		Overlap: "skip", CatchUp: "skip", Secrets: []string{"API_KEY", "GH_2"}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetJob(t.Context(), "a", "job_1")
+	if err != nil || !slices.Equal(got.Secrets, []string{"API_KEY", "GH_2"}) {
+		t.Fatalf("read back %v, %v", got.Secrets, err)
+	}
+	if list, _, err := s.ListJobs(t.Context(), "a", Page{}); err != nil || len(list) != 1 || !slices.Equal(list[0].Secrets, got.Secrets) {
+		t.Fatalf("listed %+v, %v", list, err)
+	}
+	got.Secrets = nil
+	if _, err := s.UpdateJob(t.Context(), got); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetJob(t.Context(), "a", "job_1"); got.Secrets != nil {
+		t.Errorf("secrets after an update without them: %q", got.Secrets)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
@@ -36,6 +37,8 @@ type Job struct {
 	Inputs []sandbox.InputFile
 	// Charts is each run's chart setting (nil: the daemon's).
 	Charts *bool
+	// Secrets names the secrets each run may use (names only; nil: none).
+	Secrets []string
 	// Overlap is what a fire does while the previous run goes on: "skip" or "queue".
 	Overlap string
 	// CatchUp is what happens to fires missed while the daemon was down: "skip" or "once".
@@ -164,7 +167,7 @@ type Fire struct {
 }
 
 const jobColumns = `id, agent, code_name, code_version, schedule, timezone, input, timeout_ms, enabled,
-	overlap, catch_up, description, next_run_at, created_at, updated_at, charts`
+	overlap, catch_up, description, next_run_at, created_at, updated_at, charts, secrets`
 
 // CreateJob stores j, whose ID the caller has chosen; the times are set by the store. It
 // returns ErrNotFound (wrapped) when the agent has no code j.CodeName.
@@ -178,9 +181,10 @@ func (s *Store) CreateJob(ctx context.Context, j Job) (Job, error) {
 		if err := s.checkJobQuota(ctx, tx, j.Agent, j.ID, true, filesBytes(j.Inputs)); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO jobs (`+jobColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		_, err := tx.ExecContext(ctx, `INSERT INTO jobs (`+jobColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			j.ID, j.Agent, j.CodeName, j.CodeVersion, j.Schedule, j.Timezone, string(j.Input), j.TimeoutMS,
-			j.Enabled, j.Overlap, j.CatchUp, j.Description, msPtr(j.NextRunAt), now.UnixMilli(), now.UnixMilli(), j.Charts)
+			j.Enabled, j.Overlap, j.CatchUp, j.Description, msPtr(j.NextRunAt), now.UnixMilli(), now.UnixMilli(), j.Charts,
+			strings.Join(j.Secrets, ","))
 		if err != nil {
 			return err
 		}
@@ -204,9 +208,9 @@ func (s *Store) UpdateJob(ctx context.Context, j Job) (Job, error) {
 		var created int64
 		err := tx.QueryRowContext(ctx, `UPDATE jobs SET code_name = ?, code_version = ?, schedule = ?, timezone = ?,
 			input = ?, timeout_ms = ?, enabled = ?, overlap = ?, catch_up = ?, description = ?, next_run_at = ?,
-			updated_at = ?, charts = ? WHERE id = ? AND agent = ? RETURNING created_at`,
+			updated_at = ?, charts = ?, secrets = ? WHERE id = ? AND agent = ? RETURNING created_at`,
 			j.CodeName, j.CodeVersion, j.Schedule, j.Timezone, string(j.Input), j.TimeoutMS, j.Enabled, j.Overlap,
-			j.CatchUp, j.Description, msPtr(j.NextRunAt), now.UnixMilli(), j.Charts, j.ID, j.Agent).Scan(&created)
+			j.CatchUp, j.Description, msPtr(j.NextRunAt), now.UnixMilli(), j.Charts, strings.Join(j.Secrets, ","), j.ID, j.Agent).Scan(&created)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("job %q: %w", j.ID, ErrNotFound)
 		}
@@ -537,10 +541,14 @@ func scanJob(row scanner) (Job, error) {
 		timeout, next    sql.NullInt64
 		created, updated int64
 		charts           sql.NullBool
+		secrets          string
 	)
 	if err := row.Scan(&j.ID, &j.Agent, &j.CodeName, &j.CodeVersion, &j.Schedule, &j.Timezone, &input, &timeout,
-		&j.Enabled, &j.Overlap, &j.CatchUp, &j.Description, &next, &created, &updated, &charts); err != nil {
+		&j.Enabled, &j.Overlap, &j.CatchUp, &j.Description, &next, &created, &updated, &charts, &secrets); err != nil {
 		return Job{}, err
+	}
+	if secrets != "" {
+		j.Secrets = strings.Split(secrets, ",")
 	}
 	if charts.Valid {
 		j.Charts = &charts.Bool
