@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/secrets"
 )
 
 // newSandbox is the body of POST /sandboxes (E2B's NewSandbox).
@@ -212,9 +213,14 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, agent string) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	env, names, err := splitSecrets(req.EnvVars)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	sreq := sessionRequest(agent, s.cfg.MaxLifetime)
 	deadline := time.Now().Add(time.Duration(timeout) * time.Second).UTC()
-	sreq.NetworkAllow, sreq.Env, sreq.Deadline, sreq.Template = netAllow, req.EnvVars, &deadline, tmpl
+	sreq.NetworkAllow, sreq.Env, sreq.Deadline, sreq.Template, sreq.Secrets = netAllow, env, &deadline, tmpl, names
 	sreq.AutoPause, sreq.AutoResume = &req.AutoPause, req.AutoResume != nil && req.AutoResume.Enabled
 	sess, err := s.sessions.Create(r.Context(), sreq) // from the warm pool when it has one
 	if fe, ok := errors.AsType[*sandbox.FieldError](err); ok && fe.Field == "template" {
@@ -226,7 +232,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, agent string) {
 		writeEngineError(w, "creating the sandbox", err)
 		return
 	}
-	b := &box{sess: sess, id: sess.ID(), agent: agent, template: req.TemplateID, token: newToken(), metadata: req.Metadata, env: req.EnvVars,
+	b := &box{sess: sess, id: sess.ID(), agent: agent, template: req.TemplateID, token: newToken(), metadata: req.Metadata, env: env,
 		allowInternet: req.AllowInternetAccess, network: req.Network,
 		contexts: map[string]*codeContext{}, procs: map[uint32]*proc{}, tags: map[string]uint32{}}
 	if b.metadata == nil {
@@ -656,4 +662,31 @@ func (s *Server) narrow(allowInternet *bool, n *networkConfig) ([]string, *httpE
 	default:
 		return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("the daemon's network is %q, which a sandbox cannot narrow: send allow_internet_access and network only when its network is \"allowlist\" or \"none\"", s.cfg.Network)}
 	}
+}
+
+// splitSecrets takes out of a sandbox's envVars those that name a sandpit secret
+// (docs/secrets.md), NAME: "sandpit-secret:NAME", the placeholder its code then sees: E2B has
+// no secrets of its own, and this is the form an agent reads back. It returns the plain
+// variables and the secrets' names (sorted); a placeholder under another variable's name is
+// an error.
+func splitSecrets(envVars map[string]string) (map[string]string, []string, error) {
+	var env map[string]string
+	var names []string
+	for k, v := range envVars {
+		name, ok := strings.CutPrefix(v, secrets.PlaceholderPrefix)
+		if !ok {
+			if env == nil {
+				env = map[string]string{}
+			}
+			env[k] = v
+			continue
+		}
+		if name != k {
+			return nil, nil, fmt.Errorf("envVars.%s names the secret %q: a secret's variable is its own name; send envVars {%q: %q}",
+				k, name, name, secrets.Placeholder(name))
+		}
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return env, names, nil
 }
