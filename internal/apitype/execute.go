@@ -156,6 +156,11 @@ type Result struct {
 	// or refused; EgressOmitted counts the program's left out past 256.
 	Egress        []EgressConnection `json:"egress,omitempty"`
 	EgressOmitted int                `json:"egress_omitted,omitempty"`
+	// SecretUses lists each request that carried one of the run's secrets' placeholders to a
+	// host, in order, at most 256 (secret_uses_omitted counts more): whether the value was
+	// added (added; else why), and the host's HTTP status. Never a value.
+	SecretUses        []SecretUse `json:"secret_uses,omitempty"`
+	SecretUsesOmitted int         `json:"secret_uses_omitted,omitempty"`
 	// SessionID names the session the execution was a call of ("se_..."); empty for a
 	// one-shot run. SessionEnded is set when this call ended its session: why (an End
 	// constant); Reason says more.
@@ -368,4 +373,13 @@ type StreamLine struct {
 func (f File) Holds(content []byte) bool {
 	sum := sha256.Sum256(content)
 	return int64(len(content)) == f.SizeBytes && strings.EqualFold(hex.EncodeToString(sum[:]), f.SHA256)
+}
+
+// SecretUse is one request that carried a secret's placeholder (Result.SecretUses).
+type SecretUse struct {
+	Secret string `json:"secret"`
+	Host   string `json:"host"`
+	Added  bool   `json:"added"`
+	Why    string `json:"why,omitempty"`
+	Status int    `json:"status,omitempty"`
 }

@@ -102,6 +102,14 @@ print("keys", found)
 	if strings.Contains(string(b), value) {
 		t.Errorf("the value reached the run's answer: %s", b)
 	}
+	// The run's record keeps its uses: the bound request's value added, the query's not.
+	if len(res.SecretUses) != 2 || !res.SecretUses[0].Added || res.SecretUses[0].Status != 200 || res.SecretUses[1].Added ||
+		res.SecretUses[0].Secret != "TOKEN" || res.SecretUses[0].Host != host {
+		t.Errorf("the run's secret uses: %+v", res.SecretUses)
+	}
+	if st, rec := httpCall(t, "GET", url+"/v1/executions/"+res.ID, ""); st != 200 || !strings.Contains(string(rec), `"secret_uses":[{"secret":"TOKEN"`) || strings.Contains(string(rec), value) {
+		t.Errorf("the run's record: %d %s", st, rec)
+	}
 	// A run that names a secret no one set is refused, naming it.
 	body, _ = json.Marshal(map[string]any{"code": "1", "secrets": []string{"NOPE"}})
 	if r, b := post(t, url, string(body)); r.StatusCode != 400 || !strings.Contains(string(b), "NOPE") {

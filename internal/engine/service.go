@@ -126,9 +126,9 @@ type SecretsRun interface {
 	CA() string
 	// Attach has gate add the values for their hosts (any number of gates).
 	Attach(gate sandbox.EgressRun)
-	// Log writes each use of a placeholder since the last Log (secret, host, whether the
-	// value was added, the host's status; never a value) to log, for run id.
-	Log(log *slog.Logger, id string)
+	// Take returns each use of a placeholder since the last Take (never a value), at most
+	// 256, and how many more were left out.
+	Take() ([]sandbox.SecretUse, int)
 }
 
 // Service validates execution requests, assigns them slots, queues them when every slot is
@@ -485,7 +485,10 @@ func (s *Service) run(ctx context.Context, x *execution, emit func(sandbox.Event
 		gate.Close()
 		res.Egress, res.EgressOmitted = gate.Connections()
 		if x.secrets != nil {
-			x.secrets.Log(s.log, x.spec.ID)
+			res.SecretUses, res.SecretUsesOmitted = x.secrets.Take()
+			for _, u := range res.SecretUses {
+				s.log.Info("a run used a secret's placeholder", "execution", x.spec.ID, "secret", u.Secret, "host", u.Host, "added", u.Added, "why", u.Why, "status", u.Status)
+			}
 		}
 	}
 	audit, logs := line.end()

@@ -3,7 +3,6 @@ package jobs_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net"
 	"path/filepath"
 	"slices"
@@ -35,7 +34,7 @@ type secretsRun struct{}
 func (secretsRun) Env() map[string]string             { return map[string]string{"TOKEN": "placeholder"} }
 func (secretsRun) CA() string                         { return "PEM" }
 func (secretsRun) Attach(sandbox.EgressRun)           {}
-func (secretsRun) Log(*slog.Logger, string)           {}
+func (secretsRun) Take() ([]sandbox.SecretUse, int)   { return nil, 0 }
 func (noEgress) CheckAllow([]string) error            { return nil }
 func (noEgress) ForRun(...[]string) sandbox.EgressRun { return closedRun{} }
 func (noEgress) ForInstall() sandbox.EgressRun        { return closedRun{} }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,7 @@ type Metrics struct {
 	starts   *prometheus.CounterVec
 	egress   *prometheus.CounterVec
 	egressB  *prometheus.CounterVec
+	secrets  *prometheus.CounterVec
 }
 
 // New returns the metrics, with the Go runtime's and the process's own collectors.
@@ -57,7 +59,9 @@ func New() *Metrics {
 		Help: "Outbound connections runs asked the sandbox's proxy for (network allowlist), by result (allowed, refused)."}, []string{"result"})
 	m.egressB = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandpit_egress_bytes_total",
 		Help: "Bytes runs' outbound connections carried through the proxy, by direction (sent, received)."}, []string{"direction"})
-	m.reg.MustRegister(m.runs, m.duration, m.install, m.calls, m.fires, m.starts, m.egress, m.egressB,
+	m.secrets = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sandpit_secret_uses_total",
+		Help: "Requests of runs that carried a secret's placeholder to a host, by whether the egress proxy added the value (added: true, false); never a secret's name or value."}, []string{"added"})
+	m.reg.MustRegister(m.runs, m.duration, m.install, m.calls, m.fires, m.starts, m.egress, m.egressB, m.secrets,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -124,6 +128,9 @@ func (r recorder) Finish(ctx context.Context, res sandbox.Result) error {
 	}
 	if res.EgressOmitted > 0 {
 		r.m.egress.WithLabelValues("omitted").Add(float64(res.EgressOmitted))
+	}
+	for _, u := range res.SecretUses {
+		r.m.secrets.WithLabelValues(strconv.FormatBool(u.Added)).Inc()
 	}
 	return r.next.Finish(ctx, res)
 }

@@ -29,7 +29,8 @@ func TestCallMethodsAreBounded(t *testing.T) {
 		calls = append(calls, sandbox.CallRecord{Method: strings.Repeat("x", i), OK: false})
 	}
 	calls = append(calls, sandbox.CallRecord{Method: "get_facts", OK: true})
-	if err := rec.Finish(context.Background(), sandbox.Result{Origin: sandbox.Origin{Source: "api"}, Outcome: "ok", Start: "fork", Calls: calls}); err != nil {
+	if err := rec.Finish(context.Background(), sandbox.Result{Origin: sandbox.Origin{Source: "api"}, Outcome: "ok", Start: "fork", Calls: calls,
+		SecretUses: []sandbox.SecretUse{{Secret: "TOKEN", Added: true}, {Secret: "TOKEN"}, {Secret: "GH", Added: true}}}); err != nil {
 		t.Fatal(err)
 	}
 	w := httptest.NewRecorder()
@@ -38,7 +39,8 @@ func TestCallMethodsAreBounded(t *testing.T) {
 	if n := strings.Count(string(body), "sandpit_agent_calls_total{"); n != 2 {
 		t.Fatalf("%d call series, want 2 (get_facts and other):\n%s", n, body)
 	}
-	for _, want := range []string{`sandpit_agent_calls_total{method="other",result="error"} 100`, `sandpit_executions_total{outcome="ok",source="api"} 1`, "sandpit_slots 4", `sandpit_execution_starts_total{start="fork"} 1`} {
+	for _, want := range []string{`sandpit_agent_calls_total{method="other",result="error"} 100`, `sandpit_executions_total{outcome="ok",source="api"} 1`, "sandpit_slots 4", `sandpit_execution_starts_total{start="fork"} 1`,
+		`sandpit_secret_uses_total{added="true"} 2`, `sandpit_secret_uses_total{added="false"} 1`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("missing %q", want)
 		}

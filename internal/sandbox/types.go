@@ -286,6 +286,11 @@ type Result struct {
 	// EgressOmitted counts those left out past that.
 	Egress        []EgressConnection `json:"egress,omitempty"`
 	EgressOmitted int                `json:"egress_omitted,omitempty"`
+	// SecretUses lists each request that carried one of the run's secrets' placeholders to a
+	// host (docs/secrets.md), whether the egress proxy added the value, in order, at most 256;
+	// SecretUsesOmitted counts those left out past that. Never a value.
+	SecretUses        []SecretUse `json:"secret_uses,omitempty"`
+	SecretUsesOmitted int         `json:"secret_uses_omitted,omitempty"`
 	// Results are the program's displays in the order they were made, then the value of its
 	// last expression when it ended in one that is not None (absent when none). Together
 	// they are held to Limits.OutputBytes.
@@ -441,6 +446,19 @@ type Runtime interface {
 // run's start clears it again). ctx ends only when the Service stops.
 type Settler interface {
 	Settle(ctx context.Context, slot int) error
+}
+
+// SecretUse records one request that carried a secret's placeholder to a host (docs/secrets.md).
+type SecretUse struct {
+	// Secret is the secret's name; Host the host the request went to.
+	Secret string `json:"secret"`
+	Host   string `json:"host"`
+	// Added says the proxy put the value in the placeholder's place; Why, when it did not,
+	// says why (another host, another place).
+	Added bool   `json:"added"`
+	Why   string `json:"why,omitempty"`
+	// Status is the host's HTTP status (0 when no answer came).
+	Status int `json:"status,omitempty"`
 }
 
 // EgressConnection records one outbound connection a run asked for through the sandbox's

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // Bound is a secret a run named, with its value: what the egress proxy may add.
@@ -25,14 +27,8 @@ type Bound struct {
 
 // Use is one request that carried a secret's placeholder: Added says the proxy put the value
 // in its place (a request to a bound host, in the bound place); otherwise Why says why the
-// placeholder went as is. Status is the host's answer (0: none).
-type Use struct {
-	Secret string `json:"secret"`
-	Host   string `json:"host"`
-	Added  bool   `json:"added"`
-	Why    string `json:"why,omitempty"`
-	Status int    `json:"status,omitempty"`
-}
+// placeholder went as is. Status is the host's answer (0: none). The run's record keeps it.
+type Use = sandbox.SecretUse
 
 // Injector adds a run's bound secrets to its requests on the daemon's side of the egress
 // proxy. For a host that a secret binds, it terminates the sandbox's TLS with a certificate of

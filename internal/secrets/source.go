@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 
 	"github.com/sandpit-dev/sandpit/internal/egress"
@@ -74,15 +73,5 @@ func (r *runSecrets) CA() string { return r.ca }
 func (r *runSecrets) Attach(gate sandbox.EgressRun) {
 	if g, ok := gate.(*egress.Gate); ok {
 		g.SetWrapper(r.Run)
-	}
-}
-
-func (r *runSecrets) Log(log *slog.Logger, id string) {
-	uses, dropped := r.Take()
-	for _, u := range uses {
-		log.Info("a run used a secret's placeholder", "execution", id, "secret", u.Secret, "host", u.Host, "added", u.Added, "why", u.Why, "status", u.Status)
-	}
-	if dropped > 0 {
-		log.Info("more uses of secrets' placeholders were left out", "execution", id, "omitted", dropped)
 	}
 }

@@ -3,7 +3,6 @@ package session
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -66,7 +65,7 @@ func (r *fakeSecretsRun) Attach(g sandbox.EgressRun) {
 	r.mu.Unlock()
 }
 
-func (r *fakeSecretsRun) Log(*slog.Logger, string) {}
+func (r *fakeSecretsRun) Take() ([]sandbox.SecretUse, int) { return nil, 0 }
 
 // TestSessionSecretsFollowItsSandboxes: a session's secrets are checked when it is created,
 // recorded by name, and added to the commands' egress of every sandbox it has: its first, the

@@ -2,13 +2,15 @@ package store
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
-// The ledger keeps a run's outbound connections and gives them back with its record.
+// The ledger keeps a run's outbound connections and its uses of secrets, and gives them back
+// with its record.
 func TestExecutionEgressRoundTrip(t *testing.T) {
 	s := open(t)
 	ctx := t.Context()
@@ -23,6 +25,9 @@ func TestExecutionEgressRoundTrip(t *testing.T) {
 		{Host: "169.254.169.254", Port: 80, Reason: "the cloud metadata address", StartedAt: now},
 	}
 	head.EgressOmitted = 3
+	head.SecretUses = []sandbox.SecretUse{{Secret: "TOKEN", Host: "api.example.com", Added: true, Status: 200},
+		{Secret: "TOKEN", Host: "other.example", Why: "the secret is not bound to this host"}}
+	head.SecretUsesOmitted = 1
 	if err := s.Finish(ctx, head); err != nil {
 		t.Fatal(err)
 	}
@@ -32,5 +37,8 @@ func TestExecutionEgressRoundTrip(t *testing.T) {
 	}
 	if len(got.Egress) != 2 || got.Egress[0] != head.Egress[0] || got.Egress[1].Reason != head.Egress[1].Reason || got.EgressOmitted != 3 {
 		t.Errorf("egress read back as %+v (omitted %d), want %+v", got.Egress, got.EgressOmitted, head.Egress)
+	}
+	if !slices.Equal(got.SecretUses, head.SecretUses) || got.SecretUsesOmitted != 1 {
+		t.Errorf("secret uses read back as %+v (omitted %d), want %+v", got.SecretUses, got.SecretUsesOmitted, head.SecretUses)
 	}
 }

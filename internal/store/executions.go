@@ -144,6 +144,10 @@ func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
 	if err != nil {
 		return err
 	}
+	uses, err := jsonColumn(res.SecretUses)
+	if err != nil {
+		return err
+	}
 	results, err := jsonColumn(res.Results)
 	if err != nil {
 		return err
@@ -162,7 +166,7 @@ func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
 		if err := finish(ctx, tx, res, ended, cols); err != nil {
 			return err
 		}
-		if err := finishEgress(ctx, tx, res, egress); err != nil {
+		if err := finishEgress(ctx, tx, res, egress, uses); err != nil {
 			return err
 		}
 		// The record's size (ledger_max_bytes): its result, and what Begin wrote and its output
@@ -170,7 +174,7 @@ func (s *Store) Finish(ctx context.Context, res sandbox.Result) error {
 		return tx.QueryRowContext(ctx, `INSERT INTO execution_bytes (execution_id, agent, bytes)
 			SELECT e.id, e.agent, CAST(? AS BIGINT) + `+recordBaseSQL+` FROM executions e WHERE e.id = ?
 			ON CONFLICT (execution_id) DO UPDATE SET bytes = excluded.bytes RETURNING bytes`,
-			finishBytes(res, cols, len(egress.String)), res.ID).Scan(&size)
+			finishBytes(res, cols, len(egress.String)+len(uses.String)), res.ID).Scan(&size)
 	})
 	if err == nil {
 		s.ledger.add(size)
