@@ -9,31 +9,49 @@ BUILD_FLAGS ?= -trimpath
 # The base of the sandbox image. Without a container registry: make base-image, then
 # BASE_IMAGE=sandpit-base:bookworm-2 (the quickstart does both).
 BASE_IMAGE ?=
-TEST_FLAGS ?= -race -count=1 -timeout 50m
+TEST_FLAGS ?= -count=1 -timeout 50m
+# The race detector, for every package but the container lanes' (below).
+RACE_FLAGS ?= -race
 
 FUZZ_TIME ?= 10s
 
-.PHONY: build test test-flags fuzz lint image base-image quickstart clean
+.PHONY: build test test-flags race-packages fuzz lint image base-image quickstart clean
 
 build:
 	CGO_ENABLED=0 GOOS=linux $(GO) build $(BUILD_FLAGS) -ldflags '$(LDFLAGS)' -o $(BIN)/sandpit-executor ./cmd/sandpit-executor
 	$(GO) build $(BUILD_FLAGS) -ldflags '$(LDFLAGS)' -o $(BIN)/sandpit ./cmd/sandpit
 
 # The whole suite. Tests that need the Docker engine skip without one unless
-# SANDPIT_REQUIRE_DOCKER=1; executor tests that switch uids need root. The packages whose tests
-# take minutes are named first: go test starts the test binaries in the order of its list, -p
-# at a time, and in the alphabet's order the two longest met at the end, one lane idle. The
-# order pairs them in two lanes of about equal length (kubernetes then docker, app then bench)
-# so that the two gVisor suites (the Kubernetes one's and Docker's runsc) do not run at once:
-# together on 2 CPUs they can starve each other (4 December, on a fresh machine: the
-# Kubernetes package took 2805 s, not about 700, and runs there passed their timeouts).
-SLOW_PACKAGES := ./internal/runtime/kubernetes ./internal/app ./internal/runtime/docker ./internal/bench
+# SANDPIT_REQUIRE_DOCKER=1; executor tests that switch uids need root.
+#
+# Two lanes at once, on the machine kind's 2 CPUs. The four packages whose tests take minutes
+# mostly wait on containers and pods (interpreters, gVisor, the cluster), so they run without
+# the race detector, whose price every line of Go pays and whose finds are in the daemon's own
+# packages, which keep it. Lane A is the two gVisor suites, one after the other (the Kubernetes
+# package's and Docker's runsc: together on 2 CPUs they starve each other; 4 December, on a
+# fresh machine, the Kubernetes package took 2805 s, not about 700, and runs passed their
+# timeouts). Lane B is the app and bench packages, then every other package with -race, go
+# test's -p of them at a time. A lane's failure fails make test once both have ended.
+MODULE := github.com/sandpit-dev/sandpit
+LANE_A := internal/runtime/kubernetes internal/runtime/docker
+LANE_B := internal/app internal/bench
+# Every other package (evaluated where it is used).
+RACE_PACKAGES = $(shell $(GO) list ./... | grep -vxF $(addprefix -e $(MODULE)/,$(LANE_A) $(LANE_B)))
 test:
-	$(GO) test $(TEST_FLAGS) $(SLOW_PACKAGES) ./...
+	@status=0; \
+	$(GO) test -p 1 $(TEST_FLAGS) $(addprefix ./,$(LANE_A)) & a=$$!; \
+	{ $(GO) test -p 1 $(TEST_FLAGS) $(addprefix ./,$(LANE_B)) || status=1; \
+	  $(GO) test $(RACE_FLAGS) $(TEST_FLAGS) $(RACE_PACKAGES) || status=1; }; \
+	wait $$a || status=1; exit $$status
 
 # The flags of make test, for a caller that adds its own (.ci/run).
 test-flags:
 	@echo $(TEST_FLAGS)
+
+# The packages make test runs with the race detector (all but the lanes A and B), for .ci/run's
+# build of them ahead of the tests.
+race-packages:
+	@echo $(RACE_PACKAGES)
 
 # Every fuzz target for FUZZ_TIME each (their seed corpora also run with `make test`).
 fuzz:

@@ -593,7 +593,19 @@ cmd_up() {
 		log "already up"
 		return
 	fi
-	ls "$PIDS"/*.pid >/dev/null 2>&1 && die "a partial cluster runs ($(ls "$PIDS")): run $0 down first"
+	# PID files whose processes are all gone are a killed run's (a reboot, a killed CI): down
+	# clears what it left (cgroups, mounts, stray shims) before this start.
+	local f live="" stale=0
+	for f in "$PIDS"/*.pid; do
+		[ -e "$f" ] || continue
+		f=$(basename "$f" .pid)
+		if alive "$f"; then live+=" $f"; else stale=1; fi
+	done
+	[ -z "$live" ] || die "a partial cluster runs (${live# }): run $0 down first"
+	if [ $stale = 1 ]; then
+		log "a stopped run's PID files are here: down first"
+		cmd_down
+	fi
 	for p in $PORTS; do port_open "$p" && die "port $p is taken: set SANDPIT_KUBE_*_PORT"; done
 	mkdir -p "$PIDS" "$LOGS" "$DATA"
 	for p in $HOST_PATHS; do [ -e "$p" ] && echo "$p"; done >"$RUN/host-paths-before"
