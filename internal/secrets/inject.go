@@ -32,7 +32,7 @@ type Use = sandbox.SecretUse
 
 // Injector adds a run's bound secrets to its requests on the daemon's side of the egress
 // proxy. For a host that a secret binds, it terminates the sandbox's TLS with a certificate of
-// its CA, reads each HTTP/1.1 request, puts the value in the place of the placeholder where the
+// its CA, reads each request (HTTP/1.1 or HTTP/2, as the program offers), puts the value in the place of the placeholder where the
 // binding allows it, and sends the request over its own TLS connection to the host, verified
 // against Roots; the answer comes back with every occurrence of a value replaced by its
 // placeholder. Other hosts are not touched.
@@ -97,8 +97,12 @@ func (in *Injector) serve(ctx context.Context, ours *pipeConn, upstream net.Conn
 		in.log.Error("making a certificate for a bound host failed", "host", host, "error", err)
 		return
 	}
-	srv := tls.Server(&readerConn{Conn: ours, r: br}, &tls.Config{Certificates: []tls.Certificate{*leaf}, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	srv := tls.Server(&readerConn{Conn: ours, r: br}, &tls.Config{Certificates: []tls.Certificate{*leaf}, NextProtos: []string{"h2", "http/1.1"}, MinVersion: tls.VersionTLS12})
 	if err := srv.HandshakeContext(ctx); err != nil {
+		return
+	}
+	if srv.ConnectionState().NegotiatedProtocol == "h2" {
+		in.serveH2(ctx, srv, upstream, host, bound, record)
 		return
 	}
 	up := tls.Client(upstream, &tls.Config{ServerName: host, RootCAs: in.roots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
@@ -106,54 +110,71 @@ func (in *Injector) serve(ctx context.Context, ours *pipeConn, upstream net.Conn
 	err = up.HandshakeContext(hctx)
 	cancel()
 	if err != nil {
-		writeProxyError(srv, http.StatusBadGateway, fmt.Sprintf("sandpit egress: %s: its certificate did not verify against the daemon's trust store: %v", host, err))
+		// The answer follows the program's request (read, never sent): a program still
+		// writing it would otherwise see its write fail, not the answer.
+		if req, rerr := http.ReadRequest(bufio.NewReader(srv)); rerr == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(req.Body, 1<<20))
+			writeProxyError(srv, http.StatusBadGateway, fmt.Sprintf("sandpit egress: %s: its certificate did not verify against the daemon's trust store: %v", host, err))
+		}
 		return
 	}
 	in.exchange(srv, up, host, bound, record)
 }
 
-// exchange relays requests from the program (prog) to the host (up), one at a time.
+// exchange relays HTTP/1.1 requests from the program (prog) to the host (up), one at a time.
 func (in *Injector) exchange(prog, up net.Conn, host string, bound []Bound, record func(Use)) {
 	pr, ur := bufio.NewReader(prog), bufio.NewReader(up)
+	roundTrip := func(req *http.Request) (*http.Response, error) {
+		if err := req.Write(up); err != nil {
+			return nil, err
+		}
+		return http.ReadResponse(ur, req)
+	}
 	for {
 		req, err := http.ReadRequest(pr)
 		if err != nil {
 			return
 		}
-		var uses []Use
-		rewrite(req, host, bound, func(u Use) { uses = append(uses, u) })
-		if anyAdded(uses) {
-			// The answer is scrubbed of the values: it must come uncompressed.
-			req.Header.Set("Accept-Encoding", "identity")
-		}
 		req.Header.Del("Upgrade") // no protocol switch: what follows could not be scrubbed
-		if err := req.Write(up); err != nil {
-			report(record, uses, 0)
-			writeProxyError(prog, http.StatusBadGateway, fmt.Sprintf("sandpit egress: sending the request to %s failed", host))
+		resp, status, text := forward(req, host, bound, record, roundTrip)
+		if resp == nil {
+			writeProxyError(prog, status, text)
 			return
 		}
-		resp, err := http.ReadResponse(ur, req)
-		if err != nil {
-			report(record, uses, 0)
-			writeProxyError(prog, http.StatusBadGateway, fmt.Sprintf("sandpit egress: reading the answer of %s failed", host))
-			return
-		}
-		report(record, uses, resp.StatusCode)
-		if enc := resp.Header.Get("Content-Encoding"); anyAdded(uses) && enc != "" && !strings.EqualFold(enc, "identity") {
-			// Asked for identity, the host compressed anyway: an echo of the value inside could
-			// not be scrubbed.
-			resp.Body.Close()
-			writeProxyError(prog, http.StatusBadGateway, fmt.Sprintf("sandpit egress: %s answered with Content-Encoding %s though asked for none; "+
-				"an answer to a request carrying a secret must come uncompressed, so that the secret can be kept out of it", host, clip(enc, 32)))
-			return
-		}
-		scrubResponse(resp, bound)
 		err = resp.Write(prog)
 		resp.Body.Close()
 		if err != nil || resp.Close || req.Close || resp.StatusCode == http.StatusSwitchingProtocols {
 			return
 		}
 	}
+}
+
+// forward adds the bound secrets to req where their bindings allow (see rewrite), sends it
+// with roundTrip, records each use of a placeholder with the host's status, and returns the
+// answer scrubbed of every value; or, when there is no answer to pass on, nil with a status
+// and a text for the program (which never hold a value).
+func forward(req *http.Request, host string, bound []Bound, record func(Use), roundTrip func(*http.Request) (*http.Response, error)) (*http.Response, int, string) {
+	var uses []Use
+	rewrite(req, host, bound, func(u Use) { uses = append(uses, u) })
+	if anyAdded(uses) {
+		// The answer is scrubbed of the values: it must come uncompressed.
+		req.Header.Set("Accept-Encoding", "identity")
+	}
+	resp, err := roundTrip(req)
+	if err != nil {
+		report(record, uses, 0)
+		return nil, http.StatusBadGateway, fmt.Sprintf("sandpit egress: the exchange with %s failed", host)
+	}
+	report(record, uses, resp.StatusCode)
+	if enc := resp.Header.Get("Content-Encoding"); anyAdded(uses) && enc != "" && !strings.EqualFold(enc, "identity") {
+		// Asked for identity, the host compressed anyway: an echo of the value inside could
+		// not be scrubbed.
+		resp.Body.Close()
+		return nil, http.StatusBadGateway, fmt.Sprintf("sandpit egress: %s answered with Content-Encoding %s though asked for none; "+
+			"an answer to a request carrying a secret must come uncompressed, so that the secret can be kept out of it", host, clip(enc, 32))
+	}
+	scrubResponse(resp, bound)
+	return resp, 0, ""
 }
 
 func anyAdded(uses []Use) bool {

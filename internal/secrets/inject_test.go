@@ -26,7 +26,27 @@ type origin struct {
 
 func newOrigin(t *testing.T, tlsOn bool) *origin {
 	o := &origin{}
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	if tlsOn {
+		o.Server = httptest.NewTLSServer(o.handler())
+	} else {
+		o.Server = httptest.NewServer(o.handler())
+	}
+	t.Cleanup(o.Close)
+	return o
+}
+
+// newOriginH2 is an origin over TLS that speaks HTTP/2 (and HTTP/1.1 to a client that asks).
+func newOriginH2(t *testing.T) *origin {
+	o := &origin{}
+	o.Server = httptest.NewUnstartedServer(o.handler())
+	o.EnableHTTP2 = true
+	o.StartTLS()
+	t.Cleanup(o.Close)
+	return o
+}
+
+func (o *origin) handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		var b strings.Builder
 		fmt.Fprintf(&b, "%s %s host=%s\n", r.Method, r.URL.RequestURI(), r.Host)
@@ -42,20 +62,15 @@ func newOrigin(t *testing.T, tlsOn bool) *origin {
 			return
 		}
 		w.Header().Set("X-Echo-Auth", r.Header.Get("Authorization"))
+		w.Header().Set("Trailer", "X-Echo-Auth-Trailer")
 		// The echo in pieces, so the value may be split across the writes.
-		s := b.String()
+		s := fmt.Sprintf("proto=%s\n%s", r.Proto, b.String())
 		for i := 0; i < len(s); i += 5 {
 			_, _ = io.WriteString(w, s[i:min(len(s), i+5)])
 			w.(http.Flusher).Flush()
 		}
+		w.Header().Set("X-Echo-Auth-Trailer", r.Header.Get("Authorization"))
 	})
-	if tlsOn {
-		o.Server = httptest.NewTLSServer(h)
-	} else {
-		o.Server = httptest.NewServer(h)
-	}
-	t.Cleanup(o.Close)
-	return o
 }
 
 func (o *origin) all() string {
@@ -75,6 +90,15 @@ type harness struct {
 // through the Injector with bound, as the egress proxy's streams do; the program trusts the
 // CA for bound hosts and skips verification for others (its own choice, not the point here).
 func (h *harness) client(addrs map[string]string, bound []Bound) *http.Client {
+	return h.newClient(addrs, bound, false)
+}
+
+// clientH2 is client speaking HTTP/2 over TLS.
+func (h *harness) clientH2(addrs map[string]string, bound []Bound) *http.Client {
+	return h.newClient(addrs, bound, true)
+}
+
+func (h *harness) newClient(addrs map[string]string, bound []Bound, h2 bool) *http.Client {
 	dial := func(ctx context.Context, network, addr string) (net.Conn, string, error) {
 		host, _, _ := net.SplitHostPort(addr)
 		up, err := net.Dial("tcp", addrs[host])
@@ -84,6 +108,7 @@ func (h *harness) client(addrs map[string]string, bound []Bound) *http.Client {
 		return h.inj.Wrap(ctx, up, host, bound, func(u Use) { h.mu.Lock(); h.uses = append(h.uses, u); h.mu.Unlock() }), host, nil
 	}
 	return &http.Client{Transport: &http.Transport{
+		ForceAttemptHTTP2: h2,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, _, err := dial(ctx, network, addr)
 			return c, err
@@ -94,6 +119,9 @@ func (h *harness) client(addrs map[string]string, bound []Bound) *http.Client {
 				return nil, err
 			}
 			cfg := &tls.Config{ServerName: host, RootCAs: h.ca.Pool()}
+			if h2 {
+				cfg.NextProtos = []string{"h2"}
+			}
 			if !Binds(bound, host) {
 				cfg.InsecureSkipVerify = true
 			}
@@ -247,10 +275,12 @@ func TestInjectorVerifiesTheHost(t *testing.T) {
 	o := newOrigin(t, true)
 	h := newHarness(t, x509.NewCertPool())
 	b := Bound{Secret: Secret{Name: "K", Binding: Binding{Hosts: []string{"example.com"}, Header: "Authorization", Format: "Bearer {{secret}}"}}, Value: []byte(testValue)}
-	c := h.client(map[string]string{"example.com": o.Listener.Addr().String()}, []Bound{b})
-	code, body, _ := do(t, c, "GET", "https://example.com/", "", map[string]string{"Authorization": "Bearer " + Placeholder("K")})
-	if code != 502 || !strings.Contains(body, "certificate") || strings.Contains(body, testValue) || o.all() != "" {
-		t.Fatalf("%d %q; the host saw %q", code, body, o.all())
+	for _, c := range []*http.Client{h.client(map[string]string{"example.com": o.Listener.Addr().String()}, []Bound{b}),
+		h.clientH2(map[string]string{"example.com": o.Listener.Addr().String()}, []Bound{b})} {
+		code, body, _ := do(t, c, "GET", "https://example.com/", "", map[string]string{"Authorization": "Bearer " + Placeholder("K")})
+		if code != 502 || !strings.Contains(body, "certificate") || strings.Contains(body, testValue) || o.all() != "" {
+			t.Fatalf("%d %q; the host saw %q", code, body, o.all())
+		}
 	}
 }
 
@@ -342,5 +372,72 @@ func TestInjectorDropsRangeWithTheValue(t *testing.T) {
 	code, _, _ := do(t, c, "GET", "https://example.com/r", "", map[string]string{"Authorization": "Bearer " + ph, "Range": "bytes=0-14", "If-Range": "x"})
 	if seen := bound.all(); code != 200 || !strings.Contains(seen, testValue) || strings.Contains(seen, "bytes=0-14") || strings.Contains(seen, "If-Range") {
 		t.Fatalf("a ranged request with the value: %d; the host saw %s", code, seen)
+	}
+}
+
+// TestInjectorHTTP2: a program speaking HTTP/2 gets the value added and scrubbed as over
+// HTTP/1.1, with its streams at once, whether the host speaks HTTP/2 (the streams go on over
+// one connection) or only HTTP/1.1 (one request at a time); the trailers come back scrubbed,
+// and a placeholder in the URL stays the placeholder.
+func TestInjectorHTTP2(t *testing.T) {
+	for _, tc := range []struct {
+		name, proto string
+		origin      func(*testing.T) *origin
+	}{
+		{"host speaks HTTP/2", "HTTP/2.0", newOriginH2},
+		{"host speaks HTTP/1.1", "HTTP/1.1", func(t *testing.T) *origin { return newOrigin(t, true) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.origin(t)
+			roots := x509.NewCertPool()
+			roots.AddCert(o.Certificate())
+			h := newHarness(t, roots)
+			b := Bound{Secret: Secret{Name: "API_KEY", Binding: Binding{Hosts: []string{"example.com"}, Header: "Authorization", Format: "Bearer {{secret}}"}}, Value: []byte(testValue)}
+			c := h.clientH2(map[string]string{"example.com": o.Listener.Addr().String()}, []Bound{b})
+			ph := Placeholder("API_KEY")
+			var wg sync.WaitGroup
+			for i := range 4 {
+				wg.Go(func() {
+					req, _ := http.NewRequest("GET", fmt.Sprintf("https://example.com/stream/%d", i), nil)
+					req.Header.Set("Authorization", "Bearer "+ph)
+					resp, err := c.Do(req)
+					if err != nil {
+						t.Errorf("stream %d: %v", i, err)
+						return
+					}
+					body, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.ProtoMajor != 2 || resp.StatusCode != 200 {
+						t.Errorf("stream %d: %s %d, want HTTP/2 200", i, resp.Proto, resp.StatusCode)
+					}
+					if !strings.Contains(string(body), "proto="+tc.proto) || !strings.Contains(string(body), "Bearer "+ph) {
+						t.Errorf("stream %d: the host's echo: %q", i, body)
+					}
+					if resp.Header.Get("X-Echo-Auth") != "Bearer "+ph || resp.Trailer.Get("X-Echo-Auth-Trailer") != "Bearer "+ph {
+						t.Errorf("stream %d: header %q, trailer %q: want the placeholder", i, resp.Header.Get("X-Echo-Auth"), resp.Trailer.Get("X-Echo-Auth-Trailer"))
+					}
+					if strings.Contains(string(body)+fmt.Sprint(resp.Header, resp.Trailer), testValue) {
+						t.Errorf("stream %d: the value came back to the program", i)
+					}
+				})
+			}
+			wg.Wait()
+			if n := strings.Count(o.all(), "Authorization: Bearer "+testValue); n != 4 {
+				t.Errorf("the host got the value %d times, want 4: %s", n, o.all())
+			}
+			code, body, _ := do(t, c, "GET", "https://example.com/q?key="+ph, "", nil)
+			if code != 200 || !strings.Contains(body, ph) || strings.Contains(o.all(), "key="+testValue) {
+				t.Errorf("a placeholder in the URL: %d %q", code, body)
+			}
+			added := 0
+			for _, u := range h.recorded() {
+				if u.Added {
+					added++
+				}
+			}
+			if added != 4 {
+				t.Errorf("recorded %d uses added, want 4: %+v", added, h.recorded())
+			}
+		})
 	}
 }

@@ -508,6 +508,12 @@ func (s *Session) wake(ctx context.Context) error {
 		return &sandbox.SessionEndedError{Info: ended}
 	}
 	defer f.Close()
+	s.mu.Lock()
+	unopened := s.secrets == nil && len(info.Secrets) > 0
+	s.mu.Unlock()
+	if unopened { // hibernated by this daemon's last run: its secrets as they are now
+		r.openSecrets(ctx, s)
+	}
 	// The sandbox starts while the file is checked; it receives no byte of a file that fails.
 	h, err := r.openFrom(ctx, s.id, info, f)
 	if cerr := f.Wait(); cerr != nil {
@@ -660,7 +666,6 @@ func (r *Registry) Recover(ctx context.Context) (int, error) {
 			continue
 		}
 		keep[info.ID+".tar"] = true
-		r.openSecrets(ctx, s)
 		r.mu.Lock()
 		r.hibernated[info.ID] = s
 		r.mu.Unlock()
