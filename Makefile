@@ -24,17 +24,19 @@ build:
 # The whole suite. Tests that need the Docker engine skip without one unless
 # SANDPIT_REQUIRE_DOCKER=1; executor tests that switch uids need root.
 #
-# Two lanes at once, on the machine kind's 2 CPUs. The four packages whose tests take minutes
-# mostly wait on containers and pods (interpreters, gVisor, the cluster), so they run without
-# the race detector, whose price every line of Go pays and whose finds are in the daemon's own
-# packages, which keep it. Lane A is the two gVisor suites, one after the other (the Kubernetes
+# Two lanes at once, on the machine kind's 2 CPUs. The race detector's price is paid by every
+# line of Go, and its finds are in the daemon's own packages (engine, session, the APIs, the
+# proxy, the store...), which keep it. The packages that wire the whole daemon together and
+# mostly wait on containers and pods (interpreters, gVisor, the cluster) run without it: the
+# runtimes, app, bench, the CLI and the cluster's test helper. That also spares CI a race build
+# of client-go and moby. Lane A is the two gVisor suites, one after the other (the Kubernetes
 # package's and Docker's runsc: together on 2 CPUs they starve each other; 4 December, on a
 # fresh machine, the Kubernetes package took 2805 s, not about 700, and runs passed their
-# timeouts). Lane B is the app and bench packages, then every other package with -race, go
-# test's -p of them at a time. A lane's failure fails make test once both have ended.
+# timeouts). Lane B is the rest of those, then every other package with -race, go test's -p of
+# them at a time. A lane's failure fails make test once both have ended.
 MODULE := github.com/sandpit-dev/sandpit
 LANE_A := internal/runtime/kubernetes internal/runtime/docker
-LANE_B := internal/app internal/bench
+LANE_B := internal/app internal/bench internal/cli cmd/sandpit internal/testenv/kubetest
 # Every other package (evaluated where it is used).
 RACE_PACKAGES = $(shell $(GO) list ./... | grep -vxF $(addprefix -e $(MODULE)/,$(LANE_A) $(LANE_B)))
 test:
