@@ -73,7 +73,8 @@ func (r *fakeSecretsRun) Take() ([]sandbox.SecretUse, int) { return nil, 0 }
 func TestSessionSecretsFollowItsSandboxes(t *testing.T) {
 	op := &egressOpener{}
 	sec := &fakeSecrets{}
-	m := newKeeper(newService(engine.Hooks{Egress: workspacePolicy{}, Secrets: sec}), op, newMemLedger(), lifecycleConfig(t.TempDir()))
+	dir, ledger := t.TempDir(), newMemLedger()
+	m := newKeeper(newService(engine.Hooks{Egress: workspacePolicy{}, Secrets: sec}), op, ledger, lifecycleConfig(dir))
 	t.Cleanup(func() { m.Shutdown(context.Background()) })
 	ctx := t.Context()
 
@@ -111,6 +112,30 @@ func TestSessionSecretsFollowItsSandboxes(t *testing.T) {
 	}
 	if b := op.box(s.ID); b == first || sec.attachedTo(b.dialer()) == nil {
 		t.Error("the resumed session's new box adds no secret")
+	}
+
+	// Hibernated when the daemon stops: the next daemon opens its secrets as it wakes, not as
+	// it starts (start-up reads no secret; the values are those of the wake).
+	if _, err := m.Hibernate(ctx, "a", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	sec2, op2 := &fakeSecrets{}, &egressOpener{}
+	m2 := newKeeper(newService(engine.Hooks{Egress: workspacePolicy{}, Secrets: sec2}), op2, ledger, lifecycleConfig(dir))
+	t.Cleanup(func() { m2.Shutdown(context.Background()) })
+	if n, err := m2.Recover(ctx); err != nil || n == 0 {
+		t.Fatalf("recover: %d, %v", n, err)
+	}
+	sec2.mu.Lock()
+	opened := len(sec2.runs)
+	sec2.mu.Unlock()
+	if opened != 0 {
+		t.Errorf("the restarted daemon opened %d secrets runs at start-up, want none before the wake", opened)
+	}
+	if _, err := m2.Resume(ctx, "a", s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if r := sec2.attachedTo(op2.box(s.ID).dialer()); r == nil || !slices.Equal(r.names, []string{"TOKEN"}) {
+		t.Error("the session woken by the restarted daemon adds no secret")
 	}
 
 	// A daemon that adds no secrets refuses a session that names one.
