@@ -57,6 +57,16 @@ func (r *recorder) all() []sandbox.PortRequest {
 	return append([]sandbox.PortRequest(nil), r.recs...)
 }
 
+// wait returns the records once there are n, or what there is after 10 s: a request is
+// recorded as its exchange ends, after the client has read the answer.
+func (r *recorder) wait(n int) []sandbox.PortRequest {
+	deadline := time.Now().Add(10 * time.Second)
+	for len(r.all()) < n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return r.all()
+}
+
 // front serves the proxy as a door does: every request to port 8000 of session se_1 under
 // prefix (the path form) or as its own origin (prefix "").
 func front(t *testing.T, p *ports.Proxy, d ports.Dialer, prefix string) *httptest.Server {
@@ -171,7 +181,7 @@ func TestPathFormKeepsTheAnswerUnderItsPrefix(t *testing.T) {
 		t.Errorf("a redirect elsewhere was changed: %q", loc)
 	}
 
-	recs := rec.all()
+	recs := rec.wait(6)
 	if len(recs) != 6 || recs[0].Status != 200 || recs[0].Path != "/a%2Fb/c?q=1&r=%20" || recs[0].Agent != "alice" || recs[0].BytesOut == 0 ||
 		recs[1].Path != "/x?a=1" || recs[2].Status != 302 || recs[4].Status != 502 {
 		t.Fatalf("ledger: %+v", recs)
@@ -320,11 +330,7 @@ func TestWebSocketPassesBothWays(t *testing.T) {
 		t.Fatalf("echo: %q %v", got, err)
 	}
 	c.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(rec.all()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	recs := rec.all()
+	recs := rec.wait(1)
 	if len(recs) != 1 || !recs[0].WebSocket || recs[0].Status != 101 || recs[0].BytesIn < 6 || recs[0].BytesOut < 11 {
 		t.Fatalf("ledger: %+v", recs)
 	}

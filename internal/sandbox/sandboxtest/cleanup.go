@@ -253,17 +253,22 @@ print(json.dumps({'uid': os.getuid(), 'env': sorted(os.environ), 'values': dict(
 // TestConcurrentSlotsRunInParallel: concurrent slots run in parallel.
 func (s *Suite) TestConcurrentSlotsRunInParallel(t *testing.T) {
 	// Each run reports when its sleep began and ended (the box's clock is the host's): they
-	// overlap when the latest start comes before the earliest end. Runs one after another can
-	// never overlap, whatever the sleep; the sleep is 4 s because under gVisor on a loaded
-	// 2-core CI machine, starts of parallel runs were spread over 1.7 s. (A bound on the whole
-	// wall time failed on a loaded machine for runs that did overlap.)
+	// overlap when the latest start comes before the earliest end. Every run sleeps until one
+	// instant, 8 s after the test starts them, so runs one after another can never overlap
+	// (the second begins after the first has ended, and its sleep is then none), while runs
+	// that are parallel overlap however their starts are spread by the machine's load, up to
+	// 8 s (on a loaded 2-core CI machine under gVisor: 5.5 s, past the fixed 4 s sleep this
+	// case had before). (A bound on the whole wall time failed on a loaded machine for runs
+	// that did overlap.)
 	n := min(s.Slots, 4)
+	end := float64(time.Now().Add(8*time.Second).UnixNano()) / 1e9
+	code := fmt.Sprintf("import time; a = time.time(); time.sleep(max(0.0, %.3f - a)); print(a, time.time())", end)
 	var wg sync.WaitGroup
 	errs := make(chan string, n)
 	spans := make(chan [2]float64, n)
 	for slot := range n {
 		wg.Go(func() {
-			res := Exec(t, s.rt, slot, Spec("import time; a = time.time(); time.sleep(4); print(a, time.time())", 30*time.Second), nil)
+			res := Exec(t, s.rt, slot, Spec(code, 30*time.Second), nil)
 			var span [2]float64
 			if _, err := fmt.Sscan(res.Stdout, &span[0], &span[1]); res.Outcome != sandbox.OutcomeOK || err != nil {
 				errs <- fmt.Sprintf("slot %d: %s %q %q", slot, res.Outcome, res.Stdout, res.Stderr)
@@ -283,7 +288,7 @@ func (s *Suite) TestConcurrentSlotsRunInParallel(t *testing.T) {
 		latestStart, earliestEnd = max(latestStart, sp[0]), min(earliestEnd, sp[1])
 	}
 	if latestStart >= earliestEnd {
-		t.Errorf("%d four-second runs did not overlap: the last began %.3f s after the first ended", n, latestStart-earliestEnd)
+		t.Errorf("%d runs did not overlap: the last began %.3f s after the first ended", n, latestStart-earliestEnd)
 	}
 }
 
