@@ -36,6 +36,10 @@ GVISOR_VERSION=${SANDPIT_KUBE_GVISOR_VERSION:-v0.0.0-20260905035102-160fafc42237
 GVCACHE=$CACHE_ROOT/gvisor/$GVISOR_VERSION
 GVBIN=$GVCACHE/bin
 DEBS=$CACHE_ROOT/debs
+# From Debian, extracted (not installed): etcd, the CNI plugins, and kubectl (1.20: older than
+# the cluster, but its get, apply and delete are all this script asks of it, and building
+# kubectl 1.32 cost a fresh machine minutes of CPU that no test used).
+DEB_PACKAGES="etcd-server containernetworking-plugins kubernetes-client"
 DIR=${SANDPIT_KUBE_DIR:-/tmp/sandpit-kube}
 ETCD_PORT=${SANDPIT_KUBE_ETCD_PORT:-12379}
 ETCD_PEER_PORT=${SANDPIT_KUBE_ETCD_PEER_PORT:-12380}
@@ -55,7 +59,7 @@ BUILD_P=${SANDPIT_KUBE_BUILD_P:-2}
 PORTS="$ETCD_PORT $ETCD_PEER_PORT $APISERVER_PORT $KUBELET_PORT $KUBELET_HEALTHZ_PORT $SCHEDULER_PORT $CONTROLLER_MANAGER_PORT"
 # The build order: the kubelet first, kube-apiserver last (what a concurrent build of
 # kube-apiserver alone compiles is then in the cache when this one gets to it).
-COMMANDS="kubelet kubectl kube-scheduler kube-controller-manager kube-apiserver"
+COMMANDS="kubelet kube-scheduler kube-controller-manager kube-apiserver"
 
 PKI=$DIR/pki ETC=$DIR/etc DATA=$DIR/data RUN=$DIR/run LOGS=$DIR/logs PIDS=$DIR/run/pids
 SOCK=$RUN/containerd/containerd.sock
@@ -113,7 +117,6 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubectl"
 	_ "k8s.io/kubernetes/cmd/kubelet"
 )
 EOF
@@ -146,20 +149,22 @@ build_kube() {
 	for c in $COMMANDS; do mv "$BIN/.new/$c" "$BIN/$c"; done
 	rmdir "$BIN/.new"
 	echo "$want" >"$BIN/.stamp"
-	log "kubernetes $VERSION built in $(since "$t0")s: $("$BIN/kubectl" version --client 2>/dev/null | head -1)"
+	log "kubernetes $VERSION built in $(since "$t0")s: $("$BIN/kube-apiserver" --version 2>/dev/null | head -1)"
 }
 
 # etcd and the CNI plugins from Debian, extracted (not installed: no dpkg state, nothing started).
 fetch_debs() {
-	if [ -x "$DEBS/root/usr/bin/etcd" ] && [ -x "$DEBS/root/usr/lib/cni/loopback" ]; then
-		log "etcd and CNI plugins: cached in $DEBS"
+	if [ -x "$DEBS/root/usr/bin/etcd" ] && [ -x "$DEBS/root/usr/lib/cni/loopback" ] && [ -x "$DEBS/bin/kubectl" ]; then
+		log "etcd, CNI plugins and kubectl: cached in $DEBS"
 		return
 	fi
 	rm -rf "$DEBS" && mkdir -p "$DEBS/dl" "$DEBS/root"
-	(cd "$DEBS/dl" && { apt-get download etcd-server containernetworking-plugins >/dev/null 2>&1 ||
-		{ apt-get update -qq >/dev/null && apt-get download etcd-server containernetworking-plugins >/dev/null; }; })
+	(cd "$DEBS/dl" && { apt-get download $DEB_PACKAGES >/dev/null 2>&1 ||
+		{ apt-get update -qq >/dev/null && apt-get download $DEB_PACKAGES >/dev/null; }; })
 	for d in "$DEBS"/dl/*.deb; do dpkg -x "$d" "$DEBS/root"; done
 	rm -rf "$DEBS/dl"
+	# kubectl alone on the PATH that env exports (not etcd and the rest of the packages).
+	mkdir -p "$DEBS/bin" && ln -sf ../root/usr/bin/kubectl "$DEBS/bin/kubectl"
 	log "$("$DEBS/root/usr/bin/etcd" --version | head -1), CNI plugins $(ls "$DEBS/root/usr/lib/cni" | wc -l)"
 }
 
@@ -307,7 +312,7 @@ wait_until() { # seconds what command...
 	done
 }
 
-kctl() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
+kctl() { "$DEBS/bin/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
 
 port_open() { [ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]; }
 
@@ -586,7 +591,7 @@ cmd_up() {
 		[ -x "$GVBIN/runsc" ] && [ -x "$GVBIN/containerd-shim-runsc-v1" ] ||
 			die "gVisor is missing from $GVBIN: run $0 build (or set SANDPIT_KUBE_GVISOR=0)"
 	fi
-	[ -x "$DEBS/root/usr/bin/etcd" ] && [ -s "$CACHE/images/pause.tar" ] || die "etcd or the pause image is missing: run $0 build"
+	[ -x "$DEBS/root/usr/bin/etcd" ] && [ -x "$DEBS/bin/kubectl" ] && [ -s "$CACHE/images/pause.tar" ] || die "etcd, kubectl or the pause image is missing: run $0 build"
 	if alive kube-apiserver && alive kubelet; then
 		# A cluster started without gVisor has no runtime handler for it: up cannot add one.
 		[ "$GVISOR" = 1 ] && [ ! -f "$ETC/runsc.toml" ] && die "the cluster is up without gVisor: run $0 down, then up with SANDPIT_KUBE_GVISOR=1"
@@ -680,7 +685,7 @@ cmd_env() {
 	else
 		printf 'unset SANDPIT_TEST_KUBE_RUNTIME_CLASS\n'
 	fi
-	case ":$PATH:" in *":$BIN:"*) ;; *) printf 'export PATH=%q:"$PATH"\n' "$BIN" ;; esac
+	case ":$PATH:" in *":$BIN:"*) ;; *) printf 'export PATH=%q:%q:"$PATH"\n' "$BIN" "$DEBS/bin" ;; esac
 }
 
 rss_mib() { awk '/VmRSS/ { printf "%d", $2 / 1024 }' "/proc/$1/status" 2>/dev/null || echo 0; }
