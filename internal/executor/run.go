@@ -401,15 +401,27 @@ func (e *Executor) seedState(uid int, state string) error {
 	return nil
 }
 
-// freshDir replaces dir, and whatever it holds, with a new empty one of uid's (0700).
+// freshDir replaces dir, and whatever it holds, with a new empty one of uid's (0700). A
+// directory that gains an entry while it is removed (ENOTEMPTY), or is made again before the
+// new one (EEXIST), by a process of the last run still exiting (matplotlib writes its cache
+// at exit, making its directories as it goes) is cleared again, for up to 2 s: under gVisor
+// on Kubernetes a session's next interpreter could not start.
 func freshDir(dir string, uid int) error {
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("clearing %s: %w", dir, err)
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		err := os.RemoveAll(dir)
+		if err == nil {
+			if err = mkdirOwned(dir, uid); err == nil {
+				return nil
+			}
+			if !errors.Is(err, os.ErrExist) || time.Now().After(deadline) {
+				return fmt.Errorf("creating %s for uid %d: %w", dir, uid, err)
+			}
+		} else if !errors.Is(err, syscall.ENOTEMPTY) || time.Now().After(deadline) {
+			return fmt.Errorf("clearing %s: %w", dir, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	if err := mkdirOwned(dir, uid); err != nil {
-		return fmt.Errorf("creating %s for uid %d: %w", dir, uid, err)
-	}
-	return nil
 }
 
 // mkdirOwned creates dir (which must not exist) with mode 0700, owned by uid.
