@@ -152,7 +152,8 @@ build_kube() {
 	log "kubernetes $VERSION built in $(since "$t0")s: $("$BIN/kube-apiserver" --version 2>/dev/null | head -1)"
 }
 
-# etcd and the CNI plugins from Debian, extracted (not installed: no dpkg state, nothing started).
+# etcd, the CNI plugins and kubectl from Debian, extracted (not installed: no dpkg state,
+# nothing started).
 fetch_debs() {
 	if [ -x "$DEBS/root/usr/bin/etcd" ] && [ -x "$DEBS/root/usr/lib/cni/loopback" ] && [ -x "$DEBS/bin/kubectl" ]; then
 		log "etcd, CNI plugins and kubectl: cached in $DEBS"
