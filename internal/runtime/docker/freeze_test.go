@@ -9,6 +9,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
 	"github.com/sandpit-dev/sandpit/internal/errclass"
@@ -32,6 +33,59 @@ func (f *flakyFreezer) ContainerPause(ctx context.Context, id string, _ client.C
 func (f *flakyFreezer) ContainerUnpause(ctx context.Context, id string, _ client.ContainerUnpauseOptions) (client.ContainerUnpauseResult, error) {
 	f.unpauses++
 	return client.ContainerUnpauseResult{}, nil
+}
+
+func (f *flakyFreezer) ContainerInspect(ctx context.Context, id string, _ client.ContainerInspectOptions) (client.ContainerInspectResult, error) {
+	return client.ContainerInspectResult{Container: container.InspectResponse{State: &container.State{}}}, nil
+}
+
+// lateEngine is Docker as it records a container's pause: at once when a pause or resume
+// answers, and again when containerd's event for it arrives, one event every lag inspections.
+type lateEngine struct {
+	paused  bool   // the engine's record
+	pending []bool // containerd's events not yet recorded
+	lag     int
+	seen    int
+}
+
+func (e *lateEngine) ContainerPause(ctx context.Context, id string, _ client.ContainerPauseOptions) (client.ContainerPauseResult, error) {
+	if e.paused {
+		return client.ContainerPauseResult{}, fmt.Errorf("Container %s is already paused: %w", id, cerrdefs.ErrConflict)
+	}
+	e.paused, e.pending = true, append(e.pending, true)
+	return client.ContainerPauseResult{}, nil
+}
+
+func (e *lateEngine) ContainerUnpause(ctx context.Context, id string, _ client.ContainerUnpauseOptions) (client.ContainerUnpauseResult, error) {
+	if !e.paused {
+		return client.ContainerUnpauseResult{}, fmt.Errorf("Container %s is not paused", id)
+	}
+	e.paused, e.pending = false, append(e.pending, false)
+	return client.ContainerUnpauseResult{}, nil
+}
+
+func (e *lateEngine) ContainerInspect(ctx context.Context, id string, _ client.ContainerInspectOptions) (client.ContainerInspectResult, error) {
+	if e.seen++; len(e.pending) > 0 && e.seen >= e.lag {
+		e.paused, e.pending, e.seen = e.pending[0], e.pending[1:], 0
+	}
+	return client.ContainerInspectResult{Container: container.InspectResponse{State: &container.State{Paused: e.paused}}}, nil
+}
+
+// TestPauseAndResumeOutlastLateEvents: a resume whose pause's record the last resume's late
+// event turned back ("Container … is not paused"; TestSessionSuiteRunsc/PauseAndResume, 4
+// December 2026), and a pause whose resume's record the last pause's late event turned back
+// ("is already paused"), wait for the engine's record and succeed.
+func TestPauseAndResumeOutlastLateEvents(t *testing.T) {
+	// Paused; the record reads running; this pause's own event is still to come.
+	e := &lateEngine{paused: false, pending: []bool{true}, lag: 3}
+	if err := thaw(t.Context(), e, "c0ffee"); err != nil || e.paused {
+		t.Fatalf("resume after a late event: %v (record paused %t)", err, e.paused)
+	}
+	// Running; the record reads paused; this resume's own event is still to come.
+	e = &lateEngine{paused: true, pending: []bool{false}, lag: 3}
+	if err := freeze(t.Context(), e, "c0ffee", time.Millisecond); err != nil || !e.paused {
+		t.Fatalf("pause after a late event: %v (record paused %t)", err, e.paused)
+	}
 }
 
 // TestFreezeTriesAgain: a freeze the engine could not finish is thawed and tried again, up to

@@ -50,20 +50,32 @@ const (
 	freezeWait  = 200 * time.Millisecond
 )
 
-// freezer is what freeze asks of the engine.
+// staleWait bounds how long a pause or resume waits for the engine's record of the container
+// to catch up with containerd's events (see settle).
+const staleWait = 10 * time.Second
+
+// freezer is what freeze and thaw ask of the engine.
 type freezer interface {
 	ContainerPause(ctx context.Context, id string, opts client.ContainerPauseOptions) (client.ContainerPauseResult, error)
 	ContainerUnpause(ctx context.Context, id string, opts client.ContainerUnpauseOptions) (client.ContainerUnpauseResult, error)
+	ContainerInspect(ctx context.Context, id string, opts client.ContainerInspectOptions) (client.ContainerInspectResult, error)
 }
 
 // freeze pauses container id, trying a failed freeze again (see freezeTries); an error that
-// no try would mend (the container is gone, or not running) is answered at once.
+// no try would mend (the container is gone, or not running) is answered at once. An engine
+// that still records the container paused from an earlier pause (see settle) is waited for.
 func freeze(ctx context.Context, api freezer, id string, wait time.Duration) error {
 	start := time.Now()
 	for try := 1; ; try++ {
 		_, err := api.ContainerPause(ctx, id, client.ContainerPauseOptions{})
 		if err == nil {
 			return nil
+		}
+		if stale(err, "already paused") && try < freezeTries {
+			if err := settle(ctx, api, id, false, staleWait); err != nil {
+				return fmt.Errorf("pausing session container %s: %w", shortID(id), err)
+			}
+			continue
 		}
 		if !freezeMayMend(err) || ctx.Err() != nil {
 			return fmt.Errorf("pausing session container %s: %w", shortID(id), err)
@@ -84,6 +96,58 @@ func freeze(ctx context.Context, api freezer, id string, wait time.Duration) err
 	}
 }
 
+// thaw unpauses container id and waits until the engine reports it running. An engine that
+// still records the container running from an earlier resume (see settle) is waited for.
+func thaw(ctx context.Context, api freezer, id string) error {
+	for try := 1; ; try++ {
+		_, err := api.ContainerUnpause(ctx, id, client.ContainerUnpauseOptions{})
+		if err == nil {
+			break
+		}
+		if !stale(err, "not paused") || try == freezeTries {
+			return fmt.Errorf("resuming session container %s: %w", shortID(id), err)
+		}
+		if err := settle(ctx, api, id, true, staleWait); err != nil {
+			return fmt.Errorf("resuming session container %s: %w", shortID(id), err)
+		}
+	}
+	if err := settle(ctx, api, id, false, time.Minute); err != nil {
+		return fmt.Errorf("resuming session container %s: %w", shortID(id), err)
+	}
+	return nil
+}
+
+// stale says whether the engine refused a pause or resume for the state it records, in its
+// words: "Container … is already paused", "Container … is not paused".
+func stale(err error, words string) bool {
+	return strings.Contains(strings.ToLower(err.Error()), words)
+}
+
+// settle waits, at most limit, until the engine records container id as paused (or not).
+// Docker sets its record when a pause or resume answers, and again when containerd's event
+// for it arrives, which under load can come after the next one answered: a pause's record
+// then reads running for a while (a resume meets "is not paused"), a resume's paused (an
+// exec meets "is paused"; trial, 4 December 2026, runsc). The events come in order, so the
+// record ends right.
+func settle(ctx context.Context, api freezer, id string, paused bool, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		got, err := api.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if err != nil {
+			return err
+		}
+		if st := got.Container.State; st != nil && st.Paused == paused {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the engine still does not report it paused=%t after %s: %w", paused, limit, ctx.Err())
+		case <-time.After(delay):
+		}
+	}
+}
+
 // freezeMayMend says whether another try may succeed where the engine answered err: not when
 // the container is gone, not running or paused already, nor when the request was refused.
 func freezeMayMend(err error) bool {
@@ -92,26 +156,10 @@ func freezeMayMend(err error) bool {
 }
 
 // Unpause thaws the session's container (sandbox.PausableBox), waits until the engine reports
-// it running, then resumes the heartbeat. The engine records the thaw from containerd's event,
-// after its unpause call has answered: until then it refuses an exec ("is paused"), which
-// hibernation's SaveFiles would meet.
+// it running (see thaw), then resumes the heartbeat.
 func (b *sessionBox) Unpause(ctx context.Context) error {
-	if _, err := b.r.api.ContainerUnpause(ctx, b.containerID, client.ContainerUnpauseOptions{}); err != nil {
-		return fmt.Errorf("resuming session container %s: %w", shortID(b.containerID), err)
-	}
-	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
-		got, err := b.r.api.ContainerInspect(ctx, b.containerID, client.ContainerInspectOptions{})
-		if err != nil {
-			return fmt.Errorf("resuming session container %s: %w", shortID(b.containerID), err)
-		}
-		if st := got.Container.State; st == nil || !st.Paused {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("resuming session container %s: the engine still reports it paused: %w", shortID(b.containerID), ctx.Err())
-		case <-time.After(delay):
-		}
+	if err := thaw(ctx, b.r.api, b.containerID); err != nil {
+		return err
 	}
 	b.Line.Resume()
 	return nil
