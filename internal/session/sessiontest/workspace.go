@@ -189,7 +189,9 @@ func (s *Suite) TestH70CommandPastItsTimeout(t *testing.T) {
 	ctx := context.Background()
 	sess := s.create(t, "wanda", nil)
 	keep := run(t, sess, session.CommandRequest{Background: true, Cmd: "exec sleep 1001"})
-	res := run(t, sess, session.CommandRequest{TimeoutMS: ms(2 * time.Second),
+	// The timeout leaves room for the four starts under gVisor on a loaded machine: a
+	// kill before "started" would prove nothing about what the command daemonised.
+	res := run(t, sess, session.CommandRequest{TimeoutMS: ms(5 * time.Second),
 		Cmd: "setsid bash -c 'sleep 1002 & disown' ; (bash -c 'sleep 1003 &' &) ; nohup sleep 1004 >/dev/null 2>&1 & echo started; sleep 1005"})
 	if res.Process.End.Outcome != sandbox.OutcomeTimeout || res.Stdout != "started\n" {
 		t.Fatalf("end %+v, stdout %q", res.Process.End, res.Stdout)
