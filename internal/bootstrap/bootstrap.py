@@ -114,36 +114,21 @@ def _await_ack(timeout=1.0):
 
 
 _SECRET_CA_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT")
-_secret_ca_path = [None]
 
 
 def _apply_secrets(init):
     """The run's secrets (docs/secrets.md): each named secret's placeholder in its environment
-    variable (the value never enters the box), and the daemon's CA, which signs the
-    certificates the egress proxy presents for the secrets' hosts, trusted beside the box's own
-    roots by ssl, requests, pip and curl: a bundle of both, named by their variables."""
+    variable (the value never enters the box), and the trust bundle the executor wrote (the
+    box's own roots and the daemon's CA, which signs the certificates the egress proxy presents
+    for the secrets' hosts), named to ssl, requests, pip and curl by their variables."""
     env = init.get("secret_env")
     if not env:
         return
     os.environ.update(env)
-    ca = init.get("secret_ca")
-    if not ca:
-        return
-    if _secret_ca_path[0] is None:
-        roots = ""
-        try:
-            with open("/etc/ssl/certs/ca-certificates.crt", encoding="ascii") as f:
-                roots = f.read()
-        except OSError:
-            pass
-        import tempfile
-
-        fd, path = tempfile.mkstemp(prefix="sandpit-ca-", suffix=".pem")
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(roots + "\n" + ca)
-        _secret_ca_path[0] = path
-    for name in _SECRET_CA_VARS:
-        os.environ[name] = _secret_ca_path[0]
+    ca_file = init.get("secret_ca_file")
+    if ca_file:
+        for name in _SECRET_CA_VARS:
+            os.environ[name] = ca_file
 
 
 def _read_init():

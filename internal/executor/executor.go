@@ -375,7 +375,17 @@ func (e *Executor) start(id string, slot int, spec sandbox.Spec) {
 	case spec.TimeoutMS <= 0:
 		e.refuse(id, "timeout_ms must be positive")
 	default:
+		var caFile string
+		if spec.SecretCA != "" {
+			f, err := e.secretCABundle(spec.SecretCA)
+			if err != nil {
+				e.refuse(id, err.Error())
+				return
+			}
+			caFile = f
+		}
 		r := newRun(e, id, slot, spec)
+		r.caFile = caFile
 		e.busy[slot], e.runs[id] = true, r
 		if spec.Session {
 			r.session = true

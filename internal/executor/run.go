@@ -77,6 +77,9 @@ type run struct {
 	// interrupt, when set, stops the call instead of a kill of every process of the uid.
 	session   bool
 	interrupt func()
+
+	// caFile is the secrets' trust bundle when the run has secrets (see secretCABundle).
+	caFile string
 }
 
 func newRun(e *Executor, id string, slot int, spec sandbox.Spec) *run {
@@ -651,10 +654,10 @@ func (r *run) initLine() map[string]any {
 		"internal": r.spec.Internal,
 		// A plain script: no notebook results, no IPython syntax.
 		"plain": r.spec.Plain,
-		// The secrets' placeholders, and the CA the egress proxy's certificates for their
-		// hosts are signed by (docs/secrets.md).
-		"secret_env": r.spec.SecretEnv,
-		"secret_ca":  r.spec.SecretCA,
+		// The secrets' placeholders, and the trust bundle holding the CA the egress proxy's
+		// certificates for their hosts are signed by (docs/secrets.md).
+		"secret_env":     r.spec.SecretEnv,
+		"secret_ca_file": r.caFile,
 	}
 }
 
