@@ -57,6 +57,9 @@ type Limits struct {
 	FilesUsedBytes int64 `json:"files_used_bytes,omitempty"`
 	// Sessions bounds stateful sessions (absent when the daemon has none).
 	Sessions *SessionLimits `json:"sessions,omitempty"`
+	// Capacity says how many more sandboxes fit now (absent when the runtime does not know:
+	// Docker's).
+	Capacity *Capacity `json:"capacity,omitempty"`
 	// Ledger bounds the execution ledger (absent when the server keeps none).
 	Ledger *LedgerLimits `json:"ledger,omitempty"`
 }
@@ -113,4 +116,19 @@ type Quotas struct {
 	JobsMax      int `json:"jobs_max"`
 	// JobFilesMaxBytes is the most bytes all jobs' input files may hold together.
 	JobFilesMaxBytes int64 `json:"job_files_max_bytes"`
+}
+
+// Capacity is how many more sandboxes fit now, beside those that run: with the Kubernetes
+// runtime, under the namespace's ResourceQuotas and on the schedulable nodes (docs/kubernetes.md),
+// read at most every 10 s.
+type Capacity struct {
+	// Fit is how many more sandbox pods fit; absent when neither the quotas nor the nodes
+	// could be read.
+	Fit *int `json:"fit,omitempty"`
+	// Bound names what bounds Fit, with its numbers; absent when nothing does.
+	Bound string `json:"bound,omitempty"`
+	// NodesUnknown says why the nodes were not counted (absent when they were).
+	NodesUnknown string `json:"nodes_unknown,omitempty"`
+	// Error says why the capacity could not be read (absent when it was).
+	Error string `json:"error,omitempty"`
 }

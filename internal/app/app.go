@@ -23,6 +23,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/callback"
 	apiclient "github.com/sandpit-dev/sandpit/internal/client"
 	"github.com/sandpit-dev/sandpit/internal/config"
@@ -86,6 +87,8 @@ type Core struct {
 	// the log when it stops; boxKind says which ("containers" or "pods").
 	boxes   func() []string
 	boxKind string
+	// capacity says how many more sandboxes fit (the Kubernetes runtime's); nil: unknown.
+	capacity func(context.Context) apitype.Capacity
 }
 
 // DockerClient returns a client for the engine named by cfg.DockerHost, or by the Docker
@@ -236,13 +239,14 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		boxes   func() []string
 		boxKind string
 		tmpl    *template.Service
+		room    func(context.Context) apitype.Capacity
 	)
 	if cfg.Runtime == config.RuntimeKubernetes {
 		krt, err := startKubernetes(ctx, cfg, st.Daemon(), log)
 		if err != nil {
 			return nil, err
 		}
-		rt, image, boxes, boxKind = krt, krt.Image(), krt.PodNames, "pods"
+		rt, image, boxes, boxKind, room = krt, krt.Image(), krt.PodNames, "pods", capacityOf(krt)
 	} else {
 		if api, err = DockerClient(cfg); err != nil {
 			return nil, err
@@ -273,6 +277,9 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		}
 	}
 	m := metrics.New()
+	if room != nil {
+		m.WatchCapacity(room)
+	}
 	hooks, scfg, err := serviceHooks(cfg, st, files, m)
 	if err != nil {
 		return nil, err
@@ -328,6 +335,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		lock:      lock,
 		boxes:     boxes,
 		boxKind:   boxKind,
+		capacity:  room,
 	}, nil
 }
 
@@ -418,7 +426,7 @@ func (e *Core) Handler(cfg config.Config, log *slog.Logger) http.Handler {
 			return err
 		},
 		PackageIndex: httpapi.PackageIndex{IndexURL: cfg.IndexURL, ExtraIndexURLs: cfg.ExtraIndexURLs, TrustedHosts: cfg.TrustedHosts, BinaryOnly: cfg.BinaryOnly},
-		Warmth:       e.Runtime.Warmth}
+		Warmth:       e.Runtime.Warmth, Capacity: e.capacity}
 	return httpapi.NewHandler(backend, log)
 }
 

@@ -15,6 +15,7 @@ import (
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/config"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/runtime/boxspec"
@@ -256,4 +257,19 @@ func kubernetesClient(ctx context.Context, cfg config.Config) (k8s.Interface, er
 		return nil, err
 	}
 	return client, nil
+}
+
+// capacityOf is the Kubernetes runtime's capacity in the API's words.
+func capacityOf(krt *kubernetes.Runtime) func(context.Context) apitype.Capacity {
+	return func(ctx context.Context) apitype.Capacity {
+		c, err := krt.Capacity(ctx)
+		out := apitype.Capacity{Bound: c.Bound, NodesUnknown: c.NodesUnknown}
+		if c.Fit >= 0 {
+			out.Fit = &c.Fit
+		}
+		if err != nil {
+			out.Error = err.Error()
+		}
+		return out
+	}
 }

@@ -80,6 +80,8 @@ type Backend struct {
 	PortsHost string
 	// Templates serves /v1/agents/{agent}/templates and /v1/templates; nil answers 404.
 	Templates Templates
+	// Capacity says how many more sandboxes fit, for GET /v1/limits; nil says nothing of it.
+	Capacity func(ctx context.Context) apitype.Capacity
 }
 
 // PackageIndex is the daemon's pip settings (its config keys index_url, extra_index_urls,
@@ -130,6 +132,7 @@ type api struct {
 	ports       *ports.Proxy
 	shares      PortShares
 	templates   Templates
+	capacity    func(ctx context.Context) apitype.Capacity
 	portsHost   string
 	daemonToken bool
 	warmth      func() sandbox.Warmth
@@ -160,7 +163,7 @@ func NewHandler(b Backend, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, index: b.PackageIndex.redacted(), files: b.Files, sessions: b.Sessions, streams: b.Streams, keys: b.Keys, secrets: b.Secrets, ports: b.Ports, shares: b.Shares, portsHost: b.PortsHost, templates: b.Templates, daemonToken: b.DaemonToken, warmth: b.Warmth, log: log, mux: http.NewServeMux()}
+	a := &api{ex: b.Executor, lib: b.Library, jobs: b.Jobs, ledger: b.Ledger, packages: b.Packages, knowledge: b.Knowledge, setup: b.Setup, index: b.PackageIndex.redacted(), files: b.Files, sessions: b.Sessions, streams: b.Streams, keys: b.Keys, secrets: b.Secrets, ports: b.Ports, shares: b.Shares, portsHost: b.PortsHost, templates: b.Templates, capacity: b.Capacity, daemonToken: b.DaemonToken, warmth: b.Warmth, log: log, mux: http.NewServeMux()}
 	a.answering = make(chan struct{}, 1)
 	perBody := int64(maxImportBytes)
 	if a.ex != nil {
@@ -394,10 +397,9 @@ func (a *api) limits(w http.ResponseWriter, r *http.Request) {
 		lim.Ledger = &apitype.LedgerLimits{LedgerMaxAgeDays: int64(r.MaxAge / (24 * time.Hour)), LedgerMaxExecutions: r.MaxCount,
 			LedgerMaxBytes: r.MaxBytes, UsedBytes: a.ledger.LedgerBytes()}
 	}
-	if a.ledger != nil {
-		r := a.ledger.Retention()
-		lim.Ledger = &apitype.LedgerLimits{LedgerMaxAgeDays: int64(r.MaxAge / (24 * time.Hour)), LedgerMaxExecutions: r.MaxCount,
-			LedgerMaxBytes: r.MaxBytes, UsedBytes: a.ledger.LedgerBytes()}
+	if a.capacity != nil {
+		c := a.capacity(r.Context())
+		lim.Capacity = &c
 	}
 	if a.sessions != nil {
 		sc := a.sessions.Config()

@@ -718,6 +718,35 @@ func TestLimits(t *testing.T) {
 	}
 }
 
+// TestLimitsSayTheCapacity: GET /v1/limits carries how many more sandboxes fit when the
+// runtime knows (Kubernetes), and nothing of it when it does not.
+func TestLimitsSayTheCapacity(t *testing.T) {
+	fit := 3
+	for _, c := range []struct {
+		name     string
+		capacity func(context.Context) apitype.Capacity
+		want     string
+	}{
+		{"unknown to the runtime", nil, ""},
+		{"known", func(context.Context) apitype.Capacity {
+			return apitype.Capacity{Fit: &fit, Bound: "the schedulable nodes (1 of 1 …)"}
+		}, `{"fit":3,"bound":"the schedulable nodes (1 of 1 …)"}`},
+		{"unreadable", func(context.Context) apitype.Capacity {
+			return apitype.Capacity{Error: "listing the nodes: forbidden"}
+		}, `{"error":"listing the nodes: forbidden"}`},
+	} {
+		srv := httptest.NewServer(NewHandler(Backend{Executor: &fakeExec{Cfg: smallLimits()}, Capacity: c.capacity}, discardLog()))
+		a := do(t, srv, "GET", "/v1/limits", "")
+		srv.Close()
+		var got struct {
+			Capacity json.RawMessage `json:"capacity"`
+		}
+		if err := json.Unmarshal(a.body, &got); err != nil || a.status != 200 || string(got.Capacity) != c.want {
+			t.Errorf("%s: %d capacity %s (%v), want %s", c.name, a.status, got.Capacity, err, c.want)
+		}
+	}
+}
+
 func TestUnknownRoutes(t *testing.T) {
 	tests := []struct {
 		method, path string

@@ -6,6 +6,7 @@ package metrics
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/jobs"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
@@ -186,6 +188,22 @@ func (m *Metrics) WatchE2B(running, warm func() int) {
 			Help: "Warm sessions ready to hand out, to E2B sandboxes as to every door's (the session pool's, e2b_pool)."},
 			func() float64 { return float64(warm()) }),
 	)
+}
+
+// WatchCapacity reports how many more sandboxes fit now (the Kubernetes runtime's
+// ResourceQuotas and nodes); NaN when that is unknown. Each scrape asks room, which reads
+// the cluster at most every 10 s.
+func (m *Metrics) WatchCapacity(room func(context.Context) apitype.Capacity) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandpit_sandboxes_fit",
+		Help: "More sandboxes that fit now, beside those running (the Kubernetes runtime's ResourceQuotas and nodes); NaN when unknown."},
+		func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if c := room(ctx); c.Fit != nil {
+				return float64(*c.Fit)
+			}
+			return math.NaN()
+		}))
 }
 
 // WatchPool reports the warm session pool (e2b_pool, session_pool_max): the sessions ready,

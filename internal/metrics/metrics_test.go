@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -66,6 +67,22 @@ func TestDocsNameEveryMetric(t *testing.T) {
 	for _, n := range names {
 		if !regexp.MustCompile("`" + n[1] + "[`{]").Match(readme) {
 			t.Errorf("docs/api.md does not name the metric %s", n[1])
+		}
+	}
+}
+
+// TestCapacityGauge: sandpit_sandboxes_fit is the runtime's capacity, NaN when unknown.
+func TestCapacityGauge(t *testing.T) {
+	for _, c := range []struct {
+		fit  *int
+		want string
+	}{{new(7), "sandpit_sandboxes_fit 7\n"}, {nil, "sandpit_sandboxes_fit NaN\n"}} {
+		m := New()
+		m.WatchCapacity(func(context.Context) apitype.Capacity { return apitype.Capacity{Fit: c.fit} })
+		w := httptest.NewRecorder()
+		m.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+		if body, _ := io.ReadAll(w.Body); !strings.Contains(string(body), c.want) {
+			t.Errorf("missing %q:\n%s", c.want, body)
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -156,6 +158,33 @@ func ReadCapacity(ctx context.Context, cs k8s.Interface, ns string, p PodResourc
 	take(total, fmt.Sprintf("the schedulable nodes (%d of %d match kubernetes.node_selector and tolerations; free requests: cpu %s, memory %s; "+
 		"each sandbox requests cpu %s, memory %s)", counted, len(nodes.Items), cpuFree.String(), memFree.String(), cpu.String(), mem.String()))
 	return out, nil
+}
+
+// capacityTTL is how long Runtime.Capacity answers from its last read: a read lists every
+// unfinished pod of the cluster, and /metrics and GET /v1/limits may be asked often.
+const capacityTTL = 10 * time.Second
+
+// capacityCache is the last read of Runtime.Capacity.
+type capacityCache struct {
+	mu   sync.Mutex
+	at   time.Time
+	last Capacity
+	err  error
+}
+
+// Capacity returns how many more sandboxes fit now (ReadCapacity on the runtime's namespace,
+// with its pods' requests, node selector and tolerations), read at most once per capacityTTL;
+// concurrent callers share one read. Errors are ReadCapacity's.
+func (r *Runtime) Capacity(ctx context.Context) (Capacity, error) {
+	c := &r.capacity
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < capacityTTL {
+		return c.last, c.err
+	}
+	c.last, c.err = ReadCapacity(ctx, r.client, r.cfg.Namespace, SandboxResources(r.cfg), r.cfg.NodeSelector, r.cfg.Tolerations)
+	c.at = time.Now()
+	return c.last, c.err
 }
 
 // fits is how many whole each fit in free (0 when free is not positive).

@@ -71,3 +71,32 @@ func TestPodWithoutRoomIsRefused(t *testing.T) {
 		t.Errorf("a slot pod no node takes: %v, want it to wait its PodReadyTimeout", err)
 	}
 }
+
+// TestCapacityIsReadOncePerTTL: Runtime.Capacity (GET /v1/limits, /metrics) answers from one
+// read of the cluster for capacityTTL, however often it is asked: each read lists every
+// unfinished pod of the cluster.
+func TestCapacityIsReadOncePerTTL(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi")}}}
+	cs := fake.NewClientset(node)
+	lists := 0
+	cs.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		lists++
+		return false, nil, nil
+	})
+	r := &Runtime{client: cs, log: testenv.Logger(), daemon: DaemonName("host-1"),
+		cfg: Config{Namespace: "agents", Box: Box{MemoryBytes: 1 << 30, NanoCPUs: 1e9, RequestNanoCPUs: 5e8, RequestMemoryBytes: 512 << 20}}}
+	for range 5 {
+		c, err := r.Capacity(t.Context())
+		if err != nil || c.Fit != 4 {
+			t.Fatalf("Capacity = %+v, %v; want 4 on a node of 2 CPUs, each requesting 500m", c, err)
+		}
+	}
+	if lists != 1 {
+		t.Errorf("5 asks listed the pods %d times, want once", lists)
+	}
+	r.capacity.at = time.Now().Add(-capacityTTL)
+	if _, err := r.Capacity(t.Context()); err != nil || lists != 2 {
+		t.Errorf("after capacityTTL: %v, %d lists, want a second read", err, lists)
+	}
+}

@@ -176,6 +176,8 @@ type Runtime struct {
 	opened   map[string]*sessionBox
 	warm     map[string]*warmLine // executors started in this daemon's warm session pods, by pod
 	poolKick chan struct{}        // wakes the warm pool's loop
+
+	capacity capacityCache // see Capacity
 }
 
 var (
