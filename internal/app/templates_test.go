@@ -78,7 +78,7 @@ func TestTemplates(t *testing.T) {
 			{"run": "jq --version > /opt/tools/jq-version && chmod 0644 /opt/tools/jq-version"}
 		],
 		"env": {"GREETING": "hi there"},
-		"start": {"cmd": "echo started > /tmp/started; exec sleep 100000", "ready": "test -f /tmp/started"}}}`
+		"start": {"cmd": "echo \"started ${TOKEN-} ${SSL_CERT_FILE-}\" > /tmp/started; exec sleep 100000", "ready": "test -f /tmp/started"}}}`
 	events := buildTemplate(t, base, spec)
 	var steps []string
 	for _, e := range events {
@@ -106,7 +106,12 @@ func TestTemplates(t *testing.T) {
 	})
 
 	t.Run("session", func(t *testing.T) {
-		status, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions", `{"template": "tools"}`)
+		// The start command has the session's secrets as its commands have them: the
+		// placeholder and the trust bundle, never the value.
+		if status, body := httpCall(t, "PUT", url+"/v1/secrets/TOKEN", `{"value": "tok-VALUE-2718", "hosts": ["api.example.com"]}`); status != 200 {
+			t.Fatalf("setting a secret: %d %s", status, body)
+		}
+		status, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions", `{"template": "tools", "secrets": ["TOKEN"]}`)
 		if status != 201 {
 			t.Fatalf("create: %d %s", status, body)
 		}
@@ -153,6 +158,12 @@ OUTPUT = {"jq": subprocess.run(["jq", "-n", "1+1"], capture_output=True, text=Tr
 		status, body = httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+s.ID+"/commands", `{"cmd": "echo \"$GREETING\""}`)
 		if status != 200 || !strings.Contains(string(body), `"stdout":"hi there\n"`) {
 			t.Errorf("a command's env: %d %s, want GREETING from the template", status, body)
+		}
+		status, body = httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+s.ID+"/commands", `{"cmd": "cat /tmp/started; grep -c 'BEGIN CERTIFICATE' \"$(cut -d' ' -f3 /tmp/started)\""}`)
+		var out struct{ Stdout string }
+		_ = json.Unmarshal(body, &out)
+		if f := strings.Fields(out.Stdout); status != 200 || len(f) != 4 || f[1] != "sandpit-secret:TOKEN" || !strings.HasPrefix(f[2], "/sandbox/secrets-ca-") || f[3] == "0" || f[3] == "1" {
+			t.Errorf("the start command's secrets: %d %s, want the placeholder and a bundle of the box's roots and the daemon's CA", status, body)
 		}
 	})
 

@@ -272,17 +272,8 @@ func (s *Session) commandSpec(req CommandRequest) (sandbox.CommandSpec, error) {
 	if req.PTY != nil && (req.PTY.Rows == 0 || req.PTY.Cols == 0) {
 		return spec, &sandbox.FieldError{Field: "pty", Message: "rows and cols must be at least 1"}
 	}
-	s.mu.Lock()
-	env, sec := maps.Clone(s.env), s.secrets
-	s.mu.Unlock()
-	if env == nil && (len(req.Env) > 0 || sec != nil) {
-		env = map[string]string{}
-	}
-	if sec != nil {
-		maps.Copy(env, sec.Env())
-		spec.SecretCA = sec.CA()
-	}
-	maps.Copy(env, req.Env)
+	env, ca := s.commandEnv(req.Env)
+	spec.SecretCA = ca
 	spec.Cwd, spec.AnyCwd, spec.Env, spec.Stdin, spec.PTY = req.Cwd, req.AnyCwd, env, req.Stdin, req.PTY
 	spec.KeepStdin = req.Background || req.PTY != nil
 	spec.Background = req.Background
@@ -635,4 +626,22 @@ func inOrder(emit func(CommandEvent)) func(CommandEvent) {
 			emit(ev)
 		}
 	}
+}
+
+// commandEnv returns the environment of a command of s, its env, then its secrets'
+// placeholders, then extra (nil when all are empty), and the CA its secrets' hosts are
+// presented with ("" when it has no secrets).
+func (s *Session) commandEnv(extra map[string]string) (env map[string]string, ca string) {
+	s.mu.Lock()
+	env, sec := maps.Clone(s.env), s.secrets
+	s.mu.Unlock()
+	if env == nil && (len(extra) > 0 || sec != nil) {
+		env = map[string]string{}
+	}
+	if sec != nil {
+		maps.Copy(env, sec.Env())
+		ca = sec.CA()
+	}
+	maps.Copy(env, extra)
+	return env, ca
 }

@@ -215,7 +215,8 @@ func (r *Registry) Create(ctx context.Context, req sandbox.SessionRequest) (*Ses
 		s.info.Dependencies = deps.Dependencies
 	}
 	if tmpl != nil {
-		if err := startTemplate(ctx, box, tmpl, s.env); err != nil {
+		env, ca := s.commandEnv(nil)
+		if err := startTemplate(ctx, box, tmpl, env, ca); err != nil {
 			return fail(err)
 		}
 	}

@@ -67,14 +67,15 @@ func templateEnv(t *template.Template, env map[string]string) map[string]string 
 const readyPoll = 200 * time.Millisecond
 
 // startTemplate runs t's start command in box (in the background, as the session's user,
-// in its workdir) and waits until its ready check exits 0. Errors are of class unavailable
-// and name the command and what it said.
-func startTemplate(ctx context.Context, box sandbox.SessionBox, t *template.Template, env map[string]string) error {
+// in its workdir, with env and, for a session with secrets, their CA as its commands have
+// them) and waits until its ready check exits 0. Errors are of class unavailable and name the
+// command and what it said.
+func startTemplate(ctx context.Context, box sandbox.SessionBox, t *template.Template, env map[string]string, ca string) error {
 	st := t.Spec.Start
 	if st == nil {
 		return nil
 	}
-	spec := sandbox.CommandSpec{Argv: []string{"/bin/sh", "-c", st.Cmd}, Env: env, Background: true}
+	spec := sandbox.CommandSpec{Argv: []string{"/bin/sh", "-c", st.Cmd}, Env: env, SecretCA: ca, Background: true}
 	if t.Spec.Workdir != "" {
 		spec.Cwd, spec.AnyCwd = t.Spec.Workdir, true
 	}
