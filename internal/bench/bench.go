@@ -176,6 +176,9 @@ type bench struct {
 
 	api       *client.Client // nil until the first daemon starts
 	instances []*instance    // every daemon started, for cleanup
+	// secretHosts are the HTTPS hosts of the secrets' measurement (nil: not measured).
+	secretHosts *secretHosts
+	scratch     []string // directories of the bench's own files, removed at its end
 }
 
 // instance is one daemon the bench started, on its own data directory, and its containers.
@@ -211,6 +214,9 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	if err := b.portLatencies(ctx, in, rep); err != nil {
+		return nil, err
+	}
+	if err := b.secretLatencies(ctx, in, rep); err != nil {
 		return nil, err
 	}
 	if err := b.lifecycleLatencies(ctx, in, rep); err != nil {
@@ -262,7 +268,22 @@ func (b *bench) prepare(ctx context.Context, rep *Report) (*instance, error) {
 		b.say("built %s", tag)
 	}
 	b.removeStale(ctx)
-	in, err := b.start(ctx, variant{})
+	var main variant
+	if b.opts.Config.Network == "allowlist" {
+		dir, err := os.MkdirTemp("", dataDirPrefix)
+		if err == nil {
+			b.scratch = append(b.scratch, dir)
+			b.secretHosts, err = startSecretHosts(b.opts.Config, dir)
+		}
+		if err != nil {
+			b.say("warning: the secrets' GETs are not measured: %v", err)
+		} else {
+			main.env = b.secretHosts.env(b.opts.Config)
+		}
+	} else {
+		b.say("the secrets' GETs are not measured: they need network \"allowlist\", the daemon's is %q", b.opts.Config.Network)
+	}
+	in, err := b.start(ctx, main)
 	if err != nil {
 		return nil, err
 	}
@@ -785,6 +806,12 @@ func (b *bench) cleanup(ctx context.Context) error {
 		errs = append(errs, b.cleanupInstance(ctx, in))
 	}
 	b.instances = nil
+	if b.secretHosts != nil {
+		b.secretHosts.close()
+	}
+	for _, dir := range b.scratch {
+		errs = append(errs, os.RemoveAll(dir))
+	}
 	if b.api != nil {
 		b.api.Close()
 	}

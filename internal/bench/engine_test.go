@@ -76,8 +76,8 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 
 	rep, progress := runBench(t, ctx, "--compare=single")
 
-	if len(rep.Latency) != 28 {
-		t.Fatalf("%d latency rows, want 28: %+v", len(rep.Latency), rep.Latency)
+	if len(rep.Latency) != 30 {
+		t.Fatalf("%d latency rows, want 30: %+v", len(rep.Latency), rep.Latency)
 	}
 	for _, l := range rep.Latency {
 		want := 2
@@ -86,7 +86,7 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 			bench.LatencySessionEcho, bench.LatencySessionFile, bench.LatencySessionList,
 			bench.LatencySessionPause, bench.LatencySessionResume, bench.LatencySessionHibernate, bench.LatencySessionWake,
 			bench.LatencyE2BCreate, bench.LatencyE2BFirstRun, bench.LatencyE2BCommand, bench.LatencyE2BFile, bench.LatencyE2BKill,
-			bench.LatencyPortGet, bench.LatencyPortGetInBox:
+			bench.LatencyPortGet, bench.LatencyPortGetInBox, bench.LatencySecretGet, bench.LatencySecretGetUnbound:
 			want = 3
 		case bench.LatencySessionSum:
 			want = 20
@@ -95,7 +95,8 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 			t.Errorf("%s: %+v", l.Name, l)
 		}
 		session := strings.HasPrefix(l.Name, "session_") || strings.HasPrefix(l.Name, "e2b_") ||
-			strings.HasPrefix(l.Name, "port_") // in its own container, not the pool's
+			strings.HasPrefix(l.Name, "port_") || // in its own container, not the pool's
+			strings.HasPrefix(l.Name, "secret_") // timed in the box, many in one run
 		if rest := l.Baseline == "" && !session; rest != (l.BoxCPUMSPerRun > 0) {
 			t.Errorf("%s: box CPU per run %v (only the pool's REST rows have one)", l.Name, l.BoxCPUMSPerRun)
 		}
@@ -126,7 +127,7 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 	if m.DaemonIdleRSS <= 0 || m.DaemonLoadPeakRSS <= 0 || m.BoxIdle <= 0 || m.BoxLoadPeak <= 0 || m.ExecutorIdleRSS <= 0 || m.ExecutorPeakRSS <= 0 {
 		t.Errorf("memory: %+v", m)
 	}
-	if len(rep.Targets) != 27 || rep.Image == "" || rep.CPUs < 1 || rep.ElapsedSeconds <= 0 || rep.Slots != 4 || !(rep.ReadySeconds > 0) {
+	if len(rep.Targets) != 28 || rep.Image == "" || rep.CPUs < 1 || rep.ElapsedSeconds <= 0 || rep.Slots != 4 || !(rep.ReadySeconds > 0) {
 		t.Errorf("report: %+v", rep)
 	}
 	// The pool compared with one container, measured in the same run.

@@ -469,6 +469,7 @@ func Targets(r Report) []Target {
 		}
 	}
 	targets = append(targets, portTargets(p50)...)
+	targets = append(targets, secretTargets(p50)...)
 	targets = append(targets, lifecycleTargets(p50)...)
 	targets = append(targets, kubernetesTargets(r)...)
 	for _, g := range []struct {

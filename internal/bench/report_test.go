@@ -280,3 +280,17 @@ func TestPortTargets(t *testing.T) {
 		t.Errorf("port_1mib_mib_per_s: %+v", tg)
 	}
 }
+
+// TestSecretTargets: the secrets' goal is a bound host's GET over an unbound one's, p50.
+func TestSecretTargets(t *testing.T) {
+	r := Report{Latency: []Latency{{Name: LatencySecretGet, Runs: 1, P50MS: 9}, {Name: LatencySecretGetUnbound, Runs: 1, P50MS: 4}}}
+	for _, tg := range Targets(r) {
+		if tg.Name == "secret_get_over_tunnel" {
+			if tg.Value != 2.25 || tg.Status != StatusNotMet {
+				t.Errorf("secret_get_over_tunnel: %+v", tg)
+			}
+			return
+		}
+	}
+	t.Error("no secret_get_over_tunnel target")
+}
