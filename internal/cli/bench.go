@@ -47,6 +47,9 @@ func (o *options) benchCommand() *cobra.Command {
   then again once the warm pool has grown; a new session's first call importing pandas and
   matplotlib; a GET of 1 KiB from python3 -m http.server in a session through the daemon's
   port path against the same GET inside the box, and 1 MiB through the port (MiB/s)
+  with network "allowlist", a run's HTTPS GETs of 1 KiB from a host a secret is bound to (the
+  egress proxy adds the value) against the same from an unbound host (its tunnel), both served
+  by the bench on two of the machine's addresses
   with --kubernetes-config FILE, a daemon with the Kubernetes runtime started beside the
   first with that config file (runtime "kubernetes" and its kubernetes object: kubeconfig,
   namespace, image; docs/kubernetes.md): print(1) through REST on its warm pods and on the
