@@ -76,6 +76,11 @@ r = requests.get("https://%[1]s:%[2]d/bound", headers={"Authorization": "Bearer 
 print(r.status_code, r.text)
 r = requests.get("https://%[1]s:%[2]d/query?key=" + tok, timeout=30)
 print(r.status_code, r.text)
+# urllib sends Connection: close: the proxy's answer must reach the run whole (the body was
+# lost when the proxy closed its side while the box still wrote; bench, 5 December).
+import urllib.request
+with urllib.request.urlopen(urllib.request.Request("https://%[1]s:%[2]d/urllib", headers={"Authorization": "Bearer " + tok}), timeout=30) as r:
+    print("urllib", r.status, r.read().decode())
 found = []
 for d, subs, files in os.walk("/"):
     subs[:] = [s for s in subs if os.path.join(d, s) not in ("/proc", "/sys", "/dev")]
@@ -89,12 +94,12 @@ print("keys", found)
 	mu.Lock()
 	got := strings.Join(seen, "|")
 	mu.Unlock()
-	want := "/bound Bearer " + value + "|/query?key=" + secrets.Placeholder("TOKEN") + " "
+	want := "/bound Bearer " + value + "|/query?key=" + secrets.Placeholder("TOKEN") + " |/urllib Bearer " + value
 	if got != want {
 		t.Errorf("the host saw %q, want %q; the run: %s", got, want, b)
 	}
 	ph := secrets.Placeholder("TOKEN")
-	for _, line := range []string{"env " + ph, "200 echo: Bearer " + ph, "200 echo: \n", "keys []"} {
+	for _, line := range []string{"env " + ph, "200 echo: Bearer " + ph, "200 echo: \n", "urllib 200 echo: Bearer " + ph + "\n", "keys []"} {
 		if !strings.Contains(res.Stdout, line) {
 			t.Errorf("stdout lacks %q: %s", line, b)
 		}
@@ -102,8 +107,8 @@ print("keys", found)
 	if strings.Contains(string(b), value) {
 		t.Errorf("the value reached the run's answer: %s", b)
 	}
-	// The run's record keeps its uses: the bound request's value added, the query's not.
-	if len(res.SecretUses) != 2 || !res.SecretUses[0].Added || res.SecretUses[0].Status != 200 || res.SecretUses[1].Added ||
+	// The run's record keeps its uses: the bound requests' values added, the query's not.
+	if len(res.SecretUses) != 3 || !res.SecretUses[0].Added || !res.SecretUses[2].Added || res.SecretUses[0].Status != 200 || res.SecretUses[1].Added ||
 		res.SecretUses[0].Secret != "TOKEN" || res.SecretUses[0].Host != host {
 		t.Errorf("the run's secret uses: %+v", res.SecretUses)
 	}

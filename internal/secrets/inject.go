@@ -80,7 +80,7 @@ func (in *Injector) Wrap(ctx context.Context, upstream net.Conn, host string, bo
 // which is carried as it is (the value is never added in clear text).
 func (in *Injector) serve(ctx context.Context, ours *pipeConn, upstream net.Conn, host string, bound []Bound, record func(Use)) {
 	defer upstream.Close()
-	defer ours.Close()
+	defer linger(ctx, ours)
 	stop := context.AfterFunc(ctx, func() { ours.Close(); upstream.Close() })
 	defer stop()
 	br := bufio.NewReader(ours)
@@ -447,6 +447,32 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// lingerTime bounds how long linger drops what the program still sends.
+const lingerTime = 5 * time.Second
+
+// linger ends the Injector's side of the pipe as a server closes a connection (Go's own does
+// the same): the program reads the end of what was written, while what it still sends is read
+// and dropped, until it closes its side, ctx ends or lingerTime passes. Closed at once, a
+// write of the program's still under way failed, the egress stream aborted on it, and the
+// abort dropped the answer not yet delivered to the box: a urllib GET (Connection: close)
+// of a bound host got its headers and no body (bench, 5 December).
+func linger(ctx context.Context, ours *pipeConn) {
+	_ = ours.CloseWrite()
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		_, _ = io.Copy(io.Discard, ours)
+	}()
+	t := time.NewTimer(lingerTime)
+	defer t.Stop()
+	select {
+	case <-drained:
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	ours.Close()
 }
 
 // readerConn is a net.Conn whose reads come from r (a bufio.Reader over it that has peeked).
