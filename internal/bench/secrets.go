@@ -37,7 +37,7 @@ const (
 const MaxSecretOverTunnel = 2
 
 // secretName is the secret the bench sets, shared, bound to its first host.
-const secretName = "SANDPIT_BENCH_TOKEN"
+const secretName = "BENCH_TOKEN"
 
 // secretHosts are two HTTPS servers of the bench's own on two of the machine's addresses
 // (the daemon's egress proxy dials them as it dials any allowed host), each answering 1 KiB,
@@ -144,7 +144,8 @@ func (h *secretHosts) env(cfg config.Config) []string {
 func (h *secretHosts) close() { _ = h.srv.Close() }
 
 // secretGets is the code that times the GETs in the box: n+3 of each, alternating, the first
-// 3 of each untimed, every one on a new connection; it fails on a body that is not 1 KiB.
+// 3 of each untimed, every one on a new connection; it fails on a body that is not 1 KiB,
+// naming the host.
 const secretGets = `import os, ssl, time, urllib.request
 def _opener(ctx):
     return urllib.request.build_opener(urllib.request.HTTPSHandler(context=ctx))
@@ -156,10 +157,14 @@ for _i in range(INPUT["n"] + 3):
     for _name, _o in _hosts.items():
         _req = urllib.request.Request("https://" + INPUT[_name] + "/1k", headers=_auth)
         _s = time.perf_counter()
-        with _o.open(_req, timeout=30) as _r:
-            _n = len(_r.read())
+        try:
+            with _o.open(_req, timeout=30) as _r:
+                _n, _status, _headers = len(_r.read()), _r.status, dict(_r.headers)
+        except Exception as _e:
+            raise SystemExit(f"the {_name} host {INPUT[_name]}: {_e!r}")
         _d = time.perf_counter() - _s
-        assert _n == 1024, _n
+        if _n != 1024:
+            raise SystemExit(f"the {_name} host {INPUT[_name]}: HTTP {_status}, {_n} bytes, headers {_headers}")
         if _i >= 3:
             OUTPUT[_name].append(_d)`
 
