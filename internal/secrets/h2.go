@@ -108,7 +108,7 @@ func (u *h2Upstream) roundTrip(ctx context.Context, req *http.Request) (*http.Re
 		u.h1Busy.Unlock()
 		return nil, err
 	}
-	resp, err := http.ReadResponse(u.h1r, req)
+	resp, err := readFinal(u.h1r, req)
 	if err != nil {
 		u.h1Busy.Unlock()
 		return nil, err

@@ -128,7 +128,7 @@ func (in *Injector) exchange(prog, up net.Conn, host string, bound []Bound, reco
 		if err := req.Write(up); err != nil {
 			return nil, err
 		}
-		return http.ReadResponse(ur, req)
+		return readFinal(ur, req)
 	}
 	for {
 		req, err := http.ReadRequest(pr)
@@ -136,6 +136,13 @@ func (in *Injector) exchange(prog, up net.Conn, host string, bound []Bound, reco
 			return
 		}
 		req.Header.Del("Upgrade") // no protocol switch: what follows could not be scrubbed
+		if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
+			// Answered here, so that the host sends no interim answer (see readFinal).
+			req.Header.Del("Expect")
+			if _, err := io.WriteString(prog, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
+				return
+			}
+		}
 		resp, status, text := forward(req, host, bound, record, roundTrip)
 		if resp == nil {
 			writeProxyError(prog, status, text)
@@ -149,6 +156,21 @@ func (in *Injector) exchange(prog, up net.Conn, host string, bound []Bound, reco
 	}
 }
 
+// readFinal reads the host's final answer to req from r, dropping interim (1xx) ones: taken
+// for the answer, a 100 Continue or a 103 Early Hints shifted every later answer of the
+// connection onto the next request, and the answer to a request carrying a value went back,
+// unchecked, as the answer to one without (red team, 5 December: a compressed echo past the
+// identity check). 101 is final (an upgrade, which exchange never asks for).
+func readFinal(r *bufio.Reader, req *http.Request) (*http.Response, error) {
+	for {
+		resp, err := http.ReadResponse(r, req)
+		if err != nil || resp.StatusCode < 100 || resp.StatusCode > 199 || resp.StatusCode == http.StatusSwitchingProtocols {
+			return resp, err
+		}
+		resp.Body.Close()
+	}
+}
+
 // forward adds the bound secrets to req where their bindings allow (see rewrite), sends it
 // with roundTrip, records each use of a placeholder with the host's status, and returns the
 // answer scrubbed of every value; or, when there is no answer to pass on, nil with a status
@@ -156,34 +178,28 @@ func (in *Injector) exchange(prog, up net.Conn, host string, bound []Bound, reco
 func forward(req *http.Request, host string, bound []Bound, record func(Use), roundTrip func(*http.Request) (*http.Response, error)) (*http.Response, int, string) {
 	var uses []Use
 	rewrite(req, host, bound, func(u Use) { uses = append(uses, u) })
-	if anyAdded(uses) {
-		// The answer is scrubbed of the values: it must come uncompressed.
-		req.Header.Set("Accept-Encoding", "identity")
-	}
+	// Every answer of a bound host is scrubbed of the values, also of requests carrying none
+	// (a host may keep a value and serve it later): each must come whole and uncompressed. A
+	// range (bytes=0-14, then bytes=15-) would return a value in pieces the scrubber cannot
+	// match.
+	req.Header.Set("Accept-Encoding", "identity")
+	req.Header.Del("Range")
+	req.Header.Del("If-Range")
 	resp, err := roundTrip(req)
 	if err != nil {
 		report(record, uses, 0)
 		return nil, http.StatusBadGateway, fmt.Sprintf("sandpit egress: the exchange with %s failed", host)
 	}
 	report(record, uses, resp.StatusCode)
-	if enc := resp.Header.Get("Content-Encoding"); anyAdded(uses) && enc != "" && !strings.EqualFold(enc, "identity") {
-		// Asked for identity, the host compressed anyway: an echo of the value inside could
-		// not be scrubbed.
+	if enc := resp.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		// Asked for identity, the host compressed anyway: a value inside could not be
+		// scrubbed.
 		resp.Body.Close()
 		return nil, http.StatusBadGateway, fmt.Sprintf("sandpit egress: %s answered with Content-Encoding %s though asked for none; "+
-			"an answer to a request carrying a secret must come uncompressed, so that the secret can be kept out of it", host, clip(enc, 32))
+			"an answer from a host a secret is bound to must come uncompressed, so that the secret can be kept out of it", host, clip(enc, 32))
 	}
 	scrubResponse(resp, bound)
 	return resp, 0, ""
-}
-
-func anyAdded(uses []Use) bool {
-	for _, u := range uses {
-		if u.Added {
-			return true
-		}
-	}
-	return false
 }
 
 func report(record func(Use), uses []Use, status int) {
@@ -237,13 +253,6 @@ func rewrite(req *http.Request, host string, bound []Bound, use func(Use)) {
 					}
 				}
 			}
-		}
-		if added {
-			// A host that echoes the request would return the value in pieces the scrubber
-			// cannot match (bytes=0-14, then bytes=15-): a request carrying a value asks for
-			// the whole answer.
-			req.Header.Del("Range")
-			req.Header.Del("If-Range")
 		}
 		if req.Body != nil && req.Body != http.NoBody {
 			req.Body = &watchBody{ReadCloser: req.Body, ph: []byte(ph), found: func() { seen("the placeholder was in the body, where the value never goes") }}
@@ -321,23 +330,36 @@ func scrubResponse(resp *http.Response, bound []Bound) {
 		}
 	}
 	r := strings.NewReplacer(pairs...)
-	for _, vals := range resp.Header {
-		for i, v := range vals {
-			vals[i] = r.Replace(v)
-		}
-	}
-	for _, vals := range resp.Trailer {
-		for i, v := range vals {
-			vals[i] = r.Replace(v)
-		}
-	}
+	// The reason phrase is the host's own text: the standard one replaces it.
+	resp.Status = fmt.Sprintf("%d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
+	scrubHeader(resp.Header, r, pairs)
+	scrubHeader(resp.Trailer, r, pairs)
 	if resp.Body == nil || resp.Body == http.NoBody || resp.ContentLength == 0 {
 		return
 	}
-	resp.Body = newScrubber(resp.Body, pairs)
+	s := newScrubber(resp.Body, pairs)
+	// A trailer's values arrive with the end of the body, after this: scrubbed then.
+	s.atEOF = func() { scrubHeader(resp.Trailer, r, pairs) }
+	resp.Body = s
 	resp.ContentLength = -1
 	resp.Header.Del("Content-Length")
 	resp.TransferEncoding = []string{"chunked"}
+}
+
+// scrubHeader replaces every value of pairs (value, placeholder, …) in h's values by its
+// placeholder, and drops a field whose name holds a value in any case (names are
+// canonicalized, X-Value-Xyz for value-xyz).
+func scrubHeader(h http.Header, r *strings.Replacer, pairs []string) {
+	for name, vals := range h {
+		for i := 0; i+1 < len(pairs); i += 2 {
+			if strings.Contains(strings.ToLower(name), strings.ToLower(pairs[i])) {
+				delete(h, name)
+			}
+		}
+		for i, v := range vals {
+			vals[i] = r.Replace(v)
+		}
+	}
 }
 
 // scrubber replaces each old string of pairs (old, new, old, new…) by its new one in a stream,
@@ -351,6 +373,7 @@ type scrubber struct {
 	out   []byte // scrubbed, not yet returned
 	eof   bool
 	chunk []byte
+	atEOF func() // called once the source has ended (nil: nothing)
 }
 
 func newScrubber(src io.ReadCloser, pairs []string) *scrubber {
@@ -373,6 +396,9 @@ func (s *scrubber) Read(p []byte) (int, error) {
 			s.buf = append(s.buf, s.chunk[:n]...)
 			if err == io.EOF {
 				s.eof = true
+				if s.atEOF != nil {
+					s.atEOF()
+				}
 			} else if err != nil {
 				return 0, err
 			}

@@ -1,0 +1,130 @@
+package secrets
+
+import (
+	"bufio"
+	"compress/gzip"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// TestInjectorKeepsTheValueOutOfEveryChannel replays the fifth red team's leaks (5 December,
+// runc and gVisor alike): a bound host that reflects the value in a trailer of an HTTP/1.1
+// answer, in its reason phrase or a header's name, that keeps it and serves it back
+// compressed or in ranges to a request carrying no value, or whose interim 100 Continue
+// shifted the answers of a connection onto the next request (past the identity check). None
+// may bring the value back to the program.
+func TestInjectorKeepsTheValueOutOfEveryChannel(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		stored string
+	)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		switch r.URL.Path {
+		case "/trailer":
+			w.Header().Set("Trailer", "X-T")
+			io.WriteString(w, "body\n")
+			w.Header().Set("X-T", auth)
+		case "/names":
+			c, brw, _ := w.(http.Hijacker).Hijack()
+			defer c.Close()
+			v := strings.TrimPrefix(auth, "Bearer ")
+			fmt.Fprintf(brw, "HTTP/1.1 200 OK-%s\r\nX-%s: 1\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok", v, strings.ToLower(v))
+			brw.Flush()
+		case "/store":
+			mu.Lock()
+			stored = "Authorization: " + auth + "\n"
+			mu.Unlock()
+		case "/fetch":
+			mu.Lock()
+			body := stored
+			mu.Unlock()
+			if r.Header.Get("Range") != "" {
+				w.Header().Set("Content-Range", "bytes 0-4/"+fmt.Sprint(len(body)))
+				w.WriteHeader(http.StatusPartialContent)
+				io.WriteString(w, body[:5])
+				return
+			}
+			if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+				w.Header().Set("Content-Encoding", "gzip")
+				zw := gzip.NewWriter(w)
+				io.WriteString(zw, body)
+				zw.Close()
+				return
+			}
+			io.WriteString(w, body)
+		case "/gz":
+			_, _ = io.ReadAll(r.Body)
+			w.Header().Set("Content-Encoding", "gzip")
+			zw := gzip.NewWriter(w)
+			io.WriteString(zw, "Authorization: "+auth)
+			zw.Close()
+		}
+	}))
+	defer srv.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	h := newHarness(t, roots)
+	b := Bound{Secret: Secret{Name: "API_KEY", Binding: Binding{Hosts: []string{"example.com"}, Header: "Authorization", Format: "Bearer {{secret}}"}}, Value: []byte(testValue)}
+	bound := []Bound{b}
+	addr := srv.Listener.Addr().String()
+	auth := map[string]string{"Authorization": "Bearer " + Placeholder("API_KEY")}
+
+	// One exchange of raw requests on one connection, as a program may write them.
+	raw := func(reqs string) string {
+		up, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc := tls.Client(h.inj.Wrap(t.Context(), up, "example.com", bound, nil), &tls.Config{ServerName: "example.com", RootCAs: h.ca.Pool()})
+		defer tc.Close()
+		if _, err := io.WriteString(tc, reqs); err != nil {
+			t.Fatal(err)
+		}
+		out, _ := io.ReadAll(bufio.NewReader(tc))
+		return string(out)
+	}
+	leaks := func(name, got string) {
+		t.Helper()
+		if strings.Contains(strings.ToLower(got), strings.ToLower(testValue)) {
+			t.Errorf("%s: the value came back: %q", name, got)
+		}
+	}
+
+	leaks("a trailer", raw("GET /trailer HTTP/1.1\r\nHost: example.com\r\nAuthorization: Bearer "+Placeholder("API_KEY")+"\r\nTE: trailers\r\nConnection: close\r\n\r\n"))
+	got := raw("GET /names HTTP/1.1\r\nHost: example.com\r\nAuthorization: Bearer " + Placeholder("API_KEY") + "\r\nConnection: close\r\n\r\n")
+	leaks("the reason phrase and a header's name", got)
+	if !strings.HasPrefix(got, "HTTP/1.1 200 OK\r\n") || !strings.Contains(got, "\r\nok\r\n") {
+		t.Errorf("the answer with a value in its reason phrase and a name: %q, want 200 OK and its body", got)
+	}
+	// Kept, then fetched without a value: compressed, then in a range.
+	c := h.client(map[string]string{"example.com": addr}, bound)
+	if st, _, _ := do(t, c, "GET", "https://example.com/store", "", auth); st != 200 {
+		t.Fatalf("/store: %d", st)
+	}
+	st, body, _ := do(t, c, "GET", "https://example.com/fetch", "", map[string]string{"Accept-Encoding": "gzip"})
+	leaks("a kept value fetched compressed", body)
+	if st != 200 || !strings.Contains(body, Placeholder("API_KEY")) {
+		t.Errorf("a kept value fetched: %d %q, want it whole, uncompressed and scrubbed", st, body)
+	}
+	st, body, _ = do(t, c, "GET", "https://example.com/fetch", "", map[string]string{"Range": "bytes=0-4"})
+	leaks("a kept value fetched in a range", body)
+	if st != 200 {
+		t.Errorf("a range from a bound host: %d, want the whole answer (the range dropped)", st)
+	}
+	// 100 Continue: the answer to the request carrying the value stays its own.
+	got = raw("POST /gz HTTP/1.1\r\nHost: example.com\r\nAuthorization: Bearer " + Placeholder("API_KEY") + "\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\nhello" +
+		"GET /fetch HTTP/1.1\r\nHost: example.com\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n")
+	leaks("an answer shifted by 100 Continue", got)
+	if n := strings.Count(got, "502 Bad Gateway"); n != 1 {
+		t.Errorf("the compressed answer to the request carrying the value: %q, want one 502 (its own)", got)
+	}
+}
