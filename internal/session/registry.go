@@ -198,6 +198,9 @@ func (r *Registry) Create(ctx context.Context, req sandbox.SessionRequest) (*Ses
 		if cerr := box.Close(cctx); cerr != nil {
 			r.log.Warn("removing a session's sandbox that did not start", "session", id, "error", cerr)
 		}
+		if h.egress != nil {
+			h.egress.Close()
+		}
 		return nil, err
 	}
 	if len(req.Dependencies) > 0 {
@@ -215,6 +218,9 @@ func (r *Registry) Create(ctx context.Context, req sandbox.SessionRequest) (*Ses
 		s.info.Dependencies = deps.Dependencies
 	}
 	if tmpl != nil {
+		// Its start command's connections follow the session's egress, as its commands' do
+		// (before, they were refused until the session was live).
+		h.giveEgress(r.workspaceEgress(s, req.NetworkAllow))
 		env, ca := s.commandEnv(nil)
 		if err := startTemplate(ctx, box, tmpl, env, ca); err != nil {
 			return fail(err)
@@ -272,7 +278,9 @@ func (r *Registry) goLive(s *Session, h *held) error {
 	s.mu.Lock()
 	allow := s.info.NetworkAllow
 	s.mu.Unlock()
-	h.giveEgress(r.workspaceEgress(s, allow))
+	if h.egress == nil { // a template's start command may have had it already
+		h.giveEgress(r.workspaceEgress(s, allow))
+	}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()

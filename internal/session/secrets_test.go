@@ -7,8 +7,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/template"
 )
 
 // fakeSecrets is engine.Secrets: every name but NOPE is a secret.
@@ -149,4 +151,51 @@ func TestSessionSecretsFollowItsSandboxes(t *testing.T) {
 func isField(err error, field string) bool {
 	fe, ok := errors.AsType[*sandbox.FieldError](err)
 	return ok && fe.Field == field
+}
+
+// startBox records, for each command started in it, whether its commands' egress was set.
+type startBox struct {
+	*egressBox
+	egressAtStart []bool
+}
+
+func (b *startBox) StartCommand(_ context.Context, _ string, _ sandbox.CommandSpec, _ func(sandbox.ProcessEvent)) (int, error) {
+	b.egressAtStart = append(b.egressAtStart, b.dialer() != nil)
+	return 1, nil
+}
+
+// templateOpener opens template sessions as startBoxes.
+type templateOpener struct {
+	egressOpener
+	last *startBox
+}
+
+func (o *templateOpener) OpenSessionImage(ctx context.Context, id, _ string) (sandbox.SessionBox, error) {
+	b, _ := o.egressOpener.OpenSession(ctx, id)
+	o.last = &startBox{egressBox: b.(*egressBox)}
+	return o.last, nil
+}
+
+// serveTemplate is every template: a start command and no ready check.
+type serveTemplate struct{}
+
+func (serveTemplate) Resolve(_ context.Context, _, ref string) (template.Template, error) {
+	return template.Template{Name: ref, Image: "img", Spec: apitype.TemplateSpec{Start: &apitype.TemplateStart{Cmd: "serve"}}}, nil
+}
+
+// TestTemplateStartCommandHasTheSessionsEgress: a template's start command starts with the
+// session's egress already set, so that it can reach what the session's commands reach and
+// use its secrets (red team, 5 December: its connections were refused until the session was
+// live).
+func TestTemplateStartCommandHasTheSessionsEgress(t *testing.T) {
+	op := &templateOpener{}
+	m := newKeeper(newService(engine.Hooks{Egress: workspacePolicy{}, Secrets: &fakeSecrets{}}), op, newMemLedger(), lifecycleConfig(t.TempDir()))
+	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	m.SetTemplates(serveTemplate{})
+	if _, err := m.Create(t.Context(), sandbox.SessionRequest{Agent: "a", Template: "web", Secrets: []string{"TOKEN"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := op.last.egressAtStart; len(got) != 1 || !got[0] {
+		t.Fatalf("the start command's egress at its start: %v, want set", got)
+	}
 }
