@@ -3,10 +3,10 @@
 # TMPDIR of its package's own, so that the Docker containers its tests start (labelled with
 # their data directory, under TMPDIR) are known as the package's, and appends to $CI_PACKAGES
 # "package wall-seconds binary-cpu-seconds containers-cpu-seconds". go test runs a package's
-# binary in the package's directory, which names it.
+# binary in the package's directory, which names it; another command is named by CI_TIME_NAME.
 set -u
 top=$(git rev-parse --show-toplevel 2>/dev/null || pwd)
-pkg=$(realpath --relative-to="$top" "$PWD")
+pkg=${CI_TIME_NAME:-$(realpath --relative-to="$top" "$PWD")}
 export TMPDIR="${CI_TMP:-/tmp}/${pkg//\//_}"
 mkdir -p "$TMPDIR"
 
