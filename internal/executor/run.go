@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -163,7 +164,7 @@ func (r *run) execute() *sandbox.Result {
 		return r.systemError(res, "%v", err)
 	}
 	defer l.close()
-	control := l.control
+	control := &drainConn{Conn: l.control}
 
 	oomBefore, oomKnown := oomKills()
 	r.mu.Lock()
@@ -215,7 +216,7 @@ func (r *run) execute() *sandbox.Result {
 		killed = true
 	}
 	streams.Wait()
-	_ = control.SetReadDeadline(time.Now().Add(time.Second))
+	control.drain()
 	controlDone.Wait()
 	r.lines.flush()
 	res.Error = r.execError
@@ -934,4 +935,31 @@ func signalName(sig int) string {
 		return n
 	}
 	return syscall.Signal(sig).String()
+}
+
+// drainIdle bounds the control line's drain after the program's end by silence, not by total
+// time: a line that brought megabytes of OUTPUT just before the program exited is read to its
+// end however loaded the machine (its writers are dead, so the end comes), and a line held
+// open without data ends after drainIdle.
+const drainIdle = time.Second
+
+// drainConn is a run's control line; once drain is called, each read that brings data
+// gives the line another drainIdle.
+type drainConn struct {
+	net.Conn
+	draining atomic.Bool
+}
+
+func (c *drainConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.draining.Load() {
+		_ = c.Conn.SetReadDeadline(time.Now().Add(drainIdle))
+	}
+	return n, err
+}
+
+// drain starts the drain: the line's reads end after drainIdle without data.
+func (c *drainConn) drain() {
+	c.draining.Store(true)
+	_ = c.Conn.SetReadDeadline(time.Now().Add(drainIdle))
 }

@@ -1,0 +1,751 @@
+package e2b
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/template"
+)
+
+// Templates builds and keeps the agents' templates (*template.Service): E2B's template
+// builder (the SDKs' Template.build) is translated into a template spec and built by it.
+type Templates interface {
+	// Build builds req; emit receives its progress. A failed build is a *template.BuildError.
+	Build(ctx context.Context, req template.BuildRequest, emit func(template.Event)) (template.Template, error)
+	// Get, List and Delete are the agent's templates (Get's error wraps template.ErrNotFound).
+	Get(ctx context.Context, agent, name string) (template.Template, error)
+	List(ctx context.Context, agent string) ([]template.Template, error)
+	Delete(ctx context.Context, agent, name string) error
+}
+
+// SetTemplates serves E2B's template API from t; without it (a runtime with no templates)
+// the template routes answer 501.
+func (s *Server) SetTemplates(t Templates) {
+	s.mu.Lock()
+	s.templates = t
+	s.mu.Unlock()
+}
+
+// Bounds of E2B template builds: the build records kept (in memory: a build's status is asked
+// while it runs and just after), the uploaded file archives kept, and one archive's size.
+const (
+	maxBuildRecords   = 256
+	maxUploadBytes    = 64 << 20 // every agent's archives together
+	maxArchiveBytes   = template.MaxSpecBytes
+	uploadLinkTimeout = time.Hour
+	maxStatusEntries  = 100 // E2B's limit on the log entries of one status answer
+)
+
+// The step names E2B's SDKs map to their stack traces (BASE_STEP_NAME, FINALIZE_STEP_NAME).
+const (
+	baseStep     = "base"
+	finalizeStep = "finalize"
+)
+
+// templateBuild is one build of E2B's flow: requested (POST /v3/templates), started (POST
+// /v2/templates/{id}/builds/{buildID}), then building until ready or error.
+type templateBuild struct {
+	id, agent, name string
+	tags            []string
+	created         time.Time
+
+	// guarded by templateState.mu
+	status   string // waiting, building, ready, error
+	entries  []buildLogEntry
+	reason   *buildReason
+	finished time.Time
+}
+
+type buildLogEntry struct {
+	Timestamp time.Time `json:"timestamp"`
+	Message   string    `json:"message"`
+	Level     string    `json:"level"`
+	Step      string    `json:"step,omitempty"`
+}
+
+type buildReason struct {
+	Message    string          `json:"message"`
+	Step       string          `json:"step,omitempty"`
+	LogEntries []buildLogEntry `json:"logEntries"`
+}
+
+// archive is an uploaded file archive (a COPY step's files), by agent and files hash.
+type archive struct {
+	data []byte
+	at   time.Time
+}
+
+// uploadLink is an upload URL handed out and not used yet.
+type uploadLink struct {
+	agent, hash string
+	expires     time.Time
+}
+
+// templateState is the server's E2B template builds: records, archives and upload links.
+type templateState struct {
+	mu       sync.Mutex
+	builds   map[string]*templateBuild // by build ID
+	archives map[string]archive        // by agent + "/" + hash
+	links    map[string]uploadLink     // by token
+	ctx      context.Context           // the builds' (ended by Close)
+	cancel   context.CancelFunc
+	running  sync.WaitGroup
+}
+
+func newTemplateState() *templateState {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &templateState{builds: map[string]*templateBuild{}, archives: map[string]archive{}, links: map[string]uploadLink{}, ctx: ctx, cancel: cancel}
+}
+
+// close ends the builds under way and waits for them.
+func (t *templateState) close() {
+	t.cancel()
+	t.running.Wait()
+}
+
+// templateRoutes adds E2B's template API (spec/openapi.yml, the "templates" tag) to mux.
+func (s *Server) templateRoutes(mux *http.ServeMux, authed func(func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc) {
+	with := func(h func(http.ResponseWriter, *http.Request, string, Templates)) http.HandlerFunc {
+		return authed(func(w http.ResponseWriter, r *http.Request, agent string) {
+			s.mu.Lock()
+			t := s.templates
+			s.mu.Unlock()
+			if t == nil {
+				writeError(w, http.StatusNotImplemented, "template builds need the Docker runtime (runtime: docker); this daemon's runtime builds none")
+				return
+			}
+			h(w, r, agent, t)
+		})
+	}
+	mux.HandleFunc("POST /v3/templates", with(s.requestBuild))
+	mux.HandleFunc("POST /v2/templates/{id}/builds/{build}", with(s.startBuild))
+	mux.HandleFunc("GET /templates/{id}/builds/{build}/status", with(s.buildStatus))
+	mux.HandleFunc("GET /templates/{id}/files/{hash}", with(s.uploadLink))
+	mux.HandleFunc("PUT /templates/{id}/files/{hash}", s.uploadArchive) // the link's token is its key
+	mux.HandleFunc("GET /templates", with(s.listTemplates))
+	mux.HandleFunc("GET /templates/{id}", with(s.getTemplate))
+	mux.HandleFunc("DELETE /templates/{id}", with(s.deleteTemplate))
+	mux.HandleFunc("GET /templates/aliases/{alias}", with(s.templateAlias))
+	// The rest: tags (a sandpit template has versions: build it again to make one), the
+	// deprecated first API, updates, logs apart from the status.
+	other := unsupported("template routes other than build, status, files, list, get, delete and aliases (tags, updates, the first API)")
+	for _, p := range []string{"/templates/", "/v2/templates/", "POST /templates", "POST /v2/templates"} {
+		mux.Handle(p, authed(func(w http.ResponseWriter, r *http.Request, _ string) { other(w, r) }))
+	}
+}
+
+// templateName splits E2B's "name[:tag]" into sandpit's template name and the tag.
+func (s *Server) templateName(field, ref string) (name, tag string, err error) {
+	name, tag, _ = strings.Cut(ref, ":")
+	if name == "" {
+		return "", "", fmt.Errorf("%s is empty: name the template (Template.build(template, \"my-env\"))", field)
+	}
+	if !template.ValidName(name) {
+		return "", "", fmt.Errorf("%s %q is not a sandpit template name: use 1 to 63 lowercase letters, digits, '_', '.' or '-', starting with a letter or digit", field, name)
+	}
+	if slices.Contains(s.cfg.Templates, name) {
+		return "", "", fmt.Errorf("%s %q is one of the daemon's own templates (e2b_templates: %s); choose another name", field, name, strings.Join(s.cfg.Templates, ", "))
+	}
+	return name, tag, nil
+}
+
+// requestBuild is POST /v3/templates: a build is recorded, to be started by startBuild.
+func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request, agent string, _ Templates) {
+	var req struct {
+		Name  string   `json:"name"`
+		Alias string   `json:"alias"`
+		Tags  []string `json:"tags"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	field, ref := "name", req.Name
+	if ref == "" {
+		field, ref = "alias", req.Alias
+	}
+	name, tag, err := s.templateName(field, ref)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	tags := slices.Clone(req.Tags)
+	if tag != "" && !slices.Contains(tags, tag) {
+		tags = append(tags, tag)
+	}
+	if tags == nil {
+		tags = []string{}
+	}
+	b := &templateBuild{id: uuid.NewString(), agent: agent, name: name, tags: tags, created: time.Now().UTC(), status: "waiting"}
+	ts := s.tmpl
+	ts.mu.Lock()
+	ts.builds[b.id] = b
+	ts.trimLocked()
+	ts.mu.Unlock()
+	writeJSON(w, http.StatusAccepted, map[string]any{"templateID": name, "buildID": b.id, "public": false,
+		"aliases": []string{name}, "names": []string{name}, "tags": tags})
+}
+
+// trimLocked drops the oldest finished build records past maxBuildRecords.
+func (t *templateState) trimLocked() {
+	for len(t.builds) > maxBuildRecords {
+		var oldest *templateBuild
+		for _, b := range t.builds {
+			if (b.status == "ready" || b.status == "error" || b.status == "waiting") && (oldest == nil || b.created.Before(oldest.created)) {
+				oldest = b
+			}
+		}
+		if oldest == nil {
+			return
+		}
+		delete(t.builds, oldest.id)
+	}
+}
+
+// buildFor returns the agent's build the request's path names, or answers why not.
+func (s *Server) buildFor(w http.ResponseWriter, r *http.Request, agent string) *templateBuild {
+	ts := s.tmpl
+	ts.mu.Lock()
+	b := ts.builds[r.PathValue("build")]
+	ts.mu.Unlock()
+	if b == nil || b.agent != agent || b.name != r.PathValue("id") {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("build %s of template %s is not one this API key's agent requested (POST /v3/templates), or the daemon restarted since", r.PathValue("build"), r.PathValue("id")))
+		return nil
+	}
+	return b
+}
+
+// buildStart is E2B's TemplateBuildStartV2.
+type buildStart struct {
+	FromImage         string         `json:"fromImage"`
+	FromTemplate      string         `json:"fromTemplate"`
+	FromImageRegistry map[string]any `json:"fromImageRegistry"`
+	Force             bool           `json:"force"`
+	Steps             []buildStep    `json:"steps"`
+	StartCmd          string         `json:"startCmd"`
+	ReadyCmd          string         `json:"readyCmd"`
+}
+
+// buildStep is E2B's TemplateStep.
+type buildStep struct {
+	Type      string   `json:"type"`
+	Args      []string `json:"args"`
+	FilesHash string   `json:"filesHash"`
+	Force     bool     `json:"force"`
+}
+
+// startBuild is POST /v2/templates/{id}/builds/{build}: the steps become a template spec,
+// built in the background; the SDK follows it with buildStatus.
+func (s *Server) startBuild(w http.ResponseWriter, r *http.Request, agent string, t Templates) {
+	b := s.buildFor(w, r, agent)
+	if b == nil {
+		return
+	}
+	var req buildStart
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "the request body is not E2B's TemplateBuildStartV2: "+err.Error())
+		return
+	}
+	spec, origin, notes, err := s.templateSpec(agent, req)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := template.Validate(spec); err != nil {
+		writeError(w, http.StatusBadRequest, "the template's steps are not a template sandpit builds: "+err.Error())
+		return
+	}
+	ts := s.tmpl
+	ts.mu.Lock()
+	if b.status != "waiting" {
+		ts.mu.Unlock()
+		writeError(w, http.StatusConflict, fmt.Sprintf("build %s was started already (it is %s); request a new build with POST /v3/templates", b.id, b.status))
+		return
+	}
+	b.status = "building"
+	now := time.Now().UTC()
+	for _, n := range notes {
+		b.entries = append(b.entries, buildLogEntry{Timestamp: now, Level: "warn", Message: n})
+	}
+	ts.running.Add(1)
+	ts.mu.Unlock()
+	go func() {
+		defer ts.running.Done()
+		s.runBuild(ts.ctx, t, b, spec, origin)
+	}()
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// runBuild builds spec as b, recording its progress as E2B's log entries; origin maps each of
+// the spec's steps to the E2B step it came from.
+func (s *Server) runBuild(ctx context.Context, t Templates, b *templateBuild, spec template.Spec, origin []int) {
+	ts := s.tmpl
+	stepName := func(step, steps int) string {
+		switch {
+		case step <= 0:
+			return baseStep
+		case step > len(origin) || step > steps && steps > 0:
+			return finalizeStep
+		default:
+			return strconv.Itoa(origin[step-1])
+		}
+	}
+	add := func(e buildLogEntry) {
+		ts.mu.Lock()
+		b.entries = append(b.entries, e)
+		ts.mu.Unlock()
+	}
+	_, err := t.Build(ctx, template.BuildRequest{Agent: b.agent, Name: b.name, Spec: spec}, func(ev template.Event) {
+		now := time.Now().UTC()
+		switch ev.Type {
+		case "step":
+			add(buildLogEntry{Timestamp: now, Level: "info", Step: stepName(ev.Step, ev.Steps), Message: fmt.Sprintf("[%d/%d] %s", ev.Step, ev.Steps, ev.Label)})
+		case "log":
+			add(buildLogEntry{Timestamp: now, Level: "info", Step: stepName(ev.Step, 0), Message: ev.Line})
+		case "done":
+			msg := "Template built"
+			if ev.Cached {
+				msg = "Template built (cached: the same content was built before)"
+			}
+			add(buildLogEntry{Timestamp: now, Level: "info", Step: finalizeStep, Message: msg})
+		}
+	})
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	b.finished = time.Now().UTC()
+	if err == nil {
+		b.status = "ready"
+		return
+	}
+	b.status = "error"
+	reason := &buildReason{Message: err.Error(), Step: baseStep}
+	if berr, ok := errors.AsType[*template.BuildError](err); ok {
+		reason.Step = stepName(berr.Step, len(spec.Steps)+1)
+	}
+	if fe, ok := errors.AsType[*sandbox.FieldError](err); ok {
+		reason.Message = fe.Message
+	}
+	entry := buildLogEntry{Timestamp: b.finished, Level: "error", Step: reason.Step, Message: reason.Message}
+	reason.LogEntries = []buildLogEntry{entry}
+	b.entries = append(b.entries, entry)
+	b.reason = reason
+	s.log.Info("e2b template build failed", "agent", b.agent, "template", b.name, "build", b.id, "error", err)
+}
+
+// buildStatus is GET /templates/{id}/builds/{build}/status: the status and the log entries
+// from logsOffset (at most limit, 100).
+func (s *Server) buildStatus(w http.ResponseWriter, r *http.Request, agent string, _ Templates) {
+	b := s.buildFor(w, r, agent)
+	if b == nil {
+		return
+	}
+	q := r.URL.Query()
+	offset, limit := 0, maxStatusEntries
+	for _, p := range []struct {
+		name string
+		v    *int
+	}{{"logsOffset", &offset}, {"limit", &limit}} {
+		if v := q.Get(p.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				writeError(w, http.StatusBadRequest, fmt.Sprintf("%s %q is not a whole number of at least 0", p.name, v))
+				return
+			}
+			*p.v = n
+		}
+	}
+	limit = min(limit, maxStatusEntries)
+	level := q.Get("level")
+	ts := s.tmpl
+	ts.mu.Lock()
+	var entries []buildLogEntry
+	for _, e := range b.entries {
+		if level == "" || levelAtLeast(e.Level, level) {
+			entries = append(entries, e)
+		}
+	}
+	entries = slices.Clone(entries[min(offset, len(entries)):])
+	entries = entries[:min(limit, len(entries))]
+	status, reason := b.status, b.reason
+	ts.mu.Unlock()
+	logs := make([]string, len(entries))
+	for i, e := range entries {
+		logs[i] = e.Message
+	}
+	body := map[string]any{"templateID": b.name, "buildID": b.id, "status": status, "logs": logs, "logEntries": entries}
+	if reason != nil {
+		body["reason"] = reason
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+var logLevels = []string{"debug", "info", "warn", "error"}
+
+// levelAtLeast reports whether level is min or above (E2B's LogLevel order).
+func levelAtLeast(level, min string) bool {
+	return slices.Index(logLevels, level) >= slices.Index(logLevels, min)
+}
+
+var filesHashPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// uploadLink is GET /templates/{id}/files/{hash}: whether the daemon has the archive of that
+// hash, and a URL of the daemon's own to PUT it to, valid for an hour and once.
+func (s *Server) uploadLink(w http.ResponseWriter, r *http.Request, agent string, _ Templates) {
+	hash := r.PathValue("hash")
+	if !filesHashPattern.MatchString(hash) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("files hash %q is not a hash: 1 to 128 letters, digits, '_' or '-'", hash))
+		return
+	}
+	token := newToken()
+	ts := s.tmpl
+	ts.mu.Lock()
+	_, present := ts.archives[agent+"/"+hash]
+	now := time.Now()
+	for k, l := range ts.links {
+		if now.After(l.expires) {
+			delete(ts.links, k)
+		}
+	}
+	ts.links[token] = uploadLink{agent: agent, hash: hash, expires: now.Add(uploadLinkTimeout)}
+	ts.mu.Unlock()
+	u := externalBase(r) + "/templates/" + r.PathValue("id") + "/files/" + hash + "?upload_token=" + token
+	writeJSON(w, http.StatusCreated, map[string]any{"present": present, "url": u})
+}
+
+// externalBase is the URL the client reached this API at, without the route: the scheme, the
+// Host header and the mount prefix (the request's path less the routed one).
+func externalBase(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	raw, _, _ := strings.Cut(r.RequestURI, "?")
+	prefix := strings.TrimSuffix(raw, r.URL.EscapedPath())
+	return scheme + "://" + r.Host + prefix
+}
+
+// uploadArchive is the PUT to an upload link: the archive (tar, gzipped or not) of a COPY
+// step's files, at most maxArchiveBytes.
+func (s *Server) uploadArchive(w http.ResponseWriter, r *http.Request) {
+	ts := s.tmpl
+	token := r.URL.Query().Get("upload_token")
+	ts.mu.Lock()
+	l, ok := ts.links[token]
+	if ok {
+		delete(ts.links, token)
+	}
+	ts.mu.Unlock()
+	if !ok || time.Now().After(l.expires) || l.hash != r.PathValue("hash") {
+		writeError(w, http.StatusForbidden, "the upload link is not valid: it was used already, has expired (after an hour) or names another files hash; ask for a new one (GET /templates/{templateID}/files/{hash})")
+		return
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxArchiveBytes+1))
+	if err != nil || len(data) > maxArchiveBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the archive is larger than %d bytes, the most a template's files may hold", maxArchiveBytes))
+		return
+	}
+	if _, err := readArchive(data); err != nil {
+		writeError(w, http.StatusBadRequest, "the upload is not a tar archive (gzipped or not) of regular files and directories: "+err.Error())
+		return
+	}
+	ts.mu.Lock()
+	ts.archives[l.agent+"/"+l.hash] = archive{data: data, at: time.Now()}
+	total := 0
+	for _, a := range ts.archives {
+		total += len(a.data)
+	}
+	for total > maxUploadBytes {
+		oldest := ""
+		for k, a := range ts.archives {
+			if oldest == "" || a.at.Before(ts.archives[oldest].at) {
+				oldest = k
+			}
+		}
+		total -= len(ts.archives[oldest].data)
+		delete(ts.archives, oldest)
+	}
+	ts.mu.Unlock()
+	w.WriteHeader(http.StatusOK)
+}
+
+// archiveFile is a regular file of an archive: its path (relative, slash-separated), mode and
+// content.
+type archiveFile struct {
+	name    string
+	mode    int64
+	content []byte
+}
+
+// readArchive reads a tar archive, gzipped or not, of regular files and directories (at most
+// maxArchiveBytes of content in all); its files in order.
+func readArchive(data []byte) ([]archiveFile, error) {
+	var in io.Reader = bytes.NewReader(data)
+	if len(data) >= 2 && data[0] == 0x1f && data[1] == 0x8b {
+		zr, err := gzip.NewReader(in)
+		if err != nil {
+			return nil, err
+		}
+		in = zr
+	}
+	tr := tar.NewReader(in)
+	var files []archiveFile
+	total := int64(0)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return files, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
+		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
+			return nil, fmt.Errorf("%q is outside the build's context", h.Name)
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			continue
+		case tar.TypeReg:
+		default:
+			return nil, fmt.Errorf("%q is not a regular file or directory (a symlink? build with resolve_symlinks)", h.Name)
+		}
+		total += h.Size
+		if total > maxArchiveBytes {
+			return nil, fmt.Errorf("its files hold more than %d bytes", maxArchiveBytes)
+		}
+		content, err := io.ReadAll(io.LimitReader(tr, h.Size))
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, archiveFile{name: name, mode: h.Mode & 0o777, content: content})
+	}
+}
+
+// e2bBaseImages are E2B's own base images, which stand for sandpit's default base (the SDKs'
+// Template() starts from e2bdev/base).
+var e2bBaseImages = []string{"e2bdev/base", "e2bdev/code-interpreter"}
+
+// templateSpec translates E2B's build into sandpit's template spec. origin maps each spec step
+// (0-based) to its E2B step's number (1-based, as the SDKs count their stack traces); notes
+// are what the translation left out, for the build's log. The error names the E2B step.
+func (s *Server) templateSpec(agent string, req buildStart) (spec template.Spec, origin []int, notes []string, err error) {
+	switch {
+	case req.FromImageRegistry != nil:
+		return spec, nil, nil, errors.New("fromImageRegistry: sandpit pulls no image from a registry; load the image into the daemon's Docker engine (docker load) and name it in from_image")
+	case req.FromTemplate != "":
+		if !slices.Contains(s.cfg.Templates, req.FromTemplate) {
+			name, _, _ := strings.Cut(req.FromTemplate, ":")
+			spec.Base = "template:" + name
+		}
+	case req.FromImage != "":
+		repo, _, _ := strings.Cut(req.FromImage, ":")
+		if !slices.Contains(e2bBaseImages, repo) {
+			spec.Base = req.FromImage
+		}
+	}
+	if req.Force {
+		notes = append(notes, "force (skip_cache): sandpit caches by content; the same steps reuse their images")
+	}
+	workdir := "/"
+	for i, st := range req.Steps {
+		n := i + 1
+		stepErr := func(format string, args ...any) error {
+			return fmt.Errorf("step %d (%s %s): %s", n, st.Type, strings.Join(st.Args, " "), fmt.Sprintf(format, args...))
+		}
+		switch st.Type {
+		case "RUN":
+			if len(st.Args) == 0 || strings.TrimSpace(st.Args[0]) == "" {
+				return spec, nil, nil, stepErr("has no command")
+			}
+			spec.Steps = append(spec.Steps, template.Step{Run: st.Args[0]})
+			origin = append(origin, n)
+		case "ENV":
+			if len(st.Args)%2 != 0 {
+				return spec, nil, nil, stepErr("has an odd number of arguments; give name, value pairs")
+			}
+			if spec.Env == nil {
+				spec.Env = map[string]string{}
+			}
+			for j := 0; j < len(st.Args); j += 2 {
+				spec.Env[st.Args[j]] = st.Args[j+1]
+			}
+		case "WORKDIR":
+			if len(st.Args) != 1 {
+				return spec, nil, nil, stepErr("needs one directory")
+			}
+			workdir = st.Args[0]
+			if !path.IsAbs(workdir) {
+				workdir = path.Join(spec.Workdir, workdir)
+				if !path.IsAbs(workdir) {
+					workdir = "/" + workdir
+				}
+			}
+			spec.Workdir = workdir
+		case "USER":
+			notes = append(notes, fmt.Sprintf("step %d (USER %s): build steps run as root and the sandbox's code as sandpit's own unprivileged user, whatever the template says", n, strings.Join(st.Args, " ")))
+		case "COPY":
+			files, err := s.copyStep(agent, st, workdir)
+			if err != nil {
+				return spec, nil, nil, stepErr("%v", err)
+			}
+			for _, f := range files {
+				spec.Steps = append(spec.Steps, template.Step{File: f})
+				origin = append(origin, n)
+			}
+		default:
+			return spec, nil, nil, stepErr("%q is not a builder step sandpit runs (it runs RUN, COPY, ENV, WORKDIR and USER)", st.Type)
+		}
+	}
+	if len(spec.Steps) > template.MaxSteps {
+		return spec, nil, nil, fmt.Errorf("the template has %d steps, its COPY steps' files counted one each; sandpit's templates take at most %d", len(spec.Steps), template.MaxSteps)
+	}
+	switch {
+	case req.StartCmd != "":
+		spec.Start = &template.Start{Cmd: req.StartCmd, Ready: req.ReadyCmd}
+	case req.ReadyCmd != "":
+		notes = append(notes, "readyCmd without startCmd: there is nothing to wait for, so it is not run")
+	}
+	return spec, origin, notes, nil
+}
+
+// copyStep is a COPY step's files (args: source, destination, user, mode) from the archive
+// uploaded for its filesHash: a file that is the source goes to the destination (into it when
+// that ends in '/'), the files under a source directory or matched by a pattern keep their
+// path below it.
+func (s *Server) copyStep(agent string, st buildStep, workdir string) ([]*template.File, error) {
+	if len(st.Args) < 2 {
+		return nil, errors.New("needs a source and a destination")
+	}
+	src, dest := path.Clean(strings.TrimPrefix(st.Args[0], "./")), st.Args[1]
+	if !path.IsAbs(dest) {
+		dest = path.Join(workdir, dest) + map[bool]string{true: "/"}[strings.HasSuffix(dest, "/")]
+	}
+	mode := ""
+	if len(st.Args) > 3 && st.Args[3] != "" {
+		mode = st.Args[3]
+		if len(mode) > 4 {
+			mode = mode[len(mode)-4:]
+		}
+	}
+	s.tmpl.mu.Lock()
+	a, ok := s.tmpl.archives[agent+"/"+st.FilesHash]
+	s.tmpl.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("its files (hash %q) were not uploaded, or the daemon restarted since; build again", st.FilesHash)
+	}
+	files, err := readArchive(a.data)
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, errors.New("its archive holds no file")
+	}
+	// The part of the source before any pattern is the directory the files keep their paths
+	// below.
+	root := src
+	if i := strings.IndexAny(src, "*?["); i >= 0 {
+		root = path.Dir(src[:i] + "x")
+	}
+	var out []*template.File
+	for _, f := range files {
+		var target string
+		switch {
+		case f.name == src && len(files) == 1 && !strings.HasSuffix(dest, "/"):
+			target = dest
+		case f.name == src:
+			target = path.Join(dest, path.Base(f.name))
+		case root == ".":
+			target = path.Join(dest, f.name)
+		case strings.HasPrefix(f.name, root+"/"):
+			target = path.Join(dest, strings.TrimPrefix(f.name, root+"/"))
+		default:
+			target = path.Join(dest, path.Base(f.name))
+		}
+		m := mode
+		if m == "" {
+			m = fmt.Sprintf("%04o", f.mode&0o777)
+		}
+		out = append(out, &template.File{Path: target, Content: string(f.content), Mode: m})
+	}
+	return out, nil
+}
+
+// templateJSON is E2B's Template for the agent's template t.
+func (s *Server) templateJSON(t template.Template) map[string]any {
+	status := map[string]string{template.StatusReady: "ready", template.StatusBuilding: "building", template.StatusFailed: "error"}[t.Status]
+	if status == "" {
+		status = t.Status
+	}
+	return map[string]any{"templateID": t.Name, "buildID": t.Hash, "cpuCount": s.cfg.CPUs, "memoryMB": s.cfg.MemoryMB,
+		"diskSizeMB": s.cfg.DiskMB, "public": false, "aliases": []string{t.Name}, "names": []string{t.Name},
+		"createdAt": t.CreatedAt, "updatedAt": t.UpdatedAt, "createdBy": nil, "lastSpawnedAt": nil, "spawnCount": 0,
+		"buildCount": t.Version, "envdVersion": EnvdVersion, "buildStatus": status}
+}
+
+// listTemplates is GET /templates: the agent's own templates (not the shared ones of others).
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, agent string, t Templates) {
+	list, err := t.List(r.Context(), agent)
+	if err != nil {
+		writeEngineError(w, "listing the templates", err)
+		return
+	}
+	out := []map[string]any{}
+	for _, tm := range list {
+		if tm.Agent == agent {
+			out = append(out, s.templateJSON(tm))
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// getTemplate is GET /templates/{id}: E2B's TemplateWithBuilds, the one build being the
+// template's current version.
+func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, agent string, t Templates) {
+	tm, err := t.Get(r.Context(), agent, r.PathValue("id"))
+	if err != nil {
+		writeEngineError(w, "template "+r.PathValue("id"), err)
+		return
+	}
+	j := s.templateJSON(tm)
+	build := map[string]any{"buildID": tm.Hash, "status": j["buildStatus"], "createdAt": tm.CreatedAt, "updatedAt": tm.UpdatedAt,
+		"cpuCount": s.cfg.CPUs, "memoryMB": s.cfg.MemoryMB, "diskSizeMB": s.cfg.DiskMB, "envdVersion": EnvdVersion}
+	writeJSON(w, http.StatusOK, map[string]any{"templateID": tm.Name, "public": false, "aliases": j["aliases"], "names": j["names"],
+		"createdAt": tm.CreatedAt, "updatedAt": tm.UpdatedAt, "lastSpawnedAt": nil, "spawnCount": 0, "builds": []any{build}})
+}
+
+// deleteTemplate is DELETE /templates/{id}.
+func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request, agent string, t Templates) {
+	if err := t.Delete(r.Context(), agent, r.PathValue("id")); err != nil {
+		writeEngineError(w, "deleting template "+r.PathValue("id"), err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// templateAlias is GET /templates/aliases/{alias}: 200 when the agent has a template of that
+// name, else 404 (the SDKs' Template.alias_exists).
+func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request, agent string, t Templates) {
+	name, _, _ := strings.Cut(r.PathValue("alias"), ":")
+	if _, err := t.Get(r.Context(), agent, name); err != nil {
+		writeEngineError(w, "template "+name, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"templateID": name, "public": false})
+}

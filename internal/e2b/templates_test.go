@@ -1,0 +1,369 @@
+package e2b
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/errclass"
+	"github.com/sandpit-dev/sandpit/internal/template"
+)
+
+// keysOf maps API keys to agents.
+type keysOf map[string]string
+
+func (k keysOf) APIKeyAgent(_ context.Context, key string) (string, error) {
+	if a, ok := k[key]; ok {
+		return a, nil
+	}
+	return "", errclass.New(errclass.Forbidden, "no such key")
+}
+
+// fakeTemplates records the specs it is asked to build and fails the build with fail, if set.
+type fakeTemplates struct {
+	mu    sync.Mutex
+	built map[string]template.Spec // by agent/name
+	fail  error
+}
+
+func (f *fakeTemplates) Build(_ context.Context, req template.BuildRequest, emit func(template.Event)) (template.Template, error) {
+	n := len(req.Spec.Steps) + 1
+	for i := range req.Spec.Steps {
+		emit(template.Event{Type: "step", Step: i + 1, Steps: n, Label: template.Label(req.Spec.Steps[i])})
+		emit(template.Event{Type: "log", Step: i + 1, Line: fmt.Sprintf("output of step %d", i+1)})
+	}
+	if f.fail != nil {
+		return template.Template{}, f.fail
+	}
+	f.mu.Lock()
+	f.built[req.Agent+"/"+req.Name] = req.Spec
+	f.mu.Unlock()
+	t := template.Template{Agent: req.Agent, Name: req.Name, Version: 1, Spec: req.Spec, Status: template.StatusReady}
+	emit(template.Event{Type: "done", Steps: n, Template: &t})
+	return t, nil
+}
+
+func (f *fakeTemplates) Get(_ context.Context, agent, name string) (template.Template, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	spec, ok := f.built[agent+"/"+name]
+	if !ok {
+		return template.Template{}, template.ErrNotFound
+	}
+	return template.Template{Agent: agent, Name: name, Spec: spec, Status: template.StatusReady}, nil
+}
+
+func (f *fakeTemplates) List(ctx context.Context, agent string) ([]template.Template, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []template.Template
+	for k := range f.built {
+		if a, n, _ := strings.Cut(k, "/"); a == agent {
+			out = append(out, template.Template{Agent: a, Name: n, Status: template.StatusReady})
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeTemplates) Delete(_ context.Context, agent, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.built[agent+"/"+name]; !ok {
+		return template.ErrNotFound
+	}
+	delete(f.built, agent+"/"+name)
+	return nil
+}
+
+// templateAPI is a server with templates, mounted under /e2b as the daemon mounts it.
+func templateAPI(t *testing.T, f *fakeTemplates) (*httptest.Server, *Server) {
+	t.Helper()
+	s := New(Config{Templates: []string{"base", "code-interpreter-v1"}}, nil, keysOf{"k-alice": "alice", "k-bob": "bob"}, nil, nil)
+	if f != nil {
+		s.SetTemplates(f)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/e2b/", http.StripPrefix("/e2b", s))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(func() { srv.Close(); s.Close() })
+	return srv, s
+}
+
+// call sends a request as E2B's SDK does and decodes the answer into out (when not nil).
+func call(t *testing.T, method, url, key string, body any, out any) int {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		j, _ := json.Marshal(b)
+		rd = bytes.NewReader(j)
+	}
+	req, _ := http.NewRequest(method, url, rd)
+	if key != "" {
+		req.Header.Set("X-API-Key", key)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if out != nil && len(raw) > 0 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s %s: %d %s: %v", method, url, resp.StatusCode, raw, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// tarGz is an archive as the SDKs' tar_file_stream makes it (paths relative to the context).
+func tarGz(t *testing.T, files map[string]string) []byte {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	for name, content := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o640, Size: int64(len(content)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte(content))
+	}
+	tw.Close()
+	zw.Close()
+	return buf.Bytes()
+}
+
+type statusAnswer struct {
+	Status     string          `json:"status"`
+	LogEntries []buildLogEntry `json:"logEntries"`
+	Logs       []string        `json:"logs"`
+	Reason     *buildReason    `json:"reason"`
+}
+
+// waitBuild polls the build's status as wait_for_build_finish does, collecting the entries.
+func waitBuild(t *testing.T, base, key, id, build string) (statusAnswer, []buildLogEntry) {
+	t.Helper()
+	var all []buildLogEntry
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var st statusAnswer
+		if code := call(t, "GET", fmt.Sprintf("%s/templates/%s/builds/%s/status?logsOffset=%d", base, id, build, len(all)), key, nil, &st); code != 200 {
+			t.Fatalf("status: %d", code)
+		}
+		all = append(all, st.LogEntries...)
+		if st.Status == "ready" || st.Status == "error" {
+			return st, all
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the build did not end")
+	return statusAnswer{}, nil
+}
+
+// TestTemplateBuilderFlow: E2B's builder flow (request, file links and uploads, start, status)
+// becomes one sandpit template spec: RUN steps, COPY's uploaded files at their paths with
+// their modes, ENV, WORKDIR, the start and ready commands; USER and force are noted, not lost
+// silently; and the template is then listed, found by alias and deleted.
+func TestTemplateBuilderFlow(t *testing.T) {
+	f := &fakeTemplates{built: map[string]template.Spec{}}
+	srv, _ := templateAPI(t, f)
+	base := srv.URL + "/e2b"
+
+	var created struct {
+		TemplateID string   `json:"templateID"`
+		BuildID    string   `json:"buildID"`
+		Names      []string `json:"names"`
+		Tags       []string `json:"tags"`
+	}
+	if code := call(t, "POST", base+"/v3/templates", "k-alice", map[string]any{"name": "my-env:v1", "cpuCount": 2, "memoryMB": 1024}, &created); code != 202 {
+		t.Fatalf("POST /v3/templates: %d", code)
+	}
+	if created.TemplateID != "my-env" || created.BuildID == "" || created.Names[0] != "my-env" || created.Tags[0] != "v1" {
+		t.Fatalf("created = %+v", created)
+	}
+
+	// Two COPY steps: one file to a directory, a directory's files below another.
+	uploads := map[string][]byte{
+		"h1": tarGz(t, map[string]string{"requirements.txt": "pandas\n"}),
+		"h2": tarGz(t, map[string]string{"app/main.py": "print(1)\n", "app/lib/util.py": "X = 1\n"}),
+	}
+	for hash, data := range uploads {
+		var link struct {
+			Present bool   `json:"present"`
+			URL     string `json:"url"`
+		}
+		if code := call(t, "GET", base+"/templates/my-env/files/"+hash, "k-alice", nil, &link); code != 201 || link.Present || !strings.HasPrefix(link.URL, base+"/templates/my-env/files/"+hash+"?") {
+			t.Fatalf("file link: %d %+v", code, link)
+		}
+		// The SDK's upload carries no API key: the link is the key, once.
+		if code := call(t, "PUT", link.URL, "", data, nil); code != 200 {
+			t.Fatalf("upload: %d", code)
+		}
+		if code := call(t, "PUT", link.URL, "", data, nil); code != 403 {
+			t.Errorf("a second upload through one link: %d, want 403", code)
+		}
+		if code := call(t, "GET", base+"/templates/my-env/files/"+hash, "k-alice", nil, &link); code != 201 || !link.Present {
+			t.Errorf("the uploaded archive is not present: %d %+v", code, link)
+		}
+		// Another agent's link for the same hash finds nothing of alice's.
+		if call(t, "GET", base+"/templates/my-env/files/"+hash, "k-bob", nil, &link); link.Present {
+			t.Errorf("bob sees alice's archive %s", hash)
+		}
+	}
+
+	start := map[string]any{
+		"fromImage": "e2bdev/base",
+		"force":     true,
+		"steps": []map[string]any{
+			{"type": "USER", "args": []string{"root"}},
+			{"type": "RUN", "args": []string{"apt-get update && apt-get install -y jq", "root"}},
+			{"type": "WORKDIR", "args": []string{"/home/user"}},
+			{"type": "COPY", "args": []string{"requirements.txt", "/home/user/", "", ""}, "filesHash": "h1"},
+			{"type": "ENV", "args": []string{"MODE", "fast", "LEVEL", "2"}},
+			{"type": "COPY", "args": []string{"app", "srv", "", "0755"}, "filesHash": "h2"},
+		},
+		"startCmd": "python3 -m http.server 8000",
+		"readyCmd": "curl -s localhost:8000",
+	}
+	if code := call(t, "POST", base+"/v2/templates/my-env/builds/"+created.BuildID, "k-alice", start, nil); code != 202 {
+		t.Fatalf("start: %d", code)
+	}
+	st, entries := waitBuild(t, base, "k-alice", "my-env", created.BuildID)
+	if st.Status != "ready" {
+		t.Fatalf("status %+v", st)
+	}
+	spec := f.built["alice/my-env"]
+	want := template.Spec{
+		Steps: []template.Step{
+			{Run: "apt-get update && apt-get install -y jq"},
+			{File: &template.File{Path: "/home/user/requirements.txt", Content: "pandas\n", Mode: "0640"}},
+		},
+		Env:     map[string]string{"MODE": "fast", "LEVEL": "2"},
+		Workdir: "/home/user",
+		Start:   &template.Start{Cmd: "python3 -m http.server 8000", Ready: "curl -s localhost:8000"},
+	}
+	if spec.Base != "" || spec.Workdir != want.Workdir || !maps.Equal(spec.Env, want.Env) || *spec.Start != *want.Start || len(spec.Steps) != 4 ||
+		spec.Steps[0].Run != want.Steps[0].Run || *spec.Steps[1].File != *want.Steps[1].File {
+		t.Fatalf("spec = %+v", spec)
+	}
+	files := map[string]template.File{}
+	for _, s := range spec.Steps[2:] {
+		files[s.File.Path] = *s.File
+	}
+	if files["/home/user/srv/main.py"] != (template.File{Path: "/home/user/srv/main.py", Content: "print(1)\n", Mode: "0755"}) ||
+		files["/home/user/srv/lib/util.py"].Content != "X = 1\n" {
+		t.Errorf("the directory's files: %+v", files)
+	}
+	var text []string
+	for _, e := range entries {
+		text = append(text, e.Step+": "+e.Message)
+	}
+	log := strings.Join(text, "\n")
+	for _, w := range []string{"USER root): build steps run as root", "force (skip_cache)", "2: [1/5] run apt-get update", "4: output of step 2", "6: [4/5] file /home/user/srv/", "finalize: Template built"} {
+		if !strings.Contains(log, w) {
+			t.Errorf("the build's log lacks %q:\n%s", w, log)
+		}
+	}
+
+	// The template is alice's: listed, found by alias, not bob's, and deleted.
+	var list []map[string]any
+	if call(t, "GET", base+"/templates", "k-alice", nil, &list); len(list) != 1 || list[0]["templateID"] != "my-env" || list[0]["buildStatus"] != "ready" {
+		t.Errorf("GET /templates = %v", list)
+	}
+	if code := call(t, "GET", base+"/templates/aliases/my-env", "k-alice", nil, nil); code != 200 {
+		t.Errorf("alias of alice's template: %d", code)
+	}
+	if code := call(t, "GET", base+"/templates/aliases/my-env", "k-bob", nil, nil); code != 404 {
+		t.Errorf("alias seen by bob: %d, want 404", code)
+	}
+	if code := call(t, "GET", base+"/templates/my-env/builds/"+created.BuildID+"/status", "k-bob", nil, nil); code != 404 {
+		t.Errorf("bob reads alice's build: %d, want 404", code)
+	}
+	if code := call(t, "DELETE", base+"/templates/my-env", "k-alice", nil, nil); code != 204 {
+		t.Errorf("delete: %d", code)
+	}
+	if code := call(t, "GET", base+"/templates/aliases/my-env", "k-alice", nil, nil); code != 404 {
+		t.Errorf("alias after delete: %d, want 404", code)
+	}
+}
+
+// TestTemplateBuilderErrors: a failed step is reported on the E2B step it came from (the SDKs
+// pick that step's stack trace), a step sandpit does not run and a missing upload are 400s
+// naming the step, a started build cannot start again, and a daemon without templates says
+// why in E2B's error shape.
+func TestTemplateBuilderErrors(t *testing.T) {
+	f := &fakeTemplates{built: map[string]template.Spec{}, fail: &template.BuildError{Step: 2, Label: "run false", Err: errors.New("exit status 1")}}
+	srv, _ := templateAPI(t, f)
+	base := srv.URL + "/e2b"
+	request := func() string {
+		var c struct {
+			BuildID string `json:"buildID"`
+		}
+		if code := call(t, "POST", base+"/v3/templates", "k-alice", map[string]any{"name": "broken"}, &c); code != 202 {
+			t.Fatalf("request: %d", code)
+		}
+		return c.BuildID
+	}
+	id := request()
+	body := map[string]any{"steps": []map[string]any{
+		{"type": "RUN", "args": []string{"true"}},
+		{"type": "ENV", "args": []string{"A", "1"}},
+		{"type": "RUN", "args": []string{"false"}},
+	}}
+	if code := call(t, "POST", base+"/v2/templates/broken/builds/"+id, "k-alice", body, nil); code != 202 {
+		t.Fatalf("start: %d", code)
+	}
+	st, _ := waitBuild(t, base, "k-alice", "broken", id)
+	if st.Status != "error" || st.Reason == nil || st.Reason.Step != "3" || !strings.Contains(st.Reason.Message, "exit status 1") {
+		t.Errorf("failed build: %+v %+v", st, st.Reason)
+	}
+	var e apiError
+	if code := call(t, "POST", base+"/v2/templates/broken/builds/"+id, "k-alice", body, &e); code != 409 || !strings.Contains(e.Message, "started already") {
+		t.Errorf("a second start: %d %+v", code, e)
+	}
+
+	for _, c := range []struct {
+		step map[string]any
+		want string
+	}{
+		{map[string]any{"type": "ARG", "args": []string{"X"}}, `step 1 (ARG X): "ARG" is not a builder step sandpit runs`},
+		{map[string]any{"type": "COPY", "args": []string{"a.txt", "/a.txt"}, "filesHash": "nope"}, `step 1 (COPY a.txt /a.txt): its files (hash "nope") were not uploaded`},
+		{map[string]any{"type": "ENV", "args": []string{"A"}}, "odd number of arguments"},
+	} {
+		id := request()
+		var e apiError
+		code := call(t, "POST", base+"/v2/templates/broken/builds/"+id, "k-alice", map[string]any{"steps": []any{c.step}}, &e)
+		if code != 400 || e.Code != 400 || !strings.Contains(e.Message, c.want) {
+			t.Errorf("%v: %d %+v, want 400 with %q", c.step, code, e, c.want)
+		}
+	}
+	if code := call(t, "POST", base+"/v3/templates", "k-alice", map[string]any{"name": "base"}, &e); code != 400 || !strings.Contains(e.Message, "e2b_templates") {
+		t.Errorf("a build named as the daemon's own template: %d %+v", code, e)
+	}
+	if code := call(t, "POST", base+"/v3/templates", "k-alice", map[string]any{"name": "My Env"}, &e); code != 400 || !strings.Contains(e.Message, "not a sandpit template name") {
+		t.Errorf("a bad name: %d %+v", code, e)
+	}
+	if code := call(t, "GET", base+"/templates/broken/tags", "k-alice", nil, &e); code != 501 || !strings.Contains(e.Message, "tags") {
+		t.Errorf("tags: %d %+v", code, e)
+	}
+
+	none, _ := templateAPI(t, nil)
+	if code := call(t, "POST", none.URL+"/e2b/v3/templates", "k-alice", map[string]any{"name": "x"}, &e); code != 501 || !strings.Contains(e.Message, "Docker runtime") {
+		t.Errorf("no templates: %d %+v", code, e)
+	}
+}
