@@ -314,6 +314,9 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	ecfg := E2BConfig(cfg)
 	ecfg.Streams = streams
 	e2bServer := e2b.New(ecfg, sessions, st, proxy, log)
+	if tmpl != nil {
+		e2bServer.SetTemplates(tmpl)
+	}
 	m.WatchE2B(e2bServer.Active, func() int { return sessions.PoolStats().Ready })
 	m.WatchPool(sessions.PoolStats)
 	return &Core{

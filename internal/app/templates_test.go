@@ -1,10 +1,12 @@
 package app_test
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -201,6 +203,82 @@ OUTPUT = {"jq": subprocess.run(["jq", "-n", "1+1"], capture_output=True, text=Tr
 		res, err := c.Conn(sb.SandboxID, sb.EnvdAccessToken).Run(t.Context(), "jq -n '2+3' && cat /opt/tools/hello.txt", nil, nil)
 		if err != nil || res.ExitCode != 0 || res.Stdout != "5\nhello from the template\n" {
 			t.Errorf("Sandbox.create(template=tools) then a command: %+v %v", res, err)
+		}
+	})
+
+	t.Run("e2b builder", func(t *testing.T) {
+		// E2B's template builder, as the SDK's Template.build speaks it: request a build,
+		// upload a COPY step's files to the link it is given, start the steps, follow the
+		// status; then Sandbox.create of the new template. It starts from template "tools",
+		// whose layer is built already.
+		st, err := app.OpenKeys(t.Context(), cfg, testenv.Logger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, _, err := st.CreateAPIKey(t.Context(), "alice", "builder")
+		st.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &e2bclient.Client{APIURL: url + app.E2BPrefix, SandboxURL: url + app.E2BPrefix, APIKey: key}
+		var req struct{ TemplateID, BuildID string }
+		if _, err := c.Control(t.Context(), "POST", "/v3/templates", map[string]any{"name": "e2b-built:v1", "cpuCount": 1, "memoryMB": 512}, &req); err != nil {
+			t.Fatal(err)
+		}
+		defer c.Control(context.WithoutCancel(t.Context()), "DELETE", "/templates/e2b-built", nil, nil)
+		var archive bytes.Buffer
+		tw := tar.NewWriter(&archive)
+		_ = tw.WriteHeader(&tar.Header{Name: "conf/app.toml", Mode: 0o644, Size: 9, Typeflag: tar.TypeReg})
+		_, _ = tw.Write([]byte("mode = 1\n"))
+		_ = tw.Close()
+		var link struct {
+			Present bool
+			URL     string
+		}
+		if _, err := c.Control(t.Context(), "GET", "/templates/e2b-built/files/conf-hash", nil, &link); err != nil || link.Present {
+			t.Fatalf("file link: %+v %v", link, err)
+		}
+		// The SDK PUTs the archive to the link as it is, with no API key.
+		put, _ := http.NewRequestWithContext(t.Context(), "PUT", link.URL, bytes.NewReader(archive.Bytes()))
+		if resp, err := http.DefaultClient.Do(put); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("upload: %v %v", resp, err)
+		} else {
+			resp.Body.Close()
+		}
+		steps := map[string]any{"fromTemplate": "tools", "steps": []map[string]any{
+			{"type": "COPY", "args": []string{"conf", "/etc/e2b-app/", "", ""}, "filesHash": "conf-hash"},
+			{"type": "ENV", "args": []string{"APP_MODE", "built"}},
+			{"type": "RUN", "args": []string{"cat /opt/tools/hello.txt /etc/e2b-app/app.toml > /opt/e2b-built", "root"}},
+		}}
+		if _, err := c.Control(t.Context(), "POST", "/v2/templates/e2b-built/builds/"+req.BuildID, steps, nil); err != nil {
+			t.Fatal(err)
+		}
+		var status struct {
+			Status     string
+			LogEntries []struct{ Message, Step string }
+			Reason     *struct{ Message, Step string }
+		}
+		deadline := time.Now().Add(10 * time.Minute)
+		for offset := 0; time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if _, err := c.Control(t.Context(), "GET", fmt.Sprintf("/templates/e2b-built/builds/%s/status?logsOffset=%d", req.BuildID, offset), nil, &status); err != nil {
+				t.Fatal(err)
+			}
+			offset += len(status.LogEntries)
+			if status.Status != "building" {
+				break
+			}
+		}
+		if status.Status != "ready" {
+			t.Fatalf("the build ended %q: %+v", status.Status, status.Reason)
+		}
+		sb, err := c.Create(t.Context(), map[string]any{"templateID": "e2b-built"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Kill(context.WithoutCancel(t.Context()), sb.SandboxID)
+		res, err := c.Conn(sb.SandboxID, sb.EnvdAccessToken).Run(t.Context(), "cat /opt/e2b-built; echo $APP_MODE; jq -n 1+1", nil, nil)
+		if err != nil || res.ExitCode != 0 || res.Stdout != "hello from the template\nmode = 1\nbuilt\n2\n" {
+			t.Errorf("a sandbox of the E2B-built template: %+v %v", res, err)
 		}
 	})
 

@@ -104,6 +104,7 @@ func (s *Server) controlRoutes() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/resume", authed(s.resumeRoute))
 	mux.HandleFunc("GET /sandboxes/{id}/metrics", authed(s.metrics))
 	mux.HandleFunc("GET /sandboxes/metrics", authed(s.metricsOfMany))
+	s.templateRoutes(mux, authed)
 	for _, u := range []struct{ pattern, feature string }{
 		{"POST /sandboxes/{id}/fork", "forks of sandboxes"},
 		{"/sandboxes/{id}/snapshots", "snapshots"},
@@ -112,11 +113,6 @@ func (s *Server) controlRoutes() http.Handler {
 		{"PUT /sandboxes/{id}/network", "network changes of a running sandbox"},
 		{"GET /sandboxes/{id}/logs", "sandbox logs"},
 		{"GET /v2/sandboxes/{id}/logs", "sandbox logs"},
-		{"/templates", "template builds"},
-		{"/templates/", "template builds"},
-		{"/v2/templates", "template builds"},
-		{"/v2/templates/", "template builds"},
-		{"/v3/templates", "template builds"},
 		{"/volumes", "volumes"},
 		{"/volumes/", "volumes"},
 		{"/secrets", "secrets"},

@@ -11,7 +11,9 @@
 // request is the control plane of E2B's spec/openapi.yml (POST /sandboxes, GET /v2/sandboxes …),
 // authenticated by X-API-Key, but for GET and POST /files with a signature: the SDKs' signed
 // file URLs, which name no sandbox, go to the sandbox whose token signed them (files.go). The
-// daemon mounts Server at /files of its root too, where the SDKs compose those URLs.
+// daemon mounts Server at /files of its root too, where the SDKs compose those URLs. The
+// template builder's routes (POST /v3/templates and after, templates.go) build sandpit
+// templates of the key's agent through Templates.
 //
 // A sandbox is a session of the engine (its own container, interpreter and workspace); its ID
 // is the session's. Keys belong to agents (store.CreateAPIKey): a key sees only its agent's
@@ -22,7 +24,7 @@
 //
 // Errors of the control plane and the code interpreter are E2B's {code, message} with the
 // HTTP status as code; envd's Connect calls answer Connect errors. What E2B offers and sandpit
-// does not (template builds, volumes, snapshots, secrets, teams …) answers 501 naming the
+// does not (template tags, volumes, snapshots, secrets, teams …) answers 501 naming the
 // feature. The wire shapes come from E2B's published specs (spec/openapi.yml,
 // spec/envd/envd.yaml and the protos in proto/) and the code interpreter's documented
 // NDJSON stream; none of E2B's code is used.

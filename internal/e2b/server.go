@@ -86,8 +86,11 @@ type Server struct {
 	interp   http.Handler
 	envd     http.Handler
 
-	mu    sync.Mutex
-	boxes map[string]*box
+	tmpl *templateState
+
+	mu        sync.Mutex
+	boxes     map[string]*box
+	templates Templates // nil: the runtime builds none
 }
 
 // box is one sandbox: its session, and what only E2B says of it.
@@ -118,7 +121,7 @@ func New(cfg Config, sessions Sessions, keys Keys, proxy *ports.Proxy, log *slog
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, sessions: sessions, keys: keys, ports: proxy, log: log, boxes: map[string]*box{}}
+	s := &Server{cfg: cfg, sessions: sessions, keys: keys, ports: proxy, log: log, boxes: map[string]*box{}, tmpl: newTemplateState()}
 	s.control = s.controlRoutes()
 	s.interp = s.interpreterRoutes()
 	s.envd = s.envdRoutes()
@@ -315,6 +318,7 @@ func (s *Server) watch(b *box) {
 // metadata), so their sessions must not outlive it (hibernated at the daemon's stop, they
 // could never be reached again).
 func (s *Server) Close() {
+	s.tmpl.close()
 	s.mu.Lock()
 	boxes := make([]*box, 0, len(s.boxes))
 	for id, b := range s.boxes {

@@ -51,6 +51,8 @@ const (
 	maxArchiveBytes   = template.MaxSpecBytes
 	uploadLinkTimeout = time.Hour
 	maxStatusEntries  = 100 // E2B's limit on the log entries of one status answer
+	maxBuildEntries   = 10_000
+	maxArchiveEntries = 4096 // files and directories of one archive
 )
 
 // The step names E2B's SDKs map to their stack traces (BASE_STEP_NAME, FINALIZE_STEP_NAME).
@@ -309,8 +311,14 @@ func (s *Server) runBuild(ctx context.Context, t Templates, b *templateBuild, sp
 	}
 	add := func(e buildLogEntry) {
 		ts.mu.Lock()
-		b.entries = append(b.entries, e)
-		ts.mu.Unlock()
+		defer ts.mu.Unlock()
+		switch n := len(b.entries); {
+		case n < maxBuildEntries-1:
+			b.entries = append(b.entries, e)
+		case n == maxBuildEntries-1:
+			b.entries = append(b.entries, buildLogEntry{Timestamp: e.Timestamp, Level: "warn", Step: e.Step,
+				Message: fmt.Sprintf("the build's log passed %d entries; the rest is left out (the template's own log keeps its end: GET /v1/agents/{agent}/templates/{name})", maxBuildEntries)})
+		}
 	}
 	_, err := t.Build(ctx, template.BuildRequest{Agent: b.agent, Name: b.name, Spec: spec}, func(ev template.Event) {
 		now := time.Now().UTC()
@@ -507,13 +515,16 @@ func readArchive(data []byte) ([]archiveFile, error) {
 	tr := tar.NewReader(in)
 	var files []archiveFile
 	total := int64(0)
-	for {
+	for entries := 0; ; entries++ {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			return files, nil
 		}
 		if err != nil {
 			return nil, err
+		}
+		if entries >= maxArchiveEntries {
+			return nil, fmt.Errorf("it holds more than %d entries", maxArchiveEntries)
 		}
 		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
 		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
@@ -525,6 +536,9 @@ func readArchive(data []byte) ([]archiveFile, error) {
 		case tar.TypeReg:
 		default:
 			return nil, fmt.Errorf("%q is not a regular file or directory (a symlink? build with resolve_symlinks)", h.Name)
+		}
+		if len(files) == template.MaxSteps {
+			return nil, fmt.Errorf("it holds more than %d files, the most steps a template has (each file is one)", template.MaxSteps)
 		}
 		total += h.Size
 		if total > maxArchiveBytes {
@@ -635,7 +649,11 @@ func (s *Server) copyStep(agent string, st buildStep, workdir string) ([]*templa
 	}
 	src, dest := path.Clean(strings.TrimPrefix(st.Args[0], "./")), st.Args[1]
 	if !path.IsAbs(dest) {
-		dest = path.Join(workdir, dest) + map[bool]string{true: "/"}[strings.HasSuffix(dest, "/")]
+		into := strings.HasSuffix(dest, "/")
+		dest = path.Join(workdir, dest)
+		if into {
+			dest += "/"
+		}
 	}
 	mode := ""
 	if len(st.Args) > 3 && st.Args[3] != "" {

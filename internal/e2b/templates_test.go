@@ -362,6 +362,17 @@ func TestTemplateBuilderErrors(t *testing.T) {
 		t.Errorf("tags: %d %+v", code, e)
 	}
 
+	// An archive of more files than a template has steps is refused as it is uploaded.
+	many := map[string]string{}
+	for i := range template.MaxSteps + 1 {
+		many[fmt.Sprintf("f%d", i)] = "x"
+	}
+	var link struct{ URL string }
+	call(t, "GET", base+"/templates/broken/files/many", "k-alice", nil, &link)
+	if code := call(t, "PUT", link.URL, "", tarGz(t, many), &e); code != 400 || !strings.Contains(e.Message, "more than 64 files") {
+		t.Errorf("an archive of %d files: %d %+v", len(many), code, e)
+	}
+
 	none, _ := templateAPI(t, nil)
 	if code := call(t, "POST", none.URL+"/e2b/v3/templates", "k-alice", map[string]any{"name": "x"}, &e); code != 501 || !strings.Contains(e.Message, "Docker runtime") {
 		t.Errorf("no templates: %d %+v", code, e)
