@@ -53,6 +53,7 @@ const (
 	maxStatusEntries  = 100 // E2B's limit on the log entries of one status answer
 	maxBuildEntries   = 10_000
 	maxArchiveEntries = 4096 // files and directories of one archive
+	maxUploadLinks    = 256  // an agent's upload links not used yet
 )
 
 // The step names E2B's SDKs map to their stack traces (BASE_STEP_NAME, FINALIZE_STEP_NAME).
@@ -430,6 +431,17 @@ func (s *Server) uploadLink(w http.ResponseWriter, r *http.Request, agent string
 		if now.After(l.expires) {
 			delete(ts.links, k)
 		}
+	}
+	mine := 0
+	for _, l := range ts.links {
+		if l.agent == agent {
+			mine++
+		}
+	}
+	if mine >= maxUploadLinks {
+		ts.mu.Unlock()
+		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("this API key's agent has %d upload links not used yet, the most it may; use them, or wait until they expire (an hour after they were made)", mine))
+		return
 	}
 	ts.links[token] = uploadLink{agent: agent, hash: hash, expires: now.Add(uploadLinkTimeout)}
 	ts.mu.Unlock()

@@ -373,6 +373,19 @@ func TestTemplateBuilderErrors(t *testing.T) {
 		t.Errorf("an archive of %d files: %d %+v", len(many), code, e)
 	}
 
+	// Upload links not used are bounded per agent.
+	for i := range maxUploadLinks {
+		if code := call(t, "GET", base+"/templates/broken/files/h", "k-alice", nil, nil); code != 201 {
+			t.Fatalf("link %d: %d", i, code)
+		}
+	}
+	if code := call(t, "GET", base+"/templates/broken/files/h", "k-alice", nil, &e); code != 429 || !strings.Contains(e.Message, "upload links") {
+		t.Errorf("a link past the cap: %d %+v", code, e)
+	}
+	if code := call(t, "GET", base+"/templates/broken/files/h", "k-bob", nil, nil); code != 201 {
+		t.Errorf("another agent's link: %d", code)
+	}
+
 	none, _ := templateAPI(t, nil)
 	if code := call(t, "POST", none.URL+"/e2b/v3/templates", "k-alice", map[string]any{"name": "x"}, &e); code != 501 || !strings.Contains(e.Message, "Docker runtime") {
 		t.Errorf("no templates: %d %+v", code, e)
