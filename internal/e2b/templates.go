@@ -723,10 +723,20 @@ func (s *Server) templateJSON(t template.Template) map[string]any {
 	if status == "" {
 		status = t.Status
 	}
-	return map[string]any{"templateID": t.Name, "buildID": t.Hash, "cpuCount": s.cfg.CPUs, "memoryMB": s.cfg.MemoryMB,
+	return map[string]any{"templateID": t.Name, "buildID": buildUUID(t), "cpuCount": s.cfg.CPUs, "memoryMB": s.cfg.MemoryMB,
 		"diskSizeMB": s.cfg.DiskMB, "public": false, "aliases": []string{t.Name}, "names": []string{t.Name},
 		"createdAt": t.CreatedAt, "updatedAt": t.UpdatedAt, "createdBy": nil, "lastSpawnedAt": nil, "spawnCount": 0,
 		"buildCount": t.Version, "envdVersion": EnvdVersion, "buildStatus": status}
+}
+
+// buildUUID is a stored template's build as E2B names builds, a UUID (TemplateBuild's buildID
+// is of format uuid): the first 128 bits of its content hash.
+func buildUUID(t template.Template) string {
+	h := t.Hash
+	if len(h) < 32 {
+		h += strings.Repeat("0", 32-len(h))
+	}
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
 // listTemplates is GET /templates: the agent's own templates (not the shared ones of others).
@@ -754,7 +764,7 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, agent strin
 		return
 	}
 	j := s.templateJSON(tm)
-	build := map[string]any{"buildID": tm.Hash, "status": j["buildStatus"], "createdAt": tm.CreatedAt, "updatedAt": tm.UpdatedAt,
+	build := map[string]any{"buildID": buildUUID(tm), "status": j["buildStatus"], "createdAt": tm.CreatedAt, "updatedAt": tm.UpdatedAt,
 		"cpuCount": s.cfg.CPUs, "memoryMB": s.cfg.MemoryMB, "diskSizeMB": s.cfg.DiskMB, "envdVersion": EnvdVersion}
 	writeJSON(w, http.StatusOK, map[string]any{"templateID": tm.Name, "public": false, "aliases": j["aliases"], "names": j["names"],
 		"createdAt": tm.CreatedAt, "updatedAt": tm.UpdatedAt, "lastSpawnedAt": nil, "spawnCount": 0, "builds": []any{build}})

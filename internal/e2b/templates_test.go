@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/template"
 )
@@ -284,6 +286,14 @@ func TestTemplateBuilderFlow(t *testing.T) {
 	var list []map[string]any
 	if call(t, "GET", base+"/templates", "k-alice", nil, &list); len(list) != 1 || list[0]["templateID"] != "my-env" || list[0]["buildStatus"] != "ready" {
 		t.Errorf("GET /templates = %v", list)
+	}
+	var one struct {
+		Builds []struct {
+			BuildID string `json:"buildID"`
+		} `json:"builds"`
+	}
+	if call(t, "GET", base+"/templates/my-env", "k-alice", nil, &one); len(one.Builds) != 1 || uuid.Validate(one.Builds[0].BuildID) != nil {
+		t.Errorf("GET /templates/my-env: %+v, want one build whose buildID is a UUID (E2B's format)", one)
 	}
 	if code := call(t, "GET", base+"/templates/aliases/my-env", "k-alice", nil, nil); code != 200 {
 		t.Errorf("alias of alice's template: %d", code)
