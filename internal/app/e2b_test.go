@@ -107,9 +107,14 @@ func TestE2BConformance(t *testing.T) {
 	if _, err := bob.Control(ctx, "GET", "/v2/sandboxes", nil, &list); err != nil || len(list) != 1 || list[0]["sandboxID"] != other.SandboxID {
 		t.Errorf("bob's list: %v %v", list, err)
 	}
-	if _, err := alice.Control(ctx, "GET", "/templates", nil, nil); e2bclient.StatusOf(err) != http.StatusNotImplemented ||
-		!strings.Contains(err.Error(), "template builds") {
-		t.Errorf("templates: %v", err)
+	// The template builder is served (alice has built none); its tags are not.
+	var templates []map[string]any
+	if _, err := alice.Control(ctx, "GET", "/templates", nil, &templates); err != nil || len(templates) != 0 {
+		t.Errorf("templates: %v %v, want none", templates, err)
+	}
+	if _, err := alice.Control(ctx, "GET", "/templates/my-env/tags", nil, nil); e2bclient.StatusOf(err) != http.StatusNotImplemented ||
+		!strings.Contains(err.Error(), "tags") {
+		t.Errorf("template tags: %v, want 501 naming them", err)
 	}
 
 	// run_code: output, envVars, state kept, an error, and env_vars for one run.
