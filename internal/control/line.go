@@ -184,7 +184,7 @@ func (c *Line) heartbeat() {
 			continue
 		}
 		if silent > c.opts.HeartbeatTimeout {
-			c.fail(fmt.Errorf("%w: the executor has not answered for %s", ErrClosed, silent.Round(time.Second)))
+			c.fail(fmt.Errorf("%w: the executor has not answered for %s", ErrClosed, silent.Round(10*time.Millisecond)))
 			return
 		}
 		// Sent from its own goroutine: a hung executor stops reading, and the write blocks.
@@ -244,7 +244,7 @@ func (c *Line) Ready(context.Context) error {
 		return fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
 	}
 	if silent > 2*c.opts.HeartbeatInterval+time.Second {
-		return fmt.Errorf("%w: the executor has not answered for %s", sandbox.ErrNotReady, silent.Round(time.Second))
+		return fmt.Errorf("%w: the executor has not answered for %s", sandbox.ErrNotReady, silent.Round(10*time.Millisecond))
 	}
 	return nil
 }

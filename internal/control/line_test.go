@@ -253,20 +253,22 @@ func TestSuspendedLineOutlivesSilence(t *testing.T) {
 // An executor whose frame is slow to arrive keeps its line while the frame's bytes come, even
 // for longer than the heartbeat's timeout (a session's 8 MiB output file over a loaded
 // Kubernetes exec stream, CI 2026-12-02); once its bytes stop, silence ends the line again.
+// The gaps between the bytes are a twenty-fifth of the timeout: a loaded machine (CI
+// 2026-12-05, 88 % busy) stalled a 150 ms timeout's test past its timeout between two writes.
 func TestSlowFrameKeepsTheLine(t *testing.T) {
-	c, executorEnd := greetedLine(t, control.Options{HeartbeatInterval: 20 * time.Millisecond, HeartbeatTimeout: 150 * time.Millisecond})
+	c, executorEnd := greetedLine(t, control.Options{HeartbeatInterval: 100 * time.Millisecond, HeartbeatTimeout: time.Second})
 	go io.Copy(io.Discard, executorEnd) // the pings, unanswered
 	var frame bytes.Buffer
 	if err := protocol.NewConn(nil, &frame).Send(&protocol.Message{Kind: protocol.KindStdout, ID: "r",
 		Data: strings.Repeat("x", 64<<10)}); err != nil {
 		t.Fatal(err)
 	}
-	// 64 KiB, 1 KiB every 10 ms: about 640 ms, four heartbeat timeouts.
+	// 64 KiB, 1 KiB every 40 ms: about 2.6 s, two and a half heartbeat timeouts.
 	for b := frame.Bytes(); len(b) > 0; b = b[min(len(b), 1<<10):] {
 		if _, err := executorEnd.Write(b[:min(len(b), 1<<10)]); err != nil {
 			t.Fatalf("the line ended during the frame: %v (%v)", err, c.Err())
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(40 * time.Millisecond)
 	}
 	if err := c.Err(); err != nil {
 		t.Fatalf("the line ended while the frame's bytes came: %v", err)
@@ -322,11 +324,23 @@ func TestForkServerDeathFailsItsRunsAndIsReplaced(t *testing.T) {
 	sandboxtest.WaitForStart(t, c, "fork", 30*time.Second)
 	pid, _ := forkServerPID(t, c)
 
-	done := make(chan sandbox.Result, 1)
+	// The fork server is killed once the run has printed, not after a fixed wait: under load
+	// (CI 2026-12-05) a run had not printed 500 ms after it was sent.
+	done, started := make(chan sandbox.Result, 1), make(chan struct{})
+	var once sync.Once
 	go func() {
-		done <- sandboxtest.Exec(t, c, 1, sandboxtest.Spec("print('started', flush=True)\nimport time; time.sleep(30)", 60*time.Second), nil)
+		done <- sandboxtest.Exec(t, c, 1, sandboxtest.Spec("print('started', flush=True)\nimport time; time.sleep(30)", 60*time.Second),
+			func(e sandbox.Event) {
+				if e.Stream == sandbox.StreamStdout {
+					once.Do(func() { close(started) })
+				}
+			})
 	}()
-	time.Sleep(500 * time.Millisecond)
+	select {
+	case <-started:
+	case res := <-done:
+		t.Fatalf("the run ended before its fork server was killed: %+v", res)
+	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
