@@ -4,6 +4,7 @@
 # their data directory, under TMPDIR) are known as the package's, and appends to $CI_PACKAGES
 # "package wall-seconds binary-cpu-seconds containers-cpu-seconds". go test runs a package's
 # binary in the package's directory, which names it; another command is named by CI_TIME_NAME.
+# The binary's CPU includes testtime's and test2json's (a second or two).
 set -u
 top=$(git rev-parse --show-toplevel 2>/dev/null || pwd)
 pkg=${CI_TIME_NAME:-$(realpath --relative-to="$top" "$PWD")}
@@ -28,8 +29,14 @@ samples=$TMPDIR.cpu
 (while :; do containers_cpu >>"$samples"; sleep 2; done) &
 sampler=$!
 
+# A test binary runs under testtime when .ci/run built it (CI_TESTTIME): its output is what
+# it prints without -v, and each test over 20 s is appended to $CI_TESTS.
+run=("$@")
+if [ -n "${CI_TESTTIME:-}" ] && [[ $1 == *.test ]]; then
+	run=("$CI_TESTTIME" -p "$pkg" -o "$CI_TESTS" -min 20 "$@")
+fi
 start=$(date +%s.%N)
-/usr/bin/time -f "%U %S" -o "$TMPDIR.time" "$@"
+/usr/bin/time -f "%U %S" -o "$TMPDIR.time" "${run[@]}"
 status=$?
 kill "$sampler" 2>/dev/null
 wait "$sampler" 2>/dev/null
