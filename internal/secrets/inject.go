@@ -112,7 +112,7 @@ func (in *Injector) serve(ctx context.Context, ours *pipeConn, upstream net.Conn
 	if err != nil {
 		// The answer follows the program's request (read, never sent): a program still
 		// writing it would otherwise see its write fail, not the answer.
-		if req, rerr := http.ReadRequest(bufio.NewReader(srv)); rerr == nil {
+		if req, rerr := http.ReadRequest(bufio.NewReader(&headLimit{r: srv, n: maxHead})); rerr == nil {
 			_, _ = io.Copy(io.Discard, io.LimitReader(req.Body, 1<<20))
 			writeProxyError(srv, http.StatusBadGateway, fmt.Sprintf("sandpit egress: %s: its certificate did not verify against the daemon's trust store: %v", host, err))
 		}
@@ -121,18 +121,69 @@ func (in *Injector) serve(ctx context.Context, ours *pipeConn, upstream net.Conn
 	in.exchange(srv, up, host, bound, record)
 }
 
+// maxHead bounds a request's or an answer's head (its start line and header fields) in
+// exchange, as net/http's server bounds a request's (http.DefaultMaxHeaderBytes, 1 MiB).
+// http.ReadRequest has no bound of its own: a head that never ended was held whole in the
+// daemon's memory, uncounted by the run's egress caps (red team, 5 December: 300 MiB of one
+// header line took the daemon to 1.27 GB and both slots' executors past their heartbeats).
+const maxHead = http.DefaultMaxHeaderBytes
+
+// headLimit is the reader under exchange's bufio.Readers: while n is not negative, at most n
+// more bytes are read (a head); body lifts the bound for what follows it.
+type headLimit struct {
+	r io.Reader
+	n int64
+}
+
+func (l *headLimit) head() { l.n = maxHead }
+func (l *headLimit) body() { l.n = -1 }
+
+// over reports whether the head in progress reached maxHead.
+func (l *headLimit) over() bool { return l.n == 0 }
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	if l.n == 0 {
+		return 0, errHeadTooLarge
+	}
+	if l.n > 0 && int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	if l.n > 0 {
+		l.n -= int64(n)
+	}
+	return n, err
+}
+
+var errHeadTooLarge = fmt.Errorf("an HTTP head longer than %d bytes", maxHead)
+
 // exchange relays HTTP/1.1 requests from the program (prog) to the host (up), one at a time.
 func (in *Injector) exchange(prog, up net.Conn, host string, bound []Bound, record func(Use)) {
-	pr, ur := bufio.NewReader(prog), bufio.NewReader(up)
+	pl, ul := &headLimit{r: prog, n: -1}, &headLimit{r: up, n: -1}
+	pr, ur := bufio.NewReader(pl), bufio.NewReader(ul)
 	roundTrip := func(req *http.Request) (*http.Response, error) {
 		if err := req.Write(up); err != nil {
 			return nil, err
 		}
-		return readFinal(ur, req)
+		ul.head()
+		resp, err := readFinal(ur, req)
+		over := ul.over()
+		ul.body()
+		if err != nil && over {
+			return nil, fmt.Errorf("the host's answer: %w", errHeadTooLarge)
+		}
+		return resp, err
 	}
 	for {
+		pl.head()
 		req, err := http.ReadRequest(pr)
+		over := pl.over()
+		pl.body()
 		if err != nil {
+			if over {
+				writeProxyError(prog, http.StatusRequestHeaderFieldsTooLarge,
+					fmt.Sprintf("sandpit: the request's head (its line and header fields) is longer than %d bytes\n", maxHead))
+			}
 			return
 		}
 		req.Header.Del("Upgrade") // no protocol switch: what follows could not be scrubbed

@@ -128,3 +128,46 @@ func TestInjectorKeepsTheValueOutOfEveryChannel(t *testing.T) {
 		t.Errorf("the compressed answer to the request carrying the value: %q, want one 502 (its own)", got)
 	}
 }
+
+// A request head that never ends is refused at maxHead with 431, not held whole in the
+// daemon's memory (red team, 5 December: 300 MiB of one header line to a bound host took the
+// daemon to 1.27 GB; the ledger counted 1586 bytes sent).
+func TestInjectorBoundsARequestsHead(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	h := newHarness(t, roots)
+	bound := []Bound{{Secret: Secret{Name: "API_KEY", Binding: Binding{Hosts: []string{"example.com"}, Header: "Authorization", Format: "Bearer {{secret}}"}}, Value: []byte(testValue)}}
+	up, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := tls.Client(h.inj.Wrap(t.Context(), up, "example.com", bound, nil), &tls.Config{ServerName: "example.com", RootCAs: h.ca.Pool()})
+	defer tc.Close()
+	sent := make(chan int64, 1)
+	go func() {
+		n, _ := io.WriteString(tc, "GET / HTTP/1.1\r\nHost: example.com\r\nX-Big: ")
+		total := int64(n)
+		chunk := strings.Repeat("A", 64<<10)
+		for total < 64<<20 {
+			n, err := io.WriteString(tc, chunk)
+			total += int64(n)
+			if err != nil {
+				break
+			}
+		}
+		sent <- total
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil {
+		t.Fatalf("no answer to a head that never ends: %v", err)
+	}
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("a head that never ends: %s, want 431", resp.Status)
+	}
+	tc.Close()
+	if n := <-sent; n >= 64<<20 {
+		t.Fatalf("the proxy read all %d bytes of a head that never ends", n)
+	}
+}
