@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	mathrand "math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -93,11 +94,15 @@ print(json.dumps(out))`
 // an attack read a segment's secret there) nor another slot's run finds them. The slot is
 // settled between runs, as the Service does before it offers a slot again.
 func (s *Suite) TestH11IPCObjectsDoNotSurviveTheRun(t *testing.T) {
+	// A key of the test's own: runtimes whose runs share the host's IPC namespace (the pipe
+	// runtime's suites, which run at once) found each other's objects under one fixed key
+	// (CI 2026-12-05).
+	key := 0x10000000 + mathrand.IntN(0x60000000)
 	for _, slot := range []int{0, 1} {
-		a := Exec(t, s.rt, 0, Spec(ipcLeaver, 10*time.Second), nil)
+		a := Exec(t, s.rt, 0, Spec(fmt.Sprintf(ipcLeaver, key, key, key, key), 10*time.Second), nil)
 		expect(t, a, sandbox.OutcomeOK)
 		s.settle(t, 0)
-		b := Exec(t, s.rt, slot, Spec(ipcFinder, 10*time.Second), nil)
+		b := Exec(t, s.rt, slot, Spec(fmt.Sprintf(ipcFinder, key, key, key, key), 10*time.Second), nil)
 		expect(t, b, sandbox.OutcomeOK)
 		if b.Stdout != "shm False\nmsg False\nmqueue False\n" {
 			t.Fatalf("a later run in slot %d found the earlier run's IPC objects: %q", slot, b.Stdout)
@@ -304,19 +309,19 @@ for p in os.listdir('/proc'):
 print(n)`
 
 // ipcLeaver creates a System V shared memory segment, message queue and semaphore set and a POSIX message
-// queue, and leaves them behind.
+// queue under a key (fmt's verbs: the same key four times), and leaves them behind.
 const ipcLeaver = `import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
-assert libc.shmget(0x5eed, 1 << 20, 0o1666) >= 0, ctypes.get_errno()
-assert libc.msgget(0x5eed, 0o1666) >= 0, ctypes.get_errno()
-assert libc.semget(0x5eed, 1, 0o1666) >= 0, ctypes.get_errno()
+assert libc.shmget(%#x, 1 << 20, 0o1666) >= 0, ctypes.get_errno()
+assert libc.msgget(%#x, 0o1666) >= 0, ctypes.get_errno()
+assert libc.semget(%#x, 1, 0o1666) >= 0, ctypes.get_errno()
 if os.path.isdir('/dev/mqueue'):
     libc.mq_open.restype = ctypes.c_int
-    libc.mq_open(b'/sandpit-leak', os.O_CREAT | os.O_RDWR, 0o666, None)`
+    libc.mq_open(b'/sandpit-leak-%x', os.O_CREAT | os.O_RDWR, 0o666, None)`
 
-// ipcFinder looks for what ipcLeaver left.
+// ipcFinder looks for what ipcLeaver left (fmt's verbs: the same key four times).
 const ipcFinder = `import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
-print('shm', libc.shmget(0x5eed, 0, 0) >= 0)
-print('msg', libc.msgget(0x5eed, 0) >= 0 or libc.semget(0x5eed, 0, 0) >= 0)
-print('mqueue', os.path.exists('/dev/mqueue/sandpit-leak'))`
+print('shm', libc.shmget(%#x, 0, 0) >= 0)
+print('msg', libc.msgget(%#x, 0) >= 0 or libc.semget(%#x, 0, 0) >= 0)
+print('mqueue', os.path.exists('/dev/mqueue/sandpit-leak-%x'))`
