@@ -131,7 +131,8 @@ except OSError:
 OUTPUT = {"jq": subprocess.run(["jq", "-n", "1+1"], capture_output=True, text=True).stdout.strip(),
           "tiny": tinypkg.VALUE, "file": open("/opt/tools/hello.txt").read(),
           "jq_version": open("/opt/tools/jq-version").read().strip(),
-          "started": os.path.exists("/tmp/started"), "uid": os.getuid(), "root_writable": root_writable}`
+          "started": os.path.exists("/tmp/started"), "uid": os.getuid(), "root_writable": root_writable,
+          "greeting": os.environ.get("GREETING")}`
 		raw, _ := json.Marshal(map[string]string{"code": code})
 		status, body = httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+s.ID+"/executions", string(raw))
 		var res struct {
@@ -145,6 +146,7 @@ OUTPUT = {"jq": subprocess.run(["jq", "-n", "1+1"], capture_output=True, text=Tr
 				Started      bool   `json:"started"`
 				RootWritable bool   `json:"root_writable"`
 				UID          int    `json:"uid"`
+				Greeting     string `json:"greeting"`
 			} `json:"output"`
 		}
 		if err := json.Unmarshal(body, &res); err != nil || status != 200 || res.Outcome != "ok" {
@@ -153,6 +155,18 @@ OUTPUT = {"jq": subprocess.run(["jq", "-n", "1+1"], capture_output=True, text=Tr
 		o := res.Output
 		if o.JQ != "2" || o.Tiny != "tiny 1.0" || o.File != "hello from the template\n" || !strings.HasPrefix(o.JQVersion, "jq-") || !o.Started {
 			t.Errorf("in the session: %s", body)
+		}
+		if o.Greeting != "hi there" {
+			t.Errorf("the session's code sees GREETING %q, want the template's env", o.Greeting)
+		}
+		// A call's own change to a variable of the env persists, as its globals do.
+		raw, _ = json.Marshal(map[string]string{"code": "import os; os.environ['GREETING'] = 'changed'"})
+		if status, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+s.ID+"/executions", string(raw)); status != 200 || !strings.Contains(string(body), `"outcome":"ok"`) {
+			t.Fatalf("changing GREETING: %d %s", status, body)
+		}
+		raw, _ = json.Marshal(map[string]string{"code": "import os; print(os.environ['GREETING'])"})
+		if status, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+s.ID+"/executions", string(raw)); status != 200 || !strings.Contains(string(body), `"stdout":"changed\n"`) {
+			t.Errorf("GREETING after the call that changed it: %d %s, want changed", status, body)
 		}
 		if o.UID == 0 || o.RootWritable {
 			t.Errorf("the session's code runs as uid %d, root writable %v: the runtime's rules must hold in a template", o.UID, o.RootWritable)
@@ -170,8 +184,8 @@ OUTPUT = {"jq": subprocess.run(["jq", "-n", "1+1"], capture_output=True, text=Tr
 	})
 
 	t.Run("one-shot", func(t *testing.T) {
-		status, body := httpCall(t, "POST", url+"/v1/executions", `{"agent": "alice", "template": "tools", "code": "import subprocess; print(subprocess.run(['jq', '-n', '6*7'], capture_output=True, text=True).stdout)"}`)
-		if status != 200 || !strings.Contains(string(body), `"stdout":"42\n\n"`) {
+		status, body := httpCall(t, "POST", url+"/v1/executions", `{"agent": "alice", "template": "tools", "code": "import os, subprocess; print(subprocess.run(['jq', '-n', '6*7'], capture_output=True, text=True).stdout, os.environ['GREETING'])"}`)
+		if status != 200 || !strings.Contains(string(body), `"stdout":"42\n hi there\n"`) {
 			t.Errorf("a one-shot run of the template: %d %s", status, body)
 		}
 		code, stdout, stderr := cliAt(url)("run", "--agent", "alice", "--template", "tools", "-c", "import tinypkg; print(tinypkg.VALUE)")
@@ -203,6 +217,9 @@ OUTPUT = {"jq": subprocess.run(["jq", "-n", "1+1"], capture_output=True, text=Tr
 		res, err := c.Conn(sb.SandboxID, sb.EnvdAccessToken).Run(t.Context(), "jq -n '2+3' && cat /opt/tools/hello.txt", nil, nil)
 		if err != nil || res.ExitCode != 0 || res.Stdout != "5\nhello from the template\n" {
 			t.Errorf("Sandbox.create(template=tools) then a command: %+v %v", res, err)
+		}
+		if ex, err := c.Conn(sb.SandboxID, sb.EnvdAccessToken).RunCode(t.Context(), "import os\nprint(os.environ['GREETING'])", "", nil); err != nil || strings.Join(ex.Stdout, "") != "hi there\n" {
+			t.Errorf("Sandbox.create(template=tools) then run_code: %+v %v, want the template's env", ex, err)
 		}
 	})
 

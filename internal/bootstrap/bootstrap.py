@@ -116,6 +116,19 @@ def _await_ack(timeout=1.0):
 _SECRET_CA_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT")
 
 
+_env_set = [None]  # the env a session's interpreter last set
+
+
+def _apply_env(init):
+    """The session's environment (its template's, then its request's), set before the code
+    when it differs from what this interpreter last set: a call's own changes to those
+    variables persist from call to call, as its globals do."""
+    env = init.get("env")
+    if env and env != _env_set[0]:
+        os.environ.update(env)
+        _env_set[0] = env
+
+
 def _apply_secrets(init):
     """The run's secrets (docs/secrets.md): each named secret's placeholder in its environment
     variable (the value never enters the box), and the trust bundle the executor wrote (the
@@ -1592,6 +1605,7 @@ def main(forked=False):
     # Before the code arrives: in a forked program this is done while the slot is idle.
     _ordered_streams()
     init = _read_init()
+    _apply_env(init)
     _apply_secrets(init)
     if init.get("session"):
         _session(init, oom=not forked)  # never returns
@@ -1684,6 +1698,7 @@ def _session(init, oom=True):
             if line is None:
                 _os_exit(0)  # the executor ended the session
             init = _loads(line)
+            _apply_env(init)
             _apply_secrets(init)
         calls += 1
         # The daemon's own call (the interpreter's start, a sandbox's environment) is not the

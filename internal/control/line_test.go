@@ -548,6 +548,35 @@ func TestSessionHomeHoldsOnlyTheUsersFiles(t *testing.T) {
 	}
 }
 
+// A session's env (Spec.Env) is in os.environ before its code, its secrets' placeholders over
+// it; a call's own change to one of its variables persists while the env sent is the same, and
+// a different env (a warm session adopted) is set again.
+func TestSessionEnvIsSetOnceAndAgainWhenItChanges(t *testing.T) {
+	c, _ := pipeRuntimeWith(t, 1, func(cfg *executor.Config) { cfg.ForkServer = "" })
+	call := func(code string, env, secrets map[string]string) string {
+		t.Helper()
+		spec := sandboxtest.Spec(code, 30*time.Second)
+		spec.Session, spec.Env, spec.SecretEnv = true, env, secrets
+		res := sandboxtest.Exec(t, c, 0, spec, nil)
+		if res.Outcome != sandbox.OutcomeOK {
+			t.Fatalf("%q: %s %s %s", code, res.Outcome, res.Reason, res.Stderr)
+		}
+		return res.Stdout
+	}
+	env := map[string]string{"GREETING": "hi", "TOKEN": "from env"}
+	show := "import os; print(os.environ.get('GREETING'), os.environ.get('TOKEN'))"
+	if got := call(show, env, map[string]string{"TOKEN": "sandpit-secret:TOKEN"}); got != "hi sandpit-secret:TOKEN\n" {
+		t.Errorf("first call: %q, want the env with the secret's placeholder over it", got)
+	}
+	call("import os; os.environ['GREETING'] = 'mine'", env, nil)
+	if got := call(show, env, nil); got != "mine sandpit-secret:TOKEN\n" {
+		t.Errorf("after the call's own change: %q, want it kept", got)
+	}
+	if got := call(show, map[string]string{"GREETING": "adopted"}, nil); got != "adopted sandpit-secret:TOKEN\n" {
+		t.Errorf("with another env: %q, want it set", got)
+	}
+}
+
 // Output files become file events with their bytes, in order before the result; a file whose
 // bytes do not match its size and SHA-256 is dropped, and the result names it as skipped.
 func TestFileMessagesBecomeEvents(t *testing.T) {

@@ -1,7 +1,6 @@
 package e2b
 
 import (
-	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -233,13 +232,6 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, agent string) {
 		contexts: map[string]*codeContext{}, procs: map[uint32]*proc{}, tags: map[string]uint32{}}
 	if b.metadata == nil {
 		b.metadata = map[string]string{}
-	}
-	if len(b.env) > 0 {
-		if err := s.setEnv(r.Context(), sess, b.env); err != nil {
-			_, _ = sess.Close(context.WithoutCancel(r.Context()))
-			writeEngineError(w, "setting the sandbox's envVars", err)
-			return
-		}
 	}
 	s.mu.Lock()
 	s.boxes[b.id] = b

@@ -228,11 +228,6 @@ func resultLine(d sandbox.Display) map[string]any {
 	return out
 }
 
-// setEnv sets env in sess's interpreter, for it and the processes it starts.
-func (s *Server) setEnv(ctx context.Context, sess *session.Session, env map[string]string) error {
-	return s.call(ctx, sess, "__import__('os').environ.update(INPUT)", env)
-}
-
 // setEnvForRun sets env for one run, keeping what it replaces for restoreEnv.
 func (s *Server) setEnvForRun(ctx context.Context, sess *session.Session, env map[string]string) error {
 	return s.call(ctx, sess, "globals()['__e2b_saved_env__'] = {k: __import__('os').environ.get(k) for k in INPUT}\n"+
@@ -301,12 +296,6 @@ func (s *Server) newContext(ctx context.Context, b *box) (*codeContext, error) {
 	sess, err := s.sessions.Create(ctx, req)
 	if err != nil {
 		return nil, err
-	}
-	if len(b.env) > 0 {
-		if err := s.setEnv(ctx, sess, b.env); err != nil {
-			_, _ = sess.Close(context.WithoutCancel(ctx))
-			return nil, err
-		}
 	}
 	c := &codeContext{ID: "ctx_" + sess.ID()[3:], Language: "python", Cwd: sandbox.SessionHome, sess: sess}
 	s.mu.Lock()

@@ -33,13 +33,15 @@ type InBox struct {
 	// Secrets are the session's secrets (nil: none; see OpenSecrets): the call's code sees
 	// their placeholders and its connections get their values.
 	Secrets SecretsRun
+	// Env is the session's environment for its interpreter (see sandbox.Spec.Env; nil: none).
+	Env map[string]string
 }
 
 // Prepare turns req (checked by Validate) into an execution run in a session's sandbox.
 func (s *Service) Prepare(req sandbox.Request, in InBox) *Execution {
 	x := s.prepare(req)
 	x.session, x.box, x.grace, x.narrow = in.Session, in.Box, in.Grace, in.NetworkAllow
-	x.spec.Session, x.spec.Paths = true, in.Paths
+	x.spec.Session, x.spec.Paths, x.spec.Env = true, in.Paths, in.Env
 	if in.Secrets != nil {
 		x.secrets = in.Secrets
 		x.spec.SecretEnv, x.spec.SecretCA = in.Secrets.Env(), in.Secrets.CA()

@@ -655,6 +655,8 @@ func (r *run) initLine() map[string]any {
 		"internal": r.spec.Internal,
 		// A plain script: no notebook results, no IPython syntax.
 		"plain": r.spec.Plain,
+		// The session's environment (its template's, then its request's).
+		"env": r.spec.Env,
 		// The secrets' placeholders, and the trust bundle holding the CA the egress proxy's
 		// certificates for their hosts are signed by (docs/secrets.md).
 		"secret_env":     r.spec.SecretEnv,

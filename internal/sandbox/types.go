@@ -358,6 +358,11 @@ type Spec struct {
 	// Plain runs the code as a plain script: no results (the last expression's value, displays)
 	// and no IPython syntax (docs/notebook.md); false runs it as a notebook cell.
 	Plain bool `json:"plain,omitempty"`
+	// Env are environment variables the bootstrap sets (os.environ) before the code: a
+	// session's env (its template's, then its request's). A session's interpreter sets them
+	// again only when they differ from the last it set, so that a call's own changes to them
+	// persist as other globals do. SecretEnv is set after them and wins.
+	Env map[string]string `json:"env,omitempty"`
 	// SecretEnv are the run's secrets' placeholders by environment variable (never a value),
 	// and SecretCA the PEM of the CA that signs the certificates the egress proxy presents for
 	// their hosts: the bootstrap sets both before the code starts (docs/secrets.md).

@@ -32,7 +32,7 @@ func (s *Session) Execute(ctx context.Context, req sandbox.Request, wait bool, e
 	}
 	s.mu.Lock()
 	req.Agent = s.info.Agent
-	in := engine.InBox{Session: s.id, Paths: s.paths, Grace: interruptGrace, NetworkAllow: s.info.NetworkAllow, Secrets: s.secrets}
+	in := engine.InBox{Session: s.id, Paths: s.paths, Grace: interruptGrace, NetworkAllow: s.info.NetworkAllow, Secrets: s.secrets, Env: s.env}
 	s.mu.Unlock()
 	checked := req
 	if req.Agent == WarmAgent { // see warm.go
