@@ -7,7 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"strconv"
+	"slices"
 	"strings"
 
 	"github.com/sandpit-dev/sandpit/internal/protocol"
@@ -45,9 +45,20 @@ func NewPlan(spec Spec, base, baseID string, pip protocol.PipOptions) (Plan, err
 		lines = append(lines, fmt.Sprintf(format, args...))
 		stepOf = append(stepOf, step)
 	}
+	// Few instructions of sandpit's own: the classic builder creates a container and commits
+	// it for each (about 20 s each on fuse-overlayfs), ENV and ENTRYPOINT too. The env reaches
+	// the build's RUN steps through env(1) in each; the sessions of the template get it from the
+	// daemon, and every container's entrypoint is the runtime's, whatever the image says.
+	var env []string
+	if keys := sortedEnv(spec); len(keys) > 0 {
+		env = []string{"env"}
+		for _, k := range keys {
+			env = append(env, k+"="+spec.Env[k])
+		}
+	}
+	run := func(args ...string) string { return execForm(append(slices.Clone(env), args...)) }
 	if spec.Dockerfile != "" {
-		// The user's Dockerfile counts as one step; sandpit's trailer clears its last stage's
-		// entrypoint.
+		// The user's Dockerfile counts as one step.
 		labels = append(labels, "dockerfile")
 		df := strings.TrimRight(spec.Dockerfile, "\n") + "\n"
 		n := countInstructions(df)
@@ -59,14 +70,6 @@ func NewPlan(spec Spec, base, baseID string, pip protocol.PipOptions) (Plan, err
 		add(-1, "FROM %s", base)
 		add(-1, "USER root")
 	}
-	if keys := sortedEnv(spec); len(keys) > 0 {
-		// One instruction: each costs the classic builder a commit.
-		pairs := make([]string, len(keys))
-		for i, k := range keys {
-			pairs[i] = k + "=" + strconv.Quote(spec.Env[k])
-		}
-		add(-1, "ENV %s", strings.Join(pairs, " "))
-	}
 	if spec.Workdir != "" {
 		add(-1, "WORKDIR %s", spec.Workdir)
 	}
@@ -77,22 +80,19 @@ func NewPlan(spec Spec, base, baseID string, pip protocol.PipOptions) (Plan, err
 		case len(st.Apt) > 0:
 			script := "set -e; export DEBIAN_FRONTEND=noninteractive; apt-get " + aptOptions + " update; " +
 				"apt-get " + aptOptions + " install -y --no-install-recommends -- \"$@\"; apt-get clean; rm -rf /var/lib/apt/lists/*"
-			add(i, "RUN %s", execForm(append([]string{"/bin/sh", "-c", script, "apt"}, st.Apt...)))
+			add(i, "RUN %s", run(append([]string{"/bin/sh", "-c", script, "apt"}, st.Apt...)...))
 		case len(st.Pip) > 0:
 			args := append([]string{"env", "PIP_BREAK_SYSTEM_PACKAGES=1", "PIP_DISABLE_PIP_VERSION_CHECK=1", "python3", "-m", "pip", "install", "--no-cache-dir"}, pipArgs...)
-			add(i, "RUN %s", execForm(append(append(args, "--"), st.Pip...)))
+			add(i, "RUN %s", run(append(append(args, "--"), st.Pip...)...))
 		case st.File != nil:
 			mode, _ := fileMode(st.File.Mode)
 			name := fmt.Sprintf("files/%d", i)
 			files = append(files, tarFile{name, mode, []byte(st.File.Content)})
 			add(i, "COPY %s", execForm([]string{name, st.File.Path}))
 		default:
-			add(i, "RUN %s", execForm([]string{"/bin/sh", "-c", st.Run}))
+			add(i, "RUN %s", run("/bin/sh", "-c", st.Run))
 		}
 	}
-	// The box's own command starts under tini, never through the image's entrypoint (sandpit's
-	// layer sets USER root itself; each instruction costs the classic builder a commit).
-	add(-1, "ENTRYPOINT []")
 	df := strings.Join(lines, "\n") + "\n"
 	ctx, err := tarContext(append([]tarFile{{"Dockerfile", 0o644, []byte(df)}}, files...))
 	if err != nil {
@@ -100,7 +100,7 @@ func NewPlan(spec Spec, base, baseID string, pip protocol.PipOptions) (Plan, err
 	}
 	h := sha256.New()
 	pipJSON, _ := json.Marshal(pip)
-	for _, part := range [][]byte{[]byte("sandpit-template-1"), []byte(base), []byte(baseID), pipJSON, ctx} {
+	for _, part := range [][]byte{[]byte("sandpit-template-2"), []byte(base), []byte(baseID), pipJSON, ctx} {
 		fmt.Fprintf(h, "%d:", len(part))
 		h.Write(part)
 	}

@@ -60,19 +60,25 @@ func TestPlan(t *testing.T) {
 	}
 	for _, want := range []string{
 		"FROM sandpit-base:bookworm-2\n",
-		`ENV A="q\"uote" B="2"` + "\n",
+		`RUN ["env","A=q\"uote","B=2","/bin/sh","-c",`,
 		`"apt","jq"]`,
+		`RUN ["env","A=q\"uote","B=2","env","PIP_BREAK_SYSTEM_PACKAGES=1",`,
 		`"--index-url","http://10.0.0.1:9/simple/","--trusted-host","10.0.0.1","--","tinypkg==1.0"]`,
 		`COPY ["files/2","/opt/a b"]`,
-		`RUN ["/bin/sh","-c","echo \"$HOME\""]`,
-		"\nENTRYPOINT []\n",
+		`RUN ["env","A=q\"uote","B=2","/bin/sh","-c","echo \"$HOME\""]`,
 	} {
 		if !strings.Contains(p.Dockerfile, want) {
 			t.Errorf("Dockerfile lacks %q:\n%s", want, p.Dockerfile)
 		}
 	}
-	// FROM, USER, ENV, WORKDIR, 4 steps, ENTRYPOINT.
-	if got := fmt.Sprint(p.StepOf); got != "[-1 -1 -1 -1 0 1 2 3 -1]" {
+	// Each instruction is a container and a commit: no ENV, no ENTRYPOINT.
+	for _, unwanted := range []string{"\nENV ", "\nENTRYPOINT ", "\nLABEL "} {
+		if strings.Contains(p.Dockerfile, unwanted) {
+			t.Errorf("Dockerfile has %q:\n%s", unwanted, p.Dockerfile)
+		}
+	}
+	// FROM, USER, WORKDIR, 4 steps.
+	if got := fmt.Sprint(p.StepOf); got != "[-1 -1 -1 0 1 2 3]" {
 		t.Errorf("StepOf %s", got)
 	}
 	again, _ := template.NewPlan(spec, "sandpit-base:bookworm-2", "sha256:1", pip)

@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"text/template"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/jsonstream"
@@ -24,8 +25,48 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/runtime/boxspec"
 )
 
+// dockerfile is the sandbox layer's Dockerfile, a text/template of recipeFile.
+//
 //go:embed Dockerfile
 var dockerfile []byte
+
+var dockerfileTemplate = template.Must(template.New("Dockerfile").Parse(string(dockerfile)))
+
+// recipeFile is what the Dockerfile is rendered with: Base the image it starts from, Root
+// whether it must switch to root (the base's user is another, or unknown), Packages the
+// preinstalled packages as one shell word, and the users' layout.
+type recipeFile struct {
+	Base, Packages                                            string
+	Root                                                      bool
+	UIDBase, SlotUsers, SessionUsers, UIDBlocks, InstallerUID int
+}
+
+// render renders the Dockerfile of r on a base whose configured user is baseUser (known
+// false: the base could not be inspected, as before a pull).
+func render(r Recipe, baseUser string, known bool) []byte {
+	var b bytes.Buffer
+	err := dockerfileTemplate.Execute(&b, recipeFile{
+		Base: r.BaseImage, Packages: shellQuote(strings.Join(r.Packages, " ")),
+		Root:    !known || !isRoot(baseUser),
+		UIDBase: boxspec.UIDBase, SlotUsers: MaxSlots, SessionUsers: MaxSessions, UIDBlocks: boxspec.UIDBlocks, InstallerUID: boxspec.InstallerUID,
+	})
+	if err != nil {
+		panic(err) // the template is ours and its data complete: tested
+	}
+	return b.Bytes()
+}
+
+// isRoot reports whether an image's configured user (Config.User: "name", "uid" or either
+// with ":group") is root; "" is root.
+func isRoot(user string) bool {
+	u, _, _ := strings.Cut(user, ":")
+	return u == "" || u == "root" || u == "0"
+}
+
+// shellQuote quotes s as one word of a POSIX shell.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
 
 // MaxSlots is how many slot users the image has.
 const MaxSlots = boxspec.MaxSlots
@@ -154,24 +195,20 @@ func (p pullProgress) update(m jsonstream.Message) (float64, bool) {
 func (img Image) Build(ctx context.Context, api client.APIClient, progress io.Writer) error {
 	fractions, _ := progress.(Fractions)
 	pull := pullProgress{}
-	buildCtx, err := img.context()
+	base, baseErr := api.ImageInspect(ctx, img.BaseImage)
+	var user string
+	if baseErr == nil && base.Config != nil {
+		user = base.Config.User
+	}
+	buildCtx, err := img.context(render(img.Recipe, user, baseErr == nil))
 	if err != nil {
 		return err
 	}
-	_, baseErr := api.ImageInspect(ctx, img.BaseImage)
+	// No labels: each is an instruction, a commit (see the Dockerfile).
 	resp, err := api.ImageBuild(ctx, buildCtx, client.ImageBuildOptions{
 		Tags:        []string{img.Tag},
 		Remove:      true,
 		ForceRemove: true,
-		BuildArgs: map[string]*string{
-			"BASE_IMAGE":    ptr(img.BaseImage),
-			"PACKAGES":      ptr(strings.Join(img.Packages, " ")),
-			"UID_BASE":      ptr(strconv.Itoa(boxspec.UIDBase)),
-			"SLOT_USERS":    ptr(strconv.Itoa(MaxSlots)),
-			"SESSION_USERS": ptr(strconv.Itoa(MaxSessions)),
-			"UID_BLOCKS":    ptr(strconv.Itoa(boxspec.UIDBlocks)),
-		},
-		Labels: map[string]string{labelManaged: "1"},
 	})
 	if err != nil {
 		return img.buildError(err, baseErr)
@@ -224,7 +261,8 @@ func (img Image) buildError(err, baseErr error) error {
 	return fmt.Errorf("building the sandbox image %s: %w", img.Tag, err)
 }
 
-func (img Image) context() (io.Reader, error) {
+// context is the build context: the rendered Dockerfile, the executor and the bootstrap.
+func (img Image) context(dockerfile []byte) (io.Reader, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	files := []struct {

@@ -70,7 +70,7 @@ func (e *TemplateEngine) BuildLayer(ctx context.Context, plan template.Plan, tag
 		MemorySwap:  e.Box.MemorySwapBytes,
 		CPUPeriod:   100_000,
 		CPUQuota:    e.Box.NanoCPUs / 10_000, // of each 100 ms period, in µs
-		Labels:      map[string]string{labelManaged: "1", "dev.sandpit.template": plan.Hash[:16]},
+		// No labels: each is an instruction, a container and a commit (see the Dockerfile).
 	})
 	if err != nil {
 		return err
