@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 )
@@ -31,12 +33,13 @@ func (o *options) templateBuildCommand() *cobra.Command {
 		shared bool
 	)
 	cmd := &cobra.Command{
-		Use:   "build NAME -f SPEC.json|Dockerfile",
-		Short: "Build a template from a JSON spec or a Dockerfile, printing its progress",
+		Use:   "build NAME -f SPEC.json|SPEC.yaml|Dockerfile",
+		Short: "Build a template from a JSON or YAML spec or a Dockerfile, printing its progress",
 		Long: `Build the agent's template NAME from -f: a JSON spec ({"base": ..., "steps": [{"apt": [...]},
 {"pip": [...]}, {"file": {...}}, {"run": "..."}], "env": {...}, "workdir": ..., "start": {...}};
-see docs/templates.md), or a Dockerfile (any file that is not a JSON object; no build context,
-so COPY and ADD of local files fail). The same spec builds once: a rebuild is cached. Sessions
+see docs/templates.md), the same spec in YAML (a .yaml or .yml file, or one whose first line
+is a key such as "steps:"), or a Dockerfile (anything else; no build context, so COPY and ADD
+of local files fail). The same spec builds once: a rebuild is cached. Sessions
 and runs start from it with --template NAME.`,
 		Example: `  echo '{"steps": [{"apt": ["jq"]}, {"pip": ["requests"]}]}' > tools.json
   sandpit template build tools -f tools.json
@@ -44,21 +47,15 @@ and runs start from it with --template NAME.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if file == "" {
-				return usageErrorf("give the spec with -f FILE (a JSON spec or a Dockerfile; - reads standard input)")
+				return usageErrorf("give the spec with -f FILE (a JSON or YAML spec or a Dockerfile; - reads standard input)")
 			}
 			raw, err := o.readSpecFile(file)
 			if err != nil {
 				return err
 			}
-			var spec apitype.TemplateSpec
-			if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '{' {
-				dec := json.NewDecoder(bytes.NewReader(t))
-				dec.DisallowUnknownFields()
-				if err := dec.Decode(&spec); err != nil {
-					return usageErrorf("-f %s: not a template spec: %v (see docs/templates.md for its fields)", file, err)
-				}
-			} else {
-				spec.Dockerfile = string(raw)
+			spec, err := parseSpecFile(file, raw)
+			if err != nil {
+				return err
 			}
 			c, err := o.daemon(cmd, f)
 			if err != nil {
@@ -91,9 +88,50 @@ and runs start from it with --template NAME.`,
 		},
 	}
 	f.register(cmd.Flags(), true)
-	cmd.Flags().StringVarP(&file, "file", "f", "", "the JSON spec or Dockerfile to build (- reads standard input)")
+	cmd.Flags().StringVarP(&file, "file", "f", "", "the JSON or YAML spec or Dockerfile to build (- reads standard input)")
 	cmd.Flags().BoolVar(&shared, "shared", false, "let every agent start it, as AGENT/NAME")
 	return cmd
+}
+
+// yamlKey matches a YAML spec's first line ("steps:", "base: x"); a Dockerfile's starts with
+// an instruction and a space ("FROM x").
+var yamlKey = regexp.MustCompile(`^[A-Za-z_]+:(\s|$)`)
+
+// parseSpecFile reads -f's content: a JSON spec (an object), a YAML spec (a .yaml or .yml
+// file, or a first line that is a key), else a Dockerfile. Errors are usage errors naming
+// the file.
+func parseSpecFile(name string, raw []byte) (apitype.TemplateSpec, error) {
+	var spec apitype.TemplateSpec
+	t := bytes.TrimSpace(raw)
+	isYAML := strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml") || yamlKey.Match(firstLine(t))
+	switch {
+	case len(t) > 0 && t[0] == '{':
+	case isYAML:
+		j, err := yaml.YAMLToJSON(t)
+		if err != nil {
+			return spec, usageErrorf("-f %s: not a YAML template spec: %v (see docs/templates.md for its fields)", name, err)
+		}
+		t = j
+	default:
+		spec.Dockerfile = string(raw)
+		return spec, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(t))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		return spec, usageErrorf("-f %s: not a template spec: %v (see docs/templates.md for its fields)", name, err)
+	}
+	return spec, nil
+}
+
+// firstLine is b's first line that is not blank or a comment.
+func firstLine(b []byte) []byte {
+	for line := range bytes.Lines(b) {
+		if l := bytes.TrimSpace(line); len(l) > 0 && l[0] != '#' {
+			return l
+		}
+	}
+	return nil
 }
 
 func (o *options) readSpecFile(name string) ([]byte, error) {
