@@ -131,6 +131,20 @@ func (e *BuildError) Error() string {
 
 func (e *BuildError) Unwrap() error { return e.Err }
 
+// builderExit matches the classic builder's error for a RUN that failed, which quotes the
+// whole generated command line: "The command '/bin/sh -c set -e; ...' returned a non-zero
+// code: 100" (and, for an exec-form RUN, "The command '[...]' ...").
+var builderExit = regexp.MustCompile(`(?s)^The command .* returned a non-zero code: (\d+)$`)
+
+// stepExit says err as the step's exit status when it is the builder's error for a failed
+// RUN: the step's label and output already say what ran and what it printed.
+func stepExit(err error) error {
+	if m := builderExit.FindStringSubmatch(err.Error()); m != nil {
+		return fmt.Errorf("it exited with status %s", m[1])
+	}
+	return err
+}
+
 // BuildRequest is a template to build.
 type BuildRequest struct {
 	Agent  string
@@ -253,7 +267,7 @@ func (s *Service) Build(ctx context.Context, req BuildRequest, emit func(Event))
 	t.Log = out.log.String()
 	t.UpdatedAt = time.Now().UTC()
 	if err != nil {
-		berr := &BuildError{Step: out.step, Label: out.label, Output: out.stepOutput.String(), Err: err}
+		berr := &BuildError{Step: out.step, Label: out.label, Output: out.stepOutput.String(), Err: stepExit(err)}
 		t.Status, t.Error = StatusFailed, berr.Error()
 		stored := t
 		if keep {
@@ -427,6 +441,10 @@ type stepWriter struct {
 
 var builderStep = regexp.MustCompile(`^Step (\d+)/(\d+) :`)
 
+// ansiEscape matches a terminal's escape sequences (CSI, such as colours, and OSC), which apt
+// and pip print even into a pipe and which mean nothing in a log read as text.
+var ansiEscape = regexp.MustCompile(`\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-Z\\-_])`)
+
 func (w *stepWriter) Write(p []byte) (int, error) {
 	w.partial = append(w.partial, p...)
 	for {
@@ -456,6 +474,7 @@ func (w *stepWriter) line(l string) {
 			}
 		}
 	}
+	l = ansiEscape.ReplaceAllString(l, "")
 	w.log.add(l)
 	w.stepOutput.add(l)
 	w.emit(Event{Type: "log", Step: w.step, Line: l})

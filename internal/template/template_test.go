@@ -107,8 +107,8 @@ func (e *fakeEngine) BuildLayer(_ context.Context, p template.Plan, tag string, 
 	for i := range p.StepOf {
 		fmt.Fprintf(out, "Step %d/%d : X\n", i+1, len(p.StepOf))
 		if p.StepOf[i] == 1 && strings.Contains(p.Dockerfile, "exit 3") {
-			fmt.Fprintln(out, "boom")
-			return errors.New("The command returned a non-zero code: 3")
+			fmt.Fprintln(out, "\x1b[1;31mboom\x1b[0m")
+			return errors.New(`The command '/bin/sh -c echo boom; exit 3' returned a non-zero code: 3`)
 		}
 	}
 	e.images[tag] = true
@@ -154,6 +154,11 @@ func TestServiceCacheFailureOwnership(t *testing.T) {
 	var be *template.BuildError
 	if !errors.As(err, &be) || be.Step != 2 || !strings.Contains(be.Output, "boom") || errclass.Of(err) != errclass.Invalid {
 		t.Fatalf("failing build: %v", err)
+	}
+	// It leads with the step and its exit status, not the builder's quote of the generated
+	// command line, and its output holds no terminal escapes.
+	if want := "step 2 (run echo boom; exit 3) failed: it exited with status 3\noutput:\n"; !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "\x1b") {
+		t.Errorf("failing build's error %q, want it to start %q without escapes", err, want)
 	}
 	if got, _ := svc.Get(ctx, "alice", "broken"); got.Status != template.StatusFailed || !strings.Contains(got.Error, "step 2 (run echo boom; exit 3)") {
 		t.Errorf("stored failure: %+v", got)
