@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/engine"
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/template"
 )
@@ -197,5 +199,46 @@ func TestTemplateStartCommandHasTheSessionsEgress(t *testing.T) {
 	}
 	if got := op.last.egressAtStart; len(got) != 1 || !got[0] {
 		t.Fatalf("the start command's egress at its start: %v, want set", got)
+	}
+}
+
+// crashBox's background command (a template's start command) ends at once with exit code 1
+// and what its box kept of its stderr; every other command (the ready check) fails.
+type crashBox struct{ *egressBox }
+
+func (b *crashBox) StartCommand(_ context.Context, _ string, spec sandbox.CommandSpec, sink func(sandbox.ProcessEvent)) (int, error) {
+	ev := sandbox.ProcessEvent{End: &sandbox.ProcessEnd{ExitCode: 1, Outcome: sandbox.OutcomeOK}}
+	if spec.Background {
+		ev.Tail = &sandbox.ProcessTail{Stderr: "starting\nerror: address already in use\n"}
+	}
+	go sink(ev)
+	return 1, nil
+}
+
+type crashOpener struct{ egressOpener }
+
+func (o *crashOpener) OpenSessionImage(ctx context.Context, id, _ string) (sandbox.SessionBox, error) {
+	b, _ := o.egressOpener.OpenSession(ctx, id)
+	return &crashBox{b.(*egressBox)}, nil
+}
+
+// crashTemplate's start command never gets ready.
+type crashTemplate struct{}
+
+func (crashTemplate) Resolve(_ context.Context, _, ref string) (template.Template, error) {
+	return template.Template{Name: ref, Image: "img", Spec: apitype.TemplateSpec{Start: &apitype.TemplateStart{Cmd: "serve", Ready: "check", ReadyTimeoutMS: 10_000}}}, nil
+}
+
+// TestTemplateStartCommandThatEndsSaysWhatItWrote: a start command that ends before its ready
+// check passes fails the session's create with its exit code and the end of its output, as
+// invalid (a new user got "503, retry after 1s" and nothing of what it said).
+func TestTemplateStartCommandThatEndsSaysWhatItWrote(t *testing.T) {
+	m := newKeeper(newService(engine.Hooks{Egress: workspacePolicy{}}), &crashOpener{}, newMemLedger(), lifecycleConfig(t.TempDir()))
+	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	m.SetTemplates(crashTemplate{})
+	_, err := m.Create(t.Context(), sandbox.SessionRequest{Agent: "a", Template: "web"})
+	if err == nil || errclass.Of(err) != errclass.Invalid || !strings.Contains(err.Error(), `start command "serve" ended (exit code 1)`) ||
+		!strings.Contains(err.Error(), "it wrote: starting | error: address already in use") {
+		t.Fatalf("create: %v (class %v), want invalid, naming the exit code and the output", err, errclass.Of(err))
 	}
 }

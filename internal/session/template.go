@@ -68,8 +68,8 @@ const readyPoll = 200 * time.Millisecond
 
 // startTemplate runs t's start command in box (in the background, as the session's user,
 // in its workdir, with env and, for a session with secrets, their CA as its commands have
-// them) and waits until its ready check exits 0. Errors are of class unavailable and name the
-// command and what it said.
+// them) and waits until its ready check exits 0. Errors name the command and what it said:
+// of class invalid when the command ended before it was ready, else unavailable.
 func startTemplate(ctx context.Context, box sandbox.SessionBox, t *template.Template, env map[string]string, ca string) error {
 	st := t.Spec.Start
 	if st == nil {
@@ -79,10 +79,10 @@ func startTemplate(ctx context.Context, box sandbox.SessionBox, t *template.Temp
 	if t.Spec.Workdir != "" {
 		spec.Cwd, spec.AnyCwd = t.Spec.Workdir, true
 	}
-	ended := make(chan *sandbox.ProcessEnd, 1)
+	ended := make(chan sandbox.ProcessEvent, 1) // its end, with what the box kept of its output
 	if _, err := box.StartCommand(ctx, sandbox.NewProcessID(), spec, func(ev sandbox.ProcessEvent) {
 		if ev.End != nil {
-			ended <- ev.End
+			ended <- ev
 		}
 	}); err != nil {
 		return fmt.Errorf("starting template %q's start command: %w", t.Name, err)
@@ -123,13 +123,39 @@ func startTemplate(ctx context.Context, box sandbox.SessionBox, t *template.Temp
 			last = err.Error()
 		}
 		select {
-		case end := <-ended:
-			return errclass.Newf(errclass.Unavailable, "template %q's start command %q ended (exit code %d) before its ready check %q passed", t.Name, st.Cmd, end.ExitCode, st.Ready)
+		case ev := <-ended:
+			// Not unavailable: starting again fails again; the template needs fixing.
+			return errclass.Newf(errclass.Invalid, "template %q's start command %q ended (%s) before its ready check %q passed%s; fix the command and build the template again",
+				t.Name, st.Cmd, endSaid(ev.End), st.Ready, wrote(ev.Tail))
 		case <-ctx.Done():
 			return errclass.Newf(errclass.Unavailable, "template %q's ready check %q did not pass within %d ms (last: %s)", t.Name, st.Ready, timeout.Milliseconds(), last)
 		case <-time.After(readyPoll):
 		}
 	}
+}
+
+// endSaid says how a command ended: its exit code, or its outcome's reason.
+func endSaid(end *sandbox.ProcessEnd) string {
+	if end.Outcome == sandbox.OutcomeOK {
+		return fmt.Sprintf("exit code %d", end.ExitCode)
+	}
+	return end.Reason
+}
+
+// wrote is "; it wrote: " and the last lines of what a background command's box kept of its
+// stderr, else of its stdout ("" when it wrote nothing).
+func wrote(tail *sandbox.ProcessTail) string {
+	if tail == nil {
+		return ""
+	}
+	out := strings.TrimSpace(tail.Stderr)
+	if out == "" {
+		out = strings.TrimSpace(tail.Stdout)
+	}
+	if out == "" {
+		return ""
+	}
+	return "; it wrote: " + lastLines(out, 5)
 }
 
 // RunOnce runs req in a session of its own made by sreq (a template's, say) and closes the
