@@ -170,6 +170,20 @@ func (s *Service) Build(ctx context.Context, req BuildRequest, emit func(Event))
 	if err := Validate(req.Spec); err != nil {
 		return Template{}, err
 	}
+	// The base first: a spec that cannot build is told so, not that the daemon is busy.
+	base, err := s.base(ctx, req.Agent, req.Spec)
+	if err != nil {
+		return Template{}, err
+	}
+	baseID := ""
+	if req.Spec.Dockerfile == "" {
+		if baseID, err = s.engine.ImageID(ctx, base); err != nil {
+			if errclass.Of(err) == errclass.NotFound {
+				return Template{}, &sandbox.FieldError{Field: "spec.base", Message: fmt.Sprintf("the image %q is not in the engine; name an image it has (`docker images`) or template:NAME", base)}
+			}
+			return Template{}, err
+		}
+	}
 	key := req.Agent + "/" + req.Name
 	s.mu.Lock()
 	if s.building[key] {
@@ -212,19 +226,6 @@ func (s *Service) Build(ctx context.Context, req BuildRequest, emit func(Event))
 		}
 		if own >= s.cfg.PerAgent {
 			return Template{}, errclass.Newf(errclass.Busy, "agent %q has %d templates, the most templates_per_agent allows; remove one (DELETE /v1/templates/{name}) first", req.Agent, own)
-		}
-	}
-	base, err := s.base(ctx, req.Agent, req.Spec)
-	if err != nil {
-		return Template{}, err
-	}
-	baseID := ""
-	if req.Spec.Dockerfile == "" {
-		if baseID, err = s.engine.ImageID(ctx, base); err != nil {
-			if errclass.Of(err) == errclass.NotFound {
-				return Template{}, &sandbox.FieldError{Field: "spec.base", Message: fmt.Sprintf("the image %q is not in the engine; name an image it has (`docker images`) or template:NAME", base)}
-			}
-			return Template{}, err
 		}
 	}
 	plan, err := NewPlan(req.Spec, base, baseID, s.cfg.Pip)

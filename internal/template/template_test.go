@@ -204,3 +204,42 @@ func TestServiceCacheFailureOwnership(t *testing.T) {
 		t.Errorf("after delete: %v", err)
 	}
 }
+
+// blockingEngine's layer builds wait for release.
+type blockingEngine struct {
+	*fakeEngine
+	started, release chan struct{}
+}
+
+func (e *blockingEngine) BuildLayer(ctx context.Context, p template.Plan, tag string, out io.Writer) error {
+	e.started <- struct{}{}
+	<-e.release
+	return e.fakeEngine.BuildLayer(ctx, p, tag, out)
+}
+
+// A spec whose base the engine lacks is told so while another build runs, not that the daemon
+// is busy (a new user's typo was answered 429 and retried in vain).
+func TestBadBaseIsToldWhileABuildRuns(t *testing.T) {
+	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	eng := &blockingEngine{&fakeEngine{images: map[string]bool{"base": true}}, make(chan struct{}), make(chan struct{})}
+	svc := template.NewService(st, eng, template.Config{DefaultBase: "base", BuildTimeout: time.Minute, PerAgent: 5}, nil)
+	done := make(chan error, 1)
+	go func() {
+		_, err := svc.Build(t.Context(), template.BuildRequest{Agent: "alice", Name: "tools", Spec: template.Spec{Steps: []template.Step{{Run: "true"}}}}, nil)
+		done <- err
+	}()
+	<-eng.started
+	_, err = svc.Build(t.Context(), template.BuildRequest{Agent: "alice", Name: "other", Spec: template.Spec{Base: "no-such-image", Steps: []template.Step{{Run: "true"}}}}, nil)
+	var fe *sandbox.FieldError
+	if !errors.As(err, &fe) || fe.Field != "spec.base" {
+		t.Errorf("a build on a missing base while another runs: %v, want a field error of spec.base", err)
+	}
+	close(eng.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
