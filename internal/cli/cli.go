@@ -267,10 +267,25 @@ func inFlagWords(cmd *cobra.Command, err error) string {
 	if cmd.Flags().Lookup(flag) == nil {
 		return msg
 	}
-	if !fieldMention(field).MatchString(msg) {
+	// A mention is the field when it reads as one: a name with "_", "." or an index, a
+	// "force=true", or the message's subject at its start. A plain word elsewhere ("has no
+	// template") is the message's own noun and stays.
+	identifier := strings.ContainsAny(field, "_.[")
+	var b strings.Builder
+	last, replaced := 0, false
+	for _, m := range fieldMention(field).FindAllStringSubmatchIndex(msg, -1) {
+		name := m[3] // after the character before the mention
+		if !identifier && m[4] == m[5] && name != 0 {
+			continue
+		}
+		b.WriteString(msg[last:name])
+		b.WriteString("--" + flag)
+		last, replaced = m[1], true
+	}
+	if !replaced {
 		return "--" + flag + ": " + msg
 	}
-	return fieldMention(field).ReplaceAllString(msg, "${1}--"+flag)
+	return b.String() + msg[last:]
 }
 
 // configFlag registers a string flag that sets a config key when given.

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
@@ -31,10 +33,32 @@ func TestInCommandWords(t *testing.T) {
 		{"resume or close a paused session, or hibernate one (POST …/sessions/{id}/hibernate)", "hibernate one (sandpit session hibernate ID)"},
 		{`session se_abc has no process "pr_x"; GET …/sessions/se_abc/processes lists them`, "sandpit session ps se_abc lists them"},
 		{"path: is missing: give ?path= a path under /home/user (relative paths start there)", "is missing: give ID:PATH with a path under /home/user"},
+		{`agent "bob" has no template "tools" it may use; GET /v1/templates lists them`, `it may use; sandpit template ls lists them`},
 	} {
 		got := inCommandWords(c.daemon)
 		if !strings.Contains(got, c.want) || restRoute.MatchString(got) {
 			t.Errorf("%q\nbecame %q\nwant it to say %q and no REST route", c.daemon, got, c.want)
+		}
+	}
+}
+
+// A field that is also a plain word of its message is named as the flag only where it is the
+// message's subject: a new user read "agent "bob" has no --template "tools"".
+func TestInFlagWordsLeavesTheFieldsNoun(t *testing.T) {
+	cmd := &cobra.Command{Use: "new"}
+	cmd.Flags().String("template", "", "")
+	cmd.Flags().Int("timeout", 0, "")
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{&sandbox.FieldError{Field: "template", Message: `agent "bob" has no template "tools" it may use; GET /v1/templates lists them`},
+			`--template: agent "bob" has no template "tools" it may use; sandpit template ls lists them`},
+		{&sandbox.FieldError{Field: "template", Message: `template "tools" is failed, not ready`}, `--template "tools" is failed, not ready`},
+		{&sandbox.FieldError{Field: "timeout_ms", Message: "must be at most 600000; timeout_ms is in milliseconds"}, "--timeout: must be at most 600000; --timeout is in milliseconds"},
+	} {
+		if got := inFlagWords(cmd, c.err); got != c.want {
+			t.Errorf("%v\nbecame %q\nwant   %q", c.err, got, c.want)
 		}
 	}
 }

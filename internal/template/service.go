@@ -413,7 +413,11 @@ func (s *Service) Resolve(ctx context.Context, agent, ref string) (Template, err
 	if t.Status != StatusReady {
 		msg := fmt.Sprintf("template %q is %s, not ready: wait for its build to end (GET its template shows its status and log) and start it then", ref, t.Status)
 		if t.Status != StatusBuilding {
-			msg = fmt.Sprintf("template %q is %s, not ready: %s; build it again", ref, t.Status, t.Error)
+			// The error's first line: its output is in the template's log, not in every
+			// start's error.
+			why, _, _ := strings.Cut(t.Error, "\n")
+			msg = fmt.Sprintf("template %q is %s, not ready: %s (its log: GET /v1/agents/%s/templates/%s, or sandpit template show %s); build it again",
+				ref, t.Status, why, owner, name, name)
 		}
 		return Template{}, &sandbox.FieldError{Field: "template", Message: msg}
 	}

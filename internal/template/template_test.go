@@ -163,6 +163,11 @@ func TestServiceCacheFailureOwnership(t *testing.T) {
 	if got, _ := svc.Get(ctx, "alice", "broken"); got.Status != template.StatusFailed || !strings.Contains(got.Error, "step 2 (run echo boom; exit 3)") {
 		t.Errorf("stored failure: %+v", got)
 	}
+	// Starting it says why in one line and where its log is, not the whole output.
+	if _, err := svc.Resolve(ctx, "alice", "broken"); err == nil || strings.Contains(err.Error(), "boom\n") || strings.Contains(err.Error(), "output:") ||
+		!strings.Contains(err.Error(), "failed: it exited with status 3 (its log: GET /v1/agents/alice/templates/broken, or sandpit template show broken)") {
+		t.Errorf("starting the failed template: %v", err)
+	}
 	// A failed rebuild leaves the ready version serving, and says so.
 	if _, err := svc.Build(ctx, template.BuildRequest{Agent: "alice", Name: "tools", Spec: template.Spec{Steps: []template.Step{{Run: "true"}, {Run: "exit 3"}}}}, nil); err == nil {
 		t.Fatal("a failing rebuild succeeded")
