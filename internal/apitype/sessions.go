@@ -30,6 +30,9 @@ type SessionCreate struct {
 	// each is an environment variable holding a placeholder the egress proxy replaces with the
 	// value in a request to one of the secret's hosts. At most 16.
 	Secrets []string `json:"secrets,omitempty"`
+	// Env are environment variables of the session's code (os.environ) and commands, over its
+	// template's env (at most 64; names of letters, digits and "_"; not a secret's name).
+	Env map[string]string `json:"env,omitempty"`
 }
 
 // SessionCall is the body of POST /v1/agents/{agent}/sessions/{id}/executions: code run in

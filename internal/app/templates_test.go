@@ -113,7 +113,7 @@ func TestTemplates(t *testing.T) {
 		if status, body := httpCall(t, "PUT", url+"/v1/secrets/TOKEN", `{"value": "tok-VALUE-2718", "hosts": ["api.example.com"]}`); status != 200 {
 			t.Fatalf("setting a secret: %d %s", status, body)
 		}
-		status, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions", `{"template": "tools", "secrets": ["TOKEN"]}`)
+		status, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions", `{"template": "tools", "secrets": ["TOKEN"], "env": {"MODE": "rest"}}`)
 		if status != 201 {
 			t.Fatalf("create: %d %s", status, body)
 		}
@@ -132,7 +132,7 @@ OUTPUT = {"jq": subprocess.run(["jq", "-n", "1+1"], capture_output=True, text=Tr
           "tiny": tinypkg.VALUE, "file": open("/opt/tools/hello.txt").read(),
           "jq_version": open("/opt/tools/jq-version").read().strip(),
           "started": os.path.exists("/tmp/started"), "uid": os.getuid(), "root_writable": root_writable,
-          "greeting": os.environ.get("GREETING")}`
+          "greeting": os.environ.get("GREETING"), "mode": os.environ.get("MODE")}`
 		raw, _ := json.Marshal(map[string]string{"code": code})
 		status, body = httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+s.ID+"/executions", string(raw))
 		var res struct {
@@ -147,6 +147,7 @@ OUTPUT = {"jq": subprocess.run(["jq", "-n", "1+1"], capture_output=True, text=Tr
 				RootWritable bool   `json:"root_writable"`
 				UID          int    `json:"uid"`
 				Greeting     string `json:"greeting"`
+				Mode         string `json:"mode"`
 			} `json:"output"`
 		}
 		if err := json.Unmarshal(body, &res); err != nil || status != 200 || res.Outcome != "ok" {
@@ -156,8 +157,8 @@ OUTPUT = {"jq": subprocess.run(["jq", "-n", "1+1"], capture_output=True, text=Tr
 		if o.JQ != "2" || o.Tiny != "tiny 1.0" || o.File != "hello from the template\n" || !strings.HasPrefix(o.JQVersion, "jq-") || !o.Started {
 			t.Errorf("in the session: %s", body)
 		}
-		if o.Greeting != "hi there" {
-			t.Errorf("the session's code sees GREETING %q, want the template's env", o.Greeting)
+		if o.Greeting != "hi there" || o.Mode != "rest" {
+			t.Errorf("the session's code sees GREETING %q and MODE %q, want the template's env and the request's", o.Greeting, o.Mode)
 		}
 		// A call's own change to a variable of the env persists, as its globals do.
 		raw, _ = json.Marshal(map[string]string{"code": "import os; os.environ['GREETING'] = 'changed'"})

@@ -38,6 +38,7 @@ func (o *options) sessionNewCommand() *cobra.Command {
 		autoPause      bool
 		tmpl           string
 		secrets        []string
+		env            []string
 	)
 	cmd := &cobra.Command{
 		Use:   "new",
@@ -52,6 +53,10 @@ rm ID), after --idle without a call, after --lifetime, or when a call must be ki
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d := apitype.SessionCreate{Template: tmpl, Dependencies: deps, AutoResume: autoResume, Secrets: secrets}
+			var err error
+			if d.Env, err = envFlag(env); err != nil {
+				return err
+			}
 			if cmd.Flags().Changed("auto-pause") {
 				d.AutoPause = &autoPause
 			}
@@ -94,6 +99,7 @@ rm ID), after --idle without a call, after --lifetime, or when a call must be ki
 	fl.DurationVar(&lifetime, "lifetime", 0, "end the session after it ran this long, paused time not counted (default and most: the daemon's session_max_lifetime_ms, 1h)")
 	fl.BoolVar(&autoResume, "auto-resume", false, "a call to the session while it is paused or hibernated resumes it (else the call fails until sandpit session resume)")
 	fl.BoolVar(&autoPause, "auto-pause", false, "pause the session at its idle timeout instead of ending it (default: the daemon's session_auto_pause)")
+	fl.StringArrayVarP(&env, "env", "e", nil, "an environment variable NAME=VALUE of the session's code and commands (over its template's), repeatable")
 	fl.StringArrayVar(&secrets, "secret", nil, "a secret the session's code and commands may use, repeatable: they see $NAME holding a placeholder the egress proxy replaces for the secret's hosts (sandpit secrets list; docs/secrets.md)")
 	return cmd
 }

@@ -72,15 +72,9 @@ sandpit stops first, the command gets SIGHUP, as from a terminal that closed.`,
 		}),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := apitype.CommandRequest{Cmd: shell, Argv: args[1:], Cwd: cwd, Background: background}
-			for _, kv := range env {
-				k, v, ok := strings.Cut(kv, "=")
-				if !ok || k == "" {
-					return usageErrorf("--env %q: give NAME=VALUE", kv)
-				}
-				if req.Env == nil {
-					req.Env = map[string]string{}
-				}
-				req.Env[k] = v
+			var err error
+			if req.Env, err = envFlag(env); err != nil {
+				return err
 			}
 			if cmd.Flags().Changed("timeout") {
 				ms := timeout.Milliseconds()
@@ -437,4 +431,20 @@ func entryName(e apitype.FileEntry) string {
 		name += " -> " + sandbox.EscapeName(e.Target)
 	}
 	return name
+}
+
+// envFlag is --env's NAME=VALUE list as a map (nil when empty).
+func envFlag(list []string) (map[string]string, error) {
+	var env map[string]string
+	for _, kv := range list {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, usageErrorf("--env %q: give NAME=VALUE", kv)
+		}
+		if env == nil {
+			env = map[string]string{}
+		}
+		env[k] = v
+	}
+	return env, nil
 }

@@ -36,10 +36,11 @@ func (a *api) routeSessions() {
 }
 
 var sessionShape = shape{
-	fields: []string{"template", "dependencies", "idle_timeout_ms", "max_lifetime_ms", "auto_resume", "auto_pause", "network_allow", "secrets"},
+	fields: []string{"template", "dependencies", "idle_timeout_ms", "max_lifetime_ms", "auto_resume", "auto_pause", "network_allow", "secrets", "env"},
 	expect: map[string]string{
 		"template":        "must be a string: a template's name (GET /v1/agents/{agent}/templates lists them)",
 		"secrets":         secretsExpect,
+		"env":             `must be an object of strings, such as {"MODE": "fast"}`,
 		"auto_resume":     "must be true or false (true: a call to the session while it is paused or hibernated resumes it)",
 		"auto_pause":      "must be true or false (true: the session pauses instead of ending at its idle timeout)",
 		"dependencies":    `must be a list of requirement strings such as ["pandas>=2"]`,
@@ -67,7 +68,7 @@ func (a *api) createSession(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s, err := a.sessions.Create(r.Context(), sandbox.SessionRequest{Agent: agent, Template: b.Template, Dependencies: b.Dependencies,
-		IdleTimeoutMS: b.IdleTimeoutMS, MaxLifetimeMS: b.MaxLifetimeMS, NetworkAllow: b.NetworkAllow, Secrets: b.Secrets,
+		IdleTimeoutMS: b.IdleTimeoutMS, MaxLifetimeMS: b.MaxLifetimeMS, NetworkAllow: b.NetworkAllow, Secrets: b.Secrets, Env: b.Env,
 		SessionOptions: sandbox.SessionOptions{AutoResume: b.AutoResume, AutoPause: b.AutoPause}})
 	if err != nil {
 		a.fail(w, r, err)
