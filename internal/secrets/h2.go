@@ -74,6 +74,7 @@ type h2Upstream struct {
 	err    error
 	h2     *http2.ClientConn
 	h1     *tls.Conn
+	h1l    *headLimit // under h1r: each answer's head is bounded (see readAnswer)
 	h1r    *bufio.Reader
 	h1Busy sync.Mutex // HTTP/1.1: one request at a time, held until its answer's body ends
 }
@@ -91,7 +92,8 @@ func (u *h2Upstream) dial(ctx context.Context) error {
 			u.h2, u.err = (&http2.Transport{}).NewClientConn(tc)
 			return
 		}
-		u.h1, u.h1r = tc, bufio.NewReader(tc)
+		u.h1, u.h1l = tc, &headLimit{r: tc, n: -1}
+		u.h1r = bufio.NewReader(u.h1l)
 	})
 	return u.err
 }
@@ -108,7 +110,7 @@ func (u *h2Upstream) roundTrip(ctx context.Context, req *http.Request) (*http.Re
 		u.h1Busy.Unlock()
 		return nil, err
 	}
-	resp, err := readFinal(u.h1r, req)
+	resp, err := readAnswer(u.h1l, u.h1r, req)
 	if err != nil {
 		u.h1Busy.Unlock()
 		return nil, err

@@ -165,14 +165,7 @@ func (in *Injector) exchange(prog, up net.Conn, host string, bound []Bound, reco
 		if err := req.Write(up); err != nil {
 			return nil, err
 		}
-		ul.head()
-		resp, err := readFinal(ur, req)
-		over := ul.over()
-		ul.body()
-		if err != nil && over {
-			return nil, fmt.Errorf("the host's answer: %w", errHeadTooLarge)
-		}
-		return resp, err
+		return readAnswer(ul, ur, req)
 	}
 	for {
 		pl.head()
@@ -205,6 +198,19 @@ func (in *Injector) exchange(prog, up net.Conn, host string, bound []Bound, reco
 			return
 		}
 	}
+}
+
+// readAnswer is readFinal from r, a bufio.Reader over l, with the answer's head bounded at
+// maxHead: a bound host is the operator's choice, not the daemon's to trust with its memory.
+func readAnswer(l *headLimit, r *bufio.Reader, req *http.Request) (*http.Response, error) {
+	l.head()
+	resp, err := readFinal(r, req)
+	over := l.over()
+	l.body()
+	if err != nil && over {
+		return nil, fmt.Errorf("the host's answer: %w", errHeadTooLarge)
+	}
+	return resp, err
 }
 
 // readFinal reads the host's final answer to req from r, dropping interim (1xx) ones: taken

@@ -171,3 +171,52 @@ func TestInjectorBoundsARequestsHead(t *testing.T) {
 		t.Fatalf("the proxy read all %d bytes of a head that never ends", n)
 	}
 }
+
+// A bound host's answer whose head never ends is cut at maxHead, whether the program speaks
+// HTTP/1.1 or HTTP/2 to the proxy (red team, 5 December: the HTTP/2 side's reader of an
+// HTTP/1.1 host had no bound): the program gets a 502, and the proxy stops reading.
+func TestInjectorBoundsAnAnswersHead(t *testing.T) {
+	for _, h2 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("program speaks HTTP/2 %v", h2), func(t *testing.T) {
+			written := make(chan int64, 1)
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				conn, _, err := w.(http.Hijacker).Hijack()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer conn.Close()
+				n, _ := io.WriteString(conn, "HTTP/1.1 200 OK\r\nX-Big: ")
+				total := int64(n)
+				chunk := strings.Repeat("A", 64<<10)
+				for total < 64<<20 {
+					n, err := io.WriteString(conn, chunk)
+					total += int64(n)
+					if err != nil {
+						break
+					}
+				}
+				written <- total
+			}))
+			srv.StartTLS() // HTTP/1.1 only: EnableHTTP2 is false
+			defer srv.Close()
+			roots := x509.NewCertPool()
+			roots.AddCert(srv.Certificate())
+			h := newHarness(t, roots)
+			bound := []Bound{{Secret: Secret{Name: "API_KEY", Binding: Binding{Hosts: []string{"example.com"}, Header: "Authorization", Format: "Bearer {{secret}}"}}, Value: []byte(testValue)}}
+			c := h.newClient(map[string]string{"example.com": srv.Listener.Addr().String()}, bound, h2)
+			resp, err := c.Get("https://example.com/")
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadGateway {
+				t.Errorf("an answer whose head never ends: %s, want 502", resp.Status)
+			}
+			c.CloseIdleConnections()
+			if n := <-written; n >= 64<<20 {
+				t.Errorf("the proxy read all %d bytes of an answer's head that never ends", n)
+			}
+		})
+	}
+}
