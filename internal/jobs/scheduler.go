@@ -335,22 +335,24 @@ func (s *Scheduler) follow(j store.Job, f store.Fire) {
 func (s *Scheduler) start(j store.Job, f store.Fire) {
 	s.running[j.ID] = f.ExecutionID
 	s.runs.Add(1)
+	// The runs' context as it is now, read under s.mu: Run sets it, and a fire (RunNow) may
+	// come before Run or while it starts (the race detector caught the unlocked read).
+	base := s.base
 	go func() {
 		defer s.runs.Done()
-		s.execute(j, f)
+		s.execute(base, j, f)
 		s.mu.Lock()
 		delete(s.running, j.ID)
 		s.mu.Unlock()
-		if err := s.resumeQueued(s.base); err != nil {
+		if err := s.resumeQueued(base); err != nil {
 			s.log.Error("scheduler: starting a queued fire failed", "job", j.ID, "error", err)
 		}
 	}()
 }
 
-// execute runs f's execution, retrying while the sandbox is busy or not ready, and records
-// a fire that could not start as failed.
-func (s *Scheduler) execute(j store.Job, f store.Fire) {
-	ctx := s.base
+// execute runs f's execution in ctx (the runs' context), retrying while the sandbox is busy
+// or not ready, and records a fire that could not start as failed.
+func (s *Scheduler) execute(ctx context.Context, j store.Job, f store.Fire) {
 	req, err := s.request(ctx, j)
 	if err == nil {
 		req.ID = f.ExecutionID
