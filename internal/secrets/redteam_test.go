@@ -147,17 +147,7 @@ func TestInjectorBoundsARequestsHead(t *testing.T) {
 	defer tc.Close()
 	sent := make(chan int64, 1)
 	go func() {
-		n, _ := io.WriteString(tc, "GET / HTTP/1.1\r\nHost: example.com\r\nX-Big: ")
-		total := int64(n)
-		chunk := strings.Repeat("A", 64<<10)
-		for total < 64<<20 {
-			n, err := io.WriteString(tc, chunk)
-			total += int64(n)
-			if err != nil {
-				break
-			}
-		}
-		sent <- total
+		sent <- writeEndlessHead(tc, "GET / HTTP/1.1\r\nHost: example.com\r\nX-Big: ")
 	}()
 	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
 	if err != nil {
@@ -167,7 +157,7 @@ func TestInjectorBoundsARequestsHead(t *testing.T) {
 		t.Fatalf("a head that never ends: %s, want 431", resp.Status)
 	}
 	tc.Close()
-	if n := <-sent; n >= 64<<20 {
+	if n := <-sent; n >= endlessHead {
 		t.Fatalf("the proxy read all %d bytes of a head that never ends", n)
 	}
 }
@@ -186,17 +176,7 @@ func TestInjectorBoundsAnAnswersHead(t *testing.T) {
 					return
 				}
 				defer conn.Close()
-				n, _ := io.WriteString(conn, "HTTP/1.1 200 OK\r\nX-Big: ")
-				total := int64(n)
-				chunk := strings.Repeat("A", 64<<10)
-				for total < 64<<20 {
-					n, err := io.WriteString(conn, chunk)
-					total += int64(n)
-					if err != nil {
-						break
-					}
-				}
-				written <- total
+				written <- writeEndlessHead(conn, "HTTP/1.1 200 OK\r\nX-Big: ")
 			}))
 			srv.StartTLS() // HTTP/1.1 only: EnableHTTP2 is false
 			defer srv.Close()
@@ -214,9 +194,28 @@ func TestInjectorBoundsAnAnswersHead(t *testing.T) {
 				t.Errorf("an answer whose head never ends: %s, want 502", resp.Status)
 			}
 			c.CloseIdleConnections()
-			if n := <-written; n >= 64<<20 {
+			if n := <-written; n >= endlessHead {
 				t.Errorf("the proxy read all %d bytes of an answer's head that never ends", n)
 			}
 		})
 	}
+}
+
+// endlessHead is where writeEndlessHead stops: a proxy that read it all held it all.
+const endlessHead = 64 << 20
+
+// writeEndlessHead writes start, then one header line's value of "A"s until endlessHead
+// bytes in all or a write fails, and returns how many bytes it wrote.
+func writeEndlessHead(w io.Writer, start string) int64 {
+	n, _ := io.WriteString(w, start)
+	total := int64(n)
+	chunk := strings.Repeat("A", 64<<10)
+	for total < endlessHead {
+		n, err := io.WriteString(w, chunk)
+		total += int64(n)
+		if err != nil {
+			break
+		}
+	}
+	return total
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/bootstrap"
 	"github.com/sandpit-dev/sandpit/internal/runtime/boxspec"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // dockerfile is the sandbox layer's Dockerfile, a text/template of recipeFile.
@@ -46,7 +47,7 @@ type recipeFile struct {
 func render(r Recipe, baseUser string, known bool) []byte {
 	var b bytes.Buffer
 	err := dockerfileTemplate.Execute(&b, recipeFile{
-		Base: r.BaseImage, Packages: shellQuote(strings.Join(r.Packages, " ")),
+		Base: r.BaseImage, Packages: sandbox.ShellQuote([]string{strings.Join(r.Packages, " ")}),
 		Root:    !known || !isRoot(baseUser),
 		UIDBase: boxspec.UIDBase, SlotUsers: MaxSlots, SessionUsers: MaxSessions, UIDBlocks: boxspec.UIDBlocks, InstallerUID: boxspec.InstallerUID,
 	})
@@ -61,11 +62,6 @@ func render(r Recipe, baseUser string, known bool) []byte {
 func isRoot(user string) bool {
 	u, _, _ := strings.Cut(user, ":")
 	return u == "" || u == "root" || u == "0"
-}
-
-// shellQuote quotes s as one word of a POSIX shell.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // MaxSlots is how many slot users the image has.
