@@ -32,29 +32,35 @@ build:
 # of client-go and moby. Lane A is the two gVisor suites, one after the other (the Kubernetes
 # package's and Docker's runsc: together on 2 CPUs they starve each other; 4 December, on a
 # fresh machine, the Kubernetes package took 2805 s, not about 700, and runs passed their
-# timeouts). Lane B is the rest of those, then every other package with -race, go test's -p of
-# them at a time. LANE_ANY goes to the lane that is free first (a directory made claims it):
-# which lane is longer depends on the machine (the gVisor suites took 2876 s against lane B's
-# 3035 on one fresh machine, 1173 against 1766 on another). A lane's failure fails make test
-# once both have ended.
-MODULE   := github.com/sandpit-dev/sandpit
-LANE_A   := internal/runtime/kubernetes internal/runtime/docker
-LANE_B   := internal/app internal/cli cmd/sandpit internal/testenv/kubetest
-LANE_ANY := internal/bench
+# timeouts). Lane B is the CLI's packages, every other package with -race (go test's -p of them
+# at a time), then app and the cluster's test helper. The packages that need a Kubernetes
+# cluster come last in their lane (LANE_A_LAST, LANE_B_LAST), so that .ci/run can start the
+# lanes while the cluster still builds. LANE_ANY goes to the lane that is free first (a
+# directory made claims it): which lane is longer depends on the machine (the gVisor suites
+# took 2876 s against lane B's 3035 on one fresh machine, 1173 against 1766 on another). A
+# lane's failure fails make test once both have ended.
+MODULE      := github.com/sandpit-dev/sandpit
+LANE_A      := internal/runtime/docker
+LANE_A_LAST := internal/runtime/kubernetes
+LANE_B      := internal/cli cmd/sandpit
+LANE_B_LAST := internal/app internal/testenv/kubetest
+LANE_ANY    := internal/bench
 # LANE_LAST, when set, is a command taken after LANE_ANY the same way, by the lane free first:
 # .ci/run gives it the fuzz targets, which then run beside the longer lane, not after both.
 LANE_LAST ?=
 # Every other package (evaluated where it is used).
-RACE_PACKAGES = $(shell $(GO) list ./... | grep -vxF $(addprefix -e $(MODULE)/,$(LANE_A) $(LANE_B) $(LANE_ANY)))
+RACE_PACKAGES = $(shell $(GO) list ./... | grep -vxF $(addprefix -e $(MODULE)/,$(LANE_A) $(LANE_A_LAST) $(LANE_B) $(LANE_B_LAST) $(LANE_ANY)))
 test:
 	@status=0; claims=$$(mktemp -d); \
 	take() { s=0; for p in $(LANE_ANY) $(if $(LANE_LAST),.last); do \
 	  mkdir "$$claims/$$(echo $$p | tr / _)" 2>/dev/null || continue; \
 	  if [ $$p = .last ]; then $(LANE_LAST) || s=1; else $(GO) test -p 1 $(TEST_FLAGS) ./$$p || s=1; fi; \
 	done; return $$s; }; \
-	( s=0; $(GO) test -p 1 $(TEST_FLAGS) $(addprefix ./,$(LANE_A)) || s=1; take || s=1; exit $$s ) & a=$$!; \
+	( s=0; $(GO) test -p 1 $(TEST_FLAGS) $(addprefix ./,$(LANE_A)) || s=1; \
+	  $(GO) test -p 1 $(TEST_FLAGS) $(addprefix ./,$(LANE_A_LAST)) || s=1; take || s=1; exit $$s ) & a=$$!; \
 	$(GO) test -p 1 $(TEST_FLAGS) $(addprefix ./,$(LANE_B)) || status=1; \
 	$(GO) test $(RACE_FLAGS) $(TEST_FLAGS) $(RACE_PACKAGES) || status=1; \
+	$(GO) test -p 1 $(TEST_FLAGS) $(addprefix ./,$(LANE_B_LAST)) || status=1; \
 	take || status=1; \
 	wait $$a || status=1; rm -rf "$$claims"; exit $$status
 

@@ -24,6 +24,18 @@ containers_cpu() {
 			fi
 		done
 }
+# A package that needs the test cluster (CI_KUBE_PACKAGES) waits for it: .ci/run starts the
+# tests while the cluster builds, and writes CI_KUBE_READY ("ok", or why not) once it is up,
+# with the environment that reaches it in CI_KUBE_ENV. The wait is not the package's time.
+if [ -n "${CI_KUBE_READY:-}" ] && [[ " ${CI_KUBE_PACKAGES:-} " == *" $pkg "* ]]; then
+	waited=0
+	until [ -s "$CI_KUBE_READY" ]; do sleep 2; waited=$((waited + 2)); done
+	[ $waited = 0 ] || echo "ci-time: $pkg waited ${waited}s for the test cluster" >&2
+	ready=$(cat "$CI_KUBE_READY")
+	[ "$ready" = ok ] || { echo "ci-time: $pkg needs the test cluster, which is not up: $ready" >&2; exit 1; }
+	# shellcheck disable=SC1090
+	. "$CI_KUBE_ENV"
+fi
 samples=$TMPDIR.cpu
 : >"$samples"
 (while :; do containers_cpu >>"$samples"; sleep 2; done) &
