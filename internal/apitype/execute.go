@@ -242,6 +242,11 @@ type Origin struct {
 	// CodeName and CodeVersion name the saved code that ran, empty and 0 for ad hoc code.
 	CodeName    string `json:"code_name,omitempty"`
 	CodeVersion int    `json:"code_version,omitempty"`
+	// Template and TemplateVersion name the template whose sandbox ran it (NAME, or OWNER/NAME
+	// of a shared one, as its session names it) and its version; absent for the daemon's own
+	// image.
+	Template        string `json:"template,omitempty"`
+	TemplateVersion int    `json:"template_version,omitempty"`
 }
 
 // Start says how a program's process was started (Result.Start).

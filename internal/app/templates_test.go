@@ -184,10 +184,84 @@ OUTPUT = {"jq": subprocess.run(["jq", "-n", "1+1"], capture_output=True, text=Tr
 		}
 	})
 
+	t.Run("fork and resume", func(t *testing.T) {
+		// A fork and a resumed hibernation are new sandboxes of the template: its start command
+		// runs in each again (its process is not copied), and each keeps the template.
+		status, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions", `{"template": "tools"}`)
+		var s apitype.Session
+		if err := json.Unmarshal(body, &s); err != nil || status != 201 {
+			t.Fatalf("create: %d %s (%v)", status, body, err)
+		}
+		defer httpCall(t, "DELETE", url+"/v1/agents/alice/sessions/"+s.ID, "")
+		running := func(id string) string {
+			t.Helper()
+			status, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+id+"/commands",
+				`{"cmd": "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done | grep -c '^sleep 100000'"}`)
+			var out struct{ Stdout string }
+			if err := json.Unmarshal(body, &out); err != nil || status != 200 {
+				t.Fatalf("listing session %s's processes: %d %s (%v)", id, status, body, err)
+			}
+			return strings.TrimSpace(out.Stdout)
+		}
+		if n := running(s.ID); n != "1" {
+			t.Fatalf("the template's start command runs %s times in a new session, want 1", n)
+		}
+		if status, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+s.ID+"/pause", ""); status != 200 {
+			t.Fatalf("pause: %d %s", status, body)
+		}
+		status, body = httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+s.ID+"/fork", "")
+		var fork apitype.Session
+		if err := json.Unmarshal(body, &fork); err != nil || status != 201 {
+			t.Fatalf("fork: %d %s (%v)", status, body, err)
+		}
+		defer httpCall(t, "DELETE", url+"/v1/agents/alice/sessions/"+fork.ID, "")
+		if fork.Template != "tools" {
+			t.Errorf("the fork of a session of template tools has template %q", fork.Template)
+		}
+		if n := running(fork.ID); n != "1" {
+			t.Errorf("the template's start command runs %s times in the fork, want 1", n)
+		}
+		if status, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+fork.ID+"/hibernate", ""); status != 200 {
+			t.Fatalf("hibernate the fork: %d %s", status, body)
+		}
+		raw, _ := json.Marshal(map[string]string{"code": "import subprocess; print(subprocess.run(['jq', '-n', '2*3'], capture_output=True, text=True).stdout)"})
+		status, body = httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+fork.ID+"/executions", string(raw))
+		var res apitype.Result
+		if err := json.Unmarshal(body, &res); err != nil || status != 200 || res.Stdout != "6\n\n" {
+			t.Fatalf("a call of the fork resumed from hibernation: %d %s (%v), want jq's 6 from the template", status, body, err)
+		}
+		if res.Template != "tools" || res.TemplateVersion != built.Version {
+			t.Errorf("the resumed fork's call says template %q v%d, want tools v%d", res.Template, res.TemplateVersion, built.Version)
+		}
+		if n := running(fork.ID); n != "1" {
+			t.Errorf("the template's start command runs %s times in the resumed fork, want 1", n)
+		}
+	})
+
 	t.Run("one-shot", func(t *testing.T) {
 		status, body := httpCall(t, "POST", url+"/v1/executions", `{"agent": "alice", "template": "tools", "code": "import os, subprocess; print(subprocess.run(['jq', '-n', '6*7'], capture_output=True, text=True).stdout, os.environ['GREETING'])"}`)
 		if status != 200 || !strings.Contains(string(body), `"stdout":"42\n hi there\n"`) {
 			t.Errorf("a one-shot run of the template: %d %s", status, body)
+		}
+		// The ledger says which template (and version) ran it, and selects by it.
+		var res apitype.Result
+		if err := json.Unmarshal(body, &res); err != nil {
+			t.Fatal(err)
+		}
+		status, body = httpCall(t, "GET", url+"/v1/executions/"+res.ID, "")
+		var rec apitype.Execution
+		if err := json.Unmarshal(body, &rec); err != nil || status != 200 || rec.Template != "tools" || rec.TemplateVersion != built.Version {
+			t.Errorf("the one-shot run's record: %d %s (%v), want template tools v%d", status, body, err, built.Version)
+		}
+		status, body = httpCall(t, "GET", url+"/v1/executions?agent=alice&template=tools&limit=100", "")
+		var list apitype.ExecutionList
+		if err := json.Unmarshal(body, &list); err != nil || status != 200 || len(list.Executions) == 0 || list.Executions[0].ID != res.ID {
+			t.Errorf("GET /v1/executions?template=tools: %d %s (%v), want the one-shot run first", status, body, err)
+		}
+		for _, e := range list.Executions {
+			if e.Template != "tools" {
+				t.Errorf("template=tools lists %s of template %q", e.ID, e.Template)
+			}
 		}
 		code, stdout, stderr := cliAt(url)("run", "--agent", "alice", "--template", "tools", "-c", "import tinypkg; print(tinypkg.VALUE)")
 		if code != 0 || stdout != "tiny 1.0\n" {

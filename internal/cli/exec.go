@@ -28,8 +28,8 @@ func (o *options) execCommand() *cobra.Command {
 // execListFlags are the flags of exec list.
 type execListFlags struct {
 	daemonFlags
-	source, outcome, codeName, jobID, since, until, cursor string
-	limit                                                  int
+	source, outcome, codeName, jobID, template, since, until, cursor string
+	limit                                                            int
 }
 
 func (o *options) execListCommand() *cobra.Command {
@@ -70,6 +70,7 @@ jobs. --agent filters by agent (default: every agent); the other flags narrow fu
 	fl.StringVar(&list.outcome, "outcome", "", "ok, error, timeout, memory_limit, ...")
 	fl.StringVar(&list.codeName, "code", "", "saved code name")
 	fl.StringVar(&list.jobID, "job", "", "job ID")
+	fl.StringVar(&list.template, "template", "", "template (NAME, or OWNER/NAME of a shared one) whose sandboxes ran them")
 	fl.StringVar(&list.since, "since", "", "started at or after: RFC 3339 time, or a duration ago such as 1h")
 	fl.StringVar(&list.until, "until", "", "started before: RFC 3339 time, or a duration ago")
 	fl.IntVar(&list.limit, "limit", 50, "at most this many")
@@ -90,6 +91,7 @@ func (l execListFlags) filter(now time.Time) (url.Values, error) {
 	add("outcome", l.outcome)
 	add("code_name", l.codeName)
 	add("job_id", l.jobID)
+	add("template", l.template)
 	for _, t := range []struct{ flag, key, v string }{{"since", "since", l.since}, {"until", "until", l.until}} {
 		if t.v == "" {
 			continue
@@ -199,6 +201,9 @@ func printExecution(w io.Writer, e apitype.Execution) {
 	}
 	if e.JobID != "" {
 		origin = append(origin, "job "+e.JobID)
+	}
+	if e.Template != "" {
+		origin = append(origin, fmt.Sprintf("template %s v%d", e.Template, e.TemplateVersion))
 	}
 	if e.SessionID != "" {
 		origin = append(origin, fmt.Sprintf("session %s, call %d", e.SessionID, e.ExecutionCount))

@@ -153,7 +153,8 @@ func (c *Client) JobHistory(ctx context.Context, agent, id string, since, until 
 }
 
 // ListExecutions returns a page of the ledger, newest first. filter holds the query
-// parameters of GET /v1/executions (agent, source, outcome, code_name, job_id, since, until).
+// parameters of GET /v1/executions (agent, source, outcome, code_name, job_id, template, since,
+// until).
 func (c *Client) ListExecutions(ctx context.Context, filter url.Values, p apitype.Page) ([]apitype.ExecutionSummary, string, error) {
 	v := pageQuery(p)
 	for k, vals := range filter {

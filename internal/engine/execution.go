@@ -35,6 +35,10 @@ type InBox struct {
 	Secrets SecretsRun
 	// Env is the session's environment for its interpreter (see sandbox.Spec.Env; nil: none).
 	Env map[string]string
+	// Template and TemplateVersion are the session's template, recorded with the execution
+	// (sandbox.Origin; "" and 0: the daemon's own image).
+	Template        string
+	TemplateVersion int
 }
 
 // Prepare turns req (checked by Validate) into an execution run in a session's sandbox.
@@ -42,6 +46,7 @@ func (s *Service) Prepare(req sandbox.Request, in InBox) *Execution {
 	x := s.prepare(req)
 	x.session, x.box, x.grace, x.narrow = in.Session, in.Box, in.Grace, in.NetworkAllow
 	x.spec.Session, x.spec.Paths, x.spec.Env = true, in.Paths, in.Env
+	x.origin.Template, x.origin.TemplateVersion = in.Template, in.TemplateVersion
 	if in.Secrets != nil {
 		x.secrets = in.Secrets
 		x.spec.SecretEnv, x.spec.SecretCA = in.Secrets.Env(), in.Secrets.CA()

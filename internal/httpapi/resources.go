@@ -527,7 +527,7 @@ func (a *api) getExecution(w http.ResponseWriter, r *http.Request) {
 
 func (a *api) listExecutions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if err := checkQuery(q, "agent", "source", "outcome", "code_name", "job_id", "since", "until", "limit", "cursor"); err != nil {
+	if err := checkQuery(q, "agent", "source", "outcome", "code_name", "job_id", "template", "since", "until", "limit", "cursor"); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -537,7 +537,7 @@ func (a *api) listExecutions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := store.ExecutionFilter{Agent: q.Get("agent"), Source: q.Get("source"), CodeName: q.Get("code_name"),
-		JobID: q.Get("job_id"), Outcome: sandbox.Outcome(q.Get("outcome"))}
+		JobID: q.Get("job_id"), Template: q.Get("template"), Outcome: sandbox.Outcome(q.Get("outcome"))}
 	if f.Agent != "" {
 		if err := sandbox.CheckAgent(f.Agent); err != nil {
 			err.Message += " (the query parameter agent)"

@@ -86,7 +86,8 @@ func dependencyOf(d sandbox.DependencyStatus) apitype.DependencyStatus {
 }
 
 func originOf(o sandbox.Origin) apitype.Origin {
-	return apitype.Origin{Source: apitype.Source(o.Source), JobID: o.JobID, CodeName: o.CodeName, CodeVersion: o.CodeVersion}
+	return apitype.Origin{Source: apitype.Source(o.Source), JobID: o.JobID, CodeName: o.CodeName, CodeVersion: o.CodeVersion,
+		Template: o.Template, TemplateVersion: o.TemplateVersion}
 }
 
 func violationsOf(vs []library.Violation) []apitype.Violation {

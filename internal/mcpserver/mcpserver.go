@@ -44,7 +44,7 @@ func New(c *client.Client, agent, version string, limits apitype.Limits) *mcp.Se
 	mcp.AddTool(s, &mcp.Tool{Name: "delete_code_job", Description: "Delete a job and its fire history (its runs stay in the ledger)."}, t.deleteJob)
 	mcp.AddTool(s, &mcp.Tool{Name: "get_code_job_history", Description: jobHistoryDoc}, t.jobHistory)
 	mcp.AddTool(s, &mcp.Tool{Name: "list_secrets", Description: listSecretsDoc}, t.listSecrets)
-	mcp.AddTool(s, &mcp.Tool{Name: "list_executions", Description: "List your past executions, newest first, with outcome and duration; filter by source (api, cli, mcp, job), outcome, code_name, job_id, and since and until (RFC 3339 times such as 2026-01-02T15:04:05Z, bounding the start). A next_cursor in the answer gets the next page (pass it as cursor)."}, t.listExecutions)
+	mcp.AddTool(s, &mcp.Tool{Name: "list_executions", Description: "List your past executions, newest first, with outcome and duration; filter by source (api, cli, mcp, job), outcome, code_name, job_id, template, and since and until (RFC 3339 times such as 2026-01-02T15:04:05Z, bounding the start). A next_cursor in the answer gets the next page (pass it as cursor)."}, t.listExecutions)
 	mcp.AddTool(s, &mcp.Tool{Name: "get_execution", Description: "Get one past execution in full: code, input, stdout, stderr, OUTPUT, outcome, the agent.* calls it made and its log lines."}, t.getExecution)
 	addSessionTools(s, t)
 	addWorkspaceTools(s, t)
@@ -483,6 +483,7 @@ type ListExecutionsArgs struct {
 	Outcome  string `json:"outcome,omitempty" jsonschema:"ok, error, timeout, ..."`
 	CodeName string `json:"code_name,omitempty"`
 	JobID    string `json:"job_id,omitempty"`
+	Template string `json:"template,omitempty" jsonschema:"the template whose sandboxes ran them (NAME, or OWNER/NAME of a shared one)"`
 	PageArgs
 }
 
@@ -492,7 +493,7 @@ func (t *tools) listExecutions(ctx context.Context, _ *mcp.CallToolRequest, a Li
 		return nil, nil, err
 	}
 	f := url.Values{"agent": {t.agent}}
-	for k, v := range map[string]string{"source": a.Source, "outcome": a.Outcome, "code_name": a.CodeName, "job_id": a.JobID} {
+	for k, v := range map[string]string{"source": a.Source, "outcome": a.Outcome, "code_name": a.CodeName, "job_id": a.JobID, "template": a.Template} {
 		if v != "" {
 			f.Set(k, v)
 		}

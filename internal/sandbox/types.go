@@ -85,6 +85,11 @@ type Origin struct {
 	// CodeName and CodeVersion name the saved code that ran, empty and 0 for ad hoc code.
 	CodeName    string `json:"code_name,omitempty"`
 	CodeVersion int    `json:"code_version,omitempty"`
+	// Template and TemplateVersion name the template whose sandbox ran it (as its session names
+	// it: NAME, or OWNER/NAME of a shared one) and the version the session started from; empty
+	// and 0 for the daemon's own image.
+	Template        string `json:"template,omitempty"`
+	TemplateVersion int    `json:"template_version,omitempty"`
 }
 
 // Stream names the kind of an Event.

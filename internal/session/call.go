@@ -32,7 +32,8 @@ func (s *Session) Execute(ctx context.Context, req sandbox.Request, wait bool, e
 	}
 	s.mu.Lock()
 	req.Agent = s.info.Agent
-	in := engine.InBox{Session: s.id, Paths: s.paths, Grace: interruptGrace, NetworkAllow: s.info.NetworkAllow, Secrets: s.secrets, Env: s.env}
+	in := engine.InBox{Session: s.id, Paths: s.paths, Grace: interruptGrace, NetworkAllow: s.info.NetworkAllow, Secrets: s.secrets, Env: s.env,
+		Template: s.info.Template}
 	s.mu.Unlock()
 	checked := req
 	if req.Agent == WarmAgent { // see warm.go
@@ -46,6 +47,9 @@ func (s *Session) Execute(ctx context.Context, req sandbox.Request, wait bool, e
 		return sandbox.Result{}, err
 	}
 	in.Box = h.box
+	if h.template != nil {
+		in.TemplateVersion = h.template.Version
+	}
 	x := r.svc.Prepare(req, in)
 	if err := s.takeTurn(ctx, h, x.Spec().TimeoutMS, wait); err != nil {
 		return sandbox.Result{}, err

@@ -64,7 +64,7 @@ func (s *Session) Fork(ctx context.Context) (*Session, error) {
 		return nil, err
 	}
 	now := time.Now().UTC()
-	fork := newSession(r, sandbox.SessionInfo{ID: newID, Agent: src.Agent, State: sandbox.SessionActive, IdleTimeoutMS: src.IdleTimeoutMS,
+	fork := newSession(r, sandbox.SessionInfo{ID: newID, Agent: src.Agent, Template: src.Template, State: sandbox.SessionActive, IdleTimeoutMS: src.IdleTimeoutMS,
 		MaxLifetimeMS: src.MaxLifetimeMS, Limits: src.Limits, Dependencies: slices.Clone(src.Dependencies),
 		NetworkAllow: slices.Clone(src.NetworkAllow), Secrets: slices.Clone(src.Secrets), CreatedAt: now, LastUsedAt: now})
 	fork.info.AutoResume, fork.info.AutoPause, fork.info.ForkedFrom, fork.info.Memory = src.AutoResume, src.AutoPause, s.id, sandbox.MemoryLost
@@ -77,6 +77,9 @@ func (s *Session) Fork(ctx context.Context) (*Session, error) {
 		defer cancel()
 		_ = h.close(cctx, "the session could not start")
 		return nil, err
+	}
+	if err := r.startTemplate(ctx, fork, h); err != nil {
+		return fail(err)
 	}
 	if r.ledger != nil {
 		if err := r.ledger.BeginSession(ctx, fork.info); err != nil {

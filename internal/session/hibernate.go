@@ -529,6 +529,13 @@ func (s *Session) wake(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A new sandbox: the template's start command runs in it again, as in a new session.
+	if err := r.startTemplate(ctx, s, h); err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = h.close(cctx, "the session could not start")
+		return err
+	}
 	now := time.Now().UTC()
 	s.mu.Lock()
 	prev, prevLife, prevPaths := s.info, s.life, s.paths
@@ -603,7 +610,7 @@ func (r *Registry) openFrom(ctx context.Context, id string, info sandbox.Session
 	}
 	r.log.Info("a session's files were restored into a new sandbox", "session", id, "from", info.ID,
 		"started_ms", started.Sub(began).Milliseconds(), "restored_ms", time.Since(started).Milliseconds())
-	return &held{box: box, started: true}, nil
+	return &held{box: box, template: tmpl, started: true}, nil
 }
 
 // dropHibernated ends hibernated session s (code, reason), removes its file and records its

@@ -191,7 +191,7 @@ func (r *Registry) Create(ctx context.Context, req sandbox.SessionRequest) (*Ses
 		NetworkAllow: slices.Clone(req.NetworkAllow), Secrets: slices.Clone(req.Secrets), Deadline: req.Deadline})
 	s.env, s.secrets = templateEnv(tmpl, req.Env), sec
 	s.startLife(req.SessionOptions, now)
-	h := &held{box: box}
+	h := &held{box: box, template: tmpl}
 	fail := func(err error) (*Session, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
@@ -217,14 +217,8 @@ func (r *Registry) Create(ctx context.Context, req sandbox.SessionRequest) (*Ses
 		s.paths = deps.Paths
 		s.info.Dependencies = deps.Dependencies
 	}
-	if tmpl != nil {
-		// Its start command's connections follow the session's egress, as its commands' do
-		// (before, they were refused until the session was live).
-		h.giveEgress(r.workspaceEgress(s, req.NetworkAllow))
-		env, ca := s.commandEnv(nil)
-		if err := startTemplate(ctx, box, tmpl, env, ca); err != nil {
-			return fail(err)
-		}
+	if err := r.startTemplate(ctx, s, h); err != nil {
+		return fail(err)
 	}
 	if r.ledger != nil {
 		if err := r.ledger.BeginSession(ctx, s.info); err != nil {

@@ -182,7 +182,7 @@ func (o *templateOpener) OpenSessionImage(ctx context.Context, id, _ string) (sa
 type serveTemplate struct{}
 
 func (serveTemplate) Resolve(_ context.Context, _, ref string) (template.Template, error) {
-	return template.Template{Name: ref, Image: "img", Spec: apitype.TemplateSpec{Start: &apitype.TemplateStart{Cmd: "serve"}}}, nil
+	return template.Template{Name: ref, Version: 4, Image: "img", Spec: apitype.TemplateSpec{Start: &apitype.TemplateStart{Cmd: "serve"}}}, nil
 }
 
 // TestTemplateStartCommandHasTheSessionsEgress: a template's start command starts with the
@@ -199,6 +199,33 @@ func TestTemplateStartCommandHasTheSessionsEgress(t *testing.T) {
 	}
 	if got := op.last.egressAtStart; len(got) != 1 || !got[0] {
 		t.Fatalf("the start command's egress at its start: %v, want set", got)
+	}
+}
+
+// TestTemplateCallsRecordTheTemplate: a call in a template's session says which template, and
+// which version of it, its sandbox started from (the ledger keeps Origin; a new user found no
+// trace of the template in a one-shot run's record, 5 December).
+func TestTemplateCallsRecordTheTemplate(t *testing.T) {
+	m := newKeeper(newService(engine.Hooks{}), &templateOpener{}, newMemLedger(), lifecycleConfig(t.TempDir()))
+	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	m.SetTemplates(serveTemplate{})
+	s, err := m.Registry.Create(t.Context(), sandbox.SessionRequest{Agent: "a", Template: "ops/web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Execute(t.Context(), sandbox.Request{Code: "print(1)"}, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Template != "ops/web" || res.TemplateVersion != 4 {
+		t.Fatalf("the call's origin %+v, want template ops/web version 4", res.Origin)
+	}
+	plain, err := m.Registry.Create(t.Context(), sandbox.SessionRequest{Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := plain.Execute(t.Context(), sandbox.Request{Code: "print(1)"}, true, nil); err != nil || res.Template != "" || res.TemplateVersion != 0 {
+		t.Fatalf("a call in a session of the daemon's image: %+v, %v; want no template", res.Origin, err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/template"
 )
 
 // Session is one session's handle, from its creation to its end: active, paused, hibernated
@@ -50,6 +51,8 @@ type Session struct {
 // commands. A wake from hibernation gives the session a new one.
 type held struct {
 	box sandbox.SessionBox
+	// template is the template the box was started from (nil: the daemon's own image).
+	template *template.Template
 	// started: its interpreter runs (see startInterpreter); read and set under the turn.
 	started bool
 	// egress is the dialer of the session's commands (network "allowlist"), closed with it.

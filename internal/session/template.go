@@ -66,11 +66,28 @@ func templateEnv(t *template.Template, env map[string]string) map[string]string 
 // readyPoll is how often a template's ready check runs.
 const readyPoll = 200 * time.Millisecond
 
-// startTemplate runs t's start command in box (in the background, as the session's user,
+// startTemplate runs the start command of the template h's box was started from (nothing
+// when it has none) for session s, whose commands' egress its connections follow (given to h
+// now: before, they were refused until the session was live). Errors: those of runStart.
+func (r *Registry) startTemplate(ctx context.Context, s *Session, h *held) error {
+	if h.template == nil {
+		return nil
+	}
+	s.mu.Lock()
+	allow := s.info.NetworkAllow
+	s.mu.Unlock()
+	if h.egress == nil {
+		h.giveEgress(r.workspaceEgress(s, allow))
+	}
+	env, ca := s.commandEnv(nil)
+	return runStart(ctx, h.box, h.template, env, ca)
+}
+
+// runStart runs t's start command in box (in the background, as the session's user,
 // in its workdir, with env and, for a session with secrets, their CA as its commands have
 // them) and waits until its ready check exits 0. Errors name the command and what it said:
 // of class invalid when the command ended before it was ready, else unavailable.
-func startTemplate(ctx context.Context, box sandbox.SessionBox, t *template.Template, env map[string]string, ca string) error {
+func runStart(ctx context.Context, box sandbox.SessionBox, t *template.Template, env map[string]string, ca string) error {
 	st := t.Spec.Start
 	if st == nil {
 		return nil

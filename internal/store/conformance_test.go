@@ -55,6 +55,7 @@ var conformance = []struct {
 	{"PruneIsFairBetweenAgents", TestPruneIsFairBetweenAgents},
 	{"JobFiresCountInTheLedger", TestJobFiresCountInTheLedger},
 	{"NotebookResultsAreKept", TestNotebookResultsAreKept},
+	{"ExecutionTemplatesAreKept", TestExecutionTemplatesAreKept},
 	{"APIKeys", TestAPIKeys},
 	{"PortRequestsRecordedAndPruned", TestPortRequestsRecordedAndPruned},
 	{"PortShares", TestPortShares},
@@ -403,5 +404,52 @@ func TestNotebookResultsAreKept(t *testing.T) {
 	}, Error: &sandbox.ExecError{Name: "ZeroDivisionError", Value: "division by zero", Traceback: "Traceback ...\n"}})
 	if rich-plain < int64(len(html)) {
 		t.Fatalf("the record with results counts %d bytes more than one without; its HTML alone is %d", rich-plain, len(html))
+	}
+}
+
+// TestExecutionTemplatesAreKept: the template a run's sandbox started from is in its record, as
+// read and as listed, and selects the runs of that template only.
+func TestExecutionTemplatesAreKept(t *testing.T) {
+	s := open(t)
+	ctx := t.Context()
+	run := func(o sandbox.Origin) string {
+		t.Helper()
+		res := sandbox.Result{ID: sandbox.NewID(), Agent: "a", TimeoutMS: 1000, StartedAt: time.Now(), Origin: o}
+		if err := s.Begin(ctx, sandbox.Spec{ID: res.ID, Code: "x", Input: json.RawMessage("null"), TimeoutMS: 1000}, res); err != nil {
+			t.Fatal(err)
+		}
+		res.Outcome = sandbox.OutcomeOK
+		if err := s.Finish(ctx, res); err != nil {
+			t.Fatal(err)
+		}
+		return res.ID
+	}
+	mine := run(sandbox.Origin{Source: sandbox.SourceAPI, Template: "reports", TemplateVersion: 3})
+	shared := run(sandbox.Origin{Source: sandbox.SourceAPI, Template: "ops/latex", TemplateVersion: 1})
+	plain := run(sandbox.Origin{Source: sandbox.SourceAPI})
+	for id, want := range map[string][2]any{mine: {"reports", 3}, shared: {"ops/latex", 1}, plain: {"", 0}} {
+		e, err := s.GetExecution(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := [2]any{e.Template, e.TemplateVersion}; got != want {
+			t.Errorf("execution %s read back with template %v, want %v", id, got, want)
+		}
+	}
+	list, _, err := s.ListExecutions(ctx, ExecutionFilter{Template: "ops/latex"}, Page{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].ID != shared || list[0].Template != "ops/latex" || list[0].TemplateVersion != 1 {
+		t.Fatalf("template=ops/latex listed %+v, want only %s with its template", list, shared)
+	}
+	all, _, err := s.ListExecutions(ctx, ExecutionFilter{}, Page{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range all {
+		if e.ID == plain && e.Template != "" {
+			t.Errorf("the run on the daemon's own image is listed with template %q", e.Template)
+		}
 	}
 }

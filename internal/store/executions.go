@@ -77,6 +77,8 @@ const PreviewChars = 200
 // ExecutionFilter selects ledger records; zero fields select everything.
 type ExecutionFilter struct {
 	Agent, Source, CodeName, JobID string
+	// Template selects the runs in sandboxes of a template, as their sessions name it.
+	Template string
 	// SessionID selects a session's calls.
 	SessionID string
 	Outcome   sandbox.Outcome
@@ -105,10 +107,10 @@ func (s *Store) Begin(ctx context.Context, spec sandbox.Spec, head sandbox.Resul
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO executions
-			(id, agent, source, job_id, code_name, code_version, code_sha256, input, timeout_ms, status, started_at, daemon, session_id, input_files)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)`,
+			(id, agent, source, job_id, code_name, code_version, template, template_version, code_sha256, input, timeout_ms, status, started_at, daemon, session_id, input_files)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)`,
 			head.ID, head.Agent, head.Source, nullString(head.JobID), nullString(head.CodeName),
-			nullInt(head.CodeVersion), sum, string(spec.Input), spec.TimeoutMS, ms(head.StartedAt), nullString(s.daemon), sessionColumn(head.SessionID), inputFiles)
+			nullInt(head.CodeVersion), nullString(head.Template), nullInt(head.TemplateVersion), sum, string(spec.Input), spec.TimeoutMS, ms(head.StartedAt), nullString(s.daemon), sessionColumn(head.SessionID), inputFiles)
 		if err != nil || head.JobID == "" {
 			return err
 		}
@@ -283,7 +285,7 @@ func (s *Store) finishInterrupted(ctx context.Context, db execer, cond string, a
 // GetExecution returns the record of execution id, with its code.
 func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) {
 	row := s.r.QueryRowContext(ctx, `SELECT e.id, e.agent, e.source, e.job_id, e.code_name, e.code_version,
-		e.code_sha256, b.code, e.input, e.timeout_ms, e.status, e.outcome, e.exit_code, e.signal, e.reason,
+		e.template, e.template_version, e.code_sha256, b.code, e.input, e.timeout_ms, e.status, e.outcome, e.exit_code, e.signal, e.reason,
 		e.stdout, e.stderr, e.stdout_truncated, e.stderr_truncated, e.output, e.duration_ms, e.started_at, e.ended_at,
 		e.dependencies, e.install_ms, e.calls, e.start, e.oom_kills, e.files, e.files_skipped, e.files_truncated, e.daemon,
 		coalesce(e.session_id, ''), e.input_files, e.results, e.exec_error, e.execution_count
@@ -291,6 +293,8 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 	var (
 		e                       Execution
 		jobID, codeName, code   sql.NullString
+		tmpl                    sql.NullString
+		tmplVersion             sql.NullInt64
 		outcome, reason, output sql.NullString
 		stdout, stderr          sql.NullString
 		codeVersion, exit, sig  sql.NullInt64
@@ -304,7 +308,7 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 		daemon                  sql.NullString
 		results, execErr        sql.NullString
 	)
-	err := row.Scan(&e.ID, &e.Agent, &e.Source, &jobID, &codeName, &codeVersion, &e.CodeSHA256, &code,
+	err := row.Scan(&e.ID, &e.Agent, &e.Source, &jobID, &codeName, &codeVersion, &tmpl, &tmplVersion, &e.CodeSHA256, &code,
 		&input, &e.TimeoutMS, &e.Status, &outcome, &exit, &sig, &reason, &stdout, &stderr, &outTrunc,
 		&errTrunc, &output, &dur, &started, &ended, &deps, &installMS, &calls, &start, &e.OOMKills,
 		&files, &skipped, &e.FilesTruncated, &daemon, &e.SessionID, &inputFiles, &results, &execErr, &e.ExecutionCount)
@@ -316,6 +320,7 @@ func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) 
 		return Execution{}, err
 	}
 	e.JobID, e.CodeName, e.CodeVersion, e.Code = jobID.String, codeName.String, int(codeVersion.Int64), code.String
+	e.Template, e.TemplateVersion = tmpl.String, int(tmplVersion.Int64)
 	e.Input = json.RawMessage(input)
 	e.Outcome, e.Reason = sandbox.Outcome(outcome.String), reason.String
 	e.Success = e.Outcome == sandbox.OutcomeOK
@@ -364,7 +369,7 @@ func (s *Store) ListExecutions(ctx context.Context, f ExecutionFilter, p Page) (
 	if s.pg {
 		tail = `right(stderr, ` + strconv.Itoa(PreviewChars) + `)`
 	}
-	q := `SELECT id, agent, source, job_id, code_name, code_version, code_sha256, timeout_ms, status,
+	q := `SELECT id, agent, source, job_id, code_name, code_version, template, template_version, code_sha256, timeout_ms, status,
 		outcome, exit_code, reason, duration_ms, started_at, ended_at, start,
 		coalesce(substr(stdout, 1, ` + strconv.Itoa(PreviewChars) + `), ''), coalesce(` + tail + `, '') FROM executions` + where
 	limit := p.limit()
@@ -410,6 +415,9 @@ func executionsWhere(f ExecutionFilter, cursor string) (string, []any, error) {
 	if f.JobID != "" {
 		add("job_id = ?", f.JobID)
 	}
+	if f.Template != "" {
+		add("template = ?", f.Template)
+	}
 	if f.SessionID != "" {
 		add("session_id = ?", f.SessionID)
 	}
@@ -440,16 +448,18 @@ func executionsWhere(f ExecutionFilter, cursor string) (string, []any, error) {
 func scanExecutionSummary(r scanner) (ExecutionSummary, error) {
 	var (
 		e                      ExecutionSummary
-		jobID, codeName        sql.NullString
+		jobID, codeName, tmpl  sql.NullString
 		outcome, reason, start sql.NullString
 		codeVersion, exit, dur sql.NullInt64
+		tmplVersion            sql.NullInt64
 		started, ended         sql.NullInt64
 	)
-	if err := r.Scan(&e.ID, &e.Agent, &e.Source, &jobID, &codeName, &codeVersion, &e.CodeSHA256,
+	if err := r.Scan(&e.ID, &e.Agent, &e.Source, &jobID, &codeName, &codeVersion, &tmpl, &tmplVersion, &e.CodeSHA256,
 		&e.TimeoutMS, &e.Status, &outcome, &exit, &reason, &dur, &started, &ended, &start, &e.StdoutPreview, &e.StderrPreview); err != nil {
 		return ExecutionSummary{}, err
 	}
 	e.JobID, e.CodeName, e.CodeVersion = jobID.String, codeName.String, int(codeVersion.Int64)
+	e.Template, e.TemplateVersion = tmpl.String, int(tmplVersion.Int64)
 	e.Outcome, e.Reason, e.ExitCode, e.DurationMS = sandbox.Outcome(outcome.String), reason.String, int(exit.Int64), dur.Int64
 	e.Success = e.Outcome == sandbox.OutcomeOK
 	e.StartedAt, e.Start = fromMS(started), sandbox.Start(start.String)

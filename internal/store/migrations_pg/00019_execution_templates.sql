@@ -1,0 +1,11 @@
+-- The template whose sandbox ran each execution, as SQLite's migration 29.
+
+-- +goose Up
+ALTER TABLE executions ADD COLUMN template TEXT;
+ALTER TABLE executions ADD COLUMN template_version BIGINT;
+CREATE INDEX executions_by_template ON executions (template, started_at DESC) WHERE template IS NOT NULL;
+
+-- +goose Down
+DROP INDEX executions_by_template;
+ALTER TABLE executions DROP COLUMN template_version;
+ALTER TABLE executions DROP COLUMN template;
