@@ -21,6 +21,9 @@ type Secret struct {
 	BasicUser string    `json:"basic_user,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Warnings, in PUT's answer only, say why the daemon would never send the value as set:
+	// its network setting, or hosts that its network_allow does not reach.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // SecretSet is the body of PUT /v1/secrets/{name}: it makes the secret, or replaces the one of

@@ -85,6 +85,9 @@ without it, every agent's runs may name it.`,
 					return o.printJSON(s)
 				}
 				fmt.Fprintf(o.env.Stdout, "set %s%s for %s in %s\n", s.Name, scopeOf(s.Agent), strings.Join(s.Hosts, ", "), placeOf(s))
+				for _, w := range s.Warnings {
+					fmt.Fprintf(o.env.Stderr, "warning: %s\n", w)
+				}
 				return nil
 			})
 		},

@@ -671,3 +671,37 @@ func TestTunnelServerNameIsChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestMayReach: a secret's host is reachable when a name rule matches it or one of the names
+// under it, or when an address rule exists; a lookalike or a parent name is not.
+func TestMayReach(t *testing.T) {
+	names, err := ParsePolicy("network_allow", []string{"api.example.com", "*.github.com", "pypi.org:443"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for host, want := range map[string]bool{
+		"api.example.com":      true,
+		"api.github.com":       true,
+		"*.github.com":         true,
+		"*.api.github.com":     true,
+		"*.example.com":        true, // api.example.com is one of its names
+		"pypi.org":             true,
+		"example.com":          false,
+		"github.com":           false, // *.github.com is the names under it, not itself
+		"evil-api.example.com": false,
+		"api.example.com.evil": false,
+		"*.evil.com":           false,
+		"10.0.0.1":             false,
+	} {
+		if got := names.MayReach(host); got != want {
+			t.Errorf("MayReach(%q) = %v, want %v", host, got, want)
+		}
+	}
+	addrs, err := ParsePolicy("network_allow", []string{"203.0.113.0/24"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !addrs.MayReach("api.example.com") {
+		t.Error("with an address rule, a name (which may resolve into it) is reachable")
+	}
+}

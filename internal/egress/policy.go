@@ -244,6 +244,31 @@ func (p Policy) Covers(r Rule) bool {
 	return false
 }
 
+// MayReach reports whether some connection to host (a name, or "*.name" for the names under
+// it) may be allowed: a name rule matches it or one of its names, or p has an address rule
+// (which a name may resolve into). False means no connection to it ever is.
+func (p Policy) MayReach(host string) bool {
+	h, err := ParseRule(host)
+	if err != nil || h.isAddr() {
+		return false
+	}
+	for _, c := range p.Rules {
+		if c.isAddr() {
+			return true
+		}
+		under := func(name, parent string) bool { return strings.HasSuffix(name, "."+parent) }
+		switch {
+		case !h.Wildcard && c.Wildcard && under(h.Host, c.Host), !h.Wildcard && !c.Wildcard && h.Host == c.Host:
+			return true
+		case h.Wildcard && c.Wildcard && (h.Host == c.Host || under(h.Host, c.Host) || under(c.Host, h.Host)):
+			return true
+		case h.Wildcard && !c.Wildcard && under(c.Host, h.Host):
+			return true
+		}
+	}
+	return false
+}
+
 // Narrow returns the request's rules as a Policy, checking that the configuration (p) covers
 // each; an error names every entry that would widen it.
 func (p Policy) Narrow(entries []string) (Policy, error) {

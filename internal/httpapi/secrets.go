@@ -2,9 +2,12 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/egress"
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/secrets"
 )
@@ -47,7 +50,37 @@ func (a *api) setSecret(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, secretOf(s))
+	out := secretOf(s)
+	if a.ex != nil {
+		out.Warnings = unreachable(a.ex.Config(), s.Hosts)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// unreachable says why runs under cfg would never send a secret bound to hosts: a network
+// setting that puts no connection through the egress proxy (which adds the value), or hosts
+// that network_allow does not reach (a secret opens no host).
+func unreachable(cfg engine.Config, hosts []string) []string {
+	switch cfg.Network {
+	case sandbox.NetworkAllowlist:
+	case sandbox.NetworkNone:
+		return []string{`the daemon's network is "none": no run connects anywhere, so the value is never sent; set network to "allowlist" and add the secret's hosts to network_allow`}
+	case sandbox.NetworkFull:
+		return []string{`the daemon's network is "full": runs connect without its egress proxy, which is what adds the value, so it is never sent; set network to "allowlist" (the default) with the secret's hosts in network_allow`}
+	default:
+		return nil
+	}
+	p, err := egress.ParsePolicy("network_allow", cfg.NetworkAllow)
+	if err != nil {
+		return nil // the daemon checked it when it started
+	}
+	var out []string
+	for _, h := range hosts {
+		if !p.MayReach(h) {
+			out = append(out, fmt.Sprintf("%s is not reached by the daemon's network_allow, so no run can connect to it and the value is never sent there; add it to network_allow in the configuration", h))
+		}
+	}
+	return out
 }
 
 func (a *api) listSecrets(w http.ResponseWriter, r *http.Request) {

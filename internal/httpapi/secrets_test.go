@@ -9,7 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/httpapi"
+	"github.com/sandpit-dev/sandpit/internal/httpapi/httpapitest"
 	"github.com/sandpit-dev/sandpit/internal/secrets"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -89,5 +91,58 @@ func TestSecretsREST(t *testing.T) {
 	}
 	if strings.Contains(all.String(), "value-") {
 		t.Fatalf("an answer held a value: %s", all.String())
+	}
+}
+
+// TestSecretSetWarnsOfHostsNoRunReaches: a secret whose hosts the daemon's network_allow does
+// not reach, or set on a daemon whose runs bypass the egress proxy, is kept, and the answer
+// says why its value would never be sent (a new user's secret silently did nothing).
+func TestSecretSetWarnsOfHostsNoRunReaches(t *testing.T) {
+	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	k := secrets.NewKeeper(st, testCipher(t))
+	for _, c := range []struct {
+		network string
+		allow   []string
+		hosts   string
+		want    []string // in the warnings, in order; none for nil
+	}{
+		{"allowlist", []string{"api.openai.com", "*.github.com"}, `["api.openai.com", "api.github.com"]`, nil},
+		{"allowlist", []string{"api.openai.com"}, `["api.openai.com", "api.anthropic.com", "*.github.com"]`,
+			[]string{"api.anthropic.com is not reached by the daemon's network_allow", "*.github.com is not reached"}},
+		{"full", nil, `["api.openai.com"]`, []string{`network is \"full\"`, `set network to \"allowlist\"`}},
+		{"none", nil, `["api.openai.com"]`, []string{`network is \"none\"`}},
+	} {
+		cfg := engine.DefaultConfig()
+		cfg.Network, cfg.NetworkAllow = c.network, c.allow
+		srv := httptest.NewServer(httpapi.NewHandler(httpapi.Backend{Executor: &httpapitest.Executor{Cfg: cfg}, Secrets: k}, nil))
+		req, _ := http.NewRequest("PUT", srv.URL+"/v1/secrets/KEY", strings.NewReader(`{"value": "v-1", "hosts": `+c.hosts+`}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		body := string(b)
+		if resp.StatusCode != 200 {
+			t.Fatalf("network %s, hosts %s: %d %s, want the secret kept", c.network, c.hosts, resp.StatusCode, body)
+		}
+		if c.want == nil && strings.Contains(body, "warnings") {
+			t.Errorf("network %s allowing %v, hosts %s: %s, want no warning", c.network, c.allow, c.hosts, body)
+		}
+		rest := body
+		for _, w := range c.want {
+			i := strings.Index(rest, w)
+			if i < 0 {
+				t.Errorf("network %s allowing %v, hosts %s: %s, want a warning with %q", c.network, c.allow, c.hosts, body, w)
+				break
+			}
+			rest = rest[i+len(w):]
+		}
 	}
 }

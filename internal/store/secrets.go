@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/sandpit-dev/sandpit/internal/secrets"
 )
@@ -69,9 +70,43 @@ func (s *Store) DeleteSecret(ctx context.Context, agent, name string) error {
 		return err
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("secret %q%s: %w", name, scopeText(agent), ErrNotFound)
+		return fmt.Errorf("secret %q%s: %w%s", name, scopeText(agent), ErrNotFound, s.otherScopes(ctx, agent, name))
 	}
 	return nil
+}
+
+// otherScopes says, for an error about secret name of agent's scope ("" shared), which other
+// scopes hold a secret of that name (up to 5), so that the caller can name the right one; ""
+// when none does.
+func (s *Store) otherScopes(ctx context.Context, agent, name string) string {
+	rows, err := s.r.QueryContext(ctx, `SELECT agent FROM secrets WHERE name = ? AND agent <> ? ORDER BY agent LIMIT 5`, name, agent)
+	if err != nil {
+		return ""
+	}
+	var shared bool
+	var agents []string
+	for rows.Next() {
+		var a string
+		if rows.Scan(&a) == nil {
+			if a == "" {
+				shared = true
+			} else {
+				agents = append(agents, fmt.Sprintf("%q", a))
+			}
+		}
+	}
+	rows.Close()
+	var parts []string
+	if shared {
+		parts = append(parts, "a shared one (name no agent)")
+	}
+	if len(agents) > 0 {
+		parts = append(parts, "one of agent "+strings.Join(agents, ", agent ")+" (name that agent)")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; there is " + strings.Join(parts, " and ")
 }
 
 // SealedSecret returns the secret name that agent's runs may name (agent's own, else the

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/sandpit-dev/sandpit/internal/secrets"
@@ -67,10 +68,21 @@ func TestSecretsAreSealedAndScoped(t *testing.T) {
 	if err := k.Remove(ctx, "alice", "TOKEN"); err != nil {
 		t.Fatal(err)
 	}
-	if err := k.Remove(ctx, "alice", "TOKEN"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("second remove: %v", err)
+	if err := k.Remove(ctx, "alice", "TOKEN"); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "there is a shared one (name no agent)") {
+		t.Fatalf("second remove: %v, want not found, pointing at the shared one", err)
 	}
-	if list, _ := k.List(ctx, "", true); len(list) != 1 {
+	// A remove in the wrong scope names the scopes that have one (a new user's rm without
+	// --agent answered a bare "not found").
+	if _, err := k.Set(ctx, secrets.Secret{Name: "ONLY", Agent: "carol", Binding: secrets.Binding{Hosts: []string{"a.example"}}}, []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Remove(ctx, "", "ONLY"); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), `one of agent "carol" (name that agent)`) {
+		t.Fatalf("removing the shared ONLY: %v, want not found, naming carol's", err)
+	}
+	if err := k.Remove(ctx, "", "NONE"); !errors.Is(err, ErrNotFound) || strings.Contains(err.Error(), "there is") {
+		t.Fatalf("removing a name no scope has: %v", err)
+	}
+	if list, _ := k.List(ctx, "", true); len(list) != 2 {
 		t.Fatalf("after remove %+v", list)
 	}
 }
