@@ -23,6 +23,7 @@ func withConsole(cfg config.Config, eng *Core, api, authed http.Handler, log *sl
 		Jobs:       eng.Jobs,
 		Code:       eng.Library,
 		Sessions:   consoleSessions{eng.Sessions},
+		Templates:  consoleTemplates(eng),
 		ForkServer: console.ForkServer{Enabled: cfg.ForkServer, Preload: cfg.Preload, MaxRuns: cfg.ForkServerMaxRuns, Warmth: eng.Runtime.Warmth},
 		Resets:     eng.Runtime.Resets,
 	}, log)
@@ -46,4 +47,12 @@ func (c consoleSessions) Look(ctx context.Context, agent, id string) (console.Fi
 		return nil, err
 	}
 	return s, nil
+}
+
+// consoleTemplates is the console's view of e's templates (nil without them: its pages say so).
+func consoleTemplates(e *Core) console.Templates {
+	if e.Templates == nil {
+		return nil
+	}
+	return e.Templates
 }

@@ -1,6 +1,7 @@
 // Package console serves sandpit's web console at /ui on the daemon's own listener: the
 // executions ledger (a live list and each record's page), jobs, the code library, stateful
-// sessions (each one's calls, commands and, while it is active, files) and the daemon's health,
+// sessions (each one's calls, commands and, while it is active, files), templates (each with
+// its spec and build log) and the daemon's health,
 // as HTML pages rendered with html/template and a little same-origin JavaScript, all embedded
 // in the binary (nothing is fetched from elsewhere; it works offline).
 //
@@ -95,6 +96,8 @@ type Config struct {
 	Code   Code
 	// Sessions may be nil (its page then says so).
 	Sessions Sessions
+	// Templates may be nil (its pages then say so).
+	Templates Templates
 	// ForkServer and Resets (how many boxes were replaced since the daemon started; nil:
 	// unknown) are shown on the health page.
 	ForkServer ForkServer
@@ -156,6 +159,8 @@ func New(cfg Config, log *slog.Logger) (*Console, error) {
 	c.mux.HandleFunc("GET /ui/code", c.signedIn(c.codeListPage))
 	c.mux.HandleFunc("GET /ui/code/{agent}/{name}", c.signedIn(c.codePage))
 	c.mux.HandleFunc("POST /ui/code/{agent}/{name}/run", c.signedIn(c.runCode))
+	c.mux.HandleFunc("GET /ui/templates", c.signedIn(c.templateListPage))
+	c.mux.HandleFunc("GET /ui/templates/{agent}/{name}", c.signedIn(c.templatePage))
 	c.mux.HandleFunc("GET /ui/health", c.signedIn(c.healthPage))
 	c.mux.HandleFunc("GET /ui/sessions", c.signedIn(c.sessionsPage))
 	c.mux.HandleFunc("GET /ui/sessions/{agent}/{id}", c.signedIn(c.sessionPage))

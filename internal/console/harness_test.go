@@ -75,7 +75,7 @@ func newHarnessWith(t testing.TB, token string, wrap func(http.Handler) http.Han
 	if wrap != nil {
 		consoleAPI = wrap(api)
 	}
-	ui, err := console.New(console.Config{Token: token, API: consoleAPI, Engine: noEngine{}, Ledger: st, Jobs: sched, Code: lib, Sessions: fakeSessions{},
+	ui, err := console.New(console.Config{Token: token, API: consoleAPI, Engine: noEngine{}, Ledger: st, Jobs: sched, Code: lib, Sessions: fakeSessions{}, Templates: fakeTemplates{},
 		ForkServer: console.ForkServer{Enabled: true, Preload: []string{"numpy"}}}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -70,14 +70,22 @@ var funcs = template.FuncMap{
 		}
 		return out
 	},
-	"pretty":    prettyJSON,
+	"pretty": prettyJSON,
+	// asJSON is v as indented JSON (a template's spec).
+	"asJSON": func(v any) string {
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return err.Error()
+		}
+		return string(b)
+	},
 	"hasJSON":   hasJSON,
 	"describe":  schedule.Describe,
 	"add":       func(a, b int) int { return a + b },
 	"joinComma": func(s []string) string { return strings.Join(s, ", ") },
 }
 
-var pageNames = []string{"login", "error", "executions", "execution", "jobs", "code_list", "code", "health", "sessions", "session"}
+var pageNames = []string{"login", "error", "executions", "execution", "jobs", "code_list", "code", "health", "sessions", "session", "template_list", "template"}
 
 func parseTemplates() (map[string]*template.Template, error) {
 	out := map[string]*template.Template{}
