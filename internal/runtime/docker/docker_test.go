@@ -262,20 +262,42 @@ func TestRestartAdoptsTheWarmContainers(t *testing.T) {
 	}
 }
 
-// H17: the container is killed from outside during a run.
-func TestContainerKilledDuringRun(t *testing.T) {
-	rt, cfg := startRuntime(t, nil)
-	ledger := openLedger(t)
-	svc := engine.NewService(rt, engine.Hooks{Recorder: ledger}, slotZero(), testenv.Logger())
+// runUntilPrinted starts code in svc and returns once it has printed (its result comes on the
+// channel): what a test does to the run then happens during it, however loaded the machine (a
+// fixed 2 s was too short on one: the container was killed before the program's first line,
+// CI, 5 December).
+func runUntilPrinted(t *testing.T, svc *engine.Service, code string) <-chan sandbox.Result {
+	t.Helper()
 	done := make(chan sandbox.Result, 1)
+	printed := make(chan struct{})
+	var once sync.Once
 	go func() {
-		res, err := svc.Execute(context.Background(), sandbox.Request{Code: "print('before', flush=True)\nimport time; time.sleep(30)"}, nil)
+		res, err := svc.Execute(context.Background(), sandbox.Request{Code: code}, func(ev sandbox.Event) {
+			if ev.Stream == sandbox.StreamStdout {
+				once.Do(func() { close(printed) })
+			}
+		})
 		if err != nil {
 			t.Errorf("execute: %v", err)
 		}
 		done <- res
 	}()
-	time.Sleep(2 * time.Second)
+	select {
+	case <-printed:
+	case res := <-done:
+		t.Fatalf("the run ended before anything was done to it: %+v", res)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the run printed nothing in 2 minutes")
+	}
+	return done
+}
+
+// H17: the container is killed from outside during a run.
+func TestContainerKilledDuringRun(t *testing.T) {
+	rt, cfg := startRuntime(t, nil)
+	ledger := openLedger(t)
+	svc := engine.NewService(rt, engine.Hooks{Recorder: ledger}, slotZero(), testenv.Logger())
+	done := runUntilPrinted(t, svc, "print('before', flush=True)\nimport time; time.sleep(30)")
 	before := rt.ContainerIDs()
 	if _, err := api.ContainerKill(context.Background(), before[0], client.ContainerKillOptions{Signal: "KILL"}); err != nil {
 		t.Fatal(err)
@@ -310,12 +332,7 @@ func TestExecutorKilledDuringRun(t *testing.T) {
 	rt, _ := startRuntime(t, nil)
 	ledger := openLedger(t)
 	svc := engine.NewService(rt, engine.Hooks{Recorder: ledger}, slotZero(), testenv.Logger())
-	done := make(chan sandbox.Result, 1)
-	go func() {
-		res, _ := svc.Execute(context.Background(), sandbox.Request{Code: "import time; time.sleep(30)"}, nil)
-		done <- res
-	}()
-	time.Sleep(2 * time.Second)
+	done := runUntilPrinted(t, svc, "print('started', flush=True)\nimport time; time.sleep(30)")
 	out, err := exec.Command("docker", "exec", rt.ContainerID(), "sh", "-c", "kill -9 $(cat /sandbox/executor.pid)").CombinedOutput()
 	if err != nil {
 		t.Fatalf("killing the executor: %v %s", err, out)
