@@ -26,11 +26,13 @@ containers_cpu() {
 }
 # A package that needs the test cluster (CI_KUBE_PACKAGES) waits for it: .ci/run starts the
 # tests while the cluster builds, and writes CI_KUBE_READY ("ok", or why not) once it is up,
-# with the environment that reaches it in CI_KUBE_ENV. The wait is not the package's time.
+# with the environment that reaches it in CI_KUBE_ENV. The wait is not the package's time (it
+# is, for go test's own kill timer: -timeout plus a minute from the binary's start).
 if [ -n "${CI_KUBE_READY:-}" ] && [[ " ${CI_KUBE_PACKAGES:-} " == *" $pkg "* ]]; then
 	waited=0
 	until [ -s "$CI_KUBE_READY" ]; do sleep 2; waited=$((waited + 2)); done
-	[ $waited = 0 ] || echo "ci-time: $pkg waited ${waited}s for the test cluster" >&2
+	# go test shows a passing package's output to no one: the wait goes to CI_WAITS too.
+	[ $waited = 0 ] || echo "ci-time: $pkg waited ${waited}s for the test cluster" | tee -a "${CI_WAITS:-/dev/null}" >&2
 	ready=$(cat "$CI_KUBE_READY")
 	[ "$ready" = ok ] || { echo "ci-time: $pkg needs the test cluster, which is not up: $ready" >&2; exit 1; }
 	# shellcheck disable=SC1090
