@@ -224,6 +224,9 @@ OUTPUT = {"jq": subprocess.run(["jq", "-n", "1+1"], capture_output=True, text=Tr
 		if status, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+fork.ID+"/hibernate", ""); status != 200 {
 			t.Fatalf("hibernate the fork: %d %s", status, body)
 		}
+		if status, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+fork.ID+"/resume", ""); status != 200 {
+			t.Fatalf("resume the fork: %d %s", status, body)
+		}
 		raw, _ := json.Marshal(map[string]string{"code": "import subprocess; print(subprocess.run(['jq', '-n', '2*3'], capture_output=True, text=True).stdout)"})
 		status, body = httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+fork.ID+"/executions", string(raw))
 		var res apitype.Result
