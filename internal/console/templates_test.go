@@ -34,9 +34,9 @@ func (fakeTemplates) Get(_ context.Context, agent, name string) (template.Templa
 		return template.Template{}, fmt.Errorf("agent %q has no template %q: %w", agent, name, errclass.New(errclass.NotFound, "template not found"))
 	}
 	return template.Template{Agent: "analyst", Name: "tools", Version: 3, Status: "failed", Image: "sandpit-template:abc",
-		Error: "step 2 (pip nosuchpkg) failed: it exited with status 1\nERROR: No matching distribution",
-		Log:   "step 1: apt jq\n\x1b[31m<script>alert(1)</script>\x1b[0m\nstep 2: pip nosuchpkg\n",
-		Spec:  apitype.TemplateSpec{Base: "sandpit-base:bookworm-2", Steps: []apitype.TemplateStep{{Apt: []string{"jq"}}}, Env: map[string]string{"GREETING": "hi"}},
+		Error:     "step 2 (pip nosuchpkg) failed: it exited with status 1\nERROR: No matching distribution",
+		Log:       "step 1: apt jq\n\x1b[31m<script>alert(1)</script>\x1b[0m\nstep 2: pip nosuchpkg\n",
+		Spec:      apitype.TemplateSpec{Base: "sandpit-base:bookworm-2", Steps: []apitype.TemplateStep{{Apt: []string{"jq"}}}, Env: map[string]string{"GREETING": "hi"}},
 		UpdatedAt: builtAt}, nil
 }
 
