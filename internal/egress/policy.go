@@ -252,11 +252,11 @@ func (p Policy) MayReach(host string) bool {
 	if err != nil || h.isAddr() {
 		return false
 	}
+	under := func(name, parent string) bool { return strings.HasSuffix(name, "."+parent) }
 	for _, c := range p.Rules {
 		if c.isAddr() {
 			return true
 		}
-		under := func(name, parent string) bool { return strings.HasSuffix(name, "."+parent) }
 		switch {
 		case !h.Wildcard && c.Wildcard && under(h.Host, c.Host), !h.Wildcard && !c.Wildcard && h.Host == c.Host:
 			return true

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/sandpit-dev/sandpit/internal/secrets"
@@ -83,22 +84,17 @@ func (s *Store) otherScopes(ctx context.Context, agent, name string) string {
 	if err != nil {
 		return ""
 	}
-	var shared bool
-	var agents []string
-	for rows.Next() {
-		var a string
-		if rows.Scan(&a) == nil {
-			if a == "" {
-				shared = true
-			} else {
-				agents = append(agents, fmt.Sprintf("%q", a))
-			}
-		}
+	scopes, err := collect(rows, func(r scanner) (a string, err error) { return a, r.Scan(&a) })
+	if err != nil {
+		return ""
 	}
-	rows.Close()
-	var parts []string
-	if shared {
-		parts = append(parts, "a shared one (name no agent)")
+	var parts, agents []string
+	for _, a := range scopes {
+		if a == "" {
+			parts = append(parts, "a shared one (name no agent)")
+		} else {
+			agents = append(agents, strconv.Quote(a))
+		}
 	}
 	if len(agents) > 0 {
 		parts = append(parts, "one of agent "+strings.Join(agents, ", agent ")+" (name that agent)")
