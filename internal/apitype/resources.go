@@ -19,6 +19,9 @@ type CodeDraft struct {
 	InputSchema  json.RawMessage `json:"input_schema"`
 	OutputSchema json.RawMessage `json:"output_schema"`
 	Description  string          `json:"description"`
+	// Template names the template whose sandbox runs the code (NAME, or OWNER/NAME of a
+	// shared one); absent or "" for the daemon's own image. It must be ready when saved.
+	Template string `json:"template,omitempty"`
 	// ExpectedVersion, on update, is the version the change is based on (0: any); another
 	// answers conflict.
 	ExpectedVersion int `json:"expected_version,omitempty"`
@@ -35,6 +38,8 @@ type Code struct {
 	InputSchema  json.RawMessage `json:"input_schema"`
 	OutputSchema json.RawMessage `json:"output_schema"`
 	Description  string          `json:"description"`
+	// Template names the template whose sandbox runs this version (absent: the daemon's image).
+	Template string `json:"template,omitempty"`
 	// CreatedAt is when the code was first saved; UpdatedAt when this version was.
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -59,6 +64,7 @@ type CodeSummary struct {
 	Version      int       `json:"version"`
 	Description  string    `json:"description"`
 	Dependencies []string  `json:"dependencies"`
+	Template     string    `json:"template,omitempty"`
 	CreatedAt    time.Time `json:"created_at"`
 	UpdatedAt    time.Time `json:"updated_at"`
 }

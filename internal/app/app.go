@@ -293,14 +293,16 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	}
 	svc := engine.NewService(rt, hooks, scfg, log)
 	m.Watch(svc.Stats, rt.Resets)
-	lib := library.New(st, svc, cfg.MaxDependencies)
 	sessCfg := cfg.Sessions()
 	sessCfg.Lifecycle.Daemon = st.Daemon()
 	sessions := session.New(svc, rt, st, sessCfg, log)
 	sessions.SetCommandRecorder(st)
 	sessions.SetEgressRecorder(st)
+	runner := templateRunner{Service: svc, sessions: sessions}
+	lib := library.New(st, runner, cfg.MaxDependencies)
 	if tmpl != nil {
 		sessions.SetTemplates(tmpl)
+		lib.SetTemplates(tmpl)
 	}
 	if n, err := sessions.Recover(ctx); err != nil {
 		rt.Close()
@@ -326,7 +328,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		Secrets:   keeper,
 		Files:     files,
 		Library:   lib,
-		Jobs:      jobs.New(m.JobStore(st), lib, svc, jobsConfig(st, scfg.MaxTimeout), log),
+		Jobs:      jobs.New(m.JobStore(st), lib, runner, jobsConfig(st, scfg.MaxTimeout), log),
 		Metrics:   m,
 		Sessions:  sessions,
 		E2B:       e2bServer,

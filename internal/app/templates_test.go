@@ -276,6 +276,65 @@ OUTPUT = {"jq": subprocess.run(["jq", "-n", "1+1"], capture_output=True, text=Tr
 		}
 	})
 
+	t.Run("saved code and jobs", func(t *testing.T) {
+		// Saved code naming the template runs in a sandbox of it, by REST, the CLI and a
+		// job's fire, and the ledger says so.
+		save := `{"name": "double", "template": "tools", "code": "import os, subprocess\nOUTPUT = {'jq': subprocess.run(['jq', '-n', str(INPUT['n']) + '*2'], capture_output=True, text=True).stdout.strip(), 'greeting': os.environ['GREETING']}",
+			"input_schema": {"type": "object", "required": ["n"]}}`
+		if status, body := httpCall(t, "POST", url+"/v1/agents/alice/code", save); status != 201 || !strings.Contains(string(body), `"template":"tools"`) {
+			t.Fatalf("saving code naming the template: %d %s", status, body)
+		}
+		status, body := httpCall(t, "POST", url+"/v1/agents/alice/code/double/run", `{"input": {"n": 21}}`)
+		var res apitype.Result
+		if err := json.Unmarshal(body, &res); err != nil || status != 200 || string(res.Output) != `{"jq": "42", "greeting": "hi there"}` {
+			t.Fatalf("running it: %d %s (%v)", status, body, err)
+		}
+		record := func(id string) apitype.Execution {
+			t.Helper()
+			status, body := httpCall(t, "GET", url+"/v1/executions/"+id, "")
+			var rec apitype.Execution
+			if err := json.Unmarshal(body, &rec); err != nil || status != 200 {
+				t.Fatalf("record %s: %d %s (%v)", id, status, body, err)
+			}
+			return rec
+		}
+		if rec := record(res.ID); rec.Template != "tools" || rec.TemplateVersion != built.Version || rec.CodeName != "double" {
+			t.Errorf("the saved code's run recorded %+v, want template tools v%d and code double", rec, built.Version)
+		}
+		code, stdout, stderr := cliAt(url)("code", "run", "double", "--agent", "alice", "--input", `{"n": 4}`)
+		if code != 0 || !strings.Contains(stdout, `"jq": "8"`) {
+			t.Errorf("sandpit code run: %d %q %q", code, stdout, stderr)
+		}
+		code, stdout, stderr = cliAt(url)("code", "list", "--agent", "alice")
+		if code != 0 || !strings.Contains(stdout, "TEMPLATE") || !strings.Contains(stdout, "tools") {
+			t.Errorf("sandpit code list: %d %q %q, want the template column", code, stdout, stderr)
+		}
+
+		var job apitype.Job
+		if st := call(t, "POST", url+"/v1/agents/alice/jobs", `{"code_name": "double", "schedule": "0 6 * * *", "input": {"n": 5}}`, &job); st != 201 {
+			t.Fatalf("a job of the code: %d", st)
+		}
+		var fire apitype.Fire
+		if st := call(t, "POST", url+"/v1/agents/alice/jobs/"+job.ID+"/run", "", &fire); st != 200 || fire.ExecutionID == "" {
+			t.Fatalf("firing it: %d %+v", st, fire)
+		}
+		deadline := time.Now().Add(2 * time.Minute)
+		rec := record(fire.ExecutionID)
+		for rec.Status != apitype.StatusFinished && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+			rec = record(fire.ExecutionID)
+		}
+		if rec.Outcome != "ok" || rec.Template != "tools" || rec.JobID != job.ID || !strings.Contains(string(rec.Output), `"jq": "10"`) {
+			t.Errorf("the job's run: %+v, want ok in template tools with jq 10", rec)
+		}
+
+		// A template that cannot start is refused when the code is saved, naming it.
+		status, body = httpCall(t, "POST", url+"/v1/agents/bob/code", `{"name": "x", "code": "print(1)", "template": "tools"}`)
+		if status != 404 || !strings.Contains(string(body), "tools") {
+			t.Errorf("another agent's code naming alice's template: %d %s, want 404 naming it", status, body)
+		}
+	})
+
 	t.Run("e2b", func(t *testing.T) {
 		st, err := app.OpenKeys(t.Context(), cfg, testenv.Logger())
 		if err != nil {

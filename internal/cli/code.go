@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -26,6 +27,7 @@ func (o *options) codeSaveCommand() *cobra.Command {
 		deps                []string
 		inSchema, outSchema string
 		description         string
+		template            string
 		expected            int
 	}
 	saveCmd := &cobra.Command{
@@ -36,15 +38,17 @@ existing name makes a new version, which keeps the current version's dependencie
 description and schemas unless their flags are given (an empty --input-schema '' or
 --output-schema '' removes one). Dependencies are PEP 508 requirements; schemas are JSON
 Schemas (2020-12) given inline or as @FILE: the input is validated before each run and OUTPUT
-after it (a mismatch ends the run with outcome output_invalid).`,
-		Example: `  sandpit code save sum-sales sum.py --dep 'pandas>=2' --input-schema @in.json --output-schema @out.json`,
-		Args:    exactArgs(2),
+after it (a mismatch ends the run with outcome output_invalid). --template runs the code in a
+sandbox of that template (sandpit template ls; --template '' goes back to the default image).`,
+		Example: `  sandpit code save sum-sales sum.py --dep 'pandas>=2' --input-schema @in.json --output-schema @out.json
+  sandpit code save make-report report.py --template tools`,
+		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src, err := os.ReadFile(args[1])
 			if err != nil {
 				return usageErrorf("reading the code: %v", err)
 			}
-			d := apitype.CodeDraft{Code: string(src), Dependencies: save.deps, Description: save.description}
+			d := apitype.CodeDraft{Code: string(src), Dependencies: save.deps, Description: save.description, Template: save.template}
 			if save.inSchema != "" {
 				if d.InputSchema, err = jsonArg("input-schema", save.inSchema); err != nil {
 					return err
@@ -78,6 +82,7 @@ after it (a mismatch ends the run with outcome output_invalid).`,
 	saveCmd.Flags().StringVar(&save.inSchema, "input-schema", "", "input JSON Schema, inline or @FILE")
 	saveCmd.Flags().StringVar(&save.outSchema, "output-schema", "", "output JSON Schema, inline or @FILE")
 	saveCmd.Flags().StringVar(&save.description, "description", "", "what the code does")
+	saveCmd.Flags().StringVar(&save.template, "template", "", "run the code in a sandbox of this template (NAME, or OWNER/NAME of a shared one)")
 	saveCmd.Flags().IntVar(&save.expected, "expected-version", 0, "refuse the save unless this is the current version")
 	return saveCmd
 }
@@ -103,6 +108,9 @@ func saveVersion(cmd *cobra.Command, c *client.Client, agent, name string, d api
 	}
 	if !fl.Changed("output-schema") {
 		d.OutputSchema = cur.OutputSchema
+	}
+	if !fl.Changed("template") {
+		d.Template = cur.Template
 	}
 	if expected == 0 {
 		expected = cur.Version
@@ -141,9 +149,9 @@ func (o *options) codeListCommand() *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tVERSION\tUPDATED\tDESCRIPTION")
+			fmt.Fprintln(tw, "NAME\tVERSION\tTEMPLATE\tUPDATED\tDESCRIPTION")
 			for _, it := range items {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", it.Name, it.Version, it.UpdatedAt.Format(time.RFC3339), oneLine(it.Description, 60))
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", it.Name, it.Version, cmp.Or(it.Template, "-"), it.UpdatedAt.Format(time.RFC3339), oneLine(it.Description, 60))
 			}
 			return tw.Flush()
 		},

@@ -193,6 +193,11 @@ func (s *Service) Stats() Stats {
 
 // Validate checks req against the limits and returns a *FieldError naming the first bad field.
 func (s *Service) Validate(req sandbox.Request) error {
+	if req.Template != "" {
+		// A template's run is a session of it (session.Registry.RunOnce); the slots run the
+		// daemon's own image, and running it there would drop the template unsaid.
+		return &sandbox.FieldError{Field: "template", Message: "is not served by this daemon's execution slots: a template's run needs the sessions (the Docker runtime)"}
+	}
 	if req.Code == "" {
 		return &sandbox.FieldError{Field: "code", Message: "is required: send the Python source to run"}
 	}

@@ -101,10 +101,9 @@ func (a *api) execute(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		// A template's run is a session of it, made for the run and closed after it.
-		sreq := sandbox.SessionRequest{Agent: b.Agent, Template: b.Template, Dependencies: b.Dependencies, NetworkAllow: b.NetworkAllow, Secrets: b.Secrets}
-		req.Dependencies, req.NetworkAllow, req.Secrets = nil, nil, nil
+		req.Template = b.Template
 		a.run(w, r, b.InlineFiles, func(ctx context.Context, emit func(sandbox.Event)) (sandbox.Result, error) {
-			return a.sessions.RunOnce(ctx, sreq, req, emit)
+			return a.sessions.RunOnce(ctx, req, emit)
 		})
 		return
 	}

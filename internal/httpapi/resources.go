@@ -131,15 +131,16 @@ type codeBody = apitype.CodeDraft
 // draftOf is the library's draft of a body.
 func draftOf(b codeBody) library.Draft {
 	return library.Draft{Code: b.Code, Dependencies: b.Dependencies, InputSchema: b.InputSchema,
-		OutputSchema: b.OutputSchema, Description: b.Description}
+		OutputSchema: b.OutputSchema, Description: b.Description, Template: b.Template}
 }
 
 var (
-	draftFields = []string{"code", "dependencies", "input_schema", "output_schema", "description"}
+	draftFields = []string{"code", "dependencies", "input_schema", "output_schema", "description", "template"}
 	draftExpect = map[string]string{
 		"code":             "must be a string holding the Python source",
 		"dependencies":     `must be a list of requirement strings such as ["pandas>=2"]`,
 		"description":      "must be a string",
+		"template":         "must be a string: a template's name (GET /v1/agents/{agent}/templates lists them), or \"\" for the default image",
 		"name":             "must be a string",
 		"expected_version": "must be an integer",
 	}
@@ -185,7 +186,7 @@ func (a *api) updateCode(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		b = codeBody{Code: cur.Code, Dependencies: cur.Dependencies, InputSchema: cur.InputSchema,
-			OutputSchema: cur.OutputSchema, Description: cur.Description}
+			OutputSchema: cur.OutputSchema, Description: cur.Description, Template: cur.Template}
 	}
 	if err := readBody(w, r, a.bodyLimit(), &b, updateCodeShape); err != nil {
 		writeError(w, err)

@@ -19,8 +19,8 @@ type Sessions interface {
 	List(agent string) []sandbox.SessionInfo
 	Config() session.Config
 	Stats() session.Stats
-	// RunOnce runs a request in a session made for it and closed after it (a template's run).
-	RunOnce(ctx context.Context, sreq sandbox.SessionRequest, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error)
+	// RunOnce runs a request in a session of its template made for it and closed after it.
+	RunOnce(ctx context.Context, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error)
 }
 
 var _ Sessions = (*session.Registry)(nil)

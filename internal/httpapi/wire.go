@@ -98,7 +98,7 @@ func codeOf(c store.Code) apitype.Code { return apitype.Code(c) }
 
 func codeSummaryOf(c store.Code) apitype.CodeSummary {
 	return apitype.CodeSummary{Name: c.Name, Version: c.Version, Description: c.Description,
-		Dependencies: c.Dependencies, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
+		Dependencies: c.Dependencies, Template: c.Template, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
 }
 
 func codeVersionOf(v store.CodeVersion) apitype.CodeVersion { return apitype.CodeVersion(v) }

@@ -20,6 +20,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/requirement"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/template"
 )
 
 // Store is the persistence the library needs; *store.Store satisfies it.
@@ -37,11 +38,19 @@ type Executor interface {
 	Execute(ctx context.Context, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error)
 }
 
+// Templates resolves the templates saved code may name (*template.Service).
+type Templates interface {
+	// Resolve returns the agent's ready template ref (NAME, or OWNER/NAME of a shared one);
+	// errors say why it cannot start.
+	Resolve(ctx context.Context, agent, ref string) (template.Template, error)
+}
+
 // Library saves, finds and runs agents' code.
 type Library struct {
-	st      Store
-	ex      Executor
-	maxDeps int
+	st        Store
+	ex        Executor
+	templates Templates // nil: code may name no template
+	maxDeps   int
 }
 
 // New returns a library keeping code in st and running it with ex. maxDeps caps the
@@ -52,6 +61,11 @@ func New(st Store, ex Executor, maxDeps int) *Library {
 	}
 	return &Library{st: st, ex: ex, maxDeps: maxDeps}
 }
+
+// SetTemplates sets the templates saved code may name (call before serving); without it
+// code naming one is refused. ex must then run a request naming a template (see
+// sandbox.Request.Template).
+func (l *Library) SetTemplates(t Templates) { l.templates = t }
 
 // Draft is what a client saves: the content of one version.
 type Draft struct {
@@ -65,6 +79,10 @@ type Draft struct {
 	OutputSchema json.RawMessage
 	// Description says what the code does, for people and models choosing it.
 	Description string
+	// Template names the template whose sandbox runs the code (NAME, or OWNER/NAME of a
+	// shared one; docs/templates.md); "" for the daemon's own image. It must be ready when
+	// the code is saved.
+	Template string
 }
 
 // MaxNameLength is the longest code name; MaxDescription the longest description, in bytes.
@@ -92,9 +110,10 @@ func checkAgent(agent string) error {
 	return nil
 }
 
-// check validates d and returns it in the form stored: dependencies in canonical form, schemas
-// compacted. Errors are *sandbox.FieldError.
-func (l *Library) check(d Draft) (Draft, error) {
+// check validates d, saved by agent, and returns it in the form stored: dependencies in
+// canonical form, schemas compacted. Errors are *sandbox.FieldError, and the template's own
+// (not found, not ready) when it cannot start.
+func (l *Library) check(ctx context.Context, agent string, d Draft) (Draft, error) {
 	if strings.TrimSpace(d.Code) == "" {
 		return d, &sandbox.FieldError{Field: "code", Message: "is required: send the Python source to save"}
 	}
@@ -126,6 +145,14 @@ func (l *Library) check(d Draft) (Draft, error) {
 		}
 		*s.raw = buf.Bytes()
 	}
+	if d.Template != "" {
+		if l.templates == nil {
+			return d, &sandbox.FieldError{Field: "template", Message: "names a template, but this daemon has none (templates need the Docker runtime); remove it"}
+		}
+		if _, err := l.templates.Resolve(ctx, agent, d.Template); err != nil {
+			return d, err
+		}
+	}
 	return d, nil
 }
 
@@ -135,7 +162,7 @@ func (l *Library) Create(ctx context.Context, agent, name string, d Draft) (stor
 	if err := errors.Join(checkAgent(agent), CheckName(name)); err != nil {
 		return store.Code{}, firstField(err)
 	}
-	d, err := l.check(d)
+	d, err := l.check(ctx, agent, d)
 	if err != nil {
 		return store.Code{}, err
 	}
@@ -151,7 +178,7 @@ func (l *Library) Update(ctx context.Context, agent, name string, d Draft, expec
 	if expected < 0 {
 		return store.Code{}, &sandbox.FieldError{Field: "expected_version", Message: fmt.Sprintf("is %d; versions start at 1", expected)}
 	}
-	d, err := l.check(d)
+	d, err := l.check(ctx, agent, d)
 	if err != nil {
 		return store.Code{}, err
 	}
@@ -160,7 +187,7 @@ func (l *Library) Update(ctx context.Context, agent, name string, d Draft, expec
 
 func codeOf(agent, name string, d Draft) store.Code {
 	return store.Code{Agent: agent, Name: name, Code: d.Code, Dependencies: d.Dependencies,
-		InputSchema: d.InputSchema, OutputSchema: d.OutputSchema, Description: d.Description}
+		InputSchema: d.InputSchema, OutputSchema: d.OutputSchema, Description: d.Description, Template: d.Template}
 }
 
 func firstField(err error) error {
@@ -222,7 +249,7 @@ func (l *Library) Request(ctx context.Context, agent, name string, run Run, orig
 	}
 	origin.CodeName, origin.CodeVersion = code.Name, code.Version
 	req := sandbox.Request{Code: code.Code, Input: run.Input, TimeoutMS: run.TimeoutMS, Agent: agent, Origin: origin,
-		Dependencies: code.Dependencies, Files: run.Files, Charts: run.Charts, Secrets: run.Secrets}
+		Dependencies: code.Dependencies, Files: run.Files, Charts: run.Charts, Secrets: run.Secrets, Template: code.Template}
 	// The request's own limits (the input's size and depth, the timeout) come before its
 	// schema: they are cheaper, and their errors say what to change.
 	if v, ok := l.ex.(interface{ Validate(sandbox.Request) error }); ok {

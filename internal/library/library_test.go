@@ -13,6 +13,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/library"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/template"
 )
 
 // echoRuntime "runs" code by returning OUTPUT = INPUT["out"], counting its runs.
@@ -304,5 +305,82 @@ func TestLargeValidationTakesASlot(t *testing.T) {
 	close(rt.release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// templates resolves the one template "tools" of agent "a".
+type templates struct{}
+
+func (templates) Resolve(_ context.Context, agent, ref string) (template.Template, error) {
+	if agent == "a" && ref == "tools" {
+		return template.Template{Agent: agent, Name: ref, Version: 3}, nil
+	}
+	return template.Template{}, fmt.Errorf("template %q: %w", ref, store.ErrNotFound)
+}
+
+// recorder is an executor keeping the requests it is given.
+type recorder struct {
+	*engine.Service
+	reqs []sandbox.Request
+}
+
+// Validate checks the request as the engine does; its template is checked by its session.
+func (r *recorder) Validate(req sandbox.Request) error {
+	req.Template = ""
+	return r.Service.Validate(req)
+}
+
+func (r *recorder) Execute(_ context.Context, req sandbox.Request, _ func(sandbox.Event)) (sandbox.Result, error) {
+	r.reqs = append(r.reqs, req)
+	return sandbox.Result{Outcome: sandbox.OutcomeOK}, nil
+}
+
+func TestCodeNamingATemplate(t *testing.T) {
+	lib, st, _ := setup(t)
+	ctx := t.Context()
+	d := library.Draft{Code: "print(1)", Template: "tools"}
+
+	// A daemon without templates refuses the field, naming it.
+	var fe *sandbox.FieldError
+	if _, err := lib.Create(ctx, "a", "report", d); !errors.As(err, &fe) || fe.Field != "template" {
+		t.Fatalf("template on a daemon without templates: %v", err)
+	}
+	// The engine's slots refuse a request naming a template instead of running the default
+	// image: a caller that forgot the sessions fails, never drops the template unsaid.
+	svc := engine.NewService(&echoRuntime{}, engine.Hooks{Recorder: st}, engine.DefaultConfig(), nil)
+	if _, err := svc.Execute(ctx, sandbox.Request{Code: "print(1)", Template: "tools"}, nil); !errors.As(err, &fe) || fe.Field != "template" {
+		t.Fatalf("the engine ran a template's request: %v", err)
+	}
+
+	ex := &recorder{Service: svc}
+	lib = library.New(st, ex, 0)
+	lib.SetTemplates(templates{})
+	if _, err := lib.Create(ctx, "a", "report", library.Draft{Code: "print(1)", Template: "missing"}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a template that does not exist: %v", err)
+	}
+	if _, err := lib.Create(ctx, "b", "report", d); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("another agent's template: %v", err)
+	}
+	v1, err := lib.Create(ctx, "a", "report", d)
+	if err != nil || v1.Template != "tools" {
+		t.Fatalf("saved %+v %v", v1, err)
+	}
+	if _, err := lib.Update(ctx, "a", "report", library.Draft{Code: "print(2)"}, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []int{1, 2} {
+		if _, err := lib.Run(ctx, "a", "report", library.Run{Version: v}, sandbox.Origin{}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(ex.reqs) != 2 || ex.reqs[0].Template != "tools" || ex.reqs[1].Template != "" || ex.reqs[0].Origin.CodeVersion != 1 {
+		t.Fatalf("requests run: %+v", ex.reqs)
+	}
+	got, err := lib.Get(ctx, "a", "report", 1)
+	if err != nil || got.Template != "tools" {
+		t.Fatalf("version 1 as stored: %+v %v", got, err)
+	}
+	if list, _, _ := lib.List(ctx, "a", "", store.Page{}); len(list) != 1 || list[0].Template != "" {
+		t.Fatalf("the latest version has no template: %+v", list)
 	}
 }

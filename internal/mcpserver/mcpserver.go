@@ -251,6 +251,7 @@ type SaveCodeArgs struct {
 	Dependencies []string `json:"dependencies,omitempty" jsonschema:"pip requirements installed before each run"`
 	InputSchema  any      `json:"input_schema,omitempty" jsonschema:"JSON Schema (2020-12) of INPUT"`
 	OutputSchema any      `json:"output_schema,omitempty" jsonschema:"JSON Schema (2020-12) of OUTPUT"`
+	Template     string   `json:"template,omitempty" jsonschema:"run the script in a sandbox of this template (list_templates names them) instead of the default environment"`
 }
 
 func raw(v any) json.RawMessage {
@@ -263,7 +264,7 @@ func raw(v any) json.RawMessage {
 
 func (t *tools) saveCode(ctx context.Context, _ *mcp.CallToolRequest, a SaveCodeArgs) (*mcp.CallToolResult, any, error) {
 	c, err := t.c.CreateCode(ctx, t.agent, a.Name, apitype.CodeDraft{Code: a.Code, Description: a.Description,
-		Dependencies: a.Dependencies, InputSchema: raw(a.InputSchema), OutputSchema: raw(a.OutputSchema)})
+		Dependencies: a.Dependencies, InputSchema: raw(a.InputSchema), OutputSchema: raw(a.OutputSchema), Template: a.Template})
 	if err != nil {
 		return nil, nil, toolError(err)
 	}
@@ -278,6 +279,7 @@ type UpdateCodeArgs struct {
 	Dependencies    *[]string `json:"dependencies,omitempty"`
 	InputSchema     any       `json:"input_schema,omitempty"`
 	OutputSchema    any       `json:"output_schema,omitempty"`
+	Template        *string   `json:"template,omitempty" jsonschema:"the template whose sandbox runs the script (\"\": the default environment)"`
 	ExpectedVersion int       `json:"expected_version,omitempty" jsonschema:"the version you last read; refused if another is current"`
 }
 
@@ -287,7 +289,7 @@ func (t *tools) updateCode(ctx context.Context, _ *mcp.CallToolRequest, a Update
 		return nil, nil, toolError(err)
 	}
 	d := apitype.CodeDraft{Code: cur.Code, Description: cur.Description, Dependencies: cur.Dependencies,
-		InputSchema: cur.InputSchema, OutputSchema: cur.OutputSchema}
+		InputSchema: cur.InputSchema, OutputSchema: cur.OutputSchema, Template: cur.Template}
 	if a.Code != nil {
 		d.Code = *a.Code
 	}
@@ -302,6 +304,9 @@ func (t *tools) updateCode(ctx context.Context, _ *mcp.CallToolRequest, a Update
 	}
 	if a.OutputSchema != nil {
 		d.OutputSchema = raw(a.OutputSchema)
+	}
+	if a.Template != nil {
+		d.Template = *a.Template
 	}
 	expected := a.ExpectedVersion
 	if expected == 0 {

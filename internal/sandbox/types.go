@@ -47,6 +47,10 @@ type Request struct {
 	// its code sees each as the environment variable of its name holding a placeholder, which
 	// the egress proxy replaces with the value in a request to a host the secret is bound to.
 	Secrets []string
+	// Template, when not empty, names the template (NAME, or OWNER/NAME of a shared one) whose
+	// sandbox runs the request: a session of it made for the run and closed after it (the
+	// session registry's RunOnce). The engine's own slots refuse it.
+	Template string
 	// Internal: a session's call made by the daemon itself, not the user's (see Spec.Internal).
 	// No client sets it.
 	Internal bool

@@ -175,10 +175,13 @@ func wrote(tail *sandbox.ProcessTail) string {
 	return "; it wrote: " + lastLines(out, 5)
 }
 
-// RunOnce runs req in a session of its own made by sreq (a template's, say) and closes the
-// session after the run, whatever its end: a one-shot run of a template. Errors are Create's
-// and Execute's.
-func (r *Registry) RunOnce(ctx context.Context, sreq sandbox.SessionRequest, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
+// RunOnce runs req in a session of its own, of req.Template, made for it and closed after it
+// whatever its end: a one-shot run of a template. The session takes the request's agent,
+// dependencies, network_allow and secrets. Errors are Create's and Execute's.
+func (r *Registry) RunOnce(ctx context.Context, req sandbox.Request, emit func(sandbox.Event)) (sandbox.Result, error) {
+	sreq := sandbox.SessionRequest{Agent: req.Agent, Template: req.Template, Dependencies: req.Dependencies,
+		NetworkAllow: req.NetworkAllow, Secrets: req.Secrets}
+	req.Template, req.Dependencies, req.NetworkAllow, req.Secrets = "", nil, nil, nil
 	s, err := r.Create(ctx, sreq)
 	if err != nil {
 		return sandbox.Result{}, err

@@ -25,6 +25,8 @@ type Code struct {
 	InputSchema  json.RawMessage
 	OutputSchema json.RawMessage
 	Description  string
+	// Template names the template whose sandbox runs this version ("": the daemon's image).
+	Template string
 	// CreatedAt is when version 1 was saved; UpdatedAt when this version was.
 	CreatedAt time.Time
 	UpdatedAt time.Time
@@ -91,16 +93,16 @@ func insertVersion(ctx context.Context, tx *Tx, c Code) error {
 		return err
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO code_versions
-		(agent, name, version, code, dependencies, input_schema, output_schema, description, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, c.Agent, c.Name, c.Version, c.Code, string(deps),
-		jsonText(c.InputSchema), jsonText(c.OutputSchema), c.Description, c.UpdatedAt.UnixMilli())
+		(agent, name, version, code, dependencies, input_schema, output_schema, description, template, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, c.Agent, c.Name, c.Version, c.Code, string(deps),
+		jsonText(c.InputSchema), jsonText(c.OutputSchema), c.Description, nullString(c.Template), c.UpdatedAt.UnixMilli())
 	return err
 }
 
 // GetCode returns version of the agent's code name; version 0 means the latest.
 func (s *Store) GetCode(ctx context.Context, agent, name string, version int) (Code, error) {
 	q := `SELECT v.agent, v.name, v.version, v.code, v.dependencies, v.input_schema, v.output_schema,
-		v.description, c.created_at, v.created_at FROM code c JOIN code_versions v
+		v.description, v.template, c.created_at, v.created_at FROM code c JOIN code_versions v
 		ON v.agent = c.agent AND v.name = c.name AND v.version = `
 	args := []any{agent, name}
 	if version == 0 {
@@ -124,7 +126,7 @@ func (s *Store) GetCode(ctx context.Context, agent, name string, version int) (C
 // contains filter (case-insensitive; "" matches all), by name, a page at a time.
 func (s *Store) ListCode(ctx context.Context, agent, filter string, p Page) ([]Code, string, error) {
 	q := `SELECT v.agent, v.name, v.version, v.code, v.dependencies, v.input_schema, v.output_schema,
-		v.description, c.created_at, v.created_at FROM code c JOIN code_versions v
+		v.description, v.template, c.created_at, v.created_at FROM code c JOIN code_versions v
 		ON v.agent = c.agent AND v.name = c.name AND v.version = c.version WHERE c.agent = ?`
 	args := []any{agent}
 	if filter != "" {
@@ -244,16 +246,17 @@ func scanCode(row scanner) (Code, error) {
 		c                   Code
 		deps                string
 		inSchema, outSchema sql.NullString
+		tmpl                sql.NullString
 		created, updated    int64
 	)
 	if err := row.Scan(&c.Agent, &c.Name, &c.Version, &c.Code, &deps, &inSchema, &outSchema,
-		&c.Description, &created, &updated); err != nil {
+		&c.Description, &tmpl, &created, &updated); err != nil {
 		return Code{}, err
 	}
 	if err := json.Unmarshal([]byte(deps), &c.Dependencies); err != nil {
 		return Code{}, fmt.Errorf("code %q: stored dependencies are not a JSON list: %w", c.Name, err)
 	}
-	c.InputSchema, c.OutputSchema = rawOrNull(inSchema), rawOrNull(outSchema)
+	c.InputSchema, c.OutputSchema, c.Template = rawOrNull(inSchema), rawOrNull(outSchema), tmpl.String
 	c.CreatedAt, c.UpdatedAt = time.UnixMilli(created).UTC(), time.UnixMilli(updated).UTC()
 	return c, nil
 }

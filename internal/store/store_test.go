@@ -195,7 +195,8 @@ func TestPruneKeepsNewestAndRunning(t *testing.T) {
 func TestCodeVersionsAndConflicts(t *testing.T) {
 	s := open(t)
 	ctx := t.Context()
-	c := Code{Agent: "a", Name: "sum", Code: "v1", Dependencies: []string{"tinypkg==1.0"}, InputSchema: json.RawMessage(`{"type":"object"}`)}
+	c := Code{Agent: "a", Name: "sum", Code: "v1", Dependencies: []string{"tinypkg==1.0"}, InputSchema: json.RawMessage(`{"type":"object"}`),
+		Template: "tools"}
 	v1, err := s.CreateCode(ctx, c)
 	if err != nil || v1.Version != 1 {
 		t.Fatalf("create: %+v %v", v1, err)
@@ -203,7 +204,7 @@ func TestCodeVersionsAndConflicts(t *testing.T) {
 	if _, err := s.CreateCode(ctx, c); !errors.Is(err, ErrExists) {
 		t.Fatalf("second create: %v", err)
 	}
-	c.Code = "v2"
+	c.Code, c.Template = "v2", ""
 	v2, err := s.UpdateCode(ctx, c, 1)
 	if err != nil || v2.Version != 2 || !v2.CreatedAt.Equal(v1.CreatedAt) {
 		t.Fatalf("update: %+v %v", v2, err)
@@ -212,10 +213,11 @@ func TestCodeVersionsAndConflicts(t *testing.T) {
 	if _, err := s.UpdateCode(ctx, c, 1); !errors.As(err, &conflict) || conflict.Current != 2 {
 		t.Fatalf("stale update: %v", err)
 	}
-	if got, _ := s.GetCode(ctx, "a", "sum", 0); got.Code != "v2" || got.Version != 2 {
+	if got, _ := s.GetCode(ctx, "a", "sum", 0); got.Code != "v2" || got.Version != 2 || got.Template != "" {
 		t.Fatalf("latest: %+v", got)
 	}
-	if got, _ := s.GetCode(ctx, "a", "sum", 1); got.Code != "v1" || got.Dependencies[0] != "tinypkg==1.0" || string(got.InputSchema) != `{"type":"object"}` || string(got.OutputSchema) != "null" {
+	if got, _ := s.GetCode(ctx, "a", "sum", 1); got.Code != "v1" || got.Dependencies[0] != "tinypkg==1.0" || string(got.InputSchema) != `{"type":"object"}` || string(got.OutputSchema) != "null" ||
+		got.Template != "tools" {
 		t.Fatalf("version 1: %+v", got)
 	}
 	if _, err := s.GetCode(ctx, "b", "sum", 0); !errors.Is(err, ErrNotFound) {
