@@ -69,6 +69,7 @@ func TestTemplates(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Slots, cfg.ForkServer = 1, false
 	cfg.IndexURL, cfg.TrustedHosts = idx.URL(), []string{idx.Host()}
+	cfg.TemplatePools = map[string]int{"alice/tools": 1} // waits for the build below
 	url, _ := startDaemon(t, cfg)
 	base := url + "/v1/agents/alice/templates"
 
@@ -104,6 +105,62 @@ func TestTemplates(t *testing.T) {
 		last := events[len(events)-1]
 		if last.Type != "done" || !last.Cached || last.Template.Image != built.Image || last.Template.Version != built.Version {
 			t.Fatalf("rebuild: %+v, want done, cached, image %s, version %d", last, built.Image, built.Version)
+		}
+	})
+
+	t.Run("warm pool", func(t *testing.T) {
+		// Once built, the template's pool holds a warm session of it, its start command run:
+		// a creation without env or secrets claims it, one with secrets starts cold.
+		adopted := func(s apitype.Session) bool {
+			for _, e := range s.History {
+				if e.Event == "adopted" {
+					return true
+				}
+			}
+			return false
+		}
+		create := func(body string) apitype.Session {
+			t.Helper()
+			status, raw := httpCall(t, "POST", url+"/v1/agents/alice/sessions", body)
+			var s apitype.Session
+			if err := json.Unmarshal(raw, &s); err != nil || status != 201 {
+				t.Fatalf("create %s: %d %s (%v)", body, status, raw, err)
+			}
+			t.Cleanup(func() { httpCall(t, "DELETE", url+"/v1/agents/alice/sessions/"+s.ID, "") })
+			return s
+		}
+		var s apitype.Session
+		for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
+			s = create(`{"template": "tools"}`)
+			if adopted(s) {
+				break
+			}
+			httpCall(t, "DELETE", url+"/v1/agents/alice/sessions/"+s.ID, "")
+			if time.Now().After(deadline) {
+				t.Fatalf("no session of template tools came from its warm pool in 3 minutes (last: %+v)", s)
+			}
+		}
+		if s.Template != "tools" {
+			t.Errorf("the claimed session's template is %q, want tools", s.Template)
+		}
+		raw, _ := json.Marshal(map[string]string{"code": "import os, subprocess; print(subprocess.run(['jq', '-n', '1+2'], capture_output=True, text=True).stdout.strip(), os.environ['GREETING'], os.path.exists('/tmp/started'))"})
+		status, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+s.ID+"/executions", string(raw))
+		var res apitype.Result
+		if err := json.Unmarshal(body, &res); err != nil || status != 200 || res.Stdout != "3 hi there True\n" {
+			t.Fatalf("a call in the claimed session: %d %s (%v), want jq, the template's env and its start command's mark", status, body, err)
+		}
+		if res.Template != "tools" || res.TemplateVersion != built.Version {
+			t.Errorf("the claimed session's call recorded template %q v%d, want tools v%d", res.Template, res.TemplateVersion, built.Version)
+		}
+		// Its start command ran as its own user, not root.
+		status, body = httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+s.ID+"/commands", `{"cmd": "stat -c %u /tmp/started; id -u"}`)
+		var out struct{ Stdout string }
+		_ = json.Unmarshal(body, &out)
+		if f := strings.Fields(out.Stdout); status != 200 || len(f) != 2 || f[0] != f[1] || f[0] == "0" {
+			t.Errorf("the warm start command's file and the session's user: %d %s, want one uid, not root", status, body)
+		}
+		if cold := create(`{"template": "tools", "env": {"MODE": "cold"}}`); adopted(cold) {
+			t.Errorf("a creation with env claimed a warm session whose start command never saw it: %+v", cold.History)
 		}
 	})
 

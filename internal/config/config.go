@@ -305,6 +305,13 @@ type Config struct {
 	// and below sessions_max; past e2b_pool only while the host has twice memory_bytes
 	// available. Default 8; 0 to 64 (at most e2b_pool: a pool of fixed size).
 	SessionPoolMax int `json:"session_pool_max"`
+	// TemplatePools keeps warm sessions of templates ready (docs/templates.md): each key is
+	// OWNER/NAME (the agent that built the template and its name), each value how many warm
+	// sessions of it, its start command run and its interpreter started, wait for a creation
+	// naming it. Each holds a container and counts against sessions_max. Default none (a
+	// template's session starts cold); each 1 to sessions_per_agent, all of them with
+	// e2b_pool below sessions_max.
+	TemplatePools map[string]int `json:"template_pools"`
 
 	// TemplateBuildTimeoutMS caps one template build (docs/templates.md), in milliseconds.
 	// Default 1800000 (30 minutes: a cold build of a small template took 10 on a loaded

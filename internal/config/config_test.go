@@ -329,6 +329,15 @@ func TestSet(t *testing.T) {
 	if err := c.Set("tmp-bytes", "1 GiB"); err != nil || c.TmpBytes != 1<<30 {
 		t.Errorf("Set(tmp-bytes) = %v, TmpBytes = %d", err, c.TmpBytes)
 	}
+	// A map is replaced whole, its keys the user's.
+	if err := c.Set("template_pools", `{"alice/tools": 2, "bob/x": 1}`); err != nil || len(c.TemplatePools) != 2 {
+		t.Errorf("Set(template_pools) = %v, %v", err, c.TemplatePools)
+	}
+	if err := c.Set("template_pools", `{"carol/y": 1}`); err != nil || len(c.TemplatePools) != 1 || c.TemplatePools["carol/y"] != 1 {
+		t.Errorf("Set(template_pools) again = %v, %v; want only carol/y", err, c.TemplatePools)
+	}
+	wantErrContains(t, c.Set("template_pools", `{"alice/tools": "two"}`), "template_pools")
+	wantErrContains(t, c.Set("template_pools", `3`), "template_pools", "expected a JSON object")
 	if err := c.Set("docker_host", "unix:///run/docker.sock"); err != nil || c.DockerHost != "unix:///run/docker.sock" {
 		t.Errorf("Set(docker_host) = %v, %q", err, c.DockerHost)
 	}
@@ -556,6 +565,12 @@ func TestValidate(t *testing.T) {
 		{"warm sessions too many", func(c *Config) { c.WarmSessions = 65 },
 			[]string{"warm_sessions is 65; allowed range is 0 to 64 session containers kept started and unclaimed (0 turns the pool off)", "SANDPIT_WARM_SESSIONS"}},
 		{"warm sessions negative", func(c *Config) { c.WarmSessions = -1 }, []string{"warm_sessions is -1"}},
+		{"template pools", func(c *Config) { c.TemplatePools = map[string]int{"alice/tools": 2, "bob/report-1": 1} }, nil},
+		{"template pools named badly", func(c *Config) { c.TemplatePools = map[string]int{"tools": 1, "alice/Tools": 1, "alice/x": 0} },
+			[]string{`template_pools has key "tools"; name each template OWNER/NAME`, `template_pools has key "alice/Tools"`,
+				`template_pools gives "alice/x" 0 warm sessions; allowed range is 1 to sessions_per_agent (8)`}},
+		{"template pools over sessions_max", func(c *Config) { c.TemplatePools = map[string]int{"a/x": 8, "b/y": 8} },
+			[]string{"template_pools with e2b_pool keeps 17 warm sessions; all of them must stay below sessions_max (16)"}},
 		{"ledger without a byte limit", func(c *Config) { c.LedgerMaxBytes = 0 }, nil},
 		{"ledger bytes at their edges", func(c *Config) { c.LedgerMaxBytes = 64 << 20 }, nil},
 		{"ledger bytes too few", func(c *Config) { c.LedgerMaxBytes = 1 << 20 },

@@ -337,7 +337,7 @@ func buildFields() []field {
 			f.kind = kindBool
 		case k == reflect.Slice && sf.Type.Elem().Kind() == reflect.String:
 			f.kind = kindList
-		case k == reflect.Struct:
+		case k == reflect.Struct, k == reflect.Map && sf.Type.Key().Kind() == reflect.String:
 			f.kind = kindObject
 		default:
 			panic(fmt.Sprintf("config: field %s has type %s, which Set and the environment cannot parse", sf.Name, sf.Type))
@@ -362,6 +362,9 @@ func (f field) expected() string {
 	case kindBool:
 		return "expected true or false"
 	case kindObject:
+		if f.example == "null" { // a map: its keys are the user's
+			return "expected a JSON object, such as {\"alice/tools\": 1}"
+		}
 		return "expected a JSON object, such as {\"namespace\": \"sandpit\"}"
 	}
 	return "expected a string"
@@ -502,7 +505,7 @@ func (f field) format(v reflect.Value) string {
 }
 
 // decodeObject decodes the JSON object text into the struct v, over its current values (keys
-// left out keep them). Each unknown key, in it or in an object nested in it, is an error naming
+// left out keep them), or into the map v, which it replaces. Each unknown key, in it or in an object nested in it, is an error naming
 // it as "key.nested" (with a did-you-mean), and the known keys are still set, so that a misspelt
 // key does not hide the rest. at, if not nil, names the place of an offset in text ("config
 // file F, line L, column C"), which then starts each error.
@@ -515,7 +518,9 @@ func decodeObject(v reflect.Value, text []byte, key string, at func(off int64) s
 		errs = append(errs, errors.New(msg))
 	})
 	ptr := reflect.New(v.Type())
-	ptr.Elem().Set(v)
+	if v.Kind() == reflect.Struct { // a map's keys are all given: it replaces the one before
+		ptr.Elem().Set(v)
+	}
 	dec := json.NewDecoder(bytes.NewReader(text))
 	if err := dec.Decode(ptr.Interface()); err != nil {
 		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
@@ -567,6 +572,9 @@ func jsonKind(t reflect.Type) string {
 // ("kubernetes", "kubernetes.tolerations entry 1"). Text that is not such an object is left
 // to the decoder to report.
 func unknownKeys(text []byte, base int64, t reflect.Type, path string, report func(off int64, msg string)) {
+	if t.Kind() != reflect.Struct { // a map's keys are the user's to choose
+		return
+	}
 	fieldsOf := map[string]reflect.Type{}
 	var names []string
 	for i := range t.NumField() {

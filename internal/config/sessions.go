@@ -1,13 +1,16 @@
 package config
 
 import (
+	"maps"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/ports"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/session"
 	"github.com/sandpit-dev/sandpit/internal/template"
 )
@@ -21,6 +24,7 @@ func (c Config) Sessions() session.Config {
 		MaxTotal:      c.SessionsMax,
 		ReadsMaxBytes: c.ReadsMaxBytes,
 		Pool:          c.SessionPool(),
+		TemplatePools: maps.Clone(c.TemplatePools),
 		Lifecycle: session.LifecycleConfig{
 			Dir:                filepath.Join(c.DataDir, HibernationDir),
 			AutoPause:          c.SessionAutoPause,
@@ -100,6 +104,26 @@ func (c Config) checkSessions(report *problems) {
 			c.E2BPool, c.SessionsPerAgent, c.SessionsMax)
 	}
 	report.intRange("session_pool_max", int64(c.SessionPoolMax), 0, 64, " warm sessions (held within sessions_per_agent and below sessions_max)")
+	warm := c.E2BPool
+	for _, key := range slices.Sorted(maps.Keys(c.TemplatePools)) {
+		n := c.TemplatePools[key]
+		owner, name, ok := strings.Cut(key, "/")
+		if !ok || !sandbox.ValidAgent(owner) || !template.ValidName(name) {
+			report.bad("template_pools", "has key %q; name each template OWNER/NAME, the agent that built it and its name (e.g. \"alice/tools\")", key)
+			continue
+		}
+		if n < 1 || n > c.SessionsPerAgent {
+			report.bad("template_pools", "gives %q %d warm sessions; allowed range is 1 to sessions_per_agent (%d) (leave the template out for none)", key, n, c.SessionsPerAgent)
+			continue
+		}
+		warm += n
+	}
+	if len(c.TemplatePools) > 0 && c.Runtime == RuntimeKubernetes {
+		report.bad("template_pools", "is set, but templates need the Docker runtime (runtime is %q); remove it", c.Runtime)
+	}
+	if len(c.TemplatePools) > 0 && warm >= c.SessionsMax {
+		report.bad("template_pools", "with e2b_pool keeps %d warm sessions; all of them must stay below sessions_max (%d): each is a session", warm, c.SessionsMax)
+	}
 	report.intRange("port_connections_per_session", int64(c.PortConnectionsPerSession), 1, 4096, " requests in flight")
 	report.intRange("port_connections_per_agent", int64(c.PortConnectionsPerAgent), 1, 16384, " requests in flight")
 	report.intRange("port_idle_timeout_ms", c.PortIdleTimeoutMS, 1000, 86_400_000, " milliseconds (24 hours)")

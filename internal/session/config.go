@@ -16,6 +16,9 @@ type Config struct {
 	ReadsMaxBytes int64
 	// Pool is the warm pool every creation claims from (pool.go); its zero value is none.
 	Pool PoolConfig
+	// TemplatePools are the warm pools of templates (pool.go): by OWNER/NAME, how many warm
+	// sessions of it are kept ready, each warmed with Pool.Code. Empty: none.
+	TemplatePools map[string]int
 }
 
 // DefaultConfig: 10 minutes idle, 1 hour at most, 8 per agent, 16 in all (an idle session

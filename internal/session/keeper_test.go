@@ -111,7 +111,7 @@ func (k *keeper) LookFile(ctx context.Context, agent, id, p string, offset, leng
 }
 
 func (k *keeper) CreateWarm(ctx context.Context, req sandbox.SessionRequest, code string) (sandbox.SessionInfo, error) {
-	s, err := k.Registry.createWarm(ctx, req, code)
+	s, err := k.Registry.createWarm(ctx, req, code, nil)
 	if err != nil {
 		return sandbox.SessionInfo{}, err
 	}
@@ -126,7 +126,7 @@ func (k *keeper) Adopt(ctx context.Context, id, agent string) (sandbox.SessionIn
 	if s == nil {
 		return sandbox.SessionInfo{}, sandbox.ErrSessionNotFound
 	}
-	s, err := k.Registry.adopt(ctx, s, agent, sandbox.SessionRequest{}, nil, k.cfg.IdleTimeout, k.cfg.MaxLifetime)
+	s, err := k.Registry.adopt(ctx, s, agent, sandbox.SessionRequest{}, nil, nil, k.cfg.IdleTimeout, k.cfg.MaxLifetime)
 	if err != nil {
 		return sandbox.SessionInfo{}, err
 	}

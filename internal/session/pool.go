@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/template"
 )
 
 // The warm pool: every door's session creation (REST, MCP, the CLI through REST, the E2B
@@ -34,6 +36,14 @@ import (
 // PoolConfig.MemoryFloor available; after poolDecay without such a miss it falls by one, back
 // to Base, closing a surplus warm session. Warm sessions count against sessions_max, and a
 // session asked for at the cap closes one to make room (reserve).
+//
+// A template's pool (Config.TemplatePools) keeps a fixed number of warm sessions of one
+// template, OWNER/NAME: its filler resolves the template's ready version and starts warm
+// sessions from its image, each with its start command run (with the template's env alone)
+// and its interpreter warmed. A creation naming the template, by any agent that may start
+// it, claims one of the version it resolves to, unless it gives env or secrets, which the
+// start command would not have had (fitsWarm); a rebuild's warm sessions replace the older
+// version's.
 
 // PoolConfig is the warm pool's (see above). A zero Base turns it off.
 type PoolConfig struct {
@@ -61,10 +71,13 @@ var (
 	poolDecay = 2 * time.Minute
 )
 
-// pool is the registry's warm pool.
+// pool is a warm pool: the registry's, or a template's.
 type pool struct {
-	cfg  PoolConfig
-	kick chan struct{}
+	cfg PoolConfig
+	// template is the OWNER/NAME of the template whose sessions it keeps ("": the daemon's
+	// own image).
+	template string
+	kick     chan struct{}
 
 	mu     sync.Mutex
 	ready  []*Session // warm sessions, oldest first
@@ -104,16 +117,16 @@ func (p *pool) poke() {
 	}
 }
 
-// take pops the oldest warm session that has not ended; nil (and the target raised) when
-// there is none.
-func (p *pool) take() *Session {
+// take pops the oldest warm session that has not ended and started from image (a template
+// pool's; "" for the registry's); nil (and the target raised) when there is none.
+func (p *pool) take(image string) *Session {
 	defer p.poke()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for len(p.ready) > 0 {
-		s := p.ready[0]
-		p.ready = p.ready[1:]
-		if !s.ended() {
+	p.ready = dropEnded(p.ready)
+	for i, s := range p.ready {
+		if s.templateImage() == image {
+			p.ready = slices.Delete(p.ready, i, i+1)
 			p.stats.Claims++
 			return s
 		}
@@ -144,7 +157,37 @@ func (s *Session) ended() bool {
 	}
 }
 
-// PoolStats returns the warm pool's counts (zero without a pool).
+// fitsWarm reports whether a creation of req, of template t (nil: the daemon's image), may
+// claim a warm session: one without dependencies (they are installed before the
+// interpreter starts), and, for a template with a start command, one without env or
+// secrets too, which that command, run before the claim, would not have had.
+func fitsWarm(req sandbox.SessionRequest, t *template.Template) bool {
+	if len(req.Dependencies) > 0 {
+		return false
+	}
+	return t == nil || t.Spec.Start == nil || len(req.Env) == 0 && len(req.Secrets) == 0
+}
+
+// templateImage is the image of the template s's sandbox started from ("" for the daemon's
+// own, or when it has none now).
+func (s *Session) templateImage() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur == nil || s.cur.template == nil {
+		return ""
+	}
+	return s.cur.template.Image
+}
+
+// poolOf returns the warm pool a creation of template t claims from (nil for none).
+func (r *Registry) poolOf(t *template.Template) *pool {
+	if t == nil {
+		return r.pool
+	}
+	return r.templatePools[t.Agent+"/"+t.Name]
+}
+
+// PoolStats returns the warm pool's counts (zero without a pool); templates' pools apart.
 func (r *Registry) PoolStats() PoolStats {
 	p := r.pool
 	if p == nil {
@@ -157,17 +200,21 @@ func (r *Registry) PoolStats() PoolStats {
 	return st
 }
 
-// claim hands a warm session to agent with req's properties and limits idle and life; nil
-// with no error when the pool has none ready. Errors: a *SessionLimitError when agent is at
-// its cap (the warm session stays in the pool), a *FieldError.
-func (r *Registry) claim(ctx context.Context, agent string, req sandbox.SessionRequest, sec engine.SecretsRun, idle, life time.Duration) (*Session, error) {
-	p := r.pool
+// claim hands a warm session of p, of template t (nil: the daemon's image), to agent with
+// req's properties and limits idle and life; nil with no error when p has none ready.
+// Errors: a *SessionLimitError when agent is at its cap (the warm session stays in the
+// pool), a *FieldError.
+func (r *Registry) claim(ctx context.Context, p *pool, t *template.Template, agent string, req sandbox.SessionRequest, sec engine.SecretsRun, idle, life time.Duration) (*Session, error) {
+	image := ""
+	if t != nil {
+		image = t.Image
+	}
 	for {
-		w := p.take()
+		w := p.take(image)
 		if w == nil {
 			return nil, nil
 		}
-		s, err := r.adopt(ctx, w, agent, req, sec, idle, life)
+		s, err := r.adopt(ctx, w, agent, req, t, sec, idle, life)
 		if err == nil {
 			return s, nil
 		}
@@ -179,29 +226,31 @@ func (r *Registry) claim(ctx context.Context, agent string, req sandbox.SessionR
 	}
 }
 
-// FillPool keeps the warm pool at its target until ctx is done, then ends the warm sessions
-// it holds. Without a pool it returns at once.
+// FillPool keeps the warm pools (the registry's and the templates') at their targets until
+// ctx is done, then ends the warm sessions they hold. Without a pool it returns at once.
 func (r *Registry) FillPool(ctx context.Context) {
-	p := r.pool
-	if p == nil {
-		return
+	var wg sync.WaitGroup
+	if r.pool != nil {
+		wg.Go(func() { r.fill(ctx, r.pool) })
 	}
-	defer r.drainPool()
+	for _, p := range r.templatePools {
+		wg.Go(func() { r.fill(ctx, p) })
+	}
+	wg.Wait()
+}
+
+// fill keeps p at its target until ctx is done, then ends its warm sessions.
+func (r *Registry) fill(ctx context.Context, p *pool) {
+	defer r.drainPool(p)
 	for {
 		wait := poolTick
-		r.shrinkPool(ctx)
-		if r.poolWants() {
-			s, err := r.createWarm(ctx, r.warmRequest(), p.cfg.Code)
-			if err == nil {
-				p.mu.Lock()
-				p.ready = append(p.ready, s)
-				p.mu.Unlock()
-				continue
-			}
+		if made, err := r.fillOne(ctx, p); made {
+			continue
+		} else if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			r.log.Debug("making a warm session; trying again", "error", err, "retry", poolRetry)
+			r.log.Debug("making a warm session; trying again", "template", p.template, "error", err, "retry", poolRetry)
 			wait = poolRetry
 		}
 		select {
@@ -213,6 +262,28 @@ func (r *Registry) FillPool(ctx context.Context) {
 	}
 }
 
+// fillOne resolves p's template, steps its target down when due, and makes one warm session
+// when p wants one; made reports whether it did. Errors: the template's (p waits for it),
+// those of createWarm.
+func (r *Registry) fillOne(ctx context.Context, p *pool) (made bool, err error) {
+	t, err := r.poolTemplate(ctx, p)
+	if err != nil {
+		return false, err
+	}
+	r.shrinkPool(ctx, p)
+	if !r.poolWants(p) {
+		return false, nil
+	}
+	s, err := r.createWarm(ctx, r.warmRequest(), p.cfg.Code, t)
+	if err != nil {
+		return false, err
+	}
+	p.mu.Lock()
+	p.ready = append(p.ready, s)
+	p.mu.Unlock()
+	return true, nil
+}
+
 // warmRequest is a warm session's: it lives until a claim gives it its own limits (its idle
 // timeout is its lifetime), and never pauses.
 func (r *Registry) warmRequest() sandbox.SessionRequest {
@@ -222,10 +293,44 @@ func (r *Registry) warmRequest() sandbox.SessionRequest {
 	return req
 }
 
-// poolWants reports whether the pool should make another warm session now: it holds fewer
-// than its target, and past its base the host has the memory.
-func (r *Registry) poolWants() bool {
-	p := r.pool
+// poolTemplate resolves the template of p (nil for the registry's own pool) as its owner
+// would, and ends p's warm sessions of another version. Errors are the template's (not
+// built, removed, its image gone): p waits for it.
+func (r *Registry) poolTemplate(ctx context.Context, p *pool) (*template.Template, error) {
+	if p.template == "" {
+		return nil, nil
+	}
+	if r.templates == nil {
+		return nil, errors.New("this daemon has no templates (they need the Docker runtime)")
+	}
+	owner, name, _ := strings.Cut(p.template, "/")
+	t, err := r.templates.Resolve(ctx, owner, name)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	var stale []*Session
+	keep := p.ready[:0]
+	for _, s := range p.ready {
+		if s.templateImage() == t.Image {
+			keep = append(keep, s)
+		} else {
+			stale = append(stale, s)
+		}
+	}
+	p.ready = keep
+	p.mu.Unlock()
+	for _, s := range stale {
+		if _, err := r.closeWarm(ctx, s.ID()); err != nil {
+			r.log.Debug("ending a warm session of an older version of its template", "session", s.ID(), "error", err)
+		}
+	}
+	return &t, nil
+}
+
+// poolWants reports whether p should make another warm session now: it holds fewer than its
+// target, and past its base the host has the memory.
+func (r *Registry) poolWants(p *pool) bool {
 	p.mu.Lock()
 	p.ready = dropEnded(p.ready)
 	have, target := len(p.ready), p.target
@@ -240,10 +345,9 @@ func (r *Registry) poolWants() bool {
 	return !ok || avail >= p.cfg.MemoryFloor
 }
 
-// shrinkPool steps a raised target down once poolDecay has passed without a miss, and ends
+// shrinkPool steps p's raised target down once poolDecay has passed without a miss, and ends
 // a warm session the lower target leaves over.
-func (r *Registry) shrinkPool(ctx context.Context) {
-	p := r.pool
+func (r *Registry) shrinkPool(ctx context.Context, p *pool) {
 	p.mu.Lock()
 	var surplus *Session
 	if p.target > p.cfg.Base && time.Since(p.missed) >= p.decay {
@@ -261,9 +365,8 @@ func (r *Registry) shrinkPool(ctx context.Context) {
 	}
 }
 
-// drainPool ends the pool's warm sessions (the registry's Shutdown ends them too).
-func (r *Registry) drainPool() {
-	p := r.pool
+// drainPool ends p's warm sessions (the registry's Shutdown ends them too).
+func (r *Registry) drainPool(p *pool) {
 	p.mu.Lock()
 	ready := p.ready
 	p.ready = nil
@@ -353,4 +456,19 @@ func WarmCode(preload []string) string {
 _sandpit_warm([%s])
 del _sandpit_warm
 `, strings.Join(names, ", "))
+}
+
+// templatePools returns the templates' warm pools of cfg: a fixed size each, warmed with the
+// registry pool's code.
+func templatePools(cfg Config) map[string]*pool {
+	pools := map[string]*pool{}
+	for key, n := range cfg.TemplatePools {
+		pc := cfg.Pool
+		pc.Base, pc.Max, pc.MemoryFloor = n, n, 0
+		if p := newPool(pc, cfg.MaxPerAgent, cfg.MaxTotal); p != nil {
+			p.template = key
+			pools[key] = p
+		}
+	}
+	return pools
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/template"
 )
 
 // filling starts m's pool filler and stops it (its warm sessions ended) when the test ends,
@@ -246,6 +247,135 @@ func TestWarmCode(t *testing.T) {
 	for _, want := range []string{`"numpy", "matplotlib.pyplot"`, "del _sandpit_warm"} {
 		if !strings.Contains(code, want) {
 			t.Errorf("WarmCode lacks %q:\n%s", want, code)
+		}
+	}
+}
+
+// imageOpener is a fakeOpener that also starts boxes from a template's image, remembering it.
+type imageOpener struct {
+	fakeOpener
+	images map[sandbox.SessionBox]string // guarded by fakeOpener.mu
+}
+
+func (o *imageOpener) OpenSessionImage(ctx context.Context, id, image string) (sandbox.SessionBox, error) {
+	b, _ := o.OpenSession(ctx, id)
+	o.mu.Lock()
+	o.images[b] = image
+	o.mu.Unlock()
+	return b, nil
+}
+
+func (o *imageOpener) count(image string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, im := range o.images {
+		if im == image {
+			n++
+		}
+	}
+	return n
+}
+
+// oneTemplate resolves alice's template tools, shared with nobody, at its current version.
+type oneTemplate struct {
+	mu  sync.Mutex
+	cur template.Template
+}
+
+func (o *oneTemplate) Resolve(_ context.Context, agent, ref string) (template.Template, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if agent != "alice" || ref != "tools" && ref != "alice/tools" {
+		return template.Template{}, errclass.Newf(errclass.NotFound, "template %q not found", ref)
+	}
+	return o.cur, nil
+}
+
+func (o *oneTemplate) set(version int, image string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.cur.Version, o.cur.Image = version, image
+}
+
+// TestTemplatePools: a template's pool keeps warm sessions of its ready version, claimed
+// only by creations naming it (by an agent that may start it), handed on with the name the
+// creation gave; a rebuild's version replaces the older one's warm sessions.
+func TestTemplatePools(t *testing.T) {
+	tick, retry := poolTick, poolRetry
+	poolTick, poolRetry = 10*time.Millisecond, 10*time.Millisecond
+	t.Cleanup(func() { poolTick, poolRetry = tick, retry })
+	op := &imageOpener{images: map[sandbox.SessionBox]string{}}
+	tmpl := &oneTemplate{cur: template.Template{Agent: "alice", Name: "tools", Status: "ready"}}
+	tmpl.set(1, "tools:1")
+	cfg := DefaultConfig()
+	cfg.TemplatePools = map[string]int{"alice/tools": 1}
+	m := newKeeper(newService(engine.Hooks{}), op, nil, cfg)
+	m.SetTemplates(tmpl)
+	filling(t, m)
+	ready := func() int { // the warm sessions in the template's pool, past their warm-up
+		p := m.templatePools["alice/tools"]
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.ready)
+	}
+	waitFor(t, func() bool { return ready() == 1 })
+
+	if _, warm := claimed(t, m, sandbox.SessionRequest{Agent: "alice"}); warm {
+		t.Error("a creation of the daemon's image claimed a template's warm session")
+	}
+	if _, err := m.Registry.Create(t.Context(), sandbox.SessionRequest{Agent: "bob", Template: "alice/tools"}); !errors.Is(err, errclass.NotFound) {
+		t.Errorf("bob, who may not start alice's template: %v", err)
+	}
+	s, warm := claimed(t, m, sandbox.SessionRequest{Agent: "alice", Template: "tools"})
+	if !warm || s.Info().Template != "tools" || s.templateImage() != "tools:1" {
+		t.Fatalf("alice's creation of tools: warm %v, %+v, image %q", warm, s.Info(), s.templateImage())
+	}
+	waitFor(t, func() bool { return op.count("tools:1") == 2 && ready() == 1 }) // refilled
+
+	// A rebuild: the pool's warm session of version 1 is ended, one of version 2 made, and a
+	// creation gets that.
+	tmpl.set(2, "tools:2")
+	warmImages := func() []string {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		var images []string
+		for _, s := range m.live {
+			if s.Agent() == WarmAgent {
+				images = append(images, s.templateImage())
+			}
+		}
+		return images
+	}
+	waitFor(t, func() bool { return slices.Equal(warmImages(), []string{"tools:2"}) && ready() == 1 })
+	s, warm = claimed(t, m, sandbox.SessionRequest{Agent: "alice", Template: "alice/tools"})
+	if !warm || s.templateImage() != "tools:2" || s.Info().Template != "alice/tools" {
+		t.Errorf("after the rebuild: warm %v, image %q, %+v", warm, s.templateImage(), s.Info())
+	}
+}
+
+// TestFitsWarm: what a warm session's start command could not have had keeps a creation off
+// it.
+func TestFitsWarm(t *testing.T) {
+	started := &template.Template{Spec: template.Spec{Start: &template.Start{Cmd: "serve"}}}
+	plain := &template.Template{}
+	env, sec, deps := map[string]string{"A": "1"}, []string{"TOKEN"}, []string{"tinypkg"}
+	for _, c := range []struct {
+		req  sandbox.SessionRequest
+		t    *template.Template
+		want bool
+	}{
+		{sandbox.SessionRequest{}, nil, true},
+		{sandbox.SessionRequest{Env: env, Secrets: sec}, nil, true},
+		{sandbox.SessionRequest{Dependencies: deps}, nil, false},
+		{sandbox.SessionRequest{Env: env, Secrets: sec}, plain, true},
+		{sandbox.SessionRequest{}, started, true},
+		{sandbox.SessionRequest{Env: env}, started, false},
+		{sandbox.SessionRequest{Secrets: sec}, started, false},
+		{sandbox.SessionRequest{Dependencies: deps}, plain, false},
+	} {
+		if got := fitsWarm(c.req, c.t); got != c.want {
+			t.Errorf("fitsWarm(%+v, %+v) = %v, want %v", c.req, c.t, got, c.want)
 		}
 	}
 }

@@ -33,6 +33,8 @@ type Registry struct {
 	egress   sandbox.SessionEgressRecorder
 	reads    *readBudget
 	pool     *pool // nil: none
+	// templatePools are the templates' warm pools, by OWNER/NAME (pool.go).
+	templatePools map[string]*pool
 	// templates resolves the templates sessions start from (nil: none; see SetTemplates).
 	templates Templates
 
@@ -57,7 +59,7 @@ func New(svc *engine.Service, opener sandbox.SessionOpener, ledger sandbox.Sessi
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Registry{svc: svc, opener: opener, ledger: ledger, cfg: cfg, log: log, reads: newReadBudget(cfg.ReadsMaxBytes),
-		pool: newPool(cfg.Pool, cfg.MaxPerAgent, cfg.MaxTotal),
+		pool: newPool(cfg.Pool, cfg.MaxPerAgent, cfg.MaxTotal), templatePools: templatePools(cfg),
 		live: map[string]*Session{}, hibernated: map[string]*Session{}, opening: map[string]int{}, ended: map[string]sandbox.SessionInfo{}}
 }
 
@@ -170,8 +172,8 @@ func (r *Registry) Create(ctx context.Context, req sandbox.SessionRequest) (*Ses
 	if err != nil {
 		return nil, err
 	}
-	if r.pool != nil && !warm(ctx) && len(req.Dependencies) == 0 && tmpl == nil { // see pool.go
-		if s, err := r.claim(ctx, agent, req, sec, idle, life); s != nil || err != nil {
+	if p := r.poolOf(tmpl); p != nil && !warm(ctx) && fitsWarm(req, tmpl) { // see pool.go
+		if s, err := r.claim(ctx, p, tmpl, agent, req, sec, idle, life); s != nil || err != nil {
 			return s, err
 		}
 	}

@@ -27,8 +27,12 @@ type ImageOpener interface {
 // it a session naming a template is refused.
 func (r *Registry) SetTemplates(t Templates) { r.templates = t }
 
-// resolveTemplate returns agent's template ref, or nil for "".
+// resolveTemplate returns agent's template ref, or nil for "". A warm session's is the one
+// its pool resolved (see createWarm).
 func (r *Registry) resolveTemplate(ctx context.Context, agent, ref string) (*template.Template, error) {
+	if w, ok := ctx.Value(warmKey{}).(warmWork); ok && agent == WarmAgent {
+		return w.template, nil
+	}
 	if ref == "" {
 		return nil, nil
 	}

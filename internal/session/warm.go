@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/template"
 )
 
 // Warm sessions: the pool (pool.go) starts sessions ahead of demand, their interpreters
@@ -24,15 +24,23 @@ const WarmAgent = "~warm"
 
 type warmKey struct{}
 
-// warm reports whether ctx may act for WarmAgent.
-func warm(ctx context.Context) bool { ok, _ := ctx.Value(warmKey{}).(bool); return ok }
+// warmWork is the value of a context made by createWarm or closeWarm: the template a warm
+// session starts from (nil: the daemon's image).
+type warmWork struct{ template *template.Template }
 
-// createWarm starts a session for WarmAgent with the limits of req (its Agent is ignored) and
-// starts its interpreter with a first call of code (such as "pass"). Errors: those of Create
-// and Execute; a call that does not end ok ends the session and is an error.
-func (r *Registry) createWarm(ctx context.Context, req sandbox.SessionRequest, code string) (*Session, error) {
-	ctx = context.WithValue(ctx, warmKey{}, true)
-	req.Agent = WarmAgent
+// warm reports whether ctx may act for WarmAgent.
+func warm(ctx context.Context) bool { _, ok := ctx.Value(warmKey{}).(warmWork); return ok }
+
+// createWarm starts a session for WarmAgent with the limits of req (its Agent and Template
+// are ignored), from template t (nil: the daemon's image; its start command run as Create
+// runs it), and starts its interpreter with a first call of code (such as "pass"). Errors:
+// those of Create and Execute; a call that does not end ok ends the session and is an error.
+func (r *Registry) createWarm(ctx context.Context, req sandbox.SessionRequest, code string, t *template.Template) (*Session, error) {
+	ctx = context.WithValue(ctx, warmKey{}, warmWork{template: t})
+	req.Agent, req.Template = WarmAgent, ""
+	if t != nil {
+		req.Template = t.Agent + "/" + t.Name
+	}
 	s, err := r.Create(ctx, req)
 	if err != nil {
 		return nil, err
@@ -51,12 +59,13 @@ func (r *Registry) createWarm(ctx context.Context, req sandbox.SessionRequest, c
 	return s, nil
 }
 
-// adopt hands warm session s to agent, counted against its sessions_per_agent from now on,
-// with limits idle and life and the properties req gives (network narrowing, environment,
+// adopt hands warm session s, of template t (nil: the daemon's image), to agent, counted
+// against its sessions_per_agent from now on, with limits idle and life and the properties
+// req gives (its template's name as req names it, network narrowing, environment over t's,
 // deadline, lifecycle options; its dependencies must be none: see pool.go). Errors:
 // ErrSessionNotFound (s ended, or was adopted), a *FieldError, a *SessionLimitError when the
 // agent is at its cap.
-func (r *Registry) adopt(ctx context.Context, s *Session, agent string, req sandbox.SessionRequest, sec engine.SecretsRun, idle, life time.Duration) (*Session, error) {
+func (r *Registry) adopt(ctx context.Context, s *Session, agent string, req sandbox.SessionRequest, t *template.Template, sec engine.SecretsRun, idle, life time.Duration) (*Session, error) {
 	if err := sandbox.CheckAgent(agent); err != nil {
 		return nil, err
 	}
@@ -85,7 +94,8 @@ func (r *Registry) adopt(ctx context.Context, s *Session, agent string, req sand
 	s.mu.Lock()
 	s.info.Agent, s.info.CreatedAt, s.info.LastUsedAt, s.info.Calls = agent, now, now, 0
 	s.info.IdleTimeoutMS, s.info.MaxLifetimeMS = idle.Milliseconds(), life.Milliseconds()
-	s.info.NetworkAllow, s.info.Deadline, s.env = slices.Clone(req.NetworkAllow), req.Deadline, maps.Clone(req.Env)
+	s.info.NetworkAllow, s.info.Deadline, s.env = slices.Clone(req.NetworkAllow), req.Deadline, templateEnv(t, req.Env)
+	s.info.Template = req.Template
 	s.info.Secrets, s.secrets = slices.Clone(req.Secrets), sec
 	s.info.History = nil
 	s.startLife(req.SessionOptions, now)
@@ -121,7 +131,7 @@ func (s *Session) FromPool() bool {
 
 // closeWarm ends warm session id (reason closed), one not handed on yet.
 func (r *Registry) closeWarm(ctx context.Context, id string) (sandbox.SessionInfo, error) {
-	ctx = context.WithValue(ctx, warmKey{}, true)
+	ctx = context.WithValue(ctx, warmKey{}, warmWork{})
 	s, err := r.Get(ctx, WarmAgent, id)
 	if err != nil {
 		if ended, ok := errors.AsType[*sandbox.SessionEndedError](err); ok {
