@@ -385,6 +385,10 @@ OUTPUT = {"jq": subprocess.run(["jq", "-n", "1+1"], capture_output=True, text=Tr
 			t.Errorf("the job's run: %+v, want ok in template tools with jq 10", rec)
 		}
 
+		// The template is kept while the code names it.
+		if status, body := httpCall(t, "DELETE", url+"/v1/agents/alice/templates/tools", ""); status != 409 || !strings.Contains(string(body), "alice/double") {
+			t.Errorf("deleting the template the code names: %d %s, want 409 naming alice/double", status, body)
+		}
 		// A template that cannot start is refused when the code is saved, naming it.
 		status, body = httpCall(t, "POST", url+"/v1/agents/bob/code", `{"name": "x", "code": "print(1)", "template": "tools"}`)
 		if status != 404 || !strings.Contains(string(body), "tools") {

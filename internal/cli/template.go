@@ -226,9 +226,12 @@ func (o *options) templateShowCommand() *cobra.Command {
 
 func (o *options) templateRmCommand() *cobra.Command {
 	var f daemonFlags
+	var force bool
 	cmd := &cobra.Command{
 		Use:   "rm NAME...",
 		Short: "Remove templates, and their images when no other template uses them",
+		Long: `Remove templates, and their images when no other template uses them. A template that saved
+code names is kept (its runs and its jobs' fires would fail) unless --force.`,
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.daemon(cmd, f)
@@ -236,7 +239,7 @@ func (o *options) templateRmCommand() *cobra.Command {
 				return err
 			}
 			for _, name := range args {
-				if err := c.DeleteTemplate(cmd.Context(), f.agent, name); err != nil {
+				if err := c.DeleteTemplate(cmd.Context(), f.agent, name, force); err != nil {
 					return err
 				}
 				fmt.Fprintln(o.env.Stdout, name)
@@ -245,5 +248,6 @@ func (o *options) templateRmCommand() *cobra.Command {
 		},
 	}
 	f.register(cmd.Flags(), false)
+	cmd.Flags().BoolVar(&force, "force", false, "remove a template even while saved code names it")
 	return cmd
 }

@@ -65,9 +65,14 @@ func (c *Client) GetTemplate(ctx context.Context, agent, name string) (apitype.T
 	return out, err
 }
 
-// DeleteTemplate removes agent's template name (404: none).
-func (c *Client) DeleteTemplate(ctx context.Context, agent, name string) error {
-	resp, err := c.send(ctx, http.MethodDelete, agentPath(agent, "templates", name), nil, "application/json")
+// DeleteTemplate removes agent's template name (404: none; 409, unless force, while saved
+// code names it).
+func (c *Client) DeleteTemplate(ctx context.Context, agent, name string, force bool) error {
+	path := agentPath(agent, "templates", name)
+	if force {
+		path += "?force=true"
+	}
+	resp, err := c.send(ctx, http.MethodDelete, path, nil, "application/json")
 	if err != nil {
 		return err
 	}

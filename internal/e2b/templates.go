@@ -32,7 +32,7 @@ type Templates interface {
 	// Get, List and Delete are the agent's templates (Get's error wraps template.ErrNotFound).
 	Get(ctx context.Context, agent, name string) (template.Template, error)
 	List(ctx context.Context, agent string) ([]template.Template, error)
-	Delete(ctx context.Context, agent, name string) error
+	Delete(ctx context.Context, agent, name string, force bool) error
 }
 
 // SetTemplates serves E2B's template API from t; without it (a runtime with no templates)
@@ -772,7 +772,8 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request, agent strin
 
 // deleteTemplate is DELETE /templates/{id}.
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request, agent string, t Templates) {
-	if err := t.Delete(r.Context(), agent, r.PathValue("id")); err != nil {
+	// Not forced: a template saved code names is kept (409 naming the code).
+	if err := t.Delete(r.Context(), agent, r.PathValue("id"), false); err != nil {
 		writeEngineError(w, "deleting template "+r.PathValue("id"), err)
 		return
 	}

@@ -79,7 +79,7 @@ func (f *fakeTemplates) List(ctx context.Context, agent string) ([]template.Temp
 	return out, nil
 }
 
-func (f *fakeTemplates) Delete(_ context.Context, agent, name string) error {
+func (f *fakeTemplates) Delete(_ context.Context, agent, name string, _ bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.built[agent+"/"+name]; !ok {

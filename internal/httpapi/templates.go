@@ -15,7 +15,7 @@ type Templates interface {
 	Build(ctx context.Context, req template.BuildRequest, emit func(template.Event)) (template.Template, error)
 	Get(ctx context.Context, agent, name string) (template.Template, error)
 	List(ctx context.Context, agent string) ([]template.Template, error)
-	Delete(ctx context.Context, agent, name string) error
+	Delete(ctx context.Context, agent, name string, force bool) error
 }
 
 var _ Templates = (*template.Service)(nil)
@@ -139,11 +139,16 @@ func (a *api) getTemplate(w http.ResponseWriter, r *http.Request) {
 
 func (a *api) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	agent, err := templateAgent(r)
-	if err != nil {
-		writeError(w, err)
+	q := r.URL.Query()
+	if err == nil {
+		err = checkQuery(q, "force")
+	}
+	force, ferr := boolParam(q, "force")
+	if err != nil || ferr != nil {
+		writeError(w, firstErr(err, ferr))
 		return
 	}
-	if err := a.templates.Delete(r.Context(), agent, r.PathValue("name")); err != nil {
+	if err := a.templates.Delete(r.Context(), agent, r.PathValue("name"), force); err != nil {
 		writeError(w, err)
 		return
 	}

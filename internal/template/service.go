@@ -48,6 +48,9 @@ type Store interface {
 	DeleteTemplate(ctx context.Context, agent, name string) error
 	// TemplateImageUsers counts the templates whose Image or LayerImage is image.
 	TemplateImageUsers(ctx context.Context, image string) (int, error)
+	// CodeNamingTemplate returns the saved code ("AGENT/NAME", at most 20) whose latest
+	// version names owner's template name.
+	CodeNamingTemplate(ctx context.Context, owner, name string) ([]string, error)
 }
 
 // Engine builds and keeps images.
@@ -360,10 +363,22 @@ func (s *Service) List(ctx context.Context, agent string) ([]Template, error) {
 }
 
 // Delete removes agent's template name, and its images when no other template uses them.
-func (s *Service) Delete(ctx context.Context, agent, name string) error {
+// Unless force, a template that saved code names is kept: an error of class conflict names
+// the code (its runs, and its jobs' fires, would fail until it names another).
+func (s *Service) Delete(ctx context.Context, agent, name string, force bool) error {
 	t, err := s.Get(ctx, agent, name)
 	if err != nil {
 		return err
+	}
+	if !force {
+		users, err := s.store.CodeNamingTemplate(ctx, agent, name)
+		if err != nil {
+			return err
+		}
+		if len(users) > 0 {
+			return errclass.Newf(errclass.Conflict, "template %q is named by saved code %s: their runs and their jobs' fires would fail; save them without it (or with another) first, or remove it anyway with force",
+				name, strings.Join(users, ", "))
+		}
 	}
 	if err := s.store.DeleteTemplate(ctx, agent, name); err != nil {
 		return err

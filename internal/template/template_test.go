@@ -199,7 +199,25 @@ func TestServiceCacheFailureOwnership(t *testing.T) {
 	if _, err := svc.Resolve(ctx, "alice", "tools"); errclass.Of(err) != errclass.Unavailable || !strings.Contains(err.Error(), "no longer in the engine") {
 		t.Errorf("resolve with the image gone: %v", err)
 	}
-	if err := svc.Delete(ctx, "alice", "tools"); err != nil {
+	// Saved code naming it keeps it, unless forced: bob's by its shared name, alice's own by
+	// either; code that named it in an older version only does not.
+	for _, c := range []store.Code{{Agent: "bob", Name: "uses", Code: "x", Template: "alice/tools"},
+		{Agent: "alice", Name: "mine", Code: "x", Template: "tools"}, {Agent: "alice", Name: "left", Code: "x", Template: "tools"}} {
+		if _, err := st.CreateCode(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.UpdateCode(ctx, store.Code{Agent: "alice", Name: "left", Code: "y"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	err = svc.Delete(ctx, "alice", "tools", false)
+	if errclass.Of(err) != errclass.Conflict || !strings.Contains(err.Error(), "saved code alice/mine, bob/uses:") {
+		t.Fatalf("deleting a template saved code names: %v", err)
+	}
+	if _, err := svc.Get(ctx, "alice", "tools"); err != nil {
+		t.Fatalf("the refused delete removed it: %v", err)
+	}
+	if err := svc.Delete(ctx, "alice", "tools", true); err != nil {
 		t.Fatal(err)
 	}
 	if eng.images[tm.LayerImage] {
