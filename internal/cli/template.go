@@ -232,7 +232,7 @@ func (o *options) templateRmCommand() *cobra.Command {
 		Short: "Remove templates, and their images when no other template uses them",
 		Long: `Remove templates, and their images when no other template uses them. A template that saved
 code names is kept (its runs and its jobs' fires would fail) unless --force.`,
-		Args:  cobra.MinimumNArgs(1),
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.daemon(cmd, f)
 			if err != nil {
