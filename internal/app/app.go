@@ -321,6 +321,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	}
 	m.WatchE2B(e2bServer.Active, func() int { return sessions.PoolStats().Ready })
 	m.WatchPool(sessions.PoolStats)
+	m.WatchTemplatePools(sessions.TemplatePoolStats)
 	return &Core{
 		Service:   svc,
 		Runtime:   rt,

@@ -143,6 +143,9 @@ func TestTemplates(t *testing.T) {
 		if s.Template != "tools" {
 			t.Errorf("the claimed session's template is %q, want tools", s.Template)
 		}
+		if status, body := httpCall(t, "GET", url+"/metrics", ""); status != 200 || !strings.Contains(string(body), `sandpit_template_pool_claims_total{template="alice/tools"} `) {
+			t.Errorf("/metrics: %d, want the template pool's claims of alice/tools", status)
+		}
 		raw, _ := json.Marshal(map[string]string{"code": "import os, subprocess; print(subprocess.run(['jq', '-n', '1+2'], capture_output=True, text=True).stdout.strip(), os.environ['GREETING'], os.path.exists('/tmp/started'))"})
 		status, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+s.ID+"/executions", string(raw))
 		var res apitype.Result

@@ -221,6 +221,36 @@ func (m *Metrics) WatchPool(stats func() session.PoolStats) {
 	)
 }
 
+// WatchTemplatePools adds the templates' warm pools (template_pools), each labelled with its
+// template (OWNER/NAME): warm sessions ready, and creations served from the pool.
+func (m *Metrics) WatchTemplatePools(stats func() map[string]session.PoolStats) {
+	m.reg.MustRegister(templatePools{stats: stats})
+}
+
+var (
+	templatePoolReady = prometheus.NewDesc("sandpit_template_pool_ready",
+		"Warm sessions of a template (template_pools) ready to claim, its start command run.", []string{"template"}, nil)
+	templatePoolClaims = prometheus.NewDesc("sandpit_template_pool_claims_total",
+		"Session creations of a template served from its warm pool.", []string{"template"}, nil)
+)
+
+// templatePools collects the templates' warm pools' counts, one series per template.
+type templatePools struct {
+	stats func() map[string]session.PoolStats
+}
+
+func (templatePools) Describe(ch chan<- *prometheus.Desc) {
+	ch <- templatePoolReady
+	ch <- templatePoolClaims
+}
+
+func (t templatePools) Collect(ch chan<- prometheus.Metric) {
+	for key, st := range t.stats() {
+		ch <- prometheus.MustNewConstMetric(templatePoolReady, prometheus.GaugeValue, float64(st.Ready), key)
+		ch <- prometheus.MustNewConstMetric(templatePoolClaims, prometheus.CounterValue, float64(st.Claims), key)
+	}
+}
+
 // WatchSessions adds the stateful sessions' gauges: active (running), paused and hibernated
 // sessions, the bytes each budget holds (sessions_paused_max_bytes, hibernated_max_bytes),
 // and the warm session sandboxes ready to claim (warm).

@@ -189,10 +189,23 @@ func (r *Registry) poolOf(t *template.Template) *pool {
 
 // PoolStats returns the warm pool's counts (zero without a pool); templates' pools apart.
 func (r *Registry) PoolStats() PoolStats {
-	p := r.pool
-	if p == nil {
+	if r.pool == nil {
 		return PoolStats{}
 	}
+	return r.pool.counts()
+}
+
+// TemplatePoolStats returns the counts of each template's warm pool, by OWNER/NAME.
+func (r *Registry) TemplatePoolStats() map[string]PoolStats {
+	out := make(map[string]PoolStats, len(r.templatePools))
+	for key, p := range r.templatePools {
+		out[key] = p.counts()
+	}
+	return out
+}
+
+// counts returns p's counts now.
+func (p *pool) counts() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st := p.stats
