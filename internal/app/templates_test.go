@@ -389,13 +389,13 @@ OUTPUT = {"jq": subprocess.run(["jq", "-n", "1+1"], capture_output=True, text=Tr
 		}
 
 		// The template is kept while the code names it.
-		if status, body := httpCall(t, "DELETE", url+"/v1/agents/alice/templates/tools", ""); status != 409 || !strings.Contains(string(body), "alice/double") {
-			t.Errorf("deleting the template the code names: %d %s, want 409 naming alice/double", status, body)
+		if status, body := httpCall(t, "DELETE", url+"/v1/agents/alice/templates/tools", ""); status != 409 || !strings.Contains(string(body), "saved code double") {
+			t.Errorf("deleting the template the code names: %d %s, want 409 naming double", status, body)
 		}
 		// A template that cannot start is refused when the code is saved, naming it.
 		status, body = httpCall(t, "POST", url+"/v1/agents/bob/code", `{"name": "x", "code": "print(1)", "template": "tools"}`)
-		if status != 404 || !strings.Contains(string(body), "tools") {
-			t.Errorf("another agent's code naming alice's template: %d %s, want 404 naming it", status, body)
+		if status != 400 || !strings.Contains(string(body), "tools") {
+			t.Errorf("another agent's code naming alice's template: %d %s, want 400 naming it", status, body)
 		}
 	})
 
@@ -540,7 +540,8 @@ OUTPUT = {"jq": subprocess.run(["jq", "-n", "1+1"], capture_output=True, text=Tr
 		if status != 503 || !strings.Contains(string(body), "no longer in the engine") {
 			t.Errorf("a session of a template whose image was removed: %d %s, want 503 saying so", status, body)
 		}
-		if status, body := httpCall(t, "DELETE", base+"/tools", ""); status != 204 {
+		// Saved code "double" names it: the delete is forced.
+		if status, body := httpCall(t, "DELETE", base+"/tools?force=true", ""); status != 204 {
 			t.Errorf("delete: %d %s", status, body)
 		}
 		if status, _ := httpCall(t, "GET", base+"/tools", ""); status != 404 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/engine"
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/schedule"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -364,8 +365,9 @@ func (s *Scheduler) execute(ctx context.Context, j store.Job, f store.Fire) {
 				s.log.Info("job fired", "job", j.ID, "agent", j.Agent, "execution", res.ID, "outcome", res.Outcome)
 				return
 			}
-			var busy *sandbox.BusyError
-			if !(errors.As(err, &busy) || errors.Is(err, sandbox.ErrNotReady)) || time.Now().After(deadline) ||
+			// Busy: the slots and queue are full (a *sandbox.BusyError), or, for code naming a
+			// template, the sessions are at a cap (a *sandbox.SessionLimitError).
+			if !(errors.Is(err, errclass.Busy) || errors.Is(err, sandbox.ErrNotReady)) || time.Now().After(deadline) ||
 				errors.Is(err, engine.ErrInterrupted) {
 				break
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/engine"
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/template"
 )
@@ -41,9 +42,10 @@ import (
 // template, OWNER/NAME: its filler resolves the template's ready version and starts warm
 // sessions from its image, each with its start command run (with the template's env alone)
 // and its interpreter warmed. A creation naming the template, by any agent that may start
-// it, claims one of the version it resolves to, unless it gives env or secrets, which the
-// start command would not have had (fitsWarm); a rebuild's warm sessions replace the older
-// version's.
+// it, claims one of the version it resolves to whose start command still runs, unless it
+// gives env, secrets or network_allow, which the start command would not have had
+// (fitsWarm); a rebuild's warm sessions replace the older version's, and a template that
+// cannot start any more (removed, its image gone) loses its warm sessions.
 
 // PoolConfig is the warm pool's (see above). A zero Base turns it off.
 type PoolConfig struct {
@@ -125,7 +127,7 @@ func (p *pool) take(image string) *Session {
 	defer p.mu.Unlock()
 	p.ready = dropEnded(p.ready)
 	for i, s := range p.ready {
-		if s.templateImage() == image {
+		if s.warmOf(image) {
 			p.ready = slices.Delete(p.ready, i, i+1)
 			p.stats.Claims++
 			return s
@@ -159,13 +161,14 @@ func (s *Session) ended() bool {
 
 // fitsWarm reports whether a creation of req, of template t (nil: the daemon's image), may
 // claim a warm session: one without dependencies (they are installed before the
-// interpreter starts), and, for a template with a start command, one without env or
-// secrets too, which that command, run before the claim, would not have had.
+// interpreter starts), and, for a template with a start command, one without env, secrets
+// or network_allow too: that command, run before the claim, would not have had them (and a
+// narrowing given at the claim would cut the connections it opened).
 func fitsWarm(req sandbox.SessionRequest, t *template.Template) bool {
 	if len(req.Dependencies) > 0 {
 		return false
 	}
-	return t == nil || t.Spec.Start == nil || len(req.Env) == 0 && len(req.Secrets) == 0
+	return t == nil || t.Spec.Start == nil || len(req.Env) == 0 && len(req.Secrets) == 0 && req.NetworkAllow == nil
 }
 
 // templateImage is the image of the template s's sandbox started from ("" for the daemon's
@@ -177,6 +180,29 @@ func (s *Session) templateImage() string {
 		return ""
 	}
 	return s.cur.template.Image
+}
+
+// warmOf reports whether warm session s may be handed out for a creation of image (see
+// take): its sandbox started from it, and its template's start command, if any, still runs.
+func (s *Session) warmOf(image string) bool {
+	s.mu.Lock()
+	h := s.cur
+	s.mu.Unlock()
+	if h == nil {
+		return false
+	}
+	if h.template == nil {
+		return image == ""
+	}
+	if h.template.Image != image {
+		return false
+	}
+	select {
+	case <-h.startEnded: // nil (no start command) never ends
+		return false
+	default:
+		return true
+	}
 }
 
 // poolOf returns the warm pool a creation of template t claims from (nil for none).
@@ -255,6 +281,7 @@ func (r *Registry) FillPool(ctx context.Context) {
 // fill keeps p at its target until ctx is done, then ends its warm sessions.
 func (r *Registry) fill(ctx context.Context, p *pool) {
 	defer r.drainPool(p)
+	said := "" // the last error told at level Warn, for a template's pool
 	for {
 		wait := poolTick
 		if made, err := r.fillOne(ctx, p); made {
@@ -264,6 +291,11 @@ func (r *Registry) fill(ctx context.Context, p *pool) {
 				return
 			}
 			r.log.Debug("making a warm session; trying again", "template", p.template, "error", err, "retry", poolRetry)
+			if p.template != "" && err.Error() != said {
+				// A pool of a template not built yet, or named wrongly, says so once.
+				said = err.Error()
+				r.log.Warn("template_pools: no warm session of the template can be made now; trying again", "template", p.template, "error", err)
+			}
 			wait = poolRetry
 		}
 		select {
@@ -307,8 +339,9 @@ func (r *Registry) warmRequest() sandbox.SessionRequest {
 }
 
 // poolTemplate resolves the template of p (nil for the registry's own pool) as its owner
-// would, and ends p's warm sessions of another version. Errors are the template's (not
-// built, removed, its image gone): p waits for it.
+// would, and ends p's warm sessions of another version or whose start command ended; when
+// the template cannot start (not built, removed, its image gone), it ends them all and
+// returns why: p waits for it.
 func (r *Registry) poolTemplate(ctx context.Context, p *pool) (*template.Template, error) {
 	if p.template == "" {
 		return nil, nil
@@ -319,13 +352,18 @@ func (r *Registry) poolTemplate(ctx context.Context, p *pool) (*template.Templat
 	owner, name, _ := strings.Cut(p.template, "/")
 	t, err := r.templates.Resolve(ctx, owner, name)
 	if err != nil {
-		return nil, err
+		switch errclass.Of(err) {
+		case errclass.NotFound, errclass.Invalid, errclass.Unavailable: // it cannot start
+			t.Image = "" // no warm session of it may be handed out
+		default: // the store did not answer: keep what is there
+			return nil, err
+		}
 	}
 	p.mu.Lock()
 	var stale []*Session
 	keep := p.ready[:0]
 	for _, s := range p.ready {
-		if s.templateImage() == t.Image {
+		if t.Image != "" && s.warmOf(t.Image) {
 			keep = append(keep, s)
 		} else {
 			stale = append(stale, s)
@@ -335,8 +373,11 @@ func (r *Registry) poolTemplate(ctx context.Context, p *pool) (*template.Templat
 	p.mu.Unlock()
 	for _, s := range stale {
 		if _, err := r.closeWarm(ctx, s.ID()); err != nil {
-			r.log.Debug("ending a warm session of an older version of its template", "session", s.ID(), "error", err)
+			r.log.Debug("ending a warm session its template no longer fits", "session", s.ID(), "error", err)
 		}
+	}
+	if err != nil {
+		return nil, err
 	}
 	return &t, nil
 }

@@ -279,14 +279,15 @@ func (o *imageOpener) count(image string) int {
 
 // oneTemplate resolves alice's template tools, shared with nobody, at its current version.
 type oneTemplate struct {
-	mu  sync.Mutex
-	cur template.Template
+	mu      sync.Mutex
+	cur     template.Template
+	removed bool
 }
 
 func (o *oneTemplate) Resolve(_ context.Context, agent, ref string) (template.Template, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if agent != "alice" || ref != "tools" && ref != "alice/tools" {
+	if agent != "alice" || ref != "tools" && ref != "alice/tools" || o.removed {
 		return template.Template{}, errclass.Newf(errclass.NotFound, "template %q not found", ref)
 	}
 	return o.cur, nil
@@ -352,6 +353,13 @@ func TestTemplatePools(t *testing.T) {
 	if !warm || s.templateImage() != "tools:2" || s.Info().Template != "alice/tools" {
 		t.Errorf("after the rebuild: warm %v, image %q, %+v", warm, s.templateImage(), s.Info())
 	}
+
+	// Removed: its warm sessions end, none is made.
+	waitFor(t, func() bool { return ready() == 1 })
+	tmpl.mu.Lock()
+	tmpl.removed = true
+	tmpl.mu.Unlock()
+	waitFor(t, func() bool { return len(warmImages()) == 0 })
 }
 
 // TestFitsWarm: what a warm session's start command could not have had keeps a creation off
@@ -372,6 +380,8 @@ func TestFitsWarm(t *testing.T) {
 		{sandbox.SessionRequest{}, started, true},
 		{sandbox.SessionRequest{Env: env}, started, false},
 		{sandbox.SessionRequest{Secrets: sec}, started, false},
+		{sandbox.SessionRequest{NetworkAllow: []string{}}, started, false},
+		{sandbox.SessionRequest{NetworkAllow: []string{"pypi.org"}}, plain, true},
 		{sandbox.SessionRequest{Dependencies: deps}, plain, false},
 	} {
 		if got := fitsWarm(c.req, c.t); got != c.want {

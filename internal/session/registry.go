@@ -340,7 +340,9 @@ func (r *Registry) tryReserve(agent string) (warmID string, _ error) {
 		}
 		return warmID, &sandbox.SessionLimitError{Agent: agent, Limit: r.cfg.MaxTotal}
 	}
-	if mine >= r.cfg.MaxPerAgent {
+	// Warm sessions are no agent's: each pool is held within sessions_per_agent (newPool),
+	// all of them together only by sessions_max, where a creation ends one to make room.
+	if mine >= r.cfg.MaxPerAgent && agent != WarmAgent {
 		return "", &sandbox.SessionLimitError{Agent: agent, Limit: r.cfg.MaxPerAgent, PerAgent: true}
 	}
 	r.opening[agent]++

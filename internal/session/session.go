@@ -55,6 +55,9 @@ type held struct {
 	template *template.Template
 	// started: its interpreter runs (see startInterpreter); read and set under the turn.
 	started bool
+	// startEnded is closed when the template's start command ends (nil: it has none, or has
+	// not been started); a warm session whose command ended is not handed out (pool.go).
+	startEnded <-chan struct{}
 	// egress is the dialer of the session's commands (network "allowlist"), closed with it.
 	egress sandbox.EgressRun
 	// ws holds its commands (see commands.go), made at first use.

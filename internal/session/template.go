@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/errclass"
@@ -84,32 +85,40 @@ func (r *Registry) startTemplate(ctx context.Context, s *Session, h *held) error
 		h.giveEgress(r.workspaceEgress(s, allow))
 	}
 	env, ca := s.commandEnv(nil)
-	return runStart(ctx, h.box, h.template, env, ca)
+	ended, err := runStart(ctx, h.box, h.template, env, ca)
+	h.startEnded = ended
+	return err
 }
 
 // runStart runs t's start command in box (in the background, as the session's user,
 // in its workdir, with env and, for a session with secrets, their CA as its commands have
-// them) and waits until its ready check exits 0. Errors name the command and what it said:
-// of class invalid when the command ended before it was ready, else unavailable.
-func runStart(ctx context.Context, box sandbox.SessionBox, t *template.Template, env map[string]string, ca string) error {
+// them) and waits until its ready check exits 0; exited is closed when the command ends
+// (nil when t has none). Errors name the command and what it said: of class invalid when
+// the command ended before it was ready, else unavailable.
+func runStart(ctx context.Context, box sandbox.SessionBox, t *template.Template, env map[string]string, ca string) (exited <-chan struct{}, err error) {
 	st := t.Spec.Start
 	if st == nil {
-		return nil
+		return nil, nil
 	}
 	spec := sandbox.CommandSpec{Argv: []string{"/bin/sh", "-c", st.Cmd}, Env: env, SecretCA: ca, Background: true}
 	if t.Spec.Workdir != "" {
 		spec.Cwd, spec.AnyCwd = t.Spec.Workdir, true
 	}
 	ended := make(chan sandbox.ProcessEvent, 1) // its end, with what the box kept of its output
+	gone := make(chan struct{})
+	var once sync.Once
 	if _, err := box.StartCommand(ctx, sandbox.NewProcessID(), spec, func(ev sandbox.ProcessEvent) {
 		if ev.End != nil {
-			ended <- ev
+			once.Do(func() {
+				ended <- ev
+				close(gone)
+			})
 		}
 	}); err != nil {
-		return fmt.Errorf("starting template %q's start command: %w", t.Name, err)
+		return nil, fmt.Errorf("starting template %q's start command: %w", t.Name, err)
 	}
 	if st.Ready == "" {
-		return nil
+		return gone, nil
 	}
 	timeout := time.Duration(st.ReadyTimeoutMS) * time.Millisecond
 	if timeout == 0 {
@@ -135,7 +144,7 @@ func runStart(ctx context.Context, box sandbox.SessionBox, t *template.Template,
 			select {
 			case end := <-done:
 				if end.ExitCode == 0 && end.Outcome == sandbox.OutcomeOK {
-					return nil
+					return gone, nil
 				}
 				last = fmt.Sprintf("exit code %d: %s", end.ExitCode, strings.TrimSpace(out.String()))
 			case <-ctx.Done():
@@ -146,10 +155,10 @@ func runStart(ctx context.Context, box sandbox.SessionBox, t *template.Template,
 		select {
 		case ev := <-ended:
 			// Not unavailable: starting again fails again; the template needs fixing.
-			return errclass.Newf(errclass.Invalid, "template %q's start command %q ended (%s) before its ready check %q passed%s; fix the command and build the template again",
+			return nil, errclass.Newf(errclass.Invalid, "template %q's start command %q ended (%s) before its ready check %q passed%s; fix the command and build the template again",
 				t.Name, st.Cmd, endSaid(ev.End), st.Ready, wrote(ev.Tail))
 		case <-ctx.Done():
-			return errclass.Newf(errclass.Unavailable, "template %q's ready check %q did not pass within %d ms (last: %s)", t.Name, st.Ready, timeout.Milliseconds(), last)
+			return nil, errclass.Newf(errclass.Unavailable, "template %q's ready check %q did not pass within %d ms (last: %s)", t.Name, st.Ready, timeout.Milliseconds(), last)
 		case <-time.After(readyPoll):
 		}
 	}

@@ -65,13 +65,13 @@ func (s *Store) DeleteTemplate(ctx context.Context, agent, name string) error {
 	return nil
 }
 
-// CodeNamingTemplate returns, as "AGENT/NAME", the saved code (by agent and name, at most 20)
-// whose latest version names owner's template name: owner's own code naming it NAME or
-// OWNER/NAME, and other agents' naming OWNER/NAME (template.Store).
+// CodeNamingTemplate returns, as "AGENT/NAME", the saved code (by agent and name) whose
+// latest version names owner's template name: owner's own code naming it NAME or OWNER/NAME,
+// and other agents' naming OWNER/NAME (template.Store).
 func (s *Store) CodeNamingTemplate(ctx context.Context, owner, name string) ([]string, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT c.agent, c.name FROM code c JOIN code_versions v
 		ON v.agent = c.agent AND v.name = c.name AND v.version = c.version
-		WHERE (c.agent = ? AND v.template = ?) OR v.template = ? ORDER BY c.agent, c.name LIMIT 20`,
+		WHERE (c.agent = ? AND v.template = ?) OR v.template = ? ORDER BY c.agent, c.name`,
 		owner, name, owner+"/"+name)
 	if err != nil {
 		return nil, err

@@ -48,8 +48,8 @@ type Store interface {
 	DeleteTemplate(ctx context.Context, agent, name string) error
 	// TemplateImageUsers counts the templates whose Image or LayerImage is image.
 	TemplateImageUsers(ctx context.Context, image string) (int, error)
-	// CodeNamingTemplate returns the saved code ("AGENT/NAME", at most 20) whose latest
-	// version names owner's template name.
+	// CodeNamingTemplate returns the saved code ("AGENT/NAME") whose latest version names
+	// owner's template name.
 	CodeNamingTemplate(ctx context.Context, owner, name string) ([]string, error)
 }
 
@@ -364,7 +364,8 @@ func (s *Service) List(ctx context.Context, agent string) ([]Template, error) {
 
 // Delete removes agent's template name, and its images when no other template uses them.
 // Unless force, a template that saved code names is kept: an error of class conflict names
-// the code (its runs, and its jobs' fires, would fail until it names another).
+// agent's own code and counts other agents' (named to no one; counted only while the template
+// is shared, since theirs cannot start it otherwise), whose runs and jobs' fires would fail.
 func (s *Service) Delete(ctx context.Context, agent, name string, force bool) error {
 	t, err := s.Get(ctx, agent, name)
 	if err != nil {
@@ -375,9 +376,18 @@ func (s *Service) Delete(ctx context.Context, agent, name string, force bool) er
 		if err != nil {
 			return err
 		}
-		if len(users) > 0 {
-			return errclass.Newf(errclass.Conflict, "template %q is named by saved code %s: their runs and their jobs' fires would fail; save them without it (or with another) first, or remove it anyway with force",
-				name, strings.Join(users, ", "))
+		var own []string
+		others := 0
+		for _, u := range users {
+			if code, ok := strings.CutPrefix(u, agent+"/"); ok {
+				own = append(own, code)
+			} else if t.Shared {
+				others++
+			}
+		}
+		if len(own) > 0 || others > 0 {
+			return errclass.Newf(errclass.Conflict, "template %q is named by %s: their runs and their jobs' fires would fail; save them without it (or with another) first, or remove it anyway with force",
+				name, codeUsers(own, others))
 		}
 	}
 	if err := s.store.DeleteTemplate(ctx, agent, name); err != nil {
@@ -385,6 +395,23 @@ func (s *Service) Delete(ctx context.Context, agent, name string, force bool) er
 	}
 	s.removeUnused(ctx, t.Image, t.LayerImage)
 	return nil
+}
+
+// codeUsers says which saved code names a template: the owner's own by name (the first 20),
+// other agents' as a count.
+func codeUsers(own []string, others int) string {
+	var parts []string
+	if len(own) > 0 {
+		list := strings.Join(own[:min(len(own), 20)], ", ")
+		if len(own) > 20 {
+			list += fmt.Sprintf(" and %d more", len(own)-20)
+		}
+		parts = append(parts, "saved code "+list)
+	}
+	if others > 0 {
+		parts = append(parts, fmt.Sprintf("%d saved code of other agents it is shared with", others))
+	}
+	return strings.Join(parts, ", and ")
 }
 
 // removeUnused removes the images no template uses.

@@ -211,7 +211,8 @@ func TestServiceCacheFailureOwnership(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = svc.Delete(ctx, "alice", "tools", false)
-	if errclass.Of(err) != errclass.Conflict || !strings.Contains(err.Error(), "saved code alice/mine, bob/uses:") {
+	if errclass.Of(err) != errclass.Conflict || !strings.Contains(err.Error(), "named by saved code mine, and 1 saved code of other agents it is shared with:") ||
+		strings.Contains(err.Error(), "uses") {
 		t.Fatalf("deleting a template saved code names: %v", err)
 	}
 	if _, err := svc.Get(ctx, "alice", "tools"); err != nil {
