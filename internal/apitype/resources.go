@@ -47,10 +47,12 @@ type Code struct {
 
 // CodeVersion is an item of GET /v1/agents/{agent}/code/{name}/versions.
 type CodeVersion struct {
-	Version     int       `json:"version"`
-	Description string    `json:"description"`
-	CodeSHA256  string    `json:"code_sha256"`
-	CreatedAt   time.Time `json:"created_at"`
+	Version     int    `json:"version"`
+	Description string `json:"description"`
+	CodeSHA256  string `json:"code_sha256"`
+	// Template names the template whose sandbox runs this version (absent: the daemon's image).
+	Template  string    `json:"template,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // CodeVersions is the answer of GET /v1/agents/{agent}/code/{name}/versions.

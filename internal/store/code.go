@@ -37,7 +37,9 @@ type CodeVersion struct {
 	Version     int
 	Description string
 	CodeSHA256  string
-	CreatedAt   time.Time
+	// Template names the template whose sandbox runs this version ("": the daemon's image).
+	Template  string
+	CreatedAt time.Time
 }
 
 // CreateCode saves c as version 1 of a new code (c.Version and the times are set by the store).
@@ -174,7 +176,7 @@ func (s *Store) ListCode(ctx context.Context, agent, filter string, p Page) ([]C
 
 // ListCodeVersions returns the history of the agent's code name, newest first.
 func (s *Store) ListCodeVersions(ctx context.Context, agent, name string) ([]CodeVersion, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT version, description, code, created_at FROM code_versions
+	rows, err := s.r.QueryContext(ctx, `SELECT version, description, code, template, created_at FROM code_versions
 		WHERE agent = ? AND name = ? ORDER BY version DESC`, agent, name)
 	if err != nil {
 		return nil, err
@@ -184,11 +186,12 @@ func (s *Store) ListCodeVersions(ctx context.Context, agent, name string) ([]Cod
 	for rows.Next() {
 		var v CodeVersion
 		var code string
+		var tmpl sql.NullString
 		var created int64
-		if err := rows.Scan(&v.Version, &v.Description, &code, &created); err != nil {
+		if err := rows.Scan(&v.Version, &v.Description, &code, &tmpl, &created); err != nil {
 			return nil, err
 		}
-		v.CodeSHA256, v.CreatedAt = CodeSHA256(code), time.UnixMilli(created).UTC()
+		v.CodeSHA256, v.Template, v.CreatedAt = CodeSHA256(code), tmpl.String, time.UnixMilli(created).UTC()
 		list = append(list, v)
 	}
 	if err := rows.Err(); err != nil {

@@ -223,7 +223,7 @@ func TestCodeVersionsAndConflicts(t *testing.T) {
 	if _, err := s.GetCode(ctx, "b", "sum", 0); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("another agent read the code: %v", err)
 	}
-	if vs, _ := s.ListCodeVersions(ctx, "a", "sum"); len(vs) != 2 || vs[0].Version != 2 {
+	if vs, _ := s.ListCodeVersions(ctx, "a", "sum"); len(vs) != 2 || vs[0].Version != 2 || vs[0].Template != "" || vs[1].Template != "tools" {
 		t.Fatalf("versions: %+v", vs)
 	}
 	for _, name := range []string{"alpha", "beta", "gamma"} {
