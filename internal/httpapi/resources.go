@@ -259,13 +259,18 @@ func (a *api) listCodeVersions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, apitype.CodeVersions{Versions: each(list, codeVersionOf)})
 }
 
+// forceParam reads a DELETE's query: only "force", a boolean (absent: false).
+func forceParam(r *http.Request) (bool, error) {
+	q := r.URL.Query()
+	if err := checkQuery(q, "force"); err != nil {
+		return false, err
+	}
+	return boolParam(q, "force")
+}
+
 func (a *api) deleteCode(w http.ResponseWriter, r *http.Request) {
 	agent, err := agentOf(r)
-	q := r.URL.Query()
-	if err == nil {
-		err = checkQuery(q, "force")
-	}
-	force, ferr := boolParam(q, "force")
+	force, ferr := forceParam(r)
 	if err != nil || ferr != nil {
 		writeError(w, firstErr(err, ferr))
 		return

@@ -139,11 +139,7 @@ func (a *api) getTemplate(w http.ResponseWriter, r *http.Request) {
 
 func (a *api) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	agent, err := templateAgent(r)
-	q := r.URL.Query()
-	if err == nil {
-		err = checkQuery(q, "force")
-	}
-	force, ferr := boolParam(q, "force")
+	force, ferr := forceParam(r)
 	if err != nil || ferr != nil {
 		writeError(w, firstErr(err, ferr))
 		return
