@@ -171,17 +171,6 @@ func fitsWarm(req sandbox.SessionRequest, t *template.Template) bool {
 	return t == nil || t.Spec.Start == nil || len(req.Env) == 0 && len(req.Secrets) == 0 && req.NetworkAllow == nil
 }
 
-// templateImage is the image of the template s's sandbox started from ("" for the daemon's
-// own, or when it has none now).
-func (s *Session) templateImage() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cur == nil || s.cur.template == nil {
-		return ""
-	}
-	return s.cur.template.Image
-}
-
 // warmOf reports whether warm session s may be handed out for a creation of image (see
 // take): its sandbox started from it, and its template's start command, if any, still runs.
 func (s *Session) warmOf(image string) bool {

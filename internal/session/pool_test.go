@@ -389,3 +389,14 @@ func TestFitsWarm(t *testing.T) {
 		}
 	}
 }
+
+// templateImage is the image of the template s's sandbox started from ("" for the daemon's
+// own, or when it has none now).
+func (s *Session) templateImage() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur == nil || s.cur.template == nil {
+		return ""
+	}
+	return s.cur.template.Image
+}

@@ -76,16 +76,11 @@ func (s *Store) CodeNamingTemplate(ctx context.Context, owner, name string) ([]s
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
+	return collect(rows, func(r scanner) (string, error) {
 		var agent, code string
-		if err := rows.Scan(&agent, &code); err != nil {
-			return nil, err
-		}
-		out = append(out, agent+"/"+code)
-	}
-	return out, rows.Err()
+		err := r.Scan(&agent, &code)
+		return agent + "/" + code, err
+	})
 }
 
 // TemplateImageUsers counts the templates whose image or layer image is image
