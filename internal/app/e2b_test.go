@@ -67,7 +67,8 @@ func TestE2BConformance(t *testing.T) {
 	if sb.SandboxID == "" || sb.EnvdAccessToken == "" || sb.EnvdVersion == "" || sb.ClientID == "" {
 		t.Fatalf("created: %+v", sb)
 	}
-	other, err := bob.Create(ctx, map[string]any{"templateID": "base"})
+	// Long enough to outlive the test on a loaded machine: its end is checked below.
+	other, err := bob.Create(ctx, map[string]any{"templateID": "base", "timeout": 300})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -227,6 +227,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, agent string) {
 		writeEngineError(w, "creating the sandbox", err)
 		return
 	}
+	// The timeout counts from the moment the sandbox is handed out, as E2B's does: a creation
+	// slowed by a busy engine does not eat into it. The deadline set above held it meanwhile.
+	end := time.Now().Add(time.Duration(timeout) * time.Second)
+	if latest := sess.LatestDeadline(); end.After(latest) {
+		end = latest
+	}
+	_ = sess.SetDeadline(end) // fails only when the session has already ended, which its watch reports
 	b := &box{sess: sess, id: sess.ID(), agent: agent, template: req.TemplateID, token: newToken(), metadata: req.Metadata, env: env,
 		allowInternet: req.AllowInternetAccess, network: req.Network,
 		contexts: map[string]*codeContext{}, procs: map[uint32]*proc{}, tags: map[string]uint32{}}
