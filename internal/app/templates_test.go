@@ -7,8 +7,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +61,22 @@ func buildTemplate(t *testing.T, url, body string) []apitype.TemplateEvent {
 	return events
 }
 
+// egressCheck is a build step's program: it connects to the address in its argument on
+// its own, then fetches a URL of no package source through the build's proxy, and says how
+// each went.
+const egressCheck = `import socket, sys, urllib.request
+try:
+    socket.create_connection((sys.argv[1], 80), timeout=5)
+    print("egress-check direct: connected")
+except OSError:
+    print("egress-check direct: failed")
+try:
+    urllib.request.urlopen("http://not-a-source.example/", timeout=20)
+    print("egress-check proxied: fetched")
+except Exception as e:
+    print("egress-check proxied:", e)
+`
+
 // TestTemplates builds one template for real (an apt step installing jq, a pip step from a
 // local index, a file, a shell step, env and a start command with a ready check), then
 // starts sessions of it through REST and the CLI, rebuilds it from the cache, refuses it to
@@ -72,13 +90,20 @@ func TestTemplates(t *testing.T) {
 	cfg.TemplatePools = map[string]int{"alice/tools": 1} // waits for the build below
 	url, _ := startDaemon(t, cfg)
 	base := url + "/v1/agents/alice/templates"
+	// The Debian mirror's address as the host resolves it: apt reaches it through the proxy.
+	mirror := "192.0.2.1"
+	if addrs, err := net.LookupHost("deb.debian.org"); err == nil {
+		mirror = addrs[0]
+	}
 
 	spec := `{"name": "tools", "spec": {
 		"steps": [
 			{"apt": ["jq"]},
 			{"pip": ["tinypkg==1.0"]},
 			{"file": {"path": "/opt/tools/hello.txt", "content": "hello from the template\n"}},
-			{"run": "jq --version > /opt/tools/jq-version && chmod 0644 /opt/tools/jq-version"}
+			{"run": "jq --version > /opt/tools/jq-version && chmod 0644 /opt/tools/jq-version"},
+			{"file": {"path": "/opt/tools/egress.py", "content": ` + strconv.Quote(egressCheck) + `}},
+			{"run": "python3 /opt/tools/egress.py ` + mirror + `"}
 		],
 		"env": {"GREETING": "hi there"},
 		"start": {"cmd": "echo \"started ${TOKEN-} ${SSL_CERT_FILE-}\" > /tmp/started; exec sleep 100000", "ready": "test -f /tmp/started"}}}`
@@ -93,9 +118,25 @@ func TestTemplates(t *testing.T) {
 	if last.Type != "done" || last.Template == nil || last.Template.Status != "ready" || last.Cached {
 		t.Fatalf("last event %+v, want a fresh build done and ready (steps %q)", last, steps)
 	}
-	want := []string{"apt jq", "pip tinypkg==1.0", "file /opt/tools/hello.txt", "run jq --version > /opt/tools/jq-version && chmod 0644 /opt/tools/jq-version", "sandpit layer"}
+	want := []string{"apt jq", "pip tinypkg==1.0", "file /opt/tools/hello.txt", "run jq --version > /opt/tools/jq-version && chmod 0644 /opt/tools/jq-version",
+		"file /opt/tools/egress.py", "run python3 /opt/tools/egress.py " + mirror, "sandpit layer"}
 	if strings.Join(steps, "|") != strings.Join(want, "|") {
 		t.Errorf("steps %q, want %q", steps, want)
+	}
+	// The build egress policy: apt and pip reached their sources through the daemon's
+	// proxy, but a step's own connection to the mirror's address went nowhere (the build's
+	// network is internal), and a proxied request elsewhere was refused and said so.
+	var log strings.Builder
+	for _, e := range events {
+		if e.Type == "log" {
+			log.WriteString(e.Line + "\n")
+		}
+	}
+	for _, line := range []string{"egress-check direct: failed", "egress-check proxied: HTTP Error 403",
+		"sandpit: the build's connection to not-a-source.example:80: no entry of the package sources"} {
+		if !strings.Contains(log.String(), line) {
+			t.Errorf("the build's log has no %q:\n%s", line, log.String())
+		}
 	}
 	built := *last.Template
 	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", built.Image, built.LayerImage).Run() })

@@ -323,10 +323,15 @@ type Config struct {
 	// TemplatesPerAgent caps the templates one agent keeps. Default 20; 0 (no templates) to
 	// 1000.
 	TemplatesPerAgent int `json:"templates_per_agent"`
-	// TemplateAptHosts are the package sources' host names a template build resolves as the
-	// host does and hands to the build (an /etc/hosts entry the engine's DNS does not know).
+	// TemplateAptHosts are the Debian package sources' host names (network_allow's forms) a
+	// template build may reach, any port, resolved as the host resolves them (its /etc/hosts
+	// included) and allowed on whatever address they resolve to, as the package index is.
 	// Default deb.debian.org and security.debian.org.
 	TemplateAptHosts []string `json:"template_apt_hosts"`
+	// TemplateBuildAllow is what else a template build may reach (network_allow's forms: a
+	// host, *.domain, an address or block, each with an optional port), beyond the package
+	// sources (template_apt_hosts and the package index). Default none.
+	TemplateBuildAllow []string `json:"template_build_allow"`
 
 	// PortConnectionsPerSession caps the requests in flight to one session's ports (a
 	// WebSocket counts until it closes); past it a request answers 429. Default 32; 1 to
@@ -544,6 +549,7 @@ func defaults(lookup func(string) (string, bool)) Config {
 		TemplateMaxBytes:          8 * gib,
 		TemplatesPerAgent:         20,
 		TemplateAptHosts:          []string{"deb.debian.org", "security.debian.org"},
+		TemplateBuildAllow:        []string{},
 		PortConnectionsPerSession: ports.DefaultLimits().PerSession,
 		PortConnectionsPerAgent:   ports.DefaultLimits().PerAgent,
 		PortIdleTimeoutMS:         ports.DefaultLimits().IdleTimeout.Milliseconds(),
@@ -633,15 +639,18 @@ func (c Config) Sandbox() engine.Config {
 	}
 }
 
-// Egress returns the egress policy's configuration for network "allowlist": network_allow,
-// the package index's URLs, the egress_* caps, and the endpoints the daemon itself uses,
+// Egress returns the egress policy's configuration: for network "allowlist", network_allow,
+// the package index's URLs and the egress_* caps; for template builds, the package sources
+// and template_build_allow; for both, the endpoints the daemon itself uses,
 // which no entry opens: its listen address, its Docker engine (docker_host, else the
 // environment's DOCKER_HOST) and its database (database_url).
 func (c Config) Egress() egress.Config {
 	return egress.Config{
-		Reserved:  egress.ReserveDaemon(c.Listen, cmp.Or(c.DockerHost, os.Getenv("DOCKER_HOST")), c.DatabaseURL),
-		Allow:     c.NetworkAllow,
-		IndexURLs: append([]string{c.IndexURL}, c.ExtraIndexURLs...),
+		Reserved:     egress.ReserveDaemon(c.Listen, cmp.Or(c.DockerHost, os.Getenv("DOCKER_HOST")), c.DatabaseURL),
+		Allow:        c.NetworkAllow,
+		IndexURLs:    append([]string{c.IndexURL}, c.ExtraIndexURLs...),
+		PackageHosts: c.TemplateAptHosts,
+		BuildAllow:   c.TemplateBuildAllow,
 		Limits: egress.Limits{
 			MaxConnections:    c.EgressMaxConnections,
 			MaxBytesSent:      c.EgressMaxBytesSent,
@@ -1017,6 +1026,16 @@ func (c Config) checkBox(report *problems) {
 	for _, e := range c.NetworkAllow {
 		if _, err := egress.ParseRule(e); err != nil {
 			report.bad("network_allow", "%s", strings.TrimPrefix(err.Error(), "network_allow "))
+		}
+	}
+	for _, set := range []struct {
+		name    string
+		entries []string
+	}{{"template_apt_hosts", c.TemplateAptHosts}, {"template_build_allow", c.TemplateBuildAllow}} {
+		for _, e := range set.entries {
+			if _, err := egress.ParseRule(e); err != nil {
+				report.bad(set.name, "%s", strings.Replace(err.Error(), "network_allow entry", "entry", 1))
+			}
 		}
 	}
 	if len(c.NetworkAllow) > 0 && c.Network != "allowlist" {

@@ -534,6 +534,9 @@ func TestValidate(t *testing.T) {
 		{"repository tag", func(c *Config) { c.ImageRepository = "sandpit:latest" }, []string{"image_repository", "tag"}},
 		{"repository with registry port", func(c *Config) { c.ImageRepository = "localhost:5000/sandpit" }, nil},
 		{"open files", func(c *Config) { c.OpenFiles = 3 }, []string{"open_files is 3"}},
+		{"build egress", func(c *Config) {
+			c.TemplateAptHosts, c.TemplateBuildAllow = []string{"deb.debian.org:http"}, []string{"github.com", "https://nodejs.org/"}
+		}, []string{`template_apt_hosts entry "deb.debian.org:http" has a port`, `template_build_allow entry "https://nodejs.org/"`}},
 		{"grace", func(c *Config) { c.GraceMS = 0 }, []string{"grace_ms is 0"}},
 		// pip ignores a plain-HTTP index that is not trusted: refused, naming the setting to add.
 		{"untrusted plain-HTTP index", func(c *Config) { c.IndexURL = "http://mirror.example:8080/simple/" },

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -16,7 +17,11 @@ type Config struct {
 	// IndexURLs are pip's index URLs (index_url and extra_index_urls; "" stands for PyPI):
 	// their hosts, and PyPI's file host with PyPI, are what installs may reach.
 	IndexURLs []string
-	Limits    Limits
+	// PackageHosts are the Debian package sources' host names (template_apt_hosts) and
+	// BuildAllow is template_build_allow: with the index's hosts, what a template's build may
+	// reach (ForBuild).
+	PackageHosts, BuildAllow []string
+	Limits                   Limits
 	// Reserved are destinations no entry opens (the daemon's own API: see ReserveListen).
 	Reserved *Reserved
 	// Resolver and Dialer default to the system's.
@@ -28,6 +33,7 @@ type Config struct {
 type Allowlist struct {
 	conf     Policy
 	index    Policy
+	build    Policy
 	limits   Limits
 	reserved *Reserved
 	resolve  Resolver
@@ -59,7 +65,22 @@ func New(cfg Config) (*Allowlist, error) {
 			index.Rules = append(index.Rules, r)
 		}
 	}
-	return &Allowlist{conf: conf, index: index, limits: cfg.Limits, reserved: cfg.Reserved, resolve: cfg.Resolver, dial: cfg.Dialer}, nil
+	build, err := ParsePolicy("template_build_allow in the configuration", cfg.BuildAllow)
+	if err != nil {
+		return nil, fmt.Errorf("template_build_allow: %w", err)
+	}
+	build.Setting = "the package sources (template_apt_hosts, index_url, extra_index_urls) or template_build_allow in the configuration"
+	for _, h := range cfg.PackageHosts {
+		r, err := ParseRule(h)
+		if err != nil {
+			return nil, fmt.Errorf("template_apt_hosts: %w", err)
+		}
+		// As the index: the operator named it, and it may be a mirror on the host's network.
+		r.Trusted = true
+		build.Rules = append(build.Rules, r)
+	}
+	build.Rules = append(build.Rules, index.Rules...)
+	return &Allowlist{conf: conf, index: index, build: build, limits: cfg.Limits, reserved: cfg.Reserved, resolve: cfg.Resolver, dial: cfg.Dialer}, nil
 }
 
 // indexHosts returns the host:port rules of an index URL ("" is PyPI: its index and file
@@ -110,6 +131,20 @@ func (a *Allowlist) ForRun(allow ...[]string) sandbox.EgressRun {
 func (a *Allowlist) ForInstall() sandbox.EgressRun {
 	g := NewGate([]Policy{a.index}, a.limits, a.resolve, a.dial)
 	g.reserved = a.reserved
+	return g
+}
+
+// BuildLimits bound a template build's connections: no cap on their number or bytes (the
+// build's time and image size caps bound those), 10 s to connect.
+func BuildLimits() Limits { return Limits{DialTimeout: 10 * time.Second} }
+
+// ForBuild returns a template build's Gate (the build egress policy): the package sources
+// (template_apt_hosts, the package index) and template_build_allow, never the daemon's own
+// listeners (Config.Reserved), bounded by BuildLimits. record, when not nil, is given each
+// connection's record as it is made.
+func (a *Allowlist) ForBuild(record func(sandbox.EgressConnection)) *Gate {
+	g := NewGate([]Policy{a.build}, BuildLimits(), a.resolve, a.dial)
+	g.reserved, g.onRecord = a.reserved, record
 	return g
 }
 

@@ -8,33 +8,49 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/jsonstream"
 	"github.com/moby/moby/client"
 
+	"github.com/sandpit-dev/sandpit/internal/egress"
 	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/template"
 )
 
 // TemplateEngine builds templates' images on a Docker engine (template.Engine): a template's
-// own layer with the classic builder, as root, on the default bridge network, with the
-// package sources' host names resolved as the host resolves them; then sandpit's sandbox
-// layer on top of it, from the same Dockerfile, executor and bootstrap as the default image.
+// own layer with the classic builder, as root, on a network of its own that reaches nothing
+// but the daemon's build proxy (the build egress policy); then sandpit's sandbox layer on top
+// of it, from the same Dockerfile, executor and bootstrap as the default image.
 type TemplateEngine struct {
 	API client.APIClient
 	// Recipe is the default image's recipe: its executor and repository are the templates'
 	// too (its base image and packages are not: a template holds what its spec asked for).
 	Recipe Recipe
-	// AptHosts are host names resolved on the host and given to the build as extra hosts, so
-	// that apt reaches the package sources the host's own apt reaches (an /etc/hosts entry or
-	// a local resolver the engine's DNS does not know).
-	AptHosts []string
+	// Egress gives each build its Gate: what the build's proxy may reach (the package
+	// sources and template_build_allow; egress.Allowlist.ForBuild).
+	Egress BuildEgress
 	// Box bounds each build step's container as a slot's box is bounded: its memory (swap
 	// included) and its CPU quota.
 	Box Box
 }
+
+// BuildEgress is the build egress policy (egress.Allowlist).
+type BuildEgress interface {
+	// ForBuild returns one build's Gate, calling record with each connection's record.
+	ForBuild(record func(sandbox.EgressConnection)) *egress.Gate
+}
+
+// BuildNetwork is the engine's network for template builds: internal (no route off the
+// machine), so that a build step reaches the outside only through the daemon's proxy on the
+// network's gateway address, whatever it runs.
+const BuildNetwork = "sandpit-build"
 
 var _ template.Engine = (*TemplateEngine)(nil)
 
@@ -59,13 +75,46 @@ func (e *TemplateEngine) ImageSize(ctx context.Context, image string) (int64, er
 	return got.Size, nil
 }
 
-// BuildLayer builds plan as tag.
+// BuildLayer builds plan as tag on BuildNetwork, its steps' HTTP and HTTPS through a proxy of
+// the daemon's that only e.Egress's Gate lets out (http_proxy and https_proxy, which apt, pip
+// and curl follow); each refused or failed connection is said in out.
 func (e *TemplateEngine) BuildLayer(ctx context.Context, plan template.Plan, tag string, out io.Writer) error {
+	gw, err := e.buildNetwork(ctx)
+	if err != nil {
+		return err
+	}
+	out = &lockedWriter{w: out}
+	gate := e.Egress.ForBuild(func(r sandbox.EgressConnection) {
+		if r.Reason != "" {
+			fmt.Fprintf(out, "sandpit: the build's connection to %s: %s\n", net.JoinHostPort(r.Host, strconv.Itoa(r.Port)), r.Reason)
+		}
+	})
+	// The proxy listens on the gateway's address, which the build network's containers reach
+	// and nothing off the machine does.
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(gw, 0).String())
+	if err != nil {
+		gate.Close()
+		return fmt.Errorf("listening for the build's proxy on %s, the gateway of the network %s: %w", gw, BuildNetwork, err)
+	}
+	fwd := egress.NewForward(gate)
+	srv := &http.Server{Handler: fwd, ReadHeaderTimeout: 30 * time.Second}
+	go srv.Serve(ln)
+	defer func() {
+		srv.Close()
+		gate.Close()
+		fwd.Close()
+	}()
+	proxy := "http://" + ln.Addr().String()
+	args := map[string]*string{}
+	for _, name := range []string{"http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"} {
+		args[name] = &proxy // predefined build args: in every step's environment, not in the image
+	}
 	resp, err := e.API.ImageBuild(ctx, bytes.NewReader(plan.Context), client.ImageBuildOptions{
 		Tags:        []string{tag},
 		Remove:      true,
 		ForceRemove: true,
-		ExtraHosts:  e.extraHosts(ctx),
+		NetworkMode: BuildNetwork,
+		BuildArgs:   args,
 		Memory:      e.Box.MemoryBytes,
 		MemorySwap:  e.Box.MemorySwapBytes,
 		CPUPeriod:   100_000,
@@ -101,18 +150,45 @@ func (e *TemplateEngine) BuildLayer(ctx context.Context, plan template.Plan, tag
 	return nil
 }
 
-// extraHosts resolves AptHosts as the host does ("name:ip"); a name that does not resolve is
-// left to the build's own DNS.
-func (e *TemplateEngine) extraHosts(ctx context.Context) []string {
-	var out []string
-	for _, h := range e.AptHosts {
-		addrs, err := net.DefaultResolver.LookupHost(ctx, h)
-		if err != nil || len(addrs) == 0 {
-			continue
+// buildNetwork returns the gateway address of BuildNetwork, made internal if the engine has
+// none by that name; one that is not internal is refused, as a build on it would reach the
+// outside around the proxy.
+func (e *TemplateEngine) buildNetwork(ctx context.Context) (netip.Addr, error) {
+	got, err := e.API.NetworkInspect(ctx, BuildNetwork, client.NetworkInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		_, err = e.API.NetworkCreate(ctx, BuildNetwork, client.NetworkCreateOptions{Driver: "bridge", Internal: true,
+			Labels: map[string]string{labelManaged: "true"}})
+		if err != nil && !cerrdefs.IsConflict(err) { // a daemon beside this one made it meanwhile
+			return netip.Addr{}, fmt.Errorf("creating the network %s for template builds: %w", BuildNetwork, err)
 		}
-		out = append(out, h+":"+addrs[0])
+		got, err = e.API.NetworkInspect(ctx, BuildNetwork, client.NetworkInspectOptions{})
 	}
-	return out
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("inspecting the network %s for template builds: %w", BuildNetwork, err)
+	}
+	n := got.Network
+	if !n.Internal {
+		return netip.Addr{}, fmt.Errorf("the network %s is not internal, so a template build on it would reach the outside around the build egress policy: remove it (docker network rm %s) and sandpit makes it again", BuildNetwork, BuildNetwork)
+	}
+	for _, c := range n.IPAM.Config {
+		if c.Gateway.Is4() {
+			return c.Gateway, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("the network %s has no IPv4 gateway: remove it (docker network rm %s) and sandpit makes it again", BuildNetwork, BuildNetwork)
+}
+
+// lockedWriter serializes writes to w (the build's output, written by its stream and by
+// the proxy's records).
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // BuildSandbox builds sandpit's sandbox layer on base (unless the engine has it).
