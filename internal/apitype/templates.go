@@ -20,8 +20,13 @@ type TemplateSpec struct {
 	// Start, when set, is run when a session of the template starts.
 	Start *TemplateStart `json:"start,omitempty"`
 	// Dockerfile, instead of Base and Steps, is a Dockerfile built as is (no build context:
-	// COPY and ADD of local files fail). Env, Workdir and Start still apply.
+	// COPY and ADD of local files fail). Env, Workdir, Start and Preload still apply.
 	Dockerfile string `json:"dockerfile,omitempty"`
+	// Preload are Python modules (dotted names, at most 64) a warm session of the template
+	// imports before it is claimed (its warm pool's, template_pools), as the default image's
+	// fork server imports the daemon's preload; a module the image lacks is skipped. Empty:
+	// the daemon's preload.
+	Preload []string `json:"preload,omitempty"`
 }
 
 // TemplateStep is one build step: exactly one field is set.

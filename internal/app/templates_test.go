@@ -78,7 +78,8 @@ except Exception as e:
 `
 
 // TestTemplates builds one template for real (an apt step installing jq, a pip step from a
-// local index, a file, a shell step, env and a start command with a ready check), then
+// local index, a file, shell steps, env, a preload and a start command with a ready check),
+// its build's network held to the package sources, then
 // starts sessions of it through REST and the CLI, rebuilds it from the cache, refuses it to
 // another agent, names a failing build's step, and reports an image removed by hand.
 func TestTemplates(t *testing.T) {
@@ -106,6 +107,7 @@ func TestTemplates(t *testing.T) {
 			{"run": "python3 /opt/tools/egress.py ` + mirror + `"}
 		],
 		"env": {"GREETING": "hi there"},
+		"preload": ["tinypkg"],
 		"start": {"cmd": "echo \"started ${TOKEN-} ${SSL_CERT_FILE-}\" > /tmp/started; exec sleep 100000", "ready": "test -f /tmp/started"}}}`
 	events := buildTemplate(t, base, spec)
 	var steps []string
@@ -187,11 +189,12 @@ func TestTemplates(t *testing.T) {
 		if status, body := httpCall(t, "GET", url+"/metrics", ""); status != 200 || !strings.Contains(string(body), `sandpit_template_pool_claims_total{template="alice/tools"} `) {
 			t.Errorf("/metrics: %d, want the template pool's claims of alice/tools", status)
 		}
-		raw, _ := json.Marshal(map[string]string{"code": "import os, subprocess; print(subprocess.run(['jq', '-n', '1+2'], capture_output=True, text=True).stdout.strip(), os.environ['GREETING'], os.path.exists('/tmp/started'))"})
+		// The spec's preload was imported before the claim.
+		raw, _ := json.Marshal(map[string]string{"code": "import os, subprocess, sys; print(subprocess.run(['jq', '-n', '1+2'], capture_output=True, text=True).stdout.strip(), os.environ['GREETING'], os.path.exists('/tmp/started'), 'tinypkg' in sys.modules)"})
 		status, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+s.ID+"/executions", string(raw))
 		var res apitype.Result
-		if err := json.Unmarshal(body, &res); err != nil || status != 200 || res.Stdout != "3 hi there True\n" {
-			t.Fatalf("a call in the claimed session: %d %s (%v), want jq, the template's env and its start command's mark", status, body, err)
+		if err := json.Unmarshal(body, &res); err != nil || status != 200 || res.Stdout != "3 hi there True True\n" {
+			t.Fatalf("a call in the claimed session: %d %s (%v), want jq, the template's env, its start command's mark and its preload", status, body, err)
 		}
 		if res.Template != "tools" || res.TemplateVersion != built.Version {
 			t.Errorf("the claimed session's call recorded template %q v%d, want tools v%d", res.Template, res.TemplateVersion, built.Version)

@@ -950,7 +950,7 @@ func (c Config) checkForkServer(report *problems) {
 		report.bad("preload", "has %d modules; at most 64", len(c.Preload))
 	}
 	for _, m := range c.Preload {
-		if !isModuleName(m) {
+		if !sandbox.IsModuleName(m) {
 			report.bad("preload", "has %q, which is not a Python module name; give dotted names such as numpy or scipy.stats", m)
 		}
 	}
@@ -1100,22 +1100,6 @@ func checkRepository(name string) string {
 		return "give the repository without a tag (sandpit chooses the tag), such as sandpit-sandbox"
 	}
 	return ""
-}
-
-// isModuleName reports whether s is a dotted Python module name of ASCII identifiers
-// ("numpy", "scipy.stats").
-func isModuleName(s string) bool {
-	for part := range strings.SplitSeq(s, ".") {
-		if part == "" || (part[0] >= '0' && part[0] <= '9') {
-			return false
-		}
-		for _, r := range part {
-			if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // validDaemonID says whether id is a daemon_id: 1 to 64 letters, digits, '.', '_' or '-'.

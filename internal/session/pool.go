@@ -41,7 +41,7 @@ import (
 // A template's pool (Config.TemplatePools) keeps a fixed number of warm sessions of one
 // template, OWNER/NAME: its filler resolves the template's ready version and starts warm
 // sessions from its image, each with its start command run (with the template's env alone)
-// and its interpreter warmed. A creation naming the template, by any agent that may start
+// and its interpreter warmed (the spec's preload imported, else the daemon's). A creation naming the template, by any agent that may start
 // it, claims one of the version it resolves to whose start command still runs, unless it
 // gives env, secrets or network_allow, which the start command would not have had
 // (fitsWarm); a rebuild's warm sessions replace the older version's, and a template that
@@ -308,7 +308,11 @@ func (r *Registry) fillOne(ctx context.Context, p *pool) (made bool, err error) 
 	if !r.poolWants(p) {
 		return false, nil
 	}
-	s, err := r.createWarm(ctx, r.warmRequest(), p.cfg.Code, t)
+	code := p.cfg.Code
+	if t != nil && len(t.Spec.Preload) > 0 {
+		code = WarmCode(t.Spec.Preload)
+	}
+	s, err := r.createWarm(ctx, r.warmRequest(), code, t)
 	if err != nil {
 		return false, err
 	}
@@ -502,7 +506,7 @@ del _sandpit_warm
 }
 
 // templatePools returns the templates' warm pools of cfg: a fixed size each, warmed with the
-// registry pool's code.
+// registry pool's code unless the template's spec names its own preload (fillOne).
 func templatePools(cfg Config) map[string]*pool {
 	pools := map[string]*pool{}
 	for key, n := range cfg.TemplatePools {

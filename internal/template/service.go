@@ -3,9 +3,9 @@ package template
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"io"
 	"log/slog"
 	"regexp"
@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
@@ -240,13 +241,16 @@ func (s *Service) Build(ctx context.Context, req BuildRequest, emit func(Event))
 		LayerImage: s.cfg.LayerRepository + ":" + plan.Hash[:16], Status: StatusBuilding, CreatedAt: now, UpdatedAt: now}
 	if exists {
 		t.CreatedAt, t.Version = prev.CreatedAt, prev.Version
-		if prev.Hash != plan.Hash {
+		// A new image, or the same one with another spec (a start command, a preload, env
+		// without steps): a new version, so that the old version's warm sessions are replaced
+		// and runs record the spec they had.
+		if prev.Hash != plan.Hash || !sameSpec(prev.Spec, req.Spec) {
 			t.Version++
 		}
 	}
 	steps := len(plan.Steps) + 1
 	if exists && prev.Status == StatusReady && prev.Hash == plan.Hash && s.present(ctx, prev.Image) && s.present(ctx, prev.LayerImage) {
-		prev.Shared, prev.UpdatedAt = req.Shared, now
+		prev.Spec, prev.Version, prev.Shared, prev.UpdatedAt, prev.Error = req.Spec, t.Version, req.Shared, now, ""
 		if err := s.store.PutTemplate(ctx, prev); err != nil {
 			return Template{}, err
 		}
@@ -556,3 +560,10 @@ func (t *tailBuffer) String() string { return string(t.b) }
 
 // Is makes a failed build of class invalid: the spec did not build.
 func (e *BuildError) Is(target error) bool { return target == errclass.Invalid }
+
+// sameSpec reports whether a and b are the same spec (as JSON: an empty map or list is none).
+func sameSpec(a, b Spec) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return bytes.Equal(ja, jb)
+}

@@ -13,13 +13,13 @@ package template
 
 import (
 	"fmt"
-	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"path"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/requirement"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -30,6 +30,7 @@ const (
 	MaxFileBytes = 1 << 20 // each file's content
 	MaxSpecBytes = 8 << 20 // files and Dockerfile together
 	MaxEnv       = 64
+	MaxPreload   = 64
 )
 
 // The spec's types are the wire's (package apitype).
@@ -86,8 +87,8 @@ func Validate(s Spec) error {
 	if s.Dockerfile != "" && (s.Base != "" || len(s.Steps) > 0) {
 		return bad("dockerfile", "is given with base or steps; give either a dockerfile or a base and steps")
 	}
-	if s.Dockerfile == "" && s.Base == "" && len(s.Steps) == 0 && s.Start == nil && len(s.Env) == 0 && s.Workdir == "" {
-		return bad("steps", "is empty; a template needs steps, a dockerfile, env, a workdir or a start command")
+	if s.Dockerfile == "" && s.Base == "" && len(s.Steps) == 0 && s.Start == nil && len(s.Env) == 0 && s.Workdir == "" && len(s.Preload) == 0 {
+		return bad("steps", "is empty; a template needs steps, a dockerfile, env, a workdir, a start command or a preload")
 	}
 	if s.Base != "" {
 		name, isTemplate := strings.CutPrefix(s.Base, "template:")
@@ -158,6 +159,14 @@ func Validate(s Spec) error {
 	}
 	if s.Workdir != "" && (!path.IsAbs(s.Workdir) || path.Clean(s.Workdir) != s.Workdir || strings.ContainsAny(s.Workdir, "\n\r\x00\"")) {
 		return bad("workdir", "%q is not a clean absolute path", s.Workdir)
+	}
+	if len(s.Preload) > MaxPreload {
+		return bad("preload", "has %d modules; at most %d", len(s.Preload), MaxPreload)
+	}
+	for i, m := range s.Preload {
+		if !sandbox.IsModuleName(m) {
+			return bad(fmt.Sprintf("preload[%d]", i), "%q is not a Python module name; give dotted names such as numpy or scipy.stats", m)
+		}
 	}
 	if st := s.Start; st != nil {
 		if strings.TrimSpace(st.Cmd) == "" {

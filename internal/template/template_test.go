@@ -38,6 +38,8 @@ func TestValidate(t *testing.T) {
 		{template.Spec{Workdir: "rel"}, "spec.workdir"},
 		{template.Spec{Start: &template.Start{}}, "spec.start.cmd"},
 		{template.Spec{Base: "template:Bad Name"}, "spec.base"},
+		{template.Spec{Preload: []string{"pandas", "scipy.stats"}}, ""},
+		{template.Spec{Preload: []string{"numpy", "os; import shutil"}}, "spec.preload[1]"},
 	} {
 		err := template.Validate(c.spec)
 		var fe *sandbox.FieldError
@@ -149,6 +151,21 @@ func TestServiceCacheFailureOwnership(t *testing.T) {
 		t.Fatalf("rebuild: %+v %v, cached %v, %d layer builds", again, err, cached, eng.layers)
 	}
 
+	// The same image with another start command or preload is a new version holding the
+	// new spec (its warm sessions are replaced), built from the cache.
+	moved := spec
+	moved.Start, moved.Preload = &template.Start{Cmd: "serve"}, []string{"pandas"}
+	v2, err := svc.Build(ctx, template.BuildRequest{Agent: "alice", Name: "tools", Spec: moved}, nil)
+	if err != nil || v2.Version != 2 || v2.Image != tm.Image || eng.layers != 1 || v2.Spec.Start == nil || v2.Spec.Start.Cmd != "serve" || len(v2.Spec.Preload) != 1 {
+		t.Fatalf("a cached build of a changed spec: %+v %v, %d layer builds; want version 2 of the same image with the new spec", v2, err, eng.layers)
+	}
+	if got, _ := svc.Resolve(ctx, "alice", "tools"); got.Version != 2 || got.Spec.Start == nil {
+		t.Errorf("resolved after the change: %+v", got)
+	}
+	if back, err := svc.Build(ctx, template.BuildRequest{Agent: "alice", Name: "tools", Spec: spec}, nil); err != nil || back.Version != 3 || back.Spec.Start != nil {
+		t.Fatalf("back to the first spec: %+v %v, want version 3 without a start command", back, err)
+	}
+
 	// A failing step is named with its output; the template is stored as failed.
 	_, err = svc.Build(ctx, template.BuildRequest{Agent: "alice", Name: "broken", Spec: template.Spec{Steps: []template.Step{{Run: "true"}, {Run: "echo boom; exit 3"}}}}, nil)
 	var be *template.BuildError
@@ -172,7 +189,7 @@ func TestServiceCacheFailureOwnership(t *testing.T) {
 	if _, err := svc.Build(ctx, template.BuildRequest{Agent: "alice", Name: "tools", Spec: template.Spec{Steps: []template.Step{{Run: "true"}, {Run: "exit 3"}}}}, nil); err == nil {
 		t.Fatal("a failing rebuild succeeded")
 	}
-	if got, err := svc.Resolve(ctx, "alice", "tools"); err != nil || got.Image != tm.Image || got.Version != 1 || !strings.Contains(got.Error, "version 2 failed; version 1 still serves") {
+	if got, err := svc.Resolve(ctx, "alice", "tools"); err != nil || got.Image != tm.Image || got.Version != 3 || !strings.Contains(got.Error, "version 4 failed; version 3 still serves") {
 		t.Errorf("after a failed rebuild: %+v %v", got, err)
 	}
 	// The cap counts the failed one too.
