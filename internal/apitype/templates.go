@@ -25,7 +25,7 @@ type TemplateSpec struct {
 	// Preload are Python modules (dotted names, at most 64) a warm session of the template
 	// imports before it is claimed (its warm pool's, template_pools), as the default image's
 	// fork server imports the daemon's preload; a module the image lacks is skipped. Empty:
-	// the daemon's preload.
+	// the daemon's preload (none with fork_server off).
 	Preload []string `json:"preload,omitempty"`
 }
 

@@ -36,7 +36,8 @@ func (o *options) templateBuildCommand() *cobra.Command {
 		Use:   "build NAME -f SPEC.json|SPEC.yaml|Dockerfile",
 		Short: "Build a template from a JSON or YAML spec or a Dockerfile, printing its progress",
 		Long: `Build the agent's template NAME from -f: a JSON spec ({"base": ..., "steps": [{"apt": [...]},
-{"pip": [...]}, {"file": {...}}, {"run": "..."}], "env": {...}, "workdir": ..., "start": {...}};
+{"pip": [...]}, {"file": {...}}, {"run": "..."}], "env": {...}, "workdir": ..., "start": {...},
+"preload": [...]};
 see docs/templates.md), the same spec in YAML (a .yaml or .yml file, or one whose first line
 is a key such as "steps:"), or a Dockerfile (anything else; no build context, so COPY and ADD
 of local files fail). The same spec builds once: a rebuild is cached. Sessions

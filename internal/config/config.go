@@ -324,8 +324,9 @@ type Config struct {
 	// 1000.
 	TemplatesPerAgent int `json:"templates_per_agent"`
 	// TemplateAptHosts are the Debian package sources' host names (network_allow's forms) a
-	// template build may reach, any port, resolved as the host resolves them (its /etc/hosts
-	// included) and allowed on whatever address they resolve to, as the package index is.
+	// template build may reach, at ports 80 and 443 unless an entry names its own, resolved
+	// as the host resolves them (its /etc/hosts included) and allowed on whatever address
+	// they resolve to, as the package index is.
 	// Default deb.debian.org and security.debian.org.
 	TemplateAptHosts []string `json:"template_apt_hosts"`
 	// TemplateBuildAllow is what else a template build may reach (network_allow's forms: a

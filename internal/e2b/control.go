@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -213,9 +214,11 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, agent string) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	// No deadline while it is made (its maximum lifetime bounds it): the timeout counts from
+	// the moment it is handed out, as E2B's does, so a creation slowed by a busy engine or a
+	// template's start command does not eat into it, nor end it before it is answered.
 	sreq := sessionRequest(agent, s.cfg.MaxLifetime)
-	deadline := time.Now().Add(time.Duration(timeout) * time.Second).UTC()
-	sreq.NetworkAllow, sreq.Env, sreq.Deadline, sreq.Template, sreq.Secrets = netAllow, env, &deadline, tmpl, names
+	sreq.NetworkAllow, sreq.Env, sreq.Template, sreq.Secrets = netAllow, env, tmpl, names
 	sreq.AutoPause, sreq.AutoResume = &req.AutoPause, req.AutoResume != nil && req.AutoResume.Enabled
 	sess, err := s.sessions.Create(r.Context(), sreq) // from the warm pool when it has one
 	if fe, ok := errors.AsType[*sandbox.FieldError](err); ok && fe.Field == "template" {
@@ -227,13 +230,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, agent string) {
 		writeEngineError(w, "creating the sandbox", err)
 		return
 	}
-	// The timeout counts from the moment the sandbox is handed out, as E2B's does: a creation
-	// slowed by a busy engine does not eat into it. The deadline set above held it meanwhile.
-	end := time.Now().Add(time.Duration(timeout) * time.Second)
-	if latest := sess.LatestDeadline(); end.After(latest) {
-		end = latest
+	if err := sess.SetDeadline(endAfter(sess, timeout)); err != nil {
+		if _, cerr := sess.Close(context.WithoutCancel(r.Context())); cerr != nil {
+			s.log.Warn("closing a sandbox whose timeout could not be set", "sandbox", sess.ID(), "error", cerr)
+		}
+		writeEngineError(w, "setting the sandbox's timeout", err)
+		return
 	}
-	_ = sess.SetDeadline(end) // fails only when the session has already ended, which its watch reports
 	b := &box{sess: sess, id: sess.ID(), agent: agent, template: req.TemplateID, token: newToken(), metadata: req.Metadata, env: env,
 		allowInternet: req.AllowInternetAccess, network: req.Network,
 		contexts: map[string]*codeContext{}, procs: map[uint32]*proc{}, tags: map[string]uint32{}}

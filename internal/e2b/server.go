@@ -265,12 +265,8 @@ func (s *Server) state(b *box) string {
 // resume resumes paused b with a timeout of seconds from now, within its maximum lifetime
 // as the session counts it (a pause stops that clock).
 func (s *Server) resume(ctx context.Context, b *box, seconds int64) error {
-	end := time.Now().Add(time.Duration(seconds) * time.Second)
-	if latest := b.sess.LatestDeadline(); end.After(latest) {
-		end = latest
-	}
 	// The new deadline first: a resumed session past its old one would pause (or end) at once.
-	if err := b.sess.SetDeadline(end); err != nil {
+	if err := b.sess.SetDeadline(endAfter(b.sess, seconds)); err != nil {
 		return err
 	}
 	_, err := b.sess.Resume(ctx)
@@ -493,4 +489,14 @@ func (s *Server) Serves(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.boxes[id] != nil
+}
+
+// endAfter is the end of a timeout of seconds from now for sess, cut to the latest its
+// maximum lifetime allows.
+func endAfter(sess interface{ LatestDeadline() time.Time }, seconds int64) time.Time {
+	end := time.Now().Add(time.Duration(seconds) * time.Second)
+	if latest := sess.LatestDeadline(); end.After(latest) {
+		return latest
+	}
+	return end
 }

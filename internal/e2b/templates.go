@@ -730,13 +730,10 @@ func (s *Server) templateJSON(t template.Template) map[string]any {
 }
 
 // buildUUID is a stored template's build as E2B names builds, a UUID (TemplateBuild's buildID
-// is of format uuid): the first 128 bits of its content hash.
+// is of format uuid): a name-based UUID (RFC 9562 version 5) of its content hash and
+// version, so that two versions of one image, their specs apart, are two builds.
 func buildUUID(t template.Template) string {
-	h := t.Hash
-	if len(h) < 32 {
-		h += strings.Repeat("0", 32-len(h))
-	}
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+	return uuid.NewSHA1(uuid.NameSpaceOID, []byte(t.Hash+"/"+strconv.Itoa(t.Version))).String()
 }
 
 // listTemplates is GET /templates: the agent's own templates (not the shared ones of others).

@@ -75,9 +75,17 @@ func New(cfg Config) (*Allowlist, error) {
 		if err != nil {
 			return nil, fmt.Errorf("template_apt_hosts: %w", err)
 		}
-		// As the index: the operator named it, and it may be a mirror on the host's network.
+		// As the index: the operator named it, and it may be a mirror on the host's network;
+		// but only apt's ports, 80 and 443, unless the entry names its own.
 		r.Trusted = true
-		build.Rules = append(build.Rules, r)
+		if r.Port != 0 {
+			build.Rules = append(build.Rules, r)
+			continue
+		}
+		for _, port := range []int{80, 443} {
+			r.Port = port
+			build.Rules = append(build.Rules, r)
+		}
 	}
 	build.Rules = append(build.Rules, index.Rules...)
 	return &Allowlist{conf: conf, index: index, build: build, limits: cfg.Limits, reserved: cfg.Reserved, resolve: cfg.Resolver, dial: cfg.Dialer}, nil

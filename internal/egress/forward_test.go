@@ -1,7 +1,10 @@
 package egress
 
 import (
+	"bufio"
 	"crypto/tls"
+	"encoding/base64"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -32,14 +36,21 @@ func TestForwardFollowsTheBuildPolicy(t *testing.T) {
 	_, securePort, _ := net.SplitHostPort(secure.Listener.Addr().String())
 
 	res := fakeResolver{"deb.test": {"127.0.0.1"}, "files.test": {"127.0.0.1"}, "other.test": {"127.0.0.1"}}
-	a, err := New(Config{PackageHosts: []string{"deb.test"}, BuildAllow: []string{"files.test"}, Resolver: res})
+	a, err := New(Config{PackageHosts: []string{"deb.test:" + plainPort, "deb.test:" + securePort, "security.test"}, BuildAllow: []string{"files.test"}, Resolver: res})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A package source without a port is apt's two.
+	res["security.test"] = []string{"192.0.2.80"}
+	for port, allowed := range map[int]bool{80: true, 443: true, 22: false, 6379: false} {
+		if _, err := a.ForBuild(nil).Check(t.Context(), "security.test", port); (err == nil) != allowed {
+			t.Errorf("security.test:%d: %v, want allowed %v", port, err, allowed)
+		}
 	}
 	var mu sync.Mutex
 	var recs []sandbox.EgressConnection
 	gate := a.ForBuild(func(r sandbox.EgressConnection) { mu.Lock(); recs = append(recs, r); mu.Unlock() })
-	fwd := NewForward(gate)
+	fwd := NewForward(gate, "hunter2")
 	proxy := httptest.NewServer(fwd)
 	stop := sync.OnceFunc(func() { proxy.Close(); gate.Close(); fwd.Close() })
 	defer stop()
@@ -77,8 +88,26 @@ func TestForwardFollowsTheBuildPolicy(t *testing.T) {
 	if code, body := get("https://other.test:" + securePort + "/"); code != 0 || !strings.Contains(body, "Forbidden") {
 		t.Errorf("CONNECT elsewhere: %d %q, want the client's error on a 403", code, body)
 	}
+	// Without the proxy's password: 407, for plain HTTP and CONNECT alike.
+	for _, pass := range []string{"", "hunter3"} {
+		wrong, _ := url.Parse(proxy.URL)
+		if pass != "" {
+			wrong.User = url.UserPassword("build", pass)
+		}
+		other := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(wrong), TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+		if resp, err := other.Get("http://deb.test:" + plainPort + "/"); err != nil || resp.StatusCode != http.StatusProxyAuthRequired {
+			t.Errorf("plain HTTP with password %q: %v %v, want 407", pass, resp, err)
+		} else {
+			resp.Body.Close()
+		}
+		if _, err := other.Get("https://deb.test:" + securePort + "/"); err == nil || !strings.Contains(err.Error(), "Proxy Authentication Required") {
+			t.Errorf("CONNECT with password %q: %v, want 407", pass, err)
+		}
+	}
 	// A request that is not a proxy's.
-	resp, err := http.Get(proxy.URL + "/pool/jq.deb")
+	req, _ := http.NewRequest("GET", proxy.URL+"/pool/jq.deb", nil)
+	req.Header.Set("Proxy-Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("build:hunter2")))
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +127,115 @@ func TestForwardFollowsTheBuildPolicy(t *testing.T) {
 			refused++
 		}
 	}
-	if allowed < 2 || refused != 3 {
+	if allowed < 2 || refused != 3 { // the 407s dialed nothing
 		t.Errorf("records: %d allowed, %d refused (want ≥ 2 and 3): %+v", allowed, refused, recs)
+	}
+}
+
+// TestForwardNeverOpensTheDaemon: the daemon's own listeners stay closed to a build through
+// CONNECT and absolute-form requests alike, whatever the package sources resolve to.
+func TestForwardNeverOpensTheDaemon(t *testing.T) {
+	daemon := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "the daemon's API") }))
+	defer daemon.Close()
+	host, port, _ := net.SplitHostPort(daemon.Listener.Addr().String())
+	a, err := New(Config{PackageHosts: []string{"deb.test:" + port}, IndexURLs: []string{"http://" + daemon.Listener.Addr().String() + "/simple/"},
+		Resolver: fakeResolver{"deb.test": {host}}, Reserved: ReserveListen(daemon.Listener.Addr().String())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := a.ForBuild(nil)
+	fwd := NewForward(gate, "pw")
+	proxy := httptest.NewServer(fwd)
+	defer func() { proxy.Close(); gate.Close(); fwd.Close() }()
+	pu, _ := url.Parse(proxy.URL)
+	pu.User = url.UserPassword("sandpit", "pw")
+	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
+	for _, u := range []string{"http://deb.test:" + port + "/", daemon.URL + "/simple/"} {
+		resp, err := client.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "sandpit's own API") {
+			t.Errorf("%s: %d %q, want 403 naming the daemon's API", u, resp.StatusCode, body)
+		}
+	}
+	conn, err := net.Dial("tcp", proxy.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: Basic %s\r\n\r\n", daemon.Listener.Addr(), daemon.Listener.Addr(),
+		base64.StdEncoding.EncodeToString([]byte("sandpit:pw")))
+	line, _ := bufio.NewReader(conn).ReadString('\n')
+	if !strings.Contains(line, "403") {
+		t.Errorf("CONNECT to the daemon: %q, want 403", line)
+	}
+}
+
+// TestForwardTunnel: bytes a client sends right behind its CONNECT reach the destination,
+// the answer comes back after the destination stops sending, and Close ends a tunnel whose
+// client never stops.
+func TestForwardTunnel(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { // an echo of the first line, then the end of its sending
+				defer c.Close()
+				line, _ := bufio.NewReader(c).ReadString('\n')
+				io.WriteString(c, "echo "+line)
+				c.(*net.TCPConn).CloseWrite()
+				io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	a, err := New(Config{BuildAllow: []string{ln.Addr().String()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := a.ForBuild(nil)
+	fwd := NewForward(gate, "pw")
+	proxy := httptest.NewServer(fwd)
+	conn, err := net.Dial("tcp", proxy.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// The request and the tunnel's first bytes in one write.
+	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: Basic %s\r\n\r\nhello\n", ln.Addr(), ln.Addr(),
+		base64.StdEncoding.EncodeToString([]byte("x:pw")))
+	br := bufio.NewReader(conn)
+	status, _ := br.ReadString('\n')
+	for {
+		l, err := br.ReadString('\n')
+		if err != nil || l == "\r\n" {
+			break
+		}
+	}
+	rest, _ := io.ReadAll(br) // until the destination's end reaches us
+	if !strings.Contains(status, "200") || string(rest) != "echo hello\n" {
+		t.Errorf("tunnel: %q then %q, want 200 then the echo", status, rest)
+	}
+	// The client still holds its side open: closing the proxy ends it rather than waiting.
+	done := make(chan struct{})
+	go func() {
+		proxy.Close()
+		gate.Close()
+		fwd.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited on a tunnel whose client never ended it")
 	}
 }

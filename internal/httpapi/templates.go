@@ -32,7 +32,7 @@ func (a *api) routeTemplates() {
 }
 
 var templateShape = shape{
-	fields: []string{"name", "spec", "shared", "base", "steps", "env", "workdir", "start", "dockerfile",
+	fields: []string{"name", "spec", "shared", "base", "steps", "env", "workdir", "start", "preload", "dockerfile",
 		"apt", "pip", "file", "run", "path", "content", "mode", "cmd", "ready", "ready_timeout_ms"},
 	expect: map[string]string{
 		"name":   "must be a string: the template's name",

@@ -119,15 +119,15 @@ func (p *pool) poke() {
 	}
 }
 
-// take pops the oldest warm session that has not ended and started from image (a template
-// pool's; "" for the registry's); nil (and the target raised) when there is none.
-func (p *pool) take(image string) *Session {
+// take pops the oldest warm session that has not ended and started from template t's version
+// (a template pool's; nil for the registry's); nil (and the target raised) when there is none.
+func (p *pool) take(t *template.Template) *Session {
 	defer p.poke()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.ready = dropEnded(p.ready)
 	for i, s := range p.ready {
-		if s.warmOf(image) {
+		if s.warmOf(t) {
 			p.ready = slices.Delete(p.ready, i, i+1)
 			p.stats.Claims++
 			return s
@@ -171,19 +171,20 @@ func fitsWarm(req sandbox.SessionRequest, t *template.Template) bool {
 	return t == nil || t.Spec.Start == nil || len(req.Env) == 0 && len(req.Secrets) == 0 && req.NetworkAllow == nil
 }
 
-// warmOf reports whether warm session s may be handed out for a creation of image (see
-// take): its sandbox started from it, and its template's start command, if any, still runs.
-func (s *Session) warmOf(image string) bool {
+// warmOf reports whether warm session s may be handed out for a creation of template t (nil:
+// the daemon's image; see take): its sandbox started from t's version (its image, and the
+// spec its start command and preload came from), and its start command, if any, still runs.
+func (s *Session) warmOf(t *template.Template) bool {
 	s.mu.Lock()
 	h := s.cur
 	s.mu.Unlock()
 	if h == nil {
 		return false
 	}
-	if h.template == nil {
-		return image == ""
+	if h.template == nil || t == nil {
+		return h.template == nil && t == nil
 	}
-	if h.template.Image != image {
+	if w := h.template; w.Agent != t.Agent || w.Name != t.Name || w.Version != t.Version || w.Image != t.Image {
 		return false
 	}
 	select {
@@ -233,12 +234,8 @@ func (p *pool) counts() PoolStats {
 // Errors: a *SessionLimitError when agent is at its cap (the warm session stays in the
 // pool), a *FieldError.
 func (r *Registry) claim(ctx context.Context, p *pool, t *template.Template, agent string, req sandbox.SessionRequest, sec engine.SecretsRun, idle, life time.Duration) (*Session, error) {
-	image := ""
-	if t != nil {
-		image = t.Image
-	}
 	for {
-		w := p.take(image)
+		w := p.take(t)
 		if w == nil {
 			return nil, nil
 		}
@@ -356,7 +353,7 @@ func (r *Registry) poolTemplate(ctx context.Context, p *pool) (*template.Templat
 	var stale []*Session
 	keep := p.ready[:0]
 	for _, s := range p.ready {
-		if t.Image != "" && s.warmOf(t.Image) {
+		if t.Image != "" && s.warmOf(&t) {
 			keep = append(keep, s)
 		} else {
 			stale = append(stale, s)

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -329,7 +330,7 @@ func TestTemplatePools(t *testing.T) {
 		t.Errorf("bob, who may not start alice's template: %v", err)
 	}
 	s, warm := claimed(t, m, sandbox.SessionRequest{Agent: "alice", Template: "tools"})
-	if !warm || s.Info().Template != "tools" || s.templateImage() != "tools:1" {
+	if !warm || s.Info().Template != "tools" || s.templateImage() != "tools:1 v1" {
 		t.Fatalf("alice's creation of tools: warm %v, %+v, image %q", warm, s.Info(), s.templateImage())
 	}
 	waitFor(t, func() bool { return op.count("tools:1") == 2 && ready() == 1 }) // refilled
@@ -348,10 +349,18 @@ func TestTemplatePools(t *testing.T) {
 		}
 		return images
 	}
-	waitFor(t, func() bool { return slices.Equal(warmImages(), []string{"tools:2"}) && ready() == 1 })
+	waitFor(t, func() bool { return slices.Equal(warmImages(), []string{"tools:2 v2"}) && ready() == 1 })
 	s, warm = claimed(t, m, sandbox.SessionRequest{Agent: "alice", Template: "alice/tools"})
-	if !warm || s.templateImage() != "tools:2" || s.Info().Template != "alice/tools" {
+	if !warm || s.templateImage() != "tools:2 v2" || s.Info().Template != "alice/tools" {
 		t.Errorf("after the rebuild: warm %v, image %q, %+v", warm, s.templateImage(), s.Info())
+	}
+	// A rebuild of another start command or preload from the cache: the same image, a new
+	// version, whose warm sessions replace the older version's.
+	waitFor(t, func() bool { return ready() == 1 })
+	tmpl.set(3, "tools:2")
+	waitFor(t, func() bool { return slices.Equal(warmImages(), []string{"tools:2 v3"}) && ready() == 1 })
+	if s, warm = claimed(t, m, sandbox.SessionRequest{Agent: "alice", Template: "tools"}); !warm || s.templateImage() != "tools:2 v3" {
+		t.Errorf("after a cached rebuild: warm %v, %q, want version 3", warm, s.templateImage())
 	}
 
 	// Removed: its warm sessions end, none is made.
@@ -398,5 +407,5 @@ func (s *Session) templateImage() string {
 	if s.cur == nil || s.cur.template == nil {
 		return ""
 	}
-	return s.cur.template.Image
+	return fmt.Sprintf("%s v%d", s.cur.template.Image, s.cur.template.Version)
 }

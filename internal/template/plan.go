@@ -8,9 +8,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/sandpit-dev/sandpit/internal/protocol"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
 // Plan is a spec made ready for the engine: the template layer's Dockerfile and build context,
@@ -90,7 +92,10 @@ func NewPlan(spec Spec, base, baseID string, pip protocol.PipOptions) (Plan, err
 			files = append(files, tarFile{name, mode, []byte(st.File.Content)})
 			add(i, "COPY %s", execForm([]string{name, st.File.Path}))
 		default:
-			add(i, "RUN %s", run("/bin/sh", "-c", st.Run))
+			// A step's own `pip install` (an E2B builder's pip_install) goes to the daemon's
+			// index too (the build's proxy lets nothing else out), unless the template's env
+			// says otherwise.
+			add(i, "RUN %s", execForm(slices.Concat(pipEnv(pip), env, []string{"/bin/sh", "-c", st.Run})))
 		}
 	}
 	df := strings.Join(lines, "\n") + "\n"
@@ -125,6 +130,28 @@ func pipFlags(p protocol.PipOptions) []string {
 	return out
 }
 
+// pipEnv is the daemon's index settings as pip's environment ("env" and its assignments, or
+// nothing when pip's defaults hold), for a step's own pip.
+func pipEnv(p protocol.PipOptions) []string {
+	var out []string
+	if p.IndexURL != "" {
+		out = append(out, "PIP_INDEX_URL="+p.IndexURL)
+	}
+	if len(p.ExtraIndexURLs) > 0 {
+		out = append(out, "PIP_EXTRA_INDEX_URL="+strings.Join(p.ExtraIndexURLs, " "))
+	}
+	if len(p.TrustedHosts) > 0 {
+		out = append(out, "PIP_TRUSTED_HOST="+strings.Join(p.TrustedHosts, " "))
+	}
+	if p.BinaryOnly {
+		out = append(out, "PIP_ONLY_BINARY=:all:")
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return append([]string{"env"}, out...)
+}
+
 // execForm is a Dockerfile exec-form argument list: a JSON array, so that no value is ever
 // parsed by a shell or by the Dockerfile's own quoting.
 func execForm(args []string) string {
@@ -132,20 +159,109 @@ func execForm(args []string) string {
 	return string(raw)
 }
 
-// countInstructions counts the instructions of a Dockerfile (the builder's steps): lines that
-// are not blank, comments or continuations.
-func countInstructions(df string) int {
-	n, cont := 0, false
-	for _, line := range strings.Split(df, "\n") {
+// countInstructions counts the instructions of a Dockerfile (the builder's steps).
+func countInstructions(df string) int { return len(instructions(df)) }
+
+// instruction is one instruction of a Dockerfile: the line it starts on (from 1) and its
+// text, its continuation lines joined, comments left out.
+type instruction struct {
+	line int
+	text string
+}
+
+// instructions splits a Dockerfile into its instructions: lines that are not blank or
+// comments, each with the lines it continues onto (the escape character at the end of a
+// line: a backslash, or the one an "# escape=" directive names).
+func instructions(df string) []instruction {
+	escape := "\\"
+	var out []instruction
+	var cur *instruction
+	for i, line := range strings.Split(df, "\n") {
 		t := strings.TrimSpace(line)
-		if !cont && t != "" && !strings.HasPrefix(t, "#") {
-			n++
+		if cur == nil && len(out) == 0 {
+			if d, ok := strings.CutPrefix(strings.ReplaceAll(strings.ToLower(t), " ", ""), "#escape="); ok && (d == "`" || d == "\\") {
+				escape = d
+				continue
+			}
 		}
-		if !strings.HasPrefix(t, "#") {
-			cont = strings.HasSuffix(t, "\\")
+		if strings.HasPrefix(t, "#") || (cur == nil && t == "") {
+			continue
+		}
+		body, more := strings.CutSuffix(t, escape)
+		if cur == nil {
+			out = append(out, instruction{line: i + 1})
+			cur = &out[len(out)-1]
+		}
+		cur.text += body + " "
+		if !more {
+			cur.text = strings.TrimSpace(cur.text)
+			cur = nil
 		}
 	}
-	return n
+	if cur != nil {
+		cur.text = strings.TrimSpace(cur.text)
+	}
+	return out
+}
+
+// DockerfileImages returns the images a Dockerfile builds from (FROM and COPY --from=, not its
+// own stages), which the engine must have: it never pulls one. What would make the engine
+// fetch anything itself, on the host's network and around the build egress policy, is a
+// *sandbox.FieldError of spec.dockerfile naming the line: ADD of a URL or a git repository,
+// and an image or ADD source named through a variable (ONBUILD's too: they run in the builds
+// of templates based on this one).
+func DockerfileImages(df string) ([]string, error) {
+	bad := func(in instruction, format string, args ...any) error {
+		return &sandbox.FieldError{Field: "spec.dockerfile", Message: fmt.Sprintf("line %d: ", in.line) + fmt.Sprintf(format, args...)}
+	}
+	var images []string
+	stages := map[string]bool{}
+	for _, in := range instructions(df) {
+		f := strings.Fields(in.text)
+		for len(f) > 1 && strings.EqualFold(f[0], "ONBUILD") {
+			f = f[1:]
+		}
+		if len(f) == 0 {
+			continue
+		}
+		args := f[1:]
+		switch strings.ToUpper(f[0]) {
+		case "FROM":
+			for len(args) > 0 && strings.HasPrefix(args[0], "--") {
+				args = args[1:]
+			}
+			if len(args) == 0 {
+				return nil, bad(in, "FROM names no image")
+			}
+			if strings.Contains(args[0], "$") {
+				return nil, bad(in, "FROM %s names its image through a variable; name the image itself (one the engine has: `docker images`)", args[0])
+			}
+			if !stages[strings.ToLower(args[0])] {
+				images = append(images, args[0])
+			}
+			if len(args) >= 3 && strings.EqualFold(args[1], "AS") {
+				stages[strings.ToLower(args[2])] = true
+			}
+		case "COPY":
+			for _, a := range args {
+				from, ok := strings.CutPrefix(a, "--from=")
+				if !ok {
+					continue
+				}
+				if strings.Contains(from, "$") {
+					return nil, bad(in, "COPY --from=%s names its source through a variable; name a stage or an image the engine has", from)
+				}
+				if _, err := strconv.Atoi(from); err != nil && !stages[strings.ToLower(from)] {
+					images = append(images, from)
+				}
+			}
+		case "ADD":
+			if strings.Contains(in.text, "://") || strings.Contains(in.text, "git@") || strings.Contains(in.text, "$") {
+				return nil, bad(in, "ADD of a URL, a git repository or a variable is fetched by the engine itself, around the build egress policy; download it in a RUN step (curl or pip, through the build's proxy) instead")
+			}
+		}
+	}
+	return images, nil
 }
 
 type tarFile struct {

@@ -180,7 +180,11 @@ func (s *Service) Build(ctx context.Context, req BuildRequest, emit func(Event))
 		return Template{}, err
 	}
 	baseID := ""
-	if req.Spec.Dockerfile == "" {
+	if req.Spec.Dockerfile != "" {
+		if err := s.dockerfileImages(ctx, req.Spec.Dockerfile); err != nil {
+			return Template{}, err
+		}
+	} else {
 		if baseID, err = s.engine.ImageID(ctx, base); err != nil {
 			if errclass.Of(err) == errclass.NotFound {
 				return Template{}, &sandbox.FieldError{Field: "spec.base", Message: fmt.Sprintf("the image %q is not in the engine; name an image it has (`docker images`) or template:NAME", base)}
@@ -560,6 +564,25 @@ func (t *tailBuffer) String() string { return string(t.b) }
 
 // Is makes a failed build of class invalid: the spec did not build.
 func (e *BuildError) Is(target error) bool { return target == errclass.Invalid }
+
+// dockerfileImages checks that the engine has every image df builds from (it never pulls
+// one: a pull would reach a registry from the host's network). Errors: a *sandbox.FieldError
+// of spec.dockerfile (DockerfileImages', or an image the engine lacks), the engine's.
+func (s *Service) dockerfileImages(ctx context.Context, df string) error {
+	images, err := DockerfileImages(df)
+	if err != nil {
+		return err
+	}
+	for _, img := range images {
+		if _, err := s.engine.ImageID(ctx, img); err != nil {
+			if errclass.Of(err) == errclass.NotFound {
+				return &sandbox.FieldError{Field: "spec.dockerfile", Message: fmt.Sprintf("it builds from the image %q, which the engine does not have; a build never pulls one: name an image it has (`docker images`)", img)}
+			}
+			return err
+		}
+	}
+	return nil
+}
 
 // sameSpec reports whether a and b are the same spec (as JSON: an empty map or list is none).
 func sameSpec(a, b Spec) bool {

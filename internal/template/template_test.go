@@ -67,7 +67,7 @@ func TestPlan(t *testing.T) {
 		`RUN ["env","A=q\"uote","B=2","env","PIP_BREAK_SYSTEM_PACKAGES=1",`,
 		`"--index-url","http://10.0.0.1:9/simple/","--trusted-host","10.0.0.1","--","tinypkg==1.0"]`,
 		`COPY ["files/2","/opt/a b"]`,
-		`RUN ["env","A=q\"uote","B=2","/bin/sh","-c","echo \"$HOME\""]`,
+		`RUN ["env","PIP_INDEX_URL=http://10.0.0.1:9/simple/","PIP_TRUSTED_HOST=10.0.0.1","env","A=q\"uote","B=2","/bin/sh","-c","echo \"$HOME\""]`,
 	} {
 		if !strings.Contains(p.Dockerfile, want) {
 			t.Errorf("Dockerfile lacks %q:\n%s", want, p.Dockerfile)
@@ -282,5 +282,43 @@ func TestBadBaseIsToldWhileABuildRuns(t *testing.T) {
 	close(eng.release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDockerfileFetchesNothingItself: a Dockerfile's images must be the engine's own, and
+// nothing makes the engine fetch on the host's network (ADD of a URL or git repository, a
+// variable that could name one), ONBUILD included; a stage is not an image.
+func TestDockerfileFetchesNothingItself(t *testing.T) {
+	images, err := template.DockerfileImages("# escape=`\nFROM --platform=linux/amd64 base:1 AS build\nRUN echo `\n  hi\nFROM Build\nCOPY --from=build /a /b\nCOPY --from=0 /a /c\nCOPY --from=other:2 /x /y\nADD local.tar /opt/\n")
+	if err != nil || fmt.Sprint(images) != "[base:1 other:2]" {
+		t.Errorf("images %q, %v; want base:1 and other:2", images, err)
+	}
+	for _, df := range []string{
+		"FROM base\nADD http://169.254.169.254/latest/meta-data/ /m\n",
+		"FROM base\nADD --checksum=sha256:00 \\\n  https://example.com/x.tar /x\n",
+		"FROM base\nADD git@github.com:org/repo.git /src\n",
+		"FROM base\nARG U=http://10.0.0.1/\nADD $U /x\n",
+		"FROM base\nONBUILD ADD https://example.com/x /x\n",
+		"ARG IMG=evil.example/x\nFROM $IMG\n",
+		"FROM base\nCOPY --from=${SRC} /a /b\n",
+	} {
+		_, err := template.DockerfileImages(df)
+		var fe *sandbox.FieldError
+		if !errors.As(err, &fe) || fe.Field != "spec.dockerfile" || !strings.HasPrefix(fe.Message, "line ") {
+			t.Errorf("%q: %v, want a spec.dockerfile error naming the line", df, err)
+		}
+	}
+	// The service refuses an image the engine lacks before it builds anything.
+	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	eng := &fakeEngine{images: map[string]bool{"base": true}}
+	svc := template.NewService(st, eng, template.Config{DefaultBase: "base", BuildTimeout: time.Minute, PerAgent: 2}, nil)
+	_, err = svc.Build(t.Context(), template.BuildRequest{Agent: "alice", Name: "pulls", Spec: template.Spec{Dockerfile: "FROM base\nCOPY --from=registry.example/tool:1 /t /t\n"}}, nil)
+	var fe *sandbox.FieldError
+	if !errors.As(err, &fe) || !strings.Contains(fe.Message, `"registry.example/tool:1", which the engine does not have`) || eng.layers != 0 {
+		t.Errorf("a Dockerfile naming an image the engine lacks: %v (%d layer builds)", err, eng.layers)
 	}
 }

@@ -85,7 +85,11 @@ type Image struct {
 	// Tag is Repository:hash, where hash covers the Dockerfile, the base image (name and, when
 	// present locally, ID), the packages, the executor binary, the bootstrap and the dependency
 	// checker.
-	Tag      string
+	Tag string
+	// Confine, when set, builds the image with no network and each step's container bounded
+	// as a slot's box: a template's sandbox layer, whose steps run the interpreter and shell
+	// an agent's own steps left in the layer below, as root.
+	Confine  *Box
 	executor []byte
 }
 
@@ -201,11 +205,16 @@ func (img Image) Build(ctx context.Context, api client.APIClient, progress io.Wr
 		return err
 	}
 	// No labels: each is an instruction, a commit (see the Dockerfile).
-	resp, err := api.ImageBuild(ctx, buildCtx, client.ImageBuildOptions{
+	opts := client.ImageBuildOptions{
 		Tags:        []string{img.Tag},
 		Remove:      true,
 		ForceRemove: true,
-	})
+	}
+	if b := img.Confine; b != nil {
+		opts.NetworkMode, opts.Memory, opts.MemorySwap = "none", b.MemoryBytes, b.MemorySwapBytes
+		opts.CPUPeriod, opts.CPUQuota = 100_000, b.NanoCPUs/10_000 // of each 100 ms period, in µs
+	}
+	resp, err := api.ImageBuild(ctx, buildCtx, opts)
 	if err != nil {
 		return img.buildError(err, baseErr)
 	}

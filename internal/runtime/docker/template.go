@@ -3,10 +3,12 @@ package docker
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/netip"
@@ -39,6 +41,8 @@ type TemplateEngine struct {
 	// Box bounds each build step's container as a slot's box is bounded: its memory (swap
 	// included) and its CPU quota.
 	Box Box
+
+	network sync.Mutex // one creation of BuildNetwork at a time
 }
 
 // BuildEgress is the build egress policy (egress.Allowlist).
@@ -83,10 +87,11 @@ func (e *TemplateEngine) BuildLayer(ctx context.Context, plan template.Plan, tag
 	if err != nil {
 		return err
 	}
-	out = &lockedWriter{w: out}
+	lw := &lockedWriter{w: out}
+	out = lw
 	gate := e.Egress.ForBuild(func(r sandbox.EgressConnection) {
 		if r.Reason != "" {
-			fmt.Fprintf(out, "sandpit: the build's connection to %s: %s\n", net.JoinHostPort(r.Host, strconv.Itoa(r.Port)), r.Reason)
+			fmt.Fprintf(lw, "sandpit: the build's connection to %s: %s\n", net.JoinHostPort(r.Host, strconv.Itoa(r.Port)), r.Reason)
 		}
 	})
 	// The proxy listens on the gateway's address, which the build network's containers reach
@@ -96,18 +101,28 @@ func (e *TemplateEngine) BuildLayer(ctx context.Context, plan template.Plan, tag
 		gate.Close()
 		return fmt.Errorf("listening for the build's proxy on %s, the gateway of the network %s: %w", gw, BuildNetwork, err)
 	}
-	fwd := egress.NewForward(gate)
-	srv := &http.Server{Handler: fwd, ReadHeaderTimeout: 30 * time.Second}
+	password := rand.Text()
+	fwd := egress.NewForward(gate, password)
+	srv := &http.Server{Handler: fwd, ReadHeaderTimeout: 30 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
 	go srv.Serve(ln)
+	// Ended in this order: no new connections, the build's connections closed (and with
+	// them the requests and tunnels under way), then what the proxy still does is waited
+	// for, and what it would say after that is dropped.
 	defer func() {
 		srv.Close()
 		gate.Close()
 		fwd.Close()
+		lw.close()
 	}()
-	proxy := "http://" + ln.Addr().String()
+	proxy := "http://sandpit:" + password + "@" + ln.Addr().String()
+	local := "localhost,127.0.0.1,::1" // a step's own servers, tested in the step
 	args := map[string]*string{}
+	// Predefined build args: in every step's environment, never in the image or its history.
 	for _, name := range []string{"http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"} {
-		args[name] = &proxy // predefined build args: in every step's environment, not in the image
+		args[name] = &proxy
+	}
+	for _, name := range []string{"no_proxy", "NO_PROXY"} {
+		args[name] = &local
 	}
 	resp, err := e.API.ImageBuild(ctx, bytes.NewReader(plan.Context), client.ImageBuildOptions{
 		Tags:        []string{tag},
@@ -154,6 +169,8 @@ func (e *TemplateEngine) BuildLayer(ctx context.Context, plan template.Plan, tag
 // none by that name; one that is not internal is refused, as a build on it would reach the
 // outside around the proxy.
 func (e *TemplateEngine) buildNetwork(ctx context.Context) (netip.Addr, error) {
+	e.network.Lock()
+	defer e.network.Unlock()
 	got, err := e.API.NetworkInspect(ctx, BuildNetwork, client.NetworkInspectOptions{})
 	if cerrdefs.IsNotFound(err) {
 		_, err = e.API.NetworkCreate(ctx, BuildNetwork, client.NetworkCreateOptions{Driver: "bridge", Internal: true,
@@ -179,27 +196,43 @@ func (e *TemplateEngine) buildNetwork(ctx context.Context) (netip.Addr, error) {
 }
 
 // lockedWriter serializes writes to w (the build's output, written by its stream and by
-// the proxy's records).
+// the proxy's records) and drops those after close (a dial that ends once the build has).
 type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu     sync.Mutex
+	w      io.Writer
+	closed bool
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.closed {
+		return len(p), nil
+	}
 	return l.w.Write(p)
+}
+
+func (l *lockedWriter) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
 }
 
 // BuildSandbox builds sandpit's sandbox layer on base (unless the engine has it).
 func (e *TemplateEngine) BuildSandbox(ctx context.Context, base string, out io.Writer) (string, error) {
 	r := e.Recipe
 	r.BaseImage, r.Packages = base, nil
-	img, _, err := EnsureImage(ctx, e.API, r, out)
+	img, err := Resolve(ctx, e.API, r)
 	if err != nil {
 		return "", err
 	}
-	return img.Tag, nil
+	if ok, err := img.Exists(ctx, e.API); err != nil || ok {
+		return img.Tag, err
+	}
+	// It installs nothing (no packages), so it needs no network: none, as the layer below
+	// could have made its python3 or /bin/sh reach out around the build's proxy.
+	img.Confine = &e.Box
+	return img.Tag, img.Build(ctx, e.API, out)
 }
 
 // RemoveImage removes image (not forced: one a container uses stays).
