@@ -15,6 +15,30 @@ import (
 	"unicode/utf8"
 )
 
+// serveTCP listens on a loopback port until the test ends, serving each connection with
+// handle (which need not close it).
+func serveTCP(t *testing.T, handle func(net.Conn)) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				handle(c)
+			}()
+		}
+	}()
+	return ln
+}
+
 // fakeResolver answers from a map; unknown names fail.
 type fakeResolver map[string][]string
 
@@ -339,24 +363,10 @@ func TestNarrow(t *testing.T) {
 // TestGateDialAndCaps dials a loopback listener (named by an explicit CIDR) and checks the
 // records, the byte cap and the connection cap.
 func TestGateDialAndCaps(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_, _ = c.Write([]byte(strings.Repeat("x", 1000)))
-				_, _ = io.Copy(io.Discard, c)
-			}()
-		}
-	}()
+	ln := serveTCP(t, func(c net.Conn) {
+		_, _ = c.Write([]byte(strings.Repeat("x", 1000)))
+		_, _ = io.Copy(io.Discard, c)
+	})
 	port := ln.Addr().(*net.TCPAddr).Port
 	lim := DefaultLimits()
 	lim.MaxBytesReceived, lim.MaxConnections = 600, 2
@@ -602,28 +612,14 @@ func TestRecordsAreClipped(t *testing.T) {
 // answers for; the ClientHello's server name must now be the host asked for or one the
 // allowlist names at that port, and a connection naming another is ended and recorded.
 func TestTunnelServerNameIsChecked(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	got := make(chan []byte, 8)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-				b := make([]byte, 1)
-				if n, _ := io.ReadAtLeast(c, b, 1); n == 1 { // a refused tunnel closes with nothing
-					got <- b
-				}
-			}()
+	ln := serveTCP(t, func(c net.Conn) {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b := make([]byte, 1)
+		if n, _ := io.ReadAtLeast(c, b, 1); n == 1 { // a refused tunnel closes with nothing
+			got <- b
 		}
-	}()
+	})
 	port := ln.Addr().(*net.TCPAddr).Port
 	res := fakeResolver{"front.test": {"127.0.0.1"}, "also.test": {"127.0.0.1"}}
 	for _, tc := range []struct {

@@ -178,26 +178,12 @@ func TestForwardNeverOpensTheDaemon(t *testing.T) {
 // the answer comes back after the destination stops sending, and Close ends a tunnel whose
 // client never stops.
 func TestForwardTunnel(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { // an echo of the first line, then the end of its sending
-				defer c.Close()
-				line, _ := bufio.NewReader(c).ReadString('\n')
-				io.WriteString(c, "echo "+line)
-				c.(*net.TCPConn).CloseWrite()
-				io.Copy(io.Discard, c)
-			}()
-		}
-	}()
+	ln := serveTCP(t, func(c net.Conn) { // an echo of the first line, then the end of its sending
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		io.WriteString(c, "echo "+line)
+		c.(*net.TCPConn).CloseWrite()
+		io.Copy(io.Discard, c)
+	})
 	a, err := New(Config{BuildAllow: []string{ln.Addr().String()}})
 	if err != nil {
 		t.Fatal(err)

@@ -127,13 +127,7 @@ func (e *fakeEngine) RemoveImage(_ context.Context, image string) error {
 }
 
 func TestServiceCacheFailureOwnership(t *testing.T) {
-	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	eng := &fakeEngine{images: map[string]bool{"base": true}}
-	svc := template.NewService(st, eng, template.Config{DefaultBase: "base", BuildTimeout: time.Minute, PerAgent: 2}, nil)
+	st, eng, svc := newService(t)
 	ctx := t.Context()
 	spec := template.Spec{Steps: []template.Step{{Apt: []string{"jq"}}}}
 	var steps []string
@@ -246,6 +240,19 @@ func TestServiceCacheFailureOwnership(t *testing.T) {
 	}
 }
 
+// newService returns a template service on a fresh store and a fakeEngine holding the image
+// "base", at most 2 templates an agent.
+func newService(t *testing.T) (*store.Store, *fakeEngine, *template.Service) {
+	t.Helper()
+	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	eng := &fakeEngine{images: map[string]bool{"base": true}}
+	return st, eng, template.NewService(st, eng, template.Config{DefaultBase: "base", BuildTimeout: time.Minute, PerAgent: 2}, nil)
+}
+
 // blockingEngine's layer builds wait for release.
 type blockingEngine struct {
 	*fakeEngine
@@ -309,13 +316,7 @@ func TestDockerfileFetchesNothingItself(t *testing.T) {
 		}
 	}
 	// The service refuses an image the engine lacks before it builds anything.
-	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	eng := &fakeEngine{images: map[string]bool{"base": true}}
-	svc := template.NewService(st, eng, template.Config{DefaultBase: "base", BuildTimeout: time.Minute, PerAgent: 2}, nil)
+	_, eng, svc := newService(t)
 	_, err = svc.Build(t.Context(), template.BuildRequest{Agent: "alice", Name: "pulls", Spec: template.Spec{Dockerfile: "FROM base\nCOPY --from=registry.example/tool:1 /t /t\n"}}, nil)
 	var fe *sandbox.FieldError
 	if !errors.As(err, &fe) || !strings.Contains(fe.Message, `"registry.example/tool:1", which the engine does not have`) || eng.layers != 0 {
