@@ -74,7 +74,7 @@ and runs start from it with --template NAME.`,
 					fmt.Fprintf(progress, "      %s\n", e.Line)
 				case "done":
 					if e.Cached {
-						fmt.Fprintln(progress, "cached: the same spec was built before")
+						fmt.Fprintln(progress, "cached: the template's own layer (the same steps) was built before")
 					}
 				}
 			})

@@ -142,10 +142,11 @@ func (c Config) checkSessions(report *problems) {
 // the daemon's index settings.
 func (c Config) Templates() template.Config {
 	return template.Config{
-		DefaultBase:   c.BaseImage,
-		BuildTimeout:  time.Duration(c.TemplateBuildTimeoutMS) * time.Millisecond,
-		MaxImageBytes: c.TemplateMaxBytes,
-		PerAgent:      c.TemplatesPerAgent,
+		DefaultBase:       c.BaseImage,
+		SandboxRepository: c.ImageRepository,
+		BuildTimeout:      time.Duration(c.TemplateBuildTimeoutMS) * time.Millisecond,
+		MaxImageBytes:     c.TemplateMaxBytes,
+		PerAgent:          c.TemplatesPerAgent,
 		Pip: protocol.PipOptions{IndexURL: c.IndexURL, ExtraIndexURLs: c.ExtraIndexURLs,
 			TrustedHosts: c.TrustedHosts, BinaryOnly: c.BinaryOnly},
 	}

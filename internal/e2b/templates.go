@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"path"
 	"regexp"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -296,6 +297,20 @@ func (s *Server) startBuild(w http.ResponseWriter, r *http.Request, agent string
 	w.WriteHeader(http.StatusAccepted)
 }
 
+// build runs t.Build in a build's own goroutine, where no HTTP server's recovery stands: a
+// panic (a fault of sandpit's, such as one an agent's build output once set off) fails the
+// build, logged with its stack, instead of ending the daemon.
+func (s *Server) build(ctx context.Context, t Templates, req template.BuildRequest, emit func(template.Event)) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("a template build panicked", "agent", req.Agent, "template", req.Name, "panic", r, "stack", string(debug.Stack()))
+			err = fmt.Errorf("sandpit failed while building (a fault of the daemon's, in its log): %v", r)
+		}
+	}()
+	_, err = t.Build(ctx, req, emit)
+	return err
+}
+
 // runBuild builds spec as b, recording its progress as E2B's log entries; origin maps each of
 // the spec's steps to the E2B step it came from.
 func (s *Server) runBuild(ctx context.Context, t Templates, b *templateBuild, spec template.Spec, origin []int) {
@@ -321,7 +336,7 @@ func (s *Server) runBuild(ctx context.Context, t Templates, b *templateBuild, sp
 				Message: fmt.Sprintf("the build's log passed %d entries; the rest is left out (the template's own log keeps its end: GET /v1/agents/{agent}/templates/{name})", maxBuildEntries)})
 		}
 	}
-	_, err := t.Build(ctx, template.BuildRequest{Agent: b.agent, Name: b.name, Spec: spec}, func(ev template.Event) {
+	err := s.build(ctx, t, template.BuildRequest{Agent: b.agent, Name: b.name, Spec: spec}, func(ev template.Event) {
 		now := time.Now().UTC()
 		switch ev.Type {
 		case "step":
@@ -331,7 +346,7 @@ func (s *Server) runBuild(ctx context.Context, t Templates, b *templateBuild, sp
 		case "done":
 			msg := "Template built"
 			if ev.Cached {
-				msg = "Template built (cached: the same content was built before)"
+				msg = "Template built (cached: its own layer, the same steps, was built before)"
 			}
 			add(buildLogEntry{Timestamp: now, Level: "info", Step: finalizeStep, Message: msg})
 		}

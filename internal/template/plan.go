@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/moby/buildkit/frontend/dockerfile/parser"
+
 	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
@@ -159,49 +161,25 @@ func execForm(args []string) string {
 	return string(raw)
 }
 
-// countInstructions counts the instructions of a Dockerfile (the builder's steps).
-func countInstructions(df string) int { return len(instructions(df)) }
-
-// instruction is one instruction of a Dockerfile: the line it starts on (from 1) and its
-// text, its continuation lines joined, comments left out.
-type instruction struct {
-	line int
-	text string
+// countInstructions counts the instructions of a Dockerfile (the builder's steps); one that
+// does not parse counts none (the builder then says why).
+func countInstructions(df string) int {
+	root, err := parseDockerfile(df)
+	if err != nil {
+		return 0
+	}
+	return len(root.Children)
 }
 
-// instructions splits a Dockerfile into its instructions: lines that are not blank or
-// comments, each with the lines it continues onto (the escape character at the end of a
-// line: a backslash, or the one an "# escape=" directive names).
-func instructions(df string) []instruction {
-	escape := "\\"
-	var out []instruction
-	var cur *instruction
-	for i, line := range strings.Split(df, "\n") {
-		t := strings.TrimSpace(line)
-		if cur == nil && len(out) == 0 {
-			if d, ok := strings.CutPrefix(strings.ReplaceAll(strings.ToLower(t), " ", ""), "#escape="); ok && (d == "`" || d == "\\") {
-				escape = d
-				continue
-			}
-		}
-		if strings.HasPrefix(t, "#") || (cur == nil && t == "") {
-			continue
-		}
-		body, more := strings.CutSuffix(t, escape)
-		if cur == nil {
-			out = append(out, instruction{line: i + 1})
-			cur = &out[len(out)-1]
-		}
-		cur.text += body + " "
-		if !more {
-			cur.text = strings.TrimSpace(cur.text)
-			cur = nil
-		}
+// parseDockerfile parses df as the engine's builder does, with BuildKit's parser (its escape
+// directive, continuations, comments and ONBUILD's nested instruction). Errors are a
+// *sandbox.FieldError of spec.dockerfile.
+func parseDockerfile(df string) (*parser.Node, error) {
+	res, err := parser.Parse(strings.NewReader(df))
+	if err != nil {
+		return nil, &sandbox.FieldError{Field: "spec.dockerfile", Message: "does not parse: " + err.Error()}
 	}
-	if cur != nil {
-		cur.text = strings.TrimSpace(cur.text)
-	}
-	return out
+	return res.AST, nil
 }
 
 // DockerfileImages returns the images a Dockerfile builds from (FROM and COPY --from=, not its
@@ -211,30 +189,32 @@ func instructions(df string) []instruction {
 // and an image or ADD source named through a variable (ONBUILD's too: they run in the builds
 // of templates based on this one).
 func DockerfileImages(df string) ([]string, error) {
-	bad := func(in instruction, format string, args ...any) error {
-		return &sandbox.FieldError{Field: "spec.dockerfile", Message: fmt.Sprintf("line %d: ", in.line) + fmt.Sprintf(format, args...)}
+	root, err := parseDockerfile(df)
+	if err != nil {
+		return nil, err
 	}
 	var images []string
 	stages := map[string]bool{}
-	for _, in := range instructions(df) {
-		f := strings.Fields(in.text)
-		for len(f) > 1 && strings.EqualFold(f[0], "ONBUILD") {
-			f = f[1:]
+	var check func(n *parser.Node) error
+	check = func(n *parser.Node) error {
+		bad := func(format string, args ...any) error {
+			return &sandbox.FieldError{Field: "spec.dockerfile", Message: fmt.Sprintf("line %d: ", n.StartLine) + fmt.Sprintf(format, args...)}
 		}
-		if len(f) == 0 {
-			continue
+		var args []string
+		for a := n.Next; a != nil; a = a.Next {
+			args = append(args, a.Value)
 		}
-		args := f[1:]
-		switch strings.ToUpper(f[0]) {
-		case "FROM":
-			for len(args) > 0 && strings.HasPrefix(args[0], "--") {
-				args = args[1:]
+		switch strings.ToLower(n.Value) {
+		case "onbuild":
+			if n.Next != nil && len(n.Next.Children) > 0 {
+				return check(n.Next.Children[0])
 			}
+		case "from":
 			if len(args) == 0 {
-				return nil, bad(in, "FROM names no image")
+				return bad("FROM names no image")
 			}
 			if strings.Contains(args[0], "$") {
-				return nil, bad(in, "FROM %s names its image through a variable; name the image itself (one the engine has: `docker images`)", args[0])
+				return bad("FROM %s names its image through a variable; name the image itself (one the engine has: `docker images`)", args[0])
 			}
 			if !stages[strings.ToLower(args[0])] {
 				images = append(images, args[0])
@@ -242,23 +222,32 @@ func DockerfileImages(df string) ([]string, error) {
 			if len(args) >= 3 && strings.EqualFold(args[1], "AS") {
 				stages[strings.ToLower(args[2])] = true
 			}
-		case "COPY":
-			for _, a := range args {
-				from, ok := strings.CutPrefix(a, "--from=")
+		case "copy":
+			for _, f := range n.Flags {
+				from, ok := strings.CutPrefix(f, "--from=")
 				if !ok {
 					continue
 				}
 				if strings.Contains(from, "$") {
-					return nil, bad(in, "COPY --from=%s names its source through a variable; name a stage or an image the engine has", from)
+					return bad("COPY --from=%s names its source through a variable; name a stage or an image the engine has", from)
 				}
 				if _, err := strconv.Atoi(from); err != nil && !stages[strings.ToLower(from)] {
 					images = append(images, from)
 				}
 			}
-		case "ADD":
-			if strings.Contains(in.text, "://") || strings.Contains(in.text, "git@") || strings.Contains(in.text, "$") {
-				return nil, bad(in, "ADD of a URL, a git repository or a variable is fetched by the engine itself, around the build egress policy; download it in a RUN step (curl or pip, through the build's proxy) instead")
+		case "add":
+			// Each part as the builder has it, and all of them run together: no way of
+			// writing a URL, split or spaced, gets past.
+			all := strings.Join(strings.Fields(strings.Join(append(slices.Clone(n.Flags), args...), "")), "")
+			if strings.Contains(all, "://") || strings.Contains(all, "git@") || strings.Contains(all, "$") {
+				return bad("ADD of a URL, a git repository or a variable is fetched by the engine itself, around the build egress policy; download it in a RUN step (curl or pip, through the build's proxy) instead")
 			}
+		}
+		return nil
+	}
+	for _, n := range root.Children {
+		if err := check(n); err != nil {
+			return nil, err
 		}
 	}
 	return images, nil

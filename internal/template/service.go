@@ -79,8 +79,10 @@ type Config struct {
 	PerAgent      int
 	// Pip is the daemon's index settings, for pip steps.
 	Pip protocol.PipOptions
-	// LayerRepository names the template layers' images (default "sandpit-template").
-	LayerRepository string
+	// LayerRepository names the template layers' images (default "sandpit-template");
+	// SandboxRepository the sandbox images (image_repository, default "sandpit-sandbox").
+	// Neither is a base a spec may name: they hold agents' templates.
+	LayerRepository, SandboxRepository string
 }
 
 // maxBuilds is how many templates the daemon builds at once (one per agent): a build step
@@ -103,6 +105,9 @@ type Service struct {
 func NewService(store Store, engine Engine, cfg Config, log *slog.Logger) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.SandboxRepository == "" {
+		cfg.SandboxRepository = "sandpit-sandbox"
 	}
 	if cfg.LayerRepository == "" {
 		cfg.LayerRepository = "sandpit-template"
@@ -343,9 +348,27 @@ func (s *Service) base(ctx context.Context, agent string, spec Spec) (string, er
 		return t.LayerImage, nil
 	}
 	if spec.Base != "" {
+		if err := s.notOwnImage("spec.base", spec.Base); err != nil {
+			return "", err
+		}
 		return spec.Base, nil
 	}
 	return s.cfg.DefaultBase, nil
+}
+
+// notOwnImage is a *sandbox.FieldError of field when image is one of sandpit's own images
+// (a template's layer or a sandbox image, any agent's): a template starts from another of
+// its agent's only as template:NAME, where ownership is checked.
+func (s *Service) notOwnImage(field, image string) error {
+	repo, _, _ := strings.Cut(image, "@")
+	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
+		repo = repo[:i]
+	}
+	repo = strings.TrimPrefix(strings.TrimPrefix(repo, "docker.io/"), "library/")
+	if repo == s.cfg.LayerRepository || repo == s.cfg.SandboxRepository {
+		return &sandbox.FieldError{Field: field, Message: fmt.Sprintf("%q is one of sandpit's own images, which hold agents' templates; start from one of yours as template:NAME", image)}
+	}
+	return nil
 }
 
 func (s *Service) present(ctx context.Context, image string) bool {
@@ -492,6 +515,9 @@ type stepWriter struct {
 	partial    []byte
 	log        tailBuffer
 	stepOutput tailBuffer
+	// instruction is the number (from 1) of the Dockerfile's last instruction the builder
+	// started.
+	instruction int
 }
 
 var builderStep = regexp.MustCompile(`^Step (\d+)/(\d+) :`)
@@ -520,10 +546,16 @@ func (w *stepWriter) flush() {
 	}
 }
 
+// line takes one line of the build's output. The builder's "Step N/M :" lines move the
+// progress on, but only to the next instruction of this plan: a step's own output may print
+// such a line too (the agent writes it), and must neither move the progress elsewhere nor
+// name an instruction that is not there.
 func (w *stepWriter) line(l string) {
 	if m := builderStep.FindStringSubmatch(l); m != nil && w.step <= len(w.plan.Steps) {
 		n, _ := strconv.Atoi(m[1])
-		if n-1 < len(w.plan.StepOf) {
+		total, _ := strconv.Atoi(m[2])
+		if n == w.instruction+1 && total == len(w.plan.StepOf) {
+			w.instruction = n
 			if i := w.plan.StepOf[n-1]; i >= 0 && i+1 != w.step {
 				w.enter(i+1, w.plan.Steps[i])
 			}
@@ -574,6 +606,9 @@ func (s *Service) dockerfileImages(ctx context.Context, df string) error {
 		return err
 	}
 	for _, img := range images {
+		if err := s.notOwnImage("spec.dockerfile", img); err != nil {
+			return err
+		}
 		if _, err := s.engine.ImageID(ctx, img); err != nil {
 			if errclass.Of(err) == errclass.NotFound {
 				return &sandbox.FieldError{Field: "spec.dockerfile", Message: fmt.Sprintf("it builds from the image %q, which the engine does not have; a build never pulls one: name an image it has (`docker images`)", img)}

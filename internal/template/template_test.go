@@ -108,6 +108,9 @@ func (e *fakeEngine) BuildLayer(_ context.Context, p template.Plan, tag string, 
 	e.layers++
 	for i := range p.StepOf {
 		fmt.Fprintf(out, "Step %d/%d : X\n", i+1, len(p.StepOf))
+		if strings.Contains(p.Dockerfile, "spoof") { // a step's own output posing as the builder's
+			fmt.Fprintf(out, "Step 0/9 : boom\nStep %d/%d : X\nStep %d/%d : X\n", len(p.StepOf), len(p.StepOf), i+2, len(p.StepOf)+5)
+		}
 		if p.StepOf[i] == 1 && strings.Contains(p.Dockerfile, "exit 3") {
 			fmt.Fprintln(out, "\x1b[1;31mboom\x1b[0m")
 			return errors.New(`The command '/bin/sh -c echo boom; exit 3' returned a non-zero code: 3`)
@@ -308,12 +311,44 @@ func TestDockerfileFetchesNothingItself(t *testing.T) {
 		"FROM base\nONBUILD ADD https://example.com/x /x\n",
 		"ARG IMG=evil.example/x\nFROM $IMG\n",
 		"FROM base\nCOPY --from=${SRC} /a /b\n",
+		// A URL split across lines, as the builder joins them (a red team's way past a
+		// look-alike parser that joined them with a space).
+		"FROM base\nADD http:\\\n//127.0.0.1:8765/v1/executions?agent=bob /leak.json\n",
+		"FROM base\nADD h\\\n  # a comment between\nttps://example.com/x /x\n",
+		"# escape=`\nFROM base\nADD http:`\n//example.com/x /x\n",
 	} {
 		_, err := template.DockerfileImages(df)
 		var fe *sandbox.FieldError
 		if !errors.As(err, &fe) || fe.Field != "spec.dockerfile" || !strings.HasPrefix(fe.Message, "line ") {
 			t.Errorf("%q: %v, want a spec.dockerfile error naming the line", df, err)
 		}
+	}
+	// A name split across lines is the name the builder uses.
+	if images, err := template.DockerfileImages("FROM a\\\n.evil.example/x\n"); err != nil || fmt.Sprint(images) != "[a.evil.example/x]" {
+		t.Errorf("a split FROM: %q %v", images, err)
+	}
+	// sandpit's own images hold agents' templates: no spec starts from one but as template:NAME.
+	_, eng2, svc2 := newService(t)
+	eng2.images["sandpit-template:0123456789abcdef"], eng2.images["sandpit-sandbox:0123"] = true, true
+	for _, spec := range []template.Spec{{Base: "sandpit-template:0123456789abcdef", Steps: []template.Step{{Run: "cat /secret"}}},
+		{Base: "docker.io/library/sandpit-sandbox:0123", Steps: []template.Step{{Run: "cat /secret"}}},
+		{Dockerfile: "FROM base\nCOPY --from=sandpit-template:0123456789abcdef /secret /x\n"}} {
+		_, err := svc2.Build(t.Context(), template.BuildRequest{Agent: "mallory", Name: "peek", Spec: spec}, nil)
+		var fe *sandbox.FieldError
+		if !errors.As(err, &fe) || !strings.Contains(fe.Message, "one of sandpit's own images") {
+			t.Errorf("a spec starting from another's template image %+v: %v", spec, err)
+		}
+	}
+	// A step printing the builder's own step lines neither crashes the build (a "Step 0/9"
+	// once indexed before the plan) nor moves its progress.
+	var labels []string
+	spoof := template.Spec{Steps: []template.Step{{Run: "echo spoof"}, {Apt: []string{"jq"}}}}
+	if _, err := svc2.Build(t.Context(), template.BuildRequest{Agent: "alice", Name: "spoof", Spec: spoof}, func(e template.Event) {
+		if e.Type == "step" {
+			labels = append(labels, e.Label)
+		}
+	}); err != nil || fmt.Sprint(labels) != "[run echo spoof apt jq sandpit layer]" || eng2.layers != 1 {
+		t.Errorf("a build whose step prints step lines: %v, steps %q", err, labels)
 	}
 	// The service refuses an image the engine lacks before it builds anything.
 	_, eng, svc := newService(t)

@@ -33,3 +33,13 @@ func TestSandboxLayerHasNoInstructionItCanDoWithout(t *testing.T) {
 		}
 	}
 }
+
+// TestDNSLeaks: the engines whose internal networks forward DNS to the host (CVE-2024-29018).
+func TestDNSLeaks(t *testing.T) {
+	for v, leaks := range map[string]bool{"20.10.24+dfsg1": true, "24.0.9": true, "25.0.3": true, "25.0.4": false,
+		"23.0.10": true, "23.0.11": false, "26.0.0": false, "28.2.2": false, "dev": false} {
+		if got := dnsLeaks(v); got != leaks {
+			t.Errorf("dnsLeaks(%q) = %v, want %v", v, got, leaks)
+		}
+	}
+}

@@ -12,11 +12,14 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/distribution/reference"
 	"github.com/moby/moby/api/types/jsonstream"
 	"github.com/moby/moby/client"
 
@@ -41,8 +44,6 @@ type TemplateEngine struct {
 	// Box bounds each build step's container as a slot's box is bounded: its memory (swap
 	// included) and its CPU quota.
 	Box Box
-
-	network sync.Mutex // one creation of BuildNetwork at a time
 }
 
 // BuildEgress is the build egress policy (egress.Allowlist).
@@ -51,21 +52,42 @@ type BuildEgress interface {
 	ForBuild(record func(sandbox.EgressConnection)) *egress.Gate
 }
 
-// BuildNetwork is the engine's network for template builds: internal (no route off the
-// machine), so that a build step reaches the outside only through the daemon's proxy on the
-// network's gateway address, whatever it runs.
-const BuildNetwork = "sandpit-build"
+// BuildNetworkPrefix starts the name of each template build's network: internal (no route off
+// the machine), so that a build step reaches the outside only through the daemon's proxy on
+// the network's gateway address, whatever it runs.
+const BuildNetworkPrefix = "sandpit-build-"
+
+// labelBuildNetwork marks a build's network; staleBuildNetwork is the age past which one is
+// left from a daemon that died (longer than template_build_timeout_ms's most, 2 hours).
+const (
+	labelBuildNetwork = "dev.sandpit.build-network"
+	staleBuildNetwork = 3 * time.Hour
+)
 
 var _ template.Engine = (*TemplateEngine)(nil)
 
-// ImageID returns image's ID; an error of class not found when the engine has none.
+// ImageID returns the ID of the image named image (repository[:tag] or repository@digest);
+// an error of class not found when the engine has none by that name. An image is found by
+// its name only, never by its ID or a prefix of it: an ID names any image of the engine,
+// another agent's template among them, and a prefix can be guessed.
 func (e *TemplateEngine) ImageID(ctx context.Context, image string) (string, error) {
+	notFound := func(err error) error {
+		return errclass.Wrap(errclass.NotFound, fmt.Errorf("image %s: %w", image, err))
+	}
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return "", notFound(fmt.Errorf("not an image name (repository:tag): %w", err))
+	}
+	want := reference.FamiliarString(reference.TagNameOnly(named))
 	got, err := e.API.ImageInspect(ctx, image)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
-			return "", errclass.Wrap(errclass.NotFound, fmt.Errorf("image %s: %w", image, err))
+			return "", notFound(err)
 		}
 		return "", fmt.Errorf("inspecting image %s: %w", image, err)
+	}
+	if !slices.Contains(got.RepoTags, want) && !slices.Contains(got.RepoDigests, want) {
+		return "", notFound(errors.New("the engine has no image by that name (an image is named by repository:tag, never by its ID)"))
 	}
 	return got.ID, nil
 }
@@ -79,16 +101,20 @@ func (e *TemplateEngine) ImageSize(ctx context.Context, image string) (int64, er
 	return got.Size, nil
 }
 
-// BuildLayer builds plan as tag on BuildNetwork, its steps' HTTP and HTTPS through a proxy of
+// BuildLayer builds plan as tag on a network of its own (buildNetwork), its steps' HTTP and HTTPS through a proxy of
 // the daemon's that only e.Egress's Gate lets out (http_proxy and https_proxy, which apt, pip
 // and curl follow); each refused or failed connection is said in out.
 func (e *TemplateEngine) BuildLayer(ctx context.Context, plan template.Plan, tag string, out io.Writer) error {
-	gw, err := e.buildNetwork(ctx)
+	network, gw, err := e.buildNetwork(ctx)
 	if err != nil {
 		return err
 	}
+	defer e.removeNetwork(network)
 	lw := &lockedWriter{w: out}
 	out = lw
+	if v, err := e.API.ServerVersion(ctx, client.ServerVersionOptions{}); err == nil && dnsLeaks(v.Version) {
+		fmt.Fprintf(out, "sandpit: warning: this Docker engine (%s) forwards an internal network's DNS queries through the host's resolver (CVE-2024-29018, fixed in 26.0.0, 25.0.4 and 23.0.11): a step can send data out in the names it looks up; upgrade the engine\n", v.Version)
+	}
 	gate := e.Egress.ForBuild(func(r sandbox.EgressConnection) {
 		if r.Reason != "" {
 			fmt.Fprintf(lw, "sandpit: the build's connection to %s: %s\n", net.JoinHostPort(r.Host, strconv.Itoa(r.Port)), r.Reason)
@@ -99,7 +125,7 @@ func (e *TemplateEngine) BuildLayer(ctx context.Context, plan template.Plan, tag
 	ln, err := net.Listen("tcp", netip.AddrPortFrom(gw, 0).String())
 	if err != nil {
 		gate.Close()
-		return fmt.Errorf("listening for the build's proxy on %s, the gateway of the network %s: %w", gw, BuildNetwork, err)
+		return fmt.Errorf("listening for the build's proxy on %s, the gateway of the network %s (template builds need the engine on the daemon's own host): %w", gw, network, err)
 	}
 	password := rand.Text()
 	fwd := egress.NewForward(gate, password)
@@ -128,7 +154,7 @@ func (e *TemplateEngine) BuildLayer(ctx context.Context, plan template.Plan, tag
 		Tags:        []string{tag},
 		Remove:      true,
 		ForceRemove: true,
-		NetworkMode: BuildNetwork,
+		NetworkMode: network,
 		BuildArgs:   args,
 		Memory:      e.Box.MemoryBytes,
 		MemorySwap:  e.Box.MemorySwapBytes,
@@ -165,34 +191,67 @@ func (e *TemplateEngine) BuildLayer(ctx context.Context, plan template.Plan, tag
 	return nil
 }
 
-// buildNetwork returns the gateway address of BuildNetwork, made internal if the engine has
-// none by that name; one that is not internal is refused, as a build on it would reach the
-// outside around the proxy.
-func (e *TemplateEngine) buildNetwork(ctx context.Context) (netip.Addr, error) {
-	e.network.Lock()
-	defer e.network.Unlock()
-	got, err := e.API.NetworkInspect(ctx, BuildNetwork, client.NetworkInspectOptions{})
-	if cerrdefs.IsNotFound(err) {
-		_, err = e.API.NetworkCreate(ctx, BuildNetwork, client.NetworkCreateOptions{Driver: "bridge", Internal: true,
-			Labels: map[string]string{labelManaged: "true"}})
-		if err != nil && !cerrdefs.IsConflict(err) { // a daemon beside this one made it meanwhile
-			return netip.Addr{}, fmt.Errorf("creating the network %s for template builds: %w", BuildNetwork, err)
-		}
-		got, err = e.API.NetworkInspect(ctx, BuildNetwork, client.NetworkInspectOptions{})
+// buildNetwork makes one build's network: internal (no route off the machine) and its own,
+// so that builds beside each other cannot reach each other's steps (or their proxy's
+// password). It returns its name and its gateway's address; removeNetwork removes it. Build
+// networks left by a daemon that died are removed once they are older than any build.
+func (e *TemplateEngine) buildNetwork(ctx context.Context) (string, netip.Addr, error) {
+	e.pruneNetworks(ctx)
+	name := BuildNetworkPrefix + strings.ToLower(rand.Text()[:12])
+	if _, err := e.API.NetworkCreate(ctx, name, client.NetworkCreateOptions{Driver: "bridge", Internal: true,
+		Labels: map[string]string{labelManaged: "1", labelBuildNetwork: "1"}}); err != nil {
+		return "", netip.Addr{}, fmt.Errorf("creating the network %s for a template build: %w", name, err)
 	}
+	got, err := e.API.NetworkInspect(ctx, name, client.NetworkInspectOptions{})
+	if err == nil {
+		for _, c := range got.Network.IPAM.Config {
+			if c.Gateway.Is4() {
+				return name, c.Gateway, nil
+			}
+		}
+		err = errors.New("it has no IPv4 gateway")
+	}
+	e.removeNetwork(name)
+	return "", netip.Addr{}, fmt.Errorf("the network %s for a template build: %w", name, err)
+}
+
+// removeNetwork removes build network name (its build has ended, whatever its context says).
+func (e *TemplateEngine) removeNetwork(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, _ = e.API.NetworkRemove(ctx, name, client.NetworkRemoveOptions{})
+}
+
+// pruneNetworks removes build networks older than the longest build (a daemon died during
+// theirs); one with a container on it stays.
+func (e *TemplateEngine) pruneNetworks(ctx context.Context) {
+	list, err := e.API.NetworkList(ctx, client.NetworkListOptions{Filters: make(client.Filters).Add("label", labelBuildNetwork)})
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("inspecting the network %s for template builds: %w", BuildNetwork, err)
+		return
 	}
-	n := got.Network
-	if !n.Internal {
-		return netip.Addr{}, fmt.Errorf("the network %s is not internal, so a template build on it would reach the outside around the build egress policy: remove it (docker network rm %s) and sandpit makes it again", BuildNetwork, BuildNetwork)
-	}
-	for _, c := range n.IPAM.Config {
-		if c.Gateway.Is4() {
-			return c.Gateway, nil
+	for _, n := range list.Items {
+		if time.Since(n.Created) > staleBuildNetwork {
+			e.removeNetwork(n.Name)
 		}
 	}
-	return netip.Addr{}, fmt.Errorf("the network %s has no IPv4 gateway: remove it (docker network rm %s) and sandpit makes it again", BuildNetwork, BuildNetwork)
+}
+
+// dnsLeaks reports whether a Docker engine of version forwards an internal network's DNS
+// queries to the host's resolver: before 23.0.11, 24.x and 25.0.0 to 25.0.3 (CVE-2024-29018).
+func dnsLeaks(version string) bool {
+	var major, minor, patch int
+	if n, _ := fmt.Sscanf(version, "%d.%d.%d", &major, &minor, &patch); n < 2 {
+		return false // not a version this knows
+	}
+	switch {
+	case major >= 26:
+		return false
+	case major == 25:
+		return minor == 0 && patch < 4
+	case major == 23:
+		return minor == 0 && patch < 11
+	}
+	return true
 }
 
 // lockedWriter serializes writes to w (the build's output, written by its stream and by

@@ -11,8 +11,10 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 // TestTemplateSessionFilesAreReadAsItsUser: a template's image is the agent's choice (its
@@ -112,5 +114,23 @@ func TestTemplateEntrypointDoesNotRun(t *testing.T) {
 	<-ended
 	if strings.Contains(stdout.String(), "entrypoint-ran") || !strings.Contains(stdout.String(), "sandpit-executor idle") {
 		t.Fatalf("the box's processes, with the image's entrypoint: %s", stdout.String())
+	}
+}
+
+// TestTemplateImagesAreFoundByNameOnly: a template's base is an image's name, never its ID or
+// a prefix of it, which could name any image of the engine (another agent's template) and be
+// guessed a few hex digits at a time.
+func TestTemplateImagesAreFoundByNameOnly(t *testing.T) {
+	eng := &docker.TemplateEngine{API: testenv.DockerClient(t)}
+	base := testenv.BaseImage(t)
+	id, err := eng.ImageID(t.Context(), base)
+	if err != nil {
+		t.Fatalf("the base image by its name: %v", err)
+	}
+	hex := strings.TrimPrefix(id, "sha256:")
+	for _, ref := range []string{id, hex, hex[:12], hex[:4]} {
+		if _, err := eng.ImageID(t.Context(), ref); errclass.Of(err) != errclass.NotFound {
+			t.Errorf("the base image by %q: %v, want not found", ref, err)
+		}
 	}
 }
