@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -99,7 +101,16 @@ type Service struct {
 
 	mu       sync.Mutex
 	building map[string]bool // agent/name
+	// pending are images no template uses whose removal failed (a session of the template
+	// still ran on them): sweep tries again, at most every sweepEvery.
+	pending  map[string]bool
+	swept    time.Time
+	sweeping bool
 }
+
+// sweepEvery is how often the images left to remove are tried again, at most (a variable:
+// tests shorten it).
+var sweepEvery = 30 * time.Second
 
 // NewService returns the templates of store, built by engine.
 func NewService(store Store, engine Engine, cfg Config, log *slog.Logger) *Service {
@@ -112,7 +123,7 @@ func NewService(store Store, engine Engine, cfg Config, log *slog.Logger) *Servi
 	if cfg.LayerRepository == "" {
 		cfg.LayerRepository = "sandpit-template"
 	}
-	return &Service{store: store, engine: engine, cfg: cfg, log: log, building: map[string]bool{}}
+	return &Service{store: store, engine: engine, cfg: cfg, log: log, building: map[string]bool{}, pending: map[string]bool{}}
 }
 
 // Config returns the service's bounds.
@@ -455,9 +466,50 @@ func (s *Service) removeUnused(ctx context.Context, images ...string) {
 			continue
 		}
 		if err := s.engine.RemoveImage(ctx, img); err != nil {
-			s.log.Info("a template's image was not removed", "image", img, "error", err)
+			s.log.Info("a template's image is removed once the sessions on it end", "image", img, "error", err)
+			s.mu.Lock()
+			s.pending[img] = true
+			s.mu.Unlock()
 		}
 	}
+}
+
+// sweep tries again, in the background, to remove the images whose removal failed (see
+// pending), when sweepEvery has passed since the last try: the template service has no
+// clock of its own, so its callers' activity (a pool's filler resolves its template every
+// few seconds) drives it.
+func (s *Service) sweep(ctx context.Context) {
+	s.mu.Lock()
+	if len(s.pending) == 0 || s.sweeping || time.Since(s.swept) < sweepEvery {
+		s.mu.Unlock()
+		return
+	}
+	s.sweeping, s.swept = true, time.Now()
+	images := slices.Collect(maps.Keys(s.pending))
+	s.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		var done []string
+		for _, img := range images {
+			n, err := s.store.TemplateImageUsers(ctx, img)
+			switch {
+			case err != nil:
+				continue
+			case n > 0 || !s.present(ctx, img): // a template uses it again, or it is gone
+				done = append(done, img)
+			case s.engine.RemoveImage(ctx, img) == nil:
+				s.log.Info("a template's image was removed", "image", img)
+				done = append(done, img)
+			}
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, img := range done {
+			delete(s.pending, img)
+		}
+		s.sweeping = false
+	}()
 }
 
 // Resolve returns the ready template ref names for agent, checking that the engine still has
@@ -465,6 +517,7 @@ func (s *Service) removeUnused(ctx context.Context, images ...string) {
 // a *sandbox.FieldError of field "template" when there is no such template for agent or it is
 // not ready, and one of class unavailable when its image was removed from the engine.
 func (s *Service) Resolve(ctx context.Context, agent, ref string) (Template, error) {
+	s.sweep(ctx)
 	if agent == "" {
 		agent = "default"
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,11 +94,15 @@ func TestPlan(t *testing.T) {
 // fakeEngine builds nothing: it records the builds and fails a layer whose Dockerfile has
 // "exit 3" after writing the builder's step lines.
 type fakeEngine struct {
+	mu     sync.Mutex
 	images map[string]bool
+	busy   map[string]bool // images a container uses: not removed
 	layers int
 }
 
 func (e *fakeEngine) ImageID(_ context.Context, image string) (string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if !e.images[image] {
 		return "", errclass.Newf(errclass.NotFound, "no image %s", image)
 	}
@@ -125,6 +130,11 @@ func (e *fakeEngine) BuildSandbox(_ context.Context, base string, _ io.Writer) (
 	return img, nil
 }
 func (e *fakeEngine) RemoveImage(_ context.Context, image string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.busy[image] {
+		return fmt.Errorf("conflict: image %s is used by a container", image)
+	}
 	delete(e.images, image)
 	return nil
 }
@@ -356,5 +366,37 @@ func TestDockerfileFetchesNothingItself(t *testing.T) {
 	var fe *sandbox.FieldError
 	if !errors.As(err, &fe) || !strings.Contains(fe.Message, `"registry.example/tool:1", which the engine does not have`) || eng.layers != 0 {
 		t.Errorf("a Dockerfile naming an image the engine lacks: %v (%d layer builds)", err, eng.layers)
+	}
+}
+
+// TestImageInUseIsRemovedLater: a removed template's image that a session still runs on (a
+// warm pool's) is removed once it is free, not left in the engine.
+func TestImageInUseIsRemovedLater(t *testing.T) {
+	every := *template.SweepEvery
+	*template.SweepEvery = 10 * time.Millisecond
+	t.Cleanup(func() { *template.SweepEvery = every })
+	_, eng, svc := newService(t)
+	tm, err := svc.Build(t.Context(), template.BuildRequest{Agent: "alice", Name: "tools", Spec: template.Spec{Steps: []template.Step{{Run: "true"}}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.mu.Lock()
+	eng.busy = map[string]bool{tm.Image: true}
+	eng.mu.Unlock()
+	if err := svc.Delete(t.Context(), "alice", "tools", false); err != nil {
+		t.Fatal(err)
+	}
+	present := func() bool { _, err := eng.ImageID(t.Context(), tm.Image); return err == nil }
+	if !present() {
+		t.Fatal("the busy image was removed")
+	}
+	eng.mu.Lock()
+	eng.busy = nil // its session ended
+	eng.mu.Unlock()
+	for deadline := time.Now().Add(5 * time.Second); present(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the image was not removed once free")
+		}
+		svc.Resolve(t.Context(), "alice", "other") // activity drives the sweep
 	}
 }
