@@ -33,7 +33,7 @@ func TestInCommandWords(t *testing.T) {
 		{"resume or close a paused session, or hibernate one (POST …/sessions/{id}/hibernate)", "hibernate one (sandpit session hibernate ID)"},
 		{`session se_abc has no process "pr_x"; GET …/sessions/se_abc/processes lists them`, "sandpit session ps se_abc lists them"},
 		{"path: is missing: give ?path= a path under /home/user (relative paths start there)", "is missing: give ID:PATH with a path under /home/user"},
-		{`agent "bob" has no template "tools" it may use; GET /v1/templates lists them`, `it may use; sandpit template ls lists them`},
+		{`agent "bob" has no template "tools" it may use; GET /v1/agents/bob/templates lists them`, `it may use; sandpit template ls lists them`},
 	} {
 		got := inCommandWords(c.daemon)
 		if !strings.Contains(got, c.want) || restRoute.MatchString(got) {
@@ -52,7 +52,7 @@ func TestInFlagWordsLeavesTheFieldsNoun(t *testing.T) {
 		err  error
 		want string
 	}{
-		{&sandbox.FieldError{Field: "template", Message: `agent "bob" has no template "tools" it may use; GET /v1/templates lists them`},
+		{&sandbox.FieldError{Field: "template", Message: `agent "bob" has no template "tools" it may use; GET /v1/agents/bob/templates lists them`},
 			`--template: agent "bob" has no template "tools" it may use; sandpit template ls lists them`},
 		{&sandbox.FieldError{Field: "template", Message: `template "tools" is failed, not ready`}, `--template "tools" is failed, not ready`},
 		{&sandbox.FieldError{Field: "timeout_ms", Message: "must be at most 600000; timeout_ms is in milliseconds"}, "--timeout: must be at most 600000; --timeout is in milliseconds"},

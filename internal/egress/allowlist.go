@@ -69,7 +69,7 @@ func New(cfg Config) (*Allowlist, error) {
 	if err != nil {
 		return nil, fmt.Errorf("template_build_allow: %w", err)
 	}
-	build.Setting = "the package sources (template_apt_hosts, index_url, extra_index_urls) or template_build_allow in the configuration"
+	build.Setting = "template_build_allow in the configuration (nor of the package sources: template_apt_hosts, index_url, extra_index_urls)"
 	for _, h := range cfg.PackageHosts {
 		r, err := ParseRule(h)
 		if err != nil {

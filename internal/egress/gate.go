@@ -199,7 +199,7 @@ func (g *Gate) checkAddr(ctx context.Context, host string, a netip.Addr, port in
 	}
 	a = a.Unmap()
 	if what, ok := g.reserved.match(ctx, a, port); ok {
-		return Decision{}, refusal(host, port, "%s:%d is %s, which no entry of network_allow opens to sandboxed code", a, port, what)
+		return Decision{}, refusal(host, port, "%s:%d is %s, which no entry of network_allow or template_build_allow opens", a, port, what)
 	}
 	var rule string
 	for _, p := range g.policies {
@@ -274,7 +274,7 @@ func (g *Gate) checkName(ctx context.Context, host string, port int) (Decision, 
 // configured).
 func (g *Gate) allowResolved(ctx context.Context, name string, a netip.Addr, port int, byName []Rule) string {
 	if what, reserved := g.reserved.match(ctx, a, port); reserved {
-		return fmt.Sprintf("%s resolves to %s, and %s:%d is %s, which no entry of network_allow opens to sandboxed code", name, a, a, port, what)
+		return fmt.Sprintf("%s resolves to %s, and %s:%d is %s, which no entry of network_allow or template_build_allow opens", name, a, a, port, what)
 	}
 	_, what, special := classify(a)
 	if !special {

@@ -394,7 +394,7 @@ func (s *Service) present(ctx context.Context, image string) bool {
 func (s *Service) Get(ctx context.Context, agent, name string) (Template, error) {
 	t, err := s.store.GetTemplate(ctx, agent, name)
 	if errors.Is(err, ErrNotFound) {
-		return Template{}, fmt.Errorf("agent %q has no template %q (GET /v1/templates lists them): %w", agent, name, err)
+		return Template{}, fmt.Errorf("agent %q has no template %q (GET /v1/agents/%s/templates lists them): %w", agent, name, agent, err)
 	}
 	return t, err
 }
@@ -428,7 +428,7 @@ func (s *Service) Delete(ctx context.Context, agent, name string, force bool) er
 			}
 		}
 		if len(own) > 0 || others > 0 {
-			return errclass.Newf(errclass.Conflict, "template %q is named by %s: their runs and their jobs' fires would fail; save them without it (or with another) first, or remove it anyway with force",
+			return errclass.Newf(errclass.Conflict, "template %q is named by %s: their runs and their jobs' fires would fail; save them without it (or with another) first, or remove it anyway, forced (?force=true; sandpit template rm --force)",
 				name, codeUsers(own, others))
 		}
 	}
@@ -525,7 +525,7 @@ func (s *Service) Resolve(ctx context.Context, agent, ref string) (Template, err
 	if !other {
 		owner, name = agent, ref
 	}
-	notFound := &sandbox.FieldError{Field: "template", Message: fmt.Sprintf("agent %q has no template %q it may use; GET /v1/templates lists them", agent, ref)}
+	notFound := &sandbox.FieldError{Field: "template", Message: fmt.Sprintf("agent %q has no template %q it may use; GET /v1/agents/%s/templates lists them", agent, ref, agent)}
 	if !ValidName(name) || !sandbox.ValidAgent(owner) {
 		return Template{}, notFound
 	}
@@ -549,7 +549,7 @@ func (s *Service) Resolve(ctx context.Context, agent, ref string) (Template, err
 	}
 	if _, err := s.engine.ImageID(ctx, t.Image); err != nil {
 		if errclass.Of(err) == errclass.NotFound {
-			return Template{}, errclass.Newf(errclass.Unavailable, "the image %s of template %q is no longer in the engine (removed by hand?); build the template again (POST /v1/templates or `sandpit template build %s`)", t.Image, ref, name)
+			return Template{}, errclass.Newf(errclass.Unavailable, "the image %s of template %q is no longer in the engine (removed by hand?); build the template again (POST /v1/agents/%s/templates, or `sandpit template build %s --agent %s`)", t.Image, ref, owner, name, owner)
 		}
 		return Template{}, err
 	}
