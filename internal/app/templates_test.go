@@ -135,7 +135,7 @@ func TestTemplates(t *testing.T) {
 		}
 	}
 	for _, line := range []string{"egress-check direct: failed", "egress-check proxied: HTTP Error 403",
-		"sandpit: the build's connection to not-a-source.example:80: no entry of the package sources"} {
+		"sandpit: the build's connection to not-a-source.example:80: no entry of template_build_allow in the configuration"} {
 		if !strings.Contains(log.String(), line) {
 			t.Errorf("the build's log has no %q:\n%s", line, log.String())
 		}
