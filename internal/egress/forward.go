@@ -89,7 +89,7 @@ func (f *Forward) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // tunnel answers CONNECT: the destination dialed through the dialer, then bytes both ways
-// until either side ends.
+// until both sides have stopped sending, or Close.
 func (f *Forward) tunnel(w http.ResponseWriter, r *http.Request) {
 	host, port, err := splitHostPort(r.Host)
 	if err != nil {

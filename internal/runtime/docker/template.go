@@ -101,9 +101,10 @@ func (e *TemplateEngine) ImageSize(ctx context.Context, image string) (int64, er
 	return got.Size, nil
 }
 
-// BuildLayer builds plan as tag on a network of its own (buildNetwork), its steps' HTTP and HTTPS through a proxy of
-// the daemon's that only e.Egress's Gate lets out (http_proxy and https_proxy, which apt, pip
-// and curl follow); each refused or failed connection is said in out.
+// BuildLayer builds plan as tag on a network of its own (buildNetwork), its steps' HTTP and
+// HTTPS through a proxy of the daemon's that only e.Egress's Gate lets out (http_proxy and
+// https_proxy, which apt, pip and curl follow); each refused or failed connection is said in
+// out.
 func (e *TemplateEngine) BuildLayer(ctx context.Context, plan template.Plan, tag string, out io.Writer) error {
 	network, gw, err := e.buildNetwork(ctx)
 	if err != nil {
