@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -14,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/suggest"
 )
 
 // templateCommand is `sandpit template`: the agent's templates on the daemon.
@@ -120,9 +123,34 @@ func parseSpecFile(name string, raw []byte) (apitype.TemplateSpec, error) {
 	dec := json.NewDecoder(bytes.NewReader(t))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&spec); err != nil {
-		return spec, usageErrorf("-f %s: not a template spec: %v (see docs/templates.md for its fields)", name, err)
+		hint := ""
+		if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			field, _ = strconv.Unquote(field)
+			if best := suggest.Nearest(field, specFields(reflect.TypeFor[apitype.TemplateSpec]()), 3); best != "" {
+				hint = fmt.Sprintf(" (did you mean %q?)", best)
+			}
+		}
+		return spec, usageErrorf("-f %s: not a template spec: %v%s (see docs/templates.md for its fields)", name, err, hint)
 	}
 	return spec, nil
+}
+
+// specFields are the JSON field names of struct type t and of the structs it holds.
+func specFields(t reflect.Type) []string {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	var out []string
+	for f := range t.Fields() {
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+			out = append(out, name)
+		}
+		out = append(out, specFields(f.Type)...)
+	}
+	return out
 }
 
 // firstLine is b's first line that is not blank or a comment.

@@ -21,7 +21,8 @@ func TestParseSpecFile(t *testing.T) {
 		{"Dockerfile", "# syntax\nFROM debian:bookworm\nRUN apt-get update\n", 0, "FROM debian:bookworm", ""},
 		{"tools.yml", "steps: [{apt: [jq]}]\nsteps2: 1\n", 0, "", `unknown field "steps2"`},
 		{"tools.yaml", "steps: [unclosed\n", 0, "", "not a YAML template spec"},
-		{"tools.json", `{"step": []}`, 0, "", `unknown field "step"`},
+		{"tools.json", `{"step": []}`, 0, "", `unknown field "step" (did you mean "steps"?)`},
+		{"tools.json", `{"steps": [{"apt": ["jq"]}], "start": {"cmd": "x", "redy": "y"}}`, 0, "", `(did you mean "ready"?)`},
 	} {
 		spec, err := parseSpecFile(c.name, []byte(c.content))
 		switch {
