@@ -53,8 +53,9 @@ const (
 	uploadLinkTimeout = time.Hour
 	maxStatusEntries  = 100 // E2B's limit on the log entries of one status answer
 	maxBuildEntries   = 10_000
-	maxArchiveEntries = 4096 // files and directories of one archive
-	maxUploadLinks    = 256  // an agent's upload links not used yet
+	maxBuildLogBytes  = 1 << 20 // one build's entries' messages together (256 records: 256 MiB at most)
+	maxArchiveEntries = 4096    // files and directories of one archive
+	maxUploadLinks    = 256     // an agent's upload links not used yet
 )
 
 // The step names E2B's SDKs map to their stack traces (BASE_STEP_NAME, FINALIZE_STEP_NAME).
@@ -73,6 +74,7 @@ type templateBuild struct {
 	// guarded by templateState.mu
 	status   string // waiting, building, ready, error
 	entries  []buildLogEntry
+	bytes    int // of the entries' messages
 	reason   *buildReason
 	finished time.Time
 }
@@ -329,11 +331,14 @@ func (s *Server) runBuild(ctx context.Context, t Templates, b *templateBuild, sp
 		ts.mu.Lock()
 		defer ts.mu.Unlock()
 		switch n := len(b.entries); {
-		case n < maxBuildEntries-1:
+		case b.bytes < 0: // the cap was said
+		case n < maxBuildEntries-1 && b.bytes+len(e.Message) <= maxBuildLogBytes:
 			b.entries = append(b.entries, e)
-		case n == maxBuildEntries-1:
+			b.bytes += len(e.Message)
+		default:
 			b.entries = append(b.entries, buildLogEntry{Timestamp: e.Timestamp, Level: "warn", Step: e.Step,
-				Message: fmt.Sprintf("the build's log passed %d entries; the rest is left out (the template's own log keeps its end: GET /v1/agents/{agent}/templates/{name})", maxBuildEntries)})
+				Message: fmt.Sprintf("the build's log passed %d entries or %d bytes; the rest is left out (the template's own log keeps its end: GET /v1/agents/{agent}/templates/{name})", maxBuildEntries, maxBuildLogBytes)})
+			b.bytes = -1
 		}
 	}
 	err := s.build(ctx, t, template.BuildRequest{Agent: b.agent, Name: b.name, Spec: spec}, func(ev template.Event) {

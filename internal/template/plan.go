@@ -200,6 +200,11 @@ func DockerfileImages(df string) ([]string, error) {
 		bad := func(format string, args ...any) error {
 			return &sandbox.FieldError{Field: "spec.dockerfile", Message: fmt.Sprintf("line %d: ", n.StartLine) + fmt.Sprintf(format, args...)}
 		}
+		if len(n.Heredocs) > 0 {
+			// The engine's classic builder knows no heredocs: the lines this parser reads as a
+			// heredoc's body, it runs as instructions (an ADD of a URL among them).
+			return bad("a heredoc (<<WORD) is not read by the engine's builder as it is here; write the file with a file step, or in a RUN line")
+		}
 		var args []string
 		for a := n.Next; a != nil; a = a.Next {
 			args = append(args, a.Value)

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/distribution/reference"
+
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
@@ -286,9 +288,14 @@ func (s *Service) Build(ctx context.Context, req BuildRequest, emit func(Event))
 	}
 	bctx, cancel := context.WithTimeout(ctx, s.cfg.BuildTimeout)
 	defer cancel()
-	out := &stepWriter{plan: plan, emit: emit, steps: steps}
+	bctx, abort := context.WithCancelCause(bctx)
+	defer abort(nil)
+	out := &stepWriter{plan: plan, emit: emit, steps: steps, abort: abort}
 	cached, err := s.build(bctx, &t, plan, out)
 	out.flush()
+	if cause := context.Cause(bctx); errors.Is(cause, errPlanMismatch) {
+		err = cause
+	}
 	if err != nil && bctx.Err() != nil && ctx.Err() == nil {
 		err = fmt.Errorf("it took longer than template_build_timeout_ms (%d ms): %w", s.cfg.BuildTimeout.Milliseconds(), err)
 	}
@@ -371,11 +378,12 @@ func (s *Service) base(ctx context.Context, agent string, spec Spec) (string, er
 // (a template's layer or a sandbox image, any agent's): a template starts from another of
 // its agent's only as template:NAME, where ownership is checked.
 func (s *Service) notOwnImage(field, image string) error {
-	repo, _, _ := strings.Cut(image, "@")
-	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
-		repo = repo[:i]
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return &sandbox.FieldError{Field: field, Message: fmt.Sprintf("%q is not an image name (repository:tag): %v", image, err)}
 	}
-	repo = strings.TrimPrefix(strings.TrimPrefix(repo, "docker.io/"), "library/")
+	// Every spelling of a name (docker.io/, index.docker.io/, library/) as the engine reads it.
+	repo := reference.FamiliarName(named)
 	if repo == s.cfg.LayerRepository || repo == s.cfg.SandboxRepository {
 		return &sandbox.FieldError{Field: field, Message: fmt.Sprintf("%q is one of sandpit's own images, which hold agents' templates; start from one of yours as template:NAME", image)}
 	}
@@ -571,7 +579,17 @@ type stepWriter struct {
 	// instruction is the number (from 1) of the Dockerfile's last instruction the builder
 	// started.
 	instruction int
+	// abort ends the build (errPlanMismatch): the builder counts other instructions than the
+	// plan, so it reads the Dockerfile otherwise than the checks did.
+	abort func(error)
 }
+
+// errPlanMismatch ends a build whose builder reads its Dockerfile otherwise than the plan.
+var errPlanMismatch = errors.New("the engine's builder reads this Dockerfile otherwise than sandpit does (another number of instructions); simplify it (no heredocs, no parser tricks)")
+
+// maxLineBytes caps one line of a build's output: the rest of a longer line is left out (a
+// step's output is the agent's, and a line is held whole until it ends).
+const maxLineBytes = 16 << 10
 
 var builderStep = regexp.MustCompile(`^Step (\d+)/(\d+) :`)
 
@@ -580,16 +598,22 @@ var builderStep = regexp.MustCompile(`^Step (\d+)/(\d+) :`)
 var ansiEscape = regexp.MustCompile(`\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-Z\\-_])`)
 
 func (w *stepWriter) Write(p []byte) (int, error) {
-	w.partial = append(w.partial, p...)
-	for {
-		i := bytes.IndexByte(w.partial, '\n')
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
+			if room := maxLineBytes - len(w.partial); room > 0 {
+				w.partial = append(w.partial, p[:min(room, len(p))]...)
+			}
 			break
 		}
-		w.line(string(w.partial[:i]))
-		w.partial = w.partial[i+1:]
+		if room := maxLineBytes - len(w.partial); room > 0 {
+			w.partial = append(w.partial, p[:min(room, i)]...)
+		}
+		w.line(string(w.partial))
+		w.partial, p = w.partial[:0], p[i+1:]
 	}
-	return len(p), nil
+	return n, nil
 }
 
 func (w *stepWriter) flush() {
@@ -607,6 +631,9 @@ func (w *stepWriter) line(l string) {
 	if m := builderStep.FindStringSubmatch(l); m != nil && w.step <= len(w.plan.Steps) {
 		n, _ := strconv.Atoi(m[1])
 		total, _ := strconv.Atoi(m[2])
+		if n == 1 && w.instruction == 0 && total != len(w.plan.StepOf) && w.abort != nil {
+			w.abort(errPlanMismatch)
+		}
 		if n == w.instruction+1 && total == len(w.plan.StepOf) {
 			w.instruction = n
 			if i := w.plan.StepOf[n-1]; i >= 0 && i+1 != w.step {

@@ -109,10 +109,20 @@ func (e *fakeEngine) ImageID(_ context.Context, image string) (string, error) {
 	return "sha256:" + image, nil
 }
 func (e *fakeEngine) ImageSize(context.Context, string) (int64, error) { return 100 << 20, nil }
-func (e *fakeEngine) BuildLayer(_ context.Context, p template.Plan, tag string, out io.Writer) error {
+func (e *fakeEngine) BuildLayer(ctx context.Context, p template.Plan, tag string, out io.Writer) error {
 	e.layers++
 	for i := range p.StepOf {
-		fmt.Fprintf(out, "Step %d/%d : X\n", i+1, len(p.StepOf))
+		total := len(p.StepOf)
+		if strings.Contains(p.Dockerfile, "miscounted") { // a builder that reads another Dockerfile
+			total += 2
+		}
+		fmt.Fprintf(out, "Step %d/%d : X\n", i+1, total)
+		if ctx.Err() != nil {
+			return ctx.Err() // the engine ends a build whose client has gone
+		}
+		if strings.Contains(p.Dockerfile, "loud") {
+			fmt.Fprintf(out, "%s\n", strings.Repeat("x", 1<<20))
+		}
 		if strings.Contains(p.Dockerfile, "spoof") { // a step's own output posing as the builder's
 			fmt.Fprintf(out, "Step 0/9 : boom\nStep %d/%d : X\nStep %d/%d : X\n", len(p.StepOf), len(p.StepOf), i+2, len(p.StepOf)+5)
 		}
@@ -326,6 +336,9 @@ func TestDockerfileFetchesNothingItself(t *testing.T) {
 		"FROM base\nADD http:\\\n//127.0.0.1:8765/v1/executions?agent=bob /leak.json\n",
 		"FROM base\nADD h\\\n  # a comment between\nttps://example.com/x /x\n",
 		"# escape=`\nFROM base\nADD http:`\n//example.com/x /x\n",
+		// A heredoc, which the engine's classic builder does not know: it runs the body's
+		// lines as instructions (a second red team's way past).
+		"FROM base\nRUN <<CMD\nADD http://127.0.0.1:8765/healthz /h\nCMD\n",
 	} {
 		_, err := template.DockerfileImages(df)
 		var fe *sandbox.FieldError
@@ -342,6 +355,8 @@ func TestDockerfileFetchesNothingItself(t *testing.T) {
 	eng2.images["sandpit-template:0123456789abcdef"], eng2.images["sandpit-sandbox:0123"] = true, true
 	for _, spec := range []template.Spec{{Base: "sandpit-template:0123456789abcdef", Steps: []template.Step{{Run: "cat /secret"}}},
 		{Base: "docker.io/library/sandpit-sandbox:0123", Steps: []template.Step{{Run: "cat /secret"}}},
+		{Base: "index.docker.io/library/sandpit-template:0123456789abcdef", Steps: []template.Step{{Run: "cat /secret"}}},
+		{Base: "index.docker.io/sandpit-sandbox:0123", Steps: []template.Step{{Run: "cat /secret"}}},
 		{Dockerfile: "FROM base\nCOPY --from=sandpit-template:0123456789abcdef /secret /x\n"}} {
 		_, err := svc2.Build(t.Context(), template.BuildRequest{Agent: "mallory", Name: "peek", Spec: spec}, nil)
 		var fe *sandbox.FieldError
@@ -359,6 +374,18 @@ func TestDockerfileFetchesNothingItself(t *testing.T) {
 		}
 	}); err != nil || fmt.Sprint(labels) != "[run echo spoof apt jq sandpit layer]" || eng2.layers != 1 {
 		t.Errorf("a build whose step prints step lines: %v, steps %q", err, labels)
+	}
+	// A builder counting other instructions than the plan's ends the build.
+	_, err = svc2.Build(t.Context(), template.BuildRequest{Agent: "alice", Name: "miscounted", Spec: template.Spec{Steps: []template.Step{{Run: "echo miscounted"}}}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "reads this Dockerfile otherwise than sandpit does") {
+		t.Errorf("a build the builder counts otherwise: %v", err)
+	}
+	// A step's output line of any length is kept to its first 16 KiB.
+	var longest int
+	if _, err := svc2.Build(t.Context(), template.BuildRequest{Agent: "bob", Name: "loud", Spec: template.Spec{Steps: []template.Step{{Run: "echo loud"}}}}, func(e template.Event) {
+		longest = max(longest, len(e.Line))
+	}); err != nil || longest == 0 || longest > 16<<10 {
+		t.Errorf("a build with a 1 MiB line: %v, its longest log line %d bytes", err, longest)
 	}
 	// The service refuses an image the engine lacks before it builds anything.
 	_, eng, svc := newService(t)

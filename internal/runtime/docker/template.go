@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -167,30 +168,50 @@ func (e *TemplateEngine) BuildLayer(ctx context.Context, plan template.Plan, tag
 		return err
 	}
 	defer resp.Body.Close()
-	dec := json.NewDecoder(resp.Body)
-	for {
-		var m jsonstream.Message
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
+	// The last step's image the builder committed: a failed build's steps are removed, so
+	// that failing builds do not pile up the layers of their steps (a step's gigabytes).
+	var last string
+	err = func() error {
+		dec := json.NewDecoder(resp.Body)
+		for {
+			var m jsonstream.Message
+			if err := dec.Decode(&m); err != nil {
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				return fmt.Errorf("reading the build's output: %w", err)
 			}
-			return fmt.Errorf("reading the build's output: %w", err)
+			if m.Error != nil {
+				return errors.New(m.Error.Message)
+			}
+			switch {
+			case m.Stream != "":
+				if id := committed.FindStringSubmatch(m.Stream); id != nil {
+					last = id[1]
+				}
+				io.WriteString(out, m.Stream)
+			case m.Status != "":
+				fmt.Fprintln(out, m.Status)
+			}
 		}
-		if m.Error != nil {
-			return errors.New(m.Error.Message)
-		}
-		switch {
-		case m.Stream != "":
-			io.WriteString(out, m.Stream)
-		case m.Status != "":
-			fmt.Fprintln(out, m.Status)
+	}()
+	if err == nil {
+		if _, err = e.ImageID(ctx, tag); err != nil {
+			err = fmt.Errorf("the build ended without an image: %w", err)
 		}
 	}
-	if _, err := e.ImageID(ctx, tag); err != nil {
-		return fmt.Errorf("the build ended without an image: %w", err)
+	if err != nil && last != "" {
+		// Untagged, with its untagged parents: a parent another image has (a ready
+		// template's, the base) stays.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		_, _ = e.API.ImageRemove(rctx, last, client.ImageRemoveOptions{PruneChildren: true})
 	}
-	return nil
+	return err
 }
+
+// committed matches the classic builder's line naming the image a step committed.
+var committed = regexp.MustCompile(`(?m)^ ---> ([0-9a-f]{12,64})\s*$`)
 
 // buildNetwork makes one build's network: internal (no route off the machine) and its own,
 // so that builds beside each other cannot reach each other's steps (or their proxy's

@@ -4,16 +4,22 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/moby/moby/client"
 
+	"github.com/sandpit-dev/sandpit/internal/egress"
 	"github.com/sandpit-dev/sandpit/internal/errclass"
+	"github.com/sandpit-dev/sandpit/internal/protocol"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/template"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
@@ -133,4 +139,56 @@ func TestTemplateImagesAreFoundByNameOnly(t *testing.T) {
 			t.Errorf("the base image by %q: %v, want not found", ref, err)
 		}
 	}
+}
+
+// TestTemplateLayerBuild: the builder counts a Dockerfile's instructions as the plan does (a
+// difference ends a build: it reads the file otherwise than the checks did), and a failed
+// build leaves no image of its steps behind (failing builds piled up gigabytes before).
+func TestTemplateLayerBuild(t *testing.T) {
+	c := testenv.DockerClient(t)
+	eng := &docker.TemplateEngine{API: c, Egress: buildEgress(t), Box: docker.Box{MemoryBytes: 512 << 20, MemorySwapBytes: 512 << 20, NanoCPUs: 1e9}}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	base := testenv.BaseImage(t)
+	build := func(df string) (template.Plan, string, error) {
+		t.Helper()
+		plan, err := template.NewPlan(template.Spec{Dockerfile: df}, base, "", protocol.PipOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		tag := "sandpit-template-test:" + strings.ToLower(rand.Text()[:8])
+		err = eng.BuildLayer(ctx, plan, tag, &out)
+		t.Cleanup(func() { c.ImageRemove(context.Background(), tag, client.ImageRemoveOptions{PruneChildren: true}) })
+		return plan, out.String(), err
+	}
+	plan, out, err := build("FROM " + base + "\n# a comment\nRUN echo one \\\n  two > /a\n\nRUN cat /a\n")
+	if err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	if want := fmt.Sprintf("Step 1/%d :", len(plan.StepOf)); !strings.Contains(out, want) {
+		t.Errorf("the builder's steps are not the plan's %d:\n%s", len(plan.StepOf), out)
+	}
+	_, out, err = build("FROM " + base + "\nRUN head -c 5000000 /dev/zero > /big\nRUN exit 3\n")
+	if err == nil {
+		t.Fatalf("a failing build succeeded:\n%s", out)
+	}
+	m := regexp.MustCompile(`(?m)^ ---> ([0-9a-f]{12})\s*$`).FindAllStringSubmatch(out, -1)
+	if len(m) == 0 {
+		t.Fatalf("no committed step in the output:\n%s", out)
+	}
+	for _, id := range m { // the base's own ID (FROM's line) is tagged: it stays
+		if got, err := c.ImageInspect(ctx, id[1]); err == nil && len(got.RepoTags) == 0 {
+			t.Errorf("the failed build's step image %s is still in the engine", id[1])
+		}
+	}
+}
+
+// buildEgress is a build egress policy of Debian's sources alone.
+func buildEgress(t *testing.T) *egress.Allowlist {
+	a, err := egress.New(egress.Config{PackageHosts: []string{"deb.debian.org"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
