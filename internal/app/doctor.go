@@ -111,6 +111,7 @@ func Doctor(ctx context.Context, cfg config.Config, src ConfigSource, url string
 			if c, ok := templatesDoctor(ctx, api, cfg); ok {
 				add(c)
 			}
+			add(buildNetworkCheck(version))
 		}
 	}
 	if err != nil {

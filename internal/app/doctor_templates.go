@@ -11,6 +11,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandpit-dev/sandpit/internal/config"
+	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/store"
 	"github.com/sandpit-dev/sandpit/internal/template"
 )
@@ -68,4 +69,15 @@ func templatesCheck(list []template.Template, exists func(image string) (bool, e
 		c.Fix = "build each again (sandpit template build NAME -f SPEC --agent AGENT) or remove it (sandpit template rm NAME --agent AGENT); starting one answers 503 until then"
 	}
 	return c
+}
+
+// buildNetworkCheck says whether the engine (of version) keeps a template build's network
+// closed: an engine before the fix of CVE-2024-29018 forwards its DNS queries to the host's
+// resolver, a way out around the build egress policy (advice: builds work, and say so too).
+func buildNetworkCheck(version string) Check {
+	if docker.BuildDNSLeaks(version) {
+		return Check{Name: "template builds", Detail: fmt.Sprintf("Docker Engine %s forwards an internal network's DNS queries through the host's resolver (CVE-2024-29018): a template build's step can send data out in the names it looks up", version),
+			Fix: "upgrade the engine to 26 or later (or 25.0.4, 23.0.11)"}
+	}
+	return Check{Name: "template builds", OK: true, Detail: "the engine keeps a build's internal network closed (no DNS forwarded out)"}
 }

@@ -25,3 +25,14 @@ func TestTemplatesCheckNamesMissingImages(t *testing.T) {
 		t.Errorf("all present: %+v", c)
 	}
 }
+
+// TestBuildNetworkCheck: doctor says when the engine leaks a build's DNS (a new user's
+// Docker 20.10 was only "ok docker engine").
+func TestBuildNetworkCheck(t *testing.T) {
+	if c := buildNetworkCheck("20.10.24+dfsg1"); c.OK || c.Required || !strings.Contains(c.Detail, "CVE-2024-29018") || c.Fix == "" {
+		t.Errorf("Docker 20.10: %+v, want advice naming the CVE and a fix", c)
+	}
+	if c := buildNetworkCheck("28.2.2"); !c.OK {
+		t.Errorf("Docker 28: %+v", c)
+	}
+}

@@ -38,8 +38,8 @@ func TestSandboxLayerHasNoInstructionItCanDoWithout(t *testing.T) {
 func TestDNSLeaks(t *testing.T) {
 	for v, leaks := range map[string]bool{"20.10.24+dfsg1": true, "24.0.9": true, "25.0.3": true, "25.0.4": false,
 		"23.0.10": true, "23.0.11": false, "26.0.0": false, "28.2.2": false, "dev": false} {
-		if got := dnsLeaks(v); got != leaks {
-			t.Errorf("dnsLeaks(%q) = %v, want %v", v, got, leaks)
+		if got := BuildDNSLeaks(v); got != leaks {
+			t.Errorf("BuildDNSLeaks(%q) = %v, want %v", v, got, leaks)
 		}
 	}
 }

@@ -114,7 +114,7 @@ func (e *TemplateEngine) BuildLayer(ctx context.Context, plan template.Plan, tag
 	defer e.removeNetwork(network)
 	lw := &lockedWriter{w: out}
 	out = lw
-	if v, err := e.API.ServerVersion(ctx, client.ServerVersionOptions{}); err == nil && dnsLeaks(v.Version) {
+	if v, err := e.API.ServerVersion(ctx, client.ServerVersionOptions{}); err == nil && BuildDNSLeaks(v.Version) {
 		fmt.Fprintf(out, "sandpit: warning: this Docker engine (%s) forwards an internal network's DNS queries through the host's resolver (CVE-2024-29018, fixed in 26.0.0, 25.0.4 and 23.0.11): a step can send data out in the names it looks up; upgrade the engine\n", v.Version)
 	}
 	gate := e.Egress.ForBuild(func(r sandbox.EgressConnection) {
@@ -258,9 +258,10 @@ func (e *TemplateEngine) pruneNetworks(ctx context.Context) {
 	}
 }
 
-// dnsLeaks reports whether a Docker engine of version forwards an internal network's DNS
-// queries to the host's resolver: before 23.0.11, 24.x and 25.0.0 to 25.0.3 (CVE-2024-29018).
-func dnsLeaks(version string) bool {
+// BuildDNSLeaks reports whether a Docker engine of version forwards an internal network's DNS
+// queries to the host's resolver, a way out of a template build: before 23.0.11, 24.x and
+// 25.0.0 to 25.0.3 (CVE-2024-29018).
+func BuildDNSLeaks(version string) bool {
 	var major, minor, patch int
 	if n, _ := fmt.Sscanf(version, "%d.%d.%d", &major, &minor, &patch); n < 2 {
 		return false // not a version this knows
