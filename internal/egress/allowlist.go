@@ -65,11 +65,10 @@ func New(cfg Config) (*Allowlist, error) {
 			index.Rules = append(index.Rules, r)
 		}
 	}
-	build, err := ParsePolicy("template_build_allow in the configuration", cfg.BuildAllow)
+	build, err := ParsePolicy("template_build_allow in the configuration (nor of the package sources: template_apt_hosts, index_url, extra_index_urls)", cfg.BuildAllow)
 	if err != nil {
 		return nil, fmt.Errorf("template_build_allow: %w", err)
 	}
-	build.Setting = "template_build_allow in the configuration (nor of the package sources: template_apt_hosts, index_url, extra_index_urls)"
 	for _, h := range cfg.PackageHosts {
 		r, err := ParseRule(h)
 		if err != nil {
@@ -142,16 +141,16 @@ func (a *Allowlist) ForInstall() sandbox.EgressRun {
 	return g
 }
 
-// BuildLimits bound a template build's connections: no cap on their number or bytes (the
+// buildLimits bound a template build's connections: no cap on their number or bytes (the
 // build's time and image size caps bound those), 10 s to connect.
-func BuildLimits() Limits { return Limits{DialTimeout: 10 * time.Second} }
+func buildLimits() Limits { return Limits{DialTimeout: 10 * time.Second} }
 
 // ForBuild returns a template build's Gate (the build egress policy): the package sources
 // (template_apt_hosts, the package index) and template_build_allow, never the daemon's own
-// listeners (Config.Reserved), bounded by BuildLimits. record, when not nil, is given each
+// listeners (Config.Reserved), bounded by buildLimits. record, when not nil, is given each
 // connection's record as it is made.
 func (a *Allowlist) ForBuild(record func(sandbox.EgressConnection)) *Gate {
-	g := NewGate([]Policy{a.build}, BuildLimits(), a.resolve, a.dial)
+	g := NewGate([]Policy{a.build}, buildLimits(), a.resolve, a.dial)
 	g.reserved, g.onRecord = a.reserved, record
 	return g
 }

@@ -49,7 +49,6 @@ func NewForward(d sandbox.EgressDialer, password string) *Forward {
 			}
 			return d.DialEgress(ctx, host, port)
 		},
-		ForceAttemptHTTP2: false,
 	}
 	f.proxy = &httputil.ReverseProxy{
 		// The request is already absolute: it goes where it names, as it is, but for its
