@@ -468,6 +468,61 @@ func TestGateTimeCap(t *testing.T) {
 	}
 }
 
+// A connection no one reads or writes ends at its time cap too, with what its Wrapper gave
+// the program: a bound host's connection whose program kept quiet was held until the run
+// ended (its injector reads the host only to answer a request, so the deadline never fired;
+// red team, 5 December).
+func TestGateTimeCapEndsAQuietConnection(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			defer c.Close()
+			_, _ = io.Copy(io.Discard, c)
+		}
+	}()
+	lim := DefaultLimits()
+	lim.ConnectionTimeout = 200 * time.Millisecond
+	g := NewGate([]Policy{mustPolicy(t, "network_allow in the configuration", "127.0.0.1")}, lim, nil, nil)
+	w := &pipeWrapper{}
+	g.SetWrapper(w)
+	prog, err := g.DialEgress(context.Background(), "127.0.0.1", ln.Addr().(*net.TCPAddr).Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		recs, _ := g.Connections()
+		if len(recs) == 1 {
+			if !strings.Contains(recs[0].Ended, "egress_connection_timeout_ms") {
+				t.Errorf("record %+v, want it ended at its time cap", recs[0])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a quiet connection was still open 10 s past its 200 ms time cap")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := prog.Read(make([]byte, 1)); err == nil {
+		t.Error("the program's side of the wrapped connection is still open")
+	}
+}
+
+// pipeWrapper gives the program one end of a pipe, as the secrets' injector does.
+type pipeWrapper struct{}
+
+func (*pipeWrapper) Wrap(_ context.Context, c net.Conn, _ string) net.Conn {
+	prog, ours := net.Pipe()
+	_ = ours // held open: nothing answers the program, as a quiet exchange
+	return prog
+}
+
 // TestDaemonAPIIsNeverOpened: the daemon's own listen address is refused whatever
 // network_allow says (a trial followed the refusal's hint, "127.0.0.1/32", and the program
 // then read another agent's records through the daemon's API), by address and by a name

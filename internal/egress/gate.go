@@ -351,7 +351,7 @@ func (g *Gate) Dial(ctx context.Context, host string, port int) (*Conn, error) {
 			continue
 		}
 		rec.Address, rec.Allowed = a.String(), true
-		conn := &Conn{Conn: c, gate: g, rec: rec, started: started}
+		conn := &Conn{Conn: c, gate: g, rec: rec, started: started, ended: make(chan struct{})}
 		if g.limits.ConnectionTimeout > 0 {
 			conn.deadline = started.Add(g.limits.ConnectionTimeout)
 			_ = c.SetDeadline(conn.deadline)
@@ -364,6 +364,14 @@ func (g *Gate) Dial(ctx context.Context, host string, port int) (*Conn, error) {
 		}
 		g.open[conn] = struct{}{}
 		g.mu.Unlock()
+		if g.limits.ConnectionTimeout > 0 {
+			// The deadline ends a connection only when someone reads or writes it; one the
+			// program keeps quiet (a bound host's, whose injector reads the host only to
+			// answer a request) is ended by the clock.
+			conn.mu.Lock()
+			conn.timer = time.AfterFunc(g.limits.ConnectionTimeout, conn.timeUp)
+			conn.mu.Unlock()
+		}
 		return conn, nil
 	}
 	rec.Allowed = true
@@ -480,6 +488,10 @@ type Conn struct {
 	helloDone bool
 	// wrapped is what the Gate's Wrapper returned for it, closed with it.
 	wrapped net.Conn
+	// timer ends it at its deadline (timeUp), read or not.
+	timer *time.Timer
+	// ended is closed once end has recorded it.
+	ended chan struct{}
 }
 
 // Address is the address dialed.
@@ -530,13 +542,31 @@ func (c *Conn) send(p []byte) (int, error) {
 	return n, c.timeCap(err)
 }
 
+// timeCap returns ErrTimeCap for err when the connection reached its time cap (its deadline
+// passed, or its timer ended it first), else err.
 func (c *Conn) timeCap(err error) error {
+	if err == nil || c.deadline.IsZero() {
+		return err
+	}
 	var ne net.Error
-	if err != nil && errors.As(err, &ne) && ne.Timeout() && !c.deadline.IsZero() && !c.gate.now().Before(c.deadline) {
-		c.end(fmt.Sprintf("it reached its time cap of %s (egress_connection_timeout_ms)", c.gate.limits.ConnectionTimeout))
+	if errors.As(err, &ne) && ne.Timeout() && !c.gate.now().Before(c.deadline) {
+		c.timeUp()
+	}
+	c.mu.Lock()
+	capped := c.why == timeCapWhy(c.gate.limits)
+	c.mu.Unlock()
+	if capped {
+		<-c.ended // the timer's end may still be recording it
 		return ErrTimeCap
 	}
 	return err
+}
+
+// timeUp ends the connection at its time cap.
+func (c *Conn) timeUp() { c.end(timeCapWhy(c.gate.limits)) }
+
+func timeCapWhy(l Limits) string {
+	return fmt.Sprintf("it reached its time cap of %s (egress_connection_timeout_ms)", l.ConnectionTimeout)
 }
 
 // CloseWrite closes the writing side (the program has sent its last byte).
@@ -562,6 +592,9 @@ func (c *Conn) end(why string) {
 	}
 	c.done = true
 	c.why = why
+	if c.timer != nil {
+		c.timer.Stop()
+	}
 	rec := c.rec
 	rec.BytesSent, rec.BytesReceived = c.sent, c.received
 	wrapped := c.wrapped
@@ -576,4 +609,5 @@ func (c *Conn) end(why string) {
 	delete(c.gate.open, c)
 	c.gate.mu.Unlock()
 	c.gate.record(rec)
+	close(c.ended)
 }
