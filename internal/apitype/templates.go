@@ -61,7 +61,8 @@ type TemplateStart struct {
 	ReadyTimeoutMS int64 `json:"ready_timeout_ms,omitempty"`
 }
 
-// Template is a stored template: its latest build.
+// Template is a stored template: its current version (its latest ready build), or the build
+// under way or failed when none is ready.
 type Template struct {
 	Agent string `json:"agent"`
 	Name  string `json:"name"`
@@ -83,6 +84,35 @@ type Template struct {
 	Log       string    `json:"log,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Tags are the template's tags, each naming a kept version (GET …/versions lists them);
+	// "latest" names Version and is not among them.
+	Tags map[string]int `json:"tags,omitempty"`
+}
+
+// TemplateVersion is a kept version of a template: a session of NAME:VERSION, or of NAME:TAG
+// when a tag names it, starts from its image. A template keeps its current version, the
+// template_versions_kept newest before it and every tagged one.
+type TemplateVersion struct {
+	Version    int          `json:"version"`
+	Spec       TemplateSpec `json:"spec"`
+	Hash       string       `json:"hash"`
+	Image      string       `json:"image"`
+	LayerImage string       `json:"layer_image"`
+	SizeBytes  int64        `json:"size_bytes"`
+	// Tags name this version; Current says it is the template's Version ("latest").
+	Tags      []string  `json:"tags,omitempty"`
+	Current   bool      `json:"current"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// TemplateVersionList is the answer of GET …/templates/{name}/versions, newest first.
+type TemplateVersionList struct {
+	Versions []TemplateVersion `json:"versions"`
+}
+
+// TemplateTag is the body of PUT …/templates/{name}/tags/{tag}: the version the tag names.
+type TemplateTag struct {
+	Version int `json:"version"`
 }
 
 // TemplateEvent is a build's progress: a step starting (Type "step"), a line of output ("log"), or

@@ -380,6 +380,77 @@ OUTPUT = {"jq": subprocess.run(["jq", "-n", "1+1"], capture_output=True, text=Tr
 		}
 	})
 
+	t.Run("versions and tags", func(t *testing.T) {
+		// Two versions of one template side by side: each starts as NAME:VERSION, a tag
+		// names one (CLI and REST), and NAME alone is the current one.
+		layered := func(content string) apitype.Template {
+			t.Helper()
+			events := buildTemplate(t, base, `{"name": "layered", "spec": {"base": "template:tools", "steps": [{"file": {"path": "/opt/which", "content": "`+content+`"}}]}}`)
+			last := events[len(events)-1]
+			if last.Type != "done" {
+				t.Fatalf("building layered %s: %+v", content, last)
+			}
+			return *last.Template
+		}
+		v1, v2 := layered("one"), layered("two")
+		t.Cleanup(func() { httpCall(t, "DELETE", base+"/layered", "") })
+		if v2.Version != v1.Version+1 || v2.Image == v1.Image {
+			t.Fatalf("versions %d (%s) and %d (%s): want two images", v1.Version, v1.Image, v2.Version, v2.Image)
+		}
+		which := func(ref string) string {
+			t.Helper()
+			code, stdout, stderr := cliAt(url)("run", "--agent", "alice", "--template", ref, "-c", "print(open('/opt/which').read())")
+			if code != 0 {
+				t.Fatalf("sandpit run --template %s: %d %q %q", ref, code, stdout, stderr)
+			}
+			return strings.TrimSpace(stdout)
+		}
+		if got := which(fmt.Sprintf("layered:%d", v1.Version)); got != "one" {
+			t.Errorf("layered:%d read %q, want one", v1.Version, got)
+		}
+		if got := which("layered"); got != "two" {
+			t.Errorf("layered read %q, want two (the current version)", got)
+		}
+		code, stdout, stderr := cliAt(url)("template", "tag", "layered", "stable", "--agent", "alice", "--version", strconv.Itoa(v1.Version))
+		if code != 0 || !strings.Contains(stdout, "layered:stable is version 1") {
+			t.Fatalf("sandpit template tag: %d %q %q", code, stdout, stderr)
+		}
+		status, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions", `{"template": "layered:stable"}`)
+		var sess apitype.Session
+		if err := json.Unmarshal(body, &sess); err != nil || status != 201 {
+			t.Fatalf("a session of layered:stable: %d %s", status, body)
+		}
+		t.Cleanup(func() { httpCall(t, "DELETE", url+"/v1/agents/alice/sessions/"+sess.ID, "") })
+		status, body = httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+sess.ID+"/executions", `{"code": "print(open('/opt/which').read())"}`)
+		var res apitype.Result
+		if err := json.Unmarshal(body, &res); err != nil || status != 200 || res.Stdout != "one\n" || res.TemplateVersion != v1.Version {
+			t.Errorf("a call in a session of layered:stable: %d %s, want version 1's file", status, body)
+		}
+		code, stdout, stderr = cliAt(url)("template", "versions", "layered", "--agent", "alice")
+		if code != 0 || !strings.Contains(stdout, "2 *") || !strings.Contains(stdout, "stable") {
+			t.Errorf("sandpit template versions: %d %q %q", code, stdout, stderr)
+		}
+		// A version not kept is refused with what is kept, in the CLI's words.
+		code, _, stderr = cliAt(url)("run", "--agent", "alice", "--template", "layered:9", "-c", "1")
+		if code == 0 || !strings.Contains(stderr, "versions 2 and 1") || !strings.Contains(stderr, "sandpit template versions layered") {
+			t.Errorf("a version not kept: %d %q", code, stderr)
+		}
+		// Removing version 1 takes its image and its tag; the current one is not removed alone.
+		if status, body := httpCall(t, "DELETE", base+"/layered/versions/2", ""); status != 409 {
+			t.Errorf("DELETE the current version: %d %s, want 409", status, body)
+		}
+		httpCall(t, "DELETE", url+"/v1/agents/alice/sessions/"+sess.ID, "")
+		if status, body := httpCall(t, "DELETE", base+"/layered/versions/1", ""); status != 204 {
+			t.Fatalf("DELETE version 1: %d %s", status, body)
+		}
+		if err := exec.Command("docker", "image", "inspect", v1.Image).Run(); err == nil {
+			t.Errorf("version 1's image %s is still in the engine", v1.Image)
+		}
+		if status, body := httpCall(t, "GET", base+"/layered", ""); status != 200 || strings.Contains(string(body), "stable") {
+			t.Errorf("the template after its tagged version went: %d %s, want no tag", status, body)
+		}
+	})
+
 	t.Run("saved code and jobs", func(t *testing.T) {
 		// Saved code naming the template runs in a sandbox of it, by REST, the CLI and a
 		// job's fire, and the ledger says so.
@@ -536,7 +607,8 @@ OUTPUT = {"jq": subprocess.run(["jq", "-n", "1+1"], capture_output=True, text=Tr
 		if status.Status != "ready" {
 			t.Fatalf("the build ended %q: %+v", status.Status, status.Reason)
 		}
-		sb, err := c.Create(t.Context(), map[string]any{"templateID": "e2b-built"})
+		// The build's tag (alias "e2b-built:v1") names the version built.
+		sb, err := c.Create(t.Context(), map[string]any{"templateID": "e2b-built:v1"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -21,8 +22,9 @@ import (
 
 // templateCommand is `sandpit template`: the agent's templates on the daemon.
 func (o *options) templateCommand() *cobra.Command {
-	t := &cobra.Command{Use: "template", Short: "Templates: build, ls, show, rm (sandbox images of the agent's own, started with --template; needs the daemon)"}
-	t.AddCommand(o.templateBuildCommand(), o.templateListCommand(), o.templateShowCommand(), o.templateRmCommand())
+	t := &cobra.Command{Use: "template", Short: "Templates: build, ls, show, rm, versions, tag, untag (sandbox images of the agent's own, started with --template; needs the daemon)"}
+	t.AddCommand(o.templateBuildCommand(), o.templateListCommand(), o.templateShowCommand(), o.templateRmCommand(),
+		o.templateVersionsCommand(), o.templateTagCommand(), o.templateUntagCommand())
 	return t
 }
 
@@ -240,6 +242,14 @@ func (o *options) templateShowCommand() *cobra.Command {
 			}
 			spec, _ := json.MarshalIndent(t.Spec, "", "  ")
 			fmt.Fprintf(o.env.Stdout, "name: %s\nversion: %d\nstatus: %s\nimage: %s\nsize: %d MB\nshared: %v\nspec: %s\n", t.Name, t.Version, t.Status, t.Image, t.SizeBytes>>20, t.Shared, spec)
+			if len(t.Tags) > 0 {
+				tags := make([]string, 0, len(t.Tags))
+				for tag, v := range t.Tags {
+					tags = append(tags, fmt.Sprintf("%s=%d", tag, v))
+				}
+				slices.Sort(tags)
+				fmt.Fprintf(o.env.Stdout, "tags: %s\n", strings.Join(tags, " "))
+			}
 			if t.Error != "" {
 				fmt.Fprintf(o.env.Stdout, "error: %s\n", t.Error)
 			}
@@ -255,19 +265,35 @@ func (o *options) templateShowCommand() *cobra.Command {
 
 func (o *options) templateRmCommand() *cobra.Command {
 	var f daemonFlags
-	var force bool
+	var (
+		force   bool
+		version int
+	)
 	cmd := &cobra.Command{
 		Use:   "rm NAME...",
-		Short: "Remove templates, and their images when no other template uses them",
-		Long: `Remove templates, and their images when no other template uses them. A template that saved
-code names is kept (its runs and its jobs' fires would fail) unless --force.`,
+		Short: "Remove templates (or one kept version), and their images when no other template uses them",
+		Long: `Remove templates, all their versions, and their images when no other template uses them. A
+template that saved code names is kept (its runs and its jobs' fires would fail) unless
+--force. With --version N only that kept version goes (not the current one), with its tags.`,
+		Example: `  sandpit template rm tools
+  sandpit template rm tools --version 2`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("version") && version < 1 {
+				return usageErrorf("--version is %d: give a version the template keeps (sandpit template versions NAME lists them)", version)
+			}
 			c, err := o.daemon(cmd, f)
 			if err != nil {
 				return err
 			}
 			for _, name := range args {
+				if version > 0 {
+					if err := c.DeleteTemplateVersion(cmd.Context(), f.agent, name, version); err != nil {
+						return err
+					}
+					fmt.Fprintf(o.env.Stdout, "%s:%d\n", name, version)
+					continue
+				}
 				if err := c.DeleteTemplate(cmd.Context(), f.agent, name, force); err != nil {
 					return err
 				}
@@ -278,5 +304,114 @@ code names is kept (its runs and its jobs' fires would fail) unless --force.`,
 	}
 	f.register(cmd.Flags(), false)
 	cmd.Flags().BoolVar(&force, "force", false, "remove a template even while saved code names it")
+	cmd.Flags().IntVar(&version, "version", 0, "remove only this kept version (not the current one)")
+	return cmd
+}
+
+func (o *options) templateVersionsCommand() *cobra.Command {
+	var f daemonFlags
+	cmd := &cobra.Command{
+		Use:   "versions NAME",
+		Short: "List a template's kept versions, newest first, with their tags",
+		Long: `List the versions template NAME keeps, newest first: its current one (*), the
+template_versions_kept before it, and every tagged one. --template NAME:VERSION or NAME:TAG
+starts one of them; NAME alone (or NAME:latest) the current one.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.daemon(cmd, f)
+			if err != nil {
+				return err
+			}
+			versions, err := c.TemplateVersions(cmd.Context(), f.agent, args[0])
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return o.printJSON(versions)
+			}
+			tw := tabwriter.NewWriter(o.env.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "VERSION\tTAGS\tSIZE\tIMAGE\tCREATED")
+			for _, v := range versions {
+				n := strconv.Itoa(v.Version)
+				if v.Current {
+					n += " *"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d MB\t%s\t%s\n", n, strings.Join(v.Tags, ","), v.SizeBytes>>20, v.Image, v.CreatedAt.Format("2006-01-02 15:04"))
+			}
+			return tw.Flush()
+		},
+	}
+	f.register(cmd.Flags(), true)
+	return cmd
+}
+
+func (o *options) templateTagCommand() *cobra.Command {
+	var (
+		f       daemonFlags
+		version int
+	)
+	cmd := &cobra.Command{
+		Use:   "tag NAME TAG",
+		Short: "Make TAG name a version of template NAME (the current one unless --version)",
+		Long: `Make TAG name a kept version of template NAME: the current one, or --version N. A tagged
+version is kept however many are built after it; --template NAME:TAG starts it. A tag is 1 to 63
+lowercase letters, digits, '_', '.' or '-', not all digits (NAME:3 is version 3) and not
+"latest" (always the current version).`,
+		Example: `  sandpit template tag tools stable
+  sandpit template tag tools stable --version 2
+  sandpit session new --template tools:stable`,
+		Args: exactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.daemon(cmd, f)
+			if err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("version") {
+				t, err := c.GetTemplate(cmd.Context(), f.agent, args[0])
+				if err != nil {
+					return err
+				}
+				if t.Status != "ready" {
+					return usageErrorf("template %s is %s and has no current version to tag; name a kept one with --version (sandpit template versions %s lists them)", args[0], t.Status, args[0])
+				}
+				version = t.Version
+			}
+			t, err := c.TagTemplate(cmd.Context(), f.agent, args[0], args[1], version)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return o.printJSON(t)
+			}
+			fmt.Fprintf(o.env.Stdout, "%s:%s is version %d\n", args[0], args[1], version)
+			return nil
+		},
+	}
+	f.register(cmd.Flags(), true)
+	cmd.Flags().IntVar(&version, "version", 0, "the kept version the tag names (default: the current one)")
+	return cmd
+}
+
+func (o *options) templateUntagCommand() *cobra.Command {
+	var f daemonFlags
+	cmd := &cobra.Command{
+		Use:   "untag NAME TAG...",
+		Short: "Remove tags of template NAME (their versions stay while template_versions_kept counts them)",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.daemon(cmd, f)
+			if err != nil {
+				return err
+			}
+			for _, tag := range args[1:] {
+				if err := c.UntagTemplate(cmd.Context(), f.agent, args[0], tag); err != nil {
+					return err
+				}
+				fmt.Fprintf(o.env.Stdout, "%s:%s\n", args[0], tag)
+			}
+			return nil
+		},
+	}
+	f.register(cmd.Flags(), false)
 	return cmd
 }

@@ -17,6 +17,7 @@ var restAdvice = []struct {
 	{regexp.MustCompile(`GET /v1/executions/(\S+) lists its files under "files"`), "sandpit exec files $1 lists them"},
 	{regexp.MustCompile(`GET /v1/packages lists them`), "sandpit packages list lists them"},
 	{regexp.MustCompile(`GET /v1/agents/[^/ ]+/templates lists them`), "sandpit template ls lists them"},
+	{regexp.MustCompile(`GET (?:/v1/agents/[^/ ]+/templates/([^/ ]+)|…)/versions lists them`), "sandpit template versions $1 lists them"},
 	{regexp.MustCompile(`one listed "within" another`), "one listed WITH another"},
 	{regexp.MustCompile(`\(GET /v1/limits lists the limits; `), "("},
 	// A session's lifecycle (a trial was told to POST to resume from the command line).

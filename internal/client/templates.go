@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/errclass"
@@ -73,6 +74,41 @@ func (c *Client) DeleteTemplate(ctx context.Context, agent, name string, force b
 		path += "?force=true"
 	}
 	resp, err := c.send(ctx, http.MethodDelete, path, nil, "application/json")
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}
+
+// TemplateVersions returns the kept versions of agent's template name, newest first (404:
+// no such template).
+func (c *Client) TemplateVersions(ctx context.Context, agent, name string) ([]apitype.TemplateVersion, error) {
+	var out apitype.TemplateVersionList
+	err := c.getJSON(ctx, agentPath(agent, "templates", name, "versions"), &out)
+	return out.Versions, err
+}
+
+// DeleteTemplateVersion removes a kept version of agent's template name (404: not kept; 409:
+// the current version).
+func (c *Client) DeleteTemplateVersion(ctx context.Context, agent, name string, version int) error {
+	resp, err := c.send(ctx, http.MethodDelete, agentPath(agent, "templates", name, "versions", strconv.Itoa(version)), nil, "application/json")
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}
+
+// TagTemplate makes tag of agent's template name name version, and returns the template with
+// its tags (400: a bad tag, or a version not kept).
+func (c *Client) TagTemplate(ctx context.Context, agent, name, tag string, version int) (apitype.Template, error) {
+	var out apitype.Template
+	err := c.call(ctx, http.MethodPut, agentPath(agent, "templates", name, "tags", tag), apitype.TemplateTag{Version: version}, &out)
+	return out, err
+}
+
+// UntagTemplate removes tag of agent's template name (404: no such tag).
+func (c *Client) UntagTemplate(ctx context.Context, agent, name, tag string) error {
+	resp, err := c.send(ctx, http.MethodDelete, agentPath(agent, "templates", name, "tags", tag), nil, "application/json")
 	if err != nil {
 		return err
 	}

@@ -323,6 +323,10 @@ type Config struct {
 	// TemplatesPerAgent caps the templates one agent keeps. Default 20; 0 (no templates) to
 	// 1000.
 	TemplatesPerAgent int `json:"templates_per_agent"`
+	// TemplateVersionsKept is how many versions of a template before its current one are kept,
+	// startable as NAME:VERSION (docs/templates.md); older ones are removed with their images
+	// when a new one is built, unless a tag names them. Default 2; 0 to 100.
+	TemplateVersionsKept int `json:"template_versions_kept"`
 	// TemplateAptHosts are the Debian package sources' host names (network_allow's forms) a
 	// template build may reach, at ports 80 and 443 unless an entry names its own, resolved
 	// as the host resolves them (its /etc/hosts included) and allowed on whatever address
@@ -549,6 +553,7 @@ func defaults(lookup func(string) (string, bool)) Config {
 		TemplateBuildTimeoutMS:    1_800_000,
 		TemplateMaxBytes:          8 * gib,
 		TemplatesPerAgent:         20,
+		TemplateVersionsKept:      2,
 		TemplateAptHosts:          []string{"deb.debian.org", "security.debian.org"},
 		TemplateBuildAllow:        []string{},
 		PortConnectionsPerSession: ports.DefaultLimits().PerSession,
@@ -814,6 +819,7 @@ func (c Config) Validate() error {
 	report.intRange("template_build_timeout_ms", c.TemplateBuildTimeoutMS, 10_000, 7_200_000, " milliseconds")
 	report.intRange("template_max_bytes", c.TemplateMaxBytes, 64<<20, 1<<40, " bytes")
 	report.intRange("templates_per_agent", int64(c.TemplatesPerAgent), 0, 1000, " templates")
+	report.intRange("template_versions_kept", int64(c.TemplateVersionsKept), 0, 100, " versions")
 	c.checkKubernetes(&report)
 	c.checkLog(&report)
 	return errors.Join(report.errs...)

@@ -147,6 +147,7 @@ func (c Config) Templates() template.Config {
 		BuildTimeout:      time.Duration(c.TemplateBuildTimeoutMS) * time.Millisecond,
 		MaxImageBytes:     c.TemplateMaxBytes,
 		PerAgent:          c.TemplatesPerAgent,
+		VersionsKept:      c.TemplateVersionsKept,
 		Pip: protocol.PipOptions{IndexURL: c.IndexURL, ExtraIndexURLs: c.ExtraIndexURLs,
 			TrustedHosts: c.TrustedHosts, BinaryOnly: c.BinaryOnly},
 	}

@@ -182,14 +182,17 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, agent string) {
 	}
 	// The e2b_templates are the daemon's own image; any other templateID is a template of the
 	// key's agent (or AGENT/NAME of a shared one), built with POST /v1/templates.
-	tmpl := ""
-	if !slices.Contains(s.cfg.Templates, req.TemplateID) {
-		if req.TemplateID == "" {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("templateID is empty: use one of %s (the daemon's e2b_templates) or a template's name",
-				strings.Join(s.cfg.Templates, ", ")))
-			return
-		}
-		tmpl = req.TemplateID
+	// NAME:TAG starts a tagged version (NAME:VERSION a kept one); E2B's NAME:default is NAME.
+	tmpl := req.TemplateID
+	if name, tag, ok := strings.Cut(tmpl, ":"); ok && currentTag(tag) {
+		tmpl = name
+	}
+	if slices.Contains(s.cfg.Templates, tmpl) {
+		tmpl = ""
+	} else if tmpl == "" {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("templateID is empty: use one of %s (the daemon's e2b_templates) or a template's name",
+			strings.Join(s.cfg.Templates, ", ")))
+		return
 	}
 	timeout := int64(defaultTimeout)
 	if req.Timeout != nil {

@@ -34,7 +34,18 @@ type Templates interface {
 	Get(ctx context.Context, agent, name string) (template.Template, error)
 	List(ctx context.Context, agent string) ([]template.Template, error)
 	Delete(ctx context.Context, agent, name string, force bool) error
+	// Versions, Tag and Untag are a template's kept versions and their tags (template.Service).
+	Versions(ctx context.Context, agent, name string) ([]template.Version, error)
+	Tag(ctx context.Context, agent, name, tag string, version int) error
+	Untag(ctx context.Context, agent, name, tag string) error
 }
+
+// defaultTag is E2B's name for a template's current build (NAME is NAME:default), sandpit's
+// "latest".
+const defaultTag = "default"
+
+// currentTag reports whether tag names a template's current version.
+func currentTag(tag string) bool { return tag == "" || tag == defaultTag || tag == template.Latest }
 
 // SetTemplates serves E2B's template API from t; without it (a runtime with no templates)
 // the template routes answer 501.
@@ -148,14 +159,29 @@ func (s *Server) templateRoutes(mux *http.ServeMux, authed func(func(http.Respon
 	mux.HandleFunc("GET /templates", with(s.listTemplates))
 	mux.HandleFunc("GET /templates/{id}", with(s.getTemplate))
 	mux.HandleFunc("DELETE /templates/{id}", with(s.deleteTemplate))
-	mux.HandleFunc("GET /templates/aliases/{alias}", with(s.templateAlias))
-	// The rest: tags (a sandpit template has versions: build it again to make one), the
-	// deprecated first API, updates, logs apart from the status.
-	other := unsupported("template routes other than build, status, files, list, get, delete and aliases (tags, updates, the first API)")
+	// GET /templates/aliases/{alias} and GET /templates/{templateID}/tags overlap as patterns
+	// (a template named "aliases"): one route serves both, the alias first, as E2B's API does.
+	mux.HandleFunc("GET /templates/{id}/{sub}", with(func(w http.ResponseWriter, r *http.Request, agent string, t Templates) {
+		switch {
+		case r.PathValue("id") == "aliases":
+			s.templateAlias(w, r, r.PathValue("sub"), agent, t)
+		case r.PathValue("sub") == "tags":
+			s.templateTags(w, r, agent, t)
+		default:
+			unsupported(otherTemplateRoutes)(w, r)
+		}
+	}))
+	mux.HandleFunc("POST /templates/tags", with(s.assignTags))
+	mux.HandleFunc("DELETE /templates/tags", with(s.deleteTags))
+	// The rest: the deprecated first API, updates, logs apart from the status.
+	other := unsupported(otherTemplateRoutes)
 	for _, p := range []string{"/templates/", "/v2/templates/", "POST /templates", "POST /v2/templates"} {
 		mux.Handle(p, authed(func(w http.ResponseWriter, r *http.Request, _ string) { other(w, r) }))
 	}
 }
+
+// otherTemplateRoutes are E2B's template routes sandpit does not serve.
+const otherTemplateRoutes = "template routes other than build, status, files, list, get, delete, aliases and tags (updates, the first API)"
 
 // templateName splits E2B's "name[:tag]" into sandpit's template name and the tag.
 func (s *Server) templateName(field, ref string) (name, tag string, err error) {
@@ -198,6 +224,15 @@ func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request, agent stri
 	}
 	if tags == nil {
 		tags = []string{}
+	}
+	for _, tag := range tags {
+		if currentTag(tag) {
+			continue
+		}
+		if err := template.CheckTag("tags", tag); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
 	}
 	b := &templateBuild{id: uuid.NewString(), agent: agent, name: name, tags: tags, created: time.Now().UTC(), status: "waiting"}
 	ts := s.tmpl
@@ -301,16 +336,28 @@ func (s *Server) startBuild(w http.ResponseWriter, r *http.Request, agent string
 
 // build runs t.Build in a build's own goroutine, where no HTTP server's recovery stands: a
 // panic (a fault of sandpit's, such as one an agent's build output once set off) fails the
-// build, logged with its stack, instead of ending the daemon.
-func (s *Server) build(ctx context.Context, t Templates, req template.BuildRequest, emit func(template.Event)) (err error) {
+// build, logged with its stack, instead of ending the daemon. The version built then gets
+// tags (E2B's build tags; "default" is the current version already).
+func (s *Server) build(ctx context.Context, t Templates, req template.BuildRequest, tags []string, emit func(template.Event)) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.Error("a template build panicked", "agent", req.Agent, "template", req.Name, "panic", r, "stack", string(debug.Stack()))
 			err = fmt.Errorf("sandpit failed while building (a fault of the daemon's, in its log): %v", r)
 		}
 	}()
-	_, err = t.Build(ctx, req, emit)
-	return err
+	built, err := t.Build(ctx, req, emit)
+	if err != nil {
+		return err
+	}
+	for _, tag := range tags {
+		if currentTag(tag) {
+			continue
+		}
+		if err := t.Tag(ctx, req.Agent, req.Name, tag, built.Version); err != nil {
+			return fmt.Errorf("version %d was built, but its tag %q was not given: %w", built.Version, tag, err)
+		}
+	}
+	return nil
 }
 
 // runBuild builds spec as b, recording its progress as E2B's log entries; origin maps each of
@@ -341,7 +388,7 @@ func (s *Server) runBuild(ctx context.Context, t Templates, b *templateBuild, sp
 			b.bytes = -1
 		}
 	}
-	err := s.build(ctx, t, template.BuildRequest{Agent: b.agent, Name: b.name, Spec: spec}, func(ev template.Event) {
+	err := s.build(ctx, t, template.BuildRequest{Agent: b.agent, Name: b.name, Spec: spec}, b.tags, func(ev template.Event) {
 		now := time.Now().UTC()
 		switch ev.Type {
 		case "step":
@@ -799,11 +846,117 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request, agent st
 
 // templateAlias is GET /templates/aliases/{alias}: 200 when the agent has a template of that
 // name, else 404 (the SDKs' Template.alias_exists).
-func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request, agent string, t Templates) {
-	name, _, _ := strings.Cut(r.PathValue("alias"), ":")
+func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request, alias, agent string, t Templates) {
+	name, _, _ := strings.Cut(alias, ":")
 	if _, err := t.Get(r.Context(), agent, name); err != nil {
 		writeEngineError(w, "template "+name, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"templateID": name, "public": false})
+}
+
+// templateTags is GET /templates/{id}/tags: E2B's TemplateTag of each tag, "default" (the
+// current version) first.
+func (s *Server) templateTags(w http.ResponseWriter, r *http.Request, agent string, t Templates) {
+	name := r.PathValue("id")
+	tm, err := t.Get(r.Context(), agent, name)
+	if err != nil {
+		writeEngineError(w, "template "+name, err)
+		return
+	}
+	versions, err := t.Versions(r.Context(), agent, name)
+	if err != nil {
+		writeEngineError(w, "template "+name, err)
+		return
+	}
+	out := []map[string]any{}
+	for _, v := range versions {
+		id := buildUUID(template.Template{Hash: v.Hash, Version: v.Version})
+		if v.Current {
+			out = append([]map[string]any{{"tag": defaultTag, "buildID": id, "createdAt": tm.UpdatedAt}}, out...)
+		}
+		for _, tag := range v.Tags {
+			out = append(out, map[string]any{"tag": tag, "buildID": id, "createdAt": v.CreatedAt})
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// assignTags is POST /templates/tags (E2B's AssignTemplateTagsRequest): tags then name the
+// version target ("name" or "name:tag", a tag or a version number) names.
+func (s *Server) assignTags(w http.ResponseWriter, r *http.Request, agent string, t Templates) {
+	var req struct {
+		Target string   `json:"target"`
+		Tags   []string `json:"tags"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	name, sel, err := s.templateName("target", req.Target)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if len(req.Tags) == 0 {
+		writeError(w, http.StatusBadRequest, "tags is empty: name at least one tag to assign")
+		return
+	}
+	versions, err := t.Versions(r.Context(), agent, name)
+	if err != nil {
+		writeEngineError(w, "template "+name, err)
+		return
+	}
+	i := slices.IndexFunc(versions, func(v template.Version) bool {
+		return currentTag(sel) && v.Current || slices.Contains(v.Tags, sel) || strconv.Itoa(v.Version) == sel
+	})
+	if i < 0 {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("target %q: template %s has no such tag or version (GET /templates/%s/tags lists its tags)", req.Target, name, name))
+		return
+	}
+	v := versions[i]
+	for _, tag := range req.Tags {
+		if currentTag(tag) {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("tag %q always names the template's current build: build it again to move it", tag))
+			return
+		}
+		if err := t.Tag(r.Context(), agent, name, tag, v.Version); err != nil {
+			writeEngineError(w, "tag "+tag, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"tags": req.Tags, "buildID": buildUUID(template.Template{Hash: v.Hash, Version: v.Version})})
+}
+
+// deleteTags is DELETE /templates/tags (E2B's DeleteTemplateTagsRequest): the tags of the
+// template name are removed.
+func (s *Server) deleteTags(w http.ResponseWriter, r *http.Request, agent string, t Templates) {
+	var req struct {
+		Name string   `json:"name"`
+		Tags []string `json:"tags"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	name, _, err := s.templateName("name", req.Name)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if len(req.Tags) == 0 {
+		writeError(w, http.StatusBadRequest, "tags is empty: name at least one tag to remove")
+		return
+	}
+	for _, tag := range req.Tags {
+		if currentTag(tag) {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("tag %q names the template's current build and cannot be removed; delete the template instead", tag))
+			return
+		}
+		if err := t.Untag(r.Context(), agent, name, tag); err != nil {
+			writeEngineError(w, "tag "+tag, err)
+			return
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -33,11 +33,59 @@ func (k keysOf) APIKeyAgent(_ context.Context, key string) (string, error) {
 	return "", errclass.New(errclass.Forbidden, "no such key")
 }
 
-// fakeTemplates records the specs it is asked to build and fails the build with fail, if set.
+// fakeTemplates records the specs it is asked to build and fails the build with fail, if set;
+// each build of a name is a new version, every one kept, with tags.
 type fakeTemplates struct {
-	mu    sync.Mutex
-	built map[string]template.Spec // by agent/name
-	fail  error
+	mu       sync.Mutex
+	built    map[string]template.Spec // by agent/name
+	fail     error
+	versions map[string]int            // by agent/name: the current one
+	tags     map[string]map[string]int // by agent/name
+}
+
+func (f *fakeTemplates) Versions(_ context.Context, agent, name string) ([]template.Version, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key := agent + "/" + name
+	if _, ok := f.built[key]; !ok {
+		return nil, template.ErrNotFound
+	}
+	var out []template.Version
+	for n := f.versions[key]; n >= 1; n-- {
+		v := template.Version{Version: n, Hash: fmt.Sprintf("hash%d", n), Current: n == f.versions[key]}
+		for tag, tv := range f.tags[key] {
+			if tv == n {
+				v.Tags = append(v.Tags, tag)
+			}
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (f *fakeTemplates) Tag(_ context.Context, agent, name, tag string, version int) error {
+	if err := template.CheckTag("tag", tag); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key := agent + "/" + name
+	if f.tags[key] == nil {
+		f.tags[key] = map[string]int{}
+	}
+	f.tags[key][tag] = version
+	return nil
+}
+
+func (f *fakeTemplates) Untag(_ context.Context, agent, name, tag string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key := agent + "/" + name
+	if _, ok := f.tags[key][tag]; !ok {
+		return template.ErrNotFound
+	}
+	delete(f.tags[key], tag)
+	return nil
 }
 
 func (f *fakeTemplates) Build(_ context.Context, req template.BuildRequest, emit func(template.Event)) (template.Template, error) {
@@ -51,8 +99,13 @@ func (f *fakeTemplates) Build(_ context.Context, req template.BuildRequest, emit
 	}
 	f.mu.Lock()
 	f.built[req.Agent+"/"+req.Name] = req.Spec
+	if f.versions == nil {
+		f.versions, f.tags = map[string]int{}, map[string]map[string]int{}
+	}
+	f.versions[req.Agent+"/"+req.Name]++
+	version := f.versions[req.Agent+"/"+req.Name]
 	f.mu.Unlock()
-	t := template.Template{Agent: req.Agent, Name: req.Name, Version: 1, Spec: req.Spec, Status: template.StatusReady}
+	t := template.Template{Agent: req.Agent, Name: req.Name, Version: version, Spec: req.Spec, Status: template.StatusReady}
 	emit(template.Event{Type: "done", Steps: n, Template: &t})
 	return t, nil
 }
@@ -282,6 +335,50 @@ func TestTemplateBuilderFlow(t *testing.T) {
 		}
 	}
 
+	// The build's tag names its version, beside E2B's "default" (the current one); tags are
+	// assigned to a version by target and removed, in E2B's shapes.
+	type tagJSON struct {
+		Tag     string `json:"tag"`
+		BuildID string `json:"buildID"`
+	}
+	var tags []tagJSON
+	if code := call(t, "GET", base+"/templates/my-env/tags", "k-alice", nil, &tags); code != 200 || len(tags) != 2 || tags[0].Tag != "default" || tags[1].Tag != "v1" || tags[0].BuildID != tags[1].BuildID {
+		t.Errorf("GET /templates/my-env/tags: %d %+v, want default and v1 on one build", code, tags)
+	}
+	var assigned struct {
+		Tags    []string `json:"tags"`
+		BuildID string   `json:"buildID"`
+	}
+	if code := call(t, "POST", base+"/templates/tags", "k-alice", map[string]any{"target": "my-env:v1", "tags": []string{"prod"}}, &assigned); code != 201 || assigned.BuildID != tags[0].BuildID || assigned.Tags[0] != "prod" {
+		t.Errorf("POST /templates/tags: %d %+v", code, assigned)
+	}
+	if f.tags["alice/my-env"]["prod"] != 1 {
+		t.Errorf("tags after the assignment: %v", f.tags["alice/my-env"])
+	}
+	var e apiError
+	for _, c := range []struct {
+		body map[string]any
+		want int
+	}{
+		{map[string]any{"target": "my-env:nope", "tags": []string{"x"}}, 404},
+		{map[string]any{"target": "my-env", "tags": []string{"default"}}, 400},
+		{map[string]any{"target": "my-env", "tags": []string{}}, 400},
+		{map[string]any{"target": "my-env", "tags": []string{"7"}}, 400},
+	} {
+		if code := call(t, "POST", base+"/templates/tags", "k-alice", c.body, &e); code != c.want || e.Code != c.want {
+			t.Errorf("POST /templates/tags %v: %d %+v, want %d", c.body, code, e, c.want)
+		}
+	}
+	if code := call(t, "POST", base+"/templates/tags", "k-bob", map[string]any{"target": "my-env", "tags": []string{"mine"}}, nil); code != 404 {
+		t.Errorf("bob tags alice's template: %d, want 404", code)
+	}
+	if code := call(t, "DELETE", base+"/templates/tags", "k-alice", map[string]any{"name": "my-env", "tags": []string{"prod"}}, nil); code != 204 {
+		t.Errorf("DELETE /templates/tags: %d", code)
+	}
+	if code := call(t, "DELETE", base+"/templates/tags", "k-alice", map[string]any{"name": "my-env", "tags": []string{"prod"}}, nil); code != 404 {
+		t.Errorf("DELETE of a tag already gone: %d, want 404", code)
+	}
+
 	// The template is alice's: listed, found by alias, not bob's, and deleted.
 	var list []map[string]any
 	if call(t, "GET", base+"/templates", "k-alice", nil, &list); len(list) != 1 || list[0]["templateID"] != "my-env" || list[0]["buildStatus"] != "ready" {
@@ -368,8 +465,8 @@ func TestTemplateBuilderErrors(t *testing.T) {
 	if code := call(t, "POST", base+"/v3/templates", "k-alice", map[string]any{"name": "My Env"}, &e); code != 400 || !strings.Contains(e.Message, "not a sandpit template name") {
 		t.Errorf("a bad name: %d %+v", code, e)
 	}
-	if code := call(t, "GET", base+"/templates/broken/tags", "k-alice", nil, &e); code != 501 || !strings.Contains(e.Message, "tags") {
-		t.Errorf("tags: %d %+v", code, e)
+	if code := call(t, "PATCH", base+"/templates/broken", "k-alice", map[string]any{"public": true}, &e); code != 501 || !strings.Contains(e.Message, "updates") {
+		t.Errorf("an update: %d %+v", code, e)
 	}
 
 	// An archive of more files than a template has steps is refused as it is uploaded.

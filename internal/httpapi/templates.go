@@ -2,11 +2,14 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/template"
 )
 
@@ -16,6 +19,10 @@ type Templates interface {
 	Get(ctx context.Context, agent, name string) (template.Template, error)
 	List(ctx context.Context, agent string) ([]template.Template, error)
 	Delete(ctx context.Context, agent, name string, force bool) error
+	Versions(ctx context.Context, agent, name string) ([]template.Version, error)
+	DeleteVersion(ctx context.Context, agent, name string, version int) error
+	Tag(ctx context.Context, agent, name, tag string, version int) error
+	Untag(ctx context.Context, agent, name, tag string) error
 }
 
 var _ Templates = (*template.Service)(nil)
@@ -28,7 +35,18 @@ func (a *api) routeTemplates() {
 		a.handle("GET "+prefix, a.listTemplates)
 		a.handle("GET "+prefix+"/{name}", a.getTemplate)
 		a.handle("DELETE "+prefix+"/{name}", a.deleteTemplate)
+		a.handle("GET "+prefix+"/{name}/versions", a.templateVersions)
+		a.handle("DELETE "+prefix+"/{name}/versions/{version}", a.deleteTemplateVersion)
+		a.handle("PUT "+prefix+"/{name}/tags/{tag}", a.tagTemplate)
+		a.handle("DELETE "+prefix+"/{name}/tags/{tag}", a.untagTemplate)
 	}
+}
+
+var tagShape = shape{
+	flat:    true,
+	fields:  []string{"version"},
+	expect:  map[string]string{"version": "must be a whole number: a version the template keeps (GET …/versions lists them)"},
+	example: `{"version": 3}`,
 }
 
 var templateShape = shape{
@@ -145,6 +163,77 @@ func (a *api) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := a.templates.Delete(r.Context(), agent, r.PathValue("name"), force); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *api) templateVersions(w http.ResponseWriter, r *http.Request) {
+	agent, err := templateAgent(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	versions, err := a.templates.Versions(r.Context(), agent, r.PathValue("name"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apitype.TemplateVersionList{Versions: append([]template.Version{}, versions...)})
+}
+
+func (a *api) deleteTemplateVersion(w http.ResponseWriter, r *http.Request) {
+	agent, err := templateAgent(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	version, err := strconv.Atoi(r.PathValue("version"))
+	if err != nil || version < 1 {
+		writeError(w, &sandbox.FieldError{Field: "version", Message: fmt.Sprintf("%q is not a version: give its number, as GET …/versions lists them", r.PathValue("version"))})
+		return
+	}
+	if err := a.templates.DeleteVersion(r.Context(), agent, r.PathValue("name"), version); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// tagTemplate is PUT …/templates/{name}/tags/{tag} with {"version": N}: the tag then names
+// version N (a session of NAME:TAG starts from it).
+func (a *api) tagTemplate(w http.ResponseWriter, r *http.Request) {
+	agent, err := templateAgent(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var b apitype.TemplateTag
+	if err := readBody(w, r, 1<<10, &b, tagShape); err != nil {
+		writeError(w, err)
+		return
+	}
+	name := r.PathValue("name")
+	if err := a.templates.Tag(r.Context(), agent, name, r.PathValue("tag"), b.Version); err != nil {
+		writeError(w, err)
+		return
+	}
+	t, err := a.templates.Get(r.Context(), agent, name)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
+}
+
+func (a *api) untagTemplate(w http.ResponseWriter, r *http.Request) {
+	agent, err := templateAgent(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := a.templates.Untag(r.Context(), agent, r.PathValue("name"), r.PathValue("tag")); err != nil {
 		writeError(w, err)
 		return
 	}

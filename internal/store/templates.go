@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/template"
 )
@@ -53,9 +55,129 @@ func (s *Store) ListTemplates(ctx context.Context, agent string) ([]template.Tem
 	return s.listTemplates(ctx, `SELECT `+templateColumns+` FROM templates WHERE agent = ? OR shared = 1 ORDER BY agent, name`, agent)
 }
 
-// DeleteTemplate removes agent's template name (template.Store).
+// DeleteTemplate removes agent's template name, its kept versions and its tags
+// (template.Store).
 func (s *Store) DeleteTemplate(ctx context.Context, agent, name string) error {
-	res, err := s.w.ExecContext(ctx, `DELETE FROM templates WHERE agent = ? AND name = ?`, agent, name)
+	return s.tx(ctx, func(tx *Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM templates WHERE agent = ? AND name = ?`, agent, name)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err == nil && n == 0 {
+			return template.ErrNotFound
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM template_versions WHERE agent = ? AND name = ?`, agent, name); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM template_tags WHERE agent = ? AND name = ?`, agent, name)
+		return err
+	})
+}
+
+const templateVersionColumns = `version, spec, hash, image, layer_image, size_bytes, created_at`
+
+// PutTemplateVersion keeps v as a version of agent's template name, replacing one of the same
+// number (template.Store).
+func (s *Store) PutTemplateVersion(ctx context.Context, agent, name string, v template.Version) error {
+	spec, err := json.Marshal(v.Spec)
+	if err != nil {
+		return err
+	}
+	_, err = s.w.ExecContext(ctx, `INSERT INTO template_versions (agent, name, `+templateVersionColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (agent, name, version) DO UPDATE SET spec = excluded.spec, hash = excluded.hash, image = excluded.image,
+		layer_image = excluded.layer_image, size_bytes = excluded.size_bytes`,
+		agent, name, v.Version, string(spec), v.Hash, v.Image, v.LayerImage, v.SizeBytes, ms(v.CreatedAt))
+	if err != nil {
+		return fmt.Errorf("storing version %d of template %q: %w", v.Version, name, err)
+	}
+	return nil
+}
+
+// TemplateVersions returns the kept versions of agent's template name, newest first, each
+// with its tags (template.Store). Current is left to the caller.
+func (s *Store) TemplateVersions(ctx context.Context, agent, name string) ([]template.Version, error) {
+	tags, err := s.TemplateTags(ctx, agent, name)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT `+templateVersionColumns+` FROM template_versions
+		WHERE agent = ? AND name = ? ORDER BY version DESC`, agent, name)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, func(r scanner) (template.Version, error) {
+		var (
+			v       template.Version
+			spec    string
+			created sql.NullInt64
+		)
+		if err := r.Scan(&v.Version, &spec, &v.Hash, &v.Image, &v.LayerImage, &v.SizeBytes, &created); err != nil {
+			return v, err
+		}
+		if err := json.Unmarshal([]byte(spec), &v.Spec); err != nil {
+			return v, fmt.Errorf("version %d of template %q has an unreadable spec: %w", v.Version, name, err)
+		}
+		v.CreatedAt = fromMS(created)
+		for tag, n := range tags {
+			if n == v.Version {
+				v.Tags = append(v.Tags, tag)
+			}
+		}
+		slices.Sort(v.Tags)
+		return v, nil
+	})
+}
+
+// DeleteTemplateVersion removes a kept version of agent's template name and the tags naming
+// it (template.Store); an error wrapping template.ErrNotFound when it is not kept.
+func (s *Store) DeleteTemplateVersion(ctx context.Context, agent, name string, version int) error {
+	return s.tx(ctx, func(tx *Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM template_versions WHERE agent = ? AND name = ? AND version = ?`, agent, name, version)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err == nil && n == 0 {
+			return template.ErrNotFound
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM template_tags WHERE agent = ? AND name = ? AND version = ?`, agent, name, version)
+		return err
+	})
+}
+
+// TemplateTags returns the tags of agent's template name, each with the version it names
+// (template.Store).
+func (s *Store) TemplateTags(ctx context.Context, agent, name string) (map[string]int, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT tag, version FROM template_tags WHERE agent = ? AND name = ?`, agent, name)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	tags := map[string]int{}
+	for rows.Next() {
+		var (
+			tag string
+			v   int
+		)
+		if err := rows.Scan(&tag, &v); err != nil {
+			return nil, err
+		}
+		tags[tag] = v
+	}
+	return tags, rows.Err()
+}
+
+// SetTemplateTag makes tag of agent's template name name version (template.Store).
+func (s *Store) SetTemplateTag(ctx context.Context, agent, name, tag string, version int) error {
+	_, err := s.w.ExecContext(ctx, `INSERT INTO template_tags (agent, name, tag, version, updated_at) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (agent, name, tag) DO UPDATE SET version = excluded.version, updated_at = excluded.updated_at`,
+		agent, name, tag, version, ms(time.Now()))
+	return err
+}
+
+// DeleteTemplateTag removes tag of agent's template name (template.Store); an error wrapping
+// template.ErrNotFound when it has no such tag.
+func (s *Store) DeleteTemplateTag(ctx context.Context, agent, name, tag string) error {
+	res, err := s.w.ExecContext(ctx, `DELETE FROM template_tags WHERE agent = ? AND name = ? AND tag = ?`, agent, name, tag)
 	if err != nil {
 		return err
 	}
@@ -83,11 +205,12 @@ func (s *Store) CodeNamingTemplate(ctx context.Context, owner, name string) ([]s
 	})
 }
 
-// TemplateImageUsers counts the templates whose image or layer image is image
-// (template.Store).
+// TemplateImageUsers counts the templates and kept versions whose image or layer image is
+// image (template.Store).
 func (s *Store) TemplateImageUsers(ctx context.Context, image string) (int, error) {
 	var n int
-	err := s.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM templates WHERE image = ? OR layer_image = ?`, image, image).Scan(&n)
+	err := s.r.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM templates WHERE image = ? OR layer_image = ?)
+		+ (SELECT COUNT(*) FROM template_versions WHERE image = ? OR layer_image = ?)`, image, image, image, image).Scan(&n)
 	return n, err
 }
 

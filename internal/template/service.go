@@ -31,9 +31,11 @@ const (
 	StatusFailed   = "failed"
 )
 
-// Template is a stored template (the wire's type); Event a build's progress.
+// Template is a stored template (the wire's type); Version a kept version of one; Event a
+// build's progress.
 type (
 	Template = apitype.Template
+	Version  = apitype.TemplateVersion
 	Event    = apitype.TemplateEvent
 )
 
@@ -56,6 +58,20 @@ type Store interface {
 	// CodeNamingTemplate returns the saved code ("AGENT/NAME") whose latest version names
 	// owner's template name.
 	CodeNamingTemplate(ctx context.Context, owner, name string) ([]string, error)
+
+	// PutTemplateVersion keeps v as a version of agent's template name (replacing one of the
+	// same number); TemplateVersions returns the kept ones, newest first, with their tags;
+	// DeleteTemplateVersion removes one and its tags (an error wrapping ErrNotFound when it is
+	// not kept). DeleteTemplate removes them all.
+	PutTemplateVersion(ctx context.Context, agent, name string, v Version) error
+	TemplateVersions(ctx context.Context, agent, name string) ([]Version, error)
+	DeleteTemplateVersion(ctx context.Context, agent, name string, version int) error
+	// TemplateTags returns the tags of agent's template name and the version each names;
+	// SetTemplateTag makes tag name version; DeleteTemplateTag removes it (an error wrapping
+	// ErrNotFound when there is no such tag).
+	TemplateTags(ctx context.Context, agent, name string) (map[string]int, error)
+	SetTemplateTag(ctx context.Context, agent, name, tag string, version int) error
+	DeleteTemplateTag(ctx context.Context, agent, name, tag string) error
 }
 
 // Engine builds and keeps images.
@@ -81,6 +97,9 @@ type Config struct {
 	BuildTimeout  time.Duration
 	MaxImageBytes int64
 	PerAgent      int
+	// VersionsKept is how many versions before the current one a template keeps (tagged ones
+	// are kept besides).
+	VersionsKept int
 	// Pip is the daemon's index settings, for pip steps.
 	Pip protocol.PipOptions
 	// LayerRepository names the template layers' images (default "sandpit-template");
@@ -273,7 +292,7 @@ func (s *Service) Build(ctx context.Context, req BuildRequest, emit func(Event))
 	steps := len(plan.Steps) + 1
 	if exists && prev.Status == StatusReady && prev.Hash == plan.Hash && s.present(ctx, prev.Image) && s.present(ctx, prev.LayerImage) {
 		prev.Spec, prev.Version, prev.Shared, prev.UpdatedAt, prev.Error = req.Spec, t.Version, req.Shared, now, ""
-		if err := s.store.PutTemplate(ctx, prev); err != nil {
+		if err := s.ready(ctx, prev); err != nil {
 			return Template{}, err
 		}
 		emit(Event{Type: "done", Steps: steps, Cached: true, Template: &prev})
@@ -316,12 +335,44 @@ func (s *Service) Build(ctx context.Context, req BuildRequest, emit func(Event))
 		return t, berr
 	}
 	t.Status = StatusReady
-	if err := s.store.PutTemplate(ctx, t); err != nil {
+	if err := s.ready(ctx, t); err != nil {
 		return Template{}, err
 	}
 	s.log.Info("template built", "agent", t.Agent, "template", t.Name, "version", t.Version, "image", t.Image, "cached", cached)
 	emit(Event{Type: "done", Steps: steps, Cached: cached, Template: &t})
 	return t, nil
+}
+
+// ready stores t, ready, as its template's current version, and removes the versions no
+// longer kept (beyond VersionsKept before it and untagged) with their images.
+func (s *Service) ready(ctx context.Context, t Template) error {
+	if err := s.store.PutTemplate(ctx, t); err != nil {
+		return err
+	}
+	v := Version{Version: t.Version, Spec: t.Spec, Hash: t.Hash, Image: t.Image, LayerImage: t.LayerImage,
+		SizeBytes: t.SizeBytes, CreatedAt: t.UpdatedAt}
+	if err := s.store.PutTemplateVersion(ctx, t.Agent, t.Name, v); err != nil {
+		return err
+	}
+	versions, err := s.store.TemplateVersions(ctx, t.Agent, t.Name)
+	if err != nil {
+		return err
+	}
+	earlier := 0
+	for _, v := range versions { // newest first
+		if v.Version == t.Version || len(v.Tags) > 0 {
+			continue
+		}
+		if v.Version < t.Version && earlier < s.cfg.VersionsKept {
+			earlier++
+			continue
+		}
+		if err := s.store.DeleteTemplateVersion(ctx, t.Agent, t.Name, v.Version); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		s.removeUnused(ctx, v.Image, v.LayerImage)
+	}
+	return nil
 }
 
 // build builds t's layer (unless the engine has it) and its sandbox image, and checks its
@@ -398,13 +449,115 @@ func (s *Service) present(ctx context.Context, image string) bool {
 	return err == nil
 }
 
-// Get returns agent's template name.
+// Get returns agent's template name, with its tags.
 func (s *Service) Get(ctx context.Context, agent, name string) (Template, error) {
 	t, err := s.store.GetTemplate(ctx, agent, name)
 	if errors.Is(err, ErrNotFound) {
 		return Template{}, fmt.Errorf("agent %q has no template %q (GET /v1/agents/%s/templates lists them): %w", agent, name, agent, err)
 	}
+	if err != nil {
+		return Template{}, err
+	}
+	tags, err := s.store.TemplateTags(ctx, agent, name)
+	if len(tags) > 0 {
+		t.Tags = tags
+	}
 	return t, err
+}
+
+// Versions returns the kept versions of agent's template name, newest first.
+func (s *Service) Versions(ctx context.Context, agent, name string) ([]Version, error) {
+	t, err := s.Get(ctx, agent, name)
+	if err != nil {
+		return nil, err
+	}
+	versions, err := s.store.TemplateVersions(ctx, agent, name)
+	for i := range versions {
+		versions[i].Current = t.Status == StatusReady && versions[i].Version == t.Version
+	}
+	return versions, err
+}
+
+// maxTags caps a template's tags.
+const maxTags = 32
+
+// Tag makes tag name version of agent's template name (moving it from the version it named).
+// Errors: a *sandbox.FieldError of field "tag" or "version" for a bad tag or a version not kept,
+// one of class too large past 32 tags, and those of Get.
+func (s *Service) Tag(ctx context.Context, agent, name, tag string, version int) error {
+	if err := CheckTag("tag", tag); err != nil {
+		return err
+	}
+	versions, err := s.Versions(ctx, agent, name)
+	if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(versions, func(v Version) bool { return v.Version == version }) {
+		return &sandbox.FieldError{Field: "version", Message: fmt.Sprintf("template %q keeps no version %d; it keeps %s (GET /v1/agents/%s/templates/%s/versions lists them)",
+			name, version, keptList(versions), agent, name)}
+	}
+	tags, err := s.store.TemplateTags(ctx, agent, name)
+	if err != nil {
+		return err
+	}
+	if _, ok := tags[tag]; !ok && len(tags) >= maxTags {
+		return errclass.Newf(errclass.TooLarge, "template %q has %d tags, the most a template has; remove one first", name, len(tags))
+	}
+	return s.store.SetTemplateTag(ctx, agent, name, tag, version)
+}
+
+// keptList says versions' numbers, as "versions 4, 3 and 1".
+func keptList(versions []Version) string {
+	if len(versions) == 0 {
+		return "no version yet"
+	}
+	nums := make([]string, len(versions))
+	for i, v := range versions {
+		nums[i] = strconv.Itoa(v.Version)
+	}
+	if len(nums) == 1 {
+		return "version " + nums[0]
+	}
+	return "versions " + strings.Join(nums[:len(nums)-1], ", ") + " and " + nums[len(nums)-1]
+}
+
+// Untag removes tag of agent's template name; the version it named is kept only while
+// template_versions_kept still counts it. Errors: those of Get, and one wrapping ErrNotFound
+// when the template has no such tag.
+func (s *Service) Untag(ctx context.Context, agent, name, tag string) error {
+	if _, err := s.Get(ctx, agent, name); err != nil {
+		return err
+	}
+	if err := s.store.DeleteTemplateTag(ctx, agent, name, tag); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("template %q has no tag %q: %w", name, tag, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// DeleteVersion removes a kept version of agent's template name other than its current one,
+// the tags naming it, and its images when nothing else uses them. Errors: class conflict for
+// the current version (remove the template, or build a new version first), one wrapping
+// ErrNotFound when it is not kept, and those of Get.
+func (s *Service) DeleteVersion(ctx context.Context, agent, name string, version int) error {
+	versions, err := s.Versions(ctx, agent, name)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(versions, func(v Version) bool { return v.Version == version })
+	switch {
+	case i < 0:
+		return fmt.Errorf("template %q keeps no version %d; it keeps %s: %w", name, version, keptList(versions), ErrNotFound)
+	case versions[i].Current:
+		return errclass.Newf(errclass.Conflict, "version %d is template %q's current version; remove the template, or build a new version first", version, name)
+	}
+	if err := s.store.DeleteTemplateVersion(ctx, agent, name, version); err != nil {
+		return err
+	}
+	s.removeUnused(ctx, versions[i].Image, versions[i].LayerImage)
+	return nil
 }
 
 // List returns agent's templates and the shared ones of other agents.
@@ -440,10 +593,18 @@ func (s *Service) Delete(ctx context.Context, agent, name string, force bool) er
 				name, codeUsers(own, others))
 		}
 	}
+	versions, err := s.store.TemplateVersions(ctx, agent, name)
+	if err != nil {
+		return err
+	}
 	if err := s.store.DeleteTemplate(ctx, agent, name); err != nil {
 		return err
 	}
-	s.removeUnused(ctx, t.Image, t.LayerImage)
+	images := []string{t.Image, t.LayerImage}
+	for _, v := range versions {
+		images = append(images, v.Image, v.LayerImage)
+	}
+	s.removeUnused(ctx, images...)
 	return nil
 }
 
@@ -529,11 +690,12 @@ func (s *Service) Resolve(ctx context.Context, agent, ref string) (Template, err
 	if agent == "" {
 		agent = "default"
 	}
-	owner, name, other := strings.Cut(ref, "/")
+	full, sel, _ := strings.Cut(ref, ":")
+	owner, name, other := strings.Cut(full, "/")
 	if !other {
-		owner, name = agent, ref
+		owner, name = agent, full
 	}
-	notFound := &sandbox.FieldError{Field: "template", Message: fmt.Sprintf("agent %q has no template %q it may use; GET /v1/agents/%s/templates lists them", agent, ref, agent)}
+	notFound := &sandbox.FieldError{Field: "template", Message: fmt.Sprintf("agent %q has no template %q it may use; GET /v1/agents/%s/templates lists them", agent, full, agent)}
 	if !ValidName(name) || !sandbox.ValidAgent(owner) {
 		return Template{}, notFound
 	}
@@ -543,6 +705,11 @@ func (s *Service) Resolve(ctx context.Context, agent, ref string) (Template, err
 	}
 	if err != nil {
 		return Template{}, err
+	}
+	if sel != "" && sel != Latest {
+		if t, err = s.version(ctx, t, sel); err != nil {
+			return Template{}, err
+		}
 	}
 	if t.Status != StatusReady {
 		msg := fmt.Sprintf("template %q is %s, not ready: wait for its build to end (GET its template shows its status and log) and start it then", ref, t.Status)
@@ -562,6 +729,41 @@ func (s *Service) Resolve(ctx context.Context, agent, ref string) (Template, err
 		return Template{}, err
 	}
 	return t, nil
+}
+
+// Latest names a template's current version in a reference (NAME:latest is NAME).
+const Latest = "latest"
+
+// version returns t at the version sel names (a number, or a tag). Errors: a
+// *sandbox.FieldError of field "template" naming the versions and tags t has.
+func (s *Service) version(ctx context.Context, t Template, sel string) (Template, error) {
+	versions, err := s.store.TemplateVersions(ctx, t.Agent, t.Name)
+	if err != nil {
+		return Template{}, err
+	}
+	want, numErr := strconv.Atoi(sel)
+	for _, v := range versions {
+		if numErr == nil && v.Version == want || numErr != nil && slices.Contains(v.Tags, sel) {
+			t.Version, t.Spec, t.Hash, t.Image, t.LayerImage, t.SizeBytes = v.Version, v.Spec, v.Hash, v.Image, v.LayerImage, v.SizeBytes
+			t.Status, t.Error, t.Log = StatusReady, "", ""
+			return t, nil
+		}
+	}
+	var tags []string
+	for _, v := range versions {
+		tags = append(tags, v.Tags...)
+	}
+	slices.Sort(tags)
+	what := fmt.Sprintf("no tag %q", sel)
+	if numErr == nil {
+		what = fmt.Sprintf("no version %d", want)
+	}
+	have := keptList(versions)
+	if len(tags) > 0 {
+		have += " and the tags " + strings.Join(tags, ", ")
+	}
+	return Template{}, &sandbox.FieldError{Field: "template", Message: fmt.Sprintf("template %q keeps %s: it keeps %s (GET /v1/agents/%s/templates/%s/versions lists them)",
+		t.Name, what, have, t.Agent, t.Name)}
 }
 
 // stepWriter follows a build's output: it maps the builder's "Step n/m" lines to the spec's

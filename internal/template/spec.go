@@ -78,6 +78,16 @@ func CheckName(field, name string) error {
 	return nil
 }
 
+// CheckTag is a *sandbox.FieldError of field when tag is not a tag a template may have: a name
+// as ValidName says, not all digits (NAME:3 is version 3) and not "latest" (the current one).
+func CheckTag(field, tag string) error {
+	digits := tag != "" && strings.Trim(tag, "0123456789") == ""
+	if !ValidName(tag) || digits || tag == Latest {
+		return &sandbox.FieldError{Field: field, Message: fmt.Sprintf("%q is not a tag: use 1 to 63 lowercase letters, digits, '_', '.' or '-', starting with a letter or digit, not all digits (NAME:3 is version 3) and not %q (the current version)", tag, Latest)}
+	}
+	return nil
+}
+
 // Validate checks s; errors are *sandbox.FieldError naming the field as
 // "spec.steps[2].apt" and so on.
 func Validate(s Spec) error {

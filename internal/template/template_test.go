@@ -427,3 +427,116 @@ func TestImageInUseIsRemovedLater(t *testing.T) {
 		svc.Resolve(t.Context(), "alice", "other") // activity drives the sweep
 	}
 }
+
+// A template keeps its current version, template_versions_kept before it and every tagged
+// one, each startable as NAME:VERSION or NAME:TAG; versions no longer kept go with their
+// images, and a template removed takes all of its versions' images.
+func TestVersionsAndTags(t *testing.T) {
+	st, eng, _ := newService(t)
+	svc := template.NewService(st, eng, template.Config{DefaultBase: "base", BuildTimeout: time.Minute, PerAgent: 2, VersionsKept: 1}, nil)
+	ctx := t.Context()
+	build := func(pkg string) template.Template {
+		t.Helper()
+		tm, err := svc.Build(ctx, template.BuildRequest{Agent: "alice", Name: "env", Spec: template.Spec{Steps: []template.Step{{Apt: []string{pkg}}}}}, nil)
+		if err != nil {
+			t.Fatalf("build with %s: %v", pkg, err)
+		}
+		return tm
+	}
+	v1, v2, v3 := build("jq"), build("curl"), build("git")
+	if v3.Version != 3 {
+		t.Fatalf("third build is version %d", v3.Version)
+	}
+	kept := func() string {
+		t.Helper()
+		vs, err := svc.Versions(ctx, "alice", "env")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, v := range vs {
+			s := fmt.Sprint(v.Version)
+			if v.Current {
+				s += "*"
+			}
+			for _, tag := range v.Tags {
+				s += "+" + tag
+			}
+			out = append(out, s)
+		}
+		return strings.Join(out, " ")
+	}
+	if got := kept(); got != "3* 2" {
+		t.Errorf("kept %q, want 3* 2 (template_versions_kept 1)", got)
+	}
+	if eng.images[v1.Image] || eng.images[v1.LayerImage] {
+		t.Errorf("version 1's images %s, %s are still in the engine", v1.Image, v1.LayerImage)
+	}
+	if got, err := svc.Resolve(ctx, "alice", "env:2"); err != nil || got.Version != 2 || got.Image != v2.Image || got.Spec.Steps[0].Apt[0] != "curl" {
+		t.Errorf("env:2 resolved to %+v, %v; want version 2 with its own image and spec", got, err)
+	}
+	if got, err := svc.Resolve(ctx, "alice", "env:latest"); err != nil || got.Version != 3 {
+		t.Errorf("env:latest resolved to %+v, %v", got, err)
+	}
+	_, err := svc.Resolve(ctx, "alice", "env:1")
+	if fe, ok := errors.AsType[*sandbox.FieldError](err); !ok || fe.Field != "template" || !strings.Contains(fe.Message, "versions 3 and 2") {
+		t.Errorf("env:1, no longer kept: %v", err)
+	}
+
+	// A tag keeps its version past template_versions_kept; NAME:TAG starts it.
+	for _, bad := range []string{"12", "latest", "Stable", ""} {
+		if err := svc.Tag(ctx, "alice", "env", bad, 2); errclass.Of(err) != errclass.Invalid {
+			t.Errorf("tag %q: %v, want a field error", bad, err)
+		}
+	}
+	if err := svc.Tag(ctx, "alice", "env", "stable", 1); err == nil || !strings.Contains(err.Error(), "keeps no version 1") {
+		t.Errorf("tagging a version not kept: %v", err)
+	}
+	if err := svc.Tag(ctx, "alice", "env", "stable", 2); err != nil {
+		t.Fatal(err)
+	}
+	v4 := build("make")
+	build("less")
+	if got := kept(); got != "5* 4 2+stable" {
+		t.Errorf("kept %q, want 5* 4 2+stable", got)
+	}
+	if !eng.images[v2.Image] || eng.images[v3.Image] {
+		t.Errorf("the tagged version 2's image kept %v (want true), the untagged 3's %v (want false)", eng.images[v2.Image], eng.images[v3.Image])
+	}
+	if got, err := svc.Resolve(ctx, "alice", "env:stable"); err != nil || got.Version != 2 {
+		t.Errorf("env:stable resolved to %+v, %v", got, err)
+	}
+	if got, _ := svc.Get(ctx, "alice", "env"); got.Tags["stable"] != 2 {
+		t.Errorf("the template's tags %v", got.Tags)
+	}
+	// Another agent reaches none of it unless shared.
+	if _, err := svc.Resolve(ctx, "bob", "alice/env:stable"); err == nil {
+		t.Error("bob started alice's unshared template's tagged version")
+	}
+
+	// The current version is not removed by itself; another is, with its images.
+	if err := svc.DeleteVersion(ctx, "alice", "env", 5); errclass.Of(err) != errclass.Conflict {
+		t.Errorf("removing the current version: %v, want a conflict", err)
+	}
+	if err := svc.DeleteVersion(ctx, "alice", "env", 4); err != nil {
+		t.Fatal(err)
+	}
+	if eng.images[v4.Image] {
+		t.Error("version 4's image stayed in the engine")
+	}
+	if err := svc.Untag(ctx, "alice", "env", "stable"); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Untag(ctx, "alice", "env", "stable"); !errors.Is(err, template.ErrNotFound) {
+		t.Errorf("removing a tag twice: %v", err)
+	}
+	if err := svc.Delete(ctx, "alice", "env", false); err != nil {
+		t.Fatal(err)
+	}
+	if eng.images[v2.Image] || eng.images[v2.LayerImage] {
+		t.Error("the removed template's kept version 2 left its images")
+	}
+	if vs, err := st.TemplateVersions(ctx, "alice", "env"); err != nil || len(vs) != 0 {
+		t.Errorf("versions after the template's removal: %v, %v", vs, err)
+	}
+}
