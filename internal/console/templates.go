@@ -15,12 +15,13 @@ import (
 type Templates interface {
 	Get(ctx context.Context, agent, name string) (template.Template, error)
 	List(ctx context.Context, agent string) ([]template.Template, error)
+	Versions(ctx context.Context, agent, name string) ([]template.Version, error)
 }
 
 var _ Templates = (*template.Service)(nil)
 
 // The templates' pages: an agent's templates (its own and the shared ones) and one template
-// with its spec, its build's error and log.
+// with its spec, its build's error and log, and its kept versions with their tags.
 
 type templateListView struct {
 	Agent  string
@@ -62,5 +63,15 @@ func (c *Console) templatePage(w http.ResponseWriter, r *http.Request, l login) 
 		c.failed(w, r, fmt.Sprintf("Template %q of agent %q", name, agent), err)
 		return
 	}
-	c.render(w, r, http.StatusOK, "template", l.page("Template "+t.Name, "templates", t))
+	versions, err := c.cfg.Templates.Versions(r.Context(), agent, name)
+	if err != nil {
+		c.failed(w, r, fmt.Sprintf("The versions of template %q of agent %q", name, agent), err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "template", l.page("Template "+t.Name, "templates", templateView{Template: t, Versions: versions}))
+}
+
+type templateView struct {
+	Template template.Template
+	Versions []template.Version
 }

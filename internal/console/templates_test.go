@@ -29,6 +29,13 @@ func (fakeTemplates) List(_ context.Context, agent string) ([]template.Template,
 	return out, nil
 }
 
+func (fakeTemplates) Versions(_ context.Context, agent, name string) ([]template.Version, error) {
+	if agent != "analyst" || name != "tools" {
+		return nil, errclass.New(errclass.NotFound, "template not found")
+	}
+	return []template.Version{{Version: 2, Image: "sandpit-sandbox:v2", Tags: []string{"<b>stable</b>"}, SizeBytes: 200 << 20, CreatedAt: builtAt}}, nil
+}
+
 func (fakeTemplates) Get(_ context.Context, agent, name string) (template.Template, error) {
 	if agent != "analyst" || name != "tools" {
 		return template.Template{}, fmt.Errorf("agent %q has no template %q: %w", agent, name, errclass.New(errclass.NotFound, "template not found"))
@@ -54,7 +61,8 @@ func TestTemplatePages(t *testing.T) {
 	}
 	st, body, _ = get(t, c, h, "/ui/templates/analyst/tools", nil)
 	for _, want := range []string{`<span id="status">failed</span>`, "No matching distribution", "&#34;GREETING&#34;: &#34;hi&#34;",
-		`&lt;script&gt;alert(1)&lt;/script&gt;</span>`, "<code>sandpit-template:abc</code>"} {
+		`&lt;script&gt;alert(1)&lt;/script&gt;</span>`, "<code>sandpit-template:abc</code>",
+		"<td><code>&lt;b&gt;stable&lt;/b&gt;</code></td>", "<code>sandpit-sandbox:v2</code>"} {
 		if st != http.StatusOK || !strings.Contains(body, want) {
 			t.Fatalf("the template's page (%d) lacks %q:\n%s", st, want, body)
 		}

@@ -124,7 +124,7 @@ type RunCodeArgs struct {
 	Code         string   `json:"code" jsonschema:"the Python source to run"`
 	Input        any      `json:"input,omitempty" jsonschema:"any JSON value, given to the code as INPUT"`
 	Dependencies []string `json:"dependencies,omitempty" jsonschema:"pip requirements to install first, such as tabulate>=0.9"`
-	Template     string   `json:"template,omitempty" jsonschema:"run in a fresh sandbox of this template (list_templates names them) instead of the default environment"`
+	Template     string   `json:"template,omitempty" jsonschema:"run in a fresh sandbox of this template (list_templates names them; NAME:TAG or NAME:VERSION for a kept version) instead of the default environment"`
 	TimeoutMS    int64    `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds (the default and the maximum are in the tool's description)"`
 	NetworkAllow []string `json:"network_allow,omitempty" jsonschema:"hosts (api.example.com, *.example.com, with :PORT) and CIDRs this run may reach: narrows the server's network_allow (in the tool's description), never widens it"`
 	Secrets      []string `json:"secrets,omitempty" jsonschema:"secrets the code may use (list_secrets names them): each is the environment variable of that name, holding a placeholder the server replaces with the value for the secret's hosts only"`
@@ -251,7 +251,7 @@ type SaveCodeArgs struct {
 	Dependencies []string `json:"dependencies,omitempty" jsonschema:"pip requirements installed before each run"`
 	InputSchema  any      `json:"input_schema,omitempty" jsonschema:"JSON Schema (2020-12) of INPUT"`
 	OutputSchema any      `json:"output_schema,omitempty" jsonschema:"JSON Schema (2020-12) of OUTPUT"`
-	Template     string   `json:"template,omitempty" jsonschema:"run the script in a sandbox of this template (list_templates names them) instead of the default environment"`
+	Template     string   `json:"template,omitempty" jsonschema:"run the script in a sandbox of this template (list_templates names them; NAME:TAG or NAME:VERSION for a kept version) instead of the default environment"`
 }
 
 func raw(v any) json.RawMessage {

@@ -16,7 +16,7 @@ const runInSessionDoc = `Run Python code in a session started with create_sessio
 
 // CreateSessionArgs are create_session's arguments.
 type CreateSessionArgs struct {
-	Template      string   `json:"template,omitempty" jsonschema:"start the session from this template (list_templates names them) instead of the default environment"`
+	Template      string   `json:"template,omitempty" jsonschema:"start the session from this template (list_templates names them; NAME:TAG or NAME:VERSION for a kept version) instead of the default environment"`
 	Dependencies  []string `json:"dependencies,omitempty" jsonschema:"pip requirements installed once for the session, such as tabulate>=0.9"`
 	IdleTimeoutMS int64    `json:"idle_timeout_ms,omitempty" jsonschema:"end the session after this long without a call, in milliseconds (default 600000)"`
 	MaxLifetimeMS int64    `json:"max_lifetime_ms,omitempty" jsonschema:"end the session this long after its start, in milliseconds (default and most 3600000)"`

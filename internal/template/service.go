@@ -560,9 +560,22 @@ func (s *Service) DeleteVersion(ctx context.Context, agent, name string, version
 	return nil
 }
 
-// List returns agent's templates and the shared ones of other agents.
+// List returns agent's templates and the shared ones of other agents, with their tags.
 func (s *Service) List(ctx context.Context, agent string) ([]Template, error) {
-	return s.store.ListTemplates(ctx, agent)
+	list, err := s.store.ListTemplates(ctx, agent)
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range list {
+		tags, err := s.store.TemplateTags(ctx, t.Agent, t.Name)
+		if err != nil {
+			return nil, err
+		}
+		if len(tags) > 0 {
+			list[i].Tags = tags
+		}
+	}
+	return list, nil
 }
 
 // Delete removes agent's template name, and its images when no other template uses them.
