@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/template"
 	"github.com/sandpit-dev/sandpit/internal/testenv/pgtest"
 )
 
@@ -56,6 +58,7 @@ var conformance = []struct {
 	{"JobFiresCountInTheLedger", TestJobFiresCountInTheLedger},
 	{"NotebookResultsAreKept", TestNotebookResultsAreKept},
 	{"ExecutionTemplatesAreKept", TestExecutionTemplatesAreKept},
+	{"TemplateVersionsAndTags", TestTemplateVersionsAndTags},
 	{"APIKeys", TestAPIKeys},
 	{"PortRequestsRecordedAndPruned", TestPortRequestsRecordedAndPruned},
 	{"PortShares", TestPortShares},
@@ -451,5 +454,61 @@ func TestExecutionTemplatesAreKept(t *testing.T) {
 		if e.ID == plain && e.Template != "" {
 			t.Errorf("the run on the daemon's own image is listed with template %q", e.Template)
 		}
+	}
+}
+
+// TestTemplateVersionsAndTags: a template's kept versions and tags round-trip; a tag names only
+// a kept version (checked with the write), a version's removal takes its tags, an image is
+// in use while a kept version names it, and the template's removal takes all of them.
+func TestTemplateVersionsAndTags(t *testing.T) {
+	s := open(t)
+	ctx := t.Context()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	if err := s.PutTemplate(ctx, template.Template{Agent: "a", Name: "env", Version: 2, Status: template.StatusReady, Image: "img2", LayerImage: "layer2", CreatedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, 2} {
+		v := template.Version{Version: n, Spec: template.Spec{Env: map[string]string{"V": fmt.Sprint(n)}}, Hash: fmt.Sprintf("h%d", n),
+			Image: fmt.Sprintf("img%d", n), LayerImage: fmt.Sprintf("layer%d", n), SizeBytes: int64(n) << 20, CreatedAt: now}
+		if err := s.PutTemplateVersion(ctx, "a", "env", v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SetTemplateTag(ctx, "a", "env", "stable", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetTemplateTag(ctx, "a", "env", "gone", 7); !errors.Is(err, template.ErrNotFound) {
+		t.Errorf("a tag of a version not kept: %v, want ErrNotFound", err)
+	}
+	vs, err := s.TemplateVersions(ctx, "a", "env")
+	if err != nil || len(vs) != 2 || vs[0].Version != 2 || vs[1].Version != 1 || fmt.Sprint(vs[1].Tags) != "[stable]" ||
+		vs[1].Spec.Env["V"] != "1" || vs[1].Image != "img1" || vs[1].SizeBytes != 1<<20 || !vs[1].CreatedAt.Equal(now) {
+		t.Fatalf("versions %+v, %v", vs, err)
+	}
+	if n, err := s.TemplateImageUsers(ctx, "img1"); err != nil || n != 1 {
+		t.Errorf("users of a kept version's image: %d, %v", n, err)
+	}
+	if err := s.DeleteTemplateVersion(ctx, "a", "env", 1); err != nil {
+		t.Fatal(err)
+	}
+	if tags, err := s.TemplateTags(ctx, "a", "env"); err != nil || len(tags) != 0 {
+		t.Errorf("tags after their version went: %v, %v", tags, err)
+	}
+	if err := s.DeleteTemplateVersion(ctx, "a", "env", 1); !errors.Is(err, template.ErrNotFound) {
+		t.Errorf("removing a version twice: %v", err)
+	}
+	if n, _ := s.TemplateImageUsers(ctx, "img1"); n != 0 {
+		t.Errorf("a removed version's image still counts %d users", n)
+	}
+	if err := s.SetTemplateTag(ctx, "a", "env", "prod", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteTemplate(ctx, "a", "env"); err != nil {
+		t.Fatal(err)
+	}
+	vs, _ = s.TemplateVersions(ctx, "a", "env")
+	tags, _ := s.TemplateTags(ctx, "a", "env")
+	if len(vs) != 0 || len(tags) != 0 {
+		t.Errorf("after the template's removal: versions %v, tags %v", vs, tags)
 	}
 }

@@ -166,12 +166,21 @@ func (s *Store) TemplateTags(ctx context.Context, agent, name string) (map[strin
 	return tags, rows.Err()
 }
 
-// SetTemplateTag makes tag of agent's template name name version (template.Store).
+// SetTemplateTag makes tag of agent's template name name version (template.Store); an error
+// wrapping template.ErrNotFound when the version is not kept (a build may have just removed
+// it: the check and the write are one statement).
 func (s *Store) SetTemplateTag(ctx context.Context, agent, name, tag string, version int) error {
-	_, err := s.w.ExecContext(ctx, `INSERT INTO template_tags (agent, name, tag, version, updated_at) VALUES (?, ?, ?, ?, ?)
+	res, err := s.w.ExecContext(ctx, `INSERT INTO template_tags (agent, name, tag, version, updated_at)
+		SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM template_versions WHERE agent = ? AND name = ? AND version = ?)
 		ON CONFLICT (agent, name, tag) DO UPDATE SET version = excluded.version, updated_at = excluded.updated_at`,
-		agent, name, tag, version, ms(time.Now()))
-	return err
+		agent, name, tag, version, ms(time.Now()), agent, name, version)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 0 {
+		return fmt.Errorf("version %d of template %q is not kept: %w", version, name, template.ErrNotFound)
+	}
+	return nil
 }
 
 // DeleteTemplateTag removes tag of agent's template name (template.Store); an error wrapping
