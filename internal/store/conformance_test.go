@@ -430,6 +430,8 @@ func TestExecutionTemplatesAreKept(t *testing.T) {
 	mine := run(sandbox.Origin{Source: sandbox.SourceAPI, Template: "reports", TemplateVersion: 3})
 	shared := run(sandbox.Origin{Source: sandbox.SourceAPI, Template: "ops/latex", TemplateVersion: 1})
 	plain := run(sandbox.Origin{Source: sandbox.SourceAPI})
+	tagged := run(sandbox.Origin{Source: sandbox.SourceAPI, Template: "ops/latex:stable", TemplateVersion: 1})
+	run(sandbox.Origin{Source: sandbox.SourceAPI, Template: "ops/latex2", TemplateVersion: 1})
 	for id, want := range map[string][2]any{mine: {"reports", 3}, shared: {"ops/latex", 1}, plain: {"", 0}} {
 		e, err := s.GetExecution(ctx, id)
 		if err != nil {
@@ -443,8 +445,11 @@ func TestExecutionTemplatesAreKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list) != 1 || list[0].ID != shared || list[0].Template != "ops/latex" || list[0].TemplateVersion != 1 {
-		t.Fatalf("template=ops/latex listed %+v, want only %s with its template", list, shared)
+	if len(list) != 2 || list[0].ID != tagged || list[1].ID != shared || list[1].Template != "ops/latex" || list[1].TemplateVersion != 1 {
+		t.Fatalf("template=ops/latex listed %+v, want %s (of its tag) and %s, not ops/latex2's", list, tagged, shared)
+	}
+	if list, _, err := s.ListExecutions(ctx, ExecutionFilter{Template: "ops/latex:stable"}, Page{}); err != nil || len(list) != 1 || list[0].ID != tagged {
+		t.Fatalf("template=ops/latex:stable listed %+v, %v; want %s only", list, err, tagged)
 	}
 	all, _, err := s.ListExecutions(ctx, ExecutionFilter{}, Page{})
 	if err != nil {
@@ -502,6 +507,17 @@ func TestTemplateVersionsAndTags(t *testing.T) {
 	}
 	if err := s.SetTemplateTag(ctx, "a", "env", "prod", 2); err != nil {
 		t.Fatal(err)
+	}
+	// Saved code naming a tag or a version of the template names the template; a template
+	// whose name merely starts the same is another's.
+	for _, c := range []Code{{Agent: "a", Name: "tagged", Code: "x", Template: "env:prod"}, {Agent: "b", Name: "pinned", Code: "x", Template: "a/env:2"},
+		{Agent: "a", Name: "other", Code: "x", Template: "env2"}, {Agent: "b", Name: "own", Code: "x", Template: "env:prod"}} {
+		if _, err := s.CreateCode(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if users, err := s.CodeNamingTemplate(ctx, "a", "env"); err != nil || fmt.Sprint(users) != "[a/tagged b/pinned]" {
+		t.Errorf("the code naming a/env: %v, %v; want a/tagged and b/pinned", users, err)
 	}
 	if err := s.DeleteTemplate(ctx, "a", "env"); err != nil {
 		t.Fatal(err)

@@ -77,7 +77,8 @@ const PreviewChars = 200
 // ExecutionFilter selects ledger records; zero fields select everything.
 type ExecutionFilter struct {
 	Agent, Source, CodeName, JobID string
-	// Template selects the runs in sandboxes of a template, as their sessions name it.
+	// Template selects the runs in sandboxes of a template, as their sessions name it: NAME
+	// selects NAME:VERSION's and NAME:TAG's too, NAME:TAG only its own.
 	Template string
 	// SessionID selects a session's calls.
 	SessionID string
@@ -416,7 +417,12 @@ func executionsWhere(f ExecutionFilter, cursor string) (string, []any, error) {
 		add("job_id = ?", f.JobID)
 	}
 	if f.Template != "" {
-		add("template = ?", f.Template)
+		if strings.Contains(f.Template, ":") {
+			add("template = ?", f.Template)
+		} else { // NAME selects its versions' and tags' runs too (NAME:3, NAME:stable)
+			where = append(where, "(template = ? OR substr(template, 1, ?) = ?)")
+			args = append(args, f.Template, len(f.Template)+1, f.Template+":")
+		}
 	}
 	if f.SessionID != "" {
 		add("session_id = ?", f.SessionID)

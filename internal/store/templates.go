@@ -197,13 +197,16 @@ func (s *Store) DeleteTemplateTag(ctx context.Context, agent, name, tag string) 
 }
 
 // CodeNamingTemplate returns, as "AGENT/NAME", the saved code (by agent and name) whose
-// latest version names owner's template name: owner's own code naming it NAME or OWNER/NAME,
-// and other agents' naming OWNER/NAME (template.Store).
+// latest version names owner's template name, or one of its versions or tags: owner's own
+// code naming it NAME[:…] or OWNER/NAME[:…], and other agents' naming OWNER/NAME[:…]
+// (template.Store).
 func (s *Store) CodeNamingTemplate(ctx context.Context, owner, name string) ([]string, error) {
+	full := owner + "/" + name
 	rows, err := s.r.QueryContext(ctx, `SELECT c.agent, c.name FROM code c JOIN code_versions v
 		ON v.agent = c.agent AND v.name = c.name AND v.version = c.version
-		WHERE (c.agent = ? AND v.template = ?) OR v.template = ? ORDER BY c.agent, c.name`,
-		owner, name, owner+"/"+name)
+		WHERE (c.agent = ? AND (v.template = ? OR substr(v.template, 1, ?) = ?)) OR v.template = ? OR substr(v.template, 1, ?) = ?
+		ORDER BY c.agent, c.name`,
+		owner, name, len(name)+1, name+":", full, len(full)+1, full+":")
 	if err != nil {
 		return nil, err
 	}
