@@ -859,11 +859,6 @@ func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request, alias, ag
 // current version) first.
 func (s *Server) templateTags(w http.ResponseWriter, r *http.Request, agent string, t Templates) {
 	name := r.PathValue("id")
-	tm, err := t.Get(r.Context(), agent, name)
-	if err != nil {
-		writeEngineError(w, "template "+name, err)
-		return
-	}
 	versions, err := t.Versions(r.Context(), agent, name)
 	if err != nil {
 		writeEngineError(w, "template "+name, err)
@@ -873,7 +868,7 @@ func (s *Server) templateTags(w http.ResponseWriter, r *http.Request, agent stri
 	for _, v := range versions {
 		id := buildUUID(template.Template{Hash: v.Hash, Version: v.Version})
 		if v.Current {
-			out = append([]map[string]any{{"tag": defaultTag, "buildID": id, "createdAt": tm.UpdatedAt}}, out...)
+			out = append([]map[string]any{{"tag": defaultTag, "buildID": id, "createdAt": v.CreatedAt}}, out...)
 		}
 		for _, tag := range v.Tags {
 			out = append(out, map[string]any{"tag": tag, "buildID": id, "createdAt": v.CreatedAt})
