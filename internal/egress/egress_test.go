@@ -440,22 +440,11 @@ func TestGateCloseEndsConnections(t *testing.T) {
 
 // A connection that reaches its time cap ends with ErrTimeCap, and its record says so.
 func TestGateTimeCap(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			defer c.Close()
-			_, _ = io.Copy(io.Discard, c) // never answers
-		}
-	}()
+	port := silentServer(t)
 	lim := DefaultLimits()
 	lim.ConnectionTimeout = 200 * time.Millisecond
 	g := NewGate([]Policy{mustPolicy(t, "network_allow in the configuration", "127.0.0.1")}, lim, nil, nil)
-	c, err := g.Dial(context.Background(), "127.0.0.1", ln.Addr().(*net.TCPAddr).Port)
+	c, err := g.Dial(context.Background(), "127.0.0.1", port)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,24 +462,12 @@ func TestGateTimeCap(t *testing.T) {
 // ended (its injector reads the host only to answer a request, so the deadline never fired;
 // red team, 5 December).
 func TestGateTimeCapEndsAQuietConnection(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			defer c.Close()
-			_, _ = io.Copy(io.Discard, c)
-		}
-	}()
+	port := silentServer(t)
 	lim := DefaultLimits()
 	lim.ConnectionTimeout = 200 * time.Millisecond
 	g := NewGate([]Policy{mustPolicy(t, "network_allow in the configuration", "127.0.0.1")}, lim, nil, nil)
-	w := &pipeWrapper{}
-	g.SetWrapper(w)
-	prog, err := g.DialEgress(context.Background(), "127.0.0.1", ln.Addr().(*net.TCPAddr).Port)
+	g.SetWrapper(&pipeWrapper{})
+	prog, err := g.DialEgress(context.Background(), "127.0.0.1", port)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -512,6 +489,25 @@ func TestGateTimeCapEndsAQuietConnection(t *testing.T) {
 	if _, err := prog.Read(make([]byte, 1)); err == nil {
 		t.Error("the program's side of the wrapped connection is still open")
 	}
+}
+
+// silentServer returns the port of a loopback server that reads its one connection and never
+// answers.
+func silentServer(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			defer c.Close()
+			_, _ = io.Copy(io.Discard, c)
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // pipeWrapper gives the program one end of a pipe, as the secrets' injector does.
