@@ -61,8 +61,28 @@ func (in *Injector) serveH2(ctx context.Context, prog *tls.Conn, upstream net.Co
 			w.Header()[http.TrailerPrefix+k] = vs
 		}
 	})
-	(&http2.Server{IdleTimeout: 5 * time.Minute}).ServeConn(prog, &http2.ServeConnOpts{Context: ctx, Handler: handler, BaseConfig: &http.Server{}})
+	// A stream the host has not taken yet holds its decoded headers in the daemon's memory,
+	// uncounted by the run's caps (none of it is sent): an HTTP/1.1 host takes one request at
+	// a time, so the program may open one stream at a time to it, and each stream's head is
+	// bounded (red team, 6 December: behind one slow answer of an HTTP/1.1 host, 240 waiting
+	// streams of 1 MiB of headers on each of 4 connections took the daemon to 1.05 GB). The
+	// host is dialed first, so that its protocol is known when the program's settings are sent.
+	streams := uint32(maxH2Streams)
+	if up.dial(ctx) == nil && up.h1 != nil {
+		streams = 1
+	}
+	(&http2.Server{IdleTimeout: 5 * time.Minute, MaxConcurrentStreams: streams}).ServeConn(prog,
+		&http2.ServeConnOpts{Context: ctx, Handler: handler, BaseConfig: &http.Server{MaxHeaderBytes: maxH2Head}})
 }
+
+// maxH2Streams and maxH2Head bound what an HTTP/2 program's connection to a bound HTTP/2 host
+// holds at once: its open streams, and each one's head (decoded). With the run's 256
+// connections, 16 streams of 64 KiB are at most 256 MiB, as 256 HTTP/1.1 heads of maxHead
+// are.
+const (
+	maxH2Streams = 16
+	maxH2Head    = 64 << 10
+)
 
 // h2Upstream is the one connection to the host behind a program's HTTP/2 connection.
 type h2Upstream struct {
@@ -89,7 +109,8 @@ func (u *h2Upstream) dial(ctx context.Context) error {
 			return
 		}
 		if tc.ConnectionState().NegotiatedProtocol == "h2" {
-			u.h2, u.err = (&http2.Transport{}).NewClientConn(tc)
+			// The answers' heads are bounded as an HTTP/1.1 host's are (maxHead).
+			u.h2, u.err = (&http2.Transport{MaxHeaderListSize: maxHead}).NewClientConn(tc)
 			return
 		}
 		u.h1, u.h1l = tc, &headLimit{r: tc, n: -1}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -386,6 +387,7 @@ func scrubResponse(resp *http.Response, bound []Bound) {
 			pairs = append(pairs, enc, base64.StdEncoding.EncodeToString([]byte(b.BasicUser+":"+Placeholder(b.Name))))
 		}
 	}
+	pairs = longestFirst(pairs)
 	r := strings.NewReplacer(pairs...)
 	// The reason phrase is the host's own text: the standard one replaces it.
 	resp.Status = fmt.Sprintf("%d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
@@ -401,6 +403,24 @@ func scrubResponse(resp *http.Response, bound []Bound) {
 	resp.ContentLength = -1
 	resp.Header.Del("Content-Length")
 	resp.TransferEncoding = []string{"chunked"}
+}
+
+// longestFirst returns pairs (old, new, old, new…) ordered by the old strings' length, longest
+// first: where one value starts another, the longer is replaced whole (strings.Replacer and
+// the scrubber take the first old string that matches at a place), never its start alone
+// with its tail left readable.
+func longestFirst(pairs []string) []string {
+	type pair struct{ old, new string }
+	ps := make([]pair, 0, len(pairs)/2)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		ps = append(ps, pair{pairs[i], pairs[i+1]})
+	}
+	slices.SortStableFunc(ps, func(a, b pair) int { return len(b.old) - len(a.old) })
+	out := make([]string, 0, len(pairs))
+	for _, p := range ps {
+		out = append(out, p.old, p.new)
+	}
+	return out
 }
 
 // scrubHeader replaces every value of pairs (value, placeholder, …) in h's values by its
@@ -481,6 +501,12 @@ func (s *scrubber) scrub() {
 		if at < 0 {
 			break
 		}
+		if !s.eof && s.mayGrow(at, which) {
+			// A longer old string may start here, its end not read yet: wait for it.
+			s.out = append(s.out, s.buf[:at]...)
+			s.buf = append([]byte(nil), s.buf[at:]...)
+			return
+		}
 		s.out = append(append(s.out, s.buf[:at]...), s.news[which]...)
 		s.buf = s.buf[at+len(s.olds[which]):]
 	}
@@ -490,6 +516,18 @@ func (s *scrubber) scrub() {
 	}
 	s.out = append(s.out, s.buf[:len(s.buf)-keep]...)
 	s.buf = append([]byte(nil), s.buf[len(s.buf)-keep:]...)
+}
+
+// mayGrow says whether an old string longer than olds[which] could match at buf[at:] once
+// more is read (what is read of it so far is its start).
+func (s *scrubber) mayGrow(at, which int) bool {
+	rest := s.buf[at:]
+	for _, o := range s.olds {
+		if len(o) > len(s.olds[which]) && len(rest) < len(o) && bytes.HasPrefix(o, rest) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *scrubber) Close() error { return s.src.Close() }

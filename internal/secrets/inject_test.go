@@ -441,3 +441,22 @@ func TestInjectorHTTP2(t *testing.T) {
 		})
 	}
 }
+
+// TestScrubberPrefersTheLongerValue: where one bound value starts another, an echo of the
+// longer is replaced whole, wherever the reads split it (the red team of 6 December, from the
+// code: the shorter's placeholder took its start and left its tail readable).
+func TestScrubberPrefersTheLongerValue(t *testing.T) {
+	short := Bound{Secret: Secret{Name: "SHORT"}, Value: []byte(testValue)}
+	long := Bound{Secret: Secret{Name: "LONG"}, Value: []byte(testValue + "-and-more")}
+	text := "a " + testValue + "-and-more b " + testValue + " c"
+	want := "a " + Placeholder("LONG") + " b " + Placeholder("SHORT") + " c"
+	for cut := 0; cut <= len(text); cut++ {
+		resp := &http.Response{StatusCode: 200, Header: http.Header{"X-Echo": {text}}, ContentLength: -1,
+			Body: io.NopCloser(&twoReads{parts: []string{text[:cut], text[cut:]}})}
+		scrubResponse(resp, []Bound{short, long})
+		got, _ := io.ReadAll(resp.Body)
+		if string(got) != want || resp.Header.Get("X-Echo") != want {
+			t.Fatalf("cut %d: body %q, header %q; want %q", cut, got, resp.Header.Get("X-Echo"), want)
+		}
+	}
+}

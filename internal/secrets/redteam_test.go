@@ -2,6 +2,7 @@ package secrets
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"crypto/tls"
 	"crypto/x509"
@@ -13,6 +14,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // TestInjectorKeepsTheValueOutOfEveryChannel replays the fifth red team's leaks (5 December,
@@ -218,4 +222,91 @@ func writeEndlessHead(w io.Writer, start string) int64 {
 		}
 	}
 	return total
+}
+
+// TestInjectorBoundsWaitingStreams replays the sixth red team's finding (6 December): an
+// HTTP/2 program's streams to an HTTP/1.1 host waited behind one slow answer, each holding up
+// to 1 MiB of decoded headers in the daemon's memory (240 streams on each of 4 connections:
+// 1.05 GB), none of it sent or counted. The program may now open one stream at a time to such
+// a host (a second is refused at once) and each stream's head is bounded; an HTTP/2 host gets
+// maxH2Streams.
+func TestInjectorBoundsWaitingStreams(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		h2      bool
+		streams uint32
+	}{{"host speaks HTTP/1.1", false, 1}, {"host speaks HTTP/2", true, maxH2Streams}} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/slow" {
+					<-release
+				}
+			}))
+			srv.EnableHTTP2 = tc.h2
+			srv.StartTLS()
+			defer srv.Close()
+			defer close(release)
+			roots := x509.NewCertPool()
+			roots.AddCert(srv.Certificate())
+			h := newHarness(t, roots)
+			bound := []Bound{{Secret: Secret{Name: "API_KEY", Binding: Binding{Hosts: []string{"example.com"}, Header: "Authorization", Format: "Bearer {{secret}}"}}, Value: []byte(testValue)}}
+			up, err := net.Dial("tcp", srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn := tls.Client(h.inj.Wrap(t.Context(), up, "example.com", bound, nil), &tls.Config{ServerName: "example.com", RootCAs: h.ca.Pool(), NextProtos: []string{"h2"}})
+			defer conn.Close()
+			if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+				t.Fatal(err)
+			}
+			fr := http2.NewFramer(conn, conn)
+			if err := fr.WriteSettings(); err != nil {
+				t.Fatal(err)
+			}
+			f, err := fr.ReadFrame()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sf, ok := f.(*http2.SettingsFrame)
+			if !ok {
+				t.Fatalf("the proxy's first frame: %v, want its settings", f)
+			}
+			streams, _ := sf.Value(http2.SettingMaxConcurrentStreams)
+			head, _ := sf.Value(http2.SettingMaxHeaderListSize)
+			if streams != tc.streams || head == 0 || head > 2*maxH2Head {
+				t.Fatalf("the proxy allows %d streams and heads of %d bytes; want %d streams and about %d", streams, head, tc.streams, maxH2Head)
+			}
+			if tc.h2 {
+				return
+			}
+			_ = fr.WriteSettingsAck()
+			var hb bytes.Buffer
+			enc := hpack.NewEncoder(&hb)
+			headers := func(id uint32, path string) {
+				t.Helper()
+				hb.Reset()
+				for _, f := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", "example.com"}, {":path", path}} {
+					_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+				}
+				if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			headers(1, "/slow")
+			headers(3, "/waiting")
+			for {
+				f, err := fr.ReadFrame()
+				if err != nil {
+					t.Fatalf("reading the proxy's frames: %v; want the second stream refused", err)
+				}
+				if rst, ok := f.(*http2.RSTStreamFrame); ok && rst.StreamID == 3 {
+					return // refused, not held
+				}
+				if f.Header().StreamID == 3 {
+					t.Fatalf("the second stream was taken while the first waited: %v", f)
+				}
+			}
+		})
+	}
 }
