@@ -439,7 +439,18 @@ OUTPUT = {"jq": subprocess.run(["jq", "-n", "1+1"], capture_output=True, text=Tr
 		if status, body := httpCall(t, "DELETE", base+"/layered/versions/2", ""); status != 409 {
 			t.Errorf("DELETE the current version: %d %s, want 409", status, body)
 		}
+		// Once no container runs on it (the session's is removed after its DELETE answers; an
+		// image in use waits, as TestImageInUseIsRemovedLater shows).
 		httpCall(t, "DELETE", url+"/v1/agents/alice/sessions/"+sess.ID, "")
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			out, _ := exec.Command("docker", "ps", "-aq", "--filter", "ancestor="+v1.Image).Output()
+			if len(strings.TrimSpace(string(out))) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("containers of version 1's image are left a minute after its session's removal: %s", out)
+			}
+		}
 		if status, body := httpCall(t, "DELETE", base+"/layered/versions/1", ""); status != 204 {
 			t.Fatalf("DELETE version 1: %d %s", status, body)
 		}

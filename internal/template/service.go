@@ -123,10 +123,18 @@ type Service struct {
 	mu       sync.Mutex
 	building map[string]bool // agent/name
 	// pending are images no template uses whose removal failed (a session of the template
-	// still ran on them): sweep tries again, at most every sweepEvery.
+	// still ran on them) or waited for a build: sweep tries again, at most every sweepEvery,
+	// and when a build ends.
 	pending  map[string]bool
 	swept    time.Time
 	sweeping bool
+
+	// images keeps the engine's images from removal while a build runs: a build holds it for
+	// reading, a removal for writing (or the image waits in pending). The engine prunes a
+	// removed image's untagged parents, and a build under way may be using one of them as its
+	// builder's cache: its next step then failed ("unknown parent image ID", when a template
+	// built on the same base was removed beside an E2B build).
+	images sync.RWMutex
 }
 
 // sweepEvery is how often the images left to remove are tried again, at most (a variable:
@@ -250,7 +258,9 @@ func (s *Service) Build(ctx context.Context, req BuildRequest, emit func(Event))
 	defer func() {
 		s.mu.Lock()
 		delete(s.building, key)
+		s.swept = time.Time{} // the removals that waited for it are tried now
 		s.mu.Unlock()
+		s.sweep(ctx)
 	}()
 
 	prev, err := s.store.GetTemplate(ctx, req.Agent, req.Name)
@@ -310,7 +320,9 @@ func (s *Service) Build(ctx context.Context, req BuildRequest, emit func(Event))
 	bctx, abort := context.WithCancelCause(bctx)
 	defer abort(nil)
 	out := &stepWriter{plan: plan, emit: emit, steps: steps, abort: abort}
+	s.images.RLock()
 	cached, err := s.build(bctx, &t, plan, out)
+	s.images.RUnlock()
 	out.flush()
 	if cause := context.Cause(bctx); errors.Is(cause, errPlanMismatch) {
 		err = cause
@@ -647,8 +659,8 @@ func (s *Service) removeUnused(ctx context.Context, images ...string) {
 		if n, err := s.store.TemplateImageUsers(ctx, img); err != nil || n > 0 {
 			continue
 		}
-		if err := s.engine.RemoveImage(ctx, img); err != nil {
-			s.log.Info("a template's image is removed once the sessions on it end", "image", img, "error", err)
+		if err := s.removeImage(ctx, img); err != nil {
+			s.log.Info("a template's image is removed once the sessions on it end and no build runs", "image", img, "error", err)
 			s.mu.Lock()
 			s.pending[img] = true
 			s.mu.Unlock()
@@ -656,10 +668,22 @@ func (s *Service) removeUnused(ctx context.Context, images ...string) {
 	}
 }
 
-// sweep tries again, in the background, to remove the images whose removal failed (see
-// pending), when sweepEvery has passed since the last try: the template service has no
-// clock of its own, so its callers' activity (a pool's filler resolves its template every
-// few seconds) drives it.
+// errBuilding is removeImage's answer while a build runs.
+var errBuilding = errors.New("a template build is under way")
+
+// removeImage removes img from the engine unless a build runs (see Service.images).
+func (s *Service) removeImage(ctx context.Context, img string) error {
+	if !s.images.TryLock() {
+		return errBuilding
+	}
+	defer s.images.Unlock()
+	return s.engine.RemoveImage(ctx, img)
+}
+
+// sweep tries again, in the background, to remove the images whose removal failed or waited
+// (see pending), when sweepEvery has passed since the last try or a build has ended: the
+// template service has no clock of its own, so its callers' activity (a pool's filler
+// resolves its template every few seconds) drives it.
 func (s *Service) sweep(ctx context.Context) {
 	s.mu.Lock()
 	if len(s.pending) == 0 || s.sweeping || time.Since(s.swept) < sweepEvery {
@@ -680,7 +704,7 @@ func (s *Service) sweep(ctx context.Context) {
 				continue
 			case n > 0 || !s.present(ctx, img): // a template uses it again, or it is gone
 				done = append(done, img)
-			case s.engine.RemoveImage(ctx, img) == nil:
+			case s.removeImage(ctx, img) == nil:
 				s.log.Info("a template's image was removed", "image", img)
 				done = append(done, img)
 			}

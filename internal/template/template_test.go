@@ -131,13 +131,24 @@ func (e *fakeEngine) BuildLayer(ctx context.Context, p template.Plan, tag string
 			return errors.New(`The command '/bin/sh -c echo boom; exit 3' returned a non-zero code: 3`)
 		}
 	}
+	e.mu.Lock()
 	e.images[tag] = true
+	e.mu.Unlock()
 	return nil
 }
 func (e *fakeEngine) BuildSandbox(_ context.Context, base string, _ io.Writer) (string, error) {
 	img := "sandbox-of-" + strings.ReplaceAll(base, ":", "-")
+	e.mu.Lock()
 	e.images[img] = true
+	e.mu.Unlock()
 	return img, nil
+}
+
+// has says whether the engine has image.
+func (e *fakeEngine) has(image string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.images[image]
 }
 func (e *fakeEngine) RemoveImage(_ context.Context, image string) error {
 	e.mu.Lock()
@@ -312,6 +323,52 @@ func TestBadBaseIsToldWhileABuildRuns(t *testing.T) {
 	close(eng.release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// No image is removed while a build runs: the engine prunes a removed image's untagged parents,
+// and the build may be using one as its cache (TestTemplates, 6 December: an E2B build's step
+// failed with "unknown parent image ID" as a template on the same base was removed). The
+// removal waits, and is done once the build ends.
+func TestNoImageIsRemovedWhileABuildRuns(t *testing.T) {
+	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	eng := &blockingEngine{&fakeEngine{images: map[string]bool{"base": true}}, make(chan struct{}), make(chan struct{})}
+	svc := template.NewService(st, eng, template.Config{DefaultBase: "base", BuildTimeout: time.Minute, PerAgent: 5}, nil)
+	build := func(agent, name string) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := svc.Build(t.Context(), template.BuildRequest{Agent: agent, Name: name, Spec: template.Spec{Steps: []template.Step{{Run: "echo " + name}}}}, nil)
+			done <- err
+		}()
+		return done
+	}
+	first := build("alice", "old")
+	<-eng.started
+	eng.release <- struct{}{}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	old, _ := svc.Get(t.Context(), "alice", "old")
+	running := build("bob", "new")
+	<-eng.started // bob's build is under way
+	if err := svc.Delete(t.Context(), "alice", "old", false); err != nil {
+		t.Fatal(err)
+	}
+	if !eng.has(old.Image) || !eng.has(old.LayerImage) {
+		t.Fatal("a removed template's images went while another build ran")
+	}
+	eng.release <- struct{}{}
+	if err := <-running; err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); eng.has(old.Image) || eng.has(old.LayerImage); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the removed template's images are still in the engine 10 s after the build ended")
+		}
 	}
 }
 
