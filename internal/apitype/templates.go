@@ -99,6 +99,8 @@ type TemplateVersion struct {
 	Image      string       `json:"image"`
 	LayerImage string       `json:"layer_image"`
 	SizeBytes  int64        `json:"size_bytes"`
+	// Shared says other agents may start this version: it was built (or last rebuilt) shared.
+	Shared bool `json:"shared"`
 	// Tags name this version; Current says it is the template's Version ("latest").
 	Tags      []string  `json:"tags,omitempty"`
 	Current   bool      `json:"current"`

@@ -474,7 +474,7 @@ func TestTemplateVersionsAndTags(t *testing.T) {
 	}
 	for _, n := range []int{1, 2} {
 		v := template.Version{Version: n, Spec: template.Spec{Env: map[string]string{"V": fmt.Sprint(n)}}, Hash: fmt.Sprintf("h%d", n),
-			Image: fmt.Sprintf("img%d", n), LayerImage: fmt.Sprintf("layer%d", n), SizeBytes: int64(n) << 20, CreatedAt: now}
+			Image: fmt.Sprintf("img%d", n), LayerImage: fmt.Sprintf("layer%d", n), SizeBytes: int64(n) << 20, Shared: n == 2, CreatedAt: now}
 		if err := s.PutTemplateVersion(ctx, "a", "env", v); err != nil {
 			t.Fatal(err)
 		}
@@ -487,7 +487,7 @@ func TestTemplateVersionsAndTags(t *testing.T) {
 	}
 	vs, err := s.TemplateVersions(ctx, "a", "env")
 	if err != nil || len(vs) != 2 || vs[0].Version != 2 || vs[1].Version != 1 || fmt.Sprint(vs[1].Tags) != "[stable]" ||
-		vs[1].Spec.Env["V"] != "1" || vs[1].Image != "img1" || vs[1].SizeBytes != 1<<20 || !vs[1].CreatedAt.Equal(now) {
+		vs[1].Spec.Env["V"] != "1" || vs[1].Image != "img1" || vs[1].SizeBytes != 1<<20 || !vs[1].CreatedAt.Equal(now) || !vs[0].Shared || vs[1].Shared {
 		t.Fatalf("versions %+v, %v", vs, err)
 	}
 	if n, err := s.TemplateImageUsers(ctx, "img1"); err != nil || n != 1 {

@@ -74,7 +74,7 @@ func (s *Store) DeleteTemplate(ctx context.Context, agent, name string) error {
 	})
 }
 
-const templateVersionColumns = `version, spec, hash, image, layer_image, size_bytes, created_at`
+const templateVersionColumns = `version, spec, hash, image, layer_image, size_bytes, shared, created_at`
 
 // PutTemplateVersion keeps v as a version of agent's template name, replacing one of the same
 // number (template.Store).
@@ -83,10 +83,14 @@ func (s *Store) PutTemplateVersion(ctx context.Context, agent, name string, v te
 	if err != nil {
 		return err
 	}
-	_, err = s.w.ExecContext(ctx, `INSERT INTO template_versions (agent, name, `+templateVersionColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+	shared := 0
+	if v.Shared {
+		shared = 1
+	}
+	_, err = s.w.ExecContext(ctx, `INSERT INTO template_versions (agent, name, `+templateVersionColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (agent, name, version) DO UPDATE SET spec = excluded.spec, hash = excluded.hash, image = excluded.image,
-		layer_image = excluded.layer_image, size_bytes = excluded.size_bytes`,
-		agent, name, v.Version, string(spec), v.Hash, v.Image, v.LayerImage, v.SizeBytes, ms(v.CreatedAt))
+		layer_image = excluded.layer_image, size_bytes = excluded.size_bytes, shared = excluded.shared`,
+		agent, name, v.Version, string(spec), v.Hash, v.Image, v.LayerImage, v.SizeBytes, shared, ms(v.CreatedAt))
 	if err != nil {
 		return fmt.Errorf("storing version %d of template %q: %w", v.Version, name, err)
 	}
@@ -109,11 +113,13 @@ func (s *Store) TemplateVersions(ctx context.Context, agent, name string) ([]tem
 		var (
 			v       template.Version
 			spec    string
+			shared  int
 			created sql.NullInt64
 		)
-		if err := r.Scan(&v.Version, &spec, &v.Hash, &v.Image, &v.LayerImage, &v.SizeBytes, &created); err != nil {
+		if err := r.Scan(&v.Version, &spec, &v.Hash, &v.Image, &v.LayerImage, &v.SizeBytes, &shared, &created); err != nil {
 			return v, err
 		}
+		v.Shared = shared != 0
 		if err := json.Unmarshal([]byte(spec), &v.Spec); err != nil {
 			return v, fmt.Errorf("version %d of template %q has an unreadable spec: %w", v.Version, name, err)
 		}
@@ -167,20 +173,24 @@ func (s *Store) TemplateTags(ctx context.Context, agent, name string) (map[strin
 }
 
 // SetTemplateTag makes tag of agent's template name name version (template.Store); an error
-// wrapping template.ErrNotFound when the version is not kept (a build may have just removed
-// it: the check and the write are one statement).
+// wrapping template.ErrNotFound when the version is not kept (a build or a removal may have
+// just taken it: the check and the write are one statement, in a transaction that is
+// serializable on PostgreSQL; a new helper's race of tags against removals left tags naming
+// nothing, and tags of removed templates that a new one of the name inherited).
 func (s *Store) SetTemplateTag(ctx context.Context, agent, name, tag string, version int) error {
-	res, err := s.w.ExecContext(ctx, `INSERT INTO template_tags (agent, name, tag, version, updated_at)
-		SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM template_versions WHERE agent = ? AND name = ? AND version = ?)
-		ON CONFLICT (agent, name, tag) DO UPDATE SET version = excluded.version, updated_at = excluded.updated_at`,
-		agent, name, tag, version, ms(time.Now()), agent, name, version)
-	if err != nil {
-		return err
-	}
-	if n, err := res.RowsAffected(); err == nil && n == 0 {
-		return fmt.Errorf("version %d of template %q is not kept: %w", version, name, template.ErrNotFound)
-	}
-	return nil
+	return s.tx(ctx, func(tx *Tx) error {
+		res, err := tx.ExecContext(ctx, `INSERT INTO template_tags (agent, name, tag, version, updated_at)
+			SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM template_versions WHERE agent = ? AND name = ? AND version = ?)
+			ON CONFLICT (agent, name, tag) DO UPDATE SET version = excluded.version, updated_at = excluded.updated_at`,
+			agent, name, tag, version, ms(time.Now()), agent, name, version)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err == nil && n == 0 {
+			return fmt.Errorf("version %d of template %q is not kept: %w", version, name, template.ErrNotFound)
+		}
+		return nil
+	})
 }
 
 // DeleteTemplateTag removes tag of agent's template name (template.Store); an error wrapping

@@ -362,7 +362,7 @@ func (s *Service) ready(ctx context.Context, t Template) error {
 		return err
 	}
 	v := Version{Version: t.Version, Spec: t.Spec, Hash: t.Hash, Image: t.Image, LayerImage: t.LayerImage,
-		SizeBytes: t.SizeBytes, CreatedAt: t.UpdatedAt}
+		SizeBytes: t.SizeBytes, Shared: t.Shared, CreatedAt: t.UpdatedAt}
 	if err := s.store.PutTemplateVersion(ctx, t.Agent, t.Name, v); err != nil {
 		return err
 	}
@@ -590,7 +590,8 @@ func (s *Service) List(ctx context.Context, agent string) ([]Template, error) {
 	return list, nil
 }
 
-// Delete removes agent's template name, and its images when no other template uses them.
+// Delete removes agent's template name, its versions, and their images when no other template
+// uses them; a template being built is of class conflict.
 // Unless force, a template that saved code names is kept: an error of class conflict names
 // agent's own code and counts other agents' (named to no one; counted only while the template
 // is shared, since theirs cannot start it otherwise), whose runs and jobs' fires would fail.
@@ -598,6 +599,14 @@ func (s *Service) Delete(ctx context.Context, agent, name string, force bool) er
 	t, err := s.Get(ctx, agent, name)
 	if err != nil {
 		return err
+	}
+	s.mu.Lock()
+	building := s.building[agent+"/"+name]
+	s.mu.Unlock()
+	if building {
+		// Removed now, the build's end would store it again (a new user's DELETE answered 204
+		// and the template came back ready minutes later).
+		return errclass.Newf(errclass.Conflict, "template %q is being built; remove it once its build has ended", name)
 	}
 	if !force {
 		users, err := s.store.CodeNamingTemplate(ctx, agent, name)
@@ -732,7 +741,7 @@ func (s *Service) Resolve(ctx context.Context, agent, ref string) (Template, err
 	if !other {
 		owner, name = agent, full
 	}
-	notFound := &sandbox.FieldError{Field: "template", Message: fmt.Sprintf("agent %q has no template %q it may use; GET /v1/agents/%s/templates lists them", agent, full, agent)}
+	notFound := &sandbox.FieldError{Field: "template", Message: fmt.Sprintf("agent %q has no template %q it may use; GET /v1/agents/%s/templates lists them", agent, clip(full), agent)}
 	if !ValidName(name) || !sandbox.ValidAgent(owner) {
 		return Template{}, notFound
 	}
@@ -744,7 +753,7 @@ func (s *Service) Resolve(ctx context.Context, agent, ref string) (Template, err
 		return Template{}, err
 	}
 	if sel != "" && sel != Latest {
-		if t, err = s.version(ctx, t, sel); err != nil {
+		if t, err = s.version(ctx, t, sel, owner == agent); err != nil {
 			return Template{}, err
 		}
 	}
@@ -771,28 +780,33 @@ func (s *Service) Resolve(ctx context.Context, agent, ref string) (Template, err
 // Latest names a template's current version in a reference (NAME:latest is NAME).
 const Latest = "latest"
 
-// version returns t at the version sel names (a number, or a tag). Errors: a
-// *sandbox.FieldError of field "template" naming the versions and tags t has.
-func (s *Service) version(ctx context.Context, t Template, sel string) (Template, error) {
+// version returns t at the version sel names (a number, or a tag); another agent than the
+// owner (own false) starts only a version built shared. Errors: a *sandbox.FieldError of field
+// "template", naming the versions and tags t has to its owner only.
+func (s *Service) version(ctx context.Context, t Template, sel string, own bool) (Template, error) {
 	versions, err := s.store.TemplateVersions(ctx, t.Agent, t.Name)
 	if err != nil {
 		return Template{}, err
 	}
-	want, numErr := strconv.Atoi(sel)
+	want, number := versionNumber(sel)
 	for _, v := range versions {
-		if numErr == nil && v.Version == want || numErr != nil && slices.Contains(v.Tags, sel) {
+		if (number && v.Version == want || !number && slices.Contains(v.Tags, sel)) && (own || v.Shared) {
 			t.Version, t.Spec, t.Hash, t.Image, t.LayerImage, t.SizeBytes = v.Version, v.Spec, v.Hash, v.Image, v.LayerImage, v.SizeBytes
 			t.Status, t.Error, t.Log = StatusReady, "", ""
 			return t, nil
 		}
+	}
+	if !own {
+		return Template{}, &sandbox.FieldError{Field: "template", Message: fmt.Sprintf("template %s/%s has no version or tag %q shared with other agents; start %s/%s (its current version) or ask its owner",
+			t.Agent, t.Name, clip(sel), t.Agent, t.Name)}
 	}
 	var tags []string
 	for _, v := range versions {
 		tags = append(tags, v.Tags...)
 	}
 	slices.Sort(tags)
-	what := fmt.Sprintf("no tag %q", sel)
-	if numErr == nil {
+	what := fmt.Sprintf("no tag %q", clip(sel))
+	if number {
 		what = fmt.Sprintf("no version %d", want)
 	}
 	have := keptList(versions)
@@ -801,6 +815,24 @@ func (s *Service) version(ctx context.Context, t Template, sel string) (Template
 	}
 	return Template{}, &sandbox.FieldError{Field: "template", Message: fmt.Sprintf("template %q keeps %s: it keeps %s (GET /v1/agents/%s/templates/%s/versions lists them)",
 		t.Name, what, have, t.Agent, t.Name)}
+}
+
+// versionNumber reads sel as a version number: decimal digits without a leading zero or a
+// sign ("04" and "+4" are no version, nor a tag: CheckTag refuses all digits).
+func versionNumber(sel string) (int, bool) {
+	if sel == "" || len(sel) > 9 || sel[0] == '0' || strings.Trim(sel, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(sel)
+	return n, err == nil
+}
+
+// clip shortens what a caller gave, for a message: at most 100 bytes, then "…".
+func clip(s string) string {
+	if len(s) <= 100 {
+		return s
+	}
+	return strings.ToValidUTF8(s[:100], "") + "…"
 }
 
 // stepWriter follows a build's output: it maps the builder's "Step n/m" lines to the spec's

@@ -79,11 +79,12 @@ func CheckName(field, name string) error {
 }
 
 // CheckTag is a *sandbox.FieldError of field when tag is not a tag a template may have: a name
-// as ValidName says, not all digits (NAME:3 is version 3) and not "latest" (the current one).
+// as ValidName says, not all digits (NAME:3 is version 3) and not "latest" or "default" (the
+// current version, in sandpit's words and E2B's).
 func CheckTag(field, tag string) error {
 	digits := tag != "" && strings.Trim(tag, "0123456789") == ""
-	if !ValidName(tag) || digits || tag == Latest {
-		return &sandbox.FieldError{Field: field, Message: fmt.Sprintf("%q is not a tag: use 1 to 63 lowercase letters, digits, '_', '.' or '-', starting with a letter or digit, not all digits (NAME:3 is version 3) and not %q (the current version)", tag, Latest)}
+	if !ValidName(tag) || digits || tag == Latest || tag == "default" {
+		return &sandbox.FieldError{Field: field, Message: fmt.Sprintf("%q is not a tag: use 1 to 63 lowercase letters, digits, '_', '.' or '-', starting with a letter or digit, not all digits (NAME:3 is version 3) and not %q or \"default\" (the current version)", clip(tag), Latest)}
 	}
 	return nil
 }

@@ -361,6 +361,10 @@ func TestNoImageIsRemovedWhileABuildRuns(t *testing.T) {
 	if !eng.has(old.Image) || !eng.has(old.LayerImage) {
 		t.Fatal("a removed template's images went while another build ran")
 	}
+	// A template being built is not removed: its build's end would store it again.
+	if err := svc.Delete(t.Context(), "bob", "new", false); errclass.Of(err) != errclass.Conflict {
+		t.Errorf("removing a template while it builds: %v, want a conflict", err)
+	}
 	eng.release <- struct{}{}
 	if err := <-running; err != nil {
 		t.Fatal(err)
@@ -566,9 +570,38 @@ func TestVersionsAndTags(t *testing.T) {
 	if got, _ := svc.Get(ctx, "alice", "env"); got.Tags["stable"] != 2 {
 		t.Errorf("the template's tags %v", got.Tags)
 	}
-	// Another agent reaches none of it unless shared.
+	// Another agent reaches none of it unless shared, and then only the versions built shared
+	// (a new helper's rebuild with --shared opened the older private versions to every agent),
+	// without learning the others.
 	if _, err := svc.Resolve(ctx, "bob", "alice/env:stable"); err == nil {
 		t.Error("bob started alice's unshared template's tagged version")
+	}
+	shared, err := svc.Build(ctx, template.BuildRequest{Agent: "alice", Name: "env", Shared: true, Spec: template.Spec{Steps: []template.Step{{Apt: []string{"less"}}}}}, nil)
+	if err != nil || !shared.Shared {
+		t.Fatalf("sharing by a rebuild: %+v %v", shared, err)
+	}
+	if got, err := svc.Resolve(ctx, "bob", "alice/env:5"); err != nil || got.Version != 5 {
+		t.Errorf("bob's alice/env:5, shared: %+v %v", got, err)
+	}
+	_, err = svc.Resolve(ctx, "bob", "alice/env:stable")
+	if err == nil || strings.Contains(err.Error(), "versions") || strings.Contains(err.Error(), "stable\" and") {
+		t.Errorf("bob's alice/env:stable, a version built private: %v; want refused, naming nothing of alice's", err)
+	}
+	// A selector is a version's number as written, or a tag; nothing else.
+	for _, ref := range []string{"env:+5", "env:05", "env:", "env::x", "env:0", "env:-1", "env:" + strings.Repeat("x", 5000)} {
+		got, err := svc.Resolve(ctx, "alice", ref)
+		if ref == "env:" {
+			if err != nil || got.Version != 5 {
+				t.Errorf("%q: %+v %v, want the current version", ref, got, err)
+			}
+			continue
+		}
+		if err == nil || len(err.Error()) > 1000 {
+			t.Errorf("%.40q resolved to version %d (%.200v), want a short refusal", ref, got.Version, err)
+		}
+	}
+	if err := svc.Tag(ctx, "alice", "env", "default", 5); errclass.Of(err) != errclass.Invalid {
+		t.Errorf("the tag \"default\" (E2B's current version): %v, want refused", err)
 	}
 
 	// The current version is not removed by itself; another is, with its images.

@@ -12,6 +12,7 @@ CREATE TABLE template_versions (
     image       TEXT NOT NULL,
     layer_image TEXT NOT NULL,
     size_bytes  BIGINT NOT NULL,
+    shared      INTEGER NOT NULL,
     created_at  BIGINT NOT NULL,
     PRIMARY KEY (agent, name, version)
 );
@@ -25,8 +26,8 @@ CREATE TABLE template_tags (
     updated_at BIGINT NOT NULL,
     PRIMARY KEY (agent, name, tag)
 );
-INSERT INTO template_versions (agent, name, version, spec, hash, image, layer_image, size_bytes, created_at)
-    SELECT agent, name, version, spec, hash, image, layer_image, size_bytes, updated_at FROM templates
+INSERT INTO template_versions (agent, name, version, spec, hash, image, layer_image, size_bytes, shared, created_at)
+    SELECT agent, name, version, spec, hash, image, layer_image, size_bytes, shared, updated_at FROM templates
     WHERE status = 'ready' AND image <> '';
 
 -- +goose Down
