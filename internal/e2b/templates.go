@@ -910,17 +910,18 @@ func (s *Server) assignTags(w http.ResponseWriter, r *http.Request, agent string
 		return
 	}
 	v := versions[i]
-	for _, tag := range req.Tags {
-		if currentTag(tag) {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("tag %q always names the template's current build: build it again to move it", tag))
-			return
-		}
+	tags, msg := tagList(req.Tags)
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, msg)
+		return
+	}
+	for _, tag := range tags {
 		if err := t.Tag(r.Context(), agent, name, tag, v.Version); err != nil {
 			writeEngineError(w, "tag "+tag, err)
 			return
 		}
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"tags": req.Tags, "buildID": buildUUID(template.Template{Hash: v.Hash, Version: v.Version})})
+	writeJSON(w, http.StatusCreated, map[string]any{"tags": tags, "buildID": buildUUID(template.Template{Hash: v.Hash, Version: v.Version})})
 }
 
 // deleteTags is DELETE /templates/tags (E2B's DeleteTemplateTagsRequest): the tags of the
@@ -943,15 +944,44 @@ func (s *Server) deleteTags(w http.ResponseWriter, r *http.Request, agent string
 		writeError(w, http.StatusBadRequest, "tags is empty: name at least one tag to remove")
 		return
 	}
-	for _, tag := range req.Tags {
-		if currentTag(tag) {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("tag %q names the template's current build and cannot be removed; delete the template instead", tag))
-			return
-		}
+	tags, msg := tagList(req.Tags)
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, msg)
+		return
+	}
+	for _, tag := range tags {
 		if err := t.Untag(r.Context(), agent, name, tag); err != nil {
 			writeEngineError(w, "tag "+tag, err)
 			return
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// maxRequestTags bounds the tags of one E2B tag request (a template has at most 32).
+const maxRequestTags = 32
+
+// tagList returns tags without repeats, checked whole before any is applied, or why not (a
+// 400's message): at most maxRequestTags, none naming the current build (E2B's "default"),
+// each a tag sandpit takes (a helper's 200 000 copies of one tag cost 85 s of writes, and a
+// bad tag after good ones left those applied).
+func tagList(tags []string) ([]string, string) {
+	var out []string
+	for _, tag := range tags {
+		if !slices.Contains(out, tag) {
+			out = append(out, tag)
+		}
+		if len(out) > maxRequestTags {
+			return nil, fmt.Sprintf("tags has more than %d tags; a template has at most 32", maxRequestTags)
+		}
+	}
+	for _, tag := range out {
+		if currentTag(tag) {
+			return nil, fmt.Sprintf("tag %q always names the template's current build: build it again to move it, or delete the template", tag)
+		}
+		if err := template.CheckTag("tags", tag); err != nil {
+			return nil, err.Error()
+		}
+	}
+	return out, ""
 }

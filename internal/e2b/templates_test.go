@@ -369,6 +369,17 @@ func TestTemplateBuilderFlow(t *testing.T) {
 			t.Errorf("POST /templates/tags %v: %d %+v, want %d", c.body, code, e, c.want)
 		}
 	}
+	// A request's tags are checked whole before any is given, and repeats count once.
+	if code := call(t, "POST", base+"/templates/tags", "k-alice", map[string]any{"target": "my-env", "tags": []string{"good", "Bad Tag"}}, &e); code != 400 || f.tags["alice/my-env"]["good"] != 0 {
+		t.Errorf("a bad tag after a good one: %d %+v, tags %v; want 400 and neither given", code, e, f.tags["alice/my-env"])
+	}
+	many := make([]string, 100_000)
+	for i := range many {
+		many[i] = "dup"
+	}
+	if code := call(t, "POST", base+"/templates/tags", "k-alice", map[string]any{"target": "my-env", "tags": many}, &assigned); code != 201 || f.tags["alice/my-env"]["dup"] != 1 {
+		t.Errorf("one tag 100 000 times: %d %+v", code, assigned)
+	}
 	if code := call(t, "POST", base+"/templates/tags", "k-bob", map[string]any{"target": "my-env", "tags": []string{"mine"}}, nil); code != 404 {
 		t.Errorf("bob tags alice's template: %d, want 404", code)
 	}

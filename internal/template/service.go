@@ -343,6 +343,12 @@ func (s *Service) Build(ctx context.Context, req BuildRequest, emit func(Event))
 		if perr := s.store.PutTemplate(context.WithoutCancel(ctx), stored); perr != nil {
 			s.log.Warn("recording a failed template build", "agent", t.Agent, "template", t.Name, "error", perr)
 		}
+		if stored.LayerImage != t.LayerImage {
+			// A layer built for a version that failed after it (at sandpit's own layer, or its
+			// size) belongs to no record: it went with nothing (a new user's failed builds
+			// left one each, unbounded).
+			s.removeUnused(context.WithoutCancel(ctx), t.LayerImage)
+		}
 		emit(Event{Type: "error", Step: out.step, Steps: steps, Label: out.label, Error: berr.Error()})
 		return t, berr
 	}
@@ -500,6 +506,9 @@ func (s *Service) Tag(ctx context.Context, agent, name, tag string, version int)
 	if err := CheckTag("tag", tag); err != nil {
 		return err
 	}
+	if version < 1 {
+		return &sandbox.FieldError{Field: "version", Message: fmt.Sprintf("is %d: give the kept version the tag names, such as {\"version\": 3} (GET /v1/agents/%s/templates/%s/versions lists them)", version, agent, name)}
+	}
 	versions, err := s.Versions(ctx, agent, name)
 	if err != nil {
 		return err
@@ -534,7 +543,7 @@ func keptList(versions []Version) string {
 }
 
 // Untag removes tag of agent's template name; the version it named is kept only while
-// template_versions_kept still counts it. Errors: those of Get, and one wrapping ErrNotFound
+// template_versions_kept still counts it. Errors: those of Get, and one of class not found
 // when the template has no such tag.
 func (s *Service) Untag(ctx context.Context, agent, name, tag string) error {
 	if _, err := s.Get(ctx, agent, name); err != nil {
@@ -542,7 +551,7 @@ func (s *Service) Untag(ctx context.Context, agent, name, tag string) error {
 	}
 	if err := s.store.DeleteTemplateTag(ctx, agent, name, tag); err != nil {
 		if errors.Is(err, ErrNotFound) {
-			return fmt.Errorf("template %q has no tag %q: %w", name, tag, err)
+			return errclass.Newf(errclass.NotFound, "template %q has no tag %q (GET /v1/agents/%s/templates/%s/versions lists its tags)", name, clip(tag), agent, name)
 		}
 		return err
 	}

@@ -617,7 +617,7 @@ func TestVersionsAndTags(t *testing.T) {
 	if err := svc.Untag(ctx, "alice", "env", "stable"); err != nil {
 		t.Fatal(err)
 	}
-	if err := svc.Untag(ctx, "alice", "env", "stable"); !errors.Is(err, template.ErrNotFound) {
+	if err := svc.Untag(ctx, "alice", "env", "stable"); errclass.Of(err) != errclass.NotFound {
 		t.Errorf("removing a tag twice: %v", err)
 	}
 	if err := svc.Delete(ctx, "alice", "env", false); err != nil {

@@ -238,10 +238,27 @@ func (e *TemplateEngine) buildNetwork(ctx context.Context) (string, netip.Addr, 
 }
 
 // removeNetwork removes build network name (its build has ended, whatever its context says).
+// A step's container still on it (the builder removes it after a client that left, a moment
+// later) is disconnected first: the removal failed on it, and each such network held a /20 of
+// the engine's address pools for hours (a new user's three builds ended by leaving).
 func (e *TemplateEngine) removeNetwork(name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, _ = e.API.NetworkRemove(ctx, name, client.NetworkRemoveOptions{})
+	for {
+		if _, err := e.API.NetworkRemove(ctx, name, client.NetworkRemoveOptions{}); err == nil || cerrdefs.IsNotFound(err) {
+			return
+		}
+		if got, err := e.API.NetworkInspect(ctx, name, client.NetworkInspectOptions{}); err == nil {
+			for id := range got.Network.Containers {
+				_, _ = e.API.NetworkDisconnect(ctx, name, client.NetworkDisconnectOptions{Container: id, Force: true})
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return // pruneNetworks takes it later
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // pruneNetworks removes build networks older than the longest build (a daemon died during
