@@ -108,14 +108,18 @@ func TestE2BConformance(t *testing.T) {
 	if _, err := bob.Control(ctx, "GET", "/v2/sandboxes", nil, &list); err != nil || len(list) != 1 || list[0]["sandboxID"] != other.SandboxID {
 		t.Errorf("bob's list: %v %v", list, err)
 	}
-	// The template builder is served (alice has built none); its tags are not.
+	// The template builder and its tags are served (alice has built none); updates are not.
 	var templates []map[string]any
 	if _, err := alice.Control(ctx, "GET", "/templates", nil, &templates); err != nil || len(templates) != 0 {
 		t.Errorf("templates: %v %v, want none", templates, err)
 	}
-	if _, err := alice.Control(ctx, "GET", "/templates/my-env/tags", nil, nil); e2bclient.StatusOf(err) != http.StatusNotImplemented ||
-		!strings.Contains(err.Error(), "tags") {
-		t.Errorf("template tags: %v, want 501 naming them", err)
+	if _, err := alice.Control(ctx, "GET", "/templates/my-env/tags", nil, nil); e2bclient.StatusOf(err) != http.StatusNotFound ||
+		!strings.Contains(err.Error(), "my-env") {
+		t.Errorf("the tags of a template alice lacks: %v, want 404 naming it", err)
+	}
+	if _, err := alice.Control(ctx, "PATCH", "/templates/my-env", map[string]any{"public": true}, nil); e2bclient.StatusOf(err) != http.StatusNotImplemented ||
+		!strings.Contains(err.Error(), "updates") {
+		t.Errorf("a template update: %v, want 501 naming updates", err)
 	}
 
 	// run_code: output, envVars, state kept, an error, and env_vars for one run.
