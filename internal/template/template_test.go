@@ -299,16 +299,23 @@ func (e *blockingEngine) BuildLayer(ctx context.Context, p template.Plan, tag st
 	return e.fakeEngine.BuildLayer(ctx, p, tag, out)
 }
 
-// A spec whose base the engine lacks is told so while another build runs, not that the daemon
-// is busy (a new user's typo was answered 429 and retried in vain).
-func TestBadBaseIsToldWhileABuildRuns(t *testing.T) {
+// blockingService is a service on a real store whose engine's layer builds wait for release.
+func blockingService(t *testing.T) (*blockingEngine, *template.Service) {
+	t.Helper()
 	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
 	eng := &blockingEngine{&fakeEngine{images: map[string]bool{"base": true}}, make(chan struct{}), make(chan struct{})}
-	svc := template.NewService(st, eng, template.Config{DefaultBase: "base", BuildTimeout: time.Minute, PerAgent: 5}, nil)
+	return eng, template.NewService(st, eng, template.Config{DefaultBase: "base", BuildTimeout: time.Minute, PerAgent: 5}, nil)
+}
+
+// A spec whose base the engine lacks is told so while another build runs, not that the daemon
+// is busy (a new user's typo was answered 429 and retried in vain).
+func TestBadBaseIsToldWhileABuildRuns(t *testing.T) {
+	eng, svc := blockingService(t)
+	var err error
 	done := make(chan error, 1)
 	go func() {
 		_, err := svc.Build(t.Context(), template.BuildRequest{Agent: "alice", Name: "tools", Spec: template.Spec{Steps: []template.Step{{Run: "true"}}}}, nil)
@@ -331,13 +338,7 @@ func TestBadBaseIsToldWhileABuildRuns(t *testing.T) {
 // failed with "unknown parent image ID" as a template on the same base was removed). The
 // removal waits, and is done once the build ends.
 func TestNoImageIsRemovedWhileABuildRuns(t *testing.T) {
-	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	eng := &blockingEngine{&fakeEngine{images: map[string]bool{"base": true}}, make(chan struct{}), make(chan struct{})}
-	svc := template.NewService(st, eng, template.Config{DefaultBase: "base", BuildTimeout: time.Minute, PerAgent: 5}, nil)
+	eng, svc := blockingService(t)
 	build := func(agent, name string) <-chan error {
 		done := make(chan error, 1)
 		go func() {
