@@ -79,7 +79,8 @@ type Core struct {
 	Streams *connlimit.Streams
 	// Image is the sandbox image the runtime runs (its tag, or the reference the nodes pull).
 	Image string
-	// Templates builds and keeps the agents' templates (nil with runtime "kubernetes").
+	// Templates builds and keeps the agents' templates (nil with runtime "kubernetes" unless
+	// kubernetes.template_registry or template_import_command says how images reach the nodes).
 	Templates *template.Service
 	api       *client.Client // nil with runtime "kubernetes"
 	lock      *datadir.Lock
@@ -247,6 +248,13 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 			return nil, err
 		}
 		rt, image, boxes, boxKind, room = krt, krt.Image(), krt.PodNames, "pods", capacityOf(krt)
+		if cfg.Kubernetes.Templates() {
+			if tmpl, api, err = kubeTemplates(ctx, cfg, st, progress, log); err != nil {
+				krt.Close()
+				return nil, err
+			}
+			closers = append(closers, api.Close)
+		}
 	} else {
 		if api, err = DockerClient(cfg); err != nil {
 			return nil, err

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -34,20 +35,23 @@ func PushImage(ctx context.Context, cfg config.Config, tag, ref string, progress
 		return "", fmt.Errorf("--push %q names a digest; give a repository, with a tag or without", ref)
 	}
 	if _, ok := named.(reference.Tagged); !ok {
-		_, own, _ := strings.Cut(tag[strings.LastIndexByte(tag, '/')+1:], ":")
-		if own == "" {
-			own = "latest"
-		}
-		if named, err = reference.WithTag(named, own); err != nil {
+		if named, err = reference.WithTag(named, ownTag(tag)); err != nil {
 			return "", err
 		}
 	}
-	target := reference.FamiliarString(named)
 	api, err := DockerClient(cfg)
 	if err != nil {
 		return "", err
 	}
 	defer api.Close()
+	return pushImage(ctx, api, tag, named, progress)
+}
+
+// pushImage tags the engine's image tag as target and pushes it, writing the push's
+// progress to progress, and returns target as Docker names it. Errors name the image and
+// say how to log in.
+func pushImage(ctx context.Context, api client.APIClient, tag string, named reference.Named, progress io.Writer) (string, error) {
+	target := reference.FamiliarString(named)
 	if _, err := api.ImageTag(ctx, client.ImageTagOptions{Source: tag, Target: target}); err != nil {
 		return "", fmt.Errorf("tagging %s as %s: %w", tag, target, err)
 	}
@@ -76,6 +80,12 @@ func PushImage(ctx context.Context, cfg config.Config, tag, ref string, progress
 			target, err, reference.Domain(named), target)
 	}
 	return target, nil
+}
+
+// ownTag is the tag part of image reference ref ("latest" when it has none).
+func ownTag(ref string) string {
+	_, own, _ := strings.Cut(ref[strings.LastIndexByte(ref, '/')+1:], ":")
+	return cmp.Or(own, "latest")
 }
 
 // registryAuth returns the X-Registry-Auth value for domain from the Docker client's config

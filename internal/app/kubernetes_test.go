@@ -278,3 +278,88 @@ func TestKubernetesTwoDaemons(t *testing.T) {
 		t.Errorf("slot pods changed hands or were replaced: a %v → %v, b %v → %v", beforeA, afterA, beforeB, afterB)
 	}
 }
+
+// TestKubernetesTemplates builds templates on a daemon of runtime kubernetes whose
+// kubernetes.template_import_command brings each image into the test cluster's containerd:
+// the template's warm pool, a session and a one-shot run all run in pods of its image, and
+// a build whose import fails names the command and what it said.
+func TestKubernetesTemplates(t *testing.T) {
+	cfg, client := kubeConfig(t)
+	_, containerd := kubeCluster(t)
+	refuse := t.TempDir() + "/refuse"
+	// $0 is the cluster's containerd socket, $1 the image built; with the file refuse there
+	// the command fails as a node without room would.
+	cfg.Kubernetes.TemplateImportCommand = []string{"sh", "-c",
+		`if [ -e "` + refuse + `" ]; then echo "no space left on the node" >&2; exit 3; fi; docker save "$1" | ctr -a "$0" -n k8s.io images import -`, containerd}
+	cfg.TemplatePools = map[string]int{"alice/kt": 1}
+	url := daemon(t, cfg)
+	base := url + "/v1/agents/alice/templates"
+	events := buildTemplate(t, base, `{"name": "kt", "spec": {"steps": [
+		{"file": {"path": "/opt/kt/hello.txt", "content": "hello from the template\n"}},
+		{"run": "echo built > /opt/kt/mark && chmod 0644 /opt/kt/mark"}], "env": {"GREETING": "hi there"}}}`)
+	last := events[len(events)-1]
+	if last.Type != "done" || last.Template == nil || last.Template.Status != "ready" {
+		t.Fatalf("the build's last event: %+v", last)
+	}
+	img := last.Template.Image
+	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", img, last.Template.LayerImage).Run() })
+	imported := false
+	for _, e := range events {
+		imported = imported || (e.Type == "log" && strings.Contains(e.Line, "importing "+img+" into the nodes"))
+	}
+	if !imported {
+		t.Errorf("the build's log does not say the image was imported: %+v", events)
+	}
+
+	// The pod of a session of kt runs the template's image.
+	podImage := func(session string) string {
+		t.Helper()
+		pods, err := client.CoreV1().Pods(cfg.Kubernetes.Namespace).List(context.Background(), metav1.ListOptions{
+			LabelSelector: kubernetes.LabelRole + "=" + kubernetes.RoleSession})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			if p.Annotations[kubernetes.AnnotationSession] == session {
+				return p.Spec.Containers[0].Image
+			}
+		}
+		return ""
+	}
+	code := `import os; print(open('/opt/kt/hello.txt').read().strip(), open('/opt/kt/mark').read().strip(), os.environ['GREETING'])`
+	want := "hello from the template built hi there\n"
+	status, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions", `{"template": "kt"}`)
+	var s sandbox.SessionInfo
+	if status != 201 || json.Unmarshal(body, &s) != nil {
+		t.Fatalf("create a session of kt: %d %s", status, body)
+	}
+	raw, _ := json.Marshal(map[string]string{"code": code})
+	status, body = httpCall(t, "POST", url+"/v1/agents/alice/sessions/"+s.ID+"/executions", string(raw))
+	var res sandbox.Result
+	if status != 200 || json.Unmarshal(body, &res) != nil || res.Stdout != want {
+		t.Errorf("a call in a session of kt: %d %s, want %q", status, body, want)
+	}
+	if got := podImage(s.ID); got != img {
+		t.Errorf("the session's pod runs %q, want the template's image %s", got, img)
+	}
+	httpCall(t, "DELETE", url+"/v1/agents/alice/sessions/"+s.ID, "")
+
+	raw, _ = json.Marshal(map[string]string{"agent": "alice", "template": "kt", "code": code})
+	resp, body := post(t, url, string(raw))
+	if resp.StatusCode != 200 || json.Unmarshal(body, &res) != nil || res.Stdout != want || res.Template != "kt" {
+		t.Errorf("a one-shot run of kt: %d %s, want %q", resp.StatusCode, body, want)
+	}
+
+	// An import that fails fails the build, naming the command and what it said.
+	if err := os.WriteFile(refuse, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	events = buildTemplate(t, base, `{"name": "kt2", "spec": {"steps": [{"run": "echo two > /opt/two"}]}}`)
+	last = events[len(events)-1]
+	if last.Type != "error" || !strings.Contains(last.Error, "kubernetes.template_import_command") || !strings.Contains(last.Error, "no space left on the node") {
+		t.Errorf("a build whose import failed ended %+v, want an error naming the command and its output", last)
+	}
+	if last.Template != nil {
+		t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", last.Template.LayerImage).Run() })
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/distribution/reference"
 	"sigs.k8s.io/yaml"
 )
 
@@ -58,6 +59,25 @@ type Kubernetes struct {
 	// memory_bytes and cpus. Requests below the limits let a node hold more sandboxes than it
 	// could run at full use at once (pods of QoS class Burstable).
 	Requests Requests `json:"requests"`
+	// TemplateRegistry is the repository a built template's sandbox image is pushed to, for
+	// nodes that pull from a registry (registry.example.com/team/sandpit-template): each image
+	// goes there tagged with its own tag (a hash of its content), with the Docker client's
+	// `docker login` credentials. Templates on runtime "kubernetes" are built by the Docker
+	// engine the daemon reaches (docker_host) and need this or TemplateImportCommand; with
+	// neither the daemon has no templates. Default empty.
+	TemplateRegistry string `json:"template_registry"`
+	// TemplateImportCommand is a command (argv, no shell) that makes a built template's
+	// sandbox image known to every node, run with the image's tag as its last argument, such
+	// as ["scripts/kube-cluster.sh", "import-image"] for the test cluster (docker save into
+	// the nodes' containerd); pods then run it as tagged, with image_pull_policy. It must exit
+	// 0 within the build's time. Default empty.
+	TemplateImportCommand []string `json:"template_import_command"`
+}
+
+// Templates says whether templates reach the nodes (TemplateRegistry or
+// TemplateImportCommand is set).
+func (k Kubernetes) Templates() bool {
+	return k.TemplateRegistry != "" || len(k.TemplateImportCommand) > 0
 }
 
 // Requests is a pod's resource requests: what the scheduler reserves for it on a node. Zero
@@ -288,12 +308,26 @@ func (c Config) checkKubernetes(report *problems) {
 	if r := k.Requests.MemoryBytes; r != 0 && (r < 16<<20 || r > c.MemoryBytes) {
 		bad("requests.memory_bytes", "is %d; allowed range is %d (16 MiB) to memory_bytes (%d): what each pod reserves may not pass what it may use (0: the default, 256 MiB)", r, 16<<20, c.MemoryBytes)
 	}
+	switch {
+	case k.TemplateRegistry != "" && len(k.TemplateImportCommand) > 0:
+		bad("template_registry", "and kubernetes.template_import_command are both set; templates reach the nodes one way: keep one")
+	case k.TemplateRegistry != "" && !validRepository(k.TemplateRegistry):
+		bad("template_registry", "is %q, which is not a repository; give one without a tag, such as registry.example.com/team/sandpit-template", k.TemplateRegistry)
+	case len(k.TemplateImportCommand) > 0 && strings.TrimSpace(k.TemplateImportCommand[0]) == "":
+		bad("template_import_command", "starts with an empty program; give the command as a list, such as [\"scripts/kube-cluster.sh\", \"import-image\"]")
+	}
 	if k.WarmSessions < 0 || k.WarmSessions > 64 {
 		bad("warm_sessions", "is %d; allowed range is 0 to 64 pods", k.WarmSessions)
 	}
 	if c.Runtime == RuntimeKubernetes && c.MemorySwapBytes != 0 && c.MemorySwapBytes != c.MemoryBytes {
 		report.bad("memory_swap_bytes", "is %s, but runtime is \"kubernetes\", whose pods have no swap; leave it 0", FormatSize(c.MemorySwapBytes))
 	}
+}
+
+// validRepository says whether ref names an image repository without a tag or digest.
+func validRepository(ref string) bool {
+	named, err := reference.ParseNormalizedNamed(ref)
+	return err == nil && reference.IsNameOnly(named)
 }
 
 // validLabelKey says whether key is a label key: an optional DNS subdomain prefix and '/',

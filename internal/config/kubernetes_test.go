@@ -90,6 +90,19 @@ func TestKubernetesValidate(t *testing.T) {
 		"sandpit image build --push", "kubernetes.image_pull_policy", "kubernetes.runtime_class_name", "kubernetes.node_selector",
 		"entry 1 has no key", `entry 2 has effect "Never"`, "kubernetes.warm_sessions", "SANDPIT_KUBERNETES")
 
+	// Templates reach the nodes one way, and a registry is a repository.
+	c = defaults(envMap(map[string]string{"HOME": "/home/t"}))
+	c.Kubernetes.TemplateRegistry, c.Kubernetes.TemplateImportCommand = "registry.example.com/t", []string{"import"}
+	wantErrContains(t, c.Validate(), "kubernetes.template_registry and kubernetes.template_import_command are both set")
+	c.Kubernetes.TemplateRegistry, c.Kubernetes.TemplateImportCommand = "registry.example.com/t:v1", nil
+	wantErrContains(t, c.Validate(), `kubernetes.template_registry is "registry.example.com/t:v1", which is not a repository`)
+	c.Kubernetes.TemplateRegistry, c.Kubernetes.TemplateImportCommand = "", []string{" "}
+	wantErrContains(t, c.Validate(), "kubernetes.template_import_command starts with an empty program")
+	c.Kubernetes.TemplateImportCommand = []string{"scripts/kube-cluster.sh", "import-image"}
+	if err := c.Validate(); err != nil || !c.Kubernetes.Templates() {
+		t.Errorf("an import command: %v, templates %v", err, c.Kubernetes.Templates())
+	}
+
 	c = defaults(envMap(map[string]string{"HOME": "/home/t"}))
 	c.Runtime = "kube"
 	wantErrContains(t, c.Validate(), `runtime is "kube"`, `"kubernetes"`)

@@ -145,7 +145,7 @@ func (s *Server) templateRoutes(mux *http.ServeMux, authed func(func(http.Respon
 			t := s.templates
 			s.mu.Unlock()
 			if t == nil {
-				writeError(w, http.StatusNotImplemented, "template builds need the Docker runtime (runtime: docker); this daemon's runtime builds none")
+				writeError(w, http.StatusNotImplemented, "this daemon builds no templates: on runtime kubernetes, its configuration needs kubernetes.template_registry or kubernetes.template_import_command")
 				return
 			}
 			h(w, r, agent, t)

@@ -337,7 +337,7 @@ func (r *Registry) poolTemplate(ctx context.Context, p *pool) (*template.Templat
 		return nil, nil
 	}
 	if r.templates == nil {
-		return nil, errors.New("this daemon has no templates (they need the Docker runtime)")
+		return nil, errors.New(noTemplates)
 	}
 	owner, name, _ := strings.Cut(p.template, "/")
 	t, err := r.templates.Resolve(ctx, owner, name)

@@ -24,6 +24,9 @@ type ImageOpener interface {
 	OpenSessionImage(ctx context.Context, id, image string) (sandbox.SessionBox, error)
 }
 
+// noTemplates says why a daemon without templates has none, and how to give it them.
+const noTemplates = "this daemon has no templates: on runtime kubernetes, set kubernetes.template_registry or kubernetes.template_import_command (docs/templates.md)"
+
 // SetTemplates sets the templates sessions may start from (call before serving); without
 // it a session naming a template is refused.
 func (r *Registry) SetTemplates(t Templates) { r.templates = t }
@@ -38,10 +41,10 @@ func (r *Registry) resolveTemplate(ctx context.Context, agent, ref string) (*tem
 		return nil, nil
 	}
 	if r.templates == nil {
-		return nil, &sandbox.FieldError{Field: "template", Message: "this daemon has no templates (they need the Docker runtime)"}
+		return nil, &sandbox.FieldError{Field: "template", Message: noTemplates}
 	}
 	if _, ok := r.opener.(ImageOpener); !ok {
-		return nil, &sandbox.FieldError{Field: "template", Message: "this daemon's runtime does not start templates (only the Docker runtime does)"}
+		return nil, &sandbox.FieldError{Field: "template", Message: "this daemon's runtime does not start templates"}
 	}
 	t, err := r.templates.Resolve(ctx, agent, ref)
 	if err != nil {

@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,20 @@ import (
 // one slot and no fork server in the pod, whose first call starts the session's interpreter.
 // Errors wrap sandbox.ErrNotReady when no pod can serve now.
 func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBox, error) {
+	return r.openSession(ctx, id, "")
+}
+
+// OpenSessionImage starts session id's sandbox from image (a template's sandbox image, as the
+// nodes know it: imported into their containerd or in the registry they pull from) instead of
+// the runtime's own: a pod created for it, never a warm one (the session layer keeps warm
+// sessions of a template itself). Errors are OpenSession's; a pod whose image the nodes lack
+// fails at once, its error naming the image and the kubelet's reason.
+func (r *Runtime) OpenSessionImage(ctx context.Context, id, image string) (sandbox.SessionBox, error) {
+	return r.openSession(ctx, id, image)
+}
+
+// openSession is OpenSession, from image when it is not "" (OpenSessionImage).
+func (r *Runtime) openSession(ctx context.Context, id, image string) (sandbox.SessionBox, error) {
 	if r.ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: the runtime is shutting down", sandbox.ErrNotReady)
 	}
@@ -38,7 +53,15 @@ func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBo
 	}
 	log := r.log.With("session", id)
 	defer r.kickPool()
-	pod, claimed, err := r.claimPod(ctx, id, log)
+	var (
+		pod     string
+		claimed bool
+	)
+	if image == "" {
+		pod, claimed, err = r.claimPod(ctx, id, log)
+	} else {
+		pod, err = r.createSessionPod(ctx, id, image)
+	}
 	if err != nil {
 		r.freeSessionUID(idx)
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
@@ -62,7 +85,7 @@ func (r *Runtime) OpenSession(ctx context.Context, id string) (sandbox.SessionBo
 			return nil, fmt.Errorf("%w: starting the executor in session pod %s: %w", sandbox.ErrNotReady, pod, err)
 		}
 	}
-	log.Info("session sandbox ready", "pod", pod, "from_pool", claimed, "uid", r.cfg.UIDBlock.Session(idx))
+	log.Info("session sandbox ready", "pod", pod, "from_pool", claimed, "uid", r.cfg.UIDBlock.Session(idx), "image", cmp.Or(image, r.cfg.Image))
 	sb := &sessionBox{r: r, id: id, pod: pod, SessionLine: boxspec.SessionLine{Line: line, Pip: r.cfg.Pip}, uid: idx, log: log}
 	r.sessMu.Lock()
 	r.opened[id] = sb
@@ -106,13 +129,26 @@ func (r *Runtime) claimPod(ctx context.Context, id string, log *slog.Logger) (st
 		log.Debug("claimed a warm session pod", "pod", p.Name, "from_daemon", from)
 		return p.Name, true, nil
 	}
+	name, err := r.createSessionPod(ctx, id, "")
+	return name, false, err
+}
+
+// createSessionPod creates a pod for session id, of image ("": the runtime's own), and
+// returns its name once it runs (createPod's errors).
+func (r *Runtime) createSessionPod(ctx context.Context, id, image string) (string, error) {
 	pod := r.newPod(RoleSession, nil)
+	if image != "" {
+		pod.Spec.Containers[0].Image = image
+	}
 	r.claimLabels(pod, id)
 	created, err := r.createPod(ctx, pod, true)
 	if err != nil {
-		return "", false, err
+		if image != "" {
+			return "", fmt.Errorf("a session pod of image %s: %w", image, err)
+		}
+		return "", err
 	}
-	return created.Name, false, nil
+	return created.Name, nil
 }
 
 // claimLabels marks p as this daemon's, claimed by session id.
