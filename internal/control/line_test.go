@@ -454,6 +454,43 @@ func TestForkServerReplacementKeepsTwoServersAtMost(t *testing.T) {
 	}
 }
 
+// After a run the executor forks the slot's next program ahead: the next run's process was
+// made before its request came (its age, from its start time in /proc, covers a pause
+// between runs), and it is still fresh: its own session, nothing of the last run.
+func TestSlotsNextProgramIsForkedAhead(t *testing.T) {
+	c, _ := pipeRuntimeWith(t, 1, func(*executor.Config) {})
+	sandboxtest.WaitForStart(t, c, "fork", 30*time.Second)
+	const age = `import os, time
+with open("/proc/self/stat") as f:
+    started = int(f.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+with open("/proc/uptime") as f:
+    now = float(f.read().split()[0])
+print(round(now - started, 2), os.getsid(0) == os.getpid(), "leftover" in globals())
+leftover = 1`
+	exec := func() (float64, string) {
+		t.Helper()
+		res := sandboxtest.Exec(t, c, 0, sandboxtest.Spec(age, 10*time.Second), nil)
+		if res.Outcome != sandbox.OutcomeOK || res.Start != "fork" {
+			t.Fatalf("%s (start %q): %s %s", res.Outcome, res.Start, res.Reason, res.Stderr)
+		}
+		secs, rest, _ := strings.Cut(strings.TrimSpace(res.Stdout), " ")
+		f, err := strconv.ParseFloat(secs, 64)
+		if err != nil {
+			t.Fatalf("output %q: %v", res.Stdout, err)
+		}
+		return f, rest
+	}
+	exec() // its start leaves a child forked for the next
+	time.Sleep(1500 * time.Millisecond)
+	got, rest := exec()
+	if got < 0.5 {
+		t.Errorf("the run's process was %.2f s old when it ran, after a pause of 1.5 s: it was forked on request, not ahead", got)
+	}
+	if rest != "True False" {
+		t.Errorf("the program forked ahead: session leader, no state of the last run = %q, want True False", rest)
+	}
+}
+
 // A fork server whose interpreter has a second thread after the preload refuses to serve
 // (forking would copy that thread's locks in whatever state they are in): runs start cold.
 func TestForkServerWithThreadsIsNotUsed(t *testing.T) {
