@@ -94,6 +94,9 @@ func Doctor(ctx context.Context, cfg config.Config, src ConfigSource, url string
 
 	if cfg.Runtime == config.RuntimeKubernetes {
 		checks = append(checks, kubernetesChecks(ctx, cfg)...)
+		if cfg.Kubernetes.Templates() {
+			checks = append(checks, kubeTemplateChecks(ctx, cfg)...)
+		}
 		add(d.check)
 		return checks
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
@@ -80,4 +81,30 @@ func buildNetworkCheck(version string) Check {
 			Fix: "upgrade the engine to 26 or later (or 25.0.4, 23.0.11)"}
 	}
 	return Check{Name: "template builds", OK: true, Detail: "the engine keeps a build's internal network closed (no DNS forwarded out)"}
+}
+
+// kubeTemplateChecks are the checks of runtime kubernetes with templates: the Docker engine
+// that builds them (the daemon needs it to start), the templates' images in it, and its build
+// network.
+func kubeTemplateChecks(ctx context.Context, cfg config.Config) []Check {
+	fail := func(err error) []Check {
+		return []Check{{Name: "docker engine", Required: true, Detail: "templates on runtime kubernetes are built by a Docker engine: " + err.Error(),
+			Fix: "start the engine or point docker_host at one, or unset kubernetes.template_registry and kubernetes.template_import_command"}}
+	}
+	api, err := DockerClient(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	defer api.Close()
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	version, err := serverVersion(pctx, api)
+	cancel()
+	if err != nil {
+		return fail(err)
+	}
+	checks := []Check{{Name: "docker engine", OK: true, Required: true, Detail: "Docker Engine " + version + ", which builds the templates"}}
+	if c, ok := templatesDoctor(ctx, api, cfg); ok {
+		checks = append(checks, c)
+	}
+	return append(checks, buildNetworkCheck(version))
 }

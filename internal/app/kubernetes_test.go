@@ -350,6 +350,19 @@ func TestKubernetesTemplates(t *testing.T) {
 		t.Errorf("a one-shot run of kt: %d %s, want %q", resp.StatusCode, body, want)
 	}
 
+	// doctor checks the engine that builds the templates, and the templates' images in it.
+	dctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	got := map[string]app.Check{}
+	for _, c := range app.Doctor(dctx, cfg, app.ConfigSource{Name: "the test's"}, url) {
+		got[c.Name] = c
+	}
+	for _, name := range []string{"docker engine", "templates"} {
+		if c, ok := got[name]; !ok || !c.OK {
+			t.Errorf("doctor's %q check: %+v (present %v)", name, c, ok)
+		}
+	}
+
 	// An import that fails fails the build, naming the command and what it said.
 	if err := os.WriteFile(refuse, nil, 0o644); err != nil {
 		t.Fatal(err)
