@@ -98,6 +98,10 @@ func TestKubernetesValidate(t *testing.T) {
 	wantErrContains(t, c.Validate(), `kubernetes.template_registry is "registry.example.com/t:v1", which is not a repository`)
 	c.Kubernetes.TemplateRegistry, c.Kubernetes.TemplateImportCommand = "", []string{" "}
 	wantErrContains(t, c.Validate(), "kubernetes.template_import_command starts with an empty program")
+	// A template's warm pool on Kubernetes needs its images brought to the nodes.
+	c.Runtime, c.Kubernetes.Image, c.TemplatePools = RuntimeKubernetes, "sandpit-sandbox:t", map[string]int{"alice/tools": 1}
+	c.Kubernetes.TemplateImportCommand = nil
+	wantErrContains(t, c.Validate(), "template_pools is set, but runtime \"kubernetes\" has templates only where")
 	c.Kubernetes.TemplateImportCommand = []string{"scripts/kube-cluster.sh", "import-image"}
 	if err := c.Validate(); err != nil || !c.Kubernetes.Templates() {
 		t.Errorf("an import command: %v, templates %v", err, c.Kubernetes.Templates())

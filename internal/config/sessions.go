@@ -118,8 +118,8 @@ func (c Config) checkSessions(report *problems) {
 		}
 		warm += n
 	}
-	if len(c.TemplatePools) > 0 && c.Runtime == RuntimeKubernetes {
-		report.bad("template_pools", "is set, but templates need the Docker runtime (runtime is %q); remove it", c.Runtime)
+	if len(c.TemplatePools) > 0 && c.Runtime == RuntimeKubernetes && !c.Kubernetes.Templates() {
+		report.bad("template_pools", "is set, but runtime \"kubernetes\" has templates only where kubernetes.template_registry or kubernetes.template_import_command brings their images to the nodes; set one or remove template_pools")
 	}
 	if len(c.TemplatePools) > 0 && warm >= c.SessionsMax {
 		report.bad("template_pools", "with e2b_pool keeps %d warm sessions; all of them must stay below sessions_max (%d): each is a session", warm, c.SessionsMax)

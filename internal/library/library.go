@@ -147,7 +147,7 @@ func (l *Library) check(ctx context.Context, agent string, d Draft) (Draft, erro
 	}
 	if d.Template != "" {
 		if l.templates == nil {
-			return d, &sandbox.FieldError{Field: "template", Message: "names a template, but this daemon has none (templates need the Docker runtime); remove it"}
+			return d, &sandbox.FieldError{Field: "template", Message: "names a template, but this daemon has none (on runtime kubernetes, templates need kubernetes.template_registry or kubernetes.template_import_command); remove it"}
 		}
 		if _, err := l.templates.Resolve(ctx, agent, d.Template); err != nil {
 			return d, err
