@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/discovery"
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -135,7 +136,34 @@ func CheckStart(ctx context.Context, cs k8s.Interface, p Preflight) error {
 	if p.Image == "" {
 		return nil
 	}
+	if running, err := podRunningImage(ctx, cs, p); err == nil && running {
+		// A pod of sandpit's runs the image already: a restarted daemon's own pods, which it
+		// adopts after these checks, may fill the nodes, and a probe would find no room.
+		return nil
+	}
 	return ProbeImage(ctx, cs, p)
+}
+
+// podRunningImage reports whether a pod of p.Labels in p.Namespace runs p.Image now (its
+// container started: the image is on a node and starts there).
+func podRunningImage(ctx context.Context, cs k8s.Interface, p Preflight) (bool, error) {
+	list, err := cs.CoreV1().Pods(p.Namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(p.Labels).String(), ResourceVersion: "0"})
+	if err != nil {
+		return false, err
+	}
+	for _, pod := range list.Items {
+		if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		for _, c := range pod.Spec.Containers {
+			for _, st := range pod.Status.ContainerStatuses {
+				if c.Image == p.Image && st.Name == c.Name && st.State.Running != nil {
+					return true, nil
+				}
+			}
+		}
+	}
+	return false, nil
 }
 
 // CheckAPI asks the API server its version (such as "v1.32.13"). An error names host and

@@ -179,3 +179,42 @@ func TestProbeSaysUnschedulableAtOnce(t *testing.T) {
 		t.Fatalf("ProbeImage = %v after %s, want an *UnschedulableError within the unschedulable wait", err, time.Since(began))
 	}
 }
+
+// A restarted daemon's own pods may fill the nodes, and the image probe then found no room
+// (the daemon did not start at all). A pod of sandpit's running the image already proves it:
+// the start checks make no probe pod then, and the daemon goes on to adopt its pods.
+func TestCheckStartSkipsTheProbeBesideARunningPod(t *testing.T) {
+	const image = "reg.example.com/s:1"
+	selector := map[string]string{kubernetes.LabelManaged: "1"}
+	running := func(name, image string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "agents", Labels: selector},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: kubernetes.ContainerName, Image: image}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
+				{Name: kubernetes.ContainerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}}
+	}
+	for _, tc := range []struct {
+		name   string
+		pod    *corev1.Pod
+		probes bool
+	}{
+		{"its own pod runs the image", running("sandpit-d-slot0-a", image), false},
+		{"a pod runs another image", running("sandpit-d-slot0-b", "reg.example.com/s:0"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "agents"}}, tc.pod)
+			cs.PrependReactor("create", "selfsubjectaccessreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, &authv1.SelfSubjectAccessReview{Status: authv1.SubjectAccessReviewStatus{Allowed: true}}, nil
+			})
+			probed := false
+			cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				probed = true
+				return true, nil, errors.New("no room for a probe pod")
+			})
+			err := kubernetes.CheckStart(context.Background(), cs, kubernetes.Preflight{Namespace: "agents", Image: image,
+				Labels: selector, ProbeTimeout: time.Second})
+			if probed != tc.probes || (err == nil) != !tc.probes {
+				t.Errorf("CheckStart = %v, probe pod made %v; want a probe %v", err, probed, tc.probes)
+			}
+		})
+	}
+}
