@@ -43,7 +43,7 @@ func kubeTemplates(ctx context.Context, cfg config.Config, st template.Store, pr
 		api.Close()
 		return nil, nil, err
 	}
-	eng := &nodeEngine{TemplateEngine: &docker.TemplateEngine{API: api, Recipe: rcfg.Recipe, Egress: build, Box: rcfg.Box},
+	eng := &nodeEngine{Engine: &docker.TemplateEngine{API: api, Recipe: rcfg.Recipe, Egress: build, Box: rcfg.Box}, api: api,
 		registry: cfg.Kubernetes.TemplateRegistry, importCommand: cfg.Kubernetes.TemplateImportCommand}
 	return template.NewService(st, eng, cfg.Templates(), log), api, nil
 }
@@ -53,16 +53,17 @@ func kubeTemplates(ctx context.Context, cfg config.Config, st template.Store, pr
 // dropped, so that the pushed name is the image's only one and its removal removes it), or
 // made known to them by importCommand run with the image's tag.
 type nodeEngine struct {
-	*docker.TemplateEngine
-	registry      string
-	importCommand []string
+	template.Engine                  // the Docker engine's, which builds, sizes and removes
+	api             client.APIClient // that engine, for the push
+	registry        string
+	importCommand   []string
 }
 
 // BuildSandbox builds sandpit's sandbox layer on base and brings the image to the nodes; it
 // returns the image's name as the pods run it. Errors name the push or the command, with
 // what it said.
 func (e *nodeEngine) BuildSandbox(ctx context.Context, base string, out io.Writer) (string, error) {
-	img, err := e.TemplateEngine.BuildSandbox(ctx, base, out)
+	img, err := e.Engine.BuildSandbox(ctx, base, out)
 	if err != nil {
 		return "", err
 	}
@@ -76,11 +77,11 @@ func (e *nodeEngine) BuildSandbox(ctx context.Context, base string, out io.Write
 			return "", err
 		}
 		fmt.Fprintf(out, "pushing %s to %s\n", img, reference.FamiliarString(named))
-		target, err := pushImage(ctx, e.API, img, named, out)
+		target, err := pushImage(ctx, e.api, img, named, out)
 		if err != nil {
 			return "", fmt.Errorf("the template's image could not reach the nodes (kubernetes.template_registry): %w", err)
 		}
-		if _, err := e.API.ImageRemove(ctx, img, client.ImageRemoveOptions{}); err != nil {
+		if _, err := e.api.ImageRemove(ctx, img, client.ImageRemoveOptions{}); err != nil {
 			return "", fmt.Errorf("dropping the local tag %s of the pushed %s: %w", img, target, err)
 		}
 		return target, nil
