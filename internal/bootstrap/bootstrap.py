@@ -1244,7 +1244,7 @@ def _compile_cell(code, filename):
     except SyntaxError as exc:
         error, transformed = exc, True
     if transformed:  # outside the except clause: a new SyntaxError is not printed as its sequel
-        source = _ipython_cell(code)
+        source = _ipython_cell(code) if _ipython_syntax(code) else None
         if source is None or source.rstrip("\n") == code.rstrip("\n"):
             raise error
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -1253,6 +1253,27 @@ def _compile_cell(code, filename):
     if tree.body and isinstance(tree.body[-1], ast.Expr) and not _quiet(source, tree.body[-1]):
         last = compile(ast.Expression(tree.body.pop().value), filename, "eval")
     return compile(tree, filename, "exec"), last, transformed
+
+
+def _ipython_syntax(code):
+    """Whether IPython's transform of a cell could change code (see _ipython_cell): it holds
+    one of IPython's escapes (%, !, ? and the autocall's /, ',' and ';' at a line's start), a
+    prompt to strip (>>>, ..., In [n]:) or an indented first line. Code with none is plain
+    Python, invalid as such: its SyntaxError needs no IPython, whose import costs a cold run
+    seconds under gVisor (a syntax error passed a 10 s timeout on a loaded machine)."""
+    if any(c in code for c in "%!?"):
+        return True
+    first = True
+    for line in code.splitlines():
+        stripped = line.lstrip()
+        if not stripped:
+            continue
+        if first and stripped != line:
+            return True
+        first = False
+        if stripped.startswith((">>>", "...", "In [", "/", ",", ";")):
+            return True
+    return False
 
 
 def _ipython_cell(code):

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -488,6 +489,40 @@ leftover = 1`
 	}
 	if rest != "True False" {
 		t.Errorf("the program forked ahead: session leader, no state of the last run = %q, want True False", rest)
+	}
+}
+
+// A cold run whose code is not valid Python, and holds none of IPython's syntax, fails with
+// its SyntaxError without importing IPython (which would have made it valid, with a magic):
+// that import cost a cold run under gVisor seconds, and a syntax error passed its 10 s
+// timeout on a loaded machine (CI, three times). Seen through the interpreter's -X importtime.
+func TestColdSyntaxErrorSkipsIPython(t *testing.T) {
+	if exec.Command("python3", "-c", "import IPython").Run() != nil {
+		t.Skip("python3 has no IPython here: nothing to skip")
+	}
+	wrapper := filepath.Join(t.TempDir(), "python-importtime")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nexec /usr/bin/python3 -X importtime \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := pipeRuntimeWith(t, 1, func(cfg *executor.Config) { cfg.Python, cfg.ForkServer = wrapper, "" })
+	for _, tc := range []struct {
+		code    string
+		ipython bool
+	}{
+		{"x = 1\nif True print(2)\n", false},
+		{"x = 1\n%time y = 2\nprint(x + y)", true}, // IPython's syntax: the transform is tried
+	} {
+		res := sandboxtest.Exec(t, c, 0, sandboxtest.Spec(tc.code, 30*time.Second), nil)
+		imported := regexp.MustCompile(`(?m)\|\s+IPython$`).MatchString(res.Stderr)
+		if imported != tc.ipython || !strings.Contains(res.Stderr, "import time:") {
+			t.Errorf("%q: IPython imported %v, want %v (%s, stderr %.300q)", tc.code, imported, tc.ipython, res.Outcome, res.Stderr)
+		}
+		if !tc.ipython && (res.Outcome != sandbox.OutcomeError || !strings.Contains(res.Stderr, "SyntaxError")) {
+			t.Errorf("%q: %s, stderr %.300q; want its SyntaxError", tc.code, res.Outcome, res.Stderr)
+		}
 	}
 }
 
