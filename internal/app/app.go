@@ -82,7 +82,7 @@ type Core struct {
 	// Templates builds and keeps the agents' templates (nil with runtime "kubernetes" unless
 	// kubernetes.template_registry or template_import_command says how images reach the nodes).
 	Templates *template.Service
-	api       *client.Client // nil with runtime "kubernetes"
+	api       *client.Client // nil with runtime "kubernetes" unless it builds templates
 	lock      *datadir.Lock
 	// boxes names the runtime's warm slot sandboxes (short container IDs, or pod names), for
 	// the log when it stops; boxKind says which ("containers" or "pods").
