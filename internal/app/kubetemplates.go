@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os/exec"
 	"strings"
+	"time"
 
 	"github.com/distribution/reference"
 	"github.com/moby/moby/client"
@@ -44,7 +45,7 @@ func kubeTemplates(ctx context.Context, cfg config.Config, st template.Store, pr
 		return nil, nil, err
 	}
 	eng := &nodeEngine{Engine: &docker.TemplateEngine{API: api, Recipe: rcfg.Recipe, Egress: build, Box: rcfg.Box}, api: api,
-		registry: cfg.Kubernetes.TemplateRegistry, importCommand: cfg.Kubernetes.TemplateImportCommand}
+		registry: cfg.Kubernetes.TemplateRegistry, importCommand: cfg.Kubernetes.TemplateImportCommand, log: log}
 	return template.NewService(st, eng, cfg.Templates(), log), api, nil
 }
 
@@ -57,49 +58,76 @@ type nodeEngine struct {
 	api             client.APIClient // that engine, for the push
 	registry        string
 	importCommand   []string
+	log             *slog.Logger
 }
 
+var _ template.Publisher = (*nodeEngine)(nil)
+
 // BuildSandbox builds sandpit's sandbox layer on base and brings the image to the nodes; it
-// returns the image's name as the pods run it. Errors name the push or the command, with
-// what it said.
+// returns the image's name as the pods run it. Errors are Publish's.
 func (e *nodeEngine) BuildSandbox(ctx context.Context, base string, out io.Writer) (string, error) {
 	img, err := e.Engine.BuildSandbox(ctx, base, out)
 	if err != nil {
 		return "", err
 	}
 	if e.registry != "" {
-		repo, err := reference.ParseNormalizedNamed(e.registry)
-		if err != nil {
-			return "", fmt.Errorf("kubernetes.template_registry %q: %w", e.registry, err)
-		}
-		named, err := reference.WithTag(repo, ownTag(img))
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(out, "pushing %s to %s\n", img, reference.FamiliarString(named))
-		target, err := pushImage(ctx, e.api, img, named, out)
-		if err != nil {
-			return "", fmt.Errorf("the template's image could not reach the nodes (kubernetes.template_registry): %w", err)
-		}
-		if _, err := e.api.ImageRemove(ctx, img, client.ImageRemoveOptions{}); err != nil {
-			return "", fmt.Errorf("dropping the local tag %s of the pushed %s: %w", img, target, err)
-		}
-		return target, nil
+		return e.push(ctx, img, out)
 	}
-	argv := append(append([]string(nil), e.importCommand...), img)
-	fmt.Fprintf(out, "importing %s into the nodes: %s\n", img, strings.Join(argv, " "))
-	var said tail
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Stdout = io.MultiWriter(out, &said)
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("the template's image could not reach the nodes: kubernetes.template_import_command %q failed (%w)%s",
-			strings.Join(argv, " "), err, said.String())
-	}
-	return img, nil
+	return img, e.Publish(ctx, img, out)
 }
 
-// tail keeps the last 1 KiB written to it, for an error.
+// Publish brings image (as BuildSandbox named it) to the nodes again (template.Publisher: a
+// rebuild served from the cache brings back an image lost on a node). Errors say that the
+// image could not reach the nodes, and why; an import command's output goes to the daemon's
+// log, not to out (the agent's build log): it is the host's.
+func (e *nodeEngine) Publish(ctx context.Context, image string, out io.Writer) error {
+	if e.registry != "" {
+		_, err := e.push(ctx, image, out)
+		return err
+	}
+	argv := append(append([]string(nil), e.importCommand...), image)
+	fmt.Fprintf(out, "importing %s into the nodes (kubernetes.template_import_command)\n", image)
+	var said tail
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = &said, &said
+	// A killed command's children may hold its output open: the build's end must not wait
+	// for them.
+	cmd.WaitDelay = 10 * time.Second
+	err := cmd.Run()
+	e.log.Info("template image import", "image", image, "command", strings.Join(argv, " "), "error", err, "output", said.String())
+	if err != nil {
+		return fmt.Errorf("the template's image could not reach the nodes: kubernetes.template_import_command failed (%w); the daemon's log has its output", err)
+	}
+	return nil
+}
+
+// push tags image in the registry (kubernetes.template_registry) with its own tag and pushes
+// it, then drops its local tag so that the pushed name is its only one (its removal then
+// removes it); it returns the pushed name. An image named in the registry already is pushed
+// again as it is.
+func (e *nodeEngine) push(ctx context.Context, image string, out io.Writer) (string, error) {
+	repo, err := reference.ParseNormalizedNamed(e.registry)
+	if err != nil {
+		return "", fmt.Errorf("kubernetes.template_registry %q: %w", e.registry, err)
+	}
+	named, err := reference.WithTag(repo, ownTag(image))
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(out, "pushing %s to %s\n", image, reference.FamiliarString(named))
+	target, err := pushImage(ctx, e.api, image, named, out)
+	if err != nil {
+		return "", fmt.Errorf("the template's image could not reach the nodes (kubernetes.template_registry): %w", err)
+	}
+	if image != target {
+		if _, err := e.api.ImageRemove(ctx, image, client.ImageRemoveOptions{}); err != nil {
+			return "", fmt.Errorf("dropping the local tag %s of the pushed %s: %w", image, target, err)
+		}
+	}
+	return target, nil
+}
+
+// tail keeps the last 1 KiB written to it, for the log.
 type tail struct{ b []byte }
 
 func (t *tail) Write(p []byte) (int, error) {
@@ -110,10 +138,5 @@ func (t *tail) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// String is ": " and what was kept, or "" when nothing was written.
-func (t *tail) String() string {
-	if s := strings.TrimSpace(string(t.b)); s != "" {
-		return ": " + s
-	}
-	return ""
-}
+// String is what was kept.
+func (t *tail) String() string { return strings.TrimSpace(string(t.b)) }

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,30 +24,42 @@ func (e builtEngine) BuildSandbox(context.Context, string, io.Writer) (string, e
 }
 
 // A built template's image reaches the nodes through kubernetes.template_import_command, run
-// with the image's tag as its last argument; a command that fails fails the build, naming
-// the command and the last of what it said.
+// with the image's tag as its last argument, at each build, one served from the cache too
+// (Publish); the command's output goes to the daemon's log, not to the agent's build log (it
+// is the host's), and a command that fails fails the build, naming the setting.
 func TestNodeEngineImports(t *testing.T) {
 	const img = "sandpit-sandbox:0123456789abcdef"
 	got := filepath.Join(t.TempDir(), "imported")
-	var log strings.Builder
-	e := &nodeEngine{Engine: builtEngine{image: img}, importCommand: []string{"sh", "-c", `echo "$1" > "$0"; echo imported`, got}}
-	ref, err := e.BuildSandbox(context.Background(), "base", &log)
+	var daemonLog, buildLog strings.Builder
+	e := &nodeEngine{Engine: builtEngine{image: img}, log: slog.New(slog.NewTextHandler(&daemonLog, nil)),
+		importCommand: []string{"sh", "-c", `echo "$1" >> "$0"; echo imported from /host/path`, got}}
+	ref, err := e.BuildSandbox(context.Background(), "base", &buildLog)
 	if err != nil || ref != img {
 		t.Fatalf("BuildSandbox = %q, %v; want %s", ref, err, img)
 	}
-	if arg, _ := os.ReadFile(got); strings.TrimSpace(string(arg)) != img {
-		t.Errorf("the command's last argument was %q, want the image's tag %s", arg, img)
+	if err := e.Publish(context.Background(), img, &buildLog); err != nil {
+		t.Fatalf("Publish = %v", err)
 	}
-	if !strings.Contains(log.String(), "importing "+img+" into the nodes") || !strings.Contains(log.String(), "imported\n") {
-		t.Errorf("the build's log %q does not show the import and its output", log.String())
+	if arg, _ := os.ReadFile(got); string(arg) != img+"\n"+img+"\n" {
+		t.Errorf("the command's last arguments were %q, want the image's tag %s twice", arg, img)
+	}
+	if !strings.Contains(buildLog.String(), "importing "+img+" into the nodes") || strings.Contains(buildLog.String(), "/host/path") {
+		t.Errorf("the build's log %q: want the import said, and nothing of the command's output", buildLog.String())
+	}
+	if !strings.Contains(daemonLog.String(), "/host/path") {
+		t.Errorf("the daemon's log %q does not have the command's output", daemonLog.String())
 	}
 
 	e.importCommand = []string{"sh", "-c", `echo "no space left on the node" >&2; exit 3`}
+	daemonLog.Reset()
 	_, err = e.BuildSandbox(context.Background(), "base", io.Discard)
-	for _, want := range []string{"kubernetes.template_import_command", "exit status 3", "no space left on the node"} {
+	for _, want := range []string{"kubernetes.template_import_command", "exit status 3", "the daemon's log"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("BuildSandbox with a failing import = %v, want it to name %q", err, want)
 		}
+	}
+	if !strings.Contains(daemonLog.String(), "no space left on the node") {
+		t.Errorf("the daemon's log %q does not have the failing command's output", daemonLog.String())
 	}
 }
 

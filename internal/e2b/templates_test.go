@@ -505,7 +505,7 @@ func TestTemplateBuilderErrors(t *testing.T) {
 	}
 
 	none, _ := templateAPI(t, nil)
-	if code := call(t, "POST", none.URL+"/e2b/v3/templates", "k-alice", map[string]any{"name": "x"}, &e); code != 501 || !strings.Contains(e.Message, "Docker runtime") {
+	if code := call(t, "POST", none.URL+"/e2b/v3/templates", "k-alice", map[string]any{"name": "x"}, &e); code != 501 || !strings.Contains(e.Message, "kubernetes.template_import_command") {
 		t.Errorf("no templates: %d %+v", code, e)
 	}
 }

@@ -267,12 +267,23 @@ func (r *Registry) FillPool(ctx context.Context) {
 // fill keeps p at its target until ctx is done, then ends its warm sessions.
 func (r *Registry) fill(ctx context.Context, p *pool) {
 	defer r.drainPool(p)
-	said := "" // the last error told at level Warn, for a template's pool
+	said := ""  // the last error told at level Warn, for a template's pool
+	failed := 0 // warm sessions whose sandbox failed to start, in a row
 	for {
 		wait := poolTick
-		if made, err := r.fillOne(ctx, p); made {
+		made, err := r.fillOne(ctx, p)
+		var start *warmStartError
+		switch {
+		case made:
+			failed = 0
 			continue
-		} else if err != nil {
+		case errors.As(err, &start):
+			// A sandbox that cannot start (a template's image gone from the nodes) fails
+			// again: each try makes and removes a box, so the tries are spaced out, up to a
+			// minute apart (poolRetry doubled each time).
+			failed++
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -283,6 +294,9 @@ func (r *Registry) fill(ctx context.Context, p *pool) {
 				r.log.Warn("template_pools: no warm session of the template can be made now; trying again", "template", p.template, "error", err)
 			}
 			wait = poolRetry
+			if failed > 0 {
+				wait = min(poolRetry<<min(failed-1, 4), 12*poolRetry)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -311,13 +325,19 @@ func (r *Registry) fillOne(ctx context.Context, p *pool) (made bool, err error) 
 	}
 	s, err := r.createWarm(ctx, r.warmRequest(), code, t)
 	if err != nil {
-		return false, err
+		return false, &warmStartError{err}
 	}
 	p.mu.Lock()
 	p.ready = append(p.ready, s)
 	p.mu.Unlock()
 	return true, nil
 }
+
+// warmStartError is fillOne's error when a warm session's sandbox did not start.
+type warmStartError struct{ err error }
+
+func (e *warmStartError) Error() string { return e.err.Error() }
+func (e *warmStartError) Unwrap() error { return e.err }
 
 // warmRequest is a warm session's: it lives until a claim gives it its own limits (its idle
 // timeout is its lifetime), and never pauses.

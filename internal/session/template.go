@@ -161,7 +161,7 @@ func runStart(ctx context.Context, box sandbox.SessionBox, t *template.Template,
 			return nil, errclass.Newf(errclass.Invalid, "template %q's start command %q ended (%s) before its ready check %q passed%s; fix the command and build the template again",
 				t.Name, st.Cmd, endSaid(ev.End), st.Ready, wrote(ev.Tail))
 		case <-ctx.Done():
-			return nil, errclass.Newf(errclass.Unavailable, "template %q's ready check %q did not pass within %d ms (last: %s)", t.Name, st.Ready, timeout.Milliseconds(), last)
+			return nil, errclass.Newf(errclass.Unavailable, "template %q's ready check %q did not pass within %d ms (last: %s); if it never will, fix the template's start.ready or raise start.ready_timeout_ms and build it again", t.Name, st.Ready, timeout.Milliseconds(), last)
 		case <-time.After(readyPoll):
 		}
 	}

@@ -88,6 +88,15 @@ type Engine interface {
 	RemoveImage(ctx context.Context, image string) error
 }
 
+// Publisher is an Engine whose sandbox images must also reach where the sandboxes run (the
+// nodes of runtime kubernetes). A build served from the cache publishes its image again, so
+// that one lost there (removed by hand, garbage-collected) comes back with a rebuild.
+type Publisher interface {
+	// Publish brings image to where sandboxes run, writing what it does to out; errors say
+	// why it could not.
+	Publish(ctx context.Context, image string, out io.Writer) error
+}
+
 // Config bounds the builds.
 type Config struct {
 	// DefaultBase is the base of a spec without one.
@@ -301,6 +310,15 @@ func (s *Service) Build(ctx context.Context, req BuildRequest, emit func(Event))
 	}
 	steps := len(plan.Steps) + 1
 	if exists && prev.Status == StatusReady && prev.Hash == plan.Hash && s.present(ctx, prev.Image) && s.present(ctx, prev.LayerImage) {
+		if p, ok := s.engine.(Publisher); ok {
+			out := &stepWriter{plan: plan, emit: emit, steps: steps}
+			out.enter(steps, "sandpit layer")
+			err := p.Publish(ctx, prev.Image, out)
+			out.flush()
+			if err != nil {
+				return Template{}, err
+			}
+		}
 		prev.Spec, prev.Version, prev.Shared, prev.UpdatedAt, prev.Error = req.Spec, t.Version, req.Shared, now, ""
 		if err := s.ready(ctx, prev); err != nil {
 			return Template{}, err

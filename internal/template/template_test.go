@@ -631,3 +631,46 @@ func TestVersionsAndTags(t *testing.T) {
 		t.Errorf("versions after the template's removal: %v, %v", vs, err)
 	}
 }
+
+// publishingEngine is a fakeEngine whose images must also reach the sandboxes' hosts: it
+// records each image published.
+type publishingEngine struct {
+	*fakeEngine
+	published []string
+}
+
+func (e *publishingEngine) Publish(_ context.Context, image string, out io.Writer) error {
+	e.published = append(e.published, image)
+	fmt.Fprintln(out, "published "+image)
+	return nil
+}
+
+// A build served from the cache publishes its image again (a Publisher engine): an image lost
+// on Kubernetes' nodes comes back with a rebuild (a new user's removed one stayed lost: the
+// cached rebuild answered at once and imported nothing).
+func TestCachedBuildPublishesAgain(t *testing.T) {
+	st, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	eng := &publishingEngine{fakeEngine: &fakeEngine{images: map[string]bool{"base": true}}}
+	svc := template.NewService(st, eng, template.Config{DefaultBase: "base", BuildTimeout: time.Minute, PerAgent: 2}, nil)
+	spec := template.Spec{Steps: []template.Step{{Run: "true"}}}
+	first, err := svc.Build(t.Context(), template.BuildRequest{Agent: "alice", Name: "tools", Spec: spec}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged []string
+	again, err := svc.Build(t.Context(), template.BuildRequest{Agent: "alice", Name: "tools", Spec: spec}, func(e template.Event) {
+		if e.Type == "log" {
+			logged = append(logged, e.Line)
+		}
+	})
+	if err != nil || again.Image != first.Image || eng.layers != 1 {
+		t.Fatalf("the cached rebuild: %+v %v, %d layer builds", again, err, eng.layers)
+	}
+	if len(eng.published) != 1 || eng.published[0] != first.Image || fmt.Sprint(logged) != "[published "+first.Image+"]" {
+		t.Errorf("published %q, logged %q; want the cached build's image once, in its log", eng.published, logged)
+	}
+}
