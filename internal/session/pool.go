@@ -268,7 +268,7 @@ func (r *Registry) FillPool(ctx context.Context) {
 func (r *Registry) fill(ctx context.Context, p *pool) {
 	defer r.drainPool(p)
 	said := ""  // the last error told at level Warn, for a template's pool
-	failed := 0 // warm sessions whose sandbox failed to start, in a row
+	failed := 0 // warm sessions of a template whose sandbox failed to start, in a row
 	for {
 		wait := poolTick
 		made, err := r.fillOne(ctx, p)
@@ -277,10 +277,11 @@ func (r *Registry) fill(ctx context.Context, p *pool) {
 		case made:
 			failed = 0
 			continue
-		case errors.As(err, &start):
-			// A sandbox that cannot start (a template's image gone from the nodes) fails
+		case p.template != "" && errors.As(err, &start):
+			// A template's sandbox that cannot start (its image gone from the nodes) fails
 			// again: each try makes and removes a box, so the tries are spaced out, up to a
-			// minute apart (poolRetry doubled each time).
+			// minute apart (poolRetry doubled each time). The registry's own pool keeps its
+			// pace: its failures pass (a runtime still starting).
 			failed++
 		}
 		if err != nil {
