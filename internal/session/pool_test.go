@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -408,4 +409,36 @@ func (s *Session) templateImage() string {
 		return ""
 	}
 	return fmt.Sprintf("%s v%d", s.cur.template.Image, s.cur.template.Version)
+}
+
+// failingImageOpener starts no template's sandbox, counting the tries.
+type failingImageOpener struct {
+	fakeOpener
+	tries atomic.Int64
+}
+
+func (o *failingImageOpener) OpenSessionImage(context.Context, string, string) (sandbox.SessionBox, error) {
+	o.tries.Add(1)
+	return nil, errors.New("ErrImageNeverPull: the image is not on the node")
+}
+
+// A template pool whose sandboxes cannot start (the image gone from Kubernetes' nodes) spaces
+// its tries out, doubling the wait: it made and removed a pod every few seconds, without end.
+func TestTemplatePoolSpacesOutFailingStarts(t *testing.T) {
+	tick, retry := poolTick, poolRetry
+	poolTick, poolRetry = 10*time.Millisecond, 20*time.Millisecond
+	t.Cleanup(func() { poolTick, poolRetry = tick, retry })
+	op := &failingImageOpener{}
+	tmpl := &oneTemplate{cur: template.Template{Agent: "alice", Name: "tools", Status: "ready"}}
+	tmpl.set(1, "tools:1")
+	cfg := DefaultConfig()
+	cfg.TemplatePools = map[string]int{"alice/tools": 1}
+	m := newKeeper(newService(engine.Hooks{}), op, nil, cfg)
+	m.SetTemplates(tmpl)
+	filling(t, m)
+	time.Sleep(1500 * time.Millisecond)
+	// At a fixed 20 ms, about 75 tries; doubling to 240 ms, about 10.
+	if n := op.tries.Load(); n < 2 || n > 20 {
+		t.Errorf("%d tries to start the template's sandbox in 1.5 s, want a few, spaced out", n)
+	}
 }
