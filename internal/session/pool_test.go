@@ -301,6 +301,20 @@ func (o *oneTemplate) set(version int, image string) {
 	o.cur.Version, o.cur.Image = version, image
 }
 
+// templatePool is a keeper whose sandboxes op opens, with alice's template tools at version 1
+// (tools:1) and a pool of one warm session of it, filling until the test ends.
+func templatePool(t *testing.T, op sandbox.SessionOpener) (*keeper, *oneTemplate) {
+	t.Helper()
+	tmpl := &oneTemplate{cur: template.Template{Agent: "alice", Name: "tools", Status: "ready"}}
+	tmpl.set(1, "tools:1")
+	cfg := DefaultConfig()
+	cfg.TemplatePools = map[string]int{"alice/tools": 1}
+	m := newKeeper(newService(engine.Hooks{}), op, nil, cfg)
+	m.SetTemplates(tmpl)
+	filling(t, m)
+	return m, tmpl
+}
+
 // TestTemplatePools: a template's pool keeps warm sessions of its ready version, claimed
 // only by creations naming it (by an agent that may start it), handed on with the name the
 // creation gave; a rebuild's version replaces the older one's warm sessions.
@@ -309,13 +323,7 @@ func TestTemplatePools(t *testing.T) {
 	poolTick, poolRetry = 10*time.Millisecond, 10*time.Millisecond
 	t.Cleanup(func() { poolTick, poolRetry = tick, retry })
 	op := &imageOpener{images: map[sandbox.SessionBox]string{}}
-	tmpl := &oneTemplate{cur: template.Template{Agent: "alice", Name: "tools", Status: "ready"}}
-	tmpl.set(1, "tools:1")
-	cfg := DefaultConfig()
-	cfg.TemplatePools = map[string]int{"alice/tools": 1}
-	m := newKeeper(newService(engine.Hooks{}), op, nil, cfg)
-	m.SetTemplates(tmpl)
-	filling(t, m)
+	m, tmpl := templatePool(t, op)
 	ready := func() int { // the warm sessions in the template's pool, past their warm-up
 		p := m.templatePools["alice/tools"]
 		p.mu.Lock()
@@ -429,13 +437,7 @@ func TestTemplatePoolSpacesOutFailingStarts(t *testing.T) {
 	poolTick, poolRetry = 10*time.Millisecond, 20*time.Millisecond
 	t.Cleanup(func() { poolTick, poolRetry = tick, retry })
 	op := &failingImageOpener{}
-	tmpl := &oneTemplate{cur: template.Template{Agent: "alice", Name: "tools", Status: "ready"}}
-	tmpl.set(1, "tools:1")
-	cfg := DefaultConfig()
-	cfg.TemplatePools = map[string]int{"alice/tools": 1}
-	m := newKeeper(newService(engine.Hooks{}), op, nil, cfg)
-	m.SetTemplates(tmpl)
-	filling(t, m)
+	templatePool(t, op)
 	time.Sleep(1500 * time.Millisecond)
 	// At a fixed 20 ms, about 75 tries; doubling to 240 ms, about 10.
 	if n := op.tries.Load(); n < 2 || n > 20 {
