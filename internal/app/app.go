@@ -274,12 +274,11 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 			return nil, err
 		}
 		rt, image, boxKind = drt, drt.Image().Tag, "containers"
-		build, err := egress.New(cfg.Egress()) // the build egress policy, whatever network is
+		eng, err := templateEngine(api, cfg, rcfg)
 		if err != nil {
 			return nil, err
 		}
-		tmpl = template.NewService(st, &docker.TemplateEngine{API: api, Recipe: rcfg.Recipe, Egress: build, Box: rcfg.Box},
-			cfg.Templates(), log)
+		tmpl = template.NewService(st, eng, cfg.Templates(), log)
 		boxes = func() []string {
 			ids := drt.ContainerIDs()
 			for i, id := range ids {

@@ -39,14 +39,24 @@ func kubeTemplates(ctx context.Context, cfg config.Config, st template.Store, pr
 		api.Close()
 		return nil, nil, err
 	}
-	build, err := egress.New(cfg.Egress())
+	built, err := templateEngine(api, cfg, rcfg)
 	if err != nil {
 		api.Close()
 		return nil, nil, err
 	}
-	eng := &nodeEngine{Engine: &docker.TemplateEngine{API: api, Recipe: rcfg.Recipe, Egress: build, Box: rcfg.Box}, api: api,
-		registry: cfg.Kubernetes.TemplateRegistry, importCommand: cfg.Kubernetes.TemplateImportCommand, log: log}
+	eng := &nodeEngine{Engine: built, api: api, registry: cfg.Kubernetes.TemplateRegistry,
+		importCommand: cfg.Kubernetes.TemplateImportCommand, log: log}
 	return template.NewService(st, eng, cfg.Templates(), log), api, nil
+}
+
+// templateEngine is the Docker engine api's template builder, with rcfg's sandbox recipe and
+// box, and the build egress policy (whatever network is). Errors are the policy's.
+func templateEngine(api client.APIClient, cfg config.Config, rcfg docker.Config) (*docker.TemplateEngine, error) {
+	build, err := egress.New(cfg.Egress())
+	if err != nil {
+		return nil, err
+	}
+	return &docker.TemplateEngine{API: api, Recipe: rcfg.Recipe, Egress: build, Box: rcfg.Box}, nil
 }
 
 // nodeEngine is the template engine of runtime kubernetes: the Docker engine builds, and
