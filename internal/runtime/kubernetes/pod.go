@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -115,6 +116,11 @@ func (r *Runtime) podSpec() corev1.PodSpec {
 		HostPID:                       false,
 		HostIPC:                       false,
 		NodeSelector:                  r.cfg.NodeSelector,
+		// Sandboxes spread over the nodes where the rest allows (a soft rule): a node lost
+		// takes as few of them as it can. Counted per namespace, by the label every
+		// sandbox pod has.
+		TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname,
+			WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelManaged: "1"}}}},
 		Tolerations:                   r.cfg.Tolerations,
 		Affinity:                      r.cfg.Affinity,
 		PriorityClassName:             r.cfg.PriorityClassName,
@@ -239,7 +245,8 @@ func (r *Runtime) noRoom(ctx context.Context, why string) error {
 }
 
 // waitRunning watches pod until its sandbox container runs, and fails at once when it cannot
-// (the pod failed, the image cannot be pulled, the kubelet refused the pod), or, with refuse,
+// (the pod failed, the image cannot be pulled, the kubelet refused the pod), within 5 s of its
+// node turning not Ready (its kubelet stopped reporting), or, with refuse,
 // with a *noNodeError once the scheduler has placed it on no node for UnschedulableWait: a
 // request must not wait minutes for room that may never come.
 func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod, refuse bool) (*corev1.Pod, error) {
@@ -250,6 +257,8 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod, refuse bool)
 			stopNoRoom()
 		}
 	}()
+	nodeCheck := time.NewTicker(5 * time.Second)
+	defer nodeCheck.Stop()
 	watchRoom := func() {
 		switch ok := refuse && unschedulable(pod) != nil; {
 		case ok && noRoom == nil:
@@ -282,6 +291,15 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod, refuse bool)
 			case <-noRoom:
 				w.Stop()
 				return nil, &noNodeError{message: unschedulable(pod).Message}
+			case <-nodeCheck.C:
+				// A pod placed on a node that stopped answering never starts, and nothing
+				// about the pod says so until its eviction, minutes later.
+				if pod.Spec.NodeName != "" {
+					if err := r.nodeNotReady(ctx, pod.Spec.NodeName); err != nil {
+						w.Stop()
+						return nil, err
+					}
+				}
 			case ev, ok := <-w.ResultChan():
 				if !ok {
 					restart = true // the watch ended: look again from the last version seen
@@ -407,9 +425,55 @@ func (r *Runtime) whatStopped(name string) (string, bool) {
 			}
 		}
 		if time.Now().After(deadline) {
+			if lost := r.nodeLost(context.Background(), pod); lost != nil {
+				return "the sandbox pod's " + lost.Error(), false
+			}
 			return "the executor in the sandbox pod stopped during the run", false
 		}
 	}
+}
+
+// nodeLost returns why the node of running pod cannot serve it, or nil when it answers: the
+// node not Ready (the controller-manager marks a node whose kubelet stopped reporting after its
+// node-monitor-grace-period, 40 s by default), or, before that, an exec of `true` in the pod
+// that fails to reach the kubelet within 5 s (a kubelet killed, a node cut off).
+func (r *Runtime) nodeLost(ctx context.Context, pod *corev1.Pod) error {
+	name := pod.Spec.NodeName
+	if name == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := r.nodeNotReady(ctx, name); err != nil {
+		return err
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer pcancel()
+	err := r.execOnce(pctx, pod.Name, []string{"true"}, nil, io.Discard)
+	if _, exited := errors.AsType[*boxspec.ExitError](err); err == nil || exited {
+		return nil
+	}
+	if pctx.Err() != nil {
+		return fmt.Errorf("node %s did not answer within 5 s", name)
+	}
+	return fmt.Errorf("node %s did not answer (%v)", name, err)
+}
+
+// nodeNotReady returns why node name is not Ready, or nil when it is (or cannot be read).
+func (r *Runtime) nodeNotReady(ctx context.Context, name string) error {
+	node, err := r.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("node %s was removed from the cluster", name)
+	}
+	if err != nil {
+		return nil
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+			return fmt.Errorf("node %s is not ready (%s: %s)", name, c.Reason, c.Message)
+		}
+	}
+	return nil
 }
 
 func ptr[T any](v T) *T { return &v }

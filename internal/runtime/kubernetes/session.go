@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -56,33 +57,40 @@ func (r *Runtime) openSession(ctx context.Context, id, image string) (sandbox.Se
 	var (
 		pod     string
 		claimed bool
+		line    *control.Line
 	)
-	if image == "" {
-		pod, claimed, err = r.claimPod(ctx, id, log)
-	} else {
-		pod, err = r.createSessionPod(ctx, id, image)
-	}
-	if err != nil {
-		r.freeSessionUID(idx)
-		return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
-	}
-	line := (*control.Line)(nil)
-	if w := r.takeWarmLine(pod); w != nil && boxspec.PingWarm(ctx, w.line) == nil {
-		// This daemon started the pod's executor while it was warm: the session takes it, and
-		// its uid, and gives back the one it reserved.
-		r.freeSessionUID(idx)
-		line, idx = w.line, w.uid
-	} else if w != nil {
-		_ = w.line.Close()
-		r.freeSessionUID(w.uid)
-	}
-	if line == nil {
+	// A warm pod that takes no executor (its node stopped answering since it was made) is
+	// deleted, and the next one tried: a few times, then a pod of the session's own.
+	for try := 1; line == nil; try++ {
+		if image == "" && try <= 3 {
+			pod, claimed, err = r.claimPod(ctx, id, log)
+		} else {
+			claimed = false
+			pod, err = r.createSessionPod(ctx, id, image)
+		}
+		if err != nil {
+			r.freeSessionUID(idx)
+			return nil, fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
+		}
+		if w := r.takeWarmLine(pod); w != nil && boxspec.PingWarm(ctx, w.line) == nil {
+			// This daemon started the pod's executor while it was warm: the session takes it,
+			// and its uid, and gives back the one it reserved.
+			r.freeSessionUID(idx)
+			line, idx = w.line, w.uid
+			break
+		} else if w != nil {
+			_ = w.line.Close()
+			r.freeSessionUID(w.uid)
+		}
 		cmd := r.executorCommand(r.cfg.UIDBlock.Session(idx), false, sandbox.SessionHome)
 		line, err = r.execExecutor(ctx, pod, cmd, log)
 		if err != nil {
 			_ = r.deletePod(context.WithoutCancel(ctx), pod)
-			r.freeSessionUID(idx)
-			return nil, fmt.Errorf("%w: starting the executor in session pod %s: %w", sandbox.ErrNotReady, pod, err)
+			if !claimed || ctx.Err() != nil {
+				r.freeSessionUID(idx)
+				return nil, fmt.Errorf("%w: starting the executor in session pod %s: %w", sandbox.ErrNotReady, pod, err)
+			}
+			log.Warn("a warm session pod took no executor; deleted it, trying another", "pod", pod, "error", err)
 		}
 	}
 	log.Info("session sandbox ready", "pod", pod, "from_pool", claimed, "uid", r.cfg.UIDBlock.Session(idx), "image", cmp.Or(image, r.cfg.Image))
@@ -304,6 +312,9 @@ type sessionBox struct {
 	log       *slog.Logger
 	closeOnce sync.Once
 	closeErr  error
+	closing   atomic.Bool // Close was called: the line's end is ours
+	errOnce   sync.Once
+	err       error
 }
 
 var (
@@ -325,6 +336,20 @@ func (b *sessionBox) Run(ctx context.Context, spec sandbox.Spec, emit func(sandb
 		err = fmt.Errorf("the session's sandbox stopped during the call: %s (%w)", what, err)
 	}
 	return res, err
+}
+
+// Err is why the session's sandbox stopped by itself (sandbox.SessionBox), nil while it runs:
+// the line's error, after what stopped (whatStopped: the pod, its container, or its node).
+func (b *sessionBox) Err() error {
+	err := b.Line.Err()
+	if err == nil || b.closing.Load() {
+		return err
+	}
+	b.errOnce.Do(func() {
+		what, _ := b.r.whatStopped(b.pod)
+		b.err = fmt.Errorf("%s (%w)", what, err)
+	})
+	return b.err
 }
 
 // SessionPodName returns the name of the pod of a session box of this runtime ("" for another
@@ -365,6 +390,7 @@ func (b *sessionBox) RestoreFiles(ctx context.Context, rd io.Reader) error {
 // Close ends the executor session and deletes the pod (once).
 func (b *sessionBox) Close(ctx context.Context) error {
 	b.closeOnce.Do(func() {
+		b.closing.Store(true)
 		_ = b.Line.Close()
 		b.closeErr = b.r.deletePod(ctx, b.pod)
 		b.r.freeSessionUID(b.uid)
@@ -422,8 +448,27 @@ func (r *Runtime) prestart(ctx context.Context, name string) {
 		r.sessMu.Unlock()
 		if mine { // not taken by a session: the pod was claimed elsewhere, or it stopped
 			r.freeSessionUID(idx)
+			r.dropWarmPod(name, line.Err())
 		}
 	}()
+}
+
+// dropWarmPod deletes warm pod name whose executor ended with err while the pod was still this
+// daemon's and warm (its node stopped answering, or it stopped): keepPool makes another. A pod
+// another daemon claimed (its executor replaced this one's) is left alone.
+func (r *Runtime) dropWarmPod(name string, err error) {
+	if r.ctx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+	defer cancel()
+	p, gerr := r.pods().Get(ctx, name, metav1.GetOptions{})
+	if gerr != nil || p.Labels[LabelDaemon] != r.daemon || p.Labels[LabelState] != StateWarm {
+		return
+	}
+	r.log.Warn("the executor of a warm session pod ended; replacing the pod", "pod", name, "error", err)
+	_ = r.deletePod(ctx, name)
+	r.kickPool()
 }
 
 // takeWarmLine removes and returns the executor started in warm pod name (nil for none).
