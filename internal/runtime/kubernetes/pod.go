@@ -116,11 +116,6 @@ func (r *Runtime) podSpec() corev1.PodSpec {
 		HostPID:                       false,
 		HostIPC:                       false,
 		NodeSelector:                  r.cfg.NodeSelector,
-		// Sandboxes spread over the nodes where the rest allows (a soft rule): a node lost
-		// takes as few of them as it can. Counted per namespace, by the label every
-		// sandbox pod has.
-		TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname,
-			WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelManaged: "1"}}}},
 		Tolerations:                   r.cfg.Tolerations,
 		Affinity:                      r.cfg.Affinity,
 		PriorityClassName:             r.cfg.PriorityClassName,
@@ -128,6 +123,10 @@ func (r *Runtime) podSpec() corev1.PodSpec {
 			SeccompProfile: seccomp,
 		},
 	}
+	// Sandboxes spread over the nodes where the rest allows (a soft rule): a node lost takes
+	// as few of them as it can. Counted per namespace, by the label every sandbox pod has.
+	spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname,
+		WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelManaged: "1"}}}}
 	if b.SocketSysctls {
 		spec.SecurityContext.Sysctls = []corev1.Sysctl{
 			{Name: "net.ipv4.tcp_rmem", Value: "4096 131072 " + strconv.Itoa(boxspec.SocketBufferMax)},
