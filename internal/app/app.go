@@ -241,13 +241,14 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		boxKind string
 		tmpl    *template.Service
 		room    func(context.Context) apitype.Capacity
+		apiReqs func() uint64 // the Kubernetes runtime's requests to the API server
 	)
 	if cfg.Runtime == config.RuntimeKubernetes {
 		krt, err := startKubernetes(ctx, cfg, st.Daemon(), log)
 		if err != nil {
 			return nil, err
 		}
-		rt, image, boxes, boxKind, room = krt, krt.Image(), krt.PodNames, "pods", capacityOf(krt)
+		rt, image, boxes, boxKind, room, apiReqs = krt, krt.Image(), krt.PodNames, "pods", capacityOf(krt), krt.APIRequests
 		if cfg.Kubernetes.Templates() {
 			if tmpl, api, err = kubeTemplates(ctx, cfg, st, progress, log); err != nil {
 				krt.Close()
@@ -290,6 +291,9 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 	m := metrics.New()
 	if room != nil {
 		m.WatchCapacity(room)
+	}
+	if apiReqs != nil {
+		m.WatchKubernetesAPI(apiReqs)
 	}
 	hooks, scfg, err := serviceHooks(cfg, st, files, m)
 	if err != nil {

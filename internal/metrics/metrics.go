@@ -206,6 +206,14 @@ func (m *Metrics) WatchCapacity(room func(context.Context) apitype.Capacity) {
 		}))
 }
 
+// WatchKubernetesAPI reports the Kubernetes runtime's requests to the API server
+// (kubernetes.Runtime.APIRequests): what the sandboxes cost the control plane.
+func (m *Metrics) WatchKubernetesAPI(requests func() uint64) {
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sandpit_kubernetes_api_requests_total",
+		Help: "Requests the Kubernetes runtime sent the API server (each watch and exec stream counted once)."},
+		func() float64 { return float64(requests()) }))
+}
+
 // WatchPool reports the warm session pool (e2b_pool, session_pool_max): the sessions ready,
 // its target now, and the creations it served and missed.
 func (m *Metrics) WatchPool(stats func() session.PoolStats) {

@@ -86,3 +86,19 @@ func TestCapacityGauge(t *testing.T) {
 		}
 	}
 }
+
+// TestKubernetesAPICounter: sandpit_kubernetes_api_requests_total is the runtime's count of
+// requests, read at each scrape.
+func TestKubernetesAPICounter(t *testing.T) {
+	m := New()
+	n := uint64(3)
+	m.WatchKubernetesAPI(func() uint64 { return n })
+	for _, want := range []string{"sandpit_kubernetes_api_requests_total 3\n", "sandpit_kubernetes_api_requests_total 12\n"} {
+		w := httptest.NewRecorder()
+		m.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+		if body, _ := io.ReadAll(w.Body); !strings.Contains(string(body), want) {
+			t.Errorf("missing %q:\n%s", want, body)
+		}
+		n = 12
+	}
+}

@@ -21,7 +21,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -154,12 +156,13 @@ type Box struct {
 // Runtime is a sandbox.Runtime backed by pods, one per slot and one per session. Create it
 // with Start.
 type Runtime struct {
-	client k8s.Interface
-	rc     *rest.Config
-	cfg    Config
-	log    *slog.Logger
-	daemon string // DaemonName(cfg.DaemonID)
-	slots  *slotpool.Pool
+	client   k8s.Interface
+	rc       *rest.Config
+	requests *atomic.Uint64 // requests to the API server (countRequests)
+	cfg      Config
+	log      *slog.Logger
+	daemon   string // DaemonName(cfg.DaemonID)
+	slots    *slotpool.Pool
 
 	hashOnce sync.Once
 	hash     string // configHash
@@ -243,6 +246,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Runtime, error) 
 	}
 	rc = rest.CopyConfig(rc)
 	rc.QPS, rc.Burst = max(rc.QPS, 50), max(rc.Burst, 100)
+	requests := new(atomic.Uint64)
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countRequests{rt, requests} })
 	client, err := k8s.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("configuring the Kubernetes client: %w", err)
@@ -252,7 +257,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Runtime, error) 
 			return nil, err
 		}
 	}
-	r := &Runtime{client: client, rc: rc, cfg: cfg, log: log, daemon: DaemonName(cfg.DaemonID),
+	r := &Runtime{client: client, rc: rc, requests: requests, cfg: cfg, log: log, daemon: DaemonName(cfg.DaemonID),
 		opened: map[string]*sessionBox{}, warm: map[string]*warmLine{}, sessUIDs: map[int]bool{}, poolKick: make(chan struct{}, 1)}
 	r.ctx, r.close = context.WithCancel(context.Background())
 	r.slots = slotpool.New(slotpool.Config{Slots: cfg.Slots, ReadyWait: cfg.ReadyWait, SettleTimeout: cfg.SettleTimeout,
@@ -390,4 +395,20 @@ func (r *Runtime) Close() error {
 	defer rcancel()
 	errs = append(errs, r.releaseLease(rctx))
 	return errors.Join(errs...)
+}
+
+// APIRequests is how many requests the runtime has sent the Kubernetes API server since it
+// started: every get, list, create, update, patch and delete, each watch and each exec
+// stream counted once (a watch or stream open for hours is one request).
+func (r *Runtime) APIRequests() uint64 { return r.requests.Load() }
+
+// countRequests counts the requests that go through it.
+type countRequests struct {
+	next http.RoundTripper
+	n    *atomic.Uint64
+}
+
+func (c countRequests) RoundTrip(req *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.next.RoundTrip(req)
 }
