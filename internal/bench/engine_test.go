@@ -205,7 +205,7 @@ func TestBenchAgainstKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rep, _ := runBench(t, ctx, "--compare=", "--max-time=19m", "--kubernetes-config="+file)
+	rep, _ := runBench(t, ctx, "--compare=", "--max-time=19m", "--kubernetes-config="+file, "--kubernetes-density=3", "--kubernetes-density-window=10s")
 	k := rep.Kubernetes
 	if k == nil {
 		t.Fatalf("the report has no Kubernetes daemon: %+v", rep)
@@ -222,6 +222,12 @@ func TestBenchAgainstKubernetes(t *testing.T) {
 		if l := c.l; l.Name != c.name || l.Runs != c.runs || !(l.P50MS > 0) || l.P50MS > l.P95MS || l.P95MS > l.P99MS {
 			t.Errorf("kubernetes %s: %+v", c.name, l)
 		}
+	}
+	// Idle sessions: up to 3 open (fewer only when refused, saying why), the daemon's requests
+	// counted (the warm pool's and the Lease's at least) and its memory read.
+	if d := k.Density; d == nil || d.Sessions < 1 || d.Sessions > 3 || (d.Sessions < 3) != (d.Refusal != "") ||
+		d.WindowSeconds != 10 || !(d.APIRequestsIdle > 0) || !(d.OpenRequestsPerSandbox > 0) || !(d.DaemonRSSIdleMiB > 0) || !(d.DaemonRSSSessionsMiB > 0) {
+		t.Errorf("kubernetes density: %+v", d)
 	}
 	if k.RESTPrint.Starts["fork"]+k.RESTPrint.Starts["cold"] != 3 {
 		t.Errorf("kubernetes print(1) starts: %v", k.RESTPrint.Starts)

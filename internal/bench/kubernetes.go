@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -61,6 +62,13 @@ type KubernetesOptions struct {
 	// variables and the command line's settings); Run reads its kubeconfig, namespace and
 	// warm_sessions to watch the daemon's pods and delete them at the end.
 	Config config.Config
+	// Density, when above 0, is the most idle sessions measureDensity opens at once on the
+	// daemon (Kubernetes.Density): it stops sooner at the first the daemon refuses for room.
+	// Each session is of an agent of its own; sessions_max bounds them too.
+	Density int
+	// DensityWindow is how long the idle requests are counted, once with no session and once
+	// with them open; default a minute.
+	DensityWindow time.Duration
 }
 
 // Kubernetes is what the daemon with the Kubernetes runtime measured, to compare with the main
@@ -89,6 +97,8 @@ type Kubernetes struct {
 	SessionCreate Latency `json:"session_create"`
 	// PodReady is LatencyPodReady.
 	PodReady Latency `json:"pod_ready"`
+	// Density is what idle sessions cost (KubernetesOptions.Density); nil when not asked.
+	Density *Density `json:"density,omitempty"`
 }
 
 // kubeDaemon is the bench's Kubernetes daemon as the cluster knows it: its pods and Lease
@@ -200,6 +210,18 @@ func (b *bench) measureKubernetes(ctx context.Context, main *instance) (*Kuberne
 	}
 	k.PodReady = newLatency(LatencyPodReady, "", "slot pod create to its executor answering", readies, nil)
 	b.say("kubernetes: slot pod create to ready p50 %.1f ms", k.PodReady.P50MS)
+	if ko.Density > 0 {
+		if k.WarmSessions > 0 { // the pool refilled, so that the first window is idle
+			wctx, cancel := context.WithTimeout(ctx, settleTimeout)
+			if err := kd.waitWarmPool(wctx, k.WarmSessions); err != nil {
+				b.say("warning: measuring anyway: %v", err)
+			}
+			cancel()
+		}
+		if k.Density, err = b.measureDensity(ctx, in, ko.Density, cmp.Or(ko.DensityWindow, time.Minute)); err != nil {
+			return nil, fmt.Errorf("measuring idle sessions' cost: %w", err)
+		}
+	}
 	return k, nil
 }
 
@@ -429,6 +451,17 @@ func writeKubernetes(b *strings.Builder, r Report) {
 	row("kubernetes", k.PodReady, "slot pod create to its executor answering")
 	if v, ok := Ratio(k.RESTPrint.P50MS, k.DockerPrint.P50MS); ok {
 		fmt.Fprintf(b, "%-58s %.2fx (p95 %s)\n", "kubernetes / docker: REST print(1) p50", v, ratioText(k.RESTPrint.P95MS, k.DockerPrint.P95MS))
+	}
+	if d := k.Density; d != nil {
+		bound := "the --kubernetes-density cap"
+		if d.Refusal != "" {
+			bound = "the next refused: " + d.Refusal
+		}
+		fmt.Fprintf(b, "kubernetes idle sessions open at once: %d (%s)\n", d.Sessions, bound)
+		fmt.Fprintf(b, "  API requests per minute, idle over %.0fs: %.1f with no session, %.1f with %d (%.2f per session); %.1f to open each\n",
+			d.WindowSeconds, d.APIRequestsIdle, d.APIRequestsSessions, d.Sessions, d.APIRequestsPerSandbox, d.OpenRequestsPerSandbox)
+		fmt.Fprintf(b, "  daemon resident memory: %.1f MiB with no session, %.1f MiB with %d (%.0f KiB per session)\n",
+			d.DaemonRSSIdleMiB, d.DaemonRSSSessionsMiB, d.Sessions, d.DaemonKiBPerSandbox)
 	}
 }
 

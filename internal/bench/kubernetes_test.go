@@ -71,7 +71,17 @@ kubernetes / docker: REST print(1) p50                     1.20x (p95 1.25x)
 	if got := buf.String(); !strings.Contains(got, want) {
 		t.Errorf("WriteTable:\n%s\nwant it to hold:\n%s", got, want)
 	}
-	for _, line := range []string{"kubernetes / docker: REST print(1) p50                    1.20x      ≤ 1.5x  met",
+	r.Kubernetes.Density = &Density{Sessions: 17, Refusal: "no room for another sandbox: 0/1 nodes are available: 1 Insufficient cpu",
+		WindowSeconds: 60, APIRequestsIdle: 14, APIRequestsSessions: 14.5, APIRequestsPerSandbox: 0.03, OpenRequestsPerSandbox: 9.2,
+		DaemonRSSIdleMiB: 60, DaemonRSSSessionsMiB: 66.5, DaemonKiBPerSandbox: 392}
+	buf.Reset()
+	if err := WriteTable(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"kubernetes idle sessions open at once: 17 (the next refused: no room for another sandbox: 0/1 nodes are available: 1 Insufficient cpu)",
+		"  API requests per minute, idle over 60s: 14.0 with no session, 14.5 with 17 (0.03 per session); 9.2 to open each",
+		"  daemon resident memory: 60.0 MiB with no session, 66.5 MiB with 17 (392 KiB per session)",
+		"kubernetes / docker: REST print(1) p50                    1.20x      ≤ 1.5x  met",
 		"kubernetes: session creation from the warm pool p50    120.0 ms    ≤ 100 ms  not met"} {
 		if !strings.Contains(buf.String(), line) {
 			t.Errorf("WriteTable has no target line %q:\n%s", line, buf.String())

@@ -19,6 +19,8 @@ type benchFlags struct {
 	json                   bool
 	compare                []string
 	kubernetes             string
+	kubeDensity            int
+	kubeDensityWindow      time.Duration
 }
 
 func (o *options) benchCommand() *cobra.Command {
@@ -56,7 +58,9 @@ func (o *options) benchCommand() *cobra.Command {
   first daemon's containers, one run on each in turn (p50, p95 and their ratio), a session's
   creation from its warm pool beside a Docker session's, and a slot pod's start, from the
   pod's creation to its executor answering (the bench deletes slot 0's pod and times the
-  replacement)
+  replacement); with --kubernetes-density N as well, up to N idle sessions opened at once on
+  it (fewer when the cluster has no room: the refusal says what bounds it), and the daemon's
+  requests to the API server per minute and resident memory idle without them and with them
   then, each on a daemon of its own (--compare): one container with one slot (the pool is
   compared with it: time to ready, idle memory, print(1) and pandas p50), gVisor (runsc)
   when the engine has it, and the small preload (print(1) must be no slower with the default)
@@ -91,6 +95,8 @@ bench, which removes it.`,
 	fl.BoolVar(&f.json, "json", false, "print the report as JSON")
 	fl.StringSliceVar(&f.compare, "compare", f.compare, `layouts measured beside, each on its own daemon: "single" (one container), "runsc" (gVisor), "small-preload", "plain" (the notebook layer off); "" for none`)
 	fl.StringVar(&f.kubernetes, "kubernetes-config", "", `a config file with runtime "kubernetes": measure a daemon of it on the cluster beside the Docker one`)
+	fl.IntVar(&f.kubeDensity, "kubernetes-density", 0, "with --kubernetes-config: open up to this many idle sessions on it (fewer when the cluster has no room) and measure what they cost the daemon and the API server; 0: not measured")
+	fl.DurationVar(&f.kubeDensityWindow, "kubernetes-density-window", time.Minute, "with --kubernetes-density: how long the idle requests are counted, without the sessions and with them")
 	return cmd
 }
 
@@ -106,6 +112,10 @@ func (o *options) bench(cmd *cobra.Command, f benchFlags) error {
 		return usageErrorf("--duration %s is too short to count runs per second: give at least 100ms, e.g. --duration 5s", f.duration)
 	case !validCompare(f.compare):
 		return usageErrorf("--compare takes single, runsc, small-preload and plain (comma-separated), or \"\" for none; got %q", strings.Join(f.compare, ","))
+	case f.kubeDensity < 0 || (f.kubeDensity > 0 && f.kubernetes == ""):
+		return usageErrorf("--kubernetes-density must be 0 or more, and goes with --kubernetes-config (got %d)", f.kubeDensity)
+	case f.kubeDensityWindow < time.Second:
+		return usageErrorf("--kubernetes-density-window %s is too short to count requests: give at least 1s, e.g. 1m", f.kubeDensityWindow)
 	case f.maxTime <= 0:
 		return usageErrorf("--max-time must be positive, e.g. --max-time 10m")
 	case 3*f.duration >= f.maxTime:
@@ -131,7 +141,7 @@ func (o *options) bench(cmd *cobra.Command, f benchFlags) error {
 		if kcfg.Runtime != config.RuntimeKubernetes {
 			return usageErrorf("--kubernetes-config %s sets runtime %q: it must set \"runtime\": \"kubernetes\" and the kubernetes object (docs/kubernetes.md)", f.kubernetes, kcfg.Runtime)
 		}
-		opts.Kubernetes = &bench.KubernetesOptions{File: f.kubernetes, Config: kcfg}
+		opts.Kubernetes = &bench.KubernetesOptions{File: f.kubernetes, Config: kcfg, Density: f.kubeDensity, DensityWindow: f.kubeDensityWindow}
 	}
 	opts.Progress = o.env.Stderr
 	if o.verbose {
