@@ -195,26 +195,41 @@ func (r *Runtime) newPod(role string, labels map[string]string) *corev1.Pod {
 // PodReadyTimeout is deleted. With refuse (a request waits for it), one the scheduler places
 // on no node for UnschedulableWait, or the quota refuses, is a *sandbox.NoRoomError; without
 // (the daemon's own slots and warm pool), it waits its whole time for room.
+//
+// A pod placed on a node that then goes silent (see waitRunning) is deleted and made again, up
+// to twice, within the same PodReadyTimeout: the scheduler no longer places pods on a node
+// marked not Ready, so the next goes to one that answers.
 func (r *Runtime) createPod(ctx context.Context, pod *corev1.Pod, refuse bool) (*corev1.Pod, error) {
-	created, err := r.pods().Create(ctx, pod, metav1.CreateOptions{})
-	if refuse && apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota") {
-		return nil, r.noRoom(ctx, fmt.Sprintf("the namespace %s's ResourceQuota refused the pod (%v)", r.cfg.Namespace, err))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("creating a sandbox pod in namespace %s: %w", r.cfg.Namespace, err)
-	}
 	wctx, cancel := context.WithTimeout(ctx, r.cfg.PodReadyTimeout)
 	defer cancel()
-	running, err := r.waitRunning(wctx, created, refuse)
-	if err != nil {
+	for try := 1; ; try++ {
+		created, err := r.pods().Create(ctx, pod, metav1.CreateOptions{})
+		if refuse && apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota") {
+			return nil, r.noRoom(ctx, fmt.Sprintf("the namespace %s's ResourceQuota refused the pod (%v)", r.cfg.Namespace, err))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("creating a sandbox pod in namespace %s: %w", r.cfg.Namespace, err)
+		}
+		running, err := r.waitRunning(wctx, created, refuse)
+		if err == nil {
+			return running, nil
+		}
 		_ = r.deletePod(context.WithoutCancel(ctx), created.Name)
 		if u, ok := errors.AsType[*noNodeError](err); ok {
 			return nil, r.noRoom(ctx, fmt.Sprintf("no node took the pod for %s; the scheduler says %q", r.cfg.UnschedulableWait, u.message))
 		}
+		if _, lost := errors.AsType[*nodeLostError](err); lost && try < 3 && wctx.Err() == nil {
+			r.log.Warn("the node of a starting sandbox pod stopped answering; making the pod again", "pod", created.Name, "error", err)
+			continue
+		}
 		return nil, fmt.Errorf("sandbox pod %s: %w", created.Name, err)
 	}
-	return running, nil
 }
+
+// nodeLostError is waitRunning's error for a pod whose node is not Ready.
+type nodeLostError struct{ node, why string }
+
+func (e *nodeLostError) Error() string { return "node " + e.node + " " + e.why }
 
 // noNodeError is waitRunning's error for a pod the scheduler placed on no node for
 // UnschedulableWait; message is its reason.
@@ -462,14 +477,14 @@ func (r *Runtime) nodeLost(ctx context.Context, pod *corev1.Pod) error {
 func (r *Runtime) nodeNotReady(ctx context.Context, name string) error {
 	node, err := r.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("node %s was removed from the cluster", name)
+		return &nodeLostError{node: name, why: "was removed from the cluster"}
 	}
 	if err != nil {
 		return nil
 	}
 	for _, c := range node.Status.Conditions {
 		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
-			return fmt.Errorf("node %s is not ready (%s: %s)", name, c.Reason, c.Message)
+			return &nodeLostError{node: name, why: fmt.Sprintf("is not ready (%s: %s)", c.Reason, c.Message)}
 		}
 	}
 	return nil
