@@ -1,19 +1,30 @@
 #!/usr/bin/env bash
-# kube-cluster.sh: a single-node Kubernetes for sandpit's tests, built from the Go module proxy,
-# run from a state directory, and stopped leaving nothing behind on the host.
+# kube-cluster.sh: a Kubernetes for sandpit's tests, built from the Go module proxy, run from a
+# state directory, and stopped leaving nothing behind on the host: one node, and more on demand.
 #
 #   scripts/kube-cluster.sh build [PART...]    build and cache (packages debs pause kube gvisor; all)
 #   scripts/kube-cluster.sh up                 start etcd, the control plane, containerd, kubelet
-#   scripts/kube-cluster.sh import-image REF   docker save REF | ctr import (skipped when there)
+#   scripts/kube-cluster.sh import-image REF   docker save REF | ctr import, on every node (skipped
+#                                              where it is already)
+#   scripts/kube-cluster.sh node add N [--taint KEY=VALUE:EFFECT]
+#                                              start node N (2-254) in a network namespace of its own
+#                                              (import-image then brings images to it); prints its name
+#   scripts/kube-cluster.sh node kill|start N  SIGKILL node N's kubelet (its pods run on) | start it
+#   scripts/kube-cluster.sh node cut|mend N    take node N's link down (cut off both ways) | up
+#   scripts/kube-cluster.sh node tasks N       the containers running on node N: NAMESPACE/POD CONTAINER
+#   scripts/kube-cluster.sh node rm N          remove node N: its pods, processes and state
 #   scripts/kube-cluster.sh env                export lines for tests (eval "$(... env)")
 #   scripts/kube-cluster.sh status             what runs
 #   scripts/kube-cluster.sh down               stop everything, then check the host is clean
 #   scripts/kube-cluster.sh purge              down, then remove the state directory
 #
-# The node runs in a private mount namespace (private /run, /var overlaid, kernel sysctls the
+# Each node runs in a private mount namespace (private /run, /var overlaid, kernel sysctls the
 # kubelet insists on writing shadowed); pods get no network but loopback (CNI: loopback and
-# sandpit-nonet), so their one way out is the exec stream. The RuntimeClass "gvisor" runs pods
-# under gVisor when SANDPIT_KUBE_GVISOR=1 (runsc built from the Go module proxy).
+# sandpit-nonet), so their one way out is the exec stream. Node 1 shares the host's network;
+# node N (2 and up) has a network namespace of its own, linked by a veth to the cluster's
+# bridge, at address NET.N (the apiserver and node 1's kubelet listen on NET.1, the bridge's).
+# The RuntimeClass "gvisor" runs pods under gVisor when SANDPIT_KUBE_GVISOR=1 (runsc built
+# from the Go module proxy).
 # Everything is configurable through SANDPIT_KUBE_* variables (below); the defaults avoid the
 # ports, cgroups, paths and CIDRs of another cluster set up with the usual defaults on the same
 # machine. See scripts/kube-cluster/README.md.
@@ -48,9 +59,20 @@ KUBELET_PORT=${SANDPIT_KUBE_KUBELET_PORT:-11250}
 KUBELET_HEALTHZ_PORT=${SANDPIT_KUBE_KUBELET_HEALTHZ_PORT:-11248}
 SCHEDULER_PORT=${SANDPIT_KUBE_SCHEDULER_PORT:-11259}
 CONTROLLER_MANAGER_PORT=${SANDPIT_KUBE_CONTROLLER_MANAGER_PORT:-11257}
-# The apiserver reaches the kubelet by this name (address type Hostname): it must resolve to
-# 127.0.0.1, where the kubelet listens.
+# Node 1's name (the apiserver reaches each kubelet at its InternalIP).
 NODE_NAME=${SANDPIT_KUBE_NODE_NAME:-localhost}
+# The nodes' network: a bridge with NET.1 (node 1, the apiserver), node N at NET.N. Node N's
+# name is NODE_PREFIX-N.
+NODE_NET=${SANDPIT_KUBE_NODE_NET:-10.98.0}
+BRIDGE=${SANDPIT_KUBE_BRIDGE:-sandpit-kube0}
+NODE_PREFIX=${SANDPIT_KUBE_NODE_PREFIX:-sandpit-kube}
+# How long the controller-manager waits for a silent node before it marks it NotReady (and the
+# scheduler stops placing pods there). Kubernetes' default is 40 s; short here for the tests.
+NODE_GRACE=${SANDPIT_KUBE_NODE_GRACE:-20s}
+HOST_IP=$NODE_NET.1
+VETH_PREFIX=${SANDPIT_KUBE_VETH_PREFIX:-sandpit-kv}
+# The node the node-level functions act on (use_node sets it and its paths, name and address).
+NODE=1 NODE_IP=$HOST_IP KUBELET_CERT=kubelet VETH="" TAINTS=""
 CGROUP_ROOT=${SANDPIT_KUBE_CGROUP_ROOT:-/sandpit-kube}
 SERVICE_CIDR=${SANDPIT_KUBE_SERVICE_CIDR:-10.97.0.0/24}
 SERVICE_IP=${SANDPIT_KUBE_SERVICE_IP:-10.97.0.1}
@@ -63,6 +85,7 @@ COMMANDS="kubelet kube-scheduler kube-controller-manager kube-apiserver"
 
 PKI=$DIR/pki ETC=$DIR/etc DATA=$DIR/data RUN=$DIR/run LOGS=$DIR/logs PIDS=$DIR/run/pids
 SOCK=$RUN/containerd/containerd.sock
+NODES=$DIR/nodes
 KUBECONFIG_ADMIN=$PKI/admin.kubeconfig
 # The sysctls the kubelet sets (and would fail on with protectKernelDefaults): in the node's
 # mount namespace they are files of ours bound over /proc/sys.
@@ -315,58 +338,92 @@ wait_until() { # seconds what command...
 
 kctl() { "$DEBS/bin/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
 
+# use_node makes node $1 the one the node-level functions (configs, namespace, containerd,
+# kubelet, down) act on: node 1 keeps the cluster's own paths; node N (2-254) has its state in
+# $NODES/N, its own cgroup root (CGROUP_ROOT-N), name (NODE_PREFIX-N) and address (NET.N).
+use_node() {
+	NODE=$1
+	[ "$NODE" = 1 ] && return
+	local nd=$NODES/$NODE
+	ETC=$nd/etc DATA=$nd/data RUN=$nd/run LOGS=$nd/logs PIDS=$nd/run/pids
+	SOCK=$RUN/containerd/containerd.sock
+	CGROUP_ROOT=$CGROUP_ROOT-$NODE NODE_NAME=$NODE_PREFIX-$NODE NODE_IP=$NODE_NET.$NODE
+	KUBELET_CERT=kubelet-$NODE VETH=$VETH_PREFIX$NODE
+}
+
+# The extra nodes' numbers, from their state directories.
+nodes() { ls "$NODES" 2>/dev/null | grep -xE '[0-9]+' | sort -n || true; }
+
 port_open() { [ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]; }
 
-write_pki() {
-	mkdir -p "$PKI"
-	[ -f "$PKI/ca.crt" ] && return
-	local tmp
-	tmp=$(mktemp -d)
+CLIENT_EXT='basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n'
+
+# issue_cert NAME SUBJECT EXTENSIONS: a key and a certificate of the CA in directory $1.
+issue_cert() { # dir name subject extensions
 	(
-		cd "$tmp"
-		key() { openssl ecparam -name prime256v1 -genkey -noout -out "$1.key"; }
-		key ca
-		openssl req -x509 -new -key ca.key -subj "/CN=sandpit-kube-ca" -days 3650 -out ca.crt 2>/dev/null
-		issue() { # name subject extensions
-			key "$1"
-			openssl req -new -key "$1.key" -subj "$2" -out "$1.csr" 2>/dev/null
-			printf "$3" >"$1.ext"
-			openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -out "$1.crt" -extfile "$1.ext" 2>/dev/null
-			rm -f "$1.csr" "$1.ext"
-		}
-		local client='basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n'
-		issue apiserver /CN=kube-apiserver "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,IP:$SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
-		issue admin "/O=system:masters/CN=sandpit-kube-admin" "$client"
-		issue apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "$client"
-		issue kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" "$client"
-		issue kube-scheduler /CN=system:kube-scheduler "$client"
-		issue kube-controller-manager /CN=system:kube-controller-manager "$client"
-		key sa
-		openssl ec -in sa.key -pubout -out sa.pub 2>/dev/null
-		chmod 600 ./*.key
+		cd "$1"
+		openssl ecparam -name prime256v1 -genkey -noout -out "$2.key"
+		openssl req -new -key "$2.key" -subj "$3" -out "$2.csr" 2>/dev/null
+		printf "$4" >"$2.ext"
+		openssl x509 -req -in "$2.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -out "$2.crt" -extfile "$2.ext" 2>/dev/null
+		rm -f "$2.csr" "$2.ext"
+		chmod 600 "$2.key"
 	)
-	for u in admin kubelet kube-scheduler kube-controller-manager; do
-		cat >"$tmp/$u.kubeconfig" <<EOF
+}
+
+# kubeconfig_of USER: the kubeconfig of USER's certificate in $PKI, on stdout.
+kubeconfig_of() {
+	cat <<EOF
 apiVersion: v1
 kind: Config
 clusters:
 - name: sandpit-kube
   cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
+    server: https://$HOST_IP:$APISERVER_PORT
     certificate-authority: $PKI/ca.crt
 users:
-- name: $u
+- name: $1
   user:
-    client-certificate: $PKI/$u.crt
-    client-key: $PKI/$u.key
+    client-certificate: $PKI/$1.crt
+    client-key: $PKI/$1.key
 contexts:
 - name: sandpit-kube
-  context: {cluster: sandpit-kube, user: $u}
+  context: {cluster: sandpit-kube, user: $1}
 current-context: sandpit-kube
 EOF
-	done
+}
+
+write_pki() {
+	mkdir -p "$PKI"
+	# Kept, unless made for another address (before the nodes' network): then made anew.
+	if [ -f "$PKI/ca.crt" ] && openssl x509 -in "$PKI/apiserver.crt" -noout -ext subjectAltName 2>/dev/null | grep -q "IP Address:$HOST_IP,"; then
+		return
+	fi
+	rm -rf "${PKI:?}"/*
+	local tmp u
+	tmp=$(mktemp -d)
+	openssl ecparam -name prime256v1 -genkey -noout -out "$tmp/ca.key"
+	openssl req -x509 -new -key "$tmp/ca.key" -subj "/CN=sandpit-kube-ca" -days 3650 -out "$tmp/ca.crt" 2>/dev/null
+	issue_cert "$tmp" apiserver /CN=kube-apiserver "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:$HOST_IP,IP:127.0.0.1,IP:$SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
+	issue_cert "$tmp" admin "/O=system:masters/CN=sandpit-kube-admin" "$CLIENT_EXT"
+	issue_cert "$tmp" apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "$CLIENT_EXT"
+	issue_cert "$tmp" kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" "$CLIENT_EXT"
+	issue_cert "$tmp" kube-scheduler /CN=system:kube-scheduler "$CLIENT_EXT"
+	issue_cert "$tmp" kube-controller-manager /CN=system:kube-controller-manager "$CLIENT_EXT"
+	openssl ecparam -name prime256v1 -genkey -noout -out "$tmp/sa.key"
+	openssl ec -in "$tmp/sa.key" -pubout -out "$tmp/sa.pub" 2>/dev/null
+	chmod 600 "$tmp"/*.key
+	for u in admin kubelet kube-scheduler kube-controller-manager; do kubeconfig_of "$u" >"$tmp/$u.kubeconfig"; done
 	cp -a "$tmp"/. "$PKI"/
 	rm -rf "$tmp"
+}
+
+# node_pki: node NODE's kubelet certificate (the Node authorizer's system:node:NAME) and
+# kubeconfig, made once.
+node_pki() {
+	[ -f "$PKI/$KUBELET_CERT.kubeconfig" ] && return
+	issue_cert "$PKI" "$KUBELET_CERT" "/O=system:nodes/CN=system:node:$NODE_NAME" "$CLIENT_EXT"
+	kubeconfig_of "$KUBELET_CERT" >"$PKI/$KUBELET_CERT.kubeconfig"
 }
 
 # The containerd runtime handler "runsc" (RuntimeClass gvisor) when gVisor is on: the shim
@@ -452,7 +509,7 @@ EOF
 	cat >"$ETC/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+address: $NODE_IP
 port: $KUBELET_PORT
 healthzBindAddress: 127.0.0.1
 healthzPort: $KUBELET_HEALTHZ_PORT
@@ -484,6 +541,7 @@ podPidsLimit: ${SANDPIT_KUBE_POD_PIDS_LIMIT:-1024}
 imageGCHighThresholdPercent: 99
 imageGCLowThresholdPercent: 98
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
+registerWithTaints: [$TAINTS]
 EOF
 }
 
@@ -496,11 +554,11 @@ start_control_plane() {
 		--quota-backend-bytes 2147483648 --snapshot-count 10000 --log-level warn
 	wait_until 30 etcd curl -fs "http://127.0.0.1:$ETCD_PORT/health"
 	start_daemon kube-apiserver "$BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
-		--bind-address=127.0.0.1 --secure-port="$APISERVER_PORT" --advertise-address=127.0.0.1 \
+		--bind-address="$HOST_IP" --secure-port="$APISERVER_PORT" --advertise-address="$HOST_IP" \
 		--endpoint-reconciler-type=none \
 		--tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" --client-ca-file="$PKI/ca.crt" \
 		--kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
-		--kubelet-preferred-address-types=Hostname,InternalIP \
+		--kubelet-preferred-address-types=InternalIP \
 		--service-account-issuer=https://kubernetes.default.svc.cluster.local \
 		--service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
 		--service-cluster-ip-range="$SERVICE_CIDR" \
@@ -519,7 +577,7 @@ start_scheduler_cm() {
 		--authorization-kubeconfig="$k" --bind-address=127.0.0.1 --secure-port="$CONTROLLER_MANAGER_PORT" \
 		--leader-elect=false --use-service-account-credentials=true \
 		--service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
-		--flex-volume-plugin-dir="$DATA/kcm-flexvolume" \
+		--flex-volume-plugin-dir="$DATA/kcm-flexvolume" --node-monitor-grace-period="$NODE_GRACE" \
 		--cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" --v=1
 }
 
@@ -528,7 +586,9 @@ start_scheduler_cm() {
 # /var/lib/kubelet, /var/lib/cni, /var/log/containers land in our state dir, not on the host.
 start_node_ns() {
 	mkdir -p "$RUN/sysctl" "$RUN/host-run" "$RUN/var/upper" "$RUN/var/work"
-	start_daemon node-ns unshare --mount --propagation private sleep infinity
+	local net=""
+	[ "$NODE" = 1 ] || net=--net
+	start_daemon node-ns unshare --mount $net --propagation private sleep infinity
 	local h
 	h=$(pid_of node-ns)
 	own_ns() { [ "$(readlink /proc/"$1"/ns/mnt)" != "$(readlink /proc/self/ns/mnt)" ]; }
@@ -546,7 +606,29 @@ start_node_ns() {
 		if [ -e $R/host-run/xtables.lock ]; then touch /run/xtables.lock; mount --bind $R/host-run/xtables.lock /run/xtables.lock; fi
 		umount $R/host-run
 	' _ "$RUN" "$SYSCTLS"
+	[ "$NODE" = 1 ] || node_link "$h"
 }
+
+# The cluster's bridge, with the address of the apiserver and node 1's kubelet.
+bridge_up() {
+	if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+		ip link add "$BRIDGE" type bridge
+		ip addr add "$HOST_IP/24" dev "$BRIDGE"
+	fi
+	ip link set "$BRIDGE" up
+}
+
+# node_link links the network namespace of node NODE (that of process $1) to the bridge: a veth
+# whose host end is VETH, the node's end eth0 at NODE_IP, its default route through HOST_IP.
+node_link() {
+	ip link add "$VETH" type veth peer name eth0 netns "/proc/$1/ns/net"
+	ip link set "$VETH" master "$BRIDGE" up
+	nsenter -t "$1" -n sh -euc 'ip link set lo up; ip addr add "$1/24" dev eth0; ip link set eth0 up; ip route add default via "$2"' \
+		_ "$NODE_IP" "$HOST_IP"
+}
+
+# ns_enter is nsenter's flags for node NODE's namespaces: mount, and network but for node 1.
+ns_enter() { if [ "$NODE" = 1 ]; then echo -m; else echo -m -n; fi; }
 
 make_cgroups() {
 	local c
@@ -565,7 +647,7 @@ start_containerd() {
 	h=$(pid_of node-ns)
 	mkdir -p "$RUN/containerd" "$DATA/containerd"
 	# PATH: containerd finds the runtime type io.containerd.runsc.v1 as containerd-shim-runsc-v1.
-	start_daemon containerd nsenter -t "$h" -m -- env PATH="$GVBIN:$PATH" containerd --config "$ETC/containerd.toml"
+	start_daemon containerd nsenter -t "$h" $(ns_enter) -- env PATH="$GVBIN:$PATH" containerd --config "$ETC/containerd.toml"
 	wait_until 30 containerd ctr -a "$SOCK" version
 	if ! ctr -a "$SOCK" -n k8s.io images ls -q | grep -qx "$PAUSE_IMAGE"; then
 		ctr -a "$SOCK" -n k8s.io images import "$CACHE/images/pause.tar" >/dev/null
@@ -576,8 +658,9 @@ start_kubelet() {
 	local h
 	h=$(pid_of node-ns)
 	mkdir -p "$DATA/kubelet" "$DATA/pod-logs"
-	start_daemon kubelet nsenter -t "$h" -m -- "$BIN/kubelet" --config="$ETC/kubelet.yaml" \
-		--kubeconfig="$PKI/kubelet.kubeconfig" --root-dir="$DATA/kubelet" --hostname-override="$NODE_NAME" --v=1
+	start_daemon kubelet nsenter -t "$h" $(ns_enter) -- "$BIN/kubelet" --config="$ETC/kubelet.yaml" \
+		--kubeconfig="$PKI/$KUBELET_CERT.kubeconfig" --root-dir="$DATA/kubelet" --hostname-override="$NODE_NAME" \
+		--node-ip="$NODE_IP" --v=1
 }
 
 node_ready() {
@@ -608,6 +691,11 @@ cmd_up() {
 		if alive "$f"; then live+=" $f"; else stale=1; fi
 	done
 	[ -z "$live" ] || die "a partial cluster runs (${live# }): run $0 down first"
+	for f in $(nodes); do
+		(use_node "$f" && for d in node-ns containerd kubelet; do alive "$d" && exit 1; done; exit 0) ||
+			die "node $f of a partial cluster runs: run $0 down first"
+		stale=1
+	done
 	if [ $stale = 1 ]; then
 		log "a stopped run's PID files are here: down first"
 		cmd_down
@@ -615,15 +703,17 @@ cmd_up() {
 	for p in $PORTS; do port_open "$p" && die "port $p is taken: set SANDPIT_KUBE_*_PORT"; done
 	mkdir -p "$PIDS" "$LOGS" "$DATA"
 	for p in $HOST_PATHS; do [ -e "$p" ] && echo "$p"; done >"$RUN/host-paths-before"
+	rm -rf "$NODES"
 	write_pki
 	write_configs
 	make_cgroups
+	bridge_up
 	start_control_plane
 	# The node's side does not need the apiserver yet: start it while the apiserver comes up.
 	start_node_ns
 	start_containerd
 	wait_until 120 kube-apiserver curl -fs --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
-		"https://127.0.0.1:$APISERVER_PORT/readyz"
+		"https://$HOST_IP:$APISERVER_PORT/readyz"
 	log "apiserver ready after $(since "$t0")s"
 	start_scheduler_cm
 	start_kubelet
@@ -643,6 +733,119 @@ EOF
 	log "cluster up in $(since "$t0")s: KUBECONFIG=$KUBECONFIG_ADMIN, containerd $SOCK"
 }
 
+# ------------------------------------------------------------------------------------- nodes
+
+# node_add N [--taint T]: node N beside node 1.
+node_add() {
+	local N=$1 taint=""
+	shift
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--taint) taint=$2 && shift 2 ;;
+		*) die "node add: unknown argument $1" ;;
+		esac
+	done
+	alive kube-apiserver || die "the cluster is not up: run $0 up first"
+	if [ -n "$taint" ]; then
+		[[ "$taint" =~ ^([^=:]+)=([^=:]*):(NoSchedule|PreferNoSchedule|NoExecute)$ ]] || die "--taint $taint: want KEY=VALUE:EFFECT"
+		TAINTS="{key: \"${BASH_REMATCH[1]}\", value: \"${BASH_REMATCH[2]}\", effect: ${BASH_REMATCH[3]}}"
+	fi
+	# As node 1: with gVisor's runtime handler when it has it.
+	GVISOR=0
+	[ -f "$ETC/runsc.toml" ] && GVISOR=1
+	use_node "$N"
+	alive node-ns && die "node $N runs already"
+	local t0
+	t0=$(now)
+	rm -rf "${NODES:?}/$N"
+	mkdir -p "$PIDS" "$LOGS" "$DATA"
+	node_pki
+	write_configs
+	make_cgroups
+	start_node_ns
+	start_containerd
+	start_kubelet
+	wait_until 120 "node $NODE_NAME Ready" node_ready
+	log "node $N ($NODE_NAME at $NODE_IP) up in $(since "$t0")s; it has no image but pause: import-image imports on every node"
+	echo "$NODE_NAME"
+}
+
+# node_down stops node NODE: the kubelet, its containers, containerd, every process left in
+# its namespace or cgroups, and the namespace (its mounts, and its network with the veth).
+node_down() {
+	local p c i
+	stop_daemon kubelet 20
+	if alive containerd; then
+		for c in $(ctr -a "$SOCK" -n k8s.io tasks ls -q 2>/dev/null); do
+			timeout 10 ctr -a "$SOCK" -n k8s.io tasks kill -s SIGKILL "$c" >/dev/null 2>&1 || true
+		done
+		for c in $(ctr -a "$SOCK" -n k8s.io tasks ls -q 2>/dev/null); do
+			timeout 10 ctr -a "$SOCK" -n k8s.io tasks delete -f "$c" >/dev/null 2>&1 || true
+		done
+	fi
+	delete_runsc_containers
+	stop_daemon containerd 20
+	# Shims and pod processes that outlived containerd: by namespace and cgroup, never by name.
+	for p in $(node_ns_pids | sort -u); do
+		[ "$p" = "$(pid_of node-ns)" ] && continue
+		log "killing leftover $p: $(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | cut -c1-100)"
+		kill -KILL "$p" 2>/dev/null || true
+	done
+	# The last process of the namespace takes its mounts (/run, /var, pods' rootfs) with it.
+	stop_daemon node-ns 5
+	for c in $(cgroup_dirs); do
+		for ((i = 0; i < 50; i++)); do rmdir "$c" 2>/dev/null && break; [ -d "$c" ] || break; sleep 0.1; done
+	done
+	[ -z "$VETH" ] || ip link del "$VETH" 2>/dev/null || true
+	rm -rf "$RUN/var" "$RUN/sysctl" "$RUN/host-run" "$RUN/containerd" "$RUN/runc" "$RUN/runsc" "$RUN/cni-bin"
+}
+
+cmd_node() {
+	local verb=${1:-} N=${2:-}
+	[[ "$N" =~ ^[0-9]+$ ]] && [ "$N" -ge 2 ] && [ "$N" -le 254 ] || die "usage: $0 node add|kill|start|cut|mend|tasks|rm N (2-254)"
+	shift 2
+	if [ "$verb" = add ]; then
+		node_add "$N" "$@"
+		return
+	fi
+	[ -d "$NODES/$N" ] || die "there is no node $N: add it with $0 node add $N"
+	use_node "$N"
+	case $verb in
+	kill)
+		alive kubelet || die "node $N's kubelet does not run"
+		kill -KILL "$(pid_of kubelet)"
+		log "node $N: kubelet killed (its pods run on; $0 node start $N starts it again)"
+		;;
+	start)
+		alive node-ns || die "node $N is down: remove it and add it again"
+		start_kubelet
+		wait_until 120 "node $NODE_NAME Ready" node_ready
+		log "node $N: kubelet started, the node Ready"
+		;;
+	cut) ip link set "$VETH" down && log "node $N: cut off (link $VETH down)" ;;
+	mend) ip link set "$VETH" up && log "node $N: link $VETH up" ;;
+	tasks)
+		local c
+		for c in $(ctr -a "$SOCK" -n k8s.io tasks ls -q); do
+			ctr -a "$SOCK" -n k8s.io containers info "$c" 2>/dev/null | jq -r '.Labels as $l |
+				"\($l["io.kubernetes.pod.namespace"] // "")/\($l["io.kubernetes.pod.name"] // "") \($l["io.kubernetes.container.name"] // "(sandbox)")"'
+		done
+		;;
+	rm)
+		local t0
+		t0=$(now)
+		if alive kubelet; then
+			kctl delete pods --all-namespaces --field-selector "spec.nodeName=$NODE_NAME" --grace-period=1 --wait=true --timeout=60s >/dev/null 2>&1 || true
+		fi
+		node_down
+		(PIDS=$DIR/run/pids && alive kube-apiserver) && kctl delete node "$NODE_NAME" --ignore-not-found >/dev/null
+		rm -rf "${NODES:?}/$N"
+		log "node $N removed in $(since "$t0")s"
+		;;
+	*) die "usage: $0 node add|kill|start|cut|mend|tasks|rm N" ;;
+	esac
+}
+
 # ------------------------------------------------------------------------------- images, env
 
 # containerd's name of a Docker reference: docker.io/library/x:latest for x.
@@ -660,23 +863,35 @@ normalize_ref() {
 
 cmd_import_image() {
 	[ $# = 1 ] || die "usage: $0 import-image REF"
+	local n
+	for n in 1 $(nodes); do
+		(use_node "$n" && import_image "$1") >/dev/null
+	done
+	normalize_ref "$1"
+}
+
+# import_image REF: into node NODE's containerd.
+import_image() {
 	local ref=$1 name id t0
 	t0=$(now)
-	ctr -a "$SOCK" version >/dev/null 2>&1 || die "containerd does not answer at $SOCK: run $0 up"
+	ctr -a "$SOCK" version >/dev/null 2>&1 || die "node $NODE's containerd does not answer at $SOCK: run $0 up"
 	id=$(docker image inspect -f '{{.Id}}' "$ref") || die "the Docker engine has no image $ref"
 	name=$(normalize_ref "$ref")
 	if ctr -a "$SOCK" -n k8s.io images ls "name==$name" | grep -q "dev.sandpit.docker-id=$id"; then
-		log "$name ($id) is already in the cluster"
+		log "$name ($id) is already on node $NODE"
 		echo "$name"
 		return
 	fi
 	docker save "$ref" | ctr -a "$SOCK" -n k8s.io images import - >/dev/null
 	ctr -a "$SOCK" -n k8s.io images label "$name" "dev.sandpit.docker-id=$id" >/dev/null
-	log "imported $ref as $name in $(since "$t0")s"
+	log "imported $ref as $name on node $NODE in $(since "$t0")s"
 	echo "$name"
 }
 
 cmd_env() {
+	# The settings this cluster was started with, for the tests that run this script (node).
+	printf 'export SANDPIT_KUBE_DIR=%q\n' "$DIR"
+	env | grep -E '^SANDPIT_KUBE_[A-Z_]+=' | grep -v '^SANDPIT_KUBE_DIR=' | sed 's/^/export /' || true
 	printf 'export SANDPIT_TEST_KUBECONFIG=%q\n' "$KUBECONFIG_ADMIN"
 	printf 'export SANDPIT_TEST_KUBE_CONTAINERD=%q\n' "$SOCK"
 	printf 'export KUBECONFIG=%q\n' "$KUBECONFIG_ADMIN"
@@ -700,8 +915,14 @@ cmd_status() {
 			total=$((total + r)) any=1 known+=" $(pid_of "$n") "
 		fi
 	done
+	for n in $(nodes); do
+		while read -r p r; do
+			printf '%-24s pid %-8s rss %5d MiB\n' "$p" "$r" "$(rss_mib "$r")"
+			total=$((total + $(rss_mib "$r"))) any=1
+		done < <(use_node "$n" && for p in node-ns containerd kubelet; do alive "$p" && echo "node-$n-$p $(pid_of "$p")"; done)
+	done
 	[ $any = 1 ] || { echo "not running"; return; }
-	# The rest of the node's namespace: containerd's shims (pods' own processes are in cgroups).
+	# The rest of node 1's namespace: containerd's shims (pods' own processes are in cgroups).
 	for p in $(ns_members "$(cat "$RUN/node-ns.inode" 2>/dev/null)"); do
 		[[ "$known" == *" $p "* ]] && continue
 		shims=$((shims + $(rss_mib "$p"))) nshims=$((nshims + 1))
@@ -792,56 +1013,47 @@ delete_runsc_containers() {
 }
 
 cmd_down() {
-	local t0 p c
+	local t0 n
 	t0=$(now)
 	mkdir -p "$PIDS"
-	# Let the kubelet tear pods down (unmounts, CNI DEL) while it and the apiserver run.
+	# Let the kubelets tear pods down (unmounts, CNI DEL) while they and the apiserver run.
 	if alive kube-apiserver && alive kubelet; then
 		kctl delete pods --all --all-namespaces --grace-period=1 --wait=true --timeout=60s >/dev/null 2>&1 || true
 	fi
-	stop_daemon kubelet 20
-	if alive containerd; then
-		for c in $(ctr -a "$SOCK" -n k8s.io tasks ls -q 2>/dev/null); do
-			timeout 10 ctr -a "$SOCK" -n k8s.io tasks kill -s SIGKILL "$c" >/dev/null 2>&1 || true
-		done
-		for c in $(ctr -a "$SOCK" -n k8s.io tasks ls -q 2>/dev/null); do
-			timeout 10 ctr -a "$SOCK" -n k8s.io tasks delete -f "$c" >/dev/null 2>&1 || true
-		done
-	fi
-	delete_runsc_containers
-	stop_daemon containerd 20
-	# Shims and pod processes that outlived containerd: by namespace and cgroup, never by name.
-	for p in $(node_ns_pids | sort -u); do
-		[ "$p" = "$(pid_of node-ns)" ] && continue
-		log "killing leftover $p: $(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | cut -c1-100)"
-		kill -KILL "$p" 2>/dev/null || true
-	done
-	# The last process of the namespace takes its mounts (/run, /var, pods' rootfs) with it.
-	stop_daemon node-ns 5
-	for c in $(cgroup_dirs); do
-		for ((i = 0; i < 50; i++)); do rmdir "$c" 2>/dev/null && break; [ -d "$c" ] || break; sleep 0.1; done
-	done
+	for n in $(nodes); do (use_node "$n" && node_down); done
+	node_down
 	stop_daemon kube-controller-manager 10
 	stop_daemon kube-scheduler 10
 	stop_daemon kube-apiserver 20
 	stop_daemon etcd 20
-	rm -rf "$RUN/var" "$RUN/sysctl" "$RUN/host-run" "$RUN/containerd" "$RUN/runc" "$RUN/runsc" "$RUN/cni-bin"
+	ip link del "$BRIDGE" 2>/dev/null || true
 	log "down in $(since "$t0")s"
 	cmd_check
 }
 
 # Prove the host is as before: no process, cgroup, mount, port, host path or iptables rule.
-cmd_check() {
-	local bad=0 n p ns before
-	for n in etcd kube-apiserver kube-scheduler kube-controller-manager node-ns containerd kubelet; do
-		alive "$n" && { echo "LEFT: $n runs (pid $(pid_of "$n"))"; bad=1; }
+# node_check prints what node NODE left: processes, gVisor sandboxes, cgroups.
+node_check() {
+	local n p ns
+	for n in node-ns containerd kubelet; do
+		alive "$n" && echo "LEFT: node $NODE's $n runs (pid $(pid_of "$n"))"
 	done
 	ns=$(cat "$RUN/node-ns.inode" 2>/dev/null || true)
 	if [ -n "$ns" ]; then
-		for p in $(ns_members "$ns"); do echo "LEFT: process $p in the node namespace"; bad=1; done
+		for p in $(ns_members "$ns"); do echo "LEFT: process $p in node $NODE's namespace"; done
 	fi
-	for p in $(gvisor_pids); do echo "LEFT: gVisor process $p ($(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | cut -c1-80))"; bad=1; done
-	for p in $(cgroup_dirs); do echo "LEFT: cgroup $p"; bad=1; done
+	for p in $(gvisor_pids); do echo "LEFT: gVisor process $p ($(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | cut -c1-80))"; done
+	for p in $(cgroup_dirs); do echo "LEFT: cgroup $p"; done
+	return 0
+}
+
+cmd_check() {
+	local bad=0 n p before left
+	for n in etcd kube-apiserver kube-scheduler kube-controller-manager; do
+		alive "$n" && { echo "LEFT: $n runs (pid $(pid_of "$n"))"; bad=1; }
+	done
+	left=$(node_check; for n in $(nodes); do (use_node "$n" && node_check); done)
+	[ -z "$left" ] || { echo "$left"; bad=1; }
 	if grep -E "sandpit-kube|$DIR" /proc/self/mountinfo /proc/1/mountinfo >/dev/null 2>&1; then
 		echo "LEFT: mounts: $(grep -hE "sandpit-kube|$DIR" /proc/self/mountinfo /proc/1/mountinfo | cut -d' ' -f5 | sort -u | tr '\n' ' ')"
 		bad=1
@@ -873,7 +1085,7 @@ cmd_purge() {
 }
 
 usage() {
-	sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 }
 
@@ -883,6 +1095,7 @@ usage() {
 case "${1:-}" in
 build) shift && cmd_build "$@" ;;
 up) cmd_up ;;
+node) shift && cmd_node "$@" ;;
 import-image) shift && cmd_import_image "$@" ;;
 env) cmd_env ;;
 status) cmd_status ;;

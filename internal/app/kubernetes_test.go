@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -46,35 +46,18 @@ var (
 )
 
 // kubeSandboxImage builds the sandbox image of cfg (app.BuildImage) and imports it into the
-// cluster's containerd unless it is there; it returns its tag.
-func kubeSandboxImage(t *testing.T, cfg config.Config, containerd string) string {
+// cluster's containerd unless it is there (kubetest.ImportImage); it returns its tag.
+func kubeSandboxImage(t *testing.T, cfg config.Config) string {
 	t.Helper()
 	kubeImageOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 		defer cancel()
-		tag, _, err := app.BuildImage(ctx, cfg, io.Discard)
-		if err != nil {
-			kubeImageErr = err
-			return
-		}
-		kubeImage = tag
-		ref := "docker.io/library/" + tag
-		out, err := exec.CommandContext(ctx, "ctr", "-a", containerd, "-n", "k8s.io", "images", "ls", "-q", "name=="+ref).Output()
-		if err != nil {
-			kubeImageErr = fmt.Errorf("listing the cluster's images: %w", err)
-			return
-		}
-		if strings.TrimSpace(string(out)) == ref {
-			return
-		}
-		cmd := exec.CommandContext(ctx, "sh", "-c", `docker save "$1" | ctr -a "$2" -n k8s.io images import -`, "sh", tag, containerd)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			kubeImageErr = fmt.Errorf("importing %s: %v: %s", tag, err, out)
-		}
+		kubeImage, _, kubeImageErr = app.BuildImage(ctx, cfg, io.Discard)
 	})
 	if kubeImageErr != nil {
 		t.Fatal(kubeImageErr)
 	}
+	kubetest.ImportImage(t, kubeImage)
 	return kubeImage
 }
 
@@ -83,7 +66,7 @@ func kubeSandboxImage(t *testing.T, cfg config.Config, containerd string) string
 // warm session pod.
 func kubeConfig(t *testing.T) (config.Config, k8s.Interface) {
 	t.Helper()
-	kubeconfig, containerd := kubeCluster(t)
+	kubeconfig, _ := kubeCluster(t)
 	cfg := testConfig(t)
 	rc, _, err := kubernetes.ClusterConfig(kubeconfig)
 	if err != nil {
@@ -105,7 +88,7 @@ func kubeConfig(t *testing.T) (config.Config, k8s.Interface) {
 	cfg.ForkServer = false
 	cfg.Kubernetes.Kubeconfig = kubeconfig
 	cfg.Kubernetes.Namespace = kubetest.Namespace(t, client, "kwire")
-	cfg.Kubernetes.Image = kubeSandboxImage(t, cfg, containerd)
+	cfg.Kubernetes.Image = kubeSandboxImage(t, cfg)
 	cfg.Kubernetes.ImagePullPolicy = "Never"
 	cfg.Kubernetes.WarmSessions = 1
 	return cfg, client
@@ -186,8 +169,8 @@ func TestKubernetesDaemon(t *testing.T) {
 	if status, body = httpCall(t, "GET", url+"/v1/limits", ""); status != 200 || !bytes.Contains(body, []byte(`"slots":2`)) {
 		t.Errorf("GET /v1/limits: %d %s", status, body)
 	}
-	if status, body = httpCall(t, "GET", url+"/metrics", ""); status != 200 || !bytes.Contains(body, []byte("sandpit_")) {
-		t.Errorf("GET /metrics: %d %.300s", status, body)
+	if status, body = httpCall(t, "GET", url+"/metrics", ""); status != 200 || !regexp.MustCompile(`(?m)^sandpit_kubernetes_api_requests_total [1-9]`).Match(body) {
+		t.Errorf("GET /metrics: %d, want the runtime's API requests counted: %.300s", status, body)
 	}
 
 	// doctor reports the cluster: every check of the kubernetes runtime passes here (the
