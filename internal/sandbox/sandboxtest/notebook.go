@@ -328,9 +328,13 @@ func (s *Suite) TestNotebookCellCleanups(t *testing.T) {
 }
 
 // TestNotebookPrintIsOneEvent: print('Hello') arrives as one stdout event "Hello\n", every
-// time; a partial line still arrives by itself before the program goes on.
+// time: as a run's only output, in 10 runs of their own, and 100 times over in one run, each
+// print spaced from the next so that it is read by itself, no event ending inside a line (one
+// run of 100 prints puts a print's two writes, its text and its end, to the test as often as
+// 100 runs did, for a hundredth of the runs' starts); a partial line still arrives by itself
+// before the program goes on.
 func (s *Suite) TestNotebookPrintIsOneEvent(t *testing.T) {
-	for i := range 100 {
+	for i := range 10 {
 		var events []sandbox.Event
 		res := Exec(t, s.rt, 0, Spec("print('Hello')", HeavyImportTimeout), func(e sandbox.Event) { events = append(events, e) })
 		expect(t, res, sandbox.OutcomeOK)
@@ -338,13 +342,27 @@ func (s *Suite) TestNotebookPrintIsOneEvent(t *testing.T) {
 			t.Fatalf("run %d: events %+v, want one stdout event \"Hello\\n\"", i, events)
 		}
 	}
+	var events []sandbox.Event
+	res := Exec(t, s.rt, 0, Spec("import time\nfor _ in range(100):\n    print('Hello')\n    time.sleep(0.005)", HeavyImportTimeout),
+		func(e sandbox.Event) { events = append(events, e) })
+	expect(t, res, sandbox.OutcomeOK)
+	var all strings.Builder
+	for _, e := range events {
+		if e.Stream != sandbox.StreamStdout || !strings.HasSuffix(e.Data, "\n") {
+			t.Fatalf("100 prints: event %+v ends inside a line; want each line whole (events %d)", e, len(events))
+		}
+		all.WriteString(e.Data)
+	}
+	if all.String() != strings.Repeat("Hello\n", 100) {
+		t.Fatalf("100 prints: stdout %q, want \"Hello\\n\" 100 times", all.String())
+	}
 	type stamped struct {
 		data string
 		at   time.Time
 	}
 	var got []stamped
 	start := time.Now()
-	res := Exec(t, s.rt, 0, Spec("import time\nprint('x', end='', flush=True)\ntime.sleep(3)\nprint('y')", HeavyImportTimeout),
+	res = Exec(t, s.rt, 0, Spec("import time\nprint('x', end='', flush=True)\ntime.sleep(3)\nprint('y')", HeavyImportTimeout),
 		func(e sandbox.Event) { got = append(got, stamped{e.Data, time.Now()}) })
 	expect(t, res, sandbox.OutcomeOK)
 	if len(got) != 2 || got[0].data != "x" || got[1].data != "y\n" || got[0].at.Sub(start) > got[1].at.Sub(start)-time.Second {
