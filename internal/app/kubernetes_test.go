@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -128,6 +129,14 @@ func TestKubernetesDaemon(t *testing.T) {
 	cfg, client := kubeConfig(t)
 	url := daemon(t, cfg)
 	runPrint1(t, url)
+	// The kubelet's termination message file is a file of the node's disk, bound into every pod
+	// writable by every uid: a run could leave data in it for the next run of its slot (another
+	// agent's) and write to the node's disk past the pod's limits. Found by a helper's attack.
+	for _, code := range []string{`open('/dev/termination-log', 'a').write('left by a run')`, `print(open('/dev/termination-log').read())`} {
+		if resp, body := post(t, url, `{"code": `+strconv.Quote(code)+`}`); resp.StatusCode != 200 || !bytes.Contains(body, []byte("PermissionError")) {
+			t.Errorf("%s in a run: %d %s; want a PermissionError", code, resp.StatusCode, body)
+		}
+	}
 
 	status, body := httpCall(t, "POST", url+"/v1/agents/alice/sessions", `{"idle_timeout_ms": 60000}`)
 	var s sandbox.SessionInfo

@@ -45,10 +45,15 @@ func (r *Runtime) executor(pod string, cmd []string, stdin bool) (remotecommand.
 // prepare is the shell prefix of the executor's command: the pod's emptyDirs come world
 // writable, and take the modes and owners the Docker runtime's tmpfs mounts and package volume
 // have (sticky /tmp, /sandbox 0711, the session home 0700, the package directory the
-// installer's) before the executor starts.
+// installer's) before the executor starts. The kubelet's termination message file
+// (TerminationMessagePath) is a file of the node's disk bound in writable by every uid, which
+// outlives the runs: emptied and made root's alone, a run can neither leave data in it for the
+// next run (another agent's) nor fill the node's disk through it.
 var prepare = []string{"/bin/sh", "-c", "chmod 1777 /tmp && chmod 0711 /sandbox && chmod 0700 " + sandbox.SessionHome +
 	" && chown " + strconv.Itoa(boxspec.InstallerUID) + ":" + strconv.Itoa(boxspec.InstallerUID) + " " + boxspec.PackagesDir +
-	" && chmod 0755 " + boxspec.PackagesDir + ` && exec "$@"`, "sandpit-prepare"}
+	" && chmod 0755 " + boxspec.PackagesDir +
+	" && { [ ! -e " + corev1.TerminationMessagePathDefault + " ] || { chmod 0600 " + corev1.TerminationMessagePathDefault +
+	" && : >" + corev1.TerminationMessagePathDefault + "; }; }" + ` && exec "$@"`, "sandpit-prepare"}
 
 // execExecutor starts the executor in pod with cmd over an exec stream and returns the control
 // line with it once it has said hello; its log goes to log. The stream lives until the line

@@ -467,10 +467,13 @@ func (r *Runtime) nodeLost(ctx context.Context, pod *corev1.Pod) error {
 	if _, exited := errors.AsType[*boxspec.ExitError](err); err == nil || exited {
 		return nil
 	}
+	// The error holds the kubelet's address and the pod's path: the daemon's log has it, the
+	// agent's reason only the node.
+	r.log.Warn("a sandbox pod's node did not answer an exec", "pod", pod.Name, "node", name, "error", err)
 	if pctx.Err() != nil {
 		return fmt.Errorf("node %s did not answer within 5 s", name)
 	}
-	return fmt.Errorf("node %s did not answer (%v)", name, err)
+	return fmt.Errorf("node %s did not answer", name)
 }
 
 // nodeNotReady returns why node name is not Ready, or nil when it is (or cannot be read).

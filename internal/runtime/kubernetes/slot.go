@@ -51,6 +51,22 @@ func (sb slotBackend) Connect(ctx context.Context, slot int, discard bool, log *
 	cmd := r.executorCommand(r.cfg.UIDBlock.Slot(slot), r.cfg.ForkServer.Enabled, "")
 	var line *control.Line
 	if adopt != "" {
+		// A pod whose node stopped answering would hold the executor's start for its whole
+		// hello timeout (30 s): an exec of true asks the node first (5 s at most).
+		for _, p := range list.Items {
+			if p.Name != adopt {
+				continue
+			}
+			if lost := r.nodeLost(ctx, &p); lost != nil {
+				log.Warn("the slot's running pod is on a node that does not answer; replacing it", "pod", adopt, "error", lost)
+				if err := r.deletePod(ctx, adopt); err != nil {
+					return nil, "", err
+				}
+				adopt = ""
+			}
+		}
+	}
+	if adopt != "" {
 		line, err = r.execExecutor(ctx, adopt, cmd, log)
 		if err != nil {
 			log.Warn("the slot's running pod did not take an executor; replacing it", "pod", adopt, "error", err)
