@@ -37,10 +37,11 @@ func (sb slotBackend) Connect(ctx context.Context, slot int, discard bool, log *
 	}
 	hash := r.configHash()
 	adopt := ""
-	for _, p := range list.Items {
+	var adopted *corev1.Pod
+	for i, p := range list.Items {
 		ok, _ := podRunning(&p)
 		if adopt == "" && !discard && ok && p.Labels[LabelConfig] == hash {
-			adopt = p.Name
+			adopt, adopted = p.Name, &list.Items[i]
 			continue
 		}
 		log.Info("removing a slot pod that is stopped, replaced or of another template", "pod", p.Name, "phase", p.Status.Phase)
@@ -53,17 +54,12 @@ func (sb slotBackend) Connect(ctx context.Context, slot int, discard bool, log *
 	if adopt != "" {
 		// A pod whose node stopped answering would hold the executor's start for its whole
 		// hello timeout (30 s): an exec of true asks the node first (5 s at most).
-		for _, p := range list.Items {
-			if p.Name != adopt {
-				continue
+		if lost := r.nodeLost(ctx, adopted); lost != nil {
+			log.Warn("the slot's running pod is on a node that does not answer; replacing it", "pod", adopt, "error", lost)
+			if err := r.deletePod(ctx, adopt); err != nil {
+				return nil, "", err
 			}
-			if lost := r.nodeLost(ctx, &p); lost != nil {
-				log.Warn("the slot's running pod is on a node that does not answer; replacing it", "pod", adopt, "error", lost)
-				if err := r.deletePod(ctx, adopt); err != nil {
-					return nil, "", err
-				}
-				adopt = ""
-			}
+			adopt = ""
 		}
 	}
 	if adopt != "" {
