@@ -741,7 +741,7 @@ node_add() {
 	shift
 	while [ $# -gt 0 ]; do
 		case $1 in
-		--taint) taint=$2 && shift 2 ;;
+		--taint) [ $# -ge 2 ] || die "--taint needs KEY=VALUE:EFFECT"; taint=$2 && shift 2 ;;
 		*) die "node add: unknown argument $1" ;;
 		esac
 	done
