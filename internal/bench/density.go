@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"regexp"
 	"strconv"
 	"time"
 
@@ -43,29 +41,17 @@ type Density struct {
 	DaemonKiBPerSandbox  float64 `json:"daemon_kib_per_sandbox"`
 }
 
-// apiRequestsLine is the Kubernetes runtime's request counter in /metrics.
-var apiRequestsLine = regexp.MustCompile(`(?m)^sandpit_kubernetes_api_requests_total (\S+)$`)
-
 // apiRequests reads the daemon's count of requests to the Kubernetes API server.
 func (in *instance) apiRequests(ctx context.Context) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+in.daemon.addr+"/metrics", nil)
+	m, err := in.rest.metrics(ctx)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("reading the daemon's /metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, fmt.Errorf("reading the daemon's /metrics: %w", err)
-	}
-	m := apiRequestsLine.FindSubmatch(body)
-	if m == nil {
+	n, ok := m["sandpit_kubernetes_api_requests_total"]
+	if !ok {
 		return 0, errors.New("the daemon's /metrics has no sandpit_kubernetes_api_requests_total")
 	}
-	return strconv.ParseFloat(string(m[1]), 64)
+	return n, nil
 }
 
 // measureDensity counts the daemon's API requests and memory over window idle, opens up to max

@@ -276,35 +276,36 @@ func (b *bench) waitPool(ctx context.Context, in *instance, one bool) int {
 
 // poolGauges reads the warm pool's ready and target gauges from the daemon's /metrics.
 func poolGauges(ctx context.Context, c *restClient) (ready, target int, ok bool) {
+	m, err := c.metrics(ctx)
+	r, okR := m["sandpit_session_pool_ready"]
+	g, okT := m["sandpit_session_pool_target"]
+	return int(r), int(g), err == nil && okR && okT
+}
+
+// metrics reads the daemon's /metrics: each unlabelled sample's value by its name.
+func (c *restClient) metrics(ctx context.Context) (map[string]float64, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(cctx, http.MethodGet, c.base+"/metrics", nil)
 	if err != nil {
-		return 0, 0, false
+		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return 0, 0, false
+		return nil, fmt.Errorf("reading the daemon's /metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if err != nil || resp.StatusCode != http.StatusOK {
-		return 0, 0, false
+		return nil, fmt.Errorf("reading the daemon's /metrics: %d %v", resp.StatusCode, err)
 	}
-	found := 0
+	out := map[string]float64{}
 	for line := range strings.SplitSeq(string(body), "\n") {
 		name, v, cut := strings.Cut(line, " ")
-		n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if !cut || err != nil {
-			continue
-		}
-		switch name {
-		case "sandpit_session_pool_ready":
-			ready, found = int(n), found+1
-		case "sandpit_session_pool_target":
-			target, found = int(n), found+1
+		if n, err := strconv.ParseFloat(strings.TrimSpace(v), 64); cut && err == nil {
+			out[name] = n
 		}
 	}
-	return ready, target, found == 2
+	return out, nil
 }
