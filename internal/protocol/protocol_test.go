@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 
@@ -131,6 +132,8 @@ func FuzzReceive(f *testing.F) {
 	f.Add(seed(&Message{Kind: KindFileWrite, ID: "fo_1", FileWrite: &sandbox.FileWrite{Path: "a/b.txt", Content: []byte("hi"), Parents: true}}))
 	f.Add(seed(&Message{Kind: KindFileReply, ID: "fo_1", FileReply: &FileReply{Listing: &sandbox.FileListing{Entries: []sandbox.FileEntry{{Path: "/home/user/a", Name: "a", Type: "dir"}}}}}))
 	f.Add(seed(&Message{Kind: KindFileReply, ID: "fo_2", Error: "no such file", ErrorClass: "not found"}))
+	f.Add(seed(&Message{Kind: KindFileReply, ID: "fo_3", FileReply: &FileReply{Entry: &sandbox.FileEntry{Path: "/home/user/b", Name: "b", Type: "file", SizeBytes: 3}, Content: []byte("\x00{}")}}))
+	f.Add([]byte{0, 0, 0, 6, blobFrame, 0, 0, 0, 9, '{'})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{0, 0, 0, 2, '{', '}'})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -149,6 +152,68 @@ func FuzzReceive(f *testing.F) {
 	})
 }
 
+// A file's bytes travel after the message's JSON, not in it, and come back where they were
+// sent from; the message sent is left as it was; a file frame whose header says more than it
+// holds, or whose message has no place for a file's bytes, is an error.
+func TestBlobFrame(t *testing.T) {
+	content := []byte("\x00{\"not\": json}\xff")
+	for _, m := range []*Message{
+		{Kind: KindFile, ID: "ex_1", File: &sandbox.File{Name: "a.bin", SizeBytes: int64(len(content))}, FileContent: content},
+		{Kind: KindFileWrite, ID: "fo_1", FileWrite: &sandbox.FileWrite{Path: "a.bin", Content: content, Parents: true}},
+		{Kind: KindFileReply, ID: "fo_2", FileReply: &FileReply{Entry: &sandbox.FileEntry{Name: "a.bin"}, Content: content}},
+	} {
+		var buf bytes.Buffer
+		c := NewConn(&buf, &buf)
+		if err := c.Send(m); err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(buf.Bytes(), []byte("AHsi")) || !bytes.HasSuffix(buf.Bytes(), content) || buf.Bytes()[4] != blobFrame {
+			t.Fatalf("%s: frame %q: want the bytes as they are, after the JSON", m.Kind, buf.Bytes())
+		}
+		got, err := c.Receive()
+		if err != nil {
+			t.Fatalf("%s: %v", m.Kind, err)
+		}
+		switch m.Kind {
+		case KindFile:
+			if !bytes.Equal(got.FileContent, content) || got.File.Name != "a.bin" || len(m.FileContent) == 0 {
+				t.Fatalf("file: received %+v, sent %+v", got, m)
+			}
+		case KindFileWrite:
+			if !bytes.Equal(got.FileWrite.Content, content) || !got.FileWrite.Parents || len(m.FileWrite.Content) == 0 {
+				t.Fatalf("file write: received %+v, sent %+v", got.FileWrite, m.FileWrite)
+			}
+		case KindFileReply:
+			if !bytes.Equal(got.FileReply.Content, content) || got.FileReply.Entry.Name != "a.bin" || len(m.FileReply.Content) == 0 {
+				t.Fatalf("file reply: received %+v, sent %+v", got.FileReply, m.FileReply)
+			}
+		}
+	}
+
+	// An empty write stays a plain JSON frame.
+	var buf bytes.Buffer
+	c := NewConn(&buf, &buf)
+	if err := c.Send(&Message{Kind: KindFileWrite, ID: "fo_3", FileWrite: &sandbox.FileWrite{Path: "empty"}}); err != nil {
+		t.Fatal(err)
+	}
+	if buf.Bytes()[4] != '{' {
+		t.Fatalf("an empty write's frame %q is not JSON", buf.Bytes())
+	}
+	if got, err := c.Receive(); err != nil || got.FileWrite.Path != "empty" || len(got.FileWrite.Content) != 0 {
+		t.Fatalf("received %+v, %v", got, err)
+	}
+
+	for name, frame := range map[string][]byte{
+		"header past the body": {0, 0, 0, 6, blobFrame, 0, 0, 0, 2, '{'},
+		"no header":            {0, 0, 0, 3, blobFrame, 0, 0},
+		"bytes for a hello":    append([]byte{0, 0, 0, 23, blobFrame, 0, 0, 0, 16}, `{"kind":"hello"}xy`...),
+	} {
+		if m, err := NewConn(bytes.NewReader(frame), io.Discard).Receive(); err == nil || !strings.Contains(err.Error(), "file") {
+			t.Errorf("%s: received %+v, %v; want an error about the file frame", name, m, err)
+		}
+	}
+}
+
 func TestSendDoesNotEscapeHTML(t *testing.T) {
 	var buf bytes.Buffer
 	if err := NewConn(nil, &buf).Send(&Message{Kind: KindResult, Result: &sandbox.Result{Output: json.RawMessage(`"<&>"`)}}); err != nil {
@@ -157,4 +222,37 @@ func TestSendDoesNotEscapeHTML(t *testing.T) {
 	if !bytes.Contains(buf.Bytes(), []byte(`"output":"<&>"`)) {
 		t.Fatalf("frame %q escapes HTML", buf.Bytes())
 	}
+}
+
+// BenchmarkFileFrame sends and receives a 1 MiB file write as a blob frame, against the same
+// message as JSON (its bytes in base64), which is how it travelled before protocol version 10.
+func BenchmarkFileFrame(b *testing.B) {
+	content := bytes.Repeat([]byte("0123456789abcdef"), 1<<16)
+	m := &Message{Kind: KindFileWrite, ID: "fo_1", FileWrite: &sandbox.FileWrite{Path: "/home/user/x.bin", Content: content}}
+	b.Run("blob", func(b *testing.B) {
+		var buf bytes.Buffer
+		c := NewConn(&buf, &buf)
+		b.SetBytes(int64(len(content)))
+		for b.Loop() {
+			if err := c.Send(m); err != nil {
+				b.Fatal(err)
+			}
+			if got, err := c.Receive(); err != nil || len(got.FileWrite.Content) != len(content) {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("json", func(b *testing.B) {
+		b.SetBytes(int64(len(content)))
+		for b.Loop() {
+			body, err := json.Marshal(m)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var got Message
+			if err := json.Unmarshal(body, &got); err != nil || len(got.FileWrite.Content) != len(content) {
+				b.Fatal(err)
+			}
+		}
+	})
 }
