@@ -81,12 +81,15 @@ type pool struct {
 	template string
 	kick     chan struct{}
 
-	mu     sync.Mutex
-	ready  []*Session // warm sessions, oldest first
-	target int
-	missed time.Time // the last miss, or the last step down
-	decay  time.Duration
-	stats  PoolStats
+	mu    sync.Mutex
+	ready []*Session // warm sessions, oldest first
+	// claiming counts the warm sessions taken by claims not yet decided: they are still the
+	// pool's (a refused claim puts its session back), so the filler makes none in their place.
+	claiming int
+	target   int
+	missed   time.Time // the last miss, or the last step down
+	decay    time.Duration
+	stats    PoolStats
 }
 
 // PoolStats counts the warm pool's work (for /metrics and the bench).
@@ -120,16 +123,16 @@ func (p *pool) poke() {
 }
 
 // take pops the oldest warm session that has not ended and started from template t's version
-// (a template pool's; nil for the registry's); nil (and the target raised) when there is none.
+// (a template pool's; nil for the registry's) for a claim, which settle then decides; nil
+// (and the target raised, the filler woken) when there is none.
 func (p *pool) take(t *template.Template) *Session {
-	defer p.poke()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.ready = dropEnded(p.ready)
 	for i, s := range p.ready {
 		if s.warmOf(t) {
 			p.ready = slices.Delete(p.ready, i, i+1)
-			p.stats.Claims++
+			p.claiming++
 			return s
 		}
 	}
@@ -138,15 +141,33 @@ func (p *pool) take(t *template.Template) *Session {
 	if p.target < p.cfg.Max {
 		p.target++
 	}
+	p.poke()
 	return nil
 }
 
-// putBack returns s to the front of the pool (its claim was refused).
-func (p *pool) putBack(s *Session) {
+// claimEnd is how the claim of a warm session ended (see settle).
+type claimEnd int
+
+const (
+	claimTaken   claimEnd = iota // the agent has it
+	claimRefused                 // not the warm session's fault (the agent's cap, a field): it stays
+	claimGone                    // it ended, or was closed to make room, meanwhile
+)
+
+// settle ends the claim of s, which take returned: taken or gone, it leaves the pool and the
+// filler makes another; refused, it goes back to the pool's front.
+func (p *pool) settle(s *Session, end claimEnd) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.stats.Claims--
-	p.ready = append([]*Session{s}, p.ready...)
+	p.claiming--
+	switch end {
+	case claimRefused:
+		p.ready = append([]*Session{s}, p.ready...)
+		return
+	case claimTaken:
+		p.stats.Claims++
+	}
+	p.poke()
 }
 
 // ended reports whether s has ended.
@@ -241,13 +262,15 @@ func (r *Registry) claim(ctx context.Context, p *pool, t *template.Template, age
 		}
 		s, err := r.adopt(ctx, w, agent, req, t, sec, idle, life)
 		if err == nil {
+			p.settle(w, claimTaken)
 			return s, nil
 		}
-		if !errors.Is(err, sandbox.ErrSessionNotFound) { // the agent's cap, a field: not the warm session's fault
-			p.putBack(w)
+		if !errors.Is(err, sandbox.ErrSessionNotFound) {
+			p.settle(w, claimRefused)
 			return nil, err
 		}
 		// It ended (or was closed to make room) since: the next.
+		p.settle(w, claimGone)
 	}
 }
 
@@ -398,7 +421,7 @@ func (r *Registry) poolTemplate(ctx context.Context, p *pool) (*template.Templat
 func (r *Registry) poolWants(p *pool) bool {
 	p.mu.Lock()
 	p.ready = dropEnded(p.ready)
-	have, target := len(p.ready), p.target
+	have, target := len(p.ready)+p.claiming, p.target
 	p.mu.Unlock()
 	if have >= target {
 		return false

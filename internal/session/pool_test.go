@@ -242,6 +242,46 @@ func TestPoolGivesWayAtTheCap(t *testing.T) {
 	}
 }
 
+// TestClaimedSessionIsThePoolsUntilSettled: while a claim is decided, its warm session counts
+// as the pool's, so the filler makes no other in its place (a refused claim left the pool over
+// its target, and CI's TestPoolGivesWayAtTheCap saw two ready where one was wanted); a refused
+// claim puts it back, a taken one makes room for the next.
+func TestClaimedSessionIsThePoolsUntilSettled(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxTotal, cfg.MaxPerAgent = 3, 2
+	cfg.Pool = PoolConfig{Base: 1, Max: 1, Code: "warm up"}
+	m := newKeeper(newService(engine.Hooks{}), &fakeOpener{}, nil, cfg)
+	filling(t, m)
+	waitReady(t, m, 1)
+
+	w := m.pool.take(nil)
+	if w == nil {
+		t.Fatal("the pool gave no warm session")
+	}
+	if m.poolWants(m.pool) {
+		t.Fatal("the filler would make a warm session in place of one a claim is deciding")
+	}
+	m.pool.settle(w, claimRefused)
+	if st := m.PoolStats(); st.Ready != 1 || st.Claims != 0 {
+		t.Fatalf("after a refused claim: %+v, want its session ready again and no claim counted", st)
+	}
+
+	if w = m.pool.take(nil); w == nil {
+		t.Fatal("the refused claim's session was not taken again")
+	}
+	m.pool.settle(w, claimTaken)
+	if st := m.PoolStats(); st.Claims != 1 {
+		t.Fatalf("after a taken claim: %+v, want one claim counted", st)
+	}
+	waitReady(t, m, 1) // the filler made the next
+	m.pool.mu.Lock()
+	next := m.pool.ready[0]
+	m.pool.mu.Unlock()
+	if next == w {
+		t.Fatal("the taken session is still in the pool")
+	}
+}
+
 // TestWarmCode: the warm-up call names each preloaded module and binds nothing but what it
 // deletes.
 func TestWarmCode(t *testing.T) {
