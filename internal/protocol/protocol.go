@@ -37,8 +37,8 @@ import (
 // (KindPortOpen, KindPortOpened, KindPortList, KindPortListed). Version 8: a background
 // command's output stays in the box unless a reader is attached (KindProcAttach,
 // KindProcDetach, KindProcTail; the tail in KindProcEnded). Version 9: a session's directory
-// watchers (KindWatch, KindWatchStarted, KindWatchEvents, KindUnwatch, KindWatchEnded). Version 10: a file's bytes travel after the
-// message's JSON, not in it (blobFrame).
+// watchers (KindWatch, KindWatchStarted, KindWatchEvents, KindUnwatch, KindWatchEnded).
+// Version 10: a file's bytes travel after the message's JSON, not in it (blobFrame).
 const Version = 10
 
 // MaxFrame is the largest frame either side sends or accepts, in bytes. A run's code and input
