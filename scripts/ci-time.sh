@@ -49,6 +49,11 @@ run=("$@")
 if [ -n "${CI_TESTTIME:-}" ] && [[ $1 == *.test ]]; then
 	run=("$CI_TESTTIME" -p "$pkg" -o "$CI_TESTS" -min 20 "$@")
 fi
+# .ci/run compiles with a GOGC of its own; a test binary (and the daemons it starts) runs
+# with the one the run was given (CI_TEST_GOGC; unset: Go's default), as users run them.
+if [[ $1 == *.test ]] && [ -n "${CI_TEST_GOGC+set}" ]; then
+	if [ -n "$CI_TEST_GOGC" ]; then export GOGC=$CI_TEST_GOGC; else unset GOGC; fi
+fi
 start=$(date +%s.%N)
 /usr/bin/time -f "%U %S" -o "$TMPDIR.time" "${run[@]}"
 status=$?
