@@ -139,9 +139,11 @@ const stopGrace = 30 * time.Second
 const cleanupTimeout = time.Minute
 
 // Run runs the whole bench and returns its report. Missing a target is not an error: the
-// report says so. An error means the measurement itself failed (or ctx ended: the error is
-// then context.Cause(ctx)); the bench's daemon, container and data directory are removed
-// either way, and a failure to remove them is reported on Progress, not returned.
+// report says so. An error means the measurement itself failed, with a nil report, or ctx
+// ended: the error is then context.Cause(ctx), with the report of what was measured before
+// (its targets judged on those figures alone), nil if nothing was. The bench's daemon,
+// container and data directory are removed either way, and a failure to remove them is
+// reported on Progress, not returned.
 func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -162,7 +164,10 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 	rep, err = b.run(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, context.Cause(ctx)
+			if rep != nil {
+				rep.Targets = Targets(*rep)
+			}
+			return rep, context.Cause(ctx)
 		}
 		return nil, err
 	}
@@ -203,33 +208,34 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	// From here, an error returns what was measured before it too (see Run).
 	b.idleMemory(ctx, in, rep)
 	if err := b.latencies(ctx, in, rep); err != nil {
-		return nil, err
+		return rep, err
 	}
 	if err := b.sessionLatencies(ctx, in, rep); err != nil {
-		return nil, err
+		return rep, err
 	}
 	if err := b.sessionCreateLatency(ctx, in, rep); err != nil {
-		return nil, err
+		return rep, err
 	}
 	if err := b.portLatencies(ctx, in, rep); err != nil {
-		return nil, err
+		return rep, err
 	}
 	if err := b.secretLatencies(ctx, in, rep); err != nil {
-		return nil, err
+		return rep, err
 	}
 	if err := b.lifecycleLatencies(ctx, in, rep); err != nil {
-		return nil, err
+		return rep, err
 	}
 	if err := b.e2bLatencies(ctx, in, rep); err != nil {
-		return nil, err
+		return rep, err
 	}
 	if err := b.preload(ctx, in, rep); err != nil {
-		return nil, err
+		return rep, err
 	}
 	if err := b.throughput(ctx, in, rep); err != nil {
-		return nil, err
+		return rep, err
 	}
 	if _, rep.Memory.ExecutorPeakRSS, err = in.box.executorMemory(ctx); err != nil {
 		b.say("warning: %v", err)
@@ -238,7 +244,7 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 		// The Kubernetes daemon starts beside this one, whose print(1) it is timed in turns
 		// with; measureKubernetes stops this one then.
 		if rep.Kubernetes, err = b.measureKubernetes(ctx, in); err != nil {
-			return nil, fmt.Errorf("measuring the daemon with the Kubernetes runtime (%s): %w", opts.Kubernetes.File, err)
+			return rep, fmt.Errorf("measuring the daemon with the Kubernetes runtime (%s): %w", opts.Kubernetes.File, err)
 		}
 	}
 	if err := b.stop(ctx, in); err != nil {
@@ -247,7 +253,7 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	for _, v := range b.variants(ctx, in.cfg) {
 		m, err := b.measureVariant(ctx, v)
 		if err != nil {
-			return nil, fmt.Errorf("measuring the daemon with %s: %w", v.label(), err)
+			return rep, fmt.Errorf("measuring the daemon with %s: %w", v.label(), err)
 		}
 		rep.Variants = append(rep.Variants, m)
 	}

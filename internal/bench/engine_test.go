@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"math"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -290,4 +292,81 @@ func runBench(t *testing.T, ctx context.Context, args ...string) (bench.Report, 
 		t.Fatalf("the report is not JSON: %v\n%s", err, stdout.String())
 	}
 	return rep, stderr.String()
+}
+
+// cancelAt is a progress writer that ends its context, with cause, once the progress says
+// when.
+type cancelAt struct {
+	mu     sync.Mutex
+	text   strings.Builder
+	when   string
+	cancel context.CancelCauseFunc
+	cause  error
+}
+
+func (c *cancelAt) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.text.Write(p)
+	if strings.Contains(c.text.String(), c.when) {
+		c.cancel(c.cause)
+	}
+	return len(p), nil
+}
+
+// TestBenchStoppedKeepsWhatItMeasured: a bench stopped part way (its --max-time) returns the
+// report of what it measured before, with the stop's cause, and removes what it started
+// (a bench stopped at its 10 minutes on the CI machine printed nothing of its 10 minutes).
+func TestBenchStoppedKeepsWhatItMeasured(t *testing.T) {
+	api := testenv.DockerClient(t)
+	if testing.Short() {
+		t.Skip("starts the bench's daemon")
+	}
+	t.Setenv(serveEnv, "1")
+	t.Setenv("SANDPIT_EXECUTOR_PATH", testenv.Executor(t))
+	t.Setenv("SANDPIT_BASE_IMAGE", testenv.BaseImage(t))
+	cfg, err := config.LoadLookup("", os.LookupEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent, stop := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer stop()
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	stopped := errors.New("stopped at the test's own --max-time")
+	progress := &cancelAt{when: "sandpit REST print(1): ", cancel: cancel, cause: stopped}
+	opts := bench.DefaultOptions()
+	opts.Config, opts.Serve, opts.Progress = cfg, []string{exe, "serve"}, progress
+	opts.Runs, opts.SlowRuns, opts.Warmup = 2, 1, 0
+
+	rep, err := bench.Run(ctx, opts)
+	t.Logf("progress:\n%s", progress.text.String())
+	if !errors.Is(err, stopped) {
+		t.Fatalf("Run: %v, want the stop's cause", err)
+	}
+	if rep == nil {
+		t.Fatal("a stopped bench returned no report of what it had measured")
+	}
+	var printRow bool
+	for _, l := range rep.Latency {
+		printRow = printRow || (l.Name == bench.LatencyRESTPrint && l.Runs == 2)
+	}
+	if !printRow || len(rep.Targets) == 0 || len(rep.Variants) != 0 {
+		t.Fatalf("report: print(1) row %v, %d targets, %d layouts; want the row, the targets judged on it, no layout",
+			printRow, len(rep.Targets), len(rep.Variants))
+	}
+	found := regexp.MustCompile(`with data directory (\S+);`).FindStringSubmatch(progress.text.String())
+	if found == nil {
+		t.Fatal("the progress names no data directory")
+	}
+	if ids := testenv.Containers(t, found[1]); len(ids) != 0 {
+		t.Errorf("containers left for %s: %v", found[1], ids)
+	}
+	if _, err := api.VolumeInspect(parent, docker.VolumeName(found[1]), client.VolumeInspectOptions{}); err == nil {
+		t.Errorf("volume %s left", docker.VolumeName(found[1]))
+	}
 }

@@ -25,7 +25,7 @@ type benchFlags struct {
 
 func (o *options) benchCommand() *cobra.Command {
 	def := bench.DefaultOptions()
-	f := benchFlags{runs: def.Runs, slowRuns: def.SlowRuns, warmup: def.Warmup, duration: def.Duration, maxTime: 10 * time.Minute,
+	f := benchFlags{runs: def.Runs, slowRuns: def.SlowRuns, warmup: def.Warmup, duration: def.Duration, maxTime: 30 * time.Minute,
 		compare: def.Compare}
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -158,9 +158,21 @@ func (o *options) bench(cmd *cobra.Command, f benchFlags) error {
 			fmt.Fprintln(o.env.Stderr, "sandpit: bench interrupted; its daemon and container were removed")
 			return reported(context.Canceled)
 		}
-		return fmt.Errorf("bench failed: %w", err)
+		if rep == nil {
+			return fmt.Errorf("bench failed: %w", err)
+		}
+		// Stopped at --max-time: what was measured is not lost.
+		if perr := o.printReport(rep, f.json); perr != nil {
+			return perr
+		}
+		return fmt.Errorf("bench failed: %w (the report above has what was measured before)", err)
 	}
-	if f.json {
+	return o.printReport(rep, f.json)
+}
+
+// printReport prints a bench's report as JSON or as the table.
+func (o *options) printReport(rep *bench.Report, asJSON bool) error {
+	if asJSON {
 		return o.printJSON(rep)
 	}
 	return bench.WriteTable(o.env.Stdout, *rep)
