@@ -46,6 +46,15 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m))
 }
 
+// serveAsSandpit makes this test binary the bench's `sandpit serve` (see TestMain), with the
+// test executor and base image.
+func serveAsSandpit(t *testing.T) {
+	t.Helper()
+	t.Setenv(serveEnv, "1")
+	t.Setenv("SANDPIT_EXECUTOR_PATH", testenv.Executor(t))
+	t.Setenv("SANDPIT_BASE_IMAGE", testenv.BaseImage(t))
+}
+
 // TestBenchAgainstTheEngine runs the whole `sandpit bench`, with tiny counts, against the real
 // Docker engine, and checks the report and that nothing of the bench is left.
 func TestBenchAgainstTheEngine(t *testing.T) {
@@ -53,9 +62,7 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the whole bench takes half a minute")
 	}
-	t.Setenv(serveEnv, "1")
-	t.Setenv("SANDPIT_EXECUTOR_PATH", testenv.Executor(t))
-	t.Setenv("SANDPIT_BASE_IMAGE", testenv.BaseImage(t))
+	serveAsSandpit(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute) // the first test to need the image builds it; the fork floors and the cold analysis take minutes on a busy machine
 	defer cancel()
 
@@ -174,9 +181,7 @@ func TestBenchAgainstKubernetes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the bench with a Kubernetes daemon takes minutes")
 	}
-	t.Setenv(serveEnv, "1")
-	t.Setenv("SANDPIT_EXECUTOR_PATH", testenv.Executor(t))
-	t.Setenv("SANDPIT_BASE_IMAGE", testenv.BaseImage(t))
+	serveAsSandpit(t)
 	t.Setenv("SANDPIT_CPUS", "0.25") // the slot's pod, the warm session's and a claimed one, on a node shared with other tests
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -322,9 +327,7 @@ func TestBenchStoppedKeepsWhatItMeasured(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the bench's daemon")
 	}
-	t.Setenv(serveEnv, "1")
-	t.Setenv("SANDPIT_EXECUTOR_PATH", testenv.Executor(t))
-	t.Setenv("SANDPIT_BASE_IMAGE", testenv.BaseImage(t))
+	serveAsSandpit(t)
 	cfg, err := config.LoadLookup("", os.LookupEnv)
 	if err != nil {
 		t.Fatal(err)
