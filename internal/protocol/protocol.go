@@ -430,40 +430,40 @@ const dataFrame = 0x00
 // of this frame's copies on the CI machine (BenchmarkFileFrame: 1 MiB sent and received).
 const blobFrame = 0x01
 
-// withoutBlob returns m without its file's bytes (a KindFile message's FileContent, a
-// KindFileWrite's FileWrite.Content, a KindFileReply's FileReply.Content), as a copy, and the
-// bytes; m itself and nil when it carries none.
-func withoutBlob(m *Message) (*Message, []byte) {
-	c := *m
-	switch {
-	case m.Kind == KindFile && len(m.FileContent) > 0:
-		c.FileContent = nil
-		return &c, m.FileContent
-	case m.Kind == KindFileWrite && m.FileWrite != nil && len(m.FileWrite.Content) > 0:
-		w := *m.FileWrite
-		w.Content, c.FileWrite = nil, &w
-		return &c, m.FileWrite.Content
-	case m.Kind == KindFileReply && m.FileReply != nil && len(m.FileReply.Content) > 0:
-		r := *m.FileReply
-		r.Content, c.FileReply = nil, &r
-		return &c, m.FileReply.Content
-	}
-	return m, nil
-}
-
-// setBlob puts a blob frame's bytes where withoutBlob took them from.
-func (m *Message) setBlob(b []byte) error {
+// blob returns where m keeps a file's bytes (a KindFile message's FileContent, a
+// KindFileWrite's FileWrite.Content, a KindFileReply's FileReply.Content), nil for a message
+// without such a place.
+func (m *Message) blob() *[]byte {
 	switch {
 	case m.Kind == KindFile:
-		m.FileContent = b
+		return &m.FileContent
 	case m.Kind == KindFileWrite && m.FileWrite != nil:
-		m.FileWrite.Content = b
+		return &m.FileWrite.Content
 	case m.Kind == KindFileReply && m.FileReply != nil:
-		m.FileReply.Content = b
-	default:
-		return fmt.Errorf("protocol: a %s message came with a file's bytes it has no place for", m.Kind)
+		return &m.FileReply.Content
 	}
 	return nil
+}
+
+// withoutBlob returns m without its file's bytes, as a copy, and the bytes; m itself and nil
+// when it carries none.
+func withoutBlob(m *Message) (*Message, []byte) {
+	if p := m.blob(); p == nil || len(*p) == 0 {
+		return m, nil
+	}
+	c := *m
+	if c.FileWrite != nil {
+		w := *c.FileWrite
+		c.FileWrite = &w
+	}
+	if c.FileReply != nil {
+		r := *c.FileReply
+		c.FileReply = &r
+	}
+	p := c.blob()
+	b := *p
+	*p = nil
+	return &c, b
 }
 
 // Send writes m as one frame: a KindEgressData message as a data frame, a message with a
@@ -545,7 +545,7 @@ func (c *Conn) Receive() (*Message, error) {
 		if len(body) < 5 || binary.BigEndian.Uint32(body[1:5]) > uint32(len(body)-5) {
 			return nil, errors.New("protocol: a file frame shorter than its header says")
 		}
-		n := 5 + binary.BigEndian.Uint32(body[1:5])
+		n := 5 + int(binary.BigEndian.Uint32(body[1:5]))
 		body, blob = body[5:n], body[n:]
 	}
 	var m Message
@@ -556,9 +556,11 @@ func (c *Conn) Receive() (*Message, error) {
 		return nil, errors.New("protocol: message without kind")
 	}
 	if blob != nil {
-		if err := m.setBlob(blob); err != nil {
-			return nil, err
+		p := m.blob()
+		if p == nil {
+			return nil, fmt.Errorf("protocol: a %s message came with a file's bytes it has no place for", m.Kind)
 		}
+		*p = blob
 	}
 	return &m, nil
 }
