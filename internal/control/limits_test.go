@@ -1,7 +1,6 @@
 package control_test
 
 import (
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,26 +25,17 @@ func TestSessionCommandForkStormFailsInside(t *testing.T) {
 	}
 	var bin string
 	c, _ := pipeRuntimeWith(t, 1, func(cfg *executor.Config) {
-		// A copy the session's uid may run (the test's binary is in a directory of root's).
+		// A copy the session's uid may run (the test's binary is in a directory of root's),
+		// written before the executor starts.
 		bin = filepath.Join(filepath.Dir(cfg.Bootstrap), "sandpit-executor")
 		cfg.Self = bin
+		in, err := os.Open(self)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer in.Close()
+		writeExecutable(t, bin, in)
 	})
-	in, err := os.Open(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = io.Copy(out, in)
-	in.Close()
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	run := func(id, script string) (stdout, stderr string, end sandbox.ProcessEnd) {
 		t.Helper()

@@ -61,6 +61,20 @@ func uidBase(t *testing.T) int {
 // pipeRuntimeWith is pipeRuntime with the executor's configuration changed by mutate; the
 // fork server is on (preloading the stdlib's decimal and email.message) unless mutate turns
 // it off.
+// writeExecutable writes content to path as an executable (mode 0755) through a child process
+// (coreutils' install), so that this process never holds the file open for writing: a fork by
+// any goroutine of the test binary would inherit that descriptor until its exec, and an exec of
+// the file meanwhile fails with "text file busy" (ETXTBSY; golang.org/issue/22315). Seen on CI:
+// the executor's copy was written while its runtime's fork server was starting.
+func writeExecutable(t *testing.T, path string, content io.Reader) {
+	t.Helper()
+	cmd := exec.Command("install", "-m", "0755", "/dev/stdin", path)
+	cmd.Stdin = content
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("writing the executable %s: %v: %s", path, err, out)
+	}
+}
+
 func pipeRuntimeWith(t *testing.T, slots int, mutate func(*executor.Config)) (*control.Line, func() error) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -501,9 +515,7 @@ func TestColdSyntaxErrorSkipsIPython(t *testing.T) {
 		t.Skip("python3 has no IPython here: nothing to skip")
 	}
 	wrapper := filepath.Join(t.TempDir(), "python-importtime")
-	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nexec /usr/bin/python3 -X importtime \"$@\"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	writeExecutable(t, wrapper, strings.NewReader("#!/bin/sh\nexec /usr/bin/python3 -X importtime \"$@\"\n"))
 	if err := os.Chmod(filepath.Dir(wrapper), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -541,9 +553,7 @@ sys.argv = sys.argv[1:]
 exec(compile(open(sys.argv[0]).read(), sys.argv[0], "exec"), {"__name__": "__main__", "__file__": sys.argv[0]})
 ' "$@"
 `
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	writeExecutable(t, wrapper, strings.NewReader(script))
 	if err := os.Chmod(filepath.Dir(wrapper), 0o755); err != nil {
 		t.Fatal(err)
 	}
