@@ -78,8 +78,9 @@ type Hibernation struct {
 // SessionEvent is one step of a session's lifecycle.
 type SessionEvent struct {
 	At time.Time `json:"at"`
-	// Event is "created", "paused", "resumed", "hibernated", "forked" (from Detail's session)
-	// or "hibernate_failed"; Detail adds why or how ("auto_pause", "memory lost", …).
+	// Event is "created", "adopted" (from the warm pool), "paused", "resumed", "hibernated",
+	// "forked" (from Detail's session), "hibernate_failed" or "ended" (Detail: the end
+	// reason); Detail adds why or how ("auto_pause", "memory lost", …).
 	Event  string `json:"event"`
 	Detail string `json:"detail,omitempty"`
 }

@@ -562,6 +562,7 @@ func (r *Registry) end(s *Session, h *held, code, reason string) (sandbox.Sessio
 	s.timer.Stop()
 	now := time.Now().UTC()
 	s.info.State, s.info.EndReason, s.info.Reason, s.info.EndedAt = sandbox.SessionEnded, code, reason, &now
+	s.info.AddEvent(now, "ended", code)
 	s.cur = nil
 	info := s.info
 	close(s.done)

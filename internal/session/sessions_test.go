@@ -241,6 +241,10 @@ func TestSessionsCountEndingCall(t *testing.T) {
 	if info.EndReason != sandbox.EndMemoryLimit || info.Calls != 2 {
 		t.Errorf("after 2 calls, the second ending it: end %q, calls %d; want memory_limit, 2", info.EndReason, info.Calls)
 	}
+	// Its history ends with its end (it stopped at "created": a live session's history).
+	if h := info.History; len(h) == 0 || info.EndedAt == nil || h[len(h)-1].Event != "ended" || h[len(h)-1].Detail != sandbox.EndMemoryLimit || !h[len(h)-1].At.Equal(*info.EndedAt) {
+		t.Errorf("the ended session's history: %+v; want it to end with ended, memory_limit, at its ended_at", h)
+	}
 }
 
 // heldLedger is a session ledger whose every session is held open by another daemon.
