@@ -165,9 +165,11 @@ build_kube() {
 	wrapper_module
 	log "module resolved in $(since "$t0")s; building $COMMANDS (go build -p $BUILD_P)"
 	mkdir -p "$BIN/.new"
-	# The flags must stay as they are (CGO_ENABLED=0, -buildvcs=false, -trimpath) for Go's
-	# build cache to hold between runs and between identical wrapper modules.
-	(cd "$CACHE/src/k8sbuild" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -p "$BUILD_P" -trimpath \
+	# The flags must stay as they are (CGO_ENABLED=0, -buildvcs=false, -trimpath, no DWARF)
+	# for Go's build cache to hold between runs and between identical wrapper modules. No
+	# DWARF: the binaries are stripped (-s -w) anyway, and not making it takes about 14 % off
+	# the compile's CPU (a cold build of k8s.io/api/core/v1: 57 against 67 CPU-s).
+	(cd "$CACHE/src/k8sbuild" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -p "$BUILD_P" -trimpath -gcflags=all=-dwarf=false \
 		-ldflags "$(ldflags)" -o "$BIN/.new/" $(for c in $COMMANDS; do echo "k8s.io/kubernetes/cmd/$c"; done))
 	for c in $COMMANDS; do mv "$BIN/.new/$c" "$BIN/$c"; done
 	rmdir "$BIN/.new"
@@ -247,7 +249,7 @@ build_gvisor() {
 	rm "$src/$f"
 	awk -v old="$old" -v new="$new" '$0 == old { print new; next } { print }' "$mod/$f" >"$src/$f"
 	log "building gVisor $GVISOR_VERSION: runsc, containerd-shim-runsc-v1 (go build -p $BUILD_P)"
-	(cd "$src" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -p "$BUILD_P" -trimpath \
+	(cd "$src" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -p "$BUILD_P" -trimpath -gcflags=all=-dwarf=false \
 		-ldflags "-s -w -X gvisor.dev/gvisor/runsc/version.version=$GVISOR_VERSION" -o "$GVBIN/.new/" ./runsc ./shim)
 	mv "$GVBIN/.new/runsc" "$GVBIN/runsc"
 	mv "$GVBIN/.new/shim" "$GVBIN/containerd-shim-runsc-v1.real"
