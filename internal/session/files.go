@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -59,13 +60,14 @@ func (s *Session) WriteFile(ctx context.Context, p string, rd io.Reader, parents
 	if err != nil {
 		return sandbox.FileEntry{}, err
 	}
-	buf := make([]byte, writeChunk)
-	n, rerr := io.ReadFull(rd, buf)
-	if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-		return b.WriteFile(ctx, sandbox.FileWrite{Path: p, Content: buf[:n], Parents: parents})
+	// The first part grows with what rd holds (a small file takes no writeChunk of memory).
+	var first bytes.Buffer
+	if _, err := first.ReadFrom(io.LimitReader(rd, writeChunk)); err != nil {
+		return sandbox.FileEntry{}, fmt.Errorf("reading the file's content: %w", err)
 	}
-	if rerr != nil {
-		return sandbox.FileEntry{}, fmt.Errorf("reading the file's content: %w", rerr)
+	buf := first.Bytes()
+	if len(buf) < writeChunk {
+		return b.WriteFile(ctx, sandbox.FileWrite{Path: p, Content: buf, Parents: parents})
 	}
 	// Larger than one message: in parts, to a temporary name, then renamed.
 	var suffix [6]byte
@@ -81,11 +83,11 @@ func (s *Session) WriteFile(ctx context.Context, p string, rd io.Reader, parents
 		_ = b.RemoveFile(cctx, sandbox.FileRemove{Path: tmp})
 		return sandbox.FileEntry{}, err
 	}
-	if _, err := b.WriteFile(ctx, sandbox.FileWrite{Path: tmp, Content: buf[:n], Parents: parents}); err != nil {
+	if _, err := b.WriteFile(ctx, sandbox.FileWrite{Path: tmp, Content: buf, Parents: parents}); err != nil {
 		return fail(err)
 	}
 	for {
-		n, rerr = io.ReadFull(rd, buf)
+		n, rerr := io.ReadFull(rd, buf)
 		if n > 0 {
 			if _, err := b.WriteFile(ctx, sandbox.FileWrite{Path: tmp, Content: buf[:n], Append: true}); err != nil {
 				return fail(err)
