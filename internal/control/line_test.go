@@ -58,9 +58,6 @@ func uidBase(t *testing.T) int {
 	return 0
 }
 
-// pipeRuntimeWith is pipeRuntime with the executor's configuration changed by mutate; the
-// fork server is on (preloading the stdlib's decimal and email.message) unless mutate turns
-// it off.
 // writeExecutable writes content to path as an executable (mode 0755) through a child process
 // (coreutils' install), so that this process never holds the file open for writing: a fork by
 // any goroutine of the test binary would inherit that descriptor until its exec, and an exec of
@@ -75,6 +72,9 @@ func writeExecutable(t *testing.T, path string, content io.Reader) {
 	}
 }
 
+// pipeRuntimeWith is pipeRuntime with the executor's configuration changed by mutate; the
+// fork server is on (preloading the stdlib's decimal and email.message) unless mutate turns
+// it off.
 func pipeRuntimeWith(t *testing.T, slots int, mutate func(*executor.Config)) (*control.Line, func() error) {
 	t.Helper()
 	if os.Geteuid() != 0 {
