@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -156,11 +157,12 @@ func cmpErr(a, b error) error {
 }
 
 // takeTurn waits for the session's turn, in order, for up to the call's timeout; with wait
-// false it fails at once when a call runs.
+// false it fails at once when a call runs. A call that waits joins the queue and counts in
+// info.Waiting in one step, so that calls run in the order they were seen to wait.
 func (s *Session) takeTurn(ctx context.Context, h *held, timeoutMS int64, wait bool) error {
 	select {
 	case <-s.turn:
-		s.mark(true, 0)
+		s.markBusy()
 		return nil
 	default:
 	}
@@ -168,42 +170,70 @@ func (s *Session) takeTurn(ctx context.Context, h *held, timeoutMS int64, wait b
 		return &sandbox.SessionBusyError{ID: s.id}
 	}
 	s.mu.Lock()
-	full := s.info.Waiting >= sandbox.MaxSessionWaiting
-	if !full {
-		s.info.Waiting++
+	select {
+	case <-s.turn: // given back meanwhile, with no call waiting (releaseTurn)
+		s.mu.Unlock()
+		s.markBusy()
+		return nil
+	default:
 	}
-	s.mu.Unlock()
-	if full {
+	if len(s.waiters) >= sandbox.MaxSessionWaiting {
+		s.mu.Unlock()
 		return &sandbox.SessionBusyError{ID: s.id, Full: true}
 	}
+	mine := make(chan struct{}, 1)
+	s.waiters = append(s.waiters, mine)
+	s.info.Waiting = len(s.waiters)
+	s.mu.Unlock()
 	timer := time.NewTimer(time.Duration(timeoutMS) * time.Millisecond)
 	defer timer.Stop()
+	var err error
 	select {
-	case <-s.turn:
-		s.mark(true, -1)
+	case <-mine:
+		s.markBusy()
 		return nil
 	case <-ctx.Done():
-		s.mark(false, -1)
-		return fmt.Errorf("waiting for the session's turn: %w", ctx.Err())
+		err = fmt.Errorf("waiting for the session's turn: %w", ctx.Err())
 	case <-timer.C:
-		s.mark(false, -1)
-		return &sandbox.SessionBusyError{ID: s.id, Waited: time.Duration(timeoutMS) * time.Millisecond}
+		err = &sandbox.SessionBusyError{ID: s.id, Waited: time.Duration(timeoutMS) * time.Millisecond}
 	case <-h.box.Done():
-		s.mark(false, -1)
-		return fmt.Errorf("%w: the session's sandbox stopped while the call waited", sandbox.ErrNotReady)
+		err = fmt.Errorf("%w: the session's sandbox stopped while the call waited", sandbox.ErrNotReady)
 	}
+	s.mu.Lock()
+	i := slices.Index(s.waiters, mine)
+	if i >= 0 {
+		s.waiters = slices.Delete(s.waiters, i, i+1)
+		s.info.Waiting = len(s.waiters)
+	}
+	s.mu.Unlock()
+	if i < 0 { // the turn was handed to it as it gave up: to the next
+		s.releaseTurn()
+	}
+	return err
 }
 
-// mark records a call taking the turn (busy: it is counted now, so that a call that ends the
-// session counts among its calls) and a change in the number waiting.
-func (s *Session) mark(busy bool, waiting int) {
+// releaseTurn gives back the session's turn, held by the caller: to the call that has waited
+// longest, or, with none waiting, to whoever takes it next.
+func (s *Session) releaseTurn() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if busy {
-		s.info.Busy = true
-		s.info.Calls++
+	if len(s.waiters) == 0 {
+		s.turn <- struct{}{} // empty: the caller held the token
+		return
 	}
-	s.info.Waiting += waiting
+	next := s.waiters[0]
+	s.waiters = slices.Delete(s.waiters, 0, 1)
+	s.info.Waiting = len(s.waiters)
+	next <- struct{}{}
+}
+
+// markBusy records a call taking the turn: it is counted now, so that a call that ends the
+// session counts among its calls.
+func (s *Session) markBusy() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.info.Busy = true
+	s.info.Calls++
 }
 
 // giveTurn ends a call's turn: the session was used now.
@@ -215,5 +245,5 @@ func (s *Session) giveTurn() {
 		s.timer.Reset(s.untilExpiry(time.Now()))
 	}
 	s.mu.Unlock()
-	s.turn <- struct{}{}
+	s.releaseTurn()
 }

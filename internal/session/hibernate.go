@@ -77,7 +77,7 @@ func (s *Session) hibernateRunning(ctx context.Context, why string) (sandbox.Ses
 	}
 	info, err := s.hibernateHeld(ctx, why)
 	if err != nil {
-		s.turn <- struct{}{} // it runs on, as it was
+		s.releaseTurn() // it runs on, as it was
 	}
 	return info, err
 }

@@ -71,7 +71,7 @@ func (s *Session) pause(ctx context.Context, why string) error {
 	h.closePorts()
 	if err := pb.Pause(ctx); err != nil {
 		h.reopenPorts()
-		s.turn <- struct{}{}
+		s.releaseTurn()
 		return fmt.Errorf("%w: %w", sandbox.ErrNotReady, err)
 	}
 	now := time.Now().UTC()
@@ -150,7 +150,7 @@ func (r *Registry) autoPause(s *Session, why string) {
 		select {
 		case <-s.turn:
 			if _, err = s.hibernateHeld(ctx, "auto_pause, and it cannot be paused: "+err.Error()); err != nil {
-				s.turn <- struct{}{} // it runs on, as it was
+				s.releaseTurn() // it runs on, as it was
 			}
 		default:
 			err = &sandbox.SessionBusyError{ID: s.id, Step: "hibernated"}
@@ -239,7 +239,7 @@ func (s *Session) unpause(ctx context.Context) error {
 	}
 	info := s.info
 	s.mu.Unlock()
-	s.turn <- struct{}{}
+	s.releaseTurn()
 	s.r.record(ctx, info)
 	s.r.log.Info("session resumed", "session", s.id, "agent", info.Agent)
 	return nil

@@ -292,7 +292,7 @@ func (r *Registry) goLive(s *Session, h *held) error {
 	s.timer = time.AfterFunc(s.untilExpiry(time.Now()), func() { r.expire(s) })
 	s.mu.Unlock()
 	r.mu.Unlock()
-	s.turn <- struct{}{}
+	s.releaseTurn()
 	go r.watch(s, h)
 	r.shareCPU(s.Agent())
 	return nil

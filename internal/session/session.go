@@ -22,19 +22,23 @@ type Session struct {
 	id string
 
 	// turn holds the token while no call runs and the session is neither paused nor
-	// hibernated (a pause or hibernation keeps it); waiting calls receive it in order.
+	// hibernated (a pause or hibernation keeps it). Whoever holds it gives it back with
+	// releaseTurn, which hands it to the call that has waited longest (waiters, under mu).
 	turn chan struct{}
 	// thaw is held by whatever thaws a paused session's box for a while (a resume, a
 	// hibernation, a fork's copy), so that two never thaw it at once: a resume during a fork's
 	// copy met the engine's "is not paused" (trial, 2 December 2026). Taken before mu.
 	thaw sync.Mutex
 
-	mu    sync.Mutex
-	info  sandbox.SessionInfo
-	life  clock
-	cur   *held // its sandbox: nil while hibernated and once ended
-	paths []string
-	env   map[string]string
+	mu   sync.Mutex
+	info sandbox.SessionInfo
+	// waiters are the calls waiting for the turn, in the order they came (info.Waiting
+	// counts them): each gets the token through its own channel (of capacity 1).
+	waiters []chan struct{}
+	life    clock
+	cur     *held // its sandbox: nil while hibernated and once ended
+	paths   []string
+	env     map[string]string
 	// secrets are its secrets (nil: none), opened from info.Secrets for all its calls and
 	// commands (see Registry.openSecrets).
 	secrets engine.SecretsRun

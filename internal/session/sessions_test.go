@@ -181,6 +181,66 @@ func TestSessionsWaiting(t *testing.T) {
 	}
 }
 
+// TestSessionsWaiterGivesUp: a call that stops waiting (its timeout) leaves the queue; the
+// calls behind it keep their places and the turn is not lost. The queue is the session's own
+// (CI, 6 December: calls that all waited on one channel ran b before c when b was seen
+// waiting first, as a goroutine counted itself waiting before it blocked).
+func TestSessionsWaiterGivesUp(t *testing.T) {
+	op := &fakeOpener{}
+	m := newKeeper(newService(engine.Hooks{}), op, nil, DefaultConfig())
+	defer m.Shutdown(context.Background())
+	s, err := m.Create(t.Context(), sandbox.SessionRequest{Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	box := op.boxes[0]
+	info := func() sandbox.SessionInfo { i, _ := m.Get(t.Context(), "a", s.ID); return i }
+	var wg sync.WaitGroup
+	call := func(code string, timeoutMS int64) error {
+		_, err := m.Execute(context.Background(), s.ID, sandbox.Request{Agent: "a", Code: code, TimeoutMS: &timeoutMS}, true, nil)
+		return err
+	}
+	wg.Go(func() {
+		if err := call("block", 30_000); err != nil {
+			t.Errorf("blocking call: %v", err)
+		}
+	})
+	waitFor(t, func() bool { return info().Busy })
+	gaveUp := make(chan error, 1)
+	for i, code := range []string{"0", "quitter", "1"} {
+		wg.Go(func() {
+			if code == "quitter" {
+				gaveUp <- call(code, 300)
+				return
+			}
+			if err := call(code, 30_000); err != nil {
+				t.Errorf("call %s: %v", code, err)
+			}
+		})
+		waitFor(t, func() bool { return info().Waiting == i+1 })
+	}
+	err = <-gaveUp
+	if busy, ok := errors.AsType[*sandbox.SessionBusyError](err); !ok || busy.Waited == 0 {
+		t.Fatalf("a call whose timeout passed while it waited: %v, want a SessionBusyError after its wait", err)
+	}
+	if n := info().Waiting; n != 2 {
+		t.Fatalf("waiting after one gave up: %d, want 2", n)
+	}
+	close(box.release)
+	wg.Wait()
+	if err := call("after", 5_000); err != nil {
+		t.Fatalf("a call after the queue emptied: %v", err)
+	}
+	box.mu.Lock()
+	defer box.mu.Unlock()
+	if want := []string{"pass", "block", "0", "1", "after"}; !slices.Equal(box.calls, want) {
+		t.Fatalf("calls ran in the order %v, want %v", box.calls, want)
+	}
+	if i := info(); i.Waiting != 0 || i.Busy {
+		t.Errorf("the session after: waiting %d, busy %v", i.Waiting, i.Busy)
+	}
+}
+
 // TestSessionsExpiry: an idle session ends by itself and its box is closed; a call then is a
 // *SessionEndedError; sessions of another agent are not found.
 func TestSessionsExpiry(t *testing.T) {
