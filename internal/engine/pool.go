@@ -159,13 +159,26 @@ func (p *pool) offer(slot int) {
 	p.dispatch()
 }
 
-// takeFree takes the free slot that has been free longest: its next program has had the most
-// time to be forked ahead (a slot just settled may still be forking it), so runs one after
-// another go round the slots. p.mu is held; p.free is not empty.
+// takeFree takes the free slot that has been free longest among those whose sandbox is up
+// (all of them when none is, or when the runtime cannot tell): its next program has had the
+// most time to be forked ahead (a slot just settled may still be forking it), so runs one
+// after another go round the slots. p.mu is held; p.free is not empty.
 func (p *pool) takeFree() int {
-	slot := p.free[0]
-	p.free = slices.Delete(p.free, 0, 1)
+	i := 0
+	if h, ok := p.rt.(slotHealth); ok {
+		// A slot whose sandbox is lost (its node gone, its container killed) would hold the
+		// run until it is back (the runtime's ready wait) while another slot is up.
+		i = max(0, slices.IndexFunc(p.free, h.SlotUp))
+	}
+	slot := p.free[i]
+	p.free = slices.Delete(p.free, i, i+1)
 	return slot
+}
+
+// slotHealth is a runtime that tells whether a slot's sandbox is up now (the Docker and
+// Kubernetes runtimes).
+type slotHealth interface {
+	SlotUp(slot int) bool
 }
 
 // unhold counts agent's slot as given back; p.mu is held.

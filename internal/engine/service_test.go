@@ -437,3 +437,51 @@ func TestRunsGoRoundTheSlots(t *testing.T) {
 		t.Fatalf("slots %v, want %v", got, want)
 	}
 }
+
+// healthRuntime is a fakeRuntime that tells which slots are up, and records the slot of each
+// run.
+type healthRuntime struct {
+	*fakeRuntime
+	hmu  sync.Mutex
+	down map[int]bool
+	used []int
+}
+
+func (h *healthRuntime) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
+	h.hmu.Lock()
+	h.used = append(h.used, slot)
+	h.hmu.Unlock()
+	return h.fakeRuntime.Run(ctx, slot, spec, emit)
+}
+
+func (h *healthRuntime) SlotUp(slot int) bool {
+	h.hmu.Lock()
+	defer h.hmu.Unlock()
+	return !h.down[slot]
+}
+
+// TestRunsGoToSlotsThatAreUp: a free slot whose sandbox is lost (its node gone) is passed over
+// while another free one is up: the run took it and waited out the runtime's ready wait, then
+// failed with not_ready (CI, 6 December, TestKubernetesNodeLost). With none up, runs still
+// take a slot (and wait for it, as before).
+func TestRunsGoToSlotsThatAreUp(t *testing.T) {
+	rt := &healthRuntime{fakeRuntime: &fakeRuntime{}, down: map[int]bool{0: true}}
+	cfg := testConfig()
+	cfg.Slots = 3
+	s := NewService(rt, Hooks{}, cfg, nil)
+	for range 6 {
+		if _, err := s.Execute(t.Context(), sandbox.Request{Code: "print(1)"}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt.hmu.Lock()
+	if slices.Contains(rt.used, 0) || len(rt.used) != 6 {
+		t.Errorf("runs went to slots %v; want none to slot 0, which is down", rt.used)
+	}
+	rt.down = map[int]bool{0: true, 1: true, 2: true}
+	rt.used = nil
+	rt.hmu.Unlock()
+	if _, err := s.Execute(t.Context(), sandbox.Request{Code: "print(1)"}, nil); err != nil {
+		t.Fatalf("a run with every slot down: %v", err)
+	}
+}

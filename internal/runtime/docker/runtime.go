@@ -385,6 +385,10 @@ func (r *Runtime) Run(ctx context.Context, slot int, spec sandbox.Spec, emit fun
 // (up to ReadyWait) for it.
 func (r *Runtime) Settle(ctx context.Context, slot int) error { return r.slots.Settle(ctx, slot) }
 
+// SlotUp reports whether slot's sandbox is up now (its executor answers); the Service gives a
+// run a free slot that is up before one whose sandbox is being brought back.
+func (r *Runtime) SlotUp(slot int) bool { return r.slots.Up(slot) }
+
 // Install makes req's requirements importable in slot's container (sandbox.Installer); they
 // land in the package volume that every slot reads.
 func (r *Runtime) Install(ctx context.Context, slot int, req sandbox.InstallRequest, progress func(sandbox.DependencyStatus)) (sandbox.Installed, error) {

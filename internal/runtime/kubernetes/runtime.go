@@ -340,6 +340,10 @@ func (r *Runtime) Run(ctx context.Context, slot int, spec sandbox.Spec, emit fun
 // ReadyWait) for it.
 func (r *Runtime) Settle(ctx context.Context, slot int) error { return r.slots.Settle(ctx, slot) }
 
+// SlotUp reports whether slot's sandbox is up now (its executor answers); the Service gives a
+// run a free slot that is up before one whose sandbox is being brought back.
+func (r *Runtime) SlotUp(slot int) bool { return r.slots.Up(slot) }
+
 // Install makes req's requirements importable in slot's pod (sandbox.Installer). Each pod has
 // its own package directory: what one slot installs the others do not see, and a replaced
 // pod starts without it.

@@ -388,6 +388,27 @@ func (p *Pool) current(ctx context.Context, s *slot) (*control.Line, string, err
 	}
 }
 
+// Up reports whether slot's sandbox is up now: its executor's control line is live (false
+// while it is lost and being brought back, and for a slot that does not exist).
+func (p *Pool) Up(slot int) bool {
+	s, err := p.slot(slot)
+	if err != nil {
+		return false
+	}
+	s.mu.Lock()
+	line := s.line
+	s.mu.Unlock()
+	if line == nil {
+		return false
+	}
+	select {
+	case <-line.Done():
+		return false
+	default:
+		return true
+	}
+}
+
 // ready returns nil when s's executor is live.
 func (p *Pool) ready(ctx context.Context, s *slot) error {
 	s.mu.Lock()
