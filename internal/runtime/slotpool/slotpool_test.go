@@ -87,4 +87,7 @@ func TestConnectErrorAfterReadyWait(t *testing.T) {
 	if w := p.Warmth(); w.Slots != 2 || w.Up != 0 {
 		t.Fatalf("Warmth = %+v, want 2 slots, none up", w)
 	}
+	if p.Up(0) || p.Up(1) || p.Up(2) {
+		t.Fatalf("Up: slot 0 %v, 1 %v, 2 (none) %v; want none up", p.Up(0), p.Up(1), p.Up(2))
+	}
 }
