@@ -438,25 +438,15 @@ func TestRunsGoRoundTheSlots(t *testing.T) {
 	}
 }
 
-// healthRuntime is a fakeRuntime that tells which slots are up, and records the slot of each
-// run.
+// healthRuntime is a slotRecorder that tells which slots are up (down, under mu).
 type healthRuntime struct {
-	*fakeRuntime
-	hmu  sync.Mutex
+	slotRecorder
 	down map[int]bool
-	used []int
-}
-
-func (h *healthRuntime) Run(ctx context.Context, slot int, spec sandbox.Spec, emit func(sandbox.Event)) (sandbox.Result, error) {
-	h.hmu.Lock()
-	h.used = append(h.used, slot)
-	h.hmu.Unlock()
-	return h.fakeRuntime.Run(ctx, slot, spec, emit)
 }
 
 func (h *healthRuntime) SlotUp(slot int) bool {
-	h.hmu.Lock()
-	defer h.hmu.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	return !h.down[slot]
 }
 
@@ -465,7 +455,7 @@ func (h *healthRuntime) SlotUp(slot int) bool {
 // failed with not_ready (CI, 6 December, TestKubernetesNodeLost). With none up, runs still
 // take a slot (and wait for it, as before).
 func TestRunsGoToSlotsThatAreUp(t *testing.T) {
-	rt := &healthRuntime{fakeRuntime: &fakeRuntime{}, down: map[int]bool{0: true}}
+	rt := &healthRuntime{down: map[int]bool{0: true}}
 	cfg := testConfig()
 	cfg.Slots = 3
 	s := NewService(rt, Hooks{}, cfg, nil)
@@ -474,13 +464,12 @@ func TestRunsGoToSlotsThatAreUp(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rt.hmu.Lock()
-	if slices.Contains(rt.used, 0) || len(rt.used) != 6 {
-		t.Errorf("runs went to slots %v; want none to slot 0, which is down", rt.used)
+	rt.mu.Lock()
+	if slices.Contains(rt.order, 0) || len(rt.order) != 6 {
+		t.Errorf("runs went to slots %v; want none to slot 0, which is down", rt.order)
 	}
 	rt.down = map[int]bool{0: true, 1: true, 2: true}
-	rt.used = nil
-	rt.hmu.Unlock()
+	rt.mu.Unlock()
 	if _, err := s.Execute(t.Context(), sandbox.Request{Code: "print(1)"}, nil); err != nil {
 		t.Fatalf("a run with every slot down: %v", err)
 	}
