@@ -87,7 +87,9 @@ func (a *api) addKnowledge(w http.ResponseWriter, r *http.Request, kind store.Ki
 	var lines [][]byte
 	if ndjson {
 		for line := range bytes.Lines(body) {
-			if len(bytes.TrimSpace(line)) > 0 {
+			// Whitespace around an item is not the item's, by the rule that makes a line of
+			// whitespace blank ("{…}\v" is the object, as "\v" alone is a blank line).
+			if line = bytes.TrimSpace(line); len(line) > 0 {
 				lines = append(lines, line)
 			}
 		}
