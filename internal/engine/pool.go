@@ -24,6 +24,9 @@ import (
 type pool struct {
 	rt  sandbox.Runtime
 	log *slog.Logger
+	// up tells whether a slot's sandbox is up now (the runtime's slotHealth; nil when it
+	// cannot tell).
+	up func(slot int) bool
 	// base ends when the Service is interrupted: waiting ends, settling stops.
 	base context.Context
 	// slots, queueLength and perAgent are Config's Slots, QueueLength and ExecutionsPerAgent.
@@ -55,6 +58,9 @@ type waiter struct {
 func newPool(base context.Context, rt sandbox.Runtime, cfg Config, log *slog.Logger) *pool {
 	p := &pool{rt: rt, log: log, base: base, slots: cfg.Slots, queueLength: cfg.QueueLength,
 		perAgent: cfg.ExecutionsPerAgent, short: cfg.DefaultTimeout + cfg.Grace, held: map[string]int{}}
+	if h, ok := rt.(slotHealth); ok {
+		p.up = h.SlotUp
+	}
 	for i := range cfg.Slots {
 		p.settle(i)
 	}
@@ -165,10 +171,10 @@ func (p *pool) offer(slot int) {
 // after another go round the slots. p.mu is held; p.free is not empty.
 func (p *pool) takeFree() int {
 	i := 0
-	if h, ok := p.rt.(slotHealth); ok {
+	if p.up != nil {
 		// A slot whose sandbox is lost (its node gone, its container killed) would hold the
 		// run until it is back (the runtime's ready wait) while another slot is up.
-		i = max(0, slices.IndexFunc(p.free, h.SlotUp))
+		i = max(0, slices.IndexFunc(p.free, p.up))
 	}
 	slot := p.free[i]
 	p.free = slices.Delete(p.free, i, i+1)
