@@ -20,6 +20,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8s "k8s.io/client-go/kubernetes"
 
 	"github.com/sandpit-dev/sandpit/internal/app"
 	"github.com/sandpit-dev/sandpit/internal/bench"
@@ -55,15 +56,19 @@ func serveAsSandpit(t *testing.T) {
 	t.Setenv("SANDPIT_BASE_IMAGE", testenv.BaseImage(t))
 }
 
-// TestBenchAgainstTheEngine runs the whole `sandpit bench`, with tiny counts, against the real
-// Docker engine, and checks the report and that nothing of the bench is left.
-func TestBenchAgainstTheEngine(t *testing.T) {
+// TestBench runs the whole `sandpit bench` once, with tiny counts, against the real Docker
+// engine with the single-container layout, and, when the Kubernetes test cluster is there
+// (SANDPIT_TEST_KUBECONFIG; skipped without it, failed with SANDPIT_REQUIRE_KUBERNETES=1), a
+// daemon of the Kubernetes runtime beside them; it checks the report and that nothing of the
+// bench is left. One run for both: a whole bench is minutes of CI, and a second run only for
+// the Kubernetes rows measured every Docker row again.
+func TestBench(t *testing.T) {
 	api := testenv.DockerClient(t)
 	if testing.Short() {
-		t.Skip("the whole bench takes half a minute")
+		t.Skip("the whole bench takes minutes")
 	}
 	serveAsSandpit(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute) // the first test to need the image builds it; the fork floors and the cold analysis take minutes on a busy machine
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute) // the first test to need the image builds it; the fork floors, the cold analysis and the Kubernetes pods take minutes on a busy machine
 	defer cancel()
 
 	// What a bench killed outright left: a container of a bench data directory no daemon
@@ -83,8 +88,54 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 		_, _ = api.ContainerRemove(context.Background(), created.ID, client.ContainerRemoveOptions{Force: true})
 	})
 
-	rep, progress := runBench(t, ctx, "--compare=single")
+	args := []string{"--compare=single", "--max-time=24m"}
+	var kube *kubeBench
+	if os.Getenv(kubetest.EnvKubeconfig) != "" || os.Getenv(kubetest.EnvRequire) == "1" {
+		kube = prepareKubeBench(t, ctx)
+		args = append(args, kube.args...)
+	}
+	rep, progress := runBench(t, ctx, args...)
 
+	t.Run("Engine", func(t *testing.T) { checkEngineReport(t, rep) })
+	t.Run("Kubernetes", func(t *testing.T) {
+		if kube == nil {
+			kubetest.Clientset(t) // skips, or fails with SANDPIT_REQUIRE_KUBERNETES=1
+		}
+		kube.check(t, ctx, rep)
+	})
+
+	if ids := testenv.Containers(t, stale); len(ids) != 0 {
+		t.Errorf("the stale bench's container is still there: %v", ids)
+	}
+
+	// Nothing of the bench is left, of any Docker daemon: containers, volume, data directory.
+	found := regexp.MustCompile(`with data directory (\S+);`).FindAllStringSubmatch(progress, -1)
+	if want := 2 + btoi(kube != nil); len(found) != want {
+		t.Fatalf("the progress names %d data directories, want %d (the pool, the single container and the Kubernetes daemon's)", len(found), want)
+	}
+	for _, f := range found {
+		dir := f[1]
+		if ids := testenv.Containers(t, dir); len(ids) != 0 {
+			t.Errorf("containers left for %s: %v", dir, ids)
+		}
+		if _, err := api.VolumeInspect(ctx, docker.VolumeName(dir), client.VolumeInspectOptions{}); err == nil {
+			t.Errorf("volume %s left", docker.VolumeName(dir))
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("data directory %s left: %v", dir, err)
+		}
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// checkEngineReport checks the Docker daemon's rows of a bench report and its layout's.
+func checkEngineReport(t *testing.T, rep bench.Report) {
 	if len(rep.Latency) != 30 {
 		t.Fatalf("%d latency rows, want 30: %+v", len(rep.Latency), rep.Latency)
 	}
@@ -136,7 +187,11 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 	if m.DaemonIdleRSS <= 0 || m.DaemonLoadPeakRSS <= 0 || m.BoxIdle <= 0 || m.BoxLoadPeak <= 0 || m.ExecutorIdleRSS <= 0 || m.ExecutorPeakRSS <= 0 {
 		t.Errorf("memory: %+v", m)
 	}
-	if len(rep.Targets) != 28 || rep.Image == "" || rep.CPUs < 1 || rep.ElapsedSeconds <= 0 || rep.Slots != 4 || !(rep.ReadySeconds > 0) {
+	var targets int // the Docker daemon's: those of a Kubernetes daemon are checked apart
+	for _, tg := range rep.Targets {
+		targets += btoi(!strings.HasPrefix(tg.Name, "kubernetes_"))
+	}
+	if targets != 28 || rep.Image == "" || rep.CPUs < 1 || rep.ElapsedSeconds <= 0 || rep.Slots != 4 || !(rep.ReadySeconds > 0) {
 		t.Errorf("report: %+v", rep)
 	}
 	// The pool compared with one container, measured in the same run.
@@ -147,45 +202,22 @@ func TestBenchAgainstTheEngine(t *testing.T) {
 		v.RESTPrint.Runs != 3 || v.RESTPandas.Runs != 2 || !(v.RESTPrint.P50MS > 0) {
 		t.Errorf("single-container variant: %+v", v)
 	}
-
-	if ids := testenv.Containers(t, stale); len(ids) != 0 {
-		t.Errorf("the stale bench's container is still there: %v", ids)
-	}
-
-	// Nothing of the bench is left, of either daemon: containers, volume, data directory.
-	found := regexp.MustCompile(`with data directory (\S+);`).FindAllStringSubmatch(progress, -1)
-	if len(found) != 2 {
-		t.Fatalf("the progress names %d data directories, want 2 (the pool and the single container)", len(found))
-	}
-	for _, f := range found {
-		dir := f[1]
-		if ids := testenv.Containers(t, dir); len(ids) != 0 {
-			t.Errorf("containers left for %s: %v", dir, ids)
-		}
-		if _, err := api.VolumeInspect(ctx, docker.VolumeName(dir), client.VolumeInspectOptions{}); err == nil {
-			t.Errorf("volume %s left", docker.VolumeName(dir))
-		}
-		if _, err := os.Stat(dir); !os.IsNotExist(err) {
-			t.Errorf("data directory %s left: %v", dir, err)
-		}
-	}
 }
 
-// TestBenchAgainstKubernetes runs `sandpit bench --kubernetes-config` with tiny counts against
-// the Docker engine and the Kubernetes test cluster (SANDPIT_TEST_KUBECONFIG; skipped without
-// it, failed with SANDPIT_REQUIRE_KUBERNETES=1), and checks the Kubernetes rows and that the
-// bench's pods are gone.
-func TestBenchAgainstKubernetes(t *testing.T) {
-	cs := kubetest.Clientset(t)
-	testenv.DockerClient(t)
-	if testing.Short() {
-		t.Skip("the bench with a Kubernetes daemon takes minutes")
-	}
-	serveAsSandpit(t)
-	t.Setenv("SANDPIT_CPUS", "0.25") // the slot's pod, the warm session's and a claimed one, on a node shared with other tests
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
+// kubeBench is the Kubernetes daemon TestBench measures: its namespace, image and config.
+type kubeBench struct {
+	cs    *k8s.Clientset
+	ns    string
+	image string
+	file  string
+	args  []string // the bench's flags for it
+}
 
+// prepareKubeBench imports the sandbox image into the test cluster and writes the Kubernetes
+// daemon's config: 1 slot and 1 warm session pod of a quarter CPU each, on a node shared with
+// other tests.
+func prepareKubeBench(t *testing.T, ctx context.Context) *kubeBench {
+	cs := kubetest.Clientset(t)
 	// The sandbox image both daemons run: built where Docker runs, imported into the node.
 	cfg, err := config.LoadLookup("", os.LookupEnv)
 	if err != nil {
@@ -199,6 +231,7 @@ func TestBenchAgainstKubernetes(t *testing.T) {
 	ns := kubetest.Namespace(t, cs, "bench")
 	kube, err := json.Marshal(map[string]any{
 		"runtime":  "kubernetes",
+		"cpus":     0.25,
 		"slots":    1,
 		"e2b_pool": 0, // no E2B session holding a pod
 		"kubernetes": map[string]any{"kubeconfig": os.Getenv(kubetest.EnvKubeconfig), "namespace": ns, "image": image,
@@ -211,8 +244,13 @@ func TestBenchAgainstKubernetes(t *testing.T) {
 	if err := os.WriteFile(file, kube, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return &kubeBench{cs: cs, ns: ns, image: image, file: file,
+		args: []string{"--kubernetes-config=" + file, "--kubernetes-density=3", "--kubernetes-density-window=10s"}}
+}
 
-	rep, _ := runBench(t, ctx, "--compare=", "--max-time=19m", "--kubernetes-config="+file, "--kubernetes-density=3", "--kubernetes-density-window=10s")
+// check checks the report's Kubernetes rows and that the bench's pods and Lease are gone.
+func (kb *kubeBench) check(t *testing.T, ctx context.Context, rep bench.Report) {
+	cs, ns, image, file := kb.cs, kb.ns, kb.image, kb.file
 	k := rep.Kubernetes
 	if k == nil {
 		t.Fatalf("the report has no Kubernetes daemon: %+v", rep)
