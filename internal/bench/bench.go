@@ -348,10 +348,12 @@ func (b *bench) settle(ctx context.Context, in *instance) error {
 // figure that cannot be read is left 0, with a warning.
 func (b *bench) idleMemory(ctx context.Context, in *instance, rep *Report) {
 	b.say("reading the memory of the daemon, the boxes and the executor, idle")
-	var err error
-	if rep.Memory.DaemonIdleRSS, err = readRSS(in.daemon.pid()); err != nil {
+	if dm, err := readMemory(in.daemon.pid()); err != nil {
 		b.say("warning: %v", err)
+	} else {
+		rep.Memory.DaemonIdleRSS, rep.Memory.DaemonIdleAnon, rep.Memory.DaemonIdleFile = dm.rss, dm.anon, dm.file
 	}
+	var err error
 	if rep.Memory.BoxIdle, err = in.box.memory(ctx); err != nil {
 		b.say("warning: %v", err)
 	}

@@ -230,37 +230,45 @@ func (b *box) executorMemory(ctx context.Context) (rss, peak int64, err error) {
 	if err != nil {
 		return 0, 0, fmt.Errorf("reading the executor's memory: %w", err)
 	}
-	return parseProcStatus(out)
+	m, err := parseProcStatus(out)
+	return m.rss, m.peak, err
 }
 
-// parseProcStatus reads VmRSS and VmHWM (resident set size now and at its peak) from the text
-// of /proc/PID/status, in bytes. A process without them (a kernel thread, a zombie) is an
-// error.
-func parseProcStatus(status []byte) (rss, peak int64, err error) {
+// procMemory is a process's memory as /proc/PID/status gives it, in bytes.
+type procMemory struct {
+	rss  int64 // VmRSS: resident now
+	peak int64 // VmHWM: resident at its peak
+	anon int64 // RssAnon: of rss, anonymous memory (heap, stacks): the process's own
+	file int64 // RssFile: of rss, mapped files' pages (its binary's): page cache, shared and reclaimable
+}
+
+// parseProcStatus reads VmRSS, VmHWM, RssAnon and RssFile from the text of /proc/PID/status.
+// A process without VmRSS (a kernel thread, a zombie) is an error; the others are 0 when
+// absent (RssAnon and RssFile: Linux 4.5 and later).
+func parseProcStatus(status []byte) (procMemory, error) {
+	var m procMemory
+	fields := map[string]*int64{"VmRSS": &m.rss, "VmHWM": &m.peak, "RssAnon": &m.anon, "RssFile": &m.file}
 	sc := bufio.NewScanner(bytes.NewReader(status))
 	for sc.Scan() {
 		name, value, ok := strings.Cut(sc.Text(), ":")
-		if !ok || (name != "VmRSS" && name != "VmHWM") {
+		dst := fields[name]
+		if !ok || dst == nil {
 			continue
 		}
-		fields := strings.Fields(value)
-		if len(fields) != 2 || fields[1] != "kB" {
-			return 0, 0, fmt.Errorf("unexpected %s line in /proc/PID/status: %q", name, sc.Text())
+		f := strings.Fields(value)
+		if len(f) != 2 || f[1] != "kB" {
+			return procMemory{}, fmt.Errorf("unexpected %s line in /proc/PID/status: %q", name, sc.Text())
 		}
-		kb, err := strconv.ParseInt(fields[0], 10, 64)
+		kb, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil {
-			return 0, 0, fmt.Errorf("unexpected %s line in /proc/PID/status: %q", name, sc.Text())
+			return procMemory{}, fmt.Errorf("unexpected %s line in /proc/PID/status: %q", name, sc.Text())
 		}
-		if name == "VmRSS" {
-			rss = kb << 10
-		} else {
-			peak = kb << 10
-		}
+		*dst = kb << 10
 	}
-	if rss == 0 {
-		return 0, 0, errors.New("no VmRSS in /proc/PID/status: the process has exited")
+	if m.rss == 0 {
+		return procMemory{}, errors.New("no VmRSS in /proc/PID/status: the process has exited")
 	}
-	return rss, peak, nil
+	return m, nil
 }
 
 func truncate(b []byte, n int) string {

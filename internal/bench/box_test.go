@@ -9,20 +9,21 @@ import (
 )
 
 func TestParseProcStatus(t *testing.T) {
-	status := "Name:\tsandpit\nState:\tS (sleeping)\nVmPeak:\t 1300000 kB\nVmHWM:\t   40960 kB\nVmRSS:\t   30720 kB\nThreads:\t9\n"
-	rss, peak, err := parseProcStatus([]byte(status))
+	status := "Name:\tsandpit\nState:\tS (sleeping)\nVmPeak:\t 1300000 kB\nVmHWM:\t   40960 kB\nVmRSS:\t   30720 kB\n" +
+		"RssAnon:\t   10240 kB\nRssFile:\t   20480 kB\nRssShmem:\t       0 kB\nThreads:\t9\n"
+	m, err := parseProcStatus([]byte(status))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rss != 30<<20 || peak != 40<<20 {
-		t.Errorf("rss %d, peak %d; want %d and %d", rss, peak, 30<<20, 40<<20)
+	if want := (procMemory{rss: 30 << 20, peak: 40 << 20, anon: 10 << 20, file: 20 << 20}); m != want {
+		t.Errorf("parseProcStatus = %+v, want %+v", m, want)
 	}
 	for _, bad := range []string{
 		"Name:\tkthreadd\nState:\tS (sleeping)\n", // no VmRSS
 		"VmRSS:\t 12 MB\n",
 		"VmRSS:\t twelve kB\n",
 	} {
-		if _, _, err := parseProcStatus([]byte(bad)); err == nil {
+		if _, err := parseProcStatus([]byte(bad)); err == nil {
 			t.Errorf("parseProcStatus(%q) gave no error", bad)
 		}
 	}

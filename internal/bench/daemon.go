@@ -102,15 +102,20 @@ func freePort() (int, error) {
 // readRSS returns the resident set size of process pid on this machine (VmRSS of
 // /proc/PID/status), in bytes.
 func readRSS(pid int) (int64, error) {
+	m, err := readMemory(pid)
+	return m.rss, err
+}
+
+// readMemory returns the memory of process pid on this machine, from /proc/PID/status.
+func readMemory(pid int) (procMemory, error) {
 	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return 0, fmt.Errorf("reading the daemon's memory: %w (only Linux has /proc)", err)
+			return procMemory{}, fmt.Errorf("reading the daemon's memory: %w (only Linux has /proc)", err)
 		}
-		return 0, fmt.Errorf("reading the daemon's memory: %w", err)
+		return procMemory{}, fmt.Errorf("reading the daemon's memory: %w", err)
 	}
-	rss, _, err := parseProcStatus(status)
-	return rss, err
+	return parseProcStatus(status)
 }
 
 // processCPUTime returns the user and system CPU time process pid (all its threads) has used

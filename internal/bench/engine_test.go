@@ -187,6 +187,9 @@ func checkEngineReport(t *testing.T, rep bench.Report) {
 	if m.DaemonIdleRSS <= 0 || m.DaemonLoadPeakRSS <= 0 || m.BoxIdle <= 0 || m.BoxLoadPeak <= 0 || m.ExecutorIdleRSS <= 0 || m.ExecutorPeakRSS <= 0 {
 		t.Errorf("memory: %+v", m)
 	}
+	if m.DaemonIdleAnon <= 0 || m.DaemonIdleFile <= 0 || m.DaemonIdleAnon+m.DaemonIdleFile > m.DaemonIdleRSS {
+		t.Errorf("the daemon's idle RSS %d is not split into anonymous %d and file pages %d", m.DaemonIdleRSS, m.DaemonIdleAnon, m.DaemonIdleFile)
+	}
 	var targets int // the Docker daemon's: those of a Kubernetes daemon are checked apart
 	for _, tg := range rep.Targets {
 		targets += btoi(!strings.HasPrefix(tg.Name, "kubernetes_"))
