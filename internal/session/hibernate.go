@@ -753,8 +753,12 @@ func (r *Registry) hibernateAll(ctx context.Context) (int, map[string]error) {
 	n, failed := 0, map[string]error{}
 	for _, s := range all {
 		err := s.pause(ctx, "the daemon stops")
-		if err == nil {
+		switch {
+		case err == nil:
 			_, err = s.hibernatePaused(ctx, "the daemon stopped")
+		case errors.Is(err, ErrNoFreezer):
+			// A pod cannot be frozen: it is hibernated as it runs, as a pause of it is.
+			_, err = s.hibernateRunning(ctx, "the daemon stopped")
 		}
 		if err != nil {
 			r.log.Warn("a session could not be hibernated as the daemon stops; it ends", "session", s.id, "error", err)

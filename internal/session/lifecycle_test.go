@@ -630,6 +630,38 @@ func TestShutdownSaysWhyASessionWasNotHibernated(t *testing.T) {
 	}
 }
 
+// TestShutdownHibernatesWithoutAFreezer: the daemon's stop hibernates the sessions whose
+// sandboxes cannot be frozen (pods) as it hibernates the others; they resume with their files
+// (a helper, 7 December 2026: on Kubernetes every session ended at a stop, "cannot be
+// paused", since the stop paused before it hibernated).
+func TestShutdownHibernatesWithoutAFreezer(t *testing.T) {
+	cfg := lifecycleConfig(t.TempDir())
+	cfg.Lifecycle.HibernateOnStop = true
+	ledger := newMemLedger()
+	m := newKeeper(newService(engine.Hooks{}), &podOpener{}, ledger, cfg)
+	s, err := m.Create(t.Context(), sandbox.SessionRequest{Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := call(t, m, "a", s.ID, "x"); err != nil {
+		t.Fatal(err)
+	}
+	m.Shutdown(t.Context())
+	info, err := ledger.LookupSession(t.Context(), s.ID)
+	if err != nil || info.State != sandbox.SessionHibernated || info.EndReason != "" {
+		t.Fatalf("after the stop: %+v, %v; want it hibernated, not ended", info, err)
+	}
+
+	again := newKeeper(newService(engine.Hooks{}), &podOpener{}, ledger, cfg)
+	t.Cleanup(func() { again.Shutdown(context.Background()) })
+	if n, err := again.Recover(t.Context()); err != nil || n != 1 {
+		t.Fatalf("the next daemon recovered %d hibernated sessions, %v; want 1", n, err)
+	}
+	if info, err = again.Resume(t.Context(), "a", s.ID); err != nil || info.State != sandbox.SessionActive {
+		t.Fatalf("its resume by the next daemon = %+v, %v", info, err)
+	}
+}
+
 // egressBox is a fileBox that records the dialer of its commands' connections.
 type egressBox struct {
 	*fileBox
