@@ -311,7 +311,18 @@ func (o *options) envAgent() string {
 }
 
 // nonConfigEnv are SANDPIT_ variables that are not configuration keys.
-var nonConfigEnv = []string{"SANDPIT_URL", agentEnv, secrets.KeyEnv, "SANDPIT_REQUIRE_DOCKER", "SANDPIT_REQUIRE_RUNTIMES", "SANDPIT_TEST_BASE_IMAGE"}
+var nonConfigEnv = []string{"SANDPIT_URL", agentEnv, secrets.KeyEnv}
+
+// nonConfigEnvPrefixes begin SANDPIT_ variables of the project's tests and test cluster
+// (scripts/kube-cluster.sh env exports SANDPIT_KUBE_*), which are not configuration keys
+// either: a developer's shell has them set while it runs sandpit.
+var nonConfigEnvPrefixes = []string{"SANDPIT_TEST_", "SANDPIT_REQUIRE_", "SANDPIT_KUBE_"}
+
+// configEnv reports whether SANDPIT_ variable name may be meant as a configuration key.
+func configEnv(name string) bool {
+	return !slices.Contains(nonConfigEnv, name) &&
+		!slices.ContainsFunc(nonConfigEnvPrefixes, func(p string) bool { return strings.HasPrefix(name, p) })
+}
 
 // setting is a flag that sets a config key.
 type setting struct {
@@ -323,7 +334,7 @@ type setting struct {
 func (o *options) load(cmd *cobra.Command) (config.Config, error) {
 	if o.env.Environ != nil {
 		for _, name := range config.UnknownEnv(o.env.Environ()) {
-			if !slices.Contains(nonConfigEnv, name) {
+			if configEnv(name) {
 				fmt.Fprintf(o.env.Stderr, "sandpit: warning: %s is not a sandpit setting and is ignored (the settings: sandpit --help)\n", name)
 			}
 		}

@@ -147,6 +147,24 @@ func TestDoctorReportsABadConfiguration(t *testing.T) {
 	}
 }
 
+// TestUnknownEnvWarnsOnlyOfSettings: a misspelt setting is warned of; the variables of the
+// tests and of the test cluster's script (SANDPIT_KUBE_*, which its env exports) are not (a
+// helper, 7 December 2026: 16 warnings on every command of the Kubernetes workflow).
+func TestUnknownEnvWarnsOnlyOfSettings(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"slots": "two"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	environ := []string{"SANDPIT_SLTOS=2", "SANDPIT_KUBE_DIR=/tmp/k", "SANDPIT_KUBE_BRIDGE=k0", "SANDPIT_TEST_KUBECONFIG=/tmp/k/admin",
+		"SANDPIT_REQUIRE_KUBERNETES=1", "SANDPIT_URL=http://127.0.0.1:1", "HOME=/root"}
+	var stdout, stderr bytes.Buffer
+	Main(context.Background(), []string{"doctor", "--config", bad}, Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+		Lookup: func(string) (string, bool) { return "", false }, Environ: func() []string { return environ }})
+	if got := strings.Count(stderr.String(), "is not a sandpit setting"); got != 1 || !strings.Contains(stderr.String(), "SANDPIT_SLTOS") {
+		t.Fatalf("%d warnings, want one, of SANDPIT_SLTOS:\n%s", got, stderr.String())
+	}
+}
+
 func TestPrintChecksAligns(t *testing.T) {
 	var b strings.Builder
 	printChecks(&b, []app.Check{{Name: "ok", OK: true, Detail: "first"}, {Name: "a much longer check name", Detail: "second", Fix: "do it"},
