@@ -1056,8 +1056,11 @@ cmd_check() {
 	done
 	left=$(node_check; for n in $(nodes); do (use_node "$n" && node_check); done)
 	[ -z "$left" ] || { echo "$left"; bad=1; }
-	if grep -E "sandpit-kube|$DIR" /proc/self/mountinfo /proc/1/mountinfo >/dev/null 2>&1; then
-		echo "LEFT: mounts: $(grep -hE "sandpit-kube|$DIR" /proc/self/mountinfo /proc/1/mountinfo | cut -d' ' -f5 | sort -u | tr '\n' ' ')"
+	# This cluster's paths, and the node's private /var and /run (named as any cluster's: they
+	# are never on the host's side), not another cluster's beside it.
+	local mounts="$DIR|sandpit-kube-(var|run) "
+	if grep -E "$mounts" /proc/self/mountinfo /proc/1/mountinfo >/dev/null 2>&1; then
+		echo "LEFT: mounts: $(grep -hE "$mounts" /proc/self/mountinfo /proc/1/mountinfo | cut -d' ' -f5 | sort -u | tr '\n' ' ')"
 		bad=1
 	fi
 	for p in $PORTS; do port_open "$p" && { echo "LEFT: port $p open"; bad=1; }; done
@@ -1073,7 +1076,8 @@ cmd_check() {
 		echo "LEFT: iptables rules: $(iptables-save | grep -ciE "sandpit|198\.1[89]\.")"
 		bad=1
 	fi
-	if ip -o link 2>/dev/null | grep -qi sandpit; then echo "LEFT: a network link named sandpit*"; bad=1; fi
+	left=$(ip -o link 2>/dev/null | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }' | grep -xE "$BRIDGE|$VETH_PREFIX[0-9]+" || true)
+	if [ -n "$left" ]; then echo "LEFT: network links $(echo $left)"; bad=1; fi
 	if [ $bad = 0 ]; then
 		echo "clean: no process, cgroup, mount, open port ($PORTS), host path or iptables rule left"
 	fi
