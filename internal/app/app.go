@@ -22,6 +22,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
+	"k8s.io/klog/v2"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
 	"github.com/sandpit-dev/sandpit/internal/callback"
@@ -244,6 +245,9 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger, progress io.
 		apiReqs func() uint64 // the Kubernetes runtime's requests to the API server
 	)
 	if cfg.Runtime == config.RuntimeKubernetes {
+		// client-go logs through klog, a process-wide logger that writes its own format to
+		// stderr: its lines (an exec stream cut by a lost node) go to the daemon's log instead.
+		klog.SetSlogLogger(log.With("source", "client-go"))
 		krt, err := startKubernetes(ctx, cfg, st.Daemon(), log)
 		if err != nil {
 			return nil, err
