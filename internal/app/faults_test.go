@@ -146,7 +146,18 @@ func TestEngineUnreachable(t *testing.T) {
 		json.Unmarshal(b, &res)
 		done <- res
 	}()
-	time.Sleep(2 * time.Second)
+	// Once the run holds its slot (a clock's 2 s was too short on a loaded machine: the engine
+	// went before the run was taken, which was then refused 503, CI 7 December 2026), and its
+	// program has had a moment to start.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if _, b := httpCall(t, "GET", url+"/metrics", ""); strings.Contains(string(b), "\nsandpit_slots_busy 1\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the run did not take a slot within a minute")
+		}
+	}
+	time.Sleep(time.Second)
 	p.Down()
 	res := <-done
 	if res.Outcome != sandbox.OutcomeSandboxError || !strings.Contains(res.Reason, "connection to the Docker engine was lost") {
