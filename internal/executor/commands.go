@@ -53,9 +53,10 @@ type proc struct {
 	exited chan struct{} // closed once its own process has ended (status set)
 	status syscall.WaitStatus
 
-	stdin    *os.File // the write end of its stdin pipe, or the terminal's master; nil once closed
-	tty      *os.File // the terminal's master (PTY mode)
-	stdout   *os.File // read ends (stdout is the master in PTY mode; stderr then nil)
+	stdin    *os.File      // the write end of its stdin pipe, or the terminal's master; nil once closed
+	tty      *os.File      // the terminal's master (PTY mode)
+	ttyRead  chan struct{} // closed when the terminal's pump has read all it will (PTY mode)
+	stdout   *os.File      // read ends (stdout is the master in PTY mode; stderr then nil)
 	stderr   *os.File
 	inputMu  sync.Mutex // serialises writes to stdin
 	pumpMu   sync.Mutex // held while a chunk is read and passed on (see interp.pump)
@@ -242,7 +243,7 @@ func (e *Executor) launchCommand(slot int, id string, c protocol.Command) (*proc
 			master.Close()
 			return nil, fmt.Errorf("sizing the terminal: %w", err)
 		}
-		p.tty, p.stdin, p.stdout = master, master, master
+		p.tty, p.stdin, p.stdout, p.ttyRead = master, master, master, make(chan struct{})
 		childIn, childOut, childErr = slave, slave, slave
 	} else {
 		inR, inW, err := os.Pipe()
@@ -465,6 +466,7 @@ func (p *proc) pump(f *os.File, stderr bool) {
 	if f == p.tty {
 		// A terminal is read outside pumpMu: under gVisor its master may not be pollable,
 		// and a blocking read must not hold the lock the command's end takes.
+		defer close(p.ttyRead)
 		buf := make([]byte, 64<<10)
 		for {
 			n, err := f.Read(buf)
@@ -602,12 +604,18 @@ func (p *proc) detach(reader string) {
 	p.pumpMu.Unlock()
 }
 
-// drain passes on what the command wrote before its end: it reads its streams (each
-// non-blocking) until they hold nothing, under pumpMu, for at most 200 ms (a process it left
-// running may keep writing).
+// drain passes on what the command wrote before its end: it waits (a second at most) for the
+// terminal's pump to end, or reads its streams (each non-blocking) until they hold nothing,
+// under pumpMu, for at most 200 ms (a process it left running may keep writing).
 func (p *proc) drain() {
 	if p.tty != nil {
-		time.Sleep(50 * time.Millisecond) // what the terminal's pump has read reaches it
+		// The terminal's pump reads until its other side is closed by every process that holds
+		// it, which is at once unless the command left one running: wait for it, not for a
+		// clock (50 ms lost a command's whole output on a loaded machine, CI 7 December).
+		select {
+		case <-p.ttyRead:
+		case <-time.After(time.Second):
+		}
 	}
 	p.pumpMu.Lock()
 	defer p.pumpMu.Unlock()
