@@ -35,6 +35,11 @@ func (r *Registry) hibernationPath(id string) string {
 // runs, a *SessionBudgetError past hibernated_per_agent or hibernated_max_bytes, or a failure
 // to write (the disk full: the session stays paused, and the error says so).
 func (s *Session) Hibernate(ctx context.Context) (sandbox.SessionInfo, error) {
+	return s.hibernate(ctx, "asked")
+}
+
+// hibernate is Hibernate, why going to the session's history.
+func (s *Session) hibernate(ctx context.Context, why string) (sandbox.SessionInfo, error) {
 	s.mu.Lock()
 	h, err := s.cur, s.endedErr()
 	hibernated := s.info.State == sandbox.SessionHibernated
@@ -49,7 +54,7 @@ func (s *Session) Hibernate(ctx context.Context) (sandbox.SessionInfo, error) {
 	}
 	if _, pausable := h.box.(sandbox.PausableBox); !pausable {
 		// No freezer (the kubernetes runtime): hibernate straight from running.
-		return s.hibernateRunning(ctx, "asked")
+		return s.hibernateRunning(ctx, why)
 	}
 	// Past hibernated_per_agent it is refused before it is paused: it stays as it was (a
 	// trial's running session was left paused).
@@ -61,9 +66,9 @@ func (s *Session) Hibernate(ctx context.Context) (sandbox.SessionInfo, error) {
 			return sandbox.SessionInfo{}, err
 		}
 		// The paused-memory budget is full: hibernate straight from running.
-		return s.hibernateRunning(ctx, "asked")
+		return s.hibernateRunning(ctx, why)
 	}
-	return s.hibernatePaused(ctx, "asked")
+	return s.hibernatePaused(ctx, why)
 }
 
 // hibernateRunning hibernates running s without pausing it first (see hibernateHeld): it takes
@@ -752,15 +757,7 @@ func (r *Registry) hibernateAll(ctx context.Context) (int, map[string]error) {
 	r.mu.Unlock()
 	n, failed := 0, map[string]error{}
 	for _, s := range all {
-		err := s.pause(ctx, "the daemon stops")
-		switch {
-		case err == nil:
-			_, err = s.hibernatePaused(ctx, "the daemon stopped")
-		case errors.Is(err, ErrNoFreezer):
-			// A pod cannot be frozen: it is hibernated as it runs, as a pause of it is.
-			_, err = s.hibernateRunning(ctx, "the daemon stopped")
-		}
-		if err != nil {
+		if _, err := s.hibernate(ctx, "the daemon stopped"); err != nil {
 			r.log.Warn("a session could not be hibernated as the daemon stops; it ends", "session", s.id, "error", err)
 			failed[s.id] = err
 			continue

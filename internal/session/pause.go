@@ -147,14 +147,7 @@ func (r *Registry) autoPause(s *Session, why string) {
 	err := s.pause(ctx, why)
 	if _, over := errors.AsType[*sandbox.SessionBudgetError](err); (over || errors.Is(err, ErrNoFreezer)) && r.cfg.Lifecycle.Dir != "" {
 		r.log.Info("a session is hibernated instead of paused", "session", s.id, "why", err)
-		select {
-		case <-s.turn:
-			if _, err = s.hibernateHeld(ctx, "auto_pause, and it cannot be paused: "+err.Error()); err != nil {
-				s.releaseTurn() // it runs on, as it was
-			}
-		default:
-			err = &sandbox.SessionBusyError{ID: s.id, Step: "hibernated"}
-		}
+		_, err = s.hibernateRunning(ctx, "auto_pause, and it cannot be paused: "+err.Error())
 	}
 	if _, busy := errors.AsType[*sandbox.SessionBusyError](err); busy {
 		s.mu.Lock()

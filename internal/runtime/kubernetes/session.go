@@ -334,12 +334,6 @@ func (b *sessionBox) Run(ctx context.Context, spec sandbox.Spec, emit func(sandb
 			return res, nil
 		}
 		err = fmt.Errorf("the session's sandbox stopped during the call: %s (%w)", what, err)
-	} else if errors.Is(err, sandbox.ErrNotReady) {
-		// The line ended before the call began (a node lost as the call came): the reason
-		// names what stopped, as the session's end without a call does (Err).
-		if why := b.Err(); why != nil && !b.closing.Load() {
-			err = fmt.Errorf("%w: %w", sandbox.ErrNotReady, why)
-		}
 	}
 	return res, err
 }
