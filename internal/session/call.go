@@ -72,8 +72,17 @@ func (s *Session) Execute(ctx context.Context, req sandbox.Request, wait bool, e
 	}
 	res, err := x.Run(ctx, emit)
 	if err != nil {
-		// It never started: the session's sandbox is gone.
-		info, ok := r.end(s, h, sandbox.EndSandboxError, "the session's sandbox could not take a call: "+err.Error())
+		// It never started: the session's sandbox is gone. When it stopped by itself (its
+		// node lost, its container killed), the reason is why, as watch gives it.
+		reason := "the session's sandbox could not take a call: " + err.Error()
+		select {
+		case <-h.box.Done():
+			if why := h.box.Err(); why != nil {
+				reason = "the session's sandbox stopped: " + why.Error()
+			}
+		default:
+		}
+		info, ok := r.end(s, h, sandbox.EndSandboxError, reason)
 		if !ok {
 			return sandbox.Result{}, cmpErr(s.stateErr(), err)
 		}

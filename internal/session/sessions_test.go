@@ -27,6 +27,8 @@ type fakeBox struct {
 	closed  bool
 	// startFails makes the interpreter's start (the daemon's own call) fail with this stderr.
 	startFails string
+	// lost, when set, is why the box stops by itself at the next call, which it never takes.
+	lost error
 }
 
 func newFakeBox() *fakeBox { return &fakeBox{release: make(chan struct{}), done: make(chan struct{})} }
@@ -37,8 +39,15 @@ func (b *fakeBox) Run(ctx context.Context, spec sandbox.Spec, emit func(sandbox.
 	}
 	b.mu.Lock()
 	b.calls = append(b.calls, spec.Code)
-	fails := b.startFails
+	fails, lost := b.startFails, b.lost
+	if lost != nil && !b.closed {
+		b.closed = true
+		close(b.done)
+	}
 	b.mu.Unlock()
+	if lost != nil {
+		return sandbox.Result{}, fmt.Errorf("%w: the control line to the executor ended", sandbox.ErrNotReady)
+	}
 	if spec.Internal && fails != "" {
 		return sandbox.Result{Outcome: sandbox.OutcomeTimeout, StartedAt: time.Now(), SessionEnded: sandbox.EndExited,
 			Reason: "the run passed its timeout", Stderr: fails}, nil
@@ -62,7 +71,11 @@ func (b *fakeBox) Install(context.Context, sandbox.InstallRequest, func(sandbox.
 
 func (b *fakeBox) Done() <-chan struct{} { return b.done }
 
-func (b *fakeBox) Err() error { return nil }
+func (b *fakeBox) Err() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.lost
+}
 
 func (b *fakeBox) Close(context.Context) error {
 	b.mu.Lock()
@@ -85,6 +98,31 @@ func (o *fakeOpener) OpenSession(context.Context, string) (sandbox.SessionBox, e
 	o.boxes = append(o.boxes, b)
 	o.mu.Unlock()
 	return b, nil
+}
+
+// TestACallThatMeetsALostSandboxSaysWhy: a call that finds its session's sandbox stopped by
+// itself ends the session with why it stopped, as the session's end without a call does (a
+// helper, 7 December 2026: a pod's node lost as a call came ended its session "sandbox is not
+// ready: the control line to the executor ended", not naming the node).
+func TestACallThatMeetsALostSandboxSaysWhy(t *testing.T) {
+	op := &fakeOpener{}
+	m := newKeeper(newService(engine.Hooks{}), op, nil, DefaultConfig())
+	defer m.Shutdown(context.Background())
+	s, err := m.Create(t.Context(), sandbox.SessionRequest{Agent: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Execute(t.Context(), s.ID, sandbox.Request{Agent: "a", Code: "x = 1"}, true, nil); err != nil {
+		t.Fatal(err)
+	}
+	box := op.boxes[len(op.boxes)-1]
+	box.mu.Lock()
+	box.lost = errors.New("the sandbox pod's node n2 did not answer")
+	box.mu.Unlock()
+	_, err = m.Execute(t.Context(), s.ID, sandbox.Request{Agent: "a", Code: "x"}, true, nil)
+	if err == nil || !strings.Contains(err.Error(), "node n2 did not answer") {
+		t.Fatalf("the call = %v; want the session ended, naming why its sandbox stopped", err)
+	}
 }
 
 // TestFirstCallStartsTheInterpreter: a session's first call is preceded by the interpreter's
