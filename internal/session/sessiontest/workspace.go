@@ -19,7 +19,7 @@ import (
 // TestCommandRunsAsTheSessionsUser: a command runs as the session's user in its home, with
 // nothing of the daemon's environment, its exit status, output and events kept apart; argv
 // runs as it is, with stdin and the environment given; the session's environment reaches it
-// under the command's own.
+// under the command's own; it runs under a run's limits of processes and open files.
 func (s *Suite) TestCommandRunsAsTheSessionsUser(t *testing.T) {
 	sess := s.create(t, "wanda", func(r *sandbox.SessionRequest) { r.Env = map[string]string{"S": "session", "X": "session"} })
 	res := run(t, sess, session.CommandRequest{Cmd: "echo out; echo err >&2; pwd; id -un; echo $HOME; env | grep -c SANDPIT_ ; exit 3", TimeoutMS: ms(time.Minute)})
@@ -45,6 +45,11 @@ func (s *Suite) TestCommandRunsAsTheSessionsUser(t *testing.T) {
 		Env: map[string]string{"BASH_FUNC_id%%": `() { echo ran >> /home/user/spy; command id "$@"; }`}})
 	if strings.Contains(login.Stdout, "ran") || !strings.Contains(login.Stdout, "/usr/local/bin") || login.Stderr != "" {
 		t.Fatalf("the login shell started id (or set no PATH): stdout %q, stderr %q", login.Stdout, login.Stderr)
+	}
+	// It runs under a run's limits of processes and open files (set before it ran).
+	lim := s.svc.Config().Limits
+	if got, want := run(t, sess, session.CommandRequest{Cmd: "ulimit -u; ulimit -n"}).Stdout, fmt.Sprintf("%d\n%d\n", lim.Processes, lim.OpenFiles); got != want {
+		t.Fatalf("the command's limits of processes and open files: %q; want %q", got, want)
 	}
 	var events []string
 	_, err := sess.Command(context.Background(), session.CommandRequest{Cmd: "echo a; echo b >&2"}, func(ev session.CommandEvent) {
