@@ -70,6 +70,26 @@ func allReady(t testing.TB, eng *app.Core) {
 	}
 }
 
+// waitMetric waits, up to within, until the /metrics page of the daemon at base holds text
+// (a line, or its start), and fails the test with the last page (or error) when it does not.
+func waitMetric(t *testing.T, base, text string, within time.Duration) {
+	t.Helper()
+	var page []byte
+	var err error
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		var resp *http.Response
+		if resp, err = http.Get(base + "/metrics"); err != nil {
+			continue
+		}
+		page, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(page), text) {
+			return
+		}
+	}
+	t.Fatalf("no %q in /metrics within %s (%v); the last page:\n%s", strings.TrimSpace(text), within, err, page)
+}
+
 // waitContainers waits up to a minute for n containers of dataDir to exist.
 func waitContainers(t testing.TB, dataDir string, n int) {
 	t.Helper()

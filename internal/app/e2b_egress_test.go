@@ -121,15 +121,5 @@ threading.Thread(target=later).start()`, idx.URL())
 // waitPoolReady waits, up to three minutes, until the daemon at base has a warm session ready.
 func waitPoolReady(t *testing.T, base string) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		_, b := httpCall(t, "GET", base+"/metrics", "")
-		if strings.Contains(string(b), "\nsandpit_session_pool_ready 1\n") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the warm pool never had a session ready")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitMetric(t, base, "\nsandpit_session_pool_ready 1\n", 3*time.Minute)
 }

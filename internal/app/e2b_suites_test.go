@@ -2,7 +2,6 @@ package app_test
 
 import (
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -16,19 +15,7 @@ import (
 // waitWarmE2B waits up to a minute for the daemon at base to have a warm E2B sandbox.
 func waitWarmE2B(t *testing.T, base string) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		resp, err := http.Get(base + "/metrics")
-		if err == nil {
-			raw, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if strings.Contains(string(raw), "\nsandpit_e2b_warm_sandboxes 1") {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no warm e2b sandbox after a minute: %v", err)
-		}
-	}
+	waitMetric(t, base, "\nsandpit_e2b_warm_sandboxes 1", time.Minute)
 }
 
 // TestE2BSuiteDifferences: where E2B's own test suites found sandpit answering otherwise than

@@ -149,14 +149,7 @@ func TestEngineUnreachable(t *testing.T) {
 	// Once the run holds its slot (a clock's 2 s was too short on a loaded machine: the engine
 	// went before the run was taken, which was then refused 503, CI 7 December 2026), and its
 	// program has had a moment to start.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		if _, b := httpCall(t, "GET", url+"/metrics", ""); strings.Contains(string(b), "\nsandpit_slots_busy 1\n") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the run did not take a slot within a minute")
-		}
-	}
+	waitMetric(t, url, "\nsandpit_slots_busy 1\n", time.Minute)
 	time.Sleep(time.Second)
 	p.Down()
 	res := <-done

@@ -339,15 +339,7 @@ func TestKubernetesTemplates(t *testing.T) {
 	}
 
 	// The template's pool keeps a warm session of it, in a pod of its image.
-	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
-		_, metrics := httpCall(t, "GET", url+"/metrics", "")
-		if strings.Contains(string(metrics), `sandpit_template_pool_ready{template="alice/kt"} 1`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no warm session of kt in 3 minutes:\n%s", metrics)
-		}
-	}
+	waitMetric(t, url, `sandpit_template_pool_ready{template="alice/kt"} 1`, 3*time.Minute)
 	pods, err := client.CoreV1().Pods(cfg.Kubernetes.Namespace).List(context.Background(), metav1.ListOptions{
 		LabelSelector: kubernetes.LabelRole + "=" + kubernetes.RoleSession})
 	n := 0

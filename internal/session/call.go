@@ -72,13 +72,13 @@ func (s *Session) Execute(ctx context.Context, req sandbox.Request, wait bool, e
 	}
 	res, err := x.Run(ctx, emit)
 	if err != nil {
-		// It never started: the session's sandbox is gone. When it stopped by itself (its
-		// node lost, its container killed), the reason is why, as watch gives it.
+		// It never started: the session's sandbox is gone. When it stopped by itself with a
+		// reason (its node lost, its container killed), that is why, as watch gives it.
 		reason := "the session's sandbox could not take a call: " + err.Error()
 		select {
 		case <-h.box.Done():
-			if why := h.box.Err(); why != nil {
-				reason = "the session's sandbox stopped: " + why.Error()
+			if h.box.Err() != nil {
+				reason = h.stopReason()
 			}
 		default:
 		}

@@ -528,11 +528,17 @@ func (r *Registry) expire(s *Session) {
 // watch ends s when its sandbox h stops by itself.
 func (r *Registry) watch(s *Session, h *held) {
 	<-h.box.Done()
+	r.end(s, h, sandbox.EndSandboxError, h.stopReason())
+}
+
+// stopReason is a session's end reason when its sandbox h stopped by itself: the box's own
+// reason (its node lost, its container killed) when it gives one.
+func (h *held) stopReason() string {
 	reason := "the session's sandbox stopped"
 	if err := h.box.Err(); err != nil {
 		reason += ": " + err.Error()
 	}
-	r.end(s, h, sandbox.EndSandboxError, reason)
+	return reason
 }
 
 // isLive reports whether s is live (active or paused) in r.
