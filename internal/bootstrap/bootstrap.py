@@ -48,7 +48,9 @@ import weakref
 _FD = 3
 _FILE = "main.py"
 _MEMORY_ERROR = b'{"type": "memory_error"}\n'
-_BOOTSTRAP = os.path.abspath(__file__)
+# This file's frames, hidden from a run's tracebacks: the name it was compiled under, which
+# stays when the executor runs it from its compiled code (RunRoot/bootstrap.pyc, __file__).
+_BOOTSTRAP = os.path.abspath(sys._getframe().f_code.co_filename)
 
 # Private references: user code may replace json.dumps, os.write or sys.exit; the bootstrap
 # must still report its result.

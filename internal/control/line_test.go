@@ -157,6 +157,53 @@ func TestConformancePipe(t *testing.T) {
 	})
 }
 
+// TestRunsLoadTheCompiledBootstrap: the executor compiles bootstrap.py once, into a file of
+// root's in its run root that no run can change, and both ways a run starts load that code: a
+// fresh interpreter runs it as its script, the fork server imports it.
+func TestRunsLoadTheCompiledBootstrap(t *testing.T) {
+	for _, start := range []sandbox.Start{sandbox.StartCold, sandbox.StartFork} {
+		t.Run(string(start), func(t *testing.T) {
+			var runRoot string
+			c, _ := pipeRuntimeWith(t, 1, func(cfg *executor.Config) {
+				if start == sandbox.StartCold {
+					cfg.ForkServer = ""
+				}
+				runRoot = cfg.RunRoot
+			})
+			compiled := filepath.Join(runRoot, "bootstrap.pyc")
+			fi, err := os.Stat(compiled)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := fi.Sys().(*syscall.Stat_t); fi.Mode().Perm() != 0o644 || st.Uid != 0 {
+				t.Errorf("%s: mode %v, owner %d, want 0644 and root's", compiled, fi.Mode().Perm(), st.Uid)
+			}
+			sandboxtest.WaitForStart(t, c, start, 30*time.Second)
+			code := fmt.Sprintf(`import os
+try:
+    open(%q, "ab")
+    print("writable")
+except PermissionError:
+    print("read-only")
+print(%q.encode() in open("/proc/self/cmdline", "rb").read().split(b"\0"))
+import sys
+f = sys._getframe()
+while f and not f.f_code.co_filename.endswith("/bootstrap.py"):
+    f = f.f_back
+print(f.f_globals["__file__"] if f else "-")
+`, compiled, compiled)
+			res := sandboxtest.Exec(t, c, 0, sandboxtest.Spec(code, 30*time.Second), nil)
+			// The command line: a fresh interpreter's script, or the fork server's argument. The
+			// bootstrap's frames keep its source's name (tracebacks hide them by it) and say
+			// where their code came from.
+			want := "read-only\nTrue\n" + compiled + "\n"
+			if res.Outcome != sandbox.OutcomeOK || res.Stdout != want {
+				t.Errorf("got %s %q (stderr %q), want stdout %q", res.Outcome, res.Stdout, res.Stderr, want)
+			}
+		})
+	}
+}
+
 func TestLineEndKillsRunsAndFailsWaiters(t *testing.T) {
 	c, wait := pipeRuntime(t, 2)
 	errc := make(chan error, 1)
