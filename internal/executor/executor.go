@@ -555,9 +555,10 @@ else:
 
 // compiledBootstrap is the bootstrap's compiled code in RunRoot, which runs started cold and
 // fork servers load instead of its source: a script run as such is compiled on every start
-// (the image's root is read-only and runs write no .pyc): about 1 900 lines, which added
-// 30–40 ms to a cold start under runc and 85–100 under gVisor (wall time, on a busy CI
-// machine, 7 December). It is root's, readable by every slot's uid through RunRoot (0711).
+// (the image's root is read-only and runs write no .pyc): about 1 900 lines, whose compile
+// was a quarter of a cold REST print(1) (122 ms against 85–94 under runc, 278 against 218
+// under gVisor, on an idle machine of the CI kind, 7 December: docs/performance.md). It is
+// root's, readable by every slot's uid through RunRoot (0711).
 const compiledBootstrap = "bootstrap.pyc"
 
 // writeCompiled writes code as RunRoot's compiledBootstrap (by rename: a run that starts
