@@ -589,15 +589,16 @@ func TestColdSyntaxErrorSkipsIPython(t *testing.T) {
 // (forking would copy that thread's locks in whatever state they are in): runs start cold.
 func TestForkServerWithThreadsIsNotUsed(t *testing.T) {
 	wrapper := filepath.Join(t.TempDir(), "python-with-a-thread")
-	// Called as WRAPPER -u -I -X utf8 SCRIPT ARGS...: starts a thread, then runs SCRIPT.
+	// Called as WRAPPER -u -I -X utf8 SCRIPT ARGS...: starts a thread, then runs SCRIPT (a
+	// source file, or compiled code as the executor makes of the bootstrap).
 	script := `#!/bin/sh
 [ "$1" = -u ] || exec /usr/bin/python3 "$@"
 shift 4
 exec /usr/bin/python3 -u -I -X utf8 -c '
-import sys, threading, time
+import runpy, sys, threading, time
 threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
 sys.argv = sys.argv[1:]
-exec(compile(open(sys.argv[0]).read(), sys.argv[0], "exec"), {"__name__": "__main__", "__file__": sys.argv[0]})
+runpy.run_path(sys.argv[0], run_name="__main__")
 ' "$@"
 `
 	writeExecutable(t, wrapper, strings.NewReader(script))
