@@ -179,8 +179,7 @@ func TestRunsLoadTheCompiledBootstrap(t *testing.T) {
 				t.Errorf("%s: mode %v, owner %d, want 0644 and root's", compiled, fi.Mode().Perm(), st.Uid)
 			}
 			sandboxtest.WaitForStart(t, c, start, 30*time.Second)
-			code := fmt.Sprintf(`import os
-try:
+			code := fmt.Sprintf(`try:
     open(%q, "ab")
     print("writable")
 except PermissionError:

@@ -561,25 +561,31 @@ else:
 // root's, readable by every slot's uid through RunRoot (0711).
 const compiledBootstrap = "bootstrap.pyc"
 
-// writeCompiled writes code as RunRoot's compiledBootstrap (by rename: a run that starts
-// meanwhile reads the old file or the new one whole) and returns its path.
+// writeCompiled writes code as RunRoot's compiledBootstrap and returns its path.
 func (e *Executor) writeCompiled(code []byte) (string, error) {
 	path := filepath.Join(e.cfg.RunRoot, compiledBootstrap)
-	f, err := os.CreateTemp(e.cfg.RunRoot, compiledBootstrap+".*")
-	if err == nil {
-		_, err = f.Write(code)
-		err = errors.Join(err, f.Chmod(0o644), f.Close())
-		if err == nil {
-			err = os.Rename(f.Name(), path)
-		}
-		if err != nil {
-			_ = os.Remove(f.Name())
-		}
-	}
-	if err != nil {
+	if err := publish(path, code); err != nil {
 		return "", fmt.Errorf("executor: writing the compiled bootstrap: %w", err)
 	}
 	return path, nil
+}
+
+// publish writes data as path, root's and readable by all (0644), by rename from a file
+// beside it: a process that opens path meanwhile reads the old file or the new one whole.
+func publish(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(data)
+	err = errors.Join(err, tmp.Chmod(0o644), tmp.Close())
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+	}
+	return err
 }
 
 // replaceStale kills an earlier executor still serving this box (its daemon died without the

@@ -115,22 +115,7 @@ func (e *Executor) secretCABundle(ca string) (string, error) {
 			e.log.Warn("writing the secrets' trust bundle", "error", skipped)
 		}
 		bundle := bytes.Join([][]byte{roots, []byte(ca)}, []byte("\n"))
-		tmp, err := os.CreateTemp(e.cfg.RunRoot, ".secrets-ca-*")
-		if err != nil {
-			return "", fmt.Errorf("writing the secrets' trust bundle: %w", err)
-		}
-		_, err = tmp.Write(bundle)
-		if cerr := tmp.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = os.Chmod(tmp.Name(), 0o644)
-		}
-		if err == nil {
-			err = os.Rename(tmp.Name(), path)
-		}
-		if err != nil {
-			_ = os.Remove(tmp.Name())
+		if err := publish(path, bundle); err != nil {
 			return "", fmt.Errorf("writing the secrets' trust bundle: %w", err)
 		}
 	}
