@@ -54,6 +54,20 @@ type loadReply struct {
 	err        error // transport or decoding error
 }
 
+// answeredAsAsked reports whether res is p's own outcome and output.
+func answeredAsAsked(p loadProgram, res sandbox.Result) bool {
+	return res.Outcome == p.outcome && (p.stdout == "" || res.Stdout == p.stdout)
+}
+
+// starvedAtTimeout reports whether res reached its own timeout_ms. That is a right answer on a
+// starved machine, the warm-up's included (CI runs this beside the container suites on 2 CPUs:
+// pandas runs took over 20 s, and a first, cold pandas import 20.4 s on 7 December); what the
+// load test proves is that each request gets its program's answer or its own timeout, never
+// another's or none.
+func starvedAtTimeout(res sandbox.Result) bool {
+	return res.Outcome == sandbox.OutcomeTimeout && res.DurationMS >= res.TimeoutMS
+}
+
 // memFigures is the process's memory at one moment, after a garbage collection.
 type memFigures struct {
 	heapAlloc, rss uint64
@@ -149,18 +163,24 @@ func TestLoad(t *testing.T) {
 		return r
 	}
 
-	// Warm up (the first pandas import reads from disk) as another agent, each program once and
-	// answered as asked, then take the idle figures.
+	// Warm up (the first pandas import reads from disk) as another agent, each program once,
+	// answered as asked or at its own timeout, then take the idle figures.
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
+	answered := make([]int, len(loadPrograms)) // 200s with their program's own outcome and output
 	for p := range loadPrograms {
 		r := send(ctx, agent+"-warm-up", p)
 		if r.err != nil || r.status != 200 {
 			t.Fatalf("warm-up %s: %d %v", loadPrograms[p].name, r.status, r.err)
 		}
-		if want := loadPrograms[p]; r.result.Outcome != want.outcome || (want.stdout != "" && r.result.Stdout != want.stdout) {
-			t.Fatalf("warm-up %s: outcome %s (%s), stdout %q; want %s, %q", want.name, r.result.Outcome, r.result.Reason,
-				r.result.Stdout, want.outcome, want.stdout)
+		switch want := loadPrograms[p]; {
+		case answeredAsAsked(want, r.result):
+			answered[p]++
+		case starvedAtTimeout(r.result):
+			t.Logf("warm-up %s reached its timeout_ms on this machine (%d ms)", want.name, r.result.DurationMS)
+		default:
+			t.Fatalf("warm-up %s: outcome %s (%s) after %d ms, stdout %q; want %s, %q", want.name, r.result.Outcome,
+				r.result.Reason, r.result.DurationMS, r.result.Stdout, want.outcome, want.stdout)
 		}
 	}
 	tr.CloseIdleConnections()
@@ -205,7 +225,6 @@ func TestLoad(t *testing.T) {
 		ids         = map[string]int{}
 		perProgram  = make([]int, len(loadPrograms))
 		busyProgram = make([]int, len(loadPrograms))
-		answered    int      // 200s with their program's own outcome and output
 		starved     []string // 200s that reached their timeout_ms instead
 	)
 	for i, r := range replies {
@@ -236,13 +255,9 @@ func TestLoad(t *testing.T) {
 				t.Errorf("request %d (%s): ran %d ms, over its timeout_ms %d by more than 10 s: the timeout was not enforced", i, prog.name, res.DurationMS, res.TimeoutMS)
 			}
 			switch {
-			case res.Outcome == prog.outcome && (prog.stdout == "" || res.Stdout == prog.stdout):
-				answered++
-			case res.Outcome == sandbox.OutcomeTimeout && res.DurationMS >= res.TimeoutMS:
-				// A run that reached its own timeout_ms is a right answer on a starved machine
-				// (CI runs this beside the container suites on 2 CPUs: pandas runs then took
-				// over 20 s); what the load test proves is that each request gets its
-				// program's answer or its own timeout, never another's or none.
+			case answeredAsAsked(prog, res):
+				answered[r.program]++
+			case starvedAtTimeout(res):
 				starved = append(starved, fmt.Sprintf("%s %d ms", prog.name, res.DurationMS))
 			default:
 				t.Errorf("request %d (%s): outcome %s (%s) after %d ms, stdout %q; want %s, %q", i, prog.name, res.Outcome,
@@ -315,8 +330,12 @@ func TestLoad(t *testing.T) {
 	if len(starved) > 0 {
 		t.Logf("%d runs reached their timeout_ms on this machine: %s", len(starved), strings.Join(starved, ", "))
 	}
-	if answered == 0 {
-		t.Errorf("no request was answered with its program's outcome (%d answered 200)", ok)
+	// Some run of each program, in the warm-up or the load, was answered as asked: a program
+	// that only ever reaches its timeout is broken, not starved.
+	for p, n := range answered {
+		if n == 0 {
+			t.Errorf("no %s request was answered with its program's outcome (%d of them answered 200)", loadPrograms[p].name, perProgram[p])
+		}
 	}
 
 	// Memory and goroutines back near idle (connections closed, a moment for their goroutines).
