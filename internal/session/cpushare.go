@@ -13,7 +13,9 @@ import (
 // only who gets the CPU when boxes want more than the host has, so one agent's busy sessions
 // cannot take the host from another agent's run (a red team's replay: two busy sessions made
 // another agent's small run 3× slower). Boxes that cannot be weighed (sandbox.CPUWeigher:
-// Kubernetes pods, whose requests set their weight) keep theirs.
+// Kubernetes pods, whose requests set their weight) keep theirs. A box starts at
+// sandbox.DefaultCPUWeight, so an agent's lone session is never weighed: the engine's update
+// (a runc process on the host) would only compete with its first call.
 
 // minCPUWeight is the least weight a session gets (cgroup v1's cpu.shares floor is 2): an
 // agent with more sessions than that divides its share no further.

@@ -8,17 +8,25 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
 )
 
-// weighedBox is a fakeBox that records the CPU weight it is given.
+// weighedBox is a fakeBox that records the CPU weight it is given, and how many times.
 type weighedBox struct {
 	*fakeBox
 	weight int64
+	sets   int
 }
 
 func (b *weighedBox) SetCPUWeight(_ context.Context, shares int64) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.weight = shares
+	b.sets++
 	return nil
+}
+
+func (b *weighedBox) weighings() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sets
 }
 
 func (b *weighedBox) cpuWeight() int64 {
@@ -30,7 +38,7 @@ func (b *weighedBox) cpuWeight() int64 {
 type weighingOpener struct{ boxes chan *weighedBox }
 
 func (o *weighingOpener) OpenSession(context.Context, string) (sandbox.SessionBox, error) {
-	b := &weighedBox{fakeBox: newFakeBox()}
+	b := &weighedBox{fakeBox: newFakeBox(), weight: sandbox.DefaultCPUWeight} // as a new container
 	o.boxes <- b
 	return b, nil
 }
@@ -38,7 +46,8 @@ func (o *weighingOpener) OpenSession(context.Context, string) (sandbox.SessionBo
 // TestAgentsShareTheCPUFairly: an agent's live sessions together weigh one slot's CPU (each
 // sandbox.DefaultCPUWeight/n), whatever another agent has, and the share grows back as its
 // sessions end: two of one agent's busy sessions weighed twice another agent's run, and made it
-// 3× slower (issue 51, item 8).
+// 3× slower (issue 51, item 8). A lone session keeps its box's first weight without an
+// engine call, which would only compete with its first call.
 func TestAgentsShareTheCPUFairly(t *testing.T) {
 	op := &weighingOpener{boxes: make(chan *weighedBox, 8)}
 	m := newKeeper(newService(engine.Hooks{}), op, nil, DefaultConfig())
@@ -61,5 +70,8 @@ func TestAgentsShareTheCPUFairly(t *testing.T) {
 	waitFor(t, func() bool { return box2.cpuWeight() == 1024 })
 	if w := box3.cpuWeight(); w != 1024 {
 		t.Fatalf("bob's session weighs %d after alice's closed one, want 1024", w)
+	}
+	if n := box3.weighings(); n != 0 {
+		t.Errorf("bob's lone session was weighed %d times; its box already had a slot's weight", n)
 	}
 }

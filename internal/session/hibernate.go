@@ -615,7 +615,7 @@ func (r *Registry) openFrom(ctx context.Context, id string, info sandbox.Session
 	}
 	r.log.Info("a session's files were restored into a new sandbox", "session", id, "from", info.ID,
 		"started_ms", started.Sub(began).Milliseconds(), "restored_ms", time.Since(started).Milliseconds())
-	return &held{box: box, template: tmpl, started: true}, nil
+	return &held{box: box, template: tmpl, started: true, cpuWeight: sandbox.DefaultCPUWeight}, nil
 }
 
 // dropHibernated ends hibernated session s (code, reason), removes its file and records its

@@ -193,7 +193,7 @@ func (r *Registry) Create(ctx context.Context, req sandbox.SessionRequest) (*Ses
 		NetworkAllow: slices.Clone(req.NetworkAllow), Secrets: slices.Clone(req.Secrets), Deadline: req.Deadline})
 	s.env, s.secrets = templateEnv(tmpl, req.Env), sec
 	s.startLife(req.SessionOptions, now)
-	h := &held{box: box, template: tmpl}
+	h := &held{box: box, template: tmpl, cpuWeight: sandbox.DefaultCPUWeight}
 	fail := func(err error) (*Session, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()

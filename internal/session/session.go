@@ -74,8 +74,8 @@ type held struct {
 	portsMu     sync.Mutex
 	ports       map[*portConn]struct{}
 	portsClosed bool
-	// cpuWeight is the CPU weight last given to box (0: never weighed; see shareCPU), read
-	// and set under the registry's cpuMu.
+	// cpuWeight is box's CPU weight (see shareCPU): sandbox.DefaultCPUWeight, a new box's,
+	// until it is weighed. Read and set under the registry's cpuMu.
 	cpuWeight int64
 }
 
