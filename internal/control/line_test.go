@@ -793,3 +793,40 @@ func fakeExecutor(t *testing.T) (*control.Line, *protocol.Conn) {
 	c, end := greetedLine(t, control.Options{})
 	return c, protocol.NewConn(end, end)
 }
+
+// A session's first call in a slot whose last run has just ended starts its interpreter while
+// the executor forks the slot's next program, and both clear and seed the slot's directories:
+// the interpreter's start must end that program first, not race it. Seen on CI (Kubernetes,
+// gVisor): "seeding the run's matplotlib directory: chown .../fontlist-v330.json: no such file
+// or directory", the next program's clear having removed the file the session had just seeded.
+// A matplotlib cache of many files widens the window the race needs.
+func TestSessionStartWaitsForTheSlotsNextProgram(t *testing.T) {
+	cache := t.TempDir()
+	for i := range 200 {
+		if err := os.WriteFile(filepath.Join(cache, fmt.Sprintf("cache-%03d.json", i)), bytes.Repeat([]byte("x"), 4096), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seeded := "import os; print(len(os.listdir(os.environ['MPLCONFIGDIR'])))"
+	for i := range 5 { // each on an executor of its own: a run after a session's call ends the session
+		c, wait := pipeRuntimeWith(t, 1, func(cfg *executor.Config) { cfg.MatplotlibCache = cache })
+		sandboxtest.WaitForStart(t, c, "fork", 30*time.Second)
+		run := sandboxtest.Exec(t, c, 0, sandboxtest.Spec(seeded, 10*time.Second), nil)
+		spec := sandboxtest.Spec(seeded, 10*time.Second)
+		spec.Session = true
+		call := sandboxtest.Exec(t, c, 0, spec, nil)
+		for _, r := range []struct {
+			what string
+			res  sandbox.Result
+		}{{"the run", run}, {"the session's first call", call}} {
+			if r.res.Outcome != sandbox.OutcomeOK || r.res.Stdout != "200\n" {
+				t.Fatalf("round %d, %s: %s (%s), stdout %q stderr %q; want ok and the 200 seeded files", i, r.what,
+					r.res.Outcome, r.res.Reason, r.res.Stdout, r.res.Stderr)
+			}
+		}
+		c.Close() // the slots' uids are the next executor's
+		if err := wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

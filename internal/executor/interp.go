@@ -103,8 +103,14 @@ func (e *Executor) sessionCall(r *run) *sandbox.Result {
 	return ip.run(r)
 }
 
-// startInterp starts slot's session interpreter in a fresh working directory.
+// startInterp starts slot's session interpreter in a fresh working directory. The slot's
+// next program, forked ahead for a run (see reserveNext), is not an interpreter: it is ended
+// first, waited for while it is still being forked, since its fork clears and seeds the same
+// directories (both at once lost the seeded files, on CI).
 func (e *Executor) startInterp(r *run) (*interp, error) {
+	if next := e.takeNext(r.slot); next != nil {
+		e.discard(next)
+	}
 	l, err := e.launchProgram(r.slot, nil, true, r.id)
 	if err != nil {
 		return nil, err
