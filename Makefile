@@ -73,19 +73,18 @@ test-flags:
 race-packages:
 	@echo $(RACE_PACKAGES)
 
-# Every fuzz target for FUZZ_TIME each (their seed corpora also run with `make test`).
+# Every fuzz target for FUZZ_TIME each (their seed corpora also run with `make test`): all of
+# them, a failure failing the whole once the others have run.
+FUZZ_TARGETS := FuzzParse:./internal/requirement FuzzParse:./internal/schedule FuzzReceive:./internal/protocol \
+	FuzzCapture:./internal/executor FuzzReadTarget:./internal/executor FuzzParseRule:./internal/egress \
+	FuzzCheckAddress:./internal/egress FuzzDecodeExecuteBody:./internal/httpapi \
+	FuzzKnowledgeImport:./internal/httpapi:-fuzzminimizetime=5s FuzzToolArguments:./internal/mcpserver \
+	FuzzANSISpans:./internal/console
 fuzz:
-	GO=$(GO) scripts/fuzz-one.sh FuzzParse ./internal/requirement $(FUZZ_TIME)
-	GO=$(GO) scripts/fuzz-one.sh FuzzParse ./internal/schedule $(FUZZ_TIME)
-	GO=$(GO) scripts/fuzz-one.sh FuzzReceive ./internal/protocol $(FUZZ_TIME)
-	GO=$(GO) scripts/fuzz-one.sh FuzzCapture ./internal/executor $(FUZZ_TIME)
-	GO=$(GO) scripts/fuzz-one.sh FuzzReadTarget ./internal/executor $(FUZZ_TIME)
-	GO=$(GO) scripts/fuzz-one.sh FuzzParseRule ./internal/egress $(FUZZ_TIME)
-	GO=$(GO) scripts/fuzz-one.sh FuzzCheckAddress ./internal/egress $(FUZZ_TIME)
-	GO=$(GO) scripts/fuzz-one.sh FuzzDecodeExecuteBody ./internal/httpapi $(FUZZ_TIME)
-	GO=$(GO) scripts/fuzz-one.sh FuzzKnowledgeImport ./internal/httpapi $(FUZZ_TIME) -fuzzminimizetime 5s
-	GO=$(GO) scripts/fuzz-one.sh FuzzToolArguments ./internal/mcpserver $(FUZZ_TIME)
-	GO=$(GO) scripts/fuzz-one.sh FuzzANSISpans ./internal/console $(FUZZ_TIME)
+	@status=0; for t in $(FUZZ_TARGETS); do \
+	  set -- $$(echo "$$t" | tr : ' '); echo "fuzz: $$1 $$2 for $(FUZZ_TIME)"; \
+	  GO=$(GO) scripts/fuzz-one.sh "$$1" "$$2" $(FUZZ_TIME) $$3 || { status=1; echo "fuzz: $$1 $$2 FAILED"; }; \
+	done; exit $$status
 
 # vet, gofmt, and go.mod as `go mod tidy` leaves it (-diff changes nothing; it prints what tidy
 # would change and fails).
