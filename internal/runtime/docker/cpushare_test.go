@@ -1,6 +1,7 @@
 package docker_test
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
+	"github.com/sandpit-dev/sandpit/internal/sandbox"
 	"github.com/sandpit-dev/sandpit/internal/session"
 )
 
@@ -34,7 +36,9 @@ func TestSessionsShareTheCPUByAgent(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got = append(got, c.Container.HostConfig.CPUShares)
+			// 0 is the engine's default, the kernel's 1024 (sandbox.DefaultCPUWeight): a box
+			// the daemon never weighed, as an agent's lone session's is.
+			got = append(got, cmp.Or(c.Container.HostConfig.CPUShares, sandbox.DefaultCPUWeight))
 		}
 		slices.Sort(got)
 		return got

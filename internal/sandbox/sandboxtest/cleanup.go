@@ -259,14 +259,15 @@ print(json.dumps({'uid': os.getuid(), 'env': sorted(os.environ), 'values': dict(
 func (s *Suite) TestConcurrentSlotsRunInParallel(t *testing.T) {
 	// Each run reports when its sleep began and ended (the box's clock is the host's): they
 	// overlap when the latest start comes before the earliest end. Every run sleeps until one
-	// instant, 8 s after the test starts them, so runs one after another can never overlap
+	// instant, 15 s after the test starts them, so runs one after another can never overlap
 	// (the second begins after the first has ended, and its sleep is then none), while runs
 	// that are parallel overlap however their starts are spread by the machine's load, up to
-	// 8 s (on a loaded 2-core CI machine under gVisor: 5.5 s, past the fixed 4 s sleep this
-	// case had before). (A bound on the whole wall time failed on a loaded machine for runs
-	// that did overlap.)
+	// 15 s. The instant only costs the case its wait: on a loaded 2-core CI machine under
+	// gVisor a cold run began 5.5 s after the test started it (past the fixed 4 s sleep this
+	// case had before), and 9.1 s once (7 December, past the 8 s instant after that). (A bound
+	// on the whole wall time failed on a loaded machine for runs that did overlap.)
 	n := min(s.Slots, 4)
-	end := float64(time.Now().Add(8*time.Second).UnixNano()) / 1e9
+	end := float64(time.Now().Add(15*time.Second).UnixNano()) / 1e9
 	code := fmt.Sprintf("import time; a = time.time(); time.sleep(max(0.0, %.3f - a)); print(a, time.time())", end)
 	var wg sync.WaitGroup
 	errs := make(chan string, n)
