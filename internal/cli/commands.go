@@ -328,7 +328,7 @@ func (o *options) finishRun(cmd *cobra.Command, res apitype.Result, err error, a
 		// ended the run before the program could (no exit status: exit_code -1), such as a
 		// session refusing an input file.
 		if res.Outcome != apitype.OutcomeOK && (res.Outcome != apitype.OutcomeError || res.ExitCode < 0 && res.Reason != "") {
-			fmt.Fprintf(o.env.Stderr, "sandpit: %s: %s\n", res.Outcome, sandbox.EscapeName(res.Reason))
+			fmt.Fprintf(o.env.Stderr, "sandpit: %s: %s\n", res.Outcome, sandbox.EscapeText(res.Reason))
 		}
 		printSkipped(o.env.Stderr, res)
 		if out.dir == "" && len(res.Files) > 0 {

@@ -231,7 +231,12 @@ func printExecution(w io.Writer, e apitype.Execution) {
 		line("outcome", "%s", outcome)
 	}
 	if e.Reason != "" {
-		line("reason", "%s", sandbox.EscapeName(e.Reason))
+		// A reason of several lines (pip's own words) keeps them, under its first.
+		first, rest, _ := strings.Cut(sandbox.EscapeText(e.Reason), "\n")
+		line("reason", "%s", first)
+		for l := range strings.Lines(rest) {
+			fmt.Fprintf(w, "%12s%s\n", "", strings.TrimSuffix(l, "\n"))
+		}
 	}
 	if e.Error != nil {
 		line("error", "%s: %s", sandbox.EscapeName(e.Error.Name), oneLine(e.Error.Value, 200))

@@ -705,3 +705,38 @@ func TestSessionCommandsRefuseWhatIsNoSessionID(t *testing.T) {
 		}
 	}
 }
+
+// TestReasonKeepsItsLines: a reason of several lines (a dependency_error quoting pip) is
+// printed a line per line, by run and by exec show, its other control characters still
+// escaped (a trial's `sandpit run --dep tabulate` printed pip's lines joined by a literal \n).
+func TestReasonKeepsItsLines(t *testing.T) {
+	const reason = "installing tabulate failed; check the network and index_url:\nERROR: No matching distribution found for tabulate\n\x1b[2Jthe sandbox's egress proxy refused"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/healthz":
+			_, _ = io.WriteString(w, `{"status": "ok"}`)
+			return
+		case "/v1/limits":
+			_, _ = io.WriteString(w, `{}`)
+			return
+		}
+		res := apitype.Result{ID: filesExecID, Outcome: apitype.OutcomeDependencyError, ExitCode: -1, Reason: reason, Output: json.RawMessage("null")}
+		if r.Method == "GET" {
+			_ = json.NewEncoder(w).Encode(apitype.Execution{Result: res, Status: apitype.StatusFinished})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(res)
+	}))
+	defer srv.Close()
+	code, _, stderr := sandpit(t, srv.URL, "run", "-c", "import tabulate")
+	want := "sandpit: dependency_error: installing tabulate failed; check the network and index_url:\nERROR: No matching distribution found for tabulate\n\\x1b[2Jthe sandbox's egress proxy refused\n"
+	if code != 66 || !strings.Contains(stderr, want) {
+		t.Errorf("run: exit %d, stderr %q; want it to hold %q", code, stderr, want)
+	}
+	code, stdout, _ := sandpit(t, srv.URL, "exec", "show", filesExecID)
+	want = "reason:     installing tabulate failed; check the network and index_url:\n            ERROR: No matching distribution found for tabulate\n            \\x1b[2Jthe sandbox's egress proxy refused\n"
+	if code != 0 || !strings.Contains(stdout, want) || strings.ContainsRune(stdout, '\x1b') {
+		t.Errorf("exec show: exit %d, stdout %q; want it to hold %q", code, stdout, want)
+	}
+}

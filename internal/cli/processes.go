@@ -170,7 +170,7 @@ and exit 124, as timeout(1) does; the command runs on.`,
 			if !f.json {
 				fmt.Fprintf(o.env.Stderr, "%s %s, exit %d, %d ms\n", p.ID, end.Outcome, commandExit(end), end.DurationMS)
 				if end.Outcome != apitype.OutcomeOK && end.Outcome != apitype.OutcomeError && end.Reason != "" {
-					fmt.Fprintf(o.env.Stderr, "sandpit: %s: %s\n", end.Outcome, sandbox.EscapeName(end.Reason))
+					fmt.Fprintf(o.env.Stderr, "sandpit: %s: %s\n", end.Outcome, sandbox.EscapeText(end.Reason))
 				}
 			}
 			return reportedRun(commandResult(end))

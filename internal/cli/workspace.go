@@ -119,7 +119,7 @@ sandpit stops first, the command gets SIGHUP, as from a terminal that closed.`,
 				return nil
 			}
 			if end.Outcome != apitype.OutcomeOK && end.Outcome != apitype.OutcomeError && !f.json {
-				fmt.Fprintf(o.env.Stderr, "sandpit: %s: %s\n", end.Outcome, sandbox.EscapeName(end.Reason))
+				fmt.Fprintf(o.env.Stderr, "sandpit: %s: %s\n", end.Outcome, sandbox.EscapeText(end.Reason))
 			}
 			return reportedRun(commandResult(end))
 		},

@@ -63,6 +63,17 @@ func EscapeName(name string) string {
 	return b.String()
 }
 
+// EscapeText is EscapeName for text of several lines, such as a reason that quotes pip's own
+// words: its line feeds stay line feeds, and every other character is written as EscapeName
+// writes it (a carriage return too, which could overwrite the line it ends).
+func EscapeText(text string) string {
+	lines := strings.Split(text, "\n")
+	for i, l := range lines {
+		lines[i] = EscapeName(l)
+	}
+	return strings.Join(lines, "\n")
+}
+
 // Holds says whether content is the bytes f describes: its size and SHA-256.
 func (f File) Holds(content []byte) bool {
 	sum := sha256.Sum256(content)
