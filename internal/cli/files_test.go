@@ -740,3 +740,22 @@ func TestReasonKeepsItsLines(t *testing.T) {
 		t.Errorf("exec show: exit %d, stdout %q; want it to hold %q", code, stdout, want)
 	}
 }
+
+// TestSessionExecOfAQuotedShellLine: one quoted word that reads as a shell line, given
+// without -c, is refused by the daemon as a program it cannot find; the CLI says to give it
+// with -c (a trial's `sandpit session exec S 'echo hi; ls'` was told only "command not found").
+// A program's name without a shell character gets the daemon's words alone.
+func TestSessionExecOfAQuotedShellLine(t *testing.T) {
+	const s = "se_aaaaaaaaaaaaaaaaaaaaaaaaaa"
+	srv := cannedDaemon(map[string]string{
+		"POST /v1/agents/default/sessions/" + s + "/commands": `{"error": {"code": "invalid_request", "message": "echo hi; ls: command not found (PATH is /usr/bin)"}}`,
+	}, func(*http.Request) int { return 400 })
+	defer srv.Close()
+	code, _, stderr := sandpit(t, srv.URL, "session", "exec", s, "echo hi; ls")
+	if want := "to run a shell line, give it with -c: sandpit session exec " + s + ` -c 'echo hi; ls'`; code == 0 || !strings.Contains(stderr, want) {
+		t.Errorf("exit %d, stderr %q; want it to hold %q", code, stderr, want)
+	}
+	if code, _, stderr := sandpit(t, srv.URL, "session", "exec", s, "--", "nosuchprogram"); code == 0 || strings.Contains(stderr, "-c") {
+		t.Errorf("a program's name: exit %d, stderr %q; want the daemon's words alone", code, stderr)
+	}
+}

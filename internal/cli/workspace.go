@@ -103,6 +103,10 @@ sandpit stops first, the command gets SIGHUP, as from a terminal that closed.`,
 			}
 			res, err := c.Command(cmd.Context(), f.agent, args[0], req, onEvent)
 			if err != nil {
+				if shell == "" && len(args) == 2 && strings.ContainsAny(args[1], " ;|&<>$`") && errors.Is(err, errclass.Invalid) {
+					// One quoted word that reads as a shell line was taken for a program's name.
+					return fmt.Errorf("%w; to run a shell line, give it with -c: sandpit session exec %s -c %s", err, args[0], sandbox.ShellQuote(args[1:]))
+				}
 				return err
 			}
 			switch {
