@@ -45,33 +45,50 @@ func (r *Registry) weigh(agent string) {
 	r.cpuMu.Lock()
 	defer r.cpuMu.Unlock()
 	r.mu.Lock()
-	var held []*held
+	var boxes []weighed
 	for _, s := range r.live {
 		if s.Agent() != agent {
 			continue
 		}
 		s.mu.Lock()
 		if s.cur != nil {
-			held = append(held, s.cur)
+			boxes = append(boxes, weighed{s, s.cur})
 		}
 		s.mu.Unlock()
 	}
 	r.mu.Unlock()
-	if len(held) == 0 {
+	if len(boxes) == 0 {
 		return
 	}
-	weight := max(minCPUWeight, int64(sandbox.DefaultCPUWeight/len(held)))
+	weight := max(minCPUWeight, int64(sandbox.DefaultCPUWeight/len(boxes)))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, h := range held {
-		w, ok := h.box.(sandbox.CPUWeigher)
-		if !ok || h.cpuWeight == weight {
+	for _, b := range boxes {
+		w, ok := b.h.box.(sandbox.CPUWeigher)
+		if !ok || b.h.cpuWeight == weight {
 			continue
 		}
 		if err := w.SetCPUWeight(ctx, weight); err != nil {
-			r.log.Warn("weighing a session's CPU", "agent", agent, "weight", weight, "error", err)
+			// A session that ended or hibernated meanwhile let its box go (the engine then
+			// refuses the update of a container being removed): nothing to weigh, no fault.
+			if b.s.holds(b.h) {
+				r.log.Warn("weighing a session's CPU", "agent", agent, "weight", weight, "error", err)
+			}
 			continue
 		}
-		h.cpuWeight = weight
+		b.h.cpuWeight = weight
 	}
+}
+
+// weighed is a session and the box it held when weigh looked.
+type weighed struct {
+	s *Session
+	h *held
+}
+
+// holds reports whether s still has h as its box.
+func (s *Session) holds(h *held) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur == h
 }
