@@ -1,7 +1,10 @@
 package app_test
 
 import (
+	"bytes"
 	"errors"
+	"io"
+	"mime/multipart"
 	"net/http"
 	"strings"
 	"sync"
@@ -96,6 +99,27 @@ func TestE2BSuiteDifferences(t *testing.T) {
 	up, _ := conn.FileURL("signed/up.txt", "write", expiry)
 	if _, err := alice.FetchURL(ctx, "POST", up, "up.txt", []byte("signed bytes")); err != nil {
 		t.Fatalf("upload to %s: %v", up, err)
+	}
+	// A signed upload URL writes its path only: a part naming another file (a trial's
+	// .profile, run by every later command's bash -l) is refused, and not written.
+	var form bytes.Buffer
+	mw := multipart.NewWriter(&form)
+	for _, part := range [][2]string{{"signed/up.txt", "signed bytes"}, {".profile", "echo PROFILE-PWNED"}} {
+		fw, _ := mw.CreateFormFile("file", part[0])
+		_, _ = io.WriteString(fw, part[1])
+	}
+	_ = mw.Close()
+	if resp, err := http.Post(up, mw.FormDataContentType(), &form); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "one part") {
+			t.Errorf("a signed upload of two parts: %d %s, want 400 naming its one part", resp.StatusCode, b)
+		}
+	}
+	if _, err := conn.ReadFile(ctx, ".profile"); e2bclient.StatusOf(err) != http.StatusNotFound {
+		t.Errorf("a signed upload's second part was written to .profile: %v", err)
 	}
 	down, _ := conn.FileURL("signed/up.txt", "read", 0)
 	if got, err := alice.FetchURL(ctx, "GET", down, "", nil); err != nil || string(got) != "signed bytes" {

@@ -86,6 +86,9 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 	switch ct {
 	case "multipart/form-data":
 		mr := multipart.NewReader(r.Body, params["boundary"])
+		// A signed URL (upload_url) opens its one path, not the home: its signature covers
+		// path alone, so a holder of the link may not name other files in the parts.
+		signed := signedFiles(r)
 		var parts int
 		for {
 			part, err := mr.NextPart()
@@ -97,10 +100,14 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			parts++
+			if signed && parts > 1 {
+				writeError(w, http.StatusBadRequest, "a signed upload URL writes its one path: send the file as one part (upload_url for each file)")
+				return
+			}
 			// Part.FileName keeps only the last element; the SDKs send the whole path.
 			_, disp, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
 			dst := disp["filename"]
-			if p != "" && (dst == "" || parts == 1 && r.URL.Query().Has("path")) {
+			if signed || p != "" && (dst == "" || parts == 1 && r.URL.Query().Has("path")) {
 				dst = p
 			}
 			if dst == "" {
