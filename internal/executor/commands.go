@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandpit-dev/sandpit/internal/errclass"
 	"github.com/sandpit-dev/sandpit/internal/protocol"
@@ -218,7 +219,7 @@ func (e *Executor) launchCommand(slot int, id string, c protocol.Command) (*proc
 			if !st.IsDir() {
 				return fileErr(errclass.Conflict, "cwd %s is not a directory", view)
 			}
-			if err := syscall.Access(dir, 0o5); err != nil { // R_OK|X_OK, as the session's uid
+			if err := unix.Faccessat(unix.AT_FDCWD, dir, unix.R_OK|unix.X_OK, unix.AT_EACCESS); err != nil { // as the session's uid
 				return fileErr(errclass.Forbidden, "cwd %s: the session's user may not enter and read it", view)
 			}
 			return nil

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sandpit-dev/sandpit/internal/sandbox/sandboxtest"
 )
 
@@ -182,5 +184,41 @@ func TestServeRefusesSlotsOnTheKillersUID(t *testing.T) {
 	err := Serve(t.Context(), nil, cfg, nil)
 	if err == nil || !strings.Contains(err.Error(), "the uid of the executor's kill thread") {
 		t.Fatalf("slots over uid %d: %v", killerUID, err)
+	}
+}
+
+// TestUserThreadIsNoTargetOfTheSessionsUID: a file operation's thread (asUserThread: a
+// session's files, watches, a command's cwd) acts as the session's uid by its effective uid
+// only; its real and saved uids are killerUID, so a process of the session cannot signal it
+// (a red team's background command SIGSTOPped such a thread, found by its Uid line, and so
+// the whole executor, until the session ended for an executor that did not answer: H42).
+func TestUserThreadIsNoTargetOfTheSessionsUID(t *testing.T) {
+	needRoot(t)
+	const uid = 64124
+	var line string
+	err := asUserThread(uid, func() error {
+		raw, err := os.ReadFile("/proc/thread-self/status")
+		for l := range strings.Lines(string(raw)) {
+			if rest, ok := strings.CutPrefix(l, "Uid:"); ok {
+				line = strings.Join(strings.Fields(rest), " ")
+			}
+		}
+		return err
+	})
+	// Real, effective, saved, filesystem.
+	if want := strconv.Itoa(killerUID) + " 64124 " + strconv.Itoa(killerUID) + " 64124"; err != nil || line != want {
+		t.Errorf("the thread's uids: %q %v, want %q", line, err, want)
+	}
+	// It still checks access as the session's uid: a directory only root may enter is refused.
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	err = asUserThread(uid, func() error { return unix.Faccessat(unix.AT_FDCWD, dir, unix.R_OK|unix.X_OK, unix.AT_EACCESS) })
+	if err == nil {
+		t.Errorf("uid %d may enter %s (0700, root's)", uid, dir)
+	}
+	if err := asUserThread(uid, func() error { return unix.Faccessat(unix.AT_FDCWD, "/", unix.R_OK|unix.X_OK, unix.AT_EACCESS) }); err != nil {
+		t.Errorf("uid %d may not enter /: %v", uid, err)
 	}
 }

@@ -113,8 +113,15 @@ func errnoError(view, what string, err error) error {
 }
 
 // asUserThread runs fn on a thread that has become uid and gid (with no supplementary groups), and
-// only that thread, which is never used again (see asUID).
+// only that thread, which is never used again (see asUID). uid is only its effective uid (the
+// files' owner and the checks of access): its real and saved uids are killerUID, as asUID's,
+// since a process of uid may signal or trace a thread whose real or saved uid is uid, and a
+// session's process that stopped it would stop the executor (H42). Checks of access in fn
+// must use the effective ids (unix.AT_EACCESS), not access(2)'s real ones.
 func asUserThread(uid int, fn func() error) error {
+	if uid <= 0 || uid == killerUID {
+		return fmt.Errorf("refusing to act as uid %d", uid)
+	}
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -126,7 +133,7 @@ func asUserThread(uid int, fn func() error) error {
 			errc <- fmt.Errorf("becoming gid %d: %w", uid, e)
 			return
 		}
-		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
+		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, killerUID, uintptr(uid), killerUID); e != 0 {
 			errc <- fmt.Errorf("becoming uid %d: %w", uid, e)
 			return
 		}
