@@ -567,6 +567,24 @@ func TestSettingsComparedWithDaemon(t *testing.T) {
 	}
 }
 
+// resultDaemon is a daemon whose every run ends with res, and whose ledger holds it as a
+// finished execution.
+func resultDaemon(res apitype.Result) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.URL.Path == "/healthz":
+			_, _ = io.WriteString(w, `{"status": "ok"}`)
+		case r.URL.Path == "/v1/limits":
+			_, _ = io.WriteString(w, `{}`)
+		case r.Method == "GET":
+			_ = json.NewEncoder(w).Encode(apitype.Execution{Result: res, Status: apitype.StatusFinished})
+		default:
+			_ = json.NewEncoder(w).Encode(res)
+		}
+	}))
+}
+
 // TestRefusedRunSaysWhy: an error outcome with no exit status (sandpit ended the run before
 // the program could, e.g. a session refusing an input file) prints its reason; a program's
 // own error does not repeat its traceback.
@@ -575,19 +593,8 @@ func TestRefusedRunSaysWhy(t *testing.T) {
 		exit int
 		want bool
 	}{{-1, true}, {1, false}} {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			switch r.URL.Path {
-			case "/healthz":
-				_, _ = io.WriteString(w, `{"status": "ok"}`)
-				return
-			case "/v1/limits":
-				_, _ = io.WriteString(w, `{}`)
-				return
-			}
-			_ = json.NewEncoder(w).Encode(apitype.Result{ID: filesExecID, Outcome: apitype.OutcomeError, ExitCode: tc.exit,
-				Reason: "writing input file \"a.csv\": file exists", Output: json.RawMessage("null")})
-		}))
+		srv := resultDaemon(apitype.Result{ID: filesExecID, Outcome: apitype.OutcomeError, ExitCode: tc.exit,
+			Reason: "writing input file \"a.csv\": file exists", Output: json.RawMessage("null")})
 		code, _, stderr := sandpit(t, srv.URL, "run", "-c", "1")
 		srv.Close()
 		if got := strings.Contains(stderr, "sandpit: error: writing input file"); got != tc.want || code != 1 {
@@ -711,23 +718,7 @@ func TestSessionCommandsRefuseWhatIsNoSessionID(t *testing.T) {
 // escaped (a trial's `sandpit run --dep tabulate` printed pip's lines joined by a literal \n).
 func TestReasonKeepsItsLines(t *testing.T) {
 	const reason = "installing tabulate failed; check the network and index_url:\nERROR: No matching distribution found for tabulate\n\x1b[2Jthe sandbox's egress proxy refused"
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		switch r.URL.Path {
-		case "/healthz":
-			_, _ = io.WriteString(w, `{"status": "ok"}`)
-			return
-		case "/v1/limits":
-			_, _ = io.WriteString(w, `{}`)
-			return
-		}
-		res := apitype.Result{ID: filesExecID, Outcome: apitype.OutcomeDependencyError, ExitCode: -1, Reason: reason, Output: json.RawMessage("null")}
-		if r.Method == "GET" {
-			_ = json.NewEncoder(w).Encode(apitype.Execution{Result: res, Status: apitype.StatusFinished})
-			return
-		}
-		_ = json.NewEncoder(w).Encode(res)
-	}))
+	srv := resultDaemon(apitype.Result{ID: filesExecID, Outcome: apitype.OutcomeDependencyError, ExitCode: -1, Reason: reason, Output: json.RawMessage("null")})
 	defer srv.Close()
 	code, _, stderr := sandpit(t, srv.URL, "run", "-c", "import tabulate")
 	want := "sandpit: dependency_error: installing tabulate failed; check the network and index_url:\nERROR: No matching distribution found for tabulate\n\\x1b[2Jthe sandbox's egress proxy refused\n"
