@@ -827,10 +827,12 @@ cmd_node() {
 	cut) ip link set "$VETH" down && log "node $N: cut off (link $VETH down)" ;;
 	mend) ip link set "$VETH" up && log "node $N: link $VETH up" ;;
 	tasks)
-		local c
+		local c info
 		for c in $(ctr -a "$SOCK" -n k8s.io tasks ls -q); do
-			ctr -a "$SOCK" -n k8s.io containers info "$c" 2>/dev/null | jq -r '.Labels as $l |
-				"\($l["io.kubernetes.pod.namespace"] // "")/\($l["io.kubernetes.pod.name"] // "") \($l["io.kubernetes.container.name"] // "(sandbox)")"'
+			# A container the kubelet removes between the listing and its info is not running.
+			info=$(ctr -a "$SOCK" -n k8s.io containers info "$c" 2>/dev/null) || continue
+			jq -r '.Labels as $l |
+				"\($l["io.kubernetes.pod.namespace"] // "")/\($l["io.kubernetes.pod.name"] // "") \($l["io.kubernetes.container.name"] // "(sandbox)")"' <<<"$info"
 		done
 		;;
 	rm)
