@@ -32,14 +32,28 @@ const killerUID = 65533
 // thread once had, and then a kill helper process started as the uid) could be stopped by the
 // run's processes, and a SIGSTOP to one thread acts on the whole executor; the helper was
 // stopped before it killed, and a run's processes outlived every kill (trials, December 2026).
-func asUID(uid int, fn func() error) error {
+func asUID(uid int, fn func() error) error { return onThreadAs(uid, false, fn) }
+
+// onThreadAs is asUID, and asUserThread when withGID is set: the thread then first drops its
+// supplementary groups and takes uid as its three gids (while it is still root).
+func onThreadAs(uid int, withGID bool, fn func() error) error {
 	if uid <= 0 || uid == killerUID {
 		return fmt.Errorf("refusing to act as uid %d", uid)
 	}
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		// A raw syscall changes only this thread (syscall.Setresuid would change all threads).
+		// Raw syscalls change only this thread (syscall.Setresuid would change all threads).
+		if withGID {
+			if _, _, e := syscall.RawSyscall(syscall.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+				errc <- fmt.Errorf("dropping groups: %w", e)
+				return
+			}
+			if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESGID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
+				errc <- fmt.Errorf("becoming gid %d: %w", uid, e)
+				return
+			}
+		}
 		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, killerUID, uintptr(uid), killerUID); e != 0 {
 			errc <- fmt.Errorf("becoming uid %d: %w", uid, e)
 			return

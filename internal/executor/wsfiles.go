@@ -118,29 +118,7 @@ func errnoError(view, what string, err error) error {
 // since a process of uid may signal or trace a thread whose real or saved uid is uid, and a
 // session's process that stopped it would stop the executor (H42). Checks of access in fn
 // must use the effective ids (unix.AT_EACCESS), not access(2)'s real ones.
-func asUserThread(uid int, fn func() error) error {
-	if uid <= 0 || uid == killerUID {
-		return fmt.Errorf("refusing to act as uid %d", uid)
-	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if _, _, e := syscall.RawSyscall(syscall.SYS_SETGROUPS, 0, 0, 0); e != 0 {
-			errc <- fmt.Errorf("dropping groups: %w", e)
-			return
-		}
-		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESGID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
-			errc <- fmt.Errorf("becoming gid %d: %w", uid, e)
-			return
-		}
-		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, killerUID, uintptr(uid), killerUID); e != 0 {
-			errc <- fmt.Errorf("becoming uid %d: %w", uid, e)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
+func asUserThread(uid int, fn func() error) error { return onThreadAs(uid, true, fn) }
 
 // ws is one file operation's view of the session's home.
 type ws struct {
