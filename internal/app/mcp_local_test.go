@@ -5,12 +5,12 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandpit-dev/sandpit/internal/cli"
+	"github.com/sandpit-dev/sandpit/internal/testenv/logbuf"
 )
 
 // `sandpit mcp` with no daemon answering runs the engine in its own process and serves the
@@ -28,7 +28,7 @@ func TestMCPOwnEngine(t *testing.T) {
 		"SANDPIT_BASE_IMAGE": cfg.BaseImage, "SANDPIT_EXECUTOR_PATH": cfg.ExecutorPath}
 	toCmd, stdin := io.Pipe()
 	stdout, fromCmd := io.Pipe()
-	stderr := &lockedBuffer{}
+	stderr := &logbuf.Buffer{}
 	exit := make(chan int, 1)
 	go func() {
 		code := cli.Main(context.Background(), []string{"mcp", "--agent", "frank"}, cli.Env{Stdin: toCmd, Stdout: fromCmd,
@@ -62,22 +62,4 @@ func TestMCPOwnEngine(t *testing.T) {
 	if code := <-exit; code != 0 {
 		t.Errorf("sandpit mcp exited %d; stderr %q", code, stderr.String())
 	}
-}
-
-// lockedBuffer is a strings.Builder that goroutines may write at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

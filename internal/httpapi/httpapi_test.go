@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/httpapi/httpapitest"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/testenv/logbuf"
 )
 
 // fakeExec records requests and answers with Fn.
@@ -775,26 +775,8 @@ func TestUnknownRoutes(t *testing.T) {
 	}
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestPanicIsRecovered(t *testing.T) {
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	fake := newFake()
 	fake.Fn = func(context.Context, sandbox.Request, func(sandbox.Event)) (sandbox.Result, error) {
 		panic("kaboom")
@@ -818,7 +800,7 @@ func TestPanicIsRecovered(t *testing.T) {
 }
 
 func TestLogsNeitherCodeNorInput(t *testing.T) {
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	srv := httptest.NewServer(NewHandler(Backend{Executor: newFake()}, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	defer srv.Close()
 	a := do(t, srv, "POST", "/v1/executions", `{"code":"SECRET_CODE_1","input":"SECRET_INPUT_2"}`)

@@ -1,16 +1,15 @@
 package session
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/sandpit-dev/sandpit/internal/engine"
 	"github.com/sandpit-dev/sandpit/internal/sandbox"
+	"github.com/sandpit-dev/sandpit/internal/testenv/logbuf"
 )
 
 // weighedBox is a fakeBox that records the CPU weight it is given, and how many times. Once
@@ -100,31 +99,13 @@ func TestAgentsShareTheCPUFairly(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer for a logger that goroutines write to.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestWeighingABoxGoneIsNoFault: a weighing that meets a session's box its session let go
 // meanwhile (the session ended, the engine removing its container) is no fault and logs no
 // warning (a new user's daemon warned "weighing a session's CPU ... marked for removal" at
 // every close of one of two sessions); a box its session still holds that the engine refuses
 // still does.
 func TestWeighingABoxGoneIsNoFault(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &logbuf.Buffer{}
 	op := &weighingOpener{boxes: make(chan *weighedBox, 8)}
 	m := &keeper{New(newService(engine.Hooks{}), op, nil, DefaultConfig(), slog.New(slog.NewTextHandler(logs, nil)))}
 	defer m.Shutdown(context.Background())

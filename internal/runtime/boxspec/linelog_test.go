@@ -4,8 +4,9 @@ import (
 	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/testenv/logbuf"
 )
 
 func TestLineLoggerForwardsExecutorRecords(t *testing.T) {
@@ -33,7 +34,7 @@ func TestLineLoggerForwardsExecutorRecords(t *testing.T) {
 // stream's caller flushes (a race the race detector caught in the Kubernetes runtime); every
 // line still comes out whole, once.
 func TestLineLoggerWriteAndFlushRace(t *testing.T) {
-	var out syncBuffer
+	var out logbuf.Buffer
 	l := NewLineLogger(slog.New(slog.NewTextHandler(&out, nil)))
 	done := make(chan struct{})
 	go func() {
@@ -50,22 +51,4 @@ func TestLineLoggerWriteAndFlushRace(t *testing.T) {
 	if n := strings.Count(out.String(), "msg=line"); n != 200 {
 		t.Errorf("%d lines logged, want 200", n)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's writes from two goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
