@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandpit-dev/sandpit/internal/apitype"
+	"github.com/sandpit-dev/sandpit/internal/testenv/logbuf"
 )
 
 // sandpitBinary builds cmd/sandpit from this checkout into a directory of the test.
@@ -30,22 +30,7 @@ func sandpitBinary(t *testing.T) string {
 }
 
 // screen is what a terminal's program wrote, read from the PTY's master side as it comes.
-type screen struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (s *screen) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *screen) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
+type screen struct{ logbuf.Buffer }
 
 // waitFor waits up to 30 s for the screen to show want, typing again (retype, unless empty)
 // every 2 s: a resize reaches the command a moment after its signal.
