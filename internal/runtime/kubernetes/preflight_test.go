@@ -12,6 +12,7 @@ import (
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
+	authv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -102,7 +103,20 @@ func (e *kwireEnv) serviceAccountClient(t *testing.T, name string, rules []rbacv
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+	// The API server's authorizer learns of a new RoleBinding from a watch, a moment after the
+	// create returns: wait until the Role's first rule is in force for the token.
+	r := rules[0]
+	review := &authv1.SelfSubjectAccessReview{Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authv1.ResourceAttributes{
+		Namespace: e.ns, Group: r.APIGroups[0], Resource: r.Resources[0], Verb: r.Verbs[0]}}}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		got, err := c.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		if err == nil && got.Status.Allowed {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the Role %s is not in force for its service account a minute after its binding: %v %+v", name, err, got)
+		}
+	}
 }
 
 // TestPreflight proves the start checks against the real cluster: all pass for the admin,
