@@ -140,6 +140,9 @@ type TemplateBuild struct {
 	Spec TemplateSpec `json:"spec"`
 	// Shared lets every agent start it, as "AGENT/NAME".
 	Shared bool `json:"shared,omitempty"`
+	// NoCache builds every step again, reusing no image of the agent's earlier builds (for
+	// steps whose result changes with time, as an apt-get of today's packages).
+	NoCache bool `json:"no_cache,omitempty"`
 }
 
 // TemplateList is the answer of GET /v1/agents/{agent}/templates: the agent's templates and

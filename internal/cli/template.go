@@ -33,9 +33,10 @@ const maxSpecFile = 16 << 20
 
 func (o *options) templateBuildCommand() *cobra.Command {
 	var (
-		f      daemonFlags
-		file   string
-		shared bool
+		f       daemonFlags
+		file    string
+		shared  bool
+		noCache bool
 	)
 	cmd := &cobra.Command{
 		Use:   "build NAME -f SPEC.json|SPEC.yaml|Dockerfile",
@@ -71,7 +72,7 @@ and runs start from it with --template NAME.`,
 			if f.json {
 				progress = io.Discard
 			}
-			t, err := c.BuildTemplate(cmd.Context(), f.agent, apitype.TemplateBuild{Name: args[0], Spec: spec, Shared: shared}, func(e apitype.TemplateEvent) {
+			t, err := c.BuildTemplate(cmd.Context(), f.agent, apitype.TemplateBuild{Name: args[0], Spec: spec, Shared: shared, NoCache: noCache}, func(e apitype.TemplateEvent) {
 				switch e.Type {
 				case "step":
 					fmt.Fprintf(progress, "[%d/%d] %s\n", e.Step, e.Steps, e.Label)
@@ -96,6 +97,7 @@ and runs start from it with --template NAME.`,
 	f.register(cmd.Flags(), true)
 	cmd.Flags().StringVarP(&file, "file", "f", "", "the JSON or YAML spec or Dockerfile to build (- reads standard input)")
 	cmd.Flags().BoolVar(&shared, "shared", false, "let every agent start it, as AGENT/NAME")
+	cmd.Flags().BoolVar(&noCache, "no-cache", false, "build every step again, reusing nothing of earlier builds")
 	return cmd
 }
 

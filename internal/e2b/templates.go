@@ -81,6 +81,9 @@ type templateBuild struct {
 	id, agent, name string
 	tags            []string
 	created         time.Time
+	// noCache: the build or a step asked for force (the SDK's skip_cache): every step is
+	// built again.
+	noCache bool
 
 	// guarded by templateState.mu
 	status   string // waiting, building, ready, error
@@ -321,6 +324,7 @@ func (s *Server) startBuild(w http.ResponseWriter, r *http.Request, agent string
 		return
 	}
 	b.status = "building"
+	b.noCache = req.Force || slices.ContainsFunc(req.Steps, func(st buildStep) bool { return st.Force })
 	now := time.Now().UTC()
 	for _, n := range notes {
 		b.entries = append(b.entries, buildLogEntry{Timestamp: now, Level: "warn", Message: n})
@@ -388,7 +392,7 @@ func (s *Server) runBuild(ctx context.Context, t Templates, b *templateBuild, sp
 			b.bytes = -1
 		}
 	}
-	err := s.build(ctx, t, template.BuildRequest{Agent: b.agent, Name: b.name, Spec: spec}, b.tags, func(ev template.Event) {
+	err := s.build(ctx, t, template.BuildRequest{Agent: b.agent, Name: b.name, Spec: spec, NoCache: b.noCache}, b.tags, func(ev template.Event) {
 		now := time.Now().UTC()
 		switch ev.Type {
 		case "step":
@@ -652,9 +656,6 @@ func (s *Server) templateSpec(agent string, req buildStart) (spec template.Spec,
 		if !slices.Contains(e2bBaseImages, repo) {
 			spec.Base = req.FromImage
 		}
-	}
-	if req.Force {
-		notes = append(notes, "force (skip_cache): sandpit caches by content; the same steps reuse their images")
 	}
 	workdir := "/"
 	for i, st := range req.Steps {

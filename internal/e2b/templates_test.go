@@ -38,6 +38,7 @@ func (k keysOf) APIKeyAgent(_ context.Context, key string) (string, error) {
 type fakeTemplates struct {
 	mu       sync.Mutex
 	built    map[string]template.Spec // by agent/name
+	noCache  map[string]bool          // the builds asked to reuse nothing, by agent/name
 	fail     error
 	versions map[string]int            // by agent/name: the current one
 	tags     map[string]map[string]int // by agent/name
@@ -99,6 +100,12 @@ func (f *fakeTemplates) Build(_ context.Context, req template.BuildRequest, emit
 	}
 	f.mu.Lock()
 	f.built[req.Agent+"/"+req.Name] = req.Spec
+	if req.NoCache {
+		if f.noCache == nil {
+			f.noCache = map[string]bool{}
+		}
+		f.noCache[req.Agent+"/"+req.Name] = true
+	}
 	if f.versions == nil {
 		f.versions, f.tags = map[string]int{}, map[string]map[string]int{}
 	}
@@ -232,8 +239,9 @@ func waitBuild(t *testing.T, base, key, id, build string) (statusAnswer, []build
 
 // TestTemplateBuilderFlow: E2B's builder flow (request, file links and uploads, start, status)
 // becomes one sandpit template spec: RUN steps, COPY's uploaded files at their paths with
-// their modes, ENV, WORKDIR, the start and ready commands; USER and force are noted, not lost
-// silently; and the template is then listed, found by alias and deleted.
+// their modes, ENV, WORKDIR, the start and ready commands; USER is noted, not lost silently;
+// force (skip_cache) builds every step again; and the template is then listed, found by alias
+// and deleted.
 func TestTemplateBuilderFlow(t *testing.T) {
 	f := &fakeTemplates{built: map[string]template.Spec{}}
 	srv, _ := templateAPI(t, f)
@@ -316,6 +324,9 @@ func TestTemplateBuilderFlow(t *testing.T) {
 		spec.Steps[0].Run != want.Steps[0].Run || *spec.Steps[1].File != *want.Steps[1].File {
 		t.Fatalf("spec = %+v", spec)
 	}
+	if !f.noCache["alice/my-env"] {
+		t.Errorf("force (skip_cache) did not ask for a build that reuses nothing")
+	}
 	files := map[string]template.File{}
 	for _, s := range spec.Steps[2:] {
 		files[s.File.Path] = *s.File
@@ -329,7 +340,7 @@ func TestTemplateBuilderFlow(t *testing.T) {
 		text = append(text, e.Step+": "+e.Message)
 	}
 	log := strings.Join(text, "\n")
-	for _, w := range []string{"USER root): build steps run as root", "force (skip_cache)", "2: [1/5] run apt-get update", "4: output of step 2", "6: [4/5] file /home/user/srv/", "finalize: Template built"} {
+	for _, w := range []string{"USER root): build steps run as root", "2: [1/5] run apt-get update", "4: output of step 2", "6: [4/5] file /home/user/srv/", "finalize: Template built"} {
 		if !strings.Contains(log, w) {
 			t.Errorf("the build's log lacks %q:\n%s", w, log)
 		}

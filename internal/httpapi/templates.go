@@ -50,14 +50,15 @@ var tagShape = shape{
 }
 
 var templateShape = shape{
-	fields: []string{"name", "spec", "shared", "base", "steps", "env", "workdir", "start", "preload", "dockerfile",
+	fields: []string{"name", "spec", "shared", "no_cache", "base", "steps", "env", "workdir", "start", "preload", "dockerfile",
 		"apt", "pip", "file", "run", "path", "content", "mode", "cmd", "ready", "ready_timeout_ms"},
 	expect: map[string]string{
-		"name":   "must be a string: the template's name",
-		"spec":   `must be an object such as {"steps": [{"apt": ["jq"]}]}`,
-		"shared": "must be true or false",
-		"steps":  `must be a list of steps such as [{"apt": ["jq"]}, {"pip": ["requests"]}, {"run": "echo hi"}]`,
-		"env":    "must be an object of string values",
+		"name":     "must be a string: the template's name",
+		"spec":     `must be an object such as {"steps": [{"apt": ["jq"]}]}`,
+		"shared":   "must be true or false",
+		"no_cache": "must be true or false",
+		"steps":    `must be a list of steps such as [{"apt": ["jq"]}, {"pip": ["requests"]}, {"run": "echo hi"}]`,
+		"env":      "must be an object of string values",
 	},
 	example: `{"name": "my-env", "spec": {"steps": [{"apt": ["jq"]}]}}`,
 }
@@ -114,7 +115,7 @@ func (a *api) buildTemplate(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(line)
 		_ = rc.Flush()
 	}
-	t, err := a.templates.Build(r.Context(), template.BuildRequest{Agent: agent, Name: b.Name, Spec: b.Spec, Shared: b.Shared}, emit)
+	t, err := a.templates.Build(r.Context(), template.BuildRequest{Agent: agent, Name: b.Name, Spec: b.Spec, Shared: b.Shared, NoCache: b.NoCache}, emit)
 	mu.Lock()
 	defer mu.Unlock()
 	if started {

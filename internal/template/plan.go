@@ -28,17 +28,25 @@ type Plan struct {
 	// instruction i+1 (the builder's "Step i+1/n"), -1 for sandpit's own instructions.
 	Steps  []string
 	StepOf []int
-	// Hash is the content hash of everything that decides the layer's content.
+	// Hash is the content hash of everything that decides the layer's content, and of the
+	// agent whose build it is.
 	Hash string
+	// CacheFrom are the images whose steps the engine's builder may reuse: the agent's own
+	// template layers and the base (never empty: the builder reads an empty list as every
+	// image it has). NoCache reuses none.
+	CacheFrom []string
+	NoCache   bool
 }
 
 // aptOptions makes apt work on mirrors whose Release files are past their Valid-Until (a
 // snapshot mirror, as on an offline machine).
 const aptOptions = "-o Acquire::Check-Valid-Until=false -o Acquire::Retries=3"
 
-// NewPlan makes the plan of spec on base (an image reference the engine has; baseID its ID,
-// part of the hash), installing pip steps through pip.
-func NewPlan(spec Spec, base, baseID string, pip protocol.PipOptions) (Plan, error) {
+// NewPlan makes agent's plan of spec on base (an image reference the engine has; baseID its
+// ID, part of the hash), installing pip steps through pip. The agent is part of the hash: a
+// build is reused by its own agent only, as another agent's would tell, by its speed, what
+// that agent built (a file's content guessed, confirmed in 0.1 s against 35).
+func NewPlan(agent string, spec Spec, base, baseID string, pip protocol.PipOptions) (Plan, error) {
 	var (
 		lines  []string
 		stepOf []int
@@ -107,11 +115,11 @@ func NewPlan(spec Spec, base, baseID string, pip protocol.PipOptions) (Plan, err
 	}
 	h := sha256.New()
 	pipJSON, _ := json.Marshal(pip)
-	for _, part := range [][]byte{[]byte("sandpit-template-2"), []byte(base), []byte(baseID), pipJSON, ctx} {
+	for _, part := range [][]byte{[]byte("sandpit-template-3"), []byte(agent), []byte(base), []byte(baseID), pipJSON, ctx} {
 		fmt.Fprintf(h, "%d:", len(part))
 		h.Write(part)
 	}
-	return Plan{Dockerfile: df, Context: ctx, Steps: labels, StepOf: stepOf, Hash: hex.EncodeToString(h.Sum(nil))}, nil
+	return Plan{Dockerfile: df, Context: ctx, Steps: labels, StepOf: stepOf, Hash: hex.EncodeToString(h.Sum(nil)), CacheFrom: []string{base}}, nil
 }
 
 // pipFlags are pip's command-line flags for the daemon's index settings.

@@ -209,6 +209,10 @@ type BuildRequest struct {
 	Name   string
 	Spec   Spec
 	Shared bool
+	// NoCache builds every step again, reusing no image of an earlier build (E2B's
+	// skip_cache): for steps whose result changes with time, as an apt-get of today's
+	// packages.
+	NoCache bool
 }
 
 // Build builds req's template (or reuses the images of the same content) and stores it;
@@ -292,24 +296,31 @@ func (s *Service) Build(ctx context.Context, req BuildRequest, emit func(Event))
 			return Template{}, errclass.Newf(errclass.Busy, "agent %q has %d templates, the most templates_per_agent allows; remove one (DELETE /v1/templates/{name}) first", req.Agent, own)
 		}
 	}
-	plan, err := NewPlan(req.Spec, base, baseID, s.cfg.Pip)
+	plan, err := NewPlan(req.Agent, req.Spec, base, baseID, s.cfg.Pip)
 	if err != nil {
 		return Template{}, err
 	}
 	now := time.Now().UTC()
 	t := Template{Agent: req.Agent, Name: req.Name, Version: 1, Spec: req.Spec, Shared: req.Shared, Hash: plan.Hash,
 		LayerImage: s.cfg.LayerRepository + ":" + plan.Hash[:16], Status: StatusBuilding, CreatedAt: now, UpdatedAt: now}
+	if plan.NoCache = req.NoCache; plan.NoCache {
+		// A tag of its own: the layer of the same content built before keeps its tag while
+		// its versions are kept, and goes with them.
+		t.LayerImage += "-" + strconv.FormatInt(now.UnixNano(), 36)
+	} else if plan.CacheFrom, err = s.ownLayers(ctx, req.Agent, plan.CacheFrom); err != nil {
+		return Template{}, err
+	}
 	if exists {
 		t.CreatedAt, t.Version = prev.CreatedAt, prev.Version
-		// A new image, or the same one with another spec (a start command, a preload, env
-		// without steps): a new version, so that the old version's warm sessions are replaced
+		// A new image (of another spec, or built again), or the same one with another spec (a
+		// start command, a preload, env without steps): a new version, so that the old version's warm sessions are replaced
 		// and runs record the spec they had.
-		if prev.Hash != plan.Hash || !sameSpec(prev.Spec, req.Spec) {
+		if prev.Hash != plan.Hash || !sameSpec(prev.Spec, req.Spec) || req.NoCache {
 			t.Version++
 		}
 	}
 	steps := len(plan.Steps) + 1
-	if exists && prev.Status == StatusReady && prev.Hash == plan.Hash && s.present(ctx, prev.Image) && s.present(ctx, prev.LayerImage) {
+	if !req.NoCache && exists && prev.Status == StatusReady && prev.Hash == plan.Hash && s.present(ctx, prev.Image) && s.present(ctx, prev.LayerImage) {
 		if p, ok := s.engine.(Publisher); ok {
 			out := &stepWriter{plan: plan, emit: emit, steps: steps}
 			out.enter(steps, "sandpit layer")
@@ -414,7 +425,7 @@ func (s *Service) ready(ctx context.Context, t Template) error {
 // build builds t's layer (unless the engine has it) and its sandbox image, and checks its
 // size; cached says both were there.
 func (s *Service) build(ctx context.Context, t *Template, plan Plan, out *stepWriter) (cached bool, err error) {
-	layerCached := s.present(ctx, t.LayerImage)
+	layerCached := !plan.NoCache && s.present(ctx, t.LayerImage)
 	if !layerCached {
 		if err := s.engine.BuildLayer(ctx, plan, t.LayerImage, out); err != nil {
 			return false, err
@@ -435,6 +446,32 @@ func (s *Service) build(ctx context.Context, t *Template, plan Plan, out *stepWr
 		return false, errclass.Newf(errclass.TooLarge, "the image is %d bytes, more than template_max_bytes (%d)", t.SizeBytes, s.cfg.MaxImageBytes)
 	}
 	return layerCached, nil
+}
+
+// ownLayers returns images and the layer images of agent's templates, every kept version's:
+// the images whose steps agent's build may reuse. The builder reuses none of another agent's,
+// which would tell, by their speed, what that agent's templates hold.
+func (s *Service) ownLayers(ctx context.Context, agent string, images []string) ([]string, error) {
+	list, err := s.store.ListTemplates(ctx, agent)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range list {
+		if t.Agent != agent {
+			continue // another agent's shared template
+		}
+		versions, err := s.store.TemplateVersions(ctx, agent, t.Name)
+		if err != nil {
+			return nil, err
+		}
+		images = append(images, t.LayerImage)
+		for _, v := range versions {
+			images = append(images, v.LayerImage)
+		}
+	}
+	images = slices.DeleteFunc(images, func(img string) bool { return img == "" })
+	slices.Sort(images)
+	return slices.Compact(images), nil
 }
 
 // base resolves the spec's base to an image reference.

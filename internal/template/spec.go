@@ -6,9 +6,10 @@
 // fork server and users, exactly as for the default image): a template changes what a box
 // contains, never how it runs (uid, read-only root, caps, seccomp, egress).
 //
-// A build is cached by content: the hash of the generated Dockerfile, the files, the base
-// image's ID, the pip settings and the sandbox layer's recipe names the images, so the same
-// spec builds once.
+// A build is cached by content and agent: the hash of the generated Dockerfile, the files, the
+// base image's ID, the pip settings, the agent and the sandbox layer's recipe names the
+// images, so the same spec builds once for each agent; the builder reuses the steps of the
+// agent's own layers only.
 package template
 
 import (

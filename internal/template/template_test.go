@@ -57,7 +57,7 @@ func TestPlan(t *testing.T) {
 	spec := template.Spec{Steps: []template.Step{{Apt: []string{"jq"}}, {Pip: []string{"tinypkg==1.0"}}, {File: &template.File{Path: "/opt/a b", Content: "x"}}, {Run: "echo \"$HOME\""}},
 		Env: map[string]string{"B": "2", "A": `q"uote`}, Workdir: "/opt"}
 	pip := protocol.PipOptions{IndexURL: "http://10.0.0.1:9/simple/", TrustedHosts: []string{"10.0.0.1"}}
-	p, err := template.NewPlan(spec, "sandpit-base:bookworm-2", "sha256:1", pip)
+	p, err := template.NewPlan("alice", spec, "sandpit-base:bookworm-2", "sha256:1", pip)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,10 +84,49 @@ func TestPlan(t *testing.T) {
 	if got := fmt.Sprint(p.StepOf); got != "[-1 -1 -1 0 1 2 3]" {
 		t.Errorf("StepOf %s", got)
 	}
-	again, _ := template.NewPlan(spec, "sandpit-base:bookworm-2", "sha256:1", pip)
-	other, _ := template.NewPlan(spec, "sandpit-base:bookworm-2", "sha256:2", pip)
-	if again.Hash != p.Hash || other.Hash == p.Hash {
-		t.Errorf("hashes: %s, again %s, on another base ID %s", p.Hash, again.Hash, other.Hash)
+	again, _ := template.NewPlan("alice", spec, "sandpit-base:bookworm-2", "sha256:1", pip)
+	other, _ := template.NewPlan("alice", spec, "sandpit-base:bookworm-2", "sha256:2", pip)
+	bobs, _ := template.NewPlan("bob", spec, "sandpit-base:bookworm-2", "sha256:1", pip)
+	if again.Hash != p.Hash || other.Hash == p.Hash || bobs.Hash == p.Hash {
+		t.Errorf("hashes: %s, again %s, on another base ID %s, another agent's %s", p.Hash, again.Hash, other.Hash, bobs.Hash)
+	}
+}
+
+// An agent's build reuses only its own: another agent's build of the same spec is not cached
+// (its speed would tell what the first agent's template holds), the builder may reuse the
+// steps of the agent's own layers only, and NoCache reuses nothing and makes a new version.
+func TestBuildCacheIsTheAgentsOwn(t *testing.T) {
+	_, eng, svc := newService(t)
+	ctx := t.Context()
+	spec := template.Spec{Steps: []template.Step{{File: &template.File{Path: "/opt/secret", Content: "alice's guess"}}}}
+	alice, err := svc.Build(ctx, template.BuildRequest{Agent: "alice", Name: "tools", Spec: spec}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cached bool
+	bob, err := svc.Build(ctx, template.BuildRequest{Agent: "bob", Name: "probe", Spec: spec}, func(e template.Event) { cached = cached || e.Cached })
+	if err != nil || cached || eng.layers != 2 || bob.LayerImage == alice.LayerImage || bob.Image == alice.Image {
+		t.Fatalf("bob's build of alice's spec: %+v %v, cached %v, %d layer builds; want a build of bob's own", bob, err, cached, eng.layers)
+	}
+	if got := fmt.Sprint(eng.last.CacheFrom); got != "[base]" || eng.last.NoCache {
+		t.Errorf("bob's first build may reuse %s (no cache %v), want [base] only", got, eng.last.NoCache)
+	}
+	other := template.Spec{Steps: []template.Step{{Run: "true"}}}
+	if _, err := svc.Build(ctx, template.BuildRequest{Agent: "alice", Name: "other", Spec: other}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(eng.last.CacheFrom); got != fmt.Sprint([]string{"base", alice.LayerImage}) {
+		t.Errorf("alice's second template may reuse %s, want her first's layer and the base", got)
+	}
+
+	again, err := svc.Build(ctx, template.BuildRequest{Agent: "alice", Name: "tools", Spec: spec, NoCache: true}, func(e template.Event) { cached = cached || e.Cached })
+	if err != nil || cached || !eng.last.NoCache || again.LayerImage == alice.LayerImage || again.Image == alice.Image || again.Version != alice.Version+1 {
+		t.Fatalf("a no-cache rebuild: %+v %v, cached %v, plan %+v; want a new layer and version", again, err, cached, eng.last)
+	}
+	// The version it replaced goes with its images (versions_kept 0), its layer's tag too.
+	if eng.has(alice.Image) || eng.has(alice.LayerImage) || !eng.has(again.LayerImage) {
+		t.Errorf("after a no-cache rebuild the engine has the version before's images %v %v, the new layer %v",
+			eng.has(alice.Image), eng.has(alice.LayerImage), eng.has(again.LayerImage))
 	}
 }
 
@@ -98,6 +137,7 @@ type fakeEngine struct {
 	images map[string]bool
 	busy   map[string]bool // images a container uses: not removed
 	layers int
+	last   template.Plan // the last layer build's
 }
 
 func (e *fakeEngine) ImageID(_ context.Context, image string) (string, error) {
@@ -111,6 +151,7 @@ func (e *fakeEngine) ImageID(_ context.Context, image string) (string, error) {
 func (e *fakeEngine) ImageSize(context.Context, string) (int64, error) { return 100 << 20, nil }
 func (e *fakeEngine) BuildLayer(ctx context.Context, p template.Plan, tag string, out io.Writer) error {
 	e.layers++
+	e.last = p
 	for i := range p.StepOf {
 		total := len(p.StepOf)
 		if strings.Contains(p.Dockerfile, "miscounted") { // a builder that reads another Dockerfile

@@ -153,7 +153,11 @@ func (e *TemplateEngine) BuildLayer(ctx context.Context, plan template.Plan, tag
 		args[name] = &local
 	}
 	resp, err := e.API.ImageBuild(ctx, bytes.NewReader(plan.Context), client.ImageBuildOptions{
-		Tags:        []string{tag},
+		Tags: []string{tag},
+		// The classic builder reuses only the steps of CacheFrom's images (an agent's own
+		// layers), or none (NoCache).
+		CacheFrom:   plan.CacheFrom,
+		NoCache:     plan.NoCache,
 		Remove:      true,
 		ForceRemove: true,
 		NetworkMode: network,

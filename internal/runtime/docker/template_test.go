@@ -142,34 +142,45 @@ func TestTemplateImagesAreFoundByNameOnly(t *testing.T) {
 }
 
 // TestTemplateLayerBuild: the builder counts a Dockerfile's instructions as the plan does (a
-// difference ends a build: it reads the file otherwise than the checks did), and a failed
-// build leaves no image of its steps behind (failing builds piled up gigabytes before).
+// difference ends a build: it reads the file otherwise than the checks did), reuses the steps
+// of the agent's own layers only (another agent's reuse would tell, by its speed, what the
+// first one built), and a failed build leaves no image of its steps behind (failing builds
+// piled up gigabytes before).
 func TestTemplateLayerBuild(t *testing.T) {
 	c := testenv.DockerClient(t)
 	eng := &docker.TemplateEngine{API: c, Egress: buildEgress(t), Box: docker.Box{MemoryBytes: 512 << 20, MemorySwapBytes: 512 << 20, NanoCPUs: 1e9}}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	base := testenv.BaseImage(t)
-	build := func(df string) (template.Plan, string, error) {
+	// build builds agent's plan of df, whose builder may reuse the steps of own (and base's).
+	build := func(agent, df string, own ...string) (template.Plan, string, string, error) {
 		t.Helper()
-		plan, err := template.NewPlan(template.Spec{Dockerfile: df}, base, "", protocol.PipOptions{})
+		plan, err := template.NewPlan(agent, template.Spec{Dockerfile: df}, base, "", protocol.PipOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
+		plan.CacheFrom = append(plan.CacheFrom, own...)
 		var out bytes.Buffer
 		tag := "sandpit-template-test:" + strings.ToLower(rand.Text()[:8])
 		err = eng.BuildLayer(ctx, plan, tag, &out)
 		t.Cleanup(func() { c.ImageRemove(context.Background(), tag, client.ImageRemoveOptions{PruneChildren: true}) })
-		return plan, out.String(), err
+		return plan, tag, out.String(), err
 	}
-	plan, out, err := build("FROM " + base + "\n# a comment\nRUN echo one \\\n  two > /a\n\nRUN cat /a\n")
+	df := "FROM " + base + "\n# a comment\nRUN echo one \\\n  two > /a\n\nRUN cat /a\n"
+	plan, alice, out, err := build("alice", df)
 	if err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	if want := fmt.Sprintf("Step 1/%d :", len(plan.StepOf)); !strings.Contains(out, want) {
 		t.Errorf("the builder's steps are not the plan's %d:\n%s", len(plan.StepOf), out)
 	}
-	_, out, err = build("FROM " + base + "\nRUN head -c 5000000 /dev/zero > /big\nRUN exit 3\n")
+	if _, _, out, err := build("bob", df); err != nil || strings.Contains(out, "Using cache") {
+		t.Errorf("bob's build of alice's Dockerfile reused her steps (or failed: %v):\n%s", err, out)
+	}
+	if _, _, out, err := build("alice", df, alice); err != nil || strings.Count(out, "Using cache") != 2 {
+		t.Errorf("alice's build again did not reuse her two steps (%v):\n%s", err, out)
+	}
+	_, _, out, err = build("alice", "FROM "+base+"\nRUN head -c 5000000 /dev/zero > /big\nRUN exit 3\n")
 	if err == nil {
 		t.Fatalf("a failing build succeeded:\n%s", out)
 	}
