@@ -334,9 +334,14 @@ type setting struct {
 func (o *options) load(cmd *cobra.Command) (config.Config, error) {
 	if o.env.Environ != nil {
 		for _, name := range config.UnknownEnv(o.env.Environ()) {
-			if configEnv(name) {
-				fmt.Fprintf(o.env.Stderr, "sandpit: warning: %s is not a sandpit setting and is ignored (the settings: sandpit --help)\n", name)
+			if !configEnv(name) {
+				continue
 			}
+			hint := "the settings: sandpit --help"
+			if near := config.NearestEnv(name); near != "" {
+				hint = "did you mean " + near + "?"
+			}
+			fmt.Fprintf(o.env.Stderr, "sandpit: warning: %s is not a sandpit setting and is ignored (%s)\n", name, hint)
 		}
 	}
 	return o.loadFile(cmd, o.configFile)

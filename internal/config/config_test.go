@@ -403,6 +403,11 @@ func TestEnvName(t *testing.T) {
 	if !slices.Equal(got, []string{"SANDPIT_SLOT"}) {
 		t.Errorf("UnknownEnv = %q", got)
 	}
+	for name, want := range map[string]string{"SANDPIT_SLOT": "SANDPIT_SLOTS", "SANDPIT_NETWORK_ALOW": "SANDPIT_NETWORK_ALLOW", "SANDPIT_ZZZZZZZZZZ": ""} {
+		if got := NearestEnv(name); got != want {
+			t.Errorf("NearestEnv(%s) = %q, want %q", name, got, want)
+		}
+	}
 }
 
 func TestPackages(t *testing.T) {

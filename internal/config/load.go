@@ -157,6 +157,16 @@ func UnknownEnv(environ []string) []string {
 	return unknown
 }
 
+// NearestEnv returns the setting's variable nearest to the unknown SANDPIT_ variable name
+// (SANDPIT_SLOTS for SANDPIT_SLTOS), or "" when none is near.
+func NearestEnv(name string) string {
+	key := normalizeKey(strings.TrimPrefix(name, "SANDPIT_"))
+	if best := suggest.Nearest(key, Keys(), 3); best != "" {
+		return EnvName(best)
+	}
+	return ""
+}
+
 func lookupField(key string) (field, error) {
 	if f, ok := fieldByKey[normalizeKey(key)]; ok {
 		return f, nil
