@@ -29,7 +29,7 @@ func TestClassify(t *testing.T) {
 	}{
 		{"exit 0", 1, exited(0), stopNone, false, 0, "", sandbox.OutcomeOK, ""},
 		{"the mark cannot turn an exit 0 into a limit", 1, exited(0), stopNone, true, 0, "", sandbox.OutcomeOK, ""},
-		{"the mark relabels a failure", 1, exited(1), stopNone, true, 0, "", sandbox.OutcomeMemoryLimit, "MemoryError"},
+		{"the mark relabels a failure", 1, exited(1), stopNone, true, 0, "", sandbox.OutcomeMemoryLimit, "MemoryError) under its limit of 1 MiB"},
 		{"the mark does not relabel a signal", 1, signaled(syscall.SIGSEGV), stopNone, true, 0, "", sandbox.OutcomeKilled, "SIGSEGV"},
 		{"SIGINT is named", 1, signaled(syscall.SIGINT), stopNone, false, 0, "", sandbox.OutcomeKilled, "KeyboardInterrupt"},
 		{"a child's kill in the run's own box wins over exit 0", 1, exited(0), stopNone, false, 1, "", sandbox.OutcomeMemoryLimit,

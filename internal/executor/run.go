@@ -875,9 +875,9 @@ func (r *run) classify(res *sandbox.Result, status syscall.WaitStatus, waitErr e
 		res.Reason = fmt.Sprintf("the program was killed by signal %d (%s)", res.Signal, signalName(res.Signal))
 	case res.ExitCode != 0 && memoryError:
 		res.Outcome = sandbox.OutcomeMemoryLimit
-		res.Reason = fmt.Sprintf("the program ran out of memory (MemoryError) under its limit of %d bytes", lim.MemoryBytes)
+		res.Reason = "the program ran out of memory (MemoryError) under its limit of " + mebibytes(lim.MemoryBytes)
 		if r.preloadData > 0 {
-			res.Reason += fmt.Sprintf(" (plus %d bytes for the preloaded modules)", r.preloadData)
+			res.Reason += " (plus " + mebibytes(r.preloadData) + " for the preloaded modules)"
 		}
 	case res.ExitCode != 0:
 		res.Outcome = sandbox.OutcomeError
@@ -892,6 +892,18 @@ func (r *run) classify(res *sandbox.Result, status syscall.WaitStatus, waitErr e
 
 // oomSentence says that n processes were killed for memory during the run: the run's own,
 // or, in a box that several slots share, the box's.
+// mebibytes writes n bytes as the limits are set: "256 MiB", "1.5 MiB", "512 bytes".
+func mebibytes[N int | int64](n N) string {
+	switch {
+	case n < 1<<20:
+		return fmt.Sprintf("%d bytes", n)
+	case n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	default:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+}
+
 func oomSentence(n int, shared bool) string {
 	procs, were := "1 process", "was"
 	if n > 1 {
