@@ -142,6 +142,7 @@ func daemonFiles(c *client.Client, id string, inline map[string][]byte) fileSour
 // are skipped with a line, unless named says the person named each file.
 func saveFiles(ctx context.Context, w io.Writer, dir string, force, named bool, files []apitype.File, open fileSource) error {
 	if len(files) == 0 {
+		fmt.Fprintf(w, "sandpit: no output files; nothing was written to %s\n", dir)
 		return nil
 	}
 	seen := map[string]bool{}

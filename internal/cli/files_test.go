@@ -286,6 +286,20 @@ func mapsEqual(a, b map[string]string) bool {
 
 // TestOutputDirExisting: a file already in DIR refuses the whole set (nothing is written)
 // unless --force, which replaces it; bytes unlike the listed ones are not kept.
+// TestOutputDirOfNothingSaysSo: a run or an execution without output files says that nothing
+// was written (a new user's `exec files ID --output-dir DIR` printed nothing at all).
+func TestOutputDirOfNothingSaysSo(t *testing.T) {
+	srv := httptest.NewServer(&filesDaemon{})
+	defer srv.Close()
+	out := t.TempDir()
+	for _, args := range [][]string{{"run", "-c", "1", "--output-dir", out}, {"exec", "files", filesExecID, "--output-dir", out}} {
+		code, stdout, stderr := sandpit(t, srv.URL, args...)
+		if code != 0 || !strings.Contains(stdout+stderr, "no output files; nothing was written to "+out) {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want it to say nothing was written", args[0], code, stdout, stderr)
+		}
+	}
+}
+
 func TestOutputDirExisting(t *testing.T) {
 	d := &filesDaemon{files: []outFile{{name: "new.txt", mediaType: "text/plain", content: []byte("new")},
 		{name: "old.txt", mediaType: "text/plain", content: []byte("fresh")}}}
