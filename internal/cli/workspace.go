@@ -304,6 +304,7 @@ func (o *options) copyOut(cmd *cobra.Command, c *client.Client, agent, id, path,
 		w = tmp
 	}
 	const chunk = 32 << 20
+	var n int64
 	for off := int64(0); off < ent.SizeBytes || off == 0; off += chunk {
 		b, err := c.ReadSessionFile(cmd.Context(), agent, id, ent.Path, off, min(chunk, max(ent.SizeBytes-off, 1)))
 		if err != nil {
@@ -312,18 +313,22 @@ func (o *options) copyOut(cmd *cobra.Command, c *client.Client, agent, id, path,
 		if _, err := io.Copy(w, bytes.NewReader(b)); err != nil {
 			return err
 		}
+		n += int64(len(b))
 		if len(b) < chunk {
 			break
 		}
 	}
-	if tmp != nil {
-		if err := tmp.Close(); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp.Name(), dst); err != nil {
-			return err
-		}
+	if tmp == nil {
+		return nil
 	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return err
+	}
+	// As a copy in says what it wrote (a new user's copy out said nothing).
+	fmt.Fprintf(o.env.Stderr, "copied %d bytes to %s\n", n, dst)
 	return nil
 }
 

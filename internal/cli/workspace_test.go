@@ -31,6 +31,11 @@ func TestSessionCpIntoDirectory(t *testing.T) {
 			_, _ = io.WriteString(w, `{"status": "ok"}`)
 		case r.Method == "GET" && r.URL.Path == files+"/stat" && (p == "data" || p == "/home/user/data"):
 			_, _ = io.WriteString(w, `{"path": "/home/user/data", "name": "data", "type": "dir", "size_bytes": 0, "mode": "drwxr-xr-x", "modified_at": "2026-12-02T10:00:00Z"}`)
+		case r.Method == "GET" && r.URL.Path == files+"/stat" && p == "out.txt":
+			_, _ = io.WriteString(w, `{"path": "/home/user/out.txt", "name": "out.txt", "type": "file", "size_bytes": 3, "mode": "-rw-r--r--", "modified_at": "2026-12-02T10:00:00Z"}`)
+		case r.Method == "GET" && r.URL.Path == files && p == "/home/user/out.txt":
+			w.Header().Set("Content-Type", "application/octet-stream")
+			_, _ = io.WriteString(w, "xyz")
 		case r.Method == "PUT" && r.URL.Path == files:
 			mu.Lock()
 			written = append(written, p)
@@ -77,6 +82,13 @@ func TestSessionCpIntoDirectory(t *testing.T) {
 	}
 	if code, errOut := run("session", "cp", "-", s+":data/in.txt"); code != 0 || len(written) != 1 || written[0] != "data/in.txt" {
 		t.Errorf("session cp - ID:data/in.txt: exit %d, stderr %q, wrote %q", code, errOut, written)
+	}
+	// A copy out says what it wrote, as a copy in does.
+	if code, errOut := run("session", "cp", s+":out.txt", dir); code != 0 || !strings.Contains(errOut, "copied 3 bytes to "+filepath.Join(dir, "out.txt")) {
+		t.Errorf("session cp ID:out.txt DIR: exit %d, stderr %q; want it to say what it wrote", code, errOut)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "out.txt")); err != nil || string(b) != "xyz" {
+		t.Errorf("the copied file holds %q (%v)", b, err)
 	}
 	written = nil
 	if code, errOut := run("session", "cp", dir, s+":data"); code != exitUsage || !strings.Contains(errOut, "is a directory") || len(written) > 0 {
