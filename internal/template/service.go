@@ -313,8 +313,8 @@ func (s *Service) Build(ctx context.Context, req BuildRequest, emit func(Event))
 	if exists {
 		t.CreatedAt, t.Version = prev.CreatedAt, prev.Version
 		// A new image (of another spec, or built again), or the same one with another spec (a
-		// start command, a preload, env without steps): a new version, so that the old version's warm sessions are replaced
-		// and runs record the spec they had.
+		// start command, a preload, env without steps): a new version, so that the old
+		// version's warm sessions are replaced and runs record the spec they had.
 		if prev.Hash != plan.Hash || !sameSpec(prev.Spec, req.Spec) || req.NoCache {
 			t.Version++
 		}
