@@ -220,6 +220,7 @@ func (s *Session) Command(ctx context.Context, req CommandRequest, emit func(Com
 	if emit != nil {
 		emit(CommandEvent{Type: "start", Process: &info})
 	}
+	defer s.hold()()
 	select {
 	case <-p.done:
 	case <-ctx.Done():
@@ -481,6 +482,7 @@ func (s *Session) Attach(ctx context.Context, pid string, tail bool, emit func(C
 	name := "r" + strconv.Itoa(p.nextReader)
 	p.readers[name] = r
 	p.mu.Unlock()
+	defer s.hold()()
 	attached := false
 	defer func() {
 		p.mu.Lock()
@@ -532,6 +534,7 @@ func (s *Session) Wait(ctx context.Context, pid string) (ProcessInfo, error) {
 	if err != nil {
 		return ProcessInfo{}, err
 	}
+	defer s.hold()()
 	select {
 	case <-p.done:
 	case <-ctx.Done():

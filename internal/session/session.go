@@ -49,6 +49,9 @@ type Session struct {
 	done chan struct{}
 	// fromPool: claimed from the warm pool (see pool.go).
 	fromPool bool
+	// waits counts the calls that wait on the session's processes (a foreground command, an
+	// attached stream, a wait): the session is not idle while one goes on (see hold).
+	waits int
 }
 
 // held is what a session holds while it has a sandbox: the box, its commands' egress and its
@@ -257,6 +260,21 @@ func (s *Session) idleWarm() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.info.Agent == WarmAgent && !s.info.Busy && s.info.State == sandbox.SessionActive
+}
+
+// hold marks a call that waits on the session's processes as going on until the returned
+// func runs: the session does not idle out under it (a foreground `sleep 20` was killed by an
+// idle timeout of 10 s, a new user, 7 December 2026), and its idle time counts from the end.
+func (s *Session) hold() (release func()) {
+	s.mu.Lock()
+	s.waits++
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		s.waits--
+		s.mu.Unlock()
+		s.touch()
+	}
 }
 
 // touch marks the session used now (a command or file operation keeps it from idling out).

@@ -168,11 +168,13 @@ func (s *Suite) TestCaps(t *testing.T) {
 }
 
 // TestIdleExpiry: a session with no call for its idle timeout ends (idle_timeout) and its
-// sandbox goes.
+// sandbox goes; a foreground command longer than the idle timeout is a call going on, not
+// idleness (it was killed with its session, a new user's `sleep 20` under an idle of 10 s).
 func (s *Suite) TestIdleExpiry(t *testing.T) {
 	idle := int64(1500)
 	sess := s.create(t, "ivan", func(r *sandbox.SessionRequest) { r.IdleTimeoutMS = &idle })
 	mustCall(t, sess, "z = 1")
+	sh(t, sess, "sleep 4")
 	waitInfo(t, sess, func(i sandbox.SessionInfo) bool { return i.State == sandbox.SessionEnded })
 	if info := sess.Info(); info.EndReason != sandbox.EndIdleTimeout {
 		t.Fatalf("ended %s, want idle_timeout", info.EndReason)
