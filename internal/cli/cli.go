@@ -63,6 +63,9 @@ sandpit run looks for a daemon at SANDPIT_URL (else at the configured listen add
 		// Every command's --agent, SANDPIT_AGENT when it is not given, checked once before the
 		// command runs: a name such as ".." would change the route it is sent on.
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := opts.checkURL(cmd); err != nil {
+				return err
+			}
 			fl := cmd.Flags().Lookup("agent")
 			switch {
 			case fl == nil:

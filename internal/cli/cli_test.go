@@ -132,6 +132,37 @@ func TestLocalEngineIsAnnounced(t *testing.T) {
 	}
 }
 
+// TestDaemonURLWithoutScheme: a --url or SANDPIT_URL without its scheme is a usage error that
+// gives the URL with it, before anything runs (it read as no daemon, and run then started an
+// engine of its own beside the daemon: a new user, 7 December 2026).
+func TestDaemonURLWithoutScheme(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{[]string{"run", "-c", "print(1)", "--url", "localhost:18752"}, "", `--url "localhost:18752" is not a daemon's URL: give its scheme, as http://localhost:18752`},
+		{[]string{"session", "ls"}, "127.0.0.1:18752", `SANDPIT_URL "127.0.0.1:18752" is not a daemon's URL: give its scheme, as http://127.0.0.1:18752`},
+		{[]string{"exec", "list", "--url", "ftp://x"}, "", `--url "ftp://x" is not a daemon's URL: give it as http://HOST:PORT`},
+	} {
+		lookup := func(k string) (string, bool) {
+			switch {
+			case k == "SANDPIT_DATA_DIR":
+				return dir, true
+			case k == "SANDPIT_URL" && c.env != "":
+				return c.env, true
+			}
+			return "", false
+		}
+		var stderr strings.Builder
+		code := Main(context.Background(), c.args, Env{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr, Lookup: lookup})
+		if code != exitUsage || !strings.Contains(stderr.String(), c.want) || strings.Contains(stderr.String(), "running the engine") {
+			t.Errorf("%q (SANDPIT_URL %q): exit %d, stderr %q; want a usage error saying %q", c.args, c.env, code, stderr.String(), c.want)
+		}
+	}
+}
+
 // Issue 33, items 7 and 8: doctor with a configuration that does not load prints its table,
 // the configuration as a failed check naming the file, and exits 69 (it printed one line and
 // exited 64); the table's details start in one column however long a check's name.

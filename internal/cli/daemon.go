@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -85,6 +86,34 @@ func (o *options) daemon(cmd *cobra.Command, f daemonFlags) (*client.Client, err
 		return nil, err
 	}
 	return c, nil
+}
+
+// checkURL refuses the daemon URL of a command that has --url (the flag, else SANDPIT_URL)
+// when it is not an http or https URL with a host: one without its scheme ("localhost:8080") answered as no daemon, and run then
+// started an engine of its own beside the daemon (a new user, 7 December 2026).
+func (o *options) checkURL(cmd *cobra.Command) error {
+	fl := cmd.Flags().Lookup("url")
+	if fl == nil {
+		return nil // a command that asks no daemon
+	}
+	from, raw := "--url", fl.Value.String()
+	if !fl.Changed {
+		from, raw = "SANDPIT_URL", ""
+		if v, _ := o.env.Lookup("SANDPIT_URL"); v != "" {
+			raw = v
+		}
+	}
+	if raw == "" {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+		return nil
+	}
+	if !strings.Contains(raw, "://") {
+		return usageErrorf("%s %q is not a daemon's URL: give its scheme, as http://%s", from, raw, strings.TrimPrefix(raw, "//"))
+	}
+	return usageErrorf("%s %q is not a daemon's URL: give it as http://HOST:PORT (or https://)", from, raw)
 }
 
 // checkAgent checks an agent name (sandbox.CheckAgent) given by from (--agent or
