@@ -26,18 +26,23 @@ import (
 // command has no timeout and no output cap, as a terminal session needs.
 
 // terminal runs req in session id in a PTY wired to this process's standard input and output,
-// and returns the end of a run with the command's exit status (reportedRun). Standard input,
-// when it is a terminal, is in raw mode until it returns.
+// and returns the end of a run with the command's exit status (reportedRun). Standard input
+// must be a terminal (a usage error otherwise); it is in raw mode until it returns.
 func (o *options) terminal(ctx context.Context, c *client.Client, agent, id string, req apitype.CommandRequest) error {
-	restore := func() {}
-	if f, ok := o.env.Stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		state, err := term.MakeRaw(int(f.Fd()))
-		if err != nil {
-			return fmt.Errorf("putting the terminal in raw mode for -t: %w", err)
-		}
-		restore = sync.OnceFunc(func() { _ = term.Restore(int(f.Fd()), state) })
-		defer restore()
+	f, ok := o.env.Stdin.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		// A program in a terminal may flush what came before it reads (bash's readline did), the
+		// end of a pipe or file among it: `-t -- bash </dev/null` waited for keys that never
+		// came (a new user). docker exec -it refuses it too.
+		return usageErrorf("-t needs standard input to be a terminal, and it is a pipe or a file; " +
+			"without -t, -i passes standard input to the command (session exec -i ID -- CMD)")
 	}
+	state, err := term.MakeRaw(int(f.Fd()))
+	if err != nil {
+		return fmt.Errorf("putting the terminal in raw mode for -t: %w", err)
+	}
+	restore := sync.OnceFunc(func() { _ = term.Restore(int(f.Fd()), state) })
+	defer restore()
 	size := o.termSize()
 	req.PTY, req.Background = &size, true
 	if _, ok := req.Env["TERM"]; !ok {

@@ -95,3 +95,45 @@ func TestSessionCpIntoDirectory(t *testing.T) {
 		t.Errorf("session cp DIR ID:data: exit %d, stderr %q, wrote %q; want a usage error", code, errOut, written)
 	}
 }
+
+// TestTerminalNeedsATerminal: `session exec -t` whose standard input is a pipe or a file is a
+// usage error before any command starts (`-t -- bash </dev/null` waited for keys until the
+// session idled out, then exited 130 without a word: a new user, 7 December 2026).
+func TestTerminalNeedsATerminal(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		asked []string
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/healthz" {
+			_, _ = io.WriteString(w, `{"status": "ok"}`)
+			return
+		}
+		if r.Method != "GET" { // GET /v1/limits compares settings with the daemon's
+			mu.Lock()
+			asked = append(asked, r.Method+" "+r.URL.Path)
+			mu.Unlock()
+		}
+		w.WriteHeader(http.StatusNotFound)
+	}))
+	defer srv.Close()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	s := "se_" + strings.Repeat("a", 26)
+	dir := t.TempDir()
+	for _, in := range []io.Reader{null, strings.NewReader("ls\n")} {
+		var stderr strings.Builder
+		code := Main(context.Background(), []string{"session", "exec", "-t", s, "--url", srv.URL, "--", "bash"},
+			Env{Stdin: in, Stdout: io.Discard, Stderr: &stderr, Lookup: func(k string) (string, bool) { return dir, k == "SANDPIT_DATA_DIR" }})
+		if code != exitUsage || !strings.Contains(stderr.String(), "-t needs standard input to be a terminal") {
+			t.Errorf("stdin %T: exit %d, stderr %q; want a usage error", in, code, stderr.String())
+		}
+	}
+	if len(asked) > 0 {
+		t.Errorf("the daemon was asked %q; want no command started", asked)
+	}
+}
