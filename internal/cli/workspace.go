@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -296,7 +297,10 @@ func (o *options) copyOut(cmd *cobra.Command, c *client.Client, agent, id, path,
 		if st, err := os.Stat(dst); err == nil && st.IsDir() {
 			dst = filepath.Join(dst, ent.Name)
 		}
-		if tmp, err = os.CreateTemp(filepath.Dir(dst), ".sandpit-cp-*"); err != nil {
+		dir := filepath.Dir(dst)
+		if tmp, err = os.CreateTemp(dir, ".sandpit-cp-*"); errors.Is(err, fs.ErrNotExist) {
+			return usageErrorf("the directory %s does not exist; make it first (mkdir -p %s)", dir, dir)
+		} else if err != nil {
 			return usageErrorf("%v", err)
 		}
 		defer os.Remove(tmp.Name())
@@ -320,6 +324,12 @@ func (o *options) copyOut(cmd *cobra.Command, c *client.Client, agent, id, path,
 	}
 	if tmp == nil {
 		return nil
+	}
+	// A new file's mode as cp gives it: 0666 less the umask (the temporary file was 0600).
+	umask := unix.Umask(0)
+	unix.Umask(umask)
+	if err := tmp.Chmod(0o666 &^ fs.FileMode(umask)); err != nil {
+		return err
 	}
 	if err := tmp.Close(); err != nil {
 		return err

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestSessionCpIntoDirectory: as cp does, a file copied to a session's directory lands in it
@@ -89,6 +92,18 @@ func TestSessionCpIntoDirectory(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "out.txt")); err != nil || string(b) != "xyz" {
 		t.Errorf("the copied file holds %q (%v)", b, err)
+	}
+	// Its mode is cp's, 0666 less the umask (it was the temporary file's 0600), and a
+	// directory that does not exist is named as such (not the temporary file's name).
+	umask := unix.Umask(0)
+	unix.Umask(umask)
+	if fi, err := os.Stat(filepath.Join(dir, "out.txt")); err != nil || fi.Mode().Perm() != 0o666&^fs.FileMode(umask) {
+		t.Errorf("the copied file's mode: %v (%v), want %v", fi.Mode(), err, 0o666&^fs.FileMode(umask))
+	}
+	missing := filepath.Join(dir, "nodir")
+	if code, errOut := run("session", "cp", s+":out.txt", filepath.Join(missing, "y.csv")); code != exitUsage ||
+		!strings.Contains(errOut, "the directory "+missing+" does not exist") || strings.Contains(errOut, ".sandpit-cp-") {
+		t.Errorf("session cp ID:out.txt MISSING/y.csv: exit %d, stderr %q", code, errOut)
 	}
 	written = nil
 	if code, errOut := run("session", "cp", dir, s+":data"); code != exitUsage || !strings.Contains(errOut, "is a directory") || len(written) > 0 {
