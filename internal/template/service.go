@@ -344,6 +344,12 @@ func (s *Service) Build(ctx context.Context, req BuildRequest, emit func(Event))
 			return Template{}, err
 		}
 	}
+	if exists && !keep {
+		// The record replaced may have held images no version keeps: a failed build's layer
+		// (one whose sandbox layer failed) went with nothing, and a red team's failed builds
+		// of 200 MB each piled up without bound.
+		s.removeUnused(context.WithoutCancel(ctx), prev.Image, prev.LayerImage)
+	}
 	bctx, cancel := context.WithTimeout(ctx, s.cfg.BuildTimeout)
 	defer cancel()
 	bctx, abort := context.WithCancelCause(bctx)
@@ -647,11 +653,42 @@ func (s *Service) List(ctx context.Context, agent string) ([]Template, error) {
 		if err != nil {
 			return nil, err
 		}
+		if t.Agent != agent {
+			// Another agent's shared template: its shared versions' tags only, and not the
+			// error of a build it made privately (its steps' output), as Resolve names none of
+			// its private versions.
+			if tags, err = s.sharedTags(ctx, t, tags); err != nil {
+				return nil, err
+			}
+			list[i].Error = ""
+		}
 		if len(tags) > 0 {
 			list[i].Tags = tags
 		}
 	}
 	return list, nil
+}
+
+// sharedTags returns the tags of t (another agent's) that name one of its shared versions.
+func (s *Service) sharedTags(ctx context.Context, t Template, tags map[string]int) (map[string]int, error) {
+	if len(tags) == 0 {
+		return nil, nil
+	}
+	versions, err := s.store.TemplateVersions(ctx, t.Agent, t.Name)
+	if err != nil {
+		return nil, err
+	}
+	shared := map[int]bool{}
+	for _, v := range versions {
+		shared[v.Version] = v.Shared
+	}
+	out := map[string]int{}
+	for tag, v := range tags {
+		if shared[v] {
+			out[tag] = v
+		}
+	}
+	return out, nil
 }
 
 // Delete removes agent's template name, its versions, and their images when no other template

@@ -138,6 +138,8 @@ type fakeEngine struct {
 	busy   map[string]bool // images a container uses: not removed
 	layers int
 	last   template.Plan // the last layer build's
+	// failSandbox fails the sandbox layer's builds (the template's own layer built).
+	failSandbox bool
 }
 
 func (e *fakeEngine) ImageID(_ context.Context, image string) (string, error) {
@@ -178,6 +180,9 @@ func (e *fakeEngine) BuildLayer(ctx context.Context, p template.Plan, tag string
 	return nil
 }
 func (e *fakeEngine) BuildSandbox(_ context.Context, base string, _ io.Writer) (string, error) {
+	if e.failSandbox {
+		return "", errors.New("the sandbox layer: no python3 in the image")
+	}
 	img := "sandbox-of-" + strings.ReplaceAll(base, ":", "-")
 	e.mu.Lock()
 	e.images[img] = true
@@ -496,6 +501,70 @@ func TestDockerfileFetchesNothingItself(t *testing.T) {
 	var fe *sandbox.FieldError
 	if !errors.As(err, &fe) || !strings.Contains(fe.Message, `"registry.example/tool:1", which the engine does not have`) || eng.layers != 0 {
 		t.Errorf("a Dockerfile naming an image the engine lacks: %v (%d layer builds)", err, eng.layers)
+	}
+}
+
+// TestFailedBuildsLeaveNoImage: a failed build's layer (its own steps built, sandpit's layer
+// failed) goes when another build of the template replaces the failed record (a red team's
+// failed builds of 200 MB each piled up without bound, 7 December 2026).
+func TestFailedBuildsLeaveNoImage(t *testing.T) {
+	_, eng, svc := newService(t)
+	eng.failSandbox = true
+	_, err := svc.Build(t.Context(), template.BuildRequest{Agent: "mallory", Name: "big", Spec: template.Spec{Steps: []template.Step{{Run: "big"}}}}, nil)
+	if err == nil {
+		t.Fatal("a build whose sandbox layer fails succeeded")
+	}
+	failed, _ := svc.Get(t.Context(), "mallory", "big")
+	if !eng.has(failed.LayerImage) {
+		t.Fatalf("the failed record's layer %s is not in the engine: the test proves nothing", failed.LayerImage)
+	}
+	eng.failSandbox = false
+	if _, err := svc.Build(t.Context(), template.BuildRequest{Agent: "mallory", Name: "big", Spec: template.Spec{Steps: []template.Step{{Run: "true"}, {Run: "exit 3"}}}}, nil); err == nil {
+		t.Fatal("a failing build succeeded")
+	}
+	if eng.has(failed.LayerImage) {
+		t.Errorf("the layer %s of the failed record replaced is still in the engine", failed.LayerImage)
+	}
+}
+
+// TestSharedListingHidesPrivateVersions: another agent's listing of a shared template shows
+// the tags of its shared versions only, and not the error of a build made privately (its
+// steps' output): a red team read "DB_PASSWORD=..." and a private tag's name there.
+func TestSharedListingHidesPrivateVersions(t *testing.T) {
+	_, _, svc := newService(t)
+	ctx := t.Context()
+	spec := template.Spec{Steps: []template.Step{{Run: "true"}}}
+	public, err := svc.Build(ctx, template.BuildRequest{Agent: "alice", Name: "secret", Spec: spec, Shared: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Tag(ctx, "alice", "secret", "public", public.Version); err != nil {
+		t.Fatal(err)
+	}
+	private, err := svc.Build(ctx, template.BuildRequest{Agent: "alice", Name: "secret", Spec: template.Spec{Steps: []template.Step{{Run: "echo private"}}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Tag(ctx, "alice", "secret", "internal-q3", private.Version); err != nil {
+		t.Fatal(err)
+	}
+	// Shared again, then a private build that fails: the shared version still serves.
+	if _, err := svc.Build(ctx, template.BuildRequest{Agent: "alice", Name: "secret", Spec: spec, Shared: true}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Build(ctx, template.BuildRequest{Agent: "alice", Name: "secret", Spec: template.Spec{Steps: []template.Step{{Run: "true"}, {Run: "echo DB_PASSWORD=hunter2; exit 3"}}}}, nil); err == nil {
+		t.Fatal("a failing build succeeded")
+	}
+	list, err := svc.List(ctx, "mallory")
+	if err != nil || len(list) != 1 {
+		t.Fatalf("mallory's list: %+v %v", list, err)
+	}
+	if got := list[0]; got.Error != "" || got.Tags["internal-q3"] != 0 || got.Tags["public"] != public.Version {
+		t.Errorf("mallory sees alice's template with error %q and tags %v; want no error and the shared version's tag only", got.Error, got.Tags)
+	}
+	own, _ := svc.List(ctx, "alice")
+	if len(own) != 1 || own[0].Error == "" || own[0].Tags["internal-q3"] == 0 {
+		t.Errorf("alice's own list lost her template's error or tags: %+v", own)
 	}
 }
 
