@@ -89,8 +89,9 @@ func (o *options) daemon(cmd *cobra.Command, f daemonFlags) (*client.Client, err
 }
 
 // checkURL refuses the daemon URL of a command that has --url (the flag, else SANDPIT_URL)
-// when it is not an http or https URL with a host: one without its scheme ("localhost:8080") answered as no daemon, and run then
-// started an engine of its own beside the daemon (a new user, 7 December 2026).
+// when it is not an http or https URL with a host: one without its scheme ("localhost:8080")
+// answered as no daemon, and run then started an engine of its own beside the daemon (a new
+// user, 7 December 2026).
 func (o *options) checkURL(cmd *cobra.Command) error {
 	fl := cmd.Flags().Lookup("url")
 	if fl == nil {
