@@ -890,8 +890,6 @@ func (r *run) classify(res *sandbox.Result, status syscall.WaitStatus, waitErr e
 	}
 }
 
-// oomSentence says that n processes were killed for memory during the run: the run's own,
-// or, in a box that several slots share, the box's.
 // mebibytes writes n bytes as the limits are set: "256 MiB", "1.5 MiB", "512 bytes".
 func mebibytes[N int | int64](n N) string {
 	switch {
@@ -904,6 +902,8 @@ func mebibytes[N int | int64](n N) string {
 	}
 }
 
+// oomSentence says that n processes were killed for memory during the run: the run's own,
+// or, in a box that several slots share, the box's.
 func oomSentence(n int, shared bool) string {
 	procs, were := "1 process", "was"
 	if n > 1 {

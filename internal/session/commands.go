@@ -220,7 +220,7 @@ func (s *Session) Command(ctx context.Context, req CommandRequest, emit func(Com
 	if emit != nil {
 		emit(CommandEvent{Type: "start", Process: &info})
 	}
-	defer s.hold()()
+	defer s.inCall()()
 	select {
 	case <-p.done:
 	case <-ctx.Done():
@@ -482,7 +482,7 @@ func (s *Session) Attach(ctx context.Context, pid string, tail bool, emit func(C
 	name := "r" + strconv.Itoa(p.nextReader)
 	p.readers[name] = r
 	p.mu.Unlock()
-	defer s.hold()()
+	defer s.inCall()()
 	attached := false
 	defer func() {
 		p.mu.Lock()
@@ -534,7 +534,7 @@ func (s *Session) Wait(ctx context.Context, pid string) (ProcessInfo, error) {
 	if err != nil {
 		return ProcessInfo{}, err
 	}
-	defer s.hold()()
+	defer s.inCall()()
 	select {
 	case <-p.done:
 	case <-ctx.Done():

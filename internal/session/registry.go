@@ -497,7 +497,7 @@ func (r *Registry) expire(s *Session) {
 	life := s.lifeEnd()
 	idle := s.info.LastUsedAt.Add(time.Duration(s.info.IdleTimeoutMS) * time.Millisecond)
 	deadline := s.info.Deadline
-	quiet := !s.info.Busy && s.info.Waiting == 0 && s.waits == 0
+	quiet := !s.info.Busy && s.info.Waiting == 0 && s.calls == 0
 	info := s.info
 	switch {
 	case !now.Before(life):

@@ -49,9 +49,9 @@ type Session struct {
 	done chan struct{}
 	// fromPool: claimed from the warm pool (see pool.go).
 	fromPool bool
-	// waits counts the calls that wait on the session's processes (a foreground command, an
-	// attached stream, a wait): the session is not idle while one goes on (see hold).
-	waits int
+	// calls counts the calls that wait on the session's processes (a foreground command, an
+	// attached stream, a wait): the session is not idle while one goes on (see inCall).
+	calls int
 }
 
 // held is what a session holds while it has a sandbox: the box, its commands' egress and its
@@ -262,16 +262,16 @@ func (s *Session) idleWarm() bool {
 	return s.info.Agent == WarmAgent && !s.info.Busy && s.info.State == sandbox.SessionActive
 }
 
-// hold marks a call that waits on the session's processes as going on until the returned
+// inCall marks a call that waits on the session's processes as going on until the returned
 // func runs: the session does not idle out under it (a foreground `sleep 20` was killed by an
 // idle timeout of 10 s, a new user, 7 December 2026), and its idle time counts from the end.
-func (s *Session) hold() (release func()) {
+func (s *Session) inCall() (end func()) {
 	s.mu.Lock()
-	s.waits++
+	s.calls++
 	s.mu.Unlock()
 	return func() {
 		s.mu.Lock()
-		s.waits--
+		s.calls--
 		s.mu.Unlock()
 		s.touch()
 	}
