@@ -56,10 +56,17 @@ func (s *Server) SetTemplates(t Templates) {
 }
 
 // Bounds of E2B template builds: the build records kept (in memory: a build's status is asked
-// while it runs and just after), the uploaded file archives kept, and one archive's size.
+// while it runs and just after), the uploaded file archives kept, and one archive's size. An
+// agent holds at most a quarter of the records and of the archives' bytes, and what one agent
+// sends never drops another agent's record or archive younger than keepIdle (red team: the
+// pools were shared, so one agent's requests evicted another's build, whose start then
+// answered 404, or its upload, "not uploaded").
 const (
-	maxBuildRecords   = 256
+	maxBuildRecords   = 256 // every agent's together
+	agentBuildRecords = maxBuildRecords / 4
 	maxUploadBytes    = 64 << 20 // every agent's archives together
+	agentUploadBytes  = maxUploadBytes / 4
+	keepIdle          = time.Hour // a record since it ended (or was requested, never started); an archive since its last use
 	maxArchiveBytes   = template.MaxSpecBytes
 	uploadLinkTimeout = time.Hour
 	maxStatusEntries  = 100 // E2B's limit on the log entries of one status answer
@@ -108,8 +115,9 @@ type buildReason struct {
 
 // archive is an uploaded file archive (a COPY step's files), by agent and files hash.
 type archive struct {
-	data []byte
-	at   time.Time
+	agent string
+	data  []byte
+	used  time.Time // uploaded, found present, or read by a build
 }
 
 // uploadLink is an upload URL handed out and not used yet.
@@ -240,27 +248,57 @@ func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request, agent stri
 	b := &templateBuild{id: uuid.NewString(), agent: agent, name: name, tags: tags, created: time.Now().UTC(), status: "waiting"}
 	ts := s.tmpl
 	ts.mu.Lock()
-	ts.builds[b.id] = b
-	ts.trimLocked()
+	err = ts.roomForBuildLocked(agent, time.Now())
+	if err == nil {
+		ts.builds[b.id] = b
+	}
 	ts.mu.Unlock()
+	if err != nil {
+		writeError(w, http.StatusTooManyRequests, err.Error())
+		return
+	}
 	writeJSON(w, http.StatusAccepted, map[string]any{"templateID": name, "buildID": b.id, "public": false,
 		"aliases": []string{name}, "names": []string{name}, "tags": tags})
 }
 
-// trimLocked drops the oldest finished build records past maxBuildRecords.
-func (t *templateState) trimLocked() {
-	for len(t.builds) > maxBuildRecords {
-		var oldest *templateBuild
-		for _, b := range t.builds {
-			if (b.status == "ready" || b.status == "error" || b.status == "waiting") && (oldest == nil || b.created.Before(oldest.created)) {
+// roomForBuildLocked makes room for one more build record of agent's, or says why there is
+// none. Records idle (ended, or requested and never started) for keepIdle go first; past the
+// agent's share, its own oldest idle record; another agent's younger records stay.
+func (t *templateState) roomForBuildLocked(agent string, now time.Time) error {
+	mine := 0
+	var oldest *templateBuild
+	for id, b := range t.builds {
+		if b.status == "building" {
+			if b.agent == agent {
+				mine++
+			}
+			continue
+		}
+		since := b.created
+		if !b.finished.IsZero() {
+			since = b.finished
+		}
+		if now.Sub(since) >= keepIdle {
+			delete(t.builds, id)
+			continue
+		}
+		if b.agent == agent {
+			mine++
+			if oldest == nil || b.created.Before(oldest.created) {
 				oldest = b
 			}
 		}
+	}
+	if mine >= agentBuildRecords {
 		if oldest == nil {
-			return
+			return fmt.Errorf("this API key's agent has %d template builds under way, the most it may; wait until one ends", mine)
 		}
 		delete(t.builds, oldest.id)
 	}
+	if len(t.builds) >= maxBuildRecords {
+		return fmt.Errorf("the daemon holds %d template build records of its agents, the most it keeps (each until an hour after it ends); try again later", len(t.builds))
+	}
+	return nil
 }
 
 // buildFor returns the agent's build the request's path names, or answers why not.
@@ -496,8 +534,12 @@ func (s *Server) uploadLink(w http.ResponseWriter, r *http.Request, agent string
 	token := newToken()
 	ts := s.tmpl
 	ts.mu.Lock()
-	_, present := ts.archives[agent+"/"+hash]
 	now := time.Now()
+	a, present := ts.archives[agent+"/"+hash]
+	if present {
+		a.used = now // kept for the build that follows
+		ts.archives[agent+"/"+hash] = a
+	}
 	for k, l := range ts.links {
 		if now.After(l.expires) {
 			delete(ts.links, k)
@@ -557,23 +599,50 @@ func (s *Server) uploadArchive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ts.mu.Lock()
-	ts.archives[l.agent+"/"+l.hash] = archive{data: data, at: time.Now()}
-	total := 0
-	for _, a := range ts.archives {
-		total += len(a.data)
+	err = ts.storeArchiveLocked(l.agent, l.hash, data, time.Now())
+	ts.mu.Unlock()
+	if err != nil {
+		writeError(w, http.StatusTooManyRequests, err.Error())
+		return
 	}
-	for total > maxUploadBytes {
+	w.WriteHeader(http.StatusOK)
+}
+
+// storeArchiveLocked keeps data as agent's archive of hash, or says why it cannot. Archives
+// not used for keepIdle go first; past the agent's share of the bytes, its own least recently
+// used; another agent's archives used within keepIdle stay.
+func (t *templateState) storeArchiveLocked(agent, hash string, data []byte, now time.Time) error {
+	key := agent + "/" + hash
+	total, mine := len(data), len(data)
+	for k, a := range t.archives {
+		if k == key {
+			continue // replaced
+		}
+		if now.Sub(a.used) >= keepIdle {
+			delete(t.archives, k)
+			continue
+		}
+		total += len(a.data)
+		if a.agent == agent {
+			mine += len(a.data)
+		}
+	}
+	for mine > agentUploadBytes {
 		oldest := ""
-		for k, a := range ts.archives {
-			if oldest == "" || a.at.Before(ts.archives[oldest].at) {
+		for k, a := range t.archives {
+			if a.agent == agent && k != key && (oldest == "" || a.used.Before(t.archives[oldest].used)) {
 				oldest = k
 			}
 		}
-		total -= len(ts.archives[oldest].data)
-		delete(ts.archives, oldest)
+		mine -= len(t.archives[oldest].data)
+		total -= len(t.archives[oldest].data)
+		delete(t.archives, oldest)
 	}
-	ts.mu.Unlock()
-	w.WriteHeader(http.StatusOK)
+	if total > maxUploadBytes {
+		return fmt.Errorf("the daemon holds %d MiB of its agents' template files, the most it keeps (each until an hour after its last use); try again later", (total-len(data))>>20)
+	}
+	t.archives[key] = archive{agent: agent, data: data, used: now}
+	return nil
 }
 
 // archiveFile is a regular file of an archive: its path (relative, slash-separated), mode and
@@ -744,6 +813,10 @@ func (s *Server) copyStep(agent string, st buildStep, workdir string) ([]*templa
 	}
 	s.tmpl.mu.Lock()
 	a, ok := s.tmpl.archives[agent+"/"+st.FilesHash]
+	if ok {
+		a.used = time.Now()
+		s.tmpl.archives[agent+"/"+st.FilesHash] = a
+	}
 	s.tmpl.mu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("its files (hash %q) were not uploaded, or the daemon restarted since; build again", st.FilesHash)

@@ -520,3 +520,104 @@ func TestTemplateBuilderErrors(t *testing.T) {
 		t.Errorf("no templates: %d %+v", code, e)
 	}
 }
+
+// TestPoolsAreEachAgentsOwn: one agent's build requests and uploads never drop another agent's
+// build record or archive (red team: the pools were shared, so mallory's 256 requests or 64 MiB
+// of uploads made bob's build start answer 404 and his files "not uploaded"); an agent past its
+// share loses its own oldest, and a full daemon refuses with 429 rather than evicting.
+func TestPoolsAreEachAgentsOwn(t *testing.T) {
+	srv, s := templateAPI(t, &fakeTemplates{built: map[string]template.Spec{}})
+	base := srv.URL + "/e2b"
+	request := func(key string) (string, int) {
+		var c struct {
+			BuildID string `json:"buildID"`
+		}
+		code := call(t, "POST", base+"/v3/templates", key, map[string]any{"name": "env"}, &c)
+		return c.BuildID, code
+	}
+	present := func(key, hash string) (bool, string) {
+		var link struct {
+			Present bool   `json:"present"`
+			URL     string `json:"url"`
+		}
+		if code := call(t, "GET", base+"/templates/env/files/"+hash, key, nil, &link); code != 201 {
+			t.Fatalf("upload link: %d", code)
+		}
+		return link.Present, link.URL
+	}
+	upload := func(key, hash string, size int) int {
+		_, url := present(key, hash)
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		tw.WriteHeader(&tar.Header{Name: "f", Mode: 0o644, Size: int64(size), Typeflag: tar.TypeReg})
+		tw.Write(bytes.Repeat([]byte{'x'}, size))
+		tw.Close()
+		return call(t, "PUT", url, "", buf.Bytes(), nil)
+	}
+
+	bobs, _ := request("k-bob")
+	if code := upload("k-bob", "bobs", 1<<20); code != 200 {
+		t.Fatalf("bob's upload: %d", code)
+	}
+	for i := range maxBuildRecords + 10 {
+		if _, code := request("k-alice"); code != 202 {
+			t.Fatalf("alice's request %d: %d", i, code)
+		}
+	}
+	for i := range 10 {
+		if code := upload("k-alice", fmt.Sprint("a", i), 7<<20); code != 200 {
+			t.Fatalf("alice's upload %d: %d", i, code)
+		}
+	}
+	if ok, _ := present("k-bob", "bobs"); !ok {
+		t.Error("alice's uploads dropped bob's archive")
+	}
+	if ok, _ := present("k-alice", "a0"); ok {
+		t.Error("alice holds more than her share of the archives' bytes")
+	}
+	if ok, _ := present("k-alice", "a9"); !ok {
+		t.Error("alice's latest archive is not kept")
+	}
+	body := map[string]any{"steps": []map[string]any{{"type": "COPY", "args": []string{"f", "/f"}, "filesHash": "bobs"}}}
+	if code := call(t, "POST", base+"/v2/templates/env/builds/"+bobs, "k-bob", body, nil); code != 202 {
+		t.Fatalf("bob's build start after alice's requests: %d", code)
+	}
+	if st, _ := waitBuild(t, base, "k-bob", "env", bobs); st.Status != "ready" {
+		t.Errorf("bob's build: %+v", st)
+	}
+	s.tmpl.mu.Lock()
+	alices := 0
+	for _, b := range s.tmpl.builds {
+		if b.agent == "alice" {
+			alices++
+		}
+	}
+	s.tmpl.mu.Unlock()
+	if alices != agentBuildRecords {
+		t.Errorf("alice holds %d build records, want her share %d", alices, agentBuildRecords)
+	}
+
+	// A full daemon: four agents' shares. A fifth agent is refused; an hour after they ended,
+	// the records make room.
+	ts := newTemplateState()
+	now := time.Now()
+	for a := range 4 {
+		for i := range agentBuildRecords {
+			id := fmt.Sprint(a, "-", i)
+			ts.builds[id] = &templateBuild{id: id, agent: fmt.Sprint("agent", a), created: now, finished: now, status: "ready"}
+		}
+	}
+	if err := ts.roomForBuildLocked("agent4", now); err == nil || !strings.Contains(err.Error(), "try again later") {
+		t.Errorf("a full daemon: %v", err)
+	}
+	if err := ts.roomForBuildLocked("agent4", now.Add(keepIdle)); err != nil || len(ts.builds) != 0 {
+		t.Errorf("an hour after the builds ended: %v, %d records", err, len(ts.builds))
+	}
+	for i := range agentBuildRecords {
+		id := fmt.Sprint(i)
+		ts.builds[id] = &templateBuild{id: id, agent: "agent0", created: now, status: "building"}
+	}
+	if err := ts.roomForBuildLocked("agent0", now); err == nil || !strings.Contains(err.Error(), "under way") {
+		t.Errorf("an agent's share building: %v", err)
+	}
+}
