@@ -266,3 +266,13 @@ func private(path string) error {
 	}
 	return nil
 }
+
+// ID returns the store's ID, 32 hex digits made when its schema was first migrated: the same
+// for every daemon of one database, another for another database (template.Store).
+func (s *Store) ID(ctx context.Context) (string, error) {
+	var id string
+	if err := s.r.QueryRowContext(ctx, `SELECT id FROM store_id`).Scan(&id); err != nil {
+		return "", fmt.Errorf("reading the store's ID: %w", err)
+	}
+	return id, nil
+}

@@ -29,7 +29,7 @@ type Plan struct {
 	Steps  []string
 	StepOf []int
 	// Hash is the content hash of everything that decides the layer's content, and of the
-	// agent whose build it is.
+	// owner whose build it is (the store and the agent).
 	Hash string
 	// CacheFrom are the images whose steps the engine's builder may reuse: the agent's own
 	// template layers and the base (never empty: the builder reads an empty list as every
@@ -42,11 +42,13 @@ type Plan struct {
 // snapshot mirror, as on an offline machine).
 const aptOptions = "-o Acquire::Check-Valid-Until=false -o Acquire::Retries=3"
 
-// NewPlan makes agent's plan of spec on base (an image reference the engine has; baseID its
-// ID, part of the hash), installing pip steps through pip. The agent is part of the hash: a
-// build is reused by its own agent only, as another agent's would tell, by its speed, what
-// that agent built (a file's content guessed, confirmed in 0.1 s against 35).
-func NewPlan(agent string, spec Spec, base, baseID string, pip protocol.PipOptions) (Plan, error) {
+// NewPlan makes owner's plan of spec on base (an image reference the engine has; baseID its
+// ID, part of the hash), installing pip steps through pip. The owner (the Service gives
+// "STORE-ID/AGENT") is part of the hash: a build is reused by its own agent only, as another
+// agent's would tell, by its speed, what that agent built (a file's content guessed, confirmed
+// in 0.1 s against 35); and the store's ID, as another store's daemons on the same engine may
+// have an agent of the same name.
+func NewPlan(owner string, spec Spec, base, baseID string, pip protocol.PipOptions) (Plan, error) {
 	var (
 		lines  []string
 		stepOf []int
@@ -115,7 +117,7 @@ func NewPlan(agent string, spec Spec, base, baseID string, pip protocol.PipOptio
 	}
 	h := sha256.New()
 	pipJSON, _ := json.Marshal(pip)
-	for _, part := range [][]byte{[]byte("sandpit-template-3"), []byte(agent), []byte(base), []byte(baseID), pipJSON, ctx} {
+	for _, part := range [][]byte{[]byte("sandpit-template-4"), []byte(owner), []byte(base), []byte(baseID), pipJSON, ctx} {
 		fmt.Fprintf(h, "%d:", len(part))
 		h.Write(part)
 	}

@@ -72,6 +72,9 @@ type Store interface {
 	TemplateTags(ctx context.Context, agent, name string) (map[string]int, error)
 	SetTemplateTag(ctx context.Context, agent, name, tag string, version int) error
 	DeleteTemplateTag(ctx context.Context, agent, name, tag string) error
+
+	// ID is the store's: every daemon of one store has the same, another store another.
+	ID(ctx context.Context) (string, error)
 }
 
 // Engine builds and keeps images.
@@ -296,7 +299,11 @@ func (s *Service) Build(ctx context.Context, req BuildRequest, emit func(Event))
 			return Template{}, errclass.Newf(errclass.Busy, "agent %q has %d templates, the most templates_per_agent allows; remove one (DELETE /v1/templates/{name}) first", req.Agent, own)
 		}
 	}
-	plan, err := NewPlan(req.Agent, req.Spec, base, baseID, s.cfg.Pip)
+	storeID, err := s.store.ID(ctx)
+	if err != nil {
+		return Template{}, err
+	}
+	plan, err := NewPlan(storeID+"/"+req.Agent, req.Spec, base, baseID, s.cfg.Pip)
 	if err != nil {
 		return Template{}, err
 	}

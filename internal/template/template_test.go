@@ -128,6 +128,31 @@ func TestBuildCacheIsTheAgentsOwn(t *testing.T) {
 		t.Errorf("after a no-cache rebuild the engine has the version before's images %v %v, the new layer %v",
 			eng.has(alice.Image), eng.has(alice.LayerImage), eng.has(again.LayerImage))
 	}
+
+	// Another store's daemon on the same engine, with an agent of the same name: its build of
+	// the spec is its own, and its removal leaves the first store's images (it was found
+	// cached by the layer's name, and removed it).
+	st2, err := store.Open(ctx, filepath.Join(t.TempDir(), store.FileName), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	svc2 := template.NewService(st2, eng, template.Config{DefaultBase: "base", BuildTimeout: time.Minute, PerAgent: 2}, nil)
+	first, err := svc.Build(ctx, template.BuildRequest{Agent: "alice", Name: "other", Spec: spec}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached = false
+	twin, err := svc2.Build(ctx, template.BuildRequest{Agent: "alice", Name: "other", Spec: spec}, func(e template.Event) { cached = cached || e.Cached })
+	if err != nil || cached || twin.LayerImage == first.LayerImage || twin.Image == first.Image {
+		t.Fatalf("another store's alice's build of the spec: %+v %v, cached %v; want a build of its own", twin, err, cached)
+	}
+	if err := svc2.Delete(ctx, "alice", "other", false); err != nil {
+		t.Fatal(err)
+	}
+	if !eng.has(first.LayerImage) || !eng.has(first.Image) {
+		t.Errorf("another store's removal of its template took the first store's images")
+	}
 }
 
 // fakeEngine builds nothing: it records the builds and fails a layer whose Dockerfile has
