@@ -205,13 +205,31 @@ func (e *TemplateEngine) BuildLayer(ctx context.Context, plan template.Plan, tag
 		}
 	}
 	if err != nil && last != "" {
-		// Untagged, with its untagged parents: a parent another image has (a ready
-		// template's, the base) stays.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		_, _ = e.API.ImageRemove(rctx, last, client.ImageRemoveOptions{PruneChildren: true})
+		e.removeStep(ctx, last)
 	}
 	return err
+}
+
+// removeStep removes a failed or cancelled build's last committed step image, with its
+// untagged parents (a parent another image has, a ready template's or the base, stays), once
+// no container uses it: a cancelled build's step container is still being killed and removed
+// by the builder when the build's answer ends, and the engine keeps an image a container uses
+// (the image was left behind so). It gives up after a minute.
+func (e *TemplateEngine) removeStep(ctx context.Context, image string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	for {
+		list, err := e.API.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("ancestor", image)})
+		if err != nil || len(list.Items) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	_, _ = e.API.ImageRemove(ctx, image, client.ImageRemoveOptions{PruneChildren: true})
 }
 
 // committed matches the classic builder's line naming the image a step committed.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -193,6 +194,53 @@ func TestTemplateLayerBuild(t *testing.T) {
 			t.Errorf("the failed build's step image %s is still in the engine", id[1])
 		}
 	}
+
+	// A build cancelled in its last step (its client gone, or its timeout): the step before
+	// it stays no more than a failed one's (it did: the builder's container still used it).
+	plan, err = template.NewPlan("alice", template.Spec{Dockerfile: "FROM " + base + "\nRUN head -c 4000000 /dev/zero > /big\nRUN sleep 60\n"}, base, "", protocol.PipOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, stop := context.WithCancel(ctx)
+	defer stop()
+	w := &cancelOn{mark: "RUN sleep 60", cancel: stop}
+	if err := eng.BuildLayer(cctx, plan, "sandpit-template-test:cancelled", w); err == nil {
+		t.Fatalf("a cancelled build succeeded:\n%s", w.String())
+	}
+	m = regexp.MustCompile(`(?m)^ ---> ([0-9a-f]{12})\s*$`).FindAllStringSubmatch(w.String(), -1)
+	if len(m) < 2 {
+		t.Fatalf("no committed step in the output:\n%s", w.String())
+	}
+	for _, id := range m[1:] {
+		if _, err := c.ImageInspect(ctx, id[1]); err == nil {
+			t.Errorf("the cancelled build's step image %s is still in the engine", id[1])
+		}
+	}
+}
+
+// cancelOn keeps what is written and calls cancel once a container runs the step mark names.
+type cancelOn struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	mark   string
+	cancel func()
+}
+
+func (w *cancelOn) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	s := w.buf.String()
+	if i := strings.Index(s, w.mark); i >= 0 && strings.Contains(s[i:], "Running in") {
+		w.cancel()
+	}
+	return len(p), nil
+}
+
+func (w *cancelOn) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }
 
 // buildEgress is a build egress policy of Debian's sources alone.
