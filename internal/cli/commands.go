@@ -474,7 +474,7 @@ func (o *options) compareWithDaemon(ctx context.Context, c *client.Client, cfg c
 	}
 	compare("default_timeout_ms", mine.DefaultTimeout.Milliseconds(), def.DefaultTimeout.Milliseconds(), lim.DefaultTimeoutMS)
 	compare("max_timeout_ms", mine.MaxTimeout.Milliseconds(), def.MaxTimeout.Milliseconds(), lim.MaxTimeoutMS)
-	compare("run memory bytes", mine.Limits.MemoryBytes, def.Limits.MemoryBytes, lim.Limits.MemoryBytes)
+	compare("run_memory_bytes", mine.Limits.MemoryBytes, def.Limits.MemoryBytes, lim.Limits.MemoryBytes)
 	compare("stdout_bytes", mine.Limits.StdoutBytes, def.Limits.StdoutBytes, lim.Limits.StdoutBytes)
 	compare("stderr_bytes", mine.Limits.StderrBytes, def.Limits.StderrBytes, lim.Limits.StderrBytes)
 	compare("output_bytes", mine.Limits.OutputBytes, def.Limits.OutputBytes, lim.Limits.OutputBytes)

@@ -29,14 +29,14 @@ func TestClassify(t *testing.T) {
 	}{
 		{"exit 0", 1, exited(0), stopNone, false, 0, "", sandbox.OutcomeOK, ""},
 		{"the mark cannot turn an exit 0 into a limit", 1, exited(0), stopNone, true, 0, "", sandbox.OutcomeOK, ""},
-		{"the mark relabels a failure", 1, exited(1), stopNone, true, 0, "", sandbox.OutcomeMemoryLimit, "MemoryError) under its limit of 1 MiB"},
+		{"the mark relabels a failure", 1, exited(1), stopNone, true, 0, "", sandbox.OutcomeMemoryLimit, "MemoryError) under its limit of 1 MiB, the daemon's run_memory_bytes"},
 		{"the mark does not relabel a signal", 1, signaled(syscall.SIGSEGV), stopNone, true, 0, "", sandbox.OutcomeKilled, "SIGSEGV"},
 		{"SIGINT is named", 1, signaled(syscall.SIGINT), stopNone, false, 0, "", sandbox.OutcomeKilled, "KeyboardInterrupt"},
 		{"a child's kill in the run's own box wins over exit 0", 1, exited(0), stopNone, false, 1, "", sandbox.OutcomeMemoryLimit,
-			"1 process of the run was killed by the box's out-of-memory killer; the program itself ended with exit status 0"},
+			"1 process of the run was killed by the box's out-of-memory killer (its memory_bytes, 512 MiB, which its files in /tmp and /dev/shm count against); the program itself ended with exit status 0"},
 		{"in a shared box it is named, not decisive", 4, exited(0), stopNone, false, 2, "", sandbox.OutcomeOK,
 			"2 processes in the box (this run's or another slot's) were killed"},
-		{"the program killed by it", 4, signaled(syscall.SIGKILL), stopNone, false, 1, "", sandbox.OutcomeMemoryLimit, "out-of-memory killer stopped the run"},
+		{"the program killed by it", 4, signaled(syscall.SIGKILL), stopNone, false, 1, "", sandbox.OutcomeMemoryLimit, "the box ran out of memory (its memory_bytes, 512 MiB, which its files in /tmp and /dev/shm count against) and its out-of-memory killer stopped the run"},
 		{"a timeout stays a timeout, with the kills named", 1, signaled(syscall.SIGKILL), stopTimeout, false, 1, "", sandbox.OutcomeTimeout,
 			"timeout of 1000 ms; every process of it was killed; 1 process of the run was killed"},
 		{"OUTPUT naming a name twice", 1, exited(0), stopNone, false, 0, `{"a": 1, "a": 2}`, sandbox.OutcomeError, `the name "a" twice`},
@@ -45,7 +45,7 @@ func TestClassify(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := &run{e: &Executor{cfg: Config{Slots: c.slots}, log: slog.New(slog.NewTextHandler(io.Discard, nil))},
+			r := &run{e: &Executor{cfg: Config{Slots: c.slots}, boxMemory: 512 << 20, log: slog.New(slog.NewTextHandler(io.Discard, nil))},
 				spec:   sandbox.Spec{TimeoutMS: 1000, Limits: sandbox.Limits{MemoryBytes: 1 << 20, OutputBytes: 1 << 20}},
 				reason: c.reason, memoryError: c.memoryError}
 			if c.output != "" {

@@ -146,6 +146,9 @@ type Executor struct {
 	// ipcListed: the kernel lists System V IPC objects (/proc/sysvipc), as Linux does and
 	// gVisor does not; read once, at start.
 	ipcListed bool
+	// boxMemory is the box's memory limit in bytes (its memory cgroup's: the container's
+	// memory_bytes), 0 when unknown (no limit, or under gVisor); read once, at start.
+	boxMemory int64
 
 	// changingUID is held for writing while a program is started or forked as a slot's uid,
 	// until it has become that uid, and for reading while /proc is scanned: under gVisor, the
@@ -184,7 +187,7 @@ func Serve(ctx context.Context, conn *protocol.Conn, cfg Config, log *slog.Logge
 	}
 	e := &Executor{cfg: cfg, conn: conn, log: log, runs: map[string]*run{}, busy: map[int]bool{},
 		installs: map[string]context.CancelFunc{}, next: map[int]*nextProgram{}, interps: map[int]*interp{},
-		procs: map[string]*proc{}, homesReady: map[int]bool{}, ipcListed: ipcListed()}
+		procs: map[string]*proc{}, homesReady: map[int]bool{}, ipcListed: ipcListed(), boxMemory: cgroupMemoryLimit()}
 	python, err := e.prepare()
 	if err != nil {
 		return err

@@ -368,6 +368,23 @@ func oomKills() (int64, bool) {
 	return 0, false
 }
 
+// cgroupMemoryLimit returns the memory cgroup's limit in bytes (cgroup v2 memory.max, or v1
+// memory.limit_in_bytes), and 0 when there is none or neither file can be read.
+func cgroupMemoryLimit() int64 {
+	for _, path := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		n, err := strconv.ParseInt(string(bytes.TrimSpace(data)), 10, 64)
+		if err != nil || n >= 1<<62 { // "max", or v1's page-rounded MaxInt64: no limit
+			return 0
+		}
+		return n
+	}
+	return 0
+}
+
 // memAvailable returns MemAvailable of /proc/meminfo in bytes (under gVisor: what the sandbox
 // may still allocate before its container's memory limit), and false when it cannot be read.
 func memAvailable() (int64, bool) {

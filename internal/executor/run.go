@@ -858,13 +858,13 @@ func (r *run) classify(res *sandbox.Result, status syscall.WaitStatus, waitErr e
 		res.Reason = fmt.Sprintf("the box ran out of memory (less than %d bytes left) and the run was stopped", r.e.cfg.MemoryReserve)
 	case res.OOMKills > 0 && res.Signal == int(syscall.SIGKILL):
 		res.Outcome = sandbox.OutcomeMemoryLimit
-		res.Reason = "the box ran out of memory and its out-of-memory killer stopped the run"
+		res.Reason = "the box ran out of memory" + r.e.boxMemoryNote() + " and its out-of-memory killer stopped the run"
 		if res.OOMKills > 1 {
 			res.Reason += "; " + oomSentence(res.OOMKills, shared)
 		}
 	case res.OOMKills > 0 && !shared:
 		res.Outcome = sandbox.OutcomeMemoryLimit
-		res.Reason = oomSentence(res.OOMKills, shared) + fmt.Sprintf("; the program itself ended with %s", endedWith(res))
+		res.Reason = oomSentence(res.OOMKills, shared) + r.e.boxMemoryNote() + fmt.Sprintf("; the program itself ended with %s", endedWith(res))
 	case res.Signal == int(syscall.SIGXCPU) && r.cpu >= r.cpuLimit()-cpuLimitSlack:
 		// The kernel's CPU-time limit, and not the program signalling itself: its CPU time
 		// says so.
@@ -879,6 +879,7 @@ func (r *run) classify(res *sandbox.Result, status syscall.WaitStatus, waitErr e
 		if r.preloadData > 0 {
 			res.Reason += " (plus " + mebibytes(r.preloadData) + " for the preloaded modules)"
 		}
+		res.Reason += ", the daemon's run_memory_bytes (by default its memory_bytes)"
 	case res.ExitCode != 0:
 		res.Outcome = sandbox.OutcomeError
 		res.Reason = fmt.Sprintf("the program exited with status %d", res.ExitCode)
@@ -900,6 +901,16 @@ func mebibytes[N int | int64](n N) string {
 	default:
 		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 	}
+}
+
+// boxMemoryNote is " (its memory_bytes, 512 MiB, which its files in /tmp and /dev/shm count
+// against)", naming the box's limit for a reason about its out-of-memory killer, or "" when
+// the limit is unknown.
+func (e *Executor) boxMemoryNote() string {
+	if e.boxMemory <= 0 {
+		return ""
+	}
+	return " (its memory_bytes, " + mebibytes(e.boxMemory) + ", which its files in /tmp and /dev/shm count against)"
 }
 
 // oomSentence says that n processes were killed for memory during the run: the run's own,

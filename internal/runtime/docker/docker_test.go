@@ -151,7 +151,8 @@ if __name__ == "__main__":
     print(sorted(p.exitcode for p in ps))`
 	res := sandboxtest.Exec(t, rt, 0, sandboxtest.Spec(code, 60*time.Second), nil)
 	if res.Outcome != sandbox.OutcomeMemoryLimit || res.OOMKills != 1 || res.ExitCode != 0 || res.Stdout != "[-9, 0]\n" ||
-		!strings.Contains(res.Reason, "1 process of the run was killed by the box's out-of-memory killer; the program itself ended with exit status 0") {
+		!strings.Contains(res.Reason, "1 process of the run was killed by the box's out-of-memory killer (its memory_bytes, 512 MiB,") ||
+		!strings.HasSuffix(res.Reason, "; the program itself ended with exit status 0") {
 		t.Fatalf("outcome %q oom_kills %d exit %d reason %q stdout %q stderr %.500q", res.Outcome, res.OOMKills, res.ExitCode, res.Reason, res.Stdout, res.Stderr)
 	}
 	// The next run counts only the kills during it.
