@@ -46,6 +46,9 @@ type ConfigSource struct {
 	Name string
 	// Err is why it could not be loaded (nil when it was); Doctor validates what was loaded.
 	Err error
+	// Ignored says what was set and ignored, one sentence each ("SANDPIT_SLOT is not a
+	// sandpit setting and is ignored (did you mean SANDPIT_SLOTS?)").
+	Ignored []string
 }
 
 // Doctor checks every requirement of running sandpit with cfg (read from src) on this machine,
@@ -73,6 +76,10 @@ func Doctor(ctx context.Context, cfg config.Config, src ConfigSource, url string
 		}
 	}
 	add(conf)
+	if len(src.Ignored) > 0 {
+		add(Check{Name: "ignored settings", Detail: strings.Join(src.Ignored, "; "),
+			Fix: "rename each to the setting it was meant to be, or unset it"})
+	}
 	add(networkCheck(cfg))
 
 	exe, err := cfg.Executor()

@@ -335,19 +335,30 @@ type setting struct {
 
 // load builds the configuration: defaults < file < environment < the flags that were given.
 func (o *options) load(cmd *cobra.Command) (config.Config, error) {
-	if o.env.Environ != nil {
-		for _, name := range config.UnknownEnv(o.env.Environ()) {
-			if !configEnv(name) {
-				continue
-			}
-			hint := "the settings: sandpit --help"
-			if near := config.NearestEnv(name); near != "" {
-				hint = "did you mean " + near + "?"
-			}
-			fmt.Fprintf(o.env.Stderr, "sandpit: warning: %s is not a sandpit setting and is ignored (%s)\n", name, hint)
-		}
+	for _, w := range o.ignoredEnv() {
+		fmt.Fprintf(o.env.Stderr, "sandpit: warning: %s\n", w)
 	}
 	return o.loadFile(cmd, o.configFile)
+}
+
+// ignoredEnv says of each SANDPIT_ variable set that is not a setting that it is ignored, with
+// the setting nearest to its name.
+func (o *options) ignoredEnv() []string {
+	if o.env.Environ == nil {
+		return nil
+	}
+	var out []string
+	for _, name := range config.UnknownEnv(o.env.Environ()) {
+		if !configEnv(name) {
+			continue
+		}
+		hint := "the settings: sandpit --help"
+		if near := config.NearestEnv(name); near != "" {
+			hint = "did you mean " + near + "?"
+		}
+		out = append(out, fmt.Sprintf("%s is not a sandpit setting and is ignored (%s)", name, hint))
+	}
+	return out
 }
 
 // loadFile is load with the config file file instead of --config's, without the warnings

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -194,6 +195,20 @@ func TestUnknownEnvWarnsOnlyOfSettings(t *testing.T) {
 		Lookup: func(string) (string, bool) { return "", false }, Environ: func() []string { return environ }})
 	if got := strings.Count(stderr.String(), "is not a sandpit setting"); got != 1 || !strings.Contains(stderr.String(), "SANDPIT_SLTOS is not a sandpit setting and is ignored (did you mean SANDPIT_SLOTS?)") {
 		t.Fatalf("%d warnings, want one, of SANDPIT_SLTOS with its nearest setting:\n%s", got, stderr.String())
+	}
+}
+
+// TestDoctorNotesIgnoredSettings: doctor said "valid" with a misspelt setting set (a new user,
+// 7 December 2026): the variable is a note in its table, with the setting it is nearest.
+func TestDoctorNotesIgnoredSettings(t *testing.T) {
+	dir := t.TempDir()
+	env := map[string]string{"SANDPIT_DATA_DIR": dir, "SANDPIT_SLTOS": "2", "SANDPIT_URL": "http://127.0.0.1:1"}
+	var stdout, stderr bytes.Buffer
+	Main(context.Background(), []string{"doctor"}, Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+		Lookup: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+		Environ: func() []string { return []string{"SANDPIT_DATA_DIR=" + dir, "SANDPIT_SLTOS=2", "SANDPIT_URL=http://127.0.0.1:1"} }})
+	if !strings.Contains(stdout.String(), "ok    configuration") || !regexp.MustCompile(`note  ignored settings +SANDPIT_SLTOS is not a sandpit setting and is ignored \(did you mean SANDPIT_SLOTS\?\)`).MatchString(stdout.String()) {
+		t.Fatalf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 	}
 }
 

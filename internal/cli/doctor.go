@@ -25,7 +25,7 @@ daemon. Exits 0 when every required check passes, 69 otherwise.`,
 			// A configuration that does not load is the first failed check, not a usage error:
 			// doctor prints its table and exits 69 as for any other failed check.
 			cfg, err := o.load(cmd)
-			src := app.ConfigSource{Name: o.configSource(), Err: err}
+			src := app.ConfigSource{Name: o.configSource(), Err: err, Ignored: o.ignoredEnv()}
 			if err != nil {
 				cfg.Token, _ = o.env.Lookup("SANDPIT_TOKEN")
 			}
