@@ -286,7 +286,7 @@ func TestErrorsSpeakCLI(t *testing.T) {
 		{[]string{"code", "rm", "tool"}, "or delete with --force, which also disables them", "force=true"},
 		{[]string{"run", "-c", "1", "--dep", "--index-url=x"}, `--dep "--index-url=x" is not a requirement`, "dependencies"},
 		{[]string{"job", "create", "tool", "--schedule", "x"}, `sandpit: --schedule "x": expected 5 fields`, "schedule: schedule"},
-		{[]string{"code", "run", "tool", "--timeout", "15m"}, "sandpit: --timeout: is 900000", "timeout_ms"},
+		{[]string{"code", "run", "tool", "--timeout", "15m"}, "sandpit: --timeout: is 15m0s; allowed range is 1ms to 10m0s", "timeout_ms"},
 		{[]string{"session", "new", "--lifetime", "5h"}, "sandpit: --lifetime: is 5h0m0s; allowed range is 1s to 1h0m0s (omit it for the default of 1h0m0s)", "max_lifetime_ms"},
 		{[]string{"code", "run", "big", "--file", codeFile + "=big.bin"}, `sandpit: --file: file "big.bin" is 9000000 bytes`, "files[0]"},
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -267,8 +268,12 @@ func inFlagWords(cmd *cobra.Command, err error) string {
 	}
 	base := field[:strings.IndexAny(field+"[", "[.")] // files[0].content is said with files' flag
 	flag := cmp.Or(flagOfField[base], strings.ReplaceAll(base, "_", "-"))
-	if cmd.Flags().Lookup(flag) == nil {
+	f := cmd.Flags().Lookup(flag)
+	if f == nil {
 		return msg
+	}
+	if strings.HasSuffix(base, "_ms") && f.Value.Type() == "duration" {
+		msg = millisecondsAsDurations(msg) // the flag takes a duration
 	}
 	// A mention is the field when it reads as one: a name with "_", "." or an index, a
 	// "force=true", or the message's subject at its start. A plain word elsewhere ("has no
@@ -289,6 +294,28 @@ func inFlagWords(cmd *cobra.Command, err error) string {
 		return "--" + flag + ": " + msg
 	}
 	return b.String() + msg[last:]
+}
+
+// msRange is the daemon's answer to a duration in milliseconds out of its range
+// (sandbox.CheckTimeout's and the sessions').
+var msRange = regexp.MustCompile(`is (\d+); allowed range is (\d+) to (\d+) milliseconds( \(omit it for the default of (\d+)\))?`)
+
+// millisecondsAsDurations says the milliseconds of msRange as durations ("is 2h0m0s; allowed
+// range is 1s to 1h0m0s"), as --timeout, --idle and --lifetime take them (trials gave 2h and
+// 10h and were told 7200000 and 36000000).
+func millisecondsAsDurations(msg string) string {
+	return msRange.ReplaceAllStringFunc(msg, func(m string) string {
+		g := msRange.FindStringSubmatch(m)
+		d := func(ms string) time.Duration {
+			n, _ := strconv.ParseInt(ms, 10, 64)
+			return time.Duration(n) * time.Millisecond
+		}
+		out := fmt.Sprintf("is %s; allowed range is %s to %s", d(g[1]), d(g[2]), d(g[3]))
+		if g[5] != "" {
+			out += fmt.Sprintf(" (omit it for the default of %s)", d(g[5]))
+		}
+		return out
+	})
 }
 
 // configFlag registers a string flag that sets a config key when given.

@@ -3,11 +3,8 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"regexp"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -78,9 +75,6 @@ rm ID), after --idle without a call, after --lifetime, or when a call must be ki
 				return err
 			}
 			info, err := c.CreateSession(cmd.Context(), f.agent, d)
-			if api, ok := errors.AsType[*client.APIError](err); ok && (api.Field == "idle_timeout_ms" || api.Field == "max_lifetime_ms") {
-				api.Message = millisecondsAsDurations(api.Message) // the flags take durations
-			}
 			if err != nil {
 				return err
 			}
@@ -307,22 +301,4 @@ func withSessionID(args cobra.PositionalArgs) cobra.PositionalArgs {
 		}
 		return args(cmd, a)
 	}
-}
-
-// msRange is the daemon's answer to a session duration out of its range.
-var msRange = regexp.MustCompile(`is (\d+); allowed range is (\d+) to (\d+) milliseconds \(omit it for the default of (\d+)\)`)
-
-// millisecondsAsDurations says the milliseconds of msRange as durations ("is 2h0m0s; allowed
-// range is 1s to 1h0m0s"), as --idle and --lifetime take them (a trial gave 2h and was told
-// 7200000).
-func millisecondsAsDurations(msg string) string {
-	return msRange.ReplaceAllStringFunc(msg, func(m string) string {
-		g := msRange.FindStringSubmatch(m)
-		d := make([]time.Duration, 4)
-		for i := range d {
-			n, _ := strconv.ParseInt(g[i+1], 10, 64)
-			d[i] = time.Duration(n) * time.Millisecond
-		}
-		return fmt.Sprintf("is %s; allowed range is %s to %s (omit it for the default of %s)", d[0], d[1], d[2], d[3])
-	})
 }
