@@ -206,7 +206,9 @@ func TestDoctorNotesIgnoredSettings(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	Main(context.Background(), []string{"doctor"}, Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
 		Lookup: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
-		Environ: func() []string { return []string{"SANDPIT_DATA_DIR=" + dir, "SANDPIT_SLTOS=2", "SANDPIT_URL=http://127.0.0.1:1"} }})
+		Environ: func() []string {
+			return []string{"SANDPIT_DATA_DIR=" + dir, "SANDPIT_SLTOS=2", "SANDPIT_URL=http://127.0.0.1:1"}
+		}})
 	if !strings.Contains(stdout.String(), "ok    configuration") || !regexp.MustCompile(`note  ignored settings +SANDPIT_SLTOS is not a sandpit setting and is ignored \(did you mean SANDPIT_SLOTS\?\)`).MatchString(stdout.String()) {
 		t.Fatalf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 	}
