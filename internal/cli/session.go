@@ -198,7 +198,7 @@ func (o *options) sessionListCommand() *cobra.Command {
 		}),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if depth < 1 {
-				return usageErrorf("--depth is %d; give 1 or more levels (1 lists the directory itself)", depth)
+				return usageErrorf("--depth is %d; give 1 or more levels (1 lists the directory's entries, 2 their entries too)", depth)
 			}
 			if len(args) > 0 {
 				path := ""

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path"
 	"path/filepath"
@@ -349,6 +350,13 @@ func (o *options) sessionFilesList(cmd *cobra.Command, f daemonFlags, depth int,
 		return err
 	}
 	l, err := c.ListSessionFiles(cmd.Context(), f.agent, id, path, depth)
+	if api, ok := errors.AsType[*client.APIError](err); ok && api.Status == http.StatusConflict && path != "" {
+		// A file is listed as ls lists it: its own line (the daemon's answer pointed to stat,
+		// which the CLI does not have).
+		if e, serr := c.StatSessionFile(cmd.Context(), f.agent, id, path); serr == nil && e.Type != "dir" {
+			l, err = apitype.FileListing{Entries: []apitype.FileEntry{e}}, nil
+		}
+	}
 	if err != nil {
 		return err
 	}

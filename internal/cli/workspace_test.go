@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -36,6 +37,9 @@ func TestSessionCpIntoDirectory(t *testing.T) {
 			_, _ = io.WriteString(w, `{"path": "/home/user/data", "name": "data", "type": "dir", "size_bytes": 0, "mode": "drwxr-xr-x", "modified_at": "2026-12-02T10:00:00Z"}`)
 		case r.Method == "GET" && r.URL.Path == files+"/stat" && p == "out.txt":
 			_, _ = io.WriteString(w, `{"path": "/home/user/out.txt", "name": "out.txt", "type": "file", "size_bytes": 3, "mode": "-rw-r--r--", "modified_at": "2026-12-02T10:00:00Z"}`)
+		case r.Method == "GET" && r.URL.Path == files+"/list" && p == "out.txt":
+			w.WriteHeader(http.StatusConflict)
+			_, _ = io.WriteString(w, `{"error": {"code": "conflict", "message": "/home/user/out.txt is not a directory; list a directory (stat describes one file)"}}`)
 		case r.Method == "GET" && r.URL.Path == files && p == "/home/user/out.txt":
 			w.Header().Set("Content-Type", "application/octet-stream")
 			_, _ = io.WriteString(w, "xyz")
@@ -104,6 +108,14 @@ func TestSessionCpIntoDirectory(t *testing.T) {
 	if code, errOut := run("session", "cp", s+":out.txt", filepath.Join(missing, "y.csv")); code != exitUsage ||
 		!strings.Contains(errOut, "the directory "+missing+" does not exist") || strings.Contains(errOut, ".sandpit-cp-") {
 		t.Errorf("session cp ID:out.txt MISSING/y.csv: exit %d, stderr %q", code, errOut)
+	}
+	// `session ls ID FILE` lists the file's own line, as ls does (the daemon's answer pointed
+	// to a stat the CLI does not have: a new user, 7 December 2026).
+	var stdout, stderr strings.Builder
+	code = Main(context.Background(), []string{"session", "ls", s, "out.txt", "--url", srv.URL}, Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+		Lookup: func(k string) (string, bool) { return dir, k == "SANDPIT_DATA_DIR" }})
+	if code != 0 || !regexp.MustCompile(`(?m)^f -rw-r--r-- +3 +.* /home/user/out.txt$`).MatchString(stdout.String()) {
+		t.Errorf("session ls ID FILE: exit %d, stdout %q, stderr %q; want the file's line", code, stdout.String(), stderr.String())
 	}
 	written = nil
 	if code, errOut := run("session", "cp", dir, s+":data"); code != exitUsage || !strings.Contains(errOut, "is a directory") || len(written) > 0 {
