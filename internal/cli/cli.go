@@ -94,11 +94,25 @@ sandpit run looks for a daemon at SANDPIT_URL (else at the configured listen add
 	opts.configFlag(pf, "runtime", "runtime", `container runtime of the sandboxes: "runc" or "runsc" (gVisor)`)
 	opts.configFlag(pf, "docker-host", "docker_host", "Docker engine address (default: the Docker environment)")
 
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		// time.ParseDuration's errors: `time: invalid duration "abc"`, `time: missing unit in
 		// duration "30"`, `time: unknown unit "x" in duration "3x"`.
-		if msg := err.Error(); strings.Contains(msg, "time: ") && strings.Contains(msg, "duration") {
+		msg := err.Error()
+		if strings.Contains(msg, "time: ") && strings.Contains(msg, "duration") {
 			return usageErrorf("%v: write a duration with its unit, e.g. 30s, 1500ms or 2m", err)
+		}
+		// pflag's "unknown flag: --tiemout" gets the command's nearest flag.
+		if name, ok := strings.CutPrefix(msg, "unknown flag: --"); ok {
+			var names []string
+			cmd.Flags().VisitAll(func(f *pflag.Flag) {
+				if !f.Hidden {
+					names = append(names, f.Name)
+				}
+			})
+			if near := suggest.Nearest(name, names, 2); near != "" {
+				return usageErrorf("%v; did you mean --%s? (`%s --help` lists its flags)", err, near, cmd.CommandPath())
+			}
+			return usageErrorf("%v (`%s --help` lists its flags)", err, cmd.CommandPath())
 		}
 		return usageErrorf("%v", err)
 	})

@@ -250,6 +250,10 @@ func TestUnknownCommandIsAUsageError(t *testing.T) {
 		{[]string{"help", "session", "lgos"}, `unknown command "lgos" for "sandpit session"; did you mean "logs"?`},
 		{[]string{"session", "zzzzzz"}, `unknown command "zzzzzz" for "sandpit session" (`},
 		{[]string{"completion", "bsh"}, `unknown command "bsh" for "sandpit completion"; did you mean "bash"?`},
+		// A misspelt flag gets the command's nearest (a new user, 7 December 2026, had none).
+		{[]string{"run", "--tiemout", "3s", "-c", "1"}, "unknown flag: --tiemout; did you mean --timeout? (`sandpit run --help` lists its flags)"},
+		{[]string{"session", "ls", "--jsno"}, "unknown flag: --jsno; did you mean --json?"},
+		{[]string{"run", "--zzzzzzz"}, "unknown flag: --zzzzzzz (`sandpit run --help` lists its flags)"},
 	} {
 		var stdout, stderr strings.Builder
 		code := Main(context.Background(), c.args, Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
