@@ -39,6 +39,9 @@ type InBox struct {
 	// (sandbox.Origin; "" and 0: the daemon's own image).
 	Template        string
 	TemplateVersion int
+	// Unrecorded: the call is the daemon's own in a sandbox no agent holds yet (a warm
+	// session's warm-up), and the ledger keeps no record of it.
+	Unrecorded bool
 }
 
 // Prepare turns req (checked by Validate) into an execution run in a session's sandbox.
@@ -47,6 +50,7 @@ func (s *Service) Prepare(req sandbox.Request, in InBox) *Execution {
 	x.session, x.box, x.grace, x.narrow = in.Session, in.Box, in.Grace, in.NetworkAllow
 	x.spec.Session, x.spec.Paths, x.spec.Env = true, in.Paths, in.Env
 	x.origin.Template, x.origin.TemplateVersion = in.Template, in.TemplateVersion
+	x.unrecorded = in.Unrecorded
 	if in.Secrets != nil {
 		x.secrets = in.Secrets
 		x.spec.SecretEnv, x.spec.SecretCA = in.Secrets.Env(), in.Secrets.CA()

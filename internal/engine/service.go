@@ -397,6 +397,8 @@ type execution struct {
 	narrow []string
 	// secrets are the run's secrets (nil: none).
 	secrets SecretsRun
+	// unrecorded: the ledger keeps no record of it (InBox.Unrecorded).
+	unrecorded bool
 }
 
 // holdOf is how long x may hold its slot: its timeout and Grace, and InstallTimeout for each
@@ -444,7 +446,7 @@ func (s *Service) prepare(req sandbox.Request) *execution {
 
 // begin records that x is starting. An error means the ledger cannot keep it: nothing runs.
 func (s *Service) begin(ctx context.Context, x *execution) error {
-	if s.rec == nil {
+	if s.rec == nil || x.unrecorded {
 		return nil
 	}
 	head := sandbox.Result{ID: x.spec.ID, Agent: x.agent, TimeoutMS: x.spec.TimeoutMS, StartedAt: x.accepted, Origin: x.origin, SessionID: x.session}
@@ -499,7 +501,9 @@ func (s *Service) run(ctx context.Context, x *execution, emit func(sandbox.Event
 	audit, logs := line.end()
 	switch {
 	case err != nil && errors.Is(err, sandbox.ErrNotReady) && ctx.Err() == nil:
-		s.discard(ctx, x.spec.ID)
+		if !x.unrecorded {
+			s.discard(ctx, x.spec.ID)
+		}
 		return sandbox.Result{}, err
 	case err != nil, ctx.Err() != nil && res.Outcome == sandbox.OutcomeKilled:
 		// Also the runtime's result for a run it killed because ctx ended: the reason says who
@@ -534,7 +538,9 @@ func (s *Service) finish(ctx context.Context, x *execution, res sandbox.Result) 
 		res.Output = json.RawMessage("null")
 	}
 	res = checkOutput(x.req, res)
-	s.record(ctx, res)
+	if !x.unrecorded {
+		s.record(ctx, res)
+	}
 	s.log.Info("execution finished", "id", res.ID, "agent", x.agent, "slot", x.slot, "session", x.session,
 		"outcome", res.Outcome, "exit_code", res.ExitCode, "duration_ms", res.DurationMS, "install_ms", x.installMS)
 	return res

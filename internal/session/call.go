@@ -34,7 +34,7 @@ func (s *Session) Execute(ctx context.Context, req sandbox.Request, wait bool, e
 	s.mu.Lock()
 	req.Agent = s.info.Agent
 	in := engine.InBox{Session: s.id, Paths: s.paths, Grace: interruptGrace, NetworkAllow: s.info.NetworkAllow, Secrets: s.secrets, Env: s.env,
-		Template: s.info.Template}
+		Template: s.info.Template, Unrecorded: s.info.Agent == WarmAgent}
 	s.mu.Unlock()
 	checked := req
 	if req.Agent == WarmAgent { // see warm.go

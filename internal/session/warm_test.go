@@ -3,6 +3,8 @@ package session
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 
 	"github.com/sandpit-dev/sandpit/internal/engine"
@@ -104,5 +106,54 @@ func TestWarmSessionsGiveWayAtTheCap(t *testing.T) {
 	}
 	if _, err := m.Create(ctx, sandbox.SessionRequest{Agent: "bob"}); !errors.Is(err, errclass.Busy) {
 		t.Errorf("bob's session with no warm one to close: %v, want the cap", err)
+	}
+}
+
+// agentsRecorder keeps the agents of the ledger's records.
+type agentsRecorder struct {
+	mu      sync.Mutex
+	begun   []string
+	results []string
+}
+
+func (a *agentsRecorder) Begin(_ context.Context, _ sandbox.Spec, head sandbox.Result) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.begun = append(a.begun, head.Agent)
+	return nil
+}
+
+func (a *agentsRecorder) Finish(_ context.Context, res sandbox.Result) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.results = append(a.results, res.Agent)
+	return nil
+}
+
+func (a *agentsRecorder) Discard(context.Context, string) error { return nil }
+
+// TestWarmUpIsNotRecorded: a warm session's warm-up is the daemon's own call in a sandbox no
+// agent holds, and the ledger keeps no record of it (a new user found `~warm` executions
+// filling `exec list`, and they counted against the ledger's bounds as an agent's); the
+// adopting agent's calls are recorded as its own.
+func TestWarmUpIsNotRecorded(t *testing.T) {
+	rec := &agentsRecorder{}
+	m := newKeeper(newService(engine.Hooks{Recorder: rec}), &fakeOpener{}, nil, DefaultConfig())
+	defer m.Shutdown(context.Background())
+	ctx := t.Context()
+	w, err := m.CreateWarm(ctx, sandbox.SessionRequest{}, "x = 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Adopt(ctx, w.ID, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Execute(ctx, w.ID, sandbox.Request{Agent: "alice", Code: "y = 1"}, true, nil); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if !slices.Equal(rec.begun, []string{"alice"}) || !slices.Equal(rec.results, []string{"alice"}) {
+		t.Errorf("the ledger recorded calls of %v (results %v), want alice's one", rec.begun, rec.results)
 	}
 }
