@@ -302,20 +302,25 @@ func (o *options) execFilesCommand() *cobra.Command {
 	var files struct {
 		daemonFlags
 		output outputFlags
+		stdout bool
 	}
 	cmd := &cobra.Command{
 		Use:   "files ID [NAME...]",
 		Short: "List an execution's output files, or write them into a directory (--output-dir)",
 		Long: `List the output files of an execution (name, size, media type), and those it could not
-return with why; with --output-dir DIR, write them (or only the NAMEs given) into DIR. The
-daemon keeps them as long as the execution's record, within its quota files_max_bytes (an
-evicted file is refused, HTTP 410).`,
+return with why; with --output-dir DIR, write them (or only the NAMEs given) into DIR; with
+--stdout, write the one NAME given to standard output. The daemon keeps them as long as the
+execution's record, within its quota files_max_bytes (an evicted file is refused, HTTP 410).`,
 		Example: `  sandpit exec files ex_0123456789abcdefghijklmnop
-  sandpit exec files ex_0123456789abcdefghijklmnop figure-1.png --output-dir charts/`,
+  sandpit exec files ex_0123456789abcdefghijklmnop figure-1.png --output-dir charts/
+  sandpit exec files ex_0123456789abcdefghijklmnop result.csv --stdout | head`,
 		Args: minArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 1 && files.output.dir == "" {
-				return usageErrorf("naming files (%s) selects which to write: add --output-dir DIR", strings.Join(args[1:], " "))
+			switch {
+			case files.stdout && (files.output.dir != "" || len(args) != 2):
+				return usageErrorf("--stdout writes one file: give its NAME alone (sandpit exec files ID NAME --stdout), without --output-dir")
+			case len(args) > 1 && files.output.dir == "" && !files.stdout:
+				return usageErrorf("naming files (%s) selects which to write: add --output-dir DIR, or --stdout for one", strings.Join(args[1:], " "))
 			}
 			c, err := o.daemon(cmd, files.daemonFlags)
 			if err != nil {
@@ -325,6 +330,13 @@ evicted file is refused, HTTP 410).`,
 			list, skipped, truncated, err := c.ExecutionFiles(cmd.Context(), id, files.agent)
 			if err != nil {
 				return err
+			}
+			if files.stdout {
+				chosen, err := chooseFiles(list, args[1:], id)
+				if err != nil {
+					return err
+				}
+				return writeChecked(cmd.Context(), o.env.Stdout, chosen[0], daemonFiles(c, id, nil))
 			}
 			if files.output.dir != "" {
 				chosen, err := chooseFiles(list, args[1:], id)
@@ -355,6 +367,7 @@ evicted file is refused, HTTP 410).`,
 	files.registerShared(cmd.Flags(), true)
 	cmd.Flags().StringVar(&files.agent, "agent", "", "only if it is this agent's execution (default: any agent)")
 	files.output.register(cmd.Flags(), "the files")
+	cmd.Flags().BoolVar(&files.stdout, "stdout", false, "write the one file NAMEd to standard output")
 	return cmd
 }
 

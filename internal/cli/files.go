@@ -293,6 +293,25 @@ func saveFile(ctx context.Context, root *os.Root, f apitype.File, open fileSourc
 	return nil
 }
 
+// writeChecked writes f's bytes to w once they are all read and match its size and SHA-256, so
+// that a file cut short or altered writes nothing.
+func writeChecked(ctx context.Context, w io.Writer, f apitype.File, open fileSource) error {
+	body, err := open(ctx, f)
+	if err != nil {
+		return fmt.Errorf("fetching output file %q: %w", f.Name, err)
+	}
+	defer body.Close()
+	b, err := io.ReadAll(io.LimitReader(body, f.SizeBytes+1))
+	if err != nil {
+		return fmt.Errorf("fetching output file %q: %w", f.Name, err)
+	}
+	if sum := sha256.Sum256(b); int64(len(b)) != f.SizeBytes || !strings.EqualFold(hex.EncodeToString(sum[:]), f.SHA256) {
+		return fmt.Errorf("output file %q: its bytes (%d, sha256 %x) are not those listed (%d, sha256 %s); nothing was written", f.Name, len(b), sum, f.SizeBytes, f.SHA256)
+	}
+	_, err = w.Write(b)
+	return err
+}
+
 func quoteAll(names []string) []string {
 	q := make([]string, len(names))
 	for i, n := range names {

@@ -284,8 +284,6 @@ func mapsEqual(a, b map[string]string) bool {
 	return true
 }
 
-// TestOutputDirExisting: a file already in DIR refuses the whole set (nothing is written)
-// unless --force, which replaces it; bytes unlike the listed ones are not kept.
 // TestOutputDirOfNothingSaysSo: a run or an execution without output files says that nothing
 // was written (a new user's `exec files ID --output-dir DIR` printed nothing at all).
 func TestOutputDirOfNothingSaysSo(t *testing.T) {
@@ -300,6 +298,29 @@ func TestOutputDirOfNothingSaysSo(t *testing.T) {
 	}
 }
 
+// TestExecFileToStdout: --stdout writes the one file named to standard output (a new user had
+// no way but a directory), nothing when its bytes are not those listed, and is a usage error
+// with no name, two, or --output-dir.
+func TestExecFileToStdout(t *testing.T) {
+	d := &filesDaemon{files: []outFile{{name: "out/result.csv", mediaType: "text/csv", content: []byte("a,b\n1,2\n")},
+		{name: "bad.txt", mediaType: "text/plain", content: []byte("listed"), served: []byte("altered")}}}
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	if code, stdout, stderr := sandpit(t, srv.URL, "exec", "files", filesExecID, "out/result.csv", "--stdout"); code != 0 || stdout != "a,b\n1,2\n" {
+		t.Errorf("--stdout: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if code, stdout, stderr := sandpit(t, srv.URL, "exec", "files", filesExecID, "bad.txt", "--stdout"); code == 0 || stdout != "" || !strings.Contains(stderr, "are not those listed") {
+		t.Errorf("--stdout of altered bytes: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	for _, args := range [][]string{{filesExecID, "--stdout"}, {filesExecID, "a", "b", "--stdout"}, {filesExecID, "a", "--stdout", "--output-dir", t.TempDir()}} {
+		if code, stdout, stderr := sandpit(t, srv.URL, append([]string{"exec", "files"}, args...)...); code != exitUsage || stdout != "" || !strings.Contains(stderr, "--stdout writes one file") {
+			t.Errorf("exec files %v: exit %d, stdout %q, stderr %q; want a usage error", args, code, stdout, stderr)
+		}
+	}
+}
+
+// TestOutputDirExisting: a file already in DIR refuses the whole set (nothing is written)
+// unless --force, which replaces it; bytes unlike the listed ones are not kept.
 func TestOutputDirExisting(t *testing.T) {
 	d := &filesDaemon{files: []outFile{{name: "new.txt", mediaType: "text/plain", content: []byte("new")},
 		{name: "old.txt", mediaType: "text/plain", content: []byte("fresh")}}}
