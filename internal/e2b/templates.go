@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"path"
 	"regexp"
 	"runtime/debug"
@@ -68,6 +69,7 @@ const (
 	agentUploadBytes  = maxUploadBytes / 4
 	keepIdle          = time.Hour // a record since it ended (or was requested, never started); an archive since its last use
 	maxArchiveBytes   = template.MaxSpecBytes
+	maxUnpackedBytes  = 2 * maxArchiveBytes // an archive's tar stream, headers and content, unpacked
 	uploadLinkTimeout = time.Hour
 	maxStatusEntries  = 100 // E2B's limit on the log entries of one status answer
 	maxBuildEntries   = 10_000
@@ -229,12 +231,15 @@ func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request, agent stri
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	tags := slices.Clone(req.Tags)
-	if tag != "" && !slices.Contains(tags, tag) {
-		tags = append(tags, tag)
-	}
-	if tags == nil {
-		tags = []string{}
+	tags := []string{}
+	for _, t := range append(slices.Clone(req.Tags), tag) {
+		if t != "" && !slices.Contains(tags, t) {
+			tags = append(tags, t)
+		}
+		if len(tags) > maxRequestTags {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("tags has more than %d tags; a template has at most %d", maxRequestTags, maxRequestTags))
+			return
+		}
 	}
 	for _, tag := range tags {
 		if currentTag(tag) {
@@ -296,7 +301,7 @@ func (t *templateState) roomForBuildLocked(agent string, now time.Time) error {
 		delete(t.builds, oldest.id)
 	}
 	if len(t.builds) >= maxBuildRecords {
-		return fmt.Errorf("the daemon holds %d template build records of its agents, the most it keeps (each until an hour after it ends); try again later", len(t.builds))
+		return fmt.Errorf("the daemon holds %d template build records of its agents, the most it keeps (each until an hour after it ended, or was requested if never started); try again later", len(t.builds))
 	}
 	return nil
 }
@@ -499,7 +504,7 @@ func (s *Server) buildStatus(w http.ResponseWriter, r *http.Request, agent strin
 			entries = append(entries, e)
 		}
 	}
-	entries = slices.Clone(entries[min(offset, len(entries)):])
+	entries = append([]buildLogEntry{}, entries[min(offset, len(entries)):]...) // [] when none, as E2B's schema has it
 	entries = entries[:min(limit, len(entries))]
 	status, reason := b.status, b.reason
 	ts.mu.Unlock()
@@ -558,7 +563,7 @@ func (s *Server) uploadLink(w http.ResponseWriter, r *http.Request, agent string
 	}
 	ts.links[token] = uploadLink{agent: agent, hash: hash, expires: now.Add(uploadLinkTimeout)}
 	ts.mu.Unlock()
-	u := externalBase(r) + "/templates/" + r.PathValue("id") + "/files/" + hash + "?upload_token=" + token
+	u := externalBase(r) + "/templates/" + url.PathEscape(r.PathValue("id")) + "/files/" + hash + "?upload_token=" + token
 	writeJSON(w, http.StatusCreated, map[string]any{"present": present, "url": u})
 }
 
@@ -664,7 +669,10 @@ func readArchive(data []byte) ([]archiveFile, error) {
 		}
 		in = zr
 	}
-	tr := tar.NewReader(in)
+	// Bounded as it unpacks: the entry and content caps below count no header, and a
+	// gzipped archive of PAX headers (which the tar reader reads without counting them as
+	// entries) unpacked 500 MB from 520 KB (red team).
+	tr := tar.NewReader(&boundedReader{r: in, left: maxUnpackedBytes})
 	var files []archiveFile
 	total := int64(0)
 	for entries := 0; ; entries++ {
@@ -704,6 +712,24 @@ func readArchive(data []byte) ([]archiveFile, error) {
 	}
 }
 
+// boundedReader reads r until left bytes are read, then fails with errUnpacked.
+type boundedReader struct {
+	r    io.Reader
+	left int64
+}
+
+var errUnpacked = fmt.Errorf("it unpacks to more than %d bytes (its files and their tar headers)", maxUnpackedBytes)
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, errUnpacked
+	}
+	p = p[:min(int64(len(p)), b.left)]
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
 // e2bBaseImages are E2B's own base images, which stand for sandpit's default base (the SDKs'
 // Template() starts from e2bdev/base).
 var e2bBaseImages = []string{"e2bdev/base", "e2bdev/code-interpreter"}
@@ -727,7 +753,14 @@ func (s *Server) templateSpec(agent string, req buildStart) (spec template.Spec,
 		}
 	}
 	workdir := "/"
+	content := 0 // the COPY steps' files' bytes so far
 	for i, st := range req.Steps {
+		// Checked as the steps are made, not after: each COPY step unpacks its archive, and a
+		// build of 300 COPY steps of one 8 MiB archive took the daemon's memory to 3.5 GiB
+		// before its step count was refused (red team).
+		if len(spec.Steps) > template.MaxSteps {
+			break
+		}
 		n := i + 1
 		stepErr := func(format string, args ...any) error {
 			return fmt.Errorf("step %d (%s %s): %s", n, st.Type, strings.Join(st.Args, " "), fmt.Sprintf(format, args...))
@@ -771,6 +804,10 @@ func (s *Server) templateSpec(agent string, req buildStart) (spec template.Spec,
 			for _, f := range files {
 				spec.Steps = append(spec.Steps, template.Step{File: f})
 				origin = append(origin, n)
+				content += len(f.Content)
+			}
+			if content > template.MaxSpecBytes {
+				return spec, nil, nil, stepErr("the COPY steps' files hold more than %d bytes together, the most a template's files may", template.MaxSpecBytes)
 			}
 		default:
 			return spec, nil, nil, stepErr("%q is not a builder step sandpit runs (it runs RUN, COPY, ENV, WORKDIR and USER)", st.Type)

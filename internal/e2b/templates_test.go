@@ -12,6 +12,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -619,5 +620,79 @@ func TestPoolsAreEachAgentsOwn(t *testing.T) {
 	}
 	if err := ts.roomForBuildLocked("agent0", now); err == nil || !strings.Contains(err.Error(), "under way") {
 		t.Errorf("an agent's share building: %v", err)
+	}
+}
+
+// TestBuilderBoundsWhatItUnpacks: the red team's memory attacks on the builder routes, each
+// refused before the memory is taken. A build of many COPY steps naming one 8 MiB archive
+// (each unpacks it again: 300 took the daemon to 3.5 GiB before its step count was checked);
+// a gzipped archive of PAX headers (500 MB unpacked from 520 KB, counted as no entry); a
+// build request of 200,000 tags (kept and echoed whole; 60,000 here). Also: a waiting build's logEntries
+// are [] (E2B's schema), and the upload link escapes the template ID it names.
+func TestBuilderBoundsWhatItUnpacks(t *testing.T) {
+	srv, _ := templateAPI(t, &fakeTemplates{built: map[string]template.Spec{}})
+	base := srv.URL + "/e2b"
+	var e apiError
+	var link struct{ URL string }
+	call(t, "GET", base+"/templates/env/files/big", "k-alice", nil, &link)
+	big := tarGz(t, map[string]string{"big.bin": strings.Repeat("x", 7<<20)})
+	if code := call(t, "PUT", link.URL, "", big, nil); code != 200 {
+		t.Fatalf("upload: %d", code)
+	}
+	var c struct {
+		BuildID string   `json:"buildID"`
+		Tags    []string `json:"tags"`
+	}
+	if code := call(t, "POST", base+"/v3/templates", "k-alice", map[string]any{"name": "env"}, &c); code != 202 {
+		t.Fatalf("request: %d", code)
+	}
+	var st statusAnswer
+	if code := call(t, "GET", base+"/templates/env/builds/"+c.BuildID+"/status", "k-alice", nil, &st); code != 200 || st.LogEntries == nil {
+		t.Errorf("a waiting build's status: %d, logEntries %v; want []", code, st.LogEntries)
+	}
+	steps := make([]map[string]any, 300)
+	for i := range steps {
+		steps[i] = map[string]any{"type": "COPY", "args": []string{"big.bin", fmt.Sprintf("/x%d/", i)}, "filesHash": "big"}
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	code := call(t, "POST", base+"/v2/templates/env/builds/"+c.BuildID, "k-alice", map[string]any{"steps": steps}, &e)
+	runtime.ReadMemStats(&after)
+	if code != 400 || !strings.Contains(e.Message, "step 2 (COPY big.bin /x1/): the COPY steps' files hold more than 8388608 bytes together") {
+		t.Errorf("300 COPY steps of a 7 MiB archive: %d %+v", code, e)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 200<<20 {
+		t.Errorf("refusing them allocated %d MiB", got>>20)
+	}
+
+	var bomb bytes.Buffer
+	zw := gzip.NewWriter(&bomb)
+	tw := tar.NewWriter(zw)
+	for i := range 40 {
+		tw.WriteHeader(&tar.Header{Name: fmt.Sprint("f", i), Typeflag: tar.TypeReg, Size: 1, Mode: 0o644,
+			PAXRecords: map[string]string{"comment": strings.Repeat("p", 900<<10)}, Format: tar.FormatPAX})
+		tw.Write([]byte("x"))
+	}
+	tw.Close()
+	zw.Close()
+	call(t, "GET", base+"/templates/env/files/bomb", "k-alice", nil, &link)
+	if code := call(t, "PUT", link.URL, "", bomb.Bytes(), &e); code != 400 || !strings.Contains(e.Message, "unpacks to more than") {
+		t.Errorf("an archive of %d bytes unpacking to 36 MB of PAX headers: %d %+v", bomb.Len(), code, e)
+	}
+
+	tags := make([]string, 60_000)
+	for i := range tags {
+		tags[i] = fmt.Sprint("t", i%40)
+	}
+	if code := call(t, "POST", base+"/v3/templates", "k-alice", map[string]any{"name": "env", "tags": tags}, &e); code != 400 || !strings.Contains(e.Message, "more than 32 tags") {
+		t.Errorf("a request of 60000 tags: %d %+v", code, e)
+	}
+	if code := call(t, "POST", base+"/v3/templates", "k-alice", map[string]any{"name": "env:v1", "tags": []string{"v1", "v1", "v2"}}, &c); code != 202 || fmt.Sprint(c.Tags) != "[v1 v2]" {
+		t.Errorf("repeated tags: %d %v, want [v1 v2]", code, c.Tags)
+	}
+	call(t, "GET", base+"/templates/a%3Fb%23c/files/h1", "k-alice", nil, &link)
+	if !strings.HasPrefix(link.URL, base+"/templates/a%3Fb%23c/files/h1?upload_token=") {
+		t.Errorf("the upload link of template ID %q: %s", "a?b#c", link.URL)
 	}
 }
