@@ -280,8 +280,8 @@ func saveFile(ctx context.Context, root *os.Root, f apitype.File, open fileSourc
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil && (n != f.SizeBytes || !strings.EqualFold(hex.EncodeToString(h.Sum(nil)), f.SHA256)) {
-		err = fmt.Errorf("its bytes (%d, sha256 %x) are not those listed (%d, sha256 %s)", n, h.Sum(nil), f.SizeBytes, f.SHA256)
+	if err == nil {
+		err = checkListed(f, n, h.Sum(nil))
 	}
 	if err == nil {
 		err = root.Rename(tmp, name)
@@ -305,11 +305,20 @@ func writeChecked(ctx context.Context, w io.Writer, f apitype.File, open fileSou
 	if err != nil {
 		return fmt.Errorf("fetching output file %q: %w", f.Name, err)
 	}
-	if sum := sha256.Sum256(b); int64(len(b)) != f.SizeBytes || !strings.EqualFold(hex.EncodeToString(sum[:]), f.SHA256) {
-		return fmt.Errorf("output file %q: its bytes (%d, sha256 %x) are not those listed (%d, sha256 %s); nothing was written", f.Name, len(b), sum, f.SizeBytes, f.SHA256)
+	sum := sha256.Sum256(b)
+	if err := checkListed(f, int64(len(b)), sum[:]); err != nil {
+		return fmt.Errorf("output file %q: %w; nothing was written", f.Name, err)
 	}
 	_, err = w.Write(b)
 	return err
+}
+
+// checkListed says why n bytes of SHA-256 sum are not f's as the daemon listed it, or nil.
+func checkListed(f apitype.File, n int64, sum []byte) error {
+	if n != f.SizeBytes || !strings.EqualFold(hex.EncodeToString(sum), f.SHA256) {
+		return fmt.Errorf("its bytes (%d, sha256 %x) are not those listed (%d, sha256 %s)", n, sum, f.SizeBytes, f.SHA256)
+	}
+	return nil
 }
 
 func quoteAll(names []string) []string {

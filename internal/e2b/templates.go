@@ -540,11 +540,7 @@ func (s *Server) uploadLink(w http.ResponseWriter, r *http.Request, agent string
 	ts := s.tmpl
 	ts.mu.Lock()
 	now := time.Now()
-	a, present := ts.archives[agent+"/"+hash]
-	if present {
-		a.used = now // kept for the build that follows
-		ts.archives[agent+"/"+hash] = a
-	}
+	_, present := ts.useArchiveLocked(agent, hash, now) // kept for the build that follows
 	for k, l := range ts.links {
 		if now.After(l.expires) {
 			delete(ts.links, k)
@@ -611,6 +607,17 @@ func (s *Server) uploadArchive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// useArchiveLocked returns agent's archive of hash, marked used at now, and whether there is
+// one.
+func (t *templateState) useArchiveLocked(agent, hash string, now time.Time) (archive, bool) {
+	a, ok := t.archives[agent+"/"+hash]
+	if ok {
+		a.used = now
+		t.archives[agent+"/"+hash] = a
+	}
+	return a, ok
 }
 
 // storeArchiveLocked keeps data as agent's archive of hash, or says why it cannot. Archives
@@ -849,11 +856,7 @@ func (s *Server) copyStep(agent string, st buildStep, workdir string) ([]*templa
 		}
 	}
 	s.tmpl.mu.Lock()
-	a, ok := s.tmpl.archives[agent+"/"+st.FilesHash]
-	if ok {
-		a.used = time.Now()
-		s.tmpl.archives[agent+"/"+st.FilesHash] = a
-	}
+	a, ok := s.tmpl.useArchiveLocked(agent, st.FilesHash, time.Now())
 	s.tmpl.mu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("its files (hash %q) were not uploaded, or the daemon restarted since; build again", st.FilesHash)
