@@ -114,6 +114,17 @@ sandpit run looks for a daemon at SANDPIT_URL (else at the configured listen add
 			}
 			return usageErrorf("%v (`%s --help` lists its flags)", err, cmd.CommandPath())
 		}
+		// pflag's "unknown shorthand flag: 'x' in -x" gets the command's short flags (-h is
+		// every command's).
+		if strings.HasPrefix(msg, "unknown shorthand flag: ") {
+			var short []string
+			cmd.Flags().VisitAll(func(f *pflag.Flag) {
+				if !f.Hidden && f.Shorthand != "" {
+					short = append(short, "-"+f.Shorthand+" (--"+f.Name+")")
+				}
+			})
+			return usageErrorf("%v: the short flags of `%s` are %s (`%s --help` lists them all)", err, cmd.CommandPath(), strings.Join(short, ", "), cmd.CommandPath())
+		}
 		return usageErrorf("%v", err)
 	})
 	root.AddCommand(opts.serveCommand(), opts.runCommand(), opts.codeCommand(), opts.jobCommand(), opts.sessionCommand(), opts.templateCommand(), opts.execCommand(), opts.packagesCommand(), opts.kbCommand(), opts.mcpCommand(), opts.setupCommand(), opts.doctorCommand(),

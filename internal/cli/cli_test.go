@@ -254,6 +254,9 @@ func TestUnknownCommandIsAUsageError(t *testing.T) {
 		{[]string{"run", "--tiemout", "3s", "-c", "1"}, "unknown flag: --tiemout; did you mean --timeout? (`sandpit run --help` lists its flags)"},
 		{[]string{"session", "ls", "--jsno"}, "unknown flag: --jsno; did you mean --json?"},
 		{[]string{"run", "--zzzzzzz"}, "unknown flag: --zzzzzzz (`sandpit run --help` lists its flags)"},
+		// An unknown short flag gets the command's short flags (a red team, 7 December 2026).
+		{[]string{"run", "-x", "-c", "1"}, "unknown shorthand flag: 'x' in -x: the short flags of `sandpit run` are -c (--code), "},
+		{[]string{"version", "-x"}, "unknown shorthand flag: 'x' in -x: the short flags of `sandpit version` are -h (--help), -v (--verbose) ("},
 	} {
 		var stdout, stderr strings.Builder
 		code := Main(context.Background(), c.args, Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,

@@ -785,4 +785,25 @@ func TestSessionExecOfAQuotedShellLine(t *testing.T) {
 	if code, _, stderr := sandpit(t, srv.URL, "session", "exec", s, "nosuchprogram"); code == 0 || !strings.Contains(stderr, "command not found") || strings.Contains(stderr, "give it with -c") {
 		t.Errorf("a program's name: exit %d, stderr %q; want the daemon's words alone", code, stderr)
 	}
+	// A word with a slash is a path the daemon does not look up: the program cannot start and
+	// the command exits 127 (a red team's `session exec S 'ls /tmp && echo'` was told only "no
+	// such file or directory"); a program that exits 127 itself is a different word.
+	srv127 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"status": "ok"}`)
+			return
+		}
+		w.Header().Set("Content-Type", apitype.NDJSONContentType)
+		_, _ = io.WriteString(w, `{"type": "stderr", "data": "ls /tmp && echo: no such file or directory\n"}`+"\n"+
+			`{"type": "end", "process": {"id": "pr_aaaaaaaaaaaaaaaaaaaaaaaaaa", "end": {"exit_code": 127, "outcome": "error"}}}`+"\n")
+	}))
+	defer srv127.Close()
+	code, _, stderr = sandpit(t, srv127.URL, "session", "exec", s, "ls /tmp && echo")
+	if want := "give it with -c: sandpit session exec " + s + ` -c 'ls /tmp && echo'`; code != 127 || !strings.Contains(stderr, want) {
+		t.Errorf("a path that reads as a shell line: exit %d, stderr %q; want 127 and %q", code, stderr, want)
+	}
+	if code, _, stderr := sandpit(t, srv127.URL, "session", "exec", s, "./run.sh"); code != 127 || strings.Contains(stderr, "give it with -c") {
+		t.Errorf("a program that exits 127: exit %d, stderr %q; want 127 without the hint", code, stderr)
+	}
 }

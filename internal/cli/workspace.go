@@ -104,12 +104,18 @@ sandpit stops first, the command gets SIGHUP, as from a terminal that closed.`,
 				onEvent = o.printCommandOutput
 			}
 			res, err := c.Command(cmd.Context(), f.agent, args[0], req, onEvent)
+			// One quoted word that reads as a shell line was taken for a program's name: the
+			// daemon refuses it, or the program cannot start (127, as a shell says).
+			shellLine := shell == "" && len(args) == 2 && strings.ContainsAny(args[1], " ;|&<>$`")
+			useC := fmt.Sprintf("to run a shell line, give it with -c: sandpit session exec %s -c %s", args[0], sandbox.ShellQuote(args[1:]))
 			if err != nil {
-				if shell == "" && len(args) == 2 && strings.ContainsAny(args[1], " ;|&<>$`") && errors.Is(err, errclass.Invalid) {
-					// One quoted word that reads as a shell line was taken for a program's name.
-					return fmt.Errorf("%w; to run a shell line, give it with -c: sandpit session exec %s -c %s", err, args[0], sandbox.ShellQuote(args[1:]))
+				if shellLine && errors.Is(err, errclass.Invalid) {
+					return fmt.Errorf("%w; %s", err, useC)
 				}
 				return err
+			}
+			if end := res.Process.End; shellLine && end != nil && end.Outcome == apitype.OutcomeError && end.ExitCode == 127 && !f.json {
+				fmt.Fprintf(o.env.Stderr, "sandpit: no program is named %s; %s\n", sandbox.ShellQuote(args[1:]), useC)
 			}
 			switch {
 			case f.json:
@@ -350,9 +356,10 @@ func (o *options) sessionFilesList(cmd *cobra.Command, f daemonFlags, depth int,
 		return err
 	}
 	l, err := c.ListSessionFiles(cmd.Context(), f.agent, id, path, depth)
-	if api, ok := errors.AsType[*client.APIError](err); ok && api.Status == http.StatusConflict && path != "" {
-		// A file is listed as ls lists it: its own line (the daemon's answer pointed to stat,
-		// which the CLI does not have).
+	if api, ok := errors.AsType[*client.APIError](err); ok && (api.Status == http.StatusConflict || api.Status == http.StatusBadRequest) && path != "" {
+		// A file or a symbolic link is listed as ls lists it: its own line (the daemon's
+		// answer, 409 for a file and 400 for a link, pointed to stat, which the CLI does not
+		// have). A path stat refuses too keeps the listing's error.
 		if e, serr := c.StatSessionFile(cmd.Context(), f.agent, id, path); serr == nil && e.Type != "dir" {
 			l, err = apitype.FileListing{Entries: []apitype.FileEntry{e}}, nil
 		}
