@@ -45,16 +45,13 @@ LANE_A_LAST := internal/runtime/kubernetes
 LANE_B      := internal/cli cmd/sandpit
 LANE_B_LAST := internal/app internal/testenv/kubetest
 LANE_ANY    := internal/bench
-# LANE_LAST, when set, is a command taken after LANE_ANY the same way, by the lane free first:
-# .ci/run gives it the fuzz targets, which then run beside the longer lane, not after both.
-LANE_LAST ?=
 # Every other package (evaluated where it is used).
 RACE_PACKAGES = $(shell $(GO) list ./... | grep -vxF $(addprefix -e $(MODULE)/,$(LANE_A) $(LANE_A_LAST) $(LANE_B) $(LANE_B_LAST) $(LANE_ANY)))
 test:
 	@status=0; claims=$$(mktemp -d); \
-	take() { s=0; for p in $(LANE_ANY) $(if $(LANE_LAST),.last); do \
+	take() { s=0; for p in $(LANE_ANY); do \
 	  mkdir "$$claims/$$(echo $$p | tr / _)" 2>/dev/null || continue; \
-	  if [ $$p = .last ]; then $(LANE_LAST) || s=1; else $(GO) test -p 1 $(TEST_FLAGS) ./$$p || s=1; fi; \
+	  $(GO) test -p 1 $(TEST_FLAGS) ./$$p || s=1; \
 	done; return $$s; }; \
 	( s=0; $(GO) test -p 1 $(TEST_FLAGS) $(addprefix ./,$(LANE_A)) || s=1; \
 	  $(GO) test -p 1 $(TEST_FLAGS) $(addprefix ./,$(LANE_A_LAST)) || s=1; take || s=1; exit $$s ) & a=$$!; \
