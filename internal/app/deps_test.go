@@ -73,6 +73,7 @@ func warm(t *testing.T, url string, slots int) {
 // timeout with nothing left behind, bad requirements refused (H22), and the package
 // directory read-only for runs.
 func TestDependencies(t *testing.T) {
+	t.Parallel() // it waits on stalled indexes and their timeouts: beside the other long ones (docs/testing.md)
 	idx := pyindex.New(t)
 	idx.AddWheel("tinypkg", "1.0", `VALUE = "1.0"`)
 	idx.AddWheel("pkg-b", "1.0", `import tinypkg`+"\n"+`VALUE = "b" + tinypkg.VALUE`, "tinypkg>=1")

@@ -43,6 +43,7 @@ func kubeScript(t *testing.T, args ...string) string {
 // their state, runs go on, the slots end up on the node that answers, a new session opens, and
 // once the node is back no container of the lost pods runs on it.
 func TestKubernetesNodeLost(t *testing.T) {
+	t.Parallel() // it waits for the node monitor and the pods: beside the other long ones (docs/testing.md)
 	cfg, client := kubeConfig(t)
 	const taint = "sandpit.dev/test-node"
 	node := strings.TrimSpace(kubeScript(t, "node", "add", "2", "--taint", taint+"=lost:NoSchedule"))

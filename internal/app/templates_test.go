@@ -83,6 +83,7 @@ except Exception as e:
 // starts sessions of it through REST and the CLI, rebuilds it from the cache, refuses it to
 // another agent, names a failing build's step, and reports an image removed by hand.
 func TestTemplates(t *testing.T) {
+	t.Parallel() // its build waits on apt, pip and the engine: beside the other long ones (docs/testing.md)
 	idx := pyindex.New(t)
 	idx.AddWheel("tinypkg", "1.0", `VALUE = "tiny 1.0"`)
 	cfg := testConfig(t)
