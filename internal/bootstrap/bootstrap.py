@@ -1374,21 +1374,24 @@ def _unbind_cell():
 
 def _report_exception(exc, tb):
     """Sends the uncaught exception's name, message and traceback text (as printed on
-    stderr) to the executor, for the result's error."""
+    stderr) to the executor, for the result's error; False when it could not."""
     try:
         text = "".join(traceback.format_exception(type(exc), exc, tb))
         item = {"name": type(exc).__name__, "value": str(exc)[:65536], "traceback": text[-262144:]}
         payload = _dumps(item, ensure_ascii=False).encode()
         _send({"type": "error", "bytes": len(payload)}, payload)
+        return True
     except Exception:  # noqa: BLE001 - a str() that raises, a closed line: the stderr has it
-        pass
+        return False
 
 
-def _print_user_traceback(exc, report=False):
+def _print_user_traceback(exc, report=False, error_only=False):
     """Prints exc's traceback from the user's first frame on, as python3 would; with report,
-    sends it to the executor too (the result's error). An exception the bootstrap raised itself
-    (a failed %pip, an agent.* call) ends at the user's line: the frames of the bootstrap and of
-    IPython's magics it went through are sandpit's machinery, and its message says it all."""
+    sends it to the executor too (the result's error), and with error_only there alone, as a
+    Jupyter kernel does (printed still when it cannot be sent, or in a child process). An
+    exception the bootstrap raised itself (a failed %pip, an agent.* call) ends at the user's
+    line: the frames of the bootstrap and of IPython's magics it went through are sandpit's
+    machinery, and its message says it all."""
     tb = exc.__traceback__
     # Drop the bootstrap's own frames so the traceback starts in the user's code.
     while tb is not None and _bootstrap_frame(tb):
@@ -1412,9 +1415,14 @@ def _print_user_traceback(exc, report=False):
             node.tb_next = nxt.tb_next
         else:
             node = nxt
-    traceback.print_exception(type(exc), exc, tb)
     if report and _getpid() == _main_pid[0]:
-        _report_exception(exc, tb)
+        if error_only and _report_exception(exc, tb):
+            return
+        traceback.print_exception(type(exc), exc, tb)
+        if not error_only:
+            _report_exception(exc, tb)
+        return
+    traceback.print_exception(type(exc), exc, tb)
 
 
 def _bootstrap_frame(tb):
@@ -1674,10 +1682,10 @@ def main(forked=False):
         status = _exit_status(exc)
     except MemoryError as exc:
         _report_memory_error()
-        _print_user_traceback(exc, report=True)
+        _print_user_traceback(exc, report=True, error_only=init.get("traceback_in_error_only"))
         status = 1
     except BaseException as exc:  # noqa: BLE001 - the user's exception is the result
-        _print_user_traceback(exc, report=True)
+        _print_user_traceback(exc, report=True, error_only=init.get("traceback_in_error_only"))
         status, interrupted = 1, isinstance(exc, KeyboardInterrupt)
     _unbind_cell()
     program = weakref.ref(module)
@@ -1752,10 +1760,10 @@ def _session(init, oom=True):
             status = _exit_status(exc)
         except MemoryError as exc:
             _report_memory_error()
-            _print_user_traceback(exc, report=True)
+            _print_user_traceback(exc, report=True, error_only=init.get("traceback_in_error_only"))
             status = 1
         except BaseException as exc:  # noqa: BLE001 - the user's exception is the call's result
-            _print_user_traceback(exc, report=True)
+            _print_user_traceback(exc, report=True, error_only=init.get("traceback_in_error_only"))
             status, interrupted = 1, isinstance(exc, KeyboardInterrupt)
         try:
             if _charts[0] is not None and init.get("charts"):

@@ -111,7 +111,9 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	timeout := s.cfg.ExecTimeout.Milliseconds()
-	res, err := sess.Execute(ctx, sandbox.Request{Code: req.Code, TimeoutMS: &timeout,
+	// An uncaught exception is the stream's error line only, as E2B's Jupyter kernel sends it
+	// (its traceback also on stderr showed it twice in the SDK's Execution).
+	res, err := sess.Execute(ctx, sandbox.Request{Code: req.Code, TimeoutMS: &timeout, TracebackInErrorOnly: true,
 		Origin: sandbox.Origin{Source: sandbox.SourceAPI}}, true, func(ev sandbox.Event) {
 		switch ev.Stream {
 		case sandbox.StreamStdout, sandbox.StreamStderr:

@@ -420,6 +420,8 @@ func (s *Service) prepare(req sandbox.Request) *execution {
 		Charts:    s.cfg.Charts,
 		Plain:     !s.cfg.Notebook,
 		Internal:  req.Internal,
+
+		TracebackInErrorOnly: req.TracebackInErrorOnly,
 	}
 	if spec.ID == "" {
 		spec.ID = sandbox.NewID()

@@ -655,6 +655,8 @@ func (r *run) initLine() map[string]any {
 		"internal": r.spec.Internal,
 		// A plain script: no notebook results, no IPython syntax.
 		"plain": r.spec.Plain,
+		// An uncaught exception's traceback goes to the result's error only, not to stderr.
+		"traceback_in_error_only": r.spec.TracebackInErrorOnly,
 		// The session's environment (its template's, then its request's).
 		"env": r.spec.Env,
 		// The secrets' placeholders, and the trust bundle holding the CA the egress proxy's

@@ -54,6 +54,10 @@ type Request struct {
 	// Internal: a session's call made by the daemon itself, not the user's (see Spec.Internal).
 	// No client sets it.
 	Internal bool
+	// TracebackInErrorOnly: an uncaught exception's traceback is the result's Error only, not
+	// also printed on stderr, as a Jupyter kernel reports one (E2B's /execute sets it; see
+	// Spec.TracebackInErrorOnly).
+	TracebackInErrorOnly bool
 }
 
 // Source names where an execution came from (Origin.Source).
@@ -387,6 +391,11 @@ type Spec struct {
 	// that starts the interpreter, one that sets a sandbox's environment): it takes no
 	// execution count, so the user's first call is 1 (Result.ExecutionCount is 0 for it).
 	Internal bool `json:"internal,omitempty"`
+	// TracebackInErrorOnly: the bootstrap sends an uncaught exception's traceback to the
+	// executor for Result.Error without printing it on stderr (it prints it when it cannot send
+	// it, and a child process's always), as a Jupyter kernel sends an "error" message and no
+	// stream text.
+	TracebackInErrorOnly bool `json:"traceback_in_error_only,omitempty"`
 	// Calls answers the program's agent.* calls while it runs; nil refuses them. It is not
 	// sent to the executor.
 	Calls func(ctx context.Context, call Call) (json.RawMessage, error) `json:"-"`

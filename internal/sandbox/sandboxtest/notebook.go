@@ -254,7 +254,8 @@ func (s *Suite) TestNotebookOversizedDisplayIsCut(t *testing.T) {
 }
 
 // TestNotebookErrorIsReported: an uncaught exception comes back as the result's error (its
-// name, message and traceback), and stderr is what python3 prints.
+// name, message and traceback), and stderr is what python3 prints; with TracebackInErrorOnly
+// the traceback is in the error alone.
 func (s *Suite) TestNotebookErrorIsReported(t *testing.T) {
 	res := Exec(t, s.rt, 0, Spec("x = 1\n1 / 0", HeavyImportTimeout), nil)
 	expect(t, res, sandbox.OutcomeError)
@@ -262,6 +263,15 @@ func (s *Suite) TestNotebookErrorIsReported(t *testing.T) {
 	if e == nil || e.Name != "ZeroDivisionError" || e.Value != "division by zero" ||
 		!strings.Contains(e.Traceback, `File "main.py", line 2`) || e.Traceback != res.Stderr || len(res.Results) != 0 {
 		t.Fatalf("error %+v stderr %q results %+v", e, res.Stderr, res.Results)
+	}
+	// Asked as a Jupyter kernel reports one (E2B's /execute): the error alone, stderr holding
+	// only what the program wrote there (the traceback on both showed it twice in E2B's SDK).
+	spec := Spec("import sys\nprint('note', file=sys.stderr)\nx = 1\n1 / 0", HeavyImportTimeout)
+	spec.TracebackInErrorOnly = true
+	res = Exec(t, s.rt, 0, spec, nil)
+	expect(t, res, sandbox.OutcomeError)
+	if e := res.Error; e == nil || e.Name != "ZeroDivisionError" || !strings.Contains(e.Traceback, `File "main.py", line 4`) || res.Stderr != "note\n" {
+		t.Fatalf("traceback in the error only: error %+v stderr %q", e, res.Stderr)
 	}
 	res = Exec(t, s.rt, 0, Spec("import sys\nsys.exit(3)", HeavyImportTimeout), nil)
 	if res.Error != nil || res.ExitCode != 3 {
