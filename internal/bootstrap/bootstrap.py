@@ -1415,14 +1415,12 @@ def _print_user_traceback(exc, report=False, error_only=False):
             node.tb_next = nxt.tb_next
         else:
             node = nxt
-    if report and _getpid() == _main_pid[0]:
-        if error_only and _report_exception(exc, tb):
-            return
-        traceback.print_exception(type(exc), exc, tb)
-        if not error_only:
-            _report_exception(exc, tb)
+    reporting = report and _getpid() == _main_pid[0]
+    if reporting and error_only and _report_exception(exc, tb):
         return
     traceback.print_exception(type(exc), exc, tb)
+    if reporting and not error_only:
+        _report_exception(exc, tb)
 
 
 def _bootstrap_frame(tb):
