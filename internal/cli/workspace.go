@@ -104,18 +104,15 @@ sandpit stops first, the command gets SIGHUP, as from a terminal that closed.`,
 				onEvent = o.printCommandOutput
 			}
 			res, err := c.Command(cmd.Context(), f.agent, args[0], req, onEvent)
-			// One quoted word that reads as a shell line was taken for a program's name: the
-			// daemon refuses it, or the program cannot start (127, as a shell says).
-			shellLine := shell == "" && len(args) == 2 && strings.ContainsAny(args[1], " ;|&<>$`")
-			useC := fmt.Sprintf("to run a shell line, give it with -c: sandpit session exec %s -c %s", args[0], sandbox.ShellQuote(args[1:]))
+			hint := shellLineHint(shell, args)
 			if err != nil {
-				if shellLine && errors.Is(err, errclass.Invalid) {
-					return fmt.Errorf("%w; %s", err, useC)
+				if hint != "" && errors.Is(err, errclass.Invalid) {
+					return fmt.Errorf("%w; %s", err, hint)
 				}
 				return err
 			}
-			if end := res.Process.End; shellLine && end != nil && end.Outcome == apitype.OutcomeError && end.ExitCode == 127 && !f.json {
-				fmt.Fprintf(o.env.Stderr, "sandpit: no program is named %s; %s\n", sandbox.ShellQuote(args[1:]), useC)
+			if end := res.Process.End; hint != "" && end != nil && end.Outcome == apitype.OutcomeError && end.ExitCode == 127 && !f.json {
+				fmt.Fprintf(o.env.Stderr, "sandpit: no program is named %s; %s\n", sandbox.ShellQuote(args[1:]), hint)
 			}
 			switch {
 			case f.json:
@@ -160,6 +157,16 @@ func (o *options) printCommandOutput(ev apitype.CommandEvent) {
 	case "stderr":
 		io.WriteString(o.env.Stderr, ev.Data)
 	}
+}
+
+// shellLineHint says to give a shell line with -c when `session exec ID WORD` was given one
+// quoted word that reads as one (the daemon refuses it as a program's name, or the program
+// cannot start: 127, as a shell says); "" otherwise.
+func shellLineHint(shell string, args []string) string {
+	if shell != "" || len(args) != 2 || !strings.ContainsAny(args[1], " ;|&<>$`") {
+		return ""
+	}
+	return fmt.Sprintf("to run a shell line, give it with -c: sandpit session exec %s -c %s", args[0], sandbox.ShellQuote(args[1:]))
 }
 
 // commandExit is the exit status of a command that ended: its own, or 128 and the signal's

@@ -420,7 +420,7 @@ func (s *Service) prepare(req sandbox.Request) *execution {
 		Charts:    s.cfg.Charts,
 		Plain:     !s.cfg.Notebook,
 		Internal:  req.Internal,
-
+		// E2B's /execute: the traceback as the error only.
 		TracebackInErrorOnly: req.TracebackInErrorOnly,
 	}
 	if spec.ID == "" {
