@@ -221,7 +221,6 @@ func buildSandpit(t *testing.T) string {
 // as sandbox_error (interrupted), the warm container is adopted (one, no orphans), and the
 // job's fires go on without a lost or doubled one.
 func TestDaemonKilled(t *testing.T) {
-	t.Parallel() // it waits for a job's fires around a kill: beside the other long ones (docs/testing.md)
 	cfg := testConfig(t)
 	url, start := killableDaemon(t, cfg)
 	daemon := start()

@@ -140,7 +140,6 @@ func history(t *testing.T, url, agent, job string) []apitype.Fire {
 // output; a job @every 10s fires on schedule into the ledger across a daemon restart with no
 // fire lost or doubled; a job whose run outlasts its interval skips instead of piling up (H23).
 func TestSavedCodeAndJobsEndToEnd(t *testing.T) {
-	t.Parallel() // it waits for cron fires: beside the other long ones (docs/testing.md)
 	cfg := testConfig(t)
 	url, stop := startDaemon(t, cfg)
 	base := url + "/v1/agents/e2e"
